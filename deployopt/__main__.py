@@ -1,0 +1,3 @@
+from deployopt.cli.main import main
+
+main()

@@ -1,0 +1,1 @@
+"""The typer CLI: parse options, call the library, render with rich. No logic lives here."""

@@ -1,0 +1,35 @@
+"""The typer app every command module registers on, and shared option parsing."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+
+from deployopt.errors import DeployoptError
+
+app = typer.Typer(
+    name="deployopt",
+    help="Fit CNN channel counts to how the GPU runs them: analyze, pad/trim, time, optimize.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+
+def parse_input_shapes(values: list[str] | None) -> dict[str, list[int]]:
+    """Parse repeated `NAME:1x3x224x224` options into {name: [1, 3, 224, 224]}."""
+    shapes: dict[str, list[int]] = {}
+    for value in values or []:
+        name, sep, dims = value.rpartition(":")
+        if not sep or not name:
+            raise DeployoptError(f"--input-shape {value!r}: expected NAME:DIMS such as input:1x3x224x224")
+        try:
+            parsed = [int(d) for d in dims.lower().split("x")]
+        except ValueError:
+            raise DeployoptError(f"--input-shape {value!r}: dimensions must be integers joined by 'x'") from None
+        if not parsed or any(d < 1 for d in parsed):
+            raise DeployoptError(f"--input-shape {value!r}: dimensions must be positive")
+        shapes[name] = parsed
+    return shapes

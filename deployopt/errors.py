@@ -1,0 +1,37 @@
+"""One exception root for what the user got wrong.
+
+The CLI prints a DeployoptError as one line and exits non-zero; any other exception is a bug
+and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class DeployoptError(Exception):
+    """A problem with the user's input or environment, reported as one line."""
+
+    exit_code = 2
+
+
+class ModelError(DeployoptError):
+    """The model file is missing, corrupt, or uses something we cannot handle."""
+
+
+class PlanError(DeployoptError):
+    """A width plan names unknown or frozen groups, or impossible widths."""
+
+
+class BackendUnavailable(DeployoptError):
+    """A backend's library or device is missing; the message says what to install."""
+
+
+class BackendFailed(DeployoptError):
+    """A backend crashed, hung past its timeout, or could not run the model."""
+
+
+class TargetError(DeployoptError):
+    """An unknown target, or options the target cannot satisfy."""
+
+
+class DataError(DeployoptError):
+    """Calibration data missing, unreadable, or of the wrong shape."""
