@@ -1,0 +1,183 @@
+"""One small interface every backend fills in, and the registry that names them.
+
+A backend builds and times a model. Heavy libraries (torch, tensorrt, pycuda) are imported only
+inside the backend's own module, so `deployopt backends` can report "unavailable: install X"
+instead of crashing. Timing happens in a `Session` so a backend can keep a worker process (one
+green context, one cuDNN handle, warm caches) across many models, which the optimizer needs.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from deployopt.errors import BackendUnavailable
+from deployopt.timing import Timing
+
+DTYPES = ("fp32", "fp16", "int8")
+
+
+@dataclass(frozen=True)
+class MeasureOptions:
+    dtype: str = "fp16"
+    batch: int | None = None  # overrides the model's batch dimension when set
+    sms: int | None = None  # restrict the GPU to this many SMs (backends that can)
+    runs: int = 100  # timed samples; one sample = one forward pass (or one graph replay)
+    warmup: int = 20
+    timeout_s: float = 600.0  # per model, for backends that run in a worker process
+    input_shapes: dict[str, list[int]] = field(default_factory=dict)
+    calibration_data: str | None = None  # INT8 calibration (TensorRT)
+    workdir: Path | None = None  # where engines / traces / caches go
+    extra: dict[str, Any] = field(default_factory=dict)  # backend-specific knobs
+
+
+@dataclass
+class KernelRecord:
+    """One GPU kernel launch, as a profiler saw it (CUPTI trace, nsys export, trtexec layer info)."""
+
+    name: str
+    duration_us: float
+    grid: tuple[int, int, int] | None = None
+    block: tuple[int, int, int] | None = None
+    registers_per_thread: int | None = None
+    shared_memory_bytes: int | None = None
+    blocks_per_sm: float | None = None
+    tile: tuple[int, ...] | None = None  # parsed from the kernel name, e.g. (128, 128, 64)
+    waves: int | None = None
+    tail_fill: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+
+@dataclass
+class LayerTime:
+    name: str  # backend's layer name
+    time_us: float  # median per forward pass
+    share: float  # fraction of the summed layer time
+    onnx_nodes: list[str] = field(default_factory=list)  # mapped back where the backend allows
+    kernels: list[KernelRecord] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. tactic name from trtexec
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "time_us": self.time_us,
+            "share": self.share,
+            "onnx_nodes": self.onnx_nodes,
+            "kernels": [k.to_json() for k in self.kernels],
+            **({"extra": self.extra} if self.extra else {}),
+        }
+
+
+@dataclass
+class Profile:
+    backend: str
+    layers: list[LayerTime]
+    environment: dict[str, Any] = field(default_factory=dict)
+    timed: str = ""
+    runs: int = 0
+
+    @property
+    def total_us(self) -> float:
+        return sum(layer.time_us for layer in self.layers)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "timed": self.timed,
+            "runs": self.runs,
+            "total_us": self.total_us,
+            "environment": self.environment,
+            "layers": [layer.to_json() for layer in self.layers],
+        }
+
+
+class Session(ABC):
+    """An open backend: time many models with the same options. Use as a context manager."""
+
+    def __init__(self, backend: Backend, options: MeasureOptions) -> None:
+        self.backend = backend
+        self.options = options
+
+    @abstractmethod
+    def measure(self, model_path: Path) -> Timing:
+        """End-to-end latency of one model."""
+
+    def profile(self, model_path: Path, kernels: bool = False) -> Profile:
+        raise BackendUnavailable(f"backend {self.backend.name!r} has no per-layer profiler")
+
+    def close(self) -> None:  # noqa: B027  (optional hook)
+        """Release workers, contexts, files."""
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Backend(ABC):
+    name: ClassVar[str]
+    description: ClassVar[str]
+    dtypes: ClassVar[tuple[str, ...]] = ("fp32", "fp16")
+    can_limit_sms: ClassVar[bool] = False
+    measured: ClassVar[bool] = True  # False for the analytic model: predicted, not measured
+
+    @abstractmethod
+    def availability(self) -> tuple[bool, str]:
+        """(available, why not / what it will use). Must not raise, must be quick."""
+
+    @abstractmethod
+    def open(self, options: MeasureOptions) -> Session:
+        """Check options against this backend (dtype, sms …) and start a session."""
+
+    def check_options(self, options: MeasureOptions) -> None:
+        """Shared option checks: a clear one-line error before anything runs."""
+        from deployopt.errors import DeployoptError
+
+        ok, why = self.availability()
+        if not ok:
+            raise BackendUnavailable(f"backend {self.name!r} is unavailable: {why}")
+        if options.dtype not in self.dtypes:
+            raise DeployoptError(
+                f"backend {self.name!r} cannot run {options.dtype} (it runs {', '.join(self.dtypes)})"
+            )
+        if options.sms is not None and not self.can_limit_sms:
+            raise DeployoptError(f"backend {self.name!r} cannot limit the GPU's SMs (--sms)")
+        if options.runs < 1:
+            raise DeployoptError("--runs must be at least 1")
+
+
+# name -> "module:Class". Modules are imported on first use so a missing torch or tensorrt only
+# affects its own backend.
+REGISTRY: dict[str, str] = {
+    "ort": "deployopt.backends.ort:OrtBackend",
+    "torch": "deployopt.backends.torch:TorchBackend",
+    "tensorrt": "deployopt.backends.tensorrt:TensorRTBackend",
+    "trtexec": "deployopt.backends.trtexec:TrtexecBackend",
+    "model": "deployopt.backends.model:WaveModelBackend",
+}
+
+
+def get_backend(name: str) -> Backend:
+    if name not in REGISTRY:
+        raise BackendUnavailable(f"unknown backend {name!r}; choose one of: {', '.join(REGISTRY)}")
+    module_name, _, cls_name = REGISTRY[name].partition(":")
+    module = importlib.import_module(module_name)
+    return getattr(module, cls_name)()
+
+
+def list_backends() -> list[tuple[str, bool, str]]:
+    """[(name, available, why)] for every registered backend."""
+    rows = []
+    for name in REGISTRY:
+        try:
+            ok, why = get_backend(name).availability()
+        except ImportError as exc:  # a backend module itself failed to import
+            ok, why = False, f"import failed: {exc}"
+        rows.append((name, ok, why))
+    return rows

@@ -1,0 +1,89 @@
+"""Plain descriptions of conv layers, shared by the coupling analysis, the wave model and the LUT."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ConvShape:
+    """One 2-D convolution: input N×C×H×W, K output channels, R×S kernel.
+
+    Kept independent of ONNX and torch so the wave model, the per-layer staircase cache and the
+    coupling analysis can all speak about the same layer.
+    """
+
+    n: int
+    c: int
+    h: int
+    w: int
+    k: int
+    r: int = 3
+    s: int = 3
+    stride: tuple[int, int] = (1, 1)
+    pad: tuple[int, int] = (1, 1)
+    dilation: tuple[int, int] = (1, 1)
+    groups: int = 1
+
+    @property
+    def p(self) -> int:
+        """Output height."""
+        return (self.h + 2 * self.pad[0] - self.dilation[0] * (self.r - 1) - 1) // self.stride[0] + 1
+
+    @property
+    def q(self) -> int:
+        """Output width."""
+        return (self.w + 2 * self.pad[1] - self.dilation[1] * (self.s - 1) - 1) // self.stride[1] + 1
+
+    @property
+    def gemm(self) -> tuple[int, int, int]:
+        """Implicit-GEMM dims per group: (M = N·P·Q, N = K/groups, K = C/groups·R·S)."""
+        return (
+            self.n * self.p * self.q,
+            self.k // self.groups,
+            (self.c // self.groups) * self.r * self.s,
+        )
+
+    @property
+    def flops(self) -> int:
+        """Multiply-adds × 2 over all groups."""
+        m, n, k = self.gemm
+        return 2 * m * n * k * self.groups
+
+    @property
+    def is_depthwise(self) -> bool:
+        return self.groups > 1 and self.groups == self.c and self.k % self.c == 0
+
+    def with_channels(self, c: int | None = None, k: int | None = None) -> ConvShape:
+        """The same layer with other channel counts; a depthwise conv keeps groups == channels."""
+        new_c = self.c if c is None else c
+        new_k = self.k if k is None else k
+        groups = self.groups
+        if self.is_depthwise:
+            mult = self.k // self.c
+            groups = new_c
+            new_k = new_c * mult if k is None else new_k
+        return replace(self, c=new_c, k=new_k, groups=groups)
+
+    def signature(self) -> str:
+        """A stable key for caches: every field that changes the kernels cuDNN/TensorRT pick."""
+        return (
+            f"n{self.n}_c{self.c}_h{self.h}_w{self.w}_k{self.k}_r{self.r}x{self.s}"
+            f"_st{self.stride[0]}x{self.stride[1]}_p{self.pad[0]}x{self.pad[1]}"
+            f"_d{self.dilation[0]}x{self.dilation[1]}_g{self.groups}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        for key in ("stride", "pad", "dilation"):
+            d[key] = list(d[key])
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ConvShape:
+        d = dict(d)
+        for key in ("stride", "pad", "dilation"):
+            if key in d:
+                d[key] = tuple(d[key])
+        return cls(**d)

@@ -1,0 +1,135 @@
+"""Statistics over latency samples: median, IQR, bootstrap CI, and a two-sample comparison.
+
+Every latency deployopt prints goes through `Timing`, which says whether it was measured (on what,
+how many runs) or predicted (by which model).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+BOOTSTRAP_RESAMPLES = 2000
+
+
+@dataclass
+class Timing:
+    """Latency samples of one model (or layer) on one backend, in microseconds."""
+
+    backend: str
+    samples_us: list[float]
+    warmup: int = 0
+    timed: str = ""
+    environment: dict[str, Any] = field(default_factory=dict)
+    measured: bool = True
+    predictor: str | None = None  # set when measured is False: which model predicted it
+
+    def __post_init__(self) -> None:
+        if not self.samples_us:
+            raise ValueError("a Timing needs at least one sample")
+
+    @property
+    def runs(self) -> int:
+        return len(self.samples_us)
+
+    @property
+    def median_us(self) -> float:
+        return float(np.median(self.samples_us))
+
+    @property
+    def iqr_us(self) -> float:
+        q1, q3 = np.percentile(self.samples_us, [25, 75])
+        return float(q3 - q1)
+
+    @property
+    def ci95_us(self) -> tuple[float, float]:
+        return bootstrap_median_ci(self.samples_us)
+
+    def describe(self) -> str:
+        """One human line, e.g. 'measured on torch (H200, 8 SMs): 512.3 µs median, IQR 2.1 µs, 100 runs'."""
+        if not self.measured:
+            return f"predicted by {self.predictor or 'a model'}: {self.median_us:.1f} µs (not measured)"
+        where = self.environment.get("device") or self.environment.get("gpu") or ""
+        where = f" ({where})" if where else ""
+        lo, hi = self.ci95_us
+        return (
+            f"measured on {self.backend}{where}: {self.median_us:.1f} µs median, "
+            f"IQR {self.iqr_us:.1f} µs, 95% CI [{lo:.1f}, {hi:.1f}], {self.runs} runs"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        lo, hi = self.ci95_us
+        out: dict[str, Any] = {
+            "backend": self.backend,
+            "measured": self.measured,
+            "median_us": self.median_us,
+            "iqr_us": self.iqr_us,
+            "ci95_us": [lo, hi],
+            "runs": self.runs,
+            "warmup": self.warmup,
+            "samples_us": [float(x) for x in self.samples_us],
+            "timed": self.timed,
+            "environment": self.environment,
+        }
+        if not self.measured:
+            out["predictor"] = self.predictor
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Timing:
+        return cls(
+            backend=d["backend"],
+            samples_us=list(d["samples_us"]),
+            warmup=d.get("warmup", 0),
+            timed=d.get("timed", ""),
+            environment=d.get("environment", {}),
+            measured=d.get("measured", True),
+            predictor=d.get("predictor"),
+        )
+
+
+def bootstrap_median_ci(
+    samples: list[float] | np.ndarray, level: float = 0.95, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile-bootstrap CI of the median (seeded, so reports are reproducible)."""
+    x = np.asarray(samples, dtype=float)
+    if x.size == 1:
+        return float(x[0]), float(x[0])
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, x.size, size=(BOOTSTRAP_RESAMPLES, x.size))
+    medians = np.median(x[idx], axis=1)
+    alpha = (1 - level) / 2
+    lo, hi = np.quantile(medians, [alpha, 1 - alpha])
+    return float(lo), float(hi)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    verdict: str  # "faster" | "slower" | "no significant difference"
+    ratio: float  # median(b) / median(a)
+    p_value: float
+
+    def describe(self) -> str:
+        if self.verdict == "no significant difference":
+            return f"no significant difference (ratio {self.ratio:.3f}, p={self.p_value:.3g})"
+        return f"{self.verdict}: {100 * (self.ratio - 1):+.1f}% (p={self.p_value:.3g})"
+
+
+def compare(a: Timing, b: Timing, alpha: float = 0.01, min_effect: float = 0.01) -> Comparison:
+    """Is `b` faster or slower than `a`? Mann-Whitney U plus a minimum effect size.
+
+    A difference must be both significant (p < alpha) and larger than `min_effect` (relative) to
+    count: with thousands of samples, tiny clock drifts are "significant" but not real gains.
+    """
+    from scipy.stats import mannwhitneyu
+
+    ratio = b.median_us / a.median_us
+    if a.runs < 2 or b.runs < 2:
+        p = 0.0 if ratio != 1 else 1.0
+    else:
+        p = float(mannwhitneyu(a.samples_us, b.samples_us, alternative="two-sided").pvalue)
+    if p < alpha and abs(ratio - 1) >= min_effect:
+        return Comparison("faster" if ratio < 1 else "slower", ratio, p)
+    return Comparison("no significant difference", ratio, p)
