@@ -28,7 +28,9 @@ def parse_input_shapes(values: list[str] | None) -> dict[str, list[int]]:
         try:
             parsed = [int(d) for d in dims.lower().split("x")]
         except ValueError:
-            raise DeployoptError(f"--input-shape {value!r}: dimensions must be integers joined by 'x'") from None
+            raise DeployoptError(
+                f"--input-shape {value!r}: dimensions must be integers joined by 'x'"
+            ) from None
         if not parsed or any(d < 1 for d in parsed):
             raise DeployoptError(f"--input-shape {value!r}: dimensions must be positive")
         shapes[name] = parsed
