@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import onnx
 
 
 @dataclass(frozen=True)
@@ -87,3 +90,32 @@ class ConvShape:
             if key in d:
                 d[key] = tuple(d[key])
         return cls(**d)
+
+
+def conv_model(shape: ConvShape, opset: int = 17, seed: int = 0) -> onnx.ModelProto:
+    """A one-conv ONNX model (random weights, bias) for timing a layer on any backend."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    weight = rng.standard_normal((shape.k, shape.c // shape.groups, shape.r, shape.s)).astype(np.float32)
+    bias = rng.standard_normal(shape.k).astype(np.float32)
+    node = helper.make_node(
+        "Conv",
+        ["x", "w", "b"],
+        ["y"],
+        name="conv",
+        kernel_shape=[shape.r, shape.s],
+        strides=list(shape.stride),
+        pads=[shape.pad[0], shape.pad[1], shape.pad[0], shape.pad[1]],
+        dilations=list(shape.dilation),
+        group=shape.groups,
+    )
+    graph = helper.make_graph(
+        [node],
+        "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [shape.n, shape.c, shape.h, shape.w])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [shape.n, shape.k, shape.p, shape.q])],
+        [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(bias, "b")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])

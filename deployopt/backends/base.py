@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from deployopt.errors import BackendUnavailable
+from deployopt.layers import ConvShape
 from deployopt.timing import Timing
 
 DTYPES = ("fp32", "fp16", "int8")
@@ -109,6 +110,24 @@ class Session(ABC):
 
     def profile(self, model_path: Path, kernels: bool = False) -> Profile:
         raise BackendUnavailable(f"backend {self.backend.name!r} has no per-layer profiler")
+
+    def measure_convs(self, shapes: list[ConvShape]) -> list[Timing]:
+        """Time single conv layers (the per-layer staircase the optimizer's cache is built from).
+
+        The default builds a one-conv ONNX model per shape and times it with `measure`; backends
+        with a faster path (torch: cuDNN directly, one process, same green context) override it.
+        """
+        import tempfile
+
+        from deployopt.layers import conv_model
+
+        out = []
+        with tempfile.TemporaryDirectory(prefix="deployopt-conv-") as tmp:
+            for i, shape in enumerate(shapes):
+                path = Path(tmp) / f"conv{i}.onnx"
+                path.write_bytes(conv_model(shape).SerializeToString())
+                out.append(self.measure(path))
+        return out
 
     def close(self) -> None:  # noqa: B027  (optional hook)
         """Release workers, contexts, files."""
