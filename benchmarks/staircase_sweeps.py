@@ -1,0 +1,107 @@
+"""Measure per-layer staircases on a real GPU: one conv, output channels swept (issue 3 data).
+
+Run on the GPU machine, one process per SM setting (a green context is one per process):
+    python3 benchmarks/staircase_sweeps.py --sms 0 --out sweeps_full.json
+    python3 benchmarks/staircase_sweeps.py --sms 8 --out sweeps_sm8.json
+Results are rewritten after every sweep, so a run cut short keeps what it finished.
+`benchmarks/split_sweeps.py` turns the combined file into one JSON per sweep under
+benchmarks/staircases/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from deployopt.backends import cuda_conv
+from deployopt.layers import ConvShape
+
+# (n, c, h, w, kernel, stride): CIFAR- and ImageNet-like layers, 1×1 and 3×3, stride 1 and 2.
+SHAPES = {
+    "a": (8, 128, 28, 28, 3, 1),
+    "b": (1, 256, 56, 56, 3, 1),
+    "c": (16, 64, 32, 32, 3, 1),
+    "d": (8, 256, 14, 14, 1, 1),
+    "e": (32, 128, 16, 16, 3, 2),
+    "f": (8, 512, 7, 7, 3, 1),
+    "g": (16, 256, 28, 28, 1, 1),
+    "h": (1, 64, 112, 112, 3, 2),
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sms", type=int, default=0, help="0 = the whole GPU")
+    ap.add_argument("--shapes", default="".join(SHAPES))
+    ap.add_argument("--dtypes", default="fp16,fp32")
+    ap.add_argument("--out-channels", default="16:512:16")
+    ap.add_argument("--samples", type=int, default=7)
+    ap.add_argument("--no-trace", action="store_true")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+
+    if args.sms:
+        cuda_conv.set_sm_limit(args.sms)
+    import torch
+
+    a, b, s = (int(v) for v in args.out_channels.split(":"))
+    ks = list(range(a, b + 1, s))
+    props = torch.cuda.get_device_properties(0)
+    doc = {
+        "gpu": props.name,
+        "gpu_sms": props.multi_processor_count,
+        "sms": args.sms or props.multi_processor_count,
+        "torch": torch.__version__,
+        "cudnn": torch.backends.cudnn.version(),
+        "allow_tf32": torch.backends.cudnn.allow_tf32,
+        "method": "cudnn.benchmark, channels_last, CUDA-graph replay timed with CUDA events; "
+        f"{args.samples} samples of ~2 ms of replays each; µs per conv",
+        "sweeps": [],
+    }
+    t0 = time.time()
+    for key in args.shapes:
+        n, c, h, w, r, st = SHAPES[key]
+        for dtype in args.dtypes.split(","):
+            shapes = [ConvShape(n, c, h, w, k, r, r, (st, st), (r // 2, r // 2)) for k in ks]
+            t1 = time.time()
+            res = cuda_conv.time_convs(shapes, dtype, samples=args.samples, trace=not args.no_trace)
+            points = [{"out_channels": k, **rr} for k, rr in zip(ks, res)]
+            doc["sweeps"].append(
+                {
+                    "id": f"{key}_{dtype}_{doc['sms']}sm",
+                    "dtype": dtype,
+                    "shape": {
+                        "n": n,
+                        "c": c,
+                        "h": h,
+                        "w": w,
+                        "r": r,
+                        "s": r,
+                        "stride": st,
+                        "pad": r // 2,
+                        "groups": 1,
+                    },
+                    "seconds": round(time.time() - t1, 2),
+                    "points": points,
+                }
+            )
+            tmp = args.out + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump(doc, f)
+            os.replace(tmp, args.out)
+            print(
+                f"{key} {dtype} sms={doc['sms']}: {time.time() - t1:.1f}s "
+                f"[{min(p['median_us'] for p in points):.1f}..{max(p['median_us'] for p in points):.1f} µs]",
+                flush=True,
+            )
+    print(f"total {time.time() - t0:.1f}s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,202 @@
+"""Time single conv layers on CUDA through PyTorch/cuDNN: the measured per-layer staircase.
+
+Used by the torch backend's worker (`Session.measure_convs`), `deployopt staircase --measure torch`,
+`deployopt calibrate`, and benchmarks/staircase_sweeps.py. It runs in the calling process, which
+must already hold its green context when SMs are limited (`set_sm_limit`, before any CUDA work).
+
+Method (FINDINGS §1): cudnn.benchmark picks the kernel, channels_last, the conv captured `reps`
+times in a CUDA graph, and each sample is the CUDA-event time of enough graph replays to run for
+about 2 ms, divided by the number of convs in them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from typing import Any
+
+from deployopt.errors import BackendUnavailable
+from deployopt.layers import ConvShape
+
+TORCH_DTYPES = {"fp16": "float16", "fp32": "float32"}
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError:
+        raise BackendUnavailable("PyTorch is not installed: pip install 'deployopt[torch]'") from None
+    if not torch.cuda.is_available():
+        raise BackendUnavailable("PyTorch sees no CUDA GPU")
+    return torch
+
+
+def set_sm_limit(num_sms: int) -> Any:
+    """Restrict this process's kernels to `num_sms` SMs with a green context (one per process).
+
+    Must run before any model, tensor or cuDNN handle exists. On the H200 the SM count is rounded
+    up to a multiple of 8 by the driver, so callers should pass multiples of 8.
+    """
+    torch = _torch()
+    if not hasattr(torch.cuda, "GreenContext"):
+        raise BackendUnavailable(f"torch {torch.__version__} has no torch.cuda.GreenContext (need >= 2.10)")
+    ctx = torch.cuda.GreenContext.create(num_sms, 0)
+    ctx.set_context()
+    return ctx
+
+
+def _build(shape: ConvShape, dtype: str) -> tuple[Any, Any]:
+    torch = _torch()
+    dt = getattr(torch, TORCH_DTYPES[dtype])
+    conv = torch.nn.Conv2d(
+        shape.c,
+        shape.k,
+        (shape.r, shape.s),
+        stride=shape.stride,
+        padding=shape.pad,
+        dilation=shape.dilation,
+        groups=shape.groups,
+        bias=False,
+    )
+    conv = conv.to(device="cuda", dtype=dt, memory_format=torch.channels_last).eval()
+    x = torch.randn(shape.n, shape.c, shape.h, shape.w, device="cuda", dtype=dt)
+    x = x.contiguous(memory_format=torch.channels_last)
+    return conv, x
+
+
+def _time_one(shape: ConvShape, dtype: str, samples: int, target_ms: float) -> list[float]:
+    torch = _torch()
+    conv, x = _build(shape, dtype)
+    with torch.no_grad():
+        for _ in range(3):  # cudnn.benchmark autotunes on the first call
+            conv(x)
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        conv(x)
+        end.record()
+        end.synchronize()
+        one_ms = max(start.elapsed_time(end), 1e-3)
+        reps = max(1, min(50, math.ceil(0.2 / one_ms)))  # ~200 µs of work per graph
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                conv(x)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(reps):
+                conv(x)
+        for _ in range(3):
+            graph.replay()
+        torch.cuda.synchronize()
+        replays = max(1, math.ceil(target_ms / (one_ms * reps)))
+        out = []
+        for _ in range(samples):
+            start.record()
+            for _ in range(replays):
+                graph.replay()
+            end.record()
+            end.synchronize()
+            out.append(1000.0 * start.elapsed_time(end) / (replays * reps))
+    del graph, conv, x
+    return out
+
+
+def trace_kernels(shapes: list[ConvShape], dtype: str) -> list[list[dict[str, Any]]]:
+    """Kernels each conv launches (name, grid, block, registers, shared memory, blocks/SM), read
+    from the PyTorch profiler's CUPTI trace (FINDINGS §1b). One profiler session for all shapes."""
+    torch = _torch()
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    layers = [_build(s, dtype) for s in shapes]
+    with torch.no_grad():
+        for conv, x in layers:
+            conv(x)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for i, (conv, x) in enumerate(layers):
+                with record_function(f"deployopt_conv_{i}"):
+                    conv(x)
+                torch.cuda.synchronize()
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            trace = json.load(f)
+    finally:
+        os.unlink(path)
+    return kernels_by_range(trace, [f"deployopt_conv_{i}" for i in range(len(shapes))])
+
+
+def kernels_by_range(trace: dict[str, Any], range_names: list[str]) -> list[list[dict[str, Any]]]:
+    """Attribute GPU kernels to CPU-side record_function ranges through their launch correlation."""
+    events = trace.get("traceEvents", trace if isinstance(trace, list) else [])
+    ranges = {
+        e["name"]: (e["ts"], e["ts"] + e.get("dur", 0))
+        for e in events
+        if e.get("cat") == "user_annotation" and e.get("name") in range_names
+    }
+    launch_ts = {
+        e["args"]["correlation"]: e["ts"]
+        for e in events
+        if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})
+    }
+    out: list[list[dict[str, Any]]] = [[] for _ in range_names]
+    for e in events:
+        if e.get("cat") != "kernel":
+            continue
+        args = e.get("args", {})
+        ts = launch_ts.get(args.get("correlation"))
+        if ts is None:
+            continue
+        for i, name in enumerate(range_names):
+            lo, hi = ranges.get(name, (0, -1))
+            if lo <= ts <= hi:
+                out[i].append(
+                    {
+                        "name": e.get("name", ""),
+                        "duration_us": float(e.get("dur", 0.0)),
+                        "grid": args.get("grid"),
+                        "block": args.get("block"),
+                        "registers_per_thread": args.get("registers per thread"),
+                        "shared_memory_bytes": args.get("shared memory"),
+                        "blocks_per_sm": args.get("blocks per SM"),
+                    }
+                )
+                break
+    return out
+
+
+def time_convs(
+    shapes: list[ConvShape],
+    dtype: str = "fp16",
+    samples: int = 7,
+    trace: bool = False,
+    target_ms: float = 2.0,
+) -> list[dict[str, Any]]:
+    """Median/IQR (µs per conv) and raw samples for each shape; kernel records when `trace`."""
+    import numpy as np
+
+    torch = _torch()
+    if dtype not in TORCH_DTYPES:
+        raise BackendUnavailable(f"cuDNN timing runs fp16 or fp32, not {dtype}")
+    torch.backends.cudnn.benchmark = True
+    results = []
+    for shape in shapes:
+        s = _time_one(shape, dtype, samples, target_ms)
+        q1, med, q3 = np.percentile(s, [25, 50, 75])
+        results.append({"samples_us": s, "median_us": float(med), "iqr_us": float(q3 - q1), "kernels": []})
+    if trace:
+        try:
+            for res, kernels in zip(results, trace_kernels(shapes, dtype)):
+                res["kernels"] = kernels
+        except Exception as exc:  # tracing is diagnostic; timings stand without it
+            for res in results:
+                res["kernels_error"] = f"{type(exc).__name__}: {exc}"
+    torch.cuda.empty_cache()
+    return results
