@@ -1,0 +1,678 @@
+"""Read what trtexec prints and exports: console logs (7.x to 10.x), --exportTimes, --exportProfile,
+--exportLayerInfo JSON.
+
+Why a parser of our own: trtexec's numbers are the ones TensorRT users trust, but its log format
+changed across versions (7.x "Host Latency / min: ... (end to end ...)", 8.x+ "=== Performance
+summary ===", profile tables with and without a median column, names first or last), and a log may
+hold no end-to-end timing at all (--dumpProfile without --separateProfileRun, --skipInference).
+Every number here is copied from the recording, converted only in unit; nothing is interpolated.
+A log without a summary says so (`no_timing_reason`) instead of returning zeros.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union
+
+from deployopt.backends.base import KernelRecord, LayerTime, Profile
+from deployopt.errors import DataError, DeployoptError
+from deployopt.timing import Timing
+
+PathLike = Union[str, Path]
+
+NO_TIMING = "no end-to-end timing in this log"
+
+
+class NoTimingError(DeployoptError):
+    """The recording has no end-to-end timing (profile-only or --skipInference run)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# result types
+
+
+@dataclass
+class LatencyStats:
+    """One trtexec summary line, in milliseconds as printed. `percentiles` maps 99.0 -> ms."""
+
+    min_ms: float | None = None
+    max_ms: float | None = None
+    mean_ms: float | None = None
+    median_ms: float | None = None
+    percentiles: dict[float, float] = field(default_factory=dict)
+
+    @property
+    def median_us(self) -> float | None:
+        return None if self.median_ms is None else self.median_ms * 1000.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "min_ms": self.min_ms,
+            "max_ms": self.max_ms,
+            "mean_ms": self.mean_ms,
+            "median_ms": self.median_ms,
+            "percentiles": {f"{k:g}": v for k, v in self.percentiles.items()},
+        }
+
+
+@dataclass
+class Iteration:
+    """One query of --exportTimes, milliseconds since trtexec started; keys as present in the file."""
+
+    values: dict[str, float]
+
+    def __getitem__(self, key: str) -> float:
+        return self.values[key]
+
+    @property
+    def compute_ms(self) -> float | None:
+        return self.values.get("computeMs")
+
+    @property
+    def latency_ms(self) -> float | None:
+        return self.values.get("latencyMs")
+
+    @property
+    def enqueue_ms(self) -> float | None:
+        """endEnqMs - startEnqMs (trtexec exports the two ends, not the difference)."""
+        if "startEnqMs" in self.values and "endEnqMs" in self.values:
+            return self.values["endEnqMs"] - self.values["startEnqMs"]
+        return None
+
+    def to_json(self) -> dict[str, float]:
+        return dict(self.values)
+
+
+@dataclass
+class LayerInfo:
+    """One engine layer from --exportLayerInfo (detailed or names-only)."""
+
+    name: str
+    layer_type: str | None = None
+    tactic_name: str | None = None
+    tactic_value: str | None = None
+    tile: tuple[int, ...] | None = None
+    inputs: list[dict[str, Any]] = field(default_factory=list)
+    outputs: list[dict[str, Any]] = field(default_factory=list)
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "layer_type": self.layer_type,
+            "tactic_name": self.tactic_name,
+            "tactic_value": self.tactic_value,
+            "tile": list(self.tile) if self.tile else None,
+            "inputs": self.inputs,
+            "outputs": self.outputs,
+        }
+
+
+@dataclass
+class LayerInfoSet:
+    layers: list[LayerInfo]
+    bindings: list[str]
+    detailed: bool
+
+    def by_name(self) -> dict[str, LayerInfo]:
+        return {layer.name: layer for layer in self.layers}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "detailed": self.detailed,
+            "bindings": self.bindings,
+            "layers": [layer.to_json() for layer in self.layers],
+        }
+
+
+@dataclass
+class TrtexecRun:
+    """Everything one trtexec run recorded. Stats are None where the recording has none."""
+
+    version: str | None = None
+    device: str | None = None
+    compute_capability: str | None = None
+    sms: int | None = None
+    precision: str | None = None
+    command: str | None = None
+    options: dict[str, str] = field(default_factory=dict)  # "CUDA Graph": "Enabled", ...
+    throughput_qps: float | None = None
+    latency: LatencyStats | None = None  # "Latency" (H2D + compute + D2H); 7.x "Host Latency"
+    end_to_end: LatencyStats | None = None  # "End-to-End Host Latency"; 7.x "(end to end ...)"
+    enqueue: LatencyStats | None = None
+    h2d: LatencyStats | None = None
+    gpu_compute: LatencyStats | None = None
+    d2h: LatencyStats | None = None
+    total_host_walltime_s: float | None = None
+    total_gpu_compute_s: float | None = None
+    queries: int | None = None
+    warmup_queries: int | None = None
+    warnings: list[str] = field(default_factory=list)  # trtexec's own [W] messages
+    flags: list[str] = field(default_factory=list)  # enqueue_bound, h2d_bound, d2h_bound, unstable, ...
+    gpu_cov_percent: float | None = None
+    no_timing_reason: str | None = None
+    layers: list[LayerTime] = field(default_factory=list)  # per-layer profile, "Total" row excluded
+    profile_iterations: int | None = None  # "=== Profile (N iterations ) ===" or {"count": N}
+    profile_total_ms: float | None = None  # the table's "Total" row, average per iteration
+    iterations: list[Iteration] = field(default_factory=list)  # --exportTimes
+    layer_info: LayerInfoSet | None = None
+    notes: list[str] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+
+    @property
+    def has_timing(self) -> bool:
+        return bool(self.iterations) or any(
+            s is not None for s in (self.latency, self.end_to_end, self.gpu_compute)
+        )
+
+    @property
+    def enqueue_bound(self) -> bool:
+        return "enqueue_bound" in self.flags
+
+    @property
+    def transfer_bound(self) -> bool:
+        return "h2d_bound" in self.flags or "d2h_bound" in self.flags
+
+    def require_timing(self) -> None:
+        if not self.has_timing:
+            raise NoTimingError(f"{NO_TIMING}: {self.no_timing_reason or 'no performance summary found'}")
+
+    def timing(self, metric: str = "computeMs", backend: str = "trtexec") -> Timing:
+        """Per-query samples (from --exportTimes) as a Timing in µs. Summary stats are not samples:
+        without exportTimes this raises instead of inventing a distribution."""
+        if not self.iterations:
+            self.require_timing()
+            raise NoTimingError(
+                "this trtexec run has summary statistics only (no --exportTimes samples); "
+                "use .gpu_compute / .latency for them"
+            )
+        if metric == "enqueueMs":
+            values = [it.enqueue_ms for it in self.iterations]
+        else:
+            values = [it.values.get(metric) for it in self.iterations]
+        if any(v is None for v in values):
+            raise DataError(f"--exportTimes has no {metric!r} in every entry")
+        env = {k: v for k, v in (("device", self.device), ("tensorrt", self.version)) if v}
+        if self.sms is not None:
+            env["sms"] = self.sms
+        env.update({"trtexec_" + k.lower().replace(" ", "_"): v for k, v in self.options.items()})
+        return Timing(
+            backend=backend,
+            samples_us=[float(v) * 1000.0 for v in values],  # type: ignore[arg-type]
+            warmup=self.warmup_queries or 0,
+            timed=f"one query, trtexec --exportTimes {metric} (precision {self.precision or '?'})",
+            environment=env,
+        )
+
+    def profile(self, backend: str = "trtexec") -> Profile:
+        return Profile(
+            backend=backend,
+            layers=self.layers,
+            environment={"device": self.device, "tensorrt": self.version},
+            timed="trtexec per-layer profile (median where recorded, else average), per query",
+            runs=self.profile_iterations or 0,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        def stats(s: LatencyStats | None) -> dict[str, Any] | None:
+            return None if s is None else s.to_json()
+
+        return {
+            "version": self.version,
+            "device": self.device,
+            "compute_capability": self.compute_capability,
+            "sms": self.sms,
+            "precision": self.precision,
+            "command": self.command,
+            "options": self.options,
+            "throughput_qps": self.throughput_qps,
+            "latency": stats(self.latency),
+            "end_to_end": stats(self.end_to_end),
+            "enqueue": stats(self.enqueue),
+            "h2d": stats(self.h2d),
+            "gpu_compute": stats(self.gpu_compute),
+            "d2h": stats(self.d2h),
+            "total_host_walltime_s": self.total_host_walltime_s,
+            "total_gpu_compute_s": self.total_gpu_compute_s,
+            "queries": self.queries,
+            "warmup_queries": self.warmup_queries,
+            "warnings": self.warnings,
+            "flags": self.flags,
+            "gpu_cov_percent": self.gpu_cov_percent,
+            "no_timing_reason": self.no_timing_reason,
+            "profile_iterations": self.profile_iterations,
+            "profile_total_ms": self.profile_total_ms,
+            "layers": [layer.to_json() for layer in self.layers],
+            "iterations": [it.to_json() for it in self.iterations],
+            "layer_info": None if self.layer_info is None else self.layer_info.to_json(),
+            "notes": self.notes,
+            "sources": self.sources,
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# small pure helpers
+
+_TILESIZE = re.compile(r"tilesize(\d+)x(\d+)(?:x(\d+))?")
+_TILE_TOKEN = re.compile(r"^(\d+)x(\d+)(?:x(\d+))?$")
+
+
+def parse_tile(kernel_name: str | None) -> tuple[int, ...] | None:
+    """Tile size from a tactic/kernel name: `..._tilesize128x128x64_...` (xmma/cask) or a bare
+    `_128x64_` token (cuDNN/CUTLASS names such as `turing_fp16_i8816cudnn_int8_128x128_ldg16_...`).
+    Warp/launch shapes (`warpsize2x1x1`, `tensor8x8x16`, `param4x32x32`) are not tiles."""
+    if not kernel_name:
+        return None
+    m = _TILESIZE.search(kernel_name)
+    if m:
+        return tuple(int(g) for g in m.groups() if g is not None)
+    for token in kernel_name.split("_"):
+        t = _TILE_TOKEN.match(token)
+        if t:
+            return tuple(int(g) for g in t.groups() if g is not None)
+    return None
+
+
+def parse_version_code(code: str) -> str:
+    """trtexec banner codes to dotted versions: 8001 -> 8.0.1, 8502 -> 8.5.2, 101601 -> 10.16.1."""
+    code = code.strip().lstrip("v")
+    if "." in code:
+        return code
+    n = int(code)
+    if n >= 100000:  # 10.x and later: MAJOR*10000 + MINOR*100 + PATCH
+        return f"{n // 10000}.{n // 100 % 100}.{n % 100}"
+    return f"{n // 1000}.{n // 100 % 10}.{n % 100}"  # 7.x-9.x: MAJOR*1000 + MINOR*100 + PATCH
+
+
+def version_tuple(version: str | None) -> tuple[int, ...]:
+    if not version:
+        return ()
+    return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
+
+
+# ---------------------------------------------------------------------------------------------
+# console log
+
+_PREFIX = re.compile(r"^\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\] \[([A-Z])\] ?(.*)$")
+_BANNER = re.compile(r"^&&&& (RUNNING|PASSED|FAILED) TensorRT\.trtexec(?: \[TensorRT v(\d+)\])?.*? # (.*)$")
+_NUM = r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
+_STAT = re.compile(rf"(min|max|mean|median|percentile\(({_NUM})%\)) = ({_NUM}) ms")
+_SUMMARY_KEYS = {
+    "Latency": "latency",
+    "End-to-End Host Latency": "end_to_end",
+    "Enqueue Time": "enqueue",
+    "H2D Latency": "h2d",
+    "GPU Compute Time": "gpu_compute",
+    "D2H Latency": "d2h",
+}
+_LEGACY_SECTIONS = {"Host Latency": "latency", "Enqueue Time": "enqueue", "GPU Compute": "gpu_compute"}
+_LEGACY_STAT = re.compile(
+    rf"^(min|max|mean|median|percentile): ({_NUM}) ms(?: at ({_NUM})%)?"
+    rf"(?: \(end to end ({_NUM}) ms(?: at {_NUM}%)?\))?$"
+)
+_LOG_LAYER = re.compile(r"^Name: (.*?), LayerType: ([^,]+), ")
+_LOG_TACTIC = re.compile(r"TacticName: ([^,\s]+)")
+_HEADER_OPTIONS = ("CUDA Graph", "Spin-wait", "Data transfers", "Separate profiling", "Skip inference")
+
+
+def _stats_from_line(text: str) -> LatencyStats:
+    s = LatencyStats()
+    for key, pct, value in _STAT.findall(text):
+        v = float(value)
+        if pct:
+            s.percentiles[float(pct)] = v
+        else:
+            setattr(s, f"{key}_ms", v)
+    return s
+
+
+def read_text(path: PathLike) -> str:
+    """A log file, gzipped or not."""
+    p = Path(path)
+    try:
+        if p.suffix == ".gz":
+            with gzip.open(p, "rt", encoding="utf-8", errors="replace") as fh:
+                return fh.read()
+        return p.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise DataError(f"cannot read trtexec output {p}: {exc.strerror or exc}") from None
+
+
+def parse_log_file(path: PathLike) -> TrtexecRun:
+    run = parse_log(read_text(path))
+    run.sources.append(str(path))
+    return run
+
+
+def parse_log(text: str) -> TrtexecRun:
+    """Parse a trtexec console log (any version from 7.x on)."""
+    run = TrtexecRun()
+    lines = text.splitlines()
+    legacy_section: str | None = None
+    legacy: dict[str, LatencyStats] = {}
+    legacy_e2e = LatencyStats()
+    i = 0
+    while i < len(lines):
+        raw = lines[i]
+        i += 1
+        b = _BANNER.match(raw.strip())
+        if b:
+            if b.group(2) and not run.version:
+                run.version = parse_version_code(b.group(2))
+            if run.command is None:
+                run.command = b.group(3).strip()
+            continue
+        m = _PREFIX.match(raw)
+        if not m:
+            info = _LOG_LAYER.match(raw)
+            if info:  # --dumpLayerInfo rows are printed without the [time] [I] prefix
+                if run.layer_info is None:
+                    run.layer_info = LayerInfoSet(layers=[], bindings=[], detailed=True)
+                tactic = _LOG_TACTIC.search(raw)
+                name = tactic.group(1) if tactic else None
+                run.layer_info.layers.append(
+                    LayerInfo(name=info.group(1), layer_type=info.group(2), tactic_name=name, tile=parse_tile(name))
+                )
+            continue
+        level, msg = m.group(1), m.group(2)
+        body = msg.strip()
+        if level == "W" and not body.startswith("[TRT]"):
+            if msg.startswith("  ") and run.warnings:  # continuation of the previous warning
+                run.warnings[-1] += " " + body
+            else:
+                run.warnings.append(body)
+            _classify_warning(run, body)
+            continue
+        if level != "I":
+            continue
+        # --- header facts
+        key, sep, value = body.partition(": ")
+        if sep:
+            value = value.strip()
+            if key == "TensorRT version":
+                run.version = parse_version_code(value)
+                continue
+            if key == "Selected Device":
+                run.device = value
+                continue
+            if key == "Compute Capability":
+                run.compute_capability = value
+                continue
+            if key == "SMs" and value.isdigit():
+                run.sms = int(value)
+                continue
+            if key == "Precision":
+                run.precision = value
+                continue
+            if key in _HEADER_OPTIONS:
+                run.options[key] = value
+                continue
+            if key == "Throughput":
+                run.throughput_qps = float(value.split()[0])
+                continue
+            if key in _SUMMARY_KEYS and "=" in value:
+                setattr(run, _SUMMARY_KEYS[key], _stats_from_line(value))
+                legacy_section = None
+                continue
+            if key == "Total Host Walltime":
+                run.total_host_walltime_s = float(value.split()[0])
+                continue
+            if key == "Total GPU Compute Time":
+                run.total_gpu_compute_s = float(value.split()[0])
+                continue
+        w = re.match(rf"^Warmup completed (\d+) queries over ({_NUM}) ms", body)
+        if w:
+            run.warmup_queries = int(w.group(1))
+            continue
+        t = re.match(rf"^Timing trace has (\d+) queries over ({_NUM}) s", body)
+        if t:
+            run.queries = int(t.group(1))
+            continue
+        if body.startswith("The e2e network timing is not reported"):
+            run.no_timing_reason = body
+            continue
+        if body.startswith("Skipped inference phase"):
+            run.no_timing_reason = body
+            continue
+        p = re.match(r"^=== Profile \((\d+) iterations ?\) ===$", body)
+        if p:
+            run.profile_iterations = int(p.group(1))
+            i = _parse_profile_table(lines, i, run)
+            continue
+        # --- legacy 7.x summary
+        if body in _LEGACY_SECTIONS:
+            legacy_section = _LEGACY_SECTIONS[body]
+            legacy.setdefault(legacy_section, LatencyStats())
+            continue
+        if legacy_section is not None:
+            ls = _LEGACY_STAT.match(body)
+            if ls:
+                name, value_s, pct, e2e = ls.groups()
+                target = legacy[legacy_section]
+                if name == "percentile":
+                    target.percentiles[float(pct)] = float(value_s)
+                    if e2e is not None:
+                        legacy_e2e.percentiles[float(pct)] = float(e2e)
+                else:
+                    setattr(target, f"{name}_ms", float(value_s))
+                    if e2e is not None:
+                        setattr(legacy_e2e, f"{name}_ms", float(e2e))
+                continue
+            lt = re.match(rf"^(throughput|walltime|total compute time): ({_NUM}) (qps|s)$", body)
+            if lt:
+                v = float(lt.group(2))
+                if lt.group(1) == "throughput":
+                    run.throughput_qps = v
+                elif lt.group(1) == "walltime":
+                    run.total_host_walltime_s = v
+                else:
+                    run.total_gpu_compute_s = v
+                continue
+    for section, stats in legacy.items():
+        setattr(run, section, stats)
+    if legacy:
+        run.notes.append("legacy TensorRT 7.x summary format (Host Latency / end to end / GPU Compute)")
+        if legacy_e2e.median_ms is not None:
+            run.end_to_end = legacy_e2e
+        if run.queries == 0:
+            run.notes.append(
+                "the log says 0 queries in the timing trace, so its throughput (0 qps) is not usable"
+            )
+    if not run.has_timing and run.no_timing_reason is None:
+        run.no_timing_reason = "the log has no performance summary"
+    return run
+
+
+def _classify_warning(run: TrtexecRun, body: str) -> None:
+    if "bound by Enqueue Time" in body:
+        run.flags.append("enqueue_bound")
+    elif "bound by host-to-device transfers" in body:
+        run.flags.append("h2d_bound")
+    elif "bound by device-to-host transfers" in body:
+        run.flags.append("d2h_bound")
+    elif "GPU compute time is unstable" in body:
+        run.flags.append("unstable")
+        m = re.search(rf"coefficient of variance = ({_NUM})%", body)
+        if m:
+            run.gpu_cov_percent = float(m.group(1))
+    elif "auxiliary streams" in body:
+        run.flags.append("aux_streams")
+
+
+def _parse_profile_table(lines: list[str], i: int, run: TrtexecRun) -> int:
+    """Rows after '=== Profile (N iterations ) ==='; two layouts:
+    10.x   `Time(ms) Avg.(ms) Median(ms) Time(%) Layer`  (numbers first)
+    8.x    `Layer  Time (ms)  Avg. Time (ms)  [Median Time (ms)]  Time %`  (name first, right-aligned)."""
+    header = None
+    rows: list[tuple[str, list[float]]] = []
+    while i < len(lines):
+        m = _PREFIX.match(lines[i])
+        if not m or m.group(1) != "I":
+            break
+        body = m.group(2).strip()
+        if header is None:
+            header = body
+            i += 1
+            continue
+        if not body:
+            i += 1
+            break
+        ncols = 4 if "Median" in header else 3
+        if header.startswith("Layer"):
+            r = re.match(rf"^(.*?)\s+((?:{_NUM}\s+){{{ncols - 1}}}{_NUM})$", body)
+            if not r:
+                break
+            name, nums = r.group(1), [float(x) for x in r.group(2).split()]
+        else:
+            r = re.match(rf"^((?:{_NUM}\s+){{{ncols}}})(.*)$", body)
+            if not r:
+                break
+            nums, name = [float(x) for x in r.group(1).split()], r.group(2)
+        rows.append((name, nums))
+        i += 1
+    for name, nums in rows:
+        total_ms, avg_ms = nums[0], nums[1]
+        median_ms = nums[2] if len(nums) == 4 else None
+        pct = nums[-1]
+        if name == "Total":
+            run.profile_total_ms = avg_ms
+            continue
+        run.layers.append(_layer(name, total_ms, avg_ms, median_ms, pct))
+    return i
+
+
+def _layer(name: str, total_ms: float, avg_ms: float, median_ms: float | None, pct: float) -> LayerTime:
+    per_query = median_ms if median_ms is not None else avg_ms
+    extra: dict[str, Any] = {
+        "total_ms": total_ms,
+        "average_ms": avg_ms,
+        "percentage": pct,
+        "time_from": "median" if median_ms is not None else "average",
+    }
+    if median_ms is not None:
+        extra["median_ms"] = median_ms
+    return LayerTime(name=name, time_us=per_query * 1000.0, share=pct / 100.0, extra=extra)
+
+
+# ---------------------------------------------------------------------------------------------
+# exported JSON
+
+
+def _load_json(source: PathLike | Any) -> Any:
+    if isinstance(source, (str, Path)):
+        try:
+            return json.loads(read_text(source))
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{source} is not valid JSON: {exc.msg} (line {exc.lineno})") from None
+    return source
+
+
+def parse_profile_json(source: PathLike | Any) -> tuple[int | None, list[LayerTime]]:
+    """--exportProfile: `[{"count": N}, {"name", "timeMs", "averageMs", ["medianMs",] "percentage"}…]`.
+    medianMs appears from about 8.2 on; where absent the per-query time is the average."""
+    data = _load_json(source)
+    if not isinstance(data, list):
+        raise DataError("an --exportProfile file is a JSON list")
+    count = None
+    layers = []
+    for entry in data:
+        if "count" in entry and "name" not in entry:
+            count = int(entry["count"])
+            continue
+        layers.append(
+            _layer(
+                entry["name"],
+                float(entry["timeMs"]),
+                float(entry["averageMs"]),
+                float(entry["medianMs"]) if "medianMs" in entry else None,
+                float(entry["percentage"]),
+            )
+        )
+    return count, layers
+
+
+def parse_times_json(source: PathLike | Any) -> list[Iteration]:
+    """--exportTimes: one object per query with startEnqMs, endEnqMs, startComputeMs, endComputeMs,
+    computeMs, latencyMs, h2dMs, d2hMs ... (whatever the version wrote)."""
+    data = _load_json(source)
+    if not isinstance(data, list):
+        raise DataError("an --exportTimes file is a JSON list")
+    return [Iteration({k: float(v) for k, v in entry.items()}) for entry in data]
+
+
+def parse_layer_info_json(source: PathLike | Any) -> LayerInfoSet:
+    """--exportLayerInfo: {"Layers": [...], "Bindings": [...]}; layers are dicts (detailed) or
+    plain names (kLAYER_NAMES_ONLY)."""
+    data = _load_json(source)
+    if not isinstance(data, dict) or "Layers" not in data:
+        raise DataError('an --exportLayerInfo file is a JSON object with "Layers"')
+    layers = []
+    detailed = False
+    for entry in data["Layers"]:
+        if isinstance(entry, str):
+            layers.append(LayerInfo(name=entry))
+            continue
+        detailed = True
+        tactic = entry.get("TacticName")
+        layers.append(
+            LayerInfo(
+                name=entry.get("Name", ""),
+                layer_type=entry.get("LayerType"),
+                tactic_name=tactic,
+                tactic_value=entry.get("TacticValue"),
+                tile=parse_tile(tactic),
+                inputs=list(entry.get("Inputs", [])),
+                outputs=list(entry.get("Outputs", [])),
+                raw=entry,
+            )
+        )
+    return LayerInfoSet(layers=layers, bindings=list(data.get("Bindings", [])), detailed=detailed)
+
+
+def attach_layer_info(layers: list[LayerTime], info: LayerInfoSet) -> None:
+    """Put each layer's tactic (and its tile) on the profiled layer of the same name."""
+    by_name = info.by_name()
+    for layer in layers:
+        li = by_name.get(layer.name)
+        if li is None:
+            continue
+        if li.layer_type:
+            layer.extra["layer_type"] = li.layer_type
+        if li.tactic_name:
+            layer.extra["tactic"] = li.tactic_name
+            layer.kernels = [KernelRecord(name=li.tactic_name, duration_us=layer.time_us, tile=li.tile)]
+
+
+def load_run(
+    log: PathLike | None = None,
+    times: PathLike | None = None,
+    profile: PathLike | None = None,
+    layer_info: PathLike | None = None,
+) -> TrtexecRun:
+    """Combine a log and the JSON files of the same run; the JSON profile (more digits) wins over
+    the log's table."""
+    run = parse_log_file(log) if log is not None else TrtexecRun()
+    if times is not None:
+        run.iterations = parse_times_json(times)
+        run.sources.append(str(times))
+    if profile is not None:
+        count, layers = parse_profile_json(profile)
+        run.layers = layers
+        run.profile_iterations = count
+        run.sources.append(str(profile))
+    if layer_info is not None:
+        run.layer_info = parse_layer_info_json(layer_info)
+        run.sources.append(str(layer_info))
+        attach_layer_info(run.layers, run.layer_info)
+    if run.iterations and run.no_timing_reason:
+        run.notes.append(
+            "the --exportTimes samples come from a run with the layer profiler on: they include its "
+            "synchronizations (use --separateProfileRun)"
+        )
+    if log is None and not run.has_timing:
+        run.no_timing_reason = "no log and no --exportTimes file"
+    return run
