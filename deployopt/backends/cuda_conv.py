@@ -42,6 +42,7 @@ def set_sm_limit(num_sms: int) -> Any:
     torch = _torch()
     if not hasattr(torch.cuda, "GreenContext"):
         raise BackendUnavailable(f"torch {torch.__version__} has no torch.cuda.GreenContext (need >= 2.10)")
+    torch.cuda.init()  # the green context needs the primary context to exist first
     ctx = torch.cuda.GreenContext.create(num_sms, 0)
     ctx.set_context()
     return ctx
