@@ -375,7 +375,9 @@ def parse_log(text: str) -> TrtexecRun:
                 tactic = _LOG_TACTIC.search(raw)
                 name = tactic.group(1) if tactic else None
                 run.layer_info.layers.append(
-                    LayerInfo(name=info.group(1), layer_type=info.group(2), tactic_name=name, tile=parse_tile(name))
+                    LayerInfo(
+                        name=info.group(1), layer_type=info.group(2), tactic_name=name, tile=parse_tile(name)
+                    )
                 )
             continue
         level, msg = m.group(1), m.group(2)
