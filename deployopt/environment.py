@@ -1,0 +1,116 @@
+"""What a measurement ran on: Python, libraries, CPU, GPU, clocks.
+
+A latency number without its environment cannot be compared with another one, so every Timing and
+Profile carries this dict. Nothing here may fail: an unreadable fact is left out, not guessed.
+"""
+
+from __future__ import annotations
+
+import platform
+import shutil
+import subprocess
+import sys
+from importlib import metadata
+from typing import Any
+
+LIBRARIES = ("onnx", "onnxruntime", "onnxruntime-gpu", "torch", "onnx2torch", "tensorrt")
+
+
+def library_versions() -> dict[str, str]:
+    """Installed versions from package metadata (no imports, so it is cheap and cannot crash)."""
+    out = {}
+    for name in LIBRARIES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def cpu_model() -> str | None:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def nvidia_smi(index: int = 0) -> dict[str, Any]:
+    """GPU name, driver and clocks as nvidia-smi reports them (empty where there is no nvidia-smi)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return {}
+    fields = {
+        "name": "gpu",
+        "driver_version": "driver",
+        "clocks.sm": "sm_clock_mhz",
+        "clocks.max.sm": "max_sm_clock_mhz",
+        "clocks.mem": "mem_clock_mhz",
+        "power.limit": "power_limit_w",
+        "persistence_mode": "persistence_mode",
+    }
+    try:
+        proc = subprocess.run(
+            [exe, f"--id={index}", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    if proc.returncode != 0 or not proc.stdout.strip():
+        return {}
+    values = [v.strip() for v in proc.stdout.strip().splitlines()[0].split(",")]
+    out: dict[str, Any] = {}
+    for key, value in zip(fields.values(), values):
+        if value in ("", "[N/A]", "N/A", "[Not Supported]"):
+            continue
+        try:
+            out[key] = float(value) if key.endswith(("_mhz", "_w")) else value
+        except ValueError:
+            out[key] = value
+    return out
+
+
+def torch_cuda_facts() -> dict[str, Any]:
+    """GPU facts through torch, only if torch is already imported (importing it costs seconds)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return {}
+    out: dict[str, Any] = {}
+    try:
+        out["torch_cuda"] = torch.version.cuda
+        if torch.backends.cudnn.is_available():
+            out["cudnn"] = torch.backends.cudnn.version()
+        if torch.cuda.is_available():
+            props = torch.cuda.get_device_properties(torch.cuda.current_device())
+            out["gpu"] = props.name
+            out["device_sms"] = props.multi_processor_count
+            out["compute_capability"] = f"{props.major}.{props.minor}"
+    except Exception:  # a broken CUDA install must not break a report
+        pass
+    return out
+
+
+def collect(backend: str, **extra: Any) -> dict[str, Any]:
+    """The environment dict that goes into every Timing/Profile; `extra` adds backend facts
+    (e.g. sms=8, device="cuda", provider="CPUExecutionProvider")."""
+    env: dict[str, Any] = {
+        "backend": backend,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu": cpu_model(),
+        "libraries": library_versions(),
+    }
+    env.update(torch_cuda_facts())
+    smi = nvidia_smi()
+    if smi:
+        gpu = smi.pop("gpu", None)
+        env.setdefault("gpu", gpu)
+        env["clocks"] = smi
+    env.update({k: v for k, v in extra.items() if v is not None})
+    return {k: v for k, v in env.items() if v is not None}
