@@ -21,6 +21,7 @@ from deployopt.errors import BackendUnavailable
 from deployopt.layers import ConvShape
 
 TORCH_DTYPES = {"fp16": "float16", "fp32": "float32"}
+_GREEN_CONTEXT: Any = None
 
 
 def _torch() -> Any:
@@ -42,9 +43,11 @@ def set_sm_limit(num_sms: int) -> Any:
     torch = _torch()
     if not hasattr(torch.cuda, "GreenContext"):
         raise BackendUnavailable(f"torch {torch.__version__} has no torch.cuda.GreenContext (need >= 2.10)")
-    torch.cuda.init()  # the green context needs the primary context to exist first
+    global _GREEN_CONTEXT
+    torch.cuda.init()
     ctx = torch.cuda.GreenContext.create(num_sms, 0)
     ctx.set_context()
+    _GREEN_CONTEXT = ctx  # the context dies with this object: keep it for the process's life
     return ctx
 
 
