@@ -1,0 +1,55 @@
+"""Shared fixtures: zoo models written once per test session (catalogue in tests/zoo_models.py)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import onnx
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from zoo_models import MODELS
+
+_cache: dict[str, onnx.ModelProto] = {}
+
+
+def get_zoo_model(name: str) -> onnx.ModelProto:
+    """The catalogue's model `name`, built once per process (treat it as read-only)."""
+    if name not in MODELS:
+        raise KeyError(f"no zoo model {name!r}; known: {', '.join(sorted(MODELS))}")
+    if name not in _cache:
+        _cache[name] = MODELS[name]()
+    return _cache[name]
+
+
+@pytest.fixture(scope="session")
+def zoo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("zoo")
+
+
+@pytest.fixture(scope="session")
+def zoo_model_path(zoo_dir: Path) -> Callable[[str], Path]:
+    """`zoo_model_path("resnet56_pruned")` -> Path of that model saved as .onnx (written once)."""
+
+    def get(name: str) -> Path:
+        path = zoo_dir / f"{name}.onnx"
+        if not path.exists():
+            onnx.save(get_zoo_model(name), str(path))
+        return path
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def zoo_model() -> Callable[[str], onnx.ModelProto]:
+    """`zoo_model("se_net")` -> a fresh copy of that ModelProto (safe to mutate)."""
+
+    def get(name: str) -> onnx.ModelProto:
+        copy = onnx.ModelProto()
+        copy.CopyFrom(get_zoo_model(name))
+        return copy
+
+    return get

@@ -1,0 +1,209 @@
+"""The zoo: every model valid, runnable, non-degenerate, with the widths asked for; variants exact."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import numpy_helper
+from zoo_models import MODELS, RESNET56_PRUNED_INNER, VARIANT_OF, VGG16_PRUNED_WIDTHS
+
+from deployopt import zoo
+from deployopt.zoo.builder import GraphBuilder
+
+
+def _session(model: onnx.ModelProto) -> ort.InferenceSession:
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
+def _inputs(model: onnx.ModelProto, n: int, seed: int = 1) -> list[np.ndarray]:
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    shape = [d.dim_value if d.dim_value > 0 else 2 for d in dims]
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(shape).astype(np.float32) for _ in range(n)]
+
+
+def _run(model: onnx.ModelProto, xs: list[np.ndarray]) -> np.ndarray:
+    sess = _session(model)
+    return np.concatenate([sess.run(None, {"input": x})[0] for x in xs])
+
+
+def _widths_by_name(model: onnx.ModelProto) -> dict[str, int]:
+    return dict(zip([n.name for n in model.graph.node if n.op_type == "Conv"], zoo.conv_widths(model)))
+
+
+def _attr(node: onnx.NodeProto, name: str):
+    return next(onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == name)
+
+
+def _ops(model: onnx.ModelProto) -> list[str]:
+    return [n.op_type for n in model.graph.node]
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_every_model_is_valid_runs_and_is_not_degenerate(name: str, zoo_model_path) -> None:
+    path = zoo_model_path(name)
+    onnx.checker.check_model(str(path), full_check=True)
+    model = onnx.load(str(path))
+    assert [i.name for i in model.graph.input] == ["input"]
+    assert [o.name for o in model.graph.output] == ["logits"]
+    logits = _run(model, _inputs(model, 6))
+    assert logits.shape[1] == 10
+    assert np.isfinite(logits).all()
+    assert 0.1 < np.abs(logits).max() < 50
+    # Different inputs must give different predictions, or top-1 agreement would test nothing.
+    assert len(set(logits.argmax(axis=1).tolist())) >= 3
+
+
+def test_vgg16_widths_and_structure(zoo_model) -> None:
+    model = zoo_model("vgg16_cifar")
+    assert zoo.conv_widths(model) == [64, 64, 128, 128, 256, 256, 256, 512, 512, 512, 512, 512, 512]
+    ops = _ops(model)
+    assert ops.count("BatchNormalization") == 13 and ops.count("Relu") == 13 and ops.count("MaxPool") == 5
+    assert ops[-2:] == ["Flatten", "Gemm"]
+    fc = {t.name: t for t in model.graph.initializer}["classifier.fc.weight"]
+    assert list(fc.dims) == [10, 512]  # 32×32 pooled five times to 1×1
+    assert zoo.conv_widths(zoo_model("vgg16_pruned")) == VGG16_PRUNED_WIDTHS
+
+
+def test_vgg16_batch_is_static(zoo_model) -> None:
+    model = zoo_model("vgg16_pruned_b4")
+    dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    assert dims == [4, 3, 32, 32]
+    assert [d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim] == [4, 10]
+
+
+@pytest.mark.parametrize(
+    "name, inner",
+    [("resnet56_cifar", list(zoo.RESNET56_INNER_WIDTHS)), ("resnet56_pruned", RESNET56_PRUNED_INNER)],
+)
+def test_resnet56_widths_and_structure(name: str, inner: list[int], zoo_model) -> None:
+    model = zoo_model(name)
+    widths = _widths_by_name(model)
+    assert len(widths) == 1 + 27 * 2 + 2  # stem, two convs per block, two projections
+    got_inner = [widths[f"layer{s}.{b}.conv1.conv"] for s in (1, 2, 3) for b in range(9)]
+    assert got_inner == inner
+    assert [widths[f"layer{s}.{b}.conv2.conv"] for s in (1, 2, 3) for b in range(9)] == [16] * 9 + [
+        32
+    ] * 9 + [64] * 9
+    assert widths["stem.conv"] == 16
+    assert widths["layer2.0.downsample.conv"] == 32 and widths["layer3.0.downsample.conv"] == 64
+    ops = _ops(model)
+    assert ops.count("Add") == 27 and ops.count("GlobalAveragePool") == 1 and ops[-1] == "Gemm"
+    strided = [n.name for n in model.graph.node if n.op_type == "Conv" and _attr(n, "strides") == [2, 2]]
+    assert sorted(strided) == sorted(
+        ["layer2.0.conv1.conv", "layer2.0.downsample.conv", "layer3.0.conv1.conv", "layer3.0.downsample.conv"]
+    )
+
+
+def test_batchnorm_parameters_are_not_trivial(zoo_model) -> None:
+    model = zoo_model("resnet56_pruned")
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    bns = [n for n in model.graph.node if n.op_type == "BatchNormalization"]
+    assert len(bns) == 1 + 27 * 2 + 2
+    for bn in bns:
+        gamma, beta, mean, var = (inits[i] for i in bn.input[1:])
+        assert not np.allclose(gamma, 1) and not np.allclose(beta, 0)
+        assert not np.allclose(mean, 0) and not np.allclose(var, 1) and (var > 0).all()
+
+
+def test_coupling_patterns_are_present(zoo_model) -> None:
+    dn = zoo_model("densenet_like")
+    producers = {o: n for n in dn.graph.node for o in n.output}
+    bn_on_concat = [
+        n
+        for n in dn.graph.node
+        if n.op_type == "BatchNormalization" and producers[n.input[0]].op_type == "Concat"
+    ]
+    assert len(bn_on_concat) == 2 * 3 + 1 + 1  # layers 2-4 of both blocks, the transition, the final BN
+    assert _widths_by_name(dn)["block2.layer4.conv"] == 8
+    assert zoo.conv_widths(zoo.densenet_like(growth=[3, 4, 5, 6, 7, 8, 9, 10]))[1:5] == [3, 4, 5, 6]
+
+    se = zoo_model("se_net")
+    assert _ops(se).count("Sigmoid") == 3 and _ops(se).count("Mul") == 3
+    w = _widths_by_name(se)
+    assert (w["layer2.0.se.fc1"], w["layer2.0.se.fc2"]) == (8, 32)
+
+    inc = zoo_model("inception_like")
+    concats = [n for n in inc.graph.node if n.op_type == "Concat"]
+    assert [len(n.input) for n in concats] == [4, 4]
+    kernels = {n.name: _attr(n, "kernel_shape") for n in inc.graph.node if n.op_type == "Conv"}
+    assert kernels["inception1.branch3.conv"] == [5, 5]
+
+    mb = zoo_model("mobilenet_like")
+    depthwise = [n for n in mb.graph.node if n.op_type == "Conv" and _attr(n, "group") > 1]
+    assert [_attr(n, "group") for n in depthwise] == [16, 96, 144, 144, 192]
+    assert _ops(mb).count("Add") == 3 and _ops(mb).count("Clip") == 1 + 2 * 5 - 1 + 1
+    rp64 = zoo_model("resnet_projection_64")
+    assert [d.dim_value for d in rp64.graph.input[0].type.tensor_type.shape.dim] == [1, 3, 64, 64]
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANT_OF))
+def test_variants_reproduce_their_base_model(variant: str, zoo_model) -> None:
+    base, var = zoo_model(VARIANT_OF[variant]), zoo_model(variant)
+    xs = _inputs(base, 3, seed=7)
+    np.testing.assert_allclose(_run(var, xs), _run(base, xs), rtol=1e-4, atol=1e-4)
+    assert zoo.conv_widths(var) == zoo.conv_widths(base)
+
+
+def test_variants_have_the_promised_form(zoo_model) -> None:
+    const = zoo_model("resnet_projection_constants")
+    assert len(const.graph.initializer) == 0 and "Constant" in _ops(const)
+    cos = zoo_model("resnet_projection_constantofshape")
+    assert _ops(cos).count("ConstantOfShape") >= 5
+    gemm = next(n for n in cos.graph.node if n.op_type == "Gemm")
+    assert gemm.input[2] not in {t.name for t in cos.graph.initializer}  # computed, not stored
+    assert "Add" not in _ops(zoo_model("resnet_projection_sum")) and "Sum" in _ops(
+        zoo_model("resnet_projection_sum")
+    )
+    dyn = zoo_model("mobilenet_like_dynamic")
+    assert dyn.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
+    assert _run(dyn, [np.zeros((5, 3, 32, 32), np.float32)]).shape == (5, 10)
+    old = zoo_model("mobilenet_like_opset9")
+    assert old.opset_import[0].version == 9
+    clip = next(n for n in old.graph.node if n.op_type == "Clip")
+    assert len(clip.input) == 1 and {a.name for a in clip.attribute} == {"min", "max"}
+
+
+def test_builder_is_deterministic_and_seeded() -> None:
+    a = zoo.se_net(seed=3).SerializeToString()
+    assert a == zoo.se_net(seed=3).SerializeToString()
+    assert a != zoo.se_net(seed=4).SerializeToString()
+
+
+def test_numpy_reference_matches_onnxruntime() -> None:
+    """The builder's own forward pass (used for BN statistics) agrees with onnxruntime."""
+    b = GraphBuilder(seed=0, batch=8, probe_batch=8, image_size=16)
+    x = b.conv_bn(b.input_name, 12, 3, stride=2, name="c1")
+    y = b.conv_bn(x, 12, 3, groups=12, act="relu6", name="dw")
+    z = b.concat([x, b.maxpool(y, 3, stride=1, pad=1, name="mp")], name="cat")
+    g = b.sigmoid(b.conv(b.gap(z), 24, 1, bias=True, name="fc1"))
+    z = b.add(b.mul(z, g), z)
+    z = b.concat([b.avgpool(z, 2), b.avgpool(b.conv(b.input_name, 4, 1, stride=2, bias=True, name="p"), 2)])
+    out = b.classifier(z, 5)
+    model = b.build(out, graph_name="t")
+    got = _session(model).run(None, {"input": b.probe})[0]
+    np.testing.assert_allclose(got, b.values["logits"], rtol=1e-4, atol=1e-4)
+
+
+def test_bad_widths_are_refused() -> None:
+    with pytest.raises(ValueError, match="expected 13 widths"):
+        zoo.vgg16_cifar([64] * 12)
+    with pytest.raises(ValueError, match=">= 1"):
+        zoo.resnet56_cifar([0] + [16] * 26)
+
+
+def test_random_prune_and_round_up() -> None:
+    pruned = zoo.random_prune(zoo.VGG16_WIDTHS, seed=0)
+    assert pruned == zoo.random_prune(zoo.VGG16_WIDTHS, seed=0) != zoo.random_prune(zoo.VGG16_WIDTHS, seed=1)
+    for full, kept in zip(zoo.VGG16_WIDTHS, pruned):
+        assert round(0.35 * full) <= kept <= round(0.9 * full)
+    assert zoo.random_prune([1, 2], seed=0) == [max(1, w) for w in zoo.random_prune([1, 2], seed=0)]
+    assert min(zoo.random_prune([1] * 50, seed=5)) == 1
+    assert zoo.round_up([1, 8, 9, 52, 63, 64]) == [8, 8, 16, 56, 64, 64]
+    assert zoo.round_up([33], multiple=32) == [64]
+    with pytest.raises(ValueError):
+        zoo.random_prune([8], seed=0, lo=0.9, hi=0.5)
