@@ -1,0 +1,384 @@
+"""Backend that drives NVIDIA's `trtexec` binary and reads back what it exports.
+
+Why trtexec and not only the Python API: it ships with every TensorRT (on a Jetson at
+/usr/src/tensorrt/bin/trtexec, with no Python bindings needed), its timing loop is the reference
+users compare against, and running it as a subprocess isolates crashes and hangs. We pass the flags
+that make its numbers trustworthy (CUDA graphs, no H2D/D2H copies, spin-wait, a separate profiling
+run so the profiler's synchronizations don't pollute end-to-end times) and read per-query samples
+from --exportTimes, per-layer times from --exportProfile, tactics from --exportLayerInfo.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from deployopt.backends.base import Backend, MeasureOptions, Profile, Session
+from deployopt.backends.trtexec_parser import (
+    TrtexecRun,
+    load_run,
+    parse_version_code,
+    version_tuple,
+)
+from deployopt.errors import BackendFailed, BackendUnavailable, DeployoptError
+from deployopt.fileio import write_text
+from deployopt.timing import Timing
+
+JETSON_TRTEXEC = "/usr/src/tensorrt/bin/trtexec"
+ENV_TRTEXEC = "DEPLOYOPT_TRTEXEC"
+DEFAULT_WORKSPACE_MIB = 1024
+DEFAULT_WARMUP_MS = 500
+INSTALL_HINT = (
+    "trtexec not found (set DEPLOYOPT_TRTEXEC, put it on PATH; on a Jetson it is "
+    f"{JETSON_TRTEXEC} from JetPack; elsewhere it comes with the TensorRT tar/deb packages)"
+)
+
+
+def find_trtexec() -> str | None:
+    """DEPLOYOPT_TRTEXEC, then PATH, then the JetPack location."""
+    env = os.environ.get(ENV_TRTEXEC)
+    if env:
+        return env if os.path.isfile(env) and os.access(env, os.X_OK) else None
+    found = shutil.which("trtexec")
+    if found:
+        return found
+    if os.path.isfile(JETSON_TRTEXEC) and os.access(JETSON_TRTEXEC, os.X_OK):
+        return JETSON_TRTEXEC
+    return None
+
+
+def detect_version(trtexec: str, timeout_s: float = 60.0, prefix: list[str] | None = None) -> str | None:
+    """TensorRT version from the `&&&& RUNNING TensorRT.trtexec [TensorRT v8502]` banner of --help."""
+    import re
+
+    try:
+        proc = subprocess.run(
+            [*(prefix or []), trtexec, "--help"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=timeout_s,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"\[TensorRT v(\d+)\]", proc.stdout.decode("utf-8", "replace"))
+    return parse_version_code(m.group(1)) if m else None
+
+
+def shapes_arg(shapes: dict[str, list[int]]) -> str:
+    """{"input": [1, 3, 224, 224]} -> "input:1x3x224x224" (trtexec's --shapes syntax)."""
+    return ",".join(f"{name}:{'x'.join(str(d) for d in dims)}" for name, dims in shapes.items())
+
+
+def input_shapes(model_path: Path, options: MeasureOptions) -> dict[str, list[int]]:
+    """Shapes for --shapes: the user's, then the batch override, then 1 for any other dynamic dim.
+
+    Static inputs are left out: trtexec rejects --shapes for a static model."""
+    shapes = {k: list(v) for k, v in options.input_shapes.items()}
+    try:
+        dims = _onnx_input_dims(model_path)
+    except Exception:  # unreadable model: trtexec will say so in its own words
+        return shapes
+    for name, d in dims.items():
+        if name in shapes:
+            continue
+        dynamic = any(x is None for x in d)
+        if options.batch is not None and d:
+            if not dynamic and d[0] != options.batch:
+                raise DeployoptError(
+                    f"input {name!r} has a fixed batch of {d[0]}; --batch {options.batch} needs a model "
+                    "with a dynamic batch dimension"
+                )
+            if dynamic:
+                shapes[name] = [options.batch] + [1 if x is None else x for x in d[1:]]
+        elif dynamic:
+            shapes[name] = [1 if x is None else x for x in d]
+    return shapes
+
+
+def _onnx_input_dims(model_path: Path) -> dict[str, list[int | None]]:
+    import onnx
+
+    model = onnx.load(str(model_path), load_external_data=False)
+    init = {i.name for i in model.graph.initializer}
+    out: dict[str, list[int | None]] = {}
+    for inp in model.graph.input:
+        if inp.name in init:
+            continue
+        dims = inp.type.tensor_type.shape.dim
+        out[inp.name] = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in dims]
+    return out
+
+
+def build_command(
+    trtexec: str,
+    model: Path,
+    outdir: Path,
+    options: MeasureOptions,
+    version: str | None,
+    shapes: dict[str, list[int]] | None = None,
+    build_only: bool = False,
+) -> list[str]:
+    """The trtexec command line for one model. Pure: tested per version and dtype.
+
+    Version differences handled here: --workspace (MiB, <= 8.3) vs --memPoolSize=workspace:N (8.4+,
+    the only form in 10.x); --explicitBatch (needed for ONNX on 7.x, removed in 10.x);
+    --profilingVerbosity=detailed (8.2+; 8.0/8.1 called it "verbose"); --exportLayerInfo (8.2+);
+    --buildOnly (< 8.4) vs --skipInference (8.4+)."""
+    v = version_tuple(version) or (10, 0, 0)
+    extra = options.extra
+    engine = outdir / (model.stem + ".engine")
+    cmd = [trtexec, f"--onnx={model}", f"--saveEngine={engine}"]
+    if v < (8, 0):
+        cmd.append("--explicitBatch")
+    workspace = int(extra.get("workspace_mib", DEFAULT_WORKSPACE_MIB))
+    cmd.append(f"--workspace={workspace}" if v < (8, 4) else f"--memPoolSize=workspace:{workspace}")
+    if options.dtype == "fp16":
+        cmd.append("--fp16")
+    elif options.dtype == "int8":
+        cmd.append("--int8")
+        if extra.get("fp16_fallback", True):
+            cmd.append("--fp16")  # let layers that have no INT8 kernel run in FP16, not FP32
+        calib = extra.get("calib_cache")
+        if calib:
+            cmd.append(f"--calib={calib}")
+    if shapes:
+        cmd.append(f"--shapes={shapes_arg(shapes)}")
+    cache = extra.get("timing_cache")
+    if cache:
+        cmd.append(f"--timingCacheFile={cache}")
+    if v >= (8, 2):
+        cmd.append("--profilingVerbosity=detailed")
+    elif v >= (8, 0):
+        cmd.append("--profilingVerbosity=verbose")
+    if v >= (8, 2):
+        cmd.append(f"--exportLayerInfo={outdir / 'layer_info.json'}")
+    if build_only:
+        cmd.append("--skipInference" if v >= (8, 4) else "--buildOnly")
+        return cmd
+    warmup_ms = int(extra.get("warmup_ms", DEFAULT_WARMUP_MS))
+    duration_s = float(extra.get("duration_s", 0))
+    cmd += [
+        f"--iterations={options.runs}",
+        f"--warmUp={warmup_ms}",
+        f"--duration={duration_s:g}",
+        f"--exportTimes={outdir / 'times.json'}",
+    ]
+    if extra.get("use_cuda_graph", True):
+        cmd.append("--useCudaGraph")
+    cmd += ["--noDataTransfers", "--useSpinWait"]
+    if extra.get("profile", True):
+        cmd += ["--separateProfileRun", f"--exportProfile={outdir / 'profile.json'}"]
+    cmd += [str(a) for a in extra.get("trtexec_args", [])]
+    return cmd
+
+
+def _tail(text: str, n: int = 3) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "[E]" in ln or "Error" in ln or "error" in ln]
+    pick = (errors or lines)[-n:]
+    return " | ".join(pick)[:400]
+
+
+def run_trtexec(cmd: list[str], timeout_s: float, log_path: Path) -> str:
+    """Run trtexec in its own process group; one-line BackendFailed on timeout (the whole group is
+    killed, so nothing keeps the GPU), crash or non-zero exit. Returns the log."""
+    import signal
+
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    except FileNotFoundError:
+        raise BackendUnavailable(INSTALL_HINT) from None
+    except PermissionError:
+        raise BackendUnavailable(f"{cmd[0]} is not executable") from None
+    try:
+        raw, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        raw, _ = proc.communicate()
+        write_text(log_path, raw.decode("utf-8", "replace") if raw else "")
+        raise BackendFailed(f"trtexec did not finish within {timeout_s:g} s (log: {log_path})") from None
+    out = raw.decode("utf-8", "replace")
+    write_text(log_path, out)
+    if proc.returncode != 0:
+        rc = proc.returncode
+        how = f"was killed by signal {-rc}" if rc < 0 else f"exited {rc}"
+        raise BackendFailed(f"trtexec {how}: {_tail(out) or 'no output'} (log: {log_path})")
+    if "&&&& FAILED" in out:
+        raise BackendFailed(f"trtexec reported FAILED: {_tail(out)} (log: {log_path})")
+    return out
+
+
+class TrtexecSession(Session):
+    """One trtexec process per model; the work folder keeps the engine, log and JSON exports."""
+
+    def __init__(self, backend: TrtexecBackend, options: MeasureOptions, trtexec: str) -> None:
+        super().__init__(backend, options)
+        self.trtexec = trtexec
+        self.remote: str | None = options.extra.get("remote")
+        self.version: str | None = options.extra.get("trt_version")
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if options.workdir is not None:
+            self.workdir = Path(options.workdir)
+        else:
+            self._tmp = tempfile.TemporaryDirectory(prefix="deployopt-trtexec-")
+            self.workdir = Path(self._tmp.name)
+        self.last_run: TrtexecRun | None = None
+
+    def _version(self) -> str | None:
+        if self.version is None and self.remote is None:
+            self.version = detect_version(self.trtexec, timeout_s=min(60.0, self.options.timeout_s))
+        return self.version
+
+    def run(self, model_path: Path) -> TrtexecRun:
+        """Build + time one model with trtexec and parse everything it wrote."""
+        model_path = Path(model_path)
+        if not model_path.is_file():
+            raise DeployoptError(f"model not found: {model_path}")
+        outdir = self.workdir / model_path.stem
+        outdir.mkdir(parents=True, exist_ok=True)
+        for name in ("times.json", "profile.json", "layer_info.json"):
+            (outdir / name).unlink(missing_ok=True)  # never read a previous run's exports
+        shapes = input_shapes(model_path, self.options)
+        if self.remote:
+            return self._run_remote(model_path, outdir, shapes)
+        cmd = build_command(self.trtexec, model_path, outdir, self.options, self._version(), shapes)
+        (outdir / "command.txt").write_text(shlex.join(cmd) + "\n")
+        run_trtexec(cmd, self.options.timeout_s, outdir / "trtexec.log")
+        return self._collect(outdir)
+
+    # ---- remote mode: the ONNX goes to the board with scp, trtexec runs over ssh
+    def _ssh_opts(self) -> list[str]:
+        timeout = int(self.options.extra.get("ssh_connect_timeout_s", 10))
+        return ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={timeout}"]
+
+    def _remote_call(self, cmd: list[str], what: str, timeout_s: float) -> str:
+        try:
+            proc = subprocess.run(cmd, capture_output=True, timeout=timeout_s, check=False)
+        except FileNotFoundError:
+            raise BackendUnavailable(f"{cmd[0]} not found: remote mode needs OpenSSH (ssh, scp)") from None
+        except subprocess.TimeoutExpired:
+            raise BackendFailed(f"{what} on {self.remote} did not finish within {timeout_s:g} s") from None
+        err = proc.stderr.decode("utf-8", "replace")
+        if proc.returncode == 255:  # ssh's own failure: host unreachable, auth refused
+            raise BackendUnavailable(f"cannot reach {self.remote} over ssh: {_tail(err, 1) or 'no message'}")
+        if proc.returncode != 0:
+            out = proc.stdout.decode("utf-8", "replace")
+            raise BackendFailed(f"{what} on {self.remote} exited {proc.returncode}: {_tail(out + err)}")
+        return proc.stdout.decode("utf-8", "replace")
+
+    def _run_remote(self, model_path: Path, outdir: Path, shapes: dict[str, list[int]]) -> TrtexecRun:
+        assert self.remote is not None
+        rdir = Path(self.options.extra.get("remote_workdir", "/tmp/deployopt-trtexec")) / model_path.stem
+        ssh = ["ssh", *self._ssh_opts(), self.remote]
+        short = min(120.0, self.options.timeout_s)
+        self._remote_call([*ssh, shlex.join(["mkdir", "-p", str(rdir)])], "mkdir", short)
+        self._remote_call(
+            ["scp", *self._ssh_opts(), str(model_path), f"{self.remote}:{rdir / model_path.name}"],
+            "scp of the model",
+            self.options.timeout_s,
+        )
+        if self.version is None:
+            self.version = detect_version(self.trtexec, timeout_s=short, prefix=ssh)
+        cmd = build_command(self.trtexec, rdir / model_path.name, rdir, self.options, self.version, shapes)
+        (outdir / "command.txt").write_text(f"ssh {self.remote} " + shlex.join(cmd) + "\n")
+        log = self._remote_call([*ssh, shlex.join(cmd)], "trtexec", self.options.timeout_s)
+        write_text(outdir / "trtexec.log", log)
+        if "&&&& FAILED" in log:
+            raise BackendFailed(f"trtexec on {self.remote} reported FAILED: {_tail(log)}")
+        for name in ("times.json", "profile.json", "layer_info.json"):
+            # an export this version does not write (layer info before 8.2) is simply absent
+            with contextlib.suppress(BackendFailed):
+                self._remote_call(
+                    ["scp", *self._ssh_opts(), f"{self.remote}:{rdir / name}", str(outdir / name)],
+                    f"scp of {name}",
+                    short,
+                )
+        return self._collect(outdir)
+
+    def _collect(self, outdir: Path) -> TrtexecRun:
+        def present(name: str) -> Path | None:
+            p = outdir / name
+            return p if p.is_file() else None
+
+        run = load_run(
+            log=outdir / "trtexec.log",
+            times=present("times.json"),
+            profile=present("profile.json"),
+            layer_info=present("layer_info.json"),
+        )
+        self.last_run = run
+        return run
+
+    def measure(self, model_path: Path) -> Timing:
+        run = self.run(model_path)
+        if not run.iterations:
+            run.require_timing()
+            raise BackendFailed("trtexec ran but wrote no --exportTimes samples")
+        timing = run.timing("computeMs")
+        timing.environment.update(self._env(run))
+        timing.warmup = run.warmup_queries or 0
+        timing.timed = (
+            f"one query ({self.options.dtype}), GPU compute time per trtexec --exportTimes, CUDA graph, "
+            "no H2D/D2H, spin-wait"
+        )
+        return timing
+
+    def profile(self, model_path: Path, kernels: bool = False) -> Profile:
+        run = self.run(model_path)
+        if not run.layers:
+            raise BackendFailed("trtexec wrote no per-layer profile (--exportProfile)")
+        prof = run.profile()
+        prof.environment.update(self._env(run))
+        return prof
+
+    def _env(self, run: TrtexecRun) -> dict[str, Any]:
+        env: dict[str, Any] = {"trtexec": self.remote + ":" + self.trtexec if self.remote else self.trtexec}
+        for key in ("device", "version", "sms", "compute_capability", "precision"):
+            value = getattr(run, key)
+            if value is not None:
+                env["tensorrt" if key == "version" else key] = value
+        if run.flags:
+            env["trtexec_flags"] = list(run.flags)
+        return env
+
+    def close(self) -> None:
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+
+class TrtexecBackend(Backend):
+    name = "trtexec"
+    description = "NVIDIA trtexec binary (TensorRT build + timing in a subprocess), parsed JSON exports"
+    dtypes = ("fp32", "fp16", "int8")
+
+    def availability(self) -> tuple[bool, str]:
+        path = find_trtexec()
+        if path is None:
+            env = os.environ.get(ENV_TRTEXEC)
+            if env:
+                return False, f"{ENV_TRTEXEC}={env} is not an executable file"
+            return False, INSTALL_HINT
+        return True, path
+
+    def check_options(self, options: MeasureOptions) -> None:
+        if options.extra.get("remote"):  # the binary lives on the board, not here
+            if options.dtype not in self.dtypes:
+                raise DeployoptError(f"backend 'trtexec' cannot run {options.dtype}")
+            if options.sms is not None:
+                raise DeployoptError("backend 'trtexec' cannot limit the GPU's SMs (--sms)")
+            return
+        super().check_options(options)
+
+    def open(self, options: MeasureOptions) -> TrtexecSession:
+        self.check_options(options)
+        trtexec = options.extra.get("remote_trtexec", JETSON_TRTEXEC) if options.extra.get("remote") else None
+        return TrtexecSession(self, options, trtexec or find_trtexec() or "trtexec")

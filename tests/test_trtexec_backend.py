@@ -1,0 +1,312 @@
+"""The trtexec driver: command lines per version/dtype, and runs against a stand-in `trtexec` script.
+
+The stand-in prints a real recorded trtexec log and copies real exported JSON files to the paths
+it is given. It tests our subprocess handling and parsing; it does not build engines.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from deployopt.backends.base import MeasureOptions, get_backend
+from deployopt.backends.trtexec import (
+    JETSON_TRTEXEC,
+    TrtexecBackend,
+    build_command,
+    find_trtexec,
+    input_shapes,
+    shapes_arg,
+)
+from deployopt.errors import BackendFailed, BackendUnavailable, DeployoptError
+from deployopt.layers import ConvShape, conv_model
+
+
+def _fixture_dir() -> Path:
+    shared = os.environ.get("DEPLOYOPT_SHARED")
+    base = Path(shared) if shared else Path(__file__).resolve().parents[1].parent / "shared"
+    return base / "fixtures" / "trtexec"
+
+
+FIX = _fixture_dir()
+needs_fixtures = pytest.mark.skipif(not FIX.is_dir(), reason=f"trtexec fixtures not found at {FIX}")
+
+M = Path("/m/model.onnx")
+OUT = Path("/w/model")
+
+
+# ------------------------------------------------------------------ command construction (pure)
+
+
+def test_command_trt10_fp16() -> None:
+    cmd = build_command("trtexec", M, OUT, MeasureOptions(dtype="fp16", runs=200), "10.3.0")
+    assert cmd == [
+        "trtexec",
+        "--onnx=/m/model.onnx",
+        "--saveEngine=/w/model/model.engine",
+        "--memPoolSize=workspace:1024",
+        "--fp16",
+        "--profilingVerbosity=detailed",
+        "--exportLayerInfo=/w/model/layer_info.json",
+        "--iterations=200",
+        "--warmUp=500",
+        "--duration=0",
+        "--exportTimes=/w/model/times.json",
+        "--useCudaGraph",
+        "--noDataTransfers",
+        "--useSpinWait",
+        "--separateProfileRun",
+        "--exportProfile=/w/model/profile.json",
+    ]
+
+
+def test_command_trt82_jetpack46_int8_with_calibration_cache() -> None:
+    opts = MeasureOptions(
+        dtype="int8",
+        runs=50,
+        extra={"calib_cache": "/c/calib.cache", "timing_cache": "/c/timing.cache", "workspace_mib": 256},
+    )
+    cmd = build_command("/usr/src/tensorrt/bin/trtexec", M, OUT, opts, "8.2.1", {"x": [4, 3, 224, 224]})
+    assert "--workspace=256" in cmd and not any(a.startswith("--memPoolSize") for a in cmd)
+    assert cmd[cmd.index("--int8") + 1 : cmd.index("--int8") + 3] == ["--fp16", "--calib=/c/calib.cache"]
+    assert "--shapes=x:4x3x224x224" in cmd
+    assert "--timingCacheFile=/c/timing.cache" in cmd
+    assert "--profilingVerbosity=detailed" in cmd and "--exportLayerInfo=/w/model/layer_info.json" in cmd
+    assert "--explicitBatch" not in cmd
+
+
+def test_command_trt85_uses_mempool() -> None:
+    cmd = build_command("trtexec", M, OUT, MeasureOptions(dtype="fp32"), "8.5.2")
+    assert "--memPoolSize=workspace:1024" in cmd
+    assert "--fp16" not in cmd and "--int8" not in cmd
+
+
+def test_command_trt80_and_7x_differences() -> None:
+    c80 = build_command("trtexec", M, OUT, MeasureOptions(), "8.0.1")
+    assert "--profilingVerbosity=verbose" in c80
+    assert not any(a.startswith("--exportLayerInfo") for a in c80)
+    c7 = build_command("trtexec", M, OUT, MeasureOptions(), "7.1.3")
+    assert "--explicitBatch" in c7 and not any(a.startswith("--profilingVerbosity") for a in c7)
+    assert "--explicitBatch" not in build_command("trtexec", M, OUT, MeasureOptions(), "10.16.1")
+
+
+def test_command_build_only_flag_by_version() -> None:
+    new = build_command("trtexec", M, OUT, MeasureOptions(), "8.6.1", build_only=True)
+    old = build_command("trtexec", M, OUT, MeasureOptions(), "8.2.1", build_only=True)
+    assert new[-1] == "--skipInference" and old[-1] == "--buildOnly"
+    assert not any(a.startswith("--exportTimes") or a.startswith("--iterations") for a in new)
+
+
+def test_command_knobs() -> None:
+    opts = MeasureOptions(
+        extra={
+            "use_cuda_graph": False,
+            "profile": False,
+            "warmup_ms": 200,
+            "duration_s": 3,
+            "trtexec_args": ["--x"],
+        }
+    )
+    cmd = build_command("trtexec", M, OUT, opts, None)  # unknown version: assume current (10.x)
+    assert "--useCudaGraph" not in cmd and "--separateProfileRun" not in cmd
+    assert "--warmUp=200" in cmd and "--duration=3" in cmd and cmd[-1] == "--x"
+    assert "--memPoolSize=workspace:1024" in cmd
+
+
+def test_shapes(tmp_path: Path) -> None:
+    assert shapes_arg({"a": [1, 3, 8, 8], "b": [2]}) == "a:1x3x8x8,b:2"
+    import onnx
+
+    model = conv_model(ConvShape(n=1, c=3, h=8, w=8, k=4))
+    static = tmp_path / "static.onnx"
+    onnx.save(model, static)
+    assert input_shapes(static, MeasureOptions()) == {}
+    with pytest.raises(DeployoptError, match="fixed batch of 1"):
+        input_shapes(static, MeasureOptions(batch=8))
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    dyn = tmp_path / "dyn.onnx"
+    onnx.save(model, dyn)
+    assert input_shapes(dyn, MeasureOptions()) == {"x": [1, 3, 8, 8]}
+    assert input_shapes(dyn, MeasureOptions(batch=16)) == {"x": [16, 3, 8, 8]}
+    assert input_shapes(dyn, MeasureOptions(input_shapes={"x": [2, 3, 8, 8]})) == {"x": [2, 3, 8, 8]}
+
+
+# ------------------------------------------------------------------ availability
+
+
+def test_registry_and_availability(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    assert isinstance(get_backend("trtexec"), TrtexecBackend)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("DEPLOYOPT_TRTEXEC", raising=False)
+    if not os.path.exists(JETSON_TRTEXEC):
+        ok, why = TrtexecBackend().availability()
+        assert not ok and "trtexec not found" in why and JETSON_TRTEXEC in why
+        with pytest.raises(BackendUnavailable, match="trtexec not found"):
+            TrtexecBackend().open(MeasureOptions())
+    monkeypatch.setenv("DEPLOYOPT_TRTEXEC", str(tmp_path / "nope"))
+    ok, why = TrtexecBackend().availability()
+    assert not ok and why.endswith("is not an executable file")
+
+
+# ------------------------------------------------------------------ runs against a stand-in binary
+
+FAKE = r"""#!/bin/sh
+# stand-in for trtexec: replays a real recorded log and real exported JSON files
+if [ "$1" = "--help" ]; then head -n 1 "$FAKE_LOG"; exit 0; fi
+printf '%s\n' "$@" > "$FAKE_ARGS"
+case "$FAKE_MODE" in
+  hang) sleep 30 ;;
+  fail) head -n 5 "$FAKE_LOG"
+        echo "[12/01/2026-00:00:00] [E] Error[4]: [network.cpp::validate::3062] bad input"; exit 1 ;;
+  crash) kill -SEGV $$ ;;
+esac
+for a in "$@"; do
+  case "$a" in
+    --exportTimes=*) [ -n "$FAKE_TIMES" ] && cp "$FAKE_TIMES" "${a#--exportTimes=}" ;;
+    --exportProfile=*) cp "$FAKE_PROFILE" "${a#--exportProfile=}" ;;
+    --exportLayerInfo=*) cp "$FAKE_INFO" "${a#--exportLayerInfo=}" ;;
+  esac
+done
+cat "$FAKE_LOG"
+"""
+
+
+@pytest.fixture
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    if not FIX.is_dir():
+        pytest.skip(f"trtexec fixtures not found at {FIX}")
+    exe = tmp_path / "bin" / "trtexec"
+    exe.parent.mkdir()
+    exe.write_text(FAKE)
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("DEPLOYOPT_TRTEXEC", str(exe))
+    env = {
+        "FAKE_LOG": FIX
+        / (
+            "trt10.16.1_h100pcie_cookbook_result-03_loadEngine_cudagraph_spinwait"
+            "_noDataTransfers_verbose_log.txt"
+        ),
+        "FAKE_TIMES": FIX / "trt8.x_titan_rtx_mobilenet_qat_int8_exportTimes_first300.json",
+        "FAKE_PROFILE": FIX / "trt8.x_titan_rtx_mobilenet_qat_int8_exportProfile.json",
+        "FAKE_INFO": FIX / "trt8.x_titan_rtx_mobilenet_qat_int8_exportLayerInfo_detailed.json",
+        "FAKE_ARGS": tmp_path / "args.txt",
+    }
+    for k, v in env.items():
+        monkeypatch.setenv(k, str(v))
+    monkeypatch.setenv("FAKE_MODE", "")
+    model = tmp_path / "conv.onnx"
+    model.write_bytes(conv_model(ConvShape(n=1, c=8, h=8, w=8, k=8)).SerializeToString())
+    env["model"] = model
+    env["workdir"] = tmp_path / "work"
+    return env
+
+
+def test_measure_reads_export_times(fake: dict[str, Path]) -> None:
+    opts = MeasureOptions(dtype="fp16", runs=300, workdir=fake["workdir"])
+    with TrtexecBackend().open(opts) as session:
+        t = session.measure(fake["model"])
+        run = session.last_run
+    assert t.runs == 300 and t.samples_us[0] == pytest.approx(484.512)
+    assert t.environment["tensorrt"] == "10.16.1" and t.environment["device"] == "NVIDIA H100 PCIe"
+    assert t.environment["sms"] == 114
+    assert t.warmup == 4792  # queries trtexec reports for its warm-up
+    assert run is not None and run.throughput_qps == 24896.9
+    args = fake["FAKE_ARGS"].read_text().split("\n")
+    # version detected from the banner of --help (10.16.1) -> 10.x flags
+    assert "--memPoolSize=workspace:1024" in args and "--fp16" in args and "--iterations=300" in args
+    assert f"--exportTimes={fake['workdir'] / 'conv' / 'times.json'}" in args
+    assert (fake["workdir"] / "conv" / "trtexec.log").is_file()
+    assert (
+        (fake["workdir"] / "conv" / "command.txt")
+        .read_text()
+        .startswith(str(os.environ["DEPLOYOPT_TRTEXEC"]))
+    )
+
+
+def test_profile_joins_tactics(fake: dict[str, Path]) -> None:
+    with TrtexecBackend().open(MeasureOptions(workdir=fake["workdir"])) as session:
+        prof = session.profile(fake["model"])
+    assert prof.runs == 6610 and len(prof.layers) == 73
+    assert prof.layers[3].kernels[0].tile == (64, 32, 64)
+    assert prof.environment["device"] == "NVIDIA H100 PCIe"
+
+
+def test_no_times_export_with_profile_only_log(
+    fake: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_LOG", str(FIX / "trt10.14.1_rtx6000ada_cookbook_result-05_dumpProfile_log.txt"))
+    monkeypatch.setenv("FAKE_TIMES", "")
+    with (
+        TrtexecBackend().open(MeasureOptions(workdir=fake["workdir"])) as s,
+        pytest.raises(DeployoptError, match="no end-to-end timing in this log"),
+    ):
+        s.measure(fake["model"])
+
+
+def test_timeout(fake: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_MODE", "hang")
+    opts = MeasureOptions(timeout_s=1.0, workdir=fake["workdir"], extra={"trt_version": "10.16.1"})
+    with TrtexecBackend().open(opts) as s, pytest.raises(BackendFailed, match=r"did not finish within 1 s"):
+        s.measure(fake["model"])
+
+
+def test_nonzero_exit_is_one_line(fake: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_MODE", "fail")
+    with (
+        TrtexecBackend().open(MeasureOptions(workdir=fake["workdir"])) as s,
+        pytest.raises(BackendFailed) as exc,
+    ):
+        s.measure(fake["model"])
+    msg = str(exc.value)
+    assert "\n" not in msg and msg.startswith("trtexec exited 1: ")
+    assert "Error[4]: [network.cpp::validate::3062] bad input" in msg
+
+
+def test_crash_by_signal(fake: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_MODE", "crash")
+    with (
+        TrtexecBackend().open(MeasureOptions(workdir=fake["workdir"])) as s,
+        pytest.raises(BackendFailed, match="killed by signal 11"),
+    ):
+        s.measure(fake["model"])
+
+
+def test_missing_model_and_missing_binary(fake: dict[str, Path], tmp_path: Path) -> None:
+    with TrtexecBackend().open(MeasureOptions(workdir=fake["workdir"])) as s:
+        with pytest.raises(DeployoptError, match="model not found"):
+            s.measure(tmp_path / "absent.onnx")
+        s.trtexec = str(tmp_path / "gone" / "trtexec")
+        s.version = "10.3.0"
+        with pytest.raises(BackendUnavailable, match="trtexec not found"):
+            s.measure(fake["model"])
+
+
+def test_dtype_and_sms_checks(fake: dict[str, Path]) -> None:
+    with pytest.raises(DeployoptError, match="cannot limit the GPU's SMs"):
+        TrtexecBackend().open(MeasureOptions(sms=8))
+    with pytest.raises(DeployoptError, match="cannot run bf16"):
+        TrtexecBackend().open(MeasureOptions(dtype="bf16"))
+
+
+def test_remote_unreachable_host(
+    fake: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ssh = tmp_path / "bin" / "ssh"
+    ssh.write_text(
+        '#!/bin/sh\necho "ssh: connect to host jetson port 22: Connection timed out" >&2\nexit 255\n'
+    )
+    ssh.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{ssh.parent}:{os.environ['PATH']}")
+    opts = MeasureOptions(workdir=fake["workdir"], extra={"remote": "user@jetson", "trt_version": "8.2.1"})
+    with TrtexecBackend().open(opts) as s, pytest.raises(BackendUnavailable) as exc:
+        s.measure(fake["model"])
+    assert str(exc.value) == (
+        "cannot reach user@jetson over ssh: ssh: connect to host jetson port 22: Connection timed out"
+    )
+
+
+def test_find_trtexec_prefers_env(fake: dict[str, Path]) -> None:
+    assert find_trtexec() == os.environ["DEPLOYOPT_TRTEXEC"]
