@@ -2,11 +2,34 @@
 
 This module is the one place wave arithmetic lives; kernel-level analysis of measured grids calls
 `wave_count` so measured and predicted waves are computed the same way.
+
+The model (docs/wave_model.md has the long form):
+  a conv is a GEMM per group: M = N·P·Q rows, N = K/groups columns, depth K = C/groups·R·S;
+  the library picks a kernel *family* by channel alignment (the largest power of two dividing K),
+  each family offers a few tile shapes; tiles = ceil(M/tm)·ceil(N/tn)·groups; blocks per SM follow
+  from the family's threads, registers and shared memory against the SM's limits;
+  waves = ceil(tiles / (SMs × blocks per SM));
+  latency = fixed + (waves − 1 + floor + (1 − floor)·tail_fill) × (wave_us + tile work / SM rate)
+  and the predicted kernel is the fastest allowed (tile, family), as cudnn.benchmark / TensorRT pick
+  the fastest measured one.
+It ignores: heuristics beyond alignment, memory-bound layers (bandwidth), split-K, fusion.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from deployopt.layers import ConvShape
+
+if TYPE_CHECKING:
+    from deployopt.targets import Target
+
+DTYPES = ("fp16", "fp32", "int8")
+ELEMENT_BYTES = {"fp16": 2, "fp32": 4, "int8": 1}
+# Channel multiple below which tensor-core kernels need padding (16-byte vectors per channel run).
+VECTOR = {"fp16": 8, "fp32": 4, "int8": 16}
 
 
 def wave_count(blocks: int, sms: int, blocks_per_sm: int = 1) -> tuple[int, float]:
@@ -18,3 +41,466 @@ def wave_count(blocks: int, sms: int, blocks_per_sm: int = 1) -> tuple[int, floa
     waves = math.ceil(blocks / slots)
     tail = blocks - (waves - 1) * slots
     return waves, tail / slots
+
+
+def pow2_align(n: int, cap: int = 256) -> int:
+    """Largest power of two dividing n (capped): what decides which kernel family may run."""
+    if n < 1:
+        return 1
+    return min(n & -n, cap)
+
+
+@dataclass(frozen=True)
+class KernelFamily:
+    """Kernels a library may pick when the channel counts are multiples of `min_align`.
+
+    `efficiency` is the family's throughput relative to the fastest one (fitted); threads,
+    registers and shared memory per block are read off the kernels cuDNN ran (traces), and give
+    blocks per SM through the target's occupancy limits.
+    """
+
+    name: str
+    min_align: int
+    tiles: tuple[tuple[int, int], ...]
+    efficiency: float = 1.0
+    threads: int = 256
+    registers_per_thread: int = 128
+    shared_mem_bytes: int = 65536
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["tiles"] = [list(t) for t in self.tiles]
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> KernelFamily:
+        d = dict(d)
+        d["tiles"] = tuple(tuple(int(x) for x in t) for t in d["tiles"])
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class WaveParams:
+    """The model's parameters for one (GPU design, dtype): few, so they transfer across shapes."""
+
+    name: str  # e.g. "h200-fp16 fit" — printed beside every predicted latency
+    dtype: str
+    fixed_us: float  # launch + prologue that does not scale with work
+    macs_per_us_per_sm: float  # multiply-adds one SM retires per µs on the fastest family
+    wave_us: float  # per-wave fixed cost (tile prologue/epilogue, pipeline fill)
+    tail_floor: float  # share of a full wave's time a nearly empty last wave still costs
+    small_tile: float  # per-tile overhead in rows/columns: tile efficiency = tm·tn/((tm+s)(tn+s))
+    families: tuple[KernelFamily, ...]
+    fitted: bool = False
+    source: str = ""
+    fitted_on: tuple[str, ...] = field(default=(), compare=False)
+
+    def describe(self) -> str:
+        how = "fitted" if self.fitted else "default, not calibrated on hardware"
+        return f"wave model '{self.name}' ({how})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "dtype": self.dtype,
+            "fixed_us": self.fixed_us,
+            "macs_per_us_per_sm": self.macs_per_us_per_sm,
+            "wave_us": self.wave_us,
+            "tail_floor": self.tail_floor,
+            "small_tile": self.small_tile,
+            "families": [f.to_json() for f in self.families],
+            "fitted": self.fitted,
+            "source": self.source,
+            "fitted_on": list(self.fitted_on),
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> WaveParams:
+        return cls(
+            name=d["name"],
+            dtype=d["dtype"],
+            fixed_us=float(d["fixed_us"]),
+            macs_per_us_per_sm=float(d["macs_per_us_per_sm"]),
+            wave_us=float(d["wave_us"]),
+            tail_floor=float(d["tail_floor"]),
+            small_tile=float(d.get("small_tile", 0.0)),
+            families=tuple(KernelFamily.from_json(f) for f in d["families"]),
+            fitted=bool(d.get("fitted", False)),
+            source=d.get("source", ""),
+            fitted_on=tuple(d.get("fitted_on", ())),
+        )
+
+
+# Dense multiply-adds per clock per SM, by (CC, dtype): the tensor-core (or CUDA-core) peak that
+# per-SM throughput ratios between GPUs come from. fp32 on CC >= 8.0 is TF32 (cuDNN's default).
+PEAK_MACS_PER_CLK = {
+    (5, 3): {"fp32": 128, "fp16": 256, "int8": 256},
+    (6, 1): {"fp32": 128, "fp16": 128, "int8": 512},
+    (6, 2): {"fp32": 128, "fp16": 256, "int8": 256},
+    (7, 2): {"fp32": 64, "fp16": 512, "int8": 1024},
+    (7, 5): {"fp32": 64, "fp16": 512, "int8": 1024},
+    (8, 0): {"fp32": 512, "fp16": 1024, "int8": 2048},
+    (8, 7): {"fp32": 256, "fp16": 512, "int8": 1024},
+    (9, 0): {"fp32": 1024, "fp16": 2048, "int8": 4096},
+}
+REFERENCE_CC = (9, 0)  # the design our shipped fit was measured on
+REFERENCE_CLOCK_MHZ = 1980.0
+
+
+def _peak(cc: tuple[int, int], dtype: str) -> int:
+    table = PEAK_MACS_PER_CLK.get(tuple(cc))
+    if table is None:  # unknown CC: nearest known one below it
+        known = sorted(k for k in PEAK_MACS_PER_CLK if k <= tuple(cc)) or [min(PEAK_MACS_PER_CLK)]
+        table = PEAK_MACS_PER_CLK[known[-1]]
+    return table[dtype]
+
+
+def _default_families(cc: tuple[int, int], dtype: str) -> tuple[KernelFamily, ...]:
+    """Kernel families before any fit: aligned channels get big tensor-core tiles, others less."""
+    vec = VECTOR[dtype]
+    tensor_cores = tuple(cc) >= (7, 0) and not (dtype == "fp32" and tuple(cc) < (8, 0))
+    if not tensor_cores:
+        return (KernelFamily("simt", 1, ((128, 128), (128, 64), (64, 64), (64, 32)), 1.0, 256, 128, 32768),)
+    big_smem = 227 * 1024 if tuple(cc) >= (9, 0) else 96 * 1024
+    big_threads = 384 if tuple(cc) >= (9, 0) else 256
+    return (
+        KernelFamily("tc-aligned", 64, ((128, 128), (128, 256), (128, 64)), 1.0, big_threads, 168, big_smem),
+        KernelFamily("tc", vec, ((128, 128), (128, 64), (64, 64), (128, 32)), 0.7, 256, 128, 65536),
+        KernelFamily("padded", 1, ((128, 64), (64, 64), (64, 32)), 0.35, 128, 128, 32768),
+    )
+
+
+def default_params(cc: tuple[int, int], dtype: str, clock_mhz: float) -> WaveParams:
+    """Parameters for a GPU with no fit of its own: the reference fit (H200, same dtype) scaled by
+    per-SM peak throughput × clock. Not calibrated on that hardware — docs/wave_model.md says so."""
+    from deployopt.targets import FITTED_DIR  # lazy: targets imports this module
+
+    ref: WaveParams | None = None
+    path = FITTED_DIR / "h200.json"
+    if path.exists():
+        import json
+
+        doc = json.loads(path.read_text())
+        if dtype in doc.get("params", {}):
+            ref = WaveParams.from_json(doc["params"][dtype])
+        elif dtype == "int8" and "fp16" in doc.get("params", {}):
+            ref = WaveParams.from_json(doc["params"]["fp16"])
+            ref = replace(ref, macs_per_us_per_sm=ref.macs_per_us_per_sm * 2)
+    scale = (_peak(cc, dtype) * clock_mhz) / (_peak(REFERENCE_CC, dtype) * REFERENCE_CLOCK_MHZ)
+    slow = REFERENCE_CLOCK_MHZ / max(clock_mhz, 1.0)
+    name = f"cc{cc[0]}.{cc[1]}-{dtype} default"
+    source = (
+        f"derived from the H200 {dtype} fit scaled by per-SM peak MACs/clock × clock "
+        f"({_peak(cc, dtype)} vs {_peak(REFERENCE_CC, dtype)} MACs/clk/SM; {clock_mhz:g} vs "
+        f"{REFERENCE_CLOCK_MHZ:g} MHz); not calibrated on hardware"
+    )
+    same_design = tuple(cc) == REFERENCE_CC
+    if ref is not None:
+        return replace(
+            ref,
+            name=name,
+            fixed_us=ref.fixed_us * (1.0 if same_design else max(1.0, slow**0.5)),
+            macs_per_us_per_sm=ref.macs_per_us_per_sm * scale,
+            wave_us=ref.wave_us * slow,
+            families=ref.families if same_design else _default_families(cc, dtype),
+            fitted=False,
+            source=source,
+            fitted_on=(),
+        )
+    peak = _peak(cc, dtype) * clock_mhz  # MACs per µs per SM
+    return WaveParams(
+        name=name,
+        dtype=dtype,
+        fixed_us=4.0,
+        macs_per_us_per_sm=0.5 * peak,
+        wave_us=1.0 * slow,
+        tail_floor=0.3,
+        small_tile=16.0,
+        families=_default_families(cc, dtype),
+        fitted=False,
+        source=f"generic defaults (half of peak {_peak(cc, dtype)} MACs/clk/SM); not calibrated on hardware",
+    )
+
+
+@dataclass(frozen=True)
+class WavePrediction:
+    """What the model says about one conv on one target: the kernel it expects and its waves."""
+
+    tile: tuple[int, int]
+    blocks: int
+    blocks_per_sm: int
+    waves: int
+    tail_fill: float
+    predicted_us: float
+    aligned: bool  # K fills its last tile column and runs on the fastest kernel family
+    family: str = ""
+    gemm: tuple[int, int, int] = (0, 0, 0)
+    out_channels: int = 0
+    predictor: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["tile"] = list(self.tile)
+        d["gemm"] = list(self.gemm)
+        return d
+
+
+def blocks_per_sm(family: KernelFamily, target: Target) -> int:
+    """Occupancy: how many of the family's blocks fit on one SM at once (at least one)."""
+    limits = [target.max_blocks_per_sm, target.max_threads_per_sm // max(family.threads, 1)]
+    if family.shared_mem_bytes:
+        limits.append(target.shared_mem_per_sm // family.shared_mem_bytes)
+    regs = family.registers_per_thread * family.threads
+    if regs:
+        limits.append(target.registers_per_sm // regs)
+    return max(1, min(limits))
+
+
+def _check_dtype(dtype: str) -> None:
+    if dtype not in DTYPES:
+        from deployopt.errors import DeployoptError
+
+        raise DeployoptError(f"unknown dtype {dtype!r}; choose one of: {', '.join(DTYPES)}")
+
+
+def _evaluate(shape: ConvShape, target: Target, params: WaveParams, sms: int | None = None) -> WavePrediction:
+    m, n, kdepth = shape.gemm
+    sms = target.sms if sms is None else sms
+    align = min(pow2_align(n), pow2_align(shape.c // shape.groups))
+    best: WavePrediction | None = None
+    for fam in params.families:
+        if align % fam.min_align:
+            continue
+        bps = blocks_per_sm(fam, target)
+        for tm, tn in fam.tiles:
+            tiles = math.ceil(m / tm) * math.ceil(n / tn) * shape.groups
+            waves, tail = wave_count(tiles, sms, bps)
+            s = params.small_tile
+            tile_eff = (tm * tn) / ((tm + s) * (tn + s))
+            work_us = bps * tm * tn * kdepth / (params.macs_per_us_per_sm * fam.efficiency * tile_eff)
+            eff_waves = waves - 1 + params.tail_floor + (1 - params.tail_floor) * tail
+            us = params.fixed_us + eff_waves * (params.wave_us + work_us)
+            if best is None or us < best.predicted_us - 1e-12:
+                best = WavePrediction(
+                    tile=(tm, tn),
+                    blocks=tiles,
+                    blocks_per_sm=bps,
+                    waves=waves,
+                    tail_fill=tail,
+                    predicted_us=us,
+                    aligned=(n % tn == 0 and fam is params.families[0]),
+                    family=fam.name,
+                    gemm=(m, n, kdepth),
+                    out_channels=shape.k,
+                    predictor=params.name,
+                )
+    if best is None:
+        raise ValueError(f"no kernel family of {params.name} accepts alignment {align}")
+    return best
+
+
+def predict(shape: ConvShape, target: Target, dtype: str = "fp16") -> WavePrediction:
+    """Predicted kernel, blocks, waves, tail fill and latency of one conv on `target`."""
+    _check_dtype(dtype)
+    return _evaluate(shape, target, target.wave_params(dtype))
+
+
+def staircase(shape: ConvShape, target: Target, dtype: str, out_channels: list[int]) -> list[WavePrediction]:
+    """The predicted per-layer staircase: one prediction per output-channel count."""
+    _check_dtype(dtype)
+    params = target.wave_params(dtype)
+    return [_evaluate(shape.with_channels(k=k), target, params) for k in out_channels]
+
+
+def _vary(shape: ConvShape, width: int, role: str) -> ConvShape:
+    if role == "out":
+        return shape.with_channels(k=width)
+    if role == "in":
+        return shape.with_channels(c=width)
+    raise ValueError(f"role must be 'out' or 'in', not {role!r}")
+
+
+def aligned_widths(
+    shape: ConvShape, target: Target, dtype: str, width: int, role: str = "out"
+) -> tuple[int | None, int | None]:
+    """Nearest wave-aligned widths: (largest one below `width`, smallest one at or above it).
+
+    A width is wave-aligned when it ends a predicted step: one vector more (8 channels in fp16)
+    costs more. Candidates are multiples of the dtype's vector; the search spans width/2 … 2·width.
+    Use `predict` on the returned widths for the latency change.
+    """
+    _check_dtype(dtype)
+    params = target.wave_params(dtype)
+    vec = VECTOR[dtype]
+    if shape.is_depthwise and role == "in":
+        role = "out"
+    cache: dict[int, float] = {}
+
+    def us(w: int) -> float:
+        if w not in cache:
+            cache[w] = _evaluate(_vary(shape, w, role), target, params).predicted_us
+        return cache[w]
+
+    def is_aligned(w: int) -> bool:
+        return us(w + vec) > us(w) * (1 + 1e-9)
+
+    below = None
+    w = (width - 1) // vec * vec
+    while w >= max(vec, width // 2):
+        if is_aligned(w):
+            below = w
+            break
+        w -= vec
+    above = None
+    w = -(-width // vec) * vec
+    while w <= 2 * width:
+        if w >= width and is_aligned(w):
+            above = w
+            break
+        w += vec
+    return below, above
+
+
+def fit(points: list[dict[str, Any]], target: Target, dtype: str, name: str | None = None) -> WaveParams:
+    """Fit the continuous parameters (fixed cost, SM rate, per-wave cost, tail floor, tile
+    overhead, family efficiencies) to measured points by robust least squares on log latency.
+
+    `points`: dicts with "shape" (ConvShape or its JSON), "measured_us", optional "sms" (the SM
+    count the point ran on; default the target's) and optional "id" (recorded in `fitted_on`).
+    Tile candidates and alignment rules stay those of the start parameters: they come from the
+    kernels traced on the device, not from the fit.
+    """
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    _check_dtype(dtype)
+    if len(points) < 4:
+        from deployopt.errors import DeployoptError
+
+        raise DeployoptError(f"fitting needs at least 4 measured points, got {len(points)}")
+    start = target.wave_params(dtype)
+    shapes = [
+        p["shape"] if isinstance(p["shape"], ConvShape) else ConvShape.from_json(p["shape"]) for p in points
+    ]
+    sms = [int(p.get("sms") or target.sms) for p in points]
+    y = np.log(np.array([float(p["measured_us"]) for p in points]))
+    nfam = len(start.families)
+
+    def unpack(x: np.ndarray) -> WaveParams:
+        fams = [start.families[0]]
+        for i, fam in enumerate(start.families[1:]):
+            fams.append(replace(fam, efficiency=float(x[5 + i])))
+        return replace(
+            start,
+            fixed_us=float(x[0]),
+            macs_per_us_per_sm=float(np.exp(x[1])),
+            wave_us=float(x[2]),
+            tail_floor=float(x[3]),
+            small_tile=float(x[4]),
+            families=tuple(fams),
+        )
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        params = unpack(x)
+        pred = [_evaluate(s, target, params, n).predicted_us for s, n in zip(shapes, sms)]
+        return np.log(np.array(pred)) - y
+
+    x0 = np.array(
+        [
+            start.fixed_us,
+            math.log(start.macs_per_us_per_sm),
+            start.wave_us,
+            start.tail_floor,
+            start.small_tile,
+            *[f.efficiency for f in start.families[1:]],
+        ]
+    )
+    lo = np.array([0.0, x0[1] - 5, 0.0, 0.0, 0.0, *[0.02] * (nfam - 1)])
+    hi = np.array([200.0, x0[1] + 5, 100.0, 1.0, 256.0, *[1.5] * (nfam - 1)])
+    x0 = np.clip(x0, lo + 1e-9, hi - 1e-9)
+    res = least_squares(residuals, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.05, diff_step=1e-3)
+    ids = tuple(sorted({str(p["id"]) for p in points if p.get("id")}))
+    return replace(
+        unpack(res.x),
+        name=name or f"{target.name}-{dtype} fit",
+        fitted=True,
+        source=f"least-squares fit on {len(points)} measured points",
+        fitted_on=ids,
+    )
+
+
+def conv_rows(analysis: Any, target: Target, dtype: str = "fp16") -> list[dict[str, Any]]:
+    """Per-conv wave columns for `deployopt analyze --target`: implicit-GEMM dims, blocks, waves,
+    tail fill, and for each free channel group the conv touches, the nearest wave-aligned widths
+    below/above with the predicted latency change of this conv.
+
+    `analysis` is a deployopt.coupling.Analysis: `.convs` (name, shape, out_group, in_groups) and
+    `.groups` (objects or dicts with an id and a `free` flag; looked up by the ids the convs name).
+    """
+    groups = _groups_by_id(getattr(analysis, "groups", []))
+    params = target.wave_params(dtype)
+    rows = []
+    for conv in analysis.convs:
+        shape: ConvShape = conv.shape
+        pred = _evaluate(shape, target, params)
+        m, n, kd = shape.gemm
+        row: dict[str, Any] = {
+            "name": conv.name,
+            "gemm_m": m,
+            "gemm_n": n,
+            "gemm_k": kd,
+            "tile": list(pred.tile),
+            "blocks": pred.blocks,
+            "blocks_per_sm": pred.blocks_per_sm,
+            "waves": pred.waves,
+            "tail_fill": pred.tail_fill,
+            "predicted_us": pred.predicted_us,
+            "predictor": params.name,
+            "widths": [],
+        }
+        roles = [("out", getattr(conv, "out_group", None), shape.k)]
+        roles += [("in", g, shape.c) for g in (getattr(conv, "in_groups", None) or [])]
+        seen = set()
+        for role, gid, width in roles:
+            if gid is None or (role, gid) in seen or not _is_free(groups.get(gid)):
+                continue
+            seen.add((role, gid))
+            if role == "in" and shape.is_depthwise:
+                continue  # the depthwise conv's width moves with its producer's: counted there
+            below, above = aligned_widths(shape, target, dtype, width, role)
+            entry: dict[str, Any] = {"group": gid, "role": role, "width": width}
+            for key, w in (("below", below), ("above", above)):
+                entry[key] = w
+                if w is None:
+                    entry[f"{key}_delta_us"] = None
+                else:
+                    us = _evaluate(_vary(shape, w, role), target, params).predicted_us
+                    entry[f"{key}_delta_us"] = us - pred.predicted_us
+            row["widths"].append(entry)
+        rows.append(row)
+    return rows
+
+
+def _group_id(g: Any) -> Any:
+    if isinstance(g, dict):
+        return g.get("id", g.get("name"))
+    return getattr(g, "id", getattr(g, "name", None))
+
+
+def _groups_by_id(groups: Any) -> dict[Any, Any]:
+    if isinstance(groups, dict):
+        return dict(groups)
+    return {_group_id(g): g for g in groups}
+
+
+def _is_free(group: Any) -> bool:
+    """A group the optimizer may resize. Unknown groups count as free (analysis without groups)."""
+    if group is None:
+        return True
+    if isinstance(group, dict):
+        if "free" in group:
+            return bool(group["free"])
+        return not group.get("frozen", False)
+    if hasattr(group, "free"):
+        return bool(group.free)
+    return not bool(getattr(group, "frozen", False))

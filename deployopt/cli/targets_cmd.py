@@ -1,1 +1,397 @@
-"""CLI commands (placeholder until its issue lands)."""
+"""`deployopt targets`, `deployopt staircase`, `deployopt calibrate`: GPUs and the wave model.
+
+Thin layer: parse options, call deployopt.targets / deployopt.waves, render with rich. Every
+latency printed says whether it was predicted (model and parameters) or measured (backend,
+median, IQR, runs).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.table import Table
+
+from deployopt.cli.app import app, console
+from deployopt.errors import DeployoptError
+from deployopt.layers import ConvShape
+
+# A short calibration sweep: (n, c, h, w, kernel, stride) × output channels 16…256 step 16.
+CALIBRATION_SHAPES = [
+    (8, 128, 28, 28, 3, 1),
+    (8, 256, 14, 14, 1, 1),
+    (16, 64, 32, 32, 3, 2),
+    (1, 256, 56, 56, 3, 1),
+]
+CALIBRATION_KS = "16:256:16"
+
+
+def parse_dims(value: str, option: str = "--input") -> tuple[int, int, int, int]:
+    """'8x128x28x28' → (8, 128, 28, 28): batch, channels, height, width."""
+    try:
+        dims = [int(d) for d in value.lower().split("x")]
+    except ValueError:
+        raise DeployoptError(f"{option} {value!r}: expected NxCxHxW such as 8x128x28x28") from None
+    if len(dims) != 4 or any(d < 1 for d in dims):
+        raise DeployoptError(
+            f"{option} {value!r}: expected four positive integers NxCxHxW such as 8x128x28x28"
+        )
+    return dims[0], dims[1], dims[2], dims[3]
+
+
+def parse_channels(value: str, option: str = "--out-channels") -> list[int]:
+    """'a:b:s' (b included), 'a:b' (step 1), or a comma list '64,96,128' → sorted unique widths."""
+    text = value.strip()
+    try:
+        if ":" in text:
+            parts = [int(p) for p in text.split(":")]
+            if len(parts) not in (2, 3):
+                raise ValueError
+            a, b = parts[0], parts[1]
+            s = parts[2] if len(parts) == 3 else 1
+            if s < 1 or a < 1 or b < a:
+                raise DeployoptError(
+                    f"{option} {value!r}: need 1 <= start <= stop and step >= 1 (a:b:s includes b)"
+                )
+            widths = list(range(a, b + 1, s))
+        else:
+            widths = [int(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        raise DeployoptError(
+            f"{option} {value!r}: expected start:stop:step (e.g. 16:512:16) or a list 64,128"
+        ) from None
+    if not widths or any(w < 1 for w in widths):
+        raise DeployoptError(f"{option} {value!r}: channel counts must be positive integers")
+    if len(widths) > 4096:
+        raise DeployoptError(f"{option} {value!r}: {len(widths)} widths is too many (at most 4096)")
+    return sorted(set(widths))
+
+
+def parse_kernel(value: str) -> tuple[int, int]:
+    try:
+        parts = [int(p) for p in value.lower().split("x")]
+    except ValueError:
+        raise DeployoptError(f"--kernel {value!r}: expected a size such as 3 or 3x3") from None
+    if len(parts) == 1:
+        parts = parts * 2
+    if len(parts) != 2 or min(parts) < 1:
+        raise DeployoptError(f"--kernel {value!r}: expected a positive size such as 3 or 3x3")
+    return parts[0], parts[1]
+
+
+def _check_dtype(dtype: str) -> None:
+    from deployopt.waves import DTYPES
+
+    if dtype not in DTYPES:
+        raise DeployoptError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
+
+
+def _check_sms(sms: int | None) -> None:
+    if sms is not None and sms < 1:
+        raise DeployoptError(f"--sms {sms}: must be a positive integer")
+
+
+def _kb(n: int) -> str:
+    return f"{n // 1024} KB"
+
+
+@app.command("targets")
+def targets_command(
+    target: Optional[str] = typer.Option(
+        None, "--target", "-t", help="Show one target (name, 'local' or profile path)."
+    ),
+    sms: Optional[int] = typer.Option(None, "--sms", help="What-if: override the SM count."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """List built-in GPU targets (SMs, compute capability, per-SM limits, clock, sources)."""
+    from deployopt.targets import get_target, list_targets
+
+    _check_sms(sms)
+    targets = (
+        [get_target(target, sms=sms)] if target else [t.with_sms(sms) if sms else t for t in list_targets()]
+    )
+    if as_json:
+        doc: Any = targets[0].to_json() if target else [t.to_json() for t in targets]
+        console.print_json(json.dumps(doc))
+        return
+    table = Table(title="GPU targets" + (f" (--sms {sms})" if sms else ""))
+    for col in ("name", "CC", "SMs", "MHz", "SM thr/blk/warp", "smem SM/blk", "regs SM/blk", "model"):
+        table.add_column(col, justify="left" if col in ("name", "model") else "right", no_wrap=col == "name")
+    for t in targets:
+        fitted = sorted(dt for dt, p in t.params.items() if p.fitted)
+        table.add_row(
+            t.name,
+            t.cc,
+            f"{t.sms}" + (f"/{t.full_sms}" if t.full_sms else ""),
+            f"{t.clock_mhz:g}",
+            f"{t.max_threads_per_sm}/{t.max_blocks_per_sm}/{t.max_warps_per_sm}",
+            f"{t.shared_mem_per_sm // 1024}/{t.shared_mem_per_block // 1024} KB",
+            f"{t.registers_per_sm // 1024}K/{t.registers_per_block // 1024}K",
+            ("fitted " + "/".join(fitted)) if fitted else "default",
+        )
+    console.print(table)
+    if target:
+        t = targets[0]
+        console.print(f"origin: {t.origin}", highlight=False)
+        if t.software:
+            console.print(
+                "software: " + ", ".join(f"{k} {v}" for k, v in t.software.items()), highlight=False
+            )
+        if t.notes:
+            console.print(f"notes: {t.notes}", highlight=False)
+        for key, src in t.sources.items():
+            console.print(f"source of {key}: {src}", highlight=False, soft_wrap=True)
+        for dt in ("fp16", "fp32", "int8"):
+            p = t.wave_params(dt)
+            console.print(f"{dt}: {p.describe()} — {p.source}", highlight=False, soft_wrap=True)
+    else:
+        console.print(
+            "model: wave-model parameters fitted on that GPU, or defaults derived from the H200 fit by "
+            "per-SM throughput (not calibrated). Sources of every figure: deployopt targets --target NAME.",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+def _base_shape(input_dims: str, kernel: str, stride: int, groups: int, first_k: int) -> ConvShape:
+    n, c, h, w = parse_dims(input_dims)
+    r, s = parse_kernel(kernel)
+    if stride < 1:
+        raise DeployoptError(f"--stride {stride}: must be a positive integer")
+    if groups < 1 or c % groups:
+        raise DeployoptError(f"--groups {groups}: must be a positive divisor of the input channels ({c})")
+    shape = ConvShape(n, c, h, w, first_k, r, s, (stride, stride), (r // 2, s // 2), (1, 1), groups)
+    if shape.p < 1 or shape.q < 1:
+        raise DeployoptError(f"--input {input_dims}: too small for a {r}x{s} kernel with stride {stride}")
+    return shape
+
+
+def staircase_doc(
+    target: Any,
+    shape: ConvShape,
+    dtype: str,
+    ks: list[int],
+    timings: list[Any] | None = None,
+    backend: str | None = None,
+) -> dict[str, Any]:
+    """The staircase as JSON: points (out_channels, waves, tail_fill, predicted_us, measured_*)."""
+    from deployopt.waves import staircase
+
+    params = target.wave_params(dtype)
+    preds = staircase(shape, target, dtype, ks)
+    points = []
+    for i, (k, p) in enumerate(zip(ks, preds)):
+        pt: dict[str, Any] = {
+            "out_channels": k,
+            "waves": p.waves,
+            "tail_fill": p.tail_fill,
+            "predicted_us": p.predicted_us,
+            "blocks": p.blocks,
+            "blocks_per_sm": p.blocks_per_sm,
+            "tile": list(p.tile),
+            "family": p.family,
+        }
+        if timings is not None:
+            pt["measured_us"] = timings[i].median_us
+            pt["measured_iqr_us"] = timings[i].iqr_us
+            pt["measured_runs"] = timings[i].runs
+        points.append(pt)
+    doc: dict[str, Any] = {
+        "points": points,
+        "target": {
+            "name": target.name,
+            "display_name": target.display_name,
+            "sms": target.sms,
+            "compute_capability": list(target.compute_capability),
+            "origin": target.origin,
+        },
+        "shape": {k: v for k, v in shape.to_json().items() if k != "k"},
+        "dtype": dtype,
+        "predictor": {
+            "model": "wave",
+            "params": params.name,
+            "fitted": params.fitted,
+            "source": params.source,
+        },
+    }
+    if timings is not None:
+        env = timings[0].environment if timings else {}
+        doc["measured"] = {
+            "backend": backend,
+            "statistic": "median, IQR",
+            "runs": timings[0].runs if timings else 0,
+            "environment": env,
+        }
+    return doc
+
+
+@app.command("staircase")
+def staircase_command(
+    target: str = typer.Option(..., "--target", "-t", help="Built-in name, 'local', or a profile path."),
+    input_dims: str = typer.Option(..., "--input", help="Input NxCxHxW, e.g. 8x128x28x28."),
+    out_channels: str = typer.Option(..., "--out-channels", help="a:b:s (b included) or a list 64,96,128."),
+    kernel: str = typer.Option("3", "--kernel", "-k", help="Kernel size (3 or 3x3); padding is 'same'."),
+    stride: int = typer.Option(1, "--stride"),
+    groups: int = typer.Option(1, "--groups"),
+    dtype: str = typer.Option("fp16", "--dtype", help="fp16, fp32 or int8 (int8: predicted only)."),
+    sms: Optional[int] = typer.Option(
+        None, "--sms", help="Use only N SMs (model; and the backend if measuring)."
+    ),
+    measure: Optional[str] = typer.Option(
+        None, "--measure", help="Also measure on this backend (e.g. torch)."
+    ),
+    runs: int = typer.Option(100, "--runs", help="Timed runs per width when measuring."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG of the staircase."),
+) -> None:
+    """Predicted (and optionally measured) latency of one conv as its output channels grow."""
+    from deployopt.targets import get_target
+
+    _check_dtype(dtype)
+    _check_sms(sms)
+    ks = parse_channels(out_channels)
+    shape = _base_shape(input_dims, kernel, stride, groups, ks[0])
+    if groups > 1 and any(k % groups for k in ks):
+        raise DeployoptError(f"--out-channels: every width must be a multiple of --groups {groups}")
+    tgt = get_target(target, sms=sms)
+    if measure and dtype == "int8":
+        raise DeployoptError("--measure with --dtype int8: INT8 staircases are predicted only")
+    if measure and runs < 1:
+        raise DeployoptError("--runs must be at least 1")
+    timings = None
+    if measure:
+        from deployopt.backends.base import MeasureOptions, get_backend
+
+        backend = get_backend(measure)
+        with backend.open(MeasureOptions(dtype=dtype, sms=sms, runs=runs)) as session:
+            timings = session.measure_convs([shape.with_channels(k=k) for k in ks])
+    doc = staircase_doc(tgt, shape, dtype, ks, timings, measure)
+    params = tgt.wave_params(dtype)
+    if plot is not None:
+        from deployopt.plots import plot_staircase
+
+        pts = doc["points"]
+        plot_staircase(
+            ks,
+            plot,
+            predicted_us=[p["predicted_us"] for p in pts],
+            waves=[p["waves"] for p in pts],
+            measured_us=[p["measured_us"] for p in pts] if timings else None,
+            measured_iqr_us=[p["measured_iqr_us"] for p in pts] if timings else None,
+            title=f"{tgt.display_name}, {tgt.sms} SMs, {dtype}: conv {input_dims} k{kernel} s{stride} g{groups}",
+            predicted_label=f"predicted ({params.describe()})",
+            measured_label=f"measured on {measure} (median of {runs} runs, IQR bars)",
+        )
+    if as_json:
+        console.print_json(json.dumps(doc))
+        return
+    m, _, kd = shape.gemm
+    console.print(
+        f"{tgt.display_name} ({tgt.name}, {tgt.sms} SMs, CC {tgt.cc}), {dtype}, conv {input_dims} "
+        f"kernel {shape.r}x{shape.s} stride {stride} groups {groups}: implicit GEMM M={m}, depth={kd}",
+        highlight=False,
+    )
+    table = Table()
+    for col in ("out ch", "tile", "blocks", "blk/SM", "waves", "tail fill", "predicted µs"):
+        table.add_column(col, justify="right")
+    if timings:
+        table.add_column("measured µs (median)", justify="right")
+        table.add_column("IQR µs", justify="right")
+    for p in doc["points"]:
+        row = [
+            str(p["out_channels"]),
+            "x".join(map(str, p["tile"])),
+            str(p["blocks"]),
+            str(p["blocks_per_sm"]),
+            str(p["waves"]),
+            f"{100 * p['tail_fill']:.0f}%",
+            f"{p['predicted_us']:.1f}",
+        ]
+        if timings:
+            row += [f"{p['measured_us']:.1f}", f"{p['measured_iqr_us']:.1f}"]
+        table.add_row(*row)
+    console.print(table)
+    console.print(f"predicted µs: {params.describe()}; {params.source}", highlight=False, soft_wrap=True)
+    if timings:
+        console.print(
+            f"measured µs: on backend {measure}, median and IQR of {timings[0].runs} runs per width",
+            highlight=False,
+        )
+    if plot is not None:
+        console.print(f"plot written to {plot}", highlight=False)
+
+
+@app.command("calibrate")
+def calibrate_command(
+    target: str = typer.Option(..., "--target", "-t", help="The target these measurements describe."),
+    measure: str = typer.Option(
+        ..., "--measure", help="Backend that times convs on this device (e.g. torch)."
+    ),
+    sms: Optional[int] = typer.Option(None, "--sms", help="Restrict to N SMs while measuring."),
+    dtype: str = typer.Option("fp16", "--dtype", help="Comma list of dtypes to fit (fp16,fp32)."),
+    runs: int = typer.Option(30, "--runs", help="Timed runs per conv."),
+    out_channels: str = typer.Option(
+        CALIBRATION_KS, "--out-channels", help="Widths swept per shape (a:b:s)."
+    ),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Profile path (default: user cache)."),
+    name: Optional[str] = typer.Option(None, "--name", help="Profile name (default: the target's name)."),
+) -> None:
+    """Time a short sweep on the device, fit the wave model, save a profile --target can load."""
+    from deployopt.backends.base import MeasureOptions, get_backend
+    from deployopt.fileio import write_json
+    from deployopt.targets import cache_dir, get_target
+    from deployopt.waves import fit
+
+    _check_sms(sms)
+    dtypes = [d.strip() for d in dtype.split(",") if d.strip()]
+    for dt in dtypes:
+        _check_dtype(dt)
+        if dt == "int8":
+            raise DeployoptError("--dtype int8: calibration needs measured convs, and INT8 is predicted only")
+    ks = parse_channels(out_channels)
+    tgt = get_target(target, sms=sms)
+    profile_name = name or (tgt.name if sms is None else f"{tgt.name}-{tgt.sms}sm")
+    dest = output or cache_dir() / f"{profile_name}.json"
+    backend = get_backend(measure)
+    sweeps = []
+    params = {}
+    for dt in dtypes:
+        shapes = []
+        for n, c, h, w, r, st in CALIBRATION_SHAPES:
+            base = ConvShape(n, c, h, w, ks[0], r, r, (st, st), (r // 2, r // 2))
+            shapes += [base.with_channels(k=k) for k in ks]
+        console.print(f"measuring {len(shapes)} convs ({dt}) on {measure} …", highlight=False)
+        with backend.open(MeasureOptions(dtype=dt, sms=sms, runs=runs)) as session:
+            timings = session.measure_convs(shapes)
+        points = []
+        for i, (shape, t) in enumerate(zip(shapes, timings)):
+            points.append(
+                {
+                    "id": f"calib_{dt}_{i // len(ks)}",
+                    "shape": shape.to_json(),
+                    "measured_us": t.median_us,
+                    "iqr_us": t.iqr_us,
+                    "sms": tgt.sms,
+                }
+            )
+        params[dt] = fit(points, tgt, dt, name=f"{profile_name}-{dt} calibrated").to_json()
+        sweeps.append({"dtype": dt, "sms": tgt.sms, "backend": measure, "runs": runs, "points": points})
+    target_json = tgt.to_json()
+    target_json.pop("params", None)
+    target_json["name"] = profile_name
+    doc = {
+        "deployopt_profile": 1,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "target": target_json,
+        "params": params,
+        "measured_with": {"backend": measure, "runs": runs, "statistic": "median"},
+        "sweeps": sweeps,
+    }
+    write_json(dest, doc)
+    console.print(
+        f"profile {profile_name!r} written to {dest}; use --target {profile_name} or --target {dest}",
+        highlight=False,
+    )

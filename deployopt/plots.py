@@ -1,0 +1,96 @@
+"""Staircase plots: latency against channel count, with the model's wave boundaries marked.
+
+Used by `deployopt staircase --plot` and by the optimizer's report (per-layer staircases), so it
+takes plain lists, not CLI objects.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from deployopt.fileio import atomic_path
+
+
+def wave_boundaries(out_channels: Sequence[int], waves: Sequence[int]) -> list[float]:
+    """x positions (midway between two widths) where the predicted wave count changes."""
+    return [
+        (out_channels[i] + out_channels[i + 1]) / 2
+        for i in range(len(out_channels) - 1)
+        if waves[i] != waves[i + 1]
+    ]
+
+
+def plot_staircase(
+    out_channels: Sequence[int],
+    path: str | os.PathLike[str],
+    *,
+    predicted_us: Sequence[float] | None = None,
+    waves: Sequence[int] | None = None,
+    measured_us: Sequence[float | None] | None = None,
+    measured_iqr_us: Sequence[float | None] | None = None,
+    title: str = "",
+    predicted_label: str = "predicted",
+    measured_label: str = "measured (median, IQR bars)",
+    xlabel: str = "output channels",
+    marks: Sequence[int] = (),
+) -> Path:
+    """Write a PNG: predicted staircase (steps), measured medians with IQR bars, dashed lines at
+    the predicted wave boundaries (with the wave count after each), optional marked widths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if predicted_us is None and measured_us is None:
+        raise ValueError("plot_staircase needs predicted_us or measured_us")
+    ks = list(out_channels)
+    fig, ax = plt.subplots(figsize=(9, 4.5), dpi=110)
+    try:
+        if predicted_us is not None:
+            ax.step(ks, list(predicted_us), where="mid", color="tab:blue", lw=1.6, label=predicted_label)
+        if measured_us is not None:
+            pts = [
+                (k, m, (measured_iqr_us[i] if measured_iqr_us else None) or 0.0)
+                for i, (k, m) in enumerate(zip(ks, measured_us))
+                if m is not None
+            ]
+            if pts:
+                ax.errorbar(
+                    [p[0] for p in pts],
+                    [p[1] for p in pts],
+                    yerr=[p[2] / 2 for p in pts],
+                    fmt="o",
+                    ms=3.5,
+                    color="tab:orange",
+                    ecolor="0.5",
+                    capsize=2,
+                    label=measured_label,
+                )
+        if waves is not None:
+            waves = list(waves)
+            for i, x in enumerate(wave_boundaries(ks, waves)):
+                ax.axvline(
+                    x, color="0.6", ls="--", lw=0.8, label="predicted wave boundary" if i == 0 else None
+                )
+            ymax = ax.get_ylim()[1]
+            for i in range(len(ks)):
+                if i == 0 or waves[i] != waves[i - 1]:
+                    ax.annotate(f"{waves[i]}w", (ks[i], ymax), fontsize=7, color="0.4", va="top", ha="left")
+        for k in marks:
+            ax.axvline(k, color="tab:green", lw=1.0, alpha=0.7)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("latency (µs)")
+        ax.set_ylim(bottom=0)
+        if title:
+            ax.set_title(title, fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="upper left")
+        fig.tight_layout()
+        dest = Path(path)
+        with atomic_path(dest, suffix=".png") as tmp:
+            fig.savefig(tmp, format="png")
+    finally:
+        plt.close(fig)
+    return dest

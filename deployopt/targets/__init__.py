@@ -1,0 +1,239 @@
+"""GPU targets: built-in profiles (one JSON data file per GPU), the local GPU, calibrated profiles.
+
+A target is the set of facts the wave model needs (SM count, per-SM occupancy limits, clock) plus
+the model's parameters for it, fitted on that GPU or derived from a similar one. Each figure keeps
+the source it came from, because half the Jetson numbers on the web are for another power mode.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from deployopt.errors import TargetError
+from deployopt.waves import DTYPES, WaveParams, default_params
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+FITTED_DIR = Path(__file__).resolve().parent / "fitted"
+
+# Targets without their own fit borrow one measured on the same SM design.
+FIT_BORROWED = {"h100": "h200"}
+
+
+@dataclass(frozen=True)
+class Target:
+    """One GPU as the wave model sees it. `params` maps dtype → WaveParams (fitted or default)."""
+
+    name: str
+    display_name: str
+    compute_capability: tuple[int, int]
+    sms: int
+    cuda_cores: int
+    clock_mhz: float
+    max_threads_per_sm: int
+    max_blocks_per_sm: int
+    max_warps_per_sm: int
+    shared_mem_per_sm: int
+    shared_mem_per_block: int
+    registers_per_sm: int
+    registers_per_block: int
+    sources: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
+    params: dict[str, WaveParams] = field(default_factory=dict, hash=False, compare=False)
+    kind: str = ""
+    software: dict[str, str] = field(default_factory=dict, hash=False, compare=False)  # JetPack / TRT / CUDA
+    notes: str = ""
+    full_sms: int | None = None  # the SM count before an --sms override (None: not overridden)
+    origin: str = "built-in"  # "built-in", "local GPU (torch)", or the calibrated profile's path
+
+    @property
+    def cc(self) -> str:
+        return f"{self.compute_capability[0]}.{self.compute_capability[1]}"
+
+    @property
+    def cores_per_sm(self) -> int:
+        return self.cuda_cores // max(self.sms if self.full_sms is None else self.full_sms, 1)
+
+    def wave_params(self, dtype: str) -> WaveParams:
+        """The model parameters for `dtype`: this target's fit, else defaults for its CC."""
+        if dtype not in DTYPES:
+            raise TargetError(f"unknown dtype {dtype!r}; choose one of: {', '.join(DTYPES)}")
+        if dtype in self.params:
+            return self.params[dtype]
+        return default_params(self.compute_capability, dtype, self.clock_mhz)
+
+    def with_sms(self, sms: int | None) -> Target:
+        """What-if: the same GPU with fewer SMs (a green context, a gated power mode)."""
+        if sms is None:
+            return self
+        full = self.full_sms or self.sms
+        if isinstance(sms, bool) or not isinstance(sms, int) or sms < 1:
+            raise TargetError(f"--sms must be a positive integer, not {sms!r}")
+        if sms > full:
+            raise TargetError(f"--sms {sms}: {self.name} has only {full} SMs")
+        return replace(self, sms=sms, full_sms=full)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "display_name": self.display_name,
+            "kind": self.kind,
+            "compute_capability": list(self.compute_capability),
+            "sms": self.sms,
+            **({"full_sms": self.full_sms} if self.full_sms is not None else {}),
+            "cuda_cores": self.cuda_cores,
+            "clock_mhz": self.clock_mhz,
+            "max_threads_per_sm": self.max_threads_per_sm,
+            "max_blocks_per_sm": self.max_blocks_per_sm,
+            "max_warps_per_sm": self.max_warps_per_sm,
+            "shared_mem_per_sm": self.shared_mem_per_sm,
+            "shared_mem_per_block": self.shared_mem_per_block,
+            "registers_per_sm": self.registers_per_sm,
+            "registers_per_block": self.registers_per_block,
+            "software": dict(self.software),
+            "notes": self.notes,
+            "origin": self.origin,
+            "sources": dict(self.sources),
+            "params": {dt: self.wave_params(dt).to_json() for dt in DTYPES},
+        }
+
+
+_FIELDS = (
+    "name",
+    "display_name",
+    "compute_capability",
+    "sms",
+    "cuda_cores",
+    "clock_mhz",
+    "max_threads_per_sm",
+    "max_blocks_per_sm",
+    "max_warps_per_sm",
+    "shared_mem_per_sm",
+    "shared_mem_per_block",
+    "registers_per_sm",
+    "registers_per_block",
+)
+
+
+def target_from_json(d: dict[str, Any], origin: str = "built-in") -> Target:
+    """Build a Target from a data-file dict; `params` (dtype → WaveParams dict) is optional."""
+    missing = [k for k in _FIELDS if k not in d]
+    if missing:
+        raise TargetError(f"target profile {origin}: missing {', '.join(missing)}")
+    params = {dt: WaveParams.from_json(p) for dt, p in (d.get("params") or {}).items()}
+    return Target(
+        name=d["name"],
+        display_name=d["display_name"],
+        compute_capability=(int(d["compute_capability"][0]), int(d["compute_capability"][1])),
+        sms=int(d["sms"]),
+        cuda_cores=int(d["cuda_cores"]),
+        clock_mhz=float(d["clock_mhz"]),
+        max_threads_per_sm=int(d["max_threads_per_sm"]),
+        max_blocks_per_sm=int(d["max_blocks_per_sm"]),
+        max_warps_per_sm=int(d["max_warps_per_sm"]),
+        shared_mem_per_sm=int(d["shared_mem_per_sm"]),
+        shared_mem_per_block=int(d["shared_mem_per_block"]),
+        registers_per_sm=int(d["registers_per_sm"]),
+        registers_per_block=int(d["registers_per_block"]),
+        sources=dict(d.get("sources") or {}),
+        params=params,
+        kind=d.get("kind", ""),
+        software={k: str(v) for k, v in (d.get("software") or {}).items()},
+        notes=d.get("notes", ""),
+        full_sms=d.get("full_sms"),
+        origin=origin,
+    )
+
+
+def _fitted_params(name: str) -> dict[str, WaveParams]:
+    path = FITTED_DIR / f"{FIT_BORROWED.get(name, name)}.json"
+    if not path.exists():
+        return {}
+    doc = json.loads(path.read_text())
+    return {dt: WaveParams.from_json(p) for dt, p in doc.get("params", {}).items()}
+
+
+@lru_cache(maxsize=None)
+def _builtin(name: str) -> Target:
+    d = json.loads((DATA_DIR / f"{name}.json").read_text())
+    d = dict(d, params={})
+    target = target_from_json(d)
+    return replace(target, params=_fitted_params(name))
+
+
+def builtin_names() -> list[str]:
+    return sorted(p.stem for p in DATA_DIR.glob("*.json"))
+
+
+def list_targets() -> list[Target]:
+    """Every built-in target, Jetsons first (by SM count), then the discrete GPUs."""
+    targets = [_builtin(n) for n in builtin_names()]
+    return sorted(targets, key=lambda t: (t.kind != "jetson", t.sms, t.clock_mhz, t.name))
+
+
+def cache_dir() -> Path:
+    """Where calibrated profiles live: $DEPLOYOPT_CACHE_DIR, else $XDG_CACHE_HOME/deployopt, else
+    ~/.cache/deployopt (the `targets` sub-folder)."""
+    root = os.environ.get("DEPLOYOPT_CACHE_DIR")
+    if root:
+        return Path(root) / "targets"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".cache"
+    return base / "deployopt" / "targets"
+
+
+def load_profile(path: str | os.PathLike[str]) -> Target:
+    """A calibrated profile written by `deployopt calibrate` (target facts + fitted params)."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise TargetError(f"cannot read target profile {path}: {exc}") from None
+    if not isinstance(doc, dict) or "target" not in doc:
+        raise TargetError(f"{path} is not a deployopt target profile (no 'target' key)")
+    d = dict(doc["target"])
+    d["params"] = doc.get("params", {})
+    d.pop("origin", None)
+    return target_from_json(d, origin=str(path))
+
+
+def get_target(name_or_path: str, sms: int | None = None) -> Target:
+    """Resolve a target: "local" (the GPU present), a profile path, a calibrated profile in the user
+    cache, or a built-in name. A calibrated profile of the same name wins over the built-in one,
+    so `deployopt calibrate --target orin-nano-8gb` changes what that name predicts for this user."""
+    if name_or_path == "local":
+        from deployopt.targets.local import read_local_target
+
+        target = read_local_target()
+    elif name_or_path.endswith(".json") or os.sep in name_or_path:
+        if not Path(name_or_path).exists():
+            raise TargetError(f"target profile {name_or_path} does not exist")
+        target = load_profile(name_or_path)
+    elif (cache_dir() / f"{name_or_path}.json").exists():
+        target = load_profile(cache_dir() / f"{name_or_path}.json")
+    elif name_or_path in builtin_names():
+        target = _builtin(name_or_path)
+    else:
+        cached = sorted(p.stem for p in cache_dir().glob("*.json")) if cache_dir().is_dir() else []
+        valid = ", ".join([*builtin_names(), "local", *cached])
+        raise TargetError(f"unknown target {name_or_path!r}; choose one of: {valid} (or a profile .json)")
+    return target.with_sms(sms)
+
+
+def cc_limits(cc: tuple[int, int]) -> dict[str, int] | None:
+    """Per-SM limits of a compute capability, taken from a built-in target that has it."""
+    for t in list_targets():
+        if t.compute_capability == tuple(cc):
+            return {k: getattr(t, k) for k in _FIELDS[6:]}
+    return None
+
+
+def fitted_for_cc(cc: tuple[int, int]) -> dict[str, WaveParams]:
+    """Fitted parameters shipped for a GPU of this compute capability (used by `local`)."""
+    for t in list_targets():
+        if t.compute_capability == tuple(cc) and t.params:
+            return dict(t.params)
+    return {}
