@@ -1,0 +1,212 @@
+"""Channel coupling: which channel counts may change, and which must change together.
+
+`analyze(model)` walks the graph once in topological order, lets the rule registered for each op
+(deployopt/coupling/rules/) declare how channel sets relate, and closes those declarations with a
+union-find into `ChannelGroup`s. A group is frozen (with the first reason found) when any op in it
+cannot follow a width change; free groups are what the optimizer may pad or trim.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import onnx
+
+from deployopt.coupling import rules as _rules  # noqa: F401  (registers every rule)
+from deployopt.coupling.registry import RULES, CouplingState, Layout, rule
+from deployopt.errors import ModelError, PlanError
+from deployopt.layers import ConvShape
+
+__all__ = ["Analysis", "ChannelGroup", "ConvLayer", "analyze", "rule"]
+
+
+@dataclass(frozen=True)
+class ChannelGroup:
+    """Tensors whose channel count must stay equal, the ops that create them and those that read them."""
+
+    id: str
+    width: int
+    frozen: bool
+    reason: str  # "" when free
+    producers: list[str]
+    consumers: list[str]
+    tensors: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "width": self.width,
+            "frozen": self.frozen,
+            "reason": self.reason,
+            "producers": list(self.producers),
+            "consumers": list(self.consumers),
+            "tensors": list(self.tensors),
+        }
+
+
+@dataclass(frozen=True)
+class ConvLayer:
+    """One 2-D Conv with the groups its input and output channels belong to."""
+
+    name: str
+    shape: ConvShape
+    out_group: Optional[str]
+    in_groups: list[tuple[Optional[str], int]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "shape": self.shape.to_json(),
+            "out_group": self.out_group,
+            "in_groups": [[g, w] for g, w in self.in_groups],
+        }
+
+
+@dataclass
+class Analysis:
+    """The groups and convs of one model, plus what surgery must edit (kept private)."""
+
+    groups: list[ChannelGroup]
+    convs: list[ConvLayer]
+    state: Optional[CouplingState] = field(default=None, repr=False, compare=False)
+    atom_group: dict[int, str] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._by_id = {g.id: g for g in self.groups}
+
+    def group(self, gid: str) -> ChannelGroup:
+        try:
+            return self._by_id[gid]
+        except KeyError:
+            known = ", ".join(g.id for g in self.free_groups()[:5])
+            raise PlanError(
+                f"unknown channel group {gid!r} (free groups include: {known or 'none'})"
+            ) from None
+
+    def free_groups(self) -> list[ChannelGroup]:
+        return [g for g in self.groups if not g.frozen]
+
+    def group_of_atom(self, atom: int) -> str:
+        assert self.state is not None
+        return self.atom_group[self.state.find(atom)]
+
+    def layout_groups(self, layout: Layout) -> list[tuple[str, int]]:
+        return [(self.group_of_atom(a), w) for a, w in layout]
+
+    def conv_shapes(self, widths: dict[str, int]) -> dict[str, ConvShape]:
+        """Every conv's shape after a plan: C from its input groups, K from its output group."""
+        out: dict[str, ConvShape] = {}
+        for conv in self.convs:
+            c = sum(widths.get(g, w) if g is not None else w for g, w in conv.in_groups)
+            if conv.shape.is_depthwise:
+                out[conv.name] = conv.shape.with_channels(c=c)
+            else:
+                k = widths.get(conv.out_group, conv.shape.k) if conv.out_group else conv.shape.k
+                out[conv.name] = conv.shape.with_channels(c=c, k=k)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"groups": [g.to_json() for g in self.groups], "convs": [c.to_json() for c in self.convs]}
+
+
+def _conv_shape(st: CouplingState, rec: Any) -> Optional[ConvShape]:
+    node = st.nodes[rec.node]
+    xs = st.shape(rec.x)
+    if xs is None or len(xs) != 4 or len(rec.weight_shape) != 4 or min(xs) < 1:
+        return None
+    r, s = rec.weight_shape[2], rec.weight_shape[3]
+    strides = st.attr(node, "strides", [1, 1])
+    dil = st.attr(node, "dilations", [1, 1])
+    pads = list(st.attr(node, "pads", [0, 0, 0, 0]))
+    auto_pad = st.attr(node, "auto_pad", b"NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        pads = []
+        for i, (size, k) in enumerate(zip(xs[2:], (r, s))):
+            out = -(-size // strides[i])
+            total = max(0, (out - 1) * strides[i] + (k - 1) * dil[i] + 1 - size)
+            pads.append(total)
+        pads = [pads[0] // 2, pads[1] // 2, pads[0] - pads[0] // 2, pads[1] - pads[1] // 2]
+    # ConvShape is symmetric; an asymmetric pad is folded to the same output size
+    ph = (pads[0] + pads[2]) // 2
+    pw = (pads[1] + pads[3]) // 2
+    return ConvShape(
+        n=xs[0], c=xs[1], h=xs[2], w=xs[3], k=rec.weight_shape[0], r=r, s=s,
+        stride=(int(strides[0]), int(strides[1])), pad=(ph, pw),
+        dilation=(int(dil[0]), int(dil[1])), groups=int(st.attr(node, "group", 1)),
+    )  # fmt: skip
+
+
+def _unique_ids(st: CouplingState, roots: list[int]) -> dict[int, str]:
+    ids: dict[int, str] = {}
+    used: set[str] = set()
+    for root in roots:
+        base = st.atoms[root].source
+        gid, k = base, 1
+        while gid in used:
+            k += 1
+            gid = f"{base}#{k}"
+        used.add(gid)
+        ids[root] = gid
+    return ids
+
+
+def analyze(model: onnx.ModelProto) -> Analysis:
+    """Find every channel group of a (loaded: static shapes, folded constants) model."""
+    if not any(n.op_type == "Conv" for n in model.graph.node):
+        raise ModelError("no Conv node: nothing to optimize")
+    if not model.graph.value_info:
+        model = onnx.shape_inference.infer_shapes(model)
+    st = CouplingState(model)
+    st.run(RULES)
+
+    # roots in order of their oldest atom, i.e. their first producer in topological order
+    roots = sorted({st.find(a) for a in range(len(st.atoms))})
+    ids = _unique_ids(st, roots)
+    producers: dict[int, list[str]] = {r: [] for r in roots}
+    for a, atom in enumerate(st.atoms):
+        if atom.producer is not None:
+            name = st.node_names[atom.producer]
+            lst = producers[st.find(a)]
+            if name not in lst:
+                lst.append(name)
+    tensors: dict[int, list[str]] = {r: [] for r in roots}
+    readers: dict[int, set[int]] = {r: set() for r in roots}
+    for t, lay in st.layouts.items():
+        for root in {st.find(a) for a, _ in lay}:
+            tensors[root].append(t)
+            readers[root].update(st.users.get(t, ()))
+    groups = []
+    for r in roots:
+        atom = st.atoms[r]
+        groups.append(
+            ChannelGroup(
+                id=ids[r],
+                width=atom.width,
+                frozen=bool(atom.frozen),
+                reason=atom.frozen,
+                producers=producers[r],
+                consumers=[st.node_names[i] for i in sorted(readers[r])],
+                tensors=tensors[r],
+            )
+        )
+    analysis = Analysis(groups=groups, convs=[], state=st, atom_group=ids)
+    convs = []
+    for rec in st.convs:
+        shape = _conv_shape(st, rec)
+        if shape is None:
+            continue
+        out_group = None
+        if rec.out_layout is not None and len(rec.out_layout) == 1:
+            out_group = analysis.group_of_atom(rec.out_layout[0][0])
+        convs.append(
+            ConvLayer(
+                name=st.node_names[rec.node],
+                shape=shape,
+                out_group=out_group,
+                in_groups=[(g, w) for g, w in analysis.layout_groups(rec.in_layout)],
+            )
+        )
+    analysis.convs = convs
+    return analysis

@@ -1,0 +1,365 @@
+"""The rule registry and the state rules write into while the graph is walked.
+
+A rule states, for one ONNX op type, how the channel sets of its inputs and outputs relate: it
+passes them through, joins them into one group, concatenates them at offsets, consumes them as a
+reduction dimension, produces new ones, or freezes them. Rules only ever *declare* relations; the
+union-find in `CouplingState` closes them into groups, so a rule never needs to see the whole
+graph. An op without a rule freezes everything it touches: an unknown op can stop an edit, it can
+never cause a wrong one.
+
+Adding an op is one small function in deployopt/coupling/rules/:
+
+    @rule("Celu")
+    def celu(ctx: CouplingState, node: onnx.NodeProto) -> None:
+        ctx.pass_through(node)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+#: One run of channels inside a tensor's channel axis: (atom id, width).
+Segment = tuple[int, int]
+#: A tensor's channel axis as consecutive segments (one, unless a Concat joined several groups).
+Layout = tuple[Segment, ...]
+
+RuleFn = Callable[["CouplingState", onnx.NodeProto], None]
+RULES: dict[str, RuleFn] = {}
+
+
+def rule(*op_types: str) -> Callable[[RuleFn], RuleFn]:
+    """Register a coupling rule for one or more ONNX op types (default domain)."""
+
+    def register(fn: RuleFn) -> RuleFn:
+        for op in op_types:
+            if op in RULES:
+                raise ValueError(f"a coupling rule for {op} is already registered ({RULES[op].__module__})")
+            RULES[op] = fn
+        return fn
+
+    return register
+
+
+@dataclass
+class Binding:
+    """A constant whose `axis` runs over the channels of `layout`: resized with the groups in it."""
+
+    init: str
+    axis: int
+    layout: Layout
+    pad: float  # value for padded entries: keeps a padded channel exactly neutral
+    node: int  # index of the node that reads the constant
+
+
+@dataclass
+class AttrEdit:
+    """A node attribute that must equal the total width of `layout` (depthwise conv `group`)."""
+
+    node: int
+    attr: str
+    layout: Layout
+
+
+@dataclass
+class ShapeEdit:
+    """An int64 shape constant whose entry `index` is the width of `layout` (Resize sizes, Reshape)."""
+
+    init: str
+    index: int
+    layout: Layout
+    node: int
+
+
+@dataclass
+class ConvRecord:
+    node: int
+    x: str
+    in_layout: Layout
+    out_layout: Optional[Layout]
+    weight_shape: tuple[int, ...]
+
+
+@dataclass
+class _Atom:
+    width: int
+    source: str  # node name (or "input:<name>") that created it; used to name the group
+    producer: Optional[int]  # node index that produces these channels (Conv/Gemm/unknown op)
+    frozen: str = ""  # reason, "" when free
+
+
+class CouplingState:
+    """Union-find over channel atoms plus everything surgery must edit when a group changes width."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self.model = model
+        self.graph = model.graph
+        self.nodes = list(model.graph.node)
+        self.node_names = [n.name or f"{n.op_type}_{i}" for i, n in enumerate(self.nodes)]
+        self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+        self._parent: list[int] = []
+        self.atoms: list[_Atom] = []
+        self.layouts: dict[str, Layout] = {}
+        self.shapes: dict[str, list[int]] = {}
+        self.bindings: list[Binding] = []
+        self.attr_edits: list[AttrEdit] = []
+        self.shape_edits: list[ShapeEdit] = []
+        self.convs: list[ConvRecord] = []
+        self.consumed: list[tuple[int, str]] = []  # (node, tensor) read with channels as reduction dim
+        self._inits = {t.name: t for t in model.graph.initializer}
+        self._const_nodes: dict[str, onnx.AttributeProto] = {}
+        for n in self.nodes:
+            if n.op_type == "Constant" and n.output:
+                for a in n.attribute:
+                    if a.name == "value":
+                        self._const_nodes[n.output[0]] = a
+        self._const_cache: dict[str, np.ndarray] = {}
+        self.users: dict[str, list[int]] = {}
+        for i, n in enumerate(self.nodes):
+            for t in n.input:
+                if t:
+                    self.users.setdefault(t, []).append(i)
+        self._collect_shapes()
+
+    # ----- facts about tensors -------------------------------------------------------------
+    def _collect_shapes(self) -> None:
+        g = self.graph
+        for vi in [*g.input, *g.value_info, *g.output]:
+            tt = vi.type.tensor_type
+            if tt.HasField("shape"):
+                dims = [d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim]
+                self.shapes[vi.name] = dims
+        for t in g.initializer:
+            self.shapes[t.name] = list(t.dims)
+        for name, a in self._const_nodes.items():
+            self.shapes[name] = list(a.t.dims)
+
+    def shape(self, tensor: str) -> Optional[list[int]]:
+        return self.shapes.get(tensor)
+
+    def is_const(self, tensor: str) -> bool:
+        return tensor in self._inits or tensor in self._const_nodes
+
+    def const(self, tensor: str) -> Optional[np.ndarray]:
+        """The value of a constant input (initializer or Constant node), else None."""
+        if tensor in self._const_cache:
+            return self._const_cache[tensor]
+        if tensor in self._inits:
+            arr = numpy_helper.to_array(self._inits[tensor])
+        elif tensor in self._const_nodes:
+            arr = numpy_helper.to_array(self._const_nodes[tensor].t)
+        else:
+            return None
+        self._const_cache[tensor] = arr
+        return arr
+
+    def attr(self, node: onnx.NodeProto, name: str, default: Any = None) -> Any:
+        for a in node.attribute:
+            if a.name == name:
+                return onnx.helper.get_attribute_value(a)
+        return default
+
+    def index(self, node: onnx.NodeProto) -> int:
+        return self._node_index[id(node)]
+
+    def name(self, node: onnx.NodeProto) -> str:
+        return self.node_names[self.index(node)]
+
+    # ----- union-find ------------------------------------------------------------------------
+    def find(self, a: int) -> int:
+        parent = self._parent
+        root = a
+        while parent[root] != root:
+            root = parent[root]
+        while parent[a] != root:
+            parent[a], a = root, parent[a]
+        return root
+
+    def new_atom(self, width: int, source: str, producer: Optional[int], frozen: str = "") -> int:
+        self._parent.append(len(self.atoms))
+        self.atoms.append(_Atom(width, source, producer, frozen))
+        return len(self.atoms) - 1
+
+    def new_layout(self, node: onnx.NodeProto, width: int, frozen: str = "", output: int = 0) -> Layout:
+        """Channels created by `node` (a Conv's filters, a Gemm's columns, an untraceable op)."""
+        source = self.name(node) if output == 0 else f"{self.name(node)}:{output}"
+        return ((self.new_atom(width, source, self.index(node), frozen), width),)
+
+    def frozen_reason(self, atom: int) -> str:
+        return self.atoms[self.find(atom)].frozen
+
+    def freeze(self, layout: Optional[Layout], reason: str) -> None:
+        for atom, _ in layout or ():
+            root = self.atoms[self.find(atom)]
+            if not root.frozen:
+                root.frozen = reason
+
+    def _union_atoms(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra == rb:
+            return
+        if rb < ra:
+            ra, rb = rb, ra
+        # the older atom stays the root, so a group is named after its first producer
+        self._parent[rb] = ra
+        if not self.atoms[ra].frozen and self.atoms[rb].frozen:
+            self.atoms[ra].frozen = self.atoms[rb].frozen
+
+    def union(self, a: Layout, b: Layout, where: str) -> bool:
+        """Declare two tensors' channels equal, segment by segment; freeze both if they cannot be."""
+        if [w for _, w in a] == [w for _, w in b]:
+            for (x, _), (y, _) in zip(a, b):
+                self._union_atoms(x, y)
+            return True
+        reason = f"channel sets of different widths/split meet at {where}"
+        self.freeze(a, reason)
+        self.freeze(b, reason)
+        return False
+
+    # ----- layouts of tensors ----------------------------------------------------------------
+    def layout(self, tensor: str) -> Optional[Layout]:
+        return self.layouts.get(tensor)
+
+    def set_layout(self, tensor: str, layout: Optional[Layout]) -> None:
+        if layout is not None and tensor:
+            self.layouts[tensor] = layout
+
+    def channels(self, tensor: str) -> Optional[int]:
+        """Width of the channel axis (axis 1) from the inferred shape, if the tensor has one."""
+        shape = self.shape(tensor)
+        if shape is None or len(shape) < 2 or shape[1] < 1:
+            return None
+        return shape[1]
+
+    def require_layout(self, tensor: str, node: onnx.NodeProto) -> Optional[Layout]:
+        """The tensor's layout; a frozen one if its channels could not be traced."""
+        lay = self.layout(tensor)
+        if lay is not None:
+            return lay
+        width = self.channels(tensor)
+        if width is None:
+            return None
+        lay = (
+            (
+                self.new_atom(
+                    width, f"{tensor}@{self.name(node)}", None, f"channels of {tensor!r} not traced"
+                ),
+                width,
+            ),
+        )
+        self.layouts[tensor] = lay
+        return lay
+
+    def consume(self, tensor: str, node: onnx.NodeProto) -> None:
+        """`node` reads `tensor`'s channels as a reduction dim (Conv input, Gemm rows)."""
+        self.consumed.append((self.index(node), tensor))
+
+    # ----- edits surgery must make -----------------------------------------------------------
+    def bind(self, init: str, axis: int, layout: Optional[Layout], pad: float, node: onnx.NodeProto) -> None:
+        if layout is not None and init:
+            self.bindings.append(Binding(init, axis, layout, pad, self.index(node)))
+
+    def edit_attr(self, node: onnx.NodeProto, attr: str, layout: Layout) -> None:
+        self.attr_edits.append(AttrEdit(self.index(node), attr, layout))
+
+    def edit_shape(self, init: str, index: int, layout: Layout, node: onnx.NodeProto) -> None:
+        self.shape_edits.append(ShapeEdit(init, index, layout, self.index(node)))
+
+    # ----- common rule bodies ----------------------------------------------------------------
+    def freeze_node(self, node: onnx.NodeProto, reason: str) -> None:
+        """Freeze every channel set the node touches; its outputs become frozen sets of their own."""
+        for t in node.input:
+            if t and not self.is_const(t):
+                self.freeze(self.layout(t), reason)
+        for k, t in enumerate(node.output):
+            width = self.channels(t) if t else None
+            if width is not None:
+                self.set_layout(t, self.new_layout(node, width, frozen=reason, output=k))
+
+    def pass_through(self, node: onnx.NodeProto, data_inputs: Iterable[int] = (0,)) -> Optional[Layout]:
+        """Outputs carry the same channels as the data input(s) (Relu, BatchNorm, pooling …)."""
+        lay: Optional[Layout] = None
+        for i in data_inputs:
+            if i < len(node.input) and node.input[i]:
+                cur = self.layout(node.input[i])
+                if cur is None:
+                    continue
+                if lay is None:
+                    lay = cur
+                else:
+                    self.union(lay, cur, self.name(node))
+        for t in node.output:
+            if t and lay is not None and self.channels(t) == sum(w for _, w in lay):
+                self.set_layout(t, lay)
+        return lay
+
+    # ----- the walk --------------------------------------------------------------------------
+    def run(self, rules: dict[str, RuleFn]) -> None:
+        self._node_index = {id(n): i for i, n in enumerate(self.nodes)}
+        consts = set(self._inits)
+        for inp in self.graph.input:
+            if inp.name in consts:
+                continue
+            width = self.channels(inp.name)
+            if width is not None:
+                src = f"input:{inp.name}"
+                self.layouts[inp.name] = (
+                    (self.new_atom(width, src, None, f"graph input {inp.name!r}"), width),
+                )
+        for node in self.nodes:
+            if node.op_type == "Constant":
+                continue
+            fn = rules.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+            if fn is None:
+                self.freeze_node(node, f"unknown op {node.op_type}")
+            else:
+                fn(self, node)
+        for out in self.graph.output:
+            self.freeze(self.layout(out.name), f"feeds the graph output {out.name!r}")
+        self._check_shared_constants()
+
+    def _check_shared_constants(self) -> None:
+        """A constant edited for one reader must not silently change another reader."""
+        by_init: dict[str, list[Binding]] = {}
+        for b in self.bindings:
+            by_init.setdefault(b.init, []).append(b)
+        for init, bs in by_init.items():
+            keys = {(b.axis, self.resolve(b.layout)) for b in bs}
+            axes = [b.axis for b in bs]
+            binders = {b.node for b in bs}
+            users = set(self.users.get(init, []))
+            clash = len(keys) != len(set(axes)) or not users <= binders or self._is_graph_io(init)
+            if clash:
+                for b in bs:
+                    self.freeze(b.layout, f"constant {init!r} is shared by several ops")
+        # dedupe identical bindings (same constant, axis and channels) left by shared readers
+        seen: set[tuple[str, int]] = set()
+        kept: list[Binding] = []
+        for b in self.bindings:
+            if (b.init, b.axis) not in seen:
+                seen.add((b.init, b.axis))
+                kept.append(b)
+        self.bindings = kept
+
+    def _is_graph_io(self, name: str) -> bool:
+        return any(o.name == name for o in self.graph.output)
+
+    def resolve(self, layout: Layout) -> tuple[tuple[int, int], ...]:
+        return tuple((self.find(a), w) for a, w in layout)
+
+
+def normalize_axis(axis: int, rank: int) -> int:
+    return axis + rank if axis < 0 else axis
+
+
+def channel_axis_of(input_shape: Optional[list[int]], out_rank: int) -> Optional[int]:
+    """Where the channel axis (axis 1 of the output) lands in a broadcast input, or None."""
+    if input_shape is None:
+        return None
+    axis = 1 - (out_rank - len(input_shape))
+    return axis if 0 <= axis < len(input_shape) else None

@@ -1,0 +1,71 @@
+"""Element-wise ops: per-channel, so every channel-carrying input and the output share one group.
+
+Constants with a channel axis (a [1,C,1,1] scale, a [C,1,1] bias) are resized with the group and
+padded with the op's neutral value. Padded channels are 0 after their producer; ops whose value at
+0 is not finite (Log, Reciprocal) or that divide by a channel have no rule here, so they freeze.
+"""
+
+from __future__ import annotations
+
+import onnx
+
+from deployopt.coupling.registry import CouplingState, Layout, channel_axis_of, rule
+
+UNARY = (
+    "Relu", "LeakyRelu", "Elu", "Selu", "Celu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh",
+    "Softplus", "Softsign", "Mish", "Gelu", "Erf", "Abs", "Neg", "Sqrt", "Exp", "Clip", "Identity",
+    "Dropout", "Cast", "Floor", "Ceil", "Round", "Sign", "ThresholdedRelu", "Shrink", "Sin", "Cos",
+)  # fmt: skip
+
+#: value a constant operand takes on a padded channel, per op
+NEUTRAL = {"Add": 0.0, "Sum": 0.0, "Sub": 0.0, "Mean": 0.0, "Max": 0.0, "Min": 0.0, "Mul": 1.0, "Div": 1.0,
+           "PRelu": 0.0}  # fmt: skip
+
+
+@rule(*UNARY)
+def unary(ctx: CouplingState, node: onnx.NodeProto) -> None:
+    ctx.pass_through(node)
+
+
+@rule("Add", "Sum", "Sub", "Mul", "Div", "Max", "Min", "Mean", "PRelu")
+def binary(ctx: CouplingState, node: onnx.NodeProto) -> None:
+    out = node.output[0]
+    out_shape = ctx.shape(out)
+    width = ctx.channels(out)
+    if out_shape is None or width is None:
+        ctx.freeze_node(node, f"{node.op_type} {ctx.name(node)}: output shape unknown")
+        return
+    rank = len(out_shape)
+    joined: Layout | None = None
+    pending_consts: list[tuple[str, int]] = []
+    for i, t in enumerate(node.input):
+        if not t:
+            continue
+        axis = channel_axis_of(ctx.shape(t), rank)
+        per_channel = axis is not None and (ctx.shape(t) or [])[axis] == width
+        if ctx.is_const(t):
+            # a one-channel constant broadcasts, so a padded channel gets a finite value: no edit
+            if per_channel and width > 1:
+                pending_consts.append((t, axis))
+            continue
+        if not per_channel:
+            continue  # broadcast over channels (a scalar or [N,1,H,W] operand)
+        if node.op_type == "Div" and i == 1:
+            reason = f"Div {ctx.name(node)} divides by a channel set (padding would divide by zero)"
+            ctx.freeze(ctx.layout(t), reason)
+            ctx.freeze(joined, reason)
+            ctx.freeze_node(node, reason)
+            return
+        lay = ctx.require_layout(t, node)
+        if lay is None:
+            continue
+        if joined is None:
+            joined = lay
+        else:
+            ctx.union(joined, lay, ctx.name(node))
+    if joined is None:
+        ctx.freeze_node(node, f"{node.op_type} {ctx.name(node)} has no traced channel input")
+        return
+    for t, axis in pending_consts:
+        ctx.bind(t, axis, joined, NEUTRAL[node.op_type], node)
+    ctx.set_layout(out, joined)

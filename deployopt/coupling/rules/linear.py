@@ -1,0 +1,51 @@
+"""Gemm / MatMul on [N, C] features: consume the input channel set, produce a new one.
+
+Their input is 2-D only after Flatten/GlobalAveragePool; the shape rules make sure a 2-D layout
+means one feature per channel (1×1 spatial), otherwise the features are frozen before they get here.
+"""
+
+from __future__ import annotations
+
+import onnx
+
+from deployopt.coupling.registry import CouplingState, rule
+
+
+@rule("Gemm")
+def gemm(ctx: CouplingState, node: onnx.NodeProto) -> None:
+    a, b = node.input[0], node.input[1]
+    c = node.input[2] if len(node.input) > 2 else ""
+    weight = ctx.const(b)
+    trans_a = int(ctx.attr(node, "transA", 0))
+    trans_b = int(ctx.attr(node, "transB", 0))
+    if weight is None or ctx.is_const(a) or trans_a or weight.ndim != 2:
+        ctx.freeze_node(node, f"Gemm {ctx.name(node)} is not features × constant weights")
+        return
+    al = ctx.require_layout(a, node)
+    n_out = int(weight.shape[0] if trans_b else weight.shape[1])
+    out = ctx.new_layout(node, n_out)
+    ctx.bind(b, 1 if trans_b else 0, al, 0.0, node)
+    ctx.bind(b, 0 if trans_b else 1, out, 0.0, node)
+    bias = ctx.const(c) if c else None
+    if bias is not None and bias.ndim >= 1 and bias.shape[-1] == n_out and n_out > 1:
+        ctx.bind(c, bias.ndim - 1, out, 0.0, node)
+    elif c and bias is None:
+        ctx.freeze(out, f"Gemm {ctx.name(node)} adds a computed bias")
+    ctx.consume(a, node)
+    ctx.set_layout(node.output[0], out)
+
+
+@rule("MatMul")
+def matmul(ctx: CouplingState, node: onnx.NodeProto) -> None:
+    a, b = node.input[0], node.input[1]
+    weight = ctx.const(b)
+    a_shape = ctx.shape(a)
+    if weight is None or weight.ndim != 2 or ctx.is_const(a) or a_shape is None or len(a_shape) != 2:
+        ctx.freeze_node(node, f"MatMul {ctx.name(node)} is not [N, C] features × constant weights")
+        return
+    al = ctx.require_layout(a, node)
+    out = ctx.new_layout(node, int(weight.shape[1]))
+    ctx.bind(b, 0, al, 0.0, node)
+    ctx.bind(b, 1, out, 0.0, node)
+    ctx.consume(a, node)
+    ctx.set_layout(node.output[0], out)

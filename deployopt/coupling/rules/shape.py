@@ -1,0 +1,74 @@
+"""Shape ops: frozen, except where the rule can prove channels stay one per position on axis 1.
+
+Flatten/Reshape of a 1×1-spatial map (after GlobalAveragePool) to [N, C] keeps channel i as
+feature i, so a following Gemm/MatMul consumes the group. Anything else that moves or mixes the
+channel axis freezes the channels it touches.
+"""
+
+from __future__ import annotations
+
+import math
+
+import onnx
+
+from deployopt.coupling.registry import CouplingState, normalize_axis, rule
+
+
+def _keeps_channels(in_shape: list[int] | None, out_shape: list[int] | None) -> bool:
+    """Same batch and channel dims, every other dim 1 on both sides: only singleton axes move."""
+    if not in_shape or not out_shape or len(in_shape) < 2 or len(out_shape) < 2:
+        return False
+    if in_shape[:2] != out_shape[:2] or min(in_shape[:2]) < 1:
+        return False
+    return math.prod(in_shape[2:]) == 1 and math.prod(out_shape[2:]) == 1
+
+
+@rule("Flatten")
+def flatten(ctx: CouplingState, node: onnx.NodeProto) -> None:
+    x, y = node.input[0], node.output[0]
+    axis = int(ctx.attr(node, "axis", 1))
+    rank = len(ctx.shape(x) or [])
+    if rank and normalize_axis(axis, rank) == 1 and _keeps_channels(ctx.shape(x), ctx.shape(y)):
+        ctx.pass_through(node)
+        return
+    ctx.freeze_node(node, f"Flatten {ctx.name(node)} mixes channels with spatial positions")
+
+
+@rule("Reshape")
+def reshape(ctx: CouplingState, node: onnx.NodeProto) -> None:
+    x, target, y = node.input[0], node.input[1], node.output[0]
+    spec = ctx.const(target)
+    if spec is not None and _keeps_channels(ctx.shape(x), ctx.shape(y)):
+        lay = ctx.pass_through(node)
+        if lay is not None and spec.size > 1 and int(spec.ravel()[1]) not in (0, -1):
+            ctx.edit_shape(target, 1, lay, node)  # the channel count is spelled out: keep it in step
+        return
+    ctx.freeze_node(node, f"Reshape {ctx.name(node)} mixes channels with other axes")
+
+
+@rule("Squeeze", "Unsqueeze")
+def squeeze(ctx: CouplingState, node: onnx.NodeProto) -> None:
+    if _keeps_channels(ctx.shape(node.input[0]), ctx.shape(node.output[0])):
+        ctx.pass_through(node)
+        return
+    ctx.freeze_node(node, f"{node.op_type} {ctx.name(node)} moves the channel axis")
+
+
+@rule("Transpose")
+def transpose(ctx: CouplingState, node: onnx.NodeProto) -> None:
+    perm = ctx.attr(node, "perm", None)
+    if perm is not None and len(perm) >= 2 and list(perm[:2]) == [0, 1]:
+        ctx.pass_through(node)
+        return
+    ctx.freeze_node(node, f"Transpose {ctx.name(node)} moves the channel axis")
+
+
+@rule("Shape", "Size")
+def shape_of(ctx: CouplingState, node: onnx.NodeProto) -> None:
+    # the channel count becomes data: changing it could change whatever is computed from it
+    ctx.freeze(ctx.layout(node.input[0]), f"{node.op_type} {ctx.name(node)} reads the channel count")
+
+
+@rule("Softmax", "LogSoftmax", "Hardmax", "ArgMax", "ArgMin", "TopK")
+def across_channels(ctx: CouplingState, node: onnx.NodeProto) -> None:
+    ctx.freeze_node(node, f"{node.op_type} {ctx.name(node)} works across channels")

@@ -1,0 +1,255 @@
+"""Load an ONNX CNN into the one form every later stage expects, and save edited models safely.
+
+Every stage after loading (coupling, surgery, the wave model) needs static shapes and weights that
+are plain initializers. Real exports rarely give both: weights arrive as Constant nodes or computed
+by ConstantOfShape subgraphs, the batch dimension is symbolic. Loading normalizes that once, so no
+later stage has to care, and it reports what it changed as notices instead of silently guessing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import TensorProto
+
+from deployopt.errors import ModelError
+
+#: Ops that make a graph worth running through onnx-graphsurgeon's constant folding.
+_FOLD_HINT_OPS = frozenset({"Constant", "ConstantOfShape", "Shape", "Size"})
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for analysis: constants folded, static input shapes, shapes inferred."""
+
+    model: onnx.ModelProto
+    path: Path
+    notices: list[str] = field(default_factory=list)
+    input_shapes: dict[str, list[int]] = field(default_factory=dict)
+    external_data: bool = False
+
+
+def _uses_external_data(model: onnx.ModelProto) -> bool:
+    def external(t: TensorProto) -> bool:
+        return t.data_location == TensorProto.EXTERNAL
+
+    if any(external(t) for t in model.graph.initializer):
+        return True
+    for node in model.graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.TENSOR and external(attr.t):
+                return True
+    return False
+
+
+def _parse(path: Path) -> onnx.ModelProto:
+    if not path.exists():
+        raise ModelError(f"{path}: no such file")
+    if path.is_dir():
+        raise ModelError(f"{path}: is a directory, expected an .onnx file")
+    data = path.read_bytes()
+    if not data:
+        raise ModelError(f"{path}: empty file")
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError):
+        raise ModelError(
+            f"{path}: not an ONNX model (protobuf parse failed: truncated or not ONNX)"
+        ) from None
+    if model.ir_version == 0 or not model.HasField("graph") or not model.graph.node:
+        raise ModelError(f"{path}: not an ONNX model (no IR version or empty graph)")
+    return model
+
+
+def _real_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    inits = {t.name for t in model.graph.initializer}
+    return [i for i in model.graph.input if i.name not in inits]
+
+
+def _fix_input_shapes(
+    model: onnx.ModelProto, requested: dict[str, list[int]], path: Path, notices: list[str]
+) -> dict[str, list[int]]:
+    """Give every graph input static dims: requested ones, else batch 1 with a notice."""
+    inputs = _real_inputs(model)
+    names = [i.name for i in inputs]
+    for name in requested:
+        if name not in names:
+            raise ModelError(
+                f"input shape given for {name!r}, but {path.name} has no such input; "
+                f"its inputs: {', '.join(names)}"
+            )
+    fixed: dict[str, list[int]] = {}
+    for inp in inputs:
+        ttype = inp.type.tensor_type
+        if not ttype.HasField("shape"):
+            if inp.name not in requested:
+                raise ModelError(
+                    f"input {inp.name!r} has no shape; give one with --input-shape {inp.name}:1x3x224x224"
+                )
+            ttype.shape.SetInParent()
+        dims = ttype.shape.dim
+        if inp.name in requested:
+            want = requested[inp.name]
+            if len(dims) and len(dims) != len(want):
+                raise ModelError(
+                    f"input shape for {inp.name!r} has {len(want)} dims, the model's input has {len(dims)}"
+                )
+            del dims[:]
+            for d in want:
+                dims.add().dim_value = d
+        else:
+            for i, d in enumerate(dims):
+                if d.HasField("dim_value") and d.dim_value > 0:
+                    continue
+                if i == 0:
+                    label = f" ({d.dim_param})" if d.dim_param else ""
+                    d.Clear()
+                    d.dim_value = 1
+                    notices.append(f"batch dimension of {inp.name!r}{label} was dynamic; fixed to 1")
+                else:
+                    raise ModelError(
+                        f"dimension {i} of input {inp.name!r} is dynamic; give a static shape with "
+                        f"--input-shape {inp.name}:1x3x224x224"
+                    )
+        fixed[inp.name] = [d.dim_value for d in dims]
+    return fixed
+
+
+def _clear_derived_shapes(model: onnx.ModelProto) -> None:
+    """Drop shapes that were inferred for other input shapes, so inference recomputes them."""
+    del model.graph.value_info[:]
+    for out in model.graph.output:
+        if out.type.tensor_type.HasField("shape"):
+            for d in out.type.tensor_type.shape.dim:
+                if not d.HasField("dim_value"):
+                    d.Clear()
+
+
+def _needs_folding(model: onnx.ModelProto) -> bool:
+    const = {t.name for t in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type in _FOLD_HINT_OPS:
+            return True
+        ins = [i for i in node.input if i]
+        if ins and all(i in const for i in ins):
+            return True
+    return False
+
+
+def copy_model_metadata(src: onnx.ModelProto, dst: onnx.ModelProto) -> None:
+    """Carry over what graph rewriting tools drop: metadata, doc strings, opset, producer."""
+    dst.ir_version = src.ir_version
+    dst.producer_name = src.producer_name
+    dst.producer_version = src.producer_version
+    dst.domain = src.domain
+    dst.model_version = src.model_version
+    dst.doc_string = src.doc_string
+    dst.graph.name = src.graph.name
+    dst.graph.doc_string = src.graph.doc_string
+    del dst.metadata_props[:]
+    dst.metadata_props.extend(src.metadata_props)
+    del dst.opset_import[:]
+    dst.opset_import.extend(src.opset_import)
+    docs = {n.name: n.doc_string for n in src.graph.node if n.name and n.doc_string}
+    for node in dst.graph.node:
+        if node.name in docs and not node.doc_string:
+            node.doc_string = docs[node.name]
+
+
+def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Turn Constant nodes and constant subgraphs into initializers (onnx-graphsurgeon + onnxruntime)."""
+    import onnx_graphsurgeon as gs
+    from onnx_graphsurgeon.logger import G_LOGGER
+
+    level = G_LOGGER.severity
+    G_LOGGER.severity = G_LOGGER.ERROR
+    try:
+        graph = gs.import_onnx(model)
+        graph.toposort()
+        graph.fold_constants()
+        graph.cleanup().toposort()
+        folded = gs.export_onnx(graph, do_type_check=False)
+    except Exception as exc:  # graphsurgeon/onnxruntime failures are about the model, not us
+        raise ModelError(
+            f"constant folding failed: {str(exc).splitlines()[0] if str(exc) else exc!r}"
+        ) from None
+    finally:
+        G_LOGGER.severity = level
+    copy_model_metadata(model, folded)
+    return folded
+
+
+def _infer(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
+    try:
+        return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+        raise ModelError(f"{path.name}: shape inference failed: {first}") from None
+
+
+def load_model(path: str | os.PathLike[str], input_shapes: dict[str, list[int]] | None = None) -> LoadedModel:
+    """Parse, validate and normalize a model; every problem with the file is one ModelError."""
+    path = Path(path)
+    model = _parse(path)
+    external = _uses_external_data(model)
+    if external:
+        try:
+            onnx.external_data_helper.load_external_data_for_model(model, str(path.parent))
+        except (OSError, ValueError) as exc:
+            raise ModelError(f"{path}: cannot read its external weight data: {exc}") from None
+    try:
+        onnx.checker.check_model(model)
+    except (onnx.checker.ValidationError, Exception) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+        raise ModelError(f"{path}: invalid ONNX model: {first}") from None
+    notices: list[str] = []
+    fixed = _fix_input_shapes(model, dict(input_shapes or {}), path, notices)
+    _clear_derived_shapes(model)
+    model = _infer(model, path)
+    if _needs_folding(model):
+        n_before = len(model.graph.node)
+        model = _fold_constants(model)
+        del model.graph.value_info[:]
+        model = _infer(model, path)
+        notices.append(f"folded constant subgraphs: {n_before} → {len(model.graph.node)} nodes")
+    return LoadedModel(model=model, path=path, notices=notices, input_shapes=fixed, external_data=external)
+
+
+def save_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, external_data: bool = False) -> None:
+    """Write atomically: a failed save leaves no file (and no stale .data file) behind.
+
+    With external_data the weights go to `<name>.data` beside the model, the layout the input had.
+    Both files are written in a temporary folder beside the destination and renamed into place,
+    data first, so a reader never sees a model pointing at missing or half-written data.
+    """
+    dest = Path(path)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmpdir = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        tmp_model = tmpdir / dest.name
+        if external_data:
+            location = dest.name + ".data"
+            to_save = onnx.ModelProto()
+            to_save.CopyFrom(model)
+            onnx.save_model(
+                to_save,
+                str(tmp_model),
+                save_as_external_data=True,
+                all_tensors_to_one_file=True,
+                location=location,
+                size_threshold=1024,
+            )
+            if (tmpdir / location).exists():
+                os.replace(tmpdir / location, dest.parent / location)
+        else:
+            onnx.save_model(model, str(tmp_model))
+        os.replace(tmp_model, dest)
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
