@@ -1,0 +1,282 @@
+"""PyTorch/cuDNN backend: onnx2torch → CUDA, fp16/fp32, channels_last, cudnn.benchmark, CUDA graphs.
+
+Everything runs in one worker process per session (deployopt/backends/torch_worker.py): the green
+context that limits SMs is one per process and must precede any cuDNN handle, a model can crash or
+hang the CUDA context, and keeping one warm worker across the dozens of models an optimizer run
+times saves the imports and cuDNN's autotuning. Each request has a timeout; a crashed or hung
+worker is killed, reported as one line, and replaced on the next request.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from deployopt import errors
+from deployopt.backends.base import Backend, KernelRecord, LayerTime, MeasureOptions, Profile, Session
+from deployopt.errors import BackendFailed, BackendUnavailable, DeployoptError
+from deployopt.layers import ConvShape
+from deployopt.timing import Timing
+
+INSTALL_HINT = "pip install 'deployopt[torch]'"
+SM_GRANULARITY = 8  # green contexts on the H200 come in multiples of 8 SMs (FINDINGS §1)
+
+
+def _error_class(kind: str) -> type[DeployoptError]:
+    cls = getattr(errors, kind, None)
+    return cls if isinstance(cls, type) and issubclass(cls, DeployoptError) else BackendFailed
+
+
+def profile_from_json(d: dict[str, Any]) -> Profile:
+    """Rebuild a Profile from its to_json form (the worker sends profiles as JSON)."""
+    layers = []
+    for layer in d.get("layers", []):
+        kernels = []
+        for k in layer.get("kernels", []):
+            kk = dict(k)
+            for key in ("grid", "block", "tile"):
+                if kk.get(key) is not None:
+                    kk[key] = tuple(kk[key])
+            kernels.append(KernelRecord(**kk))
+        layers.append(
+            LayerTime(
+                name=layer["name"],
+                time_us=layer["time_us"],
+                share=layer["share"],
+                onnx_nodes=list(layer.get("onnx_nodes", [])),
+                kernels=kernels,
+                extra=dict(layer.get("extra", {})),
+            )
+        )
+    return Profile(
+        backend=d["backend"],
+        layers=layers,
+        environment=d.get("environment", {}),
+        timed=d.get("timed", ""),
+        runs=d.get("runs", 0),
+    )
+
+
+class WorkerProcess:
+    """One `python -m deployopt.backends.torch_worker` child and its JSON-lines channel."""
+
+    def __init__(self, config: dict[str, Any], timeout_s: float) -> None:
+        self._stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115  (lives as long as the worker)
+        env = dict(os.environ)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "deployopt.backends.torch_worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            bufsize=1,
+            env=env,
+        )
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        self.ready = self.request(config, timeout_s, "starting the worker")
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def stderr_tail(self) -> str:
+        """The last meaningful line the worker wrote to stderr (the crash reason, usually)."""
+        try:
+            self._stderr.seek(0)
+            lines = [ln.strip() for ln in self._stderr.read().splitlines() if ln.strip()]
+        except (OSError, ValueError):
+            return ""
+        lines = [ln for ln in lines if not ln.startswith(("USDT:", "STAGE:", "[W", "ERROR:20"))] or lines
+        return lines[-1][:300] if lines else ""
+
+    def request(self, req: dict[str, Any], timeout_s: float, what: str) -> dict[str, Any]:
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(json.dumps(req) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            pass  # the worker is gone; the reader reports it below
+        try:
+            line = self._lines.get(timeout=timeout_s)
+        except queue.Empty:
+            self.kill()
+            raise BackendFailed(
+                f"torch worker hung: no answer within {timeout_s:g} s while {what}; worker killed"
+            ) from None
+        if line is None:
+            rc = self.proc.wait()
+            tail = self.stderr_tail()
+            self.kill()
+            raise BackendFailed(
+                f"torch worker crashed (exit code {rc}) while {what}" + (f": {tail}" if tail else "")
+            )
+        resp = json.loads(line)
+        if not resp.get("ok"):
+            raise _error_class(resp.get("type", "BackendFailed"))(resp.get("error", "torch worker failed"))
+        return resp
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+        for stream in (self.proc.stdin, self.proc.stdout):
+            with contextlib.suppress(OSError, ValueError):
+                if stream is not None:
+                    stream.close()
+        self._stderr.close()
+
+    def close(self) -> None:
+        if self.alive():
+            with contextlib.suppress(DeployoptError):
+                self.request({"op": "quit"}, 10.0, "closing")
+        self.kill()
+
+
+class TorchSession(Session):
+    def __init__(self, backend: TorchBackend, options: MeasureOptions) -> None:
+        super().__init__(backend, options)
+        extra = options.extra
+        self.config = {
+            "dtype": options.dtype,
+            "sms": options.sms,
+            "runs": options.runs,
+            "warmup": options.warmup,
+            "device": extra.get("device", "auto"),
+            "replays_per_sample": extra.get("replays_per_sample", 1),
+            "profile_runs": extra.get("profile_runs", 20),
+        }
+        self.worker: WorkerProcess | None = None
+        self._start()  # fail here (no CUDA for fp16, bad --sms) rather than on the first model
+
+    def _start(self) -> WorkerProcess:
+        if self.worker is None or not self.worker.alive():
+            self.worker = WorkerProcess(self.config, self.options.timeout_s)
+        return self.worker
+
+    @property
+    def cuda(self) -> bool:
+        return bool(self._start().ready.get("cuda"))
+
+    def _call(self, req: dict[str, Any], what: str) -> dict[str, Any]:
+        worker = self._start()
+        try:
+            return worker.request(req, self.options.timeout_s, what)
+        except BackendFailed:
+            if not worker.alive():
+                self.worker = None  # the next request starts a fresh one
+            raise
+
+    def _model_request(self, op: str, model_path: Path, **more: Any) -> dict[str, Any]:
+        path = Path(model_path)
+        if not path.is_file():
+            raise errors.ModelError(f"{path}: no such model file")
+        req = {
+            "op": op,
+            "path": str(path.resolve()),
+            "batch": self.options.batch,
+            "input_shapes": self.options.input_shapes,
+            **more,
+        }
+        return self._call(req, f"{'timing' if op == 'measure' else 'profiling'} {path.name}")
+
+    def measure(self, model_path: Path) -> Timing:
+        return Timing.from_json(self._model_request("measure", model_path)["timing"])
+
+    def profile(self, model_path: Path, kernels: bool = False) -> Profile:
+        trace_path = None
+        if self.options.workdir is not None:
+            Path(self.options.workdir).mkdir(parents=True, exist_ok=True)
+            trace_path = str(Path(self.options.workdir).resolve() / f"{Path(model_path).stem}.trace.json")
+        resp = self._model_request("profile", model_path, kernels=kernels, trace_path=trace_path)
+        return profile_from_json(resp["profile"])
+
+    def measure_convs(self, shapes: list[ConvShape]) -> list[Timing]:
+        """cuDNN directly (deployopt.backends.cuda_conv) inside the worker, in its green context;
+        on CPU the base class's one-conv ONNX models."""
+        if not self.cuda:
+            return super().measure_convs(shapes)
+        resp = self._call(
+            {"op": "convs", "shapes": [s.to_json() for s in shapes]}, f"timing {len(shapes)} convs"
+        )
+        out = []
+        for shape, res in zip(shapes, resp["results"]):
+            out.append(
+                Timing(
+                    backend="torch",
+                    samples_us=list(res["samples_us"]),
+                    warmup=3,
+                    timed=(
+                        f"one cuDNN conv {shape.signature()} via torch.nn.Conv2d (no bias): CUDA graph of "
+                        f"repeated convs, each sample the CUDA-event time of ~2 ms of replays divided by "
+                        f"the convs in them, {resp['where']}"
+                    ),
+                    environment=resp["environment"],
+                )
+            )
+        return out
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+
+
+def _cuda_visible() -> bool:
+    """A cheap guess whether a CUDA GPU is present, without importing torch (seconds)."""
+    return (
+        os.path.exists("/proc/driver/nvidia/gpus")
+        or os.path.exists("/dev/nvidia0")
+        or shutil.which("nvidia-smi") is not None
+    )
+
+
+class TorchBackend(Backend):
+    name = "torch"
+    description = (
+        "PyTorch/cuDNN via onnx2torch: CUDA graphs, channels_last, cudnn.benchmark, green-context SMs"
+    )
+    dtypes = ("fp32", "fp16")
+    can_limit_sms = True
+
+    def availability(self) -> tuple[bool, str]:
+        missing = [m for m in ("torch", "onnx2torch", "torchvision") if importlib.util.find_spec(m) is None]
+        if missing:
+            return False, f"{', '.join(missing)} not installed: {INSTALL_HINT}"
+        version = metadata.version("torch")
+        if _cuda_visible():
+            return True, f"torch {version}, CUDA GPU present: fp16/fp32, --sms via green contexts"
+        return True, f"torch {version}, no CUDA GPU visible: CPU, fp32 only"
+
+    def default_dtype(self) -> str:
+        return "fp16" if _cuda_visible() else "fp32"
+
+    def open(self, options: MeasureOptions) -> Session:
+        self.check_options(options)
+        if options.sms is not None and (options.sms < 1 or options.sms % SM_GRANULARITY):
+            raise DeployoptError(
+                f"--sms {options.sms}: green contexts come in multiples of {SM_GRANULARITY} SMs on the H200 "
+                f"(a request for fewer is silently rounded up); ask for 8, 16, 24 …"
+            )
+        if not importlib.util.find_spec("torch"):
+            raise BackendUnavailable(f"PyTorch is not installed: {INSTALL_HINT}")
+        return TorchSession(self, options)

@@ -1,0 +1,453 @@
+"""The torch backend's worker process: `python -m deployopt.backends.torch_worker`.
+
+Why a process of its own: a green context (the SM limit) can be set once per process and must
+exist before any cuDNN handle; a model can crash the CUDA context or hang; and the optimizer times
+dozens of models, so one warm worker (imports, cuDNN autotuning caches) is reused for all of them.
+
+Protocol: JSON lines. stdin: first a config {"dtype", "sms", "runs", "warmup", "device",
+"replays_per_sample", "profile_runs"}, then requests {"op": "measure" | "profile" | "convs" |
+"quit", ...}. stdout: one JSON answer per line, {"ok": true, ...} or {"ok": false, "type": error
+class name, "error": one line}. Anything libraries print goes to stderr, so stdout carries only
+the protocol. "_sleep" and "_exit" exist to test the parent's timeout and crash handling.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from typing import Any
+
+PASS_PREFIX = "deployopt::forward#"
+
+
+class WorkerError(Exception):
+    """An error the parent turns into the named deployopt.errors class."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+class Worker:
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        self.dtype_name = config.get("dtype", "fp32")
+        self.runs = int(config.get("runs", 100))
+        self.warmup = int(config.get("warmup", 20))
+        self.sms_requested = config.get("sms")
+        self.replays = config.get("replays_per_sample", 1)
+        self.profile_runs = int(config.get("profile_runs", 20))
+        self.green_context = None
+        try:
+            import torch
+        except ImportError:
+            raise WorkerError(
+                "BackendUnavailable", "PyTorch is not installed: pip install 'deployopt[torch]'"
+            ) from None
+        self.torch = torch
+        want = config.get("device", "auto")
+        cuda = torch.cuda.is_available() and want != "cpu"
+        if want == "cuda" and not cuda:
+            raise WorkerError("BackendUnavailable", "PyTorch sees no CUDA GPU")
+        self.cuda = cuda
+        if not cuda and self.dtype_name != "fp32":
+            raise WorkerError(
+                "DeployoptError",
+                f"backend 'torch' runs {self.dtype_name} only on a CUDA GPU and none is visible; "
+                "use --dtype fp32",
+            )
+        if not cuda and self.sms_requested is not None:
+            raise WorkerError("DeployoptError", "--sms needs a CUDA GPU (green contexts); none is visible")
+        self.device_sms = None
+        self.compute_capability = None
+        if cuda:
+            props = torch.cuda.get_device_properties(0)
+            self.device_sms = props.multi_processor_count
+            self.compute_capability = f"{props.major}.{props.minor}"
+            if self.sms_requested is not None:
+                self._set_green_context(int(self.sms_requested))
+            torch.backends.cudnn.benchmark = True
+        self.dtype = {"fp16": torch.float16, "fp32": torch.float32}[self.dtype_name]
+        self.sms = int(self.sms_requested) if self.sms_requested is not None else self.device_sms
+        torch.set_grad_enabled(False)
+
+    def _set_green_context(self, sms: int) -> None:
+        """Limit every later kernel of this process to `sms` SMs. Before any model or cuDNN handle."""
+        torch = self.torch
+        if sms > (self.device_sms or 0):
+            raise WorkerError("DeployoptError", f"--sms {sms}: this GPU has only {self.device_sms} SMs")
+        if not hasattr(torch.cuda, "GreenContext"):
+            raise WorkerError(
+                "BackendUnavailable",
+                f"torch {torch.__version__} has no torch.cuda.GreenContext (need >= 2.10)",
+            )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # set_context is deprecated in torch 2.14, still works
+            try:
+                ctx = torch.cuda.GreenContext.create(num_sms=sms, device_id=0)
+            except TypeError:  # older signature: create(num_sms, device_id)
+                ctx = torch.cuda.GreenContext.create(sms, 0)
+            ctx.set_context()
+        self.green_context = ctx
+
+    # -- environment and descriptions -------------------------------------------------------
+
+    def environment(self) -> dict[str, Any]:
+        from deployopt.environment import collect
+
+        torch = self.torch
+        if self.cuda:
+            gpu = torch.cuda.get_device_name(0)
+            limit = f", {self.sms} SMs (green context)" if self.sms_requested is not None else ""
+            device = f"{gpu}{limit}"
+        else:
+            device = "CPU (no CUDA device)"
+        return collect(
+            "torch",
+            device=device,
+            torch=torch.__version__,
+            dtype=self.dtype_name,
+            sms=self.sms,
+            sms_requested=self.sms_requested,
+            device_sms=self.device_sms,
+            compute_capability=self.compute_capability,
+            channels_last=self.cuda,
+            cudnn_benchmark=self.cuda,
+            cpu_threads=None if self.cuda else torch.get_num_threads(),
+        )
+
+    def _where(self, batch: int | None) -> str:
+        b = f", batch {batch}" if batch else ""
+        if not self.cuda:
+            return f"fp32{b}, CPU (no CUDA device), {self.torch.get_num_threads()} threads"
+        sms = (
+            f", {self.sms} SMs (green context)"
+            if self.sms_requested is not None
+            else f", full GPU ({self.device_sms} SMs)"
+        )
+        return f"{self.dtype_name}{b}, channels_last, cudnn.benchmark{sms}"
+
+    # -- models -----------------------------------------------------------------------------
+
+    def load(self, req: dict[str, Any]) -> tuple[Any, list[Any], Any, int | None]:
+        """(torch module, inputs, onnx model, batch) for a request's model."""
+        from deployopt.backends.ort import prepare_model
+        from deployopt.errors import DeployoptError
+
+        try:
+            loaded = prepare_model(req["path"], req.get("batch"), req.get("input_shapes") or {})
+        except DeployoptError as exc:
+            raise WorkerError(type(exc).__name__, str(exc)) from None
+        try:
+            from onnx2torch import convert
+        except ImportError as exc:
+            raise WorkerError(
+                "BackendUnavailable",
+                f"onnx2torch cannot be imported ({_first_line(exc)}): pip install 'deployopt[torch]'",
+            ) from None
+        name = os.path.basename(req["path"])
+        try:
+            module = convert(loaded.model)
+        except NotImplementedError as exc:
+            m = re.search(r"operation_type='([^']+)', version=(\d+)", str(exc))
+            what = f"op {m.group(1)} (opset {m.group(2)})" if m else _first_line(exc)
+            raise WorkerError("BackendFailed", f"onnx2torch cannot convert {what} in {name}") from None
+        except Exception as exc:
+            raise WorkerError("BackendFailed", f"onnx2torch failed on {name}: {_first_line(exc)}") from None
+        torch = self.torch
+        device = "cuda" if self.cuda else "cpu"
+        module = module.eval().to(device=device, dtype=self.dtype)
+        if self.cuda:
+            module = module.to(memory_format=torch.channels_last)
+        from deployopt.backends.ort import random_inputs
+
+        inputs = []
+        for arr in random_inputs(loaded.model).values():
+            t = torch.from_numpy(arr).to(device)
+            if t.is_floating_point():
+                t = t.to(self.dtype)
+                if self.cuda and t.dim() == 4:
+                    t = t.contiguous(memory_format=torch.channels_last)
+            inputs.append(t)
+        batch = next(iter(loaded.input_shapes.values()), [None])[0]
+        return module, inputs, loaded.model, batch
+
+    def _forward(self, module: Any, inputs: list[Any], name: str) -> Any:
+        try:
+            return module(*inputs)
+        except Exception as exc:
+            raise WorkerError("BackendFailed", f"torch failed running {name}: {_first_line(exc)}") from None
+
+    # -- ops --------------------------------------------------------------------------------
+
+    def measure(self, req: dict[str, Any]) -> dict[str, Any]:
+        from deployopt.timing import Timing
+
+        torch = self.torch
+        name = os.path.basename(req["path"])
+        module, inputs, _, batch = self.load(req)
+        for _ in range(max(self.warmup, 1)):
+            self._forward(module, inputs, name)
+        if not self.cuda:
+            samples = []
+            for _ in range(self.runs):
+                t0 = time.perf_counter()
+                module(*inputs)
+                samples.append((time.perf_counter() - t0) * 1e6)
+            timed = f"one eager forward pass, host wall clock (time.perf_counter), {self._where(batch)}"
+        else:
+            samples, replays = self._graph_samples(module, inputs, name)
+            per = (
+                "one CUDA-graph replay per sample"
+                if replays == 1
+                else f"{replays} back-to-back replays per sample, divided by {replays}"
+            )
+            timed = (
+                f"CUDA-graph replay of one forward pass, timed with CUDA events ({per}), "
+                f"inputs already on the GPU, {self._where(batch)}"
+            )
+        del module, inputs
+        if self.cuda:
+            torch.cuda.empty_cache()
+        timing = Timing(
+            backend="torch",
+            samples_us=samples,
+            warmup=self.warmup,
+            timed=timed,
+            environment=self.environment(),
+        )
+        return {"timing": timing.to_json()}
+
+    def _graph_samples(self, module: Any, inputs: list[Any], name: str) -> tuple[list[float], int]:
+        torch = self.torch
+        try:
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for _ in range(3):
+                    module(*inputs)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                module(*inputs)
+            for _ in range(3):
+                graph.replay()
+            torch.cuda.synchronize()
+        except Exception as exc:
+            raise WorkerError(
+                "BackendFailed", f"CUDA-graph capture failed for {name}: {_first_line(exc)}"
+            ) from None
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        replays = self.replays
+        if replays == "auto":
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            one_us = max(1000.0 * start.elapsed_time(end), 1e-3)
+            replays = max(1, min(100, math.ceil(200.0 / one_us)))  # ~200 µs of GPU work per sample
+        replays = int(replays)
+        samples = []
+        for _ in range(self.runs):
+            start.record()
+            for _ in range(replays):
+                graph.replay()
+            end.record()
+            end.synchronize()
+            samples.append(1000.0 * start.elapsed_time(end) / replays)
+        del graph
+        return samples, replays
+
+    def profile(self, req: dict[str, Any]) -> dict[str, Any]:
+        from deployopt import kernels as kz
+        from deployopt.backends.base import LayerTime, Profile
+
+        torch = self.torch
+        from torch.profiler import ProfilerActivity, profile, record_function
+
+        want_kernels = bool(req.get("kernels"))
+        if want_kernels and not self.cuda:
+            raise WorkerError("DeployoptError", "--kernels needs a CUDA GPU (no kernel trace on the CPU)")
+        name = os.path.basename(req["path"])
+        module, inputs, model, batch = self.load(req)
+        node_of = module_to_onnx_node(model)
+        children = [(n, m) for n, m in module.named_children() if n in node_of]
+        stack: list[Any] = []
+
+        def pre(mod: Any, _inp: Any) -> None:
+            rf = record_function(mod._deployopt_name)
+            rf.__enter__()
+            stack.append(rf)
+
+        def post(_mod: Any, _inp: Any, _out: Any) -> None:
+            stack.pop().__exit__(None, None, None)
+
+        handles = []
+        for n, m in children:
+            m._deployopt_name = n
+            handles += [m.register_forward_pre_hook(pre), m.register_forward_hook(post)]
+        for _ in range(max(self.warmup, 1)):
+            self._forward(module, inputs, name)
+        passes = max(1, min(self.runs, self.profile_runs))
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
+        if self.cuda:
+            torch.cuda.synchronize()
+        with profile(activities=activities) as prof:
+            for i in range(passes):
+                with record_function(f"{PASS_PREFIX}{i}"):
+                    module(*inputs)
+                if self.cuda:
+                    torch.cuda.synchronize()
+        for h in handles:
+            h.remove()
+        trace_path = req.get("trace_path")
+        fd, tmp = tempfile.mkstemp(prefix="deployopt-trace-", suffix=".json")
+        os.close(fd)
+        try:
+            prof.export_chrome_trace(tmp)
+            with open(tmp) as f:
+                trace = json.load(f)
+            if trace_path:
+                os.replace(tmp, trace_path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        names = [n for n, _ in children]
+        if self.cuda:
+            attributed = kz.attribute_kernels(trace, names)
+            per_pass = kz.gpu_layer_times(attributed)
+            what = "GPU time of each layer's kernels (CUPTI trace, torch profiler), eager forward passes"
+        else:
+            attributed = {}
+            per_pass = kz.cpu_layer_times(trace, names)
+            what = "wall time of each layer's module call (torch profiler record_function ranges)"
+        ordered = names + ([kz.OTHER] if any(kz.OTHER in p for p in per_pass.values()) else [])
+        times = {n: statistics.median([p.get(n, 0.0) for p in per_pass.values()] or [0.0]) for n in ordered}
+        total = sum(times.values()) or 1.0
+        last = attributed[max(attributed)] if attributed else {}
+        op_of = {n.name: n.op_type for n in model.graph.node}
+        layers = []
+        for n in ordered:
+            node = node_of.get(n)
+            records = [kz.kernel_record(k, self.sms, self.compute_capability) for k in last.get(n, [])]
+            layers.append(
+                LayerTime(
+                    name=node if node else n,
+                    time_us=float(times[n]),
+                    share=float(times[n]) / total,
+                    onnx_nodes=[node] if node else [],
+                    kernels=records if want_kernels else [],
+                    extra={"module": n, **({"op": op_of[node]} if node in op_of else {})},
+                )
+            )
+        del module, inputs
+        timed = f"{what}; median over {passes} profiled passes, {self._where(batch)}"
+        prof_obj = Profile(
+            backend="torch", layers=layers, environment=self.environment(), timed=timed, runs=passes
+        )
+        return {"profile": prof_obj.to_json()}
+
+    def convs(self, req: dict[str, Any]) -> dict[str, Any]:
+        if not self.cuda:
+            raise WorkerError("DeployoptError", "direct cuDNN conv timing needs a CUDA GPU")
+        from deployopt.backends import cuda_conv
+        from deployopt.layers import ConvShape
+
+        shapes = [ConvShape.from_json(s) for s in req["shapes"]]
+        results = cuda_conv.time_convs(shapes, self.dtype_name, samples=self.runs)
+        return {"results": results, "environment": self.environment(), "where": self._where(None)}
+
+
+def module_to_onnx_node(model: Any) -> dict[str, str]:
+    """{onnx2torch submodule name: ONNX node name}, by the names onnx2torch gives its submodules
+    (node name with '.' → '/', '_1', '_2' … for repeats, op type for unnamed nodes)."""
+    try:
+        from onnx2torch.onnx_graph import OnnxGraph
+
+        make = OnnxGraph.generate_node_name
+    except (ImportError, AttributeError):
+
+        def make(node: Any) -> str:
+            return (f"{node.domain}/" + (node.name.replace(".", "/") or node.op_type)).lstrip("/")
+
+    counters: dict[str, int] = {}
+    out = {}
+    for node in model.graph.node:
+        base = make(node)
+        k = counters.get(base, 0)
+        counters[base] = k + 1
+        out[base + (f"_{k}" if k else "")] = node.name or node.op_type
+    return out
+
+
+def serve(stdin: Any, proto: Any) -> int:
+    def send(obj: dict[str, Any]) -> None:
+        proto.write(json.dumps(obj) + "\n")
+        proto.flush()
+
+    def fail(kind: str, message: str) -> None:
+        send({"ok": False, "type": kind, "error": message})
+
+    line = stdin.readline()
+    if not line:
+        return 0
+    try:
+        worker = Worker(json.loads(line))
+        send({"ok": True, "environment": worker.environment(), "cuda": worker.cuda})
+    except WorkerError as exc:
+        fail(exc.kind, str(exc))
+        return 1
+    except Exception as exc:
+        traceback.print_exc()
+        fail("BackendFailed", f"torch worker failed to start: {type(exc).__name__}: {_first_line(exc)}")
+        return 1
+    for line in stdin:
+        if not line.strip():
+            continue
+        req = json.loads(line)
+        op = req.get("op")
+        try:
+            if op == "quit":
+                send({"ok": True})
+                return 0
+            if op == "_sleep":
+                time.sleep(float(req.get("seconds", 3600)))
+                send({"ok": True})
+            elif op == "_exit":
+                os._exit(int(req.get("code", 3)))
+            elif op in ("measure", "profile", "convs"):
+                send({"ok": True, **getattr(worker, op)(req)})
+            else:
+                fail("BackendFailed", f"unknown worker op {op!r}")
+        except WorkerError as exc:
+            fail(exc.kind, str(exc))
+        except Exception as exc:
+            traceback.print_exc()
+            fail("BackendFailed", f"torch worker error: {type(exc).__name__}: {_first_line(exc)}")
+    return 0
+
+
+def main() -> None:
+    # Keep the protocol channel clean: our answers go to a private copy of stdout, and fd 1 (which
+    # C libraries and print() write to) is pointed at stderr.
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    sys.exit(serve(sys.stdin, proto))
+
+
+if __name__ == "__main__":
+    main()
