@@ -53,3 +53,12 @@ def zoo_model() -> Callable[[str], onnx.ModelProto]:
         return copy
 
     return get
+
+
+@pytest.fixture(scope="session")
+def mobilenetv2_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """MobileNetV2 with its real ImageNet weights, exported to ONNX once (needs torch + the weights)."""
+    pytest.importorskip("torch")
+    from deployopt.zoo.mobilenetv2 import export_mobilenetv2
+
+    return export_mobilenetv2(tmp_path_factory.mktemp("mobilenetv2") / "mobilenetv2.onnx")
