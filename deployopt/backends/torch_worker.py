@@ -94,6 +94,7 @@ class Worker:
                 "BackendUnavailable",
                 f"torch {torch.__version__} has no torch.cuda.GreenContext (need >= 2.10)",
             )
+        torch.cuda.init()  # the green context needs the primary context to exist first
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # set_context is deprecated in torch 2.14, still works
             try:
@@ -101,7 +102,7 @@ class Worker:
             except TypeError:  # older signature: create(num_sms, device_id)
                 ctx = torch.cuda.GreenContext.create(sms, 0)
             ctx.set_context()
-        self.green_context = ctx
+        self.green_context = ctx  # the context dies with this object: the worker keeps it for life
 
     # -- environment and descriptions -------------------------------------------------------
 

@@ -1,1 +1,280 @@
-"""CLI commands (placeholder until its issue lands)."""
+"""`deployopt backends`, `deployopt bench`, `deployopt profile`: time a model on a backend.
+
+Thin layer: parse options into MeasureOptions, open a backend session, render with rich. Every
+number printed says it was measured, on what, with its spread and run count.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.table import Table
+
+from deployopt.backends.base import DTYPES, Backend, MeasureOptions, Profile, get_backend, list_backends
+from deployopt.cli.app import app, console, parse_input_shapes
+from deployopt.errors import DeployoptError
+from deployopt.timing import Timing
+
+BENCH_KEYS = (
+    "backend",
+    "median_us",
+    "iqr_us",
+    "ci95_us",
+    "runs",
+    "warmup",
+    "samples_us",
+    "timed",
+    "environment",
+)
+
+
+@app.command("backends")
+def backends_command(
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """List every measurement backend: available, or why not and what to install."""
+    rows = list_backends()
+    if as_json:
+        console.print_json(json.dumps([{"name": n, "available": ok, "detail": why} for n, ok, why in rows]))
+        return
+    table = Table(title="deployopt backends")
+    table.add_column("backend", no_wrap=True)
+    table.add_column("available")
+    table.add_column("uses / why not")
+    for name, ok, why in rows:
+        table.add_row(name, "[green]yes[/]" if ok else "[red]no[/]", why)
+    console.print(table)
+
+
+def _backend(name: str) -> Backend:
+    """The named backend, available, or a one-line error that says what to install."""
+    from deployopt.errors import BackendUnavailable
+
+    try:
+        b = get_backend(name)
+    except ImportError as exc:
+        raise BackendUnavailable(f"backend {name!r} cannot be loaded: {exc}") from None
+    ok, why = b.availability()
+    if not ok:
+        raise BackendUnavailable(f"backend {name!r} is unavailable: {why}")
+    return b
+
+
+def _options(
+    backend: Backend,
+    dtype: str | None,
+    batch: int | None,
+    sms: int | None,
+    runs: int,
+    warmup: int,
+    input_shape: list[str] | None,
+    timeout: float,
+    workdir: Path | None = None,
+) -> MeasureOptions:
+    if dtype is None:
+        default = getattr(backend, "default_dtype", None)
+        dtype = default() if callable(default) else backend.dtypes[0]
+    if dtype not in DTYPES:
+        raise DeployoptError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
+    if dtype == "int8" and "int8" not in backend.dtypes:
+        raise DeployoptError(
+            f"--dtype int8: backend {backend.name!r} cannot run int8; INT8 runs only on TensorRT "
+            "(--backend tensorrt or trtexec)"
+        )
+    if sms is not None and not backend.can_limit_sms:
+        raise DeployoptError(
+            f"--sms: backend {backend.name!r} cannot limit the GPU's SMs (the torch backend can, "
+            "through green contexts)"
+        )
+    if batch is not None and batch < 1:
+        raise DeployoptError("--batch must be at least 1")
+    if runs < 1:
+        raise DeployoptError("--runs must be at least 1")
+    if warmup < 0:
+        raise DeployoptError("--warmup must be 0 or more")
+    if timeout <= 0:
+        raise DeployoptError("--timeout must be positive")
+    return MeasureOptions(
+        dtype=dtype,
+        batch=batch,
+        sms=sms,
+        runs=runs,
+        warmup=warmup,
+        timeout_s=timeout,
+        input_shapes=parse_input_shapes(input_shape),
+        workdir=workdir,
+    )
+
+
+def _check_model(model: Path) -> None:
+    from deployopt.errors import ModelError
+
+    if not model.is_file():
+        raise ModelError(f"{model}: no such model file")
+
+
+def bench_json(timing: Timing) -> dict[str, Any]:
+    """The bench result document: exactly the documented keys, in order."""
+    full = timing.to_json()
+    return {k: full[k] for k in BENCH_KEYS}
+
+
+def _environment_line(env: dict[str, Any]) -> str:
+    libs = env.get("libraries", {})
+    parts = [str(env.get("device") or env.get("gpu") or "")]
+    for key in ("compute_capability", "sms"):
+        if env.get(key) is not None:
+            parts.append(f"{key.replace('_', ' ')} {env[key]}")
+    clocks = env.get("clocks") or {}
+    if clocks.get("sm_clock_mhz"):
+        parts.append(f"SM clock {clocks['sm_clock_mhz']:g} MHz")
+    if env.get("cpu"):
+        parts.append(f"CPU {env['cpu']}")
+    parts.append(f"Python {env.get('python', '?')}")
+    parts += [f"{k} {v}" for k, v in libs.items()]
+    if env.get("cudnn"):
+        parts.append(f"cuDNN {env['cudnn']}")
+    return ", ".join(p for p in parts if p)
+
+
+@app.command("bench")
+def bench_command(
+    model: Path = typer.Argument(..., help="ONNX model to time."),
+    backend: str = typer.Option("ort", "--backend", "-b", help="ort | torch | tensorrt | trtexec"),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="fp16 | fp32 | int8 (default: the backend's)"),
+    batch: Optional[int] = typer.Option(None, "--batch", help="Override the batch dimension."),
+    sms: Optional[int] = typer.Option(None, "--sms", help="Limit the GPU to N SMs (torch: green context)."),
+    runs: int = typer.Option(100, "--runs", help="Timed samples (one forward pass / graph replay each)."),
+    warmup: int = typer.Option(20, "--warmup", help="Untimed runs first."),
+    input_shape: Optional[list[str]] = typer.Option(
+        None, "--input-shape", help="NAME:1x3x224x224 (repeatable) for dynamic inputs."
+    ),
+    timeout: float = typer.Option(600.0, "--timeout", help="Seconds per model before the worker is killed."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the JSON result here."),
+) -> None:
+    """Time a model end to end: median, IQR, 95 % CI, runs, what was timed, environment."""
+    from deployopt.fileio import write_json
+
+    b = _backend(backend)
+    opts = _options(b, dtype, batch, sms, runs, warmup, input_shape, timeout)
+    _check_model(model)
+    with b.open(opts) as session:
+        timing = session.measure(model)
+    doc = bench_json(timing)
+    if output is not None:
+        write_json(output, doc)
+    if as_json:
+        console.print_json(json.dumps(doc))
+        return
+    lo, hi = timing.ci95_us
+    table = Table(title=f"{model.name} on {backend} (measured)", show_header=False)
+    table.add_column("what", no_wrap=True)
+    table.add_column("value")
+    table.add_row("median", f"{timing.median_us:.1f} µs")
+    table.add_row("IQR", f"{timing.iqr_us:.1f} µs")
+    table.add_row("95% CI of median", f"[{lo:.1f}, {hi:.1f}] µs (bootstrap)")
+    table.add_row("runs / warm-up", f"{timing.runs} / {timing.warmup}")
+    table.add_row("timed", timing.timed)
+    table.add_row("environment", _environment_line(timing.environment))
+    console.print(table)
+    if output is not None:
+        console.print(f"wrote {output}", highlight=False)
+
+
+def _fmt_dims(d: Any) -> str:
+    return "×".join(str(x) for x in d) if d else "-"
+
+
+def render_profile(profile: Profile, kernels: bool) -> None:
+    table = Table(title=f"per-layer time on {profile.backend} (measured, {profile.runs} runs)")
+    table.add_column("layer", no_wrap=True)
+    table.add_column("op")
+    table.add_column("µs", justify="right")
+    table.add_column("share", justify="right")
+    table.add_column("ONNX nodes")
+    for layer in profile.layers:
+        table.add_row(
+            layer.name,
+            str(layer.extra.get("op", "")),
+            f"{layer.time_us:.1f}",
+            f"{100 * layer.share:.1f}%",
+            ", ".join(layer.onnx_nodes) if layer.onnx_nodes != [layer.name] else "=",
+        )
+    console.print(table)
+    console.print(f"total {profile.total_us:.1f} µs — {profile.timed}", highlight=False, soft_wrap=True)
+    if not kernels:
+        return
+    kt = Table(title="kernels per layer (last profiled pass; waves over the SMs the run had)")
+    for col in (
+        "layer",
+        "kernel",
+        "µs",
+        "grid",
+        "block",
+        "regs",
+        "smem B",
+        "blk/SM",
+        "tile",
+        "waves",
+        "tail",
+    ):
+        kt.add_column(col, justify="left" if col in ("layer", "kernel") else "right", overflow="fold")
+    for layer in profile.layers:
+        for k in layer.kernels:
+            kt.add_row(
+                layer.name,
+                k.name if len(k.name) <= 70 else k.name[:67] + "...",
+                f"{k.duration_us:.1f}",
+                _fmt_dims(k.grid),
+                _fmt_dims(k.block),
+                "-" if k.registers_per_thread is None else str(k.registers_per_thread),
+                "-" if k.shared_memory_bytes is None else str(k.shared_memory_bytes),
+                "-" if k.blocks_per_sm is None else f"{k.blocks_per_sm:g}",
+                _fmt_dims(k.tile),
+                "-" if k.waves is None else str(k.waves),
+                "-" if k.tail_fill is None else f"{100 * k.tail_fill:.0f}%",
+            )
+    console.print(kt)
+
+
+@app.command("profile")
+def profile_command(
+    model: Path = typer.Argument(..., help="ONNX model to profile."),
+    backend: str = typer.Option("ort", "--backend", "-b", help="ort | torch | tensorrt | trtexec"),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="fp16 | fp32 | int8 (default: the backend's)"),
+    batch: Optional[int] = typer.Option(None, "--batch", help="Override the batch dimension."),
+    sms: Optional[int] = typer.Option(None, "--sms", help="Limit the GPU to N SMs (torch: green context)."),
+    runs: int = typer.Option(20, "--runs", help="Profiled forward passes."),
+    warmup: int = typer.Option(10, "--warmup", help="Untimed runs first."),
+    input_shape: Optional[list[str]] = typer.Option(
+        None, "--input-shape", help="NAME:1x3x224x224 (repeatable) for dynamic inputs."
+    ),
+    kernels: bool = typer.Option(False, "--kernels", help="GPU kernels per layer (torch on CUDA)."),
+    timeout: float = typer.Option(600.0, "--timeout", help="Seconds per model before the worker is killed."),
+    trace_dir: Optional[Path] = typer.Option(
+        None, "--trace-dir", help="Keep the profiler trace here (torch: chrome trace JSON)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the JSON result here."),
+) -> None:
+    """Per-layer time with share of total; --kernels adds grid/block/registers/tile/waves per kernel."""
+    from deployopt.fileio import write_json
+
+    b = _backend(backend)
+    opts = _options(b, dtype, batch, sms, runs, warmup, input_shape, timeout, workdir=trace_dir)
+    _check_model(model)
+    with b.open(opts) as session:
+        profile = session.profile(model, kernels=kernels)
+    doc = profile.to_json()
+    if output is not None:
+        write_json(output, doc)
+    if as_json:
+        console.print_json(json.dumps(doc))
+        return
+    render_profile(profile, kernels)
+    if output is not None:
+        console.print(f"wrote {output}", highlight=False)
