@@ -1,0 +1,129 @@
+"""Which channels a trim should drop first: dead ones, then those with the smallest filters.
+
+"Dead" is strict: a channel whose value is zero wherever the group's channels are read by a
+reducing op (Conv input, Gemm rows). A zero filter alone is not enough (a BatchNorm shift after
+it makes a constant channel, which the next conv still sees). Candidates are channels whose every
+producing filter and bias are exactly zero; for them the channel no longer depends on the input,
+so one onnxruntime run with extra outputs decides exactly which of them are zero where it matters.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import onnx
+
+if TYPE_CHECKING:
+    from deployopt.coupling import Analysis
+
+
+def _producer_filters(analysis: Analysis, gid: str) -> list[np.ndarray]:
+    """Each producer's filters as a [width, -1] matrix (bias as an extra column)."""
+    st = analysis.state
+    assert st is not None
+    mats = []
+    for a, atom in enumerate(st.atoms):
+        if atom.producer is None or analysis.group_of_atom(a) != gid:
+            continue
+        node = st.nodes[atom.producer]
+        w = st.const(node.input[1]) if len(node.input) > 1 else None
+        if w is None:
+            continue
+        if node.op_type == "Conv":
+            mat = w.reshape(w.shape[0], -1)
+        elif node.op_type == "Gemm":
+            mat = w if int(st.attr(node, "transB", 0)) else w.T
+        elif node.op_type == "MatMul":
+            mat = w.T
+        else:
+            continue
+        bias_in = node.input[2] if len(node.input) > 2 and node.op_type in ("Conv", "Gemm") else ""
+        bias = st.const(bias_in) if bias_in else None
+        if bias is not None and bias.size == mat.shape[0]:
+            mat = np.concatenate([mat, bias.reshape(-1, 1)], axis=1)
+        mats.append(np.asarray(mat, dtype=np.float64))
+    return mats
+
+
+def filter_l1(analysis: Analysis, gid: str) -> np.ndarray:
+    """L1 norm of each channel's producing filters, summed over the group's producers."""
+    width = analysis.group(gid).width
+    total = np.zeros(width)
+    for mat in _producer_filters(analysis, gid):
+        if mat.shape[0] == width:
+            total += np.abs(mat).sum(axis=1)
+    return total
+
+
+def zero_filter_channels(analysis: Analysis, gid: str) -> list[int]:
+    """Channels whose filters and bias are exactly zero in every producer."""
+    mats = [m for m in _producer_filters(analysis, gid) if m.shape[0] == analysis.group(gid).width]
+    if not mats:
+        return []
+    zero = np.ones(mats[0].shape[0], dtype=bool)
+    for m in mats:
+        zero &= ~np.any(m != 0, axis=1)
+    return [int(i) for i in np.flatnonzero(zero)]
+
+
+def _observed(analysis: Analysis, gid: str) -> list[tuple[str, int]]:
+    """(tensor, channel offset) wherever a reducing op reads this group's channels."""
+    st = analysis.state
+    assert st is not None
+    seen: list[tuple[str, int]] = []
+    for _, tensor in st.consumed:
+        lay = st.layout(tensor)
+        if lay is None:
+            continue
+        off = 0
+        for atom, w in lay:
+            if analysis.group_of_atom(atom) == gid and (tensor, off) not in seen:
+                seen.append((tensor, off))
+            off += w
+    return seen
+
+
+def _random_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    inits = {t.name for t in model.graph.initializer}
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for inp in model.graph.input:
+        if inp.name in inits:
+            continue
+        tt = inp.type.tensor_type
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        shape = [max(d.dim_value, 1) for d in tt.shape.dim]
+        feeds[inp.name] = rng.standard_normal(shape).astype(dtype)
+    return feeds
+
+
+def dead_channels_many(model: onnx.ModelProto, analysis: Analysis, gids: list[str]) -> dict[str, list[int]]:
+    """Dead channels of several groups with at most one onnxruntime run."""
+    result: dict[str, list[int]] = {gid: [] for gid in gids}
+    candidates = {gid: zero_filter_channels(analysis, gid) for gid in gids}
+    observed = {gid: _observed(analysis, gid) for gid in gids if candidates[gid]}
+    observed = {gid: obs for gid, obs in observed.items() if obs}
+    if not observed:
+        return result
+    import onnxruntime as ort
+
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    outputs = {o.name for o in probe.graph.output}
+    names = sorted({t for obs in observed.values() for t, _ in obs})
+    for t in names:
+        if t not in outputs:
+            probe.graph.output.append(onnx.ValueInfoProto(name=t))
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    opts.log_severity_level = 3
+    sess = ort.InferenceSession(probe.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    values = dict(zip(names, sess.run(names, _random_feeds(model))))
+    for gid, obs in observed.items():
+        dead = []
+        for c in candidates[gid]:
+            if all(not np.any(values[t][:, off + c] != 0) for t, off in obs):
+                dead.append(c)
+        result[gid] = dead
+    return result

@@ -1,0 +1,210 @@
+"""Apply a width plan: pad or trim channel groups, exactly, as one transaction.
+
+Padding adds channels that are zero from their producer on (zero filters and bias) and stay out
+of every result (zero input weights in every consumer, neutral BatchNorm/constant parameters).
+Trimming drops the least important channels (dead first, then smallest L1 of the producing
+filters) and slices every tensor that runs over them the same way.
+
+The graph's structure never changes, only constant tensors (and a depthwise conv's `group`), so
+edits go straight to the protobuf: node names, doc strings, metadata and opset stay as they were,
+which a round trip through a graph IR would not guarantee. The result is validated with
+onnx.checker and strict shape inference before it is returned.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from deployopt.coupling import Analysis, analyze
+from deployopt.errors import ModelError, PlanError
+from deployopt.importance import dead_channels_many, filter_l1
+
+
+@dataclass(frozen=True)
+class GroupChange:
+    """What a plan did to one group (for the CLI and for reports)."""
+
+    id: str
+    old: int
+    new: int
+    padded: int
+    trimmed: int
+    dead_trimmed: int  # of the trimmed channels, how many were dead (an exact trim)
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def load_plan(path: str | os.PathLike[str]) -> dict[str, int]:
+    """Read `{"widths": {"<group id>": <width>, ...}}`; any other shape is a one-line PlanError."""
+    path = Path(path)
+    if not path.is_file():
+        raise PlanError(f"{path}: no such plan file")
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise PlanError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("widths"), dict):
+        raise PlanError(f'{path}: expected {{"widths": {{"<group id>": <width>, ...}}}}')
+    widths: dict[str, int] = {}
+    for gid, w in data["widths"].items():
+        if isinstance(w, bool) or not isinstance(w, int):
+            raise PlanError(f"{path}: width of group {gid!r} must be an integer, got {w!r}")
+        widths[gid] = w
+    return widths
+
+
+def validate_plan(analysis: Analysis, widths: dict[str, int]) -> None:
+    for gid, w in widths.items():
+        group = analysis.group(gid)  # PlanError when unknown
+        if group.frozen:
+            raise PlanError(f"group {gid!r} is frozen ({group.reason}); it cannot change width")
+        if isinstance(w, bool) or not isinstance(w, (int, np.integer)):
+            raise PlanError(f"width of group {gid!r} must be an integer, got {w!r}")
+        if w < 1:
+            raise PlanError(f"width of group {gid!r} must be at least 1, got {w}")
+
+
+def dead_channels(model: onnx.ModelProto, analysis: Analysis, gid: str) -> list[int]:
+    """Channels of a group whose output is identically zero where it is consumed."""
+    analysis.group(gid)
+    return dead_channels_many(model, analysis, [gid])[gid]
+
+
+def _order(dead: list[int], l1: np.ndarray) -> list[int]:
+    dead_set = set(dead)
+    rest = [int(i) for i in np.argsort(l1, kind="stable") if int(i) not in dead_set]
+    return sorted(dead) + rest
+
+
+def channel_order(model: onnx.ModelProto, analysis: Analysis, gid: str) -> list[int]:
+    """Least important first: dead channels, then by L1 of the producing filters (ties by index)."""
+    return _order(dead_channels(model, analysis, gid), filter_l1(analysis, gid))
+
+
+def _take(arr: np.ndarray, axis: int, idx: np.ndarray, pad: float) -> np.ndarray:
+    new = idx < 0
+    out = np.take(arr, np.where(new, 0, idx), axis=axis)
+    if new.any():
+        sl: list[Any] = [slice(None)] * arr.ndim
+        sl[axis] = new
+        out[tuple(sl)] = pad
+    return out
+
+
+def _index_maps(
+    model: onnx.ModelProto, analysis: Analysis, changed: dict[str, int]
+) -> tuple[dict[str, np.ndarray], list[GroupChange]]:
+    """Per changed group: for each new channel, the old channel it copies (-1: a padded one)."""
+    trimmed = [gid for gid, w in changed.items() if w < analysis.group(gid).width]
+    dead = dead_channels_many(model, analysis, trimmed) if trimmed else {}
+    maps: dict[str, np.ndarray] = {}
+    report = []
+    for gid, new in changed.items():
+        old = analysis.group(gid).width
+        if new > old:
+            maps[gid] = np.concatenate([np.arange(old), -np.ones(new - old, dtype=np.int64)])
+            report.append(GroupChange(gid, old, new, new - old, 0, 0))
+        else:
+            order = _order(dead[gid], filter_l1(analysis, gid))
+            drop = order[: old - new]
+            maps[gid] = np.array(sorted(set(range(old)) - set(drop)), dtype=np.int64)
+            report.append(GroupChange(gid, old, new, 0, old - new, len(set(drop) & set(dead[gid]))))
+    return maps, report
+
+
+def apply_plan_report(
+    model: onnx.ModelProto, widths: dict[str, int], analysis: Optional[Analysis] = None
+) -> tuple[onnx.ModelProto, list[GroupChange]]:
+    """`apply_plan`, also saying per group what was padded or trimmed."""
+    if analysis is None:
+        analysis = analyze(model)
+    st = analysis.state
+    assert st is not None, "an Analysis from deployopt.coupling.analyze is needed"
+    validate_plan(analysis, widths)
+    changed = {g: int(w) for g, w in widths.items() if int(w) != analysis.group(g).width}
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    if not changed:
+        return out, []
+    maps, report = _index_maps(model, analysis, changed)
+
+    def full_index(layout: Any) -> Optional[np.ndarray]:
+        parts, off, touched = [], 0, False
+        for gid, w in analysis.layout_groups(layout):
+            idx = maps.get(gid)
+            touched |= idx is not None
+            idx = np.arange(w) if idx is None else idx
+            parts.append(np.where(idx < 0, -1, idx + off))
+            off += w
+        return np.concatenate(parts) if touched else None
+
+    def new_width(layout: Any) -> int:
+        return sum(changed.get(gid, w) for gid, w in analysis.layout_groups(layout))
+
+    arrays: dict[str, np.ndarray] = {}
+    for b in st.bindings:
+        idx = full_index(b.layout)
+        if idx is None:
+            continue
+        arr = arrays[b.init] if b.init in arrays else st.const(b.init)
+        assert arr is not None
+        expected = sum(w for _, w in b.layout)
+        if arr.shape[b.axis] != expected:
+            raise ModelError(
+                f"constant {b.init!r}: axis {b.axis} has {arr.shape[b.axis]} entries, expected {expected}"
+            )
+        arrays[b.init] = _take(arr, b.axis, idx, b.pad)
+    for e in st.shape_edits:
+        if full_index(e.layout) is None:
+            continue
+        arr = np.array(arrays[e.init] if e.init in arrays else st.const(e.init))
+        arr.reshape(-1)[e.index] = new_width(e.layout)
+        arrays[e.init] = arr
+
+    graph = out.graph
+    for t in graph.initializer:
+        if t.name in arrays:
+            t.CopyFrom(numpy_helper.from_array(arrays[t.name].astype(numpy_helper.to_array(t).dtype), t.name))
+    for node in graph.node:
+        if node.op_type == "Constant" and node.output and node.output[0] in arrays:
+            for a in node.attribute:
+                if a.name == "value":
+                    dtype = onnx.helper.tensor_dtype_to_np_dtype(a.t.data_type)
+                    a.t.CopyFrom(numpy_helper.from_array(arrays[node.output[0]].astype(dtype), a.t.name))
+    for inp in graph.input:  # IR < 4 lists initializers as inputs too, with their shapes
+        if inp.name in arrays and inp.type.tensor_type.HasField("shape"):
+            dims = inp.type.tensor_type.shape.dim
+            del dims[:]
+            for d in arrays[inp.name].shape:
+                dims.add().dim_value = int(d)
+    for e in st.attr_edits:
+        if full_index(e.layout) is None:
+            continue
+        node = graph.node[e.node]
+        for a in node.attribute:
+            if a.name == e.attr:
+                a.i = new_width(e.layout)
+    del graph.value_info[:]
+    try:
+        inferred = onnx.shape_inference.infer_shapes(out, strict_mode=True, data_prop=True)
+        onnx.checker.check_model(inferred)
+    except Exception as exc:  # a bug or an op a rule mis-declares: never hand back a broken model
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+        raise ModelError(f"the edited model does not validate (please report this model): {first}") from None
+    return inferred, report
+
+
+def apply_plan(
+    model: onnx.ModelProto, widths: dict[str, int], analysis: Optional[Analysis] = None
+) -> onnx.ModelProto:
+    """A new model with each planned group padded or trimmed to its width; the input is untouched."""
+    return apply_plan_report(model, widths, analysis)[0]
