@@ -1,0 +1,87 @@
+"""deployopt.timing on samples whose statistics are known by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from deployopt.timing import Timing, bootstrap_median_ci, compare
+
+
+def test_median_and_iqr_of_known_samples() -> None:
+    t = Timing("ort", [5.0, 1.0, 4.0, 2.0, 3.0], warmup=2)
+    assert t.runs == 5
+    assert t.median_us == 3.0
+    assert t.iqr_us == 2.0  # quartiles 2 and 4 (linear interpolation)
+    even = Timing("ort", [10.0, 20.0, 30.0, 40.0])
+    assert even.median_us == 25.0
+    assert even.iqr_us == pytest.approx(32.5 - 17.5)  # quartiles at positions 0.75 and 2.25
+
+
+def test_bootstrap_ci_is_seeded_and_brackets_the_median() -> None:
+    samples = [100.0 + i for i in range(21)]  # median 110
+    lo, hi = bootstrap_median_ci(samples)
+    assert (lo, hi) == bootstrap_median_ci(samples)  # reproducible
+    assert 100.0 <= lo < 110.0 < hi <= 120.0
+    lo50, hi50 = bootstrap_median_ci(samples, level=0.5)
+    assert lo <= lo50 and hi50 <= hi and (hi50 - lo50) < (hi - lo)
+
+
+def test_bootstrap_ci_degenerate_cases() -> None:
+    assert bootstrap_median_ci([7.5]) == (7.5, 7.5)
+    assert bootstrap_median_ci([3.0] * 12) == (3.0, 3.0)
+
+
+def test_timing_needs_samples() -> None:
+    with pytest.raises(ValueError):
+        Timing("ort", [])
+
+
+def test_to_json_round_trip_and_keys() -> None:
+    t = Timing("torch", [1.0, 2.0, 3.0], warmup=4, timed="x", environment={"gpu": "H200"})
+    d = t.to_json()
+    assert list(d) == [
+        "backend", "measured", "median_us", "iqr_us", "ci95_us", "runs", "warmup", "samples_us", "timed",
+        "environment",
+    ]  # fmt: skip
+    assert d["median_us"] == 2.0 and d["runs"] == 3 and d["warmup"] == 4
+    assert d["ci95_us"] == list(t.ci95_us)
+    back = Timing.from_json(d)
+    assert back.samples_us == [1.0, 2.0, 3.0] and back.timed == "x" and back.environment == {"gpu": "H200"}
+    assert "measured on torch (H200): 2.0 µs median" in t.describe()
+
+
+def test_predicted_timing_says_so() -> None:
+    t = Timing("model", [12.0], measured=False, predictor="wave model")
+    assert t.describe() == "predicted by wave model: 12.0 µs (not measured)"
+    assert t.to_json()["predictor"] == "wave model"
+
+
+def _noisy(center: float, n: int = 40, seed: int = 1) -> Timing:
+    rng = np.random.default_rng(seed)
+    return Timing("torch", list(center + rng.normal(0, center * 0.002, n)))
+
+
+def test_compare_faster_slower_and_no_difference() -> None:
+    a = _noisy(100.0)
+    faster = compare(a, _noisy(90.0, seed=2))
+    assert faster.verdict == "faster"
+    assert faster.ratio == pytest.approx(0.9, abs=0.002)
+    assert faster.describe().startswith("faster: -10.0%")
+    assert compare(a, _noisy(110.0, seed=3)).verdict == "slower"
+    same = compare(a, _noisy(100.0, seed=4))
+    assert same.verdict == "no significant difference"
+
+
+def test_compare_ignores_significant_but_tiny_differences() -> None:
+    a = _noisy(100.0)
+    b = _noisy(100.5, seed=5)  # 0.5 % slower: significant with 40 samples, below the 1 % minimum effect
+    c = compare(a, b)
+    assert c.p_value < 0.01
+    assert c.verdict == "no significant difference"
+    assert compare(a, b, min_effect=0.001).verdict == "slower"
+
+
+def test_compare_single_samples() -> None:
+    assert compare(Timing("m", [10.0]), Timing("m", [8.0])).verdict == "faster"
+    assert compare(Timing("m", [10.0]), Timing("m", [10.0])).verdict == "no significant difference"
