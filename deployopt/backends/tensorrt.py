@@ -1,0 +1,657 @@
+"""Backend on the TensorRT Python API: parse ONNX, build (FP32/FP16/INT8), serialize, time.
+
+Written against the documented APIs of TensorRT 8.2 (JetPack 4.6: Nano, TX2), 8.5 (JetPack 5:
+Xavier) and 10.x (JetPack 6: Orin). NOT RUN ON HARDWARE YET: no TensorRT could be installed where
+this was written; the version dispatch, calibration batching and result loading are tested, the
+calls into TensorRT and CUDA are not.
+
+Why each choice:
+- timing with CUDA events around `execute_async_v3` (>= 8.5) / `execute_async_v2` (8.2) on one
+  stream, inputs uploaded once: the same quantity as trtexec's GPU Compute Time with
+  --noDataTransfers, so the two backends can be compared;
+- the engine is built in a child process by default (extra["isolate"]), so a build that crashes
+  or hangs costs a one-line error and the timeout, not the caller's process;
+- per-layer times via an IProfiler subclass; 8.2 only calls the profiler from synchronous
+  execute_v2, 8.5+ also from enqueueV3;
+- cuda-python or pycuda, whichever is importable, behind a five-method adapter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import importlib.util
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from deployopt.backends.base import Backend, LayerTime, MeasureOptions, Profile, Session
+from deployopt.backends.trtexec_parser import version_tuple
+from deployopt.errors import BackendFailed, BackendUnavailable, DataError, DeployoptError, ModelError
+from deployopt.timing import Timing
+
+TRT_HINT = "tensorrt not installed (on a Jetson it comes with JetPack; elsewhere pip install tensorrt)"
+CUDA_HINT = (
+    "neither cuda-python nor pycuda is installed (pip install cuda-python, or pycuda; JetPack 4.6: pycuda)"
+)
+DEFAULT_WORKSPACE_MIB = 1024
+DEFAULT_ENGINE_DIR = Path("engines")
+
+
+# ---------------------------------------------------------------------------------------------
+# version dispatch (pure)
+
+
+def api_for_version(version: str) -> str:
+    """'v3' (name-based tensors, execute_async_v3: TensorRT >= 8.5) or 'v2' (bindings, 8.x < 8.5)."""
+    v = version_tuple(version)
+    if not v or v < (8, 0):
+        raise BackendUnavailable(f"TensorRT {version} is too old: deployopt needs 8.0 or newer")
+    return "v3" if v >= (8, 5) else "v2"
+
+
+def workspace_api(version: str) -> str:
+    """'memory_pool' (config.set_memory_pool_limit, 8.4+; the only one in 10.x) or
+    'max_workspace_size' (8.0-8.3)."""
+    return "memory_pool" if version_tuple(version) >= (8, 4) else "max_workspace_size"
+
+
+def explicit_batch_flag(version: str) -> bool:
+    """ONNX needs EXPLICIT_BATCH before 10.x; in 10.x it is the only mode and the flag is deprecated."""
+    return version_tuple(version) < (10, 0)
+
+
+def profiled_execution(version: str) -> str:
+    """How to run for IProfiler: 'execute_v2' (8.2-8.4 call the profiler only from synchronous
+    execution) or 'execute_async_v3' (8.5+ also call it from enqueueV3)."""
+    return "execute_async_v3" if api_for_version(version) == "v3" else "execute_v2"
+
+
+def engine_key(
+    onnx_bytes: bytes, options: MeasureOptions, trt_version: str, shapes: dict[str, list[int]]
+) -> str:
+    """Engines are cached by everything that changes them: model bytes, dtype, shapes, TensorRT."""
+    h = hashlib.sha256(onnx_bytes)
+    h.update(
+        json.dumps([options.dtype, sorted(shapes.items()), trt_version, options.calibration_data]).encode()
+    )
+    return h.hexdigest()[:16]
+
+
+def aggregate_layer_times(times: dict[str, list[float]], order: list[str]) -> list[LayerTime]:
+    """Per-layer median over runs (ms reported by IProfiler -> µs), with its share of the sum."""
+    med = {name: statistics.median(times[name]) * 1000.0 for name in order}
+    total = sum(med.values()) or 1.0
+    return [
+        LayerTime(name=name, time_us=med[name], share=med[name] / total, extra={"runs": len(times[name])})
+        for name in order
+    ]
+
+
+def load_runner_result(path: str | Path) -> Timing:
+    """Read the JSON printed by jetson/runner.py (same schema as `deployopt bench --json`)."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+    except OSError as exc:
+        raise DataError(f"cannot read runner result {p}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{p} is not JSON: {exc.msg} (line {exc.lineno})") from None
+    if not isinstance(data, dict) or not data.get("samples_us"):
+        raise DataError(f"{p} has no samples_us: not a runner result")
+    if "error" in data:
+        raise BackendFailed(f"the runner reported: {data['error']}")
+    try:
+        return Timing.from_json(data)
+    except (KeyError, ValueError, TypeError) as exc:
+        raise DataError(f"{p} is not a runner result: {exc}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# CUDA adapters
+
+
+def check_cuda(result: Any, what: str) -> Any:
+    """cuda-python returns (err, *values); turn a non-zero err into a one-line BackendFailed."""
+    if isinstance(result, tuple):
+        err, rest = result[0], result[1:]
+    else:
+        err, rest = result, ()
+    if int(err) != 0:
+        raise BackendFailed(f"CUDA error in {what}: {getattr(err, 'name', err)}")
+    if not rest:
+        return None
+    return rest[0] if len(rest) == 1 else rest
+
+
+class CudaPython:
+    """cuda-python runtime API (cuda.bindings.runtime in 12.x+, cuda.cudart before)."""
+
+    name = "cuda-python"
+
+    def __init__(self) -> None:
+        try:
+            from cuda.bindings import runtime as cudart  # cuda-python >= 12.6
+        except ImportError:
+            from cuda import cudart  # older cuda-python
+        self.rt = cudart
+
+    def alloc(self, nbytes: int) -> int:
+        return int(check_cuda(self.rt.cudaMalloc(max(1, nbytes)), "cudaMalloc"))
+
+    def free(self, ptr: int) -> None:
+        check_cuda(self.rt.cudaFree(ptr), "cudaFree")
+
+    def htod(self, ptr: int, array: np.ndarray) -> None:
+        kind = self.rt.cudaMemcpyKind.cudaMemcpyHostToDevice
+        check_cuda(self.rt.cudaMemcpy(ptr, array.ctypes.data, array.nbytes, kind), "cudaMemcpy")
+
+    def dtoh(self, array: np.ndarray, ptr: int) -> None:
+        kind = self.rt.cudaMemcpyKind.cudaMemcpyDeviceToHost
+        check_cuda(self.rt.cudaMemcpy(array.ctypes.data, ptr, array.nbytes, kind), "cudaMemcpy")
+
+    def stream(self) -> Any:
+        return check_cuda(self.rt.cudaStreamCreate(), "cudaStreamCreate")
+
+    def handle(self, stream: Any) -> int:
+        return int(stream)
+
+    def event(self) -> Any:
+        return check_cuda(self.rt.cudaEventCreate(), "cudaEventCreate")
+
+    def record(self, event: Any, stream: Any) -> None:
+        check_cuda(self.rt.cudaEventRecord(event, stream), "cudaEventRecord")
+
+    def elapsed_ms(self, start: Any, end: Any) -> float:
+        check_cuda(self.rt.cudaEventSynchronize(end), "cudaEventSynchronize")
+        return float(check_cuda(self.rt.cudaEventElapsedTime(start, end), "cudaEventElapsedTime"))
+
+    def synchronize(self, stream: Any) -> None:
+        check_cuda(self.rt.cudaStreamSynchronize(stream), "cudaStreamSynchronize")
+
+    def device_facts(self) -> dict[str, Any]:
+        prop = check_cuda(self.rt.cudaGetDeviceProperties(0), "cudaGetDeviceProperties")
+        name = prop.name.decode(errors="replace") if isinstance(prop.name, bytes) else str(prop.name)
+        return {
+            "gpu": name.rstrip("\x00"),
+            "sms": int(prop.multiProcessorCount),
+            "compute_capability": f"{prop.major}.{prop.minor}",
+        }
+
+
+class PyCuda:
+    """pycuda (what JetPack 4.6 users usually have); creates its context via pycuda.autoinit."""
+
+    name = "pycuda"
+
+    def __init__(self) -> None:
+        import pycuda.autoinit  # noqa: F401  (creates the context TensorRT will use)
+        import pycuda.driver as cuda
+
+        self.cuda = cuda
+        self._allocs: dict[int, Any] = {}
+
+    def alloc(self, nbytes: int) -> int:
+        mem = self.cuda.mem_alloc(max(1, nbytes))
+        self._allocs[int(mem)] = mem
+        return int(mem)
+
+    def free(self, ptr: int) -> None:
+        mem = self._allocs.pop(ptr, None)
+        if mem is not None:
+            mem.free()
+
+    def htod(self, ptr: int, array: np.ndarray) -> None:
+        self.cuda.memcpy_htod(ptr, array)
+
+    def dtoh(self, array: np.ndarray, ptr: int) -> None:
+        self.cuda.memcpy_dtoh(array, ptr)
+
+    def stream(self) -> Any:
+        return self.cuda.Stream()
+
+    def handle(self, stream: Any) -> int:
+        return int(stream.handle)
+
+    def event(self) -> Any:
+        return self.cuda.Event()
+
+    def record(self, event: Any, stream: Any) -> None:
+        event.record(stream)
+
+    def elapsed_ms(self, start: Any, end: Any) -> float:
+        end.synchronize()
+        return float(end.time_since(start))
+
+    def synchronize(self, stream: Any) -> None:
+        stream.synchronize()
+
+    def device_facts(self) -> dict[str, Any]:
+        dev = self.cuda.Context.get_device()
+        attr = self.cuda.device_attribute
+        major, minor = dev.compute_capability()
+        return {
+            "gpu": dev.name(),
+            "sms": int(dev.get_attribute(attr.MULTIPROCESSOR_COUNT)),
+            "compute_capability": f"{major}.{minor}",
+        }
+
+
+def cuda_binding_available() -> str | None:
+    """Which CUDA binding is importable ('cuda-python', 'pycuda'), without importing it."""
+    for module, name in (("cuda", "cuda-python"), ("pycuda", "pycuda")):
+        try:
+            if importlib.util.find_spec(module) is not None:
+                return name
+        except (ImportError, ValueError):
+            continue
+    return None
+
+
+def cuda_api(prefer: str | None = None) -> CudaPython | PyCuda:
+    order = [CudaPython, PyCuda]
+    if prefer == "pycuda":
+        order.reverse()
+    for cls in order:
+        try:
+            return cls()
+        except ImportError:
+            continue
+    raise BackendUnavailable(CUDA_HINT)
+
+
+# ---------------------------------------------------------------------------------------------
+# isolation: build + time in a child process with a timeout
+
+
+def _child(target: str, args: tuple[Any, ...], queue: Any) -> None:
+    try:
+        module, _, func = target.rpartition(".")
+        result = getattr(importlib.import_module(module), func)(*args)
+        queue.put(("ok", result))
+    except DeployoptError as exc:
+        queue.put(("error", f"{type(exc).__name__}\t{exc}"))
+    except BaseException as exc:
+        queue.put(
+            ("error", f"BackendFailed\t{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        )
+
+
+def run_isolated(target: str, args: tuple[Any, ...], timeout_s: float) -> Any:
+    """Call `module.function(*args)` in a spawned process; one-line errors for crash, hang, raise."""
+    import multiprocessing as mp
+    import queue as queue_mod
+
+    ctx = mp.get_context("spawn")  # fresh CUDA state; fork after CUDA init is unsafe
+    q = ctx.Queue()
+    proc = ctx.Process(target=_child, args=(target, args, q), daemon=True)
+    proc.start()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            status, payload = q.get(timeout=0.2)
+            break
+        except queue_mod.Empty:
+            pass
+        if not proc.is_alive():  # died without a result (segfault, abort, OOM kill)
+            try:
+                status, payload = q.get(timeout=1.0)
+                break
+            except queue_mod.Empty:
+                code = proc.exitcode
+                how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited {code}"
+                raise BackendFailed(f"TensorRT worker {how} without a result") from None
+        if time.monotonic() > deadline:
+            proc.kill()
+            proc.join(5)
+            raise BackendFailed(f"TensorRT worker did not finish within {timeout_s:g} s") from None
+    proc.join(5)
+    if status == "ok":
+        return payload
+    kind, _, message = payload.partition("\t")
+    errors = {
+        "BackendUnavailable": BackendUnavailable,
+        "ModelError": ModelError,
+        "DataError": DataError,
+    }
+    raise errors.get(kind, BackendFailed)(message)
+
+
+# ---------------------------------------------------------------------------------------------
+# the TensorRT work (runs in the worker process)
+
+
+def _import_trt() -> Any:
+    try:
+        return importlib.import_module("tensorrt")
+    except ImportError:
+        raise BackendUnavailable(TRT_HINT) from None
+
+
+def _onnx_has_qdq(onnx_bytes: bytes) -> bool:
+    import onnx
+
+    model = onnx.load_from_string(onnx_bytes)
+    return any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node)
+
+
+def build_engine(model_path: str, options: MeasureOptions, engine_path: str) -> dict[str, Any]:
+    """Parse + build + serialize. Returns facts about the build. Called in the worker."""
+    from deployopt.backends.tensorrt_calibrator import (
+        CalibrationBatcher,
+        CalibrationCache,
+        CalibratorCore,
+        load_samples,
+        make_entropy_calibrator,
+    )
+    from deployopt.backends.trtexec import input_shapes
+    from deployopt.fileio import write_bytes
+
+    trt = _import_trt()
+    version = trt.__version__
+    logger = trt.Logger(trt.Logger.WARNING)
+    builder = trt.Builder(logger)
+    flags = (
+        (1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)) if explicit_batch_flag(version) else 0
+    )
+    network = builder.create_network(flags)
+    parser = trt.OnnxParser(network, logger)
+    data = Path(model_path).read_bytes()
+    if not parser.parse(data, str(model_path)):
+        errs = [str(parser.get_error(i)).strip().replace("\n", " ") for i in range(parser.num_errors)]
+        raise ModelError(f"TensorRT cannot parse {Path(model_path).name}: {'; '.join(errs)[:300]}")
+    config = builder.create_builder_config()
+    workspace = int(options.extra.get("workspace_mib", DEFAULT_WORKSPACE_MIB)) << 20
+    if workspace_api(version) == "memory_pool":
+        config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace)
+    else:
+        config.max_workspace_size = workspace
+    if hasattr(trt, "ProfilingVerbosity"):
+        config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
+    if options.dtype in ("fp16", "int8"):
+        config.set_flag(trt.BuilderFlag.FP16)  # int8: FP16 for layers without an INT8 kernel
+    shapes = input_shapes(Path(model_path), options)
+    profile = None
+    dynamic = [
+        network.get_input(i) for i in range(network.num_inputs) if -1 in tuple(network.get_input(i).shape)
+    ]
+    if dynamic:
+        profile = builder.create_optimization_profile()
+        for tensor in dynamic:
+            shape = shapes.get(tensor.name)
+            if shape is None:
+                raise ModelError(
+                    f"input {tensor.name!r} is dynamic: give its shape (--input-shape / --batch)"
+                )
+            profile.set_shape(tensor.name, shape, shape, shape)
+        config.add_optimization_profile(profile)
+    core = None
+    if options.dtype == "int8":
+        config.set_flag(trt.BuilderFlag.INT8)
+        if options.calibration_data:
+            in_shapes = {}
+            for i in range(network.num_inputs):
+                t = network.get_input(i)
+                in_shapes[t.name] = tuple(shapes.get(t.name, tuple(t.shape)))
+            count = int(options.extra.get("calibration_count", 512))
+            samples = load_samples(options.calibration_data, in_shapes, count)
+            cache = CalibrationCache(
+                options.extra.get("calib_cache") or str(Path(engine_path).with_suffix(".calib"))
+            )
+            core = CalibratorCore(
+                CalibrationBatcher(samples, in_shapes), cache, cuda_api(options.extra.get("cuda"))
+            )
+            config.int8_calibrator = make_entropy_calibrator(trt, core)
+            if profile is not None:
+                config.set_calibration_profile(profile)
+        elif not _onnx_has_qdq(data):
+            raise DataError("INT8 needs calibration data (--calibration-data) or a model with Q/DQ nodes")
+    cache_path = options.extra.get("timing_cache")
+    timing_cache = None
+    if cache_path:
+        blob = Path(cache_path).read_bytes() if Path(cache_path).is_file() else b""
+        timing_cache = config.create_timing_cache(blob)
+        config.set_timing_cache(timing_cache, False)
+    serialized = builder.build_serialized_network(network, config)
+    if core is not None:
+        core.free()
+    if serialized is None:
+        raise BackendFailed("TensorRT could not build an engine for this model (its warnings say why)")
+    write_bytes(engine_path, bytes(serialized))
+    if cache_path and timing_cache is not None:
+        write_bytes(cache_path, bytes(config.get_timing_cache().serialize()))
+    return {"tensorrt": version, "shapes": shapes}
+
+
+class _IO:
+    def __init__(self, name: str, is_input: bool, shape: tuple[int, ...], dtype: Any) -> None:
+        self.name, self.is_input, self.shape, self.dtype = name, is_input, shape, np.dtype(dtype)
+        self.ptr = 0
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape)) * self.dtype.itemsize
+
+
+def _bind(trt: Any, engine: Any, context: Any, api: str, shapes: dict[str, list[int]]) -> list[_IO]:
+    """Set input shapes and list every I/O tensor with its final shape and dtype."""
+    ios = []
+    if api == "v3":
+        for i in range(engine.num_io_tensors):
+            name = engine.get_tensor_name(i)
+            if engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT and -1 in tuple(
+                engine.get_tensor_shape(name)
+            ):
+                context.set_input_shape(name, shapes[name])
+        for i in range(engine.num_io_tensors):
+            name = engine.get_tensor_name(i)
+            is_input = engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
+            dtype = trt.nptype(engine.get_tensor_dtype(name))
+            ios.append(_IO(name, is_input, tuple(context.get_tensor_shape(name)), dtype))
+    else:
+        for i in range(engine.num_bindings):
+            if engine.binding_is_input(i) and -1 in tuple(engine.get_binding_shape(i)):
+                context.set_binding_shape(i, shapes[engine.get_binding_name(i)])
+        for i in range(engine.num_bindings):
+            dtype = trt.nptype(engine.get_binding_dtype(i))
+            ios.append(
+                _IO(
+                    engine.get_binding_name(i),
+                    engine.binding_is_input(i),
+                    tuple(context.get_binding_shape(i)),
+                    dtype,
+                )
+            )
+    return ios
+
+
+def make_layer_profiler(trt: Any) -> Any:
+    """An IProfiler collecting every report_layer_time call (subclass created here, lazily)."""
+
+    class LayerProfiler(trt.IProfiler):  # type: ignore[misc, name-defined]
+        def __init__(self) -> None:
+            trt.IProfiler.__init__(self)
+            self.times: dict[str, list[float]] = {}
+            self.order: list[str] = []
+
+        def report_layer_time(self, layer_name: str, ms: float) -> None:
+            if layer_name not in self.times:
+                self.times[layer_name] = []
+                self.order.append(layer_name)
+            self.times[layer_name].append(float(ms))
+
+    return LayerProfiler()
+
+
+def time_engine(
+    engine_path: str, options: MeasureOptions, shapes: dict[str, list[int]], per_layer: bool
+) -> dict:
+    """Deserialize and time; returns Timing JSON (and layers when per_layer). Called in the worker."""
+    trt = _import_trt()
+    version = trt.__version__
+    api = api_for_version(version)
+    cuda = cuda_api(options.extra.get("cuda"))
+    logger = trt.Logger(trt.Logger.WARNING)
+    runtime = trt.Runtime(logger)
+    engine = runtime.deserialize_cuda_engine(Path(engine_path).read_bytes())
+    if engine is None:
+        raise BackendFailed(
+            f"TensorRT {version} could not deserialize {engine_path} (built by another version?)"
+        )
+    context = engine.create_execution_context()
+    ios = _bind(trt, engine, context, api, shapes)
+    rng = np.random.default_rng(0)
+    for io in ios:
+        io.ptr = cuda.alloc(io.nbytes)
+        if io.is_input:  # uploaded once: like trtexec --noDataTransfers, copies are not timed
+            host = (
+                rng.standard_normal(io.shape).astype(io.dtype)
+                if io.dtype.kind == "f"
+                else np.zeros(io.shape, io.dtype)
+            )
+            cuda.htod(io.ptr, np.ascontiguousarray(host))
+        if api == "v3":
+            context.set_tensor_address(io.name, io.ptr)
+    stream = cuda.stream()
+    handle = cuda.handle(stream)
+    bindings = [io.ptr for io in ios]
+
+    def run() -> None:
+        ok = context.execute_async_v3(handle) if api == "v3" else context.execute_async_v2(bindings, handle)
+        if not ok:
+            raise BackendFailed("TensorRT execution failed (execute_async returned False)")
+
+    try:
+        for _ in range(options.warmup):
+            run()
+        cuda.synchronize(stream)
+        start, end = cuda.event(), cuda.event()
+        samples = []
+        for _ in range(options.runs):
+            cuda.record(start, stream)
+            run()
+            cuda.record(end, stream)
+            samples.append(cuda.elapsed_ms(start, end) * 1000.0)
+        env: dict[str, Any] = {"tensorrt": version, "cuda_binding": cuda.name, "api": api}
+        with contextlib.suppress(Exception):  # facts are optional; timing is not
+            env.update(cuda.device_facts())
+        timing = Timing(
+            backend="tensorrt",
+            samples_us=samples,
+            warmup=options.warmup,
+            timed=(
+                f"one forward pass ({options.dtype}), CUDA events around execute_async_{api} on one stream, "
+                "inputs on the GPU (no copies timed), no CUDA graph"
+            ),
+            environment=env,
+        )
+        out: dict[str, Any] = {"timing": timing.to_json()}
+        if per_layer:
+            profiler = make_layer_profiler(trt)
+            context.profiler = profiler
+            for _ in range(options.runs):
+                if profiled_execution(version) == "execute_v2":
+                    context.execute_v2(bindings)
+                else:
+                    run()
+                    cuda.synchronize(stream)
+            out["layers"] = [
+                layer.to_json() for layer in aggregate_layer_times(profiler.times, profiler.order)
+            ]
+        return out
+    finally:
+        for io in ios:
+            cuda.free(io.ptr)
+
+
+def build_and_time(model_path: str, options: MeasureOptions, per_layer: bool) -> dict:
+    """Worker entry point: reuse a cached engine or build one, then time it."""
+    from deployopt.backends.trtexec import input_shapes
+
+    trt = _import_trt()
+    data = Path(model_path).read_bytes()
+    shapes = input_shapes(Path(model_path), options)
+    workdir = Path(options.workdir) if options.workdir is not None else DEFAULT_ENGINE_DIR
+    key = engine_key(data, options, trt.__version__, shapes)
+    engine_path = workdir / f"{Path(model_path).stem}-{options.dtype}-{key}.engine"
+    built = False
+    if not engine_path.is_file() or options.extra.get("rebuild"):
+        build_engine(model_path, options, str(engine_path))
+        built = True
+    out = time_engine(str(engine_path), options, shapes, per_layer)
+    out["timing"]["environment"].update({"engine": str(engine_path), "engine_built_now": built})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# backend
+
+
+class TensorRTSession(Session):
+    def _call(self, model_path: Path, per_layer: bool) -> dict:
+        model_path = Path(model_path)
+        if not model_path.is_file():
+            raise DeployoptError(f"model not found: {model_path}")
+        args = (str(model_path), self.options, per_layer)
+        if self.options.extra.get("isolate", True):
+            return run_isolated("deployopt.backends.tensorrt.build_and_time", args, self.options.timeout_s)
+        return build_and_time(*args)
+
+    def measure(self, model_path: Path) -> Timing:
+        return Timing.from_json(self._call(model_path, per_layer=False)["timing"])
+
+    def profile(self, model_path: Path, kernels: bool = False) -> Profile:
+        out = self._call(model_path, per_layer=True)
+        layers = [
+            LayerTime(name=d["name"], time_us=d["time_us"], share=d["share"], extra=d.get("extra", {}))
+            for d in out["layers"]
+        ]
+        t = out["timing"]
+        return Profile(
+            backend="tensorrt",
+            layers=layers,
+            environment=t["environment"],
+            timed="per-layer time reported by TensorRT's IProfiler, median over runs",
+            runs=t["runs"],
+        )
+
+
+class TensorRTBackend(Backend):
+    name = "tensorrt"
+    description = "TensorRT Python API: ONNX parser, FP16/INT8 build, CUDA-event timing, IProfiler"
+    dtypes = ("fp32", "fp16", "int8")
+
+    def availability(self) -> tuple[bool, str]:
+        try:
+            spec = importlib.util.find_spec("tensorrt")
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None:
+            return False, TRT_HINT
+        binding = cuda_binding_available()
+        if binding is None:
+            return False, CUDA_HINT
+        return True, f"tensorrt + {binding} (not run on hardware yet)"
+
+    def open(self, options: MeasureOptions) -> TensorRTSession:
+        self.check_options(options)
+        return TensorRTSession(self, options)
+
+
+__all__ = [
+    "TensorRTBackend",
+    "aggregate_layer_times",
+    "api_for_version",
+    "cuda_api",
+    "engine_key",
+    "explicit_batch_flag",
+    "load_runner_result",
+    "profiled_execution",
+    "run_isolated",
+    "workspace_api",
+]

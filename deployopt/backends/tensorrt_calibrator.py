@@ -1,0 +1,183 @@
+"""INT8 entropy calibration for the TensorRT backend, with the batching kept in plain Python.
+
+Why split it: the part that can go wrong quietly (which samples make which batch, when the data
+runs out, whether a stale cache is reused) does not need TensorRT, so it is tested here without it.
+The `trt.IInt8EntropyCalibrator2` subclass is created inside a factory, so this module imports
+on machines without TensorRT, and only forwards to the pure parts.
+
+With explicit-batch networks (the only kind ONNX gives), the batch size is part of each input's
+shape; the calibrator reports 1 from get_batch_size(), as Polygraphy's does, and each batch is
+shaped exactly like the engine input.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from deployopt.errors import DataError
+from deployopt.fileio import write_bytes
+
+
+class DeviceMemory(Protocol):
+    """What the calibrator needs from a CUDA binding (cuda-python or pycuda adapter)."""
+
+    def alloc(self, nbytes: int) -> int: ...
+
+    def htod(self, ptr: int, array: np.ndarray) -> None: ...
+
+    def free(self, ptr: int) -> None: ...
+
+
+class CalibrationBatcher:
+    """Turns samples (each a {input name: array shaped like the model input, or like one item of it})
+    into batches shaped exactly like the engine inputs, in sample order.
+
+    A sample whose leading dimension is smaller than the engine batch is stacked with the next ones
+    (e.g. eight [1,3,224,224] samples make one [8,3,224,224] batch). A last incomplete batch is
+    dropped (counted in `dropped`): TensorRT needs full batches and padding would bias the ranges.
+    """
+
+    def __init__(
+        self,
+        samples: list[dict[str, np.ndarray]],
+        shapes: dict[str, tuple[int, ...]],
+        dtypes: dict[str, Any] | None = None,
+    ) -> None:
+        if not samples:
+            raise DataError("no calibration samples")
+        self.shapes = {k: tuple(int(d) for d in v) for k, v in shapes.items()}
+        self.dtypes = {k: np.dtype((dtypes or {}).get(k, np.float32)) for k in self.shapes}
+        for i, sample in enumerate(samples):
+            missing = sorted(set(self.shapes) - set(sample))
+            if missing:
+                raise DataError(f"calibration sample {i} has no input {missing[0]!r}")
+            for name, shape in self.shapes.items():
+                got = tuple(np.shape(sample[name]))
+                if got[1:] != shape[1:] or not got or shape[0] % got[0] != 0:
+                    raise DataError(
+                        f"calibration sample {i} input {name!r} has shape {list(got)}; the engine input is "
+                        f"{list(shape)}"
+                    )
+        self.samples = samples
+        first = next(iter(self.shapes))
+        self.per_batch = self.shapes[first][0] // int(np.shape(samples[0][first])[0])
+        self.num_batches = len(samples) // self.per_batch
+        self.dropped = len(samples) - self.num_batches * self.per_batch
+        self.position = 0  # batches handed out so far
+
+    def reset(self) -> None:
+        self.position = 0
+
+    def next_batch(self) -> dict[str, np.ndarray] | None:
+        """The next full batch (C-contiguous, engine dtype), or None when the data is used up."""
+        if self.position >= self.num_batches:
+            return None
+        lo = self.position * self.per_batch
+        chunk = self.samples[lo : lo + self.per_batch]
+        self.position += 1
+        return {
+            name: np.ascontiguousarray(
+                np.concatenate([np.asarray(s[name]) for s in chunk], axis=0), dtype=self.dtypes[name]
+            )
+            for name in self.shapes
+        }
+
+    def nbytes(self, name: str) -> int:
+        return int(np.prod(self.shapes[name])) * self.dtypes[name].itemsize
+
+
+class CalibrationCache:
+    """The calibration table TensorRT writes after calibrating; reused so INT8 builds are repeatable
+    and fast. Written atomically; an empty or missing file reads as None (calibrate again)."""
+
+    def __init__(self, path: str | Path | None) -> None:
+        self.path = Path(path) if path is not None else None
+
+    def read(self) -> bytes | None:
+        if self.path is None or not self.path.is_file():
+            return None
+        data = self.path.read_bytes()
+        return data or None
+
+    def write(self, data: bytes) -> None:
+        if self.path is not None:
+            write_bytes(self.path, bytes(data))
+
+
+class CalibratorCore:
+    """Everything the TensorRT calibrator does, minus TensorRT: batches to device pointers."""
+
+    def __init__(self, batcher: CalibrationBatcher, cache: CalibrationCache, memory: DeviceMemory) -> None:
+        self.batcher = batcher
+        self.cache = cache
+        self.memory = memory
+        self.buffers: dict[str, int] = {}
+
+    def get_batch_size(self) -> int:
+        return 1  # explicit batch: the batch is in the input shapes
+
+    def get_batch(self, names: list[str]) -> list[int] | None:
+        batch = self.batcher.next_batch()
+        if batch is None:
+            return None
+        ptrs = []
+        for name in names:
+            if name not in batch:
+                raise DataError(
+                    f"TensorRT asked for calibration input {name!r}, which the data does not have"
+                )
+            if name not in self.buffers:
+                self.buffers[name] = self.memory.alloc(self.batcher.nbytes(name))
+            self.memory.htod(self.buffers[name], batch[name])
+            ptrs.append(int(self.buffers[name]))
+        return ptrs
+
+    def read_calibration_cache(self) -> bytes | None:
+        return self.cache.read()
+
+    def write_calibration_cache(self, data: Any) -> None:
+        self.cache.write(bytes(data))
+
+    def free(self) -> None:
+        for ptr in self.buffers.values():
+            self.memory.free(ptr)
+        self.buffers.clear()
+
+
+def load_samples(
+    path: str | Path, inputs: dict[str, tuple[int, ...]], count: int
+) -> list[dict[str, np.ndarray]]:
+    """Calibration samples from calibration data (deployopt.fidelity reads the folder/file formats)."""
+    try:
+        from deployopt.fidelity import load_calibration
+    except ImportError as exc:
+        raise DataError(f"calibration data loader unavailable ({exc})") from None
+    cal = load_calibration(path, inputs={k: list(v) for k, v in inputs.items()}, count=count)
+    return list(cal.samples)
+
+
+def make_entropy_calibrator(trt: Any, core: CalibratorCore) -> Any:
+    """A `trt.IInt8EntropyCalibrator2` that forwards to `core` (created here so the module imports
+    without TensorRT)."""
+
+    class EntropyCalibrator(trt.IInt8EntropyCalibrator2):  # type: ignore[misc, name-defined]
+        def __init__(self) -> None:
+            trt.IInt8EntropyCalibrator2.__init__(self)  # pybind11 needs the explicit base init
+            self.core = core
+
+        def get_batch_size(self) -> int:
+            return self.core.get_batch_size()
+
+        def get_batch(self, names: list[str], *args: Any) -> list[int] | None:
+            return self.core.get_batch(list(names))
+
+        def read_calibration_cache(self, *args: Any) -> bytes | None:
+            return self.core.read_calibration_cache()
+
+        def write_calibration_cache(self, cache: Any, *args: Any) -> None:
+            self.core.write_calibration_cache(cache)
+
+    return EntropyCalibrator()
