@@ -1,1 +1,170 @@
-"""CLI commands (placeholder until its issue lands)."""
+"""`deployopt verify`: does the edited model still compute what the original did?
+
+Thin layer over deployopt.fidelity: load both models (clear errors, dynamic batch fixed), build
+the calibration set, compare on onnxruntime CPU, render a table or JSON. Exit 0 when every
+threshold holds, 1 when one is crossed, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from deployopt.cli.app import app, console, err_console, parse_input_shapes
+from deployopt.errors import DataError
+from deployopt.fidelity import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    RESIZE_MODES,
+    FidelityReport,
+    Thresholds,
+    compare_models,
+    load_calibration,
+)
+
+
+def _floats(value: str, option: str) -> list[float]:
+    try:
+        vals = [float(v) for v in value.replace(" ", "").split(",") if v]
+    except ValueError:
+        raise DataError(
+            f"{option} {value!r}: expected numbers separated by commas, e.g. 0.485,0.456,0.406"
+        ) from None
+    if not vals:
+        raise DataError(f"{option} {value!r}: expected at least one number")
+    return vals
+
+
+def _model_inputs(path: Path, requested: dict[str, list[int]]) -> tuple[dict[str, list[int]], list[str]]:
+    """Static input shapes of the model at `path` (load_model fixes a dynamic batch to 1, with a notice)."""
+    from deployopt.model import load_model
+
+    loaded = load_model(path, requested)
+    return loaded.input_shapes, list(loaded.notices)
+
+
+def _fmt(x: float | None, spec: str) -> str:
+    return "n/a" if x is None else format(x, spec)
+
+
+def _render(report: FidelityReport, thresholds: Thresholds, failures: list[str]) -> None:
+    table = Table(title="fidelity: candidate vs reference (onnxruntime CPU)")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_column("threshold", justify="right")
+    table.add_column("", justify="center")
+
+    def status(ok: bool | None) -> str:
+        return "" if ok is None else ("[green]ok[/]" if ok else "[bold red]FAIL[/]")
+
+    t = thresholds
+    table.add_row(
+        "max abs error",
+        _fmt(report.max_abs_error, ".3g"),
+        "none" if t.max_abs_error is None else f"≤ {t.max_abs_error:g}",
+        status(None if t.max_abs_error is None else report.max_abs_error <= t.max_abs_error),
+    )
+    table.add_row("mean abs error", _fmt(report.mean_abs_error, ".3g"), "", "")
+    table.add_row(
+        "cosine similarity (min)",
+        _fmt(report.cosine_min, ".6f"),
+        "none" if t.min_cosine is None else f"≥ {t.min_cosine:g}",
+        status(None if t.min_cosine is None else report.cosine_min >= t.min_cosine),
+    )
+    table.add_row("cosine similarity (mean)", _fmt(report.cosine_mean, ".6f"), "", "")
+    top1_ok = (
+        None if (t.min_top1 is None or report.top1_agreement is None) else report.top1_agreement >= t.min_top1
+    )
+    table.add_row(
+        "top-1 agreement",
+        "n/a (first output is not N×classes)"
+        if report.top1_agreement is None
+        else f"{report.top1_agreement:.2%}",
+        "none" if t.min_top1 is None else f"≥ {t.min_top1:.2%}",
+        status(top1_ok),
+    )
+    table.add_row("samples (model runs) / rows", f"{report.n_samples} / {report.n_rows}", "", "")
+    console.print(table)
+    if report.random_inputs:
+        console.print(
+            "[yellow]inputs: random inputs (no calibration data given): this shows whether the models "
+            "compute the same function, not accuracy on real data; pass --calibration-data for that[/]"
+        )
+    else:
+        console.print(f"inputs: {report.source}", highlight=False)
+    if failures:
+        for f in failures:
+            console.print(f"[bold red]FAILED[/]: {f}", highlight=False)
+    else:
+        console.print("[bold green]PASSED[/]: all thresholds hold")
+
+
+@app.command()
+def verify(
+    reference: Path = typer.Argument(..., help="The original model (.onnx)."),
+    candidate: Path = typer.Argument(..., help="The edited model to check against it (.onnx)."),
+    calibration_data: Optional[Path] = typer.Option(
+        None,
+        "--calibration-data",
+        help="Folder of images (png/jpg/bmp), .npy, .npz (keyed by input name) or folder of arrays. "
+        "Random inputs when omitted (said so).",
+    ),
+    count: int = typer.Option(16, "--count", help="Calibration samples (model runs) at most."),
+    mean: str = typer.Option(",".join(map(str, IMAGENET_MEAN)), "--mean", help="Per-channel image mean."),
+    std: str = typer.Option(",".join(map(str, IMAGENET_STD)), "--std", help="Per-channel image std."),
+    bgr: bool = typer.Option(False, "--bgr", help="Feed images as BGR (mean/std still given in RGB order)."),
+    scale: float = typer.Option(1 / 255, "--scale", help="Pixel scale applied before mean/std."),
+    resize: str = typer.Option(
+        "stretch", "--resize", help="stretch: resize to H×W; crop: shorter side to H/0.875, centre crop."
+    ),
+    max_abs_error: Optional[float] = typer.Option(
+        None, "--max-abs-error", help="Fail above this max abs error."
+    ),
+    min_cosine: float = typer.Option(
+        0.999, "--min-cosine", help="Fail below this per-image cosine similarity."
+    ),
+    min_top1: float = typer.Option(0.99, "--min-top1", help="Fail below this top-1 agreement (fraction)."),
+    input_shape: Optional[list[str]] = typer.Option(
+        None, "--input-shape", help="NAME:1x3x224x224 for inputs with dynamic dims (repeatable)."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random inputs."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Compare a candidate model's outputs with the reference's on calibration data."""
+    if resize not in RESIZE_MODES:
+        raise DataError(f"--resize {resize!r}: expected one of {', '.join(RESIZE_MODES)}")
+    if not 0.0 <= min_top1 <= 1.0:
+        raise DataError(f"--min-top1 {min_top1}: expected a fraction between 0 and 1")
+    if not -1.0 <= min_cosine <= 1.0:
+        raise DataError(f"--min-cosine {min_cosine}: expected a value between -1 and 1")
+    requested = parse_input_shapes(input_shape)
+    ref_inputs, notices = _model_inputs(reference, requested)
+    cand_inputs, cand_notices = _model_inputs(candidate, requested)
+    if list(ref_inputs.values()) != list(cand_inputs.values()):
+        raise DataError(f"input shapes differ: reference {ref_inputs}, candidate {cand_inputs}")
+    calib = load_calibration(
+        calibration_data,
+        ref_inputs,
+        count=count,
+        mean=_floats(mean, "--mean"),
+        std=_floats(std, "--std"),
+        channel_order="BGR" if bgr else "RGB",
+        scale=scale,
+        seed=seed,
+        resize=resize,
+    )
+    for notice in dict.fromkeys(notices + cand_notices + calib.notices):
+        err_console.print(f"notice: {notice}", style="yellow", markup=False, highlight=False)
+    report = compare_models(reference, candidate, calib)
+    thresholds = Thresholds(max_abs_error=max_abs_error, min_cosine=min_cosine, min_top1=min_top1)
+    failures = report.check(thresholds)
+    if json_out:
+        typer.echo(json.dumps(report.to_json(thresholds), indent=2))
+    else:
+        _render(report, thresholds, failures)
+    if failures:
+        raise typer.Exit(1)

@@ -1,0 +1,467 @@
+"""Calibration data and output comparison: is the edited model still the same model?
+
+Padding must be exact and trimming close; both are judged the same way, by running reference and
+candidate on onnxruntime CPU over the same inputs and comparing outputs (max/mean abs error,
+cosine similarity per image, top-1 agreement). Inputs come from a folder of images, .npy/.npz
+arrays, or, when none are given, seeded random inputs — and the report says so, since random
+inputs cannot show a drop in accuracy on real data.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from deployopt.errors import DataError, ModelError
+
+RANDOM_SOURCE = "random inputs (no calibration data given)"
+IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp"})
+ARRAY_SUFFIXES = frozenset({".npy", ".npz"})
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+RESIZE_MODES = ("stretch", "crop")
+
+
+@dataclass
+class CalibrationSet:
+    """Model-ready inputs: each sample maps every input name to an array of the input's exact shape."""
+
+    samples: list[dict[str, np.ndarray]]
+    source: str
+    random: bool
+    notices: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+
+# ---------------------------------------------------------------------------- images
+def preprocess_image(
+    path: str | os.PathLike[str],
+    size: tuple[int, int],
+    *,
+    channels: int = 3,
+    mean: Sequence[float] = IMAGENET_MEAN,
+    std: Sequence[float] = IMAGENET_STD,
+    channel_order: str = "RGB",
+    scale: float = 1 / 255,
+    resize: str = "stretch",
+) -> np.ndarray:
+    """One image file → float32 C×H×W: (pixel·scale − mean) / std.
+
+    `resize="stretch"` resizes straight to H×W (bilinear); `"crop"` resizes the shorter side to
+    H/0.875 and takes the centre H×W (the ImageNet evaluation recipe, 256 → 224).
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    path = Path(path)
+    h, w = size
+    if resize not in RESIZE_MODES:
+        raise DataError(f"resize mode {resize!r}: expected one of {', '.join(RESIZE_MODES)}")
+    order = channel_order.upper()
+    if order not in ("RGB", "BGR"):
+        raise DataError(f"channel order {channel_order!r}: expected RGB or BGR")
+    if channels not in (1, 3):
+        raise DataError(f"{path}: images can feed inputs with 1 or 3 channels, the model's has {channels}")
+    try:
+        with Image.open(path) as img:
+            img = img.convert("RGB" if channels == 3 else "L")
+            if resize == "crop":
+                short = round(min(h, w) / 0.875)
+                iw, ih = img.size
+                ratio = short / min(iw, ih)
+                img = img.resize((max(w, round(iw * ratio)), max(h, round(ih * ratio))), Image.BILINEAR)
+                iw, ih = img.size
+                left, top = (iw - w) // 2, (ih - h) // 2
+                img = img.crop((left, top, left + w, top + h))
+            elif img.size != (w, h):
+                img = img.resize((w, h), Image.BILINEAR)
+            arr = np.asarray(img, dtype=np.float32)
+    except (OSError, UnidentifiedImageError, ValueError) as exc:
+        raise DataError(f"{path}: cannot read image ({exc.__class__.__name__})") from None
+    arr = arr[:, :, None] if arr.ndim == 2 else arr
+    if order == "BGR" and channels == 3:
+        arr = arr[:, :, ::-1]
+    mean_a = _per_channel(mean, channels, "mean")
+    std_a = _per_channel(std, channels, "std")
+    if order == "BGR" and channels == 3:
+        mean_a, std_a = mean_a[::-1], std_a[::-1]
+    arr = (arr * np.float32(scale) - mean_a) / std_a
+    return np.ascontiguousarray(arr.transpose(2, 0, 1), dtype=np.float32)
+
+
+def _per_channel(values: Sequence[float], channels: int, what: str) -> np.ndarray:
+    vals = [float(v) for v in values]
+    if len(vals) == 1:
+        vals = vals * channels
+    if channels == 1 and len(vals) == 3:
+        vals = [sum(vals) / 3]
+    if len(vals) != channels:
+        raise DataError(f"--{what} has {len(vals)} values, the model's input has {channels} channels")
+    if what == "std" and any(v == 0 for v in vals):
+        raise DataError("--std values must be non-zero")
+    return np.array(vals, dtype=np.float32)
+
+
+# ---------------------------------------------------------------------------- arrays
+def _fmt(shape: Sequence[int]) -> str:
+    return "×".join(str(int(d)) for d in shape) if len(shape) else "scalar"
+
+
+def _batches_from_array(arr: np.ndarray, shape: list[int], origin: str, name: str) -> list[np.ndarray]:
+    """An array → samples of exactly `shape`.
+
+    Accepted: N×(input shape) (N samples), or N rows of one batch item (N×shape[1:], stacked into
+    batches of shape[0], the last one filled by wrapping around), which includes one exact sample.
+    """
+    if arr.dtype.kind not in "fiub":
+        raise DataError(f"{origin}: array for input {name!r} has dtype {arr.dtype}, expected numbers")
+    shape = [int(d) for d in shape]
+    arr = np.asarray(arr)
+    if list(arr.shape) == shape:
+        return [arr]
+    if arr.ndim == len(shape) + 1 and list(arr.shape[1:]) == shape:
+        return list(arr)
+    if arr.ndim == len(shape) and len(shape) >= 1 and list(arr.shape[1:]) == shape[1:] and arr.shape[0] > 0:
+        return _stack_rows(list(arr), shape[0])
+    rows = f" or N×{_fmt(shape[1:])} rows" if shape else ""
+    raise DataError(f"{origin}: input {name!r} expects {_fmt(shape)}{rows}, got {_fmt(arr.shape)}")
+
+
+def _stack_rows(rows: list[np.ndarray], batch: int) -> list[np.ndarray]:
+    """Rows → batches of `batch`; a short last batch wraps around to the first rows."""
+    n_batches = math.ceil(len(rows) / batch)
+    out = []
+    for i in range(n_batches):
+        idx = [(i * batch + j) % len(rows) for j in range(batch)]
+        out.append(np.stack([rows[k] for k in idx]))
+    return out
+
+
+def _load_array_file(path: Path, inputs: dict[str, list[int]]) -> dict[str, list[np.ndarray]]:
+    try:
+        if path.suffix.lower() == ".npy":
+            data: dict[str, np.ndarray] = {}
+            arr = np.load(path, allow_pickle=False)
+            if len(inputs) != 1:
+                raise DataError(
+                    f"{path}: a .npy holds one array but the model has {len(inputs)} inputs "
+                    f"({', '.join(inputs)}); use an .npz keyed by input name"
+                )
+            data[next(iter(inputs))] = arr
+        else:
+            with np.load(path, allow_pickle=False) as npz:
+                data = {k: npz[k] for k in npz.files}
+    except DataError:
+        raise
+    except (OSError, ValueError, EOFError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
+        raise DataError(f"{path}: cannot read array file ({first})") from None
+    if path.suffix.lower() == ".npz":
+        missing = [n for n in inputs if n not in data]
+        if missing and len(inputs) == 1 and len(data) == 1:
+            data = {next(iter(inputs)): next(iter(data.values()))}
+        elif missing:
+            raise DataError(
+                f"{path}: no array for input(s) {', '.join(missing)} (keys: {', '.join(data) or 'none'})"
+            )
+    return {name: _batches_from_array(data[name], shape, str(path), name) for name, shape in inputs.items()}
+
+
+# ---------------------------------------------------------------------------- loading
+def load_calibration(
+    path: str | os.PathLike[str] | None,
+    inputs: dict[str, list[int]],
+    *,
+    count: int = 16,
+    mean: Sequence[float] = IMAGENET_MEAN,
+    std: Sequence[float] = IMAGENET_STD,
+    channel_order: str = "RGB",
+    scale: float = 1 / 255,
+    seed: int = 0,
+    resize: str = "stretch",
+) -> CalibrationSet:
+    """Calibration samples shaped exactly like the model's inputs (batch included).
+
+    `path`: a folder of images (png/jpg/jpeg/bmp, sorted by name, resized to the input's H×W and
+    normalised; `count × batch` images at most, stacked into the model's batch), a .npy
+    (N×input shape, N rows of one batch item, or one sample), a .npz keyed by input name, or a
+    folder of .npy/.npz files (concatenated in name order). None: `count` seeded standard-normal
+    samples, marked `random=True`. Every problem is a one-line DataError naming the file.
+    """
+    if count < 1:
+        raise DataError(f"--count must be >= 1, got {count}")
+    if not inputs:
+        raise DataError("the model has no inputs to feed")
+    for name, shape in inputs.items():
+        if any(int(d) < 1 for d in shape):
+            raise DataError(f"input {name!r} has a non-static shape {shape}: give it with --input-shape")
+    inputs = {n: [int(d) for d in s] for n, s in inputs.items()}
+    if path is None:
+        rng = np.random.default_rng(seed)
+        samples = [
+            {n: rng.standard_normal(s).astype(np.float32) for n, s in inputs.items()} for _ in range(count)
+        ]
+        return CalibrationSet(samples=samples, source=RANDOM_SOURCE, random=True)
+
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"{path}: calibration data not found")
+    if path.is_file():
+        suffix = path.suffix.lower()
+        if suffix in ARRAY_SUFFIXES:
+            per_input = _load_array_file(path, inputs)
+            return _assemble(per_input, count, str(path))
+        if suffix in IMAGE_SUFFIXES:
+            files = [path]
+        else:
+            raise DataError(f"{path}: not calibration data (expected a folder, .npy, .npz or an image)")
+    else:
+        entries = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+        files = [p for p in entries if p.suffix.lower() in IMAGE_SUFFIXES]
+        arrays = [p for p in entries if p.suffix.lower() in ARRAY_SUFFIXES]
+        if files and arrays:
+            raise DataError(f"{path}: mixes images and .npy/.npz files; keep one kind per folder")
+        if not files and not arrays:
+            raise DataError(f"{path}: empty folder (no png/jpg/jpeg/bmp images and no .npy/.npz arrays)")
+        if arrays:
+            per_input: dict[str, list[np.ndarray]] = {n: [] for n in inputs}
+            for f in arrays:
+                for name, batches in _load_array_file(f, inputs).items():
+                    per_input[name].extend(batches)
+            return _assemble(per_input, count, str(path))
+
+    # Images: one 4-D input (N, C, H, W) fed with resized, normalised pictures.
+    if len(inputs) != 1:
+        raise DataError(
+            f"{path}: images can feed a model with one input, this one has {len(inputs)} "
+            f"({', '.join(inputs)}); use .npz arrays keyed by input name"
+        )
+    name, shape = next(iter(inputs.items()))
+    if len(shape) != 4:
+        raise DataError(f"{path}: images need a 4-D N×C×H×W input, {name!r} is {_fmt(shape)}")
+    batch, channels, h, w = shape
+    files = files[: count * batch]
+    rows = [
+        preprocess_image(
+            f,
+            (h, w),
+            channels=channels,
+            mean=mean,
+            std=std,
+            channel_order=channel_order,
+            scale=scale,
+            resize=resize,
+        )
+        for f in files
+    ]
+    notices = []
+    if len(rows) % batch:
+        notices.append(
+            f"{len(rows)} images do not fill batches of {batch}: the last batch repeats the first images"
+        )
+    samples = [{name: b} for b in _stack_rows(rows, batch)]
+    return CalibrationSet(samples=samples, source=str(path), random=False, notices=notices)
+
+
+def _assemble(per_input: dict[str, list[np.ndarray]], count: int, source: str) -> CalibrationSet:
+    counts = {n: len(v) for n, v in per_input.items()}
+    n = min(counts.values())
+    if n == 0:
+        raise DataError(f"{source}: no samples found")
+    notices = []
+    if len(set(counts.values())) > 1:
+        notices.append(f"inputs have different sample counts {counts}: using the first {n}")
+    n = min(n, count)
+    samples = [
+        {name: per_input[name][i].astype(np.float32, copy=False) for name in per_input} for i in range(n)
+    ]
+    return CalibrationSet(samples=samples, source=source, random=False, notices=notices)
+
+
+# ---------------------------------------------------------------------------- comparison
+@dataclass(frozen=True)
+class Thresholds:
+    """Pass/fail limits; None disables a check. Cosine and top-1 defaults suit exact edits."""
+
+    max_abs_error: float | None = None
+    min_cosine: float | None = 0.999
+    min_top1: float | None = 0.99
+
+
+@dataclass
+class FidelityReport:
+    max_abs_error: float
+    mean_abs_error: float
+    cosine_min: float
+    cosine_mean: float
+    top1_agreement: float | None  # None when the first output is not 2-D logits
+    n_samples: int  # calibration samples (model runs)
+    n_rows: int  # batch rows compared (images)
+    output_names: list[str]
+    candidate_output_names: list[str]
+    source: str = ""
+    random_inputs: bool = False
+
+    def check(self, thresholds: Thresholds | None = None) -> list[str]:
+        """Failures as one line each; empty when every enabled threshold holds (NaN always fails)."""
+        t = thresholds or Thresholds()
+        failures = []
+        if t.max_abs_error is not None and not self.max_abs_error <= t.max_abs_error:
+            failures.append(f"max abs error {self.max_abs_error:.3g} > {t.max_abs_error:.3g}")
+        if t.min_cosine is not None and not self.cosine_min >= t.min_cosine:
+            failures.append(f"min cosine similarity {self.cosine_min:.6f} < {t.min_cosine:g}")
+        if (
+            t.min_top1 is not None
+            and self.top1_agreement is not None
+            and not self.top1_agreement >= t.min_top1
+        ):
+            failures.append(f"top-1 agreement {self.top1_agreement:.2%} < {t.min_top1:.2%}")
+        return failures
+
+    def to_json(self, thresholds: Thresholds | None = None) -> dict[str, Any]:
+        failures = self.check(thresholds)
+
+        def num(x: float | None) -> float | None:
+            return None if x is None or not math.isfinite(x) else float(x)
+
+        return {
+            "max_abs_error": num(self.max_abs_error),
+            "mean_abs_error": num(self.mean_abs_error),
+            "cosine_min": num(self.cosine_min),
+            "cosine_mean": num(self.cosine_mean),
+            "top1_agreement": num(self.top1_agreement),
+            "samples": self.n_samples,
+            "rows": self.n_rows,
+            "outputs": self.output_names,
+            "source": self.source,
+            "random_inputs": self.random_inputs,
+            "passed": not failures,
+            "failures": failures,
+        }
+
+
+def _session(model: str | os.PathLike[str] | onnx.ModelProto, role: str) -> Any:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    try:
+        if isinstance(model, onnx.ModelProto):
+            return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        path = Path(model)
+        if not path.is_file():
+            raise ModelError(f"{path}: no such file")
+        return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    except ModelError:
+        raise
+    except Exception as exc:  # onnxruntime raises its own exception types for bad models
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
+        raise ModelError(f"{role} model: onnxruntime cannot load it: {first[:300]}") from None
+
+
+def _run(sess: Any, feed: dict[str, np.ndarray], role: str) -> list[np.ndarray]:
+    try:
+        return [np.asarray(o) for o in sess.run(None, feed)]
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
+        raise DataError(f"{role} model failed on the calibration inputs: {first[:300]}") from None
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    if na == 0.0 and nb == 0.0:
+        return 1.0
+    if na == 0.0 or nb == 0.0:
+        return 0.0
+    return float(np.dot(a, b) / (na * nb))
+
+
+def compare_models(
+    reference: str | os.PathLike[str] | onnx.ModelProto,
+    candidate: str | os.PathLike[str] | onnx.ModelProto,
+    calib: CalibrationSet,
+) -> FidelityReport:
+    """Run both models on onnxruntime CPU over `calib` and compare their outputs.
+
+    Outputs are matched by position (names may differ after an edit); a different output count
+    or shape is a DataError. Cosine similarity is per batch row (per image), over all outputs
+    flattened; top-1 agreement is over the batch rows of the first output when it is N×classes.
+    Errors are computed in float64.
+    """
+    if not calib.samples:
+        raise DataError("no calibration samples to compare on")
+    ref_s, cand_s = _session(reference, "reference"), _session(candidate, "candidate")
+    ref_names = [o.name for o in ref_s.get_outputs()]
+    cand_names = [o.name for o in cand_s.get_outputs()]
+    if len(ref_names) != len(cand_names):
+        raise DataError(
+            f"reference has {len(ref_names)} outputs ({', '.join(ref_names)}), "
+            f"candidate has {len(cand_names)} ({', '.join(cand_names)})"
+        )
+    ref_inputs = [i.name for i in ref_s.get_inputs()]
+    cand_inputs = [i.name for i in cand_s.get_inputs()]
+    if len(ref_inputs) != len(cand_inputs):
+        raise DataError(f"reference has inputs {ref_inputs}, candidate has {cand_inputs}")
+    rename = dict(zip(ref_inputs, cand_inputs)) if set(ref_inputs) != set(cand_inputs) else {}
+
+    max_err, err_sum, n_el = 0.0, 0.0, 0
+    cosines: list[float] = []
+    agree, rows_top1, n_rows = 0, 0, 0
+    for sample in calib.samples:
+        missing = [n for n in ref_inputs if n not in sample]
+        if missing:
+            raise DataError(f"calibration samples have no array for input(s) {', '.join(missing)}")
+        ref_out = _run(ref_s, {n: sample[n] for n in ref_inputs}, "reference")
+        cand_out = _run(cand_s, {rename.get(n, n): sample[n] for n in ref_inputs}, "candidate")
+        for i, (r, c) in enumerate(zip(ref_out, cand_out)):
+            if r.shape != c.shape:
+                raise DataError(
+                    f"output {i} ({ref_names[i]} vs {cand_names[i]}): reference shape {_fmt(r.shape)}, "
+                    f"candidate {_fmt(c.shape)}"
+                )
+        diffs = [np.abs(r.astype(np.float64) - c.astype(np.float64)) for r, c in zip(ref_out, cand_out)]
+        for d in diffs:
+            if d.size:
+                m = float(np.max(d))
+                max_err = m if (math.isnan(m) or not max_err >= m) else max_err
+                err_sum += float(np.sum(d))
+                n_el += d.size
+        batch = ref_out[0].shape[0] if ref_out[0].ndim >= 1 else 1
+        same_batch = all(o.ndim >= 1 and o.shape[0] == batch for o in ref_out)
+        if same_batch:
+            for row in range(batch):
+                a = np.concatenate([o[row].ravel() for o in ref_out]).astype(np.float64)
+                b = np.concatenate([o[row].ravel() for o in cand_out]).astype(np.float64)
+                cosines.append(_cosine(a, b))
+            n_rows += batch
+        else:
+            a = np.concatenate([o.ravel() for o in ref_out]).astype(np.float64)
+            b = np.concatenate([o.ravel() for o in cand_out]).astype(np.float64)
+            cosines.append(_cosine(a, b))
+            n_rows += 1
+        r0, c0 = ref_out[0], cand_out[0]
+        if r0.ndim == 2 and r0.shape[1] > 1:
+            agree += int(np.sum(np.argmax(r0, axis=1) == np.argmax(c0, axis=1)))
+            rows_top1 += r0.shape[0]
+    cos = np.array(cosines)
+    return FidelityReport(
+        max_abs_error=max_err,
+        mean_abs_error=err_sum / n_el if n_el else 0.0,
+        cosine_min=float(np.min(cos)) if cos.size else 1.0,
+        cosine_mean=float(np.mean(cos)) if cos.size else 1.0,
+        top1_agreement=agree / rows_top1 if rows_top1 else None,
+        n_samples=len(calib.samples),
+        n_rows=n_rows,
+        output_names=ref_names,
+        candidate_output_names=cand_names,
+        source=calib.source,
+        random_inputs=calib.random,
+    )

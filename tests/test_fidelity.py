@@ -1,0 +1,294 @@
+"""Calibration loading and output comparison: exact numbers on known perturbations, clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper, numpy_helper
+from PIL import Image
+
+from deployopt.errors import DataError, ModelError
+from deployopt.fidelity import (
+    RANDOM_SOURCE,
+    CalibrationSet,
+    Thresholds,
+    compare_models,
+    load_calibration,
+    preprocess_image,
+)
+
+CIFAR = Path(__file__).resolve().parents[1] / "calibration_data" / "cifar10"
+SHAPE = {"input": [4, 3, 32, 32]}
+
+
+def _shift_logit(model: onnx.ModelProto, cls: int, delta: float) -> onnx.ModelProto:
+    """The same model with `delta` added to one class's Gemm bias: logits differ by exactly delta there."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for t in out.graph.initializer:
+        if t.name == "classifier.fc.bias":
+            b = numpy_helper.to_array(t).copy()
+            b[cls] += delta
+            t.CopyFrom(numpy_helper.from_array(b, t.name))
+    return out
+
+
+def _negate_logits(model: onnx.ModelProto) -> onnx.ModelProto:
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for t in out.graph.initializer:
+        if t.name in ("classifier.fc.weight", "classifier.fc.bias"):
+            t.CopyFrom(numpy_helper.from_array(-numpy_helper.to_array(t), t.name))
+    return out
+
+
+def _logits(model: onnx.ModelProto, calib: CalibrationSet) -> np.ndarray:
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return np.concatenate([sess.run(None, s)[0] for s in calib.samples])
+
+
+def _then(*steps: object) -> object:
+    """Evaluate set-up steps in a lambda, return the last (the path under test)."""
+    return steps[-1]
+
+
+@pytest.fixture(scope="module")
+def cifar_b4() -> CalibrationSet:
+    return load_calibration(CIFAR, SHAPE)
+
+
+# ---------------------------------------------------------------------------- comparison
+def test_identical_models_agree_exactly(zoo_model, zoo_model_path, cifar_b4: CalibrationSet) -> None:
+    path = zoo_model_path("vgg16_pruned_b4")
+    report = compare_models(path, zoo_model("vgg16_pruned_b4"), cifar_b4)
+    assert report.max_abs_error == 0.0 and report.mean_abs_error == 0.0
+    assert report.cosine_min == pytest.approx(1.0, abs=1e-12) and report.cosine_mean == pytest.approx(
+        1.0, abs=1e-12
+    )
+    assert report.top1_agreement == 1.0
+    assert (report.n_samples, report.n_rows) == (5, 20)
+    assert report.output_names == ["logits"] and report.source == str(CIFAR) and not report.random_inputs
+    assert report.check() == []
+    assert report.check(Thresholds(max_abs_error=0.0, min_cosine=0.999999, min_top1=1.0)) == []
+
+
+def test_shifted_logit_gives_exact_errors_and_the_right_failures(zoo_model, cifar_b4: CalibrationSet) -> None:
+    ref = zoo_model("vgg16_pruned_b4")
+    cand = _shift_logit(ref, cls=3, delta=2.5)
+    report = compare_models(ref, cand, cifar_b4)
+    assert report.max_abs_error == pytest.approx(2.5, abs=1e-5)
+    assert report.mean_abs_error == pytest.approx(0.25, abs=1e-6)  # one of ten logits moved
+    a, b = _logits(ref, cifar_b4), _logits(cand, cifar_b4)
+    assert report.top1_agreement == pytest.approx(np.mean(a.argmax(1) == b.argmax(1)))
+    assert report.top1_agreement < 1.0  # 2.5 on one class flips some of the 20 real images
+    cos = [
+        float(x @ y / np.linalg.norm(x) / np.linalg.norm(y)) for x, y in zip(a.astype(float), b.astype(float))
+    ]
+    assert report.cosine_min == pytest.approx(min(cos), abs=1e-6)
+    assert report.cosine_mean == pytest.approx(np.mean(cos), abs=1e-6)
+    failures = report.check(Thresholds(max_abs_error=1.0, min_cosine=0.999, min_top1=0.99))
+    assert len(failures) == 3
+    assert failures[0].startswith("max abs error 2.5 > 1")
+    assert failures[1].startswith("min cosine similarity") and failures[2].startswith("top-1 agreement")
+    assert report.check(Thresholds(max_abs_error=3.0, min_cosine=None, min_top1=None)) == []
+
+
+def test_negated_logits_have_cosine_minus_one(zoo_model, cifar_b4: CalibrationSet) -> None:
+    ref = zoo_model("vgg16_pruned_b4")
+    report = compare_models(ref, _negate_logits(ref), cifar_b4)
+    assert report.cosine_min == pytest.approx(-1.0, abs=1e-6) and report.cosine_mean == pytest.approx(
+        -1.0, abs=1e-6
+    )
+    assert report.top1_agreement == 0.0
+    assert report.max_abs_error == pytest.approx(2 * np.abs(_logits(ref, cifar_b4)).max(), rel=1e-6)
+
+
+def test_outputs_are_matched_by_position_when_names_differ(zoo_model) -> None:
+    ref = zoo_model("se_net")
+    cand = zoo_model("se_net")
+    for node in cand.graph.node:
+        node.output[:] = ["scores" if o == "logits" else o for o in node.output]
+    cand.graph.output[0].name = "scores"
+    calib = load_calibration(None, {"input": [1, 3, 32, 32]}, count=3)
+    report = compare_models(ref, cand, calib)
+    assert report.max_abs_error == 0.0 and report.candidate_output_names == ["scores"]
+    assert report.random_inputs and report.source == RANDOM_SOURCE
+
+
+def test_different_output_count_is_a_data_error(zoo_model) -> None:
+    ref = zoo_model("se_net")
+    cand = zoo_model("se_net")
+    cand.graph.output.append(
+        helper.make_tensor_value_info("classifier.flatten.out", onnx.TensorProto.FLOAT, None)
+    )
+    calib = load_calibration(None, {"input": [1, 3, 32, 32]}, count=1)
+    with pytest.raises(DataError, match=r"reference has 1 outputs \(logits\), candidate has 2"):
+        compare_models(ref, cand, calib)
+
+
+def test_nan_output_fails_every_check(zoo_model) -> None:
+    ref = zoo_model("se_net")
+    cand = _shift_logit(ref, cls=0, delta=float("nan"))
+    report = compare_models(ref, cand, load_calibration(None, {"input": [1, 3, 32, 32]}, count=2))
+    assert np.isnan(report.max_abs_error)
+    assert any(f.startswith("max abs error") for f in report.check(Thresholds(max_abs_error=1.0)))
+    assert report.to_json()["max_abs_error"] is None and report.to_json()["passed"] is False
+
+
+def test_unloadable_candidate_is_a_model_error(zoo_model, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not a model")
+    calib = load_calibration(None, {"input": [1, 3, 32, 32]}, count=1)
+    with pytest.raises(ModelError, match="candidate model: onnxruntime cannot load it"):
+        compare_models(zoo_model("se_net"), bad, calib)
+    with pytest.raises(ModelError, match="no such file"):
+        compare_models(tmp_path / "missing.onnx", zoo_model("se_net"), calib)
+
+
+def test_report_json_has_the_documented_keys(zoo_model) -> None:
+    calib = load_calibration(None, {"input": [1, 3, 32, 32]}, count=2)
+    js = compare_models(zoo_model("se_net"), zoo_model("se_net"), calib).to_json()
+    assert set(js) >= {
+        "max_abs_error",
+        "mean_abs_error",
+        "cosine_min",
+        "cosine_mean",
+        "top1_agreement",
+        "samples",
+        "source",
+        "random_inputs",
+        "passed",
+        "failures",
+    }
+    assert (
+        js["samples"] == 2 and js["random_inputs"] is True and js["passed"] is True and js["failures"] == []
+    )
+
+
+# ---------------------------------------------------------------------------- loading
+def test_random_inputs_are_seeded_and_shaped() -> None:
+    a = load_calibration(None, {"input": [2, 3, 8, 8], "aux": [2, 5]}, count=3, seed=4)
+    assert a.random and a.source == RANDOM_SOURCE and len(a) == 3
+    assert a.samples[0]["input"].shape == (2, 3, 8, 8) and a.samples[2]["aux"].shape == (2, 5)
+    assert a.samples[0]["input"].dtype == np.float32
+    b = load_calibration(None, {"input": [2, 3, 8, 8], "aux": [2, 5]}, count=3, seed=4)
+    np.testing.assert_array_equal(a.samples[1]["input"], b.samples[1]["input"])
+
+
+def test_image_folder_is_normalised_and_stacked_into_batches(cifar_b4: CalibrationSet) -> None:
+    assert len(cifar_b4) == 5 and not cifar_b4.random and cifar_b4.notices == []
+    x = cifar_b4.samples[0]["input"]
+    assert x.shape == (4, 3, 32, 32) and x.dtype == np.float32
+    px = np.asarray(Image.open(CIFAR / "cifar10_01_8.png").convert("RGB"), dtype=np.float64)
+    expected = (px / 255 - [0.485, 0.456, 0.406]) / [0.229, 0.224, 0.225]
+    np.testing.assert_allclose(x[1], expected.transpose(2, 0, 1), atol=1e-5)
+    # Images are taken in name order: the last batch holds images 16..19.
+    last = np.asarray(Image.open(CIFAR / "cifar10_19_6.png").convert("RGB"), dtype=np.float64)
+    np.testing.assert_allclose(
+        cifar_b4.samples[4]["input"][3, 0], (last[:, :, 0] / 255 - 0.485) / 0.229, atol=1e-5
+    )
+
+
+def test_image_options_count_bgr_resize_gray() -> None:
+    calib = load_calibration(
+        CIFAR, {"input": [3, 3, 16, 16]}, count=2, mean=(0.5,), std=(0.5,), channel_order="BGR"
+    )
+    assert len(calib) == 2 and calib.samples[0]["input"].shape == (3, 3, 16, 16)
+    img = Image.open(CIFAR / "cifar10_00_3.png").convert("RGB").resize((16, 16), Image.BILINEAR)
+    blue = np.asarray(img, dtype=np.float64)[:, :, 2]
+    np.testing.assert_allclose(calib.samples[0]["input"][0, 0], (blue / 255 - 0.5) / 0.5, atol=1e-5)
+    short = load_calibration(CIFAR, {"input": [8, 3, 32, 32]})
+    assert len(short) == 3 and "repeats the first images" in short.notices[0]
+    np.testing.assert_array_equal(short.samples[2]["input"][4:], short.samples[0]["input"][:4])
+    gray = load_calibration(CIFAR, {"input": [1, 1, 32, 32]}, count=1)
+    assert gray.samples[0]["input"].shape == (1, 1, 32, 32)
+    crop = preprocess_image(CIFAR / "cifar10_00_3.png", (28, 28), resize="crop")
+    assert crop.shape == (3, 28, 28)
+
+
+def test_array_files(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    rows = rng.standard_normal((6, 3, 8, 8)).astype(np.float32)
+    np.save(tmp_path / "rows.npy", rows)
+    calib = load_calibration(tmp_path / "rows.npy", {"x": [4, 3, 8, 8]})
+    assert len(calib) == 2 and calib.source == str(tmp_path / "rows.npy")
+    np.testing.assert_array_equal(calib.samples[0]["x"], rows[:4])
+    np.testing.assert_array_equal(calib.samples[1]["x"], rows[[4, 5, 0, 1]])
+    batches = rng.standard_normal((3, 2, 3, 8, 8))
+    np.save(tmp_path / "batches.npy", batches)
+    calib = load_calibration(tmp_path / "batches.npy", {"x": [2, 3, 8, 8]}, count=2)
+    assert len(calib) == 2 and calib.samples[1]["x"].dtype == np.float32
+    np.testing.assert_allclose(calib.samples[1]["x"], batches[1], rtol=1e-6)
+    np.savez(tmp_path / "two.npz", x=rows[:2], y=np.arange(10, dtype=np.float32).reshape(2, 5))
+    calib = load_calibration(tmp_path / "two.npz", {"x": [1, 3, 8, 8], "y": [1, 5]})
+    assert len(calib) == 2
+    np.testing.assert_array_equal(calib.samples[1]["y"], [[5, 6, 7, 8, 9]])
+    folder = tmp_path / "arrays"
+    folder.mkdir()
+    np.save(folder / "a.npy", rows[:3])
+    np.save(folder / "b.npy", rows[3:])
+    calib = load_calibration(folder, {"x": [1, 3, 8, 8]})
+    assert len(calib) == 6
+    np.testing.assert_array_equal(calib.samples[5]["x"][0], rows[5])
+
+
+@pytest.mark.parametrize(
+    "setup, inputs, message",
+    [
+        (lambda d: d / "missing", SHAPE, r"missing: calibration data not found"),
+        (lambda d: (d / "empty").mkdir() or d / "empty", SHAPE, r"empty: empty folder"),
+        (
+            lambda d: np.save(d / "bad.npy", np.zeros((2, 3, 28, 28))) or d / "bad.npy",
+            {"input": [1, 3, 32, 32]},
+            r"bad\.npy: input 'input' expects 1×3×32×32 or N×3×32×32 rows, got 2×3×28×28",
+        ),
+        (
+            lambda d: np.savez(d / "k.npz", other=np.zeros((1, 3))) or d / "k.npz",
+            {"a": [1, 3], "b": [1, 3]},
+            r"k\.npz: no array for input\(s\) a, b \(keys: other\)",
+        ),
+        (
+            lambda d: _then((d / "junk.npy").write_bytes(b"\x93NUMPY garbage"), d / "junk.npy"),
+            SHAPE,
+            r"junk\.npy: cannot read array file",
+        ),
+        (
+            lambda d: _then(
+                (d / "imgs").mkdir(), (d / "imgs" / "x.png").write_bytes(b"not a png"), d / "imgs"
+            ),
+            SHAPE,
+            r"x\.png: cannot read image",
+        ),
+        (
+            lambda d: _then((d / "notes.txt").write_text("hi"), d / "notes.txt"),
+            SHAPE,
+            r"notes\.txt: not calibration data",
+        ),
+        (
+            lambda d: CIFAR,
+            {"input": [1, 3, 32, 32], "mask": [1, 1]},
+            r"images can feed a model with one input",
+        ),
+        (lambda d: CIFAR, {"input": [1, 32]}, r"images need a 4-D N×C×H×W input"),
+        (lambda d: None, {"input": [0, 3, 32, 32]}, r"non-static shape"),
+    ],
+)
+def test_bad_calibration_data_is_one_line(setup, inputs, message: str, tmp_path: Path) -> None:
+    with pytest.raises(DataError, match=message) as info:
+        load_calibration(setup(tmp_path), inputs)
+    assert "\n" not in str(info.value)
+
+
+def test_mixed_folder_and_bad_options(tmp_path: Path) -> None:
+    Image.new("RGB", (4, 4)).save(tmp_path / "a.png")
+    np.save(tmp_path / "b.npy", np.zeros((1, 3, 4, 4)))
+    with pytest.raises(DataError, match=r"mixes images and \.npy/\.npz"):
+        load_calibration(tmp_path, {"input": [1, 3, 4, 4]})
+    with pytest.raises(DataError, match="--count must be >= 1"):
+        load_calibration(None, SHAPE, count=0)
+    with pytest.raises(DataError, match="--mean has 2 values"):
+        load_calibration(CIFAR, SHAPE, mean=(0.5, 0.5))
