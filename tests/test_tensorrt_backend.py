@@ -1,0 +1,304 @@
+"""TensorRT backend: what can be checked without TensorRT (none is installable here).
+
+Version dispatch, engine cache keys, per-layer aggregation, runner-result loading, availability
+messages, the isolated worker (with standard-library targets), and INT8 calibration batching.
+Nothing here builds an engine.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from deployopt.backends.base import MeasureOptions, get_backend
+from deployopt.backends.tensorrt import (
+    CUDA_HINT,
+    TRT_HINT,
+    TensorRTBackend,
+    aggregate_layer_times,
+    api_for_version,
+    check_cuda,
+    engine_key,
+    explicit_batch_flag,
+    load_runner_result,
+    profiled_execution,
+    run_isolated,
+    workspace_api,
+)
+from deployopt.backends.tensorrt_calibrator import (
+    CalibrationBatcher,
+    CalibrationCache,
+    CalibratorCore,
+    load_samples,
+    make_entropy_calibrator,
+)
+from deployopt.errors import BackendFailed, BackendUnavailable, DataError
+from deployopt.timing import Timing
+
+HAS_TRT = importlib.util.find_spec("tensorrt") is not None
+
+
+# ------------------------------------------------------------------ version dispatch
+
+
+@pytest.mark.parametrize(
+    ("version", "api", "workspace", "explicit", "profiled"),
+    [
+        ("8.0.1", "v2", "max_workspace_size", True, "execute_v2"),  # JetPack 4.6.0 era
+        ("8.2.1", "v2", "max_workspace_size", True, "execute_v2"),  # Nano / TX2, JetPack 4.6.x
+        ("8.4.1", "v2", "memory_pool", True, "execute_v2"),  # JetPack 5.0.2
+        ("8.5.2", "v3", "memory_pool", True, "execute_async_v3"),  # Xavier / Orin, JetPack 5.1
+        ("8.6.1.6", "v3", "memory_pool", True, "execute_async_v3"),
+        ("10.3.0", "v3", "memory_pool", False, "execute_async_v3"),  # Orin, JetPack 6
+        ("10.16.1", "v3", "memory_pool", False, "execute_async_v3"),
+    ],
+)
+def test_version_dispatch(version: str, api: str, workspace: str, explicit: bool, profiled: str) -> None:
+    assert api_for_version(version) == api
+    assert workspace_api(version) == workspace
+    assert explicit_batch_flag(version) is explicit
+    assert profiled_execution(version) == profiled
+
+
+def test_too_old_version() -> None:
+    with pytest.raises(BackendUnavailable, match=r"TensorRT 7\.1\.3 is too old"):
+        api_for_version("7.1.3")
+
+
+def test_engine_key_changes_with_what_changes_the_engine() -> None:
+    base = engine_key(b"onnx", MeasureOptions(dtype="fp16"), "8.2.1", {"x": [1, 3, 8, 8]})
+    assert base == engine_key(b"onnx", MeasureOptions(dtype="fp16", runs=7), "8.2.1", {"x": [1, 3, 8, 8]})
+    others = {
+        engine_key(b"onnx2", MeasureOptions(dtype="fp16"), "8.2.1", {"x": [1, 3, 8, 8]}),
+        engine_key(b"onnx", MeasureOptions(dtype="int8"), "8.2.1", {"x": [1, 3, 8, 8]}),
+        engine_key(b"onnx", MeasureOptions(dtype="fp16"), "10.3.0", {"x": [1, 3, 8, 8]}),
+        engine_key(b"onnx", MeasureOptions(dtype="fp16"), "8.2.1", {"x": [2, 3, 8, 8]}),
+    }
+    assert base not in others and len(others) == 4 and len(base) == 16
+
+
+def test_aggregate_layer_times() -> None:
+    layers = aggregate_layer_times({"conv": [0.010, 0.030, 0.020], "relu": [0.005, 0.005]}, ["conv", "relu"])
+    assert [layer.name for layer in layers] == ["conv", "relu"]
+    assert layers[0].time_us == pytest.approx(20.0) and layers[1].time_us == pytest.approx(5.0)
+    assert layers[0].share == pytest.approx(0.8) and layers[1].share == pytest.approx(0.2)
+    assert layers[0].extra == {"runs": 3}
+
+
+def test_check_cuda() -> None:
+    assert check_cuda((0, 1234), "cudaMalloc") == 1234
+    assert check_cuda((0,), "cudaFree") is None
+    assert check_cuda((0, 1, 2), "x") == (1, 2)
+
+    class Err(int):  # cuda-python's error enums are ints with a .name
+        name = "cudaErrorMemoryAllocation"
+
+    with pytest.raises(BackendFailed, match="CUDA error in cudaMalloc: cudaErrorMemoryAllocation"):
+        check_cuda((Err(2), 0), "cudaMalloc")
+
+
+# ------------------------------------------------------------------ availability, options
+
+
+def test_registry_and_availability() -> None:
+    backend = get_backend("tensorrt")
+    assert isinstance(backend, TensorRTBackend) and backend.dtypes == ("fp32", "fp16", "int8")
+    ok, why = backend.availability()
+    if not HAS_TRT:
+        assert (ok, why) == (False, TRT_HINT)
+        assert "pip install tensorrt" in why and "JetPack" in why
+        with pytest.raises(BackendUnavailable, match="pip install tensorrt"):
+            backend.open(MeasureOptions())
+    else:  # pragma: no cover - only where TensorRT exists
+        assert ok or why == CUDA_HINT
+
+
+@pytest.mark.skipif(HAS_TRT, reason="checks the message shown where TensorRT is missing")
+def test_sms_refused_before_anything_runs() -> None:
+    with pytest.raises(BackendUnavailable):
+        TensorRTBackend().open(MeasureOptions(sms=8))
+
+
+# ------------------------------------------------------------------ runner results
+
+
+def test_load_runner_result_round_trip(tmp_path: Path) -> None:
+    t = Timing(
+        backend="tensorrt-jetson",
+        samples_us=[100.0, 110.0, 105.0],
+        warmup=10,
+        timed="one forward pass",
+        environment={"sms": 8, "nvpmodel": "MODE_15W"},
+    )
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(t.to_json()))
+    back = load_runner_result(path)
+    assert back.samples_us == [100.0, 110.0, 105.0] and back.median_us == 105.0
+    assert back.environment["nvpmodel"] == "MODE_15W" and back.warmup == 10
+
+
+def test_load_runner_result_errors(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="cannot read runner result"):
+        load_runner_result(tmp_path / "none.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    with pytest.raises(DataError, match="is not JSON"):
+        load_runner_result(bad)
+    bad.write_text('{"backend": "x"}')
+    with pytest.raises(DataError, match="no samples_us"):
+        load_runner_result(bad)
+    bad.write_text('{"samples_us": [1.0]}')
+    with pytest.raises(DataError, match="not a runner result"):
+        load_runner_result(bad)
+
+
+# ------------------------------------------------------------------ isolated worker
+
+
+def test_run_isolated_returns_result() -> None:
+    assert run_isolated("math.sqrt", (16.0,), timeout_s=60) == 4.0
+
+
+def test_run_isolated_exception_is_one_line() -> None:
+    with pytest.raises(BackendFailed, match=r"^ValueError: math domain error$"):
+        run_isolated("math.sqrt", (-1.0,), timeout_s=60)
+
+
+def test_run_isolated_keeps_deployopt_error_types() -> None:
+    with pytest.raises(BackendUnavailable, match="too old"):
+        run_isolated("deployopt.backends.tensorrt.api_for_version", ("7.0.0",), timeout_s=60)
+
+
+@pytest.mark.slow
+def test_run_isolated_timeout_and_crash() -> None:
+    with pytest.raises(BackendFailed, match=r"did not finish within 3 s"):
+        run_isolated("time.sleep", (60,), timeout_s=3)
+    with pytest.raises(BackendFailed, match=r"killed by signal 6 without a result"):
+        run_isolated("os.abort", (), timeout_s=60)
+
+
+# ------------------------------------------------------------------ INT8 calibration batching
+
+
+def _samples(n: int, batch: int = 1) -> list[dict[str, np.ndarray]]:
+    return [{"x": np.full((batch, 3, 2, 2), float(i))} for i in range(n)]
+
+
+def test_batcher_one_sample_per_batch_in_order() -> None:
+    b = CalibrationBatcher(_samples(3), {"x": (1, 3, 2, 2)})
+    assert (b.num_batches, b.per_batch, b.dropped) == (3, 1, 0)
+    got = [b.next_batch() for _ in range(4)]
+    assert [float(g["x"][0, 0, 0, 0]) for g in got[:3]] == [0.0, 1.0, 2.0]
+    assert got[3] is None  # exhausted
+    assert got[0]["x"].dtype == np.float32 and got[0]["x"].flags["C_CONTIGUOUS"]
+    b.reset()
+    assert float(b.next_batch()["x"][0, 0, 0, 0]) == 0.0
+
+
+def test_batcher_stacks_items_and_drops_partial_batch() -> None:
+    b = CalibrationBatcher(_samples(10), {"x": (4, 3, 2, 2)}, dtypes={"x": np.float16})
+    assert (b.num_batches, b.per_batch, b.dropped) == (2, 4, 2)
+    first = b.next_batch()["x"]
+    assert first.shape == (4, 3, 2, 2) and first.dtype == np.float16
+    assert first[:, 0, 0, 0].tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert b.next_batch()["x"][:, 0, 0, 0].tolist() == [4.0, 5.0, 6.0, 7.0]
+    assert b.next_batch() is None
+    assert b.nbytes("x") == 4 * 3 * 2 * 2 * 2
+
+
+def test_batcher_rejects_wrong_shapes() -> None:
+    with pytest.raises(DataError, match=r"sample 0 input 'x' has shape \[1, 3, 4, 4\]; the engine input is"):
+        CalibrationBatcher([{"x": np.zeros((1, 3, 4, 4))}], {"x": (1, 3, 2, 2)})
+    with pytest.raises(DataError, match="has no input 'y'"):
+        CalibrationBatcher(_samples(1), {"x": (1, 3, 2, 2), "y": (1, 1)})
+    with pytest.raises(DataError, match="no calibration samples"):
+        CalibrationBatcher([], {"x": (1, 3, 2, 2)})
+
+
+def test_calibration_cache(tmp_path: Path) -> None:
+    cache = CalibrationCache(tmp_path / "sub" / "model.calib")
+    assert cache.read() is None
+    cache.write(b"TRT-8201-EntropyCalibration2\n")
+    assert cache.read() == b"TRT-8201-EntropyCalibration2\n"
+    (tmp_path / "sub" / "model.calib").write_bytes(b"")
+    assert cache.read() is None  # empty file: calibrate again
+    assert CalibrationCache(None).read() is None
+    CalibrationCache(None).write(b"x")  # no path: nothing written, no error
+
+
+class RecordingMemory:
+    """Host-side stand-in for device memory: records what the calibrator uploads."""
+
+    def __init__(self) -> None:
+        self.next_ptr = 0x1000
+        self.uploads: list[tuple[int, list[float]]] = []
+        self.freed: list[int] = []
+
+    def alloc(self, nbytes: int) -> int:
+        self.next_ptr += 0x1000
+        return self.next_ptr
+
+    def htod(self, ptr: int, array: np.ndarray) -> None:
+        self.uploads.append((ptr, array[:, 0, 0, 0].tolist()))
+
+    def free(self, ptr: int) -> None:
+        self.freed.append(ptr)
+
+
+def test_calibrator_core_hands_out_pointers_then_none(tmp_path: Path) -> None:
+    mem = RecordingMemory()
+    core = CalibratorCore(
+        CalibrationBatcher(_samples(4), {"x": (2, 3, 2, 2)}), CalibrationCache(tmp_path / "c"), mem
+    )
+    assert core.get_batch_size() == 1
+    assert core.get_batch(["x"]) == [0x2000]
+    assert core.get_batch(["x"]) == [0x2000]  # same buffer reused
+    assert core.get_batch(["x"]) is None
+    assert mem.uploads == [(0x2000, [0.0, 1.0]), (0x2000, [2.0, 3.0])]
+    assert core.read_calibration_cache() is None
+    core.write_calibration_cache(memoryview(b"table"))
+    assert (tmp_path / "c").read_bytes() == b"table" and core.read_calibration_cache() == b"table"
+    core.free()
+    assert mem.freed == [0x2000]
+
+
+def test_calibrator_core_unknown_input() -> None:
+    core = CalibratorCore(
+        CalibrationBatcher(_samples(1), {"x": (1, 3, 2, 2)}), CalibrationCache(None), RecordingMemory()
+    )
+    with pytest.raises(DataError, match="asked for calibration input 'images'"):
+        core.get_batch(["images"])
+
+
+def test_entropy_calibrator_subclass_forwards() -> None:
+    """The subclass is created from whatever module is passed as `trt`; here a namespace whose base
+    class only records that its __init__ ran (as pybind11 requires)."""
+
+    class Base:
+        def __init__(self) -> None:
+            self.base_init = True
+
+    trt = types.SimpleNamespace(IInt8EntropyCalibrator2=Base)
+    core = CalibratorCore(
+        CalibrationBatcher(_samples(1), {"x": (1, 3, 2, 2)}), CalibrationCache(None), RecordingMemory()
+    )
+    calib = make_entropy_calibrator(trt, core)
+    assert isinstance(calib, Base) and calib.base_init
+    assert calib.get_batch_size() == 1
+    assert calib.get_batch(["x"]) == [0x2000] and calib.get_batch(["x"]) is None
+    assert calib.read_calibration_cache() is None
+
+
+def test_load_samples_from_npy(tmp_path: Path) -> None:
+    pytest.importorskip("deployopt.fidelity")
+    data = np.arange(4 * 3 * 2 * 2, dtype=np.float32).reshape(4, 3, 2, 2)
+    np.save(tmp_path / "cal.npy", data)
+    samples = load_samples(tmp_path / "cal.npy", {"x": (1, 3, 2, 2)}, count=3)
+    assert len(samples) == 3 and samples[0]["x"].shape == (1, 3, 2, 2)
+    b = CalibrationBatcher(samples, {"x": (1, 3, 2, 2)})
+    assert np.array_equal(b.next_batch()["x"], data[:1])
