@@ -1,0 +1,158 @@
+"""The onnxruntime backend: end-to-end timing, profiler parsing, mapping back to ONNX nodes, errors."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from deployopt.backends import MeasureOptions, get_backend
+from deployopt.backends.ort import layers_from_profile, map_to_onnx_nodes, node_durations, prepare_model
+from deployopt.errors import DeployoptError, ModelError
+from deployopt.layers import ConvShape, conv_model
+
+OPTS = MeasureOptions(dtype="fp32", runs=7, warmup=2)
+
+
+@pytest.fixture(scope="module")
+def conv_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("ort") / "conv.onnx"
+    onnx.save(conv_model(ConvShape(1, 8, 8, 8, 16)), str(path))
+    return path
+
+
+def test_measure_gives_consistent_statistics(conv_path: Path) -> None:
+    with get_backend("ort").open(OPTS) as session:
+        t = session.measure(conv_path)
+    assert t.backend == "ort" and t.measured
+    assert t.runs == 7 and t.warmup == 2
+    assert all(s > 0 for s in t.samples_us)
+    assert t.median_us == float(np.median(t.samples_us))
+    q1, q3 = np.percentile(t.samples_us, [25, 75])
+    assert t.iqr_us == pytest.approx(q3 - q1)
+    lo, hi = t.ci95_us
+    assert min(t.samples_us) <= lo <= t.median_us <= hi <= max(t.samples_us)
+    assert "one InferenceSession.run call" in t.timed and "fp32" in t.timed and "batch 1" in t.timed
+    assert "CPUExecutionProvider" in t.timed
+    assert t.environment["provider"] == "CPUExecutionProvider"
+    assert "onnxruntime" in t.environment["libraries"]
+
+
+def test_batch_override(zoo_model_path: Callable[[str], Path]) -> None:
+    loaded = prepare_model(zoo_model_path("resnet_projection"), batch=3)
+    assert loaded.input_shapes == {"input": [3, 3, 32, 32]}
+    out_dims = [d.dim_value for d in loaded.model.graph.output[0].type.tensor_type.shape.dim]
+    assert out_dims[0] == 3
+    dynamic = prepare_model(zoo_model_path("resnet_projection_dynamic"), batch=2)
+    assert dynamic.input_shapes == {"input": [2, 3, 32, 32]}
+    explicit = prepare_model(
+        zoo_model_path("resnet_projection"), batch=5, input_shapes={"input": [2, 3, 32, 32]}
+    )
+    assert explicit.input_shapes == {"input": [2, 3, 32, 32]}  # an explicit shape wins over --batch
+    with get_backend("ort").open(MeasureOptions(dtype="fp32", runs=2, warmup=1, batch=3)) as session:
+        assert "batch 3" in session.measure(zoo_model_path("resnet_projection")).timed
+
+
+def test_profile_maps_fused_nodes_back_to_onnx(zoo_model_path: Callable[[str], Path]) -> None:
+    path = zoo_model_path("resnet56_cifar")
+    with get_backend("ort").open(MeasureOptions(dtype="fp32", runs=3, warmup=1)) as session:
+        prof = session.profile(path)
+    assert prof.backend == "ort" and prof.runs == 3
+    assert sum(layer.share for layer in prof.layers) == pytest.approx(1.0)
+    assert prof.total_us == pytest.approx(sum(layer.time_us for layer in prof.layers))
+    model = onnx.load(str(path))
+    convs = [n.name for n in model.graph.node if n.op_type == "Conv"]
+    covered = [n for layer in prof.layers for n in layer.onnx_nodes]
+    assert len(covered) == len(set(covered))  # no ONNX node in two layers
+    assert sorted(n for n in covered if n in convs) == sorted(convs)  # every conv found
+    stem = next(layer for layer in prof.layers if "stem.conv" in layer.onnx_nodes)
+    assert stem.onnx_nodes == ["stem.conv", "stem.bn", "stem.relu"]  # Conv+BN+ReLU fused by onnxruntime
+    assert stem.extra == {"op": "Conv"}
+    assert prof.to_json()["layers"][0]["name"] == prof.layers[0].name
+
+
+def _events() -> list[dict]:
+    def run(ts: float) -> dict:
+        return {"cat": "Session", "name": "model_run", "ts": ts, "dur": 50, "ph": "X", "args": {}}
+
+    def node(name: str, ts: float, dur: float, op: str = "Conv") -> dict:
+        return {
+            "cat": "Node",
+            "name": f"{name}_kernel_time",
+            "ts": ts,
+            "dur": dur,
+            "ph": "X",
+            "args": {"op_name": op},
+        }
+
+    fence = {"cat": "Node", "name": "b_fence_before", "ts": 219, "dur": 1, "ph": "X", "args": {}}
+    return [
+        {"cat": "Session", "name": "session_initialization", "ts": 0, "dur": 90, "ph": "X", "args": {}},
+        run(100), node("a", 101, 99), node("b", 120, 99, "Relu"),  # warm-up run, dropped
+        run(200), node("a", 201, 10), node("b", 220, 4, "Relu"), fence,
+        run(300), node("a", 301, 14), node("b", 320, 6, "Relu"),
+        run(400), node("a", 401, 12), node("b", 420, 2, "Relu"), node("b", 430, 3, "Relu"),
+    ]  # fmt: skip
+
+
+def test_node_durations_keep_the_last_runs_and_sum_within_a_run() -> None:
+    assert node_durations(_events(), runs=3) == {"a": [10.0, 14.0, 12.0], "b": [4.0, 6.0, 5.0]}
+    assert node_durations(_events(), runs=1) == {"a": [12.0], "b": [5.0]}
+
+
+def test_layers_from_profile_medians_and_shares() -> None:
+    layers = layers_from_profile(_events(), runs=3)
+    assert [(layer.name, layer.time_us, layer.extra) for layer in layers] == [
+        ("a", 12.0, {"op": "Conv"}),
+        ("b", 5.0, {"op": "Relu"}),
+    ]
+    assert [round(layer.share, 6) for layer in layers] == [round(12 / 17, 6), round(5 / 17, 6)]
+
+
+def test_map_to_onnx_nodes() -> None:
+    w = numpy_helper.from_array(np.ones((4, 3, 1, 1), np.float32), "w")
+    s = numpy_helper.from_array(np.ones(4, np.float32), "s")
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+        helper.make_node("BatchNormalization", ["c", "s", "s", "s", "s"], ["n"], name="bn"),
+        helper.make_node("Relu", ["n"], ["r"], name="relu"),
+        helper.make_node("Conv", ["r", "w2"], ["c2"], name="conv2"),
+        helper.make_node("Relu", ["c2"], ["y"], name="relu2"),
+    ]
+    w2 = numpy_helper.from_array(np.ones((4, 4, 1, 1), np.float32), "w2")
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 4, 4])],
+        [w, s, w2],
+    )
+    model = helper.make_model(graph)
+    got = map_to_onnx_nodes(["r_nchwc", "conv2", "relu2", "ReorderOutput"], model)
+    assert got == {
+        "r_nchwc": ["conv", "bn", "relu"],  # named after its output tensor; swallowed conv and bn
+        "conv2": ["conv2"],
+        "relu2": ["relu2"],  # conv2 has its own entry, so it is not folded into relu2
+        "ReorderOutput": [],
+    }
+
+
+def test_options_the_backend_cannot_honour(conv_path: Path) -> None:
+    ort_backend = get_backend("ort")
+    with pytest.raises(DeployoptError, match="runs fp32 only"):
+        ort_backend.open(MeasureOptions(dtype="fp16"))
+    with pytest.raises(DeployoptError, match="cannot limit the GPU's SMs"):
+        ort_backend.open(MeasureOptions(dtype="fp32", sms=8))
+    with get_backend("ort").open(OPTS) as session:
+        with pytest.raises(DeployoptError, match="no kernel-level trace"):
+            session.profile(conv_path, kernels=True)
+        with pytest.raises(ModelError):
+            session.measure(conv_path.parent / "missing.onnx")
+        bad = conv_path.parent / "bad.onnx"
+        bad.write_bytes(b"not a model")
+        with pytest.raises(ModelError):
+            session.measure(bad)
