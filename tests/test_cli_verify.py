@@ -1,0 +1,110 @@
+"""`deployopt verify` end to end: exit 0 / 1 / 2, table and JSON, random inputs said plainly."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+from onnx import numpy_helper
+from typer.testing import CliRunner
+
+from deployopt.cli.main import app
+from deployopt.errors import DataError, ModelError
+
+CIFAR = Path(__file__).resolve().parents[1] / "calibration_data" / "cifar10"
+runner = CliRunner()
+
+
+def _shifted(src: Path, dest: Path, delta: float) -> Path:
+    """Copy of the model with class 0's logit moved by `delta`."""
+    model = onnx.load(str(src))
+    for t in model.graph.initializer:
+        if t.name == "classifier.fc.bias":
+            b = numpy_helper.to_array(t).copy()
+            b[0] += delta
+            t.CopyFrom(numpy_helper.from_array(b, t.name))
+    onnx.save(model, str(dest))
+    return dest
+
+
+def _verify(*args: str):
+    return runner.invoke(app, ["verify", *args])
+
+
+def test_identical_models_pass_and_random_inputs_are_announced(zoo_model_path) -> None:
+    ref = str(zoo_model_path("resnet56_pruned"))
+    result = _verify(ref, ref, "--count", "3")
+    assert result.exit_code == 0, result.output
+    assert "PASSED" in result.output and "random inputs (no calibration data given)" in result.output
+    assert "3 / 3" in result.output
+
+
+def test_perturbed_model_fails_with_exit_1_and_names_the_thresholds(zoo_model_path, tmp_path: Path) -> None:
+    ref = zoo_model_path("resnet56_pruned")
+    cand = _shifted(ref, tmp_path / "cand.onnx", 0.01)
+    result = _verify(str(ref), str(cand), "--calibration-data", str(CIFAR), "--max-abs-error", "1e-3")
+    assert result.exit_code == 1, result.output
+    assert "FAILED: max abs error 0.01 > 0.001" in result.output
+    assert "cosine" in result.output and f"inputs: {CIFAR}" in result.output
+    # The same small shift passes the default thresholds (cosine, top-1): no abs limit by default.
+    assert _verify(str(ref), str(cand), "--calibration-data", str(CIFAR)).exit_code == 0
+
+
+def test_json_report(zoo_model_path, tmp_path: Path) -> None:
+    ref = zoo_model_path("resnet56_pruned")
+    cand = _shifted(ref, tmp_path / "cand.onnx", 50.0)
+    result = _verify(str(ref), str(cand), "--calibration-data", str(CIFAR), "--json", "--count", "7")
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    assert report["samples"] == 7 and report["random_inputs"] is False and report["source"] == str(CIFAR)
+    assert report["passed"] is False
+    assert report["max_abs_error"] == pytest.approx(50.0, abs=1e-4)
+    assert report["mean_abs_error"] == pytest.approx(5.0, abs=1e-5)
+    assert report["top1_agreement"] < 0.5  # +50 on class 0 makes nearly every image class 0
+    assert [f.split(" ")[0] for f in report["failures"]] == ["min", "top-1"]
+
+
+def test_dynamic_batch_uses_input_shape(zoo_model_path) -> None:
+    dyn = str(zoo_model_path("resnet_projection_dynamic"))
+    result = _verify(dyn, dyn, "--calibration-data", str(CIFAR), "--input-shape", "input:4x3x32x32", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert (report["samples"], report["rows"]) == (5, 20)
+    result = _verify(dyn, dyn, "--count", "2", "--json")
+    assert result.exit_code == 0
+    assert json.loads(result.stdout)["rows"] == 2  # batch fixed to 1, with a notice on stderr
+    assert "fixed to 1" in result.stderr
+
+
+def test_bad_input_raises_one_line_errors(zoo_model_path, tmp_path: Path) -> None:
+    ref = str(zoo_model_path("resnet56_pruned"))
+    result = _verify(ref, str(tmp_path / "missing.onnx"))
+    assert isinstance(result.exception, ModelError) and "missing.onnx: no such file" in str(result.exception)
+    result = _verify(ref, str(zoo_model_path("resnet_projection_64")))
+    assert isinstance(result.exception, DataError) and "input shapes differ" in str(result.exception)
+    result = _verify(ref, ref, "--mean", "a,b")
+    assert isinstance(result.exception, DataError) and "--mean 'a,b'" in str(result.exception)
+    result = _verify(ref, ref, "--min-top1", "1.5")
+    assert isinstance(result.exception, DataError)
+
+
+def test_console_script_exit_codes(zoo_model_path, tmp_path: Path) -> None:
+    """Through the real entry point: bad calibration data is one line on stderr and exit 2."""
+    ref = str(zoo_model_path("resnet56_pruned"))
+    bad = tmp_path / "imgs"
+    bad.mkdir()
+    exe = shutil.which("deployopt") or str(Path(sys.executable).with_name("deployopt"))
+    proc = subprocess.run(
+        [exe, "verify", ref, ref, "--calibration-data", str(bad)], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2
+    assert (
+        proc.stderr.strip()
+        == f"error: {bad}: empty folder (no png/jpg/jpeg/bmp images and no .npy/.npz arrays)"
+    )
+    assert "Traceback" not in proc.stderr
