@@ -1,0 +1,321 @@
+"""Channel coupling: which groups exist, which are frozen and why, on tiny graphs and zoo models."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from deployopt.coupling import analyze
+from deployopt.coupling.registry import RULES, rule
+from deployopt.errors import ModelError, PlanError
+
+
+class Net:
+    """A tiny NCHW graph builder with random weights, so tests state topologies in a few lines."""
+
+    def __init__(self, c: int = 3, hw: int = 8, opset: int = 17, seed: int = 0) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.opset = opset
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self.dims: dict[str, tuple[int, int, int]] = {"x": (c, hw, hw)}
+        self.n = 0
+
+    def init(self, name: str, arr: Any) -> str:
+        self.inits.append(numpy_helper.from_array(np.asarray(arr, dtype=np.float32), name))
+        return name
+
+    def op(self, op: str, inputs: list[str], dims: tuple[int, int, int] | None = None, **attrs: Any) -> str:
+        self.n += 1
+        name = f"{op.lower()}{self.n}"
+        self.nodes.append(helper.make_node(op, inputs, [name], name=name, **attrs))
+        self.dims[name] = dims if dims is not None else self.dims[inputs[0]]
+        return name
+
+    def conv(self, x: str, k: int, r: int = 3, group: int = 1, bias: bool = True) -> str:
+        c, h, w = self.dims[x]
+        name = f"conv{self.n + 1}"
+        wt = self.init(f"{name}.w", self.rng.standard_normal((k, c // group, r, r)) * 0.3)
+        ins = [x, wt] + ([self.init(f"{name}.b", self.rng.standard_normal(k) * 0.1)] if bias else [])
+        return self.op("Conv", ins, (k, h, w), kernel_shape=[r, r], pads=[r // 2] * 4, group=group)
+
+    def bn(self, x: str) -> str:
+        c = self.dims[x][0]
+        name = f"batchnormalization{self.n + 1}"
+        values = (
+            self.rng.uniform(0.5, 1.5, c),
+            self.rng.standard_normal(c) * 0.1,
+            self.rng.standard_normal(c) * 0.1,
+            self.rng.uniform(0.5, 1.5, c),
+        )
+        params = [self.init(f"{name}.{p}", v) for p, v in zip(("scale", "bias", "mean", "var"), values)]
+        return self.op("BatchNormalization", [x, *params])
+
+    def cbr(self, x: str, k: int, **kw: Any) -> str:
+        return self.op("Relu", [self.bn(self.conv(x, k, **kw))])
+
+    def gap(self, x: str) -> str:
+        return self.op("GlobalAveragePool", [x], (self.dims[x][0], 1, 1))
+
+    def concat(self, *xs: str) -> str:
+        c = sum(self.dims[x][0] for x in xs)
+        return self.op("Concat", list(xs), (c, *self.dims[xs[0]][1:]), axis=1)
+
+    def fc(self, x: str, n: int) -> str:
+        f = self.op("Flatten", [x], (self.dims[x][0], 0, 0), axis=1)
+        c = self.dims[x][0]
+        name = f"gemm{self.n + 1}"
+        wt = self.init(f"{name}.w", self.rng.standard_normal((n, c)) * 0.3)
+        b = self.init(f"{name}.b", self.rng.standard_normal(n) * 0.1)
+        return self.op("Gemm", [f, wt, b], (n, 0, 0), transB=1)
+
+    def build(self, *outputs: str, domains: tuple[str, ...] = ()) -> onnx.ModelProto:
+        c, h, w = self.dims["x"]
+        outs = []
+        for o in outputs:
+            oc, oh, ow = self.dims[o]
+            shape = [1, oc, oh, ow] if oh else [1, oc]
+            outs.append(helper.make_tensor_value_info(o, TensorProto.FLOAT, shape))
+        inp = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, h, w])
+        graph = helper.make_graph(self.nodes, "net", [inp], outs, self.inits)
+        opsets = [helper.make_opsetid("", self.opset)] + [helper.make_opsetid(d, 1) for d in domains]
+        model = helper.make_model(graph, opset_imports=opsets)
+        model.ir_version = 8
+        onnx.checker.check_model(model)
+        return onnx.shape_inference.infer_shapes(model, strict_mode=True)
+
+
+def tiny_mixed() -> onnx.ModelProto:
+    """Residual add, depthwise conv, a concat, an SE block and a Gemm head in one small graph."""
+    n = Net()
+    a = n.cbr("x", 16)
+    b = n.cbr(a, 16)
+    s = n.op("Add", [a, b])
+    d = n.conv(s, 16, group=16)
+    e = n.cbr(d, 24)
+    cat = n.concat(s, e)
+    f = n.cbr(cat, 30)
+    se = n.op("Sigmoid", [n.conv(n.op("Relu", [n.conv(n.gap(f), 8, r=1)]), 30, r=1)])
+    m = n.op("Mul", [f, se])
+    return n.build(n.fc(n.gap(m), 10))
+
+
+def by_id(model: onnx.ModelProto) -> dict[str, Any]:
+    return {g.id: g for g in analyze(model).groups}
+
+
+def test_mixed_graph_groups_exactly() -> None:
+    groups = by_id(tiny_mixed())
+    summary = {gid: (g.width, g.frozen, g.producers) for gid, g in groups.items()}
+    assert summary == {
+        "input:x": (3, True, []),
+        "conv1": (16, False, ["conv1", "conv4"]),  # residual Add joins both convs
+        "conv9": (24, False, ["conv9"]),
+        "conv13": (30, False, ["conv13", "conv19"]),  # SE Mul joins the trunk and the excitation conv
+        "conv17": (8, False, ["conv17"]),
+        "gemm24": (10, True, ["gemm24"]),
+    }
+    assert groups["input:x"].reason == "graph input 'x'"
+    assert groups["gemm24"].reason == "feeds the graph output 'gemm24'"
+    assert "gemm24" in groups["conv13"].consumers  # Gemm after GAP+Flatten consumes the channels
+    assert "conv8" in groups["conv1"].consumers  # depthwise conv reads (and passes through) conv1
+
+
+def test_convs_record_groups_and_concat_offsets() -> None:
+    convs = {c.name: c for c in analyze(tiny_mixed()).convs}
+    assert convs["conv8"].in_groups == [("conv1", 16)] and convs["conv8"].out_group == "conv1"
+    assert convs["conv8"].shape.groups == 16 and convs["conv8"].shape.is_depthwise
+    # the concat output is not a group: the consumer sees both members at their offsets
+    assert convs["conv13"].in_groups == [("conv1", 16), ("conv9", 24)]
+    assert convs["conv13"].shape.c == 40 and convs["conv13"].shape.k == 30
+    assert convs["conv17"].shape.h == 1 and convs["conv17"].shape.r == 1
+
+
+def test_conv_shapes_follow_a_plan() -> None:
+    shapes = analyze(tiny_mixed()).conv_shapes({"conv1": 32, "conv9": 20})
+    assert (shapes["conv1"].c, shapes["conv1"].k) == (3, 32)
+    assert (shapes["conv4"].c, shapes["conv4"].k) == (32, 32)
+    assert (shapes["conv8"].c, shapes["conv8"].k, shapes["conv8"].groups) == (32, 32, 32)
+    assert (shapes["conv9"].c, shapes["conv9"].k) == (32, 20)
+    assert (shapes["conv13"].c, shapes["conv13"].k) == (52, 30)
+
+
+def test_ids_are_deterministic_and_json_shaped() -> None:
+    one, two = analyze(tiny_mixed()).to_json(), analyze(tiny_mixed()).to_json()
+    assert one == two
+    assert set(one) == {"groups", "convs"}
+    for g in one["groups"]:
+        assert {"id", "width", "frozen", "reason", "producers", "consumers"} <= set(g)
+    assert len({g["id"] for g in one["groups"]}) == len(one["groups"])
+
+
+def test_concat_of_concat_keeps_member_groups() -> None:
+    n = Net()
+    a, b = n.cbr("x", 8), n.cbr("x", 12)
+    c1 = n.concat(a, b)
+    c = n.cbr(c1, 4)
+    c2 = n.concat(c1, c)
+    out = n.conv(c2, 6)
+    model = n.build(out)
+    conv = {cv.name: cv for cv in analyze(model).convs}[out]
+    assert conv.in_groups == [("conv1", 8), ("conv4", 12), ("conv8", 4)]
+
+
+@pytest.mark.parametrize(
+    ("group", "k", "reason"),
+    [(2, 16, "grouped conv (groups=2) conv4"), (16, 32, "depthwise conv with channel multiplier 2 conv4")],
+)
+def test_grouped_and_multiplier_convs_freeze(group: int, k: int, reason: str) -> None:
+    n = Net()
+    a = n.cbr("x", 16)
+    g = n.conv(a, k, group=group)
+    model = n.build(n.conv(g, 8))
+    groups = by_id(model)
+    assert groups["conv1"].frozen and groups["conv1"].reason == reason
+    assert groups["conv4"].frozen and groups["conv4"].reason == reason
+
+
+def test_unknown_op_freezes_what_it_touches() -> None:
+    n = Net()
+    a = n.cbr("x", 16)
+    lrn = n.op("LRN", [a], size=3)
+    b = n.cbr(lrn, 8)
+    model = n.build(n.conv(b, 4))
+    groups = by_id(model)
+    assert groups["conv1"].reason == "unknown op LRN"
+    assert groups["lrn4"].frozen and groups["lrn4"].reason == "unknown op LRN"  # its output: a frozen set
+    assert not groups["conv5"].frozen
+
+
+def test_custom_domain_op_freezes() -> None:
+    n = Net()
+    a = n.cbr("x", 16)
+    n.nodes.append(helper.make_node("Foo", [a], ["foo"], name="foo", domain="com.example"))
+    n.dims["foo"] = n.dims[a]
+    model = n.build(n.conv("foo", 4), domains=("com.example",))
+    groups = {g.id: g for g in analyze(model).groups}
+    assert groups["conv1"].frozen and groups["conv1"].reason == "unknown op Foo"
+
+
+def test_flatten_without_gap_freezes_and_with_gap_is_free() -> None:
+    n = Net(hw=4)
+    f = n.op("Flatten", [n.cbr("x", 16)], (256, 0, 0), axis=1)  # 16 channels × 4×4 positions
+    w = n.init("fc.w", np.ones((256, 10)))
+    model = n.build(n.op("MatMul", [f, w], (10, 0, 0)))
+    g = by_id(model)["conv1"]
+    assert g.frozen and g.reason == "Flatten flatten4 mixes channels with spatial positions"
+    n = Net(hw=4)
+    model = n.build(n.fc(n.gap(n.cbr("x", 16)), 10))
+    assert not by_id(model)["conv1"].frozen
+
+
+def test_reshape_after_gap_is_a_flatten() -> None:
+    n = Net(hw=4)
+    g = n.gap(n.cbr("x", 16))
+    shape = n.init("shape", np.array([1, -1]))
+    n.inits[-1] = numpy_helper.from_array(np.array([1, -1], dtype=np.int64), "shape")
+    r = n.op("Reshape", [g, shape], (16, 0, 0))
+    w = n.init("fc.w", np.ones((16, 5)))
+    model = n.build(n.op("MatMul", [r, w], (5, 0, 0)))
+    groups = by_id(model)
+    assert not groups["conv1"].frozen and "matmul6" in groups["conv1"].consumers
+
+
+def test_transpose_moving_channels_freezes() -> None:
+    n = Net()
+    a = n.cbr("x", 16)
+    t = n.op("Transpose", [a], (8, 16, 8), perm=[0, 2, 1, 3])
+    t2 = n.op("Transpose", [t], (16, 8, 8), perm=[0, 2, 1, 3])
+    model = n.build(n.conv(t2, 4))
+    assert by_id(model)["conv1"].reason == "Transpose transpose4 moves the channel axis"
+
+
+def test_per_channel_constant_joins_and_divide_by_channels_freezes() -> None:
+    n = Net()
+    a = n.cbr("x", 16)
+    scale = n.init("scale", np.full((1, 16, 1, 1), 2.0))
+    m = n.op("Mul", [a, scale])
+    model = n.build(n.conv(m, 4))
+    assert not by_id(model)["conv1"].frozen
+    n = Net()
+    a, b = n.cbr("x", 16), n.cbr("x", 16)
+    model = n.build(n.conv(n.op("Div", [a, b]), 4))
+    g = by_id(model)["conv1"]
+    assert g.frozen and g.reason.startswith("Div div7 divides by a channel set")
+
+
+def test_shared_constant_freezes() -> None:
+    n = Net()
+    a, b = n.conv("x", 8), n.conv("x", 8)
+    shared = n.init("shared", np.ones((1, 8, 1, 1)))
+    m1, m2 = n.op("Mul", [a, shared]), n.op("Mul", [b, shared])
+    model = n.build(n.conv(m1, 4), n.conv(m2, 4))
+    groups = by_id(model)
+    assert groups["conv1"].reason == "constant 'shared' is shared by several ops"
+    assert groups["conv2"].frozen
+
+
+def test_widths_that_cannot_match_freeze() -> None:
+    n = Net()
+    a, b = n.conv("x", 8), n.conv("x", 8)
+    cat = n.concat(a, b)
+    c = n.conv("x", 16)
+    model = n.build(n.conv(n.op("Add", [cat, c]), 4))
+    groups = by_id(model)
+    assert groups["conv1"].frozen and groups["conv2"].frozen and groups["conv4"].frozen
+    assert groups["conv4"].reason == "channel sets of different widths/split meet at add5"
+
+
+def test_no_conv_is_an_error() -> None:
+    inp = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    model = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [inp], [out]))
+    with pytest.raises(ModelError, match=r"^no Conv node: nothing to optimize$"):
+        analyze(model)
+
+
+def test_unknown_group_lookup_is_a_plan_error() -> None:
+    with pytest.raises(PlanError, match="unknown channel group 'nope'"):
+        analyze(tiny_mixed()).group("nope")
+
+
+def test_registry_rejects_duplicates_and_accepts_new_ops() -> None:
+    with pytest.raises(ValueError, match="already registered"):
+        rule("Relu")(lambda ctx, node: None)
+    n = Net()
+    a = n.cbr("x", 16)
+    lrn = n.op("LRN", [a], size=1)  # size 1: a per-channel op, so passing through is right
+    model = n.build(n.conv(lrn, 4))
+    try:
+        rule("LRN")(lambda ctx, node: ctx.pass_through(node))
+        assert not by_id(model)["conv1"].frozen
+    finally:
+        RULES.pop("LRN")
+    assert by_id(model)["conv1"].frozen
+
+
+def test_sum_couples_like_add(zoo_model: Any) -> None:
+    base = analyze(zoo_model("resnet_projection")).to_json()
+    summed = analyze(zoo_model("resnet_projection_sum")).to_json()
+    strip = [(g["id"], g["width"], g["frozen"], g["producers"]) for g in base["groups"]]
+    assert strip == [(g["id"], g["width"], g["frozen"], g["producers"]) for g in summed["groups"]]
+
+
+def test_resnet56_groups(zoo_model: Any) -> None:
+    analysis = analyze(zoo_model("resnet56_cifar"))
+    free = analysis.free_groups()
+    # three residual streams (one per stage) + 27 inner block widths; input and classifier frozen
+    assert len(analysis.groups) == 32 and len(free) == 30
+    stage1 = analysis.group("stem.conv")
+    assert stage1.width == 16 and len(stage1.producers) == 10  # stem + 9 block outputs
+    assert [g.frozen for g in analysis.groups].count(True) == 2
+
+
+def test_depthwise_zoo_model_passes_through(zoo_model: Any) -> None:
+    analysis = analyze(zoo_model("mobilenet_like"))
+    dw = [c for c in analysis.convs if c.shape.is_depthwise]
+    assert dw and all(c.out_group == c.in_groups[0][0] for c in dw)
