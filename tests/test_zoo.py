@@ -207,3 +207,25 @@ def test_random_prune_and_round_up() -> None:
     assert zoo.round_up([33], multiple=32) == [64]
     with pytest.raises(ValueError):
         zoo.random_prune([8], seed=0, lo=0.9, hi=0.5)
+
+
+def test_bundled_example_is_what_its_generator_builds() -> None:
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("make_examples", root / "examples" / "make_examples.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    path = root / "examples" / "resnet56_pruned_cifar.onnx"
+    assert path.stat().st_size < 3_000_000
+    committed = onnx.load(str(path))
+    onnx.checker.check_model(committed)
+    widths = _widths_by_name(committed)
+    inner = [widths[f"layer{s}.{b}.conv1.conv"] for s in (1, 2, 3) for b in range(9)]
+    assert inner == gen.example_widths() == zoo.random_prune(zoo.RESNET56_INNER_WIDTHS, seed=0)
+    assert inner[:3] == [11, 8, 6] and inner[-1] == 58
+    rebuilt = gen.build_example()
+    assert zoo.conv_widths(rebuilt) == zoo.conv_widths(committed)
+    xs = _inputs(committed, 4, seed=3)
+    np.testing.assert_allclose(_run(committed, xs), _run(rebuilt, xs), rtol=1e-5, atol=1e-5)
