@@ -1,1 +1,144 @@
-"""CLI commands (placeholder until its issue lands)."""
+"""`deployopt optimize`: the main job. Parses options, runs deployopt.optimize, renders with rich."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from deployopt.cli.app import app, console, err_console, parse_input_shapes
+from deployopt.errors import DeployoptError
+
+
+def _progress_callback(progress: Progress) -> Any:
+    tasks: dict[str, Any] = {}
+
+    def on_event(kind: str, **info: Any) -> None:
+        if kind == "sweep":
+            total = info.get("total") or 0
+            if "sweep" not in tasks:
+                tasks["sweep"] = progress.add_task("per-layer sweep", total=max(total, 1))
+            progress.update(
+                tasks["sweep"], completed=info.get("done", 0) if total else 1, total=max(total, 1)
+            )
+        elif kind == "eval":
+            if "eval" not in tasks:
+                tasks["eval"] = progress.add_task("end-to-end evaluations", total=info.get("total"))
+            timing = info.get("timing")
+            desc = f"end-to-end: {info.get('label', '')[:48]}"
+            if timing is not None:
+                desc += f" {timing.median_us:.1f} µs"
+            progress.update(tasks["eval"], completed=info.get("done", 0), description=desc)
+        elif kind == "refused":
+            progress.console.print(f"[yellow]refused[/] {info.get('label')}: {info.get('reason')}")
+
+    return on_event
+
+
+@app.command("optimize")
+def optimize_command(
+    model: Path = typer.Argument(..., help="The ONNX model to optimize."),
+    target: str = typer.Option(..., "--target", "-t", help="GPU target (see `deployopt targets`)."),
+    backend: str = typer.Option(
+        "auto", "--backend", "-b", help="auto | tensorrt | trtexec | torch | ort | model (predicted only)."
+    ),
+    sms: Optional[int] = typer.Option(
+        None, "--sms", help="Limit the GPU (green context) and the model to N SMs."
+    ),
+    input_shape: Optional[list[str]] = typer.Option(
+        None, "--input-shape", help="NAME:1x3x224x224 (repeatable)."
+    ),
+    batch: Optional[int] = typer.Option(None, "--batch", help="Batch size to optimize for."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="fp16 (default; fp32 on ort) | fp32 | int8."),
+    mode: str = typer.Option("lossless", "--mode", help="lossless | trim | grow."),
+    max_trim: float = typer.Option(
+        0.10, "--max-trim", help="trim: largest share of a group's channels removed."
+    ),
+    max_evals: int = typer.Option(
+        40, "--max-evals", help="End-to-end evaluations at most (baselines included)."
+    ),
+    runs: int = typer.Option(100, "--runs", help="Timed runs per measurement."),
+    warmup: int = typer.Option(20, "--warmup", help="Warm-up runs per measurement."),
+    calibration_data: Optional[Path] = typer.Option(
+        None, "--calibration-data", help="Images or .npy/.npz for fidelity checks (random inputs if omitted)."
+    ),
+    outdir: Optional[Path] = typer.Option(
+        None, "-o", "--out", help="Output folder (default <model>.deployopt/)."
+    ),
+    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run from its journal."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing output folder."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Find channel widths with the lowest measured latency on the target; write model, plan, report."""
+    from deployopt.optimize import OptimizeConfig, Optimizer, resolve_backend_name
+
+    backend_name = resolve_backend_name(backend)
+    if dtype is None:
+        dtype = "fp32" if backend_name == "ort" else "fp16"
+    cfg = OptimizeConfig(
+        model_path=model,
+        target=target,
+        backend=backend_name,
+        sms=sms,
+        input_shapes=parse_input_shapes(input_shape),
+        batch=batch,
+        dtype=dtype,
+        mode=mode,
+        max_trim=max_trim,
+        max_evals=max_evals,
+        runs=runs,
+        warmup=warmup,
+        calibration_data=str(calibration_data) if calibration_data else None,
+        outdir=outdir,
+        resume=resume,
+        force=force,
+    )
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+        disable=as_json or not err_console.is_terminal,
+    )
+    try:
+        with progress:
+            result = Optimizer(cfg, progress=_progress_callback(progress)).run()
+    except KeyboardInterrupt:
+        err_console.print("interrupted; resume with --resume", style="red", markup=False, highlight=False)
+        raise typer.Exit(130) from None
+    except DeployoptError:
+        raise
+    if as_json:
+        sys.stdout.write(json.dumps(result.report, indent=2) + "\n")
+        return
+    _render(result)
+
+
+def _render(result: Any) -> None:
+    rep = result.report
+    if not rep["measured"]:
+        console.print("[bold yellow]All latencies below are predicted by the wave model, not measured.[/]")
+    table = Table(
+        title=f"deployopt optimize ({rep['mode']}, {rep['backend']}, {rep['target']['name']} "
+        f"{rep['target']['sms']} SMs)"
+    )
+    table.add_column("model")
+    table.add_column("latency")
+    for label, key in (("input", "input"), ("round-up-to-8", "round_up_8"), ("deployopt", "best")):
+        table.add_row(label, rep["latency"][key]["describe"])
+    console.print(table)
+    console.print(f"vs input: {rep['comparisons']['vs_input']['describe']}")
+    console.print(f"vs round-up-to-8: {rep['comparisons']['vs_round_up_8']['describe']}")
+    ev, sw = rep["evaluations"], rep["per_layer_sweep"]
+    console.print(
+        f"{ev['count']} end-to-end evaluations ({ev['measured_this_run']} this run); per-layer sweep: "
+        f"{sw['shapes']} shapes, {sw['measured']} timed in {sw['seconds']:.1f} s, {sw['cached']} cached"
+    )
+    console.print(f"wrote {result.outdir}/ (model.onnx, plan.json, report.md, report.json, journal.jsonl)")

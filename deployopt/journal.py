@@ -1,0 +1,115 @@
+"""Append-only record of an optimize run, so an interrupted search resumes without re-measuring.
+
+One JSON object per line, each line flushed and fsync'd before the search goes on: a crash or a
+Ctrl-C can at worst lose the line being written, which replay then ignores. Replay gives back
+every end-to-end Timing (keyed by plan), every per-layer table value, and the configuration the
+run was started with, so `--resume` can refuse a journal that belongs to a different run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from deployopt.errors import DeployoptError
+from deployopt.timing import Timing
+
+JOURNAL_VERSION = 1
+
+
+def plan_key(plan: dict[str, int]) -> str:
+    """Canonical text of a plan: the same widths give the same key whatever the dict order."""
+    return json.dumps({k: int(plan[k]) for k in sorted(plan)}, separators=(",", ":"))
+
+
+@dataclass
+class Replay:
+    """What a journal holds, ready for the search to consult instead of the device."""
+
+    config: dict[str, Any] | None = None
+    timings: dict[str, Timing] = field(default_factory=dict)  # plan_key -> end-to-end Timing
+    layer_values: dict[str, float] = field(default_factory=dict)  # shape signature -> µs (median)
+    fidelity: dict[str, dict[str, Any]] = field(default_factory=dict)  # plan_key -> fidelity record
+    events: list[dict[str, Any]] = field(default_factory=list)
+    done: bool = False
+
+
+class Journal:
+    """Writer for OUTDIR/journal.jsonl; `Journal.replay(path)` reads one back."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115  (closed in close())
+
+    def write(self, event: str, **data: Any) -> None:
+        """Append one event and make it durable before returning."""
+        line = json.dumps({"event": event, **data}, separators=(",", ":"), default=_json_default)
+        self._fh.write(line + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        if not self._fh.closed:
+            self._fh.close()
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @staticmethod
+    def read(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+        """Events in order; a torn last line (killed mid-write) is skipped, a torn middle line is an error."""
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        for i, line in enumerate(lines):
+            if not line.strip():
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError:
+                if i == len(lines) - 1:
+                    return
+                raise DeployoptError(
+                    f"{path}: line {i + 1} is not valid JSON; the journal is damaged"
+                ) from None
+
+    @classmethod
+    def replay(cls, path: str | os.PathLike[str]) -> Replay:
+        out = Replay()
+        for ev in cls.read(path):
+            out.events.append(ev)
+            kind = ev.get("event")
+            if kind == "start":
+                out.config = ev.get("config")
+            elif kind == "measured":
+                out.timings[plan_key(ev["plan"])] = Timing.from_json(ev["timing"])
+            elif kind == "sweep":
+                out.layer_values.update({k: float(v) for k, v in ev.get("values", {}).items()})
+            elif kind == "fidelity":
+                out.fidelity[plan_key(ev["plan"])] = ev
+            elif kind == "done":
+                out.done = True
+        return out
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "to_json"):
+        return obj.to_json()
+    if isinstance(obj, (set, tuple)):
+        return list(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    try:
+        import numpy as np
+
+        if isinstance(obj, np.generic):
+            return obj.item()
+    except ImportError:  # pragma: no cover
+        pass
+    raise TypeError(f"cannot journal {type(obj).__name__}")

@@ -1,0 +1,131 @@
+"""Per-layer latency cache on disk: the measured staircases the optimizer's cost model is built from.
+
+Like HALP's lookup table, but built by the tool and shared across runs: one small JSON file per
+(device fingerprint, dtype, ConvShape.signature()). A rerun, a resumed run, the trim run after a
+lossless run, or another model with the same layer shapes re-uses every point already measured.
+Files are written atomically, so two processes filling the same cache at worst measure a point twice.
+
+Root: $DEPLOYOPT_CACHE when set, else ~/.cache/deployopt/lut.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from deployopt.fileio import write_json
+from deployopt.layers import ConvShape
+from deployopt.timing import Timing
+
+
+def cache_root() -> Path:
+    """Where the per-layer tables live: $DEPLOYOPT_CACHE, else ~/.cache/deployopt/lut."""
+    env = os.environ.get("DEPLOYOPT_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "deployopt" / "lut"
+
+
+def device_fingerprint(
+    backend: str, environment: dict[str, Any] | None = None, sms: int | None = None
+) -> str:
+    """A folder name that changes whenever the timings could: backend, device, SM limit, versions.
+
+    Readable prefix (backend, device, SMs) plus a short hash of everything the backend reported
+    about its environment, so a driver or library upgrade starts a fresh table.
+    """
+    env = dict(environment or {})
+    device = str(env.get("device") or env.get("gpu") or env.get("target") or "unknown")
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", device).strip("-").lower() or "unknown"
+    stable = {k: v for k, v in sorted(env.items()) if k not in ("timestamp", "pid", "hostname", "time")}
+    digest = hashlib.sha256(
+        json.dumps([backend, sms, stable], sort_keys=True, default=str).encode()
+    ).hexdigest()[:10]
+    return f"{backend}-{slug}-{sms if sms else 'all'}sms-{digest}"
+
+
+@dataclass
+class SweepResult:
+    """Table values for the shapes asked for, and what it cost to get them."""
+
+    values: dict[str, float] = field(default_factory=dict)  # signature -> median µs
+    measured: int = 0  # points timed on the device in this call
+    cached: int = 0  # points read from disk (or given by the caller)
+    seconds: float = 0.0  # wall time of the device sweeps in this call
+
+
+class LayerCache:
+    """The on-disk table for one device fingerprint and dtype."""
+
+    def __init__(self, fingerprint: str, dtype: str, root: Path | None = None, persist: bool = True) -> None:
+        self.fingerprint = fingerprint
+        self.dtype = dtype
+        self.dir = (root or cache_root()) / fingerprint / dtype
+        self.persist = persist
+
+    def _path(self, shape: ConvShape) -> Path:
+        return self.dir / f"{shape.signature()}.json"
+
+    def get(self, shape: ConvShape) -> Timing | None:
+        if not self.persist:
+            return None
+        path = self._path(shape)
+        try:
+            data = json.loads(path.read_text())
+            return Timing.from_json(data["timing"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # missing or unreadable entry: measure again
+
+    def put(self, shape: ConvShape, timing: Timing) -> None:
+        if self.persist:
+            write_json(self._path(shape), {"shape": shape.to_json(), "timing": timing.to_json()})
+
+    def fill(
+        self,
+        measure: Callable[[list[ConvShape]], list[Timing]],
+        shapes: Sequence[ConvShape],
+        known: dict[str, float] | None = None,
+        chunk: int = 16,
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> SweepResult:
+        """Median µs for every shape: from `known` (e.g. a journal), then disk, then `measure`.
+
+        Measures in chunks so a long sweep saves as it goes (an interrupted sweep loses one chunk).
+        """
+        result = SweepResult()
+        unique: dict[str, ConvShape] = {}
+        for s in shapes:
+            unique.setdefault(s.signature(), s)
+        todo: list[ConvShape] = []
+        for sig, shape in unique.items():
+            if known and sig in known:
+                result.values[sig] = known[sig]
+                result.cached += 1
+                continue
+            cached = self.get(shape)
+            if cached is not None:
+                result.values[sig] = cached.median_us
+                result.cached += 1
+            else:
+                todo.append(shape)
+        done = 0
+        if on_progress:
+            on_progress(0, len(todo))
+        for start in range(0, len(todo), chunk):
+            part = todo[start : start + chunk]
+            t0 = time.perf_counter()
+            timings = measure(part)
+            result.seconds += time.perf_counter() - t0
+            for shape, timing in zip(part, timings):
+                self.put(shape, timing)
+                result.values[shape.signature()] = timing.median_us
+            result.measured += len(part)
+            done += len(part)
+            if on_progress:
+                on_progress(done, len(todo))
+        return result

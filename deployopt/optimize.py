@@ -1,0 +1,782 @@
+"""`deployopt optimize`: find the channel widths with the lowest *measured* latency, and prove it.
+
+load → analyze → candidates → per-layer tables → solver → end-to-end verification → outputs.
+
+1. Baselines first: the input model and round-up-to-8 (each free width padded to a multiple of 8,
+   lossless). The search starts from whichever measured faster (FINDINGS §2: a greedy search
+   started from the irregular point ended above round-up-to-8).
+2. Candidate widths per free group (search.candidate_widths), ranked by the wave model.
+3. A table per conv over the (C, K) pairs its groups can take, filled from the on-disk per-layer
+   cache (lut.py) or timed with `session.measure_convs` (predicted with the `model` backend).
+4. The table cost Σ_conv table[conv](C, K) is minimised exactly by variable elimination
+   (search.TableCost); the best few distinct plans are measured end to end, then single-group moves
+   the table ranks best are tried. A plan replaces the incumbent only when `timing.compare` calls
+   it faster (Mann-Whitney p < alpha and at least `min_effect` faster): the answer is never a
+   plan that merely got lucky once, and never slower than the baselines beyond noise.
+5. Everything measured goes to OUTDIR/journal.jsonl first; `resume=True` replays it and measures
+   only what is missing. Outputs are written at the end, each atomically.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from deployopt.errors import BackendUnavailable, DeployoptError
+from deployopt.journal import JOURNAL_VERSION, Journal, Replay, plan_key
+from deployopt.layers import ConvShape
+from deployopt.lut import LayerCache, SweepResult, device_fingerprint
+from deployopt.search import MODES, Factor, TableCost, candidate_widths, ceil_to
+from deployopt.timing import Timing, compare
+
+BACKEND_CHOICES = ("auto", "tensorrt", "trtexec", "torch", "ort", "model")
+LOSSLESS_ATOL = 1e-4
+MAX_TABLE_COMBOS = 256  # per conv; beyond this (wide concats) its table is taken as separable
+OUTPUT_FILES = ("model.onnx", "plan.json", "report.json", "report.md")
+
+ProgressFn = Callable[..., None]
+
+
+@dataclass
+class OptimizeConfig:
+    """Everything that defines a run; the part that changes results is checked on --resume."""
+
+    model_path: Path
+    target: str
+    backend: str = "auto"
+    sms: int | None = None
+    input_shapes: dict[str, list[int]] = field(default_factory=dict)
+    batch: int | None = None
+    dtype: str = "fp16"
+    mode: str = "lossless"
+    max_trim: float = 0.10
+    max_evals: int = 40
+    runs: int = 100
+    warmup: int = 20
+    calibration_data: str | None = None
+    outdir: Path | None = None
+    resume: bool = False
+    force: bool = False
+    max_candidates: int = 8  # widths tabulated per group (cost of the per-layer sweep ~ this²)
+    top_k: int = 4  # solver plans measured end to end before the refinement moves
+    patience: int = 8  # stop refining after this many rejected moves in a row
+    alpha: float = 0.01  # significance for "faster"
+    min_effect: float = 0.005  # and at least this much faster (relative)
+    fidelity: bool = True  # check outputs on onnxruntime (lossless: equal; trim: thresholds)
+    fidelity_gate: bool = True  # trim: refuse plans past the thresholds (False: report only)
+    fidelity_samples: int = 4
+    min_top1: float = 0.99  # trim thresholds
+    min_cosine: float = 0.99
+    cache_root: Path | None = None
+    plots: bool = True
+
+    def signature(self) -> dict[str, Any]:
+        """What must match for --resume to continue this run (max_evals may grow)."""
+        return {
+            "journal_version": JOURNAL_VERSION,
+            "model_sha256": _sha256(self.model_path),
+            "target": self.target,
+            "sms": self.sms,
+            "input_shapes": self.input_shapes,
+            "batch": self.batch,
+            "dtype": self.dtype,
+            "mode": self.mode,
+            "max_trim": self.max_trim if self.mode == "trim" else None,
+            "runs": self.runs,
+            "warmup": self.warmup,
+            "max_candidates": self.max_candidates,
+            "top_k": self.top_k,
+            "patience": self.patience,
+            "alpha": self.alpha,
+            "min_effect": self.min_effect,
+        }
+
+
+@dataclass
+class Evaluation:
+    index: int  # 1-based order of first measurement in the run
+    label: str
+    plan: dict[str, int]
+    timing: Timing
+    table_us: float | None
+    replayed: bool
+    accepted: bool = False
+
+
+@dataclass
+class OptimizeResult:
+    outdir: Path
+    mode: str
+    backend: str
+    measured: bool
+    original: dict[str, int]
+    round_up: dict[str, int]
+    best_plan: dict[str, int]
+    best_label: str
+    timings: dict[str, Timing]  # "input", "round_up_8", "best"
+    evaluations: list[Evaluation]
+    sweep: dict[str, Any]
+    fidelity: dict[str, Any] | None
+    report: dict[str, Any]
+
+    @property
+    def evaluation_count(self) -> int:
+        return len(self.evaluations)
+
+
+class _Budget(Exception):
+    """Internal: the end-to-end evaluation budget is spent."""
+
+
+# ------------------------------------------------------------------------------------------ setup
+
+
+def resolve_backend_name(name: str) -> str:
+    """`auto`: TensorRT where it imports and sees a GPU, else torch on CUDA, else the wave model."""
+    if name not in BACKEND_CHOICES:
+        raise BackendUnavailable(f"unknown backend {name!r}; choose one of: {', '.join(BACKEND_CHOICES)}")
+    if name != "auto":
+        return name
+    from deployopt.backends.base import get_backend
+
+    for candidate in ("tensorrt", "torch"):
+        try:
+            ok, _ = get_backend(candidate).availability()
+        except Exception:  # a backend module that fails to import is simply not chosen
+            ok = False
+        if ok:
+            return candidate
+    return "model"
+
+
+def default_outdir(model_path: Path) -> Path:
+    return model_path.with_name(f"{model_path.stem}.deployopt")
+
+
+def check_config(cfg: OptimizeConfig) -> None:
+    """One-line errors for bad options, before anything is loaded or measured."""
+    if cfg.mode not in MODES:
+        raise DeployoptError(f"--mode {cfg.mode!r}: choose one of {', '.join(MODES)}")
+    if not 0.0 < cfg.max_trim < 1.0:
+        raise DeployoptError(f"--max-trim {cfg.max_trim}: must be between 0 and 1 (exclusive), e.g. 0.10")
+    if cfg.max_evals < 2:
+        raise DeployoptError("--max-evals must be at least 2 (the two baselines)")
+    if cfg.runs < 1:
+        raise DeployoptError("--runs must be at least 1")
+    if cfg.resume and cfg.force:
+        raise DeployoptError("--resume and --force exclude each other")
+    if cfg.sms is not None and cfg.sms < 1:
+        raise DeployoptError("--sms must be a positive integer")
+    if not Path(cfg.model_path).exists():
+        from deployopt.errors import ModelError
+
+        raise ModelError(f"{cfg.model_path}: no such file")
+
+
+def _check_outdir(cfg: OptimizeConfig) -> Path:
+    """The output folder, or a one-line error; nothing is deleted here (see _clear_outdir)."""
+    outdir = Path(cfg.outdir) if cfg.outdir else default_outdir(Path(cfg.model_path))
+    journal = outdir / "journal.jsonl"
+    if outdir.exists() and not outdir.is_dir():
+        raise DeployoptError(f"{outdir} exists and is not a folder")
+    if cfg.resume:
+        if not journal.exists():
+            raise DeployoptError(f"--resume: {journal} does not exist; nothing to resume")
+    elif outdir.exists() and any(outdir.iterdir()) and not cfg.force:
+        raise DeployoptError(f"{outdir} already exists; use --resume to continue or --force to start over")
+    return outdir
+
+
+def _clear_outdir(outdir: Path) -> None:
+    """--force: remove what a previous run wrote (only our files), once the new run is known to start."""
+    for name in (*OUTPUT_FILES, "journal.jsonl"):
+        (outdir / name).unlink(missing_ok=True)
+    shutil.rmtree(outdir / "staircases", ignore_errors=True)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _group_id(g: Any) -> str:
+    return str(g.id if hasattr(g, "id") else g)
+
+
+# ------------------------------------------------------------------------------------------ main
+
+
+class Optimizer:
+    """One optimize run. `run()` does everything; the pieces are methods so tests can poke them."""
+
+    def __init__(
+        self,
+        cfg: OptimizeConfig,
+        session: Any | None = None,
+        layer_cache: LayerCache | None = None,
+        progress: ProgressFn | None = None,
+    ) -> None:
+        check_config(cfg)
+        self.cfg = cfg
+        self.backend_name = resolve_backend_name(cfg.backend)
+        self.progress = progress or (lambda *a, **k: None)
+        self._external_session = session
+        self._layer_cache = layer_cache
+        self.evaluations: list[Evaluation] = []
+        self._by_key: dict[str, Evaluation] = {}
+        self.measured_now = 0
+        self.sweep = SweepResult()
+        self.sweep_shapes = 0
+        self._refused: dict[str, dict[str, Any]] = {}
+
+    # -------------------------------------------------------------- loading and analysis
+    def _load(self) -> None:
+        from deployopt.backends.ort import prepare_model
+        from deployopt.coupling import analyze
+        from deployopt.targets import get_target
+
+        cfg = self.cfg
+        self.target = get_target(cfg.target, sms=cfg.sms)
+        self.loaded = prepare_model(cfg.model_path, cfg.batch, cfg.input_shapes)
+        self.model = self.loaded.model
+        self.analysis = analyze(self.model)
+        free = list(self.analysis.free_groups())
+        if not free:
+            raise DeployoptError(f"{cfg.model_path}: no channel group is free to change; nothing to optimize")
+        self.groups = {_group_id(g): g for g in free}
+        self.original = {gid: int(g.width) for gid, g in self.groups.items()}
+        self.round_up = {gid: ceil_to(w, 8) for gid, w in self.original.items()}
+        self.dead = self._dead_channels()
+        self._predict = self._wave_predictor()
+
+    def _dead_channels(self) -> dict[str, int]:
+        if self.cfg.mode == "grow":
+            return dict.fromkeys(self.groups, 0)
+        from deployopt.importance import dead_channels_many
+
+        dead = dead_channels_many(self.model, self.analysis, list(self.groups))
+        return {gid: len(dead[gid]) for gid in self.groups}
+
+    def _wave_predictor(self) -> Callable[[ConvShape], float] | None:
+        try:
+            from deployopt.waves import predict
+        except ImportError:
+            return None
+        target, dtype = self.target, self.cfg.dtype
+
+        def run(shape: ConvShape) -> float:
+            return float(predict(shape, target, dtype).predicted_us)
+
+        return run
+
+    def conv_shapes(self, widths: dict[str, int]) -> dict[str, ConvShape]:
+        return self.analysis.conv_shapes({**self.original, **widths})
+
+    def _conv_deps(self) -> dict[str, tuple[str, ...]]:
+        deps = {}
+        for conv in self.analysis.convs:
+            ids = [conv.out_group, *(g for g, _ in conv.in_groups)]
+            deps[conv.name] = tuple(
+                dict.fromkeys(str(g) for g in ids if g is not None and str(g) in self.groups)
+            )
+        return deps
+
+    # -------------------------------------------------------------- candidates
+    def _candidates(self) -> dict[str, list[int]]:
+        cfg = self.cfg
+        deps = self._conv_deps()
+        touching = {gid: [c for c, d in deps.items() if gid in d] for gid in self.groups}
+        out = {}
+        for gid, width in self.original.items():
+            score = None
+            extra: list[int] = []
+            if self._predict is not None and touching[gid]:
+                cache: dict[int, float] = {}
+
+                def score(w: int, gid: str = gid, cache: dict[int, float] = cache) -> float:
+                    if w not in cache:
+                        shapes = self.conv_shapes({**self.round_up, gid: w})
+                        cache[w] = sum(self._predict(shapes[c]) for c in touching[gid])  # type: ignore[misc]
+                    return cache[w]
+
+                extra = self._wave_aligned(gid, score)
+            out[gid] = candidate_widths(
+                width,
+                self.dead[gid],
+                cfg.mode,
+                cfg.max_trim,
+                extra=extra,
+                score=score,
+                max_candidates=cfg.max_candidates,
+            )
+        return out
+
+    def _wave_aligned(self, gid: str, score: Callable[[int], float]) -> list[int]:
+        """Widths that end a predicted step: 8 channels more would cost more (the tops of plateaus)."""
+        from deployopt.search import width_range
+
+        lo, hi = width_range(self.original[gid], self.dead[gid], self.cfg.mode, self.cfg.max_trim)
+        ws = list(range(ceil_to(lo, 8), hi + 1, 8))
+        return [w for w in ws if score(w + 8) > score(w) * (1 + 1e-6)]
+
+    # -------------------------------------------------------------- per-layer tables
+    def _build_table(self, domains: dict[str, list[int]], replay: Replay, journal: Journal) -> TableCost:
+        deps = self._conv_deps()
+        combos: dict[str, list[tuple[tuple[int, ...], ConvShape]]] = {}
+        separable: dict[str, bool] = {}
+        for conv_name, scope in deps.items():
+            n = math.prod(len(domains[g]) for g in scope) if scope else 1
+            separable[conv_name] = n > MAX_TABLE_COMBOS
+            rows = []
+            if not scope:
+                continue
+            if separable[conv_name]:
+                for g in scope:
+                    for w in domains[g]:
+                        assign = tuple(w if x == g else self.round_up[x] for x in scope)
+                        rows.append((assign, self.conv_shapes(dict(zip(scope, assign)))[conv_name]))
+            else:
+                for assign in itertools.product(*(domains[g] for g in scope)):
+                    rows.append((assign, self.conv_shapes(dict(zip(scope, assign)))[conv_name]))
+            combos[conv_name] = rows
+        shapes = [s for rows in combos.values() for _, s in rows]
+        self.sweep_shapes = len({s.signature() for s in shapes})
+        cache = self._get_layer_cache()
+        self.progress("sweep", done=0, total=self.sweep_shapes)
+        result = cache.fill(
+            self.session.measure_convs,
+            shapes,
+            known=replay.layer_values,
+            on_progress=lambda done, total: self.progress("sweep", done=done, total=total),
+        )
+        self.sweep = result
+        self.layer_values = result.values
+        journal.write(
+            "sweep",
+            shapes=self.sweep_shapes,
+            measured=result.measured,
+            cached=result.cached,
+            seconds=result.seconds,
+            fingerprint=cache.fingerprint,
+            values=result.values,
+        )
+        factors = []
+        for conv_name, rows in combos.items():
+            scope = deps[conv_name]
+            if not separable[conv_name]:
+                values = {assign: result.values[s.signature()] for assign, s in rows}
+                factors.append(Factor(conv_name, scope, values))
+                continue
+            base_assign = tuple(self.round_up[x] for x in scope)
+            part = {assign: result.values[s.signature()] for assign, s in rows}
+            base = part[base_assign]
+            for g in scope:  # Σ of one-at-a-time changes: exact when the conv's cost is separable
+                vals = {
+                    (w,): part[tuple(w if x == g else self.round_up[x] for x in scope)] - base
+                    for w in domains[g]
+                }
+                factors.append(Factor(f"{conv_name}[{g}]", (g,), vals))
+            factors.append(Factor(f"{conv_name}[base]", (), {(): base}))
+        self.deps = deps
+        return TableCost(domains, factors, default=self.round_up)
+
+    def _get_layer_cache(self) -> LayerCache:
+        if self._layer_cache is not None:
+            return self._layer_cache
+        env = self._session_environment()
+        fp = device_fingerprint(self.backend_name, env, self.cfg.sms)
+        self._layer_cache = LayerCache(
+            fp, self.cfg.dtype, root=self.cfg.cache_root, persist=bool(self.session.backend.measured)
+        )
+        return self._layer_cache
+
+    def _session_environment(self) -> dict[str, Any]:
+        env = getattr(self.session, "environment", None)
+        if callable(env):
+            env = env()
+        if not isinstance(env, dict):
+            env = {}
+        if not env:
+            from deployopt.environment import collect
+
+            try:
+                env = collect(self.backend_name)
+            except Exception:  # environment is best effort; the fingerprint still has backend + SMs
+                env = {}
+        env = {k: v for k, v in env.items() if isinstance(v, (str, int, float, bool, type(None)))}
+        env.setdefault("target", self.target.name)
+        return env
+
+    # -------------------------------------------------------------- end-to-end evaluation
+    def evaluate(self, plan: dict[str, int], label: str) -> Evaluation:
+        """Latency of `plan` end to end: from the journal if it was measured before, else measured."""
+        key = plan_key(plan)
+        if key in self._by_key:
+            return self._by_key[key]
+        replayed = key in self.replay.timings
+        if not replayed and len(self.evaluations) >= self.cfg.max_evals:
+            raise _Budget
+        if replayed:
+            timing = self.replay.timings[key]
+        else:
+            path = self.workdir / f"candidate{len(self.evaluations) + 1}.onnx"
+            self._write_candidate(plan, path)
+            timing = self.session.measure(path)
+            path.unlink(missing_ok=True)
+            self.measured_now += 1
+        table_us = self.table.cost(plan) if self.table is not None and self._in_domains(plan) else None
+        ev = Evaluation(len(self.evaluations) + 1, label, dict(plan), timing, table_us, replayed)
+        if not replayed:
+            self.journal.write(
+                "measured", index=ev.index, label=label, plan=plan, table_us=table_us, timing=timing.to_json()
+            )
+        self.evaluations.append(ev)
+        self._by_key[key] = ev
+        self.progress(
+            "eval", done=len(self.evaluations), total=self.cfg.max_evals, label=label, timing=timing
+        )
+        return ev
+
+    def _in_domains(self, plan: dict[str, int]) -> bool:
+        return all(plan[g] in self.table.domains[g] for g in self.table.domains)
+
+    def build_model(self, plan: dict[str, int]) -> Any:
+        if plan == self.original:
+            return self.model
+        from deployopt.surgery import apply_plan
+
+        return apply_plan(self.model, dict(plan), self.analysis)
+
+    def _write_candidate(self, plan: dict[str, int], path: Path) -> None:
+        import onnx
+
+        onnx.save(self.build_model(plan), str(path))
+
+    def _faster(self, incumbent: Evaluation, ev: Evaluation) -> bool:
+        c = compare(incumbent.timing, ev.timing, alpha=self.cfg.alpha, min_effect=self.cfg.min_effect)
+        return c.verdict == "faster"
+
+    # -------------------------------------------------------------- fidelity
+    def _calibration(self) -> Any:
+        if getattr(self, "_calib", None) is None:
+            from deployopt.fidelity import load_calibration
+
+            self._calib = load_calibration(
+                self.cfg.calibration_data,
+                inputs=dict(self.loaded.input_shapes),
+                count=self.cfg.fidelity_samples,
+            )
+        return self._calib
+
+    def _is_lossless(self, plan: dict[str, int]) -> bool:
+        return all(plan[g] >= self.original[g] - self.dead[g] for g in plan)
+
+    def fidelity_of(self, plan: dict[str, int]) -> dict[str, Any]:
+        """Outputs of `plan` against the input model on onnxruntime (journaled, so never recomputed).
+
+        A lossless plan must match to LOSSLESS_ATOL; a trim plan must keep cosine and top-1
+        agreement above the configured thresholds."""
+        key = plan_key(plan)
+        if key in self.replay.fidelity:
+            return self.replay.fidelity[key]["report"]
+        from deployopt.fidelity import Thresholds, compare_models
+
+        if self._is_lossless(plan):
+            thresholds = Thresholds(max_abs_error=LOSSLESS_ATOL, min_cosine=None, min_top1=None)
+        else:
+            thresholds = Thresholds(min_cosine=self.cfg.min_cosine, min_top1=self.cfg.min_top1)
+        report = compare_models(self.model, self.build_model(plan), self._calibration())
+        data = report.to_json(thresholds)
+        data["lossless_plan"] = self._is_lossless(plan)
+        self.journal.write("fidelity", plan=plan, report=data)
+        self.replay.fidelity[key] = {"report": data}
+        return data
+
+    def _refusal(self, plan: dict[str, int]) -> str | None:
+        """Why a trim plan may not be used (fidelity past the thresholds), checked *before* it costs
+        a device evaluation; None when it may."""
+        if self.cfg.mode != "trim" or not self.cfg.fidelity or not self.cfg.fidelity_gate:
+            return None
+        if self._is_lossless(plan):
+            return None  # outputs unchanged by construction
+        failures = self.fidelity_of(plan)["failures"]
+        return "; ".join(failures) if failures else None
+
+    # -------------------------------------------------------------- the search
+    def _accept(self, ev: Evaluation) -> Evaluation:
+        ev.accepted = True
+        self.incumbent = ev
+        done = {e.get("index") for e in self.replay.events if e.get("event") == "accepted"}
+        if ev.index not in done:
+            self.journal.write(
+                "accepted", index=ev.index, label=ev.label, plan=ev.plan, median_us=ev.timing.median_us
+            )
+        return ev
+
+    def _try(self, incumbent: Evaluation, plan: dict[str, int], label: str) -> Evaluation:
+        key = plan_key(plan)
+        if key not in self._by_key:
+            why = self._refusal(plan)
+            if why is not None:
+                if key not in self._refused:
+                    self._refused[key] = {"label": label, "plan": dict(plan), "reason": why}
+                    self.progress("refused", label=label, reason=why)
+                return incumbent
+        ev = self.evaluate(plan, label)
+        if ev is incumbent:
+            return incumbent
+        if self._faster(incumbent, ev):
+            return self._accept(ev)
+        return incumbent
+
+    def search(self) -> Evaluation:
+        cfg = self.cfg
+        self.table = None
+        base = self.evaluate(self.original, "input")
+        r8 = self.evaluate(self.round_up, "round-up-to-8") if self.round_up != self.original else base
+        # Start from the faster baseline (lower median; both are valid lossless points).
+        incumbent = r8 if r8.timing.median_us <= base.timing.median_us else base
+        incumbent.accepted = True
+        self.incumbent = incumbent
+        domains = self._candidates()
+        self.domains = domains
+        self.table = self._build_table(domains, self.replay, self.journal)
+        for ev in (base, r8):
+            if self._in_domains(ev.plan):
+                ev.table_us = self.table.cost(ev.plan)
+        starts = [self._clamp(self.round_up), self._clamp(self.original)]
+        if self._predict is not None:
+            starts.append(self._wave_start(domains))
+        if cfg.mode == "grow":
+            return self._grow(incumbent, starts)
+        self.solutions = self.table.top_plans(cfg.top_k, starts)
+        for i, sol in enumerate(self.solutions):
+            incumbent = self._try(incumbent, sol.plan, f"solver #{i + 1}")
+        rejected = 0
+        tried: set[str] = set(self._by_key)
+        while rejected < cfg.patience:
+            move = self._next_move(incumbent, tried)
+            if move is None:
+                break
+            plan, label = move
+            tried.add(plan_key(plan))
+            new = self._try(incumbent, plan, label)
+            if new is incumbent:
+                rejected += 1
+            else:
+                incumbent, rejected = new, 0
+        return incumbent
+
+    def _next_move(self, incumbent: Evaluation, tried: set[str]) -> tuple[dict[str, int], str] | None:
+        """The most promising untried single-group change of the incumbent.
+
+        First the moves the table predicts to gain, best first; then moves back to round-up-to-8 for
+        groups the incumbent changed (is the table's gain real end to end?); then moves the table
+        predicts to cost less than 0.5 % (fusion can hide a layer's step)."""
+        plan = incumbent.plan
+        if not self._in_domains(plan):
+            return None
+        total = self.table.cost(plan)
+        moves = self.table.moves(plan)
+        ordered = [m for m in moves if m.predicted_delta_us < 0]
+        ordered += [m for m in moves if m.width == self.round_up[m.group] and m.predicted_delta_us >= 0]
+        ordered += [m for m in moves if 0 <= m.predicted_delta_us <= 0.005 * total]
+        for m in ordered:
+            cand = {**plan, m.group: m.width}
+            if plan_key(cand) not in tried:
+                sign = "gain" if m.predicted_delta_us < 0 else "cost"
+                return cand, f"move {m.group}→{m.width} (table {sign} {abs(m.predicted_delta_us):.1f} µs)"
+        return None
+
+    def _grow(self, incumbent: Evaluation, starts: list[dict[str, int]]) -> Evaluation:
+        """Widen groups into capacity the table says is free: largest widths whose table cost stays at
+        or below the incumbent's; verified end to end (not slower beyond noise), backed off if not."""
+        ref_cost = self.table.cost(self._clamp(incumbent.plan))
+        plan = dict(self.table.best(starts).plan)
+        for gid in sorted(self.groups, key=lambda g: -self.original[g]):
+            for w in sorted(self.domains[gid], reverse=True):
+                if w <= plan[gid]:
+                    break
+                if self.table.cost({**plan, gid: w}) <= ref_cost + 1e-9:
+                    plan[gid] = w
+                    break
+        grown = incumbent
+        while plan != incumbent.plan:
+            ev = self.evaluate(plan, "grown")
+            c = compare(incumbent.timing, ev.timing, alpha=self.cfg.alpha, min_effect=self.cfg.min_effect)
+            if c.verdict != "slower":
+                grown = self._accept(ev)
+                break
+            # back off the group whose widening the table charges most
+            widened = [g for g in plan if plan[g] > incumbent.plan[g]]
+            if not widened:
+                break
+            worst = max(
+                widened, key=lambda g: self.table.cost(plan) - self.table.cost({**plan, g: incumbent.plan[g]})
+            )
+            plan = {**plan, worst: incumbent.plan[worst]}
+        return grown
+
+    def _clamp(self, plan: dict[str, int]) -> dict[str, int]:
+        """The nearest candidate width for each group (round-up-to-8 is always one in lossless/trim)."""
+        return {g: min(self.domains[g], key=lambda w: (abs(w - plan[g]), w)) for g in self.domains}
+
+    def _wave_start(self, domains: dict[str, list[int]]) -> dict[str, int]:
+        out = {}
+        deps = self._conv_deps()
+        for gid, dom in domains.items():
+            convs = [c for c, d in deps.items() if gid in d]
+            if not convs or self._predict is None:
+                out[gid] = self.round_up[gid] if self.round_up[gid] in dom else dom[0]
+                continue
+            best = min(
+                dom,
+                key=lambda w: (
+                    sum(self._predict(self.conv_shapes({**self.round_up, gid: w})[c]) for c in convs),
+                    w,
+                ),
+            )
+            out[gid] = best
+        return out
+
+    # -------------------------------------------------------------- run
+    def run(self) -> OptimizeResult:
+        cfg = self.cfg
+        self.outdir = _check_outdir(cfg)
+        journal_path = self.outdir / "journal.jsonl"
+        self.replay = Journal.replay(journal_path) if cfg.resume else Replay()
+        self._load()
+        if cfg.force and not cfg.resume:
+            _clear_outdir(self.outdir)
+        self.outdir.mkdir(parents=True, exist_ok=True)
+        config = {**cfg.signature(), "backend": self.backend_name}
+        if cfg.resume and self.replay.config is not None and self.replay.config != config:
+            diff = sorted(
+                k for k in set(config) | set(self.replay.config) if config.get(k) != self.replay.config.get(k)
+            )
+            raise DeployoptError(
+                f"--resume: {journal_path} was written by a different run ({', '.join(diff)} differ); "
+                "use --force to start over"
+            )
+        self.workdir = Path(tempfile.mkdtemp(prefix="work.", dir=self.outdir))
+        self.journal = Journal(journal_path)
+        session_cm = None
+        try:
+            if self.replay.config is None:
+                self.journal.write("start", config=config, model=str(cfg.model_path), time=time.time())
+            else:
+                self.journal.write("resume", previous_evaluations=len(self.replay.timings), time=time.time())
+            if self._external_session is not None:
+                self.session = self._external_session
+            else:
+                session_cm = self._open_session()
+                self.session = session_cm
+            budget_hit = False
+            try:
+                best = self.search()
+            except _Budget:
+                budget_hit = True
+                best = self.incumbent
+            fidelity = self._final_fidelity(best)
+            result = self._finish(best, fidelity, budget_hit)
+            self.journal.write(
+                "done",
+                best=best.plan,
+                label=best.label,
+                evaluations=len(self.evaluations),
+                measured_now=self.measured_now,
+            )
+            return result
+        finally:
+            self.journal.close()
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            if session_cm is not None:
+                session_cm.close()
+
+    def _open_session(self) -> Any:
+        from deployopt.backends.base import MeasureOptions, get_backend
+
+        cfg = self.cfg
+        backend = get_backend(self.backend_name)
+        opts = MeasureOptions(
+            dtype=cfg.dtype,
+            batch=cfg.batch,
+            sms=cfg.sms,
+            runs=cfg.runs,
+            warmup=cfg.warmup,
+            input_shapes=dict(cfg.input_shapes),
+            workdir=self.workdir,
+            extra={"target": self.target},
+        )
+        return backend.open(opts)
+
+    def _final_fidelity(self, best: Evaluation) -> dict[str, Any] | None:
+        if not self.cfg.fidelity:
+            return None
+        data = self.fidelity_of(best.plan)
+        if self._is_lossless(best.plan) and data["failures"]:
+            raise DeployoptError(
+                "internal check failed: the lossless plan changed the outputs "
+                f"({data['failures'][0]}); nothing was written — please report this"
+            )
+        return data
+
+    def _finish(self, best: Evaluation, fidelity: dict[str, Any] | None, budget_hit: bool) -> OptimizeResult:
+        from deployopt.fileio import write_json
+        from deployopt.model import save_model
+        from deployopt.report import build_report, write_report
+
+        base = self._by_key[plan_key(self.original)]
+        r8 = self._by_key[plan_key(self.round_up)]
+        timings = {"input": base.timing, "round_up_8": r8.timing, "best": best.timing}
+        sweep = {
+            "shapes": self.sweep_shapes,
+            "measured": self.sweep.measured,
+            "cached": self.sweep.cached,
+            "seconds": self.sweep.seconds,
+            "measured_by": "model (predicted)" if not self.session.backend.measured else self.backend_name,
+        }
+        report = build_report(self, best, fidelity, sweep, budget_hit)
+        save_model(
+            self.build_model(best.plan),
+            self.outdir / "model.onnx",
+            external_data=bool(getattr(self.loaded, "external_data", False)),
+        )
+        write_json(self.outdir / "plan.json", {"widths": {g: int(w) for g, w in sorted(best.plan.items())}})
+        write_report(self.outdir, report, self if self.cfg.plots else None)
+        return OptimizeResult(
+            outdir=self.outdir,
+            mode=self.cfg.mode,
+            backend=self.backend_name,
+            measured=bool(self.session.backend.measured),
+            original=self.original,
+            round_up=self.round_up,
+            best_plan=best.plan,
+            best_label=best.label,
+            timings=timings,
+            evaluations=self.evaluations,
+            sweep=sweep,
+            fidelity=fidelity,
+            report=report,
+        )
+
+
+def optimize(
+    cfg: OptimizeConfig,
+    session: Any | None = None,
+    layer_cache: LayerCache | None = None,
+    progress: ProgressFn | None = None,
+) -> OptimizeResult:
+    """Run the search; `session` lets a caller (the benchmark) keep one backend process for many runs."""
+    return Optimizer(cfg, session=session, layer_cache=layer_cache, progress=progress).run()

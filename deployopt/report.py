@@ -1,0 +1,327 @@
+"""report.json and report.md for an optimize run, and the staircase PNGs that drove its decisions.
+
+The report says, for every number, whether it was measured (backend, median, IQR, 95 % CI, runs) or
+predicted (by which model) — a wave-model run says "predicted by the wave model, not measured" in
+its first lines, because a predicted speed-up is a hypothesis, not a result.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from deployopt.fileio import write_json, write_text
+from deployopt.timing import Timing, compare
+
+if TYPE_CHECKING:
+    from deployopt.optimize import Evaluation, Optimizer
+
+MAX_PLOTS = 16
+PREDICTED_NOTE = "predicted by the wave model, not measured"
+
+
+def _timing_row(t: Timing) -> dict[str, Any]:
+    lo, hi = t.ci95_us
+    return {
+        "median_us": t.median_us,
+        "iqr_us": t.iqr_us,
+        "ci95_us": [lo, hi],
+        "runs": t.runs,
+        "measured": t.measured,
+        "describe": t.describe(),
+    }
+
+
+def build_report(
+    opt: Optimizer, best: Evaluation, fidelity: dict[str, Any] | None, sweep: dict[str, Any], budget_hit: bool
+) -> dict[str, Any]:
+    """Everything a reader (or a script) needs about one run, as plain JSON data."""
+    from deployopt.journal import plan_key
+
+    cfg = opt.cfg
+    measured = bool(opt.session.backend.measured)
+    base = opt._by_key[plan_key(opt.original)]
+    r8 = opt._by_key[plan_key(opt.round_up)]
+    timings = {"input": base.timing, "round_up_8": r8.timing, "best": best.timing}
+    comparisons = {}
+    for name, ref in (("vs_input", base.timing), ("vs_round_up_8", r8.timing)):
+        c = compare(ref, best.timing, alpha=cfg.alpha, min_effect=cfg.min_effect)
+        comparisons[name] = {
+            "verdict": c.verdict,
+            "ratio": c.ratio,
+            "p_value": c.p_value,
+            "describe": c.describe(),
+        }
+
+    groups = []
+    for gid in sorted(opt.groups):
+        g = opt.groups[gid]
+        groups.append(
+            {
+                "id": gid,
+                "original": opt.original[gid],
+                "dead": opt.dead[gid],
+                "round_up_8": opt.round_up[gid],
+                "best": best.plan[gid],
+                "candidates": opt.domains.get(gid, []),
+                "producers": list(getattr(g, "producers", []) or []),
+            }
+        )
+    layers = []
+    before_shapes = opt.conv_shapes(opt.original)
+    r8_shapes = opt.conv_shapes(opt.round_up)
+    after_shapes = opt.conv_shapes(best.plan)
+    for name, after in after_shapes.items():
+        before, rounded = before_shapes[name], r8_shapes[name]
+        row: dict[str, Any] = {
+            "conv": name,
+            "before": {"c": before.c, "k": before.k},
+            "round_up_8": {"c": rounded.c, "k": rounded.k},
+            "after": {"c": after.c, "k": after.k},
+            "table_before_us": opt.layer_values.get(before.signature()),
+            "table_round_up_8_us": opt.layer_values.get(rounded.signature()),
+            "table_after_us": opt.layer_values.get(after.signature()),
+        }
+        if opt._predict is not None:
+            from deployopt.waves import predict
+
+            pb, pa = predict(before, opt.target, cfg.dtype), predict(after, opt.target, cfg.dtype)
+            row["waves_before"], row["tail_fill_before"] = pb.waves, pb.tail_fill
+            row["waves_after"], row["tail_fill_after"] = pa.waves, pa.tail_fill
+        layers.append(row)
+
+    evaluations = [
+        {
+            "index": e.index,
+            "label": e.label,
+            "median_us": e.timing.median_us,
+            "iqr_us": e.timing.iqr_us,
+            "runs": e.timing.runs,
+            "table_us": e.table_us,
+            "accepted": e.accepted,
+            "from_journal": e.replayed,
+            "plan": e.plan,
+        }
+        for e in opt.evaluations
+    ]
+    solutions = [
+        {"plan": s.plan, "table_us": s.cost_us, "method": s.method} for s in getattr(opt, "solutions", [])
+    ]
+    what = (
+        [
+            f"end-to-end latencies: measured on {opt.backend_name} "
+            f"({cfg.runs} runs each after {cfg.warmup} warm-up)",
+            f"per-layer tables: measured on {opt.backend_name} (cached per device in {opt._layer_cache.dir})"
+            if opt._layer_cache is not None
+            else "per-layer tables: measured",
+            "candidate ranking and wave/tail columns: predicted by the wave model",
+        ]
+        if measured
+        else [
+            f"every latency here is {PREDICTED_NOTE} ({best.timing.predictor})",
+            "wave/tail columns and candidate ranking: predicted by the wave model",
+        ]
+    )
+    return {
+        "tool": "deployopt optimize",
+        "model": str(cfg.model_path),
+        "target": {"name": opt.target.name, "sms": opt.target.sms},
+        "backend": opt.backend_name,
+        "measured": measured,
+        "note": None if measured else PREDICTED_NOTE,
+        "mode": cfg.mode,
+        "max_trim": cfg.max_trim if cfg.mode == "trim" else None,
+        "dtype": cfg.dtype,
+        "batch": next(iter(opt.loaded.input_shapes.values()), [None])[0],
+        "latency": {k: _timing_row(t) for k, t in timings.items()},
+        "timings": {k: t.to_json() for k, t in timings.items()},
+        "comparisons": comparisons,
+        "best_label": best.label,
+        "plan": {g: int(w) for g, w in sorted(best.plan.items())},
+        "groups": groups,
+        "layers": layers,
+        "evaluations": {
+            "count": len(opt.evaluations),
+            "max": cfg.max_evals,
+            "measured_this_run": opt.measured_now,
+            "from_journal": sum(e.replayed for e in opt.evaluations),
+            "budget_exhausted": budget_hit,
+            "list": evaluations,
+        },
+        "per_layer_sweep": sweep,
+        "solver": {
+            "method": solutions[0]["method"] if solutions else None,
+            "top_plans": solutions,
+            "table_cost_best_us": opt.table.cost(best.plan) if opt._in_domains(best.plan) else None,
+        },
+        "fidelity": fidelity,
+        "refused": list(opt._refused.values()),
+        "what_was_measured": what,
+        "staircases": [],
+    }
+
+
+def write_staircases(outdir: Path, report: dict[str, Any], opt: Optimizer) -> list[str]:
+    """One PNG per changed group: the producing conv's table over the group's candidate widths."""
+    from deployopt.plots import plot_staircase
+
+    measured = report["measured"]
+    out: list[str] = []
+    best = report["plan"]
+    changed = [g for g in report["groups"] if g["best"] != g["round_up_8"] or g["best"] != g["original"]]
+    for g in changed[:MAX_PLOTS]:
+        gid = g["id"]
+        convs = [c for c, deps in opt.deps.items() if deps and deps[0] == gid] or [
+            c for c, deps in opt.deps.items() if gid in deps
+        ]
+        conv = next((c for c in opt.conv_shapes(best) if c in convs), None)
+        if conv is None:
+            continue
+        widths = sorted(g["candidates"])
+        values, preds, waves = [], [], []
+        for w in widths:
+            shape = opt.conv_shapes({**best, gid: w})[conv]
+            values.append(opt.layer_values.get(shape.signature()))
+            if opt._predict is not None:
+                from deployopt.waves import predict
+
+                p = predict(shape, opt.target, opt.cfg.dtype)
+                preds.append(p.predicted_us)
+                waves.append(p.waves)
+        name = f"staircase_{_safe(gid)}.png"
+        role = "output" if opt.deps[conv][0] == gid else "input"
+        plot_staircase(
+            widths,
+            outdir / "staircases" / name,
+            predicted_us=preds or (values if not measured else None),
+            waves=waves or None,
+            measured_us=values if measured else None,
+            title=f"{conv}: {role} channels of group {gid} (original {g['original']}, "
+            f"round-up {g['round_up_8']}, chosen {g['best']})",
+            predicted_label="wave model (predicted)",
+            measured_label=f"per-layer table, measured on {report['backend']}",
+            xlabel=f"{role} channels (group {gid})",
+            marks=[g["original"], g["best"]],
+        )
+        out.append(f"staircases/{name}")
+    return out
+
+
+def _safe(text: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text)[:80]
+
+
+def _fmt(t: dict[str, Any]) -> str:
+    if not t["measured"]:
+        return f"{t['median_us']:.1f} µs (predicted)"
+    lo, hi = t["ci95_us"]
+    return f"{t['median_us']:.1f} µs (IQR {t['iqr_us']:.1f}, 95% CI [{lo:.1f}, {hi:.1f}], {t['runs']} runs)"
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    lat, ev, sw, tgt = report["latency"], report["evaluations"], report["per_layer_sweep"], report["target"]
+    lines = [f"# deployopt optimize: {Path(report['model']).name}", ""]
+    if not report["measured"]:
+        lines += [f"**All latencies in this report are {PREDICTED_NOTE}.**", ""]
+    lines += [
+        f"- target: {tgt['name']} ({tgt['sms']} SMs); backend: {report['backend']}; "
+        f"dtype: {report['dtype']}; batch: {report['batch']}",
+        f"- mode: {report['mode']}" + (f" (max trim {report['max_trim']:.0%})" if report["max_trim"] else ""),
+        f"- end-to-end evaluations: {ev['count']} of at most {ev['max']} "
+        f"({ev['measured_this_run']} this run, {ev['from_journal']} from the journal)"
+        + (" — budget exhausted" if ev["budget_exhausted"] else ""),
+        f"- per-layer sweep: {sw['shapes']} conv shapes, {sw['measured']} timed ({sw['seconds']:.1f} s), "
+        f"{sw['cached']} from the cache; by {sw['measured_by']}",
+        "",
+        "## Latency",
+        "",
+        "| model | latency |",
+        "|---|---|",
+        f"| input | {_fmt(lat['input'])} |",
+        f"| round-up-to-8 | {_fmt(lat['round_up_8'])} |",
+        f"| deployopt ({report['best_label']}) | {_fmt(lat['best'])} |",
+        "",
+        f"- vs input: {report['comparisons']['vs_input']['describe']}",
+        f"- vs round-up-to-8: {report['comparisons']['vs_round_up_8']['describe']}",
+        "",
+        "## Widths",
+        "",
+        "| group | original | dead | round-up-to-8 | chosen | candidates |",
+        "|---|---|---|---|---|---|",
+    ]
+    for g in report["groups"]:
+        lines.append(
+            f"| {g['id']} | {g['original']} | {g['dead']} | {g['round_up_8']} | **{g['best']}** | "
+            f"{', '.join(map(str, g['candidates']))} |"
+        )
+    what = "measured" if report["measured"] else "predicted"
+    lines += [
+        "",
+        f"## Per layer (table values {what}, µs)",
+        "",
+        "| conv | C×K before | C×K after | before | round-up-8 | after | waves before → after |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in report["layers"]:
+
+        def v(x: float | None) -> str:
+            return "—" if x is None else f"{x:.1f}"
+
+        waves = (
+            f"{row['waves_before']} ({row['tail_fill_before']:.0%}) → "
+            f"{row['waves_after']} ({row['tail_fill_after']:.0%})"
+            if "waves_before" in row
+            else "—"
+        )
+        lines.append(
+            f"| {row['conv']} | {row['before']['c']}×{row['before']['k']} "
+            f"| {row['after']['c']}×{row['after']['k']} | {v(row['table_before_us'])} "
+            f"| {v(row['table_round_up_8_us'])} | {v(row['table_after_us'])} | {waves} |"
+        )
+    fid = report.get("fidelity")
+    lines += ["", "## Fidelity (onnxruntime, reference = input model)", ""]
+    if fid:
+        for key in ("max_abs_error", "cosine_min", "top1_agreement"):
+            if key in fid and fid[key] is not None:
+                lines.append(f"- {key.replace('_', ' ')}: {fid[key]:.6g}")
+        lines.append(
+            f"- inputs: {fid.get('source') or 'calibration set'}"
+            + (" (random inputs)" if fid.get("random_inputs") else "")
+        )
+        lines.append("- failures: " + ("; ".join(fid["failures"]) if fid.get("failures") else "none"))
+    else:
+        lines.append("- not checked in this run")
+    refused = report.get("refused", [])
+    if refused:
+        lines += ["", f"Plans refused for fidelity before measuring ({len(refused)}):", ""]
+        lines += [f"- {e['label']}: {e['reason']}" for e in refused[:20]]
+    lines += [
+        "",
+        "## Evaluations",
+        "",
+        "| # | what | median µs | IQR | table µs | accepted |",
+        "|---|---|---|---|---|---|",
+    ]
+    for e in report["evaluations"]["list"]:
+        table = "—" if e["table_us"] is None else f"{e['table_us']:.1f}"
+        lines.append(
+            f"| {e['index']} | {e['label']} | {e['median_us']:.1f} | {e['iqr_us']:.1f} | {table} | "
+            f"{'yes' if e['accepted'] else ''} |"
+        )
+    if report["staircases"]:
+        lines += ["", "## Staircases behind the decisions", ""]
+        lines += [f"![{p}]({p})" for p in report["staircases"]]
+    lines += ["", "## What was measured, what was predicted", ""]
+    lines += [f"- {w}" for w in report["what_was_measured"]]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(outdir: Path, report: dict[str, Any], opt: Optimizer | None = None) -> None:
+    """report.json, report.md and (given the optimizer) the staircase PNGs, each written atomically."""
+    if opt is not None:
+        try:
+            report["staircases"] = write_staircases(outdir, report, opt)
+        except ImportError:  # matplotlib missing: the report stands without pictures
+            report["staircases"] = []
+    write_json(outdir / "report.json", report)
+    write_text(outdir / "report.md", render_markdown(report))

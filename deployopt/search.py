@@ -1,0 +1,275 @@
+"""Candidate widths per channel group, and the solver over the per-layer table cost.
+
+The cost of a plan is a sum over convs of table[conv](widths of the groups the conv touches): a
+conv's latency depends on its input channels C (the width of the group(s) it reads) and its output
+channels K (the width of the group it writes), so changing one width moves its producers AND its
+consumers. Each conv is a *factor* over at most a few groups; the sum is minimised exactly by
+variable elimination (min-sum dynamic programming): a chain (VGG) eliminates in O(n·d²), a star or a
+few coupled stages (ResNet) stays small too. When a model's factors would make an intermediate table
+too large, coordinate descent from several starts takes over (cheap, no device time, not exact).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+MODES = ("lossless", "trim", "grow")
+ELIMINATION_LIMIT = 2_000_000  # largest intermediate table (entries) variable elimination may build
+
+
+def ceil_to(x: int, multiple: int) -> int:
+    return -(-int(x) // multiple) * multiple
+
+
+def width_range(width: int, dead: int, mode: str, max_trim: float = 0.10) -> tuple[int, int]:
+    """(lowest, highest) width a group may take in `mode`.
+
+    Upward: to the next multiple of 64 or +12.5 %, whichever is larger (FINDINGS §1: a layer up to
+    64 channels wider was often faster). Downward: lossless removes only dead (all-zero) channels;
+    trim may also remove up to max_trim of the width; grow never goes below the original.
+    """
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}")
+    hi = max(ceil_to(width, 64), math.ceil(1.125 * width))
+    if mode == "grow":
+        lo = width
+    elif mode == "lossless":
+        lo = max(1, width - dead)
+    else:
+        lo = max(1, min(width - dead, math.ceil((1.0 - max_trim) * width)))
+    return lo, hi
+
+
+def candidate_widths(
+    width: int,
+    dead: int = 0,
+    mode: str = "lossless",
+    max_trim: float = 0.10,
+    align: int = 8,
+    extra: Iterable[int] = (),
+    score: Callable[[int], float] | None = None,
+    max_candidates: int | None = 8,
+) -> list[int]:
+    """Widths worth tabulating for one group, ascending.
+
+    Always kept: the original width (outputs unchanged), its round-up to `align`, and in trim mode
+    the lowest aligned width allowed (the full trim budget). Then wave-aligned widths (`extra`,
+    from the wave model), then the remaining multiples of `align` ranked by `score` (predicted µs;
+    lower first) when given, else by how aligned they are (64 > 32 > 16 > 8). Capped at
+    `max_candidates` so the per-layer tables stay affordable on the device.
+    """
+    lo, hi = width_range(width, dead, mode, max_trim)
+    aligned = [w for w in range(ceil_to(lo, align), hi + 1, align)]
+    must: list[int] = []
+    if lo <= width <= hi:
+        must.append(width)
+    must.append(ceil_to(width, align))
+    if mode == "trim" and aligned:
+        must.append(aligned[0])
+    if mode == "lossless" and dead and lo < width:
+        must.append(lo)  # all dead channels gone, unaligned
+    wave = sorted({int(w) for w in extra if lo <= int(w) <= hi})
+
+    def alignment(w: int) -> int:
+        return max(m for m in (64, 32, 16, 8, 1) if w % m == 0)
+
+    rest = [w for w in aligned if w not in must and w not in wave]
+    if score is not None:
+        rest.sort(key=lambda w: (score(w), -alignment(w), w))
+        wave.sort(key=lambda w: (score(w), w))
+    else:
+        rest.sort(key=lambda w: (-alignment(w), w))
+    ordered: list[int] = []
+    for w in [*must, *wave, *rest]:
+        if w not in ordered:
+            ordered.append(w)
+    if max_candidates is not None:
+        ordered = ordered[: max(max_candidates, len(dict.fromkeys(must)))]
+    return sorted(ordered)
+
+
+@dataclass
+class Factor:
+    """One conv's table: latency (µs) for each combination of the widths of the groups in `scope`."""
+
+    name: str
+    scope: tuple[str, ...]
+    values: dict[tuple[int, ...], float]
+
+
+@dataclass
+class Move:
+    group: str
+    width: int
+    predicted_delta_us: float  # table cost after the move minus before (negative = predicted gain)
+
+
+@dataclass
+class Solution:
+    plan: dict[str, int]
+    cost_us: float
+    method: str  # "variable elimination (exact)" | "coordinate descent"
+
+
+@dataclass
+class TableCost:
+    """Σ over convs of their table values; `domains` are the candidate widths of each free group."""
+
+    domains: dict[str, list[int]]
+    factors: list[Factor]
+    default: dict[str, int] = field(default_factory=dict)  # widths for groups no factor depends on
+
+    def __post_init__(self) -> None:
+        self._by_group: dict[str, list[Factor]] = {g: [] for g in self.domains}
+        for f in self.factors:
+            for g in f.scope:
+                if g not in self.domains:
+                    raise ValueError(f"factor {f.name} depends on unknown group {g}")
+                self._by_group[g].append(f)
+
+    # ------------------------------------------------------------------ evaluation
+    def factor_value(self, f: Factor, plan: dict[str, int]) -> float:
+        return f.values[tuple(plan[g] for g in f.scope)]
+
+    def cost(self, plan: dict[str, int]) -> float:
+        return float(sum(self.factor_value(f, plan) for f in self.factors))
+
+    def per_factor(self, plan: dict[str, int]) -> dict[str, float]:
+        return {f.name: self.factor_value(f, plan) for f in self.factors}
+
+    def local_cost(self, group: str, plan: dict[str, int]) -> float:
+        return float(sum(self.factor_value(f, plan) for f in self._by_group[group]))
+
+    def moves(self, plan: dict[str, int]) -> list[Move]:
+        """Every single-group change with its predicted cost change, best predicted first."""
+        out = []
+        for g, dom in self.domains.items():
+            base = self.local_cost(g, plan)
+            for w in dom:
+                if w != plan[g]:
+                    out.append(Move(g, w, self.local_cost(g, {**plan, g: w}) - base))
+        out.sort(key=lambda m: (m.predicted_delta_us, m.group, m.width))
+        return out
+
+    # ------------------------------------------------------------------ exact solver
+    def solve(self, exclude: dict[str, int] | None = None, limit: int = ELIMINATION_LIMIT) -> Solution | None:
+        """Exact minimum by variable elimination; None when an intermediate table would exceed `limit`.
+
+        `exclude` forbids one width per named group (used to find the next-best distinct plans).
+        """
+        arrays: list[tuple[tuple[str, ...], np.ndarray]] = []
+        for f in self.factors:
+            if not f.scope:
+                arrays.append(((), np.array(f.values[()], dtype=float)))
+                continue
+            shape = tuple(len(self.domains[g]) for g in f.scope)
+            arr = np.empty(shape, dtype=float)
+            for idx in itertools.product(*(range(n) for n in shape)):
+                arr[idx] = f.values[tuple(self.domains[g][i] for g, i in zip(f.scope, idx))]
+            arrays.append((f.scope, arr))
+        for g, w in (exclude or {}).items():
+            unary = np.zeros(len(self.domains[g]))
+            unary[self.domains[g].index(w)] = np.inf
+            arrays.append(((g,), unary))
+
+        free = [g for g in self.domains if self._by_group[g] or (exclude and g in exclude)]
+        records: list[tuple[str, tuple[str, ...], np.ndarray]] = []
+        remaining = set(free)
+        while remaining:
+            best = None
+            for v in sorted(remaining):
+                union = {x for scope, _ in arrays if v in scope for x in scope}
+                size = math.prod(len(self.domains[x]) for x in union)
+                if best is None or size < best[0]:
+                    best = (size, v, union)
+            assert best is not None
+            size, v, union_set = best
+            if size > limit:
+                return None
+            union = (v, *sorted(union_set - {v}))
+            inside = [(s, a) for s, a in arrays if v in s]
+            arrays = [(s, a) for s, a in arrays if v not in s]
+            total = np.zeros([len(self.domains[x]) for x in union])
+            for scope, arr in inside:
+                total = total + _expand(scope, arr, union)
+            records.append((v, union[1:], np.argmin(total, axis=0)))
+            arrays.append((union[1:], np.min(total, axis=0)))
+            remaining.discard(v)
+        if not np.isfinite(sum(float(a) for _, a in arrays)):
+            return None  # every width of some group excluded
+        idx: dict[str, int] = {}
+        for v, rest, argmin in reversed(records):
+            idx[v] = int(argmin[tuple(idx[x] for x in rest)]) if rest else int(argmin)
+        plan = {g: self.domains[g][idx[g]] if g in idx else self._default(g) for g in self.domains}
+        return Solution(plan, self.cost(plan), "variable elimination (exact)")
+
+    def _default(self, g: str) -> int:
+        return self.default.get(g, self.domains[g][0])
+
+    # ------------------------------------------------------------------ fallback solver
+    def coordinate_descent(self, starts: Sequence[dict[str, int]], max_passes: int = 50) -> Solution:
+        """Best local minimum over `starts`: each group in turn takes its best width given the others."""
+        best: Solution | None = None
+        for start in starts:
+            plan = dict(start)
+            for _ in range(max_passes):
+                changed = False
+                for g, dom in self.domains.items():
+                    if not self._by_group[g]:
+                        continue
+                    costs = [(self.local_cost(g, {**plan, g: w}), w) for w in dom]
+                    c, w = min(costs)
+                    if w != plan[g] and c < self.local_cost(g, plan) - 1e-12:
+                        plan[g] = w
+                        changed = True
+                if not changed:
+                    break
+            sol = Solution(plan, self.cost(plan), "coordinate descent")
+            if best is None or sol.cost_us < best.cost_us - 1e-12:
+                best = sol
+        assert best is not None, "coordinate_descent needs at least one start"
+        return best
+
+    def best(self, starts: Sequence[dict[str, int]]) -> Solution:
+        """Exact when tractable, else coordinate descent from `starts`."""
+        return self.solve() or self.coordinate_descent(starts)
+
+    def top_plans(self, k: int, starts: Sequence[dict[str, int]]) -> list[Solution]:
+        """The optimum, then distinct runners-up: for each group, the best plan that changes that
+        group's width from the optimum (exact), ranked by table cost. Diverse by construction, which
+        is what end-to-end verification needs when the table is off for one layer."""
+        first = self.best(starts)
+        out = [first]
+        seen = {_key(first.plan)}
+        runners: list[Solution] = []
+        for g, dom in self.domains.items():
+            if len(dom) < 2 or not self._by_group[g]:
+                continue
+            sol = self.solve(exclude={g: first.plan[g]})
+            if sol is None:
+                sol = self.coordinate_descent(
+                    [{**s, g: next(w for w in dom if w != first.plan[g])} for s in starts]
+                )
+            if _key(sol.plan) not in seen:
+                seen.add(_key(sol.plan))
+                runners.append(sol)
+        runners.sort(key=lambda s: (s.cost_us, _key(s.plan)))
+        return out + runners[: max(0, k - 1)]
+
+
+def _key(plan: dict[str, int]) -> tuple[tuple[str, int], ...]:
+    return tuple(sorted(plan.items()))
+
+
+def _expand(scope: tuple[str, ...], arr: np.ndarray, union: tuple[str, ...]) -> np.ndarray:
+    """View `arr` (axes in `scope` order) as broadcastable over `union`'s axes."""
+    if not scope:
+        return arr
+    perm = [scope.index(x) for x in union if x in scope]
+    shape = [arr.shape[scope.index(x)] if x in scope else 1 for x in union]
+    return np.transpose(arr, perm).reshape(shape)
