@@ -1,0 +1,681 @@
+#!/usr/bin/env python3
+"""deployopt on-device runner: build (or load) a TensorRT engine on a Jetson, time it, print JSON.
+
+One file, Python 3.6+ (JetPack 4.6 ships 3.6.9), standard library plus what JetPack ships:
+tensorrt, numpy, and pycuda or cuda-python. Copy it to the board, run it, copy the JSON back;
+`deployopt.backends.tensorrt.load_runner_result(path)` reads it as a Timing.
+
+Timing method (same as deployopt's `tensorrt` backend): inputs uploaded once, CUDA events around
+each execute_async_v3 (TensorRT >= 8.5) / execute_async_v2 (8.2) on one stream, warm-up first;
+one sample = one forward pass. NOT RUN ON HARDWARE YET.
+
+Example:
+    python3 runner.py model.onnx --dtype fp16 --runs 200 --warmup 50 --out result.json
+"""
+
+import argparse
+import glob
+import hashlib
+import json
+import math
+import os
+import platform
+import random
+import subprocess
+import sys
+import time
+
+BOOTSTRAP_RESAMPLES = 2000
+RUNNER_VERSION = "1"
+
+
+class RunnerError(Exception):
+    """A problem reported as one line (exit status 2)."""
+
+
+# ----------------------------------------------------------------------------------------------
+# statistics (must agree with deployopt.timing: numpy's default linear-interpolation percentiles)
+
+
+def percentile(values, q):
+    """q in [0, 100]; linear interpolation between closest ranks (numpy's default)."""
+    xs = sorted(float(v) for v in values)
+    if not xs:
+        raise ValueError("no samples")
+    pos = (len(xs) - 1) * (q / 100.0)
+    lo = int(math.floor(pos))
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def median(values):
+    return percentile(values, 50.0)
+
+
+def iqr(values):
+    return percentile(values, 75.0) - percentile(values, 25.0)
+
+
+def bootstrap_median_ci(values, level=0.95, seed=0):
+    """Same as deployopt.timing.bootstrap_median_ci where numpy has default_rng (>= 1.17);
+    otherwise a seeded pure-Python bootstrap (same method, different random stream)."""
+    xs = [float(v) for v in values]
+    if len(xs) == 1:
+        return xs[0], xs[0]
+    alpha = (1 - level) / 2
+    try:
+        import numpy as np
+
+        rng = np.random.default_rng(seed)
+    except (ImportError, AttributeError):
+        rnd = random.Random(seed)
+        meds = []
+        for _ in range(BOOTSTRAP_RESAMPLES):
+            meds.append(median([xs[rnd.randrange(len(xs))] for _ in xs]))
+        return percentile(meds, 100 * alpha), percentile(meds, 100 * (1 - alpha))
+    x = np.asarray(xs, dtype=float)
+    idx = rng.integers(0, x.size, size=(BOOTSTRAP_RESAMPLES, x.size))
+    meds = np.median(x[idx], axis=1)
+    lo, hi = np.quantile(meds, [alpha, 1 - alpha])
+    return float(lo), float(hi)
+
+
+def summarize(samples_us, warmup, timed, environment, backend="tensorrt"):
+    """The bench JSON schema (deployopt.timing.Timing.to_json)."""
+    lo, hi = bootstrap_median_ci(samples_us)
+    return {
+        "backend": backend,
+        "measured": True,
+        "median_us": median(samples_us),
+        "iqr_us": iqr(samples_us),
+        "ci95_us": [lo, hi],
+        "runs": len(samples_us),
+        "warmup": warmup,
+        "samples_us": [float(s) for s in samples_us],
+        "timed": timed,
+        "environment": environment,
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# board facts (every one optional: an unreadable fact is left out, never guessed)
+
+
+def _read(path):
+    try:
+        with open(path) as fh:
+            return fh.read().strip().strip("\x00")
+    except (OSError, IOError):
+        return None
+
+
+def _cmd(args, timeout=10):
+    try:
+        proc = subprocess.run(
+            args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=timeout
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def parse_nvpmodel(text):
+    """`nvpmodel -q` prints 'NV Power Mode: MODE_15W' then the mode number."""
+    out = {}
+    if not text:
+        return out
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("NV Power Mode:"):
+            out["nvpmodel"] = line.split(":", 1)[1].strip()
+        elif line.isdigit():
+            out["nvpmodel_id"] = int(line)
+    return out
+
+
+def gpu_devfreq():
+    """Current/min/max GPU clock and governor from devfreq (names differ per Jetson)."""
+    for path in sorted(glob.glob("/sys/class/devfreq/*")):
+        name = os.path.basename(path)
+        dev = (_read(os.path.join(path, "device/of_node/name")) or "") + " " + name
+        if not any(k in dev for k in ("gpu", "gv11b", "ga10b", "gp10b", "gm20b")):
+            continue
+        facts = {"gpu_devfreq": name}
+        for key in ("cur_freq", "min_freq", "max_freq"):
+            v = _read(os.path.join(path, key))
+            if v and v.isdigit():
+                facts["gpu_" + key + "_mhz"] = int(v) / 1e6
+        gov = _read(os.path.join(path, "governor"))
+        if gov:
+            facts["gpu_governor"] = gov
+        return facts
+    return {}
+
+
+def board_environment():
+    env = {
+        "runner": "jetson/runner.py v" + RUNNER_VERSION,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+    }
+    model = _read("/proc/device-tree/model")
+    if model:
+        env["board"] = model
+    release = _read("/etc/nv_tegra_release")
+    if release:
+        env["l4t"] = release.splitlines()[0]
+    env.update(parse_nvpmodel(_cmd(["nvpmodel", "-q"])))
+    clocks = _cmd(["jetson_clocks", "--show"])  # needs root; absent otherwise
+    if clocks:
+        env["jetson_clocks"] = clocks.splitlines()[:12]
+    env.update(gpu_devfreq())
+    return env
+
+
+# ----------------------------------------------------------------------------------------------
+# TensorRT version dispatch (same rules as deployopt.backends.tensorrt)
+
+
+def version_tuple(version):
+    parts = []
+    for p in str(version).split(".")[:3]:
+        digits = "".join(c for c in p if c.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+def api_for_version(version):
+    v = version_tuple(version)
+    if v < (8, 0):
+        raise RunnerError("TensorRT " + str(version) + " is too old: the runner needs 8.0 or newer")
+    return "v3" if v >= (8, 5) else "v2"
+
+
+def parse_shapes(text):
+    """'x:1x3x224x224,y:1x10' -> {'x': [1, 3, 224, 224], 'y': [1, 10]}"""
+    shapes = {}
+    if not text:
+        return shapes
+    for part in text.split(","):
+        name, sep, dims = part.rpartition(":")
+        if not sep or not name:
+            raise RunnerError("bad --shapes entry " + repr(part) + " (expected name:1x3x224x224)")
+        try:
+            shapes[name] = [int(d) for d in dims.split("x")]
+        except ValueError:
+            raise RunnerError("bad --shapes entry " + repr(part) + " (dimensions must be integers)")
+    return shapes
+
+
+# ----------------------------------------------------------------------------------------------
+# CUDA: cuda-python or pycuda
+
+
+class CudaPython(object):
+    name = "cuda-python"
+
+    def __init__(self):
+        try:
+            from cuda.bindings import runtime as cudart
+        except ImportError:
+            from cuda import cudart
+        self.rt = cudart
+
+    def _ok(self, result, what):
+        err = result[0] if isinstance(result, tuple) else result
+        if int(err) != 0:
+            raise RunnerError("CUDA error in " + what + ": " + str(getattr(err, "name", err)))
+        rest = result[1:] if isinstance(result, tuple) else ()
+        return rest[0] if len(rest) == 1 else (rest or None)
+
+    def alloc(self, nbytes):
+        return int(self._ok(self.rt.cudaMalloc(max(1, nbytes)), "cudaMalloc"))
+
+    def free(self, ptr):
+        self._ok(self.rt.cudaFree(ptr), "cudaFree")
+
+    def htod(self, ptr, array):
+        kind = self.rt.cudaMemcpyKind.cudaMemcpyHostToDevice
+        self._ok(self.rt.cudaMemcpy(ptr, array.ctypes.data, array.nbytes, kind), "cudaMemcpy")
+
+    def stream(self):
+        return self._ok(self.rt.cudaStreamCreate(), "cudaStreamCreate")
+
+    def handle(self, stream):
+        return int(stream)
+
+    def event(self):
+        return self._ok(self.rt.cudaEventCreate(), "cudaEventCreate")
+
+    def record(self, event, stream):
+        self._ok(self.rt.cudaEventRecord(event, stream), "cudaEventRecord")
+
+    def elapsed_ms(self, start, end):
+        self._ok(self.rt.cudaEventSynchronize(end), "cudaEventSynchronize")
+        return float(self._ok(self.rt.cudaEventElapsedTime(start, end), "cudaEventElapsedTime"))
+
+    def synchronize(self, stream):
+        self._ok(self.rt.cudaStreamSynchronize(stream), "cudaStreamSynchronize")
+
+    def device_facts(self):
+        prop = self._ok(self.rt.cudaGetDeviceProperties(0), "cudaGetDeviceProperties")
+        name = prop.name.decode("utf-8", "replace") if isinstance(prop.name, bytes) else str(prop.name)
+        return {
+            "gpu": name.rstrip("\x00"),
+            "sms": int(prop.multiProcessorCount),
+            "compute_capability": "%d.%d" % (prop.major, prop.minor),
+        }
+
+
+class PyCuda(object):
+    name = "pycuda"
+
+    def __init__(self):
+        import pycuda.autoinit  # noqa: F401
+        import pycuda.driver as cuda
+
+        self.cuda = cuda
+        self.allocs = {}
+
+    def alloc(self, nbytes):
+        mem = self.cuda.mem_alloc(max(1, nbytes))
+        self.allocs[int(mem)] = mem
+        return int(mem)
+
+    def free(self, ptr):
+        mem = self.allocs.pop(ptr, None)
+        if mem is not None:
+            mem.free()
+
+    def htod(self, ptr, array):
+        self.cuda.memcpy_htod(ptr, array)
+
+    def stream(self):
+        return self.cuda.Stream()
+
+    def handle(self, stream):
+        return int(stream.handle)
+
+    def event(self):
+        return self.cuda.Event()
+
+    def record(self, event, stream):
+        event.record(stream)
+
+    def elapsed_ms(self, start, end):
+        end.synchronize()
+        return float(end.time_since(start))
+
+    def synchronize(self, stream):
+        stream.synchronize()
+
+    def device_facts(self):
+        dev = self.cuda.Context.get_device()
+        major, minor = dev.compute_capability()
+        return {
+            "gpu": dev.name(),
+            "sms": int(dev.get_attribute(self.cuda.device_attribute.MULTIPROCESSOR_COUNT)),
+            "compute_capability": "%d.%d" % (major, minor),
+        }
+
+
+def cuda_api(prefer=None):
+    order = [CudaPython, PyCuda] if prefer != "pycuda" else [PyCuda, CudaPython]
+    for cls in order:
+        try:
+            return cls()
+        except ImportError:
+            continue
+    raise RunnerError("neither cuda-python nor pycuda is importable (JetPack 4.6: sudo apt install python3-pycuda"
+                      " or pip3 install pycuda; JetPack 5/6: pip3 install cuda-python)")
+
+
+# ----------------------------------------------------------------------------------------------
+# build, load, time
+
+
+def import_trt():
+    try:
+        import tensorrt as trt
+    except ImportError:
+        raise RunnerError("tensorrt is not importable (it comes with JetPack: python3-libnvinfer)")
+    return trt
+
+
+def make_npy_calibrator(trt, cuda, npy_path, cache_path, shape):
+    """IInt8EntropyCalibrator2 over a .npy of N items shaped like the input (or like one batch item)."""
+    import numpy as np
+
+    data = np.load(npy_path).astype(np.float32)
+    per_item = tuple(shape[1:])
+    if tuple(data.shape[1:]) != per_item:
+        raise RunnerError("calibration data %s has items of shape %s; the input needs %s"
+                          % (npy_path, list(data.shape[1:]), list(per_item)))
+    batch = shape[0]
+    batches = [np.ascontiguousarray(data[i:i + batch]) for i in range(0, len(data) - batch + 1, batch)]
+    if not batches:
+        raise RunnerError("calibration data has fewer items (%d) than one batch (%d)" % (len(data), batch))
+
+    class Calibrator(trt.IInt8EntropyCalibrator2):
+        def __init__(self):
+            trt.IInt8EntropyCalibrator2.__init__(self)
+            self.index = 0
+            self.ptr = cuda.alloc(batches[0].nbytes)
+
+        def get_batch_size(self):
+            return 1  # explicit batch: the batch is in the input shape
+
+        def get_batch(self, names, *args):
+            if self.index >= len(batches):
+                return None
+            cuda.htod(self.ptr, batches[self.index])
+            self.index += 1
+            return [self.ptr]
+
+        def read_calibration_cache(self, *args):
+            if cache_path and os.path.isfile(cache_path) and os.path.getsize(cache_path) > 0:
+                with open(cache_path, "rb") as fh:
+                    return fh.read()
+            return None
+
+        def write_calibration_cache(self, cache, *args):
+            if cache_path:
+                atomic_write(cache_path, bytes(cache))
+
+    return Calibrator()
+
+
+def atomic_write(path, data):
+    tmp = path + ".tmp%d" % os.getpid()
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, path)
+
+
+def build_engine(trt, args, shapes, cuda):
+    version = trt.__version__
+    logger = trt.Logger(trt.Logger.WARNING)
+    builder = trt.Builder(logger)
+    flags = 0
+    if version_tuple(version) < (10, 0):
+        flags = 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
+    network = builder.create_network(flags)
+    parser = trt.OnnxParser(network, logger)
+    with open(args.model, "rb") as fh:
+        data = fh.read()
+    if not parser.parse(data, args.model):
+        errs = [str(parser.get_error(i)).replace("\n", " ") for i in range(parser.num_errors)]
+        raise RunnerError("TensorRT cannot parse " + args.model + ": " + "; ".join(errs)[:300])
+    config = builder.create_builder_config()
+    workspace = args.workspace_mib << 20
+    if version_tuple(version) >= (8, 4):
+        config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace)
+    else:
+        config.max_workspace_size = workspace
+    if hasattr(trt, "ProfilingVerbosity"):
+        config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
+    if args.dtype in ("fp16", "int8"):
+        config.set_flag(trt.BuilderFlag.FP16)
+    profile = None
+    for i in range(network.num_inputs):
+        tensor = network.get_input(i)
+        if -1 in tuple(tensor.shape):
+            if tensor.name not in shapes:
+                raise RunnerError("input %r is dynamic: give --shapes %s:..." % (tensor.name, tensor.name))
+            if profile is None:
+                profile = builder.create_optimization_profile()
+            s = shapes[tensor.name]
+            profile.set_shape(tensor.name, s, s, s)
+    if profile is not None:
+        config.add_optimization_profile(profile)
+    if args.dtype == "int8":
+        config.set_flag(trt.BuilderFlag.INT8)
+        if args.calib_npy or args.calib_cache:
+            first = network.get_input(0)
+            shape = shapes.get(first.name, list(first.shape))
+            if args.calib_npy:
+                config.int8_calibrator = make_npy_calibrator(trt, cuda, args.calib_npy, args.calib_cache, shape)
+            else:
+                config.int8_calibrator = make_npy_calibrator_from_cache(trt, args.calib_cache)
+            if profile is not None:
+                config.set_calibration_profile(profile)
+    cache = None
+    if args.timing_cache:
+        blob = b""
+        if os.path.isfile(args.timing_cache):
+            with open(args.timing_cache, "rb") as fh:
+                blob = fh.read()
+        cache = config.create_timing_cache(blob)
+        config.set_timing_cache(cache, False)
+    serialized = builder.build_serialized_network(network, config)
+    if serialized is None:
+        raise RunnerError("TensorRT could not build an engine (see its warnings above)")
+    if cache is not None:
+        atomic_write(args.timing_cache, bytes(config.get_timing_cache().serialize()))
+    return bytes(serialized)
+
+
+def make_npy_calibrator_from_cache(trt, cache_path):
+    """INT8 from an existing calibration table only (no data on the board)."""
+    if not os.path.isfile(cache_path):
+        raise RunnerError("calibration cache " + cache_path + " not found (give --calib-npy to calibrate)")
+
+    class CacheOnly(trt.IInt8EntropyCalibrator2):
+        def __init__(self):
+            trt.IInt8EntropyCalibrator2.__init__(self)
+
+        def get_batch_size(self):
+            return 1
+
+        def get_batch(self, names, *args):
+            return None
+
+        def read_calibration_cache(self, *args):
+            with open(cache_path, "rb") as fh:
+                return fh.read()
+
+        def write_calibration_cache(self, cache, *args):
+            return None
+
+    return CacheOnly()
+
+
+def engine_path_for(args, trt_version, shapes):
+    if args.model.endswith((".engine", ".plan", ".trt")):
+        return args.model, False
+    h = hashlib.sha256()
+    with open(args.model, "rb") as fh:
+        h.update(fh.read())
+    h.update(json.dumps([args.dtype, sorted(shapes.items()), trt_version, args.calib_npy]).encode())
+    stem = os.path.splitext(os.path.basename(args.model))[0]
+    path = args.save_engine or os.path.join(args.engine_dir, "%s-%s-%s.engine" % (stem, args.dtype, h.hexdigest()[:16]))
+    return path, True
+
+
+def make_profiler(trt):
+    class LayerProfiler(trt.IProfiler):
+        def __init__(self):
+            trt.IProfiler.__init__(self)
+            self.times = {}
+            self.order = []
+
+        def report_layer_time(self, layer_name, ms):
+            if layer_name not in self.times:
+                self.times[layer_name] = []
+                self.order.append(layer_name)
+            self.times[layer_name].append(float(ms))
+
+    return LayerProfiler()
+
+
+def layer_table(times, order):
+    meds = [(name, median(times[name]) * 1000.0) for name in order]
+    total = sum(m for _, m in meds) or 1.0
+    return [{"name": n, "time_us": m, "share": m / total, "runs": len(times[n])} for n, m in meds]
+
+
+def run(args):
+    import numpy as np
+
+    trt = import_trt()
+    version = trt.__version__
+    api = api_for_version(version)
+    cuda = cuda_api(args.cuda)
+    shapes = parse_shapes(args.shapes)
+    engine_file, from_onnx = engine_path_for(args, version, shapes)
+    built = False
+    if from_onnx and (args.rebuild or not os.path.isfile(engine_file)):
+        t0 = time.time()
+        blob = build_engine(trt, args, shapes, cuda)
+        parent = os.path.dirname(os.path.abspath(engine_file))
+        if not os.path.isdir(parent):
+            os.makedirs(parent)
+        atomic_write(engine_file, blob)
+        built = time.time() - t0
+    logger = trt.Logger(trt.Logger.WARNING)
+    runtime = trt.Runtime(logger)
+    with open(engine_file, "rb") as fh:
+        engine = runtime.deserialize_cuda_engine(fh.read())
+    if engine is None:
+        raise RunnerError("could not deserialize " + engine_file + " (built by another TensorRT version?)")
+    context = engine.create_execution_context()
+
+    ios = []  # (name, is_input, shape, dtype)
+    if api == "v3":
+        for i in range(engine.num_io_tensors):
+            name = engine.get_tensor_name(i)
+            if engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT and -1 in tuple(engine.get_tensor_shape(name)):
+                if name not in shapes:
+                    raise RunnerError("input %r is dynamic: give --shapes" % name)
+                context.set_input_shape(name, shapes[name])
+        for i in range(engine.num_io_tensors):
+            name = engine.get_tensor_name(i)
+            is_in = engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
+            ios.append((name, is_in, tuple(context.get_tensor_shape(name)), np.dtype(trt.nptype(engine.get_tensor_dtype(name)))))
+    else:
+        for i in range(engine.num_bindings):
+            name = engine.get_binding_name(i)
+            if engine.binding_is_input(i) and -1 in tuple(engine.get_binding_shape(i)):
+                if name not in shapes:
+                    raise RunnerError("input %r is dynamic: give --shapes" % name)
+                context.set_binding_shape(i, shapes[name])
+        for i in range(engine.num_bindings):
+            ios.append((engine.get_binding_name(i), engine.binding_is_input(i), tuple(context.get_binding_shape(i)),
+                        np.dtype(trt.nptype(engine.get_binding_dtype(i)))))
+
+    rng = np.random.RandomState(0)
+    ptrs = []
+    for name, is_in, shape, dtype in ios:
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        ptr = cuda.alloc(nbytes)
+        ptrs.append(ptr)
+        if is_in:
+            host = rng.standard_normal(shape).astype(dtype) if dtype.kind == "f" else np.zeros(shape, dtype)
+            cuda.htod(ptr, np.ascontiguousarray(host))
+        if api == "v3":
+            context.set_tensor_address(name, ptr)
+    stream = cuda.stream()
+    handle = cuda.handle(stream)
+
+    def execute():
+        ok = context.execute_async_v3(handle) if api == "v3" else context.execute_async_v2(ptrs, handle)
+        if not ok:
+            raise RunnerError("TensorRT execution failed (execute_async returned False)")
+
+    try:
+        for _ in range(args.warmup):
+            execute()
+        cuda.synchronize(stream)
+        start, end = cuda.event(), cuda.event()
+        samples = []
+        for _ in range(args.runs):
+            cuda.record(start, stream)
+            execute()
+            cuda.record(end, stream)
+            samples.append(cuda.elapsed_ms(start, end) * 1000.0)
+        layers = None
+        if args.per_layer:
+            profiler = make_profiler(trt)
+            context.profiler = profiler
+            for _ in range(args.runs):
+                if api == "v2":  # 8.2-8.4 report to IProfiler only from synchronous execution
+                    context.execute_v2(ptrs)
+                else:
+                    execute()
+                    cuda.synchronize(stream)
+            layers = layer_table(profiler.times, profiler.order)
+    finally:
+        for ptr in ptrs:
+            cuda.free(ptr)
+
+    env = board_environment()
+    env.update({"tensorrt": version, "api": api, "cuda_binding": cuda.name, "engine": engine_file})
+    if built:
+        env["engine_build_s"] = round(built, 1)
+    try:
+        env.update(cuda.device_facts())
+    except Exception:  # noqa: BLE001 - facts are optional
+        pass
+    timed = ("one forward pass (%s), CUDA events around execute_async_%s on one stream, inputs on the GPU "
+             "(no copies timed), no CUDA graph" % (args.dtype, api))
+    result = summarize(samples, args.warmup, timed, env)
+    if layers is not None:
+        result["layers"] = layers
+    return result
+
+
+# ----------------------------------------------------------------------------------------------
+# command line
+
+
+def build_parser():
+    p = argparse.ArgumentParser(
+        prog="runner.py",
+        description="Build or load a TensorRT engine on this Jetson, time it, print deployopt bench JSON.",
+    )
+    p.add_argument("model", nargs="?", help="model.onnx (built, cached in --engine-dir) or a serialized .engine/.plan")
+    p.add_argument("--dtype", choices=("fp32", "fp16", "int8"), default="fp16")
+    p.add_argument("--runs", type=int, default=100, help="timed forward passes (default 100)")
+    p.add_argument("--warmup", type=int, default=20, help="untimed forward passes first (default 20)")
+    p.add_argument("--shapes", default="", help="shapes of dynamic inputs, e.g. x:1x3x224x224,y:1x10")
+    p.add_argument("--workspace-mib", type=int, default=1024, help="builder workspace (default 1024 MiB)")
+    p.add_argument("--engine-dir", default="engines", help="where built engines are cached (default engines/)")
+    p.add_argument("--save-engine", default=None, help="engine file to write instead of the cached name")
+    p.add_argument("--rebuild", action="store_true", help="build even if a cached engine exists")
+    p.add_argument("--timing-cache", default=None, help="TensorRT timing cache file (read and updated)")
+    p.add_argument("--calib-npy", default=None, help="INT8: .npy of calibration inputs (N x input item shape)")
+    p.add_argument("--calib-cache", default=None, help="INT8: calibration table to read/write")
+    p.add_argument("--per-layer", action="store_true", help="also report per-layer times (IProfiler)")
+    p.add_argument("--cuda", choices=("cuda-python", "pycuda"), default=None, help="CUDA binding to prefer")
+    p.add_argument("--out", default=None, help="write the JSON here as well as to stdout")
+    p.add_argument("--env-only", action="store_true", help="print the board environment only (no TensorRT)")
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        if args.env_only:
+            result = board_environment()
+        else:
+            if args.runs < 1:
+                raise RunnerError("--runs must be at least 1")
+            if args.warmup < 0:
+                raise RunnerError("--warmup must be >= 0")
+            if not args.model:
+                raise RunnerError("give a model (.onnx or .engine), or --env-only")
+            if not os.path.isfile(args.model):
+                raise RunnerError("model not found: " + args.model)
+            result = run(args)
+    except RunnerError as exc:
+        sys.stderr.write("error: %s\n" % exc)
+        return 2
+    text = json.dumps(result, indent=2)
+    if args.out:
+        atomic_write(args.out, (text + "\n").encode("utf-8"))
+    sys.stdout.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,200 @@
+"""jetson/runner.py: stays Python 3.6-compatible, parses its arguments, and computes the same
+statistics as deployopt.timing (its JSON is read back with load_runner_result)."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from deployopt.backends.tensorrt import load_runner_result
+from deployopt.timing import Timing, bootstrap_median_ci
+
+RUNNER = Path(__file__).resolve().parents[1] / "jetson" / "runner.py"
+SRC = RUNNER.read_text()
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("jetson_runner", RUNNER)
+    module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(module)
+    return module
+
+
+runner = _load()
+
+
+# ------------------------------------------------------------------ Python 3.6 compatibility
+
+
+def test_vermin_minimum_version_at_most_36() -> None:
+    exe = Path(sys.executable).parent / "vermin"
+    vermin = str(exe) if exe.is_file() else shutil.which("vermin")
+    if vermin is None:
+        pytest.skip("vermin not installed (pip install vermin; it belongs in the dev extra)")
+    proc = subprocess.run(
+        [vermin, "-t=3.6-", "--no-tips", "--violations", str(RUNNER)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    full = subprocess.run(
+        [vermin, "--no-tips", str(RUNNER)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    m = re.search(r"Minimum required versions: (\d+)\.(\d+)", full.stdout)
+    assert m is not None, full.stdout
+    assert (int(m.group(1)), int(m.group(2))) <= (3, 6)
+
+
+def test_parses_as_python36() -> None:
+    ast.parse(SRC, feature_version=(3, 6))
+
+
+def test_no_constructs_newer_than_36() -> None:
+    tree = ast.parse(SRC)
+    for node in ast.walk(tree):
+        assert not isinstance(node, ast.NamedExpr), "walrus needs 3.8"
+        if isinstance(node, ast.ImportFrom):
+            assert node.module != "__future__", "from __future__ import annotations needs 3.7"
+            assert node.module != "dataclasses", "dataclasses need 3.7"
+        if isinstance(node, ast.Import):
+            assert all(a.name != "dataclasses" for a in node.names), "dataclasses need 3.7"
+        if isinstance(node, ast.keyword):
+            assert node.arg not in ("capture_output", "text"), f"subprocess {node.arg}= needs 3.7"
+    assert not re.search(r"f[\"'][^\"']*\{[^{}]*=\}", SRC), "f-string '=' needs 3.8"
+    assert "breakpoint(" not in SRC
+
+
+# ------------------------------------------------------------------ command line
+
+
+def test_help_runs() -> None:
+    proc = subprocess.run([sys.executable, str(RUNNER), "--help"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0
+    for flag in ("--dtype", "--runs", "--warmup", "--shapes", "--per-layer", "--calib-npy", "--env-only"):
+        assert flag in proc.stdout
+
+
+def test_arguments() -> None:
+    args = runner.build_parser().parse_args(
+        ["m.onnx", "--dtype", "int8", "--runs", "7", "--shapes", "x:2x3x4x4"]
+    )
+    assert (args.model, args.dtype, args.runs, args.warmup, args.shapes) == (
+        "m.onnx",
+        "int8",
+        7,
+        20,
+        "x:2x3x4x4",
+    )
+
+
+def test_errors_are_one_line(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(RUNNER), str(tmp_path / "absent.onnx")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == f"error: model not found: {tmp_path / 'absent.onnx'}\n"
+    assert runner.main([str(RUNNER), "--runs", "0"]) == 2
+
+
+def test_env_only_prints_json() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(RUNNER), "--env-only"], capture_output=True, text=True, timeout=60
+    )
+    env = json.loads(proc.stdout)
+    assert env["runner"] == "jetson/runner.py v1" and env["python"] == ".".join(
+        map(str, sys.version_info[:3])
+    )
+
+
+def test_parse_shapes() -> None:
+    assert runner.parse_shapes("x:1x3x224x224,mask:1x10") == {"x": [1, 3, 224, 224], "mask": [1, 10]}
+    assert runner.parse_shapes("") == {}
+    with pytest.raises(runner.RunnerError, match="bad --shapes entry 'x1x3'"):
+        runner.parse_shapes("x1x3")
+    with pytest.raises(runner.RunnerError, match="must be integers"):
+        runner.parse_shapes("x:1xN")
+
+
+def test_parse_nvpmodel() -> None:
+    assert runner.parse_nvpmodel("NV Power Mode: MODE_15W_2CORE\n2\n") == {
+        "nvpmodel": "MODE_15W_2CORE",
+        "nvpmodel_id": 2,
+    }
+    assert runner.parse_nvpmodel(None) == {}
+
+
+def test_version_dispatch_matches_backend() -> None:
+    from deployopt.backends.tensorrt import api_for_version
+
+    for v in ("8.0.1", "8.2.1", "8.4.1", "8.5.2", "8.6.1.6", "10.3.0", "10.16.1"):
+        assert runner.api_for_version(v) == api_for_version(v)
+    with pytest.raises(runner.RunnerError, match="too old"):
+        runner.api_for_version("7.1.3")
+
+
+def test_layer_table() -> None:
+    rows = runner.layer_table({"a": [0.01, 0.03, 0.02], "b": [0.005]}, ["a", "b"])
+    assert rows == [
+        {"name": "a", "time_us": pytest.approx(20.0), "share": pytest.approx(0.8), "runs": 3},
+        {"name": "b", "time_us": pytest.approx(5.0), "share": pytest.approx(0.2), "runs": 1},
+    ]
+
+
+# ------------------------------------------------------------------ statistics agree with deployopt.timing
+
+
+@pytest.mark.parametrize(
+    "samples",
+    [
+        [100.0],
+        [3.0, 1.0, 2.0],
+        [10.5, 11.25, 9.75, 12.0],
+        list(np.random.default_rng(1).normal(500, 20, 101)),
+        list(np.random.default_rng(2).lognormal(3, 0.5, 64)),
+    ],
+)
+def test_statistics_match_timing(samples: list[float]) -> None:
+    t = Timing(backend="tensorrt", samples_us=samples)
+    assert runner.median(samples) == pytest.approx(t.median_us, rel=1e-12)
+    assert runner.iqr(samples) == pytest.approx(t.iqr_us, rel=1e-12, abs=1e-12)
+    assert runner.bootstrap_median_ci(samples) == pytest.approx(bootstrap_median_ci(samples), rel=1e-12)
+
+
+def test_summary_json_is_read_back(tmp_path: Path) -> None:
+    samples = [120.0, 118.5, 121.0, 119.0, 150.0]
+    out = runner.summarize(samples, 20, "one forward pass (fp16)", {"sms": 8, "nvpmodel": "MODE_15W"})
+    assert set(out) >= {
+        "backend",
+        "median_us",
+        "iqr_us",
+        "ci95_us",
+        "runs",
+        "warmup",
+        "samples_us",
+        "timed",
+        "environment",
+    }
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(out))
+    t = load_runner_result(path)
+    assert t.backend == "tensorrt" and t.runs == 5 and t.warmup == 20
+    assert t.median_us == out["median_us"] == 120.0 and t.iqr_us == out["iqr_us"] == 2.0
+    assert t.to_json()["ci95_us"] == pytest.approx(out["ci95_us"])
+    assert t.environment == {"sms": 8, "nvpmodel": "MODE_15W"}
