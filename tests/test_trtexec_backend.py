@@ -78,6 +78,13 @@ def test_command_trt82_jetpack46_int8_with_calibration_cache() -> None:
     assert "--explicitBatch" not in cmd
 
 
+def test_command_int8_calibration_table_from_calibration_data() -> None:
+    table = MeasureOptions(dtype="int8", calibration_data="/c/model.calib")
+    assert "--calib=/c/model.calib" in build_command("trtexec", M, OUT, table, "10.3.0")
+    images = MeasureOptions(dtype="int8", calibration_data="/c/images")  # trtexec cannot read images
+    assert not any(a.startswith("--calib") for a in build_command("trtexec", M, OUT, images, "10.3.0"))
+
+
 def test_command_trt85_uses_mempool() -> None:
     cmd = build_command("trtexec", M, OUT, MeasureOptions(dtype="fp32"), "8.5.2")
     assert "--memPoolSize=workspace:1024" in cmd

@@ -34,6 +34,7 @@ JETSON_TRTEXEC = "/usr/src/tensorrt/bin/trtexec"
 ENV_TRTEXEC = "DEPLOYOPT_TRTEXEC"
 DEFAULT_WORKSPACE_MIB = 1024
 DEFAULT_WARMUP_MS = 500
+CALIB_SUFFIXES = (".cache", ".calib", ".table")
 INSTALL_HINT = (
     "trtexec not found (set DEPLOYOPT_TRTEXEC, put it on PATH; on a Jetson it is "
     f"{JETSON_TRTEXEC} from JetPack; elsewhere it comes with the TensorRT tar/deb packages)"
@@ -145,7 +146,11 @@ def build_command(
         cmd.append("--int8")
         if extra.get("fp16_fallback", True):
             cmd.append("--fp16")  # let layers that have no INT8 kernel run in FP16, not FP32
+        # trtexec cannot calibrate from data; it reads a calibration table. Without one it uses
+        # placeholder ranges: right for timing, meaningless for accuracy.
         calib = extra.get("calib_cache")
+        if not calib and options.calibration_data and Path(options.calibration_data).suffix in CALIB_SUFFIXES:
+            calib = options.calibration_data
         if calib:
             cmd.append(f"--calib={calib}")
     if shapes:
@@ -324,7 +329,6 @@ class TrtexecSession(Session):
             raise BackendFailed("trtexec ran but wrote no --exportTimes samples")
         timing = run.timing("computeMs")
         timing.environment.update(self._env(run))
-        timing.warmup = run.warmup_queries or 0
         timing.timed = (
             f"one query ({self.options.dtype}), GPU compute time per trtexec --exportTimes, CUDA graph, "
             "no H2D/D2H, spin-wait"
