@@ -259,6 +259,8 @@ class Optimizer:
         self.round_up = {gid: ceil_to(w, 8) for gid, w in self.original.items()}
         self.dead = self._dead_channels()
         self._predict = self._wave_predictor()
+        if cfg.fidelity:
+            self._calibration()  # a calibration set that does not fit the model fails here, before any timing
 
     def _dead_channels(self) -> dict[str, int]:
         if self.cfg.mode == "grow":

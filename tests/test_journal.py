@@ -1,0 +1,49 @@
+"""The journal: durable lines, exact replay, torn lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from deployopt.errors import DeployoptError
+from deployopt.journal import Journal, plan_key
+from deployopt.timing import Timing
+
+
+def test_plan_key_ignores_order_and_types() -> None:
+    assert plan_key({"b": 16, "a": 8}) == plan_key({"a": 8, "b": 16}) == '{"a":8,"b":16}'
+
+
+def test_replay_gives_back_exact_timings_sweeps_and_config(tmp_path: Path) -> None:
+    path = tmp_path / "journal.jsonl"
+    t = Timing("torch", [10.5, 11.25, 9.75], warmup=3, environment={"gpu": "H200"})
+    with Journal(path) as j:
+        j.write("start", config={"mode": "lossless", "sms": 8})
+        j.write("measured", index=1, label="input", plan={"g1": 45, "g0": 32}, timing=t.to_json())
+        j.write("sweep", values={"sig_a": 1.5, "sig_b": 2.0}, measured=2, cached=0, seconds=0.1)
+        j.write("fidelity", plan={"g0": 32, "g1": 40}, report={"failures": ["x"]})
+    with Journal(path) as j:  # appending (a resumed run) keeps what was there
+        j.write("done", best={"g0": 32, "g1": 48})
+    rep = Journal.replay(path)
+    assert rep.config == {"mode": "lossless", "sms": 8}
+    got = rep.timings[plan_key({"g0": 32, "g1": 45})]
+    assert got.samples_us == [10.5, 11.25, 9.75] and got.warmup == 3 and got.environment == {"gpu": "H200"}
+    assert rep.layer_values == {"sig_a": 1.5, "sig_b": 2.0}
+    assert rep.fidelity[plan_key({"g0": 32, "g1": 40})]["report"]["failures"] == ["x"]
+    assert rep.done and [e["event"] for e in rep.events] == ["start", "measured", "sweep", "fidelity", "done"]
+
+
+def test_a_torn_last_line_is_dropped_a_torn_middle_line_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "journal.jsonl"
+    with Journal(path) as j:
+        j.write("start", config={})
+        j.write("measured", index=1, label="input", plan={"g": 8}, timing=Timing("x", [1.0]).to_json())
+    with open(path, "a") as f:
+        f.write('{"event": "measured", "index": 2, "pla')  # killed mid-write
+    rep = Journal.replay(path)
+    assert len(rep.timings) == 1 and not rep.done
+    with open(path, "a") as f:
+        f.write("\n" + '{"event": "done"}' + "\n")
+    with pytest.raises(DeployoptError, match="line 3 is not valid JSON"):
+        Journal.replay(path)

@@ -1,0 +1,91 @@
+"""The per-layer latency cache: what is measured once is never measured again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from deployopt.layers import ConvShape
+from deployopt.lut import LayerCache, cache_root, device_fingerprint
+from deployopt.timing import Timing
+
+
+class CountingMeasure:
+    """Stand-in for Session.measure_convs: latency = K/8 + C/100 µs, and a record of every call."""
+
+    def __init__(self, fail_on_call: int | None = None) -> None:
+        self.calls: list[list[str]] = []
+        self.fail_on_call = fail_on_call
+
+    def __call__(self, shapes: list[ConvShape]) -> list[Timing]:
+        self.calls.append([s.signature() for s in shapes])
+        if self.fail_on_call is not None and len(self.calls) == self.fail_on_call:
+            raise KeyboardInterrupt
+        return [Timing("stub", [s.k / 8 + s.c / 100, s.k / 8 + s.c / 100 + 1.0]) for s in shapes]
+
+
+def shapes(ks: list[int], c: int = 64) -> list[ConvShape]:
+    return [ConvShape(n=8, c=c, h=28, w=28, k=k) for k in ks]
+
+
+def test_cache_root_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("DEPLOYOPT_CACHE", str(tmp_path / "x"))
+    assert cache_root() == tmp_path / "x"
+    monkeypatch.delenv("DEPLOYOPT_CACHE")
+    assert cache_root() == Path.home() / ".cache" / "deployopt" / "lut"
+
+
+def test_fill_measures_each_shape_once_and_rereads_from_disk(tmp_path: Path) -> None:
+    measure = CountingMeasure()
+    cache = LayerCache("fp1", "fp16", root=tmp_path)
+    first = cache.fill(measure, shapes([64, 72, 64, 80]), chunk=2)  # one duplicate
+    assert first.measured == 3 and first.cached == 0
+    assert [len(c) for c in measure.calls] == [2, 1]
+    sig72 = shapes([72])[0].signature()
+    assert first.values[sig72] == pytest.approx(72 / 8 + 0.64 + 0.5)  # median of the two samples
+    # A new cache object on the same folder (another run, another model): nothing measured.
+    again = LayerCache("fp1", "fp16", root=tmp_path).fill(measure, shapes([80, 72]))
+    assert again.measured == 0 and again.cached == 2 and len(measure.calls) == 2
+    assert again.values[sig72] == first.values[sig72]
+    assert (tmp_path / "fp1" / "fp16" / f"{sig72}.json").exists()
+    # Another dtype or device is another table.
+    other = LayerCache("fp1", "fp32", root=tmp_path).fill(measure, shapes([72]))
+    assert other.measured == 1
+
+
+def test_known_values_win_and_nothing_is_persisted_for_predictions(tmp_path: Path) -> None:
+    measure = CountingMeasure()
+    sig = shapes([96])[0].signature()
+    cache = LayerCache("model-x", "fp16", root=tmp_path, persist=False)
+    res = cache.fill(measure, shapes([96, 104]), known={sig: 1.5})
+    assert res.values[sig] == 1.5 and res.cached == 1 and res.measured == 1
+    assert not (tmp_path / "model-x").exists()
+
+
+def test_an_interrupted_sweep_keeps_the_chunks_already_measured(tmp_path: Path) -> None:
+    cache = LayerCache("fp1", "fp16", root=tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        cache.fill(CountingMeasure(fail_on_call=2), shapes([8, 16, 24, 32]), chunk=2)
+    measure = CountingMeasure()
+    res = cache.fill(measure, shapes([8, 16, 24, 32]), chunk=2)
+    assert res.cached == 2 and res.measured == 2
+    assert measure.calls == [[s.signature() for s in shapes([24, 32])]]
+
+
+def test_a_corrupt_entry_is_measured_again(tmp_path: Path) -> None:
+    cache = LayerCache("fp1", "fp16", root=tmp_path)
+    cache.fill(CountingMeasure(), shapes([8]))
+    (tmp_path / "fp1" / "fp16" / f"{shapes([8])[0].signature()}.json").write_text("{not json")
+    res = cache.fill(CountingMeasure(), shapes([8]))
+    assert res.measured == 1
+
+
+def test_fingerprint_changes_with_what_changes_timings() -> None:
+    env = {"gpu": "NVIDIA H200", "torch": "2.11", "driver": "580", "timestamp": 1}
+    fp = device_fingerprint("torch", env, 8)
+    assert fp.startswith("torch-nvidia-h200-8sms-")
+    assert device_fingerprint("torch", {**env, "timestamp": 2}, 8) == fp
+    assert device_fingerprint("torch", env, 16) != fp
+    assert device_fingerprint("torch", {**env, "torch": "2.12"}, 8) != fp
+    assert device_fingerprint("ort", env, None).startswith("ort-nvidia-h200-allsms-")
