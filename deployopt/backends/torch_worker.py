@@ -164,7 +164,7 @@ class Worker:
             module = convert(loaded.model)
         except NotImplementedError as exc:
             m = re.search(r"operation_type='([^']+)', version=(\d+)", str(exc))
-            what = f"op {m.group(1)} (opset {m.group(2)})" if m else _first_line(exc)
+            what = f"op {m.group(1)} (version {m.group(2)})" if m else _first_line(exc)
             raise WorkerError("BackendFailed", f"onnx2torch cannot convert {what} in {name}") from None
         except Exception as exc:
             raise WorkerError("BackendFailed", f"onnx2torch failed on {name}: {_first_line(exc)}") from None

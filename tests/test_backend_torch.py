@@ -1,0 +1,182 @@
+"""The torch backend on CPU tensors (fp32): one worker process per session, its crash and timeout
+handling, per-layer profiles named after the ONNX nodes. Kept few: every worker imports torch."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+pytest.importorskip("onnx2torch")
+
+from deployopt.backends import MeasureOptions, get_backend
+from deployopt.backends.base import KernelRecord, LayerTime, Profile
+from deployopt.backends.torch import TorchSession, profile_from_json
+from deployopt.backends.torch_worker import module_to_onnx_node
+from deployopt.errors import BackendFailed, DeployoptError
+from deployopt.layers import ConvShape
+
+CPU = MeasureOptions(dtype="fp32", runs=3, warmup=1, timeout_s=120, extra={"device": "cpu"})
+
+
+def tiny_model() -> onnx.ModelProto:
+    """conv → bn → relu on 1×3×8×8: enough layers to name, small enough to run in milliseconds."""
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w"),
+        numpy_helper.from_array(np.ones(8, np.float32), "scale"),
+        numpy_helper.from_array(np.zeros(8, np.float32), "shift"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="block.conv", pads=[1, 1, 1, 1]),
+        helper.make_node(
+            "BatchNormalization", ["c", "scale", "shift", "shift", "scale"], ["n"], name="block.bn"
+        ),
+        helper.make_node("Relu", ["n"], ["y"], name="block.relu"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("torch") / "tiny.onnx"
+    onnx.save(tiny_model(), str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def session() -> Iterator[TorchSession]:
+    s = get_backend("torch").open(CPU)
+    assert isinstance(s, TorchSession)
+    yield s
+    s.close()
+
+
+def test_measure_on_cpu_says_what_was_timed(session: TorchSession, tiny_path: Path) -> None:
+    t = session.measure(tiny_path)
+    assert t.backend == "torch" and t.runs == 3 and t.warmup == 1
+    assert all(s > 0 for s in t.samples_us)
+    assert t.timed.startswith(
+        "one eager forward pass, host wall clock (time.perf_counter), fp32, batch 1, CPU"
+    )
+    assert t.environment["device"] == "CPU (no CUDA device)"
+    assert t.environment["dtype"] == "fp32" and "torch" in t.environment
+
+
+def test_profile_layers_are_the_onnx_nodes(session: TorchSession, tiny_path: Path) -> None:
+    path = tiny_path
+    prof = session.profile(path)
+    nodes = [n.name for n in onnx.load(str(path)).graph.node]
+    assert [layer.name for layer in prof.layers] == nodes
+    assert all(layer.onnx_nodes == [layer.name] for layer in prof.layers)
+    assert nodes == ["block.conv", "block.bn", "block.relu"]
+    assert [layer.extra for layer in prof.layers] == [
+        {"module": "block/conv", "op": "Conv"},
+        {"module": "block/bn", "op": "BatchNormalization"},
+        {"module": "block/relu", "op": "Relu"},
+    ]
+    assert sum(layer.share for layer in prof.layers) == pytest.approx(1.0)
+    assert all(layer.time_us > 0 for layer in prof.layers)
+    assert prof.runs == 3 and "median over 3 profiled passes" in prof.timed
+    with pytest.raises(DeployoptError, match="--kernels needs a CUDA GPU"):
+        session.profile(path, kernels=True)
+
+
+def test_measure_convs_falls_back_to_one_conv_models_on_cpu(session: TorchSession) -> None:
+    timings = session.measure_convs(
+        [ConvShape(1, 8, 8, 8, 16), ConvShape(1, 8, 8, 8, 24, r=1, s=1, pad=(0, 0))]
+    )
+    assert [t.runs for t in timings] == [3, 3]
+    assert all("one eager forward pass" in t.timed for t in timings)
+
+
+def test_a_model_onnx2torch_cannot_convert_names_the_op(session: TorchSession, tmp_path: Path) -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Hardmax", ["x"], ["y"], name="hm", axis=1)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
+    path = tmp_path / "hardmax.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    with pytest.raises(
+        BackendFailed, match=r"^onnx2torch cannot convert op Hardmax \(version 13\) in hardmax.onnx$"
+    ):
+        session.measure(path)
+
+
+@pytest.mark.slow
+def test_a_crashed_worker_is_one_line_and_replaced(session: TorchSession, tiny_path: Path) -> None:
+    first = session.worker
+    with pytest.raises(BackendFailed, match=r"torch worker crashed \(exit code 3\) while testing"):
+        session._call({"op": "_exit", "code": 3}, "testing")
+    assert session.worker is None and first is not None and not first.alive()
+    assert session.measure(tiny_path).runs == 3  # a fresh worker
+
+
+@pytest.mark.slow
+def test_options_rejected_before_or_at_worker_start() -> None:
+    torch_backend = get_backend("torch")
+    with pytest.raises(DeployoptError, match=r"--sms 6: green contexts come in multiples of 8 SMs"):
+        torch_backend.open(dataclasses.replace(CPU, sms=6))
+    with pytest.raises(DeployoptError, match="cannot run int8"):
+        torch_backend.open(dataclasses.replace(CPU, dtype="int8"))
+    with pytest.raises(
+        DeployoptError, match=r"runs fp16 only on a CUDA GPU and none is visible; use --dtype fp32"
+    ):
+        torch_backend.open(dataclasses.replace(CPU, dtype="fp16"))
+
+
+def test_module_names_follow_onnx2torch() -> None:
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="block.relu"),
+        helper.make_node("Relu", ["a"], ["b"]),
+        helper.make_node("Relu", ["b"], ["c"]),
+        helper.make_node("Relu", ["c"], ["y"], name="block.relu"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+    )
+    assert module_to_onnx_node(helper.make_model(graph)) == {
+        "block/relu": "block.relu",
+        "Relu": "Relu",
+        "Relu_1": "Relu",
+        "block/relu_1": "block.relu",
+    }
+
+
+def test_profile_json_round_trip() -> None:
+    k = KernelRecord("k", 3.5, (30, 4, 1), (384, 1, 1), 168, 231424, 1.0, (128, 128, 64), 1, 120 / 132)
+    prof = Profile("torch", [LayerTime("conv", 3.5, 1.0, ["conv"], [k], {"op": "Conv"})], {"sms": 8}, "t", 5)
+    back = profile_from_json(prof.to_json())
+    assert back.to_json() == prof.to_json()
+    assert back.layers[0].kernels[0].grid == (30, 4, 1)
+
+
+def test_a_hung_worker_is_killed_after_its_timeout(session: TorchSession) -> None:
+    saved = session.options
+    session._start()
+    hung = session.worker
+    session.options = dataclasses.replace(saved, timeout_s=0.5)
+    try:
+        with pytest.raises(BackendFailed, match=r"torch worker hung: no answer within 0.5 s while testing"):
+            session._call({"op": "_sleep", "seconds": 60}, "testing")
+    finally:
+        session.options = saved
+    assert hung is not None and not hung.alive()
+    assert session.worker is None
