@@ -1,0 +1,158 @@
+"""`deployopt backends / bench / profile` end to end on the ort backend (in-process, as a user runs it)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from deployopt.backends.base import REGISTRY
+from deployopt.cli.main import main
+from deployopt.layers import ConvShape, conv_model
+
+BENCH_KEYS = [
+    "backend",
+    "median_us",
+    "iqr_us",
+    "ci95_us",
+    "runs",
+    "warmup",
+    "samples_us",
+    "timed",
+    "environment",
+]
+
+
+def run(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
+) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "argv", ["deployopt", *args])
+    code = 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("cli") / "conv.onnx"
+    onnx.save(conv_model(ConvShape(1, 8, 8, 8, 16)), str(path))
+    return path
+
+
+def test_backends_lists_every_registered_backend(monkeypatch, capsys) -> None:
+    code, out, _ = run(monkeypatch, capsys, "backends", "--json")
+    assert code == 0
+    rows = json.loads(out)
+    assert [r["name"] for r in rows] == list(REGISTRY)
+    ort_row = rows[0]
+    assert ort_row["available"] is True and ort_row["detail"].startswith("onnxruntime ")
+    code, out, _ = run(monkeypatch, capsys, "backends")
+    assert code == 0 and "deployopt backends" in out and "ort" in out
+
+
+def test_bench_json_schema_and_output_file(monkeypatch, capsys, model: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "res" / "result.json"
+    code, out, err = run(
+        monkeypatch, capsys, "bench", str(model), "--backend", "ort", "--runs", "6", "--warmup", "1",
+        "--json", "-o", str(dest),
+    )  # fmt: skip
+    assert code == 0, err
+    doc = json.loads(out)
+    assert list(doc) == BENCH_KEYS
+    assert doc["backend"] == "ort" and doc["runs"] == 6 and doc["warmup"] == 1
+    assert len(doc["samples_us"]) == 6
+    assert doc["median_us"] == pytest.approx(float(np.median(doc["samples_us"])))
+    q1, q3 = np.percentile(doc["samples_us"], [25, 75])
+    assert doc["iqr_us"] == pytest.approx(q3 - q1)
+    lo, hi = doc["ci95_us"]
+    assert min(doc["samples_us"]) <= lo <= doc["median_us"] <= hi <= max(doc["samples_us"])
+    assert doc["timed"].startswith("one InferenceSession.run call (one forward pass), fp32, batch 1")
+    assert doc["environment"]["backend"] == "ort"
+    assert json.loads(dest.read_text()) == doc
+    assert [p.name for p in dest.parent.iterdir()] == ["result.json"]  # no temp files left
+
+
+def test_bench_table(monkeypatch, capsys, model: Path) -> None:
+    code, out, _ = run(
+        monkeypatch, capsys, "bench", str(model), "--runs", "3", "--warmup", "0", "--batch", "2"
+    )
+    assert code == 0
+    for text in ("conv.onnx on ort (measured)", "median", "IQR", "95% CI of median", "3 / 0", "batch 2"):
+        assert text in out
+
+
+def test_profile_json_and_table(monkeypatch, capsys, model: Path) -> None:
+    code, out, _ = run(monkeypatch, capsys, "profile", str(model), "--runs", "3", "--warmup", "1", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["backend"] == "ort" and doc["runs"] == 3
+    assert sum(layer["share"] for layer in doc["layers"]) == pytest.approx(1.0)
+    assert doc["total_us"] == pytest.approx(sum(layer["time_us"] for layer in doc["layers"]))
+    assert ["conv"] in [layer["onnx_nodes"] for layer in doc["layers"]]
+    code, out, _ = run(monkeypatch, capsys, "profile", str(model), "--runs", "2", "--warmup", "0")
+    assert code == 0 and "per-layer time on ort (measured, 2 runs)" in out and "share" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--sms", "8"], "error: --sms: backend 'ort' cannot limit the GPU's SMs"),
+        (
+            ["--dtype", "int8"],
+            "error: --dtype int8: backend 'ort' cannot run int8; INT8 runs only on TensorRT",
+        ),
+        (["--dtype", "fp16"], "error: backend 'ort' runs fp32 only (asked for fp16)"),
+        (["--dtype", "fp8"], "error: --dtype 'fp8': choose one of fp32, fp16, int8"),
+        (["--backend", "nope"], "error: unknown backend 'nope'; choose one of: ort, torch"),
+        (["--runs", "0"], "error: --runs must be at least 1"),
+        (["--input-shape", "x:1xAx8"], "error: --input-shape 'x:1xAx8': dimensions must be integers"),
+        (["--input-shape", "nope:1x8x8x8"], "error: input shape given for 'nope', but"),
+    ],
+)
+def test_bench_errors_are_one_line_and_write_nothing(
+    monkeypatch, capsys, model: Path, tmp_path: Path, args: list[str], message: str
+) -> None:
+    dest = tmp_path / "result.json"
+    code, _, err = run(monkeypatch, capsys, "bench", str(model), *args, "-o", str(dest))
+    assert code == 2
+    assert err.startswith(message) and err.count("\n") == 1
+    assert not dest.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_missing_model_and_unreadable_model(monkeypatch, capsys, tmp_path: Path) -> None:
+    code, _, err = run(monkeypatch, capsys, "bench", str(tmp_path / "none.onnx"))
+    assert code == 2 and err == f"error: {tmp_path / 'none.onnx'}: no such model file\n"
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x00garbage")
+    code, _, err = run(monkeypatch, capsys, "profile", str(bad), "-o", str(tmp_path / "p.json"))
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_unavailable_torch_says_what_to_install(monkeypatch, capsys, model: Path) -> None:
+    real = importlib.util.find_spec
+
+    def find_spec(name: str, *a: object, **k: object) -> object:
+        return None if name in ("torch", "onnx2torch", "torchvision") else real(name, *a, **k)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    code, _, err = run(monkeypatch, capsys, "bench", str(model), "--backend", "torch")
+    assert code == 2
+    assert err == (
+        "error: backend 'torch' is unavailable: torch, onnx2torch, torchvision not installed: "
+        "pip install 'deployopt[torch]'\n"
+    )
+
+
+def test_kernels_on_ort_is_refused(monkeypatch, capsys, model: Path) -> None:
+    code, _, err = run(monkeypatch, capsys, "profile", str(model), "--kernels")
+    assert code == 2 and "no kernel-level trace" in err
