@@ -1,0 +1,285 @@
+"""Surgery: padding is exact, dead-channel trimming is exact, any trim gives a valid running model."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import numpy_helper
+from test_coupling import Net, tiny_mixed
+from zoo_models import MODELS
+
+from deployopt.coupling import analyze
+from deployopt.errors import PlanError
+from deployopt.importance import dead_channels_many
+from deployopt.model import load_model
+from deployopt.surgery import apply_plan, apply_plan_report, channel_order, dead_channels, load_plan
+
+
+def run(model: onnx.ModelProto, seed: int = 1) -> np.ndarray:
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    feeds = {}
+    for inp in sess.get_inputs():
+        feeds[inp.name] = np.random.default_rng(seed).standard_normal(inp.shape).astype(np.float32)
+    return sess.run(None, feeds)[0]
+
+
+def padded_plan(analysis: Any) -> dict[str, int]:
+    """Every free group padded to the next multiple of 32 above its width (always a real pad)."""
+    return {g.id: (g.width // 32 + 1) * 32 for g in analysis.free_groups()}
+
+
+def widths(model: onnx.ModelProto) -> dict[str, int]:
+    return {g.id: g.width for g in analyze(model).groups}
+
+
+def loaded(path: Path) -> onnx.ModelProto:
+    return load_model(path).model
+
+
+# VGG16 at full width (15 M weights) takes seconds per run on 2 cores: those cases are marked slow
+PAD_MODELS = [pytest.param(m, marks=pytest.mark.slow) if m.startswith("vgg16") else m for m in sorted(MODELS)]
+
+
+@pytest.mark.parametrize("name", PAD_MODELS)
+def test_pad_every_free_group_is_exact(name: str, zoo_model_path: Callable[[str], Path]) -> None:
+    model = loaded(zoo_model_path(name))
+    analysis = analyze(model)
+    plan = padded_plan(analysis)
+    assert plan, "every zoo model has free groups"
+    padded = apply_plan(model, plan, analysis)
+    onnx.checker.check_model(padded)
+    onnx.shape_inference.infer_shapes(padded, strict_mode=True)
+    after = widths(padded)
+    assert {gid: after[gid] for gid in plan} == plan
+    np.testing.assert_allclose(run(padded), run(model), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "name", ["resnet56_pruned", "densenet_like", "se_net", "inception_like", "mobilenet_like"]
+)
+def test_trimming_padded_channels_back_is_exact(name: str, zoo_model_path: Callable[[str], Path]) -> None:
+    model = loaded(zoo_model_path(name))
+    original = {g.id: g.width for g in analyze(model).free_groups()}
+    padded = apply_plan(model, padded_plan(analyze(model)))
+    panalysis = analyze(padded)
+    dead = dead_channels_many(padded, panalysis, list(original))  # one onnxruntime run for all groups
+    for gid, w in original.items():  # the padded channels are the dead ones, nothing else
+        assert dead[gid] == list(range(w, panalysis.group(gid).width))
+    first = next(iter(original))
+    assert dead_channels(padded, panalysis, first) == dead[first]
+    back, changes = apply_plan_report(padded, original, panalysis)
+    assert all(c.trimmed == c.dead_trimmed > 0 for c in changes)
+    np.testing.assert_allclose(run(back), run(model), atol=1e-5, rtol=0)
+    # the trim keeps the surviving channels in order: weights come back bit for bit
+    orig_w = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    for t in back.graph.initializer:
+        np.testing.assert_array_equal(numpy_helper.to_array(t), orig_w[t.name])
+
+
+TRIM_MODELS = [
+    "resnet56_pruned",
+    "densenet_like",
+    "se_net",
+    "inception_like",
+    "mobilenet_like",
+    "resnet_projection",
+]
+
+
+@pytest.mark.parametrize("name", [*TRIM_MODELS, "vgg16_pruned"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_random_trims_give_valid_running_models(
+    name: str, seed: int, zoo_model_path: Callable[[str], Path]
+) -> None:
+    model = loaded(zoo_model_path(name))
+    analysis = analyze(model)
+    rng = np.random.default_rng(seed)
+    plan = {g.id: int(rng.integers(1, g.width + 1)) for g in analysis.free_groups()}
+    trimmed = apply_plan(model, plan, analysis)
+    onnx.checker.check_model(trimmed)
+    assert {gid: w for gid, w in widths(trimmed).items() if gid in plan} == plan
+    for conv, shape in analysis.conv_shapes(plan).items():  # the plan's predicted shapes are the real ones
+        node = next(n for n in trimmed.graph.node if n.name == conv)
+        w = next(t for t in trimmed.graph.initializer if t.name == node.input[1])
+        assert w.dims[0] == shape.k and w.dims[1] == shape.c // shape.groups
+    out = run(trimmed)
+    assert out.shape == run(model).shape and np.isfinite(out).all()
+
+
+def _zero_channel(model: onnx.ModelProto, conv: str, channel: int, bn_shift: bool) -> onnx.ModelProto:
+    """Zero one output filter (and bias) of a conv; keep or cancel the BatchNorm shift after it."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    node = next(n for n in out.graph.node if n.name == conv)
+    bn = next(n for n in out.graph.node if n.input and n.input[0] == node.output[0])
+    inits = {t.name: t for t in out.graph.initializer}
+
+    def edit(name: str, fn: Callable[[np.ndarray], None]) -> None:
+        arr = numpy_helper.to_array(inits[name]).copy()
+        fn(arr)
+        inits[name].CopyFrom(numpy_helper.from_array(arr, name))
+
+    edit(node.input[1], lambda a: a.__setitem__(channel, 0.0))
+    edit(node.input[2], lambda a: a.__setitem__(channel, 0.0))
+    edit(bn.input[2], lambda a: a.__setitem__(channel, 1.0 if bn_shift else 0.0))  # beta (Relu(1) = 1)
+    edit(bn.input[3], lambda a: a.__setitem__(channel, 0.0))  # mean
+    return out
+
+
+def test_zero_filter_with_bn_shift_is_not_dead() -> None:
+    model = tiny_mixed()
+    shifted = _zero_channel(model, "conv9", 5, bn_shift=True)
+    assert (
+        dead_channels(shifted, analyze(shifted), "conv9") == []
+    )  # a constant channel: the next conv sees it
+    dead = _zero_channel(model, "conv9", 5, bn_shift=False)
+    assert dead_channels(dead, analyze(dead), "conv9") == [5]
+    trimmed, changes = apply_plan_report(dead, {"conv9": 23})
+    assert changes[0].dead_trimmed == 1
+    np.testing.assert_allclose(run(trimmed), run(dead), atol=1e-5, rtol=0)
+
+
+def test_channel_order_dead_first_then_l1() -> None:
+    n = Net(c=2)
+    w = np.zeros((4, 2, 1, 1), dtype=np.float32)
+    w[0], w[1], w[2], w[3] = 3.0, 0.0, 1.0, 2.0
+    c = n.op("Conv", ["x", n.init("c.w", w)], (4, 8, 8), kernel_shape=[1, 1])
+    model = n.build(n.conv(c, 2))
+    analysis = analyze(model)
+    gid = analysis.convs[0].out_group
+    assert channel_order(model, analysis, gid) == [1, 2, 3, 0]
+    trimmed = apply_plan(model, {gid: 2}, analysis)  # drops dead 1 and weakest 2, keeps 0 and 3 in order
+    kept = numpy_helper.to_array(next(t for t in trimmed.graph.initializer if t.name == "c.w"))
+    assert kept[:, 0, 0, 0].tolist() == [3.0, 2.0]
+
+
+def test_padding_writes_neutral_parameters() -> None:
+    model = tiny_mixed()
+    padded = apply_plan(model, {"conv9": 32})
+    inits = {t.name: numpy_helper.to_array(t) for t in padded.graph.initializer}
+    assert inits["conv9.w"].shape == (32, 16, 3, 3) and not inits["conv9.w"][24:].any()
+    assert not inits["conv9.b"][24:].any()
+    bn = "batchnormalization10"
+    assert inits[f"{bn}.scale"][24:].tolist() == [0.0] * 8 and inits[f"{bn}.var"][24:].tolist() == [1.0] * 8
+    assert not inits[f"{bn}.bias"][24:].any() and not inits[f"{bn}.mean"][24:].any()
+    # the conv after the concat [conv1 16 | conv9 24→32] gets zero input weights at offsets 40..47
+    w13 = inits["conv13.w"]
+    assert w13.shape == (30, 48, 3, 3) and not w13[:, 40:].any()
+    np.testing.assert_array_equal(w13[:, :40], numpy_helper.to_array(
+        next(t for t in model.graph.initializer if t.name == "conv13.w")))  # fmt: skip
+
+
+def test_depthwise_group_attribute_follows() -> None:
+    padded = apply_plan(tiny_mixed(), {"conv1": 24})
+    dw = next(n for n in padded.graph.node if n.name == "conv8")
+    assert onnx.helper.get_attribute_value(next(a for a in dw.attribute if a.name == "group")) == 24
+    np.testing.assert_allclose(run(padded), run(tiny_mixed()), atol=1e-5, rtol=0)
+
+
+def test_per_channel_constants_are_resized() -> None:
+    n = Net()
+    a = n.cbr("x", 16)
+    m = n.op("Mul", [a, n.init("scale", np.linspace(1, 2, 16).reshape(16, 1, 1))])
+    s = n.op("Add", [m, n.init("shift", np.linspace(-1, 1, 16).reshape(1, 16, 1, 1))])
+    model = n.build(n.conv(s, 4))
+    padded = apply_plan(model, {"conv1": 20})
+    inits = {t.name: numpy_helper.to_array(t) for t in padded.graph.initializer}
+    assert inits["scale"].shape == (20, 1, 1) and inits["scale"][16:].ravel().tolist() == [1.0] * 4
+    assert inits["shift"].shape == (1, 20, 1, 1) and not inits["shift"][0, 16:].any()
+    np.testing.assert_allclose(run(padded), run(model), atol=1e-5, rtol=0)
+    trimmed = apply_plan(model, {"conv1": 9})
+    assert numpy_helper.to_array(next(t for t in trimmed.graph.initializer if t.name == "shift")).shape == (
+        1, 9, 1, 1)  # fmt: skip
+
+
+def test_names_opset_metadata_and_doc_strings_survive() -> None:
+    model = tiny_mixed()
+    onnx.helper.set_model_props(model, {"author": "me", "task": "cls"})
+    model.doc_string = "model doc"
+    model.producer_name = "unit-test"
+    model.graph.node[0].doc_string = "first conv"
+    before = onnx.ModelProto()
+    before.CopyFrom(model)
+    padded = apply_plan(model, {"conv1": 32, "conv13": 40})
+    assert model == before  # the input is not touched
+    assert [n.name for n in padded.graph.node] == [n.name for n in model.graph.node]
+    assert {p.key: p.value for p in padded.metadata_props} == {"author": "me", "task": "cls"}
+    assert padded.doc_string == "model doc" and padded.producer_name == "unit-test"
+    assert padded.graph.node[0].doc_string == "first conv"
+    assert padded.opset_import == model.opset_import and padded.ir_version == model.ir_version
+
+
+def test_unchanged_plan_returns_an_equal_copy() -> None:
+    model = tiny_mixed()
+    same = apply_plan(model, {"conv1": 16})
+    assert same == model and same is not model
+
+
+@pytest.mark.parametrize(
+    ("plan", "message"),
+    [
+        ({"nope": 8}, "unknown channel group 'nope'"),
+        ({"input:x": 8}, "group 'input:x' is frozen (graph input 'x'); it cannot change width"),
+        ({"gemm24": 16}, "group 'gemm24' is frozen (feeds the graph output 'gemm24')"),
+        ({"conv1": 0}, "width of group 'conv1' must be at least 1, got 0"),
+        ({"conv1": 8.5}, "width of group 'conv1' must be an integer, got 8.5"),
+    ],
+)
+def test_bad_plans_are_plan_errors(plan: dict[str, Any], message: str) -> None:
+    with pytest.raises(PlanError, match=re.escape(message)):
+        apply_plan(tiny_mixed(), plan)
+
+
+def test_load_plan(tmp_path: Path) -> None:
+    good = tmp_path / "plan.json"
+    good.write_text(json.dumps({"widths": {"a": 32, "b": 64}}))
+    assert load_plan(good) == {"a": 32, "b": 64}
+    cases = {
+        "missing.json": (None, "no such plan file"),
+        "bad.json": ("{not json", "not valid JSON"),
+        "list.json": ("[1, 2]", 'expected {"widths"'),
+        "float.json": ('{"widths": {"a": 1.5}}', "width of group 'a' must be an integer, got 1.5"),
+        "bool.json": ('{"widths": {"a": true}}', "width of group 'a' must be an integer, got True"),
+    }
+    for name, (text, message) in cases.items():
+        path = tmp_path / name
+        if text is not None:
+            path.write_text(text)
+        with pytest.raises(PlanError, match=re.escape(message)):
+            load_plan(path)
+
+
+@pytest.mark.slow
+def test_mobilenetv2_real_weights_top1_unchanged_after_padding(mobilenetv2_path: Path) -> None:
+    from deployopt.fidelity import preprocess_image
+
+    data = Path(ort.__file__).parents[1] / "foolbox" / "data"
+    images = sorted(data.glob("imagenet_*.jpg"))
+    assert len(images) == 20
+    model = load_model(mobilenetv2_path).model
+    analysis = analyze(model)
+    assert len(analysis.free_groups()) == 25 and len(analysis.groups) == 27  # only input and logits frozen
+    # round up to a multiple of 32 (4 groups change: 16, 24, 144, 144) and pad every group past it
+    ceil = {g.id: -(-g.width // 32) * 32 for g in analysis.free_groups()}
+    assert sum(w != analysis.group(g).width for g, w in ceil.items()) == 4
+    sessions = [
+        ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        for m in (
+            model,
+            apply_plan(model, ceil, analysis),
+            apply_plan(model, padded_plan(analysis), analysis),
+        )
+    ]
+    for path in images:
+        x = preprocess_image(path, (224, 224), resize="crop")[None]
+        ref, *padded = [s.run(None, {"input": x})[0] for s in sessions]
+        for out in padded:
+            assert out.argmax() == ref.argmax()
+            np.testing.assert_allclose(out, ref, atol=1e-3, rtol=0)
