@@ -202,8 +202,9 @@ def load_model(path: str | os.PathLike[str], input_shapes: dict[str, list[int]] 
     if external:
         try:
             onnx.external_data_helper.load_external_data_for_model(model, str(path.parent))
-        except (OSError, ValueError) as exc:
-            raise ModelError(f"{path}: cannot read its external weight data: {exc}") from None
+        except Exception as exc:  # onnx raises OSError, ValueError or ValidationError here
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+            raise ModelError(f"{path}: cannot read its external weight data: {first}") from None
     try:
         onnx.checker.check_model(model)
     except (onnx.checker.ValidationError, Exception) as exc:

@@ -1,0 +1,178 @@
+"""Loading: the forms real exports take all end up as one normalized model; bad files are one-line errors."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import numpy_helper
+from zoo_models import VARIANT_OF
+
+from deployopt.errors import ModelError
+from deployopt.model import load_model, save_model
+
+
+def run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, {sess.get_inputs()[0].name: x})[0]
+
+
+def _input(model: onnx.ModelProto) -> np.ndarray:
+    dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    return np.random.default_rng(0).standard_normal(dims).astype(np.float32)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANT_OF))
+def test_variants_load_to_the_same_function(variant: str, zoo_model_path: Callable[[str], Path]) -> None:
+    loaded = load_model(zoo_model_path(variant))
+    base = load_model(zoo_model_path(VARIANT_OF[variant]))
+    ops = {n.op_type for n in loaded.model.graph.node}
+    assert not ops & {"Constant", "ConstantOfShape", "Shape"}  # folded into initializers
+    assert all(d.HasField("dim_value") for d in loaded.model.graph.input[0].type.tensor_type.shape.dim)
+    x = _input(base.model)
+    np.testing.assert_allclose(run(loaded.model, x), run(base.model, x), atol=1e-5, rtol=0)
+    original = onnx.load(str(zoo_model_path(variant)))
+    assert loaded.model.opset_import == original.opset_import
+
+
+def test_dynamic_batch_fixed_to_one_with_a_notice(zoo_model_path: Callable[[str], Path]) -> None:
+    loaded = load_model(zoo_model_path("resnet_projection_dynamic"))
+    assert loaded.notices == ["batch dimension of 'input' (batch) was dynamic; fixed to 1"]
+    assert loaded.input_shapes == {"input": [1, 3, 32, 32]}
+    out_dims = [d.dim_value for d in loaded.model.graph.output[0].type.tensor_type.shape.dim]
+    assert out_dims == [1, 10]
+
+
+def test_input_shapes_set_the_batch(zoo_model_path: Callable[[str], Path]) -> None:
+    loaded = load_model(zoo_model_path("resnet_projection_dynamic"), {"input": [4, 3, 32, 32]})
+    assert loaded.notices == [] and loaded.input_shapes == {"input": [4, 3, 32, 32]}
+    assert [d.dim_value for d in loaded.model.graph.output[0].type.tensor_type.shape.dim] == [4, 10]
+
+
+def test_unknown_input_name_lists_the_real_inputs(zoo_model_path: Callable[[str], Path]) -> None:
+    path = zoo_model_path("se_net")
+    with pytest.raises(ModelError, match=re.escape("has no such input; its inputs: input")) as err:
+        load_model(path, {"image": [1, 3, 32, 32]})
+    assert "\n" not in str(err.value) and "'image'" in str(err.value)
+
+
+def test_wrong_rank_input_shape(zoo_model_path: Callable[[str], Path]) -> None:
+    with pytest.raises(ModelError, match="has 2 dims, the model's input has 4"):
+        load_model(zoo_model_path("se_net"), {"input": [1, 3]})
+
+
+def test_dynamic_spatial_dims_need_an_input_shape(
+    tmp_path: Path, zoo_model: Callable[[str], onnx.ModelProto]
+) -> None:
+    model = zoo_model("se_net")
+    model.graph.input[0].type.tensor_type.shape.dim[2].dim_param = "height"
+    path = tmp_path / "dyn_hw.onnx"
+    onnx.save(model, str(path))
+    with pytest.raises(ModelError, match=re.escape("dimension 2 of input 'input' is dynamic; give a static")):
+        load_model(path)
+
+
+def test_opset9_loads_and_keeps_its_opset(zoo_model_path: Callable[[str], Path]) -> None:
+    loaded = load_model(zoo_model_path("mobilenet_like_opset9"))
+    assert loaded.model.opset_import[0].version == 9
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "no such file"),
+        (b"", "empty file"),
+        (b"\xff\xfe this is not a protobuf \x00\x01", "not an ONNX model"),
+        ("truncated", "not an ONNX model"),
+        (b"hello", "not an ONNX model"),
+    ],
+)
+def test_bad_files_are_one_line_errors(
+    content: bytes | str | None, message: str, tmp_path: Path, zoo_model_path: Callable[[str], Path]
+) -> None:
+    path = tmp_path / "bad.onnx"
+    if content == "truncated":
+        data = zoo_model_path("se_net").read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+    elif content is not None:
+        path.write_bytes(content)
+    with pytest.raises(ModelError, match=re.escape(message)) as err:
+        load_model(path)
+    assert "\n" not in str(err.value)
+
+
+def test_a_directory_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match="is a directory"):
+        load_model(tmp_path)
+
+
+def test_external_data_round_trip(tmp_path: Path, zoo_model: Callable[[str], onnx.ModelProto]) -> None:
+    model = zoo_model("se_net")
+    src = tmp_path / "src" / "ext.onnx"
+    src.parent.mkdir()
+    onnx.save(
+        zoo_model("se_net"), str(src), save_as_external_data=True, location="ext.onnx.data", size_threshold=0
+    )
+    loaded = load_model(src)
+    assert loaded.external_data
+    x = _input(loaded.model)
+    np.testing.assert_allclose(run(loaded.model, x), run(model, x), atol=1e-6, rtol=0)
+    dest = tmp_path / "out" / "edited.onnx"
+    save_model(loaded.model, dest, external_data=True)
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["edited.onnx", "edited.onnx.data"]
+    assert dest.stat().st_size < 100_000 < (dest.parent / "edited.onnx.data").stat().st_size
+    again = load_model(dest)
+    assert again.external_data
+    np.testing.assert_allclose(run(again.model, x), run(model, x), atol=1e-6, rtol=0)
+    # saving twice replaces the data file instead of appending to it
+    size = (dest.parent / "edited.onnx.data").stat().st_size
+    save_model(loaded.model, dest, external_data=True)
+    assert (dest.parent / "edited.onnx.data").stat().st_size == size
+
+
+def test_missing_external_data_is_an_error(
+    tmp_path: Path, zoo_model: Callable[[str], onnx.ModelProto]
+) -> None:
+    path = tmp_path / "ext.onnx"
+    onnx.save(zoo_model("se_net"), str(path), save_as_external_data=True, location="w.data", size_threshold=0)
+    (tmp_path / "w.data").unlink()
+    with pytest.raises(ModelError, match="cannot read its external weight data"):
+        load_model(path)
+
+
+def test_save_is_atomic(
+    tmp_path: Path, zoo_model: Callable[[str], onnx.ModelProto], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken_save(*args: object, **kwargs: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(onnx, "save_model", broken_save)
+    dest = tmp_path / "out.onnx"
+    with pytest.raises(OSError, match="disk full"):
+        save_model(zoo_model("se_net"), dest)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_metadata_and_doc_strings_survive_folding(
+    tmp_path: Path, zoo_model: Callable[[str], onnx.ModelProto]
+) -> None:
+    from deployopt.zoo import weights_as_constants
+
+    model = weights_as_constants(zoo_model("se_net"))
+    onnx.helper.set_model_props(model, {"source": "unit test"})
+    model.doc_string = "a doc"
+    conv = next(n for n in model.graph.node if n.op_type == "Conv")
+    conv.doc_string = "conv doc"
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    loaded = load_model(path).model
+    assert {p.key: p.value for p in loaded.metadata_props} == {"source": "unit test"}
+    assert loaded.doc_string == "a doc"
+    assert next(n for n in loaded.graph.node if n.name == conv.name).doc_string == "conv doc"
+    assert not any(n.op_type == "Constant" for n in loaded.graph.node)
+    assert numpy_helper.to_array(loaded.graph.initializer[0]).dtype == np.float32
