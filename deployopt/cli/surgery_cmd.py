@@ -144,4 +144,4 @@ def apply_cmd(
         console.print(changes_table(changes))
     unchanged = len(widths) - len(changes)
     tail = f"; {unchanged} planned group(s) already at their width" if unchanged else ""
-    console.print(f"wrote {output} ({len(changes)} group(s) changed{tail})", highlight=False)
+    console.print(f"wrote {output} ({len(changes)} group(s) changed{tail})", highlight=False, soft_wrap=True)

@@ -1,0 +1,177 @@
+"""`deployopt analyze` / `deployopt apply` end to end: output, exit status, no file left on errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from deployopt.cli.app import console
+from deployopt.cli.main import main
+from deployopt.coupling import analyze
+from deployopt.model import load_model
+
+
+def cli(
+    args: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> tuple[int, str, str]:
+    """Run the real entry point (error handling included); return (exit code, stdout, stderr)."""
+    monkeypatch.setattr(sys, "argv", ["deployopt", *args])
+    monkeypatch.setattr(console, "width", 200)  # wide enough that table cells are not folded
+    code = 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run(path: Path) -> np.ndarray:
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(0).standard_normal([1, 3, 32, 32]).astype(np.float32)
+    return sess.run(None, {sess.get_inputs()[0].name: x})[0]
+
+
+def test_analyze_json(zoo_model_path: Callable[[str], Path], capsys, monkeypatch) -> None:
+    path = zoo_model_path("se_net")
+    code, out, _ = cli(["analyze", str(path), "--json"], capsys, monkeypatch)
+    assert code == 0
+    data = json.loads(out)
+    assert set(data) == {"groups", "convs", "notices"}
+    expected = analyze(load_model(path).model).to_json()
+    assert data["groups"] == expected["groups"] and data["convs"] == expected["convs"]
+    for g in data["groups"]:
+        assert {"id", "width", "frozen", "reason", "producers", "consumers"} <= set(g)
+
+
+def test_analyze_table_and_notice(zoo_model_path: Callable[[str], Path], capsys, monkeypatch) -> None:
+    code, out, err = cli(
+        ["analyze", str(zoo_model_path("resnet_projection_dynamic")), "--convs"], capsys, monkeypatch
+    )
+    assert code == 0
+    assert "14 channel groups, 12 free" in out
+    assert "frozen: feeds the graph output 'logits'" in out and "stem.conv" in out
+    assert "20 convs" in out  # the --convs table
+    assert "note: batch dimension of 'input' (batch) was dynamic; fixed to 1" in err
+
+
+def test_analyze_input_shape(zoo_model_path: Callable[[str], Path], capsys, monkeypatch) -> None:
+    path = str(zoo_model_path("resnet_projection_dynamic"))
+    code, out, _ = cli(["analyze", path, "--json", "--input-shape", "input:2x3x32x32"], capsys, monkeypatch)
+    assert code == 0 and json.loads(out)["notices"] == []
+    assert json.loads(out)["convs"][0]["shape"]["n"] == 2
+    code, _, err = cli(["analyze", path, "--input-shape", "image:1x3x32x32"], capsys, monkeypatch)
+    assert code == 2
+    assert err.strip().endswith("has no such input; its inputs: input") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(("make", "message"), [("missing", "no such file"), ("garbage", "not an ONNX model")])
+def test_analyze_bad_file(make: str, message: str, tmp_path: Path, capsys, monkeypatch) -> None:
+    path = tmp_path / "m.onnx"
+    if make == "garbage":
+        path.write_bytes(b"\x08\x07garbage")
+    code, out, err = cli(["analyze", str(path)], capsys, monkeypatch)
+    assert code == 2 and out == "" and message in err and err.count("\n") == 1
+    assert "Traceback" not in err
+
+
+def test_apply_pads_and_output_is_equal(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, capsys, monkeypatch
+) -> None:
+    src = zoo_model_path("se_net")
+    free = analyze(load_model(src).model).free_groups()
+    plan = {"widths": {free[0].id: free[0].width + 16, free[1].id: free[1].width - 1}}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    out_path = tmp_path / "out.onnx"
+    code, out, _ = cli(
+        ["apply", str(src), "--plan", str(tmp_path / "plan.json"), "-o", str(out_path)], capsys, monkeypatch
+    )
+    assert code == 0
+    assert f"{free[0].width} → {free[0].width + 16}" in out and "pad +16 (zero filters)" in out
+    assert "trim −1 (0 dead, rest by smallest L1)" in out and f"wrote {out_path}" in out
+    widths = {g.id: g.width for g in analyze(load_model(out_path).model).groups}
+    assert widths[free[0].id] == free[0].width + 16 and widths[free[1].id] == free[1].width - 1
+    only_pad = tmp_path / "pad.json"
+    only_pad.write_text(json.dumps({"widths": {free[0].id: free[0].width + 16}}))
+    code, out, _ = cli(
+        ["apply", str(src), "--plan", str(only_pad), "-o", str(out_path), "--json"], capsys, monkeypatch
+    )
+    assert code == 0 and json.loads(out)["changes"][0]["padded"] == 16
+    np.testing.assert_allclose(run(out_path), run(src), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("widths", "message"),
+    [
+        ({"nope": 8}, "unknown channel group 'nope'"),
+        ({"classifier.fc": 16}, "group 'classifier.fc' is frozen (feeds the graph output 'logits')"),
+        ({"stem.conv": 0}, "width of group 'stem.conv' must be at least 1, got 0"),
+    ],
+)
+def test_apply_bad_plan_leaves_no_file(
+    widths: dict,
+    message: str,
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    capsys,
+    monkeypatch,
+) -> None:
+    (tmp_path / "plan.json").write_text(json.dumps({"widths": widths}))
+    out_path = tmp_path / "out" / "out.onnx"
+    args = [
+        "apply",
+        str(zoo_model_path("se_net")),
+        "--plan",
+        str(tmp_path / "plan.json"),
+        "-o",
+        str(out_path),
+    ]
+    code, _, err = cli(args, capsys, monkeypatch)
+    assert code == 2 and message in err and err.count("\n") == 1
+    assert not out_path.exists() and not (out_path.parent.exists() and any(out_path.parent.iterdir()))
+
+
+def test_apply_no_conv_model(tmp_path: Path, capsys, monkeypatch) -> None:
+    inp = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4])
+    out = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4])
+    graph = onnx.helper.make_graph([onnx.helper.make_node("Relu", ["x"], ["y"])], "g", [inp], [out])
+    onnx.save(onnx.helper.make_model(graph), str(tmp_path / "relu.onnx"))
+    (tmp_path / "plan.json").write_text('{"widths": {}}')
+    args = [
+        "apply",
+        str(tmp_path / "relu.onnx"),
+        "--plan",
+        str(tmp_path / "plan.json"),
+        "-o",
+        str(tmp_path / "o.onnx"),
+    ]
+    code, _, err = cli(args, capsys, monkeypatch)
+    assert code == 2 and "no Conv node: nothing to optimize" in err
+    assert not (tmp_path / "o.onnx").exists()
+
+
+def test_apply_keeps_external_data_layout(
+    zoo_model: Callable[[str], onnx.ModelProto],
+    tmp_path: Path,
+    capsys,
+    monkeypatch,
+) -> None:
+    src = tmp_path / "ext.onnx"
+    onnx.save(
+        zoo_model("se_net"), str(src), save_as_external_data=True, location="ext.data", size_threshold=0
+    )
+    (tmp_path / "plan.json").write_text(json.dumps({"widths": {"stem.conv": 32}}))
+    out_path = tmp_path / "out" / "padded.onnx"
+    code, _, _ = cli(
+        ["apply", str(src), "--plan", str(tmp_path / "plan.json"), "-o", str(out_path)], capsys, monkeypatch
+    )
+    assert code == 0
+    assert sorted(p.name for p in out_path.parent.iterdir()) == ["padded.onnx", "padded.onnx.data"]
+    assert load_model(out_path).external_data
