@@ -156,3 +156,18 @@ def test_unavailable_torch_says_what_to_install(monkeypatch, capsys, model: Path
 def test_kernels_on_ort_is_refused(monkeypatch, capsys, model: Path) -> None:
     code, _, err = run(monkeypatch, capsys, "profile", str(model), "--kernels")
     assert code == 2 and "no kernel-level trace" in err
+
+
+def test_kernel_table_renders_every_field(capsys) -> None:
+    from deployopt.backends.base import KernelRecord, LayerTime, Profile
+    from deployopt.cli.backends_cmd import render_profile
+
+    k = KernelRecord(
+        "sm90_xmma_fprop_implicit_gemm_tilesize128x128x64", 17.5, (30, 4, 1), (384, 1, 1), 168, 231424, 1.0,
+        (128, 128, 64), 15, 1.0,
+    )  # fmt: skip
+    prof = Profile("torch", [LayerTime("conv1", 17.5, 1.0, ["conv1"], [k], {"op": "Conv"})], {}, "t", 10)
+    render_profile(prof, kernels=True)
+    out = capsys.readouterr().out
+    for text in ("conv1", "30×4×1", "384×1×1", "168", "226K", "128×128×64", "15", "100%", "17.5"):
+        assert text in out

@@ -208,37 +208,26 @@ def render_profile(profile: Profile, kernels: bool) -> None:
     console.print(f"total {profile.total_us:.1f} µs — {profile.timed}", highlight=False, soft_wrap=True)
     if not kernels:
         return
-    kt = Table(title="kernels per layer (last profiled pass; waves over the SMs the run had)")
-    for col in (
-        "layer",
-        "kernel",
-        "µs",
-        "grid",
-        "block",
-        "regs",
-        "smem B",
-        "blk/SM",
-        "tile",
-        "waves",
-        "tail",
-    ):
-        kt.add_column(col, justify="left" if col in ("layer", "kernel") else "right", overflow="fold")
+    # One block per kernel rather than a table: kernel names are long and the numbers are many.
+    console.print("\n[bold]kernels per layer[/] (last profiled pass; waves over the SMs the run had)")
     for layer in profile.layers:
+        if not layer.kernels:
+            continue
+        console.print(f"[bold]{layer.name}[/]", highlight=False, soft_wrap=True)
         for k in layer.kernels:
-            kt.add_row(
-                layer.name,
-                k.name if len(k.name) <= 70 else k.name[:67] + "...",
-                f"{k.duration_us:.1f}",
-                _fmt_dims(k.grid),
-                _fmt_dims(k.block),
-                "-" if k.registers_per_thread is None else str(k.registers_per_thread),
-                "-" if k.shared_memory_bytes is None else str(k.shared_memory_bytes),
-                "-" if k.blocks_per_sm is None else f"{k.blocks_per_sm:g}",
-                _fmt_dims(k.tile),
-                "-" if k.waves is None else str(k.waves),
-                "-" if k.tail_fill is None else f"{100 * k.tail_fill:.0f}%",
+            regs = "-" if k.registers_per_thread is None else str(k.registers_per_thread)
+            smem = "-" if k.shared_memory_bytes is None else f"{k.shared_memory_bytes / 1024:.0f}K"
+            per_sm = "-" if k.blocks_per_sm is None else f"{k.blocks_per_sm:g}"
+            waves = "-" if k.waves is None else str(k.waves)
+            tail = "-" if k.tail_fill is None else f"{100 * k.tail_fill:.0f}%"
+            console.print(f"  {k.name}", highlight=False, soft_wrap=True, markup=False)
+            console.print(
+                f"    {k.duration_us:.1f} µs  grid {_fmt_dims(k.grid)}  block {_fmt_dims(k.block)}  "
+                f"regs {regs}  smem {smem}  blocks/SM {per_sm}  tile {_fmt_dims(k.tile)}  "
+                f"waves {waves}  tail fill {tail}",
+                highlight=False,
+                soft_wrap=True,
             )
-    console.print(kt)
 
 
 @app.command("profile")
