@@ -229,3 +229,18 @@ def test_bundled_example_is_what_its_generator_builds() -> None:
     assert zoo.conv_widths(rebuilt) == zoo.conv_widths(committed)
     xs = _inputs(committed, 4, seed=3)
     np.testing.assert_allclose(_run(committed, xs), _run(rebuilt, xs), rtol=1e-5, atol=1e-5)
+
+
+def test_custom_widths_are_honoured_everywhere() -> None:
+    rp = _widths_by_name(zoo.resnet_projection((8, 12), blocks_per_stage=2, inner_widths=[3, 5, 7, 9]))
+    assert [rp[f"layer{s}.{b}.conv1.conv"] for s in (1, 2) for b in (0, 1)] == [3, 5, 7, 9]
+    assert (rp["stem.conv"], rp["layer2.0.downsample.conv"], rp["layer2.1.conv2.conv"]) == (8, 12, 12)
+    se = _widths_by_name(zoo.se_net((8, 24), reduction=8))
+    assert (se["layer1.0.se.fc1"], se["layer2.0.se.fc1"], se["layer2.0.se.fc2"]) == (1, 3, 24)
+    inc = _widths_by_name(zoo.inception_like(stem_width=10, branch_widths=(1, 2, 3, 4, 5, 6)))
+    assert [inc[f"inception2.{b}.conv"] for b in ("branch1", "branch2", "branch3", "branch4")] == [1, 3, 5, 6]
+    assert inc["inception2.branch3.reduce.conv"] == 4
+    mb = zoo.mobilenet_like(stem_width=8, settings=[(1, 8, 1, 1), (4, 12, 2, 2)], last_width=20)
+    assert zoo.conv_widths(mb) == [8, 8, 8, 32, 32, 12, 48, 48, 12, 20]
+    assert _ops(mb).count("Add") == 2
+    assert zoo.conv_widths(zoo.vgg16_cifar(list(range(1, 14))))[-1] == 13
