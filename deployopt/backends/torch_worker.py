@@ -354,7 +354,9 @@ class Worker:
                     extra={"module": n, **({"op": op_of[node]} if node in op_of else {})},
                 )
             )
-        del module, inputs
+        del module, inputs, trace
+        if self.cuda:
+            torch.cuda.empty_cache()
         timed = f"{what}; median over {passes} profiled passes, {self._where(batch)}"
         prof_obj = Profile(
             backend="torch", layers=layers, environment=self.environment(), timed=timed, runs=passes
