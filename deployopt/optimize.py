@@ -239,6 +239,7 @@ class Optimizer:
         self.sweep = SweepResult()
         self.sweep_shapes = 0
         self._refused: dict[str, dict[str, Any]] = {}
+        self._refused_floor: dict[str, int] = {}  # group -> highest single-group trim refused
 
     # -------------------------------------------------------------- loading and analysis
     def _load(self) -> None:
@@ -431,6 +432,10 @@ class Optimizer:
             raise _Budget
         if replayed:
             timing = self.replay.timings[key]
+        elif hasattr(self.session, "predict_shapes"):  # the wave model: same number, no model built
+            shapes = self.conv_shapes(plan)
+            timing = self.session.predict_shapes(list(shapes.values()), len(self.model.graph.node) - len(shapes))
+            self.measured_now += 1
         else:
             path = self.workdir / f"candidate{len(self.evaluations) + 1}.onnx"
             self._write_candidate(plan, path)
@@ -531,6 +536,10 @@ class Optimizer:
         if key not in self._by_key:
             why = self._refusal(plan)
             if why is not None:
+                changed = [g for g in plan if plan[g] != self.incumbent.plan[g]]
+                if len(changed) == 1 and plan[changed[0]] < self.incumbent.plan[changed[0]]:
+                    g = changed[0]
+                    self._refused_floor[g] = max(self._refused_floor.get(g, 0), plan[g])
                 if key not in self._refused:
                     self._refused[key] = {"label": label, "plan": dict(plan), "reason": why}
                     self.progress("refused", label=label, reason=why)
@@ -596,6 +605,8 @@ class Optimizer:
         ordered += [m for m in moves if 0 <= m.predicted_delta_us <= 0.005 * total]
         for m in ordered:
             cand = {**plan, m.group: m.width}
+            if m.width <= self._refused_floor.get(m.group, 0):
+                continue  # trimming this group to a width as low was refused for fidelity already
             if plan_key(cand) not in tried:
                 sign = "gain" if m.predicted_delta_us < 0 else "cost"
                 return cand, f"move {m.group}→{m.width} (table {sign} {abs(m.predicted_delta_us):.1f} µs)"

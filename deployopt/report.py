@@ -16,7 +16,7 @@ from deployopt.timing import Timing, compare
 if TYPE_CHECKING:
     from deployopt.optimize import Evaluation, Optimizer
 
-MAX_PLOTS = 16
+MAX_PLOTS = 12
 PREDICTED_NOTE = "predicted by the wave model, not measured"
 
 
@@ -162,13 +162,15 @@ def build_report(
 
 
 def write_staircases(outdir: Path, report: dict[str, Any], opt: Optimizer) -> list[str]:
-    """One PNG per changed group: the producing conv's table over the group's candidate widths."""
+    """One PNG per group the search moved off round-up-to-8: the producing conv's table over the
+    group's candidate widths, with the wave model's staircase and the original and chosen widths."""
     from deployopt.plots import plot_staircase
 
     measured = report["measured"]
     out: list[str] = []
     best = report["plan"]
-    changed = [g for g in report["groups"] if g["best"] != g["round_up_8"] or g["best"] != g["original"]]
+    # The decisions beyond plain rounding: groups whose chosen width is neither round-up nor original.
+    changed = [g for g in report["groups"] if g["best"] not in (g["round_up_8"], g["original"])]
     for g in changed[:MAX_PLOTS]:
         gid = g["id"]
         convs = [c for c, deps in opt.deps.items() if deps and deps[0] == gid] or [

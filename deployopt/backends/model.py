@@ -107,8 +107,12 @@ class WaveModelSession(Session):
 
         loaded = prepare_model(model_path, self.options.batch, self.options.input_shapes)
         shapes = conv_shapes_from_model(loaded.model)
-        total = sum(self.predict_conv(s) for s in shapes.values())
-        total += NODE_COST_US * (len(loaded.model.graph.node) - len(shapes))
+        return self.predict_shapes(list(shapes.values()), len(loaded.model.graph.node) - len(shapes))
+
+    def predict_shapes(self, shapes: list[ConvShape], other_nodes: int) -> Timing:
+        """What `measure` returns for a model with these convs and `other_nodes` other nodes, without
+        building it: the optimizer evaluates plans this way (same number, no surgery, no file)."""
+        total = sum(self.predict_conv(s) for s in shapes) + NODE_COST_US * other_nodes
         return self._timing(total, f"Σ wave-model conv predictions + {NODE_COST_US} µs per other node")
 
     def measure_convs(self, shapes: list[ConvShape]) -> list[Timing]:

@@ -1,0 +1,254 @@
+"""deployopt.optimize end to end on zoo models: outputs, losslessness, resume, modes, bad input."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from deployopt.backends.base import MeasureOptions, get_backend
+from deployopt.backends.model import WaveModelSession
+from deployopt.errors import DataError, DeployoptError
+from deployopt.journal import Journal, plan_key
+from deployopt.optimize import OptimizeConfig, OptimizeResult, optimize
+from deployopt.search import ceil_to
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("DEPLOYOPT_CACHE", str(tmp_path / "lut"))
+
+
+def run_model(path: Path, outdir: Path, **kw: Any) -> OptimizeResult:
+    opts: dict[str, Any] = dict(target="h200", sms=8, backend="model", plots=False, fidelity_samples=2)
+    opts.update(kw)
+    return optimize(OptimizeConfig(model_path=path, outdir=outdir, **opts))
+
+
+def ort_outputs(model: onnx.ModelProto | Path, x: np.ndarray) -> np.ndarray:
+    data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
+    sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    return sess.run(None, {sess.get_inputs()[0].name: x})[0]
+
+
+def journal_measured(outdir: Path) -> list[str]:
+    return [plan_key(e["plan"]) for e in Journal.read(outdir / "journal.jsonl") if e["event"] == "measured"]
+
+
+@pytest.mark.slow
+def test_lossless_with_the_wave_model_writes_everything(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path
+) -> None:
+    src = zoo_model_path("vgg16_pruned_b4")
+    res = run_model(src, tmp_path / "out", plots=True)
+    out = tmp_path / "out"
+    for name in ("model.onnx", "plan.json", "report.json", "report.md", "journal.jsonl"):
+        assert (out / name).exists(), name
+    assert json.loads((out / "plan.json").read_text()) == {"widths": dict(sorted(res.best_plan.items()))}
+    # Lossless: no width below the original (these random weights have no dead channel), round-up is
+    # a baseline, and the answer is never predicted slower than either baseline.
+    assert all(res.best_plan[g] >= w for g, w in res.original.items())
+    assert res.round_up == {g: ceil_to(w, 8) for g, w in res.original.items()}
+    assert res.timings["best"].median_us <= res.timings["round_up_8"].median_us
+    assert res.timings["best"].median_us <= res.timings["input"].median_us
+    assert 3 <= res.evaluation_count <= 40
+    assert res.measured is False
+    # Outputs identical on onnxruntime (independently of optimize's own fidelity check).
+    x = np.random.default_rng(1).standard_normal((4, 3, 32, 32)).astype(np.float32)
+    np.testing.assert_allclose(ort_outputs(out / "model.onnx", x), ort_outputs(src, x), atol=1e-4)
+    assert res.fidelity is not None and res.fidelity["passed"] and res.fidelity["max_abs_error"] <= 1e-4
+    # Plans are evaluated without building them; the written model measures the same.
+    with get_backend("model").open(MeasureOptions(dtype="fp16", sms=8, extra={"target": "h200"})) as session:
+        assert session.measure(out / "model.onnx").median_us == pytest.approx(res.timings["best"].median_us)
+    report = json.loads((out / "report.json").read_text())
+    md = (out / "report.md").read_text()
+    assert report["note"] == "predicted by the wave model, not measured"
+    assert "predicted by the wave model, not measured" in md
+    assert report["evaluations"]["count"] == res.evaluation_count
+    assert report["per_layer_sweep"]["shapes"] == report["per_layer_sweep"]["measured"] > 0
+    assert len(report["layers"]) == 13
+    changed = [g for g in report["groups"] if g["best"] not in (g["round_up_8"], g["original"])]
+    assert len(report["staircases"]) == len(changed) > 0
+    assert all((out / p).exists() for p in report["staircases"])
+    # The solver's table optimum was measured (first evaluation after the two baselines).
+    assert res.evaluations[2].label.startswith("solver #") or res.evaluations[1].label == "round-up-to-8"
+    assert report["solver"]["method"] == "variable elimination (exact)"
+
+
+@pytest.mark.slow
+def test_resume_after_an_interruption_measures_nothing_twice_and_ends_the_same(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = zoo_model_path("vgg16_pruned_b4")
+    full = run_model(src, tmp_path / "full")
+    assert full.evaluation_count > 5
+
+    real = WaveModelSession.predict_shapes
+    calls: list[Any] = []
+
+    def dies_after_five(self: WaveModelSession, *args: Any) -> Any:
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        calls.append(args)
+        return real(self, *args)
+
+    monkeypatch.setattr(WaveModelSession, "predict_shapes", dies_after_five)
+    with pytest.raises(KeyboardInterrupt):
+        run_model(src, tmp_path / "cut")
+    assert len(journal_measured(tmp_path / "cut")) == 5
+    assert not (tmp_path / "cut" / "model.onnx").exists()  # no half-written outputs
+
+    calls.clear()
+    monkeypatch.setattr(
+        WaveModelSession, "predict_shapes", lambda self, *a: (calls.append(a), real(self, *a))[1]
+    )
+    resumed = run_model(src, tmp_path / "cut", resume=True)
+    keys = journal_measured(tmp_path / "cut")
+    assert len(keys) == len(set(keys)) == full.evaluation_count  # nothing measured twice
+    assert len(calls) == full.evaluation_count - 5
+    assert resumed.best_plan == full.best_plan
+    assert [e.plan for e in resumed.evaluations] == [e.plan for e in full.evaluations]
+    assert [e.accepted for e in resumed.evaluations] == [e.accepted for e in full.evaluations]
+    assert resumed.timings["best"].samples_us == full.timings["best"].samples_us
+    assert sum(e.replayed for e in resumed.evaluations) == 5
+
+    # The same through a budget cap: stop after 4 evaluations, resume with the full budget.
+    capped = run_model(src, tmp_path / "cap", max_evals=4)
+    assert capped.evaluation_count == 4 and capped.report["evaluations"]["budget_exhausted"]
+    calls.clear()
+    more = run_model(src, tmp_path / "cap", resume=True, max_evals=40)
+    assert more.best_plan == full.best_plan and len(calls) == full.evaluation_count - 4
+    # Resuming a finished run measures nothing and rewrites the same outputs.
+    calls.clear()
+    again = run_model(src, tmp_path / "cap", resume=True)
+    assert calls == [] and again.best_plan == full.best_plan
+
+
+def test_ort_backend_end_to_end_lossless(zoo_model_path: Callable[[str], Path], tmp_path: Path) -> None:
+    src = zoo_model_path("resnet_projection")
+    res = optimize(
+        OptimizeConfig(
+            model_path=src,
+            target="nano",
+            backend="ort",
+            dtype="fp32",
+            outdir=tmp_path / "out",
+            runs=5,
+            warmup=1,
+            max_evals=6,
+            max_candidates=3,
+            plots=False,
+            fidelity_samples=2,
+            cache_root=tmp_path / "lut",
+        )
+    )
+    assert res.measured is True and res.backend == "ort"
+    assert res.evaluation_count <= 6
+    assert all(t.measured and t.runs == 5 for t in res.timings.values())
+    assert res.sweep["measured"] == res.sweep["shapes"] > 0
+    assert all(res.best_plan[g] >= w for g, w in res.original.items())
+    loaded = onnx.load(str(src))
+    shape = [d.dim_value for d in loaded.graph.input[0].type.tensor_type.shape.dim]
+    x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    np.testing.assert_allclose(ort_outputs(tmp_path / "out" / "model.onnx", x), ort_outputs(src, x), atol=1e-4)
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["measured"] is True and report["note"] is None
+    assert report["latency"]["input"]["runs"] == 5
+    # The per-layer table went to the on-disk cache: a second run measures no layer again.
+    res2 = optimize(
+        OptimizeConfig(
+            model_path=src,
+            target="nano",
+            backend="ort",
+            dtype="fp32",
+            outdir=tmp_path / "out2",
+            runs=5,
+            warmup=1,
+            max_evals=3,
+            max_candidates=3,
+            plots=False,
+            fidelity=False,
+            cache_root=tmp_path / "lut",
+        )
+    )
+    assert res2.sweep["measured"] == 0 and res2.sweep["cached"] == res.sweep["shapes"]
+
+
+@pytest.mark.slow
+def test_trim_refuses_plans_past_the_fidelity_thresholds(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path
+) -> None:
+    src = zoo_model_path("vgg16_pruned_b4")
+    res = run_model(src, tmp_path / "gated", mode="trim", max_evals=12, fidelity_samples=1)
+    refused = res.report["refused"]
+    # Random weights: removing live channels changes the logits a lot, so every trim is refused
+    # before it costs a device evaluation, and the answer stays lossless.
+    assert refused and all("top-1" in r["reason"] or "cosine" in r["reason"] for r in refused)
+    assert all(res.best_plan[g] >= w for g, w in res.original.items())
+    assert all(plan_key(r["plan"]) not in journal_measured(tmp_path / "gated") for r in refused)
+    # Without the gate (latency study; fidelity reported, not enforced) trims stay within 10 %.
+    free = run_model(src, tmp_path / "free", mode="trim", max_evals=12, fidelity_gate=False, fidelity_samples=1)
+    assert any(free.best_plan[g] < w for g, w in free.original.items())
+    assert all(free.best_plan[g] >= -(-9 * w // 10) for g, w in free.original.items())
+    assert free.timings["best"].median_us < res.timings["best"].median_us
+    assert free.fidelity is not None and free.fidelity["failures"]  # reported
+
+
+def test_grow_only_widens_and_keeps_outputs(zoo_model_path: Callable[[str], Path], tmp_path: Path) -> None:
+    src = zoo_model_path("vgg16_pruned_b4")
+    res = run_model(src, tmp_path / "grow", mode="grow", max_evals=8)
+    assert all(res.best_plan[g] >= w for g, w in res.original.items())
+    assert sum(res.best_plan.values()) > sum(res.original.values())
+    assert res.timings["best"].median_us <= res.timings["round_up_8"].median_us * 1.005
+    assert json.loads((tmp_path / "grow" / "plan.json").read_text())["widths"] == dict(sorted(res.best_plan.items()))
+    assert res.fidelity is not None and res.fidelity["passed"]
+
+
+def test_bad_inputs_are_one_line_errors(zoo_model_path: Callable[[str], Path], tmp_path: Path) -> None:
+    src = zoo_model_path("vgg16_pruned_b4")
+    for bad in (0.0, 1.0, -0.1, 1.5):
+        with pytest.raises(DeployoptError, match="max-trim"):
+            run_model(src, tmp_path / "x", mode="trim", max_trim=bad)
+    (tmp_path / "exists").mkdir()
+    (tmp_path / "exists" / "something").write_text("")
+    with pytest.raises(DeployoptError, match="already exists; use --resume"):
+        run_model(src, tmp_path / "exists")
+    with pytest.raises(DeployoptError, match="nothing to resume"):
+        run_model(src, tmp_path / "exists", resume=True)
+    with pytest.raises(DeployoptError, match="unknown target"):
+        run_model(src, tmp_path / "y", target="no-such-gpu")
+    with pytest.raises(DeployoptError, match="unknown backend"):
+        run_model(src, tmp_path / "y", backend="no-such-backend")
+    bad = tmp_path / "calib.npy"
+    np.save(bad, np.zeros((2, 3, 64, 64), dtype=np.float32))
+    with pytest.raises(DataError):
+        run_model(src, tmp_path / "z", calibration_data=str(bad))
+    assert not (tmp_path / "z" / "journal.jsonl").exists()  # failed before anything was measured
+    # --force on a bad target deletes nothing.
+    assert (tmp_path / "exists" / "something").exists()
+
+
+def test_resume_refuses_a_journal_from_another_run(zoo_model_path: Callable[[str], Path], tmp_path: Path) -> None:
+    src = zoo_model_path("vgg16_pruned_b4")
+    run_model(src, tmp_path / "out", max_evals=2)
+    with pytest.raises(DeployoptError, match="different run .*mode"):
+        run_model(src, tmp_path / "out", resume=True, mode="grow")
+
+
+@pytest.mark.slow
+def test_mobilenetv2_lossless_with_the_wave_model(tmp_path: Path) -> None:
+    mobilenetv2 = pytest.importorskip("deployopt.zoo.mobilenetv2")
+    try:
+        path = mobilenetv2.export_mobilenetv2(tmp_path / "mobilenetv2.onnx")
+    except DeployoptError as exc:
+        pytest.skip(f"MobileNetV2 weights unavailable: {exc}")
+    res = run_model(Path(path), tmp_path / "out", target="orin-nano-8gb", sms=None, max_evals=10)
+    assert res.timings["best"].median_us <= res.timings["round_up_8"].median_us
+    assert res.fidelity is not None and res.fidelity["max_abs_error"] <= 1e-4
+    assert len(res.original) >= 10
