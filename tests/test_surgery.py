@@ -283,3 +283,69 @@ def test_mobilenetv2_real_weights_top1_unchanged_after_padding(mobilenetv2_path:
         for out in padded:
             assert out.argmax() == ref.argmax()
             np.testing.assert_allclose(out, ref, atol=1e-3, rtol=0)
+
+
+def _int64(n: Net, name: str, values: list[int]) -> str:
+    n.inits.append(numpy_helper.from_array(np.array(values, dtype=np.int64), name))
+    return name
+
+
+def test_resize_with_sizes_pad_and_mlp_head_are_exact() -> None:
+    n = Net(hw=4)
+    a = n.cbr("x", 12)
+    sizes = _int64(n, "sizes", [1, 12, 8, 8])
+    r = n.op("Resize", [a, "", "", sizes], (12, 8, 8), mode="nearest")
+    pads = _int64(n, "pads", [0, 0, 1, 1, 0, 0, 1, 1])
+    p = n.op("Pad", [r, pads], (12, 10, 10))
+    c = n.cbr(p, 10)
+    h = n.op("Relu", [n.fc(n.gap(c), 20)], (20, 0, 0))
+    w2 = n.init("head.w", np.random.default_rng(3).standard_normal((20, 5)))
+    model = n.build(n.op("MatMul", [h, w2], (5, 0, 0)))
+    analysis = analyze(model)
+    assert {g.id for g in analysis.free_groups()} == {"conv1", "conv6", "gemm11"}
+    padded = apply_plan(model, {"conv1": 16, "conv6": 32, "gemm11": 24}, analysis)
+    sizes_after = numpy_helper.to_array(next(t for t in padded.graph.initializer if t.name == "sizes"))
+    assert sizes_after.tolist() == [1, 16, 8, 8]
+    np.testing.assert_allclose(run(padded), run(model), atol=1e-5, rtol=0)
+    trimmed = apply_plan(model, {"conv1": 5, "conv6": 3, "gemm11": 7}, analysis)
+    assert run(trimmed).shape == (1, 5)
+
+
+def test_opset9_upsample_and_bn_pad_exactly() -> None:
+    n = Net(hw=4, opset=9)
+    a = n.cbr("x", 12)
+    scales = n.init("scales", [1.0, 1.0, 2.0, 2.0])
+    u = n.op("Upsample", [a, scales], (12, 8, 8), mode="nearest")
+    model = n.build(n.conv(u, 4))
+    analysis = analyze(model)
+    assert not analysis.group("conv1").frozen
+    padded = apply_plan(model, {"conv1": 32}, analysis)
+    assert padded.opset_import[0].version == 9
+    np.testing.assert_allclose(run(padded), run(model), atol=1e-5, rtol=0)
+
+
+def test_depthwise_conv_over_a_concat() -> None:
+    n = Net()
+    a, b = n.cbr("x", 8), n.cbr("x", 6)
+    cat = n.concat(a, b)
+    dw = n.op("Relu", [n.conv(cat, 14, group=14)])
+    model = n.build(n.conv(dw, 4))
+    analysis = analyze(model)
+    padded = apply_plan(model, {"conv1": 16, "conv4": 8}, analysis)
+    dwnode = next(x for x in padded.graph.node if x.name == "conv8")
+    assert onnx.helper.get_attribute_value(next(t for t in dwnode.attribute if t.name == "group")) == 24
+    np.testing.assert_allclose(run(padded), run(model), atol=1e-5, rtol=0)
+    assert run(apply_plan(model, {"conv1": 3, "conv4": 2}, analysis)).shape == run(model).shape
+
+
+def test_initializers_listed_as_inputs_are_resized(tmp_path: Path) -> None:
+    model = tiny_mixed()
+    for t in model.graph.initializer:  # IR 3 style: every weight is also a graph input
+        model.graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    model.ir_version = 3
+    del model.opset_import[:]
+    model.opset_import.append(onnx.helper.make_opsetid("", 9))
+    padded = apply_plan(model, {"conv9": 32})
+    decl = next(i for i in padded.graph.input if i.name == "conv9.w")
+    assert [d.dim_value for d in decl.type.tensor_type.shape.dim] == [32, 16, 3, 3]
+    np.testing.assert_allclose(run(padded), run(model), atol=1e-5, rtol=0)

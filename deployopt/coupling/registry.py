@@ -293,9 +293,15 @@ class CouplingState:
                     lay = cur
                 else:
                     self.union(lay, cur, self.name(node))
+        if lay is None:
+            return None
+        width = sum(w for _, w in lay)
         for t in node.output:
-            if t and lay is not None and self.channels(t) == sum(w for _, w in lay):
-                self.set_layout(t, lay)
+            out = self.channels(t) if t else None
+            if out is not None and out != width:
+                self.freeze(lay, f"{node.op_type} {self.name(node)} changes the channel count")
+            elif t:
+                self.set_layout(t, lay)  # unknown shape: assume the op keeps channels, as its rule says
         return lay
 
     # ----- the walk --------------------------------------------------------------------------
