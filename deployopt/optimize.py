@@ -150,6 +150,10 @@ def resolve_backend_name(name: str) -> str:
     for candidate in ("tensorrt", "torch"):
         try:
             ok, _ = get_backend(candidate).availability()
+            if ok and candidate == "torch":  # torch runs on a CPU too; auto wants it only on CUDA
+                from deployopt.backends import torch as torch_backend
+
+                ok = bool(torch_backend._cuda_visible())
         except Exception:  # a backend module that fails to import is simply not chosen
             ok = False
         if ok:
@@ -434,7 +438,9 @@ class Optimizer:
             timing = self.replay.timings[key]
         elif hasattr(self.session, "predict_shapes"):  # the wave model: same number, no model built
             shapes = self.conv_shapes(plan)
-            timing = self.session.predict_shapes(list(shapes.values()), len(self.model.graph.node) - len(shapes))
+            timing = self.session.predict_shapes(
+                list(shapes.values()), len(self.model.graph.node) - len(shapes)
+            )
             self.measured_now += 1
         else:
             path = self.workdir / f"candidate{len(self.evaluations) + 1}.onnx"

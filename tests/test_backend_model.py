@@ -37,7 +37,9 @@ def test_one_conv_model_is_exactly_the_wave_model(tmp_path: Path) -> None:
     assert t.predictor is not None and "wave model" in t.predictor and "8 SMs" in t.predictor
     assert "not measured" in t.describe()
     assert per_layer[0].median_us == pytest.approx(want)
-    assert per_layer[1].median_us == pytest.approx(predict(shape.with_channels(k=384), target, "fp16").predicted_us)
+    assert per_layer[1].median_us == pytest.approx(
+        predict(shape.with_channels(k=384), target, "fp16").predicted_us
+    )
 
 
 def test_sms_option_changes_the_target_sm_count() -> None:

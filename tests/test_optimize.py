@@ -156,7 +156,9 @@ def test_ort_backend_end_to_end_lossless(zoo_model_path: Callable[[str], Path], 
     loaded = onnx.load(str(src))
     shape = [d.dim_value for d in loaded.graph.input[0].type.tensor_type.shape.dim]
     x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
-    np.testing.assert_allclose(ort_outputs(tmp_path / "out" / "model.onnx", x), ort_outputs(src, x), atol=1e-4)
+    np.testing.assert_allclose(
+        ort_outputs(tmp_path / "out" / "model.onnx", x), ort_outputs(src, x), atol=1e-4
+    )
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["measured"] is True and report["note"] is None
     assert report["latency"]["input"]["runs"] == 5
@@ -193,7 +195,9 @@ def test_trim_refuses_plans_past_the_fidelity_thresholds(
     assert all(res.best_plan[g] >= w for g, w in res.original.items())
     assert all(plan_key(r["plan"]) not in journal_measured(tmp_path / "gated") for r in refused)
     # Without the gate (latency study; fidelity reported, not enforced) trims stay within 10 %.
-    free = run_model(src, tmp_path / "free", mode="trim", max_evals=12, fidelity_gate=False, fidelity_samples=1)
+    free = run_model(
+        src, tmp_path / "free", mode="trim", max_evals=12, fidelity_gate=False, fidelity_samples=1
+    )
     assert any(free.best_plan[g] < w for g, w in free.original.items())
     assert all(free.best_plan[g] >= -(-9 * w // 10) for g, w in free.original.items())
     assert free.timings["best"].median_us < res.timings["best"].median_us
@@ -206,7 +210,9 @@ def test_grow_only_widens_and_keeps_outputs(zoo_model_path: Callable[[str], Path
     assert all(res.best_plan[g] >= w for g, w in res.original.items())
     assert sum(res.best_plan.values()) > sum(res.original.values())
     assert res.timings["best"].median_us <= res.timings["round_up_8"].median_us * 1.005
-    assert json.loads((tmp_path / "grow" / "plan.json").read_text())["widths"] == dict(sorted(res.best_plan.items()))
+    assert json.loads((tmp_path / "grow" / "plan.json").read_text())["widths"] == dict(
+        sorted(res.best_plan.items())
+    )
     assert res.fidelity is not None and res.fidelity["passed"]
 
 
@@ -234,10 +240,12 @@ def test_bad_inputs_are_one_line_errors(zoo_model_path: Callable[[str], Path], t
     assert (tmp_path / "exists" / "something").exists()
 
 
-def test_resume_refuses_a_journal_from_another_run(zoo_model_path: Callable[[str], Path], tmp_path: Path) -> None:
+def test_resume_refuses_a_journal_from_another_run(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path
+) -> None:
     src = zoo_model_path("vgg16_pruned_b4")
     run_model(src, tmp_path / "out", max_evals=2)
-    with pytest.raises(DeployoptError, match="different run .*mode"):
+    with pytest.raises(DeployoptError, match=r"different run .*mode"):
         run_model(src, tmp_path / "out", resume=True, mode="grow")
 
 

@@ -36,13 +36,18 @@ def test_candidates_follow_the_score_and_wave_aligned_extras() -> None:
     score = {440: 5.0, 448: 9.0, 456: 1.0, 464: 2.0, 472: 9.0, 480: 9.0, 488: 9.0}
     got = candidate_widths(434, 0, "lossless", score=lambda w: score.get(w, 9.0), max_candidates=4)
     assert got == [434, 440, 456, 464]  # must-haves, then the two lowest predicted
-    got = candidate_widths(434, 0, "lossless", extra=[472, 999], score=lambda w: score.get(w, 9.0), max_candidates=4)
+    got = candidate_widths(
+        434, 0, "lossless", extra=[472, 999], score=lambda w: score.get(w, 9.0), max_candidates=4
+    )
     assert got == [434, 440, 456, 472]  # the wave-aligned 472 outranks plain multiples; 999 is out of range
     assert ceil_to(433, 8) == 440 and ceil_to(440, 8) == 440
 
 
 def _random_problem(rng: np.random.Generator, groups: int, edges: list[tuple[int, ...]]) -> TableCost:
-    domains = {f"g{i}": sorted(rng.choice(np.arange(8, 200, 8), size=3, replace=False).tolist()) for i in range(groups)}
+    domains = {
+        f"g{i}": sorted(rng.choice(np.arange(8, 200, 8), size=3, replace=False).tolist())
+        for i in range(groups)
+    }
     factors = []
     for j, scope_idx in enumerate(edges):
         scope = tuple(f"g{i}" for i in scope_idx)
@@ -129,7 +134,10 @@ def test_top_plans_are_distinct_and_ordered() -> None:
 
 
 def test_groups_without_factors_keep_their_default() -> None:
-    cost = TableCost({"a": [8, 16], "lonely": [24, 32]}, [Factor("c", ("a",), {(8,): 2.0, (16,): 1.0})],
-                     default={"lonely": 32})
+    cost = TableCost(
+        {"a": [8, 16], "lonely": [24, 32]},
+        [Factor("c", ("a",), {(8,): 2.0, (16,): 1.0})],
+        default={"lonely": 32},
+    )
     sol = cost.solve()
     assert sol is not None and sol.plan == {"a": 16, "lonely": 32}

@@ -54,7 +54,9 @@ def optimize_command(
         None, "--input-shape", help="NAME:1x3x224x224 (repeatable)."
     ),
     batch: Optional[int] = typer.Option(None, "--batch", help="Batch size to optimize for."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="fp16 (default; fp32 on ort) | fp32 | int8."),
+    dtype: Optional[str] = typer.Option(
+        None, "--dtype", help="fp16 | fp32 | int8 (default: fp16 where the backend runs it)."
+    ),
     mode: str = typer.Option("lossless", "--mode", help="lossless | trim | grow."),
     max_trim: float = typer.Option(
         0.10, "--max-trim", help="trim: largest share of a group's channels removed."
@@ -78,8 +80,12 @@ def optimize_command(
     from deployopt.optimize import OptimizeConfig, Optimizer, resolve_backend_name
 
     backend_name = resolve_backend_name(backend)
-    if dtype is None:
-        dtype = "fp32" if backend_name == "ort" else "fp16"
+    if dtype is None:  # fp16 where the backend runs it (the deployment case), else its default
+        from deployopt.backends.base import get_backend
+
+        b = get_backend(backend_name)
+        default = getattr(b, "default_dtype", None)
+        dtype = default() if callable(default) else ("fp16" if "fp16" in b.dtypes else b.dtypes[0])
     cfg = OptimizeConfig(
         model_path=model,
         target=target,

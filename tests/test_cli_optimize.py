@@ -1,0 +1,151 @@
+"""`deployopt optimize` on the command line: outputs, one-line errors, Ctrl-C and --resume."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from deployopt.backends.model import WaveModelSession
+from deployopt.cli.main import main
+from deployopt.journal import Journal
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("DEPLOYOPT_CACHE", str(tmp_path / "lut"))
+
+
+def cli(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
+) -> tuple[int, str, str]:
+    """Run the real entry point in-process: (exit code, stdout, stderr)."""
+    monkeypatch.setattr(sys, "argv", ["deployopt", *args])
+    code = 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def base_args(model: Path, outdir: Path) -> list[str]:
+    return ["optimize", str(model), "--target", "h200", "--sms", "8", "--backend", "model", "-o", str(outdir)]
+
+
+def test_json_report_of_a_predicted_run(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    model = zoo_model_path("vgg16_pruned_b4")
+    code, out, err = cli(
+        monkeypatch, capsys, *base_args(model, tmp_path / "out"), "--max-evals", "6", "--json"
+    )
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["backend"] == "model" and report["measured"] is False
+    assert report["note"] == "predicted by the wave model, not measured"
+    assert report["target"] == {"name": "h200", "sms": 8}
+    assert report["evaluations"]["count"] <= 6
+    plan = json.loads((tmp_path / "out" / "plan.json").read_text())
+    assert plan["widths"] == report["plan"]
+    # Same folder again without --resume/--force: a one-line refusal, exit 2.
+    code, out, err = cli(monkeypatch, capsys, *base_args(model, tmp_path / "out"))
+    assert code == 2 and err.strip().count("\n") == 0
+    assert "already exists; use --resume to continue or --force to start over" in err
+
+
+def test_bad_options_are_one_line_errors(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    model = zoo_model_path("vgg16_pruned_b4")
+    bad_calib = tmp_path / "calib.npy"
+    np.save(bad_calib, np.zeros((1, 3, 64, 64), dtype=np.float32))
+    cases = [
+        (["--mode", "trim", "--max-trim", "1.5"], "--max-trim 1.5: must be between 0 and 1"),
+        (["--max-trim", "0"], "--max-trim 0.0: must be between 0 and 1"),
+        (["--mode", "shrink"], "--mode 'shrink'"),
+        (["--resume", "--force"], "exclude each other"),
+        (["--calibration-data", str(bad_calib)], "calib.npy"),
+    ]
+    for extra, message in cases:
+        code, _, err = cli(monkeypatch, capsys, *base_args(model, tmp_path / "o"), *extra)
+        assert code == 2, (extra, err)
+        assert message in err and err.strip().count("\n") == 0, err
+        assert "Traceback" not in err
+    code, _, err = cli(
+        monkeypatch, capsys, "optimize", str(model), "--target", "jetson-9000", "-o", str(tmp_path / "p")
+    )
+    assert code == 2 and "unknown target 'jetson-9000'" in err
+    code, _, err = cli(
+        monkeypatch, capsys, *base_args(model, tmp_path / "q")[:-4], "--backend", "cuda", "-o", "x"
+    )
+    assert code == 2 and "unknown backend 'cuda'" in err
+    code, _, err = cli(monkeypatch, capsys, *base_args(tmp_path / "missing.onnx", tmp_path / "r"))
+    assert code == 2 and "no such file" in err
+    assert not (tmp_path / "o" / "journal.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_the_journal_and_resume_finishes(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    model = zoo_model_path("vgg16_pruned_b4")
+    real = WaveModelSession.predict_shapes
+    calls: list[Any] = []
+
+    def interrupt_on_fourth(self: WaveModelSession, *args: Any) -> Any:
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        calls.append(args)
+        return real(self, *args)
+
+    monkeypatch.setattr(WaveModelSession, "predict_shapes", interrupt_on_fourth)
+    out = tmp_path / "out"
+    code, _, err = cli(monkeypatch, capsys, *base_args(model, out), "--max-evals", "8")
+    assert code == 130
+    assert "interrupted; resume with --resume" in err
+    measured = [e for e in Journal.read(out / "journal.jsonl") if e["event"] == "measured"]
+    assert len(measured) == 3
+    assert not (out / "model.onnx").exists() and not (out / "report.json").exists()
+
+    monkeypatch.setattr(WaveModelSession, "predict_shapes", real)
+    code, stdout, err = cli(
+        monkeypatch, capsys, *base_args(model, out), "--max-evals", "8", "--resume", "--json"
+    )
+    assert code == 0, err
+    report = json.loads(stdout)
+    assert report["evaluations"]["from_journal"] == 3
+    assert report["evaluations"]["measured_this_run"] == report["evaluations"]["count"] - 3
+    assert (out / "model.onnx").exists()
+
+
+def test_auto_backend_without_a_gpu_is_the_wave_model_and_says_so(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    from deployopt.optimize import resolve_backend_name
+
+    if resolve_backend_name("auto") != "model":
+        pytest.skip("a GPU backend is usable here; auto would measure")
+    model = zoo_model_path("vgg16_pruned_b4")
+    code, out, err = cli(
+        monkeypatch,
+        capsys,
+        "optimize",
+        str(model),
+        "--target",
+        "nano",
+        "-o",
+        str(tmp_path / "a"),
+        "--max-evals",
+        "3",
+    )
+    assert code == 0, err
+    assert "predicted by the wave model, not measured" in out
+    report = json.loads((tmp_path / "a" / "report.json").read_text())
+    assert report["backend"] == "model" and report["target"]["sms"] == 1
