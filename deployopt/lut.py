@@ -31,20 +31,36 @@ def cache_root() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "deployopt" / "lut"
 
 
+VOLATILE = ("clock", "temp", "power", "time", "pid", "host", "memory_used", "utilization")
+
+
+def _stable(value: Any) -> Any:
+    """The environment without what drifts between two runs on the same device (clocks, times)."""
+    if isinstance(value, dict):
+        return {
+            k: _stable(v)
+            for k, v in sorted(value.items())
+            if not any(word in str(k).lower() for word in VOLATILE)
+        }
+    if isinstance(value, (list, tuple)):
+        return [_stable(v) for v in value]
+    return value
+
+
 def device_fingerprint(
     backend: str, environment: dict[str, Any] | None = None, sms: int | None = None
 ) -> str:
     """A folder name that changes whenever the timings could: backend, device, SM limit, versions.
 
-    Readable prefix (backend, device, SMs) plus a short hash of everything the backend reported
-    about its environment, so a driver or library upgrade starts a fresh table.
+    Readable prefix (backend, device, SMs) plus a short hash of the stable part of what the backend
+    reported about its environment (libraries, driver, GPU), so an upgrade starts a fresh table
+    while clock readings and timestamps do not.
     """
     env = dict(environment or {})
     device = str(env.get("device") or env.get("gpu") or env.get("target") or "unknown")
     slug = re.sub(r"[^A-Za-z0-9]+", "-", device).strip("-").lower() or "unknown"
-    stable = {k: v for k, v in sorted(env.items()) if k not in ("timestamp", "pid", "hostname", "time")}
     digest = hashlib.sha256(
-        json.dumps([backend, sms, stable], sort_keys=True, default=str).encode()
+        json.dumps([backend, sms, _stable(env)], sort_keys=True, default=str).encode()
     ).hexdigest()[:10]
     return f"{backend}-{slug}-{sms if sms else 'all'}sms-{digest}"
 

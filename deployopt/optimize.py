@@ -409,19 +409,9 @@ class Optimizer:
         return self._layer_cache
 
     def _session_environment(self) -> dict[str, Any]:
-        env = getattr(self.session, "environment", None)
-        if callable(env):
-            env = env()
-        if not isinstance(env, dict):
-            env = {}
-        if not env:
-            from deployopt.environment import collect
-
-            try:
-                env = collect(self.backend_name)
-            except Exception:  # environment is best effort; the fingerprint still has backend + SMs
-                env = {}
-        env = {k: v for k, v in env.items() if isinstance(v, (str, int, float, bool, type(None)))}
+        """What the backend said about itself when it timed the first baseline (replayed on resume,
+        so a resumed run finds the same table)."""
+        env = dict(self.evaluations[0].timing.environment) if self.evaluations else {}
         env.setdefault("target", self.target.name)
         return env
 

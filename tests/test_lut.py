@@ -82,10 +82,17 @@ def test_a_corrupt_entry_is_measured_again(tmp_path: Path) -> None:
 
 
 def test_fingerprint_changes_with_what_changes_timings() -> None:
-    env = {"gpu": "NVIDIA H200", "torch": "2.11", "driver": "580", "timestamp": 1}
+    env = {
+        "gpu": "NVIDIA H200",
+        "torch": "2.11",
+        "clocks": {"driver": "580", "sm_clock_mhz": 1980.0},
+        "timestamp": 1,
+    }
     fp = device_fingerprint("torch", env, 8)
     assert fp.startswith("torch-nvidia-h200-8sms-")
     assert device_fingerprint("torch", {**env, "timestamp": 2}, 8) == fp
+    assert device_fingerprint("torch", {**env, "clocks": {"driver": "580", "sm_clock_mhz": 1755.0}}, 8) == fp
+    assert device_fingerprint("torch", {**env, "clocks": {"driver": "590", "sm_clock_mhz": 1980.0}}, 8) != fp
     assert device_fingerprint("torch", env, 16) != fp
     assert device_fingerprint("torch", {**env, "torch": "2.12"}, 8) != fp
     assert device_fingerprint("ort", env, None).startswith("ort-nvidia-h200-allsms-")
