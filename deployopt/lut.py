@@ -40,7 +40,7 @@ def _stable(value: Any) -> Any:
         return {
             k: _stable(v)
             for k, v in sorted(value.items())
-            if not any(word in str(k).lower() for word in VOLATILE)
+            if isinstance(v, dict) or not any(word in str(k).lower() for word in VOLATILE)
         }
     if isinstance(value, (list, tuple)):
         return [_stable(v) for v in value]
