@@ -40,13 +40,20 @@ def set_sm_limit(num_sms: int) -> Any:
     Must run before any model, tensor or cuDNN handle exists. On the H200 the SM count is rounded
     up to a multiple of 8 by the driver, so callers should pass multiples of 8.
     """
+    import warnings
+
+    global _GREEN_CONTEXT
     torch = _torch()
     if not hasattr(torch.cuda, "GreenContext"):
         raise BackendUnavailable(f"torch {torch.__version__} has no torch.cuda.GreenContext (need >= 2.10)")
-    global _GREEN_CONTEXT
-    torch.cuda.init()
-    ctx = torch.cuda.GreenContext.create(num_sms, 0)
-    ctx.set_context()
+    torch.cuda.init()  # the green context needs the primary context to exist first
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # set_context is deprecated in torch 2.14, still works
+        try:
+            ctx = torch.cuda.GreenContext.create(num_sms=num_sms, device_id=0)
+        except TypeError:  # torch <= 2.13 signature: create(num_sms, device_id)
+            ctx = torch.cuda.GreenContext.create(num_sms, 0)
+        ctx.set_context()
     _GREEN_CONTEXT = ctx  # the context dies with this object: keep it for the process's life
     return ctx
 

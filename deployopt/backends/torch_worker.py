@@ -22,7 +22,6 @@ import sys
 import tempfile
 import time
 import traceback
-import warnings
 from typing import Any
 
 PASS_PREFIX = "deployopt::forward#"
@@ -94,15 +93,9 @@ class Worker:
                 "BackendUnavailable",
                 f"torch {torch.__version__} has no torch.cuda.GreenContext (need >= 2.10)",
             )
-        torch.cuda.init()  # the green context needs the primary context to exist first
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # set_context is deprecated in torch 2.14, still works
-            try:
-                ctx = torch.cuda.GreenContext.create(num_sms=sms, device_id=0)
-            except TypeError:  # older signature: create(num_sms, device_id)
-                ctx = torch.cuda.GreenContext.create(sms, 0)
-            ctx.set_context()
-        self.green_context = ctx  # the context dies with this object: the worker keeps it for life
+        from deployopt.backends.cuda_conv import set_sm_limit
+
+        self.green_context = set_sm_limit(sms)
 
     # -- environment and descriptions -------------------------------------------------------
 
