@@ -1,0 +1,361 @@
+"""Benchmark of `deployopt optimize` against plain rounding (issue 5), on a GPU with the torch backend.
+
+For each case (VGG16 or ResNet56 with CIFAR shapes, irregularly pruned with random_prune seed 0/1/2)
+and one SM setting, in ONE backend session (one worker process, one green context):
+  1. deployopt lossless and deployopt trim-10 % on the pruned model (their per-layer table is the
+     same on-disk cache, so the trim run re-uses every layer the lossless run timed);
+  2. then a final comparison measured in interleaved rounds (drift hits every model alike):
+     unpruned, irregular pruned, round-up-to-8, deployopt lossless, deployopt trim-10 %.
+MobileNetV2 (real ImageNet weights, 224×224) gets the lossless run, the same final comparison (input,
+round-up-to-8, lossless), and a top-1 check of the lossless plan on the foolbox ImageNet images.
+
+Resumable: every optimize run journals into --workdir, the results JSON is rewritten after each
+case, finished cases are skipped, and --deadline stops cleanly (journals intact) so the same
+command continues where it stopped. Example (lead, on the H200):
+
+  python benchmarks/bench_optimize.py --sms 8 --models vgg16 --seeds 0,1,2 \\
+      --workdir $OUT/work --out $OUT/optimize_sms8.json --deadline 500
+
+The trim runs use random-weight models, so fidelity is reported, not enforced (fidelity_gate off):
+this measures latency, as FINDINGS §2 did; accuracy after trimming needs the real model's retraining.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from deployopt.backends.base import MeasureOptions, get_backend
+from deployopt.fileio import write_json
+from deployopt.optimize import OptimizeConfig, OptimizeResult, optimize
+from deployopt.timing import Timing, compare
+
+BATCH = {
+    "full": {"vgg16": 128, "resnet56": 256, "mobilenetv2": 64},
+    "8": {"vgg16": 16, "resnet56": 32, "mobilenetv2": 8},
+}
+
+
+class Deadline(Exception):
+    """Raised from the optimizer's progress callback: stop now, the journal has everything so far."""
+
+
+def build_models(model: str, seed: int, batch: int) -> dict[str, onnx.ModelProto]:
+    """unpruned, pruned (irregular, random_prune(seed)) and round_up_8 (pruned widths to multiples of 8)."""
+    from deployopt import zoo
+    from deployopt.zoo.pruning import random_prune, round_up
+
+    if model == "vgg16":
+        widths = random_prune(zoo.VGG16_WIDTHS, seed=seed)
+        return {
+            "unpruned": zoo.vgg16_cifar(None, batch=batch),
+            "pruned": zoo.vgg16_cifar(widths, batch=batch),
+            "round_up_8": zoo.vgg16_cifar(round_up(widths, 8), batch=batch),
+        }
+    if model == "resnet56":
+        inner = random_prune(zoo.RESNET56_INNER_WIDTHS, seed=seed)
+        return {
+            "unpruned": zoo.resnet56_cifar(None, batch=batch),
+            "pruned": zoo.resnet56_cifar(inner, batch=batch),
+            "round_up_8": zoo.resnet56_cifar(round_up(inner, 8), batch=batch),
+        }
+    raise ValueError(model)
+
+
+def interleaved(session: Any, paths: dict[str, Path], rounds: int) -> dict[str, Timing]:
+    """Each model measured `rounds` times in turn; samples pooled per model."""
+    pooled: dict[str, Timing] = {}
+    for _ in range(rounds):
+        for name, path in paths.items():
+            t = session.measure(path)
+            if name in pooled:
+                pooled[name].samples_us.extend(t.samples_us)
+            else:
+                pooled[name] = t
+    return pooled
+
+
+def summarize(res: OptimizeResult) -> dict[str, Any]:
+    return {
+        "best_plan": res.best_plan,
+        "best_label": res.best_label,
+        "original": res.original,
+        "round_up": res.round_up,
+        "evaluations": res.evaluation_count,
+        "evaluations_list": res.report["evaluations"]["list"],
+        "per_layer_sweep": res.sweep,
+        "optimize_timings": {k: t.to_json() for k, t in res.timings.items()},
+        "fidelity": res.fidelity,
+        "solver": res.report["solver"]["method"],
+    }
+
+
+def run_optimize(
+    args: argparse.Namespace, session: Any, src: Path, outdir: Path, mode: str, check: Any
+) -> Any:
+    journal = outdir / "journal.jsonl"
+    if outdir.exists() and not journal.exists():
+        shutil.rmtree(outdir)  # created but nothing measured: start clean
+    cfg = OptimizeConfig(
+        model_path=src,
+        target=args.target,
+        backend=args.backend,
+        sms=args.sms_int,
+        dtype=args.dtype,
+        mode=mode,
+        max_trim=args.max_trim,
+        max_evals=args.max_evals,
+        runs=args.runs,
+        warmup=args.warmup,
+        outdir=outdir,
+        resume=journal.exists(),
+        max_candidates=args.max_candidates,
+        fidelity=not args.no_fidelity,
+        fidelity_gate=False,
+        fidelity_samples=1,
+        cache_root=Path(args.workdir) / "lut",
+        plots=False,
+    )
+    return optimize(cfg, session=session, progress=check)
+
+
+def timing_table(timings: dict[str, Timing], ref: str) -> dict[str, Any]:
+    out = {}
+    for name, t in timings.items():
+        row = t.to_json()
+        for other in (ref, "round_up_8"):
+            if other in timings and other != name:
+                c = compare(timings[other], t)
+                row[f"vs_{other}"] = {"verdict": c.verdict, "ratio": c.ratio, "p_value": c.p_value}
+        out[name] = row
+    return out
+
+
+def cifar_case(args: argparse.Namespace, session: Any, model: str, seed: int, check: Any) -> dict[str, Any]:
+    batch = BATCH[args.sms][model]
+    case_dir = Path(args.workdir) / f"sms{args.sms}" / f"{model}_seed{seed}"
+    case_dir.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for name, m in build_models(model, seed, batch).items():
+        paths[name] = case_dir / f"{name}.onnx"
+        if not paths[name].exists():
+            onnx.save(m, str(paths[name]))
+    t0 = time.perf_counter()
+    lossless = run_optimize(args, session, paths["pruned"], case_dir / "lossless", "lossless", check)
+    t1 = time.perf_counter()
+    trim = run_optimize(args, session, paths["pruned"], case_dir / "trim", "trim", check)
+    t2 = time.perf_counter()
+    paths["deployopt_lossless"] = case_dir / "lossless" / "model.onnx"
+    paths["deployopt_trim"] = case_dir / "trim" / "model.onnx"
+    final = interleaved(session, paths, args.rounds)
+    return {
+        "model": model,
+        "seed": seed,
+        "batch": batch,
+        "sms": args.sms_int,
+        "final": timing_table(final, "pruned"),
+        "lossless": {**summarize(lossless), "wall_s": t1 - t0},
+        "trim": {**summarize(trim), "wall_s": t2 - t1},
+    }
+
+
+def mobilenet_case(args: argparse.Namespace, session: Any, check: Any) -> dict[str, Any]:
+    from deployopt.fidelity import compare_models, load_calibration
+    from deployopt.model import load_model
+    from deployopt.surgery import apply_plan
+    from deployopt.zoo.mobilenetv2 import export_mobilenetv2
+
+    batch = BATCH[args.sms]["mobilenetv2"]
+    case_dir = Path(args.workdir) / f"sms{args.sms}" / "mobilenetv2"
+    case_dir.mkdir(parents=True, exist_ok=True)
+    src = case_dir / "mobilenetv2.onnx"
+    if not src.exists():
+        export_mobilenetv2(src, batch=batch)
+    t0 = time.perf_counter()
+    res = run_optimize(args, session, src, case_dir / "lossless", "lossless", check)
+    wall = time.perf_counter() - t0
+    loaded = load_model(src)
+    r8 = case_dir / "round_up_8.onnx"
+    onnx.save(apply_plan(loaded.model, res.round_up), str(r8))
+    final = interleaved(
+        session,
+        {"input": src, "round_up_8": r8, "deployopt_lossless": case_dir / "lossless" / "model.onnx"},
+        args.rounds,
+    )
+    # Top-1 on the real ImageNet images, batch 1, with the plan found at the benchmark batch.
+    top1: dict[str, Any] = {}
+    try:
+        b1 = case_dir / "mobilenetv2_b1.onnx"
+        if not b1.exists():
+            export_mobilenetv2(b1, batch=1)
+        ref = load_model(b1).model
+        from deployopt.coupling import analyze
+
+        cand = apply_plan(ref, res.best_plan, analyze(ref))
+        images = case_dir / "imagenet_images"
+        images.mkdir(exist_ok=True)
+        import importlib.util
+
+        spec = importlib.util.find_spec("foolbox")
+        if spec is None or not spec.submodule_search_locations:
+            raise RuntimeError("foolbox (its data/ folder of labelled images) is not installed")
+        data = Path(next(iter(spec.submodule_search_locations))) / "data"
+        for p in sorted(data.glob("imagenet_*")):
+            shutil.copy(p, images / p.name)
+        calib = load_calibration(
+            images, inputs={"input": [1, 3, 224, 224]}, count=len(list(images.iterdir()))
+        )
+        rep = compare_models(ref, cand, calib)
+        top1 = rep.to_json()
+        labels = [int(p.stem.split("_")[-1]) for p in sorted(images.iterdir())]
+        import numpy as np
+        import onnxruntime as ort
+
+        preds = {}
+        for name, m in (("input", ref), ("deployopt_lossless", cand)):
+            sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+            preds[name] = [int(np.argmax(sess.run(None, {"input": s["input"]})[0])) for s in calib.samples]
+        top1["labels"] = labels
+        top1["predictions"] = preds
+        top1["correct"] = {k: sum(int(a == b) for a, b in zip(v, labels)) for k, v in preds.items()}
+    except Exception as exc:  # the latency result stands; say why the accuracy check did not run
+        top1 = {"error": f"{type(exc).__name__}: {exc}"}
+    return {
+        "model": "mobilenetv2",
+        "batch": batch,
+        "sms": args.sms_int,
+        "final": timing_table(final, "input"),
+        "lossless": {**summarize(res), "wall_s": wall},
+        "top1": top1,
+    }
+
+
+def print_summary(results: dict[str, Any]) -> None:
+    print(
+        f"\n{'case':<22} {'pruned':>9} {'r8':>9} {'lossless':>9} {'trim':>9} {'trim/pruned':>11} "
+        f"{'trim/r8':>8} {'evals L/T':>10} {'sweep s':>8}"
+    )
+    for cid, case in sorted(results["cases"].items()):
+        f = case["final"]
+        if case["model"] == "mobilenetv2":
+            print(
+                f"{cid:<22} input {f['input']['median_us']:.1f} r8 {f['round_up_8']['median_us']:.1f} "
+                f"lossless {f['deployopt_lossless']['median_us']:.1f} µs; top-1 {case['top1'].get('correct')}"
+            )
+            continue
+        p, r8 = f["pruned"]["median_us"], f["round_up_8"]["median_us"]
+        lo, tr = f["deployopt_lossless"]["median_us"], f["deployopt_trim"]["median_us"]
+        sweep = case["lossless"]["per_layer_sweep"]["seconds"] + case["trim"]["per_layer_sweep"]["seconds"]
+        print(
+            f"{cid:<22} {p:9.1f} {r8:9.1f} {lo:9.1f} {tr:9.1f} {100 * (tr / p - 1):+10.1f}% "
+            f"{100 * (tr / r8 - 1):+7.1f}% "
+            f"{case['lossless']['evaluations']:>4}/{case['trim']['evaluations']:<4} "
+            f"{sweep:8.1f}"
+        )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument(
+        "--sms", choices=["full", "8"], required=True, help="full GPU or a green context of 8 SMs"
+    )
+    ap.add_argument("--models", default="vgg16,resnet56,mobilenetv2")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--out", required=True, help="results JSON (rewritten after every case)")
+    ap.add_argument(
+        "--workdir", default="benchmarks/results/optimize_work", help="models, journals, LUT cache"
+    )
+    ap.add_argument("--backend", default="torch")
+    ap.add_argument("--target", default="h200")
+    ap.add_argument("--dtype", default="fp16")
+    ap.add_argument("--runs", type=int, default=100)
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the final comparison")
+    ap.add_argument("--max-evals", type=int, default=40)
+    ap.add_argument("--max-trim", type=float, default=0.10)
+    ap.add_argument("--max-candidates", type=int, default=8)
+    ap.add_argument(
+        "--no-fidelity", action="store_true", help="skip the onnxruntime output checks (CPU time)"
+    )
+    ap.add_argument("--deadline", type=float, default=500.0, help="stop cleanly after this many seconds")
+    args = ap.parse_args()
+    args.sms_int = None if args.sms == "full" else int(args.sms)
+    start = time.perf_counter()
+
+    def check(kind: str, **info: Any) -> None:
+        if time.perf_counter() - start > args.deadline:
+            raise Deadline
+        if kind == "eval":
+            print(f"  eval {info['done']}: {info['label']} {info['timing'].median_us:.1f} µs", flush=True)
+
+    out = Path(args.out)
+    results = json.loads(out.read_text()) if out.exists() else {"cases": {}}
+    results.update(
+        {
+            "sms": args.sms_int,
+            "target": args.target,
+            "backend": args.backend,
+            "dtype": args.dtype,
+            "runs": args.runs,
+            "warmup": args.warmup,
+            "rounds": args.rounds,
+            "max_evals": args.max_evals,
+            "max_trim": args.max_trim,
+            "max_candidates": args.max_candidates,
+            "command": sys.argv,
+        }
+    )
+    todo = []
+    for model in args.models.split(","):
+        if model == "mobilenetv2":
+            todo.append(("mobilenetv2", None))
+        else:
+            todo += [(model, int(s)) for s in args.seeds.split(",")]
+    from deployopt.targets import get_target
+
+    target = get_target(args.target, sms=args.sms_int)
+    opts = MeasureOptions(
+        dtype=args.dtype, sms=args.sms_int, runs=args.runs, warmup=args.warmup, extra={"target": target}
+    )
+    stopped = None
+    with get_backend(args.backend).open(opts) as session:
+        for model, seed in todo:
+            cid = model if seed is None else f"{model}_seed{seed}"
+            if cid in results["cases"]:
+                print(f"{cid}: done before, skipped")
+                continue
+            print(f"{cid}: running ({time.perf_counter() - start:.0f} s elapsed)", flush=True)
+            try:
+                if model == "mobilenetv2":
+                    results["cases"][cid] = mobilenet_case(args, session, check)
+                else:
+                    results["cases"][cid] = cifar_case(args, session, model, seed, check)
+            except Deadline:
+                stopped = cid
+                break
+            write_json(out, results)
+    results["incomplete"] = (
+        []
+        if stopped is None
+        else [
+            (m if s is None else f"{m}_seed{s}")
+            for m, s in todo
+            if (m if s is None else f"{m}_seed{s}") not in results["cases"]
+        ]
+    )
+    write_json(out, results)
+    print_summary(results)
+    if stopped:
+        print(f"\nstopped at the deadline in {stopped}; run the same command again to continue")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
