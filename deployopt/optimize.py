@@ -398,6 +398,11 @@ class Optimizer:
         self.deps = deps
         return TableCost(domains, factors, default=self.round_up)
 
+    @property
+    def layer_cache(self) -> LayerCache | None:
+        """The per-layer table this run used; pass it to the next run on the same session to share it."""
+        return self._layer_cache
+
     def _get_layer_cache(self) -> LayerCache:
         if self._layer_cache is not None:
             return self._layer_cache
