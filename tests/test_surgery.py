@@ -349,3 +349,19 @@ def test_initializers_listed_as_inputs_are_resized(tmp_path: Path) -> None:
     decl = next(i for i in padded.graph.input if i.name == "conv9.w")
     assert [d.dim_value for d in decl.type.tensor_type.shape.dim] == [32, 16, 3, 3]
     np.testing.assert_allclose(run(padded), run(model), atol=1e-5, rtol=0)
+
+
+def test_conv_transpose_pads_and_trims() -> None:
+    n = Net(hw=4)
+    a = n.cbr("x", 12)
+    w = n.init("up.w", np.random.default_rng(5).standard_normal((12, 6, 2, 2)) * 0.3)
+    b = n.init("up.b", np.random.default_rng(6).standard_normal(6) * 0.1)
+    up = n.op("ConvTranspose", [a, w, b], (6, 8, 8), kernel_shape=[2, 2], strides=[2, 2])
+    model = n.build(n.conv(n.op("Relu", [up]), 4))
+    analysis = analyze(model)
+    assert {g.id for g in analysis.free_groups()} == {"conv1", "convtranspose4"}
+    padded = apply_plan(model, {"conv1": 16, "convtranspose4": 8}, analysis)
+    shape = next(t for t in padded.graph.initializer if t.name == "up.w").dims
+    assert list(shape) == [16, 8, 2, 2]
+    np.testing.assert_allclose(run(padded), run(model), atol=1e-5, rtol=0)
+    assert run(apply_plan(model, {"conv1": 5, "convtranspose4": 3}, analysis)).shape == (1, 4, 8, 8)
