@@ -245,6 +245,80 @@ def mobilenet_case(args: argparse.Namespace, session: Any, check: Any) -> dict[s
     }
 
 
+class _NullJournal:
+    def write(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+def solver_study(args: argparse.Namespace) -> dict[str, Any]:
+    """Exact variable elimination vs coordinate descent on the same per-layer tables (no device time
+    with --backend model): table cost reached and solver wall time, per case and mode."""
+    from deployopt.journal import Replay
+    from deployopt.targets import get_target
+
+    rows = []
+    target = get_target(args.target, sms=args.sms_int)
+    opts = MeasureOptions(dtype=args.dtype, sms=args.sms_int, runs=1, warmup=0, extra={"target": target})
+    tmp = Path(args.workdir) / "solver_study"
+    tmp.mkdir(parents=True, exist_ok=True)
+    with get_backend(args.backend).open(opts) as session:
+        for model in [m for m in args.models.split(",") if m != "mobilenetv2"]:
+            for seed in [int(s) for s in args.seeds.split(",")]:
+                src = tmp / f"{model}_seed{seed}.onnx"
+                onnx.save(build_models(model, seed, BATCH[args.sms][model])["pruned"], str(src))
+                for mode in ("lossless", "trim"):
+                    cfg = OptimizeConfig(
+                        model_path=src,
+                        target=args.target,
+                        backend=args.backend,
+                        sms=args.sms_int,
+                        dtype=args.dtype,
+                        mode=mode,
+                        max_candidates=args.max_candidates,
+                        fidelity=False,
+                        cache_root=Path(args.workdir) / "lut",
+                    )
+                    opt = Optimizer(cfg, session=session)
+                    opt.replay, opt.evaluations, opt.table = Replay(), [], None
+                    opt._load()
+                    opt.session = session
+                    opt.domains = opt._candidates()
+                    table = opt._build_table(opt.domains, Replay(), _NullJournal())
+                    r8, orig = opt._clamp(opt.round_up), opt._clamp(opt.original)
+                    t0 = time.perf_counter()
+                    exact = table.solve()
+                    t1 = time.perf_counter()
+                    cd_r8 = table.coordinate_descent([r8])
+                    cd_orig = table.coordinate_descent([orig])
+                    cd_multi = table.coordinate_descent([r8, orig, opt._wave_start(opt.domains)])
+                    t2 = time.perf_counter()
+                    assert exact is not None
+                    rows.append(
+                        {
+                            "case": f"{model}_seed{seed}",
+                            "mode": mode,
+                            "groups": len(opt.domains),
+                            "candidates": sum(len(d) for d in opt.domains.values()),
+                            "table_round_up_8_us": table.cost(r8),
+                            "table_original_us": table.cost(orig),
+                            "exact_us": exact.cost_us,
+                            "cd_from_round_up_us": cd_r8.cost_us,
+                            "cd_from_original_us": cd_orig.cost_us,
+                            "cd_multistart_us": cd_multi.cost_us,
+                            "exact_s": t1 - t0,
+                            "cd_all_s": t2 - t1,
+                        }
+                    )
+                    r = rows[-1]
+                    print(
+                        f"{r['case']:<16} {mode:<8} r8 {r['table_round_up_8_us']:8.1f} exact "
+                        f"{r['exact_us']:8.1f} ({r['exact_s'] * 1e3:.0f} ms)  "
+                        f"CD r8 {r['cd_from_round_up_us']:8.1f} "
+                        f"CD orig {r['cd_from_original_us']:8.1f} CD multi {r['cd_multistart_us']:8.1f}"
+                    )
+    return {"backend": args.backend, "target": args.target, "sms": args.sms_int, "rows": rows}
+
+
 def print_summary(results: dict[str, Any]) -> None:
     print(
         f"\n{'case':<22} {'pruned':>9} {'r8':>9} {'lossless':>9} {'trim':>9} {'trim/pruned':>11} "
@@ -293,8 +367,12 @@ def main() -> int:
         "--no-fidelity", action="store_true", help="skip the onnxruntime output checks (CPU time)"
     )
     ap.add_argument("--deadline", type=float, default=500.0, help="stop cleanly after this many seconds")
+    ap.add_argument("--solver-study", action="store_true", help="compare solvers on the tables only")
     args = ap.parse_args()
     args.sms_int = None if args.sms == "full" else int(args.sms)
+    if args.solver_study:
+        write_json(Path(args.out), solver_study(args))
+        return 0
     start = time.perf_counter()
 
     def check(kind: str, **info: Any) -> None:
