@@ -316,7 +316,15 @@ def solver_study(args: argparse.Namespace) -> dict[str, Any]:
                         f"CD r8 {r['cd_from_round_up_us']:8.1f} "
                         f"CD orig {r['cd_from_original_us']:8.1f} CD multi {r['cd_multistart_us']:8.1f}"
                     )
-    return {"backend": args.backend, "target": args.target, "sms": args.sms_int, "rows": rows}
+        predictor = getattr(session, "predictor", None)
+    return {
+        "backend": args.backend,
+        "predictor": predictor,
+        "target": args.target,
+        "sms": args.sms_int,
+        "command": sys.argv,
+        "rows": rows,
+    }
 
 
 def print_summary(results: dict[str, Any]) -> None:
