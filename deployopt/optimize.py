@@ -40,7 +40,7 @@ from deployopt.timing import Timing, compare
 BACKEND_CHOICES = ("auto", "tensorrt", "trtexec", "torch", "ort", "model")
 LOSSLESS_ATOL = 1e-4
 MAX_TABLE_COMBOS = 256  # per conv; beyond this (wide concats) its table is taken as separable
-OUTPUT_FILES = ("model.onnx", "plan.json", "report.json", "report.md")
+OUTPUT_FILES = ("model.onnx", "plan.json", "report.json", "report.md", "model.engine")
 
 ProgressFn = Callable[..., None]
 
@@ -718,6 +718,18 @@ class Optimizer:
             if session_cm is not None:
                 session_cm.close()
 
+    def _keep_engine(self, best: Evaluation) -> str | None:
+        """The engine a TensorRT backend built for the chosen plan, copied to OUTDIR/model.engine
+        (the backend builds it in this run's work folder, which is removed at the end)."""
+        from deployopt.fileio import atomic_path
+
+        engine = best.timing.environment.get("engine") if isinstance(best.timing.environment, dict) else None
+        if not engine or not Path(engine).is_file():
+            return None
+        with atomic_path(self.outdir / "model.engine") as tmp:
+            shutil.copyfile(engine, tmp)
+        return "model.engine"
+
     def _open_session(self) -> Any:
         from deployopt.backends.base import MeasureOptions, get_backend
 
@@ -768,6 +780,7 @@ class Optimizer:
             external_data=bool(getattr(self.loaded, "external_data", False)),
         )
         write_json(self.outdir / "plan.json", {"widths": {g: int(w) for g, w in sorted(best.plan.items())}})
+        report["engine"] = self._keep_engine(best)
         write_report(self.outdir, report, self if self.cfg.plots else None)
         return OptimizeResult(
             outdir=self.outdir,

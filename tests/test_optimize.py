@@ -79,6 +79,7 @@ def test_lossless_with_the_wave_model_writes_everything(
     # The solver's table optimum was measured (first evaluation after the two baselines).
     assert res.evaluations[2].label.startswith("solver #") or res.evaluations[1].label == "round-up-to-8"
     assert report["solver"]["method"] == "variable elimination (exact)"
+    assert report["engine"] is None and not (out / "model.engine").exists()  # no TensorRT here
 
 
 @pytest.mark.slow
@@ -260,3 +261,49 @@ def test_mobilenetv2_lossless_with_the_wave_model(tmp_path: Path) -> None:
     assert res.timings["best"].median_us <= res.timings["round_up_8"].median_us
     assert res.fidelity is not None and res.fidelity["max_abs_error"] <= 1e-4
     assert len(res.original) >= 10
+
+
+class EngineSession:
+    """Stand-in for a TensorRT session: wave-model numbers, 'measured', an engine file per model."""
+
+    backend = type("StubBackend", (), {"name": "stub", "measured": True})()
+
+    def __init__(self) -> None:
+        opts = MeasureOptions(dtype="fp16", sms=8, extra={"target": "h200"})
+        self.inner = get_backend("model").open(opts)
+        self.measured: list[str] = []
+
+    def measure(self, path: Path) -> Any:
+        from deployopt.timing import Timing
+
+        t = self.inner.measure(path)
+        engine = Path(path).with_suffix(".engine")
+        engine.write_bytes(b"ENGINE " + Path(path).name.encode())
+        self.measured.append(Path(path).name)
+        return Timing("stub", t.samples_us, environment={"gpu": "stub", "engine": str(engine)})
+
+    def measure_convs(self, shapes: list[Any]) -> Any:
+        return self.inner.measure_convs(shapes)
+
+
+def test_the_engine_of_the_chosen_plan_is_kept(zoo_model_path: Callable[[str], Path], tmp_path: Path) -> None:
+    src = zoo_model_path("vgg16_pruned_b4")
+    session = EngineSession()
+    cfg = OptimizeConfig(
+        model_path=src,
+        target="h200",
+        sms=8,
+        outdir=tmp_path / "out",
+        max_evals=4,
+        plots=False,
+        fidelity=False,
+        cache_root=tmp_path / "lut",
+        backend="model",
+    )
+    res = optimize(cfg, session=session)
+    best = next(e for e in res.evaluations if e.plan == res.best_plan)
+    assert (tmp_path / "out" / "model.engine").read_bytes() == f"ENGINE candidate{best.index}.onnx".encode()
+    assert res.report["engine"] == "model.engine"
+    assert len(session.measured) == res.evaluation_count == 4
+    # Measured per-layer tables are persisted (predicted ones are not).
+    assert any((tmp_path / "lut").rglob("*.json"))
