@@ -20,6 +20,8 @@ from onnx import TensorProto
 
 from deployopt.errors import ModelError
 
+_MAX_FOLD_PASSES = 16
+
 #: Ops that make a graph worth running through onnx-graphsurgeon's constant folding.
 _FOLD_HINT_OPS = frozenset({"Constant", "ConstantOfShape", "Shape", "Size"})
 
@@ -171,6 +173,12 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     level = G_LOGGER.severity
     G_LOGGER.severity = G_LOGGER.ERROR
     try:
+        import onnxruntime as ort
+
+        ort.set_default_logger_severity(3)  # graph-optimizer warnings about the folded subgraphs are noise
+    except ImportError:  # graphsurgeon reports the missing onnxruntime itself
+        ort = None
+    try:
         graph = gs.import_onnx(model)
         graph.toposort()
         graph.fold_constants()
@@ -182,6 +190,8 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
         ) from None
     finally:
         G_LOGGER.severity = level
+        if ort is not None:
+            ort.set_default_logger_severity(2)
     copy_model_metadata(model, folded)
     return folded
 
@@ -215,10 +225,16 @@ def load_model(path: str | os.PathLike[str], input_shapes: dict[str, list[int]] 
     _clear_derived_shapes(model)
     model = _infer(model, path)
     if _needs_folding(model):
-        n_before = len(model.graph.node)
-        model = _fold_constants(model)
-        del model.graph.value_info[:]
-        model = _infer(model, path)
+        # each pass can expose more: a folded Shape gives a static Reshape, whose output shape
+        # makes the next Shape foldable (Polygraphy also folds in passes)
+        n_before = n_prev = len(model.graph.node)
+        for _ in range(_MAX_FOLD_PASSES):
+            model = _fold_constants(model)
+            del model.graph.value_info[:]
+            model = _infer(model, path)
+            if len(model.graph.node) == n_prev or not _needs_folding(model):
+                break
+            n_prev = len(model.graph.node)
         notices.append(f"folded constant subgraphs: {n_before} → {len(model.graph.node)} nodes")
     return LoadedModel(model=model, path=path, notices=notices, input_shapes=fixed, external_data=external)
 

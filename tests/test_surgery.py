@@ -365,3 +365,41 @@ def test_conv_transpose_pads_and_trims() -> None:
     assert list(shape) == [16, 8, 2, 2]
     np.testing.assert_allclose(run(padded), run(model), atol=1e-5, rtol=0)
     assert run(apply_plan(model, {"conv1": 5, "convtranspose4": 3}, analysis)).shape == (1, 4, 8, 8)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("arch", "free", "frozen_reason"),
+    [
+        ("efficientnet_b0", 40, None),  # SE blocks with SiLU (Sigmoid·Mul), depthwise convs
+        ("shufflenet_v2_x0_5", 18, "mixes channels with other axes"),  # channel shuffle = Reshape/Transpose
+    ],
+)
+def test_torchvision_exports_pad_exactly(
+    arch: str, free: int, frozen_reason: str | None, tmp_path: Path
+) -> None:
+    torch = pytest.importorskip("torch")
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    net = getattr(torchvision.models, arch)(weights=None).eval()
+    for mod in net.modules():  # non-trivial BatchNorm statistics, as a trained net has
+        if isinstance(mod, torch.nn.BatchNorm2d):
+            mod.running_mean.uniform_(-0.1, 0.1)
+            mod.running_var.uniform_(0.5, 1.5)
+            mod.bias.data.uniform_(-0.1, 0.1)
+    path = tmp_path / f"{arch}.onnx"
+    x = torch.randn(1, 3, 224, 224)
+    axes = {"input": {0: "n"}, "logits": {0: "n"}}
+    torch.onnx.export(net, x, str(path), dynamo=False, opset_version=17, input_names=["input"],
+                      output_names=["logits"], dynamic_axes=axes)  # fmt: skip
+    loaded = load_model(path)
+    assert not any(n.op_type in ("Shape", "Constant") for n in loaded.model.graph.node)  # folded in passes
+    analysis = analyze(loaded.model)
+    assert len(analysis.free_groups()) == free
+    if frozen_reason:
+        assert any(frozen_reason in g.reason for g in analysis.groups)
+    padded = apply_plan(loaded.model, padded_plan(analysis), analysis)
+    sess = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+            for m in (loaded.model, padded)]  # fmt: skip
+    ref, out = (s.run(None, {"input": x.numpy()})[0] for s in sess)
+    np.testing.assert_allclose(out, ref, atol=1e-4, rtol=0)
