@@ -306,6 +306,7 @@ def solver_study(args: argparse.Namespace) -> dict[str, Any]:
                             "cd_from_original_us": cd_orig.cost_us,
                             "cd_multistart_us": cd_multi.cost_us,
                             "exact_s": t1 - t0,
+                            "largest_table": table.largest_table,
                             "cd_all_s": t2 - t1,
                         }
                     )

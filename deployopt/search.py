@@ -125,6 +125,7 @@ class TableCost:
     default: dict[str, int] = field(default_factory=dict)  # widths for groups no factor depends on
 
     def __post_init__(self) -> None:
+        self.largest_table = 0  # entries of the largest intermediate table of the last solve()
         self._by_group: dict[str, list[Factor]] = {g: [] for g in self.domains}
         for f in self.factors:
             for g in f.scope:
@@ -180,6 +181,7 @@ class TableCost:
         free = [g for g in self.domains if self._by_group[g] or (exclude and g in exclude)]
         records: list[tuple[str, tuple[str, ...], np.ndarray]] = []
         remaining = set(free)
+        largest = 0
         while remaining:
             best = None
             for v in sorted(remaining):
@@ -191,6 +193,7 @@ class TableCost:
             size, v, union_set = best
             if size > limit:
                 return None
+            largest = max(largest, size)
             union = (v, *sorted(union_set - {v}))
             inside = [(s, a) for s, a in arrays if v in s]
             arrays = [(s, a) for s, a in arrays if v not in s]
@@ -206,6 +209,7 @@ class TableCost:
         for v, rest, argmin in reversed(records):
             idx[v] = int(argmin[tuple(idx[x] for x in rest)]) if rest else int(argmin)
         plan = {g: self.domains[g][idx[g]] if g in idx else self._default(g) for g in self.domains}
+        self.largest_table = largest
         return Solution(plan, self.cost(plan), "variable elimination (exact)")
 
     def _default(self, g: str) -> int:
