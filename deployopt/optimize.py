@@ -671,9 +671,6 @@ class Optimizer:
         journal_path = self.outdir / "journal.jsonl"
         self.replay = Journal.replay(journal_path) if cfg.resume else Replay()
         self._load()
-        if cfg.force and not cfg.resume:
-            _clear_outdir(self.outdir)
-        self.outdir.mkdir(parents=True, exist_ok=True)
         config = {**cfg.signature(), "backend": self.backend_name}
         if cfg.resume and self.replay.config is not None and self.replay.config != config:
             diff = sorted(
@@ -683,19 +680,25 @@ class Optimizer:
                 f"--resume: {journal_path} was written by a different run ({', '.join(diff)} differ); "
                 "use --force to start over"
             )
-        self.workdir = Path(tempfile.mkdtemp(prefix="work.", dir=self.outdir))
-        self.journal = Journal(journal_path)
+        # Candidate models (and TensorRT engines) live in a private folder removed at the end.
+        self.workdir = Path(tempfile.mkdtemp(prefix="deployopt-work-"))
         session_cm = None
+        self.journal = None
         try:
-            if self.replay.config is None:
-                self.journal.write("start", config=config, model=str(cfg.model_path), time=time.time())
-            else:
-                self.journal.write("resume", previous_evaluations=len(self.replay.timings), time=time.time())
+            # The backend is opened before OUTDIR is touched: an unavailable backend leaves nothing behind.
             if self._external_session is not None:
                 self.session = self._external_session
             else:
                 session_cm = self._open_session()
                 self.session = session_cm
+            if cfg.force and not cfg.resume:
+                _clear_outdir(self.outdir)
+            self.outdir.mkdir(parents=True, exist_ok=True)
+            self.journal = Journal(journal_path)
+            if self.replay.config is None:
+                self.journal.write("start", config=config, model=str(cfg.model_path), time=time.time())
+            else:
+                self.journal.write("resume", previous_evaluations=len(self.replay.timings), time=time.time())
             budget_hit = False
             try:
                 best = self.search()
@@ -713,7 +716,8 @@ class Optimizer:
             )
             return result
         finally:
-            self.journal.close()
+            if self.journal is not None:
+                self.journal.close()
             shutil.rmtree(self.workdir, ignore_errors=True)
             if session_cm is not None:
                 session_cm.close()

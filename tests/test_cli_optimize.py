@@ -86,6 +86,13 @@ def test_bad_options_are_one_line_errors(
         monkeypatch, capsys, *base_args(model, tmp_path / "q")[:-4], "--backend", "cuda", "-o", "x"
     )
     assert code == 2 and "unknown backend 'cuda'" in err
+    from deployopt.backends.base import get_backend
+
+    if not get_backend("trtexec").availability()[0]:
+        args = [*base_args(model, tmp_path / "t")[:-4], "--backend", "trtexec", "-o", str(tmp_path / "t")]
+        code, _, err = cli(monkeypatch, capsys, *args)
+        assert code == 2 and "backend 'trtexec' is unavailable" in err and err.strip().count("\n") == 0
+        assert not (tmp_path / "t").exists()  # nothing left behind
     code, _, err = cli(monkeypatch, capsys, *base_args(tmp_path / "missing.onnx", tmp_path / "r"))
     assert code == 2 and "no such file" in err
     assert not (tmp_path / "o" / "journal.jsonl").exists()
