@@ -24,7 +24,7 @@ def _producer_filters(analysis: Analysis, gid: str) -> list[np.ndarray]:
     assert st is not None
     mats = []
     for a, atom in enumerate(st.atoms):
-        if atom.producer is None or analysis.group_of_atom(a) != gid:
+        if atom.retired or atom.producer is None or analysis.group_of_atom(a) != gid:
             continue
         node = st.nodes[atom.producer]
         w = st.const(node.input[1]) if len(node.input) > 1 else None
@@ -42,7 +42,8 @@ def _producer_filters(analysis: Analysis, gid: str) -> list[np.ndarray]:
         bias = st.const(bias_in) if bias_in else None
         if bias is not None and bias.size == mat.shape[0]:
             mat = np.concatenate([mat, bias.reshape(-1, 1)], axis=1)
-        mats.append(np.asarray(mat, dtype=np.float64))
+        # a Split may have cut the producer's output: this group is rows offset … offset+width
+        mats.append(np.asarray(mat[atom.offset : atom.offset + atom.width], dtype=np.float64))
     return mats
 
 

@@ -403,3 +403,56 @@ def test_torchvision_exports_pad_exactly(
             for m in (loaded.model, padded)]  # fmt: skip
     ref, out = (s.run(None, {"input": x.numpy()})[0] for s in sess)
     np.testing.assert_allclose(out, ref, atol=1e-4, rtol=0)
+
+
+def c2f_block(opset: int = 17, residual: bool = False, sizes: list[int] | None = None) -> onnx.ModelProto:
+    """YOLOv8's C2f pattern: conv → Split on channels → one half through a conv → Concat of all."""
+    n = Net(opset=opset)
+    a = n.cbr("x", 16)
+    if residual:  # the split tensor has two producers: both are cut alike
+        a = n.op("Add", [a, n.cbr("x", 16)])
+    if sizes is None:
+        n.nodes.append(onnx.helper.make_node("Split", [a], ["y0", "y1"], name="split", axis=1))
+    elif opset >= 13:
+        n.inits.append(numpy_helper.from_array(np.array(sizes, dtype=np.int64), "split_sizes"))
+        n.nodes.append(onnx.helper.make_node("Split", [a, "split_sizes"], ["y0", "y1"], name="split", axis=1))
+    else:
+        n.nodes.append(onnx.helper.make_node("Split", [a], ["y0", "y1"], name="split", axis=1, split=sizes))
+    first = sizes[0] if sizes else 8
+    n.dims["y0"], n.dims["y1"] = (first, 8, 8), (16 - first, 8, 8)
+    y2 = n.cbr("y1", 10)
+    return n.build(n.conv(n.concat("y0", "y1", y2), 4))
+
+
+@pytest.mark.parametrize(("opset", "residual"), [(17, False), (11, False), (17, True)])
+def test_split_on_channels_cuts_the_producer_into_groups(opset: int, residual: bool) -> None:
+    model = c2f_block(opset, residual, sizes=[6, 10])
+    analysis = analyze(model)
+    producers = ["conv1", "conv4"] if residual else ["conv1"]
+    pieces = {g.id: (g.width, g.producers) for g in analysis.free_groups() if g.id.startswith("conv1[")}
+    assert pieces == {"conv1[0]": (6, producers), "conv1[1]": (10, producers)}
+    conv1 = next(c for c in analysis.convs if c.name == "conv1")
+    assert conv1.out_group is None and conv1.out_groups == [("conv1[0]", 6), ("conv1[1]", 10)]
+    plan = {"conv1[0]": 8, "conv1[1]": 13}
+    assert analysis.conv_shapes(plan)["conv1"].k == 21
+    padded = apply_plan(model, plan, analysis)
+    split = next(x for x in padded.graph.node if x.op_type == "Split")
+    if opset >= 13:
+        sizes = numpy_helper.to_array(next(t for t in padded.graph.initializer if t.name == "split_sizes"))
+        assert sizes.tolist() == [8, 13]
+    else:
+        assert list(
+            onnx.helper.get_attribute_value(next(a for a in split.attribute if a.name == "split"))
+        ) == [8, 13]
+    np.testing.assert_allclose(run(padded), run(model), atol=1e-5, rtol=0)
+    panalysis = analyze(padded)  # the same ids on the edited model: pad, then trim back exactly
+    assert dead_channels(padded, panalysis, "conv1[0]") == [6, 7]
+    back = apply_plan(padded, {"conv1[0]": 6, "conv1[1]": 10}, panalysis)
+    np.testing.assert_allclose(run(back), run(model), atol=1e-6, rtol=0)
+    assert run(apply_plan(model, {"conv1[0]": 2, "conv1[1]": 3}, analysis)).shape == (1, 4, 8, 8)
+
+
+def test_equal_split_without_sizes_freezes() -> None:
+    analysis = analyze(c2f_block(opset=17, sizes=None))
+    g = analysis.group("conv1")
+    assert g.frozen and g.reason == "Split split cuts channels at sizes it does not spell out"

@@ -53,6 +53,8 @@ class ConvLayer:
     shape: ConvShape
     out_group: Optional[str]
     in_groups: list[tuple[Optional[str], int]]
+    #: (group id, width) segments of the output channels; several when a Split cuts the output
+    out_groups: list[tuple[Optional[str], int]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -60,6 +62,7 @@ class ConvLayer:
             "shape": self.shape.to_json(),
             "out_group": self.out_group,
             "in_groups": [[g, w] for g, w in self.in_groups],
+            "out_groups": [[g, w] for g, w in self.out_groups],
         }
 
 
@@ -102,7 +105,10 @@ class Analysis:
             if conv.shape.is_depthwise:
                 out[conv.name] = conv.shape.with_channels(c=c)
             else:
-                k = widths.get(conv.out_group, conv.shape.k) if conv.out_group else conv.shape.k
+                if conv.out_groups:
+                    k = sum(widths.get(g, w) if g is not None else w for g, w in conv.out_groups)
+                else:
+                    k = conv.shape.k
                 out[conv.name] = conv.shape.with_channels(c=c, k=k)
         return out
 
@@ -162,10 +168,12 @@ def analyze(model: onnx.ModelProto) -> Analysis:
     st.run(RULES)
 
     # roots in order of their oldest atom, i.e. their first producer in topological order
-    roots = sorted({st.find(a) for a in range(len(st.atoms))})
+    live = [a for a in range(len(st.atoms)) if not st.atoms[a].retired]
+    roots = sorted({st.find(a) for a in live}, key=lambda r: st.atoms[r].order)
     ids = _unique_ids(st, roots)
     producers: dict[int, list[str]] = {r: [] for r in roots}
-    for a, atom in enumerate(st.atoms):
+    for a in live:
+        atom = st.atoms[a]
         if atom.producer is not None:
             name = st.node_names[atom.producer]
             lst = producers[st.find(a)]
@@ -197,15 +205,15 @@ def analyze(model: onnx.ModelProto) -> Analysis:
         shape = _conv_shape(st, rec)
         if shape is None:
             continue
-        out_group = None
-        if rec.out_layout is not None and len(rec.out_layout) == 1:
-            out_group = analysis.group_of_atom(rec.out_layout[0][0])
+        out_groups = analysis.layout_groups(rec.out_layout) if rec.out_layout is not None else []
+        out_group = out_groups[0][0] if len(out_groups) == 1 else None
         convs.append(
             ConvLayer(
                 name=st.node_names[rec.node],
                 shape=shape,
                 out_group=out_group,
                 in_groups=[(g, w) for g, w in analysis.layout_groups(rec.in_layout)],
+                out_groups=[(g, w) for g, w in out_groups],
             )
         )
     analysis.convs = convs

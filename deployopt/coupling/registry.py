@@ -64,6 +64,7 @@ class AttrEdit:
     node: int
     attr: str
     layout: Layout
+    index: Optional[int] = None  # for a list attribute (Split's `split` before opset 13)
 
 
 @dataclass
@@ -91,6 +92,9 @@ class _Atom:
     source: str  # node name (or "input:<name>") that created it; used to name the group
     producer: Optional[int]  # node index that produces these channels (Conv/Gemm/unknown op)
     frozen: str = ""  # reason, "" when free
+    offset: int = 0  # first of the producer's output channels that this atom covers
+    order: tuple[int, ...] = ()  # creation order; a refined piece sorts where its parent did
+    retired: bool = False  # replaced by pieces (see CouplingState.refine)
 
 
 class CouplingState:
@@ -180,10 +184,19 @@ class CouplingState:
             parent[a], a = root, parent[a]
         return root
 
-    def new_atom(self, width: int, source: str, producer: Optional[int], frozen: str = "") -> int:
-        self._parent.append(len(self.atoms))
-        self.atoms.append(_Atom(width, source, producer, frozen))
-        return len(self.atoms) - 1
+    def new_atom(
+        self,
+        width: int,
+        source: str,
+        producer: Optional[int],
+        frozen: str = "",
+        offset: int = 0,
+        order: tuple[int, ...] = (),
+    ) -> int:
+        index = len(self.atoms)
+        self._parent.append(index)
+        self.atoms.append(_Atom(width, source, producer, frozen, offset, order or (index,)))
+        return index
 
     def new_layout(self, node: onnx.NodeProto, width: int, frozen: str = "", output: int = 0) -> Layout:
         """Channels created by `node` (a Conv's filters, a Gemm's columns, an untraceable op)."""
@@ -203,7 +216,7 @@ class CouplingState:
         ra, rb = self.find(a), self.find(b)
         if ra == rb:
             return
-        if rb < ra:
+        if self.atoms[rb].order < self.atoms[ra].order:
             ra, rb = rb, ra
         # the older atom stays the root, so a group is named after its first producer
         self._parent[rb] = ra
@@ -264,8 +277,82 @@ class CouplingState:
         if layout is not None and init:
             self.bindings.append(Binding(init, axis, layout, pad, self.index(node)))
 
-    def edit_attr(self, node: onnx.NodeProto, attr: str, layout: Layout) -> None:
-        self.attr_edits.append(AttrEdit(self.index(node), attr, layout))
+    def edit_attr(self, node: onnx.NodeProto, attr: str, layout: Layout, index: Optional[int] = None) -> None:
+        self.attr_edits.append(AttrEdit(self.index(node), attr, layout, index))
+
+    # ----- refinement: cutting a channel set into pieces that can change on their own ---------
+    def refine(self, atom: int, cuts: Iterable[int]) -> None:
+        """Cut every atom of `atom`'s group at the same relative offsets (a Split on channels).
+
+        Each member becomes consecutive pieces (same producer, shifted offsets); piece i of every
+        member joins piece i of the others, and every recorded layout is rewritten to the pieces.
+        """
+        root = self.find(atom)
+        width = self.atoms[root].width
+        bounds = sorted({0, width, *[c for c in cuts if 0 < c < width]})
+        if len(bounds) == 2:
+            return
+        live = (a for a in range(len(self.atoms)) if not self.atoms[a].retired and self.find(a) == root)
+        members = sorted(live, key=lambda a: self.atoms[a].order)
+        frozen = self.atoms[root].frozen
+        pieces: dict[int, list[tuple[int, int]]] = {}
+        for m in members:
+            parent = self.atoms[m]
+            parts = []
+            for i, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+                src = f"{parent.source}[{i}]"  # piece i: ids stay the same when widths change
+                new = self.new_atom(
+                    hi - lo, src, parent.producer, frozen, parent.offset + lo, (*parent.order, i)
+                )
+                parts.append((new, hi - lo))
+            parent.retired = True
+            pieces[m] = parts
+        for i in range(len(bounds) - 1):
+            first = pieces[members[0]][i][0]
+            for m in members[1:]:
+                self._union_atoms(first, pieces[m][i][0])
+
+        def rewrite(layout: Layout) -> Layout:
+            out: list[Segment] = []
+            for a, w in layout:
+                out.extend(pieces.get(a, [(a, w)]))
+            return tuple(out)
+
+        self.layouts = {t: rewrite(lay) for t, lay in self.layouts.items()}
+        for item in (*self.bindings, *self.attr_edits, *self.shape_edits):
+            item.layout = rewrite(item.layout)
+        for rec in self.convs:
+            rec.in_layout = rewrite(rec.in_layout)
+            rec.out_layout = rewrite(rec.out_layout) if rec.out_layout is not None else None
+
+    def cut(self, layout: Layout, offsets: Iterable[int]) -> Layout:
+        """Refine whatever atoms straddle the given channel offsets of `layout`; the new layout."""
+        wanted = sorted(set(offsets))
+        start = 0
+        per_root: dict[int, set[int]] = {}
+        for a, w in layout:
+            for off in wanted:
+                if start < off < start + w:
+                    per_root.setdefault(self.find(a), set()).add(off - start)
+            start += w
+        # one atom per root may appear several times (Concat(x, x)); cut every occurrence alike
+        for root, cuts in per_root.items():
+            members = [a for a, _ in layout if self.find(a) == root and not self.atoms[a].retired]
+            self.refine(members[0] if members else root, cuts)
+            layout = tuple(seg for a, w in layout for seg in self._current(a, w))
+        return layout
+
+    def _current(self, atom: int, width: int) -> list[Segment]:
+        """An atom's pieces if it was refined (recursively), else the atom itself."""
+        if not self.atoms[atom].retired:
+            return [(atom, width)]
+        out: list[Segment] = []
+        kids = [i for i, at in enumerate(self.atoms) if at.order[:-1] == self.atoms[atom].order
+                and len(at.order) == len(self.atoms[atom].order) + 1]  # fmt: skip
+        kids.sort(key=lambda i: self.atoms[i].order)
+        for k in kids:
+            out.extend(self._current(k, self.atoms[k].width))
+        return out
 
     def edit_shape(self, init: str, index: int, layout: Layout, node: onnx.NodeProto) -> None:
         self.shape_edits.append(ShapeEdit(init, index, layout, self.index(node)))

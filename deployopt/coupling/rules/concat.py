@@ -35,12 +35,36 @@ def concat(ctx: CouplingState, node: onnx.NodeProto) -> None:
 
 @rule("Split")
 def split(ctx: CouplingState, node: onnx.NodeProto) -> None:
-    rank = len(ctx.shape(node.input[0]) or [])
+    x = node.input[0]
+    rank = len(ctx.shape(x) or [])
     axis = normalize_axis(int(ctx.attr(node, "axis", 0)), rank) if rank else -1
     if axis != 1 and rank >= 2:
         ctx.pass_through(node)
         return
-    ctx.freeze_node(node, f"Split {ctx.name(node)} cuts a channel set at fixed sizes")
+    sizes_in = node.input[1] if ctx.opset >= 13 and len(node.input) > 1 else ""
+    if sizes_in:
+        arr = ctx.const(sizes_in)
+        sizes = None if arr is None else [int(v) for v in arr.ravel()]
+    else:
+        sizes = ctx.attr(node, "split", None) if ctx.opset < 13 else None
+    lay = ctx.require_layout(x, node)
+    outs = [ctx.channels(t) for t in node.output]
+    if lay is None or not sizes or len(sizes) != len(node.output) or outs != list(sizes):
+        # equal splits (no sizes given) would stay equal whatever the plan: keep them as they are
+        ctx.freeze_node(node, f"Split {ctx.name(node)} cuts channels at sizes it does not spell out")
+        return
+    # each output becomes its own channel set (its own group unless joined elsewhere); the
+    # producer is cut at the same offsets, and the split sizes follow the pieces' widths
+    bounds = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
+    lay = ctx.cut(lay, bounds)
+    starts = [sum(w for _, w in lay[:j]) for j in range(len(lay))]
+    for i, t in enumerate(node.output):
+        piece = tuple(seg for seg, st in zip(lay, starts) if bounds[i] <= st < bounds[i + 1])
+        ctx.set_layout(t, piece)
+        if sizes_in:
+            ctx.edit_shape(sizes_in, i, piece, node)
+        else:
+            ctx.edit_attr(node, "split", piece, index=i)
 
 
 @rule("Slice")
