@@ -319,3 +319,16 @@ def test_depthwise_zoo_model_passes_through(zoo_model: Any) -> None:
     analysis = analyze(zoo_model("mobilenet_like"))
     dw = [c for c in analysis.convs if c.shape.is_depthwise]
     assert dw and all(c.out_group == c.in_groups[0][0] for c in dw)
+
+
+def test_shared_split_sizes_freeze() -> None:
+    n = Net()
+    a, b = n.conv("x", 8), n.conv("x", 8)
+    n.inits.append(numpy_helper.from_array(np.array([3, 5], dtype=np.int64), "sizes"))
+    for i, t in enumerate((a, b)):
+        n.nodes.append(helper.make_node("Split", [t, "sizes"], [f"p{i}", f"q{i}"], name=f"split{i}", axis=1))
+        n.dims[f"p{i}"], n.dims[f"q{i}"] = (3, 8, 8), (5, 8, 8)
+    model = n.build(n.conv(n.concat("p0", "q0", "p1", "q1"), 4))
+    groups = by_id(model)
+    assert groups["conv1[0]"].reason == "constant 'sizes' is shared by several ops"
+    assert groups["conv2[1]"].frozen

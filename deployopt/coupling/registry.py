@@ -430,6 +430,13 @@ class CouplingState:
             if clash:
                 for b in bs:
                     self.freeze(b.layout, f"constant {init!r} is shared by several ops")
+        edits: dict[str, list[ShapeEdit]] = {}
+        for e in self.shape_edits:
+            edits.setdefault(e.init, []).append(e)
+        for init, es in edits.items():
+            if set(self.users.get(init, [])) != {e.node for e in es} or len({e.node for e in es}) > 1:
+                for e in es:
+                    self.freeze(e.layout, f"constant {init!r} is shared by several ops")
         # dedupe identical bindings (same constant, axis and channels) left by shared readers
         seen: set[tuple[str, int]] = set()
         kept: list[Binding] = []
