@@ -117,6 +117,7 @@ def run_optimize(
         max_evals=args.max_evals,
         runs=args.runs,
         warmup=args.warmup,
+        sweep_runs=args.sweep_runs,
         outdir=outdir,
         resume=journal.exists(),
         max_candidates=args.max_candidates,
@@ -128,7 +129,9 @@ def run_optimize(
     )
     # One per-layer table per session (= one device, one SM setting): the trim run and later cases
     # re-use every conv the earlier runs timed, whatever the environment dict says.
-    opt = Optimizer(cfg, session=session, layer_cache=SHARED.get("cache"), progress=check)
+    opt = Optimizer(
+        cfg, session=session, layer_cache=SHARED.get("cache"), progress=check, sweep_session=SHARED["sweep"]
+    )
     result = opt.run()
     SHARED["cache"] = opt.layer_cache
     return result
@@ -369,6 +372,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the final comparison")
+    ap.add_argument("--sweep-runs", type=int, default=10, help="samples per conv in the per-layer sweeps")
     ap.add_argument("--max-evals", type=int, default=40)
     ap.add_argument("--max-trim", type=float, default=0.10)
     ap.add_argument("--max-candidates", type=int, default=8)
@@ -400,6 +404,7 @@ def main() -> int:
             "dtype": args.dtype,
             "runs": args.runs,
             "warmup": args.warmup,
+            "sweep_runs": args.sweep_runs,
             "rounds": args.rounds,
             "max_evals": args.max_evals,
             "max_trim": args.max_trim,
@@ -420,7 +425,12 @@ def main() -> int:
         dtype=args.dtype, sms=args.sms_int, runs=args.runs, warmup=args.warmup, extra={"target": target}
     )
     stopped = None
-    with get_backend(args.backend).open(opts) as session:
+    # A second session (its own worker, same SM limit) times the per-layer sweeps with fewer samples.
+    sweep_opts = MeasureOptions(
+        dtype=args.dtype, sms=args.sms_int, runs=args.sweep_runs, warmup=3, extra={"target": target}
+    )
+    with get_backend(args.backend).open(opts) as session, get_backend(args.backend).open(sweep_opts) as sweep:
+        SHARED["sweep"] = sweep
         for model, seed in todo:
             cid = model if seed is None else f"{model}_seed{seed}"
             if cid in results["cases"]:

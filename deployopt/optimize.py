@@ -61,6 +61,7 @@ class OptimizeConfig:
     max_evals: int = 40
     runs: int = 100
     warmup: int = 20
+    sweep_runs: int | None = 10  # samples per conv in the per-layer sweep (None: `runs`)
     calibration_data: str | None = None
     outdir: Path | None = None
     resume: bool = False
@@ -173,8 +174,8 @@ def check_config(cfg: OptimizeConfig) -> None:
         raise DeployoptError(f"--max-trim {cfg.max_trim}: must be between 0 and 1 (exclusive), e.g. 0.10")
     if cfg.max_evals < 2:
         raise DeployoptError("--max-evals must be at least 2 (the two baselines)")
-    if cfg.runs < 1:
-        raise DeployoptError("--runs must be at least 1")
+    if cfg.runs < 1 or (cfg.sweep_runs is not None and cfg.sweep_runs < 1):
+        raise DeployoptError("--runs and --sweep-runs must be at least 1")
     if cfg.resume and cfg.force:
         raise DeployoptError("--resume and --force exclude each other")
     if cfg.sms is not None and cfg.sms < 1:
@@ -230,12 +231,16 @@ class Optimizer:
         session: Any | None = None,
         layer_cache: LayerCache | None = None,
         progress: ProgressFn | None = None,
+        sweep_session: Any | None = None,
     ) -> None:
         check_config(cfg)
         self.cfg = cfg
         self.backend_name = resolve_backend_name(cfg.backend)
         self.progress = progress or (lambda *a, **k: None)
         self._external_session = session
+        self._external_sweep_session = sweep_session
+        self._sweep_session: Any | None = None
+        self._own_sweep_session = False
         self._layer_cache = layer_cache
         self.evaluations: list[Evaluation] = []
         self._by_key: dict[str, Evaluation] = {}
@@ -362,7 +367,7 @@ class Optimizer:
         cache = self._get_layer_cache()
         self.progress("sweep", done=0, total=self.sweep_shapes)
         result = cache.fill(
-            self.session.measure_convs,
+            self._measure_convs,
             shapes,
             known=replay.layer_values,
             on_progress=lambda done, total: self.progress("sweep", done=done, total=total),
@@ -397,6 +402,21 @@ class Optimizer:
             factors.append(Factor(f"{conv_name}[base]", (), {(): base}))
         self.deps = deps
         return TableCost(domains, factors, default=self.round_up)
+
+    def _measure_convs(self, shapes: list[ConvShape]) -> list[Any]:
+        """Per-layer timings, from a session with `sweep_runs` samples per conv (opened on first
+        use, only if something is not cached): a staircase point needs far fewer samples than an
+        end-to-end comparison, and the sweep is most of the device time."""
+        if self._sweep_session is None:
+            cfg = self.cfg
+            if self._external_sweep_session is not None:
+                self._sweep_session = self._external_sweep_session
+            elif not self.session.backend.measured or cfg.sweep_runs in (None, cfg.runs):
+                self._sweep_session = self.session
+            else:
+                self._sweep_session = self._open_session(runs=cfg.sweep_runs, warmup=min(cfg.warmup, 3))
+                self._own_sweep_session = True
+        return self._sweep_session.measure_convs(shapes)
 
     @property
     def layer_cache(self) -> LayerCache | None:
@@ -721,6 +741,8 @@ class Optimizer:
             shutil.rmtree(self.workdir, ignore_errors=True)
             if session_cm is not None:
                 session_cm.close()
+            if self._own_sweep_session and self._sweep_session is not None:
+                self._sweep_session.close()
 
     def _keep_engine(self, best: Evaluation) -> str | None:
         """The engine a TensorRT backend built for the chosen plan, copied to OUTDIR/model.engine
@@ -734,7 +756,7 @@ class Optimizer:
             shutil.copyfile(engine, tmp)
         return "model.engine"
 
-    def _open_session(self) -> Any:
+    def _open_session(self, runs: int | None = None, warmup: int | None = None) -> Any:
         from deployopt.backends.base import MeasureOptions, get_backend
 
         cfg = self.cfg
@@ -743,8 +765,8 @@ class Optimizer:
             dtype=cfg.dtype,
             batch=cfg.batch,
             sms=cfg.sms,
-            runs=cfg.runs,
-            warmup=cfg.warmup,
+            runs=cfg.runs if runs is None else runs,
+            warmup=cfg.warmup if warmup is None else warmup,
             input_shapes=dict(cfg.input_shapes),
             workdir=self.workdir,
             extra={"target": self.target},
@@ -808,6 +830,10 @@ def optimize(
     session: Any | None = None,
     layer_cache: LayerCache | None = None,
     progress: ProgressFn | None = None,
+    sweep_session: Any | None = None,
 ) -> OptimizeResult:
-    """Run the search; `session` lets a caller (the benchmark) keep one backend process for many runs."""
-    return Optimizer(cfg, session=session, layer_cache=layer_cache, progress=progress).run()
+    """Run the search; `session` (and `sweep_session`, for the per-layer sweep) let a caller (the
+    benchmark) keep backend processes open across many runs."""
+    return Optimizer(
+        cfg, session=session, layer_cache=layer_cache, progress=progress, sweep_session=sweep_session
+    ).run()

@@ -111,7 +111,8 @@ def build_report(
         [
             f"end-to-end latencies: measured on {opt.backend_name} "
             f"({cfg.runs} runs each after {cfg.warmup} warm-up)",
-            f"per-layer tables: measured on {opt.backend_name} (cached per device in {opt._layer_cache.dir})"
+            f"per-layer tables: measured on {opt.backend_name}, "
+            f"{cfg.sweep_runs or cfg.runs} samples per conv (cached per device in {opt._layer_cache.dir})"
             if opt._layer_cache is not None
             else "per-layer tables: measured",
             "candidate ranking and wave/tail columns: predicted by the wave model",

@@ -153,6 +153,10 @@ def test_ort_backend_end_to_end_lossless(zoo_model_path: Callable[[str], Path], 
     assert res.evaluation_count <= 6
     assert all(t.measured and t.runs == 5 for t in res.timings.values())
     assert res.sweep["measured"] == res.sweep["shapes"] > 0
+    # The sweep ran in its own session with sweep_runs (10) samples per conv, not `runs` (5).
+    entries = list((tmp_path / "lut").rglob("*.json"))
+    assert len(entries) == res.sweep["shapes"]
+    assert {len(json.loads(p.read_text())["timing"]["samples_us"]) for p in entries} == {10}
     assert all(res.best_plan[g] >= w for g, w in res.original.items())
     loaded = onnx.load(str(src))
     shape = [d.dim_value for d in loaded.graph.input[0].type.tensor_type.shape.dim]

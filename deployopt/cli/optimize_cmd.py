@@ -66,6 +66,7 @@ def optimize_command(
     ),
     runs: int = typer.Option(100, "--runs", help="Timed runs per measurement."),
     warmup: int = typer.Option(20, "--warmup", help="Warm-up runs per measurement."),
+    sweep_runs: int = typer.Option(10, "--sweep-runs", help="Samples per conv in the per-layer sweep."),
     calibration_data: Optional[Path] = typer.Option(
         None, "--calibration-data", help="Images or .npy/.npz for fidelity checks (random inputs if omitted)."
     ),
@@ -99,6 +100,7 @@ def optimize_command(
         max_evals=max_evals,
         runs=runs,
         warmup=warmup,
+        sweep_runs=sweep_runs,
         calibration_data=str(calibration_data) if calibration_data else None,
         outdir=outdir,
         resume=resume,
