@@ -255,16 +255,37 @@ def test_resume_refuses_a_journal_from_another_run(
 
 
 @pytest.mark.slow
-def test_mobilenetv2_lossless_with_the_wave_model(tmp_path: Path) -> None:
+def test_mobilenetv2_lossless_keeps_top1_on_real_images(tmp_path: Path) -> None:
+    import importlib.util
+    import shutil
+
     mobilenetv2 = pytest.importorskip("deployopt.zoo.mobilenetv2")
     try:
         path = mobilenetv2.export_mobilenetv2(tmp_path / "mobilenetv2.onnx")
     except DeployoptError as exc:
         pytest.skip(f"MobileNetV2 weights unavailable: {exc}")
-    res = run_model(Path(path), tmp_path / "out", target="orin-nano-8gb", sms=None, max_evals=10)
+    spec = importlib.util.find_spec("foolbox")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("foolbox's labelled images are not installed")
+    images = tmp_path / "imagenet"
+    images.mkdir()
+    for p in sorted((Path(next(iter(spec.submodule_search_locations))) / "data").glob("imagenet_*")):
+        shutil.copy(p, images / p.name)
+    assert len(list(images.iterdir())) >= 10
+    res = run_model(
+        Path(path),
+        tmp_path / "out",
+        target="orin-nano-8gb",
+        sms=None,
+        max_evals=10,
+        calibration_data=str(images),
+        fidelity_samples=len(list(images.iterdir())),
+    )
     assert res.timings["best"].median_us <= res.timings["round_up_8"].median_us
-    assert res.fidelity is not None and res.fidelity["max_abs_error"] <= 1e-4
     assert len(res.original) >= 10
+    fid = res.fidelity
+    assert fid is not None and fid["random_inputs"] is False and fid["samples"] == len(list(images.iterdir()))
+    assert fid["top1_agreement"] == 1.0 and fid["max_abs_error"] <= 1e-4
 
 
 class EngineSession:
