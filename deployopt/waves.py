@@ -63,6 +63,7 @@ class KernelFamily:
     min_align: int
     tiles: tuple[tuple[int, int], ...]
     efficiency: float = 1.0
+    epilogue_us: float = 0.0  # extra µs per 1000 outputs a tile writes (unaligned stores)
     threads: int = 256
     registers_per_thread: int = 128
     shared_mem_bytes: int = 65536
@@ -155,18 +156,46 @@ def _peak(cc: tuple[int, int], dtype: str) -> int:
     return table[dtype]
 
 
+# Hopper implicit-GEMM kernels cuDNN 9 ran in the H200 sweeps (`sm90_xmma_fprop_implicit_gemm_...
+# _tilesizeMxNxK`): one 384-thread block per SM with ~226 KB of shared memory, persistent (the grid
+# is at most one block per SM and loops over tiles). Their tiles (M × N) also include 64×192, 128×192, 256×64,
+# 256×96 and 64×256; the model keeps the four that cover the others' staircases (with all nine the
+# fit chased noise and agreement fell from 74 % to 66 %: docs/wave_model.md).
+SM90_TILES = ((128, 128), (128, 64), (64, 128), (64, 64))
+# Ampere-style tensor-core kernels (sm80_xmma / CUTLASS 2.x): 128-256 threads, 40-80 KB per block.
+SM80_TILES = ((128, 128), (128, 64), (64, 128), (64, 64))
+# Channel multiple that unlocks the fastest kernels, fitted per dtype on the H200 sweeps by
+# agreement/regret on the training half (benchmarks/eval_wave_model.py): 64 in fp16, 32 in TF32.
+FAST_ALIGN = {"fp16": 64, "fp32": 32, "int8": 64}
+
+
 def _default_families(cc: tuple[int, int], dtype: str) -> tuple[KernelFamily, ...]:
-    """Kernel families before any fit: aligned channels get big tensor-core tiles, others less."""
+    """Kernel families before any fit: channel counts that are multiples of FAST_ALIGN get the fast
+    tensor-core kernels, multiples of the vector width slower ones, anything else a padded path."""
     vec = VECTOR[dtype]
-    tensor_cores = tuple(cc) >= (7, 0) and not (dtype == "fp32" and tuple(cc) < (8, 0))
+    cc = tuple(cc)
+    tensor_cores = cc >= (7, 0) and not (dtype == "fp32" and cc < (8, 0))
     if not tensor_cores:
-        return (KernelFamily("simt", 1, ((128, 128), (128, 64), (64, 64), (64, 32)), 1.0, 256, 128, 32768),)
-    big_smem = 227 * 1024 if tuple(cc) >= (9, 0) else 96 * 1024
-    big_threads = 384 if tuple(cc) >= (9, 0) else 256
+        simt = ((128, 128), (128, 64), (64, 64), (64, 32))
+        return (KernelFamily("simt", 1, simt, threads=256, registers_per_thread=128, shared_mem_bytes=32768),)
+    if cc >= (9, 0):
+        tiles, threads, regs, smem = SM90_TILES, 384, 168, 231424
+    else:
+        tiles, threads, regs, smem = SM80_TILES, 256, 128, 73728
+    occupancy = {"threads": threads, "registers_per_thread": regs, "shared_mem_bytes": smem}
     return (
-        KernelFamily("tc-aligned", 64, ((128, 128), (128, 256), (128, 64)), 1.0, big_threads, 168, big_smem),
-        KernelFamily("tc", vec, ((128, 128), (128, 64), (64, 64), (128, 32)), 0.7, 256, 128, 65536),
-        KernelFamily("padded", 1, ((128, 64), (64, 64), (64, 32)), 0.35, 128, 128, 32768),
+        KernelFamily(f"tc-aligned{FAST_ALIGN[dtype]}", FAST_ALIGN[dtype], tiles, 1.0, **occupancy),
+        KernelFamily(f"tc-aligned{vec}", vec, tiles, 0.95, 0.0, **occupancy),
+        KernelFamily("padded", 1, tiles, 0.5, 0.1, **occupancy),
+    )
+
+
+def _carry_efficiencies(families: tuple[KernelFamily, ...], ref: WaveParams) -> tuple[KernelFamily, ...]:
+    """Another design's tiles and occupancy with the reference fit's family efficiencies."""
+    if len(families) != len(ref.families):
+        return families
+    return tuple(
+        replace(f, efficiency=r.efficiency, epilogue_us=r.epilogue_us) for f, r in zip(families, ref.families)
     )
 
 
@@ -202,23 +231,29 @@ def default_params(cc: tuple[int, int], dtype: str, clock_mhz: float) -> WavePar
             fixed_us=ref.fixed_us * (1.0 if same_design else max(1.0, slow**0.5)),
             macs_per_us_per_sm=ref.macs_per_us_per_sm * scale,
             wave_us=ref.wave_us * slow,
-            families=ref.families if same_design else _default_families(cc, dtype),
+            families=ref.families if same_design else _carry_efficiencies(_default_families(cc, dtype), ref),
             fitted=False,
             source=source,
             fitted_on=(),
         )
+    return generic_params(cc, dtype, clock_mhz)
+
+
+def generic_params(cc: tuple[int, int], dtype: str, clock_mhz: float) -> WaveParams:
+    """Start values that depend on no fit (half of peak throughput, round overheads): where every
+    fit starts, so the shipped fit is reproducible from the sweeps alone."""
     peak = _peak(cc, dtype) * clock_mhz  # MACs per µs per SM
     return WaveParams(
-        name=name,
+        name=f"cc{cc[0]}.{cc[1]}-{dtype} generic",
         dtype=dtype,
-        fixed_us=4.0,
+        fixed_us=5.0,
         macs_per_us_per_sm=0.5 * peak,
-        wave_us=1.0 * slow,
-        tail_floor=0.3,
+        wave_us=1.0,
+        tail_floor=0.8,
         small_tile=16.0,
         families=_default_families(cc, dtype),
         fitted=False,
-        source=f"generic defaults (half of peak {_peak(cc, dtype)} MACs/clk/SM); not calibrated on hardware",
+        source=f"generic start values (half of peak {_peak(cc, dtype)} MACs/clk/SM); not calibrated",
     )
 
 
@@ -277,7 +312,15 @@ def _evaluate(shape: ConvShape, target: Target, params: WaveParams, sms: int | N
             waves, tail = wave_count(tiles, sms, bps)
             s = params.small_tile
             tile_eff = (tm * tn) / ((tm + s) * (tn + s))
-            work_us = bps * tm * tn * kdepth / (params.macs_per_us_per_sm * fam.efficiency * tile_eff)
+            work_us = (
+                bps
+                * tm
+                * tn
+                * (
+                    kdepth / (params.macs_per_us_per_sm * fam.efficiency * tile_eff)
+                    + fam.epilogue_us / 1000.0
+                )
+            )
             eff_waves = waves - 1 + params.tail_floor + (1 - params.tail_floor) * tail
             us = params.fixed_us + eff_waves * (params.wave_us + work_us)
             if best is None or us < best.predicted_us - 1e-12:
@@ -361,7 +404,14 @@ def aligned_widths(
     return below, above
 
 
-def fit(points: list[dict[str, Any]], target: Target, dtype: str, name: str | None = None) -> WaveParams:
+def fit(
+    points: list[dict[str, Any]],
+    target: Target,
+    dtype: str,
+    name: str | None = None,
+    step_weight: float = 1.0,
+    max_eff: float = 0.98,
+) -> WaveParams:
     """Fit the continuous parameters (fixed cost, SM rate, per-wave cost, tail floor, tile
     overhead, family efficiencies) to measured points by robust least squares on log latency.
 
@@ -387,9 +437,14 @@ def fit(points: list[dict[str, Any]], target: Target, dtype: str, name: str | No
     nfam = len(start.families)
 
     def unpack(x: np.ndarray) -> WaveParams:
-        fams = [start.families[0]]
-        for i, fam in enumerate(start.families[1:]):
-            fams.append(replace(fam, efficiency=float(x[5 + i])))
+        # Only the second family's efficiency and epilogue are free; slower families (the padded
+        # path, which sweeps over multiples of 8 never exercise) keep their ratio to it.
+        fams = list(start.families)
+        if nfam > 1:
+            ratio = float(x[5]) / max(start.families[1].efficiency, 1e-9)
+            fams[1] = replace(fams[1], efficiency=float(x[5]), epilogue_us=float(x[6]))
+            for i in range(2, nfam):
+                fams[i] = replace(fams[i], efficiency=min(1.0, start.families[i].efficiency * ratio))
         return replace(
             start,
             fixed_us=float(x[0]),
@@ -400,10 +455,26 @@ def fit(points: list[dict[str, Any]], target: Target, dtype: str, name: str | No
             families=tuple(fams),
         )
 
+    # Adjacent points of one sweep (same id, widths in order): their latency ratios are what a
+    # staircase is about, so they get their own residuals beside the level ones.
+    order = sorted(range(len(points)), key=lambda i: (str(points[i].get("id", "")), shapes[i].k))
+    pairs = np.array(
+        [
+            (a, b)
+            for a, b in zip(order, order[1:])
+            if points[a].get("id") is not None and points[a].get("id") == points[b].get("id")
+        ],
+        dtype=int,
+    ).reshape(-1, 2)
+
     def residuals(x: np.ndarray) -> np.ndarray:
         params = unpack(x)
-        pred = [_evaluate(s, target, params, n).predicted_us for s, n in zip(shapes, sms)]
-        return np.log(np.array(pred)) - y
+        logp = np.log(np.array([_evaluate(s, target, params, n).predicted_us for s, n in zip(shapes, sms)]))
+        level = logp - y
+        if not len(pairs) or step_weight == 0:
+            return level
+        steps = (logp[pairs[:, 1]] - logp[pairs[:, 0]]) - (y[pairs[:, 1]] - y[pairs[:, 0]])
+        return np.concatenate([level, step_weight * steps])
 
     x0 = np.array(
         [
@@ -412,11 +483,12 @@ def fit(points: list[dict[str, Any]], target: Target, dtype: str, name: str | No
             start.wave_us,
             start.tail_floor,
             start.small_tile,
-            *[f.efficiency for f in start.families[1:]],
+            *([start.families[1].efficiency, start.families[1].epilogue_us] if nfam > 1 else []),
         ]
     )
-    lo = np.array([0.0, x0[1] - 5, 0.0, 0.0, 0.0, *[0.02] * (nfam - 1)])
-    hi = np.array([200.0, x0[1] + 5, 100.0, 1.0, 256.0, *[1.5] * (nfam - 1)])
+    extra_lo, extra_hi = ([0.02, 0.0], [max_eff, 10.0]) if nfam > 1 else ([], [])
+    lo = np.array([0.0, x0[1] - 5, 0.0, 0.0, 0.0, *extra_lo])
+    hi = np.array([200.0, x0[1] + 5, 100.0, 1.0, 256.0, *extra_hi])
     x0 = np.clip(x0, lo + 1e-9, hi - 1e-9)
     res = least_squares(residuals, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.05, diff_step=1e-3)
     ids = tuple(sorted({str(p["id"]) for p in points if p.get("id")}))
@@ -504,3 +576,61 @@ def _is_free(group: Any) -> bool:
     if hasattr(group, "free"):
         return bool(group.free)
     return not bool(getattr(group, "frozen", False))
+
+
+# --- scoring a staircase model against a measured sweep (benchmarks/eval_wave_model.py, tests) ---
+
+FLAT_BELOW = 0.03  # adjacent widths whose latency differs by less than this are "flat"
+STEP_ABOVE = 0.08  # … and by more than this a "step" (up or down)
+
+
+def classify_change(before_us: float, after_us: float) -> str:
+    """'flat', 'up', 'down', or 'between' (3–8 %: neither a plateau nor a step)."""
+    r = after_us / before_us - 1.0
+    if abs(r) < FLAT_BELOW:
+        return "flat"
+    if r > STEP_ABOVE:
+        return "up"
+    if r < -STEP_ABOVE:
+        return "down"
+    return "between"
+
+
+def pair_agreement(measured_us: list[float], predicted_us: list[float]) -> tuple[int, int]:
+    """(agreeing, counted) adjacent pairs: a pair counts when the measured change is flat or a
+    step; it agrees when the model's change gets the same class (a model change of 3–8 % agrees
+    with nothing)."""
+    agree = counted = 0
+    for i in range(len(measured_us) - 1):
+        mc = classify_change(measured_us[i], measured_us[i + 1])
+        if mc == "between":
+            continue
+        counted += 1
+        agree += mc == classify_change(predicted_us[i], predicted_us[i + 1])
+    return agree, counted
+
+
+def recommend(widths: list[int], predicted_us: list[float], k: int, trim: float = 0.1) -> int:
+    """The width a model recommends for a layer of width `k`: the fastest predicted width within
+    [(1 − trim)·k, k]; ties go to the wider one (keep channels when nothing is gained)."""
+    lo = (1.0 - trim) * k
+    best_w, best_us = k, math.inf
+    for w, us in zip(widths, predicted_us):
+        if lo - 1e-9 <= w <= k and (
+            us < best_us * (1 - 1e-9) or (abs(us - best_us) <= 1e-9 * best_us and w > best_w)
+        ):
+            best_w, best_us = w, us
+    return best_w
+
+
+def regret(
+    widths: list[int], measured_us: list[float], predicted_us: list[float], trim: float = 0.1
+) -> float:
+    """Mean over every swept k of measured(recommended) / measured best in [(1 − trim)·k, k] − 1."""
+    meas = dict(zip(widths, measured_us))
+    total = 0.0
+    for k in widths:
+        rec = recommend(widths, predicted_us, k, trim)
+        best = min(m for w, m in meas.items() if (1.0 - trim) * k - 1e-9 <= w <= k)
+        total += meas[rec] / best - 1.0
+    return total / len(widths)

@@ -281,7 +281,9 @@ def staircase_command(
             waves=[p["waves"] for p in pts],
             measured_us=[p["measured_us"] for p in pts] if timings else None,
             measured_iqr_us=[p["measured_iqr_us"] for p in pts] if timings else None,
-            title=f"{tgt.display_name}, {tgt.sms} SMs, {dtype}: conv {input_dims} k{kernel} s{stride} g{groups}",
+            title=(
+                f"{tgt.display_name}, {tgt.sms} SMs, {dtype}: conv {input_dims} k{kernel} s{stride} g{groups}"
+            ),
             predicted_label=f"predicted ({params.describe()})",
             measured_label=f"measured on {measure} (median of {runs} runs, IQR bars)",
         )

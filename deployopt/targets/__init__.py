@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -156,7 +156,7 @@ def _fitted_params(name: str) -> dict[str, WaveParams]:
     return {dt: WaveParams.from_json(p) for dt, p in doc.get("params", {}).items()}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _builtin(name: str) -> Target:
     d = json.loads((DATA_DIR / f"{name}.json").read_text())
     d = dict(d, params={})

@@ -168,7 +168,7 @@ def read_local_target() -> Any:
         sources={
             "sms": f"read from the device via {via}",
             "compute_capability": f"read from the device via {via}",
-            "per_sm_limits": f"{via} where reported, else the CUDA programming guide table for CC {cc[0]}.{cc[1]}",
+            "per_sm_limits": f"{via} where reported, else the CUDA guide's table for CC {cc[0]}.{cc[1]}",
         },
         params=fitted_for_cc(cc),
         kind="local",

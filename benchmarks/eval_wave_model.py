@@ -1,0 +1,237 @@
+"""Evaluate the wave model against measured staircases (issue 3's acceptance figures).
+
+Reads every sweep JSON under benchmarks/staircases/ (one conv, output channels swept, measured on
+a real GPU by benchmarks/staircase_sweeps.py), fits the model's few parameters per dtype on a
+subset of shapes, and scores on the rest and on all sweeps:
+  agreement — adjacent width pairs measured flat (< 3 %) or a step (> 8 %) that the model classifies
+              the same way (flat / up / down, same thresholds);
+  regret    — for every swept K, measured latency of the width the model recommends within
+              [0.9·K, K] over the measured best in that range, minus one (mean).
+Baselines: FLOPs-proportional, constant, and a plain 128×128-tile wave model (waves only).
+
+    python benchmarks/eval_wave_model.py                  # print, write benchmarks/eval_wave_model.json
+    python benchmarks/eval_wave_model.py --write-fitted   # also refit on all sweeps and write
+                                                          # deployopt/targets/fitted/h200.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from deployopt.fileio import write_json  # noqa: E402
+from deployopt.layers import ConvShape  # noqa: E402
+from deployopt.targets import FITTED_DIR, get_target  # noqa: E402
+from deployopt.waves import WaveParams, _evaluate, fit, generic_params, pair_agreement, regret  # noqa: E402
+
+SWEEP_DIR = ROOT / "benchmarks" / "staircases"
+RESULT = ROOT / "benchmarks" / "eval_wave_model.json"
+
+
+def load_sweeps(folder: Path = SWEEP_DIR) -> list[dict[str, Any]]:
+    """Every sweep file, with its id (file stem) and ConvShape per point; points sorted by K."""
+    sweeps = []
+    for path in sorted(folder.glob("*.json")):
+        doc = json.loads(path.read_text())
+        sh = doc["shape"]
+        st = sh.get("stride", 1)
+        pad = sh.get("pad", sh["r"] // 2)
+        base = ConvShape(
+            n=sh["n"],
+            c=sh["c"],
+            h=sh["h"],
+            w=sh["w"],
+            k=doc["points"][0]["out_channels"],
+            r=sh["r"],
+            s=sh.get("s", sh["r"]),
+            stride=tuple(st) if isinstance(st, list) else (st, st),
+            pad=tuple(pad) if isinstance(pad, list) else (pad, pad),
+            groups=sh.get("groups", 1),
+        )
+        pts = sorted(doc["points"], key=lambda p: p["out_channels"])
+        sweeps.append(
+            {
+                "id": path.stem,
+                "dtype": doc["dtype"],
+                "sms": int(doc["sms"]),
+                "shape": base,
+                "ks": [p["out_channels"] for p in pts],
+                "measured": [float(p["median_us"]) for p in pts],
+                "kernels": [p.get("kernels") or [] for p in pts],
+            }
+        )
+    return sweeps
+
+
+def shape_key(sweep: dict[str, Any]) -> str:
+    s: ConvShape = sweep["shape"]
+    return f"n{s.n}c{s.c}h{s.h}w{s.w}r{s.r}st{s.stride[0]}"
+
+
+def split(sweeps: list[dict[str, Any]]) -> tuple[set[str], set[str]]:
+    """Fit on every other conv shape (sorted), test on the rest: a held-out sweep never shares its
+    shape with a fitted one, in any dtype or SM setting."""
+    keys = sorted({shape_key(s) for s in sweeps})
+    train = set(keys[0::2])
+    return train, set(keys) - train
+
+
+def fit_points(sweeps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {"id": s["id"], "shape": s["shape"].with_channels(k=k), "measured_us": m, "sms": s["sms"]}
+        for s in sweeps
+        for k, m in zip(s["ks"], s["measured"])
+    ]
+
+
+def predictions(model: str, sweep: dict[str, Any], target: Any, params: WaveParams | None) -> list[float]:
+    shapes = [sweep["shape"].with_channels(k=k) for k in sweep["ks"]]
+    if model == "wave":
+        return [_evaluate(s, target, params, sweep["sms"]).predicted_us for s in shapes]
+    if model == "flops":
+        return [float(s.flops) for s in shapes]
+    if model == "constant":
+        return [1.0 for _ in shapes]
+    if model == "tile128":
+        return [
+            float(math.ceil(math.ceil(s.gemm[0] / 128) * math.ceil(s.gemm[1] / 128) / sweep["sms"]))
+            for s in shapes
+        ]
+    raise ValueError(model)
+
+
+MODELS = ("wave", "flops", "constant", "tile128")
+
+
+def score(
+    sweeps: list[dict[str, Any]], target: Any, params_by_dtype: dict[str, WaveParams]
+) -> dict[str, dict[str, Any]]:
+    """Per model: per-sweep agreement/regret, and totals (pairs pooled; regret averaged over K)."""
+    out: dict[str, dict[str, Any]] = {}
+    for model in MODELS:
+        rows = []
+        for s in sweeps:
+            pred = predictions(model, s, target, params_by_dtype.get(s["dtype"]))
+            agree, counted = pair_agreement(s["measured"], pred)
+            rows.append(
+                {
+                    "sweep": s["id"],
+                    "dtype": s["dtype"],
+                    "sms": s["sms"],
+                    "agree": agree,
+                    "pairs": counted,
+                    "agreement": agree / counted if counted else None,
+                    "regret": regret(s["ks"], s["measured"], pred),
+                    "points": len(s["ks"]),
+                }
+            )
+        out[model] = {"sweeps": rows, **totals(rows)}
+    return out
+
+
+def totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    pairs = sum(r["pairs"] for r in rows)
+    npts = sum(r["points"] for r in rows)
+    return {
+        "pairs": pairs,
+        "agreement": sum(r["agree"] for r in rows) / pairs if pairs else None,
+        "regret": sum(r["regret"] * r["points"] for r in rows) / npts if npts else None,
+    }
+
+
+def by_setting(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(f"{r['dtype']} {r['sms']} SMs", []).append(r)
+    return {k: totals(v) for k, v in sorted(groups.items())}
+
+
+def fmt(t: dict[str, Any]) -> str:
+    a = "  n/a " if t["agreement"] is None else f"{100 * t['agreement']:5.1f}%"
+    return f"{a} / {100 * t['regret']:4.2f}%"
+
+
+def report(title: str, scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    print(f"\n== {title}: agreement / regret ({scores['wave']['pairs']} pairs) ==")
+    print(f"{'setting':<16}" + "".join(f"{m:>18}" for m in MODELS))
+    settings = by_setting(scores["wave"]["sweeps"]).keys()
+    per = {m: by_setting(scores[m]["sweeps"]) for m in MODELS}
+    for key in settings:
+        print(f"{key:<16}" + "".join(f"{fmt(per[m][key]):>18}" for m in MODELS))
+    print(f"{'all':<16}" + "".join(f"{fmt(scores[m]):>18}" for m in MODELS))
+    return {
+        m: {
+            "overall": {k: scores[m][k] for k in ("pairs", "agreement", "regret")},
+            "by_setting": per[m],
+            "sweeps": scores[m]["sweeps"],
+        }
+        for m in MODELS
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sweeps", type=Path, default=SWEEP_DIR)
+    ap.add_argument("--out", type=Path, default=RESULT)
+    ap.add_argument("--target", default="h200")
+    ap.add_argument("--write-fitted", action="store_true", help="refit on all sweeps, write the shipped fit")
+    ap.add_argument("--per-sweep", action="store_true", help="print every sweep's figures")
+    args = ap.parse_args()
+
+    sweeps = load_sweeps(args.sweeps)
+    if not sweeps:
+        sys.exit(f"no sweeps under {args.sweeps}")
+    target = get_target(args.target)
+    dtypes = sorted({s["dtype"] for s in sweeps})
+    # every fit starts from generic values, not from the fit shipped last time: reproducible
+    start = replace(
+        target, params={dt: generic_params(target.compute_capability, dt, target.clock_mhz) for dt in dtypes}
+    )
+    train_keys, test_keys = split(sweeps)
+    train = [s for s in sweeps if shape_key(s) in train_keys]
+    test = [s for s in sweeps if shape_key(s) in test_keys]
+
+    split_params = {dt: fit(fit_points([s for s in train if s["dtype"] == dt]), start, dt) for dt in dtypes}
+    all_params = {
+        dt: fit(
+            fit_points([s for s in sweeps if s["dtype"] == dt]), start, dt, name=f"{args.target}-{dt} fit"
+        )
+        for dt in dtypes
+    }
+    doc: dict[str, Any] = {
+        "sweeps": [s["id"] for s in sweeps],
+        "train_shapes": sorted(train_keys),
+        "test_shapes": sorted(test_keys),
+        "thresholds": {"flat_below": 0.03, "step_above": 0.08, "trim": 0.1},
+        "params_fit_on_train": {dt: p.to_json() for dt, p in split_params.items()},
+        "params_fit_on_all": {dt: p.to_json() for dt, p in all_params.items()},
+    }
+    doc["held_out"] = report("held-out shapes (fit on the other half)", score(test, target, split_params))
+    doc["train"] = report("fitted shapes (fit on them)", score(train, target, split_params))
+    doc["all_fit_all"] = report("all sweeps, shipped fit (fit on all)", score(sweeps, target, all_params))
+    if args.per_sweep:
+        for r in doc["all_fit_all"]["wave"]["sweeps"]:
+            print(f"  {r['sweep']:<28} {r['agree']:>3}/{r['pairs']:<3} regret {100 * r['regret']:.2f}%")
+    write_json(args.out, doc)
+    print(f"\nwritten {args.out}")
+    if args.write_fitted:
+        fitted = {
+            "gpu": args.target,
+            "how": "python benchmarks/eval_wave_model.py --write-fitted (deployopt.waves.fit on all sweeps)",
+            "sweeps": [f"benchmarks/staircases/{s['id']}.json" for s in sweeps],
+            "params": {dt: p.to_json() for dt, p in all_params.items()},
+        }
+        write_json(FITTED_DIR / f"{args.target}.json", fitted)
+        print(f"written {FITTED_DIR / (args.target + '.json')}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,202 @@
+"""`deployopt targets / staircase / calibrate`: outputs, JSON schema, plots, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from deployopt.cli import main as cli_main
+from deployopt.cli.targets_cmd import parse_channels, parse_dims
+from deployopt.errors import DeployoptError
+from deployopt.layers import ConvShape
+from deployopt.targets import get_target
+from deployopt.waves import predict
+
+
+def run(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    """Run the CLI entry point as a user would; return (exit code, stdout, stderr)."""
+    monkeypatch.setattr(sys, "argv", ["deployopt", *args])
+    monkeypatch.setenv("COLUMNS", "200")
+    code = 0
+    try:
+        cli_main.main()
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_parse_channels_and_dims():
+    assert parse_channels("16:64:16") == [16, 32, 48, 64]  # b included
+    assert parse_channels("16:70:16") == [16, 32, 48, 64]
+    assert parse_channels("8:10") == [8, 9, 10]
+    assert parse_channels("128, 64,96") == [64, 96, 128]
+    assert parse_dims("8x128x28x28") == (8, 128, 28, 28)
+    for bad in ("16:a:16", "64:16:16", "16:64:0", "0:16:16", "1:2:3:4", "", "-8"):
+        with pytest.raises(DeployoptError):
+            parse_channels(bad)
+    for bad in ("8x128x28", "8x128x28x0", "axbxcxd"):
+        with pytest.raises(DeployoptError):
+            parse_dims(bad)
+
+
+def test_targets_table_and_json(monkeypatch, capsys):
+    code, out, _ = run(monkeypatch, capsys, "targets")
+    assert code == 0
+    for name in ("nano", "orin-nano-8gb", "agx-orin-64gb", "h200"):
+        assert name in out
+    code, out, _ = run(monkeypatch, capsys, "targets", "--target", "h200", "--sms", "8", "--json")
+    d = json.loads(out)
+    assert (d["name"], d["sms"], d["full_sms"], d["compute_capability"]) == ("h200", 8, 132, [9, 0])
+    assert d["params"]["fp16"]["fitted"] is True
+    code, out, _ = run(monkeypatch, capsys, "targets", "--json")
+    assert len(json.loads(out)) == 15
+
+
+def test_staircase_json_schema(monkeypatch, capsys, tmp_path):
+    plot = tmp_path / "stairs.png"
+    code, out, _ = run(
+        monkeypatch,
+        capsys,
+        "staircase",
+        "--target",
+        "h200",
+        "--sms",
+        "8",
+        "--input",
+        "8x128x28x28",
+        "--kernel",
+        "3",
+        "--out-channels",
+        "16:512:16",
+        "--json",
+        "--plot",
+        str(plot),
+    )
+    assert code == 0
+    doc = json.loads(out)
+    assert [p["out_channels"] for p in doc["points"]] == list(range(16, 513, 16))
+    for p in doc["points"]:
+        assert set(p) >= {"out_channels", "waves", "tail_fill", "predicted_us"}
+        assert "measured_us" not in p
+        assert 0 < p["tail_fill"] <= 1
+    t = get_target("h200", sms=8)
+    first = predict(ConvShape(8, 128, 28, 28, 16, 3, 3, (1, 1), (1, 1)), t, "fp16")
+    assert doc["points"][0]["predicted_us"] == pytest.approx(first.predicted_us)
+    assert doc["points"][0]["waves"] == first.waves
+    assert doc["shape"]["pad"] == [1, 1] and doc["dtype"] == "fp16"
+    assert doc["target"]["sms"] == 8
+    assert doc["predictor"]["model"] == "wave" and doc["predictor"]["fitted"] is True
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 10000
+
+
+def test_staircase_table_says_predicted(monkeypatch, capsys):
+    code, out, _ = run(
+        monkeypatch,
+        capsys,
+        "staircase",
+        "--target",
+        "orin-nano-8gb",
+        "--input",
+        "1x64x56x56",
+        "--kernel",
+        "1",
+        "--out-channels",
+        "64,96,128",
+        "--dtype",
+        "int8",
+    )
+    assert code == 0
+    assert "predicted µs: wave model 'cc8.7-int8 default' (default, not calibrated on hardware)" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--target", "orin"], "unknown target 'orin'; choose one of: a100, agx-orin-32gb"),
+        (["--target", "h200", "--sms", "200"], "--sms 200: h200 has only 132 SMs"),
+        (["--target", "h200", "--sms", "0"], "--sms 0: must be a positive integer"),
+        (["--target", "h200", "--input", "8x128x28"], "--input '8x128x28': expected four positive integers"),
+        (["--target", "h200", "--out-channels", "64:16:16"], "--out-channels '64:16:16': need 1 <= start"),
+        (["--target", "h200", "--dtype", "bf16"], "--dtype 'bf16': choose one of fp16, fp32, int8"),
+        (["--target", "h200", "--dtype", "int8", "--measure", "torch"], "INT8 staircases are predicted only"),
+    ],
+)
+def test_staircase_errors_are_one_line(monkeypatch, capsys, args, message):
+    base = {"--input": "8x128x28x28", "--out-channels": "16:64:16"}
+    for i in range(0, len(args), 2):
+        base[args[i]] = args[i + 1]
+    argv = ["staircase"] + [x for kv in base.items() for x in kv]
+    code, _, err = run(monkeypatch, capsys, *argv)
+    assert code == 2
+    assert message in err
+    assert err.strip().count("\n") == 0 and "Traceback" not in err
+
+
+def test_local_without_gpu_is_one_line(monkeypatch, capsys):
+    from deployopt.targets import local
+
+    monkeypatch.setattr(local, "READERS", [("torch", lambda: None)])
+    code, _, err = run(monkeypatch, capsys, "targets", "--target", "local")
+    assert code == 2 and "no CUDA GPU found" in err and err.strip().count("\n") == 0
+
+
+def test_calibrate_saves_a_profile_target_can_load(monkeypatch, capsys, tmp_path):
+    """A stand-in backend that 'measures' with a known model: calibrate must fit and save it."""
+    from deployopt.backends import base
+    from deployopt.timing import Timing
+
+    truth = get_target("h200", sms=8)
+
+    class FakeSession(base.Session):
+        def measure(self, model_path):  # pragma: no cover - measure_convs is overridden
+            raise AssertionError
+
+        def measure_convs(self, shapes):
+            dt = self.options.dtype
+            return [Timing("fake", [predict(s, truth, dt).predicted_us] * 3) for s in shapes]
+
+    class FakeBackend(base.Backend):
+        name = "fake"
+        description = "test stand-in"
+        can_limit_sms = True
+
+        def availability(self):
+            return True, "test"
+
+        def open(self, options):
+            self.check_options(options)
+            return FakeSession(self, options)
+
+    monkeypatch.setattr(base, "get_backend", lambda name: FakeBackend())
+    monkeypatch.setenv("DEPLOYOPT_CACHE_DIR", str(tmp_path / "cache"))
+    code, _, err = run(
+        monkeypatch,
+        capsys,
+        "calibrate",
+        "--target",
+        "h200",
+        "--measure",
+        "fake",
+        "--sms",
+        "8",
+        "--out-channels",
+        "32:256:32",
+        "--name",
+        "myh200",
+    )
+    assert code == 0, err
+    path = tmp_path / "cache" / "targets" / "myh200.json"
+    doc = json.loads(path.read_text())
+    assert doc["target"]["name"] == "myh200" and doc["target"]["sms"] == 8
+    assert doc["params"]["fp16"]["fitted"] is True and len(doc["sweeps"][0]["points"]) == 4 * 8
+    t = get_target("myh200")
+    assert (t.sms, t.full_sms) == (8, 132)
+    s = ConvShape(8, 128, 28, 28, 160)
+    assert predict(s, t).predicted_us == pytest.approx(predict(s, truth).predicted_us, rel=0.05)
+    code, _, err = run(
+        monkeypatch, capsys, "calibrate", "--target", "h200", "--measure", "fake", "--dtype", "int8"
+    )
+    assert code == 2 and "INT8 is predicted only" in err

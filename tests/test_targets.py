@@ -1,0 +1,166 @@
+"""Built-in GPU targets: complete, sourced, consistent with shared/FINDINGS.md §3; resolution rules."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from deployopt import targets as targets_mod
+from deployopt.errors import TargetError
+from deployopt.targets import get_target, list_targets, load_profile
+from deployopt.targets import local as local_mod
+
+# FINDINGS §3: name -> (CC, SMs, CUDA cores, max GPU clock MHz)
+FINDINGS_TARGETS = {
+    "nano": ((5, 3), 1, 128, 921.6),
+    "tx2": ((6, 2), 2, 256, 1300),
+    "xavier-nx": ((7, 2), 6, 384, 1100),
+    "agx-xavier": ((7, 2), 8, 512, 1377),
+    "orin-nano-4gb": ((8, 7), 4, 512, 625),
+    "orin-nano-8gb": ((8, 7), 8, 1024, 625),
+    "orin-nx-8gb": ((8, 7), 8, 1024, 765),
+    "orin-nx-16gb": ((8, 7), 8, 1024, 918),
+    "agx-orin-32gb": ((8, 7), 14, 1792, 930),
+    "agx-orin-64gb": ((8, 7), 16, 2048, 1300),
+    "p6000": ((6, 1), 30, 3840, 1645),
+    "t4": ((7, 5), 40, 2560, 1590),
+    "a100": ((8, 0), 108, 6912, 1410),
+    "h100": ((9, 0), 132, 16896, 1980),
+    "h200": ((9, 0), 132, 16896, 1980),
+}
+# FINDINGS §3 per-CC limits: threads/SM, blocks/SM, warps/SM, smem/SM KB, smem/block KB, regs/block K
+FINDINGS_LIMITS = {
+    (5, 3): (2048, 32, 64, 64, 48, 32),
+    (6, 1): (2048, 32, 64, 96, 48, 64),
+    (6, 2): (2048, 32, 64, 64, 48, 32),
+    (7, 2): (2048, 32, 64, 96, 96, 64),
+    (7, 5): (1024, 16, 32, 64, 64, 64),
+    (8, 0): (2048, 32, 64, 164, 163, 64),
+    (8, 7): (1536, 16, 48, 164, 163, 64),
+    (9, 0): (2048, 32, 64, 228, 227, 64),
+}
+
+
+def test_all_builtin_targets_present():
+    assert sorted(t.name for t in list_targets()) == sorted(FINDINGS_TARGETS)
+
+
+@pytest.mark.parametrize("name", sorted(FINDINGS_TARGETS))
+def test_target_matches_findings(name):
+    t = get_target(name)
+    cc, sms, cores, clock = FINDINGS_TARGETS[name]
+    assert (t.compute_capability, t.sms, t.cuda_cores, t.clock_mhz) == (cc, sms, cores, clock)
+    threads, blocks, warps, smem_kb, smem_blk_kb, regs_blk_k = FINDINGS_LIMITS[cc]
+    assert t.max_threads_per_sm == threads
+    assert t.max_blocks_per_sm == blocks
+    assert t.max_warps_per_sm == warps == threads // 32
+    assert t.shared_mem_per_sm == smem_kb * 1024
+    assert t.shared_mem_per_block == smem_blk_kb * 1024
+    assert t.registers_per_sm == 65536
+    assert t.registers_per_block == regs_blk_k * 1024
+    # cores per SM follow the architecture: 64 on Volta/Turing/GA100, 128 elsewhere
+    assert t.cuda_cores // t.sms == (64 if cc in {(7, 2), (7, 5), (8, 0)} else 128)
+    for key in ("sms", "cuda_cores", "clock_mhz", "compute_capability", "per_sm_limits"):
+        assert len(t.sources[key]) > 20, f"{name}: no source for {key}"
+    if t.kind == "jetson":
+        assert t.software["jetpack"] and t.software["tensorrt"] and "software" in t.sources
+
+
+def test_h200_data_file_is_the_measured_one():
+    d = json.loads((targets_mod.DATA_DIR / "h200.json").read_text())
+    assert d["shared_mem_per_sm"] == 233472  # measured on the H200 (FINDINGS §3)
+    assert "Measured" in d["sources"]["sms"]
+
+
+def test_sms_override_and_errors():
+    t = get_target("h200", sms=8)
+    assert (t.sms, t.full_sms) == (8, 132)
+    assert get_target("agx-orin-64gb", sms=16).sms == 16
+    with pytest.raises(TargetError, match="only 132 SMs"):
+        get_target("h200", sms=133)
+    with pytest.raises(TargetError, match="positive integer"):
+        get_target("h200", sms=0)
+    assert t.with_sms(16).sms == 16  # an overridden target still knows the real GPU's SM count
+    with pytest.raises(TargetError, match="only 132 SMs"):
+        t.with_sms(140)
+
+
+def test_unknown_target_lists_valid_ones():
+    with pytest.raises(TargetError) as exc:
+        get_target("orin-nano")
+    msg = str(exc.value)
+    assert "\n" not in msg
+    for name in FINDINGS_TARGETS:
+        assert name in msg
+    assert "local" in msg
+
+
+def test_local_without_gpu_is_one_line(monkeypatch):
+    monkeypatch.setattr(local_mod, "READERS", [("torch", lambda: None), ("nvidia-ml-py", lambda: None)])
+    with pytest.raises(TargetError) as exc:
+        get_target("local")
+    assert "no CUDA GPU found" in str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
+def test_local_reader_fills_limits_from_cc(monkeypatch):
+    def fake() -> dict:
+        return {"display_name": "Orin (nvgpu)", "compute_capability": (8, 7), "sms": 4, "via": "torch"}
+
+    def broken() -> dict:
+        raise RuntimeError("driver mismatch")
+
+    monkeypatch.setattr(local_mod, "READERS", [("cuda-python", broken), ("torch", fake)])
+    t = get_target("local", sms=2)
+    assert (t.name, t.sms, t.full_sms, t.cc) == ("local", 2, 4, "8.7")
+    assert (t.max_threads_per_sm, t.max_blocks_per_sm, t.shared_mem_per_sm) == (1536, 16, 167936)
+    assert t.cuda_cores == 4 * 128
+    assert t.clock_mhz == 1300  # no clock reported: the fastest built-in of the same CC
+    assert "torch" in t.origin
+
+
+def test_profile_path_and_cache_precedence(tmp_path, monkeypatch):
+    monkeypatch.setenv("DEPLOYOPT_CACHE_DIR", str(tmp_path / "cache"))
+    base = get_target("orin-nano-8gb").to_json()
+    params = base.pop("params")
+    fp16 = dict(params["fp16"], name="my-orin-fp16 calibrated", fixed_us=12.5, fitted=True)
+    doc = {"target": dict(base, name="my-orin"), "params": {"fp16": fp16}}
+    path = tmp_path / "my-orin.json"
+    path.write_text(json.dumps(doc))
+    t = get_target(str(path))
+    assert (t.name, t.sms, t.origin) == ("my-orin", 8, str(path))
+    assert t.wave_params("fp16").fixed_us == 12.5
+    assert t.wave_params("fp32").fitted is False  # not calibrated: falls back to defaults
+    # a profile saved in the cache under a built-in name wins over the built-in
+    cache = targets_mod.cache_dir()
+    cache.mkdir(parents=True)
+    (cache / "orin-nano-8gb.json").write_text(json.dumps(dict(doc, target=dict(base))))
+    assert get_target("orin-nano-8gb").wave_params("fp16").fixed_us == 12.5
+    assert get_target("nano").name == "nano"
+    with pytest.raises(TargetError, match="does not exist"):
+        get_target(str(tmp_path / "missing.json"))
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(TargetError, match="not a deployopt target profile"):
+        load_profile(Path(tmp_path / "bad.json"))
+
+
+def test_params_fitted_or_default():
+    h200 = get_target("h200")
+    for dt in ("fp16", "fp32"):
+        p = h200.wave_params(dt)
+        assert p.fitted and p.fitted_on, f"h200 {dt} should ship a fit"
+        assert get_target("h100").wave_params(dt) == p  # same SM design: the H200's fit
+    nano = get_target("orin-nano-8gb").wave_params("fp16")
+    assert not nano.fitted and "not calibrated" in nano.source
+    with pytest.raises(TargetError):
+        h200.wave_params("bf16")
+
+
+def test_target_json_round_trip():
+    t = get_target("agx-orin-64gb", sms=8)
+    d = t.to_json()
+    assert d["sms"] == 8 and d["full_sms"] == 16
+    again = targets_mod.target_from_json(d)
+    assert again == t
