@@ -54,7 +54,7 @@ def build_report(
         }
 
     groups = []
-    for gid in sorted(opt.groups):
+    for gid in opt.groups:  # analysis order (graph order), not alphabetical
         g = opt.groups[gid]
         groups.append(
             {
