@@ -373,6 +373,11 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the final comparison")
     ap.add_argument("--sweep-runs", type=int, default=10, help="samples per conv in the per-layer sweeps")
+    ap.add_argument(
+        "--single-session",
+        action="store_true",
+        help="time the per-layer sweeps in the main session too (one worker; sweeps then use --runs)",
+    )
     ap.add_argument("--max-evals", type=int, default=40)
     ap.add_argument("--max-trim", type=float, default=0.10)
     ap.add_argument("--max-candidates", type=int, default=8)
@@ -409,6 +414,7 @@ def main() -> int:
             "max_evals": args.max_evals,
             "max_trim": args.max_trim,
             "max_candidates": args.max_candidates,
+            "single_session": args.single_session,
             "command": sys.argv,
         }
     )
@@ -429,23 +435,28 @@ def main() -> int:
     sweep_opts = MeasureOptions(
         dtype=args.dtype, sms=args.sms_int, runs=args.sweep_runs, warmup=3, extra={"target": target}
     )
-    with get_backend(args.backend).open(opts) as session, get_backend(args.backend).open(sweep_opts) as sweep:
+    with get_backend(args.backend).open(opts) as session:
+        sweep = session if args.single_session else get_backend(args.backend).open(sweep_opts)
         SHARED["sweep"] = sweep
-        for model, seed in todo:
-            cid = model if seed is None else f"{model}_seed{seed}"
-            if cid in results["cases"]:
-                print(f"{cid}: done before, skipped")
-                continue
-            print(f"{cid}: running ({time.perf_counter() - start:.0f} s elapsed)", flush=True)
-            try:
-                if model == "mobilenetv2":
-                    results["cases"][cid] = mobilenet_case(args, session, check)
-                else:
-                    results["cases"][cid] = cifar_case(args, session, model, seed, check)
-            except Deadline:
-                stopped = cid
-                break
-            write_json(out, results)
+        try:
+            for model, seed in todo:
+                cid = model if seed is None else f"{model}_seed{seed}"
+                if cid in results["cases"]:
+                    print(f"{cid}: done before, skipped")
+                    continue
+                print(f"{cid}: running ({time.perf_counter() - start:.0f} s elapsed)", flush=True)
+                try:
+                    if model == "mobilenetv2":
+                        results["cases"][cid] = mobilenet_case(args, session, check)
+                    else:
+                        results["cases"][cid] = cifar_case(args, session, model, seed, check)
+                except Deadline:
+                    stopped = cid
+                    break
+                write_json(out, results)
+        finally:
+            if sweep is not session:
+                sweep.close()
     results["incomplete"] = (
         []
         if stopped is None
