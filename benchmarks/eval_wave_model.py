@@ -216,6 +216,11 @@ def main() -> None:
     }
     doc["held_out"] = report("held-out shapes (fit on the other half)", score(test, target, split_params))
     doc["train"] = report("fitted shapes (fit on them)", score(train, target, split_params))
+    # the same with the halves swapped: the harder shapes held out
+    swap_params = {dt: fit(fit_points([s for s in test if s["dtype"] == dt]), start, dt) for dt in dtypes}
+    doc["held_out_swapped"] = report(
+        "held-out shapes, halves swapped (fit on the first held-out half)", score(train, target, swap_params)
+    )
     doc["all_fit_all"] = report("all sweeps, shipped fit (fit on all)", score(sweeps, target, all_params))
     if args.per_sweep:
         for r in doc["all_fit_all"]["wave"]["sweeps"]:

@@ -409,7 +409,7 @@ def fit(
     target: Target,
     dtype: str,
     name: str | None = None,
-    step_weight: float = 1.0,
+    step_weight: float = 3.0,
     max_eff: float = 0.98,
 ) -> WaveParams:
     """Fit the continuous parameters (fixed cost, SM rate, per-wave cost, tail floor, tile
