@@ -200,12 +200,15 @@ def main() -> None:
     test = [s for s in sweeps if shape_key(s) in test_keys]
 
     split_params = {dt: fit(fit_points([s for s in train if s["dtype"] == dt]), start, dt) for dt in dtypes}
-    all_params = {
-        dt: fit(
-            fit_points([s for s in sweeps if s["dtype"] == dt]), start, dt, name=f"{args.target}-{dt} fit"
+    all_params = {}
+    for dt in dtypes:
+        chosen = [s for s in sweeps if s["dtype"] == dt]
+        p = fit(fit_points(chosen), start, dt, name=f"{args.target}-{dt} fit")
+        all_params[dt] = replace(
+            p,
+            source=f"fitted on {sum(len(s['ks']) for s in chosen)} measured points of {len(chosen)} "
+            f"{args.target} cuDNN sweeps (benchmarks/staircases/, benchmarks/eval_wave_model.py)",
         )
-        for dt in dtypes
-    }
     doc: dict[str, Any] = {
         "sweeps": [s["id"] for s in sweeps],
         "train_shapes": sorted(train_keys),
