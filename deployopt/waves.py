@@ -377,27 +377,37 @@ def aligned_widths(
     vec = VECTOR[dtype]
     if shape.is_depthwise and role == "in":
         role = "out"
+
+    def us(w: int) -> float:
+        return _evaluate(_vary(shape, w, role), target, params).predicted_us
+
+    return _step_ends(us, width, vec)
+
+
+def _step_ends(us_of: Any, width: int, vec: int) -> tuple[int | None, int | None]:
+    """(largest step end below `width`, smallest at or above it) among multiples of `vec` in
+    width/2 … 2·width; a step end is a width one vector below a more expensive one."""
     cache: dict[int, float] = {}
 
     def us(w: int) -> float:
         if w not in cache:
-            cache[w] = _evaluate(_vary(shape, w, role), target, params).predicted_us
+            cache[w] = us_of(w)
         return cache[w]
 
-    def is_aligned(w: int) -> bool:
+    def is_end(w: int) -> bool:
         return us(w + vec) > us(w) * (1 + 1e-9)
 
     below = None
     w = (width - 1) // vec * vec
     while w >= max(vec, width // 2):
-        if is_aligned(w):
+        if is_end(w):
             below = w
             break
         w -= vec
     above = None
     w = -(-width // vec) * vec
     while w <= 2 * width:
-        if w >= width and is_aligned(w):
+        if is_end(w):
             above = w
             break
         w += vec
@@ -503,14 +513,19 @@ def fit(
 
 def conv_rows(analysis: Any, target: Target, dtype: str = "fp16") -> list[dict[str, Any]]:
     """Per-conv wave columns for `deployopt analyze --target`: implicit-GEMM dims, blocks, waves,
-    tail fill, and for each free channel group the conv touches, the nearest wave-aligned widths
-    below/above with the predicted latency change of this conv.
+    tail fill, and for each free channel group the conv touches, the nearest wave-aligned widths of
+    that group below/above with this conv's predicted latency change.
 
-    `analysis` is a deployopt.coupling.Analysis: `.convs` (name, shape, out_group, in_groups) and
-    `.groups` (objects or dicts with an id and a `free` flag; looked up by the ids the convs name).
+    `analysis` is a deployopt.coupling.Analysis: `.convs` (ConvLayer: name, shape, out_group,
+    in_groups as (group id, width) segments) and `.groups` (ChannelGroup: id, width, frozen). A
+    group's width is turned into this conv's shape by `analysis.conv_shapes({id: width})` when the
+    analysis has it (concat segments, depthwise convs), else by setting K (output) or C (input).
     """
+    _check_dtype(dtype)
     groups = _groups_by_id(getattr(analysis, "groups", []))
     params = target.wave_params(dtype)
+    vec = VECTOR[dtype]
+    shapes_for = getattr(analysis, "conv_shapes", None)
     rows = []
     for conv in analysis.convs:
         shape: ConvShape = conv.shape
@@ -530,27 +545,51 @@ def conv_rows(analysis: Any, target: Target, dtype: str = "fp16") -> list[dict[s
             "predictor": params.name,
             "widths": [],
         }
-        roles = [("out", getattr(conv, "out_group", None), shape.k)]
-        roles += [("in", g, shape.c) for g in (getattr(conv, "in_groups", None) or [])]
-        seen = set()
-        for role, gid, width in roles:
-            if gid is None or (role, gid) in seen or not _is_free(groups.get(gid)):
+        touched: list[tuple[str, Any]] = []
+        if getattr(conv, "out_group", None) is not None:
+            touched.append(("out", conv.out_group))
+        for seg in getattr(conv, "in_groups", None) or []:
+            gid = seg[0] if isinstance(seg, (tuple, list)) else seg
+            if gid is not None:
+                touched.append(("in", gid))
+        seen: set[Any] = set()
+        for role, gid in touched:
+            group = groups.get(gid)
+            if gid in seen or not _is_free(group):
                 continue
-            seen.add((role, gid))
-            if role == "in" and shape.is_depthwise:
-                continue  # the depthwise conv's width moves with its producer's: counted there
-            below, above = aligned_widths(shape, target, dtype, width, role)
+            seen.add(gid)
+            width = _group_width(group, conv, role, gid)
+
+            def shape_at(
+                w: int, role: str = role, gid: Any = gid, name: str = conv.name, base: ConvShape = shape
+            ) -> ConvShape:
+                if callable(shapes_for):
+                    return shapes_for({gid: w})[name]
+                return _vary(base, w, role)
+
+            def us_at(w: int, shape_at: Any = shape_at) -> float:
+                return _evaluate(shape_at(w), target, params).predicted_us
+
+            below, above = _step_ends(us_at, width, vec)
             entry: dict[str, Any] = {"group": gid, "role": role, "width": width}
             for key, w in (("below", below), ("above", above)):
                 entry[key] = w
-                if w is None:
-                    entry[f"{key}_delta_us"] = None
-                else:
-                    us = _evaluate(_vary(shape, w, role), target, params).predicted_us
-                    entry[f"{key}_delta_us"] = us - pred.predicted_us
+                entry[f"{key}_delta_us"] = None if w is None else us_at(w) - pred.predicted_us
             row["widths"].append(entry)
         rows.append(row)
     return rows
+
+
+def _group_width(group: Any, conv: Any, role: str, gid: Any) -> int:
+    """The group's current width: from the group, else from the conv's segment, else K or C."""
+    width = group.get("width") if isinstance(group, dict) else getattr(group, "width", None)
+    if width:
+        return int(width)
+    segs = getattr(conv, "out_groups" if role == "out" else "in_groups", None) or []
+    for seg in segs:
+        if isinstance(seg, (tuple, list)) and seg[0] == gid:
+            return int(seg[1])
+    return conv.shape.k if role == "out" else conv.shape.c
 
 
 def _group_id(g: Any) -> Any:

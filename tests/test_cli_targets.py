@@ -122,6 +122,8 @@ def test_staircase_table_says_predicted(monkeypatch, capsys):
         (["--target", "h200", "--out-channels", "64:16:16"], "--out-channels '64:16:16': need 1 <= start"),
         (["--target", "h200", "--dtype", "bf16"], "--dtype 'bf16': choose one of fp16, fp32, int8"),
         (["--target", "h200", "--dtype", "int8", "--measure", "torch"], "INT8 staircases are predicted only"),
+        (["--target", "h200", "--measure", "model"], "--measure model: that backend predicts"),
+        (["--target", "h200", "--measure", "nope"], "unknown backend 'nope'"),
     ],
 )
 def test_staircase_errors_are_one_line(monkeypatch, capsys, args, message):

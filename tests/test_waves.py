@@ -182,16 +182,21 @@ def test_conv_rows_contract():
     t = get_target("h200", sms=8)
     convs = [
         SimpleNamespace(name="conv1", shape=ConvShape(8, 64, 28, 28, 200), out_group="g1", in_groups=[]),
-        SimpleNamespace(name="conv2", shape=ConvShape(8, 200, 28, 28, 128), out_group="g2", in_groups=["g1"]),
+        SimpleNamespace(
+            name="conv2", shape=ConvShape(8, 200, 28, 28, 128), out_group="g2", in_groups=[("g1", 200)]
+        ),
     ]
-    groups = [SimpleNamespace(id="g1", free=True), SimpleNamespace(id="g2", free=False)]
+    groups = [
+        SimpleNamespace(id="g1", width=200, frozen=False),
+        SimpleNamespace(id="g2", width=128, frozen=True),
+    ]
     rows = conv_rows(SimpleNamespace(convs=convs, groups=groups), t, "fp16")
     assert [r["name"] for r in rows] == ["conv1", "conv2"]
     r1, r2 = rows
     assert (r1["gemm_m"], r1["gemm_n"], r1["gemm_k"]) == (6272, 200, 576)
     pred = predict(convs[0].shape, t)
     assert (r1["blocks"], r1["waves"], r1["tail_fill"]) == (pred.blocks, pred.waves, pred.tail_fill)
-    assert [(w["group"], w["role"]) for w in r1["widths"]] == [("g1", "out")]
+    assert [(w["group"], w["role"], w["width"]) for w in r1["widths"]] == [("g1", "out", 200)]
     assert [(w["group"], w["role"]) for w in r2["widths"]] == [("g1", "in")]  # g2 is frozen
     w = r1["widths"][0]
     below, above = aligned_widths(convs[0].shape, t, "fp16", 200)
@@ -201,6 +206,30 @@ def test_conv_rows_contract():
         predict(convs[0].shape.with_channels(k=below), t).predicted_us - pred.predicted_us
     )
     assert w["below_delta_us"] <= 0
+    w2 = r2["widths"][0]
+    assert (w2["below"], w2["above"]) == aligned_widths(convs[1].shape, t, "fp16", 200, role="in")
+
+
+def test_conv_rows_on_a_real_coupling_analysis():
+    from conftest import get_zoo_model
+
+    from deployopt.coupling import analyze
+
+    analysis = analyze(get_zoo_model("vgg16_pruned"))
+    t = get_target("orin-nano-8gb")
+    rows = conv_rows(analysis, t, "fp16")
+    assert [r["name"] for r in rows] == [c.name for c in analysis.convs]
+    free = {g.id for g in analysis.free_groups()}
+    for conv, row in zip(analysis.convs, rows):
+        assert row["gemm_n"] == conv.shape.k and row["predicted_us"] > 0
+        for w in row["widths"]:
+            assert w["group"] in free
+            if w["below"] is not None:
+                shape = analysis.conv_shapes({w["group"]: w["below"]})[conv.name]
+                assert w["below_delta_us"] == pytest.approx(
+                    predict(shape, t).predicted_us - row["predicted_us"]
+                )
+    assert sum(len(r["widths"]) for r in rows) >= len(analysis.convs)
 
 
 # --- the model against the committed H200 sweeps (benchmarks/staircases/) ---------------------------

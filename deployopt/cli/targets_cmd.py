@@ -94,6 +94,12 @@ def _check_sms(sms: int | None) -> None:
         raise DeployoptError(f"--sms {sms}: must be a positive integer")
 
 
+def _check_measures(backend: Any) -> None:
+    """--measure needs a backend that times real kernels, not one that predicts."""
+    if not getattr(backend, "measured", True):
+        raise DeployoptError(f"--measure {backend.name}: that backend predicts, it does not measure")
+
+
 def _kb(n: int) -> str:
     return f"{n // 1024} KB"
 
@@ -266,6 +272,7 @@ def staircase_command(
         from deployopt.backends.base import MeasureOptions, get_backend
 
         backend = get_backend(measure)
+        _check_measures(backend)
         with backend.open(MeasureOptions(dtype=dtype, sms=sms, runs=runs)) as session:
             timings = session.measure_convs([shape.with_channels(k=k) for k in ks])
     doc = staircase_doc(tgt, shape, dtype, ks, timings, measure)
@@ -358,6 +365,7 @@ def calibrate_command(
     profile_name = name or (tgt.name if sms is None else f"{tgt.name}-{tgt.sms}sm")
     dest = output or cache_dir() / f"{profile_name}.json"
     backend = get_backend(measure)
+    _check_measures(backend)
     sweeps = []
     params = {}
     for dt in dtypes:
