@@ -411,7 +411,11 @@ class Optimizer:
             cfg = self.cfg
             if self._external_sweep_session is not None:
                 self._sweep_session = self._external_sweep_session
-            elif not self.session.backend.measured or cfg.sweep_runs in (None, cfg.runs):
+            elif (
+                self._external_session is not None  # the caller's session: we cannot open its twin
+                or not self.session.backend.measured
+                or cfg.sweep_runs in (None, cfg.runs)
+            ):
                 self._sweep_session = self.session
             else:
                 self._sweep_session = self._open_session(runs=cfg.sweep_runs, warmup=min(cfg.warmup, 3))

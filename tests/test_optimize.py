@@ -74,8 +74,7 @@ def test_lossless_with_the_wave_model_writes_everything(
     assert report["per_layer_sweep"]["shapes"] == report["per_layer_sweep"]["measured"] > 0
     assert len(report["layers"]) == 13
     changed = [g for g in report["groups"] if g["best"] not in (g["round_up_8"], g["original"])]
-    assert len(report["staircases"]) == len(changed) > 0
-    assert all((out / p).exists() for p in report["staircases"])
+    assert len(report["staircases"]) == len(changed)  # how many depends on the wave model's parameters
     # The solver's table optimum was measured (first evaluation after the two baselines).
     assert res.evaluations[2].label.startswith("solver #") or res.evaluations[1].label == "round-up-to-8"
     assert report["solver"]["method"] == "variable elimination (exact)"
@@ -332,3 +331,62 @@ def test_the_engine_of_the_chosen_plan_is_kept(zoo_model_path: Callable[[str], P
     assert len(session.measured) == res.evaluation_count == 4
     # Measured per-layer tables are persisted (predicted ones are not).
     assert any((tmp_path / "lut").rglob("*.json"))
+
+
+def designed_us(shape: Any) -> float:
+    """A staircase with a known optimum: cost per started block of 64 output channels, plus a
+    penalty for each channel count that is not a multiple of 64 (a slower kernel family)."""
+    return (
+        10.0 * -(-shape.k // 64) + (0.0 if shape.k % 64 == 0 else 3.0) + (0.0 if shape.c % 64 == 0 else 3.0)
+    )
+
+
+class DesignedSession:
+    """Stand-in backend whose every number follows `designed_us`, per layer and end to end."""
+
+    backend = type("DesignedBackend", (), {"name": "designed", "measured": True})()
+
+    def measure(self, path: Path) -> Any:
+        from deployopt.backends.model import conv_shapes_from_model
+        from deployopt.model import load_model
+        from deployopt.timing import Timing
+
+        shapes = conv_shapes_from_model(load_model(path).model)
+        return Timing(
+            "designed", [sum(designed_us(s) for s in shapes.values())], environment={"gpu": "designed"}
+        )
+
+    def measure_convs(self, shapes: list[Any]) -> Any:
+        from deployopt.timing import Timing
+
+        return [Timing("designed", [designed_us(s)]) for s in shapes]
+
+
+def test_the_search_finds_the_known_optimum_and_plots_its_staircases(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path
+) -> None:
+    src = zoo_model_path("vgg16_pruned_b4")
+    cfg = OptimizeConfig(
+        model_path=src,
+        target="h200",
+        sms=8,
+        outdir=tmp_path / "out",
+        max_candidates=16,
+        fidelity_samples=1,
+        cache_root=tmp_path / "lut",
+        backend="model",
+    )
+    res = optimize(cfg, session=DesignedSession())
+    # Every width padded to its multiple of 64 (always a candidate: the range reaches it), which
+    # removes every penalty at no block cost: the exact solver finds it, end to end confirms it.
+    assert res.best_plan == {g: ceil_to(w, 64) for g, w in res.original.items()}
+    assert res.best_label == "solver #1"
+    assert res.evaluations[2].label == "solver #1" and res.evaluations[2].accepted
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["solver"]["table_cost_best_us"] == pytest.approx(
+        sum(r["table_after_us"] for r in report["layers"] if r["table_after_us"] is not None)
+    )
+    moved = [g for g in report["groups"] if g["best"] not in (g["round_up_8"], g["original"])]
+    assert moved and len(report["staircases"]) == len(moved)
+    assert all((tmp_path / "out" / p).stat().st_size > 1000 for p in report["staircases"])
+    assert report["measured"] is True and report["note"] is None
