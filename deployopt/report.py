@@ -233,7 +233,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"- end-to-end evaluations: {ev['count']} of at most {ev['max']} "
         f"({ev['measured_this_run']} this run, {ev['from_journal']} from the journal)"
         + (" — budget exhausted" if ev["budget_exhausted"] else ""),
-        f"- per-layer sweep: {sw['shapes']} conv shapes, {sw['measured']} timed ({sw['seconds']:.1f} s), "
+        f"- per-layer sweep: {sw['shapes']} conv shapes, {sw['measured']} "
+        f"{'timed' if report['measured'] else 'predicted'} ({sw['seconds']:.1f} s), "
         f"{sw['cached']} from the cache; by {sw['measured_by']}",
         "",
         "## Latency",

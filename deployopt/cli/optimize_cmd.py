@@ -145,8 +145,9 @@ def _render(result: Any) -> None:
     console.print(f"vs input: {rep['comparisons']['vs_input']['describe']}")
     console.print(f"vs round-up-to-8: {rep['comparisons']['vs_round_up_8']['describe']}")
     ev, sw = rep["evaluations"], rep["per_layer_sweep"]
+    verb = "timed" if rep["measured"] else "predicted"
     console.print(
         f"{ev['count']} end-to-end evaluations ({ev['measured_this_run']} this run); per-layer sweep: "
-        f"{sw['shapes']} shapes, {sw['measured']} timed in {sw['seconds']:.1f} s, {sw['cached']} cached"
+        f"{sw['shapes']} shapes, {sw['measured']} {verb} in {sw['seconds']:.1f} s, {sw['cached']} cached"
     )
     console.print(f"wrote {result.outdir}/ (model.onnx, plan.json, report.md, report.json, journal.jsonl)")
