@@ -79,9 +79,9 @@ def test_staircase_json_schema(monkeypatch, capsys, tmp_path):
     doc = json.loads(out)
     assert [p["out_channels"] for p in doc["points"]] == list(range(16, 513, 16))
     for p in doc["points"]:
-        assert set(p) >= {"out_channels", "waves", "tail_fill", "predicted_us"}
-        assert "measured_us" not in p
+        assert set(p) == {"out_channels", "waves", "tail_fill", "predicted_us"}  # no measured_* keys
         assert 0 < p["tail_fill"] <= 1
+    assert [k["out_channels"] for k in doc["predicted_kernels"]] == list(range(16, 513, 16))
     t = get_target("h200", sms=8)
     first = predict(ConvShape(8, 128, 28, 28, 16, 3, 3, (1, 1), (1, 1)), t, "fp16")
     assert doc["points"][0]["predicted_us"] == pytest.approx(first.predicted_us)
@@ -145,12 +145,10 @@ def test_local_without_gpu_is_one_line(monkeypatch, capsys):
     assert code == 2 and "no CUDA GPU found" in err and err.strip().count("\n") == 0
 
 
-def test_calibrate_saves_a_profile_target_can_load(monkeypatch, capsys, tmp_path):
-    """A stand-in backend that 'measures' with a known model: calibrate must fit and save it."""
+def fake_backend(truth):
+    """A stand-in backend that 'measures' with a known model (3 identical samples per conv)."""
     from deployopt.backends import base
     from deployopt.timing import Timing
-
-    truth = get_target("h200", sms=8)
 
     class FakeSession(base.Session):
         def measure(self, model_path):  # pragma: no cover - measure_convs is overridden
@@ -158,7 +156,10 @@ def test_calibrate_saves_a_profile_target_can_load(monkeypatch, capsys, tmp_path
 
         def measure_convs(self, shapes):
             dt = self.options.dtype
-            return [Timing("fake", [predict(s, truth, dt).predicted_us] * 3) for s in shapes]
+            return [
+                Timing("fake", [predict(s, truth, dt).predicted_us * f for f in (0.99, 1.0, 1.03)])
+                for s in shapes
+            ]
 
     class FakeBackend(base.Backend):
         name = "fake"
@@ -172,7 +173,76 @@ def test_calibrate_saves_a_profile_target_can_load(monkeypatch, capsys, tmp_path
             self.check_options(options)
             return FakeSession(self, options)
 
-    monkeypatch.setattr(base, "get_backend", lambda name: FakeBackend())
+    return FakeBackend()
+
+
+def test_staircase_measured_json_and_plot(monkeypatch, capsys, tmp_path):
+    from deployopt.backends import base
+
+    truth = get_target("h200", sms=8)
+    monkeypatch.setattr(base, "get_backend", lambda name: fake_backend(truth))
+    plot = tmp_path / "m.png"
+    code, out, err = run(
+        monkeypatch,
+        capsys,
+        "staircase",
+        "--target",
+        "h200",
+        "--sms",
+        "8",
+        "--input",
+        "8x128x28x28",
+        "--out-channels",
+        "64:128:32",
+        "--measure",
+        "fake",
+        "--runs",
+        "3",
+        "--json",
+        "--plot",
+        str(plot),
+    )
+    assert code == 0, err
+    doc = json.loads(out)
+    for p in doc["points"]:
+        assert set(p) == {
+            "out_channels",
+            "waves",
+            "tail_fill",
+            "predicted_us",
+            "measured_us",
+            "measured_iqr_us",
+        }
+        assert p["measured_us"] == pytest.approx(p["predicted_us"])  # the middle of 0.99/1.0/1.03
+        assert p["measured_iqr_us"] == pytest.approx(0.02 * p["predicted_us"])
+    assert doc["measured"]["backend"] == "fake" and doc["measured"]["runs"] == [3, 3, 3]
+    assert plot.stat().st_size > 10000
+    code, out, _ = run(
+        monkeypatch,
+        capsys,
+        "staircase",
+        "--target",
+        "h200",
+        "--sms",
+        "8",
+        "--input",
+        "8x128x28x28",
+        "--out-channels",
+        "64:128:32",
+        "--measure",
+        "fake",
+        "--runs",
+        "3",
+    )
+    assert "measured µs: on backend fake, median and IQR of 3 runs per width" in out
+
+
+def test_calibrate_saves_a_profile_target_can_load(monkeypatch, capsys, tmp_path):
+    """Measurements from a known model: calibrate must fit them and save a loadable profile."""
+    from deployopt.backends import base
+
+    truth = get_target("h200", sms=8)
+    monkeypatch.setattr(base, "get_backend", lambda name: fake_backend(truth))
     monkeypatch.setenv("DEPLOYOPT_CACHE_DIR", str(tmp_path / "cache"))
     code, _, err = run(
         monkeypatch,

@@ -189,24 +189,30 @@ def staircase_doc(
     params = target.wave_params(dtype)
     preds = staircase(shape, target, dtype, ks)
     points = []
+    kernels = []
     for i, (k, p) in enumerate(zip(ks, preds)):
         pt: dict[str, Any] = {
             "out_channels": k,
             "waves": p.waves,
             "tail_fill": p.tail_fill,
             "predicted_us": p.predicted_us,
-            "blocks": p.blocks,
-            "blocks_per_sm": p.blocks_per_sm,
-            "tile": list(p.tile),
-            "family": p.family,
         }
         if timings is not None:
             pt["measured_us"] = timings[i].median_us
             pt["measured_iqr_us"] = timings[i].iqr_us
-            pt["measured_runs"] = timings[i].runs
         points.append(pt)
+        kernels.append(
+            {
+                "out_channels": k,
+                "tile": list(p.tile),
+                "blocks": p.blocks,
+                "blocks_per_sm": p.blocks_per_sm,
+                "family": p.family,
+            }
+        )
     doc: dict[str, Any] = {
         "points": points,
+        "predicted_kernels": kernels,
         "target": {
             "name": target.name,
             "display_name": target.display_name,
@@ -228,7 +234,7 @@ def staircase_doc(
         doc["measured"] = {
             "backend": backend,
             "statistic": "median, IQR",
-            "runs": timings[0].runs if timings else 0,
+            "runs": [t.runs for t in timings],
             "environment": env,
         }
     return doc
@@ -309,12 +315,12 @@ def staircase_command(
     if timings:
         table.add_column("measured µs (median)", justify="right")
         table.add_column("IQR µs", justify="right")
-    for p in doc["points"]:
+    for p, kern in zip(doc["points"], doc["predicted_kernels"]):
         row = [
             str(p["out_channels"]),
-            "x".join(map(str, p["tile"])),
-            str(p["blocks"]),
-            str(p["blocks_per_sm"]),
+            "x".join(map(str, kern["tile"])),
+            str(kern["blocks"]),
+            str(kern["blocks_per_sm"]),
             str(p["waves"]),
             f"{100 * p['tail_fill']:.0f}%",
             f"{p['predicted_us']:.1f}",
