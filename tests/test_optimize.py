@@ -390,3 +390,47 @@ def test_the_search_finds_the_known_optimum_and_plots_its_staircases(
     assert moved and len(report["staircases"]) == len(moved)
     assert all((tmp_path / "out" / p).stat().st_size > 1000 for p in report["staircases"])
     assert report["measured"] is True and report["note"] is None
+
+
+class SpoiledSession(DesignedSession):
+    """The tables say `designed_us`, but end to end the first layer at 64 channels costs 100 µs
+    more (as if fusion or a library heuristic punished it): the table optimum must be refuted."""
+
+    def measure(self, path: Path) -> Any:
+        from deployopt.backends.model import conv_shapes_from_model
+        from deployopt.model import load_model
+
+        t = super().measure(path)
+        shapes = conv_shapes_from_model(load_model(path).model)
+        if shapes["features.0.conv"].k == 64:
+            t.samples_us = [t.samples_us[0] + 100.0]
+        return t
+
+
+def test_a_refuted_table_optimum_is_applied_in_part(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path
+) -> None:
+    src = zoo_model_path("vgg16_pruned_b4")
+    cfg = OptimizeConfig(
+        model_path=src,
+        target="h200",
+        sms=8,
+        outdir=tmp_path / "out",
+        max_candidates=16,
+        fidelity=False,
+        plots=False,
+        cache_root=tmp_path / "lut",
+        backend="model",
+        top_k=1,
+    )
+    res = optimize(cfg, session=SpoiledSession())
+    labels = [e.label for e in res.evaluations]
+    assert labels[:3] == ["input", "round-up-to-8", "solver #1"]
+    assert not res.evaluations[2].accepted  # refuted end to end
+    # Then applied in part: the half without the spoiled layer holds.
+    assert labels[3] == "solver #1, best 6 of 12 changes" and not res.evaluations[3].accepted
+    assert labels[4] == "solver #1, other 6 of 12 changes" and res.evaluations[4].accepted
+    assert res.best_plan["features.0.conv"] != 64
+    assert res.best_plan == {**{g: ceil_to(w, 64) for g, w in res.original.items()}, "features.0.conv": 48}
+    # The refuted move (features.0.conv -> 64) is measured once, not after every accepted step.
+    assert sum(e.plan["features.0.conv"] == 64 for e in res.evaluations) <= 4
