@@ -362,6 +362,7 @@ class DesignedSession:
         return [Timing("designed", [designed_us(s)]) for s in shapes]
 
 
+@pytest.mark.slow
 def test_the_search_finds_the_known_optimum_and_plots_its_staircases(
     zoo_model_path: Callable[[str], Path], tmp_path: Path
 ) -> None:
@@ -407,6 +408,7 @@ class SpoiledSession(DesignedSession):
         return t
 
 
+@pytest.mark.slow
 def test_a_refuted_table_optimum_is_applied_in_part(
     zoo_model_path: Callable[[str], Path], tmp_path: Path
 ) -> None:
