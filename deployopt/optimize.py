@@ -299,7 +299,9 @@ class Optimizer:
     def _conv_deps(self) -> dict[str, tuple[str, ...]]:
         deps = {}
         for conv in self.analysis.convs:
-            ids = [conv.out_group, *(g for g, _ in conv.in_groups)]
+            # Output: one group, or several segments when a Split cuts the conv's output channels.
+            outs = [g for g, _ in getattr(conv, "out_groups", None) or []] or [conv.out_group]
+            ids = [*outs, *(g for g, _ in conv.in_groups)]
             deps[conv.name] = tuple(
                 dict.fromkeys(str(g) for g in ids if g is not None and str(g) in self.groups)
             )

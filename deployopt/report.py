@@ -174,9 +174,8 @@ def write_staircases(outdir: Path, report: dict[str, Any], opt: Optimizer) -> li
     changed = [g for g in report["groups"] if g["best"] not in (g["round_up_8"], g["original"])]
     for g in changed[:MAX_PLOTS]:
         gid = g["id"]
-        convs = [c for c, deps in opt.deps.items() if deps and deps[0] == gid] or [
-            c for c, deps in opt.deps.items() if gid in deps
-        ]
+        producers = set(g["producers"])
+        convs = [c for c in opt.deps if c in producers] or [c for c, deps in opt.deps.items() if gid in deps]
         conv = next((c for c in opt.conv_shapes(best) if c in convs), None)
         if conv is None:
             continue
@@ -192,7 +191,7 @@ def write_staircases(outdir: Path, report: dict[str, Any], opt: Optimizer) -> li
                 preds.append(p.predicted_us)
                 waves.append(p.waves)
         name = f"staircase_{_safe(gid)}.png"
-        role = "output" if opt.deps[conv][0] == gid else "input"
+        role = "output" if conv in producers else "input"
         plot_staircase(
             widths,
             outdir / "staircases" / name,
