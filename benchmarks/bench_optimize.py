@@ -97,6 +97,7 @@ def summarize(res: OptimizeResult) -> dict[str, Any]:
         "optimize_timings": {k: t.to_json() for k, t in res.timings.items()},
         "fidelity": res.fidelity,
         "solver": res.report["solver"]["method"],
+        "solver_check": res.report["solver"]["check"],
     }
 
 

@@ -603,6 +603,14 @@ class Optimizer:
         if cfg.mode == "grow":
             return self._grow(incumbent, starts)
         self.solutions = self.table.top_plans(cfg.top_k, starts)
+        # For the record (and docs/optimize.md): what coordinate descent reaches on the same table.
+        self.solver_check = {
+            "solver_us": self.solutions[0].cost_us,
+            "largest_table": self.table.largest_table,
+            "cd_from_round_up_us": self.table.coordinate_descent([starts[0]]).cost_us,
+            "cd_from_original_us": self.table.coordinate_descent([starts[1]]).cost_us,
+            "cd_multistart_us": self.table.coordinate_descent(starts).cost_us,
+        }
         for i, sol in enumerate(self.solutions):
             incumbent = self._try(incumbent, sol.plan, f"solver #{i + 1}")
         incumbent = self._partial(incumbent, self.solutions[0].plan)

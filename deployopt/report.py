@@ -154,6 +154,7 @@ def build_report(
             "method": solutions[0]["method"] if solutions else None,
             "top_plans": solutions,
             "table_cost_best_us": opt.table.cost(best.plan) if opt._in_domains(best.plan) else None,
+            "check": getattr(opt, "solver_check", None),
         },
         "fidelity": fidelity,
         "refused": list(opt._refused.values()),

@@ -387,6 +387,9 @@ def test_the_search_finds_the_known_optimum_and_plots_its_staircases(
     assert report["solver"]["table_cost_best_us"] == pytest.approx(
         sum(r["table_after_us"] for r in report["layers"] if r["table_after_us"] is not None)
     )
+    check = report["solver"]["check"]
+    assert check["solver_us"] == pytest.approx(report["solver"]["table_cost_best_us"])
+    assert all(check[k] >= check["solver_us"] - 1e-9 for k in check if k.startswith("cd_"))
     moved = [g for g in report["groups"] if g["best"] not in (g["round_up_8"], g["original"])]
     assert moved and len(report["staircases"]) == len(moved)
     assert all((tmp_path / "out" / p).stat().st_size > 1000 for p in report["staircases"])
