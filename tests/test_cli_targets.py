@@ -53,6 +53,17 @@ def test_targets_table_and_json(monkeypatch, capsys):
     assert d["params"]["fp16"]["fitted"] is True
     code, out, _ = run(monkeypatch, capsys, "targets", "--json")
     assert len(json.loads(out)) == 15
+    code, out, _ = run(monkeypatch, capsys, "targets", "--sms", "16", "--json")
+    listed = json.loads(out)
+    assert code == 0 and {d["name"] for d in listed} == {
+        "agx-orin-64gb",
+        "p6000",
+        "t4",
+        "a100",
+        "h100",
+        "h200",
+    }
+    assert all(d["sms"] == 16 for d in listed)
 
 
 def test_staircase_json_schema(monkeypatch, capsys, tmp_path):

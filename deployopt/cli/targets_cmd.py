@@ -113,12 +113,13 @@ def targets_command(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """List built-in GPU targets (SMs, compute capability, per-SM limits, clock, sources)."""
-    from deployopt.targets import get_target, list_targets
+    from deployopt.targets import FIT_BORROWED, get_target, list_targets
 
     _check_sms(sms)
-    targets = (
-        [get_target(target, sms=sms)] if target else [t.with_sms(sms) if sms else t for t in list_targets()]
-    )
+    if target:
+        targets = [get_target(target, sms=sms)]
+    else:  # what-if over the list: only GPUs that have that many SMs
+        targets = [t.with_sms(sms) if sms else t for t in list_targets() if sms is None or t.sms >= sms]
     if as_json:
         doc: Any = targets[0].to_json() if target else [t.to_json() for t in targets]
         console.print_json(json.dumps(doc))
@@ -136,7 +137,7 @@ def targets_command(
             f"{t.max_threads_per_sm}/{t.max_blocks_per_sm}/{t.max_warps_per_sm}",
             f"{t.shared_mem_per_sm // 1024}/{t.shared_mem_per_block // 1024} KB",
             f"{t.registers_per_sm // 1024}K/{t.registers_per_block // 1024}K",
-            ("fitted " + "/".join(fitted)) if fitted else "default",
+            (f"{FIT_BORROWED.get(t.name, t.name)} fit") if fitted else "default",
         )
     console.print(table)
     if target:
