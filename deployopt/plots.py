@@ -74,10 +74,13 @@ def plot_staircase(
                 ax.axvline(
                     x, color="0.6", ls="--", lw=0.8, label="predicted wave boundary" if i == 0 else None
                 )
-            ymax = ax.get_ylim()[1]
+            ax.set_ylim(0, ax.get_ylim()[1] * 1.08)  # room for the wave counts above the data
+            ytext = ax.get_ylim()[1] * 0.985
             for i in range(len(ks)):
                 if i == 0 or waves[i] != waves[i - 1]:
-                    ax.annotate(f"{waves[i]}w", (ks[i], ymax), fontsize=7, color="0.4", va="top", ha="left")
+                    ax.annotate(
+                        f"{waves[i]} waves", (ks[i], ytext), fontsize=7, color="0.4", va="top", ha="left"
+                    )
         for k in marks:
             ax.axvline(k, color="tab:green", lw=1.0, alpha=0.7)
         ax.set_xlabel(xlabel)
@@ -86,7 +89,7 @@ def plot_staircase(
         if title:
             ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="upper left")
+        ax.legend(fontsize=8, loc="lower right")
         fig.tight_layout()
         dest = Path(path)
         with atomic_path(dest, suffix=".png") as tmp:
