@@ -17,6 +17,7 @@ It ignores: heuristics beyond alignment, memory-bound layers (bandwidth), split-
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -203,9 +204,11 @@ def _carry_efficiencies(families: tuple[KernelFamily, ...], ref: WaveParams) -> 
     )
 
 
+@functools.lru_cache(maxsize=256)
 def default_params(cc: tuple[int, int], dtype: str, clock_mhz: float) -> WaveParams:
     """Parameters for a GPU with no fit of its own: the reference fit (H200, same dtype) scaled by
-    per-SM peak throughput × clock. Not calibrated on that hardware — docs/wave_model.md says so."""
+    per-SM peak throughput × clock. Not calibrated on that hardware — docs/wave_model.md says so.
+    Cached: `predict` asks for them on every call, and they come from a file."""
     from deployopt.targets import FITTED_DIR  # lazy: targets imports this module
 
     ref: WaveParams | None = None
