@@ -5,14 +5,13 @@ Like HALP's lookup table, but built by the tool and shared across runs: one smal
 lossless run, or another model with the same layer shapes re-uses every point already measured.
 Files are written atomically, so two processes filling the same cache at worst measure a point twice.
 
-Root: $DEPLOYOPT_CACHE when set, else ~/.cache/deployopt/lut.
+Root: deployopt.paths.cache_dir("lut") ($DEPLOYOPT_CACHE_DIR/lut, else ~/.cache/deployopt/lut).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -20,15 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from deployopt import paths
 from deployopt.fileio import write_json
 from deployopt.layers import ConvShape
 from deployopt.timing import Timing
 
 
 def cache_root() -> Path:
-    """Where the per-layer tables live: $DEPLOYOPT_CACHE, else ~/.cache/deployopt/lut."""
-    env = os.environ.get("DEPLOYOPT_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "deployopt" / "lut"
+    """Where the per-layer tables live (deployopt.paths.cache_dir("lut"))."""
+    return paths.cache_dir("lut")
 
 
 VOLATILE = ("clock", "temp", "power", "time", "pid", "host", "memory_used", "utilization")

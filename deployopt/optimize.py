@@ -154,7 +154,7 @@ def resolve_backend_name(name: str) -> str:
             if ok and candidate == "torch":  # torch runs on a CPU too; auto wants it only on CUDA
                 from deployopt.backends import torch as torch_backend
 
-                ok = bool(torch_backend._cuda_visible())
+                ok = bool(torch_backend.cuda_visible())
         except Exception:  # a backend module that fails to import is simply not chosen
             ok = False
         if ok:

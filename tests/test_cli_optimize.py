@@ -18,7 +18,7 @@ from deployopt.journal import Journal
 
 @pytest.fixture(autouse=True)
 def _private_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("DEPLOYOPT_CACHE", str(tmp_path / "lut"))
+    monkeypatch.setenv("DEPLOYOPT_CACHE_DIR", str(tmp_path / "cache"))
 
 
 def cli(

@@ -30,9 +30,12 @@ def shapes(ks: list[int], c: int = 64) -> list[ConvShape]:
 
 
 def test_cache_root_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("DEPLOYOPT_CACHE", str(tmp_path / "x"))
-    assert cache_root() == tmp_path / "x"
-    monkeypatch.delenv("DEPLOYOPT_CACHE")
+    monkeypatch.setenv("DEPLOYOPT_CACHE_DIR", str(tmp_path / "x"))
+    assert cache_root() == tmp_path / "x" / "lut"
+    monkeypatch.delenv("DEPLOYOPT_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_root() == tmp_path / "xdg" / "deployopt" / "lut"
+    monkeypatch.delenv("XDG_CACHE_HOME")
     assert cache_root() == Path.home() / ".cache" / "deployopt" / "lut"
 
 

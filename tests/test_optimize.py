@@ -22,7 +22,7 @@ from deployopt.search import ceil_to
 
 @pytest.fixture(autouse=True)
 def _private_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("DEPLOYOPT_CACHE", str(tmp_path / "lut"))
+    monkeypatch.setenv("DEPLOYOPT_CACHE_DIR", str(tmp_path / "cache"))
 
 
 def run_model(path: Path, outdir: Path, **kw: Any) -> OptimizeResult:

@@ -241,7 +241,7 @@ class TorchSession(Session):
             self.worker = None
 
 
-def _cuda_visible() -> bool:
+def cuda_visible() -> bool:
     """A cheap guess whether a CUDA GPU is present, without importing torch (seconds)."""
     return (
         os.path.exists("/proc/driver/nvidia/gpus")
@@ -263,12 +263,12 @@ class TorchBackend(Backend):
         if missing:
             return False, f"{', '.join(missing)} not installed: {INSTALL_HINT}"
         version = metadata.version("torch")
-        if _cuda_visible():
+        if cuda_visible():
             return True, f"torch {version}, CUDA GPU present: fp16/fp32, --sms via green contexts"
         return True, f"torch {version}, no CUDA GPU visible: CPU, fp32 only"
 
     def default_dtype(self) -> str:
-        return "fp16" if _cuda_visible() else "fp32"
+        return "fp16" if cuda_visible() else "fp32"
 
     def open(self, options: MeasureOptions) -> Session:
         self.check_options(options)

@@ -19,7 +19,9 @@ def main() -> None:
     try:
         app()
     except DeployoptError as exc:
-        err_console.print(f"error: {exc}", style="red", markup=False, highlight=False, soft_wrap=True)
+        err_console.print(
+            f"error: {exc}", style="red", markup=False, highlight=False, emoji=False, soft_wrap=True
+        )
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         err_console.print("[bold red]interrupted[/]")

@@ -14,6 +14,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from deployopt import paths
 from deployopt.errors import TargetError
 from deployopt.waves import DTYPES, WaveParams, default_params
 
@@ -175,14 +176,8 @@ def list_targets() -> list[Target]:
 
 
 def cache_dir() -> Path:
-    """Where calibrated profiles live: $DEPLOYOPT_CACHE_DIR, else $XDG_CACHE_HOME/deployopt, else
-    ~/.cache/deployopt (the `targets` sub-folder)."""
-    root = os.environ.get("DEPLOYOPT_CACHE_DIR")
-    if root:
-        return Path(root) / "targets"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".cache"
-    return base / "deployopt" / "targets"
+    """Where calibrated profiles live (deployopt.paths.cache_dir("targets"))."""
+    return paths.cache_dir("targets")
 
 
 def load_profile(path: str | os.PathLike[str]) -> Target:
