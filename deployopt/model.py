@@ -124,13 +124,17 @@ def _fix_input_shapes(
     return fixed
 
 
-def _clear_derived_shapes(model: onnx.ModelProto) -> None:
-    """Drop shapes that were inferred for other input shapes, so inference recomputes them."""
+def _clear_derived_shapes(model: onnx.ModelProto, all_outputs: bool = False) -> None:
+    """Drop shapes that were inferred for other input shapes, so inference recomputes them.
+
+    With `all_outputs` (the user set input shapes) static output dims go too: a batch-1 export
+    read at batch 16 still says 1 in its outputs, and strict inference would reject it.
+    """
     del model.graph.value_info[:]
     for out in model.graph.output:
         if out.type.tensor_type.HasField("shape"):
             for d in out.type.tensor_type.shape.dim:
-                if not d.HasField("dim_value"):
+                if all_outputs or not d.HasField("dim_value"):
                     d.Clear()
 
 
@@ -222,7 +226,7 @@ def load_model(path: str | os.PathLike[str], input_shapes: dict[str, list[int]] 
         raise ModelError(f"{path}: invalid ONNX model: {first}") from None
     notices: list[str] = []
     fixed = _fix_input_shapes(model, dict(input_shapes or {}), path, notices)
-    _clear_derived_shapes(model)
+    _clear_derived_shapes(model, all_outputs=bool(input_shapes))
     model = _infer(model, path)
     if _needs_folding(model):
         # each pass can expose more: a folded Shape gives a static Reshape, whose output shape

@@ -175,3 +175,29 @@ def test_apply_keeps_external_data_layout(
     assert code == 0
     assert sorted(p.name for p in out_path.parent.iterdir()) == ["padded.onnx", "padded.onnx.data"]
     assert load_model(out_path).external_data
+
+
+def test_analyze_target_adds_wave_columns(zoo_model_path: Callable[[str], Path], capsys, monkeypatch) -> None:
+    from deployopt.targets import get_target
+    from deployopt.waves import conv_rows
+
+    path = zoo_model_path("vgg16_pruned")
+    code, out, _ = cli(
+        ["analyze", str(path), "--json", "--target", "h200", "--sms", "8"], capsys, monkeypatch
+    )
+    assert code == 0
+    waves = json.loads(out)["waves"]
+    assert (waves["target"], waves["sms"], waves["dtype"]) == ("h200", 8, "fp16")
+    analysis = analyze(load_model(path).model)
+    assert waves["convs"] == json.loads(json.dumps(conv_rows(analysis, get_target("h200", sms=8), "fp16")))
+    assert [r["name"] for r in waves["convs"]] == [c.name for c in analysis.convs]
+    code, out, _ = cli(["analyze", str(path), "--target", "h200", "--sms", "8"], capsys, monkeypatch)
+    assert code == 0 and "waves on h200 (8 SMs, fp16)" in out and "predicted by the wave model" in out
+
+
+def test_analyze_target_errors(zoo_model_path: Callable[[str], Path], capsys, monkeypatch) -> None:
+    path = str(zoo_model_path("vgg16_pruned"))
+    code, _, err = cli(["analyze", path, "--sms", "8"], capsys, monkeypatch)
+    assert code == 2 and err.strip() == "error: --sms needs --target"
+    code, _, err = cli(["analyze", path, "--target", "nosuchgpu"], capsys, monkeypatch)
+    assert code == 2 and "unknown target 'nosuchgpu'" in err and err.count("\n") == 1

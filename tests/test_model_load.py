@@ -176,3 +176,11 @@ def test_metadata_and_doc_strings_survive_folding(
     assert next(n for n in loaded.graph.node if n.name == conv.name).doc_string == "conv doc"
     assert not any(n.op_type == "Constant" for n in loaded.graph.node)
     assert numpy_helper.to_array(loaded.graph.initializer[0]).dtype == np.float32
+
+
+def test_input_shape_overrides_a_static_batch(zoo_model_path) -> None:
+    """A batch-1 export read at batch 16: the stale static output dims must not block inference."""
+    loaded = load_model(zoo_model_path("resnet56_pruned"), {"input": [16, 3, 32, 32]})
+    out = loaded.model.graph.output[0].type.tensor_type.shape
+    assert [d.dim_value for d in out.dim] == [16, 10]
+    assert loaded.input_shapes == {"input": [16, 3, 32, 32]}

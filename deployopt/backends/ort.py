@@ -52,7 +52,7 @@ def prepare_model(
     if batch is not None and batch < 1:
         raise DeployoptError("--batch must be at least 1")
     try:
-        raw = onnx.load(str(path))
+        raw = onnx.load(str(path), load_external_data=False)
     except Exception as exc:
         raise ModelError(f"{path}: not a readable ONNX model ({_first_line(exc)})") from None
     inits = {t.name for t in raw.graph.initializer}
@@ -71,21 +71,7 @@ def prepare_model(
                 f"--input-shape {inp.name}:{batch}x3x224x224"
             )
         requested[inp.name] = [batch, *rest]
-    if all(current.get(k) == v for k, v in requested.items()):
-        return load_model(path, requested)
-    # The model's outputs (and value_info) still carry the old batch; shape inference would
-    # reject the new one, so drop them from a temporary copy and let inference recompute them.
-    del raw.graph.value_info[:]
-    for out in raw.graph.output:
-        for i, d in enumerate(out.type.tensor_type.shape.dim):
-            d.Clear()
-            d.dim_param = f"{out.name}_dim{i}"
-    with tempfile.TemporaryDirectory(prefix="deployopt-batch-") as tmp:
-        tmp_path = Path(tmp) / Path(path).name
-        onnx.save(raw, str(tmp_path))
-        loaded = load_model(tmp_path, requested)
-    loaded.path = Path(path)
-    return loaded
+    return load_model(path, requested)
 
 
 def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from deployopt.cli.app import app, console, err_console, parse_input_shapes
 from deployopt.coupling import Analysis, ConvLayer, analyze
+from deployopt.errors import DeployoptError
 from deployopt.model import LoadedModel, load_model, save_model
 from deployopt.surgery import GroupChange, apply_plan_report, load_plan
 
@@ -89,12 +90,29 @@ def analyze_cmd(
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the groups (and convs) as JSON."),
     show_convs: bool = typer.Option(False, "--convs", help="Also list every conv with its groups."),
+    target: Optional[str] = typer.Option(
+        None, "--target", help="Add per-conv waves and tail fill predicted for this GPU (see `targets`)."
+    ),
+    sms: Optional[int] = typer.Option(None, "--sms", help="Override the target's SM count."),
+    dtype: str = typer.Option("fp16", "--dtype", help="fp16, fp32 or int8 (for --target)."),
 ) -> None:
     """Show which channel counts can change, and which must change together."""
     loaded = load_model(model, parse_input_shapes(input_shape))
     analysis = analyze(loaded.model)
+    rows, gpu = None, None
+    if target is not None:
+        from deployopt.targets import get_target
+        from deployopt.waves import conv_rows
+
+        gpu = get_target(target, sms=sms)
+        rows = conv_rows(analysis, gpu, dtype)
+    elif sms is not None:
+        raise DeployoptError("--sms needs --target")
     if as_json:
-        typer.echo(json.dumps(analysis_json(loaded, analysis), indent=2))
+        data = analysis_json(loaded, analysis)
+        if rows is not None and gpu is not None:
+            data["waves"] = {"target": gpu.name, "sms": gpu.sms, "dtype": dtype, "convs": rows}
+        typer.echo(json.dumps(data, indent=2))
         return
     _print_notices(loaded.notices)
     free = len(analysis.free_groups())
@@ -103,6 +121,41 @@ def analyze_cmd(
     )
     if show_convs:
         console.print(convs_table(analysis, title=f"{len(analysis.convs)} convs"))
+    if rows is not None and gpu is not None:
+        console.print(waves_table(rows, title=f"waves on {gpu.name} ({gpu.sms} SMs, {dtype})"))
+        console.print(
+            f"Latencies are predicted by the wave model ({rows[0]['predictor'] if rows else 'n/a'}), "
+            "not measured.",
+            markup=False,
+        )
+
+
+def waves_table(rows: Sequence[dict[str, Any]], title: str) -> Table:
+    """Per conv: implicit-GEMM dims, tile, blocks, waves, tail fill, and the wave-aligned widths of
+    each free group it touches, so layers that waste a half-empty last wave stand out."""
+    table = Table(title=title)
+    for header in ("conv", "GEMM M×N×K", "tile", "blocks", "waves", "tail fill", "pred. µs"):
+        table.add_column(header, justify="left" if header == "conv" else "right", overflow="fold")
+    table.add_column("nearest wave-aligned widths (Δ pred. µs)", overflow="fold")
+    for r in rows:
+        tips = []
+        for w in r["widths"]:
+            parts = [f"{w['group']} ({w['role']}) {w['width']}:"]
+            for key, arrow in (("below", "↓"), ("above", "↑")):
+                if w.get(key) is not None:
+                    parts.append(f"{arrow}{w[key]} ({w[key + '_delta_us']:+.1f})")
+            tips.append(" ".join(parts))
+        table.add_row(
+            r["name"],
+            f"{r['gemm_m']}×{r['gemm_n']}×{r['gemm_k']}",
+            "×".join(str(t) for t in r["tile"]),
+            str(r["blocks"]),
+            str(r["waves"]),
+            f"{100 * r['tail_fill']:.0f} %",
+            f"{r['predicted_us']:.1f}",
+            "\n".join(tips) or "-",
+        )
+    return table
 
 
 def changes_table(changes: Sequence[GroupChange]) -> Table:
