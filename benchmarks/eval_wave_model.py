@@ -177,6 +177,30 @@ def report(title: str, scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def noise_ceiling(sweeps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each `_repeat` sweep scored as a 'model' of its original (and back): how well a second
+    measurement of the same sweep agrees with the first — the ceiling for any width model."""
+    by_id = {s["id"]: s for s in sweeps}
+    rows = []
+    for rid, rep in sorted(by_id.items()):
+        orig = by_id.get(rid.removesuffix("_repeat")) if rid.endswith("_repeat") else None
+        if orig is None or orig["ks"] != rep["ks"]:
+            continue
+        for a, b in ((orig, rep), (rep, orig)):
+            agree, counted = pair_agreement(a["measured"], b["measured"])
+            rows.append(
+                {
+                    "measured": a["id"],
+                    "as_model": b["id"],
+                    "agree": agree,
+                    "pairs": counted,
+                    "agreement": agree / counted if counted else None,
+                    "regret": regret(a["ks"], a["measured"], b["measured"]),
+                }
+            )
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sweeps", type=Path, default=SWEEP_DIR)
@@ -225,6 +249,11 @@ def main() -> None:
         "held-out shapes, halves swapped (fit on the first held-out half)", score(train, target, swap_params)
     )
     doc["all_fit_all"] = report("all sweeps, shipped fit (fit on all)", score(sweeps, target, all_params))
+    doc["noise_ceiling"] = noise_ceiling(sweeps)
+    if doc["noise_ceiling"]:
+        print("\n== noise ceiling: a repeated full-GPU sweep as the model of its original ==")
+        for r in doc["noise_ceiling"]:
+            print(f"  {r['measured']:<28} {r['agree']:>3}/{r['pairs']:<3} regret {100 * r['regret']:.2f}%")
     if args.per_sweep:
         for r in doc["all_fit_all"]["wave"]["sweeps"]:
             print(f"  {r['sweep']:<28} {r['agree']:>3}/{r['pairs']:<3} regret {100 * r['regret']:.2f}%")

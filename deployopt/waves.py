@@ -163,9 +163,10 @@ def _peak(cc: tuple[int, int], dtype: str) -> int:
 # 256×96 and 64×256; the model keeps the four that cover the others' staircases (with all nine the
 # fit chased noise and agreement fell from 74 % to 66 %: docs/wave_model.md).
 SM90_TILES = ((128, 128), (128, 64), (64, 128), (64, 64))
-# TF32 (fp32) sweeps also ran 64×32 for narrow layers and 64×192 widely; keeping both raised
-# agreement on the fp32 sweeps by 1–3 points (they did not help fp16).
-SM90_TF32_TILES = (*SM90_TILES, (64, 32), (64, 192))
+# TF32 (fp32) sweeps also ran 64×32 (K = 16…368, 32 points), 256×32 (12 of the 52 points with
+# K = 16 or 32) and 64×192 widely; keeping the three raised fp32 agreement and lowered its regret
+# in every split (docs/wave_model.md). In fp16 none of the extra tiles helped held-out shapes.
+SM90_TF32_TILES = (*SM90_TILES, (64, 32), (64, 192), (256, 32))
 # Ampere-style tensor-core kernels (sm80_xmma / CUTLASS 2.x): 128-256 threads, 40-80 KB per block.
 SM80_TILES = ((128, 128), (128, 64), (64, 128), (64, 64))
 # Channel multiple that unlocks the fastest kernels, fitted per dtype on the H200 sweeps by
