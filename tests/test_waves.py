@@ -257,3 +257,23 @@ def test_shipped_fit_agreement_on_committed_sweeps():
 
 AGREEMENT_ALL = 0.75  # reached: 75.3 % of 1420 pairs (tile128 baseline: 71.2 %)
 REGRET_ALL = 0.019  # reached: 1.86 % (tile128 baseline: 3.58 %)
+
+
+def test_noise_ceiling_scores_each_repeat_against_its_original():
+    import eval_wave_model as ev
+
+    ks = [160, 176, 192, 208]  # windows [0.9·K, K] hold two widths from K = 176 on
+    orig = {"id": "x_fp16_132sm", "ks": ks, "measured": [10.0, 10.1, 12.0, 12.0]}
+    rep = {"id": "x_fp16_132sm_repeat", "ks": ks, "measured": [10.0, 11.5, 11.6, 12.0]}
+    alone = {"id": "y_fp16_8sm", "ks": ks, "measured": [1.0, 1.0, 1.0, 1.0]}
+    rows = ev.noise_ceiling([orig, rep, alone])
+    # original measured flat, up, flat; the repeat says up, flat, +3.4 % (agrees with nothing)
+    # repeat measured up, flat, +3.4 % (not counted); the original says flat, up
+    assert [(r["measured"], r["as_model"], r["agree"], r["pairs"]) for r in rows] == [
+        ("x_fp16_132sm", "x_fp16_132sm_repeat", 0, 3),
+        ("x_fp16_132sm_repeat", "x_fp16_132sm", 0, 2),
+    ]
+    # the repeat recommends the measured best of the original at every K
+    assert rows[0]["regret"] == pytest.approx(0.0)
+    # the original ties at K = 192/208 and keeps 208 (12.0); the repeat measured 11.6 at 192
+    assert rows[1]["regret"] == pytest.approx((12.0 / 11.6 - 1) / 4)
