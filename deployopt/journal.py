@@ -21,9 +21,12 @@ from deployopt.timing import Timing
 JOURNAL_VERSION = 1
 
 
-def plan_key(plan: dict[str, int]) -> str:
-    """Canonical text of a plan: the same widths give the same key whatever the dict order."""
-    return json.dumps({k: int(plan[k]) for k in sorted(plan)}, separators=(",", ":"))
+def plan_key(plan: dict[str, int], repeat: int = 0) -> str:
+    """Canonical text of a plan: the same widths give the same key whatever the dict order.
+
+    `repeat` > 0 names a re-measurement of the same plan (the final confirmation rounds)."""
+    key = json.dumps({k: int(plan[k]) for k in sorted(plan)}, separators=(",", ":"))
+    return f"{key}#{repeat}" if repeat else key
 
 
 @dataclass
@@ -88,7 +91,7 @@ class Journal:
             if kind == "start":
                 out.config = ev.get("config")
             elif kind == "measured":
-                out.timings[plan_key(ev["plan"])] = Timing.from_json(ev["timing"])
+                out.timings[plan_key(ev["plan"], ev.get("repeat", 0))] = Timing.from_json(ev["timing"])
             elif kind == "sweep":
                 out.layer_values.update({k: float(v) for k, v in ev.get("values", {}).items()})
             elif kind == "fidelity":

@@ -26,7 +26,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +71,7 @@ class OptimizeConfig:
     patience: int = 8  # stop refining after this many rejected moves in a row
     alpha: float = 0.01  # significance for "faster"
     min_effect: float = 0.005  # and at least this much faster (relative)
+    confirm_rounds: int = 2  # re-measure the answer and the best baseline this many more times each
     fidelity: bool = True  # check outputs on onnxruntime (lossless: equal; trim: thresholds)
     fidelity_gate: bool = True  # trim: refuse plans past the thresholds (False: report only)
     fidelity_samples: int = 4
@@ -98,6 +99,7 @@ class OptimizeConfig:
             "patience": self.patience,
             "alpha": self.alpha,
             "min_effect": self.min_effect,
+            "confirm_rounds": self.confirm_rounds,
         }
 
 
@@ -131,6 +133,16 @@ class OptimizeResult:
     @property
     def evaluation_count(self) -> int:
         return len(self.evaluations)
+
+
+def _pool(timings: list[Timing]) -> Timing:
+    """One Timing holding every sample of several builds of the same model."""
+    first = timings[0]
+    samples = [x for t in timings for x in t.samples_us]
+    timed = first.timed + (f" (pooled over {len(timings)} builds)" if len(timings) > 1 else "")
+    return Timing(
+        first.backend, samples, first.warmup, timed, first.environment, first.measured, first.predictor
+    )
 
 
 class _Budget(Exception):
@@ -244,6 +256,9 @@ class Optimizer:
         self._layer_cache = layer_cache
         self.evaluations: list[Evaluation] = []
         self._by_key: dict[str, Evaluation] = {}
+        self._reserved = 0  # evaluations the search leaves for the confirmation rounds
+        self.baselines: list[Evaluation] = []
+        self.confirmation: dict[str, Any] | None = None
         self.measured_now = 0
         self.sweep = SweepResult()
         self.sweep_shapes = 0
@@ -448,13 +463,16 @@ class Optimizer:
         return env
 
     # -------------------------------------------------------------- end-to-end evaluation
-    def evaluate(self, plan: dict[str, int], label: str) -> Evaluation:
-        """Latency of `plan` end to end: from the journal if it was measured before, else measured."""
-        key = plan_key(plan)
+    def evaluate(self, plan: dict[str, int], label: str, repeat: int = 0) -> Evaluation:
+        """Latency of `plan` end to end: from the journal if it was measured before, else measured.
+
+        `repeat` > 0 measures the same plan again, on a freshly built model (confirmation rounds)."""
+        key = plan_key(plan, repeat)
         if key in self._by_key:
             return self._by_key[key]
         replayed = key in self.replay.timings
-        if not replayed and len(self.evaluations) >= self.cfg.max_evals:
+        reserved = self._reserved if self.baselines else 0  # the baselines are always measured
+        if not replayed and len(self.evaluations) >= self.cfg.max_evals - reserved:
             raise _Budget
         if replayed:
             timing = self.replay.timings[key]
@@ -473,8 +491,15 @@ class Optimizer:
         table_us = self.table.cost(plan) if self.table is not None and self._in_domains(plan) else None
         ev = Evaluation(len(self.evaluations) + 1, label, dict(plan), timing, table_us, replayed)
         if not replayed:
+            extra = {"repeat": repeat} if repeat else {}
             self.journal.write(
-                "measured", index=ev.index, label=label, plan=plan, table_us=table_us, timing=timing.to_json()
+                "measured",
+                index=ev.index,
+                label=label,
+                plan=plan,
+                table_us=table_us,
+                timing=timing.to_json(),
+                **extra,
             )
         self.evaluations.append(ev)
         self._by_key[key] = ev
@@ -587,6 +612,7 @@ class Optimizer:
         self.table = None
         base = self.evaluate(self.original, "input")
         r8 = self.evaluate(self.round_up, "round-up-to-8") if self.round_up != self.original else base
+        self.baselines = [r8, base]  # round-up-to-8 first: it wins ties, as the search start does
         # Start from the faster baseline (lower median; both are valid lossless points).
         incumbent = r8 if r8.timing.median_us <= base.timing.median_us else base
         incumbent.accepted = True
@@ -628,6 +654,57 @@ class Optimizer:
             else:
                 incumbent, rejected = new, 0
         return incumbent
+
+    def _confirms(self) -> bool:
+        """Confirmation rounds are for measured backends; a prediction does not drift."""
+        return (
+            self.cfg.confirm_rounds > 0
+            and self.cfg.mode != "grow"
+            and getattr(self.session.backend, "measured", True)
+            and not hasattr(self.session, "predict_shapes")
+        )
+
+    def _confirm(self, best: Evaluation) -> Evaluation:
+        """Re-measure the answer against the best baseline before it stands.
+
+        Every search step compared models built and tuned at different moments; a rebuilt model can
+        land a little faster or slower (cuDNN re-times its algorithms, clocks drift), more than the
+        samples of one build show. So the answer and the faster of input / round-up-to-8 are rebuilt
+        and timed again in interleaved rounds, and the answer is kept only if it is faster in every
+        round and its pooled median is at least `min_effect` lower; otherwise the baseline is the
+        answer. This is what makes "never slower than round-up-to-8" hold on the device.
+        """
+        baselines = self.baselines
+        if not baselines or not self._confirms():
+            return best
+        if any(plan_key(best.plan) == plan_key(b.plan) for b in baselines):
+            return best  # a baseline itself: nothing to confirm
+        baseline = min(baselines, key=lambda e: e.timing.median_us)
+        rounds: dict[str, list[Timing]] = {"best": [best.timing], "baseline": [baseline.timing]}
+        try:
+            for r in range(1, self.cfg.confirm_rounds + 1):
+                for name, ev in (("baseline", baseline), ("best", best)):
+                    again = self.evaluate(ev.plan, f"{ev.label} (confirm {r})", repeat=r)
+                    rounds[name].append(again.timing)
+        except _Budget:
+            pass  # decide on the rounds there are
+        worst_best = max(t.median_us for t in rounds["best"])
+        best_base = min(t.median_us for t in rounds["baseline"])
+        pooled = {k: _pool(v) for k, v in rounds.items()}
+        gain = 1 - pooled["best"].median_us / pooled["baseline"].median_us
+        kept = worst_best < best_base and gain >= self.cfg.min_effect
+        self.confirmation = {
+            "baseline": baseline.label,
+            "rounds": len(rounds["best"]),
+            "best_round_medians_us": [t.median_us for t in rounds["best"]],
+            "baseline_round_medians_us": [t.median_us for t in rounds["baseline"]],
+            "pooled_gain": gain,
+            "kept": kept,
+        }
+        self.journal.write("confirmation", plan=best.plan, **self.confirmation)
+        self.progress("confirm", **self.confirmation)
+        chosen = best if kept else baseline
+        return replace(chosen, timing=pooled["best" if kept else "baseline"])
 
     def _partial(self, incumbent: Evaluation, target: dict[str, int]) -> Evaluation:
         """When the table optimum was not confirmed end to end, apply part of it: its changes ranked
@@ -768,11 +845,15 @@ class Optimizer:
             else:
                 self.journal.write("resume", previous_evaluations=len(self.replay.timings), time=time.time())
             budget_hit = False
+            # evaluations kept back for the confirmation rounds (measured backends only)
+            self._reserved = 2 * cfg.confirm_rounds if self._confirms() else 0
             try:
                 best = self.search()
             except _Budget:
                 budget_hit = True
                 best = self.incumbent
+            self._reserved = 0
+            best = self._confirm(best)
             fidelity = self._final_fidelity(best)
             result = self._finish(best, fidelity, budget_hit)
             self.journal.write(

@@ -156,6 +156,7 @@ def build_report(
             "table_cost_best_us": opt.table.cost(best.plan) if opt._in_domains(best.plan) else None,
             "check": getattr(opt, "solver_check", None),
         },
+        "confirmation": opt.confirmation,
         "fidelity": fidelity,
         "refused": list(opt._refused.values()),
         "what_was_measured": what,
@@ -221,6 +222,24 @@ def _fmt(t: dict[str, Any]) -> str:
     return f"{t['median_us']:.1f} µs (IQR {t['iqr_us']:.1f}, 95% CI [{lo:.1f}, {hi:.1f}], {t['runs']} runs)"
 
 
+def _confirmation_lines(conf: dict[str, Any] | None) -> list[str]:
+    if not conf:
+        return []
+    rounds = ", ".join(
+        f"{b:.1f} vs {a:.1f}"
+        for b, a in zip(conf["best_round_medians_us"], conf["baseline_round_medians_us"])
+    )
+    verdict = (
+        "kept: faster in every round"
+        if conf["kept"]
+        else f"not confirmed, so the answer is {conf['baseline']}"
+    )
+    return [
+        f"- confirmation ({conf['rounds']} builds each, searched plan vs {conf['baseline']}, "
+        f"median µs per round: {rounds}; pooled gain {100 * conf['pooled_gain']:+.2f} %): {verdict}"
+    ]
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     lat, ev, sw, tgt = report["latency"], report["evaluations"], report["per_layer_sweep"], report["target"]
     lines = [f"# deployopt optimize: {Path(report['model']).name}", ""]
@@ -247,6 +266,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
         f"- vs input: {report['comparisons']['vs_input']['describe']}",
         f"- vs round-up-to-8: {report['comparisons']['vs_round_up_8']['describe']}",
+        *_confirmation_lines(report.get("confirmation")),
         "",
         "## Widths",
         "",
