@@ -259,6 +259,7 @@ class Optimizer:
         self._reserved = 0  # evaluations the search leaves for the confirmation rounds
         self.baselines: list[Evaluation] = []
         self.confirmation: dict[str, Any] | None = None
+        self._pooled: dict[str, Timing] = {}  # plan key -> samples of every build (confirmation)
         self.measured_now = 0
         self.sweep = SweepResult()
         self.sweep_shapes = 0
@@ -655,6 +656,11 @@ class Optimizer:
                 incumbent, rejected = new, 0
         return incumbent
 
+    def final_timing(self, ev: Evaluation) -> Timing:
+        """The timing a report shows for `ev`: pooled over its builds when it was confirmed, so the
+        answer and its baseline are compared on the same footing."""
+        return self._pooled.get(plan_key(ev.plan), ev.timing)
+
     def _confirms(self) -> bool:
         """Confirmation rounds are for measured backends; a prediction does not drift."""
         return (
@@ -691,6 +697,7 @@ class Optimizer:
         worst_best = max(t.median_us for t in rounds["best"])
         best_base = min(t.median_us for t in rounds["baseline"])
         pooled = {k: _pool(v) for k, v in rounds.items()}
+        self._pooled = {plan_key(best.plan): pooled["best"], plan_key(baseline.plan): pooled["baseline"]}
         gain = 1 - pooled["best"].median_us / pooled["baseline"].median_us
         kept = worst_best < best_base and gain >= self.cfg.min_effect
         self.confirmation = {
@@ -920,7 +927,7 @@ class Optimizer:
 
         base = self._by_key[plan_key(self.original)]
         r8 = self._by_key[plan_key(self.round_up)]
-        timings = {"input": base.timing, "round_up_8": r8.timing, "best": best.timing}
+        timings = {"input": self.final_timing(base), "round_up_8": self.final_timing(r8), "best": best.timing}
         sweep = {
             "shapes": self.sweep_shapes,
             "measured": self.sweep.measured,

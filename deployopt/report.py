@@ -42,15 +42,20 @@ def build_report(
     measured = bool(opt.session.backend.measured)
     base = opt._by_key[plan_key(opt.original)]
     r8 = opt._by_key[plan_key(opt.round_up)]
-    timings = {"input": base.timing, "round_up_8": r8.timing, "best": best.timing}
+    timings = {"input": opt.final_timing(base), "round_up_8": opt.final_timing(r8), "best": best.timing}
     comparisons = {}
-    for name, ref in (("vs_input", base.timing), ("vs_round_up_8", r8.timing)):
+    for name, ref in (("vs_input", timings["input"]), ("vs_round_up_8", timings["round_up_8"])):
         c = compare(ref, best.timing, alpha=cfg.alpha, min_effect=cfg.min_effect)
+        describe = c.describe()
+        if plan_key(best.plan) == plan_key(base.plan if name == "vs_input" else r8.plan):
+            describe = "the same plan"
+        elif not measured:
+            describe = f"predicted {100 * (c.ratio - 1):+.1f}% (wave model, not measured)"
         comparisons[name] = {
-            "verdict": c.verdict,
+            "verdict": c.verdict if measured else "predicted",
             "ratio": c.ratio,
-            "p_value": c.p_value,
-            "describe": c.describe(),
+            "p_value": c.p_value if measured else None,
+            "describe": describe,
         }
 
     groups = []
