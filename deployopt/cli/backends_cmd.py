@@ -31,7 +31,7 @@ BENCH_KEYS = (
 )
 
 
-@app.command("backends")
+@app.command("backends", rich_help_panel="Measure")
 def backends_command(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
@@ -140,7 +140,7 @@ def _environment_line(env: dict[str, Any]) -> str:
     return ", ".join(p for p in parts if p)
 
 
-@app.command("bench")
+@app.command("bench", rich_help_panel="Measure")
 def bench_command(
     model: Path = typer.Argument(..., help="ONNX model to time."),
     backend: str = typer.Option("ort", "--backend", "-b", help="ort | torch | tensorrt | trtexec"),
@@ -230,7 +230,7 @@ def render_profile(profile: Profile, kernels: bool) -> None:
             )
 
 
-@app.command("profile")
+@app.command("profile", rich_help_panel="Measure")
 def profile_command(
     model: Path = typer.Argument(..., help="ONNX model to profile."),
     backend: str = typer.Option("ort", "--backend", "-b", help="ort | torch | tensorrt | trtexec"),

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import sys
 
-from deployopt.cli import (  # noqa: F401  (each module registers its commands on `app`)
-    backends_cmd,
-    optimize_cmd,
-    surgery_cmd,
-    targets_cmd,
-    verify_cmd,
-)
+# Each module registers its commands on `app`; import order is the order of `deployopt --help`.
+# isort: off
+from deployopt.cli import optimize_cmd  # noqa: F401
+from deployopt.cli import surgery_cmd  # noqa: F401
+from deployopt.cli import verify_cmd  # noqa: F401
+from deployopt.cli import targets_cmd  # noqa: F401
+from deployopt.cli import backends_cmd  # noqa: F401
+
+# isort: on
 from deployopt.cli.app import app, err_console
 from deployopt.errors import DeployoptError
 

@@ -40,7 +40,7 @@ def _progress_callback(progress: Progress) -> Any:
     return on_event
 
 
-@app.command("optimize")
+@app.command("optimize", rich_help_panel="Optimize")
 def optimize_command(
     model: Path = typer.Argument(..., help="The ONNX model to optimize."),
     target: str = typer.Option(..., "--target", "-t", help="GPU target (see `deployopt targets`)."),

@@ -82,7 +82,7 @@ def _print_notices(notices: Sequence[str]) -> None:
         err_console.print(f"note: {note}", style="yellow", markup=False, highlight=False)
 
 
-@app.command("analyze")
+@app.command("analyze", rich_help_panel="Channel surgery")
 def analyze_cmd(
     model: Path = typer.Argument(..., help="ONNX model to analyze."),
     input_shape: Optional[list[str]] = typer.Option(
@@ -172,7 +172,7 @@ def changes_table(changes: Sequence[GroupChange]) -> Table:
     return table
 
 
-@app.command("apply")
+@app.command("apply", rich_help_panel="Channel surgery")
 def apply_cmd(
     model: Path = typer.Argument(..., help="ONNX model to edit."),
     plan: Path = typer.Option(..., "--plan", help='Width plan: {"widths": {"<group id>": <width>, ...}}.'),

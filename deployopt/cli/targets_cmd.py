@@ -104,7 +104,7 @@ def _kb(n: int) -> str:
     return f"{n // 1024} KB"
 
 
-@app.command("targets")
+@app.command("targets", rich_help_panel="GPU targets and the wave model")
 def targets_command(
     target: Optional[str] = typer.Option(
         None, "--target", "-t", help="Show one target (name, 'local' or profile path)."
@@ -241,7 +241,7 @@ def staircase_doc(
     return doc
 
 
-@app.command("staircase")
+@app.command("staircase", rich_help_panel="GPU targets and the wave model")
 def staircase_command(
     target: str = typer.Option(..., "--target", "-t", help="Built-in name, 'local', or a profile path."),
     input_dims: str = typer.Option(..., "--input", help="Input NxCxHxW, e.g. 8x128x28x28."),
@@ -340,7 +340,7 @@ def staircase_command(
         console.print(f"plot written to {plot}", highlight=False)
 
 
-@app.command("calibrate")
+@app.command("calibrate", rich_help_panel="GPU targets and the wave model")
 def calibrate_command(
     target: str = typer.Option(..., "--target", "-t", help="The target these measurements describe."),
     measure: str = typer.Option(

@@ -103,7 +103,7 @@ def _render(report: FidelityReport, thresholds: Thresholds, failures: list[str])
         console.print("[bold green]PASSED[/]: all thresholds hold")
 
 
-@app.command()
+@app.command("verify", rich_help_panel="Channel surgery")
 def verify(
     reference: Path = typer.Argument(..., help="The original model (.onnx)."),
     candidate: Path = typer.Argument(..., help="The edited model to check against it (.onnx)."),
