@@ -1,0 +1,116 @@
+"""benchmarks/summarize_optimize.py on the committed H200 results: the numbers docs/optimize.md shows."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "summarize_optimize.py"
+RESULTS = ROOT / "benchmarks" / "results" / "h200_optimize"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("summarize_optimize", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["summarize_optimize"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+so = _module()
+
+
+def _rows(name: str):
+    return so.case_rows(so.load(RESULTS / name), name, "")
+
+
+def test_vgg16_8sms_seed0_medians_and_changes():
+    rows, _ = _rows("optimize_sms8.json")
+    r = next(r for r in rows if r.model == "vgg16" and r.seed == 0)
+    assert (r.sms, r.batch) == (8, 16)
+    f = r.final
+    assert f["unpruned"]["median_us"] == 653.2160043716431
+    assert f["pruned"]["median_us"] == 1163.1839871406555
+    assert f["round_up_8"]["median_us"] == 513.2160186767578
+    assert f["deployopt_lossless"]["median_us"] == 481.79200291633606
+    assert f["deployopt_trim"]["median_us"] == 461.2799882888794
+    assert r.trim_vs_pruned == pytest.approx(100 * (461.2799882888794 / 1163.1839871406555 - 1))
+    assert round(r.trim_vs_pruned, 1) == -60.3
+    assert round(r.trim_vs_r8, 1) == -10.1
+    assert round(r.lossless_vs_r8, 2) == -6.12
+    # lossless CI [481.568, 482.096] vs round-up-to-8 [513.008, 513.520]: disjoint, lossless faster
+    assert not r.lossless_r8_overlap and r.lossless_ok
+    assert not r.lossless_is_r8
+    assert (r.evals_lossless, r.evals_trim) == (14, 14)
+    assert r.sweep_shapes == (422, 522)
+
+
+def test_means_over_seeds_and_vgg16_targets():
+    rows8, _ = _rows("optimize_sms8.json")
+    rows_full, _ = _rows("optimize_full.json")
+    m8 = so.seed_means(rows8)[("optimize_sms8.json", 8, "vgg16")]
+    trims = [461.2799882888794, 478.2400131225586, 382.6240003108978]
+    pruned = [1163.1839871406555, 1027.791976928711, 1011.5519762039185]
+    r8 = [513.2160186767578, 517.2479748725891, 464.2240107059479]
+    assert m8["trim_vs_pruned"] == pytest.approx(sum(100 * (t / p - 1) for t, p in zip(trims, pruned)) / 3)
+    assert m8["trim_vs_r8"] == pytest.approx(sum(100 * (t / r - 1) for t, r in zip(trims, r8)) / 3)
+    assert round(m8["trim_vs_pruned"], 1) == -58.7
+    assert round(m8["trim_vs_r8"], 1) == -11.7
+    assert m8["evals_trim_max"] == 14
+    mf = so.seed_means(rows_full)[("optimize_full.json", None, "vgg16")]
+    trims_f = [398.032009601593, 407.039999961853, 344.4159924983978]
+    pruned_f = [643.3759927749634, 576.3840079307556, 565.7280087471008]
+    assert mf["trim_vs_pruned"] == pytest.approx(
+        sum(100 * (t / p - 1) for t, p in zip(trims_f, pruned_f)) / 3
+    )
+    assert round(mf["trim_vs_pruned"], 1) == -35.5
+    checks = {c.what: c for c in so.checks(rows8 + rows_full, [])}
+    assert checks["VGG16 trim-10 % vs irregular pruned, 8 SMs (green context) [optimize_sms8.json]"].ok
+    assert checks["VGG16 trim-10 % vs round-up-to-8, 8 SMs (green context) [optimize_sms8.json]"].ok
+    assert checks["VGG16 trim-10 % vs irregular pruned, 132 SMs (full GPU) [optimize_full.json]"].ok
+
+
+def test_build_to_build_noise_is_reported_as_a_miss():
+    """ResNet56 full GPU before the confirmation step: lossless == round-up-to-8 plan, yet +0.30 % with
+    disjoint CIs (1779.648 [1776.512, 1783.008] vs 1774.240 [1773.696, 1774.992]): a strict ✗."""
+    rows, _ = _rows("optimize_full.json")
+    r = next(r for r in rows if r.model == "resnet56" and r.seed == 0)
+    assert r.lossless_is_r8
+    assert r.final["deployopt_lossless"]["median_us"] == 1779.6480059623718
+    assert round(r.lossless_vs_r8, 2) == 0.30
+    assert not r.lossless_r8_overlap and not r.lossless_ok
+    confirm, _ = _rows("optimize_full_resnet56_confirm.json")
+    assert [x.lossless_is_r8 for x in confirm] == [True, True, True]
+    assert [round(x.lossless_vs_r8, 2) for x in confirm] == [-0.18, -0.32, 0.05]
+    assert all(x.lossless_ok for x in confirm)
+    assert [x.evals_trim for x in confirm] == [29, 17, 20]
+
+
+def test_mobilenetv2_top1_and_latency():
+    _, mob8 = _rows("optimize_sms8.json")
+    _, mobf = _rows("optimize_full.json")
+    (m8,), (mf,) = mob8, mobf
+    assert m8.top1_identical and mf.top1_identical
+    assert m8.correct == {"input": 18, "deployopt_lossless": 18} and m8.images == 20
+    assert m8.lossless_is_input and mf.lossless_is_input
+    assert m8.final["deployopt_lossless"]["median_us"] == 3626.5920400619507
+    assert round(m8.lossless_vs_input, 2) == -0.13
+    assert round(mf.lossless_vs_input, 2) == -0.10
+
+
+def test_main_prints_tables_and_check_exits_1(capsys):
+    assert so.main([]) == 0
+    out = capsys.readouterr().out
+    assert "| vgg16 | 0 | 16 | 653.2 [653.0, 653.4] | 1163.2 [1162.8, 1163.5] |" in out
+    assert "| optimize_sms8.json | 8 | vgg16 | -58.7 % (-62.2 … -53.5 %) | -11.7 % (-17.6 … -7.5 %) |" in out
+    assert "differ by up to 0.35 %" in out
+    # two ResNet56 full-GPU cases before the confirmation step miss the strict lossless rule
+    assert so.main(["--check"]) == 1
+    out = capsys.readouterr().out
+    assert out.count("| ✗ |") == 2
+    assert so.main(["--check", str(RESULTS / "optimize_sms8.json")]) == 0
