@@ -77,7 +77,8 @@ class WaveModelSession(Session):
         super().__init__(backend, options)
         self.target = resolve_target(options.extra.get("target"), options.sms)
         params = self.target.wave_params(options.dtype)
-        self.predictor = f"wave model {params.name} ({self.target.name}, {self.target.sms} SMs)"
+        sms = f"{self.target.sms} SM" + ("s" if self.target.sms != 1 else "")
+        self.predictor = f"wave model {params.name} ({self.target.name}, {sms})"
 
     def _environment(self) -> dict[str, Any]:
         return {

@@ -135,7 +135,7 @@ def _render(result: Any) -> None:
         console.print("[bold yellow]All latencies below are predicted by the wave model, not measured.[/]")
     table = Table(
         title=f"deployopt optimize ({rep['mode']}, {rep['backend']}, {rep['target']['name']} "
-        f"{rep['target']['sms']} SMs)"
+        f"{rep['target']['sms']} SM{'' if rep['target']['sms'] == 1 else 's'})"
     )
     table.add_column("model")
     table.add_column("latency")
