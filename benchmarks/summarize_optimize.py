@@ -80,6 +80,7 @@ class CaseRow:
     lossless_is_r8: bool  # the lossless answer is the round-up-to-8 plan itself (identical models)
     evals_lossless: int
     evals_trim: int
+    trim_fidelity: dict[str, Any]  # reported, not enforced (random weights; bench_optimize.py's docstring)
     sweep_shapes: tuple[int, int]
     sweep_seconds: tuple[float, float]
 
@@ -172,6 +173,7 @@ def case_rows(data: dict[str, Any], file: str, note: str) -> tuple[list[CaseRow]
                 lossless_is_r8=case["lossless"]["best_plan"] == case["lossless"]["round_up"],
                 evals_lossless=case["lossless"]["evaluations"],
                 evals_trim=case["trim"]["evaluations"],
+                trim_fidelity=case["trim"].get("fidelity") or {},
                 sweep_shapes=(
                     case["lossless"]["per_layer_sweep"]["shapes"],
                     case["trim"]["per_layer_sweep"]["shapes"],
@@ -365,7 +367,7 @@ def render(files: list[tuple[Path, str]]) -> tuple[str, list[Check]]:
         rows, mobile = case_rows(data, path.name, note)
         all_rows += rows
         all_mobile += mobile
-        lines.append(f"#### {sms_label(data['sms'])}: `{path.name}` ({note})")
+        lines.append(f"### {sms_label(data['sms'])}: `{path.name}`" + (f" ({note})" if note else ""))
         lines.append("")
         lines.append("Command: `python " + " ".join(data["command"]) + "`")
         lines.append("")
@@ -385,7 +387,7 @@ def render(files: list[tuple[Path, str]]) -> tuple[str, list[Check]]:
             lines.append("")
             lines += mobile_table(mobile)
             lines.append("")
-    lines.append("#### Means over seeds")
+    lines.append("### Means over seeds")
     lines.append("")
     lines.append(
         "| file | SMs | model | trim vs pruned (min … max) | trim vs r8 (min … max) "
@@ -414,6 +416,26 @@ def render(files: list[tuple[Path, str]]) -> tuple[str, list[Check]]:
             "between builds, larger than one build's CI."
         )
         lines.append("")
+    fid = [r.trim_fidelity for r in all_rows if r.trim_fidelity]
+    trimmed = [x for x in fid if not x.get("lossless_plan")]
+    if fid:
+        text = (
+            f"Trim fidelity (reported, not enforced: random-weight models, checked on {fid[0]['source']}): "
+            f"{len(fid) - len(trimmed)} of {len(fid)} trim-10 % answers remove no live channel "
+            "(lossless plans)"
+        )
+        if trimmed:
+            agree = [100 * x["top1_agreement"] for x in trimmed]
+            cos = [x["cosine_min"] for x in trimmed]
+            text += (
+                f"; the {len(trimmed)} that trim agree with the pruned model's top-1 on "
+                f"{min(agree):.1f} … {max(agree):.1f} % of the rows (min cosine {min(cos):.2f} … "
+                f"{max(cos):.2f}), {sum(bool(x.get('passed')) for x in trimmed)} pass the 0.99 gate. "
+                "With random weights this says nothing about accuracy after retraining; it shows the trim "
+                "plans change the function"
+            )
+        lines.append(text + ".")
+        lines.append("")
     same_in = [m for m in all_mobile if m.lossless_is_input]
     if same_in:
         lines.append(
@@ -424,7 +446,7 @@ def render(files: list[tuple[Path, str]]) -> tuple[str, list[Check]]:
         )
         lines.append("")
     cs = checks(all_rows, all_mobile)
-    lines.append("#### Target check (issue 5)")
+    lines.append("### Target check (issue 5)")
     lines.append("")
     lines.append("| | quantity | measured | target |")
     lines.append("|---|---|---|---|")

@@ -114,3 +114,13 @@ def test_main_prints_tables_and_check_exits_1(capsys):
     out = capsys.readouterr().out
     assert out.count("| ✗ |") == 2
     assert so.main(["--check", str(RESULTS / "optimize_sms8.json")]) == 0
+
+
+def test_docs_hold_the_generated_tables(capsys):
+    """docs/optimize.md's generated block is exactly the script's output (regenerate, do not edit)."""
+    so.main([])
+    out = capsys.readouterr().out
+    doc = (ROOT / "docs" / "optimize.md").read_text(encoding="utf-8")
+    start = doc.index("regenerate, do not edit -->\n") + len("regenerate, do not edit -->\n")
+    end = doc.index("<!-- end of generated tables -->")
+    assert doc[start:end] == out
