@@ -124,3 +124,45 @@ def test_docs_hold_the_generated_tables(capsys):
     start = doc.index("regenerate, do not edit -->\n") + len("regenerate, do not edit -->\n")
     end = doc.index("<!-- end of generated tables -->")
     assert doc[start:end] == out
+
+
+# --- benchmarks/summarize_backends.py (docs/backends.md's Results) ----------------------------------
+
+BACKENDS = ROOT / "benchmarks" / "results" / "h200_backends"
+
+
+def _backends_module():
+    spec = importlib.util.spec_from_file_location(
+        "summarize_backends", ROOT / "benchmarks" / "summarize_backends.py"
+    )
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+sb = _backends_module()
+
+
+def test_backends_tables_hold_the_measured_numbers():
+    bench = sb.bench_table(BACKENDS)
+    assert "| NVIDIA H200 | 8 (green context) | 16 | 6780.9 | 4.9 | [6780.0, 6781.6] | 200 | 50 |" in bench
+    assert "| NVIDIA H200 | 132 (full) | 1 | 398.9 | 1.8 | [398.8, 399.2] | 200 | 50 |" in bench
+    prof = sb.profile_table(BACKENDS)
+    assert "| 8 (green context) | 16 | 100 | 6948.3 | 10 | 6780.9 | 1.025 |" in prof
+    stair = sb.staircase_table(BACKENDS)
+    assert stair[-2].startswith("| 8 (green context) | 8, 128, 28×28, 3×3 | 384 | 110.0 |")
+    assert stair[-1].startswith("| 8 (green context) | 8, 128, 28×28, 3×3 | 400 | 138.9 |")
+    assert stair[-1].endswith("| +26.2 % (channels +4.2 %) |")
+    kern = "\n".join(sb.kernel_table(BACKENDS, 2))
+    assert (
+        "`nvjet_sm90_hsh_96x384_64x3_1x2_h_bz_coopA_TNN` (170.7) "
+        "| [2, 66, 1] | [384, 1, 1] | 1 | — | 17 | 50 % |" in kern
+    )
+
+
+def test_backends_doc_holds_the_generated_tables():
+    doc = (ROOT / "docs" / "backends.md").read_text(encoding="utf-8")
+    start = doc.index("regenerate, do not edit -->\n") + len("regenerate, do not edit -->\n")
+    end = doc.index("<!-- end of generated tables -->")
+    assert doc[start:end] == sb.render(BACKENDS)
