@@ -3,7 +3,8 @@
 Why a script: every number in docs/backends.md's Results section is read from
 benchmarks/results/h200_backends/*.json by this file, so anyone can re-derive them:
 
-  python benchmarks/summarize_backends.py [--dir benchmarks/results/h200_backends] [--kernels 3]
+  python benchmarks/summarize_backends.py [--dir benchmarks/results/h200_backends] [--kernels 2]
+  python benchmarks/summarize_backends.py --wave-model   # docs/wave_model.md's "On the GPU" tables
 
 Nothing is measured or predicted here; the JSON holds the measured Timings (samples included).
 """
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results" / "h200_backends"
+CLI_RESULTS = Path(__file__).resolve().parent / "results" / "h200_cli"
 CONFIGS = [("full", 1), ("full", 16), ("sms8", 1), ("sms8", 16)]
 
 
@@ -166,11 +168,82 @@ def render(root: Path, kernels: int = 2) -> str:
     return "\n".join(parts)
 
 
+def calibrate_table(root: Path) -> list[str]:
+    """What `deployopt calibrate --measure torch --sms 8` fitted, from the profile it wrote."""
+    d = load(root / "calibrated_h200_sm8.json")
+    out = []
+    for dtype, prm in d["params"].items():
+        sweeps = [sw for sw in d["sweeps"] if sw["dtype"] == dtype]
+        pts = [pt for sw in sweeps for pt in sw["points"]]
+        shapes = sorted(
+            {(pt["id"], pt["shape"]["n"], pt["shape"]["c"], pt["shape"]["h"], pt["shape"]["r"]) for pt in pts}
+        )
+        ks = sorted({pt["shape"]["k"] for pt in pts})
+        out.append(
+            f"Fitted ({prm['source']}; {dtype}, {sweeps[0]['sms']} SMs, {sweeps[0]['backend']} backend, "
+            f"median of {sweeps[0]['runs']} runs per point; {len(shapes)} shapes "
+            + ", ".join(f"N={n} C={c} {h}×{h} {r}×{r}" for _, n, c, h, r in shapes)
+            + f", K = {ks[0]}…{ks[-1]} step {ks[1] - ks[0]}):"
+        )
+        out.append("")
+        out.append(
+            "| dtype | fixed µs | MACs/µs/SM | wave µs | tail floor | small-tile s | family efficiencies |"
+        )
+        out.append("|---|---|---|---|---|---|---|")
+        fams = ", ".join(f"{f['name']} {f['efficiency']:.3f}" for f in prm["families"])
+        out.append(
+            f"| {dtype} | {prm['fixed_us']:.2f} | {prm['macs_per_us_per_sm'] / 1e6:.2f} M "
+            f"| {prm['wave_us']:.2f} | {prm['tail_floor']:.2f} | {prm['small_tile']:.4f} | {fams} |"
+        )
+    return out
+
+
+def staircase_cli_table(root: Path) -> list[str]:
+    """`deployopt staircase --measure torch --json` at 8 SMs: predicted vs measured per width."""
+    d = load(root / "staircase_measured_sm8.json")
+    kern = {k["out_channels"]: k for k in d["predicted_kernels"]}
+    runs = d["measured"]["runs"]
+    out = [
+        "| K | predicted blocks (tile, family) | predicted waves (tail fill) | predicted µs | measured µs "
+        "(median) | IQR µs | runs | predicted − measured |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    errs = []
+    for i, pt in enumerate(d["points"]):
+        k = kern[pt["out_channels"]]
+        err = 100 * (pt["predicted_us"] / pt["measured_us"] - 1)
+        errs.append(abs(err))
+        out.append(
+            f"| {pt['out_channels']} | {k['blocks']} ({k['tile'][0]}×{k['tile'][1]}, {k['family']}) "
+            f"| {pt['waves']} ({100 * pt['tail_fill']:.1f} %) | {pt['predicted_us']:.1f} "
+            f"| {pt['measured_us']:.1f} | {pt['measured_iqr_us']:.2f} | {runs[i]} | {err:+.1f} % |"
+        )
+    out.append("")
+    out.append(
+        f"Predictor: {d['predictor']['model']} model, {d['predictor']['params']} "
+        f"({d['predictor']['source']}); measured on {d['measured']['environment']['device']}, "
+        f"{d['measured']['backend']} backend, "
+        f"{d['dtype']}. Mean |predicted − measured| {sum(errs) / len(errs):.1f} %, max {max(errs):.1f} %."
+    )
+    return out
+
+
+def render_wave_model(root: Path) -> str:
+    return "\n".join([*calibrate_table(root), "", *staircase_cli_table(root), ""])
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dir", type=Path, default=RESULTS, help="gpu_backends.py --out folder")
     ap.add_argument("--kernels", type=int, default=2, help="slowest layers per configuration to show")
+    ap.add_argument(
+        "--wave-model", action="store_true", help="print the h200_cli tables (calibrate, measured staircase)"
+    )
+    ap.add_argument("--cli-dir", type=Path, default=CLI_RESULTS, help="folder of the CLI runs' JSON")
     args = ap.parse_args(argv)
+    if args.wave_model:
+        sys.stdout.write(render_wave_model(args.cli_dir))
+        return 0
     sys.stdout.write(render(args.dir, args.kernels))
     return 0
 
