@@ -105,6 +105,39 @@ def bootstrap_median_ci(
     return float(lo), float(hi)
 
 
+def build_median_ci(
+    builds: list[list[float]] | list[np.ndarray], level: float = 0.95, seed: int = 0
+) -> tuple[float, float]:
+    """Two-level bootstrap CI of the median over several builds of one model: resample the builds,
+    then the samples within each chosen build.
+
+    Each build of a model is tuned anew (cuDNN re-times its algorithms), and on the H200 two builds
+    of the *same* model differed by up to 0.35 %, more than one build's CI. When a comparison has
+    several builds per model, this CI is the one that says what "beyond the noise" means."""
+    groups = [np.asarray(b, dtype=float) for b in builds if len(b)]
+    if not groups:
+        raise ValueError("no samples")
+    if len(groups) == 1:
+        return bootstrap_median_ci(groups[0], level, seed)
+    rng = np.random.default_rng(seed)
+    sizes = {g.size for g in groups}
+    if len(sizes) == 1:  # equal builds (the usual case): one vectorised draw
+        arr, n = np.stack(groups), sizes.pop()
+        pick = rng.integers(0, len(groups), size=(BOOTSTRAP_RESAMPLES, len(groups), 1))
+        within = rng.integers(0, n, size=(BOOTSTRAP_RESAMPLES, len(groups), n))
+        medians = np.median(arr[pick, within].reshape(BOOTSTRAP_RESAMPLES, -1), axis=1)
+    else:
+        medians = np.empty(BOOTSTRAP_RESAMPLES)
+        for i in range(BOOTSTRAP_RESAMPLES):
+            chosen = rng.integers(0, len(groups), size=len(groups))
+            medians[i] = np.median(
+                np.concatenate([rng.choice(groups[j], size=groups[j].size) for j in chosen])
+            )
+    alpha = (1 - level) / 2
+    lo, hi = np.quantile(medians, [alpha, 1 - alpha])
+    return float(lo), float(hi)
+
+
 @dataclass(frozen=True)
 class Comparison:
     verdict: str  # "faster" | "slower" | "no significant difference"

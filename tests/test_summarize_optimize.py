@@ -75,15 +75,19 @@ def test_means_over_seeds_and_vgg16_targets():
     assert checks["VGG16 trim-10 % vs irregular pruned, 132 SMs (full GPU) [optimize_full.json]"].ok
 
 
-def test_build_to_build_noise_is_reported_as_a_miss():
-    """ResNet56 full GPU before the confirmation step: lossless == round-up-to-8 plan, yet +0.30 % with
-    disjoint CIs (1779.648 [1776.512, 1783.008] vs 1774.240 [1773.696, 1774.992]): a strict ✗."""
+def test_build_to_build_noise_is_within_the_build_level_cis():
+    """ResNet56 full GPU before the confirmation step: lossless == round-up-to-8 plan, yet +0.30 %.
+    The per-sample CIs stored in the file are disjoint (1779.648 [1776.512, 1783.008] vs
+    1774.240 [1773.696, 1774.992]); the build-level CIs over the 3 rounds overlap: no miss."""
     rows, _ = _rows("optimize_full.json")
     r = next(r for r in rows if r.model == "resnet56" and r.seed == 0)
+    lo, r8 = r.final["deployopt_lossless"], r.final["round_up_8"]
     assert r.lossless_is_r8
-    assert r.final["deployopt_lossless"]["median_us"] == 1779.6480059623718
+    assert lo["median_us"] == 1779.6480059623718
     assert round(r.lossless_vs_r8, 2) == 0.30
-    assert not r.lossless_r8_overlap and not r.lossless_ok
+    assert lo["ci95_us"][0] > r8["ci95_us"][1]  # disjoint per-sample CIs
+    assert lo["build_ci95_us"][0] <= r8["build_ci95_us"][1]  # overlapping build-level CIs
+    assert r.lossless_r8_overlap and r.lossless_ok
     confirm, _ = _rows("optimize_full_resnet56_confirm.json")
     assert [x.lossless_is_r8 for x in confirm] == [True, True, True]
     assert [round(x.lossless_vs_r8, 2) for x in confirm] == [-0.18, -0.32, 0.05]
@@ -103,16 +107,16 @@ def test_mobilenetv2_top1_and_latency():
     assert round(mf.lossless_vs_input, 2) == -0.10
 
 
-def test_main_prints_tables_and_check_exits_1(capsys):
+def test_main_prints_tables_and_check_passes(capsys):
     assert so.main([]) == 0
     out = capsys.readouterr().out
-    assert "| vgg16 | 0 | 16 | 653.2 [653.0, 653.4] | 1163.2 [1162.8, 1163.5] |" in out
+    assert "| vgg16 | 0 | 16 | 653.2 [651.6, 654.0] | 1163.2 [1162.6, 1163.7] |" in out  # build-level CIs
     assert "| optimize_sms8.json | 8 | vgg16 | -58.7 % (-62.2 … -53.5 %) | -11.7 % (-17.6 … -7.5 %) |" in out
     assert "differ by up to 0.35 %" in out
-    # two ResNet56 full-GPU cases before the confirmation step miss the strict lossless rule
-    assert so.main(["--check"]) == 1
+    # with build-level CIs no target is missed (the two identical-model cases overlap)
+    assert so.main(["--check"]) == 0
     out = capsys.readouterr().out
-    assert out.count("| ✗ |") == 2
+    assert out.count("| ✗ |") == 0 and out.count("| ✓ |") == 23
     assert so.main(["--check", str(RESULTS / "optimize_sms8.json")]) == 0
 
 

@@ -85,3 +85,22 @@ def test_compare_ignores_significant_but_tiny_differences() -> None:
 def test_compare_single_samples() -> None:
     assert compare(Timing("m", [10.0]), Timing("m", [8.0])).verdict == "faster"
     assert compare(Timing("m", [10.0]), Timing("m", [10.0])).verdict == "no significant difference"
+
+
+def test_build_median_ci_includes_the_spread_between_builds() -> None:
+    from deployopt.timing import bootstrap_median_ci, build_median_ci
+
+    rng = np.random.default_rng(1)
+    # three builds of one model whose medians differ by ~0.3 % (as two H200 builds did), tight within
+    builds = [1000.0 + shift + rng.normal(0, 0.5, 100) for shift in (0.0, 3.0, -1.5)]
+    pooled = np.concatenate(builds)
+    lo_s, hi_s = bootstrap_median_ci(pooled)
+    lo_b, hi_b = build_median_ci(builds)
+    assert lo_b <= np.median(pooled) <= hi_b
+    assert (hi_b - lo_b) > 3 * (hi_s - lo_s)  # the per-sample CI ignores the build spread
+    assert lo_b <= 998.6 and hi_b >= 1002.9  # reaches towards the lowest and highest build
+    # one build: the plain bootstrap; seeded, so the same on every run
+    assert build_median_ci([builds[0]]) == bootstrap_median_ci(builds[0])
+    assert build_median_ci(builds) == (lo_b, hi_b)
+    with pytest.raises(ValueError):
+        build_median_ci([])
