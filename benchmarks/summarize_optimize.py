@@ -29,6 +29,7 @@ DEFAULT_FILES: list[tuple[Path, str]] = [
     (RESULTS / "optimize_sms8.json", "before the confirmation step"),
     (RESULTS / "optimize_full.json", "before the confirmation step"),
     (RESULTS / "optimize_full_resnet56_confirm.json", "with the confirmation step"),
+    (RESULTS / "optimize_sms8_vgg16_confirm.json", "with the confirmation step"),
 ]
 CIFAR_COLUMNS = ("unpruned", "pruned", "round_up_8", "deployopt_lossless", "deployopt_trim")
 
