@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
+from cli_runner import run_cli
 
 from deployopt.backends.base import REGISTRY
-from deployopt.cli.main import main
 from deployopt.layers import ConvShape, conv_model
 
 BENCH_KEYS = [
@@ -28,17 +27,7 @@ BENCH_KEYS = [
 ]
 
 
-def run(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
-) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["deployopt", *args])
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    out, err = capsys.readouterr()
-    return code, out, err
+run = run_cli
 
 
 @pytest.fixture(scope="module")

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from cli_runner import run_cli
 
 from deployopt.backends.model import WaveModelSession
-from deployopt.cli.main import main
 from deployopt.journal import Journal
 
 
@@ -21,18 +20,7 @@ def _private_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("DEPLOYOPT_CACHE_DIR", str(tmp_path / "cache"))
 
 
-def cli(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
-) -> tuple[int, str, str]:
-    """Run the real entry point in-process: (exit code, stdout, stderr)."""
-    monkeypatch.setattr(sys, "argv", ["deployopt", *args])
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    out, err = capsys.readouterr()
-    return code, out, err
+cli = run_cli
 
 
 def base_args(model: Path, outdir: Path) -> list[str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Callable
 
@@ -11,9 +10,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from cli_runner import run_cli
 
-from deployopt.cli.app import console
-from deployopt.cli.main import main
 from deployopt.coupling import analyze
 from deployopt.model import load_model
 
@@ -21,16 +19,7 @@ from deployopt.model import load_model
 def cli(
     args: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> tuple[int, str, str]:
-    """Run the real entry point (error handling included); return (exit code, stdout, stderr)."""
-    monkeypatch.setattr(sys, "argv", ["deployopt", *args])
-    monkeypatch.setattr(console, "width", 200)  # wide enough that table cells are not folded
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_cli(monkeypatch, capsys, *args)
 
 
 def run(path: Path) -> np.ndarray:

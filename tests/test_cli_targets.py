@@ -3,29 +3,17 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
+from cli_runner import run_cli
 
-from deployopt.cli import main as cli_main
 from deployopt.cli.targets_cmd import parse_channels, parse_dims
 from deployopt.errors import DeployoptError
 from deployopt.layers import ConvShape
 from deployopt.targets import get_target
 from deployopt.waves import predict
 
-
-def run(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    """Run the CLI entry point as a user would; return (exit code, stdout, stderr)."""
-    monkeypatch.setattr(sys, "argv", ["deployopt", *args])
-    monkeypatch.setenv("COLUMNS", "200")
-    code = 0
-    try:
-        cli_main.main()
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
+run = run_cli
 
 
 def test_parse_channels_and_dims():
