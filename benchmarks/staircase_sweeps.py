@@ -58,6 +58,12 @@ def main() -> None:
     ap.add_argument("--out-channels", default="16:512:16")
     ap.add_argument("--samples", type=int, default=7)
     ap.add_argument("--no-trace", action="store_true")
+    ap.add_argument(
+        "--benchmark-limit",
+        type=int,
+        default=None,
+        help="torch.backends.cudnn.benchmark_limit (PyTorch's default: 10 engines timed; 0 = all)",
+    )
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
 
@@ -65,6 +71,8 @@ def main() -> None:
         cuda_conv.set_sm_limit(args.sms)
     import torch
 
+    if args.benchmark_limit is not None:
+        torch.backends.cudnn.benchmark_limit = args.benchmark_limit
     a, b, s = (int(v) for v in args.out_channels.split(":"))
     ks = list(range(a, b + 1, s))
     props = torch.cuda.get_device_properties(0)
@@ -75,6 +83,7 @@ def main() -> None:
         "torch": torch.__version__,
         "cudnn": torch.backends.cudnn.version(),
         "allow_tf32": torch.backends.cudnn.allow_tf32,
+        "cudnn_benchmark_limit": torch.backends.cudnn.benchmark_limit,
         "method": "cudnn.benchmark, channels_last, CUDA-graph replay timed with CUDA events; "
         f"{args.samples} samples of ~2 ms of replays each; µs per conv",
         "sweeps": [],
