@@ -68,19 +68,10 @@ class KernelFamily:
     threads: int = 256
     registers_per_thread: int = 128
     shared_mem_bytes: int = 65536
-    # Offered only for GEMMs whose rows × depth (M·depth per group: the work per output channel)
-    # is at most `max_rows_depth` / above `min_rows_depth` (0 = no limit): which engines cuDNN's
-    # heuristic offers depends on the GEMM's size, read off the traces (docs/wave_model.md).
-    max_rows_depth: float = 0.0
-    min_rows_depth: float = 0.0
 
-    def offered(self, align: int, rows_depth: int) -> bool:
-        """Whether a library offers this family for channels aligned to `align` on this GEMM."""
-        if align % self.min_align:
-            return False
-        if self.max_rows_depth and rows_depth > self.max_rows_depth:
-            return False
-        return not (self.min_rows_depth and rows_depth <= self.min_rows_depth)
+    def offered(self, align: int) -> bool:
+        """Whether a library offers this family for channels aligned to `align`."""
+        return align % self.min_align == 0
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -91,8 +82,9 @@ class KernelFamily:
     def from_json(cls, d: dict[str, Any]) -> KernelFamily:
         d = dict(d)
         d["tiles"] = tuple(tuple(int(x) for x in t) for t in d["tiles"])
-        d.setdefault("max_rows_depth", 0.0)
-        d.setdefault("min_rows_depth", 0.0)
+        # profiles written before the sm80-small family was dropped carry its size limits
+        d.pop("max_rows_depth", None)
+        d.pop("min_rows_depth", None)
         return cls(**d)
 
 
@@ -106,7 +98,7 @@ class WaveParams:
     macs_per_us_per_sm: float  # multiply-adds one SM retires per µs on the fastest family
     wave_us: float  # per-wave fixed cost (tile prologue/epilogue, pipeline fill)
     tail_floor: float  # share of a full wave's time a nearly empty last wave still costs
-    small_tile: float  # per-tile overhead in rows/columns: tile efficiency = tm·tn/((tm+s)(tn+s))
+    small_tile: float  # per-tile overhead s: tile efficiency = tm·tn/((tm+s)(tn+N_OVERHEAD·s))
     families: tuple[KernelFamily, ...]
     fitted: bool = False
     source: str = ""
@@ -187,15 +179,11 @@ SM80_TILES = ((128, 128), (128, 64), (64, 128), (64, 64))
 # Channel multiple that unlocks the fastest kernels, fitted per dtype on the H200 sweeps by
 # agreement/regret on the training half (benchmarks/eval_wave_model.py): 64 in fp16, 32 in TF32.
 FAST_ALIGN = {"fp16": 64, "fp32": 32, "int8": 64}
-# Small fp16 GEMMs on Hopper: when M·depth (rows × reduction depth, the work per output channel)
-# is at most this, cuDNN 9 offered no sm90 kernel for widths that are not multiples of 64 and ran
-# Ampere-class ones (`sm80_xmma` 128×32, CUTLASS 2.x `s16816` 64×128 / 64×64 / 128×128; 128
-# threads, 42-80 KB shared memory, several blocks per SM, not persistent). Read off the traces:
-# shape d (M·depth = 0.4 M) ran them at 24 of its 26 traced unaligned widths, the other shapes
-# (M·depth >= 1.8 M) at 8 or 16 SMs almost never. TF32 ran sm90 kernels on every shape.
-SM80_ROWS_DEPTH = {"fp16": 1.0e6}
-SM80_SMALL_TILES = ((128, 32), (64, 128))
-SM80_START_EFFICIENCY = 0.6  # unaligned sm80 vs aligned sm90 per-tile throughput, traced ~0.5-0.7
+# Narrow-N tiles cost more per MAC than narrow-M ones (each tile column re-reads the input rows
+# and writes its own output channels): tile efficiency = tm·tn / ((tm + s)(tn + N_OVERHEAD·s)).
+# Fitted per dtype on the 8 shapes of the first sweep round it came out 2.1 (fp16) and 2.4 (TF32);
+# fixed at 2 it raised agreement on the 22 shapes of both rounds in both dtypes (docs/wave_model.md).
+N_OVERHEAD = 2.0
 
 
 def _default_families(cc: tuple[int, int], dtype: str) -> tuple[KernelFamily, ...]:
@@ -213,32 +201,16 @@ def _default_families(cc: tuple[int, int], dtype: str) -> tuple[KernelFamily, ..
     else:
         tiles, threads, regs, smem = SM80_TILES, 256, 128, 73728
     occupancy = {"threads": threads, "registers_per_thread": regs, "shared_mem_bytes": smem}
-    small = SM80_ROWS_DEPTH.get(dtype, 0.0) if cc >= (9, 0) else 0.0
-    fams = [
+    return (
         KernelFamily(f"tc-aligned{FAST_ALIGN[dtype]}", FAST_ALIGN[dtype], tiles, 1.0, **occupancy),
-        KernelFamily(f"tc-aligned{vec}", vec, tiles, 0.95, 0.0, min_rows_depth=small, **occupancy),
+        KernelFamily(f"tc-aligned{vec}", vec, tiles, 0.95, 0.0, **occupancy),
         KernelFamily("padded", 1, tiles, 0.5, 0.1, **occupancy),
-    ]
-    if small:
-        fams.append(
-            KernelFamily(
-                "sm80-small",
-                vec,
-                SM80_SMALL_TILES,
-                SM80_START_EFFICIENCY,
-                0.0,
-                threads=128,
-                registers_per_thread=128,
-                shared_mem_bytes=73728,
-                max_rows_depth=small,
-            )
-        )
-    return tuple(fams)
+    )
 
 
 def _carry_efficiencies(families: tuple[KernelFamily, ...], ref: WaveParams) -> tuple[KernelFamily, ...]:
     """Another design's tiles and occupancy with the reference fit's family efficiencies (families
-    matched by name; Hopper-only ones such as sm80-small have no counterpart elsewhere)."""
+    matched by name)."""
     by_name = {r.name: r for r in ref.families}
     return tuple(
         replace(f, efficiency=by_name[f.name].efficiency, epilogue_us=by_name[f.name].epilogue_us)
@@ -353,17 +325,16 @@ def _evaluate(shape: ConvShape, target: Target, params: WaveParams, sms: int | N
     m, n, kdepth = shape.gemm
     sms = target.sms if sms is None else sms
     align = min(pow2_align(n), pow2_align(shape.c // shape.groups))
-    rows_depth = m * kdepth
     best: WavePrediction | None = None
     for fam in params.families:
-        if not fam.offered(align, rows_depth):
+        if not fam.offered(align):
             continue
         bps = blocks_per_sm(fam, target)
         for tm, tn in fam.tiles:
             tiles = math.ceil(m / tm) * math.ceil(n / tn) * shape.groups
             waves, tail = wave_count(tiles, sms, bps)
             s = params.small_tile
-            tile_eff = (tm * tn) / ((tm + s) * (tn + s))
+            tile_eff = (tm * tn) / ((tm + s) * (tn + N_OVERHEAD * s))
             work_us = (
                 bps
                 * tm
@@ -466,6 +437,55 @@ def _step_ends(us_of: Any, width: int, vec: int) -> tuple[int | None, int | None
     return below, above
 
 
+class _CandidateGrid:
+    """Every (family, tile) candidate of every point, precomputed once, so that a fit evaluates the
+    model for all points in a few numpy operations instead of one `_evaluate` call per point (the
+    same formula; `predicted_us` equals `_evaluate(...).predicted_us`, which tests check)."""
+
+    def __init__(
+        self, shapes: list[ConvShape], sms: list[int], target: Target, families: tuple[KernelFamily, ...]
+    ) -> None:
+        import numpy as np
+
+        rows: list[list[tuple[int, int, int, int, float, int, int]]] = []
+        for shape, n_sms in zip(shapes, sms):
+            m, n, kdepth = shape.gemm
+            align = min(pow2_align(n), pow2_align(shape.c // shape.groups))
+            cands = []
+            for fi, fam in enumerate(families):
+                if not fam.offered(align):
+                    continue
+                bps = blocks_per_sm(fam, target)
+                for tm, tn in fam.tiles:
+                    tiles = math.ceil(m / tm) * math.ceil(n / tn) * shape.groups
+                    waves, tail = wave_count(tiles, n_sms, bps)
+                    cands.append((fi, tm, tn, waves, tail, bps, kdepth))
+            if not cands:
+                raise ValueError(f"no kernel family accepts alignment {align}")
+            rows.append(cands)
+        width = max(len(r) for r in rows)
+        pad = [r + [r[0]] * (width - len(r)) for r in rows]  # repeats never change the minimum
+        arr = np.array(pad, dtype=float)  # points × candidates × 7
+        self.family = arr[..., 0].astype(int)
+        self.tm, self.tn, self.waves, self.tail, self.bps, self.depth = (arr[..., i] for i in range(1, 7))
+
+    def predicted_us(self, params: WaveParams) -> Any:
+        import numpy as np
+
+        eff = np.array([f.efficiency for f in params.families])[self.family]
+        epi = np.array([f.epilogue_us for f in params.families])[self.family]
+        s = params.small_tile
+        tile_eff = (self.tm * self.tn) / ((self.tm + s) * (self.tn + N_OVERHEAD * s))
+        work = (
+            self.bps
+            * self.tm
+            * self.tn
+            * (self.depth / (params.macs_per_us_per_sm * eff * tile_eff) + epi / 1000.0)
+        )
+        eff_waves = self.waves - 1 + params.tail_floor + (1 - params.tail_floor) * self.tail
+        return (params.fixed_us + eff_waves * (params.wave_us + work)).min(axis=1)
+
+
 def fit(
     points: list[dict[str, Any]],
     target: Target,
@@ -497,8 +517,6 @@ def fit(
     sms = [int(p.get("sms") or target.sms) for p in points]
     y = np.log(np.array([float(p["measured_us"]) for p in points]))
     nfam = len(start.families)
-    # a family offered only to small GEMMs (sm80-small) gets its own free efficiency
-    small_fam = next((i for i, f in enumerate(start.families) if i > 1 and f.max_rows_depth), -1)
 
     def unpack(x: np.ndarray) -> WaveParams:
         # Only the second family's efficiency and epilogue are free; slower families (the padded
@@ -508,10 +526,7 @@ def fit(
             ratio = float(x[5]) / max(start.families[1].efficiency, 1e-9)
             fams[1] = replace(fams[1], efficiency=float(x[5]), epilogue_us=float(x[6]))
             for i in range(2, nfam):
-                if i == small_fam:
-                    fams[i] = replace(fams[i], efficiency=float(x[7]))
-                else:
-                    fams[i] = replace(fams[i], efficiency=min(1.0, start.families[i].efficiency * ratio))
+                fams[i] = replace(fams[i], efficiency=min(1.0, start.families[i].efficiency * ratio))
         return replace(
             start,
             fixed_us=float(x[0]),
@@ -534,9 +549,10 @@ def fit(
         dtype=int,
     ).reshape(-1, 2)
 
+    grid = _CandidateGrid(shapes, sms, target, start.families)
+
     def residuals(x: np.ndarray) -> np.ndarray:
-        params = unpack(x)
-        logp = np.log(np.array([_evaluate(s, target, params, n).predicted_us for s, n in zip(shapes, sms)]))
+        logp = np.log(grid.predicted_us(unpack(x)))
         level = logp - y
         if not len(pairs) or step_weight == 0:
             return level
@@ -551,12 +567,9 @@ def fit(
             start.tail_floor,
             start.small_tile,
             *([start.families[1].efficiency, start.families[1].epilogue_us] if nfam > 1 else []),
-            *([start.families[small_fam].efficiency] if small_fam > 0 else []),
         ]
     )
     extra_lo, extra_hi = ([0.02, 0.0], [max_eff, 10.0]) if nfam > 1 else ([], [])
-    if small_fam > 0:
-        extra_lo, extra_hi = [*extra_lo, 0.05], [*extra_hi, 1.0]
     lo = np.array([0.0, x0[1] - 5, 0.0, 0.0, 0.0, *extra_lo])
     hi = np.array([200.0, x0[1] + 5, 100.0, 1.0, 256.0, *extra_hi])
     x0 = np.clip(x0, lo + 1e-9, hi - 1e-9)
