@@ -62,6 +62,7 @@ class OptimizeConfig:
     runs: int = 100
     warmup: int = 20
     sweep_runs: int | None = 10  # samples per conv in the per-layer sweep (None: `runs`)
+    cudnn_engines: int | None = None  # torch: engines cudnn.benchmark times (None: PyTorch's 10, 0: all)
     calibration_data: str | None = None
     outdir: Path | None = None
     resume: bool = False
@@ -87,6 +88,7 @@ class OptimizeConfig:
             "model_sha256": _sha256(self.model_path),
             "target": self.target,
             "sms": self.sms,
+            "cudnn_engines": self.cudnn_engines,
             "input_shapes": self.input_shapes,
             "batch": self.batch,
             "dtype": self.dtype,
@@ -905,6 +907,7 @@ class Optimizer:
             warmup=cfg.warmup if warmup is None else warmup,
             input_shapes=dict(cfg.input_shapes),
             workdir=self.workdir,
+            cudnn_engines=cfg.cudnn_engines,
             extra={"target": self.target},
         )
         return backend.open(opts)

@@ -137,6 +137,10 @@ def test_options_rejected_before_or_at_worker_start() -> None:
         DeployoptError, match=r"runs fp16 only on a CUDA GPU and none is visible; use --dtype fp32"
     ):
         torch_backend.open(dataclasses.replace(CPU, dtype="fp16"))
+    with pytest.raises(DeployoptError, match=r"--cudnn-engines must be 0 \(all engines\) or more"):
+        torch_backend.open(dataclasses.replace(CPU, cudnn_engines=-1))
+    with pytest.raises(DeployoptError, match=r"--cudnn-engines needs a CUDA GPU \(cuDNN\); none is visible"):
+        torch_backend.open(dataclasses.replace(CPU, cudnn_engines=0))
 
 
 def test_module_names_follow_onnx2torch() -> None:

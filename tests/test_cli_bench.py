@@ -103,6 +103,7 @@ def test_profile_json_and_table(monkeypatch, capsys, model: Path) -> None:
         (["--dtype", "fp8"], "error: --dtype 'fp8': choose one of fp32, fp16, int8"),
         (["--backend", "nope"], "error: unknown backend 'nope'; choose one of: ort, torch"),
         (["--runs", "0"], "error: --runs must be at least 1"),
+        (["--cudnn-engines", "0"], "error: --cudnn-engines: backend 'ort' does not run cudnn.benchmark"),
         (["--input-shape", "x:1xAx8"], "error: --input-shape 'x:1xAx8': dimensions must be integers"),
         (["--input-shape", "nope:1x8x8x8"], "error: input shape given for 'nope', but"),
     ],

@@ -144,8 +144,9 @@ def test_local_without_gpu_is_one_line(monkeypatch, capsys):
     assert code == 2 and "no CUDA GPU found" in err and err.strip().count("\n") == 0
 
 
-def fake_backend(truth):
-    """A stand-in backend that 'measures' with a known model (3 identical samples per conv)."""
+def fake_backend(truth, opened=None, engines=False):
+    """A stand-in backend that 'measures' with a known model (3 identical samples per conv);
+    the options of every session it opens are appended to `opened`."""
     from deployopt.backends import base
     from deployopt.timing import Timing
 
@@ -164,12 +165,15 @@ def fake_backend(truth):
         name = "fake"
         description = "test stand-in"
         can_limit_sms = True
+        can_choose_cudnn_engines = engines
 
         def availability(self):
             return True, "test"
 
         def open(self, options):
             self.check_options(options)
+            if opened is not None:
+                opened.append(options)
             return FakeSession(self, options)
 
     return FakeBackend()
@@ -234,6 +238,28 @@ def test_staircase_measured_json_and_plot(monkeypatch, capsys, tmp_path):
         "3",
     )
     assert "measured µs: on backend fake, median and IQR of 3 runs per width" in out
+
+
+def test_cudnn_engines_reach_the_backend_or_are_refused(monkeypatch, capsys, tmp_path):
+    from deployopt.backends import base
+
+    truth = get_target("h200", sms=8)
+    args = ["staircase", "--target", "h200", "--input", "8x128x28x28", "--out-channels", "64:128:32"]
+    opened: list = []
+    monkeypatch.setattr(base, "get_backend", lambda name: fake_backend(truth, opened, engines=True))
+    code, _, err = run(monkeypatch, capsys, *args, "--measure", "fake", "--cudnn-engines", "0", "--json")
+    assert code == 0, err
+    assert [o.cudnn_engines for o in opened] == [0]
+    code, _, err = run(
+        monkeypatch, capsys, "calibrate", "--target", "h200", "--measure", "fake", "--out-channels",
+        "32:256:32", "--cudnn-engines", "4", "-o", str(tmp_path / "p.json"),
+    )  # fmt: skip
+    assert code == 0, err
+    assert [o.cudnn_engines for o in opened] == [0, 4]
+    monkeypatch.setattr(base, "get_backend", lambda name: fake_backend(truth))  # times no engines
+    code, _, err = run(monkeypatch, capsys, *args, "--measure", "fake", "--cudnn-engines", "0")
+    assert code == 2 and err.strip().count("\n") == 0
+    assert "--cudnn-engines: backend 'fake' does not run cudnn.benchmark" in err
 
 
 def test_calibrate_saves_a_profile_target_can_load(monkeypatch, capsys, tmp_path):

@@ -164,6 +164,7 @@ class TorchSession(Session):
             "device": extra.get("device", "auto"),
             "replays_per_sample": extra.get("replays_per_sample", 1),
             "profile_runs": extra.get("profile_runs", 20),
+            "cudnn_benchmark_limit": options.cudnn_engines,
         }
         self.worker: WorkerProcess | None = None
         self._start()  # fail here (no CUDA for fp16, bad --sms) rather than on the first model
@@ -257,6 +258,7 @@ class TorchBackend(Backend):
     )
     dtypes = ("fp32", "fp16")
     can_limit_sms = True
+    can_choose_cudnn_engines = True
 
     def availability(self) -> tuple[bool, str]:
         missing = [m for m in ("torch", "onnx2torch", "torchvision") if importlib.util.find_spec(m) is None]

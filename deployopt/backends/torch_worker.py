@@ -70,6 +70,8 @@ class Worker:
             )
         if not cuda and self.sms_requested is not None:
             raise WorkerError("DeployoptError", "--sms needs a CUDA GPU (green contexts); none is visible")
+        if not cuda and config.get("cudnn_benchmark_limit") is not None:
+            raise WorkerError("DeployoptError", "--cudnn-engines needs a CUDA GPU (cuDNN); none is visible")
         self.device_sms = None
         self.compute_capability = None
         if cuda:
@@ -79,6 +81,9 @@ class Worker:
             if self.sms_requested is not None:
                 self._set_green_context(int(self.sms_requested))
             torch.backends.cudnn.benchmark = True
+            limit = config.get("cudnn_benchmark_limit")
+            if limit is not None:  # engines cudnn.benchmark times per conv; 0 = all of them
+                torch.backends.cudnn.benchmark_limit = int(limit)
         self.dtype = {"fp16": torch.float16, "fp32": torch.float32}[self.dtype_name]
         self.sms = int(self.sms_requested) if self.sms_requested is not None else self.device_sms
         torch.set_grad_enabled(False)
@@ -120,6 +125,7 @@ class Worker:
             compute_capability=self.compute_capability,
             channels_last=self.cuda,
             cudnn_benchmark=self.cuda,
+            cudnn_benchmark_limit=torch.backends.cudnn.benchmark_limit if self.cuda else None,
             cpu_threads=None if self.cuda else torch.get_num_threads(),
         )
 
@@ -132,7 +138,9 @@ class Worker:
             if self.sms_requested is not None
             else f", full GPU ({self.device_sms} SMs)"
         )
-        return f"{self.dtype_name}{b}, channels_last, cudnn.benchmark{sms}"
+        limit = self.torch.backends.cudnn.benchmark_limit
+        engines = "all engines timed" if limit == 0 else f"{limit} engines timed"
+        return f"{self.dtype_name}{b}, channels_last, cudnn.benchmark ({engines}){sms}"
 
     # -- models -----------------------------------------------------------------------------
 

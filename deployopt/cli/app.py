@@ -18,6 +18,16 @@ console = Console()
 err_console = Console(stderr=True)
 
 
+def cudnn_engines_option() -> object:
+    """`--cudnn-engines N`, shared by every command that measures on the torch backend."""
+    return typer.Option(
+        None,
+        "--cudnn-engines",
+        help="torch: cuDNN engines cudnn.benchmark times per conv (0 = all; default PyTorch's 10). "
+        "All engines find faster kernels at some widths, as TensorRT's tactic timing does.",
+    )
+
+
 def parse_input_shapes(values: list[str] | None) -> dict[str, list[int]]:
     """Parse repeated `NAME:1x3x224x224` options into {name: [1, 3, 224, 224]}."""
     shapes: dict[str, list[int]] = {}

@@ -14,7 +14,7 @@ import typer
 from rich.table import Table
 
 from deployopt.backends.base import DTYPES, Backend, MeasureOptions, Profile, get_backend, list_backends
-from deployopt.cli.app import app, console, parse_input_shapes
+from deployopt.cli.app import app, console, cudnn_engines_option, parse_input_shapes
 from deployopt.errors import DeployoptError
 from deployopt.timing import Timing
 
@@ -73,6 +73,7 @@ def _options(
     input_shape: list[str] | None,
     timeout: float,
     workdir: Path | None = None,
+    cudnn_engines: int | None = None,
 ) -> MeasureOptions:
     if dtype is None:
         default = getattr(backend, "default_dtype", None)
@@ -106,6 +107,7 @@ def _options(
         timeout_s=timeout,
         input_shapes=parse_input_shapes(input_shape),
         workdir=workdir,
+        cudnn_engines=cudnn_engines,
     )
 
 
@@ -153,6 +155,7 @@ def bench_command(
         None, "--input-shape", help="NAME:1x3x224x224 (repeatable) for dynamic inputs."
     ),
     timeout: float = typer.Option(600.0, "--timeout", help="Seconds per model before the worker is killed."),
+    cudnn_engines: Optional[int] = cudnn_engines_option(),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the JSON result here."),
 ) -> None:
@@ -160,7 +163,7 @@ def bench_command(
     from deployopt.fileio import write_json
 
     b = _backend(backend)
-    opts = _options(b, dtype, batch, sms, runs, warmup, input_shape, timeout)
+    opts = _options(b, dtype, batch, sms, runs, warmup, input_shape, timeout, cudnn_engines=cudnn_engines)
     _check_model(model)
     with b.open(opts) as session:
         timing = session.measure(model)
@@ -244,6 +247,7 @@ def profile_command(
     ),
     kernels: bool = typer.Option(False, "--kernels", help="GPU kernels per layer (torch on CUDA)."),
     timeout: float = typer.Option(600.0, "--timeout", help="Seconds per model before the worker is killed."),
+    cudnn_engines: Optional[int] = cudnn_engines_option(),
     trace_dir: Optional[Path] = typer.Option(
         None, "--trace-dir", help="Keep the profiler trace here (torch: chrome trace JSON)."
     ),
@@ -254,7 +258,18 @@ def profile_command(
     from deployopt.fileio import write_json
 
     b = _backend(backend)
-    opts = _options(b, dtype, batch, sms, runs, warmup, input_shape, timeout, workdir=trace_dir)
+    opts = _options(
+        b,
+        dtype,
+        batch,
+        sms,
+        runs,
+        warmup,
+        input_shape,
+        timeout,
+        workdir=trace_dir,
+        cudnn_engines=cudnn_engines,
+    )
     _check_model(model)
     with b.open(opts) as session:
         profile = session.profile(model, kernels=kernels)

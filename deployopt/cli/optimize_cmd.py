@@ -11,7 +11,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from deployopt.cli.app import app, console, err_console, parse_input_shapes
+from deployopt.cli.app import app, console, cudnn_engines_option, err_console, parse_input_shapes
 from deployopt.errors import DeployoptError
 
 
@@ -67,6 +67,7 @@ def optimize_command(
     runs: int = typer.Option(100, "--runs", help="Timed runs per measurement."),
     warmup: int = typer.Option(20, "--warmup", help="Warm-up runs per measurement."),
     sweep_runs: int = typer.Option(10, "--sweep-runs", help="Samples per conv in the per-layer sweep."),
+    cudnn_engines: Optional[int] = cudnn_engines_option(),
     calibration_data: Optional[Path] = typer.Option(
         None, "--calibration-data", help="Images or .npy/.npz for fidelity checks (random inputs if omitted)."
     ),
@@ -101,6 +102,7 @@ def optimize_command(
         runs=runs,
         warmup=warmup,
         sweep_runs=sweep_runs,
+        cudnn_engines=cudnn_engines,
         calibration_data=str(calibration_data) if calibration_data else None,
         outdir=outdir,
         resume=resume,

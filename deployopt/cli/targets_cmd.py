@@ -15,7 +15,7 @@ from typing import Any, Optional
 import typer
 from rich.table import Table
 
-from deployopt.cli.app import app, console
+from deployopt.cli.app import app, console, cudnn_engines_option
 from deployopt.errors import DeployoptError
 from deployopt.layers import ConvShape
 
@@ -257,6 +257,7 @@ def staircase_command(
         None, "--measure", help="Also measure on this backend (e.g. torch)."
     ),
     runs: int = typer.Option(100, "--runs", help="Timed runs per width when measuring."),
+    cudnn_engines: Optional[int] = cudnn_engines_option(),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG of the staircase."),
 ) -> None:
@@ -280,7 +281,8 @@ def staircase_command(
 
         backend = get_backend(measure)
         _check_measures(backend)
-        with backend.open(MeasureOptions(dtype=dtype, sms=sms, runs=runs)) as session:
+        opts = MeasureOptions(dtype=dtype, sms=sms, runs=runs, cudnn_engines=cudnn_engines)
+        with backend.open(opts) as session:
             timings = session.measure_convs([shape.with_channels(k=k) for k in ks])
     doc = staircase_doc(tgt, shape, dtype, ks, timings, measure)
     params = tgt.wave_params(dtype)
@@ -354,6 +356,7 @@ def calibrate_command(
     ),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Profile path (default: user cache)."),
     name: Optional[str] = typer.Option(None, "--name", help="Profile name (default: the target's name)."),
+    cudnn_engines: Optional[int] = cudnn_engines_option(),
 ) -> None:
     """Time a short sweep on the device, fit the wave model, save a profile --target can load."""
     from deployopt.backends.base import MeasureOptions, get_backend
@@ -381,7 +384,9 @@ def calibrate_command(
             base = ConvShape(n, c, h, w, ks[0], r, r, (st, st), (r // 2, r // 2))
             shapes += [base.with_channels(k=k) for k in ks]
         console.print(f"measuring {len(shapes)} convs ({dt}) on {measure} …", highlight=False)
-        with backend.open(MeasureOptions(dtype=dt, sms=sms, runs=runs)) as session:
+        with backend.open(
+            MeasureOptions(dtype=dt, sms=sms, runs=runs, cudnn_engines=cudnn_engines)
+        ) as session:
             timings = session.measure_convs(shapes)
         points = []
         for i, (shape, t) in enumerate(zip(shapes, timings)):
