@@ -47,13 +47,24 @@ SHAPES = {
     "t": (32, 64, 28, 28, 1, 1),
     "u": (4, 128, 56, 56, 3, 2),
     "v": (1, 512, 7, 7, 1, 1),
+    # third round: convs big enough for several waves on the full GPU (132 SMs), never fitted on
+    "w": (32, 128, 56, 56, 3, 1),
+    "x": (64, 256, 28, 28, 1, 1),
+    "y": (16, 256, 28, 28, 3, 1),
+    "z": (128, 64, 32, 32, 3, 1),
+    "aa": (64, 256, 28, 28, 3, 2),
+    "ab": (32, 64, 112, 112, 1, 1),
 }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sms", type=int, default=0, help="0 = the whole GPU")
-    ap.add_argument("--shapes", default="".join(SHAPES))
+    ap.add_argument(
+        "--shapes",
+        default=",".join(SHAPES),
+        help="keys of SHAPES, comma-separated (or one string of one-letter keys)",
+    )
     ap.add_argument("--dtypes", default="fp16,fp32")
     ap.add_argument("--out-channels", default="16:512:16")
     ap.add_argument("--samples", type=int, default=7)
@@ -89,7 +100,11 @@ def main() -> None:
         "sweeps": [],
     }
     t0 = time.time()
-    for key in args.shapes:
+    keys = args.shapes.split(",") if "," in args.shapes or args.shapes in SHAPES else list(args.shapes)
+    unknown = [k for k in keys if k not in SHAPES]
+    if unknown:
+        sys.exit(f"unknown shape keys {unknown}; known: {','.join(SHAPES)}")
+    for key in keys:
         n, c, h, w, r, st = SHAPES[key]
         for dtype in args.dtypes.split(","):
             shapes = [ConvShape(n, c, h, w, k, r, r, (st, st), (r // 2, r // 2)) for k in ks]
