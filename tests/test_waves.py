@@ -341,3 +341,22 @@ def test_noise_ceiling_scores_each_repeat_against_its_original():
     assert rows[0]["regret"] == pytest.approx(0.0)
     # the original ties at K = 192/208 and keeps 208 (12.0); the repeat measured 11.6 at 192
     assert rows[1]["regret"] == pytest.approx((12.0 / 11.6 - 1) / 4)
+
+
+def test_alignment_oracle_finds_a_sawtooth_the_model_misses():
+    """A sweep measured as the model × 1.3 at K ≡ 16 mod 64: the model misses those steps, the
+    in-sample oracle (one factor per K mod 64) finds them all and says which factor it used."""
+    import eval_wave_model as ev
+
+    target = get_target("h200", sms=8)
+    params = {"fp16": target.wave_params("fp16")}
+    shape = ConvShape(8, 128, 28, 28, 16)
+    ks = list(range(16, 257, 16))
+    base = [predict(shape.with_channels(k=k), target).predicted_us for k in ks]
+    measured = [b * (1.3 if k % 64 == 16 else 1.0) for b, k in zip(base, ks)]
+    sweep = {"id": "saw_fp16_8sm", "dtype": "fp16", "sms": 8, "shape": shape, "ks": ks, "measured": measured}
+    out = ev.alignment_oracle([sweep], target, params)
+    row = out["sweeps"][0]
+    assert row["model"] < row["pairs"] and row["oracle"] == row["pairs"]
+    assert row["factors"][0] == 1.0 and row["factors"][1] >= 1.1  # a step up at K ≡ 16 mod 64
+    assert out["overall"]["oracle"] == 1.0 and out["overall"]["model"] < 1.0
