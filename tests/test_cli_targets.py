@@ -156,8 +156,16 @@ def fake_backend(truth, opened=None, engines=False):
 
         def measure_convs(self, shapes):
             dt = self.options.dtype
+            env = {"device": "fake GPU"}
+            if engines:
+                limit = self.options.cudnn_engines
+                env["cudnn_benchmark_limit"] = 10 if limit is None else limit
             return [
-                Timing("fake", [predict(s, truth, dt).predicted_us * f for f in (0.99, 1.0, 1.03)])
+                Timing(
+                    "fake",
+                    [predict(s, truth, dt).predicted_us * f for f in (0.99, 1.0, 1.03)],
+                    environment=env,
+                )
                 for s in shapes
             ]
 
@@ -250,12 +258,16 @@ def test_cudnn_engines_reach_the_backend_or_are_refused(monkeypatch, capsys, tmp
     code, _, err = run(monkeypatch, capsys, *args, "--measure", "fake", "--cudnn-engines", "0", "--json")
     assert code == 0, err
     assert [o.cudnn_engines for o in opened] == [0]
+    code, out, err = run(monkeypatch, capsys, *args, "--measure", "fake", "--cudnn-engines", "0")
+    assert code == 0, err
+    assert "median and IQR of 3 runs per width (fake GPU; all cuDNN engines timed)" in " ".join(out.split())
+    opened.clear()
     code, _, err = run(
         monkeypatch, capsys, "calibrate", "--target", "h200", "--measure", "fake", "--out-channels",
         "32:256:32", "--cudnn-engines", "4", "-o", str(tmp_path / "p.json"),
     )  # fmt: skip
     assert code == 0, err
-    assert [o.cudnn_engines for o in opened] == [0, 4]
+    assert [o.cudnn_engines for o in opened] == [4]
     monkeypatch.setattr(base, "get_backend", lambda name: fake_backend(truth))  # times no engines
     code, _, err = run(monkeypatch, capsys, *args, "--measure", "fake", "--cudnn-engines", "0")
     assert code == 2 and err.strip().count("\n") == 0

@@ -334,9 +334,19 @@ def staircase_command(
     console.print(table)
     console.print(f"predicted µs: {params.describe()}; {params.source}", highlight=False, soft_wrap=True)
     if timings:
+        env = timings[0].environment
+        limit = env.get("cudnn_benchmark_limit")
+        engines = (
+            None
+            if limit is None
+            else ("all cuDNN engines timed" if limit == 0 else f"{limit} cuDNN engines timed")
+        )
+        what = "; ".join(str(x) for x in (env.get("device"), engines) if x)
         console.print(
-            f"measured µs: on backend {measure}, median and IQR of {timings[0].runs} runs per width",
+            f"measured µs: on backend {measure}, median and IQR of {timings[0].runs} runs per width"
+            + (f" ({what})" if what else ""),
             highlight=False,
+            soft_wrap=True,
         )
     if plot is not None:
         console.print(f"plot written to {plot}", highlight=False)
