@@ -16,6 +16,13 @@ from typing import Any
 LIBRARIES = ("onnx", "onnxruntime", "onnxruntime-gpu", "torch", "onnx2torch", "tensorrt")
 
 
+def cudnn_engines_phrase(limit: int | None) -> str | None:
+    """How many engines cudnn.benchmark timed (torch.backends.cudnn.benchmark_limit), in words."""
+    if limit is None:
+        return None
+    return "all engines timed" if limit == 0 else f"{limit} engines timed"
+
+
 def library_versions() -> dict[str, str]:
     """Installed versions from package metadata (no imports, so it is cheap and cannot crash)."""
     out = {}

@@ -260,7 +260,7 @@ def test_cudnn_engines_reach_the_backend_or_are_refused(monkeypatch, capsys, tmp
     assert [o.cudnn_engines for o in opened] == [0]
     code, out, err = run(monkeypatch, capsys, *args, "--measure", "fake", "--cudnn-engines", "0")
     assert code == 0, err
-    assert "median and IQR of 3 runs per width (fake GPU; all cuDNN engines timed)" in " ".join(out.split())
+    assert "median and IQR of 3 runs per width (fake GPU; cuDNN: all engines timed)" in " ".join(out.split())
     opened.clear()
     code, _, err = run(
         monkeypatch, capsys, "calibrate", "--target", "h200", "--measure", "fake", "--out-channels",

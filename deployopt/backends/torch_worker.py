@@ -138,8 +138,9 @@ class Worker:
             if self.sms_requested is not None
             else f", full GPU ({self.device_sms} SMs)"
         )
-        limit = self.torch.backends.cudnn.benchmark_limit
-        engines = "all engines timed" if limit == 0 else f"{limit} engines timed"
+        from deployopt.environment import cudnn_engines_phrase
+
+        engines = cudnn_engines_phrase(self.torch.backends.cudnn.benchmark_limit)
         return f"{self.dtype_name}{b}, channels_last, cudnn.benchmark ({engines}){sms}"
 
     # -- models -----------------------------------------------------------------------------

@@ -334,13 +334,11 @@ def staircase_command(
     console.print(table)
     console.print(f"predicted µs: {params.describe()}; {params.source}", highlight=False, soft_wrap=True)
     if timings:
+        from deployopt.environment import cudnn_engines_phrase
+
         env = timings[0].environment
-        limit = env.get("cudnn_benchmark_limit")
-        engines = (
-            None
-            if limit is None
-            else ("all cuDNN engines timed" if limit == 0 else f"{limit} cuDNN engines timed")
-        )
+        engines = cudnn_engines_phrase(env.get("cudnn_benchmark_limit"))
+        engines = engines and f"cuDNN: {engines}"
         what = "; ".join(str(x) for x in (env.get("device"), engines) if x)
         console.print(
             f"measured µs: on backend {measure}, median and IQR of {timings[0].runs} runs per width"
