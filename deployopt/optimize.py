@@ -826,10 +826,10 @@ class Optimizer:
         self.replay = Journal.replay(journal_path) if cfg.resume else Replay()
         self._load()
         config = {**cfg.signature(), "backend": self.backend_name}
-        if cfg.resume and self.replay.config is not None and self.replay.config != config:
-            diff = sorted(
-                k for k in set(config) | set(self.replay.config) if config.get(k) != self.replay.config.get(k)
-            )
+        # a key missing from an older journal counts as None (options added since default to None)
+        old = self.replay.config
+        diff = sorted(k for k in set(config) | set(old or {}) if config.get(k) != old.get(k)) if old else []
+        if cfg.resume and diff:
             raise DeployoptError(
                 f"--resume: {journal_path} was written by a different run ({', '.join(diff)} differ); "
                 "use --force to start over"

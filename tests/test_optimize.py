@@ -255,6 +255,24 @@ def test_resume_refuses_a_journal_from_another_run(
         run_model(src, tmp_path / "out", resume=True, mode="grow")
 
 
+def test_resume_accepts_a_journal_written_before_an_option_existed(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """A journal whose config lacks a key added since (here cudnn_engines) resumes when the run
+    leaves that option at its default; set to something else, it is refused by name."""
+    src = zoo_model_path("vgg16_pruned_b4")
+    run_model(src, tmp_path / "out", max_evals=2)
+    journal = tmp_path / "out" / "journal.jsonl"
+    lines = journal.read_text().splitlines()
+    start = json.loads(lines[0])
+    assert start["event"] == "start" and start["config"].pop("cudnn_engines") is None
+    journal.write_text("\n".join([json.dumps(start), *lines[1:]]) + "\n")
+    res = run_model(src, tmp_path / "out", resume=True, max_evals=3)
+    assert res.timings["best"].median_us > 0
+    with pytest.raises(DeployoptError, match=r"different run \(cudnn_engines differ\)"):
+        run_model(src, tmp_path / "out", resume=True, max_evals=4, cudnn_engines=0)
+
+
 @pytest.mark.slow
 def test_mobilenetv2_lossless_keeps_top1_on_real_images(tmp_path: Path) -> None:
     import importlib.util
