@@ -14,9 +14,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from eval_wave_model import load_sweeps, predictions  # noqa: E402
+from eval_wave_model import load_sweeps  # noqa: E402
 
 from deployopt.fileio import atomic_path  # noqa: E402
+from deployopt.plots import wave_boundaries  # noqa: E402
 from deployopt.targets import get_target  # noqa: E402
 from deployopt.waves import _evaluate  # noqa: E402
 
@@ -37,8 +38,8 @@ def main() -> None:
     for sid in FIGURES:
         s = default[sid]
         params = target.wave_params(s["dtype"])
-        pred = predictions("wave", s, target, params)
-        waves = [_evaluate(s["shape"].with_channels(k=k), target, params, s["sms"]).waves for k in s["ks"]]
+        evals = [_evaluate(s["shape"].with_channels(k=k), target, params, s["sms"]) for k in s["ks"]]
+        pred = [e.predicted_us for e in evals]
         sh = s["shape"]
         fig, ax = plt.subplots(figsize=(9, 4.2), dpi=100)
         ax.step(s["ks"], pred, where="mid", color="tab:blue", lw=1.6, label=f"predicted ({params.name})")
@@ -47,9 +48,8 @@ def main() -> None:
         if sid in engines:
             ax.plot(engines[sid]["ks"], engines[sid]["measured"], "s-", ms=3, lw=0.8, color="tab:green",
                     label="measured, all cuDNN engines timed")  # fmt: skip
-        for i in range(len(waves) - 1):
-            if waves[i] != waves[i + 1]:
-                ax.axvline((s["ks"][i] + s["ks"][i + 1]) / 2, color="0.6", ls="--", lw=0.7)
+        for x in wave_boundaries(s["ks"], [e.waves for e in evals]):
+            ax.axvline(x, color="0.6", ls="--", lw=0.7)
         ax.set_title(
             f"{sh.n}×{sh.c}×{sh.h}×{sh.w}, {sh.r}×{sh.s} conv, {s['dtype']}, H200 at {s['sms']} SMs "
             "(dashed: predicted wave boundaries)",
