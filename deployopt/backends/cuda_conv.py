@@ -81,7 +81,7 @@ def _time_one(shape: ConvShape, dtype: str, samples: int, target_ms: float) -> l
     torch = _torch()
     conv, x = _build(shape, dtype)
     with torch.no_grad():
-        for _ in range(3):  # cudnn.benchmark autotunes on the first call
+        for _ in range(3):  # cudnn.benchmark (when on) autotunes on the first call
             conv(x)
         torch.cuda.synchronize()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -117,9 +117,20 @@ def _time_one(shape: ConvShape, dtype: str, samples: int, target_ms: float) -> l
     return out
 
 
+TRACE_PASS = "deployopt_trace#0"  # the one "pass" range around every traced conv
+TRACE_RANGE = "deployopt_conv_{}"
+
+
 def trace_kernels(shapes: list[ConvShape], dtype: str) -> list[list[dict[str, Any]]]:
     """Kernels each conv launches (name, grid, block, registers, shared memory, blocks/SM), read
     from the PyTorch profiler's CUPTI trace (FINDINGS §1b). One profiler session for all shapes."""
+    trace = record_trace(shapes, dtype)
+    return kernels_by_range(trace, [TRACE_RANGE.format(i) for i in range(len(shapes))])
+
+
+def record_trace(shapes: list[ConvShape], dtype: str) -> dict[str, Any]:
+    """The profiler's chrome trace of one call of each conv, each inside its own
+    record_function range (TRACE_RANGE), all inside TRACE_PASS."""
     torch = _torch()
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -128,58 +139,48 @@ def trace_kernels(shapes: list[ConvShape], dtype: str) -> list[list[dict[str, An
         for conv, x in layers:
             conv(x)
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            for i, (conv, x) in enumerate(layers):
-                with record_function(f"deployopt_conv_{i}"):
-                    conv(x)
-                torch.cuda.synchronize()
+        # nested, not parenthesized: that form of `with` needs Python 3.10 and we support 3.9
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:  # noqa: SIM117
+            with record_function(TRACE_PASS):
+                for i, (conv, x) in enumerate(layers):
+                    with record_function(TRACE_RANGE.format(i)):
+                        conv(x)
+                    torch.cuda.synchronize()
     fd, path = tempfile.mkstemp(suffix=".json")
     os.close(fd)
     try:
         prof.export_chrome_trace(path)
         with open(path) as f:
-            trace = json.load(f)
+            return json.load(f)
     finally:
         os.unlink(path)
-    return kernels_by_range(trace, [f"deployopt_conv_{i}" for i in range(len(shapes))])
 
 
 def kernels_by_range(trace: dict[str, Any], range_names: list[str]) -> list[list[dict[str, Any]]]:
-    """Attribute GPU kernels to CPU-side record_function ranges through their launch correlation."""
-    events = trace.get("traceEvents", trace if isinstance(trace, list) else [])
-    ranges = {
-        e["name"]: (e["ts"], e["ts"] + e.get("dur", 0))
-        for e in events
-        if e.get("cat") == "user_annotation" and e.get("name") in range_names
-    }
-    launch_ts = {
-        e["args"]["correlation"]: e["ts"]
-        for e in events
-        if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})
-    }
-    out: list[list[dict[str, Any]]] = [[] for _ in range_names]
-    for e in events:
-        if e.get("cat") != "kernel":
-            continue
-        args = e.get("args", {})
-        ts = launch_ts.get(args.get("correlation"))
-        if ts is None:
-            continue
-        for i, name in enumerate(range_names):
-            lo, hi = ranges.get(name, (0, -1))
-            if lo <= ts <= hi:
-                out[i].append(
-                    {
-                        "name": e.get("name", ""),
-                        "duration_us": float(e.get("dur", 0.0)),
-                        "grid": args.get("grid"),
-                        "block": args.get("block"),
-                        "registers_per_thread": args.get("registers per thread"),
-                        "shared_memory_bytes": args.get("shared memory"),
-                        "blocks_per_sm": args.get("blocks per SM"),
-                    }
-                )
-                break
+    """The kernels each record_function range launched, attributed by `deployopt.kernels`
+    (runtime and driver-API launches alike: cuDNN's cuBLAS path for 1×1 convs launches through
+    the driver API, and a runtime-only match lost those kernels)."""
+    from deployopt.kernels import attribute_kernels
+
+    prefix = TRACE_PASS.rsplit("#", 1)[0] + "#"
+    by_range = attribute_kernels(trace, range_names, pass_prefix=prefix).get(0, {})
+    out = []
+    for name in range_names:
+        rows = []
+        for e in by_range.get(name, []):
+            args = e.get("args", {})
+            rows.append(
+                {
+                    "name": e.get("name", ""),
+                    "duration_us": float(e.get("dur", 0.0)),
+                    "grid": args.get("grid"),
+                    "block": args.get("block"),
+                    "registers_per_thread": args.get("registers per thread"),
+                    "shared_memory_bytes": args.get("shared memory"),
+                    "blocks_per_sm": args.get("blocks per SM"),
+                }
+            )
+        out.append(rows)
     return out
 
 
@@ -189,14 +190,19 @@ def time_convs(
     samples: int = 7,
     trace: bool = False,
     target_ms: float = 2.0,
+    benchmark: bool = True,
 ) -> list[dict[str, Any]]:
-    """Median/IQR (µs per conv) and raw samples for each shape; kernel records when `trace`."""
+    """Median/IQR (µs per conv) and raw samples for each shape; kernel records when `trace`.
+
+    `benchmark=False` lets cuDNN's heuristics pick the kernel without timing any (PyTorch's own
+    default, `torch.backends.cudnn.benchmark = False`): what an untuned PyTorch program runs.
+    """
     import numpy as np
 
     torch = _torch()
     if dtype not in TORCH_DTYPES:
         raise BackendUnavailable(f"cuDNN timing runs fp16 or fp32, not {dtype}")
-    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.benchmark = benchmark
     results = []
     for shape in shapes:
         s = _time_one(shape, dtype, samples, target_ms)
