@@ -22,7 +22,16 @@ def main() -> None:
         doc = json.loads(Path(name).read_text())
         suffix = "_repeat" if "repeat" in Path(name).stem else ""
         for sweep in doc["sweeps"]:
-            keys = ("gpu", "sms", "torch", "cudnn", "allow_tf32", "cudnn_benchmark_limit", "method")
+            keys = (
+                "gpu",
+                "sms",
+                "torch",
+                "cudnn",
+                "allow_tf32",
+                "cudnn_benchmark",
+                "cudnn_benchmark_limit",
+                "method",
+            )
             record = {k: doc[k] for k in keys if k in doc}
             record.update(dtype=sweep["dtype"], shape=sweep["shape"], points=sweep["points"])
             path = out / f"h200_{sweep['id']}{suffix}.json"

@@ -3,6 +3,7 @@
 Run on the GPU machine, one process per SM setting (a green context is one per process):
     python3 benchmarks/staircase_sweeps.py --sms 0 --out sweeps_full.json
     python3 benchmarks/staircase_sweeps.py --sms 8 --out sweeps_sm8.json
+    python3 benchmarks/staircase_sweeps.py --sms 8 --heuristic --out heur_sm8.json  # cudnn.benchmark off
 Results are rewritten after every sweep, so a run cut short keeps what it finished.
 `benchmarks/split_sweeps.py` turns the combined file into one JSON per sweep under
 benchmarks/staircases/.
@@ -75,6 +76,11 @@ def main() -> None:
         default=None,
         help="torch.backends.cudnn.benchmark_limit (PyTorch's default: 10 engines timed; 0 = all)",
     )
+    ap.add_argument(
+        "--heuristic",
+        action="store_true",
+        help="cudnn.benchmark off: cuDNN's heuristics pick each kernel untimed (PyTorch's default)",
+    )
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
 
@@ -94,8 +100,10 @@ def main() -> None:
         "torch": torch.__version__,
         "cudnn": torch.backends.cudnn.version(),
         "allow_tf32": torch.backends.cudnn.allow_tf32,
-        "cudnn_benchmark_limit": torch.backends.cudnn.benchmark_limit,
-        "method": "cudnn.benchmark, channels_last, CUDA-graph replay timed with CUDA events; "
+        "cudnn_benchmark": not args.heuristic,
+        "cudnn_benchmark_limit": None if args.heuristic else torch.backends.cudnn.benchmark_limit,
+        "method": ("cuDNN heuristics (cudnn.benchmark off)" if args.heuristic else "cudnn.benchmark")
+        + ", channels_last, CUDA-graph replay timed with CUDA events; "
         f"{args.samples} samples of ~2 ms of replays each; µs per conv",
         "sweeps": [],
     }
@@ -109,7 +117,9 @@ def main() -> None:
         for dtype in args.dtypes.split(","):
             shapes = [ConvShape(n, c, h, w, k, r, r, (st, st), (r // 2, r // 2)) for k in ks]
             t1 = time.time()
-            res = cuda_conv.time_convs(shapes, dtype, samples=args.samples, trace=not args.no_trace)
+            res = cuda_conv.time_convs(
+                shapes, dtype, samples=args.samples, trace=not args.no_trace, benchmark=not args.heuristic
+            )
             points = [{"out_channels": k, **rr} for k, rr in zip(ks, res)]
             doc["sweeps"].append(
                 {
