@@ -314,6 +314,19 @@ def blocks_per_sm(family: KernelFamily, target: Target) -> int:
     return max(1, min(limits))
 
 
+def conv_alignment(shape: ConvShape) -> int:
+    """The alignment kernel families are offered by: the power of two dividing the output channels
+    per group (GEMM N). Input channels only gate vector loads: below 8 (an RGB stem) they limit it.
+
+    Why not the input side too: on the H200, shape af (C = 96) ran sm90 kernels at K ≡ 0 and 48
+    mod 64 and slower CUTLASS ones at K ≡ 16 and 32 (docs/wave_model.md, round four), so the
+    fast family follows K's alignment whatever C's is, once C allows vector loads.
+    """
+    a_k = pow2_align(shape.k // shape.groups)
+    a_c = pow2_align(shape.c // shape.groups)
+    return a_k if a_c >= 8 else min(a_k, a_c)
+
+
 def _check_dtype(dtype: str) -> None:
     if dtype not in DTYPES:
         from deployopt.errors import DeployoptError
@@ -324,7 +337,7 @@ def _check_dtype(dtype: str) -> None:
 def _evaluate(shape: ConvShape, target: Target, params: WaveParams, sms: int | None = None) -> WavePrediction:
     m, n, kdepth = shape.gemm
     sms = target.sms if sms is None else sms
-    align = min(pow2_align(n), pow2_align(shape.c // shape.groups))
+    align = conv_alignment(shape)
     best: WavePrediction | None = None
     for fam in params.families:
         if not fam.offered(align):
@@ -450,7 +463,7 @@ class _CandidateGrid:
         rows: list[list[tuple[int, int, int, int, float, int, int]]] = []
         for shape, n_sms in zip(shapes, sms):
             m, n, kdepth = shape.gemm
-            align = min(pow2_align(n), pow2_align(shape.c // shape.groups))
+            align = conv_alignment(shape)
             cands = []
             for fi, fam in enumerate(families):
                 if not fam.offered(align):

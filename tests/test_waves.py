@@ -20,6 +20,7 @@ from deployopt.waves import (
     aligned_widths,
     blocks_per_sm,
     classify_change,
+    conv_alignment,
     conv_rows,
     fit,
     pair_agreement,
@@ -47,6 +48,23 @@ def test_wave_count_hand_cases():
 
 def test_pow2_align():
     assert [pow2_align(k) for k in (240, 256, 448, 432, 250, 1024)] == [16, 256, 64, 16, 2, 256]
+
+
+def test_alignment_follows_output_channels_once_inputs_allow_vector_loads():
+    def align(c: int, k: int, groups: int = 1) -> int:
+        return conv_alignment(ConvShape(8, c, 14, 14, k, 1, 1, groups=groups))
+
+    # round four's shape af (C = 96): sm90 kernels at K = 128 and 192, whatever C's alignment
+    assert [align(96, k) for k in (128, 192, 160, 144)] == [128, 64, 32, 16]
+    assert align(256, 128) == 128
+    # an RGB stem (C = 3) cannot vector-load its input: it limits the alignment
+    assert align(3, 64) == 1 and align(4, 64) == 4
+    # per group: 4 groups of 32 output channels
+    assert align(128, 128, groups=4) == 32
+    h200 = get_target("h200")
+    fp16 = h200.wave_params("fp16")
+    fast = predict(ConvShape(32, 96, 14, 14, 128, 1, 1), h200, "fp16").family
+    assert fast == fp16.families[0].name  # the aligned-to-64 family, although C = 96
 
 
 def simple_target(sms: int = 8, **params_kw):
