@@ -55,6 +55,14 @@ SHAPES = {
     "z": (128, 64, 32, 32, 3, 1),
     "aa": (64, 256, 28, 28, 3, 2),
     "ab": (32, 64, 112, 112, 1, 1),
+    # fourth round: layers of networks shipped to Jetsons (ResNet-18/50, MobileNetV2, YOLO-style
+    # necks), measured after the fit of 72e76e9 was shipped and scored before any refit
+    "ac": (8, 64, 56, 56, 3, 1),
+    "ad": (16, 128, 28, 28, 3, 2),
+    "ae": (8, 512, 28, 28, 1, 1),
+    "af": (32, 96, 14, 14, 1, 1),
+    "ag": (4, 256, 40, 40, 3, 1),
+    "ah": (16, 32, 80, 80, 3, 2),
 }
 
 

@@ -316,8 +316,8 @@ def test_shipped_fit_agreement_on_committed_sweeps():
     assert sorted(Path(p).stem for p in recorded["sweeps"]) == sorted(s["id"] for s in sweeps)
 
 
-AGREEMENT_ALL = 0.72  # reached: 72.9 % of 4339 pairs (tile128 baseline: 68.8 %)
-REGRET_ALL = 0.025  # reached: 2.43 % (tile128 baseline: 3.57 %)
+AGREEMENT_ALL = 0.74  # reached: 74.2 % of 6621 pairs (tile128 baseline: 69.8 %)
+REGRET_ALL = 0.022  # reached: 2.11 % (tile128 baseline: 3.45 %)
 
 
 @pytest.mark.skipif(
@@ -325,20 +325,22 @@ REGRET_ALL = 0.025  # reached: 2.43 % (tile128 baseline: 3.57 %)
 )
 def test_shipped_fit_on_sweeps_timed_with_all_cudnn_engines():
     """Sweeps measured with every cuDNN engine timed (--cudnn-engines 0, as TensorRT times every
-    tactic) were never fitted on; at 8 SMs the shipped model meets issue 3's goal on them."""
+    tactic) were never fitted on; at 8 and 16 SMs the shipped model meets issue 3's goal on them."""
     import eval_wave_model as ev
 
     sweeps = ev.load_sweeps(ROOT / "benchmarks" / "staircases_all_engines")
-    assert {s["sms"] for s in sweeps} == {8, 16, 132} and len(sweeps) == 156
+    assert {s["sms"] for s in sweeps} == {8, 16, 132} and len(sweeps) == 192
     target = get_target("h200")
     params = {dt: target.wave_params(dt) for dt in ("fp16", "fp32")}
     eight = ev.score([s for s in sweeps if s["sms"] == 8], target, params)
-    assert eight["wave"]["pairs"] > 1000
-    assert eight["wave"]["agreement"] >= 0.84  # reached: 84.9 % of 1216 pairs
-    assert eight["wave"]["regret"] <= 0.013  # reached: 1.26 %
-    assert eight["wave"]["agreement"] > eight["tile128"]["agreement"] + 0.05  # tile128: 78.8 %
+    assert eight["wave"]["pairs"] > 1500
+    assert eight["wave"]["agreement"] >= 0.86  # reached: 86.6 % of 1558 pairs
+    assert eight["wave"]["regret"] <= 0.011  # reached: 1.08 %
+    assert eight["wave"]["agreement"] > eight["tile128"]["agreement"] + 0.05  # tile128: 80.3 %
+    sixteen = ev.score([s for s in sweeps if s["sms"] == 16], target, params)["wave"]
+    assert sixteen["agreement"] >= 0.80 and sixteen["regret"] <= 0.015  # reached: 80.3 % / 1.49 %
     every = ev.score(sweeps, target, params)["wave"]
-    assert every["agreement"] >= 0.73 and every["regret"] <= 0.023  # reached: 73.8 % / 2.20 %
+    assert every["agreement"] >= 0.75 and every["regret"] <= 0.021  # reached: 75.2 % / 2.01 %
 
 
 @pytest.mark.skipif(
@@ -351,18 +353,46 @@ def test_heuristic_sweeps_are_reproducible_and_the_shipped_fit_tracks_fp32():
     import eval_wave_model as ev
 
     sweeps = ev.load_sweeps(ROOT / "benchmarks" / "staircases_heuristic")
-    assert {s["sms"] for s in sweeps} == {8, 16, 132} and len(sweeps) == 336
+    assert {s["sms"] for s in sweeps} == {8, 16, 132} and len(sweeps) == 348
     few = [r for r in ev.noise_ceiling(sweeps) if "_132sm" not in r["measured"]]
     agree, pairs = sum(r["agree"] for r in few), sum(r["pairs"] for r in few)
     assert pairs > 5000 and agree / pairs >= 0.96  # reached: 97.2 % of 6335 (96.3–98.8 % per setting)
     target = get_target("h200")
     params = {dt: target.wave_params(dt) for dt in ("fp16", "fp32")}
     fp32 = ev.score([s for s in sweeps if s["dtype"] == "fp32" and s["sms"] < 132], target, params)
-    assert fp32["wave"]["agreement"] >= 0.83 and fp32["wave"]["regret"] <= 0.02  # 83.7 % / 1.92 %
+    assert fp32["wave"]["agreement"] >= 0.83 and fp32["wave"]["regret"] <= 0.02  # 83.8 % / 1.92 %
     every = ev.score(sweeps, target, params)
-    assert every["wave"]["agreement"] >= 0.71 and every["wave"]["regret"] <= 0.041  # 72.0 % / 4.01 %
+    assert every["wave"]["agreement"] >= 0.71 and every["wave"]["regret"] <= 0.033  # 71.7 % / 3.26 %
     assert every["wave"]["agreement"] > every["tile128"]["agreement"]
     assert every["wave"]["regret"] < every["tile128"]["regret"]
+
+
+ROUND4 = ROOT / "benchmarks" / "results" / "h200_round4"
+
+
+@pytest.mark.skipif(not ROUND4.is_dir(), reason="no round-four record")
+def test_round_four_scored_with_the_fit_shipped_before_it():
+    """Round four (6 new Jetson-typical shapes at 8/16/132 SMs, and w–ab at 8/16 SMs) scored with
+    the fit of commit cf4b182, fitted on rounds one to three only: issue 3's two figures on its 60
+    default-limit sweeps (repeats excluded), as docs/wave_model.md reports them. The regret meets
+    the goal; the agreement misses it by one pair."""
+    import eval_wave_model as ev
+
+    record = json.loads((ROUND4 / "round4_sweeps.json").read_text())
+    ids = {i for i in record["sweeps"]["default_limit"] if not i.endswith("_repeat")}
+    sweeps = [s for s in ev.load_sweeps() if s["id"] in ids]
+    assert len(sweeps) == len(ids) == 60
+    fit_doc = json.loads((ROUND4 / "fit_before_round4.json").read_text())
+    assert not ids & {Path(p).stem for p in fit_doc["sweeps"]}  # none of them was fitted on
+    params = {dt: WaveParams.from_json(fit_doc["params"][dt]) for dt in ("fp16", "fp32")}
+    scores = ev.score(sweeps, get_target("h200"), params)
+    wave = scores["wave"]
+    assert wave["pairs"] == 1631
+    # reached: 1304 of 1631 pairs, 79.95 % — one pair short of the issue's 80 %
+    assert round(wave["agreement"] * wave["pairs"]) >= 1304
+    assert wave["regret"] <= 0.015  # reached: 1.44 % (the goal: 1.5 %)
+    assert wave["agreement"] > scores["tile128"]["agreement"] + 0.05  # 74.4 %
+    assert scores["constant"]["agreement"] < 0.66  # 64.7 %: the issue's reference set scores 65 %
 
 
 def test_noise_ceiling_scores_each_repeat_against_its_original():
