@@ -21,7 +21,7 @@ from deployopt.plots import wave_boundaries  # noqa: E402
 from deployopt.targets import get_target  # noqa: E402
 from deployopt.waves import _evaluate  # noqa: E402
 
-FIGURES = ("h200_a_fp16_8sm", "h200_l_fp16_8sm", "h200_w_fp32_132sm")
+FIGURES = ("h200_a_fp16_8sm", "h200_l_fp16_8sm", "h200_w_fp32_132sm", "h200_ae_fp16_8sm")
 OUT = ROOT / "docs" / "img"
 
 
