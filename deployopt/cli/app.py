@@ -24,7 +24,9 @@ def cudnn_engines_option() -> object:
         None,
         "--cudnn-engines",
         help="torch: cuDNN engines cudnn.benchmark times per conv (0 = all; default PyTorch's 10). "
-        "All engines find faster kernels at some widths, as TensorRT's tactic timing does.",
+        "All engines find faster kernels at some widths, as TensorRT's tactic timing does; under "
+        "--sms the default 10 are those cuDNN ranks best for the whole GPU, so use 0 to emulate a "
+        "small GPU.",
     )
 
 
