@@ -11,21 +11,20 @@ it stays small enough to commit; the kernels attributed to each conv are printed
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from deployopt.backends import cuda_conv
+from deployopt.fileio import write_json
 from deployopt.layers import ConvShape
 
 SHAPES = [
     ConvShape(8, 256, 14, 14, 256, 1, 1, (1, 1), (0, 0)),  # sweep d, K = 256
     ConvShape(8, 128, 28, 28, 128, 3, 3, (1, 1), (1, 1)),  # sweep a, K = 128
 ]
-KEEP = ("user_annotation", "gpu_user_annotation", "cuda_runtime", "cuda_driver", "kernel")
+CPU_SIDE = ("user_annotation", "cuda_runtime", "cuda_driver")  # ranges and launch calls
 
 
 def trim(trace: dict) -> dict:
@@ -34,7 +33,7 @@ def trim(trace: dict) -> dict:
         e for e in events if e.get("name") == cuda_conv.TRACE_PASS and e.get("cat") == "user_annotation"
     )
     lo, hi = pass_ev["ts"], pass_ev["ts"] + pass_ev["dur"]
-    cpu = [e for e in events if e.get("cat") in KEEP[:1] + KEEP[2:4] and lo <= e["ts"] <= hi]
+    cpu = [e for e in events if e.get("cat") in CPU_SIDE and lo <= e["ts"] <= hi]
     corr = {e["args"]["correlation"] for e in cpu if "correlation" in e.get("args", {})}
     gpu = [
         e
@@ -53,10 +52,7 @@ def main() -> None:
 
     torch.backends.cudnn.benchmark = False
     trace = trim(cuda_conv.record_trace(SHAPES, "fp16"))
-    tmp = args.out + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(trace, f, indent=0)
-    os.replace(tmp, args.out)
+    write_json(args.out, trace)
     names = [cuda_conv.TRACE_RANGE.format(i) for i in range(len(SHAPES))]
     for shape, kernels in zip(SHAPES, cuda_conv.kernels_by_range(trace, names)):
         print(shape, [(k["name"][:90], k["grid"]) for k in kernels])

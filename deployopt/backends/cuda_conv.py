@@ -117,7 +117,8 @@ def _time_one(shape: ConvShape, dtype: str, samples: int, target_ms: float) -> l
     return out
 
 
-TRACE_PASS = "deployopt_trace#0"  # the one "pass" range around every traced conv
+TRACE_PASS_PREFIX = "deployopt_trace#"
+TRACE_PASS = TRACE_PASS_PREFIX + "0"  # the one "pass" range around every traced conv
 TRACE_RANGE = "deployopt_conv_{}"
 
 
@@ -162,8 +163,7 @@ def kernels_by_range(trace: dict[str, Any], range_names: list[str]) -> list[list
     the driver API, and a runtime-only match lost those kernels)."""
     from deployopt.kernels import attribute_kernels
 
-    prefix = TRACE_PASS.rsplit("#", 1)[0] + "#"
-    by_range = attribute_kernels(trace, range_names, pass_prefix=prefix).get(0, {})
+    by_range = attribute_kernels(trace, range_names, pass_prefix=TRACE_PASS_PREFIX).get(0, {})
     out = []
     for name in range_names:
         rows = []
