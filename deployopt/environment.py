@@ -23,6 +23,14 @@ def cudnn_engines_phrase(limit: int | None) -> str | None:
     return "all engines timed" if limit == 0 else f"{limit} engines timed"
 
 
+def cudnn_search_phrase(env: dict[str, Any]) -> str | None:
+    """How cuDNN chose kernels in a torch measurement's environment, in words (None: not cuDNN)."""
+    if env.get("cudnn_benchmark") is False and env.get("device_sms"):
+        return "cuDNN heuristics, no autotuning (cudnn.benchmark off)"
+    engines = cudnn_engines_phrase(env.get("cudnn_benchmark_limit"))
+    return engines and f"cuDNN: {engines}"
+
+
 def library_versions() -> dict[str, str]:
     """Installed versions from package metadata (no imports, so it is cheap and cannot crash)."""
     out = {}

@@ -63,6 +63,7 @@ class OptimizeConfig:
     warmup: int = 20
     sweep_runs: int | None = 10  # samples per conv in the per-layer sweep (None: `runs`)
     cudnn_engines: int | None = None  # torch: engines cudnn.benchmark times (None: PyTorch's 10, 0: all)
+    cudnn_benchmark: bool = True  # torch: False = no autotuning, cuDNN's heuristics pick (PyTorch's default)
     calibration_data: str | None = None
     outdir: Path | None = None
     resume: bool = False
@@ -89,6 +90,8 @@ class OptimizeConfig:
             "target": self.target,
             "sms": self.sms,
             "cudnn_engines": self.cudnn_engines,
+            # only when off, so journals written before the option existed still resume
+            **({} if self.cudnn_benchmark else {"cudnn_benchmark": False}),
             "input_shapes": self.input_shapes,
             "batch": self.batch,
             "dtype": self.dtype,
@@ -908,6 +911,7 @@ class Optimizer:
             input_shapes=dict(cfg.input_shapes),
             workdir=self.workdir,
             cudnn_engines=cfg.cudnn_engines,
+            cudnn_benchmark=cfg.cudnn_benchmark,
             extra={"target": self.target},
         )
         return backend.open(opts)

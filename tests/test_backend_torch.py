@@ -141,6 +141,8 @@ def test_options_rejected_before_or_at_worker_start() -> None:
         torch_backend.open(dataclasses.replace(CPU, cudnn_engines=-1))
     with pytest.raises(DeployoptError, match=r"--cudnn-engines needs a CUDA GPU \(cuDNN\); none is visible"):
         torch_backend.open(dataclasses.replace(CPU, cudnn_engines=0))
+    with pytest.raises(DeployoptError, match=r"--no-cudnn-benchmark needs a CUDA GPU \(cuDNN\); none is"):
+        torch_backend.open(dataclasses.replace(CPU, cudnn_benchmark=False))
 
 
 def test_module_names_follow_onnx2torch() -> None:

@@ -104,6 +104,7 @@ def test_profile_json_and_table(monkeypatch, capsys, model: Path) -> None:
         (["--backend", "nope"], "error: unknown backend 'nope'; choose one of: ort, torch"),
         (["--runs", "0"], "error: --runs must be at least 1"),
         (["--cudnn-engines", "0"], "error: --cudnn-engines: backend 'ort' does not run cudnn.benchmark"),
+        (["--no-cudnn-benchmark"], "error: --no-cudnn-benchmark: backend 'ort' does not run cuDNN's"),
         (["--input-shape", "x:1xAx8"], "error: --input-shape 'x:1xAx8': dimensions must be integers"),
         (["--input-shape", "nope:1x8x8x8"], "error: input shape given for 'nope', but"),
     ],

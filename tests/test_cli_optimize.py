@@ -61,6 +61,7 @@ def test_bad_options_are_one_line_errors(
         (["--resume", "--force"], "exclude each other"),
         (["--calibration-data", str(bad_calib)], "calib.npy"),
         (["--cudnn-engines", "0"], "--cudnn-engines: backend 'model' does not run cudnn.benchmark"),
+        (["--no-cudnn-benchmark"], "--no-cudnn-benchmark: backend 'model' does not run cuDNN's"),
     ]
     for extra, message in cases:
         code, _, err = cli(monkeypatch, capsys, *base_args(model, tmp_path / "o"), *extra)

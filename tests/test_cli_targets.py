@@ -108,7 +108,7 @@ def test_staircase_table_says_predicted(monkeypatch, capsys):
         "int8",
     )
     assert code == 0
-    assert "predicted µs: wave model 'cc8.7-int8 default' (default, not calibrated on hardware)" in out
+    assert "pred µs: predicted, wave model 'cc8.7-int8 default' (default, not calibrated on hardware)" in out
 
 
 @pytest.mark.parametrize(
@@ -157,9 +157,12 @@ def fake_backend(truth, opened=None, engines=False):
         def measure_convs(self, shapes):
             dt = self.options.dtype
             env = {"device": "fake GPU"}
-            if engines:
+            if engines:  # what the torch worker records
                 limit = self.options.cudnn_engines
-                env["cudnn_benchmark_limit"] = 10 if limit is None else limit
+                env["device_sms"] = 132
+                env["cudnn_benchmark"] = self.options.cudnn_benchmark
+                if self.options.cudnn_benchmark:
+                    env["cudnn_benchmark_limit"] = 10 if limit is None else limit
             return [
                 Timing(
                     "fake",
@@ -245,7 +248,7 @@ def test_staircase_measured_json_and_plot(monkeypatch, capsys, tmp_path):
         "--runs",
         "3",
     )
-    assert "measured µs: on backend fake, median and IQR of 3 runs per width" in out
+    assert "meas µs: measured on backend fake, median and IQR of 3 runs per width" in out
 
 
 def test_cudnn_engines_reach_the_backend_or_are_refused(monkeypatch, capsys, tmp_path):
@@ -272,6 +275,36 @@ def test_cudnn_engines_reach_the_backend_or_are_refused(monkeypatch, capsys, tmp
     code, _, err = run(monkeypatch, capsys, *args, "--measure", "fake", "--cudnn-engines", "0")
     assert code == 2 and err.strip().count("\n") == 0
     assert "--cudnn-engines: backend 'fake' does not run cudnn.benchmark" in err
+
+
+def test_no_cudnn_benchmark_reaches_the_backend_and_the_label(monkeypatch, capsys):
+    """--no-cudnn-benchmark (cuDNN's heuristics alone, PyTorch's default) must reach the session
+    and be named beside the measured latencies; with --cudnn-engines, or on a backend without
+    cuDNN's autotuner, it is a one-line error."""
+    from deployopt.backends import base
+
+    truth = get_target("h200", sms=8)
+    args = ["staircase", "--target", "h200", "--input", "8x128x28x28", "--out-channels", "64:128:32"]
+    opened: list = []
+    monkeypatch.setattr(base, "get_backend", lambda name: fake_backend(truth, opened, engines=True))
+    code, out, err = run(monkeypatch, capsys, *args, "--measure", "fake", "--no-cudnn-benchmark")
+    assert code == 0, err
+    assert [o.cudnn_benchmark for o in opened] == [False]
+    assert "(fake GPU; cuDNN heuristics, no autotuning (cudnn.benchmark off))" in " ".join(out.split())
+    opened.clear()
+    code, out, err = run(monkeypatch, capsys, *args, "--measure", "fake")
+    assert code == 0, err
+    assert [o.cudnn_benchmark for o in opened] == [True]
+    assert "cuDNN: 10 engines timed" in " ".join(out.split())
+    code, _, err = run(
+        monkeypatch, capsys, *args, "--measure", "fake", "--no-cudnn-benchmark", "--cudnn-engines", "0"
+    )
+    assert code == 2 and err.strip().count("\n") == 0
+    assert "--cudnn-engines and --no-cudnn-benchmark" in err
+    monkeypatch.setattr(base, "get_backend", lambda name: fake_backend(truth))
+    code, _, err = run(monkeypatch, capsys, *args, "--measure", "fake", "--no-cudnn-benchmark")
+    assert code == 2 and err.strip().count("\n") == 0
+    assert "--no-cudnn-benchmark: backend 'fake' does not run cuDNN's autotuner" in err
 
 
 def test_calibrate_saves_a_profile_target_can_load(monkeypatch, capsys, tmp_path):

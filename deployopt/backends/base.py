@@ -35,6 +35,9 @@ class MeasureOptions:
     # cuDNN engines cudnn.benchmark times per conv (torch): None = PyTorch's default (10), 0 = all.
     # Timing all finds faster kernels for some widths (up to 2x in fp16 on 8 SMs, docs/backends.md).
     cudnn_engines: int | None = None
+    # False: no autotuning, cuDNN's heuristics pick each conv's kernel (PyTorch's own default,
+    # torch.backends.cudnn.benchmark = False): what an untuned PyTorch program runs.
+    cudnn_benchmark: bool = True
     extra: dict[str, Any] = field(default_factory=dict)  # backend-specific knobs
 
 
@@ -147,7 +150,7 @@ class Backend(ABC):
     description: ClassVar[str]
     dtypes: ClassVar[tuple[str, ...]] = ("fp32", "fp16")
     can_limit_sms: ClassVar[bool] = False
-    can_choose_cudnn_engines: ClassVar[bool] = False  # honours MeasureOptions.cudnn_engines
+    can_choose_cudnn_engines: ClassVar[bool] = False  # honours cudnn_engines and cudnn_benchmark
     measured: ClassVar[bool] = True  # False for the analytic model: predicted, not measured
 
     @abstractmethod
@@ -181,6 +184,17 @@ class Backend(ABC):
                 )
             if options.cudnn_engines < 0:
                 raise DeployoptError("--cudnn-engines must be 0 (all engines) or more")
+        if not options.cudnn_benchmark:
+            if not self.can_choose_cudnn_engines:
+                raise DeployoptError(
+                    f"--no-cudnn-benchmark: backend {self.name!r} does not run cuDNN's autotuner "
+                    "(the torch backend does)"
+                )
+            if options.cudnn_engines is not None:
+                raise DeployoptError(
+                    "--cudnn-engines and --no-cudnn-benchmark: the first sets how many engines the "
+                    "autotuner times, the second turns it off; give one"
+                )
 
 
 # name -> "module:Class". Modules are imported on first use so a missing torch or tensorrt only

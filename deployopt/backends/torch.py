@@ -165,6 +165,7 @@ class TorchSession(Session):
             "replays_per_sample": extra.get("replays_per_sample", 1),
             "profile_runs": extra.get("profile_runs", 20),
             "cudnn_benchmark_limit": options.cudnn_engines,
+            "cudnn_benchmark": options.cudnn_benchmark,
         }
         self.worker: WorkerProcess | None = None
         self._start()  # fail here (no CUDA for fp16, bad --sms) rather than on the first model

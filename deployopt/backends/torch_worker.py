@@ -72,15 +72,22 @@ class Worker:
             raise WorkerError("DeployoptError", "--sms needs a CUDA GPU (green contexts); none is visible")
         if not cuda and config.get("cudnn_benchmark_limit") is not None:
             raise WorkerError("DeployoptError", "--cudnn-engines needs a CUDA GPU (cuDNN); none is visible")
+        if not cuda and not config.get("cudnn_benchmark", True):
+            raise WorkerError(
+                "DeployoptError", "--no-cudnn-benchmark needs a CUDA GPU (cuDNN); none is visible"
+            )
         self.device_sms = None
         self.compute_capability = None
+        self.cudnn_benchmark = False
         if cuda:
             props = torch.cuda.get_device_properties(0)
             self.device_sms = props.multi_processor_count
             self.compute_capability = f"{props.major}.{props.minor}"
             if self.sms_requested is not None:
                 self._set_green_context(int(self.sms_requested))
-            torch.backends.cudnn.benchmark = True
+            # off: cuDNN's heuristics pick each kernel untimed (PyTorch's default, --no-cudnn-benchmark)
+            self.cudnn_benchmark = bool(config.get("cudnn_benchmark", True))
+            torch.backends.cudnn.benchmark = self.cudnn_benchmark
             limit = config.get("cudnn_benchmark_limit")
             if limit is not None:  # engines cudnn.benchmark times per conv; 0 = all of them
                 torch.backends.cudnn.benchmark_limit = int(limit)
@@ -124,8 +131,10 @@ class Worker:
             device_sms=self.device_sms,
             compute_capability=self.compute_capability,
             channels_last=self.cuda,
-            cudnn_benchmark=self.cuda,
-            cudnn_benchmark_limit=torch.backends.cudnn.benchmark_limit if self.cuda else None,
+            cudnn_benchmark=self.cuda and self.cudnn_benchmark,
+            cudnn_benchmark_limit=(
+                torch.backends.cudnn.benchmark_limit if self.cuda and self.cudnn_benchmark else None
+            ),
             cpu_threads=None if self.cuda else torch.get_num_threads(),
         )
 
@@ -140,6 +149,8 @@ class Worker:
         )
         from deployopt.environment import cudnn_engines_phrase
 
+        if not self.cudnn_benchmark:
+            return f"{self.dtype_name}{b}, channels_last, cuDNN heuristics (cudnn.benchmark off){sms}"
         engines = cudnn_engines_phrase(self.torch.backends.cudnn.benchmark_limit)
         return f"{self.dtype_name}{b}, channels_last, cudnn.benchmark ({engines}){sms}"
 
@@ -372,7 +383,9 @@ class Worker:
         from deployopt.layers import ConvShape
 
         shapes = [ConvShape.from_json(s) for s in req["shapes"]]
-        results = cuda_conv.time_convs(shapes, self.dtype_name, samples=self.runs)
+        results = cuda_conv.time_convs(
+            shapes, self.dtype_name, samples=self.runs, benchmark=self.cudnn_benchmark
+        )
         return {"results": results, "environment": self.environment(), "where": self._where(None)}
 
 

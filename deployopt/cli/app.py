@@ -30,6 +30,18 @@ def cudnn_engines_option() -> object:
     )
 
 
+def cudnn_benchmark_option() -> object:
+    """`--no-cudnn-benchmark`, beside `--cudnn-engines` on every command that measures on torch."""
+    return typer.Option(
+        True,
+        "--cudnn-benchmark/--no-cudnn-benchmark",
+        help="torch: --no-cudnn-benchmark turns cuDNN's autotuner off, so its heuristics pick each "
+        "conv's kernel without timing any: PyTorch's own default, what an untuned PyTorch program "
+        "runs (on the H200 at 8 SMs a median 1.3x slower per conv than autotuned, docs/wave_model.md).",
+        show_default=False,
+    )
+
+
 def parse_input_shapes(values: list[str] | None) -> dict[str, list[int]]:
     """Parse repeated `NAME:1x3x224x224` options into {name: [1, 3, 224, 224]}."""
     shapes: dict[str, list[int]] = {}

@@ -14,7 +14,13 @@ import typer
 from rich.table import Table
 
 from deployopt.backends.base import DTYPES, Backend, MeasureOptions, Profile, get_backend, list_backends
-from deployopt.cli.app import app, console, cudnn_engines_option, parse_input_shapes
+from deployopt.cli.app import (
+    app,
+    console,
+    cudnn_benchmark_option,
+    cudnn_engines_option,
+    parse_input_shapes,
+)
 from deployopt.errors import DeployoptError
 from deployopt.timing import Timing
 
@@ -74,6 +80,7 @@ def _options(
     timeout: float,
     workdir: Path | None = None,
     cudnn_engines: int | None = None,
+    cudnn_benchmark: bool = True,
 ) -> MeasureOptions:
     if dtype is None:
         default = getattr(backend, "default_dtype", None)
@@ -108,6 +115,7 @@ def _options(
         input_shapes=parse_input_shapes(input_shape),
         workdir=workdir,
         cudnn_engines=cudnn_engines,
+        cudnn_benchmark=cudnn_benchmark,
     )
 
 
@@ -156,6 +164,7 @@ def bench_command(
     ),
     timeout: float = typer.Option(600.0, "--timeout", help="Seconds per model before the worker is killed."),
     cudnn_engines: Optional[int] = cudnn_engines_option(),
+    cudnn_benchmark: bool = cudnn_benchmark_option(),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the JSON result here."),
 ) -> None:
@@ -163,7 +172,18 @@ def bench_command(
     from deployopt.fileio import write_json
 
     b = _backend(backend)
-    opts = _options(b, dtype, batch, sms, runs, warmup, input_shape, timeout, cudnn_engines=cudnn_engines)
+    opts = _options(
+        b,
+        dtype,
+        batch,
+        sms,
+        runs,
+        warmup,
+        input_shape,
+        timeout,
+        cudnn_engines=cudnn_engines,
+        cudnn_benchmark=cudnn_benchmark,
+    )
     _check_model(model)
     with b.open(opts) as session:
         timing = session.measure(model)
@@ -248,6 +268,7 @@ def profile_command(
     kernels: bool = typer.Option(False, "--kernels", help="GPU kernels per layer (torch on CUDA)."),
     timeout: float = typer.Option(600.0, "--timeout", help="Seconds per model before the worker is killed."),
     cudnn_engines: Optional[int] = cudnn_engines_option(),
+    cudnn_benchmark: bool = cudnn_benchmark_option(),
     trace_dir: Optional[Path] = typer.Option(
         None, "--trace-dir", help="Keep the profiler trace here (torch: chrome trace JSON)."
     ),
@@ -269,6 +290,7 @@ def profile_command(
         timeout,
         workdir=trace_dir,
         cudnn_engines=cudnn_engines,
+        cudnn_benchmark=cudnn_benchmark,
     )
     _check_model(model)
     with b.open(opts) as session:

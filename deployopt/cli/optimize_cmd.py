@@ -11,7 +11,14 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from deployopt.cli.app import app, console, cudnn_engines_option, err_console, parse_input_shapes
+from deployopt.cli.app import (
+    app,
+    console,
+    cudnn_benchmark_option,
+    cudnn_engines_option,
+    err_console,
+    parse_input_shapes,
+)
 from deployopt.errors import DeployoptError
 
 
@@ -68,6 +75,7 @@ def optimize_command(
     warmup: int = typer.Option(20, "--warmup", help="Warm-up runs per measurement."),
     sweep_runs: int = typer.Option(10, "--sweep-runs", help="Samples per conv in the per-layer sweep."),
     cudnn_engines: Optional[int] = cudnn_engines_option(),
+    cudnn_benchmark: bool = cudnn_benchmark_option(),
     calibration_data: Optional[Path] = typer.Option(
         None, "--calibration-data", help="Images or .npy/.npz for fidelity checks (random inputs if omitted)."
     ),
@@ -103,6 +111,7 @@ def optimize_command(
         warmup=warmup,
         sweep_runs=sweep_runs,
         cudnn_engines=cudnn_engines,
+        cudnn_benchmark=cudnn_benchmark,
         calibration_data=str(calibration_data) if calibration_data else None,
         outdir=outdir,
         resume=resume,

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
+from rich import box
 from rich.table import Table
 
-from deployopt.cli.app import app, console, cudnn_engines_option
+from deployopt.cli.app import app, console, cudnn_benchmark_option, cudnn_engines_option
 from deployopt.errors import DeployoptError
 from deployopt.layers import ConvShape
 
@@ -258,6 +259,7 @@ def staircase_command(
     ),
     runs: int = typer.Option(100, "--runs", help="Timed runs per width when measuring."),
     cudnn_engines: Optional[int] = cudnn_engines_option(),
+    cudnn_benchmark: bool = cudnn_benchmark_option(),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG of the staircase."),
 ) -> None:
@@ -281,7 +283,9 @@ def staircase_command(
 
         backend = get_backend(measure)
         _check_measures(backend)
-        opts = MeasureOptions(dtype=dtype, sms=sms, runs=runs, cudnn_engines=cudnn_engines)
+        opts = MeasureOptions(
+            dtype=dtype, sms=sms, runs=runs, cudnn_engines=cudnn_engines, cudnn_benchmark=cudnn_benchmark
+        )
         with backend.open(opts) as session:
             timings = session.measure_convs([shape.with_channels(k=k) for k in ks])
     doc = staircase_doc(tgt, shape, dtype, ks, timings, measure)
@@ -312,12 +316,11 @@ def staircase_command(
         f"kernel {shape.r}x{shape.s} stride {stride} groups {groups}: implicit GEMM M={m}, depth={kd}",
         highlight=False,
     )
-    table = Table()
-    for col in ("out ch", "tile", "blocks", "blk/SM", "waves", "tail fill", "predicted µs"):
-        table.add_column(col, justify="right")
-    if timings:
-        table.add_column("measured µs (median)", justify="right")
-        table.add_column("IQR µs", justify="right")
+    # no vertical rules and short headers: nine columns fit 80 characters (a pipe, a CI log)
+    table = Table(box=box.SIMPLE_HEAD)
+    cols = ["out ch", "tile", "blocks", "blk/SM", "waves", "tail fill", "pred µs"]
+    for col in cols + (["meas µs", "IQR µs"] if timings else []):
+        table.add_column(col, justify="right", overflow="fold")
     for p, kern in zip(doc["points"], doc["predicted_kernels"]):
         row = [
             str(p["out_channels"]),
@@ -332,16 +335,17 @@ def staircase_command(
             row += [f"{p['measured_us']:.1f}", f"{p['measured_iqr_us']:.1f}"]
         table.add_row(*row)
     console.print(table)
-    console.print(f"predicted µs: {params.describe()}; {params.source}", highlight=False, soft_wrap=True)
+    console.print(
+        f"pred µs: predicted, {params.describe()}; {params.source}", highlight=False, soft_wrap=True
+    )
     if timings:
-        from deployopt.environment import cudnn_engines_phrase
+        from deployopt.environment import cudnn_search_phrase
 
         env = timings[0].environment
-        engines = cudnn_engines_phrase(env.get("cudnn_benchmark_limit"))
-        engines = engines and f"cuDNN: {engines}"
+        engines = cudnn_search_phrase(env)
         what = "; ".join(str(x) for x in (env.get("device"), engines) if x)
         console.print(
-            f"measured µs: on backend {measure}, median and IQR of {timings[0].runs} runs per width"
+            f"meas µs: measured on backend {measure}, median and IQR of {timings[0].runs} runs per width"
             + (f" ({what})" if what else ""),
             highlight=False,
             soft_wrap=True,
@@ -365,6 +369,7 @@ def calibrate_command(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Profile path (default: user cache)."),
     name: Optional[str] = typer.Option(None, "--name", help="Profile name (default: the target's name)."),
     cudnn_engines: Optional[int] = cudnn_engines_option(),
+    cudnn_benchmark: bool = cudnn_benchmark_option(),
 ) -> None:
     """Time a short sweep on the device, fit the wave model, save a profile --target can load."""
     from deployopt.backends.base import MeasureOptions, get_backend
@@ -393,7 +398,9 @@ def calibrate_command(
             shapes += [base.with_channels(k=k) for k in ks]
         console.print(f"measuring {len(shapes)} convs ({dt}) on {measure} …", highlight=False)
         with backend.open(
-            MeasureOptions(dtype=dt, sms=sms, runs=runs, cudnn_engines=cudnn_engines)
+            MeasureOptions(
+                dtype=dt, sms=sms, runs=runs, cudnn_engines=cudnn_engines, cudnn_benchmark=cudnn_benchmark
+            )
         ) as session:
             timings = session.measure_convs(shapes)
         points = []
