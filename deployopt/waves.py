@@ -657,7 +657,12 @@ def conv_rows(analysis: Any, target: Target, dtype: str = "fp16") -> list[dict[s
                 return _evaluate(shape_at(w), target, params).predicted_us
 
             below, above = _step_ends(us_at, width, vec)
-            entry: dict[str, Any] = {"group": gid, "role": role, "width": width}
+            entry: dict[str, Any] = {
+                "group": gid,
+                "role": role,
+                "width": width,
+                "searched": [max(vec, width // 2), 2 * width],  # the span _step_ends looks in
+            }
             for key, w in (("below", below), ("above", above)):
                 entry[key] = w
                 entry[f"{key}_delta_us"] = None if w is None else us_at(w) - pred.predicted_us

@@ -190,3 +190,24 @@ def test_analyze_target_errors(zoo_model_path: Callable[[str], Path], capsys, mo
     assert code == 2 and err.strip() == "error: --sms needs --target"
     code, _, err = cli(["analyze", path, "--target", "nosuchgpu"], capsys, monkeypatch)
     assert code == 2 and "unknown target 'nosuchgpu'" in err and err.count("\n") == 1
+
+
+def test_waves_table_names_a_flat_span_instead_of_an_empty_cell() -> None:
+    """A group whose predicted latency does not step anywhere in width/2 … 2·width gets "flat
+    lo–hi (no step)": an empty cell read as missing data."""
+    from rich.console import Console
+
+    from deployopt.cli.surgery_cmd import waves_table
+    from deployopt.targets import get_target
+    from deployopt.waves import conv_rows
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "resnet56_pruned_cifar.onnx"
+    rows = conv_rows(analyze(load_model(path).model), get_target("orin-nano-8gb"), "fp16")
+    stem = rows[0]["widths"][0]
+    assert (stem["group"], stem["width"], stem["below"], stem["above"]) == ("stem.conv", 16, None, None)
+    assert stem["searched"] == [8, 32]
+    console = Console(record=True, width=200)
+    console.print(waves_table(rows, title="t"))
+    text = console.export_text()
+    assert "stem.conv (out) 16: flat 8–32 (no step)" in text
+    assert "stem.conv (in) 16: ↓8 (" in text  # a step exists below 16 where stem.conv is an input

@@ -144,6 +144,9 @@ def waves_table(rows: Sequence[dict[str, Any]], title: str) -> Table:
             for key, arrow in (("below", "↓"), ("above", "↑")):
                 if w.get(key) is not None:
                     parts.append(f"{arrow}{w[key]} ({w[key + '_delta_us']:+.1f})")
+            if w.get("below") is None and w.get("above") is None:
+                lo, hi = w.get("searched") or (w["width"] // 2, 2 * w["width"])
+                parts.append(f"flat {lo}–{hi} (no step)")
             tips.append(" ".join(parts))
         table.add_row(
             r["name"],
