@@ -63,6 +63,15 @@ SHAPES = {
     "af": (32, 96, 14, 14, 1, 1),
     "ag": (4, 256, 40, 40, 3, 1),
     "ah": (16, 32, 80, 80, 3, 2),
+    # fifth round (2026-12-02): more deployment layers (MobileNetV2 expand, ResNet-50 3×3 at 14×14,
+    # YOLO downsample and SPP, a stride-2 stem, a detection head), measured after commit d5f5956
+    # and scored with the fit shipped there before any change
+    "ai": (8, 24, 56, 56, 1, 1),
+    "aj": (8, 256, 14, 14, 3, 1),
+    "ak": (4, 128, 40, 40, 3, 2),
+    "al": (8, 32, 112, 112, 3, 2),
+    "am": (8, 512, 20, 20, 1, 1),
+    "an": (1, 64, 80, 80, 3, 1),
 }
 
 

@@ -316,8 +316,8 @@ def test_shipped_fit_agreement_on_committed_sweeps():
     assert sorted(Path(p).stem for p in recorded["sweeps"]) == sorted(s["id"] for s in sweeps)
 
 
-AGREEMENT_ALL = 0.74  # reached: 74.2 % of 6621 pairs (tile128 baseline: 69.8 %)
-REGRET_ALL = 0.022  # reached: 2.11 % (tile128 baseline: 3.45 %)
+AGREEMENT_ALL = 0.72  # reached: 72.6 % of 7876 pairs (tile128 baseline: 68.2 %); 74.2 % before round five
+REGRET_ALL = 0.023  # reached: 2.27 % (tile128 baseline: 3.55 %); 2.11 % before round five
 
 
 @pytest.mark.skipif(
@@ -329,18 +329,18 @@ def test_shipped_fit_on_sweeps_timed_with_all_cudnn_engines():
     import eval_wave_model as ev
 
     sweeps = ev.load_sweeps(ROOT / "benchmarks" / "staircases_all_engines")
-    assert {s["sms"] for s in sweeps} == {8, 16, 132} and len(sweeps) == 192
+    assert {s["sms"] for s in sweeps} == {8, 16, 132} and len(sweeps) == 228
     target = get_target("h200")
     params = {dt: target.wave_params(dt) for dt in ("fp16", "fp32")}
     eight = ev.score([s for s in sweeps if s["sms"] == 8], target, params)
     assert eight["wave"]["pairs"] > 1500
-    assert eight["wave"]["agreement"] >= 0.86  # reached: 86.6 % of 1558 pairs
-    assert eight["wave"]["regret"] <= 0.011  # reached: 1.08 %
+    assert eight["wave"]["agreement"] >= 0.86  # reached: 86.7 % of 1881 pairs
+    assert eight["wave"]["regret"] <= 0.0115  # reached: 1.12 %
     assert eight["wave"]["agreement"] > eight["tile128"]["agreement"] + 0.05  # tile128: 80.3 %
     sixteen = ev.score([s for s in sweeps if s["sms"] == 16], target, params)["wave"]
-    assert sixteen["agreement"] >= 0.80 and sixteen["regret"] <= 0.015  # reached: 80.3 % / 1.49 %
+    assert sixteen["agreement"] >= 0.80 and sixteen["regret"] <= 0.015  # reached: 80.2 % / 1.41 %
     every = ev.score(sweeps, target, params)["wave"]
-    assert every["agreement"] >= 0.75 and every["regret"] <= 0.021  # reached: 75.2 % / 2.01 %
+    assert every["agreement"] >= 0.745 and every["regret"] <= 0.021  # reached: 74.9 % / 2.04 %
 
 
 @pytest.mark.skipif(
@@ -353,16 +353,16 @@ def test_heuristic_sweeps_are_reproducible_and_the_shipped_fit_tracks_fp32():
     import eval_wave_model as ev
 
     sweeps = ev.load_sweeps(ROOT / "benchmarks" / "staircases_heuristic")
-    assert {s["sms"] for s in sweeps} == {8, 16, 132} and len(sweeps) == 372
+    assert {s["sms"] for s in sweeps} == {8, 16, 132} and len(sweeps) == 408
     few = [r for r in ev.noise_ceiling(sweeps) if "_132sm" not in r["measured"]]
     agree, pairs = sum(r["agree"] for r in few), sum(r["pairs"] for r in few)
     assert pairs > 5000 and agree / pairs >= 0.96  # reached: 97.2 % of 6335 (96.3–98.8 % per setting)
     target = get_target("h200")
     params = {dt: target.wave_params(dt) for dt in ("fp16", "fp32")}
     fp32 = ev.score([s for s in sweeps if s["dtype"] == "fp32" and s["sms"] < 132], target, params)
-    assert fp32["wave"]["agreement"] >= 0.83 and fp32["wave"]["regret"] <= 0.021  # 83.5 % / 2.05 %
+    assert fp32["wave"]["agreement"] >= 0.83 and fp32["wave"]["regret"] <= 0.0225  # 83.4 % / 2.22 %
     every = ev.score(sweeps, target, params)
-    assert every["wave"]["agreement"] >= 0.71 and every["wave"]["regret"] <= 0.033  # 71.5 % / 3.27 %
+    assert every["wave"]["agreement"] >= 0.71 and every["wave"]["regret"] <= 0.034  # 71.1 % / 3.36 %
     assert every["wave"]["agreement"] > every["tile128"]["agreement"]
     assert every["wave"]["regret"] < every["tile128"]["regret"]
 
@@ -393,6 +393,45 @@ def test_round_four_scored_with_the_fit_shipped_before_it():
     assert wave["regret"] <= 0.015  # reached: 1.44 % (the goal: 1.5 %)
     assert wave["agreement"] > scores["tile128"]["agreement"] + 0.05  # 74.4 %
     assert scores["constant"]["agreement"] < 0.66  # 64.7 %: the issue's reference set scores 65 %
+
+
+ROUND5 = ROOT / "benchmarks" / "results" / "h200_round5"
+
+
+@pytest.mark.skipif(not ROUND5.is_dir(), reason="no round-five record")
+def test_round_five_scored_with_the_fit_shipped_before_it():
+    """Round five (6 new deployment layers, ai–an, at 8/16/132 SMs) scored with the fit of commit
+    d5f5956, which never saw them: the figures docs/wave_model.md reports, goal missed — 70.2 % /
+    2.53 % over all 36 default-limit sweeps, 82.1 % / 1.71 % at 8 SMs. On the full GPU a second
+    measurement of the same 12 sweeps agrees with the first on fewer pairs (46.6 %) than the model
+    does (48.2 %): no width model can do much better there."""
+    import eval_wave_model as ev
+
+    record = json.loads((ROUND5 / "round5_sweeps.json").read_text())
+    ids = {i for i in record["sweeps"]["default_limit"] if not i.endswith("_repeat")}
+    every = ev.load_sweeps()
+    sweeps = [s for s in every if s["id"] in ids]
+    assert len(sweeps) == len(ids) == 36
+    fit_doc = json.loads((ROUND5 / "fit_before_round5.json").read_text())
+    assert not ids & {Path(p).stem for p in fit_doc["sweeps"]}  # none of them was fitted on
+    params = {dt: WaveParams.from_json(fit_doc["params"][dt]) for dt in ("fp16", "fp32")}
+    target = get_target("h200")
+    scores = ev.score(sweeps, target, params)
+    wave = scores["wave"]
+    assert (wave["pairs"], round(wave["agreement"] * wave["pairs"])) == (979, 687)
+    assert wave["regret"] == pytest.approx(0.0253, abs=5e-5)
+    assert wave["agreement"] > scores["tile128"]["agreement"] + 0.05  # 65.1 %
+    assert wave["regret"] < scores["tile128"]["regret"] - 0.01  # 3.59 %
+    eight = ev.score([s for s in sweeps if s["sms"] == 8], target, params)["wave"]
+    assert eight["agreement"] >= 0.82 and eight["regret"] <= 0.0175  # 82.1 % / 1.71 %
+    full = [s for s in sweeps if s["sms"] == 132]
+    model_full = ev.score(full, target, params)["wave"]
+    full_ids = {s["id"] for s in full}
+    repeats = [s for s in every if s["id"].removesuffix("_repeat") in full_ids]
+    ceiling = [r for r in ev.noise_ceiling(repeats) if not r["measured"].endswith("_repeat")]
+    assert len(ceiling) == 12
+    repeat_agreement = sum(r["agree"] for r in ceiling) / sum(r["pairs"] for r in ceiling)
+    assert repeat_agreement < 0.5 and model_full["agreement"] > repeat_agreement  # 46.6 % < 48.2 %
 
 
 def test_noise_ceiling_scores_each_repeat_against_its_original():

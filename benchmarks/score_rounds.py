@@ -1,0 +1,111 @@
+"""The held-out rounds' tables in docs/wave_model.md: each round's sweeps scored, repeats excluded
+and pooled by subset, with the fit shipped just before the round was measured (kept in its record
+folder), so no figure here comes from a fit that saw the sweeps it scores. Predictions of the
+wave model against measured H200 medians.
+
+    python benchmarks/score_rounds.py            # round four and round five
+    python benchmarks/score_rounds.py --round 5
+Round four: the fit of rounds one to three (commit cf4b182); round five: the fit of commit d5f5956
+(rounds one to four). Each round also prints its repeats: the model on a first and a second
+measurement of the same sweeps, and each measurement as the "model" of the other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import eval_wave_model as ev  # noqa: E402
+
+from deployopt.targets import get_target  # noqa: E402
+from deployopt.waves import WaveParams  # noqa: E402
+
+FOLDERS = {
+    "default_limit": ROOT / "benchmarks" / "staircases",
+    "all_engines": ROOT / "benchmarks" / "staircases_all_engines",
+    "heuristic": ROOT / "benchmarks" / "staircases_heuristic",
+}
+# round → (record folder, sweep-list file, fit file, the shapes new in that round)
+ROUNDS = {
+    4: ("h200_round4", "round4_sweeps.json", "fit_before_round4.json", {"ac", "ad", "ae", "af", "ag", "ah"}),
+    5: ("h200_round5", "round5_sweeps.json", "fit_before_round5.json", {"ai", "aj", "ak", "al", "am", "an"}),
+}
+
+
+def load_round(number: int) -> tuple[dict[str, list[str]], dict[str, WaveParams], set[str]]:
+    """(sweep ids per search mode, the fit shipped before the round, the round's new shapes)."""
+    folder, sweeps_file, fit_file, new = ROUNDS[number]
+    record = ROOT / "benchmarks" / "results" / folder
+    ids = json.loads((record / sweeps_file).read_text())["sweeps"]
+    fit = json.loads((record / fit_file).read_text())
+    return ids, {dt: WaveParams.from_json(fit["params"][dt]) for dt in ("fp16", "fp32")}, new
+
+
+def score_round(number: int) -> None:
+    ids, params, new = load_round(number)
+    target = get_target("h200")
+    print(f"#### round {number}")
+    for mode, folder in FOLDERS.items():
+        wanted = {i for i in ids[mode] if not i.endswith("_repeat")}
+        sweeps = [s for s in ev.load_sweeps(folder) if s["id"] in wanted]
+        groups = {
+            "all": sweeps,
+            "8 SMs": [s for s in sweeps if s["sms"] == 8],
+            "16 SMs": [s for s in sweeps if s["sms"] == 16],
+            "132 SMs": [s for s in sweeps if s["sms"] == 132],
+            "new shapes": [s for s in sweeps if s["id"].split("_")[1] in new],
+            "older shapes": [s for s in sweeps if s["id"].split("_")[1] not in new],
+        }
+        for dt in ("fp16", "fp32"):
+            for sms in (8, 16, 132):
+                groups[f"{dt} {sms} SMs"] = [s for s in sweeps if s["dtype"] == dt and s["sms"] == sms]
+        print(f"== {mode}: {len(sweeps)} sweeps ==")
+        for name, group in groups.items():
+            if not group:
+                continue
+            sc = ev.score(group, target, params)
+            w = sc["wave"]
+            base = "  ".join(
+                f"{m} {100 * sc[m]['agreement']:.1f}/{100 * sc[m]['regret']:.2f}"
+                for m in ("tile128", "flops", "constant")
+            )
+            agree = round(w["agreement"] * w["pairs"])
+            print(
+                f"  {name:<17} {len(group):3d} sweeps  {agree}/{w['pairs']} pairs"
+                f" = {100 * w['agreement']:.2f} % / {100 * w['regret']:.2f} %   {base}"
+            )
+
+    # the sweeps measured twice: the model on the first measurement and on the second, and each
+    # measurement as the model of the other (the ceiling for any width model)
+    sweeps = ev.load_sweeps(FOLDERS["default_limit"])
+    reps = [s for s in sweeps if s["id"] in set(ids["default_limit"]) and s["id"].endswith("_repeat")]
+    twins = {r["id"].removesuffix("_repeat") for r in reps}
+    firsts = [s for s in sweeps if s["id"] in twins]
+    for name, group in (("first measurement", firsts), ("repeat", reps)):
+        w = ev.score(group, target, params)["wave"]
+        print(
+            f"  {name:<17} {len(group):3d} sweeps  {100 * w['agreement']:.1f} % / {100 * w['regret']:.2f} %"
+        )
+    ceiling = [r for r in ev.noise_ceiling(firsts + reps) if not r["measured"].endswith("_repeat")]
+    if ceiling:
+        agree, pairs = sum(r["agree"] for r in ceiling), sum(r["pairs"] for r in ceiling)
+        regret = sum(r["regret"] for r in ceiling) / len(ceiling)
+        share = f"{agree}/{pairs} pairs = {100 * agree / pairs:.1f} %"
+        print(f"  repeat as model   {share}, regret {100 * regret:.2f} %")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--round", type=int, choices=sorted(ROUNDS), action="append")
+    for number in ap.parse_args().round or sorted(ROUNDS):
+        score_round(number)
+
+
+if __name__ == "__main__":
+    main()
