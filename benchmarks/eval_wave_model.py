@@ -38,6 +38,8 @@ from deployopt.layers import ConvShape  # noqa: E402
 from deployopt.targets import FITTED_DIR, get_target  # noqa: E402
 from deployopt.waves import WaveParams, _evaluate, fit, generic_params, pair_agreement, regret  # noqa: E402
 
+TIE_ALIGN = 32  # the alignment tie-break studied by tie_break_study
+
 SWEEP_DIR = ROOT / "benchmarks" / "staircases"
 RESULT = ROOT / "benchmarks" / "eval_wave_model.json"
 
@@ -247,6 +249,40 @@ def alignment_oracle(
     }
 
 
+def tie_break_study(
+    sweeps: list[dict[str, Any]], target: Any, params: dict[str, WaveParams], cap: int = TIE_ALIGN
+) -> dict[str, Any]:
+    """Regret of every model when predicted ties go to the wider width (issue 3's figure, what
+    every table reports) and when they go first to the better-aligned one (powers of two up to
+    `cap`, then wider): how much of the regret an alignment prior alone removes, for the model and
+    for the baselines alike. Agreement does not change (the predictions do not)."""
+    out: dict[str, Any] = {}
+    for model in MODELS:
+        rows = []
+        for s in sweeps:
+            pred = predictions(model, s, target, params.get(s["dtype"]))
+            rows.append(
+                {
+                    "dtype": s["dtype"],
+                    "sms": s["sms"],
+                    "points": len(s["ks"]),
+                    "wider": regret(s["ks"], s["measured"], pred),
+                    "aligned": regret(s["ks"], s["measured"], pred, prefer_aligned=cap),
+                }
+            )
+
+        def mean(rs: list[dict[str, Any]], key: str) -> float:
+            n = sum(r["points"] for r in rs)
+            return sum(r[key] * r["points"] for r in rs) / n if n else float("nan")
+
+        groups: dict[str, list[dict[str, Any]]] = {"all": rows}
+        for r in rows:
+            groups.setdefault(f"{r['dtype']} {r['sms']} SMs", []).append(r)
+        out[model] = {k: {"ties_wider": mean(v, "wider"), f"ties_aligned{cap}": mean(v, "aligned")}
+                      for k, v in groups.items()}  # fmt: skip
+    return out
+
+
 def _fit_without(job: tuple[list[dict[str, Any]], str, Any, list[str]]) -> dict[str, WaveParams]:
     """Parameters per dtype fitted on every sweep except those of one shape (a worker process)."""
     sweeps, key, start, dtypes = job
@@ -332,6 +368,11 @@ def main() -> None:
         ("all", doc["alignment_oracle"]["overall"]),
     ]:
         print(f"  {key:<16} model {100 * v['model']:5.1f}%  oracle {100 * v['oracle']:5.1f}%")
+    doc["tie_break_study"] = tie_break_study(sweeps, target, shipped)
+    print(f"\n== regret, ties to the wider width → to the better-aligned one (≤ {TIE_ALIGN}), shipped fit ==")
+    for model, groups in doc["tie_break_study"].items():
+        a = groups["all"]
+        print(f"  {model:<10} {100 * a['ties_wider']:.2f} % → {100 * a[f'ties_aligned{TIE_ALIGN}']:.2f} %")
     doc["noise_ceiling"] = noise_ceiling(sweeps)
     if doc["noise_ceiling"]:
         print("\n== noise ceiling: a repeated full-GPU sweep as the model of its original ==")

@@ -81,6 +81,17 @@ def score_round(number: int) -> None:
                 f" = {100 * w['agreement']:.2f} % / {100 * w['regret']:.2f} %   {base}"
             )
 
+    # how much of the regret an alignment prior alone removes (ties to the better-aligned width)
+    default = [s for s in ev.load_sweeps(FOLDERS["default_limit"]) if s["id"] in set(ids["default_limit"])]
+    study = ev.tie_break_study([s for s in default if not s["id"].endswith("_repeat")], target, params)
+    key = f"ties_aligned{ev.TIE_ALIGN}"
+    print(
+        f"  regret, ties to the better-aligned width (≤ {ev.TIE_ALIGN}): "
+        + "  ".join(
+            f"{m} {100 * g['all']['ties_wider']:.2f} → {100 * g['all'][key]:.2f} %" for m, g in study.items()
+        )
+    )
+
     # the sweeps measured twice: the model on the first measurement and on the second, and each
     # measurement as the model of the other (the ceiling for any width model)
     sweeps = ev.load_sweeps(FOLDERS["default_limit"])

@@ -209,6 +209,12 @@ def test_classify_agreement_regret_by_hand():
     assert recommend(widths, pred, 144) == 144
     assert recommend([100, 104, 108, 112], [1, 0.5, 1, 1], 112) == 104
     assert recommend([100, 104, 108, 112], [1, 0.5, 1, 1], 100) == 100  # 104 is outside [90, 100]
+    # the alignment prior breaks ties only: 144 and 160 tie, 160 (32-aligned) wins over the wider
+    # 176 (16-aligned) when asked to, and a faster prediction still wins over any alignment
+    assert recommend([144, 160, 176], [1.0, 1.0, 1.0], 176) == 176
+    assert recommend([144, 160, 176], [1.0, 1.0, 1.0], 176, prefer_aligned=32) == 160
+    assert recommend([144, 160, 176], [0.9, 1.0, 1.0], 160, prefer_aligned=32) == 144
+    assert recommend([128, 160, 192], [1.0, 1.0, 1.0], 192, prefer_aligned=32) == 192  # 64 counts as 32
     # K=80: {80} → 0; 96: {96} → 0; 112: {112} → 0; 128: [115.2,128] → {128}; 144: [129.6,144] → {144}
     assert regret(widths, meas, pred) == 0.0
     wide = [100, 104, 108, 112]
@@ -432,6 +438,25 @@ def test_round_five_scored_with_the_fit_shipped_before_it():
     assert len(ceiling) == 12
     repeat_agreement = sum(r["agree"] for r in ceiling) / sum(r["pairs"] for r in ceiling)
     assert repeat_agreement < 0.5 and model_full["agreement"] > repeat_agreement  # 46.6 % < 48.2 %
+
+
+def test_tie_break_study_scores_both_tie_rules_for_every_model():
+    """A flat prediction recommends K itself under issue 3's rule and the 32-aligned width of the
+    window under the alignment prior: on a sweep where 32-aligned widths are faster, only the
+    second has no regret, for the constant model as much as for any other."""
+    import eval_wave_model as ev
+
+    ks = [144, 160, 176]
+    shape = ConvShape(8, 64, 14, 14, 144, 3, 3, (1, 1), (1, 1))
+    sweep = {"id": "x", "dtype": "fp16", "sms": 8, "shape": shape, "ks": ks, "measured": [12.0, 10.0, 12.0]}
+    target = get_target("h200")
+    study = ev.tie_break_study([sweep], target, {"fp16": target.wave_params("fp16")})
+    const = study["constant"]["all"]
+    # K = 176: window [158.4, 176] = {160, 176}; the rule keeps 176 (12 vs best 10) → 0.2 / 3 widths
+    assert const["ties_wider"] == pytest.approx(0.2 / 3)
+    assert const["ties_aligned32"] == pytest.approx(0.0)
+    assert set(study) == {"wave", "flops", "constant", "tile128"}
+    assert study["constant"]["fp16 8 SMs"] == const
 
 
 def test_noise_ceiling_scores_each_repeat_against_its_original():
