@@ -307,6 +307,26 @@ def test_no_cudnn_benchmark_reaches_the_backend_and_the_label(monkeypatch, capsy
     assert "--no-cudnn-benchmark: backend 'fake' does not run cuDNN's autotuner" in err
 
 
+def test_sms_with_the_default_engine_search_gets_one_note(monkeypatch, capsys):
+    """Under --sms, PyTorch's default search times engines cuDNN ranked for the whole GPU: one
+    stderr note says so, and only then (not with --cudnn-engines, --no-cudnn-benchmark, no --sms,
+    or a backend without cuDNN's autotuner)."""
+    from deployopt.backends import base
+
+    truth = get_target("h200", sms=8)
+    args = ["staircase", "--target", "h200", "--input", "8x128x28x28", "--out-channels", "64:128:32"]
+    monkeypatch.setattr(base, "get_backend", lambda name: fake_backend(truth, engines=True))
+    code, _, err = run(monkeypatch, capsys, *args, "--sms", "8", "--measure", "fake", "--json")
+    assert code == 0 and err.count("note:") == 1
+    assert "note: under --sms 8 cuDNN still ranks its engines for the whole GPU" in " ".join(err.split())
+    for extra in (["--sms", "8", "--cudnn-engines", "0"], ["--sms", "8", "--no-cudnn-benchmark"], []):
+        code, _, err = run(monkeypatch, capsys, *args, *extra, "--measure", "fake", "--json")
+        assert code == 0 and "note:" not in err, extra
+    monkeypatch.setattr(base, "get_backend", lambda name: fake_backend(truth))
+    code, _, err = run(monkeypatch, capsys, *args, "--sms", "8", "--measure", "fake", "--json")
+    assert code == 0 and "note:" not in err
+
+
 def test_calibrate_saves_a_profile_target_can_load(monkeypatch, capsys, tmp_path):
     """Measurements from a known model: calibrate must fit them and save a loadable profile."""
     from deployopt.backends import base

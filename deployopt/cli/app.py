@@ -42,6 +42,26 @@ def cudnn_benchmark_option() -> object:
     )
 
 
+def note_cudnn_search(
+    backend: object, sms: int | None, cudnn_engines: int | None, cudnn_benchmark: bool
+) -> None:
+    """One stderr note when a green context meets PyTorch's default engine search: cuDNN ranks its
+    engines for the whole GPU, so the 10 it times are not those a GPU of `sms` SMs would pick
+    (measured on the H200: docs/backends.md). Nothing to say on a real Jetson (no --sms)."""
+    if sms is None or cudnn_engines is not None or not cudnn_benchmark:
+        return
+    if not getattr(backend, "can_choose_cudnn_engines", False):
+        return
+    err_console.print(
+        f"note: under --sms {sms} cuDNN still ranks its engines for the whole GPU, and PyTorch's "
+        "default search times only the 10 ranked best there; add --cudnn-engines 0 to time all "
+        "of them (as TensorRT does on the board), or --no-cudnn-benchmark for untuned PyTorch",
+        style="yellow",
+        markup=False,
+        highlight=False,
+    )
+
+
 def parse_input_shapes(values: list[str] | None) -> dict[str, list[int]]:
     """Parse repeated `NAME:1x3x224x224` options into {name: [1, 3, 224, 224]}."""
     shapes: dict[str, list[int]] = {}

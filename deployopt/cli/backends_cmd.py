@@ -19,6 +19,7 @@ from deployopt.cli.app import (
     console,
     cudnn_benchmark_option,
     cudnn_engines_option,
+    note_cudnn_search,
     parse_input_shapes,
 )
 from deployopt.errors import DeployoptError
@@ -185,6 +186,7 @@ def bench_command(
         cudnn_benchmark=cudnn_benchmark,
     )
     _check_model(model)
+    note_cudnn_search(b, sms, cudnn_engines, cudnn_benchmark)
     with b.open(opts) as session:
         timing = session.measure(model)
     doc = bench_json(timing)
@@ -293,6 +295,7 @@ def profile_command(
         cudnn_benchmark=cudnn_benchmark,
     )
     _check_model(model)
+    note_cudnn_search(b, sms, cudnn_engines, cudnn_benchmark)
     with b.open(opts) as session:
         profile = session.profile(model, kernels=kernels)
     doc = profile.to_json()

@@ -17,6 +17,7 @@ from deployopt.cli.app import (
     cudnn_benchmark_option,
     cudnn_engines_option,
     err_console,
+    note_cudnn_search,
     parse_input_shapes,
 )
 from deployopt.errors import DeployoptError
@@ -87,15 +88,16 @@ def optimize_command(
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Find channel widths with the lowest measured latency on the target; write model, plan, report."""
+    from deployopt.backends.base import get_backend
     from deployopt.optimize import OptimizeConfig, Optimizer, resolve_backend_name
 
     backend_name = resolve_backend_name(backend)
+    b = get_backend(backend_name)
     if dtype is None:  # fp16 where the backend runs it (the deployment case), else its default
-        from deployopt.backends.base import get_backend
-
-        b = get_backend(backend_name)
         default = getattr(b, "default_dtype", None)
         dtype = default() if callable(default) else ("fp16" if "fp16" in b.dtypes else b.dtypes[0])
+    if not as_json:
+        note_cudnn_search(b, sms, cudnn_engines, cudnn_benchmark)
     cfg = OptimizeConfig(
         model_path=model,
         target=target,

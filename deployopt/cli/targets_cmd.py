@@ -16,7 +16,13 @@ import typer
 from rich import box
 from rich.table import Table
 
-from deployopt.cli.app import app, console, cudnn_benchmark_option, cudnn_engines_option
+from deployopt.cli.app import (
+    app,
+    console,
+    cudnn_benchmark_option,
+    cudnn_engines_option,
+    note_cudnn_search,
+)
 from deployopt.errors import DeployoptError
 from deployopt.layers import ConvShape
 
@@ -283,6 +289,7 @@ def staircase_command(
 
         backend = get_backend(measure)
         _check_measures(backend)
+        note_cudnn_search(backend, sms, cudnn_engines, cudnn_benchmark)
         opts = MeasureOptions(
             dtype=dtype, sms=sms, runs=runs, cudnn_engines=cudnn_engines, cudnn_benchmark=cudnn_benchmark
         )
@@ -389,6 +396,7 @@ def calibrate_command(
     dest = output or cache_dir() / f"{profile_name}.json"
     backend = get_backend(measure)
     _check_measures(backend)
+    note_cudnn_search(backend, sms, cudnn_engines, cudnn_benchmark)
     sweeps = []
     params = {}
     for dt in dtypes:
