@@ -49,6 +49,15 @@ def test_to_json_round_trip_and_keys() -> None:
     back = Timing.from_json(d)
     assert back.samples_us == [1.0, 2.0, 3.0] and back.timed == "x" and back.environment == {"gpu": "H200"}
     assert "measured on torch (H200): 2.0 µs median" in t.describe()
+    # how cuDNN chose kernels is part of where it was measured (torch worker environments)
+    env = {"device": "H200, 8 SMs (green context)", "device_sms": 132, "cudnn_benchmark": False}
+    heur = Timing("torch", [1.0, 2.0, 3.0], environment=env)
+    assert heur.describe().startswith(
+        "measured on torch (H200, 8 SMs (green context); "
+        "cuDNN heuristics, no autotuning (cudnn.benchmark off)):"
+    )
+    tuned = Timing("torch", [1.0], environment={**env, "cudnn_benchmark": True, "cudnn_benchmark_limit": 0})
+    assert "(H200, 8 SMs (green context); cuDNN: all engines timed)" in tuned.describe()
 
 
 def test_predicted_timing_says_so() -> None:

@@ -96,8 +96,7 @@ def optimize_command(
     if dtype is None:  # fp16 where the backend runs it (the deployment case), else its default
         default = getattr(b, "default_dtype", None)
         dtype = default() if callable(default) else ("fp16" if "fp16" in b.dtypes else b.dtypes[0])
-    if not as_json:
-        note_cudnn_search(b, sms, cudnn_engines, cudnn_benchmark)
+    note_cudnn_search(b, sms, cudnn_engines, cudnn_benchmark)  # stderr: --json output stays clean
     cfg = OptimizeConfig(
         model_path=model,
         target=target,
