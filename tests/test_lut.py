@@ -99,3 +99,8 @@ def test_fingerprint_changes_with_what_changes_timings() -> None:
     assert device_fingerprint("torch", env, 16) != fp
     assert device_fingerprint("torch", {**env, "torch": "2.12"}, 8) != fp
     assert device_fingerprint("ort", env, None).startswith("ort-nvidia-h200-allsms-")
+    # cuDNN's kernel choice (autotuned, how many engines, or heuristics alone) is a different table
+    tuned = {**env, "cudnn_benchmark": True, "cudnn_benchmark_limit": 10}
+    heuristic = {**env, "cudnn_benchmark": False, "cudnn_benchmark_limit": None}
+    every = {**tuned, "cudnn_benchmark_limit": 0}
+    assert len({device_fingerprint("torch", e, 8) for e in (tuned, heuristic, every)}) == 3
