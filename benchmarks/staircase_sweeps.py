@@ -12,8 +12,6 @@ benchmarks/staircases/.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -21,6 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from deployopt.backends import cuda_conv
+from deployopt.fileio import write_json
 from deployopt.layers import ConvShape
 
 # (n, c, h, w, kernel, stride): CIFAR- and ImageNet-like layers, 1×1 and 3×3, stride 1 and 2.
@@ -157,10 +156,7 @@ def main() -> None:
                     "points": points,
                 }
             )
-            tmp = args.out + ".tmp"
-            with open(tmp, "w") as f:
-                json.dump(doc, f)
-            os.replace(tmp, args.out)
+            write_json(args.out, doc)  # after every sweep, whole: a run cut short keeps what it finished
             print(
                 f"{key} {dtype} sms={doc['sms']}: {time.time() - t1:.1f}s "
                 f"[{min(p['median_us'] for p in points):.1f}..{max(p['median_us'] for p in points):.1f} µs]",
