@@ -325,6 +325,17 @@ def test_sms_with_the_default_engine_search_gets_one_note(monkeypatch, capsys):
     monkeypatch.setattr(base, "get_backend", lambda name: fake_backend(truth))
     code, _, err = run(monkeypatch, capsys, *args, "--sms", "8", "--measure", "fake", "--json")
     assert code == 0 and "note:" not in err
+    # a session the backend refuses (no CUDA, say) is one error line, with no note before it
+    refusing = fake_backend(truth, engines=True)
+
+    def refuse(options):
+        raise DeployoptError("--sms needs a CUDA GPU (green contexts); none is visible")
+
+    monkeypatch.setattr(refusing, "open", refuse)
+    monkeypatch.setattr(base, "get_backend", lambda name: refusing)
+    for command in (args, ["calibrate", "--target", "h200", "--out-channels", "32:256:32"]):
+        code, _, err = run(monkeypatch, capsys, *command, "--sms", "8", "--measure", "fake")
+        assert code == 2 and err.strip().count("\n") == 0 and "note:" not in err, err
 
 
 def test_calibrate_saves_a_profile_target_can_load(monkeypatch, capsys, tmp_path):

@@ -186,8 +186,8 @@ def bench_command(
         cudnn_benchmark=cudnn_benchmark,
     )
     _check_model(model)
-    note_cudnn_search(b, sms, cudnn_engines, cudnn_benchmark)
-    with b.open(opts) as session:
+    with b.open(opts) as session:  # a note only once the session stands: an error stays one line
+        note_cudnn_search(b, sms, cudnn_engines, cudnn_benchmark)
         timing = session.measure(model)
     doc = bench_json(timing)
     if output is not None:
@@ -295,8 +295,8 @@ def profile_command(
         cudnn_benchmark=cudnn_benchmark,
     )
     _check_model(model)
-    note_cudnn_search(b, sms, cudnn_engines, cudnn_benchmark)
-    with b.open(opts) as session:
+    with b.open(opts) as session:  # a note only once the session stands: an error stays one line
+        note_cudnn_search(b, sms, cudnn_engines, cudnn_benchmark)
         profile = session.profile(model, kernels=kernels)
     doc = profile.to_json()
     if output is not None:

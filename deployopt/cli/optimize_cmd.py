@@ -96,7 +96,6 @@ def optimize_command(
     if dtype is None:  # fp16 where the backend runs it (the deployment case), else its default
         default = getattr(b, "default_dtype", None)
         dtype = default() if callable(default) else ("fp16" if "fp16" in b.dtypes else b.dtypes[0])
-    note_cudnn_search(b, sms, cudnn_engines, cudnn_benchmark)  # stderr: --json output stays clean
     cfg = OptimizeConfig(
         model_path=model,
         target=target,
@@ -135,6 +134,8 @@ def optimize_command(
         raise typer.Exit(130) from None
     except DeployoptError:
         raise
+    # after the run, not before it: an option the backend refuses stays a one-line error
+    note_cudnn_search(b, sms, cudnn_engines, cudnn_benchmark)  # stderr: --json output stays clean
     if as_json:
         sys.stdout.write(json.dumps(result.report, indent=2) + "\n")
         return

@@ -289,11 +289,11 @@ def staircase_command(
 
         backend = get_backend(measure)
         _check_measures(backend)
-        note_cudnn_search(backend, sms, cudnn_engines, cudnn_benchmark)
         opts = MeasureOptions(
             dtype=dtype, sms=sms, runs=runs, cudnn_engines=cudnn_engines, cudnn_benchmark=cudnn_benchmark
         )
-        with backend.open(opts) as session:
+        with backend.open(opts) as session:  # the note once the session stands: errors stay one line
+            note_cudnn_search(backend, sms, cudnn_engines, cudnn_benchmark)
             timings = session.measure_convs([shape.with_channels(k=k) for k in ks])
     doc = staircase_doc(tgt, shape, dtype, ks, timings, measure)
     params = tgt.wave_params(dtype)
@@ -396,7 +396,6 @@ def calibrate_command(
     dest = output or cache_dir() / f"{profile_name}.json"
     backend = get_backend(measure)
     _check_measures(backend)
-    note_cudnn_search(backend, sms, cudnn_engines, cudnn_benchmark)
     sweeps = []
     params = {}
     for dt in dtypes:
@@ -410,6 +409,8 @@ def calibrate_command(
                 dtype=dt, sms=sms, runs=runs, cudnn_engines=cudnn_engines, cudnn_benchmark=cudnn_benchmark
             )
         ) as session:
+            if dt == dtypes[0]:  # once, and only once the session stands (errors stay one line)
+                note_cudnn_search(backend, sms, cudnn_engines, cudnn_benchmark)
             timings = session.measure_convs(shapes)
         points = []
         for i, (shape, t) in enumerate(zip(shapes, timings)):
