@@ -82,7 +82,8 @@ def score_round(number: int) -> None:
             )
 
     # how much of the regret an alignment prior alone removes (ties to the better-aligned width)
-    default = [s for s in ev.load_sweeps(FOLDERS["default_limit"]) if s["id"] in set(ids["default_limit"])]
+    every_default = ev.load_sweeps(FOLDERS["default_limit"])  # read once: the study and the repeats
+    default = [s for s in every_default if s["id"] in set(ids["default_limit"])]
     study = ev.tie_break_study([s for s in default if not s["id"].endswith("_repeat")], target, params)
     key = f"ties_aligned{ev.TIE_ALIGN}"
     print(
@@ -94,8 +95,8 @@ def score_round(number: int) -> None:
 
     # the sweeps measured twice: the model on the first measurement and on the second, and each
     # measurement as the model of the other (the ceiling for any width model)
-    sweeps = ev.load_sweeps(FOLDERS["default_limit"])
-    reps = [s for s in sweeps if s["id"] in set(ids["default_limit"]) and s["id"].endswith("_repeat")]
+    sweeps = every_default
+    reps = [s for s in default if s["id"].endswith("_repeat")]
     # repeats measured after the refit, kept beside the record (not in the fitted folder)
     extra = ROOT / "benchmarks" / "results" / ROUNDS[number][0] / "repeats_8sm"
     if extra.is_dir():

@@ -31,6 +31,13 @@ def cudnn_search_phrase(env: dict[str, Any]) -> str | None:
     return engines and f"cuDNN: {engines}"
 
 
+def where_measured(env: dict[str, Any]) -> str:
+    """'device; how cuDNN chose kernels' from a measurement's environment ('' when it says neither):
+    the parenthesis every measured latency prints after its backend."""
+    parts = [env.get("device") or env.get("gpu"), cudnn_search_phrase(env)]
+    return "; ".join(str(x) for x in parts if x)
+
+
 def library_versions() -> dict[str, str]:
     """Installed versions from package metadata (no imports, so it is cheap and cannot crash)."""
     out = {}

@@ -51,13 +51,9 @@ class Timing:
         """One human line, e.g. 'measured on torch (H200, 8 SMs): 512.3 µs median, IQR 2.1 µs, 100 runs'."""
         if not self.measured:
             return f"predicted by {self.predictor or 'a model'}: {self.median_us:.1f} µs (not measured)"
-        from deployopt.environment import cudnn_search_phrase
+        from deployopt.environment import where_measured
 
-        parts = [
-            self.environment.get("device") or self.environment.get("gpu"),
-            cudnn_search_phrase(self.environment),
-        ]
-        where = "; ".join(str(x) for x in parts if x)
+        where = where_measured(self.environment)
         where = f" ({where})" if where else ""
         lo, hi = self.ci95_us
         return (

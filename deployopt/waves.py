@@ -752,7 +752,7 @@ def recommend(
     lo = (1.0 - trim) * k
 
     def aligned(w: int) -> int:
-        return min(pow2_align(w), prefer_aligned) if prefer_aligned > 1 else 1
+        return pow2_align(w, cap=prefer_aligned)  # cap 1: every width alike, ties go to the wider
 
     best_w, best_us = k, math.inf
     for w, us in zip(widths, predicted_us):

@@ -346,11 +346,9 @@ def staircase_command(
         f"pred µs: predicted, {params.describe()}; {params.source}", highlight=False, soft_wrap=True
     )
     if timings:
-        from deployopt.environment import cudnn_search_phrase
+        from deployopt.environment import where_measured
 
-        env = timings[0].environment
-        engines = cudnn_search_phrase(env)
-        what = "; ".join(str(x) for x in (env.get("device"), engines) if x)
+        what = where_measured(timings[0].environment)
         console.print(
             f"meas µs: measured on backend {measure}, median and IQR of {timings[0].runs} runs per width"
             + (f" ({what})" if what else ""),
