@@ -179,6 +179,12 @@ SM80_TILES = ((128, 128), (128, 64), (64, 128), (64, 64))
 # Channel multiple that unlocks the fastest kernels, fitted per dtype on the H200 sweeps by
 # agreement/regret on the training half (benchmarks/eval_wave_model.py): 64 in fp16, 32 in TF32.
 FAST_ALIGN = {"fp16": 64, "fp32": 32, "int8": 64}
+# A middle family between the fast and the vector-aligned one, where the sweeps supported it: in
+# fp16, widths that are multiples of 32 (not 64) are more often faster than their neighbours ≡ 16
+# mod 32 than slower (8/16 SMs: 17 % vs 9 % of the pairs into them step down / up by > 8 %, and the
+# other way round 6 % vs 18 %), so they get their own fitted efficiency and epilogue. In TF32 a
+# family at 16 changed no prediction, so it has none (docs/wave_model.md).
+MID_ALIGN: dict[str, int] = {"fp16": 32}
 # Narrow-N tiles cost more per MAC than narrow-M ones (each tile column re-reads the input rows
 # and writes its own output channels): tile efficiency = tm·tn / ((tm + s)(tn + N_OVERHEAD·s)).
 # Fitted per dtype on the 8 shapes of the first sweep round it came out 2.1 (fp16) and 2.4 (TF32);
@@ -201,8 +207,10 @@ def _default_families(cc: tuple[int, int], dtype: str) -> tuple[KernelFamily, ..
     else:
         tiles, threads, regs, smem = SM80_TILES, 256, 128, 73728
     occupancy = {"threads": threads, "registers_per_thread": regs, "shared_mem_bytes": smem}
+    mid = [MID_ALIGN[dtype]] if dtype in MID_ALIGN else []
     return (
         KernelFamily(f"tc-aligned{FAST_ALIGN[dtype]}", FAST_ALIGN[dtype], tiles, 1.0, **occupancy),
+        *(KernelFamily(f"tc-aligned{a}", a, tiles, 0.95, 0.0, **occupancy) for a in mid),
         KernelFamily(f"tc-aligned{vec}", vec, tiles, 0.95, 0.0, **occupancy),
         KernelFamily("padded", 1, tiles, 0.5, 0.1, **occupancy),
     )
@@ -529,16 +537,24 @@ def fit(
     ]
     sms = [int(p.get("sms") or target.sms) for p in points]
     y = np.log(np.array([float(p["measured_us"]) for p in points]))
-    nfam = len(start.families)
+    # Free: the efficiency and epilogue of every aligned family after the first (the reference),
+    # each family no faster than the better-aligned one before it (efficiency a factor ≤ 1 of it,
+    # epilogue an increment ≥ 0): a wider alignment never buys a slower kernel, so a width aligned
+    # to 32 always runs the 32 family, not the 8 one. The padded path (min_align 1), which sweeps
+    # over multiples of 8 never exercise, keeps its ratio to the last free family.
+    free = [i for i, f in enumerate(start.families) if i > 0 and f.min_align > 1]
 
     def unpack(x: np.ndarray) -> WaveParams:
-        # Only the second family's efficiency and epilogue are free; slower families (the padded
-        # path, which sweeps over multiples of 8 never exercise) keep their ratio to it.
         fams = list(start.families)
-        if nfam > 1:
-            ratio = float(x[5]) / max(start.families[1].efficiency, 1e-9)
-            fams[1] = replace(fams[1], efficiency=float(x[5]), epilogue_us=float(x[6]))
-            for i in range(2, nfam):
+        eff = epi = 0.0
+        for j, i in enumerate(free):
+            a, b = float(x[5 + 2 * j]), float(x[6 + 2 * j])
+            eff, epi = (a, b) if j == 0 else (eff * a, epi + b)
+            fams[i] = replace(fams[i], efficiency=eff, epilogue_us=epi)
+        if free:
+            last = free[-1]
+            ratio = fams[last].efficiency / max(start.families[last].efficiency, 1e-9)
+            for i in range(last + 1, len(fams)):
                 fams[i] = replace(fams[i], efficiency=min(1.0, start.families[i].efficiency * ratio))
         return replace(
             start,
@@ -579,10 +595,11 @@ def fit(
             start.wave_us,
             start.tail_floor,
             start.small_tile,
-            *([start.families[1].efficiency, start.families[1].epilogue_us] if nfam > 1 else []),
+            *(_relative_start(start.families, free)),
         ]
     )
-    extra_lo, extra_hi = ([0.02, 0.0], [max_eff, 10.0]) if nfam > 1 else ([], [])
+    extra_lo = [0.02, 0.0] * len(free)
+    extra_hi = [v for j in range(len(free)) for v in ((max_eff if j == 0 else 1.0), 10.0)]
     lo = np.array([0.0, x0[1] - 5, 0.0, 0.0, 0.0, *extra_lo])
     hi = np.array([200.0, x0[1] + 5, 100.0, 1.0, 256.0, *extra_hi])
     x0 = np.clip(x0, lo + 1e-9, hi - 1e-9)
@@ -595,6 +612,22 @@ def fit(
         source=f"least-squares fit on {len(points)} measured points",
         fitted_on=ids,
     )
+
+
+def _relative_start(families: tuple[KernelFamily, ...], free: list[int]) -> list[float]:
+    """Start values of the free families in fit's terms: the first one's efficiency and
+    epilogue, then each next one's efficiency factor and epilogue increment over its predecessor."""
+    out: list[float] = []
+    prev: KernelFamily | None = None
+    for i in free:
+        f = families[i]
+        if prev is None:
+            out += [f.efficiency, f.epilogue_us]
+        else:
+            ratio = min(1.0, f.efficiency / max(prev.efficiency, 1e-9))
+            out += [ratio, max(0.0, f.epilogue_us - prev.epilogue_us)]
+        prev = f
+    return out
 
 
 def conv_rows(analysis: Any, target: Target, dtype: str = "fp16") -> list[dict[str, Any]]:
