@@ -71,6 +71,16 @@ SHAPES = {
     "al": (8, 32, 112, 112, 3, 2),
     "am": (8, 512, 20, 20, 1, 1),
     "an": (1, 64, 80, 80, 3, 1),
+    # sixth round (2026-12-02): measured after commit f1dd72a (the fp16 family at 32) and scored
+    # with the fit shipped there before any change: ResNet-50's 1×1 reduce at 56×56, a YOLO neck
+    # 3×3 at 52×52, a ResNet downsample, a YOLO 1×1 at 26×26, a narrow stride-2 stage (C = 48),
+    # MobileNetV2's last projection (C = 960)
+    "ao": (16, 256, 56, 56, 1, 1),
+    "ap": (8, 128, 52, 52, 3, 1),
+    "aq": (4, 256, 28, 28, 3, 2),
+    "ar": (2, 512, 26, 26, 1, 1),
+    "as": (16, 48, 40, 40, 3, 2),
+    "at": (8, 960, 7, 7, 1, 1),
 }
 
 
