@@ -3,11 +3,12 @@ and pooled by subset, with the fit shipped just before the round was measured (k
 folder), so no figure here comes from a fit that saw the sweeps it scores. Predictions of the
 wave model against measured H200 medians.
 
-    python benchmarks/score_rounds.py            # round four and round five
-    python benchmarks/score_rounds.py --round 5
+    python benchmarks/score_rounds.py            # rounds four, five and six
+    python benchmarks/score_rounds.py --round 6
 Round four: the fit of rounds one to three (commit cf4b182); round five: the fit of commit d5f5956
-(rounds one to four). Each round also prints its repeats: the model on a first and a second
-measurement of the same sweeps, and each measurement as the "model" of the other.
+(rounds one to four); round six: the fit of commit f1dd72a (rounds one to five, with the fp16
+family at 32). Each round also prints its repeats: the model on a first and a second measurement
+of the same sweeps, and each measurement as the "model" of the other.
 """
 
 from __future__ import annotations
@@ -31,16 +32,21 @@ FOLDERS = {
     "all_engines": ROOT / "benchmarks" / "staircases_all_engines",
     "heuristic": ROOT / "benchmarks" / "staircases_heuristic",
 }
-# round → (record folder, sweep-list file, fit file, the shapes new in that round)
+# round → (record folder, sweep-list file, fit file, the shapes new in that round, the folder in
+# the record of repeats measured after the round and kept out of the fitted sweeps, if any)
 ROUNDS = {
-    4: ("h200_round4", "round4_sweeps.json", "fit_before_round4.json", {"ac", "ad", "ae", "af", "ag", "ah"}),
-    5: ("h200_round5", "round5_sweeps.json", "fit_before_round5.json", {"ai", "aj", "ak", "al", "am", "an"}),
-}
+    4: ("h200_round4", "round4_sweeps.json", "fit_before_round4.json", {"ac", "ad", "ae", "af", "ag", "ah"},
+        ""),
+    5: ("h200_round5", "round5_sweeps.json", "fit_before_round5.json", {"ai", "aj", "ak", "al", "am", "an"},
+        "repeats_8sm"),
+    6: ("h200_round6", "round6_sweeps.json", "fit_before_round6.json", {"ao", "ap", "aq", "ar", "as", "at"},
+        "repeats"),
+}  # fmt: skip
 
 
 def load_round(number: int) -> tuple[dict[str, list[str]], dict[str, WaveParams], set[str]]:
     """(sweep ids per search mode, the fit shipped before the round, the round's new shapes)."""
-    folder, sweeps_file, fit_file, new = ROUNDS[number]
+    folder, sweeps_file, fit_file, new, _ = ROUNDS[number]
     record = ROOT / "benchmarks" / "results" / folder
     ids = json.loads((record / sweeps_file).read_text())["sweeps"]
     fit = json.loads((record / fit_file).read_text())
@@ -97,10 +103,10 @@ def score_round(number: int) -> None:
     # measurement as the model of the other (the ceiling for any width model)
     sweeps = every_default
     reps = [s for s in default if s["id"].endswith("_repeat")]
-    # repeats measured after the refit, kept beside the record (not in the fitted folder)
-    extra = ROOT / "benchmarks" / "results" / ROUNDS[number][0] / "repeats_8sm"
-    if extra.is_dir():
-        reps += ev.load_sweeps(extra)
+    # repeats kept beside the record (not in the fitted folder)
+    folder, *_, kept = ROUNDS[number]
+    if kept:
+        reps += ev.load_sweeps(ROOT / "benchmarks" / "results" / folder / kept)
     twins = {r["id"].removesuffix("_repeat") for r in reps}
     firsts = [s for s in sweeps if s["id"] in twins]
     for name, group in (("first measurement", firsts), ("repeat", reps)):
