@@ -24,12 +24,15 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results" / "h200_optimize"
+CURRENT = "code of 9f1a9e1: confirmation step, fp16 family at 32"
 # (file, note): the two main runs predate the optimizer's confirmation step (docs/optimize.md step 7).
 DEFAULT_FILES: list[tuple[Path, str]] = [
     (RESULTS / "optimize_sms8.json", "before the confirmation step"),
     (RESULTS / "optimize_full.json", "before the confirmation step"),
     (RESULTS / "optimize_full_resnet56_confirm.json", "with the confirmation step"),
     (RESULTS / "optimize_sms8_vgg16_confirm.json", "with the confirmation step"),
+    (RESULTS / "optimize_sms8_confirm.json", CURRENT),
+    (RESULTS / "optimize_sms8_resnet56_confirm.json", CURRENT),
 ]
 CIFAR_COLUMNS = ("unpruned", "pruned", "round_up_8", "deployopt_lossless", "deployopt_trim")
 

@@ -107,6 +107,23 @@ def test_mobilenetv2_top1_and_latency():
     assert round(mf.lossless_vs_input, 2) == -0.10
 
 
+def test_current_code_at_8_sms_beats_round_up_in_every_cifar_case():
+    """The runs of 9f1a9e1's code (confirmation step, fp16 family at 32) at 8 SMs: the lossless
+    answer is faster than round-up-to-8 with disjoint build-level CIs in all six CIFAR cases —
+    where the first runs (optimize_sms8.json) returned the round-up plan itself for two ResNet56
+    seeds."""
+    rows = [*_rows("optimize_sms8_confirm.json")[0], *_rows("optimize_sms8_resnet56_confirm.json")[0]]
+    assert sorted((r.model, r.seed) for r in rows) == [("resnet56", s) for s in range(3)] + [
+        ("vgg16", s) for s in range(3)
+    ]
+    for r in rows:
+        assert r.sms == 8 and not r.lossless_r8_overlap and r.lossless_vs_r8 < -1.0
+    by = {(r.model, r.seed): round(r.lossless_vs_r8, 2) for r in rows}
+    assert by[("resnet56", 2)] == -4.04 and by[("vgg16", 1)] == -3.90
+    before = {(r.model, r.seed): r.lossless_r8_overlap for r in _rows("optimize_sms8.json")[0]}
+    assert before[("resnet56", 0)] and before[("resnet56", 1)]  # same plan as round-up then
+
+
 def test_main_prints_tables_and_check_passes(capsys):
     assert so.main([]) == 0
     out = capsys.readouterr().out
@@ -116,7 +133,7 @@ def test_main_prints_tables_and_check_passes(capsys):
     # with build-level CIs no target is missed (the two identical-model cases overlap)
     assert so.main(["--check"]) == 0
     out = capsys.readouterr().out
-    assert out.count("| ✗ |") == 0 and out.count("| ✓ |") == 26
+    assert out.count("| ✗ |") == 0 and out.count("| ✓ |") == 34
     assert so.main(["--check", str(RESULTS / "optimize_sms8.json")]) == 0
 
 
