@@ -595,7 +595,7 @@ def fit(
             start.wave_us,
             start.tail_floor,
             start.small_tile,
-            *(_relative_start(start.families, free)),
+            *_relative_start(start.families, free),
         ]
     )
     extra_lo = [0.02, 0.0] * len(free)

@@ -411,6 +411,20 @@ def test_heuristic_sweeps_are_reproducible_and_the_shipped_fit_tracks_fp32():
 
 
 ROUND4 = ROOT / "benchmarks" / "results" / "h200_round4"
+ROUND5 = ROOT / "benchmarks" / "results" / "h200_round5"
+ROUND6 = ROOT / "benchmarks" / "results" / "h200_round6"
+
+
+def _held_out_round(record_dir: Path, number: int, every: list[dict]) -> tuple[dict, list[dict], dict]:
+    """(the round's record, its first-measurement default-limit sweeps, the fit shipped before it):
+    checks that the record's sweeps are all committed and that the fit saw none of them."""
+    record = json.loads((record_dir / f"round{number}_sweeps.json").read_text())
+    ids = {i for i in record["sweeps"]["default_limit"] if not i.endswith("_repeat")}
+    sweeps = [s for s in every if s["id"] in ids]
+    assert len(sweeps) == len(ids)
+    fit_doc = json.loads((record_dir / f"fit_before_round{number}.json").read_text())
+    assert not ids & {Path(p).stem for p in fit_doc["sweeps"]}  # none of them was fitted on
+    return record, sweeps, {dt: WaveParams.from_json(fit_doc["params"][dt]) for dt in ("fp16", "fp32")}
 
 
 @pytest.mark.skipif(not ROUND4.is_dir(), reason="no round-four record")
@@ -421,13 +435,8 @@ def test_round_four_scored_with_the_fit_shipped_before_it():
     the goal; the agreement misses it by one pair."""
     import eval_wave_model as ev
 
-    record = json.loads((ROUND4 / "round4_sweeps.json").read_text())
-    ids = {i for i in record["sweeps"]["default_limit"] if not i.endswith("_repeat")}
-    sweeps = [s for s in ev.load_sweeps() if s["id"] in ids]
-    assert len(sweeps) == len(ids) == 60
-    fit_doc = json.loads((ROUND4 / "fit_before_round4.json").read_text())
-    assert not ids & {Path(p).stem for p in fit_doc["sweeps"]}  # none of them was fitted on
-    params = {dt: WaveParams.from_json(fit_doc["params"][dt]) for dt in ("fp16", "fp32")}
+    _, sweeps, params = _held_out_round(ROUND4, 4, ev.load_sweeps())
+    assert len(sweeps) == 60
     scores = ev.score(sweeps, get_target("h200"), params)
     wave = scores["wave"]
     assert wave["pairs"] == 1631
@@ -436,9 +445,6 @@ def test_round_four_scored_with_the_fit_shipped_before_it():
     assert wave["regret"] <= 0.015  # reached: 1.44 % (the goal: 1.5 %)
     assert wave["agreement"] > scores["tile128"]["agreement"] + 0.05  # 74.4 %
     assert scores["constant"]["agreement"] < 0.66  # 64.7 %: the issue's reference set scores 65 %
-
-
-ROUND5 = ROOT / "benchmarks" / "results" / "h200_round5"
 
 
 @pytest.mark.skipif(not ROUND5.is_dir(), reason="no round-five record")
@@ -450,14 +456,9 @@ def test_round_five_scored_with_the_fit_shipped_before_it():
     does (48.2 %): no width model can do much better there."""
     import eval_wave_model as ev
 
-    record = json.loads((ROUND5 / "round5_sweeps.json").read_text())
-    ids = {i for i in record["sweeps"]["default_limit"] if not i.endswith("_repeat")}
     every = ev.load_sweeps()
-    sweeps = [s for s in every if s["id"] in ids]
-    assert len(sweeps) == len(ids) == 36
-    fit_doc = json.loads((ROUND5 / "fit_before_round5.json").read_text())
-    assert not ids & {Path(p).stem for p in fit_doc["sweeps"]}  # none of them was fitted on
-    params = {dt: WaveParams.from_json(fit_doc["params"][dt]) for dt in ("fp16", "fp32")}
+    _, sweeps, params = _held_out_round(ROUND5, 5, every)
+    assert len(sweeps) == 36
     target = get_target("h200")
     scores = ev.score(sweeps, target, params)
     wave = scores["wave"]
@@ -477,9 +478,6 @@ def test_round_five_scored_with_the_fit_shipped_before_it():
     assert repeat_agreement < 0.5 and model_full["agreement"] > repeat_agreement  # 46.6 % < 48.2 %
 
 
-ROUND6 = ROOT / "benchmarks" / "results" / "h200_round6"
-
-
 @pytest.mark.skipif(not ROUND6.is_dir(), reason="no round-six record")
 def test_round_six_scored_with_the_fit_shipped_before_it():
     """Round six (6 new deployment layers, ao–at, at 8/16/132 SMs) scored with the fit of commit
@@ -489,13 +487,8 @@ def test_round_six_scored_with_the_fit_shipped_before_it():
     timed the 8- and 16-SM sweeps meet issue 3's goal."""
     import eval_wave_model as ev
 
-    record = json.loads((ROUND6 / "round6_sweeps.json").read_text())
-    ids = {i for i in record["sweeps"]["default_limit"] if not i.endswith("_repeat")}
-    sweeps = [s for s in ev.load_sweeps() if s["id"] in ids]
-    assert len(sweeps) == len(ids) == 36
-    fit_doc = json.loads((ROUND6 / "fit_before_round6.json").read_text())
-    assert not ids & {Path(p).stem for p in fit_doc["sweeps"]}  # none of them was fitted on
-    params = {dt: WaveParams.from_json(fit_doc["params"][dt]) for dt in ("fp16", "fp32")}
+    record, sweeps, params = _held_out_round(ROUND6, 6, ev.load_sweeps())
+    assert len(sweeps) == 36
     assert [f.name for f in params["fp16"].families][:3] == ["tc-aligned64", "tc-aligned32", "tc-aligned8"]
     target = get_target("h200")
     scores = ev.score(sweeps, target, params)
@@ -510,7 +503,7 @@ def test_round_six_scored_with_the_fit_shipped_before_it():
     without = ev.score(sweeps, target, two)["wave"]
     assert without["agreement"] == pytest.approx(wave["agreement"], abs=0.005)
     assert without["regret"] > wave["regret"] + 0.002
-    engines = json.loads((ROUND6 / "round6_sweeps.json").read_text())["sweeps"]["all_engines"]
+    engines = record["sweeps"]["all_engines"]
     timed = [s for s in ev.load_sweeps(ROOT / "benchmarks" / "staircases_all_engines") if s["id"] in engines]
     assert len(timed) == 36
     for sms, (agree, most) in {8: (0.83, 0.0065), 16: (0.83, 0.0120)}.items():
