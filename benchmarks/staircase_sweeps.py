@@ -81,6 +81,13 @@ SHAPES = {
     "ar": (2, 512, 26, 26, 1, 1),
     "as": (16, 48, 40, 40, 3, 2),
     "at": (8, 960, 7, 7, 1, 1),
+    # seventh round (2026-12-02, small): input channels that are not multiples of 64, as in
+    # EfficientNet / MobileNetV3 / YOLO-nano layers, measured after the refit of 9f1a9e1 and scored
+    # with it before any change
+    "au": (16, 40, 56, 56, 1, 1),
+    "av": (8, 80, 28, 28, 3, 1),
+    "aw": (16, 32, 104, 104, 3, 2),
+    "ax": (8, 112, 14, 14, 1, 1),
 }
 
 
