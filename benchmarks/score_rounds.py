@@ -7,7 +7,8 @@ wave model against measured H200 medians.
     python benchmarks/score_rounds.py --round 6
 Round four: the fit of rounds one to three (commit cf4b182); round five: the fit of commit d5f5956
 (rounds one to four); round six: the fit of commit f1dd72a (rounds one to five, with the fp16
-family at 32). Each round also prints its repeats: the model on a first and a second measurement
+family at 32); round seven (small, not fitted on: its sweeps stay in its record): the fit of
+9f1a9e1 (rounds one to six). Each round also prints its repeats: the model on a first and a second measurement
 of the same sweeps, and each measurement as the "model" of the other.
 """
 
@@ -41,6 +42,8 @@ ROUNDS = {
         "repeats_8sm"),
     6: ("h200_round6", "round6_sweeps.json", "fit_before_round6.json", {"ao", "ap", "aq", "ar", "as", "at"},
         "repeats"),
+    # held out: its sweeps stay in the record (one folder per search mode), not in the fitted folders
+    7: ("h200_round7", "round7_sweeps.json", "fit_before_round7.json", {"au", "av", "aw", "ax"}, ""),
 }  # fmt: skip
 
 
@@ -53,12 +56,21 @@ def load_round(number: int) -> tuple[dict[str, list[str]], dict[str, WaveParams]
     return ids, {dt: WaveParams.from_json(fit["params"][dt]) for dt in ("fp16", "fp32")}, new
 
 
+def _folders(number: int) -> dict[str, Path]:
+    """Where the round's sweeps are, per search mode: a folder of that name inside the round's
+    record (a held-out round, not fitted on) or else the committed sweep folders."""
+    record = ROOT / "benchmarks" / "results" / ROUNDS[number][0]
+    return {mode: record / mode if (record / mode).is_dir() else folder for mode, folder in FOLDERS.items()}
+
+
 def score_round(number: int) -> None:
     ids, params, new = load_round(number)
     target = get_target("h200")
     print(f"#### round {number}")
-    for mode, folder in FOLDERS.items():
+    for mode, folder in _folders(number).items():
         wanted = {i for i in ids[mode] if not i.endswith("_repeat")}
+        if not wanted:
+            continue
         sweeps = [s for s in ev.load_sweeps(folder) if s["id"] in wanted]
         groups = {
             "all": sweeps,
@@ -88,7 +100,7 @@ def score_round(number: int) -> None:
             )
 
     # how much of the regret an alignment prior alone removes (ties to the better-aligned width)
-    every_default = ev.load_sweeps(FOLDERS["default_limit"])  # read once: the study and the repeats
+    every_default = ev.load_sweeps(_folders(number)["default_limit"])  # read once: the study and the repeats
     default = [s for s in every_default if s["id"] in set(ids["default_limit"])]
     study = ev.tie_break_study([s for s in default if not s["id"].endswith("_repeat")], target, params)
     key = f"ties_aligned{ev.TIE_ALIGN}"
@@ -107,6 +119,8 @@ def score_round(number: int) -> None:
     folder, *_, kept = ROUNDS[number]
     if kept:
         reps += ev.load_sweeps(ROOT / "benchmarks" / "results" / folder / kept)
+    if not reps:
+        return
     twins = {r["id"].removesuffix("_repeat") for r in reps}
     firsts = [s for s in sweeps if s["id"] in twins]
     for name, group in (("first measurement", firsts), ("repeat", reps)):
