@@ -7,6 +7,8 @@ number printed says it was measured, on what, with its spread and run count.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Optional
 
@@ -68,6 +70,20 @@ def _backend(name: str) -> Backend:
     if not ok:
         raise BackendUnavailable(f"backend {name!r} is unavailable: {why}")
     return b
+
+
+@contextmanager
+def _session(backend_name: str, model: Path, *settings: Any, **options: Any) -> Iterator[Any]:
+    """The backend session `bench` and `profile` measure in (`settings`, `options`: `_options`'s
+    arguments after the backend): options checked and the model file checked before anything
+    starts, the --sms note printed only once the session stands (so a refused option stays a
+    one-line error)."""
+    b = _backend(backend_name)
+    opts = _options(b, *settings, **options)
+    _check_model(model)
+    with b.open(opts) as session:
+        note_cudnn_search(b, opts.sms, options.get("cudnn_engines"), options.get("cudnn_benchmark", True))
+        yield session
 
 
 def _options(
@@ -172,22 +188,10 @@ def bench_command(
     """Time a model end to end: median, IQR, 95 % CI, runs, what was timed, environment."""
     from deployopt.fileio import write_json
 
-    b = _backend(backend)
-    opts = _options(
-        b,
-        dtype,
-        batch,
-        sms,
-        runs,
-        warmup,
-        input_shape,
-        timeout,
-        cudnn_engines=cudnn_engines,
-        cudnn_benchmark=cudnn_benchmark,
-    )
-    _check_model(model)
-    with b.open(opts) as session:  # a note only once the session stands: an error stays one line
-        note_cudnn_search(b, sms, cudnn_engines, cudnn_benchmark)
+    settings = (dtype, batch, sms, runs, warmup, input_shape, timeout)
+    with _session(
+        backend, model, *settings, cudnn_engines=cudnn_engines, cudnn_benchmark=cudnn_benchmark
+    ) as session:
         timing = session.measure(model)
     doc = bench_json(timing)
     if output is not None:
@@ -280,23 +284,15 @@ def profile_command(
     """Per-layer time with share of total; --kernels adds grid/block/registers/tile/waves per kernel."""
     from deployopt.fileio import write_json
 
-    b = _backend(backend)
-    opts = _options(
-        b,
-        dtype,
-        batch,
-        sms,
-        runs,
-        warmup,
-        input_shape,
-        timeout,
+    settings = (dtype, batch, sms, runs, warmup, input_shape, timeout)
+    with _session(
+        backend,
+        model,
+        *settings,
         workdir=trace_dir,
         cudnn_engines=cudnn_engines,
         cudnn_benchmark=cudnn_benchmark,
-    )
-    _check_model(model)
-    with b.open(opts) as session:  # a note only once the session stands: an error stays one line
-        note_cudnn_search(b, sms, cudnn_engines, cudnn_benchmark)
+    ) as session:
         profile = session.profile(model, kernels=kernels)
     doc = profile.to_json()
     if output is not None:
