@@ -82,7 +82,7 @@ def _session(backend_name: str, model: Path, *settings: Any, **options: Any) -> 
     opts = _options(b, *settings, **options)
     _check_model(model)
     with b.open(opts) as session:
-        note_cudnn_search(b, opts.sms, options.get("cudnn_engines"), options.get("cudnn_benchmark", True))
+        note_cudnn_search(b, opts.sms, opts.cudnn_engines, opts.cudnn_benchmark)
         yield session
 
 
