@@ -34,9 +34,18 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from deployopt.fileio import write_json  # noqa: E402
+from deployopt.kernels import parse_tile  # noqa: E402
 from deployopt.layers import ConvShape  # noqa: E402
 from deployopt.targets import FITTED_DIR, get_target  # noqa: E402
-from deployopt.waves import WaveParams, _evaluate, fit, generic_params, pair_agreement, regret  # noqa: E402
+from deployopt.waves import (  # noqa: E402
+    WaveParams,
+    _evaluate,
+    fit,
+    generic_params,
+    pair_agreement,
+    regret,
+    regret_per_width,
+)
 
 TIE_ALIGN = 32  # the alignment tie-break studied by tie_break_study
 
@@ -283,6 +292,38 @@ def tie_break_study(
     return out
 
 
+def regret_sources(
+    sweeps: list[dict[str, Any]], target: Any, params: dict[str, WaveParams]
+) -> dict[str, Any]:
+    """Where the model's regret comes from: the share of it (summed over every K) at recommended
+    widths that are multiples of 64, and at those of them where the measured kernel had a 64-row
+    tile (64×128, 64×64: `parse_tile` on the traced kernel name). With PyTorch's default search
+    cuDNN ran such tiles at multiples of 64 on some shapes, slower than its pick one width away."""
+    groups: dict[str, dict[str, float]] = {}
+    for s in sweeps:
+        pred = predictions("wave", s, target, params[s["dtype"]])
+        kernels = dict(zip(s["ks"], s["kernels"]))
+        g = groups.setdefault(
+            f"{s['dtype']} {s['sms']} SMs", {"points": 0, "regret": 0.0, "at64": 0.0, "at64_m64": 0.0}
+        )
+        for rec, r in regret_per_width(s["ks"], s["measured"], pred):
+            g["points"] += 1
+            g["regret"] += r
+            if rec % 64 == 0:
+                g["at64"] += r
+                tile = parse_tile(kernels[rec][0]["name"]) if kernels[rec] else None
+                if tile is not None and tile[0] == 64:
+                    g["at64_m64"] += r
+    return {
+        key: {
+            "regret": g["regret"] / g["points"],
+            "share_at_multiples_of_64": g["at64"] / g["regret"] if g["regret"] else 0.0,
+            "share_there_with_64_row_tiles": g["at64_m64"] / g["regret"] if g["regret"] else 0.0,
+        }
+        for key, g in sorted(groups.items())
+    }
+
+
 def _fit_without(job: tuple[list[dict[str, Any]], str, Any, list[str]]) -> dict[str, WaveParams]:
     """Parameters per dtype fitted on every sweep except those of one shape (a worker process)."""
     sweeps, key, start, dtypes = job
@@ -373,6 +414,16 @@ def main() -> None:
     for model, groups in doc["tie_break_study"].items():
         a = groups["all"]
         print(f"  {model:<10} {100 * a['ties_wider']:.2f} % → {100 * a[f'ties_aligned{TIE_ALIGN}']:.2f} %")
+    doc["regret_sources"] = regret_sources(sweeps, target, shipped)
+    print(
+        "\n== the shipped fit's regret: share at recommended multiples of 64, and there with 64-row tiles =="
+    )
+    for key, v in doc["regret_sources"].items():
+        print(
+            f"  {key:<16} regret {100 * v['regret']:.2f} %"
+            f"  at multiples of 64 {100 * v['share_at_multiples_of_64']:.0f} %"
+            f"  with 64-row tiles {100 * v['share_there_with_64_row_tiles']:.0f} %"
+        )
     doc["noise_ceiling"] = noise_ceiling(sweeps)
     if doc["noise_ceiling"]:
         print("\n== noise ceiling: a repeated full-GPU sweep as the model of its original ==")

@@ -797,6 +797,24 @@ def recommend(
     return best_w
 
 
+def regret_per_width(
+    widths: list[int],
+    measured_us: list[float],
+    predicted_us: list[float],
+    trim: float = 0.1,
+    prefer_aligned: int = 1,
+) -> list[tuple[int, float]]:
+    """For every swept k: (the width the model recommends, its measured latency over the measured
+    best in [(1 − trim)·k, k], minus one)."""
+    meas = dict(zip(widths, measured_us))
+    out = []
+    for k in widths:
+        rec = recommend(widths, predicted_us, k, trim, prefer_aligned)
+        best = min(m for w, m in meas.items() if (1.0 - trim) * k - 1e-9 <= w <= k)
+        out.append((rec, meas[rec] / best - 1.0))
+    return out
+
+
 def regret(
     widths: list[int],
     measured_us: list[float],
@@ -805,10 +823,5 @@ def regret(
     prefer_aligned: int = 1,
 ) -> float:
     """Mean over every swept k of measured(recommended) / measured best in [(1 − trim)·k, k] − 1."""
-    meas = dict(zip(widths, measured_us))
-    total = 0.0
-    for k in widths:
-        rec = recommend(widths, predicted_us, k, trim, prefer_aligned)
-        best = min(m for w, m in meas.items() if (1.0 - trim) * k - 1e-9 <= w <= k)
-        total += meas[rec] / best - 1.0
-    return total / len(widths)
+    per = regret_per_width(widths, measured_us, predicted_us, trim, prefer_aligned)
+    return sum(r for _, r in per) / len(per)

@@ -28,6 +28,7 @@ from deployopt.waves import (
     predict,
     recommend,
     regret,
+    regret_per_width,
     staircase,
     wave_count,
 )
@@ -255,6 +256,13 @@ def test_classify_agreement_regret_by_hand():
     assert regret(wide, [10, 9, 11, 12], [1, 1, 1, 1]) == pytest.approx((2 / 9 + 3 / 9) / 4)
     # a model that knows 104 is fastest has no regret
     assert regret(wide, [10, 9, 11, 12], [1, 0.5, 1, 1]) == 0.0
+    # per width: what the model recommends and what that costs over the measured best
+    assert regret_per_width(wide, [10, 9, 11, 12], [1, 1, 1, 1]) == [
+        (100, 0.0),
+        (104, 0.0),
+        (108, pytest.approx(2 / 9)),
+        (112, pytest.approx(3 / 9)),
+    ]
 
 
 def test_fit_recovers_toy_parameters():
@@ -355,6 +363,27 @@ def test_shipped_fit_agreement_on_committed_sweeps():
     # at 8 SMs (Orin Nano / Orin NX / AGX Xavier size), pooled over both dtypes: at the goal's edge
     eight = ev.score([s for s in sweeps if s["sms"] == 8], target, params)["wave"]
     assert eight["agreement"] >= 0.80 and eight["regret"] <= 0.0155  # reached: 80.6 % / 1.51 %
+
+
+@pytest.mark.skipif(not (ROOT / "benchmarks" / "staircases").is_dir(), reason="no committed sweeps")
+def test_default_search_regret_comes_from_64_row_tiles_at_multiples_of_64():
+    """docs/wave_model.md: with PyTorch's default search most of the fp16 regret at 8 and 16 SMs is
+    at recommended multiples of 64 where cuDNN ran a 64-row tile; with every engine timed, little."""
+    import eval_wave_model as ev
+
+    target = get_target("h200")
+    params = {dt: target.wave_params(dt) for dt in ("fp16", "fp32")}
+    default = ev.regret_sources([s for s in ev.load_sweeps() if s["dtype"] == "fp16"], target, params)
+    every = ev.regret_sources(
+        [s for s in ev.load_sweeps(ROOT / "benchmarks" / "staircases_all_engines") if s["dtype"] == "fp16"],
+        target,
+        params,
+    )
+    for key in ("fp16 8 SMs", "fp16 16 SMs"):
+        d, e = default[key], every[key]
+        assert d["share_at_multiples_of_64"] >= d["share_there_with_64_row_tiles"] >= 0.5  # 58 %, 54 %
+        assert e["share_there_with_64_row_tiles"] <= 0.2  # 15 %, 13 %
+        assert d["regret"] > e["regret"]
 
 
 AGREEMENT_ALL = 0.72  # reached: 72.3 % of 9152 pairs (tile128 baseline: 68.0 %); 72.6 % before round six
