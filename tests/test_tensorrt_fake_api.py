@@ -1,0 +1,1761 @@
+"""The TensorRT backend and the Jetson runner, run end to end against strict fake `tensorrt` modules.
+
+No TensorRT can be installed here, so each supported API surface (8.2: JetPack 4.6, 8.5: JetPack 5,
+10.x: JetPack 6) is a fake that has only the members that version's Python bindings define (any
+other name raises AttributeError, on read and on write), checks the argument types the bindings
+check, records what it is asked to do, and behaves like TensorRT where deployopt depends on it
+(explicit batch, optimization profiles, calibration, profiler reports, tensor addresses). CUDA is a
+fake cuda-python runtime (`cuda.bindings.runtime`, or `cuda.cudart` before 12.6) or a fake pycuda,
+on one fake GPU whose streams keep a clock, so a timed sample can be checked against what ran.
+
+Where each surface comes from (read from the sources, not from memory):
+- 8.2: NVIDIA/TensorRT python/src/infer/pyCore.cpp @052281f0 (the 8.2 bindings: IBuilderConfig has
+  max_workspace_size and no set_memory_pool_limit, no MemoryPoolType; ICudaEngine has only the
+  binding API (num_bindings, binding_is_input, get_binding_shape/dtype/name); IExecutionContext has
+  execute_v2(bindings), execute_async_v2(bindings, stream_handle, input_consumed=None),
+  set/get_binding_shape, no set_input_shape / set_tensor_address / execute_async_v3, no
+  TensorIOMode; ProfilingVerbosity LAYER_NAMES_ONLY, DETAILED, NONE (+ deprecated DEFAULT,
+  VERBOSE); Builder.build_engine deprecated in favour of build_serialized_network; int8_calibrator
+  and profiler setters keep the Python object alive); python/src/parsers/pyOnnx.cpp @052281f0
+  (parse(model, path=None), num_errors, get_error); python/src/infer/pyFoundationalTypes.cpp
+  (lists and tuples convert to Dims; Dims iterates); the 8.2.3 Python docs, Profiler page (the
+  profiler is called for execute(); "execute_async() does not currently support profiling").
+- 8.5: pyCore.cpp @768d994b (PreviewFeature FASTER_DYNAMIC_SHAPES_0805): the name-based API
+  (num_io_tensors, get_tensor_name/mode/shape/dtype, set_input_shape, set_tensor_address,
+  execute_async_v3(stream_handle)) beside the binding API, which is now deprecated; TensorIOMode;
+  set_memory_pool_limit(pool, pool_size) with MemoryPoolType.WORKSPACE, max_workspace_size
+  deprecated. C++ docs 8.5.3, IProfiler: called "for each invocation of
+  executeV2()/enqueueV2()/enqueueV3()".
+- 10.x: pyCore.cpp of the 10.x line (2025 copyright, with IRuntimeConfig): IExecutionContext keeps
+  execute_v2 and the name-based API only (no execute_async_v2, set_binding_shape,
+  get_binding_shape); ICudaEngine has no num_bindings / binding_is_input / get_binding_*;
+  IBuilderConfig has no max_workspace_size; Builder has no build_engine or max_batch_size;
+  ProfilingVerbosity is LAYER_NAMES_ONLY, DETAILED, NONE; int8_calibrator and
+  set_calibration_profile are "Deprecated in TensorRT 10.1" but present. Consistent with the 8.x
+  to 10.x migration guide (binding-based buffers replaced by num_io_tensors / get_tensor_name /
+  get_tensor_mode) and NVIDIA/TensorRT issue 3948 (binding_is_input gone in 10.0.1). C++ docs
+  10.5, IProfiler: called "for each invocation of executeV2()/enqueueV3()".
+- Calibrators, all three: python/src/infer/pyInt8.cpp: TensorRT calls get_batch(names) with one
+  argument and copies one pointer per input; None or an empty list ends calibration;
+  read_calibration_cache() returns None or a buffer; write_calibration_cache gets a memoryview.
+  pybind11 refuses a subclass whose __init__ skips the base __init__ ("must be called when
+  overriding __init__"), which the docs' IProfiler / IOutputAllocator examples warn about.
+- CUDA: the CUDA runtime API docs (cudaEventElapsedTime in milliseconds; an event must have
+  completed); cuda-python returns (err, *values), as NVIDIA's samples/python/common_runtime.py
+  unpacks it; pycuda's doc/source/driver.rst (mem_alloc, Event.record(stream=None),
+  end.time_since(start) in milliseconds) and src/wrapper/wrap_cudadrv.cpp (Stream.handle).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import importlib.machinery
+import importlib.util
+import json
+import statistics
+import sys
+import types
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+
+from deployopt.backends import tensorrt as trt_backend
+from deployopt.backends.base import MeasureOptions
+from deployopt.backends.tensorrt import TensorRTBackend, build_engine, time_engine
+from deployopt.backends.trtexec_parser import version_tuple
+from deployopt.errors import BackendFailed, DataError, ModelError
+
+V82, V85, V10 = "8.2.1.8", "8.5.2.2", "10.3.0.26"
+# The CUDA binding each board generation typically has: pycuda on JetPack 4.6, cuda-python 11.x
+# (cuda.cudart) on JetPack 5, cuda-python >= 12.6 (cuda.bindings.runtime) on JetPack 6.
+SURFACES = [(V82, "pycuda"), (V85, "cudart"), (V10, "bindings")]
+SURFACE_IDS = ["trt8.2", "trt8.5", "trt10"]
+ENGINE_MAGIC = b"FAKETRT\n"
+RUNNER = Path(__file__).resolve().parents[1] / "jetson" / "runner.py"
+
+
+class FakeMisuse(AssertionError):
+    """Something that is undefined behaviour on a real GPU (a buffer too small, an unknown stream)."""
+
+
+# ================================================================================================
+# the fake GPU: memory with contents, streams with a clock, events
+
+
+class FakeGpu:
+    """One device shared by the CUDA fakes and the TensorRT fake, recording everything in order."""
+
+    def __init__(self, name: str, sms: int, cc: tuple[int, int]) -> None:
+        self.name, self.sms, self.cc = name, sms, cc
+        self.memory: dict[int, bytearray] = {}
+        self.written: set[int] = set()
+        self.freed: list[int] = []
+        self.next_ptr = 0x7F00_0000_0000
+        self.clocks: dict[int, float] = {0: 0.0}  # stream handle -> ms of work queued on it
+        self.next_stream = 0x5000
+        self.events: dict[int, dict[str, Any]] = {}
+        self.log: list[tuple[str, tuple[Any, ...]]] = []  # every CUDA and TensorRT call, in order
+        self.runs: list[dict[str, Any]] = []  # every TensorRT execution
+        self.reported: dict[str, list[float]] = {}  # layer -> ms handed to IProfiler
+        self.deprecated: list[str] = []  # deprecated TensorRT members that were used
+        self.trt_errors: list[str] = []  # what the fake TensorRT logged as errors
+        self.calibration_batches: list[dict[str, np.ndarray]] = []
+        self.get_batch_results: list[Any] = []
+
+    def call(self, name: str, *args: Any) -> None:
+        self.log.append((name, args))
+
+    def names(self) -> list[str]:
+        return [name for name, _ in self.log]
+
+    # memory
+    def alloc(self, nbytes: int) -> int:
+        ptr = self.next_ptr
+        self.next_ptr += (nbytes + 0xFFF) // 0x1000 * 0x1000 + 0x1000
+        self.memory[ptr] = bytearray(nbytes)
+        self.call("alloc", ptr, nbytes)
+        return ptr
+
+    def free(self, ptr: int) -> bool:
+        if ptr not in self.memory:
+            return False
+        del self.memory[ptr]
+        self.written.discard(ptr)
+        self.freed.append(ptr)
+        self.call("free", ptr)
+        return True
+
+    def size_of(self, ptr: int) -> int:
+        return len(self.memory[ptr]) if ptr in self.memory else -1
+
+    def write(self, ptr: int, data: bytes) -> bool:
+        if ptr not in self.memory or len(data) > len(self.memory[ptr]):
+            return False
+        self.memory[ptr][: len(data)] = data
+        self.written.add(ptr)
+        self.call("htod", ptr, len(data))
+        return True
+
+    def read(self, ptr: int, nbytes: int, what: str) -> bytes:
+        if ptr not in self.memory or nbytes > len(self.memory[ptr]):
+            raise FakeMisuse(
+                f"{what}: {nbytes} bytes at {ptr:#x} are not an allocation (sizes {self.sizes()})"
+            )
+        if ptr not in self.written:
+            raise FakeMisuse(f"{what}: device memory at {ptr:#x} was never written")
+        return bytes(self.memory[ptr][:nbytes])
+
+    def sizes(self) -> dict[int, int]:
+        return {p: len(m) for p, m in self.memory.items()}
+
+    # streams and events
+    def new_stream(self) -> int:
+        self.next_stream += 0x10
+        self.clocks[self.next_stream] = 0.0
+        self.call("stream", self.next_stream)
+        return self.next_stream
+
+    def execute(self, handle: int) -> float:
+        """Queue one forward pass; durations are multiples of 1/256 ms, exact in float32."""
+        if handle not in self.clocks:
+            raise FakeMisuse(f"stream handle {handle:#x} was never created")
+        ms = 0.25 + (len(self.runs) % 5) / 256
+        self.clocks[handle] += ms
+        return ms
+
+    def new_event(self) -> int:
+        eid = len(self.events) + 1
+        self.events[eid] = {"t": None, "stream": None, "seq": -1, "done": False}
+        return eid
+
+    def record(self, eid: int, handle: int) -> bool:
+        if eid not in self.events or handle not in self.clocks:
+            return False
+        self.events[eid].update(t=self.clocks[handle], stream=handle, seq=len(self.log), done=False)
+        self.call("record", eid, handle)
+        return True
+
+    def sync_event(self, eid: int) -> None:
+        ev = self.events[eid]
+        for other in self.events.values():  # completing an event completes what was queued before it
+            if other["stream"] == ev["stream"] and other["seq"] <= ev["seq"]:
+                other["done"] = other["t"] is not None
+        self.call("sync_event", eid)
+
+    def sync_stream(self, handle: int) -> None:
+        for ev in self.events.values():
+            if ev["stream"] == handle:
+                ev["done"] = ev["t"] is not None
+        self.call("sync_stream", handle)
+
+    def elapsed(self, start: int, end: int) -> float | None:
+        a, b = self.events[start], self.events[end]
+        if not (a["done"] and b["done"]):
+            return None  # cudaErrorNotReady
+        return float(np.float32(b["t"] - a["t"]))
+
+
+# ================================================================================================
+# CUDA fakes: cuda-python's runtime module and pycuda
+
+
+def make_cuda_runtime(gpu: FakeGpu, module_name: str) -> types.ModuleType:
+    """cuda-python's runtime API: every call returns (cudaError_t, *outputs)."""
+    rt = types.ModuleType(module_name)
+
+    class cudaError_t(enum.IntEnum):
+        cudaSuccess = 0
+        cudaErrorInvalidValue = 1
+        cudaErrorInvalidResourceHandle = 400
+        cudaErrorNotReady = 600
+
+    class cudaMemcpyKind(enum.IntEnum):
+        cudaMemcpyHostToHost = 0
+        cudaMemcpyHostToDevice = 1
+        cudaMemcpyDeviceToHost = 2
+        cudaMemcpyDeviceToDevice = 3
+        cudaMemcpyDefault = 4
+
+    class cudaStream_t:
+        __slots__ = ("_h",)
+
+        def __init__(self, handle: int = 0) -> None:
+            self._h = handle
+
+        def __int__(self) -> int:
+            return self._h
+
+        def getPtr(self) -> int:
+            return self._h
+
+    class cudaEvent_t:
+        __slots__ = ("_id",)
+
+        def __init__(self, eid: int) -> None:
+            self._id = eid
+
+    class cudaDeviceProp:
+        __slots__ = ("major", "minor", "multiProcessorCount", "name")
+
+    ok = cudaError_t.cudaSuccess
+
+    def stream_handle(stream: Any) -> int:
+        if isinstance(stream, cudaStream_t):
+            return stream._h
+        if isinstance(stream, int) and not isinstance(stream, bool):
+            return stream
+        raise TypeError(
+            f"Argument 'stream' is not instance of type (expected int or cudaStream_t): {stream!r}"
+        )
+
+    def host_bytes(src: Any, count: int) -> bytes:
+        if isinstance(src, int):
+            return ctypes.string_at(src, count)
+        return bytes(memoryview(src).cast("B")[:count])
+
+    def cudaMalloc(size: int) -> tuple[Any, ...]:
+        if not isinstance(size, int) or size < 0:
+            raise TypeError(f"cudaMalloc(size: int), got {size!r}")
+        return ok, gpu.alloc(size)
+
+    def cudaFree(devPtr: Any) -> tuple[Any, ...]:
+        return (ok,) if gpu.free(int(devPtr)) else (cudaError_t.cudaErrorInvalidValue,)
+
+    def cudaMemcpy(dst: Any, src: Any, count: int, kind: Any) -> tuple[Any, ...]:
+        if not isinstance(kind, cudaMemcpyKind):
+            raise TypeError(f"cudaMemcpy kind must be a cudaMemcpyKind, got {kind!r}")
+        if kind == cudaMemcpyKind.cudaMemcpyHostToDevice:
+            done = gpu.write(int(dst), host_bytes(src, count))
+            return (ok,) if done else (cudaError_t.cudaErrorInvalidValue,)
+        if kind == cudaMemcpyKind.cudaMemcpyDeviceToHost:
+            data = gpu.read(int(src), count, "cudaMemcpy device to host")
+            ctypes.memmove(dst if isinstance(dst, int) else np.asarray(dst).ctypes.data, data, count)
+            return (ok,)
+        raise FakeMisuse(f"cudaMemcpy kind {kind.name} is not modelled")
+
+    def cudaStreamCreate() -> tuple[Any, ...]:
+        return ok, cudaStream_t(gpu.new_stream())
+
+    def cudaStreamSynchronize(stream: Any) -> tuple[Any, ...]:
+        gpu.sync_stream(stream_handle(stream))
+        return (ok,)
+
+    def cudaEventCreate() -> tuple[Any, ...]:
+        return ok, cudaEvent_t(gpu.new_event())
+
+    def cudaEventRecord(event: Any, stream: Any = 0) -> tuple[Any, ...]:
+        if not isinstance(event, cudaEvent_t):
+            raise TypeError(f"cudaEventRecord(event: cudaEvent_t, ...), got {event!r}")
+        done = gpu.record(event._id, stream_handle(stream))
+        return (ok,) if done else (cudaError_t.cudaErrorInvalidResourceHandle,)
+
+    def cudaEventSynchronize(event: Any) -> tuple[Any, ...]:
+        gpu.sync_event(event._id)
+        return (ok,)
+
+    def cudaEventElapsedTime(start: Any, end: Any) -> tuple[Any, ...]:
+        ms = gpu.elapsed(start._id, end._id)
+        return (cudaError_t.cudaErrorNotReady, None) if ms is None else (ok, ms)
+
+    def cudaGetDeviceProperties(device: int) -> tuple[Any, ...]:
+        prop = cudaDeviceProp()
+        prop.name = gpu.name.encode().ljust(256, b"\x00")
+        prop.multiProcessorCount, (prop.major, prop.minor) = gpu.sms, gpu.cc
+        return ok, prop
+
+    for obj in (cudaError_t, cudaMemcpyKind, cudaStream_t, cudaEvent_t, cudaDeviceProp):
+        setattr(rt, obj.__name__, obj)
+    for fn in (
+        cudaMalloc,
+        cudaFree,
+        cudaMemcpy,
+        cudaStreamCreate,
+        cudaStreamSynchronize,
+        cudaEventCreate,
+        cudaEventRecord,
+        cudaEventSynchronize,
+        cudaEventElapsedTime,
+        cudaGetDeviceProperties,
+    ):
+        setattr(rt, fn.__name__, fn)
+    return rt
+
+
+def make_pycuda(gpu: FakeGpu) -> dict[str, types.ModuleType]:
+    """pycuda.driver and pycuda.autoinit, as far as deployopt uses them."""
+    driver = types.ModuleType("pycuda.driver")
+
+    class LogicError(RuntimeError):
+        pass
+
+    class DeviceAllocation:
+        __slots__ = ("_ptr",)
+
+        def __init__(self, ptr: int) -> None:
+            self._ptr = ptr
+
+        def __int__(self) -> int:
+            return self._ptr
+
+        def free(self) -> None:
+            if not gpu.free(self._ptr):
+                raise LogicError("cuMemFree failed: invalid argument")
+
+    def mem_alloc(nbytes: int) -> DeviceAllocation:
+        if not isinstance(nbytes, int) or nbytes < 1:
+            raise LogicError("cuMemAlloc failed: invalid argument")
+        return DeviceAllocation(gpu.alloc(nbytes))
+
+    def memcpy_htod(dest: Any, src: Any) -> None:
+        if not gpu.write(int(dest), bytes(memoryview(src).cast("B"))):
+            raise LogicError("cuMemcpyHtoD failed: invalid argument")
+
+    def memcpy_dtoh(dest: Any, src: Any) -> None:
+        view = memoryview(dest).cast("B")
+        view[:] = gpu.read(int(src), len(view), "memcpy_dtoh")
+
+    class Stream:
+        __slots__ = ("_h",)
+
+        def __init__(self, flags: int = 0) -> None:
+            self._h = gpu.new_stream()
+
+        @property
+        def handle(self) -> int:
+            return self._h
+
+        def synchronize(self) -> None:
+            gpu.sync_stream(self._h)
+
+    class Event:
+        __slots__ = ("_id",)
+
+        def __init__(self, flags: int = 0) -> None:
+            self._id = gpu.new_event()
+
+        def record(self, stream: Stream | None = None) -> Event:
+            if stream is not None and not isinstance(stream, Stream):
+                raise TypeError(f"Event.record(stream: Stream = None), got {stream!r}")
+            gpu.record(self._id, 0 if stream is None else stream._h)
+            return self
+
+        def synchronize(self) -> Event:
+            gpu.sync_event(self._id)
+            return self
+
+        def time_since(self, event: Event) -> float:
+            ms = gpu.elapsed(event._id, self._id)
+            if ms is None:
+                raise LogicError("cuEventElapsedTime failed: device not ready")
+            return ms
+
+    class device_attribute(enum.IntEnum):
+        MAX_THREADS_PER_BLOCK = 1
+        MULTIPROCESSOR_COUNT = 16
+
+    class Device:
+        __slots__ = ()
+
+        def name(self) -> str:
+            return gpu.name
+
+        def compute_capability(self) -> tuple[int, int]:
+            return gpu.cc
+
+        def get_attribute(self, attr: Any) -> int:
+            if not isinstance(attr, device_attribute):
+                raise TypeError(f"get_attribute(attr: device_attribute), got {attr!r}")
+            return gpu.sms if attr == device_attribute.MULTIPROCESSOR_COUNT else 1024
+
+    class Context:
+        @staticmethod
+        def get_device() -> Device:
+            return Device()
+
+    for obj in (
+        LogicError,
+        DeviceAllocation,
+        mem_alloc,
+        memcpy_htod,
+        memcpy_dtoh,
+        Stream,
+        Event,
+        device_attribute,
+    ):
+        setattr(driver, obj.__name__, obj)
+    driver.Context, driver.Device = Context, Device
+    autoinit = types.ModuleType("pycuda.autoinit")
+    autoinit.device = Device()
+    autoinit.context = Context()
+    package = types.ModuleType("pycuda")
+    package.__path__ = []
+    package.__spec__ = importlib.machinery.ModuleSpec("pycuda", None, is_package=True)
+    package.driver, package.autoinit = driver, autoinit
+    return {"pycuda": package, "pycuda.driver": driver, "pycuda.autoinit": autoinit}
+
+
+# ================================================================================================
+# the fake TensorRT, one per API surface
+
+
+def onnx_io(
+    data: bytes,
+) -> tuple[list[tuple[str, tuple[int, ...]]], list[tuple[str, tuple[int, ...]]], list[str]]:
+    """Inputs and outputs (-1 for a symbolic dim) and the layers a build would keep (convs, GEMMs)."""
+    model = onnx.load_from_string(data)
+    init = {t.name for t in model.graph.initializer}
+
+    def dims(vi: onnx.ValueInfoProto) -> tuple[int, ...]:
+        return tuple(d.dim_value if d.HasField("dim_value") else -1 for d in vi.type.tensor_type.shape.dim)
+
+    inputs = [(vi.name, dims(vi)) for vi in model.graph.input if vi.name not in init]
+    outputs = [(vi.name, dims(vi)) for vi in model.graph.output]
+    layers = [n.name for n in model.graph.node if n.op_type in ("Conv", "Gemm", "MatMul")]
+    return inputs, outputs, layers
+
+
+def layer_ms(layer: int, call: int) -> float:
+    """What the fake IProfiler reports: a float (TensorRT passes a C float), varying per call."""
+    return float(np.float32(0.010 * (layer + 1) * (1.0 + 0.05 * ((call % 3) - 1))))
+
+
+def make_tensorrt(version: str, gpu: FakeGpu) -> types.ModuleType:
+    """A `tensorrt` module with the members of `version`'s Python bindings and nothing else."""
+    v = version_tuple(version)
+    binding_api = v < (10, 0)  # ICudaEngine.num_bindings & co., execute_async_v2: removed in 10.0
+    tensor_api = v >= (8, 5)  # num_io_tensors, set_tensor_address, execute_async_v3: added in 8.5
+    memory_pool = v >= (8, 4)  # set_memory_pool_limit, MemoryPoolType: added in 8.4
+    workspace_size = v < (10, 0)  # max_workspace_size: deprecated in 8.4, removed in 10.0
+    profiler_on_enqueue = v >= (8, 5)  # 8.2: "execute_async() does not currently support profiling"
+    surface = f"fake TensorRT {version}"
+
+    def need(ok: bool, what: str) -> None:
+        if not ok:
+            raise TypeError(f"incompatible function arguments: {what} ({surface})")
+
+    def deprecated(name: str) -> None:
+        gpu.deprecated.append(name)
+
+    def is_int(x: Any) -> bool:
+        return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+    def dims_arg(x: Any, what: str) -> tuple[int, ...]:
+        if isinstance(x, Dims):
+            return x._d
+        need(
+            isinstance(x, (list, tuple)) and all(is_int(d) for d in x),
+            f"{what} must be Dims or a list of ints",
+        )
+        return tuple(int(d) for d in x)
+
+    def handle_arg(x: Any, what: str) -> int:
+        # size_t in the bindings: an int, or an object with __int__ such as cuda-python's
+        # cudaStream_t (NVIDIA's samples/python/common_runtime.py passes one to execute_async_v3)
+        need(is_int(x) or (hasattr(type(x), "__int__") and not isinstance(x, (float, bool))), what)
+        return int(x)
+
+    def volume(shape: Any) -> int:
+        return int(np.prod(list(shape), dtype=np.int64))
+
+    def enum_of(name: str, members: list[str], aliases: dict[str, str] | None = None) -> type[enum.IntEnum]:
+        items = [(m, i) for i, m in enumerate(members)]
+        items += [(a, members.index(target)) for a, target in (aliases or {}).items()]
+        return enum.IntEnum(name, items)  # type: ignore[return-value]
+
+    severity = enum_of("Severity", ["INTERNAL_ERROR", "ERROR", "WARNING", "INFO", "VERBOSE"])
+    DataType = enum_of(
+        "DataType",
+        ["FLOAT", "HALF", "INT8", "INT32", "BOOL"]
+        + (["UINT8"] if v >= (8, 5) else [])
+        + (["FP8", "BF16", "INT64", "INT4"] if v >= (10, 0) else []),
+    )
+    NetworkDefinitionCreationFlag = enum_of(
+        "NetworkDefinitionCreationFlag",
+        ["EXPLICIT_BATCH", "STRONGLY_TYPED"] if v >= (10, 0) else ["EXPLICIT_BATCH", "EXPLICIT_PRECISION"],
+    )
+    flags = ["FP16", "INT8", "DEBUG", "GPU_FALLBACK", "REFIT", "DISABLE_TIMING_CACHE", "TF32"]
+    flags += ["SPARSE_WEIGHTS", "SAFETY_SCOPE", "OBEY_PRECISION_CONSTRAINTS", "PREFER_PRECISION_CONSTRAINTS"]
+    flags += ["DIRECT_IO", "REJECT_EMPTY_ALGORITHMS"]
+    if v < (10, 0):
+        flags.append("STRICT_TYPES")
+    if v >= (8, 5):
+        flags.append("ENABLE_TACTIC_HEURISTIC" if v < (10, 0) else "BF16")
+    BuilderFlag = enum_of("BuilderFlag", flags)
+    ProfilingVerbosity = enum_of(
+        "ProfilingVerbosity",
+        ["LAYER_NAMES_ONLY", "NONE", "DETAILED"],
+        {"DEFAULT": "LAYER_NAMES_ONLY", "VERBOSE": "DETAILED"} if v < (10, 0) else None,
+    )
+    pools = ["WORKSPACE", "DLA_MANAGED_SRAM", "DLA_LOCAL_DRAM", "DLA_GLOBAL_DRAM"]
+    MemoryPoolType = enum_of(
+        "MemoryPoolType", pools + (["TACTIC_DRAM", "TACTIC_SHARED_MEMORY"] if v >= (10, 0) else [])
+    )
+    TensorIOMode = enum_of("TensorIOMode", ["NONE", "INPUT", "OUTPUT"])
+    CalibrationAlgoType = enum_of(
+        "CalibrationAlgoType",
+        ["LEGACY_CALIBRATION", "ENTROPY_CALIBRATION", "ENTROPY_CALIBRATION_2", "MINMAX_CALIBRATION"],
+    )
+    explicit_bit = 1 << int(NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
+
+    class Binding:
+        """A pybind11-style object: no instance dict, so a member this version lacks fails."""
+
+        __slots__ = ()
+
+        def __getattr__(self, name: str) -> Any:
+            raise AttributeError(
+                f"'tensorrt.{type(self).__name__}' object has no attribute {name!r} ({surface})"
+            )
+
+    class PybindMeta(type):
+        """pybind11 refuses a Python subclass whose __init__ did not call the base __init__."""
+
+        def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+            obj = super().__call__(*args, **kwargs)
+            if not obj.__dict__.get("_pybind_init"):
+                raise TypeError(f"{cls.__name__}.__init__() must be called when overriding __init__")
+            return obj
+
+    class Dims(Binding):
+        __slots__ = ("_d",)
+
+        def __init__(self, shape: Any = ()) -> None:
+            self._d = tuple(int(x) for x in shape)
+
+        def __len__(self) -> int:
+            return len(self._d)
+
+        def __iter__(self) -> Any:
+            return iter(self._d)
+
+        def __getitem__(self, i: int) -> int:
+            return self._d[i]
+
+        def __eq__(self, other: object) -> bool:
+            return isinstance(other, (list, tuple, Dims)) and tuple(other) == self._d
+
+        __hash__ = None  # type: ignore[assignment]
+
+        def __repr__(self) -> str:
+            return repr(self._d)
+
+    class ILogger(Binding):
+        __slots__ = ()
+
+    class Logger(ILogger):
+        __slots__ = ("min_severity",)
+        Severity = severity
+        INTERNAL_ERROR, ERROR, WARNING, INFO, VERBOSE = tuple(severity)
+
+        def __init__(self, min_severity: Any = severity.WARNING) -> None:
+            need(isinstance(min_severity, severity), "Logger(min_severity: ILogger.Severity)")
+            self.min_severity = min_severity
+
+        def log(self, level: Any, msg: str) -> None:
+            if level <= severity.ERROR:
+                gpu.trt_errors.append(msg)
+
+    def error(logger: Any, msg: str) -> None:
+        logger.log(severity.ERROR, msg)
+
+    class IProfiler(metaclass=PybindMeta):
+        def __init__(self) -> None:
+            self._pybind_init = True
+
+        def report_layer_time(self, layer_name: str, ms: float) -> None:
+            raise RuntimeError('Tried to call pure virtual function "IProfiler::report_layer_time"')
+
+    class IInt8Calibrator(metaclass=PybindMeta):
+        def __init__(self) -> None:
+            self._pybind_init = True
+
+        def get_batch_size(self) -> int:
+            raise RuntimeError('Tried to call pure virtual function "IInt8Calibrator::getBatchSize"')
+
+        def get_algorithm(self) -> Any:
+            raise RuntimeError('Tried to call pure virtual function "IInt8Calibrator::getAlgorithm"')
+
+        def get_batch(self, names: list[str]) -> list[int]:  # documentation-only binding
+            return []
+
+        def read_calibration_cache(self) -> Any:
+            return None
+
+        def write_calibration_cache(self, cache: Any) -> None:
+            return None
+
+    class IInt8EntropyCalibrator2(IInt8Calibrator):
+        def get_algorithm(self) -> Any:
+            return CalibrationAlgoType.ENTROPY_CALIBRATION_2
+
+    class IInt8MinMaxCalibrator(IInt8Calibrator):
+        def get_algorithm(self) -> Any:
+            return CalibrationAlgoType.MINMAX_CALIBRATION
+
+    class ITensor(Binding):
+        __slots__ = ("_dtype", "_name", "_shape")
+
+        def __init__(self, name: str, shape: tuple[int, ...]) -> None:
+            self._name, self._shape, self._dtype = name, shape, DataType.FLOAT
+
+        name = property(lambda self: self._name)
+        shape = property(lambda self: Dims(self._shape))
+        dtype = property(lambda self: self._dtype)
+
+    class INetworkDefinition(Binding):
+        __slots__ = ("_flags", "_inputs", "_layers", "_outputs")
+
+        def __init__(self, flags: int) -> None:
+            self._flags, self._inputs, self._outputs, self._layers = flags, [], [], []
+
+        num_inputs = property(lambda self: len(self._inputs))
+        num_outputs = property(lambda self: len(self._outputs))
+        num_layers = property(lambda self: len(self._layers))
+
+        def get_input(self, index: int) -> ITensor:
+            need(is_int(index), "get_input(index: int)")
+            return self._inputs[index]
+
+        def get_output(self, index: int) -> ITensor:
+            need(is_int(index), "get_output(index: int)")
+            return self._outputs[index]
+
+        if v < (10, 0):
+            has_implicit_batch_dimension = property(lambda self: not self._flags & explicit_bit)
+
+    class ParserError(Binding):
+        __slots__ = ("_desc",)
+
+        def __init__(self, desc: str) -> None:
+            self._desc = desc
+
+        def desc(self) -> str:
+            return self._desc
+
+        def __str__(self) -> str:
+            return f"In node -1 (parseGraph): INVALID_GRAPH: {self._desc}"
+
+    class OnnxParser(Binding):
+        __slots__ = ("_errors", "_logger", "_network")
+
+        def __init__(self, network: Any, logger: Any) -> None:
+            need(isinstance(network, INetworkDefinition), "OnnxParser(network: INetworkDefinition, ...)")
+            need(isinstance(logger, ILogger), "OnnxParser(..., logger: ILogger)")
+            self._network, self._logger, self._errors = network, logger, []
+
+        def parse(self, model: Any, path: str | None = None) -> bool:
+            data = bytes(memoryview(model))  # TypeError unless a buffer, as py::buffer
+            need(path is None or isinstance(path, str), "parse(model: buffer, path: str = None)")
+            gpu.call("OnnxParser.parse", len(data), path)
+            if v < (10, 0) and not self._network._flags & explicit_bit:
+                self._errors.append(
+                    ParserError("the ONNX parser needs a network with an explicit batch dimension")
+                )
+                return False
+            try:
+                inputs, outputs, layers = onnx_io(data)
+            except Exception as exc:
+                self._errors.append(ParserError(f"failed to parse the ONNX model: {type(exc).__name__}"))
+                return False
+            if not inputs:
+                self._errors.append(ParserError("the graph has no inputs"))
+                return False
+            self._network._inputs = [ITensor(n, s) for n, s in inputs]
+            self._network._outputs = [ITensor(n, s) for n, s in outputs]
+            self._network._layers = layers
+            return True
+
+        num_errors = property(lambda self: len(self._errors))
+
+        def get_error(self, index: int) -> ParserError:
+            need(is_int(index), "get_error(index: int)")
+            return self._errors[index]
+
+    class IOptimizationProfile(Binding):
+        __slots__ = ("_shapes",)
+
+        def __init__(self) -> None:
+            self._shapes: dict[str, tuple[tuple[int, ...], ...]] = {}
+
+        def set_shape(self, input: str, min: Any, opt: Any, max: Any) -> None:
+            need(isinstance(input, str), "set_shape(input: str, min: Dims, opt: Dims, max: Dims)")
+            lo, mid, hi = dims_arg(min, "min"), dims_arg(opt, "opt"), dims_arg(max, "max")
+            if not len(lo) == len(mid) == len(hi) or any(a > b or b > c for a, b, c in zip(lo, mid, hi)):
+                raise RuntimeError("Shape provided for min is inconsistent with other shapes.")
+            gpu.call("IOptimizationProfile.set_shape", input, lo, mid, hi)
+            self._shapes[input] = (lo, mid, hi)
+
+        def get_shape(self, input: str) -> list[Dims]:
+            return [Dims(s) for s in self._shapes.get(input, ())]
+
+    class ITimingCache(Binding):
+        __slots__ = ("_builds",)
+
+        def __init__(self, builds: int) -> None:
+            self._builds = builds
+
+        def serialize(self) -> IHostMemory:
+            return IHostMemory(f"FAKE-TIMING-CACHE {version} builds={self._builds}".encode())
+
+        def combine(self, input_cache: Any, ignore_mismatch: bool) -> bool:
+            return True
+
+        def reset(self) -> bool:
+            self._builds = 0
+            return True
+
+    class IHostMemory(Binding):
+        __slots__ = ("_data",)
+
+        def __init__(self, data: bytes) -> None:
+            self._data = data
+
+        nbytes = property(lambda self: len(self._data))
+
+        def __bytes__(self) -> bytes:  # the real one exposes the buffer protocol; bytes() works on both
+            return self._data
+
+    class IBuilderConfig(Binding):
+        __slots__ = ("_cache", "_calib_profile", "_calibrator", "_flags", "_pool", "_profiles", "_verbosity")
+
+        def __init__(self) -> None:
+            self._flags: set[Any] = set()
+            self._pool: dict[str, int] = {}
+            self._verbosity = ProfilingVerbosity.LAYER_NAMES_ONLY
+            self._calibrator, self._calib_profile, self._cache = None, None, None
+            self._profiles: list[IOptimizationProfile] = []
+
+        def set_flag(self, flag: Any) -> None:
+            need(isinstance(flag, BuilderFlag), "set_flag(flag: BuilderFlag)")
+            gpu.call("IBuilderConfig.set_flag", flag.name)
+            self._flags.add(flag)
+
+        def get_flag(self, flag: Any) -> bool:
+            need(isinstance(flag, BuilderFlag), "get_flag(flag: BuilderFlag)")
+            return flag in self._flags
+
+        def clear_flag(self, flag: Any) -> None:
+            need(isinstance(flag, BuilderFlag), "clear_flag(flag: BuilderFlag)")
+            self._flags.discard(flag)
+
+        def _get_verbosity(self) -> Any:
+            return self._verbosity
+
+        def _set_verbosity(self, value: Any) -> None:
+            need(isinstance(value, ProfilingVerbosity), "profiling_verbosity: ProfilingVerbosity")
+            gpu.call("IBuilderConfig.profiling_verbosity=", value.name)
+            self._verbosity = value
+
+        profiling_verbosity = property(_get_verbosity, _set_verbosity)
+
+        def _get_calibrator(self) -> Any:
+            return self._calibrator
+
+        def _set_calibrator(self, value: Any) -> None:
+            need(value is None or isinstance(value, IInt8Calibrator), "int8_calibrator: IInt8Calibrator")
+            if v >= (10, 1):
+                deprecated("IBuilderConfig.int8_calibrator")
+            gpu.call("IBuilderConfig.int8_calibrator=", type(value).__name__)
+            self._calibrator = value
+
+        int8_calibrator = property(_get_calibrator, _set_calibrator)
+
+        def add_optimization_profile(self, profile: Any) -> int:
+            need(
+                isinstance(profile, IOptimizationProfile),
+                "add_optimization_profile(profile: IOptimizationProfile)",
+            )
+            gpu.call("IBuilderConfig.add_optimization_profile")
+            self._profiles.append(profile)
+            return len(self._profiles) - 1
+
+        num_optimization_profiles = property(lambda self: len(self._profiles))
+
+        def set_calibration_profile(self, profile: Any) -> bool:
+            need(
+                isinstance(profile, IOptimizationProfile),
+                "set_calibration_profile(profile: IOptimizationProfile)",
+            )
+            if v >= (10, 1):
+                deprecated("IBuilderConfig.set_calibration_profile")
+            gpu.call("IBuilderConfig.set_calibration_profile")
+            self._calib_profile = profile
+            return True
+
+        def get_calibration_profile(self) -> Any:
+            return self._calib_profile
+
+        def create_timing_cache(self, serialized_timing_cache: Any) -> ITimingCache:
+            blob = bytes(memoryview(serialized_timing_cache))
+            head = f"FAKE-TIMING-CACHE {version} builds=".encode()
+            builds = int(blob[len(head) :]) if blob.startswith(head) else 0
+            gpu.call("IBuilderConfig.create_timing_cache", len(blob), builds)
+            return ITimingCache(builds)
+
+        def set_timing_cache(self, cache: Any, ignore_mismatch: bool) -> bool:
+            need(isinstance(cache, ITimingCache), "set_timing_cache(cache: ITimingCache, ...)")
+            need(isinstance(ignore_mismatch, bool), "set_timing_cache(..., ignore_mismatch: bool)")
+            self._cache = cache
+            return True
+
+        def get_timing_cache(self) -> Any:
+            return self._cache
+
+        if workspace_size:
+
+            def _get_workspace(self) -> int:
+                return self._pool.get("WORKSPACE", 0)
+
+            def _set_workspace(self, value: int) -> None:
+                need(is_int(value) and value >= 0, "max_workspace_size: int")
+                if v >= (8, 4):
+                    deprecated("IBuilderConfig.max_workspace_size")
+                gpu.call("IBuilderConfig.max_workspace_size=", int(value))
+                self._pool["WORKSPACE"] = int(value)
+
+            max_workspace_size = property(_get_workspace, _set_workspace)
+
+        if memory_pool:
+
+            def set_memory_pool_limit(self, pool: Any, pool_size: int) -> None:
+                need(isinstance(pool, MemoryPoolType), "set_memory_pool_limit(pool: MemoryPoolType, ...)")
+                need(is_int(pool_size) and pool_size >= 0, "set_memory_pool_limit(..., pool_size: int)")
+                gpu.call("IBuilderConfig.set_memory_pool_limit", pool.name, int(pool_size))
+                self._pool[pool.name] = int(pool_size)
+
+            def get_memory_pool_limit(self, pool: Any) -> int:
+                need(isinstance(pool, MemoryPoolType), "get_memory_pool_limit(pool: MemoryPoolType)")
+                return self._pool.get(pool.name, 0)
+
+    def calibrate(logger: Any, network: INetworkDefinition, config: IBuilderConfig) -> str | None:
+        """What the builder does with an IInt8Calibrator (pyInt8.cpp's trampoline, then TensorRT)."""
+        cal = config._calibrator
+        batch_size = cal.get_batch_size()
+        need(is_int(batch_size) and batch_size >= 1, "get_batch_size() must return a positive int")
+        cached = cal.read_calibration_cache()
+        if cached is not None and bytes(memoryview(cached)):
+            gpu.call("calibration: table read", len(bytes(memoryview(cached))))
+            return "cache"
+        profile = config._calib_profile or (config._profiles[0] if config._profiles else None)
+        shapes = {
+            t._name: (profile._shapes[t._name][1] if -1 in t._shape else t._shape) for t in network._inputs
+        }
+        names = [t._name for t in network._inputs]
+        while True:
+            got = cal.get_batch(list(names))
+            gpu.get_batch_results.append(got)
+            if got is None or len(got) == 0:
+                break
+            need(len(got) == len(names), f"get_batch must return one device pointer per input ({len(names)})")
+            batch = {}
+            for name, ptr in zip(names, got):
+                need(is_int(ptr), f"get_batch must return device pointers (ints), got {ptr!r}")
+                data = gpu.read(int(ptr), volume(shapes[name]) * 4, f"calibration batch for {name!r}")
+                batch[name] = np.frombuffer(data, np.float32).reshape(shapes[name]).copy()
+            gpu.calibration_batches.append(batch)
+        if not gpu.calibration_batches:
+            error(logger, "Calibration failure occurred with no scaling factors detected.")
+            return None
+        code = v[0] * 1000 + v[1] * 100 + v[2]
+        table = f"TRT-{code}-EntropyCalibration2\n".encode() + b"".join(
+            f"{n}: 3c010a14\n".encode() for n in names
+        )
+        cal.write_calibration_cache(memoryview(table))
+        return "data"
+
+    class Builder(Binding):
+        __slots__ = ("_logger",)
+
+        def __init__(self, logger: Any) -> None:
+            need(isinstance(logger, ILogger), "Builder(logger: ILogger)")
+            self._logger = logger
+
+        def create_network(self, flags: int = 0) -> INetworkDefinition:
+            need(is_int(flags) and flags >= 0, "create_network(flags: int = 0)")
+            if v >= (10, 0) and flags & explicit_bit:
+                deprecated("NetworkDefinitionCreationFlag.EXPLICIT_BATCH")
+            gpu.call("Builder.create_network", int(flags))
+            return INetworkDefinition(int(flags))
+
+        def create_builder_config(self) -> IBuilderConfig:
+            return IBuilderConfig()
+
+        def create_optimization_profile(self) -> IOptimizationProfile:
+            gpu.call("Builder.create_optimization_profile")
+            return IOptimizationProfile()
+
+        platform_has_fast_fp16 = property(lambda self: True)
+        platform_has_fast_int8 = property(lambda self: True)
+
+        def build_serialized_network(self, network: Any, config: Any) -> IHostMemory | None:
+            need(
+                isinstance(network, INetworkDefinition),
+                "build_serialized_network(network: INetworkDefinition, ...)",
+            )
+            need(isinstance(config, IBuilderConfig), "build_serialized_network(..., config: IBuilderConfig)")
+            gpu.call("Builder.build_serialized_network")
+            if not network._inputs:
+                error(self._logger, "Network must have at least one output")
+                return None
+            for t in network._inputs:
+                if -1 not in t._shape:
+                    continue
+                for p in config._profiles or [None]:
+                    ranges = p._shapes.get(t._name) if p is not None else None
+                    fits = ranges is not None and all(
+                        len(s) == len(t._shape) and all(d == -1 or d == x for d, x in zip(t._shape, s))
+                        for s in ranges
+                    )
+                    if not fits:
+                        error(
+                            self._logger, f"{t._name}: dynamic input without a fitting optimization profile"
+                        )
+                        return None
+            calibration = None
+            if BuilderFlag.INT8 in config._flags and config._calibrator is not None:
+                calibration = calibrate(self._logger, network, config)
+                if calibration is None:
+                    return None
+            if config._cache is not None:
+                config._cache._builds += 1
+            blob = {
+                "version": version,
+                "inputs": [[t._name, list(t._shape)] for t in network._inputs],
+                "outputs": [[t._name, list(t._shape)] for t in network._outputs],
+                "layers": network._layers,
+                "profiles": [
+                    {k: [list(s) for s in r] for k, r in p._shapes.items()} for p in config._profiles
+                ],
+                "calibration_profile": (
+                    config._profiles.index(config._calib_profile)
+                    if config._calib_profile is not None
+                    else None
+                ),
+                "flags": sorted(f.name for f in config._flags),
+                "workspace": config._pool.get("WORKSPACE"),
+                "profiling_verbosity": config._verbosity.name,
+                "calibration": calibration,
+            }
+            return IHostMemory(ENGINE_MAGIC + json.dumps(blob).encode())
+
+        if v < (10, 0):
+
+            def build_engine(self, network: Any, config: Any) -> Any:
+                deprecated("Builder.build_engine")
+                serialized = self.build_serialized_network(network, config)
+                return (
+                    None
+                    if serialized is None
+                    else Runtime(self._logger).deserialize_cuda_engine(bytes(serialized))
+                )
+
+            def _get_max_batch(self) -> int:
+                if v >= (8, 5):
+                    deprecated("Builder.max_batch_size")
+                return 1
+
+            max_batch_size = property(_get_max_batch)
+
+    class Runtime(Binding):
+        __slots__ = ("_logger",)
+
+        def __init__(self, logger: Any) -> None:
+            need(isinstance(logger, ILogger), "Runtime(logger: ILogger)")
+            self._logger = logger
+
+        def deserialize_cuda_engine(self, serialized_engine: Any) -> ICudaEngine | None:
+            data = bytes(memoryview(serialized_engine))
+            gpu.call("Runtime.deserialize_cuda_engine", len(data))
+            if not data.startswith(ENGINE_MAGIC):
+                error(
+                    self._logger,
+                    "1: [stdArchiveReader.cpp::StdArchiveReader::32] Error Code 1: Serialization",
+                )
+                return None
+            blob = json.loads(data[len(ENGINE_MAGIC) :])
+            if blob["version"] != version:
+                msg = "The engine plan file is not compatible with this version of TensorRT"
+                error(self._logger, f"{msg}, expecting {version}, got {blob['version']}")
+                return None
+            return ICudaEngine(blob)
+
+    def _dep(name: str) -> None:
+        if tensor_api:  # 8.5: the binding API still works, deprecated
+            deprecated(f"ICudaEngine.{name}")
+
+    class ICudaEngine(Binding):
+        __slots__ = ("_blob", "_io")
+
+        def __init__(self, blob: dict[str, Any]) -> None:
+            self._blob = blob
+            self._io = [(n, True, tuple(s)) for n, s in blob["inputs"]]
+            self._io += [(n, False, tuple(s)) for n, s in blob["outputs"]]
+
+        def _index(self, key: Any) -> int:
+            if isinstance(key, str):
+                return [n for n, _, _ in self._io].index(key)
+            need(is_int(key), "binding index: int (or name: str)")
+            return int(key)
+
+        def _by_name(self, name: Any) -> tuple[str, bool, tuple[int, ...]] | None:
+            need(isinstance(name, str), "tensor name: str")
+            return next((io for io in self._io if io[0] == name), None)
+
+        def create_execution_context(self) -> IExecutionContext:
+            gpu.call("ICudaEngine.create_execution_context")
+            return IExecutionContext(self)
+
+        num_layers = property(lambda self: len(self._blob["layers"]))
+        num_optimization_profiles = property(lambda self: max(1, len(self._blob["profiles"])))
+
+        if binding_api:
+
+            def _num_bindings(self) -> int:
+                _dep("num_bindings")
+                return len(self._io)
+
+            num_bindings = property(_num_bindings)
+
+            def get_binding_name(self, index: int) -> str:
+                _dep("get_binding_name")
+                return self._io[self._index(index)][0]
+
+            def get_binding_index(self, name: str) -> int:
+                _dep("get_binding_index")
+                return self._index(name)
+
+            def binding_is_input(self, index: Any) -> bool:
+                _dep("binding_is_input")
+                return self._io[self._index(index)][1]
+
+            def get_binding_shape(self, index: Any) -> Dims:
+                _dep("get_binding_shape")
+                return Dims(self._io[self._index(index)][2])
+
+            def get_binding_dtype(self, index: Any) -> Any:
+                _dep("get_binding_dtype")
+                need(0 <= self._index(index) < len(self._io), "get_binding_dtype(index: int)")
+                return DataType.FLOAT
+
+            has_implicit_batch_dimension = property(lambda self: False)
+
+        if tensor_api:
+            num_io_tensors = property(lambda self: len(self._io))
+
+            def get_tensor_name(self, index: int) -> str | None:
+                need(is_int(index), "get_tensor_name(index: int)")
+                return self._io[index][0] if 0 <= index < len(self._io) else None
+
+            def get_tensor_mode(self, name: str) -> Any:
+                io = self._by_name(name)
+                return (
+                    TensorIOMode.NONE
+                    if io is None
+                    else (TensorIOMode.INPUT if io[1] else TensorIOMode.OUTPUT)
+                )
+
+            def get_tensor_shape(self, name: str) -> Dims:
+                io = self._by_name(name)
+                return Dims(() if io is None else io[2])
+
+            def get_tensor_dtype(self, name: str) -> Any:
+                self._by_name(name)
+                return DataType.FLOAT
+
+    class IExecutionContext(Binding):
+        __slots__ = ("_addresses", "_e", "_profiled_calls", "_profiler", "_shapes")
+
+        def __init__(self, engine: ICudaEngine) -> None:
+            self._e = engine
+            self._shapes: dict[str, tuple[int, ...]] = {}  # input shapes set on this context
+            self._addresses: dict[str, int] = {}  # set_tensor_address
+            self._profiler: Any = None
+            self._profiled_calls = 0
+
+        engine = property(lambda self: self._e)
+
+        def _get_profiler(self) -> Any:
+            return self._profiler
+
+        def _set_profiler(self, value: Any) -> None:
+            need(value is None or isinstance(value, IProfiler), "profiler: IProfiler")
+            gpu.call("IExecutionContext.profiler=", type(value).__name__)
+            self._profiler = value
+
+        profiler = property(_get_profiler, _set_profiler)
+        enqueue_emits_profile = property(lambda self: True)
+
+        def _shape(self, name: str) -> tuple[int, ...]:
+            io = self._e._by_name(name)
+            assert io is not None
+            if io[1]:
+                return self._shapes.get(name, io[2])
+            first = self._e._io[0][0]
+            batch = self._shapes.get(first, self._e._io[0][2])[0]
+            return tuple(batch if d == -1 else d for d in io[2])
+
+        def _set_shape(self, name: str, shape: tuple[int, ...]) -> bool:
+            io = self._e._by_name(name)
+            if io is None or not io[1]:
+                return False
+            profile = self._e._blob["profiles"][0] if self._e._blob["profiles"] else {}
+            lo, _, hi = profile.get(name, (io[2], io[2], io[2]))
+            if len(shape) != len(io[2]) or not all(a <= d <= b or a == -1 for a, d, b in zip(lo, shape, hi)):
+                gpu.trt_errors.append(f"{name}: shape {list(shape)} is outside the optimization profile")
+                return False
+            self._shapes[name] = shape
+            return True
+
+        def _run(self, kind: str, handle: int, pointers: dict[str, int]) -> bool:
+            for name, _, _ in self._e._io:
+                shape = self._shape(name)
+                if -1 in shape:
+                    gpu.trt_errors.append(f"{kind}: the shape of input {name!r} is not set")
+                    return False
+                ptr = pointers.get(name, 0)
+                if not ptr:
+                    gpu.trt_errors.append(f"{kind}: tensor {name!r} has no address")
+                    return False
+                if gpu.size_of(ptr) < volume(shape) * 4:
+                    raise FakeMisuse(
+                        f"{kind}: {name!r} {list(shape)} needs {volume(shape) * 4} bytes at {ptr:#x}"
+                    )
+            inputs_written = all(pointers[n] in gpu.written for n, is_input, _ in self._e._io if is_input)
+            ms = gpu.execute(handle)
+            profiled = self._profiler is not None and (kind == "execute_v2" or profiler_on_enqueue)
+            gpu.runs.append(
+                {
+                    "kind": kind,
+                    "stream": handle,
+                    "ms": ms,
+                    "profiled": profiled,
+                    "addresses": dict(pointers),
+                    "shapes": {n: self._shape(n) for n, _, _ in self._e._io},
+                    "inputs_written": inputs_written,
+                }
+            )
+            gpu.call(kind, handle)
+            if profiled:
+                for j, layer in enumerate(self._e._blob["layers"]):
+                    ms_layer = layer_ms(j, self._profiled_calls)
+                    gpu.reported.setdefault(layer, []).append(ms_layer)
+                    self._profiler.report_layer_time(layer, ms_layer)
+                self._profiled_calls += 1
+            return True
+
+        def _bindings(self, bindings: Any, what: str) -> dict[str, int]:
+            need(
+                isinstance(bindings, list) and all(is_int(b) for b in bindings),
+                f"{what}(bindings: List[int], ...)",
+            )
+            if len(bindings) != len(self._e._io):
+                raise FakeMisuse(f"{what}: {len(bindings)} bindings for an engine with {len(self._e._io)}")
+            return {n: int(b) for (n, _, _), b in zip(self._e._io, bindings)}
+
+        def execute_v2(self, bindings: Any) -> bool:
+            return self._run("execute_v2", 0, self._bindings(bindings, "execute_v2"))
+
+        if binding_api:
+
+            def execute_async_v2(self, bindings: Any, stream_handle: int, input_consumed: Any = None) -> bool:
+                handle = handle_arg(stream_handle, "execute_async_v2(..., stream_handle: int, ...)")
+                return self._run("execute_async_v2", handle, self._bindings(bindings, "execute_async_v2"))
+
+            def set_binding_shape(self, binding: int, shape: Any) -> bool:
+                need(is_int(binding), "set_binding_shape(binding: int, shape: Dims)")
+                if tensor_api:
+                    deprecated("IExecutionContext.set_binding_shape")
+                dims = dims_arg(shape, "shape")
+                gpu.call("IExecutionContext.set_binding_shape", int(binding), dims)
+                return self._set_shape(self._e._io[int(binding)][0], dims)
+
+            def get_binding_shape(self, binding: int) -> Dims:
+                need(is_int(binding), "get_binding_shape(binding: int)")
+                if tensor_api:
+                    deprecated("IExecutionContext.get_binding_shape")
+                return Dims(self._shape(self._e._io[int(binding)][0]))
+
+        if tensor_api:
+
+            def set_input_shape(self, name: str, shape: Any) -> bool:
+                need(isinstance(name, str), "set_input_shape(name: str, shape: Dims)")
+                dims = dims_arg(shape, "shape")
+                gpu.call("IExecutionContext.set_input_shape", name, dims)
+                return self._set_shape(name, dims)
+
+            def get_tensor_shape(self, name: str) -> Dims:
+                need(isinstance(name, str), "get_tensor_shape(name: str)")
+                return Dims(self._shape(name))
+
+            def set_tensor_address(self, name: str, memory: int) -> bool:
+                need(isinstance(name, str) and is_int(memory), "set_tensor_address(name: str, memory: int)")
+                if self._e._by_name(name) is None:
+                    return False
+                gpu.call("IExecutionContext.set_tensor_address", name, int(memory))
+                self._addresses[name] = int(memory)
+                return True
+
+            def get_tensor_address(self, name: str) -> int:
+                return self._addresses.get(name, 0)
+
+            def execute_async_v3(self, stream_handle: int) -> bool:
+                handle = handle_arg(stream_handle, "execute_async_v3(stream_handle: int)")
+                return self._run("execute_async_v3", handle, dict(self._addresses))
+
+    _NPTYPES = {"FLOAT": np.float32, "HALF": np.float16, "INT8": np.int8, "INT32": np.int32, "BOOL": np.bool_}
+
+    def nptype(trt_type: Any) -> Any:
+        need(isinstance(trt_type, DataType), "nptype(trt_type: DataType)")
+        if trt_type.name not in _NPTYPES:
+            raise TypeError("Could not resolve TensorRT datatype to an equivalent numpy datatype.")
+        return _NPTYPES[trt_type.name]
+
+    mod = types.ModuleType("tensorrt")
+    mod.__spec__ = importlib.machinery.ModuleSpec("tensorrt", None)
+    mod.__version__ = version
+    members: dict[str, Any] = {
+        "Logger": Logger,
+        "ILogger": ILogger,
+        "Builder": Builder,
+        "Runtime": Runtime,
+        "OnnxParser": OnnxParser,
+        "IBuilderConfig": IBuilderConfig,
+        "INetworkDefinition": INetworkDefinition,
+        "ITensor": ITensor,
+        "ICudaEngine": ICudaEngine,
+        "IExecutionContext": IExecutionContext,
+        "IOptimizationProfile": IOptimizationProfile,
+        "IHostMemory": IHostMemory,
+        "ITimingCache": ITimingCache,
+        "IProfiler": IProfiler,
+        "IInt8Calibrator": IInt8Calibrator,
+        "IInt8EntropyCalibrator2": IInt8EntropyCalibrator2,
+        "IInt8MinMaxCalibrator": IInt8MinMaxCalibrator,
+        "Dims": Dims,
+        "DataType": DataType,
+        "BuilderFlag": BuilderFlag,
+        "NetworkDefinitionCreationFlag": NetworkDefinitionCreationFlag,
+        "ProfilingVerbosity": ProfilingVerbosity,
+        "CalibrationAlgoType": CalibrationAlgoType,
+        "nptype": nptype,
+        "volume": volume,
+    }
+    if memory_pool:
+        members["MemoryPoolType"] = MemoryPoolType
+    if tensor_api:
+        members["TensorIOMode"] = TensorIOMode
+    for name, obj in members.items():
+        setattr(mod, name, obj)
+    return mod
+
+
+# ================================================================================================
+# installing the fakes
+
+
+DEVICES = {
+    V82: ("NVIDIA Tegra X1 (fake)", 1, (5, 3)),
+    V85: ("Xavier (fake)", 8, (7, 2)),
+    V10: ("Orin (fake)", 16, (8, 7)),
+}
+
+
+def install(monkeypatch: pytest.MonkeyPatch, version: str, cuda: str) -> tuple[types.ModuleType, FakeGpu]:
+    """Put the fake `tensorrt` and one fake CUDA binding in sys.modules (undone after the test)."""
+    gpu = FakeGpu(*DEVICES[version])
+    trt = make_tensorrt(version, gpu)
+    monkeypatch.setitem(sys.modules, "tensorrt", trt)
+    for name in [m for m in sys.modules if m == "cuda" or m.startswith(("cuda.", "pycuda"))]:
+        monkeypatch.delitem(sys.modules, name)
+    if cuda == "pycuda":
+        monkeypatch.setitem(sys.modules, "cuda", None)  # import cuda -> ImportError
+        for name, module in make_pycuda(gpu).items():
+            monkeypatch.setitem(sys.modules, name, module)
+        return trt, gpu
+    monkeypatch.setitem(sys.modules, "pycuda", None)
+    package = types.ModuleType("cuda")
+    package.__path__ = []
+    package.__spec__ = importlib.machinery.ModuleSpec("cuda", None, is_package=True)
+    monkeypatch.setitem(sys.modules, "cuda", package)
+    if cuda == "bindings":  # cuda-python >= 12.6
+        runtime = make_cuda_runtime(gpu, "cuda.bindings.runtime")
+        bindings = types.ModuleType("cuda.bindings")
+        bindings.__path__ = []
+        bindings.runtime = runtime
+        package.bindings = bindings
+        monkeypatch.setitem(sys.modules, "cuda.bindings", bindings)
+        monkeypatch.setitem(sys.modules, "cuda.bindings.runtime", runtime)
+    else:  # cuda-python 11.x / early 12.x: cuda.cudart
+        runtime = make_cuda_runtime(gpu, "cuda.cudart")
+        package.cudart = runtime
+        monkeypatch.setitem(sys.modules, "cuda.bindings", None)
+        monkeypatch.setitem(sys.modules, "cuda.cudart", runtime)
+    return trt, gpu
+
+
+def engine_blob(path: Path) -> dict[str, Any]:
+    data = Path(path).read_bytes()
+    assert data.startswith(ENGINE_MAGIC), "not an engine the fake built"
+    return json.loads(data[len(ENGINE_MAGIC) :])
+
+
+def calls(gpu: FakeGpu, name: str) -> list[tuple[Any, ...]]:
+    return [args for n, args in gpu.log if n == name]
+
+
+def opts(tmp_path: Path, dtype: str = "fp16", **kwargs: Any) -> MeasureOptions:
+    extra = {"isolate": False, "workspace_mib": 64, **kwargs.pop("extra", {})}
+    return MeasureOptions(dtype=dtype, runs=5, warmup=3, workdir=tmp_path / "engines", extra=extra, **kwargs)
+
+
+def timed_runs(gpu: FakeGpu, warmup: int) -> list[dict[str, Any]]:
+    """The executions inside CUDA events: the async ones without a profiler, after the warm-up."""
+    return [r for r in gpu.runs if r["kind"] != "execute_v2" and not r["profiled"]][warmup:]
+
+
+@pytest.fixture(params=SURFACES, ids=SURFACE_IDS)
+def surface(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> tuple[str, types.ModuleType, FakeGpu]:
+    version, cuda = request.param
+    trt, gpu = install(monkeypatch, version, cuda)
+    return version, trt, gpu
+
+
+# ================================================================================================
+# the fakes themselves: the version differences they encode (so a test below can fail)
+
+
+ABSENT = {
+    V82: {
+        "module": ["MemoryPoolType", "TensorIOMode"],
+        "IBuilderConfig": ["set_memory_pool_limit"],
+        "ICudaEngine": ["num_io_tensors", "get_tensor_name", "get_tensor_mode", "get_tensor_shape"],
+        "IExecutionContext": ["set_input_shape", "set_tensor_address", "execute_async_v3"],
+    },
+    V85: {"module": [], "IBuilderConfig": [], "ICudaEngine": [], "IExecutionContext": []},
+    V10: {
+        "module": [],
+        "IBuilderConfig": ["max_workspace_size"],
+        "ICudaEngine": ["num_bindings", "get_binding_shape", "binding_is_input", "get_binding_name"],
+        "IExecutionContext": ["execute_async_v2", "set_binding_shape", "get_binding_shape"],
+        "Builder": ["build_engine", "max_batch_size"],
+        "ProfilingVerbosity": ["DEFAULT", "VERBOSE"],
+    },
+}
+PRESENT_EVERYWHERE = {
+    "module": [
+        "Logger",
+        "Builder",
+        "Runtime",
+        "OnnxParser",
+        "IProfiler",
+        "IInt8EntropyCalibrator2",
+        "nptype",
+    ],
+    "IBuilderConfig": ["set_flag", "int8_calibrator", "add_optimization_profile", "set_calibration_profile"],
+    "ICudaEngine": ["create_execution_context"],
+    "IExecutionContext": ["execute_v2", "profiler"],
+    "Builder": ["build_serialized_network", "create_network", "create_optimization_profile"],
+    "ProfilingVerbosity": ["DETAILED"],
+}
+
+
+@pytest.mark.parametrize("version", [V82, V85, V10], ids=SURFACE_IDS)
+def test_fake_surfaces_have_what_each_version_documents(version: str) -> None:
+    trt = make_tensorrt(version, FakeGpu(*DEVICES[version]))
+    owner = {"module": trt}
+    owner.update(
+        {k: getattr(trt, k) for k in ("IBuilderConfig", "ICudaEngine", "IExecutionContext", "Builder")}
+    )
+    owner["ProfilingVerbosity"] = trt.ProfilingVerbosity
+    for kind, names in PRESENT_EVERYWHERE.items():
+        for name in names:
+            assert hasattr(owner[kind], name), f"{kind}.{name} should exist in {version}"
+    for kind, names in ABSENT[version].items():
+        for name in names:
+            assert not hasattr(owner[kind], name), f"{kind}.{name} should not exist in {version}"
+    config = trt.Builder(trt.Logger(trt.Logger.WARNING)).create_builder_config()
+    with pytest.raises(AttributeError):
+        config.workspace = 1  # a misspelt member fails on write too (no instance dict)
+    assert hasattr(trt.IBuilderConfig, "max_workspace_size") == (version != V10)
+    assert hasattr(trt.IBuilderConfig, "set_memory_pool_limit") == (version != V82)
+
+
+def test_fake_refuses_a_subclass_that_skips_the_base_init() -> None:
+    trt = make_tensorrt(V85, FakeGpu(*DEVICES[V85]))
+
+    class Profiler(trt.IProfiler):
+        def __init__(self) -> None:  # no trt.IProfiler.__init__(self): pybind11 raises
+            self.times: list[float] = []
+
+    with pytest.raises(TypeError, match=r"Profiler.__init__\(\) must be called when overriding __init__"):
+        Profiler()
+    assert isinstance(trt_backend.make_layer_profiler(trt), trt.IProfiler)  # deployopt's calls the base
+
+
+# ================================================================================================
+# build_engine + time_engine on each surface
+
+
+@pytest.mark.parametrize("per_layer", [False, True], ids=["timing", "per_layer"])
+def test_fp16_static_build_then_time(
+    surface: tuple[str, types.ModuleType, FakeGpu],
+    per_layer: bool,
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+) -> None:
+    version, _, gpu = surface
+    model = zoo_model_path("mobilenet_like")
+    options = opts(tmp_path)
+    engine = tmp_path / "m.engine"
+    facts = build_engine(str(model), options, str(engine))
+    assert facts == {"tensorrt": version, "shapes": {}}  # static input: no shapes to set
+
+    blob = engine_blob(engine)
+    v10 = version == V10
+    # explicit batch: the flag before 10.x, nothing in 10.x (where it is the only mode)
+    assert calls(gpu, "Builder.create_network") == ([(0,)] if v10 else [(1 << 0,)])
+    # the workspace reached the config through the version's own API
+    if version == V82:
+        assert calls(gpu, "IBuilderConfig.max_workspace_size=") == [(64 << 20,)]
+    else:
+        assert calls(gpu, "IBuilderConfig.set_memory_pool_limit") == [("WORKSPACE", 64 << 20)]
+    assert blob["workspace"] == 64 << 20
+    assert blob["flags"] == ["FP16"] and blob["profiling_verbosity"] == "DETAILED"
+    assert blob["profiles"] == [] and blob["calibration"] is None
+    assert calls(gpu, "OnnxParser.parse") == [(model.stat().st_size, str(model))]
+
+    out = time_engine(str(engine), options, facts["shapes"], per_layer)
+    kinds = {r["kind"] for r in gpu.runs}
+    api = "v2" if version == V82 else "v3"
+    expected_kinds = {"execute_async_v2"} if api == "v2" else {"execute_async_v3"}
+    if per_layer and api == "v2":
+        expected_kinds.add("execute_v2")  # 8.2 reports layer times from synchronous execution only
+    assert kinds == expected_kinds
+    assert not gpu.trt_errors and gpu.deprecated == []  # no deprecated call on 8.5 / 10.x either
+
+    # every execution had both tensors bound to buffers of the right size, input uploaded first
+    sizes = {"input": 1 * 3 * 32 * 32 * 4, "logits": 1 * 10 * 4}
+    for run in gpu.runs:
+        assert set(run["addresses"]) == set(sizes) and run["inputs_written"]
+    allocs = {ptr: n for ptr, n in calls(gpu, "alloc")}
+    assert sorted(allocs.values()) == sorted(sizes.values())
+    if api == "v3":
+        bound = dict(calls(gpu, "IExecutionContext.set_tensor_address"))
+        assert {allocs[p] for p in bound.values()} == set(sizes.values())
+        names = gpu.names()
+        last_bind = max(i for i, n in enumerate(names) if n == "IExecutionContext.set_tensor_address")
+        assert last_bind < names.index("execute_async_v3")  # every address set before the first run
+    assert len(calls(gpu, "htod")) == 1  # uploaded once, never timed
+
+    # each sample is one forward pass between two events on the stream it ran on, ms -> µs
+    timing = out["timing"]
+    timed = timed_runs(gpu, options.warmup)
+    assert len(timed) == options.runs
+    assert timing["samples_us"] == [r["ms"] * 1000.0 for r in timed]
+    assert timing["warmup"] == options.warmup and timing["runs"] == options.runs
+    streams = {r["stream"] for r in gpu.runs if r["kind"] != "execute_v2"}
+    assert len(streams) == 1 and {h for _, h in calls(gpu, "record")} == streams
+    env = timing["environment"]
+    name, sms, cc = DEVICES[version]
+    assert env["tensorrt"] == version and env["api"] == api
+    assert (env["gpu"], env["sms"], env["compute_capability"]) == (name, sms, f"{cc[0]}.{cc[1]}")
+    assert env["cuda_binding"] == ("pycuda" if version == V82 else "cuda-python")
+    assert f"execute_async_{api}" in timing["timed"]
+
+    if per_layer:
+        layers = out["layers"]
+        assert [row["name"] for row in layers] == blob["layers"] and len(layers) == 17
+        for row in layers:  # the profiler's medians, ms -> µs
+            assert row["time_us"] == pytest.approx(
+                statistics.median(gpu.reported[row["name"]]) * 1000.0, rel=1e-12
+            )
+            assert row["extra"] == {"runs": options.runs}
+        assert sum(row["share"] for row in layers) == pytest.approx(1.0)
+        assert len([r for r in gpu.runs if r["profiled"]]) == options.runs
+    else:
+        assert "layers" not in out and not gpu.reported
+    assert gpu.memory == {} and sorted(gpu.freed) == sorted(allocs)  # every buffer freed
+
+
+def write_calibration(tmp_path: Path, items: int) -> tuple[Path, np.ndarray]:
+    data = (np.arange(items * 3 * 32 * 32, dtype=np.float32).reshape(items, 3, 32, 32) % 97) / 97.0
+    path = tmp_path / "calib.npy"
+    np.save(path, data)
+    return path, data
+
+
+@pytest.mark.parametrize("per_layer", [False, True], ids=["timing", "per_layer"])
+def test_int8_dynamic_batch_with_calibration(
+    surface: tuple[str, types.ModuleType, FakeGpu],
+    per_layer: bool,
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+) -> None:
+    version, _, gpu = surface
+    model = zoo_model_path("mobilenet_like_dynamic")
+    calib, data = write_calibration(tmp_path, items=6)
+    options = opts(tmp_path, dtype="int8", batch=2, calibration_data=str(calib))
+    engine = tmp_path / "m.engine"
+    facts = build_engine(str(model), options, str(engine))
+    assert facts["shapes"] == {"input": [2, 3, 32, 32]}
+
+    blob = engine_blob(engine)
+    assert blob["flags"] == ["FP16", "INT8"]  # INT8, with FP16 for layers without INT8 kernels
+    assert blob["profiles"] == [{"input": [[2, 3, 32, 32]] * 3}] and blob["calibration_profile"] == 0
+    assert blob["calibration"] == "data"
+    assert calls(gpu, "IBuilderConfig.int8_calibrator=") == [("EntropyCalibrator",)]
+    # the calibrator handed out device pointers to the data, batch by batch, then None
+    results = gpu.get_batch_results
+    assert [type(r).__name__ for r in results] == ["list", "list", "list", "NoneType"]
+    assert all(len(r) == 1 and isinstance(r[0], int) for r in results[:3])
+    assert len(gpu.calibration_batches) == 3
+    for i, batch in enumerate(gpu.calibration_batches):
+        np.testing.assert_array_equal(batch["input"], data[2 * i : 2 * i + 2])
+    table = engine.with_suffix(".calib").read_bytes()
+    code = {V82: 8201, V85: 8502, V10: 10300}[version]
+    assert table.startswith(f"TRT-{code}-EntropyCalibration2\n".encode())
+    calib_ptrs = {r[0] for r in results[:3]}
+    assert calib_ptrs <= set(gpu.freed) and not calib_ptrs & set(gpu.memory)  # freed after the build
+    # 10.1 deprecated implicit calibration; it is still the only way to calibrate from data
+    assert set(gpu.deprecated) <= {"IBuilderConfig.int8_calibrator", "IBuilderConfig.set_calibration_profile"}
+    assert bool(gpu.deprecated) == (version == V10)
+
+    start = len(gpu.runs)
+    out = time_engine(str(engine), options, facts["shapes"], per_layer)
+    if version == V82:
+        assert calls(gpu, "IExecutionContext.set_binding_shape") == [(0, (2, 3, 32, 32))]
+    else:
+        assert calls(gpu, "IExecutionContext.set_input_shape") == [("input", (2, 3, 32, 32))]
+    allocs = dict(calls(gpu, "alloc"))
+    for run in gpu.runs[start:]:
+        assert run["shapes"] == {"input": (2, 3, 32, 32), "logits": (2, 10)}
+        assert allocs[run["addresses"]["logits"]] == 2 * 10 * 4 and run["inputs_written"]
+    assert out["timing"]["samples_us"] == [r["ms"] * 1000.0 for r in timed_runs(gpu, options.warmup)]
+    assert "one forward pass (int8)" in out["timing"]["timed"]
+    assert ("layers" in out) == per_layer
+    assert not gpu.trt_errors and gpu.memory == {}
+
+
+def test_int8_reuses_the_calibration_table(
+    surface: tuple[str, types.ModuleType, FakeGpu], zoo_model_path: Callable[[str], Path], tmp_path: Path
+) -> None:
+    _, _, gpu = surface
+    model = zoo_model_path("mobilenet_like")
+    calib, _ = write_calibration(tmp_path, items=4)
+    options = opts(tmp_path, dtype="int8", calibration_data=str(calib))
+    build_engine(str(model), options, str(tmp_path / "a.engine"))
+    assert len(gpu.calibration_batches) == 4 and engine_blob(tmp_path / "a.engine")["profiles"] == []
+    options.extra["calib_cache"] = str(tmp_path / "a.calib")
+    build_engine(str(model), options, str(tmp_path / "b.engine"))
+    assert engine_blob(tmp_path / "b.engine")["calibration"] == "cache"
+    assert len(gpu.get_batch_results) == 5  # no get_batch on the second build: the table was read
+    assert calls(gpu, "calibration: table read") == [(len((tmp_path / "a.calib").read_bytes()),)]
+
+
+def test_int8_without_data_or_qdq_is_refused_before_building(
+    surface: tuple[str, types.ModuleType, FakeGpu], zoo_model_path: Callable[[str], Path], tmp_path: Path
+) -> None:
+    _, _, gpu = surface
+    with pytest.raises(DataError, match="INT8 needs calibration data"):
+        build_engine(
+            str(zoo_model_path("mobilenet_like")), opts(tmp_path, dtype="int8"), str(tmp_path / "m.engine")
+        )
+    assert calls(gpu, "Builder.build_serialized_network") == []
+
+
+def test_timing_cache_is_read_and_written_back(
+    surface: tuple[str, types.ModuleType, FakeGpu], zoo_model_path: Callable[[str], Path], tmp_path: Path
+) -> None:
+    version, _, gpu = surface
+    cache = tmp_path / "timing.cache"
+    options = opts(tmp_path, extra={"timing_cache": str(cache)})
+    for i in (1, 2):
+        build_engine(str(zoo_model_path("mobilenet_like")), options, str(tmp_path / f"{i}.engine"))
+        assert cache.read_bytes() == f"FAKE-TIMING-CACHE {version} builds={i}".encode()
+    assert [args[1] for args in calls(gpu, "IBuilderConfig.create_timing_cache")] == [0, 1]
+
+
+def test_session_measures_then_profiles_from_the_cached_engine(
+    surface: tuple[str, types.ModuleType, FakeGpu], zoo_model_path: Callable[[str], Path], tmp_path: Path
+) -> None:
+    version, _, gpu = surface
+    options = opts(tmp_path, batch=4)
+    session = TensorRTBackend().open(options)  # availability() finds the fake modules
+    timing = session.measure(zoo_model_path("mobilenet_like_dynamic"))
+    assert timing.environment["engine_built_now"] is True and timing.runs == options.runs
+    assert timing.samples_us == [r["ms"] * 1000.0 for r in timed_runs(gpu, options.warmup)]
+    profile = session.profile(zoo_model_path("mobilenet_like_dynamic"))
+    assert profile.environment["engine_built_now"] is False
+    assert len(calls(gpu, "Builder.build_serialized_network")) == 1  # the second call reused the engine
+    assert [layer.name for layer in profile.layers] == engine_blob(Path(profile.environment["engine"]))[
+        "layers"
+    ]
+    assert profile.layers[0].time_us == pytest.approx(
+        statistics.median(gpu.reported[profile.layers[0].name]) * 1e3
+    )
+    shape_calls = (
+        "IExecutionContext.set_binding_shape" if version == V82 else "IExecutionContext.set_input_shape"
+    )
+    assert [args[-1] for args in calls(gpu, shape_calls)] == [(4, 3, 32, 32)] * 2
+
+
+# ================================================================================================
+# failures are one line, and the fakes catch a wrong dispatch
+
+
+def test_unparsable_model_is_a_model_error(
+    surface: tuple[str, types.ModuleType, FakeGpu], tmp_path: Path
+) -> None:
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not a protobuf at all")
+    with pytest.raises(ModelError, match=r"TensorRT cannot parse bad.onnx: In node -1 .*failed to parse"):
+        build_engine(str(bad), opts(tmp_path), str(tmp_path / "m.engine"))
+
+
+def test_engine_of_another_version_is_a_one_line_error(
+    monkeypatch: pytest.MonkeyPatch, zoo_model_path: Callable[[str], Path], tmp_path: Path
+) -> None:
+    install(monkeypatch, V85, "cudart")
+    build_engine(str(zoo_model_path("mobilenet_like")), opts(tmp_path), str(tmp_path / "m.engine"))
+    install(monkeypatch, V10, "bindings")
+    with pytest.raises(BackendFailed, match=r"TensorRT 10.3.0.26 could not deserialize .*another version"):
+        time_engine(str(tmp_path / "m.engine"), opts(tmp_path), {}, False)
+
+
+@pytest.mark.parametrize(("version", "cuda", "wrong"), [(V10, "bindings", "v2"), (V82, "pycuda", "v3")])
+def test_a_wrong_api_dispatch_fails_on_the_fakes(
+    monkeypatch: pytest.MonkeyPatch,
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    version: str,
+    cuda: str,
+    wrong: str,
+) -> None:
+    install(monkeypatch, version, cuda)
+    engine = tmp_path / "m.engine"
+    build_engine(str(zoo_model_path("mobilenet_like")), opts(tmp_path), str(engine))
+    monkeypatch.setattr(trt_backend, "api_for_version", lambda _v: wrong)
+    missing = "num_bindings" if wrong == "v2" else "num_io_tensors"
+    with pytest.raises(AttributeError, match=rf"'tensorrt.ICudaEngine' object has no attribute '{missing}'"):
+        time_engine(str(engine), opts(tmp_path), {}, False)
+
+
+# ================================================================================================
+# jetson/runner.py on each surface (its own CUDA adapters, Python 3.6 code)
+
+
+def load_runner() -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location("jetson_runner_fake_api", RUNNER)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_runner(args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    out = tmp_path / "result.json"
+    rc = load_runner().main([*args, "--engine-dir", str(tmp_path / "engines"), "--out", str(out)])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    return json.loads(out.read_text())
+
+
+def test_runner_fp16_with_per_layer_times(
+    surface: tuple[str, types.ModuleType, FakeGpu],
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    version, _, gpu = surface
+    cuda = ["--cuda", "pycuda"] if version == V82 else []
+    args = [str(zoo_model_path("mobilenet_like")), "--runs", "4", "--warmup", "2", "--workspace-mib", "32"]
+    result = run_runner([*args, "--per-layer", *cuda], tmp_path, capsys)
+    engine = Path(result["environment"]["engine"])
+    blob = engine_blob(engine)
+    assert blob["workspace"] == 32 << 20 and blob["flags"] == ["FP16"]
+    assert blob["profiling_verbosity"] == "DETAILED"
+    assert result["samples_us"] == [r["ms"] * 1000.0 for r in timed_runs(gpu, 2)] and result["runs"] == 4
+    api = "v2" if version == V82 else "v3"
+    assert result["environment"]["api"] == api and result["environment"]["tensorrt"] == version
+    assert result["environment"]["sms"] == DEVICES[version][1]
+    assert [row["name"] for row in result["layers"]] == blob["layers"]
+    for row in result["layers"]:
+        assert row["time_us"] == pytest.approx(
+            statistics.median(gpu.reported[row["name"]]) * 1000.0, rel=1e-12
+        )
+        assert row["runs"] == 4
+    assert not gpu.trt_errors and gpu.deprecated == [] and gpu.memory == {}
+    assert trt_backend.load_runner_result(tmp_path / "result.json").median_us == result["median_us"]
+
+
+def test_runner_int8_dynamic_batch_with_calibration(
+    surface: tuple[str, types.ModuleType, FakeGpu],
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    version, _, gpu = surface
+    calib, data = write_calibration(tmp_path, items=6)
+    table = tmp_path / "model.calib"
+    args = [str(zoo_model_path("mobilenet_like_dynamic")), "--dtype", "int8", "--shapes", "input:2x3x32x32"]
+    args += ["--calib-npy", str(calib), "--calib-cache", str(table), "--runs", "3", "--warmup", "1"]
+    result = run_runner([*args, *(["--cuda", "pycuda"] if version == V82 else [])], tmp_path, capsys)
+    blob = engine_blob(Path(result["environment"]["engine"]))
+    assert blob["flags"] == ["FP16", "INT8"] and blob["calibration"] == "data"
+    assert blob["profiles"] == [{"input": [[2, 3, 32, 32]] * 3}] and blob["calibration_profile"] == 0
+    assert [type(r).__name__ for r in gpu.get_batch_results] == ["list"] * 3 + ["NoneType"]
+    assert len(gpu.calibration_batches) == 3
+    for i, batch in enumerate(gpu.calibration_batches):
+        np.testing.assert_array_equal(batch["input"], data[2 * i : 2 * i + 2])
+    assert table.read_bytes().startswith(b"TRT-")
+    assert result["samples_us"] == [r["ms"] * 1000.0 for r in timed_runs(gpu, 1)]
+    assert all(r["shapes"]["logits"] == (2, 10) for r in gpu.runs)
+    assert not gpu.trt_errors
+    assert all(ptr in gpu.freed for r in gpu.runs for ptr in r["addresses"].values())
