@@ -2,8 +2,8 @@
 
 Written against the documented APIs of TensorRT 8.2 (JetPack 4.6: Nano, TX2), 8.5 (JetPack 5:
 Xavier) and 10.x (JetPack 6: Orin). NOT RUN ON HARDWARE YET: no TensorRT could be installed where
-this was written; the version dispatch, calibration batching and result loading are tested, the
-calls into TensorRT and CUDA are not.
+this was written; the calls into TensorRT and CUDA run only against strict fakes of the three API
+surfaces (tests/test_tensorrt_fake_api.py), never against the real libraries.
 
 Why each choice:
 - timing with CUDA events around `execute_async_v3` (>= 8.5) / `execute_async_v2` (8.2) on one
