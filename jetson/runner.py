@@ -412,8 +412,9 @@ def build_engine(trt, args, shapes, cuda):
         config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace)
     else:
         config.max_workspace_size = workspace
-    if hasattr(trt, "ProfilingVerbosity"):
-        config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
+    if hasattr(trt, "ProfilingVerbosity"):  # DETAILED from 8.2 on; 8.0/8.1 (JetPack 4.6.0): VERBOSE
+        levels = trt.ProfilingVerbosity
+        config.profiling_verbosity = levels.DETAILED if hasattr(levels, "DETAILED") else levels.VERBOSE
     if args.dtype in ("fp16", "int8"):
         config.set_flag(trt.BuilderFlag.FP16)
     profile = None

@@ -71,6 +71,7 @@ from deployopt.backends.trtexec_parser import version_tuple
 from deployopt.errors import BackendFailed, DataError, ModelError
 
 V82, V85, V10 = "8.2.1.8", "8.5.2.2", "10.3.0.26"
+V80 = "8.0.1.6"  # JetPack 4.6.0: the 8.2 surface here, but for ProfilingVerbosity's older names
 # The CUDA binding each board generation typically has: pycuda on JetPack 4.6, cuda-python 11.x
 # (cuda.cudart) on JetPack 5, cuda-python >= 12.6 (cuda.bindings.runtime) on JetPack 6.
 SURFACES = [(V82, "pycuda"), (V85, "cudart"), (V10, "bindings")]
@@ -526,11 +527,14 @@ def make_tensorrt(version: str, gpu: FakeGpu) -> types.ModuleType:
     if v >= (8, 5):
         flags.append("ENABLE_TACTIC_HEURISTIC" if v < (10, 0) else "BF16")
     BuilderFlag = enum_of("BuilderFlag", flags)
-    ProfilingVerbosity = enum_of(
-        "ProfilingVerbosity",
-        ["LAYER_NAMES_ONLY", "NONE", "DETAILED"],
-        {"DEFAULT": "LAYER_NAMES_ONLY", "VERBOSE": "DETAILED"} if v < (10, 0) else None,
-    )
+    if v >= (8, 2):
+        ProfilingVerbosity = enum_of(
+            "ProfilingVerbosity",
+            ["LAYER_NAMES_ONLY", "NONE", "DETAILED"],
+            {"DEFAULT": "LAYER_NAMES_ONLY", "VERBOSE": "DETAILED"} if v < (10, 0) else None,
+        )
+    else:  # 8.0/8.1: kDEFAULT, kNONE, kVERBOSE (renamed kLAYER_NAMES_ONLY / kDETAILED in 8.2)
+        ProfilingVerbosity = enum_of("ProfilingVerbosity", ["DEFAULT", "NONE", "VERBOSE"])
     pools = ["WORKSPACE", "DLA_MANAGED_SRAM", "DLA_LOCAL_DRAM", "DLA_GLOBAL_DRAM"]
     MemoryPoolType = enum_of(
         "MemoryPoolType", pools + (["TACTIC_DRAM", "TACTIC_SHARED_MEMORY"] if v >= (10, 0) else [])
@@ -766,7 +770,7 @@ def make_tensorrt(version: str, gpu: FakeGpu) -> types.ModuleType:
         def __init__(self) -> None:
             self._flags: set[Any] = set()
             self._pool: dict[str, int] = {}
-            self._verbosity = ProfilingVerbosity.LAYER_NAMES_ONLY
+            self._verbosity = ProfilingVerbosity(0)  # LAYER_NAMES_ONLY (8.0/8.1: DEFAULT)
             self._calibrator, self._calib_profile, self._cache = None, None, None
             self._profiles: list[IOptimizationProfile] = []
 
@@ -1299,6 +1303,7 @@ def make_tensorrt(version: str, gpu: FakeGpu) -> types.ModuleType:
 
 
 DEVICES = {
+    V80: ("NVIDIA Tegra X1 (fake)", 1, (5, 3)),
     V82: ("NVIDIA Tegra X1 (fake)", 1, (5, 3)),
     V85: ("Xavier (fake)", 8, (7, 2)),
     V10: ("Orin (fake)", 16, (8, 7)),
@@ -1425,6 +1430,26 @@ def test_fake_surfaces_have_what_each_version_documents(version: str) -> None:
         config.workspace = 1  # a misspelt member fails on write too (no instance dict)
     assert hasattr(trt.IBuilderConfig, "max_workspace_size") == (version != V10)
     assert hasattr(trt.IBuilderConfig, "set_memory_pool_limit") == (version != V82)
+
+
+def test_tensorrt_80_builds_with_its_own_profiling_verbosity(
+    monkeypatch: pytest.MonkeyPatch,
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """TensorRT 8.0/8.1 (JetPack 4.6.0 ships 8.0.1) have ProfilingVerbosity.VERBOSE, not DETAILED:
+    the backend and the runner both build there with the older name."""
+    trt, gpu = install(monkeypatch, V80, "pycuda")
+    assert not hasattr(trt.ProfilingVerbosity, "DETAILED")
+    model = zoo_model_path("mobilenet_like")
+    engine = tmp_path / "m.engine"
+    build_engine(str(model), opts(tmp_path), str(engine))
+    assert engine_blob(engine)["profiling_verbosity"] == "VERBOSE"
+    result = run_runner([str(model), "--runs", "2", "--warmup", "1", "--cuda", "pycuda"], tmp_path, capsys)
+    assert engine_blob(Path(result["environment"]["engine"]))["profiling_verbosity"] == "VERBOSE"
+    assert result["environment"]["tensorrt"] == V80 and result["environment"]["api"] == "v2"
+    assert not gpu.trt_errors and gpu.memory == {}
 
 
 def test_fake_refuses_a_subclass_that_skips_the_base_init() -> None:

@@ -371,8 +371,9 @@ def build_engine(model_path: str, options: MeasureOptions, engine_path: str) -> 
         config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace)
     else:
         config.max_workspace_size = workspace
-    if hasattr(trt, "ProfilingVerbosity"):
-        config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
+    if hasattr(trt, "ProfilingVerbosity"):  # layer names in profiles; 8.0/8.1 call it VERBOSE
+        levels = trt.ProfilingVerbosity
+        config.profiling_verbosity = levels.DETAILED if hasattr(levels, "DETAILED") else levels.VERBOSE
     if options.dtype in ("fp16", "int8"):
         config.set_flag(trt.BuilderFlag.FP16)  # int8: FP16 for layers without an INT8 kernel
     shapes = input_shapes(Path(model_path), options)
