@@ -3,13 +3,13 @@ and pooled by subset, with the fit shipped just before the round was measured (k
 folder), so no figure here comes from a fit that saw the sweeps it scores. Predictions of the
 wave model against measured H200 medians.
 
-    python benchmarks/score_rounds.py            # rounds four, five and six
-    python benchmarks/score_rounds.py --round 6
+    python benchmarks/score_rounds.py            # rounds four to eight
+    python benchmarks/score_rounds.py --round 8
 Round four: the fit of rounds one to three (commit cf4b182); round five: the fit of commit d5f5956
 (rounds one to four); round six: the fit of commit f1dd72a (rounds one to five, with the fp16
-family at 32); round seven (small, not fitted on: its sweeps stay in its record): the fit of
-9f1a9e1 (rounds one to six). Each round also prints its repeats: the model on a first and a second measurement
-of the same sweeps, and each measurement as the "model" of the other.
+family at 32); rounds seven (small) and eight (not fitted on: their sweeps stay in their records):
+the fit of 9f1a9e1 (rounds one to six). Each round also prints its repeats: the model on a first
+and a second measurement of the same sweeps, and each measurement as the "model" of the other.
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ ROUNDS = {
         "repeats"),
     # held out: its sweeps stay in the record (one folder per search mode), not in the fitted folders
     7: ("h200_round7", "round7_sweeps.json", "fit_before_round7.json", {"au", "av", "aw", "ax"}, ""),
+    8: ("h200_round8", "round8_sweeps.json", "fit_before_round8.json",
+        {"ay", "az", "ba", "bb", "bc", "bd", "be", "bf"}, "repeats"),
 }  # fmt: skip
 
 

@@ -443,6 +443,7 @@ ROUND4 = ROOT / "benchmarks" / "results" / "h200_round4"
 ROUND5 = ROOT / "benchmarks" / "results" / "h200_round5"
 ROUND6 = ROOT / "benchmarks" / "results" / "h200_round6"
 ROUND7 = ROOT / "benchmarks" / "results" / "h200_round7"  # held out: not in benchmarks/staircases/
+ROUND8 = ROOT / "benchmarks" / "results" / "h200_round8"  # held out, like round seven
 
 
 def _held_out_round(record_dir: Path, number: int, every: list[dict]) -> tuple[dict, list[dict], dict]:
@@ -564,6 +565,44 @@ def test_round_seven_is_held_out_and_scored_with_the_shipped_fit():
     assert sorted(s["id"] for s in timed) == record["sweeps"]["all_engines"] and len(timed) == 8
     eight = ev.score(timed, target, params)["wave"]
     assert eight["regret"] <= 0.012  # 1.11 %; agreement 70.4 % (fp16 45.9 %: cuBLAS/CUTLASS 1×1 kernels)
+
+
+@pytest.mark.skipif(not ROUND8.is_dir(), reason="no round-eight record")
+def test_round_eight_is_held_out_and_scored_with_the_shipped_fit():
+    """Round eight (8 deployment layers, ay–bf, at 8/16/132 SMs in three search modes, measured
+    twice with the default search) stays out of the fitted sweeps and is scored with the fit
+    shipped when it was measured — today's (docs/wave_model.md): 73.2 % / 2.14 % over its 48
+    default-limit sweeps, 83.4 % / 1.51 % at 8 SMs, 80.5 % / 1.90 % at 16; every engine timed 86.5 %
+    / 1.23 % and 81.7 % / 1.50 %. A second measurement of the same sweeps, scored as a model of the
+    first, agrees on 76.3 % of their pairs: below the issue's 80 % itself."""
+    import eval_wave_model as ev
+
+    record, sweeps, params = _held_out_round(ROUND8, 8, ev.load_sweeps(ROUND8 / "default_limit"))
+    assert len(sweeps) == 48
+    shipped = json.loads((ROOT / "deployopt" / "targets" / "fitted" / "h200.json").read_text())
+    assert params == {dt: WaveParams.from_json(shipped["params"][dt]) for dt in ("fp16", "fp32")}
+    assert not {s["id"] for s in sweeps} & {Path(p).stem for p in shipped["sweeps"]}
+    target = get_target("h200")
+    scores = ev.score(sweeps, target, params)
+    wave = scores["wave"]
+    assert (wave["pairs"], round(wave["agreement"] * wave["pairs"])) == (1312, 960)
+    assert wave["regret"] == pytest.approx(0.0214, abs=5e-5)
+    assert wave["agreement"] > scores["tile128"]["agreement"] + 0.03  # 69.4 %
+    assert wave["regret"] < scores["tile128"]["regret"] - 0.01  # 3.22 %
+    for sms, (agree, most) in {8: (0.834, 0.0152), 16: (0.805, 0.0191)}.items():
+        w = ev.score([s for s in sweeps if s["sms"] == sms], target, params)["wave"]
+        assert w["agreement"] >= agree and w["regret"] <= most
+    timed = ev.load_sweeps(ROUND8 / "all_engines")
+    assert sorted(s["id"] for s in timed) == record["sweeps"]["all_engines"] and len(timed) == 48
+    for sms, (agree, most) in {8: (0.864, 0.0124), 16: (0.816, 0.0151)}.items():
+        w = ev.score([s for s in timed if s["sms"] == sms], target, params)["wave"]
+        assert w["agreement"] >= agree and w["regret"] <= most  # 86.5 % / 1.23 %, 81.7 % / 1.50 %
+    repeats = ev.load_sweeps(ROUND8 / "repeats")
+    assert len(repeats) == 48
+    ceiling = [r for r in ev.noise_ceiling(sweeps + repeats) if not r["measured"].endswith("_repeat")]
+    assert len(ceiling) == 48
+    agree, pairs = sum(r["agree"] for r in ceiling), sum(r["pairs"] for r in ceiling)
+    assert (agree, pairs) == (1001, 1312)  # 76.3 %: the repeat as a model of the first measurement
 
 
 def test_tie_break_study_scores_both_tie_rules_for_every_model():
