@@ -365,6 +365,11 @@ def make_npy_calibrator(trt, cuda, npy_path, cache_path, shape):
         def get_batch_size(self):
             return 1  # explicit batch: the batch is in the input shape
 
+        def free(self):
+            if self.ptr:
+                cuda.free(self.ptr)
+                self.ptr = 0
+
         def get_batch(self, names, *args):
             if self.index >= len(batches):
                 return None
@@ -429,13 +434,21 @@ def build_engine(trt, args, shapes, cuda):
             profile.set_shape(tensor.name, s, s, s)
     if profile is not None:
         config.add_optimization_profile(profile)
+    calibrator = None
     if args.dtype == "int8":
         config.set_flag(trt.BuilderFlag.INT8)
         if args.calib_npy or args.calib_cache:
             first = network.get_input(0)
             shape = shapes.get(first.name, list(first.shape))
             if args.calib_npy:
-                config.int8_calibrator = make_npy_calibrator(trt, cuda, args.calib_npy, args.calib_cache, shape)
+                if network.num_inputs != 1:  # one .npy feeds one input
+                    raise RunnerError(
+                        "--calib-npy calibrates single-input models; this one has %d inputs (calibrate"
+                        " on the host with the deployopt tensorrt backend, then pass --calib-cache)"
+                        % network.num_inputs
+                    )
+                calibrator = make_npy_calibrator(trt, cuda, args.calib_npy, args.calib_cache, shape)
+                config.int8_calibrator = calibrator
             else:
                 config.int8_calibrator = make_npy_calibrator_from_cache(trt, args.calib_cache)
             if profile is not None:
@@ -448,7 +461,11 @@ def build_engine(trt, args, shapes, cuda):
                 blob = fh.read()
         cache = config.create_timing_cache(blob)
         config.set_timing_cache(cache, False)
-    serialized = builder.build_serialized_network(network, config)
+    try:
+        serialized = builder.build_serialized_network(network, config)
+    finally:
+        if calibrator is not None:  # its device buffer is only needed while building
+            calibrator.free()
     if serialized is None:
         raise RunnerError("TensorRT could not build an engine (see its warnings above)")
     if cache is not None:

@@ -1784,3 +1784,23 @@ def test_runner_int8_dynamic_batch_with_calibration(
     assert all(r["shapes"]["logits"] == (2, 10) for r in gpu.runs)
     assert not gpu.trt_errors
     assert all(ptr in gpu.freed for r in gpu.runs for ptr in r["addresses"].values())
+    assert gpu.memory == {}  # the calibrator's batch buffer too, once the engine is built
+
+
+def test_runner_refuses_one_npy_for_a_model_with_two_inputs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One .npy can feed one input: a two-input model gets a one-line error before any build."""
+    _, gpu = install(monkeypatch, V85, "cudart")
+    h = onnx.helper
+    x = [h.make_tensor_value_info(n, onnx.TensorProto.FLOAT, [1, 3, 8, 8]) for n in ("a", "b")]
+    y = h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 3, 8, 8])
+    graph = h.make_graph([h.make_node("Add", ["a", "b"], ["y"])], "two_inputs", x, [y])
+    model = tmp_path / "two.onnx"
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), str(model))
+    calib, _ = write_calibration(tmp_path, items=2)
+    args = [str(model), "--dtype", "int8", "--calib-npy", str(calib), "--out", str(tmp_path / "r.json")]
+    assert load_runner().main([*args, "--engine-dir", str(tmp_path / "engines")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--calib-npy calibrates single-input models; this one has 2" in err
+    assert calls(gpu, "Builder.build_serialized_network") == [] and gpu.memory == {}

@@ -418,9 +418,11 @@ def build_engine(model_path: str, options: MeasureOptions, engine_path: str) -> 
         blob = Path(cache_path).read_bytes() if Path(cache_path).is_file() else b""
         timing_cache = config.create_timing_cache(blob)
         config.set_timing_cache(timing_cache, False)
-    serialized = builder.build_serialized_network(network, config)
-    if core is not None:
-        core.free()
+    try:
+        serialized = builder.build_serialized_network(network, config)
+    finally:
+        if core is not None:  # the calibration buffers are only needed while building
+            core.free()
     if serialized is None:
         raise BackendFailed("TensorRT could not build an engine for this model (its warnings say why)")
     write_bytes(engine_path, bytes(serialized))
