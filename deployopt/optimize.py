@@ -912,6 +912,8 @@ class Optimizer:
             workdir=self.workdir,
             cudnn_engines=cfg.cudnn_engines,
             cudnn_benchmark=cfg.cudnn_benchmark,
+            # INT8 engines calibrate on the same data the fidelity check reads
+            calibration_data=cfg.calibration_data if cfg.dtype == "int8" else None,
             extra={"target": self.target},
         )
         return backend.open(opts)

@@ -103,6 +103,10 @@ def test_profile_json_and_table(monkeypatch, capsys, model: Path) -> None:
         (["--dtype", "fp8"], "error: --dtype 'fp8': choose one of fp32, fp16, int8"),
         (["--backend", "nope"], "error: unknown backend 'nope'; choose one of: ort, torch"),
         (["--runs", "0"], "error: --runs must be at least 1"),
+        (
+            ["--calibration-data", "calib.npy"],
+            "error: --calibration-data calibrates INT8: use it with --dtype int8",
+        ),
         (["--cudnn-engines", "0"], "error: --cudnn-engines: backend 'ort' does not run cudnn.benchmark"),
         (["--no-cudnn-benchmark"], "error: --no-cudnn-benchmark: backend 'ort' does not run cuDNN's"),
         (["--input-shape", "x:1xAx8"], "error: --input-shape 'x:1xAx8': dimensions must be integers"),

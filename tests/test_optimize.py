@@ -17,7 +17,7 @@ from deployopt.backends.base import MeasureOptions, get_backend
 from deployopt.backends.model import WaveModelSession
 from deployopt.errors import DataError, DeployoptError
 from deployopt.journal import Journal, plan_key
-from deployopt.optimize import OptimizeConfig, OptimizeResult, optimize
+from deployopt.optimize import OptimizeConfig, Optimizer, OptimizeResult, optimize
 from deployopt.search import ceil_to
 
 
@@ -548,3 +548,35 @@ def test_a_real_gain_survives_confirmation(zoo_model_path: Callable[[str], Path]
     assert res.best_plan == {g: ceil_to(w, 64) for g, w in res.original.items()}
     assert res.report["confirmation"]["kept"] is True and res.report["confirmation"]["rounds"] == 3
     assert res.timings["best"].runs == 3  # pooled over the three builds
+
+
+@pytest.mark.parametrize("dtype, expected", [("int8", "calib"), ("fp16", None)])
+def test_int8_sessions_calibrate_on_the_calibration_data(
+    monkeypatch: pytest.MonkeyPatch,
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    dtype: str,
+    expected: str | None,
+) -> None:
+    """`optimize --dtype int8 --calibration-data D`: the measuring backend gets D to calibrate the
+    INT8 engines on (the same data the fidelity check reads); other dtypes get none."""
+    import deployopt.backends.base as base
+
+    data = tmp_path / "calib"
+    data.mkdir()
+    opened = []
+
+    class Recorder:
+        def open(self, options: Any) -> None:
+            opened.append(options)
+
+    monkeypatch.setattr(base, "get_backend", lambda name: Recorder())
+    cfg = OptimizeConfig(
+        model_path=zoo_model_path("vgg16_pruned_b4"), target="h200", outdir=tmp_path / "out",
+        backend="model", dtype=dtype, calibration_data=str(data),
+    )  # fmt: skip
+    opt = Optimizer(cfg)
+    opt.workdir, opt.target = tmp_path, "h200"  # what run() sets before it opens a session
+    opt._open_session()
+    want = str(data) if expected else None
+    assert [o.calibration_data for o in opened] == [want] and opened[0].dtype == dtype

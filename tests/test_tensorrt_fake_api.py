@@ -66,7 +66,7 @@ import pytest
 
 from deployopt.backends import tensorrt as trt_backend
 from deployopt.backends.base import MeasureOptions
-from deployopt.backends.tensorrt import TensorRTBackend, build_engine, time_engine
+from deployopt.backends.tensorrt import TensorRTBackend, build_and_time, build_engine, time_engine
 from deployopt.backends.trtexec_parser import version_tuple
 from deployopt.errors import BackendFailed, DataError, ModelError
 
@@ -1606,6 +1606,49 @@ def test_int8_dynamic_batch_with_calibration(
     assert "one forward pass (int8)" in out["timing"]["timed"]
     assert ("layers" in out) == per_layer
     assert not gpu.trt_errors and gpu.memory == {}
+
+
+def test_bench_cli_calibrates_int8_on_the_given_data(
+    monkeypatch: pytest.MonkeyPatch,
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`deployopt bench --backend tensorrt --dtype int8 --calibration-data F`: the data reaches the
+    build (the calibrator hands out its batches), and the table lands beside the engine."""
+    from cli_runner import run_cli
+
+    trt, gpu = install(monkeypatch, V10, "bindings")
+    trt.__spec__ = importlib.machinery.ModuleSpec("tensorrt", None)  # importable, for availability()
+    monkeypatch.setattr(trt_backend, "run_isolated", lambda target, args, timeout: build_and_time(*args))
+    monkeypatch.chdir(tmp_path)  # engines/ goes here
+    calib, data = write_calibration(tmp_path, items=4)
+    model = zoo_model_path("mobilenet_like_dynamic")
+    args = [
+        "bench",
+        str(model),
+        "--backend",
+        "tensorrt",
+        "--dtype",
+        "int8",
+        "--input-shape",
+        "input:2x3x32x32",
+    ]
+    code, out, err = run_cli(
+        monkeypatch, capsys, *args, "--calibration-data", str(calib), "--runs", "3", "--json"
+    )
+    assert code == 0, err
+    assert json.loads(out)["runs"] == 3
+    assert len(gpu.calibration_batches) == 2
+    for i, batch in enumerate(gpu.calibration_batches):
+        np.testing.assert_array_equal(batch["input"], data[2 * i : 2 * i + 2])
+    assert [p.suffix for p in sorted((tmp_path / "engines").iterdir())] == [".calib", ".engine"]
+    # without data the same command is refused in one line, naming the flag that exists
+    code, _, err = run_cli(monkeypatch, capsys, *args, "--runs", "3")
+    assert code == 2 and err.count("\n") == 1
+    assert "INT8 needs calibration data (--calibration-data)" in err
+    code, _, err = run_cli(monkeypatch, capsys, *args, "--calibration-data", str(tmp_path / "none.npy"))
+    assert code == 2 and err == f"error: --calibration-data {tmp_path / 'none.npy'}: no such file or folder\n"
 
 
 def test_int8_reuses_the_calibration_table(

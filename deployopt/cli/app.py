@@ -30,6 +30,16 @@ def cudnn_engines_option() -> object:
     )
 
 
+def calibration_data_option() -> object:
+    """`--calibration-data`, for INT8 on TensorRT in `bench` and `profile`."""
+    return typer.Option(
+        None,
+        "--calibration-data",
+        help="--dtype int8: data TensorRT calibrates on (a folder of images, or .npy/.npz preprocessed "
+        "like the model's input); trtexec takes a calibration table (.cache/.calib/.table) instead.",
+    )
+
+
 def cudnn_benchmark_option() -> object:
     """`--no-cudnn-benchmark`, beside `--cudnn-engines` on every command that measures on torch."""
     return typer.Option(

@@ -18,6 +18,7 @@ from rich.table import Table
 from deployopt.backends.base import DTYPES, Backend, MeasureOptions, Profile, get_backend, list_backends
 from deployopt.cli.app import (
     app,
+    calibration_data_option,
     console,
     cudnn_benchmark_option,
     cudnn_engines_option,
@@ -98,6 +99,7 @@ def _options(
     workdir: Path | None = None,
     cudnn_engines: int | None = None,
     cudnn_benchmark: bool = True,
+    calibration_data: Path | None = None,
 ) -> MeasureOptions:
     if dtype is None:
         default = getattr(backend, "default_dtype", None)
@@ -122,6 +124,11 @@ def _options(
         raise DeployoptError("--warmup must be 0 or more")
     if timeout <= 0:
         raise DeployoptError("--timeout must be positive")
+    if calibration_data is not None:
+        if dtype != "int8":
+            raise DeployoptError("--calibration-data calibrates INT8: use it with --dtype int8")
+        if not calibration_data.exists():
+            raise DeployoptError(f"--calibration-data {calibration_data}: no such file or folder")
     return MeasureOptions(
         dtype=dtype,
         batch=batch,
@@ -133,6 +140,7 @@ def _options(
         workdir=workdir,
         cudnn_engines=cudnn_engines,
         cudnn_benchmark=cudnn_benchmark,
+        calibration_data=str(calibration_data) if calibration_data is not None else None,
     )
 
 
@@ -182,6 +190,7 @@ def bench_command(
     timeout: float = typer.Option(600.0, "--timeout", help="Seconds per model before the worker is killed."),
     cudnn_engines: Optional[int] = cudnn_engines_option(),
     cudnn_benchmark: bool = cudnn_benchmark_option(),
+    calibration_data: Optional[Path] = calibration_data_option(),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the JSON result here."),
 ) -> None:
@@ -190,7 +199,12 @@ def bench_command(
 
     settings = (dtype, batch, sms, runs, warmup, input_shape, timeout)
     with _session(
-        backend, model, *settings, cudnn_engines=cudnn_engines, cudnn_benchmark=cudnn_benchmark
+        backend,
+        model,
+        *settings,
+        cudnn_engines=cudnn_engines,
+        cudnn_benchmark=cudnn_benchmark,
+        calibration_data=calibration_data,
     ) as session:
         timing = session.measure(model)
     doc = bench_json(timing)
@@ -275,6 +289,7 @@ def profile_command(
     timeout: float = typer.Option(600.0, "--timeout", help="Seconds per model before the worker is killed."),
     cudnn_engines: Optional[int] = cudnn_engines_option(),
     cudnn_benchmark: bool = cudnn_benchmark_option(),
+    calibration_data: Optional[Path] = calibration_data_option(),
     trace_dir: Optional[Path] = typer.Option(
         None, "--trace-dir", help="Keep the profiler trace here (torch: chrome trace JSON)."
     ),
@@ -292,6 +307,7 @@ def profile_command(
         workdir=trace_dir,
         cudnn_engines=cudnn_engines,
         cudnn_benchmark=cudnn_benchmark,
+        calibration_data=calibration_data,
     ) as session:
         profile = session.profile(model, kernels=kernels)
     doc = profile.to_json()
