@@ -119,6 +119,7 @@ def run_optimize(
         runs=args.runs,
         warmup=args.warmup,
         sweep_runs=args.sweep_runs,
+        cudnn_engines=args.cudnn_engines,
         outdir=outdir,
         resume=journal.exists(),
         max_candidates=args.max_candidates,
@@ -379,6 +380,13 @@ def main() -> int:
         action="store_true",
         help="time the per-layer sweeps in the main session too (one worker; sweeps then use --runs)",
     )
+    ap.add_argument(
+        "--cudnn-engines",
+        type=int,
+        default=None,
+        help="torch: engines cudnn.benchmark times per conv (0 = all, as TensorRT times every tactic; "
+        "default PyTorch's 10)",
+    )
     ap.add_argument("--max-evals", type=int, default=40)
     ap.add_argument("--max-trim", type=float, default=0.10)
     ap.add_argument("--max-candidates", type=int, default=8)
@@ -411,6 +419,7 @@ def main() -> int:
             "runs": args.runs,
             "warmup": args.warmup,
             "sweep_runs": args.sweep_runs,
+            "cudnn_engines": args.cudnn_engines,
             "rounds": args.rounds,
             "max_evals": args.max_evals,
             "max_trim": args.max_trim,
@@ -428,13 +437,24 @@ def main() -> int:
     from deployopt.targets import get_target
 
     target = get_target(args.target, sms=args.sms_int)
+    engines = {"cudnn_engines": args.cudnn_engines}
     opts = MeasureOptions(
-        dtype=args.dtype, sms=args.sms_int, runs=args.runs, warmup=args.warmup, extra={"target": target}
+        dtype=args.dtype,
+        sms=args.sms_int,
+        runs=args.runs,
+        warmup=args.warmup,
+        extra={"target": target},
+        **engines,
     )
     stopped = None
     # A second session (its own worker, same SM limit) times the per-layer sweeps with fewer samples.
     sweep_opts = MeasureOptions(
-        dtype=args.dtype, sms=args.sms_int, runs=args.sweep_runs, warmup=3, extra={"target": target}
+        dtype=args.dtype,
+        sms=args.sms_int,
+        runs=args.sweep_runs,
+        warmup=3,
+        extra={"target": target},
+        **engines,
     )
     with get_backend(args.backend).open(opts) as session:
         sweep = session if args.single_session else get_backend(args.backend).open(sweep_opts)
