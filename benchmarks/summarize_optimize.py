@@ -25,6 +25,7 @@ from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results" / "h200_optimize"
 CURRENT = "code of 9f1a9e1: confirmation step, fp16 family at 32"
+ENGINES = "code of 97e43a2, every cuDNN engine timed (--cudnn-engines 0: TensorRT's way)"
 # (file, note): the two main runs predate the optimizer's confirmation step (docs/optimize.md step 7).
 DEFAULT_FILES: list[tuple[Path, str]] = [
     (RESULTS / "optimize_sms8.json", "before the confirmation step"),
@@ -33,6 +34,8 @@ DEFAULT_FILES: list[tuple[Path, str]] = [
     (RESULTS / "optimize_sms8_vgg16_confirm.json", "with the confirmation step"),
     (RESULTS / "optimize_sms8_confirm.json", CURRENT),
     (RESULTS / "optimize_sms8_resnet56_confirm.json", CURRENT),
+    (RESULTS / "optimize_sms8_all_engines.json", ENGINES),
+    (RESULTS / "optimize_sms8_resnet56_all_engines.json", ENGINES),
 ]
 CIFAR_COLUMNS = ("unpruned", "pruned", "round_up_8", "deployopt_lossless", "deployopt_trim")
 
