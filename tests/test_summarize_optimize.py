@@ -108,18 +108,26 @@ def test_mobilenetv2_top1_and_latency():
     assert round(mf.lossless_vs_input, 2) == -0.10
 
 
-def test_current_code_at_8_sms_beats_round_up_in_every_cifar_case():
-    """The runs of 9f1a9e1's code (confirmation step, fp16 family at 32) at 8 SMs: the lossless
-    answer is faster than round-up-to-8 with disjoint build-level CIs in all six CIFAR cases —
-    where the first runs (optimize_sms8.json) returned the round-up plan itself for two ResNet56
-    seeds."""
-    rows = [*_rows("optimize_sms8_confirm.json")[0], *_rows("optimize_sms8_resnet56_confirm.json")[0]]
+def _lossless_beats_round_up_in_six_cases(vgg16: str, resnet56: str) -> dict[tuple[str, int], float]:
+    """Asserts that the two files hold VGG16 and ResNet56 seeds 0–2 at 8 SMs, each lossless answer
+    faster than round-up-to-8 by over 1 % with disjoint build-level CIs; returns the % per case."""
+    rows = [*_rows(vgg16)[0], *_rows(resnet56)[0]]
     assert sorted((r.model, r.seed) for r in rows) == [("resnet56", s) for s in range(3)] + [
         ("vgg16", s) for s in range(3)
     ]
     for r in rows:
         assert r.sms == 8 and not r.lossless_r8_overlap and r.lossless_vs_r8 < -1.0
-    by = {(r.model, r.seed): round(r.lossless_vs_r8, 2) for r in rows}
+    return {(r.model, r.seed): round(r.lossless_vs_r8, 2) for r in rows}
+
+
+def test_current_code_at_8_sms_beats_round_up_in_every_cifar_case():
+    """The runs of 9f1a9e1's code (confirmation step, fp16 family at 32) at 8 SMs: the lossless
+    answer is faster than round-up-to-8 with disjoint build-level CIs in all six CIFAR cases —
+    where the first runs (optimize_sms8.json) returned the round-up plan itself for two ResNet56
+    seeds."""
+    by = _lossless_beats_round_up_in_six_cases(
+        "optimize_sms8_confirm.json", "optimize_sms8_resnet56_confirm.json"
+    )
     assert by[("resnet56", 2)] == -4.04 and by[("vgg16", 1)] == -3.90
     before = {(r.model, r.seed): r.lossless_r8_overlap for r in _rows("optimize_sms8.json")[0]}
     assert before[("resnet56", 0)] and before[("resnet56", 1)]  # same plan as round-up then
@@ -129,13 +137,9 @@ def test_with_every_cudnn_engine_timed_lossless_still_beats_round_up():
     """The same six cases at 8 SMs with every cuDNN engine timed (--cudnn-engines 0, what
     TensorRT's tactic search does): round-up-to-8 gets faster kernels too, and deployopt's lossless
     answer is still faster than it with disjoint build-level CIs in every case (-1.09 … -6.33 %)."""
-    rows = [*_rows("optimize_sms8_all_engines.json")[0], *_rows("optimize_sms8_resnet56_all_engines.json")[0]]
-    assert sorted((r.model, r.seed) for r in rows) == [("resnet56", s) for s in range(3)] + [
-        ("vgg16", s) for s in range(3)
-    ]
-    for r in rows:
-        assert r.sms == 8 and not r.lossless_r8_overlap and r.lossless_vs_r8 < -1.0
-    by = {(r.model, r.seed): round(r.lossless_vs_r8, 2) for r in rows}
+    by = _lossless_beats_round_up_in_six_cases(
+        "optimize_sms8_all_engines.json", "optimize_sms8_resnet56_all_engines.json"
+    )
     assert by[("vgg16", 0)] == -1.09 and by[("vgg16", 1)] == -6.33 and by[("resnet56", 1)] == -3.40
     for name in ("optimize_sms8_all_engines.json", "optimize_sms8_resnet56_all_engines.json"):
         assert json.loads((RESULTS / name).read_text())["cudnn_engines"] == 0
