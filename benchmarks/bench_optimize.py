@@ -437,14 +437,13 @@ def main() -> int:
     from deployopt.targets import get_target
 
     target = get_target(args.target, sms=args.sms_int)
-    engines = {"cudnn_engines": args.cudnn_engines}
     opts = MeasureOptions(
         dtype=args.dtype,
         sms=args.sms_int,
         runs=args.runs,
         warmup=args.warmup,
         extra={"target": target},
-        **engines,
+        cudnn_engines=args.cudnn_engines,
     )
     stopped = None
     # A second session (its own worker, same SM limit) times the per-layer sweeps with fewer samples.
@@ -454,7 +453,7 @@ def main() -> int:
         runs=args.sweep_runs,
         warmup=3,
         extra={"target": target},
-        **engines,
+        cudnn_engines=args.cudnn_engines,
     )
     with get_backend(args.backend).open(opts) as session:
         sweep = session if args.single_session else get_backend(args.backend).open(sweep_opts)
