@@ -143,7 +143,7 @@ def test_load_runner_result_round_trip(tmp_path: Path) -> None:
 
 
 def test_load_runner_result_errors(tmp_path: Path) -> None:
-    with pytest.raises(DataError, match="cannot read runner result"):
+    with pytest.raises(DataError, match="measurement not found"):
         load_runner_result(tmp_path / "none.json")
     bad = tmp_path / "bad.json"
     bad.write_text("{")
@@ -153,7 +153,7 @@ def test_load_runner_result_errors(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="no samples_us"):
         load_runner_result(bad)
     bad.write_text('{"samples_us": [1.0]}')
-    with pytest.raises(DataError, match="not a runner result"):
+    with pytest.raises(DataError, match="is not a measurement"):
         load_runner_result(bad)
 
 

@@ -95,21 +95,9 @@ def aggregate_layer_times(times: dict[str, list[float]], order: list[str]) -> li
 
 def load_runner_result(path: str | Path) -> Timing:
     """Read the JSON printed by jetson/runner.py (same schema as `deployopt bench --json`)."""
-    p = Path(path)
-    try:
-        data = json.loads(p.read_text())
-    except OSError as exc:
-        raise DataError(f"cannot read runner result {p}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{p} is not JSON: {exc.msg} (line {exc.lineno})") from None
-    if not isinstance(data, dict) or not data.get("samples_us"):
-        raise DataError(f"{p} has no samples_us: not a runner result")
-    if "error" in data:
-        raise BackendFailed(f"the runner reported: {data['error']}")
-    try:
-        return Timing.from_json(data)
-    except (KeyError, ValueError, TypeError) as exc:
-        raise DataError(f"{p} is not a runner result: {exc}") from None
+    from deployopt.regression import load_timing
+
+    return load_timing(path)
 
 
 # ---------------------------------------------------------------------------------------------

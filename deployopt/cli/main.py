@@ -11,6 +11,7 @@ from deployopt.cli import surgery_cmd  # noqa: F401
 from deployopt.cli import verify_cmd  # noqa: F401
 from deployopt.cli import targets_cmd  # noqa: F401
 from deployopt.cli import backends_cmd  # noqa: F401
+from deployopt.cli import compare_cmd  # noqa: F401
 
 # isort: on
 from deployopt.cli.app import app, err_console

@@ -1,0 +1,99 @@
+"""`deployopt compare`: regression timing of measured results (bench, jetson runner, trtexec).
+
+Thin layer over deployopt.regression. Exit 0 when nothing got slower, 1 when a model is slower
+than its baseline beyond the rule (or, with --strict, when setups differ or a file has no
+counterpart), 2 on bad input — so a release pipeline can gate on it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from deployopt.cli.app import app, console, err_console
+from deployopt.regression import Pair, RegressionReport, compare_paths, setup
+from deployopt.timing import Timing
+
+
+def _cell(t: Timing) -> str:
+    return f"{t.median_us:.1f} ({t.iqr_us:.1f}, {t.runs})"
+
+
+def _verdict(p: Pair) -> str:
+    v = p.comparison.verdict
+    return {"slower": "[red]slower[/]", "faster": "[green]faster[/]"}.get(v, "no change")
+
+
+def _render(report: RegressionReport) -> None:
+    table = Table(
+        title=f"Measured medians, µs (Mann-Whitney U, alpha {report.alpha:g}, min effect "
+        f"{100 * report.min_effect:g} %)",
+        caption="cells: median µs (IQR µs, runs)",
+    )
+    for col in ("model", "baseline", "current", "change", "p", "verdict", "setup differs"):
+        table.add_column(col, justify="right" if col in ("change", "p") else "left")
+    for p in report.pairs:
+        table.add_row(
+            p.name,
+            _cell(p.baseline),
+            _cell(p.current),
+            f"{100 * (p.comparison.ratio - 1):+.1f} %",
+            f"{p.comparison.p_value:.2g}",
+            _verdict(p),
+            "; ".join(p.differences) or "-",
+        )
+    console.print(table)
+    for b, c in sorted({(setup(p.baseline), setup(p.current)) for p in report.pairs}):
+        where = f"{b} (both)" if b == c else f"baseline {b}; current {c}"
+        console.print(f"measured on: {where}", markup=False, highlight=False)
+    for name in report.only_in_baseline:
+        err_console.print(f"note: {name}: in the baseline only", style="yellow", markup=False)
+    for name in report.only_in_current:
+        err_console.print(f"note: {name}: in the current run only", style="yellow", markup=False)
+    n = len(report.slower)
+    console.print(f"{n} regression{'s' if n != 1 else ''} in {len(report.pairs)} compared", markup=False)
+
+
+@app.command("compare", rich_help_panel="Measure")
+def compare_command(
+    baseline: Path = typer.Argument(..., help="Baseline measurement (or a folder of them)."),
+    current: Path = typer.Argument(..., help="Current measurement (or a folder: files pair by name)."),
+    alpha: float = typer.Option(0.01, "--alpha", help="Significance level of the Mann-Whitney U test."),
+    min_effect: float = typer.Option(
+        0.01, "--min-effect", help="Smallest change that counts, as a fraction (0.02 = 2 %)."
+    ),
+    strict: bool = typer.Option(
+        False,
+        "--strict",
+        help="Also fail when setups differ (GPU, SMs, TensorRT, ...) or a file has no counterpart.",
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the JSON result here."),
+) -> None:
+    """Regression timing: is each model slower than its baseline? Reads `bench -o`, jetson runner or
+    trtexec --exportTimes JSON; exit 1 on a regression."""
+    from deployopt.fileio import write_json
+
+    report = compare_paths(baseline, current, alpha=alpha, min_effect=min_effect)
+    doc = report.to_json()
+    if output is not None:
+        write_json(output, doc)
+    if as_json:
+        typer.echo(json.dumps(doc, indent=2))
+    else:
+        _render(report)
+    for p in report.not_like_for_like:
+        err_console.print(
+            f"warning: {p.name}: not like for like ({'; '.join(p.differences)}): "
+            "the change need not be the model's",
+            style="yellow",
+            markup=False,
+            highlight=False,
+        )
+    mismatched = bool(report.not_like_for_like or report.only_in_baseline or report.only_in_current)
+    if report.slower or (strict and mismatched):
+        raise typer.Exit(1)

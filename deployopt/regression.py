@@ -1,0 +1,202 @@
+"""Regression timing: is a model slower now than in the measurement it shipped with?
+
+The job after `optimize`: engines go to the boards, and every change (a new TensorRT or JetPack, a
+retrained model, new widths) is timed again and put against the stored baseline. A measurement
+file is whatever deployopt or the board wrote: `deployopt bench -o`, `jetson/runner.py --out`, or
+trtexec's own `--exportTimes` JSON. A verdict needs a significant difference (Mann-Whitney U on the
+samples) that is also larger than a minimum effect: `deployopt.timing.compare`, the rule the
+optimizer uses. Pairs whose environments differ (another GPU or board, SM count, power mode,
+TensorRT, what was timed) are flagged, because their difference need not be the model's.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from deployopt.errors import BackendFailed, DataError
+from deployopt.timing import Comparison, Timing, compare
+
+#: Environment facts that make two measurements comparable, with the word a report uses for each.
+#: A fact recorded on one side only is not a difference (older files lack newer keys).
+LIKE_FOR_LIKE = (
+    ("gpu", "GPU"),
+    ("board", "board"),
+    ("device", "device"),
+    ("sms", "SMs"),
+    ("nvpmodel", "power mode"),
+    ("tensorrt", "TensorRT"),
+    ("cudnn", "cuDNN"),
+    ("cudnn_benchmark", "cudnn.benchmark"),
+    ("cudnn_benchmark_limit", "cuDNN engines timed"),
+    ("dtype", "dtype"),
+)
+
+
+def load_timing(path: str | Path) -> Timing:
+    """A measured Timing from a bench / runner result or a trtexec --exportTimes file (one-line
+    DataError otherwise; a predicted latency is refused: there is nothing to test it against)."""
+    p = Path(path)
+    if p.is_dir():
+        raise DataError(f"{p} is a folder; expected a measurement file (or give two folders)")
+    try:
+        data = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise DataError(f"measurement not found: {p}") from None
+    except OSError as exc:
+        raise DataError(f"cannot read {p}: {exc.strerror or exc}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DataError(f"{p} is not JSON: {getattr(exc, 'msg', exc)}") from None
+    if isinstance(data, list):
+        return _from_export_times(p)
+    if not isinstance(data, dict) or "samples_us" not in data:
+        raise DataError(
+            f"{p} is neither a deployopt bench / jetson runner result (no samples_us) nor a trtexec "
+            "--exportTimes file"
+        )
+    if "error" in data:
+        raise BackendFailed(f"{p}: the measurement failed: {data['error']}")
+    try:
+        timing = Timing.from_json(data)
+    except (KeyError, ValueError, TypeError) as exc:
+        raise DataError(f"{p} is not a measurement: {exc}") from None
+    if not timing.measured:
+        raise DataError(
+            f"{p} is predicted by {timing.predictor or 'a model'}, not measured: regression timing "
+            "compares measurements"
+        )
+    return timing
+
+
+def _from_export_times(p: Path) -> Timing:
+    from deployopt.backends.trtexec_parser import load_run
+
+    try:
+        timing = load_run(times=p).timing("computeMs")
+    except (KeyError, ValueError, TypeError, AttributeError):
+        raise DataError(f"{p} is a JSON list but not a trtexec --exportTimes file") from None
+    timing.timed = "one query, GPU compute time per trtexec --exportTimes (computeMs)"
+    timing.environment.setdefault("source", str(p))
+    return timing
+
+
+def setup(t: Timing) -> str:
+    """The backend and the like-for-like facts a measurement recorded, in words."""
+    env = t.environment
+    facts = [f"{word} {env[key]}" for key, word in LIKE_FOR_LIKE if env.get(key) is not None]
+    return ", ".join([t.backend, *facts])
+
+
+def differences(a: Timing, b: Timing) -> list[str]:
+    """What differs between the two measurements' setups, in words ('SMs 8 → 16')."""
+    out = [] if a.backend == b.backend else [f"backend {a.backend} → {b.backend}"]
+    for key, word in LIKE_FOR_LIKE:
+        va, vb = a.environment.get(key), b.environment.get(key)
+        if va is not None and vb is not None and va != vb:
+            out.append(f"{word} {va} → {vb}")
+    if a.timed and b.timed and a.timed != b.timed:
+        out.append("what was timed differs")
+    return out
+
+
+@dataclass
+class Pair:
+    """One model timed twice: its baseline and its current measurement."""
+
+    name: str
+    baseline_path: Path
+    current_path: Path
+    baseline: Timing
+    current: Timing
+    comparison: Comparison
+    differences: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        def side(t: Timing, path: Path) -> dict[str, Any]:
+            lo, hi = t.ci95_us
+            return {
+                "file": str(path),
+                "backend": t.backend,
+                "median_us": t.median_us,
+                "iqr_us": t.iqr_us,
+                "ci95_us": [lo, hi],
+                "runs": t.runs,
+                "timed": t.timed,
+            }
+
+        return {
+            "name": self.name,
+            "baseline": side(self.baseline, self.baseline_path),
+            "current": side(self.current, self.current_path),
+            "ratio": self.comparison.ratio,
+            "change_pct": 100 * (self.comparison.ratio - 1),
+            "p_value": self.comparison.p_value,
+            "verdict": self.comparison.verdict,
+            "environment_differences": self.differences,
+        }
+
+
+@dataclass
+class RegressionReport:
+    pairs: list[Pair]
+    alpha: float
+    min_effect: float
+    only_in_baseline: list[str] = field(default_factory=list)
+    only_in_current: list[str] = field(default_factory=list)
+
+    @property
+    def slower(self) -> list[Pair]:
+        return [p for p in self.pairs if p.comparison.verdict == "slower"]
+
+    @property
+    def not_like_for_like(self) -> list[Pair]:
+        return [p for p in self.pairs if p.differences]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rule": {
+                "test": "Mann-Whitney U, two-sided, on the per-run samples",
+                "alpha": self.alpha,
+                "min_effect": self.min_effect,
+            },
+            "regressions": len(self.slower),
+            "pairs": [p.to_json() for p in self.pairs],
+            "only_in_baseline": self.only_in_baseline,
+            "only_in_current": self.only_in_current,
+        }
+
+
+def _measurement_files(folder: Path) -> dict[str, Path]:
+    return {p.stem: p for p in sorted(folder.glob("*.json")) if p.is_file()}
+
+
+def compare_paths(
+    baseline: str | Path, current: str | Path, alpha: float = 0.01, min_effect: float = 0.01
+) -> RegressionReport:
+    """Two measurement files, or two folders whose files pair up by name."""
+    if not 0 < alpha < 1:
+        raise DataError(f"alpha {alpha:g}: expected a p-value threshold between 0 and 1")
+    if not 0 <= min_effect < 1:
+        raise DataError(f"min effect {min_effect:g}: expected a fraction such as 0.02 (2 %)")
+    b, c = Path(baseline), Path(current)
+    for p in (b, c):
+        if not p.exists():
+            raise DataError(f"not found: {p}")
+    if b.is_dir() != c.is_dir():
+        raise DataError(f"compare two files or two folders, not {b} with {c}")
+    if b.is_dir():
+        bf, cf = _measurement_files(b), _measurement_files(c)
+        names = sorted(bf.keys() & cf.keys())
+        if not names:
+            raise DataError(f"no measurement file (*.json) has the same name in {b} and {c}")
+        jobs = [(n, bf[n], cf[n]) for n in names]
+        only_b, only_c = sorted(bf.keys() - cf.keys()), sorted(cf.keys() - bf.keys())
+    else:
+        jobs, only_b, only_c = [(c.stem, b, c)], [], []
+    pairs = []
+    for name, bp, cp in jobs:
+        tb, tc = load_timing(bp), load_timing(cp)
+        pairs.append(Pair(name, bp, cp, tb, tc, compare(tb, tc, alpha, min_effect), differences(tb, tc)))
+    return RegressionReport(pairs, alpha, min_effect, only_b, only_c)

@@ -1,0 +1,83 @@
+"""`deployopt compare` as a user runs it: the table, JSON, exit codes a release pipeline gates on."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from cli_runner import run_cli
+from test_regression import H200_CLI, write_timing
+
+AUTOTUNED = str(H200_CLI / "bench_resnet56_autotuned_sm8.json")
+HEURISTIC = str(H200_CLI / "bench_resnet56_heuristic_sm8.json")
+
+
+def test_a_slower_model_exits_1_and_says_so(monkeypatch, capsys) -> None:
+    code, out, err = run_cli(monkeypatch, capsys, "compare", AUTOTUNED, HEURISTIC)
+    assert code == 1
+    row = next(line for line in out.splitlines() if "bench_resnet56_heuristic_sm8" in line)
+    assert "1054.2 (1.0, 200)" in row and "1081.2 (11.3, 200)" in row and "+2.6 %" in row
+    assert "slower" in row and "cudnn.benchmark True → False" in row
+    assert "1 regression in 1 compared" in out and "measured on: baseline torch" in out
+    assert err.startswith("warning: bench_resnet56_heuristic_sm8: not like for like")
+
+
+def test_faster_or_unchanged_exits_0(monkeypatch, capsys, tmp_path: Path) -> None:
+    code, out, _ = run_cli(monkeypatch, capsys, "compare", HEURISTIC, AUTOTUNED)
+    assert code == 0 and "faster" in out and "0 regressions in 1 compared" in out
+    a = write_timing(tmp_path / "a.json", 500.0, {"board": "Orin"}, seed=1)
+    b = write_timing(tmp_path / "b.json", 500.0, {"board": "Orin"}, seed=2)
+    code, out, err = run_cli(monkeypatch, capsys, "compare", str(a), str(b))
+    assert code == 0 and "no change" in out and err == ""
+    assert "measured on: tensorrt, board Orin (both)" in out
+
+
+def test_json_and_output_file(monkeypatch, capsys, tmp_path: Path) -> None:
+    dest = tmp_path / "out" / "regression.json"
+    dest.parent.mkdir()
+    code, out, _ = run_cli(monkeypatch, capsys, "compare", AUTOTUNED, HEURISTIC, "--json", "-o", str(dest))
+    assert code == 1
+    doc = json.loads(out)
+    assert doc == json.loads(dest.read_text())
+    assert doc["regressions"] == 1 and doc["rule"]["min_effect"] == 0.01
+    pair = doc["pairs"][0]
+    recorded = json.loads(Path(HEURISTIC).read_text())
+    assert pair["current"]["median_us"] == recorded["median_us"] and pair["current"]["runs"] == 200
+    assert pair["verdict"] == "slower" and "what was timed differs" in pair["environment_differences"]
+    assert list(dest.parent.iterdir()) == [dest]  # no temp file left beside it
+
+
+def test_min_effect_option_and_strict(monkeypatch, capsys, tmp_path: Path) -> None:
+    code, _, _ = run_cli(monkeypatch, capsys, "compare", AUTOTUNED, HEURISTIC, "--min-effect", "0.03")
+    assert code == 0  # +2.6 % is below a 3 % minimum effect
+    code, _, _ = run_cli(
+        monkeypatch, capsys, "compare", AUTOTUNED, HEURISTIC, "--min-effect", "0.03", "--strict"
+    )
+    assert code == 1  # … but the setups differ
+    write_timing(tmp_path / "base" / "m.json", 500.0, seed=1)
+    write_timing(tmp_path / "cur" / "m.json", 500.0, seed=2)
+    write_timing(tmp_path / "cur" / "extra.json", 500.0, seed=3)
+    code, _, err = run_cli(monkeypatch, capsys, "compare", str(tmp_path / "base"), str(tmp_path / "cur"))
+    assert code == 0 and "note: extra: in the current run only" in err
+    code, _, _ = run_cli(
+        monkeypatch, capsys, "compare", str(tmp_path / "base"), str(tmp_path / "cur"), "--strict"
+    )
+    assert code == 1
+
+
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(monkeypatch, capsys, tmp_path: Path) -> None:
+    corrupt = tmp_path / "corrupt.json"
+    corrupt.write_text("{not json")
+    dest = tmp_path / "out.json"
+    cases = [
+        ([str(tmp_path / "missing.json"), AUTOTUNED], "not found"),
+        ([str(corrupt), AUTOTUNED], "is not JSON"),
+        ([AUTOTUNED, str(tmp_path)], "two files or two folders"),
+        ([AUTOTUNED, HEURISTIC, "--alpha", "0"], "alpha 0"),
+        ([AUTOTUNED, HEURISTIC, "--min-effect", "5"], "min effect 5"),
+    ]
+    for args, message in cases:
+        code, out, err = run_cli(monkeypatch, capsys, "compare", *args, "-o", str(dest))
+        assert code == 2 and out == "", args
+        assert err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1, err
+        assert "Traceback" not in err and not dest.exists()

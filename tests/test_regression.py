@@ -1,0 +1,145 @@
+"""Regression timing (deployopt.regression): loading every kind of measurement file, the verdict
+rule, like-for-like checks, folder pairing. Real recordings: the H200 bench results committed under
+benchmarks/results/h200_cli/ and trtexec --exportTimes files from ../shared/fixtures/trtexec."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from deployopt.errors import BackendFailed, DataError
+from deployopt.regression import compare_paths, differences, load_timing, setup
+from deployopt.timing import Timing
+
+ROOT = Path(__file__).resolve().parents[1]
+H200_CLI = ROOT / "benchmarks" / "results" / "h200_cli"
+SHARED = Path(os.environ.get("DEPLOYOPT_SHARED") or ROOT.parent / "shared")
+TIMES = SHARED / "fixtures" / "trtexec" / "trt8.x_rtx3090_tf_resnet50_fp32_exportTimes_full.json"
+needs_fixtures = pytest.mark.skipif(not TIMES.is_file(), reason=f"trtexec fixtures not found at {TIMES}")
+
+
+def write_timing(path: Path, median: float, env: dict | None = None, seed: int = 0, **kw) -> Path:
+    rng = np.random.default_rng(seed)
+    samples = list(median + rng.normal(0.0, median * 0.002, 200))
+    t = Timing("tensorrt", samples, 50, kw.pop("timed", "one forward pass (fp16)"), env or {}, **kw)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(t.to_json()))
+    return path
+
+
+def test_bench_results_load_with_their_recorded_numbers() -> None:
+    path = H200_CLI / "bench_resnet56_autotuned_sm8.json"
+    doc = json.loads(path.read_text())
+    t = load_timing(path)
+    assert t.samples_us == doc["samples_us"] and t.runs == doc["runs"] == 200
+    assert t.median_us == pytest.approx(doc["median_us"], rel=1e-12)
+    assert t.iqr_us == pytest.approx(doc["iqr_us"], rel=1e-12)
+    assert t.environment["sms"] == 8 and t.environment["cudnn_benchmark"] is True
+
+
+def test_heuristic_pytorch_is_a_measured_regression_and_not_like_for_like() -> None:
+    """The two real H200 runs of the bundled ResNet56 at 8 SMs: cuDNN's heuristics (1081.2 µs)
+    against autotuned (1054.2 µs), +2.6 % — slower, and flagged: the kernel search differs."""
+    report = compare_paths(
+        H200_CLI / "bench_resnet56_autotuned_sm8.json", H200_CLI / "bench_resnet56_heuristic_sm8.json"
+    )
+    (pair,) = report.pairs
+    assert pair.comparison.verdict == "slower" and report.slower == [pair]
+    assert 100 * (pair.comparison.ratio - 1) == pytest.approx(2.56, abs=0.01)
+    assert pair.comparison.p_value < 1e-30
+    assert "cudnn.benchmark True → False" in pair.differences
+    assert "what was timed differs" in pair.differences
+    back = compare_paths(
+        H200_CLI / "bench_resnet56_heuristic_sm8.json", H200_CLI / "bench_resnet56_autotuned_sm8.json"
+    )
+    assert back.pairs[0].comparison.verdict == "faster" and not back.slower
+
+
+@needs_fixtures
+def test_trtexec_export_times_load_as_gpu_compute_samples() -> None:
+    raw = json.loads(TIMES.read_text())
+    t = load_timing(TIMES)
+    assert t.backend == "trtexec" and t.runs == len(raw)
+    assert t.median_us == pytest.approx(1000 * float(np.median([q["computeMs"] for q in raw])), rel=1e-9)
+    report = compare_paths(TIMES, TIMES)
+    assert report.pairs[0].comparison.verdict == "no significant difference"
+    assert report.pairs[0].comparison.ratio == 1.0 and not report.pairs[0].differences
+
+
+def test_min_effect_and_alpha_decide_the_verdict(tmp_path: Path) -> None:
+    base = write_timing(tmp_path / "a.json", 500.0, seed=1)
+    cur = write_timing(tmp_path / "b.json", 507.5, seed=2)  # +1.5 %, highly significant
+    assert compare_paths(base, cur, min_effect=0.01).pairs[0].comparison.verdict == "slower"
+    assert (
+        compare_paths(base, cur, min_effect=0.02).pairs[0].comparison.verdict == "no significant difference"
+    )
+    same = write_timing(tmp_path / "c.json", 500.0, seed=3)
+    assert compare_paths(base, same).pairs[0].comparison.verdict == "no significant difference"
+    for bad in ({"alpha": 0.0}, {"alpha": 1.5}, {"min_effect": -0.1}, {"min_effect": 2.0}):
+        with pytest.raises(DataError):
+            compare_paths(base, cur, **bad)
+
+
+def test_setup_differences_name_what_changed(tmp_path: Path) -> None:
+    env = {"board": "NVIDIA Jetson Orin Nano", "nvpmodel": "15W", "tensorrt": "10.3.0", "sms": 8}
+    a = load_timing(write_timing(tmp_path / "a.json", 500.0, env))
+    b = load_timing(write_timing(tmp_path / "b.json", 500.0, {**env, "nvpmodel": "MAXN", "python": "3.10"}))
+    assert differences(a, b) == ["power mode 15W → MAXN"]  # python is not a like-for-like fact
+    c = load_timing(
+        write_timing(tmp_path / "c.json", 500.0, {"board": env["board"]}, timed="one forward pass (int8)")
+    )
+    assert differences(a, c) == ["what was timed differs"]  # facts on one side only do not count
+    assert setup(a) == "tensorrt, board NVIDIA Jetson Orin Nano, SMs 8, power mode 15W, TensorRT 10.3.0"
+
+
+def test_folders_pair_by_file_name(tmp_path: Path) -> None:
+    write_timing(tmp_path / "base" / "resnet.json", 500.0, seed=1)
+    write_timing(tmp_path / "cur" / "resnet.json", 530.0, seed=2)
+    write_timing(tmp_path / "base" / "vgg.json", 300.0, seed=3)
+    write_timing(tmp_path / "cur" / "vgg.json", 300.0, seed=4)
+    write_timing(tmp_path / "base" / "gone.json", 300.0)
+    write_timing(tmp_path / "cur" / "new.json", 300.0)
+    report = compare_paths(tmp_path / "base", tmp_path / "cur")
+    assert [p.name for p in report.pairs] == ["resnet", "vgg"]
+    assert [p.name for p in report.slower] == ["resnet"]
+    assert report.only_in_baseline == ["gone"] and report.only_in_current == ["new"]
+    doc = report.to_json()
+    assert doc["regressions"] == 1 and doc["pairs"][0]["verdict"] == "slower"
+    assert doc["pairs"][0]["change_pct"] == pytest.approx(6.0, abs=0.3)
+    with pytest.raises(DataError, match="two files or two folders"):
+        compare_paths(tmp_path / "base", tmp_path / "cur" / "vgg.json")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match="same name"):
+        compare_paths(tmp_path / "base", tmp_path / "empty")
+
+
+def test_bad_measurement_files_are_one_line_errors(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="measurement not found"):
+        load_timing(tmp_path / "none.json")
+    with pytest.raises(DataError, match="is a folder"):
+        load_timing(tmp_path)
+    bad = tmp_path / "bad.json"
+    for text, match in (
+        ("{", "is not JSON"),
+        ('{"backend": "x"}', "no samples_us"),
+        ('{"samples_us": [1.0]}', "is not a measurement"),
+        ('[{"startMs": 1.0}]', "not a trtexec --exportTimes file|no 'computeMs'"),
+        ("[1, 2]", "not a trtexec --exportTimes file"),
+    ):
+        bad.write_text(text)
+        with pytest.raises(DataError, match=match):
+            load_timing(bad)
+    bad.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(DataError, match="is not JSON"):
+        load_timing(bad)
+    bad.write_text('{"samples_us": [1.0], "backend": "tensorrt", "error": "engine build failed"}')
+    with pytest.raises(BackendFailed, match="engine build failed"):
+        load_timing(bad)
+    predicted = Timing("model", [120.0], measured=False, predictor="wave model 'h200-fp16 fit'")
+    bad.write_text(json.dumps(predicted.to_json()))
+    with pytest.raises(DataError, match="predicted by wave model 'h200-fp16 fit', not measured"):
+        load_timing(bad)
