@@ -6,11 +6,14 @@ it is given. It tests our subprocess handling and parsing; it does not build eng
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import stat
 from pathlib import Path
 
 import pytest
+from cli_runner import run_cli
 
 from deployopt.backends.base import MeasureOptions, get_backend
 from deployopt.backends.trtexec import (
@@ -317,3 +320,66 @@ def test_remote_unreachable_host(
 
 def test_find_trtexec_prefers_env(fake: dict[str, Path]) -> None:
     assert find_trtexec() == os.environ["DEPLOYOPT_TRTEXEC"]
+
+
+def test_cli_bench_remote_runs_trtexec_on_the_board(
+    fake: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`deployopt bench --backend trtexec --remote user@jetson` with ssh/scp stand-ins that play the
+    board on this machine: the model goes over, trtexec runs there, its exports come back and are
+    what bench prints; no trtexec is needed on the host."""
+    bindir = tmp_path / "sshbin"
+    bindir.mkdir()
+    board_trtexec = os.environ["DEPLOYOPT_TRTEXEC"]
+    (bindir / "ssh").write_text(
+        "#!/bin/sh\nshift 5\n"  # -o BatchMode=yes -o ConnectTimeout=N HOST
+        f'exec sh -c "$(echo "$*" | sed "s#/usr/src/tensorrt/bin/trtexec#{board_trtexec}#")"\n'
+    )
+    (bindir / "scp").write_text('#!/bin/sh\nshift 4\nexec cp "${1#*:}" "${2#*:}"\n')
+    for exe in bindir.iterdir():
+        exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    monkeypatch.delenv("DEPLOYOPT_TRTEXEC")  # nothing local: the binary lives on the board
+    model = tmp_path / f"remote_conv_{os.getpid()}.onnx"
+    model.write_bytes(fake["model"].read_bytes())
+    board_dir = Path("/tmp/deployopt-trtexec") / model.stem
+    try:
+        code, out, err = run_cli(
+            monkeypatch, capsys, "bench", str(model), "--backend", "trtexec", "--remote", "user@jetson",
+            "--dtype", "fp16", "--json",
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(board_dir, ignore_errors=True)
+    assert code == 0, err
+    doc = json.loads(out)
+    raw = json.loads(Path(os.environ["FAKE_TIMES"]).read_text())
+    assert doc["runs"] == len(raw) == 300
+    assert doc["samples_us"][0] == pytest.approx(1000 * raw[0]["computeMs"])
+    assert doc["environment"]["trtexec"] == "user@jetson:/usr/src/tensorrt/bin/trtexec"
+    assert doc["environment"]["tensorrt"] == "10.16.1"
+
+
+def test_cli_remote_needs_trtexec_and_reports_an_unreachable_board(
+    fake: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run_cli(
+        monkeypatch, capsys, "bench", str(fake["model"]), "--backend", "ort", "--remote", "user@jetson"
+    )
+    assert code == 2 and out == ""
+    assert err.strip() == (
+        "error: --remote runs trtexec on the board over ssh: use it with --backend trtexec, not 'ort'"
+    )
+    ssh = tmp_path / "bin" / "ssh"
+    ssh.write_text('#!/bin/sh\necho "ssh: connect to host jetson port 22: No route to host" >&2\nexit 255\n')
+    ssh.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{ssh.parent}:{os.environ['PATH']}")
+    dest = tmp_path / "result.json"
+    code, out, err = run_cli(
+        monkeypatch, capsys, "bench", str(fake["model"]), "--backend", "trtexec", "--remote", "user@jetson",
+        "-o", str(dest),
+    )  # fmt: skip
+    assert code == 2 and not dest.exists()
+    assert (
+        err.strip()
+        == "error: cannot reach user@jetson over ssh: ssh: connect to host jetson port 22: No route to host"
+    )

@@ -40,6 +40,16 @@ def calibration_data_option() -> object:
     )
 
 
+def remote_option() -> object:
+    """`--remote USER@HOST`: trtexec on a Jetson over ssh, for `bench` and `profile`."""
+    return typer.Option(
+        None,
+        "--remote",
+        help="trtexec: build and time on this board over ssh (USER@HOST; key-based login, "
+        "/usr/src/tensorrt/bin/trtexec there); the model is copied with scp.",
+    )
+
+
 def cudnn_benchmark_option() -> object:
     """`--no-cudnn-benchmark`, beside `--cudnn-engines` on every command that measures on torch."""
     return typer.Option(

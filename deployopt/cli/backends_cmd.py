@@ -24,6 +24,7 @@ from deployopt.cli.app import (
     cudnn_engines_option,
     note_cudnn_search,
     parse_input_shapes,
+    remote_option,
 )
 from deployopt.errors import DeployoptError
 from deployopt.timing import Timing
@@ -79,7 +80,13 @@ def _session(backend_name: str, model: Path, *settings: Any, **options: Any) -> 
     arguments after the backend): options checked and the model file checked before anything
     starts, the --sms note printed only once the session stands (so a refused option stays a
     one-line error)."""
-    b = _backend(backend_name)
+    remote = options.get("remote")
+    if remote and backend_name != "trtexec":
+        raise DeployoptError(
+            f"--remote runs trtexec on the board over ssh: use it with --backend trtexec, "
+            f"not {backend_name!r}"
+        )
+    b = get_backend(backend_name) if remote else _backend(backend_name)  # trtexec lives on the board
     opts = _options(b, *settings, **options)
     _check_model(model)
     with b.open(opts) as session:
@@ -100,6 +107,7 @@ def _options(
     cudnn_engines: int | None = None,
     cudnn_benchmark: bool = True,
     calibration_data: Path | None = None,
+    remote: str | None = None,
 ) -> MeasureOptions:
     if dtype is None:
         default = getattr(backend, "default_dtype", None)
@@ -141,6 +149,7 @@ def _options(
         cudnn_engines=cudnn_engines,
         cudnn_benchmark=cudnn_benchmark,
         calibration_data=str(calibration_data) if calibration_data is not None else None,
+        extra={"remote": remote} if remote else {},
     )
 
 
@@ -191,6 +200,7 @@ def bench_command(
     cudnn_engines: Optional[int] = cudnn_engines_option(),
     cudnn_benchmark: bool = cudnn_benchmark_option(),
     calibration_data: Optional[Path] = calibration_data_option(),
+    remote: Optional[str] = remote_option(),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the JSON result here."),
 ) -> None:
@@ -205,6 +215,7 @@ def bench_command(
         cudnn_engines=cudnn_engines,
         cudnn_benchmark=cudnn_benchmark,
         calibration_data=calibration_data,
+        remote=remote,
     ) as session:
         timing = session.measure(model)
     doc = bench_json(timing)
@@ -290,6 +301,7 @@ def profile_command(
     cudnn_engines: Optional[int] = cudnn_engines_option(),
     cudnn_benchmark: bool = cudnn_benchmark_option(),
     calibration_data: Optional[Path] = calibration_data_option(),
+    remote: Optional[str] = remote_option(),
     trace_dir: Optional[Path] = typer.Option(
         None, "--trace-dir", help="Keep the profiler trace here (torch: chrome trace JSON)."
     ),
@@ -308,6 +320,7 @@ def profile_command(
         cudnn_engines=cudnn_engines,
         cudnn_benchmark=cudnn_benchmark,
         calibration_data=calibration_data,
+        remote=remote,
     ) as session:
         profile = session.profile(model, kernels=kernels)
     doc = profile.to_json()
