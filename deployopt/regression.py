@@ -11,13 +11,12 @@ TensorRT, what was timed) are flagged, because their difference need not be the 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deployopt.errors import BackendFailed, DataError
-from deployopt.timing import Comparison, Timing, compare
+from deployopt.errors import DataError
+from deployopt.timing import Comparison, Timing, compare, load_timing
 
 #: Environment facts that make two measurements comparable, with the word a report uses for each.
 #: A fact recorded on one side only is not a difference (older files lack newer keys).
@@ -33,53 +32,6 @@ LIKE_FOR_LIKE = (
     ("cudnn_benchmark_limit", "cuDNN engines timed"),
     ("dtype", "dtype"),
 )
-
-
-def load_timing(path: str | Path) -> Timing:
-    """A measured Timing from a bench / runner result or a trtexec --exportTimes file (one-line
-    DataError otherwise; a predicted latency is refused: there is nothing to test it against)."""
-    p = Path(path)
-    if p.is_dir():
-        raise DataError(f"{p} is a folder; expected a measurement file (or give two folders)")
-    try:
-        data = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise DataError(f"measurement not found: {p}") from None
-    except OSError as exc:
-        raise DataError(f"cannot read {p}: {exc.strerror or exc}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DataError(f"{p} is not JSON: {getattr(exc, 'msg', exc)}") from None
-    if isinstance(data, list):
-        return _from_export_times(p)
-    if not isinstance(data, dict) or "samples_us" not in data:
-        raise DataError(
-            f"{p} is neither a deployopt bench / jetson runner result (no samples_us) nor a trtexec "
-            "--exportTimes file"
-        )
-    if "error" in data:
-        raise BackendFailed(f"{p}: the measurement failed: {data['error']}")
-    try:
-        timing = Timing.from_json(data)
-    except (KeyError, ValueError, TypeError) as exc:
-        raise DataError(f"{p} is not a measurement: {exc}") from None
-    if not timing.measured:
-        raise DataError(
-            f"{p} is predicted by {timing.predictor or 'a model'}, not measured: regression timing "
-            "compares measurements"
-        )
-    return timing
-
-
-def _from_export_times(p: Path) -> Timing:
-    from deployopt.backends.trtexec_parser import load_run
-
-    try:
-        timing = load_run(times=p).timing("computeMs")
-    except (KeyError, ValueError, TypeError, AttributeError):
-        raise DataError(f"{p} is a JSON list but not a trtexec --exportTimes file") from None
-    timing.timed = "one query, GPU compute time per trtexec --exportTimes (computeMs)"
-    timing.environment.setdefault("source", str(p))
-    return timing
 
 
 def setup(t: Timing) -> str:

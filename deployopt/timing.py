@@ -6,10 +6,14 @@ how many runs) or predicted (by which model).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from deployopt.errors import BackendFailed, DataError
 
 BOOTSTRAP_RESAMPLES = 2000
 
@@ -168,3 +172,50 @@ def compare(a: Timing, b: Timing, alpha: float = 0.01, min_effect: float = 0.01)
     if p < alpha and abs(ratio - 1) >= min_effect:
         return Comparison("faster" if ratio < 1 else "slower", ratio, p)
     return Comparison("no significant difference", ratio, p)
+
+
+def load_timing(path: str | Path) -> Timing:
+    """A measured Timing from a bench / runner result or a trtexec --exportTimes file (one-line
+    DataError otherwise; a predicted latency is refused: there is nothing to test it against)."""
+    p = Path(path)
+    if p.is_dir():
+        raise DataError(f"{p} is a folder; expected a measurement file (or give two folders)")
+    try:
+        data = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise DataError(f"measurement not found: {p}") from None
+    except OSError as exc:
+        raise DataError(f"cannot read {p}: {exc.strerror or exc}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DataError(f"{p} is not JSON: {getattr(exc, 'msg', exc)}") from None
+    if isinstance(data, list):
+        return _from_export_times(p)
+    if not isinstance(data, dict) or "samples_us" not in data:
+        raise DataError(
+            f"{p} is neither a deployopt bench / jetson runner result (no samples_us) nor a trtexec "
+            "--exportTimes file"
+        )
+    if "error" in data:
+        raise BackendFailed(f"{p}: the measurement failed: {data['error']}")
+    try:
+        timing = Timing.from_json(data)
+    except (KeyError, ValueError, TypeError) as exc:
+        raise DataError(f"{p} is not a measurement: {exc}") from None
+    if not timing.measured:
+        raise DataError(
+            f"{p} is predicted by {timing.predictor or 'a model'}, not measured: regression timing "
+            "compares measurements"
+        )
+    return timing
+
+
+def _from_export_times(p: Path) -> Timing:
+    from deployopt.backends.trtexec_parser import load_run
+
+    try:
+        timing = load_run(times=p).timing("computeMs")
+    except (KeyError, ValueError, TypeError, AttributeError):
+        raise DataError(f"{p} is a JSON list but not a trtexec --exportTimes file") from None
+    timing.timed = "one query, GPU compute time per trtexec --exportTimes (computeMs)"
+    timing.environment.setdefault("source", str(p))
+    return timing

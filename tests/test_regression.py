@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from deployopt.errors import BackendFailed, DataError
-from deployopt.regression import compare_paths, differences, load_timing, setup
-from deployopt.timing import Timing
+from deployopt.regression import compare_paths, differences, setup
+from deployopt.timing import Timing, load_timing
 
 ROOT = Path(__file__).resolve().parents[1]
 H200_CLI = ROOT / "benchmarks" / "results" / "h200_cli"

@@ -33,7 +33,7 @@ import numpy as np
 from deployopt.backends.base import Backend, LayerTime, MeasureOptions, Profile, Session
 from deployopt.backends.trtexec_parser import version_tuple
 from deployopt.errors import BackendFailed, BackendUnavailable, DataError, DeployoptError, ModelError
-from deployopt.timing import Timing
+from deployopt.timing import Timing, load_timing
 
 TRT_HINT = "tensorrt not installed (on a Jetson it comes with JetPack; elsewhere pip install tensorrt)"
 CUDA_HINT = (
@@ -95,8 +95,6 @@ def aggregate_layer_times(times: dict[str, list[float]], order: list[str]) -> li
 
 def load_runner_result(path: str | Path) -> Timing:
     """Read the JSON printed by jetson/runner.py (same schema as `deployopt bench --json`)."""
-    from deployopt.regression import load_timing
-
     return load_timing(path)
 
 
