@@ -39,7 +39,7 @@ def test_json_and_output_file(monkeypatch, capsys, tmp_path: Path) -> None:
     assert code == 1
     doc = json.loads(out)
     assert doc == json.loads(dest.read_text())
-    assert doc["regressions"] == 1 and doc["rule"]["min_effect"] == 0.01
+    assert doc["regressions"] == 1 and doc["rule"]["min_effect"] == 0.02
     pair = doc["pairs"][0]
     recorded = json.loads(Path(HEURISTIC).read_text())
     assert pair["current"]["median_us"] == recorded["median_us"] and pair["current"]["runs"] == 200
