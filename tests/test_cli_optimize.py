@@ -146,3 +146,14 @@ def test_auto_backend_without_a_gpu_is_the_wave_model_and_says_so(
     assert "predicted by the wave model, not measured" in out
     report = json.loads((tmp_path / "a" / "report.json").read_text())
     assert report["backend"] == "model" and report["target"]["sms"] == 1
+
+
+def test_closing_line_lists_the_staircases_and_engine_it_wrote() -> None:
+    """The 'wrote OUTDIR/ (...)' line names the staircase PNGs and model.engine when a run wrote them."""
+    from deployopt.cli.optimize_cmd import written_files
+
+    base = ["model.onnx", "plan.json", "report.md", "report.json", "journal.jsonl"]
+    assert written_files({"staircases": [], "engine": None}) == base
+    pngs = ["staircases/staircase_a.png", "staircases/staircase_b.png"]
+    rep = {"staircases": pngs, "engine": "model.engine"}
+    assert written_files(rep) == [*base, "staircases/ (2 PNGs)", "model.engine"]

@@ -166,4 +166,16 @@ def _render(result: Any) -> None:
         f"{ev['count']} end-to-end evaluations ({ev['measured_this_run']} this run); per-layer sweep: "
         f"{sw['shapes']} shapes, {sw['measured']} {verb} in {sw['seconds']:.1f} s, {sw['cached']} cached"
     )
-    console.print(f"wrote {result.outdir}/ (model.onnx, plan.json, report.md, report.json, journal.jsonl)")
+    console.print(f"wrote {result.outdir}/ ({', '.join(written_files(rep))})")
+
+
+def written_files(rep: dict[str, Any]) -> list[str]:
+    """What this run left in OUTDIR, for the closing line: the fixed files, then the staircase
+    PNGs and the TensorRT engine when the run wrote them."""
+    files = ["model.onnx", "plan.json", "report.md", "report.json", "journal.jsonl"]
+    if rep.get("staircases"):
+        n = len(rep["staircases"])
+        files.append(f"staircases/ ({n} PNG{'' if n == 1 else 's'})")
+    if rep.get("engine"):
+        files.append(str(rep["engine"]))
+    return files
