@@ -35,3 +35,7 @@ class TargetError(DeployoptError):
 
 class DataError(DeployoptError):
     """Calibration data missing, unreadable, or of the wrong shape."""
+
+
+class OutputError(DeployoptError):
+    """An output path cannot be written: a folder, under a file, read-only, no space."""

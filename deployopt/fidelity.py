@@ -352,7 +352,7 @@ def _session(model: str | os.PathLike[str] | onnx.ModelProto, role: str) -> Any:
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
-    opts.log_severity_level = 3
+    opts.log_severity_level = 4  # errors come back as exceptions; the log would repeat them
     try:
         if isinstance(model, onnx.ModelProto):
             return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])

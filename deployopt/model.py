@@ -19,6 +19,7 @@ from google.protobuf.message import DecodeError
 from onnx import TensorProto
 
 from deployopt.errors import ModelError
+from deployopt.fileio import check_output_file, make_output_dir, output_error
 
 _MAX_FOLD_PASSES = 16
 
@@ -240,7 +241,35 @@ def load_model(path: str | os.PathLike[str], input_shapes: dict[str, list[int]] 
                 break
             n_prev = len(model.graph.node)
         notices.append(f"folded constant subgraphs: {n_before} → {len(model.graph.node)} nodes")
+    _check_conv_channels(model, path, given=bool(input_shapes))
     return LoadedModel(model=model, path=path, notices=notices, input_shapes=fixed, external_data=external)
+
+
+def _check_conv_channels(model: onnx.ModelProto, path: Path, given: bool) -> None:
+    """Each Conv's input channels must be what its weights take (C = weight dim 1 × group).
+
+    ONNX shape inference does not check this, so a wrong --input-shape or a broken export would
+    otherwise load fine and fail only inside a backend (or be analyzed as if it ran)."""
+    shapes: dict[str, list[int]] = {}
+    for vi in [*model.graph.input, *model.graph.value_info]:
+        tt = vi.type.tensor_type
+        if tt.HasField("shape"):
+            shapes[vi.name] = [d.dim_value if d.HasField("dim_value") else 0 for d in tt.shape.dim]
+    weights = {t.name: list(t.dims) for t in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type != "Conv" or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
+            continue
+        x, w = shapes.get(node.input[0]), weights.get(node.input[1])
+        if not x or len(x) < 2 or x[1] < 1 or not w or len(w) < 2:
+            continue
+        group = next((a.i for a in node.attribute if a.name == "group"), 1) or 1
+        if x[1] != w[1] * group:
+            hint = " (check --input-shape)" if given else ""
+            per_group = f" ({w[1]} per group × {group} groups)" if group > 1 else ""
+            raise ModelError(
+                f"{path.name}: Conv {node.name or node.output[0]!r} gets {x[1]} input channels, but "
+                f"its weights take {w[1] * group}{per_group}{hint}"
+            )
 
 
 def save_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, external_data: bool = False) -> None:
@@ -250,9 +279,12 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, external
     Both files are written in a temporary folder beside the destination and renamed into place,
     data first, so a reader never sees a model pointing at missing or half-written data.
     """
-    dest = Path(path)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmpdir = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    dest = check_output_file(path)
+    make_output_dir(dest.parent)
+    try:
+        tmpdir = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    except OSError as exc:
+        raise output_error(dest, exc) from None
     try:
         tmp_model = tmpdir / dest.name
         if external_data:
@@ -272,5 +304,7 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, external
         else:
             onnx.save_model(model, str(tmp_model))
         os.replace(tmp_model, dest)
+    except OSError as exc:  # a full disk, a read-only folder, a folder named like the data file
+        raise output_error(dest, exc) from None
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)

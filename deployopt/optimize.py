@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from deployopt.errors import BackendUnavailable, DeployoptError
+from deployopt.fileio import check_output_dir, make_output_dir
 from deployopt.journal import JOURNAL_VERSION, Journal, Replay, plan_key
 from deployopt.layers import ConvShape
 from deployopt.lut import LayerCache, SweepResult, device_fingerprint
@@ -193,6 +194,8 @@ def check_config(cfg: OptimizeConfig) -> None:
         raise DeployoptError("--max-evals must be at least 2 (the two baselines)")
     if cfg.runs < 1 or (cfg.sweep_runs is not None and cfg.sweep_runs < 1):
         raise DeployoptError("--runs and --sweep-runs must be at least 1")
+    if cfg.warmup < 0:
+        raise DeployoptError("--warmup must be 0 or more")
     if cfg.resume and cfg.force:
         raise DeployoptError("--resume and --force exclude each other")
     if cfg.sms is not None and cfg.sms < 1:
@@ -209,6 +212,7 @@ def _check_outdir(cfg: OptimizeConfig) -> Path:
     journal = outdir / "journal.jsonl"
     if outdir.exists() and not outdir.is_dir():
         raise DeployoptError(f"{outdir} exists and is not a folder")
+    check_output_dir(outdir)  # a parent that is a file: one line now, not a traceback at the end
     if cfg.resume:
         if not journal.exists():
             raise DeployoptError(f"--resume: {journal} does not exist; nothing to resume")
@@ -850,7 +854,7 @@ class Optimizer:
                 self.session = session_cm
             if cfg.force and not cfg.resume:
                 _clear_outdir(self.outdir)
-            self.outdir.mkdir(parents=True, exist_ok=True)
+            make_output_dir(self.outdir)
             self.journal = Journal(journal_path)
             if self.replay.config is None:
                 self.journal.write("start", config=config, model=str(cfg.model_path), time=time.time())

@@ -133,6 +133,60 @@ def test_missing_model_and_unreadable_model(monkeypatch, capsys, tmp_path: Path)
     assert not (tmp_path / "p.json").exists()
 
 
+def test_unwritable_output_is_one_line_before_anything_is_timed(
+    monkeypatch, capsys, model: Path, tmp_path: Path
+) -> None:
+    from deployopt.backends import ort as ort_backend
+
+    def no_timing(*a: object, **k: object) -> None:
+        raise AssertionError("timed although -o cannot be written")
+
+    monkeypatch.setattr(ort_backend.OrtSession, "measure", no_timing)
+    monkeypatch.setattr(ort_backend.OrtSession, "profile", no_timing)
+    a_file = tmp_path / "file.json"
+    a_file.write_text("{}")
+    cases = [(tmp_path, "it is a folder; give a file path"), (a_file / "r.json", "is a file, not a folder")]
+    for command in ("bench", "profile"):
+        for dest, message in cases:
+            code, out, err = run(monkeypatch, capsys, command, str(model), "--runs", "2", "-o", str(dest))
+            assert code == 2 and out == "", err
+            assert err.startswith(f"error: cannot write {dest}: ") and message in err, err
+            assert err.count("\n") == 1 and "Traceback" not in err
+    assert [p.name for p in tmp_path.iterdir()] == ["file.json"]
+
+
+def test_out_of_memory_is_one_line(monkeypatch, capsys, model: Path) -> None:
+    from deployopt.backends import ort as ort_backend
+
+    def huge(*a: object, **k: object) -> None:
+        raise MemoryError("Unable to allocate 229. GiB for an array with shape (10000000, 8, 8, 8)")
+
+    monkeypatch.setattr(ort_backend, "random_inputs", huge)
+    code, out, err = run(monkeypatch, capsys, "bench", str(model), "--batch", "10000000", "--runs", "2")
+    assert code == 2 and out == ""
+    assert err.startswith("error: out of memory: Unable to allocate 229. GiB") and err.count("\n") == 1
+
+
+def test_onnxruntime_log_does_not_add_lines(monkeypatch, capfd, tmp_path: Path) -> None:
+    # an op onnxruntime lacks: the session fails, and onnxruntime's own logger (writing to fd 2,
+    # past sys.stderr) must not print its copy of the error above ours
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Frobnicate", ["x"], ["y"], domain="com.acme")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 8])],
+    )
+    path = tmp_path / "custom.onnx"
+    opsets = [helper.make_opsetid("", 13), helper.make_opsetid("com.acme", 1)]
+    onnx.save(helper.make_model(graph, opset_imports=opsets), str(path))
+    for command in ("bench", "profile"):
+        code, _, err = run(monkeypatch, capfd, command, str(path), "--runs", "2", "--warmup", "0")
+        assert code == 2
+        assert err.startswith("error: onnxruntime cannot load the model: ") and err.count("\n") == 1, err
+
+
 def test_unavailable_torch_says_what_to_install(monkeypatch, capsys, model: Path) -> None:
     real = importlib.util.find_spec
 

@@ -81,3 +81,25 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(monkeypatch, capsys, tm
         assert code == 2 and out == "", args
         assert err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1, err
         assert "Traceback" not in err and not dest.exists()
+
+
+def test_samples_that_are_not_latencies_are_one_line(monkeypatch, capsys, tmp_path: Path) -> None:
+    doc = json.loads(Path(AUTOTUNED).read_text())
+    for i, samples in enumerate([["fast", "slow"], [12.5, float("nan")], [12.5, -3.0], [True, 1.0], "12"]):
+        bad = tmp_path / f"bad{i}.json"
+        bad.write_text(json.dumps({**doc, "samples_us": samples}))
+        code, out, err = run_cli(monkeypatch, capsys, "compare", str(bad), AUTOTUNED)
+        assert code == 2 and out == "", samples
+        assert err.startswith(f"error: {bad}: samples_us must be finite latencies"), err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_unwritable_output_is_one_line(monkeypatch, capsys, tmp_path: Path) -> None:
+    a_file = tmp_path / "file.json"
+    a_file.write_text("{}")
+    for dest, message in [(tmp_path, "it is a folder"), (a_file / "out.json", "is a file, not a folder")]:
+        code, out, err = run_cli(monkeypatch, capsys, "compare", AUTOTUNED, HEURISTIC, "-o", str(dest))
+        assert code == 2 and out == ""
+        assert err.startswith(f"error: cannot write {dest}: ") and message in err, err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert [p.name for p in tmp_path.iterdir()] == ["file.json"]

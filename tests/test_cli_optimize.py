@@ -157,3 +157,21 @@ def test_closing_line_lists_the_staircases_and_engine_it_wrote() -> None:
     pngs = ["staircases/staircase_a.png", "staircases/staircase_b.png"]
     rep = {"staircases": pngs, "engine": "model.engine"}
     assert written_files(rep) == [*base, "staircases/ (2 PNGs)", "model.engine"]
+
+
+def test_unwritable_outdir_and_negative_warmup_are_one_line(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    model = zoo_model_path("vgg16_pruned_b4")
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("not a folder")
+    cases = [
+        (a_file / "out", [], f"cannot write into {a_file / 'out'}: {a_file} is a file, not a folder"),
+        (a_file / "a" / "b", [], f"{a_file} is a file, not a folder"),
+        (tmp_path / "w", ["--warmup", "-1"], "--warmup must be 0 or more"),
+    ]
+    for outdir, extra, message in cases:
+        code, out, err = cli(monkeypatch, capsys, *base_args(model, outdir), *extra)
+        assert code == 2 and out == "", (outdir, err)
+        assert message in err and err.strip().count("\n") == 0 and "Traceback" not in err, err
+    assert a_file.read_text() == "not a folder" and not (tmp_path / "w").exists()

@@ -211,3 +211,44 @@ def test_waves_table_names_a_flat_span_instead_of_an_empty_cell() -> None:
     text = console.export_text()
     assert "stem.conv (out) 16: flat 8–32 (no step)" in text
     assert "stem.conv (in) 16: ↓8 (" in text  # a step exists below 16 where stem.conv is an input
+
+
+def test_apply_unwritable_output_is_one_line_and_writes_nothing(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, capsys, monkeypatch
+) -> None:
+    src = zoo_model_path("se_net")
+    free = analyze(load_model(src).model).free_groups()[0]
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"widths": {free.id: free.width + 8}}))
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    cases = [
+        (folder, "it is a folder; give a file path"),
+        (plan / "out.onnx", f"{plan} is a file, not a folder"),
+        (plan / "sub" / "out.onnx", f"{plan} is a file, not a folder"),
+    ]
+    for dest, message in cases:
+        code, out, err = cli(["apply", str(src), "--plan", str(plan), "-o", str(dest)], capsys, monkeypatch)
+        assert code == 2 and out == "", err
+        assert err.startswith(f"error: cannot write {dest}: ") and message in err, err
+        assert err.count("\n") == 1 and "Traceback" not in err
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "plan.json"]
+        assert list(folder.iterdir()) == []
+
+
+def test_input_channels_the_weights_do_not_take_are_one_line(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, capsys, monkeypatch
+) -> None:
+    # ONNX shape inference accepts a Conv fed 4 channels whose weights take 3; nothing may run on it
+    path = str(zoo_model_path("resnet_projection_dynamic"))
+    code, out, err = cli(["analyze", path, "--input-shape", "input:1x4x32x32"], capsys, monkeypatch)
+    assert code == 2 and out == ""
+    assert "gets 4 input channels, but its weights take 3 (check --input-shape)" in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"widths": {}}))
+    dest = tmp_path / "out.onnx"
+    args = ["apply", path, "--plan", str(plan), "-o", str(dest), "--input-shape", "input:1x4x32x32"]
+    code, _, err = cli(args, capsys, monkeypatch)
+    assert code == 2 and "gets 4 input channels" in err and err.count("\n") == 1
+    assert not dest.exists()

@@ -373,3 +373,60 @@ def test_calibrate_saves_a_profile_target_can_load(monkeypatch, capsys, tmp_path
         monkeypatch, capsys, "calibrate", "--target", "h200", "--measure", "fake", "--dtype", "int8"
     )
     assert code == 2 and "INT8 is predicted only" in err
+
+
+def test_calibrate_refuses_what_would_write_a_wrong_profile(monkeypatch, capsys, tmp_path):
+    """No dtype to fit (an empty profile that would shadow the built-in target), a --name that is
+    a path (a file outside the cache), an -o that cannot be written: one line, nothing measured."""
+    from deployopt.backends import base
+
+    def no_backend(name):
+        raise AssertionError("measured although the options were bad")
+
+    monkeypatch.setattr(base, "get_backend", no_backend)
+    monkeypatch.setenv("DEPLOYOPT_CACHE_DIR", str(tmp_path / "cache"))
+    a_file = tmp_path / "file.json"
+    a_file.write_text("{}")
+    cases = [
+        (["--dtype", ","], "--dtype ',': give at least one of fp16, fp32"),
+        (["--dtype", " "], "--dtype ' ': give at least one of fp16, fp32"),
+        (["--name", "../../escaped"], "--name '../../escaped': a profile name, not a path"),
+        (["--name", ".."], "--name '..': a profile name, not a path"),
+        (["-o", str(tmp_path)], f"cannot write {tmp_path}: it is a folder"),
+        (["-o", str(a_file / "p.json")], f"cannot write {a_file / 'p.json'}: {a_file} is a file"),
+    ]
+    for extra, message in cases:
+        code, _, err = run(monkeypatch, capsys, "calibrate", "--target", "h200", "--measure", "fake", *extra)
+        assert code == 2, (extra, err)
+        assert message in err and err.strip().count("\n") == 0 and "Traceback" not in err, err
+    assert [p.name for p in tmp_path.iterdir()] == ["file.json"]
+
+
+def test_targets_sms_beyond_every_target_and_a_binary_profile_are_one_line(monkeypatch, capsys, tmp_path):
+    code, out, err = run(monkeypatch, capsys, "targets", "--sms", "100000")
+    assert code == 2 and out == ""
+    assert err.startswith("error: --sms 100000: no built-in target has that many SMs (the largest, ")
+    assert err.strip().count("\n") == 0
+    binary = tmp_path / "model.onnx"
+    binary.write_bytes(b"\x08\x07\xc8\xff\xfe binary, not JSON")
+    code, _, err = run(monkeypatch, capsys, "targets", "--target", str(binary))
+    assert code == 2 and err == f"error: {binary} is not a deployopt target profile (not JSON text)\n"
+
+
+def test_staircase_unwritable_plot_is_one_line_before_measuring(monkeypatch, capsys, tmp_path):
+    from deployopt.backends import base
+
+    def no_backend(name):
+        raise AssertionError("measured although --plot cannot be written")
+
+    monkeypatch.setattr(base, "get_backend", no_backend)
+    a_file = tmp_path / "file.png"
+    a_file.write_bytes(b"")
+    for dest, message in [(tmp_path, "it is a folder"), (a_file / "s.png", f"{a_file} is a file")]:
+        code, _, err = run(
+            monkeypatch, capsys, "staircase", "--target", "h200", "--input", "8x128x28x28",
+            "--out-channels", "16:64:16", "--measure", "fake", "--plot", str(dest),
+        )  # fmt: skip
+        assert code == 2 and err.startswith(f"error: cannot write {dest}: ") and message in err, err
+        assert err.strip().count("\n") == 0 and "Traceback" not in err
+    assert [p.name for p in tmp_path.iterdir()] == ["file.png"]

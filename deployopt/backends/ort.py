@@ -229,7 +229,7 @@ class OrtSession(Session):
         ort = self._ort
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        so.log_severity_level = 3
+        so.log_severity_level = 4  # errors come back as one-line exceptions; the log would repeat them
         if profile_dir is not None:
             so.enable_profiling = True
             so.profile_file_prefix = os.path.join(profile_dir, "ort_profile")

@@ -205,8 +205,10 @@ def bench_command(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the JSON result here."),
 ) -> None:
     """Time a model end to end: median, IQR, 95 % CI, runs, what was timed, environment."""
-    from deployopt.fileio import write_json
+    from deployopt.fileio import check_output_file, write_json
 
+    if output is not None:  # before timing: a bad -o must not cost a measurement
+        check_output_file(output)
     settings = (dtype, batch, sms, runs, warmup, input_shape, timeout)
     with _session(
         backend,
@@ -309,8 +311,10 @@ def profile_command(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the JSON result here."),
 ) -> None:
     """Per-layer time with share of total; --kernels adds grid/block/registers/tile/waves per kernel."""
-    from deployopt.fileio import write_json
+    from deployopt.fileio import check_output_file, write_json
 
+    if output is not None:  # before timing: a bad -o must not cost a measurement
+        check_output_file(output)
     settings = (dtype, batch, sms, runs, warmup, input_shape, timeout)
     with _session(
         backend,

@@ -79,8 +79,10 @@ def compare_command(
 ) -> None:
     """Regression timing: is each model slower than its baseline? Reads `bench -o`, jetson runner or
     trtexec --exportTimes JSON; exit 1 on a regression."""
-    from deployopt.fileio import write_json
+    from deployopt.fileio import check_output_file, write_json
 
+    if output is not None:
+        check_output_file(output)
     report = compare_paths(baseline, current, alpha=alpha, min_effect=min_effect)
     doc = report.to_json()
     if output is not None:

@@ -26,6 +26,17 @@ def main() -> None:
             f"error: {exc}", style="red", markup=False, highlight=False, emoji=False, soft_wrap=True
         )
         sys.exit(exc.exit_code)
+    except MemoryError as exc:  # a --batch or --input-shape too large for this machine
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else "allocation failed"
+        err_console.print(
+            f"error: out of memory: {detail}; try a smaller --batch or --input-shape",
+            style="red",
+            markup=False,
+            highlight=False,
+            emoji=False,
+            soft_wrap=True,
+        )
+        sys.exit(2)
     except KeyboardInterrupt:
         err_console.print("[bold red]interrupted[/]")
         sys.exit(130)

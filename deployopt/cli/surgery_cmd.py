@@ -18,6 +18,7 @@ from rich.table import Table
 from deployopt.cli.app import app, console, err_console, parse_input_shapes
 from deployopt.coupling import Analysis, ConvLayer, analyze
 from deployopt.errors import DeployoptError
+from deployopt.fileio import check_output_file
 from deployopt.model import LoadedModel, load_model, save_model
 from deployopt.surgery import GroupChange, apply_plan_report, load_plan
 
@@ -186,6 +187,7 @@ def apply_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the changes as JSON."),
 ) -> None:
     """Pad or trim channel groups to the widths of a plan, and write the edited model."""
+    check_output_file(output)
     widths = load_plan(plan)
     loaded = load_model(model, parse_input_shapes(input_shape))
     analysis = analyze(loaded.model)

@@ -24,6 +24,7 @@ from deployopt.cli.app import (
     note_cudnn_search,
 )
 from deployopt.errors import DeployoptError
+from deployopt.fileio import check_output_file
 from deployopt.layers import ConvShape
 
 # A short calibration sweep: (n, c, h, w, kernel, stride) × output channels 16…256 step 16.
@@ -126,7 +127,14 @@ def targets_command(
     if target:
         targets = [get_target(target, sms=sms)]
     else:  # what-if over the list: only GPUs that have that many SMs
-        targets = [t.with_sms(sms) if sms else t for t in list_targets() if sms is None or t.sms >= sms]
+        everything = list_targets()
+        targets = [t.with_sms(sms) if sms else t for t in everything if sms is None or t.sms >= sms]
+        if not targets:
+            largest = max(everything, key=lambda t: t.sms)
+            raise DeployoptError(
+                f"--sms {sms}: no built-in target has that many SMs (the largest, {largest.name}, has "
+                f"{largest.sms})"
+            )
     if as_json:
         doc: Any = targets[0].to_json() if target else [t.to_json() for t in targets]
         console.print_json(json.dumps(doc))
@@ -274,6 +282,8 @@ def staircase_command(
 
     _check_dtype(dtype)
     _check_sms(sms)
+    if plot is not None:  # before measuring: a bad --plot must not cost a sweep
+        check_output_file(plot)
     ks = parse_channels(out_channels)
     shape = _base_shape(input_dims, kernel, stride, groups, ks[0])
     if groups > 1 and any(k % groups for k in ks):
@@ -384,6 +394,12 @@ def calibrate_command(
 
     _check_sms(sms)
     dtypes = [d.strip() for d in dtype.split(",") if d.strip()]
+    if not dtypes:
+        raise DeployoptError(f"--dtype {dtype!r}: give at least one of fp16, fp32 (comma list)")
+    if name is not None and (not name.strip() or name in (".", "..") or "/" in name or "\\" in name):
+        raise DeployoptError(
+            f"--name {name!r}: a profile name, not a path (--output chooses where the profile goes)"
+        )
     for dt in dtypes:
         _check_dtype(dt)
         if dt == "int8":
@@ -391,7 +407,7 @@ def calibrate_command(
     ks = parse_channels(out_channels)
     tgt = get_target(target, sms=sms)
     profile_name = name or (tgt.name if sms is None else f"{tgt.name}-{tgt.sms}sm")
-    dest = output or cache_dir() / f"{profile_name}.json"
+    dest = check_output_file(output or cache_dir() / f"{profile_name}.json")
     backend = get_backend(measure)
     _check_measures(backend)
     sweeps = []

@@ -187,6 +187,8 @@ def load_profile(path: str | os.PathLike[str]) -> Target:
         doc = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise TargetError(f"cannot read target profile {path}: {exc}") from None
+    except UnicodeDecodeError:  # a model or an image given as --target
+        raise TargetError(f"{path} is not a deployopt target profile (not JSON text)") from None
     if not isinstance(doc, dict) or "target" not in doc:
         raise TargetError(f"{path} is not a deployopt target profile (no 'target' key)")
     d = dict(doc["target"])
