@@ -73,10 +73,9 @@ def atomic_path(dest: str | os.PathLike[str], suffix: str = "") -> Iterator[Path
     tmp_path = Path(tmp)
     try:
         yield tmp_path
-        try:
-            os.replace(tmp_path, dest)
-        except OSError as exc:
-            raise output_error(dest, exc) from None
+        os.replace(tmp_path, dest)
+    except OSError as exc:  # writing the temp file (a full disk, a quota) or renaming it
+        raise output_error(dest, exc) from None
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
@@ -84,18 +83,12 @@ def atomic_path(dest: str | os.PathLike[str], suffix: str = "") -> Iterator[Path
 
 def write_bytes(dest: str | os.PathLike[str], data: bytes) -> None:
     with atomic_path(dest) as tmp:
-        try:
-            tmp.write_bytes(data)
-        except OSError as exc:  # a full disk, a quota
-            raise output_error(dest, exc) from None
+        tmp.write_bytes(data)
 
 
 def write_text(dest: str | os.PathLike[str], text: str) -> None:
     with atomic_path(dest) as tmp:
-        try:
-            tmp.write_text(text)
-        except OSError as exc:
-            raise output_error(dest, exc) from None
+        tmp.write_text(text)
 
 
 def write_json(dest: str | os.PathLike[str], obj: Any) -> None:

@@ -10,7 +10,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from deployopt.fileio import atomic_path, output_error
+from deployopt.fileio import atomic_path
 
 
 def wave_boundaries(out_channels: Sequence[int], waves: Sequence[int]) -> list[float]:
@@ -93,10 +93,7 @@ def plot_staircase(
         fig.tight_layout()
         dest = Path(path)
         with atomic_path(dest, suffix=".png") as tmp:
-            try:
-                fig.savefig(tmp, format="png")
-            except OSError as exc:  # a full disk
-                raise output_error(dest, exc) from None
+            fig.savefig(tmp, format="png")
     finally:
         plt.close(fig)
     return dest

@@ -18,25 +18,22 @@ from deployopt.cli.app import app, err_console
 from deployopt.errors import DeployoptError
 
 
+def _fail(message: str, code: int) -> None:
+    """The one line every user error ends in, and its exit code."""
+    err_console.print(
+        f"error: {message}", style="red", markup=False, highlight=False, emoji=False, soft_wrap=True
+    )
+    sys.exit(code)
+
+
 def main() -> None:
     try:
         app()
     except DeployoptError as exc:
-        err_console.print(
-            f"error: {exc}", style="red", markup=False, highlight=False, emoji=False, soft_wrap=True
-        )
-        sys.exit(exc.exit_code)
+        _fail(str(exc), exc.exit_code)
     except MemoryError as exc:  # a --batch or --input-shape too large for this machine
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else "allocation failed"
-        err_console.print(
-            f"error: out of memory: {detail}; try a smaller --batch or --input-shape",
-            style="red",
-            markup=False,
-            highlight=False,
-            emoji=False,
-            soft_wrap=True,
-        )
-        sys.exit(2)
+        _fail(f"out of memory: {detail}; try a smaller --batch or --input-shape", 2)
     except KeyboardInterrupt:
         err_console.print("[bold red]interrupted[/]")
         sys.exit(130)
