@@ -227,8 +227,21 @@ def test_bundled_example_is_what_its_generator_builds() -> None:
     assert inner[:3] == [11, 8, 6] and inner[-1] == 58
     rebuilt = gen.build_example()
     assert zoo.conv_widths(rebuilt) == zoo.conv_widths(committed)
+    # Seeded draws (conv weights, BN gamma/beta) must be bit-identical. BN running statistics and
+    # the standardised classifier come from a numpy forward pass of a probe batch, whose float32
+    # sums differ in the last bits between numpy releases (2.4's SIMD reductions moved them by
+    # ~1e-6 relative): those are compared to 1e-4.
+    probe_derived = (".running_mean", ".running_var", "classifier.fc.weight", "classifier.fc.bias")
+    ours = {i.name: numpy_helper.to_array(i) for i in rebuilt.graph.initializer}
+    theirs = {i.name: numpy_helper.to_array(i) for i in committed.graph.initializer}
+    assert ours.keys() == theirs.keys()
+    for name, value in theirs.items():
+        if name.endswith(probe_derived):
+            np.testing.assert_allclose(ours[name], value, rtol=1e-4, atol=1e-5, err_msg=name)
+        else:
+            np.testing.assert_array_equal(ours[name], value, err_msg=name)
     xs = _inputs(committed, 4, seed=3)
-    np.testing.assert_allclose(_run(committed, xs), _run(rebuilt, xs), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(_run(committed, xs), _run(rebuilt, xs), rtol=1e-4, atol=1e-4)
 
 
 def test_custom_widths_are_honoured_everywhere() -> None:
