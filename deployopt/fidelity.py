@@ -190,11 +190,13 @@ def load_calibration(
 ) -> CalibrationSet:
     """Calibration samples shaped exactly like the model's inputs (batch included).
 
-    `path`: a folder of images (png/jpg/jpeg/bmp, sorted by name, resized to the input's H×W and
-    normalised; `count × batch` images at most, stacked into the model's batch), a .npy
+    `path`: a folder of images (png/jpg/jpeg/bmp, sorted by relative path, resized to the input's
+    H×W and normalised; `count × batch` images at most, stacked into the model's batch), a .npy
     (N×input shape, N rows of one batch item, or one sample), a .npz keyed by input name, or a
-    folder of .npy/.npz files (concatenated in name order). None: `count` seeded standard-normal
-    samples, marked `random=True`. Every problem is a one-line DataError naming the file.
+    folder of .npy/.npz files (concatenated in relative-path order). Folders are searched
+    recursively, skipping hidden files and folders, and must hold one kind (images or arrays).
+    None: `count` seeded standard-normal samples, marked `random=True`. Every problem is a
+    one-line DataError naming the file.
     """
     if count < 1:
         raise DataError(f"--count must be >= 1, got {count}")
@@ -224,13 +226,19 @@ def load_calibration(
         else:
             raise DataError(f"{path}: not calibration data (expected a folder, .npy, .npz or an image)")
     else:
-        entries = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+        entries = _folder_files(path)
         files = [p for p in entries if p.suffix.lower() in IMAGE_SUFFIXES]
         arrays = [p for p in entries if p.suffix.lower() in ARRAY_SUFFIXES]
         if files and arrays:
-            raise DataError(f"{path}: mixes images and .npy/.npz files; keep one kind per folder")
+            raise DataError(
+                f"{path}: mixes images and .npy/.npz files ({files[0].relative_to(path)}, "
+                f"{arrays[0].relative_to(path)}); keep one kind per folder"
+            )
         if not files and not arrays:
-            raise DataError(f"{path}: empty folder (no png/jpg/jpeg/bmp images and no .npy/.npz arrays)")
+            raise DataError(
+                f"{path}: empty folder (no png/jpg/jpeg/bmp images and no .npy/.npz arrays, "
+                "subfolders searched too)"
+            )
         if arrays:
             per_input: dict[str, list[np.ndarray]] = {n: [] for n in inputs}
             for f in arrays:
@@ -269,6 +277,27 @@ def load_calibration(
         )
     samples = [{name: b} for b in _stack_rows(rows, batch)]
     return CalibrationSet(samples=samples, source=str(path), random=False, notices=notices)
+
+
+def _folder_files(folder: Path) -> list[Path]:
+    """Every non-hidden file under `folder`, subfolders included, sorted by relative path.
+
+    Recursive because datasets are usually laid out one folder per class (the bundled images are
+    in calibration_data/cifar10/); hidden files and folders (.git, .ipynb_checkpoints) are skipped
+    so tool litter never becomes a sample. Symlinked folders are not followed (no cycles).
+    """
+
+    def refuse(exc: OSError) -> None:
+        raise DataError(f"{exc.filename or folder}: cannot list folder ({exc.strerror or exc})") from None
+
+    found = []
+    for root, dirs, names in os.walk(folder, onerror=refuse):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in names:
+            p = Path(root) / name
+            if not name.startswith(".") and p.is_file():
+                found.append(p)
+    return sorted(found, key=lambda p: p.relative_to(folder).parts)
 
 
 def _assemble(per_input: dict[str, list[np.ndarray]], count: int, source: str) -> CalibrationSet:

@@ -69,6 +69,15 @@ def test_json_report(zoo_model_path, tmp_path: Path) -> None:
     assert [f.split(" ")[0] for f in report["failures"]] == ["min", "top-1"]
 
 
+def test_repository_calibration_folder_itself_is_accepted(zoo_model_path) -> None:
+    """`--calibration-data calibration_data/` (the images are one folder down) runs on the 20 images."""
+    ref = str(zoo_model_path("resnet56_pruned"))
+    result = _verify(ref, ref, "--calibration-data", str(CIFAR.parent), "--count", "100", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert (report["samples"], report["random_inputs"], report["source"]) == (20, False, str(CIFAR.parent))
+
+
 def test_dynamic_batch_uses_input_shape(zoo_model_path) -> None:
     dyn = str(zoo_model_path("resnet_projection_dynamic"))
     result = _verify(dyn, dyn, "--calibration-data", str(CIFAR), "--input-shape", "input:4x3x32x32", "--json")
@@ -105,6 +114,7 @@ def test_console_script_exit_codes(zoo_model_path, tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert (
         proc.stderr.strip()
-        == f"error: {bad}: empty folder (no png/jpg/jpeg/bmp images and no .npy/.npz arrays)"
+        == f"error: {bad}: empty folder (no png/jpg/jpeg/bmp images and no .npy/.npz arrays, "
+        "subfolders searched too)"
     )
     assert "Traceback" not in proc.stderr

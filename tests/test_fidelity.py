@@ -210,6 +210,77 @@ def test_image_options_count_bgr_resize_gray() -> None:
     assert crop.shape == (3, 28, 28)
 
 
+def test_bundled_calibration_folder_loads_through_its_subfolder() -> None:
+    """`--calibration-data calibration_data/` (the repository's own folder) finds the 20 images in
+    calibration_data/cifar10/, in name order, exactly as pointing at the subfolder does."""
+    top = load_calibration(CIFAR.parent, {"input": [1, 3, 32, 32]}, count=100)
+    sub = load_calibration(CIFAR, {"input": [1, 3, 32, 32]}, count=100)
+    assert len(top) == 20 and top.source == str(CIFAR.parent) and top.notices == []
+    for a, b in zip(top.samples, sub.samples):
+        np.testing.assert_array_equal(a["input"], b["input"])
+
+
+def _png(path: Path, value: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("L", (2, 2), color=value).save(path)
+
+
+def test_nested_images_load_in_relative_path_order_and_hidden_entries_are_skipped(tmp_path: Path) -> None:
+    """Images in class subfolders are found, sorted by relative path (a folder's files before a
+    later sibling); hidden files and everything under hidden folders are ignored."""
+    _png(tmp_path / "b" / "x.png", 30)
+    _png(tmp_path / "a" / "z.png", 10)
+    _png(tmp_path / "a" / "deep" / "y.png", 20)
+    _png(tmp_path / "c.png", 40)
+    _png(tmp_path / ".cache" / "junk.png", 250)
+    _png(tmp_path / "a" / ".hidden.png", 251)
+    (tmp_path / ".git").mkdir()
+    np.save(tmp_path / ".git" / "stray.npy", np.zeros(3))  # would be "mixes" if it were read
+    calib = load_calibration(tmp_path, {"input": [1, 1, 2, 2]}, count=10, mean=(0.0,), std=(1.0,), scale=1.0)
+    values = [float(s["input"][0, 0, 0, 0]) for s in calib.samples]
+    assert values == [20.0, 10.0, 30.0, 40.0]  # a/deep/y, a/z, b/x, c
+
+
+def test_nested_mix_of_images_and_arrays_is_refused_in_one_line(tmp_path: Path) -> None:
+    _png(tmp_path / "imgs" / "a.png", 0)
+    (tmp_path / "arrays").mkdir()
+    np.save(tmp_path / "arrays" / "b.npy", np.zeros((1, 1, 2, 2)))
+    message = r"mixes images and \.npy/\.npz files \(imgs/a\.png, arrays/b\.npy\); keep one kind"
+    with pytest.raises(DataError, match=message) as info:
+        load_calibration(tmp_path, {"input": [1, 1, 2, 2]})
+    assert "\n" not in str(info.value)
+
+
+def test_folder_with_only_hidden_or_other_files_is_empty_even_nested(tmp_path: Path) -> None:
+    _png(tmp_path / ".hidden" / "a.png", 0)
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "readme.txt").write_text("no data here")
+    with pytest.raises(DataError, match=r"empty folder \(.*subfolders searched too\)"):
+        load_calibration(tmp_path, {"input": [1, 1, 2, 2]})
+
+
+def test_unlistable_subfolder_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """os.walk reports listing errors through onerror (it would otherwise skip the folder silently)."""
+    import deployopt.fidelity as fidelity
+
+    def walk(top, onerror=None):
+        onerror(PermissionError(13, "Permission denied", str(tmp_path / "locked")))
+        yield from ()
+
+    monkeypatch.setattr(fidelity.os, "walk", walk)
+    with pytest.raises(DataError, match=r"locked: cannot list folder \(Permission denied\)$"):
+        load_calibration(tmp_path, {"input": [1, 1, 2, 2]})
+
+
+def test_nested_array_files_concatenate_in_relative_path_order(tmp_path: Path) -> None:
+    (tmp_path / "p2").mkdir()
+    (tmp_path / "p1").mkdir()
+    np.save(tmp_path / "p2" / "a.npy", np.full((2, 1, 3), 2.0))
+    np.save(tmp_path / "p1" / "z.npy", np.full((1, 1, 3), 1.0))
+    calib = load_calibration(tmp_path, {"x": [1, 3]})
+    assert [float(s["x"][0, 0]) for s in calib.samples] == [1.0, 2.0, 2.0]
+
+
 def test_array_files(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     rows = rng.standard_normal((6, 3, 8, 8)).astype(np.float32)

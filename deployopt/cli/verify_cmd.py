@@ -110,7 +110,8 @@ def verify(
     calibration_data: Optional[Path] = typer.Option(
         None,
         "--calibration-data",
-        help="Folder of images (png/jpg/bmp), .npy, .npz (keyed by input name) or folder of arrays. "
+        help="Folder of images (png/jpg/jpeg/bmp), .npy, .npz (keyed by input name) or folder of arrays; "
+        "folders are searched recursively, hidden entries skipped. "
         "Random inputs when omitted (said so).",
     ),
     count: int = typer.Option(16, "--count", help="Calibration samples (model runs) at most."),
