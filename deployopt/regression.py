@@ -6,7 +6,8 @@ file is whatever deployopt or the board wrote: `deployopt bench -o`, `jetson/run
 trtexec's own `--exportTimes` JSON. A verdict needs a significant difference (Mann-Whitney U on the
 samples) that is also larger than a minimum effect: `deployopt.timing.compare`, the rule the
 optimizer uses. Pairs whose environments differ (another GPU or board, SM count, power mode,
-TensorRT, what was timed) are flagged, because their difference need not be the model's.
+TensorRT, what was timed) are flagged, because their difference need not be the model's. A pair
+with too few samples for the test ever to reach alpha is refused rather than judged.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from deployopt.errors import DataError
-from deployopt.timing import Comparison, Timing, compare, load_timing
+from deployopt.timing import Comparison, Timing, compare, load_timing, min_samples, smallest_p_value
 
 #: Environment facts that make two measurements comparable, with the word a report uses for each.
 #: A fact recorded on one side only is not a difference (older files lack newer keys).
@@ -124,6 +125,31 @@ def _measurement_files(folder: Path) -> dict[str, Path]:
     return {p.stem: p for p in sorted(folder.glob("*.json")) if p.is_file()}
 
 
+def check_testable(baseline: tuple[Path, Timing], current: tuple[Path, Timing], alpha: float) -> None:
+    """Refuse a pair whose sample counts could never give p < alpha.
+
+    `timing.compare` treats a side with one sample as a deterministic prediction (p = 0 for any
+    difference), so a one-sample measurement would be called slower or faster on no evidence;
+    a few samples would be judged by a test that cannot reach alpha. Either way the answer would
+    not be a measurement's, so the files are bad input (exit 2), like a predicted result.
+    """
+    need = min_samples(alpha)
+    short = [(p, t.runs) for p, t in (baseline, current) if t.runs < need]
+    if short:
+        has = "; ".join(f"{p} has {n} sample{'' if n == 1 else 's'}" for p, n in short)
+        raise DataError(
+            f"{has}: at --alpha {alpha:g} the Mann-Whitney U test needs at least {need} samples per "
+            "side to ever find a difference; measure more runs"
+        )
+    (bp, tb), (cp, tc) = baseline, current
+    p_min = smallest_p_value(tb.runs, tc.runs)
+    if p_min >= alpha:
+        raise DataError(
+            f"{bp} ({tb.runs} samples) and {cp} ({tc.runs} samples): the smallest p the Mann-Whitney "
+            f"U test gives for these counts is {p_min:.2g}, not below --alpha {alpha:g}; measure more runs"
+        )
+
+
 #: Smallest median change a regression verdict needs. The test sees only the spread within one
 #: run, and a rebuild moves the median by more: the same model, benched twice on the H200 at 8 SMs,
 #: measured 1.4 % apart (benchmarks/results/h200_compare/compare_repeat.json).
@@ -156,5 +182,6 @@ def compare_paths(
     pairs = []
     for name, bp, cp in jobs:
         tb, tc = load_timing(bp), load_timing(cp)
+        check_testable((bp, tb), (cp, tc), alpha)
         pairs.append(Pair(name, bp, cp, tb, tc, compare(tb, tc, alpha, min_effect), differences(tb, tc)))
     return RegressionReport(pairs, alpha, min_effect, only_b, only_c)

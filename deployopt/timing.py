@@ -174,6 +174,39 @@ def compare(a: Timing, b: Timing, alpha: float = 0.01, min_effect: float = 0.01)
     return Comparison("no significant difference", ratio, p)
 
 
+def smallest_p_value(n1: int, n2: int) -> float:
+    """The smallest p `compare`'s Mann-Whitney U test can give for n1 and n2 samples: that of two
+    samples that do not overlap at all (same scipy call, so the same exact/asymptotic choice).
+    When it is not below alpha, no pair of measurements of these sizes can ever differ."""
+    if n1 < 1 or n2 < 1:
+        return 1.0
+    from scipy.stats import mannwhitneyu
+
+    lo, hi = np.arange(n1, dtype=float), np.arange(n1, n1 + n2, dtype=float)
+    return float(mannwhitneyu(lo, hi, alternative="two-sided").pvalue)
+
+
+def min_samples(alpha: float) -> int:
+    """Fewest samples per side (both sides equal) for which the test can give p < alpha.
+
+    For small samples the exact two-sided p is at least 2 / C(2n, n): 5 samples at alpha 0.01,
+    4 at 0.05. Measured files with fewer cannot support a verdict; `compare` itself does not
+    refuse them, because a prediction (one deterministic sample) is meant to compare that way.
+    """
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be between 0 and 1, got {alpha}")
+    for n in range(1, 65):
+        if smallest_p_value(n, n) < alpha:
+            return n
+    lo, hi = 64, 128  # the asymptotic (normal) region: p falls monotonically with n
+    while smallest_p_value(hi, hi) >= alpha:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if smallest_p_value(mid, mid) >= alpha else (lo, mid)
+    return hi
+
+
 def load_timing(path: str | Path) -> Timing:
     """A measured Timing from a bench / runner result or a trtexec --exportTimes file (one-line
     DataError otherwise; a predicted latency is refused: there is nothing to test it against)."""

@@ -83,6 +83,25 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(monkeypatch, capsys, tm
         assert "Traceback" not in err and not dest.exists()
 
 
+def test_a_one_sample_baseline_exits_2_without_a_verdict(monkeypatch, capsys, tmp_path: Path) -> None:
+    """Before, one sample against the 200 of HEURISTIC was 'slower' (p = 0), exit 1."""
+    doc = json.loads(Path(AUTOTUNED).read_text())
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps({**doc, "samples_us": doc["samples_us"][:1], "runs": 1}))
+    code, out, err = run_cli(monkeypatch, capsys, "compare", str(one), HEURISTIC)
+    assert code == 2 and out == ""
+    assert err == (
+        f"error: {one} has 1 sample: at --alpha 0.01 the Mann-Whitney U test needs at least 5 samples "
+        "per side to ever find a difference; measure more runs\n"
+    )
+    five = tmp_path / "five.json"
+    five.write_text(json.dumps({**doc, "samples_us": doc["samples_us"][:5], "runs": 5}))
+    code, out, _ = run_cli(monkeypatch, capsys, "compare", str(five), HEURISTIC, "--json")
+    assert code == 1  # five samples are enough at alpha 0.01: the regression is still found
+    pair = json.loads(out)["pairs"][0]
+    assert pair["verdict"] == "slower" and pair["baseline"]["runs"] == 5 and pair["p_value"] < 0.01
+
+
 def test_samples_that_are_not_latencies_are_one_line(monkeypatch, capsys, tmp_path: Path) -> None:
     doc = json.loads(Path(AUTOTUNED).read_text())
     for i, samples in enumerate([["fast", "slow"], [12.5, float("nan")], [12.5, -3.0], [True, 1.0], "12"]):

@@ -5,6 +5,7 @@ benchmarks/results/h200_cli/ and trtexec --exportTimes files from ../shared/fixt
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 
 from deployopt.errors import BackendFailed, DataError
 from deployopt.regression import compare_paths, differences, setup
-from deployopt.timing import Timing, load_timing
+from deployopt.timing import Timing, compare, load_timing, min_samples, smallest_p_value
 
 ROOT = Path(__file__).resolve().parents[1]
 H200_CLI = ROOT / "benchmarks" / "results" / "h200_cli"
@@ -163,3 +164,63 @@ def test_a_rebuild_of_the_same_model_is_no_regression_at_the_default_min_effect(
     assert json.loads((rec / "compare_deployopt.json").read_text())["pairs"][0][
         "change_pct"
     ] == pytest.approx(100 * (optimized.comparison.ratio - 1))
+
+
+def write_samples(path: Path, samples: list[float]) -> Path:
+    path.write_text(json.dumps(Timing("tensorrt", samples, 50, "one forward pass (fp16)").to_json()))
+    return path
+
+
+def test_min_samples_is_where_the_exact_test_can_first_reach_alpha() -> None:
+    """Two non-overlapping samples of n give the exact two-sided p 2 / C(2n, n) (scipy uses the
+    exact distribution at these sizes); the minimum is the first n where that is below alpha."""
+    for n in range(1, 9):
+        assert smallest_p_value(n, n) == pytest.approx(2 / math.comb(2 * n, n), rel=1e-9)
+    assert (min_samples(0.05), min_samples(0.01), min_samples(0.001)) == (4, 5, 7)
+    for alpha in (0.05, 0.01, 0.001, 1e-6, 1e-40):
+        n = min_samples(alpha)
+        assert smallest_p_value(n, n) < alpha <= smallest_p_value(n - 1, n - 1)
+
+
+def test_a_one_sample_measurement_is_refused_not_called_slower(tmp_path: Path) -> None:
+    """One measured sample against 200: timing.compare would call the 4 % gap 'slower' with p = 0
+    (its rule for one-sample predictions); as a measurement it is refused in one line."""
+    one = write_samples(tmp_path / "one.json", [480.0])
+    many = write_timing(tmp_path / "many.json", 500.0)
+    assert compare(load_timing(one), load_timing(many)).verdict == "slower"  # what compare alone says
+    with pytest.raises(DataError) as info:
+        compare_paths(one, many)
+    assert str(info.value) == (
+        f"{one} has 1 sample: at --alpha 0.01 the Mann-Whitney U test needs at least 5 samples per "
+        "side to ever find a difference; measure more runs"
+    )
+    with pytest.raises(DataError, match=r"one\.json has 1 sample: ") as info:
+        compare_paths(many, one)  # the short side is named, whichever it is
+    assert "many.json" not in str(info.value)
+    predicted = Timing("model", [480.0], measured=False, predictor="wave model")
+    assert compare(predicted, load_timing(many)).p_value == 0.0  # predictions keep their rule
+
+
+def test_too_few_samples_depend_on_alpha_and_a_properly_sampled_pair_is_judged(tmp_path: Path) -> None:
+    four_a = write_samples(tmp_path / "a4.json", [500.0, 501.0, 502.0, 503.0])
+    four_b = write_samples(tmp_path / "b4.json", [540.0, 541.0, 542.0, 543.0])
+    with pytest.raises(DataError, match=r"a4\.json has 4 samples; .*b4\.json has 4 samples: .* at least 5"):
+        compare_paths(four_a, four_b)
+    at_5pct = compare_paths(four_a, four_b, alpha=0.05).pairs[0].comparison
+    assert at_5pct.verdict == "slower" and at_5pct.p_value == pytest.approx(2 / 70)
+    five_a = write_samples(tmp_path / "a5.json", [500.0, 501.0, 502.0, 503.0, 504.0])
+    five_b = write_samples(tmp_path / "b5.json", [540.0, 541.0, 542.0, 543.0, 544.0])
+    five = compare_paths(five_a, five_b).pairs[0].comparison
+    assert five.verdict == "slower" and five.p_value == pytest.approx(2 / 252)
+
+
+def test_counts_above_the_minimum_that_still_cannot_reach_alpha_are_refused(tmp_path: Path) -> None:
+    """scipy tests 8 samples per side exactly (smallest p 1.6e-4) but 9 with the normal
+    approximation (smallest p 4.1e-4): at alpha 3e-4 the minimum is 8, yet 9 against 9 can never
+    be significant, so the pair itself is checked too."""
+    assert min_samples(3e-4) == 8 and smallest_p_value(9, 9) > 3e-4
+    a = write_samples(tmp_path / "a.json", [500.0 + i for i in range(9)])
+    b = write_samples(tmp_path / "b.json", [600.0 + i for i in range(9)])
+    with pytest.raises(DataError, match=r"9 samples\).*smallest p .* is 0\.00041, not below --alpha 0\.0003"):
+        compare_paths(a, b, alpha=3e-4)
+    assert compare_paths(a, b, alpha=5e-4).pairs[0].comparison.verdict == "slower"
