@@ -3,6 +3,7 @@ statistics as deployopt.timing (its JSON is read back with load_runner_result)."
 
 from __future__ import annotations
 
+import argparse
 import ast
 import importlib.util
 import json
@@ -99,6 +100,53 @@ def test_arguments() -> None:
         20,
         "x:2x3x4x4",
     )
+
+
+README = RUNNER.with_name("README.md")
+
+
+def _source_flags() -> set[str]:
+    """Every option string passed to an `add_argument(...)` call in runner.py."""
+    flags = set()
+    for node in ast.walk(ast.parse(SRC)):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument":
+            flags |= {
+                a.value
+                for a in node.args
+                if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("-")
+            }
+    return flags
+
+
+def _readme_flag_rows() -> dict[str, list[str]]:
+    """jetson/README.md's 'Every flag' table: each flag (or `model`) named in a row's first cell →
+    that row's cells."""
+    section = README.read_text().split("## 5. Every flag", 1)[1].split("\n## ", 1)[0]
+    rows: dict[str, list[str]] = {}
+    for line in section.splitlines():
+        if not line.startswith("| `"):
+            continue
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        for name in re.findall(r"`(-{1,2}[a-z][\w-]*|model)\b", cells[0]):
+            rows[name] = cells
+    return rows
+
+
+def test_every_runner_flag_is_documented_in_the_readme() -> None:
+    """A flag added to runner.py without a row in jetson/README.md fails here, and so does a row for
+    a flag that no longer exists; the documented defaults are the parser's."""
+    parser = runner.build_parser()
+    parser_flags = {s for a in parser._actions for s in a.option_strings}
+    assert _source_flags() | {"-h", "--help"} == parser_flags  # the AST scan sees every add_argument
+    rows = _readme_flag_rows()
+    documented = set(rows) - {"model"}
+    assert sorted(parser_flags - documented) == [], "undocumented in jetson/README.md section 5"
+    assert sorted(documented - parser_flags) == [], "documented but not a runner.py flag"
+    assert [a.dest for a in parser._actions if not a.option_strings] == ["model"] and "model" in rows
+    for action in parser._actions:
+        default = action.default
+        if action.option_strings and default not in (None, False, "", argparse.SUPPRESS):
+            assert f"`{default}`" in rows[action.option_strings[-1]][1], (action.option_strings, default)
 
 
 def test_errors_are_one_line(tmp_path: Path) -> None:
