@@ -210,9 +210,7 @@ def _check_outdir(cfg: OptimizeConfig) -> Path:
     """The output folder, or a one-line error; nothing is deleted here (see _clear_outdir)."""
     outdir = Path(cfg.outdir) if cfg.outdir else default_outdir(Path(cfg.model_path))
     journal = outdir / "journal.jsonl"
-    if outdir.exists() and not outdir.is_dir():
-        raise DeployoptError(f"{outdir} exists and is not a folder")
-    check_output_dir(outdir)  # a parent that is a file: one line now, not a traceback at the end
+    check_output_dir(outdir)  # OUTDIR or a parent is a file: one line now, not a traceback at the end
     if cfg.resume:
         if not journal.exists():
             raise DeployoptError(f"--resume: {journal} does not exist; nothing to resume")

@@ -166,6 +166,8 @@ def test_unwritable_outdir_and_negative_warmup_are_one_line(
     a_file = tmp_path / "file.txt"
     a_file.write_text("not a folder")
     cases = [
+        (a_file, [], f"cannot write into {a_file}: it is a file, not a folder"),
+        (a_file, ["--resume"], f"cannot write into {a_file}: it is a file, not a folder"),
         (a_file / "out", [], f"cannot write into {a_file / 'out'}: {a_file} is a file, not a folder"),
         (a_file / "a" / "b", [], f"{a_file} is a file, not a folder"),
         (tmp_path / "w", ["--warmup", "-1"], "--warmup must be 0 or more"),
