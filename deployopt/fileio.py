@@ -1,5 +1,8 @@
 """Atomic writes: outputs appear whole or not at all (temp file in the same folder, then rename).
 
+A set of outputs that belong together (optimize's model, plan and report) is staged in a folder
+inside their destination and moved into place by `output_set`, a marker file last.
+
 Every way an output path can be wrong (a folder where a file goes, a parent that is a file, a
 read-only or full disk) is one OutputError naming the path, never an OSError traceback.
 """
@@ -9,12 +12,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from deployopt.errors import OutputError
+
+STAGING_PREFIX = ".partial-"  # output_set's staging folders: `.partial-<pid>-<random>`
 
 
 def output_error(dest: str | os.PathLike[str], exc: OSError) -> OutputError:
@@ -93,3 +99,86 @@ def write_text(dest: str | os.PathLike[str], text: str) -> None:
 
 def write_json(dest: str | os.PathLike[str], obj: Any) -> None:
     write_text(dest, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+def _remove(path: Path) -> None:
+    """Remove a file, link or folder at `path` if there is one; an OSError propagates."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def remove_staging(folder: str | os.PathLike[str]) -> None:
+    """Remove staging folders a killed run (SIGKILL, power loss) left in `folder`."""
+    folder = Path(folder)
+    if folder.is_dir():
+        for path in folder.glob(f"{STAGING_PREFIX}*"):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def remove_outputs(folder: str | os.PathLike[str], names: Sequence[str]) -> None:
+    """Remove `names` (files or folders) from `folder`, last name first (output_set's marker goes
+    before the rest), and any staging leftovers; a one-line OutputError if one cannot be removed."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return
+    for name in reversed(names):
+        try:
+            _remove(folder / name)
+        except OSError as exc:
+            raise output_error(folder / name, exc) from None
+    remove_staging(folder)
+
+
+@contextlib.contextmanager
+def output_set(folder: str | os.PathLike[str], names: Sequence[str]) -> Iterator[Path]:
+    """Yield an empty staging folder inside `folder`; when the block succeeds, what it holds replaces
+    the previous set of `names` in `folder`, `names[-1]` (the marker) moved in last.
+
+    A reader never takes a mix of two runs for a complete set: a failure in the block (a full disk,
+    an error, Ctrl-C) removes the staging folder and leaves the previous set as it was; once the
+    block succeeded, the previous marker goes first, then the rest of the previous set, then the
+    new entries move in (renames in one folder), the marker last; a failure in that step removes
+    every name rather than leave part of a set. What is not in `names` (a journal, the user's own
+    files) is never touched. An OutputError names the file in `folder`, not in the staging folder.
+    """
+    folder = make_output_dir(folder)
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=folder))
+    except OSError as exc:
+        raise output_error(folder, exc) from None
+    try:
+        try:
+            yield staging
+        except OutputError as exc:  # name the file where the user will look for it, not in staging
+            raise OutputError(str(exc).replace(str(staging), str(folder))) from None
+        _move_set(staging, folder, names)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _move_set(staging: Path, folder: Path, names: Sequence[str]) -> None:
+    staged = {p.name for p in staging.iterdir()}
+    if staged - set(names):  # a name no later run would replace or remove: a bug, not a user error
+        raise ValueError(f"output_set: {sorted(staged - set(names))} not among {list(names)}")
+    dest = folder / names[-1]
+    try:
+        _remove(dest)  # first: from here on the folder claims no complete set
+    except OSError as exc:  # nothing changed yet
+        raise output_error(dest, exc) from None
+    try:
+        for name in names[:-1]:  # the previous set (os.replace cannot put a folder over a full one)
+            dest = folder / name
+            _remove(dest)
+        for name in names:  # names[-1], the marker, last
+            if name in staged:
+                dest = folder / name
+                os.replace(staging / name, dest)
+    except BaseException as exc:
+        for name in names:  # never part of a set: what moved in goes again
+            with contextlib.suppress(OSError):
+                _remove(folder / name)
+        if isinstance(exc, OSError):
+            raise output_error(dest, exc) from None
+        raise

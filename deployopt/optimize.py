@@ -14,7 +14,10 @@ load → analyze → candidates → per-layer tables → solver → end-to-end v
    it faster (Mann-Whitney p < alpha and at least `min_effect` faster): the answer is never a
    plan that merely got lucky once, and never slower than the baselines beyond noise.
 5. Everything measured goes to OUTDIR/journal.jsonl first; `resume=True` replays it and measures
-   only what is missing. Outputs are written at the end, each atomically.
+   only what is missing. The outputs are written at the end into a staging folder inside OUTDIR
+   and moved into place as one set, report.json last (fileio.output_set): a folder with a
+   report.json holds one run's complete results, and a failure while writing them leaves the
+   previous results (if any) as they were and the journal ready for --resume.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from deployopt.errors import BackendUnavailable, DeployoptError
-from deployopt.fileio import check_output_dir, make_output_dir
+from deployopt.fileio import check_output_dir, make_output_dir, remove_outputs, remove_staging
 from deployopt.journal import JOURNAL_VERSION, Journal, Replay, plan_key
 from deployopt.layers import ConvShape
 from deployopt.lut import LayerCache, SweepResult, device_fingerprint
@@ -41,7 +44,16 @@ from deployopt.timing import Timing, compare
 BACKEND_CHOICES = ("auto", "tensorrt", "trtexec", "torch", "ort", "model")
 LOSSLESS_ATOL = 1e-4
 MAX_TABLE_COMBOS = 256  # per conv; beyond this (wide concats) its table is taken as separable
-OUTPUT_FILES = ("model.onnx", "plan.json", "report.json", "report.md", "model.engine")
+# The results in OUTDIR, in the order they are moved into place; report.json, last, marks a complete set.
+OUTPUTS = (
+    "model.onnx.data",  # the weights, when the input model kept them in an external data file
+    "model.onnx",
+    "plan.json",
+    "report.md",
+    "staircases",
+    "model.engine",
+    "report.json",
+)
 
 ProgressFn = Callable[..., None]
 
@@ -210,9 +222,7 @@ def _check_outdir(cfg: OptimizeConfig) -> Path:
     """The output folder, or a one-line error; nothing is deleted here (see _clear_outdir)."""
     outdir = Path(cfg.outdir) if cfg.outdir else default_outdir(Path(cfg.model_path))
     journal = outdir / "journal.jsonl"
-    if outdir.exists() and not outdir.is_dir():
-        raise DeployoptError(f"{outdir} exists and is not a folder")
-    check_output_dir(outdir)  # a parent that is a file: one line now, not a traceback at the end
+    check_output_dir(outdir)  # OUTDIR or a parent is a file: one line now, not a traceback at the end
     if cfg.resume:
         if not journal.exists():
             raise DeployoptError(f"--resume: {journal} does not exist; nothing to resume")
@@ -223,9 +233,7 @@ def _check_outdir(cfg: OptimizeConfig) -> Path:
 
 def _clear_outdir(outdir: Path) -> None:
     """--force: remove what a previous run wrote (only our files), once the new run is known to start."""
-    for name in (*OUTPUT_FILES, "journal.jsonl"):
-        (outdir / name).unlink(missing_ok=True)
-    shutil.rmtree(outdir / "staircases", ignore_errors=True)
+    remove_outputs(outdir, ("journal.jsonl", *OUTPUTS))  # report.json first: no complete set claimed
 
 
 def _sha256(path: Path) -> str:
@@ -854,6 +862,8 @@ class Optimizer:
                 self.session = session_cm
             if cfg.force and not cfg.resume:
                 _clear_outdir(self.outdir)
+            elif cfg.resume:
+                remove_staging(self.outdir)  # left by a run killed while it wrote its results
             make_output_dir(self.outdir)
             self.journal = Journal(journal_path)
             if self.replay.config is None:
@@ -889,15 +899,15 @@ class Optimizer:
             if self._own_sweep_session and self._sweep_session is not None:
                 self._sweep_session.close()
 
-    def _keep_engine(self, best: Evaluation) -> str | None:
-        """The engine a TensorRT backend built for the chosen plan, copied to OUTDIR/model.engine
+    def _keep_engine(self, best: Evaluation, folder: Path) -> str | None:
+        """The engine a TensorRT backend built for the chosen plan, copied to `folder`/model.engine
         (the backend builds it in this run's work folder, which is removed at the end)."""
         from deployopt.fileio import atomic_path
 
         engine = best.timing.environment.get("engine") if isinstance(best.timing.environment, dict) else None
         if not engine or not Path(engine).is_file():
             return None
-        with atomic_path(self.outdir / "model.engine") as tmp:
+        with atomic_path(folder / "model.engine") as tmp:
             shutil.copyfile(engine, tmp)
         return "model.engine"
 
@@ -934,7 +944,7 @@ class Optimizer:
         return data
 
     def _finish(self, best: Evaluation, fidelity: dict[str, Any] | None, budget_hit: bool) -> OptimizeResult:
-        from deployopt.fileio import write_json
+        from deployopt.fileio import output_set, write_json
         from deployopt.model import save_model
         from deployopt.report import build_report, write_report
 
@@ -949,14 +959,16 @@ class Optimizer:
             "measured_by": "model (predicted)" if not self.session.backend.measured else self.backend_name,
         }
         report = build_report(self, best, fidelity, sweep, budget_hit)
-        save_model(
-            self.build_model(best.plan),
-            self.outdir / "model.onnx",
-            external_data=bool(getattr(self.loaded, "external_data", False)),
-        )
-        write_json(self.outdir / "plan.json", {"widths": {g: int(w) for g, w in sorted(best.plan.items())}})
-        report["engine"] = self._keep_engine(best)
-        write_report(self.outdir, report, self if self.cfg.plots else None)
+        # All or nothing: written into a staging folder, then moved into OUTDIR as one set.
+        with output_set(self.outdir, OUTPUTS) as staging:
+            save_model(
+                self.build_model(best.plan),
+                staging / "model.onnx",
+                external_data=bool(getattr(self.loaded, "external_data", False)),
+            )
+            write_json(staging / "plan.json", {"widths": {g: int(w) for g, w in sorted(best.plan.items())}})
+            report["engine"] = self._keep_engine(best, staging)
+            write_report(staging, report, self if self.cfg.plots else None)
         return OptimizeResult(
             outdir=self.outdir,
             mode=self.cfg.mode,

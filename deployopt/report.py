@@ -346,7 +346,8 @@ def render_markdown(report: dict[str, Any]) -> str:
 
 
 def write_report(outdir: Path, report: dict[str, Any], opt: Optimizer | None = None) -> None:
-    """report.json, report.md and (given the optimizer) the staircase PNGs, each written atomically."""
+    """report.json, report.md and (given the optimizer) the staircase PNGs, each written atomically
+    (optimize writes them into its staging folder, so they appear in OUTDIR with the model, as one set)."""
     if opt is not None:
         try:
             report["staircases"] = write_staircases(outdir, report, opt)

@@ -166,6 +166,8 @@ def test_unwritable_outdir_and_negative_warmup_are_one_line(
     a_file = tmp_path / "file.txt"
     a_file.write_text("not a folder")
     cases = [
+        (a_file, [], f"cannot write into {a_file}: it is a file, not a folder"),
+        (a_file, ["--resume"], f"cannot write into {a_file}: it is a file, not a folder"),
         (a_file / "out", [], f"cannot write into {a_file / 'out'}: {a_file} is a file, not a folder"),
         (a_file / "a" / "b", [], f"{a_file} is a file, not a folder"),
         (tmp_path / "w", ["--warmup", "-1"], "--warmup must be 0 or more"),
@@ -175,3 +177,41 @@ def test_unwritable_outdir_and_negative_warmup_are_one_line(
         assert code == 2 and out == "", (outdir, err)
         assert message in err and err.strip().count("\n") == 0 and "Traceback" not in err, err
     assert a_file.read_text() == "not a folder" and not (tmp_path / "w").exists()
+
+
+def test_a_full_disk_while_writing_results_is_one_line_and_resume_finishes(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """A failure half way through the results (report.json written, report.md not) leaves none of
+    them and no staging folder, only the journal; --resume then writes the complete set."""
+    import errno
+    import os
+
+    import deployopt.report
+    from deployopt.fileio import atomic_path
+
+    def full_disk(dest: Any, text: str) -> None:
+        with atomic_path(dest) as tmp:
+            tmp.write_text(text[:100])
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    model = zoo_model_path("vgg16_pruned_b4")
+    out = tmp_path / "out"
+    real = deployopt.report.write_text
+    monkeypatch.setattr(deployopt.report, "write_text", full_disk)
+    code, stdout, err = cli(monkeypatch, capsys, *base_args(model, out), "--max-evals", "5")
+    assert code == 2 and stdout == ""
+    assert err.strip() == f"error: cannot write {out / 'report.md'}: No space left on device"
+    assert sorted(p.name for p in out.iterdir()) == ["journal.jsonl"]
+
+    monkeypatch.setattr(deployopt.report, "write_text", real)
+    args = [*base_args(model, out), "--max-evals", "5", "--resume", "--json"]
+    code, stdout, err = cli(monkeypatch, capsys, *args)
+    assert code == 0, err
+    report = json.loads(stdout)
+    assert report["evaluations"]["measured_this_run"] == 0  # all from the failed run's journal
+    assert json.loads((out / "report.json").read_text()) == report
+    assert json.loads((out / "plan.json").read_text())["widths"] == report["plan"]
+    names = {p.name for p in out.iterdir()}
+    assert {"model.onnx", "plan.json", "report.json", "report.md", "journal.jsonl"} <= names
+    assert not [n for n in names if n.startswith(".partial-")]

@@ -51,6 +51,7 @@ def test_lossless_with_the_wave_model_writes_everything(
     out = tmp_path / "out"
     for name in ("model.onnx", "plan.json", "report.json", "report.md", "journal.jsonl"):
         assert (out / name).exists(), name
+    assert not list(out.glob(".partial-*"))  # the staging folder went once the set was in place
     assert json.loads((out / "plan.json").read_text()) == {"widths": dict(sorted(res.best_plan.items()))}
     # Lossless: no width below the original (these random weights have no dead channel), round-up is
     # a baseline, and the answer is never predicted slower than either baseline.
@@ -129,6 +130,141 @@ def test_resume_after_an_interruption_measures_nothing_twice_and_ends_the_same(
     calls.clear()
     again = run_model(src, tmp_path / "cap", resume=True)
     assert calls == [] and again.best_plan == full.best_plan
+
+
+RESULTS = ["model.onnx", "plan.json", "report.json", "report.md"]
+
+
+def results(outdir: Path) -> dict[str, bytes]:
+    """The result files in OUTDIR and their bytes."""
+    return {n: (outdir / n).read_bytes() for n in RESULTS if (outdir / n).exists()}
+
+
+def full_disk(dest: Any, text: str) -> None:
+    """report.md hits a full disk half way (report.json, model.onnx and plan.json are written)."""
+    import errno
+    import os
+
+    from deployopt.fileio import atomic_path
+
+    with atomic_path(dest) as tmp:
+        tmp.write_text(text[:100])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def interrupted(*args: Any) -> list[str]:
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize(
+    "where, replace_with, error",
+    [
+        ("write_text", full_disk, "report.md: No space left on device"),
+        ("write_staircases", interrupted, None),
+    ],
+    ids=["disk-full-writing-report.md", "ctrl-c-while-plotting"],
+)
+def test_a_failure_while_writing_results_leaves_the_previous_set_and_resume_completes(
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    where: str,
+    replace_with: Callable[..., Any],
+    error: str | None,
+) -> None:
+    """Never a half-written set: the failed run's model, plan and report stay invisible (the previous
+    run's are untouched), no staging folder is left, and --resume then writes the complete set."""
+    import deployopt.report
+
+    src = zoo_model_path("vgg16_pruned_b4")
+    out = tmp_path / "out"
+    run_model(src, out, max_evals=3)
+    for name in RESULTS:  # an old set no new one can equal, whatever plan the new run picks
+        with open(out / name, "ab") as f:
+            f.write(b"\n")
+    old = results(out)
+    assert list(old) == RESULTS
+    real = getattr(deployopt.report, where)
+    monkeypatch.setattr(deployopt.report, where, replace_with)
+    with pytest.raises((DeployoptError, KeyboardInterrupt)) as caught:
+        run_model(src, out, resume=True, max_evals=8, plots=True)
+    if error:  # named where the user looks for it, not in the staging folder that is gone
+        assert str(caught.value) == f"cannot write {out / error}"
+    assert results(out) == old
+    assert sorted(p.name for p in out.iterdir()) == sorted([*RESULTS, "journal.jsonl"])
+    assert len(journal_measured(out)) == 8  # the failed run's measurements are journaled
+
+    monkeypatch.setattr(deployopt.report, where, real)
+    res = run_model(src, out, resume=True, max_evals=8, plots=True)
+    report = json.loads((out / "report.json").read_text())
+    assert report["evaluations"]["count"] == 8 and report["evaluations"]["measured_this_run"] == 0
+    assert json.loads((out / "plan.json").read_text())["widths"] == report["plan"] == res.best_plan
+    assert all(results(out)[n] != old[n] for n in RESULTS)
+    assert not list(out.glob(".partial-*"))
+    assert all((out / p).is_file() for p in report["staircases"])
+
+
+def test_a_failure_while_moving_the_set_into_place_leaves_no_part_of_a_set(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If a rename fails after the previous set was taken away, what moved in goes again: the folder
+    holds the journal only (never results without their report.json), and --resume completes."""
+    import errno
+    import os
+
+    src = zoo_model_path("vgg16_pruned_b4")
+    out = tmp_path / "out"
+    run_model(src, out, max_evals=3)
+    real = os.replace
+
+    def marker_fails(a: Any, b: Any) -> None:
+        if Path(a).parent.name.startswith(".partial-") and Path(a).name == "report.json":
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real(a, b)
+
+    monkeypatch.setattr(os, "replace", marker_fails)
+    with pytest.raises(DeployoptError, match=r"cannot write .*report\.json: Input/output error"):
+        run_model(src, out, resume=True, max_evals=5)
+    assert sorted(p.name for p in out.iterdir()) == ["journal.jsonl"]
+    monkeypatch.setattr(os, "replace", real)
+    run_model(src, out, resume=True, max_evals=5)
+    assert list(results(out)) == RESULTS and not list(out.glob(".partial-*"))
+
+
+def test_a_new_set_replaces_the_old_one_completely(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """--force and --resume leave no file of an older set beside the new one (an engine, PNGs, an
+    external-data file the new run did not write), nor a staging folder a killed run left; files
+    that are not optimize's stay."""
+    src = zoo_model_path("vgg16_pruned_b4")
+    out = tmp_path / "out"
+    run_model(src, out, max_evals=2)
+
+    def plant_old_outputs() -> None:
+        (out / "model.engine").write_bytes(b"old engine")
+        (out / "model.onnx.data").write_bytes(b"old weights")
+        (out / "staircases").mkdir()
+        (out / "staircases" / "staircase_old.png").write_bytes(b"old png")
+        (out / ".partial-999-killed").mkdir()
+        (out / ".partial-999-killed" / "model.onnx").write_bytes(b"half")
+
+    plant_old_outputs()
+    (out / "notes.txt").write_text("mine")
+    old = results(out)
+    run_model(src, out, force=True, max_evals=4)
+    expected = sorted([*RESULTS, "journal.jsonl", "notes.txt"])
+    assert sorted(p.name for p in out.iterdir()) == expected
+    report = json.loads((out / "report.json").read_text())
+    assert report["evaluations"]["count"] == 4 and report["evaluations"]["from_journal"] == 0
+    assert all(results(out)[n] != old[n] for n in ("report.json", "report.md"))
+    starts = [e for e in Journal.read(out / "journal.jsonl") if e["event"] == "start"]
+    assert len(starts) == 1  # a new journal, not the old one continued
+
+    plant_old_outputs()  # the same left over before a --resume, which keeps the journal
+    run_model(src, out, resume=True, max_evals=5)
+    assert sorted(p.name for p in out.iterdir()) == expected
+    assert json.loads((out / "report.json").read_text())["evaluations"]["count"] == 5
 
 
 def test_ort_backend_end_to_end_lossless(zoo_model_path: Callable[[str], Path], tmp_path: Path) -> None:
