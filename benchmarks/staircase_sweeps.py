@@ -103,6 +103,34 @@ SHAPES = {
     "bf": (2, 128, 60, 80, 3, 2),
 }
 
+# Depthwise (groups = input = output channels, swept together): the 3×3 and 5×5 depthwise layers
+# of MobileNetV2/V3, EfficientNet and YOLO-nano heads, (n, h, w, kernel, stride). Measured
+# 2026-12-02 to test the wave model's depthwise path, which no earlier round covered.
+DEPTHWISE = {
+    "dwa": (1, 112, 112, 3, 1),
+    "dwb": (8, 56, 56, 3, 2),
+    "dwc": (8, 28, 28, 3, 1),
+    "dwd": (1, 14, 14, 3, 1),
+    "dwe": (8, 14, 14, 5, 1),
+    "dwf": (4, 28, 28, 5, 2),
+}
+
+
+def sweep_shapes(key: str, ks: list[int]) -> tuple[list[ConvShape], dict[str, int | bool]]:
+    """The swept ConvShapes of one key and the JSON record of its shape (first width for c/groups)."""
+    if key in DEPTHWISE:
+        n, h, w, r, st = DEPTHWISE[key]
+        shapes = [ConvShape(n, k, h, w, k, r, r, (st, st), (r // 2, r // 2), groups=k) for k in ks]
+        c, groups = ks[0], ks[0]
+    else:
+        n, c, h, w, r, st = SHAPES[key]
+        shapes = [ConvShape(n, c, h, w, k, r, r, (st, st), (r // 2, r // 2)) for k in ks]
+        groups = 1
+    record = {"n": n, "c": c, "h": h, "w": w, "r": r, "s": r, "stride": st, "pad": r // 2, "groups": groups}
+    if key in DEPTHWISE:
+        record["depthwise"] = True  # c = groups = out_channels at every point
+    return shapes, record
+
 
 def main() -> None:
     ap = argparse.ArgumentParser()
@@ -154,14 +182,14 @@ def main() -> None:
         "sweeps": [],
     }
     t0 = time.time()
-    keys = args.shapes.split(",") if "," in args.shapes or args.shapes in SHAPES else list(args.shapes)
-    unknown = [k for k in keys if k not in SHAPES]
+    known = {**SHAPES, **DEPTHWISE}
+    keys = args.shapes.split(",") if "," in args.shapes or args.shapes in known else list(args.shapes)
+    unknown = [k for k in keys if k not in known]
     if unknown:
-        sys.exit(f"unknown shape keys {unknown}; known: {','.join(SHAPES)}")
+        sys.exit(f"unknown shape keys {unknown}; known: {','.join(known)}")
     for key in keys:
-        n, c, h, w, r, st = SHAPES[key]
+        shapes, record = sweep_shapes(key, ks)
         for dtype in args.dtypes.split(","):
-            shapes = [ConvShape(n, c, h, w, k, r, r, (st, st), (r // 2, r // 2)) for k in ks]
             t1 = time.time()
             res = cuda_conv.time_convs(
                 shapes, dtype, samples=args.samples, trace=not args.no_trace, benchmark=not args.heuristic
@@ -171,17 +199,7 @@ def main() -> None:
                 {
                     "id": f"{key}_{dtype}_{doc['sms']}sm",
                     "dtype": dtype,
-                    "shape": {
-                        "n": n,
-                        "c": c,
-                        "h": h,
-                        "w": w,
-                        "r": r,
-                        "s": r,
-                        "stride": st,
-                        "pad": r // 2,
-                        "groups": 1,
-                    },
+                    "shape": record,
                     "seconds": round(time.time() - t1, 2),
                     "points": points,
                 }
