@@ -103,14 +103,14 @@ def split(sweeps: list[dict[str, Any]]) -> tuple[set[str], set[str]]:
 
 def fit_points(sweeps: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [
-        {"id": s["id"], "shape": s["shape"].with_channels(k=k), "measured_us": m, "sms": s["sms"]}
+        {"id": s["id"], "shape": s["shape"].with_out_channels(k), "measured_us": m, "sms": s["sms"]}
         for s in sweeps
         for k, m in zip(s["ks"], s["measured"])
     ]
 
 
 def predictions(model: str, sweep: dict[str, Any], target: Any, params: WaveParams | None) -> list[float]:
-    shapes = [sweep["shape"].with_channels(k=k) for k in sweep["ks"]]
+    shapes = [sweep["shape"].with_out_channels(k) for k in sweep["ks"]]
     if model == "wave":
         return [_evaluate(s, target, params, sweep["sms"]).predicted_us for s in shapes]
     if model == "flops":

@@ -38,7 +38,7 @@ def main() -> None:
     for sid in FIGURES:
         s = default[sid]
         params = target.wave_params(s["dtype"])
-        evals = [_evaluate(s["shape"].with_channels(k=k), target, params, s["sms"]) for k in s["ks"]]
+        evals = [_evaluate(s["shape"].with_out_channels(k), target, params, s["sms"]) for k in s["ks"]]
         pred = [e.predicted_us for e in evals]
         sh = s["shape"]
         fig, ax = plt.subplots(figsize=(9, 4.2), dpi=100)

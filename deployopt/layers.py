@@ -69,6 +69,17 @@ class ConvShape:
             new_k = new_c * mult if k is None else new_k
         return replace(self, c=new_c, k=new_k, groups=groups)
 
+    def with_out_channels(self, k: int) -> ConvShape:
+        """The same layer with `k` output channels, as a width sweep means it: a depthwise conv stays
+        depthwise (its input channels and groups follow, K = multiplier × C), any other conv keeps
+        its input channels."""
+        if not self.is_depthwise:
+            return self.with_channels(k=k)
+        mult = self.k // self.c
+        if k % mult:
+            raise ValueError(f"a depthwise conv with channel multiplier {mult} cannot have {k} outputs")
+        return self.with_channels(c=k // mult)
+
     def signature(self) -> str:
         """A stable key for caches: every field that changes the kernels cuDNN/TensorRT pick."""
         return (

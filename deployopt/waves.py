@@ -11,7 +11,8 @@ The model (docs/wave_model.md has the long form):
   waves = ceil(tiles / (SMs × blocks per SM));
   latency = fixed + (waves − 1 + floor + (1 − floor)·tail_fill) × (wave_us + tile work / SM rate)
   and the predicted kernel is the fastest allowed (tile, family), as cudnn.benchmark / TensorRT pick
-  the fastest measured one.
+  the fastest measured one. Depthwise convs (groups = C) are no GEMM: they run on direct kernels,
+  blocks of 1024 outputs streamed over the SMs (`_evaluate_depthwise`).
 It ignores: heuristics beyond alignment, memory-bound layers (bandwidth), split-K, fusion.
 """
 
@@ -103,6 +104,13 @@ class WaveParams:
     fitted: bool = False
     source: str = ""
     fitted_on: tuple[str, ...] = field(default=(), compare=False)
+    # Depthwise convs (groups = C) are not GEMMs: cuDNN runs them on direct kernels that stream the
+    # tensor, DW_OUTPUTS_PER_BLOCK outputs a block. µs = dw_fixed_us + the busiest SM's blocks ×
+    # DW_OUTPUTS_PER_BLOCK × (dw_ns_per_output + dw_ns_per_tap · R·S) / 1000 (docs/wave_model.md).
+    dw_fixed_us: float = 5.0
+    dw_ns_per_output: float = 0.1
+    dw_ns_per_tap: float = 0.02
+    dw_source: str = "generic start values, not fitted"
 
     def describe(self) -> str:
         how = "fitted" if self.fitted else "default, not calibrated on hardware"
@@ -121,6 +129,10 @@ class WaveParams:
             "fitted": self.fitted,
             "source": self.source,
             "fitted_on": list(self.fitted_on),
+            "dw_fixed_us": self.dw_fixed_us,
+            "dw_ns_per_output": self.dw_ns_per_output,
+            "dw_ns_per_tap": self.dw_ns_per_tap,
+            "dw_source": self.dw_source,
         }
 
     @classmethod
@@ -137,6 +149,11 @@ class WaveParams:
             fitted=bool(d.get("fitted", False)),
             source=d.get("source", ""),
             fitted_on=tuple(d.get("fitted_on", ())),
+            # profiles written before the depthwise path keep its start values
+            dw_fixed_us=float(d.get("dw_fixed_us", cls.dw_fixed_us)),
+            dw_ns_per_output=float(d.get("dw_ns_per_output", cls.dw_ns_per_output)),
+            dw_ns_per_tap=float(d.get("dw_ns_per_tap", cls.dw_ns_per_tap)),
+            dw_source=str(d.get("dw_source", cls.dw_source)),
         )
 
 
@@ -260,6 +277,10 @@ def default_params(cc: tuple[int, int], dtype: str, clock_mhz: float) -> WavePar
             ref,
             name=name,
             fixed_us=ref.fixed_us * (1.0 if same_design else max(1.0, slow**0.5)),
+            dw_fixed_us=ref.dw_fixed_us * (1.0 if same_design else max(1.0, slow**0.5)),
+            # depthwise kernels stream memory on CUDA cores: scaled by clock alone (no tensor cores)
+            dw_ns_per_output=ref.dw_ns_per_output * slow,
+            dw_ns_per_tap=ref.dw_ns_per_tap * slow,
             macs_per_us_per_sm=ref.macs_per_us_per_sm * scale,
             wave_us=ref.wave_us * slow,
             families=ref.families if same_design else _carry_efficiencies(_default_families(cc, dtype), ref),
@@ -343,8 +364,15 @@ def _check_dtype(dtype: str) -> None:
 
 
 def _evaluate(shape: ConvShape, target: Target, params: WaveParams, sms: int | None = None) -> WavePrediction:
-    m, n, kdepth = shape.gemm
     sms = target.sms if sms is None else sms
+    if shape.is_depthwise:
+        return _evaluate_depthwise(shape, target, params, sms)
+    return _evaluate_gemm(shape, target, params, sms)
+
+
+def _evaluate_gemm(shape: ConvShape, target: Target, params: WaveParams, sms: int) -> WavePrediction:
+    """A conv as an implicit GEMM per group: the fastest (family, tile) allowed."""
+    m, n, kdepth = shape.gemm
     align = conv_alignment(shape)
     best: WavePrediction | None = None
     for fam in params.families:
@@ -386,6 +414,82 @@ def _evaluate(shape: ConvShape, target: Target, params: WaveParams, sms: int | N
     return best
 
 
+# cuDNN 9's depthwise kernel on the H200 (`conv2d_c1_k1_nhwc`, traced in every fp32 and most fp16
+# depthwise sweeps, benchmarks/results/h200_depthwise/): 256 threads, grid = ceil(N·P·Q·K / 1024).
+DW_OUTPUTS_PER_BLOCK = 1024
+DW_THREADS = 256
+DW_FAMILY = KernelFamily(
+    "depthwise-direct", 1, (), threads=DW_THREADS, registers_per_thread=32, shared_mem_bytes=0
+)
+
+
+def _depthwise_work(shape: ConvShape, sms: int) -> tuple[int, int]:
+    """(blocks, the busiest SM's blocks): a depthwise kernel's blocks stream memory, so blocks
+    sharing an SM share its throughput and the busiest SM sets the time."""
+    outputs = shape.n * shape.p * shape.q * shape.k
+    blocks = math.ceil(outputs / DW_OUTPUTS_PER_BLOCK)
+    return blocks, math.ceil(blocks / sms)
+
+
+def _evaluate_depthwise(shape: ConvShape, target: Target, params: WaveParams, sms: int) -> WavePrediction:
+    """Depthwise convs are no GEMM (one output channel per group): blocks of outputs over the SMs,
+    time linear in the busiest SM's share, steps of `sms` blocks (fine-grained: a tail costs what
+    it holds). As GEMMs they were predicted a median 23× too slow on H200 sweeps (docs/wave_model.md)."""
+    blocks, per_sm = _depthwise_work(shape, sms)
+    bps = blocks_per_sm(DW_FAMILY, target)
+    waves, tail = wave_count(blocks, sms, bps)
+    per_output_ns = params.dw_ns_per_output + params.dw_ns_per_tap * shape.r * shape.s
+    us = params.dw_fixed_us + per_sm * DW_OUTPUTS_PER_BLOCK * per_output_ns / 1000.0
+    return WavePrediction(
+        tile=(DW_OUTPUTS_PER_BLOCK, 1),
+        blocks=blocks,
+        blocks_per_sm=bps,
+        waves=waves,
+        tail_fill=tail,
+        predicted_us=us,
+        aligned=True,
+        family=DW_FAMILY.name,
+        gemm=shape.gemm,
+        out_channels=shape.k,
+        predictor=params.name,
+    )
+
+
+def _point_shapes(points: list[dict[str, Any]]) -> list[ConvShape]:
+    """Each point's shape, given as a ConvShape or its JSON."""
+    return [s if isinstance(s, ConvShape) else ConvShape.from_json(s) for s in (p["shape"] for p in points)]
+
+
+def fit_depthwise(points: list[dict[str, Any]], target: Target, params: WaveParams) -> WaveParams:
+    """`params` with the depthwise terms fitted to measured depthwise points (non-negative least
+    squares on relative error; the model is linear in its three terms). `points` as for `fit`."""
+    import numpy as np
+    from scipy.optimize import nnls
+
+    shapes = _point_shapes(points)
+    if not all(s.is_depthwise for s in shapes):
+        raise ValueError("fit_depthwise takes depthwise convs only")
+    if len(points) < 3:
+        from deployopt.errors import DeployoptError
+
+        raise DeployoptError(f"a depthwise fit needs at least 3 measured points, got {len(points)}")
+    y = np.array([float(p["measured_us"]) for p in points])
+    rows = []
+    for shape, p in zip(shapes, points):
+        per_sm = _depthwise_work(shape, int(p.get("sms") or target.sms))[1] * DW_OUTPUTS_PER_BLOCK / 1000.0
+        rows.append([1.0, per_sm, per_sm * shape.r * shape.s])
+    a = np.array(rows) / y[:, None]  # relative error: small layers count as much as large ones
+    (fixed, per_out, per_tap), _ = nnls(a, np.ones(len(y)))
+    ids = sorted({str(p["id"]) for p in points if "id" in p})
+    return replace(
+        params,
+        dw_fixed_us=float(fixed),
+        dw_ns_per_output=float(per_out),
+        dw_ns_per_tap=float(per_tap),
+        dw_source=f"fitted on {len(points)} measured depthwise points ({len(ids)} sweeps)",
+    )
+
+
 def predict(shape: ConvShape, target: Target, dtype: str = "fp16") -> WavePrediction:
     """Predicted kernel, blocks, waves, tail fill and latency of one conv on `target`."""
     _check_dtype(dtype)
@@ -396,12 +500,12 @@ def staircase(shape: ConvShape, target: Target, dtype: str, out_channels: list[i
     """The predicted per-layer staircase: one prediction per output-channel count."""
     _check_dtype(dtype)
     params = target.wave_params(dtype)
-    return [_evaluate(shape.with_channels(k=k), target, params) for k in out_channels]
+    return [_evaluate(shape.with_out_channels(k), target, params) for k in out_channels]
 
 
 def _vary(shape: ConvShape, width: int, role: str) -> ConvShape:
     if role == "out":
-        return shape.with_channels(k=width)
+        return shape.with_out_channels(width)
     if role == "in":
         return shape.with_channels(c=width)
     raise ValueError(f"role must be 'out' or 'in', not {role!r}")
@@ -521,20 +625,39 @@ def fit(
     `points`: dicts with "shape" (ConvShape or its JSON), "measured_us", optional "sms" (the SM
     count the point ran on; default the target's) and optional "id" (recorded in `fitted_on`).
     Tile candidates and alignment rules stay those of the start parameters: they come from the
-    kernels traced on the device, not from the fit.
+    kernels traced on the device, not from the fit. Depthwise points fit the depthwise terms
+    (`fit_depthwise`), the others the GEMM ones; each kind keeps its start values when absent.
     """
+    _check_dtype(dtype)
+    shapes = _point_shapes(points)
+    dw = [p for p, s in zip(points, shapes) if s.is_depthwise]
+    gemm = [p for p, s in zip(points, shapes) if not s.is_depthwise]
+    params = target.wave_params(dtype)
+    if gemm or not dw:
+        params = _fit_gemm(gemm, target, dtype, name, step_weight, max_eff)
+    elif name:
+        params = replace(params, name=name)
+    return fit_depthwise(dw, target, params) if dw else params
+
+
+def _fit_gemm(
+    points: list[dict[str, Any]],
+    target: Target,
+    dtype: str,
+    name: str | None,
+    step_weight: float,
+    max_eff: float,
+) -> WaveParams:
+    """`fit` for convs run as implicit GEMMs (every conv but depthwise ones)."""
     import numpy as np
     from scipy.optimize import least_squares
 
-    _check_dtype(dtype)
     if len(points) < 4:
         from deployopt.errors import DeployoptError
 
         raise DeployoptError(f"fitting needs at least 4 measured points, got {len(points)}")
     start = target.wave_params(dtype)
-    shapes = [
-        p["shape"] if isinstance(p["shape"], ConvShape) else ConvShape.from_json(p["shape"]) for p in points
-    ]
+    shapes = _point_shapes(points)
     sms = [int(p.get("sms") or target.sms) for p in points]
     y = np.log(np.array([float(p["measured_us"]) for p in points]))
     # Free: the efficiency and epilogue of every aligned family after the first (the reference),

@@ -17,12 +17,14 @@ from deployopt.waves import (
     WaveParams,
     _CandidateGrid,
     _evaluate,
+    _evaluate_gemm,
     aligned_widths,
     blocks_per_sm,
     classify_change,
     conv_alignment,
     conv_rows,
     fit,
+    fit_depthwise,
     pair_agreement,
     pow2_align,
     predict,
@@ -211,8 +213,10 @@ def test_vectorized_fit_grid_predicts_what_evaluate_does():
     for dtype in ("fp16", "fp32"):
         params = t.wave_params(dtype)
         got = _CandidateGrid(shapes, sms, t, params.families).predicted_us(params)
-        want = [_evaluate(s, t, params, n).predicted_us for s, n in zip(shapes, sms)]
+        want = [_evaluate_gemm(s, t, params, n).predicted_us for s, n in zip(shapes, sms)]
         assert list(got) == pytest.approx(want, rel=1e-12)
+        # every conv but the depthwise one (its own path) is predicted by that GEMM formula
+        assert [_evaluate(s, t, params, n).predicted_us for s, n in zip(shapes[:-1], sms)] == want[:-1]
 
 
 def test_aligned_widths_on_toy_target():
@@ -567,6 +571,10 @@ def test_round_seven_is_held_out_and_scored_with_the_shipped_fit():
     assert eight["regret"] <= 0.012  # 1.11 %; agreement 70.4 % (fp16 45.9 %: cuBLAS/CUTLASS 1×1 kernels)
 
 
+def _gemm_terms(params: WaveParams) -> dict:
+    return {k: v for k, v in params.to_json().items() if not k.startswith("dw_")}
+
+
 @pytest.mark.skipif(not ROUND8.is_dir(), reason="no round-eight record")
 def test_round_eight_is_held_out_and_scored_with_the_shipped_fit():
     """Round eight (8 deployment layers, ay–bf, at 8/16/132 SMs in three search modes, measured
@@ -580,7 +588,10 @@ def test_round_eight_is_held_out_and_scored_with_the_shipped_fit():
     record, sweeps, params = _held_out_round(ROUND8, 8, ev.load_sweeps(ROUND8 / "default_limit"))
     assert len(sweeps) == 48
     shipped = json.loads((ROOT / "deployopt" / "targets" / "fitted" / "h200.json").read_text())
-    assert params == {dt: WaveParams.from_json(shipped["params"][dt]) for dt in ("fp16", "fp32")}
+    # the shipped GEMM terms (its depthwise terms, added later, come from depthwise sweeps alone)
+    assert {dt: _gemm_terms(params[dt]) for dt in params} == {
+        dt: _gemm_terms(WaveParams.from_json(shipped["params"][dt])) for dt in ("fp16", "fp32")
+    }
     assert not {s["id"] for s in sweeps} & {Path(p).stem for p in shipped["sweeps"]}
     target = get_target("h200")
     scores = ev.score(sweeps, target, params)
@@ -661,3 +672,89 @@ def test_alignment_oracle_finds_a_sawtooth_the_model_misses():
     assert row["model"] < row["pairs"] and row["oracle"] == row["pairs"]
     assert row["factors"][0] == 1.0 and row["factors"][1] >= 1.1  # a step up at K ≡ 16 mod 64
     assert out["overall"]["oracle"] == 1.0 and out["overall"]["model"] < 1.0
+
+
+# --- depthwise convs (their own path; benchmarks/results/h200_depthwise/) ---------------------------
+DEPTHWISE_RECORD = ROOT / "benchmarks" / "results" / "h200_depthwise"
+
+
+def test_depthwise_width_sweeps_keep_the_conv_depthwise():
+    dw = ConvShape(8, 144, 56, 56, 144, 3, 3, groups=144)
+    wider = dw.with_out_channels(192)
+    assert (wider.c, wider.k, wider.groups) == (192, 192, 192) and wider.is_depthwise
+    mult2 = ConvShape(1, 32, 28, 28, 64, 3, 3, groups=32).with_out_channels(96)
+    assert (mult2.c, mult2.k, mult2.groups) == (48, 96, 48)
+    with pytest.raises(ValueError, match="multiplier 2"):
+        ConvShape(1, 32, 28, 28, 64, 3, 3, groups=32).with_out_channels(95)
+    plain = ConvShape(8, 128, 28, 28, 64).with_out_channels(80)
+    assert (plain.c, plain.k, plain.groups) == (128, 80, 1)
+    t = get_target("orin-nano-8gb")
+    preds = staircase(dw, t, "fp16", [16, 32, 48, 64, 512, 1024])
+    assert [p.family for p in preds] == ["depthwise-direct"] * 6
+    # blocks of 1024 outputs over C = K channels, time never falls as the layer widens
+    assert [p.blocks for p in preds] == [-(-8 * 56 * 56 * k // 1024) for k in (16, 32, 48, 64, 512, 1024)]
+    us = [p.predicted_us for p in preds]
+    assert us == sorted(us) and us[-1] > 10 * us[0]
+
+
+def test_fit_depthwise_recovers_its_terms_and_fit_routes_points_by_kind():
+    t = get_target("h200")
+    truth = replace(t.wave_params("fp16"), dw_fixed_us=4.0, dw_ns_per_output=0.05, dw_ns_per_tap=0.02)
+    dws = [
+        ConvShape(n, k, hw, hw, k, r, r, groups=k, pad=(r // 2, r // 2))
+        for n, hw, r in ((1, 112, 3), (8, 28, 3), (8, 14, 5))
+        for k in range(16, 400, 48)
+    ]
+    sms = [8, 16, 132]
+    points = [
+        {
+            "id": f"s{i % 3}",
+            "shape": s,
+            "sms": sms[i % 3],
+            "measured_us": _evaluate(s, t, truth, sms[i % 3]).predicted_us,
+        }
+        for i, s in enumerate(dws)
+    ]
+    start = t.wave_params("fp16")
+    fitted = fit_depthwise(points, t, start)
+    assert (fitted.dw_fixed_us, fitted.dw_ns_per_output, fitted.dw_ns_per_tap) == pytest.approx(
+        (4.0, 0.05, 0.02)
+    )
+    assert "3 sweeps" in fitted.dw_source
+    # fit() with depthwise points alone: only the depthwise terms move
+    routed = fit(points, t, "fp16")
+    assert (
+        routed.dw_ns_per_tap == pytest.approx(0.02) and routed.macs_per_us_per_sm == start.macs_per_us_per_sm
+    )
+    with pytest.raises(ValueError, match="depthwise convs only"):
+        fit_depthwise([*points, {"shape": ConvShape(1, 64, 14, 14, 64), "measured_us": 5.0}], t, start)
+    # and the terms survive JSON (older profiles without them load with the start values)
+    assert WaveParams.from_json(fitted.to_json()) == fitted
+    old = {k: v for k, v in start.to_json().items() if not k.startswith("dw_")}
+    assert WaveParams.from_json(old).dw_fixed_us == WaveParams.dw_fixed_us
+
+
+@pytest.mark.skipif(not DEPTHWISE_RECORD.is_dir(), reason="no committed depthwise sweeps")
+def test_depthwise_path_predicts_measured_h200_depthwise_convs():
+    import statistics
+
+    import eval_wave_model as ev
+
+    sweeps = ev.load_sweeps(DEPTHWISE_RECORD / "default_limit")
+    assert len(sweeps) == 35 and all(s["shape"].is_depthwise for s in sweeps)
+    t = get_target("h200")
+    ratios, gemm_ratios = [], []
+    for s in sweeps:
+        params = t.wave_params(s["dtype"])
+        for k, measured in zip(s["ks"], s["measured"]):
+            shape = s["shape"].with_out_channels(k)
+            assert shape.c == shape.k == shape.groups == k
+            ratios.append(_evaluate(shape, t, params, s["sms"]).predicted_us / measured)
+            gemm_ratios.append(_evaluate_gemm(shape, t, params, s["sms"]).predicted_us / measured)
+    # the shipped depthwise terms (fitted on these sweeps): the median point within 16 % ...
+    assert statistics.median(abs(r - 1) for r in ratios) < 0.16  # reached: 15.8 %
+    assert 0.8 < statistics.median(ratios) < 1.25
+    # ... where one GEMM per group predicted them a median 20× too slow
+    assert statistics.median(gemm_ratios) > 15
+    recorded = json.loads((ROOT / "deployopt" / "targets" / "fitted" / "h200.json").read_text())
+    assert sorted(Path(p).stem for p in recorded["depthwise_sweeps"]) == sorted(s["id"] for s in sweeps)

@@ -26,6 +26,7 @@ from deployopt.cli.app import (
 from deployopt.errors import DeployoptError
 from deployopt.fileio import check_output_file
 from deployopt.layers import ConvShape
+from deployopt.waves import DW_OUTPUTS_PER_BLOCK
 
 # A short calibration sweep: (n, c, h, w, kernel, stride) × output channels 16…256 step 16.
 CALIBRATION_SHAPES = [
@@ -185,6 +186,8 @@ def _base_shape(input_dims: str, kernel: str, stride: int, groups: int, first_k:
         raise DeployoptError(f"--stride {stride}: must be a positive integer")
     if groups < 1 or c % groups:
         raise DeployoptError(f"--groups {groups}: must be a positive divisor of the input channels ({c})")
+    if groups > 1 and groups == c:  # depthwise: a width sweep moves C = K = groups together
+        c = groups = first_k
     shape = ConvShape(n, c, h, w, first_k, r, s, (stride, stride), (r // 2, s // 2), (1, 1), groups)
     if shape.p < 1 or shape.q < 1:
         raise DeployoptError(f"--input {input_dims}: too small for a {r}x{s} kernel with stride {stride}")
@@ -286,7 +289,7 @@ def staircase_command(
         check_output_file(plot)
     ks = parse_channels(out_channels)
     shape = _base_shape(input_dims, kernel, stride, groups, ks[0])
-    if groups > 1 and any(k % groups for k in ks):
+    if groups > 1 and not shape.is_depthwise and any(k % groups for k in ks):
         raise DeployoptError(f"--out-channels: every width must be a multiple of --groups {groups}")
     tgt = get_target(target, sms=sms)
     if measure and dtype == "int8":
@@ -304,7 +307,7 @@ def staircase_command(
         )
         with backend.open(opts) as session:  # the note once the session stands: errors stay one line
             note_cudnn_search(backend, sms, cudnn_engines, cudnn_benchmark)
-            timings = session.measure_convs([shape.with_channels(k=k) for k in ks])
+            timings = session.measure_convs([shape.with_out_channels(k) for k in ks])
     doc = staircase_doc(tgt, shape, dtype, ks, timings, measure)
     params = tgt.wave_params(dtype)
     if plot is not None:
@@ -328,9 +331,14 @@ def staircase_command(
         console.print_json(json.dumps(doc))
         return
     m, _, kd = shape.gemm
+    how = (
+        f"depthwise (C = K = groups at every width): {DW_OUTPUTS_PER_BLOCK} outputs a block"
+        if shape.is_depthwise
+        else f"groups {groups}: implicit GEMM M={m}, depth={kd}"
+    )
     console.print(
         f"{tgt.display_name} ({tgt.name}, {tgt.sms} SMs, CC {tgt.cc}), {dtype}, conv {input_dims} "
-        f"kernel {shape.r}x{shape.s} stride {stride} groups {groups}: implicit GEMM M={m}, depth={kd}",
+        f"kernel {shape.r}x{shape.s} stride {stride} {how}",
         highlight=False,
     )
     # no vertical rules and short headers: nine columns fit 80 characters (a pipe, a CI log)
@@ -416,7 +424,7 @@ def calibrate_command(
         shapes = []
         for n, c, h, w, r, st in CALIBRATION_SHAPES:
             base = ConvShape(n, c, h, w, ks[0], r, r, (st, st), (r // 2, r // 2))
-            shapes += [base.with_channels(k=k) for k in ks]
+            shapes += [base.with_out_channels(k) for k in ks]
         console.print(f"measuring {len(shapes)} convs ({dt}) on {measure} …", highlight=False)
         with backend.open(
             MeasureOptions(
