@@ -91,6 +91,23 @@ def test_staircase_json_schema(monkeypatch, capsys, tmp_path):
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 10000
 
 
+def test_staircase_of_a_depthwise_conv_sweeps_its_channels_together(monkeypatch, capsys):
+    # --groups equal to the input channels: C = K = groups at every width, the depthwise path
+    args = ["staircase", "--target", "orin-nano-8gb", "--input", "8x144x56x56", "--groups", "144"]
+    code, out, _ = run(monkeypatch, capsys, *args, "--out-channels", "16:64:16", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert {k["family"] for k in doc["predicted_kernels"]} == {"depthwise-direct"}
+    t = get_target("orin-nano-8gb")
+    want = [
+        predict(ConvShape(8, k, 56, 56, k, 3, 3, groups=k), t, "fp16").predicted_us for k in (16, 32, 48, 64)
+    ]
+    assert [p["predicted_us"] for p in doc["points"]] == pytest.approx(want)
+    assert want == sorted(want)
+    code, out, _ = run(monkeypatch, capsys, *args, "--out-channels", "16:64:16")
+    assert code == 0 and "depthwise (C = K = groups at every width)" in out
+
+
 def test_staircase_table_says_predicted(monkeypatch, capsys):
     code, out, _ = run(
         monkeypatch,
