@@ -127,6 +127,41 @@ def network_check(target: Any, params: dict[str, WaveParams]) -> dict[str, Any]:
     return out
 
 
+NETWORKS = ROOT / "benchmarks" / "results" / "h200_networks"
+
+
+def networks_check(target: Any, params: dict[str, WaveParams]) -> dict[str, Any]:
+    """EfficientNet-B0 and MobileNetV3-Large (torchvision layer shapes), each conv timed alone on
+    the H200 by benchmarks/network_convs.py after the depthwise terms were fitted: per network,
+    batch and SM count, summed conv time measured vs predicted (depthwise before/after, others),
+    and the median per-layer level error."""
+    from deployopt.layers import ConvShape
+    from deployopt.waves import _evaluate
+
+    out: dict[str, Any] = {}
+    for path in sorted(NETWORKS.glob("convs_*.json")):
+        doc = json.loads(path.read_text())
+        for net in doc["networks"]:
+            row: dict[str, Any] = {}
+            p, sms = params[doc["dtype"]], doc["sms"]
+            for kind, pick in (("depthwise", True), ("other", False)):
+                layers = [(ConvShape.from_json(c["shape"]), c["median_us"]) for c in net["convs"]]
+                layers = [(sh, m) for sh, m in layers if sh.is_depthwise == pick]
+                before = [_evaluate_gemm(sh, target, p, sms).predicted_us for sh, _ in layers]
+                after = [_evaluate(sh, target, p, sms).predicted_us for sh, _ in layers]
+                meas = [m for _, m in layers]
+                row[kind] = {
+                    "layers": len(layers),
+                    "measured_us": sum(meas),
+                    "before_us": sum(before),
+                    "after_us": sum(after),
+                    "level_error_before": statistics.median(abs(b / m - 1) for b, m in zip(before, meas)),
+                    "level_error_after": statistics.median(abs(a / m - 1) for a, m in zip(after, meas)),
+                }
+            out[f"{net['model']} b{net['batch']} {doc['sms']} SMs"] = row
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write-fitted", action="store_true")
@@ -212,6 +247,14 @@ def main() -> None:
             r = row[kind]
             print(f"  {name:<9} {kind:<9} {r['layers']:>2} convs: measured {r['measured_us']:7.1f} µs, "
                   f"before {r['before_us']:8.1f} µs, after {r['after_us']:7.1f} µs")  # fmt: skip
+    doc["networks"] = networks_check(target, all_fit)
+    print("Networks, each conv timed alone (fp16, H200): summed conv µs, measured vs predicted before/after")
+    for name, row in doc["networks"].items():
+        for kind in ("depthwise", "other"):
+            r = row[kind]
+            print(f"  {name:<32} {kind:<9} {r['layers']:>2} convs: measured {r['measured_us']:7.1f} µs, "
+                  f"before {r['before_us']:8.1f}, after {r['after_us']:7.1f}; per layer median error "
+                  f"{r['level_error_before']:.0%} -> {r['level_error_after']:.0%}")  # fmt: skip
     write_json(args.out, doc)
     if args.write_fitted:
         path = FITTED_DIR / "h200.json"
