@@ -849,6 +849,7 @@ class Optimizer:
                 f"--resume: {journal_path} was written by a different run ({', '.join(diff)} differ); "
                 "use --force to start over"
             )
+        self._check_runs()
         # Candidate models (and TensorRT engines) live in a private folder removed at the end.
         self.workdir = Path(tempfile.mkdtemp(prefix="deployopt-work-"))
         session_cm = None
@@ -898,6 +899,22 @@ class Optimizer:
                 session_cm.close()
             if self._own_sweep_session and self._sweep_session is not None:
                 self._sweep_session.close()
+
+    def _check_runs(self) -> None:
+        """A measured candidate is kept only when the Mann-Whitney U test says p < alpha; with fewer
+        runs than that test can ever reach, the search could keep nothing (or, through the
+        one-sample rule meant for predictions, keep noise). One line now, before any measuring."""
+        from deployopt.backends import get_backend
+        from deployopt.timing import min_samples
+
+        session = self._external_session
+        measured = (session.backend if session is not None else get_backend(self.backend_name)).measured
+        need = min_samples(self.cfg.alpha)
+        if measured and self.cfg.runs < need:
+            raise DeployoptError(
+                f"--runs {self.cfg.runs}: deciding 'faster' at alpha {self.cfg.alpha:g} needs at least "
+                f"{need} measured runs per candidate; use --runs {need} or more"
+            )
 
     def _keep_engine(self, best: Evaluation, folder: Path) -> str | None:
         """The engine a TensorRT backend built for the chosen plan, copied to `folder`/model.engine

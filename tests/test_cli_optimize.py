@@ -159,6 +159,23 @@ def test_closing_line_lists_the_staircases_and_engine_it_wrote() -> None:
     assert written_files(rep) == [*base, "staircases/ (2 PNGs)", "model.engine"]
 
 
+def test_too_few_measured_runs_for_the_test_are_one_line(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    # at alpha 0.01 Mann-Whitney U needs 5 samples a side: fewer could keep no candidate, ever
+    model = zoo_model_path("vgg16_pruned_b4")
+    args = ["optimize", str(model), "--target", "h200", "--backend", "ort", "-o", str(tmp_path / "o")]
+    code, _, err = cli(monkeypatch, capsys, *args, "--runs", "4")
+    assert code == 2 and err.strip().count("\n") == 0, err
+    assert "--runs 4: deciding 'faster' at alpha 0.01 needs at least 5 measured runs" in err
+    assert not (tmp_path / "o").exists()
+    # predictions are deterministic: one run is all the model backend needs
+    code, _, err = cli(
+        monkeypatch, capsys, *base_args(model, tmp_path / "m"), "--runs", "1", "--max-evals", "4"
+    )
+    assert code == 0, err
+
+
 def test_unwritable_outdir_and_negative_warmup_are_one_line(
     zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
