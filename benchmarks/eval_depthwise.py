@@ -84,6 +84,38 @@ def fitted_without(
 PROFILES = ROOT / "benchmarks" / "results" / "h200_backends"
 
 
+def layer_rows(layers: list[tuple[Any, float]], target: Any, params: WaveParams, sms: int) -> dict[str, Any]:
+    """(ConvShape, measured µs) of a network's convs → per kind (depthwise / other): summed time
+    measured and predicted before (one GEMM per group) and after, and the median per-layer error."""
+    from deployopt.waves import _evaluate
+
+    row: dict[str, Any] = {}
+    for kind, pick in (("depthwise", True), ("other", False)):
+        mine = [(sh, m) for sh, m in layers if sh.is_depthwise == pick]
+        before = [_evaluate_gemm(sh, target, params, sms).predicted_us for sh, _ in mine]
+        after = [_evaluate(sh, target, params, sms).predicted_us for sh, _ in mine]
+        meas = [m for _, m in mine]
+        row[kind] = {
+            "layers": len(mine),
+            "measured_us": sum(meas),
+            "before_us": sum(before),
+            "after_us": sum(after),
+            "level_error_before": statistics.median(abs(b / m - 1) for b, m in zip(before, meas)),
+            "level_error_after": statistics.median(abs(a / m - 1) for a, m in zip(after, meas)),
+        }
+    return row
+
+
+def print_rows(title: str, rows: dict[str, dict[str, Any]]) -> None:
+    print(title)
+    for name, row in rows.items():
+        for kind in ("depthwise", "other"):
+            r = row[kind]
+            print(f"  {name:<32} {kind:<9} {r['layers']:>2} convs: measured {r['measured_us']:7.1f} µs, "
+                  f"before {r['before_us']:8.1f}, after {r['after_us']:7.1f}; per layer median error "
+                  f"{r['level_error_before']:.0%} -> {r['level_error_after']:.0%}")  # fmt: skip
+
+
 def network_check(target: Any, params: dict[str, WaveParams]) -> dict[str, Any]:
     """MobileNetV2 (fp16, 224², batch 1 and 16, 8 SMs and the full GPU) as profiled on the H200 per
     layer (`deployopt profile`, benchmarks/results/h200_backends/, measured before this path and
@@ -95,7 +127,6 @@ def network_check(target: Any, params: dict[str, WaveParams]) -> dict[str, Any]:
     import torch
 
     from deployopt.coupling import analyze
-    from deployopt.waves import _evaluate
 
     out: dict[str, Any] = {}
     for name in ("b1_sms8", "b16_sms8", "b1_full", "b16_full"):
@@ -116,14 +147,7 @@ def network_check(target: Any, params: dict[str, WaveParams]) -> dict[str, Any]:
             for layer in prof["layers"]
             if layer["name"] in convs
         }
-        row: dict[str, Any] = {"convs": len(measured)}
-        for kind, pick in (("depthwise", True), ("other", False)):
-            names = [n for n in measured if convs[n].is_depthwise == pick]
-            meas = sum(measured[n] for n in names)
-            before = sum(_evaluate_gemm(convs[n], target, params["fp16"], sms).predicted_us for n in names)
-            after = sum(_evaluate(convs[n], target, params["fp16"], sms).predicted_us for n in names)
-            row[kind] = {"layers": len(names), "measured_us": meas, "before_us": before, "after_us": after}
-        out[name] = row
+        out[name] = layer_rows([(convs[n], m) for n, m in measured.items()], target, params["fp16"], sms)
     return out
 
 
@@ -136,29 +160,15 @@ def networks_check(target: Any, params: dict[str, WaveParams]) -> dict[str, Any]
     batch and SM count, summed conv time measured vs predicted (depthwise before/after, others),
     and the median per-layer level error."""
     from deployopt.layers import ConvShape
-    from deployopt.waves import _evaluate
 
     out: dict[str, Any] = {}
     for path in sorted(NETWORKS.glob("convs_*.json")):
         doc = json.loads(path.read_text())
         for net in doc["networks"]:
-            row: dict[str, Any] = {}
-            p, sms = params[doc["dtype"]], doc["sms"]
-            for kind, pick in (("depthwise", True), ("other", False)):
-                layers = [(ConvShape.from_json(c["shape"]), c["median_us"]) for c in net["convs"]]
-                layers = [(sh, m) for sh, m in layers if sh.is_depthwise == pick]
-                before = [_evaluate_gemm(sh, target, p, sms).predicted_us for sh, _ in layers]
-                after = [_evaluate(sh, target, p, sms).predicted_us for sh, _ in layers]
-                meas = [m for _, m in layers]
-                row[kind] = {
-                    "layers": len(layers),
-                    "measured_us": sum(meas),
-                    "before_us": sum(before),
-                    "after_us": sum(after),
-                    "level_error_before": statistics.median(abs(b / m - 1) for b, m in zip(before, meas)),
-                    "level_error_after": statistics.median(abs(a / m - 1) for a, m in zip(after, meas)),
-                }
-            out[f"{net['model']} b{net['batch']} {doc['sms']} SMs"] = row
+            layers = [(ConvShape.from_json(c["shape"]), c["median_us"]) for c in net["convs"]]
+            out[f"{net['model']} b{net['batch']} {doc['sms']} SMs"] = layer_rows(
+                layers, target, params[doc["dtype"]], doc["sms"]
+            )
     return out
 
 
@@ -241,20 +251,9 @@ def main() -> None:
     if "repeat_as_model" in doc:
         line("a repeat measurement as a model of the first", doc["repeat_as_model"])
     doc["mobilenetv2"] = network_check(target, all_fit)
-    print("MobileNetV2 per-layer profile (fp16, H200): sum of conv times, measured vs predicted before/after")
-    for name, row in doc["mobilenetv2"].items():
-        for kind in ("depthwise", "other"):
-            r = row[kind]
-            print(f"  {name:<9} {kind:<9} {r['layers']:>2} convs: measured {r['measured_us']:7.1f} µs, "
-                  f"before {r['before_us']:8.1f} µs, after {r['after_us']:7.1f} µs")  # fmt: skip
+    print_rows("MobileNetV2, per-layer profile (fp16, H200): summed conv µs", doc["mobilenetv2"])
     doc["networks"] = networks_check(target, all_fit)
-    print("Networks, each conv timed alone (fp16, H200): summed conv µs, measured vs predicted before/after")
-    for name, row in doc["networks"].items():
-        for kind in ("depthwise", "other"):
-            r = row[kind]
-            print(f"  {name:<32} {kind:<9} {r['layers']:>2} convs: measured {r['measured_us']:7.1f} µs, "
-                  f"before {r['before_us']:8.1f}, after {r['after_us']:7.1f}; per layer median error "
-                  f"{r['level_error_before']:.0%} -> {r['level_error_after']:.0%}")  # fmt: skip
+    print_rows("Networks, each conv timed alone (fp16, H200): summed conv µs", doc["networks"])
     write_json(args.out, doc)
     if args.write_fitted:
         path = FITTED_DIR / "h200.json"
