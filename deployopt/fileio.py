@@ -66,6 +66,13 @@ def make_output_dir(path: str | os.PathLike[str]) -> Path:
     return path
 
 
+def _umask() -> int:
+    """The process umask (read by setting it and putting it back: there is no getter)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_path(dest: str | os.PathLike[str], suffix: str = "") -> Iterator[Path]:
     """Yield a temp path beside `dest`; rename it onto `dest` only if the block succeeds."""
@@ -79,6 +86,9 @@ def atomic_path(dest: str | os.PathLike[str], suffix: str = "") -> Iterator[Path
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        # mkstemp makes the file 0600; a result is shared like any file the user writes (an engine
+        # copied to a board, a report read by CI), so it gets the mode the umask gives new files
+        os.chmod(tmp_path, 0o666 & ~_umask())
         os.replace(tmp_path, dest)
     except OSError as exc:  # writing the temp file (a full disk, a quota) or renaming it
         raise output_error(dest, exc) from None

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Callable
 
@@ -184,3 +186,20 @@ def test_input_shape_overrides_a_static_batch(zoo_model_path) -> None:
     out = loaded.model.graph.output[0].type.tensor_type.shape
     assert [d.dim_value for d in out.dim] == [16, 10]
     assert loaded.input_shapes == {"input": [16, 3, 32, 32]}
+
+
+def test_written_results_get_the_umask_mode_not_mkstemps_0600(
+    tmp_path: Path, zoo_model: Callable[[str], onnx.ModelProto]
+) -> None:
+    # an engine or report is copied to a board or read by CI like any file the user writes
+    from deployopt.fileio import write_bytes, write_json
+
+    old = os.umask(0o022)
+    try:
+        write_json(tmp_path / "report.json", {"a": 1})
+        write_bytes(tmp_path / "model.engine", b"\0" * 8)
+        save_model(zoo_model("se_net"), tmp_path / "m.onnx")
+    finally:
+        os.umask(old)
+    for name in ("report.json", "model.engine", "m.onnx"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o644, name
