@@ -456,3 +456,33 @@ def test_equal_split_without_sizes_freezes() -> None:
     analysis = analyze(c2f_block(opset=17, sizes=None))
     g = analysis.group("conv1")
     assert g.frozen and g.reason == "Split split cuts channels at sizes it does not spell out"
+
+
+@pytest.mark.slow
+def test_yolov8_style_detector_pads_exactly_and_trims_to_a_valid_model(tmp_path: Path) -> None:
+    """The C2f Split, SPPF's 4-way Concat, the upsampled PAN Concats and the residual adds couple
+    channels across the whole detector; padding every free group changes no output, and a trim
+    of every free group leaves a model onnx and onnxruntime accept with the planned widths."""
+    pytest.importorskip("torch")
+    from yolo_like import export_yolo_like
+
+    path = tmp_path / "yolo.onnx"
+    x = export_yolo_like(path)
+    model = load_model(path).model
+    analysis = analyze(model)
+    free = analysis.free_groups()
+    assert len(free) >= 30  # reached: 33 (the heads' 65 outputs are frozen: graph outputs)
+    assert {g.width for g in analysis.groups if g.frozen} >= {3, 65}
+    sess = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+            for m in (model, apply_plan(model, padded_plan(analysis), analysis))]  # fmt: skip
+    ref, out = (s.run(None, {"images": x}) for s in sess)
+    for r, o in zip(ref, out):
+        np.testing.assert_allclose(o, r, atol=1e-4, rtol=0)
+    trim = {g.id: max(1, g.width - 8) for g in free}
+    trimmed = apply_plan(model, trim, analysis)
+    onnx.checker.check_model(trimmed, full_check=True)
+    assert {g.id: g.width for g in analyze(trimmed).free_groups()} == trim
+    outs = ort.InferenceSession(trimmed.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"images": x}
+    )
+    assert [o.shape for o in outs] == [r.shape for r in ref]
