@@ -8,6 +8,9 @@ and one SM setting, in ONE backend session (one worker process, one green contex
      unpruned, irregular pruned, round-up-to-8, deployopt lossless, deployopt trim-10 %.
 MobileNetV2 (real ImageNet weights, 224×224) gets the lossless run, the same final comparison (input,
 round-up-to-8, lossless), and a top-1 check of the lossless plan on the foolbox ImageNet images.
+`yolo` is a YOLOv8s-style detector at 640×640 (deployopt/zoo/yolo.py, random weights, exported by
+torch): its five base widths irregularly pruned (seed 0/1/2), then lossless and trim-10 % runs as for
+the CIFAR models; its round-up-to-8 is the optimizer's own (every free group, the C2f halves too).
 
 Resumable: every optimize run journals into --workdir, the results JSON is rewritten after each
 case, finished cases are skipped, and --deadline stops cleanly (journals intact) so the same
@@ -38,9 +41,10 @@ from deployopt.optimize import OptimizeConfig, Optimizer, OptimizeResult
 from deployopt.timing import Timing, compare
 
 BATCH = {
-    "full": {"vgg16": 128, "resnet56": 256, "mobilenetv2": 64},
-    "8": {"vgg16": 16, "resnet56": 32, "mobilenetv2": 8},
+    "full": {"vgg16": 128, "resnet56": 256, "mobilenetv2": 64, "yolo": 8},
+    "8": {"vgg16": 16, "resnet56": 32, "mobilenetv2": 8, "yolo": 1},
 }
+YOLO_SIZE = 640  # the input side YOLOv8 is trained and deployed at
 
 
 SHARED: dict[str, Any] = {}
@@ -179,6 +183,46 @@ def cifar_case(args: argparse.Namespace, session: Any, model: str, seed: int, ch
     }
 
 
+def yolo_case(args: argparse.Namespace, session: Any, seed: int, check: Any) -> dict[str, Any]:
+    """The detector: unpruned YOLOv8s widths, irregularly pruned ones, the optimizer's round-up-to-8
+    of the pruned model, and deployopt lossless / trim-10 % of it, timed in interleaved rounds."""
+    from deployopt.model import load_model
+    from deployopt.surgery import apply_plan
+    from deployopt.zoo.pruning import random_prune
+    from deployopt.zoo.yolo import YOLOV8S_WIDTHS, export_yolo_like
+
+    batch = BATCH[args.sms]["yolo"]
+    widths = random_prune(YOLOV8S_WIDTHS, seed=seed)
+    case_dir = Path(args.workdir) / f"sms{args.sms}" / f"yolo_seed{seed}"
+    case_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"unpruned": case_dir / "unpruned.onnx", "pruned": case_dir / "pruned.onnx"}
+    for name, w in (("unpruned", YOLOV8S_WIDTHS), ("pruned", widths)):
+        if not paths[name].exists():
+            export_yolo_like(paths[name], widths=w, size=YOLO_SIZE, batch=batch)
+    t0 = time.perf_counter()
+    lossless = run_optimize(args, session, paths["pruned"], case_dir / "lossless", "lossless", check)
+    t1 = time.perf_counter()
+    trim = run_optimize(args, session, paths["pruned"], case_dir / "trim", "trim", check)
+    t2 = time.perf_counter()
+    paths["round_up_8"] = case_dir / "round_up_8.onnx"
+    if not paths["round_up_8"].exists():
+        onnx.save(apply_plan(load_model(paths["pruned"]).model, lossless.round_up), str(paths["round_up_8"]))
+    paths["deployopt_lossless"] = case_dir / "lossless" / "model.onnx"
+    paths["deployopt_trim"] = case_dir / "trim" / "model.onnx"
+    final = interleaved(session, paths, args.rounds)
+    return {
+        "model": "yolo",
+        "seed": seed,
+        "batch": batch,
+        "input_size": YOLO_SIZE,
+        "base_widths": {"unpruned": list(YOLOV8S_WIDTHS), "pruned": widths},
+        "sms": args.sms_int,
+        "final": timing_table(final, "pruned"),
+        "lossless": {**summarize(lossless), "wall_s": t1 - t0},
+        "trim": {**summarize(trim), "wall_s": t2 - t1},
+    }
+
+
 def mobilenet_case(args: argparse.Namespace, session: Any, check: Any) -> dict[str, Any]:
     from deployopt.fidelity import compare_models, load_calibration
     from deployopt.model import load_model
@@ -267,7 +311,7 @@ def solver_study(args: argparse.Namespace) -> dict[str, Any]:
     tmp = Path(args.workdir) / "solver_study"
     tmp.mkdir(parents=True, exist_ok=True)
     with get_backend(args.backend).open(opts) as session:
-        for model in [m for m in args.models.split(",") if m != "mobilenetv2"]:
+        for model in [m for m in args.models.split(",") if m not in ("mobilenetv2", "yolo")]:
             for seed in [int(s) for s in args.seeds.split(",")]:
                 src = tmp / f"{model}_seed{seed}.onnx"
                 onnx.save(build_models(model, seed, BATCH[args.sms][model])["pruned"], str(src))
@@ -362,7 +406,7 @@ def main() -> int:
     ap.add_argument(
         "--sms", choices=["full", "8"], required=True, help="full GPU or a green context of 8 SMs"
     )
-    ap.add_argument("--models", default="vgg16,resnet56,mobilenetv2")
+    ap.add_argument("--models", default="vgg16,resnet56,mobilenetv2", help="also: yolo")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--out", required=True, help="results JSON (rewritten after every case)")
     ap.add_argument(
@@ -468,6 +512,8 @@ def main() -> int:
                 try:
                     if model == "mobilenetv2":
                         results["cases"][cid] = mobilenet_case(args, session, check)
+                    elif model == "yolo":
+                        results["cases"][cid] = yolo_case(args, session, seed, check)
                     else:
                         results["cases"][cid] = cifar_case(args, session, model, seed, check)
                 except Deadline:

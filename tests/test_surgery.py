@@ -464,7 +464,7 @@ def test_yolov8_style_detector_pads_exactly_and_trims_to_a_valid_model(tmp_path:
     channels across the whole detector; padding every free group changes no output, and a trim
     of every free group leaves a model onnx and onnxruntime accept with the planned widths."""
     pytest.importorskip("torch")
-    from yolo_like import export_yolo_like
+    from deployopt.zoo.yolo import export_yolo_like
 
     path = tmp_path / "yolo.onnx"
     x = export_yolo_like(path)

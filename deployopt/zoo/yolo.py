@@ -1,15 +1,34 @@
 """A YOLOv8-style detector in PyTorch (Conv-BN-SiLU, C2f with a channel Split, SPPF, nearest
-upsampling, a PAN neck, three 1×1 heads) with irregular, pruned-looking widths: the network family
-Jetson users ship most, exported the way they export it (TorchScript exporter, opset 17)."""
+upsampling, a PAN neck, three 1×1 heads): the network family Jetson users ship most, exported the
+way they export it (TorchScript exporter, opset 17). Random weights: for surgery tests and latency
+benchmarks, not accuracy. torch is imported only inside `export_yolo_like`.
+
+The five widths are the stem, P2, P3, P4 and P5 channels (YOLOv8s: `YOLOV8S_WIDTHS`); every other
+width derives from them as in ultralytics (C2f's hidden width is half its output, SPPF's half its
+input), so irregular base widths give irregular widths throughout, as a pruned detector has.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from deployopt.fileio import atomic_path
 
-def export_yolo_like(path: Path, widths: tuple[int, ...] = (13, 27, 50, 101, 203), size: int = 160) -> Any:
-    """Build, randomise BatchNorm statistics (as a trained net has), export; returns the input."""
+YOLOV8S_WIDTHS: tuple[int, ...] = (32, 64, 128, 256, 512)
+HEAD_OUTPUTS = 65  # 64 box-distribution bins + 1 class per anchor point, as a one-class YOLOv8 head
+
+
+def export_yolo_like(
+    path: Path,
+    widths: Sequence[int] = (13, 27, 50, 101, 203),
+    size: int = 160,
+    batch: int = 2,
+    seed: int = 0,
+) -> Any:
+    """Build, randomise BatchNorm statistics (as a trained net has), export to `path` (written
+    whole or not at all); returns the random input it was traced with (numpy, batch×3×size×size)."""
     import torch
     from torch import nn
 
@@ -68,7 +87,7 @@ def export_yolo_like(path: Path, widths: tuple[int, ...] = (13, 27, 50, 101, 203
             self.n4, self.n3 = C2f(e + d, d), C2f(d + c, c)
             self.down3, self.o4 = Conv(c, c, 3, 2), C2f(c + d, d)
             self.down4, self.o5 = Conv(d, d, 3, 2), C2f(d + e, e)
-            self.heads = nn.ModuleList(nn.Conv2d(ch, 65, 1) for ch in (c, d, e))
+            self.heads = nn.ModuleList(nn.Conv2d(ch, HEAD_OUTPUTS, 1) for ch in (c, d, e))
 
         def forward(self, x: Any) -> list[Any]:
             p3 = self.p3(self.stem(x))
@@ -80,15 +99,18 @@ def export_yolo_like(path: Path, widths: tuple[int, ...] = (13, 27, 50, 101, 203
             o5 = self.o5(torch.cat((self.down4(o4), p5), 1))
             return [h(o) for h, o in zip(self.heads, (o3, o4, o5))]
 
-    torch.manual_seed(0)
-    net = Net(widths).eval()
+    if len(widths) != 5 or min(widths) < 2:
+        raise ValueError(f"export_yolo_like: need five widths >= 2 (stem, P2..P5), got {list(widths)}")
+    torch.manual_seed(seed)
+    net = Net(tuple(int(w) for w in widths)).eval()
     for mod in net.modules():
         if isinstance(mod, nn.BatchNorm2d):
             mod.running_mean.uniform_(-0.2, 0.2)
             mod.running_var.uniform_(0.5, 1.5)
             mod.weight.data.uniform_(0.5, 1.5)
             mod.bias.data.uniform_(-0.2, 0.2)
-    x = torch.randn(2, 3, size, size)
-    torch.onnx.export(net, x, str(path), dynamo=False, opset_version=17, input_names=["images"],
-                      output_names=["o3", "o4", "o5"])  # fmt: skip
+    x = torch.randn(batch, 3, size, size)
+    with atomic_path(Path(path), suffix=".onnx") as tmp, torch.no_grad():
+        torch.onnx.export(net, x, str(tmp), dynamo=False, opset_version=17, input_names=["images"],
+                          output_names=["o3", "o4", "o5"])  # fmt: skip
     return x.numpy()
