@@ -186,3 +186,56 @@ def test_a_hung_worker_is_killed_after_its_timeout(session: TorchSession) -> Non
         session.options = saved
     assert hung is not None and not hung.alive()
     assert session.worker is None
+
+
+def _resize_split_model(scales_also_as_data: bool) -> onnx.ModelProto:
+    """x → Resize(scales) → Split(sizes) → Concat, the upsample-and-split of a YOLO neck; with
+    `scales_also_as_data` the scales initializer also feeds a Mul, as data."""
+    inits = [
+        numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales"),
+        numpy_helper.from_array(np.array([3, 5], np.int64), "sizes"),
+    ]
+    nodes = [
+        helper.make_node("Resize", ["x", "", "scales"], ["r"], name="up", mode="nearest"),
+        helper.make_node("Split", ["r", "sizes"], ["a", "b"], name="split", axis=1),
+        helper.make_node("Concat", ["b", "a"], ["y"], name="cat", axis=1),
+    ]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])]
+    if scales_also_as_data:  # a Constant node: one module, its output used twice (initializers are
+        # copied per use by onnx2torch, so only a shared node can couple a value use and a data use)
+        inits = inits[1:]
+        value = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32))
+        nodes.insert(0, helper.make_node("Constant", [], ["scales"], name="scales_const", value=value))
+        nodes.append(helper.make_node("Mul", ["scales", "scales"], ["s2"], name="square"))
+        outputs.append(helper.make_tensor_value_info("s2", TensorProto.FLOAT, [4]))
+    graph = helper.make_graph(
+        nodes, "resize_split", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 4, 4])], outputs,
+        inits,
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_shape_constants_stay_on_the_host_so_cuda_graphs_can_capture() -> None:
+    """Resize's scales and Split's sizes are read with .tolist(): on the GPU that is a copy CUDA-graph
+    capture refuses (a YOLO detector failed this way on the H200). They stay behind, with their
+    dtype, when the model moves; weights move; a constant that is also data moves too."""
+    import torch
+    from onnx2torch import convert
+
+    from deployopt.backends.torch_worker import host_constants, restore_host_constants
+
+    module = convert(_resize_split_model(False))
+    kept = host_constants(module)
+    assert sorted(str(v.dtype) for v in kept.values()) == ["torch.float32", "torch.int64"]
+    assert sorted(v.tolist() for v in kept.values()) == [[1.0, 1.0, 2.0, 2.0], [3, 5]]
+    x = torch.arange(128, dtype=torch.float32).reshape(1, 8, 4, 4)
+    expected = module(x)
+    moved = module.to(dtype=torch.float16).to("meta")  # stands in for .to("cuda", fp16) on a CPU machine
+    restore_host_constants(moved, kept)
+    for path, value in kept.items():
+        owner, _, attr = path.rpartition(".")
+        now = getattr(moved.get_submodule(owner) if owner else moved, attr)
+        assert now.device.type == "cpu" and now.dtype == value.dtype
+    assert moved(x.to("meta", torch.float16)).shape == expected.shape  # runs with host constants
+    both = host_constants(convert(_resize_split_model(True)))
+    assert [v.tolist() for v in both.values()] == [[3, 5]]  # the scales feed a Mul too: they move

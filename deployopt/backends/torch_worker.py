@@ -25,6 +25,22 @@ import traceback
 from typing import Any
 
 PASS_PREFIX = "deployopt::forward#"
+# onnx2torch modules that read some arguments' *values* on the host (.tolist(), .item(),
+# torch.Size(...)): Resize's scales, Split's sizes (C2f, YOLOv8), Reshape's shape... On the GPU
+# each such read is a device-to-host copy, which CUDA-graph capture refuses. {class name: the
+# positions and keywords of those arguments}; a constant that feeds only these stays on the host.
+HOST_VALUE_ARGS: dict[str, tuple[int | str, ...]] = {
+    "OnnxSplit13": (1, "split"),
+    "OnnxResize": (1, 2, 3, "roi", "scales", "sizes"),
+    "OnnxResizeV10": (1, "scales"),
+    "OnnxReshape": (1, "shape"),
+    "OnnxPadDynamic": (1, "pads"),
+    "OnnxUnsqueezeDynamicAxes": (1, "axes"),
+    "OnnxReduceSumDynamicAxes": (1, "axes"),
+    "OnnxSlice": (1, 2, 3, 4, "starts", "ends", "axes", "steps"),
+    "OnnxTile": (1, "repeats"),
+    "OnnxExpand": (1, "shape"),
+}
 
 
 class WorkerError(Exception):
@@ -33,6 +49,52 @@ class WorkerError(Exception):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
+
+
+class CaptureFailed(Exception):
+    """CUDA-graph capture of a forward pass failed; the model can still be timed eagerly."""
+
+
+def host_constants(module: Any) -> dict[str, Any]:
+    """{attribute path: tensor} of the converted model's constants whose every use is a value
+    argument in HOST_VALUE_ARGS, read before the model moves to the GPU so they can be put back."""
+    graph = getattr(module, "graph", None)
+    if graph is None:  # not an fx GraphModule
+        return {}
+    mods = dict(module.named_modules())
+
+    def value_use(user: Any, node: Any) -> bool:
+        keys = HOST_VALUE_ARGS.get(type(mods.get(user.target)).__name__) if user.op == "call_module" else None
+        if not keys:
+            return False
+        used = [i for i, a in enumerate(user.args) if a is node]
+        used += [k for k, a in user.kwargs.items() if a is node]
+        return bool(used) and all(u in keys for u in used)
+
+    only_values: dict[str, bool] = {}  # one attribute can back several nodes (one per use)
+    for node in graph.nodes:
+        if node.op == "call_module" and type(mods.get(node.target)).__name__ == "OnnxConstant":
+            path = f"{node.target}.value"
+        elif node.op == "get_attr":
+            path = str(node.target)
+        else:
+            continue
+        ok = bool(node.users) and all(value_use(u, node) for u in node.users)
+        only_values[path] = only_values.get(path, True) and ok
+    out = {}
+    for path, ok in only_values.items():
+        owner, _, attr = path.rpartition(".")
+        value = getattr(module.get_submodule(owner) if owner else module, attr, None)
+        if ok and hasattr(value, "device"):
+            out[path] = value
+    return out
+
+
+def restore_host_constants(module: Any, constants: dict[str, Any]) -> None:
+    """Put the constants `host_constants` found back as they were (on the host, original dtype)."""
+    for path, value in constants.items():
+        owner, _, attr = path.rpartition(".")
+        setattr(module.get_submodule(owner) if owner else module, attr, value)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -183,9 +245,11 @@ class Worker:
             raise WorkerError("BackendFailed", f"onnx2torch failed on {name}: {_first_line(exc)}") from None
         torch = self.torch
         device = "cuda" if self.cuda else "cpu"
+        host = host_constants(module)
         module = module.eval().to(device=device, dtype=self.dtype)
         if self.cuda:
             module = module.to(memory_format=torch.channels_last)
+        restore_host_constants(module, host)
         from deployopt.backends.ort import random_inputs
 
         inputs = []
@@ -223,16 +287,22 @@ class Worker:
                 samples.append((time.perf_counter() - t0) * 1e6)
             timed = f"one eager forward pass, host wall clock (time.perf_counter), {self._where(batch)}"
         else:
-            samples, replays = self._graph_samples(module, inputs, name)
+            try:
+                samples, replays = self._graph_samples(module, inputs, name)
+                what = "CUDA-graph replay of one forward pass"
+            except CaptureFailed as exc:
+                # Ops that read tensor values on the host (shape arithmetic computed on the GPU)
+                # cannot be captured; eager passes still time the GPU, plus any launch gaps.
+                samples, replays = self._eager_samples(module, inputs, name)
+                what = f"eager forward pass (no CUDA graph: {exc}; launch gaps included)"
+            graphed = what.startswith("CUDA-graph")
+            unit, units = ("CUDA-graph replay", "replays") if graphed else ("eager pass", "passes")
             per = (
-                "one CUDA-graph replay per sample"
+                f"one {unit} per sample"
                 if replays == 1
-                else f"{replays} back-to-back replays per sample, divided by {replays}"
+                else f"{replays} back-to-back {units} per sample, divided by {replays}"
             )
-            timed = (
-                f"CUDA-graph replay of one forward pass, timed with CUDA events ({per}), "
-                f"inputs already on the GPU, {self._where(batch)}"
-            )
+            timed = f"{what}, timed with CUDA events ({per}), inputs already on the GPU, {self._where(batch)}"
         del module, inputs
         if self.cuda:
             torch.cuda.empty_cache()
@@ -254,21 +324,48 @@ class Worker:
                 for _ in range(3):
                     module(*inputs)
             torch.cuda.current_stream().wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
+        except Exception as exc:
+            raise WorkerError("BackendFailed", f"torch failed running {name}: {_first_line(exc)}") from None
+        graph = torch.cuda.CUDAGraph()
+        try:
             with torch.cuda.graph(graph):
                 module(*inputs)
+        except Exception as exc:
+            del graph
+            try:
+                torch.cuda.synchronize()
+            except Exception as sync_exc:  # the capture broke the CUDA context: nothing to time
+                raise WorkerError(
+                    "BackendFailed", f"CUDA-graph capture failed for {name}: {_first_line(sync_exc)}"
+                ) from None
+            raise CaptureFailed(_first_line(exc)) from None
+        try:
             for _ in range(3):
                 graph.replay()
             torch.cuda.synchronize()
         except Exception as exc:
             raise WorkerError(
-                "BackendFailed", f"CUDA-graph capture failed for {name}: {_first_line(exc)}"
+                "BackendFailed", f"CUDA-graph replay failed for {name}: {_first_line(exc)}"
             ) from None
+        samples, replays = self._event_samples(graph.replay)
+        del graph
+        return samples, replays
+
+    def _eager_samples(self, module: Any, inputs: list[Any], name: str) -> tuple[list[float], int]:
+        def forward() -> None:
+            self._forward(module, inputs, name)
+
+        return self._event_samples(forward)
+
+    def _event_samples(self, run_once: Any) -> tuple[list[float], int]:
+        """`self.runs` samples (µs per call) of `run_once` (a graph replay or an eager pass), each
+        sample `replays` calls back to back between two CUDA events."""
+        torch = self.torch
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         replays = self.replays
         if replays == "auto":
             start.record()
-            graph.replay()
+            run_once()
             end.record()
             end.synchronize()
             one_us = max(1000.0 * start.elapsed_time(end), 1e-3)
@@ -278,11 +375,10 @@ class Worker:
         for _ in range(self.runs):
             start.record()
             for _ in range(replays):
-                graph.replay()
+                run_once()
             end.record()
             end.synchronize()
             samples.append(1000.0 * start.elapsed_time(end) / replays)
-        del graph
         return samples, replays
 
     def profile(self, req: dict[str, Any]) -> dict[str, Any]:
