@@ -933,6 +933,15 @@ class Optimizer:
 
         cfg = self.cfg
         backend = get_backend(self.backend_name)
+        # INT8 engines calibrate on the same data the fidelity check reads
+        calibration = cfg.calibration_data if cfg.dtype == "int8" else None
+        if calibration is not None and self.backend_name == "trtexec":
+            from deployopt.backends.trtexec import is_calibration_table
+
+            if not is_calibration_table(calibration):
+                # trtexec reads only a calibration table (it refuses data): the data still feeds the
+                # fidelity check, the engines get placeholder ranges, and the report says so
+                calibration = None
         opts = MeasureOptions(
             dtype=cfg.dtype,
             batch=cfg.batch,
@@ -943,8 +952,7 @@ class Optimizer:
             workdir=self.workdir,
             cudnn_engines=cfg.cudnn_engines,
             cudnn_benchmark=cfg.cudnn_benchmark,
-            # INT8 engines calibrate on the same data the fidelity check reads
-            calibration_data=cfg.calibration_data if cfg.dtype == "int8" else None,
+            calibration_data=calibration,
             extra={"target": self.target},
         )
         return backend.open(opts)

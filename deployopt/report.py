@@ -18,6 +18,11 @@ if TYPE_CHECKING:
 
 MAX_PLOTS = 12
 PREDICTED_NOTE = "predicted by the wave model, not measured"
+PLACEHOLDER_INT8_NOTE = (
+    "trtexec built the INT8 engines with placeholder dynamic ranges, not calibrated ones (it cannot "
+    "calibrate from data, only read a calibration table): their latencies hold, their INT8 accuracy "
+    "means nothing (timing only)"
+)
 
 
 def _timing_row(t: Timing) -> dict[str, Any]:
@@ -40,6 +45,9 @@ def build_report(
 
     cfg = opt.cfg
     measured = bool(opt.session.backend.measured)
+    # trtexec sessions say when their INT8 engines had no calibration table (sweep session included)
+    sessions = (opt.session, opt._sweep_session)
+    placeholder_int8 = any(getattr(s, "placeholder_int8", False) is True for s in sessions)
     base = opt._by_key[plan_key(opt.original)]
     r8 = opt._by_key[plan_key(opt.round_up)]
     timings = {"input": opt.final_timing(base), "round_up_8": opt.final_timing(r8), "best": best.timing}
@@ -121,6 +129,7 @@ def build_report(
             if opt._layer_cache is not None
             else "per-layer tables: measured",
             "candidate ranking and wave/tail columns: predicted by the wave model",
+            *([f"INT8: {PLACEHOLDER_INT8_NOTE}"] if placeholder_int8 else []),
         ]
         if measured
         else [
@@ -134,7 +143,7 @@ def build_report(
         "target": {"name": opt.target.name, "sms": opt.target.sms},
         "backend": opt.backend_name,
         "measured": measured,
-        "note": None if measured else PREDICTED_NOTE,
+        "note": PREDICTED_NOTE if not measured else (PLACEHOLDER_INT8_NOTE if placeholder_int8 else None),
         "mode": cfg.mode,
         "max_trim": cfg.max_trim if cfg.mode == "trim" else None,
         "dtype": cfg.dtype,
@@ -250,6 +259,8 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines = [f"# deployopt optimize: {Path(report['model']).name}", ""]
     if not report["measured"]:
         lines += [f"**All latencies in this report are {PREDICTED_NOTE}.**", ""]
+    elif report.get("note"):
+        lines += [f"**Note: {report['note']}.**", ""]
     lines += [
         f"- target: {tgt['name']} ({tgt['sms']} SMs); backend: {report['backend']}; "
         f"dtype: {report['dtype']}; batch: {report['batch']}",

@@ -27,6 +27,10 @@ import time
 
 BOOTSTRAP_RESAMPLES = 2000
 RUNNER_VERSION = "1"
+# Part of every engine's build key: raise it when build_engine starts building something else from
+# the same inputs, so engines built by the older recipe are rebuilt rather than reused.
+BUILD_RECIPE = "1"
+KEY_SUFFIX = ".key"  # --save-engine FILE gets FILE.key: what it was built from
 
 
 class RunnerError(Exception):
@@ -498,16 +502,82 @@ def make_npy_calibrator_from_cache(trt, cache_path):
     return CacheOnly()
 
 
-def engine_path_for(args, trt_version, shapes):
-    if args.model.endswith((".engine", ".plan", ".trt")):
-        return args.model, False
+def is_serialized_engine(path):
+    return path.endswith((".engine", ".plan", ".trt"))
+
+
+def file_digest(path):
+    """sha256 of a file's bytes: files enter build keys by contents, so the same name with new
+    contents (a re-exported model, new calibration data) is a different build. None when absent."""
+    if not path or not os.path.isfile(path):
+        return None
     h = hashlib.sha256()
-    with open(args.model, "rb") as fh:
-        h.update(fh.read())
-    h.update(json.dumps([args.dtype, sorted(shapes.items()), trt_version, args.calib_npy]).encode())
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def build_facts(args, trt_version, shapes):
+    """Everything build_engine's result depends on. Left out on purpose: --timing-cache (it only
+    saves tactic timing, and every build rewrites it, so keying on it would rebuild every time),
+    --per-layer (profiling verbosity is always DETAILED) and --cuda; for fp32/fp16 the calibration
+    flags, which those builds ignore. An ONNX model's external data files are not read."""
+    int8 = args.dtype == "int8"
+    return {
+        "recipe": BUILD_RECIPE,
+        "model_sha256": file_digest(args.model),
+        "dtype": args.dtype,
+        "shapes": [[name, list(dims)] for name, dims in sorted(shapes.items())],
+        "tensorrt": str(trt_version),
+        "workspace_mib": args.workspace_mib,
+        # "absent": the flag was given but its file is not there (yet), unlike not given (None)
+        "calib_npy_sha256": (file_digest(args.calib_npy) or "absent") if int8 and args.calib_npy else None,
+        "calib_cache_sha256": (file_digest(args.calib_cache) or "absent") if int8 and args.calib_cache else None,
+    }
+
+
+def build_key(facts):
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def engine_path_for(args, key):
+    """Where the engine built from an ONNX model goes: --save-engine FILE, else a name in
+    --engine-dir that carries the key (so different inputs never share a file)."""
+    if args.save_engine:
+        return args.save_engine
     stem = os.path.splitext(os.path.basename(args.model))[0]
-    path = args.save_engine or os.path.join(args.engine_dir, "%s-%s-%s.engine" % (stem, args.dtype, h.hexdigest()[:16]))
-    return path, True
+    return os.path.join(args.engine_dir, "%s-%s-%s.engine" % (stem, args.dtype, key[:16]))
+
+
+def engine_is_current(path, key, named_by_user):
+    """An engine may be reused when it exists and was built from these inputs: a cached name says
+    so by carrying the key; a --save-engine FILE says so in FILE.key (missing or different: no)."""
+    if not os.path.isfile(path):
+        return False
+    if not named_by_user:
+        return True
+    try:
+        with open(path + KEY_SUFFIX) as fh:
+            return json.load(fh).get("key") == key
+    except (OSError, IOError, ValueError, AttributeError):
+        return False
+
+
+def write_engine(path, blob, facts, named_by_user):
+    """The engine, atomically; for a --save-engine FILE also FILE.key, what it was built from."""
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        os.makedirs(parent)
+    key_file = path + KEY_SUFFIX
+    if named_by_user and os.path.exists(key_file):
+        # gone before the engine changes: interrupted between the two writes, the next run finds an
+        # engine without a key and rebuilds, never a new engine beside the old engine's key
+        os.remove(key_file)
+    atomic_write(path, blob)
+    if named_by_user:
+        doc = dict(facts, key=build_key(facts))
+        atomic_write(key_file, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode("utf-8"))
 
 
 def make_profiler(trt):
@@ -540,16 +610,32 @@ def run(args):
     api = api_for_version(version)
     cuda = cuda_api(args.cuda)
     shapes = parse_shapes(args.shapes)
-    engine_file, from_onnx = engine_path_for(args, version, shapes)
-    built = False
-    if from_onnx and (args.rebuild or not os.path.isfile(engine_file)):
-        t0 = time.time()
-        blob = build_engine(trt, args, shapes, cuda)
-        parent = os.path.dirname(os.path.abspath(engine_file))
-        if not os.path.isdir(parent):
-            os.makedirs(parent)
-        atomic_write(engine_file, blob)
-        built = time.time() - t0
+    key = None
+    built = None
+    engine_file = args.model  # a serialized engine is loaded as is
+    if not is_serialized_engine(args.model):
+        facts = build_facts(args, version, shapes)
+        key = build_key(facts)
+        engine_file = engine_path_for(args, key)
+        named = bool(args.save_engine)
+        if args.rebuild or not engine_is_current(engine_file, key, named):
+            t0 = time.time()
+            blob = build_engine(trt, args, shapes, cuda)
+            if facts["calib_cache_sha256"] is not None:
+                # The INT8 calibrator may just have written --calib-cache. The engine is keyed on the
+                # table as it is now, as if it had been there before the build: an engine calibrated
+                # from the data that wrote this table is the one a build reading the table makes, so
+                # the next identical invocation (which finds the table) reuses it, and a table
+                # changed or deleted afterwards no longer matches it.
+                facts["calib_cache_sha256"] = file_digest(args.calib_cache) or "absent"
+                key = build_key(facts)
+                engine_file = engine_path_for(args, key)
+            write_engine(engine_file, blob, facts, named)
+            built = time.time() - t0
+            sys.stderr.write("built engine %s in %.1f s\n" % (engine_file, built))
+        else:
+            sys.stderr.write("reusing engine %s: built earlier from the same model, dtype, shapes, "
+                             "workspace, TensorRT and calibration (--rebuild builds it again)\n" % engine_file)
     logger = trt.Logger(trt.Logger.WARNING)
     runtime = trt.Runtime(logger)
     with open(engine_file, "rb") as fh:
@@ -628,7 +714,10 @@ def run(args):
 
     env = board_environment()
     env.update({"tensorrt": version, "api": api, "cuda_binding": cuda.name, "engine": engine_file})
-    if built:
+    env["engine_built_now"] = built is not None  # False: reused, or a serialized engine given as the model
+    if key is not None:
+        env["engine_key"] = key
+    if built is not None:
         env["engine_build_s"] = round(built, 1)
     try:
         env.update(cuda.device_facts())
@@ -658,8 +747,10 @@ def build_parser():
     p.add_argument("--shapes", default="", help="shapes of dynamic inputs, e.g. x:1x3x224x224,y:1x10")
     p.add_argument("--workspace-mib", type=int, default=1024, help="builder workspace (default 1024 MiB)")
     p.add_argument("--engine-dir", default="engines", help="where built engines are cached (default engines/)")
-    p.add_argument("--save-engine", default=None, help="engine file to write instead of the cached name")
-    p.add_argument("--rebuild", action="store_true", help="build even if a cached engine exists")
+    p.add_argument("--save-engine", default=None,
+                   help="engine file to write instead of the cached name (with FILE.key; an existing FILE "
+                   "is reused only when FILE.key matches this build)")
+    p.add_argument("--rebuild", action="store_true", help="build even if a matching engine exists")
     p.add_argument("--timing-cache", default=None, help="TensorRT timing cache file (read and updated)")
     p.add_argument("--calib-npy", default=None, help="INT8: .npy of calibration inputs (N x input item shape)")
     p.add_argument("--calib-cache", default=None, help="INT8: calibration table to read/write")
@@ -684,6 +775,9 @@ def main(argv=None):
                 raise RunnerError("give a model (.onnx or .engine), or --env-only")
             if not os.path.isfile(args.model):
                 raise RunnerError("model not found: " + args.model)
+            building = not is_serialized_engine(args.model)
+            if building and args.dtype == "int8" and args.calib_npy and not os.path.isfile(args.calib_npy):
+                raise RunnerError("calibration data not found: " + args.calib_npy)
             result = run(args)
     except RunnerError as exc:
         sys.stderr.write("error: %s\n" % exc)

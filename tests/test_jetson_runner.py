@@ -205,6 +205,77 @@ def test_layer_table() -> None:
     ]
 
 
+# ------------------------------------------------------------------ engine keys
+# (an engine is reused only for the same inputs; end to end on the fake TensorRT: test_tensorrt_fake_api.py)
+
+
+def _key(tmp_path: Path, *argv: str) -> str:
+    args = runner.build_parser().parse_args([str(tmp_path / "m.onnx"), *argv])
+    return runner.build_key(runner.build_facts(args, "10.3.0", runner.parse_shapes(args.shapes)))
+
+
+def test_build_key_follows_file_contents_and_build_flags(tmp_path: Path) -> None:
+    (tmp_path / "m.onnx").write_bytes(b"model one")
+    (tmp_path / "c.calib").write_bytes(b"table one")
+    (tmp_path / "d.npy").write_bytes(b"data one")
+    base = _key(tmp_path)
+    assert base == _key(tmp_path) and len(base) == 64
+    # not the build: timing cache, per-layer, CUDA binding, runs, where engines go
+    same = ["--timing-cache", "t.bin", "--per-layer", "--cuda", "pycuda", "--runs", "3", "--engine-dir", "e"]
+    assert _key(tmp_path, *same) == base
+    assert _key(tmp_path, "--calib-cache", str(tmp_path / "c.calib")) == base  # fp16 ignores calibration
+    for argv in (["--dtype", "fp32"], ["--workspace-mib", "512"], ["--shapes", "x:2x3x8x8"]):
+        assert _key(tmp_path, *argv) != base, argv
+    npy = ["--dtype", "int8", "--calib-npy", str(tmp_path / "d.npy")]
+    int8 = [*npy, "--calib-cache", str(tmp_path / "c.calib")]
+    calibrated = _key(tmp_path, *int8)
+    absent = [*npy, "--calib-cache", str(tmp_path / "no")]  # given, not there (yet): not the same as none
+    assert len({calibrated, _key(tmp_path, *npy), _key(tmp_path, *absent), _key(tmp_path, *npy[:2])}) == 4
+    (tmp_path / "c.calib").write_bytes(b"table two")  # same names, new contents: new keys
+    assert _key(tmp_path, *int8) != calibrated
+    calibrated = _key(tmp_path, *int8)
+    (tmp_path / "d.npy").write_bytes(b"data two")
+    assert _key(tmp_path, *int8) != calibrated
+    (tmp_path / "m.onnx").write_bytes(b"model two")
+    assert _key(tmp_path) != base
+
+
+def test_save_engine_sidecar(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """FILE.key says what FILE was built from; FILE without it, with another key or an unreadable
+    one is not reused; a new engine replaces FILE only after the old FILE.key is gone."""
+    engine = tmp_path / "sub" / "m.engine"
+    facts = {"dtype": "fp16", "model_sha256": "ab"}
+    key = runner.build_key(facts)
+    assert not runner.engine_is_current(str(engine), key, True)
+    runner.write_engine(str(engine), b"engine one", facts, True)
+    assert engine.read_bytes() == b"engine one"
+    assert json.loads((tmp_path / "sub" / "m.engine.key").read_text()) == {**facts, "key": key}
+    assert runner.engine_is_current(str(engine), key, True)
+    assert not runner.engine_is_current(str(engine), runner.build_key({**facts, "dtype": "int8"}), True)
+    assert runner.engine_is_current(str(engine), "any", False)  # a cached name carries its key
+    for text in ("not json", "[1, 2]", ""):
+        (tmp_path / "sub" / "m.engine.key").write_text(text)
+        assert not runner.engine_is_current(str(engine), key, True), text
+    runner.write_engine(str(engine), b"engine one", facts, True)
+
+    def interrupted(path: str, data: bytes) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "atomic_write", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        runner.write_engine(str(engine), b"engine two", {**facts, "dtype": "int8"}, True)
+    assert not (tmp_path / "sub" / "m.engine.key").exists()
+    assert not runner.engine_is_current(str(engine), key, True)
+
+
+def test_missing_calibration_data_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"model")
+    argv = [str(model), "--dtype", "int8", "--calib-npy", str(tmp_path / "none.npy")]
+    assert runner.main(argv) == 2
+    assert capsys.readouterr().err == f"error: calibration data not found: {tmp_path / 'none.npy'}\n"
+
+
 # ------------------------------------------------------------------ statistics agree with deployopt.timing
 
 

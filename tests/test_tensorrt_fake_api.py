@@ -1830,6 +1830,116 @@ def test_runner_int8_dynamic_batch_with_calibration(
     assert gpu.memory == {}  # the calibrator's batch buffer too, once the engine is built
 
 
+def runner_builds(
+    args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str], gpu: FakeGpu
+) -> tuple[bool, dict[str, Any], str]:
+    """Run the runner once: (did TensorRT build an engine, the result JSON, its stderr)."""
+    before = len(calls(gpu, "Builder.build_serialized_network"))
+    out = tmp_path / "result.json"
+    rc = load_runner().main([*args, "--engine-dir", str(tmp_path / "engines"), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    built = len(calls(gpu, "Builder.build_serialized_network")) - before
+    assert built in (0, 1)
+    result = json.loads(out.read_text())
+    assert result["environment"]["engine_built_now"] is bool(built)
+    return bool(built), result, err
+
+
+def test_runner_reuses_an_engine_only_for_the_same_inputs(
+    monkeypatch: pytest.MonkeyPatch,
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--save-engine FILE: a second identical run times FILE without a build (and says so); a
+    changed model at the same path, another dtype or workspace, a missing FILE.key, or --rebuild
+    build again. The cached names in --engine-dir follow the same key."""
+    _, gpu = install(monkeypatch, V85, "cudart")
+    model = tmp_path / "model.onnx"
+    model.write_bytes(zoo_model_path("mobilenet_like").read_bytes())
+    engine = tmp_path / "out" / "model.engine"
+    args = [str(model), "--runs", "2", "--warmup", "1", "--save-engine", str(engine)]
+
+    built, first, err = runner_builds(args, tmp_path, capsys, gpu)
+    assert built and err == f"built engine {engine} in {first['environment']['engine_build_s']:.1f} s\n"
+    sidecar = json.loads((tmp_path / "out" / "model.engine.key").read_text())
+    assert sidecar["key"] == first["environment"]["engine_key"] and sidecar["dtype"] == "fp16"
+    built, second, err = runner_builds(args, tmp_path, capsys, gpu)
+    assert not built and second["environment"]["engine"] == str(engine)
+    assert err.startswith(f"reusing engine {engine}: built earlier from the same model")
+    assert "engine_build_s" not in second["environment"]
+    assert second["environment"]["engine_key"] == first["environment"]["engine_key"]
+
+    layers = engine_blob(engine)["layers"]
+    model.write_bytes(zoo_model_path("resnet_projection").read_bytes())  # same path, another model
+    built, third, _ = runner_builds(args, tmp_path, capsys, gpu)
+    assert built and engine_blob(engine)["layers"] != layers
+    assert third["environment"]["engine_key"] != first["environment"]["engine_key"]
+    assert not runner_builds(args, tmp_path, capsys, gpu)[0]
+
+    assert runner_builds([*args, "--dtype", "fp32"], tmp_path, capsys, gpu)[0]
+    assert engine_blob(engine)["flags"] == []
+    assert runner_builds([*args, "--workspace-mib", "64"], tmp_path, capsys, gpu)[0]
+    assert engine_blob(engine)["workspace"] == 64 << 20
+    (tmp_path / "out" / "model.engine.key").unlink()  # an engine of unknown origin is not timed
+    assert runner_builds([*args, "--workspace-mib", "64"], tmp_path, capsys, gpu)[0]
+    assert not runner_builds([*args, "--workspace-mib", "64"], tmp_path, capsys, gpu)[0]
+    assert runner_builds([*args, "--workspace-mib", "64", "--rebuild"], tmp_path, capsys, gpu)[0]
+    # options that do not change the engine do not rebuild it
+    extra = ["--workspace-mib", "64", "--per-layer", "--timing-cache", str(tmp_path / "t.cache")]
+    assert not runner_builds([*args, *extra], tmp_path, capsys, gpu)[0]
+
+    cached = [str(model), "--runs", "2", "--warmup", "1"]  # no --save-engine: cached names
+    built, result, _ = runner_builds(cached, tmp_path, capsys, gpu)
+    name = tmp_path / "engines" / f"model-fp16-{result['environment']['engine_key'][:16]}.engine"
+    assert built and result["environment"]["engine"] == str(name)
+    assert not runner_builds(cached, tmp_path, capsys, gpu)[0]
+    assert not Path(f"{name}.key").exists()  # the name carries the key
+
+
+def test_runner_int8_engine_follows_the_calibration_contents(
+    monkeypatch: pytest.MonkeyPatch,
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The table the first build writes to --calib-cache does not make the next identical run
+    rebuild; new contents in the table or in the --calib-npy data (same file names) do."""
+    _, gpu = install(monkeypatch, V10, "bindings")
+    calib, data = write_calibration(tmp_path, items=4)
+    table = tmp_path / "model.calib"
+    engine = tmp_path / "model.engine"
+    args = [str(zoo_model_path("mobilenet_like")), "--dtype", "int8", "--runs", "2", "--warmup", "1"]
+    args += ["--calib-npy", str(calib), "--calib-cache", str(table), "--save-engine", str(engine)]
+
+    assert runner_builds(args, tmp_path, capsys, gpu)[0]
+    assert engine_blob(engine)["calibration"] == "data" and table.read_bytes().startswith(b"TRT-")
+    assert len(gpu.calibration_batches) == 4
+    assert not runner_builds(args, tmp_path, capsys, gpu)[0]  # the table it wrote is now there
+
+    table.write_bytes(b"TRT-100300-EntropyCalibration2\ninput: 3c000000\n")  # a new table, same name
+    assert runner_builds(args, tmp_path, capsys, gpu)[0]
+    assert engine_blob(engine)["calibration"] == "cache"  # built from the new table
+    assert calls(gpu, "calibration: table read")[-1] == (len(table.read_bytes()),)
+    assert not runner_builds(args, tmp_path, capsys, gpu)[0]
+
+    np.save(calib, data[::-1])  # new data, same file name
+    assert runner_builds(args, tmp_path, capsys, gpu)[0]
+    table.unlink()  # to calibrate on the new data, the old table goes
+    assert runner_builds(args, tmp_path, capsys, gpu)[0]
+    assert engine_blob(engine)["calibration"] == "data" and len(gpu.calibration_batches) == 8
+    np.testing.assert_array_equal(gpu.calibration_batches[-1]["input"], data[:1])
+    assert not runner_builds(args, tmp_path, capsys, gpu)[0]
+
+    # --calib-cache alone reads the table; its contents are the key
+    alone = [a for a in args if a != str(calib) and a != "--calib-npy"]
+    assert runner_builds(alone, tmp_path, capsys, gpu)[0]
+    assert not runner_builds(alone, tmp_path, capsys, gpu)[0]
+    table.write_bytes(table.read_bytes() + b"conv: 3c010a14\n")
+    assert runner_builds(alone, tmp_path, capsys, gpu)[0]
+
+
 def test_runner_refuses_one_npy_for_a_model_with_two_inputs(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -82,10 +82,55 @@ def test_command_trt82_jetpack46_int8_with_calibration_cache() -> None:
 
 
 def test_command_int8_calibration_table_from_calibration_data() -> None:
-    table = MeasureOptions(dtype="int8", calibration_data="/c/model.calib")
-    assert "--calib=/c/model.calib" in build_command("trtexec", M, OUT, table, "10.3.0")
-    images = MeasureOptions(dtype="int8", calibration_data="/c/images")  # trtexec cannot read images
-    assert not any(a.startswith("--calib") for a in build_command("trtexec", M, OUT, images, "10.3.0"))
+    for name in ("model.cache", "model.calib", "model.table"):
+        table = MeasureOptions(dtype="int8", calibration_data=f"/c/{name}")
+        cmd = build_command("trtexec", M, OUT, table, "10.3.0")
+        assert cmd[cmd.index("--int8") + 1 : cmd.index("--int8") + 3] == ["--fp16", f"--calib=/c/{name}"]
+    # extra["calib_cache"] (the library's way to name the table) wins over calibration_data
+    both = MeasureOptions(dtype="int8", calibration_data="/c/a.calib", extra={"calib_cache": "/c/b.cache"})
+    assert [a for a in build_command("trtexec", M, OUT, both, "10.3.0") if a.startswith("--calib")] == [
+        "--calib=/c/b.cache"
+    ]
+    none = MeasureOptions(dtype="int8")  # no table: placeholder ranges, no --calib
+    assert not any(a.startswith("--calib") for a in build_command("trtexec", M, OUT, none, "10.3.0"))
+
+
+REFUSAL = (
+    "trtexec cannot calibrate INT8 from data, it only reads a calibration table; calibrate with "
+    "--backend tensorrt (it calibrates on this data and keeps the table as a .calib file beside its "
+    "engine), or pass a calibration table (.cache/.calib/.table)"
+)
+
+
+def test_calibration_data_trtexec_cannot_read_is_refused(tmp_path: Path) -> None:
+    """A folder, images or arrays would be dropped by build_command (trtexec cannot read them) and
+    the engine built on placeholder ranges: check_options refuses them instead, locally and remote,
+    whether or not trtexec is installed here; a table, or another dtype, passes."""
+    folder = tmp_path / "images.cache"  # a folder, whatever its name says
+    folder.mkdir()
+    backend = TrtexecBackend()
+    for data in ("/c/images", "/c/x.npy", "/c/x.npz", "/c/cat.jpg", str(folder)):
+        for extra in ({}, {"remote": "user@jetson"}):
+            with pytest.raises(DeployoptError) as exc:
+                backend.check_options(MeasureOptions(dtype="int8", calibration_data=data, extra=extra))
+            assert str(exc.value) == f"--calibration-data {data}: {REFUSAL}"
+    remote = {"remote": "user@jetson"}
+    backend.check_options(MeasureOptions(dtype="int8", calibration_data="/c/model.calib", extra=remote))
+    backend.check_options(MeasureOptions(dtype="fp16", calibration_data="/c/images", extra=remote))
+
+
+def test_placeholder_int8_is_named_in_what_was_timed(fake: dict[str, Path], tmp_path: Path) -> None:
+    table = tmp_path / "model.cache"
+    table.write_bytes(b"TRT-8601-EntropyCalibration2\n")
+    for calib, placeholder in ((None, True), (str(table), False)):
+        opts = MeasureOptions(dtype="int8", workdir=fake["workdir"], calibration_data=calib)
+        with TrtexecBackend().open(opts) as session:
+            timed = session.measure(fake["model"]).timed
+            assert session.placeholder_int8 is placeholder
+        dtype = "int8, placeholder INT8 ranges" if placeholder else "int8"
+        assert timed.startswith(f"one query ({dtype}), ")
+        args = fake["FAKE_ARGS"].read_text().split("\n")
+        assert [a for a in args if a.startswith("--calib")] == ([] if placeholder else [f"--calib={table}"])
 
 
 def test_command_trt85_uses_mempool() -> None:
@@ -383,3 +428,73 @@ def test_cli_remote_needs_trtexec_and_reports_an_unreachable_board(
         err.strip()
         == "error: cannot reach user@jetson over ssh: ssh: connect to host jetson port 22: No route to host"
     )
+
+
+def test_cli_refuses_calibration_data_trtexec_cannot_read(
+    fake: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`bench|profile --backend trtexec --dtype int8 --calibration-data DIR|.npy`: one line, exit 2,
+    before trtexec runs (locally or on a board) and before -o is written; a table is passed on as
+    --calib and the run goes through."""
+    images = tmp_path / "images"
+    images.mkdir()
+    arrays = tmp_path / "calib.npy"
+    arrays.write_bytes(b"")
+    dest = tmp_path / "result.json"
+    for command in ("bench", "profile"):
+        for data in (images, arrays):
+            for remote in ([], ["--remote", "user@jetson"]):
+                code, out, err = run_cli(
+                    monkeypatch, capsys, command, str(fake["model"]), "--backend", "trtexec",
+                    "--dtype", "int8", "--calibration-data", str(data), *remote, "-o", str(dest),
+                )  # fmt: skip
+                assert (code, out) == (2, ""), err
+                assert err == f"error: --calibration-data {data}: {REFUSAL}\n"
+                assert not dest.exists() and not fake["FAKE_ARGS"].exists()
+    table = tmp_path / "model.calib"
+    table.write_bytes(b"TRT-8601-EntropyCalibration2\n")
+    code, out, err = run_cli(
+        monkeypatch, capsys, "bench", str(fake["model"]), "--backend", "trtexec", "--dtype", "int8",
+        "--calibration-data", str(table), "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    args = fake["FAKE_ARGS"].read_text().split("\n")
+    assert args[args.index("--int8") + 1 : args.index("--int8") + 3] == ["--fp16", f"--calib={table}"]
+    assert json.loads(out)["timed"].startswith("one query (int8), ")
+
+
+@pytest.mark.slow
+def test_optimize_int8_says_trtexec_engines_had_placeholder_ranges(
+    fake: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`optimize --backend trtexec --dtype int8 --calibration-data DIR`: the data still feeds the
+    fidelity check, trtexec never gets it (nor any --calib), and report.json, report.md and the
+    console all say the engines ran on placeholder INT8 ranges. fp16 says nothing of the kind."""
+    import numpy as np
+
+    from deployopt.report import PLACEHOLDER_INT8_NOTE
+    from deployopt.zoo.graphs import resnet_projection
+
+    monkeypatch.setenv("DEPLOYOPT_CACHE_DIR", str(tmp_path / "cache"))
+    model = tmp_path / "tiny.onnx"
+    model.write_bytes(resnet_projection((12,), blocks_per_stage=1, image_size=8).SerializeToString())
+    data = tmp_path / "calib"
+    data.mkdir()
+    np.save(data / "x.npy", np.random.default_rng(0).standard_normal((2, 3, 8, 8)).astype(np.float32))
+    argv = ["optimize", str(model), "--target", "h200", "--backend", "trtexec", "--max-evals", "4",
+            "--sweep-runs", "2", "--calibration-data", str(data)]  # fmt: skip
+    code, out, err = run_cli(monkeypatch, capsys, *argv, "--dtype", "int8", "-o", str(tmp_path / "int8"))
+    assert code == 0, err
+    args = fake["FAKE_ARGS"].read_text().split("\n")  # the last trtexec command optimize ran
+    assert "--int8" in args and not any(a.startswith("--calib") for a in args)
+    report = json.loads((tmp_path / "int8" / "report.json").read_text())
+    assert report["measured"] is True and report["note"] == PLACEHOLDER_INT8_NOTE
+    assert f"INT8: {PLACEHOLDER_INT8_NOTE}" in report["what_was_measured"]
+    assert report["fidelity"]["source"].startswith(str(data))
+    assert f"**Note: {PLACEHOLDER_INT8_NOTE}.**" in (tmp_path / "int8" / "report.md").read_text()
+    assert f"note: {PLACEHOLDER_INT8_NOTE}" in " ".join(out.split())
+    code, out, err = run_cli(monkeypatch, capsys, *argv, "--dtype", "fp16", "-o", str(tmp_path / "fp16"))
+    assert code == 0, err
+    report = json.loads((tmp_path / "fp16" / "report.json").read_text())
+    assert report["note"] is None and not any("INT8" in w for w in report["what_was_measured"])
+    assert "placeholder" not in out

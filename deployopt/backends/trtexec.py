@@ -41,6 +41,33 @@ INSTALL_HINT = (
 )
 
 
+def is_calibration_table(path: str | os.PathLike[str]) -> bool:
+    """A file trtexec can read with --calib (by suffix; a folder of that name is data, not a table)."""
+    return Path(path).suffix in CALIB_SUFFIXES and not Path(path).is_dir()
+
+
+def calibration_table(options: MeasureOptions) -> str | None:
+    """The table an INT8 build reads: extra["calib_cache"], else calibration_data when it names one.
+    None means trtexec builds with placeholder dynamic ranges."""
+    calib = options.extra.get("calib_cache")
+    if not calib and options.calibration_data and is_calibration_table(options.calibration_data):
+        calib = options.calibration_data
+    return str(calib) if calib else None
+
+
+def refuse_calibration_data(calibration_data: str | os.PathLike[str] | None) -> None:
+    """Data trtexec cannot calibrate from is refused, not dropped: dropping it would build INT8 on
+    placeholder ranges, right for timing but meaningless for accuracy, while the user believes the
+    engine was calibrated."""
+    if calibration_data is None or is_calibration_table(calibration_data):
+        return
+    raise DeployoptError(
+        f"--calibration-data {calibration_data}: trtexec cannot calibrate INT8 from data, it only reads "
+        "a calibration table; calibrate with --backend tensorrt (it calibrates on this data and keeps the "
+        f"table as a .calib file beside its engine), or pass a calibration table ({'/'.join(CALIB_SUFFIXES)})"
+    )
+
+
 def find_trtexec() -> str | None:
     """DEPLOYOPT_TRTEXEC, then PATH, then the JetPack location."""
     env = os.environ.get(ENV_TRTEXEC)
@@ -147,10 +174,9 @@ def build_command(
         if extra.get("fp16_fallback", True):
             cmd.append("--fp16")  # let layers that have no INT8 kernel run in FP16, not FP32
         # trtexec cannot calibrate from data; it reads a calibration table. Without one it uses
-        # placeholder ranges: right for timing, meaningless for accuracy.
-        calib = extra.get("calib_cache")
-        if not calib and options.calibration_data and Path(options.calibration_data).suffix in CALIB_SUFFIXES:
-            calib = options.calibration_data
+        # placeholder ranges: right for timing, meaningless for accuracy (check_options refuses
+        # data it cannot read, so a folder never gets here silently).
+        calib = calibration_table(options)
         if calib:
             cmd.append(f"--calib={calib}")
     if shapes:
@@ -236,6 +262,11 @@ class TrtexecSession(Session):
             self._tmp = tempfile.TemporaryDirectory(prefix="deployopt-trtexec-")
             self.workdir = Path(self._tmp.name)
         self.last_run: TrtexecRun | None = None
+
+    @property
+    def placeholder_int8(self) -> bool:
+        """INT8 without a calibration table: trtexec's placeholder ranges, so timing only."""
+        return self.options.dtype == "int8" and calibration_table(self.options) is None
 
     def _version(self) -> str | None:
         if self.version is None and self.remote is None:
@@ -329,8 +360,9 @@ class TrtexecSession(Session):
             raise BackendFailed("trtexec ran but wrote no --exportTimes samples")
         timing = run.timing("computeMs")
         timing.environment.update(self._env(run))
+        dtype = self.options.dtype + (", placeholder INT8 ranges" if self.placeholder_int8 else "")
         timing.timed = (
-            f"one query ({self.options.dtype}), GPU compute time per trtexec --exportTimes, CUDA graph, "
+            f"one query ({dtype}), GPU compute time per trtexec --exportTimes, CUDA graph, "
             "no H2D/D2H, spin-wait"
         )
         return timing
@@ -374,6 +406,8 @@ class TrtexecBackend(Backend):
         return True, path
 
     def check_options(self, options: MeasureOptions) -> None:
+        if options.dtype == "int8":
+            refuse_calibration_data(options.calibration_data)
         if options.extra.get("remote"):  # the binary lives on the board, not here
             if options.dtype not in self.dtypes:
                 raise DeployoptError(f"backend 'trtexec' cannot run {options.dtype}")

@@ -137,6 +137,10 @@ def _options(
             raise DeployoptError("--calibration-data calibrates INT8: use it with --dtype int8")
         if not calibration_data.exists():
             raise DeployoptError(f"--calibration-data {calibration_data}: no such file or folder")
+        if backend.name == "trtexec":  # before the model is read: trtexec reads only a table
+            from deployopt.backends.trtexec import refuse_calibration_data
+
+            refuse_calibration_data(calibration_data)
     return MeasureOptions(
         dtype=dtype,
         batch=batch,

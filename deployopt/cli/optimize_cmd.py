@@ -81,7 +81,8 @@ def optimize_command(
         None,
         "--calibration-data",
         help="Images or .npy/.npz for fidelity checks (random inputs if omitted); with --dtype int8 "
-        "also what TensorRT calibrates on.",
+        "also what TensorRT calibrates on (trtexec cannot: its engines use placeholder ranges, and "
+        "the report says so).",
     ),
     outdir: Optional[Path] = typer.Option(
         None, "-o", "--out", help="Output folder (default <model>.deployopt/)."
@@ -149,6 +150,8 @@ def _render(result: Any) -> None:
     rep = result.report
     if not rep["measured"]:
         console.print("[bold yellow]All latencies below are predicted by the wave model, not measured.[/]")
+    elif rep.get("note"):
+        console.print(f"note: {rep['note']}", style="bold yellow", markup=False, highlight=False)
     table = Table(
         title=f"deployopt optimize ({rep['mode']}, {rep['backend']}, {rep['target']['name']} "
         f"{rep['target']['sms']} SM{'' if rep['target']['sms'] == 1 else 's'})"
