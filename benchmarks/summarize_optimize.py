@@ -26,6 +26,7 @@ from typing import Any
 RESULTS = Path(__file__).resolve().parent / "results" / "h200_optimize"
 CURRENT = "code of 9f1a9e1: confirmation step, fp16 family at 32"
 ENGINES = "code of 97e43a2, every cuDNN engine timed (--cudnn-engines 0: TensorRT's way)"
+YOLO = "YOLOv8s-style detector, 640×640, code of 1abbcfa"
 # (file, note): the two main runs predate the optimizer's confirmation step (docs/optimize.md step 7).
 DEFAULT_FILES: list[tuple[Path, str]] = [
     (RESULTS / "optimize_sms8.json", "before the confirmation step"),
@@ -36,6 +37,9 @@ DEFAULT_FILES: list[tuple[Path, str]] = [
     (RESULTS / "optimize_sms8_resnet56_confirm.json", CURRENT),
     (RESULTS / "optimize_sms8_all_engines.json", ENGINES),
     (RESULTS / "optimize_sms8_resnet56_all_engines.json", ENGINES),
+    (RESULTS / "optimize_sms8_yolo.json", YOLO),
+    (RESULTS / "optimize_sms8_yolo_all_engines.json", YOLO + ", every cuDNN engine timed (--cudnn-engines 0)"),
+    (RESULTS / "optimize_full_yolo.json", YOLO),
 ]
 CIFAR_COLUMNS = ("unpruned", "pruned", "round_up_8", "deployopt_lossless", "deployopt_trim")
 
@@ -456,12 +460,19 @@ def render(files: list[tuple[Path, str]]) -> tuple[str, list[Check]]:
             "(lossless plans)"
         )
         if trimmed:
-            agree = [100 * x["top1_agreement"] for x in trimmed]
+            # top-1 only for classifiers: a detector's outputs have no top-1 (None in the file)
+            agree = [100 * x["top1_agreement"] for x in trimmed if x.get("top1_agreement") is not None]
             cos = [x["cosine_min"] for x in trimmed]
+            top1 = (
+                f", the {len(agree)} classifiers among them agree with the pruned model's top-1 on "
+                f"{min(agree):.1f} … {max(agree):.1f} % of the rows"
+                if agree
+                else ""
+            )
             text += (
-                f"; the {len(trimmed)} that trim agree with the pruned model's top-1 on "
-                f"{min(agree):.1f} … {max(agree):.1f} % of the rows (min cosine {min(cos):.2f} … "
-                f"{max(cos):.2f}), {sum(bool(x.get('passed')) for x in trimmed)} pass the 0.99 gate. "
+                f"; the {len(trimmed)} that trim have a min cosine to the pruned model's outputs of "
+                f"{min(cos):.3f} … {max(cos):.3f}{top1}; {sum(bool(x.get('passed')) for x in trimmed)} "
+                "pass the 0.99 gate. "
                 "With random weights this says nothing about accuracy after retraining; it shows the trim "
                 "plans change the function"
             )

@@ -145,6 +145,25 @@ def test_with_every_cudnn_engine_timed_lossless_still_beats_round_up():
         assert json.loads((RESULTS / name).read_text())["cudnn_engines"] == 0
 
 
+def test_yolo_detector_pruned_slower_than_unpruned_and_deployopt_beats_round_up():
+    """The YOLOv8s-style detector at 640×640, 8 SMs, batch 1 (Orin-sized): two of the three
+    irregular prunings run slower than the unpruned detector (the staircase the paper describes),
+    the trim-10 % answer is faster than round-up-to-8 beyond the noise in every seed, and the
+    lossless one in seeds 0 and 2 (seed 1: the round-up plan itself)."""
+    rows = {r.seed: r for r in _rows("optimize_sms8_yolo.json")[0]}
+    assert set(rows) == {0, 1, 2} and all(r.model == "yolo" and r.batch == 1 for r in rows.values())
+    slower = {s for s, r in rows.items() if r.final["pruned"]["median_us"] > r.final["unpruned"]["median_us"]}
+    assert slower == {1, 2}
+    assert round(rows[1].final["pruned"]["median_us"], 1) == 4781.3
+    assert round(rows[1].final["unpruned"]["median_us"], 1) == 3640.1
+    assert {s: round(r.trim_vs_r8, 1) for s, r in rows.items()} == {0: -5.3, 1: -2.1, 2: -9.7}
+    assert {s: round(r.lossless_vs_r8, 2) for s, r in rows.items()} == {0: -0.87, 1: -0.11, 2: -6.50}
+    assert not rows[0].lossless_r8_overlap and not rows[2].lossless_r8_overlap and rows[1].lossless_is_r8
+    engines = {r.seed: r for r in _rows("optimize_sms8_yolo_all_engines.json")[0]}
+    assert all(r.lossless_is_r8 for r in engines.values())  # every engine timed: rounding is enough
+    assert {s: round(r.trim_vs_r8, 1) for s, r in engines.items()} == {0: -1.2, 1: -1.8, 2: -6.6}
+
+
 def test_main_prints_tables_and_check_passes(capsys):
     assert so.main([]) == 0
     out = capsys.readouterr().out
@@ -154,7 +173,8 @@ def test_main_prints_tables_and_check_passes(capsys):
     # with build-level CIs no target is missed (the two identical-model cases overlap)
     assert so.main(["--check"]) == 0
     out = capsys.readouterr().out
-    assert out.count("| ✗ |") == 0 and out.count("| ✓ |") == 42  # 34, and 8 of the all-engines runs
+    # 34, 8 of the all-engines runs, and the detector's 9 cases (3 seeds × 3 runs)
+    assert out.count("| ✗ |") == 0 and out.count("| ✓ |") == 51
     assert so.main(["--check", str(RESULTS / "optimize_sms8.json")]) == 0
 
 
