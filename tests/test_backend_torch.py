@@ -239,3 +239,100 @@ def test_shape_constants_stay_on_the_host_so_cuda_graphs_can_capture() -> None:
     assert moved(x.to("meta", torch.float16)).shape == expected.shape  # runs with host constants
     both = host_constants(convert(_resize_split_model(True)))
     assert [v.tolist() for v in both.values()] == [[3, 5]]  # the scales feed a Mul too: they move
+
+
+class _FakeCuda:
+    """Just enough of torch.cuda for the worker's timing loops, on a machine with no GPU: capture
+    fails the way PyTorch fails it (the op raises inside the block, then leaving the block raises
+    its own error), events say 0.25 ms between them."""
+
+    def __init__(self) -> None:
+        self.capturing = False
+        self.synchronized = 0
+
+    class _Ctx:
+        def __init__(self, cuda: _FakeCuda, graph: bool) -> None:
+            self.cuda, self.graph = cuda, graph
+
+        def __enter__(self) -> None:
+            self.cuda.capturing = self.graph
+
+        def __exit__(self, kind: object, *_: object) -> None:
+            self.cuda.capturing = False
+            if self.graph and kind is not None:
+                raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
+
+    class _Event:
+        def __init__(self, enable_timing: bool = False) -> None:
+            pass
+
+        def record(self) -> None:
+            pass
+
+        def synchronize(self) -> None:
+            pass
+
+        def elapsed_time(self, other: object) -> float:
+            return 0.25
+
+    class _Stream:
+        def wait_stream(self, other: object) -> None:
+            pass
+
+    Event = _Event
+
+    def Stream(self) -> object:
+        return self._Stream()
+
+    def current_stream(self) -> object:
+        return self._Stream()
+
+    def stream(self, s: object) -> object:
+        return self._Ctx(self, graph=False)
+
+    def CUDAGraph(self) -> object:
+        return object()
+
+    def graph(self, g: object) -> object:
+        return self._Ctx(self, graph=True)
+
+    def synchronize(self) -> None:
+        self.synchronized += 1
+
+    def empty_cache(self) -> None:
+        pass
+
+
+def test_a_model_cuda_graphs_cannot_capture_is_timed_eagerly_and_says_why() -> None:
+    """A model whose shape arithmetic runs on the GPU (Shape → Gather → Reshape) cannot be captured;
+    on the H200 it was timed with eager passes (benchmarks/results/h200_backends/
+    bench_dynamic_reshape_eager.json). The timing says so, with the first error, not the one
+    leaving the capture block raised."""
+    import types
+
+    from deployopt.backends.torch_worker import Worker
+    from deployopt.timing import Timing
+
+    cuda = _FakeCuda()
+    calls = []
+
+    def module(*inputs: object) -> None:
+        if cuda.capturing:
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+        calls.append(inputs)
+
+    worker = Worker.__new__(Worker)
+    worker.torch = types.SimpleNamespace(cuda=cuda)
+    worker.cuda, worker.warmup, worker.runs, worker.replays = True, 2, 4, 1
+    worker.load = lambda req: (module, ["x"], None, 8)  # type: ignore[method-assign]
+    worker._where = lambda batch: f"batch {batch}"  # type: ignore[method-assign]
+    worker.environment = lambda: {}  # type: ignore[method-assign]
+    timing = Timing.from_json(worker.measure({"path": "dyn.onnx"})["timing"])
+    assert timing.samples_us == [250.0] * 4
+    assert timing.timed == (
+        "eager forward pass (no CUDA graph: CUDA error: operation not permitted when stream is "
+        "capturing; launch gaps included), timed with CUDA events (one eager pass per sample), "
+        "inputs already on the GPU, batch 8"
+    )
+    # warm-up 2 + 3 on the side stream + 3 to settle after the failed capture + 4 timed
+    assert len(calls) == 12

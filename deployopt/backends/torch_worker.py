@@ -338,7 +338,10 @@ class Worker:
                 raise WorkerError(
                     "BackendFailed", f"CUDA-graph capture failed for {name}: {_first_line(sync_exc)}"
                 ) from None
-            raise CaptureFailed(_first_line(exc)) from None
+            root = exc  # leaving the capture block raises its own error; the cause is the first one
+            while root.__context__ is not None:
+                root = root.__context__
+            raise CaptureFailed(_first_line(root)) from None
         try:
             for _ in range(3):
                 graph.replay()
@@ -355,6 +358,9 @@ class Worker:
         def forward() -> None:
             self._forward(module, inputs, name)
 
+        for _ in range(3):  # the failed capture left a fresh allocator pool behind: settle first
+            forward()
+        self.torch.cuda.synchronize()
         return self._event_samples(forward)
 
     def _event_samples(self, run_once: Any) -> tuple[list[float], int]:
