@@ -27,6 +27,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "h200_optimize"
 CURRENT = "code of 9f1a9e1: confirmation step, fp16 family at 32"
 ENGINES = "code of 97e43a2, every cuDNN engine timed (--cudnn-engines 0: TensorRT's way)"
 YOLO = "YOLOv8s-style detector, 640×640, code of 1abbcfa"
+YOLO_ENGINES = f"{YOLO}, every cuDNN engine timed (--cudnn-engines 0)"
 # (file, note): the two main runs predate the optimizer's confirmation step (docs/optimize.md step 7).
 DEFAULT_FILES: list[tuple[Path, str]] = [
     (RESULTS / "optimize_sms8.json", "before the confirmation step"),
@@ -38,7 +39,7 @@ DEFAULT_FILES: list[tuple[Path, str]] = [
     (RESULTS / "optimize_sms8_all_engines.json", ENGINES),
     (RESULTS / "optimize_sms8_resnet56_all_engines.json", ENGINES),
     (RESULTS / "optimize_sms8_yolo.json", YOLO),
-    (RESULTS / "optimize_sms8_yolo_all_engines.json", YOLO + ", every cuDNN engine timed (--cudnn-engines 0)"),
+    (RESULTS / "optimize_sms8_yolo_all_engines.json", YOLO_ENGINES),
     (RESULTS / "optimize_full_yolo.json", YOLO),
 ]
 CIFAR_COLUMNS = ("unpruned", "pruned", "round_up_8", "deployopt_lossless", "deployopt_trim")
