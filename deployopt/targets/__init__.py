@@ -74,7 +74,7 @@ class Target:
         if isinstance(sms, bool) or not isinstance(sms, int) or sms < 1:
             raise TargetError(f"--sms must be a positive integer, not {sms!r}")
         if sms > full:
-            raise TargetError(f"--sms {sms}: {self.name} has only {full} SMs")
+            raise TargetError(f"--sms {sms}: {self.name} has only {full} SM{'' if full == 1 else 's'}")
         return replace(self, sms=sms, full_sms=full)
 
     def to_json(self) -> dict[str, Any]:
