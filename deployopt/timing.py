@@ -240,9 +240,7 @@ def load_timing(path: str | Path) -> Timing:
         if isinstance(s, bool) or not isinstance(s, (int, float)) or not np.isfinite(s) or s < 0
     ]
     if bad:
-        raise DataError(
-            f"{p}: samples_us must be finite latencies in µs (0 or more); found {bad[0]!r}"
-        )
+        raise DataError(f"{p}: samples_us must be finite latencies in µs (0 or more); found {bad[0]!r}")
     if not timing.measured:
         raise DataError(
             f"{p} is predicted by {timing.predictor or 'a model'}, not measured: regression timing "
