@@ -226,7 +226,7 @@ def load_calibration(
         else:
             raise DataError(f"{path}: not calibration data (expected a folder, .npy, .npz or an image)")
     else:
-        entries = _folder_files(path)
+        entries = folder_files(path)
         files = [p for p in entries if p.suffix.lower() in IMAGE_SUFFIXES]
         arrays = [p for p in entries if p.suffix.lower() in ARRAY_SUFFIXES]
         if files and arrays:
@@ -279,7 +279,7 @@ def load_calibration(
     return CalibrationSet(samples=samples, source=str(path), random=False, notices=notices)
 
 
-def _folder_files(folder: Path) -> list[Path]:
+def folder_files(folder: Path) -> list[Path]:
     """Every non-hidden file under `folder`, subfolders included, sorted by relative path.
 
     Recursive because datasets are usually laid out one folder per class (the bundled images are

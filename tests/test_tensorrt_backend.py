@@ -7,6 +7,7 @@ Nothing here builds an engine.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import types
@@ -18,11 +19,13 @@ import pytest
 from deployopt.backends.base import MeasureOptions, get_backend
 from deployopt.backends.tensorrt import (
     CUDA_HINT,
+    DEFAULT_WORKSPACE_MIB,
     TRT_HINT,
     TensorRTBackend,
     aggregate_layer_times,
     api_for_version,
     check_cuda,
+    content_digest,
     engine_key,
     explicit_batch_flag,
     load_runner_result,
@@ -78,8 +81,76 @@ def test_engine_key_changes_with_what_changes_the_engine() -> None:
         engine_key(b"onnx", MeasureOptions(dtype="int8"), "8.2.1", {"x": [1, 3, 8, 8]}),
         engine_key(b"onnx", MeasureOptions(dtype="fp16"), "10.3.0", {"x": [1, 3, 8, 8]}),
         engine_key(b"onnx", MeasureOptions(dtype="fp16"), "8.2.1", {"x": [2, 3, 8, 8]}),
+        engine_key(
+            b"onnx", MeasureOptions(dtype="fp16", extra={"workspace_mib": 64}), "8.2.1", {"x": [1, 3, 8, 8]}
+        ),
     }
-    assert base not in others and len(others) == 4 and len(base) == 16
+    assert base not in others and len(others) == 5 and len(base) == 64
+    # the default workspace is the one build_engine uses
+    spelled = MeasureOptions(dtype="fp16", extra={"workspace_mib": DEFAULT_WORKSPACE_MIB})
+    assert base == engine_key(b"onnx", spelled, "8.2.1", {"x": [1, 3, 8, 8]})
+    # what the build does not read is not in the key
+    ignored = {"timing_cache": "t.cache", "cuda": "pycuda", "isolate": False, "rebuild": True}
+    assert base == engine_key(
+        b"onnx", MeasureOptions(dtype="fp16", extra=ignored), "8.2.1", {"x": [1, 3, 8, 8]}
+    )
+
+
+def test_int8_engine_key_follows_calibration_contents_not_names(tmp_path: Path) -> None:
+    shapes = {"x": [1, 3, 8, 8]}
+    data = tmp_path / "calib.npy"
+    table = tmp_path / "model.calib"
+    np.save(data, np.zeros((4, 3, 8, 8), np.float32))
+
+    def key(dtype: str = "int8", calibration: Path | None = data, **extra: object) -> str:
+        options = MeasureOptions(dtype=dtype, calibration_data=str(calibration) if calibration else None)
+        options.extra.update(extra)
+        return engine_key(b"onnx", options, "10.3.0", shapes)
+
+    first = key(calib_cache=str(table))  # no table yet
+    table.write_bytes(b"TRT-100300-EntropyCalibration2\ninput: 3c000000\n")
+    with_table = key(calib_cache=str(table))
+    assert with_table != first and with_table == key(calib_cache=str(table))
+    table.write_bytes(b"TRT-100300-EntropyCalibration2\ninput: 3c010a14\n")  # same name, new table
+    assert key(calib_cache=str(table)) not in (first, with_table)
+
+    plain = key()
+    np.save(data, np.ones((4, 3, 8, 8), np.float32))  # same name, new data
+    assert key() != plain
+    assert key(calibration_count=2) != key()  # another number of samples calibrates differently
+    moved = tmp_path / "elsewhere.npy"
+    moved.write_bytes(data.read_bytes())
+    assert key(calibration=moved) == key()  # the same data under another name: the same engine
+    # builds that do not calibrate ignore the calibration options (a Q/DQ INT8 model, fp16)
+    assert key(calibration=None, calib_cache=str(table)) == key(calibration=None)
+    assert key(dtype="fp16") == key(dtype="fp16", calibration=None, calibration_count=2)
+
+
+def test_content_digest_of_a_folder(tmp_path: Path) -> None:
+    """A folder of calibration data is its files' relative names and bytes, the files
+    load_calibration reads: hidden files do not count, a renamed or changed file does."""
+    folder = tmp_path / "calib"
+    (folder / "cats").mkdir(parents=True)
+    (folder / "a.npy").write_bytes(b"a" * 3_000_000)  # larger than one read chunk
+    (folder / "cats" / "b.npy").write_bytes(b"b")
+    base = content_digest(folder)
+    assert base == content_digest(str(folder)) and len(base) == 64
+    (folder / ".DS_Store").write_bytes(b"litter")
+    (folder / ".git").mkdir()
+    (folder / ".git" / "HEAD").write_bytes(b"ref")
+    assert content_digest(folder) == base
+    copy = tmp_path / "copy"
+    (copy / "cats").mkdir(parents=True)
+    (copy / "a.npy").write_bytes(b"a" * 3_000_000)
+    (copy / "cats" / "b.npy").write_bytes(b"b")
+    assert content_digest(copy) == base  # names inside the folder, not the folder's own path
+    (folder / "cats" / "b.npy").rename(folder / "cats" / "c.npy")
+    renamed = content_digest(folder)
+    assert renamed != base
+    (folder / "a.npy").write_bytes(b"a" * 2_999_999 + b"A")
+    assert content_digest(folder) not in (base, renamed)
+    assert content_digest(folder / "cats" / "c.npy") == hashlib.sha256(b"b").hexdigest()
+    assert content_digest(tmp_path / "missing") == "absent"
 
 
 def test_aggregate_layer_times() -> None:

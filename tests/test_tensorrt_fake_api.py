@@ -1714,6 +1714,93 @@ def test_session_measures_then_profiles_from_the_cached_engine(
     assert [args[-1] for args in calls(gpu, shape_calls)] == [(4, 3, 32, 32)] * 2
 
 
+def backend_builds(model: Path, options: MeasureOptions, gpu: FakeGpu) -> tuple[bool, dict[str, Any]]:
+    """One build_and_time call: (did TensorRT build an engine, the timing's environment)."""
+    before = len(calls(gpu, "Builder.build_serialized_network"))
+    env = build_and_time(str(model), options, False)["timing"]["environment"]
+    built = len(calls(gpu, "Builder.build_serialized_network")) - before
+    assert built in (0, 1) and env["engine_built_now"] is bool(built)
+    return bool(built), env
+
+
+def test_backend_reuses_an_engine_only_for_the_same_inputs(
+    monkeypatch: pytest.MonkeyPatch, zoo_model_path: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """The backend's engine cache in workdir: a second identical call builds nothing; a changed model
+    at the same path or another workspace builds again; the timing cache and rebuild do not enter
+    the key (rebuild still builds)."""
+    _, gpu = install(monkeypatch, V85, "cudart")
+    model = tmp_path / "model.onnx"
+    model.write_bytes(zoo_model_path("mobilenet_like").read_bytes())
+    options = opts(tmp_path)
+
+    built, first = backend_builds(model, options, gpu)
+    assert built and Path(first["engine"]).name == f"model-fp16-{first['engine_key'][:16]}.engine"
+    built, second = backend_builds(model, options, gpu)
+    assert not built and second["engine"] == first["engine"]
+    assert second["engine_key"] == first["engine_key"]
+
+    options.extra["workspace_mib"] = 128
+    built, env = backend_builds(model, options, gpu)
+    assert built and engine_blob(Path(env["engine"]))["workspace"] == 128 << 20
+    assert not backend_builds(model, options, gpu)[0]
+
+    layers = engine_blob(Path(env["engine"]))["layers"]
+    model.write_bytes(zoo_model_path("resnet_projection").read_bytes())  # same path, another model
+    built, env = backend_builds(model, options, gpu)
+    assert built and engine_blob(Path(env["engine"]))["layers"] != layers
+
+    options.extra["timing_cache"] = str(tmp_path / "timing.cache")  # speeds builds up, same engine
+    assert not backend_builds(model, options, gpu)[0]
+    options.extra["rebuild"] = True
+    assert backend_builds(model, options, gpu)[0]
+
+
+def test_backend_int8_engine_follows_the_calibration_contents(
+    monkeypatch: pytest.MonkeyPatch, zoo_model_path: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """INT8 with a folder of .npy data and extra["calib_cache"]: the table the first build writes
+    does not make the next identical call rebuild; new contents in the table or in the data
+    (same file names) do, and so does another workspace."""
+    _, gpu = install(monkeypatch, V10, "bindings")
+    model = zoo_model_path("mobilenet_like")
+    _, data = write_calibration(tmp_path, items=4)
+    folder = tmp_path / "calib"
+    folder.mkdir()
+    np.save(folder / "a.npy", data[:2])
+    np.save(folder / "b.npy", data[2:])
+    table = tmp_path / "model.calib"
+    options = opts(tmp_path, dtype="int8", calibration_data=str(folder), extra={"calib_cache": str(table)})
+
+    built, env = backend_builds(model, options, gpu)
+    assert built and engine_blob(Path(env["engine"]))["calibration"] == "data"
+    assert table.read_bytes().startswith(b"TRT-") and len(gpu.calibration_batches) == 4
+    assert sorted(p.name for p in (tmp_path / "engines").iterdir()) == [Path(env["engine"]).name]
+    built, again = backend_builds(model, options, gpu)  # the table it wrote is now there
+    assert not built and again["engine"] == env["engine"]
+
+    table.write_bytes(b"TRT-100300-EntropyCalibration2\ninput: 3c000000\n")  # a new table, same name
+    built, env = backend_builds(model, options, gpu)
+    assert built and engine_blob(Path(env["engine"]))["calibration"] == "cache"
+    assert calls(gpu, "calibration: table read")[-1] == (len(table.read_bytes()),)
+    assert not backend_builds(model, options, gpu)[0]
+
+    np.save(folder / "b.npy", data[2:][::-1])  # new data, same file names
+    assert backend_builds(model, options, gpu)[0]
+    table.unlink()  # to calibrate on the new data, the old table goes
+    built, env = backend_builds(model, options, gpu)
+    assert built and engine_blob(Path(env["engine"]))["calibration"] == "data"
+    assert len(gpu.calibration_batches) == 8
+    np.testing.assert_array_equal(gpu.calibration_batches[-1]["input"], data[2:3])
+    assert not backend_builds(model, options, gpu)[0]
+    (folder / ".notes").write_text("not a sample")  # hidden: the loader skips it, so does the key
+    assert not backend_builds(model, options, gpu)[0]
+
+    options.extra["workspace_mib"] = 128
+    assert backend_builds(model, options, gpu)[0]
+    assert not backend_builds(model, options, gpu)[0]
+
+
 # ================================================================================================
 # failures are one line, and the fakes catch a wrong dispatch
 

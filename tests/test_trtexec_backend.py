@@ -367,24 +367,35 @@ def test_find_trtexec_prefers_env(fake: dict[str, Path]) -> None:
     assert find_trtexec() == os.environ["DEPLOYOPT_TRTEXEC"]
 
 
+def play_the_board(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Stand-in ssh and scp that play the board on this machine (ssh runs the command here with the
+    stand-in trtexec, scp copies), each writing its arguments as one line to the returned log;
+    DEPLOYOPT_TRTEXEC is unset, so nothing local can run trtexec."""
+    bindir = tmp_path / "sshbin"
+    bindir.mkdir()
+    log = tmp_path / "ssh_scp.log"
+    board_trtexec = os.environ["DEPLOYOPT_TRTEXEC"]
+    (bindir / "ssh").write_text(
+        f'#!/bin/sh\necho "ssh $*" >> "{log}"\nshift 5\n'  # -o BatchMode=yes -o ConnectTimeout=N HOST
+        f'exec sh -c "$(echo "$*" | sed "s#/usr/src/tensorrt/bin/trtexec#{board_trtexec}#")"\n'
+    )
+    (bindir / "scp").write_text(
+        f'#!/bin/sh\necho "scp $*" >> "{log}"\nshift 4\nexec cp "${{1#*:}}" "${{2#*:}}"\n'
+    )
+    for exe in bindir.iterdir():
+        exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    monkeypatch.delenv("DEPLOYOPT_TRTEXEC")  # nothing local: the binary lives on the board
+    return log
+
+
 def test_cli_bench_remote_runs_trtexec_on_the_board(
     fake: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`deployopt bench --backend trtexec --remote user@jetson` with ssh/scp stand-ins that play the
     board on this machine: the model goes over, trtexec runs there, its exports come back and are
     what bench prints; no trtexec is needed on the host."""
-    bindir = tmp_path / "sshbin"
-    bindir.mkdir()
-    board_trtexec = os.environ["DEPLOYOPT_TRTEXEC"]
-    (bindir / "ssh").write_text(
-        "#!/bin/sh\nshift 5\n"  # -o BatchMode=yes -o ConnectTimeout=N HOST
-        f'exec sh -c "$(echo "$*" | sed "s#/usr/src/tensorrt/bin/trtexec#{board_trtexec}#")"\n'
-    )
-    (bindir / "scp").write_text('#!/bin/sh\nshift 4\nexec cp "${1#*:}" "${2#*:}"\n')
-    for exe in bindir.iterdir():
-        exe.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
-    monkeypatch.delenv("DEPLOYOPT_TRTEXEC")  # nothing local: the binary lives on the board
+    play_the_board(tmp_path, monkeypatch)
     model = tmp_path / f"remote_conv_{os.getpid()}.onnx"
     model.write_bytes(fake["model"].read_bytes())
     board_dir = Path("/tmp/deployopt-trtexec") / model.stem
@@ -402,6 +413,69 @@ def test_cli_bench_remote_runs_trtexec_on_the_board(
     assert doc["samples_us"][0] == pytest.approx(1000 * raw[0]["computeMs"])
     assert doc["environment"]["trtexec"] == "user@jetson:/usr/src/tensorrt/bin/trtexec"
     assert doc["environment"]["tensorrt"] == "10.16.1"
+
+
+def test_cli_remote_int8_copies_the_calibration_table_to_the_board(
+    fake: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`bench --remote user@jetson --dtype int8 --calibration-data model.calib`: the table goes to
+    the board beside the model (scp), and the board's trtexec gets --calib naming that copy, not
+    the host path, which does not exist there."""
+    log = play_the_board(tmp_path, monkeypatch)
+    model = tmp_path / f"remote_int8_{os.getpid()}.onnx"
+    model.write_bytes(fake["model"].read_bytes())
+    table = tmp_path / "host" / "model.calib"
+    table.parent.mkdir()
+    table.write_bytes(b"TRT-8601-EntropyCalibration2\ninput: 3c000000\n")
+    board_dir = Path("/tmp/deployopt-trtexec") / model.stem
+    try:
+        code, out, err = run_cli(
+            monkeypatch, capsys, "bench", str(model), "--backend", "trtexec", "--remote", "user@jetson",
+            "--dtype", "int8", "--calibration-data", str(table), "--json",
+        )  # fmt: skip
+        on_board = (board_dir / "model.calib").read_bytes() if (board_dir / "model.calib").is_file() else None
+    finally:
+        shutil.rmtree(board_dir, ignore_errors=True)
+    assert code == 0, err
+    opts = "-o BatchMode=yes -o ConnectTimeout=10"
+    copies = [line for line in log.read_text().splitlines() if line.startswith("scp ")]
+    assert copies[:2] == [
+        f"scp {opts} {model} user@jetson:{board_dir / model.name}",
+        f"scp {opts} {table} user@jetson:{board_dir / 'model.calib'}",
+    ]
+    assert on_board == table.read_bytes()
+    args = fake["FAKE_ARGS"].read_text().split("\n")
+    assert [a for a in args if a.startswith("--calib")] == [f"--calib={board_dir / 'model.calib'}"]
+    assert json.loads(out)["timed"].startswith("one query (int8), ")
+
+
+def test_remote_calib_cache_keeps_the_board_files_apart_and_must_exist(
+    fake: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """extra["calib_cache"] may be named anything: a table named like the model is copied under
+    another name, so it replaces nothing on the board. A missing table is one line, before ssh."""
+    log = play_the_board(tmp_path, monkeypatch)
+    board = tmp_path / "board"
+    table = tmp_path / "tables" / fake["model"].name  # conv.onnx, the model's own name
+    table.parent.mkdir()
+    table.write_bytes(b"TRT-8601-EntropyCalibration2\n")
+    extra = {"remote": "user@jetson", "remote_workdir": str(board), "calib_cache": str(table)}
+    opts = MeasureOptions(dtype="int8", runs=3, workdir=fake["workdir"], extra=extra)
+    with TrtexecBackend().open(opts) as session:
+        session.measure(fake["model"])
+    rdir = board / fake["model"].stem
+    assert (rdir / fake["model"].name).read_bytes() == fake["model"].read_bytes()
+    assert (rdir / f"calib_{table.name}").read_bytes() == table.read_bytes()
+    args = fake["FAKE_ARGS"].read_text().split("\n")
+    assert [a for a in args if a.startswith("--calib")] == [f"--calib={rdir / f'calib_{table.name}'}"]
+    assert f"--onnx={rdir / fake['model'].name}" in args
+
+    log.unlink()
+    extra["calib_cache"] = str(tmp_path / "tables" / "missing.calib")
+    with pytest.raises(DeployoptError) as exc, TrtexecBackend().open(opts) as session:
+        session.measure(fake["model"])
+    assert str(exc.value) == f"calibration table not found: {tmp_path / 'tables' / 'missing.calib'}"
+    assert not log.exists()  # nothing reached the board
 
 
 def test_cli_remote_needs_trtexec_and_reports_an_unreachable_board(

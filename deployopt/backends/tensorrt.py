@@ -23,6 +23,7 @@ import hashlib
 import importlib
 import importlib.util
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -40,6 +41,10 @@ CUDA_HINT = (
     "neither cuda-python nor pycuda is installed (pip install cuda-python, or pycuda; JetPack 4.6: pycuda)"
 )
 DEFAULT_WORKSPACE_MIB = 1024
+DEFAULT_CALIBRATION_COUNT = 512
+# Part of every engine's key: raise it when build_engine starts building something else from the
+# same inputs, so engines cached by the older recipe are rebuilt rather than reused.
+BUILD_RECIPE = "1"
 DEFAULT_ENGINE_DIR = Path("engines")
 
 
@@ -72,15 +77,73 @@ def profiled_execution(version: str) -> str:
     return "execute_async_v3" if api_for_version(version) == "v3" else "execute_v2"
 
 
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    try:
+        with path.open("rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):  # streamed: calibration sets can be large
+                h.update(chunk)
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    return h.hexdigest()
+
+
+def content_digest(path: str | os.PathLike[str]) -> str:
+    """sha256 of what `path` holds, so new contents under the same name are a different build: a
+    file's bytes; for a folder, the sorted relative names of the files load_calibration lists (every
+    non-hidden file, subfolders included) with each file's sha256. "absent" when nothing is there."""
+    from deployopt.fidelity import folder_files
+
+    p = Path(path)
+    if p.is_file():
+        return _file_sha256(p)
+    if not p.is_dir():
+        return "absent"
+    h = hashlib.sha256(b"folder\n")
+    for f in folder_files(p):
+        h.update((json.dumps([f.relative_to(p).as_posix(), _file_sha256(f)]) + "\n").encode("utf-8"))
+    return h.hexdigest()
+
+
+def build_facts(
+    onnx_bytes: bytes, options: MeasureOptions, trt_version: str, shapes: dict[str, list[int]]
+) -> dict[str, Any]:
+    """Everything build_engine's result depends on, by contents. Left out on purpose:
+    extra["timing_cache"] (it only saves tactic timings, and every build rewrites it, so keying on
+    it would rebuild every time), "cuda", "isolate", runs and warmup; the calibration options when
+    build_engine does not calibrate (fp32/fp16, or INT8 without calibration_data: a Q/DQ model).
+    An ONNX model's external data files are not read."""
+    calibrated = options.dtype == "int8" and bool(options.calibration_data)
+    calib_cache = options.extra.get("calib_cache")
+    return {
+        "recipe": BUILD_RECIPE,
+        "model_sha256": hashlib.sha256(onnx_bytes).hexdigest(),
+        "dtype": options.dtype,
+        "shapes": [[name, list(dims)] for name, dims in sorted(shapes.items())],
+        "tensorrt": str(trt_version),
+        "workspace_mib": int(options.extra.get("workspace_mib", DEFAULT_WORKSPACE_MIB)),
+        "calibration_sha256": content_digest(options.calibration_data) if calibrated else None,
+        "calibration_count": (
+            int(options.extra.get("calibration_count", DEFAULT_CALIBRATION_COUNT)) if calibrated else None
+        ),
+        # a table beside the engine (no calib_cache) is named after the key, so it needs no entry
+        "calib_cache_sha256": content_digest(calib_cache) if calibrated and calib_cache else None,
+    }
+
+
+def facts_key(facts: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode("utf-8")).hexdigest()
+
+
 def engine_key(
     onnx_bytes: bytes, options: MeasureOptions, trt_version: str, shapes: dict[str, list[int]]
 ) -> str:
-    """Engines are cached by everything that changes them: model bytes, dtype, shapes, TensorRT."""
-    h = hashlib.sha256(onnx_bytes)
-    h.update(
-        json.dumps([options.dtype, sorted(shapes.items()), trt_version, options.calibration_data]).encode()
-    )
-    return h.hexdigest()[:16]
+    """Engines are cached under this key (see build_facts): different inputs never share a file."""
+    return facts_key(build_facts(onnx_bytes, options, trt_version, shapes))
+
+
+def engine_path_for(workdir: Path, model_path: str, dtype: str, key: str) -> Path:
+    return workdir / f"{Path(model_path).stem}-{dtype}-{key[:16]}.engine"
 
 
 def aggregate_layer_times(times: dict[str, list[float]], order: list[str]) -> list[LayerTime]:
@@ -385,7 +448,7 @@ def build_engine(model_path: str, options: MeasureOptions, engine_path: str) -> 
             for i in range(network.num_inputs):
                 t = network.get_input(i)
                 in_shapes[t.name] = tuple(shapes.get(t.name, tuple(t.shape)))
-            count = int(options.extra.get("calibration_count", 512))
+            count = int(options.extra.get("calibration_count", DEFAULT_CALIBRATION_COUNT))
             samples = load_samples(options.calibration_data, in_shapes, count)
             cache = CalibrationCache(
                 options.extra.get("calib_cache") or str(Path(engine_path).with_suffix(".calib"))
@@ -566,14 +629,29 @@ def build_and_time(model_path: str, options: MeasureOptions, per_layer: bool) ->
     data = Path(model_path).read_bytes()
     shapes = input_shapes(Path(model_path), options)
     workdir = Path(options.workdir) if options.workdir is not None else DEFAULT_ENGINE_DIR
-    key = engine_key(data, options, trt.__version__, shapes)
-    engine_path = workdir / f"{Path(model_path).stem}-{options.dtype}-{key}.engine"
+    facts = build_facts(data, options, trt.__version__, shapes)
+    key = facts_key(facts)
+    engine_path = engine_path_for(workdir, model_path, options.dtype, key)
     built = False
     if not engine_path.is_file() or options.extra.get("rebuild"):
         build_engine(model_path, options, str(engine_path))
         built = True
+        if facts["calib_cache_sha256"] is not None:
+            # The calibrator may just have written extra["calib_cache"]. The engine is keyed on the
+            # table as it is now, as if it had been there before the build: an engine calibrated
+            # from the data that wrote this table is the one a build reading the table makes, so
+            # the next identical call (which finds the table) reuses it, and a table changed or
+            # deleted afterwards no longer matches it. (Same rule as jetson/runner.py.)
+            facts["calib_cache_sha256"] = content_digest(options.extra["calib_cache"])
+            after = facts_key(facts)
+            if after != key:
+                moved = engine_path_for(workdir, model_path, options.dtype, after)
+                os.replace(engine_path, moved)
+                engine_path, key = moved, after
     out = time_engine(str(engine_path), options, shapes, per_layer)
-    out["timing"]["environment"].update({"engine": str(engine_path), "engine_built_now": built})
+    out["timing"]["environment"].update(
+        {"engine": str(engine_path), "engine_built_now": built, "engine_key": key}
+    )
     return out
 
 
@@ -636,6 +714,8 @@ __all__ = [
     "TensorRTBackend",
     "aggregate_layer_times",
     "api_for_version",
+    "build_facts",
+    "content_digest",
     "cuda_api",
     "engine_key",
     "explicit_batch_flag",

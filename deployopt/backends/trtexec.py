@@ -11,6 +11,7 @@ from --exportTimes, per-layer times from --exportProfile, tactics from --exportL
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shlex
 import shutil
@@ -66,6 +67,13 @@ def refuse_calibration_data(calibration_data: str | os.PathLike[str] | None) -> 
         "a calibration table; calibrate with --backend tensorrt (it calibrates on this data and keeps the "
         f"table as a .calib file beside its engine), or pass a calibration table ({'/'.join(CALIB_SUFFIXES)})"
     )
+
+
+def board_table_name(name: str, model_path: Path) -> str:
+    """The calibration table's file name in the board's work folder: its own, unless that is a file
+    the run puts there too (extra["calib_cache"] may be named anything), which it must not replace."""
+    taken = {model_path.name, model_path.stem + ".engine", "times.json", "profile.json", "layer_info.json"}
+    return f"calib_{name}" if name in taken else name
 
 
 def find_trtexec() -> str | None:
@@ -313,6 +321,9 @@ class TrtexecSession(Session):
     def _run_remote(self, model_path: Path, outdir: Path, shapes: dict[str, list[int]]) -> TrtexecRun:
         assert self.remote is not None
         rdir = Path(self.options.extra.get("remote_workdir", "/tmp/deployopt-trtexec")) / model_path.stem
+        table = calibration_table(self.options) if self.options.dtype == "int8" else None
+        if table is not None and not Path(table).is_file():  # before anything reaches the board
+            raise DeployoptError(f"calibration table not found: {table}")
         ssh = ["ssh", *self._ssh_opts(), self.remote]
         short = min(120.0, self.options.timeout_s)
         self._remote_call([*ssh, shlex.join(["mkdir", "-p", str(rdir)])], "mkdir", short)
@@ -321,9 +332,20 @@ class TrtexecSession(Session):
             "scp of the model",
             self.options.timeout_s,
         )
+        options = self.options
+        if table is not None:
+            # trtexec on the board reads --calib from the board's disk: the table goes beside the
+            # model, and --calib names that copy, not the host's path
+            board_table = rdir / board_table_name(Path(table).name, model_path)
+            self._remote_call(
+                ["scp", *self._ssh_opts(), table, f"{self.remote}:{board_table}"],
+                "scp of the calibration table",
+                self.options.timeout_s,
+            )
+            options = dataclasses.replace(options, extra={**options.extra, "calib_cache": str(board_table)})
         if self.version is None:
             self.version = detect_version(self.trtexec, timeout_s=short, prefix=ssh)
-        cmd = build_command(self.trtexec, rdir / model_path.name, rdir, self.options, self.version, shapes)
+        cmd = build_command(self.trtexec, rdir / model_path.name, rdir, options, self.version, shapes)
         (outdir / "command.txt").write_text(f"ssh {self.remote} " + shlex.join(cmd) + "\n")
         log = self._remote_call([*ssh, shlex.join(cmd)], "trtexec", self.options.timeout_s)
         write_text(outdir / "trtexec.log", log)
