@@ -478,6 +478,23 @@ def test_remote_calib_cache_keeps_the_board_files_apart_and_must_exist(
     assert not log.exists()  # nothing reached the board
 
 
+def test_remote_timing_cache_lives_on_the_board(
+    fake: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """extra["timing_cache"] with --remote: the board's trtexec gets a path on the board (the work
+    folder every model shares), not the host's, which does not exist there."""
+    play_the_board(tmp_path, monkeypatch)
+    board = tmp_path / "board"
+    host_cache = tmp_path / "host" / "orin.timing"
+    extra = {"remote": "user@jetson", "remote_workdir": str(board), "timing_cache": str(host_cache)}
+    opts = MeasureOptions(dtype="fp16", runs=3, workdir=fake["workdir"], extra=extra)
+    with TrtexecBackend().open(opts) as session:
+        session.measure(fake["model"])
+    args = fake["FAKE_ARGS"].read_text().split("\n")
+    caches = [a for a in args if a.startswith("--timingCacheFile")]
+    assert caches == [f"--timingCacheFile={board / 'orin.timing'}"]
+
+
 def test_cli_remote_needs_trtexec_and_reports_an_unreachable_board(
     fake: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

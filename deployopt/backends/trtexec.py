@@ -343,6 +343,13 @@ class TrtexecSession(Session):
                 self.options.timeout_s,
             )
             options = dataclasses.replace(options, extra={**options.extra, "calib_cache": str(board_table)})
+        cache = options.extra.get("timing_cache")
+        if cache:
+            # a timing cache holds tactic timings of the GPU that ran them: it lives on the board,
+            # in the work folder every model shares, under its host file's name (the host path
+            # does not exist there, and a host-side cache would hold another GPU's timings)
+            board_cache = rdir.parent / Path(cache).name
+            options = dataclasses.replace(options, extra={**options.extra, "timing_cache": str(board_cache)})
         if self.version is None:
             self.version = detect_version(self.trtexec, timeout_s=short, prefix=ssh)
         cmd = build_command(self.trtexec, rdir / model_path.name, rdir, options, self.version, shapes)
