@@ -22,6 +22,8 @@ from deployopt.errors import ModelError
 from deployopt.fileio import check_output_file, make_output_dir, output_error
 
 _MAX_FOLD_PASSES = 16
+#: Initializers at most this large that several nodes read get one copy per reader (`_unshare`).
+UNSHARE_MAX_ELEMENTS = 4096
 
 #: Ops that make a graph worth running through onnx-graphsurgeon's constant folding.
 _FOLD_HINT_OPS = frozenset({"Constant", "ConstantOfShape", "Shape", "Size"})
@@ -241,8 +243,55 @@ def load_model(path: str | os.PathLike[str], input_shapes: dict[str, list[int]] 
                 break
             n_prev = len(model.graph.node)
         notices.append(f"folded constant subgraphs: {n_before} → {len(model.graph.node)} nodes")
+    unshared = _unshare_constants(model)
+    if unshared:
+        notices.append(f"gave {unshared} readers of shared constants their own copies (same values)")
     _check_conv_channels(model, path, given=bool(input_shapes))
     return LoadedModel(model=model, path=path, notices=notices, input_shapes=fixed, external_data=external)
+
+
+def _unshare_constants(model: onnx.ModelProto) -> int:
+    """Give every reader of a small shared initializer its own copy; returns how many copies.
+
+    Exporters merge constants of equal value: two C2f blocks whose Split sizes are both [51, 51],
+    or two BatchNorms with the same untrained statistics, end up reading one initializer. Editing
+    it for one reader would change the other, so the coupling analysis had to freeze both groups,
+    although the model never meant them to be tied. Copies (shape vectors and per-channel
+    parameters, ≤ UNSHARE_MAX_ELEMENTS values) compute the same function and free both."""
+    graph = model.graph
+    inits = {t.name: t for t in graph.initializer}
+    protected = {v.name for v in graph.input} | {v.name for v in graph.output}
+    taken = set(inits) | {o for n in graph.node for o in n.output}
+    seen: set[str] = set()
+    copies = 0
+    for node in graph.node:
+        for j, name in enumerate(node.input):
+            tensor = inits.get(name)
+            if tensor is None or name in protected:
+                continue
+            if name not in seen:
+                seen.add(name)
+                continue
+            if _elements(tensor) > UNSHARE_MAX_ELEMENTS:
+                continue
+            k = 1
+            while f"{name}__{k}" in taken:
+                k += 1
+            clone = TensorProto()
+            clone.CopyFrom(tensor)
+            clone.name = f"{name}__{k}"
+            taken.add(clone.name)
+            graph.initializer.append(clone)
+            node.input[j] = clone.name
+            copies += 1
+    return copies
+
+
+def _elements(tensor: TensorProto) -> int:
+    n = 1
+    for d in tensor.dims:
+        n *= d
+    return n
 
 
 def _check_conv_channels(model: onnx.ModelProto, path: Path, given: bool) -> None:

@@ -203,3 +203,70 @@ def test_written_results_get_the_umask_mode_not_mkstemps_0600(
         os.umask(old)
     for name in ("report.json", "model.engine", "m.onnx"):
         assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o644, name
+
+
+def _twin_c2f(path: Path) -> onnx.ModelProto:
+    """Two C2f-like branches whose Splits read ONE sizes constant [8, 8] (as the TorchScript
+    exporter merges equal constants), summed into the output."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+
+    def w(name: str, k: int, c: int) -> onnx.TensorProto:
+        return numpy_helper.from_array(rng.standard_normal((k, c, 1, 1)).astype(np.float32), name)
+
+    inits = [w("wa", 16, 4), w("wb", 16, 4), w("wa2", 6, 16), w("wb2", 6, 16),
+             numpy_helper.from_array(np.array([8, 8], np.int64), "sizes")]  # fmt: skip
+    nodes = []
+    for br in ("a", "b"):
+        nodes += [
+            helper.make_node("Conv", ["x", f"w{br}"], [f"{br}c"], name=f"conv_{br}"),
+            helper.make_node("Split", [f"{br}c", "sizes"], [f"{br}0", f"{br}1"], name=f"split_{br}", axis=1),
+            helper.make_node("Concat", [f"{br}1", f"{br}0"], [f"{br}cat"], name=f"cat_{br}", axis=1),
+            helper.make_node("Conv", [f"{br}cat", f"w{br}2"], [f"{br}y"], name=f"conv_{br}2"),
+        ]
+    nodes.append(helper.make_node("Add", ["ay", "by"], ["y"], name="sum"))
+    graph = helper.make_graph(
+        nodes, "twin_c2f", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 8, 8])], inits,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, str(path))
+    return model
+
+
+def test_a_constant_two_splits_share_gets_a_copy_per_reader_and_frees_both_groups(tmp_path: Path) -> None:
+    """Exporters merge equal constants (YOLOv8 C2f blocks of equal width share their Split sizes);
+    editing the shared one for one Split would change the other, so both groups were frozen.
+    Loading gives each reader its own copy: both groups are free, and padding them is exact."""
+    from deployopt.coupling import analyze
+    from deployopt.surgery import apply_plan
+
+    _twin_c2f(tmp_path / "twin.onnx")
+    loaded = load_model(tmp_path / "twin.onnx")
+    assert "gave 1 readers of shared constants their own copies (same values)" in loaded.notices
+    split_inputs = {n.name: n.input[1] for n in loaded.model.graph.node if n.op_type == "Split"}
+    assert split_inputs == {"split_a": "sizes", "split_b": "sizes__1"}
+    analysis = analyze(loaded.model)
+    free = {g.id: g.width for g in analysis.free_groups()}
+    assert free == {"conv_a[0]": 8, "conv_a[1]": 8, "conv_b[0]": 8, "conv_b[1]": 8}
+    padded = apply_plan(loaded.model, {"conv_a[0]": 16, "conv_b[1]": 12}, analysis)
+    onnx.checker.check_model(padded, full_check=True)
+    x = np.random.default_rng(1).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    sessions = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+                for m in (loaded.model, padded)]  # fmt: skip
+    ref, out = (s.run(None, {"x": x}) for s in sessions)
+    np.testing.assert_allclose(out[0], ref[0], rtol=0, atol=1e-5)
+
+
+def test_large_shared_initializers_stay_shared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only small constants are copied (shape vectors, per-channel parameters): a shared tensor
+    above UNSHARE_MAX_ELEMENTS keeps one copy, and the groups that read it stay frozen."""
+    import deployopt.model as dm
+    from deployopt.coupling import analyze
+
+    monkeypatch.setattr(dm, "UNSHARE_MAX_ELEMENTS", 1)
+    _twin_c2f(tmp_path / "twin.onnx")
+    loaded = load_model(tmp_path / "twin.onnx")
+    assert not any("shared constants" in n for n in loaded.notices)
+    assert not analyze(loaded.model).free_groups()
