@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import onnx
 import pytest
@@ -62,3 +63,13 @@ def mobilenetv2_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from deployopt.zoo.mobilenetv2 import export_mobilenetv2
 
     return export_mobilenetv2(tmp_path_factory.mktemp("mobilenetv2") / "mobilenetv2.onnx")
+
+
+@pytest.fixture(scope="session")
+def yolo_detect(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+    """(path, traced input) of the YOLOv8-style detector with ultralytics' Detect head, exported once."""
+    pytest.importorskip("torch")
+    from deployopt.zoo.yolo import export_yolo_like
+
+    path = tmp_path_factory.mktemp("yolo_detect") / "yolo_detect.onnx"
+    return path, export_yolo_like(path, head="detect")

@@ -51,6 +51,13 @@ def test_analyze_table_and_notice(zoo_model_path: Callable[[str], Path], capsys,
     assert "note: batch dimension of 'input' (batch) was dynamic; fixed to 1" in err
 
 
+@pytest.mark.slow
+def test_analyze_yolov8_detect_head(yolo_detect: tuple[Path, object], capsys, monkeypatch) -> None:
+    code, out, _ = cli(["analyze", str(yolo_detect[0]), "--convs"], capsys, monkeypatch)
+    assert code == 0
+    assert "channel groups, 45 free" in out and "/detect/cv3.2/cv3.2.1/conv/Conv" in out
+
+
 def test_analyze_input_shape(zoo_model_path: Callable[[str], Path], capsys, monkeypatch) -> None:
     path = str(zoo_model_path("resnet_projection_dynamic"))
     code, out, _ = cli(["analyze", path, "--json", "--input-shape", "input:2x3x32x32"], capsys, monkeypatch)

@@ -486,3 +486,58 @@ def test_yolov8_style_detector_pads_exactly_and_trims_to_a_valid_model(tmp_path:
         None, {"images": x}
     )
     assert [o.shape for o in outs] == [r.shape for r in ref]
+
+
+@pytest.mark.slow
+def test_yolov8_detect_head_pads_exactly_and_trims_to_a_valid_model(yolo_detect: tuple[Path, Any]) -> None:
+    """ultralytics' Detect head (box branch cv2, class branch cv3, per-level Concat → Reshape over
+    anchors, DFL softmax, dist2bbox with constant anchors, sigmoid scores): the branches' inner
+    widths are free; their 64 / nc outputs, which the Reshape mixes with the anchors, are frozen.
+    Padding every free group changes no output (boxes are in pixels: tolerance relative to their
+    scale), a trim of every free group is a valid model, and onnx2torch converts the export."""
+    path, x = yolo_detect
+    model = load_model(path).model
+    analysis = analyze(model)
+    groups = {g.id: g for g in analysis.groups}
+    c2, c3, nc = 64, 80, 80  # ch[0] = 50: c2 = max(16, 50 // 4, 64), c3 = max(50, min(80, 100))
+    for level, suffix in enumerate(("", "_1", "_2")):
+        for branch, inner, out in (("cv2", c2, 64), ("cv3", c3, nc)):
+            for j in (0, 1):  # Conv 3×3 → Conv 3×3: BN folded, SiLU as Sigmoid·Mul
+                g = groups[f"/detect/{branch}.{level}/{branch}.{level}.{j}/conv/Conv"]
+                assert not g.frozen and g.width == inner
+            last = groups[f"/detect/{branch}.{level}/{branch}.{level}.2/Conv"]
+            assert last.frozen and last.width == out
+            assert last.reason == f"Reshape /detect/Reshape{suffix} mixes channels with other axes"
+    assert groups["/detect/dfl/conv/Conv"].frozen  # the fixed arange(16) conv: 1 channel, reshaped
+    free = analysis.free_groups()
+    assert len([g for g in free if g.id.startswith("/detect/")]) == 12  # 3 levels × 2 branches × 2
+    assert len(free) >= 42  # reached: 45 (the plain-head detector's 33 + those 12)
+    sess = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+            for m in (model, apply_plan(model, padded_plan(analysis), analysis))]  # fmt: skip
+    (ref,), (out,) = (s.run(None, {"images": x}) for s in sess)
+    assert ref.shape == (2, 4 + nc, 20 * 20 + 10 * 10 + 5 * 5)  # xywh + class scores per anchor
+    boxes, scores = ref[:, :4], ref[:, 4:]
+    np.testing.assert_allclose(out[:, :4], boxes, atol=1e-5 * np.abs(boxes).max(), rtol=0)
+    np.testing.assert_allclose(out[:, 4:], scores, atol=1e-4, rtol=0)
+    trim = {g.id: max(1, g.width - 8) for g in free}
+    trimmed = apply_plan(model, trim, analysis)
+    onnx.checker.check_model(trimmed, full_check=True)
+    assert {g.id: g.width for g in analyze(trimmed).free_groups()} == trim
+    (cut,) = ort.InferenceSession(trimmed.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"images": x}
+    )
+    assert cut.shape == ref.shape and np.isfinite(cut).all()
+    # the torch backend converts with onnx2torch; the shape constants it must keep on the host
+    # (CUDA-graph capture) include the DFL's Reshape targets
+    pytest.importorskip("onnx2torch")
+    import torch
+    from onnx2torch import convert
+
+    from deployopt.backends.torch_worker import host_constants
+
+    module = convert(model).eval()
+    assert [2, 4, 16, 525] in [v.tolist() for v in host_constants(module).values()]
+    with torch.no_grad():
+        got = module(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(got[:, :4], boxes, atol=1e-5 * np.abs(boxes).max(), rtol=0)
+    np.testing.assert_allclose(got[:, 4:], scores, atol=1e-4, rtol=0)

@@ -257,3 +257,17 @@ def test_custom_widths_are_honoured_everywhere() -> None:
     assert zoo.conv_widths(mb) == [8, 8, 8, 32, 32, 12, 48, 48, 12, 20]
     assert _ops(mb).count("Add") == 2
     assert zoo.conv_widths(zoo.vgg16_cifar(list(range(1, 14))))[-1] == 13
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"head": "yolov5"}, "head must be one of plain, detect, got 'yolov5'"),
+     ({"head": "detect", "nc": 0}, r"nc \(number of classes\) must be >= 1, got 0"),
+     ({"widths": (8, 16, 32)}, r"need five widths >= 2")],
+)  # fmt: skip
+def test_yolo_like_bad_arguments_are_one_line_before_torch_runs(kwargs: dict, message: str, tmp_path) -> None:
+    from deployopt.zoo.yolo import export_yolo_like
+
+    with pytest.raises(ValueError, match=message):
+        export_yolo_like(tmp_path / "yolo.onnx", **kwargs)
+    assert not list(tmp_path.iterdir())
