@@ -55,7 +55,7 @@ def test_analyze_table_and_notice(zoo_model_path: Callable[[str], Path], capsys,
 def test_analyze_yolov8_detect_head(yolo_detect: tuple[Path, object], capsys, monkeypatch) -> None:
     code, out, _ = cli(["analyze", str(yolo_detect[0]), "--convs"], capsys, monkeypatch)
     assert code == 0
-    assert "channel groups, 45 free" in out and "/detect/cv3.2/cv3.2.1/conv/Conv" in out
+    assert "channel groups, 59 free" in out and "/detect/cv3.2/cv3.2.1/conv/Conv" in out
 
 
 def test_analyze_input_shape(zoo_model_path: Callable[[str], Path], capsys, monkeypatch) -> None:
