@@ -28,6 +28,10 @@ CURRENT = "code of 9f1a9e1: confirmation step, fp16 family at 32"
 ENGINES = "code of 97e43a2, every cuDNN engine timed (--cudnn-engines 0: TensorRT's way)"
 YOLO = "YOLOv8s-style detector, 640×640, code of 1abbcfa"
 YOLO_ENGINES = f"{YOLO}, every cuDNN engine timed (--cudnn-engines 0)"
+YOLO_UNSHARED = (
+    "the detector again, code of 4326041: shared Split-size constants copied per reader, 47 free groups "
+    "instead of 33; seed 2 only, the session's device time ran out"
+)
 # (file, note): the two main runs predate the optimizer's confirmation step (docs/optimize.md step 7).
 DEFAULT_FILES: list[tuple[Path, str]] = [
     (RESULTS / "optimize_sms8.json", "before the confirmation step"),
@@ -41,6 +45,7 @@ DEFAULT_FILES: list[tuple[Path, str]] = [
     (RESULTS / "optimize_sms8_yolo.json", YOLO),
     (RESULTS / "optimize_sms8_yolo_all_engines.json", YOLO_ENGINES),
     (RESULTS / "optimize_full_yolo.json", YOLO),
+    (RESULTS / "optimize_sms8_yolo_unshared.json", YOLO_UNSHARED),
 ]
 CIFAR_COLUMNS = ("unpruned", "pruned", "round_up_8", "deployopt_lossless", "deployopt_trim")
 

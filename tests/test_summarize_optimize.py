@@ -164,6 +164,26 @@ def test_yolo_detector_pruned_slower_than_unpruned_and_deployopt_beats_round_up(
     assert {s: round(r.trim_vs_r8, 1) for s, r in engines.items()} == {0: -1.2, 1: -1.8, 2: -6.6}
 
 
+def test_yolo_rerun_with_shared_constants_copied_frees_the_c2f_halves():
+    """Seed 2 again at 8 SMs after loading copies shared constants: 47 free groups (the plan has
+    them all), round-up-to-8 itself far faster than the 33-group round-up, trim below both."""
+    rerun = {r.seed: r for r in _rows("optimize_sms8_yolo_unshared.json")[0]}
+    first = {r.seed: r for r in _rows("optimize_sms8_yolo.json")[0]}
+    assert set(rerun) == {2}
+    data = json.loads((RESULTS / "optimize_sms8_yolo_unshared.json").read_text())
+    assert len(data["cases"]["yolo_seed2"]["lossless"]["best_plan"]) == 47
+    before = json.loads((RESULTS / "optimize_sms8_yolo.json").read_text())["cases"]["yolo_seed2"]
+    assert len(before["lossless"]["best_plan"]) == 33
+
+    def median(rows: dict, model: str) -> float:
+        return rows[2].final[model]["median_us"]
+
+    assert round(median(rerun, "round_up_8"), 1) == 2667.5 and round(median(first, "round_up_8"), 1) == 3584.2
+    trim_change = 100 * (median(rerun, "deployopt_trim") / median(first, "deployopt_trim") - 1)
+    assert round(trim_change, 1) == -21.5
+    assert rerun[2].lossless_is_r8 and round(rerun[2].trim_vs_r8, 1) == -4.8
+
+
 def test_main_prints_tables_and_check_passes(capsys):
     assert so.main([]) == 0
     out = capsys.readouterr().out
@@ -173,8 +193,8 @@ def test_main_prints_tables_and_check_passes(capsys):
     # with build-level CIs no target is missed (the two identical-model cases overlap)
     assert so.main(["--check"]) == 0
     out = capsys.readouterr().out
-    # 34, 8 of the all-engines runs, and the detector's 9 cases (3 seeds × 3 runs)
-    assert out.count("| ✗ |") == 0 and out.count("| ✓ |") == 51
+    # 34, 8 of the all-engines runs, and the detector's 10 cases (3 seeds × 3 runs, 1 re-run)
+    assert out.count("| ✗ |") == 0 and out.count("| ✓ |") == 52
     assert so.main(["--check", str(RESULTS / "optimize_sms8.json")]) == 0
 
 
