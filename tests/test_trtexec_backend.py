@@ -495,6 +495,30 @@ def test_remote_timing_cache_lives_on_the_board(
     assert caches == [f"--timingCacheFile={board / 'orin.timing'}"]
 
 
+def test_remote_names_on_the_board_are_plain(
+    fake: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model named with spaces and quotes: older scp hands the remote path to the board's shell,
+    which would split it, so the board's folder and files get plain names, and trtexec is given
+    those."""
+    log = play_the_board(tmp_path, monkeypatch)
+    board = tmp_path / "board"
+    model = tmp_path / "my model (v2)'s.onnx"
+    model.write_bytes(fake["model"].read_bytes())
+    opts = MeasureOptions(dtype="fp16", runs=3, workdir=fake["workdir"], extra={"remote": "user@jetson",
+                          "remote_workdir": str(board)})  # fmt: skip
+    with TrtexecBackend().open(opts) as session:
+        session.measure(model)
+    rdir = board / "my_model__v2__s"
+    assert (rdir / "my_model__v2__s.onnx").read_bytes() == model.read_bytes()
+    copies = [line for line in log.read_text().splitlines() if line.startswith("scp ")]
+    copy = next(line for line in copies if str(model) in line)
+    assert copy.endswith(f"user@jetson:{rdir / 'my_model__v2__s.onnx'}")
+    args = fake["FAKE_ARGS"].read_text().split("\n")
+    assert f"--onnx={rdir / 'my_model__v2__s.onnx'}" in args
+    assert f"--saveEngine={rdir / 'my_model__v2__s.engine'}" in args
+
+
 def test_cli_remote_needs_trtexec_and_reports_an_unreachable_board(
     fake: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

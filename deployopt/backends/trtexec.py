@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -69,10 +70,19 @@ def refuse_calibration_data(calibration_data: str | os.PathLike[str] | None) -> 
     )
 
 
+def board_name(name: str) -> str:
+    """A file or folder name for the board: letters, digits, '.', '_' and '-' only. Older scp runs
+    the remote path through the board's shell (a space or quote splits or breaks it), newer scp
+    does not (quoting would then be taken literally): a plain name is right for both."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name) or "_"
+
+
 def board_table_name(name: str, model_path: Path) -> str:
     """The calibration table's file name in the board's work folder: its own, unless that is a file
     the run puts there too (extra["calib_cache"] may be named anything), which it must not replace."""
-    taken = {model_path.name, model_path.stem + ".engine", "times.json", "profile.json", "layer_info.json"}
+    model = board_name(model_path.name)
+    taken = {model, Path(model).stem + ".engine", "times.json", "profile.json", "layer_info.json"}
+    name = board_name(name)
     return f"calib_{name}" if name in taken else name
 
 
@@ -320,7 +330,9 @@ class TrtexecSession(Session):
 
     def _run_remote(self, model_path: Path, outdir: Path, shapes: dict[str, list[int]]) -> TrtexecRun:
         assert self.remote is not None
-        rdir = Path(self.options.extra.get("remote_workdir", "/tmp/deployopt-trtexec")) / model_path.stem
+        workdir = Path(self.options.extra.get("remote_workdir", "/tmp/deployopt-trtexec"))
+        rdir = workdir / board_name(model_path.stem)
+        board_model = rdir / board_name(model_path.name)
         table = calibration_table(self.options) if self.options.dtype == "int8" else None
         if table is not None and not Path(table).is_file():  # before anything reaches the board
             raise DeployoptError(f"calibration table not found: {table}")
@@ -328,7 +340,7 @@ class TrtexecSession(Session):
         short = min(120.0, self.options.timeout_s)
         self._remote_call([*ssh, shlex.join(["mkdir", "-p", str(rdir)])], "mkdir", short)
         self._remote_call(
-            ["scp", *self._ssh_opts(), str(model_path), f"{self.remote}:{rdir / model_path.name}"],
+            ["scp", *self._ssh_opts(), str(model_path), f"{self.remote}:{board_model}"],
             "scp of the model",
             self.options.timeout_s,
         )
@@ -348,11 +360,11 @@ class TrtexecSession(Session):
             # a timing cache holds tactic timings of the GPU that ran them: it lives on the board,
             # in the work folder every model shares, under its host file's name (the host path
             # does not exist there, and a host-side cache would hold another GPU's timings)
-            board_cache = rdir.parent / Path(cache).name
+            board_cache = rdir.parent / board_name(Path(cache).name)
             options = dataclasses.replace(options, extra={**options.extra, "timing_cache": str(board_cache)})
         if self.version is None:
             self.version = detect_version(self.trtexec, timeout_s=short, prefix=ssh)
-        cmd = build_command(self.trtexec, rdir / model_path.name, rdir, options, self.version, shapes)
+        cmd = build_command(self.trtexec, board_model, rdir, options, self.version, shapes)
         (outdir / "command.txt").write_text(f"ssh {self.remote} " + shlex.join(cmd) + "\n")
         log = self._remote_call([*ssh, shlex.join(cmd)], "trtexec", self.options.timeout_s)
         write_text(outdir / "trtexec.log", log)
