@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from deployopt.errors import BackendUnavailable, DeployoptError
+from deployopt.errors import BackendUnavailable, DataError, DeployoptError
 from deployopt.fileio import check_output_dir, make_output_dir, remove_outputs, remove_staging
 from deployopt.journal import JOURNAL_VERSION, Journal, Replay, plan_key
 from deployopt.layers import ConvShape
@@ -212,6 +212,16 @@ def check_config(cfg: OptimizeConfig) -> None:
         raise DeployoptError("--resume and --force exclude each other")
     if cfg.sms is not None and cfg.sms < 1:
         raise DeployoptError("--sms must be a positive integer")
+    if cfg.fidelity and cfg.calibration_data:
+        from deployopt.backends.trtexec import is_calibration_table
+
+        if is_calibration_table(cfg.calibration_data):  # said here, not as "not calibration data" later
+            raise DataError(
+                f"--calibration-data {cfg.calibration_data} is a calibration table: optimize checks each "
+                "plan's outputs on real inputs, so give the data (a folder of images, .npy or .npz); "
+                "--backend tensorrt calibrates on it and keeps the table beside each engine for reuse "
+                "(bench and profile take a table alone)"
+            )
     if not Path(cfg.model_path).exists():
         from deployopt.errors import ModelError
 

@@ -54,12 +54,19 @@ def test_bad_options_are_one_line_errors(
     model = zoo_model_path("vgg16_pruned_b4")
     bad_calib = tmp_path / "calib.npy"
     np.save(bad_calib, np.zeros((1, 3, 64, 64), dtype=np.float32))
+    table = tmp_path / "model.calib"  # trtexec's or an earlier run's: no inputs to check on
+    table.write_bytes(b"TRT-8502-EntropyCalibration2\ninput: 3c010a14\n")
     cases = [
         (["--mode", "trim", "--max-trim", "1.5"], "--max-trim 1.5: must be between 0 and 1"),
         (["--max-trim", "0"], "--max-trim 0.0: must be between 0 and 1"),
         (["--mode", "shrink"], "--mode 'shrink'"),
         (["--resume", "--force"], "exclude each other"),
         (["--calibration-data", str(bad_calib)], "calib.npy"),
+        (
+            ["--backend", "tensorrt", "--dtype", "int8", "--calibration-data", str(table)],
+            f"--calibration-data {table} is a calibration table: optimize checks each plan's outputs on "
+            "real inputs, so give the data",
+        ),
         (["--cudnn-engines", "0"], "--cudnn-engines: backend 'model' does not run cudnn.benchmark"),
         (["--no-cudnn-benchmark"], "--no-cudnn-benchmark: backend 'model' does not run cuDNN's"),
     ]

@@ -24,6 +24,7 @@ from deployopt.backends.tensorrt import (
     TensorRTBackend,
     aggregate_layer_times,
     api_for_version,
+    build_facts,
     check_cuda,
     content_digest,
     engine_key,
@@ -37,6 +38,7 @@ from deployopt.backends.tensorrt_calibrator import (
     CalibrationBatcher,
     CalibrationCache,
     CalibratorCore,
+    TableCalibrator,
     load_samples,
     make_entropy_calibrator,
 )
@@ -124,6 +126,29 @@ def test_int8_engine_key_follows_calibration_contents_not_names(tmp_path: Path) 
     # builds that do not calibrate ignore the calibration options (a Q/DQ INT8 model, fp16)
     assert key(calibration=None, calib_cache=str(table)) == key(calibration=None)
     assert key(dtype="fp16") == key(dtype="fp16", calibration=None, calibration_count=2)
+
+
+def test_int8_engine_key_of_a_table_given_as_calibration_data(tmp_path: Path) -> None:
+    """A table as calibration_data is only read: its bytes are the key; the sample count and
+    calib_cache (what a build from data uses and fills) are left out, and the facts say so."""
+    table = tmp_path / "model.calib"
+    table.write_bytes(b"TRT-100300-EntropyCalibration2\ninput: 3c000000\n")
+
+    def facts(path: Path = table, **extra: object) -> dict:
+        options = MeasureOptions(dtype="int8", calibration_data=str(path))
+        options.extra.update(extra)
+        return build_facts(b"onnx", options, "10.3.0", {"x": [1, 3, 8, 8]})
+
+    first = facts()
+    assert first["calibration_sha256"] == content_digest(table)
+    assert first["calibration_count"] is None and first["calib_cache_sha256"] is None
+    other = tmp_path / "other.calib"
+    other.write_bytes(b"TRT-100300-EntropyCalibration2\ninput: 3c010a14\n")
+    assert facts(calibration_count=2, calib_cache=str(other)) == first
+    renamed = tmp_path / "from-trtexec.cache"
+    renamed.write_bytes(table.read_bytes())
+    assert facts(renamed) == first  # the same table under another name
+    assert facts(other) != first
 
 
 def test_content_digest_of_a_folder(tmp_path: Path) -> None:
@@ -363,6 +388,24 @@ def test_entropy_calibrator_subclass_forwards() -> None:
     assert calib.get_batch_size() == 1
     assert calib.get_batch(["x"]) == [0x2000] and calib.get_batch(["x"]) is None
     assert calib.read_calibration_cache() is None
+
+
+def test_table_calibrator_reads_the_table_and_never_writes(tmp_path: Path) -> None:
+    """A table without data: TensorRT gets the table's bytes and no batch, and what it hands back
+    is dropped, so the user's file stays as it was (as jetson/runner.py does)."""
+    table = tmp_path / "t.calib"
+    table.write_bytes(b"TRT-8502-EntropyCalibration2\nx: 3c010a14\n")
+    trt = types.SimpleNamespace(IInt8EntropyCalibrator2=type("Base", (), {"__init__": lambda self: None}))
+    calib = make_entropy_calibrator(trt, TableCalibrator(table))
+    assert calib.get_batch_size() == 1 and calib.get_batch(["x"]) is None
+    assert calib.read_calibration_cache() == table.read_bytes()
+    calib.write_calibration_cache(memoryview(b"something else"))
+    assert table.read_bytes() == b"TRT-8502-EntropyCalibration2\nx: 3c010a14\n"
+    table.write_bytes(b"")
+    with pytest.raises(DataError, match=r"^calibration table .*t\.calib is empty: give the data"):
+        TableCalibrator(table)
+    with pytest.raises(DataError, match=r"^calibration table .*none\.calib: cannot read it"):
+        TableCalibrator(tmp_path / "none.calib")
 
 
 def test_load_samples_from_npy(tmp_path: Path) -> None:

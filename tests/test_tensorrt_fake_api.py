@@ -65,6 +65,7 @@ import onnx
 import pytest
 
 from deployopt.backends import tensorrt as trt_backend
+from deployopt.backends import tensorrt_calibrator
 from deployopt.backends.base import MeasureOptions
 from deployopt.backends.tensorrt import TensorRTBackend, build_and_time, build_engine, time_engine
 from deployopt.backends.trtexec_parser import version_tuple
@@ -1649,6 +1650,18 @@ def test_bench_cli_calibrates_int8_on_the_given_data(
     assert "INT8 needs calibration data (--calibration-data)" in err
     code, _, err = run_cli(monkeypatch, capsys, *args, "--calibration-data", str(tmp_path / "none.npy"))
     assert code == 2 and err == f"error: --calibration-data {tmp_path / 'none.npy'}: no such file or folder\n"
+    # a calibration table instead of data (trtexec's, the Jetson runner's): read, not calibrated on
+    table = tmp_path / "trtexec.cache"
+    table.write_bytes(TABLE)
+    code, out, err = run_cli(
+        monkeypatch, capsys, *args, "--calibration-data", str(table), "--runs", "3", "--json"
+    )
+    assert code == 0, err
+    assert json.loads(out)["runs"] == 3 and calls(gpu, "calibration: table read") == [(len(TABLE),)]
+    assert len(gpu.calibration_batches) == 2 and table.read_bytes() == TABLE
+    table.write_bytes(b"")
+    code, _, err = run_cli(monkeypatch, capsys, *args, "--calibration-data", str(table), "--runs", "3")
+    assert code == 2 and err.count("\n") == 1 and f"calibration table {table} is empty" in err
 
 
 def test_int8_reuses_the_calibration_table(
@@ -1799,6 +1812,76 @@ def test_backend_int8_engine_follows_the_calibration_contents(
     options.extra["workspace_mib"] = 128
     assert backend_builds(model, options, gpu)[0]
     assert not backend_builds(model, options, gpu)[0]
+
+
+TABLE = b"TRT-8502-EntropyCalibration2\ninput: 3c010a14\n"
+
+
+def test_int8_from_a_calibration_table_alone(
+    surface: tuple[str, types.ModuleType, FakeGpu],
+    monkeypatch: pytest.MonkeyPatch,
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+) -> None:
+    """calibration_data naming a table (an earlier run's, trtexec's, the Jetson runner's) and no
+    data: the build reads the table and calibrates on nothing, the table stays as it was and no
+    .calib is written beside the engine; the same call again reuses the engine (the sample count
+    does not matter), a changed table builds again."""
+    _, _, gpu = surface
+    made: list[Any] = []
+    real = tensorrt_calibrator.make_entropy_calibrator
+
+    def recording(trt: Any, core: Any) -> Any:
+        made.append(real(trt, core))
+        return made[-1]
+
+    monkeypatch.setattr(tensorrt_calibrator, "make_entropy_calibrator", recording)
+    model = zoo_model_path("mobilenet_like_dynamic")
+    table = tmp_path / "model.calib"
+    table.write_bytes(TABLE)
+    options = opts(tmp_path, dtype="int8", batch=2, calibration_data=str(table))
+
+    built, env = backend_builds(model, options, gpu)
+    blob = engine_blob(Path(env["engine"]))
+    assert built and blob["flags"] == ["FP16", "INT8"] and blob["calibration"] == "cache"
+    assert blob["profiles"] == [{"input": [[2, 3, 32, 32]] * 3}] and blob["calibration_profile"] == 0
+    assert calls(gpu, "IBuilderConfig.int8_calibrator=") == [("EntropyCalibrator",)]
+    assert calls(gpu, "calibration: table read") == [(len(TABLE),)]
+    assert gpu.get_batch_results == [] and gpu.calibration_batches == []
+    [calibrator] = made
+    assert calibrator.read_calibration_cache() == TABLE and calibrator.get_batch(["input"]) is None
+    calibrator.write_calibration_cache(memoryview(b"TRT-8502-EntropyCalibration2\n"))
+    assert table.read_bytes() == TABLE  # the user's table is never written over
+    assert sorted(p.name for p in (tmp_path / "engines").iterdir()) == [Path(env["engine"]).name]
+    assert not gpu.trt_errors
+
+    options.extra["calibration_count"] = 3  # nothing is sampled: the same engine
+    built, again = backend_builds(model, options, gpu)
+    assert not built and again["engine"] == env["engine"]
+    table.write_bytes(TABLE.replace(b"3c010a14", b"3c000000"))  # a new table, same name
+    built, changed = backend_builds(model, options, gpu)
+    assert built and changed["engine"] != env["engine"]
+    assert engine_blob(Path(changed["engine"]))["calibration"] == "cache"
+    assert not backend_builds(model, options, gpu)[0]
+
+
+def test_int8_from_an_empty_or_missing_table_is_refused_before_building(
+    surface: tuple[str, types.ModuleType, FakeGpu], zoo_model_path: Callable[[str], Path], tmp_path: Path
+) -> None:
+    _, _, gpu = surface
+    table = tmp_path / "model.calib"
+    table.write_bytes(b"")
+    model, engine = str(zoo_model_path("mobilenet_like")), str(tmp_path / "m.engine")
+    with pytest.raises(DataError) as info:
+        build_engine(model, opts(tmp_path, dtype="int8", calibration_data=str(table)), engine)
+    assert str(info.value) == (
+        f"calibration table {table} is empty: give the data to calibrate on (a folder of images, .npy or "
+        ".npz) instead"
+    )
+    missing = tmp_path / "none.cache"
+    with pytest.raises(DataError, match=r"^calibration table .*none\.cache: cannot read it \(No such file"):
+        build_engine(model, opts(tmp_path, dtype="int8", calibration_data=str(missing)), engine)
+    assert calls(gpu, "Builder.build_serialized_network") == [] and not (tmp_path / "m.engine").exists()
 
 
 # ================================================================================================

@@ -112,8 +112,13 @@ def build_facts(
     extra["timing_cache"] (it only saves tactic timings, and every build rewrites it, so keying on
     it would rebuild every time), "cuda", "isolate", runs and warmup; the calibration options when
     build_engine does not calibrate (fp32/fp16, or INT8 without calibration_data: a Q/DQ model).
+    A calibration table given as calibration_data is keyed by its bytes alone: it is only read, so
+    calibration_count and calib_cache (which a build from data fills) do not change that engine.
     An ONNX model's external data files are not read."""
+    from deployopt.backends.trtexec import is_calibration_table
+
     calibrated = options.dtype == "int8" and bool(options.calibration_data)
+    from_data = calibrated and not is_calibration_table(str(options.calibration_data))
     calib_cache = options.extra.get("calib_cache")
     return {
         "recipe": BUILD_RECIPE,
@@ -124,10 +129,10 @@ def build_facts(
         "workspace_mib": int(options.extra.get("workspace_mib", DEFAULT_WORKSPACE_MIB)),
         "calibration_sha256": content_digest(options.calibration_data) if calibrated else None,
         "calibration_count": (
-            int(options.extra.get("calibration_count", DEFAULT_CALIBRATION_COUNT)) if calibrated else None
+            int(options.extra.get("calibration_count", DEFAULT_CALIBRATION_COUNT)) if from_data else None
         ),
         # a table beside the engine (no calib_cache) is named after the key, so it needs no entry
-        "calib_cache_sha256": content_digest(calib_cache) if calibrated and calib_cache else None,
+        "calib_cache_sha256": content_digest(calib_cache) if from_data and calib_cache else None,
     }
 
 
@@ -395,10 +400,11 @@ def build_engine(model_path: str, options: MeasureOptions, engine_path: str) -> 
         CalibrationBatcher,
         CalibrationCache,
         CalibratorCore,
+        TableCalibrator,
         load_samples,
         make_entropy_calibrator,
     )
-    from deployopt.backends.trtexec import input_shapes
+    from deployopt.backends.trtexec import input_shapes, is_calibration_table
     from deployopt.fileio import write_bytes
 
     trt = _import_trt()
@@ -440,10 +446,12 @@ def build_engine(model_path: str, options: MeasureOptions, engine_path: str) -> 
                 )
             profile.set_shape(tensor.name, shape, shape, shape)
         config.add_optimization_profile(profile)
-    core = None
+    core: CalibratorCore | TableCalibrator | None = None
     if options.dtype == "int8":
         config.set_flag(trt.BuilderFlag.INT8)
-        if options.calibration_data:
+        if options.calibration_data and is_calibration_table(options.calibration_data):
+            core = TableCalibrator(options.calibration_data)  # a table, no data: nothing to calibrate
+        elif options.calibration_data:
             in_shapes = {}
             for i in range(network.num_inputs):
                 t = network.get_input(i)
@@ -456,11 +464,12 @@ def build_engine(model_path: str, options: MeasureOptions, engine_path: str) -> 
             core = CalibratorCore(
                 CalibrationBatcher(samples, in_shapes), cache, cuda_api(options.extra.get("cuda"))
             )
+        elif not _onnx_has_qdq(data):
+            raise DataError("INT8 needs calibration data (--calibration-data) or a model with Q/DQ nodes")
+        if core is not None:
             config.int8_calibrator = make_entropy_calibrator(trt, core)
             if profile is not None:
                 config.set_calibration_profile(profile)
-        elif not _onnx_has_qdq(data):
-            raise DataError("INT8 needs calibration data (--calibration-data) or a model with Q/DQ nodes")
     cache_path = options.extra.get("timing_cache")
     timing_cache = None
     if cache_path:

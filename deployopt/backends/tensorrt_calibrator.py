@@ -147,6 +147,41 @@ class CalibratorCore:
         self.buffers.clear()
 
 
+class TableCalibrator:
+    """INT8 from a calibration table alone (an earlier run's, trtexec's, the Jetson runner's), for
+    users who have the table but not the data: TensorRT reads it and skips calibrating. It never
+    writes: the table is the user's, so whatever TensorRT hands back is dropped. (Mirrors
+    jetson/runner.py's make_npy_calibrator_from_cache.)"""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        try:
+            self.table = self.path.read_bytes()
+        except OSError as exc:
+            reason = exc.strerror or exc
+            raise DataError(f"calibration table {self.path}: cannot read it ({reason})") from None
+        if not self.table:  # TensorRT would calibrate on no data and fail; say why first
+            raise DataError(
+                f"calibration table {self.path} is empty: give the data to calibrate on (a folder of "
+                "images, .npy or .npz) instead"
+            )
+
+    def get_batch_size(self) -> int:
+        return 1
+
+    def get_batch(self, names: list[str]) -> list[int] | None:
+        return None  # no data: the table is all there is
+
+    def read_calibration_cache(self) -> bytes:
+        return self.table
+
+    def write_calibration_cache(self, data: Any) -> None:
+        return None  # leave the user's table as it is
+
+    def free(self) -> None:
+        return None
+
+
 def load_samples(
     path: str | Path, inputs: dict[str, tuple[int, ...]], count: int
 ) -> list[dict[str, np.ndarray]]:
@@ -159,7 +194,7 @@ def load_samples(
     return list(cal.samples)
 
 
-def make_entropy_calibrator(trt: Any, core: CalibratorCore) -> Any:
+def make_entropy_calibrator(trt: Any, core: CalibratorCore | TableCalibrator) -> Any:
     """A `trt.IInt8EntropyCalibrator2` that forwards to `core` (created here so the module imports
     without TensorRT)."""
 

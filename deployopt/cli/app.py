@@ -36,8 +36,8 @@ def calibration_data_option() -> object:
         None,
         "--calibration-data",
         help="--dtype int8: data TensorRT calibrates on (a folder of images, or .npy/.npz preprocessed "
-        "like the model's input); trtexec cannot calibrate and takes only a calibration table "
-        "(.cache/.calib/.table).",
+        "like the model's input), or a calibration table (.cache/.calib/.table) from an earlier run, "
+        "only read; trtexec cannot calibrate and takes only a table.",
     )
 
 
