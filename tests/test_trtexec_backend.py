@@ -82,7 +82,7 @@ def test_command_trt82_jetpack46_int8_with_calibration_cache() -> None:
 
 
 def test_command_int8_calibration_table_from_calibration_data() -> None:
-    for name in ("model.cache", "model.calib", "model.table"):
+    for name in ("model.cache", "model.calib", "model.table", "MODEL.CALIB"):
         table = MeasureOptions(dtype="int8", calibration_data=f"/c/{name}")
         cmd = build_command("trtexec", M, OUT, table, "10.3.0")
         assert cmd[cmd.index("--int8") + 1 : cmd.index("--int8") + 3] == ["--fp16", f"--calib=/c/{name}"]

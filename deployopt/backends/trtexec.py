@@ -44,8 +44,9 @@ INSTALL_HINT = (
 
 
 def is_calibration_table(path: str | os.PathLike[str]) -> bool:
-    """A file trtexec can read with --calib (by suffix; a folder of that name is data, not a table)."""
-    return Path(path).suffix in CALIB_SUFFIXES and not Path(path).is_dir()
+    """A file trtexec can read with --calib (by suffix, any case, as the data loader reads its
+    suffixes; a folder of that name is data, not a table)."""
+    return Path(path).suffix.lower() in CALIB_SUFFIXES and not Path(path).is_dir()
 
 
 def calibration_table(options: MeasureOptions) -> str | None:
