@@ -413,6 +413,21 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.dot(a, b) / (na * nb))
 
 
+def _channel_scaled(ref: np.ndarray, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One batch row of an output, each channel (axis 0 here) divided by the reference's RMS of
+    that channel, when the row has channels and positions (a detector's [4 + classes, anchors], a
+    feature map). Channels can carry different units: a YOLO head's box channels are pixels, its
+    class scores 0–1, so unscaled the boxes make up ~99.99 % of the norm and a cosine would not
+    see the scores change at all. A row of logits ([classes]) is left as it is."""
+    ref, cand = ref.astype(np.float64), cand.astype(np.float64)
+    if ref.ndim < 2 or ref.shape[0] < 2:
+        return ref.ravel(), cand.ravel()
+    flat_r, flat_c = ref.reshape(ref.shape[0], -1), cand.reshape(cand.shape[0], -1)
+    rms = np.sqrt(np.mean(flat_r**2, axis=1, keepdims=True))
+    rms[rms == 0.0] = 1.0  # an all-zero reference channel: compare it unscaled
+    return (flat_r / rms).ravel(), (flat_c / rms).ravel()
+
+
 def compare_models(
     reference: str | os.PathLike[str] | onnx.ModelProto,
     candidate: str | os.PathLike[str] | onnx.ModelProto,
@@ -422,7 +437,9 @@ def compare_models(
 
     Outputs are matched by position (names may differ after an edit); a different output count
     or shape is a DataError. Cosine similarity is per batch row (per image), over all outputs
-    flattened; top-1 agreement is over the batch rows of the first output when it is N×classes.
+    flattened, each channel of an output with channels and positions scaled by the reference's RMS
+    (`_channel_scaled`: boxes in pixels must not drown class scores); top-1 agreement is over the
+    batch rows of the first output when it is N×classes.
     Errors are computed in float64.
     """
     if not calib.samples:
@@ -467,8 +484,9 @@ def compare_models(
         same_batch = all(o.ndim >= 1 and o.shape[0] == batch for o in ref_out)
         if same_batch:
             for row in range(batch):
-                a = np.concatenate([o[row].ravel() for o in ref_out]).astype(np.float64)
-                b = np.concatenate([o[row].ravel() for o in cand_out]).astype(np.float64)
+                pairs = [_channel_scaled(r[row], c[row]) for r, c in zip(ref_out, cand_out)]
+                a = np.concatenate([p[0] for p in pairs])
+                b = np.concatenate([p[1] for p in pairs])
                 cosines.append(_cosine(a, b))
             n_rows += batch
         else:

@@ -363,3 +363,29 @@ def test_mixed_folder_and_bad_options(tmp_path: Path) -> None:
         load_calibration(None, SHAPE, count=0)
     with pytest.raises(DataError, match="--mean has 2 values"):
         load_calibration(CIFAR, SHAPE, mean=(0.5, 0.5))
+
+
+def _scaled_head(scale: list[float]) -> onnx.ModelProto:
+    """x [2, 5, 10] → x · scale per channel: a stand-in for a detector's [4 box + classes, anchors]
+    output, boxes in pixels (×500), one class score (×±1)."""
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "s"], ["y"])],
+        "scaled_head",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 5, 10])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 5, 10])],
+        [numpy_helper.from_array(np.array(scale, np.float32).reshape(1, 5, 1), "s")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_changed_score_channel_shows_beside_pixel_boxes() -> None:
+    """Boxes in pixels are ~99.99 % of a detector output's norm: unscaled, a cosine would not see the
+    class score negated. Each channel is scaled by the reference's RMS, so the four agreeing box
+    channels and the one negated score channel give (4 − 1) / 5 = 0.6."""
+    x = np.abs(np.random.default_rng(0).standard_normal((2, 5, 10))).astype(np.float32) + 0.5
+    calib = CalibrationSet(samples=[{"x": x}], source="test", random=False)
+    ref, cand = _scaled_head([500, 500, 500, 500, 1]), _scaled_head([500, 500, 500, 500, -1])
+    report = compare_models(ref, cand, calib)
+    assert report.cosine_min == pytest.approx(0.6, abs=1e-9) and report.n_rows == 2
+    assert report.top1_agreement is None  # not N×classes
+    assert compare_models(ref, ref, calib).cosine_min == pytest.approx(1.0, abs=1e-12)
