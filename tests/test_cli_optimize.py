@@ -239,3 +239,26 @@ def test_a_full_disk_while_writing_results_is_one_line_and_resume_finishes(
     names = {p.name for p in out.iterdir()}
     assert {"model.onnx", "plan.json", "report.json", "report.md", "journal.jsonl"} <= names
     assert not [n for n in names if n.startswith(".partial-")]
+
+
+@pytest.mark.slow
+def test_optimize_a_yolov8_export_end_to_end(
+    yolo_detect: tuple[Path, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """The model Jetson users ship most, as `yolo export` writes it (Detect head, C2f blocks whose
+    equal Split sizes torch's exporter shares): optimize plans every one of its 59 free groups,
+    and the lossless model it writes gives the input model's detections on onnxruntime."""
+    import onnxruntime as ort
+
+    path, x = yolo_detect
+    out = tmp_path / "out"
+    code, stdout, err = cli(monkeypatch, capsys, *base_args(path, out), "--max-evals", "8", "--json")
+    assert code == 0, err
+    report = json.loads(stdout)
+    assert len(report["plan"]) == 59 and report["fidelity"]["passed"] and report["fidelity"]["lossless_plan"]
+    groups = report["groups"]
+    assert all(g["best"] >= g["original"] for g in groups)  # lossless: pads only
+    assert sum(g["best"] != g["original"] for g in groups) >= 10  # irregular widths get padded
+    runs = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, {"images": x})[0]
+            for p in (path, out / "model.onnx")]  # fmt: skip
+    np.testing.assert_allclose(runs[1], runs[0], rtol=0, atol=1e-5 * float(np.abs(runs[0]).max()))
