@@ -302,6 +302,8 @@ class Optimizer:
 
         cfg = self.cfg
         self.target = get_target(cfg.target, sms=cfg.sms)
+        if cfg.dtype:  # measured backends too: an INT8 engine on a GPU without INT8 is a slow engine
+            self.target.check_dtype(cfg.dtype)
         self.loaded = prepare_model(cfg.model_path, cfg.batch, cfg.input_shapes)
         self.model = self.loaded.model
         self.analysis = analyze(self.model)

@@ -276,6 +276,7 @@ def default_params(cc: tuple[int, int], dtype: str, clock_mhz: float) -> WavePar
         return replace(
             ref,
             name=name,
+            dtype=dtype,  # INT8 starts from the fp16 fit: it must not keep that label
             fixed_us=ref.fixed_us * (1.0 if same_design else max(1.0, slow**0.5)),
             dw_fixed_us=ref.dw_fixed_us * (1.0 if same_design else max(1.0, slow**0.5)),
             # depthwise kernels stream memory on CUDA cores: scaled by clock alone (no tensor cores)

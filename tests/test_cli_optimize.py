@@ -79,6 +79,11 @@ def test_bad_options_are_one_line_errors(
         monkeypatch, capsys, "optimize", str(model), "--target", "jetson-9000", "-o", str(tmp_path / "p")
     )
     assert code == 2 and "unknown target 'jetson-9000'" in err
+    code, _, err = cli(monkeypatch, capsys, "optimize", str(model), "--target", "tx2", "--dtype", "int8",
+                       "--backend", "model", "-o", str(tmp_path / "i8"))  # fmt: skip
+    assert code == 2 and err.strip().count("\n") == 0
+    assert "--dtype int8: Jetson TX2 (compute capability 6.2) has no native INT8" in err
+    assert not (tmp_path / "i8").exists()
     code, _, err = cli(
         monkeypatch, capsys, *base_args(model, tmp_path / "q")[:-4], "--backend", "cuda", "-o", "x"
     )

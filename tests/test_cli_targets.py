@@ -134,6 +134,7 @@ def test_staircase_table_says_predicted(monkeypatch, capsys):
         (["--target", "orin"], "unknown target 'orin'; choose one of: a100, agx-orin-32gb"),
         (["--target", "h200", "--sms", "200"], "--sms 200: h200 has only 132 SMs"),
         (["--target", "nano", "--sms", "2"], "--sms 2: nano has only 1 SM\n"),
+        (["--target", "nano", "--dtype", "int8"], "--dtype int8: Jetson Nano (compute capability 5.3)"),
         (["--target", "h200", "--sms", "0"], "--sms 0: must be a positive integer"),
         (["--target", "h200", "--input", "8x128x28"], "--input '8x128x28': expected four positive integers"),
         (["--target", "h200", "--out-channels", "64:16:16"], "--out-channels '64:16:16': need 1 <= start"),

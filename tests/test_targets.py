@@ -164,3 +164,20 @@ def test_target_json_round_trip():
     assert d["sms"] == 8 and d["full_sms"] == 16
     again = targets_mod.target_from_json(d)
     assert again == t
+
+
+def test_int8_only_where_the_gpu_has_native_int8():
+    """Jetson Nano (CC 5.3) and TX2 (6.2) have no native INT8: TensorRT reports platform_has_fast_int8
+    False and runs an INT8 build slower than FP16, so an INT8 prediction or run for them is refused
+    in one line; Pascal 6.1 (P6000, dp4a) and every CC from 7.0 on keep INT8."""
+    without = {t.name for t in list_targets() if not t.fast_int8}
+    assert without == {"nano", "tx2"}
+    for name in ("nano", "tx2"):
+        t = get_target(name)
+        assert t.dtypes() == ("fp16", "fp32") and "int8" not in t.to_json()["params"]
+        with pytest.raises(TargetError) as exc:
+            t.wave_params("int8")
+        assert str(exc.value).startswith(f"--dtype int8: {t.display_name} (compute capability {t.cc}) has no")
+        assert str(exc.value).endswith("use --dtype fp16")
+    for name in ("p6000", "agx-xavier", "orin-nano-8gb", "h200"):
+        assert get_target(name).wave_params("int8").dtype == "int8"

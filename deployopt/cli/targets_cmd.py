@@ -168,6 +168,9 @@ def targets_command(
         for key, src in t.sources.items():
             console.print(f"source of {key}: {src}", highlight=False, soft_wrap=True)
         for dt in ("fp16", "fp32", "int8"):
+            if dt not in t.dtypes():
+                console.print(f"{dt}: none (no native INT8 on compute capability {t.cc})", highlight=False)
+                continue
             p = t.wave_params(dt)
             console.print(f"{dt}: {p.describe()} — {p.source}", highlight=False, soft_wrap=True)
     else:

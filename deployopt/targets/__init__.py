@@ -58,10 +58,32 @@ class Target:
     def cores_per_sm(self) -> int:
         return self.cuda_cores // max(self.sms if self.full_sms is None else self.full_sms, 1)
 
-    def wave_params(self, dtype: str) -> WaveParams:
-        """The model parameters for `dtype`: this target's fit, else defaults for its CC."""
+    @property
+    def fast_int8(self) -> bool:
+        """Native INT8 math (dp4a or INT8 tensor cores): CC 6.1 and 7.0 on. Maxwell and the other
+        Pascals have none — Jetson Nano (5.3) and TX2 (6.2): TensorRT reports
+        platform_has_fast_int8 False there and runs an INT8 build slower than FP16."""
+        cc = tuple(self.compute_capability)
+        return cc == (6, 1) or cc >= (7, 0)
+
+    def dtypes(self) -> tuple[str, ...]:
+        """The dtypes worth building for this GPU (and that the wave model predicts for it)."""
+        return DTYPES if self.fast_int8 else tuple(d for d in DTYPES if d != "int8")
+
+    def check_dtype(self, dtype: str) -> None:
+        """A one-line TargetError for a dtype this GPU has no use for (predicted or measured)."""
         if dtype not in DTYPES:
             raise TargetError(f"unknown dtype {dtype!r}; choose one of: {', '.join(DTYPES)}")
+        if dtype not in self.dtypes():
+            raise TargetError(
+                f"--dtype int8: {self.display_name} (compute capability {self.cc}) has no native INT8, and "
+                "TensorRT runs INT8 there slower than FP16 ('Int8 support requested on hardware without "
+                "native Int8 support'); use --dtype fp16"
+            )
+
+    def wave_params(self, dtype: str) -> WaveParams:
+        """The model parameters for `dtype`: this target's fit, else defaults for its CC."""
+        self.check_dtype(dtype)
         if dtype in self.params:
             return self.params[dtype]
         return default_params(self.compute_capability, dtype, self.clock_mhz)
@@ -98,7 +120,8 @@ class Target:
             "notes": self.notes,
             "origin": self.origin,
             "sources": dict(self.sources),
-            "params": {dt: self.wave_params(dt).to_json() for dt in DTYPES},
+            "fast_int8": self.fast_int8,
+            "params": {dt: self.wave_params(dt).to_json() for dt in self.dtypes()},
         }
 
 
