@@ -405,6 +405,11 @@ def build_engine(trt, args, shapes, cuda):
     version = trt.__version__
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
+    if args.dtype == "int8" and version_tuple(version) < (10, 0) and not builder.platform_has_fast_int8:
+        # Jetson Nano and TX2 (JetPack 4.x): TensorRT would build it, slower than FP16. (The query is
+        # deprecated in 10.x, which runs only on GPUs that have INT8.)
+        raise RunnerError("--dtype int8: this GPU has no native INT8 (platform_has_fast_int8 is False, as on "
+                          "Jetson Nano and TX2), so an INT8 engine runs slower than FP16; use --dtype fp16")
     flags = 0
     if version_tuple(version) < (10, 0):
         flags = 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)

@@ -69,7 +69,7 @@ from deployopt.backends import tensorrt_calibrator
 from deployopt.backends.base import MeasureOptions
 from deployopt.backends.tensorrt import TensorRTBackend, build_and_time, build_engine, time_engine
 from deployopt.backends.trtexec_parser import version_tuple
-from deployopt.errors import BackendFailed, DataError, ModelError
+from deployopt.errors import BackendFailed, DataError, DeployoptError, ModelError
 
 V82, V85, V10 = "8.2.1.8", "8.5.2.2", "10.3.0.26"
 V80 = "8.0.1.6"  # JetPack 4.6.0: the 8.2 surface here, but for ProfilingVerbosity's older names
@@ -2127,3 +2127,32 @@ def test_runner_refuses_one_npy_for_a_model_with_two_inputs(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--calib-npy calibrates single-input models; this one has 2" in err
     assert calls(gpu, "Builder.build_serialized_network") == [] and gpu.memory == {}
+
+
+def test_int8_on_a_gpu_without_native_int8_is_refused_before_building(
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Jetson Nano and TX2 (JetPack 4.6, TensorRT 8.2) report platform_has_fast_int8 False: TensorRT
+    would build an INT8 engine that runs slower than FP16, so the backend and the board runner
+    refuse it in one line, before parsing or building anything."""
+    trt, gpu = install(monkeypatch, V82, "pycuda")
+    monkeypatch.setattr(trt.Builder, "platform_has_fast_int8", property(lambda self: False))
+    calib, _ = write_calibration(tmp_path, items=4)
+    model = str(zoo_model_path("mobilenet_like"))
+    int8 = opts(tmp_path, dtype="int8", calibration_data=str(calib))
+    with pytest.raises(DeployoptError) as exc:
+        build_engine(model, int8, str(tmp_path / "m.engine"))
+    assert str(exc.value).startswith("--dtype int8: this GPU has no native INT8 (TensorRT's")
+    assert calls(gpu, "Builder.build_serialized_network") == [] and not (tmp_path / "m.engine").exists()
+    rc = load_runner().main([model, "--dtype", "int8", "--calib-npy", str(calib), "--cuda", "pycuda",
+                             "--engine-dir", str(tmp_path / "engines")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1
+    assert err.startswith("error: --dtype int8: this GPU has no native INT8")
+    assert calls(gpu, "Builder.build_serialized_network") == []
+    # fp16 on the same board builds as before
+    build_engine(model, opts(tmp_path), str(tmp_path / "f.engine"))
+    assert (tmp_path / "f.engine").is_file()

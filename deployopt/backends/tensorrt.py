@@ -41,6 +41,10 @@ CUDA_HINT = (
     "neither cuda-python nor pycuda is installed (pip install cuda-python, or pycuda; JetPack 4.6: pycuda)"
 )
 DEFAULT_WORKSPACE_MIB = 1024
+NO_FAST_INT8 = (
+    "--dtype int8: this GPU has no native INT8 (TensorRT's platform_has_fast_int8 is False, as on Jetson "
+    "Nano and TX2), so an INT8 engine runs slower than FP16; use --dtype fp16"
+)
 DEFAULT_CALIBRATION_COUNT = 512
 # Part of every engine's key: raise it when build_engine starts building something else from the
 # same inputs, so engines cached by the older recipe are rebuilt rather than reused.
@@ -411,6 +415,10 @@ def build_engine(model_path: str, options: MeasureOptions, engine_path: str) -> 
     version = trt.__version__
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
+    if options.dtype == "int8" and version_tuple(version) < (10, 0) and not builder.platform_has_fast_int8:
+        # Jetson Nano and TX2 (JetPack 4.x): TensorRT would build it, slower than FP16. (The query is
+        # deprecated in 10.x, which runs only on GPUs that have INT8.)
+        raise DeployoptError(NO_FAST_INT8)
     flags = (
         (1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)) if explicit_batch_flag(version) else 0
     )
