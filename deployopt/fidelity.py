@@ -414,12 +414,16 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def _channel_scaled(ref: np.ndarray, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """One batch row of an output, each channel (axis 0 here) divided by the reference's RMS of
-    that channel, when the row has channels and positions (a detector's [4 + classes, anchors], a
-    feature map). Channels can carry different units: a YOLO head's box channels are pixels, its
-    class scores 0–1, so unscaled the boxes make up ~99.99 % of the norm and a cosine would not
-    see the scores change at all. A row of logits ([classes]) is left as it is."""
+    """One batch row of an output, each channel divided by the reference's RMS of that channel,
+    when the row has channels and positions: a feature map [C, H, W], a detector's
+    [4 + classes, anchors] (YOLOv8) or [anchors, 5 + classes] (YOLOv5/v7: a 2-D row longer than
+    wide has its channels last). Channels can carry different units: a YOLO head's box channels
+    are pixels, its class scores 0–1, so unscaled the boxes make up ~99.99 % of the norm and a
+    cosine would not see the scores change at all. A row of logits ([classes]) is left as it is."""
     ref, cand = ref.astype(np.float64), cand.astype(np.float64)
+    if ref.ndim == 2 and ref.shape[1] < ref.shape[0]:
+        # [anchors, 4 + 1 + classes] (YOLOv5/v7 exports): the features are the last axis
+        ref, cand = ref.T, cand.T
     if ref.ndim < 2 or ref.shape[0] < 2:
         return ref.ravel(), cand.ravel()
     flat_r, flat_c = ref.reshape(ref.shape[0], -1), cand.reshape(cand.shape[0], -1)

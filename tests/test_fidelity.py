@@ -389,3 +389,21 @@ def test_a_changed_score_channel_shows_beside_pixel_boxes() -> None:
     assert report.cosine_min == pytest.approx(0.6, abs=1e-9) and report.n_rows == 2
     assert report.top1_agreement is None  # not N×classes
     assert compare_models(ref, ref, calib).cosine_min == pytest.approx(1.0, abs=1e-12)
+    # YOLOv5/v7 lay the same out as [anchors, 5 + classes]: channels last, scaled the same way
+    xt = np.ascontiguousarray(x.transpose(0, 2, 1))
+    ref_t, cand_t = (_transposed(m) for m in (ref, cand))
+    calib_t = CalibrationSet(samples=[{"xt": xt}], source="test", random=False)
+    assert compare_models(ref_t, cand_t, calib_t).cosine_min == pytest.approx(0.6, abs=1e-9)
+
+
+def _transposed(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The scaled head on a [2, 10, 5] input: x → Transpose → head → Transpose, output [2, 10, 5]."""
+    graph = helper.make_graph(
+        [helper.make_node("Transpose", ["xt"], ["x"], perm=[0, 2, 1]), *model.graph.node,
+         helper.make_node("Transpose", ["y"], ["yt"], perm=[0, 2, 1])],
+        "scaled_head_t",
+        [helper.make_tensor_value_info("xt", onnx.TensorProto.FLOAT, [2, 10, 5])],
+        [helper.make_tensor_value_info("yt", onnx.TensorProto.FLOAT, [2, 10, 5])],
+        list(model.graph.initializer),
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
