@@ -543,3 +543,30 @@ def test_yolov8_detect_head_pads_exactly_and_trims_to_a_valid_model(yolo_detect:
         got = module(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(got[:, :4], boxes, atol=1e-5 * np.abs(boxes).max(), rtol=0)
     np.testing.assert_allclose(got[:, 4:], scores, atol=1e-4, rtol=0)
+
+
+@pytest.mark.slow
+def test_a_dynamic_yolov8_export_needs_an_input_shape_then_is_the_static_one(tmp_path: Path) -> None:
+    """`yolo export dynamic=True`: batch and image size symbolic, anchors computed in the graph from
+    Shape ops. Loading refuses it in one line until it is given a shape; with one, folding leaves
+    the same 59 free groups as the static export, and padding them all is output-exact."""
+    pytest.importorskip("torch")
+    from deployopt.errors import ModelError
+    from deployopt.zoo.yolo import export_yolo_like
+
+    path = tmp_path / "dyn.onnx"
+    x = export_yolo_like(path, head="detect", dynamic=True, batch=1)
+    assert "Shape" in {n.op_type for n in onnx.load(str(path)).graph.node}
+    with pytest.raises(ModelError, match="input 'images' is dynamic; give a static shape"):
+        load_model(path)
+    fixed = load_model(path, input_shapes={"images": [1, 3, 160, 160]})
+    assert any(n.startswith("folded constant subgraphs") for n in fixed.notices)
+    assert "Shape" not in {n.op_type for n in fixed.model.graph.node}
+    analysis = analyze(fixed.model)
+    assert len(analysis.free_groups()) == 59
+    padded = apply_plan(fixed.model, padded_plan(analysis), analysis)
+    sessions = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+                for m in (fixed.model, padded)]  # fmt: skip
+    ref, out = (s.run(None, {"images": x})[0] for s in sessions)
+    np.testing.assert_allclose(out[:, :4], ref[:, :4], atol=1e-5 * np.abs(ref[:, :4]).max(), rtol=0)
+    np.testing.assert_allclose(out[:, 4:], ref[:, 4:], atol=1e-4, rtol=0)

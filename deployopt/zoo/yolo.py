@@ -38,11 +38,14 @@ def export_yolo_like(
     seed: int = 0,
     head: str = "plain",
     nc: int = 80,
+    dynamic: bool = False,
 ) -> Any:
     """Build, randomise BatchNorm statistics (as a trained net has), export to `path` (written
     whole or not at all); returns the random input it was traced with (numpy, batch×3×size×size).
 
-    `head="detect"` gives the real YOLOv8 Detect head with `nc` classes (see the module doc)."""
+    `head="detect"` gives the real YOLOv8 Detect head with `nc` classes (see the module doc).
+    `dynamic=True` exports as `yolo export dynamic=True` does: batch and image size symbolic, and
+    the Detect head recomputes its anchors from the feature-map shapes in the graph."""
     if len(widths) != 5 or min(widths) < 2:
         raise ValueError(f"export_yolo_like: need five widths >= 2 (stem, P2..P5), got {list(widths)}")
     if head not in HEADS:
@@ -150,7 +153,7 @@ def export_yolo_like(
             x = [torch.cat((self.cv2[i](x[i]), self.cv3[i](x[i])), 1) for i in range(self.nl)]
             shape = x[0].shape
             x_cat = torch.cat([xi.view(shape[0], self.no, -1) for xi in x], 2)
-            if self.shape != shape:  # the exporter's dry runs fill this cache: constants in the graph
+            if dynamic or self.shape != shape:  # the dry runs fill this cache: constants in the graph
                 self.anchors, self.strides = (a.transpose(0, 1) for a in make_anchors(x, self.stride))
                 self.shape = shape
             box, cls = x_cat.split((4 * self.reg_max, self.nc), 1)
@@ -201,6 +204,11 @@ def export_yolo_like(
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
         for _ in range(2):  # dry runs, as ultralytics' exporter does: they cache the anchors
             net(x)
+        axes = None
+        if dynamic:  # ultralytics: images {0: batch, 2: height, 3: width}, outputs {0: batch, 2: anchors}
+            axes = {"images": {0: "batch", 2: "height", 3: "width"}}
+            per_output = {0: "batch", 2: "anchors"} if head == "detect" else {0: "batch"}
+            axes.update({o: per_output for o in outputs})
         torch.onnx.export(net, x, str(tmp), dynamo=False, opset_version=17, input_names=["images"],
-                          output_names=outputs)  # fmt: skip
+                          output_names=outputs, dynamic_axes=axes)  # fmt: skip
     return x.numpy()
