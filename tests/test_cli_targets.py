@@ -449,3 +449,21 @@ def test_staircase_unwritable_plot_is_one_line_before_measuring(monkeypatch, cap
         assert code == 2 and err.startswith(f"error: cannot write {dest}: ") and message in err, err
         assert err.strip().count("\n") == 0 and "Traceback" not in err
     assert [p.name for p in tmp_path.iterdir()] == ["file.png"]
+
+
+COMMANDS = (
+    "optimize", "analyze", "apply", "verify", "targets", "staircase", "calibrate", "backends", "bench",
+    "profile", "compare",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_texts_print_as_written(monkeypatch, capsys, command):
+    """rich turns ':name:' in help text into an emoji (the staircase help's 'a:b:s' printed as
+    'a🅱s'): every command's --help holds no emoji, and the width syntax reads start:stop:step."""
+    code, out, _ = run(monkeypatch, capsys, command, "--help")
+    assert code == 0 and out
+    emoji = [c for c in out if 0x1F000 <= ord(c) <= 0x1FAFF or 0x2600 <= ord(c) <= 0x27BF]
+    assert emoji == []
+    if command in ("staircase", "calibrate"):
+        assert "start:stop:step" in out

@@ -266,7 +266,7 @@ def staircase_doc(
 def staircase_command(
     target: str = typer.Option(..., "--target", "-t", help="Built-in name, 'local', or a profile path."),
     input_dims: str = typer.Option(..., "--input", help="Input NxCxHxW, e.g. 8x128x28x28."),
-    out_channels: str = typer.Option(..., "--out-channels", help="a:b:s (b included) or a list 64,96,128."),
+    out_channels: str = typer.Option(..., "--out-channels", help="start:stop:step (stop included) or a list 64,96,128."),
     kernel: str = typer.Option("3", "--kernel", "-k", help="Kernel size (3 or 3x3); padding is 'same'."),
     stride: int = typer.Option(1, "--stride"),
     groups: int = typer.Option(1, "--groups"),
@@ -390,7 +390,7 @@ def calibrate_command(
     dtype: str = typer.Option("fp16", "--dtype", help="Comma list of dtypes to fit (fp16,fp32)."),
     runs: int = typer.Option(30, "--runs", help="Timed runs per conv."),
     out_channels: str = typer.Option(
-        CALIBRATION_KS, "--out-channels", help="Widths swept per shape (a:b:s)."
+        CALIBRATION_KS, "--out-channels", help="Widths swept per shape (start:stop:step, stop included)."
     ),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Profile path (default: user cache)."),
     name: Optional[str] = typer.Option(None, "--name", help="Profile name (default: the target's name)."),
