@@ -267,3 +267,19 @@ def test_optimize_a_yolov8_export_end_to_end(
     runs = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, {"images": x})[0]
             for p in (path, out / "model.onnx")]  # fmt: skip
     np.testing.assert_allclose(runs[1], runs[0], rtol=0, atol=1e-5 * float(np.abs(runs[0]).max()))
+
+
+def test_paths_and_names_print_as_they_are(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """Console output is literal: rich markup would drop '[v2]' from a folder name and turn ':b:'
+    into an emoji, so the closing line named a folder that does not exist."""
+    folder = tmp_path / "models [v2] :b:"
+    folder.mkdir()
+    model = folder / "m.onnx"
+    model.write_bytes(zoo_model_path("vgg16_pruned_b4").read_bytes())
+    code, out, err = cli(monkeypatch, capsys, "optimize", str(model), "--target", "nano", "--max-evals", "4")
+    assert code == 0, err
+    assert f"wrote {folder / 'm.deployopt'}/ (" in out
+    code, out, _ = cli(monkeypatch, capsys, "analyze", str(model))
+    assert code == 0 and "🅱" not in out

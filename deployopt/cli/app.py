@@ -14,8 +14,11 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
-err_console = Console(stderr=True)
+# Literal consoles: output carries user strings (model paths, ONNX names, plan labels), and rich
+# markup or emoji codes would rewrite them ("models [v2]/m.onnx" printed as "models /m.onnx",
+# ":b:" as an emoji). Colour is given with style=/Text, never with markup.
+console = Console(markup=False, emoji=False)
+err_console = Console(stderr=True, markup=False, emoji=False)
 
 
 def cudnn_engines_option() -> object:

@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from deployopt.backends.base import DTYPES, Backend, MeasureOptions, Profile, get_backend, list_backends
 from deployopt.cli.app import (
@@ -56,7 +57,7 @@ def backends_command(
     table.add_column("available")
     table.add_column("uses / why not")
     for name, ok, why in rows:
-        table.add_row(name, "[green]yes[/]" if ok else "[red]no[/]", why)
+        table.add_row(name, Text("yes", style="green") if ok else Text("no", style="red"), why)
     console.print(table)
 
 
@@ -269,11 +270,15 @@ def render_profile(profile: Profile, kernels: bool) -> None:
     if not kernels:
         return
     # One block per kernel rather than a table: kernel names are long and the numbers are many.
-    console.print("\n[bold]kernels per layer[/] (last profiled pass; waves over the SMs the run had)")
+    console.print(
+        Text.assemble(
+            "\n", ("kernels per layer", "bold"), " (last profiled pass; waves over the SMs the run had)"
+        )
+    )
     for layer in profile.layers:
         if not layer.kernels:
             continue
-        console.print(f"[bold]{layer.name}[/]", highlight=False, soft_wrap=True)
+        console.print(layer.name, style="bold", highlight=False, soft_wrap=True)
         for k in layer.kernels:
             regs = "-" if k.registers_per_thread is None else str(k.registers_per_thread)
             smem = "-" if k.shared_memory_bytes is None else f"{k.shared_memory_bytes / 1024:.0f}K"

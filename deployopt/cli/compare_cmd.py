@@ -13,6 +13,7 @@ from typing import Optional
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from deployopt.cli.app import app, console, err_console
 from deployopt.regression import MIN_EFFECT, Pair, RegressionReport, compare_paths, setup
@@ -23,9 +24,11 @@ def _cell(t: Timing) -> str:
     return f"{t.median_us:.1f} ({t.iqr_us:.1f}, {t.runs})"
 
 
-def _verdict(p: Pair) -> str:
+def _verdict(p: Pair) -> Text:
     v = p.comparison.verdict
-    return {"slower": "[red]slower[/]", "faster": "[green]faster[/]"}.get(v, "no change")
+    return {"slower": Text("slower", style="red"), "faster": Text("faster", style="green")}.get(
+        v, Text("no change")
+    )
 
 
 def _render(report: RegressionReport) -> None:

@@ -35,7 +35,7 @@ def main() -> None:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else "allocation failed"
         _fail(f"out of memory: {detail}; try a smaller --batch or --input-shape", 2)
     except KeyboardInterrupt:
-        err_console.print("[bold red]interrupted[/]")
+        err_console.print("interrupted", style="bold red")
         sys.exit(130)
 
 

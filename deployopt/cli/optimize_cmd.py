@@ -10,6 +10,7 @@ from typing import Any, Optional
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from deployopt.cli.app import (
     app,
@@ -43,7 +44,9 @@ def _progress_callback(progress: Progress) -> Any:
                 desc += f" {timing.median_us:.1f} µs"
             progress.update(tasks["eval"], completed=info.get("done", 0), description=desc)
         elif kind == "refused":
-            progress.console.print(f"[yellow]refused[/] {info.get('label')}: {info.get('reason')}")
+            progress.console.print(
+                Text.assemble(("refused", "yellow"), f" {info.get('label')}: {info.get('reason')}")
+            )
 
     return on_event
 
@@ -122,7 +125,7 @@ def optimize_command(
         force=force,
     )
     progress = Progress(
-        TextColumn("{task.description}"),
+        TextColumn("{task.description}", markup=False),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
@@ -149,7 +152,9 @@ def optimize_command(
 def _render(result: Any) -> None:
     rep = result.report
     if not rep["measured"]:
-        console.print("[bold yellow]All latencies below are predicted by the wave model, not measured.[/]")
+        console.print(
+            "All latencies below are predicted by the wave model, not measured.", style="bold yellow"
+        )
     elif rep.get("note"):
         console.print(f"note: {rep['note']}", style="bold yellow", markup=False, highlight=False)
     table = Table(

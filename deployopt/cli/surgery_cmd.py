@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from deployopt.cli.app import app, console, err_console, parse_input_shapes
 from deployopt.coupling import Analysis, ConvLayer, analyze
@@ -40,7 +41,9 @@ def groups_table(analysis: Analysis, title: Optional[str] = None) -> Table:
     table.add_column("producers", overflow="fold")
     table.add_column("consumers", overflow="fold")
     for g in analysis.groups:
-        status = f"[red]frozen[/]: {g.reason}" if g.frozen else "[green]free[/]"
+        status = (
+            Text.assemble(("frozen", "red"), f": {g.reason}") if g.frozen else Text("free", style="green")
+        )
         table.add_row(g.id, str(g.width), status, _names(g.producers), _names(g.consumers))
     return table
 

@@ -266,7 +266,9 @@ def staircase_doc(
 def staircase_command(
     target: str = typer.Option(..., "--target", "-t", help="Built-in name, 'local', or a profile path."),
     input_dims: str = typer.Option(..., "--input", help="Input NxCxHxW, e.g. 8x128x28x28."),
-    out_channels: str = typer.Option(..., "--out-channels", help="start:stop:step (stop included) or a list 64,96,128."),
+    out_channels: str = typer.Option(
+        ..., "--out-channels", help="start:stop:step (stop included) or a list 64,96,128."
+    ),
     kernel: str = typer.Option("3", "--kernel", "-k", help="Kernel size (3 or 3x3); padding is 'same'."),
     stride: int = typer.Option(1, "--stride"),
     groups: int = typer.Option(1, "--groups"),

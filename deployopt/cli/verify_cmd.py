@@ -13,6 +13,7 @@ from typing import Optional
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from deployopt.cli.app import app, console, err_console, parse_input_shapes
 from deployopt.errors import DataError
@@ -58,8 +59,10 @@ def _render(report: FidelityReport, thresholds: Thresholds, failures: list[str])
     table.add_column("threshold", justify="right")
     table.add_column("", justify="center")
 
-    def status(ok: bool | None) -> str:
-        return "" if ok is None else ("[green]ok[/]" if ok else "[bold red]FAIL[/]")
+    def status(ok: bool | None) -> Text:
+        return (
+            Text("") if ok is None else (Text("ok", style="green") if ok else Text("FAIL", style="bold red"))
+        )
 
     t = thresholds
     table.add_row(
@@ -91,16 +94,17 @@ def _render(report: FidelityReport, thresholds: Thresholds, failures: list[str])
     console.print(table)
     if report.random_inputs:
         console.print(
-            "[yellow]inputs: random inputs (no calibration data given): this shows whether the models "
-            "compute the same function, not accuracy on real data; pass --calibration-data for that[/]"
+            "inputs: random inputs (no calibration data given): this shows whether the models "
+            "compute the same function, not accuracy on real data; pass --calibration-data for that",
+            style="yellow",
         )
     else:
         console.print(f"inputs: {report.source}", highlight=False)
     if failures:
         for f in failures:
-            console.print(f"[bold red]FAILED[/]: {f}", highlight=False)
+            console.print(Text.assemble(("FAILED", "bold red"), f": {f}"), highlight=False)
     else:
-        console.print("[bold green]PASSED[/]: all thresholds hold")
+        console.print(Text.assemble(("PASSED", "bold green"), ": all thresholds hold"))
 
 
 @app.command("verify", rich_help_panel="Channel surgery")
