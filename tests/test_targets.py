@@ -181,3 +181,26 @@ def test_int8_only_where_the_gpu_has_native_int8():
         assert str(exc.value).endswith("use --dtype fp16")
     for name in ("p6000", "agx-xavier", "orin-nano-8gb", "h200"):
         assert get_target(name).wave_params("int8").dtype == "int8"
+
+
+def test_a_target_printed_as_json_and_edited_is_a_what_if_profile(tmp_path):
+    """A Jetson power mode: `targets --target orin-nano-8gb --json`, clock set to the 'Super' mode's,
+    loads as a target whose default parameters follow the new clock (per-wave time scales with it);
+    an H200 file keeps its fitted parameters as they are."""
+    from deployopt.layers import ConvShape
+    from deployopt.waves import predict
+
+    doc = get_target("orin-nano-8gb").to_json()
+    doc.update(name="orin-nano-super", clock_mhz=1020.0)
+    path = tmp_path / "orin-nano-super.json"
+    path.write_text(json.dumps(doc))
+    fast, base = get_target(str(path)), get_target("orin-nano-8gb")
+    assert (fast.name, fast.clock_mhz, fast.origin) == ("orin-nano-super", 1020.0, str(path))
+    expected = base.wave_params("fp16").wave_us * 625.0 / 1020.0
+    assert fast.wave_params("fp16").wave_us == pytest.approx(expected)
+    shape = ConvShape(n=1, c=64, h=80, w=80, k=96, r=3, s=3)
+    assert predict(shape, fast, "fp16").predicted_us < predict(shape, base, "fp16").predicted_us
+    h200 = get_target("h200").to_json()
+    (tmp_path / "h200.json").write_text(json.dumps(h200))
+    kept = get_target(str(tmp_path / "h200.json")).wave_params("fp16")
+    assert kept == get_target("h200").wave_params("fp16") and kept.fitted

@@ -204,7 +204,10 @@ def cache_dir() -> Path:
 
 
 def load_profile(path: str | os.PathLike[str]) -> Target:
-    """A calibrated profile written by `deployopt calibrate` (target facts + fitted params)."""
+    """A calibrated profile written by `deployopt calibrate` (target facts + fitted params), or one
+    target as `deployopt targets --target T --json` prints it, edited for a what-if: a Jetson power
+    mode's clock or SM count. Its default (unfitted) parameters are dropped and derived again from
+    the edited facts; fitted ones are kept as they are."""
     path = Path(path)
     try:
         doc = json.loads(path.read_text())
@@ -212,10 +215,15 @@ def load_profile(path: str | os.PathLike[str]) -> Target:
         raise TargetError(f"cannot read target profile {path}: {exc}") from None
     except UnicodeDecodeError:  # a model or an image given as --target
         raise TargetError(f"{path} is not a deployopt target profile (not JSON text)") from None
-    if not isinstance(doc, dict) or "target" not in doc:
+    if isinstance(doc, dict) and "target" not in doc and {"compute_capability", "clock_mhz"} <= set(doc):
+        d = dict(doc)  # `targets --target T --json`
+        d["params"] = {dt: p for dt, p in (d.get("params") or {}).items() if p.get("fitted")}
+        d.pop("full_sms", None)
+    elif not isinstance(doc, dict) or "target" not in doc:
         raise TargetError(f"{path} is not a deployopt target profile (no 'target' key)")
-    d = dict(doc["target"])
-    d["params"] = doc.get("params", {})
+    else:
+        d = dict(doc["target"])
+        d["params"] = doc.get("params", {})
     d.pop("origin", None)
     return target_from_json(d, origin=str(path))
 
