@@ -8,6 +8,7 @@ later stage has to care, and it reports what it changed as notices instead of si
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import tempfile
@@ -22,7 +23,8 @@ from deployopt.errors import ModelError
 from deployopt.fileio import check_output_file, make_output_dir, output_error
 
 _MAX_FOLD_PASSES = 16
-#: Initializers at most this large that several nodes read get one copy per reader (`_unshare`).
+#: Initializers at most this large that several nodes read get one copy per reader
+#: (`_unshare_constants`).
 UNSHARE_MAX_ELEMENTS = 4096
 
 #: Ops that make a graph worth running through onnx-graphsurgeon's constant folding.
@@ -272,8 +274,8 @@ def _unshare_constants(model: onnx.ModelProto) -> int:
             if name not in seen:
                 seen.add(name)
                 continue
-            if _elements(tensor) > UNSHARE_MAX_ELEMENTS:
-                continue
+            if not tensor.dims or math.prod(tensor.dims) > UNSHARE_MAX_ELEMENTS:
+                continue  # a scalar ties no channels; a large tensor is a weight, not a shape vector
             k = 1
             while f"{name}__{k}" in taken:
                 k += 1
@@ -285,13 +287,6 @@ def _unshare_constants(model: onnx.ModelProto) -> int:
             node.input[j] = clone.name
             copies += 1
     return copies
-
-
-def _elements(tensor: TensorProto) -> int:
-    n = 1
-    for d in tensor.dims:
-        n *= d
-    return n
 
 
 def _check_conv_channels(model: onnx.ModelProto, path: Path, given: bool) -> None:
