@@ -204,3 +204,33 @@ def test_a_target_printed_as_json_and_edited_is_a_what_if_profile(tmp_path):
     (tmp_path / "h200.json").write_text(json.dumps(h200))
     kept = get_target(str(tmp_path / "h200.json")).wave_params("fp16")
     assert kept == get_target("h200").wave_params("fp16") and kept.fitted
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ({"sms": 0}, "sms must be an integer above 0, not 0"),
+        ({"sms": 2.5}, "sms must be an integer above 0, not 2.5"),
+        ({"sms": True}, "sms must be an integer above 0, not True"),
+        ({"clock_mhz": -5}, "clock_mhz must be a number above 0, not -5"),
+        ({"clock_mhz": "fast"}, "clock_mhz must be a number above 0, not 'fast'"),
+        ({"compute_capability": "8.7"}, "compute_capability must be [major, minor], not '8.7'"),
+        ({"params": {"fp16": "fitted"}}, None),  # a what-if's default params are dropped anyway
+    ],
+)
+def test_a_hand_edited_profile_with_bad_values_is_one_line(tmp_path, edit, message):
+    """A what-if profile is edited by hand: a zero SM count, a clock of 'fast', a CC string were
+    tracebacks (ValueError deep in the wave arithmetic); now each is one TargetError line."""
+    doc = {**get_target("orin-nano-8gb").to_json(), **edit}
+    path = tmp_path / "mode.json"
+    path.write_text(json.dumps(doc))
+    if message is None:
+        assert get_target(str(path)).sms == 8
+        return
+    with pytest.raises(TargetError) as exc:
+        get_target(str(path))
+    assert str(exc.value) == f"target profile {path}: {message}"
+    calibrated = {"target": doc, "params": {"fp16": {"fitted": True}}}  # calibrate's format
+    path.write_text(json.dumps({**calibrated, "target": get_target("orin-nano-8gb").to_json()}))
+    with pytest.raises(TargetError, match="unreadable params"):
+        get_target(str(path))

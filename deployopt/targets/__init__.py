@@ -147,21 +147,42 @@ def target_from_json(d: dict[str, Any], origin: str = "built-in") -> Target:
     missing = [k for k in _FIELDS if k not in d]
     if missing:
         raise TargetError(f"target profile {origin}: missing {', '.join(missing)}")
-    params = {dt: WaveParams.from_json(p) for dt, p in (d.get("params") or {}).items()}
+
+    def positive(key: str, kind: type = int) -> Any:
+        # a hand-edited profile (a power-mode what-if) is user input: one line, not a traceback
+        value = d[key]
+        try:
+            number = kind(value)
+        except (TypeError, ValueError):
+            number = None
+        if isinstance(value, bool) or number is None or not number > 0 or number != float(value):
+            what = "an integer" if kind is int else "a number"
+            raise TargetError(f"target profile {origin}: {key} must be {what} above 0, not {value!r}")
+        return number
+
+    cc = d["compute_capability"]
+    pair = isinstance(cc, (list, tuple)) and len(cc) == 2
+    if not (pair and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in cc)):
+        raise TargetError(f"target profile {origin}: compute_capability must be [major, minor], not {cc!r}")
+    try:
+        params = {dt: WaveParams.from_json(p) for dt, p in (d.get("params") or {}).items()}
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        why = f"{type(exc).__name__}: {exc}"
+        raise TargetError(f"target profile {origin}: unreadable params ({why})") from None
     return Target(
-        name=d["name"],
-        display_name=d["display_name"],
-        compute_capability=(int(d["compute_capability"][0]), int(d["compute_capability"][1])),
-        sms=int(d["sms"]),
-        cuda_cores=int(d["cuda_cores"]),
-        clock_mhz=float(d["clock_mhz"]),
-        max_threads_per_sm=int(d["max_threads_per_sm"]),
-        max_blocks_per_sm=int(d["max_blocks_per_sm"]),
-        max_warps_per_sm=int(d["max_warps_per_sm"]),
-        shared_mem_per_sm=int(d["shared_mem_per_sm"]),
-        shared_mem_per_block=int(d["shared_mem_per_block"]),
-        registers_per_sm=int(d["registers_per_sm"]),
-        registers_per_block=int(d["registers_per_block"]),
+        name=str(d["name"]),
+        display_name=str(d["display_name"]),
+        compute_capability=(int(cc[0]), int(cc[1])),
+        sms=positive("sms"),
+        cuda_cores=positive("cuda_cores"),
+        clock_mhz=positive("clock_mhz", float),
+        max_threads_per_sm=positive("max_threads_per_sm"),
+        max_blocks_per_sm=positive("max_blocks_per_sm"),
+        max_warps_per_sm=positive("max_warps_per_sm"),
+        shared_mem_per_sm=positive("shared_mem_per_sm"),
+        shared_mem_per_block=positive("shared_mem_per_block"),
+        registers_per_sm=positive("registers_per_sm"),
+        registers_per_block=positive("registers_per_block"),
         sources=dict(d.get("sources") or {}),
         params=params,
         kind=d.get("kind", ""),
@@ -217,7 +238,8 @@ def load_profile(path: str | os.PathLike[str]) -> Target:
         raise TargetError(f"{path} is not a deployopt target profile (not JSON text)") from None
     if isinstance(doc, dict) and "target" not in doc and {"compute_capability", "clock_mhz"} <= set(doc):
         d = dict(doc)  # `targets --target T --json`
-        d["params"] = {dt: p for dt, p in (d.get("params") or {}).items() if p.get("fitted")}
+        params = d.get("params") if isinstance(d.get("params"), dict) else {}
+        d["params"] = {dt: p for dt, p in params.items() if isinstance(p, dict) and p.get("fitted")}
         d.pop("full_sms", None)
     elif not isinstance(doc, dict) or "target" not in doc:
         raise TargetError(f"{path} is not a deployopt target profile (no 'target' key)")
