@@ -232,7 +232,9 @@ def load_timing(path: str | Path) -> Timing:
         raise BackendFailed(f"{p}: the measurement failed: {data['error']}")
     try:
         timing = Timing.from_json(data)
-    except (KeyError, ValueError, TypeError) as exc:
+    except KeyError as exc:
+        raise DataError(f"{p} is not a measurement: it has no {exc.args[0]!r} field") from None
+    except (ValueError, TypeError) as exc:
         raise DataError(f"{p} is not a measurement: {exc}") from None
     bad = [
         s

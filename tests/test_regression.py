@@ -127,7 +127,7 @@ def test_bad_measurement_files_are_one_line_errors(tmp_path: Path) -> None:
     for text, match in (
         ("{", "is not JSON"),
         ('{"backend": "x"}', "no samples_us"),
-        ('{"samples_us": [1.0]}', "is not a measurement"),
+        ('{"samples_us": [1.0]}', "is not a measurement: it has no 'backend' field"),
         ('[{"startMs": 1.0}]', "not a trtexec --exportTimes file|no 'computeMs'"),
         ("[1, 2]", "not a trtexec --exportTimes file"),
     ):
