@@ -289,14 +289,13 @@ class Worker:
         else:
             try:
                 samples, replays = self._graph_samples(module, inputs, name)
-                what = "CUDA-graph replay of one forward pass"
+                what, unit, units = "CUDA-graph replay of one forward pass", "CUDA-graph replay", "replays"
             except CaptureFailed as exc:
                 # Ops that read tensor values on the host (shape arithmetic computed on the GPU)
                 # cannot be captured; eager passes still time the GPU, plus any launch gaps.
                 samples, replays = self._eager_samples(module, inputs, name)
                 what = f"eager forward pass (no CUDA graph: {exc}; launch gaps included)"
-            graphed = what.startswith("CUDA-graph")
-            unit, units = ("CUDA-graph replay", "replays") if graphed else ("eager pass", "passes")
+                unit, units = "eager pass", "passes"
             per = (
                 f"one {unit} per sample"
                 if replays == 1

@@ -361,7 +361,7 @@ class TrtexecSession(Session):
             # a timing cache holds tactic timings of the GPU that ran them: it lives on the board,
             # in the work folder every model shares, under its host file's name (the host path
             # does not exist there, and a host-side cache would hold another GPU's timings)
-            board_cache = rdir.parent / board_name(Path(cache).name)
+            board_cache = workdir / board_name(Path(cache).name)
             options = dataclasses.replace(options, extra={**options.extra, "timing_cache": str(board_cache)})
         if self.version is None:
             self.version = detect_version(self.trtexec, timeout_s=short, prefix=ssh)
