@@ -164,13 +164,11 @@ def cifar_case(args: argparse.Namespace, session: Any, model: str, seed: int, ch
         paths[name] = case_dir / f"{name}.onnx"
         if not paths[name].exists():
             onnx.save(m, str(paths[name]))
-    t0 = time.perf_counter()
-    lossless = run_optimize(args, session, paths["pruned"], case_dir / "lossless", "lossless", check)
-    t1 = time.perf_counter()
-    trim = run_optimize(args, session, paths["pruned"], case_dir / "trim", "trim", check)
-    t2 = time.perf_counter()
-    paths["deployopt_lossless"] = case_dir / "lossless" / "model.onnx"
-    paths["deployopt_trim"] = case_dir / "trim" / "model.onnx"
+    _, runs = lossless_and_trim(args, session, paths["pruned"], case_dir, check)
+    paths.update(
+        deployopt_lossless=case_dir / "lossless" / "model.onnx",
+        deployopt_trim=case_dir / "trim" / "model.onnx",
+    )
     final = interleaved(session, paths, args.rounds)
     return {
         "model": model,
@@ -178,6 +176,21 @@ def cifar_case(args: argparse.Namespace, session: Any, model: str, seed: int, ch
         "batch": batch,
         "sms": args.sms_int,
         "final": timing_table(final, "pruned"),
+        **runs,
+    }
+
+
+def lossless_and_trim(
+    args: argparse.Namespace, session: Any, pruned: Path, case_dir: Path, check: Any
+) -> tuple[Any, dict[str, Any]]:
+    """deployopt lossless, then trim-10 %, on the pruned model (the trim run re-uses the lossless
+    run's per-layer table): (the lossless result, both runs summarized with their wall time)."""
+    t0 = time.perf_counter()
+    lossless = run_optimize(args, session, pruned, case_dir / "lossless", "lossless", check)
+    t1 = time.perf_counter()
+    trim = run_optimize(args, session, pruned, case_dir / "trim", "trim", check)
+    t2 = time.perf_counter()
+    return lossless, {
         "lossless": {**summarize(lossless), "wall_s": t1 - t0},
         "trim": {**summarize(trim), "wall_s": t2 - t1},
     }
@@ -199,16 +212,14 @@ def yolo_case(args: argparse.Namespace, session: Any, seed: int, check: Any) -> 
     for name, w in (("unpruned", YOLOV8S_WIDTHS), ("pruned", widths)):
         if not paths[name].exists():
             export_yolo_like(paths[name], widths=w, size=YOLO_SIZE, batch=batch)
-    t0 = time.perf_counter()
-    lossless = run_optimize(args, session, paths["pruned"], case_dir / "lossless", "lossless", check)
-    t1 = time.perf_counter()
-    trim = run_optimize(args, session, paths["pruned"], case_dir / "trim", "trim", check)
-    t2 = time.perf_counter()
+    lossless, runs = lossless_and_trim(args, session, paths["pruned"], case_dir, check)
     paths["round_up_8"] = case_dir / "round_up_8.onnx"
     if not paths["round_up_8"].exists():
         onnx.save(apply_plan(load_model(paths["pruned"]).model, lossless.round_up), str(paths["round_up_8"]))
-    paths["deployopt_lossless"] = case_dir / "lossless" / "model.onnx"
-    paths["deployopt_trim"] = case_dir / "trim" / "model.onnx"
+    paths.update(
+        deployopt_lossless=case_dir / "lossless" / "model.onnx",
+        deployopt_trim=case_dir / "trim" / "model.onnx",
+    )
     final = interleaved(session, paths, args.rounds)
     return {
         "model": "yolo",
@@ -218,8 +229,7 @@ def yolo_case(args: argparse.Namespace, session: Any, seed: int, check: Any) -> 
         "base_widths": {"unpruned": list(YOLOV8S_WIDTHS), "pruned": widths},
         "sms": args.sms_int,
         "final": timing_table(final, "pruned"),
-        "lossless": {**summarize(lossless), "wall_s": t1 - t0},
-        "trim": {**summarize(trim), "wall_s": t2 - t1},
+        **runs,
     }
 
 
