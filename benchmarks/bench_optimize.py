@@ -11,6 +11,8 @@ round-up-to-8, lossless), and a top-1 check of the lossless plan on the foolbox 
 `yolo` is a YOLOv8s-style detector at 640×640 (deployopt/zoo/yolo.py, random weights, exported by
 torch): its five base widths irregularly pruned (seed 0/1/2), then lossless and trim-10 % runs as for
 the CIFAR models; its round-up-to-8 is the optimizer's own (every free group, the C2f halves too).
+`yolo_detect` is the same detector with ultralytics' Detect head as `yolo export` writes it (cv2/cv3
+branches, DFL, dist2bbox; 80 classes): the head's own widths are free groups too.
 
 Resumable: every optimize run journals into --workdir, the results JSON is rewritten after each
 case, finished cases are skipped, and --deadline stops cleanly (journals intact) so the same
@@ -41,8 +43,8 @@ from deployopt.optimize import OptimizeConfig, Optimizer, OptimizeResult
 from deployopt.timing import Timing, compare
 
 BATCH = {
-    "full": {"vgg16": 128, "resnet56": 256, "mobilenetv2": 64, "yolo": 8},
-    "8": {"vgg16": 16, "resnet56": 32, "mobilenetv2": 8, "yolo": 1},
+    "full": {"vgg16": 128, "resnet56": 256, "mobilenetv2": 64, "yolo": 8, "yolo_detect": 8},
+    "8": {"vgg16": 16, "resnet56": 32, "mobilenetv2": 8, "yolo": 1, "yolo_detect": 1},
 }
 YOLO_SIZE = 640  # the input side YOLOv8 is trained and deployed at
 
@@ -196,22 +198,28 @@ def lossless_and_trim(
     }
 
 
-def yolo_case(args: argparse.Namespace, session: Any, seed: int, check: Any) -> dict[str, Any]:
+YOLO_HEADS = {"yolo": "plain", "yolo_detect": "detect"}
+
+
+def yolo_case(
+    args: argparse.Namespace, session: Any, seed: int, check: Any, model: str = "yolo"
+) -> dict[str, Any]:
     """The detector: unpruned YOLOv8s widths, irregularly pruned ones, the optimizer's round-up-to-8
-    of the pruned model, and deployopt lossless / trim-10 % of it, timed in interleaved rounds."""
+    of the pruned model, and deployopt lossless / trim-10 % of it, timed in interleaved rounds.
+    `model` "yolo_detect" gives it the real Detect head instead of plain 1×1 output convs."""
     from deployopt.model import load_model
     from deployopt.surgery import apply_plan
     from deployopt.zoo.pruning import random_prune
     from deployopt.zoo.yolo import YOLOV8S_WIDTHS, export_yolo_like
 
-    batch = BATCH[args.sms]["yolo"]
+    batch = BATCH[args.sms][model]
     widths = random_prune(YOLOV8S_WIDTHS, seed=seed)
-    case_dir = Path(args.workdir) / f"sms{args.sms}" / f"yolo_seed{seed}"
+    case_dir = Path(args.workdir) / f"sms{args.sms}" / f"{model}_seed{seed}"
     case_dir.mkdir(parents=True, exist_ok=True)
     paths = {"unpruned": case_dir / "unpruned.onnx", "pruned": case_dir / "pruned.onnx"}
     for name, w in (("unpruned", YOLOV8S_WIDTHS), ("pruned", widths)):
         if not paths[name].exists():
-            export_yolo_like(paths[name], widths=w, size=YOLO_SIZE, batch=batch)
+            export_yolo_like(paths[name], widths=w, size=YOLO_SIZE, batch=batch, head=YOLO_HEADS[model])
     lossless, runs = lossless_and_trim(args, session, paths["pruned"], case_dir, check)
     paths["round_up_8"] = case_dir / "round_up_8.onnx"
     if not paths["round_up_8"].exists():
@@ -222,7 +230,8 @@ def yolo_case(args: argparse.Namespace, session: Any, seed: int, check: Any) -> 
     )
     final = interleaved(session, paths, args.rounds)
     return {
-        "model": "yolo",
+        "model": model,
+        "head": YOLO_HEADS[model],
         "seed": seed,
         "batch": batch,
         "input_size": YOLO_SIZE,
@@ -321,7 +330,7 @@ def solver_study(args: argparse.Namespace) -> dict[str, Any]:
     tmp = Path(args.workdir) / "solver_study"
     tmp.mkdir(parents=True, exist_ok=True)
     with get_backend(args.backend).open(opts) as session:
-        for model in [m for m in args.models.split(",") if m not in ("mobilenetv2", "yolo")]:
+        for model in [m for m in args.models.split(",") if m not in ("mobilenetv2", *YOLO_HEADS)]:
             for seed in [int(s) for s in args.seeds.split(",")]:
                 src = tmp / f"{model}_seed{seed}.onnx"
                 onnx.save(build_models(model, seed, BATCH[args.sms][model])["pruned"], str(src))
@@ -416,7 +425,7 @@ def main() -> int:
     ap.add_argument(
         "--sms", choices=["full", "8"], required=True, help="full GPU or a green context of 8 SMs"
     )
-    ap.add_argument("--models", default="vgg16,resnet56,mobilenetv2", help="also: yolo")
+    ap.add_argument("--models", default="vgg16,resnet56,mobilenetv2", help="also: yolo, yolo_detect")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--out", required=True, help="results JSON (rewritten after every case)")
     ap.add_argument(
@@ -522,8 +531,8 @@ def main() -> int:
                 try:
                     if model == "mobilenetv2":
                         results["cases"][cid] = mobilenet_case(args, session, check)
-                    elif model == "yolo":
-                        results["cases"][cid] = yolo_case(args, session, seed, check)
+                    elif model in YOLO_HEADS:
+                        results["cases"][cid] = yolo_case(args, session, seed, check, model)
                     else:
                         results["cases"][cid] = cifar_case(args, session, model, seed, check)
                 except Deadline:
