@@ -32,6 +32,10 @@ YOLO_UNSHARED = (
     "the detector again, code of 4326041: shared Split-size constants copied per reader, 47 free groups "
     "instead of 33; seed 2 only, the session's device time ran out"
 )
+YOLO47 = (
+    "the detector, 47 free groups (shared Split constants copied), all three seeds, code of 79fd325 "
+    "(8 SMs) / 1652eed (132 SMs), the same optimizer"
+)
 # (file, note): the two main runs predate the optimizer's confirmation step (docs/optimize.md step 7).
 DEFAULT_FILES: list[tuple[Path, str]] = [
     (RESULTS / "optimize_sms8.json", "before the confirmation step"),
@@ -46,6 +50,8 @@ DEFAULT_FILES: list[tuple[Path, str]] = [
     (RESULTS / "optimize_sms8_yolo_all_engines.json", YOLO_ENGINES),
     (RESULTS / "optimize_full_yolo.json", YOLO),
     (RESULTS / "optimize_sms8_yolo_unshared.json", YOLO_UNSHARED),
+    (RESULTS / "optimize_sms8_yolo_47groups.json", YOLO47),
+    (RESULTS / "optimize_full_yolo_47groups.json", YOLO47),
 ]
 CIFAR_COLUMNS = ("unpruned", "pruned", "round_up_8", "deployopt_lossless", "deployopt_trim")
 
