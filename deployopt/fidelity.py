@@ -321,6 +321,10 @@ class Thresholds:
     """Pass/fail limits; None disables a check. Cosine and top-1 defaults suit exact edits."""
 
     max_abs_error: float | None = None
+    # With max_abs_error: each output may also differ by this fraction of its largest reference
+    # magnitude (numpy's atol + rtol, taken over the output's range rather than per element, so a
+    # zero crossing does not tighten it). Boxes decoded in pixels round at ~6e-5 near 640.
+    rel_error: float | None = None
     min_cosine: float | None = 0.999
     min_top1: float | None = 0.99
 
@@ -338,12 +342,25 @@ class FidelityReport:
     candidate_output_names: list[str]
     source: str = ""
     random_inputs: bool = False
+    # per output, over every sample: max |reference - candidate| and max |reference|
+    output_max_abs_error: list[float] = field(default_factory=list)
+    output_max_abs_reference: list[float] = field(default_factory=list)
 
     def check(self, thresholds: Thresholds | None = None) -> list[str]:
         """Failures as one line each; empty when every enabled threshold holds (NaN always fails)."""
         t = thresholds or Thresholds()
         failures = []
-        if t.max_abs_error is not None and not self.max_abs_error <= t.max_abs_error:
+        if t.max_abs_error is not None and t.rel_error is not None and self.output_max_abs_error:
+            for name, err, ref in zip(
+                self.output_names, self.output_max_abs_error, self.output_max_abs_reference
+            ):
+                allowed = t.max_abs_error + t.rel_error * ref
+                if not err <= allowed:
+                    failures.append(
+                        f"output {name}: max abs error {err:.3g} > {t.max_abs_error:.3g} + "
+                        f"{t.rel_error:.3g} × {ref:.4g} (its largest magnitude)"
+                    )
+        elif t.max_abs_error is not None and not self.max_abs_error <= t.max_abs_error:
             failures.append(f"max abs error {self.max_abs_error:.3g} > {t.max_abs_error:.3g}")
         if t.min_cosine is not None and not self.cosine_min >= t.min_cosine:
             failures.append(f"min cosine similarity {self.cosine_min:.6f} < {t.min_cosine:g}")
@@ -372,6 +389,12 @@ class FidelityReport:
             "outputs": self.output_names,
             "source": self.source,
             "random_inputs": self.random_inputs,
+            "per_output": [
+                {"name": n, "max_abs_error": num(e), "max_abs_reference": num(r)}
+                for n, e, r in zip(
+                    self.output_names, self.output_max_abs_error, self.output_max_abs_reference
+                )
+            ],
             "passed": not failures,
             "failures": failures,
         }
@@ -463,6 +486,7 @@ def compare_models(
     rename = dict(zip(ref_inputs, cand_inputs)) if set(ref_inputs) != set(cand_inputs) else {}
 
     max_err, err_sum, n_el = 0.0, 0.0, 0
+    out_err, out_ref = [0.0] * len(ref_names), [0.0] * len(ref_names)
     cosines: list[float] = []
     agree, rows_top1, n_rows = 0, 0, 0
     for sample in calib.samples:
@@ -478,10 +502,12 @@ def compare_models(
                     f"candidate {_fmt(c.shape)}"
                 )
         diffs = [np.abs(r.astype(np.float64) - c.astype(np.float64)) for r, c in zip(ref_out, cand_out)]
-        for d in diffs:
+        for i, (d, r) in enumerate(zip(diffs, ref_out)):
             if d.size:
                 m = float(np.max(d))
                 max_err = m if (math.isnan(m) or not max_err >= m) else max_err
+                out_err[i] = m if (math.isnan(m) or not out_err[i] >= m) else out_err[i]
+                out_ref[i] = max(out_ref[i], float(np.max(np.abs(r.astype(np.float64)))))
                 err_sum += float(np.sum(d))
                 n_el += d.size
         batch = ref_out[0].shape[0] if ref_out[0].ndim >= 1 else 1
@@ -515,4 +541,6 @@ def compare_models(
         candidate_output_names=cand_names,
         source=calib.source,
         random_inputs=calib.random,
+        output_max_abs_error=out_err,
+        output_max_abs_reference=out_ref,
     )

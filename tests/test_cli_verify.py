@@ -118,3 +118,19 @@ def test_console_script_exit_codes(zoo_model_path, tmp_path: Path) -> None:
         "subfolders searched too)"
     )
     assert "Traceback" not in proc.stderr
+
+
+def test_rel_error_widens_each_outputs_limit_and_needs_max_abs_error(zoo_model_path, tmp_path: Path) -> None:
+    ref = zoo_model_path("resnet56_pruned")
+    cand = _shifted(ref, tmp_path / "cand.onnx", 0.01)
+    args = [str(ref), str(cand), "--calibration-data", str(CIFAR), "--json", "--max-abs-error", "1e-3"]
+    strict = json.loads(_verify(*args).stdout)
+    (logits,) = strict["per_output"]
+    assert logits["name"] == "logits" and logits["max_abs_error"] == pytest.approx(0.01, abs=1e-5)
+    # 1e-3 + rel × max|logit| covers the 0.01 shift exactly when rel is large enough
+    rel = 0.01 / logits["max_abs_reference"]
+    assert _verify(*args, "--rel-error", str(rel * 0.5)).exit_code == 1
+    assert _verify(*args, "--rel-error", str(rel)).exit_code == 0
+    result = _verify(str(ref), str(cand), "--rel-error", "0.1")
+    assert isinstance(result.exception, DataError)
+    assert "--rel-error 0.1: needs --max-abs-error" in str(result.exception)

@@ -407,3 +407,43 @@ def _transposed(model: onnx.ModelProto) -> onnx.ModelProto:
         list(model.graph.initializer),
     )  # fmt: skip
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _boxes_and_scores(box_offset: float, score_offset: float) -> onnx.ModelProto:
+    """boxes = x × 640 + box_offset (pixels), scores = x + score_offset (0–1): a detector's two scales."""
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 8])
+    outs = [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, [1, 8]) for n in ("boxes", "scores")]
+    consts = [
+        numpy_helper.from_array(np.array(v, np.float32), n)
+        for n, v in (("px", 640.0), ("bo", box_offset), ("so", score_offset))
+    ]
+    nodes = [
+        helper.make_node("Mul", ["x", "px"], ["b0"]),
+        helper.make_node("Add", ["b0", "bo"], ["boxes"]),
+        helper.make_node("Add", ["x", "so"], ["scores"]),
+    ]
+    graph = helper.make_graph(nodes, "g", [x], outs, consts)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_rel_error_scales_each_outputs_limit_by_its_own_magnitude() -> None:
+    """An error of 2e-4 on boxes near 640 px is ~3 fp32 ulps there and passes 1e-4 + 1e-5 × 640;
+    the same error on 0–1 scores fails, and the failure names that output."""
+    calib = CalibrationSet(
+        samples=[{"x": np.linspace(0.0, 1.0, 8, dtype=np.float32)[None]}], source="t", random=False
+    )
+    ref = _boxes_and_scores(0.0, 0.0)
+    boxes_off = compare_models(ref, _boxes_and_scores(2e-4, 0.0), calib)
+    assert boxes_off.output_max_abs_reference == pytest.approx([640.0, 1.0])
+    assert boxes_off.output_max_abs_error[1] == 0.0 and boxes_off.output_max_abs_error[0] > 1e-4
+    lossless = Thresholds(max_abs_error=1e-4, rel_error=1e-5, min_cosine=None, min_top1=None)
+    assert boxes_off.check(lossless) == []
+    assert boxes_off.check(Thresholds(max_abs_error=1e-4, min_cosine=None, min_top1=None)) != []
+    scores_off = compare_models(ref, _boxes_and_scores(0.0, 2e-4), calib)
+    failures = scores_off.check(lossless)
+    assert len(failures) == 1 and failures[0].startswith(
+        "output scores: max abs error 0.0002 > 0.0001 + 1e-05"
+    )
+    js = scores_off.to_json(lossless)
+    assert [o["name"] for o in js["per_output"]] == ["boxes", "scores"] and js["passed"] is False
+    assert js["per_output"][1]["max_abs_reference"] == 1.0

@@ -65,12 +65,21 @@ def _render(report: FidelityReport, thresholds: Thresholds, failures: list[str])
         )
 
     t = thresholds
-    table.add_row(
-        "max abs error",
-        _fmt(report.max_abs_error, ".3g"),
-        "none" if t.max_abs_error is None else f"≤ {t.max_abs_error:g}",
-        status(None if t.max_abs_error is None else report.max_abs_error <= t.max_abs_error),
-    )
+    if t.max_abs_error is not None and t.rel_error is not None:
+        for name, err, ref in zip(
+            report.output_names, report.output_max_abs_error, report.output_max_abs_reference
+        ):
+            allowed = t.max_abs_error + t.rel_error * ref
+            table.add_row(
+                f"max abs error, {name}", _fmt(err, ".3g"), f"≤ {allowed:.3g}", status(err <= allowed)
+            )
+    else:
+        table.add_row(
+            "max abs error",
+            _fmt(report.max_abs_error, ".3g"),
+            "none" if t.max_abs_error is None else f"≤ {t.max_abs_error:g}",
+            status(None if t.max_abs_error is None else report.max_abs_error <= t.max_abs_error),
+        )
     table.add_row("mean abs error", _fmt(report.mean_abs_error, ".3g"), "", "")
     table.add_row(
         "cosine similarity (min)",
@@ -129,6 +138,12 @@ def verify(
     max_abs_error: Optional[float] = typer.Option(
         None, "--max-abs-error", help="Fail above this max abs error."
     ),
+    rel_error: Optional[float] = typer.Option(
+        None,
+        "--rel-error",
+        help="With --max-abs-error: each output may also differ by this fraction of its largest "
+        "reference magnitude (abs + rel × magnitude, per output).",
+    ),
     min_cosine: float = typer.Option(
         0.999, "--min-cosine", help="Fail below this per-image cosine similarity."
     ),
@@ -146,6 +161,8 @@ def verify(
         raise DataError(f"--min-top1 {min_top1}: expected a fraction between 0 and 1")
     if not -1.0 <= min_cosine <= 1.0:
         raise DataError(f"--min-cosine {min_cosine}: expected a value between -1 and 1")
+    if rel_error is not None and (max_abs_error is None or rel_error < 0):
+        raise DataError(f"--rel-error {rel_error}: needs --max-abs-error, and a fraction ≥ 0")
     requested = parse_input_shapes(input_shape)
     ref_inputs, notices = _model_inputs(reference, requested)
     cand_inputs, cand_notices = _model_inputs(candidate, requested)
@@ -165,7 +182,9 @@ def verify(
     for notice in dict.fromkeys(notices + cand_notices + calib.notices):
         err_console.print(f"notice: {notice}", style="yellow", markup=False, highlight=False)
     report = compare_models(reference, candidate, calib)
-    thresholds = Thresholds(max_abs_error=max_abs_error, min_cosine=min_cosine, min_top1=min_top1)
+    thresholds = Thresholds(
+        max_abs_error=max_abs_error, rel_error=rel_error, min_cosine=min_cosine, min_top1=min_top1
+    )
     failures = report.check(thresholds)
     if json_out:
         typer.echo(json.dumps(report.to_json(thresholds), indent=2))
