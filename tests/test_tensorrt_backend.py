@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import os
 import types
 from pathlib import Path
 
@@ -176,6 +177,81 @@ def test_content_digest_of_a_folder(tmp_path: Path) -> None:
     assert content_digest(folder) not in (base, renamed)
     assert content_digest(folder / "cats" / "c.npy") == hashlib.sha256(b"b").hexdigest()
     assert content_digest(tmp_path / "missing") == "absent"
+
+
+def counting_hashes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record every file tensorrt.py reads to hash (by name), with an empty digest memo."""
+    from deployopt.backends import tensorrt as trt_mod
+
+    read: list[str] = []
+    real = trt_mod._file_sha256
+
+    def counting(path: Path) -> str:
+        read.append(Path(path).name)
+        return real(path)
+
+    monkeypatch.setattr(trt_mod, "_file_sha256", counting)
+    monkeypatch.setattr(trt_mod, "_sha_memo", {}, raising=False)
+    return read
+
+
+def test_content_digest_reads_a_file_again_only_when_it_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder's digest reads each file once per state of the file (path, inode, size, mtime,
+    ctime): the same folder again reads nothing; a rewritten, replaced or added file is read again,
+    alone, and still changes the digest."""
+    from deployopt.backends import tensorrt as trt_mod
+
+    read = counting_hashes(monkeypatch)
+    later = trt_mod.time.time_ns() + 10**10  # the files settled long ago (see the next test)
+    monkeypatch.setattr(trt_mod, "_now_ns", lambda: later, raising=False)
+    folder = tmp_path / "calib"
+    (folder / "cats").mkdir(parents=True)
+    for name in ("a.npy", "b.npy", "cats/c.npy"):
+        (folder / name).write_bytes(name.encode())
+    base = content_digest(folder)
+    assert sorted(read) == ["a.npy", "b.npy", "c.npy"]
+    read.clear()
+    assert content_digest(folder) == base and content_digest(str(folder)) == base
+    assert read == []  # nothing read: the same files in the same state
+
+    st = (folder / "b.npy").stat()
+    (folder / "b.npy").write_bytes(b"B.npy")  # same size, a later mtime
+    os.utime(folder / "b.npy", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    changed = content_digest(folder)
+    assert changed != base and read == ["b.npy"]
+    read.clear()
+    assert content_digest(folder) == changed and read == []
+
+    tmp = folder / "a.tmp"  # an atomic replace: same size, same mtime, another inode
+    tmp.write_bytes(b"A.npy")
+    st = (folder / "a.npy").stat()
+    os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(tmp, folder / "a.npy")
+    replaced = content_digest(folder)
+    assert replaced not in (base, changed) and read == ["a.npy"]
+    read.clear()
+    (folder / "d.npy").write_bytes(b"d")
+    assert content_digest(folder) not in (base, changed, replaced) and read == ["d.npy"]
+    read.clear()
+    assert content_digest(folder / "cats" / "c.npy") == hashlib.sha256(b"cats/c.npy").hexdigest()
+    assert read == []  # a file given alone shares the memo
+
+
+def test_content_digest_rereads_files_changed_too_recently_to_trust_their_times(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file changed within the last two seconds may change again within the same timestamp tick,
+    leaving size and times as they were: it is read every time until it has settled."""
+    read = counting_hashes(monkeypatch)
+    data = tmp_path / "calib.npy"
+    data.write_bytes(b"one")
+    st = data.stat()
+    first = content_digest(data)
+    data.write_bytes(b"two")  # same size; mtime (and ctime, within a tick) as before
+    os.utime(data, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert content_digest(data) != first and read == ["calib.npy", "calib.npy"]
 
 
 def test_aggregate_layer_times() -> None:

@@ -53,6 +53,7 @@ import enum
 import importlib.machinery
 import importlib.util
 import json
+import os
 import statistics
 import sys
 import types
@@ -1812,6 +1813,66 @@ def test_backend_int8_engine_follows_the_calibration_contents(
     options.extra["workspace_mib"] = 128
     assert backend_builds(model, options, gpu)[0]
     assert not backend_builds(model, options, gpu)[0]
+
+
+def test_a_session_hashes_its_calibration_folder_once_per_state(
+    monkeypatch: pytest.MonkeyPatch, zoo_model_path: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """optimize builds one engine per candidate with the same calibration folder: its files are
+    hashed (for the engine key) by the first build only, in the caller's process, and the spawned
+    worker starts from those digests instead of reading the folder again; a changed file is hashed
+    again, alone, and changes the key."""
+    trt, gpu = install(monkeypatch, V10, "bindings")
+    trt.__spec__ = importlib.machinery.ModuleSpec("tensorrt", None)  # importable, for availability()
+    read: list[str] = []
+    real = trt_backend._file_sha256
+
+    def counting(path: Path) -> str:
+        read.append(Path(path).name)
+        return real(path)
+
+    monkeypatch.setattr(trt_backend, "_file_sha256", counting)
+    monkeypatch.setattr(trt_backend, "_sha_memo", {}, raising=False)
+    later = trt_backend.time.time_ns() + 10**10  # the files settled long ago
+    monkeypatch.setattr(trt_backend, "_now_ns", lambda: later, raising=False)
+    workers: list[tuple[Any, ...]] = []
+
+    def spawned(target: str, args: tuple[Any, ...], timeout_s: float) -> Any:
+        """What run_isolated does, in this process: a worker starts with an empty memo."""
+        assert target == "deployopt.backends.tensorrt.build_and_time"
+        workers.append(args)
+        parent = trt_backend._sha_memo
+        monkeypatch.setattr(trt_backend, "_sha_memo", {})
+        try:
+            return build_and_time(*args)
+        finally:
+            monkeypatch.setattr(trt_backend, "_sha_memo", parent)
+
+    monkeypatch.setattr(trt_backend, "run_isolated", spawned)
+    _, data = write_calibration(tmp_path, items=4)
+    folder = tmp_path / "calib"
+    folder.mkdir()
+    names = [f"{i}.npy" for i in range(4)]
+    for name, item in zip(names, data):
+        np.save(folder / name, item[None])
+    options = opts(tmp_path, dtype="int8", calibration_data=str(folder), extra={"isolate": True})
+    models = [zoo_model_path("mobilenet_like"), zoo_model_path("resnet_projection")]
+
+    with TensorRTBackend().open(options) as session:
+        keys = [session.measure(m).environment["engine_key"] for m in models]
+        assert sorted(read) == names and len(workers) == 2
+        assert len(calls(gpu, "Builder.build_serialized_network")) == 2
+        read.clear()
+        assert session.measure(models[0]).environment["engine_key"] == keys[0] and read == []
+        np.save(folder / "2.npy", data[2][None] + 1)  # new contents, same name and size
+        os.utime(folder / "2.npy", ns=(later - 5 * 10**9, later - 5 * 10**9))  # settled
+        assert session.measure(models[0]).environment["engine_key"] != keys[0]
+        assert read == ["2.npy"]
+    options.extra["isolate"] = False  # in this process, the same memo
+    read.clear()
+    with TensorRTBackend().open(options) as session:
+        session.measure(models[1])
+        assert read == [] and len(workers) == 4  # no worker: isolate is off
 
 
 TABLE = b"TRT-8502-EntropyCalibration2\ninput: 3c010a14\n"

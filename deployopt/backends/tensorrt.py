@@ -92,21 +92,65 @@ def _file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+# A file's sha256, kept with the stat fingerprint it was read at (absolute path -> (fingerprint,
+# digest)), so a calibration folder of thousands of files is read once per state, not once per
+# engine key (optimize keys one engine per candidate). Only files whose last change is older than
+# SETTLED_NS are kept: a file changed again within the same timestamp tick can keep its size and
+# times, so a recently changed file is read every time until it has settled.
+_sha_memo: dict[str, tuple[tuple[int, ...], str]] = {}
+SETTLED_NS = 2_000_000_000
+
+
+def _now_ns() -> int:
+    return time.time_ns()
+
+
+def _memo_sha256(path: Path) -> str:
+    """_file_sha256, read again only when the file's device, inode, size, mtime or ctime changed."""
+    now = _now_ns()  # before the stat: a change after it has a later timestamp than any kept one
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    name = os.path.abspath(path)
+    fingerprint = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    known = _sha_memo.get(name)
+    if known is not None and known[0] == fingerprint:
+        return known[1]
+    digest = _file_sha256(path)
+    if max(st.st_mtime_ns, st.st_ctime_ns) < now - SETTLED_NS:
+        _sha_memo[name] = (fingerprint, digest)
+    else:
+        _sha_memo.pop(name, None)
+    return digest
+
+
 def content_digest(path: str | os.PathLike[str]) -> str:
     """sha256 of what `path` holds, so new contents under the same name are a different build: a
     file's bytes; for a folder, the sorted relative names of the files load_calibration lists (every
-    non-hidden file, subfolders included) with each file's sha256. "absent" when nothing is there."""
+    non-hidden file, subfolders included) with each file's sha256. "absent" when nothing is there.
+    Files whose stat is unchanged since an earlier call are not read again (see _sha_memo)."""
     from deployopt.fidelity import folder_files
 
     p = Path(path)
     if p.is_file():
-        return _file_sha256(p)
+        return _memo_sha256(p)
     if not p.is_dir():
         return "absent"
     h = hashlib.sha256(b"folder\n")
     for f in folder_files(p):
-        h.update((json.dumps([f.relative_to(p).as_posix(), _file_sha256(f)]) + "\n").encode("utf-8"))
+        h.update((json.dumps([f.relative_to(p).as_posix(), _memo_sha256(f)]) + "\n").encode("utf-8"))
     return h.hexdigest()
+
+
+def hash_calibration(options: MeasureOptions) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Hash the calibration files an INT8 build is keyed on, in this process, and return the memo,
+    for a worker process (build_and_time's `known`) to start from instead of reading them again."""
+    if options.dtype == "int8":
+        for path in (options.calibration_data, options.extra.get("calib_cache")):
+            if path:
+                content_digest(path)
+    return dict(_sha_memo)
 
 
 def build_facts(
@@ -638,10 +682,18 @@ def time_engine(
             cuda.free(io.ptr)
 
 
-def build_and_time(model_path: str, options: MeasureOptions, per_layer: bool) -> dict:
-    """Worker entry point: reuse a cached engine or build one, then time it."""
+def build_and_time(
+    model_path: str,
+    options: MeasureOptions,
+    per_layer: bool,
+    known: dict[str, tuple[tuple[int, ...], str]] | None = None,
+) -> dict:
+    """Worker entry point: reuse a cached engine or build one, then time it. `known`: file digests
+    the caller already has (hash_calibration), checked against each file's stat before use."""
     from deployopt.backends.trtexec import input_shapes
 
+    if known:
+        _sha_memo.update(known)
     trt = _import_trt()
     data = Path(model_path).read_bytes()
     shapes = input_shapes(Path(model_path), options)
@@ -681,10 +733,11 @@ class TensorRTSession(Session):
         model_path = Path(model_path)
         if not model_path.is_file():
             raise DeployoptError(f"model not found: {model_path}")
-        args = (str(model_path), self.options, per_layer)
         if self.options.extra.get("isolate", True):
+            # hashed here, where the digests outlive the call: each worker is a new process
+            args = (str(model_path), self.options, per_layer, hash_calibration(self.options))
             return run_isolated("deployopt.backends.tensorrt.build_and_time", args, self.options.timeout_s)
-        return build_and_time(*args)
+        return build_and_time(str(model_path), self.options, per_layer)
 
     def measure(self, model_path: Path) -> Timing:
         return Timing.from_json(self._call(model_path, per_layer=False)["timing"])
@@ -736,6 +789,7 @@ __all__ = [
     "cuda_api",
     "engine_key",
     "explicit_batch_flag",
+    "hash_calibration",
     "load_runner_result",
     "profiled_execution",
     "run_isolated",
