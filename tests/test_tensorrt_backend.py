@@ -124,8 +124,9 @@ def test_int8_engine_key_follows_calibration_contents_not_names(tmp_path: Path) 
     moved = tmp_path / "elsewhere.npy"
     moved.write_bytes(data.read_bytes())
     assert key(calibration=moved) == key()  # the same data under another name: the same engine
-    # builds that do not calibrate ignore the calibration options (a Q/DQ INT8 model, fp16)
-    assert key(calibration=None, calib_cache=str(table)) == key(calibration=None)
+    # builds that do not calibrate ignore the calibration options (fp16; a Q/DQ INT8 model with no
+    # calib_cache: a calib_cache alone is a table the build reads, see the test after the next)
+    assert key(calibration=None, calibration_count=2) == key(calibration=None)
     assert key(dtype="fp16") == key(dtype="fp16", calibration=None, calibration_count=2)
 
 
@@ -150,6 +151,27 @@ def test_int8_engine_key_of_a_table_given_as_calibration_data(tmp_path: Path) ->
     renamed.write_bytes(table.read_bytes())
     assert facts(renamed) == first  # the same table under another name
     assert facts(other) != first
+
+
+def test_int8_engine_key_of_a_table_given_as_calib_cache_alone(tmp_path: Path) -> None:
+    """extra["calib_cache"] without calibration_data: the build reads that table, so its bytes are
+    the key, as for the same table given as calibration_data; a build that reads no table (fp16)
+    ignores it."""
+    table = tmp_path / "model.calib"
+    table.write_bytes(b"TRT-100300-EntropyCalibration2\ninput: 3c000000\n")
+
+    def facts(dtype: str = "int8", calibration: Path | None = None, **extra: object) -> dict:
+        options = MeasureOptions(dtype=dtype, calibration_data=str(calibration) if calibration else None)
+        options.extra.update(extra)
+        return build_facts(b"onnx", options, "10.3.0", {"x": [1, 3, 8, 8]})
+
+    alone = facts(calib_cache=str(table))
+    assert alone["calibration_sha256"] == content_digest(table) and alone != facts()
+    assert alone == facts(calibration=table)  # the same table, either way: the same engine
+    assert facts(calib_cache=str(table), calibration_count=2) == alone  # nothing is sampled
+    table.write_bytes(b"TRT-100300-EntropyCalibration2\ninput: 3c010a14\n")  # same name, new table
+    assert facts(calib_cache=str(table)) != alone
+    assert facts("fp16", calib_cache=str(table)) == facts("fp16")
 
 
 def test_content_digest_of_a_folder(tmp_path: Path) -> None:

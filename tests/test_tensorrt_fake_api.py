@@ -1926,6 +1926,47 @@ def test_int8_from_a_calibration_table_alone(
     assert not backend_builds(model, options, gpu)[0]
 
 
+def test_int8_from_a_calib_cache_alone(
+    surface: tuple[str, types.ModuleType, FakeGpu],
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+) -> None:
+    """extra["calib_cache"] naming a table, and no calibration_data (as trtexec takes it, and the
+    runner's --calib-cache alone): the calibrator returns the table's bytes and no batch, so
+    TensorRT builds INT8 from it without calibrating; the table is left as it was; the same call
+    reuses the engine, a changed table builds again; a missing one is refused before building."""
+    _, _, gpu = surface
+    model = zoo_model_path("mobilenet_like_dynamic")
+    table = tmp_path / "model.calib"
+    table.write_bytes(TABLE)
+    options = opts(tmp_path, dtype="int8", batch=2, extra={"calib_cache": str(table)})
+
+    built, env = backend_builds(model, options, gpu)
+    blob = engine_blob(Path(env["engine"]))
+    assert built and blob["flags"] == ["FP16", "INT8"] and blob["calibration"] == "cache"
+    assert blob["calibration_profile"] == 0
+    assert calls(gpu, "IBuilderConfig.int8_calibrator=") == [("EntropyCalibrator",)]
+    assert calls(gpu, "calibration: table read") == [(len(TABLE),)]
+    assert gpu.get_batch_results == [] and gpu.calibration_batches == []
+    assert table.read_bytes() == TABLE
+    assert sorted(p.name for p in (tmp_path / "engines").iterdir()) == [Path(env["engine"]).name]
+    assert not gpu.trt_errors
+
+    built, again = backend_builds(model, options, gpu)
+    assert not built and again["engine"] == env["engine"]
+    table.write_bytes(TABLE.replace(b"3c010a14", b"3c000000"))  # a new table, same name
+    built, changed = backend_builds(model, options, gpu)
+    assert built and changed["engine"] != env["engine"]
+    assert calls(gpu, "calibration: table read")[-1] == (len(table.read_bytes()),)
+    assert not backend_builds(model, options, gpu)[0]
+
+    options.extra["calib_cache"] = str(tmp_path / "none.calib")
+    builds = len(calls(gpu, "Builder.build_serialized_network"))
+    with pytest.raises(DataError, match=r"^calibration table .*none\.calib: cannot read it \(No such file"):
+        build_and_time(str(model), options, False)
+    assert len(calls(gpu, "Builder.build_serialized_network")) == builds
+
+
 def test_int8_from_an_empty_or_missing_table_is_refused_before_building(
     surface: tuple[str, types.ModuleType, FakeGpu], zoo_model_path: Callable[[str], Path], tmp_path: Path
 ) -> None:

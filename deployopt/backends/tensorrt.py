@@ -153,21 +153,41 @@ def hash_calibration(options: MeasureOptions) -> dict[str, tuple[tuple[int, ...]
     return dict(_sha_memo)
 
 
+def table_only(options: MeasureOptions) -> str | None:
+    """The calibration table an INT8 build reads instead of calibrating, with no data: calibration_data
+    when it names a table, else extra["calib_cache"] when there is no calibration_data (as trtexec
+    reads it, and the runner's --calib-cache alone). None for fp32/fp16 and for a build from data."""
+    from deployopt.backends.trtexec import is_calibration_table
+
+    if options.dtype != "int8":
+        return None
+    if options.calibration_data:
+        data = str(options.calibration_data)
+        return data if is_calibration_table(data) else None
+    calib_cache = options.extra.get("calib_cache")
+    return str(calib_cache) if calib_cache else None
+
+
 def build_facts(
     onnx_bytes: bytes, options: MeasureOptions, trt_version: str, shapes: dict[str, list[int]]
 ) -> dict[str, Any]:
     """Everything build_engine's result depends on, by contents. Left out on purpose:
     extra["timing_cache"] (it only saves tactic timings, and every build rewrites it, so keying on
     it would rebuild every time), "cuda", "isolate", runs and warmup; the calibration options when
-    build_engine does not calibrate (fp32/fp16, or INT8 without calibration_data: a Q/DQ model).
-    A calibration table given as calibration_data is keyed by its bytes alone: it is only read, so
-    calibration_count and calib_cache (which a build from data fills) do not change that engine.
-    An ONNX model's external data files are not read."""
-    from deployopt.backends.trtexec import is_calibration_table
-
-    calibrated = options.dtype == "int8" and bool(options.calibration_data)
-    from_data = calibrated and not is_calibration_table(str(options.calibration_data))
+    build_engine does not calibrate (fp32/fp16, or INT8 with neither calibration_data nor
+    calib_cache: a Q/DQ model). A table the build only reads (table_only: calibration_data naming
+    one, or calib_cache alone) is keyed by its bytes alone, the same either way: calibration_count
+    and calib_cache (which a build from data fills) do not change that engine. An ONNX model's
+    external data files are not read."""
+    table = table_only(options)
+    from_data = options.dtype == "int8" and bool(options.calibration_data) and table is None
     calib_cache = options.extra.get("calib_cache")
+    if table is not None:
+        calibration_sha256: str | None = content_digest(table)
+    elif from_data:
+        calibration_sha256 = content_digest(str(options.calibration_data))
+    else:
+        calibration_sha256 = None
     return {
         "recipe": BUILD_RECIPE,
         "model_sha256": hashlib.sha256(onnx_bytes).hexdigest(),
@@ -175,7 +195,7 @@ def build_facts(
         "shapes": [[name, list(dims)] for name, dims in sorted(shapes.items())],
         "tensorrt": str(trt_version),
         "workspace_mib": int(options.extra.get("workspace_mib", DEFAULT_WORKSPACE_MIB)),
-        "calibration_sha256": content_digest(options.calibration_data) if calibrated else None,
+        "calibration_sha256": calibration_sha256,
         "calibration_count": (
             int(options.extra.get("calibration_count", DEFAULT_CALIBRATION_COUNT)) if from_data else None
         ),
@@ -452,7 +472,7 @@ def build_engine(model_path: str, options: MeasureOptions, engine_path: str) -> 
         load_samples,
         make_entropy_calibrator,
     )
-    from deployopt.backends.trtexec import input_shapes, is_calibration_table
+    from deployopt.backends.trtexec import input_shapes
     from deployopt.fileio import write_bytes
 
     trt = _import_trt()
@@ -501,8 +521,9 @@ def build_engine(model_path: str, options: MeasureOptions, engine_path: str) -> 
     core: CalibratorCore | TableCalibrator | None = None
     if options.dtype == "int8":
         config.set_flag(trt.BuilderFlag.INT8)
-        if options.calibration_data and is_calibration_table(options.calibration_data):
-            core = TableCalibrator(options.calibration_data)  # a table, no data: nothing to calibrate
+        table = table_only(options)
+        if table is not None:
+            core = TableCalibrator(table)  # a table, no data: TensorRT reads it, nothing to calibrate
         elif options.calibration_data:
             in_shapes = {}
             for i in range(network.num_inputs):
@@ -793,5 +814,6 @@ __all__ = [
     "load_runner_result",
     "profiled_execution",
     "run_isolated",
+    "table_only",
     "workspace_api",
 ]
