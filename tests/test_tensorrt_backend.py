@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import os
 import types
 from pathlib import Path
 
@@ -123,8 +124,9 @@ def test_int8_engine_key_follows_calibration_contents_not_names(tmp_path: Path) 
     moved = tmp_path / "elsewhere.npy"
     moved.write_bytes(data.read_bytes())
     assert key(calibration=moved) == key()  # the same data under another name: the same engine
-    # builds that do not calibrate ignore the calibration options (a Q/DQ INT8 model, fp16)
-    assert key(calibration=None, calib_cache=str(table)) == key(calibration=None)
+    # builds that do not calibrate ignore the calibration options (fp16; a Q/DQ INT8 model with no
+    # calib_cache: a calib_cache alone is a table the build reads, see the test after the next)
+    assert key(calibration=None, calibration_count=2) == key(calibration=None)
     assert key(dtype="fp16") == key(dtype="fp16", calibration=None, calibration_count=2)
 
 
@@ -149,6 +151,27 @@ def test_int8_engine_key_of_a_table_given_as_calibration_data(tmp_path: Path) ->
     renamed.write_bytes(table.read_bytes())
     assert facts(renamed) == first  # the same table under another name
     assert facts(other) != first
+
+
+def test_int8_engine_key_of_a_table_given_as_calib_cache_alone(tmp_path: Path) -> None:
+    """extra["calib_cache"] without calibration_data: the build reads that table, so its bytes are
+    the key, as for the same table given as calibration_data; a build that reads no table (fp16)
+    ignores it."""
+    table = tmp_path / "model.calib"
+    table.write_bytes(b"TRT-100300-EntropyCalibration2\ninput: 3c000000\n")
+
+    def facts(dtype: str = "int8", calibration: Path | None = None, **extra: object) -> dict:
+        options = MeasureOptions(dtype=dtype, calibration_data=str(calibration) if calibration else None)
+        options.extra.update(extra)
+        return build_facts(b"onnx", options, "10.3.0", {"x": [1, 3, 8, 8]})
+
+    alone = facts(calib_cache=str(table))
+    assert alone["calibration_sha256"] == content_digest(table) and alone != facts()
+    assert alone == facts(calibration=table)  # the same table, either way: the same engine
+    assert facts(calib_cache=str(table), calibration_count=2) == alone  # nothing is sampled
+    table.write_bytes(b"TRT-100300-EntropyCalibration2\ninput: 3c010a14\n")  # same name, new table
+    assert facts(calib_cache=str(table)) != alone
+    assert facts("fp16", calib_cache=str(table)) == facts("fp16")
 
 
 def test_content_digest_of_a_folder(tmp_path: Path) -> None:
@@ -176,6 +199,81 @@ def test_content_digest_of_a_folder(tmp_path: Path) -> None:
     assert content_digest(folder) not in (base, renamed)
     assert content_digest(folder / "cats" / "c.npy") == hashlib.sha256(b"b").hexdigest()
     assert content_digest(tmp_path / "missing") == "absent"
+
+
+def counting_hashes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record every file tensorrt.py reads to hash (by name), with an empty digest memo."""
+    from deployopt.backends import tensorrt as trt_mod
+
+    read: list[str] = []
+    real = trt_mod._file_sha256
+
+    def counting(path: Path) -> str:
+        read.append(Path(path).name)
+        return real(path)
+
+    monkeypatch.setattr(trt_mod, "_file_sha256", counting)
+    monkeypatch.setattr(trt_mod, "_sha_memo", {}, raising=False)
+    return read
+
+
+def test_content_digest_reads_a_file_again_only_when_it_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder's digest reads each file once per state of the file (path, inode, size, mtime,
+    ctime): the same folder again reads nothing; a rewritten, replaced or added file is read again,
+    alone, and still changes the digest."""
+    from deployopt.backends import tensorrt as trt_mod
+
+    read = counting_hashes(monkeypatch)
+    later = trt_mod.time.time_ns() + 10**10  # the files settled long ago (see the next test)
+    monkeypatch.setattr(trt_mod, "_now_ns", lambda: later, raising=False)
+    folder = tmp_path / "calib"
+    (folder / "cats").mkdir(parents=True)
+    for name in ("a.npy", "b.npy", "cats/c.npy"):
+        (folder / name).write_bytes(name.encode())
+    base = content_digest(folder)
+    assert sorted(read) == ["a.npy", "b.npy", "c.npy"]
+    read.clear()
+    assert content_digest(folder) == base and content_digest(str(folder)) == base
+    assert read == []  # nothing read: the same files in the same state
+
+    st = (folder / "b.npy").stat()
+    (folder / "b.npy").write_bytes(b"B.npy")  # same size, a later mtime
+    os.utime(folder / "b.npy", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    changed = content_digest(folder)
+    assert changed != base and read == ["b.npy"]
+    read.clear()
+    assert content_digest(folder) == changed and read == []
+
+    tmp = folder / "a.tmp"  # an atomic replace: same size, same mtime, another inode
+    tmp.write_bytes(b"A.npy")
+    st = (folder / "a.npy").stat()
+    os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(tmp, folder / "a.npy")
+    replaced = content_digest(folder)
+    assert replaced not in (base, changed) and read == ["a.npy"]
+    read.clear()
+    (folder / "d.npy").write_bytes(b"d")
+    assert content_digest(folder) not in (base, changed, replaced) and read == ["d.npy"]
+    read.clear()
+    assert content_digest(folder / "cats" / "c.npy") == hashlib.sha256(b"cats/c.npy").hexdigest()
+    assert read == []  # a file given alone shares the memo
+
+
+def test_content_digest_rereads_files_changed_too_recently_to_trust_their_times(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file changed within the last two seconds may change again within the same timestamp tick,
+    leaving size and times as they were: it is read every time until it has settled."""
+    read = counting_hashes(monkeypatch)
+    data = tmp_path / "calib.npy"
+    data.write_bytes(b"one")
+    st = data.stat()
+    first = content_digest(data)
+    data.write_bytes(b"two")  # same size; mtime (and ctime, within a tick) as before
+    os.utime(data, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert content_digest(data) != first and read == ["calib.npy", "calib.npy"]
 
 
 def test_aggregate_layer_times() -> None:

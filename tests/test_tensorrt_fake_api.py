@@ -53,6 +53,7 @@ import enum
 import importlib.machinery
 import importlib.util
 import json
+import os
 import statistics
 import sys
 import types
@@ -1814,6 +1815,66 @@ def test_backend_int8_engine_follows_the_calibration_contents(
     assert not backend_builds(model, options, gpu)[0]
 
 
+def test_a_session_hashes_its_calibration_folder_once_per_state(
+    monkeypatch: pytest.MonkeyPatch, zoo_model_path: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """optimize builds one engine per candidate with the same calibration folder: its files are
+    hashed (for the engine key) by the first build only, in the caller's process, and the spawned
+    worker starts from those digests instead of reading the folder again; a changed file is hashed
+    again, alone, and changes the key."""
+    trt, gpu = install(monkeypatch, V10, "bindings")
+    trt.__spec__ = importlib.machinery.ModuleSpec("tensorrt", None)  # importable, for availability()
+    read: list[str] = []
+    real = trt_backend._file_sha256
+
+    def counting(path: Path) -> str:
+        read.append(Path(path).name)
+        return real(path)
+
+    monkeypatch.setattr(trt_backend, "_file_sha256", counting)
+    monkeypatch.setattr(trt_backend, "_sha_memo", {}, raising=False)
+    later = trt_backend.time.time_ns() + 10**10  # the files settled long ago
+    monkeypatch.setattr(trt_backend, "_now_ns", lambda: later, raising=False)
+    workers: list[tuple[Any, ...]] = []
+
+    def spawned(target: str, args: tuple[Any, ...], timeout_s: float) -> Any:
+        """What run_isolated does, in this process: a worker starts with an empty memo."""
+        assert target == "deployopt.backends.tensorrt.build_and_time"
+        workers.append(args)
+        parent = trt_backend._sha_memo
+        monkeypatch.setattr(trt_backend, "_sha_memo", {})
+        try:
+            return build_and_time(*args)
+        finally:
+            monkeypatch.setattr(trt_backend, "_sha_memo", parent)
+
+    monkeypatch.setattr(trt_backend, "run_isolated", spawned)
+    _, data = write_calibration(tmp_path, items=4)
+    folder = tmp_path / "calib"
+    folder.mkdir()
+    names = [f"{i}.npy" for i in range(4)]
+    for name, item in zip(names, data):
+        np.save(folder / name, item[None])
+    options = opts(tmp_path, dtype="int8", calibration_data=str(folder), extra={"isolate": True})
+    models = [zoo_model_path("mobilenet_like"), zoo_model_path("resnet_projection")]
+
+    with TensorRTBackend().open(options) as session:
+        keys = [session.measure(m).environment["engine_key"] for m in models]
+        assert sorted(read) == names and len(workers) == 2
+        assert len(calls(gpu, "Builder.build_serialized_network")) == 2
+        read.clear()
+        assert session.measure(models[0]).environment["engine_key"] == keys[0] and read == []
+        np.save(folder / "2.npy", data[2][None] + 1)  # new contents, same name and size
+        os.utime(folder / "2.npy", ns=(later - 5 * 10**9, later - 5 * 10**9))  # settled
+        assert session.measure(models[0]).environment["engine_key"] != keys[0]
+        assert read == ["2.npy"]
+    options.extra["isolate"] = False  # in this process, the same memo
+    read.clear()
+    with TensorRTBackend().open(options) as session:
+        session.measure(models[1])
+        assert read == [] and len(workers) == 4  # no worker: isolate is off
+
+
 TABLE = b"TRT-8502-EntropyCalibration2\ninput: 3c010a14\n"
 
 
@@ -1863,6 +1924,47 @@ def test_int8_from_a_calibration_table_alone(
     assert built and changed["engine"] != env["engine"]
     assert engine_blob(Path(changed["engine"]))["calibration"] == "cache"
     assert not backend_builds(model, options, gpu)[0]
+
+
+def test_int8_from_a_calib_cache_alone(
+    surface: tuple[str, types.ModuleType, FakeGpu],
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+) -> None:
+    """extra["calib_cache"] naming a table, and no calibration_data (as trtexec takes it, and the
+    runner's --calib-cache alone): the calibrator returns the table's bytes and no batch, so
+    TensorRT builds INT8 from it without calibrating; the table is left as it was; the same call
+    reuses the engine, a changed table builds again; a missing one is refused before building."""
+    _, _, gpu = surface
+    model = zoo_model_path("mobilenet_like_dynamic")
+    table = tmp_path / "model.calib"
+    table.write_bytes(TABLE)
+    options = opts(tmp_path, dtype="int8", batch=2, extra={"calib_cache": str(table)})
+
+    built, env = backend_builds(model, options, gpu)
+    blob = engine_blob(Path(env["engine"]))
+    assert built and blob["flags"] == ["FP16", "INT8"] and blob["calibration"] == "cache"
+    assert blob["calibration_profile"] == 0
+    assert calls(gpu, "IBuilderConfig.int8_calibrator=") == [("EntropyCalibrator",)]
+    assert calls(gpu, "calibration: table read") == [(len(TABLE),)]
+    assert gpu.get_batch_results == [] and gpu.calibration_batches == []
+    assert table.read_bytes() == TABLE
+    assert sorted(p.name for p in (tmp_path / "engines").iterdir()) == [Path(env["engine"]).name]
+    assert not gpu.trt_errors
+
+    built, again = backend_builds(model, options, gpu)
+    assert not built and again["engine"] == env["engine"]
+    table.write_bytes(TABLE.replace(b"3c010a14", b"3c000000"))  # a new table, same name
+    built, changed = backend_builds(model, options, gpu)
+    assert built and changed["engine"] != env["engine"]
+    assert calls(gpu, "calibration: table read")[-1] == (len(table.read_bytes()),)
+    assert not backend_builds(model, options, gpu)[0]
+
+    options.extra["calib_cache"] = str(tmp_path / "none.calib")
+    builds = len(calls(gpu, "Builder.build_serialized_network"))
+    with pytest.raises(DataError, match=r"^calibration table .*none\.calib: cannot read it \(No such file"):
+        build_and_time(str(model), options, False)
+    assert len(calls(gpu, "Builder.build_serialized_network")) == builds
 
 
 def test_int8_from_an_empty_or_missing_table_is_refused_before_building(

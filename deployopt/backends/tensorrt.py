@@ -92,21 +92,80 @@ def _file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+# A file's sha256, kept with the stat fingerprint it was read at (absolute path -> (fingerprint,
+# digest)), so a calibration folder of thousands of files is read once per state, not once per
+# engine key (optimize keys one engine per candidate). Only files whose last change is older than
+# SETTLED_NS are kept: a file changed again within the same timestamp tick can keep its size and
+# times, so a recently changed file is read every time until it has settled.
+_sha_memo: dict[str, tuple[tuple[int, ...], str]] = {}
+SETTLED_NS = 2_000_000_000
+
+
+def _now_ns() -> int:
+    return time.time_ns()
+
+
+def _memo_sha256(path: Path) -> str:
+    """_file_sha256, read again only when the file's device, inode, size, mtime or ctime changed."""
+    now = _now_ns()  # before the stat: a change after it has a later timestamp than any kept one
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    name = os.path.abspath(path)
+    fingerprint = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    known = _sha_memo.get(name)
+    if known is not None and known[0] == fingerprint:
+        return known[1]
+    digest = _file_sha256(path)
+    if max(st.st_mtime_ns, st.st_ctime_ns) < now - SETTLED_NS:
+        _sha_memo[name] = (fingerprint, digest)
+    else:
+        _sha_memo.pop(name, None)
+    return digest
+
+
 def content_digest(path: str | os.PathLike[str]) -> str:
     """sha256 of what `path` holds, so new contents under the same name are a different build: a
     file's bytes; for a folder, the sorted relative names of the files load_calibration lists (every
-    non-hidden file, subfolders included) with each file's sha256. "absent" when nothing is there."""
+    non-hidden file, subfolders included) with each file's sha256. "absent" when nothing is there.
+    Files whose stat is unchanged since an earlier call are not read again (see _sha_memo)."""
     from deployopt.fidelity import folder_files
 
     p = Path(path)
     if p.is_file():
-        return _file_sha256(p)
+        return _memo_sha256(p)
     if not p.is_dir():
         return "absent"
     h = hashlib.sha256(b"folder\n")
     for f in folder_files(p):
-        h.update((json.dumps([f.relative_to(p).as_posix(), _file_sha256(f)]) + "\n").encode("utf-8"))
+        h.update((json.dumps([f.relative_to(p).as_posix(), _memo_sha256(f)]) + "\n").encode("utf-8"))
     return h.hexdigest()
+
+
+def hash_calibration(options: MeasureOptions) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Hash the calibration files an INT8 build is keyed on, in this process, and return the memo,
+    for a worker process (build_and_time's `known`) to start from instead of reading them again."""
+    if options.dtype == "int8":
+        for path in (options.calibration_data, options.extra.get("calib_cache")):
+            if path:
+                content_digest(path)
+    return dict(_sha_memo)
+
+
+def table_only(options: MeasureOptions) -> str | None:
+    """The calibration table an INT8 build reads instead of calibrating, with no data: calibration_data
+    when it names a table, else extra["calib_cache"] when there is no calibration_data (as trtexec
+    reads it, and the runner's --calib-cache alone). None for fp32/fp16 and for a build from data."""
+    from deployopt.backends.trtexec import is_calibration_table
+
+    if options.dtype != "int8":
+        return None
+    if options.calibration_data:
+        data = str(options.calibration_data)
+        return data if is_calibration_table(data) else None
+    calib_cache = options.extra.get("calib_cache")
+    return str(calib_cache) if calib_cache else None
 
 
 def build_facts(
@@ -115,15 +174,20 @@ def build_facts(
     """Everything build_engine's result depends on, by contents. Left out on purpose:
     extra["timing_cache"] (it only saves tactic timings, and every build rewrites it, so keying on
     it would rebuild every time), "cuda", "isolate", runs and warmup; the calibration options when
-    build_engine does not calibrate (fp32/fp16, or INT8 without calibration_data: a Q/DQ model).
-    A calibration table given as calibration_data is keyed by its bytes alone: it is only read, so
-    calibration_count and calib_cache (which a build from data fills) do not change that engine.
-    An ONNX model's external data files are not read."""
-    from deployopt.backends.trtexec import is_calibration_table
-
-    calibrated = options.dtype == "int8" and bool(options.calibration_data)
-    from_data = calibrated and not is_calibration_table(str(options.calibration_data))
+    build_engine does not calibrate (fp32/fp16, or INT8 with neither calibration_data nor
+    calib_cache: a Q/DQ model). A table the build only reads (table_only: calibration_data naming
+    one, or calib_cache alone) is keyed by its bytes alone, the same either way: calibration_count
+    and calib_cache (which a build from data fills) do not change that engine. An ONNX model's
+    external data files are not read."""
+    table = table_only(options)
+    from_data = options.dtype == "int8" and bool(options.calibration_data) and table is None
     calib_cache = options.extra.get("calib_cache")
+    if table is not None:
+        calibration_sha256: str | None = content_digest(table)
+    elif from_data:
+        calibration_sha256 = content_digest(str(options.calibration_data))
+    else:
+        calibration_sha256 = None
     return {
         "recipe": BUILD_RECIPE,
         "model_sha256": hashlib.sha256(onnx_bytes).hexdigest(),
@@ -131,7 +195,7 @@ def build_facts(
         "shapes": [[name, list(dims)] for name, dims in sorted(shapes.items())],
         "tensorrt": str(trt_version),
         "workspace_mib": int(options.extra.get("workspace_mib", DEFAULT_WORKSPACE_MIB)),
-        "calibration_sha256": content_digest(options.calibration_data) if calibrated else None,
+        "calibration_sha256": calibration_sha256,
         "calibration_count": (
             int(options.extra.get("calibration_count", DEFAULT_CALIBRATION_COUNT)) if from_data else None
         ),
@@ -408,7 +472,7 @@ def build_engine(model_path: str, options: MeasureOptions, engine_path: str) -> 
         load_samples,
         make_entropy_calibrator,
     )
-    from deployopt.backends.trtexec import input_shapes, is_calibration_table
+    from deployopt.backends.trtexec import input_shapes
     from deployopt.fileio import write_bytes
 
     trt = _import_trt()
@@ -457,8 +521,9 @@ def build_engine(model_path: str, options: MeasureOptions, engine_path: str) -> 
     core: CalibratorCore | TableCalibrator | None = None
     if options.dtype == "int8":
         config.set_flag(trt.BuilderFlag.INT8)
-        if options.calibration_data and is_calibration_table(options.calibration_data):
-            core = TableCalibrator(options.calibration_data)  # a table, no data: nothing to calibrate
+        table = table_only(options)
+        if table is not None:
+            core = TableCalibrator(table)  # a table, no data: TensorRT reads it, nothing to calibrate
         elif options.calibration_data:
             in_shapes = {}
             for i in range(network.num_inputs):
@@ -638,10 +703,18 @@ def time_engine(
             cuda.free(io.ptr)
 
 
-def build_and_time(model_path: str, options: MeasureOptions, per_layer: bool) -> dict:
-    """Worker entry point: reuse a cached engine or build one, then time it."""
+def build_and_time(
+    model_path: str,
+    options: MeasureOptions,
+    per_layer: bool,
+    known: dict[str, tuple[tuple[int, ...], str]] | None = None,
+) -> dict:
+    """Worker entry point: reuse a cached engine or build one, then time it. `known`: file digests
+    the caller already has (hash_calibration), checked against each file's stat before use."""
     from deployopt.backends.trtexec import input_shapes
 
+    if known:
+        _sha_memo.update(known)
     trt = _import_trt()
     data = Path(model_path).read_bytes()
     shapes = input_shapes(Path(model_path), options)
@@ -681,10 +754,11 @@ class TensorRTSession(Session):
         model_path = Path(model_path)
         if not model_path.is_file():
             raise DeployoptError(f"model not found: {model_path}")
-        args = (str(model_path), self.options, per_layer)
         if self.options.extra.get("isolate", True):
+            # hashed here, where the digests outlive the call: each worker is a new process
+            args = (str(model_path), self.options, per_layer, hash_calibration(self.options))
             return run_isolated("deployopt.backends.tensorrt.build_and_time", args, self.options.timeout_s)
-        return build_and_time(*args)
+        return build_and_time(str(model_path), self.options, per_layer)
 
     def measure(self, model_path: Path) -> Timing:
         return Timing.from_json(self._call(model_path, per_layer=False)["timing"])
@@ -736,8 +810,10 @@ __all__ = [
     "cuda_api",
     "engine_key",
     "explicit_batch_flag",
+    "hash_calibration",
     "load_runner_result",
     "profiled_execution",
     "run_isolated",
+    "table_only",
     "workspace_api",
 ]
