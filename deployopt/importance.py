@@ -68,19 +68,20 @@ def zero_filter_channels(analysis: Analysis, gid: str) -> list[int]:
     return [int(i) for i in np.flatnonzero(zero)]
 
 
-def _observed(analysis: Analysis, gid: str) -> list[tuple[str, int]]:
-    """(tensor, channel offset) wherever a reducing op reads this group's channels."""
+def _observed(analysis: Analysis, gid: str) -> list[tuple[str, int, int]]:
+    """(tensor, channel axis, channel offset) wherever a reducing op reads this group's channels."""
     st = analysis.state
     assert st is not None
-    seen: list[tuple[str, int]] = []
+    seen: list[tuple[str, int, int]] = []
     for _, tensor in st.consumed:
         lay = st.layout(tensor)
         if lay is None:
             continue
         off = 0
+        axis = st.channel_axis(tensor)  # 1, or the last axis where a MatMul reads channels-last
         for atom, w in lay:
-            if analysis.group_of_atom(atom) == gid and (tensor, off) not in seen:
-                seen.append((tensor, off))
+            if analysis.group_of_atom(atom) == gid and (tensor, axis, off) not in seen:
+                seen.append((tensor, axis, off))
             off += w
     return seen
 
@@ -112,7 +113,7 @@ def dead_channels_many(model: onnx.ModelProto, analysis: Analysis, gids: list[st
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
     outputs = {o.name for o in probe.graph.output}
-    names = sorted({t for obs in observed.values() for t, _ in obs})
+    names = sorted({t for obs in observed.values() for t, _, _ in obs})
     for t in names:
         if t not in outputs:
             probe.graph.output.append(onnx.ValueInfoProto(name=t))
@@ -124,7 +125,7 @@ def dead_channels_many(model: onnx.ModelProto, analysis: Analysis, gids: list[st
     for gid, obs in observed.items():
         dead = []
         for c in candidates[gid]:
-            if all(not np.any(values[t][:, off + c] != 0) for t, off in obs):
+            if all(not np.any(np.take(values[t], off + c, axis=axis) != 0) for t, axis, off in obs):
                 dead.append(c)
         result[gid] = dead
     return result

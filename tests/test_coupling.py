@@ -225,13 +225,19 @@ def test_reshape_after_gap_is_a_flatten() -> None:
     assert not groups["conv1"].frozen and "matmul6" in groups["conv1"].consumers
 
 
-def test_transpose_moving_channels_freezes() -> None:
+def test_transpose_moves_the_channel_axis_and_back() -> None:
+    # a Transpose only moves the channels to another axis; an NCHW op reading them there freezes
+    # (more in test_coupling_convnext.py)
     n = Net()
     a = n.cbr("x", 16)
     t = n.op("Transpose", [a], (8, 16, 8), perm=[0, 2, 1, 3])
     t2 = n.op("Transpose", [t], (16, 8, 8), perm=[0, 2, 1, 3])
     model = n.build(n.conv(t2, 4))
-    assert by_id(model)["conv1"].reason == "Transpose transpose4 moves the channel axis"
+    assert not by_id(model)["conv1"].frozen
+    n = Net()
+    t = n.op("Transpose", [n.cbr("x", 16)], (8, 16, 8), perm=[0, 2, 1, 3])
+    model = n.build(n.conv(t, 4))
+    assert by_id(model)["conv1"].reason == "Conv conv5 expects channels on axis 1, not axis 2"
 
 
 def test_per_channel_constant_joins_and_divide_by_channels_freezes() -> None:

@@ -12,6 +12,12 @@ Adding an op is one small function in deployopt/coupling/rules/:
     @rule("Celu")
     def celu(ctx: CouplingState, node: onnx.NodeProto) -> None:
         ctx.pass_through(node)
+
+Where the channels are: every tensor's channel set lies on one axis, `CouplingState.channel_axis`
+(axis 1 unless a Transpose moved it, or a MatMul produced channels on the last axis). A rule sees
+only tensors with channels on axis 1 unless it is registered with `any_axis=True` (it then reads
+`ctx.channel_axis`); for any other rule the walk freezes the node ("expects channels on axis 1"),
+so a rule written for NCHW can never misread a channels-last tensor.
 """
 
 from __future__ import annotations
@@ -31,16 +37,24 @@ Layout = tuple[Segment, ...]
 
 RuleFn = Callable[["CouplingState", onnx.NodeProto], None]
 RULES: dict[str, RuleFn] = {}
+#: op types whose rule reads `ctx.channel_axis` and so may see channels on any axis
+ANY_AXIS: set[str] = set()
 
 
-def rule(*op_types: str) -> Callable[[RuleFn], RuleFn]:
-    """Register a coupling rule for one or more ONNX op types (default domain)."""
+def rule(*op_types: str, any_axis: bool = False) -> Callable[[RuleFn], RuleFn]:
+    """Register a coupling rule for one or more ONNX op types (default domain).
+
+    `any_axis=True`: the rule handles inputs whose channels are not on axis 1 (it asks
+    `ctx.channel_axis`); without it, such an input freezes the node before the rule runs.
+    """
 
     def register(fn: RuleFn) -> RuleFn:
         for op in op_types:
             if op in RULES:
                 raise ValueError(f"a coupling rule for {op} is already registered ({RULES[op].__module__})")
             RULES[op] = fn
+            if any_axis:
+                ANY_AXIS.add(op)
         return fn
 
     return register
@@ -109,6 +123,7 @@ class CouplingState:
         self._parent: list[int] = []
         self.atoms: list[_Atom] = []
         self.layouts: dict[str, Layout] = {}
+        self.axes: dict[str, int] = {}  # channel axis of a tensor, where it is not axis 1
         self.shapes: dict[str, list[int]] = {}
         self.bindings: list[Binding] = []
         self.attr_edits: list[AttrEdit] = []
@@ -238,22 +253,47 @@ class CouplingState:
     def layout(self, tensor: str) -> Optional[Layout]:
         return self.layouts.get(tensor)
 
-    def set_layout(self, tensor: str, layout: Optional[Layout]) -> None:
+    def set_layout(self, tensor: str, layout: Optional[Layout], axis: Optional[int] = None) -> None:
+        """Record the tensor's channel set (on `axis`; None keeps what is known, else axis 1)."""
         if layout is not None and tensor:
             self.layouts[tensor] = layout
+            self.set_axis(tensor, axis)
+
+    def set_axis(self, tensor: str, axis: Optional[int]) -> None:
+        if axis is None or not tensor:
+            return
+        if axis == 1:
+            self.axes.pop(tensor, None)
+        else:
+            self.axes[tensor] = axis
+
+    def channel_axis(self, tensor: str) -> int:
+        """The axis that holds the tensor's channels: 1 (NCHW, [N, C]) unless a rule moved it.
+
+        This is the one place that knows: a Transpose moves it where its perm puts it, a MatMul
+        makes its output's channels the last axis, pass-through ops keep it. Surgery needs no
+        copy of it (each constant's channel axis is recorded in its Binding), dead-channel
+        detection (deployopt.importance) reads it to index observed tensors.
+        """
+        return self.axes.get(tensor, 1)
 
     def channels(self, tensor: str) -> Optional[int]:
-        """Width of the channel axis (axis 1) from the inferred shape, if the tensor has one."""
+        """Width of the tensor's channel axis from the inferred shape, if the tensor has one."""
         shape = self.shape(tensor)
-        if shape is None or len(shape) < 2 or shape[1] < 1:
+        axis = self.channel_axis(tensor)
+        if shape is None or len(shape) < 2 or axis >= len(shape) or shape[axis] < 1:
             return None
-        return shape[1]
+        return shape[axis]
 
-    def require_layout(self, tensor: str, node: onnx.NodeProto) -> Optional[Layout]:
-        """The tensor's layout; a frozen one if its channels could not be traced."""
+    def require_layout(
+        self, tensor: str, node: onnx.NodeProto, axis: Optional[int] = None
+    ) -> Optional[Layout]:
+        """The tensor's layout; a frozen one (on `axis`, default 1) if its channels could not be traced."""
         lay = self.layout(tensor)
         if lay is not None:
             return lay
+        if axis is not None:
+            self.set_axis(tensor, axis)
         width = self.channels(tensor)
         if width is None:
             return None
@@ -369,21 +409,27 @@ class CouplingState:
                 self.set_layout(t, self.new_layout(node, width, frozen=reason, output=k))
 
     def pass_through(self, node: onnx.NodeProto, data_inputs: Iterable[int] = (0,)) -> Optional[Layout]:
-        """Outputs carry the same channels as the data input(s) (Relu, BatchNorm, pooling …)."""
+        """Outputs carry the same channels, on the same axis, as the data input(s) (Relu, BatchNorm …)."""
         lay: Optional[Layout] = None
+        axis = 1
         for i in data_inputs:
             if i < len(node.input) and node.input[i]:
                 cur = self.layout(node.input[i])
                 if cur is None:
                     continue
                 if lay is None:
-                    lay = cur
+                    lay, axis = cur, self.channel_axis(node.input[i])
+                elif self.channel_axis(node.input[i]) != axis:
+                    reason = f"{node.op_type} {self.name(node)} joins channels that lie on different axes"
+                    self.freeze(lay, reason)
+                    self.freeze(cur, reason)
                 else:
                     self.union(lay, cur, self.name(node))
         if lay is None:
             return None
         width = sum(w for _, w in lay)
         for t in node.output:
+            self.set_axis(t, axis)
             out = self.channels(t) if t else None
             if out is not None and out != width:
                 self.freeze(lay, f"{node.op_type} {self.name(node)} changes the channel count")
@@ -408,13 +454,25 @@ class CouplingState:
             if node.op_type == "Constant":
                 continue
             fn = rules.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+            moved = self._moved_axis(node) if node.op_type not in ANY_AXIS else None
             if fn is None:
                 self.freeze_node(node, f"unknown op {node.op_type}")
+            elif moved is not None:
+                self.freeze_node(
+                    node, f"{node.op_type} {self.name(node)} expects channels on axis 1, not axis {moved}"
+                )
             else:
                 fn(self, node)
         for out in self.graph.output:
             self.freeze(self.layout(out.name), f"feeds the graph output {out.name!r}")
         self._check_shared_constants()
+
+    def _moved_axis(self, node: onnx.NodeProto) -> Optional[int]:
+        """The channel axis of the first traced input whose channels are not on axis 1, else None."""
+        for t in node.input:
+            if t and t in self.layouts and not self.is_const(t) and self.channel_axis(t) != 1:
+                return self.channel_axis(t)
+        return None
 
     def _check_shared_constants(self) -> None:
         """A constant edited for one reader must not silently change another reader."""
@@ -457,9 +515,13 @@ def normalize_axis(axis: int, rank: int) -> int:
     return axis + rank if axis < 0 else axis
 
 
-def channel_axis_of(input_shape: Optional[list[int]], out_rank: int) -> Optional[int]:
-    """Where the channel axis (axis 1 of the output) lands in a broadcast input, or None."""
+def channel_axis_of(input_shape: Optional[list[int]], out_rank: int, out_axis: int = 1) -> Optional[int]:
+    """Where the output's channel axis (`out_axis`, default 1) lands in a broadcast input, or None.
+
+    Broadcasting aligns shapes at their last axis: for channels on the last axis of an NHWC
+    output, a `[C]` or `[1, 1, 1, C]` constant has them on its own last axis.
+    """
     if input_shape is None:
         return None
-    axis = 1 - (out_rank - len(input_shape))
+    axis = out_axis - (out_rank - len(input_shape))
     return axis if 0 <= axis < len(input_shape) else None

@@ -1,8 +1,10 @@
 """Element-wise ops: per-channel, so every channel-carrying input and the output share one group.
 
-Constants with a channel axis (a [1,C,1,1] scale, a [C,1,1] bias) are resized with the group and
-padded with the op's neutral value. Padded channels are 0 after their producer; ops whose value at
-0 is not finite (Log, Reciprocal) or that divide by a channel have no rule here, so they freeze.
+Constants with a channel axis (a [1,C,1,1] scale, a [C,1,1] bias; on a channels-last tensor a [C]
+or [1,1,1,C] one) are resized with the group and padded with the op's neutral value. The channel
+axis is the inputs' (`ctx.channel_axis`), so these rules work wherever a Transpose put it.
+Padded channels are 0 after their producer; ops whose value at 0 is not finite (Log, Reciprocal)
+or that divide by a channel have no rule here, so they freeze.
 """
 
 from __future__ import annotations
@@ -22,26 +24,39 @@ NEUTRAL = {"Add": 0.0, "Sum": 0.0, "Sub": 0.0, "Mean": 0.0, "Max": 0.0, "Min": 0
            "PRelu": 0.0}  # fmt: skip
 
 
-@rule(*UNARY)
+@rule(*UNARY, any_axis=True)
 def unary(ctx: CouplingState, node: onnx.NodeProto) -> None:
     ctx.pass_through(node)
 
 
-@rule("Add", "Sum", "Sub", "Mul", "Div", "Max", "Min", "Mean", "PRelu")
+@rule("Add", "Sum", "Sub", "Mul", "Div", "Max", "Min", "Mean", "PRelu", any_axis=True)
 def binary(ctx: CouplingState, node: onnx.NodeProto) -> None:
     out = node.output[0]
     out_shape = ctx.shape(out)
-    width = ctx.channels(out)
-    if out_shape is None or width is None:
+    if out_shape is None or len(out_shape) < 2:
         ctx.freeze_node(node, f"{node.op_type} {ctx.name(node)}: output shape unknown")
         return
     rank = len(out_shape)
+    # the output's channel axis: where the traced inputs' channel axes land after broadcasting
+    axes = set()
+    for t in node.input:
+        t_shape = ctx.shape(t) if t else None
+        if t and ctx.layout(t) is not None and not ctx.is_const(t) and t_shape is not None:
+            axes.add(ctx.channel_axis(t) + rank - len(t_shape))
+    if len(axes) > 1:
+        ctx.freeze_node(node, f"{node.op_type} {ctx.name(node)} joins channels that lie on different axes")
+        return
+    out_axis = axes.pop() if axes else 1
+    width = out_shape[out_axis] if 0 <= out_axis < rank else -1
+    if width < 1:
+        ctx.freeze_node(node, f"{node.op_type} {ctx.name(node)}: output shape unknown")
+        return
     joined: Layout | None = None
     pending_consts: list[tuple[str, int]] = []
     for i, t in enumerate(node.input):
         if not t:
             continue
-        axis = channel_axis_of(ctx.shape(t), rank)
+        axis = channel_axis_of(ctx.shape(t), rank, out_axis)
         per_channel = axis is not None and (ctx.shape(t) or [])[axis] == width
         if ctx.is_const(t):
             # a one-channel constant broadcasts, so a padded channel gets a finite value: no edit
@@ -56,7 +71,7 @@ def binary(ctx: CouplingState, node: onnx.NodeProto) -> None:
             ctx.freeze(joined, reason)
             ctx.freeze_node(node, reason)
             return
-        lay = ctx.require_layout(t, node)
+        lay = ctx.require_layout(t, node, axis)
         if lay is None:
             continue
         if joined is None:
@@ -68,4 +83,4 @@ def binary(ctx: CouplingState, node: onnx.NodeProto) -> None:
         return
     for t, axis in pending_consts:
         ctx.bind(t, axis, joined, NEUTRAL[node.op_type], node)
-    ctx.set_layout(out, joined)
+    ctx.set_layout(out, joined, out_axis)

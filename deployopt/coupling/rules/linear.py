@@ -1,7 +1,10 @@
-"""Gemm / MatMul on [N, C] features: consume the input channel set, produce a new one.
+"""Gemm / MatMul of features × constant weights: consume the input channel set, produce a new one.
 
-Their input is 2-D only after Flatten/GlobalAveragePool; the shape rules make sure a 2-D layout
+Gemm's input is 2-D only after Flatten/GlobalAveragePool; the shape rules make sure a 2-D layout
 means one feature per channel (1×1 spatial), otherwise the features are frozen before they get here.
+MatMul also takes [..., C] features with the channels on the last axis (an NHWC map after a
+Transpose, as in ConvNeXt's pointwise "Linear" layers, or [N, L, C] tokens) times [C, D] weights:
+its output has the new channel set on its last axis.
 """
 
 from __future__ import annotations
@@ -35,17 +38,24 @@ def gemm(ctx: CouplingState, node: onnx.NodeProto) -> None:
     ctx.set_layout(node.output[0], out)
 
 
-@rule("MatMul")
+@rule("MatMul", any_axis=True)
 def matmul(ctx: CouplingState, node: onnx.NodeProto) -> None:
     a, b = node.input[0], node.input[1]
     weight = ctx.const(b)
     a_shape = ctx.shape(a)
-    if weight is None or weight.ndim != 2 or ctx.is_const(a) or a_shape is None or len(a_shape) != 2:
-        ctx.freeze_node(node, f"MatMul {ctx.name(node)} is not [N, C] features × constant weights")
+    if weight is None or weight.ndim != 2 or ctx.is_const(a) or a_shape is None or len(a_shape) < 2:
+        ctx.freeze_node(node, f"MatMul {ctx.name(node)} is not [..., C] features × constant [C, D] weights")
         return
-    al = ctx.require_layout(a, node)
+    last = len(a_shape) - 1
+    if ctx.layout(a) is not None and ctx.channel_axis(a) != last:
+        # it contracts an axis that is not the channels (a MatMul over W of an NCHW map)
+        ctx.freeze_node(
+            node, f"MatMul {ctx.name(node)} contracts axis {last}, not the channel axis {ctx.channel_axis(a)}"
+        )
+        return
+    al = ctx.require_layout(a, node, last)
     out = ctx.new_layout(node, int(weight.shape[1]))
     ctx.bind(b, 0, al, 0.0, node)
     ctx.bind(b, 1, out, 0.0, node)
     ctx.consume(a, node)
-    ctx.set_layout(node.output[0], out)
+    ctx.set_layout(node.output[0], out, len(ctx.shape(node.output[0]) or a_shape) - 1)

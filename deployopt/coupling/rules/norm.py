@@ -1,10 +1,19 @@
-"""Normalizations: per-channel ones pass channels through; those that mix channels freeze."""
+"""Normalizations: per-channel ones pass channels through; those that mix channels freeze.
+
+LayerNormalization normalizes over the axes from `axis` on. When the channel axis is among them
+(over C,H,W in NCHW; over the last axis after ConvNeXt's NCHW -> NHWC Transpose), its output keeps
+the input's channel set, but that set is frozen: zero channels padded into it would change the
+mean and variance of every position, so no padding of it is exact. When the channel axis is not
+normalized (an NCHW LayerNorm over W), each channel is normalized on its own and the channels pass
+through (a padded channel then holds the bias, a finite constant every consumer reads with zero
+weights, like Sigmoid(0) in an SE block).
+"""
 
 from __future__ import annotations
 
 import onnx
 
-from deployopt.coupling.registry import CouplingState, rule
+from deployopt.coupling.registry import CouplingState, normalize_axis, rule
 
 
 @rule("BatchNormalization")
@@ -23,6 +32,25 @@ def instance_norm(ctx: CouplingState, node: onnx.NodeProto) -> None:
     ctx.bind(node.input[2], 0, lay, 0.0, node)
 
 
-@rule("LayerNormalization", "GroupNormalization")
-def mixing_norm(ctx: CouplingState, node: onnx.NodeProto) -> None:
+@rule("LayerNormalization", any_axis=True)
+def layer_norm(ctx: CouplingState, node: onnx.NodeProto) -> None:
+    x, y = node.input[0], node.output[0]
+    lay = ctx.layout(x)
+    rank = len(ctx.shape(x) or [])
+    if lay is None or rank < 2 or any(node.output[1:]):  # Mean / InvStdDev outputs: training graphs
+        ctx.freeze_node(node, f"{node.op_type} {ctx.name(node)} normalizes across channels")
+        return
+    first = normalize_axis(int(ctx.attr(node, "axis", -1)), rank)
+    channel = ctx.channel_axis(x)
+    if channel >= first:
+        ctx.freeze(
+            lay,
+            f"LayerNormalization {ctx.name(node)} normalizes over the channel axis "
+            "(padded channels would change its mean and variance)",
+        )
+    ctx.set_layout(y, lay, channel)  # same channels, same axis: one group with its input
+
+
+@rule("GroupNormalization")
+def group_norm(ctx: CouplingState, node: onnx.NodeProto) -> None:
     ctx.freeze_node(node, f"{node.op_type} {ctx.name(node)} normalizes across channels")

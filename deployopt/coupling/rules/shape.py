@@ -1,8 +1,11 @@
-"""Shape ops: frozen, except where the rule can prove channels stay one per position on axis 1.
+"""Shape ops: frozen, except where the rule can prove channels stay one per position.
 
 Flatten/Reshape of a 1×1-spatial map (after GlobalAveragePool) to [N, C] keeps channel i as
-feature i, so a following Gemm/MatMul consumes the group. Anything else that moves or mixes the
-channel axis freezes the channels it touches.
+feature i, so a following Gemm/MatMul consumes the group. A Transpose only moves axes, so it moves
+the channel axis to where its perm puts it (NCHW -> NHWC and back in ConvNeXt blocks); the ops
+after it see the channels there (`ctx.channel_axis`). Anything that mixes the channel axis with
+other axes (a Reshape or Flatten of a map with spatial extent, on any axis) freezes the channels
+it touches.
 """
 
 from __future__ import annotations
@@ -54,13 +57,25 @@ def squeeze(ctx: CouplingState, node: onnx.NodeProto) -> None:
     ctx.freeze_node(node, f"{node.op_type} {ctx.name(node)} moves the channel axis")
 
 
-@rule("Transpose")
+@rule("Transpose", any_axis=True)
 def transpose(ctx: CouplingState, node: onnx.NodeProto) -> None:
+    x, y = node.input[0], node.output[0]
+    lay = ctx.layout(x)
+    if lay is None:
+        return  # nothing traced goes in; whoever reads the output sees untraced channels
+    rank = len(ctx.shape(x) or [])
     perm = ctx.attr(node, "perm", None)
-    if perm is not None and len(perm) >= 2 and list(perm[:2]) == [0, 1]:
-        ctx.pass_through(node)
+    perm = list(reversed(range(rank))) if perm is None else [int(p) for p in perm]
+    if rank < 2 or sorted(perm) != list(range(rank)):
+        ctx.freeze_node(node, f"Transpose {ctx.name(node)}: perm or input rank unknown")
         return
-    ctx.freeze_node(node, f"Transpose {ctx.name(node)} moves the channel axis")
+    # output axis j is input axis perm[j]: the channels land where perm names their axis
+    axis = perm.index(ctx.channel_axis(x))
+    out_shape = ctx.shape(y)
+    if out_shape is not None and (len(out_shape) != rank or out_shape[axis] != sum(w for _, w in lay)):
+        ctx.freeze_node(node, f"Transpose {ctx.name(node)}: output shape does not match its perm")
+        return
+    ctx.set_layout(y, lay, axis)
 
 
 @rule("Shape", "Size")
