@@ -570,3 +570,20 @@ def test_a_dynamic_yolov8_export_needs_an_input_shape_then_is_the_static_one(tmp
     ref, out = (s.run(None, {"images": x})[0] for s in sessions)
     np.testing.assert_allclose(out[:, :4], ref[:, :4], atol=1e-5 * np.abs(ref[:, :4]).max(), rtol=0)
     np.testing.assert_allclose(out[:, 4:], ref[:, 4:], atol=1e-4, rtol=0)
+
+
+def test_spatial_attention_map_keeps_its_one_channel() -> None:
+    """CBAM's spatial attention: a 1-channel Conv's sigmoid map multiplies every channel of the
+    features ([N,1,H,W] × [N,C,H,W]). Its one channel broadcasts, so padding it would break the Mul:
+    it is frozen (before, it was free and the padded model failed validation), and padding the
+    features is exact."""
+    n = Net()
+    a = n.cbr("x", 12)
+    s = n.op("Sigmoid", [n.conv(a, 1)], (1, 8, 8))
+    model = n.build(n.conv(n.op("Mul", [a, s], (12, 8, 8)), 4))
+    analysis = analyze(model)
+    (attention,) = [g for g in analysis.groups if g.width == 1]
+    assert attention.frozen and re.fullmatch(r"Mul \S+ broadcasts it over 12 channels", attention.reason)
+    assert [g.width for g in analysis.free_groups()] == [12]
+    padded = apply_plan(model, padded_plan(analysis), analysis)
+    np.testing.assert_allclose(run(padded), run(model), atol=1e-5, rtol=0)

@@ -64,7 +64,12 @@ def binary(ctx: CouplingState, node: onnx.NodeProto) -> None:
                 pending_consts.append((t, axis))
             continue
         if not per_channel:
-            continue  # broadcast over channels (a scalar or [N,1,H,W] operand)
+            # broadcast over channels (a scalar or [N,1,H,W] operand): a traced one, such as a
+            # spatial-attention map from a 1-channel Conv (CBAM), must keep its one channel
+            lay = ctx.layout(t)
+            if lay is not None:
+                ctx.freeze(lay, f"{node.op_type} {ctx.name(node)} broadcasts it over {width} channels")
+            continue
         if node.op_type == "Div" and i == 1:
             reason = f"Div {ctx.name(node)} divides by a channel set (padding would divide by zero)"
             ctx.freeze(ctx.layout(t), reason)
