@@ -32,13 +32,17 @@ def _producer_filters(analysis: Analysis, gid: str) -> list[np.ndarray]:
             continue
         if node.op_type == "Conv":
             mat = w.reshape(w.shape[0], -1)
+        elif node.op_type == "ConvTranspose":  # weights [C, K, R, S]: output channels on axis 1
+            mat = np.moveaxis(w, 1, 0).reshape(w.shape[1], -1)
         elif node.op_type == "Gemm":
             mat = w if int(st.attr(node, "transB", 0)) else w.T
         elif node.op_type == "MatMul":
             mat = w.T
         else:
             continue
-        bias_in = node.input[2] if len(node.input) > 2 and node.op_type in ("Conv", "Gemm") else ""
+        bias_in = (
+            node.input[2] if len(node.input) > 2 and node.op_type in ("Conv", "ConvTranspose", "Gemm") else ""
+        )
         bias = st.const(bias_in) if bias_in else None
         if bias is not None and bias.size == mat.shape[0]:
             mat = np.concatenate([mat, bias.reshape(-1, 1)], axis=1)

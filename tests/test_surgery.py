@@ -17,7 +17,7 @@ from zoo_models import MODELS
 
 from deployopt.coupling import analyze
 from deployopt.errors import PlanError
-from deployopt.importance import dead_channels_many
+from deployopt.importance import dead_channels_many, filter_l1
 from deployopt.model import load_model
 from deployopt.surgery import apply_plan, apply_plan_report, channel_order, dead_channels, load_plan
 
@@ -351,13 +351,18 @@ def test_initializers_listed_as_inputs_are_resized(tmp_path: Path) -> None:
     np.testing.assert_allclose(run(padded), run(model), atol=1e-5, rtol=0)
 
 
-def test_conv_transpose_pads_and_trims() -> None:
+def conv_transpose_net() -> onnx.ModelProto:
+    """A UNet up-step: ConvTranspose (weights [C, K, R, S], bias) → Relu → Conv."""
     n = Net(hw=4)
     a = n.cbr("x", 12)
     w = n.init("up.w", np.random.default_rng(5).standard_normal((12, 6, 2, 2)) * 0.3)
     b = n.init("up.b", np.random.default_rng(6).standard_normal(6) * 0.1)
     up = n.op("ConvTranspose", [a, w, b], (6, 8, 8), kernel_shape=[2, 2], strides=[2, 2])
-    model = n.build(n.conv(n.op("Relu", [up]), 4))
+    return n.build(n.conv(n.op("Relu", [up]), 4))
+
+
+def test_conv_transpose_pads_and_trims() -> None:
+    model = conv_transpose_net()
     analysis = analyze(model)
     assert {g.id for g in analysis.free_groups()} == {"conv1", "convtranspose4"}
     padded = apply_plan(model, {"conv1": 16, "convtranspose4": 8}, analysis)
@@ -365,6 +370,26 @@ def test_conv_transpose_pads_and_trims() -> None:
     assert list(shape) == [16, 8, 2, 2]
     np.testing.assert_allclose(run(padded), run(model), atol=1e-5, rtol=0)
     assert run(apply_plan(model, {"conv1": 5, "convtranspose4": 3}, analysis)).shape == (1, 4, 8, 8)
+
+
+def test_conv_transpose_channels_are_ranked_by_their_own_filters() -> None:
+    """A ConvTranspose's output channels are its weights' axis 1. Importance ignored ConvTranspose
+    producers, so every channel scored 0 and trimming dropped the first channels by index: the
+    UNet's pad-then-trim-back dropped 32 real channels of a 64-wide up-conv and kept the padded ones."""
+    model = conv_transpose_net()
+    w = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == "up.w"))
+    b = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == "up.b"))
+    expected = np.abs(w).sum(axis=(0, 2, 3)) + np.abs(b)
+    np.testing.assert_allclose(filter_l1(analyze(model), "convtranspose4"), expected, rtol=1e-6)
+    padded = apply_plan(model, {"convtranspose4": 9})
+    panalysis = analyze(padded)
+    assert dead_channels(padded, panalysis, "convtranspose4") == [6, 7, 8]
+    back, changes = apply_plan_report(padded, {"convtranspose4": 6}, panalysis)
+    assert [(c.trimmed, c.dead_trimmed) for c in changes] == [(3, 3)]
+    np.testing.assert_allclose(run(back), run(model), atol=1e-6, rtol=0)
+    # the smallest filter goes first when nothing is dead
+    order = channel_order(model, analyze(model), "convtranspose4")
+    assert order == [int(i) for i in np.argsort(expected, kind="stable")]
 
 
 @pytest.mark.slow
