@@ -15,6 +15,7 @@ import pytest
 from onnx import numpy_helper
 from zoo_models import VARIANT_OF
 
+from deployopt.coupling import analyze
 from deployopt.errors import ModelError, OutputError
 from deployopt.model import load_model, save_model
 
@@ -270,3 +271,61 @@ def test_large_shared_initializers_stay_shared(tmp_path: Path, monkeypatch: pyte
     loaded = load_model(tmp_path / "twin.onnx")
     assert not any("shared constants" in n for n in loaded.notices)
     assert not analyze(loaded.model).free_groups()
+
+
+def shape_chain(blocks: int) -> onnx.ModelProto:
+    """Conv → Relu → Reshape blocks, each Reshape's target computed from the shape of its input
+    (Shape → Gather → Div → Cast → Unsqueeze → Concat, as torch's exporter writes `x.view(...)`),
+    with a dynamic batch: each block's shape is known only after the block before it is folded."""
+    rng = np.random.default_rng(0)
+    nodes: list[onnx.NodeProto] = []
+    inits: list[onnx.TensorProto] = []
+
+    def const(name: str, value: np.ndarray) -> str:
+        inits.append(numpy_helper.from_array(value, name))
+        return name
+
+    def node(op: str, inputs: list[str], out: str, **attrs: object) -> str:
+        nodes.append(onnx.helper.make_node(op, inputs, [out], name=out, **attrs))
+        return out
+
+    one, axes0 = const("one", np.array(1, dtype=np.int64)), const("axes0", np.array([0], dtype=np.int64))
+    rest = const("rest", np.array([8, 8, 8], dtype=np.int64))
+    x = "x"
+    for i in range(blocks):
+        w = const(f"w{i}", (rng.standard_normal((8, 3 if i == 0 else 8, 3, 3)) * 0.3).astype(np.float32))
+        r = node("Relu", [node("Conv", [x, w], f"conv{i}", pads=[1] * 4)], f"relu{i}")
+        n = node("Gather", [node("Shape", [r], f"shape{i}"), const(f"i{i}", np.array(0))], f"n{i}", axis=0)
+        n = node("Cast", [node("Div", [n, one], f"div{i}")], f"cast{i}", to=onnx.TensorProto.INT64)
+        target = node("Concat", [node("Unsqueeze", [n, axes0], f"unsqueeze{i}"), rest], f"target{i}", axis=0)
+        x = node("Reshape", [r, target], f"reshape{i}")
+    node("Conv", [x, const("head.w", np.ones((4, 8, 1, 1), dtype=np.float32))], "head")
+    graph = onnx.helper.make_graph(
+        nodes,
+        "chain",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch", 3, 8, 8])],
+        [onnx.helper.make_tensor_value_info("head", onnx.TensorProto.FLOAT, ["batch", 4, 8, 8])],
+        inits,
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_folding_runs_until_nothing_is_left_to_fold(tmp_path: Path) -> None:
+    """A dynamic-batch ShuffleNetV2 exported at opset 11 needs 29 folding passes (one per channel
+    shuffle, whose Reshape target is computed from the previous block's shape). Loading stopped
+    after 16: the rest kept their Shape ops and unknown shapes, so the analysis froze their groups
+    with misleading reasons ("grouped conv (groups=96)" for a depthwise conv whose input width was
+    unknown, "Shape … reads the channel count")."""
+    path = tmp_path / "chain.onnx"
+    onnx.save(shape_chain(20), str(path))
+    loaded = load_model(path)
+    model = loaded.model
+    assert not {n.op_type for n in model.graph.node} & {"Shape", "Gather", "Cast", "Concat"}
+    shapes = {vi.name: vi.type.tensor_type.shape.dim for vi in model.graph.value_info}
+    assert all(d.HasField("dim_value") for n in model.graph.node for d in shapes.get(n.output[0], []))
+    assert [d.dim_value for d in shapes["reshape19"]] == [1, 8, 8, 8]
+    assert not [g.reason for g in analyze(model).groups if "Shape" in g.reason]
+    x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    np.testing.assert_allclose(run(model, x), run(onnx.load(str(path)), x), atol=1e-5, rtol=0)
