@@ -338,3 +338,20 @@ def test_shared_split_sizes_freeze() -> None:
     groups = by_id(model)
     assert groups["conv1[0]"].reason == "constant 'sizes' is shared by several ops"
     assert groups["conv2[1]"].frozen
+
+
+def test_unknown_shapes_freeze_with_the_reason_that_applies() -> None:
+    """Without a shape for its input, a depthwise conv was frozen as "grouped conv (groups=16)" and a
+    spatial ReduceMean as "reduces over channels" (seen on a partly folded ShuffleNetV2): the reason
+    now says that the width or shape is unknown."""
+    n = Net()
+    lrn = n.op("LRN", [n.conv("x", 16)], size=3)  # no rule: its output's channels are not traced
+    d = n.conv(lrn, 16, group=16)
+    r = n.op("ReduceMean", [n.op("Relu", [d])], (16, 1, 1), axes=[2, 3], keepdims=1)
+    model = n.build(n.conv(r, 4, r=1))
+    kept = [vi for vi in model.graph.value_info if vi.name not in (lrn, d, "relu4")]
+    del model.graph.value_info[:]
+    model.graph.value_info.extend(kept)
+    reasons = {g.id: g.reason for g in analyze(model).groups}
+    assert reasons["conv3"] == "conv with groups=16 on an input of unknown width conv3"
+    assert reasons["reducemean5"] == "ReduceMean reducemean5: input shape unknown"

@@ -32,11 +32,12 @@ def conv(ctx: CouplingState, node: onnx.NodeProto) -> None:
         ctx.bind(b, 0, out, 0.0, node)
         ctx.edit_attr(node, "group", out)
     else:
-        kind = (
-            f"depthwise conv with channel multiplier {k // group}"
-            if group == c
-            else f"grouped conv (groups={group})"
-        )
+        if c is None:  # no shape for the input: whether it is depthwise cannot be told
+            kind = f"conv with groups={group} on an input of unknown width"
+        elif group == c:
+            kind = f"depthwise conv with channel multiplier {k // group}"
+        else:
+            kind = f"grouped conv (groups={group})"
         reason = f"{kind} {ctx.name(node)}"
         ctx.freeze(xl, reason)
         out = ctx.new_layout(node, k, frozen=reason)

@@ -85,7 +85,10 @@ def reduce(ctx: CouplingState, node: onnx.NodeProto) -> None:
             ctx.freeze_node(node, f"{node.op_type} {ctx.name(node)} has computed axes")
             return
         axes = [int(v) for v in arr.ravel()]
-    if not axes or rank < 2 or 1 in [normalize_axis(int(a), rank) for a in axes]:
+    if rank < 2:
+        ctx.freeze_node(node, f"{node.op_type} {ctx.name(node)}: input shape unknown")
+        return
+    if not axes or 1 in [normalize_axis(int(a), rank) for a in axes]:
         ctx.freeze_node(node, f"{node.op_type} {ctx.name(node)} reduces over channels")
         return
     ctx.pass_through(node)
