@@ -612,3 +612,78 @@ def test_spatial_attention_map_keeps_its_one_channel() -> None:
     assert [g.width for g in analysis.free_groups()] == [12]
     padded = apply_plan(model, padded_plan(analysis), analysis)
     np.testing.assert_allclose(run(padded), run(model), atol=1e-5, rtol=0)
+
+
+def _architectures() -> Any:
+    """benchmarks/check_architectures.py: the torch modules of the architecture sweep."""
+    import importlib.util
+    import sys
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "check_architectures.py"
+    spec = importlib.util.spec_from_file_location("check_architectures", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["check_architectures"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("arch", "free", "frozen_reason"),
+    [
+        ("resnet18", 12, None),
+        ("mobilenet_v3_small", 27, None),  # Hardswish, SE with Hardsigmoid
+        ("regnet_y_400mf", 21, "grouped conv (groups="),  # grouped convs + SE
+        ("squeezenet1_1", 25, None),  # Fire modules: concat of 1×1 and 3×3 expands
+        ("lraspp_mobilenet_v3_large", 30, None),  # segmentation head: bilinear Resize, sigmoid gate
+        ("unet", 12, None),  # ConvTranspose up-steps, skip Concats
+        ("cbam", 5, "reduces over channels"),  # channel mean/max of the spatial attention
+        ("ghost", 1, "Slice"),  # cheap depthwise + Concat + Slice to the output width
+        ("espcn_pixelshuffle", 3, "DepthToSpace"),  # PixelShuffle
+        ("yolov5_focus_sppf_c3", 19, None),  # Focus slices, SPPF, C3, nearest upsampling
+        ("googlenet", 57, None),  # Inception branches into Concats
+        ("psp", 6, None),  # pyramid pooling: AveragePool → 1×1 conv → bilinear Resize → Concat
+        ("csp_chunk", 7, "Slice"),  # YOLOv8's C2f written with chunk (Slices), torch.split with sizes
+        ("attention", 5, "unknown op Expand"),  # SE with Linear + expand_as, CBAM MLP, ECA, a spatial gate
+    ],
+)
+def test_architectures_pad_exactly_and_trim_to_valid_models(
+    arch: str, free: int, frozen_reason: str | None, tmp_path: Path
+) -> None:
+    """The architecture sweep (docs/surgery.md, "Architectures checked") on a fast subset at 64×64:
+    every free group padded past the next multiple of 32 leaves every output equal (1e-4 of its
+    scale); every free group trimmed by 8 gives a model that passes the full checker, runs, has the
+    planned widths and the conv shapes `conv_shapes` predicts; padding then trimming back finds
+    exactly the padded channels dead."""
+    pytest.importorskip("torch")
+    pytest.importorskip("torchvision")
+    model = load_model(_architectures().export(arch, tmp_path, size=64)).model
+    analysis = analyze(model)
+    assert len(analysis.free_groups()) == free
+    if frozen_reason:
+        assert any(frozen_reason in g.reason for g in analysis.groups)
+
+    def outputs(m: onnx.ModelProto) -> list[np.ndarray]:
+        sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        x = np.random.default_rng(1).standard_normal(sess.get_inputs()[0].shape).astype(np.float32)
+        return sess.run(None, {sess.get_inputs()[0].name: x})
+
+    ref = outputs(model)
+    padded = apply_plan(model, padded_plan(analysis), analysis)
+    for r, o in zip(ref, outputs(padded)):
+        np.testing.assert_allclose(o, r, atol=1e-4 * max(1.0, float(np.abs(r).max())), rtol=0)
+    plan = {g.id: max(1, g.width - 8) for g in analysis.free_groups()}
+    trimmed = apply_plan(model, plan, analysis)
+    onnx.checker.check_model(trimmed, full_check=True)
+    assert [o.shape for o in outputs(trimmed)] == [r.shape for r in ref]
+    assert {gid: w for gid, w in widths(trimmed).items() if gid in plan} == plan
+    weights = {t.name: list(t.dims) for t in trimmed.graph.initializer}
+    for conv, shape in analysis.conv_shapes(plan).items():
+        node = next(n for n in trimmed.graph.node if n.name == conv)
+        assert weights[node.input[1]][:2] == [shape.k, shape.c // shape.groups]
+    original = {g.id: g.width for g in analysis.free_groups()}
+    back, changes = apply_plan_report(padded, original, analyze(padded))
+    assert all(c.trimmed == c.dead_trimmed > 0 for c in changes)
+    for r, o in zip(ref, outputs(back)):
+        np.testing.assert_allclose(o, r, atol=1e-4 * max(1.0, float(np.abs(r).max())), rtol=0)
