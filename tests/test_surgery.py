@@ -645,7 +645,11 @@ def _architectures() -> Any:
         ("googlenet", 57, None),  # Inception branches into Concats
         ("psp", 6, None),  # pyramid pooling: AveragePool → 1×1 conv → bilinear Resize → Concat
         ("csp_chunk", 7, "Slice"),  # YOLOv8's C2f written with chunk (Slices), torch.split with sizes
-        ("attention", 5, "unknown op Expand"),  # SE with Linear + expand_as, CBAM MLP, ECA, a spatial gate
+        (
+            "attention",
+            7,
+            "expects channels on axis 1",
+        ),  # SE (Linear, expand_as), CBAM MLP, ECA (Conv1d), a gate
     ],
 )
 def test_architectures_pad_exactly_and_trim_to_valid_models(
@@ -687,3 +691,37 @@ def test_architectures_pad_exactly_and_trim_to_valid_models(
     assert all(c.trimmed == c.dead_trimmed > 0 for c in changes)
     for r, o in zip(ref, outputs(back)):
         np.testing.assert_allclose(o, r, atol=1e-4 * max(1.0, float(np.abs(r).max())), rtol=0)
+
+
+def test_se_with_linear_and_expand_as_is_free_and_pads_exactly() -> None:
+    """The classic SENet code: GAP → view(b, c) → Linear → ReLU → Linear → Sigmoid → view(b, c, 1, 1)
+    → expand_as(x) → x * scale. Expand had no rule, so the whole block's width froze ("unknown op
+    Expand"); its target spells out C, which now follows the plan."""
+    n = Net()
+    a = n.cbr("x", 12)
+    s = n.op("Sigmoid", [n.fc(n.op("Relu", [n.fc(n.gap(a), 4)]), 12)])
+    for name, value in (("se.shape", [1, 12, 1, 1]), ("se.target", [1, 12, 8, 8])):
+        n.inits.append(numpy_helper.from_array(np.array(value, dtype=np.int64), name))
+    e = n.op("Expand", [n.op("Reshape", [s, "se.shape"], (12, 1, 1)), "se.target"], (12, 8, 8))
+    model = n.build(n.conv(n.op("Mul", [a, e]), 4))
+    analysis = analyze(model)
+    assert {g.id: g.width for g in analysis.free_groups()} == {"conv1": 12, "gemm6": 4}
+    padded = apply_plan(model, {"conv1": 32, "gemm6": 5}, analysis)
+    target = numpy_helper.to_array(next(t for t in padded.graph.initializer if t.name == "se.target"))
+    assert target.tolist() == [1, 32, 8, 8]
+    np.testing.assert_allclose(run(padded), run(model), atol=1e-5, rtol=0)
+    trimmed = apply_plan(model, {"conv1": 7, "gemm6": 3}, analysis)
+    onnx.checker.check_model(trimmed, full_check=True)
+    assert run(trimmed).shape == (1, 4, 8, 8)
+
+
+def test_expand_of_one_channel_over_many_freezes() -> None:
+    """An Expand that broadcasts a 1-channel map over C channels (its target spells out C): the map
+    and the features it multiplies stay frozen."""
+    n = Net()
+    a = n.cbr("x", 12)
+    m = n.op("Sigmoid", [n.conv(a, 1)], (1, 8, 8))
+    n.inits.append(numpy_helper.from_array(np.array([1, 12, 8, 8], dtype=np.int64), "target"))
+    model = n.build(n.conv(n.op("Mul", [a, n.op("Expand", [m, "target"], (12, 8, 8))]), 4))
+    reasons = {g.id: g.reason for g in analyze(model).groups}
+    assert reasons["conv4"] == reasons["conv1"] == "Expand expand6 broadcasts 1 channel(s) over 12"

@@ -87,3 +87,29 @@ def shape_of(ctx: CouplingState, node: onnx.NodeProto) -> None:
 @rule("Softmax", "LogSoftmax", "Hardmax", "ArgMax", "ArgMin", "TopK")
 def across_channels(ctx: CouplingState, node: onnx.NodeProto) -> None:
     ctx.freeze_node(node, f"{node.op_type} {ctx.name(node)} works across channels")
+
+
+@rule("Expand")
+def expand(ctx: CouplingState, node: onnx.NodeProto) -> None:
+    """Broadcast to a constant shape: `y.expand_as(x)` of an SE block's `[N, C, 1, 1]` scale.
+
+    Channels pass through when the input has them all (the target spells out C, kept in step, or
+    1); a one-channel input broadcast over several channels, a computed target or a change of rank
+    freeze.
+    """
+    x, target, y = node.input[0], node.input[1], node.output[0]
+    spec, xs, ys = ctx.const(target), ctx.shape(x), ctx.shape(y)
+    name = ctx.name(node)
+    if spec is None or xs is None or ys is None or len(xs) < 2:
+        ctx.freeze_node(node, f"Expand {name} has a computed target or unknown shapes")
+        return
+    if len(xs) != len(ys):
+        ctx.freeze_node(node, f"Expand {name} changes the rank")
+        return
+    if xs[1] != ys[1]:
+        ctx.freeze_node(node, f"Expand {name} broadcasts {xs[1]} channel(s) over {ys[1]}")
+        return
+    lay = ctx.pass_through(node)
+    at = 1 - (len(ys) - spec.size)  # the target is right-aligned with the output
+    if lay is not None and spec.ndim == 1 and 0 <= at < spec.size and int(spec[at]) != 1:
+        ctx.edit_shape(target, at, lay, node)  # the channel count is spelled out: keep it in step
