@@ -36,6 +36,10 @@ YOLO47 = (
     "the detector, 47 free groups (shared Split constants copied), all three seeds, code of 79fd325 "
     "(8 SMs) / 1652eed (132 SMs), the same optimizer"
 )
+YOLO_DETECT = (
+    "the detector with ultralytics' Detect head (DFL, boxes decoded in pixels), 59 free groups, code of "
+    "b11b1df (the lossless check relative to each output's scale)"
+)
 # (file, note): the two main runs predate the optimizer's confirmation step (docs/optimize.md step 7).
 DEFAULT_FILES: list[tuple[Path, str]] = [
     (RESULTS / "optimize_sms8.json", "before the confirmation step"),
@@ -52,6 +56,8 @@ DEFAULT_FILES: list[tuple[Path, str]] = [
     (RESULTS / "optimize_sms8_yolo_unshared.json", YOLO_UNSHARED),
     (RESULTS / "optimize_sms8_yolo_47groups.json", YOLO47),
     (RESULTS / "optimize_full_yolo_47groups.json", YOLO47),
+    (RESULTS / "optimize_sms8_yolo_detect.json", YOLO_DETECT),
+    (RESULTS / "optimize_full_yolo_detect.json", YOLO_DETECT),
 ]
 CIFAR_COLUMNS = ("unpruned", "pruned", "round_up_8", "deployopt_lossless", "deployopt_trim")
 

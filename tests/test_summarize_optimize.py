@@ -207,6 +207,25 @@ def test_yolo_47_groups_all_seeds_round_up_recovers_most_trim_margin_small():
     assert {s for s, r in full.items() if beyond_noise(r)} == {2}
 
 
+def test_yolo_detect_head_trim_beats_round_up_in_every_seed_at_8_sms():
+    """The detector with ultralytics' Detect head: 59 free groups; at 8 SMs trim-10 % is faster than
+    round-up-to-8 beyond the build-level noise in all three seeds, on the full GPU only in seed 2."""
+    sms8 = {r.seed: r for r in _rows("optimize_sms8_yolo_detect.json")[0]}
+    full = {r.seed: r for r in _rows("optimize_full_yolo_detect.json")[0]}
+    for name in ("optimize_sms8_yolo_detect.json", "optimize_full_yolo_detect.json"):
+        for case in json.loads((RESULTS / name).read_text())["cases"].values():
+            assert case["head"] == "detect" and len(case["lossless"]["best_plan"]) == 59
+    assert {s: round(r.trim_vs_r8, 1) for s, r in sms8.items()} == {0: -0.8, 1: -1.4, 2: -5.2}
+    assert {s: round(r.trim_vs_r8, 1) for s, r in full.items()} == {0: 0.1, 1: 0.0, 2: -3.3}
+    assert round(sms8[2].lossless_vs_r8, 2) == -2.25 and not sms8[2].lossless_r8_overlap
+
+    def beyond_noise(r) -> bool:
+        return r.final["deployopt_trim"]["build_ci95_us"][1] < r.final["round_up_8"]["build_ci95_us"][0]
+
+    assert {s for s, r in sms8.items() if beyond_noise(r)} == {0, 1, 2}
+    assert {s for s, r in full.items() if beyond_noise(r)} == {2}
+
+
 def test_main_prints_tables_and_check_passes(capsys):
     assert so.main([]) == 0
     out = capsys.readouterr().out
@@ -217,8 +236,8 @@ def test_main_prints_tables_and_check_passes(capsys):
     assert so.main(["--check"]) == 0
     out = capsys.readouterr().out
     # 34, 8 of the all-engines runs, the detector's 10 cases (3 seeds × 3 runs, 1 re-run) and its
-    # 6 cases with 47 free groups
-    assert out.count("| ✗ |") == 0 and out.count("| ✓ |") == 58
+    # 6 cases with 47 free groups, and 6 with the Detect head
+    assert out.count("| ✗ |") == 0 and out.count("| ✓ |") == 64
     assert so.main(["--check", str(RESULTS / "optimize_sms8.json")]) == 0
 
 
