@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import importlib.util
 import json
 import re
 import shutil
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scripts import load_script
 
 from deployopt.backends.tensorrt import load_runner_result
 from deployopt.timing import Timing, bootstrap_median_ci
@@ -23,15 +23,7 @@ RUNNER = Path(__file__).resolve().parents[1] / "jetson" / "runner.py"
 SRC = RUNNER.read_text()
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("jetson_runner", RUNNER)
-    module = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    spec.loader.exec_module(module)
-    return module
-
-
-runner = _load()
+runner = load_script(RUNNER, "jetson_runner")
 
 
 # ------------------------------------------------------------------ Python 3.6 compatibility

@@ -2,28 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "summarize_optimize.py"
 RESULTS = ROOT / "benchmarks" / "results" / "h200_optimize"
 
 
-def _module():
-    spec = importlib.util.spec_from_file_location("summarize_optimize", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["summarize_optimize"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-so = _module()
+so = load_script(SCRIPT, "summarize_optimize")
 
 
 def _rows(name: str):
@@ -256,17 +246,7 @@ def test_docs_hold_the_generated_tables(capsys):
 BACKENDS = ROOT / "benchmarks" / "results" / "h200_backends"
 
 
-def _backends_module():
-    spec = importlib.util.spec_from_file_location(
-        "summarize_backends", ROOT / "benchmarks" / "summarize_backends.py"
-    )
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-sb = _backends_module()
+sb = load_script("benchmarks/summarize_backends.py", "summarize_backends")
 
 
 def test_backends_tables_hold_the_measured_numbers():

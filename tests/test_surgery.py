@@ -12,6 +12,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
+from scripts import load_script
 from test_coupling import Net, tiny_mixed
 from zoo_models import MODELS
 
@@ -616,16 +617,7 @@ def test_spatial_attention_map_keeps_its_one_channel() -> None:
 
 def _architectures() -> Any:
     """benchmarks/check_architectures.py: the torch modules of the architecture sweep."""
-    import importlib.util
-    import sys
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "check_architectures.py"
-    spec = importlib.util.spec_from_file_location("check_architectures", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["check_architectures"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/check_architectures.py", "check_architectures")
 
 
 @pytest.mark.slow

@@ -64,6 +64,8 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
+from scripts import load_script
+from test_tensorrt_backend import counting_hashes
 
 from deployopt.backends import tensorrt as trt_backend
 from deployopt.backends import tensorrt_calibrator
@@ -1824,15 +1826,7 @@ def test_a_session_hashes_its_calibration_folder_once_per_state(
     again, alone, and changes the key."""
     trt, gpu = install(monkeypatch, V10, "bindings")
     trt.__spec__ = importlib.machinery.ModuleSpec("tensorrt", None)  # importable, for availability()
-    read: list[str] = []
-    real = trt_backend._file_sha256
-
-    def counting(path: Path) -> str:
-        read.append(Path(path).name)
-        return real(path)
-
-    monkeypatch.setattr(trt_backend, "_file_sha256", counting)
-    monkeypatch.setattr(trt_backend, "_sha_memo", {}, raising=False)
+    read = counting_hashes(monkeypatch)
     later = trt_backend.time.time_ns() + 10**10  # the files settled long ago
     monkeypatch.setattr(trt_backend, "_now_ns", lambda: later, raising=False)
     workers: list[tuple[Any, ...]] = []
@@ -2032,11 +2026,7 @@ def test_a_wrong_api_dispatch_fails_on_the_fakes(
 
 
 def load_runner() -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location("jetson_runner_fake_api", RUNNER)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(RUNNER, "jetson_runner_fake_api")
 
 
 def run_runner(args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:

@@ -210,14 +210,10 @@ def test_random_prune_and_round_up() -> None:
 
 
 def test_bundled_example_is_what_its_generator_builds() -> None:
-    import importlib.util
-    from pathlib import Path
+    from scripts import ROOT, load_script
 
-    root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("make_examples", root / "examples" / "make_examples.py")
-    gen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen)
-    path = root / "examples" / "resnet56_pruned_cifar.onnx"
+    gen = load_script("examples/make_examples.py", "make_examples")
+    path = ROOT / "examples" / "resnet56_pruned_cifar.onnx"
     assert path.stat().st_size < 3_000_000
     committed = onnx.load(str(path))
     onnx.checker.check_model(committed)
