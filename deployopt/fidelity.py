@@ -346,15 +346,25 @@ class FidelityReport:
     output_max_abs_error: list[float] = field(default_factory=list)
     output_max_abs_reference: list[float] = field(default_factory=list)
 
+    def output_limits(self, t: Thresholds) -> list[tuple[str, float, float, float]]:
+        """(output, its max abs error, its largest |reference|, the error it may have) when the
+        limit is per output (rel_error with max_abs_error); empty when it is one absolute limit."""
+        if t.max_abs_error is None or t.rel_error is None:
+            return []
+        return [
+            (name, err, ref, t.max_abs_error + t.rel_error * ref)
+            for name, err, ref in zip(
+                self.output_names, self.output_max_abs_error, self.output_max_abs_reference
+            )
+        ]
+
     def check(self, thresholds: Thresholds | None = None) -> list[str]:
         """Failures as one line each; empty when every enabled threshold holds (NaN always fails)."""
         t = thresholds or Thresholds()
         failures = []
-        if t.max_abs_error is not None and t.rel_error is not None and self.output_max_abs_error:
-            for name, err, ref in zip(
-                self.output_names, self.output_max_abs_error, self.output_max_abs_reference
-            ):
-                allowed = t.max_abs_error + t.rel_error * ref
+        limits = self.output_limits(t)
+        if limits:
+            for name, err, ref, allowed in limits:
                 if not err <= allowed:
                     failures.append(
                         f"output {name}: max abs error {err:.3g} > {t.max_abs_error:.3g} + "

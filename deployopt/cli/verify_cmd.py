@@ -65,11 +65,9 @@ def _render(report: FidelityReport, thresholds: Thresholds, failures: list[str])
         )
 
     t = thresholds
-    if t.max_abs_error is not None and t.rel_error is not None:
-        for name, err, ref in zip(
-            report.output_names, report.output_max_abs_error, report.output_max_abs_reference
-        ):
-            allowed = t.max_abs_error + t.rel_error * ref
+    limits = report.output_limits(t)
+    if limits:
+        for name, err, _, allowed in limits:
             table.add_row(
                 f"max abs error, {name}", _fmt(err, ".3g"), f"≤ {allowed:.3g}", status(err <= allowed)
             )
