@@ -5,6 +5,7 @@ reducing op (Conv input, Gemm rows). A zero filter alone is not enough (a BatchN
 it makes a constant channel, which the next conv still sees). Candidates are channels whose every
 producing filter and bias are exactly zero; for them the channel no longer depends on the input,
 so one onnxruntime run with extra outputs decides exactly which of them are zero where it matters.
+A free group that nothing reads (what a Slice of the channel axis leaves out) is dead as a whole.
 """
 
 from __future__ import annotations
@@ -107,9 +108,14 @@ def _random_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
 def dead_channels_many(model: onnx.ModelProto, analysis: Analysis, gids: list[str]) -> dict[str, list[int]]:
     """Dead channels of several groups with at most one onnxruntime run."""
     result: dict[str, list[int]] = {gid: [] for gid in gids}
-    candidates = {gid: zero_filter_channels(analysis, gid) for gid in gids}
-    observed = {gid: _observed(analysis, gid) for gid in gids if candidates[gid]}
-    observed = {gid: obs for gid, obs in observed.items() if obs}
+    observed = {gid: _observed(analysis, gid) for gid in gids}
+    for gid, obs in observed.items():
+        if not obs and not analysis.group(gid).frozen:
+            # a free group that no op reads: the channels a channel-axis Slice leaves out. A free
+            # group cannot reach a graph output (that freezes it), so none of them matters.
+            result[gid] = list(range(analysis.group(gid).width))
+    candidates = {gid: zero_filter_channels(analysis, gid) for gid in gids if observed[gid]}
+    observed = {gid: obs for gid, obs in observed.items() if obs and candidates[gid]}
     if not observed:
         return result
     import onnxruntime as ort

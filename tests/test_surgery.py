@@ -631,12 +631,12 @@ def _architectures() -> Any:
         ("lraspp_mobilenet_v3_large", 30, None),  # segmentation head: bilinear Resize, sigmoid gate
         ("unet", 12, None),  # ConvTranspose up-steps, skip Concats
         ("cbam", 5, "reduces over channels"),  # channel mean/max of the spatial attention
-        ("ghost", 1, "Slice"),  # cheap depthwise + Concat + Slice to the output width
+        ("ghost", 4, None),  # cheap depthwise + Concat + Slice to the output width
         ("espcn_pixelshuffle", 3, "DepthToSpace"),  # PixelShuffle
         ("yolov5_focus_sppf_c3", 19, None),  # Focus slices, SPPF, C3, nearest upsampling
         ("googlenet", 57, None),  # Inception branches into Concats
         ("psp", 6, None),  # pyramid pooling: AveragePool → 1×1 conv → bilinear Resize → Concat
-        ("csp_chunk", 7, "Slice"),  # YOLOv8's C2f written with chunk (Slices), torch.split with sizes
+        ("csp_chunk", 9, None),  # YOLOv8's C2f written with chunk (Slices), torch.split with sizes
         (
             "attention",
             7,

@@ -67,24 +67,63 @@ def split(ctx: CouplingState, node: onnx.NodeProto) -> None:
             ctx.edit_attr(node, "split", piece, index=i)
 
 
+#: an `end` at or beyond this means "to the end of the axis" (torch writes INT64_MAX for `x[:, a:]`)
+_TO_THE_END = 2**31 - 1
+
+
 @rule("Slice")
 def slice_(ctx: CouplingState, node: onnx.NodeProto) -> None:
-    rank = len(ctx.shape(node.input[0]) or [])
-    axes = None
+    """A constant window [start, end) of the channel axis: the input is cut at its bounds, like a Split.
+
+    The pieces inside the window are the output's channels (free, joined to whatever reads them);
+    the pieces outside it are channels nobody reads after the Slice. `start` and `end` follow the
+    plan: each becomes the new width of the pieces before it (an end that means "to the end" stays).
+    GhostNet's `cat([primary, cheap])[:, :oup]` and C2f's halves at opsets that export `chunk` as
+    Slices are the cases that matter. Computed bounds or a step other than 1 freeze.
+    """
+    x = node.input[0]
+    rank = len(ctx.shape(x) or [])
+    name = ctx.name(node)
+    steps = None
     if ctx.opset < 10:
+        starts, ends = ctx.attr(node, "starts", []), ctx.attr(node, "ends", [])
         axes = ctx.attr(node, "axes", None)
-        starts = ctx.attr(node, "starts", [])
     else:
-        s = ctx.const(node.input[1])
-        a = ctx.const(node.input[3]) if len(node.input) > 3 and node.input[3] else None
-        if s is None or (len(node.input) > 3 and node.input[3] and a is None):
-            ctx.freeze_node(node, f"Slice {ctx.name(node)} has computed bounds")
+        inputs = list(node.input) + [""] * (5 - len(node.input))
+        values = [ctx.const(t) if t else None for t in inputs[1:5]]
+        if any(t and v is None for t, v in zip(inputs[1:5], values)):
+            ctx.freeze_node(node, f"Slice {name} has computed bounds")
             return
-        axes = None if a is None else [int(v) for v in a.ravel()]
-        starts = list(s.ravel())
+        starts, ends, axes, steps = ([int(v) for v in a.ravel()] if a is not None else None for a in values)
     if axes is None:
         axes = list(range(len(starts)))
-    if rank >= 2 and 1 not in [normalize_axis(int(a), rank) for a in axes]:
+    norm = [normalize_axis(int(a), rank) for a in axes] if rank else []
+    if rank >= 2 and 1 not in norm:
         ctx.pass_through(node)
         return
-    ctx.freeze_node(node, f"Slice {ctx.name(node)} cuts the channel axis")
+    lay = ctx.require_layout(x, node)
+    if rank < 2 or lay is None:
+        ctx.freeze_node(node, f"Slice {name}: input shape unknown")
+        return
+    i = norm.index(1)
+    width = sum(w for _, w in lay)
+    start, end = int(starts[i]), int(ends[i])
+    if (steps is not None and int(steps[i]) != 1) or start >= _TO_THE_END:
+        ctx.freeze_node(node, f"Slice {name} takes every n-th channel or runs backwards")
+        return
+    lo = min(max(start + width if start < 0 else start, 0), width)
+    hi = min(max(end + width if end < 0 else end, 0), width)
+    if hi <= lo or ctx.channels(node.output[0]) not in (None, hi - lo):
+        ctx.freeze_node(node, f"Slice {name}: its window of the channel axis is empty or unclear")
+        return
+    lay = ctx.cut(lay, [lo, hi])
+    offsets = [sum(w for _, w in lay[:j]) for j in range(len(lay) + 1)]
+    ctx.set_layout(node.output[0], tuple(seg for seg, o in zip(lay, offsets) if lo <= o < hi))
+    for key, value, bound in (("starts", start, lo), ("ends", end, hi)):
+        if bound == 0 or (key == "ends" and value >= _TO_THE_END):
+            continue  # 0 and "to the end" hold whatever the widths become
+        before = tuple(seg for seg, o in zip(lay, offsets) if o < bound)
+        if ctx.opset < 10:
+            ctx.edit_attr(node, key, before, index=i)
+        else:
+            ctx.edit_shape(node.input[1 if key == "starts" else 2], i, before, node)
