@@ -151,8 +151,12 @@ def test_pad_then_trim_back_finds_the_padded_channels_dead() -> None:
         np.testing.assert_array_equal(numpy_helper.to_array(t), orig_w[t.name])
 
 
-def test_torch_export_of_convnext_blocks(tmp_path: Path) -> None:
-    """The graph torch's exporter writes (Identity-shared LayerNorm weights, Constant scalars)."""
+@pytest.mark.parametrize("opset", [17, 14])
+def test_torch_export_of_convnext_blocks(tmp_path: Path, opset: int) -> None:
+    """The graph torch's exporter writes (Identity-shared LayerNorm weights, Constant scalars). Below
+    opset 17 it spells LayerNorm out (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add on
+    the channels-last tensor): that froze every width ("unknown op Pow", ReduceMean "expects channels
+    on axis 1"); now it freezes what a LayerNormalization node would, the hidden widths stay free."""
     torch = pytest.importorskip("torch")
     nn = torch.nn
 
@@ -173,14 +177,20 @@ def test_torch_export_of_convnext_blocks(tmp_path: Path) -> None:
     torch.manual_seed(0)
     net = nn.Sequential(nn.Conv2d(3, 12, 4, stride=4), Block(12, True), Block(12, False), nn.Conv2d(12, 5, 1))
     path = tmp_path / "convnext.onnx"
-    torch.onnx.export(net.eval(), torch.randn(1, 3, 32, 32), str(path), dynamo=False, opset_version=17)
+    torch.onnx.export(net.eval(), torch.randn(1, 3, 32, 32), str(path), dynamo=False, opset_version=opset)
     model = load_model(path).model
+    assert ("LayerNormalization" in {n.op_type for n in model.graph.node}) == (opset == 17)
     analysis = analyze(model)
     free = analysis.free_groups()
     assert [g.width for g in free] == [48, 48]
     assert [g.producers for g in free] == [["/1/pw1/MatMul"], ["/2/pw1/MatMul"]]
     stem = analysis.group("/0/Conv")
-    assert stem.frozen and stem.reason == f"LayerNormalization /1/norm/LayerNormalization {LN_REASON}"
+    reason = (
+        f"LayerNormalization /1/norm/LayerNormalization {LN_REASON}"
+        if opset == 17
+        else "ReduceMean /1/norm/ReduceMean reduces over channels"
+    )
+    assert stem.frozen and stem.reason == reason
     padded = apply_plan(model, {g.id: 53 for g in free}, analysis)
     np.testing.assert_allclose(run(padded), run(model), atol=1e-6, rtol=0)
     trimmed = apply_plan(model, {g.id: 41 for g in free}, analysis)
@@ -329,3 +339,33 @@ def _build_outputs(n: Net, out: str, shape: list[int], also: str) -> onnx.ModelP
     model.ir_version = 8
     onnx.checker.check_model(model)
     return onnx.shape_inference.infer_shapes(model, strict_mode=True)
+
+
+@pytest.mark.parametrize(("keepdims", "shape"), [(1, (1, 1, 8)), (0, (8, 0, 0))])
+def test_reduce_over_spatial_axes_of_channels_last_keeps_the_channels(
+    keepdims: int, shape: tuple[int, int, int]
+) -> None:
+    """NHWC → ReduceMean over H, W: the channels stay on the last axis with keepdims, land on axis 1
+    without; either way the MatMul after it reads them and the conv's width stays free and exact."""
+    n = Net()
+    a = n.cbr("x", 8)
+    t = n.op("Transpose", [a], (8, 8, 8), perm=[0, 2, 3, 1])
+    r = n.op("ReduceMean", [t], shape, axes=[1, 2], keepdims=keepdims)
+    y = n.op("MatMul", [r, n.init("w", n.rng.standard_normal((8, 5)))], (1, 1, 5) if keepdims else (5, 0, 0))
+    model = n.build(y)
+    analysis = analyze(model)
+    assert [g.id for g in analysis.free_groups()] == ["conv1"]
+    padded = apply_plan(model, {"conv1": 13}, analysis)
+    np.testing.assert_allclose(run(padded), run(model), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize(("exponent", "free"), [(2.0, True), (0.5, True), (-1.0, False)])
+def test_pow_by_a_positive_constant_passes_channels(exponent: float, free: bool) -> None:
+    """0 ** p is 0 for p > 0, so padded channels stay zero; a negative power would make them inf."""
+    n = Net()
+    a = n.cbr("x", 8)
+    p = n.op("Pow", [n.op("Relu", [a]), n.init("p", np.array(exponent))])
+    model = n.build(n.conv(p, 4))
+    assert [g.id for g in analyze(model).free_groups()] == (["conv1"] if free else [])
+    if free:
+        np.testing.assert_allclose(run(apply_plan(model, {"conv1": 11})), run(model), atol=1e-5, rtol=0)

@@ -29,6 +29,19 @@ def unary(ctx: CouplingState, node: onnx.NodeProto) -> None:
     ctx.pass_through(node)
 
 
+@rule("Pow", any_axis=True)
+def pow_(ctx: CouplingState, node: onnx.NodeProto) -> None:
+    """x ** p with a constant p > 0 (the square in a spelled-out LayerNorm): 0 ** p = 0, per channel.
+
+    Any other exponent (a negative one makes a padded 0 infinite) or a traced exponent freezes.
+    """
+    p = ctx.const(node.input[1])
+    if p is not None and p.size == 1 and float(p.ravel()[0]) > 0 and not ctx.is_const(node.input[0]):
+        ctx.pass_through(node)
+        return
+    ctx.freeze_node(node, f"Pow {ctx.name(node)} has an exponent that is not a positive constant")
+
+
 @rule("Add", "Sum", "Sub", "Mul", "Div", "Max", "Min", "Mean", "PRelu", any_axis=True)
 def binary(ctx: CouplingState, node: onnx.NodeProto) -> None:
     out = node.output[0]

@@ -75,9 +75,17 @@ def pad(ctx: CouplingState, node: onnx.NodeProto) -> None:
 
 
 @rule("ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum", "ReduceL1", "ReduceL2", "ReduceLogSumExp",
-      "ReduceProd", "ReduceSumSquare")  # fmt: skip
+      "ReduceProd", "ReduceSumSquare", any_axis=True)  # fmt: skip
 def reduce(ctx: CouplingState, node: onnx.NodeProto) -> None:
-    rank = len(ctx.shape(node.input[0]) or [])
+    """Over other axes: channels pass through (on the axis they land on without `keepdims`).
+
+    Over the channel axis (CBAM's channel mean/max, a LayerNorm that an opset < 17 export spelled
+    out as ReduceMean, Sub, Pow, Sqrt, Div on a channels-last tensor): the input's channels freeze,
+    and with `keepdims` the output is a one-channel statistic on the same axis, so the ops that
+    broadcast it back over the channels still know where the channels are.
+    """
+    x, y = node.input[0], node.output[0]
+    rank = len(ctx.shape(x) or [])
     axes = ctx.attr(node, "axes", None)
     if axes is None and len(node.input) > 1 and node.input[1]:
         arr = ctx.const(node.input[1])
@@ -88,10 +96,27 @@ def reduce(ctx: CouplingState, node: onnx.NodeProto) -> None:
     if rank < 2:
         ctx.freeze_node(node, f"{node.op_type} {ctx.name(node)}: input shape unknown")
         return
-    if not axes or 1 in [normalize_axis(int(a), rank) for a in axes]:
-        ctx.freeze_node(node, f"{node.op_type} {ctx.name(node)} reduces over channels")
+    channel = ctx.channel_axis(x)
+    keep = bool(ctx.attr(node, "keepdims", 1))
+    reduced = set(range(rank)) if not axes else {normalize_axis(int(a), rank) for a in axes}
+    if channel in reduced:
+        reason = f"{node.op_type} {ctx.name(node)} reduces over channels"
+        ctx.freeze(ctx.require_layout(x, node), reason)
+        if keep and ctx.channels(y) is not None:
+            ctx.set_axis(y, channel)
+            ctx.set_layout(y, ctx.new_layout(node, 1, frozen=reason), channel)
+        else:
+            ctx.freeze_node(node, reason)
         return
-    ctx.pass_through(node)
+    lay = ctx.layout(x)
+    if lay is None:
+        return
+    out_axis = channel if keep else channel - sum(1 for a in reduced if a < channel)
+    ys = ctx.shape(y)
+    if ys is not None and (out_axis >= len(ys) or ys[out_axis] != sum(w for _, w in lay)):
+        ctx.freeze_node(node, f"{node.op_type} {ctx.name(node)}: output shape does not match its axes")
+        return
+    ctx.set_layout(y, lay, out_axis)
 
 
 @rule("SpaceToDepth", "DepthToSpace", "ChannelShuffle")
