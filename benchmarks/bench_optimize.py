@@ -13,6 +13,17 @@ torch): its five base widths irregularly pruned (seed 0/1/2), then lossless and 
 the CIFAR models; its round-up-to-8 is the optimizer's own (every free group, the C2f halves too).
 `yolo_detect` is the same detector with ultralytics' Detect head as `yolo export` writes it (cv2/cv3
 branches, DFL, dist2bbox; 80 classes): the head's own widths are free groups too.
+`ghostnet` is GhostNet 1.0 at 224×224 (deployopt/zoo/ghostnet.py, random weights) at its published
+widths, not pruned: its ghost-module halves (36, 92, 100) and SE reductions (20) are the irregular
+widths. Lossless and trim-10 % runs on it, round-up-to-8 from the lossless run's own round-up plan,
+then input / round-up-to-8 / lossless / trim in interleaved rounds. `--onnx NAME=PATH` (repeatable)
+does the same for an already exported model (its batch is fixed in the file; case "onnx:NAME"):
+how a torchvision architecture is benchmarked on a machine without torchvision, e.g.
+
+  python benchmarks/check_architectures.py --only regnet_x_400mf --batch 8 --size 224 \\
+      --export-only --workdir onnx_models        # here, with torchvision
+  python benchmarks/bench_optimize.py --sms 8 --models ghostnet \\
+      --onnx regnet_x_400mf=onnx_models/regnet_x_400mf_b8.onnx --workdir $OUT/work --out $OUT/r.json
 
 Resumable: every optimize run journals into --workdir, the results JSON is rewritten after each
 case, finished cases are skipped, and --deadline stops cleanly (journals intact) so the same
@@ -28,12 +39,15 @@ this measures latency, as FINDINGS §2 did; accuracy after trimming needs the re
 from __future__ import annotations
 
 import argparse
+import functools
+import hashlib
 import json
+import re
 import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import onnx
 
@@ -43,10 +57,13 @@ from deployopt.optimize import OptimizeConfig, Optimizer, OptimizeResult
 from deployopt.timing import Timing, compare
 
 BATCH = {
-    "full": {"vgg16": 128, "resnet56": 256, "mobilenetv2": 64, "yolo": 8, "yolo_detect": 8},
-    "8": {"vgg16": 16, "resnet56": 32, "mobilenetv2": 8, "yolo": 1, "yolo_detect": 1},
+    "full": {"vgg16": 128, "resnet56": 256, "mobilenetv2": 64, "yolo": 8, "yolo_detect": 8, "ghostnet": 64},
+    "8": {"vgg16": 16, "resnet56": 32, "mobilenetv2": 8, "yolo": 1, "yolo_detect": 1, "ghostnet": 8},
 }
 YOLO_SIZE = 640  # the input side YOLOv8 is trained and deployed at
+GHOSTNET_SIZE = 224  # ImageNet, as published
+MODELS = ("vgg16", "resnet56", "mobilenetv2", "yolo", "yolo_detect", "ghostnet")
+SINGLE = ("mobilenetv2", "ghostnet")  # one case each, no seeds (published widths, not pruned)
 
 
 SHARED: dict[str, Any] = {}
@@ -313,6 +330,165 @@ def mobilenet_case(args: argparse.Namespace, session: Any, check: Any) -> dict[s
     }
 
 
+def published_widths_case(
+    args: argparse.Namespace, session: Any, src: Path, case_dir: Path, check: Any
+) -> dict[str, Any]:
+    """A model at the widths it ships with (no pruning): deployopt lossless and trim-10 % on it, the
+    optimizer's round-up-to-8 of every free group, then input / round-up-to-8 / lossless / trim
+    timed in interleaved rounds. Shared by `ghostnet` and the `--onnx` cases."""
+    from deployopt.fileio import atomic_path
+    from deployopt.model import load_model
+    from deployopt.surgery import apply_plan
+
+    lossless, runs = lossless_and_trim(args, session, src, case_dir, check)
+    r8 = case_dir / "round_up_8.onnx"
+    if not r8.exists():
+        with atomic_path(r8, suffix=".onnx") as tmp:
+            onnx.save(apply_plan(load_model(src).model, lossless.round_up), str(tmp))
+    paths = {
+        "input": src,
+        "round_up_8": r8,
+        "deployopt_lossless": case_dir / "lossless" / "model.onnx",
+        "deployopt_trim": case_dir / "trim" / "model.onnx",
+    }
+    final = interleaved(session, paths, args.rounds)
+    return {"final": timing_table(final, "input"), **runs}
+
+
+def ghostnet_case(args: argparse.Namespace, session: Any, check: Any) -> dict[str, Any]:
+    """GhostNet 1.0 at 224×224 and its published widths (deployopt/zoo/ghostnet.py, random weights)."""
+    from deployopt.zoo.ghostnet import export_ghostnet
+
+    batch = BATCH[args.sms]["ghostnet"]
+    case_dir = Path(args.workdir) / f"sms{args.sms}" / "ghostnet"
+    case_dir.mkdir(parents=True, exist_ok=True)
+    src = case_dir / "ghostnet.onnx"
+    if not src.exists():
+        export_ghostnet(src, batch=batch, size=GHOSTNET_SIZE)
+    return {
+        "model": "ghostnet",
+        "batch": batch,
+        "input_size": GHOSTNET_SIZE,
+        "input_shapes": static_input_shapes(src),
+        "sms": args.sms_int,
+        **published_widths_case(args, session, src, case_dir, check),
+    }
+
+
+def static_input_shapes(path: Path) -> dict[str, list[int]]:
+    """The graph inputs' shapes; ValueError when a dimension is not a fixed number (the benchmark
+    times the batch the file holds, so it must be in the file)."""
+    model = onnx.load(str(path), load_external_data=False)
+    weights = {t.name for t in model.graph.initializer}
+    shapes: dict[str, list[int]] = {}
+    for value in model.graph.input:
+        if value.name in weights:
+            continue
+        dims = value.type.tensor_type.shape.dim
+        if not dims or any(d.dim_value < 1 for d in dims):
+            shown = "x".join(d.dim_param or (str(d.dim_value) if d.dim_value else "?") for d in dims)
+            raise ValueError(
+                f"{path}: input {value.name!r} has shape {shown or '?'}; export it with a fixed batch"
+            )
+        shapes[value.name] = [int(d.dim_value) for d in dims]
+    return shapes
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def onnx_case_dir(args: argparse.Namespace, name: str, src: Path) -> tuple[Path, str]:
+    """The case folder of --onnx NAME=PATH and the file's sha256. The folder remembers the hash of
+    the file its journals are of: runs of another model under the same NAME are never resumed
+    (SystemExit, before any device time when main calls this first)."""
+    case_dir = Path(args.workdir) / f"sms{args.sms}" / f"onnx_{name}"
+    sha = file_sha256(src)
+    stamp = case_dir / "source.json"
+    if stamp.exists():
+        before = json.loads(stamp.read_text())
+        if before["sha256"] != sha:
+            raise SystemExit(
+                f"onnx:{name}: {case_dir} holds runs of another file ({before['source']}, sha256 "
+                f"{before['sha256'][:12]}…); give this model another NAME or --workdir"
+            )
+    else:
+        case_dir.mkdir(parents=True, exist_ok=True)
+        write_json(stamp, {"source": str(src), "sha256": sha})
+    return case_dir, sha
+
+
+def onnx_case(args: argparse.Namespace, session: Any, name: str, src: Path, check: Any) -> dict[str, Any]:
+    """An exported model given as --onnx NAME=PATH, at its own widths and batch."""
+    case_dir, sha = onnx_case_dir(args, name, src)
+    shapes = static_input_shapes(src)
+    return {
+        "model": "onnx",
+        "name": name,
+        "source": str(src),
+        "sha256": sha,
+        "input_shapes": shapes,
+        "batch": next(iter(shapes.values()))[0],
+        "sms": args.sms_int,
+        **published_widths_case(args, session, src, case_dir, check),
+    }
+
+
+def parse_onnx_cases(ap: argparse.ArgumentParser, specs: list[str]) -> list[tuple[str, Path]]:
+    """--onnx NAME=PATH values, checked before any device time is spent."""
+    out: list[tuple[str, Path]] = []
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or not path:
+            ap.error(f"--onnx {spec!r}: expected NAME=PATH, NAME of letters, digits, '_', '.', '-'")
+        if name in [n for n, _ in out]:
+            ap.error(f"--onnx: NAME {name!r} given twice")
+        if not Path(path).is_file():
+            ap.error(f"--onnx {spec!r}: no such file {path}")
+        try:
+            static_input_shapes(Path(path))
+        except Exception as exc:  # a one-line reason: not ONNX, or a symbolic dimension
+            ap.error(f"--onnx {spec!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+        out.append((name, Path(path)))
+    return out
+
+
+def case_list(args: argparse.Namespace) -> list[tuple[str, Callable[[Any, Any], dict[str, Any]]]]:
+    """(case id, run(session, check)) for every case the command asks for, in order."""
+    todo: list[tuple[str, Callable[[Any, Any], dict[str, Any]]]] = []
+    for model in args.model_list:
+        if model == "mobilenetv2":
+            todo.append((model, functools.partial(mobilenet_case, args)))
+        elif model == "ghostnet":
+            todo.append((model, functools.partial(ghostnet_case, args)))
+        else:
+            for seed in [int(s) for s in args.seeds.split(",")]:
+                if model in YOLO_HEADS:
+                    run = functools.partial(_yolo, args, seed=seed, model=model)
+                else:
+                    run = functools.partial(_cifar, args, model=model, seed=seed)
+                todo.append((f"{model}_seed{seed}", run))
+    for name, path in args.onnx_cases:
+        todo.append((f"onnx:{name}", functools.partial(_onnx, args, name=name, src=path)))
+    return todo
+
+
+def _yolo(args: argparse.Namespace, session: Any, check: Any, *, seed: int, model: str) -> dict[str, Any]:
+    return yolo_case(args, session, seed, check, model)
+
+
+def _cifar(args: argparse.Namespace, session: Any, check: Any, *, model: str, seed: int) -> dict[str, Any]:
+    return cifar_case(args, session, model, seed, check)
+
+
+def _onnx(args: argparse.Namespace, session: Any, check: Any, *, name: str, src: Path) -> dict[str, Any]:
+    return onnx_case(args, session, name, src, check)
+
+
 class _NullJournal:
     def write(self, *args: Any, **kwargs: Any) -> None:
         pass
@@ -330,7 +506,7 @@ def solver_study(args: argparse.Namespace) -> dict[str, Any]:
     tmp = Path(args.workdir) / "solver_study"
     tmp.mkdir(parents=True, exist_ok=True)
     with get_backend(args.backend).open(opts) as session:
-        for model in [m for m in args.models.split(",") if m not in ("mobilenetv2", *YOLO_HEADS)]:
+        for model in [m for m in args.model_list if m not in (*SINGLE, *YOLO_HEADS)]:
             for seed in [int(s) for s in args.seeds.split(",")]:
                 src = tmp / f"{model}_seed{seed}.onnx"
                 onnx.save(build_models(model, seed, BATCH[args.sms][model])["pruned"], str(src))
@@ -409,6 +585,19 @@ def print_summary(results: dict[str, Any]) -> None:
                 f"lossless {f['deployopt_lossless']['median_us']:.1f} µs; top-1 {case['top1'].get('correct')}"
             )
             continue
+        if "input" in f:  # published widths (ghostnet, --onnx): the input in the pruned column
+            i, r8 = f["input"]["median_us"], f["round_up_8"]["median_us"]
+            lo, tr = f["deployopt_lossless"]["median_us"], f["deployopt_trim"]["median_us"]
+            sweep = (
+                case["lossless"]["per_layer_sweep"]["seconds"] + case["trim"]["per_layer_sweep"]["seconds"]
+            )
+            print(
+                f"{cid:<22} {i:9.1f} {r8:9.1f} {lo:9.1f} {tr:9.1f} {100 * (tr / i - 1):+10.1f}% "
+                f"{100 * (tr / r8 - 1):+7.1f}% "
+                f"{case['lossless']['evaluations']:>4}/{case['trim']['evaluations']:<4} "
+                f"{sweep:8.1f}  (pruned column: the input, not pruned)"
+            )
+            continue
         p, r8 = f["pruned"]["median_us"], f["round_up_8"]["median_us"]
         lo, tr = f["deployopt_lossless"]["median_us"], f["deployopt_trim"]["median_us"]
         sweep = case["lossless"]["per_layer_sweep"]["seconds"] + case["trim"]["per_layer_sweep"]["seconds"]
@@ -425,7 +614,19 @@ def main() -> int:
     ap.add_argument(
         "--sms", choices=["full", "8"], required=True, help="full GPU or a green context of 8 SMs"
     )
-    ap.add_argument("--models", default="vgg16,resnet56,mobilenetv2", help="also: yolo, yolo_detect")
+    ap.add_argument(
+        "--models",
+        default=None,
+        help=f"comma-separated, of {', '.join(MODELS)} "
+        "(default vgg16,resnet56,mobilenetv2; none when --onnx is given)",
+    )
+    ap.add_argument(
+        "--onnx",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="also benchmark this exported model at its own widths and (fixed) batch; repeatable",
+    )
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--out", required=True, help="results JSON (rewritten after every case)")
     ap.add_argument(
@@ -460,6 +661,15 @@ def main() -> int:
     ap.add_argument("--solver-study", action="store_true", help="compare solvers on the tables only")
     args = ap.parse_args()
     args.sms_int = None if args.sms == "full" else int(args.sms)
+    if args.models is None:
+        args.models = "" if args.onnx else "vgg16,resnet56,mobilenetv2"
+    args.model_list = [m for m in args.models.split(",") if m]
+    unknown = [m for m in args.model_list if m not in MODELS]
+    if unknown:
+        ap.error(f"--models: unknown {', '.join(unknown)}; known: {', '.join(MODELS)}")
+    args.onnx_cases = parse_onnx_cases(ap, args.onnx)
+    if not args.model_list and not args.onnx_cases:
+        ap.error("nothing to run: give --models or --onnx")
     if args.solver_study:
         write_json(Path(args.out), solver_study(args))
         return 0
@@ -491,12 +701,10 @@ def main() -> int:
             "command": sys.argv,
         }
     )
-    todo = []
-    for model in args.models.split(","):
-        if model == "mobilenetv2":
-            todo.append(("mobilenetv2", None))
-        else:
-            todo += [(model, int(s)) for s in args.seeds.split(",")]
+    todo = case_list(args)
+    for name, path in args.onnx_cases:  # a NAME re-used for another file stops here, not mid-run
+        if f"onnx:{name}" not in results["cases"]:
+            onnx_case_dir(args, name, path)
     from deployopt.targets import get_target
 
     target = get_target(args.target, sms=args.sms_int)
@@ -522,19 +730,13 @@ def main() -> int:
         sweep = session if args.single_session else get_backend(args.backend).open(sweep_opts)
         SHARED["sweep"] = sweep
         try:
-            for model, seed in todo:
-                cid = model if seed is None else f"{model}_seed{seed}"
+            for cid, run in todo:
                 if cid in results["cases"]:
                     print(f"{cid}: done before, skipped")
                     continue
                 print(f"{cid}: running ({time.perf_counter() - start:.0f} s elapsed)", flush=True)
                 try:
-                    if model == "mobilenetv2":
-                        results["cases"][cid] = mobilenet_case(args, session, check)
-                    elif model in YOLO_HEADS:
-                        results["cases"][cid] = yolo_case(args, session, seed, check, model)
-                    else:
-                        results["cases"][cid] = cifar_case(args, session, model, seed, check)
+                    results["cases"][cid] = run(session, check)
                 except Deadline:
                     stopped = cid
                     break
@@ -542,15 +744,7 @@ def main() -> int:
         finally:
             if sweep is not session:
                 sweep.close()
-    results["incomplete"] = (
-        []
-        if stopped is None
-        else [
-            (m if s is None else f"{m}_seed{s}")
-            for m, s in todo
-            if (m if s is None else f"{m}_seed{s}") not in results["cases"]
-        ]
-    )
+    results["incomplete"] = [] if stopped is None else [cid for cid, _ in todo if cid not in results["cases"]]
     write_json(out, results)
     print_summary(results)
     if stopped:

@@ -14,6 +14,10 @@ statistics) and check:
 
     python benchmarks/check_architectures.py [--only resnet18 cbam ...] [--no-cli] [--json out.json]
 
+`--export-only` writes the ONNX files and checks nothing; with `--batch B --size S` that is how a
+torchvision architecture is carried to a GPU machine without torchvision for
+`bench_optimize.py --onnx NAME=PATH` (e.g. `--only regnet_x_400mf --batch 8 --size 224`).
+
 Exports are cached in --workdir (default /tmp/deployopt_archs). Needs torch and torchvision.
 """
 
@@ -447,12 +451,17 @@ def build(name: str, size: int | None = None) -> tuple[Any, int]:
     return net.eval(), size or default
 
 
-def export(name: str, workdir: Path, opset: int = 17, dynamic: bool = False, size: int | None = None) -> Path:
-    """Export `name` to `workdir` (random weights, randomised BatchNorm statistics); cached by name."""
+def export(
+    name: str, workdir: Path, opset: int = 17, dynamic: bool = False, size: int | None = None, batch: int = 1
+) -> Path:
+    """Export `name` to `workdir` (random weights, randomised BatchNorm statistics) at `batch`; cached
+    by name (`_b{batch}` added past batch 1), re-exported when `size` is given and the cached
+    file's input has another size."""
     import torch
 
-    path = workdir / f"{name}{'' if opset == 17 else f'_op{opset}'}{'_dyn' if dynamic else ''}.onnx"
-    if path.exists():
+    stem = f"{name}{'' if opset == 17 else f'_op{opset}'}{'_dyn' if dynamic else ''}"
+    path = workdir / f"{stem}{'' if batch == 1 else f'_b{batch}'}.onnx"
+    if path.exists() and (size is None or input_shape(path)[2:] == [size, size]):
         return path
     torch.manual_seed(0)
     net, size = build(name, size)
@@ -462,7 +471,7 @@ def export(name: str, workdir: Path, opset: int = 17, dynamic: bool = False, siz
             mod.running_var.uniform_(0.5, 1.5)
             if mod.bias is not None:
                 mod.bias.data.uniform_(-0.1, 0.1)
-    x = torch.randn(1, 3, size, size)
+    x = torch.randn(batch, 3, size, size)
     tmp = path.with_suffix(".tmp.onnx")
     axes = {"input": {0: "batch"}} if dynamic else None
     with torch.no_grad():
@@ -470,6 +479,14 @@ def export(name: str, workdir: Path, opset: int = 17, dynamic: bool = False, siz
                           dynamic_axes=axes)  # fmt: skip
     os.replace(tmp, path)
     return path
+
+
+def input_shape(path: Path) -> list[int | str]:
+    """The exported model's input shape (a symbolic dimension by its name)."""
+    import onnx
+
+    dims = onnx.load(str(path), load_external_data=False).graph.input[0].type.tensor_type.shape.dim
+    return [d.dim_value or d.dim_param for d in dims]
 
 
 def run_ort(model: Any, seed: int = 1) -> list[np.ndarray]:
@@ -620,17 +637,29 @@ def main() -> None:
     ap.add_argument("--json", default=None, help="write the results here")
     ap.add_argument("--opset", type=int, default=17)
     ap.add_argument("--dynamic-batch", action="store_true", help="export with a dynamic batch dimension")
+    ap.add_argument("--batch", type=int, default=1, help="export at this batch (files past 1: NAME_bB.onnx)")
+    ap.add_argument("--size", type=int, default=None, help="input side (default: each architecture's own)")
+    ap.add_argument(
+        "--export-only",
+        action="store_true",
+        help="only write the ONNX files (e.g. for bench_optimize.py --onnx on a machine without torchvision)",
+    )
     args = ap.parse_args()
+    if args.batch < 1:
+        ap.error(f"--batch must be >= 1, got {args.batch}")
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     results = []
     for name in args.only or ARCHS:
         try:
-            path = export(name, workdir, args.opset, args.dynamic_batch)
+            path = export(name, workdir, args.opset, args.dynamic_batch, args.size, args.batch)
         except Exception as exc:
             res = {"arch": name, "export": f"FAIL {type(exc).__name__}: {str(exc).splitlines()[0]}"}
         else:
-            res = check(path.stem, path, not args.no_cli, workdir / "out")
+            if args.export_only:
+                res = {"arch": name, "export": str(path), "input_shape": input_shape(path)}
+            else:
+                res = check(path.stem, path, not args.no_cli, workdir / "out")
         results.append(res)
         brief = {k: v for k, v in res.items() if not k.endswith("_tb") and k != "frozen_examples"}
         print(json.dumps(brief), flush=True)

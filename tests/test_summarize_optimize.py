@@ -241,6 +241,82 @@ def test_docs_hold_the_generated_tables(capsys):
     assert doc[start:end] == out
 
 
+def _timing(samples: list[float]) -> dict:
+    """A Timing's JSON as bench_optimize.py stores it (only what the summary reads)."""
+    ordered = sorted(samples)
+    return {
+        "median_us": ordered[len(ordered) // 2],
+        "ci95_us": [ordered[0], ordered[-1]],
+        "samples_us": samples,
+    }
+
+
+def _published_case(medians: dict[str, float], *, same_plan: bool) -> dict:
+    run = {
+        "best_plan": {"g": 40} if same_plan else {"g": 48},
+        "round_up": {"g": 40},
+        "original": {"g": 36},
+        "evaluations": 5,
+        "per_layer_sweep": {"shapes": 12, "seconds": 1.5},
+    }
+    return {
+        "model": "onnx",
+        "name": "regnet",
+        "batch": 8,
+        "input_shapes": {"input": [8, 3, 224, 224]},
+        "sms": 8,
+        # two rounds of three samples each: build-level CIs from two builds
+        "final": {k: _timing([m - 1, m, m + 1] * 2) for k, m in medians.items()},
+        "lossless": run,
+        "trim": {**run, "evaluations": 7},
+    }
+
+
+def test_published_widths_cases_ghostnet_and_onnx(tmp_path, capsys):
+    """bench_optimize.py's ghostnet / --onnx cases (input, round-up-to-8, lossless, trim; no pruned
+    model) get their own table and lossless check, and stay out of the CIFAR rows."""
+    data = {
+        "sms": 8,
+        "rounds": 2,
+        "runs": 3,
+        "warmup": 0,
+        "dtype": "fp16",
+        "command": ["benchmarks/bench_optimize.py", "--onnx", "regnet=r.onnx"],
+        "cases": {
+            "onnx:regnet": _published_case(
+                {"input": 100.0, "round_up_8": 90.0, "deployopt_lossless": 80.0, "deployopt_trim": 70.0},
+                same_plan=False,
+            ),
+            "ghostnet": {
+                **_published_case(
+                    {"input": 100.0, "round_up_8": 95.0, "deployopt_lossless": 105.0, "deployopt_trim": 95.0},
+                    same_plan=True,
+                ),
+                "model": "ghostnet",
+            },
+        },
+    }
+    path = tmp_path / "optimize_sms8_published.json"
+    path.write_text(json.dumps(data))
+    loaded = so.load(path)
+    assert so.case_rows(loaded, path.name, "") == ([], [])
+    ghost, regnet = so.published_rows(loaded, path.name, "")
+    assert (ghost.case, regnet.case) == ("ghostnet", "onnx:regnet")
+    assert regnet.trim_vs_input == pytest.approx(-30.0) and regnet.trim_vs_r8 == pytest.approx(
+        100 * (70 / 90 - 1)
+    )
+    assert not regnet.lossless_r8_overlap and regnet.lossless_ok and not regnet.lossless_is_r8
+    assert not regnet.r8_is_input and (regnet.evals_lossless, regnet.evals_trim) == (5, 7)
+    assert ghost.lossless_is_r8 and not ghost.lossless_ok  # 105 vs 95 [94, 96], CIs disjoint
+    assert so.main(["--check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "| onnx:regnet | 8 | 8×3×224×224 | 100.0 [99.0, 101.0] | 90.0 [89.0, 91.0] |" in out
+    assert "| -30.0 % | -22.2 % | -11.11 % (disjoint) | 5/7 | 12/12 | 1.5/1.5 |" in out
+    assert "| ✗ | lossless not slower than input / round-up-to-8 beyond noise: ghostnet, 8 SMs" in out
+    assert "| ✓ | lossless not slower than input / round-up-to-8 beyond noise: onnx:regnet, 8 SMs" in out
+    assert "| ✓ | end-to-end evaluations per run, every case (lossless and trim) | max 7 | ≤ 40 |" in out
+
+
 # --- benchmarks/summarize_backends.py (docs/backends.md's Results) ----------------------------------
 
 BACKENDS = ROOT / "benchmarks" / "results" / "h200_backends"

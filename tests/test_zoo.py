@@ -267,3 +267,90 @@ def test_yolo_like_bad_arguments_are_one_line_before_torch_runs(kwargs: dict, me
     with pytest.raises(ValueError, match=message):
         export_yolo_like(tmp_path / "yolo.onnx", **kwargs)
     assert not list(tmp_path.iterdir())
+
+
+@pytest.fixture(scope="module")
+def ghostnet_64(tmp_path_factory: pytest.TempPathFactory) -> onnx.ModelProto:
+    """GhostNet 1.0 exported at 64×64, batch 1 (the architecture is the same at any size)."""
+    pytest.importorskip("torch")
+    from deployopt.model import load_model
+    from deployopt.zoo.ghostnet import export_ghostnet
+
+    return load_model(export_ghostnet(tmp_path_factory.mktemp("ghostnet") / "ghostnet.onnx", size=64)).model
+
+
+def test_ghostnet_structure(ghostnet_64: onnx.ModelProto) -> None:
+    """16 ghost bottlenecks: 2 ghost modules each (1×1 primary, depthwise 3×3 cheap, Concat, Slice),
+    4 strided depthwise convs, 7 SE blocks, 5 projection shortcuts; BatchNorm folded."""
+    model = ghostnet_64
+    ops = _ops(model)
+    counts = {
+        op: ops.count(op) for op in ("Conv", "Concat", "Slice", "Add", "Mul", "Clip", "GlobalAveragePool")
+    }
+    assert counts == {
+        "Conv": 1 + 16 * 4 + 4 + 7 * 2 + 5 * 2 + 2,
+        "Concat": 32,
+        "Slice": 32,
+        "Add": 16 + 7,  # residuals, hard sigmoid's x + 3
+        "Mul": 7,
+        "Clip": 7,
+        "GlobalAveragePool": 7 + 1,
+    }
+    assert "BatchNormalization" not in ops and ops[-2:] == ["Flatten", "Gemm"]
+    depthwise = [n for n in model.graph.node if n.op_type == "Conv" and _attr(n, "group") > 1]
+    assert len(depthwise) == 32 + 4 + 5  # cheap operations, strided conv_dw, shortcut depthwise
+    widths = _widths_by_name(model)
+    assert widths["/conv_stem/Conv"] == 16 and widths["/conv_head/Conv"] == 1280
+
+    def ghost(block: str, module: int) -> int:  # the primary conv's width: half the ghost module's
+        stage = block.split(".")[0]
+        return widths[f"/blocks/blocks.{stage}/blocks.{block}/ghost{module}/primary_conv/primary_conv.0/Conv"]
+
+    # huawei-noah's cfgs: exp 72/200/184 → ghost halves 36/100/92; out 24/80 → 12/40
+    assert [ghost("2.0", 1), ghost("6.0", 1), ghost("6.1", 1), ghost("2.0", 2), ghost("6.0", 2)] == [
+        36, 100, 92, 12, 40,
+    ]  # fmt: skip
+    assert widths["/blocks/blocks.3/blocks.3.0/se/conv_reduce/Conv"] == 20  # _make_divisible(72 / 4, 4)
+    dims = [
+        [d.dim_value for d in v.type.tensor_type.shape.dim]
+        for v in (model.graph.input[0], model.graph.output[0])
+    ]
+    assert dims == [[1, 3, 64, 64], [1, 1000]]
+    logits = _run(model, _inputs(model, 4))
+    assert np.isfinite(logits).all() and 0.1 < np.abs(logits).max() < 50
+    # the output follows the input (torch's default init gave input-independent logits)
+    assert logits.std(axis=0).mean() > 0.1 * logits.std(axis=1).mean()
+
+
+def test_ghostnet_free_groups_and_exact_padding(ghostnet_64: onnx.ModelProto) -> None:
+    """The constant-bound Slice frees the expanding ghost modules of the blocks without SE; a ghost
+    Concat that meets one conv's whole output (residual stream from the stem and the projection
+    shortcuts, SE gate) stays frozen."""
+    from deployopt.coupling import analyze
+    from deployopt.surgery import apply_plan
+
+    analysis = analyze(ghostnet_64)
+    free = analysis.free_groups()
+    assert len(free) == 18
+    assert sorted(g.width for g in free if g.width % 8) == [20, 36, 92, 92, 100]
+    frozen = {g.id: g.reason for g in analysis.groups if g.frozen}
+    assert frozen.pop("input:input") == "graph input 'input'"
+    assert frozen.pop("/classifier/Gemm") == "feeds the graph output 'logits'"
+    assert len(frozen) == 26
+    assert all(
+        r.startswith("channel sets of different widths/split meet at ") and r.endswith(("/Add", "/se/Mul"))
+        for r in frozen.values()
+    )
+    padded = apply_plan(ghostnet_64, {g.id: (g.width // 32 + 1) * 32 for g in free}, analysis)
+    xs = _inputs(ghostnet_64, 2, seed=3)
+    ref = _run(ghostnet_64, xs)
+    assert np.abs(_run(padded, xs) - ref).max() <= 1e-4 * np.abs(ref).max()
+
+
+def test_ghostnet_bad_arguments_are_one_line_before_torch_runs(tmp_path) -> None:
+    from deployopt.zoo.ghostnet import _make_divisible, export_ghostnet
+
+    with pytest.raises(ValueError, match="need batch >= 1 and size >= 32, got batch 1, size 16"):
+        export_ghostnet(tmp_path / "g.onnx", size=16)
+    assert not list(tmp_path.iterdir())
+    assert [_make_divisible(v, 4) for v in (18, 30, 168, 240, 3)] == [20, 32, 168, 240, 4]

@@ -1,7 +1,8 @@
 """Generated model zoo: the networks deployopt is tested and benchmarked on.
 
 Pure numpy + onnx.helper, deterministic from a seed, fp32, input "input", output "logits".
-`mobilenetv2` (real ImageNet weights, needs torch) is imported separately, lazily.
+`mobilenetv2` (real ImageNet weights), `yolo` and `ghostnet` (random weights) need torch and are
+imported separately, lazily.
 """
 
 from __future__ import annotations

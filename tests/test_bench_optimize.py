@@ -1,0 +1,89 @@
+"""benchmarks/bench_optimize.py's --onnx cases end to end on the wave-model backend (no GPU): the
+JSON shape summarize_optimize.py reads, resuming, and the one-line refusals before any device time."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+from scripts import load_script
+
+from deployopt import zoo
+
+bench = load_script("benchmarks/bench_optimize.py", "bench_optimize")
+so = load_script("benchmarks/summarize_optimize.py", "summarize_optimize")
+
+TINY = ["--sms", "8", "--backend", "model", "--max-evals", "2", "--runs", "2", "--warmup", "0"]
+TINY += ["--rounds", "1", "--sweep-runs", "1", "--no-fidelity"]
+
+
+def _main(monkeypatch: pytest.MonkeyPatch, *args: str) -> int:
+    monkeypatch.setattr(sys, "argv", ["bench_optimize.py", *TINY, *args])
+    return bench.main()
+
+
+def test_onnx_case_runs_records_its_input_and_resumes(tmp_path: Path, monkeypatch, capsys) -> None:
+    model = tmp_path / "mb.onnx"
+    onnx.save(zoo.mobilenet_like(batch=2), str(model))
+    out, work = tmp_path / "r.json", tmp_path / "work"
+    assert _main(monkeypatch, "--onnx", f"mb={model}", "--workdir", str(work), "--out", str(out)) == 0
+    data = json.loads(out.read_text())
+    assert list(data["cases"]) == ["onnx:mb"] and data["incomplete"] == []
+    case = data["cases"]["onnx:mb"]
+    assert (case["model"], case["name"], case["batch"], case["sms"]) == ("onnx", "mb", 2, 8)
+    assert case["input_shapes"] == {"input": [2, 3, 32, 32]} and len(case["sha256"]) == 64
+    assert set(case["final"]) == {"input", "round_up_8", "deployopt_lossless", "deployopt_trim"}
+    assert set(case["final"]["deployopt_trim"]) >= {"median_us", "vs_input", "vs_round_up_8"}
+    assert case["lossless"]["evaluations"] <= 2 and "wall_s" in case["trim"]
+    (row,) = so.published_rows(so.load(out), out.name, "")
+    assert row.case == "onnx:mb" and row.batch == 2
+    assert _main(monkeypatch, "--onnx", f"mb={model}", "--workdir", str(work), "--out", str(out)) == 0
+    assert "onnx:mb: done before, skipped" in capsys.readouterr().out
+    # the same NAME for another file: refused before any run, the folder's journals are another model's
+    other = tmp_path / "other.onnx"
+    onnx.save(zoo.mobilenet_like(batch=1), str(other))
+    out.unlink()
+    with pytest.raises(SystemExit, match="holds runs of another file"):
+        _main(monkeypatch, "--onnx", f"mb={other}", "--workdir", str(work), "--out", str(out))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--onnx", "mb"], "expected NAME=PATH"),
+        (["--onnx", "a/b=x.onnx"], "expected NAME=PATH"),
+        (["--onnx", "mb=missing.onnx"], "no such file missing.onnx"),
+        (["--onnx", "mb={dyn}"], "has shape batchx3x32x32; export it with a fixed batch"),
+        (["--onnx", "mb={static}", "--onnx", "mb={static}"], "NAME 'mb' given twice"),
+        (["--models", "resnet18"], "--models: unknown resnet18"),
+        (["--models", ""], "nothing to run"),
+    ],
+)
+def test_bad_arguments_are_one_line(
+    args: list[str], message: str, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    dyn, static = tmp_path / "dyn.onnx", tmp_path / "static.onnx"
+    onnx.save(zoo.with_dynamic_batch(zoo.mobilenet_like()), str(dyn))
+    onnx.save(zoo.mobilenet_like(), str(static))
+    args = [a.format(dyn=dyn, static=static) for a in args]
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        _main(monkeypatch, *args, "--out", str(tmp_path / "r.json"))
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_case_ids_and_order() -> None:
+    args = bench.argparse.Namespace(
+        model_list=["ghostnet", "vgg16", "mobilenetv2", "yolo_detect"],
+        seeds="0,2",
+        onnx_cases=[("regnet", Path("r.onnx"))],
+    )
+    assert [cid for cid, _ in bench.case_list(args)] == [
+        "ghostnet", "vgg16_seed0", "vgg16_seed2", "mobilenetv2", "yolo_detect_seed0", "yolo_detect_seed2",
+        "onnx:regnet",
+    ]  # fmt: skip
