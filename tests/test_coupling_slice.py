@@ -160,3 +160,33 @@ def test_computed_bounds_freeze() -> None:
     s = n.op("Slice", [a, ints(n, "zero", [0]), end, ints(n, "axis", [1])], (6, 8, 8))
     reasons = {g.id: g.reason for g in analyze(n.build(n.conv(s, 4))).groups}
     assert reasons["conv1"] == "Slice slice5 has computed bounds"
+
+
+def test_the_same_width_split_differently_is_cut_to_match() -> None:
+    """Concat(a, b) + c with c one conv's 16 channels: c is cut into two pieces, each joined with the
+    half it is added to (it froze all three as "different widths/split meet"); padding a and b pads
+    c's filters at both places, exactly."""
+    n = Net()
+    a, b = n.conv("x", 8), n.conv("x", 6)
+    cat = n.concat(a, b)
+    c = n.conv("x", 14)
+    model = n.build(n.conv(n.op("Add", [cat, c]), 4))
+    analysis = analyze(model)
+    free = {g.id: (g.width, g.producers) for g in analysis.free_groups()}
+    assert free == {"conv1": (8, ["conv1", "conv4"]), "conv2": (6, ["conv2", "conv4"])}
+    padded = apply_plan(model, {"conv1": 11, "conv2": 9}, analysis)
+    assert [list(t.dims) for t in padded.graph.initializer if t.name == "conv4.w"] == [[20, 3, 3, 3]]
+    np.testing.assert_allclose(run(padded), run(model), atol=1e-5, rtol=0)
+
+
+def test_ghost_module_on_the_residual_stream_is_free() -> None:
+    """GhostNet's bottleneck: x + ghost(ghost(x)) where x is one conv's output (the stem): the
+    stem's channels are cut into the two halves the second ghost module's Concat is made of. It
+    froze as "different widths/split meet"; now every width is free and padding is exact."""
+    n = Net()
+    stem = n.cbr("x", 16)
+    y = n.op("Add", [ghost(n, ghost(n, stem, 24), 16), stem])
+    model = n.build(n.conv(y, 4))
+    analysis = analyze(model)
+    assert [g.id for g in analysis.groups if g.frozen] == ["input:x", "conv21"]
+    check_exact_and_trimmable(model)

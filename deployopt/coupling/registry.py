@@ -239,15 +239,39 @@ class CouplingState:
             self.atoms[ra].frozen = self.atoms[rb].frozen
 
     def union(self, a: Layout, b: Layout, where: str) -> bool:
-        """Declare two tensors' channels equal, segment by segment; freeze both if they cannot be."""
-        if [w for _, w in a] == [w for _, w in b]:
-            for (x, _), (y, _) in zip(a, b):
-                self._union_atoms(x, y)
-            return True
+        """Declare two tensors' channels equal, segment by segment; freeze both if they cannot be.
+
+        The same width split differently on the two sides (a ghost module's Concat of two halves
+        added to one conv's output, or multiplied by an SE gate) is cut at every boundary of either
+        side, then joined piece by piece: the conv's output becomes two pieces, each tied to a half.
+        """
+        a, b = self.current(a), self.current(b)
+        total = sum(w for _, w in a)
+        for _ in range(4):  # a cut can cut an atom that the other side holds too: cut again
+            if [w for _, w in a] == [w for _, w in b]:
+                for (x, _), (y, _) in zip(a, b):
+                    self._union_atoms(x, y)
+                return True
+            if total != sum(w for _, w in b) or total < 1:
+                break
+            bounds = set(_offsets(a)) | set(_offsets(b))
+            a = self.cut(a, bounds)
+            b = self.current(self.cut(b, bounds))
+            a = self.current(a)
         reason = f"channel sets of different widths/split meet at {where}"
         self.freeze(a, reason)
         self.freeze(b, reason)
         return False
+
+    def current(self, layout: Layout) -> Layout:
+        """`layout` with every atom that has been cut since replaced by its pieces.
+
+        A rule may still hold a layout it read before a `union` or `cut` refined it; everything
+        that stores a layout passes it through here, so no record ever names a retired atom.
+        """
+        if not any(self.atoms[a].retired for a, _ in layout):
+            return layout
+        return tuple(seg for a, w in layout for seg in self._current(a, w))
 
     # ----- layouts of tensors ----------------------------------------------------------------
     def layout(self, tensor: str) -> Optional[Layout]:
@@ -256,7 +280,7 @@ class CouplingState:
     def set_layout(self, tensor: str, layout: Optional[Layout], axis: Optional[int] = None) -> None:
         """Record the tensor's channel set (on `axis`; None keeps what is known, else axis 1)."""
         if layout is not None and tensor:
-            self.layouts[tensor] = layout
+            self.layouts[tensor] = self.current(layout)
             self.set_axis(tensor, axis)
 
     def set_axis(self, tensor: str, axis: Optional[int]) -> None:
@@ -315,10 +339,10 @@ class CouplingState:
     # ----- edits surgery must make -----------------------------------------------------------
     def bind(self, init: str, axis: int, layout: Optional[Layout], pad: float, node: onnx.NodeProto) -> None:
         if layout is not None and init:
-            self.bindings.append(Binding(init, axis, layout, pad, self.index(node)))
+            self.bindings.append(Binding(init, axis, self.current(layout), pad, self.index(node)))
 
     def edit_attr(self, node: onnx.NodeProto, attr: str, layout: Layout, index: Optional[int] = None) -> None:
-        self.attr_edits.append(AttrEdit(self.index(node), attr, layout, index))
+        self.attr_edits.append(AttrEdit(self.index(node), attr, self.current(layout), index))
 
     # ----- refinement: cutting a channel set into pieces that can change on their own ---------
     def refine(self, atom: int, cuts: Iterable[int]) -> None:
@@ -395,7 +419,7 @@ class CouplingState:
         return out
 
     def edit_shape(self, init: str, index: int, layout: Layout, node: onnx.NodeProto) -> None:
-        self.shape_edits.append(ShapeEdit(init, index, layout, self.index(node)))
+        self.shape_edits.append(ShapeEdit(init, index, self.current(layout), self.index(node)))
 
     # ----- common rule bodies ----------------------------------------------------------------
     def freeze_node(self, node: onnx.NodeProto, reason: str) -> None:
@@ -465,6 +489,9 @@ class CouplingState:
                 fn(self, node)
         for out in self.graph.output:
             self.freeze(self.layout(out.name), f"feeds the graph output {out.name!r}")
+        for rec in self.convs:  # a rule may have recorded a layout that a later union cut
+            rec.in_layout = self.current(rec.in_layout)
+            rec.out_layout = self.current(rec.out_layout) if rec.out_layout is not None else None
         self._check_shared_constants()
 
     def _moved_axis(self, node: onnx.NodeProto) -> Optional[int]:
@@ -509,6 +536,15 @@ class CouplingState:
 
     def resolve(self, layout: Layout) -> tuple[tuple[int, int], ...]:
         return tuple((self.find(a), w) for a, w in layout)
+
+
+def _offsets(layout: Layout) -> list[int]:
+    """Where each segment of `layout` starts, and where the last one ends."""
+    out, off = [0], 0
+    for _, w in layout:
+        off += w
+        out.append(off)
+    return out
 
 
 def normalize_axis(axis: int, rank: int) -> int:
