@@ -273,8 +273,10 @@ def test_widths_that_cannot_match_freeze() -> None:
     assert st is not None
     la, lb = st.layout("conv1"), st.layout("conv2")
     assert la is not None and lb is not None and not st.union(la, lb, "here")
-    assert st.frozen_reason(la[0][0]) == st.frozen_reason(lb[0][0]) == (
-        "channel sets of different widths/split meet at here"
+    assert (
+        st.frozen_reason(la[0][0])
+        == st.frozen_reason(lb[0][0])
+        == ("channel sets of different widths/split meet at here")
     )
 
 
