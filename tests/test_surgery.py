@@ -393,6 +393,109 @@ def test_conv_transpose_channels_are_ranked_by_their_own_filters() -> None:
     assert order == [int(i) for i in np.argsort(expected, kind="stable")]
 
 
+def grouped_net() -> onnx.ModelProto:
+    """ResNeXt's bottleneck in small: conv1 (16 = 4 × 4) → BN → ReLU → conv4 (groups=4, 32 = 4 × 8)
+    → BN → ReLU → conv7 (1×1 back to 16), plus the residual around the three."""
+    n = Net()
+    a = n.cbr("x", 16)
+    b = n.cbr(n.cbr(a, 16, r=1), 32, group=4)
+    c = n.bn(n.conv(b, 16, r=1))
+    return n.build(n.conv(n.op("Relu", [n.op("Add", [a, c])]), 4))
+
+
+def test_grouped_conv_pads_exactly_and_trims_every_conv_group_alike() -> None:
+    model = grouped_net()
+    analysis = analyze(model)
+    inner = {g.id: (g.width, g.repeat) for g in analysis.free_groups() if g.repeat > 1}
+    assert inner == {"conv4": (4, 4), "conv7": (8, 4)}
+    padded = apply_plan(model, {"conv4": 7, "conv7": 11}, analysis)
+    dims = {t.name: list(t.dims) for t in padded.graph.initializer}
+    assert dims["conv4.w"][0] == 28 and dims["conv7.w"] == [44, 7, 3, 3] and dims["conv10.w"][1] == 44
+    node = next(x for x in padded.graph.node if x.name == "conv7")
+    assert onnx.helper.get_attribute_value(next(a for a in node.attribute if a.name == "group")) == 4
+    np.testing.assert_allclose(run(padded), run(model), atol=1e-5, rtol=0)
+    # padded channels sit at the end of every conv group: exactly they are dead, and trimming
+    # them back gives the original weights bit for bit
+    panalysis = analyze(padded)
+    dead = dead_channels_many(padded, panalysis, ["conv4", "conv7"])
+    assert dead == {"conv4": [4, 5, 6], "conv7": [8, 9, 10]}
+    back, changes = apply_plan_report(padded, {"conv4": 4, "conv7": 8}, panalysis)
+    assert [(c.trimmed, c.dead_trimmed) for c in changes] == [(3, 3), (3, 3)]
+    np.testing.assert_array_equal(run(back), run(model))
+    orig = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    for t in back.graph.initializer:
+        np.testing.assert_array_equal(numpy_helper.to_array(t), orig[t.name])
+    # any trim: a valid model with the shapes conv_shapes predicts, `group` still 4
+    trimmed = apply_plan(model, {"conv4": 3, "conv7": 5}, analysis)
+    onnx.checker.check_model(trimmed, full_check=True)
+    shapes = analysis.conv_shapes({"conv4": 3, "conv7": 5})
+    assert (shapes["conv7"].c, shapes["conv7"].k, shapes["conv7"].groups) == (12, 20, 4)
+    assert [t.dims for t in trimmed.graph.initializer if t.name == "conv7.w"] == [[20, 3, 3, 3]]
+    assert run(trimmed).shape == run(model).shape
+
+
+def test_grouped_conv_channel_dead_in_every_conv_group_is_trimmed_exactly() -> None:
+    """Channel 1 of a grouped conv's output group is rows 1, 9, 17, 25 of its filters. Zeroed in all
+    four conv groups it is dead (every offset where conv10 reads it is zero) and a trim drops it
+    from each conv group, outputs unchanged; zeroed in one conv group only, it is alive."""
+    model = grouped_net()
+    for row in (1, 9, 17, 25):
+        model = _zero_channel(model, "conv7", row, bn_shift=False)
+    analysis = analyze(model)
+    assert dead_channels(model, analysis, "conv7") == [1]
+    w = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == "conv7.w"))
+    b = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == "conv7.b"))
+    l1 = (np.abs(w).sum(axis=(1, 2, 3)) + np.abs(b)).reshape(4, 8).sum(axis=0)  # summed over conv groups
+    np.testing.assert_allclose(filter_l1(analysis, "conv7"), l1, rtol=1e-6)
+    trimmed, changes = apply_plan_report(model, {"conv7": 7}, analysis)
+    assert changes[0].dead_trimmed == 1
+    kept = numpy_helper.to_array(next(t for t in trimmed.graph.initializer if t.name == "conv7.w"))
+    np.testing.assert_array_equal(kept, np.delete(w, [1, 9, 17, 25], axis=0))
+    np.testing.assert_allclose(run(trimmed), run(model), atol=1e-5, rtol=0)
+    one = _zero_channel(grouped_net(), "conv7", 9, bn_shift=False)
+    assert dead_channels(one, analyze(one), "conv7") == []
+
+
+def grouped_conv_transpose_net() -> onnx.ModelProto:
+    """A ConvTranspose with groups=2: weights [C, K/g, R, S] = [8, 3, 2, 2], 8 → 6 channels."""
+    n = Net(hw=4)
+    a = n.cbr("x", 8)
+    w = n.init("up.w", np.random.default_rng(5).standard_normal((8, 3, 2, 2)) * 0.3)
+    b = n.init("up.b", np.random.default_rng(6).standard_normal(6) * 0.1)
+    up = n.op("ConvTranspose", [a, w, b], (6, 8, 8), kernel_shape=[2, 2], strides=[2, 2], group=2)
+    return n.build(n.conv(n.op("Relu", [up]), 4))
+
+
+def test_grouped_conv_transpose_pads_and_trims() -> None:
+    model = grouped_conv_transpose_net()
+    analysis = analyze(model)
+    assert {g.id: (g.width, g.repeat) for g in analysis.free_groups()} == {
+        "conv1": (4, 2),
+        "convtranspose4": (3, 2),
+    }
+    padded = apply_plan(model, {"conv1": 5, "convtranspose4": 4}, analysis)
+    assert [t.dims for t in padded.graph.initializer if t.name == "up.w"] == [[10, 4, 2, 2]]
+    np.testing.assert_allclose(run(padded), run(model), atol=1e-5, rtol=0)
+    # output channel j·3 + i of conv group j is w[4j : 4j + 4, i]; a channel sums its two groups
+    w = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == "up.w"))
+    b = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == "up.b"))
+    per_channel = [
+        np.abs(w[4 * j : 4 * j + 4, i]).sum() + abs(b[3 * j + i]) for j in range(2) for i in range(3)
+    ]
+    expected = np.array(per_channel).reshape(2, 3).sum(axis=0)
+    np.testing.assert_allclose(filter_l1(analysis, "convtranspose4"), expected, rtol=1e-6)
+    panalysis = analyze(padded)
+    assert dead_channels_many(padded, panalysis, ["conv1", "convtranspose4"]) == {
+        "conv1": [4],
+        "convtranspose4": [3],
+    }
+    back = apply_plan(padded, {"conv1": 4, "convtranspose4": 3}, panalysis)
+    np.testing.assert_array_equal(run(back), run(model))
+    trimmed = apply_plan(model, {"conv1": 3, "convtranspose4": 2}, analysis)
+    onnx.checker.check_model(trimmed, full_check=True)
+    assert run(trimmed).shape == (1, 4, 8, 8)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("arch", "free", "frozen_reason"),
@@ -626,7 +729,8 @@ def _architectures() -> Any:
     [
         ("resnet18", 12, None),
         ("mobilenet_v3_small", 27, None),  # Hardswish, SE with Hardsigmoid
-        ("regnet_y_400mf", 21, "grouped conv (groups="),  # grouped convs + SE
+        # grouped convs + SE: each grouped conv's output (per conv group) meets the SE scale (one set)
+        ("regnet_y_400mf", 37, "channel sets of different widths/split meet at"),
         ("squeezenet1_1", 25, None),  # Fire modules: concat of 1×1 and 3×3 expands
         ("lraspp_mobilenet_v3_large", 30, None),  # segmentation head: bilinear Resize, sigmoid gate
         ("unet", 12, None),  # ConvTranspose up-steps, skip Concats
@@ -649,7 +753,8 @@ def test_architectures_pad_exactly_and_trim_to_valid_models(
 ) -> None:
     """The architecture sweep (docs/surgery.md, "Architectures checked") on a fast subset at 64×64:
     every free group padded past the next multiple of 32 leaves every output equal (1e-4 of its
-    scale); every free group trimmed by 8 gives a model that passes the full checker, runs, has the
+    scale); every free group trimmed by 8 (at least to 1; 2 per conv group of a grouped conv) gives
+    a model that passes the full checker, runs, has the
     planned widths and the conv shapes `conv_shapes` predicts; padding then trimming back finds
     exactly the padded channels dead."""
     pytest.importorskip("torch")
@@ -669,7 +774,7 @@ def test_architectures_pad_exactly_and_trim_to_valid_models(
     padded = apply_plan(model, padded_plan(analysis), analysis)
     for r, o in zip(ref, outputs(padded)):
         np.testing.assert_allclose(o, r, atol=1e-4 * max(1.0, float(np.abs(r).max())), rtol=0)
-    plan = {g.id: max(1, g.width - 8) for g in analysis.free_groups()}
+    plan = {g.id: _architectures().trim_width(g) for g in analysis.free_groups()}
     trimmed = apply_plan(model, plan, analysis)
     onnx.checker.check_model(trimmed, full_check=True)
     assert [o.shape for o in outputs(trimmed)] == [r.shape for r in ref]
