@@ -496,6 +496,63 @@ def test_grouped_conv_transpose_pads_and_trims() -> None:
     assert run(trimmed).shape == (1, 4, 8, 8)
 
 
+def _torch_outputs(model: onnx.ModelProto) -> list[np.ndarray]:
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(1).standard_normal(sess.get_inputs()[0].shape).astype(np.float32)
+    return sess.run(None, {sess.get_inputs()[0].name: x})
+
+
+@pytest.mark.slow
+def test_resnext_blocks_exported_by_torch_pad_and_trim_exactly(tmp_path: Path) -> None:
+    """The sweep's `grouped` module (torch export): two ResNeXt bottlenecks (4 conv groups of 8, 8 of
+    6) and a grouped ConvTranspose on the residual stream. Every grouped width + 3 (8 → 11 per conv
+    group): outputs equal; padding then trimming back: exactly the padded channels are dead and
+    outputs and weights come back bit for bit; a trim gives a valid model."""
+    pytest.importorskip("torch")
+    model = load_model(_architectures().export("grouped", tmp_path)).model
+    analysis = analyze(model)
+    grouped = {g.id: (g.width, g.repeat) for g in analysis.free_groups() if g.repeat > 1}
+    assert sorted(grouped.values()) == [(6, 4), (6, 8), (6, 8), (8, 4), (8, 4), (8, 4)]
+    assert len(analysis.free_groups()) == 7
+    ref = _torch_outputs(model)
+    plan = {gid: w + 3 for gid, (w, _) in grouped.items()}
+    padded = apply_plan(model, plan, analysis)
+    np.testing.assert_allclose(_torch_outputs(padded)[0], ref[0], atol=1e-5, rtol=0)
+    original = {gid: w for gid, (w, _) in grouped.items()}
+    panalysis = analyze(padded)
+    dead = dead_channels_many(padded, panalysis, list(original))
+    assert dead == {gid: list(range(w, w + 3)) for gid, w in original.items()}
+    back = apply_plan(padded, original, panalysis)
+    np.testing.assert_array_equal(_torch_outputs(back)[0], ref[0])
+    orig = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    for t in back.graph.initializer:
+        np.testing.assert_array_equal(numpy_helper.to_array(t), orig[t.name])
+    trimmed = apply_plan(model, {gid: w - 2 for gid, w in original.items()}, analysis)
+    onnx.checker.check_model(trimmed, full_check=True)
+    assert _torch_outputs(trimmed)[0].shape == ref[0].shape
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("arch", "free", "grouped"), [("regnet_x_400mf", 49, 44), ("resnext50_32x4d", 37, 32)]
+)
+def test_torchvision_grouped_widths_are_free_and_pad_exactly(
+    arch: str, free: int, grouped: int, tmp_path: Path
+) -> None:
+    """RegNetX-400MF (groups of 16 channels) and ResNeXt50-32x4d (32 conv groups): the groups that
+    grouped convs froze (44 and 32) are free, widths per conv group; every free group + 3 pads
+    exactly (1e-4 of the output's scale)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("torchvision")
+    model = load_model(_architectures().export(arch, tmp_path, size=64)).model
+    analysis = analyze(model)
+    assert len(analysis.free_groups()) == free
+    assert len([g for g in analysis.free_groups() if g.repeat > 1]) == grouped
+    ref = _torch_outputs(model)[0]
+    padded = apply_plan(model, {g.id: g.width + 3 for g in analysis.free_groups()}, analysis)
+    np.testing.assert_allclose(_torch_outputs(padded)[0], ref, atol=1e-4 * max(1.0, float(np.abs(ref).max())))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("arch", "free", "frozen_reason"),
@@ -731,6 +788,7 @@ def _architectures() -> Any:
         ("mobilenet_v3_small", 27, None),  # Hardswish, SE with Hardsigmoid
         # grouped convs + SE: each grouped conv's output (per conv group) meets the SE scale (one set)
         ("regnet_y_400mf", 37, "channel sets of different widths/split meet at"),
+        ("grouped", 7, None),  # ResNeXt blocks, a grouped ConvTranspose on the residual stream
         ("squeezenet1_1", 25, None),  # Fire modules: concat of 1×1 and 3×3 expands
         ("lraspp_mobilenet_v3_large", 30, None),  # segmentation head: bilinear Resize, sigmoid gate
         ("unet", 12, None),  # ConvTranspose up-steps, skip Concats
