@@ -1,7 +1,8 @@
 """Sweep real architectures through load → analyze → pad → trim → `deployopt optimize`.
 
 For each architecture (torchvision classifiers and segmentation models, plus hand-written
-deployment blocks: CBAM, Ghost module, RepVGG, a small UNet, PixelShuffle, YOLOv5 Focus/SPPF/C3),
+deployment blocks: CBAM, Ghost module, RepVGG, a small UNet, PixelShuffle, YOLOv5 Focus/SPPF/C3,
+ResNeXt bottlenecks with a grouped ConvTranspose),
 export with torch's TorchScript exporter (opset 17, random weights, randomised BatchNorm
 statistics) and check:
 
@@ -123,6 +124,34 @@ def _blocks() -> dict[str, Callable[[], Any]]:
 
         def forward(self, x: Any) -> Any:
             return self.head(self.body(x))
+
+    class ResNeXtBlock(nn.Module):
+        """ResNeXt's bottleneck: 1×1 → 3×3 with groups → 1×1, plus the residual."""
+
+        def __init__(self, c: int, width: int, groups: int) -> None:
+            super().__init__()
+            self.body = nn.Sequential(
+                cbr(c, width, r=1), cbr(width, width, g=groups), nn.Conv2d(width, c, 1, bias=False),
+                nn.BatchNorm2d(c),
+            )  # fmt: skip
+
+        def forward(self, x: Any) -> Any:
+            return torch.relu(x + self.body(x))
+
+    class Grouped(nn.Module):
+        """Two ResNeXt blocks (4 conv groups of 8, 8 of 6) and a grouped ConvTranspose (groups=4)
+        on the residual stream, so the stream itself becomes 4 pieces of one group."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.stem = cbr(3, 24, s=2)
+            self.blocks = nn.Sequential(ResNeXtBlock(24, 32, 4), ResNeXtBlock(24, 48, 8))
+            self.up = nn.Sequential(nn.ConvTranspose2d(24, 32, 2, 2, groups=4), nn.ReLU())
+            self.head = nn.Sequential(nn.Conv2d(32, 16, 3, 2, 1), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                                      nn.Linear(16, 10))  # fmt: skip
+
+        def forward(self, x: Any) -> Any:
+            return self.head(self.up(self.blocks(self.stem(x))))
 
     class UNet(nn.Module):
         def __init__(self) -> None:
@@ -396,6 +425,7 @@ def _blocks() -> dict[str, Callable[[], Any]]:
         "unet": UNet,
         "espcn_pixelshuffle": ESPCN,
         "yolov5_focus_sppf_c3": YoloV5Tiny,
+        "grouped": Grouped,
     }
 
 
@@ -507,6 +537,13 @@ def short_reason(reason: str) -> str:
     return r
 
 
+def trim_width(group: Any) -> int:
+    """The trim check's width: 8 less, at least 1; at least 2 per conv group of a grouped conv (at 1
+    the conv becomes depthwise, valid, but analyzed again it joins its input and output groups, so
+    the planned groups could not be looked up by id)."""
+    return max(2 if group.repeat > 1 else 1, group.width - 8)
+
+
 def check(name: str, path: Path, cli: bool, outdir: Path) -> dict[str, Any]:
     import onnx
 
@@ -552,7 +589,7 @@ def check(name: str, path: Path, cli: bool, outdir: Path) -> dict[str, Any]:
             res["pad_tb"] = traceback.format_exc()
         # (c) trim
         try:
-            plan = {g.id: max(1, g.width - 8) for g in free}
+            plan = {g.id: trim_width(g) for g in free}
             trimmed = apply_plan(model, plan, analysis)
             onnx.checker.check_model(trimmed, full_check=True)
             out = run_ort(trimmed)
@@ -625,7 +662,7 @@ ARCHS = [
     "mnasnet0_5", "shufflenet_v2_x0_5", "squeezenet1_1", "densenet121", "googlenet", "inception_v3",
     "vgg11_bn", "alexnet", "convnext_tiny", "fcn_resnet50", "deeplabv3_mobilenet_v3_large",
     "lraspp_mobilenet_v3_large", "fpn_resnet18", "cbam", "ghost", "repvgg", "unet", "espcn_pixelshuffle",
-    "yolov5_focus_sppf_c3", "attention", "psp", "csp_chunk", "norms", "misc",
+    "yolov5_focus_sppf_c3", "attention", "psp", "csp_chunk", "norms", "misc", "grouped",
 ]  # fmt: skip
 
 

@@ -33,8 +33,12 @@ def _producer_filters(analysis: Analysis, gid: str) -> list[np.ndarray]:
             continue
         if node.op_type == "Conv":
             mat = w.reshape(w.shape[0], -1)
-        elif node.op_type == "ConvTranspose":  # weights [C, K, R, S]: output channels on axis 1
-            mat = np.moveaxis(w, 1, 0).reshape(w.shape[1], -1)
+        elif node.op_type == "ConvTranspose":  # weights [C, K/g, R, S]: output channels on axis 1
+            # output channel j·K/g + i of conv group j is w[j·C/g : (j+1)·C/g, i]
+            g = int(st.attr(node, "group", 1))
+            g = g if g > 0 and w.shape[0] % g == 0 else 1  # (a model that never ran: do not crash)
+            per_group = w.reshape(g, w.shape[0] // g, *w.shape[1:])
+            mat = np.moveaxis(per_group, 2, 1).reshape(g * w.shape[1], -1)
         elif node.op_type == "Gemm":
             mat = w if int(st.attr(node, "transB", 0)) else w.T
         elif node.op_type == "MatMul":

@@ -3,9 +3,11 @@
 load → analyze → candidates → per-layer tables → solver → end-to-end verification → outputs.
 
 1. Baselines first: the input model and round-up-to-8 (each free width padded to a multiple of 8,
-   lossless). The search starts from whichever measured faster (FINDINGS §2: a greedy search
+   lossless; a grouped conv's group, whose width is per conv group, padded until its g × width
+   channels are). The search starts from whichever measured faster (FINDINGS §2: a greedy search
    started from the irregular point ended above round-up-to-8).
-2. Candidate widths per free group (search.candidate_widths), ranked by the wave model.
+2. Candidate widths per free group (search.candidate_widths), ranked by the wave model; for a
+   grouped conv's group they are widths per conv group (ChannelGroup.repeat × width channels).
 3. A table per conv over the (C, K) pairs its groups can take, filled from the on-disk per-layer
    cache (lut.py) or timed with `session.measure_convs` (predicted with the `model` backend).
 4. The table cost Σ_conv table[conv](C, K) is minimised exactly by variable elimination
@@ -38,7 +40,7 @@ from deployopt.fileio import check_output_dir, make_output_dir, remove_outputs, 
 from deployopt.journal import JOURNAL_VERSION, Journal, Replay, plan_key
 from deployopt.layers import ConvShape
 from deployopt.lut import LayerCache, SweepResult, device_fingerprint
-from deployopt.search import MODES, Factor, TableCost, candidate_widths, ceil_to
+from deployopt.search import MODES, Factor, TableCost, candidate_widths, ceil_to, group_align
 from deployopt.timing import Timing, compare
 
 BACKEND_CHOICES = ("auto", "tensorrt", "trtexec", "torch", "ort", "model")
@@ -316,7 +318,11 @@ class Optimizer:
             raise DeployoptError(f"{cfg.model_path}: no channel group is free to change; nothing to optimize")
         self.groups = {_group_id(g): g for g in free}
         self.original = {gid: int(g.width) for gid, g in self.groups.items()}
-        self.round_up = {gid: ceil_to(w, 8) for gid, w in self.original.items()}
+        # a grouped conv's group: its width is per conv group, and the GPU sees repeat × width
+        # channels; round-up-to-8 and the candidate steps align that total (search.group_align)
+        self.repeat = {gid: int(getattr(g, "repeat", 1) or 1) for gid, g in self.groups.items()}
+        self.align = {gid: group_align(r) for gid, r in self.repeat.items()}
+        self.round_up = {gid: ceil_to(w, self.align[gid]) for gid, w in self.original.items()}
         self.dead = self._dead_channels()
         self._predict = self._wave_predictor()
         if cfg.fidelity:
@@ -380,19 +386,23 @@ class Optimizer:
                 self.dead[gid],
                 cfg.mode,
                 cfg.max_trim,
+                align=self.align[gid],
                 extra=extra,
                 score=score,
                 max_candidates=cfg.max_candidates,
+                repeat=self.repeat[gid],
             )
         return out
 
     def _wave_aligned(self, gid: str, score: Callable[[int], float]) -> list[int]:
-        """Widths that end a predicted step: 8 channels more would cost more (the tops of plateaus)."""
+        """Widths that end a predicted step: one step more (8 channels; for a grouped conv's group
+        the per-conv-group step that adds a multiple of 8 channels) would cost more."""
         from deployopt.search import width_range
 
-        lo, hi = width_range(self.original[gid], self.dead[gid], self.cfg.mode, self.cfg.max_trim)
-        ws = list(range(ceil_to(lo, 8), hi + 1, 8))
-        return [w for w in ws if score(w + 8) > score(w) * (1 + 1e-6)]
+        step, repeat = self.align[gid], self.repeat[gid]
+        lo, hi = width_range(self.original[gid], self.dead[gid], self.cfg.mode, self.cfg.max_trim, repeat)
+        ws = list(range(ceil_to(lo, step), hi + 1, step))
+        return [w for w in ws if score(w + step) > score(w) * (1 + 1e-6)]
 
     # -------------------------------------------------------------- per-layer tables
     def _build_table(self, domains: dict[str, list[int]], replay: Replay, journal: Journal) -> TableCost:

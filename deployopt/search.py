@@ -26,16 +26,31 @@ def ceil_to(x: int, multiple: int) -> int:
     return -(-int(x) // multiple) * multiple
 
 
-def width_range(width: int, dead: int, mode: str, max_trim: float = 0.10) -> tuple[int, int]:
+def group_align(repeat: int, align: int = 8) -> int:
+    """The step of a group's width that keeps `repeat` × width a multiple of `align`.
+
+    A grouped conv's group (ChannelGroup.repeat = g conv groups) has its width per conv group, and
+    the GPU sees g × width channels: with 32 conv groups any width is 8-aligned (step 1), with 4 every
+    even one (step 2). Rounding the per-group width itself up to 8 would double ResNeXt's 4-wide
+    groups. Every other group: `align`.
+    """
+    return align // math.gcd(align, max(1, int(repeat)))
+
+
+def width_range(width: int, dead: int, mode: str, max_trim: float = 0.10, repeat: int = 1) -> tuple[int, int]:
     """(lowest, highest) width a group may take in `mode`.
 
     Upward: to the next multiple of 64 or +12.5 %, whichever is larger (FINDINGS §1: a layer up to
     64 channels wider was often faster). Downward: lossless removes only dead (all-zero) channels;
-    trim may also remove up to max_trim of the width; grow never goes below the original.
+    trim may also remove up to max_trim of the width; grow never goes below the original. A
+    grouped conv's group (`repeat` = g > 1) has its width per conv group: the upper bound is taken
+    on the g × width channels the GPU sees, then divided back (at least the width itself); dead
+    channels and the trim fraction are per conv group already.
     """
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}")
-    hi = max(ceil_to(width, 64), math.ceil(1.125 * width))
+    total = width * max(1, int(repeat))
+    hi = max(width, max(ceil_to(total, 64), math.ceil(1.125 * total)) // max(1, int(repeat)))
     if mode == "grow":
         lo = width
     elif mode == "lossless":
@@ -54,6 +69,7 @@ def candidate_widths(
     extra: Iterable[int] = (),
     score: Callable[[int], float] | None = None,
     max_candidates: int | None = 8,
+    repeat: int = 1,
 ) -> list[int]:
     """Widths worth tabulating for one group, ascending.
 
@@ -62,8 +78,13 @@ def candidate_widths(
     from the wave model), then the remaining multiples of `align` ranked by `score` (predicted µs;
     lower first) when given, else by how aligned they are (64 > 32 > 16 > 8). Capped at
     `max_candidates` so the per-layer tables stay affordable on the device.
+
+    For a grouped conv's group (`repeat` = g > 1) widths are per conv group: pass
+    `align=group_align(g)` so g × width is what gets aligned; the range and the alignment ranking
+    are taken on g × width too.
     """
-    lo, hi = width_range(width, dead, mode, max_trim)
+    lo, hi = width_range(width, dead, mode, max_trim, repeat)
+    repeat = max(1, int(repeat))
     aligned = [w for w in range(ceil_to(lo, align), hi + 1, align)]
     must: list[int] = []
     if lo <= width <= hi:
@@ -76,7 +97,7 @@ def candidate_widths(
     wave = sorted({int(w) for w in extra if lo <= int(w) <= hi})
 
     def alignment(w: int) -> int:
-        return max(m for m in (64, 32, 16, 8, 1) if w % m == 0)
+        return max(m for m in (64, 32, 16, 8, 1) if (w * repeat) % m == 0)
 
     rest = [w for w in aligned if w not in must and w not in wave]
     if score is not None:

@@ -763,6 +763,8 @@ def conv_rows(analysis: Any, target: Target, dtype: str = "fp16") -> list[dict[s
     in_groups as (group id, width) segments) and `.groups` (ChannelGroup: id, width, frozen). A
     group's width is turned into this conv's shape by `analysis.conv_shapes({id: width})` when the
     analysis has it (concat segments, depthwise convs), else by setting K (output) or C (input).
+    A grouped conv's group (`repeat` = g) has its width per conv group; its candidates step so that
+    g × width moves by whole vectors.
     """
     _check_dtype(dtype)
     groups = _groups_by_id(getattr(analysis, "groups", []))
@@ -813,12 +815,15 @@ def conv_rows(analysis: Any, target: Target, dtype: str = "fp16") -> list[dict[s
             def us_at(w: int, shape_at: Any = shape_at) -> float:
                 return _evaluate(shape_at(w), target, params).predicted_us
 
-            below, above = _step_ends(us_at, width, vec)
+            # a grouped conv's group has its width per conv group: step so that repeat × width
+            # moves by whole vectors (every width for 32 conv groups in fp16), not 8 per conv group
+            step = vec // math.gcd(vec, _group_repeat(group))
+            below, above = _step_ends(us_at, width, step)
             entry: dict[str, Any] = {
                 "group": gid,
                 "role": role,
                 "width": width,
-                "searched": [max(vec, width // 2), 2 * width],  # the span _step_ends looks in
+                "searched": [max(step, width // 2), 2 * width],  # the span _step_ends looks in
             }
             for key, w in (("below", below), ("above", above)):
                 entry[key] = w
@@ -838,6 +843,12 @@ def _group_width(group: Any, conv: Any, role: str, gid: Any) -> int:
         if isinstance(seg, (tuple, list)) and seg[0] == gid:
             return int(seg[1])
     return conv.shape.k if role == "out" else conv.shape.c
+
+
+def _group_repeat(group: Any) -> int:
+    """ChannelGroup.repeat (g for a grouped conv's group, whose width is per conv group), else 1."""
+    rep = group.get("repeat", 1) if isinstance(group, dict) else getattr(group, "repeat", 1)
+    return max(1, int(rep or 1))
 
 
 def _group_id(g: Any) -> Any:

@@ -165,18 +165,61 @@ def test_concat_of_concat_keeps_member_groups() -> None:
     assert conv.in_groups == [("conv1", 8), ("conv4", 12), ("conv8", 4)]
 
 
-@pytest.mark.parametrize(
-    ("group", "k", "reason"),
-    [(2, 16, "grouped conv (groups=2) conv4"), (16, 32, "depthwise conv with channel multiplier 2 conv4")],
-)
-def test_grouped_and_multiplier_convs_freeze(group: int, k: int, reason: str) -> None:
+def test_depthwise_conv_with_a_channel_multiplier_freezes() -> None:
     n = Net()
-    a = n.cbr("x", 16)
-    g = n.conv(a, k, group=group)
+    g = n.conv(n.cbr("x", 16), 32, group=16)
     model = n.build(n.conv(g, 8))
     groups = by_id(model)
+    reason = "depthwise conv with channel multiplier 2 conv4"
     assert groups["conv1"].frozen and groups["conv1"].reason == reason
     assert groups["conv4"].frozen and groups["conv4"].reason == reason
+
+
+def test_grouped_conv_widths_are_per_conv_group() -> None:
+    """A grouped conv (groups=4, 16 → 32 channels) cuts its input into 4 pieces of 4 and its output
+    into 4 of 8, each joined into one group: a width is per conv group, every conv group follows."""
+    n = Net()
+    g = n.cbr(n.cbr("x", 16), 32, group=4)
+    model = n.build(n.conv(g, 8))
+    analysis = analyze(model)
+    groups = {x.id: x for x in analysis.groups}
+    assert {gid: (x.width, x.repeat, x.frozen) for gid, x in groups.items()} == {
+        "input:x": (3, 1, True),
+        "conv1": (4, 4, False),  # conv1's 16 filters as 4 pieces of the grouped conv's input
+        "conv4": (8, 4, False),
+        "conv7": (8, 1, True),
+    }
+    assert groups["conv1"].producers == ["conv1"] and groups["conv4"].producers == ["conv4"]
+    convs = {c.name: c for c in analysis.convs}
+    assert convs["conv4"].in_groups == [("conv1", 4)] * 4
+    assert convs["conv4"].out_groups == [("conv4", 8)] * 4 and convs["conv4"].out_group == "conv4"
+    assert convs["conv1"].out_group == "conv1" and convs["conv7"].in_groups == [("conv4", 8)] * 4
+    shapes = analysis.conv_shapes({"conv1": 5, "conv4": 11})
+    assert (shapes["conv1"].k, shapes["conv7"].c) == (20, 44)
+    assert (shapes["conv4"].c, shapes["conv4"].k, shapes["conv4"].groups) == (20, 44, 4)
+    assert analysis.to_json()["groups"][1]["repeat"] == 4
+
+
+def test_grouped_conv_over_a_concat() -> None:
+    """Concat(a, b) read by groups=4: with both widths multiples of C/g, the pieces are a[0], a[1],
+    b[0], b[1], all one group; a boundary inside a conv group cannot follow one width per conv
+    group, so everything the conv reads freezes, saying why."""
+    n = Net()
+    a, b = n.cbr("x", 8), n.cbr("x", 8)
+    model = n.build(n.conv(n.op("Relu", [n.conv(n.concat(a, b), 8, group=4)]), 4))
+    groups = by_id(model)
+    conv1 = groups["conv1"]
+    assert (conv1.width, conv1.repeat, conv1.producers) == (4, 4, ["conv1", "conv4"])
+    assert "conv4" not in groups and not groups["conv1"].frozen
+    n = Net()
+    a, b = n.cbr("x", 6), n.cbr("x", 10)
+    model = n.build(n.conv(n.op("Relu", [n.conv(n.concat(a, b), 8, group=4)]), 4))
+    # a's 6 channels cut at 4, b's 10 at 2 and 6: the conv groups read [4], [2, 2], [4], [4]
+    groups = by_id(model)
+    cut = {gid: g.width for gid, g in groups.items() if gid not in ("input:x", "conv10")}
+    assert cut == {"conv1": 4, "conv1#2": 2, "conv4": 2, "conv4#2": 4, "conv4#3": 4, "conv8": 8}
+    reason = "grouped conv (groups=4) conv8: its conv groups read differently split channels"
+    assert all(groups[gid].reason == reason for gid in cut)
 
 
 def test_unknown_op_freezes_what_it_touches() -> None:

@@ -358,6 +358,27 @@ def test_grow_only_widens_and_keeps_outputs(zoo_model_path: Callable[[str], Path
     assert res.fidelity is not None and res.fidelity["passed"]
 
 
+def test_grouped_conv_groups_round_up_their_total_channels(tmp_path: Path) -> None:
+    """A pruned grouped block (4 conv groups of 5 inputs, 7 outputs): round-up-to-8 rounds the 20 and
+    28 channels the GPU sees (to 6 and 8 per conv group), not each conv group's width to 8; the
+    lossless answer keeps the outputs."""
+    from test_coupling import Net
+
+    n = Net(hw=16)
+    g = n.cbr(n.cbr("x", 20), 28, group=4)
+    path = tmp_path / "grouped.onnx"
+    onnx.save(n.build(n.conv(g, 8)), str(path))
+    res = run_model(path, tmp_path / "out", max_evals=6)
+    assert res.original == {"conv1": 5, "conv4": 7}
+    assert res.round_up == {"conv1": 6, "conv4": 8}
+    assert all(res.best_plan[gid] >= w for gid, w in res.original.items())
+    assert res.timings["best"].median_us <= res.timings["round_up_8"].median_us
+    x = np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    np.testing.assert_allclose(
+        ort_outputs(tmp_path / "out" / "model.onnx", x), ort_outputs(path, x), atol=1e-4
+    )
+
+
 def test_bad_inputs_are_one_line_errors(zoo_model_path: Callable[[str], Path], tmp_path: Path) -> None:
     src = zoo_model_path("vgg16_pruned_b4")
     for bad in (0.0, 1.0, -0.1, 1.5):

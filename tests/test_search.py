@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from deployopt.search import Factor, TableCost, candidate_widths, ceil_to, width_range
+from deployopt.search import Factor, TableCost, candidate_widths, ceil_to, group_align, width_range
 
 
 def test_width_range_per_mode() -> None:
@@ -41,6 +41,23 @@ def test_candidates_follow_the_score_and_wave_aligned_extras() -> None:
     )
     assert got == [434, 440, 456, 472]  # the wave-aligned 472 outranks plain multiples; 999 is out of range
     assert ceil_to(433, 8) == 440 and ceil_to(440, 8) == 440
+
+
+def test_grouped_conv_widths_are_per_conv_group_and_align_their_total() -> None:
+    """A grouped conv's group: width per conv group, repeat = its conv groups; the GPU sees
+    repeat × width channels, so that total is what is aligned and bounded."""
+    assert [group_align(r) for r in (1, 2, 4, 6, 25, 32)] == [8, 4, 2, 4, 8, 1]
+    assert width_range(4, 0, "lossless", repeat=32) == (4, 4)  # 128 channels: +12.5 % is not one more each
+    assert width_range(16, 0, "lossless", repeat=25) == (16, 18)  # 400 → 450 channels
+    assert width_range(11, 0, "lossless", repeat=4) == (11, 16)  # 44 → 64 channels
+    assert width_range(11, 2, "trim", 0.10, repeat=4) == (9, 16)  # dead channels are per conv group
+    # step 2 keeps 4 × width a multiple of 8; ranked by the alignment of the total: 64 = 4·16, 48 = 4·12
+    assert candidate_widths(11, 0, "lossless", align=group_align(4), repeat=4, max_candidates=3) == [
+        11,
+        12,
+        16,
+    ]
+    assert candidate_widths(11, 0, "lossless", align=group_align(4), repeat=4) == [11, 12, 14, 16]
 
 
 def _random_problem(rng: np.random.Generator, groups: int, edges: list[tuple[int, ...]]) -> TableCost:

@@ -393,6 +393,166 @@ def test_conv_transpose_channels_are_ranked_by_their_own_filters() -> None:
     assert order == [int(i) for i in np.argsort(expected, kind="stable")]
 
 
+def grouped_net() -> onnx.ModelProto:
+    """ResNeXt's bottleneck in small: conv1 (16 = 4 × 4) → BN → ReLU → conv4 (groups=4, 32 = 4 × 8)
+    → BN → ReLU → conv7 (1×1 back to 16), plus the residual around the three."""
+    n = Net()
+    a = n.cbr("x", 16)
+    b = n.cbr(n.cbr(a, 16, r=1), 32, group=4)
+    c = n.bn(n.conv(b, 16, r=1))
+    return n.build(n.conv(n.op("Relu", [n.op("Add", [a, c])]), 4))
+
+
+def test_grouped_conv_pads_exactly_and_trims_every_conv_group_alike() -> None:
+    model = grouped_net()
+    analysis = analyze(model)
+    inner = {g.id: (g.width, g.repeat) for g in analysis.free_groups() if g.repeat > 1}
+    assert inner == {"conv4": (4, 4), "conv7": (8, 4)}
+    padded = apply_plan(model, {"conv4": 7, "conv7": 11}, analysis)
+    dims = {t.name: list(t.dims) for t in padded.graph.initializer}
+    assert dims["conv4.w"][0] == 28 and dims["conv7.w"] == [44, 7, 3, 3] and dims["conv10.w"][1] == 44
+    node = next(x for x in padded.graph.node if x.name == "conv7")
+    assert onnx.helper.get_attribute_value(next(a for a in node.attribute if a.name == "group")) == 4
+    np.testing.assert_allclose(run(padded), run(model), atol=1e-5, rtol=0)
+    # padded channels sit at the end of every conv group: exactly they are dead, and trimming
+    # them back gives the original weights bit for bit
+    panalysis = analyze(padded)
+    dead = dead_channels_many(padded, panalysis, ["conv4", "conv7"])
+    assert dead == {"conv4": [4, 5, 6], "conv7": [8, 9, 10]}
+    back, changes = apply_plan_report(padded, {"conv4": 4, "conv7": 8}, panalysis)
+    assert [(c.trimmed, c.dead_trimmed) for c in changes] == [(3, 3), (3, 3)]
+    np.testing.assert_array_equal(run(back), run(model))
+    orig = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    for t in back.graph.initializer:
+        np.testing.assert_array_equal(numpy_helper.to_array(t), orig[t.name])
+    # any trim: a valid model with the shapes conv_shapes predicts, `group` still 4
+    trimmed = apply_plan(model, {"conv4": 3, "conv7": 5}, analysis)
+    onnx.checker.check_model(trimmed, full_check=True)
+    shapes = analysis.conv_shapes({"conv4": 3, "conv7": 5})
+    assert (shapes["conv7"].c, shapes["conv7"].k, shapes["conv7"].groups) == (12, 20, 4)
+    assert [t.dims for t in trimmed.graph.initializer if t.name == "conv7.w"] == [[20, 3, 3, 3]]
+    assert run(trimmed).shape == run(model).shape
+
+
+def test_grouped_conv_channel_dead_in_every_conv_group_is_trimmed_exactly() -> None:
+    """Channel 1 of a grouped conv's output group is rows 1, 9, 17, 25 of its filters. Zeroed in all
+    four conv groups it is dead (every offset where conv10 reads it is zero) and a trim drops it
+    from each conv group, outputs unchanged; zeroed in one conv group only, it is alive."""
+    model = grouped_net()
+    for row in (1, 9, 17, 25):
+        model = _zero_channel(model, "conv7", row, bn_shift=False)
+    analysis = analyze(model)
+    assert dead_channels(model, analysis, "conv7") == [1]
+    w = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == "conv7.w"))
+    b = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == "conv7.b"))
+    l1 = (np.abs(w).sum(axis=(1, 2, 3)) + np.abs(b)).reshape(4, 8).sum(axis=0)  # summed over conv groups
+    np.testing.assert_allclose(filter_l1(analysis, "conv7"), l1, rtol=1e-6)
+    trimmed, changes = apply_plan_report(model, {"conv7": 7}, analysis)
+    assert changes[0].dead_trimmed == 1
+    kept = numpy_helper.to_array(next(t for t in trimmed.graph.initializer if t.name == "conv7.w"))
+    np.testing.assert_array_equal(kept, np.delete(w, [1, 9, 17, 25], axis=0))
+    np.testing.assert_allclose(run(trimmed), run(model), atol=1e-5, rtol=0)
+    one = _zero_channel(grouped_net(), "conv7", 9, bn_shift=False)
+    assert dead_channels(one, analyze(one), "conv7") == []
+
+
+def grouped_conv_transpose_net() -> onnx.ModelProto:
+    """A ConvTranspose with groups=2: weights [C, K/g, R, S] = [8, 3, 2, 2], 8 → 6 channels."""
+    n = Net(hw=4)
+    a = n.cbr("x", 8)
+    w = n.init("up.w", np.random.default_rng(5).standard_normal((8, 3, 2, 2)) * 0.3)
+    b = n.init("up.b", np.random.default_rng(6).standard_normal(6) * 0.1)
+    up = n.op("ConvTranspose", [a, w, b], (6, 8, 8), kernel_shape=[2, 2], strides=[2, 2], group=2)
+    return n.build(n.conv(n.op("Relu", [up]), 4))
+
+
+def test_grouped_conv_transpose_pads_and_trims() -> None:
+    model = grouped_conv_transpose_net()
+    analysis = analyze(model)
+    assert {g.id: (g.width, g.repeat) for g in analysis.free_groups()} == {
+        "conv1": (4, 2),
+        "convtranspose4": (3, 2),
+    }
+    padded = apply_plan(model, {"conv1": 5, "convtranspose4": 4}, analysis)
+    assert [t.dims for t in padded.graph.initializer if t.name == "up.w"] == [[10, 4, 2, 2]]
+    np.testing.assert_allclose(run(padded), run(model), atol=1e-5, rtol=0)
+    # output channel j·3 + i of conv group j is w[4j : 4j + 4, i]; a channel sums its two groups
+    w = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == "up.w"))
+    b = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == "up.b"))
+    per_channel = [
+        np.abs(w[4 * j : 4 * j + 4, i]).sum() + abs(b[3 * j + i]) for j in range(2) for i in range(3)
+    ]
+    expected = np.array(per_channel).reshape(2, 3).sum(axis=0)
+    np.testing.assert_allclose(filter_l1(analysis, "convtranspose4"), expected, rtol=1e-6)
+    panalysis = analyze(padded)
+    assert dead_channels_many(padded, panalysis, ["conv1", "convtranspose4"]) == {
+        "conv1": [4],
+        "convtranspose4": [3],
+    }
+    back = apply_plan(padded, {"conv1": 4, "convtranspose4": 3}, panalysis)
+    np.testing.assert_array_equal(run(back), run(model))
+    trimmed = apply_plan(model, {"conv1": 3, "convtranspose4": 2}, analysis)
+    onnx.checker.check_model(trimmed, full_check=True)
+    assert run(trimmed).shape == (1, 4, 8, 8)
+
+
+def _torch_outputs(model: onnx.ModelProto) -> list[np.ndarray]:
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(1).standard_normal(sess.get_inputs()[0].shape).astype(np.float32)
+    return sess.run(None, {sess.get_inputs()[0].name: x})
+
+
+@pytest.mark.slow
+def test_resnext_blocks_exported_by_torch_pad_and_trim_exactly(tmp_path: Path) -> None:
+    """The sweep's `grouped` module (torch export): two ResNeXt bottlenecks (4 conv groups of 8, 8 of
+    6) and a grouped ConvTranspose on the residual stream. Every grouped width + 3 (8 → 11 per conv
+    group): outputs equal; padding then trimming back: exactly the padded channels are dead and
+    outputs and weights come back bit for bit; a trim gives a valid model."""
+    pytest.importorskip("torch")
+    model = load_model(_architectures().export("grouped", tmp_path)).model
+    analysis = analyze(model)
+    grouped = {g.id: (g.width, g.repeat) for g in analysis.free_groups() if g.repeat > 1}
+    assert sorted(grouped.values()) == [(6, 4), (6, 8), (6, 8), (8, 4), (8, 4), (8, 4)]
+    assert len(analysis.free_groups()) == 7
+    ref = _torch_outputs(model)
+    plan = {gid: w + 3 for gid, (w, _) in grouped.items()}
+    padded = apply_plan(model, plan, analysis)
+    np.testing.assert_allclose(_torch_outputs(padded)[0], ref[0], atol=1e-5, rtol=0)
+    original = {gid: w for gid, (w, _) in grouped.items()}
+    panalysis = analyze(padded)
+    dead = dead_channels_many(padded, panalysis, list(original))
+    assert dead == {gid: list(range(w, w + 3)) for gid, w in original.items()}
+    back = apply_plan(padded, original, panalysis)
+    np.testing.assert_array_equal(_torch_outputs(back)[0], ref[0])
+    orig = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    for t in back.graph.initializer:
+        np.testing.assert_array_equal(numpy_helper.to_array(t), orig[t.name])
+    trimmed = apply_plan(model, {gid: w - 2 for gid, w in original.items()}, analysis)
+    onnx.checker.check_model(trimmed, full_check=True)
+    assert _torch_outputs(trimmed)[0].shape == ref[0].shape
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("arch", "free", "grouped"), [("regnet_x_400mf", 49, 44), ("resnext50_32x4d", 37, 32)]
+)
+def test_torchvision_grouped_widths_are_free_and_pad_exactly(
+    arch: str, free: int, grouped: int, tmp_path: Path
+) -> None:
+    """RegNetX-400MF (groups of 16 channels) and ResNeXt50-32x4d (32 conv groups): the groups that
+    grouped convs froze (44 and 32) are free, widths per conv group; every free group + 3 pads
+    exactly (1e-4 of the output's scale)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("torchvision")
+    model = load_model(_architectures().export(arch, tmp_path, size=64)).model
+    analysis = analyze(model)
+    assert len(analysis.free_groups()) == free
+    assert len([g for g in analysis.free_groups() if g.repeat > 1]) == grouped
+    ref = _torch_outputs(model)[0]
+    padded = apply_plan(model, {g.id: g.width + 3 for g in analysis.free_groups()}, analysis)
+    np.testing.assert_allclose(_torch_outputs(padded)[0], ref, atol=1e-4 * max(1.0, float(np.abs(ref).max())))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("arch", "free", "frozen_reason"),
@@ -626,7 +786,9 @@ def _architectures() -> Any:
     [
         ("resnet18", 12, None),
         ("mobilenet_v3_small", 27, None),  # Hardswish, SE with Hardsigmoid
-        ("regnet_y_400mf", 21, "grouped conv (groups="),  # grouped convs + SE
+        # grouped convs + SE: each grouped conv's output (per conv group) meets the SE scale (one set)
+        ("regnet_y_400mf", 37, "channel sets of different widths/split meet at"),
+        ("grouped", 7, None),  # ResNeXt blocks, a grouped ConvTranspose on the residual stream
         ("squeezenet1_1", 25, None),  # Fire modules: concat of 1×1 and 3×3 expands
         ("lraspp_mobilenet_v3_large", 30, None),  # segmentation head: bilinear Resize, sigmoid gate
         ("unet", 12, None),  # ConvTranspose up-steps, skip Concats
@@ -649,7 +811,8 @@ def test_architectures_pad_exactly_and_trim_to_valid_models(
 ) -> None:
     """The architecture sweep (docs/surgery.md, "Architectures checked") on a fast subset at 64×64:
     every free group padded past the next multiple of 32 leaves every output equal (1e-4 of its
-    scale); every free group trimmed by 8 gives a model that passes the full checker, runs, has the
+    scale); every free group trimmed by 8 (at least to 1; 2 per conv group of a grouped conv) gives
+    a model that passes the full checker, runs, has the
     planned widths and the conv shapes `conv_shapes` predicts; padding then trimming back finds
     exactly the padded channels dead."""
     pytest.importorskip("torch")
@@ -669,7 +832,7 @@ def test_architectures_pad_exactly_and_trim_to_valid_models(
     padded = apply_plan(model, padded_plan(analysis), analysis)
     for r, o in zip(ref, outputs(padded)):
         np.testing.assert_allclose(o, r, atol=1e-4 * max(1.0, float(np.abs(r).max())), rtol=0)
-    plan = {g.id: max(1, g.width - 8) for g in analysis.free_groups()}
+    plan = {g.id: _architectures().trim_width(g) for g in analysis.free_groups()}
     trimmed = apply_plan(model, plan, analysis)
     onnx.checker.check_model(trimmed, full_check=True)
     assert [o.shape for o in outputs(trimmed)] == [r.shape for r in ref]

@@ -343,6 +343,28 @@ def test_conv_rows_on_a_real_coupling_analysis():
     assert sum(len(r["widths"]) for r in rows) >= len(analysis.convs)
 
 
+def test_conv_rows_price_a_grouped_conv_per_conv_group():
+    """A grouped conv's groups (4 conv groups of 4 → 8): widths per conv group, priced through
+    conv_shapes (C = 4 × width, groups stays 4), searched in steps of 2 (4 × 2 = one fp16 vector)."""
+    from test_surgery import grouped_net
+
+    from deployopt.coupling import analyze
+
+    analysis = analyze(grouped_net())
+    rows = {r["name"]: r for r in conv_rows(analysis, get_target("orin-nano-8gb"), "fp16")}
+    row = rows["conv7"]
+    assert (row["gemm_n"], row["gemm_k"]) == (8, 4 * 9)  # per conv group: K/g, C/g·R·S
+    entries = {w["group"]: w for w in row["widths"]}
+    assert set(entries) == {"conv4", "conv7"}
+    assert entries["conv7"]["searched"] == [4, 16] and entries["conv4"]["searched"] == [2, 8]
+    for gid, w in entries.items():
+        for key in ("below", "above"):
+            if w[key] is not None:
+                assert w[key] % 2 == 0
+                shape = analysis.conv_shapes({gid: w[key]})["conv7"]
+                assert shape.groups == 4 and shape.c % 4 == 0
+
+
 # --- the model against the committed H200 sweeps (benchmarks/staircases/) ---------------------------
 
 sys.path.insert(0, str(ROOT / "benchmarks"))

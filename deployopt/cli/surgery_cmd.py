@@ -44,7 +44,9 @@ def groups_table(analysis: Analysis, title: Optional[str] = None) -> Table:
         status = (
             Text.assemble(("frozen", "red"), f": {g.reason}") if g.frozen else Text("free", style="green")
         )
-        table.add_row(g.id, str(g.width), status, _names(g.producers), _names(g.consumers))
+        # a grouped conv's group: its width per conv group, × the conv's groups
+        width = f"{g.width} ×{g.repeat}" if g.repeat > 1 else str(g.width)
+        table.add_row(g.id, width, status, _names(g.producers), _names(g.consumers))
     return table
 
 
@@ -64,12 +66,23 @@ def convs_table(
             f"{s.n}×{s.c}×{s.h}×{s.w} → {s.k}",
             f"{s.r}×{s.s}/{s.stride[0]}",
             str(s.groups),
-            ", ".join(f"{g}[{w}]" for g, w in conv.in_groups),
+            _segments(conv.in_groups),
             conv.out_group or "-",
         ]
         row += [fn(conv) for _, fn in extra_columns]
         table.add_row(*row)
     return table
+
+
+def _segments(segs: Sequence[tuple[Optional[str], int]]) -> str:
+    """`a[16], b[8]`; runs of one group (a grouped conv's pieces, one per conv group) as `a[4]×32`."""
+    runs: list[list[Any]] = []
+    for g, w in segs:
+        if runs and runs[-1][0] == (g, w):
+            runs[-1][1] += 1
+        else:
+            runs.append([(g, w), 1])
+    return ", ".join(f"{g}[{w}]" + (f"×{n}" if n > 1 else "") for (g, w), n in runs)
 
 
 def analysis_json(loaded: LoadedModel, analysis: Analysis, include_convs: bool = True) -> dict[str, Any]:

@@ -32,6 +32,10 @@ class ChannelGroup:
     producers: list[str]
     consumers: list[str]
     tensors: list[str]
+    #: g when a grouped conv (groups = g) reads or writes this group: its tensors there hold g
+    #: copies side by side, one per conv group, so `width` is the width per conv group and the
+    #: GPU sees repeat × width channels; 1 for every other group
+    repeat: int = 1
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -42,6 +46,7 @@ class ChannelGroup:
             "producers": list(self.producers),
             "consumers": list(self.consumers),
             "tensors": list(self.tensors),
+            "repeat": self.repeat,
         }
 
 
@@ -98,7 +103,11 @@ class Analysis:
         return [(self.group_of_atom(a), w) for a, w in layout]
 
     def conv_shapes(self, widths: dict[str, int]) -> dict[str, ConvShape]:
-        """Every conv's shape after a plan: C from its input groups, K from its output group."""
+        """Every conv's shape after a plan: C from its input groups, K from its output group.
+
+        C and K are sums over the segments, so a grouped conv's g pieces of one group count g
+        times (C = g × width per conv group) and its `groups` stays g.
+        """
         out: dict[str, ConvShape] = {}
         for conv in self.convs:
             c = sum(widths.get(g, w) if g is not None else w for g, w in conv.in_groups)
@@ -144,6 +153,24 @@ def _conv_shape(st: CouplingState, rec: Any) -> Optional[ConvShape]:
     )  # fmt: skip
 
 
+def _repeats(st: CouplingState) -> dict[int, int]:
+    """Per group root: how many pieces of it a grouped conv's input or output holds (its groups)."""
+    out: dict[int, int] = {}
+    for node in st.nodes:
+        group = int(st.attr(node, "group", 1)) if node.op_type in ("Conv", "ConvTranspose") else 1
+        xl = st.layout(node.input[0]) if group > 1 else None
+        if xl is None or group == sum(w for _, w in xl):  # a full or depthwise conv: one copy of each set
+            continue
+        for lay in (xl, st.layout(node.output[0]) or ()):
+            counts: dict[int, int] = {}
+            for a, _ in lay:
+                root = st.find(a)
+                counts[root] = counts.get(root, 0) + 1
+            for root, n in counts.items():
+                out[root] = max(out.get(root, 1), n)
+    return out
+
+
 def _unique_ids(st: CouplingState, roots: list[int]) -> dict[int, str]:
     ids: dict[int, str] = {}
     used: set[str] = set()
@@ -185,6 +212,7 @@ def analyze(model: onnx.ModelProto) -> Analysis:
         for root in {st.find(a) for a, _ in lay}:
             tensors[root].append(t)
             readers[root].update(st.users.get(t, ()))
+    repeat = _repeats(st)
     groups = []
     for r in roots:
         atom = st.atoms[r]
@@ -197,6 +225,7 @@ def analyze(model: onnx.ModelProto) -> Analysis:
                 producers=producers[r],
                 consumers=[st.node_names[i] for i in sorted(readers[r])],
                 tensors=tensors[r],
+                repeat=repeat.get(r, 1),
             )
         )
     analysis = Analysis(groups=groups, convs=[], state=st, atom_group=ids)
@@ -206,7 +235,8 @@ def analyze(model: onnx.ModelProto) -> Analysis:
         if shape is None:
             continue
         out_groups = analysis.layout_groups(rec.out_layout) if rec.out_layout is not None else []
-        out_group = out_groups[0][0] if len(out_groups) == 1 else None
+        # one group, or a grouped conv's g pieces of one group; None when a Split cut the output
+        out_group = out_groups[0][0] if len({g for g, _ in out_groups}) == 1 else None
         convs.append(
             ConvLayer(
                 name=st.node_names[rec.node],

@@ -345,11 +345,13 @@ class CouplingState:
         self.attr_edits.append(AttrEdit(self.index(node), attr, self.current(layout), index))
 
     # ----- refinement: cutting a channel set into pieces that can change on their own ---------
-    def refine(self, atom: int, cuts: Iterable[int]) -> None:
+    def refine(self, atom: int, cuts: Iterable[int], suffix: str = "[{i}]") -> None:
         """Cut every atom of `atom`'s group at the same relative offsets (a Split on channels).
 
         Each member becomes consecutive pieces (same producer, shifted offsets); piece i of every
         member joins piece i of the others, and every recorded layout is rewritten to the pieces.
+        Piece i is named after its member plus `suffix` (formatted with i): "conv1[0]" for a Split's
+        pieces, "" where the pieces are joined again (a grouped conv's) and keep their producer's name.
         """
         root = self.find(atom)
         width = self.atoms[root].width
@@ -364,7 +366,7 @@ class CouplingState:
             parent = self.atoms[m]
             parts = []
             for i, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
-                src = f"{parent.source}[{i}]"  # piece i: ids stay the same when widths change
+                src = parent.source + suffix.format(i=i)  # piece i: ids stay the same when widths change
                 new = self.new_atom(
                     hi - lo, src, parent.producer, frozen, parent.offset + lo, (*parent.order, i)
                 )
@@ -389,7 +391,7 @@ class CouplingState:
             rec.in_layout = rewrite(rec.in_layout)
             rec.out_layout = rewrite(rec.out_layout) if rec.out_layout is not None else None
 
-    def cut(self, layout: Layout, offsets: Iterable[int]) -> Layout:
+    def cut(self, layout: Layout, offsets: Iterable[int], suffix: str = "[{i}]") -> Layout:
         """Refine whatever atoms straddle the given channel offsets of `layout`; the new layout."""
         wanted = sorted(set(offsets))
         start = 0
@@ -402,7 +404,7 @@ class CouplingState:
         # one atom per root may appear several times (Concat(x, x)); cut every occurrence alike
         for root, cuts in per_root.items():
             members = [a for a, _ in layout if self.find(a) == root and not self.atoms[a].retired]
-            self.refine(members[0] if members else root, cuts)
+            self.refine(members[0] if members else root, cuts, suffix)
             layout = tuple(seg for a, w in layout for seg in self._current(a, w))
         return layout
 

@@ -1,10 +1,69 @@
-"""Conv: a full conv produces a new channel set and consumes its input's; depthwise passes through."""
+"""Conv: a full conv produces a new channel set and consumes its input's; depthwise passes through.
+
+A grouped conv (1 < groups < C: ResNeXt, RegNet) runs g convs side by side, each reading C/g input
+and writing K/g output channels. Its input is cut into g equal pieces joined into one group, and
+its output is g new sets of K/g channels joined into one group: such a group's width is the width
+*per conv group*. A plan that changes it changes every conv group alike (the tensors hold g × width
+channels); the `group` attribute stays g.
+"""
 
 from __future__ import annotations
 
+from typing import Optional
+
 import onnx
 
-from deployopt.coupling.registry import ConvRecord, CouplingState, rule
+from deployopt.coupling.registry import ConvRecord, CouplingState, Layout, Segment, rule
+
+
+def _pieces(layout: Layout, n: int) -> list[Layout]:
+    """`layout` (already cut at every multiple of its width / n) as its n equal consecutive pieces."""
+    size = sum(w for _, w in layout) // n
+    pieces: list[list[Segment]] = [[] for _ in range(n)]
+    start = 0
+    for seg in layout:
+        pieces[start // size].append(seg)
+        start += seg[1]
+    return [tuple(p) for p in pieces]
+
+
+def _grouped(
+    ctx: CouplingState, node: onnx.NodeProto, xl: Layout, groups: int, k: int, kind: str
+) -> tuple[Optional[Layout], Optional[Layout], str]:
+    """(one conv group's input layout, the output layout, "") of a grouped conv, or (None, None, reason).
+
+    The input is cut at every multiple of C/g and the pieces are joined segment by segment, so
+    every conv group reads the same channel sets in the same order. When the pieces are split
+    differently (a Concat boundary that is not on a multiple of C/g), one width per conv group
+    cannot describe them: nothing is joined and the reason says so. The output is g new sets of
+    K/g channels at offsets j·K/g of this conv's filters (so importance ranks the right rows),
+    joined into one group named after the conv.
+    """
+    name = ctx.name(node)
+    width = sum(w for _, w in xl)
+    cut = ctx.cut(xl, [j * (width // groups) for j in range(1, groups)], suffix="")
+    pieces = _pieces(cut, groups)
+    first = [w for _, w in pieces[0]]
+    if any([w for _, w in p] != first for p in pieces[1:]):
+        return None, None, f"{kind} (groups={groups}) {name}: its conv groups read differently split channels"
+    for p in pieces[1:]:
+        ctx.union(pieces[0], p, name)
+    per = k // groups
+    out = tuple((ctx.new_atom(per, name, ctx.index(node), offset=j * per), per) for j in range(groups))
+    for seg in out[1:]:
+        ctx.union(out[:1], (seg,), name)
+    return pieces[0], out, ""
+
+
+def _unsupported(group: int, c: Optional[int], k: int, op: str, name: str) -> str:
+    """Why a conv with groups > 1 that is not depthwise with multiplier 1 stays frozen, or ""."""
+    if c is None:  # no shape for the input: whether it is depthwise cannot be told
+        return f"{op} with groups={group} on an input of unknown width {name}"
+    if group == c:
+        return f"depthwise {op} with channel multiplier {k // group} {name}"
+    if group > c or c % group or k % group:  # not a valid model: never guess
+        return f"grouped {op} (groups={group}) {name} on {c} → {k} channels"
+    return ""
 
 
 @rule("Conv")
@@ -19,26 +78,33 @@ def conv(ctx: CouplingState, node: onnx.NodeProto) -> None:
     xl = ctx.require_layout(x, node)
     k = int(weight.shape[0])
     c = sum(wd for _, wd in xl) if xl else None
+    out: Optional[Layout] = None
     if group == 1:
         out = ctx.new_layout(node, k)
         ctx.bind(w, 0, out, 0.0, node)
         ctx.bind(w, 1, xl, 0.0, node)
         ctx.bind(b, 0, out, 0.0, node)
         ctx.consume(x, node)
+        reason = ""
     elif c is not None and group == c and k == c:
         # depthwise, multiplier 1: output channel i is input channel i filtered on its own
         out = xl
         ctx.bind(w, 0, out, 0.0, node)
         ctx.bind(b, 0, out, 0.0, node)
         ctx.edit_attr(node, "group", out)
+        reason = ""
     else:
-        if c is None:  # no shape for the input: whether it is depthwise cannot be told
-            kind = f"conv with groups={group} on an input of unknown width"
-        elif group == c:
-            kind = f"depthwise conv with channel multiplier {k // group}"
-        else:
-            kind = f"grouped conv (groups={group})"
-        reason = f"{kind} {ctx.name(node)}"
+        reason = _unsupported(group, c, k, "conv", ctx.name(node))
+        if not reason:
+            assert xl is not None
+            piece, out, reason = _grouped(ctx, node, xl, group, k, "grouped conv")
+            xl = ctx.layout(x)  # now cut into the conv groups' pieces
+            if not reason:
+                ctx.bind(w, 0, out, 0.0, node)
+                ctx.bind(w, 1, piece, 0.0, node)  # weights [K, C/g, R, S]: one conv group's inputs
+                ctx.bind(b, 0, out, 0.0, node)
+                ctx.consume(x, node)
+    if reason:
         ctx.freeze(xl, reason)
         out = ctx.new_layout(node, k, frozen=reason)
     ctx.set_layout(node.output[0], out)
@@ -59,6 +125,8 @@ def conv_transpose(ctx: CouplingState, node: onnx.NodeProto) -> None:
     xl = ctx.require_layout(x, node)
     c = int(weight.shape[0])
     k = int(weight.shape[1]) * group
+    out: Optional[Layout] = None
+    reason = ""
     if group == 1:
         out = ctx.new_layout(node, k)
         ctx.bind(w, 0, xl, 0.0, node)
@@ -71,7 +139,22 @@ def conv_transpose(ctx: CouplingState, node: onnx.NodeProto) -> None:
         ctx.bind(b, 0, out, 0.0, node)
         ctx.edit_attr(node, "group", out)
     else:
-        reason = f"grouped ConvTranspose (groups={group}) {ctx.name(node)}"
+        name = ctx.name(node)
+        xc = sum(wd for _, wd in xl) if xl is not None else None
+        reason = _unsupported(group, xc, k, "ConvTranspose", name)
+        if not reason and xc != c:
+            reason = f"grouped ConvTranspose (groups={group}) {name}: {xc} channels, weights for {c}"
+        if not reason:
+            assert xl is not None
+            _, out, reason = _grouped(ctx, node, xl, group, k, "grouped ConvTranspose")
+            xl = ctx.layout(x)  # now cut into the conv groups' pieces
+            if not reason:
+                assert out is not None
+                ctx.bind(w, 0, xl, 0.0, node)  # weights [C, K/g, R, S]: every input channel …
+                ctx.bind(w, 1, out[:1], 0.0, node)  # … and one conv group's outputs
+                ctx.bind(b, 0, out, 0.0, node)
+                ctx.consume(x, node)
+    if reason:
         ctx.freeze(xl, reason)
         out = ctx.new_layout(node, k, frozen=reason)
     ctx.set_layout(node.output[0], out)
