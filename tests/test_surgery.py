@@ -786,8 +786,7 @@ def _architectures() -> Any:
     [
         ("resnet18", 12, None),
         ("mobilenet_v3_small", 27, None),  # Hardswish, SE with Hardsigmoid
-        # grouped convs + SE: each grouped conv's output (per conv group) meets the SE scale (one set)
-        ("regnet_y_400mf", 37, "channel sets of different widths/split meet at"),
+        ("regnet_y_400mf", 53, None),  # grouped convs + SE (the gate cut to the conv groups)
         ("grouped", 7, None),  # ResNeXt blocks, a grouped ConvTranspose on the residual stream
         ("squeezenet1_1", 25, None),  # Fire modules: concat of 1×1 and 3×3 expands
         ("lraspp_mobilenet_v3_large", 30, None),  # segmentation head: bilinear Resize, sigmoid gate
