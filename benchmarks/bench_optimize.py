@@ -355,23 +355,93 @@ def published_widths_case(
     return {"final": timing_table(final, "input"), **runs}
 
 
-def ghostnet_case(args: argparse.Namespace, session: Any, check: Any) -> dict[str, Any]:
-    """GhostNet 1.0 at 224×224 and its published widths (deployopt/zoo/ghostnet.py, random weights)."""
+def prune_free_groups(src: Path, dst: Path, seed: int) -> dict[str, int]:
+    """Irregular pruning of every free group of an exported model: random_prune's fractions (the
+    paper's, as for the other models), at least 2 per conv group of a grouped conv (1 would make it
+    depthwise). Written atomically to `dst`; returns the plan."""
+    from deployopt.coupling import analyze
+    from deployopt.fileio import atomic_path
+    from deployopt.model import load_model
+    from deployopt.surgery import apply_plan
+    from deployopt.zoo.pruning import random_prune
+
+    model = load_model(src).model
+    analysis = analyze(model)
+    free = analysis.free_groups()
+    widths = random_prune([g.width for g in free], seed=seed)
+    plan = {g.id: max(2 if g.repeat > 1 else 1, w) for g, w in zip(free, widths)}
+    if not dst.exists():
+        with atomic_path(dst, suffix=".onnx") as tmp:
+            onnx.save(apply_plan(model, plan, analysis), str(tmp))
+    return plan
+
+
+def pruned_case(
+    args: argparse.Namespace, session: Any, src: Path, case_dir: Path, seed: int, check: Any
+) -> dict[str, Any]:
+    """`src` irregularly pruned (prune_free_groups), then as the other pruned cases: lossless and
+    trim-10 % of the pruned model, the optimizer's round-up-to-8 of it, and unpruned / pruned /
+    round-up-to-8 / lossless / trim in interleaved rounds."""
+    from deployopt.fileio import atomic_path
+    from deployopt.model import load_model
+    from deployopt.surgery import apply_plan
+
+    case_dir.mkdir(parents=True, exist_ok=True)
+    pruned = case_dir / "pruned.onnx"
+    plan = prune_free_groups(src, pruned, seed)
+    lossless, runs = lossless_and_trim(args, session, pruned, case_dir, check)
+    r8 = case_dir / "round_up_8.onnx"
+    if not r8.exists():
+        with atomic_path(r8, suffix=".onnx") as tmp:
+            onnx.save(apply_plan(load_model(pruned).model, lossless.round_up), str(tmp))
+    paths = {
+        "unpruned": src,
+        "pruned": pruned,
+        "round_up_8": r8,
+        "deployopt_lossless": case_dir / "lossless" / "model.onnx",
+        "deployopt_trim": case_dir / "trim" / "model.onnx",
+    }
+    final = interleaved(session, paths, args.rounds)
+    return {"seed": seed, "pruned_widths": plan, "final": timing_table(final, "pruned"), **runs}
+
+
+def ghostnet_source(args: argparse.Namespace) -> Path:
     from deployopt.zoo.ghostnet import export_ghostnet
 
-    batch = BATCH[args.sms]["ghostnet"]
-    case_dir = Path(args.workdir) / f"sms{args.sms}" / "ghostnet"
-    case_dir.mkdir(parents=True, exist_ok=True)
-    src = case_dir / "ghostnet.onnx"
+    src = Path(args.workdir) / f"sms{args.sms}" / "ghostnet" / "ghostnet.onnx"
     if not src.exists():
-        export_ghostnet(src, batch=batch, size=GHOSTNET_SIZE)
+        src.parent.mkdir(parents=True, exist_ok=True)
+        export_ghostnet(src, batch=BATCH[args.sms]["ghostnet"], size=GHOSTNET_SIZE)
+    return src
+
+
+def _pruned(
+    args: argparse.Namespace, session: Any, check: Any, *, base: str, src: Path | None, seed: int
+) -> dict[str, Any]:
+    if src is None:  # ghostnet: exported here, in its own case folder
+        src = ghostnet_source(args)
+    case_dir = Path(args.workdir) / f"sms{args.sms}" / f"{base.replace(':', '_')}_pruned_seed{seed}"
+    shapes = static_input_shapes(src)
+    return {
+        "model": f"{base}_pruned",
+        "source": str(src),
+        "input_shapes": shapes,
+        "batch": next(iter(shapes.values()))[0],
+        "sms": args.sms_int,
+        **pruned_case(args, session, src, case_dir, seed, check),
+    }
+
+
+def ghostnet_case(args: argparse.Namespace, session: Any, check: Any) -> dict[str, Any]:
+    """GhostNet 1.0 at 224×224 and its published widths (deployopt/zoo/ghostnet.py, random weights)."""
+    src = ghostnet_source(args)
     return {
         "model": "ghostnet",
-        "batch": batch,
+        "batch": BATCH[args.sms]["ghostnet"],
         "input_size": GHOSTNET_SIZE,
         "input_shapes": static_input_shapes(src),
         "sms": args.sms_int,
-        **published_widths_case(args, session, src, case_dir, check),
+        **published_widths_case(args, session, src, src.parent, check),
     }
 
 
@@ -474,6 +544,12 @@ def case_list(args: argparse.Namespace) -> list[tuple[str, Callable[[Any, Any], 
                 todo.append((f"{model}_seed{seed}", run))
     for name, path in args.onnx_cases:
         todo.append((f"onnx:{name}", functools.partial(_onnx, args, name=name, src=path)))
+    bases = [("ghostnet", None)] if "ghostnet" in args.model_list else []
+    bases += [(f"onnx:{name}", path) for name, path in args.onnx_cases]
+    for seed in args.prune_seed_list:
+        for base, path in bases:
+            run = functools.partial(_pruned, args, base=base, src=path, seed=seed)
+            todo.append((f"{base}_pruned_seed{seed}", run))
     return todo
 
 
@@ -628,6 +704,12 @@ def main() -> int:
         help="also benchmark this exported model at its own widths and (fixed) batch; repeatable",
     )
     ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument(
+        "--prune-seeds",
+        default="",
+        help="also prune ghostnet and the --onnx models irregularly (every free group, random_prune "
+        "with these seeds) and compare as for the pruned models",
+    )
     ap.add_argument("--out", required=True, help="results JSON (rewritten after every case)")
     ap.add_argument(
         "--workdir", default="benchmarks/results/optimize_work", help="models, journals, LUT cache"
@@ -668,6 +750,7 @@ def main() -> int:
     if unknown:
         ap.error(f"--models: unknown {', '.join(unknown)}; known: {', '.join(MODELS)}")
     args.onnx_cases = parse_onnx_cases(ap, args.onnx)
+    args.prune_seed_list = [int(v) for v in args.prune_seeds.split(",") if v.strip()]
     if not args.model_list and not args.onnx_cases:
         ap.error("nothing to run: give --models or --onnx")
     if args.solver_study:

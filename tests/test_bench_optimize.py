@@ -82,8 +82,31 @@ def test_case_ids_and_order() -> None:
         model_list=["ghostnet", "vgg16", "mobilenetv2", "yolo_detect"],
         seeds="0,2",
         onnx_cases=[("regnet", Path("r.onnx"))],
+        prune_seed_list=[1],
     )
     assert [cid for cid, _ in bench.case_list(args)] == [
         "ghostnet", "vgg16_seed0", "vgg16_seed2", "mobilenetv2", "yolo_detect_seed0", "yolo_detect_seed2",
-        "onnx:regnet",
+        "onnx:regnet", "ghostnet_pruned_seed1", "onnx:regnet_pruned_seed1",
     ]  # fmt: skip
+
+
+def test_pruned_onnx_case_prunes_every_free_group_and_compares_to_it(tmp_path: Path, monkeypatch) -> None:
+    """--prune-seeds: the --onnx model irregularly pruned (random_prune of every free group), then
+    unpruned / pruned / round-up-to-8 / lossless / trim with the pruned model as the reference."""
+    model = tmp_path / "mb.onnx"
+    onnx.save(zoo.mobilenet_like(batch=2), str(model))
+    out, work = tmp_path / "r.json", tmp_path / "work"
+    args = ("--onnx", f"mb={model}", "--prune-seeds", "3", "--workdir", str(work), "--out", str(out))
+    assert _main(monkeypatch, *args) == 0
+    case = json.loads(out.read_text())["cases"]["onnx:mb_pruned_seed3"]
+    assert (case["model"], case["seed"], case["batch"]) == ("onnx:mb_pruned", 3, 2)
+    assert set(case["final"]) == {"unpruned", "pruned", "round_up_8", "deployopt_lossless", "deployopt_trim"}
+    assert set(case["final"]["deployopt_trim"]) >= {"vs_pruned", "vs_round_up_8"}
+    from deployopt.coupling import analyze
+    from deployopt.model import load_model
+    from deployopt.zoo.pruning import random_prune
+
+    free = {g.id: g.width for g in analyze(load_model(model).model).free_groups()}
+    assert [case["pruned_widths"][g] for g in free] == random_prune(list(free.values()), seed=3)
+    pruned = load_model(work / "sms8" / "onnx_mb_pruned_seed3" / "pruned.onnx").model
+    assert {g.id: g.width for g in analyze(pruned).free_groups()} == case["pruned_widths"]
