@@ -537,6 +537,26 @@ def short_reason(reason: str) -> str:
     return r
 
 
+ALWAYS_FROZEN = ("graph input '…'", "feeds the graph output '…'")
+
+
+def markdown_row(res: dict[str, Any], label: str | None = None) -> str:
+    """One row of docs/surgery.md's "Architectures checked" table from a check() result."""
+    if "analyze" not in res or str(res.get("analyze", "")).startswith("FAIL"):
+        return f"| {label or res['arch']} | — | {res.get('export') or res.get('analyze')} | | | | | |"
+    reasons = "; ".join(
+        f"{re.sub(r' N(?= |$)', '', r).replace('#', 'n')} ×{k}"
+        for r, k in res["reasons"].items()
+        if r not in ALWAYS_FROZEN
+    )
+    err = res.get("pad_err")
+    pad = "—" if err is None else ("0" if err == 0 else f"{err:.0e}")
+    side = res.get("input_shape", [0, 0, 0, "?"])[-1]
+    cells = [label or res["arch"], str(side), f"{res['free']} / {res['frozen']}", reasons or "—", pad]
+    cells += [res.get(k, "—") for k in ("trim", "pad_trim_back", "cli")]
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
 def trim_width(group: Any) -> int:
     """The trim check's width: 8 less, at least 1; at least 2 per conv group of a grouped conv (at 1
     the conv becomes depthwise, valid, but analyzed again it joins its input and output groups, so
@@ -551,7 +571,7 @@ def check(name: str, path: Path, cli: bool, outdir: Path) -> dict[str, Any]:
     from deployopt.model import load_model
     from deployopt.surgery import apply_plan
 
-    res: dict[str, Any] = {"arch": name}
+    res: dict[str, Any] = {"arch": name, "input_shape": input_shape(path)}
     t0 = time.time()
     try:
         loaded = load_model(path)
@@ -681,6 +701,7 @@ def main() -> None:
         action="store_true",
         help="only write the ONNX files (e.g. for bench_optimize.py --onnx on a machine without torchvision)",
     )
+    ap.add_argument("--markdown", action="store_true", help="end with the rows of docs/surgery.md's table")
     args = ap.parse_args()
     if args.batch < 1:
         ap.error(f"--batch must be >= 1, got {args.batch}")
@@ -705,6 +726,8 @@ def main() -> None:
                 print(v, flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+    if args.markdown:
+        print("\n".join(markdown_row(r) for r in results))
 
 
 if __name__ == "__main__":

@@ -40,6 +40,12 @@ YOLO_DETECT = (
     "the detector with ultralytics' Detect head (DFL, boxes decoded in pixels), 59 free groups, code of "
     "b11b1df (the lossless check relative to each output's scale)"
 )
+GHOST_REGNET = (
+    "GhostNet 1.0, RegNetX-400MF and RegNetY-400MF at 224², batch 8 (ghost modules and grouped convs "
+    "free), code of fb79c64; one results file from four invocations on fresh machines: the published "
+    "widths, then --prune-seeds 0, then 1 for the RegNets, then 1 for GhostNet (the command shown is "
+    "the last)"
+)
 # (file, note): the two main runs predate the optimizer's confirmation step (docs/optimize.md step 7).
 DEFAULT_FILES: list[tuple[Path, str]] = [
     (RESULTS / "optimize_sms8.json", "before the confirmation step"),
@@ -58,6 +64,7 @@ DEFAULT_FILES: list[tuple[Path, str]] = [
     (RESULTS / "optimize_full_yolo_47groups.json", YOLO47),
     (RESULTS / "optimize_sms8_yolo_detect.json", YOLO_DETECT),
     (RESULTS / "optimize_full_yolo_detect.json", YOLO_DETECT),
+    (RESULTS / "optimize_sms8_ghostnet_regnet.json", GHOST_REGNET),
 ]
 CIFAR_COLUMNS = ("unpruned", "pruned", "round_up_8", "deployopt_lossless", "deployopt_trim")
 

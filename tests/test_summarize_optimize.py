@@ -226,8 +226,9 @@ def test_main_prints_tables_and_check_passes(capsys):
     assert so.main(["--check"]) == 0
     out = capsys.readouterr().out
     # 34, 8 of the all-engines runs, the detector's 10 cases (3 seeds × 3 runs, 1 re-run) and its
-    # 6 cases with 47 free groups, and 6 with the Detect head
-    assert out.count("| ✗ |") == 0 and out.count("| ✓ |") == 64
+    # 6 cases with 47 free groups, 6 with the Detect head, and GhostNet / RegNetX / RegNetY (3 at their
+    # published widths, 6 pruned)
+    assert out.count("| ✗ |") == 0 and out.count("| ✓ |") == 73
     assert so.main(["--check", str(RESULTS / "optimize_sms8.json")]) == 0
 
 
@@ -362,3 +363,25 @@ def test_wave_model_cli_tables_and_doc():
     start = doc.index(marker) + len(marker)
     end = doc.index("<!-- end of generated tables -->", start)
     assert doc[start:end] == sb.render_wave_model(cli)
+
+
+def test_ghostnet_and_regnet_numbers():
+    """The 8-SM run with ghost modules and grouped convs free (docs/optimize.md, README): pruned
+    RegNets run about twice as slow as unpruned, deployopt lossless beats round-up-to-8 beyond the
+    noise in all six pruned cases, and on GhostNet's published widths round-up-to-8 is slower than
+    the model as it ships while lossless is not."""
+    data = so.load(RESULTS / "optimize_sms8_ghostnet_regnet.json")
+    rows, _ = so.case_rows(data, "f", "")
+    got = {(r.model.removeprefix("onnx:"), r.seed): round(r.lossless_vs_r8, 2) for r in rows}
+    assert got == {
+        ("ghostnet_pruned", 0): -5.06, ("ghostnet_pruned", 1): -7.32,
+        ("regnet_x_400mf_pruned", 0): -12.27, ("regnet_x_400mf_pruned", 1): -14.07,
+        ("regnet_y_400mf_pruned", 0): -2.14, ("regnet_y_400mf_pruned", 1): -7.66,
+    }  # fmt: skip
+    assert not any(r.lossless_r8_overlap for r in rows)
+    for r in rows:
+        if "regnet" in r.model:
+            assert r.final["pruned"]["median_us"] > 1.8 * r.final["unpruned"]["median_us"]
+    ghost = data["cases"]["ghostnet"]["final"]
+    assert ghost["round_up_8"]["vs_input"]["verdict"] == "slower"
+    assert ghost["deployopt_lossless"]["vs_input"]["verdict"] == "no significant difference"

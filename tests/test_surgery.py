@@ -879,3 +879,20 @@ def test_expand_of_one_channel_over_many_freezes() -> None:
     model = n.build(n.conv(n.op("Mul", [a, n.op("Expand", [m, "target"], (12, 8, 8))]), 4))
     reasons = {g.id: g.reason for g in analyze(model).groups}
     assert reasons["conv4"] == reasons["conv1"] == "Expand expand6 broadcasts 1 channel(s) over 12"
+
+
+def test_architecture_table_rows_are_rendered_from_the_sweep_results() -> None:
+    """check_architectures.py --markdown: node names and numbers in the reasons generalized, the
+    input and output freezes left out, the pad error rounded as docs/surgery.md shows it."""
+    row = _architectures().markdown_row(
+        {
+            "arch": "cbam", "input_shape": [1, 3, 64, 64], "analyze": "ok", "free": 5, "frozen": 10,
+            "reasons": {"graph input '…'": 1, "ReduceMean N reduces over channels": 4,
+                        "Mul N broadcasts it over # channels": 2, "feeds the graph output '…'": 1},
+            "pad_err": 7.2e-09, "pad": "ok", "trim": "ok", "pad_trim_back": "ok", "cli": "ok",
+        }
+    )  # fmt: skip
+    assert row == (
+        "| cbam | 64 | 5 / 10 | ReduceMean reduces over channels ×4; Mul broadcasts it over n channels ×2 "
+        "| 7e-09 | ok | ok | ok |"
+    )
