@@ -336,23 +336,38 @@ def published_widths_case(
     """A model at the widths it ships with (no pruning): deployopt lossless and trim-10 % on it, the
     optimizer's round-up-to-8 of every free group, then input / round-up-to-8 / lossless / trim
     timed in interleaved rounds. Shared by `ghostnet` and the `--onnx` cases."""
+    return optimize_and_compare(args, session, src, case_dir, check, {"input": src}, "input")
+
+
+def optimize_and_compare(
+    args: argparse.Namespace,
+    session: Any,
+    model: Path,
+    case_dir: Path,
+    check: Any,
+    before: dict[str, Path],
+    ref: str,
+) -> dict[str, Any]:
+    """lossless and trim-10 % on `model`, the optimizer's round-up-to-8 of it, then `before` (the
+    models the answers are compared with), round-up-to-8, lossless and trim timed in interleaved
+    rounds, each against `ref` and round-up-to-8."""
     from deployopt.fileio import atomic_path
     from deployopt.model import load_model
     from deployopt.surgery import apply_plan
 
-    lossless, runs = lossless_and_trim(args, session, src, case_dir, check)
+    lossless, runs = lossless_and_trim(args, session, model, case_dir, check)
     r8 = case_dir / "round_up_8.onnx"
     if not r8.exists():
         with atomic_path(r8, suffix=".onnx") as tmp:
-            onnx.save(apply_plan(load_model(src).model, lossless.round_up), str(tmp))
+            onnx.save(apply_plan(load_model(model).model, lossless.round_up), str(tmp))
     paths = {
-        "input": src,
+        **before,
         "round_up_8": r8,
         "deployopt_lossless": case_dir / "lossless" / "model.onnx",
         "deployopt_trim": case_dir / "trim" / "model.onnx",
     }
     final = interleaved(session, paths, args.rounds)
-    return {"final": timing_table(final, "input"), **runs}
+    return {"final": timing_table(final, ref), **runs}
 
 
 def prune_free_groups(src: Path, dst: Path, seed: int) -> dict[str, int]:
@@ -382,27 +397,15 @@ def pruned_case(
     """`src` irregularly pruned (prune_free_groups), then as the other pruned cases: lossless and
     trim-10 % of the pruned model, the optimizer's round-up-to-8 of it, and unpruned / pruned /
     round-up-to-8 / lossless / trim in interleaved rounds."""
-    from deployopt.fileio import atomic_path
-    from deployopt.model import load_model
-    from deployopt.surgery import apply_plan
-
     case_dir.mkdir(parents=True, exist_ok=True)
     pruned = case_dir / "pruned.onnx"
     plan = prune_free_groups(src, pruned, seed)
-    lossless, runs = lossless_and_trim(args, session, pruned, case_dir, check)
-    r8 = case_dir / "round_up_8.onnx"
-    if not r8.exists():
-        with atomic_path(r8, suffix=".onnx") as tmp:
-            onnx.save(apply_plan(load_model(pruned).model, lossless.round_up), str(tmp))
-    paths = {
-        "unpruned": src,
-        "pruned": pruned,
-        "round_up_8": r8,
-        "deployopt_lossless": case_dir / "lossless" / "model.onnx",
-        "deployopt_trim": case_dir / "trim" / "model.onnx",
+    before = {"unpruned": src, "pruned": pruned}
+    return {
+        "seed": seed,
+        "pruned_widths": plan,
+        **optimize_and_compare(args, session, pruned, case_dir, check, before, "pruned"),
     }
-    final = interleaved(session, paths, args.rounds)
-    return {"seed": seed, "pruned_widths": plan, "final": timing_table(final, "pruned"), **runs}
 
 
 def ghostnet_source(args: argparse.Namespace) -> Path:

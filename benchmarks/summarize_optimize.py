@@ -175,11 +175,8 @@ class MobileRow:
 
     @property
     def lossless_ok(self) -> bool:
-        f = self.final
-        lo = f["deployopt_lossless"]["median_us"]
-        return not (
-            (lo > f["input"]["median_us"] and not self.input_overlap)
-            or (lo > f["round_up_8"]["median_us"] and not self.r8_overlap)
+        return not_slower_beyond_noise(
+            self.final, {"input": self.input_overlap, "round_up_8": self.r8_overlap}
         )
 
 
@@ -211,12 +208,14 @@ class PublishedRow:
     @property
     def lossless_ok(self) -> bool:
         """Not slower than the input nor round-up-to-8 beyond overlapping CIs."""
-        f = self.final
-        lo = f["deployopt_lossless"]["median_us"]
-        return not (
-            (lo > f["input"]["median_us"] and not self.lossless_input_overlap)
-            or (lo > f["round_up_8"]["median_us"] and not self.lossless_r8_overlap)
-        )
+        overlaps = {"input": self.lossless_input_overlap, "round_up_8": self.lossless_r8_overlap}
+        return not_slower_beyond_noise(self.final, overlaps)
+
+
+def not_slower_beyond_noise(final: dict[str, Any], overlaps: dict[str, bool]) -> bool:
+    """deployopt lossless is not slower than any of these models, unless their CIs overlap."""
+    lo = final["deployopt_lossless"]["median_us"]
+    return not any(lo > final[name]["median_us"] and not ov for name, ov in overlaps.items())
 
 
 def is_published(case: dict[str, Any]) -> bool:

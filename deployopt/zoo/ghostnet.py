@@ -17,8 +17,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from deployopt.errors import DeployoptError
-from deployopt.fileio import atomic_path
+from deployopt.zoo.torch_export import export_classifier, require_torch
 
 if TYPE_CHECKING:
     import torch
@@ -57,11 +56,7 @@ def _make_divisible(v: float, divisor: int, min_value: int | None = None) -> int
 
 
 def _torch() -> Any:
-    try:
-        import torch
-    except ImportError:
-        raise DeployoptError("GhostNet export needs PyTorch: pip install 'deployopt[torch]'") from None
-    return torch
+    return require_torch("GhostNet")
 
 
 def build_ghostnet(num_classes: int = 1000, width: float = 1.0) -> torch.nn.Module:
@@ -226,15 +221,4 @@ def export_ghostnet(
     model.eval()
     dest = Path(path)
     dummy = torch.randn(batch, 3, size, size)
-    with atomic_path(dest, suffix=".onnx") as tmp, torch.no_grad():
-        torch.onnx.export(
-            model,
-            (dummy,),
-            str(tmp),
-            dynamo=False,
-            opset_version=17,
-            input_names=["input"],
-            output_names=["logits"],
-            do_constant_folding=True,
-        )
-    return dest
+    return export_classifier(model, dest, dummy)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deployopt.errors import DeployoptError
-from deployopt.fileio import atomic_path
+from deployopt.zoo.torch_export import export_classifier, require_torch
 
 if TYPE_CHECKING:
     import torch
@@ -47,11 +47,7 @@ def find_weights() -> Path:
 
 
 def _torch() -> Any:
-    try:
-        import torch
-    except ImportError:
-        raise DeployoptError("MobileNetV2 export needs PyTorch: pip install 'deployopt[torch]'") from None
-    return torch
+    return require_torch("MobileNetV2")
 
 
 def build_mobilenetv2(num_classes: int = 1000) -> torch.nn.Module:
@@ -126,15 +122,4 @@ def export_mobilenetv2(path: str | os.PathLike[str], batch: int = 1, image_size:
     model = load_mobilenetv2()
     dest = Path(path)
     dummy = torch.zeros(batch, 3, image_size, image_size)
-    with atomic_path(dest, suffix=".onnx") as tmp, torch.no_grad():
-        torch.onnx.export(
-            model,
-            (dummy,),
-            str(tmp),
-            dynamo=False,
-            opset_version=17,
-            input_names=["input"],
-            output_names=["logits"],
-            do_constant_folding=True,
-        )
-    return dest
+    return export_classifier(model, dest, dummy)
