@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import hashlib
 import json
 import re
 import shutil
@@ -52,7 +51,7 @@ from typing import Any, Callable
 import onnx
 
 from deployopt.backends.base import MeasureOptions, get_backend
-from deployopt.fileio import write_json
+from deployopt.fileio import file_sha256, write_json
 from deployopt.optimize import OptimizeConfig, Optimizer, OptimizeResult
 from deployopt.timing import Timing, compare
 
@@ -465,14 +464,6 @@ def static_input_shapes(path: Path) -> dict[str, list[int]]:
             )
         shapes[value.name] = [int(d.dim_value) for d in dims]
     return shapes
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def onnx_case_dir(args: argparse.Namespace, name: str, src: Path) -> tuple[Path, str]:

@@ -223,6 +223,11 @@ def is_published(case: dict[str, Any]) -> bool:
     return {"input", "deployopt_trim"} <= case["final"].keys()
 
 
+def sweeps(case: dict[str, Any], key: str) -> tuple[Any, Any]:
+    """One quantity of the lossless and the trim run's per-layer sweeps."""
+    return case["lossless"]["per_layer_sweep"][key], case["trim"]["per_layer_sweep"][key]
+
+
 def published_rows(data: dict[str, Any], file: str, note: str) -> list[PublishedRow]:
     """The published-widths cases of one results file (case_rows leaves them out)."""
     rows = []
@@ -250,14 +255,8 @@ def published_rows(data: dict[str, Any], file: str, note: str) -> list[Published
                 r8_is_input=case["lossless"]["round_up"] == case["lossless"]["original"],
                 evals_lossless=case["lossless"]["evaluations"],
                 evals_trim=case["trim"]["evaluations"],
-                sweep_shapes=(
-                    case["lossless"]["per_layer_sweep"]["shapes"],
-                    case["trim"]["per_layer_sweep"]["shapes"],
-                ),
-                sweep_seconds=(
-                    case["lossless"]["per_layer_sweep"]["seconds"],
-                    case["trim"]["per_layer_sweep"]["seconds"],
-                ),
+                sweep_shapes=sweeps(case, "shapes"),
+                sweep_seconds=sweeps(case, "seconds"),
             )
         )
     rows.sort(key=lambda r: r.case)
@@ -317,14 +316,8 @@ def case_rows(data: dict[str, Any], file: str, note: str) -> tuple[list[CaseRow]
                 evals_lossless=case["lossless"]["evaluations"],
                 evals_trim=case["trim"]["evaluations"],
                 trim_fidelity=case["trim"].get("fidelity") or {},
-                sweep_shapes=(
-                    case["lossless"]["per_layer_sweep"]["shapes"],
-                    case["trim"]["per_layer_sweep"]["shapes"],
-                ),
-                sweep_seconds=(
-                    case["lossless"]["per_layer_sweep"]["seconds"],
-                    case["trim"]["per_layer_sweep"]["seconds"],
-                ),
+                sweep_shapes=sweeps(case, "shapes"),
+                sweep_seconds=sweeps(case, "seconds"),
             )
         )
     rows.sort(key=lambda r: (r.model, r.seed))

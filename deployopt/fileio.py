@@ -10,6 +10,7 @@ read-only or full disk) is one OutputError naming the path, never an OSError tra
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -192,3 +193,12 @@ def _move_set(staging: Path, folder: Path, names: Sequence[str]) -> None:
         if isinstance(exc, OSError):
             raise output_error(dest, exc) from None
         raise
+
+
+def file_sha256(path: Path) -> str:
+    """The file's sha256, read in 1 MiB blocks (models with their weights can be large)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -24,7 +24,6 @@ load → analyze → candidates → per-layer tables → solver → end-to-end v
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import math
 import shutil
@@ -36,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from deployopt.errors import BackendUnavailable, DataError, DeployoptError
-from deployopt.fileio import check_output_dir, make_output_dir, remove_outputs, remove_staging
+from deployopt.fileio import check_output_dir, file_sha256, make_output_dir, remove_outputs, remove_staging
 from deployopt.journal import JOURNAL_VERSION, Journal, Replay, plan_key
 from deployopt.layers import ConvShape
 from deployopt.lut import LayerCache, SweepResult, device_fingerprint
@@ -105,7 +104,7 @@ class OptimizeConfig:
         """What must match for --resume to continue this run (max_evals may grow)."""
         return {
             "journal_version": JOURNAL_VERSION,
-            "model_sha256": _sha256(self.model_path),
+            "model_sha256": file_sha256(self.model_path),
             "target": self.target,
             "sms": self.sms,
             "cudnn_engines": self.cudnn_engines,
@@ -250,14 +249,6 @@ def _check_outdir(cfg: OptimizeConfig) -> Path:
 def _clear_outdir(outdir: Path) -> None:
     """--force: remove what a previous run wrote (only our files), once the new run is known to start."""
     remove_outputs(outdir, ("journal.jsonl", *OUTPUTS))  # report.json first: no complete set claimed
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _group_id(g: Any) -> str:
