@@ -59,6 +59,7 @@ BATCH = {
     "full": {"vgg16": 128, "resnet56": 256, "mobilenetv2": 64, "yolo": 8, "yolo_detect": 8, "ghostnet": 64},
     "8": {"vgg16": 16, "resnet56": 32, "mobilenetv2": 8, "yolo": 1, "yolo_detect": 1, "ghostnet": 8},
 }
+BATCH["16"] = BATCH["8"]  # AGX Orin-sized (16 SMs): the same deployment batches as the 8-SM boards
 YOLO_SIZE = 640  # the input side YOLOv8 is trained and deployed at
 GHOSTNET_SIZE = 224  # ImageNet, as published
 MODELS = ("vgg16", "resnet56", "mobilenetv2", "yolo", "yolo_detect", "ghostnet")
@@ -682,7 +683,10 @@ def print_summary(results: dict[str, Any]) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument(
-        "--sms", choices=["full", "8"], required=True, help="full GPU or a green context of 8 SMs"
+        "--sms",
+        choices=["full", "8", "16"],
+        required=True,
+        help="full GPU, or a green context of 8 SMs (Orin Nano/NX, AGX Xavier) or 16 (AGX Orin 64GB)",
     )
     ap.add_argument(
         "--models",

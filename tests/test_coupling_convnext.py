@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from cli_runner import run_cli
 from test_coupling import Net
 from test_surgery import run
 
@@ -152,7 +153,7 @@ def test_pad_then_trim_back_finds_the_padded_channels_dead() -> None:
 
 
 @pytest.mark.parametrize("opset", [17, 14])
-def test_torch_export_of_convnext_blocks(tmp_path: Path, opset: int) -> None:
+def test_torch_export_of_convnext_blocks(tmp_path: Path, opset: int, capsys, monkeypatch) -> None:
     """The graph torch's exporter writes (Identity-shared LayerNorm weights, Constant scalars). Below
     opset 17 it spells LayerNorm out (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add on
     the channels-last tensor): that froze every width ("unknown op Pow", ReduceMean "expects channels
@@ -191,6 +192,19 @@ def test_torch_export_of_convnext_blocks(tmp_path: Path, opset: int) -> None:
         else "ReduceMean /1/norm/ReduceMean reduces over channels"
     )
     assert stem.frozen and stem.reason == reason
+    # opset 14's two ReduceMeans per LayerNorm (mean, variance) leave one-channel statistics, counted
+    # apart from the groups a user could tune; nothing else is one
+    stats = [g for g in analysis.groups if g.statistic]
+    assert len(stats) == (0 if opset == 17 else 4)
+    assert all(
+        g.width == 1 and g.frozen and g.producers[0].endswith(("ReduceMean", "ReduceMean_1")) for g in stats
+    )
+    assert not stem.statistic and not any(g.statistic for g in free)
+    if opset == 14:
+        code, out, _ = run_cli(monkeypatch, capsys, "analyze", str(path))
+        others = len(analysis.groups) - 4
+        assert code == 0 and f"{others} channel groups, 2 free (+4 one-channel statistics" in out
+        assert "ReduceMean_1 reduces" not in out  # no row for them
     padded = apply_plan(model, {g.id: 53 for g in free}, analysis)
     np.testing.assert_allclose(run(padded), run(model), atol=1e-6, rtol=0)
     trimmed = apply_plan(model, {g.id: 41 for g in free}, analysis)

@@ -33,7 +33,8 @@ def _names(names: Sequence[str], limit: int = 3) -> str:
 
 
 def groups_table(analysis: Analysis, title: Optional[str] = None) -> Table:
-    """One row per channel group: id, width, free/frozen and why, producers, consumers."""
+    """One row per channel group: id, width, free/frozen and why, producers, consumers. One-channel
+    statistics (a LayerNorm's mean over the channels) are not rows: they are width 1 by nature."""
     table = Table(title=title, show_lines=False)
     table.add_column("group", overflow="fold")
     table.add_column("width", justify="right")
@@ -41,6 +42,8 @@ def groups_table(analysis: Analysis, title: Optional[str] = None) -> Table:
     table.add_column("producers", overflow="fold")
     table.add_column("consumers", overflow="fold")
     for g in analysis.groups:
+        if g.statistic:
+            continue
         status = (
             Text.assemble(("frozen", "red"), f": {g.reason}") if g.frozen else Text("free", style="green")
         )
@@ -133,9 +136,11 @@ def analyze_cmd(
         return
     _print_notices(loaded.notices)
     free = len(analysis.free_groups())
-    console.print(
-        groups_table(analysis, title=f"{model.name}: {len(analysis.groups)} channel groups, {free} free")
-    )
+    stats = sum(g.statistic for g in analysis.groups)
+    title = f"{model.name}: {len(analysis.groups) - stats} channel groups, {free} free"
+    if stats:  # ConvNeXt at opset < 17 spells each LayerNorm out: two per norm
+        title += f" (+{stats} one-channel statistics over channels, not listed)"
+    console.print(groups_table(analysis, title=title))
     if show_convs:
         console.print(convs_table(analysis, title=f"{len(analysis.convs)} convs"))
     if rows is not None and gpu is not None:

@@ -36,6 +36,10 @@ class ChannelGroup:
     #: copies side by side, one per conv group, so `width` is the width per conv group and the
     #: GPU sees repeat × width channels; 1 for every other group
     repeat: int = 1
+    #: a one-channel statistic (the mean or max over another group's channels, kept as an axis so
+    #: the ops that broadcast it back know where the channels are): frozen at width 1 by nature,
+    #: not a width anyone could tune, so `analyze` counts it apart
+    statistic: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -47,6 +51,7 @@ class ChannelGroup:
             "consumers": list(self.consumers),
             "tensors": list(self.tensors),
             "repeat": self.repeat,
+            "statistic": self.statistic,
         }
 
 
@@ -213,6 +218,9 @@ def analyze(model: onnx.ModelProto) -> Analysis:
             tensors[root].append(t)
             readers[root].update(st.users.get(t, ()))
     repeat = _repeats(st)
+    statistic = {r: True for r in roots}
+    for a in live:
+        statistic[st.find(a)] &= st.atoms[a].statistic
     groups = []
     for r in roots:
         atom = st.atoms[r]
@@ -226,6 +234,7 @@ def analyze(model: onnx.ModelProto) -> Analysis:
                 consumers=[st.node_names[i] for i in sorted(readers[r])],
                 tensors=tensors[r],
                 repeat=repeat.get(r, 1),
+                statistic=statistic[r],
             )
         )
     analysis = Analysis(groups=groups, convs=[], state=st, atom_group=ids)

@@ -109,6 +109,7 @@ class _Atom:
     offset: int = 0  # first of the producer's output channels that this atom covers
     order: tuple[int, ...] = ()  # creation order; a refined piece sorts where its parent did
     retired: bool = False  # replaced by pieces (see CouplingState.refine)
+    statistic: bool = False  # one value over all channels (a Reduce over them, kept as an axis)
 
 
 class CouplingState:
@@ -213,10 +214,14 @@ class CouplingState:
         self.atoms.append(_Atom(width, source, producer, frozen, offset, order or (index,)))
         return index
 
-    def new_layout(self, node: onnx.NodeProto, width: int, frozen: str = "", output: int = 0) -> Layout:
+    def new_layout(
+        self, node: onnx.NodeProto, width: int, frozen: str = "", output: int = 0, statistic: bool = False
+    ) -> Layout:
         """Channels created by `node` (a Conv's filters, a Gemm's columns, an untraceable op)."""
         source = self.name(node) if output == 0 else f"{self.name(node)}:{output}"
-        return ((self.new_atom(width, source, self.index(node), frozen), width),)
+        atom = self.new_atom(width, source, self.index(node), frozen)
+        self.atoms[atom].statistic = statistic
+        return ((atom, width),)
 
     def frozen_reason(self, atom: int) -> str:
         return self.atoms[self.find(atom)].frozen

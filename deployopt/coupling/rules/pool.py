@@ -104,7 +104,7 @@ def reduce(ctx: CouplingState, node: onnx.NodeProto) -> None:
         ctx.freeze(ctx.require_layout(x, node), reason)
         if keep and ctx.channels(y) is not None:
             ctx.set_axis(y, channel)
-            ctx.set_layout(y, ctx.new_layout(node, 1, frozen=reason), channel)
+            ctx.set_layout(y, ctx.new_layout(node, 1, frozen=reason, statistic=True), channel)
         else:
             ctx.freeze_node(node, reason)
         return
