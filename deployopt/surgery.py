@@ -157,7 +157,10 @@ def apply_plan_report(
             continue
         arr = arrays[b.init] if b.init in arrays else st.const(b.init)
         assert arr is not None
-        expected = sum(w for _, w in b.layout)
+        if b.spread > 1:  # channel c is entries c·spread … (c+1)·spread − 1 (a flattened map)
+            idx = np.where(np.repeat(idx, b.spread) < 0, -1, np.repeat(idx, b.spread) * b.spread)
+            idx = np.where(idx < 0, -1, idx + np.tile(np.arange(b.spread), len(idx) // b.spread))
+        expected = sum(w for _, w in b.layout) * b.spread
         if arr.shape[b.axis] != expected:
             raise ModelError(
                 f"constant {b.init!r}: axis {b.axis} has {arr.shape[b.axis]} entries, expected {expected}"
@@ -167,7 +170,7 @@ def apply_plan_report(
         if full_index(e.layout) is None:
             continue
         arr = np.array(arrays[e.init] if e.init in arrays else st.const(e.init))
-        arr.reshape(-1)[e.index] = new_width(e.layout)
+        arr.reshape(-1)[e.index] = new_width(e.layout) * e.scale
         arrays[e.init] = arr
 
     graph = out.graph

@@ -244,13 +244,15 @@ def test_custom_domain_op_freezes() -> None:
     assert groups["conv1"].frozen and groups["conv1"].reason == "unknown op Foo"
 
 
-def test_flatten_without_gap_freezes_and_with_gap_is_free() -> None:
+def test_flatten_without_gap_spreads_and_with_gap_is_free() -> None:
+    # 16 channels × 4×4 positions: channel c is the classifier's rows 16c … 16c + 15
+    # (tests/test_coupling_flatten.py pads and trims it)
     n = Net(hw=4)
-    f = n.op("Flatten", [n.cbr("x", 16)], (256, 0, 0), axis=1)  # 16 channels × 4×4 positions
+    f = n.op("Flatten", [n.cbr("x", 16)], (256, 0, 0), axis=1)
     w = n.init("fc.w", np.ones((256, 10)))
     model = n.build(n.op("MatMul", [f, w], (10, 0, 0)))
     g = by_id(model)["conv1"]
-    assert g.frozen and g.reason == "Flatten flatten4 mixes channels with spatial positions"
+    assert not g.frozen and g.width == 16 and "matmul5" in g.consumers
     n = Net(hw=4)
     model = n.build(n.fc(n.gap(n.cbr("x", 16)), 10))
     assert not by_id(model)["conv1"].frozen

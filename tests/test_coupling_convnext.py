@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 from cli_runner import run_cli
+from onnx import TensorProto, helper, numpy_helper
 from test_coupling import Net
 from test_surgery import run
 

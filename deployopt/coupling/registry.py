@@ -18,6 +18,12 @@ Where the channels are: every tensor's channel set lies on one axis, `CouplingSt
 only tensors with channels on axis 1 unless it is registered with `any_axis=True` (it then reads
 `ctx.channel_axis`); for any other rule the walk freezes the node ("expects channels on axis 1"),
 so a rule written for NCHW can never misread a channels-last tensor.
+
+Flattened channels: a Flatten (or Reshape) of an [N, C, H, W] map to [N, C·H·W] keeps channel c as
+the H·W consecutive features c·H·W … (c+1)·H·W − 1, so padding a channel appends features and trimming
+one drops a block of them. The flattened tensor keeps the map's layout with a `spread` of H·W; only
+rules registered with `spread=True` (Gemm, MatMul: they bind their weights with that spread) may
+read it, any other freezes ("reads channels flattened with their spatial positions").
 """
 
 from __future__ import annotations
@@ -39,13 +45,17 @@ RuleFn = Callable[["CouplingState", onnx.NodeProto], None]
 RULES: dict[str, RuleFn] = {}
 #: op types whose rule reads `ctx.channel_axis` and so may see channels on any axis
 ANY_AXIS: set[str] = set()
+#: op types whose rule reads `ctx.spread` and so may see channels flattened with spatial positions
+SPREAD: set[str] = set()
 
 
-def rule(*op_types: str, any_axis: bool = False) -> Callable[[RuleFn], RuleFn]:
+def rule(*op_types: str, any_axis: bool = False, spread: bool = False) -> Callable[[RuleFn], RuleFn]:
     """Register a coupling rule for one or more ONNX op types (default domain).
 
     `any_axis=True`: the rule handles inputs whose channels are not on axis 1 (it asks
     `ctx.channel_axis`); without it, such an input freezes the node before the rule runs.
+    `spread=True`: likewise for inputs whose channels were flattened with their spatial positions
+    (it asks `ctx.spread`).
     """
 
     def register(fn: RuleFn) -> RuleFn:
@@ -55,6 +65,8 @@ def rule(*op_types: str, any_axis: bool = False) -> Callable[[RuleFn], RuleFn]:
             RULES[op] = fn
             if any_axis:
                 ANY_AXIS.add(op)
+            if spread:
+                SPREAD.add(op)
         return fn
 
     return register
@@ -69,6 +81,7 @@ class Binding:
     layout: Layout
     pad: float  # value for padded entries: keeps a padded channel exactly neutral
     node: int  # index of the node that reads the constant
+    spread: int = 1  # entries per channel along `axis` (H·W for a classifier read after a Flatten)
 
 
 @dataclass
@@ -89,6 +102,7 @@ class ShapeEdit:
     index: int
     layout: Layout
     node: int
+    scale: int = 1  # the entry is the width times this (C·H·W for a Reshape that flattens a map)
 
 
 @dataclass
@@ -125,6 +139,8 @@ class CouplingState:
         self.atoms: list[_Atom] = []
         self.layouts: dict[str, Layout] = {}
         self.axes: dict[str, int] = {}  # channel axis of a tensor, where it is not axis 1
+        self.spread: dict[str, int] = {}  # entries per channel, where a Flatten spread them (H·W)
+        self.spread_source: dict[str, str] = {}  # … and the map it flattened (what a Gemm reduces)
         self.shapes: dict[str, list[int]] = {}
         self.bindings: list[Binding] = []
         self.attr_edits: list[AttrEdit] = []
@@ -312,7 +328,7 @@ class CouplingState:
         axis = self.channel_axis(tensor)
         if shape is None or len(shape) < 2 or axis >= len(shape) or shape[axis] < 1:
             return None
-        return shape[axis]
+        return shape[axis] // self.spread.get(tensor, 1)
 
     def require_layout(
         self, tensor: str, node: onnx.NodeProto, axis: Optional[int] = None
@@ -342,9 +358,17 @@ class CouplingState:
         self.consumed.append((self.index(node), tensor))
 
     # ----- edits surgery must make -----------------------------------------------------------
-    def bind(self, init: str, axis: int, layout: Optional[Layout], pad: float, node: onnx.NodeProto) -> None:
+    def bind(
+        self,
+        init: str,
+        axis: int,
+        layout: Optional[Layout],
+        pad: float,
+        node: onnx.NodeProto,
+        spread: int = 1,
+    ) -> None:
         if layout is not None and init:
-            self.bindings.append(Binding(init, axis, self.current(layout), pad, self.index(node)))
+            self.bindings.append(Binding(init, axis, self.current(layout), pad, self.index(node), spread))
 
     def edit_attr(self, node: onnx.NodeProto, attr: str, layout: Layout, index: Optional[int] = None) -> None:
         self.attr_edits.append(AttrEdit(self.index(node), attr, self.current(layout), index))
@@ -425,8 +449,13 @@ class CouplingState:
             out.extend(self._current(k, self.atoms[k].width))
         return out
 
-    def edit_shape(self, init: str, index: int, layout: Layout, node: onnx.NodeProto) -> None:
-        self.shape_edits.append(ShapeEdit(init, index, self.current(layout), self.index(node)))
+    def edit_shape(self, init: str, index: int, layout: Layout, node: onnx.NodeProto, scale: int = 1) -> None:
+        self.shape_edits.append(ShapeEdit(init, index, self.current(layout), self.index(node), scale))
+
+    def set_spread(self, tensor: str, source: str, spread: int) -> None:
+        """`tensor` holds `source`'s channels flattened: `spread` consecutive entries per channel."""
+        self.spread[tensor] = spread
+        self.spread_source[tensor] = source
 
     # ----- common rule bodies ----------------------------------------------------------------
     def freeze_node(self, node: onnx.NodeProto, reason: str) -> None:
@@ -486,11 +515,17 @@ class CouplingState:
                 continue
             fn = rules.get(node.op_type) if node.domain in ("", "ai.onnx") else None
             moved = self._moved_axis(node) if node.op_type not in ANY_AXIS else None
+            spread = node.op_type not in SPREAD and any(t in self.spread for t in node.input if t)
             if fn is None:
                 self.freeze_node(node, f"unknown op {node.op_type}")
             elif moved is not None:
                 self.freeze_node(
                     node, f"{node.op_type} {self.name(node)} expects channels on axis 1, not axis {moved}"
+                )
+            elif spread:
+                self.freeze_node(
+                    node,
+                    f"{node.op_type} {self.name(node)} reads channels flattened with their spatial positions",
                 )
             else:
                 fn(self, node)
@@ -514,7 +549,7 @@ class CouplingState:
         for b in self.bindings:
             by_init.setdefault(b.init, []).append(b)
         for init, bs in by_init.items():
-            keys = {(b.axis, self.resolve(b.layout)) for b in bs}
+            keys = {(b.axis, self.resolve(b.layout), b.spread) for b in bs}
             axes = [b.axis for b in bs]
             binders = {b.node for b in bs}
             users = set(self.users.get(init, []))

@@ -1,7 +1,10 @@
 """Gemm / MatMul of features × constant weights: consume the input channel set, produce a new one.
 
 Gemm's input is 2-D only after Flatten/GlobalAveragePool; the shape rules make sure a 2-D layout
-means one feature per channel (1×1 spatial), otherwise the features are frozen before they get here.
+means one feature per channel (1×1 spatial) or H·W consecutive features per channel (a flattened
+map: `ctx.spread`, bound with the weights so padding a channel adds H·W zero rows); otherwise the
+features are frozen before they get here. The reduction is recorded on the map itself, so
+dead-channel detection reads channels, not features.
 MatMul also takes [..., C] features with the channels on the last axis (an NHWC map after a
 Transpose, as in ConvNeXt's pointwise "Linear" layers, or [N, L, C] tokens) times [C, D] weights:
 its output has the new channel set on its last axis.
@@ -14,7 +17,7 @@ import onnx
 from deployopt.coupling.registry import CouplingState, rule
 
 
-@rule("Gemm")
+@rule("Gemm", spread=True)
 def gemm(ctx: CouplingState, node: onnx.NodeProto) -> None:
     a, b = node.input[0], node.input[1]
     c = node.input[2] if len(node.input) > 2 else ""
@@ -27,18 +30,18 @@ def gemm(ctx: CouplingState, node: onnx.NodeProto) -> None:
     al = ctx.require_layout(a, node)
     n_out = int(weight.shape[0] if trans_b else weight.shape[1])
     out = ctx.new_layout(node, n_out)
-    ctx.bind(b, 1 if trans_b else 0, al, 0.0, node)
+    ctx.bind(b, 1 if trans_b else 0, al, 0.0, node, spread=ctx.spread.get(a, 1))
     ctx.bind(b, 0 if trans_b else 1, out, 0.0, node)
     bias = ctx.const(c) if c else None
     if bias is not None and bias.ndim >= 1 and bias.shape[-1] == n_out and n_out > 1:
         ctx.bind(c, bias.ndim - 1, out, 0.0, node)
     elif c and bias is None:
         ctx.freeze(out, f"Gemm {ctx.name(node)} adds a computed bias")
-    ctx.consume(a, node)
+    ctx.consume(ctx.spread_source.get(a, a), node)
     ctx.set_layout(node.output[0], out)
 
 
-@rule("MatMul", any_axis=True)
+@rule("MatMul", any_axis=True, spread=True)
 def matmul(ctx: CouplingState, node: onnx.NodeProto) -> None:
     a, b = node.input[0], node.input[1]
     weight = ctx.const(b)
@@ -55,7 +58,7 @@ def matmul(ctx: CouplingState, node: onnx.NodeProto) -> None:
         return
     al = ctx.require_layout(a, node, last)
     out = ctx.new_layout(node, int(weight.shape[1]))
-    ctx.bind(b, 0, al, 0.0, node)
+    ctx.bind(b, 0, al, 0.0, node, spread=ctx.spread.get(a, 1))
     ctx.bind(b, 1, out, 0.0, node)
-    ctx.consume(a, node)
+    ctx.consume(ctx.spread_source.get(a, a), node)
     ctx.set_layout(node.output[0], out, len(ctx.shape(node.output[0]) or a_shape) - 1)

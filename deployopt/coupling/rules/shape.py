@@ -1,11 +1,13 @@
 """Shape ops: frozen, except where the rule can prove channels stay one per position.
 
 Flatten/Reshape of a 1×1-spatial map (after GlobalAveragePool) to [N, C] keeps channel i as
-feature i, so a following Gemm/MatMul consumes the group. A Transpose only moves axes, so it moves
-the channel axis to where its perm puts it (NCHW -> NHWC and back in ConvNeXt blocks); the ops
-after it see the channels there (`ctx.channel_axis`). Anything that mixes the channel axis with
-other axes (a Reshape or Flatten of a map with spatial extent, on any axis) freezes the channels
-it touches.
+feature i, so a following Gemm/MatMul consumes the group. Of an [N, C, H, W] map to [N, C·H·W]
+(VGG's and AlexNet's classifier), channel c becomes the H·W features c·H·W …: the output keeps the
+map's channels with a spread of H·W, which only a Gemm/MatMul may read (registry docstring). A
+Transpose only moves axes, so it moves the channel axis to where its perm puts it (NCHW -> NHWC and
+back in ConvNeXt blocks); the ops after it see the channels there (`ctx.channel_axis`). Anything
+else that mixes the channel axis with other axes (a Reshape that splits C, a Flatten from another
+axis) freezes the channels it touches.
 """
 
 from __future__ import annotations
@@ -26,6 +28,26 @@ def _keeps_channels(in_shape: list[int] | None, out_shape: list[int] | None) -> 
     return math.prod(in_shape[2:]) == 1 and math.prod(out_shape[2:]) == 1
 
 
+def _flattens_channels(in_shape: list[int] | None, out_shape: list[int] | None) -> int:
+    """H·W when [N, C, H, W…] becomes [N, C·H·W…] (channel c: the H·W features from c·H·W), else 0."""
+    if not in_shape or not out_shape or len(in_shape) < 3 or len(out_shape) != 2:
+        return 0
+    if out_shape[0] != in_shape[0] or min(in_shape) < 1 or out_shape[1] != math.prod(in_shape[1:]):
+        return 0
+    return math.prod(in_shape[2:])
+
+
+def _spread(ctx: CouplingState, node: onnx.NodeProto) -> int:
+    """The spread of a flattening node's output, once its layout is recorded (0: not a flatten)."""
+    x, y = node.input[0], node.output[0]
+    hw = _flattens_channels(ctx.shape(x), ctx.shape(y))
+    if hw <= 1 or ctx.layout(x) is None:
+        return 0
+    ctx.set_layout(y, ctx.layout(x), 1)
+    ctx.set_spread(y, x, hw)
+    return hw
+
+
 @rule("Flatten")
 def flatten(ctx: CouplingState, node: onnx.NodeProto) -> None:
     x, y = node.input[0], node.output[0]
@@ -33,6 +55,8 @@ def flatten(ctx: CouplingState, node: onnx.NodeProto) -> None:
     rank = len(ctx.shape(x) or [])
     if rank and normalize_axis(axis, rank) == 1 and _keeps_channels(ctx.shape(x), ctx.shape(y)):
         ctx.pass_through(node)
+        return
+    if rank and normalize_axis(axis, rank) == 1 and _spread(ctx, node):
         return
     ctx.freeze_node(node, f"Flatten {ctx.name(node)} mixes channels with spatial positions")
 
@@ -46,6 +70,13 @@ def reshape(ctx: CouplingState, node: onnx.NodeProto) -> None:
         if lay is not None and spec.size > 1 and int(spec.ravel()[1]) not in (0, -1):
             ctx.edit_shape(target, 1, lay, node)  # the channel count is spelled out: keep it in step
         return
+    if spec is not None and spec.size == 2 and int(spec.ravel()[1]) != 0:
+        hw = _spread(ctx, node)
+        if hw:
+            lay = ctx.layout(y)
+            if lay is not None and int(spec.ravel()[1]) != -1:  # C·H·W spelled out: keep it in step
+                ctx.edit_shape(target, 1, lay, node, scale=hw)
+            return
     ctx.freeze_node(node, f"Reshape {ctx.name(node)} mixes channels with other axes")
 
 
