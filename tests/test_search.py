@@ -18,7 +18,7 @@ def test_width_range_per_mode() -> None:
     assert width_range(434, 0, "trim", 0.10) == (391, 489)  # ceil(0.9 · 434)
     assert width_range(434, 50, "trim", 0.10) == (384, 489)  # dead channels beyond the budget go too
     assert width_range(434, 3, "grow") == (434, 489)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="unknown mode 'shrink'"):
         width_range(10, 0, "shrink")
 
 

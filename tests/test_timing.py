@@ -33,7 +33,7 @@ def test_bootstrap_ci_degenerate_cases() -> None:
 
 
 def test_timing_needs_samples() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="at least one sample"):
         Timing("ort", [])
 
 
@@ -111,5 +111,5 @@ def test_build_median_ci_includes_the_spread_between_builds() -> None:
     # one build: the plain bootstrap; seeded, so the same on every run
     assert build_median_ci([builds[0]]) == bootstrap_median_ci(builds[0])
     assert build_median_ci(builds) == (lo_b, hi_b)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="no samples"):
         build_median_ci([])
