@@ -93,7 +93,14 @@ def test_compare_ignores_significant_but_tiny_differences() -> None:
 
 def test_compare_single_samples() -> None:
     assert compare(Timing("m", [10.0]), Timing("m", [8.0])).verdict == "faster"
-    assert compare(Timing("m", [10.0]), Timing("m", [10.0])).verdict == "no significant difference"
+    same = compare(Timing("m", [10.0]), Timing("m", [10.0]))
+    assert same.verdict == "no significant difference" and same.p_value == 1.0
+    assert compare(Timing("m", [10.0]), Timing("m", [8.0])).p_value == 0.0
+    # equal single samples are no difference even when any effect counts (the p-value alone decides)
+    assert (
+        compare(Timing("m", [10.0]), Timing("m", [10.0]), min_effect=0.0).verdict
+        == "no significant difference"
+    )
 
 
 def test_build_median_ci_includes_the_spread_between_builds() -> None:
