@@ -27,6 +27,17 @@ def test_bootstrap_ci_is_seeded_and_brackets_the_median() -> None:
     assert lo <= lo50 and hi50 <= hi and (hi50 - lo50) < (hi - lo)
 
 
+def test_bootstrap_ci_bounds_are_the_two_sided_quantiles_of_the_resampled_median() -> None:
+    """Samples 0..40: the median of a resample is its 21st order statistic, so
+    P(median <= k) = P(Binomial(41, (k + 1) / 41) >= 21), which is 0.018, 0.039 at k = 13, 14 and
+    0.961, 0.982 at k = 25, 26. The 2.5 % and 97.5 % quantiles are 14 and 26 whatever the seed; a
+    one-sided 5 % split would give the 90 % interval [15, 25]."""
+    samples = [float(i) for i in range(41)]
+    for seed in (0, 1, 2):
+        assert bootstrap_median_ci(samples, seed=seed) == (14.0, 26.0)
+    assert bootstrap_median_ci(samples, level=0.90) == (15.0, 25.0)
+
+
 def test_bootstrap_ci_degenerate_cases() -> None:
     assert bootstrap_median_ci([7.5]) == (7.5, 7.5)
     assert bootstrap_median_ci([3.0] * 12) == (3.0, 3.0)
