@@ -98,6 +98,17 @@ def test_825_int8_transfer_bound() -> None:
     assert r.warnings[-1].endswith("Add --noDataTransfers flag to disable data transfers.")
 
 
+def test_device_to_host_bound_warning_is_its_own_flag() -> None:
+    """No recording has trtexec's device-to-host variant of the warning above; this line is the
+    recorded host-to-device one with trtexec's wording for outputs."""
+    line = (
+        "[07/25/2022-16:44:24] [W] * Throughput may be bound by device-to-host transfers for the outputs "
+        "rather than GPU Compute and the GPU may be under-utilized."
+    )
+    r = P.parse_log(line)
+    assert r.flags == ["d2h_bound"] and r.transfer_bound and not r.enqueue_bound
+
+
 @pytest.mark.parametrize(
     "name",
     [
@@ -568,6 +579,8 @@ def test_parse_tile(kernel, tile) -> None:
         ("8205", "8.2.5"),
         ("8502", "8.5.2"),
         ("8600", "8.6.0"),
+        ("8510", "8.5.10"),  # MAJOR*1000 + MINOR*100 + PATCH: a two-digit patch
+        ("100000", "10.0.0"),  # the first code in the 10.x scheme
         ("100300", "10.3.0"),
         ("101401", "10.14.1"),
         ("101601", "10.16.1"),
