@@ -494,6 +494,19 @@ def test_times_json_titan_first300_to_timing() -> None:
     assert lat.samples_us[1] == approx(470.4)
 
 
+def test_times_from_a_run_with_the_layer_profiler_on_say_so() -> None:
+    """A log without e2e timing (--dumpProfile) beside --exportTimes samples: the samples include the
+    profiler's synchronizations. (The two recordings are of different runs; only the note is read.)"""
+    times = FIX / "trt8.x_titan_rtx_mobilenet_qat_int8_exportTimes_first300.json"
+    profiled = P.load_run(
+        log=FIX / "trt10.14.1_rtx6000ada_cookbook_result-05_dumpProfile_log.txt", times=times
+    )
+    assert profiled.has_timing and len(profiled.iterations) == 300
+    assert any("layer profiler on" in n and "--separateProfileRun" in n for n in profiled.notes)
+    plain = P.load_run(log=FIX / "trt10.14.1_rtx6000ada_cookbook_result-01_onnx_default_log.txt", times=times)
+    assert not any("layer profiler" in n for n in plain.notes)
+
+
 def test_summary_only_run_gives_no_samples() -> None:
     r = log("trt8.2.5_quickstart_qat-ptq_mobilenetv2_ptq_int8_log.txt")
     with pytest.raises(P.NoTimingError, match="summary statistics only"):
