@@ -150,9 +150,9 @@ def test_options_the_backend_cannot_honour(conv_path: Path) -> None:
     with get_backend("ort").open(OPTS) as session:
         with pytest.raises(DeployoptError, match="no kernel-level trace"):
             session.profile(conv_path, kernels=True)
-        with pytest.raises(ModelError):
+        with pytest.raises(ModelError, match=r"missing\.onnx: no such file"):
             session.measure(conv_path.parent / "missing.onnx")
         bad = conv_path.parent / "bad.onnx"
         bad.write_bytes(b"not a model")
-        with pytest.raises(ModelError):
+        with pytest.raises(ModelError, match=r"bad\.onnx: not an ONNX model"):
             session.measure(bad)

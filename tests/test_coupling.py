@@ -175,6 +175,17 @@ def test_depthwise_conv_with_a_channel_multiplier_freezes() -> None:
     assert groups["conv4"].frozen and groups["conv4"].reason == reason
 
 
+def test_grouped_conv_whose_filters_do_not_split_into_its_groups_freezes() -> None:
+    """6 filters in 4 conv groups is no valid conv (ORT refuses it); the checker and shape inference
+    pass it, so the analysis must not guess a width per conv group (6 // 4 = 1 would lose 2)."""
+    n = Net()
+    model = n.build(n.conv(n.conv(n.cbr("x", 8), 6, group=4), 4))
+    groups = by_id(model)
+    reason = "grouped conv (groups=4) conv4 on 8 → 6 channels"
+    assert groups["conv1"].reason == groups["conv4"].reason == reason
+    assert groups["conv4"].width == 6
+
+
 def test_grouped_conv_widths_are_per_conv_group() -> None:
     """A grouped conv (groups=4, 16 → 32 channels) cuts its input into 4 pieces of 4 and its output
     into 4 of 8, each joined into one group: a width is per conv group, every conv group follows."""
@@ -404,3 +415,40 @@ def test_unknown_shapes_freeze_with_the_reason_that_applies() -> None:
     reasons = {g.id: g.reason for g in analyze(model).groups}
     assert reasons["conv3"] == "conv with groups=16 on an input of unknown width conv3"
     assert reasons["reducemean5"] == "ReduceMean reducemean5: input shape unknown"
+
+
+def _int64s(n: Net, name: str, values: list[int]) -> str:
+    n.inits.append(numpy_helper.from_array(np.array(values, dtype=np.int64), name))
+    return name
+
+
+@pytest.mark.parametrize("pads", [[0, 2, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 2, 0, 0]], ids=["start", "end"])
+def test_a_pad_of_the_channel_axis_freezes_at_either_end(pads: list[int]) -> None:
+    """Pad adds channels (a CIFAR ResNet's option-A shortcut): whichever end it pads, the widths on
+    both sides are tied by a count the plan cannot edit."""
+    n = Net()
+    a = n.cbr("x", 8)
+    p = n.op("Pad", [a, _int64s(n, "pads", pads)], (10, 8, 8))
+    model = n.build(n.conv(p, 4))
+    assert by_id(model)["conv1"].reason == "Pad pad4 pads the channel axis"
+
+
+def test_a_resize_that_scales_channels_freezes_even_at_batch_scale_1() -> None:
+    n = Net(hw=4)
+    a = n.cbr("x", 8)
+    scales = n.init("scales", [1.0, 2.0, 1.0, 1.0])
+    r = n.op("Resize", [a, "", scales], (16, 4, 4), mode="nearest")
+    model = n.build(n.conv(r, 4))
+    assert by_id(model)["conv1"].reason == "Resize resize4 resizes the channel axis"
+
+
+def test_shape_of_a_traced_tensor_freezes_its_channels() -> None:
+    """The channel count becomes data (a dynamic export's Reshape target): it must not change."""
+    n = Net()
+    a = n.cbr("x", 8)
+    model = n.build(n.conv(a, 4))
+    model.graph.node.append(helper.make_node("Shape", [a], ["shape_of_a"], name="shape_a"))
+    model.graph.output.append(helper.make_tensor_value_info("shape_of_a", TensorProto.INT64, [4]))
+    onnx.checker.check_model(model)
+    groups = by_id(model)
+    assert groups["conv1"].frozen and groups["conv1"].reason == "Shape shape_a reads the channel count"

@@ -152,6 +152,15 @@ def test_strided_or_reversed_channel_slices_freeze(bounds: tuple[int, int | None
     assert {g.id: g.reason for g in analyze(model).groups}["conv1"] == reason
 
 
+def test_an_empty_channel_window_freezes() -> None:
+    """x[:, 5:5] has no channels: no width of the pieces around it can be told from the plan."""
+    n = Net()
+    a = n.cbr("x", 12, r=1)
+    model = n.build(n.gap(channel_slice(n, a, 5, 5)))
+    reasons = {g.id: g.reason for g in analyze(model).groups}
+    assert reasons["conv1"] == "Slice slice4: its window of the channel axis is empty or unclear"
+
+
 def test_computed_bounds_freeze() -> None:
     """An end computed in the graph (not folded to a constant) could be anything after a plan."""
     n = Net()

@@ -13,6 +13,29 @@ from deployopt.timing import Timing
 
 def test_plan_key_ignores_order_and_types() -> None:
     assert plan_key({"b": 16, "a": 8}) == plan_key({"a": 8, "b": 16}) == '{"a":8,"b":16}'
+    assert plan_key({"a": 8}, repeat=2) == '{"a":8}#2' and plan_key({"a": 8}, repeat=0) == '{"a":8}'
+
+
+def test_re_measurements_of_one_plan_replay_as_their_own_timings(tmp_path: Path) -> None:
+    """The final confirmation rounds re-measure the same plan: each round is kept, none overwrites."""
+    path = tmp_path / "journal.jsonl"
+    with Journal(path) as j:
+        for repeat, us in enumerate([10.0, 11.0, 12.0]):
+            extra = {"repeat": repeat} if repeat else {}
+            j.write(
+                "measured",
+                index=repeat,
+                label="final",
+                plan={"g": 8},
+                timing=Timing("x", [us]).to_json(),
+                **extra,
+            )
+    rep = Journal.replay(path)
+    assert {k: t.samples_us for k, t in rep.timings.items()} == {
+        '{"g":8}': [10.0],
+        '{"g":8}#1': [11.0],
+        '{"g":8}#2': [12.0],
+    }
 
 
 def test_replay_gives_back_exact_timings_sweeps_and_config(tmp_path: Path) -> None:

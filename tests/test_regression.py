@@ -81,7 +81,7 @@ def test_min_effect_and_alpha_decide_the_verdict(tmp_path: Path) -> None:
     same = write_timing(tmp_path / "c.json", 500.0, seed=3)
     assert compare_paths(base, same).pairs[0].comparison.verdict == "no significant difference"
     for bad in ({"alpha": 0.0}, {"alpha": 1.5}, {"min_effect": -0.1}, {"min_effect": 2.0}):
-        with pytest.raises(DataError):
+        with pytest.raises(DataError, match="alpha .*p-value threshold" if "alpha" in bad else "min effect"):
             compare_paths(base, cur, **bad)
 
 

@@ -18,7 +18,7 @@ def test_width_range_per_mode() -> None:
     assert width_range(434, 0, "trim", 0.10) == (391, 489)  # ceil(0.9 · 434)
     assert width_range(434, 50, "trim", 0.10) == (384, 489)  # dead channels beyond the budget go too
     assert width_range(434, 3, "grow") == (434, 489)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="unknown mode 'shrink'"):
         width_range(10, 0, "shrink")
 
 
@@ -30,6 +30,9 @@ def test_candidates_keep_the_must_haves_and_rank_by_alignment() -> None:
     assert candidate_widths(434, 0, "trim", 0.10, max_candidates=3) == [392, 434, 440]
     # Lossless with dead channels keeps "all dead removed" (431) as a candidate.
     assert candidate_widths(434, 3, "lossless", max_candidates=3) == [431, 434, 440]
+    # A cap below the number of must-haves does not drop any of them.
+    assert candidate_widths(434, 0, "trim", 0.10, max_candidates=2) == [392, 434, 440]
+    assert candidate_widths(434, 3, "lossless", max_candidates=1) == [431, 434, 440]
 
 
 def test_candidates_follow_the_score_and_wave_aligned_extras() -> None:

@@ -200,6 +200,29 @@ def test_per_channel_constants_are_resized() -> None:
         1, 9, 1, 1)  # fmt: skip
 
 
+def test_per_channel_constants_held_by_constant_nodes_are_resized() -> None:
+    """Exporters also write constants as Constant nodes (not initializers): their `value` follows."""
+    n = Net()
+    a = n.cbr("x", 16)
+    scale = np.linspace(1, 2, 16, dtype=np.float32).reshape(1, 16, 1, 1)
+    n.nodes.append(
+        onnx.helper.make_node("Constant", [], ["scale"], name="scale_c", value=numpy_helper.from_array(scale))
+    )
+    model = n.build(n.conv(n.op("Mul", [a, "scale"]), 4))
+    assert not analyze(model).group("conv1").frozen
+
+    def value(m: onnx.ModelProto) -> np.ndarray:
+        node = next(x for x in m.graph.node if x.name == "scale_c")
+        return numpy_helper.to_array(node.attribute[0].t)
+
+    padded = apply_plan(model, {"conv1": 20})
+    assert value(padded).shape == (1, 20, 1, 1) and value(padded)[0, 16:].ravel().tolist() == [1.0] * 4
+    np.testing.assert_array_equal(value(padded)[:, :16], scale)
+    np.testing.assert_allclose(run(padded), run(model), atol=1e-5, rtol=0)
+    trimmed = apply_plan(model, {"conv1": 9})
+    assert value(trimmed).shape == (1, 9, 1, 1) and run(trimmed).shape == run(model).shape
+
+
 def test_names_opset_metadata_and_doc_strings_survive() -> None:
     model = tiny_mixed()
     onnx.helper.set_model_props(model, {"author": "me", "task": "cls"})
@@ -879,6 +902,44 @@ def test_expand_of_one_channel_over_many_freezes() -> None:
     model = n.build(n.conv(n.op("Mul", [a, n.op("Expand", [m, "target"], (12, 8, 8))]), 4))
     reasons = {g.id: g.reason for g in analyze(model).groups}
     assert reasons["conv4"] == reasons["conv1"] == "Expand expand6 broadcasts 1 channel(s) over 12"
+
+
+@pytest.mark.parametrize("head", ["Gemm", "MatMul"])
+def test_a_head_reading_nonzero_padded_features_gets_zero_weights(head: str) -> None:
+    """Sigmoid(0) = 0.5: padded channels reach the head's GAP as 0.5, not 0, so only zero rows in
+    the head's weights keep the output exact (elsewhere a padded feature is 0 and any row passes)."""
+    n = Net()
+    feats = n.op("Flatten", [n.gap(n.op("Sigmoid", [n.conv("x", 12)]))], (12, 0, 0), axis=1)
+    w = n.init("head.w", np.random.default_rng(5).standard_normal((12, 5)) * 0.3)
+    if head == "Gemm":
+        out = n.op("Gemm", [feats, w, n.init("head.b", np.zeros(5))], (5, 0, 0))
+    else:
+        out = n.op("MatMul", [feats, w], (5, 0, 0))
+    model = n.build(out)
+    padded = apply_plan(model, {"conv1": 16})
+    w_after = numpy_helper.to_array(next(t for t in padded.graph.initializer if t.name == "head.w"))
+    assert w_after.shape == (16, 5) and not w_after[12:].any()
+    np.testing.assert_allclose(run(padded), run(model), atol=1e-6, rtol=0)
+
+
+def test_instance_norm_pads_with_neutral_parameters_and_trims_back_exactly() -> None:
+    """A padded channel is constant, so InstanceNorm maps it to its bias: scale and bias 0 keep it
+    dead (a bias of 1 would still give the same output, but the channel could not be trimmed back)."""
+    n = Net()
+    a = n.conv("x", 8)
+    scale = n.init("in.scale", np.random.default_rng(2).uniform(0.5, 1.5, 8))
+    bias = n.init("in.bias", np.random.default_rng(3).uniform(0.5, 1.5, 8))
+    model = n.build(n.conv(n.op("Relu", [n.op("InstanceNormalization", [a, scale, bias])]), 4))
+    analysis = analyze(model)
+    assert not analysis.group("conv1").frozen
+    padded = apply_plan(model, {"conv1": 16}, analysis)
+    inits = {t.name: numpy_helper.to_array(t) for t in padded.graph.initializer}
+    assert inits["in.scale"].shape == inits["in.bias"].shape == (16,)
+    assert not inits["in.scale"][8:].any() and not inits["in.bias"][8:].any()
+    np.testing.assert_allclose(run(padded), run(model), atol=1e-5, rtol=0)
+    back, changes = apply_plan_report(padded, {"conv1": 8})
+    assert [(c.trimmed, c.dead_trimmed) for c in changes] == [(8, 8)]
+    np.testing.assert_allclose(run(back), run(model), atol=1e-5, rtol=0)
 
 
 def test_architecture_table_rows_are_rendered_from_the_sweep_results() -> None:

@@ -27,13 +27,24 @@ def test_bootstrap_ci_is_seeded_and_brackets_the_median() -> None:
     assert lo <= lo50 and hi50 <= hi and (hi50 - lo50) < (hi - lo)
 
 
+def test_bootstrap_ci_bounds_are_the_two_sided_quantiles_of_the_resampled_median() -> None:
+    """Samples 0..40: the median of a resample is its 21st order statistic, so
+    P(median <= k) = P(Binomial(41, (k + 1) / 41) >= 21), which is 0.018, 0.039 at k = 13, 14 and
+    0.961, 0.982 at k = 25, 26. The 2.5 % and 97.5 % quantiles are 14 and 26 whatever the seed; a
+    one-sided 5 % split would give the 90 % interval [15, 25]."""
+    samples = [float(i) for i in range(41)]
+    for seed in (0, 1, 2):
+        assert bootstrap_median_ci(samples, seed=seed) == (14.0, 26.0)
+    assert bootstrap_median_ci(samples, level=0.90) == (15.0, 25.0)
+
+
 def test_bootstrap_ci_degenerate_cases() -> None:
     assert bootstrap_median_ci([7.5]) == (7.5, 7.5)
     assert bootstrap_median_ci([3.0] * 12) == (3.0, 3.0)
 
 
 def test_timing_needs_samples() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="at least one sample"):
         Timing("ort", [])
 
 
@@ -93,7 +104,14 @@ def test_compare_ignores_significant_but_tiny_differences() -> None:
 
 def test_compare_single_samples() -> None:
     assert compare(Timing("m", [10.0]), Timing("m", [8.0])).verdict == "faster"
-    assert compare(Timing("m", [10.0]), Timing("m", [10.0])).verdict == "no significant difference"
+    same = compare(Timing("m", [10.0]), Timing("m", [10.0]))
+    assert same.verdict == "no significant difference" and same.p_value == 1.0
+    assert compare(Timing("m", [10.0]), Timing("m", [8.0])).p_value == 0.0
+    # equal single samples are no difference even when any effect counts (the p-value alone decides)
+    assert (
+        compare(Timing("m", [10.0]), Timing("m", [10.0]), min_effect=0.0).verdict
+        == "no significant difference"
+    )
 
 
 def test_build_median_ci_includes_the_spread_between_builds() -> None:
@@ -111,5 +129,19 @@ def test_build_median_ci_includes_the_spread_between_builds() -> None:
     # one build: the plain bootstrap; seeded, so the same on every run
     assert build_median_ci([builds[0]]) == bootstrap_median_ci(builds[0])
     assert build_median_ci(builds) == (lo_b, hi_b)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="no samples"):
         build_median_ci([])
+
+
+def test_build_median_ci_of_builds_of_different_sizes_matches_the_equal_size_draw() -> None:
+    """Builds of different sizes take the per-resample loop instead of the vectorised draw: one
+    sample fewer in one build must give (nearly) the same interval, and it still spans the builds."""
+    from deployopt.timing import build_median_ci
+
+    rng = np.random.default_rng(1)
+    builds = [1000.0 + shift + rng.normal(0, 0.5, 100) for shift in (0.0, 3.0, -1.5)]
+    equal = build_median_ci(builds)
+    unequal = build_median_ci([builds[0], builds[1], builds[2][:99]])
+    assert unequal == pytest.approx(equal, abs=0.05)
+    assert unequal[0] <= 998.6 and unequal[1] >= 1002.9
+    assert build_median_ci([builds[0], builds[1], builds[2][:99]]) == unequal  # seeded

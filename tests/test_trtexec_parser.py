@@ -98,6 +98,17 @@ def test_825_int8_transfer_bound() -> None:
     assert r.warnings[-1].endswith("Add --noDataTransfers flag to disable data transfers.")
 
 
+def test_device_to_host_bound_warning_is_its_own_flag() -> None:
+    """No recording has trtexec's device-to-host variant of the warning above; this line is the
+    recorded host-to-device one with trtexec's wording for outputs."""
+    line = (
+        "[07/25/2022-16:44:24] [W] * Throughput may be bound by device-to-host transfers for the outputs "
+        "rather than GPU Compute and the GPU may be under-utilized."
+    )
+    r = P.parse_log(line)
+    assert r.flags == ["d2h_bound"] and r.transfer_bound and not r.enqueue_bound
+
+
 @pytest.mark.parametrize(
     "name",
     [
@@ -483,6 +494,19 @@ def test_times_json_titan_first300_to_timing() -> None:
     assert lat.samples_us[1] == approx(470.4)
 
 
+def test_times_from_a_run_with_the_layer_profiler_on_say_so() -> None:
+    """A log without e2e timing (--dumpProfile) beside --exportTimes samples: the samples include the
+    profiler's synchronizations. (The two recordings are of different runs; only the note is read.)"""
+    times = FIX / "trt8.x_titan_rtx_mobilenet_qat_int8_exportTimes_first300.json"
+    profiled = P.load_run(
+        log=FIX / "trt10.14.1_rtx6000ada_cookbook_result-05_dumpProfile_log.txt", times=times
+    )
+    assert profiled.has_timing and len(profiled.iterations) == 300
+    assert any("layer profiler on" in n and "--separateProfileRun" in n for n in profiled.notes)
+    plain = P.load_run(log=FIX / "trt10.14.1_rtx6000ada_cookbook_result-01_onnx_default_log.txt", times=times)
+    assert not any("layer profiler" in n for n in plain.notes)
+
+
 def test_summary_only_run_gives_no_samples() -> None:
     r = log("trt8.2.5_quickstart_qat-ptq_mobilenetv2_ptq_int8_log.txt")
     with pytest.raises(P.NoTimingError, match="summary statistics only"):
@@ -568,6 +592,8 @@ def test_parse_tile(kernel, tile) -> None:
         ("8205", "8.2.5"),
         ("8502", "8.5.2"),
         ("8600", "8.6.0"),
+        ("8510", "8.5.10"),  # MAJOR*1000 + MINOR*100 + PATCH: a two-digit patch
+        ("100000", "10.0.0"),  # the first code in the 10.x scheme
         ("100300", "10.3.0"),
         ("101401", "10.14.1"),
         ("101601", "10.16.1"),

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from deployopt.errors import DeployoptError
 from deployopt.layers import ConvShape
 from deployopt.targets import get_target
 from deployopt.waves import (
@@ -45,7 +46,7 @@ def test_wave_count_hand_cases():
     assert wave_count(264, 132, 2) == (1, 1.0)
     assert wave_count(1, 8) == (1, 0.125)
     assert wave_count(49, 8) == (7, 0.125)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="must be positive"):
         wave_count(0, 8)
 
 
@@ -140,7 +141,7 @@ def test_staircase_and_families():
     # K not a multiple of 8 in fp16 runs a padded path: slower than the next multiple of 8
     odd = predict(shape.with_channels(k=250), t, "fp16")
     assert odd.family == "padded" and odd.predicted_us > predict(shape.with_channels(k=256), t).predicted_us
-    with pytest.raises(Exception, match="unknown dtype"):
+    with pytest.raises(DeployoptError, match="unknown dtype 'bf16'; choose one of: fp16, fp32, int8"):
         predict(shape, t, "bf16")
 
 
@@ -285,7 +286,7 @@ def test_fit_recovers_toy_parameters():
         assert predict(s, replace(truth, params={"fp16": fitted})).predicted_us == pytest.approx(
             pt["measured_us"], rel=0.02
         )
-    with pytest.raises(Exception, match="at least 4"):
+    with pytest.raises(DeployoptError, match="at least 4 measured points, got 2"):
         fit(points[:2], truth, "fp16")
 
 

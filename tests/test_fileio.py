@@ -1,0 +1,135 @@
+"""Atomic writes and output sets, on their own: whole or nothing, and nothing left behind."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from deployopt import fileio
+from deployopt.errors import OutputError
+from deployopt.fileio import atomic_path, output_set, remove_outputs, write_text
+
+NAMES = ["model.onnx", "plan.json", "report.json"]  # report.json: the marker, moved in last
+
+
+def disk_full() -> OSError:
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_atomic_write_replaces_the_file_and_leaves_no_temp_file(tmp_path: Path) -> None:
+    dest = tmp_path / "out" / "report.md"
+    write_text(dest, "first")
+    write_text(dest, "second")
+    assert dest.read_text() == "second"
+    assert [p.name for p in dest.parent.iterdir()] == ["report.md"]
+
+
+@pytest.mark.parametrize(
+    ("error", "raised"),
+    [(disk_full(), OutputError), (KeyboardInterrupt(), KeyboardInterrupt)],
+    ids=["oserror", "ctrl-c"],
+)
+def test_a_failed_atomic_write_keeps_the_old_file_and_removes_the_temp_file(
+    tmp_path: Path, error: BaseException, raised: type[BaseException]
+) -> None:
+    dest = tmp_path / "report.md"
+    dest.write_text("old")
+    with pytest.raises(raised) as caught, atomic_path(dest) as tmp:
+        assert tmp.parent == tmp_path and tmp.name.startswith(".report.md.")
+        tmp.write_text("half of the new")
+        raise error
+    if raised is OutputError:  # one line naming the file the user asked for
+        assert str(caught.value) == f"cannot write {dest}: No space left on device"
+    assert dest.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["report.md"]
+
+
+def test_output_set_replaces_the_previous_set_and_keeps_other_files(tmp_path: Path) -> None:
+    for name in [*NAMES, "journal.jsonl"]:
+        (tmp_path / name).write_text("old")
+    with output_set(tmp_path, NAMES) as staging:
+        assert staging.parent == tmp_path and staging.name.startswith(fileio.STAGING_PREFIX)
+        (staging / "plan.json").write_text("new")
+        (staging / "report.json").write_text("new")
+    # model.onnx belonged to the previous set and was not rewritten: it goes, the journal stays
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["journal.jsonl", "plan.json", "report.json"]
+    assert (tmp_path / "plan.json").read_text() == (tmp_path / "report.json").read_text() == "new"
+    assert (tmp_path / "journal.jsonl").read_text() == "old"
+
+
+def test_output_set_moves_the_marker_in_last_after_taking_the_old_one_away_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in NAMES:
+        (tmp_path / name).write_text("old")
+    events: list[str] = []
+    real_remove, real_replace = fileio._remove, os.replace
+    monkeypatch.setattr(fileio, "_remove", lambda p: (events.append(f"remove {p.name}"), real_remove(p)))
+    monkeypatch.setattr(
+        os, "replace", lambda a, b: (events.append(f"move {Path(b).name}"), real_replace(a, b))
+    )
+    with output_set(tmp_path, NAMES) as staging:
+        for name in NAMES:
+            (staging / name).write_text("new")
+    assert events[0] == "remove report.json"
+    assert events[-1] == "move report.json"
+    assert [e for e in events if e.startswith("move")] == [f"move {n}" for n in NAMES]
+
+
+def test_a_failure_inside_the_block_leaves_the_previous_set_and_no_staging(tmp_path: Path) -> None:
+    for name in NAMES:
+        (tmp_path / name).write_text("old")
+    with pytest.raises(OutputError) as caught, output_set(tmp_path, NAMES) as staging:
+        (staging / "model.onnx").write_text("new")
+        write_text(staging / "plan.json", "x")
+        raise fileio.output_error(staging / "report.json", disk_full())
+    # the error names the file where the user looks for it, not the staging folder
+    assert str(caught.value) == f"cannot write {tmp_path / 'report.json'}: No space left on device"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(NAMES)
+    assert all((tmp_path / n).read_text() == "old" for n in NAMES)
+
+
+def test_a_failed_move_leaves_no_part_of_a_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "journal.jsonl").write_text("mine")
+    real_replace = os.replace
+
+    def marker_fails(a: str, b: str) -> None:
+        if Path(b).name == "report.json":
+            raise disk_full()
+        real_replace(a, b)
+
+    monkeypatch.setattr(os, "replace", marker_fails)
+    with (
+        pytest.raises(OutputError, match=r"report\.json: No space left on device"),
+        output_set(tmp_path, NAMES) as staging,
+    ):
+        for name in NAMES:
+            (staging / name).write_text("new")
+    assert [p.name for p in tmp_path.iterdir()] == ["journal.jsonl"]
+
+
+def test_a_staged_name_outside_the_set_is_a_bug(tmp_path: Path) -> None:
+    with (
+        pytest.raises(ValueError, match=r"\['stray\.txt'\] not among"),
+        output_set(tmp_path, NAMES) as staging,
+    ):
+        (staging / "stray.txt").write_text("x")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_remove_outputs_takes_the_marker_first_and_staging_leftovers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in [*NAMES, "notes.txt"]:
+        (tmp_path / name).write_text("x")
+    (tmp_path / ".partial-99-killed").mkdir()
+    (tmp_path / ".partial-99-killed" / "model.onnx").write_text("half")
+    removed: list[str] = []
+    real_remove = fileio._remove
+    monkeypatch.setattr(fileio, "_remove", lambda p: (removed.append(p.name), real_remove(p)))
+    remove_outputs(tmp_path, NAMES)
+    assert removed == list(reversed(NAMES))
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
