@@ -46,6 +46,11 @@ GHOST_REGNET = (
     "widths, then --prune-seeds 0, then 1 for the RegNets, then 1 for GhostNet (the command shown is "
     "the last)"
 )
+AGX_ORIN = (
+    "16 SMs (an AGX Orin 64GB's count), Jetson batches, seed 0 only (VGG16, ResNet56, the Detect-head "
+    "detector; GhostNet as published and pruned), code of b8afc0c; two invocations, the device time "
+    "of the session allowed no more"
+)
 # (file, note): the two main runs predate the optimizer's confirmation step (docs/optimize.md step 7).
 DEFAULT_FILES: list[tuple[Path, str]] = [
     (RESULTS / "optimize_sms8.json", "before the confirmation step"),
@@ -65,6 +70,8 @@ DEFAULT_FILES: list[tuple[Path, str]] = [
     (RESULTS / "optimize_sms8_yolo_detect.json", YOLO_DETECT),
     (RESULTS / "optimize_full_yolo_detect.json", YOLO_DETECT),
     (RESULTS / "optimize_sms8_ghostnet_regnet.json", GHOST_REGNET),
+    (RESULTS / "optimize_sms16.json", AGX_ORIN),
+    (RESULTS / "optimize_sms16_ghostnet.json", AGX_ORIN),
 ]
 CIFAR_COLUMNS = ("unpruned", "pruned", "round_up_8", "deployopt_lossless", "deployopt_trim")
 
