@@ -314,3 +314,30 @@ def test_an_opset_in_range_is_analyzed(tmp_path: Path, capsys, monkeypatch) -> N
         ("Conv_0", 5, False),
         ("Conv_2", 4, True),
     ]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["targets", "x"], "error: Got unexpected extra argument(s) (x); see 'deployopt targets --help'"),
+        (["bench"], "error: Missing argument 'model'; see 'deployopt bench --help'"),
+        (["analyze", "m.onnx", "--frobnicate"], "error: No such option: --frobnicate"),
+        (["staircase", "--target", "nano", "--runs", "abc"], "error: Invalid value for '--runs'"),
+        (["nosuchcommand"], "error: No such command 'nosuchcommand'; see 'deployopt --help'"),
+    ],
+)
+def test_usage_errors_are_one_line(args: list[str], message: str, capsys, monkeypatch) -> None:
+    # click's usage errors came as a multi-line box (Usage:, Try ..., a framed message)
+    code, out, err = cli(args, capsys, monkeypatch)
+    assert code == 2 and out == ""
+    assert err.startswith(message) and err.count("\n") == 1
+
+
+def test_help_and_a_failed_check_keep_their_exit_codes(
+    zoo_model_path: Callable[[str], Path], capsys, monkeypatch
+) -> None:
+    code, out, _ = cli(["analyze", "--help"], capsys, monkeypatch)
+    assert code == 0 and "Usage:" in out
+    args = ["verify", str(zoo_model_path("resnet_projection")), str(zoo_model_path("densenet_like"))]
+    code, out, _ = cli(args, capsys, monkeypatch)  # two different networks: a failed check, exit 1
+    assert code == 1 and "FAILED" in out
