@@ -429,6 +429,15 @@ def _session(model: str | os.PathLike[str] | onnx.ModelProto, role: str) -> Any:
         raise ModelError(f"{role} model: onnxruntime cannot load it: {first[:300]}") from None
 
 
+#: onnxruntime's names of the floating input types, as numpy dtypes
+_ORT_FLOAT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64}
+
+
+def _input_dtypes(sess: Any) -> dict[str, Any]:
+    """Each floating input's numpy dtype: calibration data is float32, an fp16 export takes float16."""
+    return {i.name: _ORT_FLOAT_TYPES[i.type] for i in sess.get_inputs() if i.type in _ORT_FLOAT_TYPES}
+
+
 def _run(sess: Any, feed: dict[str, np.ndarray], role: str) -> list[np.ndarray]:
     try:
         return [np.asarray(o) for o in sess.run(None, feed)]
@@ -494,6 +503,7 @@ def compare_models(
     if len(ref_inputs) != len(cand_inputs):
         raise DataError(f"reference has inputs {ref_inputs}, candidate has {cand_inputs}")
     rename = dict(zip(ref_inputs, cand_inputs)) if set(ref_inputs) != set(cand_inputs) else {}
+    ref_types, cand_types = _input_dtypes(ref_s), _input_dtypes(cand_s)
 
     max_err, err_sum, n_el = 0.0, 0.0, 0
     out_err, out_ref = [0.0] * len(ref_names), [0.0] * len(ref_names)
@@ -503,8 +513,13 @@ def compare_models(
         missing = [n for n in ref_inputs if n not in sample]
         if missing:
             raise DataError(f"calibration samples have no array for input(s) {', '.join(missing)}")
-        ref_out = _run(ref_s, {n: sample[n] for n in ref_inputs}, "reference")
-        cand_out = _run(cand_s, {rename.get(n, n): sample[n] for n in ref_inputs}, "candidate")
+        ref_feed = {n: sample[n].astype(ref_types.get(n, sample[n].dtype), copy=False) for n in ref_inputs}
+        cand_feed = {
+            rename.get(n, n): sample[n].astype(cand_types.get(rename.get(n, n), sample[n].dtype), copy=False)
+            for n in ref_inputs
+        }
+        ref_out = _run(ref_s, ref_feed, "reference")
+        cand_out = _run(cand_s, cand_feed, "candidate")
         for i, (r, c) in enumerate(zip(ref_out, cand_out)):
             if r.shape != c.shape:
                 raise DataError(

@@ -78,6 +78,18 @@ def _parse(path: Path) -> onnx.ModelProto:
     return model
 
 
+def _check_opset(model: onnx.ModelProto, path: Path) -> None:
+    """An opset newer than the installed onnx knows is an error: the checker accepts it, and shape
+    inference would read its ops with the newest schemas onnx has, whatever the opset changed."""
+    newest = onnx.defs.onnx_opset_version()
+    for o in model.opset_import:
+        if o.domain in ("", "ai.onnx") and o.version > newest:
+            raise ModelError(
+                f"{path}: opset {o.version} is newer than onnx {onnx.__version__} knows (opsets up to "
+                f"{newest}); re-export the model at opset {newest} or older"
+            )
+
+
 def _real_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     inits = {t.name for t in model.graph.initializer}
     return [i for i in model.graph.input if i.name not in inits]
@@ -220,6 +232,7 @@ def load_model(path: str | os.PathLike[str], input_shapes: dict[str, list[int]] 
     """Parse, validate and normalize a model; every problem with the file is one ModelError."""
     path = Path(path)
     model = _parse(path)
+    _check_opset(model, path)
     external = _uses_external_data(model)
     if external:
         try:

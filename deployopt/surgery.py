@@ -46,12 +46,16 @@ class GroupChange:
 def load_plan(path: str | os.PathLike[str]) -> dict[str, int]:
     """Read `{"widths": {"<group id>": <width>, ...}}`; any other shape is a one-line PlanError."""
     path = Path(path)
+    if path.is_dir():
+        raise PlanError(f"{path}: is a folder, expected a plan file (.json)")
     if not path.is_file():
         raise PlanError(f"{path}: no such plan file")
     try:
         data = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise PlanError(f"{path}: not valid JSON ({exc})") from None
+    except OSError as exc:  # unreadable: permissions, a vanished network file
+        raise PlanError(f"{path}: cannot read the plan: {exc.strerror or exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("widths"), dict):
         raise PlanError(f'{path}: expected {{"widths": {{"<group id>": <width>, ...}}}}')
     widths: dict[str, int] = {}

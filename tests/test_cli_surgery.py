@@ -259,3 +259,85 @@ def test_input_channels_the_weights_do_not_take_are_one_line(
     code, _, err = cli(args, capsys, monkeypatch)
     assert code == 2 and "gets 4 input channels" in err and err.count("\n") == 1
     assert not dest.exists()
+
+
+def _two_convs(opset: int) -> onnx.ModelProto:
+    """x → Conv(3→5) → Relu → Conv(5→4) at the given default-domain opset."""
+    rng = np.random.default_rng(0)
+    inits = [
+        onnx.numpy_helper.from_array(rng.standard_normal((5, 3, 3, 3)).astype(np.float32), "w1"),
+        onnx.numpy_helper.from_array(rng.standard_normal((4, 5, 3, 3)).astype(np.float32), "w2"),
+    ]
+    nodes = [
+        onnx.helper.make_node("Conv", ["x", "w1"], ["a"], kernel_shape=[3, 3], pads=[1] * 4),
+        onnx.helper.make_node("Relu", ["a"], ["b"]),
+        onnx.helper.make_node("Conv", ["b", "w2"], ["y"], kernel_shape=[3, 3], pads=[1] * 4),
+    ]
+    inp = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 8, 8])
+    out = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 8, 8])
+    graph = onnx.helper.make_graph(nodes, "g", [inp], [out], inits)
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize(
+    ("opset", "message"),
+    [
+        (7, "error: opset 7 is older than the channel analysis reads (opsets 9 and newer)"),
+        (99, f"opset 99 is newer than onnx {onnx.__version__} knows (opsets up to"),
+    ],
+)
+def test_an_opset_out_of_range_is_one_line_and_writes_nothing(
+    opset: int, message: str, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    # the checker accepts both; opset 99 was analyzed with today's schemas, opset 7 with rules for 9+
+    path = tmp_path / "m.onnx"
+    onnx.save(_two_convs(opset), str(path))
+    code, out, err = cli(["analyze", str(path)], capsys, monkeypatch)
+    assert code == 2 and out == "" and message in err and err.count("\n") == 1
+    (tmp_path / "plan.json").write_text(json.dumps({"widths": {"Conv_0": 8}}))
+    dest = tmp_path / "out.onnx"
+    args = ["apply", str(path), "--plan", str(tmp_path / "plan.json"), "-o", str(dest)]
+    code, _, err = cli(args, capsys, monkeypatch)
+    assert code == 2 and message in err and err.count("\n") == 1
+    assert not dest.exists()
+
+
+def test_an_opset_in_range_is_analyzed(tmp_path: Path, capsys, monkeypatch) -> None:
+    path = tmp_path / "m.onnx"
+    onnx.save(_two_convs(9), str(path))
+    code, out, _ = cli(["analyze", str(path), "--json"], capsys, monkeypatch)
+    assert code == 0
+    assert [(g["id"], g["width"], g["frozen"]) for g in json.loads(out)["groups"]] == [
+        ("input:x", 3, True),
+        ("Conv_0", 5, False),
+        ("Conv_2", 4, True),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["targets", "x"], "error: Got unexpected extra argument(s) (x); see 'deployopt targets --help'"),
+        (["bench"], "error: Missing argument 'model'; see 'deployopt bench --help'"),
+        (["analyze", "m.onnx", "--frobnicate"], "error: No such option: --frobnicate"),
+        (["staircase", "--target", "nano", "--runs", "abc"], "error: Invalid value for '--runs'"),
+        (["nosuchcommand"], "error: No such command 'nosuchcommand'; see 'deployopt --help'"),
+    ],
+)
+def test_usage_errors_are_one_line(args: list[str], message: str, capsys, monkeypatch) -> None:
+    # click's usage errors came as a multi-line box (Usage:, Try ..., a framed message)
+    code, out, err = cli(args, capsys, monkeypatch)
+    assert code == 2 and out == ""
+    assert err.startswith(message) and err.count("\n") == 1
+
+
+def test_help_and_a_failed_check_keep_their_exit_codes(
+    zoo_model_path: Callable[[str], Path], capsys, monkeypatch
+) -> None:
+    code, out, _ = cli(["analyze", "--help"], capsys, monkeypatch)
+    assert code == 0 and "Usage:" in out
+    args = ["verify", str(zoo_model_path("resnet_projection")), str(zoo_model_path("densenet_like"))]
+    code, out, _ = cli(args, capsys, monkeypatch)  # two different networks: a failed check, exit 1
+    assert code == 1 and "FAILED" in out

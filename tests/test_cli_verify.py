@@ -100,6 +100,10 @@ def test_bad_input_raises_one_line_errors(zoo_model_path, tmp_path: Path) -> Non
     assert isinstance(result.exception, DataError) and "--mean 'a,b'" in str(result.exception)
     result = _verify(ref, ref, "--min-top1", "1.5")
     assert isinstance(result.exception, DataError)
+    for bound in ("-1", "nan"):  # accepted before, and then failed every model, identical ones too
+        result = _verify(ref, ref, "--max-abs-error", bound)
+        assert isinstance(result.exception, DataError)
+        assert f"--max-abs-error {float(bound)}: expected an error bound ≥ 0" == str(result.exception)
 
 
 def test_console_script_exit_codes(zoo_model_path, tmp_path: Path) -> None:

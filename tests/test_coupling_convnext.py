@@ -383,3 +383,27 @@ def test_pow_by_a_positive_constant_passes_channels(exponent: float, free: bool)
     assert [g.id for g in analyze(model).free_groups()] == (["conv1"] if free else [])
     if free:
         np.testing.assert_allclose(run(apply_plan(model, {"conv1": 11})), run(model), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("op", ["Sqrt", "Pow"])
+def test_sqrt_of_a_possibly_negative_padded_channel_freezes(op: str) -> None:
+    """sqrt(1 - sigmoid(x)) with a per-channel 1: real channels are finite, but a padded channel holds
+    0 - sigmoid(0) = -0.5 there (the constant pads with 0), whose square root is NaN; zero weights
+    do not cancel a NaN, so padding the group made every output NaN. It freezes; after Sigmoid
+    alone (never negative) the same op keeps the group free and the padding exact."""
+    for gate, free in ((True, False), (False, True)):
+        n = Net()
+        a = n.cbr("x", 6)
+        s = n.op("Sigmoid", [a])
+        if gate:
+            s = n.op("Sub", [n.init("one", np.ones((1, 6, 1, 1))), s], n.dims[s])
+        half = [n.init("half", np.array(0.5))] if op == "Pow" else []
+        model = n.build(n.conv(n.op(op, [s, *half]), 4))
+        analysis = analyze(model)
+        assert [g.id for g in analysis.free_groups()] == (["conv1"] if free else [])
+        conv1 = next(g for g in analysis.groups if g.id == "conv1")
+        assert free or "could read a negative padded channel (NaN)" in conv1.reason
+        if free:
+            padded = apply_plan(model, {"conv1": 11}, analysis)
+            np.testing.assert_allclose(run(padded), run(model), atol=1e-5, rtol=0)
+            assert np.isfinite(run(padded)).all()

@@ -267,6 +267,7 @@ def test_load_plan(tmp_path: Path) -> None:
     assert load_plan(good) == {"a": 32, "b": 64}
     cases = {
         "missing.json": (None, "no such plan file"),
+        "folder.json": ("", "folder.json: is a folder, expected a plan file (.json)"),  # "" makes a folder
         "bad.json": ("{not json", "not valid JSON"),
         "list.json": ("[1, 2]", 'expected {"widths"'),
         "float.json": ('{"widths": {"a": 1.5}}', "width of group 'a' must be an integer, got 1.5"),
@@ -274,7 +275,9 @@ def test_load_plan(tmp_path: Path) -> None:
     }
     for name, (text, message) in cases.items():
         path = tmp_path / name
-        if text is not None:
+        if text == "":
+            path.mkdir()
+        elif text is not None:
             path.write_text(text)
         with pytest.raises(PlanError, match=re.escape(message)):
             load_plan(path)

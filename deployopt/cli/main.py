@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+import typer
+
 # Each module registers its commands on `app`; import order is the order of `deployopt --help`.
 # isort: off
 from deployopt.cli import optimize_cmd  # noqa: F401
@@ -17,6 +19,17 @@ from deployopt.cli import compare_cmd  # noqa: F401
 from deployopt.cli.app import app, err_console
 from deployopt.errors import DeployoptError
 
+#: click's base of every usage error (unknown option, bad value, missing argument); taken from
+#: typer's own BadParameter, as typer ships click vendored or depends on it, by version.
+_CLICK_EXCEPTION = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
+
+def _usage_line(exc: Exception) -> str:
+    """`No such option: --foo; see 'deployopt bench --help'`: click's message without its box."""
+    message = " ".join(exc.format_message().split()).rstrip(".")  # type: ignore[attr-defined]
+    ctx = getattr(exc, "ctx", None)
+    return f"{message}; see '{ctx.command_path} --help'" if ctx is not None else message
+
 
 def _fail(message: str, code: int) -> None:
     """The one line every user error ends in, and its exit code."""
@@ -28,15 +41,24 @@ def _fail(message: str, code: int) -> None:
 
 def main() -> None:
     try:
-        app()
+        # not standalone: a usage error comes here as an exception, not as rich's multi-line box
+        code = app(prog_name="deployopt", standalone_mode=False)
+    except _CLICK_EXCEPTION as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # `deployopt` alone: the help, as before
+            exc.show()  # type: ignore[attr-defined]
+        else:
+            _fail(_usage_line(exc), exc.exit_code)  # type: ignore[attr-defined]
+        sys.exit(exc.exit_code)  # type: ignore[attr-defined]
     except DeployoptError as exc:
         _fail(str(exc), exc.exit_code)
     except MemoryError as exc:  # a --batch or --input-shape too large for this machine
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else "allocation failed"
         _fail(f"out of memory: {detail}; try a smaller --batch or --input-shape", 2)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, typer.Abort):
         err_console.print("interrupted", style="bold red")
         sys.exit(130)
+    if isinstance(code, int) and code:  # typer.Exit(n) from a command (verify, compare: 1)
+        sys.exit(code)
 
 
 if __name__ == "__main__":

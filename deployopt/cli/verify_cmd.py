@@ -159,6 +159,8 @@ def verify(
         raise DataError(f"--min-top1 {min_top1}: expected a fraction between 0 and 1")
     if not -1.0 <= min_cosine <= 1.0:
         raise DataError(f"--min-cosine {min_cosine}: expected a value between -1 and 1")
+    if max_abs_error is not None and not max_abs_error >= 0:  # NaN too: every comparison with it fails
+        raise DataError(f"--max-abs-error {max_abs_error}: expected an error bound ≥ 0")
     if rel_error is not None and (max_abs_error is None or rel_error < 0):
         raise DataError(f"--rel-error {rel_error}: needs --max-abs-error, and a fraction ≥ 0")
     requested = parse_input_shapes(input_shape)

@@ -18,6 +18,10 @@ from deployopt.coupling.registry import RULES, CouplingState, Layout, rule
 from deployopt.errors import ModelError, PlanError
 from deployopt.layers import ConvShape
 
+#: The oldest default-domain opset the rules read (docs/surgery.md: opsets 9 … current): older
+#: ones spell ops differently (BatchNormalization's `spatial`, Slice, Upsample and Pad attributes).
+MIN_OPSET = 9
+
 __all__ = ["Analysis", "ChannelGroup", "ConvLayer", "analyze", "rule"]
 
 
@@ -194,6 +198,12 @@ def analyze(model: onnx.ModelProto) -> Analysis:
     """Find every channel group of a (loaded: static shapes, folded constants) model."""
     if not any(n.op_type == "Conv" for n in model.graph.node):
         raise ModelError("no Conv node: nothing to optimize")
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if opset < MIN_OPSET:
+        raise ModelError(
+            f"opset {opset} is older than the channel analysis reads (opsets {MIN_OPSET} and newer); "
+            f"re-export the model at opset {MIN_OPSET} or newer"
+        )
     if not model.graph.value_info:
         model = onnx.shape_inference.infer_shapes(model)
     st = CouplingState(model)

@@ -4,7 +4,10 @@ Constants with a channel axis (a [1,C,1,1] scale, a [C,1,1] bias; on a channels-
 or [1,1,1,C] one) are resized with the group and padded with the op's neutral value. The channel
 axis is the inputs' (`ctx.channel_axis`), so these rules work wherever a Transpose put it.
 Padded channels are 0 after their producer; ops whose value at 0 is not finite (Log, Reciprocal)
-or that divide by a channel have no rule here, so they freeze.
+or that divide by a channel have no rule here, so they freeze. Between producer and reader a padded
+channel can take other finite values (Sigmoid(0) = 0.5, and `1 - x` with a per-channel constant,
+padded with 0, makes that -0.5): Sqrt and a fractional Pow, NaN on a negative value, keep a group
+free only where they read something that is never negative.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from deployopt.coupling.registry import CouplingState, Layout, channel_axis_of, 
 
 UNARY = (
     "Relu", "LeakyRelu", "Elu", "Selu", "Celu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh",
-    "Softplus", "Softsign", "Mish", "Gelu", "Erf", "Abs", "Neg", "Sqrt", "Exp", "Clip", "Identity",
+    "Softplus", "Softsign", "Mish", "Gelu", "Erf", "Abs", "Neg", "Exp", "Clip", "Identity",
     "Dropout", "Cast", "Floor", "Ceil", "Round", "Sign", "ThresholdedRelu", "Shrink", "Sin", "Cos",
 )  # fmt: skip
 
@@ -24,20 +27,61 @@ NEUTRAL = {"Add": 0.0, "Sum": 0.0, "Sub": 0.0, "Mean": 0.0, "Max": 0.0, "Min": 0
            "PRelu": 0.0}  # fmt: skip
 
 
+#: ops whose output is never negative, whatever they read
+NEVER_NEGATIVE = frozenset({"Relu", "Sigmoid", "HardSigmoid", "Abs", "Exp", "Softplus"})
+#: ops whose padded output channels are exactly 0 (zero filters or columns, BatchNorm scale and bias 0)
+ZERO_PADDED = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "BatchNormalization"})
+
+
+def _never_negative(ctx: CouplingState, tensor: str) -> bool:
+    """Whether the padded channels of `tensor` are ≥ 0 whatever the plan: its producer pads with
+    zeros or never outputs a negative value (Clip with a constant min ≥ 0 included)."""
+    node = next((n for n in ctx.nodes if tensor in n.output), None)
+    if node is None or node.domain not in ("", "ai.onnx"):
+        return False
+    if node.op_type in NEVER_NEGATIVE or node.op_type in ZERO_PADDED:
+        return True
+    if node.op_type == "Clip":
+        low = ctx.attr(node, "min", None) if ctx.opset < 11 else None
+        if ctx.opset >= 11 and len(node.input) > 1 and node.input[1]:
+            arr = ctx.const(node.input[1])
+            low = None if arr is None or arr.size != 1 else float(arr.ravel()[0])
+        return low is not None and low >= 0
+    return False
+
+
+def _pass_nonnegative_only(ctx: CouplingState, node: onnx.NodeProto, reason: str) -> None:
+    """Pass through; the input's set is frozen first unless its padded channels are never negative."""
+    if not _never_negative(ctx, node.input[0]):
+        ctx.freeze(ctx.layout(node.input[0]), reason)
+    ctx.pass_through(node)
+
+
 @rule(*UNARY, any_axis=True)
 def unary(ctx: CouplingState, node: onnx.NodeProto) -> None:
     ctx.pass_through(node)
+
+
+@rule("Sqrt", any_axis=True)
+def sqrt(ctx: CouplingState, node: onnx.NodeProto) -> None:
+    _pass_nonnegative_only(ctx, node, f"Sqrt {ctx.name(node)} could read a negative padded channel (NaN)")
 
 
 @rule("Pow", any_axis=True)
 def pow_(ctx: CouplingState, node: onnx.NodeProto) -> None:
     """x ** p with a constant p > 0 (the square in a spelled-out LayerNorm): 0 ** p = 0, per channel.
 
-    Any other exponent (a negative one makes a padded 0 infinite) or a traced exponent freezes.
+    Any other exponent (a negative one makes a padded 0 infinite) or a traced exponent freezes; a
+    fractional one (NaN for a negative base) keeps the set free only on an input never negative.
     """
     p = ctx.const(node.input[1])
     if p is not None and p.size == 1 and float(p.ravel()[0]) > 0 and not ctx.is_const(node.input[0]):
-        ctx.pass_through(node)
+        value = float(p.ravel()[0])
+        if value.is_integer():
+            ctx.pass_through(node)
+        else:
+            reason = f"Pow {ctx.name(node)} by {value:g} could read a negative padded channel (NaN)"
+            _pass_nonnegative_only(ctx, node, reason)
         return
     ctx.freeze_node(node, f"Pow {ctx.name(node)} has an exponent that is not a positive constant")
 
