@@ -341,3 +341,28 @@ def test_help_and_a_failed_check_keep_their_exit_codes(
     args = ["verify", str(zoo_model_path("resnet_projection")), str(zoo_model_path("densenet_like"))]
     code, out, _ = cli(args, capsys, monkeypatch)  # two different networks: a failed check, exit 1
     assert code == 1 and "FAILED" in out
+
+
+def test_apply_out_of_memory_is_one_line_about_the_plan(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """A plan width of 10⁸ makes numpy allocate the padded weights: one line that points at the plan
+    (apply has no --batch or --input-shape to make smaller), and no output file."""
+    from deployopt import surgery
+
+    def huge(*a: object, **k: object) -> None:
+        raise MemoryError("Unable to allocate 358. GiB for an array with shape (100000000, 480)")
+
+    monkeypatch.setattr(surgery, "_take", huge)
+    src = zoo_model_path("se_net")
+    gid = analyze(load_model(src).model).free_groups()[0].id
+    (tmp_path / "plan.json").write_text(json.dumps({"widths": {gid: 100_000_000}}))
+    out_path = tmp_path / "out.onnx"
+    code, _, err = cli(
+        ["apply", str(src), "--plan", str(tmp_path / "plan.json"), "-o", str(out_path)], capsys, monkeypatch
+    )
+    assert code == 2 and not out_path.exists()
+    assert err == (
+        "error: out of memory: Unable to allocate 358. GiB for an array with shape (100000000, 480); "
+        "are the plan's widths what you meant?\n"
+    )

@@ -407,3 +407,15 @@ def test_sqrt_of_a_possibly_negative_padded_channel_freezes(op: str) -> None:
             padded = apply_plan(model, {"conv1": 11}, analysis)
             np.testing.assert_allclose(run(padded), run(model), atol=1e-5, rtol=0)
             assert np.isfinite(run(padded)).all()
+
+
+def test_reduce_without_axes_and_noop_with_empty_axes_is_an_identity() -> None:
+    """ReduceSum (opset ≥ 13) with no axes and noop_with_empty_axes=1 returns its input: the channels
+    pass through (they froze as "reduces over channels")."""
+    n = Net(opset=13)
+    r = n.op("ReduceSum", [n.cbr("x", 8)], (8, 8, 8), noop_with_empty_axes=1)
+    model = n.build(n.cbr(r, 4))
+    analysis = analyze(model)
+    assert not analysis.group("conv1").frozen
+    padded = apply_plan(model, {"conv1": 13}, analysis)
+    np.testing.assert_allclose(run(padded), run(model), atol=1e-6, rtol=0)

@@ -39,6 +39,14 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
+def _memory_hint() -> str:
+    """What to make smaller: `apply` allocates the plan's widths, every other command its inputs."""
+    command = next((a for a in sys.argv[1:] if not a.startswith("-")), "")
+    if command == "apply":
+        return "are the plan's widths what you meant?"
+    return "try a smaller --batch or --input-shape"
+
+
 def main() -> None:
     try:
         # not standalone: a usage error comes here as an exception, not as rich's multi-line box
@@ -51,9 +59,9 @@ def main() -> None:
         sys.exit(exc.exit_code)  # type: ignore[attr-defined]
     except DeployoptError as exc:
         _fail(str(exc), exc.exit_code)
-    except MemoryError as exc:  # a --batch or --input-shape too large for this machine
+    except MemoryError as exc:  # a --batch or --input-shape (apply: a plan width) too large here
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else "allocation failed"
-        _fail(f"out of memory: {detail}; try a smaller --batch or --input-shape", 2)
+        _fail(f"out of memory: {detail}; {_memory_hint()}", 2)
     except (KeyboardInterrupt, typer.Abort):
         err_console.print("interrupted", style="bold red")
         sys.exit(130)

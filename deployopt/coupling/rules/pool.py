@@ -96,6 +96,9 @@ def reduce(ctx: CouplingState, node: onnx.NodeProto) -> None:
     if rank < 2:
         ctx.freeze_node(node, f"{node.op_type} {ctx.name(node)}: input shape unknown")
         return
+    if not axes and ctx.attr(node, "noop_with_empty_axes", 0):  # no axes: the op is an identity
+        ctx.pass_through(node)
+        return
     channel = ctx.channel_axis(x)
     keep = bool(ctx.attr(node, "keepdims", 1))
     reduced = set(range(rank)) if not axes else {normalize_axis(int(a), rank) for a in axes}
