@@ -438,6 +438,13 @@ def _input_dtypes(sess: Any) -> dict[str, Any]:
     return {i.name: _ORT_FLOAT_TYPES[i.type] for i in sess.get_inputs() if i.type in _ORT_FLOAT_TYPES}
 
 
+def _feed(
+    sample: dict[str, np.ndarray], names: dict[str, str], dtypes: dict[str, Any]
+) -> dict[str, np.ndarray]:
+    """A session's feed from one sample: array `k` goes to input `names[k]`, in the dtype it takes."""
+    return {to: sample[k].astype(dtypes.get(to, sample[k].dtype), copy=False) for k, to in names.items()}
+
+
 def _run(sess: Any, feed: dict[str, np.ndarray], role: str) -> list[np.ndarray]:
     try:
         return [np.asarray(o) for o in sess.run(None, feed)]
@@ -504,6 +511,8 @@ def compare_models(
         raise DataError(f"reference has inputs {ref_inputs}, candidate has {cand_inputs}")
     rename = dict(zip(ref_inputs, cand_inputs)) if set(ref_inputs) != set(cand_inputs) else {}
     ref_types, cand_types = _input_dtypes(ref_s), _input_dtypes(cand_s)
+    # calibration array → the input it feeds, in each model
+    ref_input, cand_input = {n: n for n in ref_inputs}, {n: rename.get(n, n) for n in ref_inputs}
 
     max_err, err_sum, n_el = 0.0, 0.0, 0
     out_err, out_ref = [0.0] * len(ref_names), [0.0] * len(ref_names)
@@ -513,13 +522,8 @@ def compare_models(
         missing = [n for n in ref_inputs if n not in sample]
         if missing:
             raise DataError(f"calibration samples have no array for input(s) {', '.join(missing)}")
-        ref_feed = {n: sample[n].astype(ref_types.get(n, sample[n].dtype), copy=False) for n in ref_inputs}
-        cand_feed = {
-            rename.get(n, n): sample[n].astype(cand_types.get(rename.get(n, n), sample[n].dtype), copy=False)
-            for n in ref_inputs
-        }
-        ref_out = _run(ref_s, ref_feed, "reference")
-        cand_out = _run(cand_s, cand_feed, "candidate")
+        ref_out = _run(ref_s, _feed(sample, ref_input, ref_types), "reference")
+        cand_out = _run(cand_s, _feed(sample, cand_input, cand_types), "candidate")
         for i, (r, c) in enumerate(zip(ref_out, cand_out)):
             if r.shape != c.shape:
                 raise DataError(

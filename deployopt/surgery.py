@@ -162,8 +162,8 @@ def apply_plan_report(
         arr = arrays[b.init] if b.init in arrays else st.const(b.init)
         assert arr is not None
         if b.spread > 1:  # channel c is entries c·spread … (c+1)·spread − 1 (a flattened map)
-            idx = np.where(np.repeat(idx, b.spread) < 0, -1, np.repeat(idx, b.spread) * b.spread)
-            idx = np.where(idx < 0, -1, idx + np.tile(np.arange(b.spread), len(idx) // b.spread))
+            entries = idx[:, None] * b.spread + np.arange(b.spread)
+            idx = np.where(idx[:, None] < 0, -1, entries).ravel()
         expected = sum(w for _, w in b.layout) * b.spread
         if arr.shape[b.axis] != expected:
             raise ModelError(

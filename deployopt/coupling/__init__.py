@@ -14,7 +14,7 @@ from typing import Any, Optional
 import onnx
 
 from deployopt.coupling import rules as _rules  # noqa: F401  (registers every rule)
-from deployopt.coupling.registry import RULES, CouplingState, Layout, rule
+from deployopt.coupling.registry import RULES, CouplingState, Layout, default_opset, rule
 from deployopt.errors import ModelError, PlanError
 from deployopt.layers import ConvShape
 
@@ -198,7 +198,7 @@ def analyze(model: onnx.ModelProto) -> Analysis:
     """Find every channel group of a (loaded: static shapes, folded constants) model."""
     if not any(n.op_type == "Conv" for n in model.graph.node):
         raise ModelError("no Conv node: nothing to optimize")
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    opset = default_opset(model)
     if opset < MIN_OPSET:
         raise ModelError(
             f"opset {opset} is older than the channel analysis reads (opsets {MIN_OPSET} and newer); "

@@ -72,6 +72,11 @@ def rule(*op_types: str, any_axis: bool = False, spread: bool = False) -> Callab
     return register
 
 
+def default_opset(model: onnx.ModelProto) -> int:
+    """The model's default-domain (ai.onnx) opset; 0 when it imports none."""
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+
 @dataclass
 class Binding:
     """A constant whose `axis` runs over the channels of `layout`: resized with the groups in it."""
@@ -134,7 +139,7 @@ class CouplingState:
         self.graph = model.graph
         self.nodes = list(model.graph.node)
         self.node_names = [n.name or f"{n.op_type}_{i}" for i, n in enumerate(self.nodes)]
-        self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+        self.opset = default_opset(model)
         self._parent: list[int] = []
         self.atoms: list[_Atom] = []
         self.layouts: dict[str, Layout] = {}

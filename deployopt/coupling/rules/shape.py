@@ -73,9 +73,8 @@ def reshape(ctx: CouplingState, node: onnx.NodeProto) -> None:
     if spec is not None and spec.size == 2 and int(spec.ravel()[1]) != 0:
         hw = _spread(ctx, node)
         if hw:
-            lay = ctx.layout(y)
-            if lay is not None and int(spec.ravel()[1]) != -1:  # C·H·W spelled out: keep it in step
-                ctx.edit_shape(target, 1, lay, node, scale=hw)
+            if int(spec.ravel()[1]) != -1:  # C·H·W spelled out: keep it in step
+                ctx.edit_shape(target, 1, ctx.layout(y), node, scale=hw)
             return
     ctx.freeze_node(node, f"Reshape {ctx.name(node)} mixes channels with other axes")
 
