@@ -51,6 +51,26 @@ AGX_ORIN = (
     "detector; GhostNet as published and pruned), code of b8afc0c; two invocations, the device time "
     "of the session allowed no more"
 )
+AGX_ORIN_SEEDS = (
+    "16 SMs, Jetson batches, seeds 1 and 2 (VGG16, ResNet56, the Detect-head detector), GhostNet seed 1, "
+    "RegNetX/Y-400MF as published and seeds 0–1 (exported by torchvision on the device, --onnx); code of "
+    "a362844, the optimizer of b8afc0c (later commits changed only coupling rules for ops these models "
+    "lack); one invocation per file, 2026-12-03"
+)
+SERIES_OF = {
+    "optimize_sms16.json": "optimize_sms16{,_seed1,_seed2}.json",
+    "optimize_sms16_ghostnet.json": "optimize_sms16_ghostnet{,_seed1}.json",
+}
+# Files that are more seeds of one series: their seeds are averaged together in "Means over seeds"
+# (each file keeps its own table; the raw JSON of every invocation stays as it was written).
+SERIES = {
+    "optimize_sms16_seed1.json": "optimize_sms16{,_seed1,_seed2}.json",
+    "optimize_sms16_seed2.json": "optimize_sms16{,_seed1,_seed2}.json",
+    "optimize_sms16_ghostnet_seed1.json": "optimize_sms16_ghostnet{,_seed1}.json",
+    "optimize_sms16_regnet_seed1.json": "optimize_sms16_regnet{x,y,_seed1}.json",
+    "optimize_sms16_regnetx.json": "optimize_sms16_regnet{x,y,_seed1}.json",
+    "optimize_sms16_regnety.json": "optimize_sms16_regnet{x,y,_seed1}.json",
+}
 # (file, note): the two main runs predate the optimizer's confirmation step (docs/optimize.md step 7).
 DEFAULT_FILES: list[tuple[Path, str]] = [
     (RESULTS / "optimize_sms8.json", "before the confirmation step"),
@@ -72,6 +92,12 @@ DEFAULT_FILES: list[tuple[Path, str]] = [
     (RESULTS / "optimize_sms8_ghostnet_regnet.json", GHOST_REGNET),
     (RESULTS / "optimize_sms16.json", AGX_ORIN),
     (RESULTS / "optimize_sms16_ghostnet.json", AGX_ORIN),
+    (RESULTS / "optimize_sms16_seed1.json", AGX_ORIN_SEEDS),
+    (RESULTS / "optimize_sms16_seed2.json", AGX_ORIN_SEEDS),
+    (RESULTS / "optimize_sms16_ghostnet_seed1.json", AGX_ORIN_SEEDS),
+    (RESULTS / "optimize_sms16_regnetx.json", AGX_ORIN_SEEDS),
+    (RESULTS / "optimize_sms16_regnety.json", AGX_ORIN_SEEDS),
+    (RESULTS / "optimize_sms16_regnet_seed1.json", AGX_ORIN_SEEDS),
 ]
 CIFAR_COLUMNS = ("unpruned", "pruned", "round_up_8", "deployopt_lossless", "deployopt_trim")
 
@@ -423,10 +449,11 @@ def published_table(rows: list[PublishedRow]) -> list[str]:
 
 
 def seed_means(rows: list[CaseRow]) -> dict[tuple[str, int | None, str], dict[str, float]]:
-    """Mean (and min/max) over seeds per (file, sms, model) of the target quantities."""
+    """Mean (and min/max) over seeds per (series, sms, model) of the target quantities; a series is
+    one results file, or several that hold more seeds of the same runs (SERIES)."""
     groups: dict[tuple[str, int | None, str], list[CaseRow]] = {}
     for r in rows:
-        groups.setdefault((r.file, r.sms, r.model), []).append(r)
+        groups.setdefault((SERIES.get(r.file, SERIES_OF.get(r.file, r.file)), r.sms, r.model), []).append(r)
     out = {}
     for key, rs in groups.items():
         d: dict[str, float] = {"seeds": float(len(rs))}

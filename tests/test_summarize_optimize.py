@@ -227,9 +227,10 @@ def test_main_prints_tables_and_check_passes(capsys):
     out = capsys.readouterr().out
     # 34, 8 of the all-engines runs, the detector's 10 cases (3 seeds × 3 runs, 1 re-run) and its
     # 6 cases with 47 free groups, 6 with the Detect head, and GhostNet / RegNetX / RegNetY (3 at their
-    # published widths, 6 pruned), and 5 at 16 SMs (VGG16, ResNet56, the detector, GhostNet pruned
-    # and published); issue 5's VGG16 targets are for 8 SMs and the full GPU only
-    assert out.count("| ✗ |") == 0 and out.count("| ✓ |") == 78
+    # published widths, 6 pruned), and 21 at 16 SMs (VGG16, ResNet56, the detector × 3 seeds; GhostNet,
+    # RegNetX, RegNetY × 2 seeds pruned and 2 runs published); issue 5's VGG16 targets are for 8 SMs
+    # and the full GPU only
+    assert out.count("| ✗ |") == 0 and out.count("| ✓ |") == 94
     assert "VGG16 trim-10 % vs irregular pruned, 16 SMs" not in out
     assert "lossless not slower than round-up-to-8 / pruned beyond noise: vgg16 seed 0, 16 SMs" in out
     assert so.main(["--check", str(RESULTS / "optimize_sms8.json")]) == 0
@@ -388,3 +389,24 @@ def test_ghostnet_and_regnet_numbers():
     ghost = data["cases"]["ghostnet"]["final"]
     assert ghost["round_up_8"]["vs_input"]["verdict"] == "slower"
     assert ghost["deployopt_lossless"]["vs_input"]["verdict"] == "no significant difference"
+
+
+def test_seeds_of_one_series_from_several_files_are_averaged_together():
+    """The 16-SM runs came from one invocation per seed: their "Means over seeds" row is over all
+    three files' VGG16 cases, keyed by the series, not by one file."""
+    rows = []
+    for name in ("optimize_sms16.json", "optimize_sms16_seed1.json", "optimize_sms16_seed2.json"):
+        rows += _rows(name)[0]
+    means = so.seed_means(rows)
+    key = ("optimize_sms16{,_seed1,_seed2}.json", 16, "vgg16")
+    assert set(k for k in means if k[2] == "vgg16") == {key}
+    vgg = sorted((r for r in rows if r.model == "vgg16"), key=lambda r: r.seed)
+    assert [r.seed for r in vgg] == [0, 1, 2]
+    m = means[key]
+    assert m["seeds"] == 3
+    assert m["trim_vs_pruned"] == pytest.approx(sum(r.trim_vs_pruned for r in vgg) / 3)
+    assert round(m["trim_vs_pruned"], 1) == -52.5
+    assert round(m["trim_vs_r8"], 1) == -8.2
+    assert (round(m["lossless_vs_r8_min"], 2), round(m["lossless_vs_r8_max"], 2)) == (-6.77, -1.31)
+    # a file outside any series keeps its own row
+    assert ("optimize_sms8.json", 8, "vgg16") in so.seed_means(_rows("optimize_sms8.json")[0])
