@@ -8,6 +8,12 @@ or that divide by a channel have no rule here, so they freeze. Between producer 
 channel can take other finite values (Sigmoid(0) = 0.5, and `1 - x` with a per-channel constant,
 padded with 0, makes that -0.5): Sqrt and a fractional Pow, NaN on a negative value, keep a group
 free only where they read something that is never negative.
+
+The unary ops here, and the binary ones with scalar constants, are per element with no
+per-channel parameter, so they also read a flattened map (`spread=True`, registry docstring) and
+pass its spread on: Flatten → Relu/Dropout → Gemm keeps the last conv free. A padded feature they
+make nonzero is read by the classifier's zero weight rows. Sqrt and Pow do not take a spread (they
+freeze there), nor does a binary op whose other operand is traced or a per-feature vector.
 """
 
 from __future__ import annotations
@@ -57,7 +63,7 @@ def _pass_nonnegative_only(ctx: CouplingState, node: onnx.NodeProto, reason: str
     ctx.pass_through(node)
 
 
-@rule(*UNARY, any_axis=True)
+@rule(*UNARY, any_axis=True, spread=True)
 def unary(ctx: CouplingState, node: onnx.NodeProto) -> None:
     ctx.pass_through(node)
 
@@ -86,8 +92,31 @@ def pow_(ctx: CouplingState, node: onnx.NodeProto) -> None:
     ctx.freeze_node(node, f"Pow {ctx.name(node)} has an exponent that is not a positive constant")
 
 
-@rule("Add", "Sum", "Sub", "Mul", "Div", "Max", "Min", "Mean", "PRelu", any_axis=True)
+def _flattened_by_scalars(ctx: CouplingState, node: onnx.NodeProto) -> None:
+    """A flattened map with scalar constants (`x * 0.5`, `Max(x, 0)`): per element, the spread passes.
+
+    A second traced operand, a constant with more than one value (a per-feature vector would need
+    a spread binding) or a traced divisor (a padded 0) freezes, as does a broadcast to another shape.
+    """
+    traced = [i for i, t in enumerate(node.input) if t and not ctx.is_const(t)]
+    consts = [ctx.const(t) for t in node.input if t and ctx.is_const(t)]
+    if (
+        len(traced) == 1
+        and all(c is not None and c.size == 1 for c in consts)
+        and not (node.op_type == "Div" and traced[0] == 1)
+        and ctx.shape(node.output[0]) is not None
+        and ctx.shape(node.output[0]) == ctx.shape(node.input[traced[0]])
+    ):
+        ctx.pass_through(node, traced)
+    else:
+        ctx.freeze_flattened(node)
+
+
+@rule("Add", "Sum", "Sub", "Mul", "Div", "Max", "Min", "Mean", "PRelu", any_axis=True, spread=True)
 def binary(ctx: CouplingState, node: onnx.NodeProto) -> None:
+    if any(t in ctx.spread for t in node.input if t):
+        _flattened_by_scalars(ctx, node)
+        return
     out = node.output[0]
     out_shape = ctx.shape(out)
     if out_shape is None or len(out_shape) < 2:
