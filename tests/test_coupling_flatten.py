@@ -27,8 +27,8 @@ C, HW, CLASSES = 6, 4, 5  # the map before the classifier: [1, 6, 2, 2]
 
 
 def _between(spec: str, x: str, y: str, name: str) -> tuple[onnx.NodeProto, list[onnx.TensorProto]]:
-    """One op from the flattened features `x` to `y`: "Op", or "Op:scalar" (Op(x, 0.5)),
-    "Op:rscalar" (Op(0.5, x)), "Op:vector" (Op(x, one value per feature))."""
+    """One op from the features `x` to `y`: "Op", or "Op:scalar" (Op(x, 0.5)), "Op:rscalar"
+    (Op(0.5, x)), "Op:vector" (Op(x, one value per feature)), "Op:flat" (Op(x, the Flatten's f))."""
     op, _, operand = spec.partition(":")
     attrs = {"LeakyRelu": {"alpha": 0.1}, "Cast": {"to": TensorProto.FLOAT}}.get(op, {})
     if op == "Clip":  # [-0.5, 0.5]: keeps 0 at 0
@@ -36,6 +36,8 @@ def _between(spec: str, x: str, y: str, name: str) -> tuple[onnx.NodeProto, list
         return helper.make_node("Clip", [x, lo.name, hi.name], [y], name=name), [lo, hi]
     if not operand:
         return helper.make_node(op, [x], [y], name=name, **attrs), []
+    if operand == "flat":
+        return helper.make_node(op, [x, "f"], [y], name=name), []
     value = np.full(C * HW if operand == "vector" else (), 0.5, dtype=np.float32)
     const = numpy_helper.from_array(value, f"{name}_k")
     inputs = [const.name, x] if operand == "rscalar" else [x, const.name]
@@ -152,6 +154,8 @@ PER_ELEMENT = [
     ("flatten", "gemm", ("Dropout", "Sigmoid")),
     ("flatten", "gemm", ("Mul:scalar",)),
     ("flatten", "gemm", ("Sub:rscalar",)),
+    ("flatten", "gemm", ("Sigmoid", "Mul:flat")),  # SiLU spelled out: x * Sigmoid(x)
+    ("flatten", "gemm", ("Div:scalar", "Erf", "Add:scalar", "Mul:flat", "Mul:scalar")),  # GELU
     ("explicit", "gemm", ("Relu",)),
     ("flatten", "matmul", ("Relu",)),
     ("flatten", "matmul", ("Sigmoid",)),
@@ -248,7 +252,14 @@ def test_a_zero_channel_is_dead_only_if_the_classifier_reads_zeros(between: str,
 
 @pytest.mark.parametrize(
     "between",
-    [("Softmax",), ("Sqrt",), ("Add:vector",), ("Div:rscalar",), ("Relu", "Softmax")],
+    [
+        ("Softmax",),
+        ("Sqrt",),
+        ("Add:vector",),
+        ("Div:rscalar",),
+        ("Relu", "Softmax"),
+        ("Sigmoid", "Div:flat"),
+    ],
 )
 def test_an_op_that_is_not_per_element_after_the_flatten_freezes(between: tuple[str, ...]) -> None:
     analysis = analyze(classifier_net(between=between))

@@ -24,7 +24,8 @@ the H·W consecutive features c·H·W … (c+1)·H·W − 1, so padding a channe
 one drops a block of them. The flattened tensor keeps the map's layout with a `spread` of H·W; only
 rules registered with `spread=True` may read it, any other freezes ("reads channels flattened with
 their spatial positions"): Gemm and MatMul bind their weights with that spread, and per-element ops
-(Relu, Dropout, Sigmoid …; Add/Mul … of scalar constants) pass it on through `pass_through`.
+(Relu, Dropout, Sigmoid …; Add, Mul … of such features and scalar constants) pass it on through
+`pass_through`.
 A padded feature may become nonzero on the way (Sigmoid(0) = 0.5): the classifier reads it with
 zero weights. Dead-channel detection therefore reads the features the classifier reads, a block of
 `spread` per channel, not the map before the Flatten.
@@ -486,8 +487,8 @@ class CouplingState:
         """Outputs carry the same channels, on the same axis, as the data input(s) (Relu, BatchNorm …).
 
         They also keep the first data input's `spread`: only rules registered with `spread=True` see
-        one, and those call this only with one data input, for an op whose output entry i depends on
-        input entry i alone.
+        one, and those call this only for an op whose output entry i depends on entry i of its data
+        inputs alone, all flattened with the same spread.
         """
         lay: Optional[Layout] = None
         axis, spread = 1, 1

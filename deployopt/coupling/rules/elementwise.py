@@ -9,11 +9,12 @@ channel can take other finite values (Sigmoid(0) = 0.5, and `1 - x` with a per-c
 padded with 0, makes that -0.5): Sqrt and a fractional Pow, NaN on a negative value, keep a group
 free only where they read something that is never negative.
 
-The unary ops here, and the binary ones with scalar constants, are per element with no
-per-channel parameter, so they also read a flattened map (`spread=True`, registry docstring) and
-pass its spread on: Flatten → Relu/Dropout → Gemm keeps the last conv free. A padded feature they
-make nonzero is read by the classifier's zero weight rows. Sqrt and Pow do not take a spread (they
-freeze there), nor does a binary op whose other operand is traced or a per-feature vector.
+The unary ops here, and the binary ones of flattened maps and scalar constants, are per element
+with no per-channel parameter, so they also read a flattened map (`spread=True`, registry
+docstring) and pass its spread on: Flatten → Relu/Dropout → Gemm keeps the last conv free. A padded
+feature they make nonzero is read by the classifier's zero weight rows. Sqrt and Pow do not take a
+spread (they freeze there), nor does a binary op with a per-feature vector or an operand that is
+not flattened alike.
 """
 
 from __future__ import annotations
@@ -92,20 +93,26 @@ def pow_(ctx: CouplingState, node: onnx.NodeProto) -> None:
     ctx.freeze_node(node, f"Pow {ctx.name(node)} has an exponent that is not a positive constant")
 
 
-def _flattened_by_scalars(ctx: CouplingState, node: onnx.NodeProto) -> None:
-    """A flattened map with scalar constants (`x * 0.5`, `Max(x, 0)`): per element, the spread passes.
+def _flattened_per_element(ctx: CouplingState, node: onnx.NodeProto) -> None:
+    """Flattened maps with each other and with scalar constants: per element, the spread passes.
 
-    A second traced operand, a constant with more than one value (a per-feature vector would need
-    a spread binding) or a traced divisor (a padded 0) freezes, as does a broadcast to another shape.
+    `x * 0.5`, `Max(x, 0)`, and GELU or SiLU spelled out (`x * Sigmoid(x)`: both operands flattened
+    alike, feature i of each is channel i // spread, so their channel sets join). A constant with
+    more than one value (a per-feature vector would need a spread binding), an operand that is not
+    flattened with the same spread, a traced divisor (a padded 0) or a broadcast to another shape
+    freezes.
     """
     traced = [i for i, t in enumerate(node.input) if t and not ctx.is_const(t)]
     consts = [ctx.const(t) for t in node.input if t and ctx.is_const(t)]
+    out_shape = ctx.shape(node.output[0])
+    spreads = {ctx.spread.get(node.input[i], 1) for i in traced}
     if (
-        len(traced) == 1
+        len(spreads) == 1
+        and 1 not in spreads
         and all(c is not None and c.size == 1 for c in consts)
-        and not (node.op_type == "Div" and traced[0] == 1)
-        and ctx.shape(node.output[0]) is not None
-        and ctx.shape(node.output[0]) == ctx.shape(node.input[traced[0]])
+        and not (node.op_type == "Div" and 1 in traced)
+        and out_shape is not None
+        and all(ctx.shape(node.input[i]) == out_shape for i in traced)
     ):
         ctx.pass_through(node, traced)
     else:
@@ -115,7 +122,7 @@ def _flattened_by_scalars(ctx: CouplingState, node: onnx.NodeProto) -> None:
 @rule("Add", "Sum", "Sub", "Mul", "Div", "Max", "Min", "Mean", "PRelu", any_axis=True, spread=True)
 def binary(ctx: CouplingState, node: onnx.NodeProto) -> None:
     if any(t in ctx.spread for t in node.input if t):
-        _flattened_by_scalars(ctx, node)
+        _flattened_per_element(ctx, node)
         return
     out = node.output[0]
     out_shape = ctx.shape(out)
