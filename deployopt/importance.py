@@ -77,20 +77,24 @@ def zero_filter_channels(analysis: Analysis, gid: str) -> list[int]:
     return [int(i) for i in np.flatnonzero(zero)]
 
 
-def _observed(analysis: Analysis, gid: str) -> list[tuple[str, int, int]]:
-    """(tensor, channel axis, channel offset) wherever a reducing op reads this group's channels."""
+def _observed(analysis: Analysis, gid: str) -> list[tuple[str, int, int, int]]:
+    """(tensor, channel axis, channel offset, spread) wherever a reducing op reads this group's channels.
+
+    Spread > 1: a classifier reads a flattened map, channel c as the entries c·spread … (c+1)·spread − 1.
+    """
     st = analysis.state
     assert st is not None
-    seen: list[tuple[str, int, int]] = []
+    seen: list[tuple[str, int, int, int]] = []
     for _, tensor in st.consumed:
         lay = st.layout(tensor)
         if lay is None:
             continue
         off = 0
         axis = st.channel_axis(tensor)  # 1, or the last axis where a MatMul reads channels-last
+        spread = st.spread.get(tensor, 1)
         for atom, w in lay:
-            if analysis.group_of_atom(atom) == gid and (tensor, axis, off) not in seen:
-                seen.append((tensor, axis, off))
+            if analysis.group_of_atom(atom) == gid and (tensor, axis, off, spread) not in seen:
+                seen.append((tensor, axis, off, spread))
             off += w
     return seen
 
@@ -127,7 +131,7 @@ def dead_channels_many(model: onnx.ModelProto, analysis: Analysis, gids: list[st
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
     outputs = {o.name for o in probe.graph.output}
-    names = sorted({t for obs in observed.values() for t, _, _ in obs})
+    names = sorted({t for obs in observed.values() for t, _, _, _ in obs})
     for t in names:
         if t not in outputs:
             probe.graph.output.append(onnx.ValueInfoProto(name=t))
@@ -139,7 +143,12 @@ def dead_channels_many(model: onnx.ModelProto, analysis: Analysis, gids: list[st
     for gid, obs in observed.items():
         dead = []
         for c in candidates[gid]:
-            if all(not np.any(np.take(values[t], off + c, axis=axis) != 0) for t, axis, off in obs):
+            # channel c: entries (off + c)·s … (off + c + 1)·s − 1 of the tensor's channel axis
+            reads = (
+                np.take(values[t], np.arange((off + c) * s, (off + c + 1) * s), axis)
+                for t, axis, off, s in obs
+            )
+            if not any(np.any(r != 0) for r in reads):
                 dead.append(c)
         result[gid] = dead
     return result

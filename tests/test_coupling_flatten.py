@@ -2,14 +2,19 @@
 
 Channel c of the [N, C, H, W] map is features c·H·W … (c+1)·H·W − 1 of the flattened [N, C·H·W]
 tensor, so padding the last conv appends H·W zero rows per channel to the classifier's weights and
-trimming drops them: the last conv's width is free. An op other than Gemm/MatMul between the
-Flatten and the classifier freezes it (it would read features, not channels).
+trimming drops them: the last conv's width is free. Per-element ops between the Flatten and the
+classifier (Relu, Dropout, Sigmoid …, a binary op with a scalar constant) keep it free; any other
+op (Softmax, a per-feature constant, a division by the features) freezes it (it would read
+features, not channels).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from test_surgery import run
@@ -21,8 +26,28 @@ from deployopt.surgery import apply_plan, apply_plan_report
 C, HW, CLASSES = 6, 4, 5  # the map before the classifier: [1, 6, 2, 2]
 
 
-def classifier_net(flatten: str = "flatten", head: str = "gemm", between: str = "") -> onnx.ModelProto:
-    """Conv(3→C) → Relu → MaxPool 2 → flatten to [1, C·H·W] → [Relu] → Gemm/MatMul → [1, 5]."""
+def _between(spec: str, x: str, y: str, name: str) -> tuple[onnx.NodeProto, list[onnx.TensorProto]]:
+    """One op from the features `x` to `y`: "Op", or "Op:scalar" (Op(x, 0.5)), "Op:rscalar"
+    (Op(0.5, x)), "Op:vector" (Op(x, one value per feature)), "Op:flat" (Op(x, the Flatten's f))."""
+    op, _, operand = spec.partition(":")
+    attrs = {"LeakyRelu": {"alpha": 0.1}, "Cast": {"to": TensorProto.FLOAT}}.get(op, {})
+    if op == "Clip":  # [-0.5, 0.5]: keeps 0 at 0
+        lo, hi = (numpy_helper.from_array(np.array(v, dtype=np.float32), f"{name}_{v}") for v in (-0.5, 0.5))
+        return helper.make_node("Clip", [x, lo.name, hi.name], [y], name=name), [lo, hi]
+    if not operand:
+        return helper.make_node(op, [x], [y], name=name, **attrs), []
+    if operand == "flat":
+        return helper.make_node(op, [x, "f"], [y], name=name), []
+    value = np.full(C * HW if operand == "vector" else (), 0.5, dtype=np.float32)
+    const = numpy_helper.from_array(value, f"{name}_k")
+    inputs = [const.name, x] if operand == "rscalar" else [x, const.name]
+    return helper.make_node(op, inputs, [y], name=name), [const]
+
+
+def classifier_net(
+    flatten: str = "flatten", head: str = "gemm", between: Sequence[str] = ()
+) -> onnx.ModelProto:
+    """Conv(3→C) → Relu → MaxPool 2 → flatten to [1, C·H·W] → [between ops] → Gemm/MatMul → [1, 5]."""
     rng = np.random.default_rng(0)
     inits = [
         numpy_helper.from_array(rng.standard_normal((C, 3, 3, 3)).astype(np.float32), "w"),
@@ -41,9 +66,11 @@ def classifier_net(flatten: str = "flatten", head: str = "gemm", between: str = 
         inits.append(numpy_helper.from_array(np.array(spec, dtype=np.int64), "spec"))
         nodes.append(helper.make_node("Reshape", ["p", "spec"], ["f"], name="flatten"))
     feat = "f"
-    if between:
-        nodes.append(helper.make_node(between, ["f"], ["f2"], name="between"))
-        feat = "f2"
+    for k, spec in enumerate(between):  # between, between1, …: their outputs f1, f2, …
+        node, consts = _between(spec, feat, f"f{k + 1}", "between" + (str(k) if k else ""))
+        nodes.append(node)
+        inits.extend(consts)
+        feat = f"f{k + 1}"
     fc = rng.standard_normal((CLASSES, C * HW)).astype(np.float32)
     if head == "gemm":
         inits.append(numpy_helper.from_array(fc, "fc_w"))
@@ -114,12 +141,132 @@ def test_pad_then_trim_back_finds_the_padded_channels_dead() -> None:
         np.testing.assert_array_equal(numpy_helper.to_array(t), orig)
 
 
-@pytest.mark.parametrize("between", ["Relu", "Softmax"])
-def test_an_op_between_the_flatten_and_the_classifier_freezes(between: str) -> None:
+#: (flatten, head, ops between the flatten and the classifier) that keep the last conv free
+PER_ELEMENT = [
+    ("flatten", "gemm", ("Relu",)),
+    ("flatten", "gemm", ("Sigmoid",)),
+    ("flatten", "gemm", ("Dropout",)),
+    ("flatten", "gemm", ("Identity",)),
+    ("flatten", "gemm", ("LeakyRelu",)),
+    ("flatten", "gemm", ("Clip",)),
+    ("flatten", "gemm", ("Cast",)),
+    ("flatten", "gemm", ("Relu", "Relu")),
+    ("flatten", "gemm", ("Dropout", "Sigmoid")),
+    ("flatten", "gemm", ("Mul:scalar",)),
+    ("flatten", "gemm", ("Sub:rscalar",)),
+    ("flatten", "gemm", ("Sigmoid", "Mul:flat")),  # SiLU spelled out: x * Sigmoid(x)
+    ("flatten", "gemm", ("Div:scalar", "Erf", "Add:scalar", "Mul:flat", "Mul:scalar")),  # GELU
+    ("explicit", "gemm", ("Relu",)),
+    ("flatten", "matmul", ("Relu",)),
+    ("flatten", "matmul", ("Sigmoid",)),
+    ("flatten", "matmul", ("Dropout",)),
+    ("flatten", "matmul", ("Identity",)),
+]
+
+
+def _outputs(model: onnx.ModelProto, names: list[str]) -> list[np.ndarray]:
+    """The named tensors of one run on run()'s input."""
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names)
+    sess = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(1).standard_normal((1, 3, 4, 4)).astype(np.float32)
+    return sess.run(names, {"x": x})
+
+
+@pytest.mark.parametrize(("flatten", "head", "between"), PER_ELEMENT)
+def test_per_element_ops_after_the_flatten_keep_the_conv_free_and_pad_exactly(
+    flatten: str, head: str, between: tuple[str, ...]
+) -> None:
+    model = classifier_net(flatten, head, between)
+    analysis = analyze(model)
+    conv = analysis.group("conv")
+    assert not conv.frozen and conv.width == C
+    assert "between" in conv.consumers and "fc" in conv.consumers
+    padded = apply_plan(model, {"conv": 16}, analysis)
+    onnx.checker.check_model(padded, full_check=True)
+    fc = {t.name: numpy_helper.to_array(t) for t in padded.graph.initializer}["fc_w"]
+    rows = fc.T if head == "gemm" else fc
+    assert rows.shape == (16 * HW, CLASSES) and not rows[C * HW :].any()
+    np.testing.assert_allclose(run(padded), run(model), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("between", ["Sigmoid", "Sub:rscalar"])
+def test_padded_features_an_op_makes_nonzero_meet_zero_weights(between: str) -> None:
+    model = classifier_net(between=[between])
+    padded = apply_plan(model, {"conv": 16})
+    feats, y = _outputs(padded, ["f1", "y"])
+    np.testing.assert_array_equal(feats[:, C * HW :], 0.5)  # Sigmoid(0), 0.5 - 0: not zero …
+    np.testing.assert_allclose(y, run(model), rtol=0, atol=1e-5)  # … but read with zero weights
+
+
+@pytest.mark.parametrize(("flatten", "head", "between"), PER_ELEMENT)
+def test_trimming_through_per_element_ops_drops_each_channels_block(
+    flatten: str, head: str, between: tuple[str, ...]
+) -> None:
+    model = classifier_net(flatten, head, between)
+    trimmed, (change,) = apply_plan_report(model, {"conv": 4}, analyze(model))
+    onnx.checker.check_model(trimmed, full_check=True)
+    assert change.trimmed == 2 and run(trimmed).shape == (1, CLASSES)
+    w = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    new = {t.name: numpy_helper.to_array(t) for t in trimmed.graph.initializer}
+    kept_channels = [next(c for c in range(C) if np.array_equal(f, w["w"][c])) for f in new["w"]]
+    cols = np.concatenate([np.arange(c * HW, (c + 1) * HW) for c in kept_channels])
+    fc_old, fc_new = (w["fc_w"], new["fc_w"]) if head == "gemm" else (w["fc_w"].T, new["fc_w"].T)
+    np.testing.assert_array_equal(fc_new, fc_old[:, cols])
+
+
+@pytest.mark.parametrize(
+    ("between", "dead"),
+    [(("Relu",), [6, 7, 8]), (("Dropout", "Relu"), [6, 7, 8]), (("Mul:scalar",), [6, 7, 8]),
+     (("Sigmoid",), []), (("Sub:rscalar",), [])],
+)  # fmt: skip
+def test_pad_then_trim_back_through_per_element_ops(between: tuple[str, ...], dead: list[int]) -> None:
+    model = classifier_net(between=between)
+    padded = apply_plan(model, {"conv": 9})
+    panalysis = analyze(padded)
+    # dead where the classifier reads them: after a Sigmoid the padded features are 0.5, not dead
+    assert dead_channels_many(padded, panalysis, ["conv"]) == {"conv": dead}
+    back, (change,) = apply_plan_report(padded, {"conv": C}, panalysis)
+    assert change.trimmed == 3 and change.dead_trimmed == len(dead)
+    orig = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    for t in back.graph.initializer:  # zero filters sort first by L1 whether dead or not
+        np.testing.assert_array_equal(numpy_helper.to_array(t), orig[t.name])
+
+
+@pytest.mark.parametrize(("between", "dead"), [("Relu", True), ("Sigmoid", False)])
+def test_a_zero_channel_is_dead_only_if_the_classifier_reads_zeros(between: str, dead: bool) -> None:
+    model = classifier_net(between=[between])
+    for t in model.graph.initializer:  # conv channel 2: zero filter and bias, so 0 in the map
+        if t.name in ("w", "b"):
+            arr = numpy_helper.to_array(t).copy()
+            arr[2] = 0
+            t.CopyFrom(numpy_helper.from_array(arr, t.name))
+    analysis = analyze(model)
+    assert dead_channels_many(model, analysis, ["conv"]) == {"conv": [2] if dead else []}
+    trimmed, (change,) = apply_plan_report(model, {"conv": C - 1}, analysis)
+    assert change.dead_trimmed == int(dead)
+    # Sigmoid(0) = 0.5 times the classifier's channel-2 rows: dropping it is not exact
+    assert np.allclose(run(trimmed), run(model), rtol=0, atol=1e-5) == dead
+
+
+@pytest.mark.parametrize(
+    "between",
+    [
+        ("Softmax",),
+        ("Sqrt",),
+        ("Add:vector",),
+        ("Div:rscalar",),
+        ("Relu", "Softmax"),
+        ("Sigmoid", "Div:flat"),
+    ],
+)
+def test_an_op_that_is_not_per_element_after_the_flatten_freezes(between: tuple[str, ...]) -> None:
     analysis = analyze(classifier_net(between=between))
     conv = analysis.group("conv")
     assert conv.frozen
-    assert conv.reason == f"{between} between reads channels flattened with their spatial positions"
+    op, name = between[-1].partition(":")[0], "between" + (str(len(between) - 1) if len(between) > 1 else "")
+    assert conv.reason == f"{op} {name} reads channels flattened with their spatial positions"
 
 
 def test_flatten_from_another_axis_still_freezes() -> None:

@@ -22,8 +22,13 @@ so a rule written for NCHW can never misread a channels-last tensor.
 Flattened channels: a Flatten (or Reshape) of an [N, C, H, W] map to [N, C·H·W] keeps channel c as
 the H·W consecutive features c·H·W … (c+1)·H·W − 1, so padding a channel appends features and trimming
 one drops a block of them. The flattened tensor keeps the map's layout with a `spread` of H·W; only
-rules registered with `spread=True` (Gemm, MatMul: they bind their weights with that spread) may
-read it, any other freezes ("reads channels flattened with their spatial positions").
+rules registered with `spread=True` may read it, any other freezes ("reads channels flattened with
+their spatial positions"): Gemm and MatMul bind their weights with that spread, and per-element ops
+(Relu, Dropout, Sigmoid …; Add, Mul … of such features and scalar constants) pass it on through
+`pass_through`.
+A padded feature may become nonzero on the way (Sigmoid(0) = 0.5): the classifier reads it with
+zero weights. Dead-channel detection therefore reads the features the classifier reads, a block of
+`spread` per channel, not the map before the Flatten.
 """
 
 from __future__ import annotations
@@ -145,7 +150,6 @@ class CouplingState:
         self.layouts: dict[str, Layout] = {}
         self.axes: dict[str, int] = {}  # channel axis of a tensor, where it is not axis 1
         self.spread: dict[str, int] = {}  # entries per channel, where a Flatten spread them (H·W)
-        self.spread_source: dict[str, str] = {}  # … and the map it flattened (what a Gemm reduces)
         self.shapes: dict[str, list[int]] = {}
         self.bindings: list[Binding] = []
         self.attr_edits: list[AttrEdit] = []
@@ -457,10 +461,10 @@ class CouplingState:
     def edit_shape(self, init: str, index: int, layout: Layout, node: onnx.NodeProto, scale: int = 1) -> None:
         self.shape_edits.append(ShapeEdit(init, index, self.current(layout), self.index(node), scale))
 
-    def set_spread(self, tensor: str, source: str, spread: int) -> None:
-        """`tensor` holds `source`'s channels flattened: `spread` consecutive entries per channel."""
-        self.spread[tensor] = spread
-        self.spread_source[tensor] = source
+    def set_spread(self, tensor: str, spread: int) -> None:
+        """`tensor` holds a map's channels flattened: `spread` consecutive entries per channel."""
+        if spread > 1 and tensor:
+            self.spread[tensor] = spread
 
     # ----- common rule bodies ----------------------------------------------------------------
     def freeze_node(self, node: onnx.NodeProto, reason: str) -> None:
@@ -473,10 +477,21 @@ class CouplingState:
             if width is not None:
                 self.set_layout(t, self.new_layout(node, width, frozen=reason, output=k))
 
+    def freeze_flattened(self, node: onnx.NodeProto) -> None:
+        """Freeze a node that reads a flattened map's features as if they were channels."""
+        self.freeze_node(
+            node, f"{node.op_type} {self.name(node)} reads channels flattened with their spatial positions"
+        )
+
     def pass_through(self, node: onnx.NodeProto, data_inputs: Iterable[int] = (0,)) -> Optional[Layout]:
-        """Outputs carry the same channels, on the same axis, as the data input(s) (Relu, BatchNorm …)."""
+        """Outputs carry the same channels, on the same axis, as the data input(s) (Relu, BatchNorm …).
+
+        They also keep the first data input's `spread`: only rules registered with `spread=True` see
+        one, and those call this only for an op whose output entry i depends on entry i of its data
+        inputs alone, all flattened with the same spread.
+        """
         lay: Optional[Layout] = None
-        axis = 1
+        axis, spread = 1, 1
         for i in data_inputs:
             if i < len(node.input) and node.input[i]:
                 cur = self.layout(node.input[i])
@@ -484,6 +499,7 @@ class CouplingState:
                     continue
                 if lay is None:
                     lay, axis = cur, self.channel_axis(node.input[i])
+                    spread = self.spread.get(node.input[i], 1)
                 elif self.channel_axis(node.input[i]) != axis:
                     reason = f"{node.op_type} {self.name(node)} joins channels that lie on different axes"
                     self.freeze(lay, reason)
@@ -495,6 +511,7 @@ class CouplingState:
         width = sum(w for _, w in lay)
         for t in node.output:
             self.set_axis(t, axis)
+            self.set_spread(t, spread)
             out = self.channels(t) if t else None
             if out is not None and out != width:
                 self.freeze(lay, f"{node.op_type} {self.name(node)} changes the channel count")
@@ -528,10 +545,7 @@ class CouplingState:
                     node, f"{node.op_type} {self.name(node)} expects channels on axis 1, not axis {moved}"
                 )
             elif spread:
-                self.freeze_node(
-                    node,
-                    f"{node.op_type} {self.name(node)} reads channels flattened with their spatial positions",
-                )
+                self.freeze_flattened(node)
             else:
                 fn(self, node)
         for out in self.graph.output:

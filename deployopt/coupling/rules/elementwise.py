@@ -8,6 +8,13 @@ or that divide by a channel have no rule here, so they freeze. Between producer 
 channel can take other finite values (Sigmoid(0) = 0.5, and `1 - x` with a per-channel constant,
 padded with 0, makes that -0.5): Sqrt and a fractional Pow, NaN on a negative value, keep a group
 free only where they read something that is never negative.
+
+The unary ops here, and the binary ones of flattened maps and scalar constants, are per element
+with no per-channel parameter, so they also read a flattened map (`spread=True`, registry
+docstring) and pass its spread on: Flatten → Relu/Dropout → Gemm keeps the last conv free. A padded
+feature they make nonzero is read by the classifier's zero weight rows. Sqrt and Pow do not take a
+spread (they freeze there), nor does a binary op with a per-feature vector or an operand that is
+not flattened alike.
 """
 
 from __future__ import annotations
@@ -57,7 +64,7 @@ def _pass_nonnegative_only(ctx: CouplingState, node: onnx.NodeProto, reason: str
     ctx.pass_through(node)
 
 
-@rule(*UNARY, any_axis=True)
+@rule(*UNARY, any_axis=True, spread=True)
 def unary(ctx: CouplingState, node: onnx.NodeProto) -> None:
     ctx.pass_through(node)
 
@@ -86,8 +93,37 @@ def pow_(ctx: CouplingState, node: onnx.NodeProto) -> None:
     ctx.freeze_node(node, f"Pow {ctx.name(node)} has an exponent that is not a positive constant")
 
 
-@rule("Add", "Sum", "Sub", "Mul", "Div", "Max", "Min", "Mean", "PRelu", any_axis=True)
+def _flattened_per_element(ctx: CouplingState, node: onnx.NodeProto) -> None:
+    """Flattened maps with each other and with scalar constants: per element, the spread passes.
+
+    `x * 0.5`, `Max(x, 0)`, and GELU or SiLU spelled out (`x * Sigmoid(x)`: both operands flattened
+    alike, feature i of each is channel i // spread, so their channel sets join). A constant with
+    more than one value (a per-feature vector would need a spread binding), an operand that is not
+    flattened with the same spread, a traced divisor (a padded 0) or a broadcast to another shape
+    freezes.
+    """
+    traced = [i for i, t in enumerate(node.input) if t and not ctx.is_const(t)]
+    consts = [ctx.const(t) for t in node.input if t and ctx.is_const(t)]
+    out_shape = ctx.shape(node.output[0])
+    spreads = {ctx.spread.get(node.input[i], 1) for i in traced}
+    if (
+        len(spreads) == 1
+        and 1 not in spreads
+        and all(c is not None and c.size == 1 for c in consts)
+        and not (node.op_type == "Div" and 1 in traced)
+        and out_shape is not None
+        and all(ctx.shape(node.input[i]) == out_shape for i in traced)
+    ):
+        ctx.pass_through(node, traced)
+    else:
+        ctx.freeze_flattened(node)
+
+
+@rule("Add", "Sum", "Sub", "Mul", "Div", "Max", "Min", "Mean", "PRelu", any_axis=True, spread=True)
 def binary(ctx: CouplingState, node: onnx.NodeProto) -> None:
+    if any(t in ctx.spread for t in node.input if t):
+        _flattened_per_element(ctx, node)
+        return
     out = node.output[0]
     out_shape = ctx.shape(out)
     if out_shape is None or len(out_shape) < 2:

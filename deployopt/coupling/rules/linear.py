@@ -3,8 +3,9 @@
 Gemm's input is 2-D only after Flatten/GlobalAveragePool; the shape rules make sure a 2-D layout
 means one feature per channel (1×1 spatial) or H·W consecutive features per channel (a flattened
 map: `ctx.spread`, bound with the weights so padding a channel adds H·W zero rows); otherwise the
-features are frozen before they get here. The reduction is recorded on the map itself, so
-dead-channel detection reads channels, not features.
+features are frozen before they get here. The reduction is recorded on the features the weights
+read (a per-element op between, Sigmoid(0) = 0.5, can make a zero channel of the map nonzero
+there), and dead-channel detection reads each channel's block of `spread` features.
 MatMul also takes [..., C] features with the channels on the last axis (an NHWC map after a
 Transpose, as in ConvNeXt's pointwise "Linear" layers, or [N, L, C] tokens) times [C, D] weights:
 its output has the new channel set on its last axis.
@@ -37,7 +38,7 @@ def gemm(ctx: CouplingState, node: onnx.NodeProto) -> None:
         ctx.bind(c, bias.ndim - 1, out, 0.0, node)
     elif c and bias is None:
         ctx.freeze(out, f"Gemm {ctx.name(node)} adds a computed bias")
-    ctx.consume(ctx.spread_source.get(a, a), node)
+    ctx.consume(a, node)
     ctx.set_layout(node.output[0], out)
 
 
@@ -60,5 +61,5 @@ def matmul(ctx: CouplingState, node: onnx.NodeProto) -> None:
     out = ctx.new_layout(node, int(weight.shape[1]))
     ctx.bind(b, 0, al, 0.0, node, spread=ctx.spread.get(a, 1))
     ctx.bind(b, 1, out, 0.0, node)
-    ctx.consume(ctx.spread_source.get(a, a), node)
+    ctx.consume(a, node)
     ctx.set_layout(node.output[0], out, len(ctx.shape(node.output[0]) or a_shape) - 1)

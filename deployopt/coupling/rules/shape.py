@@ -3,11 +3,11 @@
 Flatten/Reshape of a 1×1-spatial map (after GlobalAveragePool) to [N, C] keeps channel i as
 feature i, so a following Gemm/MatMul consumes the group. Of an [N, C, H, W] map to [N, C·H·W]
 (VGG's and AlexNet's classifier), channel c becomes the H·W features c·H·W …: the output keeps the
-map's channels with a spread of H·W, which only a Gemm/MatMul may read (registry docstring). A
-Transpose only moves axes, so it moves the channel axis to where its perm puts it (NCHW -> NHWC and
-back in ConvNeXt blocks); the ops after it see the channels there (`ctx.channel_axis`). Anything
-else that mixes the channel axis with other axes (a Reshape that splits C, a Flatten from another
-axis) freezes the channels it touches.
+map's channels with a spread of H·W, which only a Gemm/MatMul or a per-element op may read
+(registry docstring). A Transpose only moves axes, so it moves the channel axis to where its perm
+puts it (NCHW -> NHWC and back in ConvNeXt blocks); the ops after it see the channels there
+(`ctx.channel_axis`). Anything else that mixes the channel axis with other axes (a Reshape that
+splits C, a Flatten from another axis) freezes the channels it touches.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def _spread(ctx: CouplingState, node: onnx.NodeProto) -> int:
     if hw <= 1 or ctx.layout(x) is None:
         return 0
     ctx.set_layout(y, ctx.layout(x), 1)
-    ctx.set_spread(y, x, hw)
+    ctx.set_spread(y, hw)
     return hw
 
 
