@@ -303,6 +303,11 @@ class Optimizer:
             self.target.check_dtype(cfg.dtype)
         self.loaded = prepare_model(cfg.model_path, cfg.batch, cfg.input_shapes)
         self.model = self.loaded.model
+        if cfg.fidelity:  # random samples are drawn all at once; a data file may give just one
+            from deployopt.memory import require_fidelity_memory
+
+            samples = cfg.fidelity_samples if cfg.calibration_data is None else 1
+            require_fidelity_memory(self.model, None, samples)
         self.analysis = analyze(self.model)
         free = list(self.analysis.free_groups())
         if not free:
@@ -881,6 +886,7 @@ class Optimizer:
             else:
                 session_cm = self._open_session()
                 self.session = session_cm
+            self.session.check_memory(self.loaded)  # a batch that cannot fit fails before OUTDIR exists
             if cfg.force and not cfg.resume:
                 _clear_outdir(self.outdir)
             elif cfg.resume:
