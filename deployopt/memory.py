@@ -207,6 +207,12 @@ def available_host_bytes() -> int | None:
         return None
 
 
+def check_enabled() -> bool:
+    """False when DEPLOYOPT_MEMORY_CHECK is 0/off/no/false: for hosts whose free memory reads low,
+    e.g. VMs whose memory grows as it is used (MemTotal starts far below the real limit)."""
+    return os.environ.get("DEPLOYOPT_MEMORY_CHECK", "").strip().lower() not in {"0", "off", "no", "false"}
+
+
 def _gib(n: int) -> str:
     return f"{n / GIB:.1f} GiB" if n >= GIB / 10 else f"{n / (1 << 20):.1f} MiB"
 
@@ -232,7 +238,7 @@ def require_memory(
 ) -> None:
     """Raise InsufficientMemory when `needed` is more than `available` bytes; None for either
     skips the check. `where` names the backend and the memory, e.g. "onnxruntime, host memory"."""
-    if needed is None or available is None or needed.total <= available:
+    if needed is None or available is None or needed.total <= available or not check_enabled():
         return
     parts = ["inputs"] + ["weights"] * bool(needed.weights) + ["activations"] * bool(needed.activations)
     what = f"{', '.join(parts[:-1])} and {parts[-1]}" if len(parts) > 1 else parts[0]

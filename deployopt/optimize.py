@@ -886,7 +886,10 @@ class Optimizer:
             else:
                 session_cm = self._open_session()
                 self.session = session_cm
-            self.session.check_memory(self.loaded)  # a batch that cannot fit fails before OUTDIR exists
+            # a batch that cannot fit fails before OUTDIR exists (a duck-typed session may lack the hook)
+            check_memory = getattr(self.session, "check_memory", None)
+            if check_memory is not None:
+                check_memory(self.loaded)
             if cfg.force and not cfg.resume:
                 _clear_outdir(self.outdir)
             elif cfg.resume:

@@ -146,6 +146,16 @@ def test_a_batch_that_cannot_fit_is_one_line_before_anything_runs(
     assert not out_file.exists()
 
 
+def test_the_check_can_be_turned_off(monkeypatch: pytest.MonkeyPatch, capsys: Any, conv_path: Path) -> None:
+    monkeypatch.setattr(memory, "available_host_bytes", lambda: 1 << 20)
+    monkeypatch.setenv("DEPLOYOPT_MEMORY_CHECK", "0")
+    code, _, err = run_cli(monkeypatch, capsys, "bench", str(conv_path), "--batch", "4096", "--runs", "2")
+    assert code == 0, err
+    monkeypatch.setenv("DEPLOYOPT_MEMORY_CHECK", "1")  # anything else keeps it on
+    code, _, err = run_cli(monkeypatch, capsys, "bench", str(conv_path), "--batch", "4096", "--runs", "2")
+    assert code == 2 and "needs at least 24.0 MiB" in err
+
+
 def test_a_batch_that_fits_still_runs(
     monkeypatch: pytest.MonkeyPatch, capsys: Any, conv_path: Path, tmp_path: Path
 ) -> None:
