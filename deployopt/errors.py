@@ -39,3 +39,7 @@ class DataError(DeployoptError):
 
 class OutputError(DeployoptError):
     """An output path cannot be written: a folder, under a file, read-only, no space."""
+
+
+class InsufficientMemory(DeployoptError):
+    """A run would need more memory than is free (a pre-flight lower bound, deployopt.memory)."""

@@ -303,6 +303,11 @@ class Optimizer:
             self.target.check_dtype(cfg.dtype)
         self.loaded = prepare_model(cfg.model_path, cfg.batch, cfg.input_shapes)
         self.model = self.loaded.model
+        if cfg.fidelity:  # random samples are drawn all at once; a data file may give just one
+            from deployopt.memory import require_fidelity_memory
+
+            samples = cfg.fidelity_samples if cfg.calibration_data is None else 1
+            require_fidelity_memory(self.model, None, samples)
         self.analysis = analyze(self.model)
         free = list(self.analysis.free_groups())
         if not free:
@@ -881,6 +886,10 @@ class Optimizer:
             else:
                 session_cm = self._open_session()
                 self.session = session_cm
+            # a batch that cannot fit fails before OUTDIR exists (a duck-typed session may lack the hook)
+            check_memory = getattr(self.session, "check_memory", None)
+            if check_memory is not None:
+                check_memory(self.loaded)
             if cfg.force and not cfg.resume:
                 _clear_outdir(self.outdir)
             elif cfg.resume:

@@ -12,11 +12,14 @@ import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from deployopt.errors import BackendUnavailable
 from deployopt.layers import ConvShape
 from deployopt.timing import Timing
+
+if TYPE_CHECKING:
+    from deployopt.model import LoadedModel
 
 DTYPES = ("fp32", "fp16", "int8")
 
@@ -113,6 +116,11 @@ class Session(ABC):
     @abstractmethod
     def measure(self, model_path: Path) -> Timing:
         """End-to-end latency of one model."""
+
+    def check_memory(self, loaded: LoadedModel) -> None:  # noqa: B027  (optional hook)
+        """Fail with one line (InsufficientMemory) when `loaded` cannot fit where this backend runs
+        it, before anything is allocated (deployopt.memory). The default checks nothing: a backend
+        that runs nothing here (the wave model), or builds on a device it cannot query yet."""
 
     def profile(self, model_path: Path, kernels: bool = False) -> Profile:
         raise BackendUnavailable(f"backend {self.backend.name!r} has no per-layer profiler")

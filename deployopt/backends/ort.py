@@ -266,9 +266,18 @@ class OrtSession(Session):
         dims = next(iter(loaded.input_shapes.values()), [])
         return dims[0] if dims else None
 
+    def check_memory(self, loaded: LoadedModel) -> None:
+        """Host memory: everything on the CPU provider; with the CUDA EP the activations live on the
+        GPU, which is not queried (only the inputs and weights the host holds are checked)."""
+        from deployopt.memory import require_host_memory
+
+        on_host = self.providers[0] == "CPUExecutionProvider"
+        require_host_memory(loaded.model, "onnxruntime, host memory", activations=on_host)
+
     def measure(self, model_path: Path) -> Timing:
         opts = self.options
         loaded = prepare_model(model_path, opts.batch, opts.input_shapes)
+        self.check_memory(loaded)
         sess = self._session(loaded.model)
         feeds = random_inputs(loaded.model)
         self._run(sess, feeds, opts.warmup)
@@ -288,6 +297,7 @@ class OrtSession(Session):
             )
         opts = self.options
         loaded = prepare_model(model_path, opts.batch, opts.input_shapes)
+        self.check_memory(loaded)
         feeds = random_inputs(loaded.model)
         with tempfile.TemporaryDirectory(prefix="deployopt-ort-") as tmp:
             sess = self._session(loaded.model, profile_dir=tmp)

@@ -21,13 +21,16 @@ import tempfile
 import threading
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from deployopt import errors
 from deployopt.backends.base import Backend, KernelRecord, LayerTime, MeasureOptions, Profile, Session
 from deployopt.errors import BackendFailed, BackendUnavailable, DeployoptError
 from deployopt.layers import ConvShape
 from deployopt.timing import Timing
+
+if TYPE_CHECKING:
+    from deployopt.model import LoadedModel
 
 INSTALL_HINT = "pip install 'deployopt[torch]'"
 SM_GRANULARITY = 8  # green contexts on the H200 come in multiples of 8 SMs (FINDINGS §1)
@@ -200,6 +203,13 @@ class TorchSession(Session):
             **more,
         }
         return self._call(req, f"{'timing' if op == 'measure' else 'profiling'} {path.name}")
+
+    def check_memory(self, loaded: LoadedModel) -> None:
+        """Host memory only, here in the parent (on CUDA: the inputs and weights it stages); the
+        worker checks the GPU's free memory itself when it loads the model."""
+        from deployopt.memory import require_host_memory
+
+        require_host_memory(loaded.model, "torch, host memory", activations=not self.cuda)
 
     def measure(self, model_path: Path) -> Timing:
         return Timing.from_json(self._model_request("measure", model_path)["timing"])

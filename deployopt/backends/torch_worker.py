@@ -218,6 +218,21 @@ class Worker:
 
     # -- models -----------------------------------------------------------------------------
 
+    def check_memory(self, model: Any) -> None:
+        """Before converting: host memory for the inputs and weights (and on CPU the activations);
+        on CUDA everything at the run's dtype against the GPU's free memory, counting what
+        PyTorch's caching allocator holds unused (earlier models') as free. A green context
+        limits SMs, not memory: the whole GPU's memory is what there is."""
+        from deployopt.memory import estimate_run, require_host_memory, require_memory
+
+        require_host_memory(model, "torch, host memory", activations=not self.cuda)
+        if self.cuda:
+            cuda = self.torch.cuda
+            free, _ = cuda.mem_get_info()
+            free += cuda.memory_reserved() - cuda.memory_allocated()
+            est = estimate_run(model, float_bytes=2 if self.dtype_name == "fp16" else None)
+            require_memory(est, free, model, "torch, GPU memory")
+
     def load(self, req: dict[str, Any]) -> tuple[Any, list[Any], Any, int | None]:
         """(torch module, inputs, onnx model, batch) for a request's model."""
         from deployopt.backends.ort import prepare_model
@@ -225,6 +240,7 @@ class Worker:
 
         try:
             loaded = prepare_model(req["path"], req.get("batch"), req.get("input_shapes") or {})
+            self.check_memory(loaded.model)
         except DeployoptError as exc:
             raise WorkerError(type(exc).__name__, str(exc)) from None
         try:

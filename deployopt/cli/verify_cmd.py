@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.table import Table
@@ -26,6 +26,10 @@ from deployopt.fidelity import (
     compare_models,
     load_calibration,
 )
+from deployopt.memory import require_fidelity_memory
+
+if TYPE_CHECKING:
+    from deployopt.model import LoadedModel
 
 
 def _floats(value: str, option: str) -> list[float]:
@@ -40,12 +44,11 @@ def _floats(value: str, option: str) -> list[float]:
     return vals
 
 
-def _model_inputs(path: Path, requested: dict[str, list[int]]) -> tuple[dict[str, list[int]], list[str]]:
-    """Static input shapes of the model at `path` (load_model fixes a dynamic batch to 1, with a notice)."""
+def _load(path: Path, requested: dict[str, list[int]]) -> LoadedModel:
+    """The model at `path` with static input shapes (load_model fixes a dynamic batch to 1, with a notice)."""
     from deployopt.model import load_model
 
-    loaded = load_model(path, requested)
-    return loaded.input_shapes, list(loaded.notices)
+    return load_model(path, requested)
 
 
 def _fmt(x: float | None, spec: str) -> str:
@@ -164,10 +167,19 @@ def verify(
     if rel_error is not None and (max_abs_error is None or rel_error < 0):
         raise DataError(f"--rel-error {rel_error}: needs --max-abs-error, and a fraction ≥ 0")
     requested = parse_input_shapes(input_shape)
-    ref_inputs, notices = _model_inputs(reference, requested)
-    cand_inputs, cand_notices = _model_inputs(candidate, requested)
+    ref, cand = _load(reference, requested), _load(candidate, requested)
+    ref_inputs, cand_inputs = ref.input_shapes, cand.input_shapes
+    notices, cand_notices = list(ref.notices), list(cand.notices)
     if list(ref_inputs.values()) != list(cand_inputs.values()):
         raise DataError(f"input shapes differ: reference {ref_inputs}, candidate {cand_inputs}")
+    # random inputs are --count samples drawn at once; a data file may hold a single one
+    require_fidelity_memory(
+        ref.model,
+        cand.model,
+        count if calibration_data is None else 1,
+        "try a smaller --input-shape or --count",
+    )
+    del ref, cand  # compare_models loads both again in onnxruntime
     calib = load_calibration(
         calibration_data,
         ref_inputs,
