@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,13 @@ import onnx
 from deployopt.errors import InsufficientMemory
 
 GIB = 1 << 30
+#: A floor above this share of the free memory is warned about: real peaks are often 2–3× the floor.
+WARN_SHARE = 0.5
+
+
+class MemoryRiskWarning(UserWarning):
+    """The run fits the floor but may not fit its real peak (the CLI prints it as one line)."""
+
 
 #: Ops whose output may be a view of their first input (no new buffer): a view counts as its input.
 VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"})
@@ -236,16 +244,22 @@ def require_memory(
     where: str,
     hint: str = "try a smaller --batch or --input-shape",
 ) -> None:
-    """Raise InsufficientMemory when `needed` is more than `available` bytes; None for either
-    skips the check. `where` names the backend and the memory, e.g. "onnxruntime, host memory"."""
-    if needed is None or available is None or needed.total <= available or not check_enabled():
+    """Raise InsufficientMemory when `needed` is more than `available` bytes, and warn
+    (MemoryRiskWarning) when it is more than half of them; None for either skips the check.
+    `where` names the backend and the memory, e.g. "onnxruntime, host memory"."""
+    if needed is None or available is None or not check_enabled():
         return
     parts = ["inputs"] + ["weights"] * bool(needed.weights) + ["activations"] * bool(needed.activations)
     what = f"{', '.join(parts[:-1])} and {parts[-1]}" if len(parts) > 1 else parts[0]
-    raise InsufficientMemory(
+    line = (
         f"{_what(model)} needs at least {_gib(needed.total)} for {what} ({where}), "
-        f"{_gib(available)} available; {hint}"
+        f"{_gib(available)} available"
     )
+    if needed.total > available:
+        raise InsufficientMemory(f"{line}; {hint}")
+    if needed.total > WARN_SHARE * available:
+        # a floor: the real peak is often 2–3× it, and the OOM killer ends a process without a word
+        warnings.warn(f"{line}; the run may be killed for memory ({hint})", MemoryRiskWarning, stacklevel=2)
 
 
 def require_host_memory(

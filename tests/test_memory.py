@@ -282,3 +282,23 @@ def test_torch_worker_checks_host_and_gpu_memory(monkeypatch: pytest.MonkeyPatch
         "batch 1048576 needs at least 2.0 GiB for inputs, weights and activations (torch, GPU memory), "
         "1.2 GiB available; try a smaller --batch or --input-shape"
     )
+
+
+def test_a_batch_close_to_the_memory_it_has_runs_with_a_one_line_warning(
+    monkeypatch: pytest.MonkeyPatch, capsys: Any, conv_path: Path
+) -> None:
+    """Above half of what is free the floor still fits, but the real peak (2–3× the floor) may not:
+    the run goes on, and says so in one line first. Below half: no word."""
+    need = estimate_run(prepare_model(conv_path, batch=4096).model).total
+    monkeypatch.setattr(memory, "available_host_bytes", lambda: need + need // 2)
+    code, _, err = run_cli(monkeypatch, capsys, "bench", str(conv_path), "--batch", "4096", "--runs", "2")
+    assert code == 0, err
+    lines = [x for x in err.splitlines() if x.startswith("warning:")]
+    assert lines == [
+        "warning: batch 4096 needs at least 24.0 MiB for inputs, weights and activations (onnxruntime, "
+        "host memory), 36.0 MiB available; the run may be killed for memory (try a smaller --batch or "
+        "--input-shape)"
+    ], err
+    monkeypatch.setattr(memory, "available_host_bytes", lambda: 2 * need + 1)
+    code, _, err = run_cli(monkeypatch, capsys, "bench", str(conv_path), "--batch", "4096", "--runs", "2")
+    assert code == 0 and "warning:" not in err, err

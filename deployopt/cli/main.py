@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+import warnings
+from typing import Any
 
 import typer
 
@@ -47,7 +49,32 @@ def _memory_hint() -> str:
     return "try a smaller --batch or --input-shape"
 
 
+def _show_warning(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+    """deployopt's own warnings (a run close to the memory it has) as one `warning:` line; others
+    as Python prints them."""
+    from deployopt.memory import MemoryRiskWarning
+
+    if issubclass(category, MemoryRiskWarning):
+        err_console.print(
+            f"warning: {message}", style="yellow", markup=False, highlight=False, soft_wrap=True
+        )
+    else:
+        _python_show_warning(message, category, *args, **kwargs)
+
+
+_python_show_warning = warnings.showwarning
+
+
 def main() -> None:
+    from deployopt.memory import MemoryRiskWarning
+
+    with warnings.catch_warnings():  # restores Python's own printer afterwards (in-process callers, tests)
+        warnings.simplefilter("always", MemoryRiskWarning)  # every run that is close says so
+        warnings.showwarning = _show_warning
+        _main()
+
+
+def _main() -> None:
     try:
         # not standalone: a usage error comes here as an exception, not as rich's multi-line box
         code = app(prog_name="deployopt", standalone_mode=False)
