@@ -302,3 +302,33 @@ def test_a_batch_close_to_the_memory_it_has_runs_with_a_one_line_warning(
     monkeypatch.setattr(memory, "available_host_bytes", lambda: 2 * need + 1)
     code, _, err = run_cli(monkeypatch, capsys, "bench", str(conv_path), "--batch", "4096", "--runs", "2")
     assert code == 0 and "warning:" not in err, err
+
+
+def test_the_torch_workers_memory_warnings_reach_the_parent() -> None:
+    """The worker is another process: its MemoryRiskWarning travels in the answer ("warnings") and
+    is raised again in the parent, where the CLI prints it."""
+    import io
+    import queue
+    import warnings
+
+    from deployopt.backends.torch import WorkerProcess
+    from deployopt.backends.torch_worker import _with_warnings
+
+    def measure(req: dict[str, Any]) -> dict[str, Any]:
+        warnings.warn(
+            "batch 8 needs at least 1.0 GiB … (torch, GPU memory)", memory.MemoryRiskWarning, stacklevel=1
+        )
+        warnings.warn("something else", DeprecationWarning, stacklevel=1)
+        return {"median_us": 1.0}
+
+    with warnings.catch_warnings(record=True):
+        answer = _with_warnings(measure, {})
+    assert answer == {"median_us": 1.0, "warnings": ["batch 8 needs at least 1.0 GiB … (torch, GPU memory)"]}
+    assert _with_warnings(lambda req: {"median_us": 2.0}, {}) == {"median_us": 2.0}
+
+    parent = WorkerProcess.__new__(WorkerProcess)
+    parent.proc = type("FakeProc", (), {"stdin": io.StringIO()})()
+    parent._lines = queue.Queue()
+    parent._lines.put(json.dumps({"ok": True, **answer}))
+    with pytest.warns(memory.MemoryRiskWarning, match=r"1\.0 GiB … \(torch, GPU memory\)"):
+        assert parent.request({"op": "measure"}, 1.0, "measuring")["median_us"] == 1.0

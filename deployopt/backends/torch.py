@@ -132,6 +132,13 @@ class WorkerProcess:
         resp = json.loads(line)
         if not resp.get("ok"):
             raise _error_class(resp.get("type", "BackendFailed"))(resp.get("error", "torch worker failed"))
+        if resp.get("warnings"):  # raised again here, where the CLI prints them (memory.MemoryRiskWarning)
+            import warnings
+
+            from deployopt.memory import MemoryRiskWarning
+
+            for message in resp["warnings"]:
+                warnings.warn(message, MemoryRiskWarning, stacklevel=2)
         return resp
 
     def alive(self) -> bool:

@@ -528,6 +528,20 @@ def module_to_onnx_node(model: Any) -> dict[str, str]:
     return out
 
 
+def _with_warnings(fn: Any, req: dict[str, Any]) -> dict[str, Any]:
+    """`fn(req)`, with the memory warnings it raised as "warnings" (one line each): the parent
+    raises them again, so a run close to the GPU's memory says so on the user's terminal."""
+    import warnings
+
+    from deployopt.memory import MemoryRiskWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", MemoryRiskWarning)
+        answer = fn(req)
+    lines = [str(w.message) for w in caught if issubclass(w.category, MemoryRiskWarning)]
+    return {**answer, "warnings": lines} if lines else answer
+
+
 def serve(stdin: Any, proto: Any) -> int:
     def send(obj: dict[str, Any]) -> None:
         proto.write(json.dumps(obj) + "\n")
@@ -564,7 +578,7 @@ def serve(stdin: Any, proto: Any) -> int:
             elif op == "_exit":
                 os._exit(int(req.get("code", 3)))
             elif op in ("measure", "profile", "convs"):
-                send({"ok": True, **getattr(worker, op)(req)})
+                send({"ok": True, **_with_warnings(getattr(worker, op), req)})
             else:
                 fail("BackendFailed", f"unknown worker op {op!r}")
         except WorkerError as exc:
