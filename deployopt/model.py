@@ -32,6 +32,9 @@ UNSHARE_MAX_ELEMENTS = 4096
 
 #: Ops that make a graph worth running through onnx-graphsurgeon's constant folding.
 _FOLD_HINT_OPS = frozenset({"Constant", "ConstantOfShape", "Shape", "Size"})
+#: Never folded: a Q/DQ of constants is a quantized weight (int8 → DequantizeLinear → Conv), which
+#: TensorRT needs as it is to build INT8 kernels; folding it would leave float weights.
+_KEEP_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 
 
 @dataclass
@@ -164,7 +167,7 @@ def _needs_folding(model: onnx.ModelProto) -> bool:
         if node.op_type in _FOLD_HINT_OPS:
             return True
         ins = [i for i in node.input if i]
-        if ins and all(i in const for i in ins):
+        if ins and all(i in const for i in ins) and node.op_type not in _KEEP_OPS:
             return True
     return False
 
@@ -205,7 +208,7 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     try:
         graph = gs.import_onnx(model)
         graph.toposort()
-        graph.fold_constants()
+        graph.fold_constants(should_exclude_node=lambda node: node.op in _KEEP_OPS)
         graph.cleanup().toposort()
         folded = gs.export_onnx(graph, do_type_check=False)
     except Exception as exc:  # graphsurgeon/onnxruntime failures are about the model, not us
@@ -316,6 +319,9 @@ def _check_conv_channels(model: onnx.ModelProto, path: Path, given: bool) -> Non
         if tt.HasField("shape"):
             shapes[vi.name] = [d.dim_value if d.HasField("dim_value") else 0 for d in tt.shape.dim]
     weights = {t.name: list(t.dims) for t in model.graph.initializer}
+    for node in model.graph.node:  # a quantized weight: the shape of what it dequantizes
+        if node.op_type in _KEEP_OPS and node.input and node.input[0] in weights:
+            weights[node.output[0]] = weights[node.input[0]]
     for node in model.graph.node:
         if node.op_type != "Conv" or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
             continue

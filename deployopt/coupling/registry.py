@@ -164,6 +164,13 @@ class CouplingState:
                     if a.name == "value":
                         self._const_nodes[n.output[0]] = a
         self._const_cache: dict[str, np.ndarray] = {}
+        #: outputs of QuantizeLinear/DequantizeLinear of constants (quantized weights), by name
+        self._quantized: dict[str, onnx.NodeProto] = {}
+        for n in self.nodes:
+            if _quantizes_constants(n, self.is_const, self._elem_type):
+                self._quantized[n.output[0]] = n
+        #: per quantized weight: (reader node, layout) of every binding made through it
+        self._quantized_readers: dict[str, list[tuple[int, Layout]]] = {}
         self.users: dict[str, list[int]] = {}
         for i, n in enumerate(self.nodes):
             for t in n.input:
@@ -183,25 +190,73 @@ class CouplingState:
             self.shapes[t.name] = list(t.dims)
         for name, a in self._const_nodes.items():
             self.shapes[name] = list(a.t.dims)
+        for name, q in self._quantized.items():  # a quantized weight has its input's shape
+            if q.input[0] in self.shapes:
+                self.shapes[name] = self.shapes[q.input[0]]
 
     def shape(self, tensor: str) -> Optional[list[int]]:
         return self.shapes.get(tensor)
 
     def is_const(self, tensor: str) -> bool:
-        return tensor in self._inits or tensor in self._const_nodes
+        return tensor in self._inits or tensor in self._const_nodes or tensor in self._quantized
 
     def const(self, tensor: str) -> Optional[np.ndarray]:
-        """The value of a constant input (initializer or Constant node), else None."""
+        """The value of a constant input, else None.
+
+        A constant is an initializer, a Constant node's value, or a quantized weight: the output of
+        a DequantizeLinear (or QuantizeLinear) whose inputs are constants, read as the values it
+        computes (int8 × scale), so a rule reads a QDQ model's weights as it reads float ones.
+        `bind` follows such a tensor to the constants it is computed from (`quantized_source`).
+        """
         if tensor in self._const_cache:
             return self._const_cache[tensor]
         if tensor in self._inits:
             arr = numpy_helper.to_array(self._inits[tensor])
         elif tensor in self._const_nodes:
             arr = numpy_helper.to_array(self._const_nodes[tensor].t)
+        elif tensor in self._quantized:
+            arr = self._quantized_value(self._quantized[tensor])
         else:
             return None
         self._const_cache[tensor] = arr
         return arr
+
+    def quantized_source(self, tensor: str) -> Optional[onnx.NodeProto]:
+        """The QuantizeLinear/DequantizeLinear of constants that computes `tensor`, else None."""
+        return self._quantized.get(tensor)
+
+    def _elem_type(self, tensor: str) -> int:
+        if tensor in self._inits:
+            return self._inits[tensor].data_type
+        if tensor in self._const_nodes:
+            return self._const_nodes[tensor].t.data_type
+        node = self._quantized.get(tensor)
+        if node is None:
+            return onnx.TensorProto.UNDEFINED
+        if node.op_type == "DequantizeLinear":
+            return self._elem_type(node.input[1])  # the scale's type
+        if len(node.input) > 2 and node.input[2]:
+            return self._elem_type(node.input[2])  # the zero point's type
+        return onnx.TensorProto.UINT8
+
+    def _quantized_value(self, node: onnx.NodeProto) -> np.ndarray:
+        """What a QuantizeLinear/DequantizeLinear of constants computes (per tensor or per axis)."""
+        x = self.const(node.input[0])
+        scale = self.const(node.input[1])
+        assert x is not None and scale is not None
+        zp_name = node.input[2] if len(node.input) > 2 else ""
+        zp = self.const(zp_name) if zp_name else np.zeros((), dtype=np.uint8)
+        assert zp is not None
+        if scale.size > 1:  # per axis: scale and zero point run along `axis` of x
+            axis = normalize_axis(int(self.attr(node, "axis", 1)), x.ndim)
+            shape = [1] * x.ndim
+            shape[axis] = -1
+            scale, zp = scale.reshape(shape), zp.reshape(shape)
+        if node.op_type == "DequantizeLinear":
+            return ((x.astype(np.int64) - zp.astype(np.int64)) * scale.astype(np.float64)).astype(scale.dtype)
+        info = np.iinfo(zp.dtype)
+        q = np.rint(x.astype(np.float64) / scale.astype(np.float64)) + zp.astype(np.int64)
+        return np.clip(q, info.min, info.max).astype(zp.dtype)
 
     def attr(self, node: onnx.NodeProto, name: str, default: Any = None) -> Any:
         for a in node.attribute:
@@ -376,8 +431,55 @@ class CouplingState:
         node: onnx.NodeProto,
         spread: int = 1,
     ) -> None:
-        if layout is not None and init:
-            self.bindings.append(Binding(init, axis, self.current(layout), pad, self.index(node), spread))
+        if layout is None or not init:
+            return
+        source = self._quantized.get(init)
+        if source is not None:
+            self._bind_quantized(init, source, axis, layout, pad, node, spread)
+            return
+        self.bindings.append(Binding(init, axis, self.current(layout), pad, self.index(node), spread))
+
+    def _bind_quantized(
+        self,
+        tensor: str,
+        q: onnx.NodeProto,
+        axis: int,
+        layout: Layout,
+        pad: float,
+        reader: onnx.NodeProto,
+        spread: int,
+    ) -> None:
+        """Bind a quantized weight: its integer (or float) input on the same axis, and a per-axis
+        scale (padded with 1.0) and zero point (0) where they run along the bound axis.
+
+        With zero points 0 (symmetric, the only quantization TensorRT takes), an entry padded with
+        the integer p dequantizes to p · scale: the float weight's pad (0, or 1 for a Mul operand
+        when the scale runs along the bound axis and is padded with 1). A nonzero zero point, or a
+        pad that one shared scale would turn into something else, freezes the channels.
+        """
+        self._quantized_readers.setdefault(tensor, []).append((self.index(reader), self.current(layout)))
+        name = self.name(q)
+        scale_name, zp_name = q.input[1], q.input[2] if len(q.input) > 2 else ""
+        scale = self.const(scale_name)
+        zp = self.const(zp_name) if zp_name else None
+        assert scale is not None
+        if zp is not None and np.any(zp != 0):
+            self.freeze(
+                layout,
+                f"{q.op_type} {name} quantizes weights with a nonzero zero point (asymmetric; "
+                "padded entries would not be 0)",
+            )
+            return
+        x = self.const(q.input[0])
+        assert x is not None
+        along = scale.size > 1 and normalize_axis(int(self.attr(q, "axis", 1)), x.ndim) == axis
+        if pad != 0 and (not along or pad != int(pad)):
+            self.freeze(layout, f"{q.op_type} {name}: a pad of {pad:g} cannot be quantized exactly")
+            return
+        if along:
+            self.bind(scale_name, 0, layout, 1.0, q, spread)
+            self.bind(zp_name, 0, layout, 0.0, q, spread)
+        self.bind(q.input[0], axis, layout, pad, q, spread)
 
     def edit_attr(self, node: onnx.NodeProto, attr: str, layout: Layout, index: Optional[int] = None) -> None:
         self.attr_edits.append(AttrEdit(self.index(node), attr, self.current(layout), index))
@@ -583,6 +685,11 @@ class CouplingState:
             if set(self.users.get(init, [])) != {e.node for e in es} or len({e.node for e in es}) > 1:
                 for e in es:
                     self.freeze(e.layout, f"constant {init!r} is shared by several ops")
+        for tensor, readers in self._quantized_readers.items():
+            users = set(self.users.get(tensor, []))
+            if not users <= {r for r, _ in readers} or self._is_graph_io(tensor):
+                for _, lay in readers:
+                    self.freeze(lay, f"quantized weight {tensor!r} is shared by several ops")
         # dedupe identical bindings (same constant, axis and channels) left by shared readers
         seen: set[tuple[str, int]] = set()
         kept: list[Binding] = []
@@ -597,6 +704,37 @@ class CouplingState:
 
     def resolve(self, layout: Layout) -> tuple[tuple[int, int], ...]:
         return tuple((self.find(a), w) for a, w in layout)
+
+
+#: element types a DequantizeLinear of constants may read (narrower or float8 ones freeze its readers)
+_QUANTIZED_TYPES = frozenset(
+    {onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.INT16, onnx.TensorProto.UINT16,
+     onnx.TensorProto.INT32}
+)  # fmt: skip
+_SCALE_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE})
+
+
+def _quantizes_constants(
+    node: onnx.NodeProto, is_const: Callable[[str], bool], elem_type: Callable[[str], int]
+) -> bool:
+    """Whether `node` is a QuantizeLinear/DequantizeLinear of constants whose value `const` computes:
+    per tensor or per axis (no `block_size`), integer types of at most 32 bits, float scales."""
+    if node.op_type not in ("QuantizeLinear", "DequantizeLinear") or node.domain not in ("", "ai.onnx"):
+        return False
+    ins = [t for t in node.input if t]
+    if len(ins) < 2 or len(node.output) != 1 or not all(is_const(t) for t in ins):
+        return False
+    if any(a.name == "block_size" and a.i for a in node.attribute):
+        return False
+    if any(a.name == "output_dtype" and a.i for a in node.attribute):
+        return False
+    if elem_type(node.input[1]) not in _SCALE_TYPES:
+        return False
+    if node.op_type == "DequantizeLinear":
+        return elem_type(node.input[0]) in _QUANTIZED_TYPES
+    zp = node.input[2] if len(node.input) > 2 else ""
+    out_types = _QUANTIZED_TYPES - {onnx.TensorProto.INT32}  # QuantizeLinear does not make int32
+    return elem_type(node.input[0]) in _SCALE_TYPES and (not zp or elem_type(zp) in out_types)
 
 
 def _offsets(layout: Layout) -> list[int]:
