@@ -134,6 +134,19 @@ def test_pad_zeros_feeding_a_conv_alone_are_dead() -> None:
     same_output(run(trimmed), run(model))
 
 
+def test_opset_18_axes_input_edits_the_channel_entries() -> None:
+    """Pad-18's `axes` input: `pads` has two entries per listed axis, the channel's at its position."""
+    n = Net(opset=18)
+    a = n.cbr("x", 8)
+    p = n.op("Pad", [a, ints(n, "pads", [2, 1, 3, 0]), "", ints(n, "axes", [1, 2])], (13, 9, 8))
+    model = n.build(n.conv(p, 4))
+    analysis = analyze(model)
+    assert {g.id: g.width for g in analysis.free_groups()} == {"conv1": 8, "pad4.before": 2, "pad4.after": 3}
+    padded = apply_plan(model, {"pad4.before": 5, "pad4.after": 1}, analysis)
+    assert pad_entries(padded) == [5, 1, 1, 0]
+    same_output(run(padded), run(model))
+
+
 @pytest.mark.parametrize(
     ("kind", "reason"),
     [
