@@ -3,8 +3,9 @@
 "Dead" is strict: a channel whose value is zero wherever the group's channels are read by a
 reducing op (Conv input, Gemm rows). A zero filter alone is not enough (a BatchNorm shift after
 it makes a constant channel, which the next conv still sees). Candidates are channels whose every
-producing filter and bias are exactly zero; for them the channel no longer depends on the input,
-so one onnxruntime run with extra outputs decides exactly which of them are zero where it matters.
+producing filter and bias are exactly zero (a zero Pad of the channel axis counts as a producer
+with zero filters); for them the channel no longer depends on the input, so one onnxruntime run
+with extra outputs decides exactly which of them are zero where it matters.
 A free group that nothing reads (what a Slice of the channel axis leaves out) is dead as a whole.
 """
 
@@ -28,6 +29,9 @@ def _producer_filters(analysis: Analysis, gid: str) -> list[np.ndarray]:
         if atom.retired or atom.producer is None or analysis.group_of_atom(a) != gid:
             continue
         node = st.nodes[atom.producer]
+        if node.op_type == "Pad":  # the zeros a Pad adds to the channel axis: zero "filters"
+            mats.append(np.zeros((atom.width, 1)))
+            continue
         w = st.const(node.input[1]) if len(node.input) > 1 else None
         if w is None:
             continue

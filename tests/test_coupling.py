@@ -423,14 +423,17 @@ def _int64s(n: Net, name: str, values: list[int]) -> str:
 
 
 @pytest.mark.parametrize("pads", [[0, 2, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 2, 0, 0]], ids=["start", "end"])
-def test_a_pad_of_the_channel_axis_freezes_at_either_end(pads: list[int]) -> None:
-    """Pad adds channels (a CIFAR ResNet's option-A shortcut): whichever end it pads, the widths on
-    both sides are tied by a count the plan cannot edit."""
+def test_a_zero_pad_of_the_channel_axis_is_free_at_either_end(pads: list[int]) -> None:
+    """Pad adds zero channels (a CIFAR ResNet's option-A shortcut): whichever end it pads, the new
+    channels are a free group of their own and the input's stay free (tests/test_coupling_pad.py)."""
     n = Net()
     a = n.cbr("x", 8)
     p = n.op("Pad", [a, _int64s(n, "pads", pads)], (10, 8, 8))
     model = n.build(n.conv(p, 4))
-    assert by_id(model)["conv1"].reason == "Pad pad4 pads the channel axis"
+    groups = by_id(model)
+    tag = "before" if pads[1] else "after"
+    assert not groups["conv1"].frozen and not groups[f"pad4.{tag}"].frozen
+    assert groups[f"pad4.{tag}"].width == 2
 
 
 def test_a_resize_that_scales_channels_freezes_even_at_batch_scale_1() -> None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
+import numpy as np
 import onnx
 
-from deployopt.coupling.registry import CouplingState, normalize_axis, rule
+from deployopt.coupling.registry import CouplingState, Layout, normalize_axis, rule
 
 
 @rule("MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", "MaxRoiPool")
@@ -47,31 +50,93 @@ def resize(ctx: CouplingState, node: onnx.NodeProto) -> None:
 
 @rule("Pad")
 def pad(ctx: CouplingState, node: onnx.NodeProto) -> None:
+    """Spatial pads pass channels through; a zero Pad of the channel axis adds zero channels.
+
+    A CIFAR ResNet's option-A shortcut, `F.pad(x[:, :, ::2, ::2], (0, 0, 0, 0, p, p))`, pads the
+    channel axis with zeros. The output's channels are [`before` new channels] + the input's
+    channels + [`after` new channels]: each run of new channels is an atom of its own (none for
+    a pad of 0), produced by the Pad, and the entries of `pads` for the channel axis (the `pads`
+    input from opset 11, the attribute before) follow the widths a plan gives those atoms.
+
+    Exact: such an atom holds only zeros. Surgery pads an atom by appending channels at its end;
+    the Pad writes the new zeros at the beginning or the end of its zero block instead, which is
+    the same tensor since every channel in the block is 0. Trimming one drops a zero channel. Where
+    the residual Add joins a zero atom with a conv's output channels, the group moves both together
+    (the conv gains zero filters, the Pad more zeros). Importance sees the Pad as a producer with
+    zero filters, so channels that are zero where they are read come out dead.
+
+    A reflect or edge Pad, a nonzero constant value, computed pads or value, and negative pads
+    (a crop) of the channel axis freeze.
+    """
+    name = ctx.name(node)
     rank = len(ctx.shape(node.input[0]) or [])
+    pads: Optional[list[int]] = None
+    where = (1, 1 + rank)  # entries of `pads` that hold the channel axis's begin and end
     if ctx.opset < 11:
         pads = ctx.attr(node, "pads", None)
+        value = float(ctx.attr(node, "value", 0.0))
     else:
-        pads_arr = ctx.const(node.input[1]) if len(node.input) > 1 else None
+        pads_arr = ctx.const(node.input[1]) if len(node.input) > 1 and node.input[1] else None
         pads = None if pads_arr is None else [int(v) for v in pads_arr.ravel()]
+        value_in = node.input[2] if len(node.input) > 2 else ""
+        value_arr = ctx.const(value_in) if value_in else np.zeros(1)
+        value = float("nan") if value_arr is None or value_arr.size != 1 else float(value_arr.ravel()[0])
         axes_in = node.input[3] if len(node.input) > 3 else ""
         if axes_in:
             ax = ctx.const(axes_in)
-            if ax is None or pads is None:
+            if ax is None or pads is None or rank < 2:
                 pads = None
             else:  # expand to full-rank pads
                 full = [0] * (2 * rank)
                 n = len(ax.ravel())
+                where = (-1, -1)
                 for j, a in enumerate(ax.ravel()):
                     a = normalize_axis(int(a), rank)
                     full[a], full[a + rank] = pads[j], pads[j + n]
+                    if a == 1:
+                        where = (j, j + n)
                 pads = full
-    if pads is None or rank < 2:
-        ctx.freeze_node(node, f"Pad {ctx.name(node)} has computed pads")
+    if pads is None or rank < 2 or len(pads) != 2 * rank:
+        ctx.freeze_node(node, f"Pad {name} has computed pads")
         return
-    if pads[1] != 0 or pads[1 + rank] != 0:
-        ctx.freeze_node(node, f"Pad {ctx.name(node)} pads the channel axis")
+    before, after = int(pads[1]), int(pads[1 + rank])
+    if before == 0 and after == 0:
+        ctx.pass_through(node)
         return
-    ctx.pass_through(node)
+    mode = ctx.attr(node, "mode", b"constant")
+    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    if mode != "constant":
+        ctx.freeze_node(node, f"Pad {name} pads the channel axis in {mode} mode")
+        return
+    if value != value:  # NaN: a computed (or not scalar) value
+        ctx.freeze_node(node, f"Pad {name} pads the channel axis with a computed value")
+        return
+    if value != 0.0:
+        ctx.freeze_node(node, f"Pad {name} pads the channel axis with {value:g}, not 0")
+        return
+    if before < 0 or after < 0:
+        ctx.freeze_node(node, f"Pad {name} crops the channel axis (negative pads)")
+        return
+    lay = ctx.require_layout(node.input[0], node)
+    out = node.output[0]
+    width = ctx.channels(out)
+    if lay is None or (width is not None and width != before + sum(w for _, w in lay) + after):
+        ctx.freeze_node(node, f"Pad {name}: its output's channels do not add up")
+        return
+    layout = list(lay)
+    for k, (w, tag, index) in enumerate(((before, "before", where[0]), (after, "after", where[1]))):
+        if w == 0:
+            continue
+        zeros: Layout = ((ctx.new_atom(w, f"{name}.{tag}", ctx.index(node)), w),)
+        if k == 0:
+            layout = [*zeros, *layout]
+        else:
+            layout = [*layout, *zeros]
+        if ctx.opset < 11:
+            ctx.edit_attr(node, "pads", zeros, index=index)
+        else:
+            ctx.edit_shape(node.input[1], index, zeros, node)
+    ctx.set_layout(out, tuple(layout))
 
 
 @rule("ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum", "ReduceL1", "ReduceL2", "ReduceLogSumExp",
