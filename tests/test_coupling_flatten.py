@@ -279,3 +279,73 @@ def test_flatten_from_another_axis_still_freezes() -> None:
     model.graph.output[0].type.tensor_type.shape.Clear()
     analysis = analyze(onnx.shape_inference.infer_shapes(model))
     assert analysis.group("conv").reason == "Flatten flatten mixes channels with spatial positions"
+
+
+def test_flattened_maps_with_different_spreads_do_not_join() -> None:
+    """Add of an [1, 8, 2, 2] and a [1, 2, 4, 4] map, both flattened to 32 features: feature i is
+    channel i // 4 of one and i // 16 of the other, so no channel set passes through."""
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "wa"),
+        numpy_helper.from_array(rng.standard_normal((2, 3, 3, 3)).astype(np.float32), "wb"),
+        numpy_helper.from_array(rng.standard_normal((CLASSES, 32)).astype(np.float32), "fc_w"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "wa"], ["a"], name="conv_a", pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Conv", ["x", "wb"], ["b"], name="conv_b", pads=[1, 1, 1, 1]),
+        helper.make_node("Flatten", ["a"], ["fa"], name="flatten_a"),
+        helper.make_node("Flatten", ["b"], ["fb"], name="flatten_b"),
+        helper.make_node("Add", ["fa", "fb"], ["s"], name="add"),
+        helper.make_node("Gemm", ["s", "fc_w"], ["y"], name="fc", transB=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "two_spreads",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, CLASSES])],
+        inits,
+    )
+    model = onnx.shape_inference.infer_shapes(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), strict_mode=True
+    )
+    analysis = analyze(model)
+    assert not analysis.free_groups()
+    reason = "Add add reads channels flattened with their spatial positions"
+    assert analysis.group("conv_a").reason == reason and analysis.group("conv_b").reason == reason
+
+
+def test_a_zero_channel_is_dead_only_if_its_whole_block_of_features_is_zero() -> None:
+    """Conv channel 2 is 0 (zero filter and bias), but a Pad of H and W at their ends with 1.0
+    puts ones in the last features of its block: the classifier reads them, so it is not dead."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((C, 3, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(C).astype(np.float32)
+    w[2], b[2] = 0, 0
+    inits = [
+        numpy_helper.from_array(w, "w"),
+        numpy_helper.from_array(b, "b"),
+        numpy_helper.from_array(np.array([0, 0, 0, 0, 0, 0, 1, 1], np.int64), "pads"),
+        numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+        numpy_helper.from_array(rng.standard_normal((CLASSES, C * 9)).astype(np.float32), "fc_w"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Pad", ["c", "pads", "one"], ["p"], name="pad"),  # [1, C, 3, 3]
+        helper.make_node("Flatten", ["p"], ["f"], name="flatten"),
+        helper.make_node("Gemm", ["f", "fc_w"], ["y"], name="fc", transB=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "padded_map",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, CLASSES])],
+        inits,
+    )
+    model = onnx.shape_inference.infer_shapes(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), strict_mode=True
+    )
+    analysis = analyze(model)
+    assert [g.id for g in analysis.free_groups()] == ["conv"]
+    assert dead_channels_many(model, analysis, ["conv"]) == {"conv": []}
+    _, (change,) = apply_plan_report(model, {"conv": C - 1}, analysis)
+    assert change.dead_trimmed == 0

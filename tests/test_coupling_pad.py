@@ -155,6 +155,8 @@ def test_opset_18_axes_input_edits_the_channel_entries() -> None:
         ("value", "Pad pad4 pads the channel axis with 0.5, not 0"),
         ("computed", "Pad pad5 has computed pads"),
         ("negative", "Pad pad4 crops the channel axis (negative pads)"),
+        ("negative after", "Pad pad4 crops the channel axis (negative pads)"),
+        ("computed value", "Pad pad5 pads the channel axis with a computed value"),
     ],
 )
 def test_other_channel_pads_still_freeze(kind: str, reason: str) -> None:
@@ -168,6 +170,11 @@ def test_other_channel_pads_still_freeze(kind: str, reason: str) -> None:
     elif kind == "computed":
         pads = n.op("Identity", [ints(n, "pads", [0, 2, 0, 0, 0, 2, 0, 0])], (8, 0, 0))  # not a constant
         p = n.op("Pad", [a, pads], (12, 8, 8))
+    elif kind == "computed value":
+        value = n.op("Identity", [n.init("value", np.array(0.0))], (8, 0, 0))  # 0, but not a constant
+        p = n.op("Pad", [a, ints(n, "pads", [0, 2, 0, 0, 0, 2, 0, 0]), value], (12, 8, 8))
+    elif kind == "negative after":
+        p = n.op("Pad", [a, ints(n, "pads", [0, 0, 0, 0, 0, -2, 0, 0])], (6, 8, 8))
     else:
         p = n.op("Pad", [a, ints(n, "pads", [0, -2, 0, 0, 0, 0, 0, 0])], (6, 8, 8))
     model = n.build(n.conv(n.conv(p, 4), 3))
@@ -246,3 +253,16 @@ def test_torch_option_a_resnet_stage_widths_are_free(tmp_path: Path) -> None:
     back, changes = apply_plan_report(padded, {g.id: g.width for g in free}, analyze(padded))
     assert all(c.trimmed == c.dead_trimmed > 0 for c in changes)
     np.testing.assert_allclose(run(back), ref, rtol=0, atol=1e-5 * float(np.abs(ref).max()))
+
+
+def test_pad_with_axes_of_a_tensor_of_unknown_shape_freezes() -> None:
+    """Pad-18's axes input on the output of an op shape inference does not know (no rank): the
+    pads cannot be expanded to full rank, so the Pad freezes instead of failing the analysis."""
+    n = Net(opset=18)
+    a = n.cbr("x", 8)
+    f = n.op("Foo", [a], (8, 8, 8), domain="custom")
+    p = n.op("Pad", [f, ints(n, "pads", [2, 2]), "", ints(n, "axes", [1])], (12, 8, 8))
+    model = n.build(n.conv(n.conv(p, 4), 3), domains=("custom",))
+    assert not any(vi.name == f for vi in model.graph.value_info)  # its shape is unknown
+    groups = {g.id: g for g in analyze(model).groups}
+    assert groups["conv1"].reason == "unknown op Foo"

@@ -19,6 +19,7 @@ from cli_runner import run_cli
 from onnx import TensorProto, helper, numpy_helper
 
 from deployopt.coupling import Analysis, analyze
+from deployopt.errors import ModelError
 from deployopt.importance import dead_channels_many, filter_l1
 from deployopt.model import load_model
 from deployopt.surgery import apply_plan, apply_plan_report
@@ -383,3 +384,129 @@ def test_float_weight_through_quantize_and_dequantize_is_bound() -> None:
     assert new["w1"].shape == (8, 3, 3, 3) and not new["w1"][6:].any()
     assert new["w1_s"].tolist()[6:] == [1.0, 1.0] and new["w1_zp"].shape == (8,)
     np.testing.assert_array_equal(_run(padded), _run(model))
+
+
+def test_quantized_constants_read_as_onnx_computes_them() -> None:
+    """What the analysis reads for a Q/DQ of constants (importance ranks by it) is what onnx computes:
+    a per-axis DequantizeLinear on axis 1 with nonzero zero points, a QuantizeLinear that rounds
+    half to even and saturates."""
+    from onnx.reference import ReferenceEvaluator
+
+    from deployopt.coupling.registry import CouplingState
+
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.integers(-128, 128, size=(3, 4, 2, 2)).astype(np.int8), "q"),
+        numpy_helper.from_array(rng.uniform(0.01, 0.1, size=4).astype(np.float32), "s"),
+        numpy_helper.from_array(np.array([-3, 0, 2, 5], np.int8), "zp"),
+        numpy_helper.from_array(
+            np.array([[0.5, 1.5, 2.5, -0.5], [300.0, -300.0, 0.75, -0.25]], np.float32), "f"
+        ),
+        numpy_helper.from_array(np.array(0.5, np.float32), "fs"),
+        numpy_helper.from_array(np.array(128, np.uint8), "fzp"),
+    ]
+    nodes = [
+        helper.make_node("DequantizeLinear", ["q", "s", "zp"], ["dq"], name="dq", axis=1),
+        helper.make_node("QuantizeLinear", ["f", "fs", "fzp"], ["fq"], name="fq"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "consts",
+        [],
+        [
+            helper.make_tensor_value_info("dq", TensorProto.FLOAT, [3, 4, 2, 2]),
+            helper.make_tensor_value_info("fq", TensorProto.UINT8, [2, 4]),
+        ],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 9
+    want_dq, want_fq = ReferenceEvaluator(model).run(None, {})
+    st = CouplingState(model)
+    got_dq, got_fq = st.const("dq"), st.const("fq")
+    assert got_dq is not None and got_fq is not None
+    assert got_dq.dtype == np.float32 and got_fq.dtype == np.uint8
+    np.testing.assert_allclose(got_dq, want_dq, rtol=1e-6)
+    np.testing.assert_array_equal(got_fq, want_fq)
+    assert got_fq.tolist() == [[129, 131, 133, 127], [255, 0, 130, 128]]  # 1.5 → 2, -0.5 → 0: half to even
+
+
+def test_quantized_weight_read_by_an_op_that_does_not_bind_it_freezes() -> None:
+    """conv1's weight w (int8 → DequantizeLinear) is also read through an Identity by conv2: padding
+    conv1 would resize conv2's weight too, so conv1's channels freeze."""
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.integers(-127, 128, size=(6, 3, 3, 3)).astype(np.int8), "w_q"),
+        numpy_helper.from_array(np.full(6, 0.02, np.float32), "w_s"),
+        numpy_helper.from_array(rng.standard_normal((4, 6, 1, 1)).astype(np.float32), "w3"),
+    ]
+    nodes = [
+        helper.make_node("DequantizeLinear", ["w_q", "w_s"], ["w"], name="w_dq", axis=0),
+        helper.make_node("Conv", ["x", "w"], ["c1"], name="conv1"),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w3"], ["y"], name="conv3"),
+        helper.make_node("Identity", ["w"], ["w_copy"], name="copy"),
+        helper.make_node("Conv", ["x", "w_copy"], ["y2"], name="conv2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "shared_qweight",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 4, 4]),
+            helper.make_tensor_value_info("y2", TensorProto.FLOAT, [1, 6, 4, 4]),
+        ],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    analysis = analyze(model)
+    groups = {g.id: g for g in analysis.groups}
+    assert groups["conv1"].frozen, [(g.id, g.reason) for g in analysis.groups]
+    assert groups["conv1"].reason == "quantized weight 'w' is shared by several ops"
+
+
+def test_wrong_input_channels_of_a_qdq_model_are_one_error(tmp_path: Path) -> None:
+    """The Conv channel check reads a quantized weight's shape through its DequantizeLinear."""
+    path = tmp_path / "qdq.onnx"
+    onnx.save(qdq_net(), str(path))
+    with pytest.raises(ModelError, match=r"Conv 'conv1' gets 4 input channels, but its weights take 3 "):
+        load_model(path, {"x": [1, 4, 8, 8]})
+
+
+@pytest.mark.parametrize("form", ["int4", "blocked"])
+def test_weights_quantized_in_a_form_the_analysis_does_not_read_freeze_their_conv(form: str) -> None:
+    """An int4 weight (packed two to a byte) or one quantized in blocks is not read as a constant:
+    conv1's weight is then computed, and its channels freeze instead of being resized wrongly."""
+    rng = np.random.default_rng(0)
+    if form == "int4":
+        q = helper.make_tensor("w_q", TensorProto.INT4, [6, 4, 3, 3], rng.integers(-8, 8, size=216).tolist())
+        scale, attrs = np.full(6, 0.02, np.float32), {"axis": 0}
+    else:
+        q = numpy_helper.from_array(rng.integers(-127, 128, size=(6, 4, 3, 3)).astype(np.int8), "w_q")
+        scale, attrs = np.full((6, 2, 3, 3), 0.02, np.float32), {"axis": 1, "block_size": 2}
+    inits = [
+        q,
+        numpy_helper.from_array(scale, "w_s"),
+        numpy_helper.from_array(rng.standard_normal((5, 6, 1, 1)).astype(np.float32), "w2"),
+    ]
+    nodes = [
+        helper.make_node("DequantizeLinear", ["w_q", "w_s"], ["w"], name="w_dq", **attrs),
+        helper.make_node("Conv", ["x", "w"], ["c1"], name="conv1"),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2"], ["y"], name="conv2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "odd_weights",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, 4, 4])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    analysis = analyze(model)
+    assert not analysis.free_groups(), [(g.id, g.reason) for g in analysis.groups]
+    assert analysis.group("conv1").frozen

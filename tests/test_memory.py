@@ -332,3 +332,66 @@ def test_the_torch_workers_memory_warnings_reach_the_parent() -> None:
     parent._lines.put(json.dumps({"ok": True, **answer}))
     with pytest.warns(memory.MemoryRiskWarning, match=r"1\.0 GiB … \(torch, GPU memory\)"):
         assert parent.request({"op": "measure"}, 1.0, "measuring")["median_us"] == 1.0
+
+
+def test_a_view_of_a_view_of_a_graph_input_is_that_input() -> None:
+    """Reshape → Flatten of x: both are x's buffer, counted once in `inputs`, not again by MatMul."""
+    inits = [
+        numpy_helper.from_array(np.zeros((192, 10), np.float32), "w"),
+        numpy_helper.from_array(np.array([4, 3, 64], np.int64), "shape"),
+    ]
+    nodes = [
+        helper.make_node("Reshape", ["x", "shape"], ["v1"]),
+        helper.make_node("Flatten", ["v1"], ["v2"]),
+        helper.make_node("MatMul", ["v2", "w"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "views",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 10])],
+        inits,
+    )
+    model = onnx.shape_inference.infer_shapes(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), strict_mode=True
+    )
+    # MatMul keeps only its output alive: its data input is x itself
+    assert estimate_run(model) == RunEstimate(
+        inputs=4 * 192 * 4, weights=1920 * 4 + 3 * 8, activations=4 * 10 * 4
+    )
+
+
+@pytest.mark.parametrize("value", ["0", "off", "OFF", " no ", "false", "False"])
+def test_every_spelling_of_off_turns_the_check_off(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("DEPLOYOPT_MEMORY_CHECK", value)
+    assert not memory.check_enabled()
+    memory.require_memory(RunEstimate(10, 0, 0), 1, tiny_cnn(1), "onnxruntime, host memory")  # no error
+
+
+@pytest.mark.parametrize("value", ["", "1", "on", "yes", "true"])
+def test_anything_else_keeps_the_check_on(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("DEPLOYOPT_MEMORY_CHECK", value)
+    assert memory.check_enabled()
+    with pytest.raises(InsufficientMemory):
+        memory.require_memory(RunEstimate(10, 0, 0), 1, tiny_cnn(1), "onnxruntime, host memory")
+
+
+def test_the_fidelity_check_counts_every_sample_and_both_models_weights(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import warnings
+
+    model = prepare_model(_save(tmp_path / "tiny.onnx", tiny_cnn("N")), batch=2).model
+    one = estimate_run(model)
+    assert one is not None
+    need = RunEstimate(3 * one.inputs, 2 * one.weights, one.activations).total
+    monkeypatch.setattr(memory, "available_host_bytes", lambda: need - 1)
+    with pytest.raises(InsufficientMemory):
+        memory.require_fidelity_memory(model, model, 3)
+    monkeypatch.setattr(memory, "available_host_bytes", lambda: 2 * need)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        memory.require_fidelity_memory(model, model, 3)  # exactly half: no error, no warning
+    monkeypatch.setattr(memory, "available_host_bytes", lambda: need - one.weights)  # no candidate yet
+    with pytest.warns(memory.MemoryRiskWarning):
+        memory.require_fidelity_memory(model, None, 3)
