@@ -48,6 +48,21 @@ class LoadedModel:
     external_data: bool = False
 
 
+def has_qdq(model: onnx.ModelProto) -> bool:
+    """Whether the model is explicitly quantized (QuantizeLinear/DequantizeLinear nodes): TensorRT
+    builds such a model as INT8 from its own scales, with no calibration."""
+    return any(n.op_type in _KEEP_OPS for n in model.graph.node)
+
+
+def file_has_qdq(path: str | os.PathLike[str]) -> bool:
+    """`has_qdq` of a model file, read without its external weights; False for a file that cannot be
+    parsed (the command's own loading reports that in one line)."""
+    try:
+        return has_qdq(onnx.load(str(path), load_external_data=False))
+    except (OSError, DecodeError, ValueError):
+        return False
+
+
 def _uses_external_data(model: onnx.ModelProto) -> bool:
     def external(t: TensorProto) -> bool:
         return t.data_location == TensorProto.EXTERNAL

@@ -350,6 +350,39 @@ def test_qdq_model_through_the_cli(
     assert any(w != g["width"] for g in free for gid, w in widths.items() if gid == g["id"])
     w = {t.name: t.data_type for t in result.graph.initializer}
     assert all(w[t.name] == t.data_type for t in qdq.graph.initializer)
+    # no --dtype: a Q/DQ model is INT8 where the backend runs int8 (the wave model here), as TensorRT
+    # builds it; its float twin stays at fp16
+    assert json.loads((outdir / "report.json").read_text())["dtype"] == "int8"
+    float_path = quantized_resnet[0]
+    code, _, err = run_cli(
+        monkeypatch, capsys, "optimize", str(float_path), "--target", "orin-nano-8gb", "--force",
+        "-o", str(tmp_path / "opt_float"),
+    )  # fmt: skip
+    assert code == 0, err
+    assert json.loads((tmp_path / "opt_float" / "report.json").read_text())["dtype"] == "fp16"
+
+
+def test_default_dtype_is_int8_for_a_qdq_model_where_the_backend_runs_int8(
+    quantized_resnet: tuple[Path, Path], tmp_path: Path
+) -> None:
+    from deployopt.backends.base import default_dtype, get_backend
+    from deployopt.model import file_has_qdq
+
+    float_path, qdq_path = quantized_resnet
+    assert file_has_qdq(qdq_path) and not file_has_qdq(float_path)
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"not a model")
+    assert not file_has_qdq(broken) and not file_has_qdq(tmp_path / "missing.onnx")
+    for name in ("model", "tensorrt", "trtexec"):  # they run int8 (tensorrt/trtexec: the class, no GPU)
+        backend = get_backend(name)
+        assert default_dtype(backend, qdq_path) == "int8"
+        assert default_dtype(backend, float_path) != "int8"
+    ort = get_backend("ort")  # fp32 only: a Q/DQ model runs as its graph says
+    assert default_dtype(ort, qdq_path) == "fp32"
+    # bench's default for a float model is unchanged: the backend's first dtype (TensorRT: fp32),
+    # optimize's the deployment case, fp16
+    assert default_dtype(get_backend("tensorrt"), float_path) == "fp32"
+    assert default_dtype(get_backend("tensorrt"), float_path, deployment=True) == "fp16"
 
 
 def test_float_weight_through_quantize_and_dequantize_is_bound() -> None:

@@ -9,6 +9,7 @@ green context, one cuDNN handle, warm caches) across many models, which the opti
 from __future__ import annotations
 
 import importlib
+import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -214,6 +215,23 @@ REGISTRY: dict[str, str] = {
     "trtexec": "deployopt.backends.trtexec:TrtexecBackend",
     "model": "deployopt.backends.model:WaveModelBackend",
 }
+
+
+def default_dtype(
+    backend: Backend, model_path: str | os.PathLike[str] | None = None, deployment: bool = False
+) -> str:
+    """The dtype a command uses when --dtype is not given: int8 for an explicitly quantized (Q/DQ)
+    model on a backend that runs int8 (TensorRT builds it as INT8 from its own scales; another
+    precision would time another engine than the one deployed); else the backend's own default;
+    else, with `deployment` (optimize), fp16 where the backend runs it; else its first dtype."""
+    from deployopt.model import file_has_qdq
+
+    if model_path is not None and "int8" in backend.dtypes and file_has_qdq(model_path):
+        return "int8"
+    own = getattr(backend, "default_dtype", None)
+    if callable(own):
+        return str(own())
+    return "fp16" if deployment and "fp16" in backend.dtypes else backend.dtypes[0]
 
 
 def get_backend(name: str) -> Backend:

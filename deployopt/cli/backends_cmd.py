@@ -16,7 +16,15 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from deployopt.backends.base import DTYPES, Backend, MeasureOptions, Profile, get_backend, list_backends
+from deployopt.backends.base import (
+    DTYPES,
+    Backend,
+    MeasureOptions,
+    Profile,
+    default_dtype,
+    get_backend,
+    list_backends,
+)
 from deployopt.cli.app import (
     app,
     calibration_data_option,
@@ -88,7 +96,7 @@ def _session(backend_name: str, model: Path, *settings: Any, **options: Any) -> 
             f"not {backend_name!r}"
         )
     b = get_backend(backend_name) if remote else _backend(backend_name)  # trtexec lives on the board
-    opts = _options(b, *settings, **options)
+    opts = _options(b, *settings, model_path=model, **options)
     _check_model(model)
     with b.open(opts) as session:
         note_cudnn_search(b, opts.sms, opts.cudnn_engines, opts.cudnn_benchmark)
@@ -109,10 +117,10 @@ def _options(
     cudnn_benchmark: bool = True,
     calibration_data: Path | None = None,
     remote: str | None = None,
+    model_path: Path | None = None,
 ) -> MeasureOptions:
     if dtype is None:
-        default = getattr(backend, "default_dtype", None)
-        dtype = default() if callable(default) else backend.dtypes[0]
+        dtype = default_dtype(backend, model_path)
     if dtype not in DTYPES:
         raise DeployoptError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
     if dtype == "int8" and "int8" not in backend.dtypes:

@@ -66,7 +66,10 @@ def optimize_command(
     ),
     batch: Optional[int] = typer.Option(None, "--batch", help="Batch size to optimize for."),
     dtype: Optional[str] = typer.Option(
-        None, "--dtype", help="fp16 | fp32 | int8 (default: fp16 where the backend runs it)."
+        None,
+        "--dtype",
+        help="fp16 | fp32 | int8 (default: int8 for a Q/DQ model where the backend runs int8, else fp16 "
+        "where the backend runs it).",
     ),
     mode: str = typer.Option("lossless", "--mode", help="lossless | trim | grow."),
     max_trim: float = typer.Option(
@@ -95,14 +98,13 @@ def optimize_command(
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Find channel widths with the lowest measured latency on the target; write model, plan, report."""
-    from deployopt.backends.base import get_backend
+    from deployopt.backends.base import default_dtype, get_backend
     from deployopt.optimize import OptimizeConfig, Optimizer, resolve_backend_name
 
     backend_name = resolve_backend_name(backend)
     b = get_backend(backend_name)
-    if dtype is None:  # fp16 where the backend runs it (the deployment case), else its default
-        default = getattr(b, "default_dtype", None)
-        dtype = default() if callable(default) else ("fp16" if "fp16" in b.dtypes else b.dtypes[0])
+    if dtype is None:  # int8 for a Q/DQ model, else fp16 where the backend runs it (the deployment case)
+        dtype = default_dtype(b, model, deployment=True)
     cfg = OptimizeConfig(
         model_path=model,
         target=target,
