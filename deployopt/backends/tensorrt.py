@@ -458,8 +458,9 @@ def _import_trt() -> Any:
 def _onnx_has_qdq(onnx_bytes: bytes) -> bool:
     import onnx
 
-    model = onnx.load_from_string(onnx_bytes)
-    return any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node)
+    from deployopt.model import has_qdq
+
+    return has_qdq(onnx.load_from_string(onnx_bytes))
 
 
 def build_engine(model_path: str, options: MeasureOptions, engine_path: str) -> dict[str, Any]:

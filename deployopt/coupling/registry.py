@@ -172,10 +172,14 @@ class CouplingState:
         #: per quantized weight: (reader node, layout) of every binding made through it
         self._quantized_readers: dict[str, list[tuple[int, Layout]]] = {}
         self.users: dict[str, list[int]] = {}
+        self.producer: dict[str, int] = {}  # tensor → index of the node that outputs it
         for i, n in enumerate(self.nodes):
             for t in n.input:
                 if t:
                     self.users.setdefault(t, []).append(i)
+            for t in n.output:
+                if t:
+                    self.producer[t] = i
         self._collect_shapes()
 
     # ----- facts about tensors -------------------------------------------------------------

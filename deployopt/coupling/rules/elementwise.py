@@ -43,7 +43,8 @@ ZERO_PADDED = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "BatchNormal
 def _never_negative(ctx: CouplingState, tensor: str) -> bool:
     """Whether the padded channels of `tensor` are ≥ 0 whatever the plan: its producer pads with
     zeros or never outputs a negative value (Clip with a constant min ≥ 0 included)."""
-    node = next((n for n in ctx.nodes if tensor in n.output), None)
+    index = ctx.producer.get(tensor)
+    node = None if index is None else ctx.nodes[index]
     if node is None or node.domain not in ("", "ai.onnx"):
         return False
     if node.op_type in NEVER_NEGATIVE or node.op_type in ZERO_PADDED:
