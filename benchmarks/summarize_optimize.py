@@ -57,15 +57,14 @@ AGX_ORIN_SEEDS = (
     "a362844, the optimizer of b8afc0c (later commits changed only coupling rules for ops these models "
     "lack); one invocation per file, 2026-12-03"
 )
-SERIES_OF = {
-    "optimize_sms16.json": "optimize_sms16{,_seed1,_seed2}.json",
-    "optimize_sms16_ghostnet.json": "optimize_sms16_ghostnet{,_seed1}.json",
-}
-# Files that are more seeds of one series: their seeds are averaged together in "Means over seeds"
-# (each file keeps its own table; the raw JSON of every invocation stays as it was written).
+# Files that hold seeds of one series (one file per invocation): their seeds are averaged together in
+# "Means over seeds" under the series' label (each file keeps its own table; the raw JSON of every
+# invocation stays as it was written).
 SERIES = {
+    "optimize_sms16.json": "optimize_sms16{,_seed1,_seed2}.json",
     "optimize_sms16_seed1.json": "optimize_sms16{,_seed1,_seed2}.json",
     "optimize_sms16_seed2.json": "optimize_sms16{,_seed1,_seed2}.json",
+    "optimize_sms16_ghostnet.json": "optimize_sms16_ghostnet{,_seed1}.json",
     "optimize_sms16_ghostnet_seed1.json": "optimize_sms16_ghostnet{,_seed1}.json",
     "optimize_sms16_regnet_seed1.json": "optimize_sms16_regnet{x,y,_seed1}.json",
     "optimize_sms16_regnetx.json": "optimize_sms16_regnet{x,y,_seed1}.json",
@@ -453,7 +452,7 @@ def seed_means(rows: list[CaseRow]) -> dict[tuple[str, int | None, str], dict[st
     one results file, or several that hold more seeds of the same runs (SERIES)."""
     groups: dict[tuple[str, int | None, str], list[CaseRow]] = {}
     for r in rows:
-        groups.setdefault((SERIES.get(r.file, SERIES_OF.get(r.file, r.file)), r.sms, r.model), []).append(r)
+        groups.setdefault((SERIES.get(r.file, r.file), r.sms, r.model), []).append(r)
     out = {}
     for key, rs in groups.items():
         d: dict[str, float] = {"seeds": float(len(rs))}
