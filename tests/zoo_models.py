@@ -64,3 +64,15 @@ SMALL = [
     "inception_like",
     "mobilenet_like",
 ]
+
+# Float nets whose INT8 QDQ twins, quantized by NVIDIA Model Optimizer, are recorded in tests/data
+# (tests/data/make_modelopt_fixtures.py writes them; tests/test_qdq_modelopt.py checks them).
+MODELOPT_FLOAT_TWINS: dict[str, Callable[[], onnx.ModelProto]] = {
+    "resnet56": lambda: zoo.resnet56_cifar(
+        inner_widths=[4] * 9 + [6] * 9 + [12] * 9, stage_widths=(8, 16, 24)
+    ),
+    "mobilenet_like": MODELS["mobilenet_like"],
+    "densenet_like": MODELS["densenet_like"],
+    "se_net": MODELS["se_net"],
+    "inception_like": MODELS["inception_like"],
+}
