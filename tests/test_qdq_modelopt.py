@@ -51,8 +51,11 @@ def _inits(model: onnx.ModelProto) -> dict[str, np.ndarray]:
 @pytest.fixture(scope="module", params=NAMES)
 def recorded(request: pytest.FixtureRequest) -> tuple[str, onnx.ModelProto, Analysis]:
     name = request.param
-    loaded = load_model(DATA / f"modelopt_int8_{name}.onnx")
-    assert not loaded.notices  # nothing folded or rewritten on the way in
+    path = DATA / f"modelopt_int8_{name}.onnx"
+    loaded = load_model(path)
+    qdq = ("QuantizeLinear", "DequantizeLinear")
+    kept = Counter(n.op_type for n in loaded.model.graph.node if n.op_type in qdq)
+    assert kept == Counter(n.op_type for n in onnx.load(path).graph.node if n.op_type in qdq)  # none folded
     return name, loaded.model, analyze(loaded.model)
 
 
@@ -72,9 +75,12 @@ def test_recorded_files_are_model_optimizer_int8() -> None:
         assert ops["Cast"] == 2
 
 
-def test_as_free_as_the_float_twin(recorded: tuple[str, onnx.ModelProto, Analysis]) -> None:
+def test_as_free_as_the_float_twin(recorded: tuple[str, onnx.ModelProto, Analysis], tmp_path: Path) -> None:
     name, _, analysis = recorded
-    float_analysis = analyze(MODELOPT_FLOAT_TWINS[name]())
+    if name.startswith("yolo"):
+        pytest.importorskip("torch")
+    onnx.save(MODELOPT_FLOAT_TWINS[name](), tmp_path / "float.onnx")
+    float_analysis = analyze(load_model(tmp_path / "float.onnx").model)
     assert analysis.free_groups(), name
     assert _producer_sets(analysis) == _producer_sets(float_analysis)
     frozen = sorted(g.reason for g in analysis.groups if g.frozen)

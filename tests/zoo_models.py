@@ -6,7 +6,9 @@ the same bytes. Widths recorded here are what each model must contain (test_zoo 
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 
 import onnx
 
@@ -65,6 +67,18 @@ SMALL = [
     "mobilenet_like",
 ]
 
+
+def yolo_detect_small() -> onnx.ModelProto:
+    """A narrow YOLOv8-style detector with ultralytics' Detect head (3 classes, 64², batch 1),
+    as torch exports it (needs torch; deterministic from its seed on one torch version)."""
+    from deployopt.zoo.yolo import export_yolo_like
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "yolo.onnx"
+        export_yolo_like(path, widths=(4, 8, 16, 24, 32), size=64, batch=1, head="detect", nc=3)
+        return onnx.load(path)
+
+
 # Float nets whose INT8 QDQ twins, quantized by NVIDIA Model Optimizer, are recorded in tests/data
 # (tests/data/make_modelopt_fixtures.py writes them; tests/test_qdq_modelopt.py checks them).
 MODELOPT_FLOAT_TWINS: dict[str, Callable[[], onnx.ModelProto]] = {
@@ -75,4 +89,5 @@ MODELOPT_FLOAT_TWINS: dict[str, Callable[[], onnx.ModelProto]] = {
     "densenet_like": MODELS["densenet_like"],
     "se_net": MODELS["se_net"],
     "inception_like": MODELS["inception_like"],
+    "yolo_detect": yolo_detect_small,  # C2f Splits, SiLU, SPPF, Resize, Concats, the Detect head
 }
