@@ -7,7 +7,8 @@ so it is not a test dependency: run this in a venv of its own, from the reposito
     python3 -m venv /tmp/mo && /tmp/mo/bin/pip install "nvidia-modelopt[onnx]==0.47.0"
     PYTHONPATH=$PWD /tmp/mo/bin/python tests/data/make_modelopt_fixtures.py
 
-It writes tests/data/modelopt_int8_<name>.onnx; tests/test_qdq_modelopt.py rebuilds each float
+It writes tests/data/modelopt_int8_<name>.onnx (the detector is exported with torch, which
+Model Optimizer installs); tests/test_qdq_modelopt.py rebuilds each float
 twin from the same zoo call (deterministic from its seed) and checks the quantized file against it.
 Recorded with nvidia-modelopt 0.47.0, onnxruntime-gpu 1.24.4 (CPU calibration), 2026-12-03.
 """
