@@ -29,7 +29,7 @@ import math
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -344,8 +344,11 @@ class Optimizer:
 
         return run
 
-    def conv_shapes(self, widths: dict[str, int]) -> dict[str, ConvShape]:
-        return self.analysis.conv_shapes({**self.original, **widths})
+    def conv_shapes(self, widths: dict[str, int], only: Iterable[str] | None = None) -> dict[str, ConvShape]:
+        return self.analysis.conv_shapes({**self.original, **widths}, only)
+
+    def conv_shape(self, name: str, widths: dict[str, int]) -> ConvShape:
+        return self.analysis.conv_shape(name, {**self.original, **widths})
 
     def _conv_deps(self) -> dict[str, tuple[str, ...]]:
         deps = {}
@@ -372,8 +375,8 @@ class Optimizer:
 
                 def score(w: int, gid: str = gid, cache: dict[int, float] = cache) -> float:
                     if w not in cache:
-                        shapes = self.conv_shapes({**self.round_up, gid: w})
-                        cache[w] = sum(self._predict(shapes[c]) for c in touching[gid])  # type: ignore[misc]
+                        shapes = self.conv_shapes({**self.round_up, gid: w}, touching[gid])
+                        cache[w] = sum(self._predict(s) for s in shapes.values())  # type: ignore[misc]
                     return cache[w]
 
                 extra = self._wave_aligned(gid, score)
@@ -415,10 +418,10 @@ class Optimizer:
                 for g in scope:
                     for w in domains[g]:
                         assign = tuple(w if x == g else self.round_up[x] for x in scope)
-                        rows.append((assign, self.conv_shapes(dict(zip(scope, assign)))[conv_name]))
+                        rows.append((assign, self.conv_shape(conv_name, dict(zip(scope, assign)))))
             else:
                 for assign in itertools.product(*(domains[g] for g in scope)):
-                    rows.append((assign, self.conv_shapes(dict(zip(scope, assign)))[conv_name]))
+                    rows.append((assign, self.conv_shape(conv_name, dict(zip(scope, assign)))))
             combos[conv_name] = rows
         shapes = [s for rows in combos.values() for _, s in rows]
         self.sweep_shapes = len({s.signature() for s in shapes})
@@ -851,7 +854,7 @@ class Optimizer:
             best = min(
                 dom,
                 key=lambda w: (
-                    sum(self._predict(self.conv_shapes({**self.round_up, gid: w})[c]) for c in convs),
+                    sum(map(self._predict, self.conv_shapes({**self.round_up, gid: w}, convs).values())),
                     w,
                 ),
             )

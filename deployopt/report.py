@@ -198,7 +198,7 @@ def write_staircases(outdir: Path, report: dict[str, Any], opt: Optimizer) -> li
         widths = sorted(g["candidates"])
         values, preds, waves = [], [], []
         for w in widths:
-            shape = opt.conv_shapes({**best, gid: w})[conv]
+            shape = opt.conv_shape(conv, {**best, gid: w})
             values.append(opt.layer_values.get(shape.signature()))
             if opt._predict is not None:
                 from deployopt.waves import predict

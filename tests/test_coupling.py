@@ -142,6 +142,10 @@ def test_conv_shapes_follow_a_plan() -> None:
     assert (shapes["conv8"].c, shapes["conv8"].k, shapes["conv8"].groups) == (32, 32, 32)
     assert (shapes["conv9"].c, shapes["conv9"].k) == (32, 20)
     assert (shapes["conv13"].c, shapes["conv13"].k) == (52, 30)
+    # one conv at a time (the optimizer's tables) gives the same shapes
+    analysis, plan = analyze(tiny_mixed()), {"conv1": 32, "conv9": 20}
+    assert {c.name: analysis.conv_shape(c.name, plan) for c in analysis.convs} == shapes
+    assert analysis.conv_shapes(plan, only=["conv13", "conv8"]) == {n: shapes[n] for n in ("conv13", "conv8")}
 
 
 def test_ids_are_deterministic_and_json_shaped() -> None:

@@ -8,6 +8,7 @@ cannot follow a width change; free groups are what the optimizer may pad or trim
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -80,6 +81,16 @@ class ConvLayer:
         }
 
 
+def _shape_after(conv: ConvLayer, widths: dict[str, int]) -> ConvShape:
+    def width(segments: list[tuple[Optional[str], int]]) -> int:
+        return sum(widths.get(g, w) if g is not None else w for g, w in segments)
+
+    if conv.shape.is_depthwise:
+        return conv.shape.with_channels(c=width(conv.in_groups))
+    k = width(conv.out_groups) if conv.out_groups else conv.shape.k
+    return conv.shape.with_channels(c=width(conv.in_groups), k=k)
+
+
 @dataclass
 class Analysis:
     """The groups and convs of one model, plus what surgery must edit (kept private)."""
@@ -91,6 +102,7 @@ class Analysis:
 
     def __post_init__(self) -> None:
         self._by_id = {g.id: g for g in self.groups}
+        self._convs_by_name: dict[str, ConvLayer] = {}
 
     def group(self, gid: str) -> ChannelGroup:
         try:
@@ -111,24 +123,24 @@ class Analysis:
     def layout_groups(self, layout: Layout) -> list[tuple[str, int]]:
         return [(self.group_of_atom(a), w) for a, w in layout]
 
-    def conv_shapes(self, widths: dict[str, int]) -> dict[str, ConvShape]:
-        """Every conv's shape after a plan: C from its input groups, K from its output group.
+    def conv_shapes(self, widths: dict[str, int], only: Iterable[str] | None = None) -> dict[str, ConvShape]:
+        """Every conv's shape after a plan (or only the named convs'): C from its input groups, K
+        from its output group.
 
         C and K are sums over the segments, so a grouped conv's g pieces of one group count g
         times (C = g × width per conv group) and its `groups` stays g.
         """
-        out: dict[str, ConvShape] = {}
-        for conv in self.convs:
-            c = sum(widths.get(g, w) if g is not None else w for g, w in conv.in_groups)
-            if conv.shape.is_depthwise:
-                out[conv.name] = conv.shape.with_channels(c=c)
-            else:
-                if conv.out_groups:
-                    k = sum(widths.get(g, w) if g is not None else w for g, w in conv.out_groups)
-                else:
-                    k = conv.shape.k
-                out[conv.name] = conv.shape.with_channels(c=c, k=k)
-        return out
+        convs = self.convs if only is None else [self._conv(name) for name in only]
+        return {conv.name: _shape_after(conv, widths) for conv in convs}
+
+    def conv_shape(self, name: str, widths: dict[str, int]) -> ConvShape:
+        """One conv's shape after a plan (the optimizer's tables ask for one conv at a time)."""
+        return _shape_after(self._conv(name), widths)
+
+    def _conv(self, name: str) -> ConvLayer:
+        if len(self._convs_by_name) != len(self.convs):
+            self._convs_by_name = {c.name: c for c in self.convs}
+        return self._convs_by_name[name]
 
     def to_json(self) -> dict[str, Any]:
         return {"groups": [g.to_json() for g in self.groups], "convs": [c.to_json() for c in self.convs]}
