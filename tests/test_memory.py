@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from deployopt import memory
 from deployopt.backends.ort import prepare_model
-from deployopt.errors import InsufficientMemory
+from deployopt.errors import BackendFailed, InsufficientMemory
 from deployopt.layers import ConvShape, conv_model
 from deployopt.memory import RunEstimate, estimate_run
 
@@ -395,3 +395,75 @@ def test_the_fidelity_check_counts_every_sample_and_both_models_weights(
     monkeypatch.setattr(memory, "available_host_bytes", lambda: need - one.weights)  # no candidate yet
     with pytest.warns(memory.MemoryRiskWarning):
         memory.require_fidelity_memory(model, None, 3)
+
+
+def test_a_memory_warning_reaches_the_user_before_the_failure_it_foretold(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Seen on the H200: `bench --batch 1500000` (bound 94 GiB of 139 free) warned inside the worker,
+    then ran out of GPU memory; the failure answer dropped the warning, so the user saw only the
+    error. The warning now travels with the failure and is raised before the error."""
+    import io
+    import queue
+    import warnings
+
+    from deployopt.backends.torch import WorkerProcess
+    from deployopt.backends.torch_worker import WorkerError, serve
+
+    oom = (
+        "CUDA out of memory. Tried to allocate 31.47 GiB. GPU 0 has a total capacity of 139.80 GiB of "
+        "which 30.46 GiB is free. Including non-PyTorch memory, this process has 109.33 GiB memory in "
+        "use. Of the allocated memory 85.83 GiB is allocated by PyTorch, and 22.89 GiB is reserved by "
+        "PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
+    )
+
+    class FakeWorker:
+        def __init__(self, config: dict[str, Any]) -> None:
+            pass
+
+        def environment(self) -> dict[str, Any]:
+            return {}
+
+        cuda = True
+
+        def measure(self, req: dict[str, Any]) -> dict[str, Any]:
+            warnings.warn("batch 1500000 needs at least 94.4 GiB …", memory.MemoryRiskWarning, stacklevel=1)
+            from deployopt.backends.torch_worker import _first_line
+
+            raise WorkerError(
+                "BackendFailed", f"torch failed running m.onnx: {_first_line(RuntimeError(oom))}"
+            )
+
+    import deployopt.backends.torch_worker as tw
+
+    monkeypatch.setattr(tw, "Worker", FakeWorker)
+    requests = io.StringIO(json.dumps({}) + "\n" + json.dumps({"op": "measure"}) + "\n")
+    answers = io.StringIO()
+    with warnings.catch_warnings(record=True):
+        serve(requests, answers)
+    failure = json.loads(answers.getvalue().splitlines()[1])
+    assert failure["ok"] is False and failure["warnings"] == ["batch 1500000 needs at least 94.4 GiB …"]
+    assert failure["error"] == (
+        "torch failed running m.onnx: CUDA out of memory (tried to allocate 31.47 GiB, 30.46 GiB of "
+        "139.80 GiB free); try a smaller --batch"
+    )
+
+    parent = WorkerProcess.__new__(WorkerProcess)
+    parent.proc = type("FakeProc", (), {"stdin": io.StringIO()})()
+    parent._lines = queue.Queue()
+    parent._lines.put(json.dumps(failure))
+    with (
+        pytest.warns(memory.MemoryRiskWarning, match="94.4 GiB"),
+        pytest.raises(BackendFailed, match="out of"),
+    ):
+        parent.request({"op": "measure"}, 1.0, "measuring")
+
+
+def test_long_worker_errors_are_cut_between_words() -> None:
+    from deployopt.backends.torch_worker import _first_line
+
+    line = _first_line(RuntimeError("word " * 100 + "\nsecond line"))
+    assert line.endswith("word …") and len(line) <= 302 and "second" not in line
+    assert _first_line(RuntimeError("short\nmore")) == "short"
+    assert _first_line(RuntimeError("")) == "RuntimeError"

@@ -130,15 +130,17 @@ class WorkerProcess:
                 f"torch worker crashed (exit code {rc}) while {what}" + (f": {tail}" if tail else "")
             )
         resp = json.loads(line)
-        if not resp.get("ok"):
-            raise _error_class(resp.get("type", "BackendFailed"))(resp.get("error", "torch worker failed"))
-        if resp.get("warnings"):  # raised again here, where the CLI prints them (memory.MemoryRiskWarning)
+        # raised again here, where the CLI prints them (memory.MemoryRiskWarning), before a failure
+        # they may explain
+        if resp.get("warnings"):
             import warnings
 
             from deployopt.memory import MemoryRiskWarning
 
             for message in resp["warnings"]:
                 warnings.warn(message, MemoryRiskWarning, stacklevel=2)
+        if not resp.get("ok"):
+            raise _error_class(resp.get("type", "BackendFailed"))(resp.get("error", "torch worker failed"))
         return resp
 
     def alive(self) -> bool:

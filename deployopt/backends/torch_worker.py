@@ -97,9 +97,26 @@ def restore_host_constants(module: Any, constants: dict[str, Any]) -> None:
         setattr(module.get_submodule(owner) if owner else module, attr, value)
 
 
+_OOM_ASKED = re.compile(r"Tried to allocate ([\d.]+ [KMGT]?i?B)")
+_OOM_FREE = re.compile(r"total capacity of ([\d.]+ [KMGT]?i?B) of which ([\d.]+ [KMGT]?i?B) is free")
+
+
 def _first_line(exc: BaseException) -> str:
+    """One line for the user: torch's CUDA out-of-memory text (a paragraph) is cut to what it
+    asked for and what was free; any other message to its first line, at most ~300 characters,
+    cut between words."""
     text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__
+    if not text:
+        return type(exc).__name__
+    if "CUDA out of memory" in text:
+        asked, free = _OOM_ASKED.search(text), _OOM_FREE.search(text)
+        detail = [f"tried to allocate {asked.group(1)}"] if asked else []
+        if free:
+            detail.append(f"{free.group(2)} of {free.group(1)} free")
+        said = f" ({', '.join(detail)})" if detail else ""
+        return f"CUDA out of memory{said}; try a smaller --batch"
+    line = text.splitlines()[0]
+    return line if len(line) <= 300 else line[:300].rsplit(" ", 1)[0] + " …"
 
 
 class Worker:
@@ -537,9 +554,19 @@ def _with_warnings(fn: Any, req: dict[str, Any]) -> dict[str, Any]:
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", MemoryRiskWarning)
-        answer = fn(req)
-    lines = [str(w.message) for w in caught if issubclass(w.category, MemoryRiskWarning)]
+        try:
+            answer = fn(req)
+        except Exception as exc:  # the warning matters most when the run then fails: keep it
+            exc.memory_warnings = _memory_lines(caught)  # type: ignore[attr-defined]
+            raise
+    lines = _memory_lines(caught)
     return {**answer, "warnings": lines} if lines else answer
+
+
+def _memory_lines(caught: list[Any]) -> list[str]:
+    from deployopt.memory import MemoryRiskWarning
+
+    return [str(w.message) for w in caught if issubclass(w.category, MemoryRiskWarning)]
 
 
 def serve(stdin: Any, proto: Any) -> int:
@@ -547,8 +574,9 @@ def serve(stdin: Any, proto: Any) -> int:
         proto.write(json.dumps(obj) + "\n")
         proto.flush()
 
-    def fail(kind: str, message: str) -> None:
-        send({"ok": False, "type": kind, "error": message})
+    def fail(kind: str, message: str, exc: BaseException | None = None) -> None:
+        lines = getattr(exc, "memory_warnings", None)
+        send({"ok": False, "type": kind, "error": message, **({"warnings": lines} if lines else {})})
 
     line = stdin.readline()
     if not line:
@@ -582,10 +610,10 @@ def serve(stdin: Any, proto: Any) -> int:
             else:
                 fail("BackendFailed", f"unknown worker op {op!r}")
         except WorkerError as exc:
-            fail(exc.kind, str(exc))
+            fail(exc.kind, str(exc), exc)
         except Exception as exc:
             traceback.print_exc()
-            fail("BackendFailed", f"torch worker error: {type(exc).__name__}: {_first_line(exc)}")
+            fail("BackendFailed", f"torch worker error: {type(exc).__name__}: {_first_line(exc)}", exc)
     return 0
 
 
