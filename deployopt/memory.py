@@ -24,8 +24,10 @@ import onnx
 from deployopt.errors import InsufficientMemory
 
 GIB = 1 << 30
-#: A floor above this share of the free memory is warned about: real peaks are often 2–3× the floor.
-WARN_SHARE = 0.5
+#: A floor above this share of the free memory is warned about: onnxruntime CPU peaked at 2.4–2.6×
+#: the floor on the bundled ResNet56 (bench at batch 2000 and 8000, optimize's fidelity check at
+#: 2000 and 20000), so such a run would fill three quarters of what is free or more.
+WARN_SHARE = 0.3
 
 
 class MemoryRiskWarning(UserWarning):
@@ -62,7 +64,7 @@ class RunEstimate:
 
     inputs: int  # every graph input, at the requested shapes
     weights: int  # every initializer
-    activations: int  # the most any single node keeps alive: its inputs and outputs (see estimate_run)
+    activations: int  # the most the graph keeps alive at once, in its node order (see estimate_run)
 
     @property
     def total(self) -> int:
@@ -95,11 +97,13 @@ def estimate_run(model: onnx.ModelProto, float_bytes: int | None = None) -> RunE
 
         inputs + weights + max over nodes of the activations alive while that node runs
 
-    where a node in DISJOINT_OPS keeps its non-constant inputs and all its outputs alive, any other
-    node at least its largest output; a view (VIEW_OPS) is its input's buffer, and graph inputs
-    are counted once, in `inputs`. No safety factor is applied: the real peak is higher (the
-    runtime's copy of the weights, earlier activations still referenced, workspaces, allocator
-    rounding, the host copy of inputs a GPU backend uploads), which this ignores.
+    run in the graph's node order: every buffer written earlier and still to be read (a
+    residual block's shortcut while its convs run) plus the node's outputs; a node not in
+    DISJOINT_OPS (elementwise ops) may write its output over an input it reads for the last time,
+    so that input's bytes are not counted twice. A view (VIEW_OPS) is its input's buffer, and graph
+    inputs are counted once, in `inputs`. No safety factor is applied: the real peak is higher (the
+    runtime's copy of the weights, workspaces, allocator rounding, the host copy of inputs a GPU
+    backend uploads), which this ignores.
 
     A dynamic or unknown dim anywhere (a tensor shape inference could not resolve, a string
     tensor) gives None: the caller skips the check rather than refuse on a guess.
@@ -125,25 +129,44 @@ def estimate_run(model: onnx.ModelProto, float_bytes: int | None = None) -> RunE
             return None
         weights += n
     graph_inputs = {i.name for i in graph.input if i.name not in inits}
+    not_activations = set(inits) | graph_inputs
     root: dict[str, str] = {}  # a view's buffer is that of the tensor it views
-    activations = 0
     for node in graph.node:
         if node.op_type in VIEW_OPS and node.domain in ("", "ai.onnx") and node.input and node.input[0]:
             base = root.get(node.input[0], node.input[0])
             for out in node.output[:1]:
                 root[out] = base
+    # a buffer lives from its producer to its last reader (a graph output to the end)
+    last_use: dict[str, int] = {}
+    for index, node in enumerate(graph.node):
+        for i in node.input:
+            if i:
+                last_use[root.get(i, i)] = index
+    for o in graph.output:
+        last_use[root.get(o.name, o.name)] = len(graph.node)
+    live: dict[str, int] = {}  # buffers written and still to be read, by bytes
+    activations = 0
+    for index, node in enumerate(graph.node):
+        if node.op_type in VIEW_OPS and node.domain in ("", "ai.onnx") and node.input and node.input[0]:
             continue
         outs = [o for o in node.output if o]
         if any(o not in sizes for o in outs):
             return None
-        if node.op_type in DISJOINT_OPS and node.domain in ("", "ai.onnx"):
-            alive = {root.get(i, i) for i in node.input if i} - set(inits) - graph_inputs
-            if any(t not in sizes for t in alive):
-                return None
-            live = sum(sizes[t] for t in alive) + sum(sizes[o] for o in outs)
-        else:
-            live = max((sizes[o] for o in outs), default=0)
-        activations = max(activations, live)
+        reads = {root.get(i, i) for i in node.input if i} - not_activations
+        if any(t not in sizes for t in reads):
+            return None
+        new = sum(sizes[o] for o in outs)
+        if not (node.op_type in DISJOINT_OPS and node.domain in ("", "ai.onnx")):
+            # an elementwise op may write its output over an input read for the last time here
+            dying = [sizes[t] for t in reads if last_use.get(t, index) <= index]
+            new -= min(max(dying, default=0), max((sizes[o] for o in outs), default=0))
+        activations = max(activations, sum(live.values()) + new)
+        for o in outs:
+            if last_use.get(o, index) > index:
+                live[o] = sizes[o]
+        for t in reads:
+            if last_use.get(t, index) <= index:
+                live.pop(t, None)
     inputs = sum(sizes[name] for name in graph_inputs)
     return RunEstimate(inputs=inputs, weights=weights, activations=activations)
 
@@ -285,13 +308,15 @@ def require_fidelity_memory(
     hint: str = "try a smaller --batch or --input-shape",
 ) -> None:
     """The host check before a fidelity comparison (deployopt.fidelity.compare_models) draws its
-    inputs: `samples` input sets held at once, both models' onnxruntime sessions (their weights),
-    one model running at a time. `candidate` None: not built yet, its weights are not counted."""
+    inputs: `samples` input sets held at once, and both models' onnxruntime sessions alive through
+    the comparison, each with its weights and its activations (onnxruntime's arena keeps the peak of
+    a run allocated after it). `candidate` None: not built yet; it will be the reference's size
+    give or take a few channels, so the reference's activations count twice."""
     ref = estimate_run(reference)
-    cand = estimate_run(candidate) if candidate is not None else RunEstimate(0, 0, 0)
+    cand = (
+        estimate_run(candidate) if candidate is not None else RunEstimate(0, 0, ref.activations if ref else 0)
+    )
     if ref is None or cand is None:
         return
-    est = RunEstimate(
-        ref.inputs * samples, ref.weights + cand.weights, max(ref.activations, cand.activations)
-    )
+    est = RunEstimate(ref.inputs * samples, ref.weights + cand.weights, ref.activations + cand.activations)
     require_memory(est, available_host_bytes(), reference, "onnxruntime fidelity check, host memory", hint)
