@@ -77,6 +77,37 @@ def validate_plan(analysis: Analysis, widths: dict[str, int]) -> None:
             raise PlanError(f"width of group {gid!r} must be at least 1, got {w}")
 
 
+#: ONNX models are one protobuf message, which cannot exceed 2 GiB when serialized
+PROTOBUF_LIMIT = (1 << 31) - 1
+
+
+def _check_size(model: onnx.ModelProto, analysis: Analysis, changed: dict[str, int]) -> None:
+    """Refuse a plan whose conv weights alone would take the model past protobuf's 2 GiB, before
+    any array is built (a width of a million used to take 11 GB of memory, then fail to serialize)."""
+    if not changed:
+        return
+    inits = {t.name: t for t in model.graph.initializer}
+    nodes = {n.name: n for n in model.graph.node if n.name}
+    after = analysis.conv_shapes(changed)
+    growth = 0.0
+    for conv in analysis.convs:
+        old, new = conv.shape, after[conv.name]
+        elems_old = old.k * (old.c // max(old.groups, 1)) * old.r * old.s
+        elems_new = new.k * (new.c // max(new.groups, 1)) * new.r * new.s
+        node = nodes.get(conv.name)
+        weight = inits.get(node.input[1]) if node is not None and len(node.input) > 1 else None
+        itemsize = 4
+        if weight is not None and weight.data_type != onnx.TensorProto.UNDEFINED:
+            itemsize = onnx.helper.tensor_dtype_to_np_dtype(weight.data_type).itemsize
+        growth += (elems_new - elems_old) * itemsize
+    size = model.ByteSize() + growth
+    if size > PROTOBUF_LIMIT:
+        raise PlanError(
+            f"the edited model would be about {size / (1 << 30):.1f} GiB (counting its conv weights), "
+            "over the 2 GiB an ONNX file (one protobuf message) can hold; use smaller widths"
+        )
+
+
 def dead_channels(model: onnx.ModelProto, analysis: Analysis, gid: str) -> list[int]:
     """Channels of a group whose output is identically zero where it is consumed."""
     analysis.group(gid)
@@ -135,6 +166,7 @@ def apply_plan_report(
     assert st is not None, "an Analysis from deployopt.coupling.analyze is needed"
     validate_plan(analysis, widths)
     changed = {g: int(w) for g, w in widths.items() if int(w) != analysis.group(g).width}
+    _check_size(model, analysis, changed)
     out = onnx.ModelProto()
     out.CopyFrom(model)
     if not changed:

@@ -354,6 +354,9 @@ def test_apply_out_of_memory_is_one_line_about_the_plan(
         raise MemoryError("Unable to allocate 358. GiB for an array with shape (100000000, 480)")
 
     monkeypatch.setattr(surgery, "_take", huge)
+    # a plan under protobuf's 2 GiB that still does not fit in memory (10⁸ itself is refused earlier,
+    # by the size check: below)
+    monkeypatch.setattr(surgery, "_check_size", lambda *a: None)
     src = zoo_model_path("se_net")
     gid = analyze(load_model(src).model).free_groups()[0].id
     (tmp_path / "plan.json").write_text(json.dumps({"widths": {gid: 100_000_000}}))
@@ -366,3 +369,9 @@ def test_apply_out_of_memory_is_one_line_about_the_plan(
         "error: out of memory: Unable to allocate 358. GiB for an array with shape (100000000, 480); "
         "are the plan's widths what you meant?\n"
     )
+    monkeypatch.undo()
+    code, _, err = cli(
+        ["apply", str(src), "--plan", str(tmp_path / "plan.json"), "-o", str(out_path)], capsys, monkeypatch
+    )
+    assert code == 2 and not out_path.exists() and err.count("\n") == 1
+    assert "over the 2 GiB an ONNX file (one protobuf message) can hold; use smaller widths" in err
