@@ -123,6 +123,16 @@ def test_bench_errors_are_one_line_and_write_nothing(
     assert not dest.exists() and list(tmp_path.iterdir()) == []
 
 
+def test_model_backend_says_where_it_can_be_used(monkeypatch, capsys, model: Path) -> None:
+    """bench and profile have no --target, so the model backend cannot predict there: the error
+    names the commands that can, not an option these commands lack."""
+    for command in ("bench", "profile"):
+        code, _, err = run(monkeypatch, capsys, command, str(model), "--backend", "model")
+        assert code == 2 and err.count("\n") == 1, err
+        assert "(--target NAME)" not in err and "bench / profile have no --target" in err
+        assert "optimize MODEL --backend model --target T" in err and "staircase --target T" in err
+
+
 def test_missing_model_and_unreadable_model(monkeypatch, capsys, tmp_path: Path) -> None:
     code, _, err = run(monkeypatch, capsys, "bench", str(tmp_path / "none.onnx"))
     assert code == 2 and err == f"error: {tmp_path / 'none.onnx'}: no such model file\n"

@@ -89,6 +89,12 @@ def _session(backend_name: str, model: Path, *settings: Any, **options: Any) -> 
     arguments after the backend): options checked and the model file checked before anything
     starts, the --sms note printed only once the session stands (so a refused option stays a
     one-line error)."""
+    if backend_name == "model":  # it predicts for a target, and bench / profile take none
+        raise DeployoptError(
+            "backend 'model' predicts per-conv latency for a GPU target, and bench / profile have no "
+            "--target: use `deployopt optimize MODEL --backend model --target T`, `deployopt analyze "
+            "MODEL --target T` or `deployopt staircase --target T`"
+        )
     remote = options.get("remote")
     if remote and backend_name != "trtexec":
         raise DeployoptError(
