@@ -889,6 +889,7 @@ class Optimizer:
             else:
                 session_cm = self._open_session()
                 self.session = session_cm
+            self._warn_if_on_host()
             # a batch that cannot fit fails before OUTDIR exists (a duck-typed session may lack the hook)
             check_memory = getattr(self.session, "check_memory", None)
             if check_memory is not None:
@@ -931,6 +932,22 @@ class Optimizer:
                 session_cm.close()
             if self._own_sweep_session and self._sweep_session is not None:
                 self._sweep_session.close()
+
+    def _warn_if_on_host(self) -> None:
+        """Every target is a GPU: a measured backend timing on the host CPU (ort's CPU provider,
+        torch without CUDA) picks widths for that CPU, so say so once (HostTimingWarning)."""
+        import warnings
+
+        from deployopt.errors import HostTimingWarning
+
+        if getattr(self.session, "runs_on_gpu", None) is False:
+            warnings.warn(
+                f"--backend {self.backend_name} measures on this machine's CPU, not on the GPU of "
+                f"{self.target.name}: the latencies and the widths chosen fit the CPU, not the target "
+                "(measure on the GPU: torch on CUDA, tensorrt or trtexec)",
+                HostTimingWarning,
+                stacklevel=2,
+            )
 
     def _check_runs(self) -> None:
         """A measured candidate is kept only when the Mann-Whitney U test says p < alpha; with fewer
