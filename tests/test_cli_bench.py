@@ -79,6 +79,25 @@ def test_bench_table(monkeypatch, capsys, model: Path) -> None:
         assert text in out
 
 
+def test_one_run_shows_no_spread_and_compare_refuses_it(
+    monkeypatch, capsys, model: Path, tmp_path: Path
+) -> None:
+    """--runs 1: IQR 0.0 and a CI [x, x] would look exact; the table says n/a, the JSON null, and
+    compare still refuses the file for its sample count."""
+    code, out, err = run(monkeypatch, capsys, "bench", str(model), "--runs", "1", "--warmup", "0")
+    assert code == 0, err
+    cells = [line.split("│") for line in out.splitlines() if "│" in line]
+    rows = {c[1].strip(): c[2].strip() for c in cells}
+    assert rows["IQR"] == "n/a (1 run)" and rows["95% CI of median"] == "n/a (1 run)"
+    assert "(bootstrap)" not in out and "0.0 µs" not in rows["IQR"]
+    one = tmp_path / "one.json"
+    code, out, err = run(monkeypatch, capsys, "bench", str(model), "--runs", "1", "--json", "-o", str(one))
+    doc = json.loads(out)
+    assert code == 0 and list(doc) == BENCH_KEYS and doc["iqr_us"] is None and doc["ci95_us"] is None
+    code, out, err = run(monkeypatch, capsys, "compare", str(one), str(one))
+    assert code == 2 and out == "" and f"error: {one} has 1 sample" in err and err.count("\n") == 1
+
+
 def test_profile_json_and_table(monkeypatch, capsys, model: Path) -> None:
     code, out, _ = run(monkeypatch, capsys, "profile", str(model), "--runs", "3", "--warmup", "1", "--json")
     assert code == 0

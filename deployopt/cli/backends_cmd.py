@@ -245,13 +245,17 @@ def bench_command(
     if as_json:
         console.print_json(json.dumps(doc))
         return
-    lo, hi = timing.ci95_us
     table = Table(title=f"{model.name} on {backend} (measured)", show_header=False)
     table.add_column("what", no_wrap=True)
     table.add_column("value")
     table.add_row("median", f"{timing.median_us:.1f} µs")
-    table.add_row("IQR", f"{timing.iqr_us:.1f} µs")
-    table.add_row("95% CI of median", f"[{lo:.1f}, {hi:.1f}] µs (bootstrap)")
+    if timing.spread_known:
+        lo, hi = timing.ci95_us
+        table.add_row("IQR", f"{timing.iqr_us:.1f} µs")
+        table.add_row("95% CI of median", f"[{lo:.1f}, {hi:.1f}] µs (bootstrap)")
+    else:  # one sample: a spread of 0 and a CI [x, x] would look exact
+        table.add_row("IQR", timing.spread_text())
+        table.add_row("95% CI of median", timing.spread_text())
     table.add_row("runs / warm-up", f"{timing.runs} / {timing.warmup}")
     table.add_row("timed", timing.timed)
     table.add_row("environment", _environment_line(timing.environment))

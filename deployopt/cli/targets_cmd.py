@@ -240,7 +240,7 @@ def staircase_doc(
         }
         if timings is not None:
             pt["measured_us"] = timings[i].median_us
-            pt["measured_iqr_us"] = timings[i].iqr_us
+            pt["measured_iqr_us"] = timings[i].iqr_us if timings[i].spread_known else None
         points.append(pt)
         kernels.append(
             {
@@ -381,7 +381,8 @@ def staircase_command(
             f"{p['predicted_us']:.1f}",
         ]
         if timings:
-            row += [f"{p['measured_us']:.1f}", f"{p['measured_iqr_us']:.1f}"]
+            iqr = p["measured_iqr_us"]
+            row += [f"{p['measured_us']:.1f}", "n/a" if iqr is None else f"{iqr:.1f}"]
         table.add_row(*row)
     console.print(table)
     console.print(
