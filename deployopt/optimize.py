@@ -281,6 +281,7 @@ class Optimizer:
         self.evaluations: list[Evaluation] = []
         self._by_key: dict[str, Evaluation] = {}
         self._reserved = 0  # evaluations the search leaves for the confirmation rounds
+        self.confirm_reserve = 0  # the same, kept for the report after the search ends
         self.baselines: list[Evaluation] = []
         self.confirmation: dict[str, Any] | None = None
         self._pooled: dict[str, Timing] = {}  # plan key -> samples of every build (confirmation)
@@ -907,6 +908,7 @@ class Optimizer:
             budget_hit = False
             # evaluations kept back for the confirmation rounds (measured backends only)
             self._reserved = 2 * cfg.confirm_rounds if self._confirms() else 0
+            self.confirm_reserve = self._reserved
             try:
                 best = self.search()
             except _Budget:
