@@ -174,7 +174,9 @@ def _options(
 
 def _check_model(model: Path) -> None:
     from deployopt.errors import ModelError
+    from deployopt.model import refuse_directory
 
+    refuse_directory(model)  # the loader's wording (analyze says the same)
     if not model.is_file():
         raise ModelError(f"{model}: no such model file")
 
