@@ -98,6 +98,12 @@ def test_one_run_shows_no_spread_and_compare_refuses_it(
     assert code == 2 and out == "" and f"error: {one} has 1 sample" in err and err.count("\n") == 1
 
 
+def test_batch_and_input_shape_that_agree_are_fine(monkeypatch, capsys, model: Path) -> None:
+    args = ["--input-shape", "x:2x8x8x8", "--batch", "2", "--runs", "2", "--warmup", "0", "--json"]
+    code, out, err = run(monkeypatch, capsys, "bench", str(model), *args)
+    assert code == 0 and "batch 2" in json.loads(out)["timed"], err
+
+
 def test_profile_json_and_table(monkeypatch, capsys, model: Path) -> None:
     code, out, _ = run(monkeypatch, capsys, "profile", str(model), "--runs", "3", "--warmup", "1", "--json")
     assert code == 0
@@ -130,6 +136,10 @@ def test_profile_json_and_table(monkeypatch, capsys, model: Path) -> None:
         (["--no-cudnn-benchmark"], "error: --no-cudnn-benchmark: backend 'ort' does not run cuDNN's"),
         (["--input-shape", "x:1xAx8"], "error: --input-shape 'x:1xAx8': dimensions must be integers"),
         (["--input-shape", "nope:1x8x8x8"], "error: input shape given for 'nope', but"),
+        (
+            ["--input-shape", "x:2x8x8x8", "--batch", "4"],
+            "error: --batch 4 and --input-shape x:2x8x8x8 disagree on the batch of 'x' (2); give one",
+        ),
     ],
 )
 def test_bench_errors_are_one_line_and_write_nothing(

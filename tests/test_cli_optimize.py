@@ -69,6 +69,10 @@ def test_bad_options_are_one_line_errors(
         ),
         (["--cudnn-engines", "0"], "--cudnn-engines: backend 'model' does not run cudnn.benchmark"),
         (["--no-cudnn-benchmark"], "--no-cudnn-benchmark: backend 'model' does not run cuDNN's"),
+        (
+            ["--input-shape", "input:2x3x32x32", "--batch", "4"],
+            "--batch 4 and --input-shape input:2x3x32x32 disagree on the batch of 'input' (2)",
+        ),
     ]
     for extra, message in cases:
         code, _, err = cli(monkeypatch, capsys, *base_args(model, tmp_path / "o"), *extra)

@@ -28,6 +28,7 @@ from deployopt.backends.base import (
 from deployopt.cli.app import (
     app,
     calibration_data_option,
+    check_batch_agrees,
     console,
     cudnn_benchmark_option,
     cudnn_engines_option,
@@ -156,6 +157,8 @@ def _options(
             from deployopt.backends.trtexec import refuse_calibration_data
 
             refuse_calibration_data(calibration_data)
+    shapes = parse_input_shapes(input_shape)
+    check_batch_agrees(batch, shapes)
     return MeasureOptions(
         dtype=dtype,
         batch=batch,
@@ -163,7 +166,7 @@ def _options(
         runs=runs,
         warmup=warmup,
         timeout_s=timeout,
-        input_shapes=parse_input_shapes(input_shape),
+        input_shapes=shapes,
         workdir=workdir,
         cudnn_engines=cudnn_engines,
         cudnn_benchmark=cudnn_benchmark,
