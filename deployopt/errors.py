@@ -43,3 +43,11 @@ class OutputError(DeployoptError):
 
 class InsufficientMemory(DeployoptError):
     """A run would need more memory than is free (a pre-flight lower bound, deployopt.memory)."""
+
+
+class DeployoptWarning(UserWarning):
+    """Something the user should know about a run that still goes on (the CLI prints one line)."""
+
+
+class HostTimingWarning(DeployoptWarning):
+    """A GPU target measured on the host CPU: the latencies (and the plan) describe the CPU."""

@@ -76,11 +76,16 @@ def _uses_external_data(model: onnx.ModelProto) -> bool:
     return False
 
 
+def refuse_directory(path: Path) -> None:
+    """A folder given as the model: one wording for every command that takes a model file."""
+    if path.is_dir():
+        raise ModelError(f"{path}: is a directory, expected an .onnx file")
+
+
 def _parse(path: Path) -> onnx.ModelProto:
     if not path.exists():
         raise ModelError(f"{path}: no such file")
-    if path.is_dir():
-        raise ModelError(f"{path}: is a directory, expected an .onnx file")
+    refuse_directory(path)
     data = path.read_bytes()
     if not data:
         raise ModelError(f"{path}: empty file")

@@ -281,6 +281,7 @@ class Optimizer:
         self.evaluations: list[Evaluation] = []
         self._by_key: dict[str, Evaluation] = {}
         self._reserved = 0  # evaluations the search leaves for the confirmation rounds
+        self.confirm_reserve = 0  # the same, kept for the report after the search ends
         self.baselines: list[Evaluation] = []
         self.confirmation: dict[str, Any] | None = None
         self._pooled: dict[str, Timing] = {}  # plan key -> samples of every build (confirmation)
@@ -889,6 +890,7 @@ class Optimizer:
             else:
                 session_cm = self._open_session()
                 self.session = session_cm
+            self._warn_if_on_host()
             # a batch that cannot fit fails before OUTDIR exists (a duck-typed session may lack the hook)
             check_memory = getattr(self.session, "check_memory", None)
             if check_memory is not None:
@@ -906,6 +908,7 @@ class Optimizer:
             budget_hit = False
             # evaluations kept back for the confirmation rounds (measured backends only)
             self._reserved = 2 * cfg.confirm_rounds if self._confirms() else 0
+            self.confirm_reserve = self._reserved
             try:
                 best = self.search()
             except _Budget:
@@ -931,6 +934,22 @@ class Optimizer:
                 session_cm.close()
             if self._own_sweep_session and self._sweep_session is not None:
                 self._sweep_session.close()
+
+    def _warn_if_on_host(self) -> None:
+        """Every target is a GPU: a measured backend timing on the host CPU (ort's CPU provider,
+        torch without CUDA) picks widths for that CPU, so say so once (HostTimingWarning)."""
+        import warnings
+
+        from deployopt.errors import HostTimingWarning
+
+        if getattr(self.session, "runs_on_gpu", None) is False:
+            warnings.warn(
+                f"--backend {self.backend_name} measures on this machine's CPU, not on the GPU of "
+                f"{self.target.name}: the latencies and the widths chosen fit the CPU, not the target "
+                "(measure on the GPU: torch on CUDA, tensorrt or trtexec)",
+                HostTimingWarning,
+                stacklevel=2,
+            )
 
     def _check_runs(self) -> None:
         """A measured candidate is kept only when the Mann-Whitney U test says p < alpha; with fewer

@@ -161,6 +161,7 @@ def build_report(
             "measured_this_run": opt.measured_now,
             "from_journal": sum(e.replayed for e in opt.evaluations),
             "budget_exhausted": budget_hit,
+            "reserved_for_confirmation": getattr(opt, "confirm_reserve", 0),
             "list": evaluations,
         },
         "per_layer_sweep": sweep,
@@ -229,6 +230,23 @@ def _safe(text: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text)[:80]
 
 
+def _budget_note(ev: dict[str, Any], confirmation: dict[str, Any] | None) -> str:
+    """Why the search stopped at the budget: with a measured backend part of --max-evals is held
+    back for the confirmation rounds, so "exhausted" alone would be untrue when those go unused."""
+    if not ev["budget_exhausted"]:
+        return ""
+    reserved = ev.get("reserved_for_confirmation") or 0
+    if not reserved:
+        return " — budget exhausted"
+    if confirmation:
+        used = 2 * (confirmation["rounds"] - 1)
+        return f" — search budget spent; {reserved} kept back for the confirmation rounds ({used} used)"
+    return (
+        f" — search budget spent; {reserved} kept back for the confirmation rounds, unused "
+        "(the answer is a baseline: nothing to confirm)"
+    )
+
+
 def _fmt(t: dict[str, Any]) -> str:
     if not t["measured"]:
         return f"{t['median_us']:.1f} µs (predicted)"
@@ -267,7 +285,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"- mode: {report['mode']}" + (f" (max trim {report['max_trim']:.0%})" if report["max_trim"] else ""),
         f"- end-to-end evaluations: {ev['count']} of at most {ev['max']} "
         f"({ev['measured_this_run']} this run, {ev['from_journal']} from the journal)"
-        + (" — budget exhausted" if ev["budget_exhausted"] else ""),
+        + _budget_note(ev, report.get("confirmation")),
         f"- per-layer sweep: {sw['shapes']} conv shapes, {sw['measured']} "
         f"{'timed' if report['measured'] else 'predicted'} ({sw['seconds']:.1f} s), "
         f"{sw['cached']} from the cache; by {sw['measured_by']}",

@@ -51,6 +51,16 @@ class Timing:
     def ci95_us(self) -> tuple[float, float]:
         return bootstrap_median_ci(self.samples_us)
 
+    @property
+    def spread_known(self) -> bool:
+        """Whether the IQR and the bootstrap CI say anything: one measured sample gives a spread of 0
+        and a CI [x, x] that only look exact. A prediction is deterministic: its spread is 0."""
+        return self.runs >= 2 or not self.measured
+
+    def spread_text(self) -> str:
+        """Why the spread is missing, for tables: 'n/a (1 run)'."""
+        return f"n/a ({self.runs} run{'' if self.runs == 1 else 's'})"
+
     def describe(self) -> str:
         """One human line, e.g. 'measured on torch (H200, 8 SMs): 512.3 µs median, IQR 2.1 µs, 100 runs'."""
         if not self.measured:
@@ -59,6 +69,10 @@ class Timing:
 
         where = where_measured(self.environment)
         where = f" ({where})" if where else ""
+        if not self.spread_known:
+            return (
+                f"measured on {self.backend}{where}: {self.median_us:.1f} µs, IQR and CI {self.spread_text()}"
+            )
         lo, hi = self.ci95_us
         return (
             f"measured on {self.backend}{where}: {self.median_us:.1f} µs median, "
@@ -66,13 +80,15 @@ class Timing:
         )
 
     def to_json(self) -> dict[str, Any]:
-        lo, hi = self.ci95_us
+        """The measurement as JSON; iqr_us and ci95_us are null when there is no spread to show
+        (one measured sample: see spread_known)."""
+        known = self.spread_known
         out: dict[str, Any] = {
             "backend": self.backend,
             "measured": self.measured,
             "median_us": self.median_us,
-            "iqr_us": self.iqr_us,
-            "ci95_us": [lo, hi],
+            "iqr_us": self.iqr_us if known else None,
+            "ci95_us": list(self.ci95_us) if known else None,
             "runs": self.runs,
             "warmup": self.warmup,
             "samples_us": [float(x) for x in self.samples_us],

@@ -79,6 +79,31 @@ def test_bench_table(monkeypatch, capsys, model: Path) -> None:
         assert text in out
 
 
+def test_one_run_shows_no_spread_and_compare_refuses_it(
+    monkeypatch, capsys, model: Path, tmp_path: Path
+) -> None:
+    """--runs 1: IQR 0.0 and a CI [x, x] would look exact; the table says n/a, the JSON null, and
+    compare still refuses the file for its sample count."""
+    code, out, err = run(monkeypatch, capsys, "bench", str(model), "--runs", "1", "--warmup", "0")
+    assert code == 0, err
+    cells = [line.split("│") for line in out.splitlines() if "│" in line]
+    rows = {c[1].strip(): c[2].strip() for c in cells}
+    assert rows["IQR"] == "n/a (1 run)" and rows["95% CI of median"] == "n/a (1 run)"
+    assert "(bootstrap)" not in out and "0.0 µs" not in rows["IQR"]
+    one = tmp_path / "one.json"
+    code, out, err = run(monkeypatch, capsys, "bench", str(model), "--runs", "1", "--json", "-o", str(one))
+    doc = json.loads(out)
+    assert code == 0 and list(doc) == BENCH_KEYS and doc["iqr_us"] is None and doc["ci95_us"] is None
+    code, out, err = run(monkeypatch, capsys, "compare", str(one), str(one))
+    assert code == 2 and out == "" and f"error: {one} has 1 sample" in err and err.count("\n") == 1
+
+
+def test_batch_and_input_shape_that_agree_are_fine(monkeypatch, capsys, model: Path) -> None:
+    args = ["--input-shape", "x:2x8x8x8", "--batch", "2", "--runs", "2", "--warmup", "0", "--json"]
+    code, out, err = run(monkeypatch, capsys, "bench", str(model), *args)
+    assert code == 0 and "batch 2" in json.loads(out)["timed"], err
+
+
 def test_profile_json_and_table(monkeypatch, capsys, model: Path) -> None:
     code, out, _ = run(monkeypatch, capsys, "profile", str(model), "--runs", "3", "--warmup", "1", "--json")
     assert code == 0
@@ -111,6 +136,10 @@ def test_profile_json_and_table(monkeypatch, capsys, model: Path) -> None:
         (["--no-cudnn-benchmark"], "error: --no-cudnn-benchmark: backend 'ort' does not run cuDNN's"),
         (["--input-shape", "x:1xAx8"], "error: --input-shape 'x:1xAx8': dimensions must be integers"),
         (["--input-shape", "nope:1x8x8x8"], "error: input shape given for 'nope', but"),
+        (
+            ["--input-shape", "x:2x8x8x8", "--batch", "4"],
+            "error: --batch 4 and --input-shape x:2x8x8x8 disagree on the batch of 'x' (2); give one",
+        ),
     ],
 )
 def test_bench_errors_are_one_line_and_write_nothing(
@@ -123,9 +152,24 @@ def test_bench_errors_are_one_line_and_write_nothing(
     assert not dest.exists() and list(tmp_path.iterdir()) == []
 
 
+def test_model_backend_says_where_it_can_be_used(monkeypatch, capsys, model: Path) -> None:
+    """bench and profile have no --target, so the model backend cannot predict there: the error
+    names the commands that can, not an option these commands lack."""
+    for command in ("bench", "profile"):
+        code, _, err = run(monkeypatch, capsys, command, str(model), "--backend", "model")
+        assert code == 2 and err.count("\n") == 1, err
+        assert "(--target NAME)" not in err and "bench / profile have no --target" in err
+        assert "optimize MODEL --backend model --target T" in err and "staircase --target T" in err
+
+
 def test_missing_model_and_unreadable_model(monkeypatch, capsys, tmp_path: Path) -> None:
     code, _, err = run(monkeypatch, capsys, "bench", str(tmp_path / "none.onnx"))
     assert code == 2 and err == f"error: {tmp_path / 'none.onnx'}: no such model file\n"
+    folder = tmp_path / "exported.onnx"  # a folder (an export that wrote a directory): say so
+    folder.mkdir()
+    for command in ("bench", "profile", "analyze"):
+        code, _, err = run(monkeypatch, capsys, command, str(folder))
+        assert code == 2 and err == f"error: {folder}: is a directory, expected an .onnx file\n", err
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"\x00garbage")
     code, _, err = run(monkeypatch, capsys, "profile", str(bad), "-o", str(tmp_path / "p.json"))

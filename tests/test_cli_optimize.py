@@ -69,6 +69,10 @@ def test_bad_options_are_one_line_errors(
         ),
         (["--cudnn-engines", "0"], "--cudnn-engines: backend 'model' does not run cudnn.benchmark"),
         (["--no-cudnn-benchmark"], "--no-cudnn-benchmark: backend 'model' does not run cuDNN's"),
+        (
+            ["--input-shape", "input:2x3x32x32", "--batch", "4"],
+            "--batch 4 and --input-shape input:2x3x32x32 disagree on the batch of 'input' (2)",
+        ),
     ]
     for extra, message in cases:
         code, _, err = cli(monkeypatch, capsys, *base_args(model, tmp_path / "o"), *extra)
@@ -186,6 +190,31 @@ def test_too_few_measured_runs_for_the_test_are_one_line(
         monkeypatch, capsys, *base_args(model, tmp_path / "m"), "--runs", "1", "--max-evals", "4"
     )
     assert code == 0, err
+
+
+def test_measuring_a_gpu_target_on_the_cpu_warns_once(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """ort on its CPU provider picks widths for the host CPU, not the target GPU: one warning line
+    once the session stands (the search is cut short here: the warning is what is tested)."""
+    from deployopt.backends.ort import OrtBackend
+    from deployopt.errors import DeployoptError
+    from deployopt.optimize import Optimizer
+
+    def stop(self: Any) -> Any:
+        raise DeployoptError("stopped after the session opened")
+
+    monkeypatch.setattr(Optimizer, "search", stop)
+    monkeypatch.setattr(OrtBackend, "providers", lambda self: ["CPUExecutionProvider"])
+    model = zoo_model_path("vgg16_pruned_b4")
+    args = ["optimize", str(model), "--target", "orin-nano-8gb", "--backend", "ort"]
+    code, _, err = cli(monkeypatch, capsys, *args, "-o", str(tmp_path / "o"))
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 2 and lines[1] == "error: stopped after the session opened", err
+    assert lines[0].startswith("warning: --backend ort measures on this machine's CPU, not on the GPU of ")
+    assert "orin-nano-8gb" in lines[0] and "fit the CPU, not the target" in lines[0]
+    code, _, err = cli(monkeypatch, capsys, *base_args(model, tmp_path / "m"))
+    assert "warning:" not in err  # the wave model predicts for the target: nothing to warn about
 
 
 def test_unwritable_outdir_and_negative_warmup_are_one_line(

@@ -163,13 +163,15 @@ def test_local_without_gpu_is_one_line(monkeypatch, capsys):
     assert code == 2 and "no CUDA GPU found" in err and err.strip().count("\n") == 0
 
 
-def fake_backend(truth, opened=None, engines=False):
+def fake_backend(truth, opened=None, engines=False, on_gpu=None):
     """A stand-in backend that 'measures' with a known model (3 identical samples per conv);
-    the options of every session it opens are appended to `opened`."""
+    the options of every session it opens are appended to `opened`; `on_gpu`: its runs_on_gpu."""
     from deployopt.backends import base
     from deployopt.timing import Timing
 
     class FakeSession(base.Session):
+        runs_on_gpu = on_gpu
+
         def measure(self, model_path):  # pragma: no cover - measure_convs is overridden
             raise AssertionError
 
@@ -392,6 +394,61 @@ def test_calibrate_saves_a_profile_target_can_load(monkeypatch, capsys, tmp_path
         monkeypatch, capsys, "calibrate", "--target", "h200", "--measure", "fake", "--dtype", "int8"
     )
     assert code == 2 and "INT8 is predicted only" in err
+
+
+def test_calibrate_refuses_timings_taken_on_the_cpu(monkeypatch, capsys, tmp_path):
+    """ort on its CPU provider or torch without CUDA: a GPU wave-model fit to host-CPU timings would
+    replace what --target NAME predicts. One line, before the sweep, nothing written."""
+    from deployopt.backends import base
+
+    truth = get_target("h200")
+    backend = fake_backend(truth, on_gpu=False)
+    swept = []
+    backend_open = backend.open
+
+    def open_(options):
+        session = backend_open(options)
+        session.measure_convs = lambda shapes: swept.append(shapes)
+        return session
+
+    monkeypatch.setattr(backend, "open", open_)
+    monkeypatch.setattr(base, "get_backend", lambda name: backend)
+    monkeypatch.setenv("DEPLOYOPT_CACHE_DIR", str(tmp_path / "cache"))
+    code, _, err = run(
+        monkeypatch, capsys, "calibrate", "--target", "orin-nano-8gb", "--measure", "ort", "--dtype", "fp32"
+    )
+    assert code == 2 and err.strip().count("\n") == 0, err
+    assert "--measure ort: this backend runs on the CPU here" in err and "GPU's SMs" in err
+    assert "torch on CUDA" in err and swept == [] and not (tmp_path / "cache").exists()
+
+
+def test_calibrated_profile_records_its_device_and_shows_in_the_target_list(monkeypatch, capsys, tmp_path):
+    """The profile says what it was measured on; `targets` (table and JSON) shows the cached
+    profile that --target NAME now loads; -o FILE's hint names the file, not the target."""
+    from deployopt.backends import base
+
+    truth = get_target("h200")
+    monkeypatch.setattr(base, "get_backend", lambda name: fake_backend(truth, on_gpu=True))
+    monkeypatch.setenv("DEPLOYOPT_CACHE_DIR", str(tmp_path / "cache"))
+    args = ["calibrate", "--target", "orin-nano-8gb", "--measure", "fake", "--out-channels", "32:256:32"]
+    code, out, err = run(monkeypatch, capsys, *args)
+    assert code == 0, err
+    cached = tmp_path / "cache" / "targets" / "orin-nano-8gb.json"
+    assert json.loads(cached.read_text())["measured_with"]["device"] == "fake GPU"
+    code, out, _ = run(monkeypatch, capsys, "targets")
+    row = next(line for line in out.splitlines() if "orin-nano-8gb" in line)
+    assert f"calibrated: {cached}" in row and "default" not in row
+    code, out, _ = run(monkeypatch, capsys, "targets", "--json")
+    entry = next(t for t in json.loads(out) if t["name"] == "orin-nano-8gb")
+    assert entry["origin"] == str(cached) and entry["params"]["fp16"]["fitted"] is True
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(monkeypatch, capsys, *args, "-o", "orin.json")
+    assert code == 0, err
+    assert out.strip().endswith("use --target orin.json") and "--target orin-nano-8gb" not in out
+    code, out, err = run(monkeypatch, capsys, *args, "-o", "orinprofile")
+    assert out.strip().endswith("use --target ./orinprofile"), out
+    code, out, err = run(monkeypatch, capsys, "targets", "--target", "./orinprofile", "--json")
+    assert code == 0 and json.loads(out)["origin"] == "orinprofile", err
 
 
 def test_calibrate_refuses_what_would_write_a_wrong_profile(monkeypatch, capsys, tmp_path):

@@ -540,6 +540,32 @@ class DesignedSession:
         return [Timing("designed", [designed_us(s)]) for s in shapes]
 
 
+def test_a_small_budget_says_what_it_kept_for_confirmation(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """--max-evals 4 on a measured backend: 4 evaluations are held back for the confirmation rounds,
+    so the report must not call the budget exhausted after 2 without saying where the rest went."""
+    cfg = OptimizeConfig(
+        model_path=zoo_model_path("vgg16_pruned_b4"),
+        target="h200",
+        sms=8,
+        outdir=tmp_path / "out",
+        max_evals=4,
+        max_candidates=4,
+        plots=False,
+        fidelity_samples=1,
+        cache_root=tmp_path / "lut",
+        backend="model",
+    )
+    res = optimize(cfg, session=DesignedSession())
+    ev = res.report["evaluations"]
+    assert ev["count"] == 2 and ev["budget_exhausted"] and ev["reserved_for_confirmation"] == 4
+    md = (tmp_path / "out" / "report.md").read_text()
+    line = next(x for x in md.splitlines() if x.startswith("- end-to-end evaluations:"))
+    assert line.startswith("- end-to-end evaluations: 2 of at most 4") and "budget exhausted" not in line
+    assert "search budget spent; 4 kept back for the confirmation rounds, unused" in line
+
+
 @pytest.mark.slow
 def test_the_search_finds_the_known_optimum_and_plots_its_staircases(
     zoo_model_path: Callable[[str], Path], tmp_path: Path

@@ -105,6 +105,28 @@ def test_local_without_gpu_is_one_line(monkeypatch):
     assert "\n" not in str(exc.value)
 
 
+def test_local_says_why_each_probe_found_nothing(monkeypatch):
+    """No torch installed is 'torch: not installed', not 'torch: no GPU' (what a GPU-less machine
+    with torch says): each probe gives its own reason."""
+    import sys
+
+    for module in ("torch", "cuda", "pynvml"):
+        monkeypatch.setitem(sys.modules, module, None)  # importing it raises ImportError
+    with pytest.raises(TargetError) as exc:
+        get_target("local")
+    msg = str(exc.value)
+    assert "torch: not installed; cuda-python: not installed; nvidia-ml-py: not installed" in msg
+    assert "no GPU" not in msg and "\n" not in msg
+
+    class CpuTorch:
+        __version__ = "2.5.0+cpu"
+        version = type("version", (), {"cuda": None})
+
+    monkeypatch.setitem(sys.modules, "torch", CpuTorch)
+    with pytest.raises(TargetError, match=r"torch: CPU-only build \(torch 2.5.0\+cpu\); cuda-python"):
+        get_target("local")
+
+
 def test_local_reader_fills_limits_from_cc(monkeypatch):
     def fake() -> dict:
         return {"display_name": "Orin (nvgpu)", "compute_capability": (8, 7), "sms": 4, "via": "torch"}

@@ -71,6 +71,20 @@ def test_to_json_round_trip_and_keys() -> None:
     assert "(H200, 8 SMs (green context); cuDNN: all engines timed)" in tuned.describe()
 
 
+def test_one_measured_sample_has_no_spread() -> None:
+    """One run gives an IQR of 0 and a CI [x, x] that only look exact: not available, null in JSON."""
+    one = Timing("ort", [7.5])
+    assert not one.spread_known and one.spread_text() == "n/a (1 run)"
+    d = one.to_json()
+    assert d["iqr_us"] is None and d["ci95_us"] is None and d["median_us"] == 7.5
+    assert Timing.from_json(d).samples_us == [7.5]  # still loads (compare refuses it on its count)
+    assert one.describe() == "measured on ort: 7.5 µs, IQR and CI n/a (1 run)"
+    two = Timing("ort", [7.0, 8.0])
+    assert two.spread_known and two.to_json()["ci95_us"] == list(two.ci95_us)
+    predicted = Timing("model", [12.0], measured=False, predictor="wave model")
+    assert predicted.spread_known and predicted.to_json()["iqr_us"] == 0.0  # deterministic: no spread
+
+
 def test_predicted_timing_says_so() -> None:
     t = Timing("model", [12.0], measured=False, predictor="wave model")
     assert t.describe() == "predicted by wave model: 12.0 µs (not measured)"

@@ -118,6 +118,12 @@ class Session(ABC):
     def measure(self, model_path: Path) -> Timing:
         """End-to-end latency of one model."""
 
+    @property
+    def runs_on_gpu(self) -> bool | None:
+        """Whether this session times on a CUDA GPU (None: not known). `calibrate` and `optimize`
+        read it: latencies from the host CPU say nothing about a GPU target's SMs."""
+        return None
+
     def check_memory(self, loaded: LoadedModel) -> None:  # noqa: B027  (optional hook)
         """Fail with one line (InsufficientMemory) when `loaded` cannot fit where this backend runs
         it, before anything is allocated (deployopt.memory). The default checks nothing: a backend

@@ -64,7 +64,10 @@ def resolve_target(target: Any, sms: int | None) -> Any:
     from deployopt.targets import get_target
 
     if target is None:
-        raise DeployoptError("backend 'model' needs a target (--target NAME)")
+        raise DeployoptError(
+            "backend 'model' needs a target: it predicts for a GPU (MeasureOptions.extra['target'], "
+            "--target NAME in optimize)"
+        )
     if isinstance(target, str):
         return get_target(target, sms=sms)
     if sms is not None and target.sms != sms:

@@ -225,6 +225,10 @@ class OrtSession(Session):
         self._ort = ort
         self.providers = backend.providers()
 
+    @property
+    def runs_on_gpu(self) -> bool:
+        return self.providers[0] != "CPUExecutionProvider"
+
     def _session(self, model: onnx.ModelProto, profile_dir: str | None = None) -> Any:
         ort = self._ort
         so = ort.SessionOptions()

@@ -751,6 +751,10 @@ def build_and_time(
 
 
 class TensorRTSession(Session):
+    @property
+    def runs_on_gpu(self) -> bool:
+        return True  # TensorRT builds and runs engines on the GPU only
+
     def _call(self, model_path: Path, per_layer: bool) -> dict:
         model_path = Path(model_path)
         if not model_path.is_file():

@@ -191,6 +191,10 @@ class TorchSession(Session):
     def cuda(self) -> bool:
         return bool(self._start().ready.get("cuda"))
 
+    @property
+    def runs_on_gpu(self) -> bool:
+        return self.cuda
+
     def _call(self, req: dict[str, Any], what: str) -> dict[str, Any]:
         worker = self._start()
         try:

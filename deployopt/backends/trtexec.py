@@ -269,6 +269,10 @@ def run_trtexec(cmd: list[str], timeout_s: float, log_path: Path) -> str:
 class TrtexecSession(Session):
     """One trtexec process per model; the work folder keeps the engine, log and JSON exports."""
 
+    @property
+    def runs_on_gpu(self) -> bool:
+        return True  # trtexec times TensorRT engines on the GPU only
+
     def __init__(self, backend: TrtexecBackend, options: MeasureOptions, trtexec: str) -> None:
         super().__init__(backend, options)
         self.trtexec = trtexec

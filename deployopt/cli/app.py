@@ -103,3 +103,17 @@ def parse_input_shapes(values: list[str] | None) -> dict[str, list[int]]:
             raise DeployoptError(f"--input-shape {value!r}: dimensions must be positive")
         shapes[name] = parsed
     return shapes
+
+
+def check_batch_agrees(batch: int | None, shapes: dict[str, list[int]]) -> None:
+    """--batch N sets dim 0 of the inputs --input-shape does not give; for an input it does give,
+    a different dim 0 would be timed silently in its place. Same value: fine."""
+    if batch is None:
+        return
+    for name, dims in shapes.items():
+        if dims and dims[0] != batch:
+            given = "x".join(map(str, dims))
+            raise DeployoptError(
+                f"--batch {batch} and --input-shape {name}:{given} disagree on the batch of {name!r} "
+                f"({dims[0]}); give one of them, or the same batch in both"
+            )

@@ -28,6 +28,7 @@ from deployopt.backends.base import (
 from deployopt.cli.app import (
     app,
     calibration_data_option,
+    check_batch_agrees,
     console,
     cudnn_benchmark_option,
     cudnn_engines_option,
@@ -89,6 +90,12 @@ def _session(backend_name: str, model: Path, *settings: Any, **options: Any) -> 
     arguments after the backend): options checked and the model file checked before anything
     starts, the --sms note printed only once the session stands (so a refused option stays a
     one-line error)."""
+    if backend_name == "model":  # it predicts for a target, and bench / profile take none
+        raise DeployoptError(
+            "backend 'model' predicts per-conv latency for a GPU target, and bench / profile have no "
+            "--target: use `deployopt optimize MODEL --backend model --target T`, `deployopt analyze "
+            "MODEL --target T` or `deployopt staircase --target T`"
+        )
     remote = options.get("remote")
     if remote and backend_name != "trtexec":
         raise DeployoptError(
@@ -150,6 +157,8 @@ def _options(
             from deployopt.backends.trtexec import refuse_calibration_data
 
             refuse_calibration_data(calibration_data)
+    shapes = parse_input_shapes(input_shape)
+    check_batch_agrees(batch, shapes)
     return MeasureOptions(
         dtype=dtype,
         batch=batch,
@@ -157,7 +166,7 @@ def _options(
         runs=runs,
         warmup=warmup,
         timeout_s=timeout,
-        input_shapes=parse_input_shapes(input_shape),
+        input_shapes=shapes,
         workdir=workdir,
         cudnn_engines=cudnn_engines,
         cudnn_benchmark=cudnn_benchmark,
@@ -168,7 +177,9 @@ def _options(
 
 def _check_model(model: Path) -> None:
     from deployopt.errors import ModelError
+    from deployopt.model import refuse_directory
 
+    refuse_directory(model)  # the loader's wording (analyze says the same)
     if not model.is_file():
         raise ModelError(f"{model}: no such model file")
 
@@ -239,13 +250,17 @@ def bench_command(
     if as_json:
         console.print_json(json.dumps(doc))
         return
-    lo, hi = timing.ci95_us
     table = Table(title=f"{model.name} on {backend} (measured)", show_header=False)
     table.add_column("what", no_wrap=True)
     table.add_column("value")
     table.add_row("median", f"{timing.median_us:.1f} µs")
-    table.add_row("IQR", f"{timing.iqr_us:.1f} µs")
-    table.add_row("95% CI of median", f"[{lo:.1f}, {hi:.1f}] µs (bootstrap)")
+    if timing.spread_known:
+        lo, hi = timing.ci95_us
+        table.add_row("IQR", f"{timing.iqr_us:.1f} µs")
+        table.add_row("95% CI of median", f"[{lo:.1f}, {hi:.1f}] µs (bootstrap)")
+    else:  # one sample: a spread of 0 and a CI [x, x] would look exact
+        table.add_row("IQR", timing.spread_text())
+        table.add_row("95% CI of median", timing.spread_text())
     table.add_row("runs / warm-up", f"{timing.runs} / {timing.warmup}")
     table.add_row("timed", timing.timed)
     table.add_row("environment", _environment_line(timing.environment))

@@ -52,9 +52,10 @@ def _memory_hint() -> str:
 def _show_warning(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
     """deployopt's own warnings (a run close to the memory it has) as one `warning:` line; others
     as Python prints them."""
+    from deployopt.errors import DeployoptWarning
     from deployopt.memory import MemoryRiskWarning
 
-    if issubclass(category, MemoryRiskWarning):
+    if issubclass(category, (MemoryRiskWarning, DeployoptWarning)):
         err_console.print(
             f"warning: {message}", style="yellow", markup=False, highlight=False, soft_wrap=True
         )

@@ -14,6 +14,7 @@ from rich.text import Text
 
 from deployopt.cli.app import (
     app,
+    check_batch_agrees,
     console,
     cudnn_benchmark_option,
     cudnn_engines_option,
@@ -101,6 +102,8 @@ def optimize_command(
     from deployopt.backends.base import default_dtype, get_backend
     from deployopt.optimize import OptimizeConfig, Optimizer, resolve_backend_name
 
+    shapes = parse_input_shapes(input_shape)
+    check_batch_agrees(batch, shapes)
     backend_name = resolve_backend_name(backend)
     b = get_backend(backend_name)
     if dtype is None:  # int8 for a Q/DQ model, else fp16 where the backend runs it (the deployment case)
@@ -110,7 +113,7 @@ def optimize_command(
         target=target,
         backend=backend_name,
         sms=sms,
-        input_shapes=parse_input_shapes(input_shape),
+        input_shapes=shapes,
         batch=batch,
         dtype=dtype,
         mode=mode,

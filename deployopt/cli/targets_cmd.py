@@ -8,6 +8,7 @@ median, IQR, runs).
 from __future__ import annotations
 
 import json
+import os
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
@@ -128,7 +129,7 @@ def targets_command(
     if target:
         targets = [get_target(target, sms=sms)]
     else:  # what-if over the list: only GPUs that have that many SMs
-        everything = list_targets()
+        everything = [_as_resolved(t) for t in list_targets()]
         targets = [t.with_sms(sms) if sms else t for t in everything if sms is None or t.sms >= sms]
         if not targets:
             largest = max(everything, key=lambda t: t.sms)
@@ -153,7 +154,7 @@ def targets_command(
             f"{t.max_threads_per_sm}/{t.max_blocks_per_sm}/{t.max_warps_per_sm}",
             f"{t.shared_mem_per_sm // 1024}/{t.shared_mem_per_block // 1024} KB",
             f"{t.registers_per_sm // 1024}K/{t.registers_per_block // 1024}K",
-            (f"{FIT_BORROWED.get(t.name, t.name)} fit") if fitted else "default",
+            _model_column(t, fitted, FIT_BORROWED),
         )
     console.print(table)
     if target:
@@ -175,11 +176,29 @@ def targets_command(
             console.print(f"{dt}: {p.describe()} — {p.source}", highlight=False, soft_wrap=True)
     else:
         console.print(
-            "model: wave-model parameters fitted on that GPU, or defaults derived from the H200 fit by "
-            "per-SM throughput (not calibrated). Sources of every figure: deployopt targets --target NAME.",
+            "model: wave-model parameters fitted on that GPU, a profile from `deployopt calibrate` in "
+            "the user cache (what --target NAME loads), or defaults derived from the H200 fit by per-SM "
+            "throughput (not calibrated). Sources of every figure: deployopt targets --target NAME.",
             highlight=False,
             soft_wrap=True,
         )
+
+
+def _as_resolved(builtin: Any) -> Any:
+    """The target `--target NAME` resolves to: a calibrated profile of that name in the user cache
+    replaces the built-in one, so the list must show that one (a broken profile: one line)."""
+    from deployopt.targets import cache_dir, get_target
+
+    if (cache_dir() / f"{builtin.name}.json").exists():
+        return get_target(builtin.name)
+    return builtin
+
+
+def _model_column(t: Any, fitted: list[str], borrowed: dict[str, str]) -> str:
+    """Where the wave-model parameters come from: a calibrated profile, a shipped fit, defaults."""
+    if t.origin != "built-in":
+        return f"calibrated: {t.origin}"
+    return f"{borrowed.get(t.name, t.name)} fit" if fitted else "default"
 
 
 def _base_shape(input_dims: str, kernel: str, stride: int, groups: int, first_k: int) -> ConvShape:
@@ -221,7 +240,7 @@ def staircase_doc(
         }
         if timings is not None:
             pt["measured_us"] = timings[i].median_us
-            pt["measured_iqr_us"] = timings[i].iqr_us
+            pt["measured_iqr_us"] = timings[i].iqr_us if timings[i].spread_known else None
         points.append(pt)
         kernels.append(
             {
@@ -362,7 +381,8 @@ def staircase_command(
             f"{p['predicted_us']:.1f}",
         ]
         if timings:
-            row += [f"{p['measured_us']:.1f}", f"{p['measured_iqr_us']:.1f}"]
+            iqr = p["measured_iqr_us"]
+            row += [f"{p['measured_us']:.1f}", "n/a" if iqr is None else f"{iqr:.1f}"]
         table.add_row(*row)
     console.print(table)
     console.print(
@@ -430,15 +450,17 @@ def calibrate_command(
         for n, c, h, w, r, st in CALIBRATION_SHAPES:
             base = ConvShape(n, c, h, w, ks[0], r, r, (st, st), (r // 2, r // 2))
             shapes += [base.with_out_channels(k) for k in ks]
-        console.print(f"measuring {len(shapes)} convs ({dt}) on {measure} …", highlight=False)
         with backend.open(
             MeasureOptions(
                 dtype=dt, sms=sms, runs=runs, cudnn_engines=cudnn_engines, cudnn_benchmark=cudnn_benchmark
             )
         ) as session:
+            _check_on_gpu(session, measure)  # before the sweep: CPU timings must not become a GPU fit
             if dt == dtypes[0]:  # once, and only once the session stands (errors stay one line)
                 note_cudnn_search(backend, sms, cudnn_engines, cudnn_benchmark)
+            console.print(f"measuring {len(shapes)} convs ({dt}) on {measure} …", highlight=False)
             timings = session.measure_convs(shapes)
+        env = timings[0].environment if timings else {}
         points = []
         for i, (shape, t) in enumerate(zip(shapes, timings)):
             points.append(
@@ -460,11 +482,35 @@ def calibrate_command(
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "target": target_json,
         "params": params,
-        "measured_with": {"backend": measure, "runs": runs, "statistic": "median"},
+        "measured_with": {
+            "backend": measure,
+            "runs": runs,
+            "statistic": "median",
+            "device": env.get("gpu") or env.get("device"),
+        },
         "sweeps": sweeps,
     }
     write_json(dest, doc)
-    console.print(
-        f"profile {profile_name!r} written to {dest}; use --target {profile_name} or --target {dest}",
-        highlight=False,
-    )
+    if output is None:
+        use = f"use --target {profile_name} or --target {dest}"
+    else:  # a file outside the cache: --target NAME would not find it, its path does
+        use = f"use --target {_as_profile_arg(dest)}"
+    console.print(f"profile {profile_name!r} written to {dest}; {use}", highlight=False, soft_wrap=True)
+
+
+def _as_profile_arg(path: Path) -> str:
+    """`path` as --target reads it as a profile file: a .json name or one with a folder in it
+    (a bare 'myprofile' would be looked up as a target name)."""
+    text = str(path)
+    return text if text.endswith(".json") or os.sep in text else os.path.join(".", text)
+
+
+def _check_on_gpu(session: Any, measure: str) -> None:
+    """The wave model describes a GPU's SMs: a fit to host-CPU timings would silently replace what
+    the target predicts (ort on its CPU provider, torch without CUDA). Unknown (None) passes."""
+    if getattr(session, "runs_on_gpu", None) is False:
+        raise DeployoptError(
+            f"--measure {measure}: this backend runs on the CPU here, and the wave model describes a "
+            "GPU's SMs; calibrate on the target GPU (e.g. --measure torch on CUDA, or tensorrt / "
+            "trtexec on the Jetson)"
+        )

@@ -28,11 +28,18 @@ CORES_PER_SM = {
 }
 
 
+class ProbeMiss(Exception):
+    """A reader found no GPU for a stated reason ('not installed', 'CPU-only build', …): the
+    error for --target local gives each reader's own reason, not 'no GPU' for all."""
+
+
 def _from_torch() -> dict[str, Any] | None:
     try:
         import torch
     except ImportError:
-        return None
+        raise ProbeMiss("not installed") from None
+    if getattr(torch.version, "cuda", None) is None:
+        raise ProbeMiss(f"CPU-only build (torch {torch.__version__})")
     if not torch.cuda.is_available() or torch.cuda.device_count() < 1:
         return None
     p = torch.cuda.get_device_properties(0)
@@ -64,7 +71,7 @@ def _from_cuda_python() -> dict[str, Any] | None:
         except ImportError:
             from cuda import cudart  # type: ignore[no-redef]
     except ImportError:
-        return None
+        raise ProbeMiss("not installed") from None
     err, count = cudart.cudaGetDeviceCount()
     if int(err) != 0 or count < 1:
         return None
@@ -94,11 +101,11 @@ def _from_nvml() -> dict[str, Any] | None:
     try:
         import pynvml
     except ImportError:
-        return None
+        raise ProbeMiss("not installed") from None
     try:
         pynvml.nvmlInit()
-    except Exception:  # NVML present but no driver / no GPU
-        return None
+    except Exception as exc:  # NVML present but no driver / no GPU
+        raise ProbeMiss(f"no NVIDIA driver or GPU (nvmlInit: {exc})") from None
     try:
         if pynvml.nvmlDeviceGetCount() < 1:
             return None
@@ -136,6 +143,9 @@ def read_local_target() -> Any:
     for name, reader in READERS:
         try:
             info = reader()
+        except ProbeMiss as miss:
+            tried.append(f"{name}: {miss}")
+            info = None
         except Exception as exc:  # a broken install must not hide the other readers
             tried.append(f"{name} failed: {type(exc).__name__}: {exc}")
             info = None
