@@ -157,7 +157,11 @@ def _fix_input_shapes(
                     label = f" ({d.dim_param})" if d.dim_param else ""
                     d.Clear()
                     d.dim_value = 1
-                    notices.append(f"batch dimension of {inp.name!r}{label} was dynamic; fixed to 1")
+                    rest = "x".join(str(x.dim_value) if x.dim_value > 0 else "?" for x in dims[1:])
+                    notices.append(
+                        f"batch dimension of {inp.name!r}{label} was dynamic; fixed to 1, here and in any "
+                        f"model written from it (another batch: --input-shape {inp.name}:Nx{rest})"
+                    )
                 else:
                     raise ModelError(
                         f"dimension {i} of input {inp.name!r} is dynamic; give a static shape with "

@@ -45,7 +45,10 @@ def test_variants_load_to_the_same_function(variant: str, zoo_model_path: Callab
 
 def test_dynamic_batch_fixed_to_one_with_a_notice(zoo_model_path: Callable[[str], Path]) -> None:
     loaded = load_model(zoo_model_path("resnet_projection_dynamic"))
-    assert loaded.notices == ["batch dimension of 'input' (batch) was dynamic; fixed to 1"]
+    assert loaded.notices == [
+        "batch dimension of 'input' (batch) was dynamic; fixed to 1, here and in any model written "
+        "from it (another batch: --input-shape input:Nx3x32x32)"
+    ]
     assert loaded.input_shapes == {"input": [1, 3, 32, 32]}
     out_dims = [d.dim_value for d in loaded.model.graph.output[0].type.tensor_type.shape.dim]
     assert out_dims == [1, 10]
