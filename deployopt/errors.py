@@ -43,3 +43,7 @@ class OutputError(DeployoptError):
 
 class InsufficientMemory(DeployoptError):
     """A run would need more memory than is free (a pre-flight lower bound, deployopt.memory)."""
+
+
+class CacheWarning(UserWarning):
+    """A cache entry could not be written or read: the run goes on without it (one `warning:` line)."""
