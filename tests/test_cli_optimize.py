@@ -306,3 +306,20 @@ def test_paths_and_names_print_as_they_are(
     assert f"wrote {folder / 'm.deployopt'}/ (" in out
     code, out, _ = cli(monkeypatch, capsys, "analyze", str(model))
     assert code == 0 and "🅱" not in out
+
+
+@pytest.mark.slow
+def test_an_unwritable_layer_cache_is_one_warning_and_the_measured_run_finishes(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """A read-only $HOME (here: a file where the cache folder goes) must not abort a measured run."""
+    model = zoo_model_path("vgg16_pruned_b4")
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("DEPLOYOPT_CACHE_DIR", str(tmp_path / "file" / "cache"))
+    out = tmp_path / "o"
+    args = ["optimize", str(model), "--target", "orin-nano-8gb", "--backend", "ort", "-o", str(out)]
+    code, _, err = cli(monkeypatch, capsys, *args, "--runs", "5", "--warmup", "1", "--max-evals", "2")
+    assert code == 0, err
+    assert err.startswith("warning: cannot write ") and err.count("\n") == 1, err
+    assert "the layer cache is not saved this run" in err
+    assert (out / "report.json").exists()
