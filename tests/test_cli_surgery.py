@@ -422,3 +422,23 @@ def test_apply_writes_through_a_symlink_and_into_a_fifo(
     assert code == 0, err
     model = onnx.load_from_string(b"".join(chunks))
     assert {g.id: g.width for g in analyze(model).groups}[free.id] == free.width + 8
+
+
+def test_ctrl_c_in_apply_is_one_line_and_exit_130(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """typer turns Ctrl-C in a command into a silent exit 130; every command must say `interrupted`."""
+    import deployopt.cli.surgery_cmd
+
+    def ctrl_c(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    src = zoo_model_path("se_net")
+    free = analyze(load_model(src).model).free_groups()[0]
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"widths": {free.id: free.width + 8}}))
+    monkeypatch.setattr(deployopt.cli.surgery_cmd, "save_model", ctrl_c)
+    out_path = tmp_path / "out.onnx"
+    code, out, err = cli(["apply", str(src), "--plan", str(plan), "-o", str(out_path)], capsys, monkeypatch)
+    assert (code, out, err) == (130, "", "interrupted\n")
+    assert not out_path.exists()
