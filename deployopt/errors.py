@@ -51,3 +51,7 @@ class DeployoptWarning(UserWarning):
 
 class HostTimingWarning(DeployoptWarning):
     """A GPU target measured on the host CPU: the latencies (and the plan) describe the CPU."""
+
+
+class CacheWarning(DeployoptWarning):
+    """A cache entry could not be written or read: the run goes on without it (one `warning:` line)."""

@@ -5,6 +5,10 @@ inside their destination and moved into place by `output_set`, a marker file las
 
 Every way an output path can be wrong (a folder where a file goes, a parent that is a file, a
 read-only or full disk) is one OutputError naming the path, never an OSError traceback.
+
+A symlink is written through (the temp file goes beside its target, so the link stays), and a
+destination that is not a regular file (/dev/null, a FIFO, a character device) is written to
+directly: renaming a temp file over it would replace the device node, not write to it.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -36,30 +41,70 @@ def _existing_ancestor(path: Path) -> Path:
     return p
 
 
-def check_output_dir(path: str | os.PathLike[str]) -> Path:
-    """A folder outputs can go in (it may not exist yet), or a one-line OutputError; creates nothing."""
+def _probe_writable(folder: Path, dest: Path) -> None:
+    """Create and remove a file in `folder`: the only check that sees a read-only filesystem or a
+    full quota for root too (root passes every permission bit, not EROFS), before the long work."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".deployopt-probe-", dir=folder)
+    except OSError as exc:
+        raise output_error(dest, exc) from None
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(probe)
+
+
+def resolve_output(dest: str | os.PathLike[str]) -> tuple[Path, bool]:
+    """(the path to write, whether to write it directly): a symlink resolves to its target, so the
+    link survives; an existing FIFO or device is written in place (True), never renamed over."""
+    dest = Path(dest)
+    if dest.is_symlink():
+        dest = Path(os.path.realpath(dest))
+    try:
+        mode = dest.stat().st_mode
+    except OSError:  # not there (yet): a regular file is made
+        return dest, False
+    if stat.S_ISDIR(mode):
+        raise OutputError(f"cannot write {dest}: it is a folder; give a file path")
+    if stat.S_ISSOCK(mode):
+        raise OutputError(f"cannot write {dest}: it is a socket, not a file")
+    return dest, not stat.S_ISREG(mode)
+
+
+def check_output_dir(path: str | os.PathLike[str], probe: bool = True) -> Path:
+    """A folder outputs can go in (it may not exist yet), or a one-line OutputError; leaves nothing."""
     path = Path(path)
     anc = _existing_ancestor(path)
     if not anc.is_dir():
         where = "it is" if anc == path.absolute() else f"{anc} is"
         raise OutputError(f"cannot write into {path}: {where} a file, not a folder")
+    if probe:
+        _probe_writable(anc, path)
     return path
 
 
-def check_output_file(dest: str | os.PathLike[str]) -> Path:
-    """A path a file can be written to (checked before long work), or a one-line OutputError."""
-    dest = Path(dest)
-    if dest.is_dir():
-        raise OutputError(f"cannot write {dest}: it is a folder; give a file path")
-    anc = _existing_ancestor(dest.parent)
+def check_output_file(dest: str | os.PathLike[str], probe: bool = True) -> Path:
+    """A path a file can be written to (checked before long work), or a one-line OutputError.
+
+    Returns `dest` as given; the folder probed is that of a symlink's target."""
+    given = Path(dest)
+    if given.is_dir():
+        raise OutputError(f"cannot write {given}: it is a folder; give a file path")
+    target, direct = resolve_output(given)
+    if direct:  # /dev/null, a FIFO: nothing is created beside it
+        if not os.access(target, os.W_OK):
+            raise OutputError(f"cannot write {given}: permission denied")
+        return given
+    anc = _existing_ancestor(target.parent)
     if not anc.is_dir():
-        raise OutputError(f"cannot write {dest}: {anc} is a file, not a folder")
-    return dest
+        raise OutputError(f"cannot write {given}: {anc} is a file, not a folder")
+    if probe:
+        _probe_writable(anc, given)
+    return given
 
 
 def make_output_dir(path: str | os.PathLike[str]) -> Path:
     """Create the folder (and its parents) for outputs; a one-line OutputError if that fails."""
-    path = check_output_dir(path)
+    path = check_output_dir(path, probe=False)  # mkdir's own error says it as well
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -76,8 +121,17 @@ def _umask() -> int:
 
 @contextlib.contextmanager
 def atomic_path(dest: str | os.PathLike[str], suffix: str = "") -> Iterator[Path]:
-    """Yield a temp path beside `dest`; rename it onto `dest` only if the block succeeds."""
-    dest = check_output_file(dest)
+    """Yield a temp path beside `dest`; rename it onto `dest` only if the block succeeds.
+
+    A symlink's target is replaced, not the link; a FIFO or device is yielded itself, to write to."""
+    given = check_output_file(dest, probe=False)  # mkstemp below is the probe
+    dest, direct = resolve_output(given)
+    if direct:
+        try:
+            yield dest
+        except OSError as exc:
+            raise output_error(given, exc) from None
+        return
     make_output_dir(dest.parent)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=suffix or ".tmp", dir=dest.parent)

@@ -8,6 +8,7 @@ run was started with, so `--resume` can refuse a journal that belongs to a diffe
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from deployopt.errors import DeployoptError
+from deployopt.fileio import output_error
 from deployopt.timing import Timing
 
 JOURNAL_VERSION = 1
@@ -46,19 +48,28 @@ class Journal:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115  (closed in close())
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115  (closed in close())
+        except OSError as exc:  # read-only, a file where the folder goes: one line, not a traceback
+            raise output_error(self.path, exc) from None
 
     def write(self, event: str, **data: Any) -> None:
-        """Append one event and make it durable before returning."""
+        """Append one event and make it durable before returning; a full disk is one OutputError
+        naming the journal (the lines already written still replay with --resume)."""
         line = json.dumps({"event": event, **data}, separators=(",", ":"), default=_json_default)
-        self._fh.write(line + "\n")
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        try:
+            self._fh.write(line + "\n")
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+        except OSError as exc:
+            raise output_error(self.path, exc) from None
 
     def close(self) -> None:
+        """Close; a buffered line that cannot be written then is lost like a torn line, not an error."""
         if not self._fh.closed:
-            self._fh.close()
+            with contextlib.suppress(OSError):
+                self._fh.close()
 
     def __enter__(self) -> Journal:
         return self

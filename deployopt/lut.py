@@ -14,12 +14,14 @@ import hashlib
 import json
 import re
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from deployopt import paths
+from deployopt.errors import CacheWarning, OutputError
 from deployopt.fileio import write_json
 from deployopt.layers import ConvShape
 from deployopt.timing import Timing
@@ -82,6 +84,7 @@ class LayerCache:
         self.dtype = dtype
         self.dir = (root or cache_root()) / fingerprint / dtype
         self.persist = persist
+        self._write_failed = False  # warned once; later entries are not tried again
 
     def _path(self, shape: ConvShape) -> Path:
         return self.dir / f"{shape.signature()}.json"
@@ -93,12 +96,23 @@ class LayerCache:
         try:
             data = json.loads(path.read_text())
             return Timing.from_json(data["timing"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None  # missing or unreadable entry: measure again
+        except (FileNotFoundError, NotADirectoryError):
+            return None  # not measured yet (or no cache folder at all)
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # a cache only saves time: measure again
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not a cache entry"
+            warnings.warn(f"cannot read cache entry {path} ({why}); measuring it again", CacheWarning, 2)
+            return None
 
     def put(self, shape: ConvShape, timing: Timing) -> None:
-        if self.persist:
+        """Save one entry; a cache that cannot be written (read-only $HOME, full disk) is one warning
+        and the run goes on, since the cache only saves re-measuring."""
+        if not self.persist or self._write_failed:
+            return
+        try:
             write_json(self._path(shape), {"shape": shape.to_json(), "timing": timing.to_json()})
+        except OutputError as exc:
+            self._write_failed = True
+            warnings.warn(f"{exc}; the layer cache is not saved this run", CacheWarning, 2)
 
     def fill(
         self,

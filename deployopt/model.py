@@ -19,8 +19,8 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import TensorProto
 
-from deployopt.errors import ModelError
-from deployopt.fileio import check_output_file, make_output_dir, output_error
+from deployopt.errors import ModelError, OutputError
+from deployopt.fileio import check_output_file, make_output_dir, output_error, resolve_output
 
 #: A safety stop only: folding runs while each pass removes nodes. A dynamic-batch ShuffleNetV2
 #: exported at opset 11 needs 29 passes (each channel shuffle's Reshape target is computed from the
@@ -368,8 +368,21 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, external
     With external_data the weights go to `<name>.data` beside the model, the layout the input had.
     Both files are written in a temporary folder beside the destination and renamed into place,
     data first, so a reader never sees a model pointing at missing or half-written data.
+    A symlink's target is replaced (the link stays); /dev/null or a FIFO is written to in place.
     """
-    dest = check_output_file(path)
+    given = check_output_file(path)
+    dest, direct = resolve_output(given)
+    if direct:
+        if external_data:
+            raise OutputError(
+                f"cannot write {given}: not a regular file, and the weights need a .data file beside it"
+            )
+        try:
+            with open(dest, "wb") as f:
+                f.write(model.SerializeToString())
+        except OSError as exc:
+            raise output_error(given, exc) from None
+        return
     make_output_dir(dest.parent)
     try:
         tmpdir = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))

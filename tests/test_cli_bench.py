@@ -266,3 +266,69 @@ def test_kernel_table_renders_every_field(capsys) -> None:
     out = capsys.readouterr().out
     for text in ("conv1", "30×4×1", "384×1×1", "168", "226K", "128×128×64", "15", "100%", "17.5"):
         assert text in out
+
+
+def test_a_read_only_output_folder_is_one_line_before_anything_is_timed(
+    monkeypatch, capsys, model: Path, tmp_path: Path
+) -> None:
+    """As root every permission bit passes, a read-only filesystem does not: the check must try."""
+    import errno
+    import os
+
+    from deployopt import fileio
+    from deployopt.backends import ort as ort_backend
+
+    def no_timing(*a: object, **k: object) -> None:
+        raise AssertionError("timed although -o cannot be written")
+
+    real_mkstemp = fileio.tempfile.mkstemp
+
+    def read_only(*args: object, **kwargs: object) -> tuple[int, str]:
+        if Path(str(kwargs.get("dir"))) == tmp_path:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+        return real_mkstemp(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ort_backend.OrtSession, "measure", no_timing)
+    monkeypatch.setattr(ort_backend.OrtSession, "profile", no_timing)
+    monkeypatch.setattr(fileio.tempfile, "mkstemp", read_only)
+    dest = tmp_path / "x.json"
+    for command in ("bench", "profile"):
+        code, out, err = run(monkeypatch, capsys, command, str(model), "--runs", "2", "-o", str(dest))
+        assert code == 2 and out == "", err
+        assert err == f"error: cannot write {dest}: Read-only file system\n"
+
+
+@pytest.mark.parametrize("command", ["bench", "profile"])
+def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys, model: Path, command: str) -> None:
+    """typer turns Ctrl-C in a command into a silent exit 130; the user must still be told."""
+    from deployopt.backends import ort as ort_backend
+
+    def ctrl_c(*a: object, **k: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ort_backend.OrtSession, "measure", ctrl_c)
+    monkeypatch.setattr(ort_backend.OrtSession, "profile", ctrl_c)
+    code, out, err = run(monkeypatch, capsys, command, str(model), "--runs", "2")
+    assert (code, out, err) == (130, "", "interrupted\n")
+
+
+def test_an_os_error_nothing_else_caught_is_one_line(monkeypatch, capsys, model: Path) -> None:
+    """The entry point's safety net: a write error no code path named is still no traceback."""
+    import errno
+    import os
+
+    from deployopt.backends import ort as ort_backend
+
+    def full(*a: object, **k: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/some/cache")
+
+    monkeypatch.setattr(ort_backend.OrtSession, "measure", full)
+    code, out, err = run(monkeypatch, capsys, "bench", str(model), "--runs", "2")
+    assert (code, out, err) == (2, "", "error: /some/cache: No space left on device\n")
+
+
+def test_version(monkeypatch, capsys) -> None:
+    import deployopt
+
+    code, out, err = run(monkeypatch, capsys, "--version")
+    assert (code, err) == (0, "") and out == f"deployopt {deployopt.__version__}\n"

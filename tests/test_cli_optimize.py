@@ -335,3 +335,66 @@ def test_paths_and_names_print_as_they_are(
     assert f"wrote {folder / 'm.deployopt'}/ (" in out
     code, out, _ = cli(monkeypatch, capsys, "analyze", str(model))
     assert code == 0 and "🅱" not in out
+
+
+@pytest.mark.slow
+def test_an_unwritable_layer_cache_is_one_warning_and_the_measured_run_finishes(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """A read-only $HOME (here: a file where the cache folder goes) must not abort a measured run."""
+    model = zoo_model_path("vgg16_pruned_b4")
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("DEPLOYOPT_CACHE_DIR", str(tmp_path / "file" / "cache"))
+    out = tmp_path / "o"
+    args = ["optimize", str(model), "--target", "orin-nano-8gb", "--backend", "ort", "-o", str(out)]
+    code, _, err = cli(monkeypatch, capsys, *args, "--runs", "5", "--warmup", "1", "--max-evals", "2")
+    assert code == 0, err
+    assert err.startswith("warning: cannot write ") and err.count("\n") == 1, err
+    assert "the layer cache is not saved this run" in err
+    assert (out / "report.json").exists()
+
+
+def test_a_full_disk_while_writing_the_journal_is_one_line(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    import errno
+    import os
+
+    import deployopt.journal
+
+    calls: list[int] = []
+
+    def full_after_two(fd: int) -> None:
+        calls.append(fd)
+        if len(calls) > 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(deployopt.journal.os, "fsync", full_after_two)
+    out = tmp_path / "out"
+    code, stdout, err = cli(monkeypatch, capsys, *base_args(zoo_model_path("vgg16_pruned_b4"), out))
+    assert (code, stdout) == (2, "")
+    assert err == f"error: cannot write {out / 'journal.jsonl'}: No space left on device\n"
+
+
+def test_a_read_only_outdir_is_one_line_before_the_run(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """Root passes every permission bit but not a read-only filesystem: the check creates a file."""
+    import errno
+    import os
+
+    from deployopt import fileio
+
+    real_mkstemp = fileio.tempfile.mkstemp
+
+    def read_only(*args: Any, **kwargs: Any) -> tuple[int, str]:
+        if Path(str(kwargs.get("dir"))) == tmp_path:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+        return real_mkstemp(*args, **kwargs)
+
+    monkeypatch.setattr(fileio.tempfile, "mkstemp", read_only)
+    out = tmp_path / "out"
+    code, stdout, err = cli(monkeypatch, capsys, *base_args(zoo_model_path("vgg16_pruned_b4"), out))
+    assert (code, stdout) == (2, "")
+    assert err == f"error: cannot write {out}: Read-only file system\n"
+    assert not out.exists()

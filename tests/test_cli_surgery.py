@@ -375,3 +375,79 @@ def test_apply_out_of_memory_is_one_line_about_the_plan(
     )
     assert code == 2 and not out_path.exists() and err.count("\n") == 1
     assert "over the 2 GiB an ONNX file (one protobuf message) can hold; use smaller widths" in err
+
+
+def test_apply_writes_through_a_symlink_and_into_a_fifo(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """`-o link.onnx` keeps the link; `-o` a FIFO (as /dev/null) writes into it, never renames over it."""
+    import os
+    import select
+    import stat
+    import threading
+    import time
+
+    src = zoo_model_path("se_net")
+    free = analyze(load_model(src).model).free_groups()[0]
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"widths": {free.id: free.width + 8}}))
+    (tmp_path / "real").mkdir()
+    target = tmp_path / "real" / "out.onnx"
+    link = tmp_path / "link.onnx"
+    link.symlink_to(target)
+    code, _, err = cli(["apply", str(src), "--plan", str(plan), "-o", str(link)], capsys, monkeypatch)
+    assert code == 0, err
+    assert link.is_symlink() and [p.name for p in target.parent.iterdir()] == ["out.onnx"]
+    assert {g.id: g.width for g in analyze(load_model(target).model).groups}[free.id] == free.width + 8
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # never blocks, so a broken fix fails, not hangs
+    chunks: list[bytes] = []
+    stop = threading.Event()
+
+    def drain() -> None:  # the model is larger than a pipe's buffer: read while apply writes
+        while not stop.is_set():
+            select.select([fd], [], [], 0.05)
+            try:
+                block = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                continue
+            if block:
+                chunks.append(block)
+            elif chunks:
+                return  # the writer closed
+            else:
+                time.sleep(0.01)  # no writer yet
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        code, _, err = cli(["apply", str(src), "--plan", str(plan), "-o", str(fifo)], capsys, monkeypatch)
+    finally:
+        stop.set()
+        reader.join(5)
+        os.close(fd)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode), "the FIFO was replaced by a file"
+    assert code == 0, err
+    model = onnx.load_from_string(b"".join(chunks))
+    assert {g.id: g.width for g in analyze(model).groups}[free.id] == free.width + 8
+
+
+def test_ctrl_c_in_apply_is_one_line_and_exit_130(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """typer turns Ctrl-C in a command into a silent exit 130; every command must say `interrupted`."""
+    import deployopt.cli.surgery_cmd
+
+    def ctrl_c(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    src = zoo_model_path("se_net")
+    free = analyze(load_model(src).model).free_groups()[0]
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"widths": {free.id: free.width + 8}}))
+    monkeypatch.setattr(deployopt.cli.surgery_cmd, "save_model", ctrl_c)
+    out_path = tmp_path / "out.onnx"
+    code, out, err = cli(["apply", str(src), "--plan", str(plan), "-o", str(out_path)], capsys, monkeypatch)
+    assert (code, out, err) == (130, "", "interrupted\n")
+    assert not out_path.exists()

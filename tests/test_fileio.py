@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import errno
 import os
+import socket
+import stat
 from pathlib import Path
 
+import onnx
 import pytest
 
 from deployopt import fileio
@@ -133,3 +136,81 @@ def test_remove_outputs_takes_the_marker_first_and_staging_leftovers(
     remove_outputs(tmp_path, NAMES)
     assert removed == list(reversed(NAMES))
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+
+
+def _fifo_reader(path: Path) -> int:
+    """A FIFO's read end, opened without blocking, so a writer can open it and a test never hangs."""
+    os.mkfifo(path)
+    return os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+
+
+def _save_onnx(dest: Path, text: str) -> None:
+    """save_model (apply -o) with `text` as the model's producer, so the bytes can be recognised."""
+    from deployopt.model import save_model
+
+    save_model(onnx.helper.make_model(onnx.helper.make_graph([], "g", [], []), producer_name=text), dest)
+
+
+WRITERS = {"write_text": write_text, "save_model": _save_onnx}
+
+
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+def test_a_symlink_is_written_through_and_stays_a_link(tmp_path: Path, writer: str) -> None:
+    (tmp_path / "real").mkdir()
+    target = tmp_path / "real" / "out.json"
+    target.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    WRITERS[writer](link, "new")
+    assert link.is_symlink() and link.resolve() == target
+    assert b"new" in target.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "real"]
+    assert [p.name for p in target.parent.iterdir()] == ["out.json"]
+
+
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+def test_a_fifo_is_written_to_not_replaced(tmp_path: Path, writer: str) -> None:
+    """The same path as /dev/null or /dev/full: renaming over it would replace the device node."""
+    fifo = tmp_path / "out.fifo"
+    fd = _fifo_reader(fifo)
+    try:
+        WRITERS[writer](fifo, "through the pipe")
+        assert stat.S_ISFIFO(os.lstat(fifo).st_mode), "the FIFO was replaced by a file"
+        assert b"through the pipe" in os.read(fd, 1 << 16)
+    finally:
+        os.close(fd)
+    assert [p.name for p in tmp_path.iterdir()] == ["out.fifo"]
+
+
+def test_a_folder_and_a_socket_stay_one_line_errors(tmp_path: Path) -> None:
+    with pytest.raises(OutputError, match="it is a folder"):
+        write_text(tmp_path, "x")
+    sock = socket.socket(socket.AF_UNIX)
+    try:
+        sock.bind(str(tmp_path / "s"))
+        with pytest.raises(OutputError, match="it is a socket"):
+            write_text(tmp_path / "s", "x")
+    finally:
+        sock.close()
+
+
+def test_the_output_check_probes_a_read_only_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Root passes every permission bit but not a read-only filesystem: only creating a file tells."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    real_mkstemp = fileio.tempfile.mkstemp
+
+    def mkstemp(*args: object, **kwargs: object) -> tuple[int, str]:
+        if Path(str(kwargs.get("dir"))) == ro:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+        return real_mkstemp(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(fileio.tempfile, "mkstemp", mkstemp)
+    for dest in (ro / "x.json", ro / "new" / "x.json"):
+        with pytest.raises(OutputError) as caught:
+            fileio.check_output_file(dest)
+        assert str(caught.value) == f"cannot write {dest}: Read-only file system"
+    with pytest.raises(OutputError, match="Read-only file system"):
+        fileio.check_output_dir(ro / "outdir")
+    assert fileio.check_output_file(tmp_path / "x.json") == tmp_path / "x.json"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ro"] and not list(ro.iterdir())

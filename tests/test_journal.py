@@ -70,3 +70,36 @@ def test_a_torn_last_line_is_dropped_a_torn_middle_line_is_an_error(tmp_path: Pa
         f.write("\n" + '{"event": "done"}' + "\n")
     with pytest.raises(DeployoptError, match="line 3 is not valid JSON"):
         Journal.replay(path)
+
+
+@pytest.mark.parametrize("failing", ["write", "fsync"])
+def test_a_full_disk_is_one_output_error_naming_the_journal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
+    import errno
+    import os
+
+    import deployopt.journal
+    from deployopt.errors import OutputError
+
+    def full(*args: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    path = tmp_path / "journal.jsonl"
+    with Journal(path) as journal:
+        journal.write("start", config={})
+        if failing == "fsync":
+            monkeypatch.setattr(deployopt.journal.os, "fsync", full)
+        else:
+            monkeypatch.setattr(journal, "_fh", type("Full", (), {"write": full, "closed": True})())
+        with pytest.raises(OutputError) as caught:
+            journal.write("measured", plan={"a": 1})
+    assert str(caught.value) == f"cannot write {path}: No space left on device"
+
+
+def test_an_unopenable_journal_is_one_output_error(tmp_path: Path) -> None:
+    from deployopt.errors import OutputError
+
+    (tmp_path / "file").write_text("")
+    with pytest.raises(OutputError, match=r"cannot write .*journal\.jsonl"):
+        Journal(tmp_path / "file" / "journal.jsonl")

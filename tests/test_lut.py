@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from deployopt.errors import CacheWarning
 from deployopt.layers import ConvShape
 from deployopt.lut import LayerCache, cache_root, device_fingerprint
 from deployopt.timing import Timing
@@ -76,14 +77,6 @@ def test_an_interrupted_sweep_keeps_the_chunks_already_measured(tmp_path: Path) 
     assert measure.calls == [[s.signature() for s in shapes([24, 32])]]
 
 
-def test_a_corrupt_entry_is_measured_again(tmp_path: Path) -> None:
-    cache = LayerCache("fp1", "fp16", root=tmp_path)
-    cache.fill(CountingMeasure(), shapes([8]))
-    (tmp_path / "fp1" / "fp16" / f"{shapes([8])[0].signature()}.json").write_text("{not json")
-    res = cache.fill(CountingMeasure(), shapes([8]))
-    assert res.measured == 1
-
-
 def test_fingerprint_changes_with_what_changes_timings() -> None:
     env = {
         "gpu": "NVIDIA H200",
@@ -104,3 +97,23 @@ def test_fingerprint_changes_with_what_changes_timings() -> None:
     heuristic = {**env, "cudnn_benchmark": False, "cudnn_benchmark_limit": None}
     every = {**tuned, "cudnn_benchmark_limit": 0}
     assert len({device_fingerprint("torch", e, 8) for e in (tuned, heuristic, every)}) == 3
+
+
+def test_an_unwritable_cache_is_one_warning_and_the_sweep_goes_on(tmp_path: Path) -> None:
+    """A read-only $HOME (here: a file where the cache folder goes) must not abort a measured run."""
+    (tmp_path / "file").write_text("")
+    cache = LayerCache("fp1", "fp16", root=tmp_path / "file" / "lut")
+    with pytest.warns(CacheWarning) as caught:
+        res = cache.fill(CountingMeasure(), shapes([8, 16, 24]), chunk=1)
+    assert res.measured == 3 and len(res.values) == 3
+    assert len(caught) == 1, [str(w.message) for w in caught]
+    assert "the layer cache is not saved this run" in str(caught[0].message)
+
+
+def test_a_corrupt_entry_warns_and_is_measured_again(tmp_path: Path) -> None:
+    cache = LayerCache("fp1", "fp16", root=tmp_path)
+    cache.fill(CountingMeasure(), shapes([8]))
+    (tmp_path / "fp1" / "fp16" / f"{shapes([8])[0].signature()}.json").write_text("{not json")
+    with pytest.warns(CacheWarning, match="cannot read cache entry .*not a cache entry"):
+        res = cache.fill(CountingMeasure(), shapes([8]))
+    assert res.measured == 1

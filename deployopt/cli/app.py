@@ -14,6 +14,41 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def package_version() -> str:
+    """The installed distribution's version; the source tree's `deployopt.__version__` when run
+    from a checkout that is not installed (PYTHONPATH)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("deployopt")
+    except metadata.PackageNotFoundError:
+        import deployopt
+
+        return str(getattr(deployopt, "__version__", "unknown"))
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        console.print(f"deployopt {package_version()}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """Fit CNN channel counts to how the GPU runs them: analyze, pad/trim, time, optimize."""
+
+
+class Interrupted(Exception):
+    """Ctrl-C with a message richer than `interrupted` (optimize: how to resume); exit 130. Not a
+    KeyboardInterrupt, which typer turns into a silent exit 130 before the entry point sees it."""
+
+
 # Literal consoles: output carries user strings (model paths, ONNX names, plan labels), and rich
 # markup or emoji codes would rewrite them ("models [v2]/m.onnx" printed as "models /m.onnx",
 # ":b:" as an emoji). Colour is given with style=/Text, never with markup.

@@ -18,8 +18,8 @@ from deployopt.cli import backends_cmd  # noqa: F401
 from deployopt.cli import compare_cmd  # noqa: F401
 
 # isort: on
-from deployopt.cli.app import app, err_console
-from deployopt.errors import DeployoptError
+from deployopt.cli.app import Interrupted, app, err_console
+from deployopt.errors import CacheWarning, DeployoptError
 
 #: click's base of every usage error (unknown option, bad value, missing argument); taken from
 #: typer's own BadParameter, as typer ships click vendored or depends on it, by version.
@@ -41,6 +41,15 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
+INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+
+
+def _interrupted(message: str = "interrupted") -> None:
+    """Ctrl-C in any command: one line, exit 130, no traceback."""
+    err_console.print(message, style="red", markup=False, highlight=False, emoji=False, soft_wrap=True)
+    sys.exit(INTERRUPTED)
+
+
 def _memory_hint() -> str:
     """What to make smaller: `apply` allocates the plan's widths, every other command its inputs."""
     command = next((a for a in sys.argv[1:] if not a.startswith("-")), "")
@@ -50,8 +59,8 @@ def _memory_hint() -> str:
 
 
 def _show_warning(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
-    """deployopt's own warnings (a run close to the memory it has) as one `warning:` line; others
-    as Python prints them."""
+    """deployopt's own warnings (a run close to the memory it has, a cache it cannot write, a GPU
+    target timed on the CPU) as one `warning:` line; others as Python prints them."""
     from deployopt.errors import DeployoptWarning
     from deployopt.memory import MemoryRiskWarning
 
@@ -71,6 +80,7 @@ def main() -> None:
 
     with warnings.catch_warnings():  # restores Python's own printer afterwards (in-process callers, tests)
         warnings.simplefilter("always", MemoryRiskWarning)  # every run that is close says so
+        warnings.simplefilter("always", CacheWarning)  # each run says so (LayerCache warns once)
         warnings.showwarning = _show_warning
         _main()
 
@@ -87,12 +97,20 @@ def _main() -> None:
         sys.exit(exc.exit_code)  # type: ignore[attr-defined]
     except DeployoptError as exc:
         _fail(str(exc), exc.exit_code)
+    except (
+        OSError
+    ) as exc:  # a write no code path turned into an OutputError: still one line, never a traceback
+        where = f"{exc.filename}: " if exc.filename else ""
+        _fail(f"{where}{exc.strerror or exc}", 2)
     except MemoryError as exc:  # a --batch or --input-shape (apply: a plan width) too large here
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else "allocation failed"
         _fail(f"out of memory: {detail}; {_memory_hint()}", 2)
+    except Interrupted as exc:
+        _interrupted(str(exc))
     except (KeyboardInterrupt, typer.Abort):
-        err_console.print("interrupted", style="bold red")
-        sys.exit(130)
+        _interrupted()
+    if code == INTERRUPTED:  # typer turns Ctrl-C in a command into a silent Exit(130)
+        _interrupted()
     if isinstance(code, int) and code:  # typer.Exit(n) from a command (verify, compare: 1)
         sys.exit(code)
 

@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from deployopt.cli.app import (
+    Interrupted,
     app,
     check_batch_agrees,
     console,
@@ -142,8 +143,7 @@ def optimize_command(
         with progress:
             result = Optimizer(cfg, progress=_progress_callback(progress)).run()
     except KeyboardInterrupt:
-        err_console.print("interrupted; resume with --resume", style="red", markup=False, highlight=False)
-        raise typer.Exit(130) from None
+        raise Interrupted("interrupted; resume with --resume") from None
     except DeployoptError:
         raise
     # after the run, not before it: an option the backend refuses stays a one-line error
