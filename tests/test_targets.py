@@ -110,8 +110,10 @@ def test_local_says_why_each_probe_found_nothing(monkeypatch):
     with torch says): each probe gives its own reason."""
     import sys
 
-    for module in ("torch", "cuda", "pynvml"):
-        monkeypatch.setitem(sys.modules, module, None)  # importing it raises ImportError
+    # importing any of these raises ImportError (the submodules too: one an earlier test imported
+    # would otherwise be found in sys.modules whatever its parent is)
+    for module in ("torch", "cuda", "cuda.bindings", "cuda.bindings.runtime", "cuda.cudart", "pynvml"):
+        monkeypatch.setitem(sys.modules, module, None)
     with pytest.raises(TargetError) as exc:
         get_target("local")
     msg = str(exc.value)
