@@ -342,10 +342,9 @@ def render_markdown(report: dict[str, Any]) -> str:
         for key in ("max_abs_error", "cosine_min", "top1_agreement"):
             if key in fid and fid[key] is not None:
                 lines.append(f"- {key.replace('_', ' ')}: {fid[key]:.6g}")
-        lines.append(
-            f"- inputs: {fid.get('source') or 'calibration set'}"
-            + (" (random inputs)" if fid.get("random_inputs") else "")
-        )
+        source = fid.get("source") or "calibration set"
+        random_note = fid.get("random_inputs") and "random" not in source  # say it once
+        lines.append(f"- inputs: {source}" + (" (random inputs)" if random_note else ""))
         lines.append("- failures: " + ("; ".join(fid["failures"]) if fid.get("failures") else "none"))
     else:
         lines.append("- not checked in this run")

@@ -72,6 +72,7 @@ def test_lossless_with_the_wave_model_writes_everything(
     md = (out / "report.md").read_text()
     assert report["note"] == "predicted by the wave model, not measured"
     assert "predicted by the wave model, not measured" in md
+    assert "- inputs: random inputs (no calibration data given)\n" in md  # said once
     assert report["evaluations"]["count"] == res.evaluation_count
     assert report["per_layer_sweep"]["shapes"] == report["per_layer_sweep"]["measured"] > 0
     assert len(report["layers"]) == 13
