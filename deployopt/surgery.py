@@ -165,6 +165,7 @@ def apply_plan_report(
     st = analysis.state
     assert st is not None, "an Analysis from deployopt.coupling.analyze is needed"
     validate_plan(analysis, widths)
+    widths = analysis.plan_by_id(widths)  # a plan may name a group by any of its producers
     changed = {g: int(w) for g, w in widths.items() if int(w) != analysis.group(g).width}
     _check_size(model, analysis, changed)
     out = onnx.ModelProto()

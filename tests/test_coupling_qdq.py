@@ -19,7 +19,7 @@ from cli_runner import run_cli
 from onnx import TensorProto, helper, numpy_helper
 
 from deployopt.coupling import Analysis, analyze
-from deployopt.errors import ModelError
+from deployopt.errors import ModelError, PlanError
 from deployopt.importance import dead_channels_many, filter_l1
 from deployopt.model import load_model
 from deployopt.surgery import apply_plan, apply_plan_report
@@ -543,3 +543,21 @@ def test_weights_quantized_in_a_form_the_analysis_does_not_read_freeze_their_con
     analysis = analyze(model)
     assert not analysis.free_groups(), [(g.id, g.reason) for g in analysis.groups]
     assert analysis.group("conv1").frozen
+
+
+def test_a_float_models_plan_applies_to_its_qdq_twin(quantized_resnet: tuple[Path, Path]) -> None:
+    """Group ids are first producers in node order, and the quantizer writes a block's shortcut conv
+    before its second conv, so some ids differ between the twins; a plan keyed by any producer of a
+    group finds it, so the float model's plan (as `optimize` writes it) applies to the QDQ model."""
+    float_path, qdq_path = quantized_resnet
+    float_analysis, analysis = analyze(load_model(float_path).model), analyze(load_model(qdq_path).model)
+    renamed = {g.id for g in float_analysis.free_groups()} - {g.id for g in analysis.free_groups()}
+    assert renamed  # the case this is about
+    plan = {g.id: g.width + 2 + i % 3 for i, g in enumerate(float_analysis.free_groups())}
+    padded = apply_plan(load_model(qdq_path).model, plan, analysis)
+    widths = {frozenset(g.producers): g.width for g in analyze(padded).free_groups()}
+    assert widths == {frozenset(g.producers): plan[g.id] for g in float_analysis.free_groups()}
+    gid = next(iter(renamed))
+    other = analysis.group(gid).id
+    with pytest.raises(PlanError, match="two widths"):
+        apply_plan(load_model(qdq_path).model, {gid: 8, other: 9}, analysis)

@@ -103,15 +103,38 @@ class Analysis:
     def __post_init__(self) -> None:
         self._by_id = {g.id: g for g in self.groups}
         self._convs_by_name: dict[str, ConvLayer] = {}
+        self._by_producer: Optional[dict[str, ChannelGroup]] = None
 
     def group(self, gid: str) -> ChannelGroup:
-        try:
-            return self._by_id[gid]
-        except KeyError:
-            known = ", ".join(g.id for g in self.free_groups()[:5])
-            raise PlanError(
-                f"unknown channel group {gid!r} (free groups include: {known or 'none'})"
-            ) from None
+        """The group with id `gid`, or else the one group `gid` names a producer of: a group's id
+        is its first producer in node order, which an exporter's node order can change (a QDQ
+        twin's quantizer writes a shortcut conv first), so a plan keyed by another producer of the
+        same group still finds it."""
+        group = self._by_id.get(gid)
+        if group is not None:
+            return group
+        if self._by_producer is None:
+            count: dict[str, int] = {}
+            for g in self.groups:
+                for p in g.producers:
+                    count[p] = count.get(p, 0) + 1
+            self._by_producer = {p: g for g in self.groups for p in g.producers if count[p] == 1}
+        group = self._by_producer.get(gid)
+        if group is not None:
+            return group
+        known = ", ".join(g.id for g in self.free_groups()[:5])
+        raise PlanError(f"unknown channel group {gid!r} (free groups include: {known or 'none'})")
+
+    def plan_by_id(self, widths: dict[str, int]) -> dict[str, int]:
+        """A plan keyed by group ids, whatever producer names it was keyed by; one group named
+        twice with different widths is a PlanError."""
+        out: dict[str, int] = {}
+        for key, w in widths.items():
+            gid = self.group(key).id
+            if gid in out and out[gid] != w:
+                raise PlanError(f"the plan gives group {gid!r} two widths ({out[gid]} and {w}, as {key!r})")
+            out[gid] = w
+        return out
 
     def free_groups(self) -> list[ChannelGroup]:
         return [g for g in self.groups if not g.frozen]
