@@ -6,9 +6,10 @@ inputs, `require_memory` compares a lower bound of what the run needs (`estimate
 the device has free, and fails with one line when even the bound does not fit.
 
 The bound is deliberately a floor, not a prediction: the check only refuses runs that cannot
-succeed, never one that might. A run above what is free but below the floor's real peak (2–3× the
-floor is common: a runtime's own copy of the weights, arena rounding, workspaces, the float64
-random numbers the inputs are drawn as) can still be killed; that case keeps the old behaviour.
+succeed, never one that might. A run above what is free but below the floor's real peak (2.4–2.6×
+the floor measured with onnxruntime CPU: a runtime's own copy of the weights, arena rounding,
+workspaces, the float64 random numbers the inputs are drawn as) can still be killed: a floor above
+WARN_SHARE of what is free is announced with one line (MemoryRiskWarning), and the run goes on.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import onnx
 
-from deployopt.errors import InsufficientMemory
+from deployopt.errors import DeployoptWarning, InsufficientMemory
 
 GIB = 1 << 30
 #: A floor above this share of the free memory is warned about: onnxruntime CPU peaked at 2.4–2.6×
@@ -30,7 +31,7 @@ GIB = 1 << 30
 WARN_SHARE = 0.3
 
 
-class MemoryRiskWarning(UserWarning):
+class MemoryRiskWarning(DeployoptWarning):
     """The run fits the floor but may not fit its real peak (the CLI prints it as one line)."""
 
 
@@ -268,7 +269,7 @@ def require_memory(
     hint: str = "try a smaller --batch or --input-shape",
 ) -> None:
     """Raise InsufficientMemory when `needed` is more than `available` bytes, and warn
-    (MemoryRiskWarning) when it is more than half of them; None for either skips the check.
+    (MemoryRiskWarning) when it is more than WARN_SHARE of them; None for either skips the check.
     `where` names the backend and the memory, e.g. "onnxruntime, host memory"."""
     if needed is None or available is None or not check_enabled():
         return
@@ -281,7 +282,7 @@ def require_memory(
     if needed.total > available:
         raise InsufficientMemory(f"{line}; {hint}")
     if needed.total > WARN_SHARE * available:
-        # a floor: the real peak is often 2–3× it, and the OOM killer ends a process without a word
+        # a floor: the real peak is about 2.5× it, and the OOM killer ends a process without a word
         warnings.warn(f"{line}; the run may be killed for memory ({hint})", MemoryRiskWarning, stacklevel=2)
 
 

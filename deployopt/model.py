@@ -20,7 +20,7 @@ from google.protobuf.message import DecodeError
 from onnx import TensorProto
 
 from deployopt.errors import ModelError, OutputError
-from deployopt.fileio import check_output_file, make_output_dir, output_error, resolve_output
+from deployopt.fileio import check_output_file, make_output_dir, output_error, resolve_output, write_bytes
 
 #: A safety stop only: folding runs while each pass removes nodes. A dynamic-batch ShuffleNetV2
 #: exported at opset 11 needs 29 passes (each channel shuffle's Reshape target is computed from the
@@ -377,11 +377,7 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, external
             raise OutputError(
                 f"cannot write {given}: not a regular file, and the weights need a .data file beside it"
             )
-        try:
-            with open(dest, "wb") as f:
-                f.write(model.SerializeToString())
-        except OSError as exc:
-            raise output_error(given, exc) from None
+        write_bytes(given, model.SerializeToString())  # written in place, as fileio does it
         return
     make_output_dir(dest.parent)
     try:

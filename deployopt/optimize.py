@@ -281,7 +281,6 @@ class Optimizer:
         self.evaluations: list[Evaluation] = []
         self._by_key: dict[str, Evaluation] = {}
         self._reserved = 0  # evaluations the search leaves for the confirmation rounds
-        self.confirm_reserve = 0  # the same, kept for the report after the search ends
         self.baselines: list[Evaluation] = []
         self.confirmation: dict[str, Any] | None = None
         self._pooled: dict[str, Timing] = {}  # plan key -> samples of every build (confirmation)
@@ -707,6 +706,12 @@ class Optimizer:
         answer and its baseline are compared on the same footing."""
         return self._pooled.get(plan_key(ev.plan), ev.timing)
 
+    @property
+    def confirm_reserve(self) -> int:
+        """Evaluations of --max-evals kept back for the confirmation rounds (the report says so)."""
+        opened = getattr(self, "session", None) is not None  # set by run()
+        return 2 * self.cfg.confirm_rounds if opened and self._confirms() else 0
+
     def _confirms(self) -> bool:
         """Confirmation rounds are for measured backends; a prediction does not drift."""
         return (
@@ -907,8 +912,7 @@ class Optimizer:
                 self.journal.write("resume", previous_evaluations=len(self.replay.timings), time=time.time())
             budget_hit = False
             # evaluations kept back for the confirmation rounds (measured backends only)
-            self._reserved = 2 * cfg.confirm_rounds if self._confirms() else 0
-            self.confirm_reserve = self._reserved
+            self._reserved = self.confirm_reserve
             try:
                 best = self.search()
             except _Budget:

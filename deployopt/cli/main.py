@@ -19,7 +19,7 @@ from deployopt.cli import compare_cmd  # noqa: F401
 
 # isort: on
 from deployopt.cli.app import Interrupted, app, err_console
-from deployopt.errors import CacheWarning, DeployoptError
+from deployopt.errors import DeployoptError, DeployoptWarning
 
 #: click's base of every usage error (unknown option, bad value, missing argument); taken from
 #: typer's own BadParameter, as typer ships click vendored or depends on it, by version.
@@ -61,10 +61,7 @@ def _memory_hint() -> str:
 def _show_warning(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
     """deployopt's own warnings (a run close to the memory it has, a cache it cannot write, a GPU
     target timed on the CPU) as one `warning:` line; others as Python prints them."""
-    from deployopt.errors import DeployoptWarning
-    from deployopt.memory import MemoryRiskWarning
-
-    if issubclass(category, (MemoryRiskWarning, DeployoptWarning)):
+    if issubclass(category, DeployoptWarning):
         err_console.print(
             f"warning: {message}", style="yellow", markup=False, highlight=False, soft_wrap=True
         )
@@ -76,11 +73,9 @@ _python_show_warning = warnings.showwarning
 
 
 def main() -> None:
-    from deployopt.memory import MemoryRiskWarning
-
     with warnings.catch_warnings():  # restores Python's own printer afterwards (in-process callers, tests)
-        warnings.simplefilter("always", MemoryRiskWarning)  # every run that is close says so
-        warnings.simplefilter("always", CacheWarning)  # each run says so (LayerCache warns once)
+        # every run says so (a run close to its memory, a cache it cannot write: LayerCache warns once)
+        warnings.simplefilter("always", DeployoptWarning)
         warnings.showwarning = _show_warning
         _main()
 
@@ -97,9 +92,8 @@ def _main() -> None:
         sys.exit(exc.exit_code)  # type: ignore[attr-defined]
     except DeployoptError as exc:
         _fail(str(exc), exc.exit_code)
-    except (
-        OSError
-    ) as exc:  # a write no code path turned into an OutputError: still one line, never a traceback
+    except OSError as exc:
+        # a write no code path turned into an OutputError: still one line, never a traceback
         where = f"{exc.filename}: " if exc.filename else ""
         _fail(f"{where}{exc.strerror or exc}", 2)
     except MemoryError as exc:  # a --batch or --input-shape (apply: a plan width) too large here
