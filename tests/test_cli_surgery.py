@@ -406,16 +406,19 @@ def test_apply_writes_through_a_symlink_and_into_a_fifo(
     stop = threading.Event()
 
     def drain() -> None:  # the model is larger than a pipe's buffer: read while apply writes
-        while not stop.is_set():
+        # Read to end of file even after apply returns: up to a pipe's buffer may still be unread.
+        while True:
             select.select([fd], [], [], 0.05)
             try:
                 block = os.read(fd, 1 << 16)
-            except BlockingIOError:
+            except BlockingIOError:  # a writer holds the FIFO open, nothing buffered
+                if stop.is_set():
+                    return  # apply returned yet a writer stays open: fail on the content, not hang
                 continue
             if block:
                 chunks.append(block)
-            elif chunks:
-                return  # the writer closed
+            elif chunks or stop.is_set():
+                return  # the writer closed (or never came)
             else:
                 time.sleep(0.01)  # no writer yet
 
