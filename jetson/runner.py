@@ -85,14 +85,15 @@ def bootstrap_median_ci(values, level=0.95, seed=0):
 
 
 def summarize(samples_us, warmup, timed, environment, backend="tensorrt"):
-    """The bench JSON schema (deployopt.timing.Timing.to_json)."""
-    lo, hi = bootstrap_median_ci(samples_us)
+    """The bench JSON schema (deployopt.timing.Timing.to_json): one run has no spread, so its IQR and
+    CI are null rather than a 0 and [x, x] that look exact."""
+    known = len(samples_us) >= 2
     return {
         "backend": backend,
         "measured": True,
         "median_us": median(samples_us),
-        "iqr_us": iqr(samples_us),
-        "ci95_us": [lo, hi],
+        "iqr_us": iqr(samples_us) if known else None,
+        "ci95_us": list(bootstrap_median_ci(samples_us)) if known else None,
         "runs": len(samples_us),
         "warmup": warmup,
         "samples_us": [float(s) for s in samples_us],

@@ -309,3 +309,17 @@ def test_summary_json_is_read_back(tmp_path: Path) -> None:
     assert t.median_us == out["median_us"] == 120.0 and t.iqr_us == out["iqr_us"] == 2.0
     assert t.to_json()["ci95_us"] == pytest.approx(out["ci95_us"])
     assert t.environment == {"sms": 8, "nvpmodel": "MODE_15W"}
+
+
+@pytest.mark.parametrize("samples", [[431.5], [120.0, 118.5, 121.0]])
+def test_summary_spread_matches_timing_to_json(samples: list[float]) -> None:
+    """The board's JSON and the host's agree on spreads: null for one run, numbers otherwise."""
+    out = runner.summarize(samples, 0, "one forward pass (fp16)", {})
+    host = Timing(backend="tensorrt", samples_us=samples).to_json()
+    assert (out["iqr_us"] is None) == (host["iqr_us"] is None) == (len(samples) == 1)
+    assert (out["ci95_us"] is None) == (host["ci95_us"] is None)
+    if len(samples) > 1:
+        assert out["iqr_us"] == pytest.approx(host["iqr_us"]) and out["ci95_us"] == pytest.approx(
+            host["ci95_us"]
+        )
+    json.dumps(out)  # what the board writes

@@ -369,6 +369,15 @@ def test_run_isolated_keeps_deployopt_error_types() -> None:
 
 
 @pytest.mark.slow
+def test_run_isolated_forwards_deployopt_warnings() -> None:
+    """A warning in the worker (an unsaved timing cache) reaches the parent as the same class, once."""
+    from deployopt.errors import CacheWarning
+
+    with pytest.warns(CacheWarning, match="cache not saved") as record:
+        assert run_isolated("warnings.warn", ("cache not saved", CacheWarning), timeout_s=60) is None
+    assert len([w for w in record if issubclass(w.category, CacheWarning)]) == 1
+
+
 def test_run_isolated_timeout_and_crash() -> None:
     with pytest.raises(BackendFailed, match=r"did not finish within 3 s"):
         run_isolated("time.sleep", (60,), timeout_s=3)

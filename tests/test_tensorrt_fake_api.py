@@ -72,7 +72,7 @@ from deployopt.backends import tensorrt_calibrator
 from deployopt.backends.base import MeasureOptions
 from deployopt.backends.tensorrt import TensorRTBackend, build_and_time, build_engine, time_engine
 from deployopt.backends.trtexec_parser import version_tuple
-from deployopt.errors import BackendFailed, DataError, DeployoptError, ModelError
+from deployopt.errors import BackendFailed, CacheWarning, DataError, DeployoptError, ModelError
 
 V82, V85, V10 = "8.2.1.8", "8.5.2.2", "10.3.0.26"
 V80 = "8.0.1.6"  # JetPack 4.6.0: the 8.2 surface here, but for ProfilingVerbosity's older names
@@ -1704,6 +1704,17 @@ def test_timing_cache_is_read_and_written_back(
         build_engine(str(zoo_model_path("mobilenet_like")), options, str(tmp_path / f"{i}.engine"))
         assert cache.read_bytes() == f"FAKE-TIMING-CACHE {version} builds={i}".encode()
     assert [args[1] for args in calls(gpu, "IBuilderConfig.create_timing_cache")] == [0, 1]
+
+
+def test_an_unwritable_timing_cache_is_a_warning_not_a_failed_build(
+    surface: tuple[str, types.ModuleType, FakeGpu], zoo_model_path: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """The cache only saves the next build's tactic timing: the engine is still built and written."""
+    (tmp_path / "a_file").write_text("")
+    options = opts(tmp_path, extra={"timing_cache": str(tmp_path / "a_file" / "timing.cache")})
+    with pytest.warns(CacheWarning, match="the TensorRT timing cache is not saved"):
+        build_engine(str(zoo_model_path("mobilenet_like")), options, str(tmp_path / "m.engine"))
+    assert (tmp_path / "m.engine").stat().st_size > 0
 
 
 def test_session_measures_then_profiles_from_the_cached_engine(

@@ -26,6 +26,7 @@ import json
 import os
 import statistics
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,16 @@ import numpy as np
 
 from deployopt.backends.base import Backend, LayerTime, MeasureOptions, Profile, Session
 from deployopt.backends.trtexec_parser import version_tuple
-from deployopt.errors import BackendFailed, BackendUnavailable, DataError, DeployoptError, ModelError
+from deployopt.errors import (
+    BackendFailed,
+    BackendUnavailable,
+    CacheWarning,
+    DataError,
+    DeployoptError,
+    DeployoptWarning,
+    ModelError,
+    OutputError,
+)
 from deployopt.timing import Timing, load_timing
 
 TRT_HINT = "tensorrt not installed (on a Jetson it comes with JetPack; elsewhere pip install tensorrt)"
@@ -392,16 +402,33 @@ def cuda_api(prefer: str | None = None) -> CudaPython | PyCuda:
 
 
 def _child(target: str, args: tuple[Any, ...], queue: Any) -> None:
-    try:
-        module, _, func = target.rpartition(".")
-        result = getattr(importlib.import_module(module), func)(*args)
-        queue.put(("ok", result))
-    except DeployoptError as exc:
-        queue.put(("error", f"{type(exc).__name__}\t{exc}"))
-    except BaseException as exc:
-        queue.put(
-            ("error", f"BackendFailed\t{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-        )
+    """Run the work; deployopt's one-line warnings (an unsaved timing cache) travel back to the
+    parent with the result, since the child's stderr would print them as Python warnings."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DeployoptWarning)
+        try:
+            module, _, func = target.rpartition(".")
+            result = getattr(importlib.import_module(module), func)(*args)
+            status: tuple[str, Any] = ("ok", result)
+        except DeployoptError as exc:
+            status = ("error", f"{type(exc).__name__}\t{exc}")
+        except BaseException as exc:
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            status = ("error", f"BackendFailed\t{type(exc).__name__}: {first}")
+    lines = [
+        (w.category.__name__, str(w.message)) for w in caught if issubclass(w.category, DeployoptWarning)
+    ]
+    queue.put((*status, lines))
+
+
+def _rewarn(lines: list[tuple[str, str]]) -> None:
+    import deployopt.errors as errs
+
+    for kind, message in lines:
+        category = getattr(errs, kind, None)
+        if not (isinstance(category, type) and issubclass(category, DeployoptWarning)):
+            category = DeployoptWarning
+        warnings.warn(message, category, stacklevel=3)
 
 
 def run_isolated(target: str, args: tuple[Any, ...], timeout_s: float) -> Any:
@@ -416,13 +443,13 @@ def run_isolated(target: str, args: tuple[Any, ...], timeout_s: float) -> Any:
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            status, payload = q.get(timeout=0.2)
+            status, payload, lines = q.get(timeout=0.2)
             break
         except queue_mod.Empty:
             pass
         if not proc.is_alive():  # died without a result (segfault, abort, OOM kill)
             try:
-                status, payload = q.get(timeout=1.0)
+                status, payload, lines = q.get(timeout=1.0)
                 break
             except queue_mod.Empty:
                 code = proc.exitcode
@@ -433,6 +460,7 @@ def run_isolated(target: str, args: tuple[Any, ...], timeout_s: float) -> Any:
             proc.join(5)
             raise BackendFailed(f"TensorRT worker did not finish within {timeout_s:g} s") from None
     proc.join(5)
+    _rewarn(lines)
     if status == "ok":
         return payload
     kind, _, message = payload.partition("\t")
@@ -546,10 +574,27 @@ def build_engine(model_path: str, options: MeasureOptions, engine_path: str) -> 
                 config.set_calibration_profile(profile)
     cache_path = options.extra.get("timing_cache")
     timing_cache = None
-    if cache_path:
-        blob = Path(cache_path).read_bytes() if Path(cache_path).is_file() else b""
+    if cache_path:  # a timing cache only saves tactic timing: trouble with it is a warning, not a failure
+        try:
+            blob = Path(cache_path).read_bytes() if Path(cache_path).is_file() else b""
+        except OSError as exc:
+            warnings.warn(
+                f"cannot read the TensorRT timing cache {cache_path} ({exc.strerror or exc}); "
+                "building without it",
+                CacheWarning,
+                2,
+            )
+            blob = b""
         timing_cache = config.create_timing_cache(blob)
-        config.set_timing_cache(timing_cache, False)
+        if timing_cache is None and blob:  # TensorRT refused the blob (another version, corrupt)
+            warnings.warn(
+                f"TensorRT could not read the timing cache {cache_path}; building with a fresh one",
+                CacheWarning,
+                2,
+            )
+            timing_cache = config.create_timing_cache(b"")
+        if timing_cache is not None:
+            config.set_timing_cache(timing_cache, False)
     try:
         serialized = builder.build_serialized_network(network, config)
     finally:
@@ -559,7 +604,10 @@ def build_engine(model_path: str, options: MeasureOptions, engine_path: str) -> 
         raise BackendFailed("TensorRT could not build an engine for this model (its warnings say why)")
     write_bytes(engine_path, bytes(serialized))
     if cache_path and timing_cache is not None:
-        write_bytes(cache_path, bytes(config.get_timing_cache().serialize()))
+        try:
+            write_bytes(cache_path, bytes(config.get_timing_cache().serialize()))
+        except OutputError as exc:  # the engine is built and written: only the next build's speed-up is lost
+            warnings.warn(f"{exc}; the TensorRT timing cache is not saved", CacheWarning, 2)
     return {"tensorrt": version, "shapes": shapes}
 
 
