@@ -46,6 +46,15 @@ class LoadedModel:
     notices: list[str] = field(default_factory=list)
     input_shapes: dict[str, list[int]] = field(default_factory=dict)
     external_data: bool = False
+    #: inputs whose batch (dim 0) the file left dynamic → the file's symbol ("" when unnamed); loading
+    #: fixes them, deployopt.batch gives a written model the symbol back
+    dynamic_batch: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def static_batch(self) -> int | None:
+        """The batch the dynamic-batch inputs were fixed to (None when there are none or they differ)."""
+        batches = {self.input_shapes[n][0] for n in self.dynamic_batch if self.input_shapes.get(n)}
+        return batches.pop() if len(batches) == 1 else None
 
 
 def has_qdq(model: onnx.ModelProto) -> bool:
@@ -118,6 +127,18 @@ def _real_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     return [i for i in model.graph.input if i.name not in inits]
 
 
+def _dynamic_batch_inputs(model: onnx.ModelProto) -> dict[str, str]:
+    """Inputs whose dim 0 the file leaves open (a symbol or unknown), with the symbol."""
+    out = {}
+    for inp in _real_inputs(model):
+        tt = inp.type.tensor_type
+        if tt.HasField("shape") and len(tt.shape.dim) > 1:
+            d = tt.shape.dim[0]
+            if not (d.HasField("dim_value") and d.dim_value > 0):
+                out[inp.name] = d.dim_param
+    return out
+
+
 def _fix_input_shapes(
     model: onnx.ModelProto, requested: dict[str, list[int]], path: Path, notices: list[str]
 ) -> dict[str, list[int]]:
@@ -159,8 +180,9 @@ def _fix_input_shapes(
                     d.dim_value = 1
                     rest = "x".join(str(x.dim_value) if x.dim_value > 0 else "?" for x in dims[1:])
                     notices.append(
-                        f"batch dimension of {inp.name!r}{label} was dynamic; fixed to 1, here and in any "
-                        f"model written from it (another batch: --input-shape {inp.name}:Nx{rest})"
+                        f"batch dimension of {inp.name!r}{label} was dynamic; fixed to 1 here (another "
+                        f"batch: --input-shape {inp.name}:Nx{rest}); a model written from it gets the "
+                        "dynamic batch back where it checks out"
                     )
                 else:
                     raise ModelError(
@@ -273,6 +295,7 @@ def load_model(path: str | os.PathLike[str], input_shapes: dict[str, list[int]] 
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
         raise ModelError(f"{path}: invalid ONNX model: {first}") from None
     notices: list[str] = []
+    dynamic = _dynamic_batch_inputs(model)
     fixed = _fix_input_shapes(model, dict(input_shapes or {}), path, notices)
     _clear_derived_shapes(model, all_outputs=bool(input_shapes))
     model = _infer(model, path)
@@ -292,7 +315,14 @@ def load_model(path: str | os.PathLike[str], input_shapes: dict[str, list[int]] 
     if unshared:
         notices.append(f"gave {unshared} readers of shared constants their own copies (same values)")
     _check_conv_channels(model, path, given=bool(input_shapes))
-    return LoadedModel(model=model, path=path, notices=notices, input_shapes=fixed, external_data=external)
+    return LoadedModel(
+        model=model,
+        path=path,
+        notices=notices,
+        input_shapes=fixed,
+        external_data=external,
+        dynamic_batch=dynamic,
+    )
 
 
 def _unshare_constants(model: onnx.ModelProto) -> int:

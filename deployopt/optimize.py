@@ -1024,6 +1024,7 @@ class Optimizer:
         return data
 
     def _finish(self, best: Evaluation, fidelity: dict[str, Any] | None, budget_hit: bool) -> OptimizeResult:
+        from deployopt.batch import restore_dynamic_batch
         from deployopt.fileio import output_set, write_json
         from deployopt.model import save_model
         from deployopt.report import build_report, write_report
@@ -1038,11 +1039,17 @@ class Optimizer:
             "seconds": self.sweep.seconds,
             "measured_by": "model (predicted)" if not self.session.backend.measured else self.backend_name,
         }
+        written = restore_dynamic_batch(
+            self.build_model(best.plan),
+            getattr(self.loaded, "dynamic_batch", {}),
+            getattr(self.loaded, "static_batch", None),
+        )
         report = build_report(self, best, fidelity, sweep, budget_hit)
+        report["written_batch"] = written.notice or None
         # All or nothing: written into a staging folder, then moved into OUTDIR as one set.
         with output_set(self.outdir, OUTPUTS) as staging:
             save_model(
-                self.build_model(best.plan),
+                written.model,
                 staging / "model.onnx",
                 external_data=bool(getattr(self.loaded, "external_data", False)),
             )

@@ -283,6 +283,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"- target: {tgt['name']} ({tgt['sms']} SMs); backend: {report['backend']}; "
         f"dtype: {report['dtype']}; batch: {report['batch']}",
         f"- mode: {report['mode']}" + (f" (max trim {report['max_trim']:.0%})" if report["max_trim"] else ""),
+        *([f"- model.onnx: {report['written_batch']}"] if report.get("written_batch") else []),
         f"- end-to-end evaluations: {ev['count']} of at most {ev['max']} "
         f"({ev['measured_this_run']} this run, {ev['from_journal']} from the journal)"
         + _budget_note(ev, report.get("confirmation")),

@@ -46,10 +46,11 @@ def test_variants_load_to_the_same_function(variant: str, zoo_model_path: Callab
 def test_dynamic_batch_fixed_to_one_with_a_notice(zoo_model_path: Callable[[str], Path]) -> None:
     loaded = load_model(zoo_model_path("resnet_projection_dynamic"))
     assert loaded.notices == [
-        "batch dimension of 'input' (batch) was dynamic; fixed to 1, here and in any model written "
-        "from it (another batch: --input-shape input:Nx3x32x32)"
+        "batch dimension of 'input' (batch) was dynamic; fixed to 1 here (another batch: --input-shape "
+        "input:Nx3x32x32); a model written from it gets the dynamic batch back where it checks out"
     ]
     assert loaded.input_shapes == {"input": [1, 3, 32, 32]}
+    assert loaded.dynamic_batch == {"input": "batch"} and loaded.static_batch == 1
     out_dims = [d.dim_value for d in loaded.model.graph.output[0].type.tensor_type.shape.dim]
     assert out_dims == [1, 10]
 
@@ -57,6 +58,7 @@ def test_dynamic_batch_fixed_to_one_with_a_notice(zoo_model_path: Callable[[str]
 def test_input_shapes_set_the_batch(zoo_model_path: Callable[[str], Path]) -> None:
     loaded = load_model(zoo_model_path("resnet_projection_dynamic"), {"input": [4, 3, 32, 32]})
     assert loaded.notices == [] and loaded.input_shapes == {"input": [4, 3, 32, 32]}
+    assert loaded.dynamic_batch == {"input": "batch"} and loaded.static_batch == 4  # the file's, still
     assert [d.dim_value for d in loaded.model.graph.output[0].type.tensor_type.shape.dim] == [4, 10]
 
 

@@ -16,6 +16,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from deployopt.batch import restore_dynamic_batch
 from deployopt.cli.app import app, console, err_console, parse_input_shapes
 from deployopt.coupling import Analysis, ConvLayer, analyze
 from deployopt.errors import DeployoptError
@@ -213,12 +214,14 @@ def apply_cmd(
     loaded = load_model(model, parse_input_shapes(input_shape))
     analysis = analyze(loaded.model)
     edited, changes = apply_plan_report(loaded.model, widths, analysis)
-    save_model(edited, output, external_data=loaded.external_data)
+    written = restore_dynamic_batch(edited, loaded.dynamic_batch, loaded.static_batch)
+    save_model(written.model, output, external_data=loaded.external_data)
+    notices = [*loaded.notices, *([written.notice] if written.notice else [])]
     if as_json:
-        out = {"output": str(output), "changes": [c.to_json() for c in changes], "notices": loaded.notices}
+        out = {"output": str(output), "changes": [c.to_json() for c in changes], "notices": notices}
         typer.echo(json.dumps(out, indent=2))
         return
-    _print_notices(loaded.notices)
+    _print_notices(notices)
     if changes:
         console.print(changes_table(changes))
     unchanged = len(widths) - len(changes)

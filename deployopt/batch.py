@@ -1,0 +1,151 @@
+"""Give a written model back the dynamic batch dimension its input file had.
+
+Loading fixes a symbolic batch to a number (1, or the timed batch), because every later stage needs
+static shapes, and folding constants at that batch can bake it into Reshape targets. A user who
+exported with a dynamic batch (for TensorRT optimization profiles, for serving) expects the edited
+model to take any batch as the original did. This module restores the symbol on the inputs and
+outputs, turns batch-valued Reshape targets into 0 ("copy this dim from the input"), and then
+*checks* the result on onnxruntime: batch 2 must give, sample by sample, what batch 1 gives. A
+model that fails the check (a batch hidden in another op's constant) is written static, with the
+reason in one line — never a model that breaks, or mixes samples, at another batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+#: Outputs of one sample at batch 2 and at batch 1 must agree to this, relative to the output's
+#: scale: the same kernels on other batch sizes may sum in another order (onnxruntime CPU).
+RTOL = 1e-4
+
+
+@dataclass(frozen=True)
+class BatchRestore:
+    """The model to write and one line for the user about its batch dimension."""
+
+    model: onnx.ModelProto
+    restored: bool
+    notice: str
+
+
+def restore_dynamic_batch(
+    model: onnx.ModelProto, dynamic: dict[str, str], static_batch: int | None
+) -> BatchRestore:
+    """`model` with dim 0 of the inputs in `dynamic` (name → the file's symbol, "" if it had none)
+    symbolic again, when onnxruntime shows the result takes another batch sample by sample.
+
+    `static_batch` is the batch the model was loaded (and edited) at."""
+    if not dynamic or static_batch is None:
+        return BatchRestore(model, False, "")
+    symbol = next((s for s in dynamic.values() if s), "batch")
+    try:
+        candidate = _make_dynamic(model, dynamic, static_batch, symbol)
+        why = _check_batches(candidate)
+    except Exception as exc:  # onnx/onnxruntime say why in their first line
+        text = str(exc).strip()
+        why = text.splitlines()[0] if text else type(exc).__name__
+    if why:
+        return BatchRestore(
+            model,
+            False,
+            f"written with a static batch of {static_batch}: the input's dynamic batch could not be "
+            f"restored ({why})",
+        )
+    return BatchRestore(
+        candidate, True, f"written with the input's dynamic batch ({symbol!r}), checked at batch 1 and 2"
+    )
+
+
+def _make_dynamic(
+    model: onnx.ModelProto, dynamic: dict[str, str], batch: int, symbol: str
+) -> onnx.ModelProto:
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graph = out.graph
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    dims0 = {
+        vi.name: vi.type.tensor_type.shape.dim[0].dim_value
+        for vi in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]
+        if vi.type.tensor_type.HasField("shape") and len(vi.type.tensor_type.shape.dim)
+    }
+    for inp in graph.input:
+        if inp.name in dynamic:
+            d = inp.type.tensor_type.shape.dim[0]
+            d.Clear()
+            d.dim_param = dynamic[inp.name] or symbol
+    inits = {t.name: t for t in graph.initializer}
+    readers: dict[str, int] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers[name] = readers.get(name, 0) + 1
+    for node in graph.node:  # a Reshape that keeps the batch as dim 0, with the batch written in
+        if node.op_type != "Reshape" or len(node.input) < 2 or node.input[1] not in inits:
+            continue
+        if any(a.name == "allowzero" and a.i for a in node.attribute):
+            continue  # 0 would mean a zero-sized dim
+        target = numpy_helper.to_array(inits[node.input[1]])
+        if target.ndim != 1 or not target.size or target[0] != batch or dims0.get(node.input[0]) != batch:
+            continue
+        target = target.copy()
+        target[0] = 0
+        name = node.input[1]
+        if readers[name] > 1:  # another reader keeps the old values
+            name = f"{name}__dynamic_batch"
+            k = 1
+            while name in inits:
+                name, k = f"{node.input[1]}__dynamic_batch{k}", k + 1
+            readers[name] = 1
+            readers[node.input[1]] -= 1
+            node.input[1] = name
+        tensor = numpy_helper.from_array(target.astype(np.int64), name)
+        if name in inits:
+            inits[name].CopyFrom(tensor)
+        else:
+            graph.initializer.append(tensor)
+            inits[name] = graph.initializer[-1]
+    del graph.value_info[:]
+    for o in graph.output:
+        if o.type.tensor_type.HasField("shape") and len(o.type.tensor_type.shape.dim):
+            d = o.type.tensor_type.shape.dim[0]
+            if d.HasField("dim_value") and d.dim_value == batch:
+                d.Clear()
+                d.dim_param = symbol
+    onnx.checker.check_model(out)
+    return onnx.shape_inference.infer_shapes(out, strict_mode=True)
+
+
+def _check_batches(model: onnx.ModelProto) -> str:
+    """'' when batch 2 gives each sample what batch 1 gives it; else why not."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    feeds: dict[str, np.ndarray] = {}
+    for inp in session.get_inputs():
+        dims = [2 if i == 0 else d for i, d in enumerate(inp.shape)]
+        if not all(isinstance(d, int) and d > 0 for d in dims):
+            return f"input {inp.name!r} has other dynamic dims"
+        kind = inp.type.removeprefix("tensor(").removesuffix(")")
+        dtype = {"float": np.float32, "float16": np.float16, "double": np.float64}.get(kind)
+        feeds[inp.name] = (
+            rng.standard_normal(dims).astype(dtype) if dtype is not None else np.zeros(dims, dtype=np.int64)
+        )
+    names = [o.name for o in session.get_outputs()]
+    both = session.run(names, feeds)
+    for i in range(2):
+        one = session.run(names, {k: v[i : i + 1] for k, v in feeds.items()})
+        for name, full, single in zip(names, both, one):
+            if full.ndim == 0 or full.shape[0] != 2 or single.shape[0] != 1:
+                return f"output {name!r} does not follow the batch"
+            scale = max(float(np.max(np.abs(single))), 1e-6) if single.size else 1.0
+            if full.shape[1:] != single.shape[1:] or (
+                single.size and float(np.max(np.abs(full[i : i + 1] - single))) > RTOL * scale
+            ):
+                return f"output {name!r} of a sample changes with the batch"
+    return ""
