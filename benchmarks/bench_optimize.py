@@ -124,19 +124,32 @@ def summarize(res: OptimizeResult) -> dict[str, Any]:
     }
 
 
-def run_optimize(
-    args: argparse.Namespace, session: Any, src: Path, outdir: Path, mode: str, check: Any
-) -> Any:
-    journal = outdir / "journal.jsonl"
-    if outdir.exists() and not journal.exists():
-        shutil.rmtree(outdir)  # created but nothing measured: start clean
-    cfg = OptimizeConfig(
+def optimize_config(args: argparse.Namespace, src: Path, mode: str, **settings: Any) -> OptimizeConfig:
+    """The OptimizeConfig the command line gives for one model and mode, shared by the optimize
+    runs and the solver study so both search the same way; `settings` are the fields either adds."""
+    return OptimizeConfig(
         model_path=src,
         target=args.target,
         backend=args.backend,
         sms=args.sms_int,
         dtype=args.dtype,
         mode=mode,
+        max_candidates=args.max_candidates,
+        cache_root=Path(args.workdir) / "lut",
+        **settings,
+    )
+
+
+def run_optimize(
+    args: argparse.Namespace, session: Any, src: Path, outdir: Path, mode: str, check: Any
+) -> Any:
+    journal = outdir / "journal.jsonl"
+    if outdir.exists() and not journal.exists():
+        shutil.rmtree(outdir)  # created but nothing measured: start clean
+    cfg = optimize_config(
+        args,
+        src,
+        mode,
         max_trim=args.max_trim,
         max_evals=args.max_evals,
         runs=args.runs,
@@ -145,11 +158,9 @@ def run_optimize(
         cudnn_engines=args.cudnn_engines,
         outdir=outdir,
         resume=journal.exists(),
-        max_candidates=args.max_candidates,
         fidelity=not args.no_fidelity,
         fidelity_gate=False,
         fidelity_samples=1,
-        cache_root=Path(args.workdir) / "lut",
         plots=False,
     )
     # One per-layer table per session (= one device, one SM setting): the trim run and later cases
@@ -582,17 +593,7 @@ def solver_study(args: argparse.Namespace) -> dict[str, Any]:
                 src = tmp / f"{model}_seed{seed}.onnx"
                 onnx.save(build_models(model, seed, BATCH[args.sms][model])["pruned"], str(src))
                 for mode in ("lossless", "trim"):
-                    cfg = OptimizeConfig(
-                        model_path=src,
-                        target=args.target,
-                        backend=args.backend,
-                        sms=args.sms_int,
-                        dtype=args.dtype,
-                        mode=mode,
-                        max_candidates=args.max_candidates,
-                        fidelity=False,
-                        cache_root=Path(args.workdir) / "lut",
-                    )
+                    cfg = optimize_config(args, src, mode, fidelity=False)
                     opt = Optimizer(cfg, session=session)
                     opt.replay, opt.evaluations, opt.table = Replay(), [], None
                     opt._load()
