@@ -497,30 +497,20 @@ def checks(
                     d["trim_vs_r8"] <= TRIM_VS_R8_8,
                 )
             )
-    for r in rows:
+    # Every case with a lossless and a trim run, pruned (CIFAR) or at its published widths.
+    runs: list[tuple[str, CaseRow | PublishedRow]] = [(f"{r.model} seed {r.seed}", r) for r in rows]
+    runs += [(p.case, p) for p in published]
+    for case, r in runs:
         if r.evals_trim > MAX_EVALS or r.evals_lossless > MAX_EVALS:
             out.append(
                 Check(
-                    f"evaluations {r.model} seed {r.seed}, {sms_label(r.sms)} [{r.file}]",
+                    f"evaluations {case}, {sms_label(r.sms)} [{r.file}]",
                     f"{r.evals_lossless}/{r.evals_trim}",
                     f"≤ {MAX_EVALS}",
                     False,
                 )
             )
-    for p in published:
-        if p.evals_trim > MAX_EVALS or p.evals_lossless > MAX_EVALS:
-            out.append(
-                Check(
-                    f"evaluations {p.case}, {sms_label(p.sms)} [{p.file}]",
-                    f"{p.evals_lossless}/{p.evals_trim}",
-                    f"≤ {MAX_EVALS}",
-                    False,
-                )
-            )
-    evals = [max(r.evals_trim, r.evals_lossless) for r in rows] + [
-        max(p.evals_trim, p.evals_lossless) for p in published
-    ]
-    worst = max(evals) if evals else 0
+    worst = max((max(r.evals_trim, r.evals_lossless) for _, r in runs), default=0)
     out.append(
         Check(
             "end-to-end evaluations per run, every case (lossless and trim)",
