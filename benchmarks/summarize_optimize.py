@@ -179,11 +179,8 @@ class CaseRow:
     @property
     def lossless_ok(self) -> bool:
         """Not slower than round-up-to-8 nor the input beyond overlapping CIs."""
-        f = self.final
-        lo = f["deployopt_lossless"]
-        slower_r8 = lo["median_us"] > f["round_up_8"]["median_us"] and not self.lossless_r8_overlap
-        slower_in = lo["median_us"] > f["pruned"]["median_us"] and not self.lossless_pruned_overlap
-        return not (slower_r8 or slower_in)
+        overlaps = {"round_up_8": self.lossless_r8_overlap, "pruned": self.lossless_pruned_overlap}
+        return not_slower_beyond_noise(self.final, overlaps)
 
 
 @dataclass
