@@ -78,21 +78,19 @@ def build_models(model: str, seed: int, batch: int) -> dict[str, onnx.ModelProto
     from deployopt import zoo
     from deployopt.zoo.pruning import random_prune, round_up
 
-    if model == "vgg16":
-        widths = random_prune(zoo.VGG16_WIDTHS, seed=seed)
-        return {
-            "unpruned": zoo.vgg16_cifar(None, batch=batch),
-            "pruned": zoo.vgg16_cifar(widths, batch=batch),
-            "round_up_8": zoo.vgg16_cifar(round_up(widths, 8), batch=batch),
-        }
-    if model == "resnet56":
-        inner = random_prune(zoo.RESNET56_INNER_WIDTHS, seed=seed)
-        return {
-            "unpruned": zoo.resnet56_cifar(None, batch=batch),
-            "pruned": zoo.resnet56_cifar(inner, batch=batch),
-            "round_up_8": zoo.resnet56_cifar(round_up(inner, 8), batch=batch),
-        }
-    raise ValueError(model)
+    builders = {
+        "vgg16": (zoo.vgg16_cifar, zoo.VGG16_WIDTHS),
+        "resnet56": (zoo.resnet56_cifar, zoo.RESNET56_INNER_WIDTHS),
+    }
+    if model not in builders:
+        raise ValueError(model)
+    build, published = builders[model]
+    widths = random_prune(published, seed=seed)
+    return {
+        "unpruned": build(None, batch=batch),
+        "pruned": build(widths, batch=batch),
+        "round_up_8": build(round_up(widths, 8), batch=batch),
+    }
 
 
 def interleaved(session: Any, paths: dict[str, Path], rounds: int) -> dict[str, Timing]:
