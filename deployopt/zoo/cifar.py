@@ -111,6 +111,14 @@ def basic_block(b: GraphBuilder, x: str, inner: int, out: int, *, stride: int, n
     """
     y = b.conv_bn(x, inner, 3, stride=stride, name=f"{name}.conv1")
     y = b.conv_bn(y, out, 3, act=None, name=f"{name}.conv2", gamma_scale=0.5)
+    return residual_join(b, x, y, stride=stride, name=name)
+
+
+def residual_join(b: GraphBuilder, x: str, y: str, *, stride: int, name: str) -> str:
+    """Relu(y + shortcut(x)): how a residual block of `x` ends once its branch `y` is built, shared
+    by the BasicBlock and zoo.graphs.se_net's gated block. The shortcut is the identity, or a 1×1
+    Conv+BN projection when the stride or the width changes."""
+    out = b.channels[y]
     shortcut = x
     if stride != 1 or b.channels[x] != out:
         shortcut = b.conv_bn(x, out, 1, stride=stride, act=None, name=f"{name}.downsample")

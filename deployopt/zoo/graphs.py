@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import onnx
 
 from deployopt.zoo.builder import DEFAULT_OPSET, GraphBuilder
-from deployopt.zoo.cifar import basic_block_resnet
+from deployopt.zoo.cifar import basic_block_resnet, residual_join
 
 
 def resnet_projection(
@@ -118,10 +118,7 @@ def se_net(
             g = b.conv(g, width, 1, bias=True, name=f"{name}.se.fc2")
             g = b.sigmoid(g, name=f"{name}.se.sigmoid")
             y = b.mul(y, g, name=f"{name}.se.mul")
-            shortcut = x
-            if stride != 1 or b.channels[x] != width:
-                shortcut = b.conv_bn(x, width, 1, stride=stride, act=None, name=f"{name}.downsample")
-            x = b.relu(b.add(y, shortcut, name=f"{name}.add"), name=f"{name}.relu")
+            x = residual_join(b, x, y, stride=stride, name=name)
     x = b.classifier(x, num_classes)
     return b.build(x, graph_name="se_net")
 
