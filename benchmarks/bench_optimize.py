@@ -78,21 +78,19 @@ def build_models(model: str, seed: int, batch: int) -> dict[str, onnx.ModelProto
     from deployopt import zoo
     from deployopt.zoo.pruning import random_prune, round_up
 
-    if model == "vgg16":
-        widths = random_prune(zoo.VGG16_WIDTHS, seed=seed)
-        return {
-            "unpruned": zoo.vgg16_cifar(None, batch=batch),
-            "pruned": zoo.vgg16_cifar(widths, batch=batch),
-            "round_up_8": zoo.vgg16_cifar(round_up(widths, 8), batch=batch),
-        }
-    if model == "resnet56":
-        inner = random_prune(zoo.RESNET56_INNER_WIDTHS, seed=seed)
-        return {
-            "unpruned": zoo.resnet56_cifar(None, batch=batch),
-            "pruned": zoo.resnet56_cifar(inner, batch=batch),
-            "round_up_8": zoo.resnet56_cifar(round_up(inner, 8), batch=batch),
-        }
-    raise ValueError(model)
+    builders = {
+        "vgg16": (zoo.vgg16_cifar, zoo.VGG16_WIDTHS),
+        "resnet56": (zoo.resnet56_cifar, zoo.RESNET56_INNER_WIDTHS),
+    }
+    if model not in builders:
+        raise ValueError(model)
+    build, published = builders[model]
+    widths = random_prune(published, seed=seed)
+    return {
+        "unpruned": build(None, batch=batch),
+        "pruned": build(widths, batch=batch),
+        "round_up_8": build(round_up(widths, 8), batch=batch),
+    }
 
 
 def interleaved(session: Any, paths: dict[str, Path], rounds: int) -> dict[str, Timing]:
@@ -124,19 +122,32 @@ def summarize(res: OptimizeResult) -> dict[str, Any]:
     }
 
 
-def run_optimize(
-    args: argparse.Namespace, session: Any, src: Path, outdir: Path, mode: str, check: Any
-) -> Any:
-    journal = outdir / "journal.jsonl"
-    if outdir.exists() and not journal.exists():
-        shutil.rmtree(outdir)  # created but nothing measured: start clean
-    cfg = OptimizeConfig(
+def optimize_config(args: argparse.Namespace, src: Path, mode: str, **settings: Any) -> OptimizeConfig:
+    """The OptimizeConfig the command line gives for one model and mode, shared by the optimize
+    runs and the solver study so both search the same way; `settings` are the fields either adds."""
+    return OptimizeConfig(
         model_path=src,
         target=args.target,
         backend=args.backend,
         sms=args.sms_int,
         dtype=args.dtype,
         mode=mode,
+        max_candidates=args.max_candidates,
+        cache_root=Path(args.workdir) / "lut",
+        **settings,
+    )
+
+
+def run_optimize(
+    args: argparse.Namespace, session: Any, src: Path, outdir: Path, mode: str, check: Any
+) -> Any:
+    journal = outdir / "journal.jsonl"
+    if outdir.exists() and not journal.exists():
+        shutil.rmtree(outdir)  # created but nothing measured: start clean
+    cfg = optimize_config(
+        args,
+        src,
+        mode,
         max_trim=args.max_trim,
         max_evals=args.max_evals,
         runs=args.runs,
@@ -145,11 +156,9 @@ def run_optimize(
         cudnn_engines=args.cudnn_engines,
         outdir=outdir,
         resume=journal.exists(),
-        max_candidates=args.max_candidates,
         fidelity=not args.no_fidelity,
         fidelity_gate=False,
         fidelity_samples=1,
-        cache_root=Path(args.workdir) / "lut",
         plots=False,
     )
     # One per-layer table per session (= one device, one SM setting): the trim run and later cases
@@ -183,19 +192,12 @@ def cifar_case(args: argparse.Namespace, session: Any, model: str, seed: int, ch
         paths[name] = case_dir / f"{name}.onnx"
         if not paths[name].exists():
             onnx.save(m, str(paths[name]))
-    _, runs = lossless_and_trim(args, session, paths["pruned"], case_dir, check)
-    paths.update(
-        deployopt_lossless=case_dir / "lossless" / "model.onnx",
-        deployopt_trim=case_dir / "trim" / "model.onnx",
-    )
-    final = interleaved(session, paths, args.rounds)
     return {
         "model": model,
         "seed": seed,
         "batch": batch,
         "sms": args.sms_int,
-        "final": timing_table(final, "pruned"),
-        **runs,
+        **optimize_and_compare(args, session, paths["pruned"], case_dir, check, paths, "pruned"),
     }
 
 
@@ -224,8 +226,6 @@ def yolo_case(
     """The detector: unpruned YOLOv8s widths, irregularly pruned ones, the optimizer's round-up-to-8
     of the pruned model, and deployopt lossless / trim-10 % of it, timed in interleaved rounds.
     `model` "yolo_detect" gives it the real Detect head instead of plain 1×1 output convs."""
-    from deployopt.model import load_model
-    from deployopt.surgery import apply_plan
     from deployopt.zoo.pruning import random_prune
     from deployopt.zoo.yolo import YOLOV8S_WIDTHS, export_yolo_like
 
@@ -237,15 +237,6 @@ def yolo_case(
     for name, w in (("unpruned", YOLOV8S_WIDTHS), ("pruned", widths)):
         if not paths[name].exists():
             export_yolo_like(paths[name], widths=w, size=YOLO_SIZE, batch=batch, head=YOLO_HEADS[model])
-    lossless, runs = lossless_and_trim(args, session, paths["pruned"], case_dir, check)
-    paths["round_up_8"] = case_dir / "round_up_8.onnx"
-    if not paths["round_up_8"].exists():
-        onnx.save(apply_plan(load_model(paths["pruned"]).model, lossless.round_up), str(paths["round_up_8"]))
-    paths.update(
-        deployopt_lossless=case_dir / "lossless" / "model.onnx",
-        deployopt_trim=case_dir / "trim" / "model.onnx",
-    )
-    final = interleaved(session, paths, args.rounds)
     return {
         "model": model,
         "head": YOLO_HEADS[model],
@@ -254,8 +245,7 @@ def yolo_case(
         "input_size": YOLO_SIZE,
         "base_widths": {"unpruned": list(YOLOV8S_WIDTHS), "pruned": widths},
         "sms": args.sms_int,
-        "final": timing_table(final, "pruned"),
-        **runs,
+        **optimize_and_compare(args, session, paths["pruned"], case_dir, check, paths, "pruned"),
     }
 
 
@@ -350,22 +340,21 @@ def optimize_and_compare(
 ) -> dict[str, Any]:
     """lossless and trim-10 % on `model`, the optimizer's round-up-to-8 of it, then `before` (the
     models the answers are compared with), round-up-to-8, lossless and trim timed in interleaved
-    rounds, each against `ref` and round-up-to-8."""
+    rounds, each against `ref` and round-up-to-8: how every case but MobileNetV2's ends. A
+    "round_up_8" in `before` (the CIFAR builders' own) is timed in its place."""
     from deployopt.fileio import atomic_path
     from deployopt.model import load_model
     from deployopt.surgery import apply_plan
 
     lossless, runs = lossless_and_trim(args, session, model, case_dir, check)
-    r8 = case_dir / "round_up_8.onnx"
-    if not r8.exists():
-        with atomic_path(r8, suffix=".onnx") as tmp:
-            onnx.save(apply_plan(load_model(model).model, lossless.round_up), str(tmp))
-    paths = {
-        **before,
-        "round_up_8": r8,
-        "deployopt_lossless": case_dir / "lossless" / "model.onnx",
-        "deployopt_trim": case_dir / "trim" / "model.onnx",
-    }
+    paths = dict(before)
+    if "round_up_8" not in paths:
+        r8 = paths["round_up_8"] = case_dir / "round_up_8.onnx"
+        if not r8.exists():
+            with atomic_path(r8, suffix=".onnx") as tmp:
+                onnx.save(apply_plan(load_model(model).model, lossless.round_up), str(tmp))
+    paths["deployopt_lossless"] = case_dir / "lossless" / "model.onnx"
+    paths["deployopt_trim"] = case_dir / "trim" / "model.onnx"
     final = interleaved(session, paths, args.rounds)
     return {"final": timing_table(final, ref), **runs}
 
@@ -582,17 +571,7 @@ def solver_study(args: argparse.Namespace) -> dict[str, Any]:
                 src = tmp / f"{model}_seed{seed}.onnx"
                 onnx.save(build_models(model, seed, BATCH[args.sms][model])["pruned"], str(src))
                 for mode in ("lossless", "trim"):
-                    cfg = OptimizeConfig(
-                        model_path=src,
-                        target=args.target,
-                        backend=args.backend,
-                        sms=args.sms_int,
-                        dtype=args.dtype,
-                        mode=mode,
-                        max_candidates=args.max_candidates,
-                        fidelity=False,
-                        cache_root=Path(args.workdir) / "lut",
-                    )
+                    cfg = optimize_config(args, src, mode, fidelity=False)
                     opt = Optimizer(cfg, session=session)
                     opt.replay, opt.evaluations, opt.table = Replay(), [], None
                     opt._load()

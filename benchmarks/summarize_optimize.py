@@ -179,11 +179,8 @@ class CaseRow:
     @property
     def lossless_ok(self) -> bool:
         """Not slower than round-up-to-8 nor the input beyond overlapping CIs."""
-        f = self.final
-        lo = f["deployopt_lossless"]
-        slower_r8 = lo["median_us"] > f["round_up_8"]["median_us"] and not self.lossless_r8_overlap
-        slower_in = lo["median_us"] > f["pruned"]["median_us"] and not self.lossless_pruned_overlap
-        return not (slower_r8 or slower_in)
+        overlaps = {"round_up_8": self.lossless_r8_overlap, "pruned": self.lossless_pruned_overlap}
+        return not_slower_beyond_noise(self.final, overlaps)
 
 
 @dataclass
@@ -497,30 +494,20 @@ def checks(
                     d["trim_vs_r8"] <= TRIM_VS_R8_8,
                 )
             )
-    for r in rows:
+    # Every case with a lossless and a trim run, pruned (CIFAR) or at its published widths.
+    runs: list[tuple[str, CaseRow | PublishedRow]] = [(f"{r.model} seed {r.seed}", r) for r in rows]
+    runs += [(p.case, p) for p in published]
+    for case, r in runs:
         if r.evals_trim > MAX_EVALS or r.evals_lossless > MAX_EVALS:
             out.append(
                 Check(
-                    f"evaluations {r.model} seed {r.seed}, {sms_label(r.sms)} [{r.file}]",
+                    f"evaluations {case}, {sms_label(r.sms)} [{r.file}]",
                     f"{r.evals_lossless}/{r.evals_trim}",
                     f"≤ {MAX_EVALS}",
                     False,
                 )
             )
-    for p in published:
-        if p.evals_trim > MAX_EVALS or p.evals_lossless > MAX_EVALS:
-            out.append(
-                Check(
-                    f"evaluations {p.case}, {sms_label(p.sms)} [{p.file}]",
-                    f"{p.evals_lossless}/{p.evals_trim}",
-                    f"≤ {MAX_EVALS}",
-                    False,
-                )
-            )
-    evals = [max(r.evals_trim, r.evals_lossless) for r in rows] + [
-        max(p.evals_trim, p.evals_lossless) for p in published
-    ]
-    worst = max(evals) if evals else 0
+    worst = max((max(r.evals_trim, r.evals_lossless) for _, r in runs), default=0)
     out.append(
         Check(
             "end-to-end evaluations per run, every case (lossless and trim)",

@@ -7,7 +7,7 @@ number printed says it was measured, on what, with its spread and run count.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Optional
@@ -37,6 +37,7 @@ from deployopt.cli.app import (
     remote_option,
 )
 from deployopt.errors import DeployoptError
+from deployopt.fileio import check_output_file, write_json
 from deployopt.timing import Timing
 
 BENCH_KEYS = (
@@ -85,11 +86,15 @@ def _backend(name: str) -> Backend:
 
 
 @contextmanager
-def _session(backend_name: str, model: Path, *settings: Any, **options: Any) -> Iterator[Any]:
+def _session(
+    backend_name: str, model: Path, *settings: Any, output: Path | None, **options: Any
+) -> Iterator[Any]:
     """The backend session `bench` and `profile` measure in (`settings`, `options`: `_options`'s
-    arguments after the backend): options checked and the model file checked before anything
-    starts, the --sms note printed only once the session stands (so a refused option stays a
-    one-line error)."""
+    arguments after the backend): -o, the options and the model file checked before anything
+    starts (a bad -o must not cost a measurement), the --sms note printed only once the session
+    stands (so a refused option stays a one-line error)."""
+    if output is not None:
+        check_output_file(output)
     if backend_name == "model":  # it predicts for a target, and bench / profile take none
         raise DeployoptError(
             "backend 'model' predicts per-conv latency for a GPU target, and bench / profile have no "
@@ -229,28 +234,24 @@ def bench_command(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the JSON result here."),
 ) -> None:
     """Time a model end to end: median, IQR, 95 % CI, runs, what was timed, environment."""
-    from deployopt.fileio import check_output_file, write_json
-
-    if output is not None:  # before timing: a bad -o must not cost a measurement
-        check_output_file(output)
     settings = (dtype, batch, sms, runs, warmup, input_shape, timeout)
     with _session(
         backend,
         model,
         *settings,
+        output=output,
         cudnn_engines=cudnn_engines,
         cudnn_benchmark=cudnn_benchmark,
         calibration_data=calibration_data,
         remote=remote,
     ) as session:
         timing = session.measure(model)
-    doc = bench_json(timing)
-    if output is not None:
-        write_json(output, doc)
-    if as_json:
-        console.print_json(json.dumps(doc))
-        return
-    table = Table(title=f"{model.name} on {backend} (measured)", show_header=False)
+    _emit(bench_json(timing), as_json, output, lambda: render_bench(timing, f"{model.name} on {backend}"))
+
+
+def render_bench(timing: Timing, title: str) -> None:
+    """`bench`'s table: the median with its spread, runs, what was timed and where."""
+    table = Table(title=f"{title} (measured)", show_header=False)
     table.add_column("what", no_wrap=True)
     table.add_column("value")
     table.add_row("median", f"{timing.median_us:.1f} µs")
@@ -265,6 +266,17 @@ def bench_command(
     table.add_row("timed", timing.timed)
     table.add_row("environment", _environment_line(timing.environment))
     console.print(table)
+
+
+def _emit(doc: dict[str, Any], as_json: bool, output: Path | None, render: Callable[[], None]) -> None:
+    """How `bench` and `profile` end: the JSON written to -o, then printed (--json) or `render`ed
+    as a table followed by where the file went."""
+    if output is not None:
+        write_json(output, doc)
+    if as_json:
+        console.print_json(json.dumps(doc))
+        return
+    render()
     if output is not None:
         console.print(f"wrote {output}", highlight=False)
 
@@ -343,15 +355,12 @@ def profile_command(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the JSON result here."),
 ) -> None:
     """Per-layer time with share of total; --kernels adds grid/block/registers/tile/waves per kernel."""
-    from deployopt.fileio import check_output_file, write_json
-
-    if output is not None:  # before timing: a bad -o must not cost a measurement
-        check_output_file(output)
     settings = (dtype, batch, sms, runs, warmup, input_shape, timeout)
     with _session(
         backend,
         model,
         *settings,
+        output=output,
         workdir=trace_dir,
         cudnn_engines=cudnn_engines,
         cudnn_benchmark=cudnn_benchmark,
@@ -359,12 +368,4 @@ def profile_command(
         remote=remote,
     ) as session:
         profile = session.profile(model, kernels=kernels)
-    doc = profile.to_json()
-    if output is not None:
-        write_json(output, doc)
-    if as_json:
-        console.print_json(json.dumps(doc))
-        return
-    render_profile(profile, kernels)
-    if output is not None:
-        console.print(f"wrote {output}", highlight=False)
+    _emit(profile.to_json(), as_json, output, lambda: render_profile(profile, kernels))

@@ -75,15 +75,33 @@ def resnet56_cifar(
     )
     stage_widths = _check_widths(stage_widths, 3, "resnet56_cifar stage_widths")
     b = GraphBuilder(seed=seed, opset=opset, batch=batch, image_size=32)
+    return basic_block_resnet(
+        b, stage_widths, RESNET56_BLOCKS_PER_STAGE, inner, num_classes, graph_name="resnet56_cifar"
+    )
+
+
+def basic_block_resnet(
+    b: GraphBuilder,
+    stage_widths: Sequence[int],
+    blocks_per_stage: int,
+    inner: Sequence[int],
+    num_classes: int,
+    *,
+    graph_name: str,
+) -> onnx.ModelProto:
+    """Stem conv, stages of BasicBlocks, classifier, on `b`'s input: the one ResNet that both
+    `resnet56_cifar` and `zoo.graphs.resnet_projection` build (other depths, sizes), so both keep
+    the same node names. The first block of every stage after the first has stride 2; `inner`
+    holds one width per block."""
     x = b.conv_bn(b.input_name, stage_widths[0], 3, name="stem")
     k = 0
     for s, width in enumerate(stage_widths):
-        for blk in range(RESNET56_BLOCKS_PER_STAGE):
+        for blk in range(blocks_per_stage):
             stride = 2 if (s > 0 and blk == 0) else 1
             x = basic_block(b, x, inner[k], width, stride=stride, name=f"layer{s + 1}.{blk}")
             k += 1
     x = b.classifier(x, num_classes)
-    return b.build(x, graph_name="resnet56_cifar")
+    return b.build(x, graph_name=graph_name)
 
 
 def basic_block(b: GraphBuilder, x: str, inner: int, out: int, *, stride: int, name: str) -> str:
@@ -93,6 +111,14 @@ def basic_block(b: GraphBuilder, x: str, inner: int, out: int, *, stride: int, n
     """
     y = b.conv_bn(x, inner, 3, stride=stride, name=f"{name}.conv1")
     y = b.conv_bn(y, out, 3, act=None, name=f"{name}.conv2", gamma_scale=0.5)
+    return residual_join(b, x, y, stride=stride, name=name)
+
+
+def residual_join(b: GraphBuilder, x: str, y: str, *, stride: int, name: str) -> str:
+    """Relu(y + shortcut(x)): how a residual block of `x` ends once its branch `y` is built, shared
+    by the BasicBlock and zoo.graphs.se_net's gated block. The shortcut is the identity, or a 1×1
+    Conv+BN projection when the stride or the width changes."""
+    out = b.channels[y]
     shortcut = x
     if stride != 1 or b.channels[x] != out:
         shortcut = b.conv_bn(x, out, 1, stride=stride, act=None, name=f"{name}.downsample")

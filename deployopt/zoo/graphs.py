@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import onnx
 
 from deployopt.zoo.builder import DEFAULT_OPSET, GraphBuilder
-from deployopt.zoo.cifar import basic_block
+from deployopt.zoo.cifar import basic_block_resnet, residual_join
 
 
 def resnet_projection(
@@ -40,15 +40,9 @@ def resnet_projection(
     if len(inner) != nblocks:
         raise ValueError(f"resnet_projection: expected {nblocks} inner widths, got {len(inner)}")
     b = GraphBuilder(seed=seed, opset=opset, batch=batch, image_size=image_size)
-    x = b.conv_bn(b.input_name, stage_widths[0], 3, name="stem")
-    k = 0
-    for s, width in enumerate(stage_widths):
-        for blk in range(blocks_per_stage):
-            stride = 2 if (s > 0 and blk == 0) else 1
-            x = basic_block(b, x, inner[k], width, stride=stride, name=f"layer{s + 1}.{blk}")
-            k += 1
-    x = b.classifier(x, num_classes)
-    return b.build(x, graph_name="resnet_projection")
+    return basic_block_resnet(
+        b, stage_widths, blocks_per_stage, inner, num_classes, graph_name="resnet_projection"
+    )
 
 
 def densenet_like(
@@ -124,10 +118,7 @@ def se_net(
             g = b.conv(g, width, 1, bias=True, name=f"{name}.se.fc2")
             g = b.sigmoid(g, name=f"{name}.se.sigmoid")
             y = b.mul(y, g, name=f"{name}.se.mul")
-            shortcut = x
-            if stride != 1 or b.channels[x] != width:
-                shortcut = b.conv_bn(x, width, 1, stride=stride, act=None, name=f"{name}.downsample")
-            x = b.relu(b.add(y, shortcut, name=f"{name}.add"), name=f"{name}.relu")
+            x = residual_join(b, x, y, stride=stride, name=name)
     x = b.classifier(x, num_classes)
     return b.build(x, graph_name="se_net")
 

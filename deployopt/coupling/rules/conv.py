@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
 import onnx
 
 from deployopt.coupling.registry import ConvRecord, CouplingState, Layout, Segment, rule
@@ -66,14 +67,46 @@ def _unsupported(group: int, c: Optional[int], k: int, op: str, name: str) -> st
     return ""
 
 
-@rule("Conv")
-def conv(ctx: CouplingState, node: onnx.NodeProto) -> None:
+def _inputs(ctx: CouplingState, node: onnx.NodeProto) -> Optional[tuple[str, str, str, np.ndarray]]:
+    """(X, W, B or "", W's value) of a Conv or ConvTranspose, or None with the node frozen when W is
+    not a constant: both read their channel counts off the weights and cut them."""
     x, w = node.input[0], node.input[1]
     b = node.input[2] if len(node.input) > 2 else ""
     weight = ctx.const(w)
     if weight is None:
-        ctx.freeze_node(node, f"Conv {ctx.name(node)} has non-constant weights")
+        ctx.freeze_node(node, f"{node.op_type} {ctx.name(node)} has non-constant weights")
+        return None
+    return x, w, b, weight
+
+
+def _depthwise(ctx: CouplingState, node: onnx.NodeProto, w: str, b: str, xl: Layout) -> Layout:
+    """The output layout of a depthwise conv with multiplier 1 (groups == C == K), Conv or
+    ConvTranspose alike: output channel i is input channel i filtered on its own, so it is the
+    input's layout, weight axis 0 and the bias follow it, and `group` changes with the width."""
+    ctx.bind(w, 0, xl, 0.0, node)
+    ctx.bind(b, 0, xl, 0.0, node)
+    ctx.edit_attr(node, "group", xl)
+    return xl
+
+
+def _set_output(
+    ctx: CouplingState, node: onnx.NodeProto, xl: Optional[Layout], out: Optional[Layout], k: int, reason: str
+) -> Optional[Layout]:
+    """Give the output its layout, and return it: `out`, or when `reason` says the conv cannot
+    change, its input frozen and a new frozen set of `k` channels."""
+    if reason:
+        ctx.freeze(xl, reason)
+        out = ctx.new_layout(node, k, frozen=reason)
+    ctx.set_layout(node.output[0], out)
+    return out
+
+
+@rule("Conv")
+def conv(ctx: CouplingState, node: onnx.NodeProto) -> None:
+    inputs = _inputs(ctx, node)
+    if inputs is None:
         return
+    x, w, b, weight = inputs
     group = int(ctx.attr(node, "group", 1))
     xl = ctx.require_layout(x, node)
     k = int(weight.shape[0])
@@ -87,11 +120,8 @@ def conv(ctx: CouplingState, node: onnx.NodeProto) -> None:
         ctx.consume(x, node)
         reason = ""
     elif c is not None and group == c and k == c:
-        # depthwise, multiplier 1: output channel i is input channel i filtered on its own
-        out = xl
-        ctx.bind(w, 0, out, 0.0, node)
-        ctx.bind(b, 0, out, 0.0, node)
-        ctx.edit_attr(node, "group", out)
+        assert xl is not None
+        out = _depthwise(ctx, node, w, b, xl)
         reason = ""
     else:
         reason = _unsupported(group, c, k, "conv", ctx.name(node))
@@ -104,10 +134,7 @@ def conv(ctx: CouplingState, node: onnx.NodeProto) -> None:
                 ctx.bind(w, 1, piece, 0.0, node)  # weights [K, C/g, R, S]: one conv group's inputs
                 ctx.bind(b, 0, out, 0.0, node)
                 ctx.consume(x, node)
-    if reason:
-        ctx.freeze(xl, reason)
-        out = ctx.new_layout(node, k, frozen=reason)
-    ctx.set_layout(node.output[0], out)
+    out = _set_output(ctx, node, xl, out, k, reason)
     if xl is not None:
         ctx.convs.append(ConvRecord(ctx.index(node), x, xl, out, tuple(int(d) for d in weight.shape)))
 
@@ -115,12 +142,10 @@ def conv(ctx: CouplingState, node: onnx.NodeProto) -> None:
 @rule("ConvTranspose")
 def conv_transpose(ctx: CouplingState, node: onnx.NodeProto) -> None:
     # weights are [C, K/group, R, S]: input channels on axis 0, output channels on axis 1
-    x, w = node.input[0], node.input[1]
-    b = node.input[2] if len(node.input) > 2 else ""
-    weight = ctx.const(w)
-    if weight is None:
-        ctx.freeze_node(node, f"ConvTranspose {ctx.name(node)} has non-constant weights")
+    inputs = _inputs(ctx, node)
+    if inputs is None:
         return
+    x, w, b, weight = inputs
     group = int(ctx.attr(node, "group", 1))
     xl = ctx.require_layout(x, node)
     c = int(weight.shape[0])
@@ -134,10 +159,7 @@ def conv_transpose(ctx: CouplingState, node: onnx.NodeProto) -> None:
         ctx.bind(b, 0, out, 0.0, node)
         ctx.consume(x, node)
     elif group == c and k == c and xl is not None:
-        out = xl
-        ctx.bind(w, 0, out, 0.0, node)
-        ctx.bind(b, 0, out, 0.0, node)
-        ctx.edit_attr(node, "group", out)
+        out = _depthwise(ctx, node, w, b, xl)
     else:
         name = ctx.name(node)
         xc = sum(wd for _, wd in xl) if xl is not None else None
@@ -154,7 +176,4 @@ def conv_transpose(ctx: CouplingState, node: onnx.NodeProto) -> None:
                 ctx.bind(w, 1, out[:1], 0.0, node)  # … and one conv group's outputs
                 ctx.bind(b, 0, out, 0.0, node)
                 ctx.consume(x, node)
-    if reason:
-        ctx.freeze(xl, reason)
-        out = ctx.new_layout(node, k, frozen=reason)
-    ctx.set_layout(node.output[0], out)
+    _set_output(ctx, node, xl, out, k, reason)
