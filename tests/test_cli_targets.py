@@ -527,3 +527,18 @@ def test_help_texts_print_as_written(monkeypatch, capsys, command):
     assert emoji == []
     if command in ("staircase", "calibrate"):
         assert "start:stop:step" in out
+
+
+def test_an_edited_what_if_profile_is_not_listed_as_calibrated(monkeypatch, capsys, tmp_path):
+    """docs/wave_model.md's power-mode recipe (`targets --target orin-nano-8gb --json`, clock edited,
+    `--target super.json`) is a what-if on default parameters: the model column must say default,
+    as every prediction from it does, not `calibrated:`."""
+    doc = get_target("orin-nano-8gb").to_json()
+    doc.update(name="super", clock_mhz=1020.0)
+    path = tmp_path / "super.json"
+    path.write_text(json.dumps(doc))
+    code, out, err = run(monkeypatch, capsys, "targets", "--target", str(path))
+    assert code == 0, err
+    flat = re.sub(r"[\s│]", "", out)
+    assert f"default({path})" in flat and "calibrated:" not in flat, out
+    assert "fp16: wave model 'cc8.7-fp16 default' (default, not calibrated on hardware)" in out

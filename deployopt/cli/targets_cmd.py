@@ -195,9 +195,11 @@ def _as_resolved(builtin: Any) -> Any:
 
 
 def _model_column(t: Any, fitted: list[str], borrowed: dict[str, str]) -> str:
-    """Where the wave-model parameters come from: a calibrated profile, a shipped fit, defaults."""
+    """Where the wave-model parameters come from: a calibrated profile, a shipped fit, defaults.
+    A profile file without fitted parameters (an edited `targets --json`, a what-if power mode) or
+    the local GPU uncalibrated is not calibrated, and must not read as if it were."""
     if t.origin != "built-in":
-        return f"calibrated: {t.origin}"
+        return f"calibrated: {t.origin}" if fitted else f"default ({t.origin})"
     return f"{borrowed.get(t.name, t.name)} fit" if fitted else "default"
 
 
