@@ -9,7 +9,7 @@ capture fails and the torch backend times eager passes instead (docs/backends.md
 
 from __future__ import annotations
 
-import sys
+import argparse
 
 import numpy as np
 import onnx
@@ -43,4 +43,6 @@ def build() -> onnx.ModelProto:
 
 
 if __name__ == "__main__":
-    onnx.save(build(), sys.argv[1] if len(sys.argv) > 1 else "dynamic_reshape.onnx")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out", nargs="?", default="dynamic_reshape.onnx", help="where to write the model")
+    onnx.save(build(), ap.parse_args().out)

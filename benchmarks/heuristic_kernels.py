@@ -13,6 +13,7 @@ figures of docs/wave_model.md's heuristics section, from the committed sweep JSO
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -120,4 +121,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    # no options: --help prints this, rather than writing its outputs as a plain run does
+    argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    ).parse_args()
     main()

@@ -7,6 +7,7 @@ Every curve is labelled measured (H200, median of 7 samples) or predicted (which
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -68,4 +69,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    # no options: --help prints this, rather than writing its outputs as a plain run does
+    argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    ).parse_args()
     main()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -582,7 +583,8 @@ def render(files: list[tuple[Path, str]]) -> tuple[str, list[Check]]:
         all_published += published
         lines.append(f"### {sms_label(data['sms'])}: `{path.name}`" + (f" ({note})" if note else ""))
         lines.append("")
-        lines.append("Command: `python " + " ".join(data["command"]) + "`")
+        # shell-quoted, so the line runs as shown (`--models ''` would otherwise vanish)
+        lines.append("Command: `python " + shlex.join(data["command"]) + "`")
         lines.append("")
         lines.append(
             f"Measured on the H200 with the torch backend ({data['dtype']}): "

@@ -527,3 +527,45 @@ def test_help_texts_print_as_written(monkeypatch, capsys, command):
     assert emoji == []
     if command in ("staircase", "calibrate"):
         assert "start:stop:step" in out
+
+
+def test_an_edited_what_if_profile_is_not_listed_as_calibrated(monkeypatch, capsys, tmp_path):
+    """docs/wave_model.md's power-mode recipe (`targets --target orin-nano-8gb --json`, clock edited,
+    `--target super.json`) is a what-if on default parameters: the model column must say default,
+    as every prediction from it does, not `calibrated:`."""
+    doc = get_target("orin-nano-8gb").to_json()
+    doc.update(name="super", clock_mhz=1020.0)
+    path = tmp_path / "super.json"
+    path.write_text(json.dumps(doc))
+    code, out, err = run(monkeypatch, capsys, "targets", "--target", str(path))
+    assert code == 0, err
+    flat = re.sub(r"[\s│]", "", out)
+    assert f"default({path})" in flat and "calibrated:" not in flat, out
+    assert "fp16: wave model 'cc8.7-fp16 default' (default, not calibrated on hardware)" in out
+
+
+@pytest.mark.parametrize("on_gpu", [False, True])
+def test_calibrate_on_the_cpu_says_so_rather_than_suggest_fp32(monkeypatch, capsys, tmp_path, on_gpu):
+    """`calibrate --measure torch` as README shows it (fp16 by default) on a machine without CUDA:
+    torch refuses fp16 on opening and suggested `--dtype fp32`, which only led to the CPU refusal.
+    The CPU refusal comes first; a backend on a GPU that refuses the options keeps its own error."""
+    from deployopt.backends import base
+
+    backend = fake_backend(get_target("h200"), on_gpu=on_gpu)
+    backend_open = backend.open
+
+    def open_(options):
+        if options.dtype != "fp32":
+            raise DeployoptError("backend 'fake' runs fp16 only on a CUDA GPU; use --dtype fp32")
+        return backend_open(options)
+
+    monkeypatch.setattr(backend, "open", open_)
+    monkeypatch.setattr(base, "get_backend", lambda name: backend)
+    monkeypatch.setenv("DEPLOYOPT_CACHE_DIR", str(tmp_path / "cache"))
+    code, _, err = run(monkeypatch, capsys, "calibrate", "--target", "h200", "--measure", "fake")
+    assert code == 2 and err.strip().count("\n") == 0, err
+    if on_gpu:
+        assert "use --dtype fp32" in err and "CPU" not in err, err
+    else:
+        assert "--measure fake: this backend runs on the CPU here" in err and "fp32" not in err, err
+    assert not (tmp_path / "cache").exists()

@@ -410,3 +410,16 @@ def test_seeds_of_one_series_from_several_files_are_averaged_together():
     assert (round(m["lossless_vs_r8_min"], 2), round(m["lossless_vs_r8_max"], 2)) == (-6.77, -1.31)
     # a file outside any series keeps its own row
     assert ("optimize_sms8.json", 8, "vgg16") in so.seed_means(_rows("optimize_sms8.json")[0])
+
+
+def test_the_command_line_shown_runs_as_written():
+    """A recorded empty argument (`--models ''` beside `--onnx`) stays in the shown command: joined
+    with spaces it vanished and the copied line gave --models the next flag as its value."""
+    import shlex
+
+    data = so.load(RESULTS / "optimize_sms16_regnetx.json")
+    assert "" in data["command"]
+    text, _ = so.render(so.DEFAULT_FILES)
+    line = next(ln for ln in text.splitlines() if "optimize_sms16_regnetx.json --deadline" in ln)
+    shown = line.removeprefix("Command: `python ").removesuffix("`")
+    assert shlex.split(shown) == data["command"]

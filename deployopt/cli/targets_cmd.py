@@ -195,9 +195,11 @@ def _as_resolved(builtin: Any) -> Any:
 
 
 def _model_column(t: Any, fitted: list[str], borrowed: dict[str, str]) -> str:
-    """Where the wave-model parameters come from: a calibrated profile, a shipped fit, defaults."""
+    """Where the wave-model parameters come from: a calibrated profile, a shipped fit, defaults.
+    A profile file without fitted parameters (an edited `targets --json`, a what-if power mode) or
+    the local GPU uncalibrated is not calibrated, and must not read as if it were."""
     if t.origin != "built-in":
-        return f"calibrated: {t.origin}"
+        return f"calibrated: {t.origin}" if fitted else f"default ({t.origin})"
     return f"{borrowed.get(t.name, t.name)} fit" if fitted else "default"
 
 
@@ -450,12 +452,10 @@ def calibrate_command(
         for n, c, h, w, r, st in CALIBRATION_SHAPES:
             base = ConvShape(n, c, h, w, ks[0], r, r, (st, st), (r // 2, r // 2))
             shapes += [base.with_out_channels(k) for k in ks]
-        with backend.open(
-            MeasureOptions(
-                dtype=dt, sms=sms, runs=runs, cudnn_engines=cudnn_engines, cudnn_benchmark=cudnn_benchmark
-            )
-        ) as session:
-            _check_on_gpu(session, measure)  # before the sweep: CPU timings must not become a GPU fit
+        opts = MeasureOptions(
+            dtype=dt, sms=sms, runs=runs, cudnn_engines=cudnn_engines, cudnn_benchmark=cudnn_benchmark
+        )
+        with _open_on_gpu(backend, opts, measure) as session:
             if dt == dtypes[0]:  # once, and only once the session stands (errors stay one line)
                 note_cudnn_search(backend, sms, cudnn_engines, cudnn_benchmark)
             console.print(f"measuring {len(shapes)} convs ({dt}) on {measure} …", highlight=False)
@@ -503,6 +503,30 @@ def _as_profile_arg(path: Path) -> str:
     (a bare 'myprofile' would be looked up as a target name)."""
     text = str(path)
     return text if text.endswith(".json") or os.sep in text else os.path.join(".", text)
+
+
+def _open_on_gpu(backend: Any, options: Any, measure: str) -> Any:
+    """Open the session calibrate times on, refusing a CPU one first: a CPU-only torch or ort refuses
+    fp16 or --sms on opening, and its advice (`use --dtype fp32`) would only lead to the CPU refusal.
+    So when opening fails, a plain fp32 session says whether the backend runs on the CPU here."""
+    from deployopt.backends.base import MeasureOptions
+
+    try:
+        session = backend.open(options)
+    except DeployoptError:
+        try:
+            with backend.open(MeasureOptions(dtype="fp32", runs=options.runs)) as probe:
+                _check_on_gpu(probe, measure)
+        except DeployoptError as cpu:
+            if "runs on the CPU here" in str(cpu):
+                raise
+        raise
+    try:
+        _check_on_gpu(session, measure)  # before the sweep: CPU timings must not become a GPU fit
+    except BaseException:
+        session.close()
+        raise
+    return session
 
 
 def _check_on_gpu(session: Any, measure: str) -> None:
