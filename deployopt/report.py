@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deployopt.fileio import write_json, write_text
+from deployopt.targets import sm_count
 from deployopt.timing import Timing, compare
 
 if TYPE_CHECKING:
@@ -280,7 +281,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     elif report.get("note"):
         lines += [f"**Note: {report['note']}.**", ""]
     lines += [
-        f"- target: {tgt['name']} ({tgt['sms']} SMs); backend: {report['backend']}; "
+        f"- target: {tgt['name']} ({sm_count(tgt['sms'])}); backend: {report['backend']}; "
         f"dtype: {report['dtype']}; batch: {report['batch']}",
         f"- mode: {report['mode']}" + (f" (max trim {report['max_trim']:.0%})" if report["max_trim"] else ""),
         *([f"- model.onnx: {report['written_batch']}"] if report.get("written_batch") else []),

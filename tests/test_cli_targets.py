@@ -569,3 +569,13 @@ def test_calibrate_on_the_cpu_says_so_rather_than_suggest_fp32(monkeypatch, caps
     else:
         assert "--measure fake: this backend runs on the CPU here" in err and "fp32" not in err, err
     assert not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize(("target", "sms"), [("nano", "1 SM,"), ("tx2", "2 SMs,")])
+def test_staircase_header_counts_sms_in_words(monkeypatch, capsys, target, sms):
+    """The Nano has one SM: '1 SM', not '1 SMs'."""
+    code, out, _ = run(
+        monkeypatch, capsys, "staircase", "--target", target, "--input", "1x64x28x28", "--kernel", "3",
+        "--out-channels", "16,32",
+    )  # fmt: skip
+    assert code == 0 and f"({target}, {sms} CC" in out

@@ -24,6 +24,7 @@ from deployopt.cli.app import (
     parse_input_shapes,
 )
 from deployopt.errors import DeployoptError
+from deployopt.targets import sm_count
 
 
 def _progress_callback(progress: Progress) -> Any:
@@ -164,7 +165,7 @@ def _render(result: Any) -> None:
         console.print(f"note: {rep['note']}", style="bold yellow", markup=False, highlight=False)
     table = Table(
         title=f"deployopt optimize ({rep['mode']}, {rep['backend']}, {rep['target']['name']} "
-        f"{rep['target']['sms']} SM{'' if rep['target']['sms'] == 1 else 's'})"
+        f"{sm_count(rep['target']['sms'])})"
     )
     table.add_column("model")
     table.add_column("latency")

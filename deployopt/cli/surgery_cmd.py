@@ -23,6 +23,7 @@ from deployopt.errors import DeployoptError
 from deployopt.fileio import check_output_file
 from deployopt.model import LoadedModel, load_model, save_model
 from deployopt.surgery import GroupChange, apply_plan_report, load_plan
+from deployopt.targets import sm_count
 
 #: An extra per-conv column: (header, cell text for one conv). E.g. predicted waves on a target.
 ConvColumn = tuple[str, Callable[[ConvLayer], str]]
@@ -145,7 +146,7 @@ def analyze_cmd(
     if show_convs:
         console.print(convs_table(analysis, title=f"{len(analysis.convs)} convs"))
     if rows is not None and gpu is not None:
-        console.print(waves_table(rows, title=f"waves on {gpu.name} ({gpu.sms} SMs, {dtype})"))
+        console.print(waves_table(rows, title=f"waves on {gpu.name} ({sm_count(gpu.sms)}, {dtype})"))
         console.print(
             f"Latencies are predicted by the wave model ({rows[0]['predictor'] if rows else 'n/a'}), "
             "not measured.",

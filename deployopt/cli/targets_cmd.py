@@ -27,6 +27,7 @@ from deployopt.cli.app import (
 from deployopt.errors import DeployoptError
 from deployopt.fileio import check_output_file
 from deployopt.layers import ConvShape
+from deployopt.targets import sm_count
 from deployopt.waves import DW_OUTPUTS_PER_BLOCK
 
 # A short calibration sweep: (n, c, h, w, kernel, stride) × output channels 16…256 step 16.
@@ -348,7 +349,8 @@ def staircase_command(
             measured_us=[p["measured_us"] for p in pts] if timings else None,
             measured_iqr_us=[p["measured_iqr_us"] for p in pts] if timings else None,
             title=(
-                f"{tgt.display_name}, {tgt.sms} SMs, {dtype}: conv {input_dims} k{kernel} s{stride} g{groups}"
+                f"{tgt.display_name}, {sm_count(tgt.sms)}, {dtype}: "
+                f"conv {input_dims} k{kernel} s{stride} g{groups}"
             ),
             predicted_label=f"predicted ({params.describe()})",
             measured_label=f"measured on {measure} (median of {runs} runs, IQR bars)",
@@ -363,7 +365,7 @@ def staircase_command(
         else f"groups {groups}: implicit GEMM M={m}, depth={kd}"
     )
     console.print(
-        f"{tgt.display_name} ({tgt.name}, {tgt.sms} SMs, CC {tgt.cc}), {dtype}, conv {input_dims} "
+        f"{tgt.display_name} ({tgt.name}, {sm_count(tgt.sms)}, CC {tgt.cc}), {dtype}, conv {input_dims} "
         f"kernel {shape.r}x{shape.s} stride {stride} {how}",
         highlight=False,
     )

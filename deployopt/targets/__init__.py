@@ -142,6 +142,11 @@ _FIELDS = (
 )
 
 
+def sm_count(sms: int) -> str:
+    """'1 SM' / '8 SMs': the Nano and TX2 have one or two SMs, and tables print the count often."""
+    return f"{sms} SM{'' if sms == 1 else 's'}"
+
+
 def target_from_json(d: dict[str, Any], origin: str = "built-in") -> Target:
     """Build a Target from a data-file dict; `params` (dtype → WaveParams dict) is optional."""
     missing = [k for k in _FIELDS if k not in d]
