@@ -189,3 +189,34 @@ def test_verify_a_model_with_an_integer_input(monkeypatch, capsys, tmp_path) -> 
         *run(monkeypatch, capsys, "verify", m, m, "--calibration-data", str(tmp_path / "big.npy")),
         "holds other values",
     )
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda lines: [*lines[:2], "[1, 2]", *lines[2:]], "line 3 is not a journal event"),
+        (lambda lines: ['{"event": "start", "config": 5}', *lines[1:]], "'start' event is damaged"),
+        (
+            lambda lines: [*lines[:1], '{"event": "measured", "plan": {}}', *lines[1:]],
+            "'measured' event is damaged (no 'timing')",
+        ),
+        (
+            lambda lines: [*lines[:1], lines[1].replace('"samples_us":[', '"samples_us":["x",'), *lines[2:]],
+            "samples_us must be finite",
+        ),
+    ],
+)
+def test_resume_from_a_hand_edited_journal(
+    monkeypatch, capsys, tmp_path, zoo_model_path, edit, message
+) -> None:
+    """Each was a traceback (AttributeError, KeyError, TypeError from numpy) deep in --resume."""
+    m = str(zoo_model_path("resnet_projection"))
+    out = tmp_path / "run"
+    args = ["optimize", m, "--target", "nano", "--backend", "model", "-o", str(out), "--max-evals", "4"]
+    code, _, err = run(monkeypatch, capsys, *args)
+    assert code == 0, err
+    journal = out / "journal.jsonl"
+    lines = journal.read_text().splitlines()
+    assert '"samples_us":[' in lines[1]  # the edits above find what they change
+    journal.write_text("\n".join(edit(lines)) + "\n")
+    _one_error(*run(monkeypatch, capsys, *args, "--resume"), message)
