@@ -492,6 +492,24 @@ def _check_integer_inputs(calib: CalibrationSet, dtypes: dict[str, Any], role: s
                 )
 
 
+def _check_static_dims(calib: CalibrationSet, sess: Any, names: dict[str, str], role: str) -> None:
+    """The data's shape against the dims the model file fixes: an --input-shape that changes a
+    static dim (verify runs the files as they are) was onnxruntime's truncated 'Got invalid
+    dimensions for input ... for the following indices'."""
+    fixed = {i.name: i.shape for i in sess.get_inputs()}
+    sample = calib.samples[0]
+    for key, name in names.items():
+        dims, arr = fixed.get(name), sample.get(key)
+        if dims is None or arr is None:
+            continue
+        if len(dims) != arr.ndim or any(isinstance(d, int) and d != a for d, a in zip(dims, arr.shape)):
+            want = "×".join(str(d) if isinstance(d, int) else "?" for d in dims)
+            raise DataError(
+                f"{role} model input {name!r} is {want} in the file, the data fed is {_fmt(arr.shape)}; "
+                "verify runs the files as they are, so --input-shape can set only dynamic (?) dims"
+            )
+
+
 def _feed(
     sample: dict[str, np.ndarray], names: dict[str, str], dtypes: dict[str, Any]
 ) -> dict[str, np.ndarray]:
@@ -566,6 +584,8 @@ def compare_models(
     rename = dict(zip(ref_inputs, cand_inputs)) if set(ref_inputs) != set(cand_inputs) else {}
     ref_types, cand_types = _input_dtypes(ref_s), _input_dtypes(cand_s)
     _check_integer_inputs(calib, ref_types, "reference")
+    _check_static_dims(calib, ref_s, {n: n for n in ref_inputs}, "reference")
+    _check_static_dims(calib, cand_s, {n: rename.get(n, n) for n in ref_inputs}, "candidate")
     from_cand = {c: r for r, c in rename.items()}  # the calibration arrays are keyed by reference names
     _check_integer_inputs(calib, {from_cand.get(n, n): t for n, t in cand_types.items()}, "candidate")
     # calibration array → the input it feeds, in each model
