@@ -233,3 +233,9 @@ def test_verify_input_shape_that_changes_a_static_dim(monkeypatch, capsys, zoo_m
     dyn = str(zoo_model_path("resnet_projection_dynamic"))
     code, out, err = run(monkeypatch, capsys, "verify", dyn, dyn, "--input-shape", "input:2x3x32x32")
     assert code == 0 and "PASSED" in out, err
+
+
+def test_analyze_unknown_dtype_without_target(monkeypatch, capsys, zoo_model_path) -> None:
+    """`analyze M --dtype int4` exited 0 (the dtype was read only with --target)."""
+    m = str(zoo_model_path("resnet_projection"))
+    _one_error(*run(monkeypatch, capsys, "analyze", m, "--dtype", "int4"), "unknown dtype 'int4'")
