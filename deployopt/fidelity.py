@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,20 +72,27 @@ def preprocess_image(
     if channels not in (1, 3):
         raise DataError(f"{path}: images can feed inputs with 1 or 3 channels, the model's has {channels}")
     try:
-        with Image.open(path) as img:
-            img = _to_8bit(img)
-            img = img.convert("RGB" if channels == 3 else "L")
-            if resize == "crop":
-                short = round(min(h, w) / 0.875)
-                iw, ih = img.size
-                ratio = short / min(iw, ih)
-                img = img.resize((max(w, round(iw * ratio)), max(h, round(ih * ratio))), Image.BILINEAR)
-                iw, ih = img.size
-                left, top = (iw - w) // 2, (ih - h) // 2
-                img = img.crop((left, top, left + w, top + h))
-            elif img.size != (w, h):
-                img = img.resize((w, h), Image.BILINEAR)
-            arr = np.asarray(img, dtype=np.float32)
+        with warnings.catch_warnings():
+            # a large photo (90 MP and up) is the user's own data, resized to H×W at once: Pillow's
+            # DecompressionBombWarning (raised by open) would be two lines of noise on every image
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            img = _decode(path, channels)
+        if resize == "crop":
+            short = round(min(h, w) / 0.875)
+            iw, ih = img.size
+            ratio = short / min(iw, ih)
+            img = img.resize((max(w, round(iw * ratio)), max(h, round(ih * ratio))), Image.BILINEAR)
+            iw, ih = img.size
+            left, top = (iw - w) // 2, (ih - h) // 2
+            img = img.crop((left, top, left + w, top + h))
+        elif img.size != (w, h):
+            img = img.resize((w, h), Image.BILINEAR)
+        arr = np.asarray(img, dtype=np.float32)
+    except Image.DecompressionBombError:  # over twice the warning's limit: Pillow refuses to decode it
+        raise DataError(
+            f"{path}: image is larger than Pillow decodes ({Image.MAX_IMAGE_PIXELS * 2} pixels at most); "
+            "downscale it first"
+        ) from None
     except (OSError, UnidentifiedImageError, ValueError) as exc:
         raise DataError(f"{path}: cannot read image ({exc.__class__.__name__})") from None
     arr = arr[:, :, None] if arr.ndim == 2 else arr
@@ -96,6 +104,14 @@ def preprocess_image(
         mean_a, std_a = mean_a[::-1], std_a[::-1]
     arr = (arr * np.float32(scale) - mean_a) / std_a
     return np.ascontiguousarray(arr.transpose(2, 0, 1), dtype=np.float32)
+
+
+def _decode(path: Path, channels: int) -> Any:
+    """The image's pixels as 8-bit RGB (3 channels) or L (1), read in full so the file can close."""
+    from PIL import Image
+
+    with Image.open(path) as img:
+        return _to_8bit(img).convert("RGB" if channels == 3 else "L")
 
 
 def _to_8bit(img: Any) -> Any:

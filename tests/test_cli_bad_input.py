@@ -239,3 +239,23 @@ def test_analyze_unknown_dtype_without_target(monkeypatch, capsys, zoo_model_pat
     """`analyze M --dtype int4` exited 0 (the dtype was read only with --target)."""
     m = str(zoo_model_path("resnet_projection"))
     _one_error(*run(monkeypatch, capsys, "analyze", m, "--dtype", "int4"), "unknown dtype 'int4'")
+
+
+def test_images_over_pillows_size_limits(monkeypatch, capsys, tmp_path, zoo_model_path) -> None:
+    """Over Pillow's decompression-bomb limit was a DecompressionBombError traceback; over half of it
+    (a 90 MP photo) printed Python's two-line DecompressionBombWarning on an exit-0 run. The limit is
+    lowered here so the images stay small."""
+    from PIL import Image
+
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100)
+    m = str(zoo_model_path("resnet_projection"))
+    (tmp_path / "big").mkdir()
+    (tmp_path / "huge").mkdir()
+    Image.new("RGB", (12, 12)).save(tmp_path / "big" / "a.png")  # 144 px: over 100, under 200
+    Image.new("RGB", (20, 20)).save(tmp_path / "huge" / "a.png")  # 400 px: refused
+    code, out, err = run(monkeypatch, capsys, "verify", m, m, "--calibration-data", str(tmp_path / "big"))
+    assert code == 0 and "PASSED" in out and err == "", err
+    _one_error(
+        *run(monkeypatch, capsys, "verify", m, m, "--calibration-data", str(tmp_path / "huge")),
+        "image is larger than Pillow decodes (200 pixels at most)",
+    )
