@@ -508,6 +508,21 @@ def _check_integer_inputs(calib: CalibrationSet, dtypes: dict[str, Any], role: s
                 )
 
 
+def check_feedable(calib: CalibrationSet, model: onnx.ModelProto) -> None:
+    """Before any work: the integer inputs of `model` (a graph input, not an initializer) get data
+    they can take, or one DataError (optimize checks at load, not after the search)."""
+    inits = {t.name for t in model.graph.initializer}
+    dtypes = {}
+    for inp in model.graph.input:
+        elem = inp.type.tensor_type.elem_type
+        if inp.name in inits or not elem:
+            continue
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(elem)
+        if dtype.kind in "iu":
+            dtypes[inp.name] = dtype.type
+    _check_integer_inputs(calib, dtypes, "the")
+
+
 def _check_static_dims(calib: CalibrationSet, sess: Any, names: dict[str, str], role: str) -> None:
     """The data's shape against the dims the model file fixes: an --input-shape that changes a
     static dim (verify runs the files as they are) was onnxruntime's truncated 'Got invalid
