@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,19 +72,27 @@ def preprocess_image(
     if channels not in (1, 3):
         raise DataError(f"{path}: images can feed inputs with 1 or 3 channels, the model's has {channels}")
     try:
-        with Image.open(path) as img:
-            img = img.convert("RGB" if channels == 3 else "L")
-            if resize == "crop":
-                short = round(min(h, w) / 0.875)
-                iw, ih = img.size
-                ratio = short / min(iw, ih)
-                img = img.resize((max(w, round(iw * ratio)), max(h, round(ih * ratio))), Image.BILINEAR)
-                iw, ih = img.size
-                left, top = (iw - w) // 2, (ih - h) // 2
-                img = img.crop((left, top, left + w, top + h))
-            elif img.size != (w, h):
-                img = img.resize((w, h), Image.BILINEAR)
-            arr = np.asarray(img, dtype=np.float32)
+        with warnings.catch_warnings():
+            # a large photo (90 MP and up) is the user's own data, resized to H×W at once: Pillow's
+            # DecompressionBombWarning (raised by open) would be two lines of noise on every image
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            img = _decode(path, channels)
+        if resize == "crop":
+            short = round(min(h, w) / 0.875)
+            iw, ih = img.size
+            ratio = short / min(iw, ih)
+            img = img.resize((max(w, round(iw * ratio)), max(h, round(ih * ratio))), Image.BILINEAR)
+            iw, ih = img.size
+            left, top = (iw - w) // 2, (ih - h) // 2
+            img = img.crop((left, top, left + w, top + h))
+        elif img.size != (w, h):
+            img = img.resize((w, h), Image.BILINEAR)
+        arr = np.asarray(img, dtype=np.float32)
+    except Image.DecompressionBombError:  # over twice the warning's limit: Pillow refuses to decode it
+        raise DataError(
+            f"{path}: image is larger than Pillow decodes ({Image.MAX_IMAGE_PIXELS * 2} pixels at most); "
+            "downscale it first"
+        ) from None
     except (OSError, UnidentifiedImageError, ValueError) as exc:
         raise DataError(f"{path}: cannot read image ({exc.__class__.__name__})") from None
     arr = arr[:, :, None] if arr.ndim == 2 else arr
@@ -95,6 +104,28 @@ def preprocess_image(
         mean_a, std_a = mean_a[::-1], std_a[::-1]
     arr = (arr * np.float32(scale) - mean_a) / std_a
     return np.ascontiguousarray(arr.transpose(2, 0, 1), dtype=np.float32)
+
+
+def _decode(path: Path, channels: int) -> Any:
+    """The image's pixels as 8-bit RGB (3 channels) or L (1), read in full so the file can close."""
+    from PIL import Image
+
+    with Image.open(path) as img:
+        return _to_8bit(img).convert("RGB" if channels == 3 else "L")
+
+
+def _to_8bit(img: Any) -> Any:
+    """A 16-bit grayscale image (PNG, Pillow mode I;16 or I) as 8-bit L, full range kept: Pillow's
+    own convert("RGB"/"L") clips every value above 255, turning a 16-bit picture almost white, and
+    --scale/--mean/--std are given for 8-bit pixels."""
+    from PIL import Image
+
+    if not (img.mode.startswith("I;16") or img.mode == "I"):
+        return img
+    arr = np.asarray(img).astype(np.float64)
+    if img.mode == "I" and arr.size and arr.max() <= 255:  # 32-bit container of 8-bit values
+        return Image.fromarray(arr.astype(np.uint8), "L")
+    return Image.fromarray(np.clip(np.rint(arr / 257.0), 0, 255).astype(np.uint8), "L")
 
 
 def _per_channel(values: Sequence[float], channels: int, what: str) -> np.ndarray:
@@ -125,6 +156,11 @@ def _batches_from_array(arr: np.ndarray, shape: list[int], origin: str, name: st
         raise DataError(f"{origin}: array for input {name!r} has dtype {arr.dtype}, expected numbers")
     shape = [int(d) for d in shape]
     arr = np.asarray(arr)
+    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+        # NaN would pass through both models and compare as a failed cosine, inf overflow: the
+        # data is broken, not the edit (optimize would otherwise call it an internal error)
+        bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
+        raise DataError(f"{origin}: array for input {name!r} holds {bad} NaN or infinite value(s)")
     if list(arr.shape) == shape:
         return [arr]
     if arr.ndim == len(shape) + 1 and list(arr.shape[1:]) == shape:
@@ -200,6 +236,8 @@ def load_calibration(
     """
     if count < 1:
         raise DataError(f"--count must be >= 1, got {count}")
+    if seed < 0:  # numpy takes any non-negative seed; a negative one was a traceback
+        raise DataError(f"--seed must be 0 or more, got {seed}")
     if not inputs:
         raise DataError("the model has no inputs to feed")
     for name, shape in inputs.items():
@@ -433,9 +471,74 @@ def _session(model: str | os.PathLike[str] | onnx.ModelProto, role: str) -> Any:
 _ORT_FLOAT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64}
 
 
+#: ... and of the integer ones (a model that takes uint8 pixels and casts them itself)
+_ORT_INT_TYPES = {
+    f"tensor({t})": getattr(np, t) for t in ("uint8", "int8", "uint16", "int16", "uint32", "int32", "int64")
+}
+
+
 def _input_dtypes(sess: Any) -> dict[str, Any]:
-    """Each floating input's numpy dtype: calibration data is float32, an fp16 export takes float16."""
-    return {i.name: _ORT_FLOAT_TYPES[i.type] for i in sess.get_inputs() if i.type in _ORT_FLOAT_TYPES}
+    """Each numeric input's numpy dtype: calibration data is float32, an fp16 export takes float16,
+    a model with its preprocessing inside takes uint8."""
+    types = {**_ORT_FLOAT_TYPES, **_ORT_INT_TYPES}
+    return {i.name: types[i.type] for i in sess.get_inputs() if i.type in types}
+
+
+def _check_integer_inputs(calib: CalibrationSet, dtypes: dict[str, Any], role: str) -> None:
+    """An integer input takes the integer values the data holds; random normals or normalised
+    images hold none, and casting them would feed noise (onnxruntime refused the float)."""
+    for name, dtype in dtypes.items():
+        if np.dtype(dtype).kind not in "iu":
+            continue
+        if calib.random:
+            raise DataError(
+                f"{role} model input {name!r} takes {np.dtype(dtype).name}, and random inputs are "
+                "floats: give --calibration-data as .npy/.npz arrays of the values it takes"
+            )
+        info = np.iinfo(dtype)
+        for sample in calib.samples:
+            arr = sample.get(name)
+            if arr is None:
+                continue
+            if not (np.all(arr == np.round(arr)) and arr.min() >= info.min and arr.max() <= info.max):
+                raise DataError(
+                    f"{calib.source}: {role} model input {name!r} takes {np.dtype(dtype).name}, the data "
+                    f"holds other values (images are normalised floats): give .npy/.npz arrays of "
+                    f"{np.dtype(dtype).name} values"
+                )
+
+
+def check_feedable(calib: CalibrationSet, model: onnx.ModelProto) -> None:
+    """Before any work: the integer inputs of `model` (a graph input, not an initializer) get data
+    they can take, or one DataError (optimize checks at load, not after the search)."""
+    inits = {t.name for t in model.graph.initializer}
+    dtypes = {}
+    for inp in model.graph.input:
+        elem = inp.type.tensor_type.elem_type
+        if inp.name in inits or not elem:
+            continue
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(elem)
+        if dtype.kind in "iu":
+            dtypes[inp.name] = dtype.type
+    _check_integer_inputs(calib, dtypes, "the")
+
+
+def _check_static_dims(calib: CalibrationSet, sess: Any, names: dict[str, str], role: str) -> None:
+    """The data's shape against the dims the model file fixes: an --input-shape that changes a
+    static dim (verify runs the files as they are) was onnxruntime's truncated 'Got invalid
+    dimensions for input ... for the following indices'."""
+    fixed = {i.name: i.shape for i in sess.get_inputs()}
+    sample = calib.samples[0]
+    for key, name in names.items():
+        dims, arr = fixed.get(name), sample.get(key)
+        if dims is None or arr is None:
+            continue
+        if len(dims) != arr.ndim or any(isinstance(d, int) and d != a for d, a in zip(dims, arr.shape)):
+            want = "×".join(str(d) if isinstance(d, int) else "?" for d in dims)
+            raise DataError(
+                f"{role} model input {name!r} is {want} in the file, the data fed is {_fmt(arr.shape)}; "
+                "verify runs the files as they are, so --input-shape can set only dynamic (?) dims"
+            )
 
 
 def _feed(
@@ -511,6 +614,11 @@ def compare_models(
         raise DataError(f"reference has inputs {ref_inputs}, candidate has {cand_inputs}")
     rename = dict(zip(ref_inputs, cand_inputs)) if set(ref_inputs) != set(cand_inputs) else {}
     ref_types, cand_types = _input_dtypes(ref_s), _input_dtypes(cand_s)
+    _check_integer_inputs(calib, ref_types, "reference")
+    _check_static_dims(calib, ref_s, {n: n for n in ref_inputs}, "reference")
+    _check_static_dims(calib, cand_s, {n: rename.get(n, n) for n in ref_inputs}, "candidate")
+    from_cand = {c: r for r, c in rename.items()}  # the calibration arrays are keyed by reference names
+    _check_integer_inputs(calib, {from_cand.get(n, n): t for n, t in cand_types.items()}, "candidate")
     # calibration array → the input it feeds, in each model
     ref_input, cand_input = {n: n for n in ref_inputs}, {n: rename.get(n, n) for n in ref_inputs}
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -85,13 +86,16 @@ class Journal:
             if not line.strip():
                 continue
             try:
-                yield json.loads(line)
+                event = json.loads(line)
             except json.JSONDecodeError:
                 if i == len(lines) - 1:
                     return
                 raise DeployoptError(
                     f"{path}: line {i + 1} is not valid JSON; the journal is damaged"
                 ) from None
+            if not isinstance(event, dict):  # valid JSON, but no event: hand-edited or another file
+                raise DeployoptError(f"{path}: line {i + 1} is not a journal event; the journal is damaged")
+            yield event
 
     @classmethod
     def replay(cls, path: str | os.PathLike[str]) -> Replay:
@@ -99,17 +103,39 @@ class Journal:
         for ev in cls.read(path):
             out.events.append(ev)
             kind = ev.get("event")
-            if kind == "start":
-                out.config = ev.get("config")
-            elif kind == "measured":
-                out.timings[plan_key(ev["plan"], ev.get("repeat", 0))] = Timing.from_json(ev["timing"])
-            elif kind == "sweep":
-                out.layer_values.update({k: float(v) for k, v in ev.get("values", {}).items()})
-            elif kind == "fidelity":
-                out.fidelity[plan_key(ev["plan"])] = ev
-            elif kind == "done":
-                out.done = True
+            try:
+                _replay_event(out, ev)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                # a hand-edited or foreign line: what it lacks, not a traceback from deep in the search
+                why = f"no {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc)
+                raise DeployoptError(
+                    f"{path}: a {kind!r} event is damaged ({why}); use --force to start over"
+                ) from None
         return out
+
+
+def _replay_event(out: Replay, ev: dict[str, Any]) -> None:
+    """Fold one event into `out`; a field of the wrong shape raises KeyError/TypeError/ValueError."""
+    kind = ev.get("event")
+    if kind == "start":
+        config = ev.get("config")
+        if not isinstance(config, dict):
+            raise TypeError("config is not an object")
+        out.config = config
+    elif kind == "measured":
+        timing = Timing.from_json(ev["timing"])
+        if not timing.samples_us or not all(
+            isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s) and s >= 0
+            for s in timing.samples_us
+        ):
+            raise ValueError("samples_us must be finite latencies in µs")
+        out.timings[plan_key(ev["plan"], ev.get("repeat", 0))] = timing
+    elif kind == "sweep":
+        out.layer_values.update({str(k): float(v) for k, v in ev.get("values", {}).items()})
+    elif kind == "fidelity":
+        out.fidelity[plan_key(ev["plan"])] = ev
+    elif kind == "done":
+        out.done = True
 
 
 def _json_default(obj: Any) -> Any:

@@ -322,7 +322,10 @@ class Optimizer:
         self.dead = self._dead_channels()
         self._predict = self._wave_predictor()
         if cfg.fidelity:
-            self._calibration()  # a calibration set that does not fit the model fails here, before any timing
+            from deployopt.fidelity import check_feedable
+
+            # a calibration set that does not fit the model fails here, before any timing
+            check_feedable(self._calibration(), self.loaded.model)
 
     def _dead_channels(self) -> dict[str, int]:
         if self.cfg.mode == "grow":

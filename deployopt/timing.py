@@ -246,6 +246,13 @@ def load_timing(path: str | Path) -> Timing:
         )
     if "error" in data:
         raise BackendFailed(f"{p}: the measurement failed: {data['error']}")
+    env = data.get("environment")
+    if env is None:  # a hand-written or trimmed result: no setup to compare, not a crash later
+        data = dict(data, environment={})
+    elif not isinstance(env, dict):
+        raise DataError(
+            f"{p}: environment must be an object of setup facts (gpu, sms, ...), not {type(env).__name__}"
+        )
     try:
         timing = Timing.from_json(data)
     except KeyError as exc:

@@ -137,6 +137,36 @@ class WaveParams:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> WaveParams:
+        """Parse a profile's params; a value the model cannot predict with (a throughput of 0 divides
+        by it, a negative cost or NaN predicts nonsense) is a ValueError naming the key."""
+        params = cls._from_json(d)
+        for key in (
+            "fixed_us",
+            "wave_us",
+            "tail_floor",
+            "small_tile",
+            "dw_fixed_us",
+            "dw_ns_per_output",
+            "dw_ns_per_tap",
+        ):
+            value = getattr(params, key)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{key} must be a finite number >= 0, not {value!r}")
+        if not (math.isfinite(params.macs_per_us_per_sm) and params.macs_per_us_per_sm > 0):
+            raise ValueError(
+                f"macs_per_us_per_sm must be a finite number > 0, not {params.macs_per_us_per_sm!r}"
+            )
+        if not params.families:
+            raise ValueError("families must name at least one kernel family")
+        for fam in params.families:
+            if not (math.isfinite(fam.efficiency) and fam.efficiency > 0) or not fam.tiles:
+                raise ValueError(f"family {fam.name!r}: needs efficiency > 0 and at least one tile")
+            if fam.min_align < 1 or any(x < 1 for t in fam.tiles for x in t):
+                raise ValueError(f"family {fam.name!r}: min_align and tile sizes must be >= 1")
+        return params
+
+    @classmethod
+    def _from_json(cls, d: dict[str, Any]) -> WaveParams:
         return cls(
             name=d["name"],
             dtype=d["dtype"],

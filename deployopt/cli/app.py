@@ -136,6 +136,11 @@ def parse_input_shapes(values: list[str] | None) -> dict[str, list[int]]:
             ) from None
         if not parsed or any(d < 1 for d in parsed):
             raise DeployoptError(f"--input-shape {value!r}: dimensions must be positive")
+        if name in shapes and shapes[name] != parsed:  # the last one won silently
+            given = "x".join(map(str, shapes[name]))
+            raise DeployoptError(
+                f"--input-shape {value!r}: {name!r} was already given as {given}; give each input once"
+            )
         shapes[name] = parsed
     return shapes
 

@@ -115,6 +115,10 @@ def _session(
         yield session
 
 
+#: --timeout's ceiling (a week): the worker waits use it as a lock timeout, which overflows near 1e10 s.
+MAX_TIMEOUT_S = 7 * 24 * 3600
+
+
 def _options(
     backend: Backend,
     dtype: str | None,
@@ -151,8 +155,10 @@ def _options(
         raise DeployoptError("--runs must be at least 1")
     if warmup < 0:
         raise DeployoptError("--warmup must be 0 or more")
-    if timeout <= 0:
-        raise DeployoptError("--timeout must be positive")
+    if not 0 < timeout <= MAX_TIMEOUT_S:  # NaN passed `<= 0`; inf overflows a worker's queue wait
+        raise DeployoptError(
+            f"--timeout {timeout:g}: must be a number of seconds above 0, at most {MAX_TIMEOUT_S}"
+        )
     if calibration_data is not None:
         if dtype != "int8":
             raise DeployoptError("--calibration-data calibrates INT8: use it with --dtype int8")

@@ -119,6 +119,10 @@ def analyze_cmd(
     dtype: str = typer.Option("fp16", "--dtype", help="fp16, fp32 or int8 (for --target)."),
 ) -> None:
     """Show which channel counts can change, and which must change together."""
+    from deployopt.waves import DTYPES
+
+    if dtype not in DTYPES:  # checked without --target too: a typo is not silently ignored
+        raise DeployoptError(f"unknown dtype {dtype!r}; choose one of: {', '.join(DTYPES)}")
     loaded = load_model(model, parse_input_shapes(input_shape))
     analysis = analyze(loaded.model)
     rows, gpu = None, None

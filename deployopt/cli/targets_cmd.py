@@ -53,6 +53,10 @@ def parse_dims(value: str, option: str = "--input") -> tuple[int, int, int, int]
     return dims[0], dims[1], dims[2], dims[3]
 
 
+#: Widths one sweep may take: each is a conv predicted (or timed) on its own.
+MAX_WIDTHS = 4096
+
+
 def parse_channels(value: str, option: str = "--out-channels") -> list[int]:
     """'a:b:s' (b included), 'a:b' (step 1), or a comma list '64,96,128' → sorted unique widths."""
     text = value.strip()
@@ -67,7 +71,12 @@ def parse_channels(value: str, option: str = "--out-channels") -> list[int]:
                 raise DeployoptError(
                     f"{option} {value!r}: need 1 <= start <= stop and step >= 1 (a:b:s includes b)"
                 )
-            widths = list(range(a, b + 1, s))
+            span = range(a, b + 1, s)
+            if len(span) > MAX_WIDTHS:  # before the list exists: 16:1000000000:1 would fill the RAM
+                raise DeployoptError(
+                    f"{option} {value!r}: {len(span)} widths is too many (at most {MAX_WIDTHS})"
+                )
+            widths = list(span)
         else:
             widths = [int(p) for p in text.split(",") if p.strip()]
     except ValueError:
@@ -76,8 +85,8 @@ def parse_channels(value: str, option: str = "--out-channels") -> list[int]:
         ) from None
     if not widths or any(w < 1 for w in widths):
         raise DeployoptError(f"{option} {value!r}: channel counts must be positive integers")
-    if len(widths) > 4096:
-        raise DeployoptError(f"{option} {value!r}: {len(widths)} widths is too many (at most 4096)")
+    if len(widths) > MAX_WIDTHS:
+        raise DeployoptError(f"{option} {value!r}: {len(widths)} widths is too many (at most {MAX_WIDTHS})")
     return sorted(set(widths))
 
 

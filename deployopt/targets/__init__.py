@@ -147,6 +147,14 @@ def sm_count(sms: int) -> str:
     return f"{sms} SM{'' if sms == 1 else 's'}"
 
 
+def _json_type(value: Any) -> str:
+    """What a JSON reader calls the value's type (null, array), not Python's (NoneType, list)."""
+    for kind, name in ((bool, "boolean"), (dict, "object"), (list, "array"), (str, "string")):
+        if isinstance(value, kind):
+            return name
+    return "null" if value is None else "number"
+
+
 def target_from_json(d: dict[str, Any], origin: str = "built-in") -> Target:
     """Build a Target from a data-file dict; `params` (dtype → WaveParams dict) is optional."""
     missing = [k for k in _FIELDS if k not in d]
@@ -164,6 +172,15 @@ def target_from_json(d: dict[str, Any], origin: str = "built-in") -> Target:
             what = "an integer" if kind is int else "a number"
             raise TargetError(f"target profile {origin}: {key} must be {what} above 0, not {value!r}")
         return number
+
+    for key in (
+        "sources",
+        "software",
+    ):  # free text per key; a list or a number here is a hand edit gone wrong
+        if d.get(key) is not None and not isinstance(d[key], dict):
+            raise TargetError(
+                f"target profile {origin}: {key} must be an object of name → text, not {_json_type(d[key])}"
+            )
 
     cc = d["compute_capability"]
     pair = isinstance(cc, (list, tuple)) and len(cc) == 2
@@ -248,6 +265,8 @@ def load_profile(path: str | os.PathLike[str]) -> Target:
         d.pop("full_sms", None)
     elif not isinstance(doc, dict) or "target" not in doc:
         raise TargetError(f"{path} is not a deployopt target profile (no 'target' key)")
+    elif not isinstance(doc["target"], dict):
+        raise TargetError(f"{path}: 'target' must be an object of GPU facts, not {_json_type(doc['target'])}")
     else:
         d = dict(doc["target"])
         d["params"] = doc.get("params", {})

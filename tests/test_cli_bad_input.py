@@ -1,0 +1,296 @@
+"""Bad input found by a second audit: each case was a traceback, a silent wrong result or a hang
+before; now one `error:` line, exit 2, and no output file."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from cli_runner import run_cli
+from onnx import TensorProto, helper, numpy_helper
+
+from deployopt.fidelity import preprocess_image
+
+run = run_cli
+
+
+def _one_error(code: int, out: str, err: str, message: str) -> None:
+    assert code == 2, (code, err)
+    assert err.startswith("error: ") and message in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+
+
+@pytest.fixture(scope="module")
+def nano_profile(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """`targets --target nano --json`, the form a user edits for a what-if."""
+    from deployopt.targets import get_target
+
+    return get_target("nano").to_json()
+
+
+@pytest.mark.parametrize(
+    "doc, message",
+    [
+        ({"target": None}, "'target' must be an object of GPU facts, not null"),
+        ({"target": "nano"}, "'target' must be an object of GPU facts, not string"),
+        ({"target": [1, 2]}, "'target' must be an object of GPU facts, not array"),
+    ],
+)
+def test_wrapped_profile_whose_target_is_not_an_object(monkeypatch, capsys, tmp_path, doc, message) -> None:
+    """Was TypeError/ValueError from dict(doc["target"])."""
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(doc))
+    for args in (
+        ["targets", "--target", str(path)],
+        ["staircase", "--target", str(path), "--input", "1x16x8x8", "--out-channels", "16"],
+    ):
+        _one_error(*run(monkeypatch, capsys, *args), message)
+
+
+@pytest.mark.parametrize("key", ["sources", "software"])
+def test_profile_free_text_fields_of_the_wrong_type(monkeypatch, capsys, tmp_path, nano_profile, key) -> None:
+    """Was TypeError / AttributeError while building the Target."""
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({**nano_profile, key: [1, 2]}))
+    _one_error(*run(monkeypatch, capsys, "targets", "--target", str(path)), f"{key} must be an object")
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"macs_per_us_per_sm": 0}, "macs_per_us_per_sm must be a finite number > 0"),
+        ({"fixed_us": -1}, "fixed_us must be a finite number >= 0"),
+        ({"wave_us": "NaN"}, "wave_us must be a finite number >= 0"),
+        ({"families": []}, "at least one kernel family"),
+    ],
+)
+def test_fitted_params_the_model_cannot_predict_with(
+    monkeypatch, capsys, tmp_path, zoo_model_path, nano_profile, change, message
+) -> None:
+    """macs_per_us_per_sm 0 was a ZeroDivisionError in `analyze --target`; negative costs predicted
+    negative latencies without a word."""
+    params = {**nano_profile["params"]["fp16"], "fitted": True, **change}
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({**nano_profile, "params": {"fp16": params}}))
+    model = zoo_model_path("resnet_projection")
+    _one_error(*run(monkeypatch, capsys, "analyze", str(model), "--target", str(path)), message)
+    # the unedited profile still loads: the checks pass real fits
+    path.write_text(
+        json.dumps({**nano_profile, "params": {"fp16": {**params, **nano_profile["params"]["fp16"]}}})
+    )
+    code, _, err = run(monkeypatch, capsys, "analyze", str(model), "--target", str(path))
+    assert code == 0, err
+
+
+def test_a_billion_widths_is_refused_before_the_list_is_built() -> None:
+    """16:1000000000:1 built the whole list first (8 GB) and was killed for memory. Run in a child
+    capped at 2 GiB of address space, so a regression fails this test instead of the test run."""
+    import subprocess
+    import sys
+
+    args = ["--target", "nano", "--input", "1x16x8x8", "--out-channels", "16:1000000000:1"]
+    cap = "import resource; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30)); "
+    run_cli = (
+        "import sys; from deployopt.cli.main import main; sys.argv = ['deployopt', *sys.argv[1:]]; main()"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", cap + run_cli, "staircase", *args], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "999999985 widths is too many" in proc.stderr
+
+
+def test_compare_environment_not_an_object(monkeypatch, capsys, tmp_path) -> None:
+    """An environment of the wrong type was an AttributeError in the setup comparison; null is fine."""
+    base = {"backend": "ort", "samples_us": [100.0 + i for i in range(10)], "environment": [1]}
+    cur = {"backend": "ort", "samples_us": [100.0 + i for i in range(10)], "environment": None}
+    (tmp_path / "base.json").write_text(json.dumps(base))
+    (tmp_path / "cur.json").write_text(json.dumps(cur))
+    dest = tmp_path / "r.json"
+    args = ["compare", str(tmp_path / "base.json"), str(tmp_path / "cur.json"), "-o", str(dest)]
+    _one_error(*run(monkeypatch, capsys, *args), "environment must be an object")
+    assert not dest.exists()
+    code, _, err = run(monkeypatch, capsys, "compare", str(tmp_path / "cur.json"), str(tmp_path / "cur.json"))
+    assert code == 0 and "Traceback" not in err
+
+
+def test_verify_negative_seed(monkeypatch, capsys, zoo_model_path) -> None:
+    """Was numpy's ValueError traceback from default_rng(-5)."""
+    m = str(zoo_model_path("resnet_projection"))
+    _one_error(*run(monkeypatch, capsys, "verify", m, m, "--seed", "-5"), "--seed must be 0 or more")
+
+
+def test_nan_in_calibration_arrays(monkeypatch, capsys, tmp_path, zoo_model_path) -> None:
+    """verify reported a NaN cosine as a failed edit (exit 1); optimize called it an internal error
+    and asked for a bug report, leaving a journal behind."""
+    m = zoo_model_path("resnet_projection")
+    data = np.zeros((2, 3, 32, 32), np.float32)
+    data[1, 0, 0, 0] = np.nan
+    np.save(tmp_path / "bad.npy", data)
+    _one_error(
+        *run(monkeypatch, capsys, "verify", str(m), str(m), "--calibration-data", str(tmp_path / "bad.npy")),
+        "holds 1 NaN or infinite value(s)",
+    )
+    out = tmp_path / "out"
+    args = ["optimize", str(m), "--target", "nano", "--backend", "model", "-o", str(out)]
+    _one_error(*run(monkeypatch, capsys, *args, "--calibration-data", str(tmp_path / "bad.npy")), "NaN")
+    assert not out.exists()
+
+
+def test_timeout_that_is_not_a_number_of_seconds(monkeypatch, capsys) -> None:
+    """`--timeout nan` passed `timeout <= 0`; inf overflowed the torch worker's queue wait."""
+    for value in ("nan", "inf", "1e300"):
+        _one_error(*run(monkeypatch, capsys, "bench", "unused.onnx", "--timeout", value), "--timeout")
+
+
+def test_the_same_input_given_two_shapes(monkeypatch, capsys, zoo_model_path) -> None:
+    """The last --input-shape won silently; the same shape twice is still fine."""
+    m = str(zoo_model_path("resnet_projection"))
+    a, b = "input:1x3x32x32", "input:1x3x16x16"
+    _one_error(
+        *run(monkeypatch, capsys, "analyze", m, "--input-shape", a, "--input-shape", b), "already given"
+    )
+    code, _, err = run(monkeypatch, capsys, "analyze", m, "--input-shape", a, "--input-shape", a)
+    assert code == 0, err
+
+
+def test_16_bit_png_keeps_its_range(tmp_path) -> None:
+    """Pillow's convert() clipped a 16-bit grayscale PNG at 255: mid-grey came out white."""
+    from PIL import Image
+
+    Image.fromarray(np.full((4, 4), 32896, np.uint16)).save(tmp_path / "grey16.png")  # 128 × 257
+    Image.fromarray(np.full((4, 4), 128, np.uint8)).save(tmp_path / "grey8.png")
+    kw = {"channels": 3, "mean": [0.0], "std": [1.0]}
+    a16 = preprocess_image(tmp_path / "grey16.png", (4, 4), **kw)
+    a8 = preprocess_image(tmp_path / "grey8.png", (4, 4), **kw)
+    assert math.isclose(float(a16.mean()), 128 / 255, rel_tol=1e-6)
+    np.testing.assert_array_equal(a16, a8)
+
+
+def _uint8_model(path: Path) -> Path:
+    """A model that takes uint8 pixels and casts them itself (preprocessing exported inside); the
+    inner 12-channel group is free, so optimize gets as far as its fidelity data."""
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array(rng.random((12, 3, 3, 3), np.float32), "W1")
+    w2 = numpy_helper.from_array(rng.random((4, 12, 3, 3), np.float32), "W2")
+    nodes = [
+        helper.make_node("Cast", ["x"], ["xf"], to=TensorProto.FLOAT),
+        helper.make_node("Conv", ["xf", "W1"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Conv", ["r", "W2"], ["y"], pads=[1, 1, 1, 1]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [w1, w2],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    return path
+
+
+def test_verify_a_model_with_an_integer_input(monkeypatch, capsys, tmp_path) -> None:
+    """Was 'reference model failed on the calibration inputs: ... Unexpected input data type' for
+    any data; uint8 arrays now run, random inputs and normalised images say what to give."""
+    m = str(_uint8_model(tmp_path / "u8.onnx"))
+    _one_error(*run(monkeypatch, capsys, "verify", m, m), "takes uint8, and random inputs are floats")
+    np.save(tmp_path / "u8.npy", np.random.default_rng(0).integers(0, 256, (4, 3, 8, 8)).astype(np.uint8))
+    code, out, err = run(monkeypatch, capsys, "verify", m, m, "--calibration-data", str(tmp_path / "u8.npy"))
+    assert code == 0 and "PASSED" in out, err
+    np.save(tmp_path / "big.npy", np.full((1, 3, 8, 8), 300, np.int64))
+    _one_error(
+        *run(monkeypatch, capsys, "verify", m, m, "--calibration-data", str(tmp_path / "big.npy")),
+        "holds other values",
+    )
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda lines: [*lines[:2], "[1, 2]", *lines[2:]], "line 3 is not a journal event"),
+        (lambda lines: ['{"event": "start", "config": 5}', *lines[1:]], "'start' event is damaged"),
+        (
+            lambda lines: [*lines[:1], '{"event": "measured", "plan": {}}', *lines[1:]],
+            "'measured' event is damaged (no 'timing')",
+        ),
+        (
+            lambda lines: [*lines[:1], lines[1].replace('"samples_us":[', '"samples_us":["x",'), *lines[2:]],
+            "samples_us must be finite",
+        ),
+    ],
+)
+def test_resume_from_a_hand_edited_journal(
+    monkeypatch, capsys, tmp_path, zoo_model_path, edit, message
+) -> None:
+    """Each was a traceback (AttributeError, KeyError, TypeError from numpy) deep in --resume."""
+    m = str(zoo_model_path("resnet_projection"))
+    out = tmp_path / "run"
+    args = ["optimize", m, "--target", "nano", "--backend", "model", "-o", str(out), "--max-evals", "4"]
+    code, _, err = run(monkeypatch, capsys, *args)
+    assert code == 0, err
+    journal = out / "journal.jsonl"
+    lines = journal.read_text().splitlines()
+    assert '"samples_us":[' in lines[1]  # the edits above find what they change
+    journal.write_text("\n".join(edit(lines)) + "\n")
+    _one_error(*run(monkeypatch, capsys, *args, "--resume"), message)
+
+
+def test_verify_input_shape_that_changes_a_static_dim(monkeypatch, capsys, zoo_model_path) -> None:
+    """Was onnxruntime's cut-off 'Got invalid dimensions for input: input for the following indices';
+    a dynamic batch still takes any --input-shape."""
+    m = str(zoo_model_path("resnet_projection"))
+    _one_error(
+        *run(monkeypatch, capsys, "verify", m, m, "--input-shape", "input:2x3x32x32"),
+        "input 'input' is 1×3×32×32 in the file, the data fed is 2×3×32×32",
+    )
+    dyn = str(zoo_model_path("resnet_projection_dynamic"))
+    code, out, err = run(monkeypatch, capsys, "verify", dyn, dyn, "--input-shape", "input:2x3x32x32")
+    assert code == 0 and "PASSED" in out, err
+
+
+def test_analyze_unknown_dtype_without_target(monkeypatch, capsys, zoo_model_path) -> None:
+    """`analyze M --dtype int4` exited 0 (the dtype was read only with --target)."""
+    m = str(zoo_model_path("resnet_projection"))
+    _one_error(*run(monkeypatch, capsys, "analyze", m, "--dtype", "int4"), "unknown dtype 'int4'")
+
+
+def test_images_over_pillows_size_limits(monkeypatch, capsys, tmp_path, zoo_model_path) -> None:
+    """Over Pillow's decompression-bomb limit was a DecompressionBombError traceback; over half of it
+    (a 90 MP photo) printed Python's two-line DecompressionBombWarning on an exit-0 run. The limit is
+    lowered here so the images stay small."""
+    from PIL import Image
+
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100)
+    m = str(zoo_model_path("resnet_projection"))
+    (tmp_path / "big").mkdir()
+    (tmp_path / "huge").mkdir()
+    Image.new("RGB", (12, 12)).save(tmp_path / "big" / "a.png")  # 144 px: over 100, under 200
+    Image.new("RGB", (20, 20)).save(tmp_path / "huge" / "a.png")  # 400 px: refused
+    code, out, err = run(monkeypatch, capsys, "verify", m, m, "--calibration-data", str(tmp_path / "big"))
+    assert code == 0 and "PASSED" in out and err == "", err
+    _one_error(
+        *run(monkeypatch, capsys, "verify", m, m, "--calibration-data", str(tmp_path / "huge")),
+        "image is larger than Pillow decodes (200 pixels at most)",
+    )
+
+
+def test_optimize_a_model_with_an_integer_input_fails_before_the_search(
+    monkeypatch, capsys, tmp_path
+) -> None:
+    """Random fidelity inputs for a uint8 input failed in onnxruntime at the end of the search, after
+    the journal was written; now at load, before OUTDIR exists. uint8 arrays optimize."""
+    m = str(_uint8_model(tmp_path / "u8.onnx"))
+    out = tmp_path / "run"
+    args = ["optimize", m, "--target", "nano", "--backend", "model", "--max-evals", "4"]
+    _one_error(*run(monkeypatch, capsys, *args, "-o", str(out)), "input 'x' takes uint8")
+    assert not out.exists()
+    np.save(tmp_path / "u8.npy", np.random.default_rng(0).integers(0, 256, (2, 3, 8, 8)).astype(np.uint8))
+    code, _, err = run(
+        monkeypatch, capsys, *args, "-o", str(out), "--calibration-data", str(tmp_path / "u8.npy")
+    )
+    assert code == 0 and (out / "model.onnx").exists(), err
