@@ -10,7 +10,20 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from deployopt.errors import DeployoptError
 from deployopt.fileio import atomic_path
+
+#: What a plot may be written as, by its file name's suffix (no suffix: PNG).
+PLOT_FORMATS = {"": "png", ".png": "png", ".svg": "svg", ".pdf": "pdf"}
+
+
+def plot_format(path: str | os.PathLike[str]) -> str:
+    """The image format a plot path asks for; another suffix is a one-line error, before any work
+    (a PNG written under a .txt or .jpg name would only surprise whoever opens it)."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in PLOT_FORMATS:
+        raise DeployoptError(f"--plot {path}: name it .png, .svg or .pdf (got {suffix!r})")
+    return PLOT_FORMATS[suffix]
 
 
 def wave_boundaries(out_channels: Sequence[int], waves: Sequence[int]) -> list[float]:
@@ -92,8 +105,9 @@ def plot_staircase(
         ax.legend(fontsize=8, loc="lower right")
         fig.tight_layout()
         dest = Path(path)
-        with atomic_path(dest, suffix=".png") as tmp:
-            fig.savefig(tmp, format="png")
+        fmt = plot_format(dest)
+        with atomic_path(dest, suffix=f".{fmt}") as tmp:
+            fig.savefig(tmp, format=fmt)
     finally:
         plt.close(fig)
     return dest

@@ -579,3 +579,17 @@ def test_staircase_header_counts_sms_in_words(monkeypatch, capsys, target, sms):
         "--out-channels", "16,32",
     )  # fmt: skip
     assert code == 0 and f"({target}, {sms} CC" in out
+
+
+def test_staircase_plot_format_follows_the_name(monkeypatch, capsys, tmp_path):
+    """.svg gives an SVG (for docs), .pdf a PDF; a .txt name is refused before any work, nothing written."""
+    base = ["staircase", "--target", "nano", "--input", "1x16x8x8", "--kernel", "3"]
+    base += ["--out-channels", "16,32"]
+    for name, head in (("s.svg", b"<?xml"), ("s.pdf", b"%PDF"), ("s.png", b"\x89PNG"), ("s", b"\x89PNG")):
+        code, _, err = run(monkeypatch, capsys, *base, "--plot", str(tmp_path / name))
+        assert code == 0, err
+        assert (tmp_path / name).read_bytes().startswith(head)
+    code, _, err = run(monkeypatch, capsys, *base, "--plot", str(tmp_path / "s.txt"))
+    want = f"error: --plot {tmp_path / 's.txt'}: name it .png, .svg or .pdf (got '.txt')"
+    assert code == 2 and err.strip() == want
+    assert not (tmp_path / "s.txt").exists()

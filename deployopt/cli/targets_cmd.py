@@ -314,7 +314,9 @@ def staircase_command(
     cudnn_engines: Optional[int] = cudnn_engines_option(),
     cudnn_benchmark: bool = cudnn_benchmark_option(),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG of the staircase."),
+    plot: Optional[Path] = typer.Option(
+        None, "--plot", help="Write the staircase as an image (.png, .svg or .pdf)."
+    ),
 ) -> None:
     """Predicted (and optionally measured) latency of one conv as its output channels grow."""
     from deployopt.targets import get_target
@@ -322,6 +324,9 @@ def staircase_command(
     _check_dtype(dtype)
     _check_sms(sms)
     if plot is not None:  # before measuring: a bad --plot must not cost a sweep
+        from deployopt.plots import plot_format
+
+        plot_format(plot)
         check_output_file(plot)
     ks = parse_channels(out_channels)
     shape = _base_shape(input_dims, kernel, stride, groups, ks[0])
