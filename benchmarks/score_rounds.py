@@ -5,6 +5,7 @@ wave model against measured H200 medians.
 
     python benchmarks/score_rounds.py            # rounds four to eight
     python benchmarks/score_rounds.py --round 8
+    python benchmarks/score_rounds.py --round 8 --transitions   # where the misses are (below)
 Round four: the fit of rounds one to three (commit cf4b182); round five: the fit of commit d5f5956
 (rounds one to four); round six: the fit of commit f1dd72a (rounds one to five, with the fp16
 family at 32); rounds seven (small) and eight (not fitted on: their sweeps stay in their records):
@@ -147,11 +148,47 @@ def score_round(number: int) -> None:
             print(f"  {sms} SMs, {name:<6} {len(group):3d} sweeps  {figures}")
 
 
+def transitions(number: int) -> None:
+    """Where the model's misses are on a round's default-limit sweeps: measured class against
+    predicted class, and per alignment transition (the power of two dividing each width of a pair,
+    capped at 64) how often each measured class occurs and how many pairs the model gets."""
+    from collections import Counter, defaultdict
+
+    from deployopt.waves import classify_change, pow2_align
+
+    ids, params, _ = load_round(number)
+    target = get_target("h200")
+    wanted = {i for i in ids["default_limit"] if not i.endswith("_repeat")}
+    sweeps = [s for s in ev.load_sweeps(_folders(number)["default_limit"]) if s["id"] in wanted]
+    print(f"#### round {number}, default limit: measured → predicted class, and by alignment transition")
+    for sms in sorted({s["sms"] for s in sweeps}):
+        for dt in ("fp16", "fp32"):
+            confusion: Counter[tuple[str, str]] = Counter()
+            by_step: defaultdict[str, Counter[str]] = defaultdict(Counter)
+            for s in (s for s in sweeps if s["sms"] == sms and s["dtype"] == dt):
+                pred, meas, ks = ev.predictions("wave", s, target, params[dt]), s["measured"], s["ks"]
+                for i in range(len(ks) - 1):
+                    m, p = classify_change(meas[i], meas[i + 1]), classify_change(pred[i], pred[i + 1])
+                    if m == "between":
+                        continue
+                    confusion[(m, p)] += 1
+                    step = by_step[f"{pow2_align(ks[i], 64)}→{pow2_align(ks[i + 1], 64)}"]
+                    step[m] += 1
+                    step["model right"] += m == p
+            pairs = ", ".join(f"{m}→{p} {n}" for (m, p), n in sorted(confusion.items()))
+            print(f"  {dt} {sms} SMs: {pairs}")
+            for step, counts in sorted(by_step.items()):
+                cells = "  ".join(f"{k} {counts[k]}" for k in ("flat", "up", "down", "model right"))
+                print(f"      {step:>7}: {cells}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--round", type=int, choices=sorted(ROUNDS), action="append")
-    for number in ap.parse_args().round or sorted(ROUNDS):
-        score_round(number)
+    ap.add_argument("--transitions", action="store_true", help="where the misses are, instead of the scores")
+    args = ap.parse_args()
+    for number in args.round or sorted(ROUNDS):
+        (transitions if args.transitions else score_round)(number)
 
 
 if __name__ == "__main__":
