@@ -120,22 +120,21 @@ def _make_dynamic(
 
 def _check_batches(model: onnx.ModelProto) -> str:
     """'' when batch 2 gives each sample what batch 1 gives it; else why not."""
-    import onnxruntime as ort
+    from deployopt.fidelity import _input_dtypes, _session  # verify's onnxruntime session and input types
 
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    session = _session(model, "the written")
+    dtypes = _input_dtypes(session)
     rng = np.random.default_rng(0)
     feeds: dict[str, np.ndarray] = {}
     for inp in session.get_inputs():
         dims = [2 if i == 0 else d for i, d in enumerate(inp.shape)]
         if not all(isinstance(d, int) and d > 0 for d in dims):
             return f"input {inp.name!r} has other dynamic dims"
-        kind = inp.type.removeprefix("tensor(").removesuffix(")")
-        dtype = {"float": np.float32, "float16": np.float16, "double": np.float64}.get(kind)
-        feeds[inp.name] = (
-            rng.standard_normal(dims).astype(dtype) if dtype is not None else np.zeros(dims, dtype=np.int64)
-        )
+        if inp.name not in dtypes:
+            return f"input {inp.name!r} takes {inp.type}, which the check cannot feed"
+        dtype = np.dtype(dtypes[inp.name])
+        random = dtype.kind == "f"  # an integer input (pixels cast inside the model) gets zeros
+        feeds[inp.name] = rng.standard_normal(dims).astype(dtype) if random else np.zeros(dims, dtype)
     names = [o.name for o in session.get_outputs()]
     both = session.run(names, feeds)
     for i in range(2):

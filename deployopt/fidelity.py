@@ -614,13 +614,13 @@ def compare_models(
         raise DataError(f"reference has inputs {ref_inputs}, candidate has {cand_inputs}")
     rename = dict(zip(ref_inputs, cand_inputs)) if set(ref_inputs) != set(cand_inputs) else {}
     ref_types, cand_types = _input_dtypes(ref_s), _input_dtypes(cand_s)
-    _check_integer_inputs(calib, ref_types, "reference")
-    _check_static_dims(calib, ref_s, {n: n for n in ref_inputs}, "reference")
-    _check_static_dims(calib, cand_s, {n: rename.get(n, n) for n in ref_inputs}, "candidate")
-    from_cand = {c: r for r, c in rename.items()}  # the calibration arrays are keyed by reference names
-    _check_integer_inputs(calib, {from_cand.get(n, n): t for n, t in cand_types.items()}, "candidate")
     # calibration array → the input it feeds, in each model
     ref_input, cand_input = {n: n for n in ref_inputs}, {n: rename.get(n, n) for n in ref_inputs}
+    _check_integer_inputs(calib, ref_types, "reference")
+    _check_static_dims(calib, ref_s, ref_input, "reference")
+    _check_static_dims(calib, cand_s, cand_input, "candidate")
+    from_cand = {c: r for r, c in rename.items()}  # the calibration arrays are keyed by reference names
+    _check_integer_inputs(calib, {from_cand.get(n, n): t for n, t in cand_types.items()}, "candidate")
 
     max_err, err_sum, n_el = 0.0, 0.0, 0
     out_err, out_ref = [0.0] * len(ref_names), [0.0] * len(ref_names)

@@ -164,3 +164,27 @@ def test_optimize_writes_the_dynamic_batch_and_reports_it(
     )
     assert "- model.onnx: written with the input's dynamic batch" in (outdir / "report.md").read_text()
     assert _batch_dim(onnx.load(str(outdir / "model.onnx"))).dim_param == "batch"
+
+
+def test_a_uint8_input_is_fed_its_own_type(tmp_path: Path) -> None:
+    """A model that takes uint8 pixels and casts them itself: the check feeds uint8 (verify's input
+    types), so the dynamic batch comes back."""
+    w = numpy_helper.from_array(
+        np.random.default_rng(0).standard_normal([4, 3, 3, 3]).astype(np.float32), "w"
+    )
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["x"], ["xf"], to=TensorProto.FLOAT),
+            helper.make_node("Conv", ["xf", "w"], ["y"], pads=[1, 1, 1, 1]),
+        ],
+        "uint8_input",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, ["n", 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4, 8, 8])],
+        [w],
+    )
+    path = tmp_path / "u8.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    loaded = load_model(path)
+    result = restore_dynamic_batch(loaded.model, loaded.dynamic_batch, loaded.static_batch)
+    assert result.restored, result.notice
+    assert _batch_dim(result.model).dim_param == "n"
