@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import onnx
@@ -20,6 +20,14 @@ def cli(
     args: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> tuple[int, str, str]:
     return run_cli(monkeypatch, capsys, *args)
+
+
+def widen_first_free_group(src: Path, tmp_path: Path) -> tuple[Any, Path]:
+    """(the first free group, a plan file padding it by 8): the edit the output-path tests write."""
+    free = analyze(load_model(src).model).free_groups()[0]
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"widths": {free.id: free.width + 8}}))
+    return free, plan
 
 
 def run(path: Path) -> np.ndarray:
@@ -224,9 +232,7 @@ def test_apply_unwritable_output_is_one_line_and_writes_nothing(
     zoo_model_path: Callable[[str], Path], tmp_path: Path, capsys, monkeypatch
 ) -> None:
     src = zoo_model_path("se_net")
-    free = analyze(load_model(src).model).free_groups()[0]
-    plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps({"widths": {free.id: free.width + 8}}))
+    _, plan = widen_first_free_group(src, tmp_path)
     folder = tmp_path / "folder"
     folder.mkdir()
     cases = [
@@ -388,9 +394,7 @@ def test_apply_writes_through_a_symlink_and_into_a_fifo(
     import time
 
     src = zoo_model_path("se_net")
-    free = analyze(load_model(src).model).free_groups()[0]
-    plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps({"widths": {free.id: free.width + 8}}))
+    free, plan = widen_first_free_group(src, tmp_path)
     (tmp_path / "real").mkdir()
     target = tmp_path / "real" / "out.onnx"
     link = tmp_path / "link.onnx"
@@ -446,9 +450,7 @@ def test_ctrl_c_in_apply_is_one_line_and_exit_130(
         raise KeyboardInterrupt
 
     src = zoo_model_path("se_net")
-    free = analyze(load_model(src).model).free_groups()[0]
-    plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps({"widths": {free.id: free.width + 8}}))
+    _, plan = widen_first_free_group(src, tmp_path)
     monkeypatch.setattr(deployopt.cli.surgery_cmd, "save_model", ctrl_c)
     out_path = tmp_path / "out.onnx"
     code, out, err = cli(["apply", str(src), "--plan", str(plan), "-o", str(out_path)], capsys, monkeypatch)
