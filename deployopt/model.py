@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,11 +92,38 @@ def refuse_directory(path: Path) -> None:
         raise ModelError(f"{path}: is a directory, expected an .onnx file")
 
 
+# protobuf's limit on one message: an ONNX file above it keeps its weights as external data
+MAX_PROTO_BYTES = 2**31 - 1
+
+
+def _read_model_bytes(path: Path) -> bytes:
+    """The file's bytes. A pipe (`<(gunzip -c m.onnx.gz)`) is read up to protobuf's limit, so an
+    endless one ends in one line; a device or socket is refused before reading (`/dev/zero` would
+    fill memory)."""
+    try:
+        mode = path.stat().st_mode
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
+            kind = "socket" if stat.S_ISSOCK(mode) else "device"
+            raise ModelError(f"{path}: is a {kind}, not a file; give an .onnx file")
+        if not stat.S_ISFIFO(mode):
+            return path.read_bytes()
+        chunks, size = [], 0
+        with path.open("rb", buffering=0) as f:
+            while chunk := f.read(1 << 20):  # chunks: one read of 2 GiB would allocate it up front
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > MAX_PROTO_BYTES:
+                    raise ModelError(f"{path}: more than 2 GiB came through the pipe: not an ONNX model file")
+    except OSError as exc:
+        raise ModelError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    return b"".join(chunks)
+
+
 def _parse(path: Path) -> onnx.ModelProto:
     if not path.exists():
         raise ModelError(f"{path}: no such file")
     refuse_directory(path)
-    data = path.read_bytes()
+    data = _read_model_bytes(path)
     if not data:
         raise ModelError(f"{path}: empty file")
     model = onnx.ModelProto()

@@ -3,8 +3,13 @@ before; now one `error:` line, exit 2, and no output file."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -86,20 +91,22 @@ def test_fitted_params_the_model_cannot_predict_with(
     assert code == 0, err
 
 
-def test_a_billion_widths_is_refused_before_the_list_is_built() -> None:
-    """16:1000000000:1 built the whole list first (8 GB) and was killed for memory. Run in a child
-    capped at 2 GiB of address space, so a regression fails this test instead of the test run."""
-    import subprocess
-    import sys
-
-    args = ["--target", "nano", "--input", "1x16x8x8", "--out-channels", "16:1000000000:1"]
+def _run_capped(*args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI in a child capped at 2 GiB of address space, so a case that regresses into filling
+    memory fails its test instead of the whole test run."""
     cap = "import resource; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30)); "
     run_cli = (
         "import sys; from deployopt.cli.main import main; sys.argv = ['deployopt', *sys.argv[1:]]; main()"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", cap + run_cli, "staircase", *args], capture_output=True, text=True, timeout=120
+    return subprocess.run(
+        [sys.executable, "-c", cap + run_cli, *args], capture_output=True, text=True, timeout=120
     )
+
+
+def test_a_billion_widths_is_refused_before_the_list_is_built() -> None:
+    """16:1000000000:1 built the whole list first (8 GB) and was killed for memory."""
+    args = ["--target", "nano", "--input", "1x16x8x8", "--out-channels", "16:1000000000:1"]
+    proc = _run_capped("staircase", *args)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "999999985 widths is too many" in proc.stderr
 
@@ -294,3 +301,41 @@ def test_optimize_a_model_with_an_integer_input_fails_before_the_search(
         monkeypatch, capsys, *args, "-o", str(out), "--calibration-data", str(tmp_path / "u8.npy")
     )
     assert code == 0 and (out / "model.onnx").exists(), err
+
+
+def test_a_device_as_the_model_is_refused_before_reading() -> None:
+    """/dev/zero was read until memory ran out."""
+    proc = _run_capped("analyze", "/dev/zero")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip() == "error: /dev/zero: is a device, not a file; give an .onnx file", proc.stderr
+
+
+def _feed_fifo(path: Path, data: bytes) -> threading.Thread:
+    os.mkfifo(path)
+
+    def write() -> None:
+        with contextlib.suppress(BrokenPipeError), path.open("wb") as f:
+            f.write(data)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    return writer
+
+
+def test_a_pipe_is_read_as_the_model_and_an_endless_one_is_cut_off(
+    monkeypatch, capsys, tmp_path, zoo_model_path
+) -> None:
+    """`analyze <(gunzip -c m.onnx.gz)` reads a pipe: it works, and one that sends more than
+    protobuf's 2 GiB limit (scaled down here) ends in one line instead of filling memory."""
+    from deployopt import model as model_module
+
+    data = zoo_model_path("resnet_projection").read_bytes()
+    writer = _feed_fifo(tmp_path / "ok", data)
+    code, out, err = run(monkeypatch, capsys, "analyze", str(tmp_path / "ok"), "--json")
+    writer.join(timeout=10)
+    assert code == 0, err
+    assert json.loads(out)["convs"], out
+    monkeypatch.setattr(model_module, "MAX_PROTO_BYTES", len(data) - 1)
+    writer = _feed_fifo(tmp_path / "long", data)
+    _one_error(*run(monkeypatch, capsys, "analyze", str(tmp_path / "long")), "more than 2 GiB came through")
+    writer.join(timeout=10)
