@@ -40,7 +40,7 @@ from deployopt.journal import JOURNAL_VERSION, Journal, Replay, plan_key
 from deployopt.layers import ConvShape
 from deployopt.lut import LayerCache, SweepResult, device_fingerprint
 from deployopt.search import MODES, Factor, TableCost, candidate_widths, ceil_to, group_align
-from deployopt.timing import Timing, compare
+from deployopt.timing import Timing, check_run_counts, compare
 
 BACKEND_CHOICES = ("auto", "tensorrt", "trtexec", "torch", "ort", "model")
 LOSSLESS_ATOL = 1e-4
@@ -209,10 +209,8 @@ def check_config(cfg: OptimizeConfig) -> None:
         raise DeployoptError(f"--max-trim {cfg.max_trim}: must be between 0 and 1 (exclusive), e.g. 0.10")
     if cfg.max_evals < 2:
         raise DeployoptError("--max-evals must be at least 2 (the two baselines)")
-    if cfg.runs < 1 or (cfg.sweep_runs is not None and cfg.sweep_runs < 1):
-        raise DeployoptError("--runs and --sweep-runs must be at least 1")
-    if cfg.warmup < 0:
-        raise DeployoptError("--warmup must be 0 or more")
+    check_run_counts(cfg.runs, cfg.warmup)
+    check_run_counts(cfg.sweep_runs, flag="--sweep-runs")
     if cfg.resume and cfg.force:
         raise DeployoptError("--resume and --force exclude each other")
     if cfg.sms is not None and cfg.sms < 1:

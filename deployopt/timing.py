@@ -13,9 +13,20 @@ from typing import Any
 
 import numpy as np
 
-from deployopt.errors import BackendFailed, DataError
+from deployopt.errors import BackendFailed, DataError, DeployoptError
 
 BOOTSTRAP_RESAMPLES = 2000
+# More samples than anyone times on purpose: a typo (or 10**20) would otherwise loop until Ctrl-C.
+MAX_RUNS = 100_000
+
+
+def check_run_counts(runs: int | None, warmup: int | None = None, flag: str = "--runs") -> None:
+    """One-line errors for sample counts, shared by every command that times: at least one run,
+    no negative warm-up, and neither above MAX_RUNS."""
+    if runs is not None and not 1 <= runs <= MAX_RUNS:
+        raise DeployoptError(f"{flag} {runs}: must be between 1 and {MAX_RUNS:,}")
+    if warmup is not None and not 0 <= warmup <= MAX_RUNS:
+        raise DeployoptError(f"--warmup {warmup}: must be between 0 and {MAX_RUNS:,}")
 
 
 @dataclass

@@ -26,6 +26,7 @@ import sys
 import time
 
 BOOTSTRAP_RESAMPLES = 2000
+MAX_RUNS = 100000  # as deployopt.timing.MAX_RUNS (a test keeps the two equal)
 RUNNER_VERSION = "1"
 # Part of every engine's build key: raise it when build_engine starts building something else from
 # the same inputs, so engines built by the older recipe are rebuilt rather than reused.
@@ -773,10 +774,11 @@ def main(argv=None):
         if args.env_only:
             result = board_environment()
         else:
-            if args.runs < 1:
-                raise RunnerError("--runs must be at least 1")
-            if args.warmup < 0:
-                raise RunnerError("--warmup must be >= 0")
+            # the host's bounds (deployopt.timing.MAX_RUNS): a typo would otherwise run until Ctrl-C
+            if not 1 <= args.runs <= MAX_RUNS:
+                raise RunnerError("--runs {}: must be between 1 and {:,}".format(args.runs, MAX_RUNS))
+            if not 0 <= args.warmup <= MAX_RUNS:
+                raise RunnerError("--warmup {}: must be between 0 and {:,}".format(args.warmup, MAX_RUNS))
             if not args.model:
                 raise RunnerError("give a model (.onnx or .engine), or --env-only")
             if not os.path.isfile(args.model):

@@ -127,7 +127,11 @@ def test_profile_json_and_table(monkeypatch, capsys, model: Path) -> None:
         (["--dtype", "fp16"], "error: backend 'ort' runs fp32 only (asked for fp16)"),
         (["--dtype", "fp8"], "error: --dtype 'fp8': choose one of fp32, fp16, int8"),
         (["--backend", "nope"], "error: unknown backend 'nope'; choose one of: ort, torch"),
-        (["--runs", "0"], "error: --runs must be at least 1"),
+        (["--runs", "0"], "error: --runs 0: must be between 1 and 100,000"),
+        # an absurd count used to time until Ctrl-C
+        (["--runs", "99999999999999999999"], "error: --runs 99999999999999999999: must be between 1 and"),
+        (["--warmup", "-1"], "error: --warmup -1: must be between 0 and 100,000"),
+        (["--warmup", "1000001"], "error: --warmup 1000001: must be between 0 and 100,000"),
         (
             ["--calibration-data", "calib.npy"],
             "error: --calibration-data calibrates INT8: use it with --dtype int8",

@@ -228,7 +228,9 @@ def test_unwritable_outdir_and_negative_warmup_are_one_line(
         (a_file, ["--resume"], f"cannot write into {a_file}: it is a file, not a folder"),
         (a_file / "out", [], f"cannot write into {a_file / 'out'}: {a_file} is a file, not a folder"),
         (a_file / "a" / "b", [], f"{a_file} is a file, not a folder"),
-        (tmp_path / "w", ["--warmup", "-1"], "--warmup must be 0 or more"),
+        (tmp_path / "w", ["--warmup", "-1"], "--warmup -1: must be between 0 and 100,000"),
+        (tmp_path / "w", ["--runs", "100001"], "--runs 100001: must be between 1 and 100,000"),
+        (tmp_path / "w", ["--sweep-runs", "0"], "--sweep-runs 0: must be between 1 and 100,000"),
     ]
     for outdir, extra, message in cases:
         code, out, err = cli(monkeypatch, capsys, *base_args(model, outdir), *extra)

@@ -153,6 +153,19 @@ def test_errors_are_one_line(tmp_path: Path) -> None:
     assert runner.main([str(RUNNER), "--runs", "0"]) == 2
 
 
+def test_run_counts_have_the_hosts_bounds(capsys: pytest.CaptureFixture[str]) -> None:
+    """The board refuses what `deployopt bench` refuses, with the same words."""
+    from deployopt.timing import MAX_RUNS
+
+    assert runner.MAX_RUNS == MAX_RUNS
+    for flags, message in (
+        (["--runs", str(MAX_RUNS + 1)], f"--runs {MAX_RUNS + 1}: must be between 1 and 100,000"),
+        (["--warmup", "-1"], "--warmup -1: must be between 0 and 100,000"),
+    ):
+        assert runner.main([str(RUNNER), *flags]) == 2
+        assert capsys.readouterr().err == f"error: {message}\n"
+
+
 def test_env_only_prints_json() -> None:
     proc = subprocess.run(
         [sys.executable, str(RUNNER), "--env-only"], capture_output=True, text=True, timeout=60

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from deployopt.errors import BackendUnavailable
 from deployopt.layers import ConvShape
-from deployopt.timing import Timing
+from deployopt.timing import Timing, check_run_counts
 
 if TYPE_CHECKING:
     from deployopt.model import LoadedModel
@@ -189,8 +189,7 @@ class Backend(ABC):
             )
         if options.sms is not None and not self.can_limit_sms:
             raise DeployoptError(f"backend {self.name!r} cannot limit the GPU's SMs (--sms)")
-        if options.runs < 1:
-            raise DeployoptError("--runs must be at least 1")
+        check_run_counts(options.runs)
         if options.cudnn_engines is not None:
             if not self.can_choose_cudnn_engines:
                 raise DeployoptError(

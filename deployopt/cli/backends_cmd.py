@@ -38,7 +38,7 @@ from deployopt.cli.app import (
 )
 from deployopt.errors import DeployoptError
 from deployopt.fileio import check_output_file, write_json
-from deployopt.timing import Timing
+from deployopt.timing import Timing, check_run_counts
 
 BENCH_KEYS = (
     "backend",
@@ -151,10 +151,7 @@ def _options(
         )
     if batch is not None and batch < 1:
         raise DeployoptError("--batch must be at least 1")
-    if runs < 1:
-        raise DeployoptError("--runs must be at least 1")
-    if warmup < 0:
-        raise DeployoptError("--warmup must be 0 or more")
+    check_run_counts(runs, warmup)
     if not 0 < timeout <= MAX_TIMEOUT_S:  # NaN passed `<= 0`; inf overflows a worker's queue wait
         raise DeployoptError(
             f"--timeout {timeout:g}: must be a number of seconds above 0, at most {MAX_TIMEOUT_S}"

@@ -28,6 +28,7 @@ from deployopt.errors import DeployoptError
 from deployopt.fileio import check_output_file
 from deployopt.layers import ConvShape
 from deployopt.targets import sm_count
+from deployopt.timing import check_run_counts
 from deployopt.waves import DW_OUTPUTS_PER_BLOCK
 
 # A short calibration sweep: (n, c, h, w, kernel, stride) × output channels 16…256 step 16.
@@ -335,8 +336,8 @@ def staircase_command(
     tgt = get_target(target, sms=sms)
     if measure and dtype == "int8":
         raise DeployoptError("--measure with --dtype int8: INT8 staircases are predicted only")
-    if measure and runs < 1:
-        raise DeployoptError("--runs must be at least 1")
+    if measure:
+        check_run_counts(runs)
     timings = None
     if measure:
         from deployopt.backends.base import MeasureOptions, get_backend
