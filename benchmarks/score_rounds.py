@@ -3,9 +3,10 @@ and pooled by subset, with the fit shipped just before the round was measured (k
 folder), so no figure here comes from a fit that saw the sweeps it scores. Predictions of the
 wave model against measured H200 medians.
 
-    python benchmarks/score_rounds.py            # rounds four to eight
+    python benchmarks/score_rounds.py            # rounds four to nine
     python benchmarks/score_rounds.py --round 8
     python benchmarks/score_rounds.py --round 8 --transitions   # where the misses are (below)
+    python benchmarks/score_rounds.py --by-size  # rounds four to nine pooled by predicted latency
 Round four: the fit of rounds one to three (commit cf4b182); round five: the fit of commit d5f5956
 (rounds one to four); round six: the fit of commit f1dd72a (rounds one to five, with the fp16
 family at 32); rounds seven (small) and eight (not fitted on: their sweeps stay in their records):
@@ -27,7 +28,13 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import eval_wave_model as ev  # noqa: E402
 
 from deployopt.targets import get_target  # noqa: E402
-from deployopt.waves import WaveParams  # noqa: E402
+from deployopt.waves import (  # noqa: E402
+    LAUNCH_BOUND_BELOW,
+    SIZE_CLASSES,
+    WAVE_BOUND_FROM,
+    WaveParams,
+    size_class,
+)
 
 FOLDERS = {
     "default_limit": ROOT / "benchmarks" / "staircases",
@@ -47,6 +54,8 @@ ROUNDS = {
     7: ("h200_round7", "round7_sweeps.json", "fit_before_round7.json", {"au", "av", "aw", "ax"}, ""),
     8: ("h200_round8", "round8_sweeps.json", "fit_before_round8.json",
         {"ay", "az", "ba", "bb", "bc", "bd", "be", "bf"}, "repeats"),
+    9: ("h200_round9", "round9_sweeps.json", "fit_before_round9.json",
+        {"bg", "bh", "bi", "bj", "bk", "bl", "bm", "bn"}, "repeats"),
 }  # fmt: skip
 
 
@@ -182,11 +191,102 @@ def transitions(number: int) -> None:
                 print(f"      {step:>7}: {cells}")
 
 
+Cells = dict[tuple[str, int, str], list[float]]  # (mode, SMs, class) → agree, pairs, Σ regret, sweeps
+
+
+def size_cells(numbers: list[int]) -> Cells:
+    """The held-out rounds sorted by how long the model predicts the conv takes (the median of its
+    predicted staircase, `deployopt.waves.size_class`): each round's new shapes only, each scored
+    with the fit shipped before it, per search mode and SM count; and a second measurement as the
+    "model" of the first, where the round has repeats (mode "repeat"). Sorting needs no
+    measurement, so a user can apply it to their own layers."""
+    import statistics
+
+    target = get_target("h200")
+    cells: Cells = {}
+
+    def add(key: tuple[str, int, str], agree: float, pairs: float, regret: float) -> None:
+        cell = cells.setdefault(key, [0, 0, 0.0, 0])
+        cell[0] += agree
+        cell[1] += pairs
+        cell[2] += regret
+        cell[3] += 1
+
+    for number in numbers:
+        ids, params, new = load_round(number)
+        folders = _folders(number)
+        size: dict[str, str] = {}
+        for mode in ("default_limit", "all_engines"):
+            wanted = {i for i in ids[mode] if not i.endswith("_repeat") and i.split("_")[1] in new}
+            for s in (s for s in ev.load_sweeps(folders[mode]) if s["id"] in wanted):
+                pred = ev.predictions("wave", s, target, params[s["dtype"]])
+                cls = size_class(statistics.median(pred), params[s["dtype"]])
+                if mode == "default_limit":
+                    size[s["id"]] = cls
+                w = ev.score([s], target, params)["wave"]
+                add((mode, s["sms"], cls), round(w["agreement"] * w["pairs"]), w["pairs"], w["regret"])
+        folder, *_, kept = ROUNDS[number]
+        default = ev.load_sweeps(folders["default_limit"])
+        reps = [s for s in default if s["id"].endswith("_repeat")]
+        if kept:
+            reps += ev.load_sweeps(ROOT / "benchmarks" / "results" / folder / kept)
+        twins = {r["id"].removesuffix("_repeat") for r in reps} & set(size)
+        firsts = [s for s in default if s["id"] in twins]
+        for row in ev.noise_ceiling(firsts + [r for r in reps if r["id"].removesuffix("_repeat") in twins]):
+            if row["measured"].endswith("_repeat") or not row["pairs"]:
+                continue
+            sms = int(row["measured"].rsplit("_", 1)[1].removesuffix("sm"))
+            add(("repeat", sms, size[row["measured"]]), row["agree"], row["pairs"], row["regret"])
+    return cells
+
+
+def pooled(cells: Cells, mode: str, cls: str, sms: int | None = None) -> dict[str, float] | None:
+    """Agreement (over pairs) and regret (over sweeps) of one mode and class, at one SM count or
+    pooled over all; None when no sweep is in it."""
+    picked = [v for (m, n, c), v in cells.items() if m == mode and c == cls and sms in (None, n)]
+    if not picked:
+        return None
+    agree, pairs, regret, sweeps = (sum(v[i] for v in picked) for i in range(4))
+    return {"agreement": agree / pairs, "regret": regret / sweeps, "pairs": pairs, "sweeps": sweeps}
+
+
+def by_size(numbers: list[int]) -> None:
+    cells = size_cells(numbers)
+    print(f"#### rounds {', '.join(map(str, numbers))}, new shapes, by the conv's predicted median latency")
+    print(
+        f"(launch-bound: < {LAUNCH_BOUND_BELOW:g}× the fit's fixed cost; wave-bound: ≥ {WAVE_BOUND_FROM:g}×)"
+    )
+    print("search         SMs  class          sweeps  pairs  model agreement / regret  repeat as model")
+    for sms in (8, 16, 132, None):  # None: every SM count pooled
+        for mode in ("default_limit", "all_engines"):
+            for cls in SIZE_CLASSES:
+                got = pooled(cells, mode, cls, sms)
+                if got is None:
+                    continue
+                rep = pooled(cells, "repeat", cls, sms) if mode == "default_limit" else None
+                rep_s = "—"
+                if rep:
+                    rep_s = f"{100 * rep['agreement']:.1f} % / {100 * rep['regret']:.2f} % ({rep['sweeps']})"
+                where = "all" if sms is None else str(sms)
+                print(
+                    f"{mode:<14} {where:>3}  {cls:<13} {got['sweeps']:6d} {got['pairs']:6d}  "
+                    f"{100 * got['agreement']:5.1f} % / {100 * got['regret']:.2f} %          {rep_s}"
+                )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--round", type=int, choices=sorted(ROUNDS), action="append")
     ap.add_argument("--transitions", action="store_true", help="where the misses are, instead of the scores")
+    ap.add_argument(
+        "--by-size",
+        action="store_true",
+        help="the rounds pooled by the conv's predicted latency (deployopt.waves.size_class), not the scores",
+    )
     args = ap.parse_args()
+    if args.by_size:
+        by_size(args.round or sorted(ROUNDS))
+        return
     for number in args.round or sorted(ROUNDS):
         (transitions if args.transitions else score_round)(number)
 

@@ -817,6 +817,7 @@ def conv_rows(analysis: Any, target: Target, dtype: str = "fp16") -> list[dict[s
             "waves": pred.waves,
             "tail_fill": pred.tail_fill,
             "predicted_us": pred.predicted_us,
+            "size_class": size_class(pred.predicted_us, params, shape.is_depthwise),
             "predictor": params.name,
             "widths": [],
         }
@@ -904,6 +905,39 @@ def _is_free(group: Any) -> bool:
     if hasattr(group, "free"):
         return bool(group.free)
     return not bool(getattr(group, "frozen", False))
+
+
+# --- how far a conv's width staircase is the model's to predict ---
+
+# A conv whose predicted latency is mostly the fixed cost (launch, prologue) has no wave structure
+# worth aligning to: its measured staircase is cuDNN's pick among near-equal kernels, run to run.
+# In multiples of the fixed cost so the bounds carry to GPUs with other launch costs (untested off
+# the H200, where fixed ≈ 6 µs: launch-bound below ≈ 10 µs, wave-bound from ≈ 24 µs). Chosen on
+# held-out rounds eight and nine, checked on four to seven (`benchmarks/score_rounds.py --by-size`;
+# docs/wave_model.md, "By conv size").
+LAUNCH_BOUND_BELOW = 1.75  # predicted latency / fixed cost
+WAVE_BOUND_FROM = 4.0
+SIZE_CLASSES = ("launch-bound", "small", "wave-bound")
+
+
+def size_class(predicted_us: float, params: WaveParams, depthwise: bool = False) -> str:
+    """'launch-bound', 'small' or 'wave-bound': where a conv of this predicted latency sits
+    between fixed cost and waves (its width staircase is predictable only in the last). Depthwise
+    convs are measured against their own fixed cost; the bounds were measured on dense convs."""
+    ratio = predicted_us / (params.dw_fixed_us if depthwise else params.fixed_us)
+    if ratio < LAUNCH_BOUND_BELOW:
+        return "launch-bound"
+    return "small" if ratio < WAVE_BOUND_FROM else "wave-bound"
+
+
+SIZE_CLASS_MEANING = {
+    "launch-bound": "mostly fixed cost; such a conv's measured staircase follows cuDNN's kernel picks, "
+    "not waves, so no width is predictably faster (a second measurement agrees with the first on under "
+    "half of width pairs)",
+    "small": "part fixed cost; waves show in such a conv's staircase, blurred by kernel picks (a second "
+    "measurement agrees with the first on about two width pairs in three)",
+    "wave-bound": "waves set the staircase; its steps are the model's to predict",
+}
 
 
 # --- scoring a staircase model against a measured sweep (benchmarks/eval_wave_model.py, tests) ---

@@ -199,6 +199,42 @@ def test_analyze_target_adds_wave_columns(zoo_model_path: Callable[[str], Path],
     assert code == 0 and "waves on h200 (8 SMs, fp16)" in out and "predicted by the wave model" in out
 
 
+def test_analyze_target_names_the_launch_bound_convs(
+    zoo_model_path: Callable[[str], Path], capsys, monkeypatch
+) -> None:
+    """The CIFAR ResNet at batch 1 is small: on the full H200 every conv is mostly fixed cost, on
+    an Orin Nano 8GB's 8 SMs a few are. Each row carries its size class, and the text names the
+    launch-bound convs so nobody acts on their wave-aligned widths."""
+    from deployopt.targets import get_target
+    from deployopt.waves import size_class
+
+    path = str(zoo_model_path("resnet56_pruned"))
+    code, out, _ = cli(["analyze", path, "--json", "--target", "h200"], capsys, monkeypatch)
+    rows = json.loads(out)["waves"]["convs"]
+    assert code == 0 and {r["size_class"] for r in rows} == {"launch-bound"}
+    code, out, _ = cli(["analyze", path, "--target", "h200"], capsys, monkeypatch)
+    text = " ".join(out.split())
+    first = ", ".join(r["name"] for r in rows[:8])
+    n = len(rows)
+    assert f"{n} of {n} convs are launch-bound (predicted under 1.75× the fixed cost: {first}, … " in text
+    assert f"({len(rows) - 8} more)): mostly fixed cost" in text and "convs are small" not in text
+
+    code, out, _ = cli(["analyze", path, "--json", "--target", "orin-nano-8gb"], capsys, monkeypatch)
+    rows = json.loads(out)["waves"]["convs"]
+    params = get_target("orin-nano-8gb").wave_params("fp16")
+    assert [r["size_class"] for r in rows] == [size_class(r["predicted_us"], params) for r in rows]
+    launch = [r["name"] for r in rows if r["size_class"] == "launch-bound"]
+    small = sum(r["size_class"] == "small" for r in rows)
+    assert 0 < len(launch) <= 8 and small and len(launch) + small < len(rows)
+    code, out, _ = cli(["analyze", path, "--target", "orin-nano-8gb"], capsys, monkeypatch)
+    text = " ".join(out.split())
+    assert (
+        f"{len(launch)} of {len(rows)} convs are launch-bound (predicted under 1.75× the fixed cost: " in text
+    )
+    assert ", ".join(launch) + "): mostly fixed cost" in text
+    assert f"{small} of {len(rows)} convs are small (predicted under 4× the fixed cost): part fixed" in text
+
+
 def test_analyze_target_errors(zoo_model_path: Callable[[str], Path], capsys, monkeypatch) -> None:
     path = str(zoo_model_path("vgg16_pruned"))
     code, _, err = cli(["analyze", path, "--sms", "8"], capsys, monkeypatch)

@@ -156,6 +156,26 @@ def analyze_cmd(
             "not measured.",
             markup=False,
         )
+        _print_size_classes(rows)
+
+
+def _print_size_classes(rows: Sequence[dict[str, Any]], most: int = 8) -> None:
+    """Which convs are not wave-bound, and what that means: a launch-bound conv's "nearest
+    wave-aligned widths" are not worth acting on. (Per conv in --json: `size_class`.)"""
+    from deployopt.waves import LAUNCH_BOUND_BELOW, SIZE_CLASS_MEANING, WAVE_BOUND_FROM
+
+    for cls, bound in (("launch-bound", LAUNCH_BOUND_BELOW), ("small", WAVE_BOUND_FROM)):
+        names = [r["name"] for r in rows if r["size_class"] == cls]
+        if not names:
+            continue
+        shown = ", ".join(names[:most]) + (f", … ({len(names) - most} more)" if len(names) > most else "")
+        console.print(
+            f"{len(names)} of {len(rows)} convs are {cls} (predicted under {bound:g}× the fixed cost"
+            f"{': ' + shown if cls == 'launch-bound' else ''}): {SIZE_CLASS_MEANING[cls]}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def waves_table(rows: Sequence[dict[str, Any]], title: str) -> Table:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
@@ -238,7 +239,7 @@ def staircase_doc(
     backend: str | None = None,
 ) -> dict[str, Any]:
     """The staircase as JSON: points (out_channels, waves, tail_fill, predicted_us, measured_*)."""
-    from deployopt.waves import staircase
+    from deployopt.waves import LAUNCH_BOUND_BELOW, WAVE_BOUND_FROM, size_class, staircase
 
     params = target.wave_params(dtype)
     preds = staircase(shape, target, dtype, ks)
@@ -264,9 +265,18 @@ def staircase_doc(
                 "family": p.family,
             }
         )
+    median_us = statistics.median(p.predicted_us for p in preds)
     doc: dict[str, Any] = {
         "points": points,
         "predicted_kernels": kernels,
+        # where this conv sits between fixed cost and waves: how far its staircase is predictable
+        "size_class": {
+            "class": size_class(median_us, params, shape.is_depthwise),
+            "predicted_median_us": median_us,
+            "fixed_us": params.dw_fixed_us if shape.is_depthwise else params.fixed_us,
+            "launch_bound_below": LAUNCH_BOUND_BELOW,
+            "wave_bound_from": WAVE_BOUND_FROM,
+        },
         "target": {
             "name": target.name,
             "display_name": target.display_name,
@@ -414,6 +424,17 @@ def staircase_command(
         console.print(
             f"meas µs: measured on backend {measure}, median and IQR of {timings[0].runs} runs per width"
             + (f" ({what})" if what else ""),
+            highlight=False,
+            soft_wrap=True,
+        )
+    sc = doc["size_class"]
+    if sc["class"] != "wave-bound":
+        from deployopt.waves import SIZE_CLASS_MEANING
+
+        console.print(
+            f"note: {sc['class']} (predicted median {sc['predicted_median_us']:.1f} µs, "
+            f"{sc['predicted_median_us'] / sc['fixed_us']:.1f}× the fixed cost of {sc['fixed_us']:.1f} µs; "
+            f"wave-bound from {sc['wave_bound_from']:g}×): {SIZE_CLASS_MEANING[sc['class']]}",
             highlight=False,
             soft_wrap=True,
         )
