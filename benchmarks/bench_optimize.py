@@ -50,6 +50,8 @@ from typing import Any, Callable
 
 import onnx
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, uninstalled
+
 from deployopt.backends.base import MeasureOptions, get_backend
 from deployopt.fileio import file_sha256, write_json
 from deployopt.optimize import OptimizeConfig, Optimizer, OptimizeResult

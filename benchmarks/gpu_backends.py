@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, uninstalled
+
 from deployopt.backends import MeasureOptions, get_backend
 from deployopt.cli.backends_cmd import bench_json
 from deployopt.errors import DeployoptError

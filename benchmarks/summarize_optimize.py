@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, uninstalled
+
 RESULTS = Path(__file__).resolve().parent / "results" / "h200_optimize"
 CURRENT = "code of 9f1a9e1: confirmation step, fp16 family at 32"
 ENGINES = "code of 97e43a2, every cuDNN engine timed (--cudnn-engines 0: TensorRT's way)"
