@@ -114,6 +114,19 @@ SHAPES = {
     "bl": (1, 64, 56, 56, 3, 2),
     "bm": (1, 32, 160, 160, 3, 2),
     "bn": (1, 512, 10, 10, 1, 1),
+    # tenth round (2026-12-03, held out, chosen after size_class was fixed and committed, to test it):
+    # mostly layers the shipped fit predicts wave-bound at 8/16 SMs — YOLOv8s 3×3s at 160×160 and
+    # 80×80, a YOLO 1×1 at 40×40, a batch-4 1×1 at 56×56 (C = 96), a batch-2 3×3 on C = 256 at
+    # 32×32, a segmentation 3×3 at 128×256 (C = 48), a batch-2 stride-2 3×3 on C = 192 at 52×52,
+    # a 3×3 at 120×160 (C = 96, a 480×640 detector at stride 4)
+    "bo": (1, 64, 160, 160, 3, 1),
+    "bp": (1, 128, 80, 80, 3, 1),
+    "bq": (1, 256, 40, 40, 1, 1),
+    "br": (4, 96, 56, 56, 1, 1),
+    "bs": (2, 256, 32, 32, 3, 1),
+    "bt": (1, 48, 128, 256, 3, 1),
+    "bv": (2, 192, 52, 52, 3, 2),
+    "bx": (1, 96, 120, 160, 3, 1),
 }
 
 # Depthwise (groups = input = output channels, swept together): the 3×3 and 5×5 depthwise layers

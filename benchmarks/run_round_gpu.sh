@@ -1,0 +1,36 @@
+#!/bin/bash
+# A held-out round of wave-model sweeps (docs/wave_model.md), on the H200:
+#   bash benchmarks/run_round_gpu.sh 9 default   # PyTorch's default search at 8, 16 and 132 SMs
+#   bash benchmarks/run_round_gpu.sh 9 all       # every cuDNN engine timed at 8, 16 and 132 SMs
+#   bash benchmarks/run_round_gpu.sh 9 repeats   # the default search again, in new processes
+#   bash benchmarks/run_round_gpu.sh 10 default  # round ten's shapes, likewise
+# Results into $OUT/{default,repeats,all_engines}/round<N>_<sms>.json, one file per SM count,
+# rewritten after every sweep (a run cut by its time limit keeps what it finished); split them into
+# one file per sweep with benchmarks/split_sweeps.py. Carry .whl (onnx-graphsurgeon) for deployopt.
+set -u
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site:$PWD
+D=${OUT:?set OUT to the results folder}
+case ${1:?round: 9 or 10} in
+9) SHAPES=bg,bh,bi,bj,bk,bl,bm,bn ;;
+10) SHAPES=bo,bp,bq,br,bs,bt,bv,bx ;;
+*) echo "unknown round $1" >&2; exit 2 ;;
+esac
+R=$1
+shift
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+case ${1:?default, all or repeats} in
+default|repeats)
+    mkdir -p "$D/$1"
+    for sms in 8 16 0; do  # 0: the whole GPU
+        timeout 170 python benchmarks/staircase_sweeps.py --sms $sms --shapes $SHAPES \
+            --out "$D/$1/round${R}_$sms.json"
+    done ;;
+all)
+    mkdir -p "$D/all_engines"
+    for sms in 8 16 0; do  # every engine takes longer on few SMs: the limits add up to 560 s
+        timeout $((sms == 8 ? 220 : sms == 16 ? 190 : 150)) \
+            python benchmarks/staircase_sweeps.py --sms $sms --shapes $SHAPES --benchmark-limit 0 \
+            --out "$D/all_engines/round${R}_$sms.json"
+    done ;;
+esac
