@@ -28,7 +28,8 @@ default|repeats)
     done ;;
 all)
     mkdir -p "$D/all_engines"
-    for sms in 8 16 0; do  # every engine takes longer on few SMs: the limits add up to 560 s
+    # SMS="8 16" to leave out the whole GPU; every engine takes longer on few SMs (limits: 560 s)
+    for sms in ${SMS:-8 16 0}; do
         timeout $((sms == 8 ? 220 : sms == 16 ? 190 : 150)) \
             python benchmarks/staircase_sweeps.py --sms $sms --shapes $SHAPES --benchmark-limit 0 \
             --out "$D/all_engines/round${R}_$sms.json"
