@@ -3,10 +3,10 @@ and pooled by subset, with the fit shipped just before the round was measured (k
 folder), so no figure here comes from a fit that saw the sweeps it scores. Predictions of the
 wave model against measured H200 medians.
 
-    python benchmarks/score_rounds.py            # rounds four to nine
+    python benchmarks/score_rounds.py            # rounds four to ten
     python benchmarks/score_rounds.py --round 8
     python benchmarks/score_rounds.py --round 8 --transitions   # where the misses are (below)
-    python benchmarks/score_rounds.py --by-size  # rounds four to nine pooled by predicted latency
+    python benchmarks/score_rounds.py --by-size  # rounds four to ten pooled by predicted latency
 Round four: the fit of rounds one to three (commit cf4b182); round five: the fit of commit d5f5956
 (rounds one to four); round six: the fit of commit f1dd72a (rounds one to five, with the fp16
 family at 32); rounds seven (small) and eight (not fitted on: their sweeps stay in their records):
@@ -56,6 +56,9 @@ ROUNDS = {
         {"ay", "az", "ba", "bb", "bc", "bd", "be", "bf"}, "repeats"),
     9: ("h200_round9", "round9_sweeps.json", "fit_before_round9.json",
         {"bg", "bh", "bi", "bj", "bk", "bl", "bm", "bn"}, "repeats"),
+    # chosen to test size_class, its classes and expectation committed before measuring
+    10: ("h200_round10", "round10_sweeps.json", "fit_before_round10.json",
+        {"bo", "bp", "bq", "br", "bs", "bt", "bv", "bx"}, "repeats"),
 }  # fmt: skip
 
 

@@ -913,8 +913,8 @@ def _is_free(group: Any) -> bool:
 # worth aligning to: its measured staircase is cuDNN's pick among near-equal kernels, run to run.
 # In multiples of the fixed cost so the bounds carry to GPUs with other launch costs (untested off
 # the H200, where fixed ≈ 6 µs: launch-bound below ≈ 10 µs, wave-bound from ≈ 24 µs). Chosen on
-# held-out rounds eight and nine, checked on four to seven (`benchmarks/score_rounds.py --by-size`;
-# docs/wave_model.md, "By conv size").
+# held-out rounds eight and nine, checked on four to seven and on round ten, measured to test them
+# (`benchmarks/score_rounds.py --by-size`; docs/wave_model.md, "By conv size").
 LAUNCH_BOUND_BELOW = 1.75  # predicted latency / fixed cost
 WAVE_BOUND_FROM = 4.0
 SIZE_CLASSES = ("launch-bound", "small", "wave-bound")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -493,6 +494,7 @@ ROUND6 = ROOT / "benchmarks" / "results" / "h200_round6"
 ROUND7 = ROOT / "benchmarks" / "results" / "h200_round7"  # held out: not in benchmarks/staircases/
 ROUND8 = ROOT / "benchmarks" / "results" / "h200_round8"  # held out, like round seven
 ROUND9 = ROOT / "benchmarks" / "results" / "h200_round9"  # held out, batch-1 layers
+ROUND10 = ROOT / "benchmarks" / "results" / "h200_round10"  # held out, pre-registered test of size_class
 
 
 def _held_out_round(record_dir: Path, number: int, every: list[dict]) -> tuple[dict, list[dict], dict]:
@@ -694,28 +696,57 @@ def test_round_nine_is_held_out_and_scored_with_the_shipped_fit():
         assert model["agreement"] > repeat_share
 
 
-@pytest.mark.skipif(not ROUND9.is_dir(), reason="no round-nine record")
-def test_wave_bound_convs_meet_the_goal_on_six_held_out_rounds():
-    """What SIZE_CLASS_MEANING tells users, checked on rounds four to nine (new shapes, each
+@pytest.mark.skipif(not ROUND10.is_dir(), reason="no round-ten record")
+def test_round_ten_tests_size_class_as_pre_registered():
+    """Round ten's shapes were chosen after size_class was committed, and the class of each sweep
+    written down before measuring (prediction.json): the code still gives those classes. Measured:
+    wave-bound sweeps 82.5 % / 1.81 % with the default search (agreement as expected, regret not:
+    fp16 multiples of 64 where cuDNN ran a slower grid), 91.3 % / 0.98 % with every engine timed."""
+    import eval_wave_model as ev
+    import score_rounds
+
+    _, sweeps, params = _held_out_round(ROUND10, 10, ev.load_sweeps(ROUND10 / "default_limit"))
+    assert len(sweeps) == 48 and len(ev.load_sweeps(ROUND10 / "all_engines")) == 31
+    prediction = json.loads((ROUND10 / "prediction.json").read_text())
+    target = get_target("h200")
+    for s in sweeps:
+        median = statistics.median(ev.predictions("wave", s, target, params[s["dtype"]]))
+        assert prediction["classes"][s["id"]] == size_class(median, params[s["dtype"]]), s["id"]
+    cells = score_rounds.size_cells([10])
+    default = score_rounds.pooled(cells, "default_limit", "wave-bound")
+    timed = score_rounds.pooled(cells, "all_engines", "wave-bound")
+    assert default is not None and timed is not None
+    assert (default["sweeps"], round(default["agreement"] * default["pairs"]), default["pairs"]) == (
+        30,
+        695,
+        842,
+    )
+    assert default["regret"] == pytest.approx(0.0181, abs=5e-5)
+    assert timed["sweeps"] == 26 and timed["agreement"] >= 0.91 and timed["regret"] <= 0.0099
+
+
+@pytest.mark.skipif(not ROUND10.is_dir(), reason="no round-ten record")
+def test_wave_bound_convs_meet_the_goal_on_seven_held_out_rounds():
+    """What SIZE_CLASS_MEANING tells users, checked on rounds four to ten (new shapes, each
     scored with the fit shipped before it; `score_rounds.py --by-size`): convs predicted at ≥ 4×
-    the fixed cost meet issue 3's goal (default search 81.2 % / 1.39 %, every engine 86.9 % /
+    the fixed cost meet issue 3's goal (default search 81.5 % / 1.47 %, every engine 87.7 % /
     0.95 %); under 1.75× a second measurement agrees with the first on under half of the pairs,
     in between on about two in three, and the model is no better than that there."""
     import score_rounds
 
-    cells = score_rounds.size_cells([4, 5, 6, 7, 8, 9])
+    cells = score_rounds.size_cells([4, 5, 6, 7, 8, 9, 10])
 
     def get(mode: str, cls: str, sms: int | None = None) -> dict:
         got = score_rounds.pooled(cells, mode, cls, sms)
         assert got is not None
         return got
 
-    for mode, agree, most in (("default_limit", 0.81, 0.0140), ("all_engines", 0.868, 0.0096)):
+    for mode, agree, most in (("default_limit", 0.814, 0.0148), ("all_engines", 0.876, 0.0096)):
         wave = get(mode, "wave-bound")
         assert wave["agreement"] >= agree and wave["regret"] <= most, (mode, wave)
     for sms in (8, 16):  # with every engine timed, at Jetson-like SM counts on their own too
         wave = get("all_engines", "wave-bound", sms)
-        assert wave["agreement"] >= 0.86 and wave["regret"] <= 0.0103, (sms, wave)
+        assert wave["agreement"] >= 0.87 and wave["regret"] <= 0.0103, (sms, wave)
     assert get("repeat", "launch-bound")["agreement"] < 0.5
     assert 0.6 < get("repeat", "small")["agreement"] < 0.72
     assert get("default_limit", "launch-bound")["agreement"] < 0.5
