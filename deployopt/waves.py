@@ -932,10 +932,10 @@ def size_class(predicted_us: float, params: WaveParams, depthwise: bool = False)
 
 SIZE_CLASS_MEANING = {
     "launch-bound": "mostly fixed cost; such a conv's measured staircase follows cuDNN's kernel picks, "
-    "not waves, so no width is predictably faster (a second measurement agrees with the first on under "
-    "half of width pairs)",
-    "small": "part fixed cost; waves show in such a conv's staircase, blurred by kernel picks (a second "
-    "measurement agrees with the first on about two width pairs in three)",
+    "not waves, so no width is predictably faster (on the H200 a second measurement of such a staircase "
+    "agrees with the first on under half of width pairs)",
+    "small": "part fixed cost; waves show in such a conv's staircase, blurred by kernel picks (on the H200 a "
+    "second measurement agrees with the first on about two width pairs in three)",
     "wave-bound": "waves set the staircase; its steps are the model's to predict",
 }
 
