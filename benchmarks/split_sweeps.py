@@ -35,7 +35,8 @@ def main() -> None:
             record = {k: doc[k] for k in keys if k in doc}
             record.update(dtype=sweep["dtype"], shape=sweep["shape"], points=sweep["points"])
             path = out / f"h200_{sweep['id']}{suffix}.json"
-            path.write_text(json.dumps(record, indent=1) + "\n")
+            # compact: the records are data, and the repository travels to the GPU under a size limit
+            path.write_text(json.dumps(record, separators=(",", ":"), ensure_ascii=False) + "\n")
             print(path)
 
 
