@@ -97,11 +97,14 @@ def build_report(
             "table_after_us": opt.layer_values.get(after.signature()),
         }
         if opt._predict is not None:
-            from deployopt.waves import predict
+            from deployopt.waves import predict, size_class
 
             pb, pa = predict(before, opt.target, cfg.dtype), predict(after, opt.target, cfg.dtype)
             row["waves_before"], row["tail_fill_before"] = pb.waves, pb.tail_fill
             row["waves_after"], row["tail_fill_after"] = pa.waves, pa.tail_fill
+            # a launch-bound layer's width change is not the model's to explain (docs/wave_model.md)
+            params = opt.target.wave_params(cfg.dtype)
+            row["size_class_before"] = size_class(pb.predicted_us, params, before.is_depthwise)
         layers.append(row)
 
     evaluations = [
@@ -333,11 +336,19 @@ def render_markdown(report: dict[str, Any]) -> str:
             if "waves_before" in row
             else "—"
         )
+        if row.get("size_class_before", "wave-bound") != "wave-bound":
+            waves += f", {row['size_class_before']}"
         lines.append(
             f"| {row['conv']} | {row['before']['c']}×{row['before']['k']} "
             f"| {row['after']['c']}×{row['after']['k']} | {v(row['table_before_us'])} "
             f"| {v(row['table_round_up_8_us'])} | {v(row['table_after_us'])} | {waves} |"
         )
+    classes = [r.get("size_class_before") for r in report["layers"]]
+    for cls in ("launch-bound", "small"):
+        if cls in classes:
+            from deployopt.waves import SIZE_CLASS_MEANING
+
+            lines += ["", f"{classes.count(cls)} of {len(classes)} layers {cls}: {SIZE_CLASS_MEANING[cls]}."]
     fid = report.get("fidelity")
     lines += ["", "## Fidelity (onnxruntime, reference = input model)", ""]
     if fid:

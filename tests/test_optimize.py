@@ -76,6 +76,25 @@ def test_lossless_with_the_wave_model_writes_everything(
     assert report["evaluations"]["count"] == res.evaluation_count
     assert report["per_layer_sweep"]["shapes"] == report["per_layer_sweep"]["measured"] > 0
     assert len(report["layers"]) == 13
+    # each layer's size class is the wave model's for its original shape; the table and a line say so
+    from deployopt.coupling import analyze
+    from deployopt.model import load_model
+    from deployopt.targets import get_target
+    from deployopt.waves import predict, size_class
+
+    h200 = get_target("h200", sms=8)
+    shapes = analyze(load_model(src).model).convs
+    expected = {
+        c.name: size_class(predict(c.shape, h200, "fp16").predicted_us, h200.wave_params("fp16"))
+        for c in shapes
+    }
+    assert {r["conv"]: r["size_class_before"] for r in report["layers"]} == expected
+    for cls in ("launch-bound", "small"):
+        count = list(expected.values()).count(cls)
+        assert (f"{count} of 13 layers {cls}: " in md) == (count > 0)
+    assert (
+        "launch-bound" in expected.values() or "small" in expected.values()
+    )  # the batch-4 VGG has both kinds
     changed = [g for g in report["groups"] if g["best"] not in (g["round_up_8"], g["original"])]
     assert len(report["staircases"]) == len(changed)  # how many depends on the wave model's parameters
     # The solver's table optimum was measured (first evaluation after the two baselines).
