@@ -598,42 +598,22 @@ def test_staircase_plot_format_follows_the_name(monkeypatch, capsys, tmp_path):
 def test_staircase_says_when_a_conv_is_too_small_for_waves(monkeypatch, capsys) -> None:
     """MobileNetV2's last 1×1 at batch 1 on the full H200 is mostly fixed cost: the JSON carries
     its size class, the table a note; a batch-8 3×3 on 8 SMs is wave-bound and gets no note."""
-    tiny = [
-        "staircase",
-        "--target",
-        "h200",
-        "--input",
-        "1x320x7x7",
-        "--kernel",
-        "1",
-        "--out-channels",
-        "256:512:64",
-    ]
+    tiny = ["staircase", "--target", "h200", "--input", "1x320x7x7", "--kernel", "1",
+            "--out-channels", "256:512:64"]  # fmt: skip
     code, out, err = run(monkeypatch, capsys, *tiny, "--json")
     assert code == 0, err
     doc = json.loads(out)
     sc = doc["size_class"]
     fixed = get_target("h200").wave_params("fp16").fixed_us
-    assert sc["fixed_us"] == pytest.approx(fixed) and (sc["launch_bound_below"], sc["wave_bound_from"]) == (
-        1.75,
-        4,
-    )
+    assert sc["fixed_us"] == pytest.approx(fixed)
+    assert (sc["launch_bound_below"], sc["wave_bound_from"]) == (1.75, 4)
     median = sorted(p["predicted_us"] for p in doc["points"])[2]
     assert sc["predicted_median_us"] == pytest.approx(median) and median < 1.75 * fixed
     assert sc["class"] == "launch-bound"
     code, out, _ = run(monkeypatch, capsys, *tiny)
     assert code == 0 and "note: launch-bound (predicted median" in " ".join(out.split())
-    big = [
-        "staircase",
-        "--target",
-        "h200",
-        "--sms",
-        "8",
-        "--input",
-        "8x128x28x28",
-        "--out-channels",
-        "64:128:32",
-    ]
+    big = ["staircase", "--target", "h200", "--sms", "8", "--input", "8x128x28x28",
+           "--out-channels", "64:128:32"]  # fmt: skip
     code, out, _ = run(monkeypatch, capsys, *big, "--json")
     assert json.loads(out)["size_class"]["class"] == "wave-bound"
     code, out, _ = run(monkeypatch, capsys, *big)
