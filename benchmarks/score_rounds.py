@@ -219,9 +219,10 @@ def size_cells(numbers: list[int]) -> Cells:
         ids, params, new = load_round(number)
         folders = _folders(number)
         size: dict[str, str] = {}
-        for mode in ("default_limit", "all_engines"):
+        loaded = {mode: ev.load_sweeps(folders[mode]) for mode in ("default_limit", "all_engines")}
+        for mode, every in loaded.items():
             wanted = {i for i in ids[mode] if not i.endswith("_repeat") and i.split("_")[1] in new}
-            for s in (s for s in ev.load_sweeps(folders[mode]) if s["id"] in wanted):
+            for s in (s for s in every if s["id"] in wanted):
                 pred = ev.predictions("wave", s, target, params[s["dtype"]])
                 cls = size_class(statistics.median(pred), params[s["dtype"]])
                 if mode == "default_limit":
@@ -229,7 +230,7 @@ def size_cells(numbers: list[int]) -> Cells:
                 w = ev.score([s], target, params)["wave"]
                 add((mode, s["sms"], cls), round(w["agreement"] * w["pairs"]), w["pairs"], w["regret"])
         folder, *_, kept = ROUNDS[number]
-        default = ev.load_sweeps(folders["default_limit"])
+        default = loaded["default_limit"]
         reps = [s for s in default if s["id"].endswith("_repeat")]
         if kept:
             reps += ev.load_sweeps(ROOT / "benchmarks" / "results" / folder / kept)

@@ -85,6 +85,7 @@ def build_report(
     before_shapes = opt.conv_shapes(opt.original)
     r8_shapes = opt.conv_shapes(opt.round_up)
     after_shapes = opt.conv_shapes(best.plan)
+    params = opt.target.wave_params(cfg.dtype) if opt._predict is not None else None
     for name, after in after_shapes.items():
         before, rounded = before_shapes[name], r8_shapes[name]
         row: dict[str, Any] = {
@@ -96,14 +97,13 @@ def build_report(
             "table_round_up_8_us": opt.layer_values.get(rounded.signature()),
             "table_after_us": opt.layer_values.get(after.signature()),
         }
-        if opt._predict is not None:
+        if params is not None:
             from deployopt.waves import predict, size_class
 
             pb, pa = predict(before, opt.target, cfg.dtype), predict(after, opt.target, cfg.dtype)
             row["waves_before"], row["tail_fill_before"] = pb.waves, pb.tail_fill
             row["waves_after"], row["tail_fill_after"] = pa.waves, pa.tail_fill
             # a launch-bound layer's width change is not the model's to explain (docs/wave_model.md)
-            params = opt.target.wave_params(cfg.dtype)
             row["size_class_before"] = size_class(pb.predicted_us, params, before.is_depthwise)
         layers.append(row)
 

@@ -920,11 +920,16 @@ WAVE_BOUND_FROM = 4.0
 SIZE_CLASSES = ("launch-bound", "small", "wave-bound")
 
 
+def fixed_cost_us(params: WaveParams, depthwise: bool = False) -> float:
+    """The fixed cost size classes are measured against: a depthwise conv's own path has its own."""
+    return params.dw_fixed_us if depthwise else params.fixed_us
+
+
 def size_class(predicted_us: float, params: WaveParams, depthwise: bool = False) -> str:
     """'launch-bound', 'small' or 'wave-bound': where a conv of this predicted latency sits
     between fixed cost and waves (its width staircase is predictable only in the last). Depthwise
     convs are measured against their own fixed cost; the bounds were measured on dense convs."""
-    ratio = predicted_us / (params.dw_fixed_us if depthwise else params.fixed_us)
+    ratio = predicted_us / fixed_cost_us(params, depthwise)
     if ratio < LAUNCH_BOUND_BELOW:
         return "launch-bound"
     return "small" if ratio < WAVE_BOUND_FROM else "wave-bound"

@@ -239,7 +239,7 @@ def staircase_doc(
     backend: str | None = None,
 ) -> dict[str, Any]:
     """The staircase as JSON: points (out_channels, waves, tail_fill, predicted_us, measured_*)."""
-    from deployopt.waves import LAUNCH_BOUND_BELOW, WAVE_BOUND_FROM, size_class, staircase
+    from deployopt.waves import LAUNCH_BOUND_BELOW, WAVE_BOUND_FROM, fixed_cost_us, size_class, staircase
 
     params = target.wave_params(dtype)
     preds = staircase(shape, target, dtype, ks)
@@ -273,7 +273,7 @@ def staircase_doc(
         "size_class": {
             "class": size_class(median_us, params, shape.is_depthwise),
             "predicted_median_us": median_us,
-            "fixed_us": params.dw_fixed_us if shape.is_depthwise else params.fixed_us,
+            "fixed_us": fixed_cost_us(params, shape.is_depthwise),
             "launch_bound_below": LAUNCH_BOUND_BELOW,
             "wave_bound_from": WAVE_BOUND_FROM,
         },
