@@ -346,10 +346,9 @@ def staircase_command(
     tgt = get_target(target, sms=sms)
     if measure and dtype == "int8":
         raise DeployoptError("--measure with --dtype int8: INT8 staircases are predicted only")
-    if measure:
-        check_run_counts(runs)
     timings = None
     if measure:
+        check_run_counts(runs)  # before the backend is looked up: a bad count costs no probe
         from deployopt.backends.base import MeasureOptions, get_backend
 
         backend = get_backend(measure)
