@@ -17,6 +17,7 @@ import onnxruntime as ort
 import pytest
 from cli_runner import run_cli
 from onnx import TensorProto, helper, numpy_helper
+from ort_session import LEVELS, cpu_session
 
 from deployopt.coupling import Analysis, analyze
 from deployopt.errors import ModelError, PlanError
@@ -24,13 +25,9 @@ from deployopt.importance import dead_channels_many, filter_l1
 from deployopt.model import load_model
 from deployopt.surgery import apply_plan, apply_plan_report
 
-LEVELS = (ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
-
 
 def _run(model: onnx.ModelProto, level: ort.GraphOptimizationLevel = LEVELS[1], seed: int = 1) -> np.ndarray:
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = level
-    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    sess = cpu_session(model, level)
     inp = sess.get_inputs()[0]
     x = np.random.default_rng(seed).standard_normal(inp.shape).astype(np.float32)
     return sess.run(None, {inp.name: x})[0]

@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from ort_session import LEVELS, cpu_session
 from zoo_models import MODELOPT_FLOAT_TWINS
 
 from deployopt.coupling import Analysis, analyze
@@ -24,14 +25,11 @@ from deployopt.model import load_model
 from deployopt.surgery import apply_plan
 
 DATA = Path(__file__).resolve().parent / "data"
-LEVELS = (ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
 NAMES = sorted(MODELOPT_FLOAT_TWINS)
 
 
 def _run(model: onnx.ModelProto, level: ort.GraphOptimizationLevel, x: np.ndarray) -> np.ndarray:
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = level
-    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    sess = cpu_session(model, level)
     return sess.run(None, {sess.get_inputs()[0].name: x})[0]
 
 

@@ -12,6 +12,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
+from ort_session import cpu_session
 from scripts import load_script
 from test_coupling import Net, tiny_mixed
 from zoo_models import MODELS
@@ -24,7 +25,7 @@ from deployopt.surgery import apply_plan, apply_plan_report, channel_order, dead
 
 
 def run(model: onnx.ModelProto, seed: int = 1) -> np.ndarray:
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = cpu_session(model)
     feeds = {}
     for inp in sess.get_inputs():
         feeds[inp.name] = np.random.default_rng(seed).standard_normal(inp.shape).astype(np.float32)

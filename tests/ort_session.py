@@ -1,0 +1,26 @@
+"""onnxruntime CPU sessions for the exactness tests (padded against original outputs)."""
+
+from __future__ import annotations
+
+import onnx
+import onnxruntime as ort
+
+LEVELS = (ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+
+
+def cpu_session(
+    model: onnx.ModelProto, level: ort.GraphOptimizationLevel = LEVELS[1]
+) -> ort.InferenceSession:
+    """A CPU session whose int8 convs are exact on every x86 CPU.
+
+    Without VNNI (AVX2, AVX-512F) onnxruntime's fused int8 convs multiply with VPMADDUBSW, whose
+    int16 sums of product pairs saturate, and which products pair up depends on the channel count:
+    a QDQ model padded by 3 channels then differs from its original by the overflow, not by the
+    padding (1.56 on an AVX2 EPYC, where the original differs from its own unfused run by 4.5).
+    `session.x64quantprecision` makes onnxruntime use its U8U8 kernels, which do not saturate.
+    """
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = level
+    opts.add_session_config_entry("session.x64quantprecision", "1")
+    opts.add_session_config_entry("optimization.disable_specified_optimizers", "NchwcTransformer")
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
