@@ -453,6 +453,11 @@ def _session(model: str | os.PathLike[str] | onnx.ModelProto, role: str) -> Any:
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 4  # errors come back as exceptions; the log would repeat them
+    # On x86 CPUs without VNNI (AVX2, AVX-512F) onnxruntime's int8 convs sum product pairs in int16,
+    # which saturates, and which pairs depends on the channel count: an exact pad of an INT8 QDQ
+    # model then "differs" from its original (cosine 0.93 seen on an AVX2 CPU). Its U8U8 kernels
+    # do not saturate; slower, but a fidelity check must see the edit, not the overflow.
+    opts.add_session_config_entry("session.x64quantprecision", "1")
     try:
         if isinstance(model, onnx.ModelProto):
             return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
