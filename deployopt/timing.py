@@ -270,19 +270,24 @@ def load_timing(path: str | Path) -> Timing:
         raise DataError(f"{p} is not a measurement: it has no {exc.args[0]!r} field") from None
     except (ValueError, TypeError) as exc:
         raise DataError(f"{p} is not a measurement: {exc}") from None
-    bad = [
-        s
-        for s in timing.samples_us
-        if isinstance(s, bool) or not isinstance(s, (int, float)) or not np.isfinite(s) or s < 0
-    ]
-    if bad:
-        raise DataError(f"{p}: samples_us must be finite latencies in µs (0 or more); found {bad[0]!r}")
+    _check_samples(p, timing, "samples_us")
     if not timing.measured:
         raise DataError(
             f"{p} is predicted by {timing.predictor or 'a model'}, not measured: regression timing "
             "compares measurements"
         )
     return timing
+
+
+def _check_samples(p: Path, timing: Timing, what: str) -> None:
+    """A NaN, infinite or negative sample would make a median that passes a regression gate."""
+    bad = [
+        s
+        for s in timing.samples_us
+        if isinstance(s, bool) or not isinstance(s, (int, float)) or not np.isfinite(s) or s < 0
+    ]
+    if bad:
+        raise DataError(f"{p}: {what} must be finite latencies (0 or more); found {bad[0]!r}")
 
 
 def _from_export_times(p: Path) -> Timing:
@@ -292,6 +297,9 @@ def _from_export_times(p: Path) -> Timing:
         timing = load_run(times=p).timing("computeMs")
     except (KeyError, ValueError, TypeError, AttributeError):
         raise DataError(f"{p} is a JSON list but not a trtexec --exportTimes file") from None
+    except DataError as exc:
+        raise DataError(f"{p}: {exc}") from None
+    _check_samples(p, timing, "computeMs values")
     timing.timed = "one query, GPU compute time per trtexec --exportTimes (computeMs)"
     timing.environment.setdefault("source", str(p))
     return timing

@@ -113,6 +113,24 @@ def test_samples_that_are_not_latencies_are_one_line(monkeypatch, capsys, tmp_pa
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+def test_export_times_that_are_not_latencies_are_one_line(monkeypatch, capsys, tmp_path: Path) -> None:
+    """Before, NaN compute times compared as 'no change' (exit 0), -1 ms as 'faster', 1e400 as
+    'slower': a corrupt trtexec file could pass the regression gate."""
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps([{"computeMs": 1.0 + i / 100} for i in range(10)]))
+    for i, value in enumerate(["NaN", "-1", "1e400", "Infinity"]):
+        bad = tmp_path / f"bad{i}.json"
+        bad.write_text("[" + ", ".join(f'{{"computeMs": {value}}}' for _ in range(10)) + "]")
+        code, out, err = run_cli(monkeypatch, capsys, "compare", str(good), str(bad))
+        assert code == 2 and out == "", value
+        assert err.startswith(f"error: {bad}: computeMs values must be finite latencies"), err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    missing = tmp_path / "missing.json"
+    missing.write_text(json.dumps([{"latencyMs": 1.0}] * 10))
+    code, _, err = run_cli(monkeypatch, capsys, "compare", str(good), str(missing))
+    assert code == 2 and err.startswith(f"error: {missing}: --exportTimes has no 'computeMs'"), err
+
+
 def test_unwritable_output_is_one_line(monkeypatch, capsys, tmp_path: Path) -> None:
     a_file = tmp_path / "file.json"
     a_file.write_text("{}")
