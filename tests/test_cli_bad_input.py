@@ -111,6 +111,34 @@ def test_a_billion_widths_is_refused_before_the_list_is_built() -> None:
     assert len(proc.stderr.strip().splitlines()) == 1 and "999999985 widths is too many" in proc.stderr
 
 
+@pytest.mark.parametrize(
+    ("dims", "widths", "tensor"),
+    [
+        ("8x128x28x28", "99999999999999999999", "weight"),  # predicted 5.9e20 µs before, exit 0
+        ("999999999x128x28x28", "16:64:16", "input"),
+        ("8x128x99999999x99999999", "16:64:16", "input"),
+        ("1x1x40000x40000", "16:64:16", "output"),
+    ],
+)
+def test_a_conv_no_gpu_library_runs_is_refused(
+    monkeypatch, capsys, dims: str, widths: str, tensor: str
+) -> None:
+    code, out, err = run_cli(
+        monkeypatch,
+        capsys,
+        "staircase",
+        "--target",
+        "orin-nano-8gb",
+        "--input",
+        dims,
+        "--out-channels",
+        widths,
+    )
+    assert code == 2 and out == "", out
+    assert err.startswith(f"error: --input {dims} with ") and f"the {tensor} tensor would have" in err, err
+    assert len(err.strip().splitlines()) == 1
+
+
 def test_compare_environment_not_an_object(monkeypatch, capsys, tmp_path) -> None:
     """An environment of the wrong type was an AttributeError in the setup comparison; null is fine."""
     base = {"backend": "ort", "samples_us": [100.0 + i for i in range(10)], "environment": [1]}

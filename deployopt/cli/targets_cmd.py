@@ -230,6 +230,27 @@ def _base_shape(input_dims: str, kernel: str, stride: int, groups: int, first_k:
     return shape
 
 
+#: cuDNN limits a tensor to 2 giga-elements (cudnnSetTensorNdDescriptor) and TensorRT indexes
+#: with 32-bit integers: a larger conv is not one either runs, and predicting it is noise.
+MAX_TENSOR_ELEMENTS = 2**31 - 1
+
+
+def _check_tensor_sizes(widest: ConvShape, input_dims: str) -> None:
+    """The sweep's widest conv must have input, weights and output under MAX_TENSOR_ELEMENTS."""
+    s = widest
+    sizes = {
+        "input": s.n * s.c * s.h * s.w,
+        "weight": s.k * (s.c // s.groups) * s.r * s.s,
+        "output": s.n * s.k * s.p * s.q,
+    }
+    for what, count in sizes.items():
+        if count > MAX_TENSOR_ELEMENTS:
+            raise DeployoptError(
+                f"--input {input_dims} with {s.k} output channels: the {what} tensor would have "
+                f"{count:.3g} elements; cuDNN and TensorRT take at most 2^31 - 1 per tensor"
+            )
+
+
 def staircase_doc(
     target: Any,
     shape: ConvShape,
@@ -343,6 +364,7 @@ def staircase_command(
     shape = _base_shape(input_dims, kernel, stride, groups, ks[0])
     if groups > 1 and not shape.is_depthwise and any(k % groups for k in ks):
         raise DeployoptError(f"--out-channels: every width must be a multiple of --groups {groups}")
+    _check_tensor_sizes(shape.with_out_channels(ks[-1]), input_dims)
     tgt = get_target(target, sms=sms)
     if measure and dtype == "int8":
         raise DeployoptError("--measure with --dtype int8: INT8 staircases are predicted only")
