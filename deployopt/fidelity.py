@@ -236,6 +236,12 @@ def load_calibration(
     """
     if count < 1:
         raise DataError(f"--count must be >= 1, got {count}")
+    # NaN or infinity here made NaN inputs, which compared as a failed check (exit 1), not bad input
+    if not (math.isfinite(scale) and scale > 0):
+        raise DataError(f"--scale must be a finite number above 0, got {scale}")
+    for what, values in (("mean", mean), ("std", std)):
+        if not all(math.isfinite(float(v)) for v in values):
+            raise DataError(f"--{what} values must be finite numbers, got {','.join(map(str, values))}")
     if seed < 0:  # numpy takes any non-negative seed; a negative one was a traceback
         raise DataError(f"--seed must be 0 or more, got {seed}")
     if not inputs:

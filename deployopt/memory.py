@@ -320,4 +320,5 @@ def require_fidelity_memory(
     if ref is None or cand is None:
         return
     est = RunEstimate(ref.inputs * samples, ref.weights + cand.weights, ref.activations + cand.activations)
-    require_memory(est, available_host_bytes(), reference, "onnxruntime fidelity check, host memory", hint)
+    where = "onnxruntime fidelity check" + (f", {samples} input samples held at once" if samples > 1 else "")
+    require_memory(est, available_host_bytes(), reference, f"{where}, host memory", hint)

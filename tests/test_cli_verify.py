@@ -106,6 +106,24 @@ def test_bad_input_raises_one_line_errors(zoo_model_path, tmp_path: Path) -> Non
         assert f"--max-abs-error {float(bound)}: expected an error bound ≥ 0" == str(result.exception)
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--scale", "inf", "--scale must be a finite number above 0, got inf"),
+        ("--scale", "nan", "--scale must be a finite number above 0, got nan"),
+        ("--scale", "0", "--scale must be a finite number above 0, got 0.0"),
+        ("--mean", "nan,0,0", "--mean values must be finite numbers, got nan,0.0,0.0"),
+        ("--std", "1,inf,1", "--std values must be finite numbers, got 1.0,inf,1.0"),
+    ],
+)
+def test_preprocessing_that_makes_nan_inputs_is_bad_input(zoo_model_path, option, value, message) -> None:
+    """Before, these fed NaN (or all-zero) images and reported 'FAILED: min cosine nan' with exit 1,
+    as if the models differed."""
+    ref = str(zoo_model_path("resnet56_pruned"))
+    result = _verify(ref, ref, "--calibration-data", str(CIFAR), option, value)
+    assert isinstance(result.exception, DataError) and str(result.exception) == message
+
+
 def test_console_script_exit_codes(zoo_model_path, tmp_path: Path) -> None:
     """Through the real entry point: bad calibration data is one line on stderr and exit 2."""
     ref = str(zoo_model_path("resnet56_pruned"))

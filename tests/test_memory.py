@@ -194,7 +194,7 @@ def test_verify_refuses_inputs_that_cannot_fit(
     # 2 input sets of 8 MiB, both models' weights, both models' outputs (16 MiB each)
     assert err.startswith("error: batch 4096 needs at least 48.0 MiB for inputs, weights and activations ")
     assert err.endswith(
-        "(onnxruntime fidelity check, host memory), 1.0 MiB available; "
+        "(onnxruntime fidelity check, 2 input samples held at once, host memory), 1.0 MiB available; "
         "try a smaller --input-shape or --count\n"
     )
 
@@ -209,7 +209,7 @@ def test_optimize_refuses_before_its_output_folder_exists(
     assert need is not None
     if backend == "model":  # runs nothing: the fidelity check's 4 random input sets are what cannot fit
         available = RunEstimate(4 * need.inputs, need.weights, need.activations).total - 1
-        where = "onnxruntime fidelity check, host memory"
+        where = "onnxruntime fidelity check, 4 input samples held at once, host memory"
     else:  # the ort backend's own run (the fidelity check, larger, is let through here)
         monkeypatch.setattr(memory, "require_fidelity_memory", lambda *a, **k: None)
         available = need.total - 1
