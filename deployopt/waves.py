@@ -283,6 +283,7 @@ def default_params(cc: tuple[int, int], dtype: str, clock_mhz: float) -> WavePar
     from deployopt.targets import FITTED_DIR  # lazy: targets imports this module
 
     ref: WaveParams | None = None
+    basis = f"the H200 {dtype} fit"
     path = FITTED_DIR / "h200.json"
     if path.exists():
         import json
@@ -293,11 +294,12 @@ def default_params(cc: tuple[int, int], dtype: str, clock_mhz: float) -> WavePar
         elif dtype == "int8" and "fp16" in doc.get("params", {}):
             ref = WaveParams.from_json(doc["params"]["fp16"])
             ref = replace(ref, macs_per_us_per_sm=ref.macs_per_us_per_sm * 2)
+            basis = "the H200 fp16 fit at twice its rate (no INT8 fit exists)"
     scale = (_peak(cc, dtype) * clock_mhz) / (_peak(REFERENCE_CC, dtype) * REFERENCE_CLOCK_MHZ)
     slow = REFERENCE_CLOCK_MHZ / max(clock_mhz, 1.0)
     name = f"cc{cc[0]}.{cc[1]}-{dtype} default"
     source = (
-        f"derived from the H200 {dtype} fit scaled by per-SM peak MACs/clock × clock "
+        f"derived from {basis} scaled by per-SM peak MACs/clock × clock "
         f"({_peak(cc, dtype)} vs {_peak(REFERENCE_CC, dtype)} MACs/clk/SM; {clock_mhz:g} vs "
         f"{REFERENCE_CLOCK_MHZ:g} MHz); not calibrated on hardware"
     )

@@ -918,3 +918,14 @@ def test_depthwise_path_on_networks_no_fit_has_seen():
         assert dw["level_error_after"] < 0.35 < dw["level_error_before"], name
         # the other convs take the GEMM path, unchanged by the depthwise one
         assert row["other"]["before_us"] == row["other"]["after_us"]
+
+
+def test_int8_defaults_say_they_come_from_the_fp16_fit() -> None:
+    """There is no INT8 fit: the defaults are the fp16 one at twice the rate, and the source line
+    (printed by `targets`) said "the H200 int8 fit"."""
+    from deployopt.waves import default_params
+
+    fp16, int8 = default_params((8, 7), "fp16", 625), default_params((8, 7), "int8", 625)
+    assert "the H200 fp16 fit at twice its rate (no INT8 fit exists)" in int8.source
+    assert "int8 fit" not in int8.source and "the H200 fp16 fit scaled" in fp16.source
+    assert int8.macs_per_us_per_sm == pytest.approx(2 * fp16.macs_per_us_per_sm)
