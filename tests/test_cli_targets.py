@@ -53,6 +53,9 @@ def test_targets_table_and_json(monkeypatch, capsys):
         "h200",
     }
     assert all(d["sms"] == 16 for d in listed)
+    code, out, _ = run(monkeypatch, capsys, "targets", "--sms", "4")  # the table says who is missing
+    assert code == 0 and "note: left out, fewer than 4 SMs: nano, tx2\n" in out
+    assert "xavier-nx" in out and "\n│ nano " not in out
 
 
 def test_staircase_json_schema(monkeypatch, capsys, tmp_path):

@@ -169,6 +169,9 @@ def targets_command(
             _model_column(t, fitted, FIT_BORROWED),
         )
     console.print(table)
+    left_out = [] if target or not sms else [t.name for t in everything if t.sms < sms]
+    if left_out:
+        console.print(f"note: left out, fewer than {sms} SMs: {', '.join(left_out)}", highlight=False)
     if target:
         t = targets[0]
         console.print(f"origin: {t.origin}", highlight=False)
