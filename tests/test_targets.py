@@ -168,6 +168,12 @@ def test_profile_path_and_cache_precedence(tmp_path, monkeypatch):
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(TargetError, match="not a deployopt target profile"):
         load_profile(Path(tmp_path / "bad.json"))
+    # an exported profile missing one of its facts said "no 'target' key", which it never had
+    exported = get_target("orin-nano-8gb").to_json()
+    del exported["compute_capability"]
+    (tmp_path / "no_cc.json").write_text(json.dumps(exported))
+    with pytest.raises(TargetError, match=r"no_cc.json: a `targets --json` profile needs compute_capab"):
+        load_profile(tmp_path / "no_cc.json")
 
 
 def test_params_fitted_or_default():

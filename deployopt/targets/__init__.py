@@ -263,8 +263,14 @@ def load_profile(path: str | os.PathLike[str]) -> Target:
         params = d.get("params") if isinstance(d.get("params"), dict) else {}
         d["params"] = {dt: p for dt, p in params.items() if isinstance(p, dict) and p.get("fitted")}
         d.pop("full_sms", None)
+    elif isinstance(doc, dict) and "target" not in doc and {"compute_capability", "clock_mhz"} & set(doc):
+        missing = sorted({"compute_capability", "clock_mhz"} - set(doc))
+        raise TargetError(f"{path}: a `targets --json` profile needs {' and '.join(missing)}")
     elif not isinstance(doc, dict) or "target" not in doc:
-        raise TargetError(f"{path} is not a deployopt target profile (no 'target' key)")
+        raise TargetError(
+            f"{path} is not a deployopt target profile (neither calibrate's, with a 'target' key, nor "
+            "one from `targets --target T --json`)"
+        )
     elif not isinstance(doc["target"], dict):
         raise TargetError(f"{path}: 'target' must be an object of GPU facts, not {_json_type(doc['target'])}")
     else:
