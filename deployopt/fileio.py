@@ -119,6 +119,16 @@ def _umask() -> int:
     return mask
 
 
+def publish(tmp: str | os.PathLike[str], dest: str | os.PathLike[str]) -> None:
+    """Rename a finished temp file onto `dest` with the mode the umask gives new files.
+
+    Every output goes through here: mkstemp makes its file 0600, and so does onnx (1.23) for an
+    external weights file, but a result is shared like any file the user writes (an engine or a
+    model with its .data copied to a board, a report read by CI). An OSError propagates."""
+    os.chmod(tmp, 0o666 & ~_umask())
+    os.replace(tmp, dest)
+
+
 @contextlib.contextmanager
 def atomic_path(dest: str | os.PathLike[str], suffix: str = "") -> Iterator[Path]:
     """Yield a temp path beside `dest`; rename it onto `dest` only if the block succeeds.
@@ -141,10 +151,7 @@ def atomic_path(dest: str | os.PathLike[str], suffix: str = "") -> Iterator[Path
     tmp_path = Path(tmp)
     try:
         yield tmp_path
-        # mkstemp makes the file 0600; a result is shared like any file the user writes (an engine
-        # copied to a board, a report read by CI), so it gets the mode the umask gives new files
-        os.chmod(tmp_path, 0o666 & ~_umask())
-        os.replace(tmp_path, dest)
+        publish(tmp_path, dest)
     except OSError as exc:  # writing the temp file (a full disk, a quota) or renaming it
         raise output_error(dest, exc) from None
     finally:

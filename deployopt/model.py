@@ -21,7 +21,14 @@ from google.protobuf.message import DecodeError
 from onnx import TensorProto
 
 from deployopt.errors import ModelError, OutputError
-from deployopt.fileio import check_output_file, make_output_dir, output_error, resolve_output, write_bytes
+from deployopt.fileio import (
+    check_output_file,
+    make_output_dir,
+    output_error,
+    publish,
+    resolve_output,
+    write_bytes,
+)
 
 #: A safety stop only: folding runs while each pass removes nodes. A dynamic-batch ShuffleNetV2
 #: exported at opset 11 needs 29 passes (each channel shuffle's Reshape target is computed from the
@@ -457,10 +464,10 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, external
                 size_threshold=1024,
             )
             if (tmpdir / location).exists():
-                os.replace(tmpdir / location, dest.parent / location)
+                publish(tmpdir / location, dest.parent / location)
         else:
             onnx.save_model(model, str(tmp_model))
-        os.replace(tmp_model, dest)
+        publish(tmp_model, dest)
     except OSError as exc:  # a full disk, a read-only folder, a folder named like the data file
         raise output_error(dest, exc) from None
     finally:

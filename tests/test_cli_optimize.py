@@ -406,3 +406,81 @@ def test_a_read_only_outdir_is_one_line_before_the_run(
     assert (code, stdout) == (2, "")
     assert err == f"error: cannot write {out}: Read-only file system\n"
     assert not out.exists()
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+@pytest.mark.parametrize(
+    ("journal", "message"),
+    [
+        ("garbage\n", "is not a deployopt journal (line 1 is not JSON)"),
+        ('{"a": 1}\n{"b": 2}\n', "is not a deployopt journal (its first line is not a 'start' event)"),
+    ],
+    ids=["garbage", "unrelated-json"],
+)
+def test_resume_from_a_file_that_is_no_journal_is_one_line_and_touches_nothing(
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: Any,
+    journal: str,
+    message: str,
+) -> None:
+    """Both replayed as an empty journal: the run started over ("13 this run"), exit 0, appended to
+    the file and wrote a result set, where a missing journal is "nothing to resume"."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "journal.jsonl").write_text(journal)
+    (out / "notes.txt").write_text("mine")
+    before = _snapshot(out)
+    model = zoo_model_path("vgg16_pruned_b4")
+    code, stdout, err = cli(monkeypatch, capsys, *base_args(model, out), "--max-evals", "4", "--resume")
+    assert code == 2 and stdout == ""
+    assert err == f"error: {out / 'journal.jsonl'} {message}; use --force to start over\n"
+    assert _snapshot(out) == before
+
+
+def test_a_run_killed_mid_line_resumes_and_resumes_again(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """A torn last line (SIGKILL mid-write) is skipped; the resumed run's first event was appended
+    onto it, a damaged middle line that made the next --resume fail."""
+    model = zoo_model_path("vgg16_pruned_b4")
+    out = tmp_path / "out"
+    code, _, err = cli(monkeypatch, capsys, *base_args(model, out), "--max-evals", "4")
+    assert code == 0, err
+    journal = out / "journal.jsonl"
+    measured = [e for e in Journal.read(journal) if e["event"] == "measured"]
+    with open(journal, "a") as f:
+        f.write('{"event":"measured","index":99,"label":"x","pla')  # killed mid-write
+    for evals in ("5", "6"):
+        args = [*base_args(model, out), "--max-evals", evals, "--resume", "--json"]
+        code, stdout, err = cli(monkeypatch, capsys, *args)
+        assert code == 0, err
+        assert json.loads(stdout)["evaluations"]["from_journal"] >= len(measured)
+    assert journal.read_text().endswith("\n")
+    assert [e["event"] for e in Journal.read(journal)].count("resume") == 2
+
+
+def test_optimize_writes_external_weights_with_the_umask_mode(
+    zoo_model: Callable[[str], Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """model.onnx.data came out 0600 (onnx creates it so) beside a 0644 model.onnx."""
+    import os
+    import stat
+
+    import onnx
+
+    model = tmp_path / "m.onnx"
+    onnx.save(zoo_model("vgg16_pruned_b4"), model, save_as_external_data=True, location="m.onnx.data")
+    out = tmp_path / "out"
+    old = os.umask(0o022)
+    try:
+        code, _, err = cli(monkeypatch, capsys, *base_args(model, out), "--max-evals", "4")
+    finally:
+        os.umask(old)
+    assert code == 0, err
+    for name in ("model.onnx", "model.onnx.data", "plan.json", "report.json"):
+        assert stat.S_IMODE((out / name).stat().st_mode) == 0o644, name

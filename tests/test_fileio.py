@@ -214,3 +214,39 @@ def test_the_output_check_probes_a_read_only_folder(tmp_path: Path, monkeypatch:
         fileio.check_output_dir(ro / "outdir")
     assert fileio.check_output_file(tmp_path / "x.json") == tmp_path / "x.json"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ro"] and not list(ro.iterdir())
+
+
+def _external_data_model() -> onnx.ModelProto:
+    """One Conv whose 16×3×3×3 weights (1.7 kB) are over save_model's 1 kB external-data threshold."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((16, 3, 3, 3), np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 6, 6])],
+        [w],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o027, 0o640)], ids=["umask022", "umask027"])
+def test_every_written_file_gets_the_umask_mode_external_weights_too(
+    tmp_path: Path, umask: int, mode: int
+) -> None:
+    """onnx (1.23) creates an external .data file 0600, as mkstemp does: the weights of `apply -o`
+    and optimize's model.onnx.data were unreadable to whoever the model was handed to."""
+    from deployopt.model import save_model
+
+    old = os.umask(umask)
+    try:
+        write_text(tmp_path / "report.md", "x")
+        save_model(_external_data_model(), tmp_path / "m.onnx", external_data=True)
+        save_model(_external_data_model(), tmp_path / "inline.onnx")
+    finally:
+        os.umask(old)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["inline.onnx", "m.onnx", "m.onnx.data", "report.md"]
+    for name in ("report.md", "m.onnx", "m.onnx.data", "inline.onnx"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == mode, name
