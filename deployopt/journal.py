@@ -4,6 +4,10 @@ One JSON object per line, each line flushed and fsync'd before the search goes o
 Ctrl-C can at worst lose the line being written, which replay then ignores. Replay gives back
 every end-to-end Timing (keyed by plan), every per-layer table value, and the configuration the
 run was started with, so `--resume` can refuse a journal that belongs to a different run.
+
+A journal starts with its run's "start" event (written the moment the file is opened); a file
+that does not (garbage, another program's JSON lines, nothing at all) is refused by replay rather
+than taken for an empty journal, which would silently start the run over.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ class Journal:
         self.path = Path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            _cut_torn_line(self.path)
             self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115  (closed in close())
         except OSError as exc:  # read-only, a file where the folder goes: one line, not a traceback
             raise output_error(self.path, exc) from None
@@ -80,29 +85,52 @@ class Journal:
 
     @staticmethod
     def read(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
-        """Events in order; a torn last line (killed mid-write) is skipped, a torn middle line is an error."""
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        """Events in order; a torn last line (killed mid-write) is skipped, a torn middle line is an error.
+
+        Torn means cut short: every line is written with its newline last, so only a last line
+        without one can be torn; any other line that is not JSON is damage (or another file)."""
+        try:
+            # journal lines are ASCII (json.dumps escapes the rest): bytes that are not UTF-8 are
+            # damage, shown as U+FFFD so the line fails as JSON below rather than as a traceback
+            text = Path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:  # a folder named journal.jsonl, no read permission
+            raise DeployoptError(f"cannot read {path}: {exc.strerror or exc}") from None
+        lines = text.splitlines()
+        seen = False
         for i, line in enumerate(lines):
             if not line.strip():
                 continue
             try:
                 event = json.loads(line)
             except json.JSONDecodeError:
-                if i == len(lines) - 1:
+                if i == len(lines) - 1 and not text.endswith("\n"):
                     return
+                if not seen:  # garbage from the start: some other file, not a damaged journal
+                    raise DeployoptError(
+                        f"{path} is not a deployopt journal (line {i + 1} is not JSON); "
+                        "use --force to start over"
+                    ) from None
                 raise DeployoptError(
-                    f"{path}: line {i + 1} is not valid JSON; the journal is damaged"
+                    f"{path}: line {i + 1} is not valid JSON; the journal is damaged "
+                    "(use --force to start over)"
                 ) from None
             if not isinstance(event, dict):  # valid JSON, but no event: hand-edited or another file
                 raise DeployoptError(f"{path}: line {i + 1} is not a journal event; the journal is damaged")
+            seen = True
             yield event
 
     @classmethod
     def replay(cls, path: str | os.PathLike[str]) -> Replay:
+        """What `path` holds; a one-line DeployoptError for a file that is no journal of a run."""
         out = Replay()
         for ev in cls.read(path):
-            out.events.append(ev)
             kind = ev.get("event")
+            if not out.events and kind != "start":  # every journal opens with its run's start
+                raise DeployoptError(
+                    f"{path} is not a deployopt journal (its first line is not a 'start' event); "
+                    "use --force to start over"
+                )
+            out.events.append(ev)
             try:
                 _replay_event(out, ev)
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -111,7 +139,29 @@ class Journal:
                 raise DeployoptError(
                     f"{path}: a {kind!r} event is damaged ({why}); use --force to start over"
                 ) from None
+        if not out.events:  # empty, or only the start line torn: no run recorded, as if missing
+            raise DeployoptError(f"{path} records no run; nothing to resume (use --force to start over)")
         return out
+
+
+def _cut_torn_line(path: Path) -> None:
+    """Drop a torn last line (no newline: a run killed mid-write) before a resumed run appends.
+
+    Replay skipped it; left there, the next event would be glued onto it and make a damaged middle
+    line, so the run after this one could not resume."""
+    try:
+        f = open(path, "r+b")  # noqa: SIM115  (closed below)
+    except FileNotFoundError:  # a new journal
+        return
+    with f:
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
+            return
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return
+        f.seek(0)
+        f.truncate(f.read().rfind(b"\n") + 1)
 
 
 def _replay_event(out: Replay, ev: dict[str, Any]) -> None:

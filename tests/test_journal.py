@@ -20,6 +20,7 @@ def test_re_measurements_of_one_plan_replay_as_their_own_timings(tmp_path: Path)
     """The final confirmation rounds re-measure the same plan: each round is kept, none overwrites."""
     path = tmp_path / "journal.jsonl"
     with Journal(path) as j:
+        j.write("start", config={})  # every journal opens with it (replay refuses a file without)
         for repeat, us in enumerate([10.0, 11.0, 12.0]):
             extra = {"repeat": repeat} if repeat else {}
             j.write(
@@ -103,3 +104,62 @@ def test_an_unopenable_journal_is_one_output_error(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(OutputError, match=r"cannot write .*journal\.jsonl"):
         Journal(tmp_path / "file" / "journal.jsonl")
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("garbage\n", "is not a deployopt journal (line 1 is not JSON)"),
+        (b"\xff\xfe\x00\n", "is not a deployopt journal (line 1 is not JSON)"),
+        ('{"a": 1}\n{"b": 2}\n', "is not a deployopt journal (its first line is not a 'start' event)"),
+        ('{"event": "measured", "plan": {}}\n', "(its first line is not a 'start' event)"),
+        ("", "records no run; nothing to resume"),
+        ('{"event": "start", "con', "records no run; nothing to resume"),  # killed writing its first line
+    ],
+    ids=["garbage", "binary", "unrelated-json", "no-start", "empty", "torn-start"],
+)
+def test_a_file_that_is_no_journal_of_a_run_is_refused(
+    tmp_path: Path, content: str | bytes, message: str
+) -> None:
+    """Each replayed as an empty journal, so --resume silently started the run over on top of it."""
+    path = tmp_path / "journal.jsonl"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    with pytest.raises(DeployoptError) as caught:
+        Journal.replay(path)
+    assert str(caught.value).startswith(str(path)) and message in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_an_unreadable_journal_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "journal.jsonl").mkdir()
+    with pytest.raises(DeployoptError, match=r"^cannot read .*journal\.jsonl: Is a directory$"):
+        Journal.replay(tmp_path / "journal.jsonl")
+
+
+def test_a_complete_last_line_that_is_not_json_is_damage_not_a_torn_line(tmp_path: Path) -> None:
+    """Lines are written newline last: a last line that has its newline was not cut short."""
+    path = tmp_path / "journal.jsonl"
+    with Journal(path) as j:
+        j.write("start", config={})
+    with open(path, "a") as f:
+        f.write("garbage\n")
+    with pytest.raises(DeployoptError, match="line 2 is not valid JSON; the journal is damaged"):
+        Journal.replay(path)
+
+
+def test_appending_after_a_torn_line_cuts_it_so_the_journal_resumes_again(tmp_path: Path) -> None:
+    """The resumed run's first event was glued onto the torn line: a damaged middle line, so the
+    run after it could not resume."""
+    path = tmp_path / "journal.jsonl"
+    with Journal(path) as j:
+        j.write("start", config={})
+    with open(path, "a") as f:
+        f.write('{"event": "measured", "index": 2, "pla')  # killed mid-write
+    assert [e["event"] for e in Journal.replay(path).events] == ["start"]
+    with Journal(path) as j:  # the resumed run
+        j.write("resume", previous_evaluations=0)
+    assert [e["event"] for e in Journal.replay(path).events] == ["start", "resume"]
+    assert path.read_text().count("\n") == 2
