@@ -11,9 +11,17 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from deployopt.backends import MeasureOptions, get_backend
-from deployopt.backends.ort import layers_from_profile, map_to_onnx_nodes, node_durations, prepare_model
+from deployopt.backends.ort import (
+    layers_from_profile,
+    map_through_optimized_graph,
+    map_to_onnx_nodes,
+    node_durations,
+    prepare_model,
+)
 from deployopt.errors import DeployoptError, ModelError
 from deployopt.layers import ConvShape, conv_model
+from deployopt.zoo.builder import GraphBuilder
+from deployopt.zoo.cifar import basic_block_resnet
 
 OPTS = MeasureOptions(dtype="fp32", runs=7, warmup=2)
 
@@ -156,3 +164,115 @@ def test_options_the_backend_cannot_honour(conv_path: Path) -> None:
         bad.write_bytes(b"not a model")
         with pytest.raises(ModelError, match=r"bad\.onnx: not an ONNX model"):
             session.measure(bad)
+
+
+def _tiny_residual() -> onnx.ModelProto:
+    """Stem, two stages of two Conv+BN(+Relu) BasicBlocks (Add, Relu; a 1×1 projection shortcut in
+    stage 2), GAP, Flatten, Gemm: on the CPU EP onnxruntime turns each block's second conv into an
+    NCHWc Conv with a fused Sum input and Relu, named after the BN output it computed."""
+    b = GraphBuilder(seed=0, image_size=8)
+    return basic_block_resnet(b, [8, 16], 2, [8, 16, 8, 16], 10, graph_name="tiny_residual")
+
+
+@pytest.mark.parametrize("which", ["tiny_residual", "resnet56_pruned"])
+def test_profile_attributes_every_onnx_node_to_its_fused_kernel(
+    which: str, zoo_model_path: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """On a real onnxruntime profile every ONNX node lands in exactly one kernel, and a residual
+    block's Add and Relu belong to the conv kernel that fused them (FusedConv or NCHWc Conv with a
+    Sum input), not to the pooling layer after the last block (QA: 54 of 199 nodes were dropped)."""
+    if which == "tiny_residual":
+        path = tmp_path / "tiny.onnx"
+        onnx.save(_tiny_residual(), str(path))
+    else:
+        path = zoo_model_path(which)
+    with get_backend("ort").open(MeasureOptions(dtype="fp32", runs=2, warmup=1)) as session:
+        prof = session.profile(path)
+    doc = prof.to_json()
+    assert doc["onnx_nodes_mapped_by"] == "optimized graph"
+    assert doc["onnx_nodes_removed"] == [] and doc["onnx_nodes_unmapped"] == []
+    model = onnx.load(str(path))
+    names = [n.name for n in model.graph.node]
+    covered = [n for layer in prof.layers for n in layer.onnx_nodes]
+    assert sorted(covered) == sorted(names)  # each ONNX node in exactly one layer, none dropped
+    layer_of = {n: layer for layer in prof.layers for n in layer.onnx_nodes}
+    assert layer_of["classifier.gap"].onnx_nodes == ["classifier.gap"]
+    adds = [n for n in names if n.endswith(".add")]
+    fused = 0
+    for add in adds:
+        block = add[: -len(".add")]
+        kernel = layer_of[add]
+        if kernel.name == add:  # not fused: the Add is its own kernel, and so is the Relu
+            assert layer_of[f"{block}.relu"].onnx_nodes == [f"{block}.relu"]
+            continue
+        fused += 1
+        assert kernel.extra["op"] in ("Conv", "FusedConv")
+        assert kernel.onnx_nodes == [f"{block}.conv2.conv", f"{block}.conv2.bn", add, f"{block}.relu"]
+    assert fused > 0  # the case QA hit: Conv+BN+Add+Relu fused into one kernel
+
+
+def test_map_through_optimized_graph() -> None:
+    """A hand-written optimized graph: an NCHWc Conv named after the tensor it computes, its
+    ReorderOutput, a FusedConv (Conv+BN+Add+Relu) named after its Conv, an Identity onnxruntime
+    deleted, and a node the optimized graph no longer mentions at all."""
+    w = numpy_helper.from_array(np.ones((4, 4, 1, 1), np.float32), "w")
+    s = numpy_helper.from_array(np.ones(4, np.float32), "s")
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c1.out"], name="c1"),
+        helper.make_node("BatchNormalization", ["c1.out", "s", "s", "s", "s"], ["bn1.out"], name="bn1"),
+        helper.make_node("Relu", ["bn1.out"], ["r1.out"], name="r1"),
+        helper.make_node("Identity", ["r1.out"], ["id.out"], name="id"),
+        helper.make_node("Conv", ["id.out", "w"], ["c2.out"], name="c2"),
+        helper.make_node("BatchNormalization", ["c2.out", "s", "s", "s", "s"], ["bn2.out"], name="bn2"),
+        helper.make_node("Add", ["bn2.out", "r1.out"], ["add.out"], name="add"),
+        helper.make_node("Relu", ["add.out"], ["r2.out"], name="r2"),
+        helper.make_node("GlobalAveragePool", ["r2.out"], ["gap.out"], name="gap"),
+        helper.make_node("Flatten", ["gap.out"], ["y"], name="flat"),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 4, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y], [w, s]))
+    nchwc = "com.microsoft.nchwc"
+    onodes = [
+        helper.make_node(
+            "Conv", ["x", "w", "s"], ["t0"], name="r1.out_nchwc", domain=nchwc, activation="Relu"
+        ),
+        helper.make_node("ReorderOutput", ["t0"], ["r1.out"], name="ReorderOutput_token_3", domain=nchwc),
+        helper.make_node(
+            "FusedConv", ["r1.out", "w", "s", "r1.out"], ["r2.out"], name="c2", domain="com.microsoft",
+            activation="Relu",
+        ),
+        helper.make_node("GlobalAveragePool", ["r2.out"], ["gap.out"], name="gap"),
+        helper.make_node("Flatten", ["gap.out"], ["y"], name="flat_renamed"),
+    ]  # fmt: skip
+    optimized = helper.make_model(helper.make_graph(onodes, "o", [x], [y], [w, s]))
+    kernels = ["r1.out_nchwc", "ReorderOutput_token_3", "c2", "gap", "flat_renamed"]
+    got = map_through_optimized_graph(kernels, model, optimized)
+    assert got.layers == {
+        "r1.out_nchwc": ["c1", "bn1", "r1"],
+        "ReorderOutput_token_3": [],
+        "c2": ["c2", "bn2", "add", "r2"],  # not the Add and Relu in the next layer, "gap"
+        "gap": ["gap"],
+        "flat_renamed": ["flat"],  # writes the graph output "y" that "flat" wrote
+    }
+    assert got.removed == ["id"] and got.unmapped == []
+    less = map_through_optimized_graph(["r1.out_nchwc", "ReorderOutput_token_3", "c2"], model, optimized)
+    assert less.unmapped == ["gap", "flat"]  # kernels without profiler entries: listed, not dropped
+
+
+def test_profile_without_the_optimized_graph_lists_what_names_miss(
+    zoo_model_path: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When onnxruntime could not write its optimized graph the mapping falls back to node names,
+    says so, and lists the ONNX nodes no layer claims instead of dropping them."""
+    from deployopt.backends import ort as ort_backend
+
+    monkeypatch.setattr(ort_backend, "_load_optimized", lambda path: None)
+    path = zoo_model_path("resnet56_pruned")
+    with get_backend("ort").open(MeasureOptions(dtype="fp32", runs=1, warmup=0)) as session:
+        doc = session.profile(path).to_json()
+    assert doc["onnx_nodes_mapped_by"] == "node names (approximate)"
+    covered = [n for layer in doc["layers"] for n in layer["onnx_nodes"]]
+    names = [n.name for n in onnx.load(str(path)).graph.node]
+    assert doc["onnx_nodes_unmapped"]  # the FusedConvs' BN, Add and Relu, seen from names only
+    assert sorted(covered + doc["onnx_nodes_unmapped"]) == sorted(names)

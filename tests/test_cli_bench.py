@@ -112,6 +112,9 @@ def test_profile_json_and_table(monkeypatch, capsys, model: Path) -> None:
     assert sum(layer["share"] for layer in doc["layers"]) == pytest.approx(1.0)
     assert doc["total_us"] == pytest.approx(sum(layer["time_us"] for layer in doc["layers"]))
     assert ["conv"] in [layer["onnx_nodes"] for layer in doc["layers"]]
+    assert {"backend", "timed", "runs", "total_us", "environment", "layers"} <= set(doc)  # fields kept
+    assert doc["onnx_nodes_mapped_by"] == "optimized graph"
+    assert doc["onnx_nodes_removed"] == [] and doc["onnx_nodes_unmapped"] == []
     code, out, _ = run(monkeypatch, capsys, "profile", str(model), "--runs", "2", "--warmup", "0")
     assert code == 0 and "per-layer time on ort (measured, 2 runs)" in out and "share" in out
 

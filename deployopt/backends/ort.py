@@ -3,8 +3,9 @@
 Timing: warm-up runs, then `runs` calls of `InferenceSession.run`, each timed on the host with
 `time.perf_counter` (inputs already in host memory, outputs copied back: what an application
 calling onnxruntime sees). Per-layer times come from onnxruntime's own profiler, whose node names
-are those of the *optimized* graph (fused Conv+BN+ReLU, NCHWc reorders); they are mapped back to
-the ONNX nodes they cover where the names allow.
+are those of the *optimized* graph (fused Conv+BN+Add+ReLU, NCHWc reorders); onnxruntime writes
+that graph next to the profile, and every ONNX node is mapped through it to the one kernel that
+computes it (or listed as removed or unmapped).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import tempfile
 import time
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
 from typing import TYPE_CHECKING, Any
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
     from deployopt.model import LoadedModel
 
 NODE_SUFFIX = "_kernel_time"
+OPTIMIZED_NAME = "optimized.onnx"
 
 
 def prepare_model(
@@ -133,12 +136,14 @@ def node_durations(events: list[dict[str, Any]], runs: int) -> dict[str, list[fl
 
 
 def map_to_onnx_nodes(ort_names: list[str], model: onnx.ModelProto) -> dict[str, list[str]]:
-    """ONNX nodes each optimized-graph node covers.
+    """ONNX nodes each optimized-graph node covers, from node names alone (the fallback when
+    onnxruntime could not write its optimized graph; `map_through_optimized_graph` is exact).
 
     An optimized node keeps the name of an ONNX node, or is named after the tensor it produces
     (NCHWc: "<tensor>_nchwc"). Its ONNX node is then extended backwards through producers that have
     no profiler entry of their own and feed only that chain: the Conv and BatchNormalization a
-    fused Conv+BN+ReLU swallowed. Names that match nothing (layout reorders) map to [].
+    fused Conv+BN+ReLU swallowed. Ops fused *after* a kept name (a FusedConv's Add and Relu) are not
+    seen from names; names that match nothing (layout reorders) map to [].
     """
     nodes = list(model.graph.node)
     by_name = {n.name: n for n in nodes if n.name}
@@ -183,35 +188,248 @@ def map_to_onnx_nodes(ort_names: list[str], model: onnx.ModelProto) -> dict[str,
     return out
 
 
+#: Optimized-graph ops that move data between layouts or devices and compute no ONNX node.
+LAYOUT_OPS = frozenset({"ReorderInput", "ReorderOutput", "MemcpyToHost", "MemcpyFromHost"})
+#: ONNX ops onnxruntime deletes outright (no kernel computes them) when their output disappears.
+ELIMINATED_OPS = frozenset({"Identity", "Dropout"})
+
+
+@dataclass
+class NodeMapping:
+    """Where every ONNX node of the profiled model went in onnxruntime's optimized graph."""
+
+    layers: dict[str, list[str]]  # profiled (optimized-graph) node -> ONNX nodes, in graph order
+    removed: list[str] = field(default_factory=list)  # no kernel: eliminated or constant-folded
+    unmapped: list[str] = field(default_factory=list)  # computed somewhere the graph does not tell
+
+
+def map_through_optimized_graph(
+    ort_names: list[str], model: onnx.ModelProto, optimized: onnx.ModelProto
+) -> NodeMapping:
+    """Attribute every ONNX node of `model` to the one profiled node of `optimized` that computes it.
+
+    onnxruntime's fusions keep the tensors at their boundaries, and their names point at a node
+    inside: a FusedConv is named after its Conv and writes the Relu's output tensor; an NCHWc Conv
+    is named "<tensor>_nchwc" after the ONNX tensor it computed when it was converted, and writes
+    an internal tensor that a ReorderOutput turns back into an ONNX one. So, in this order:
+
+    1. anchors: the ONNX node of the kernel's name, the node whose output tensor the kernel writes
+       (through layout reorders) or names;
+    2. a fused conv's tail: a Conv/FusedConv kernel with a Sum input also computed the Add that
+       consumes its result, and with an `activation` attribute the activation after it (NCHWc
+       fuses these after naming the kernel, so the names do not show them);
+    3. a node whose output the optimized graph no longer has belongs to the kernel all its
+       consumers belong to (the Conv and BN in front of an anchor), or, when its consumers are
+       in different kernels, to the one kernel that feeds it.
+
+    Nodes whose output became an initializer (constant-folded) or that onnxruntime deletes
+    (Identity, Dropout) have no kernel and are listed as removed; any node still without a kernel
+    is listed as unmapped, never dropped.
+    """
+    from onnx import helper
+
+    profiled = set(ort_names)
+    onodes = list(optimized.graph.node)
+    oby_name = {n.name: n for n in onodes if n.name}
+    oproducer = {t: n for n in onodes for t in n.output if t}
+    oinits = {t.name for t in optimized.graph.initializer}
+    nodes = list(model.graph.node)
+    onnx_names = {n.name for n in nodes if n.name}
+
+    def kernel_of(tensor: str) -> str | None:
+        seen: set[str] = set()
+        while tensor in oproducer and tensor not in seen:
+            seen.add(tensor)
+            node = oproducer[tensor]
+            if node.op_type not in LAYOUT_OPS or node.name in onnx_names:
+                return node.name if node.name in profiled else None
+            data = [i for i in node.input if i]
+            if len(data) != 1:
+                return None
+            tensor = data[0]
+        return None
+
+    tensors = sorted({o for n in nodes for o in n.output if o}, key=len, reverse=True)
+    tensor_kernel: dict[str, str] = {}
+    for onode in onodes:  # "<tensor>_nchwc" (possibly uniquified with a suffix) computed <tensor>
+        if onode.name in profiled and "_nchwc" in onode.name and onode.op_type not in LAYOUT_OPS:
+            for t in tensors:
+                if onode.name.startswith(t + "_nchwc"):
+                    tensor_kernel.setdefault(t, onode.name)
+                    break
+    for t in tensors:
+        if t not in tensor_kernel and (k := kernel_of(t)) is not None:
+            tensor_kernel[t] = k
+
+    consumers: dict[str, list[int]] = defaultdict(list)
+    producer: dict[str, int] = {}
+    for i, n in enumerate(nodes):
+        for t in n.input:
+            consumers[t].append(i)
+        for t in n.output:
+            producer[t] = i
+    graph_outputs = {o.name for o in model.graph.output}
+    inits = {t.name for t in model.graph.initializer}
+
+    # 1. anchors
+    owner: dict[int, str] = {}
+    for i, n in enumerate(nodes):
+        onode = oby_name.get(n.name) if n.name in profiled else None
+        if onode is not None and onode.op_type not in LAYOUT_OPS:
+            owner[i] = n.name  # fusions keep the name of a node they computed (FusedConv: the Conv)
+        elif (k := next((tensor_kernel[o] for o in n.output if o in tensor_kernel), None)) is not None:
+            owner[i] = k
+    removed = {
+        i
+        for i, n in enumerate(nodes)
+        if i not in owner
+        and (
+            any(o in oinits for o in n.output)
+            or n.op_type in ELIMINATED_OPS
+            or n.op_type == "Constant"
+            or all(not t or t in inits for t in n.input)  # from initializers only: folded
+        )
+    }
+
+    def fused_away(i: int) -> bool:
+        """Its outputs are gone from the optimized graph (computed inside some kernel)."""
+        return (
+            i not in owner
+            and i not in removed
+            and not any(o in oproducer or o in graph_outputs for o in nodes[i].output)
+        )
+
+    # 2. a fused conv's tail: folded BN, the Add of its Sum input, its activation
+    for kernel in ort_names:
+        onode = oby_name.get(kernel)
+        if onode is None or onode.op_type not in ("Conv", "FusedConv"):
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in onode.attribute}
+        act = attrs.get("activation", b"")
+        act = act.decode() if isinstance(act, bytes) else str(act)
+        want_sum = len(onode.input) > 3 and bool(onode.input[3])
+        changed = True
+        while changed:
+            changed = False
+            region = [i for i, k in owner.items() if k == kernel]
+            have_act = any(nodes[i].op_type == act for i in region)
+            for i in region:
+                for o in nodes[i].output:
+                    users = consumers[o]
+                    if len(users) != 1 or o in oproducer or o in graph_outputs:
+                        continue  # a tensor the optimized graph keeps is the kernel's output
+                    c = users[0]
+                    op = nodes[c].op_type
+                    ok = op == "BatchNormalization" or (want_sum and op in ("Add", "Sum"))
+                    ok = ok or (bool(act) and op == act and not have_act)
+                    if c in owner or c in removed or not ok:
+                        continue
+                    owner[c] = kernel
+                    want_sum = want_sum and op not in ("Add", "Sum")
+                    changed = True
+
+    # 3. fused-away nodes: with their consumers' kernel, else with the one kernel feeding them
+    changed = True
+    while changed:
+        changed = False
+        for i in reversed(range(len(nodes))):  # ONNX graphs are topologically sorted
+            if not fused_away(i):
+                continue
+            users = [c for o in nodes[i].output for c in consumers[o] if c not in removed]
+            kinds = {owner.get(c) for c in users}
+            if users and len(kinds) == 1 and None not in kinds:
+                owner[i] = kinds.pop()  # type: ignore[assignment]
+                changed = True
+            elif len(kinds - {None}) > 1:
+                feeders = {owner.get(producer[t]) for t in nodes[i].input if t in producer}
+                if len(feeders) == 1 and None not in feeders:
+                    owner[i] = feeders.pop()  # type: ignore[assignment]
+                    changed = True
+
+    layers: dict[str, list[str]] = {name: [] for name in ort_names}
+    unmapped = []
+    for i, n in enumerate(nodes):
+        if i in removed:
+            continue
+        if i in owner:
+            layers[owner[i]].append(n.name or n.op_type)
+        else:
+            unmapped.append(n.name or n.op_type)
+    return NodeMapping(
+        layers=layers,
+        removed=[nodes[i].name or nodes[i].op_type for i in sorted(removed)],
+        unmapped=unmapped,
+    )
+
+
 def layers_from_profile(
-    events: list[dict[str, Any]], runs: int, model: onnx.ModelProto | None = None
+    events: list[dict[str, Any]],
+    runs: int,
+    model: onnx.ModelProto | None = None,
+    optimized: onnx.ModelProto | None = None,
 ) -> list[LayerTime]:
     """Per-node LayerTime (median µs per run, share of the summed node time), in execution order."""
+    return profile_layers(events, runs, model, optimized)[0]
+
+
+def profile_layers(
+    events: list[dict[str, Any]],
+    runs: int,
+    model: onnx.ModelProto | None = None,
+    optimized: onnx.ModelProto | None = None,
+) -> tuple[list[LayerTime], NodeMapping]:
+    """`layers_from_profile`, plus where every ONNX node went: mapped through onnxruntime's optimized
+    graph when it is given, else guessed from node names (`map_to_onnx_nodes`), in which case the
+    ONNX nodes no layer claims are listed as unmapped rather than dropped."""
     durations = node_durations(events, runs)
     order: dict[str, float] = {}
+    op_types: dict[str, Any] = {}
     for e in events:
         name = str(e.get("name", ""))
         if e.get("cat") == "Node" and name.endswith(NODE_SUFFIX):
             order.setdefault(name[: -len(NODE_SUFFIX)], float(e["ts"]))
-    names = sorted(durations, key=lambda n: order.get(n, 0.0))
-    op_types = {}
-    for e in events:
-        name = str(e.get("name", ""))
-        if e.get("cat") == "Node" and name.endswith(NODE_SUFFIX):
             op_types.setdefault(name[: -len(NODE_SUFFIX)], (e.get("args") or {}).get("op_name"))
-    mapping = map_to_onnx_nodes(names, model) if model is not None else {n: [] for n in names}
+    names = sorted(durations, key=lambda n: order.get(n, 0.0))
+    if model is None:
+        mapping = NodeMapping(layers={n: [] for n in names})
+    elif optimized is not None:
+        mapping = map_through_optimized_graph(names, model, optimized)
+    else:
+        by_names = map_to_onnx_nodes(names, model)
+        claimed = {n for nodes in by_names.values() for n in nodes}
+        every = [n.name or n.op_type for n in model.graph.node]
+        mapping = NodeMapping(layers=by_names, unmapped=[n for n in every if n not in claimed])
     times = {n: float(median(durations[n])) for n in names}
     total = sum(times.values()) or 1.0
-    return [
+    layers = [
         LayerTime(
             name=n,
             time_us=times[n],
             share=times[n] / total,
-            onnx_nodes=mapping[n],
+            onnx_nodes=mapping.layers[n],
             extra={"op": op_types[n]} if op_types.get(n) else {},
         )
         for n in names
     ]
+    return layers, mapping
+
+
+@dataclass
+class OrtProfile(Profile):
+    """A Profile whose JSON also says how the layers were mapped to ONNX nodes and which ONNX
+    nodes no profiled kernel computes (so a node is never silently missing from `layers`)."""
+
+    mapped_by: str = ""
+    onnx_nodes_removed: list[str] = field(default_factory=list)
+    onnx_nodes_unmapped: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **super().to_json(),
+            "onnx_nodes_mapped_by": self.mapped_by,
+            "onnx_nodes_removed": self.onnx_nodes_removed,
+            "onnx_nodes_unmapped": self.onnx_nodes_unmapped,
+        }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -229,7 +447,11 @@ class OrtSession(Session):
     def runs_on_gpu(self) -> bool:
         return self.providers[0] != "CPUExecutionProvider"
 
-    def _session(self, model: onnx.ModelProto, profile_dir: str | None = None) -> Any:
+    def _session(
+        self, model: onnx.ModelProto, profile_dir: str | None = None, save_optimized: bool = False
+    ) -> Any:
+        """`save_optimized` (with `profile_dir`) also writes the optimized graph the profiler's node
+        names come from to `profile_dir`/optimized.onnx, weights in a side file (graph only, small)."""
         ort = self._ort
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -237,6 +459,14 @@ class OrtSession(Session):
         if profile_dir is not None:
             so.enable_profiling = True
             so.profile_file_prefix = os.path.join(profile_dir, "ort_profile")
+            if save_optimized:
+                so.optimized_model_filepath = os.path.join(profile_dir, OPTIMIZED_NAME)
+                so.add_session_config_entry(
+                    "session.optimized_model_external_initializers_file_name", "optimized.weights"
+                )
+                so.add_session_config_entry(
+                    "session.optimized_model_external_initializers_min_size_in_bytes", "1024"
+                )
         try:
             return ort.InferenceSession(model.SerializeToString(), so, providers=self.providers)
         except Exception as exc:
@@ -304,14 +534,18 @@ class OrtSession(Session):
         self.check_memory(loaded)
         feeds = random_inputs(loaded.model)
         with tempfile.TemporaryDirectory(prefix="deployopt-ort-") as tmp:
-            sess = self._session(loaded.model, profile_dir=tmp)
+            try:
+                sess = self._session(loaded.model, profile_dir=tmp, save_optimized=True)
+            except BackendFailed:  # writing the optimized graph failed; a plain session says why not
+                sess = self._session(loaded.model, profile_dir=tmp)
             self._run(sess, feeds, opts.warmup)
             self._run(sess, feeds, opts.runs)
             path = sess.end_profiling()
             with open(path) as f:
                 events = json.load(f)
-        layers = layers_from_profile(events, opts.runs, loaded.model)
-        return Profile(
+            optimized = _load_optimized(Path(tmp) / OPTIMIZED_NAME)
+        layers, mapping = profile_layers(events, opts.runs, loaded.model, optimized)
+        return OrtProfile(
             backend=self.backend.name,
             layers=layers,
             environment=self._environment(),
@@ -320,7 +554,20 @@ class OrtSession(Session):
                 "per optimized-graph node: median over runs of onnxruntime's profiler node time",
             ),
             runs=opts.runs,
+            mapped_by="optimized graph" if optimized is not None else "node names (approximate)",
+            onnx_nodes_removed=mapping.removed,
+            onnx_nodes_unmapped=mapping.unmapped,
         )
+
+
+def _load_optimized(path: Path) -> onnx.ModelProto | None:
+    """The optimized graph onnxruntime wrote (weights left out: only the graph is read), or None."""
+    import onnx
+
+    try:
+        return onnx.load(str(path), load_external_data=False)
+    except Exception:
+        return None
 
 
 class OrtBackend(Backend):
