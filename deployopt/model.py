@@ -15,6 +15,7 @@ import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import onnx
 from google.protobuf.message import DecodeError
@@ -174,6 +175,19 @@ def _dynamic_batch_inputs(model: onnx.ModelProto) -> dict[str, str]:
     return out
 
 
+def _check_static_dims_kept(name: str, dims: Any, want: list[int]) -> None:
+    """--input-shape sets the batch (as --batch does) and dynamic dims; another static dim is the
+    export's and stays: Reshape constants and the weights after a Flatten were traced for it, so a
+    model rewritten to another size is a wrong model, not a faster one."""
+    have = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in dims]
+    if any(h is not None and h != w for h, w in list(zip(have, want))[1:]):
+        fmt = "×".join(str(d) if d is not None else "?" for d in have)
+        raise ModelError(
+            f"input {name!r} is {fmt} in the file; --input-shape sets its batch and its dynamic (?) dims "
+            f"only, got {'×'.join(map(str, want))} (export the model at that size instead)"
+        )
+
+
 def _fix_input_shapes(
     model: onnx.ModelProto, requested: dict[str, list[int]], path: Path, notices: list[str]
 ) -> dict[str, list[int]]:
@@ -202,6 +216,7 @@ def _fix_input_shapes(
                 raise ModelError(
                     f"input shape for {inp.name!r} has {len(want)} dims, the model's input has {len(dims)}"
                 )
+            _check_static_dims_kept(inp.name, dims, want)
             del dims[:]
             for d in want:
                 dims.add().dim_value = d

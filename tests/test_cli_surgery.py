@@ -288,19 +288,43 @@ def test_apply_unwritable_output_is_one_line_and_writes_nothing(
 def test_input_channels_the_weights_do_not_take_are_one_line(
     zoo_model_path: Callable[[str], Path], tmp_path: Path, capsys, monkeypatch
 ) -> None:
-    # ONNX shape inference accepts a Conv fed 4 channels whose weights take 3; nothing may run on it
+    # ONNX shape inference accepts a Conv fed 4 channels whose weights take 3; nothing may run on it.
+    # The file says 3 channels, so --input-shape may not change them (before: the conv check caught it)
     path = str(zoo_model_path("resnet_projection_dynamic"))
     code, out, err = cli(["analyze", path, "--input-shape", "input:1x4x32x32"], capsys, monkeypatch)
     assert code == 2 and out == ""
-    assert "gets 4 input channels, but its weights take 3 (check --input-shape)" in err
+    assert err == (
+        "error: input 'input' is ?×3×32×32 in the file; --input-shape sets its batch and its dynamic (?) "
+        "dims only, got 1×4×32×32 (export the model at that size instead)\n"
+    )
     assert err.count("\n") == 1 and "Traceback" not in err
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"widths": {}}))
     dest = tmp_path / "out.onnx"
     args = ["apply", path, "--plan", str(plan), "-o", str(dest), "--input-shape", "input:1x4x32x32"]
     code, _, err = cli(args, capsys, monkeypatch)
-    assert code == 2 and "gets 4 input channels" in err and err.count("\n") == 1
+    assert code == 2 and "--input-shape sets its batch" in err and err.count("\n") == 1
     assert not dest.exists()
+
+
+def test_input_shape_may_not_resize_a_static_input(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """apply wrote a 1×3×64×64 model from a 1×3×32×32 export without a word (and verify then refused
+    the pair); the batch, as --batch does, may still change."""
+    path = str(zoo_model_path("resnet_projection"))
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"widths": {}}))
+    dest = tmp_path / "out.onnx"
+    args = ["apply", path, "--plan", str(plan), "-o", str(dest), "--input-shape", "input:1x3x64x64"]
+    code, out, err = cli(args, capsys, monkeypatch)
+    assert code == 2 and out == "" and not dest.exists()
+    assert err.startswith("error: input 'input' is 1×3×32×32 in the file; --input-shape sets its batch")
+    args[-1] = "input:4x3x32x32"
+    code, _, err = cli(args, capsys, monkeypatch)
+    assert code == 0, err
+    dims = onnx.load(str(dest)).graph.input[0].type.tensor_type.shape.dim
+    assert [d.dim_value for d in dims] == [4, 3, 32, 32]
 
 
 def _two_convs(opset: int) -> onnx.ModelProto:
