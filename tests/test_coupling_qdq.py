@@ -515,9 +515,12 @@ def test_quantized_weight_read_by_an_op_that_does_not_bind_it_freezes() -> None:
 
 
 def test_wrong_input_channels_of_a_qdq_model_are_one_error(tmp_path: Path) -> None:
-    """The Conv channel check reads a quantized weight's shape through its DequantizeLinear."""
+    """The Conv channel check reads a quantized weight's shape through its DequantizeLinear. (The
+    channel dim is made dynamic: --input-shape may not change a static one, which is refused first.)"""
     path = tmp_path / "qdq.onnx"
-    onnx.save(qdq_net(), str(path))
+    model = qdq_net()
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "channels"
+    onnx.save(model, str(path))
     with pytest.raises(ModelError, match=r"Conv 'conv1' gets 4 input channels, but its weights take 3 "):
         load_model(path, {"x": [1, 4, 8, 8]})
 
