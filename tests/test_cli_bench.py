@@ -119,6 +119,28 @@ def test_profile_json_and_table(monkeypatch, capsys, model: Path) -> None:
     assert code == 0 and "per-layer time on ort (measured, 2 runs)" in out and "share" in out
 
 
+def test_profile_table_names_nodes_in_no_layer(monkeypatch, capsys, tmp_path: Path) -> None:
+    """An Identity onnxruntime deletes has no kernel: the JSON listed it, the table said nothing."""
+    w = onnx.numpy_helper.from_array(np.ones((4, 3, 1, 1), np.float32), "w")
+    graph = onnx.helper.make_graph(
+        [
+            onnx.helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+            onnx.helper.make_node("Identity", ["c"], ["i"], name="passthrough"),
+            onnx.helper.make_node("Relu", ["i"], ["y"], name="relu"),
+        ],
+        "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 8, 8])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 8, 8])],
+        [w],
+    )
+    path = tmp_path / "identity.onnx"
+    onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 13)]), str(path))
+    code, out, _ = run(monkeypatch, capsys, "profile", str(path), "--runs", "2", "--warmup", "0", "--json")
+    assert code == 0 and json.loads(out)["onnx_nodes_removed"] == ["passthrough"]
+    code, out, _ = run(monkeypatch, capsys, "profile", str(path), "--runs", "2", "--warmup", "0")
+    assert code == 0 and "ONNX nodes removed by onnxruntime (folded, no kernel): passthrough\n" in out
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -305,6 +305,11 @@ def render_profile(profile: Profile, kernels: bool) -> None:
         )
     console.print(table)
     console.print(f"total {profile.total_us:.1f} µs — {profile.timed}", highlight=False, soft_wrap=True)
+    for label, key in (("removed by onnxruntime (folded, no kernel)", "onnx_nodes_removed"),
+                       ("in no layer (not traced to a kernel)", "onnx_nodes_unmapped")):  # fmt: skip
+        nodes = getattr(profile, key, None)
+        if nodes:
+            console.print(f"ONNX nodes {label}: {', '.join(nodes)}", highlight=False, soft_wrap=True)
     if not kernels:
         return
     # One block per kernel rather than a table: kernel names are long and the numbers are many.
