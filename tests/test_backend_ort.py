@@ -12,11 +12,11 @@ from onnx import TensorProto, helper, numpy_helper
 
 from deployopt.backends import MeasureOptions, get_backend
 from deployopt.backends.ort import (
-    layers_from_profile,
     map_through_optimized_graph,
     map_to_onnx_nodes,
     node_durations,
     prepare_model,
+    profile_layers,
 )
 from deployopt.errors import DeployoptError, ModelError
 from deployopt.layers import ConvShape, conv_model
@@ -113,7 +113,7 @@ def test_node_durations_keep_the_last_runs_and_sum_within_a_run() -> None:
 
 
 def test_layers_from_profile_medians_and_shares() -> None:
-    layers = layers_from_profile(_events(), runs=3)
+    layers = profile_layers(_events(), runs=3)[0]
     assert [(layer.name, layer.time_us, layer.extra) for layer in layers] == [
         ("a", 12.0, {"op": "Conv"}),
         ("b", 5.0, {"op": "Relu"}),

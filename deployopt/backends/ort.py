@@ -362,25 +362,16 @@ def map_through_optimized_graph(
     )
 
 
-def layers_from_profile(
-    events: list[dict[str, Any]],
-    runs: int,
-    model: onnx.ModelProto | None = None,
-    optimized: onnx.ModelProto | None = None,
-) -> list[LayerTime]:
-    """Per-node LayerTime (median µs per run, share of the summed node time), in execution order."""
-    return profile_layers(events, runs, model, optimized)[0]
-
-
 def profile_layers(
     events: list[dict[str, Any]],
     runs: int,
     model: onnx.ModelProto | None = None,
     optimized: onnx.ModelProto | None = None,
 ) -> tuple[list[LayerTime], NodeMapping]:
-    """`layers_from_profile`, plus where every ONNX node went: mapped through onnxruntime's optimized
-    graph when it is given, else guessed from node names (`map_to_onnx_nodes`), in which case the
-    ONNX nodes no layer claims are listed as unmapped rather than dropped."""
+    """Per-node LayerTime (median µs per run, share of the summed node time), in execution order,
+    and where every ONNX node went: mapped through onnxruntime's optimized graph when it is given,
+    else guessed from node names (`map_to_onnx_nodes`), in which case the ONNX nodes no layer
+    claims are listed as unmapped rather than dropped."""
     durations = node_durations(events, runs)
     order: dict[str, float] = {}
     op_types: dict[str, Any] = {}
