@@ -60,6 +60,12 @@ AGX_ORIN_SEEDS = (
     "a362844, the optimizer of b8afc0c (later commits changed only coupling rules for ops these models "
     "lack); one invocation per file, 2026-12-03"
 )
+MOBILENET_PRUNED = (
+    "MobileNetV2 at 224², batch 8, random weights (exported by torch on the device, --onnx; the real "
+    "weights' file would not fit the device's upload), as published and with every free group "
+    "irregularly pruned (--prune-seeds: 0–2 at 8 SMs, 0–1 at 16), code of 8f6f468, 2026-12-03; the 8-SM "
+    "file from two invocations (the first stopped at its deadline inside seed 2)"
+)
 # Files that hold seeds of one series (one file per invocation): their seeds are averaged together in
 # "Means over seeds" under the series' label (each file keeps its own table; the raw JSON of every
 # invocation stays as it was written).
@@ -100,6 +106,8 @@ DEFAULT_FILES: list[tuple[Path, str]] = [
     (RESULTS / "optimize_sms16_regnetx.json", AGX_ORIN_SEEDS),
     (RESULTS / "optimize_sms16_regnety.json", AGX_ORIN_SEEDS),
     (RESULTS / "optimize_sms16_regnet_seed1.json", AGX_ORIN_SEEDS),
+    (RESULTS / "optimize_sms8_mobilenetv2_pruned.json", MOBILENET_PRUNED),
+    (RESULTS / "optimize_sms16_mobilenetv2_pruned.json", MOBILENET_PRUNED),
 ]
 CIFAR_COLUMNS = ("unpruned", "pruned", "round_up_8", "deployopt_lossless", "deployopt_trim")
 
@@ -634,8 +642,8 @@ def render(files: list[tuple[Path, str]]) -> tuple[str, list[Check]]:
     if same:
         diffs = [abs(r.lossless_vs_r8) for r in same]
         lines.append(
-            f"Build-to-build noise: in {len(same)} CIFAR cases the lossless answer IS the round-up-to-8 plan "
-            f"(identical models), yet their final medians differ by up to {max(diffs):.2f} % "
+            f"Build-to-build noise: in {len(same)} pruned cases the lossless answer IS the round-up-to-8 "
+            f"plan (identical models), yet their final medians differ by up to {max(diffs):.2f} % "
             f"(CIs disjoint in {sum(not r.lossless_r8_overlap for r in same)} of them): "
             "each measure rebuilds the model and cuDNN re-tunes, so this is the noise floor "
             "between builds, larger than one build's CI."
