@@ -6,9 +6,10 @@ predict each counted pair's measured class (flat / up / down) from the features 
 the conv's shape, dtype, SMs, K and its residues mod 32…256, and the wave model's own predictions,
 family, tile, waves and size — with 10-fold cross-validation grouped by conv shape
 (eval_wave_model.shape_key, fixed fold seed), so every pair is predicted by a classifier that never
-saw its shape in any dtype or SM setting. No shape-independent rule does better than such a
-classifier by much: if it stays below 80 %, the target is out of reach from shape features, and the
-misses are cuDNN's per-shape kernel picks and run-to-run noise, not a missing term in the model.
+saw its shape in any dtype or SM setting. A width model is a function of the same features, and a
+classifier trained for exactly this score is a practical bound on what such a model reaches (an
+estimate, not a proof): if it stays below 80 %, the misses are cuDNN's per-shape kernel picks and
+run-to-run noise rather than a missing term in the model.
 
 Compared, by subset (SMs, dtype, size class, the fitted staircases vs held-out rounds 7–10):
   wave model          the shipped fit (deployopt/targets/fitted/h200.json; fitted on the staircases
