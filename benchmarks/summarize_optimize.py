@@ -66,6 +66,10 @@ MOBILENET_PRUNED = (
     "irregularly pruned (--prune-seeds: 0–2 at 8 SMs, 0–1 at 16), code of 8f6f468, 2026-12-03; the 8-SM "
     "file from two invocations (the first stopped at its deadline inside seed 2)"
 )
+MOBILENET_FULL = (
+    "the same MobileNetV2 on the full GPU, batch 64 (random weights, exported on the device), as published "
+    "and pruned with seeds 0–1, code of 55dffa4 (the optimizer of 8f6f468), 2026-12-03"
+)
 # Files that hold seeds of one series (one file per invocation): their seeds are averaged together in
 # "Means over seeds" under the series' label (each file keeps its own table; the raw JSON of every
 # invocation stays as it was written).
@@ -108,6 +112,7 @@ DEFAULT_FILES: list[tuple[Path, str]] = [
     (RESULTS / "optimize_sms16_regnet_seed1.json", AGX_ORIN_SEEDS),
     (RESULTS / "optimize_sms8_mobilenetv2_pruned.json", MOBILENET_PRUNED),
     (RESULTS / "optimize_sms16_mobilenetv2_pruned.json", MOBILENET_PRUNED),
+    (RESULTS / "optimize_full_mobilenetv2_pruned.json", MOBILENET_FULL),
 ]
 CIFAR_COLUMNS = ("unpruned", "pruned", "round_up_8", "deployopt_lossless", "deployopt_trim")
 
