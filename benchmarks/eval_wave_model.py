@@ -435,14 +435,36 @@ def main() -> None:
     write_json(args.out, doc)
     print(f"\nwritten {args.out}")
     if args.write_fitted:
+        path = FITTED_DIR / f"{args.target}.json"
         fitted = {
             "gpu": args.target,
             "how": "python benchmarks/eval_wave_model.py --write-fitted (deployopt.waves.fit on all sweeps)",
             "sweeps": [f"benchmarks/staircases/{s['id']}.json" for s in sweeps],
             "params": {dt: p.to_json() for dt, p in all_params.items()},
         }
-        write_json(FITTED_DIR / f"{args.target}.json", fitted)
-        print(f"written {FITTED_DIR / (args.target + '.json')}")
+        if keep_depthwise(fitted, json.loads(path.read_text()) if path.exists() else {}):
+            print(
+                "kept the depthwise terms of the file it replaces"
+                " (eval_depthwise.py --write-fitted refits them)"
+            )
+        write_json(path, fitted)
+        print(f"written {path}")
+
+
+def keep_depthwise(fitted: dict[str, Any], before: dict[str, Any]) -> bool:
+    """Carry the depthwise path's terms (dw_*, fitted by eval_depthwise.py on its own sweeps) from
+    the shipped file into the new GEMM fit: this fit does not touch them, and without this they fell
+    back to generic start values. True when there were terms to keep."""
+    kept = False
+    for dt, params in fitted["params"].items():
+        old = before.get("params", {}).get(dt, {})
+        dw = {k: v for k, v in old.items() if k.startswith("dw_")}
+        params.update(dw)
+        kept |= bool(dw)
+    for key in ("depthwise_sweeps", "depthwise_how"):
+        if key in before:
+            fitted[key] = before[key]
+    return kept
 
 
 if __name__ == "__main__":

@@ -929,3 +929,29 @@ def test_int8_defaults_say_they_come_from_the_fp16_fit() -> None:
     assert "the H200 fp16 fit at twice its rate (no INT8 fit exists)" in int8.source
     assert "int8 fit" not in int8.source and "the H200 fp16 fit scaled" in fp16.source
     assert int8.macs_per_us_per_sm == pytest.approx(2 * fp16.macs_per_us_per_sm)
+
+
+def test_refitting_the_gemm_terms_keeps_the_shipped_depthwise_terms():
+    """eval_wave_model.py --write-fitted rewrote h200.json with dw_* back at generic start values
+    (a docs walkthrough found it): the GEMM refit must carry the depthwise fit over untouched."""
+    import eval_wave_model as ev
+
+    from deployopt.targets import get_target
+    from deployopt.waves import WaveParams, generic_params
+
+    shipped = json.loads((ROOT / "deployopt" / "targets" / "fitted" / "h200.json").read_text())
+    t = get_target("h200")
+    fresh = {dt: generic_params(t.compute_capability, dt, t.clock_mhz).to_json() for dt in ("fp16", "fp32")}
+    fitted = {"gpu": "h200", "params": fresh}
+    assert ev.keep_depthwise(fitted, shipped)
+    for dt in ("fp16", "fp32"):
+        new, old = WaveParams.from_json(fitted["params"][dt]), WaveParams.from_json(shipped["params"][dt])
+        gen = generic_params(t.compute_capability, dt, t.clock_mhz)
+        assert (new.dw_fixed_us, new.dw_ns_per_output, new.dw_ns_per_tap) == (
+            old.dw_fixed_us,
+            old.dw_ns_per_output,
+            old.dw_ns_per_tap,
+        )
+        assert new.dw_fixed_us != gen.dw_fixed_us and new.fixed_us == gen.fixed_us  # GEMM terms: the new fit
+    assert fitted["depthwise_sweeps"] == shipped["depthwise_sweeps"]
+    assert not ev.keep_depthwise({"params": {"fp16": {}}}, {})  # no file before: nothing to keep
