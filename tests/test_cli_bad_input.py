@@ -367,3 +367,47 @@ def test_a_pipe_is_read_as_the_model_and_an_endless_one_is_cut_off(
     writer = _feed_fifo(tmp_path / "long", data)
     _one_error(*run(monkeypatch, capsys, "analyze", str(tmp_path / "long")), "more than 2 GiB came through")
     writer.join(timeout=10)
+
+
+@pytest.mark.parametrize(
+    ("args", "label", "what"),
+    [
+        (
+            ["optimize", "{model}", "-t", "t4", "--backend", "model", "--force", "-o", ""],
+            "-o/--out",
+            "folder",
+        ),
+        (["apply", "{model}", "--plan", "{plan}", "-o", ""], "-o/--output", "file"),
+        (["compare", "{plan}", "{plan}", "--output", ""], "-o/--output", "file"),
+        (["bench", "{model}", "--runs", "1", "-o", ""], "-o/--output", "file"),
+        (["profile", "{model}", "--trace-dir", ""], "--trace-dir", "folder"),
+        (
+            ["staircase", "-t", "nano", "--input", "1x16x8x8", "--out-channels", "16", "--plot", ""],
+            "--plot",
+            "file",
+        ),
+        (["calibrate", "-t", "nano", "--measure", "torch", "-o", ""], "-o/--output", "file"),
+    ],
+)
+def test_an_empty_output_path_is_refused_before_any_work(
+    monkeypatch, capsys, tmp_path, zoo_model_path, args, label, what
+) -> None:
+    """typer reads '' as Path('.'): `optimize -o '' --force` ran into the current folder, `profile
+    --trace-dir ''` kept its traces there, and the file options said '.' was a folder."""
+    plan = tmp_path / "plan.json"
+    plan.write_text('{"widths": {}}')
+    model = zoo_model_path("resnet_projection")
+    monkeypatch.chdir(tmp_path)
+    argv = [a.format(model=model, plan=plan) for a in args]
+    _one_error(*run(monkeypatch, capsys, *argv), f"error: {label}: empty path; give a {what} path")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json"]
+
+
+def test_output_dot_is_still_the_current_folder(monkeypatch, capsys, tmp_path, zoo_model_path) -> None:
+    """Only '' is refused: an explicit `-o .` writes into the current folder, as before."""
+    monkeypatch.chdir(tmp_path)
+    model = zoo_model_path("resnet_projection")
+    args = ["optimize", str(model), "-t", "t4", "--backend", "model", "--max-evals", "4", "-o", "."]
+    code, _, err = run(monkeypatch, capsys, *args)
+    assert code == 0, err
+    assert (tmp_path / "plan.json").is_file() and (tmp_path / "report.json").is_file()

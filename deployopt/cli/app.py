@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import typer
 from rich.console import Console
 
@@ -54,6 +57,20 @@ class Interrupted(Exception):
 # ":b:" as an emoji). Colour is given with style=/Text, never with markup.
 console = Console(markup=False, emoji=False)
 err_console = Console(stderr=True, markup=False, emoji=False)
+
+
+def output_option(default: Any, *names: str, help: str, folder: bool = False) -> Any:
+    """An output path option (`-o`, `--plot`, `--trace-dir`) that refuses an empty path before any
+    work: typer turns '' into Path('.'), so `-o ''` (an unset shell variable) wrote into the current
+    folder, or was reported as '.' being a folder. The raw text is checked, so `-o .` still works."""
+    label = "/".join(sorted(names, key=len))  # -o/--output
+
+    def parse(value: str) -> Path:
+        if not value:
+            raise DeployoptError(f"{label}: empty path; give a {'folder' if folder else 'file'} path")
+        return Path(value)
+
+    return typer.Option(default, *names, help=help, parser=parse, metavar="<path>")
 
 
 def cudnn_engines_option() -> object:

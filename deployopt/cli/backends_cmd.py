@@ -33,6 +33,7 @@ from deployopt.cli.app import (
     cudnn_benchmark_option,
     cudnn_engines_option,
     note_cudnn_search,
+    output_option,
     parse_input_shapes,
     remote_option,
 )
@@ -234,7 +235,7 @@ def bench_command(
     calibration_data: Optional[Path] = calibration_data_option(),
     remote: Optional[str] = remote_option(),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the JSON result here."),
+    output: Optional[Path] = output_option(None, "--output", "-o", help="Write the JSON result here."),
 ) -> None:
     """Time a model end to end: median, IQR, 95 % CI, runs, what was timed, environment."""
     settings = (dtype, batch, sms, runs, warmup, input_shape, timeout)
@@ -356,11 +357,11 @@ def profile_command(
     cudnn_benchmark: bool = cudnn_benchmark_option(),
     calibration_data: Optional[Path] = calibration_data_option(),
     remote: Optional[str] = remote_option(),
-    trace_dir: Optional[Path] = typer.Option(
-        None, "--trace-dir", help="Keep the profiler trace here (torch: chrome trace JSON)."
+    trace_dir: Optional[Path] = output_option(
+        None, "--trace-dir", help="Keep the profiler trace here (torch: chrome trace JSON).", folder=True
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the JSON result here."),
+    output: Optional[Path] = output_option(None, "--output", "-o", help="Write the JSON result here."),
 ) -> None:
     """Per-layer time with share of total; --kernels adds grid/block/registers/tile/waves per kernel."""
     settings = (dtype, batch, sms, runs, warmup, input_shape, timeout)

@@ -15,7 +15,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from deployopt.cli.app import app, console, err_console
+from deployopt.cli.app import app, console, err_console, output_option
 from deployopt.regression import MIN_EFFECT, Pair, RegressionReport, compare_paths, setup
 from deployopt.timing import Timing
 
@@ -78,7 +78,7 @@ def compare_command(
         help="Also fail when setups differ (GPU, SMs, TensorRT, ...) or a file has no counterpart.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the JSON result here."),
+    output: Optional[Path] = output_option(None, "--output", "-o", help="Write the JSON result here."),
 ) -> None:
     """Regression timing: is each model slower than its baseline? Reads `bench -o`, jetson runner or
     trtexec --exportTimes JSON; exit 1 on a regression."""

@@ -21,6 +21,7 @@ from deployopt.cli.app import (
     cudnn_engines_option,
     err_console,
     note_cudnn_search,
+    output_option,
     parse_input_shapes,
 )
 from deployopt.errors import DeployoptError
@@ -93,8 +94,8 @@ def optimize_command(
         "also what TensorRT calibrates on (trtexec cannot: its engines use placeholder ranges, and "
         "the report says so).",
     ),
-    outdir: Optional[Path] = typer.Option(
-        None, "-o", "--out", help="Output folder (default <model>.deployopt/)."
+    outdir: Optional[Path] = output_option(
+        None, "-o", "--out", help="Output folder (default <model>.deployopt/).", folder=True
     ),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run from its journal."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing output folder."),

@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from deployopt.batch import restore_dynamic_batch
-from deployopt.cli.app import app, console, err_console, parse_input_shapes
+from deployopt.cli.app import app, console, err_console, output_option, parse_input_shapes
 from deployopt.coupling import Analysis, ConvLayer, analyze
 from deployopt.errors import DeployoptError
 from deployopt.fileio import check_output_file
@@ -227,7 +227,7 @@ def changes_table(changes: Sequence[GroupChange]) -> Table:
 def apply_cmd(
     model: Path = typer.Argument(..., help="ONNX model to edit."),
     plan: Path = typer.Option(..., "--plan", help='Width plan: {"widths": {"<group id>": <width>, ...}}.'),
-    output: Path = typer.Option(..., "-o", "--output", help="Where to write the edited model."),
+    output: Path = output_option(..., "-o", "--output", help="Where to write the edited model."),
     input_shape: Optional[list[str]] = typer.Option(
         None, "--input-shape", help="Static shape for an input, NAME:1x3x224x224 (repeatable)."
     ),

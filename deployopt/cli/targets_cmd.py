@@ -24,6 +24,7 @@ from deployopt.cli.app import (
     cudnn_benchmark_option,
     cudnn_engines_option,
     note_cudnn_search,
+    output_option,
 )
 from deployopt.errors import DeployoptError
 from deployopt.fileio import check_output_file
@@ -349,7 +350,7 @@ def staircase_command(
     cudnn_engines: Optional[int] = cudnn_engines_option(),
     cudnn_benchmark: bool = cudnn_benchmark_option(),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-    plot: Optional[Path] = typer.Option(
+    plot: Optional[Path] = output_option(
         None, "--plot", help="Write the staircase as an image (.png, .svg or .pdf)."
     ),
 ) -> None:
@@ -478,7 +479,9 @@ def calibrate_command(
     out_channels: str = typer.Option(
         CALIBRATION_KS, "--out-channels", help="Widths swept per shape (start:stop:step, stop included)."
     ),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Profile path (default: user cache)."),
+    output: Optional[Path] = output_option(
+        None, "--output", "-o", help="Profile path (default: user cache)."
+    ),
     name: Optional[str] = typer.Option(None, "--name", help="Profile name (default: the target's name)."),
     cudnn_engines: Optional[int] = cudnn_engines_option(),
     cudnn_benchmark: bool = cudnn_benchmark_option(),
