@@ -203,12 +203,28 @@ REFERENCE_CC = (9, 0)  # the design our shipped fit was measured on
 REFERENCE_CLOCK_MHZ = 1980.0
 
 
+def peak_cc(cc: tuple[int, int]) -> tuple[int, int]:
+    """The CC whose PEAK_MACS_PER_CLK row stands for `cc`: its own, else the nearest known one below
+    it (the oldest known for an older GPU). default_params says when it is another CC's."""
+    cc = (int(cc[0]), int(cc[1]))
+    if cc in PEAK_MACS_PER_CLK:
+        return cc
+    known = sorted(k for k in PEAK_MACS_PER_CLK if k <= cc) or [min(PEAK_MACS_PER_CLK)]
+    return known[-1]
+
+
 def _peak(cc: tuple[int, int], dtype: str) -> int:
-    table = PEAK_MACS_PER_CLK.get(tuple(cc))
-    if table is None:  # unknown CC: nearest known one below it
-        known = sorted(k for k in PEAK_MACS_PER_CLK if k <= tuple(cc)) or [min(PEAK_MACS_PER_CLK)]
-        table = PEAK_MACS_PER_CLK[known[-1]]
-    return table[dtype]
+    return PEAK_MACS_PER_CLK[peak_cc(cc)][dtype]
+
+
+def _borrowed_note(cc: tuple[int, int]) -> str:
+    """'; CC 12.0 is not in the peak table: CC 9.0's peak and kernel tiles are used' ('' for a known
+    CC): a GPU newer or older than the tables is predicted as another design, and says so."""
+    used = peak_cc(cc)
+    if used == tuple(cc):
+        return ""
+    what = "peak and kernel tiles are" if tuple(cc) > max(PEAK_MACS_PER_CLK) else "peak is"
+    return f"; CC {cc[0]}.{cc[1]} is not in the peak table: CC {used[0]}.{used[1]}'s {what} used"
 
 
 # Hopper implicit-GEMM kernels cuDNN 9 ran in the H200 sweeps (`sm90_xmma_fprop_implicit_gemm_...
@@ -301,7 +317,7 @@ def default_params(cc: tuple[int, int], dtype: str, clock_mhz: float) -> WavePar
     source = (
         f"derived from {basis} scaled by per-SM peak MACs/clock × clock "
         f"({_peak(cc, dtype)} vs {_peak(REFERENCE_CC, dtype)} MACs/clk/SM; {clock_mhz:g} vs "
-        f"{REFERENCE_CLOCK_MHZ:g} MHz); not calibrated on hardware"
+        f"{REFERENCE_CLOCK_MHZ:g} MHz{_borrowed_note(cc)}); not calibrated on hardware"
     )
     same_design = tuple(cc) == REFERENCE_CC
     if ref is not None:

@@ -411,3 +411,44 @@ def test_output_dot_is_still_the_current_folder(monkeypatch, capsys, tmp_path, z
     code, _, err = run(monkeypatch, capsys, *args)
     assert code == 0, err
     assert (tmp_path / "plan.json").is_file() and (tmp_path / "report.json").is_file()
+
+
+@pytest.mark.parametrize("cc", [[99, 9], [13, 0], [4, 0], [2, 1], [8, 10]])
+def test_a_compute_capability_no_gpu_has_is_refused(monkeypatch, capsys, tmp_path, nano_profile, cc) -> None:
+    """[99, 9] was accepted and predicted as a Hopper (the wave model's tables fall back to the
+    nearest CC below); now one line naming the file and the field."""
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({**nano_profile, "compute_capability": cc}))
+    for args in (
+        ["targets", "--target", str(path)],
+        ["staircase", "--target", str(path), "--input", "1x16x8x8", "--out-channels", "16"],
+    ):
+        _one_error(
+            *run(monkeypatch, capsys, *args),
+            f"target profile {path}: compute_capability {cc} is no NVIDIA GPU's: the major is 3 or 5-12",
+        )
+
+
+@pytest.mark.parametrize(
+    ("cc", "note"),
+    [
+        ([12, 0], "CC 12.0 is not in the peak table: CC 9.0's peak and kernel tiles are used"),
+        ([3, 7], "CC 3.7 is not in the peak table: CC 5.3's peak is used"),
+        ([8, 6], "CC 8.6 is not in the peak table: CC 8.0's peak is used"),
+        ([5, 3], None),
+    ],
+)
+def test_a_real_gpu_the_tables_lack_says_whose_figures_it_gets(
+    monkeypatch, capsys, tmp_path, nano_profile, cc, note
+) -> None:
+    """Real CCs outside the peak table (Blackwell, Kepler, GA10x) still load, and their default
+    parameters say which design they are predicted as, instead of falling back silently."""
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({**nano_profile, "compute_capability": cc}))
+    args = ["staircase", "--target", str(path), "--input", "1x16x8x8", "--out-channels", "16"]
+    code, out, err = run(monkeypatch, capsys, *args)
+    assert code == 0, err
+    if note is None:
+        assert "not in the peak table" not in out
+    else:
+        assert note in " ".join(out.split()), out

@@ -23,6 +23,9 @@ FITTED_DIR = Path(__file__).resolve().parent / "fitted"
 
 # Targets without their own fit borrow one measured on the same SM design.
 FIT_BORROWED = {"h100": "h200"}
+#: Compute capability majors NVIDIA GPUs have: Kepler (3) to Blackwell (10-12); there was no 4. A
+#: hand-edited [99, 9] was taken as a Hopper (the wave model's tables fall back to the nearest CC below).
+CC_MAJORS = (3, 5, 6, 7, 8, 9, 10, 11, 12)
 
 
 @dataclass(frozen=True)
@@ -186,6 +189,12 @@ def target_from_json(d: dict[str, Any], origin: str = "built-in") -> Target:
     pair = isinstance(cc, (list, tuple)) and len(cc) == 2
     if not (pair and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in cc)):
         raise TargetError(f"target profile {origin}: compute_capability must be [major, minor], not {cc!r}")
+    if cc[0] not in CC_MAJORS or not 0 <= cc[1] <= 9:
+        majors = f"{CC_MAJORS[0]} or {CC_MAJORS[1]}-{CC_MAJORS[-1]}"
+        raise TargetError(
+            f"target profile {origin}: compute_capability {list(cc)} is no NVIDIA GPU's: the major is "
+            f"{majors}, the minor 0-9"
+        )
     try:
         params = {dt: WaveParams.from_json(p) for dt, p in (d.get("params") or {}).items()}
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
