@@ -55,3 +55,11 @@ class HostTimingWarning(DeployoptWarning):
 
 class CacheWarning(DeployoptWarning):
     """A cache entry could not be written or read: the run goes on without it (one `warning:` line)."""
+
+
+def no_such_file(
+    path: object, error: type[DeployoptError] = DeployoptError, folder: bool = False
+) -> DeployoptError:
+    """`PATH: no such file` (`... or folder` for an input that may be a folder): the one wording
+    every command uses for a missing input path, raised as the error type of what it was to be."""
+    return error(f"{path}: no such file{' or folder' if folder else ''}")

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from deployopt.errors import DataError, ModelError
+from deployopt.errors import DataError, ModelError, no_such_file
 
 RANDOM_SOURCE = "random inputs (no calibration data given)"
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp"})
@@ -259,7 +259,7 @@ def load_calibration(
 
     path = Path(path)
     if not path.exists():
-        raise DataError(f"{path}: calibration data not found")
+        raise no_such_file(path, DataError, folder=True)
     if path.is_file():
         suffix = path.suffix.lower()
         if suffix in ARRAY_SUFFIXES:
@@ -469,7 +469,7 @@ def _session(model: str | os.PathLike[str] | onnx.ModelProto, role: str) -> Any:
             return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
         path = Path(model)
         if not path.is_file():
-            raise ModelError(f"{path}: no such file")
+            raise no_such_file(path, ModelError)
         return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
     except ModelError:
         raise

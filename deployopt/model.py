@@ -21,7 +21,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import TensorProto
 
-from deployopt.errors import ModelError, OutputError
+from deployopt.errors import ModelError, OutputError, no_such_file
 from deployopt.fileio import (
     check_output_file,
     make_output_dir,
@@ -129,7 +129,7 @@ def _read_model_bytes(path: Path) -> bytes:
 
 def _parse(path: Path) -> onnx.ModelProto:
     if not path.exists():
-        raise ModelError(f"{path}: no such file")
+        raise no_such_file(path, ModelError)
     refuse_directory(path)
     data = _read_model_bytes(path)
     if not data:

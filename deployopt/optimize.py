@@ -226,9 +226,9 @@ def check_config(cfg: OptimizeConfig) -> None:
                 "(bench and profile take a table alone)"
             )
     if not Path(cfg.model_path).exists():
-        from deployopt.errors import ModelError
+        from deployopt.errors import ModelError, no_such_file
 
-        raise ModelError(f"{cfg.model_path}: no such file")
+        raise no_such_file(cfg.model_path, ModelError)
 
 
 def _check_outdir(cfg: OptimizeConfig) -> Path:

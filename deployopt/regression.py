@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deployopt.errors import DataError
+from deployopt.errors import DataError, no_such_file
 from deployopt.timing import Comparison, Timing, compare, load_timing, min_samples, smallest_p_value
 
 #: Environment facts that make two measurements comparable, with the word a report uses for each.
@@ -167,7 +167,7 @@ def compare_paths(
     b, c = Path(baseline), Path(current)
     for p in (b, c):
         if not p.exists():
-            raise DataError(f"not found: {p}")
+            raise no_such_file(p, DataError, folder=True)
     if b.is_dir() != c.is_dir():
         raise DataError(f"compare two files or two folders, not {b} with {c}")
     if b.is_dir():

@@ -24,7 +24,7 @@ import onnx
 from onnx import numpy_helper
 
 from deployopt.coupling import Analysis, analyze
-from deployopt.errors import ModelError, PlanError
+from deployopt.errors import ModelError, PlanError, no_such_file
 from deployopt.importance import dead_channels_many, filter_l1
 
 
@@ -49,7 +49,7 @@ def load_plan(path: str | os.PathLike[str]) -> dict[str, int]:
     if path.is_dir():
         raise PlanError(f"{path}: is a folder, expected a plan file (.json)")
     if not path.is_file():
-        raise PlanError(f"{path}: no such plan file")
+        raise no_such_file(path, PlanError)
     try:
         data = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

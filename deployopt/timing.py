@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from deployopt.errors import BackendFailed, DataError, DeployoptError
+from deployopt.errors import BackendFailed, DataError, DeployoptError, no_such_file
 
 BOOTSTRAP_RESAMPLES = 2000
 # More samples than anyone times on purpose: a typo (or 10**20) would otherwise loop until Ctrl-C.
@@ -243,7 +243,7 @@ def load_timing(path: str | Path) -> Timing:
     try:
         data = json.loads(p.read_text())
     except FileNotFoundError:
-        raise DataError(f"measurement not found: {p}") from None
+        raise no_such_file(p, DataError) from None
     except OSError as exc:
         raise DataError(f"cannot read {p}: {exc.strerror or exc}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

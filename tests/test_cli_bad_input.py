@@ -452,3 +452,58 @@ def test_a_real_gpu_the_tables_lack_says_whose_figures_it_gets(
         assert "not in the peak table" not in out
     else:
         assert note in " ".join(out.split()), out
+
+
+@pytest.mark.parametrize(
+    ("args", "folder"),
+    [
+        (["analyze", "{gone}"], False),
+        (["apply", "{gone}", "--plan", "{plan}", "-o", "{out}"], False),
+        (["apply", "{model}", "--plan", "{gone}", "-o", "{out}"], False),
+        (["verify", "{model}", "{gone}"], False),
+        (["verify", "{model}", "{model}", "--calibration-data", "{gone}"], True),
+        (["optimize", "{gone}", "-t", "t4", "--backend", "model", "-o", "{out}"], False),
+        (["optimize", "{model}", "-t", "t4", "-b", "model", "--calibration-data", "{gone}"], True),
+        (["bench", "{gone}"], False),
+        (["profile", "{gone}"], False),
+        (
+            [
+                "bench",
+                "{model}",
+                "-b",
+                "trtexec",
+                "--remote",
+                "u@h",
+                "--dtype",
+                "int8",
+                "--calibration-data",
+                "{gone}",
+            ],
+            True,
+        ),
+        (["compare", "{gone}", "{plan}"], True),
+        (["targets", "--target", "{gone}"], False),
+        (["staircase", "-t", "{gone}", "--input", "1x16x8x8", "--out-channels", "16"], False),
+        (["calibrate", "-t", "{gone}", "--measure", "torch"], False),
+        (["analyze", "{model}", "--target", "{gone}"], False),
+    ],
+)
+def test_a_missing_input_is_worded_alike_in_every_command(
+    monkeypatch, capsys, tmp_path, zoo_model_path, args, folder
+) -> None:
+    """bench/profile said 'no such model file', apply --plan 'no such plan file', compare 'not
+    found: X', a --target profile 'target profile X does not exist', --calibration-data 'X:
+    calibration data not found' or '--calibration-data X: no such file or folder': now one wording
+    ('or folder' where a folder is taken too)."""
+    plan = tmp_path / "plan.json"
+    plan.write_text('{"widths": {}}')
+    gone = tmp_path / "gone.json"
+    names = {
+        "model": zoo_model_path("resnet_projection"),
+        "plan": plan,
+        "out": tmp_path / "out",
+        "gone": gone,
+    }
+    code, _, err = run(monkeypatch, capsys, *(a.format(**names) for a in args))
+    assert (code, err) == (2, f"error: {gone}: no such file{' or folder' if folder else ''}\n")
+    assert not (tmp_path / "out").exists()

@@ -193,7 +193,7 @@ def test_model_backend_says_where_it_can_be_used(monkeypatch, capsys, model: Pat
 
 def test_missing_model_and_unreadable_model(monkeypatch, capsys, tmp_path: Path) -> None:
     code, _, err = run(monkeypatch, capsys, "bench", str(tmp_path / "none.onnx"))
-    assert code == 2 and err == f"error: {tmp_path / 'none.onnx'}: no such model file\n"
+    assert code == 2 and err == f"error: {tmp_path / 'none.onnx'}: no such file\n"
     folder = tmp_path / "exported.onnx"  # a folder (an export that wrote a directory): say so
     folder.mkdir()
     for command in ("bench", "profile", "analyze"):

@@ -70,7 +70,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(monkeypatch, capsys, tm
     corrupt.write_text("{not json")
     dest = tmp_path / "out.json"
     cases = [
-        ([str(tmp_path / "missing.json"), AUTOTUNED], "not found"),
+        ([str(tmp_path / "missing.json"), AUTOTUNED], "missing.json: no such file or folder"),
         ([str(corrupt), AUTOTUNED], "is not JSON"),
         ([AUTOTUNED, str(tmp_path)], "two files or two folders"),
         ([AUTOTUNED, HEURISTIC, "--alpha", "0"], "alpha 0"),

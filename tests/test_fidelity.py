@@ -310,7 +310,7 @@ def test_array_files(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "setup, inputs, message",
     [
-        (lambda d: d / "missing", SHAPE, r"missing: calibration data not found"),
+        (lambda d: d / "missing", SHAPE, r"missing: no such file or folder"),
         (lambda d: (d / "empty").mkdir() or d / "empty", SHAPE, r"empty: empty folder"),
         (
             lambda d: np.save(d / "bad.npy", np.zeros((2, 3, 28, 28))) or d / "bad.npy",

@@ -277,7 +277,7 @@ def test_load_plan(tmp_path: Path) -> None:
     good.write_text(json.dumps({"widths": {"a": 32, "b": 64}}))
     assert load_plan(good) == {"a": 32, "b": 64}
     cases = {
-        "missing.json": (None, "no such plan file"),
+        "missing.json": (None, "missing.json: no such file"),
         "folder.json": ("", "folder.json: is a folder, expected a plan file (.json)"),  # "" makes a folder
         "bad.json": ("{not json", "not valid JSON"),
         "list.json": ("[1, 2]", 'expected {"widths"'),

@@ -337,7 +337,7 @@ def test_load_runner_result_round_trip(tmp_path: Path) -> None:
 
 
 def test_load_runner_result_errors(tmp_path: Path) -> None:
-    with pytest.raises(DataError, match="measurement not found"):
+    with pytest.raises(DataError, match=r"none\.json: no such file"):
         load_runner_result(tmp_path / "none.json")
     bad = tmp_path / "bad.json"
     bad.write_text("{")

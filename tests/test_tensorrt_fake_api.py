@@ -1652,7 +1652,7 @@ def test_bench_cli_calibrates_int8_on_the_given_data(
     assert code == 2 and err.count("\n") == 1
     assert "INT8 needs calibration data (--calibration-data)" in err
     code, _, err = run_cli(monkeypatch, capsys, *args, "--calibration-data", str(tmp_path / "none.npy"))
-    assert code == 2 and err == f"error: --calibration-data {tmp_path / 'none.npy'}: no such file or folder\n"
+    assert code == 2 and err == f"error: {tmp_path / 'none.npy'}: no such file or folder\n"
     # a calibration table instead of data (trtexec's, the Jetson runner's): read, not calibrated on
     table = tmp_path / "trtexec.cache"
     table.write_bytes(TABLE)

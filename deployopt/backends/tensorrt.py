@@ -43,6 +43,7 @@ from deployopt.errors import (
     DeployoptWarning,
     ModelError,
     OutputError,
+    no_such_file,
 )
 from deployopt.timing import Timing, load_timing
 
@@ -806,7 +807,7 @@ class TensorRTSession(Session):
     def _call(self, model_path: Path, per_layer: bool) -> dict:
         model_path = Path(model_path)
         if not model_path.is_file():
-            raise DeployoptError(f"model not found: {model_path}")
+            raise no_such_file(model_path, ModelError)
         if self.options.extra.get("isolate", True):
             # hashed here, where the digests outlive the call: each worker is a new process
             args = (str(model_path), self.options, per_layer, hash_calibration(self.options))

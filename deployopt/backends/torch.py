@@ -207,7 +207,7 @@ class TorchSession(Session):
     def _model_request(self, op: str, model_path: Path, **more: Any) -> dict[str, Any]:
         path = Path(model_path)
         if not path.is_file():
-            raise errors.ModelError(f"{path}: no such model file")
+            raise errors.no_such_file(path, errors.ModelError)
         req = {
             "op": op,
             "path": str(path.resolve()),

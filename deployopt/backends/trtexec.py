@@ -28,7 +28,14 @@ from deployopt.backends.trtexec_parser import (
     parse_version_code,
     version_tuple,
 )
-from deployopt.errors import BackendFailed, BackendUnavailable, DeployoptError
+from deployopt.errors import (
+    BackendFailed,
+    BackendUnavailable,
+    DataError,
+    DeployoptError,
+    ModelError,
+    no_such_file,
+)
 from deployopt.fileio import write_text
 from deployopt.timing import Timing
 
@@ -300,7 +307,7 @@ class TrtexecSession(Session):
         """Build + time one model with trtexec and parse everything it wrote."""
         model_path = Path(model_path)
         if not model_path.is_file():
-            raise DeployoptError(f"model not found: {model_path}")
+            raise no_such_file(model_path, ModelError)
         outdir = self.workdir / model_path.stem
         outdir.mkdir(parents=True, exist_ok=True)
         for name in ("times.json", "profile.json", "layer_info.json"):
@@ -340,7 +347,7 @@ class TrtexecSession(Session):
         board_model = rdir / board_name(model_path.name)
         table = calibration_table(self.options) if self.options.dtype == "int8" else None
         if table is not None and not Path(table).is_file():  # before anything reaches the board
-            raise DeployoptError(f"calibration table not found: {table}")
+            raise no_such_file(table, DataError)
         ssh = ["ssh", *self._ssh_opts(), self.remote]
         short = min(120.0, self.options.timeout_s)
         self._remote_call([*ssh, shlex.join(["mkdir", "-p", str(rdir)])], "mkdir", short)

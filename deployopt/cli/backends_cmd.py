@@ -37,7 +37,7 @@ from deployopt.cli.app import (
     parse_input_shapes,
     remote_option,
 )
-from deployopt.errors import DeployoptError
+from deployopt.errors import DataError, DeployoptError, no_such_file
 from deployopt.fileio import check_output_file, write_json
 from deployopt.timing import Timing, check_run_counts
 
@@ -161,7 +161,7 @@ def _options(
         if dtype != "int8":
             raise DeployoptError("--calibration-data calibrates INT8: use it with --dtype int8")
         if not calibration_data.exists():
-            raise DeployoptError(f"--calibration-data {calibration_data}: no such file or folder")
+            raise no_such_file(calibration_data, DataError, folder=True)
         if backend.name == "trtexec":  # before the model is read: trtexec reads only a table
             from deployopt.backends.trtexec import refuse_calibration_data
 
@@ -190,7 +190,7 @@ def _check_model(model: Path) -> None:
 
     refuse_directory(model)  # the loader's wording (analyze says the same)
     if not model.is_file():
-        raise ModelError(f"{model}: no such model file")
+        raise no_such_file(model, ModelError)
 
 
 def bench_json(timing: Timing) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from deployopt import paths
-from deployopt.errors import TargetError
+from deployopt.errors import TargetError, no_such_file
 from deployopt.waves import DTYPES, WaveParams, default_params
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -299,7 +299,7 @@ def get_target(name_or_path: str, sms: int | None = None) -> Target:
         target = read_local_target()
     elif name_or_path.endswith(".json") or os.sep in name_or_path:
         if not Path(name_or_path).exists():
-            raise TargetError(f"target profile {name_or_path} does not exist")
+            raise no_such_file(name_or_path, TargetError)
         target = load_profile(name_or_path)
     elif (cache_dir() / f"{name_or_path}.json").exists():
         target = load_profile(cache_dir() / f"{name_or_path}.json")
