@@ -292,14 +292,19 @@ def require_host_memory(
     *,
     activations: bool = True,
     hint: str = "try a smaller --batch or --input-shape",
-) -> None:
-    """The host check a backend makes before it builds its inputs (see the module docstring).
-    `activations=False`: they live on a device (a GPU backend); only the inputs and weights the
-    host holds are counted."""
+    checked: RunEstimate | None = None,
+) -> RunEstimate | None:
+    """The host check a backend makes before it builds its inputs (see the module docstring);
+    returns the estimate it checked. `activations=False`: they live on a device (a GPU backend);
+    only the inputs and weights the host holds are counted. `checked`: an estimate this run already
+    checked (the torch backend's parent, before optimize's output folder exists); a model whose
+    estimate is that one is not checked, nor warned about, a second time."""
     est = estimate_run(model)
     if est is not None and not activations:
         est = RunEstimate(est.inputs, est.weights, 0)
-    require_memory(est, available_host_bytes(), model, where, hint)
+    if est is None or est != checked:
+        require_memory(est, available_host_bytes(), model, where, hint)
+    return est
 
 
 def require_fidelity_memory(

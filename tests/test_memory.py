@@ -288,6 +288,67 @@ def test_torch_worker_checks_host_and_gpu_memory(monkeypatch: pytest.MonkeyPatch
     )
 
 
+def test_the_torch_worker_skips_the_host_check_optimize_made_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """optimize checks host memory in the parent (before OUTDIR exists) and the worker checked the
+    same input model again, so a run close to its memory warned twice. The parent now sends what it
+    checked: the worker skips the first model of that estimate, and checks every other one (a
+    candidate of other widths, a later one of the same size, bench/profile's models)."""
+    import dataclasses
+
+    from deployopt.backends.torch_worker import Worker
+
+    path = _save(tmp_path / "tiny.onnx", tiny_cnn("N"))
+    model = prepare_model(path, batch=1 << 16).model
+    need = estimate_run(model)
+    assert need is not None
+    monkeypatch.setattr(memory, "available_host_bytes", lambda: need.total - 1)  # any check refuses
+    worker = Worker.__new__(Worker)
+    worker.cuda, worker.dtype_name, worker.host_check_skipped = False, "fp32", False
+    checked = dataclasses.asdict(need)
+    worker.check_memory(model, checked)  # the parent's model: not checked again
+    with pytest.raises(InsufficientMemory, match="torch, host memory"):
+        worker.check_memory(model, checked)  # once only: later, the memory free then counts
+    worker.host_check_skipped = False
+    other = prepare_model(path, batch=(1 << 16) + 1).model
+    with pytest.raises(InsufficientMemory, match="torch, host memory"):
+        worker.check_memory(other, checked)  # another estimate: checked
+    with pytest.raises(InsufficientMemory, match="torch, host memory"):
+        worker.check_memory(model)  # bench / profile: the parent checked nothing
+
+
+def test_the_torch_session_sends_what_its_host_check_covered(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Model requests carry the parent's host estimate only after check_memory (optimize); bench
+    and profile never call it, so their worker checks host memory itself."""
+    import dataclasses
+
+    from deployopt.backends.base import MeasureOptions
+    from deployopt.backends.torch import TorchSession
+
+    class _Worker:  # a CPU worker, as TorchSession.cuda asks it
+        def __init__(self) -> None:
+            self.ready = {"cuda": False}
+
+        def alive(self) -> bool:
+            return True
+
+    path = _save(tmp_path / "tiny.onnx", tiny_cnn(1))
+    session = TorchSession.__new__(TorchSession)  # no worker process: the requests are captured
+    session.options, session.worker, session._host_checked = MeasureOptions(dtype="fp32"), _Worker(), None
+    sent: list[dict[str, Any]] = []
+    monkeypatch.setattr(session, "_call", lambda req, what: sent.append(req) or {})
+    session._model_request("measure", path)
+    assert "host_checked" not in sent[-1]
+    loaded = prepare_model(path)
+    session.check_memory(loaded)
+    session._model_request("measure", path)
+    assert sent[-1]["host_checked"] == dataclasses.asdict(estimate_run(loaded.model))
+    json.dumps(sent[-1])  # it travels to the worker as JSON
+
+
 def test_a_batch_close_to_the_memory_it_has_runs_with_a_one_line_warning(
     monkeypatch: pytest.MonkeyPatch, capsys: Any, conv_path: Path
 ) -> None:

@@ -129,6 +129,7 @@ class Worker:
         self.replays = config.get("replays_per_sample", 1)
         self.profile_runs = int(config.get("profile_runs", 20))
         self.green_context = None
+        self.host_check_skipped = False  # check_memory skipped the parent's host-checked model once
         try:
             import torch
         except ImportError:
@@ -235,14 +236,20 @@ class Worker:
 
     # -- models -----------------------------------------------------------------------------
 
-    def check_memory(self, model: Any) -> None:
+    def check_memory(self, model: Any, host_checked: dict[str, int] | None = None) -> None:
         """Before converting: host memory for the inputs and weights (and on CPU the activations);
         on CUDA everything at the run's dtype against the GPU's free memory, counting what
         PyTorch's caching allocator holds unused (earlier models') as free. A green context
-        limits SMs, not memory: the whole GPU's memory is what there is."""
-        from deployopt.memory import estimate_run, require_host_memory, require_memory
+        limits SMs, not memory: the whole GPU's memory is what there is. `host_checked`: the host
+        estimate the parent already checked (optimize's input model): the first model of that
+        estimate is not checked again; a later one is, against the memory free by then."""
+        from deployopt.memory import RunEstimate, estimate_run, require_host_memory, require_memory
 
-        require_host_memory(model, "torch, host memory", activations=not self.cuda)
+        skip = host_checked and not self.host_check_skipped
+        checked = RunEstimate(**host_checked) if skip else None
+        host = require_host_memory(model, "torch, host memory", activations=not self.cuda, checked=checked)
+        if checked is not None and host == checked:
+            self.host_check_skipped = True
         if self.cuda:
             cuda = self.torch.cuda
             free, _ = cuda.mem_get_info()
@@ -257,7 +264,7 @@ class Worker:
 
         try:
             loaded = prepare_model(req["path"], req.get("batch"), req.get("input_shapes") or {})
-            self.check_memory(loaded.model)
+            self.check_memory(loaded.model, req.get("host_checked"))
         except DeployoptError as exc:
             raise WorkerError(type(exc).__name__, str(exc)) from None
         try:
