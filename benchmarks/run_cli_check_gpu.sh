@@ -1,0 +1,40 @@
+#!/bin/bash
+# Every GPU path of the CLI once, as a user runs it, on the device (the H200, 8 SMs by a green
+# context): the release check before a stop lands. One device call, about 6 minutes:
+#   OUT=/some/folder bash benchmarks/run_cli_check_gpu.sh
+# Writes each command's stdout/stderr and exit status into $OUT (rc.txt lists them); nothing here
+# is a timed test: the numbers are read off the files and recorded in docs by hand.
+# Carry .whl (onnx-graphsurgeon, onnx2torch) for deployopt.
+set -u
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site:$PWD
+D=${OUT:?set OUT to the results folder}
+mkdir -p "$D"
+M=examples/resnet56_pruned_cifar.onnx
+step() {  # step NAME TIMEOUT CMD...: run one command, keep its output and exit status
+    local name=$1 limit=$2
+    shift 2
+    timeout "$limit" "$@" >"$D/$name.out" 2>"$D/$name.err"
+    echo "$name $?" >>"$D/rc.txt"
+}
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$D/gpu.txt"
+step backends 60 python3 -m deployopt backends --json
+step targets_local 60 python3 -m deployopt targets --target local --json
+step staircase 120 python3 -m deployopt staircase --target h200 --sms 8 --input 8x128x28x28 --kernel 3 \
+    --out-channels 368:528:16 --measure torch --runs 50 --json --plot "$D/staircase.png"
+step calibrate 200 python3 -m deployopt calibrate --target h200 --sms 8 --measure torch -o "$D/h200_sm8_profile.json"
+step staircase_calibrated 60 python3 -m deployopt staircase --target "$D/h200_sm8_profile.json" \
+    --input 8x128x28x28 --kernel 3 --out-channels 368:528:16 --json
+step optimize 300 python3 -m deployopt optimize $M --target h200 --sms 8 --backend torch --batch 32 \
+    --max-evals 12 -o "$D/optimize" --force
+step bench_input 90 python3 -m deployopt bench $M --backend torch --sms 8 --batch 32 --runs 200 -o "$D/bench_input.json"
+step bench_optimized 90 python3 -m deployopt bench "$D/optimize/model.onnx" --backend torch --sms 8 --batch 32 \
+    --runs 200 -o "$D/bench_optimized.json"
+step compare 30 python3 -m deployopt compare "$D/bench_input.json" "$D/bench_optimized.json" --json
+step profile_kernels 120 python3 -m deployopt profile "$D/optimize/model.onnx" --backend torch --sms 8 --batch 32 \
+    --kernels --json
+# bad input on a machine with a GPU: one line, exit 2
+step bad_sms 60 python3 -m deployopt staircase --target h200 --sms 1000 --input 8x128x28x28 --kernel 3 \
+    --out-channels 16:64:16 --measure torch
+step bad_empty_out 60 python3 -m deployopt bench $M --backend torch --sms 8 -o ''
+cat "$D/rc.txt"
