@@ -1,7 +1,8 @@
 #!/bin/bash
 # Every GPU path of the CLI once, as a user runs it, on the device (the H200, 8 SMs by a green
-# context): the release check before a stop lands. One device call, about 6 minutes:
-#   OUT=/some/folder bash benchmarks/run_cli_check_gpu.sh
+# context): the release check before a stop lands. One device call, about 2 minutes:
+#   OUT=/tmp/cli bash benchmarks/run_cli_check_gpu.sh; tar czf $OUT/cli.tgz -C /tmp cli
+# (the device tool brings back a few files only: pack the folder into one, as here)
 # Writes each command's stdout/stderr and exit status into $OUT (rc.txt lists them); nothing here
 # is a timed test: the numbers are read off the files and recorded in docs by hand.
 # Carry .whl (onnx-graphsurgeon, onnx2torch) for deployopt.
