@@ -70,6 +70,11 @@ MOBILENET_FULL = (
     "the same MobileNetV2 on the full GPU, batch 64 (random weights, exported on the device), as published "
     "and pruned with seeds 0–1, code of 55dffa4 (the optimizer of 8f6f468), 2026-12-03"
 )
+MOBILENET_B1 = (
+    "the same MobileNetV2 at batch 1, the batch of a Jetson classifying one camera frame at a time "
+    "(random weights, exported on the device), as published and pruned with seeds 0–1, code of 3fa4cb1, "
+    "2026-12-04"
+)
 # Files that hold seeds of one series (one file per invocation): their seeds are averaged together in
 # "Means over seeds" under the series' label (each file keeps its own table; the raw JSON of every
 # invocation stays as it was written).
@@ -113,6 +118,7 @@ DEFAULT_FILES: list[tuple[Path, str]] = [
     (RESULTS / "optimize_sms8_mobilenetv2_pruned.json", MOBILENET_PRUNED),
     (RESULTS / "optimize_sms16_mobilenetv2_pruned.json", MOBILENET_PRUNED),
     (RESULTS / "optimize_full_mobilenetv2_pruned.json", MOBILENET_FULL),
+    (RESULTS / "optimize_sms8_mobilenetv2_b1.json", MOBILENET_B1),
 ]
 CIFAR_COLUMNS = ("unpruned", "pruned", "round_up_8", "deployopt_lossless", "deployopt_trim")
 
