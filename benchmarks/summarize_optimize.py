@@ -72,7 +72,7 @@ MOBILENET_FULL = (
 )
 MOBILENET_B1 = (
     "the same MobileNetV2 at batch 1, the batch of a Jetson classifying one camera frame at a time "
-    "(random weights, exported on the device), as published and pruned with seeds 0–1, code of 3fa4cb1, "
+    "(random weights, exported on the device), as published and pruned with seeds 0–1, code of b2a1b88, "
     "2026-12-04"
 )
 # Files that hold seeds of one series (one file per invocation): their seeds are averaged together in
