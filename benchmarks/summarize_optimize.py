@@ -75,6 +75,11 @@ MOBILENET_B1 = (
     "(random weights, exported on the device), as published and pruned with seeds 0–1, code of b2a1b88, "
     "2026-12-04"
 )
+MOBILENET_ENGINES = (
+    "MobileNetV2 at 224², batch 8, random weights, every cuDNN engine timed (--cudnn-engines 0: TensorRT's "
+    "way), code of a1ddd1a, 2026-12-04; the published widths only: the run stopped at its deadline inside "
+    "pruned seed 0, with no device time left to resume it"
+)
 # Files that hold seeds of one series (one file per invocation): their seeds are averaged together in
 # "Means over seeds" under the series' label (each file keeps its own table; the raw JSON of every
 # invocation stays as it was written).
@@ -119,6 +124,7 @@ DEFAULT_FILES: list[tuple[Path, str]] = [
     (RESULTS / "optimize_sms16_mobilenetv2_pruned.json", MOBILENET_PRUNED),
     (RESULTS / "optimize_full_mobilenetv2_pruned.json", MOBILENET_FULL),
     (RESULTS / "optimize_sms8_mobilenetv2_b1.json", MOBILENET_B1),
+    (RESULTS / "optimize_sms8_mobilenetv2_all_engines.json", MOBILENET_ENGINES),
 ]
 CIFAR_COLUMNS = ("unpruned", "pruned", "round_up_8", "deployopt_lossless", "deployopt_trim")
 
