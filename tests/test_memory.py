@@ -564,3 +564,28 @@ def test_a_shortcut_stays_alive_while_its_block_runs() -> None:
         helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), strict_mode=True
     )
     assert estimate_run(model) == RunEstimate(inputs=n, weights=4 * 4 * 9 * 4, activations=2 * n)
+
+
+def test_the_ort_session_checks_optimizes_input_model_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """optimize checks host memory through check_memory before OUTDIR exists, then measures the
+    same input model: that measure must not check (and warn) again; the next model, and every
+    model of a session check_memory was never called on (bench, profile), is checked."""
+    from deployopt.backends.base import MeasureOptions
+    from deployopt.backends.ort import OrtBackend
+
+    path = _save(tmp_path / "tiny.onnx", tiny_cnn(1))
+    session = OrtBackend().open(MeasureOptions(dtype="fp32", runs=1, warmup=0))
+    calls: list[int] = []
+    real = memory.require_memory
+    monkeypatch.setattr(memory, "require_memory", lambda est, *a, **k: calls.append(1) or real(est, *a, **k))
+    session.check_memory(prepare_model(path))
+    assert len(calls) == 1
+    session.measure(path)  # the input model optimize already checked
+    assert len(calls) == 1
+    session.measure(path)  # once only: a later model is checked against the memory free then
+    assert len(calls) == 2
+    fresh = OrtBackend().open(MeasureOptions(dtype="fp32", runs=1, warmup=0))
+    fresh.measure(path)  # bench: nothing checked before
+    assert len(calls) == 3

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import numpy as np
     import onnx
 
+    from deployopt.memory import RunEstimate
     from deployopt.model import LoadedModel
 
 NODE_SUFFIX = "_kernel_time"
@@ -433,6 +434,7 @@ class OrtSession(Session):
 
         self._ort = ort
         self.providers = backend.providers()
+        self._host_checked: RunEstimate | None = None  # check_memory's estimate, not yet re-met
 
     @property
     def runs_on_gpu(self) -> bool:
@@ -493,16 +495,28 @@ class OrtSession(Session):
 
     def check_memory(self, loaded: LoadedModel) -> None:
         """Host memory: everything on the CPU provider; with the CUDA EP the activations live on the
-        GPU, which is not queried (only the inputs and weights the host holds are checked)."""
+        GPU, which is not queried (only the inputs and weights the host holds are checked).
+        optimize calls this for its input model before OUTDIR exists; the next model this session
+        loads, the same input model, is then not checked (nor warned about) a second time."""
+        self._host_checked = self._check_host(loaded, None)
+
+    def _check_host(self, loaded: LoadedModel, checked: RunEstimate | None) -> RunEstimate | None:
         from deployopt.memory import require_host_memory
 
         on_host = self.providers[0] == "CPUExecutionProvider"
-        require_host_memory(loaded.model, "onnxruntime, host memory", activations=on_host)
+        return require_host_memory(
+            loaded.model, "onnxruntime, host memory", activations=on_host, checked=checked
+        )
+
+    def _check_loaded(self, loaded: LoadedModel) -> None:
+        """measure / profile: check_memory's estimate covers the first model after it, once."""
+        checked, self._host_checked = self._host_checked, None
+        self._check_host(loaded, checked)
 
     def measure(self, model_path: Path) -> Timing:
         opts = self.options
         loaded = prepare_model(model_path, opts.batch, opts.input_shapes)
-        self.check_memory(loaded)
+        self._check_loaded(loaded)
         sess = self._session(loaded.model)
         feeds = random_inputs(loaded.model)
         self._run(sess, feeds, opts.warmup)
@@ -522,7 +536,7 @@ class OrtSession(Session):
             )
         opts = self.options
         loaded = prepare_model(model_path, opts.batch, opts.input_shapes)
-        self.check_memory(loaded)
+        self._check_loaded(loaded)
         feeds = random_inputs(loaded.model)
         with tempfile.TemporaryDirectory(prefix="deployopt-ort-") as tmp:
             try:
