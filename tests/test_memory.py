@@ -293,8 +293,9 @@ def test_the_torch_worker_skips_the_host_check_optimize_made_once(
 ) -> None:
     """optimize checks host memory in the parent (before OUTDIR exists) and the worker checked the
     same input model again, so a run close to its memory warned twice. The parent now sends what it
-    checked: the worker skips the first model of that estimate, and checks every other one (a
-    candidate of other widths, a later one of the same size, bench/profile's models)."""
+    checked with the next request: the worker skips a model of that estimate, and checks every other
+    one (a candidate of other widths; a later model, whose request carries nothing; bench/profile's
+    models)."""
     import dataclasses
 
     from deployopt.backends.torch_worker import Worker
@@ -305,12 +306,11 @@ def test_the_torch_worker_skips_the_host_check_optimize_made_once(
     assert need is not None
     monkeypatch.setattr(memory, "available_host_bytes", lambda: need.total - 1)  # any check refuses
     worker = Worker.__new__(Worker)
-    worker.cuda, worker.dtype_name, worker.host_check_skipped = False, "fp32", False
+    worker.cuda, worker.dtype_name = False, "fp32"
     checked = dataclasses.asdict(need)
     worker.check_memory(model, checked)  # the parent's model: not checked again
     with pytest.raises(InsufficientMemory, match="torch, host memory"):
-        worker.check_memory(model, checked)  # once only: later, the memory free then counts
-    worker.host_check_skipped = False
+        worker.check_memory(model)  # once only: a later request carries nothing, the memory free then counts
     other = prepare_model(path, batch=(1 << 16) + 1).model
     with pytest.raises(InsufficientMemory, match="torch, host memory"):
         worker.check_memory(other, checked)  # another estimate: checked
@@ -347,6 +347,8 @@ def test_the_torch_session_sends_what_its_host_check_covered(
     session._model_request("measure", path)
     assert sent[-1]["host_checked"] == dataclasses.asdict(estimate_run(loaded.model))
     json.dumps(sent[-1])  # it travels to the worker as JSON
+    session._model_request("measure", path)
+    assert "host_checked" not in sent[-1]  # once only: the next model is checked in the worker
 
 
 def test_a_batch_close_to_the_memory_it_has_runs_with_a_one_line_warning(

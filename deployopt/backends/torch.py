@@ -182,7 +182,7 @@ class TorchSession(Session):
             "cudnn_benchmark": options.cudnn_benchmark,
         }
         self.worker: WorkerProcess | None = None
-        self._host_checked: RunEstimate | None = None  # what check_memory checked here (optimize)
+        self._host_checked: RunEstimate | None = None  # check_memory's estimate, for the next model
         self._start()  # fail here (no CUDA for fp16, bad --sms) rather than on the first model
 
     def _start(self) -> WorkerProcess:
@@ -218,20 +218,23 @@ class TorchSession(Session):
             "input_shapes": self.options.input_shapes,
             **more,
         }
-        if self._host_checked is not None:  # the worker need not check (or warn about) it again
-            req["host_checked"] = dataclasses.asdict(self._host_checked)
+        checked, self._host_checked = self._host_checked, None  # covers the next model only
+        if checked is not None:  # the worker need not check (or warn about) it again
+            req["host_checked"] = dataclasses.asdict(checked)
         return self._call(req, f"{'timing' if op == 'measure' else 'profiling'} {path.name}")
 
     def check_memory(self, loaded: LoadedModel) -> None:
         """Host memory only, here in the parent (on CUDA: the inputs and weights it stages), so that
         optimize fails before its output folder exists; the worker checks the GPU's free memory
-        itself when it loads the model. The worker's own host check (what bench and profile rely
-        on) then skips the first model of this estimate, the input model: one host check and one
-        warning for it per run, not two. Candidates of other widths are still checked there."""
+        itself when it loads the model. The next model request (optimize's input model) carries
+        this estimate, and the worker's own host check (what bench and profile rely on) skips a
+        model of exactly that estimate: one host check and one warning for it per run, not two.
+        Every later model is checked there."""
         from deployopt.memory import require_host_memory
 
-        checked = require_host_memory(loaded.model, "torch, host memory", activations=not self.cuda)
-        self._host_checked = checked
+        self._host_checked = require_host_memory(
+            loaded.model, "torch, host memory", activations=not self.cuda
+        )
 
     def measure(self, model_path: Path) -> Timing:
         return Timing.from_json(self._model_request("measure", model_path)["timing"])

@@ -129,7 +129,6 @@ class Worker:
         self.replays = config.get("replays_per_sample", 1)
         self.profile_runs = int(config.get("profile_runs", 20))
         self.green_context = None
-        self.host_check_skipped = False  # check_memory skipped the parent's host-checked model once
         try:
             import torch
         except ImportError:
@@ -241,15 +240,12 @@ class Worker:
         on CUDA everything at the run's dtype against the GPU's free memory, counting what
         PyTorch's caching allocator holds unused (earlier models') as free. A green context
         limits SMs, not memory: the whole GPU's memory is what there is. `host_checked`: the host
-        estimate the parent already checked (optimize's input model): the first model of that
-        estimate is not checked again; a later one is, against the memory free by then."""
+        estimate the parent checked just before this request (optimize's input model): a model of
+        that estimate is not checked again. The parent sends it with one request only."""
         from deployopt.memory import RunEstimate, estimate_run, require_host_memory, require_memory
 
-        skip = host_checked and not self.host_check_skipped
-        checked = RunEstimate(**host_checked) if skip else None
-        host = require_host_memory(model, "torch, host memory", activations=not self.cuda, checked=checked)
-        if checked is not None and host == checked:
-            self.host_check_skipped = True
+        checked = RunEstimate(**host_checked) if host_checked else None
+        require_host_memory(model, "torch, host memory", activations=not self.cuda, checked=checked)
         if self.cuda:
             cuda = self.torch.cuda
             free, _ = cuda.mem_get_info()
