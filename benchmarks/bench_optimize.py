@@ -251,6 +251,30 @@ def yolo_case(
     }
 
 
+def copy_imagenet_images(dest: Path) -> tuple[Path, list[int]]:
+    """foolbox's 20 labelled ImageNet images (label in the file name), copied into `dest`, and their
+    labels in file-name order (found without importing foolbox, which pulls eagerpy)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("foolbox")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("foolbox (its data/ folder of labelled images) is not installed")
+    data = Path(next(iter(spec.submodule_search_locations))) / "data"
+    dest.mkdir(parents=True, exist_ok=True)
+    for p in sorted(data.glob("imagenet_*")):
+        shutil.copy(p, dest / p.name)
+    return dest, [int(p.stem.split("_")[-1]) for p in sorted(dest.iterdir())]
+
+
+def top1_predictions(model: onnx.ModelProto, samples: list[dict[str, Any]]) -> list[int]:
+    """The class each sample's logits rank first (onnxruntime CPU; input "input")."""
+    import numpy as np
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return [int(np.argmax(sess.run(None, {"input": s["input"]})[0])) for s in samples]
+
+
 def mobilenet_case(args: argparse.Namespace, session: Any, check: Any) -> dict[str, Any]:
     from deployopt.fidelity import compare_models, load_calibration
     from deployopt.model import load_model
@@ -284,29 +308,14 @@ def mobilenet_case(args: argparse.Namespace, session: Any, check: Any) -> dict[s
         from deployopt.coupling import analyze
 
         cand = apply_plan(ref, res.best_plan, analyze(ref))
-        images = case_dir / "imagenet_images"
-        images.mkdir(exist_ok=True)
-        import importlib.util
-
-        spec = importlib.util.find_spec("foolbox")
-        if spec is None or not spec.submodule_search_locations:
-            raise RuntimeError("foolbox (its data/ folder of labelled images) is not installed")
-        data = Path(next(iter(spec.submodule_search_locations))) / "data"
-        for p in sorted(data.glob("imagenet_*")):
-            shutil.copy(p, images / p.name)
-        calib = load_calibration(
-            images, inputs={"input": [1, 3, 224, 224]}, count=len(list(images.iterdir()))
-        )
+        images, labels = copy_imagenet_images(case_dir / "imagenet_images")
+        calib = load_calibration(images, inputs={"input": [1, 3, 224, 224]}, count=len(labels))
         rep = compare_models(ref, cand, calib)
         top1 = rep.to_json()
-        labels = [int(p.stem.split("_")[-1]) for p in sorted(images.iterdir())]
-        import numpy as np
-        import onnxruntime as ort
-
-        preds = {}
-        for name, m in (("input", ref), ("deployopt_lossless", cand)):
-            sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-            preds[name] = [int(np.argmax(sess.run(None, {"input": s["input"]})[0])) for s in calib.samples]
+        preds = {
+            name: top1_predictions(m, calib.samples)
+            for name, m in (("input", ref), ("deployopt_lossless", cand))
+        }
         top1["labels"] = labels
         top1["predictions"] = preds
         top1["correct"] = {k: sum(int(a == b) for a, b in zip(v, labels)) for k, v in preds.items()}

