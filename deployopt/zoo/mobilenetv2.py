@@ -111,15 +111,23 @@ def load_mobilenetv2() -> torch.nn.Module:
     return model.eval()
 
 
-def export_mobilenetv2(path: str | os.PathLike[str], batch: int = 1, image_size: int = 224) -> Path:
+def export_mobilenetv2(
+    path: str | os.PathLike[str], batch: int = 1, image_size: int = 224, random_seed: int | None = None
+) -> Path:
     """Export the real-weight MobileNetV2 to ONNX (opset 17, TorchScript exporter), atomically.
 
     Input "input" [batch, 3, image_size, image_size] (ImageNet-normalised RGB), output "logits"
     [batch, 1000]. As with any eval-mode TorchScript export, BatchNorm is folded into the convs
     (52 Conv, 0 BatchNormalization nodes) and ReLU6 becomes Clip with Constant min/max inputs.
+    `random_seed` exports the untrained model instead (torch.manual_seed(random_seed)): the same graph
+    without the weights package, as the GPU benchmarks time it on machines that lack it.
     """
     torch = _torch()
-    model = load_mobilenetv2()
+    if random_seed is None:
+        model = load_mobilenetv2()
+    else:
+        torch.manual_seed(random_seed)
+        model = build_mobilenetv2().eval()
     dest = Path(path)
     dummy = torch.zeros(batch, 3, image_size, image_size)
     return export_classifier(model, dest, dummy)
