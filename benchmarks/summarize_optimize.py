@@ -77,8 +77,9 @@ MOBILENET_B1 = (
 )
 MOBILENET_ENGINES = (
     "MobileNetV2 at 224², batch 8, random weights, every cuDNN engine timed (--cudnn-engines 0: TensorRT's "
-    "way), code of a1ddd1a, 2026-12-04; the published widths only: the run stopped at its deadline inside "
-    "pruned seed 0, with no device time left to resume it"
+    "way), as published and pruned with seeds 0–1, 2026-12-04; three device calls: the published widths "
+    "with the code of a1ddd1a (that run stopped at its deadline inside pruned seed 0), then one pruned "
+    "seed per call (--pruned-only) with the code of 23cbd16 (the same optimizer)"
 )
 # Files that hold seeds of one series (one file per invocation): their seeds are averaged together in
 # "Means over seeds" under the series' label (each file keeps its own table; the raw JSON of every
@@ -611,7 +612,10 @@ def render(files: list[tuple[Path, str]]) -> tuple[str, list[Check]]:
         lines.append(f"### {sms_label(data['sms'])}: `{path.name}`" + (f" ({note})" if note else ""))
         lines.append("")
         # shell-quoted, so the line runs as shown (`--models ''` would otherwise vanish)
-        lines.append("Command: `python " + shlex.join(data["command"]) + "`")
+        # one record may join several invocations (one pruned seed per device call): each is listed
+        for command in data["commands"] if "commands" in data else [data["command"]]:
+            lines.append("Command: `python " + shlex.join(command) + "`  ")
+        lines[-1] = lines[-1].rstrip()
         lines.append("")
         lines.append(
             f"Measured on the H200 with the torch backend ({data['dtype']}): "

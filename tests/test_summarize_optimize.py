@@ -135,6 +135,22 @@ def test_with_every_cudnn_engine_timed_lossless_still_beats_round_up():
         assert json.loads((RESULTS / name).read_text())["cudnn_engines"] == 0
 
 
+def test_pruned_mobilenetv2_with_every_engine_timed_trim_beats_round_up():
+    """Pruned MobileNetV2 at 8 SMs, every cuDNN engine timed, one device call per seed (--pruned-only):
+    trim-10 % is faster than round-up-to-8 with disjoint CIs in both seeds (-3.7 %, -6.4 %)."""
+    name = "optimize_sms8_mobilenetv2_all_engines.json"
+    data = json.loads((RESULTS / name).read_text())
+    assert data["cudnn_engines"] == 0 and data["incomplete"] == [] and len(data["commands"]) == 3
+    rows = {r.seed: r for r in _rows(name)[0]}
+    assert sorted(rows) == [0, 1]
+    assert [round(rows[s].trim_vs_r8, 1) for s in (0, 1)] == [-3.7, -6.4]
+    for r in rows.values():
+        trim, r8 = r.final["deployopt_trim"], r.final["round_up_8"]
+        assert trim["ci95_us"][1] < r8["ci95_us"][0]
+    assert rows[0].final["round_up_8"]["median_us"] == 2557.568073272705
+    assert rows[0].lossless_is_r8 and not rows[1].lossless_is_r8  # seed 1: lossless -1.71 %, disjoint
+
+
 def test_yolo_detector_pruned_slower_than_unpruned_and_deployopt_beats_round_up():
     """The YOLOv8s-style detector at 640×640, 8 SMs, batch 1 (Orin-sized): two of the three
     irregular prunings run slower than the unpruned detector (the staircase the paper describes),
@@ -230,7 +246,7 @@ def test_main_prints_tables_and_check_passes(capsys):
     # published widths, 6 pruned), and 21 at 16 SMs (VGG16, ResNet56, the detector × 3 seeds; GhostNet,
     # RegNetX, RegNetY × 2 seeds pruned and 2 runs published), and MobileNetV2's 10 (3 + 2 + 2 pruned,
     # 1 + 1 + 1 published, at 8 / 16 / 132 SMs); issue 5's VGG16 targets are for 8 SMs and the full GPU only
-    assert out.count("| ✗ |") == 0 and out.count("| ✓ |") == 108
+    assert out.count("| ✗ |") == 0 and out.count("| ✓ |") == 110
     assert "VGG16 trim-10 % vs irregular pruned, 16 SMs" not in out
     assert "lossless not slower than round-up-to-8 / pruned beyond noise: vgg16 seed 0, 16 SMs" in out
     assert so.main(["--check", str(RESULTS / "optimize_sms8.json")]) == 0
