@@ -7,8 +7,7 @@
 # is a timed test: the numbers are read off the files and recorded in docs by hand.
 # Carry .whl (onnx-graphsurgeon, onnx2torch) for deployopt.
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD
+source "$(dirname "${BASH_SOURCE[0]}")/device_env.sh"  # the carried .whl wheels, PYTHONPATH
 D=${OUT:?set OUT to the results folder}
 mkdir -p "$D"
 M=examples/resnet56_pruned_cifar.onnx

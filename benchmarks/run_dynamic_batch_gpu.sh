@@ -5,8 +5,7 @@
 # Run on the device from the repository root, results into $OUT (the device tool's folder):
 #   bash benchmarks/run_dynamic_batch_gpu.sh      (carry .whl: onnx2torch, onnx-graphsurgeon wheels)
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD
+source "$(dirname "${BASH_SOURCE[0]}")/device_env.sh"  # the carried .whl wheels, PYTHONPATH
 D=${OUT:?set OUT to the results folder}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python -m deployopt bench examples/resnet56_pruned_cifar.onnx --backend torch --sms 8 --runs 50 \

@@ -8,8 +8,7 @@
 # rewritten after every sweep (a run cut by its time limit keeps what it finished); split them into
 # one file per sweep with benchmarks/split_sweeps.py. Carry .whl (onnx-graphsurgeon) for deployopt.
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD
+source "$(dirname "${BASH_SOURCE[0]}")/device_env.sh"  # the carried .whl wheels, PYTHONPATH
 D=${OUT:?set OUT to the results folder}
 case ${1:?round: 9 or 10} in
 9) SHAPES=bg,bh,bi,bj,bk,bl,bm,bn ;;
