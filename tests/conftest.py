@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -63,6 +64,17 @@ def mobilenetv2_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from deployopt.zoo.mobilenetv2 import export_mobilenetv2
 
     return export_mobilenetv2(tmp_path_factory.mktemp("mobilenetv2") / "mobilenetv2.onnx")
+
+
+@pytest.fixture(scope="session")
+def imagenet_images() -> list[tuple[Path, int]]:
+    """foolbox's 20 labelled ImageNet photos as (path, label) in file-name order, the label from the
+    name (imagenet_<i>_<label>.jpg); found without importing foolbox, which pulls eagerpy."""
+    spec = importlib.util.find_spec("foolbox")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("foolbox (its data/ folder holds the labelled ImageNet images) is not installed")
+    files = sorted((Path(next(iter(spec.submodule_search_locations))) / "data").glob("imagenet_*.jpg"))
+    return [(f, int(f.stem.rsplit("_", 1)[1])) for f in files]
 
 
 @pytest.fixture(scope="session")

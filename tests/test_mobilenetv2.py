@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import re
 from pathlib import Path
 
 import numpy as np
@@ -16,18 +14,11 @@ from deployopt.fidelity import preprocess_image
 from deployopt.zoo import mobilenetv2
 
 
-def _imagenet_images() -> list[tuple[Path, int]]:
-    """foolbox's 20 labelled ImageNet photos (found without importing foolbox, which pulls eagerpy)."""
-    spec = importlib.util.find_spec("foolbox")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("foolbox (its data/ folder holds the labelled ImageNet images) is not installed")
-    files = sorted((Path(next(iter(spec.submodule_search_locations))) / "data").glob("imagenet_*.jpg"))
-    return [(f, int(re.search(r"_(\d+)\.jpg$", f.name).group(1))) for f in files]
-
-
 @pytest.mark.slow
-def test_exported_mobilenetv2_classifies_real_images(mobilenetv2_path: Path) -> None:
-    images = _imagenet_images()
+def test_exported_mobilenetv2_classifies_real_images(
+    mobilenetv2_path: Path, imagenet_images: list[tuple[Path, int]]
+) -> None:
+    images = imagenet_images
     assert len(images) == 20
     model = onnx.load(str(mobilenetv2_path))
     onnx.checker.check_model(model)

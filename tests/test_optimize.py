@@ -451,8 +451,9 @@ def test_resume_accepts_a_journal_written_before_an_option_existed(
 
 
 @pytest.mark.slow
-def test_mobilenetv2_lossless_keeps_top1_on_real_images(tmp_path: Path) -> None:
-    import importlib.util
+def test_mobilenetv2_lossless_keeps_top1_on_real_images(
+    tmp_path: Path, imagenet_images: list[tuple[Path, int]]
+) -> None:
     import shutil
 
     mobilenetv2 = pytest.importorskip("deployopt.zoo.mobilenetv2")
@@ -460,12 +461,9 @@ def test_mobilenetv2_lossless_keeps_top1_on_real_images(tmp_path: Path) -> None:
         path = mobilenetv2.export_mobilenetv2(tmp_path / "mobilenetv2.onnx")
     except DeployoptError as exc:
         pytest.skip(f"MobileNetV2 weights unavailable: {exc}")
-    spec = importlib.util.find_spec("foolbox")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("foolbox's labelled images are not installed")
     images = tmp_path / "imagenet"
     images.mkdir()
-    for p in sorted((Path(next(iter(spec.submodule_search_locations))) / "data").glob("imagenet_*")):
+    for p, _ in imagenet_images:
         shutil.copy(p, images / p.name)
     assert len(list(images.iterdir())) >= 10
     res = run_model(

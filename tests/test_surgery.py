@@ -295,11 +295,12 @@ def test_load_plan(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_mobilenetv2_real_weights_top1_unchanged_after_padding(mobilenetv2_path: Path) -> None:
+def test_mobilenetv2_real_weights_top1_unchanged_after_padding(
+    mobilenetv2_path: Path, imagenet_images: list[tuple[Path, int]]
+) -> None:
     from deployopt.fidelity import preprocess_image
 
-    data = Path(ort.__file__).parents[1] / "foolbox" / "data"
-    images = sorted(data.glob("imagenet_*.jpg"))
+    images = [path for path, _ in imagenet_images]
     assert len(images) == 20
     model = load_model(mobilenetv2_path).model
     analysis = analyze(model)
