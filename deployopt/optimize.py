@@ -123,6 +123,9 @@ class OptimizeConfig:
             "alpha": self.alpha,
             "min_effect": self.min_effect,
             "confirm_rounds": self.confirm_rounds,
+            # trimmed channels are ranked on the calibration data when there is some (a journal from
+            # before, ranked by filter L1, must not resume into models ranked differently)
+            **({"trim_order": "activation"} if self.mode == "trim" and self.calibration_data else {}),
         }
 
 
@@ -560,7 +563,20 @@ class Optimizer:
             return self.model
         from deployopt.surgery import apply_plan
 
-        return apply_plan(self.model, dict(plan), self.analysis)
+        return apply_plan(self.model, dict(plan), self.analysis, self._trim_importance())
+
+    def _trim_importance(self) -> dict[str, Any] | None:
+        """`--mode trim` with --calibration-data: every free group's channels ranked once on that data
+        (mean |activation| × reader weight norm, deployopt.importance), so trimmed plans drop what
+        the data shows matters least; None otherwise (filter L1: random inputs are not data)."""
+        if self.cfg.mode != "trim" or not self.cfg.calibration_data:
+            return None
+        if getattr(self, "_importance", None) is None:
+            from deployopt.importance import activation_importance
+
+            samples = self._calibration().samples
+            self._importance = activation_importance(self.model, self.analysis, list(self.groups), samples)
+        return self._importance
 
     def _write_candidate(self, plan: dict[str, int], path: Path) -> None:
         import onnx
@@ -1047,6 +1063,12 @@ class Optimizer:
         )
         report = build_report(self, best, fidelity, sweep, budget_hit)
         report["written_batch"] = written.notice or None
+        if self.cfg.mode == "trim":
+            report["trim_order"] = (
+                "dead channels, then mean |activation| on the calibration data × reader weight norm"
+                if self._trim_importance() is not None
+                else "dead channels, then L1 of the producing filters"
+            )
         # All or nothing: written into a staging folder, then moved into OUTDIR as one set.
         with output_set(self.outdir, OUTPUTS) as staging:
             save_model(

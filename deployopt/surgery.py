@@ -2,8 +2,9 @@
 
 Padding adds channels that are zero from their producer on (zero filters and bias) and stay out
 of every result (zero input weights in every consumer, neutral BatchNorm/constant parameters).
-Trimming drops the least important channels (dead first, then smallest L1 of the producing
-filters) and slices every tensor that runs over them the same way.
+Trimming drops the least important channels (dead first, then by `importance` when the caller
+measured it on calibration inputs, else by smallest L1 of the producing filters; see
+deployopt.importance) and slices every tensor that runs over them the same way.
 
 The graph's structure never changes, only constant tensors (and a depthwise conv's `group`), so
 edits go straight to the protobuf: node names, doc strings, metadata and opset stay as they were,
@@ -25,7 +26,7 @@ from onnx import numpy_helper
 
 from deployopt.coupling import Analysis, analyze
 from deployopt.errors import ModelError, PlanError, no_such_file
-from deployopt.importance import dead_channels_many, filter_l1
+from deployopt.importance import dead_channels_many, filter_l1, trim_order
 
 
 @dataclass(frozen=True)
@@ -114,15 +115,12 @@ def dead_channels(model: onnx.ModelProto, analysis: Analysis, gid: str) -> list[
     return dead_channels_many(model, analysis, [gid])[gid]
 
 
-def _order(dead: list[int], l1: np.ndarray) -> list[int]:
-    dead_set = set(dead)
-    rest = [int(i) for i in np.argsort(l1, kind="stable") if int(i) not in dead_set]
-    return sorted(dead) + rest
-
-
-def channel_order(model: onnx.ModelProto, analysis: Analysis, gid: str) -> list[int]:
-    """Least important first: dead channels, then by L1 of the producing filters (ties by index)."""
-    return _order(dead_channels(model, analysis, gid), filter_l1(analysis, gid))
+def channel_order(
+    model: onnx.ModelProto, analysis: Analysis, gid: str, importance: Optional[np.ndarray] = None
+) -> list[int]:
+    """Least important first: dead channels, then by `importance` (one value per channel, from
+    deployopt.importance.activation_importance) when given, else by L1 of the producing filters."""
+    return trim_order(dead_channels(model, analysis, gid), filter_l1(analysis, gid), importance)
 
 
 def _take(arr: np.ndarray, axis: int, idx: np.ndarray, pad: float) -> np.ndarray:
@@ -136,7 +134,10 @@ def _take(arr: np.ndarray, axis: int, idx: np.ndarray, pad: float) -> np.ndarray
 
 
 def _index_maps(
-    model: onnx.ModelProto, analysis: Analysis, changed: dict[str, int]
+    model: onnx.ModelProto,
+    analysis: Analysis,
+    changed: dict[str, int],
+    importance: Optional[dict[str, np.ndarray]] = None,
 ) -> tuple[dict[str, np.ndarray], list[GroupChange]]:
     """Per changed group: for each new channel, the old channel it copies (-1: a padded one)."""
     trimmed = [gid for gid, w in changed.items() if w < analysis.group(gid).width]
@@ -149,7 +150,10 @@ def _index_maps(
             maps[gid] = np.concatenate([np.arange(old), -np.ones(new - old, dtype=np.int64)])
             report.append(GroupChange(gid, old, new, new - old, 0, 0))
         else:
-            order = _order(dead[gid], filter_l1(analysis, gid))
+            score = (importance or {}).get(gid)
+            if score is not None and len(score) != old:
+                raise PlanError(f"importance of group {gid!r}: {len(score)} values for {old} channels")
+            order = trim_order(dead[gid], filter_l1(analysis, gid), score)
             drop = order[: old - new]
             maps[gid] = np.array(sorted(set(range(old)) - set(drop)), dtype=np.int64)
             report.append(GroupChange(gid, old, new, 0, old - new, len(set(drop) & set(dead[gid]))))
@@ -157,7 +161,10 @@ def _index_maps(
 
 
 def apply_plan_report(
-    model: onnx.ModelProto, widths: dict[str, int], analysis: Optional[Analysis] = None
+    model: onnx.ModelProto,
+    widths: dict[str, int],
+    analysis: Optional[Analysis] = None,
+    importance: Optional[dict[str, np.ndarray]] = None,
 ) -> tuple[onnx.ModelProto, list[GroupChange]]:
     """`apply_plan`, also saying per group what was padded or trimmed."""
     if analysis is None:
@@ -172,7 +179,7 @@ def apply_plan_report(
     out.CopyFrom(model)
     if not changed:
         return out, []
-    maps, report = _index_maps(model, analysis, changed)
+    maps, report = _index_maps(model, analysis, changed, importance)
 
     def full_index(layout: Any) -> Optional[np.ndarray]:
         parts, off, touched = [], 0, False
@@ -288,7 +295,14 @@ def _numel(t: onnx.TensorProto) -> int:
 
 
 def apply_plan(
-    model: onnx.ModelProto, widths: dict[str, int], analysis: Optional[Analysis] = None
+    model: onnx.ModelProto,
+    widths: dict[str, int],
+    analysis: Optional[Analysis] = None,
+    importance: Optional[dict[str, np.ndarray]] = None,
 ) -> onnx.ModelProto:
-    """A new model with each planned group padded or trimmed to its width; the input is untouched."""
-    return apply_plan_report(model, widths, analysis)[0]
+    """A new model with each planned group padded or trimmed to its width; the input is untouched.
+
+    `importance` (group id → one value per channel, e.g. deployopt.importance.activation_importance
+    on calibration inputs) ranks a trimmed group's live channels; groups without it go by filter L1.
+    """
+    return apply_plan_report(model, widths, analysis, importance)[0]

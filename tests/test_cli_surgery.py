@@ -111,6 +111,32 @@ def test_apply_pads_and_output_is_equal(
     np.testing.assert_allclose(run(out_path), run(src), atol=1e-4, rtol=0)
 
 
+def test_apply_with_calibration_data_ranks_the_trim_on_it(tmp_path: Path, capsys, monkeypatch) -> None:
+    """`apply --calibration-data`: the trim drops the channel that adds least on the data (read with
+    zero weights, the largest filters), and says so; without it, the smallest filters (L1)."""
+    from test_trim_order import kept_filters, two_convs
+
+    model, gid = two_convs(read0=0.0)
+    src, plan, data = tmp_path / "m.onnx", tmp_path / "plan.json", tmp_path / "calib.npy"
+    onnx.save(model, str(src))
+    plan.write_text(json.dumps({"widths": {gid: 3}}))
+    np.save(data, np.random.default_rng(0).standard_normal((4, 2, 8, 8)).astype(np.float32))
+    out_path = tmp_path / "out.onnx"
+    args = ["apply", str(src), "--plan", str(plan), "-o", str(out_path)]
+    code, out, _ = cli([*args, "--calibration-data", str(data), "--count", "2"], capsys, monkeypatch)
+    assert code == 0 and "trim −1 (0 dead, rest by least activation × weight on the data)" in out
+    assert kept_filters(onnx.load(str(out_path))) == [1.0, 2.0, 3.0]
+    code, out, _ = cli([*args, "--json"], capsys, monkeypatch)
+    assert code == 0 and json.loads(out)["trim_order"] == "l1"
+    assert kept_filters(onnx.load(str(out_path))) == [5.0, 2.0, 3.0]
+    out_path.unlink()
+    missing = ["--calibration-data", str(tmp_path / "missing")]
+    for bad in (missing, ["--calibration-data", str(data), "--count", "0"]):
+        code, out, err = cli([*args, *bad], capsys, monkeypatch)
+        assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+        assert not out_path.exists()
+
+
 @pytest.mark.parametrize(
     ("widths", "message"),
     [

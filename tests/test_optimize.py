@@ -781,3 +781,34 @@ def test_int8_sessions_calibrate_on_the_calibration_data(
     opt._open_session()
     want = str(data) if expected else None
     assert [o.calibration_data for o in opened] == [want] and opened[0].dtype == dtype
+
+
+def test_trim_ranks_channels_on_the_calibration_data(tmp_path: Path) -> None:
+    """`--mode trim --calibration-data D`: the models the gate checks and the one written drop the
+    channels that add least on D (here one the next conv reads with zero weights, though its filters
+    are the largest); without data, the smallest filters (L1) as before. The journal's config says
+    which, so a run ranked one way does not resume into the other."""
+    from test_trim_order import kept_filters, two_convs
+
+    model, gid = two_convs(read0=0.0)
+    path = tmp_path / "two_convs.onnx"
+    onnx.save(model, str(path))
+    data = tmp_path / "calib.npy"
+    np.save(data, np.random.default_rng(0).standard_normal((4, 2, 8, 8)).astype(np.float32))
+
+    def loaded(**kw: Any) -> Optimizer:
+        opts: dict[str, Any] = dict(target="h200", backend="model", mode="trim", outdir=tmp_path / "o")
+        opt = Optimizer(OptimizeConfig(model_path=path, **{**opts, **kw}))
+        opt._load()
+        return opt
+
+    by_data = loaded(calibration_data=str(data))
+    assert kept_filters(by_data.build_model({gid: 3})) == [1.0, 2.0, 3.0]
+    assert by_data.cfg.signature()["trim_order"] == "activation"
+    x = np.random.default_rng(5).standard_normal((1, 2, 8, 8)).astype(np.float32)
+    np.testing.assert_array_equal(ort_outputs(by_data.build_model({gid: 3}), x), ort_outputs(model, x))
+    by_l1 = loaded()
+    assert kept_filters(by_l1.build_model({gid: 3})) == [5.0, 2.0, 3.0]
+    assert "trim_order" not in by_l1.cfg.signature()
+    lossless = loaded(mode="lossless", calibration_data=str(data))  # trims dead channels only
+    assert lossless._trim_importance() is None and "trim_order" not in lossless.cfg.signature()

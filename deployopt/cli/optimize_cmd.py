@@ -90,9 +90,10 @@ def optimize_command(
     calibration_data: Optional[Path] = typer.Option(
         None,
         "--calibration-data",
-        help="Images or .npy/.npz for fidelity checks (random inputs if omitted); with --dtype int8 "
-        "also what TensorRT calibrates on (trtexec cannot: its engines use placeholder ranges, and "
-        "the report says so).",
+        help="Images or .npy/.npz for fidelity checks (random inputs if omitted); with --mode trim also "
+        "what the trimmed channels are ranked on (least activation × reader weight first; by filter "
+        "L1 if omitted); with --dtype int8 also what TensorRT calibrates on (trtexec cannot: its "
+        "engines use placeholder ranges, and the report says so).",
     ),
     outdir: Optional[Path] = output_option(
         None, "-o", "--out", help="Output folder (default <model>.deployopt/).", folder=True

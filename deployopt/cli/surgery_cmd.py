@@ -209,7 +209,8 @@ def waves_table(rows: Sequence[dict[str, Any]], title: str) -> Table:
     return table
 
 
-def changes_table(changes: Sequence[GroupChange]) -> Table:
+def changes_table(changes: Sequence[GroupChange], ranked_by: str = "smallest L1") -> Table:
+    """One row per changed group; `ranked_by` says how a trim chose the live channels it dropped."""
     table = Table(title="changed groups")
     for header in ("group", "width", "change"):
         table.add_column(header, overflow="fold")
@@ -218,9 +219,28 @@ def changes_table(changes: Sequence[GroupChange]) -> Table:
             what = f"pad +{c.padded} (zero filters)"
         else:
             exact = " — exact" if c.dead_trimmed == c.trimmed else ""
-            what = f"trim −{c.trimmed} ({c.dead_trimmed} dead, rest by smallest L1){exact}"
+            what = f"trim −{c.trimmed} ({c.dead_trimmed} dead, rest by {ranked_by}){exact}"
         table.add_row(c.id, f"{c.old} → {c.new}", what)
     return table
+
+
+def _trim_importance(
+    loaded: LoadedModel, analysis: Analysis, widths: dict[str, int], data: Path, count: int
+) -> Optional[dict[str, Any]]:
+    """The planned trims' channel ranking on `data` (deployopt.importance.activation_importance);
+    None when the plan trims nothing (no model run then)."""
+    from deployopt.fidelity import check_feedable, load_calibration
+    from deployopt.importance import activation_importance
+    from deployopt.surgery import validate_plan
+
+    validate_plan(analysis, widths)  # a bad plan is named before the data is read
+    by_id = analysis.plan_by_id(widths)
+    trimmed = [g for g, w in by_id.items() if int(w) < analysis.group(g).width]
+    calib = load_calibration(data, dict(loaded.input_shapes), count=count)
+    if not trimmed:
+        return None
+    check_feedable(calib, loaded.model)
+    return activation_importance(loaded.model, analysis, trimmed, calib.samples)
 
 
 @app.command("apply", rich_help_panel="Channel surgery")
@@ -231,6 +251,14 @@ def apply_cmd(
     input_shape: Optional[list[str]] = typer.Option(
         None, "--input-shape", help="Static shape for an input, NAME:1x3x224x224 (repeatable)."
     ),
+    calibration_data: Optional[Path] = typer.Option(
+        None,
+        "--calibration-data",
+        help="Images (png/jpg/jpeg/bmp, resized to the input, ImageNet mean/std), .npy or .npz: a trim "
+        "drops the channels that add least to the next layers on this data (mean |activation| × "
+        "reader weight norm) instead of the smallest filters (L1). Dead channels go first either way.",
+    ),
+    count: int = typer.Option(16, "--count", help="With --calibration-data: samples (model runs) at most."),
     as_json: bool = typer.Option(False, "--json", help="Print the changes as JSON."),
 ) -> None:
     """Pad or trim channel groups to the widths of a plan, and write the edited model."""
@@ -238,17 +266,26 @@ def apply_cmd(
     widths = load_plan(plan)
     loaded = load_model(model, parse_input_shapes(input_shape))
     analysis = analyze(loaded.model)
-    edited, changes = apply_plan_report(loaded.model, widths, analysis)
+    importance = None
+    if calibration_data is not None:
+        importance = _trim_importance(loaded, analysis, widths, calibration_data, count)
+    edited, changes = apply_plan_report(loaded.model, widths, analysis, importance)
     written = restore_dynamic_batch(edited, loaded.dynamic_batch, loaded.static_batch)
     save_model(written.model, output, external_data=loaded.external_data)
     notices = [*loaded.notices, *([written.notice] if written.notice else [])]
     if as_json:
-        out = {"output": str(output), "changes": [c.to_json() for c in changes], "notices": notices}
+        out = {
+            "output": str(output),
+            "changes": [c.to_json() for c in changes],
+            "trim_order": "l1" if importance is None else "activation",
+            "notices": notices,
+        }
         typer.echo(json.dumps(out, indent=2))
         return
     _print_notices(notices)
     if changes:
-        console.print(changes_table(changes))
+        ranked_by = "smallest L1" if importance is None else "least activation × weight on the data"
+        console.print(changes_table(changes, ranked_by))
     unchanged = len(widths) - len(changes)
     tail = f"; {unchanged} planned group(s) already at their width" if unchanged else ""
     console.print(f"wrote {output} ({len(changes)} group(s) changed{tail})", highlight=False, soft_wrap=True)
