@@ -16,7 +16,8 @@ the real-weight model and compares it with the original on foolbox's 20 labelled
 
 Then it runs `optimize --mode trim` itself on the real-weight model with those images as
 calibration data and the fidelity gate on (the default), with the `model` backend: the gate, not the
-backend, decides here. Its trims are ranked on the same 4 images its gate checks (in-sample).
+backend, decides here. Its gate checks the first 4 images and its trims are ranked on the 16 after
+them, so the gate judges each ranking on images it was not made from.
 
 Needs torch, the MobileNetV2 weights and foolbox's images (`.ci/run` installs them); no GPU, about
 a minute on 2 cores:

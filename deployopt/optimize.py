@@ -48,6 +48,10 @@ LOSSLESS_ATOL = 1e-4
 # the summation order of the convs, so a detector's boxes decoded in pixels (up to 640) differ by
 # an ulp or two (1.2e-4 measured); a surgery error shows at the output's own scale, 1e5 times more.
 LOSSLESS_RTOL = 1e-5
+# Ranking trimmed channels: model runs at most beyond the fidelity gate's, and the bytes their
+# inputs may hold in memory at once (at least one sample is always used).
+RANK_SAMPLES = 16
+RANK_INPUT_BYTES = 256 << 20
 MAX_TABLE_COMBOS = 256  # per conv; beyond this (wide concats) its table is taken as separable
 # The results in OUTDIR, in the order they are moved into place; report.json, last, marks a complete set.
 OUTPUTS = (
@@ -574,9 +578,28 @@ class Optimizer:
         if getattr(self, "_importance", None) is None:
             from deployopt.importance import activation_importance
 
-            samples = self._calibration().samples
+            samples, self._ranked_on = self._ranking_samples()
             self._importance = activation_importance(self.model, self.analysis, list(self.groups), samples)
         return self._importance
+
+    def _ranking_samples(self) -> tuple[list[dict[str, Any]], str]:
+        """The samples trims are ranked on: those after the fidelity gate's, when the data has more
+        (up to RANK_SAMPLES), so the gate judges a ranking on data it was not made from (ranked and
+        gated on the same 4 MobileNetV2 images, trims kept ≥ 0.993 cosine there and 0.973–0.992 on
+        the other 16); else the gate's own samples, and the report says so."""
+        from deployopt.fidelity import load_calibration
+
+        gate = self._calibration().samples
+        per_sample = sum(math.prod(int(d) for d in shape) * 4 for shape in self.loaded.input_shapes.values())
+        wanted = max(1, min(RANK_SAMPLES, RANK_INPUT_BYTES // max(per_sample, 1)))
+        more = load_calibration(
+            self.cfg.calibration_data,
+            inputs=dict(self.loaded.input_shapes),
+            count=len(gate) + wanted,
+        ).samples[len(gate) :]
+        if more:
+            return more, f"{len(more)} calibration sample(s) after the fidelity gate's {len(gate)}"
+        return gate, f"the fidelity gate's {len(gate)} calibration sample(s) (the data has no more)"
 
     def _write_candidate(self, plan: dict[str, int], path: Path) -> None:
         import onnx
@@ -1065,7 +1088,7 @@ class Optimizer:
         report["written_batch"] = written.notice or None
         if self.cfg.mode == "trim":
             report["trim_order"] = (
-                "dead channels, then mean |activation| on the calibration data × reader weight norm"
+                "dead channels, then mean |activation| × reader weight norm, on " + self._ranked_on
                 if self._trim_importance() is not None
                 else "dead channels, then L1 of the producing filters"
             )

@@ -812,3 +812,39 @@ def test_trim_ranks_channels_on_the_calibration_data(tmp_path: Path) -> None:
     assert "trim_order" not in by_l1.cfg.signature()
     lossless = loaded(mode="lossless", calibration_data=str(data))  # trims dead channels only
     assert lossless._trim_importance() is None and "trim_order" not in lossless.cfg.signature()
+
+
+def test_trim_ranks_on_the_samples_after_the_gates_when_the_data_has_more(tmp_path: Path) -> None:
+    """The fidelity gate checks the first 4 samples; trims are ranked on the ones after them, so the
+    gate judges a ranking on data it was not made from. With only the gate's samples, on those."""
+    from test_trim_order import two_convs
+
+    from deployopt.importance import activation_importance
+
+    model, gid = two_convs(read0=0.5)
+    path = tmp_path / "two_convs.onnx"
+    onnx.save(model, str(path))
+    rows = np.random.default_rng(0).standard_normal((6, 2, 8, 8)).astype(np.float32)
+
+    def ranked(n: int) -> Optimizer:
+        data = tmp_path / f"calib{n}.npy"
+        np.save(data, rows[:n])
+        cfg = OptimizeConfig(model_path=path, target="h200", backend="model", mode="trim",
+                             outdir=tmp_path / f"o{n}", calibration_data=str(data))  # fmt: skip
+        opt = Optimizer(cfg)
+        opt._load()
+        opt._trim_importance()
+        return opt
+
+    def on(opt: Optimizer, lo: int, hi: int) -> np.ndarray:
+        return activation_importance(opt.model, opt.analysis, [gid], [{"x": r[None]} for r in rows[lo:hi]])[
+            gid
+        ]
+
+    six = ranked(6)
+    np.testing.assert_allclose(six._importance[gid], on(six, 4, 6), rtol=1e-6)
+    assert not np.allclose(six._importance[gid], on(six, 0, 4))
+    assert six._ranked_on == "2 calibration sample(s) after the fidelity gate's 4"
+    four = ranked(4)
+    np.testing.assert_allclose(four._importance[gid], on(four, 0, 4), rtol=1e-6)
+    assert "has no more" in four._ranked_on
