@@ -4,15 +4,17 @@
 #   bash benchmarks/run_round_gpu.sh 9 all       # every cuDNN engine timed at 8, 16 and 132 SMs
 #   bash benchmarks/run_round_gpu.sh 9 repeats   # the default search again, in new processes
 #   bash benchmarks/run_round_gpu.sh 10 default  # round ten's shapes, likewise
+#   bash benchmarks/run_round_gpu.sh 11 default  # round eleven (pre-registered with preregister_round.py)
 # Results into $OUT/{default,repeats,all_engines}/round<N>_<sms>.json, one file per SM count,
 # rewritten after every sweep (a run cut by its time limit keeps what it finished); split them into
 # one file per sweep with benchmarks/split_sweeps.py. Carry .whl (onnx-graphsurgeon) for deployopt.
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/device_env.sh"  # the carried .whl wheels, PYTHONPATH
 D=${OUT:?set OUT to the results folder}
-case ${1:?round: 9 or 10} in
+case ${1:?round: 9, 10 or 11} in
 9) SHAPES=bg,bh,bi,bj,bk,bl,bm,bn ;;
 10) SHAPES=bo,bp,bq,br,bs,bt,bv,bx ;;
+11) SHAPES=by,bz,ca,cb,cc,cd,ce,cf ;;
 *) echo "unknown round $1" >&2; exit 2 ;;
 esac
 R=$1

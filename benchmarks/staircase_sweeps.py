@@ -127,6 +127,19 @@ SHAPES = {
     "bt": (1, 48, 128, 256, 3, 1),
     "bv": (2, 192, 52, 52, 3, 2),
     "bx": (1, 96, 120, 160, 3, 1),
+    # eleventh round (2026-12-04, held out, a second pre-registered test of size_class with the fit
+    # unchanged since round ten): a 384×640 detector's 3×3 at stride 4 (C = 128), ResNet-50's 1×1 on
+    # C = 64 at batch 8, a YOLOv8m 1×1 at 80×80 (C = 256), a U-Net stride-2 3×3 at 64×64 (batch 2),
+    # a YOLOv8m 3×3 at 20×20 (batch 4, C = 384), a segmentation 3×3 at 240×320 (C = 32),
+    # MobileNetV2's 1×1 on C = 144 at 28×28 (batch 8), a 480×640 detector's 3×3 at stride 8 (C = 192)
+    "by": (1, 128, 96, 160, 3, 1),
+    "bz": (8, 64, 56, 56, 1, 1),
+    "ca": (1, 256, 80, 80, 1, 1),
+    "cb": (2, 128, 64, 64, 3, 2),
+    "cc": (4, 384, 20, 20, 3, 1),
+    "cd": (1, 32, 240, 320, 3, 1),
+    "ce": (8, 144, 28, 28, 1, 1),
+    "cf": (1, 192, 60, 80, 3, 1),
 }
 
 # Depthwise (groups = input = output channels, swept together): the 3×3 and 5×5 depthwise layers
