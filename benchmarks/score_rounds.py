@@ -3,14 +3,15 @@ and pooled by subset, with the fit shipped just before the round was measured (k
 folder), so no figure here comes from a fit that saw the sweeps it scores. Predictions of the
 wave model against measured H200 medians.
 
-    python benchmarks/score_rounds.py            # rounds four to ten
+    python benchmarks/score_rounds.py            # rounds four to eleven
     python benchmarks/score_rounds.py --round 8
     python benchmarks/score_rounds.py --round 8 --transitions   # where the misses are (below)
-    python benchmarks/score_rounds.py --by-size  # rounds four to ten pooled by predicted latency
+    python benchmarks/score_rounds.py --by-size  # rounds four to eleven pooled by predicted latency
 Round four: the fit of rounds one to three (commit cf4b182); round five: the fit of commit d5f5956
 (rounds one to four); round six: the fit of commit f1dd72a (rounds one to five, with the fp16
 family at 32); rounds seven (small) and eight (not fitted on: their sweeps stay in their records):
-the fit of 9f1a9e1 (rounds one to six). Each round also prints its repeats: the model on a first
+the fit of 9f1a9e1 (rounds one to six), unchanged for rounds nine to eleven (ten and eleven
+pre-registered, benchmarks/preregister_round.py). Each round also prints its repeats: the model on a first
 and a second measurement of the same sweeps, and each measurement as the "model" of the other.
 """
 
@@ -59,6 +60,9 @@ ROUNDS = {
     # chosen to test size_class, its classes and expectation committed before measuring
     10: ("h200_round10", "round10_sweeps.json", "fit_before_round10.json",
         {"bo", "bp", "bq", "br", "bs", "bt", "bv", "bx"}, "repeats"),
+    # a second pre-registered test (preregister_round.py), the fit unchanged since round ten
+    11: ("h200_round11", "round11_sweeps.json", "fit_before_round11.json",
+        {"by", "bz", "ca", "cb", "cc", "cd", "ce", "cf"}, ""),
 }  # fmt: skip
 
 

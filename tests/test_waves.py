@@ -495,6 +495,7 @@ ROUND7 = ROOT / "benchmarks" / "results" / "h200_round7"  # held out: not in ben
 ROUND8 = ROOT / "benchmarks" / "results" / "h200_round8"  # held out, like round seven
 ROUND9 = ROOT / "benchmarks" / "results" / "h200_round9"  # held out, batch-1 layers
 ROUND10 = ROOT / "benchmarks" / "results" / "h200_round10"  # held out, pre-registered test of size_class
+ROUND11 = ROOT / "benchmarks" / "results" / "h200_round11"  # a second one, the fit unchanged
 
 
 def _held_out_round(record_dir: Path, number: int, every: list[dict]) -> tuple[dict, list[dict], dict]:
@@ -752,6 +753,56 @@ def test_wave_bound_convs_meet_the_goal_on_seven_held_out_rounds():
     assert get("default_limit", "launch-bound")["agreement"] < 0.5
     assert get("default_limit", "small")["agreement"] < 0.72
     assert get("repeat", "wave-bound")["agreement"] > 0.85
+
+
+@pytest.mark.skipif(not ROUND11.is_dir(), reason="no round-eleven record")
+def test_round_eleven_a_second_pre_registered_test_fails_with_the_default_search():
+    """Round eleven: eight new shapes, classes written by preregister_round.py and committed
+    (86efb8d) before measuring, with the fit of round ten (unchanged). Measured: wave-bound sweeps
+    78.6 % / 1.63 % with the default search (the expectation, >= 80 % / <= 1.5 %, fails in both),
+    87.6 % / 0.75 % with every engine timed at 8 and 16 SMs (meets it)."""
+    import eval_wave_model as ev
+    import preregister_round
+    import score_rounds
+
+    _, sweeps, _ = _held_out_round(ROUND11, 11, ev.load_sweeps(ROUND11 / "default_limit"))
+    assert len(sweeps) == 48 and len(ev.load_sweeps(ROUND11 / "all_engines")) == 26
+    prediction = json.loads((ROUND11 / "prediction.json").read_text())
+    fit = json.loads((ROUND11 / "fit_before_round11.json").read_text())
+    assert fit["params"] == json.loads((ROUND10 / "fit_before_round10.json").read_text())["params"]
+    shapes = sorted({s["id"].split("_")[1] for s in sweeps})
+    assert preregister_round.classes(shapes, [8, 16, 132], list(range(16, 513, 16))) == prediction["classes"]
+    assert prediction["counts"] == {"launch-bound": 4, "small": 12, "wave-bound": 32}
+    cells = score_rounds.size_cells([11])
+    default = score_rounds.pooled(cells, "default_limit", "wave-bound")
+    timed = score_rounds.pooled(cells, "all_engines", "wave-bound")
+    assert default is not None and timed is not None
+    assert (default["sweeps"], round(default["agreement"] * default["pairs"]), default["pairs"]) == (
+        32,
+        679,
+        864,
+    )
+    assert default["regret"] == pytest.approx(0.0163, abs=5e-5)
+    assert timed["sweeps"] == 23 and round(timed["agreement"], 3) == 0.876 and timed["regret"] < 0.0075
+
+
+@pytest.mark.skipif(not ROUND11.is_dir(), reason="no round-eleven record")
+def test_wave_bound_convs_on_eight_held_out_rounds():
+    """Rounds four to eleven pooled (docs/wave_model.md's headline): with every engine timed the
+    wave-bound convs meet the goal (87.7 % / 0.92 %, and at 8 and 16 SMs on their own); with
+    PyTorch's default search they sit on its edge, 81.0 % / 1.501 % (the regret just over)."""
+    import score_rounds
+
+    cells = score_rounds.size_cells([4, 5, 6, 7, 8, 9, 10, 11])
+    default = score_rounds.pooled(cells, "default_limit", "wave-bound")
+    timed = score_rounds.pooled(cells, "all_engines", "wave-bound")
+    assert default is not None and timed is not None
+    assert (default["sweeps"], default["pairs"], timed["sweeps"], timed["pairs"]) == (181, 5022, 161, 4484)
+    assert round(default["agreement"], 3) == 0.810 and default["regret"] == pytest.approx(0.01501, abs=5e-6)
+    assert round(timed["agreement"], 3) == 0.877 and round(timed["regret"], 4) == 0.0092
+    for sms in (8, 16):
+        wave = score_rounds.pooled(cells, "all_engines", "wave-bound", sms)
+        assert wave is not None and wave["agreement"] >= 0.87 and wave["regret"] <= 0.0099, (sms, wave)
 
 
 def test_tie_break_study_scores_both_tie_rules_for_every_model():
