@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Optional
 import numpy as np
 import onnx
 
-from deployopt.errors import DataError
+from deployopt.errors import DataError, ModelError
 
 if TYPE_CHECKING:
     from deployopt.coupling import Analysis
@@ -252,7 +252,13 @@ def _mean_abs(
                 probe.graph.output.append(onnx.ValueInfoProto(name=t))
         opts = ort.SessionOptions()
         opts.log_severity_level = 4
-        sess = ort.InferenceSession(probe.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        try:  # a model onnxruntime cannot load (an op it lacks) is one line, as the fidelity check says
+            sess = ort.InferenceSession(probe.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        except Exception as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+            raise ModelError(
+                f"ranking channels on the calibration data: onnxruntime cannot load the model: {first[:300]}"
+            ) from None
         for sample in samples:
             missing = [n for n in dtypes if n not in sample]
             if missing:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import numpy_helper
+from onnx import helper, numpy_helper
 from ort_session import cpu_session
 from test_coupling import Net
 
 from deployopt.coupling import analyze
-from deployopt.errors import DataError, PlanError
+from deployopt.errors import DataError, ModelError, PlanError
 from deployopt.importance import activation_importance, filter_l1, trim_order
 from deployopt.surgery import apply_plan, channel_order
 
@@ -163,3 +163,21 @@ def test_channels_last_matmul_reader() -> None:
     mean = np.mean([np.abs(sess.run([r], f)[0]).reshape(-1, 6).mean(0) for f in feeds], axis=0)
     w2 = next(numpy_helper.to_array(i) for i in model.graph.initializer if i.name == "w2").astype(np.float64)
     np.testing.assert_allclose(imp, mean * np.linalg.norm(w2, axis=1), rtol=1e-5)
+
+
+def test_a_model_onnxruntime_cannot_load_is_a_one_line_error() -> None:
+    """An op onnxruntime lacks after the trimmed group (the analysis freezes only what it touches):
+    ranking on data needs onnxruntime, and its refusal was a raw onnxruntime Fail traceback."""
+    n = Net(c=2)
+    a = n.op("Relu", [n.conv("x", 4, r=1)])
+    b = n.conv(a, 3, r=1)
+    model = n.build(b)
+    foo = helper.make_node("Foo", [b], ["y"], name="foo", domain="com.example")
+    model.graph.node.append(foo)
+    model.graph.output[0].name = "y"
+    model.opset_import.append(helper.make_opsetid("com.example", 1))
+    analysis = analyze(model)
+    gid = analysis.convs[0].out_group
+    assert not analysis.group(gid).frozen and analysis.group(gid).width == 4
+    with pytest.raises(ModelError, match=r"^ranking channels on the calibration data: onnxruntime cannot"):
+        activation_importance(model, analysis, [gid], samples(1))
