@@ -252,6 +252,9 @@ def _mean_abs(
                 probe.graph.output.append(onnx.ValueInfoProto(name=t))
         opts = ort.SessionOptions()
         opts.log_severity_level = 4
+        # a QDQ model's convs become int8 kernels, which on x86 without VNNI sum pairs in saturating
+        # int16 (deployopt.fidelity._session): the ranking must see what the graph computes
+        opts.add_session_config_entry("session.x64quantprecision", "1")
         try:  # a model onnxruntime cannot load (an op it lacks) is one line, as the fidelity check says
             sess = ort.InferenceSession(probe.SerializeToString(), opts, providers=["CPUExecutionProvider"])
         except Exception as exc:
