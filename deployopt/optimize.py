@@ -587,6 +587,8 @@ class Optimizer:
         (up to RANK_SAMPLES), so the gate judges a ranking on data it was not made from (ranked and
         gated on the same 4 MobileNetV2 images, trims kept ≥ 0.993 cosine there and 0.973–0.992 on
         the other 16); else the gate's own samples, and the report says so."""
+        if getattr(self, "_rank_set", None) is not None:
+            return self._rank_set
         from deployopt.fidelity import load_calibration
 
         gate = self._calibration().samples
@@ -598,8 +600,29 @@ class Optimizer:
             count=len(gate) + wanted,
         ).samples[len(gate) :]
         if more:
-            return more, f"{len(more)} calibration sample(s) after the fidelity gate's {len(gate)}"
-        return gate, f"the fidelity gate's {len(gate)} calibration sample(s) (the data has no more)"
+            ranked_on = f"{len(more)} calibration sample(s) after the fidelity gate's {len(gate)}"
+        else:
+            ranked_on = f"the fidelity gate's {len(gate)} calibration sample(s) (the data has no more)"
+        self._rank_set = (more or gate, ranked_on)  # loaded once: the resume check hashes them too
+        return self._rank_set
+
+    def _data_signature(self) -> dict[str, str]:
+        """`--mode trim` with --calibration-data: a sha256 of the samples the gate checks and the trims
+        are ranked on, for the resume check. The journal's fidelity reports and the channels each
+        trimmed model keeps come from them; the path alone would not see another file there."""
+        if self.cfg.mode != "trim" or not self.cfg.calibration_data:
+            return {}
+        import hashlib
+
+        import numpy as np
+
+        digest = hashlib.sha256()
+        for sample in [*self._calibration().samples, *self._ranking_samples()[0]]:
+            for name in sorted(sample):
+                arr = np.ascontiguousarray(sample[name])
+                digest.update(f"{name}:{arr.dtype.str}:{arr.shape}".encode())
+                digest.update(arr.tobytes())
+        return {"calibration_sha256": digest.hexdigest()}
 
     def _write_candidate(self, plan: dict[str, int], path: Path) -> None:
         import onnx
@@ -914,7 +937,7 @@ class Optimizer:
         journal_path = self.outdir / "journal.jsonl"
         self.replay = Journal.replay(journal_path) if cfg.resume else Replay()
         self._load()
-        config = {**cfg.signature(), "backend": self.backend_name}
+        config = {**cfg.signature(), "backend": self.backend_name, **self._data_signature()}
         # a key missing from an older journal counts as None (options added since default to None)
         old = self.replay.config
         diff = sorted(k for k in set(config) | set(old or {}) if config.get(k) != old.get(k)) if old else []

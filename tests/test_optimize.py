@@ -848,3 +848,29 @@ def test_trim_ranks_on_the_samples_after_the_gates_when_the_data_has_more(tmp_pa
     four = ranked(4)
     np.testing.assert_allclose(four._importance[gid], on(four, 0, 4), rtol=1e-6)
     assert "has no more" in four._ranked_on
+
+
+def test_resume_refuses_a_trim_run_whose_calibration_data_changed(tmp_path: Path) -> None:
+    """`--mode trim --calibration-data`: the journal's fidelity reports, and the channel ranking of
+    every trimmed model, come from that data. Resumed with other data (another file, or the same
+    path rewritten), the report's fidelity was the old data's (its `source` the old file) for a
+    model ranked on the new one; now it is refused by name. The same data at another path resumes."""
+    from test_trim_order import two_convs
+
+    model, _ = two_convs(read0=0.0)
+    src = tmp_path / "two_convs.onnx"
+    onnx.save(model, str(src))
+    rows = np.random.default_rng(0).standard_normal((6, 2, 8, 8)).astype(np.float32)
+    data, other = tmp_path / "a.npy", tmp_path / "b.npy"
+    np.save(data, rows)
+    np.save(other, rows * 2)
+    out = tmp_path / "out"
+    run_model(src, out, mode="trim", max_evals=2, calibration_data=str(data))
+    with pytest.raises(DeployoptError, match=r"different run \(calibration_sha256 differ\)"):
+        run_model(src, out, mode="trim", max_evals=3, resume=True, calibration_data=str(other))
+    np.save(data, rows[::-1])  # rewritten in place
+    with pytest.raises(DeployoptError, match=r"different run \(calibration_sha256 differ\)"):
+        run_model(src, out, mode="trim", max_evals=3, resume=True, calibration_data=str(data))
+    np.save(other, rows)
+    res = run_model(src, out, mode="trim", max_evals=3, resume=True, calibration_data=str(other))
+    assert res.report["trim_order"].endswith("4 calibration sample(s) after the fidelity gate's 2")
