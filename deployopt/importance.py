@@ -298,9 +298,10 @@ def activation_importance(
         raise DataError("no calibration samples to rank channels on")
     st = analysis.state
     assert st is not None
-    reads = _reads(analysis, gids)
+    ids = {gid: analysis.group(gid).id for gid in gids}  # a group may be named by any of its producers
+    reads = _reads(analysis, list(ids.values()))
     means = _mean_abs(model, analysis, sorted(reads), samples) if reads else {}
-    result = {gid: np.zeros(analysis.group(gid).width) for gid in gids}
+    result = {gid: np.zeros(analysis.group(gid).width) for gid in ids.values()}
     for tensor, nodes in reads.items():
         act = means[tensor]
         weight = np.zeros_like(act)
@@ -314,7 +315,7 @@ def activation_importance(
             if gid in result and width == result[gid].size:
                 result[gid] += score[off : off + width]
             off += width
-    return result
+    return {gid: result[ids[gid]] for gid in gids}
 
 
 def trim_order(dead: Sequence[int], l1: np.ndarray, importance: Optional[np.ndarray] = None) -> list[int]:

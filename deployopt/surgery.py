@@ -173,6 +173,7 @@ def apply_plan_report(
     assert st is not None, "an Analysis from deployopt.coupling.analyze is needed"
     validate_plan(analysis, widths)
     widths = analysis.plan_by_id(widths)  # a plan may name a group by any of its producers
+    importance = {analysis.group(g).id: v for g, v in (importance or {}).items()}  # … and so may this
     changed = {g: int(w) for g, w in widths.items() if int(w) != analysis.group(g).width}
     _check_size(model, analysis, changed)
     out = onnx.ModelProto()

@@ -225,3 +225,24 @@ def test_a_qdq_model_is_ranked_on_what_its_graph_computes(tmp_path, monkeypatch:
     want = activation_importance(model, analysis, gids, feeds)
     for gid in gids:
         np.testing.assert_allclose(got[gid], want[gid], rtol=1e-6, err_msg=gid)
+
+
+def test_a_group_named_by_another_producer_is_ranked_the_same() -> None:
+    """A plan may name a group by any of its producers (Analysis.group: a QDQ twin's exporter orders
+    them differently); importance asked for, and given, under that name is the group's own. It was
+    all zeros from activation_importance, and ignored by apply_plan (the trim went by L1)."""
+    n = Net(c=2)
+    s = n.op("Add", [n.conv("x", 4, r=1), n.conv("x", 4, r=1)])
+    out = n.conv(n.op("Relu", [s]), 3, r=1)
+    model = n.build(out)
+    analysis = analyze(model)
+    group = next(g for g in analysis.free_groups() if len(g.producers) == 2)
+    alias = group.producers[1]
+    feeds = samples()
+    by_id = activation_importance(model, analysis, [group.id], feeds)[group.id]
+    assert by_id.all()
+    np.testing.assert_array_equal(activation_importance(model, analysis, [alias], feeds)[alias], by_id)
+    want = apply_plan(model, {group.id: 2}, analysis, importance={group.id: by_id})
+    got = apply_plan(model, {alias: 2}, analysis, importance={alias: by_id})
+    assert want.SerializeToString() == got.SerializeToString()
+    assert want.SerializeToString() != apply_plan(model, {group.id: 2}, analysis).SerializeToString()
