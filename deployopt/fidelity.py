@@ -455,10 +455,21 @@ class FidelityReport:
 
 
 def _session(model: str | os.PathLike[str] | onnx.ModelProto, role: str) -> Any:
+    return cpu_session(model, f"{role} model: onnxruntime cannot load it")
+
+
+def cpu_session(
+    model: str | os.PathLike[str] | onnx.ModelProto, failure: str, *, optimize: bool = True
+) -> Any:
+    """An onnxruntime CPU session that computes what the graph says (every check and ranking here
+    uses one); a model onnxruntime cannot load (an op it lacks) is one ModelError line, `failure`
+    and onnxruntime's first line. `optimize=False`: no graph optimizations (one quick run)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 4  # errors come back as exceptions; the log would repeat them
+    if not optimize:
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     # On x86 CPUs without VNNI (AVX2, AVX-512F) onnxruntime's int8 convs sum product pairs in int16,
     # which saturates, and which pairs depends on the channel count: an exact pad of an INT8 QDQ
     # model then "differs" from its original (cosine 0.93 seen on an AVX2 CPU). Its U8U8 kernels
@@ -475,7 +486,7 @@ def _session(model: str | os.PathLike[str] | onnx.ModelProto, role: str) -> Any:
         raise
     except Exception as exc:  # onnxruntime raises its own exception types for bad models
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
-        raise ModelError(f"{role} model: onnxruntime cannot load it: {first[:300]}") from None
+        raise ModelError(f"{failure}: {first[:300]}") from None
 
 
 #: onnxruntime's names of the floating input types, as numpy dtypes

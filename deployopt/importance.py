@@ -20,12 +20,12 @@ where L1's classify 10, 3 and 4; data-free products with the readers' weights di
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 import onnx
 
-from deployopt.errors import DataError, ModelError
+from deployopt.errors import DataError
 
 if TYPE_CHECKING:
     from deployopt.coupling import Analysis
@@ -128,6 +128,22 @@ def _random_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     return feeds
 
 
+def _probe_session(
+    model: onnx.ModelProto, tensors: Sequence[str], what: str, *, optimize: bool = True
+) -> Any:
+    """An onnxruntime CPU session of `model` that also outputs `tensors`. A model onnxruntime cannot
+    load (an op it lacks past the groups looked at) is one ModelError line saying `what` needed it."""
+    from deployopt.fidelity import cpu_session
+
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    outputs = {o.name for o in probe.graph.output}
+    for t in tensors:
+        if t not in outputs:
+            probe.graph.output.append(onnx.ValueInfoProto(name=t))
+    return cpu_session(probe, f"{what}: onnxruntime cannot load the model", optimize=optimize)
+
+
 def dead_channels_many(model: onnx.ModelProto, analysis: Analysis, gids: list[str]) -> dict[str, list[int]]:
     """Dead channels of several groups with at most one onnxruntime run."""
     result: dict[str, list[int]] = {gid: [] for gid in gids}
@@ -141,19 +157,8 @@ def dead_channels_many(model: onnx.ModelProto, analysis: Analysis, gids: list[st
     observed = {gid: obs for gid, obs in observed.items() if obs and candidates[gid]}
     if not observed:
         return result
-    import onnxruntime as ort
-
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    outputs = {o.name for o in probe.graph.output}
     names = sorted({t for obs in observed.values() for t, _, _, _ in obs})
-    for t in names:
-        if t not in outputs:
-            probe.graph.output.append(onnx.ValueInfoProto(name=t))
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    opts.log_severity_level = 4  # errors come back as exceptions; the log would repeat them
-    sess = ort.InferenceSession(probe.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    sess = _probe_session(model, names, "finding dead channels", optimize=False)
     values = dict(zip(names, sess.run(names, _random_feeds(model))))
     for gid, obs in observed.items():
         dead = []
@@ -223,8 +228,6 @@ def _mean_abs(
 
     The tensors are fetched in runs of at most ACTIVATION_BUDGET bytes (by their inferred shapes),
     so a large model at a large batch does not hold every intermediate at once."""
-    import onnxruntime as ort
-
     st = analysis.state
     assert st is not None
     chunks: list[list[str]] = [[]]
@@ -244,24 +247,9 @@ def _mean_abs(
     }
     sums: dict[str, np.ndarray] = {}
     for names in chunks:
-        probe = onnx.ModelProto()
-        probe.CopyFrom(model)
-        outputs = {o.name for o in probe.graph.output}
-        for t in names:
-            if t not in outputs:
-                probe.graph.output.append(onnx.ValueInfoProto(name=t))
-        opts = ort.SessionOptions()
-        opts.log_severity_level = 4
         # a QDQ model's convs become int8 kernels, which on x86 without VNNI sum pairs in saturating
-        # int16 (deployopt.fidelity._session): the ranking must see what the graph computes
-        opts.add_session_config_entry("session.x64quantprecision", "1")
-        try:  # a model onnxruntime cannot load (an op it lacks) is one line, as the fidelity check says
-            sess = ort.InferenceSession(probe.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-        except Exception as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
-            raise ModelError(
-                f"ranking channels on the calibration data: onnxruntime cannot load the model: {first[:300]}"
-            ) from None
+        # int16: the ranking must see what the graph computes (fidelity.cpu_session sees to it)
+        sess = _probe_session(model, names, "ranking channels on the calibration data")
         for sample in samples:
             missing = [n for n in dtypes if n not in sample]
             if missing:

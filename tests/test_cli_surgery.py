@@ -137,6 +137,21 @@ def test_apply_with_calibration_data_ranks_the_trim_on_it(tmp_path: Path, capsys
         assert not out_path.exists()
 
 
+def test_apply_on_a_model_onnxruntime_cannot_load_is_one_line(tmp_path: Path, capsys, monkeypatch) -> None:
+    """A trim of a group with a zero filter runs the model to see whether that channel is dead; an op
+    onnxruntime lacks past the group was a raw onnxruntime Fail traceback, with or without data."""
+    from test_trim_order import unknown_op_model
+
+    model, gid = unknown_op_model(zero_filter=True)
+    src, plan, out_path = tmp_path / "m.onnx", tmp_path / "plan.json", tmp_path / "out.onnx"
+    onnx.save(model, str(src))
+    plan.write_text(json.dumps({"widths": {gid: 3}}))
+    code, _, err = cli(["apply", str(src), "--plan", str(plan), "-o", str(out_path)], capsys, monkeypatch)
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("error: finding dead channels: onnxruntime cannot load the model: ")
+    assert not out_path.exists()
+
+
 @pytest.mark.parametrize(
     ("widths", "message"),
     [

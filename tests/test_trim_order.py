@@ -165,9 +165,10 @@ def test_channels_last_matmul_reader() -> None:
     np.testing.assert_allclose(imp, mean * np.linalg.norm(w2, axis=1), rtol=1e-5)
 
 
-def test_a_model_onnxruntime_cannot_load_is_a_one_line_error() -> None:
-    """An op onnxruntime lacks after the trimmed group (the analysis freezes only what it touches):
-    ranking on data needs onnxruntime, and its refusal was a raw onnxruntime Fail traceback."""
+def unknown_op_model(zero_filter: bool = False) -> tuple[onnx.ModelProto, str]:
+    """(model, its first conv's group): conv → Relu → conv → an op onnxruntime lacks. The analysis
+    freezes only what the op touches, so the group (4 channels) is free. `zero_filter`: channel 0's
+    filter and bias are zero, a dead-channel candidate (whose check runs the model)."""
     n = Net(c=2)
     a = n.op("Relu", [n.conv("x", 4, r=1)])
     b = n.conv(a, 3, r=1)
@@ -176,9 +177,22 @@ def test_a_model_onnxruntime_cannot_load_is_a_one_line_error() -> None:
     model.graph.node.append(foo)
     model.graph.output[0].name = "y"
     model.opset_import.append(helper.make_opsetid("com.example", 1))
+    for t in model.graph.initializer:
+        if zero_filter and t.name in ("conv1.w", "conv1.b"):
+            arr = numpy_helper.to_array(t).copy()
+            arr[0] = 0
+            t.CopyFrom(numpy_helper.from_array(arr, t.name))
     analysis = analyze(model)
     gid = analysis.convs[0].out_group
     assert not analysis.group(gid).frozen and analysis.group(gid).width == 4
+    return model, gid
+
+
+def test_a_model_onnxruntime_cannot_load_is_a_one_line_error() -> None:
+    """An op onnxruntime lacks after the trimmed group (the analysis freezes only what it touches):
+    ranking on data needs onnxruntime, and its refusal was a raw onnxruntime Fail traceback."""
+    model, gid = unknown_op_model()
+    analysis = analyze(model)
     with pytest.raises(ModelError, match=r"^ranking channels on the calibration data: onnxruntime cannot"):
         activation_importance(model, analysis, [gid], samples(1))
 
