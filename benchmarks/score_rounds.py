@@ -62,7 +62,7 @@ ROUNDS = {
         {"bo", "bp", "bq", "br", "bs", "bt", "bv", "bx"}, "repeats"),
     # a second pre-registered test (preregister_round.py), the fit unchanged since round ten
     11: ("h200_round11", "round11_sweeps.json", "fit_before_round11.json",
-        {"by", "bz", "ca", "cb", "cc", "cd", "ce", "cf"}, ""),
+        {"by", "bz", "ca", "cb", "cc", "cd", "ce", "cf"}, "repeats"),
 }  # fmt: skip
 
 

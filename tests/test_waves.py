@@ -760,13 +760,16 @@ def test_round_eleven_a_second_pre_registered_test_fails_with_the_default_search
     """Round eleven: eight new shapes, classes written by preregister_round.py and committed
     (86efb8d) before measuring, with the fit of round ten (unchanged). Measured: wave-bound sweeps
     78.6 % / 1.63 % with the default search (the expectation, >= 80 % / <= 1.5 %, fails in both),
-    87.6 % / 0.75 % with every engine timed at 8 and 16 SMs (meets it)."""
+    87.1 % / 0.79 % with every engine timed at 8, 16 and 132 SMs (meets it); a second measurement
+    of the default-search sweeps, as a "model" of the first, gets 87.2 % of the wave-bound pairs,
+    so the model's misses there are not run-to-run noise."""
     import eval_wave_model as ev
     import preregister_round
     import score_rounds
 
     _, sweeps, _ = _held_out_round(ROUND11, 11, ev.load_sweeps(ROUND11 / "default_limit"))
-    assert len(sweeps) == 48 and len(ev.load_sweeps(ROUND11 / "all_engines")) == 26
+    assert len(sweeps) == 48 and len(ev.load_sweeps(ROUND11 / "all_engines")) == 47
+    assert len(ev.load_sweeps(ROUND11 / "repeats")) == 48
     prediction = json.loads((ROUND11 / "prediction.json").read_text())
     fit = json.loads((ROUND11 / "fit_before_round11.json").read_text())
     assert fit["params"] == json.loads((ROUND10 / "fit_before_round10.json").read_text())["params"]
@@ -783,13 +786,15 @@ def test_round_eleven_a_second_pre_registered_test_fails_with_the_default_search
         864,
     )
     assert default["regret"] == pytest.approx(0.0163, abs=5e-5)
-    assert timed["sweeps"] == 23 and round(timed["agreement"], 3) == 0.876 and timed["regret"] < 0.0075
+    assert timed["sweeps"] == 31 and round(timed["agreement"], 3) == 0.871 and timed["regret"] < 0.008
+    repeat = score_rounds.pooled(cells, "repeat", "wave-bound")
+    assert repeat is not None and repeat["sweeps"] == 32 and round(repeat["agreement"], 3) == 0.872
 
 
 @pytest.mark.skipif(not ROUND11.is_dir(), reason="no round-eleven record")
 def test_wave_bound_convs_on_eight_held_out_rounds():
     """Rounds four to eleven pooled (docs/wave_model.md's headline): with every engine timed the
-    wave-bound convs meet the goal (87.7 % / 0.92 %, and at 8 and 16 SMs on their own); with
+    wave-bound convs meet the goal (87.6 % / 0.92 %, and at 8 and 16 SMs on their own); with
     PyTorch's default search they sit on its edge, 81.0 % / 1.501 % (the regret just over)."""
     import score_rounds
 
@@ -797,9 +802,9 @@ def test_wave_bound_convs_on_eight_held_out_rounds():
     default = score_rounds.pooled(cells, "default_limit", "wave-bound")
     timed = score_rounds.pooled(cells, "all_engines", "wave-bound")
     assert default is not None and timed is not None
-    assert (default["sweeps"], default["pairs"], timed["sweeps"], timed["pairs"]) == (181, 5022, 161, 4484)
+    assert (default["sweeps"], default["pairs"], timed["sweeps"], timed["pairs"]) == (181, 5022, 169, 4695)
     assert round(default["agreement"], 3) == 0.810 and default["regret"] == pytest.approx(0.01501, abs=5e-6)
-    assert round(timed["agreement"], 3) == 0.877 and round(timed["regret"], 4) == 0.0092
+    assert round(timed["agreement"], 3) == 0.876 and round(timed["regret"], 4) == 0.0092
     for sms in (8, 16):
         wave = score_rounds.pooled(cells, "all_engines", "wave-bound", sms)
         assert wave is not None and wave["agreement"] >= 0.87 and wave["regret"] <= 0.0099, (sms, wave)
