@@ -589,20 +589,24 @@ class Optimizer:
         the other 16); else the gate's own samples, and the report says so."""
         if getattr(self, "_rank_set", None) is not None:
             return self._rank_set
-        from deployopt.fidelity import load_calibration
+        from deployopt.fidelity import check_feedable, load_calibration
 
         gate = self._calibration().samples
         per_sample = sum(math.prod(int(d) for d in shape) * 4 for shape in self.loaded.input_shapes.values())
         wanted = max(1, min(RANK_SAMPLES, RANK_INPUT_BYTES // max(per_sample, 1)))
-        more = load_calibration(
+        data = load_calibration(
             self.cfg.calibration_data,
             inputs=dict(self.loaded.input_shapes),
             count=len(gate) + wanted,
-        ).samples[len(gate) :]
+        )
+        more = data.samples[len(gate) :]
         if more:
             ranked_on = f"{len(more)} calibration sample(s) after the fidelity gate's {len(gate)}"
         else:
             ranked_on = f"the fidelity gate's {len(gate)} calibration sample(s) (the data has no more)"
+        # as the gate's at load: an integer input's later samples (another file) may hold floats,
+        # which the ranking would cast to noise without a word
+        check_feedable(replace(data, samples=more or gate), self.loaded.model)
         self._rank_set = (more or gate, ranked_on)  # loaded once: the resume check hashes them too
         return self._rank_set
 

@@ -850,6 +850,32 @@ def test_trim_ranks_on_the_samples_after_the_gates_when_the_data_has_more(tmp_pa
     assert "has no more" in four._ranked_on
 
 
+def test_trim_refuses_ranking_samples_an_integer_input_cannot_take(tmp_path: Path) -> None:
+    """A uint8 input: the gate's samples (the first file) hold pixel values, the ranking's (a later
+    file) normalised floats. Only the gate's were checked; the ranking cast the floats to uint8
+    noise and said it ranked on them. Now one DataError, before any work."""
+    from test_trim_order import two_convs
+
+    model, _ = two_convs(read0=0.5)
+    model.graph.input[0].name = "pixels"
+    model.graph.input[0].type.tensor_type.elem_type = onnx.TensorProto.UINT8
+    cast = onnx.helper.make_node("Cast", ["pixels"], ["x"], to=onnx.TensorProto.FLOAT)
+    model.graph.node.insert(0, cast)
+    path, data = tmp_path / "u8.onnx", tmp_path / "calib"
+    onnx.save(model, str(path))
+    data.mkdir()
+    rng = np.random.default_rng(0)
+    np.save(data / "a.npy", rng.integers(0, 256, (4, 2, 8, 8)).astype(np.float32))
+    np.save(data / "b.npy", rng.standard_normal((2, 2, 8, 8)).astype(np.float32))
+    cfg = OptimizeConfig(model_path=path, target="h200", backend="model", mode="trim",
+                         outdir=tmp_path / "o", calibration_data=str(data))  # fmt: skip
+    with pytest.raises(DataError, match=r"model input 'pixels' takes uint8, the data holds other values"):
+        optimize(cfg)
+    assert not (tmp_path / "o").exists()
+    (data / "b.npy").unlink()  # the gate's samples alone: ranked on those, as before
+    assert optimize(cfg).report["trim_order"].endswith("(the data has no more)")
+
+
 def test_resume_refuses_a_trim_run_whose_calibration_data_changed(tmp_path: Path) -> None:
     """`--mode trim --calibration-data`: the journal's fidelity reports, and the channel ranking of
     every trimmed model, come from that data. Resumed with other data (another file, or the same
