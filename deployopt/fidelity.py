@@ -150,7 +150,7 @@ def _batches_from_array(arr: np.ndarray, shape: list[int], origin: str, name: st
     """An array → samples of exactly `shape`.
 
     Accepted: N×(input shape) (N samples), or N rows of one batch item (N×shape[1:], stacked into
-    batches of shape[0], the last one filled by wrapping around), which includes one exact sample.
+    batches of shape[0] as `_stack_rows` does), which includes one exact sample.
     """
     if arr.dtype.kind not in "fiub":
         raise DataError(f"{origin}: array for input {name!r} has dtype {arr.dtype}, expected numbers")
@@ -172,13 +172,13 @@ def _batches_from_array(arr: np.ndarray, shape: list[int], origin: str, name: st
 
 
 def _stack_rows(rows: list[np.ndarray], batch: int) -> list[np.ndarray]:
-    """Rows → batches of `batch`; a short last batch wraps around to the first rows."""
-    n_batches = math.ceil(len(rows) / batch)
-    out = []
-    for i in range(n_batches):
-        idx = [(i * batch + j) % len(rows) for j in range(batch)]
-        out.append(np.stack([rows[k] for k in idx]))
-    return out
+    """Rows → batches of `batch`, each row in one batch once: rows past the last full batch are left
+    out. A fixed-batch model takes no smaller batch, and filling it with repeats weighed those rows
+    twice in the checks and the channel ranking (and optimize's ranking samples, the ones after the
+    gate's, repeated the gate's first images). Fewer rows than one batch: it repeats them."""
+    if len(rows) < batch:
+        return [np.stack([rows[j % len(rows)] for j in range(batch)])]
+    return [np.stack(rows[i : i + batch]) for i in range(0, len(rows) - batch + 1, batch)]
 
 
 def _load_array_file(path: Path, inputs: dict[str, list[int]]) -> dict[str, list[np.ndarray]]:
@@ -229,8 +229,10 @@ def load_calibration(
     `path`: a folder of images (png/jpg/jpeg/bmp, sorted by relative path, resized to the input's
     H×W and normalised; `count × batch` images at most, stacked into the model's batch), a .npy
     (N×input shape, N rows of one batch item, or one sample), a .npz keyed by input name, or a
-    folder of .npy/.npz files (concatenated in relative-path order). Folders are searched
-    recursively, skipping hidden files and folders, and must hold one kind (images or arrays).
+    folder of .npy/.npz files (concatenated in relative-path order). Images and rows past the last
+    full batch are left out (no image counts twice); fewer than one batch fill it by repeating.
+    Folders are searched recursively, skipping hidden files and folders, and must hold one kind
+    (images or arrays).
     None: `count` seeded standard-normal samples, marked `random=True`. Every problem is a
     one-line DataError naming the file.
     """
@@ -315,9 +317,11 @@ def load_calibration(
         for f in files
     ]
     notices = []
-    if len(rows) % batch:
+    if len(rows) < batch:
+        notices.append(f"{len(rows)} images do not fill a batch of {batch}: the batch repeats them")
+    elif len(rows) % batch:
         notices.append(
-            f"{len(rows)} images do not fill batches of {batch}: the last batch repeats the first images"
+            f"{len(rows)} images do not fill batches of {batch}: the last {len(rows) % batch} are left out"
         )
     samples = [{name: b} for b in _stack_rows(rows, batch)]
     return CalibrationSet(samples=samples, source=str(path), random=False, notices=notices)

@@ -201,9 +201,17 @@ def test_image_options_count_bgr_resize_gray() -> None:
     img = Image.open(CIFAR / "cifar10_00_3.png").convert("RGB").resize((16, 16), Image.BILINEAR)
     blue = np.asarray(img, dtype=np.float64)[:, :, 2]
     np.testing.assert_allclose(calib.samples[0]["input"][0, 0], (blue / 255 - 0.5) / 0.5, atol=1e-5)
+    # 20 images in batches of 8: two batches, the last 4 images left out, none repeated (a repeat
+    # weighed an image twice, and optimize's ranking samples took the gate's first images)
     short = load_calibration(CIFAR, {"input": [8, 3, 32, 32]})
-    assert len(short) == 3 and "repeats the first images" in short.notices[0]
-    np.testing.assert_array_equal(short.samples[2]["input"][4:], short.samples[0]["input"][:4])
+    assert len(short) == 2 and short.notices == [
+        "20 images do not fill batches of 8: the last 4 are left out"
+    ]
+    each = [x["input"][0] for x in load_calibration(CIFAR, {"input": [1, 3, 32, 32]}, count=20).samples]
+    np.testing.assert_array_equal(short.samples[1]["input"], each[8:16])
+    one = load_calibration(CIFAR, {"input": [32, 3, 32, 32]})  # fewer than a batch: it repeats them
+    assert len(one) == 1 and one.notices == ["20 images do not fill a batch of 32: the batch repeats them"]
+    np.testing.assert_array_equal(one.samples[0]["input"][20:], one.samples[0]["input"][:12])
     gray = load_calibration(CIFAR, {"input": [1, 1, 32, 32]}, count=1)
     assert gray.samples[0]["input"].shape == (1, 1, 32, 32)
     crop = preprocess_image(CIFAR / "cifar10_00_3.png", (28, 28), resize="crop")
@@ -286,9 +294,10 @@ def test_array_files(tmp_path: Path) -> None:
     rows = rng.standard_normal((6, 3, 8, 8)).astype(np.float32)
     np.save(tmp_path / "rows.npy", rows)
     calib = load_calibration(tmp_path / "rows.npy", {"x": [4, 3, 8, 8]})
-    assert len(calib) == 2 and calib.source == str(tmp_path / "rows.npy")
-    np.testing.assert_array_equal(calib.samples[0]["x"], rows[:4])
-    np.testing.assert_array_equal(calib.samples[1]["x"], rows[[4, 5, 0, 1]])
+    assert len(calib) == 1 and calib.source == str(tmp_path / "rows.npy")
+    np.testing.assert_array_equal(calib.samples[0]["x"], rows[:4])  # rows 4, 5 left out, not repeated
+    calib = load_calibration(tmp_path / "rows.npy", {"x": [8, 3, 8, 8]})
+    np.testing.assert_array_equal(calib.samples[0]["x"], rows[[0, 1, 2, 3, 4, 5, 0, 1]])  # under a batch
     batches = rng.standard_normal((3, 2, 3, 8, 8))
     np.save(tmp_path / "batches.npy", batches)
     calib = load_calibration(tmp_path / "batches.npy", {"x": [2, 3, 8, 8]}, count=2)

@@ -850,6 +850,27 @@ def test_trim_ranks_on_the_samples_after_the_gates_when_the_data_has_more(tmp_pa
     assert "has no more" in four._ranked_on
 
 
+def test_the_ranking_samples_hold_none_of_the_gates_rows(tmp_path: Path) -> None:
+    """At batch 4, 14 rows: the gate checks rows 0–7, the trims are ranked on 8–11. The rows past the
+    last full batch are left out; the ranking's last batch was filled with rows 12, 13, 0, 1, so
+    half of it was the gate's own data, which the ranking is kept apart from."""
+    from test_trim_order import two_convs
+
+    model, _ = two_convs(read0=0.5)
+    path, data = tmp_path / "two_convs.onnx", tmp_path / "rows.npy"
+    onnx.save(model, str(path))
+    rows = np.random.default_rng(0).standard_normal((14, 2, 8, 8)).astype(np.float32)
+    np.save(data, rows)
+    cfg = OptimizeConfig(model_path=path, target="h200", backend="model", mode="trim", batch=4,
+                         fidelity_samples=2, outdir=tmp_path / "o", calibration_data=str(data))  # fmt: skip
+    opt = Optimizer(cfg)
+    opt._load()
+    ranked, ranked_on = opt._ranking_samples()
+    assert ranked_on == "1 calibration sample(s) after the fidelity gate's 2"
+    assert len(ranked) == 1
+    np.testing.assert_array_equal(ranked[0]["x"], rows[8:12])
+
+
 def test_trim_refuses_ranking_samples_an_integer_input_cannot_take(tmp_path: Path) -> None:
     """A uint8 input: the gate's samples (the first file) hold pixel values, the ranking's (a later
     file) normalised floats. Only the gate's were checked; the ranking cast the floats to uint8
