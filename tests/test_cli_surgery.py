@@ -108,6 +108,7 @@ def test_apply_pads_and_output_is_equal(
         ["apply", str(src), "--plan", str(only_pad), "-o", str(out_path), "--json"], capsys, monkeypatch
     )
     assert code == 0 and json.loads(out)["changes"][0]["padded"] == 16
+    assert json.loads(out)["trim_order"] is None  # a pad ranks no channel (it said "l1")
     np.testing.assert_allclose(run(out_path), run(src), atol=1e-4, rtol=0)
 
 

@@ -274,10 +274,12 @@ def apply_cmd(
     save_model(written.model, output, external_data=loaded.external_data)
     notices = [*loaded.notices, *([written.notice] if written.notice else [])]
     if as_json:
+        # how the trimmed live channels were chosen; null when the plan trims none (nothing ranked)
+        order = None if not any(c.trimmed for c in changes) else "l1" if importance is None else "activation"
         out = {
             "output": str(output),
             "changes": [c.to_json() for c in changes],
-            "trim_order": "l1" if importance is None else "activation",
+            "trim_order": order,
             "notices": notices,
         }
         typer.echo(json.dumps(out, indent=2))
