@@ -136,6 +136,8 @@ def test_apply_with_calibration_data_ranks_the_trim_on_it(tmp_path: Path, capsys
         code, out, err = cli([*args, *bad], capsys, monkeypatch)
         assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
         assert not out_path.exists()
+    code, _, err = cli([*args, "--count", "2"], capsys, monkeypatch)  # it was ignored: an L1 trim
+    assert (code, err) == (2, "error: --count needs --calibration-data\n") and not out_path.exists()
 
 
 def test_apply_on_a_model_onnxruntime_cannot_load_is_one_line(tmp_path: Path, capsys, monkeypatch) -> None:

@@ -258,17 +258,23 @@ def apply_cmd(
         "drops the channels that add least to the next layers on this data (mean |activation| × "
         "reader weight norm) instead of the smallest filters (L1). Dead channels go first either way.",
     ),
-    count: int = typer.Option(16, "--count", help="With --calibration-data: samples (model runs) at most."),
+    count: Optional[int] = typer.Option(
+        None, "--count", help="With --calibration-data: samples (model runs) at most (default 16)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the changes as JSON."),
 ) -> None:
     """Pad or trim channel groups to the widths of a plan, and write the edited model."""
+    if count is not None and calibration_data is None:  # it counts data samples: alone it did nothing
+        raise DeployoptError("--count needs --calibration-data")
     check_output_file(output)
     widths = load_plan(plan)
     loaded = load_model(model, parse_input_shapes(input_shape))
     analysis = analyze(loaded.model)
     importance = None
     if calibration_data is not None:
-        importance = _trim_importance(loaded, analysis, widths, calibration_data, count)
+        importance = _trim_importance(
+            loaded, analysis, widths, calibration_data, 16 if count is None else count
+        )
     edited, changes = apply_plan_report(loaded.model, widths, analysis, importance)
     written = restore_dynamic_batch(edited, loaded.dynamic_batch, loaded.static_batch)
     save_model(written.model, output, external_data=loaded.external_data)
