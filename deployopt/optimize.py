@@ -607,8 +607,18 @@ class Optimizer:
         # as the gate's at load: an integer input's later samples (another file) may hold floats,
         # which the ranking would cast to noise without a word
         check_feedable(replace(data, samples=more or gate), self.loaded.model)
+        self._rank_notices = data.notices  # what was left out of them, for the report
         self._rank_set = (more or gate, ranked_on)  # loaded once: the resume check hashes them too
         return self._rank_set
+
+    def calibration_notices(self) -> list[str]:
+        """What loading --calibration-data said (images left out past the last full batch, a batch
+        filled by repeating), for the gate's samples and the ranking's, each once; [] without data."""
+        if not self.cfg.calibration_data:
+            return []
+        calib = getattr(self, "_calib", None)
+        notes = [*(calib.notices if calib is not None else []), *getattr(self, "_rank_notices", [])]
+        return list(dict.fromkeys(notes))
 
     def _data_signature(self) -> dict[str, str]:
         """`--mode trim` with --calibration-data: a sha256 of the samples the gate checks and the trims
@@ -1113,6 +1123,8 @@ class Optimizer:
         )
         report = build_report(self, best, fidelity, sweep, budget_hit)
         report["written_batch"] = written.notice or None
+        if self.cfg.calibration_data:
+            report["calibration_notices"] = self.calibration_notices()
         if self.cfg.mode == "trim":
             report["trim_order"] = (
                 "dead channels, then mean |activation| × reader weight norm, on " + self._ranked_on

@@ -140,6 +140,26 @@ def test_apply_with_calibration_data_ranks_the_trim_on_it(tmp_path: Path, capsys
     assert (code, err) == (2, "error: --count needs --calibration-data\n") and not out_path.exists()
 
 
+def test_apply_says_which_calibration_images_it_left_out(tmp_path: Path, capsys, monkeypatch) -> None:
+    """The 20 bundled CIFAR-10 images at batch 8: two batches, the last 4 left out. `apply` ranked
+    on them without a word (only `verify` printed the loader's notices); now it prints and reports it."""
+    from deployopt.coupling import analyze
+    from deployopt.zoo.graphs import resnet_projection
+
+    model = resnet_projection(stage_widths=(8, 16), blocks_per_stage=1, batch=8)
+    gid = next(g.id for g in analyze(model).groups if not g.frozen and g.width > 4)
+    src, plan, out_path = tmp_path / "m.onnx", tmp_path / "plan.json", tmp_path / "out.onnx"
+    onnx.save(model, str(src))
+    plan.write_text(json.dumps({"widths": {gid: 4}}))
+    cifar = Path(__file__).resolve().parents[1] / "calibration_data" / "cifar10"
+    args = ["apply", str(src), "--plan", str(plan), "-o", str(out_path), "--calibration-data", str(cifar)]
+    note = "20 images do not fill batches of 8: the last 4 are left out"
+    code, out, _ = cli([*args, "--json"], capsys, monkeypatch)
+    assert code == 0 and note in json.loads(out)["notices"] and json.loads(out)["trim_order"] == "activation"
+    code, out, err = cli(args, capsys, monkeypatch)
+    assert code == 0 and f"note: {note}\n" in err
+
+
 def test_apply_on_a_model_onnxruntime_cannot_load_is_one_line(tmp_path: Path, capsys, monkeypatch) -> None:
     """A trim of a group with a zero filter runs the model to see whether that channel is dead; an op
     onnxruntime lacks past the group was a raw onnxruntime Fail traceback, with or without data."""

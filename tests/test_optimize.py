@@ -871,6 +871,26 @@ def test_the_ranking_samples_hold_none_of_the_gates_rows(tmp_path: Path) -> None
     np.testing.assert_array_equal(ranked[0]["x"], rows[8:12])
 
 
+def test_optimize_reports_which_calibration_images_it_left_out(tmp_path: Path) -> None:
+    """The 20 bundled CIFAR-10 images at batch 8 make two batches and leave 4 out; the gate's and
+    the ranking's loads say so once, in report.json's calibration_notices (printed as notice lines)."""
+    from deployopt.zoo.graphs import resnet_projection
+
+    path = tmp_path / "r.onnx"
+    onnx.save(resnet_projection(stage_widths=(8, 16), blocks_per_stage=1, batch=8), str(path))
+    cifar = Path(__file__).resolve().parents[1] / "calibration_data" / "cifar10"
+    cfg = OptimizeConfig(model_path=path, target="h200", backend="model", mode="trim", max_evals=3,
+                         outdir=tmp_path / "o", calibration_data=str(cifar))  # fmt: skip
+    report = optimize(cfg).report
+    assert report["calibration_notices"] == ["20 images do not fill batches of 8: the last 4 are left out"]
+    assert (
+        json.loads((tmp_path / "o" / "report.json").read_text())["calibration_notices"]
+        == (report["calibration_notices"])
+    )
+    lossless = optimize(replace(cfg, mode="lossless", outdir=tmp_path / "l")).report
+    assert lossless["calibration_notices"] == report["calibration_notices"]  # the gate's load alone
+
+
 def test_trim_refuses_ranking_samples_an_integer_input_cannot_take(tmp_path: Path) -> None:
     """A uint8 input: the gate's samples (the first file) hold pixel values, the ranking's (a later
     file) normalised floats. Only the gate's were checked; the ranking cast the floats to uint8

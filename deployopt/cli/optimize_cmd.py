@@ -182,8 +182,9 @@ def _render(result: Any) -> None:
         f"{ev['count']} end-to-end evaluations ({ev['measured_this_run']} this run); per-layer sweep: "
         f"{sw['shapes']} shapes, {sw['measured']} {verb} in {sw['seconds']:.1f} s, {sw['cached']} cached"
     )
-    if rep.get("written_batch"):
-        console.print(f"notice: {rep['written_batch']}", style="yellow", markup=False, highlight=False)
+    written_batch = [rep["written_batch"]] if rep.get("written_batch") else []
+    for note in [*rep.get("calibration_notices", []), *written_batch]:
+        console.print(f"notice: {note}", style="yellow", markup=False, highlight=False)
     console.print(f"wrote {result.outdir}/ ({', '.join(written_files(rep))})")
 
 

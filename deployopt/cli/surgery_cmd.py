@@ -226,9 +226,9 @@ def changes_table(changes: Sequence[GroupChange], ranked_by: str = "smallest L1"
 
 def _trim_importance(
     loaded: LoadedModel, analysis: Analysis, widths: dict[str, int], data: Path, count: int
-) -> Optional[dict[str, Any]]:
-    """The planned trims' channel ranking on `data` (deployopt.importance.activation_importance);
-    None when the plan trims nothing (no model run then)."""
+) -> tuple[Optional[dict[str, Any]], list[str]]:
+    """The planned trims' channel ranking on `data` (deployopt.importance.activation_importance),
+    None when the plan trims nothing (no model run then); and what loading the data said."""
     from deployopt.fidelity import check_feedable, load_calibration
     from deployopt.importance import activation_importance
     from deployopt.surgery import validate_plan
@@ -238,9 +238,9 @@ def _trim_importance(
     trimmed = [g for g, w in by_id.items() if int(w) < analysis.group(g).width]
     calib = load_calibration(data, dict(loaded.input_shapes), count=count)
     if not trimmed:
-        return None
+        return None, calib.notices
     check_feedable(calib, loaded.model)
-    return activation_importance(loaded.model, analysis, trimmed, calib.samples)
+    return activation_importance(loaded.model, analysis, trimmed, calib.samples), calib.notices
 
 
 @app.command("apply", rich_help_panel="Channel surgery")
@@ -270,15 +270,15 @@ def apply_cmd(
     widths = load_plan(plan)
     loaded = load_model(model, parse_input_shapes(input_shape))
     analysis = analyze(loaded.model)
-    importance = None
+    importance, data_notices = None, []
     if calibration_data is not None:
-        importance = _trim_importance(
+        importance, data_notices = _trim_importance(
             loaded, analysis, widths, calibration_data, 16 if count is None else count
         )
     edited, changes = apply_plan_report(loaded.model, widths, analysis, importance)
     written = restore_dynamic_batch(edited, loaded.dynamic_batch, loaded.static_batch)
     save_model(written.model, output, external_data=loaded.external_data)
-    notices = [*loaded.notices, *([written.notice] if written.notice else [])]
+    notices = [*loaded.notices, *data_notices, *([written.notice] if written.notice else [])]
     if as_json:
         # how the trimmed live channels were chosen; null when the plan trims none (nothing ranked)
         order = None if not any(c.trimmed for c in changes) else "l1" if importance is None else "activation"
