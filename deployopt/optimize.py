@@ -616,8 +616,7 @@ class Optimizer:
         filled by repeating), for the gate's samples and the ranking's, each once; [] without data."""
         if not self.cfg.calibration_data:
             return []
-        calib = getattr(self, "_calib", None)
-        notes = [*(calib.notices if calib is not None else []), *getattr(self, "_rank_notices", [])]
+        notes = [*self._calibration().notices, *getattr(self, "_rank_notices", [])]  # loaded at start
         return list(dict.fromkeys(notes))
 
     def _data_signature(self) -> dict[str, str]:

@@ -889,6 +889,9 @@ def test_optimize_reports_which_calibration_images_it_left_out(tmp_path: Path) -
     )
     lossless = optimize(replace(cfg, mode="lossless", outdir=tmp_path / "l")).report
     assert lossless["calibration_notices"] == report["calibration_notices"]  # the gate's load alone
+    # a resumed run replays every check from the journal, and its report says the same
+    resumed = optimize(replace(cfg, mode="lossless", outdir=tmp_path / "l", resume=True)).report
+    assert resumed["calibration_notices"] == report["calibration_notices"]
 
 
 def test_trim_refuses_ranking_samples_an_integer_input_cannot_take(tmp_path: Path) -> None:
