@@ -146,11 +146,15 @@ def _fmt(shape: Sequence[int]) -> str:
     return "×".join(str(int(d)) for d in shape) if len(shape) else "scalar"
 
 
-def _batches_from_array(arr: np.ndarray, shape: list[int], origin: str, name: str) -> list[np.ndarray]:
-    """An array → samples of exactly `shape`.
+def _split_array(
+    arr: np.ndarray, shape: list[int], origin: str, name: str
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """An array → (samples of exactly `shape`, rows of one batch item still to be stacked).
 
-    Accepted: N×(input shape) (N samples), or N rows of one batch item (N×shape[1:], stacked into
-    batches of shape[0] as `_stack_rows` does), which includes one exact sample.
+    Accepted: N×(input shape) (N samples), one exact sample, N rows of one batch item
+    (N×shape[1:]) or one such row without the N axis (shape[1:]). Rows are returned unstacked, so
+    that a folder of per-image files makes full batches across files (`_batched`), not one batch
+    of repeats per file.
     """
     if arr.dtype.kind not in "fiub":
         raise DataError(f"{origin}: array for input {name!r} has dtype {arr.dtype}, expected numbers")
@@ -162,11 +166,13 @@ def _batches_from_array(arr: np.ndarray, shape: list[int], origin: str, name: st
         bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
         raise DataError(f"{origin}: array for input {name!r} holds {bad} NaN or infinite value(s)")
     if list(arr.shape) == shape:
-        return [arr]
+        return [arr], []
     if arr.ndim == len(shape) + 1 and list(arr.shape[1:]) == shape:
-        return list(arr)
+        return list(arr), []
     if arr.ndim == len(shape) and len(shape) >= 1 and list(arr.shape[1:]) == shape[1:] and arr.shape[0] > 0:
-        return _stack_rows(list(arr), shape[0])
+        return [], list(arr)
+    if len(shape) >= 1 and list(arr.shape) == shape[1:]:  # one batch item saved without its axis
+        return [], [arr]
     rows = f" or N×{_fmt(shape[1:])} rows" if shape else ""
     raise DataError(f"{origin}: input {name!r} expects {_fmt(shape)}{rows}, got {_fmt(arr.shape)}")
 
@@ -181,7 +187,25 @@ def _stack_rows(rows: list[np.ndarray], batch: int) -> list[np.ndarray]:
     return [np.stack(rows[i : i + batch]) for i in range(0, len(rows) - batch + 1, batch)]
 
 
-def _load_array_file(path: Path, inputs: dict[str, list[int]]) -> dict[str, list[np.ndarray]]:
+def _batched(
+    samples: list[np.ndarray], rows: list[np.ndarray], batch: int, what: str
+) -> tuple[list[np.ndarray], list[str]]:
+    """`samples` then `rows` stacked into batches (`_stack_rows`), and a notice when the rows do not
+    fill their batches (`what` names them: "12 images", "5 rows of input 'x'")."""
+    if not rows:
+        return samples, []
+    if len(rows) < batch:
+        notice = f"{what} do not fill a batch of {batch}: the batch repeats them"
+    elif len(rows) % batch:
+        notice = f"{what} do not fill batches of {batch}: the last {len(rows) % batch} are left out"
+    else:
+        notice = ""
+    return samples + _stack_rows(rows, batch), [notice] if notice else []
+
+
+def _load_array_file(
+    path: Path, inputs: dict[str, list[int]]
+) -> dict[str, tuple[list[np.ndarray], list[np.ndarray]]]:
     try:
         if path.suffix.lower() == ".npy":
             data: dict[str, np.ndarray] = {}
@@ -208,7 +232,24 @@ def _load_array_file(path: Path, inputs: dict[str, list[int]]) -> dict[str, list
             raise DataError(
                 f"{path}: no array for input(s) {', '.join(missing)} (keys: {', '.join(data) or 'none'})"
             )
-    return {name: _batches_from_array(data[name], shape, str(path), name) for name, shape in inputs.items()}
+    return {name: _split_array(data[name], shape, str(path), name) for name, shape in inputs.items()}
+
+
+def _assemble_arrays(
+    pieces: list[dict[str, tuple[list[np.ndarray], list[np.ndarray]]]],
+    inputs: dict[str, list[int]],
+    count: int,
+    source: str,
+) -> CalibrationSet:
+    """The array files' samples, in file order, then all their rows stacked into full batches."""
+    per_input: dict[str, list[np.ndarray]] = {}
+    notices: list[str] = []
+    for name, shape in inputs.items():
+        samples = [s for piece in pieces for s in piece[name][0]]
+        rows = [r for piece in pieces for r in piece[name][1]]
+        per_input[name], said = _batched(samples, rows, shape[0], f"{len(rows)} rows of input {name!r}")
+        notices += said
+    return _assemble(per_input, count, source, notices)
 
 
 # ---------------------------------------------------------------------------- loading
@@ -265,8 +306,7 @@ def load_calibration(
     if path.is_file():
         suffix = path.suffix.lower()
         if suffix in ARRAY_SUFFIXES:
-            per_input = _load_array_file(path, inputs)
-            return _assemble(per_input, count, str(path))
+            return _assemble_arrays([_load_array_file(path, inputs)], inputs, count, str(path))
         if suffix in IMAGE_SUFFIXES:
             files = [path]
         else:
@@ -286,11 +326,7 @@ def load_calibration(
                 "subfolders searched too)"
             )
         if arrays:
-            per_input: dict[str, list[np.ndarray]] = {n: [] for n in inputs}
-            for f in arrays:
-                for name, batches in _load_array_file(f, inputs).items():
-                    per_input[name].extend(batches)
-            return _assemble(per_input, count, str(path))
+            return _assemble_arrays([_load_array_file(f, inputs) for f in arrays], inputs, count, str(path))
 
     # Images: one 4-D input (N, C, H, W) fed with resized, normalised pictures.
     if len(inputs) != 1:
@@ -316,15 +352,10 @@ def load_calibration(
         )
         for f in files
     ]
-    notices = []
-    if len(rows) < batch:
-        notices.append(f"{len(rows)} images do not fill a batch of {batch}: the batch repeats them")
-    elif len(rows) % batch:
-        notices.append(
-            f"{len(rows)} images do not fill batches of {batch}: the last {len(rows) % batch} are left out"
-        )
-    samples = [{name: b} for b in _stack_rows(rows, batch)]
-    return CalibrationSet(samples=samples, source=str(path), random=False, notices=notices)
+    batches, notices = _batched([], rows, batch, f"{len(rows)} images")
+    return CalibrationSet(
+        samples=[{name: b} for b in batches], source=str(path), random=False, notices=notices
+    )
 
 
 def folder_files(folder: Path) -> list[Path]:
@@ -348,12 +379,14 @@ def folder_files(folder: Path) -> list[Path]:
     return sorted(found, key=lambda p: p.relative_to(folder).parts)
 
 
-def _assemble(per_input: dict[str, list[np.ndarray]], count: int, source: str) -> CalibrationSet:
+def _assemble(
+    per_input: dict[str, list[np.ndarray]], count: int, source: str, notices: list[str]
+) -> CalibrationSet:
     counts = {n: len(v) for n, v in per_input.items()}
     n = min(counts.values())
     if n == 0:
         raise DataError(f"{source}: no samples found")
-    notices = []
+    notices = list(notices)
     if len(set(counts.values())) > 1:
         notices.append(f"inputs have different sample counts {counts}: using the first {n}")
     n = min(n, count)

@@ -289,6 +289,24 @@ def test_nested_array_files_concatenate_in_relative_path_order(tmp_path: Path) -
     assert [float(s["x"][0, 0]) for s in calib.samples] == [1.0, 2.0, 2.0]
 
 
+def test_a_folder_of_per_image_arrays_fills_batches_across_files(tmp_path: Path) -> None:
+    """One preprocessed image per .npy (3×8×8 or 1×3×8×8), model batch 4: the docs said the files
+    are concatenated, but each file was stacked on its own, one image repeated 4 times per batch.
+    Now the rows of all files make full batches, the rest left out with a notice."""
+    rng = np.random.default_rng(0)
+    images = rng.standard_normal((10, 3, 8, 8)).astype(np.float32)
+    for i, image in enumerate(images):
+        np.save(tmp_path / f"img{i:02d}.npy", image[None] if i % 2 else image)  # both layouts
+    calib = load_calibration(tmp_path, {"x": [4, 3, 8, 8]})
+    assert len(calib) == 2
+    np.testing.assert_array_equal(calib.samples[0]["x"], images[0:4])
+    np.testing.assert_array_equal(calib.samples[1]["x"], images[4:8])
+    assert calib.notices == ["10 rows of input 'x' do not fill batches of 4: the last 2 are left out"]
+    one = load_calibration(tmp_path / "img03.npy", {"x": [4, 3, 8, 8]})
+    assert one.notices == ["1 rows of input 'x' do not fill a batch of 4: the batch repeats them"]
+    assert load_calibration(tmp_path / "img03.npy", {"x": [1, 3, 8, 8]}).notices == []  # an exact sample
+
+
 def test_array_files(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     rows = rng.standard_normal((6, 3, 8, 8)).astype(np.float32)
