@@ -567,7 +567,9 @@ class Optimizer:
             return self.model
         from deployopt.surgery import apply_plan
 
-        return apply_plan(self.model, dict(plan), self.analysis, self._trim_importance())
+        # a plan that trims nothing (the round-up, every padding) needs no channel ranking
+        trims = any(plan[g] < self.original[g] for g in plan)
+        return apply_plan(self.model, dict(plan), self.analysis, self._trim_importance() if trims else None)
 
     def _trim_importance(self) -> dict[str, Any] | None:
         """`--mode trim` with --calibration-data: every free group's channels ranked once on that data
@@ -578,7 +580,7 @@ class Optimizer:
         if getattr(self, "_importance", None) is None:
             from deployopt.importance import activation_importance
 
-            samples, self._ranked_on = self._ranking_samples()
+            samples, _ = self._ranking_samples()
             self._importance = activation_importance(self.model, self.analysis, list(self.groups), samples)
         return self._importance
 
@@ -1125,9 +1127,10 @@ class Optimizer:
         if self.cfg.calibration_data:
             report["calibration_notices"] = self.calibration_notices()
         if self.cfg.mode == "trim":
+            # the rule any trim of this run uses; saying it needs no ranking (no trim may have been built)
             report["trim_order"] = (
-                "dead channels, then mean |activation| × reader weight norm, on " + self._ranked_on
-                if self._trim_importance() is not None
+                "dead channels, then mean |activation| × reader weight norm, on " + self._ranking_samples()[1]
+                if self.cfg.calibration_data
                 else "dead channels, then L1 of the producing filters"
             )
         # All or nothing: written into a staging folder, then moved into OUTDIR as one set.

@@ -844,10 +844,36 @@ def test_trim_ranks_on_the_samples_after_the_gates_when_the_data_has_more(tmp_pa
     six = ranked(6)
     np.testing.assert_allclose(six._importance[gid], on(six, 4, 6), rtol=1e-6)
     assert not np.allclose(six._importance[gid], on(six, 0, 4))
-    assert six._ranked_on == "2 calibration sample(s) after the fidelity gate's 4"
+    assert six._ranking_samples()[1] == "2 calibration sample(s) after the fidelity gate's 4"
     four = ranked(4)
     np.testing.assert_allclose(four._importance[gid], on(four, 0, 4), rtol=1e-6)
-    assert "has no more" in four._ranked_on
+    assert "has no more" in four._ranking_samples()[1]
+
+
+def test_a_trim_run_that_builds_no_trimmed_model_ranks_nothing(tmp_path: Path, monkeypatch) -> None:
+    """--mode trim with data, two evaluations (the input and its round-up to 8, a padding): no
+    model is trimmed, so no channel is ranked (runs of the model on up to 16 calibration samples on
+    onnxruntime's CPU were spent on the report's label alone); the report still says which rule a
+    trim would have used, and on which samples."""
+    from test_trim_order import two_convs
+
+    import deployopt.importance
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("ranked channels for a plan that trims none")
+
+    monkeypatch.setattr(deployopt.importance, "activation_importance", refuse)
+    model, _ = two_convs(read0=0.5)
+    path, data = tmp_path / "m.onnx", tmp_path / "c.npy"
+    onnx.save(model, str(path))
+    np.save(data, np.random.default_rng(0).standard_normal((8, 2, 8, 8)).astype(np.float32))
+    cfg = OptimizeConfig(model_path=path, target="h200", backend="model", mode="trim", max_evals=2,
+                         outdir=tmp_path / "o", calibration_data=str(data))  # fmt: skip
+    report = optimize(cfg).report
+    assert report["trim_order"] == (
+        "dead channels, then mean |activation| × reader weight norm, on 4 calibration sample(s) after the "
+        "fidelity gate's 4"
+    )
 
 
 def test_the_ranking_samples_hold_none_of_the_gates_rows(tmp_path: Path) -> None:
