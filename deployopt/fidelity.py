@@ -188,16 +188,22 @@ def _stack_rows(rows: list[np.ndarray], batch: int) -> list[np.ndarray]:
 
 
 def _batched(
-    samples: list[np.ndarray], rows: list[np.ndarray], batch: int, what: str
+    samples: list[np.ndarray], rows: list[np.ndarray], batch: int, noun: str, of: str = ""
 ) -> tuple[list[np.ndarray], list[str]]:
     """`samples` then `rows` stacked into batches (`_stack_rows`), and a notice when the rows do not
-    fill their batches (`what` names them: "12 images", "5 rows of input 'x'")."""
+    fill their batches ("12 images do not fill …", `noun` "image"; "1 row of input 'x' does not …",
+    `noun` "row", `of` " of input 'x'")."""
     if not rows:
         return samples, []
-    if len(rows) < batch:
-        notice = f"{what} do not fill a batch of {batch}: the batch repeats them"
-    elif len(rows) % batch:
-        notice = f"{what} do not fill batches of {batch}: the last {len(rows) % batch} are left out"
+    n, left = len(rows), len(rows) % batch
+    what = f"{n} {noun}{'' if n == 1 else 's'}{of}"
+    if n < batch:
+        it = "it" if n == 1 else "them"
+        notice = f"{what} {'does' if n == 1 else 'do'} not fill a batch of {batch}: the batch repeats {it}"
+    elif left:
+        notice = (
+            f"{what} do not fill batches of {batch}: the last {left} {'is' if left == 1 else 'are'} left out"
+        )
     else:
         notice = ""
     return samples + _stack_rows(rows, batch), [notice] if notice else []
@@ -247,7 +253,7 @@ def _assemble_arrays(
     for name, shape in inputs.items():
         samples = [s for piece in pieces for s in piece[name][0]]
         rows = [r for piece in pieces for r in piece[name][1]]
-        per_input[name], said = _batched(samples, rows, shape[0], f"{len(rows)} rows of input {name!r}")
+        per_input[name], said = _batched(samples, rows, shape[0], "row", f" of input {name!r}")
         notices += said
     return _assemble(per_input, count, source, notices)
 
@@ -352,7 +358,7 @@ def load_calibration(
         )
         for f in files
     ]
-    batches, notices = _batched([], rows, batch, f"{len(rows)} images")
+    batches, notices = _batched([], rows, batch, "image")
     return CalibrationSet(
         samples=[{name: b} for b in batches], source=str(path), random=False, notices=notices
     )

@@ -303,7 +303,7 @@ def test_a_folder_of_per_image_arrays_fills_batches_across_files(tmp_path: Path)
     np.testing.assert_array_equal(calib.samples[1]["x"], images[4:8])
     assert calib.notices == ["10 rows of input 'x' do not fill batches of 4: the last 2 are left out"]
     one = load_calibration(tmp_path / "img03.npy", {"x": [4, 3, 8, 8]})
-    assert one.notices == ["1 rows of input 'x' do not fill a batch of 4: the batch repeats them"]
+    assert one.notices == ["1 row of input 'x' does not fill a batch of 4: the batch repeats it"]
     assert load_calibration(tmp_path / "img03.npy", {"x": [1, 3, 8, 8]}).notices == []  # an exact sample
 
 
