@@ -403,6 +403,26 @@ def atomic_write(path, data):
     os.replace(tmp, path)
 
 
+def check_out(path):
+    """--out before any work: its folder is created (as `deployopt bench -o` does) and a file is
+    created and removed in it, so a typo, a read-only card or a file in the way costs one line, not
+    the build and the timed runs followed by a traceback."""
+    parent = os.path.dirname(os.path.abspath(path))
+    try:
+        if os.path.isdir(path):
+            raise RunnerError("cannot write --out " + path + ": it is a folder; give a file path")
+        if os.path.isfile(parent):
+            raise RunnerError("cannot write --out " + path + ": " + parent + " is a file, not a folder")
+        if not os.path.isdir(parent):
+            os.makedirs(parent)
+        probe = os.path.join(parent, ".runner-probe-%d" % os.getpid())
+        with open(probe, "wb"):
+            pass
+        os.remove(probe)
+    except (OSError, IOError) as exc:
+        raise RunnerError("cannot write --out " + path + ": " + (exc.strerror or str(exc)))
+
+
 def build_engine(trt, args, shapes, cuda):
     version = trt.__version__
     logger = trt.Logger(trt.Logger.WARNING)
@@ -771,6 +791,8 @@ def build_parser():
 def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
+        if args.out:
+            check_out(args.out)
         if args.env_only:
             result = board_environment()
         else:
@@ -787,12 +809,16 @@ def main(argv=None):
             if building and args.dtype == "int8" and args.calib_npy and not os.path.isfile(args.calib_npy):
                 raise RunnerError("calibration data not found: " + args.calib_npy)
             result = run(args)
+        text = json.dumps(result, indent=2)
+        if args.out:
+            atomic_write(args.out, (text + "\n").encode("utf-8"))
     except RunnerError as exc:
         sys.stderr.write("error: %s\n" % exc)
         return 2
-    text = json.dumps(result, indent=2)
-    if args.out:
-        atomic_write(args.out, (text + "\n").encode("utf-8"))
+    except (OSError, IOError) as exc:  # a read-only --engine-dir, a full card: one line, not a traceback
+        where = " " + str(exc.filename) if getattr(exc, "filename", None) else ""
+        sys.stderr.write("error: cannot read or write%s: %s\n" % (where, exc.strerror or exc))
+        return 2
     sys.stdout.write(text + "\n")
     return 0
 

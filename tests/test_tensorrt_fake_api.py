@@ -2213,6 +2213,46 @@ def test_runner_int8_engine_follows_the_calibration_contents(
     assert runner_builds(alone, tmp_path, capsys, gpu)[0]
 
 
+def test_runner_out_in_a_new_folder_and_unwritable_paths(
+    monkeypatch: pytest.MonkeyPatch,
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """docs/regression.md runs `runner.py ... --out results/current/model.json`: the folder is made
+    (as `bench -o` makes it). An --out that cannot be written is one line, exit 2, before any build
+    or timed run; an --engine-dir that cannot be made is one line too, not an OSError traceback."""
+    _, gpu = install(monkeypatch, V85, "cudart")
+    model = str(zoo_model_path("mobilenet_like"))
+    runner = load_runner()
+    out = tmp_path / "results" / "current" / "model.json"
+    engines = ["--engine-dir", str(tmp_path / "engines")]
+    assert runner.main([model, "--runs", "2", "--warmup", "1", *engines, "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["runs"] == 2
+    capsys.readouterr()
+
+    in_the_way = tmp_path / "results.txt"
+    in_the_way.write_text("a file where a folder should be\n")
+    before = len(gpu.log)
+    rc = runner.main([model, "--runs", "2", *engines, "--out", str(in_the_way / "model.json")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err == (
+        f"error: cannot write --out {in_the_way / 'model.json'}: {in_the_way} is a file, not a folder\n"
+    )
+    assert len(gpu.log) == before  # nothing built, nothing timed
+    rc = runner.main([model, "--runs", "2", *engines, "--out", str(tmp_path)])
+    assert (
+        rc == 2
+        and capsys.readouterr().err
+        == f"error: cannot write --out {tmp_path}: it is a folder; give a file path\n"
+    )
+
+    rc = runner.main([model, "--runs", "2", "--engine-dir", str(in_the_way / "engines")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("error: cannot read or write ") and err.count("\n") == 1
+    assert "Traceback" not in err
+
+
 def test_runner_refuses_one_npy_for_a_model_with_two_inputs(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
