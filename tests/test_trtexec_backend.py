@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -287,6 +288,36 @@ def test_profile_joins_tactics(fake: dict[str, Path]) -> None:
     assert prof.runs == 6610 and len(prof.layers) == 73
     assert prof.layers[3].kernels[0].tile == (64, 32, 64)
     assert prof.environment["device"] == "NVIDIA H100 PCIe"
+
+
+def test_cli_bench_and_profile_say_what_trtexec_measured_on(
+    fake: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """bench's environment row names the GPU and TensorRT version trtexec ran (it said 'Python ?',
+    which trtexec never records, and no TensorRT); profile says where it measured, and on an
+    80-column terminal TensorRT's long fused layer names fold instead of squeezing the µs and share
+    columns out of the table."""
+    from deployopt.cli import app as cli_app
+
+    code, out, err = run_cli(monkeypatch, capsys, "bench", str(fake["model"]), "--backend", "trtexec")
+    assert code == 0, err
+    env_row = " ".join(line for line in out.splitlines() if "environment" in line)
+    assert "NVIDIA H100 PCIe" in env_row and "TensorRT 10.16.1" in env_row
+    assert "Python ?" not in out
+
+    monkeypatch.setattr(cli_app.console, "width", 80)
+    monkeypatch.setattr(sys, "argv", ["deployopt", "profile", str(fake["model"]), "--backend", "trtexec"])
+    from deployopt.cli.main import main
+
+    try:
+        main()
+    except SystemExit as exc:
+        assert exc.code in (0, None)
+    out = capsys.readouterr().out
+    assert "measured on: NVIDIA H100 PCIe, compute capability 9.0, sms 114, TensorRT 10.16.1" in out
+    rows = [line for line in out.splitlines() if line.startswith("│ features.0.0.weight")]
+    # the exported profile's medianMs of that layer (4.544 µs for QuantizeLinear_2, 8.6 µs here)
+    assert rows and rows[0].split("│")[3].strip() == "8.6" and rows[0].split("│")[4].strip() == "1.9%"
 
 
 def test_no_times_export_with_profile_only_log(

@@ -208,9 +208,12 @@ def _environment_line(env: dict[str, Any]) -> str:
     clocks = env.get("clocks") or {}
     if clocks.get("sm_clock_mhz"):
         parts.append(f"SM clock {clocks['sm_clock_mhz']:g} MHz")
+    if env.get("tensorrt"):  # the tensorrt and trtexec backends record no Python or libraries
+        parts.append(f"TensorRT {env['tensorrt']}")
     if env.get("cpu"):
         parts.append(f"CPU {env['cpu']}")
-    parts.append(f"Python {env.get('python', '?')}")
+    if env.get("python"):
+        parts.append(f"Python {env['python']}")
     parts += [f"{k} {v}" for k, v in libs.items()]
     if env.get("cudnn"):
         parts.append(f"cuDNN {env['cudnn']}")
@@ -291,21 +294,26 @@ def _fmt_dims(d: Any) -> str:
 
 def render_profile(profile: Profile, kernels: bool) -> None:
     table = Table(title=f"per-layer time on {profile.backend} (measured, {profile.runs} runs)")
-    table.add_column("layer", no_wrap=True)
+    # folded, not cut: TensorRT's fused layer names run past any terminal, and a no-wrap name
+    # column squeezed the µs and share columns to nothing
+    table.add_column("layer", overflow="fold")
     table.add_column("op")
-    table.add_column("µs", justify="right")
-    table.add_column("share", justify="right")
+    table.add_column("µs", justify="right", no_wrap=True)
+    table.add_column("share", justify="right", no_wrap=True)
     table.add_column("ONNX nodes")
     for layer in profile.layers:
         table.add_row(
             layer.name,
-            str(layer.extra.get("op", "")),
+            str(layer.extra.get("op") or layer.extra.get("layer_type") or ""),
             f"{layer.time_us:.1f}",
             f"{100 * layer.share:.1f}%",
             ", ".join(layer.onnx_nodes) if layer.onnx_nodes != [layer.name] else "=",
         )
     console.print(table)
     console.print(f"total {profile.total_us:.1f} µs — {profile.timed}", highlight=False, soft_wrap=True)
+    where = _environment_line(profile.environment)
+    if where:
+        console.print(f"measured on: {where}", highlight=False, soft_wrap=True, markup=False)
     for label, key in (("removed by onnxruntime (folded, no kernel)", "onnx_nodes_removed"),
                        ("in no layer (not traced to a kernel)", "onnx_nodes_unmapped")):  # fmt: skip
         nodes = getattr(profile, key, None)
