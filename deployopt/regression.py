@@ -77,6 +77,7 @@ class Pair:
                 "ci95_us": [lo, hi],
                 "runs": t.runs,
                 "timed": t.timed,
+                "measured_on": setup(t),  # what the table's "measured on" line says
             }
 
         return {

@@ -234,6 +234,10 @@ def min_samples(alpha: float) -> int:
     return hi
 
 
+#: In every trtexec console log (its `&&&& RUNNING TensorRT.trtexec` banner), 7.x to 10.x.
+TRTEXEC_LOG_MARK = "TensorRT.trtexec"
+
+
 def load_timing(path: str | Path) -> Timing:
     """A measured Timing from a bench / runner result or a trtexec --exportTimes file (one-line
     DataError otherwise; a predicted latency is refused: there is nothing to test it against)."""
@@ -241,13 +245,25 @@ def load_timing(path: str | Path) -> Timing:
     if p.is_dir():
         raise DataError(f"{p} is a folder; expected a measurement file (or give two folders)")
     try:
-        data = json.loads(p.read_text())
+        text = p.read_text()
+        data = json.loads(text)
     except FileNotFoundError:
         raise no_such_file(p, DataError) from None
     except OSError as exc:
         raise DataError(f"cannot read {p}: {exc.strerror or exc}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DataError(f"{p} is not JSON: {getattr(exc, 'msg', exc)}") from None
+    except json.JSONDecodeError as exc:
+        if not text.strip():  # an interrupted copy or a run killed before it wrote
+            raise DataError(f"{p} is empty: expected a measurement (JSON)") from None
+        if TRTEXEC_LOG_MARK in text:
+            raise DataError(
+                f"{p} is a trtexec console log: its summary has statistics, not per-run samples; run "
+                "trtexec with --exportTimes=FILE.json and compare that file"
+            ) from None
+        raise DataError(f"{p} is not JSON: {exc.msg}") from None
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{p} is not JSON: {exc}") from None
+    if data == []:
+        raise DataError(f"{p} is an empty trtexec --exportTimes file: it holds no queries")
     if isinstance(data, list):
         return _from_export_times(p)
     if not isinstance(data, dict) or "samples_us" not in data:

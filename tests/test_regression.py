@@ -146,6 +146,36 @@ def test_bad_measurement_files_are_one_line_errors(tmp_path: Path) -> None:
         load_timing(bad)
 
 
+@needs_fixtures
+def test_wrong_trtexec_files_and_empty_files_say_what_they_are(tmp_path: Path) -> None:
+    """A trtexec console log (a real one of each format) is named as such, with the flag that gives
+    samples, where it said 'is not JSON: Expecting value'; an --exportTimes file with no queries
+    named no file ('no end-to-end timing in this log: no log and no --exportTimes file'); an empty
+    file (an interrupted copy) says it is empty."""
+    logs = TIMES.parent
+    for name in (
+        "trt7.x_teslaV100_quickstart_pytorch_resnet50_fp16_legacy_format_log.txt",
+        "trt8.2.5_quickstart_qat-ptq_mobilenetv2_ptq_int8_log.txt",
+        "trt10.16.1_h100pcie_cookbook_result-01_onnx_default_log.txt",
+    ):
+        with pytest.raises(DataError) as exc:
+            load_timing(logs / name)
+        assert str(exc.value) == (
+            f"{logs / name} is a trtexec console log: its summary has statistics, not per-run samples; "
+            "run trtexec with --exportTimes=FILE.json and compare that file"
+        )
+    empty_times = tmp_path / "times.json"
+    empty_times.write_text("[\n]\n")
+    with pytest.raises(DataError) as exc:
+        load_timing(empty_times)
+    assert str(exc.value) == f"{empty_times} is an empty trtexec --exportTimes file: it holds no queries"
+    empty = tmp_path / "result.json"
+    empty.write_text("")
+    with pytest.raises(DataError) as exc:
+        load_timing(empty)
+    assert str(exc.value) == f"{empty} is empty: expected a measurement (JSON)"
+
+
 def test_a_rebuild_of_the_same_model_is_no_regression_at_the_default_min_effect() -> None:
     """Real H200 runs at 8 SMs (benchmarks/results/h200_compare/): the bundled pruned ResNet56
     benched twice moved 1.4 % (significant within each run, p ~ 1e-57), which the 2 % default
