@@ -282,6 +282,40 @@ def test_measure_reads_export_times(fake: dict[str, Path]) -> None:
     )
 
 
+GRAPH_IGNORED = (
+    "[07/07/2026-02:11:26] [W] The built TensorRT engine contains operations that are not permitted "
+    "under CUDA graph capture mode.\n"
+    "[07/07/2026-02:11:26] [W] The specified --useCudaGraph flag has been ignored. The inference will "
+    "be launched without using CUDA graph launch.\n"
+)  # trtexec's sampleInference.cpp (8.x to 10.x) when the engine cannot be captured
+
+
+def test_what_was_timed_says_when_trtexec_dropped_the_cuda_graph(
+    fake: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """trtexec times without a CUDA graph when capture fails, and says so in two warnings; the
+    timing said 'CUDA graph' anyway (and also when extra["use_cuda_graph"] turned it off), so a
+    regression compare saw no difference in what was timed."""
+    real = Path(os.environ["FAKE_LOG"]).read_text().splitlines(keepends=True)
+    start = next(i for i, line in enumerate(real) if line.endswith("[I] Starting inference\n"))
+    log = tmp_path / "graph_ignored.log"
+    log.write_text("".join(real[: start + 1]) + GRAPH_IGNORED + "".join(real[start + 1 :]))
+    with TrtexecBackend().open(MeasureOptions(workdir=fake["workdir"])) as session:
+        assert ", CUDA graph, " in session.measure(fake["model"]).timed  # the recording as it is
+    monkeypatch.setenv("FAKE_LOG", str(log))
+    with TrtexecBackend().open(MeasureOptions(workdir=fake["workdir"])) as session:
+        t = session.measure(fake["model"])
+    assert "cuda_graph_ignored" in t.environment["trtexec_flags"]
+    assert t.timed == (
+        "one query (fp16), GPU compute time per trtexec --exportTimes, no CUDA graph (trtexec could not "
+        "capture this engine in one; launch gaps included), no H2D/D2H, spin-wait"
+    )
+    off = MeasureOptions(workdir=fake["workdir"], extra={"use_cuda_graph": False})
+    with TrtexecBackend().open(off) as session:
+        assert ", no CUDA graph, " in session.measure(fake["model"]).timed
+    assert "--useCudaGraph" not in fake["FAKE_ARGS"].read_text().split("\n")
+
+
 def test_profile_joins_tactics(fake: dict[str, Path]) -> None:
     with TrtexecBackend().open(MeasureOptions(workdir=fake["workdir"])) as session:
         prof = session.profile(fake["model"])

@@ -415,10 +415,19 @@ class TrtexecSession(Session):
         timing.environment.update(self._env(run))
         dtype = self.options.dtype + (", placeholder INT8 ranges" if self.placeholder_int8 else "")
         timing.timed = (
-            f"one query ({dtype}), GPU compute time per trtexec --exportTimes, CUDA graph, "
+            f"one query ({dtype}), GPU compute time per trtexec --exportTimes, {self._graph_phrase(run)}, "
             "no H2D/D2H, spin-wait"
         )
         return timing
+
+    def _graph_phrase(self, run: TrtexecRun) -> str:
+        """Whether the queries ran as a CUDA graph: asked for (extra["use_cuda_graph"]) and not
+        dropped by trtexec, which times without one when the engine cannot be captured."""
+        if not self.options.extra.get("use_cuda_graph", True):
+            return "no CUDA graph"
+        if "cuda_graph_ignored" in run.flags:
+            return "no CUDA graph (trtexec could not capture this engine in one; launch gaps included)"
+        return "CUDA graph"
 
     def profile(self, model_path: Path, kernels: bool = False) -> Profile:
         run = self.run(model_path)

@@ -503,6 +503,8 @@ def _classify_warning(run: TrtexecRun, body: str) -> None:
             run.gpu_cov_percent = float(m.group(1))
     elif "auxiliary streams" in body:
         run.flags.append("aux_streams")
+    elif "--useCudaGraph flag has been ignored" in body:  # capture failed: timed without a graph
+        run.flags.append("cuda_graph_ignored")
 
 
 def _parse_profile_table(lines: list[str], i: int, run: TrtexecRun) -> int:
