@@ -437,6 +437,14 @@ class CouplingState:
     ) -> None:
         if layout is None or not init:
             return
+        if not self.is_const(init):
+            # a bias or BatchNorm parameter fed at run time (a graph input, a computed tensor):
+            # surgery edits constants only, so these channels cannot change width
+            self.freeze(
+                layout,
+                f"{node.op_type} {self.name(node)} reads {init!r} per channel, and it is not a constant",
+            )
+            return
         source = self._quantized.get(init)
         if source is not None:
             self._bind_quantized(init, source, axis, layout, pad, node, spread)
