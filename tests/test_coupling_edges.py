@@ -3,10 +3,12 @@ valid model, or freeze with its reason."""
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
 from test_coupling import Net
+from test_surgery import run
 
 from deployopt.coupling import analyze
 from deployopt.errors import PlanError
@@ -34,3 +36,22 @@ def test_a_per_channel_parameter_fed_at_run_time_freezes(param: str) -> None:
     assert group.frozen and group.reason.endswith(f"reads {name!r} per channel, and it is not a constant")
     with pytest.raises(PlanError, match="frozen"):
         apply_plan(model, {"conv1": 11})
+
+
+def test_a_constant_concatenated_along_height_follows_the_channels() -> None:
+    """Concat of a map and a learned [1, C, 2, W] constant along H: padding adds zero channels to
+    the constant too (exact), trimming drops them from it (a valid model); before, both plans gave
+    a model that did not validate."""
+    n = Net()
+    a = n.cbr("x", 8)
+    border = n.init("border", np.random.default_rng(3).standard_normal((1, 8, 2, 8)))
+    cat = n.op("Concat", [a, border], (8, 10, 8), axis=2)
+    model = n.build(n.conv(cat, 4))
+    assert not _groups(model)["conv1"].frozen
+    padded = apply_plan(model, {"conv1": 11})
+    np.testing.assert_array_equal(run(padded), run(model))
+    trimmed = apply_plan(model, {"conv1": 5})
+    onnx.checker.check_model(trimmed, full_check=True)
+    widths = {t.name: list(t.dims) for t in trimmed.graph.initializer}
+    assert widths["border"] == [1, 5, 2, 8]
+    assert run(trimmed).shape == run(model).shape

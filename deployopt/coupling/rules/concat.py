@@ -16,7 +16,12 @@ def concat(ctx: CouplingState, node: onnx.NodeProto) -> None:
         return
     axis = normalize_axis(int(ctx.attr(node, "axis", 1)), rank)
     if axis != 1:
-        ctx.pass_through(node, range(len(node.input)))
+        # every member holds all the channels: traced ones join, a constant one (a learned border
+        # or token concatenated along H, W or the batch) is resized with them, padded with zeros
+        lay = ctx.pass_through(node, [i for i, t in enumerate(node.input) if t and not ctx.is_const(t)])
+        for t in node.input:
+            if t and ctx.is_const(t):
+                ctx.bind(t, 1, lay, 0.0, node)
         return
     layout: list = []
     for t in node.input:
