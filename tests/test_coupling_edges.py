@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 from test_coupling import Net
 from test_surgery import run
 
@@ -55,3 +55,34 @@ def test_a_constant_concatenated_along_height_follows_the_channels() -> None:
     widths = {t.name: list(t.dims) for t in trimmed.graph.initializer}
     assert widths["border"] == [1, 5, 2, 8]
     assert run(trimmed).shape == run(model).shape
+
+
+def _if_reading(tensor: str, k: int, c: int) -> onnx.NodeProto:
+    """An If whose branches run a 1×1 conv on `tensor`, read from the outer graph by name."""
+
+    def branch(tag: str) -> onnx.GraphProto:
+        w = numpy_helper.from_array(np.ones((k, c, 1, 1), dtype=np.float32), f"{tag}.w")
+        conv = helper.make_node("Conv", [tensor, w.name], [f"{tag}.y"], name=f"{tag}.conv")
+        out = helper.make_tensor_value_info(f"{tag}.y", TensorProto.FLOAT, [1, k, 8, 8])
+        return helper.make_graph([conv], tag, [], [out], [w])
+
+    return helper.make_node(
+        "If", ["cond"], ["branch_out"], name="if", then_branch=branch("then"), else_branch=branch("else")
+    )
+
+
+def test_a_tensor_read_inside_a_subgraph_freezes() -> None:
+    """An If branch reads conv1's output by name (not as an input of the If): padding conv1 would
+    leave the branch's conv with too few input channels, a model that passes the checker and fails
+    in onnxruntime. The group freezes instead."""
+    n = Net()
+    a = n.cbr("x", 8)
+    total = n.op("ReduceSum", ["x"], (1, 1, 1), keepdims=0)
+    n.nodes.append(helper.make_node("Greater", [total, n.init("zero", 0.0)], ["cond"], name="gt"))
+    n.nodes.append(_if_reading(a, 4, 8))
+    n.dims["branch_out"] = (4, 8, 8)
+    model = n.build(n.conv(a, 4), "branch_out")
+    group = _groups(model)["conv1"]
+    assert group.frozen and group.reason == "If if reads it inside a subgraph"
+    with pytest.raises(PlanError, match="frozen"):
+        apply_plan(model, {"conv1": 11})

@@ -173,8 +173,13 @@ class CouplingState:
         self._quantized_readers: dict[str, list[tuple[int, Layout]]] = {}
         self.users: dict[str, list[int]] = {}
         self.producer: dict[str, int] = {}  # tensor → index of the node that outputs it
+        #: per node with subgraphs (If, Loop, Scan): the outer tensors its bodies read by name
+        self.implicit: dict[int, list[str]] = {}
         for i, n in enumerate(self.nodes):
-            for t in n.input:
+            outer = sorted(subgraph_reads(n))
+            if outer:
+                self.implicit[i] = outer
+            for t in [*n.input, *outer]:
                 if t:
                     self.users.setdefault(t, []).append(i)
             for t in n.output:
@@ -646,9 +651,11 @@ class CouplingState:
                 self.layouts[inp.name] = (
                     (self.new_atom(width, src, None, f"graph input {inp.name!r}"), width),
                 )
-        for node in self.nodes:
+        for i, node in enumerate(self.nodes):
             if node.op_type == "Constant":
                 continue
+            for t in self.implicit.get(i, ()):  # not in node.input: no rule would see them
+                self.freeze(self.layout(t), f"{node.op_type} {self.node_names[i]} reads it inside a subgraph")
             fn = rules.get(node.op_type) if node.domain in ("", "ai.onnx") else None
             moved = self._moved_axis(node) if node.op_type not in ANY_AXIS else None
             spread = node.op_type not in SPREAD and any(t in self.spread for t in node.input if t)
@@ -747,6 +754,23 @@ def _quantizes_constants(
     zp = node.input[2] if len(node.input) > 2 else ""
     out_types = _QUANTIZED_TYPES - {onnx.TensorProto.INT32}  # QuantizeLinear does not make int32
     return elem_type(node.input[0]) in _SCALE_TYPES and (not zp or elem_type(zp) in out_types)
+
+
+def subgraph_reads(node: onnx.NodeProto) -> set[str]:
+    """Tensors of enclosing graphs that the node's subgraphs (If branches, Loop and Scan bodies,
+    nested ones included) read by name, without listing them among the node's inputs."""
+    reads: set[str] = set()
+    for a in node.attribute:
+        for g in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
+            made = {v.name for v in g.input} | {t.name for t in g.initializer}
+            made |= {t.values.name for t in g.sparse_initializer}
+            used: set[str] = set()
+            for n in g.node:
+                used.update(t for t in n.input if t)
+                used |= subgraph_reads(n)
+                made.update(t for t in n.output if t)
+            reads |= used - made
+    return reads
 
 
 def _offsets(layout: Layout) -> list[int]:
