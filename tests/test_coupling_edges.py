@@ -86,3 +86,22 @@ def test_a_tensor_read_inside_a_subgraph_freezes() -> None:
     assert group.frozen and group.reason == "If if reads it inside a subgraph"
     with pytest.raises(PlanError, match="frozen"):
         apply_plan(model, {"conv1": 11})
+
+
+def test_a_gemm_bias_that_broadcasts_is_not_zero_padding() -> None:
+    """A Gemm with a scalar bias puts that bias in its padded columns; a Sqrt after it would turn a
+    negative one into NaN, which the next Gemm's zero weights carry to the output (it did: NaN
+    after padding). The Sqrt freezes the Gemm's group; a per-column bias keeps it free."""
+    for bias, frozen in (([-1.0], True), (np.linspace(0.5, 1.0, 5), False)):
+        n = Net()
+        a = n.op("Abs", [n.conv("x", 8)])
+        f = n.op("Flatten", [n.gap(a)], (8, 0, 0), axis=1)
+        w = n.init("g1.w", np.random.default_rng(0).uniform(50, 60, (8, 5)))
+        h = n.op("Sqrt", [n.op("Gemm", [f, w, n.init("g1.b", bias)], (5, 0, 0))])
+        model = n.build(n.op("Gemm", [h, n.init("g2.w", np.ones((5, 3)))], (3, 0, 0)))
+        group = _groups(model)["gemm5"]
+        assert group.frozen == frozen
+        if frozen:
+            assert group.reason == "Sqrt sqrt6 could read a negative padded channel (NaN)"
+        else:
+            np.testing.assert_allclose(run(apply_plan(model, {"gemm5": 8})), run(model), rtol=1e-6)

@@ -47,6 +47,12 @@ def _never_negative(ctx: CouplingState, tensor: str) -> bool:
     node = None if index is None else ctx.nodes[index]
     if node is None or node.domain not in ("", "ai.onnx"):
         return False
+    if node.op_type == "Gemm" and len(node.input) > 2 and node.input[2]:
+        # a bias that is not one value per output column (a scalar, [1, 1]) is not resized, so
+        # it broadcasts into the padded columns: they hold it, and it may be negative
+        bias, n_out = ctx.const(node.input[2]), ctx.channels(node.output[0])
+        per_column = bias is not None and bias.ndim >= 1 and bias.shape[-1] == n_out
+        return per_column and n_out is not None and n_out > 1
     if node.op_type in NEVER_NEGATIVE or node.op_type in ZERO_PADDED:
         return True
     if node.op_type == "Clip":
