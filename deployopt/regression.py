@@ -12,6 +12,7 @@ with too few samples for the test ever to reach alpha is refused rather than jud
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,8 +123,19 @@ class RegressionReport:
         }
 
 
+def is_compare_report(path: Path) -> bool:
+    """Whether a JSON file is one `compare -o` wrote (its "rule" and "pairs"): written into a results
+    folder, it would otherwise count as a model next time (a note, exit 1 under --strict) and, once
+    that folder becomes the baseline, be read as a broken measurement (exit 2)."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False  # not readable as JSON: loading it says why
+    return isinstance(doc, dict) and "rule" in doc and "pairs" in doc and "samples_us" not in doc
+
+
 def _measurement_files(folder: Path) -> dict[str, Path]:
-    return {p.stem: p for p in sorted(folder.glob("*.json")) if p.is_file()}
+    return {p.stem: p for p in sorted(folder.glob("*.json")) if p.is_file() and not is_compare_report(p)}
 
 
 def check_testable(baseline: tuple[Path, Timing], current: tuple[Path, Timing], alpha: float) -> None:

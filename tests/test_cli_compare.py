@@ -53,6 +53,23 @@ def test_json_and_output_file(monkeypatch, capsys, tmp_path: Path) -> None:
     assert list(dest.parent.iterdir()) == [dest]  # no temp file left beside it
 
 
+def test_a_report_written_into_the_results_folder_is_not_a_model(monkeypatch, capsys, tmp_path: Path) -> None:
+    """`compare baselines/ results/ --strict -o results/compare.json` run again (a CI retry) found its
+    own report 'in the current run only' and exited 1; once results/ became the next baseline, the
+    report on both sides was read as a broken measurement (exit 2). Reports are left out of pairing."""
+    base, cur = tmp_path / "baselines", tmp_path / "results"
+    write_timing(base / "m.json", 500.0, seed=1)
+    write_timing(cur / "m.json", 500.0, seed=2)
+    args = ["compare", str(base), str(cur), "--strict", "-o", str(cur / "compare.json")]
+    for _ in range(2):
+        code, out, err = run_cli(monkeypatch, capsys, *args)
+        assert code == 0 and err == "" and "0 regressions in 1 compared" in out
+    (base / "compare.json").write_bytes((cur / "compare.json").read_bytes())  # results promoted
+    code, out, err = run_cli(monkeypatch, capsys, *args)
+    assert code == 0 and err == "" and "0 regressions in 1 compared" in out
+    assert [p["name"] for p in json.loads((cur / "compare.json").read_text())["pairs"]] == ["m"]
+
+
 def test_min_effect_option_and_strict(monkeypatch, capsys, tmp_path: Path) -> None:
     code, _, _ = run_cli(monkeypatch, capsys, "compare", AUTOTUNED, HEURISTIC, "--min-effect", "0.03")
     assert code == 0  # +2.6 % is below a 3 % minimum effect
