@@ -694,6 +694,10 @@ def run(args):
             ios.append((engine.get_binding_name(i), engine.binding_is_input(i), tuple(context.get_binding_shape(i)),
                         np.dtype(trt.nptype(engine.get_binding_dtype(i)))))
 
+    for name, is_in, shape, _ in ios:
+        if not is_in and -1 in shape:  # NMS-like: its size depends on the data, nothing to allocate
+            raise RunnerError("output %r has a data-dependent shape %s (an NMS-like op): the runner cannot "
+                              "allocate it; time the model with trtexec on the board" % (name, list(shape)))
     rng = np.random.RandomState(0)
     ptrs = []
     for name, is_in, shape, dtype in ios:

@@ -2213,6 +2213,40 @@ def test_runner_int8_engine_follows_the_calibration_contents(
     assert runner_builds(alone, tmp_path, capsys, gpu)[0]
 
 
+def test_a_data_dependent_output_is_refused_before_allocating(
+    surface: tuple[str, types.ModuleType, FakeGpu],
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An output whose shape TensorRT reports as -1 after the inputs are set (NonMaxSuppression in a
+    YOLO export) got a 1-byte buffer (max(1, negative size)) that the engine would write past; the
+    backend and the runner now refuse it in one line before allocating anything."""
+    version, trt, gpu = surface
+    real_shape = trt.IExecutionContext._shape
+
+    def data_dependent(self: Any, name: str) -> tuple[int, ...]:
+        shape = real_shape(self, name)
+        return shape if self._e._by_name(name)[1] else (-1, *shape[1:])
+
+    monkeypatch.setattr(trt.IExecutionContext, "_shape", data_dependent)
+    model = zoo_model_path("mobilenet_like")
+    options = opts(tmp_path, extra={"cuda": "pycuda"} if version == V82 else {})
+    engine = tmp_path / "m.engine"
+    build_engine(str(model), options, str(engine))
+    with pytest.raises(BackendFailed) as exc:
+        time_engine(str(engine), options, {}, False)
+    assert str(exc.value).startswith("output 'logits' has a data-dependent shape [-1, 10] (an NMS-like op)")
+    assert gpu.memory == {} and calls(gpu, "alloc") == []
+
+    cuda = ["--cuda", "pycuda"] if version == V82 else []
+    rc = load_runner().main([str(model), "--runs", "2", *cuda, "--engine-dir", str(tmp_path / "engines")])
+    err = capsys.readouterr().err.splitlines()
+    assert rc == 2 and err[-1].startswith("error: output 'logits' has a data-dependent shape [-1, 10]")
+    assert gpu.memory == {} and calls(gpu, "alloc") == []
+
+
 def test_runner_out_in_a_new_folder_and_unwritable_paths(
     monkeypatch: pytest.MonkeyPatch,
     zoo_model_path: Callable[[str], Path],

@@ -654,6 +654,18 @@ def _bind(trt: Any, engine: Any, context: Any, api: str, shapes: dict[str, list[
     return ios
 
 
+def refuse_data_dependent_outputs(ios: list[_IO]) -> None:
+    """An output whose shape is still unknown once the inputs are set (NonMaxSuppression, NonZero:
+    its size depends on the data) has no size to allocate; a 1-byte buffer would be written past.
+    Refused in one line before anything is allocated; trtexec allocates such outputs itself."""
+    for io in ios:
+        if not io.is_input and any(d < 0 for d in io.shape):
+            raise BackendFailed(
+                f"output {io.name!r} has a data-dependent shape {list(io.shape)} (an NMS-like op): this "
+                "backend cannot allocate it; time the model with --backend trtexec"
+            )
+
+
 def make_layer_profiler(trt: Any) -> Any:
     """An IProfiler collecting every report_layer_time call (subclass created here, lazily)."""
 
@@ -689,6 +701,7 @@ def time_engine(
         )
     context = engine.create_execution_context()
     ios = _bind(trt, engine, context, api, shapes)
+    refuse_data_dependent_outputs(ios)
     rng = np.random.default_rng(0)
     for io in ios:
         io.ptr = cuda.alloc(io.nbytes)
