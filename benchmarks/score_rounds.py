@@ -64,6 +64,9 @@ ROUNDS = {
     11: ("h200_round11", "round11_sweeps.json", "fit_before_round11.json",
         {"by", "bz", "ca", "cb", "cc", "cd", "ce", "cf"}, "repeats"),
 }  # fmt: skip
+# round → the folder in its record of every-engine sweeps measured a second time (ids listed under
+# all_engines with the `_repeat` suffix), scored like the default-search repeats
+ALL_ENGINE_REPEATS = {11: "all_repeats"}
 
 
 def load_round(number: int) -> tuple[dict[str, list[str]], dict[str, WaveParams], set[str]]:
@@ -132,36 +135,47 @@ def score_round(number: int) -> None:
 
     # the sweeps measured twice: the model on the first measurement and on the second, and each
     # measurement as the model of the other (the ceiling for any width model)
-    sweeps = every_default
-    reps = [s for s in default if s["id"].endswith("_repeat")]
-    # repeats kept beside the record (not in the fitted folder)
-    folder, *_, kept = ROUNDS[number]
-    if kept:
-        reps += ev.load_sweeps(ROOT / "benchmarks" / "results" / folder / kept)
-    if not reps:
-        return
-    twins = {r["id"].removesuffix("_repeat") for r in reps}
-    firsts = [s for s in sweeps if s["id"] in twins]
-    for name, group in (("first measurement", firsts), ("repeat", reps)):
-        w = ev.score(group, target, params)["wave"]
-        print(
-            f"  {name:<17} {len(group):3d} sweeps  {100 * w['agreement']:.1f} % / {100 * w['regret']:.2f} %"
-        )
-    ceiling = [r for r in ev.noise_ceiling(firsts + reps) if not r["measured"].endswith("_repeat")]
-    for sms in sorted({s["sms"] for s in reps}):
-        rows = [r for r in ceiling if r["measured"].endswith(f"_{sms}sm")]
-        if not rows:
+    for mode, sweeps in (("default_limit", every_default), ("all_engines", None)):
+        firsts, reps = _measured_twice(number, mode, sweeps)
+        if not reps:
             continue
-        agree, pairs = sum(r["agree"] for r in rows), sum(r["pairs"] for r in rows)
-        regret = sum(r["regret"] for r in rows) / len(rows)
-        share = f"{agree}/{pairs} pairs = {100 * agree / pairs:.1f} %"
-        print(f"  repeat as model, {sms} SMs: {share}, regret {100 * regret:.2f} %")
-    for sms in sorted({s["sms"] for s in reps}):
-        pairs = [(f, r) for f in firsts for r in reps if r["id"] == f["id"] + "_repeat" and f["sms"] == sms]
-        for name, group in (("first", [f for f, _ in pairs]), ("repeat", [r for _, r in pairs])):
+        print(f"  == {mode}, measured twice ==")
+        for name, group in (("first measurement", firsts), ("repeat", reps)):
             w = ev.score(group, target, params)["wave"]
             figures = f"{100 * w['agreement']:.1f} % / {100 * w['regret']:.2f} %"
-            print(f"  {sms} SMs, {name:<6} {len(group):3d} sweeps  {figures}")
+            print(f"  {name:<17} {len(group):3d} sweeps  {figures}")
+        ceiling = [r for r in ev.noise_ceiling(firsts + reps) if not r["measured"].endswith("_repeat")]
+        for sms in sorted({s["sms"] for s in reps}):
+            rows = [r for r in ceiling if r["measured"].endswith(f"_{sms}sm")]
+            if not rows:
+                continue
+            agree, pairs = sum(r["agree"] for r in rows), sum(r["pairs"] for r in rows)
+            regret = sum(r["regret"] for r in rows) / len(rows)
+            share = f"{agree}/{pairs} pairs = {100 * agree / pairs:.1f} %"
+            print(f"  repeat as model, {sms} SMs: {share}, regret {100 * regret:.2f} %")
+        for sms in sorted({s["sms"] for s in reps}):
+            pairs = [(f, r) for f in firsts for r in reps if r["id"] == f["id"] + "_repeat"]
+            pairs = [(f, r) for f, r in pairs if f["sms"] == sms]
+            for name, group in (("first", [f for f, _ in pairs]), ("repeat", [r for _, r in pairs])):
+                w = ev.score(group, target, params)["wave"]
+                figures = f"{100 * w['agreement']:.1f} % / {100 * w['regret']:.2f} %"
+                print(f"  {sms} SMs, {name:<6} {len(group):3d} sweeps  {figures}")
+
+
+def _measured_twice(number: int, mode: str, every: list[dict] | None = None) -> tuple[list[dict], list[dict]]:
+    """(first measurements, their repeats) of one search mode of a round: the `_repeat` sweeps in
+    the mode's folder and in the record's folder of repeats kept beside it (not fitted on)."""
+    folder, *_, kept = ROUNDS[number]
+    if mode == "all_engines":
+        kept = ALL_ENGINE_REPEATS.get(number, "")
+    if every is None:
+        every = ev.load_sweeps(_folders(number)[mode])
+    listed = set(load_round(number)[0][mode])
+    reps = [s for s in every if s["id"].endswith("_repeat") and s["id"] in listed]
+    if kept:
+        reps += ev.load_sweeps(ROOT / "benchmarks" / "results" / folder / kept)
+    twins = {r["id"].removesuffix("_repeat") for r in reps}
+    return [s for s in every if s["id"] in twins], reps
 
 
 def transitions(number: int) -> None:
@@ -205,7 +219,8 @@ def size_cells(numbers: list[int]) -> Cells:
     """The held-out rounds sorted by how long the model predicts the conv takes (the median of its
     predicted staircase, `deployopt.waves.size_class`): each round's new shapes only, each scored
     with the fit shipped before it, per search mode and SM count; and a second measurement as the
-    "model" of the first, where the round has repeats (mode "repeat"). Sorting needs no
+    "model" of the first, where the round has repeats (mode "repeat", and "repeat_all_engines" for
+    every engine timed; classes from the default-search sweep of the same id). Sorting needs no
     measurement, so a user can apply it to their own layers."""
     import statistics
 
@@ -233,18 +248,16 @@ def size_cells(numbers: list[int]) -> Cells:
                     size[s["id"]] = cls
                 w = ev.score([s], target, params)["wave"]
                 add((mode, s["sms"], cls), round(w["agreement"] * w["pairs"]), w["pairs"], w["regret"])
-        folder, *_, kept = ROUNDS[number]
-        default = loaded["default_limit"]
-        reps = [s for s in default if s["id"].endswith("_repeat")]
-        if kept:
-            reps += ev.load_sweeps(ROOT / "benchmarks" / "results" / folder / kept)
-        twins = {r["id"].removesuffix("_repeat") for r in reps} & set(size)
-        firsts = [s for s in default if s["id"] in twins]
-        for row in ev.noise_ceiling(firsts + [r for r in reps if r["id"].removesuffix("_repeat") in twins]):
-            if row["measured"].endswith("_repeat") or not row["pairs"]:
-                continue
-            sms = int(row["measured"].rsplit("_", 1)[1].removesuffix("sm"))
-            add(("repeat", sms, size[row["measured"]]), row["agree"], row["pairs"], row["regret"])
+        for mode, every in loaded.items():  # a second measurement as the "model" of the first
+            firsts, reps = _measured_twice(number, mode, every)
+            firsts = [s for s in firsts if s["id"] in size]
+            reps = [r for r in reps if r["id"].removesuffix("_repeat") in size]
+            for row in ev.noise_ceiling(firsts + reps):
+                if row["measured"].endswith("_repeat") or not row["pairs"]:
+                    continue
+                sms = int(row["measured"].rsplit("_", 1)[1].removesuffix("sm"))
+                key = "repeat" if mode == "default_limit" else "repeat_all_engines"
+                add((key, sms, size[row["measured"]]), row["agree"], row["pairs"], row["regret"])
     return cells
 
 
@@ -271,7 +284,7 @@ def by_size(numbers: list[int]) -> None:
                 got = pooled(cells, mode, cls, sms)
                 if got is None:
                     continue
-                rep = pooled(cells, "repeat", cls, sms) if mode == "default_limit" else None
+                rep = pooled(cells, "repeat" if mode == "default_limit" else "repeat_all_engines", cls, sms)
                 rep_s = "—"
                 if rep:
                     rep_s = f"{100 * rep['agreement']:.1f} % / {100 * rep['regret']:.2f} % ({rep['sweeps']})"

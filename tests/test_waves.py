@@ -760,7 +760,7 @@ def test_round_eleven_a_second_pre_registered_test_fails_with_the_default_search
     """Round eleven: eight new shapes, classes written by preregister_round.py and committed
     (86efb8d) before measuring, with the fit of round ten (unchanged). Measured: wave-bound sweeps
     78.6 % / 1.63 % with the default search (the expectation, >= 80 % / <= 1.5 %, fails in both),
-    87.1 % / 0.79 % with every engine timed at 8, 16 and 132 SMs (meets it); a second measurement
+    87.6 % / 0.77 % with every engine timed at 8, 16 and 132 SMs (meets it); a second measurement
     of the default-search sweeps, as a "model" of the first, gets 87.2 % of the wave-bound pairs,
     so the model's misses there are not run-to-run noise."""
     import eval_wave_model as ev
@@ -768,7 +768,7 @@ def test_round_eleven_a_second_pre_registered_test_fails_with_the_default_search
     import score_rounds
 
     _, sweeps, _ = _held_out_round(ROUND11, 11, ev.load_sweeps(ROUND11 / "default_limit"))
-    assert len(sweeps) == 48 and len(ev.load_sweeps(ROUND11 / "all_engines")) == 47
+    assert len(sweeps) == 48 and len(ev.load_sweeps(ROUND11 / "all_engines")) == 48
     assert len(ev.load_sweeps(ROUND11 / "repeats")) == 48
     prediction = json.loads((ROUND11 / "prediction.json").read_text())
     fit = json.loads((ROUND11 / "fit_before_round11.json").read_text())
@@ -786,7 +786,7 @@ def test_round_eleven_a_second_pre_registered_test_fails_with_the_default_search
         864,
     )
     assert default["regret"] == pytest.approx(0.0163, abs=5e-5)
-    assert timed["sweeps"] == 31 and round(timed["agreement"], 3) == 0.871 and timed["regret"] < 0.008
+    assert timed["sweeps"] == 32 and round(timed["agreement"], 3) == 0.876 and timed["regret"] < 0.008
     repeat = score_rounds.pooled(cells, "repeat", "wave-bound")
     assert repeat is not None and repeat["sweeps"] == 32 and round(repeat["agreement"], 3) == 0.872
 
@@ -794,7 +794,7 @@ def test_round_eleven_a_second_pre_registered_test_fails_with_the_default_search
 @pytest.mark.skipif(not ROUND11.is_dir(), reason="no round-eleven record")
 def test_wave_bound_convs_on_eight_held_out_rounds():
     """Rounds four to eleven pooled (docs/wave_model.md's headline): with every engine timed the
-    wave-bound convs meet the goal (87.6 % / 0.92 %, and at 8 and 16 SMs on their own); with
+    wave-bound convs meet the goal (87.7 % / 0.92 %, and at 8 and 16 SMs on their own); with
     PyTorch's default search they sit on its edge, 81.0 % / 1.501 % (the regret just over)."""
     import score_rounds
 
@@ -802,12 +802,34 @@ def test_wave_bound_convs_on_eight_held_out_rounds():
     default = score_rounds.pooled(cells, "default_limit", "wave-bound")
     timed = score_rounds.pooled(cells, "all_engines", "wave-bound")
     assert default is not None and timed is not None
-    assert (default["sweeps"], default["pairs"], timed["sweeps"], timed["pairs"]) == (181, 5022, 169, 4695)
+    assert (default["sweeps"], default["pairs"], timed["sweeps"], timed["pairs"]) == (181, 5022, 170, 4726)
     assert round(default["agreement"], 3) == 0.810 and default["regret"] == pytest.approx(0.01501, abs=5e-6)
-    assert round(timed["agreement"], 3) == 0.876 and round(timed["regret"], 4) == 0.0092
+    assert round(timed["agreement"], 3) == 0.877 and round(timed["regret"], 4) == 0.0092
     for sms in (8, 16):
         wave = score_rounds.pooled(cells, "all_engines", "wave-bound", sms)
         assert wave is not None and wave["agreement"] >= 0.87 and wave["regret"] <= 0.0099, (sms, wave)
+
+
+@pytest.mark.skipif(not ROUND11.is_dir(), reason="no round-eleven record")
+def test_with_every_engine_timed_the_model_is_as_good_as_a_second_measurement():
+    """Round eleven's 48 every-engine sweeps, measured again in new processes (all_repeats/): a
+    second measurement scored as a "model" of the first does no better than the wave model in any
+    size class (wave-bound 85.9 % against the model's 87.6 %, small 63.2 % against 65.5 %,
+    launch-bound 43.3 % both). With a TensorRT-like search, what the model misses over all convs is
+    what the measurement itself does not reproduce."""
+    import eval_wave_model as ev
+    import score_rounds
+
+    assert len(ev.load_sweeps(ROUND11 / "all_repeats")) == 48
+    cells = score_rounds.size_cells([11])
+    for cls, sweeps in (("wave-bound", 32), ("small", 12), ("launch-bound", 4)):
+        model = score_rounds.pooled(cells, "all_engines", cls)
+        repeat = score_rounds.pooled(cells, "repeat_all_engines", cls)
+        assert model is not None and repeat is not None
+        assert model["sweeps"] == repeat["sweeps"] == sweeps and model["pairs"] == repeat["pairs"], cls
+        assert model["agreement"] >= repeat["agreement"], (cls, model, repeat)
+    repeat = score_rounds.pooled(cells, "repeat_all_engines", "wave-bound")
+    assert repeat is not None and round(repeat["agreement"], 3) == 0.859
 
 
 def test_tie_break_study_scores_both_tie_rules_for_every_model():
