@@ -639,6 +639,22 @@ class Optimizer:
                 digest.update(arr.tobytes())
         return {"calibration_sha256": digest.hexdigest()}
 
+    def _target_signature(self) -> dict[str, str]:
+        """A target read from a profile file (a path, or a name calibrated into the user cache): a
+        sha256 of what it tells the wave model, for the resume check. The name alone would not see
+        the file edited (a what-if clock or SM count) or a profile saved under that name since, and
+        the resumed run would mix the journal's predictions (and candidate widths) with new ones."""
+        origin = self.target.origin
+        if origin == "built-in" or origin.startswith("local GPU"):
+            return {}
+        import hashlib
+        import json
+
+        skip = ("origin", "sources", "notes", "software")  # provenance and prose: no prediction uses them
+        facts = {k: v for k, v in self.target.to_json().items() if k not in skip}
+        text = json.dumps(facts, sort_keys=True, separators=(",", ":"))
+        return {"target_sha256": hashlib.sha256(text.encode()).hexdigest()}
+
     def _write_candidate(self, plan: dict[str, int], path: Path) -> None:
         import onnx
 
@@ -952,7 +968,12 @@ class Optimizer:
         journal_path = self.outdir / "journal.jsonl"
         self.replay = Journal.replay(journal_path) if cfg.resume else Replay()
         self._load()
-        config = {**cfg.signature(), "backend": self.backend_name, **self._data_signature()}
+        config = {
+            **cfg.signature(),
+            "backend": self.backend_name,
+            **self._data_signature(),
+            **self._target_signature(),
+        }
         # a key missing from an older journal counts as None (options added since default to None)
         old = self.replay.config
         diff = sorted(k for k in set(config) | set(old or {}) if config.get(k) != old.get(k)) if old else []
@@ -960,6 +981,12 @@ class Optimizer:
             raise DeployoptError(
                 f"--resume: {journal_path} was written by a different run ({', '.join(diff)} differ); "
                 "use --force to start over"
+            )
+        recorded = len(self.replay.timings)  # replayed evaluations count, but the budget never stops them
+        if cfg.resume and recorded > cfg.max_evals:
+            raise DeployoptError(
+                f"--resume: {journal_path} holds {recorded} end-to-end evaluations, more than --max-evals "
+                f"{cfg.max_evals}; give --max-evals {recorded} or more"
             )
         self._check_runs()
         # Candidate models (and TensorRT engines) live in a private folder removed at the end.

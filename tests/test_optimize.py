@@ -450,6 +450,49 @@ def test_resume_accepts_a_journal_written_before_an_option_existed(
         run_model(src, tmp_path / "out", resume=True, max_evals=4, cudnn_engines=0)
 
 
+def test_resume_refuses_a_target_profile_changed_since(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The journal names the target as given; a profile file edited since (a what-if clock), or a
+    profile calibrated into the cache under a built-in's name, predicts other latencies, and the
+    resumed run mixed them with the journal's (492.6 µs replayed beside 1521.9 µs new ones)."""
+    from deployopt.targets import get_target
+
+    src = zoo_model_path("vgg16_pruned_b4")
+    profile = tmp_path / "super.json"
+    doc = get_target("orin-nano-8gb").to_json()
+    profile.write_text(json.dumps({**doc, "clock_mhz": 1020}))
+    run_model(src, tmp_path / "out", target=str(profile), sms=None, max_evals=3)
+    run_model(src, tmp_path / "out", target=str(profile), sms=None, max_evals=4, resume=True)  # unchanged
+    profile.write_text(json.dumps({**doc, "clock_mhz": 300}))
+    with pytest.raises(DeployoptError, match=r"different run \(target_sha256 differ\)"):
+        run_model(src, tmp_path / "out", target=str(profile), sms=None, max_evals=5, resume=True)
+
+    # a built-in name that a calibrated profile in the user cache now answers to
+    run_model(src, tmp_path / "b", target="orin-nano-8gb", sms=None, max_evals=3)
+    cache = tmp_path / "cache" / "targets"
+    cache.mkdir(parents=True)
+    (cache / "orin-nano-8gb.json").write_text(json.dumps({**doc, "clock_mhz": 300}))
+    with pytest.raises(DeployoptError, match=r"different run \(target_sha256 differ\)"):
+        run_model(src, tmp_path / "b", target="orin-nano-8gb", sms=None, max_evals=5, resume=True)
+
+
+def test_resume_refuses_a_budget_below_what_the_journal_holds(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """Replayed evaluations are never stopped by the budget, so a lower --max-evals reported
+    '6 of at most 3' evaluations; it is refused in one line instead, naming the count to give."""
+    src = zoo_model_path("vgg16_pruned_b4")
+    run_model(src, tmp_path / "out", max_evals=6)
+    held = len(journal_measured(tmp_path / "out"))
+    assert held > 3
+    refused = rf"holds {held} end-to-end evaluations, more than --max-evals 3"
+    with pytest.raises(DeployoptError, match=refused):
+        run_model(src, tmp_path / "out", max_evals=3, resume=True)
+    res = run_model(src, tmp_path / "out", max_evals=held, resume=True)  # as many as it holds: fine
+    assert res.report["evaluations"]["count"] <= res.report["evaluations"]["max"] == held
+
+
 @pytest.mark.slow
 def test_mobilenetv2_lossless_keeps_top1_on_real_images(
     tmp_path: Path, imagenet_images: list[tuple[Path, int]]
