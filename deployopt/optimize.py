@@ -67,6 +67,12 @@ OUTPUTS = (
 ProgressFn = Callable[..., None]
 
 
+# trim's fidelity gate, against the input model on the calibration data (--min-cosine, --min-top1)
+TRIM_MIN_COSINE = 0.99
+TRIM_MIN_TOP1 = 0.99
+DEFAULT_GATE = {"min_cosine": TRIM_MIN_COSINE, "min_top1": TRIM_MIN_TOP1, "enforced": True}
+
+
 @dataclass
 class OptimizeConfig:
     """Everything that defines a run; the part that changes results is checked on --resume."""
@@ -99,8 +105,8 @@ class OptimizeConfig:
     fidelity: bool = True  # check outputs on onnxruntime (lossless: equal; trim: thresholds)
     fidelity_gate: bool = True  # trim: refuse plans past the thresholds (False: report only)
     fidelity_samples: int = 4
-    min_top1: float = 0.99  # trim thresholds
-    min_cosine: float = 0.99
+    min_top1: float = TRIM_MIN_TOP1  # trim thresholds
+    min_cosine: float = TRIM_MIN_COSINE
     cache_root: Path | None = None
     plots: bool = True
 
@@ -130,7 +136,18 @@ class OptimizeConfig:
             # trimmed channels are ranked on the calibration data when there is some (a journal from
             # before, ranked by filter L1, must not resume into models ranked differently)
             **({"trim_order": "activation"} if self.mode == "trim" and self.calibration_data else {}),
+            # the journal keeps each plan's failures under the thresholds it ran with; only when not
+            # the defaults, so journals written before the options existed still resume
+            **(
+                {"trim_gate": self.trim_gate()}
+                if self.mode == "trim" and self.trim_gate() != DEFAULT_GATE
+                else {}
+            ),
         }
+
+    def trim_gate(self) -> dict[str, Any]:
+        """The fidelity gate a trim plan must pass: thresholds, and whether a failure refuses it."""
+        return {"min_cosine": self.min_cosine, "min_top1": self.min_top1, "enforced": self.fidelity_gate}
 
 
 @dataclass
@@ -216,6 +233,10 @@ def check_config(cfg: OptimizeConfig) -> None:
         raise DeployoptError(f"--max-trim {cfg.max_trim}: must be between 0 and 1 (exclusive), e.g. 0.10")
     if cfg.max_evals < 2:
         raise DeployoptError("--max-evals must be at least 2 (the two baselines)")
+    if not -1.0 <= cfg.min_cosine <= 1.0:
+        raise DeployoptError(f"--min-cosine {cfg.min_cosine}: must be between -1 and 1, e.g. 0.99")
+    if not 0.0 <= cfg.min_top1 <= 1.0:
+        raise DeployoptError(f"--min-top1 {cfg.min_top1}: must be between 0 and 1, e.g. 0.99")
     check_run_counts(cfg.runs, cfg.warmup)
     check_run_counts(cfg.sweep_runs, flag="--sweep-runs")
     if cfg.resume and cfg.force:

@@ -177,6 +177,7 @@ def build_report(
         },
         "confirmation": opt.confirmation,
         "fidelity": fidelity,
+        "trim_gate": cfg.trim_gate() if cfg.mode == "trim" and cfg.fidelity else None,
         "refused": list(opt._refused.values()),
         "what_was_measured": what,
         "staircases": [],
@@ -359,6 +360,9 @@ def render_markdown(report: dict[str, Any]) -> str:
         random_note = fid.get("random_inputs") and "random" not in source  # say it once
         lines.append(f"- inputs: {source}" + (" (random inputs)" if random_note else ""))
         lines.append("- failures: " + ("; ".join(fid["failures"]) if fid.get("failures") else "none"))
+        gate = report.get("trim_gate")
+        if gate:
+            lines.append(f"- trim gate: {describe_gate(gate)}")
     else:
         lines.append("- not checked in this run")
     refused = report.get("refused", [])
@@ -396,3 +400,9 @@ def write_report(outdir: Path, report: dict[str, Any], opt: Optimizer | None = N
             report["staircases"] = []
     write_json(outdir / "report.json", report)
     write_text(outdir / "report.md", render_markdown(report))
+
+
+def describe_gate(gate: dict[str, Any]) -> str:
+    """The trim gate in one phrase, for report.md and the CLI."""
+    how = "enforced" if gate["enforced"] else "reported only (--no-fidelity-gate)"
+    return f"min cosine ≥ {gate['min_cosine']:g}, top-1 agreement ≥ {gate['min_top1']:.0%}, {how}"

@@ -25,6 +25,7 @@ from deployopt.cli.app import (
     parse_input_shapes,
 )
 from deployopt.errors import DeployoptError
+from deployopt.report import describe_gate
 from deployopt.targets import sm_count
 
 
@@ -79,6 +80,24 @@ def optimize_command(
     max_trim: float = typer.Option(
         0.10, "--max-trim", help="trim: largest share of a group's channels removed."
     ),
+    min_cosine: Optional[float] = typer.Option(
+        None,
+        "--min-cosine",
+        help="trim: refuse a plan whose outputs' cosine to the input model's falls below this on any "
+        "calibration sample (default 0.99).",
+    ),
+    min_top1: Optional[float] = typer.Option(
+        None,
+        "--min-top1",
+        help="trim: refuse a plan whose top-1 agrees with the input model's on less "
+        "than this share of rows (default 0.99; classifiers only).",
+    ),
+    fidelity_gate: bool = typer.Option(
+        True,
+        "--fidelity-gate/--no-fidelity-gate",
+        help="trim: --no-fidelity-gate reports each plan's fidelity without refusing any, for widths "
+        "you will fine-tune (the answer may change the outputs; the report says by how much).",
+    ),
     max_evals: int = typer.Option(
         40, "--max-evals", help="End-to-end evaluations at most (baselines included)."
     ),
@@ -106,6 +125,11 @@ def optimize_command(
     from deployopt.backends.base import default_dtype, get_backend
     from deployopt.optimize import OptimizeConfig, Optimizer, resolve_backend_name
 
+    if mode != "trim" and (min_cosine is not None or min_top1 is not None or not fidelity_gate):
+        raise DeployoptError(
+            "--min-cosine, --min-top1 and --no-fidelity-gate apply to --mode trim only (lossless and grow "
+            "keep the outputs equal)"
+        )
     shapes = parse_input_shapes(input_shape)
     check_batch_agrees(batch, shapes)
     backend_name = resolve_backend_name(backend)
@@ -129,6 +153,9 @@ def optimize_command(
         cudnn_engines=cudnn_engines,
         cudnn_benchmark=cudnn_benchmark,
         calibration_data=str(calibration_data) if calibration_data else None,
+        fidelity_gate=fidelity_gate,
+        **({} if min_cosine is None else {"min_cosine": min_cosine}),
+        **({} if min_top1 is None else {"min_top1": min_top1}),
         outdir=outdir,
         resume=resume,
         force=force,
@@ -182,10 +209,30 @@ def _render(result: Any) -> None:
         f"{ev['count']} end-to-end evaluations ({ev['measured_this_run']} this run); per-layer sweep: "
         f"{sw['shapes']} shapes, {sw['measured']} {verb} in {sw['seconds']:.1f} s, {sw['cached']} cached"
     )
+    gate, fid = rep.get("trim_gate"), rep.get("fidelity")
+    if gate and fid:
+        console.print(_fidelity_line(fid, gate), style="yellow" if fid.get("failures") else None)
     written_batch = [rep["written_batch"]] if rep.get("written_batch") else []
     for note in [*rep.get("calibration_notices", []), *written_batch]:
         console.print(f"notice: {note}", style="yellow", markup=False, highlight=False)
     console.print(f"wrote {result.outdir}/ ({', '.join(written_files(rep))})")
+
+
+def _fidelity_line(fid: dict[str, Any], gate: dict[str, Any]) -> Text:
+    """What trim did to the outputs: the answer against the input model, and the gate it passed
+    (or, with --no-fidelity-gate, did not need to pass)."""
+    figures = []
+    if fid.get("cosine_min") is not None:
+        figures.append(f"min cosine {fid['cosine_min']:.4f}")
+    if fid.get("top1_agreement") is not None:
+        figures.append(f"top-1 agreement {fid['top1_agreement']:.0%}")
+    line = (
+        f"fidelity of the answer vs the input (onnxruntime CPU, {fid.get('source') or 'calibration set'}): "
+        f"{', '.join(figures) or 'outputs compared'}; gate: {describe_gate(gate)}"
+    )
+    if fid.get("failures"):
+        line += " — past the thresholds: fine-tune before deploying"
+    return Text(line)
 
 
 def written_files(rep: dict[str, Any]) -> list[str]:
