@@ -164,6 +164,44 @@ def test_auto_backend_without_a_gpu_is_the_wave_model_and_says_so(
     assert report["backend"] == "model" and report["target"]["sms"] == 1
 
 
+def test_a_model_named_json_or_given_through_a_pipe_is_read_as_protobuf(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """The default --dtype peeks for Q/DQ nodes with onnx.load, which parses by the file's name: a
+    .json or .textproto given as the model (a profile, a config) raised its parser's error as a
+    traceback; and it read a pipe (`<(gunzip -c m.onnx.gz)`) empty before the model was loaded."""
+    import os
+    import threading
+
+    not_onnx = "not an ONNX model (protobuf parse failed: truncated or not ONNX)"
+    for name, text in (("profile.json", '{"name": "x"}'), ("m.textproto", "{ bad"), ("m.onnxtxt", "{")):
+        path = tmp_path / name
+        path.write_text(text)
+        code, out, err = cli(monkeypatch, capsys, *base_args(path, tmp_path / "o"))
+        assert code == 2 and out == "" and "Traceback" not in err, err
+        assert err.strip() == f"error: {path}: {not_onnx}"
+    assert not (tmp_path / "o").exists()
+
+    # what `<(cat m.onnx)` gives: /dev/fd/N of a pipe whose writer closes once the bytes are in
+    data = zoo_model_path("vgg16_pruned_b4").read_bytes()
+    read_end, write_end = os.pipe()
+
+    def feed() -> None:
+        with os.fdopen(write_end, "wb") as f:
+            f.write(data)
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    try:
+        pipe = Path(f"/dev/fd/{read_end}")
+        code, _, err = cli(monkeypatch, capsys, *base_args(pipe, tmp_path / "p"), "--max-evals", "3")
+    finally:
+        writer.join(timeout=10)
+        os.close(read_end)
+    assert code == 0, err
+    assert (tmp_path / "p" / "report.json").exists()
+
+
 def test_closing_line_lists_the_staircases_and_engine_it_wrote() -> None:
     """The 'wrote OUTDIR/ (...)' line names the staircase PNGs and model.engine when a run wrote them."""
     from deployopt.cli.optimize_cmd import written_files
