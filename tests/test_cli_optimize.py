@@ -138,6 +138,50 @@ def test_ctrl_c_keeps_the_journal_and_resume_finishes(
     assert (out / "model.onnx").exists()
 
 
+def test_sigterm_unwinds_like_ctrl_c_and_resume_finishes(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """`kill`, `timeout` or a cancelled CI job send SIGTERM: Python's default died on the spot, with
+    no line and the work folder of candidate models left in the temp dir. Now it unwinds as Ctrl-C
+    does (journal kept, work folder removed, how to resume said) and exits 143."""
+    import os
+    import signal
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    model = zoo_model_path("vgg16_pruned_b4")
+    real = WaveModelSession.predict_shapes
+    calls: list[Any] = []
+
+    def terminated_on_fourth(self: WaveModelSession, *args: Any) -> Any:
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        calls.append(args)
+        return real(self, *args)
+
+    def default_would_kill(signum: int, frame: Any) -> None:  # what this test stands in for SIG_DFL
+        pytest.fail("SIGTERM was not handled: the process would have died here")
+
+    monkeypatch.setattr(WaveModelSession, "predict_shapes", terminated_on_fourth)
+    previous = signal.signal(signal.SIGTERM, default_would_kill)
+    try:
+        out = tmp_path / "out"
+        code, _, err = cli(monkeypatch, capsys, *base_args(model, out), "--max-evals", "8")
+        assert signal.getsignal(signal.SIGTERM) is default_would_kill  # put back as it was
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert code == 143, err
+    assert err.strip().splitlines()[-1] == "interrupted; resume with --resume"
+    assert len([e for e in Journal.read(out / "journal.jsonl") if e["event"] == "measured"]) == 3
+    assert not (out / "report.json").exists() and list((tmp_path / "tmp").iterdir()) == []
+
+    monkeypatch.setattr(WaveModelSession, "predict_shapes", real)
+    code, _, err = cli(monkeypatch, capsys, *base_args(model, out), "--max-evals", "8", "--resume")
+    assert code == 0, err
+    assert (out / "report.json").exists()
+
+
 def test_auto_backend_without_a_gpu_is_the_wave_model_and_says_so(
     zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import typer
@@ -42,12 +45,38 @@ def _fail(message: str, code: int) -> None:
 
 
 INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+TERMINATED = 143  # 128 + SIGTERM
+_terminated = False  # this run got SIGTERM (its KeyboardInterrupt then exits 143, not 130)
 
 
 def _interrupted(message: str = "interrupted") -> None:
-    """Ctrl-C in any command: one line, exit 130, no traceback."""
+    """Ctrl-C (or SIGTERM) in any command: one line, exit 130 (143), no traceback."""
     err_console.print(message, style="red", markup=False, highlight=False, emoji=False, soft_wrap=True)
-    sys.exit(INTERRUPTED)
+    sys.exit(TERMINATED if _terminated else INTERRUPTED)
+
+
+@contextlib.contextmanager
+def _sigterm_as_ctrl_c() -> Iterator[None]:
+    """SIGTERM (`kill`, `timeout`, a CI job cancelled) unwinds like Ctrl-C: optimize keeps its
+    journal, says how to resume and removes its work folder and worker processes. Python's default
+    died on the spot, leaving the candidate models (TensorRT engines) in /tmp and no line."""
+    global _terminated
+    _terminated = False
+
+    def on_term(signum: int, frame: Any) -> None:
+        global _terminated
+        _terminated = True
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, on_term)
+    except ValueError:  # not the main thread (an in-process caller): its signals are its own
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _memory_hint() -> str:
@@ -73,7 +102,8 @@ _python_show_warning = warnings.showwarning
 
 
 def main() -> None:
-    with warnings.catch_warnings():  # restores Python's own printer afterwards (in-process callers, tests)
+    # both restore what they replace afterwards (in-process callers, tests)
+    with warnings.catch_warnings(), _sigterm_as_ctrl_c():
         # every run says so (a run close to its memory, a cache it cannot write: LayerCache warns once)
         warnings.simplefilter("always", DeployoptWarning)
         warnings.showwarning = _show_warning
