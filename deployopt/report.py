@@ -126,9 +126,9 @@ def build_report(
     ]
     what = (
         [
-            f"end-to-end latencies: measured on {opt.backend_name} "
+            f"end-to-end latencies: measured on {opt.backend_name}{_where(opt, best.timing)} "
             f"({cfg.runs} runs each after {cfg.warmup} warm-up)",
-            f"per-layer tables: measured on {opt.backend_name}, "
+            f"per-layer tables: measured on {opt.backend_name}{_where(opt, best.timing)}, "
             f"{cfg.sweep_runs or cfg.runs} samples per conv (cached per device in {opt._layer_cache.dir})"
             if opt._layer_cache is not None
             else "per-layer tables: measured",
@@ -147,6 +147,8 @@ def build_report(
         "target": {"name": opt.target.name, "sms": opt.target.sms},
         "backend": opt.backend_name,
         "measured": measured,
+        # what the console's latency lines say after the backend: where, and whether not on the target
+        "measured_on": f"{opt.backend_name}{_where(opt, best.timing)}" if measured else None,
         "note": PREDICTED_NOTE if not measured else (PLACEHOLDER_INT8_NOTE if placeholder_int8 else None),
         "mode": cfg.mode,
         "max_trim": cfg.max_trim if cfg.mode == "trim" else None,
@@ -182,6 +184,19 @@ def build_report(
         "what_was_measured": what,
         "staircases": [],
     }
+
+
+def _where(opt: Optimizer, timing: Timing) -> str:
+    """' (device)' as the console prints it, and on the host CPU that it is not the target's GPU:
+    report.md said 'measured on ort' under 'target: orin-nano-8gb', which reads as the Jetson's
+    latencies (the console's warning about it goes nowhere near the report)."""
+    from deployopt.environment import where_measured
+
+    where = where_measured(timing.environment)
+    if getattr(opt.session, "runs_on_gpu", None) is False:
+        where = f"{where}; " if where else ""
+        where += f"this machine's CPU, not the GPU of {opt.target.name}"
+    return f" ({where})" if where else ""
 
 
 def write_staircases(outdir: Path, report: dict[str, Any], opt: Optimizer) -> list[str]:
@@ -287,6 +302,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines += [
         f"- target: {tgt['name']} ({sm_count(tgt['sms'])}); backend: {report['backend']}; "
         f"dtype: {report['dtype']}; batch: {report['batch']}",
+        *([f"- latencies measured on {report['measured_on']}"] if report.get("measured_on") else []),
         f"- mode: {report['mode']}" + (f" (max trim {report['max_trim']:.0%})" if report["max_trim"] else ""),
         *([f"- model.onnx: {report['written_batch']}"] if report.get("written_batch") else []),
         f"- end-to-end evaluations: {ev['count']} of at most {ev['max']} "

@@ -299,6 +299,31 @@ def test_measuring_a_gpu_target_on_the_cpu_warns_once(
     assert "warning:" not in err  # the wave model predicts for the target: nothing to warn about
 
 
+def test_the_report_says_where_it_measured_and_that_the_host_cpu_is_not_the_target(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """report.md said 'backend: ort' and 'measured on ort' under 'target: orin-nano-8gb': read on its
+    own (the console's warning is not in it), CPU latencies passed for the Jetson's."""
+    from deployopt.backends.ort import OrtBackend
+
+    monkeypatch.setattr(OrtBackend, "providers", lambda self: ["CPUExecutionProvider"])
+    model = zoo_model_path("vgg16_pruned_b4")
+    out = tmp_path / "o"
+    args = ["optimize", str(model), "--target", "orin-nano-8gb", "--backend", "ort", "-o", str(out)]
+    code, _, err = cli(monkeypatch, capsys, *args, "--runs", "5", "--warmup", "0", "--max-evals", "6")
+    assert code == 0, err
+    report = json.loads((out / "report.json").read_text())
+    where = "ort (CPUExecutionProvider; this machine's CPU, not the GPU of orin-nano-8gb)"
+    assert report["measured_on"] == where
+    assert report["what_was_measured"][0].startswith(f"end-to-end latencies: measured on {where} (5 runs")
+    assert f"- latencies measured on {where}\n" in (out / "report.md").read_text()
+    # the wave model measures nothing: no such line
+    code, _, err = cli(monkeypatch, capsys, *base_args(model, tmp_path / "m"), "--max-evals", "3")
+    assert code == 0, err
+    assert json.loads((tmp_path / "m" / "report.json").read_text())["measured_on"] is None
+    assert "latencies measured on" not in (tmp_path / "m" / "report.md").read_text()
+
+
 def test_unwritable_outdir_and_negative_warmup_are_one_line(
     zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
