@@ -264,12 +264,27 @@ def _check_outdir(cfg: OptimizeConfig) -> Path:
     outdir = Path(cfg.outdir) if cfg.outdir else default_outdir(Path(cfg.model_path))
     journal = outdir / "journal.jsonl"
     check_output_dir(outdir)  # OUTDIR or a parent is a file: one line now, not a traceback at the end
+    _refuse_input_among_outputs(cfg, outdir)
     if cfg.resume:
         if not journal.exists():
             raise DeployoptError(f"--resume: {journal} does not exist; nothing to resume")
     elif outdir.exists() and any(outdir.iterdir()) and not cfg.force:
         raise DeployoptError(f"{outdir} already exists; use --resume to continue or --force to start over")
     return outdir
+
+
+def _refuse_input_among_outputs(cfg: OptimizeConfig, outdir: Path) -> None:
+    """The input model must not be one of the files the results replace: `optimize out/model.onnx
+    -o out --force` deleted the model it was optimizing and wrote the answer in its place (and the
+    run could not be resumed: its model_sha256 had changed)."""
+    model = Path(cfg.model_path)
+    for name in ("model.onnx", "model.onnx.data"):
+        ours = outdir / name
+        if model.is_file() and ours.is_file() and ours.samefile(model):
+            raise DeployoptError(
+                f"{outdir}: the results would replace {ours}, the model being optimized; give another "
+                "-o/--out (or move the model out of that folder)"
+            )
 
 
 def _clear_outdir(outdir: Path) -> None:

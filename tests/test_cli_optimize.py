@@ -324,6 +324,24 @@ def test_the_report_says_where_it_measured_and_that_the_host_cpu_is_not_the_targ
     assert "latencies measured on" not in (tmp_path / "m" / "report.md").read_text()
 
 
+def test_an_outdir_whose_results_would_replace_the_input_model_is_refused(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """`optimize out/model.onnx -o out --force` (or `-o .` beside it) deleted the model it optimized
+    and wrote the answer over it; now one line, exit 2, the model untouched."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    model = folder / "model.onnx"
+    model.write_bytes(zoo_model_path("vgg16_pruned_b4").read_bytes())
+    before = model.read_bytes()
+    monkeypatch.chdir(folder)
+    for outdir, extra in ((folder, ["--force"]), (folder, []), (Path("."), ["--force"])):
+        code, out, err = cli(monkeypatch, capsys, *base_args(Path("model.onnx"), outdir), *extra)
+        assert code == 2 and out == "" and err.strip().count("\n") == 0, err
+        assert "the model being optimized; give another -o/--out" in err
+    assert model.read_bytes() == before and sorted(p.name for p in folder.iterdir()) == ["model.onnx"]
+
+
 def test_unwritable_outdir_and_negative_warmup_are_one_line(
     zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
