@@ -66,7 +66,7 @@ ROUNDS = {
 }  # fmt: skip
 # round → the folder in its record of every-engine sweeps measured a second time (ids listed under
 # all_engines with the `_repeat` suffix), scored like the default-search repeats
-ALL_ENGINE_REPEATS = {11: "all_repeats"}
+ALL_ENGINE_REPEATS = {10: "all_repeats", 11: "all_repeats"}
 
 
 def load_round(number: int) -> tuple[dict[str, list[str]], dict[str, WaveParams], set[str]]:
