@@ -13,6 +13,7 @@ import os
 import shutil
 import stat
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -368,6 +369,9 @@ def load_model(path: str | os.PathLike[str], input_shapes: dict[str, list[int]] 
                 break
             n_prev = len(model.graph.node)
         notices.append(f"folded constant subgraphs: {n_before} → {len(model.graph.node)} nodes")
+    named = _name_nodes(model)  # after folding: node indices are final, and so are the names
+    if named:
+        notices.append(named)
     unshared = _unshare_constants(model)
     if unshared:
         notices.append(f"gave {unshared} readers of shared constants their own copies (same values)")
@@ -380,6 +384,65 @@ def load_model(path: str | os.PathLike[str], input_shapes: dict[str, list[int]] 
         external_data=external,
         dynamic_batch=dynamic,
     )
+
+
+def unique_node_names(nodes: Sequence[onnx.NodeProto]) -> list[str]:
+    """One distinct name per node, in node order: its own where it is set and not taken by an
+    earlier node, else `<op type>_<index>` for an unnamed node, with `_2`, `_3` … appended where
+    that (or a repeated name) is taken.
+
+    Convs and channel groups are keyed by node name (a plan's group ids, the wave model's per-conv
+    shapes, the optimizer's per-layer table, profiles mapped back to layers), and ONNX allows
+    repeats and empty names: two convs named alike overwrote each other's entries (one conv left
+    out of every prediction), and onnxruntime refuses a graph with a repeated name. Deterministic,
+    so a model named by `load_model` and the same model analyzed as it is agree on every name.
+    """
+    given = [n.name for n in nodes]
+    taken = set(given)
+    seen: set[str] = set()
+    out: list[str] = []
+    for i, (node, name) in enumerate(zip(nodes, given)):
+        if name and name not in seen:
+            seen.add(name)
+            out.append(name)
+            continue
+        base = name or f"{node.op_type}_{i}"
+        new, k = base, 1
+        while new in taken:  # an unnamed node's fallback may be a real node's name too
+            k += 1
+            new = f"{base}_{k}"
+        taken.add(new)
+        seen.add(new)
+        out.append(new)
+    return out
+
+
+def _name_nodes(model: onnx.ModelProto) -> str:
+    """Give the graph's unnamed nodes, and nodes whose name an earlier node has, unique names
+    (`unique_node_names`); the notice that says so, "" when every name was set and distinct.
+    Models written from this one keep the new names."""
+    nodes = model.graph.node
+    names = unique_node_names(nodes)
+    unnamed = [new for n, new in zip(nodes, names) if not n.name]
+    renamed = [(n.name, new) for n, new in zip(nodes, names) if n.name and n.name != new]
+    for node, new in zip(nodes, names):
+        node.name = new
+    parts = []
+    if unnamed:
+        parts.append(f"named {len(unnamed)} unnamed node(s) ({_first(unnamed)})")
+    if renamed:
+        examples = [f"{old!r} → {new!r}" for old, new in renamed]
+        parts.append(f"renamed {len(renamed)} node(s) whose name an earlier node has ({_first(examples)})")
+    if not parts:
+        return ""
+    return (
+        f"{' and '.join(parts)}: deployopt keys convs and channel groups by node name, and "
+        "onnxruntime refuses repeated names; models written from this one keep the new names"
+    )
+
+
+def _first(items: list[str], n: int = 3) -> str:
+    return ", ".join(items[:n]) + (", …" if len(items) > n else "")
 
 
 def _unshare_constants(model: onnx.ModelProto) -> int:

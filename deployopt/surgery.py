@@ -88,7 +88,9 @@ def _check_size(model: onnx.ModelProto, analysis: Analysis, changed: dict[str, i
     if not changed:
         return
     inits = {t.name: t for t in model.graph.initializer}
-    nodes = {n.name: n for n in model.graph.node if n.name}
+    assert analysis.state is not None
+    # by the analysis' names (distinct, unnamed nodes included), not the file's, which may repeat
+    nodes = dict(zip(analysis.state.node_names, model.graph.node))
     after = analysis.conv_shapes(changed)
     growth = 0.0
     for conv in analysis.convs:
@@ -178,6 +180,8 @@ def apply_plan_report(
     _check_size(model, analysis, changed)
     out = onnx.ModelProto()
     out.CopyFrom(model)
+    for node, name in zip(out.graph.node, st.node_names):  # the names the analysis and plan use:
+        node.name = name  # unchanged for a loaded model (load_model gives these); a raw one's repeats
     if not changed:
         return out, []
     maps, report = _index_maps(model, analysis, changed, importance)

@@ -3,15 +3,20 @@ valid model, or freeze with its reason."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
 import pytest
+from cli_runner import run_cli
 from onnx import TensorProto, helper, numpy_helper
 from test_coupling import Net
 from test_surgery import run
 
+from deployopt import surgery
 from deployopt.coupling import analyze
 from deployopt.errors import PlanError
+from deployopt.model import load_model
 from deployopt.surgery import apply_plan
 
 
@@ -105,3 +110,101 @@ def test_a_gemm_bias_that_broadcasts_is_not_zero_padding() -> None:
             assert group.reason == "Sqrt sqrt6 could read a negative padded channel (NaN)"
         else:
             np.testing.assert_allclose(run(apply_plan(model, {"gemm5": 8})), run(model), rtol=1e-6)
+
+
+def _badly_named() -> onnx.ModelProto:
+    """conv(8) → BN → Relu → conv(12) → BN → Relu → conv(6) → conv(4), its convs all named "conv"
+    but one that is unnamed, with the unnamed one's fallback name ("Conv_6") and the second
+    "conv"'s first choice ("conv_2") taken by other nodes, and the BatchNorms unnamed."""
+    n = Net()
+    model = n.build(n.conv(n.conv(n.cbr(n.cbr("x", 8), 12), 6), 4))
+    names = ["conv", "", "Conv_6", "conv", "conv_2", "relu6", "", "conv"]
+    assert [node.op_type for node in model.graph.node][::3] == ["Conv", "Conv", "Conv"]
+    for node, name in zip(model.graph.node, names):
+        node.name = name
+    onnx.checker.check_model(model)
+    return model
+
+
+#: what `unique_node_names` makes of `_badly_named`'s names
+UNIQUE = ["conv", "BatchNormalization_1", "Conv_6", "conv_3", "conv_2", "relu6", "Conv_6_2", "conv_4"]
+
+
+def test_repeated_and_empty_node_names_are_made_unique_on_load(tmp_path) -> None:
+    """Two convs with one name overwrote each other in every table keyed by conv name: analyze
+    listed four convs named "conv", `conv_shapes` gave one shape for all four (the wave model priced
+    one conv where there were four, and the optimizer's per-layer table dropped three), and
+    onnxruntime refused the model. Loading now gives every node a distinct name, deterministically,
+    says so, and the written model keeps them."""
+    path = tmp_path / "m.onnx"
+    onnx.save(_badly_named(), path)
+    loaded = load_model(path)
+    assert [node.name for node in loaded.model.graph.node] == UNIQUE
+    assert loaded.notices == [
+        "named 2 unnamed node(s) (BatchNormalization_1, Conv_6_2) and renamed 2 node(s) whose name an "
+        "earlier node has ('conv' → 'conv_3', 'conv' → 'conv_4'): deployopt keys convs and channel "
+        "groups by node name, and onnxruntime refuses repeated names; models written from this one "
+        "keep the new names"
+    ]
+    analysis = analyze(loaded.model)
+    convs = {c.name: (c.shape.c, c.shape.k, c.out_group) for c in analysis.convs}
+    assert convs == {
+        "conv": (3, 8, "conv"),
+        "conv_3": (8, 12, "conv_3"),
+        "Conv_6_2": (12, 6, "Conv_6_2"),
+        "conv_4": (6, 4, "conv_4"),
+    }
+    plan = {"conv": 11, "conv_3": 16, "Conv_6_2": 9}
+    after = {name: (s.c, s.k) for name, s in analysis.conv_shapes(plan).items()}
+    assert after == {"conv": (3, 11), "conv_3": (11, 16), "Conv_6_2": (16, 9), "conv_4": (9, 4)}
+    padded = apply_plan(loaded.model, plan, analysis)
+    assert [node.name for node in padded.graph.node] == UNIQUE
+    np.testing.assert_array_equal(run(padded), run(loaded.model))  # onnxruntime loads both now
+    assert {c.name: (c.shape.c, c.shape.k) for c in analyze(padded).convs} == after
+
+
+def test_repeated_node_names_analyzed_as_they_are_get_the_same_unique_names() -> None:
+    """The Python API on a model that was not loaded: the analysis uses the names loading would
+    give, and `apply_plan` writes them, so its result runs on onnxruntime and analyzes alike."""
+    model = _badly_named()
+    analysis = analyze(model)
+    assert [c.name for c in analysis.convs] == ["conv", "conv_3", "Conv_6_2", "conv_4"]
+    assert [g.id for g in analysis.groups] == ["input:x", "conv", "conv_3", "Conv_6_2", "conv_4"]
+    trimmed = apply_plan(model, {"conv_3": 9})
+    assert [node.name for node in trimmed.graph.node] == UNIQUE
+    assert run(trimmed).shape == (1, 4, 8, 8)
+    assert {c.name: (c.shape.c, c.shape.k) for c in analyze(trimmed).convs} == {
+        "conv": (3, 8), "conv_3": (8, 9), "Conv_6_2": (9, 6), "conv_4": (6, 4)
+    }  # fmt: skip
+
+
+def test_the_size_check_counts_every_conv_of_a_repeated_name(monkeypatch) -> None:
+    """The 2 GiB check summed every conv's growth from one shape per name; with four convs named
+    "conv" it took the last one's (unchanged) for all, and let a plan through unchecked."""
+    model = _badly_named()
+    analysis = analyze(model)
+    # float32: 3 more filters [3, 3, 3] in the first conv, 3 more input channels in the second's 12
+    growth = 4 * (3 * 3 * 3 * 3 + 12 * 3 * 3 * 3)
+    monkeypatch.setattr(surgery, "PROTOBUF_LIMIT", model.ByteSize() + growth - 1)
+    with pytest.raises(PlanError, match="2 GiB"):
+        apply_plan(model, {"conv": 11}, analysis)
+    monkeypatch.setattr(surgery, "PROTOBUF_LIMIT", model.ByteSize() + growth)
+    apply_plan(model, {"conv": 11}, analysis)
+
+
+def test_optimize_prices_and_lists_every_conv_of_a_repeated_name(tmp_path, monkeypatch, capsys) -> None:
+    """End to end: optimize refused the model (onnxruntime would not load it for the fidelity
+    check); an unnamed conv whose fallback name another node had was left out of the per-layer
+    table and of every predicted latency. Every conv is now one row under its new name, and the
+    written model carries the names."""
+    path = tmp_path / "m.onnx"
+    onnx.save(_badly_named(), path)
+    out = tmp_path / "o"
+    args = ["optimize", str(path), "--target", "h200", "--sms", "8", "--backend", "model", "-o", str(out)]
+    code, _, err = run_cli(monkeypatch, capsys, *args)
+    assert code == 0, err
+    report = json.loads((out / "report.json").read_text())
+    rows = {row["conv"]: row["before"] for row in report["layers"]}
+    assert list(rows) == ["conv", "conv_3", "Conv_6_2", "conv_4"]
+    assert [g["id"] for g in report["groups"]] == ["conv", "conv_3", "Conv_6_2"]
+    assert [node.name for node in onnx.load(out / "model.onnx").graph.node] == UNIQUE

@@ -41,6 +41,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from deployopt.model import unique_node_names
+
 #: One run of channels inside a tensor's channel axis: (atom id, width).
 Segment = tuple[int, int]
 #: A tensor's channel axis as consecutive segments (one, unless a Concat joined several groups).
@@ -143,7 +145,8 @@ class CouplingState:
         self.model = model
         self.graph = model.graph
         self.nodes = list(model.graph.node)
-        self.node_names = [n.name or f"{n.op_type}_{i}" for i, n in enumerate(self.nodes)]
+        # distinct, as load_model names them: convs and groups are keyed by these names
+        self.node_names = unique_node_names(self.nodes)
         self.opset = default_opset(model)
         self._parent: list[int] = []
         self.atoms: list[_Atom] = []
