@@ -114,11 +114,6 @@ def shape_of(ctx: CouplingState, node: onnx.NodeProto) -> None:
     ctx.freeze(ctx.layout(node.input[0]), f"{node.op_type} {ctx.name(node)} reads the channel count")
 
 
-@rule("Softmax", "LogSoftmax", "Hardmax", "ArgMax", "ArgMin", "TopK")
-def across_channels(ctx: CouplingState, node: onnx.NodeProto) -> None:
-    ctx.freeze_node(node, f"{node.op_type} {ctx.name(node)} works across channels")
-
-
 @rule("Expand")
 def expand(ctx: CouplingState, node: onnx.NodeProto) -> None:
     """Broadcast to a constant shape: `y.expand_as(x)` of an SE block's `[N, C, 1, 1]` scale.
