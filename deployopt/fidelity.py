@@ -416,6 +416,15 @@ class Thresholds:
     min_top1: float | None = 0.99
 
 
+def check_threshold_range(min_cosine: float | None, min_top1: float | None) -> None:
+    """One-line errors for a cosine outside [-1, 1] or a top-1 share outside [0, 1] (NaN too), for
+    verify's thresholds and optimize's trim gate alike."""
+    if min_top1 is not None and not 0.0 <= min_top1 <= 1.0:
+        raise DataError(f"--min-top1 {min_top1}: expected a fraction between 0 and 1")
+    if min_cosine is not None and not -1.0 <= min_cosine <= 1.0:
+        raise DataError(f"--min-cosine {min_cosine}: expected a value between -1 and 1")
+
+
 @dataclass
 class FidelityReport:
     max_abs_error: float

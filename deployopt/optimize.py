@@ -233,10 +233,9 @@ def check_config(cfg: OptimizeConfig) -> None:
         raise DeployoptError(f"--max-trim {cfg.max_trim}: must be between 0 and 1 (exclusive), e.g. 0.10")
     if cfg.max_evals < 2:
         raise DeployoptError("--max-evals must be at least 2 (the two baselines)")
-    if not -1.0 <= cfg.min_cosine <= 1.0:
-        raise DeployoptError(f"--min-cosine {cfg.min_cosine}: must be between -1 and 1, e.g. 0.99")
-    if not 0.0 <= cfg.min_top1 <= 1.0:
-        raise DeployoptError(f"--min-top1 {cfg.min_top1}: must be between 0 and 1, e.g. 0.99")
+    from deployopt.fidelity import check_threshold_range
+
+    check_threshold_range(cfg.min_cosine, cfg.min_top1)
     check_run_counts(cfg.runs, cfg.warmup)
     check_run_counts(cfg.sweep_runs, flag="--sweep-runs")
     if cfg.resume and cfg.force:

@@ -23,6 +23,7 @@ from deployopt.fidelity import (
     RESIZE_MODES,
     FidelityReport,
     Thresholds,
+    check_threshold_range,
     compare_models,
     load_calibration,
 )
@@ -158,10 +159,7 @@ def verify(
     """Compare a candidate model's outputs with the reference's on calibration data."""
     if resize not in RESIZE_MODES:
         raise DataError(f"--resize {resize!r}: expected one of {', '.join(RESIZE_MODES)}")
-    if not 0.0 <= min_top1 <= 1.0:
-        raise DataError(f"--min-top1 {min_top1}: expected a fraction between 0 and 1")
-    if not -1.0 <= min_cosine <= 1.0:
-        raise DataError(f"--min-cosine {min_cosine}: expected a value between -1 and 1")
+    check_threshold_range(min_cosine, min_top1)
     if max_abs_error is not None and not max_abs_error >= 0:  # NaN too: every comparison with it fails
         raise DataError(f"--max-abs-error {max_abs_error}: expected an error bound ≥ 0")
     if rel_error is not None and (max_abs_error is None or rel_error < 0):
