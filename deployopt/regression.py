@@ -6,19 +6,30 @@ file is whatever deployopt or the board wrote: `deployopt bench -o`, `jetson/run
 trtexec's own `--exportTimes` JSON. A verdict needs a significant difference (Mann-Whitney U on the
 samples) that is also larger than a minimum effect: `deployopt.timing.compare`, the rule the
 optimizer uses. Pairs whose environments differ (another GPU or board, SM count, power mode,
-TensorRT, what was timed) are flagged, because their difference need not be the model's. A pair
+TensorRT, clocks locked or not, what was timed) are flagged, because their difference need not be
+the model's. So are pairs that timed different models (each result records the file name and
+sha256 of what it timed): comparing the wrong pair would otherwise give a confident verdict. A pair
 with too few samples for the test ever to reach alpha is refused rather than judged.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from deployopt.errors import DataError, no_such_file
-from deployopt.timing import Comparison, Timing, compare, load_timing, min_samples, smallest_p_value
+from deployopt.timing import (
+    EXPORT_TIMES_TIMED,
+    Comparison,
+    Timing,
+    compare,
+    load_timing,
+    min_samples,
+    smallest_p_value,
+)
 
 #: Environment facts that make two measurements comparable, with the word a report uses for each.
 #: A fact recorded on one side only is not a difference (older files lack newer keys).
@@ -28,6 +39,7 @@ LIKE_FOR_LIKE = (
     ("device", "device"),
     ("sms", "SMs"),
     ("nvpmodel", "power mode"),
+    ("clocks_locked", "GPU clock"),
     ("tensorrt", "TensorRT"),
     ("cudnn", "cuDNN"),
     ("cudnn_benchmark", "cudnn.benchmark"),
@@ -36,23 +48,166 @@ LIKE_FOR_LIKE = (
 )
 
 
+def gpu_name(t: Timing) -> str | None:
+    """The GPU a measurement ran on, whichever key its writer used: jetson/runner.py, the tensorrt,
+    torch and ort backends record CUDA's or nvidia-smi's name as 'gpu'; trtexec records only its
+    'Selected Device' line (the same CUDA name) as 'device'. Read apart, a runner result and a
+    trtexec result on different GPUs were never compared."""
+    env = t.environment
+    gpu = env.get("gpu")
+    if gpu is None and t.backend == "trtexec":
+        gpu = env.get("device")
+    return None if gpu is None else str(gpu).strip()
+
+
+_JETSON_CLOCKS_GPU = re.compile(r"^GPU MinFreq=(\d+) MaxFreq=(\d+)")
+
+
+def clocks_locked(env: dict[str, Any]) -> bool | None:
+    """Whether the GPU clock was pinned (jetson_clocks sets its devfreq minimum to the maximum; an
+    unpinned clock follows DVFS). jetson/runner.py records it as clocks_locked; older runner results
+    are read by the same rule from devfreq's min/max (readable without root) or `jetson_clocks
+    --show`'s GPU line (root only). None when nothing says."""
+    if isinstance(env.get("clocks_locked"), bool):
+        return env["clocks_locked"]
+    lo, hi = env.get("gpu_min_freq_mhz"), env.get("gpu_max_freq_mhz")
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (lo, hi)):
+        return lo == hi
+    lines = env.get("jetson_clocks")
+    for line in lines if isinstance(lines, list) else []:
+        m = _JETSON_CLOCKS_GPU.match(str(line).strip())
+        if m:
+            return m.group(1) == m.group(2)
+    return None
+
+
+def like_for_like_facts(t: Timing) -> dict[str, Any]:
+    """The LIKE_FOR_LIKE facts of one measurement, read the same way whatever wrote it (None: not
+    recorded)."""
+    env = t.environment
+    facts = {key: env.get(key) for key, _ in LIKE_FOR_LIKE}
+    facts["gpu"] = gpu_name(t)
+    if t.backend == "trtexec":
+        facts["device"] = None  # trtexec's device is its GPU's name, read as gpu above
+    facts["clocks_locked"] = clocks_locked(env)
+    return facts
+
+
+def _shown(key: str, value: Any) -> str:
+    if key == "clocks_locked":
+        return "locked" if value else "not locked"
+    return str(value)
+
+
 def setup(t: Timing) -> str:
     """The backend and the like-for-like facts a measurement recorded, in words."""
-    env = t.environment
-    facts = [f"{word} {env[key]}" for key, word in LIKE_FOR_LIKE if env.get(key) is not None]
-    return ", ".join([t.backend, *facts])
+    facts = like_for_like_facts(t)
+    words = [f"{word} {_shown(key, facts[key])}" for key, word in LIKE_FOR_LIKE if facts[key] is not None]
+    return ", ".join([t.backend, *words])
 
 
 def differences(a: Timing, b: Timing) -> list[str]:
     """What differs between the two measurements' setups, in words ('SMs 8 → 16')."""
     out = [] if a.backend == b.backend else [f"backend {a.backend} → {b.backend}"]
+    fa, fb = like_for_like_facts(a), like_for_like_facts(b)
     for key, word in LIKE_FOR_LIKE:
-        va, vb = a.environment.get(key), b.environment.get(key)
+        va, vb = fa[key], fb[key]
         if va is not None and vb is not None and va != vb:
-            out.append(f"{word} {va} → {vb}")
+            out.append(f"{word} {_shown(key, va)} → {_shown(key, vb)}")
     if a.timed and b.timed and a.timed != b.timed:
         out.append("what was timed differs")
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# model identity: did both sides time the same model?
+
+#: File endings of serialized TensorRT engines (jetson/runner.py's is_serialized_engine).
+ENGINE_SUFFIXES = (".engine", ".plan", ".trt")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def model_identity(path: Path) -> dict[str, str]:
+    """What a result timed, recorded by every writer: the file name and the sha256 of its bytes.
+    The name alone cannot tell a re-export from the same model, nor the hash alone a rename from
+    another model. (An ONNX model's external data file is not hashed.)"""
+    from deployopt.fileio import file_sha256
+
+    return {"file": Path(path).name, "sha256": file_sha256(Path(path))}
+
+
+def recorded_model(path: Path, t: Timing) -> dict[str, str] | None:
+    """The identity a result recorded (None: none, as before it was recorded); a malformed one is
+    bad input, not a pass."""
+    m = t.model
+    if m is None:
+        return None
+    if (
+        not isinstance(m, dict)
+        or not isinstance(m.get("file"), str)
+        or not m["file"]
+        or not isinstance(m.get("sha256"), str)
+        or not _SHA256.fullmatch(m["sha256"].lower())
+    ):
+        raise DataError(
+            f'{path}: "model" must be {{"file": NAME, "sha256": 64 hex digits}}, not {json.dumps(m)}'
+        )
+    return {"file": m["file"], "sha256": m["sha256"].lower()}
+
+
+@dataclass(frozen=True)
+class ModelCheck:
+    """Whether both sides timed the same model. status: 'same' (same bytes, whatever the file
+    names), 'changed' (same file name, new bytes: a re-export or retrained model, the check a user
+    runs on purpose, so a note), 'different' (another name and other bytes: not comparable) or
+    'unknown' (a side recorded no model, or one hashed an ONNX model and the other an engine)."""
+
+    status: str
+    message: str = ""
+
+    @property
+    def comparable(self) -> bool:
+        return self.status != "different"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"status": self.status, "comparable": self.comparable, "message": self.message}
+
+
+def _kind(file: str) -> str:
+    return "TensorRT engine" if file.lower().endswith(ENGINE_SUFFIXES) else "model"
+
+
+def _why_unrecorded(t: Timing) -> str:
+    if t.timed == EXPORT_TIMES_TIMED:
+        return "a trtexec --exportTimes file names no model"
+    return "written before results recorded the model"
+
+
+def check_models(baseline: tuple[Path, Timing], current: tuple[Path, Timing]) -> ModelCheck:
+    """Compare what the two sides record having timed (see ModelCheck)."""
+    (bp, tb), (cp, tc) = baseline, current
+    b, c = recorded_model(bp, tb), recorded_model(cp, tc)
+    if b is None or c is None:
+        sides = ((bp, tb, b), (cp, tc, c))
+        why = "; ".join(f"{p}: {_why_unrecorded(t)}" for p, t, m in sides if m is None)
+        return ModelCheck(
+            "unknown", f"model identity not recorded ({why}): cannot check both sides timed the same model"
+        )
+    if b["sha256"] == c["sha256"]:
+        return ModelCheck("same")
+    bf, cf = b["file"], c["file"]
+    hb, hc = b["sha256"][:12] + "…", c["sha256"][:12] + "…"
+    if _kind(bf) != _kind(cf):
+        return ModelCheck(
+            "unknown",
+            f"baseline timed the {_kind(bf)} {bf}, current the {_kind(cf)} {cf}: an engine's sha256 is "
+            "not its ONNX model's, so cannot check both sides timed the same model",
+        )
+    if bf == cf:
+        return ModelCheck("changed", f"model changed: {bf} has other contents (sha256 {hb} → {hc})")
+    return ModelCheck(
+        "different", f"different models: baseline timed {bf} (sha256 {hb}), current {cf} (sha256 {hc})"
+    )
 
 
 @dataclass
@@ -66,6 +221,7 @@ class Pair:
     current: Timing
     comparison: Comparison
     differences: list[str]
+    model: ModelCheck = field(default_factory=lambda: ModelCheck("unknown"))
 
     def to_json(self) -> dict[str, Any]:
         def side(t: Timing, path: Path) -> dict[str, Any]:
@@ -79,6 +235,7 @@ class Pair:
                 "runs": t.runs,
                 "timed": t.timed,
                 "measured_on": setup(t),  # what the table's "measured on" line says
+                "model": t.model,  # what was timed: file name and sha256 (null: not recorded)
             }
 
         return {
@@ -90,6 +247,7 @@ class Pair:
             "p_value": self.comparison.p_value,
             "verdict": self.comparison.verdict,
             "environment_differences": self.differences,
+            "model_check": self.model.to_json(),
         }
 
 
@@ -109,6 +267,11 @@ class RegressionReport:
     def not_like_for_like(self) -> list[Pair]:
         return [p for p in self.pairs if p.differences]
 
+    @property
+    def not_comparable(self) -> list[Pair]:
+        """Pairs whose sides timed different models: their verdict is no regression's."""
+        return [p for p in self.pairs if not p.model.comparable]
+
     def to_json(self) -> dict[str, Any]:
         return {
             "rule": {
@@ -117,6 +280,7 @@ class RegressionReport:
                 "min_effect": self.min_effect,
             },
             "regressions": len(self.slower),
+            "not_comparable": [p.name for p in self.not_comparable],
             "pairs": [p.to_json() for p in self.pairs],
             "only_in_baseline": self.only_in_baseline,
             "only_in_current": self.only_in_current,
@@ -196,5 +360,8 @@ def compare_paths(
     for name, bp, cp in jobs:
         tb, tc = load_timing(bp), load_timing(cp)
         check_testable((bp, tb), (cp, tc), alpha)
-        pairs.append(Pair(name, bp, cp, tb, tc, compare(tb, tc, alpha, min_effect), differences(tb, tc)))
+        model = check_models((bp, tb), (cp, tc))
+        pairs.append(
+            Pair(name, bp, cp, tb, tc, compare(tb, tc, alpha, min_effect), differences(tb, tc), model)
+        )
     return RegressionReport(pairs, alpha, min_effect, only_b, only_c)

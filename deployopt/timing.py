@@ -40,6 +40,9 @@ class Timing:
     environment: dict[str, Any] = field(default_factory=dict)
     measured: bool = True
     predictor: str | None = None  # set when measured is False: which model predicted it
+    #: What was timed: {"file": name, "sha256": hex of its bytes} (deployopt.regression.model_identity),
+    #: so `compare` can tell a wrong pair from a regression. None where the writer did not record it.
+    model: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.samples_us:
@@ -108,6 +111,8 @@ class Timing:
         }
         if not self.measured:
             out["predictor"] = self.predictor
+        if self.model is not None:
+            out["model"] = self.model
         return out
 
     @classmethod
@@ -120,6 +125,7 @@ class Timing:
             environment=d.get("environment", {}),
             measured=d.get("measured", True),
             predictor=d.get("predictor"),
+            model=d.get("model"),
         )
 
 
@@ -306,6 +312,10 @@ def _check_samples(p: Path, timing: Timing, what: str) -> None:
         raise DataError(f"{p}: {what} must be finite latencies (0 or more); found {bad[0]!r}")
 
 
+#: The "timed" line of a trtexec --exportTimes file read by load_timing (such a file names no model).
+EXPORT_TIMES_TIMED = "one query, GPU compute time per trtexec --exportTimes (computeMs)"
+
+
 def _from_export_times(p: Path) -> Timing:
     from deployopt.backends.trtexec_parser import load_run
 
@@ -316,6 +326,6 @@ def _from_export_times(p: Path) -> Timing:
     except DataError as exc:
         raise DataError(f"{p}: {exc}") from None
     _check_samples(p, timing, "computeMs values")
-    timing.timed = "one query, GPU compute time per trtexec --exportTimes (computeMs)"
+    timing.timed = EXPORT_TIMES_TIMED
     timing.environment.setdefault("source", str(p))
     return timing

@@ -21,6 +21,7 @@ import math
 import os
 import platform
 import random
+import re
 import subprocess
 import sys
 import time
@@ -85,11 +86,12 @@ def bootstrap_median_ci(values, level=0.95, seed=0):
     return float(lo), float(hi)
 
 
-def summarize(samples_us, warmup, timed, environment, backend="tensorrt"):
+def summarize(samples_us, warmup, timed, environment, backend="tensorrt", model=None):
     """The bench JSON schema (deployopt.timing.Timing.to_json): one run has no spread, so its IQR and
-    CI are null rather than a 0 and [x, x] that look exact."""
+    CI are null rather than a 0 and [x, x] that look exact. `model` (model_identity) says what was
+    timed, so `deployopt compare` can tell a wrong pair from a regression."""
     known = len(samples_us) >= 2
-    return {
+    out = {
         "backend": backend,
         "measured": True,
         "median_us": median(samples_us),
@@ -101,6 +103,9 @@ def summarize(samples_us, warmup, timed, environment, backend="tensorrt"):
         "timed": timed,
         "environment": environment,
     }
+    if model is not None:
+        out["model"] = model
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -158,6 +163,23 @@ def gpu_devfreq():
     return {}
 
 
+JETSON_CLOCKS_GPU = re.compile(r"^GPU MinFreq=(\d+) MaxFreq=(\d+)")
+
+
+def clocks_locked(env):
+    """Whether the GPU clock is pinned: jetson_clocks sets its devfreq minimum to the maximum, which
+    devfreq shows without root; else `jetson_clocks --show`'s GPU line (root only). None when
+    neither says. Same rule as deployopt.regression.clocks_locked, which compares it."""
+    lo, hi = env.get("gpu_min_freq_mhz"), env.get("gpu_max_freq_mhz")
+    if lo is not None and hi is not None:
+        return lo == hi
+    for line in env.get("jetson_clocks") or []:
+        m = JETSON_CLOCKS_GPU.match(line.strip())
+        if m:
+            return m.group(1) == m.group(2)
+    return None
+
+
 def board_environment():
     env = {
         "runner": "jetson/runner.py v" + RUNNER_VERSION,
@@ -173,8 +195,13 @@ def board_environment():
     env.update(parse_nvpmodel(_cmd(["nvpmodel", "-q"])))
     clocks = _cmd(["jetson_clocks", "--show"])  # needs root; absent otherwise
     if clocks:
-        env["jetson_clocks"] = clocks.splitlines()[:12]
+        lines = clocks.splitlines()
+        # the GPU and EMC lines come after one line per CPU: an AGX Orin's 12 CPUs pushed them out
+        env["jetson_clocks"] = lines[:12] + [x for x in lines[12:] if x.startswith(("GPU ", "EMC "))]
     env.update(gpu_devfreq())
+    locked = clocks_locked(env)
+    if locked is not None:
+        env["clocks_locked"] = locked
     return env
 
 
@@ -545,6 +572,12 @@ def file_digest(path):
     return h.hexdigest()
 
 
+def model_identity(path, sha256=None):
+    """What was timed, as `deployopt bench -o` records it: the file name and the sha256 of its bytes
+    (an ONNX model's, or a serialized engine's when that was given)."""
+    return {"file": os.path.basename(path), "sha256": sha256 or file_digest(path)}
+
+
 def build_facts(args, trt_version, shapes):
     """Everything build_engine's result depends on. Left out on purpose: --timing-cache (it only
     saves tactic timing, and every build rewrites it, so keying on it would rebuild every time),
@@ -640,8 +673,10 @@ def run(args):
     key = None
     built = None
     engine_file = args.model  # a serialized engine is loaded as is
+    model_sha256 = None
     if not is_serialized_engine(args.model):
         facts = build_facts(args, version, shapes)
+        model_sha256 = facts["model_sha256"]
         key = build_key(facts)
         engine_file = engine_path_for(args, key)
         named = bool(args.save_engine)
@@ -756,7 +791,7 @@ def run(args):
         pass
     timed = ("one forward pass (%s), CUDA events around execute_async_%s on one stream, inputs on the GPU "
              "(no copies timed), no CUDA graph" % (args.dtype, api))
-    result = summarize(samples, args.warmup, timed, env)
+    result = summarize(samples, args.warmup, timed, env, model=model_identity(args.model, model_sha256))
     if layers is not None:
         result["layers"] = layers
     return result

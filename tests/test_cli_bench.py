@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 from pathlib import Path
@@ -24,6 +25,7 @@ BENCH_KEYS = [
     "samples_us",
     "timed",
     "environment",
+    "model",
 ]
 
 
@@ -66,6 +68,7 @@ def test_bench_json_schema_and_output_file(monkeypatch, capsys, model: Path, tmp
     assert min(doc["samples_us"]) <= lo <= doc["median_us"] <= hi <= max(doc["samples_us"])
     assert doc["timed"].startswith("one InferenceSession.run call (one forward pass), fp32, batch 1")
     assert doc["environment"]["backend"] == "ort"
+    assert doc["model"] == {"file": "conv.onnx", "sha256": hashlib.sha256(model.read_bytes()).hexdigest()}
     assert json.loads(dest.read_text()) == doc
     assert [p.name for p in dest.parent.iterdir()] == ["result.json"]  # no temp files left
 

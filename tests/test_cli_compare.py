@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 from pathlib import Path
 
+import onnx
 from cli_runner import run_cli
 from test_regression import H200_CLI, write_timing
+
+from deployopt.layers import ConvShape, conv_model
 
 AUTOTUNED = str(H200_CLI / "bench_resnet56_autotuned_sm8.json")
 HEURISTIC = str(H200_CLI / "bench_resnet56_heuristic_sm8.json")
@@ -163,3 +168,71 @@ def test_unwritable_output_is_one_line(monkeypatch, capsys, tmp_path: Path) -> N
         assert err.startswith(f"error: cannot write {dest}: ") and message in err, err
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert [p.name for p in tmp_path.iterdir()] == ["file.json"]
+
+
+def _identity(name: str, n: int) -> dict[str, str]:
+    return {"file": name, "sha256": hashlib.sha256(str(n).encode()).hexdigest()}
+
+
+def test_two_different_models_warn_and_strict_exits_3(monkeypatch, capsys, tmp_path: Path) -> None:
+    """Before, resnet's baseline against vgg's result said 'slower', exit 1, and nothing else."""
+    a = write_timing(tmp_path / "a.json", 500.0, seed=1, model=_identity("resnet.onnx", 1))
+    b = write_timing(tmp_path / "b.json", 530.0, seed=2, model=_identity("vgg.onnx", 2))
+    code, out, err = run_cli(monkeypatch, capsys, "compare", str(a), str(b))
+    assert code == 1  # the verdict's exit status; the warning says it is no regression check
+    assert "DIFFERENT MODEL" in next(line for line in out.splitlines() if "slower" in line)
+    assert "1 regression in 1 compared (1 not comparable: different models)" in out
+    assert err.startswith("warning: b: not comparable: different models: baseline timed resnet.onnx")
+    assert err.strip().endswith("its verdict is not a regression check (--strict exits 3)")
+    code, out, err = run_cli(monkeypatch, capsys, "compare", str(a), str(b), "--strict", "--json")
+    assert code == 3 and "not comparable: different models" in err
+    doc = json.loads(out)
+    assert doc["not_comparable"] == ["b"] and doc["pairs"][0]["model_check"]["status"] == "different"
+    same = write_timing(tmp_path / "c.json", 500.0, seed=3, model=_identity("resnet.onnx", 1))
+    code, _, err = run_cli(monkeypatch, capsys, "compare", str(b), str(same), "--strict")
+    assert code == 3  # whichever side, and also when the current one is faster
+
+
+def test_a_changed_model_or_no_identity_is_a_note_even_with_strict(
+    monkeypatch, capsys, tmp_path: Path
+) -> None:
+    """A re-exported model under its old name is the regression check users mean to run; results
+    from before identities were recorded (and trtexec --exportTimes files) cannot be checked."""
+    base = write_timing(tmp_path / "base.json", 500.0, seed=1, model=_identity("resnet.onnx", 1))
+    new = write_timing(tmp_path / "new.json", 500.0, seed=2, model=_identity("resnet.onnx", 2))
+    old = write_timing(tmp_path / "old.json", 500.0, seed=3, model=None)
+    code, _, err = run_cli(monkeypatch, capsys, "compare", str(base), str(new), "--strict")
+    assert code == 0 and err.startswith("note: new: model changed: resnet.onnx has other contents (sha256 ")
+    code, out, err = run_cli(monkeypatch, capsys, "compare", str(old), str(new), "--strict", "--json")
+    assert code == 0
+    assert err == (
+        f"note: new: model identity not recorded ({old}: written before results recorded the model): "
+        "cannot check both sides timed the same model\n"
+    )
+    assert json.loads(out)["pairs"][0]["model_check"]["status"] == "unknown"
+
+
+def test_bench_results_carry_what_was_timed_into_compare(monkeypatch, capsys, tmp_path: Path) -> None:
+    """End to end: `bench -o` records each model's name and sha256; a renamed copy is the same model,
+    another model is flagged and --strict exits 3."""
+    one, other = tmp_path / "conv.onnx", tmp_path / "wider.onnx"
+    onnx.save(conv_model(ConvShape(1, 8, 8, 8, 16)), str(one))
+    onnx.save(conv_model(ConvShape(1, 8, 8, 8, 24)), str(other))
+    renamed = tmp_path / "conv_v2.onnx"
+    shutil.copy(one, renamed)
+    results = {}
+    for model in (one, renamed, other):
+        results[model.stem] = tmp_path / f"{model.stem}.json"
+        args = ["bench", str(model), "--backend", "ort", "--runs", "20", "--warmup", "2"]
+        code, _, err = run_cli(monkeypatch, capsys, *args, "-o", str(results[model.stem]))
+        assert code == 0, err
+    recorded = json.loads(results["conv"].read_text())["model"]
+    assert recorded == {"file": "conv.onnx", "sha256": hashlib.sha256(one.read_bytes()).hexdigest()}
+    code, out, err = run_cli(
+        monkeypatch, capsys, "compare", str(results["conv"]), str(results["conv_v2"]), "--json"
+    )
+    assert json.loads(out)["pairs"][0]["model_check"]["status"] == "same" and "model" not in err
+    code, out, err = run_cli(
+        monkeypatch, capsys, "compare", str(results["conv"]), str(results["wider"]), "--strict", "--json"
+    )
+    assert code == 3 and "warning: wider: not comparable: different models: baseline timed conv.onnx" in err

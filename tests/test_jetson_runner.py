@@ -336,3 +336,69 @@ def test_summary_spread_matches_timing_to_json(samples: list[float]) -> None:
             host["ci95_us"]
         )
     json.dumps(out)  # what the board writes
+
+
+# ------------------------------------------------------------------ what was timed, clocks: read by compare
+
+
+def test_the_result_names_the_model_it_timed(tmp_path: Path) -> None:
+    """The runner's result records the file and its sha256 as `bench -o` does, so `deployopt compare`
+    can tell a wrong pair (another model) from a regression; before, nothing said what was timed."""
+    from deployopt.regression import model_identity
+
+    model = tmp_path / "resnet.onnx"
+    model.write_bytes(b"onnx bytes")
+    ident = runner.model_identity(str(model))
+    assert ident == model_identity(model)
+    assert runner.model_identity(str(model), ident["sha256"]) == ident  # the build key's hash, reused
+    out = runner.summarize(
+        [120.0, 118.5, 121.0, 119.0, 150.0], 20, "one forward pass (fp16)", {}, model=ident
+    )
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(out))
+    assert load_runner_result(path).model == ident
+
+
+CPU_LINE = "cpu{}: Online=1 Governor=schedutil MinFreq=2201600 MaxFreq=2201600 CurrentFreq=2201600"
+AGX_ORIN_SHOW = "\n".join(
+    ["SOC family:tegra234  Machine:Jetson AGX Orin", "Online CPUs: 0-11"]
+    + [CPU_LINE.format(i) for i in range(12)]
+    + [
+        "GPU MinFreq=1300500000 MaxFreq=1300500000 CurrentFreq=1300500000",
+        "EMC MinFreq=204000000 MaxFreq=3199000000 CurrentFreq=3199000000 FreqOverride=1",
+        "NV Power Mode: MAXN",
+    ]
+)
+
+
+def test_clocks_locked_is_recorded_with_or_without_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before, only `jetson_clocks --show` (root) said anything about the clocks, cut to its first 12
+    lines: on an AGX Orin (12 CPUs) that cut off the GPU line. devfreq is readable by any user."""
+    nvpmodel = "NV Power Mode: MAXN\n0"
+    as_root = {("nvpmodel", "-q"): nvpmodel, ("jetson_clocks", "--show"): AGX_ORIN_SHOW}
+    monkeypatch.setattr(runner, "_cmd", lambda args, timeout=10: as_root.get(tuple(args)))
+    monkeypatch.setattr(runner, "gpu_devfreq", lambda: {})
+    env = runner.board_environment()
+    assert env["clocks_locked"] is True and env["nvpmodel"] == "MAXN"
+    assert env["jetson_clocks"][-2].startswith("GPU MinFreq=1300500000") and len(env["jetson_clocks"]) == 14
+    user = {("nvpmodel", "-q"): nvpmodel}  # jetson_clocks --show fails without root
+    monkeypatch.setattr(runner, "_cmd", lambda args, timeout=10: user.get(tuple(args)))
+    devfreq = {"gpu_devfreq": "17000000.ga10b", "gpu_min_freq_mhz": 306.0, "gpu_max_freq_mhz": 1300.5}
+    monkeypatch.setattr(runner, "gpu_devfreq", lambda: dict(devfreq))
+    assert runner.board_environment()["clocks_locked"] is False
+    monkeypatch.setattr(runner, "gpu_devfreq", lambda: {})
+    assert "clocks_locked" not in runner.board_environment()  # nothing says: not guessed
+
+
+def test_clocks_locked_follows_the_rule_compare_reads_older_results_by() -> None:
+    from deployopt.regression import clocks_locked
+
+    show = AGX_ORIN_SHOW.splitlines()
+    for env in (
+        {"gpu_min_freq_mhz": 1300.5, "gpu_max_freq_mhz": 1300.5},
+        {"gpu_min_freq_mhz": 306.0, "gpu_max_freq_mhz": 1300.5, "jetson_clocks": show},
+        {"jetson_clocks": show},
+        {"jetson_clocks": [line.replace("MinFreq=1300500000", "MinFreq=306000000") for line in show]},
+        {"nvpmodel": "MAXN"},
+    ):
+        assert runner.clocks_locked(env) == clocks_locked(env), env

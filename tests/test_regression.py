@@ -4,6 +4,7 @@ benchmarks/results/h200_cli/ and trtexec --exportTimes files from ../shared/fixt
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -13,7 +14,14 @@ import numpy as np
 import pytest
 
 from deployopt.errors import BackendFailed, DataError
-from deployopt.regression import compare_paths, differences, setup
+from deployopt.regression import (
+    check_models,
+    clocks_locked,
+    compare_paths,
+    differences,
+    model_identity,
+    setup,
+)
 from deployopt.timing import Timing, compare, load_timing, min_samples, smallest_p_value
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,7 +31,12 @@ TIMES = SHARED / "fixtures" / "trtexec" / "trt8.x_rtx3090_tf_resnet50_fp32_expor
 needs_fixtures = pytest.mark.skipif(not TIMES.is_file(), reason=f"trtexec fixtures not found at {TIMES}")
 
 
+#: What write_timing records as timed unless told (model=None: a result from before identities).
+MODEL = {"file": "model.onnx", "sha256": "ab" * 32}
+
+
 def write_timing(path: Path, median: float, env: dict | None = None, seed: int = 0, **kw) -> Path:
+    kw.setdefault("model", MODEL)
     rng = np.random.default_rng(seed)
     samples = list(median + rng.normal(0.0, median * 0.002, 200))
     t = Timing("tensorrt", samples, 50, kw.pop("timed", "one forward pass (fp16)"), env or {}, **kw)
@@ -254,3 +267,133 @@ def test_counts_above_the_minimum_that_still_cannot_reach_alpha_are_refused(tmp_
     with pytest.raises(DataError, match=r"9 samples\).*smallest p .* is 0\.00041, not below --alpha 0\.0003"):
         compare_paths(a, b, alpha=3e-4)
     assert compare_paths(a, b, alpha=5e-4).pairs[0].comparison.verdict == "slower"
+
+
+# ------------------------------------------------------------------ like for like: which model, GPU, clocks
+
+
+def _sha(n: int) -> str:
+    return hashlib.sha256(str(n).encode()).hexdigest()
+
+
+def test_model_identity_is_the_file_name_and_its_sha256(tmp_path: Path) -> None:
+    f = tmp_path / "resnet.onnx"
+    f.write_bytes(b"model bytes")
+    assert model_identity(f) == {"file": "resnet.onnx", "sha256": hashlib.sha256(b"model bytes").hexdigest()}
+
+
+def test_two_different_models_are_not_comparable(tmp_path: Path) -> None:
+    """Before, nothing recorded what was timed: resnet's baseline against vgg's result was a
+    confident 'slower' with no word about the pairing."""
+    a = write_timing(tmp_path / "a.json", 500.0, seed=1, model={"file": "resnet.onnx", "sha256": _sha(1)})
+    b = write_timing(tmp_path / "b.json", 530.0, seed=2, model={"file": "vgg.onnx", "sha256": _sha(2)})
+    report = compare_paths(a, b)
+    (pair,) = report.pairs
+    assert pair.comparison.verdict == "slower" and report.not_comparable == [pair]
+    assert pair.model.status == "different" and not pair.model.comparable
+    assert pair.model.message == (
+        f"different models: baseline timed resnet.onnx (sha256 {_sha(1)[:12]}…), "
+        f"current vgg.onnx (sha256 {_sha(2)[:12]}…)"
+    )
+    doc = report.to_json()
+    assert doc["not_comparable"] == ["b"]
+    assert doc["pairs"][0]["model_check"] == {
+        "status": "different",
+        "comparable": False,
+        "message": pair.model.message,
+    }
+    assert doc["pairs"][0]["baseline"]["model"] == {"file": "resnet.onnx", "sha256": _sha(1)}
+
+
+def test_a_renamed_file_is_the_same_model_and_a_new_export_is_a_change(tmp_path: Path) -> None:
+    same = [("resnet.onnx", _sha(1)), ("resnet_v2_final.onnx", _sha(1))]
+    changed = [("resnet.onnx", _sha(1)), ("resnet.onnx", _sha(2))]
+    for (fa, sa), (fb, sb), status in ((*same, "same"), (*changed, "changed")):
+        a = write_timing(tmp_path / "a.json", 500.0, seed=1, model={"file": fa, "sha256": sa})
+        b = write_timing(tmp_path / "b.json", 500.0, seed=2, model={"file": fb, "sha256": sb})
+        pair = compare_paths(a, b).pairs[0]
+        assert pair.model.status == status and pair.model.comparable
+    assert pair.model.message == (
+        f"model changed: resnet.onnx has other contents (sha256 {_sha(1)[:12]}… → {_sha(2)[:12]}…)"
+    )
+
+
+def test_results_without_identity_still_compare_with_a_note(tmp_path: Path) -> None:
+    old = write_timing(tmp_path / "old.json", 500.0, seed=1, model=None)
+    new = write_timing(tmp_path / "new.json", 500.0, seed=2)
+    pair = compare_paths(old, new).pairs[0]
+    assert pair.comparison.verdict == "no significant difference"
+    assert pair.model.status == "unknown" and pair.model.comparable
+    assert pair.model.message == (
+        f"model identity not recorded ({old}: written before results recorded the model): cannot "
+        "check both sides timed the same model"
+    )
+    # the H200 results committed before identities were recorded still compare as they did
+    rec = ROOT / "benchmarks" / "results" / "h200_compare"
+    repeat = compare_paths(rec / "pruned.json", rec / "pruned_repeat.json").pairs[0]
+    assert repeat.model.status == "unknown" and "pruned.json: written before" in repeat.model.message
+
+
+@needs_fixtures
+def test_trtexec_export_times_say_they_name_no_model(tmp_path: Path) -> None:
+    new = write_timing(tmp_path / "new.json", 500.0)
+    check = check_models((TIMES, load_timing(TIMES)), (new, load_timing(new)))
+    assert check.status == "unknown" and check.comparable
+    assert f"({TIMES}: a trtexec --exportTimes file names no model)" in check.message
+
+
+def test_an_onnx_model_and_an_engine_cannot_be_checked_by_hash(tmp_path: Path) -> None:
+    a = write_timing(tmp_path / "a.json", 500.0, model={"file": "m.onnx", "sha256": _sha(1)})
+    b = write_timing(tmp_path / "b.json", 500.0, model={"file": "m.engine", "sha256": _sha(2)})
+    check = compare_paths(a, b).pairs[0].model
+    assert check.status == "unknown" and check.comparable
+    assert check.message.startswith("baseline timed the model m.onnx, current the TensorRT engine m.engine")
+
+
+def test_a_malformed_identity_is_bad_input(tmp_path: Path) -> None:
+    good = write_timing(tmp_path / "good.json", 500.0)
+    for i, model in enumerate(["m.onnx", {"file": "m.onnx"}, {"file": "m.onnx", "sha256": "abc"}]):
+        bad = write_timing(tmp_path / f"bad{i}.json", 500.0, model=model)
+        with pytest.raises(DataError, match=rf'bad{i}\.json: "model" must be \{{"file": NAME, "sha256"'):
+            compare_paths(good, bad)
+
+
+def test_the_gpu_is_read_alike_from_the_runner_and_trtexec(tmp_path: Path) -> None:
+    """The runner records the GPU as 'gpu', a trtexec result as 'device': a runner result on an Orin
+    against a trtexec result on a Nano had no GPU difference, as neither fact was on both sides."""
+    runner = load_timing(write_timing(tmp_path / "r.json", 500.0, {"gpu": "Orin", "tensorrt": "8.5.2"}))
+    nano = Timing(
+        "trtexec", runner.samples_us, environment={"device": "NVIDIA Tegra X1", "tensorrt": "8.5.2"}
+    )
+    orin = Timing("trtexec", runner.samples_us, environment={"device": "Orin", "tensorrt": "8.5.2"})
+    assert differences(runner, nano) == ["backend tensorrt → trtexec", "GPU Orin → NVIDIA Tegra X1"]
+    assert differences(runner, orin) == ["backend tensorrt → trtexec"]
+    assert setup(orin) == "trtexec, GPU Orin, TensorRT 8.5.2"  # its device is the GPU, named once
+    torch = Timing(
+        "torch", runner.samples_us, environment={"gpu": "NVIDIA H200", "device": "NVIDIA H200, 8 SMs"}
+    )
+    assert differences(torch, nano)[1] == "GPU NVIDIA H200 → NVIDIA Tegra X1"
+
+
+def test_clocks_locked_on_one_side_only_is_flagged(tmp_path: Path) -> None:
+    env = {"board": "NVIDIA Jetson Orin Nano", "nvpmodel": "15W"}
+    locked = load_timing(write_timing(tmp_path / "a.json", 500.0, {**env, "clocks_locked": True}))
+    dvfs = load_timing(write_timing(tmp_path / "b.json", 500.0, {**env, "clocks_locked": False}))
+    unknown = load_timing(write_timing(tmp_path / "c.json", 500.0, env))
+    assert differences(locked, dvfs) == ["GPU clock locked → not locked"]
+    assert differences(locked, unknown) == []  # recorded on one side only
+    assert setup(locked).endswith("power mode 15W, GPU clock locked")
+    report = compare_paths(tmp_path / "a.json", tmp_path / "b.json")
+    assert report.not_like_for_like == report.pairs
+
+
+def test_clocks_locked_is_read_from_older_runner_results() -> None:
+    """Older runner results recorded devfreq's clocks (any user) and `jetson_clocks --show` (root)
+    but no verdict on them."""
+    assert clocks_locked({"gpu_min_freq_mhz": 1300.5, "gpu_max_freq_mhz": 1300.5}) is True
+    assert clocks_locked({"gpu_min_freq_mhz": 306.0, "gpu_max_freq_mhz": 1300.5}) is False
+    show = ["SOC family:tegra234  Machine:Jetson AGX Orin", "GPU MinFreq=306000000 MaxFreq=1300500000 "]
+    assert clocks_locked({"jetson_clocks": show}) is False
+    assert clocks_locked({"jetson_clocks": [show[0], "GPU MinFreq=1300500000 MaxFreq=1300500000"]}) is True
+    assert clocks_locked({"clocks_locked": False, "gpu_min_freq_mhz": 1.0, "gpu_max_freq_mhz": 1.0}) is False
+    assert clocks_locked({"nvpmodel": "MAXN"}) is None and clocks_locked({"jetson_clocks": "x"}) is None

@@ -51,6 +51,7 @@ BENCH_KEYS = (
     "samples_us",
     "timed",
     "environment",
+    "model",
 )
 
 
@@ -194,9 +195,10 @@ def _check_model(model: Path) -> None:
 
 
 def bench_json(timing: Timing) -> dict[str, Any]:
-    """The bench result document: exactly the documented keys, in order."""
+    """The bench result document: exactly the documented keys, in order ("model", what was timed,
+    where the timing recorded it: `bench` always does, so `compare` can check a pair's identity)."""
     full = timing.to_json()
-    return {k: full[k] for k in BENCH_KEYS}
+    return {k: full[k] for k in BENCH_KEYS if k in full}
 
 
 def _environment_line(env: dict[str, Any]) -> str:
@@ -252,8 +254,21 @@ def bench_command(
         calibration_data=calibration_data,
         remote=remote,
     ) as session:
+        identity = _model_identity(model)  # before timing: a file that cannot be read costs no run
         timing = session.measure(model)
+    timing.model = identity
     _emit(bench_json(timing), as_json, output, lambda: render_bench(timing, f"{model.name} on {backend}"))
+
+
+def _model_identity(model: Path) -> dict[str, str]:
+    """What `bench -o` timed (file name, sha256), for `compare`'s same-model check."""
+    from deployopt.errors import ModelError
+    from deployopt.regression import model_identity
+
+    try:
+        return model_identity(model)
+    except OSError as exc:
+        raise ModelError(f"cannot read {model}: {exc.strerror or exc}") from None
 
 
 def render_bench(timing: Timing, title: str) -> None:

@@ -2,7 +2,8 @@
 
 Thin layer over deployopt.regression. Exit 0 when nothing got slower, 1 when a model is slower
 than its baseline beyond the rule (or, with --strict, when setups differ or a file has no
-counterpart), 2 on bad input — so a release pipeline can gate on it.
+counterpart), 2 on bad input, 3 with --strict when a pair timed two different models (not
+comparable) — so a release pipeline can gate on it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ from rich.text import Text
 from deployopt.cli.app import app, console, err_console, output_option
 from deployopt.regression import MIN_EFFECT, Pair, RegressionReport, compare_paths, setup
 from deployopt.timing import Timing
+
+#: Exit status of `compare --strict` when a pair timed different models. Above 1 (a regression):
+#: the verdict of a wrong pair is no regression's, and the pairing is what to fix first.
+NOT_COMPARABLE = 3
 
 
 def _cell(t: Timing) -> str:
@@ -47,7 +52,7 @@ def _render(report: RegressionReport) -> None:
             f"{100 * (p.comparison.ratio - 1):+.1f} %",
             f"{p.comparison.p_value:.2g}",
             _verdict(p),
-            "; ".join(p.differences) or "-",
+            "; ".join(([] if p.model.comparable else ["DIFFERENT MODEL"]) + p.differences) or "-",
         )
     console.print(table)
     for b, c in sorted({(setup(p.baseline), setup(p.current)) for p in report.pairs}):
@@ -58,7 +63,16 @@ def _render(report: RegressionReport) -> None:
     for name in report.only_in_current:
         err_console.print(f"note: {name}: in the current run only", style="yellow", markup=False)
     n = len(report.slower)
-    console.print(f"{n} regression{'s' if n != 1 else ''} in {len(report.pairs)} compared", markup=False)
+    wrong = len(report.not_comparable)
+    tail = f" ({wrong} not comparable: different models)" if wrong else ""
+    console.print(
+        f"{n} regression{'s' if n != 1 else ''} in {len(report.pairs)} compared{tail}", markup=False
+    )
+
+
+def _line(text: str, style: str) -> None:
+    """One stderr line, never folded (a pipeline greps it; a path would split it)."""
+    err_console.print(text, style=style, markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command("compare", rich_help_panel="Measure")
@@ -75,7 +89,8 @@ def compare_command(
     strict: bool = typer.Option(
         False,
         "--strict",
-        help="Also fail when setups differ (GPU, SMs, TensorRT, ...) or a file has no counterpart.",
+        help="Also fail when setups differ (GPU, SMs, TensorRT, ...) or a file has no counterpart (exit "
+        "1), or when a pair timed different models (exit 3).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     output: Optional[Path] = output_option(None, "--output", "-o", help="Write the JSON result here."),
@@ -94,14 +109,24 @@ def compare_command(
         typer.echo(json.dumps(doc, indent=2))
     else:
         _render(report)
+    # most severe first: a wrong pair, then setups that differ, then what could not be checked
+    for p in report.not_comparable:
+        _line(
+            f"warning: {p.name}: not comparable: {p.model.message}: its verdict is not a regression "
+            f"check{'' if strict else ' (--strict exits 3)'}",
+            "bold red",
+        )
     for p in report.not_like_for_like:
-        err_console.print(
+        _line(
             f"warning: {p.name}: not like for like ({'; '.join(p.differences)}): "
             "the change need not be the model's",
-            style="yellow",
-            markup=False,
-            highlight=False,
+            "yellow",
         )
+    for p in report.pairs:
+        if p.model.comparable and p.model.message:  # changed (same name, new bytes) or not recorded
+            _line(f"note: {p.name}: {p.model.message}", "yellow")
+    if strict and report.not_comparable:
+        raise typer.Exit(NOT_COMPARABLE)
     mismatched = bool(report.not_like_for_like or report.only_in_baseline or report.only_in_current)
     if report.slower or (strict and mismatched):
         raise typer.Exit(1)
