@@ -419,17 +419,21 @@ def unique_node_names(nodes: Sequence[onnx.NodeProto]) -> list[str]:
 
 def _name_nodes(model: onnx.ModelProto) -> str:
     """Give the graph's unnamed nodes, and nodes whose name an earlier node has, unique names
-    (`unique_node_names`); the notice that says so, "" when every name was set and distinct.
-    Models written from this one keep the new names."""
+    (`unique_node_names`); models written from this one keep them. The notice names the ones a
+    user has not seen before, "" when there are none: an unnamed node's `<op type>_<index>` is what
+    `analyze` always called it, so only a suffixed one (its name taken) and a renamed repeat count."""
     nodes = model.graph.node
     names = unique_node_names(nodes)
-    unnamed = [new for n, new in zip(nodes, names) if not n.name]
+    unnamed = [
+        new for i, (n, new) in enumerate(zip(nodes, names)) if not n.name and new != f"{n.op_type}_{i}"
+    ]
     renamed = [(n.name, new) for n, new in zip(nodes, names) if n.name and n.name != new]
     for node, new in zip(nodes, names):
         node.name = new
     parts = []
     if unnamed:
-        parts.append(f"named {len(unnamed)} unnamed node(s) ({_first(unnamed)})")
+        taken = "whose <op type>_<index> another node has"
+        parts.append(f"named {len(unnamed)} unnamed node(s) {taken} ({_first(unnamed)})")
     if renamed:
         examples = [f"{old!r} → {new!r}" for old, new in renamed]
         parts.append(f"renamed {len(renamed)} node(s) whose name an earlier node has ({_first(examples)})")

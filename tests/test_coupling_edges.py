@@ -141,10 +141,10 @@ def test_repeated_and_empty_node_names_are_made_unique_on_load(tmp_path) -> None
     loaded = load_model(path)
     assert [node.name for node in loaded.model.graph.node] == UNIQUE
     assert loaded.notices == [
-        "named 2 unnamed node(s) (BatchNormalization_1, Conv_6_2) and renamed 2 node(s) whose name an "
-        "earlier node has ('conv' → 'conv_3', 'conv' → 'conv_4'): deployopt keys convs and channel "
-        "groups by node name, and onnxruntime refuses repeated names; models written from this one "
-        "keep the new names"
+        "named 1 unnamed node(s) whose <op type>_<index> another node has (Conv_6_2) and renamed 2 "
+        "node(s) whose name an earlier node has ('conv' → 'conv_3', 'conv' → 'conv_4'): deployopt keys "
+        "convs and channel groups by node name, and onnxruntime refuses repeated names; models written "
+        "from this one keep the new names"
     ]
     analysis = analyze(loaded.model)
     convs = {c.name: (c.shape.c, c.shape.k, c.out_group) for c in analysis.convs}
@@ -161,6 +161,18 @@ def test_repeated_and_empty_node_names_are_made_unique_on_load(tmp_path) -> None
     assert [node.name for node in padded.graph.node] == UNIQUE
     np.testing.assert_array_equal(run(padded), run(loaded.model))  # onnxruntime loads both now
     assert {c.name: (c.shape.c, c.shape.k) for c in analyze(padded).convs} == after
+
+
+def test_unnamed_nodes_get_the_names_analyze_showed_without_a_notice(tmp_path) -> None:
+    """An unnamed node becomes `<op type>_<index>`, what `analyze` always called it: nothing a user
+    has not seen, so no notice (many exporters leave every node unnamed)."""
+    model = _badly_named()
+    for node in model.graph.node:
+        node.name = ""
+    onnx.save(model, tmp_path / "m.onnx")
+    loaded = load_model(tmp_path / "m.onnx")
+    assert loaded.notices == []
+    assert [node.name for node in loaded.model.graph.node][::3] == ["Conv_0", "Conv_3", "Conv_6"]
 
 
 def test_repeated_node_names_analyzed_as_they_are_get_the_same_unique_names() -> None:
