@@ -1186,6 +1186,9 @@ class Optimizer:
         )
         report = build_report(self, best, fidelity, sweep, budget_hit)
         report["written_batch"] = written.notice or None
+        # what loading changed before the search (constants folded, nodes renamed, shared constants
+        # copied, the batch fixed): the written model carries it, so say it as apply does
+        report["load_notices"] = list(self.loaded.notices)
         if self.cfg.calibration_data:
             report["calibration_notices"] = self.calibration_notices()
         if self.cfg.mode == "trim":

@@ -213,9 +213,12 @@ def test_optimize_prices_and_lists_every_conv_of_a_repeated_name(tmp_path, monke
     onnx.save(_badly_named(), path)
     out = tmp_path / "o"
     args = ["optimize", str(path), "--target", "h200", "--sms", "8", "--backend", "model", "-o", str(out)]
-    code, _, err = run_cli(monkeypatch, capsys, *args)
+    code, said, err = run_cli(monkeypatch, capsys, *args)
     assert code == 0, err
     report = json.loads((out / "report.json").read_text())
+    # the renames are said, as apply says them: the written model's names are not the input's
+    renamed = [n for n in report["load_notices"] if "node" in n and "name" in n]
+    assert len(renamed) == 1 and f"notice: {renamed[0]}" in " ".join(said.split())  # unwrapped
     rows = {row["conv"]: row["before"] for row in report["layers"]}
     assert list(rows) == ["conv", "conv_3", "Conv_6_2", "conv_4"]
     assert [g["id"] for g in report["groups"]] == ["conv", "conv_3", "Conv_6_2"]

@@ -213,7 +213,7 @@ def _render(result: Any) -> None:
     if gate and fid:
         console.print(_fidelity_line(fid, gate), style="yellow" if fid.get("failures") else None)
     written_batch = [rep["written_batch"]] if rep.get("written_batch") else []
-    for note in [*rep.get("calibration_notices", []), *written_batch]:
+    for note in [*rep.get("load_notices", []), *rep.get("calibration_notices", []), *written_batch]:
         console.print(f"notice: {note}", style="yellow", markup=False, highlight=False)
     console.print(f"wrote {result.outdir}/ ({', '.join(written_files(rep))})")
 
