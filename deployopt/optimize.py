@@ -1198,13 +1198,11 @@ class Optimizer:
                 if self.cfg.calibration_data
                 else "dead channels, then L1 of the producing filters"
             )
+        # the weights go to model.onnx.data when the input kept them in an external file
+        report["external_data"] = bool(getattr(self.loaded, "external_data", False))
         # All or nothing: written into a staging folder, then moved into OUTDIR as one set.
         with output_set(self.outdir, OUTPUTS) as staging:
-            save_model(
-                written.model,
-                staging / "model.onnx",
-                external_data=bool(getattr(self.loaded, "external_data", False)),
-            )
+            save_model(written.model, staging / "model.onnx", external_data=report["external_data"])
             write_json(staging / "plan.json", {"widths": {g: int(w) for g, w in sorted(best.plan.items())}})
             report["engine"] = self._keep_engine(best, staging)
             write_report(staging, report, self if self.cfg.plots else None)

@@ -603,9 +603,11 @@ def test_optimize_writes_external_weights_with_the_umask_mode(
     out = tmp_path / "out"
     old = os.umask(0o022)
     try:
-        code, _, err = cli(monkeypatch, capsys, *base_args(model, out), "--max-evals", "4")
+        code, said, err = cli(monkeypatch, capsys, *base_args(model, out), "--max-evals", "4")
     finally:
         os.umask(old)
     assert code == 0, err
     for name in ("model.onnx", "model.onnx.data", "plan.json", "report.json"):
         assert stat.S_IMODE((out / name).stat().st_mode) == 0o644, name
+    # and the closing line names the weights file it wrote beside the model
+    assert "(model.onnx, model.onnx.data, plan.json," in " ".join(said.split())

@@ -238,7 +238,8 @@ def _fidelity_line(fid: dict[str, Any], gate: dict[str, Any]) -> Text:
 def written_files(rep: dict[str, Any]) -> list[str]:
     """What this run left in OUTDIR, for the closing line: the fixed files, then the staircase
     PNGs and the TensorRT engine when the run wrote them."""
-    files = ["model.onnx", "plan.json", "report.md", "report.json", "journal.jsonl"]
+    files = ["model.onnx", *(["model.onnx.data"] if rep.get("external_data") else []), "plan.json"]
+    files += ["report.md", "report.json", "journal.jsonl"]
     if rep.get("staircases"):
         n = len(rep["staircases"])
         files.append(f"staircases/ ({n} PNG{'' if n == 1 else 's'})")
