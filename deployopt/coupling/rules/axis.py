@@ -21,8 +21,14 @@ import onnx
 from deployopt.coupling.registry import CouplingState, normalize_axis, rule
 
 
-def _rank(ctx: CouplingState, node: onnx.NodeProto) -> int:
-    return len(ctx.shape(node.input[0]) or [])
+def _axes(ctx: CouplingState, node: onnx.NodeProto, default: int) -> tuple[int, int] | None:
+    """(the node's `axis`, normalized, and its input's channel axis); None, with the node frozen,
+    when the input's rank is unknown."""
+    rank = len(ctx.shape(node.input[0]) or [])
+    if rank < 2:
+        ctx.freeze_node(node, f"{node.op_type} {ctx.name(node)}: input shape unknown")
+        return None
+    return normalize_axis(int(ctx.attr(node, "axis", default)), rank), ctx.channel_axis(node.input[0])
 
 
 def _across(ctx: CouplingState, node: onnx.NodeProto) -> None:
@@ -31,18 +37,12 @@ def _across(ctx: CouplingState, node: onnx.NodeProto) -> None:
 
 @rule("Softmax", "LogSoftmax", "Hardmax", any_axis=True)
 def softmax(ctx: CouplingState, node: onnx.NodeProto) -> None:
-    rank = _rank(ctx, node)
-    if rank < 2:
-        ctx.freeze_node(node, f"{node.op_type} {ctx.name(node)}: input shape unknown")
+    coerced = ctx.opset < 13  # over axes axis … rank-1 at once
+    axes = _axes(ctx, node, 1 if coerced else -1)
+    if axes is None:
         return
-    channel = ctx.channel_axis(node.input[0])
-    if ctx.opset < 13:  # over axes axis … rank-1 at once
-        axis = normalize_axis(int(ctx.attr(node, "axis", 1)), rank)
-        clear = axis > channel
-    else:
-        axis = normalize_axis(int(ctx.attr(node, "axis", -1)), rank)
-        clear = axis != channel
-    if clear:
+    axis, channel = axes
+    if (axis > channel) if coerced else (axis != channel):
         ctx.pass_through(node)
     else:
         _across(ctx, node)
@@ -51,12 +51,10 @@ def softmax(ctx: CouplingState, node: onnx.NodeProto) -> None:
 @rule("ArgMax", "ArgMin", any_axis=True)
 def argmax(ctx: CouplingState, node: onnx.NodeProto) -> None:
     x, y = node.input[0], node.output[0]
-    rank = _rank(ctx, node)
-    if rank < 2:
-        ctx.freeze_node(node, f"{node.op_type} {ctx.name(node)}: input shape unknown")
+    axes = _axes(ctx, node, 0)
+    if axes is None:
         return
-    channel = ctx.channel_axis(x)
-    axis = normalize_axis(int(ctx.attr(node, "axis", 0)), rank)
+    axis, channel = axes
     if axis == channel:
         _across(ctx, node)
         return
@@ -75,11 +73,11 @@ def argmax(ctx: CouplingState, node: onnx.NodeProto) -> None:
 def topk(ctx: CouplingState, node: onnx.NodeProto) -> None:
     """Values and indices both keep the input's channels on its channel axis (only `axis`
     shrinks to k); `k` counts entries of that axis, never channels, so it needs no edit."""
-    rank = _rank(ctx, node)
-    if rank < 2:
-        ctx.freeze_node(node, f"TopK {ctx.name(node)}: input shape unknown")
+    axes = _axes(ctx, node, -1)
+    if axes is None:
         return
-    if normalize_axis(int(ctx.attr(node, "axis", -1)), rank) == ctx.channel_axis(node.input[0]):
+    axis, channel = axes
+    if axis == channel:
         _across(ctx, node)
     else:
         ctx.pass_through(node)
