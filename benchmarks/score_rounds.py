@@ -89,11 +89,19 @@ def score_round(number: int) -> None:
     ids, params, new = load_round(number)
     target = get_target("h200")
     print(f"#### round {number}")
-    for mode, folder in _folders(number).items():
+    folders = _folders(number)
+    loaded: dict[str, list[dict]] = {}  # mode → every sweep in its folder, each folder read once
+
+    def in_folder(mode: str) -> list[dict]:
+        if mode not in loaded:
+            loaded[mode] = ev.load_sweeps(folders[mode])
+        return loaded[mode]
+
+    for mode in folders:
         wanted = {i for i in ids[mode] if not i.endswith("_repeat")}
         if not wanted:
             continue
-        sweeps = [s for s in ev.load_sweeps(folder) if s["id"] in wanted]
+        sweeps = [s for s in in_folder(mode) if s["id"] in wanted]
         groups = {
             "all": sweeps,
             "8 SMs": [s for s in sweeps if s["sms"] == 8],
@@ -122,8 +130,7 @@ def score_round(number: int) -> None:
             )
 
     # how much of the regret an alignment prior alone removes (ties to the better-aligned width)
-    every_default = ev.load_sweeps(_folders(number)["default_limit"])  # read once: the study and the repeats
-    default = [s for s in every_default if s["id"] in set(ids["default_limit"])]
+    default = [s for s in in_folder("default_limit") if s["id"] in set(ids["default_limit"])]
     study = ev.tie_break_study([s for s in default if not s["id"].endswith("_repeat")], target, params)
     key = f"ties_aligned{ev.TIE_ALIGN}"
     print(
@@ -135,8 +142,8 @@ def score_round(number: int) -> None:
 
     # the sweeps measured twice: the model on the first measurement and on the second, and each
     # measurement as the model of the other (the ceiling for any width model)
-    for mode, sweeps in (("default_limit", every_default), ("all_engines", None)):
-        firsts, reps = _measured_twice(number, mode, sweeps)
+    for mode in ("default_limit", "all_engines"):
+        firsts, reps = _measured_twice(number, mode, in_folder(mode), ids)
         if not reps:
             continue
         print(f"  == {mode}, measured twice ==")
@@ -162,15 +169,16 @@ def score_round(number: int) -> None:
                 print(f"  {sms} SMs, {name:<6} {len(group):3d} sweeps  {figures}")
 
 
-def _measured_twice(number: int, mode: str, every: list[dict] | None = None) -> tuple[list[dict], list[dict]]:
-    """(first measurements, their repeats) of one search mode of a round: the `_repeat` sweeps in
-    the mode's folder and in the record's folder of repeats kept beside it (not fitted on)."""
+def _measured_twice(
+    number: int, mode: str, every: list[dict], ids: dict[str, list[str]]
+) -> tuple[list[dict], list[dict]]:
+    """(first measurements, their repeats) of one search mode of a round: the `_repeat` sweeps
+    among `every` (the mode's folder) that the round lists in `ids` (load_round's), and those in the
+    record's folder of repeats kept beside it (not fitted on)."""
     folder, *_, kept = ROUNDS[number]
     if mode == "all_engines":
         kept = ALL_ENGINE_REPEATS.get(number, "")
-    if every is None:
-        every = ev.load_sweeps(_folders(number)[mode])
-    listed = set(load_round(number)[0][mode])
+    listed = set(ids[mode])
     reps = [s for s in every if s["id"].endswith("_repeat") and s["id"] in listed]
     if kept:
         reps += ev.load_sweeps(ROOT / "benchmarks" / "results" / folder / kept)
@@ -249,7 +257,7 @@ def size_cells(numbers: list[int]) -> Cells:
                 w = ev.score([s], target, params)["wave"]
                 add((mode, s["sms"], cls), round(w["agreement"] * w["pairs"]), w["pairs"], w["regret"])
         for mode, every in loaded.items():  # a second measurement as the "model" of the first
-            firsts, reps = _measured_twice(number, mode, every)
+            firsts, reps = _measured_twice(number, mode, every, ids)
             firsts = [s for s in firsts if s["id"] in size]
             reps = [r for r in reps if r["id"].removesuffix("_repeat") in size]
             for row in ev.noise_ceiling(firsts + reps):
