@@ -76,17 +76,15 @@ def has_qdq(model: onnx.ModelProto) -> bool:
 def file_has_qdq(path: str | os.PathLike[str]) -> bool:
     """`has_qdq` of a model file, read without its external weights; False for a file that cannot be
     parsed (the command's own loading reports that in one line) and for a pipe, which reading here
-    would leave empty for that loading. Parsed as protobuf, as `_parse` does: onnx.load goes by the
+    would leave empty for that loading. Parsed by `_parse`, as loading does: onnx.load goes by the
     name, and a .json or .textproto given as the model raised its parser's error as a traceback."""
     path = Path(path)
-    model = onnx.ModelProto()
     try:
         if not path.is_file():
             return False
-        model.ParseFromString(path.read_bytes())
-    except (OSError, DecodeError, RuntimeError, ValueError):
+        return has_qdq(_parse(path))
+    except (OSError, ModelError):
         return False
-    return has_qdq(model)
 
 
 def _uses_external_data(model: onnx.ModelProto) -> bool:
