@@ -124,11 +124,13 @@ def build_report(
     solutions = [
         {"plan": s.plan, "table_us": s.cost_us, "method": s.method} for s in getattr(opt, "solutions", [])
     ]
+    # what the console's latency lines say after the backend: where, and whether not on the target
+    measured_on = f"{opt.backend_name}{_where(opt, best.timing)}"
     what = (
         [
-            f"end-to-end latencies: measured on {opt.backend_name}{_where(opt, best.timing)} "
+            f"end-to-end latencies: measured on {measured_on} "
             f"({cfg.runs} runs each after {cfg.warmup} warm-up)",
-            f"per-layer tables: measured on {opt.backend_name}{_where(opt, best.timing)}, "
+            f"per-layer tables: measured on {measured_on}, "
             f"{cfg.sweep_runs or cfg.runs} samples per conv (cached per device in {opt._layer_cache.dir})"
             if opt._layer_cache is not None
             else "per-layer tables: measured",
@@ -147,8 +149,7 @@ def build_report(
         "target": {"name": opt.target.name, "sms": opt.target.sms},
         "backend": opt.backend_name,
         "measured": measured,
-        # what the console's latency lines say after the backend: where, and whether not on the target
-        "measured_on": f"{opt.backend_name}{_where(opt, best.timing)}" if measured else None,
+        "measured_on": measured_on if measured else None,
         "note": PREDICTED_NOTE if not measured else (PLACEHOLDER_INT8_NOTE if placeholder_int8 else None),
         "mode": cfg.mode,
         "max_trim": cfg.max_trim if cfg.mode == "trim" else None,
