@@ -112,6 +112,7 @@ class OptimizeConfig:
 
     def signature(self) -> dict[str, Any]:
         """What must match for --resume to continue this run (max_evals may grow)."""
+        gate = self.trim_gate()
         return {
             "journal_version": JOURNAL_VERSION,
             "model_sha256": file_sha256(self.model_path),
@@ -138,11 +139,7 @@ class OptimizeConfig:
             **({"trim_order": "activation"} if self.mode == "trim" and self.calibration_data else {}),
             # the journal keeps each plan's failures under the thresholds it ran with; only when not
             # the defaults, so journals written before the options existed still resume
-            **(
-                {"trim_gate": self.trim_gate()}
-                if self.mode == "trim" and self.trim_gate() != DEFAULT_GATE
-                else {}
-            ),
+            **({"trim_gate": gate} if self.mode == "trim" and gate != DEFAULT_GATE else {}),
         }
 
     def trim_gate(self) -> dict[str, Any]:

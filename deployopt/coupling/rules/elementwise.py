@@ -36,7 +36,8 @@ NEUTRAL = {"Add": 0.0, "Sum": 0.0, "Sub": 0.0, "Mean": 0.0, "Max": 0.0, "Min": 0
 
 #: ops whose output is never negative, whatever they read
 NEVER_NEGATIVE = frozenset({"Relu", "Sigmoid", "HardSigmoid", "Abs", "Exp", "Softplus"})
-#: ops whose padded output channels are exactly 0 (zero filters or columns, BatchNorm scale and bias 0)
+#: ops whose padded output channels are exactly 0 (zero filters or columns, BatchNorm scale and bias 0;
+#: a Gemm only with no bias or one per output column: _never_negative checks that first)
 ZERO_PADDED = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "BatchNormalization"})
 
 
