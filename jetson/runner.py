@@ -393,6 +393,7 @@ def make_npy_calibrator(trt, cuda, npy_path, cache_path, shape):
         def __init__(self):
             trt.IInt8EntropyCalibrator2.__init__(self)
             self.index = 0
+            self.error = None  # what a callback raised (see guarded)
             self.ptr = cuda.alloc(batches[0].nbytes)
 
         def get_batch_size(self):
@@ -404,6 +405,9 @@ def make_npy_calibrator(trt, cuda, npy_path, cache_path, shape):
                 self.ptr = 0
 
         def get_batch(self, names, *args):
+            return guarded(self, self._next_batch)
+
+        def _next_batch(self):
             if self.index >= len(batches):
                 return None
             cuda.htod(self.ptr, batches[self.index])
@@ -411,16 +415,59 @@ def make_npy_calibrator(trt, cuda, npy_path, cache_path, shape):
             return [self.ptr]
 
         def read_calibration_cache(self, *args):
-            if cache_path and os.path.isfile(cache_path) and os.path.getsize(cache_path) > 0:
-                with open(cache_path, "rb") as fh:
-                    return fh.read()
-            return None
+            return guarded(self, read_table, cache_path, False) if cache_path else None
 
         def write_calibration_cache(self, cache, *args):
             if cache_path:
-                atomic_write(cache_path, bytes(cache))
+                guarded(self, write_table, cache_path, cache)
 
     return Calibrator()
+
+
+def guarded(calibrator, call, *args):
+    """Run a calibrator callback so that nothing escapes into TensorRT. It calls them from C++
+    noexcept overrides (NVIDIA/TensorRT python/src/infer/pyInt8.cpp): on 8.2 (@0a4ed147) an escaping
+    exception aborts the process; from 8.4 on (@768d994b) it is printed and taken as "no batch" /
+    "no table", so a CUDA error at the third batch ends calibration on two and the build succeeds.
+    The first error is kept, later callbacks do nothing, and raise_calibrator_error raises it once
+    the build returns."""
+    if calibrator.error is not None:
+        return None
+    try:
+        return call(*args)
+    except BaseException as exc:  # noqa: BLE001 - kept, raised after the build
+        calibrator.error = exc
+        return None
+
+
+def raise_calibrator_error(calibrator):
+    """What a calibrator callback raised during the build: the runner's one-line errors as they
+    are, anything else (pycuda's LogicError) as one RunnerError line."""
+    error = getattr(calibrator, "error", None)
+    if error is None:
+        return
+    if isinstance(error, (RunnerError, OSError, IOError)) or not isinstance(error, Exception):
+        raise error
+    first = str(error).splitlines()[0] if str(error) else ""
+    raise RunnerError("INT8 calibration failed: %s: %s" % (type(error).__name__, first))
+
+
+def read_table(path, required):
+    """A calibration table's bytes; None when there is none (or it is empty) and it is optional."""
+    try:
+        if not required and not (os.path.isfile(path) and os.path.getsize(path) > 0):
+            return None
+        with open(path, "rb") as fh:
+            return fh.read()
+    except (OSError, IOError) as exc:
+        raise RunnerError("cannot read --calib-cache " + path + ": " + (exc.strerror or str(exc)))
+
+
+def write_table(path, cache):
+    try:
+        atomic_write(path, bytes(cache))
+    except (OSError, IOError) as exc:
+        raise RunnerError("cannot write --calib-cache " + path + ": " + (exc.strerror or str(exc)))
 
 
 def atomic_write(path, data):
@@ -506,9 +553,9 @@ def build_engine(trt, args, shapes, cuda):
                         % network.num_inputs
                     )
                 calibrator = make_npy_calibrator(trt, cuda, args.calib_npy, args.calib_cache, shape)
-                config.int8_calibrator = calibrator
             else:
-                config.int8_calibrator = make_npy_calibrator_from_cache(trt, args.calib_cache)
+                calibrator = make_npy_calibrator_from_cache(trt, args.calib_cache)
+            config.int8_calibrator = calibrator
             if profile is not None:
                 config.set_calibration_profile(profile)
     cache = None
@@ -524,6 +571,7 @@ def build_engine(trt, args, shapes, cuda):
     finally:
         if calibrator is not None:  # its device buffer is only needed while building
             calibrator.free()
+    raise_calibrator_error(calibrator)  # before anything is written: the engine may lack part of the data
     if serialized is None:
         raise RunnerError("TensorRT could not build an engine (see its warnings above)")
     if cache is not None:
@@ -539,6 +587,7 @@ def make_npy_calibrator_from_cache(trt, cache_path):
     class CacheOnly(trt.IInt8EntropyCalibrator2):
         def __init__(self):
             trt.IInt8EntropyCalibrator2.__init__(self)
+            self.error = None
 
         def get_batch_size(self):
             return 1
@@ -547,8 +596,10 @@ def make_npy_calibrator_from_cache(trt, cache_path):
             return None
 
         def read_calibration_cache(self, *args):
-            with open(cache_path, "rb") as fh:
-                return fh.read()
+            return guarded(self, read_table, cache_path, True)
+
+        def free(self):
+            return None
 
         def write_calibration_cache(self, cache, *args):
             return None

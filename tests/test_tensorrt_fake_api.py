@@ -39,7 +39,10 @@ Where each surface comes from (read from the sources, not from memory):
   argument and copies one pointer per input; None or an empty list ends calibration;
   read_calibration_cache() returns None or a buffer; write_calibration_cache gets a memoryview.
   pybind11 refuses a subclass whose __init__ skips the base __init__ ("must be called when
-  overriding __init__"), which the docs' IProfiler / IOutputAllocator examples warn about.
+  overriding __init__"), which the docs' IProfiler / IOutputAllocator examples warn about. The
+  trampolines are noexcept: a Python exception escaping one reaches std::terminate on 8.2
+  (pyInt8.cpp @0a4ed147, no try/catch); from 8.4 on it is printed and the default returned, None
+  from get_batch ending calibration (@768d994b; NVIDIA/TensorRT issue 3871 shows 8.4 doing it).
 - CUDA: the CUDA runtime API docs (cudaEventElapsedTime in milliseconds; an event must have
   completed); cuda-python returns (err, *values), as NVIDIA's samples/python/common_runtime.py
   unpacks it; pycuda's doc/source/driver.rst (mem_alloc, Event.record(stream=None),
@@ -54,6 +57,7 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import re
 import statistics
 import sys
 import types
@@ -72,7 +76,7 @@ from deployopt.backends import tensorrt_calibrator
 from deployopt.backends.base import MeasureOptions
 from deployopt.backends.tensorrt import TensorRTBackend, build_and_time, build_engine, time_engine
 from deployopt.backends.trtexec_parser import version_tuple
-from deployopt.errors import BackendFailed, CacheWarning, DataError, DeployoptError, ModelError
+from deployopt.errors import BackendFailed, CacheWarning, DataError, DeployoptError, ModelError, OutputError
 
 V82, V85, V10 = "8.2.1.8", "8.5.2.2", "10.3.0.26"
 V80 = "8.0.1.6"  # JetPack 4.6.0: the 8.2 surface here, but for ProfilingVerbosity's older names
@@ -86,6 +90,10 @@ RUNNER = Path(__file__).resolve().parents[1] / "jetson" / "runner.py"
 
 class FakeMisuse(AssertionError):
     """Something that is undefined behaviour on a real GPU (a buffer too small, an unknown stream)."""
+
+
+class FakeAbort(FakeMisuse):
+    """What aborts a real process: a Python exception escaping a TensorRT 8.2 callback (std::terminate)."""
 
 
 # ================================================================================================
@@ -111,6 +119,7 @@ class FakeGpu:
         self.trt_errors: list[str] = []  # what the fake TensorRT logged as errors
         self.calibration_batches: list[dict[str, np.ndarray]] = []
         self.get_batch_results: list[Any] = []
+        self.callback_errors: list[str] = []  # what TensorRT >= 8.4 caught from a calibrator callback
 
     def call(self, name: str, *args: Any) -> None:
         self.log.append((name, args))
@@ -880,12 +889,26 @@ def make_tensorrt(version: str, gpu: FakeGpu) -> types.ModuleType:
                 need(isinstance(pool, MemoryPoolType), "get_memory_pool_limit(pool: MemoryPoolType)")
                 return self._pool.get(pool.name, 0)
 
+    def callback(name: str, default: Any, method: Callable[..., Any], *args: Any) -> Any:
+        """pyInt8.cpp's noexcept overrides around the Python methods. 8.2 (@0a4ed147) has no
+        try/catch there: an exception reaches std::terminate. From 8.4 on (@768d994b; NVIDIA/TensorRT
+        issue 3871 on 8.4) it is printed and the default returned: no batch (calibration ends, on
+        whatever came before), no table, nothing written."""
+        try:
+            return method(*args)
+        except Exception as exc:
+            if v < (8, 4):
+                raise FakeAbort(f"std::terminate: {name}() raised {type(exc).__name__}: {exc}") from exc
+            gpu.callback_errors.append(f"{name}: {type(exc).__name__}: {exc}")
+            sys.stderr.write(f"[ERROR] Exception caught in {name}(): {exc}\n")
+            return default
+
     def calibrate(logger: Any, network: INetworkDefinition, config: IBuilderConfig) -> str | None:
         """What the builder does with an IInt8Calibrator (pyInt8.cpp's trampoline, then TensorRT)."""
         cal = config._calibrator
-        batch_size = cal.get_batch_size()
+        batch_size = callback("get_batch_size", -1, cal.get_batch_size)
         need(is_int(batch_size) and batch_size >= 1, "get_batch_size() must return a positive int")
-        cached = cal.read_calibration_cache()
+        cached = callback("read_calibration_cache", None, cal.read_calibration_cache)
         if cached is not None and bytes(memoryview(cached)):
             gpu.call("calibration: table read", len(bytes(memoryview(cached))))
             return "cache"
@@ -895,7 +918,7 @@ def make_tensorrt(version: str, gpu: FakeGpu) -> types.ModuleType:
         }
         names = [t._name for t in network._inputs]
         while True:
-            got = cal.get_batch(list(names))
+            got = callback("get_batch", None, cal.get_batch, list(names))
             gpu.get_batch_results.append(got)
             if got is None or len(got) == 0:
                 break
@@ -913,7 +936,7 @@ def make_tensorrt(version: str, gpu: FakeGpu) -> types.ModuleType:
         table = f"TRT-{code}-EntropyCalibration2\n".encode() + b"".join(
             f"{n}: 3c010a14\n".encode() for n in names
         )
-        cal.write_calibration_cache(memoryview(table))
+        callback("write_calibration_cache", None, cal.write_calibration_cache, memoryview(table))
         return "data"
 
     class Builder(Binding):
@@ -1683,6 +1706,56 @@ def test_int8_reuses_the_calibration_table(
     assert calls(gpu, "calibration: table read") == [(len((tmp_path / "a.calib").read_bytes()),)]
 
 
+def fail_upload(monkeypatch: pytest.MonkeyPatch, gpu: FakeGpu, number: int) -> Callable[[], None]:
+    """Make the fake GPU refuse its `number`-th host-to-device copy (cudaErrorInvalidValue in
+    cuda-python, LogicError in pycuda), as a real one does on a bad pointer or a lost context.
+    Returns what puts the working copy back."""
+    real, count = gpu.write, [0]
+
+    def write(ptr: int, data: bytes) -> bool:
+        count[0] += 1
+        return count[0] != number and real(ptr, data)
+
+    monkeypatch.setattr(gpu, "write", write)
+    return lambda: monkeypatch.setattr(gpu, "write", real)
+
+
+CALLBACK_CUDA_ERROR = r"^(CUDA error in cudaMemcpy: cudaErrorInvalidValue|INT8 calibration failed: LogicError: cuMemcpyHtoD failed: invalid argument)$"  # noqa: E501
+
+
+def test_an_error_in_a_calibrator_callback_stops_the_build_in_one_line(
+    surface: tuple[str, types.ModuleType, FakeGpu],
+    monkeypatch: pytest.MonkeyPatch,
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+) -> None:
+    """TensorRT calls the calibrator from C++ noexcept code (pyInt8.cpp): an exception escaping it
+    aborted the process on 8.2, and from 8.4 on was printed and taken as the end of the data, so a
+    CUDA error at the second batch built an INT8 engine calibrated on the first batch alone and
+    wrote its table; a table that could not be written was dropped with the engine built anyway.
+    Both now stop the build with their own one-line error, before an engine or a table is written."""
+    _, _, gpu = surface
+    model = str(zoo_model_path("mobilenet_like"))
+    calib, _ = write_calibration(tmp_path, items=4)
+    options = opts(tmp_path, dtype="int8", calibration_data=str(calib))
+    engine = tmp_path / "m.engine"
+    restore = fail_upload(monkeypatch, gpu, 2)
+    with pytest.raises(BackendFailed, match=CALLBACK_CUDA_ERROR):
+        build_engine(model, options, str(engine))
+    assert len(gpu.calibration_batches) == 1 and gpu.get_batch_results[-1] is None  # ended there
+    assert not engine.exists() and not engine.with_suffix(".calib").exists()
+    assert gpu.callback_errors == [] and gpu.memory == {}  # nothing reached TensorRT; buffers freed
+
+    restore()
+    (tmp_path / "a_file").write_text("")
+    options.extra["calib_cache"] = str(tmp_path / "a_file" / "m.calib")
+    with pytest.raises(OutputError) as exc:
+        build_engine(model, options, str(engine))
+    assert "a_file" in str(exc.value) and "\n" not in str(exc.value)
+    assert len(gpu.calibration_batches) == 5  # calibrated, then the table could not be written
+    assert not engine.exists() and gpu.callback_errors == [] and gpu.memory == {}
+
+
 def test_int8_without_data_or_qdq_is_refused_before_building(
     surface: tuple[str, types.ModuleType, FakeGpu], zoo_model_path: Callable[[str], Path], tmp_path: Path
 ) -> None:
@@ -2101,6 +2174,39 @@ def test_runner_int8_dynamic_batch_with_calibration(
     assert not gpu.trt_errors
     assert all(ptr in gpu.freed for r in gpu.runs for ptr in r["addresses"].values())
     assert gpu.memory == {}  # the calibrator's batch buffer too, once the engine is built
+
+
+def test_runner_an_error_in_a_calibrator_callback_is_one_line(
+    surface: tuple[str, types.ModuleType, FakeGpu],
+    monkeypatch: pytest.MonkeyPatch,
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The runner's calibrator, like the backend's: a CUDA error while uploading a batch or a
+    --calib-cache that cannot be written ended in std::terminate on 8.2 (a core dump on the board)
+    and, from 8.4 on, in an engine calibrated on part of the data or without its table, exit 0.
+    Now: one line, exit 2, no engine written."""
+    version, _, gpu = surface
+    calib, _ = write_calibration(tmp_path, items=4)
+    args = [str(zoo_model_path("mobilenet_like")), "--dtype", "int8", "--calib-npy", str(calib)]
+    args += ["--runs", "2", "--engine-dir", str(tmp_path / "engines")]
+    args += ["--cuda", "pycuda"] if version == V82 else []
+    restore = fail_upload(monkeypatch, gpu, 2)
+    assert load_runner().main(args) == 2
+    err = capsys.readouterr().err
+    assert re.fullmatch(CALLBACK_CUDA_ERROR.replace("^", "^error: ").replace("$", "\n$"), err), err
+    assert len(gpu.calibration_batches) == 1 and not (tmp_path / "engines").exists()
+    assert gpu.callback_errors == [] and gpu.memory == {}
+
+    restore()
+    (tmp_path / "a_file").write_text("")
+    table = tmp_path / "a_file" / "model.calib"
+    assert load_runner().main([*args, "--calib-cache", str(table)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: cannot write --calib-cache {table}: Not a directory\n"
+    assert len(gpu.calibration_batches) == 5 and not (tmp_path / "engines").exists()
+    assert gpu.callback_errors == [] and gpu.memory == {}
 
 
 def runner_builds(

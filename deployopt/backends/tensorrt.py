@@ -501,6 +501,7 @@ def build_engine(model_path: str, options: MeasureOptions, engine_path: str) -> 
         TableCalibrator,
         load_samples,
         make_entropy_calibrator,
+        raise_calibrator_error,
     )
     from deployopt.backends.trtexec import input_shapes
     from deployopt.fileio import write_bytes
@@ -549,6 +550,7 @@ def build_engine(model_path: str, options: MeasureOptions, engine_path: str) -> 
             profile.set_shape(tensor.name, shape, shape, shape)
         config.add_optimization_profile(profile)
     core: CalibratorCore | TableCalibrator | None = None
+    calibrator = None
     if options.dtype == "int8":
         config.set_flag(trt.BuilderFlag.INT8)
         table = table_only(options)
@@ -570,7 +572,8 @@ def build_engine(model_path: str, options: MeasureOptions, engine_path: str) -> 
         elif not _onnx_has_qdq(data):
             raise DataError("INT8 needs calibration data (--calibration-data) or a model with Q/DQ nodes")
         if core is not None:
-            config.int8_calibrator = make_entropy_calibrator(trt, core)
+            calibrator = make_entropy_calibrator(trt, core)
+            config.int8_calibrator = calibrator
             if profile is not None:
                 config.set_calibration_profile(profile)
     cache_path = options.extra.get("timing_cache")
@@ -601,6 +604,7 @@ def build_engine(model_path: str, options: MeasureOptions, engine_path: str) -> 
     finally:
         if core is not None:  # the calibration buffers are only needed while building
             core.free()
+    raise_calibrator_error(calibrator)  # before the engine is written: it may lack part of the data
     if serialized is None:
         raise BackendFailed("TensorRT could not build an engine for this model (its warnings say why)")
     write_bytes(engine_path, bytes(serialized))

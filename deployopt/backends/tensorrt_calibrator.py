@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from deployopt.errors import DataError
+from deployopt.errors import BackendFailed, DataError, DeployoptError
 from deployopt.fileio import write_bytes
 
 
@@ -196,23 +196,54 @@ def load_samples(
 
 def make_entropy_calibrator(trt: Any, core: CalibratorCore | TableCalibrator) -> Any:
     """A `trt.IInt8EntropyCalibrator2` that forwards to `core` (created here so the module imports
-    without TensorRT)."""
+    without TensorRT).
+
+    TensorRT calls get_batch, read_calibration_cache and write_calibration_cache from C++ noexcept
+    overrides (NVIDIA/TensorRT python/src/infer/pyInt8.cpp): on 8.2 (@0a4ed147) a Python exception
+    escaping one reaches std::terminate and aborts the process; from 8.4 on (@768d994b; issue 3871
+    shows 8.4 doing it) it is printed as "[ERROR] Exception caught in get_batch()" and taken as "no
+    batch" / "no table", so a CUDA error at the third batch ends calibration on two and the build
+    succeeds. Nothing escapes here: the first error is kept in `error`, every later callback does
+    nothing (calibration ends, no table is written), and raise_calibrator_error raises it once the
+    build returns."""
 
     class EntropyCalibrator(trt.IInt8EntropyCalibrator2):  # type: ignore[misc, name-defined]
         def __init__(self) -> None:
             trt.IInt8EntropyCalibrator2.__init__(self)  # pybind11 needs the explicit base init
             self.core = core
+            self.error: BaseException | None = None
+
+        def _guarded(self, call: Any, *args: Any) -> Any:
+            if self.error is not None:
+                return None
+            try:
+                return call(*args)
+            except BaseException as exc:  # kept, raised after the build (raise_calibrator_error)
+                self.error = exc
+                return None
 
         def get_batch_size(self) -> int:
             return self.core.get_batch_size()
 
         def get_batch(self, names: list[str], *args: Any) -> list[int] | None:
-            return self.core.get_batch(list(names))
+            return self._guarded(self.core.get_batch, list(names))
 
         def read_calibration_cache(self, *args: Any) -> bytes | None:
-            return self.core.read_calibration_cache()
+            return self._guarded(self.core.read_calibration_cache)
 
         def write_calibration_cache(self, cache: Any, *args: Any) -> None:
-            self.core.write_calibration_cache(cache)
+            self._guarded(self.core.write_calibration_cache, cache)
 
     return EntropyCalibrator()
+
+
+def raise_calibrator_error(calibrator: Any) -> None:
+    """Raise what a calibrator callback raised during the build (see make_entropy_calibrator): a
+    deployopt error as it is, anything else (pycuda's LogicError) as one BackendFailed line."""
+    error = getattr(calibrator, "error", None)
+    if error is None:
+        return
+    if isinstance(error, DeployoptError) or not isinstance(error, Exception):
+        raise error
+    first = str(error).splitlines()[0] if str(error) else ""
+    raise BackendFailed(f"INT8 calibration failed: {type(error).__name__}: {first}") from None
