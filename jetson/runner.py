@@ -713,6 +713,16 @@ def layer_table(times, order):
     return [{"name": n, "time_us": m, "share": m / total, "runs": len(times[n])} for n, m in meds]
 
 
+def refused_shape(name, dims):
+    """set_input_shape (8.5+) and set_binding_shape (8.2) return False for a shape the engine cannot
+    take (NVIDIA/TensorRT python/src/infer/pyCore.cpp binds the C++ bool-returning setters; TensorRT
+    logs which dimension is out of range). Ignored, the outputs kept their -1 dimensions and the
+    runner blamed an NMS-like output."""
+    return RunnerError("--shapes %s:%s: the engine does not take this shape (outside the optimization profile "
+                       "it was built with; TensorRT's error above says which dimension)"
+                       % (name, "x".join(str(d) for d in dims)))
+
+
 def run(args):
     import numpy as np
 
@@ -764,7 +774,8 @@ def run(args):
             if engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT and -1 in tuple(engine.get_tensor_shape(name)):
                 if name not in shapes:
                     raise RunnerError("input %r is dynamic: give --shapes" % name)
-                context.set_input_shape(name, shapes[name])
+                if not context.set_input_shape(name, shapes[name]):
+                    raise refused_shape(name, shapes[name])
         for i in range(engine.num_io_tensors):
             name = engine.get_tensor_name(i)
             is_in = engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
@@ -775,7 +786,8 @@ def run(args):
             if engine.binding_is_input(i) and -1 in tuple(engine.get_binding_shape(i)):
                 if name not in shapes:
                     raise RunnerError("input %r is dynamic: give --shapes" % name)
-                context.set_binding_shape(i, shapes[name])
+                if not context.set_binding_shape(i, shapes[name]):
+                    raise refused_shape(name, shapes[name])
         for i in range(engine.num_bindings):
             ios.append((engine.get_binding_name(i), engine.binding_is_input(i), tuple(context.get_binding_shape(i)),
                         np.dtype(trt.nptype(engine.get_binding_dtype(i)))))

@@ -2209,6 +2209,31 @@ def test_runner_an_error_in_a_calibrator_callback_is_one_line(
     assert gpu.callback_errors == [] and gpu.memory == {}
 
 
+def test_runner_a_shape_the_engine_refuses_is_named(
+    surface: tuple[str, types.ModuleType, FakeGpu],
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A serialized engine timed with --shapes outside the profile it was built with: TensorRT's
+    set_input_shape / set_binding_shape return False, which the runner ignored; the outputs kept
+    their -1 batch and it blamed "a data-dependent shape (an NMS-like op)". Now the --shapes entry
+    is named, before anything is allocated."""
+    version, _, gpu = surface
+    engine = tmp_path / "m.engine"
+    cuda = ["--cuda", "pycuda"] if version == V82 else []
+    args = [str(zoo_model_path("mobilenet_like_dynamic")), "--save-engine", str(engine), *cuda]
+    run_runner([*args, "--shapes", "input:2x3x32x32", "--runs", "2", "--warmup", "1"], tmp_path, capsys)
+    allocs = len(calls(gpu, "alloc"))
+    rc = load_runner().main([str(engine), "--shapes", "input:4x3x32x32", "--runs", "2", *cuda])
+    assert rc == 2 and capsys.readouterr().err == (
+        "error: --shapes input:4x3x32x32: the engine does not take this shape (outside the optimization "
+        "profile it was built with; TensorRT's error above says which dimension)\n"
+    )
+    assert gpu.trt_errors == ["input: shape [4, 3, 32, 32] is outside the optimization profile"]
+    assert len(calls(gpu, "alloc")) == allocs and gpu.memory == {}
+
+
 def runner_builds(
     args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str], gpu: FakeGpu
 ) -> tuple[bool, dict[str, Any], str]:
