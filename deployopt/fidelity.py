@@ -630,6 +630,33 @@ def _run(sess: Any, feed: dict[str, np.ndarray], role: str) -> list[np.ndarray]:
         raise DataError(f"{role} model failed on the calibration inputs: {first[:300]}") from None
 
 
+def _check_finite_reference(outputs: list[np.ndarray], calib: CalibrationSet) -> None:
+    """The reference's outputs must be finite to compare against: values that overflow inside the
+    model (an image fed unnormalised into an fp16 export, a stray 1e38) made every candidate
+    "fail" (verify: exit 1; optimize: an internal error after the whole search)."""
+    bad = sum(int(np.count_nonzero(~np.isfinite(o))) for o in outputs if o.dtype.kind in "fc")
+    if not bad:
+        return
+    if calib.random:
+        hint = "give --calibration-data with the values the model takes"
+    else:
+        hint = "nothing to compare against: check the data's scale and the model"
+    raise DataError(
+        f"{calib.source}: the reference model's outputs hold {bad} NaN or infinite value(s) on this "
+        f"data; {hint}"
+    )
+
+
+def check_reference_finite(model: str | os.PathLike[str] | onnx.ModelProto, calib: CalibrationSet) -> None:
+    """Before the search: run the reference once over `calib`, so optimize stops in one line on
+    data the model cannot compute (non-finite outputs), not after every candidate was timed."""
+    sess = _session(model, "reference")
+    types = _input_dtypes(sess)
+    names = {i.name: i.name for i in sess.get_inputs()}
+    for sample in calib.samples:
+        _check_finite_reference(_run(sess, _feed(sample, names, types), "reference"), calib)
+
+
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:
     na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
     if na == 0.0 and nb == 0.0:
@@ -705,6 +732,7 @@ def compare_models(
         if missing:
             raise DataError(f"calibration samples have no array for input(s) {', '.join(missing)}")
         ref_out = _run(ref_s, _feed(sample, ref_input, ref_types), "reference")
+        _check_finite_reference(ref_out, calib)
         cand_out = _run(cand_s, _feed(sample, cand_input, cand_types), "candidate")
         for i, (r, c) in enumerate(zip(ref_out, cand_out)):
             if r.shape != c.shape:

@@ -359,10 +359,11 @@ class Optimizer:
         self.dead = self._dead_channels()
         self._predict = self._wave_predictor()
         if cfg.fidelity:
-            from deployopt.fidelity import check_feedable
+            from deployopt.fidelity import check_feedable, check_reference_finite
 
             # a calibration set that does not fit the model fails here, before any timing
             check_feedable(self._calibration(), self.loaded.model)
+            check_reference_finite(self.model, self._calibration())
 
     def _dead_channels(self) -> dict[str, int]:
         if self.cfg.mode == "grow":

@@ -507,3 +507,20 @@ def test_a_missing_input_is_worded_alike_in_every_command(
     code, _, err = run(monkeypatch, capsys, *(a.format(**names) for a in args))
     assert (code, err) == (2, f"error: {gone}: no such file{' or folder' if folder else ''}\n")
     assert not (tmp_path / "out").exists()
+
+
+def test_calibration_data_the_reference_model_overflows_on(
+    monkeypatch, capsys, tmp_path, zoo_model_path
+) -> None:
+    """Finite inputs that overflow inside the model (1e38) gave NaN outputs on both sides: verify
+    reported the model compared with itself as FAILED (exit 1), and optimize searched to the end and
+    then called it an internal error ('please report this'), leaving a journal behind."""
+    m = str(zoo_model_path("resnet_projection"))
+    np.save(tmp_path / "big.npy", np.full((2, 3, 32, 32), 1e38, np.float32))
+    data = str(tmp_path / "big.npy")
+    message = "the reference model's outputs hold"
+    _one_error(*run(monkeypatch, capsys, "verify", m, m, "--calibration-data", data), message)
+    out = tmp_path / "run"
+    args = ["optimize", m, "-t", "nano", "-b", "model", "--max-evals", "4", "-o", str(out)]
+    _one_error(*run(monkeypatch, capsys, *args, "--calibration-data", data), message)
+    assert not out.exists()
