@@ -375,6 +375,27 @@ def import_trt():
     return trt
 
 
+def make_logger(trt):
+    """A trt.ILogger writing TensorRT's warnings and errors to stderr. trt.Logger writes them to
+    std::cout (the DefaultLogger in NVIDIA/TensorRT python/src/infer/pyCore.cpp, 8.2 to 10.x), in
+    front of the JSON this runner prints on stdout (`runner.py model.onnx > result.json` was not
+    JSON). TensorRT calls log() from noexcept C++, so it never raises (8.2 would abort)."""
+
+    class StderrLogger(trt.ILogger):
+        def __init__(self):
+            trt.ILogger.__init__(self)  # pybind11 needs the explicit base init
+            self.min_severity = int(trt.Logger.WARNING)
+
+        def log(self, severity, msg):
+            try:
+                if int(severity) <= self.min_severity:  # INTERNAL_ERROR 0 ... VERBOSE 4
+                    sys.stderr.write("[TensorRT] %s: %s\n" % (getattr(severity, "name", severity), msg))
+            except Exception:  # noqa: BLE001 - nothing may escape into TensorRT
+                pass
+
+    return StderrLogger()
+
+
 def make_npy_calibrator(trt, cuda, npy_path, cache_path, shape):
     """IInt8EntropyCalibrator2 over a .npy of N items shaped like the input (or like one batch item)."""
     import numpy as np
@@ -499,7 +520,7 @@ def check_out(path):
 
 def build_engine(trt, args, shapes, cuda):
     version = trt.__version__
-    logger = trt.Logger(trt.Logger.WARNING)
+    logger = make_logger(trt)
     builder = trt.Builder(logger)
     if args.dtype == "int8" and version_tuple(version) < (10, 0) and not builder.platform_has_fast_int8:
         # Jetson Nano and TX2 (JetPack 4.x): TensorRT would build it, slower than FP16. (The query is
@@ -759,7 +780,7 @@ def run(args):
         else:
             sys.stderr.write("reusing engine %s: built earlier from the same model, dtype, shapes, "
                              "workspace, TensorRT and calibration (--rebuild builds it again)\n" % engine_file)
-    logger = trt.Logger(trt.Logger.WARNING)
+    logger = make_logger(trt)
     runtime = trt.Runtime(logger)
     with open(engine_file, "rb") as fh:
         engine = runtime.deserialize_cuda_engine(fh.read())

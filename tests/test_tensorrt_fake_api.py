@@ -601,24 +601,36 @@ def make_tensorrt(version: str, gpu: FakeGpu) -> types.ModuleType:
         def __repr__(self) -> str:
             return repr(self._d)
 
-    class ILogger(Binding):
-        __slots__ = ()
+    class ILogger(metaclass=PybindMeta):
+        """The trampoline base (PyLogger): subclassable, log() pure virtual; Severity exported into it."""
 
-    class Logger(ILogger):
-        __slots__ = ("min_severity",)
         Severity = severity
         INTERNAL_ERROR, ERROR, WARNING, INFO, VERBOSE = tuple(severity)
 
+        def __init__(self) -> None:
+            self._pybind_init = True
+
+        def log(self, severity: Any, msg: str) -> None:
+            raise RuntimeError('Tried to call pure virtual function "ILogger::log"')
+
+    class Logger(ILogger):
+        """pyCore.cpp's DefaultLogger: prints what is at least as severe as min_severity to std::cout."""
+
         def __init__(self, min_severity: Any = severity.WARNING) -> None:
+            ILogger.__init__(self)
             need(isinstance(min_severity, severity), "Logger(min_severity: ILogger.Severity)")
             self.min_severity = min_severity
 
         def log(self, level: Any, msg: str) -> None:
-            if level <= severity.ERROR:
-                gpu.trt_errors.append(msg)
+            if level <= self.min_severity:
+                sys.stdout.write(f"[TRT] [{'FEWIV'[int(level)]}] {msg}\n")
 
     def error(logger: Any, msg: str) -> None:
+        gpu.trt_errors.append(msg)
         logger.log(severity.ERROR, msg)
+
+    def warning(logger: Any, msg: str) -> None:
+        logger.log(severity.WARNING, msg)
 
     class IProfiler(metaclass=PybindMeta):
         def __init__(self) -> None:
@@ -719,6 +731,14 @@ def make_tensorrt(version: str, gpu: FakeGpu) -> types.ModuleType:
             except Exception as exc:
                 self._errors.append(ParserError(f"failed to parse the ONNX model: {type(exc).__name__}"))
                 return False
+            if v < (10, 0) and any(
+                t.data_type == onnx.TensorProto.INT64 for t in onnx.load_from_string(data).graph.initializer
+            ):  # what TensorRT 8.x's ONNX parser says about nearly every PyTorch export (Reshape shapes)
+                warning(
+                    self._logger,
+                    "onnx2trt_utils.cpp:366: Your ONNX model has been generated with INT64 weights, while "
+                    "TensorRT does not natively support INT64. Attempting to cast down to INT32.",
+                )
             if not inputs:
                 self._errors.append(ParserError("the graph has no inputs"))
                 return False
@@ -2232,6 +2252,40 @@ def test_runner_a_shape_the_engine_refuses_is_named(
     )
     assert gpu.trt_errors == ["input: shape [4, 3, 32, 32] is outside the optimization profile"]
     assert len(calls(gpu, "alloc")) == allocs and gpu.memory == {}
+
+
+def int64_weights_model(tmp_path: Path) -> Path:
+    """What a PyTorch export looks like to TensorRT 8.x's parser: a Reshape whose target shape is an
+    INT64 initializer (it warns that it casts such weights down to INT32)."""
+    h = onnx.helper
+    x = h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 8, 8])
+    y = h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 192])
+    shape = h.make_tensor("shape", onnx.TensorProto.INT64, [2], [1, -1])
+    graph = h.make_graph([h.make_node("Reshape", ["x", "shape"], ["y"])], "reshape", [x], [y], [shape])
+    path = tmp_path / "reshape.onnx"
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def test_tensorrt_messages_go_to_stderr_not_into_the_json(
+    surface: tuple[str, types.ModuleType, FakeGpu], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """trt.Logger prints TensorRT's messages on stdout (pyCore.cpp's DefaultLogger writes to
+    std::cout, 8.2 to 10.x), so the parser's INT64 warning came before the JSON the runner prints
+    there (and into the worker's, hence `deployopt bench --json`'s, stdout). Both log through an
+    ILogger subclass to stderr now: stdout is the JSON alone."""
+    version, _, _ = surface
+    model = int64_weights_model(tmp_path)
+    int64 = "onnx2trt_utils.cpp:366: Your ONNX model has been generated with INT64 weights"
+    build_engine(str(model), opts(tmp_path), str(tmp_path / "m.engine"))
+    out, err = capsys.readouterr()
+    assert out == "" and (f"[TensorRT] WARNING: {int64}" in err) == (version != V10)
+
+    cuda = ["--cuda", "pycuda"] if version == V82 else []
+    rc = load_runner().main([str(model), "--runs", "2", *cuda, "--engine-dir", str(tmp_path / "engines")])
+    out, err = capsys.readouterr()
+    assert rc == 0 and json.loads(out)["runs"] == 2
+    assert (f"[TensorRT] WARNING: {int64}" in err) == (version != V10)
 
 
 def runner_builds(

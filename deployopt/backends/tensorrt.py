@@ -25,6 +25,7 @@ import importlib.util
 import json
 import os
 import statistics
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -484,6 +485,25 @@ def _import_trt() -> Any:
         raise BackendUnavailable(TRT_HINT) from None
 
 
+def make_logger(trt: Any) -> Any:
+    """A `trt.ILogger` writing TensorRT's warnings and errors to stderr. `trt.Logger` writes them to
+    std::cout (the DefaultLogger in NVIDIA/TensorRT python/src/infer/pyCore.cpp, 8.2 to 10.x), which
+    the worker shares with the caller: a parser warning landed in the JSON `bench --json` prints on
+    stdout. TensorRT calls log() from noexcept C++, so it never raises (8.2 would abort)."""
+
+    class StderrLogger(trt.ILogger):  # type: ignore[misc, name-defined]
+        def __init__(self) -> None:
+            trt.ILogger.__init__(self)  # pybind11 needs the explicit base init
+            self.min_severity = int(trt.Logger.WARNING)
+
+        def log(self, severity: Any, msg: str) -> None:
+            with contextlib.suppress(Exception):
+                if int(severity) <= self.min_severity:  # INTERNAL_ERROR 0 ... VERBOSE 4
+                    sys.stderr.write(f"[TensorRT] {getattr(severity, 'name', severity)}: {msg}\n")
+
+    return StderrLogger()
+
+
 def _onnx_has_qdq(onnx_bytes: bytes) -> bool:
     import onnx
 
@@ -508,7 +528,7 @@ def build_engine(model_path: str, options: MeasureOptions, engine_path: str) -> 
 
     trt = _import_trt()
     version = trt.__version__
-    logger = trt.Logger(trt.Logger.WARNING)
+    logger = make_logger(trt)
     builder = trt.Builder(logger)
     if options.dtype == "int8" and version_tuple(version) < (10, 0) and not builder.platform_has_fast_int8:
         # Jetson Nano and TX2 (JetPack 4.x): TensorRT would build it, slower than FP16. (The query is
@@ -696,7 +716,7 @@ def time_engine(
     version = trt.__version__
     api = api_for_version(version)
     cuda = cuda_api(options.extra.get("cuda"))
-    logger = trt.Logger(trt.Logger.WARNING)
+    logger = make_logger(trt)
     runtime = trt.Runtime(logger)
     engine = runtime.deserialize_cuda_engine(Path(engine_path).read_bytes())
     if engine is None:
