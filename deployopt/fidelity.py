@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -209,9 +210,28 @@ def _batched(
     return samples + _stack_rows(rows, batch), [notice] if notice else []
 
 
+#: the first bytes of a .npy file and of an .npz (a zip): anything else np.load reads as a pickle
+#: and refuses with "contains pickled (object) data ... allow_pickle", advice the CLI cannot take
+_NPY_MAGIC, _ZIP_MAGIC = b"\x93NUMPY", b"PK\x03\x04"
+
+
+def _check_array_header(path: Path) -> None:
+    """A text file, a pickle or an image named .npy/.npz is one line that says what it is not."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(len(_NPY_MAGIC))
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read array file ({exc.strerror or exc})") from None
+    want = _NPY_MAGIC if path.suffix.lower() == ".npy" else _ZIP_MAGIC
+    if not head.startswith(want):
+        kind = "a NumPy .npy file (numpy.save)" if want is _NPY_MAGIC else "a NumPy .npz file (numpy.savez)"
+        raise DataError(f"{path}: not {kind}")
+
+
 def _load_array_file(
     path: Path, inputs: dict[str, list[int]]
 ) -> dict[str, tuple[list[np.ndarray], list[np.ndarray]]]:
+    _check_array_header(path)
     try:
         if path.suffix.lower() == ".npy":
             data: dict[str, np.ndarray] = {}
@@ -225,9 +245,13 @@ def _load_array_file(
         else:
             with np.load(path, allow_pickle=False) as npz:
                 data = {k: npz[k] for k in npz.files}
+            # a zip member that is not a .npy comes back as its raw bytes
+            raw = next((k for k, v in data.items() if not isinstance(v, np.ndarray)), None)
+            if raw is not None:
+                raise DataError(f"{path}: {raw!r} in it is not a .npy array; write the file with numpy.savez")
     except DataError:
         raise
-    except (OSError, ValueError, EOFError) as exc:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         first = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
         raise DataError(f"{path}: cannot read array file ({first})") from None
     if path.suffix.lower() == ".npz":

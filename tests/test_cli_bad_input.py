@@ -524,3 +524,28 @@ def test_calibration_data_the_reference_model_overflows_on(
     args = ["optimize", m, "-t", "nano", "-b", "model", "--max-evals", "4", "-o", str(out)]
     _one_error(*run(monkeypatch, capsys, *args, "--calibration-data", data), message)
     assert not out.exists()
+
+
+def _zip_with_a_png(path: Path) -> None:
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("input", b"\x89PNG\r\n\x1a\n")
+
+
+@pytest.mark.parametrize(
+    ("name", "write", "message"),
+    [
+        ("a.npy", lambda p: p.write_text("1 2 3\n"), "a.npy: not a NumPy .npy file (numpy.save)"),
+        ("a.npz", lambda p: p.write_text("1 2 3\n"), "a.npz: not a NumPy .npz file (numpy.savez)"),
+        ("a.npz", _zip_with_a_png, "a.npz: 'input' in it is not a .npy array"),
+        ("a.npz", lambda p: p.write_bytes(b"PK\x03\x04" + bytes(60)), "a.npz: cannot read array file"),
+    ],
+)
+def test_array_files_that_are_not_numpys(monkeypatch, capsys, tmp_path, zoo_model_path, name, write, message):
+    """Text named .npy/.npz said 'contains pickled (object) data ... allow_pickle', advice the CLI
+    cannot take; a zip of other files was AttributeError ('bytes' has no dtype), a broken zip
+    zipfile.BadZipFile: each a traceback."""
+    m = str(zoo_model_path("resnet_projection"))
+    write(tmp_path / name)
+    _one_error(*run(monkeypatch, capsys, "verify", m, m, "--calibration-data", str(tmp_path / name)), message)
