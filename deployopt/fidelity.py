@@ -351,9 +351,15 @@ def load_calibration(
                 f"{arrays[0].relative_to(path)}); keep one kind per folder"
             )
         if not files and not arrays:
+            if not entries:
+                raise DataError(
+                    f"{path}: empty folder (no png/jpg/jpeg/bmp images and no .npy/.npz arrays, "
+                    "subfolders searched too)"
+                )
+            # a folder of .webp or .tif images is not empty: say what was found and not read
             raise DataError(
-                f"{path}: empty folder (no png/jpg/jpeg/bmp images and no .npy/.npz arrays, "
-                "subfolders searched too)"
+                f"{path}: no png/jpg/jpeg/bmp images and no .npy/.npz arrays, only {len(entries)} other "
+                f"file(s) such as {entries[0].relative_to(path)} (subfolders searched too)"
             )
         if arrays:
             return _assemble_arrays([_load_array_file(f, inputs) for f in arrays], inputs, count, str(path))

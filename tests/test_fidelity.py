@@ -259,11 +259,13 @@ def test_nested_mix_of_images_and_arrays_is_refused_in_one_line(tmp_path: Path) 
     assert "\n" not in str(info.value)
 
 
-def test_folder_with_only_hidden_or_other_files_is_empty_even_nested(tmp_path: Path) -> None:
+def test_folder_with_only_hidden_or_other_files_has_no_data_even_nested(tmp_path: Path) -> None:
     _png(tmp_path / ".hidden" / "a.png", 0)
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "readme.txt").write_text("no data here")
-    with pytest.raises(DataError, match=r"empty folder \(.*subfolders searched too\)"):
+    with pytest.raises(
+        DataError, match=r"only 1 other file\(s\) such as notes/readme.txt \(subfolders searched"
+    ):
         load_calibration(tmp_path, {"input": [1, 1, 2, 2]})
 
 
