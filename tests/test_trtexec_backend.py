@@ -21,6 +21,7 @@ from deployopt.backends.trtexec import (
     JETSON_TRTEXEC,
     TrtexecBackend,
     build_command,
+    detect_version,
     find_trtexec,
     input_shapes,
     shapes_arg,
@@ -314,6 +315,31 @@ def test_what_was_timed_says_when_trtexec_dropped_the_cuda_graph(
     with TrtexecBackend().open(off) as session:
         assert ", no CUDA graph, " in session.measure(fake["model"]).timed
     assert "--useCudaGraph" not in fake["FAKE_ARGS"].read_text().split("\n")
+
+
+def test_a_7x_trtexec_is_told_by_its_banner_and_gets_7x_flags(
+    fake: dict[str, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """trtexec's banner carries [TensorRT vNNNN] from 8.0 on (the recorded 8.0.1 log has it, the 7.x
+    log has none). A 7.x binary was taken for an unknown version, which gets 10.x flags: no
+    --explicitBatch (7.x needs it for ONNX) and --memPoolSize (7.x only has --workspace)."""
+    logs = {
+        "trt8.0.1_jetson_nano_deepstream_yolo_fp16_loadEngine_log.txt": "8.0.1",
+        "trt7.x_teslaV100_quickstart_pytorch_resnet50_fp16_legacy_format_log.txt": "7",
+    }
+    for log, version in logs.items():
+        lines = (FIX / log).read_text().splitlines(keepends=True)
+        (tmp_path / log).write_text(next(line for line in lines if line.startswith("&&&& RUNNING")))
+        monkeypatch.setenv("FAKE_LOG", str(tmp_path / log))  # --help prints the banner alone
+        assert detect_version(os.environ["DEPLOYOPT_TRTEXEC"]) == version
+    monkeypatch.setenv("FAKE_LOG", str(FIX / log))  # the 7.x run
+    with TrtexecBackend().open(MeasureOptions(workdir=fake["workdir"])) as session:
+        session.run(fake["model"])
+    args = fake["FAKE_ARGS"].read_text().split("\n")
+    assert "--explicitBatch" in args and "--workspace=1024" in args
+    assert not any(a.startswith(("--memPoolSize", "--profilingVerbosity", "--exportLayerInfo")) for a in args)
+    monkeypatch.setenv("FAKE_LOG", str(fake["model"]))  # not trtexec's banner: version unknown
+    assert detect_version(os.environ["DEPLOYOPT_TRTEXEC"]) is None
 
 
 def test_profile_joins_tactics(fake: dict[str, Path]) -> None:

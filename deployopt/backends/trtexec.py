@@ -108,7 +108,8 @@ def find_trtexec() -> str | None:
 
 
 def detect_version(trtexec: str, timeout_s: float = 60.0, prefix: list[str] | None = None) -> str | None:
-    """TensorRT version from the `&&&& RUNNING TensorRT.trtexec [TensorRT v8502]` banner of --help."""
+    """TensorRT version from the `&&&& RUNNING TensorRT.trtexec [TensorRT v8502]` banner of --help;
+    "7" for a banner without the tag (7.x), None when there is no banner."""
     import re
 
     try:
@@ -121,8 +122,16 @@ def detect_version(trtexec: str, timeout_s: float = 60.0, prefix: list[str] | No
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
-    m = re.search(r"\[TensorRT v(\d+)\]", proc.stdout.decode("utf-8", "replace"))
-    return parse_version_code(m.group(1)) if m else None
+    out = proc.stdout.decode("utf-8", "replace")
+    m = re.search(r"\[TensorRT v(\d+)\]", out)
+    if m:
+        return parse_version_code(m.group(1))
+    if "&&&& RUNNING TensorRT.trtexec" in out:
+        # 8.0 added the version tag to the banner (the recorded 7.x log has none, the 8.0.1 log has
+        # it): without it the binary is 7.x, which needs --explicitBatch and --workspace for ONNX,
+        # not the 10.x flags an unknown version gets
+        return "7"
+    return None
 
 
 def shapes_arg(shapes: dict[str, list[int]]) -> str:
