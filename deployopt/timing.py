@@ -293,6 +293,11 @@ def load_timing(path: str | Path) -> Timing:
     except (ValueError, TypeError) as exc:
         raise DataError(f"{p} is not a measurement: {exc}") from None
     _check_samples(p, timing, "samples_us")
+    # every report line names the backend, and a "measured" of "no" read as true
+    if not isinstance(timing.backend, str) or not timing.backend:
+        raise DataError(f'{p}: "backend" must be the name of a backend, not {json.dumps(data["backend"])}')
+    if not isinstance(timing.measured, bool):
+        raise DataError(f'{p}: "measured" must be true or false, not {json.dumps(data["measured"])}')
     if not timing.measured:
         raise DataError(
             f"{p} is predicted by {timing.predictor or 'a model'}, not measured: regression timing "

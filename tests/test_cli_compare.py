@@ -141,6 +141,21 @@ def test_samples_that_are_not_latencies_are_one_line(monkeypatch, capsys, tmp_pa
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+def test_backend_and_measured_of_the_wrong_type_are_one_line(monkeypatch, capsys, tmp_path: Path) -> None:
+    """A backend of 5 or null was a TypeError traceback in the 'measured on' line; a "measured"
+    of "no" was read as true and compared."""
+    doc = json.loads(Path(AUTOTUNED).read_text())
+    for key, value, says in [
+        ("backend", 5, '"backend" must be the name of a backend, not 5'),
+        ("backend", None, '"backend" must be the name of a backend, not null'),
+        ("measured", "no", '"measured" must be true or false, not "no"'),
+    ]:
+        bad = tmp_path / f"bad_{key}.json"
+        bad.write_text(json.dumps({**doc, key: value}))
+        code, out, err = run_cli(monkeypatch, capsys, "compare", str(bad), AUTOTUNED)
+        assert (code, out, err) == (2, "", f"error: {bad}: {says}\n"), err
+
+
 def test_export_times_that_are_not_latencies_are_one_line(monkeypatch, capsys, tmp_path: Path) -> None:
     """Before, NaN compute times compared as 'no change' (exit 0), -1 ms as 'faster', 1e400 as
     'slower': a corrupt trtexec file could pass the regression gate."""
