@@ -549,3 +549,16 @@ def test_array_files_that_are_not_numpys(monkeypatch, capsys, tmp_path, zoo_mode
     m = str(zoo_model_path("resnet_projection"))
     write(tmp_path / name)
     _one_error(*run(monkeypatch, capsys, "verify", m, m, "--calibration-data", str(tmp_path / name)), message)
+
+
+def test_a_width_range_past_int64_is_counted_not_built() -> None:
+    """len(range(16, 10**20)) is an OverflowError ('Python int too large to convert to C ssize_t'):
+    a traceback where 16:1000000000:1 was one line."""
+    from deployopt.cli.targets_cmd import parse_channels
+    from deployopt.errors import DeployoptError
+
+    with pytest.raises(
+        DeployoptError, match=r"^--out-channels '16:99999999999999999999:1': 99999999999999999984 widths"
+    ):
+        parse_channels("16:99999999999999999999:1")
+    assert parse_channels("16:99999999999999999999:99999999999999999000") == [16, 99999999999999999016]

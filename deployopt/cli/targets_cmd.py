@@ -74,12 +74,12 @@ def parse_channels(value: str, option: str = "--out-channels") -> list[int]:
                 raise DeployoptError(
                     f"{option} {value!r}: need 1 <= start <= stop and step >= 1 (a:b:s includes b)"
                 )
-            span = range(a, b + 1, s)
-            if len(span) > MAX_WIDTHS:  # before the list exists: 16:1000000000:1 would fill the RAM
-                raise DeployoptError(
-                    f"{option} {value!r}: {len(span)} widths is too many (at most {MAX_WIDTHS})"
-                )
-            widths = list(span)
+            # counted before the list exists (16:1000000000:1 would fill the RAM), and not by
+            # len(range): past 2^63 that is an OverflowError
+            count = (b - a) // s + 1
+            if count > MAX_WIDTHS:
+                raise DeployoptError(f"{option} {value!r}: {count} widths is too many (at most {MAX_WIDTHS})")
+            widths = list(range(a, b + 1, s))
         else:
             widths = [int(p) for p in text.split(",") if p.strip()]
     except ValueError:
