@@ -289,6 +289,12 @@ def activation_importance(
     ids = {gid: analysis.group(gid).id for gid in gids}  # a group may be named by any of its producers
     reads = _reads(analysis, list(ids.values()))
     means = _mean_abs(model, analysis, sorted(reads), samples) if reads else {}
+    bad = next((t for t, m in means.items() if not np.isfinite(m).all()), None)
+    if bad is not None:  # NaN sorts anywhere: the trim would drop arbitrary channels, exit 0
+        raise DataError(
+            f"ranking channels on the calibration data: tensor {bad!r} holds NaN or infinite values on "
+            "it (values that overflow the model?); check the data's scale"
+        )
     result = {gid: np.zeros(analysis.group(gid).width) for gid in ids.values()}
     for tensor, nodes in reads.items():
         act = means[tensor]

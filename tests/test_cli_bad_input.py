@@ -562,3 +562,16 @@ def test_a_width_range_past_int64_is_counted_not_built() -> None:
     ):
         parse_channels("16:99999999999999999999:1")
     assert parse_channels("16:99999999999999999999:99999999999999999000") == [16, 99999999999999999016]
+
+
+def test_a_trim_ranked_on_activations_that_overflow(monkeypatch, capsys, tmp_path, zoo_model_path) -> None:
+    """Channels ranked on NaN/inf activations (inputs of 1e38) sort anywhere: apply trimmed
+    arbitrary channels, said it ranked them 'by least activation × weight on the data' and exited 0."""
+    m = str(zoo_model_path("resnet_projection"))
+    np.save(tmp_path / "big.npy", np.full((2, 3, 32, 32), 1e38, np.float32))
+    plan = tmp_path / "plan.json"
+    plan.write_text('{"widths": {"layer4.0.conv1.conv": 120}}')
+    out = tmp_path / "out.onnx"
+    args = ["apply", m, "--plan", str(plan), "-o", str(out), "--calibration-data", str(tmp_path / "big.npy")]
+    _one_error(*run(monkeypatch, capsys, *args), "'layer4.0.conv1.relu.out' holds NaN or infinite values")
+    assert not out.exists()
