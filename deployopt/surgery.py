@@ -44,6 +44,17 @@ class GroupChange:
         return dict(self.__dict__)
 
 
+def _no_conflicting_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json's object hook: a key given twice with different values (a group's width edited by
+    adding a line) is ambiguous, and json.loads kept the last one without a word."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out and out[key] != value:
+            raise PlanError(f"{key!r} is given twice ({out[key]!r} and {value!r}); give it once")
+        out[key] = value
+    return out
+
+
 def load_plan(path: str | os.PathLike[str]) -> dict[str, int]:
     """Read `{"widths": {"<group id>": <width>, ...}}`; any other shape is a one-line PlanError."""
     path = Path(path)
@@ -52,9 +63,11 @@ def load_plan(path: str | os.PathLike[str]) -> dict[str, int]:
     if not path.is_file():
         raise no_such_file(path, PlanError)
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(), object_pairs_hook=_no_conflicting_keys)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise PlanError(f"{path}: not valid JSON ({exc})") from None
+    except PlanError as exc:
+        raise PlanError(f"{path}: {exc}") from None
     except OSError as exc:  # unreadable: permissions, a vanished network file
         raise PlanError(f"{path}: cannot read the plan: {exc.strerror or exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("widths"), dict):

@@ -575,3 +575,19 @@ def test_a_trim_ranked_on_activations_that_overflow(monkeypatch, capsys, tmp_pat
     args = ["apply", m, "--plan", str(plan), "-o", str(out), "--calibration-data", str(tmp_path / "big.npy")]
     _one_error(*run(monkeypatch, capsys, *args), "'layer4.0.conv1.relu.out' holds NaN or infinite values")
     assert not out.exists()
+
+
+def test_a_plan_that_gives_a_group_twice(monkeypatch, capsys, tmp_path, zoo_model_path) -> None:
+    """json.loads kept the last of two widths for one group without a word (a plan edited by
+    adding a line); the same width twice is still fine."""
+    m = str(zoo_model_path("resnet_projection"))
+    plan, out = tmp_path / "plan.json", tmp_path / "out.onnx"
+    plan.write_text('{"widths": {"stem.conv": 24, "stem.conv": 8}}')
+    args = ["apply", m, "--plan", str(plan), "-o", str(out)]
+    _one_error(
+        *run(monkeypatch, capsys, *args), f"{plan}: 'stem.conv' is given twice (24 and 8); give it once"
+    )
+    assert not out.exists()
+    plan.write_text('{"widths": {"stem.conv": 24, "stem.conv": 24}}')
+    code, _, err = run(monkeypatch, capsys, *args)
+    assert code == 0 and out.exists(), err
