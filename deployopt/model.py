@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import select
 import shutil
 import stat
 import tempfile
@@ -108,21 +109,68 @@ def refuse_directory(path: Path) -> None:
 
 # protobuf's limit on one message: an ONNX file above it keeps its weights as external data
 MAX_PROTO_BYTES = 2**31 - 1
+#: how long loading waits for a process to open a named pipe given as the model for writing: a
+#: blocking open waited forever (`analyze fifo` with nothing feeding it hung); `<(cmd)` and a
+#: writer started first are there at once
+PIPE_WRITER_WAIT_S = 5.0
+
+
+def _refuse_device(path: Path, mode: int) -> None:
+    """A device or socket is refused before reading (`/dev/zero` would fill memory)."""
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
+        kind = "socket" if stat.S_ISSOCK(mode) else "device"
+        raise ModelError(f"{path}: is a {kind}, not a file; give an .onnx file")
+
+
+def require_model_file(path: Path, command: str) -> None:
+    """One line, before any work, unless `path` is a regular file. For commands that read the model
+    by its path more than once (loading, then onnxruntime or a backend worker opening it again): a
+    pipe gives its bytes once, so the second read hung on a named FIFO or found nothing."""
+    try:
+        if not path.exists():
+            raise no_such_file(path, ModelError)
+        refuse_directory(path)
+        mode = path.stat().st_mode
+    except OSError as exc:
+        raise ModelError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    _refuse_device(path, mode)
+    if stat.S_ISFIFO(mode):
+        raise ModelError(f"{path}: is a pipe; {command} reads the model more than once: give an .onnx file")
+
+
+def _wait_for_writer(fd: int, timeout_s: float) -> bytes | None:
+    """None when no process opens the pipe for writing within `timeout_s`, else what a non-blocking
+    read got (b"" when nothing yet). Linux polls a pipe as hung up only once a writer has been seen,
+    so silence is no writer or one that has not written yet: a non-blocking read tells them apart."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    if poller.poll(int(timeout_s * 1000)):
+        return b""
+    try:
+        return os.read(fd, 1 << 20) or None  # end of file: no writer
+    except BlockingIOError:  # a writer, with nothing written yet
+        return b""
 
 
 def _read_model_bytes(path: Path) -> bytes:
     """The file's bytes. A pipe (`<(gunzip -c m.onnx.gz)`) is read up to protobuf's limit, so an
-    endless one ends in one line; a device or socket is refused before reading (`/dev/zero` would
-    fill memory)."""
+    endless one ends in one line, and one that no process opens for writing ends in one line after
+    PIPE_WRITER_WAIT_S; a device or socket is refused before reading."""
     try:
         mode = path.stat().st_mode
-        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
-            kind = "socket" if stat.S_ISSOCK(mode) else "device"
-            raise ModelError(f"{path}: is a {kind}, not a file; give an .onnx file")
+        _refuse_device(path, mode)
         if not stat.S_ISFIFO(mode):
             return path.read_bytes()
-        chunks, size = [], 0
-        with path.open("rb", buffering=0) as f:
+        # a blocking open would wait for a writer forever
+        with open(path, "rb", buffering=0, opener=lambda p, flags: os.open(p, flags | os.O_NONBLOCK)) as f:
+            first = _wait_for_writer(f.fileno(), PIPE_WRITER_WAIT_S)
+            if first is None:
+                raise ModelError(
+                    f"{path}: is a pipe nothing writes to (waited {PIPE_WRITER_WAIT_S:g} s); "
+                    "start its writer first, or give an .onnx file"
+                )
+            os.set_blocking(f.fileno(), True)
+            chunks, size = [first], len(first)
             while chunk := f.read(1 << 20):  # chunks: one read of 2 GiB would allocate it up front
                 chunks.append(chunk)
                 size += len(chunk)

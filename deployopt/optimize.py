@@ -115,7 +115,9 @@ class OptimizeConfig:
         gate = self.trim_gate()
         return {
             "journal_version": JOURNAL_VERSION,
-            "model_sha256": file_sha256(self.model_path),
+            # a pipe (`<(gunzip -c m.onnx.gz)`) gives its bytes once, to loading: hashing it again
+            # waited forever for a new writer of a named one, and hashed an anonymous one as empty
+            "model_sha256": file_sha256(self.model_path) if Path(self.model_path).is_file() else None,
             "target": self.target,
             "sms": self.sms,
             "cudnn_engines": self.cudnn_engines,

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import stat
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -117,6 +123,115 @@ def test_bad_files_are_one_line_errors(
 def test_a_directory_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ModelError, match="is a directory"):
         load_model(tmp_path)
+
+
+def _cli_in_child(*args: str, pipe_wait_s: float = 0.3) -> subprocess.CompletedProcess[str]:
+    """`deployopt ARGS` in a child killed after 60 s (a regression into a hang fails, never blocks
+    the test run), with loading's wait for a pipe's writer cut to `pipe_wait_s`."""
+    run_cli = (
+        f"import sys; import deployopt.model as m; m.PIPE_WRITER_WAIT_S = {pipe_wait_s}; "
+        "from deployopt.cli.main import main; sys.argv = ['deployopt', *sys.argv[1:]]; main()"
+    )
+    return subprocess.run([sys.executable, "-c", run_cli, *args], capture_output=True, text=True, timeout=60)
+
+
+def test_a_pipe_nothing_writes_to_is_one_line_after_a_short_wait(tmp_path: Path) -> None:
+    """`analyze fifo` with no process feeding it blocked in open() forever."""
+    fifo = tmp_path / "model.onnx"
+    os.mkfifo(fifo)
+    proc = _cli_in_child("analyze", str(fifo))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == (
+        f"error: {fifo}: is a pipe nothing writes to (waited 0.3 s); "
+        "start its writer first, or give an .onnx file"
+    ), proc.stderr
+
+
+def test_a_pipe_whose_writer_is_slow_to_start_sending_is_still_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, zoo_model_path: Callable[[str], Path]
+) -> None:
+    """`<(ssh board cat m.onnx)`: the writer holds the pipe open but sends its first byte after the
+    wait for a writer; that is a writer, not an empty pipe."""
+    from deployopt import model as model_module
+
+    monkeypatch.setattr(model_module, "PIPE_WRITER_WAIT_S", 0.2)
+    data = zoo_model_path("resnet_projection").read_bytes()
+    fifo = tmp_path / "model.onnx"
+    os.mkfifo(fifo)
+
+    def write() -> None:
+        with fifo.open("wb") as f:  # returns once load_model opened the read end
+            time.sleep(0.6)
+            f.write(data)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    loaded = load_model(fifo)
+    writer.join(timeout=10)
+    assert len(loaded.model.graph.node) == len(
+        load_model(zoo_model_path("resnet_projection")).model.graph.node
+    )
+
+
+@pytest.mark.parametrize(
+    ("command", "kind"),
+    [
+        ("verify ref", "pipe"),  # loaded, then opened again by onnxruntime: hung
+        ("verify cand", "pipe"),
+        ("bench", "pipe"),  # the worker opens the path: "no such file"
+        ("profile", "pipe"),
+        ("bench", "device"),  # "/dev/null: no such file"
+        ("profile", "device"),
+    ],
+)
+def test_commands_that_read_the_model_twice_refuse_a_pipe_or_device_at_once(
+    tmp_path: Path, zoo_model_path: Callable[[str], Path], command: str, kind: str
+) -> None:
+    """A pipe gives its bytes once; these commands read the model by path more than once, so they
+    say so in one line before reading (a device is refused as loading refuses it)."""
+    model = str(zoo_model_path("resnet_projection"))
+    if kind == "pipe":
+        bad = tmp_path / "model.onnx"
+        os.mkfifo(bad)
+    else:
+        bad = Path(os.devnull)
+    args = {
+        "verify ref": ["verify", str(bad), model],
+        "verify cand": ["verify", model, str(bad)],
+        "bench": ["bench", str(bad), "--backend", "ort", "--runs", "1"],
+        "profile": ["profile", str(bad), "--backend", "ort"],
+    }[command]
+    proc = _cli_in_child(*args, pipe_wait_s=30)  # a wait for a writer would be seen: none is wanted
+    name = command.split()[0]
+    want = (
+        f"error: {bad}: is a pipe; {name} reads the model more than once: give an .onnx file"
+        if kind == "pipe"
+        else f"error: {bad}: is a device, not a file; give an .onnx file"
+    )
+    assert proc.returncode == 2 and proc.stderr.strip() == want, proc.stderr
+
+
+def test_optimize_reads_a_named_pipe_once(tmp_path: Path, zoo_model_path: Callable[[str], Path]) -> None:
+    """optimize loaded the model, then hashed it again for its journal: with a named pipe fed once
+    (`mkfifo p; gunzip -c m.onnx.gz > p &`) that second open waited for a writer forever."""
+    data = zoo_model_path("resnet_projection").read_bytes()
+    fifo = tmp_path / "model.onnx"
+    os.mkfifo(fifo)
+
+    def write() -> None:
+        with contextlib.suppress(BrokenPipeError), fifo.open("wb") as f:
+            f.write(data)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    out = tmp_path / "o"
+    proc = _cli_in_child(
+        "optimize", str(fifo), "-t", "nano", "--backend", "model", "--max-evals", "3", "-o", str(out)
+    )
+    writer.join(timeout=10)
+    assert proc.returncode == 0, proc.stderr
+    start = json.loads((out / "journal.jsonl").read_text().splitlines()[0])
+    assert start["config"]["model_sha256"] is None  # nothing to hash again: a pipe gives its bytes once
 
 
 def test_external_data_round_trip(tmp_path: Path, zoo_model: Callable[[str], onnx.ModelProto]) -> None:

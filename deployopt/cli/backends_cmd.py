@@ -89,7 +89,7 @@ def _backend(name: str) -> Backend:
 
 @contextmanager
 def _session(
-    backend_name: str, model: Path, *settings: Any, output: Path | None, **options: Any
+    backend_name: str, model: Path, *settings: Any, command: str, output: Path | None, **options: Any
 ) -> Iterator[Any]:
     """The backend session `bench` and `profile` measure in (`settings`, `options`: `_options`'s
     arguments after the backend): -o, the options and the model file checked before anything
@@ -111,7 +111,9 @@ def _session(
         )
     b = get_backend(backend_name) if remote else _backend(backend_name)  # trtexec lives on the board
     opts = _options(b, *settings, model_path=model, **options)
-    _check_model(model)
+    from deployopt.model import require_model_file
+
+    require_model_file(model, command)  # the loader's wording; a device or pipe was "no such file"
     with b.open(opts) as session:
         note_cudnn_search(b, opts.sms, opts.cudnn_engines, opts.cudnn_benchmark)
         yield session
@@ -185,15 +187,6 @@ def _options(
     )
 
 
-def _check_model(model: Path) -> None:
-    from deployopt.errors import ModelError
-    from deployopt.model import refuse_directory
-
-    refuse_directory(model)  # the loader's wording (analyze says the same)
-    if not model.is_file():
-        raise no_such_file(model, ModelError)
-
-
 def bench_json(timing: Timing) -> dict[str, Any]:
     """The bench result document: exactly the documented keys, in order ("model", what was timed,
     where the timing recorded it: `bench` always does, so `compare` can check a pair's identity)."""
@@ -248,6 +241,7 @@ def bench_command(
         backend,
         model,
         *settings,
+        command="bench",
         output=output,
         cudnn_engines=cudnn_engines,
         cudnn_benchmark=cudnn_benchmark,
@@ -392,6 +386,7 @@ def profile_command(
         backend,
         model,
         *settings,
+        command="profile",
         output=output,
         workdir=trace_dir,
         cudnn_engines=cudnn_engines,

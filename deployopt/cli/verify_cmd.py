@@ -165,6 +165,10 @@ def verify(
     if rel_error is not None and (max_abs_error is None or rel_error < 0):
         raise DataError(f"--rel-error {rel_error}: needs --max-abs-error, and a fraction ≥ 0")
     requested = parse_input_shapes(input_shape)
+    from deployopt.model import require_model_file
+
+    for path in (reference, candidate):  # loaded here, and again by onnxruntime
+        require_model_file(path, "verify")
     ref, cand = _load(reference, requested), _load(candidate, requested)
     ref_inputs, cand_inputs = ref.input_shapes, cand.input_shapes
     notices, cand_notices = list(ref.notices), list(cand.notices)
