@@ -591,3 +591,20 @@ def test_a_plan_that_gives_a_group_twice(monkeypatch, capsys, tmp_path, zoo_mode
     plan.write_text('{"widths": {"stem.conv": 24, "stem.conv": 24}}')
     code, _, err = run(monkeypatch, capsys, *args)
     assert code == 0 and out.exists(), err
+
+
+def test_ctrl_c_while_the_cli_starts_is_one_line() -> None:
+    """Importing the CLI takes seconds (onnx, numpy, rich): Ctrl-C then was a 20-line
+    KeyboardInterrupt traceback. Here the interrupt comes deterministically, at one import."""
+    code = (
+        "import builtins, sys\n"
+        "real = builtins.__import__\n"
+        "def hook(name, *args, **kwargs):\n"
+        "    if name == 'deployopt.batch':\n"
+        "        raise KeyboardInterrupt\n"
+        "    return real(name, *args, **kwargs)\n"
+        "builtins.__import__ = hook\n"
+        "from deployopt.cli.main import main\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stderr) == (130, "interrupted\n"), proc.stderr

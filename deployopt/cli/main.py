@@ -9,20 +9,24 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-import typer
+try:  # Ctrl-C in the seconds these imports take (onnx, numpy, rich) was a 20-line traceback
+    import typer
 
-# Each module registers its commands on `app`; import order is the order of `deployopt --help`.
-# isort: off
-from deployopt.cli import optimize_cmd  # noqa: F401
-from deployopt.cli import surgery_cmd  # noqa: F401
-from deployopt.cli import verify_cmd  # noqa: F401
-from deployopt.cli import targets_cmd  # noqa: F401
-from deployopt.cli import backends_cmd  # noqa: F401
-from deployopt.cli import compare_cmd  # noqa: F401
+    # Each module registers its commands on `app`; import order is the order of `deployopt --help`.
+    # isort: off
+    from deployopt.cli import optimize_cmd  # noqa: F401
+    from deployopt.cli import surgery_cmd  # noqa: F401
+    from deployopt.cli import verify_cmd  # noqa: F401
+    from deployopt.cli import targets_cmd  # noqa: F401
+    from deployopt.cli import backends_cmd  # noqa: F401
+    from deployopt.cli import compare_cmd  # noqa: F401
 
-# isort: on
-from deployopt.cli.app import Interrupted, app, err_console
-from deployopt.errors import DeployoptError, DeployoptWarning
+    # isort: on
+    from deployopt.cli.app import Interrupted, app, err_console
+    from deployopt.errors import DeployoptError, DeployoptWarning
+except KeyboardInterrupt:  # what _interrupted says, before rich is there to say it
+    sys.stderr.write("interrupted\n")
+    sys.exit(130)
 
 #: click's base of every usage error (unknown option, bad value, missing argument); taken from
 #: typer's own BadParameter, as typer ships click vendored or depends on it, by version.
