@@ -787,6 +787,9 @@ def run(args):
     if engine is None:
         raise RunnerError("could not deserialize " + engine_file + " (built by another TensorRT version?)")
     context = engine.create_execution_context()
+    if context is None:  # pybind returns nullptr as None, e.g. activation memory too large (TensorRT#3554)
+        raise RunnerError("TensorRT could not create an execution context for " + engine_file +
+                          " (out of GPU memory? TensorRT's error above says why)")
 
     ios = []  # (name, is_input, shape, dtype)
     if api == "v3":

@@ -120,6 +120,7 @@ class FakeGpu:
         self.calibration_batches: list[dict[str, np.ndarray]] = []
         self.get_batch_results: list[Any] = []
         self.callback_errors: list[str] = []  # what TensorRT >= 8.4 caught from a calibrator callback
+        self.context_memory_left = True  # False: create_execution_context fails (a board out of memory)
 
     def call(self, name: str, *args: Any) -> None:
         self.log.append((name, args))
@@ -1097,8 +1098,11 @@ def make_tensorrt(version: str, gpu: FakeGpu) -> types.ModuleType:
             need(isinstance(name, str), "tensor name: str")
             return next((io for io in self._io if io[0] == name), None)
 
-        def create_execution_context(self) -> IExecutionContext:
+        def create_execution_context(self) -> IExecutionContext | None:
             gpu.call("ICudaEngine.create_execution_context")
+            if not gpu.context_memory_left:  # pybind hands back nullptr as None (NVIDIA/TensorRT#3554)
+                gpu.trt_errors.append("1: [defaultAllocator.cpp::allocate::20] Error Code 1: Cuda Runtime")
+                return None
             return IExecutionContext(self)
 
         num_layers = property(lambda self: len(self._blob["layers"]))
@@ -2518,3 +2522,28 @@ def test_int8_on_a_gpu_without_native_int8_is_refused_before_building(
     # fp16 on the same board builds as before
     build_engine(model, opts(tmp_path), str(tmp_path / "f.engine"))
     assert (tmp_path / "f.engine").is_file()
+
+
+def test_an_execution_context_tensorrt_cannot_create_is_one_line(
+    surface: tuple[str, types.ModuleType, FakeGpu],
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """create_execution_context returns None when TensorRT cannot make one (a Nano out of memory;
+    NVIDIA/TensorRT#3554 on 8.5). The backend and the runner used it anyway: an AttributeError
+    traceback at the first binding call. Now each stops in one line, nothing allocated."""
+    version, _, gpu = surface
+    engine = tmp_path / "m.engine"
+    build_engine(str(zoo_model_path("mobilenet_like")), opts(tmp_path), str(engine))
+    gpu.context_memory_left = False
+    with pytest.raises(BackendFailed, match=rf"^TensorRT {version} could not create an execution context "):
+        time_engine(str(engine), opts(tmp_path), {}, False)
+    cuda = ["--cuda", "pycuda"] if version == V82 else []
+    rc = load_runner().main([str(engine), "--runs", "2", *cuda])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.endswith(
+        f"error: TensorRT could not create an execution context for {engine} (out of GPU memory? "
+        "TensorRT's error above says why)\n"
+    )
+    assert gpu.memory == {} and calls(gpu, "alloc") == []

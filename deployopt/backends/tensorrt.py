@@ -724,6 +724,11 @@ def time_engine(
             f"TensorRT {version} could not deserialize {engine_path} (built by another version?)"
         )
     context = engine.create_execution_context()
+    if context is None:  # pybind returns nullptr as None, e.g. activation memory too large (TensorRT#3554)
+        raise BackendFailed(
+            f"TensorRT {version} could not create an execution context for {engine_path}"
+            " (out of GPU memory? TensorRT's error on stderr says why)"
+        )
     ios = _bind(trt, engine, context, api, shapes)
     refuse_data_dependent_outputs(ios)
     rng = np.random.default_rng(0)
