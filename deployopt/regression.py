@@ -26,6 +26,7 @@ from deployopt.timing import (
     Comparison,
     Timing,
     compare,
+    counted,
     load_timing,
     min_samples,
     smallest_p_value,
@@ -313,7 +314,7 @@ def check_testable(baseline: tuple[Path, Timing], current: tuple[Path, Timing], 
     need = min_samples(alpha)
     short = [(p, t.runs) for p, t in (baseline, current) if t.runs < need]
     if short:
-        has = "; ".join(f"{p} has {n} sample{'' if n == 1 else 's'}" for p, n in short)
+        has = "; ".join(f"{p} has {counted(n, 'sample')}" for p, n in short)
         raise DataError(
             f"{has}: at --alpha {alpha:g} the Mann-Whitney U test needs at least {need} samples per "
             "side to ever find a difference; measure more runs"

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from deployopt.fileio import write_json, write_text
 from deployopt.targets import sm_count
-from deployopt.timing import Timing, compare
+from deployopt.timing import Timing, compare, counted
 
 if TYPE_CHECKING:
     from deployopt.optimize import Evaluation, Optimizer
@@ -131,7 +131,8 @@ def build_report(
             f"end-to-end latencies: measured on {measured_on} "
             f"({cfg.runs} runs each after {cfg.warmup} warm-up)",
             f"per-layer tables: measured on {measured_on}, "
-            f"{cfg.sweep_runs or cfg.runs} samples per conv (cached per device in {opt._layer_cache.dir})"
+            f"{counted(cfg.sweep_runs or cfg.runs, 'sample')} per conv "
+            f"(cached per device in {opt._layer_cache.dir})"
             if opt._layer_cache is not None
             else "per-layer tables: measured",
             "candidate ranking and wave/tail columns: predicted by the wave model",

@@ -20,6 +20,11 @@ BOOTSTRAP_RESAMPLES = 2000
 MAX_RUNS = 100_000
 
 
+def counted(n: int, noun: str) -> str:
+    """'1 run', '3 runs': a count with its noun in the right number (`--runs 1` printed '1 runs')."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def check_run_counts(runs: int | None, warmup: int | None = None, flag: str = "--runs") -> None:
     """One-line errors for sample counts, shared by every command that times: at least one run,
     no negative warm-up, and neither above MAX_RUNS."""
@@ -73,7 +78,7 @@ class Timing:
 
     def spread_text(self) -> str:
         """Why the spread is missing, for tables: 'n/a (1 run)'."""
-        return f"n/a ({self.runs} run{'' if self.runs == 1 else 's'})"
+        return f"n/a ({counted(self.runs, 'run')})"
 
     def describe(self) -> str:
         """One human line, e.g. 'measured on torch (H200, 8 SMs): 512.3 µs median, IQR 2.1 µs, 100 runs'."""
@@ -90,7 +95,7 @@ class Timing:
         lo, hi = self.ci95_us
         return (
             f"measured on {self.backend}{where}: {self.median_us:.1f} µs median, "
-            f"IQR {self.iqr_us:.1f} µs, 95% CI [{lo:.1f}, {hi:.1f}], {self.runs} runs"
+            f"IQR {self.iqr_us:.1f} µs, 95% CI [{lo:.1f}, {hi:.1f}], {counted(self.runs, 'run')}"
         )
 
     def to_json(self) -> dict[str, Any]:

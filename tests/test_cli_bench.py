@@ -120,6 +120,8 @@ def test_profile_json_and_table(monkeypatch, capsys, model: Path) -> None:
     assert doc["onnx_nodes_removed"] == [] and doc["onnx_nodes_unmapped"] == []
     code, out, _ = run(monkeypatch, capsys, "profile", str(model), "--runs", "2", "--warmup", "0")
     assert code == 0 and "per-layer time on ort (measured, 2 runs)" in out and "share" in out
+    code, out, _ = run(monkeypatch, capsys, "profile", str(model), "--runs", "1", "--warmup", "0")
+    assert code == 0 and "per-layer time on ort (measured, 1 run)" in out  # was '1 runs'
 
 
 def test_profile_table_names_nodes_in_no_layer(monkeypatch, capsys, tmp_path: Path) -> None:

@@ -167,8 +167,8 @@ def test_local_without_gpu_is_one_line(monkeypatch, capsys):
     assert code == 2 and "no CUDA GPU found" in err and err.strip().count("\n") == 0
 
 
-def fake_backend(truth, opened=None, engines=False, on_gpu=None):
-    """A stand-in backend that 'measures' with a known model (3 identical samples per conv);
+def fake_backend(truth, opened=None, engines=False, on_gpu=None, factors=(0.99, 1.0, 1.03)):
+    """A stand-in backend that 'measures' with a known model (one sample per factor, 3 by default);
     the options of every session it opens are appended to `opened`; `on_gpu`: its runs_on_gpu."""
     from deployopt.backends import base
     from deployopt.timing import Timing
@@ -191,7 +191,7 @@ def fake_backend(truth, opened=None, engines=False, on_gpu=None):
             return [
                 Timing(
                     "fake",
-                    [predict(s, truth, dt).predicted_us * f for f in (0.99, 1.0, 1.03)],
+                    [predict(s, truth, dt).predicted_us * f for f in factors],
                     environment=env,
                 )
                 for s in shapes
@@ -274,6 +274,18 @@ def test_staircase_measured_json_and_plot(monkeypatch, capsys, tmp_path):
         "3",
     )
     assert "meas µs: measured on backend fake, median and IQR of 3 runs per width" in out
+
+
+def test_staircase_measured_once_says_1_run(monkeypatch, capsys) -> None:
+    """`staircase --measure B --runs 1` printed 'median and IQR of 1 runs per width'."""
+    from deployopt.backends import base
+
+    truth = get_target("h200", sms=8)
+    monkeypatch.setattr(base, "get_backend", lambda name: fake_backend(truth, factors=(1.0,)))
+    args = ["--input", "8x128x28x28", "--out-channels", "64:128:32", "--measure", "fake", "--runs", "1"]
+    code, out, err = run(monkeypatch, capsys, "staircase", "--target", "h200", "--sms", "8", *args)
+    assert code == 0, err
+    assert "median and IQR of 1 run per width" in " ".join(out.split()), out
 
 
 def test_cudnn_engines_reach_the_backend_or_are_refused(monkeypatch, capsys, tmp_path):

@@ -159,3 +159,11 @@ def test_build_median_ci_of_builds_of_different_sizes_matches_the_equal_size_dra
     assert unequal == pytest.approx(equal, abs=0.05)
     assert unequal[0] <= 998.6 and unequal[1] >= 1002.9
     assert build_median_ci([builds[0], builds[1], builds[2][:99]]) == unequal  # seeded
+
+
+def test_counted_puts_the_noun_in_the_right_number() -> None:
+    """One shared wording for counts in CLI and report text: `--runs 1` printed '1 runs'."""
+    from deployopt.timing import counted
+
+    assert [counted(n, "run") for n in (0, 1, 2)] == ["0 runs", "1 run", "2 runs"]
+    assert counted(1, "sample") == "1 sample"

@@ -39,7 +39,7 @@ from deployopt.cli.app import (
 )
 from deployopt.errors import DataError, DeployoptError, no_such_file
 from deployopt.fileio import check_output_file, write_json
-from deployopt.timing import Timing, check_run_counts
+from deployopt.timing import Timing, check_run_counts, counted
 
 BENCH_KEYS = (
     "backend",
@@ -302,7 +302,7 @@ def _fmt_dims(d: Any) -> str:
 
 
 def render_profile(profile: Profile, kernels: bool) -> None:
-    table = Table(title=f"per-layer time on {profile.backend} (measured, {profile.runs} runs)")
+    table = Table(title=f"per-layer time on {profile.backend} (measured, {counted(profile.runs, 'run')})")
     # folded, not cut: TensorRT's fused layer names run past any terminal, and a no-wrap name
     # column squeezed the µs and share columns to nothing
     table.add_column("layer", overflow="fold")

@@ -30,7 +30,7 @@ from deployopt.errors import DeployoptError
 from deployopt.fileio import check_output_file
 from deployopt.layers import ConvShape
 from deployopt.targets import sm_count
-from deployopt.timing import check_run_counts
+from deployopt.timing import check_run_counts, counted
 from deployopt.waves import DW_OUTPUTS_PER_BLOCK
 
 # A short calibration sweep: (n, c, h, w, kernel, stride) × output channels 16…256 step 16.
@@ -403,7 +403,7 @@ def staircase_command(
                 f"conv {input_dims} k{kernel} s{stride} g{groups}"
             ),
             predicted_label=f"predicted ({params.describe()})",
-            measured_label=f"measured on {measure} (median of {runs} runs, IQR bars)",
+            measured_label=f"measured on {measure} (median of {counted(runs, 'run')}, IQR bars)",
         )
     if as_json:
         console.print_json(json.dumps(doc))
@@ -447,8 +447,8 @@ def staircase_command(
 
         what = where_measured(timings[0].environment)
         console.print(
-            f"meas µs: measured on backend {measure}, median and IQR of {timings[0].runs} runs per width"
-            + (f" ({what})" if what else ""),
+            f"meas µs: measured on backend {measure}, median and IQR of "
+            f"{counted(timings[0].runs, 'run')} per width" + (f" ({what})" if what else ""),
             highlight=False,
             soft_wrap=True,
         )
