@@ -163,3 +163,23 @@ def test_softmax_of_channels_last_maps_reads_the_moved_axis() -> None:
         assert group.frozen == frozen, group.reason
         if not frozen:
             np.testing.assert_array_equal(run(apply_plan(model, {"conv1": 13})), run(model))
+
+
+@pytest.mark.parametrize(("op", "free"), [("Softmax", True), ("Hardmax", True), ("LogSoftmax", False)])
+def test_sqrt_of_a_spatial_softmax_keeps_the_group_free(op: str, free: bool) -> None:
+    """sqrt(softmax_W(1 - x)) with a per-channel 1: a padded channel holds -1 before the softmax
+    (the constant pads with 0), but a softmax (or hardmax) is never negative, so the Sqrt reads no
+    NaN-making value: the group stays free and padding is exact (it froze as "could read a negative
+    padded channel"). LogSoftmax is ≤ 0: the Sqrt still freezes it."""
+    n = Net(opset=17)
+    a = n.conv("x", 8)
+    s = n.op("Sub", [n.init("one", np.ones((1, 8, 1, 1))), a], n.dims[a])
+    model = n.build(n.conv(n.op("Sqrt", [n.op(op, [s], axis=-1)]), 4))
+    group = analyze(model).group("conv1")
+    assert group.frozen != free, group.reason
+    if free:
+        padded = apply_plan(model, {"conv1": 13})
+        assert np.isfinite(run(padded)).all()
+        np.testing.assert_allclose(run(padded), run(model), atol=1e-6, rtol=0)
+    else:
+        assert group.reason.endswith("could read a negative padded channel (NaN)")

@@ -34,8 +34,9 @@ NEUTRAL = {"Add": 0.0, "Sum": 0.0, "Sub": 0.0, "Mean": 0.0, "Max": 0.0, "Min": 0
            "PRelu": 0.0}  # fmt: skip
 
 
-#: ops whose output is never negative, whatever they read
-NEVER_NEGATIVE = frozenset({"Relu", "Sigmoid", "HardSigmoid", "Abs", "Exp", "Softplus"})
+#: ops whose output is never negative, whatever they read (Softmax in [0, 1] and Hardmax in {0, 1}
+#: on any axis; one along the channels freezes the group in rules/axis.py, so here it is another)
+NEVER_NEGATIVE = frozenset({"Relu", "Sigmoid", "HardSigmoid", "Abs", "Exp", "Softplus", "Softmax", "Hardmax"})
 #: ops whose padded output channels are exactly 0 (zero filters or columns, BatchNorm scale and bias 0;
 #: a Gemm only with no bias or one per output column: _never_negative checks that first)
 ZERO_PADDED = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "BatchNormalization"})
