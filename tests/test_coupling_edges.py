@@ -223,3 +223,62 @@ def test_optimize_prices_and_lists_every_conv_of_a_repeated_name(tmp_path, monke
     assert list(rows) == ["conv", "conv_3", "Conv_6_2", "conv_4"]
     assert [g["id"] for g in report["groups"]] == ["conv", "conv_3", "Conv_6_2"]
     assert [node.name for node in onnx.load(out / "model.onnx").graph.node] == UNIQUE
+
+
+REDUCE_OPS = [
+    "ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum", "ReduceL1", "ReduceL2", "ReduceLogSumExp",
+    "ReduceProd", "ReduceSumSquare",
+]  # fmt: skip
+
+
+def _reduce_model(op: str, axes: list[int], plus: float) -> onnx.ModelProto:
+    """conv1 (8 channels, 16×16) → `+ plus` (a scalar: a padded channel holds `plus`) → `× 0.5` per
+    channel (padded with 1: real channels come out near 1) → `op` over `axes` (opset 18: an input)
+    → a 1×1 conv; over the channels the statistic is multiplied back in first."""
+    n = Net(hw=16, opset=18)
+    a = n.conv("x", 8)
+    a = n.op("Add", [a, n.init("plus", np.array(plus))])
+    a = n.op("Mul", [a, n.init("half", np.full((1, 8, 1, 1), 0.5))])
+    n.inits.append(numpy_helper.from_array(np.array(axes, dtype=np.int64), "axes"))
+    dims = tuple(1 if i + 1 in axes else d for i, d in enumerate(n.dims[a]))
+    r = n.op(op, [a, "axes"], dims, keepdims=1)
+    return n.build(n.conv(n.op("Mul", [a, r]) if 1 in axes else r, 4, r=1))
+
+
+@pytest.mark.parametrize("op", REDUCE_OPS)
+def test_a_reduction_over_the_channels_freezes_the_group(op: str) -> None:
+    """A padded channel would join every reduction (a 0 in a ReduceProd zeroes it, in a ReduceMin
+    of positive values wins it): no exact padding exists, so the group freezes."""
+    model = _reduce_model(op, [1], plus=0.0)
+    group = _groups(model)["conv1"]
+    assert group.frozen and group.reason == f"{op} {op.lower()}4 reduces over channels"
+    with pytest.raises(PlanError, match="frozen"):
+        apply_plan(model, {"conv1": 13})
+
+
+@pytest.mark.parametrize("op", REDUCE_OPS)
+def test_a_spatial_reduction_pads_exactly_and_reduceprod_freezes_where_it_could_overflow(op: str) -> None:
+    """Over H and W each channel is reduced on its own, so padding is exact, including where a
+    padded channel holds 2 rather than 0 (a scalar added after the conv). ReduceProd raises that
+    2 to the 256th power: inf, and the next conv's zero weight made it NaN in every output (the
+    group was free). It freezes there; after a zero-padded producer (0 ** 256) or a bounded one
+    (tanh: |x| ≤ 1) it stays free and exact."""
+    model = _reduce_model(op, [2, 3], plus=2.0)
+    assert np.isfinite(run(model)).all()
+    group = _groups(model)["conv1"]
+    if op == "ReduceProd":
+        assert group.frozen and group.reason == (
+            "ReduceProd reduceprod4 could overflow a padded channel (a power of its value)"
+        )
+        for bounded in ("Conv", "Tanh"):
+            n = Net(hw=16, opset=18)
+            a = n.conv("x", 8)
+            a = a if bounded == "Conv" else n.op("Tanh", [n.op("Add", [a, n.init("plus", np.array(2.0))])])
+            n.inits.append(numpy_helper.from_array(np.array([2, 3], dtype=np.int64), "axes"))
+            free = n.build(n.conv(n.op(op, [a, "axes"], (8, 1, 1), keepdims=1), 4, r=1))
+            assert not _groups(free)["conv1"].frozen, bounded
+            np.testing.assert_allclose(run(apply_plan(free, {"conv1": 13})), run(free), atol=1e-6, rtol=0)
+        return
+    assert not group.frozen, group.reason
+    padded = apply_plan(model, {"conv1": 13})
+    np.testing.assert_allclose(run(padded), run(model), atol=1e-5, rtol=1e-6)

@@ -37,25 +37,49 @@ NEUTRAL = {"Add": 0.0, "Sum": 0.0, "Sub": 0.0, "Mean": 0.0, "Max": 0.0, "Min": 0
 #: ops whose output is never negative, whatever they read (Softmax in [0, 1] and Hardmax in {0, 1}
 #: on any axis; one along the channels freezes the group in rules/axis.py, so here it is another)
 NEVER_NEGATIVE = frozenset({"Relu", "Sigmoid", "HardSigmoid", "Abs", "Exp", "Softplus", "Softmax", "Hardmax"})
+#: ops whose output lies in [-1, 1], whatever they read
+WITHIN_ONE = frozenset(
+    {"Sigmoid", "HardSigmoid", "Tanh", "Softsign", "Erf", "Sin", "Cos", "Sign", "Softmax", "Hardmax"}
+)
 #: ops whose padded output channels are exactly 0 (zero filters or columns, BatchNorm scale and bias 0;
-#: a Gemm only with no bias or one per output column: _never_negative checks that first)
+#: a Gemm only with no bias or one per output column: _zero_padded checks that)
 ZERO_PADDED = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "BatchNormalization"})
 
 
-def _never_negative(ctx: CouplingState, tensor: str) -> bool:
-    """Whether the padded channels of `tensor` are ≥ 0 whatever the plan: its producer pads with
-    zeros or never outputs a negative value (Clip with a constant min ≥ 0 included)."""
+def _producer(ctx: CouplingState, tensor: str) -> onnx.NodeProto | None:
+    """The standard-domain node that makes `tensor`; None for a graph input, constant or custom op."""
     index = ctx.producer.get(tensor)
     node = None if index is None else ctx.nodes[index]
-    if node is None or node.domain not in ("", "ai.onnx"):
-        return False
+    return node if node is not None and node.domain in ("", "ai.onnx") else None
+
+
+def _zero_padded(ctx: CouplingState, node: onnx.NodeProto) -> bool:
+    """Whether `node`'s padded output channels are exactly 0."""
     if node.op_type == "Gemm" and len(node.input) > 2 and node.input[2]:
         # a bias that is not one value per output column (a scalar, [1, 1]) is not resized, so
         # it broadcasts into the padded columns: they hold it, and it may be negative
         bias, n_out = ctx.const(node.input[2]), ctx.channels(node.output[0])
         per_column = bias is not None and bias.ndim >= 1 and bias.shape[-1] == n_out
         return per_column and n_out is not None and n_out > 1
-    if node.op_type in NEVER_NEGATIVE or node.op_type in ZERO_PADDED:
+    return node.op_type in ZERO_PADDED
+
+
+def padded_within_one(ctx: CouplingState, tensor: str) -> bool:
+    """Whether the padded channels of `tensor` lie in [-1, 1] whatever the plan (zero-padded, or made
+    by an op bounded so), so that a product of many of them (ReduceProd) cannot overflow."""
+    node = _producer(ctx, tensor)
+    return node is not None and (node.op_type in WITHIN_ONE or _zero_padded(ctx, node))
+
+
+def _never_negative(ctx: CouplingState, tensor: str) -> bool:
+    """Whether the padded channels of `tensor` are ≥ 0 whatever the plan: its producer pads with
+    zeros or never outputs a negative value (Clip with a constant min ≥ 0 included)."""
+    node = _producer(ctx, tensor)
+    if node is None:
+        return False
+    if node.op_type in ZERO_PADDED:
+        return _zero_padded(ctx, node)
+    if node.op_type in NEVER_NEGATIVE:
         return True
     if node.op_type == "Clip":
         low = ctx.attr(node, "min", None) if ctx.opset < 11 else None

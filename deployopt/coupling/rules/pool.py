@@ -8,6 +8,7 @@ import numpy as np
 import onnx
 
 from deployopt.coupling.registry import CouplingState, Layout, normalize_axis, rule
+from deployopt.coupling.rules.elementwise import padded_within_one
 
 
 @rule("MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", "MaxRoiPool")
@@ -148,6 +149,11 @@ def reduce(ctx: CouplingState, node: onnx.NodeProto) -> None:
     out as ReduceMean, Sub, Pow, Sqrt, Div on a channels-last tensor): the input's channels freeze,
     and with `keepdims` the output is a one-channel statistic on the same axis, so the ops that
     broadcast it back over the channels still know where the channels are.
+
+    A padded channel holds one value at every position (0 after a conv, 2 after `+ 2`): the other
+    reductions of it stay within a factor of the element count, but a ReduceProd raises it to that
+    power, so 2 over 16×16 positions is inf, and the next conv's zero weight makes it NaN in every
+    output. ReduceProd keeps the channels free only where they lie in [-1, 1].
     """
     x, y = node.input[0], node.output[0]
     rank = len(ctx.shape(x) or [])
@@ -179,6 +185,8 @@ def reduce(ctx: CouplingState, node: onnx.NodeProto) -> None:
     lay = ctx.layout(x)
     if lay is None:
         return
+    if node.op_type == "ReduceProd" and not padded_within_one(ctx, x):
+        ctx.freeze(lay, f"ReduceProd {ctx.name(node)} could overflow a padded channel (a power of its value)")
     out_axis = channel if keep else channel - sum(1 for a in reduced if a < channel)
     ys = ctx.shape(y)
     if ys is not None and (out_axis >= len(ys) or ys[out_axis] != sum(w for _, w in lay)):
