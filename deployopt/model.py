@@ -242,6 +242,9 @@ def _check_static_dims_kept(name: str, dims: Any, want: list[int]) -> None:
         )
 
 
+_MAX_DIM = 2**63 - 1  # an ONNX dim is an int64
+
+
 def _fix_input_shapes(
     model: onnx.ModelProto, requested: dict[str, list[int]], path: Path, notices: list[str]
 ) -> dict[str, list[int]]:
@@ -271,6 +274,11 @@ def _fix_input_shapes(
                     f"input shape for {inp.name!r} has {len(want)} dims, the model's input has {len(dims)}"
                 )
             _check_static_dims_kept(inp.name, dims, want)
+            if any(d > _MAX_DIM for d in want):  # protobuf's int64: was a ValueError traceback
+                raise ModelError(
+                    f"input shape for {inp.name!r}: {'x'.join(map(str, want))} has a dimension over "
+                    "2^63 - 1, the most an ONNX shape holds"
+                )
             del dims[:]
             for d in want:
                 dims.add().dim_value = d

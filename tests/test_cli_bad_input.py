@@ -608,3 +608,25 @@ def test_ctrl_c_while_the_cli_starts_is_one_line() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert (proc.returncode, proc.stderr) == (130, "interrupted\n"), proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["analyze", "{dyn}", "--input-shape", "input:{big}x3x32x32"], "has a dimension over 2^63 - 1"),
+        (
+            ["bench", "{model}", "-b", "ort", "--runs", "2", "--batch", "{big}"],
+            "has a dimension over 2^63 - 1",
+        ),
+        (["verify", "{model}", "{model}", "--input-shape", "input:{big}x3x32x32"], "over 2^63 - 1"),
+    ],
+)
+def test_a_dimension_past_int64(monkeypatch, capsys, zoo_model_path, args, message) -> None:
+    """A dim past int64 was protobuf's 'ValueError: Value out of range' traceback (--batch and
+    --input-shape, every command that loads a model)."""
+    names = {
+        "model": zoo_model_path("resnet_projection"),
+        "dyn": zoo_model_path("resnet_projection_dynamic"),
+        "big": "99999999999999999999",
+    }
+    _one_error(*run(monkeypatch, capsys, *(a.format(**names) for a in args)), message)
