@@ -14,6 +14,7 @@ with too few samples for the test ever to reach alpha is refused rather than jud
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -29,7 +30,9 @@ from deployopt.timing import (
     counted,
     load_timing,
     min_samples,
+    read_json,
     smallest_p_value,
+    timing_from_json,
 )
 
 #: Environment facts that make two measurements comparable, with the word a report uses for each.
@@ -288,19 +291,25 @@ class RegressionReport:
         }
 
 
-def is_compare_report(path: Path) -> bool:
-    """Whether a JSON file is one `compare -o` wrote (its "rule" and "pairs"): written into a results
-    folder, it would otherwise count as a model next time (a note, exit 1 under --strict) and, once
-    that folder becomes the baseline, be read as a broken measurement (exit 2)."""
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return False  # not readable as JSON: loading it says why
+def is_compare_report(doc: Any) -> bool:
+    """Whether a parsed JSON file is one `compare -o` wrote (its "rule" and "pairs"): written into a
+    results folder, it would otherwise count as a model next time (a note, exit 1 under --strict)
+    and, once that folder becomes the baseline, be read as a broken measurement (exit 2)."""
     return isinstance(doc, dict) and "rule" in doc and "pairs" in doc and "samples_us" not in doc
 
 
-def _measurement_files(folder: Path) -> dict[str, Path]:
-    return {p.stem: p for p in sorted(folder.glob("*.json")) if p.is_file() and not is_compare_report(p)}
+def _measurement_files(folder: Path, parsed: dict[Path, Any]) -> dict[str, Path]:
+    """The folder's measurement files by name; each one's JSON goes into `parsed`, so it is read
+    once (a file that does not parse stays out of it: loading it says why, if it is paired)."""
+    files = {}
+    for p in sorted(folder.glob("*.json")):
+        if not p.is_file():
+            continue
+        with contextlib.suppress(DataError):
+            parsed[p] = read_json(p)
+        if not is_compare_report(parsed.get(p)):
+            files[p.stem] = p
+    return files
 
 
 def check_testable(baseline: tuple[Path, Timing], current: tuple[Path, Timing], alpha: float) -> None:
@@ -348,8 +357,9 @@ def compare_paths(
             raise no_such_file(p, DataError, folder=True)
     if b.is_dir() != c.is_dir():
         raise DataError(f"compare two files or two folders, not {b} with {c}")
+    parsed: dict[Path, Any] = {}
     if b.is_dir():
-        bf, cf = _measurement_files(b), _measurement_files(c)
+        bf, cf = _measurement_files(b, parsed), _measurement_files(c, parsed)
         names = sorted(bf.keys() & cf.keys())
         if not names:
             raise DataError(f"no measurement file (*.json) has the same name in {b} and {c}")
@@ -359,7 +369,7 @@ def compare_paths(
         jobs, only_b, only_c = [(c.stem, b, c)], [], []
     pairs = []
     for name, bp, cp in jobs:
-        tb, tc = load_timing(bp), load_timing(cp)
+        tb, tc = (timing_from_json(p, parsed[p]) if p in parsed else load_timing(p) for p in (bp, cp))
         check_testable((bp, tb), (cp, tc), alpha)
         model = check_models((bp, tb), (cp, tc))
         pairs.append(

@@ -253,11 +253,16 @@ def load_timing(path: str | Path) -> Timing:
     """A measured Timing from a bench / runner result or a trtexec --exportTimes file (one-line
     DataError otherwise; a predicted latency is refused: there is nothing to test it against)."""
     p = Path(path)
+    return timing_from_json(p, read_json(p))
+
+
+def read_json(p: Path) -> Any:
+    """The parsed JSON of a measurement file, or a one-line DataError saying what the file is instead."""
     if p.is_dir():
         raise DataError(f"{p} is a folder; expected a measurement file (or give two folders)")
     try:
         text = p.read_text()
-        data = json.loads(text)
+        return json.loads(text)
     except FileNotFoundError:
         raise no_such_file(p, DataError) from None
     except OSError as exc:
@@ -273,10 +278,14 @@ def load_timing(path: str | Path) -> Timing:
         raise DataError(f"{p} is not JSON: {exc.msg}") from None
     except UnicodeDecodeError as exc:
         raise DataError(f"{p} is not JSON: {exc}") from None
+
+
+def timing_from_json(p: Path, data: Any) -> Timing:
+    """`load_timing` of the file `p` whose JSON `read_json` gave (compare parses each file once)."""
     if data == []:
         raise DataError(f"{p} is an empty trtexec --exportTimes file: it holds no queries")
     if isinstance(data, list):
-        return _from_export_times(p)
+        return _from_export_times(p, data)
     if not isinstance(data, dict) or "samples_us" not in data:
         raise DataError(
             f"{p} is neither a deployopt bench / jetson runner result (no samples_us) nor a trtexec "
@@ -326,11 +335,11 @@ def _check_samples(p: Path, timing: Timing, what: str) -> None:
 EXPORT_TIMES_TIMED = "one query, GPU compute time per trtexec --exportTimes (computeMs)"
 
 
-def _from_export_times(p: Path) -> Timing:
-    from deployopt.backends.trtexec_parser import load_run
+def _from_export_times(p: Path, data: list[Any]) -> Timing:
+    from deployopt.backends.trtexec_parser import TrtexecRun, parse_times_json
 
     try:
-        timing = load_run(times=p).timing("computeMs")
+        timing = TrtexecRun(iterations=parse_times_json(data)).timing("computeMs")
     except (KeyError, ValueError, TypeError, AttributeError):
         raise DataError(f"{p} is a JSON list but not a trtexec --exportTimes file") from None
     except DataError as exc:
