@@ -305,6 +305,32 @@ def _fix_input_shapes(
     return fixed
 
 
+def _give_outputs_shapes(model: onnx.ModelProto, path: Path) -> None:
+    """A graph output with a type but no shape (which onnxruntime and TensorRT run) gets the shape
+    shape inference finds for it, or one ModelError that says which output has none."""
+    missing = [
+        o.name
+        for o in model.graph.output
+        if o.type.HasField("tensor_type") and not o.type.tensor_type.HasField("shape")
+    ]
+    if not missing:
+        return
+    try:
+        inferred = {o.name: o for o in onnx.shape_inference.infer_shapes(model).graph.output}
+    except Exception:  # a model inference cannot read: the checker or _infer says why
+        inferred = {}
+    for out in model.graph.output:
+        if out.name not in missing:
+            continue
+        got = inferred.get(out.name)
+        if got is None or not got.type.tensor_type.HasField("shape"):
+            raise ModelError(
+                f"{path}: graph output {out.name!r} has no shape, and shape inference finds none; "
+                "export the model with its output shapes"
+            )
+        out.type.tensor_type.shape.CopyFrom(got.type.tensor_type.shape)
+
+
 def _clear_derived_shapes(model: onnx.ModelProto, all_outputs: bool = False) -> None:
     """Drop shapes that were inferred for other input shapes, so inference recomputes them.
 
@@ -401,14 +427,18 @@ def load_model(path: str | os.PathLike[str], input_shapes: dict[str, list[int]] 
         except Exception as exc:  # onnx raises OSError, ValueError or ValidationError here
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
             raise ModelError(f"{path}: cannot read its external weight data: {first}") from None
+    # before the checker, which refuses a graph input or output without a shape in its own words
+    # ("Field 'shape' of 'type' is required"): an input gets --input-shape's (or asks for one), an
+    # output what inference finds (onnx-graphsurgeon writes outputs whose shape is None)
+    notices: list[str] = []
+    dynamic = _dynamic_batch_inputs(model)
+    fixed = _fix_input_shapes(model, dict(input_shapes or {}), path, notices)
+    _give_outputs_shapes(model, path)
     try:
         onnx.checker.check_model(model)
     except (onnx.checker.ValidationError, Exception) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
         raise ModelError(f"{path}: invalid ONNX model: {first}") from None
-    notices: list[str] = []
-    dynamic = _dynamic_batch_inputs(model)
-    fixed = _fix_input_shapes(model, dict(input_shapes or {}), path, notices)
     _clear_derived_shapes(model, all_outputs=bool(input_shapes))
     model = _infer(model, path)
     if _needs_folding(model):

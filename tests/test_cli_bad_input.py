@@ -630,3 +630,25 @@ def test_a_dimension_past_int64(monkeypatch, capsys, zoo_model_path, args, messa
         "big": "99999999999999999999",
     }
     _one_error(*run(monkeypatch, capsys, *(a.format(**names) for a in args)), message)
+
+
+def test_graph_inputs_and_outputs_without_a_shape(monkeypatch, capsys, tmp_path, zoo_model) -> None:
+    """onnx-graphsurgeon writes an output whose shape is None as a type with no shape, which
+    onnxruntime runs; loading refused it with the checker's "Field 'shape' of 'type' is required
+    but missing", and an input without one got that line too, even with --input-shape for it."""
+    model = zoo_model("resnet_projection")
+    model.graph.output[0].type.tensor_type.ClearField("shape")
+    no_out = tmp_path / "no_out.onnx"
+    onnx.save(model, str(no_out))
+    code, out, err = run(monkeypatch, capsys, "analyze", str(no_out), "--json")
+    assert code == 0, err
+    assert json.loads(out)["convs"]
+    model.graph.input[0].type.tensor_type.ClearField("shape")
+    no_in = tmp_path / "no_in.onnx"
+    onnx.save(model, str(no_in))
+    _one_error(
+        *run(monkeypatch, capsys, "analyze", str(no_in)),
+        "input 'input' has no shape; give one with --input-shape input:1x3x224x224",
+    )
+    code, out, err = run(monkeypatch, capsys, "analyze", str(no_in), "--input-shape", "input:1x3x32x32")
+    assert code == 0, err
