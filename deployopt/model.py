@@ -101,6 +101,34 @@ def _uses_external_data(model: onnx.ModelProto) -> bool:
     return False
 
 
+def _external_locations(model: onnx.ModelProto) -> list[str]:
+    """The `location` of every tensor stored outside the file (initializers, Constant values)."""
+    tensors = [*model.graph.initializer]
+    tensors += [a.t for n in model.graph.node for a in n.attribute if a.type == onnx.AttributeProto.TENSOR]
+    found = []
+    for t in tensors:
+        if t.data_location == TensorProto.EXTERNAL:
+            found += [e.value for e in t.external_data if e.key == "location" and e.value]
+    return list(dict.fromkeys(found))
+
+
+def refuse_replacing_weights(model_path: str | os.PathLike[str], outputs: Sequence[Path], hint: str) -> None:
+    """An OutputError when one of `outputs` is a weights file the model reads (external data): the
+    output is renamed over it, and the input model then reads the edited model's weights at its
+    own offsets and computes garbage without an error. Parsed only when one of `outputs` exists."""
+    model = Path(model_path)
+    existing = [o for o in outputs if o.is_file()]
+    if not existing or not model.is_file():
+        return
+    try:
+        sources = [model.parent / loc for loc in _external_locations(_parse(model))]
+    except ModelError:  # loading says what is wrong with it
+        return
+    for out in existing:
+        if any(src.is_file() and out.samefile(src) for src in sources):
+            raise OutputError(f"cannot write {out}: it is the weights file {model} reads; {hint}")
+
+
 def refuse_directory(path: Path) -> None:
     """A folder given as the model: one wording for every command that takes a model file."""
     if path.is_dir():

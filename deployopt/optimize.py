@@ -275,6 +275,8 @@ def _refuse_input_among_outputs(cfg: OptimizeConfig, outdir: Path) -> None:
     """The input model must not be one of the files the results replace: `optimize out/model.onnx
     -o out --force` deleted the model it was optimizing and wrote the answer in its place (and the
     run could not be resumed: its model_sha256 had changed)."""
+    from deployopt.model import refuse_replacing_weights
+
     model = Path(cfg.model_path)
     for name in ("model.onnx", "model.onnx.data"):
         ours = outdir / name
@@ -283,6 +285,10 @@ def _refuse_input_among_outputs(cfg: OptimizeConfig, outdir: Path) -> None:
                 f"{outdir}: the results would replace {ours}, the model being optimized; give another "
                 "-o/--out (or move the model out of that folder)"
             )
+    # the weights file an external-data model reads (out/foo.onnx beside out/model.onnx.data):
+    # --force replaced it, and foo.onnx then computed garbage with the answer's weights
+    hint = "give another -o/--out (or move the model out of that folder)"
+    refuse_replacing_weights(model, [outdir / "model.onnx", outdir / "model.onnx.data"], hint)
 
 
 def _clear_outdir(outdir: Path) -> None:

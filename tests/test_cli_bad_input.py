@@ -652,3 +652,38 @@ def test_graph_inputs_and_outputs_without_a_shape(monkeypatch, capsys, tmp_path,
     )
     code, out, err = run(monkeypatch, capsys, "analyze", str(no_in), "--input-shape", "input:1x3x32x32")
     assert code == 0, err
+
+
+def test_outputs_never_replace_the_weights_file_the_input_reads(
+    monkeypatch, capsys, tmp_path, zoo_model
+) -> None:
+    """out/foo.onnx keeping its weights in out/model.onnx.data: `optimize out/foo.onnx -o out
+    --force` (and `apply -o out/model.onnx`) renamed the answer's weights over that file, and
+    foo.onnx then loaded fine and computed garbage (top-1 agreement 0 % against itself before)."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    model = folder / "foo.onnx"
+    onnx.save(
+        zoo_model("resnet_projection"),
+        str(model),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location="model.onnx.data",
+        size_threshold=1024,
+    )
+    weights = folder / "model.onnx.data"
+    before = weights.read_bytes()
+    plan = tmp_path / "plan.json"
+    plan.write_text('{"widths": {"layer4.0.conv1.conv": 120}}')
+    message = f"cannot write {weights}: it is the weights file {model} reads"
+    for args in (
+        ["optimize", str(model), "-t", "t4", "-b", "model", "--max-evals", "4", "-o", str(folder), "--force"],
+        ["apply", str(model), "--plan", str(plan), "-o", str(folder / "model.onnx")],
+        ["apply", str(model), "--plan", str(plan), "-o", str(weights)],
+    ):
+        _one_error(*run(monkeypatch, capsys, *args), message)
+        assert weights.read_bytes() == before
+    assert sorted(p.name for p in folder.iterdir()) == ["foo.onnx", "model.onnx.data"]
+    # in place is still fine: foo.onnx.data is a new file
+    code, _, err = run(monkeypatch, capsys, "apply", str(model), "--plan", str(plan), "-o", str(model))
+    assert code == 0 and weights.read_bytes() == before, err

@@ -21,7 +21,7 @@ from deployopt.cli.app import app, console, err_console, output_option, parse_in
 from deployopt.coupling import Analysis, ConvLayer, analyze
 from deployopt.errors import DeployoptError
 from deployopt.fileio import check_output_file
-from deployopt.model import LoadedModel, load_model, save_model
+from deployopt.model import LoadedModel, load_model, refuse_replacing_weights, save_model
 from deployopt.surgery import GroupChange, apply_plan_report, load_plan
 from deployopt.targets import sm_count
 
@@ -269,6 +269,9 @@ def apply_cmd(
     check_output_file(output)
     widths = load_plan(plan)
     loaded = load_model(model, parse_input_shapes(input_shape))
+    if loaded.external_data:  # OUTPUT (or OUTPUT.data) renamed over the weights the input reads
+        written_files = [output, output.with_name(output.name + ".data")]
+        refuse_replacing_weights(model, written_files, "give another -o/--output")
     analysis = analyze(loaded.model)
     importance, data_notices = None, []
     if calibration_data is not None:
