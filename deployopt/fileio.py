@@ -102,6 +102,24 @@ def check_output_file(dest: str | os.PathLike[str], probe: bool = True) -> Path:
     return given
 
 
+def refuse_input_as_output(
+    dest: str | os.PathLike[str], inputs: Sequence[tuple[str, str | os.PathLike[str]]], option: str
+) -> None:
+    """An output that is one of the command's own input files is one OutputError before any work:
+    `bench m.onnx -o m.onnx` wrote its JSON over the model, `compare base.json new.json -o
+    base.json` the report over the baseline, `apply --plan p.json -o p.json` the model over the plan.
+    `inputs`: (what it is, its path)."""
+    given = Path(dest)
+    if not given.is_file():
+        return
+    for what, path in inputs:
+        p = Path(path)
+        if p.is_file() and given.samefile(p):
+            raise OutputError(
+                f"cannot write {given}: it is the {what} this command reads; give another {option}"
+            )
+
+
 def make_output_dir(path: str | os.PathLike[str]) -> Path:
     """Create the folder (and its parents) for outputs; a one-line OutputError if that fails."""
     path = check_output_dir(path, probe=False)  # mkdir's own error says it as well

@@ -687,3 +687,36 @@ def test_outputs_never_replace_the_weights_file_the_input_reads(
     # in place is still fine: foo.onnx.data is a new file
     code, _, err = run(monkeypatch, capsys, "apply", str(model), "--plan", str(plan), "-o", str(model))
     assert code == 0 and weights.read_bytes() == before, err
+
+
+@pytest.mark.parametrize(
+    ("args", "what"),
+    [
+        (["bench", "{model}", "-b", "ort", "--runs", "3", "-o", "{model}"], "model"),
+        (["profile", "{model}", "-b", "ort", "--runs", "3", "-o", "{model}"], "model"),
+        (["apply", "{model}", "--plan", "{plan}", "-o", "{plan}"], "plan"),
+        (["compare", "{base}", "{base2}", "-o", "{base}"], "baseline"),
+        (["compare", "{base}", "{base2}", "-o", "{base2}"], "current result"),
+    ],
+)
+def test_an_output_that_is_the_commands_own_input(
+    monkeypatch, capsys, tmp_path, zoo_model_path, args, what
+) -> None:
+    """`bench m.onnx -o m.onnx` wrote its JSON over the model, `compare base.json new.json -o
+    base.json` its report over the baseline, `apply --plan p.json -o p.json` the model over the
+    plan; each exited 0. Now one line before any work, and the input as it was."""
+    from test_regression import write_timing
+
+    model = tmp_path / "m.onnx"
+    model.write_bytes(zoo_model_path("resnet_projection").read_bytes())
+    plan = tmp_path / "plan.json"
+    plan.write_text('{"widths": {}}')
+    base, base2 = write_timing(tmp_path / "a.json", 100.0), write_timing(tmp_path / "b.json", 100.0, seed=1)
+    names = {"model": model, "plan": plan, "base": base, "base2": base2}
+    argv = [a.format(**names) for a in args]
+    target = Path(argv[-1])
+    before = target.read_bytes()
+    _one_error(
+        *run(monkeypatch, capsys, *argv), f"cannot write {target}: it is the {what} this command reads"
+    )
+    assert target.read_bytes() == before

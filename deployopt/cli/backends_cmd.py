@@ -38,7 +38,7 @@ from deployopt.cli.app import (
     remote_option,
 )
 from deployopt.errors import DataError, DeployoptError, no_such_file
-from deployopt.fileio import check_output_file, write_json
+from deployopt.fileio import check_output_file, refuse_input_as_output, write_json
 from deployopt.timing import Timing, check_run_counts, counted
 
 BENCH_KEYS = (
@@ -97,6 +97,7 @@ def _session(
     stands (so a refused option stays a one-line error)."""
     if output is not None:
         check_output_file(output)
+        refuse_input_as_output(output, [("model", model)], "-o/--output")
     if backend_name == "model":  # it predicts for a target, and bench / profile take none
         raise DeployoptError(
             "backend 'model' predicts per-conv latency for a GPU target, and bench / profile have no "

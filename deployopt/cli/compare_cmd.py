@@ -97,10 +97,11 @@ def compare_command(
 ) -> None:
     """Regression timing: is each model slower than its baseline? Reads `bench -o`, jetson runner or
     trtexec --exportTimes JSON; exit 1 on a regression."""
-    from deployopt.fileio import check_output_file, write_json
+    from deployopt.fileio import check_output_file, refuse_input_as_output, write_json
 
     if output is not None:
         check_output_file(output)
+        refuse_input_as_output(output, [("baseline", baseline), ("current result", current)], "-o/--output")
     report = compare_paths(baseline, current, alpha=alpha, min_effect=min_effect)
     doc = report.to_json()
     if output is not None:

@@ -20,7 +20,7 @@ from deployopt.batch import restore_dynamic_batch
 from deployopt.cli.app import app, console, err_console, output_option, parse_input_shapes
 from deployopt.coupling import Analysis, ConvLayer, analyze
 from deployopt.errors import DeployoptError
-from deployopt.fileio import check_output_file
+from deployopt.fileio import check_output_file, refuse_input_as_output
 from deployopt.model import LoadedModel, load_model, refuse_replacing_weights, save_model
 from deployopt.surgery import GroupChange, apply_plan_report, load_plan
 from deployopt.targets import sm_count
@@ -267,6 +267,11 @@ def apply_cmd(
     if count is not None and calibration_data is None:  # it counts data samples: alone it did nothing
         raise DeployoptError("--count needs --calibration-data")
     check_output_file(output)
+    refuse_input_as_output(
+        output,
+        [("plan", plan), *([("calibration data", calibration_data)] if calibration_data else [])],
+        "-o/--output",
+    )
     widths = load_plan(plan)
     loaded = load_model(model, parse_input_shapes(input_shape))
     if loaded.external_data:  # OUTPUT (or OUTPUT.data) renamed over the weights the input reads
