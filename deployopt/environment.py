@@ -34,7 +34,12 @@ def cudnn_search_phrase(env: dict[str, Any]) -> str | None:
 def where_measured(env: dict[str, Any]) -> str:
     """'device; how cuDNN chose kernels' from a measurement's environment ('' when it says neither):
     the parenthesis every measured latency prints after its backend."""
-    parts = [env.get("device") or env.get("gpu"), cudnn_search_phrase(env)]
+    device = env.get("device") or env.get("gpu")
+    if device and env.get("device_sms") and "sms_requested" in env and env["sms_requested"] is None:
+        # torch on the whole GPU: a green context names its SM count in `device`, the full GPU did not,
+        # so 'measured on torch (NVIDIA H200; …)' left out what an 8-SM line says
+        device = f"{device}, full GPU ({env['device_sms']} SMs)"
+    parts = [device, cudnn_search_phrase(env)]
     return "; ".join(str(x) for x in parts if x)
 
 

@@ -69,6 +69,23 @@ def test_to_json_round_trip_and_keys() -> None:
     )
     tuned = Timing("torch", [1.0], environment={**env, "cudnn_benchmark": True, "cudnn_benchmark_limit": 0})
     assert "(H200, 8 SMs (green context); cuDNN: all engines timed)" in tuned.describe()
+    # on the whole GPU the SM count is said too (the device name alone read like any GPU of that name)
+    full = {
+        "device": "NVIDIA H200",
+        "device_sms": 132,
+        "sms": 132,
+        "sms_requested": None,
+        "cudnn_benchmark": True,
+    }
+    assert (
+        Timing("torch", [1.0], environment={**full, "cudnn_benchmark_limit": 0})
+        .describe()
+        .startswith("measured on torch (NVIDIA H200, full GPU (132 SMs); cuDNN: all engines timed):")
+    )
+    assert (
+        "(H200, 8 SMs (green context); cuDNN"
+        in Timing("torch", [1.0], environment={**env, "sms_requested": 8}).describe()
+    )
 
 
 def test_one_measured_sample_has_no_spread() -> None:
