@@ -645,11 +645,26 @@ def _check_static_dims(calib: CalibrationSet, sess: Any, names: dict[str, str], 
             )
 
 
-def _feed(
+def feed_inputs(
     sample: dict[str, np.ndarray], names: dict[str, str], dtypes: dict[str, Any]
 ) -> dict[str, np.ndarray]:
-    """A session's feed from one sample: array `k` goes to input `names[k]`, in the dtype it takes."""
-    return {to: sample[k].astype(dtypes.get(to, sample[k].dtype), copy=False) for k, to in names.items()}
+    """A session's feed from one sample: array `k` goes to input `names[k]`, in the dtype it takes.
+
+    Values past a float16 input's range (±65504) were numpy's two-line RuntimeWarning on stderr
+    ('overflow encountered in cast') and inf fed to the model: one DataError instead."""
+    feed = {}
+    for k, to in names.items():
+        dtype = np.dtype(dtypes.get(to, sample[k].dtype))
+        with np.errstate(over="ignore", invalid="ignore"):
+            arr = sample[k].astype(dtype, copy=False)
+        if dtype.kind == "f" and not np.isfinite(arr).all() and np.isfinite(sample[k]).all():
+            biggest = float(np.max(np.abs(sample[k])))
+            raise DataError(
+                f"input {to!r} takes {dtype.name}, whose largest value is {float(np.finfo(dtype).max):g}; "
+                f"the data holds {biggest:g}: check its scale"
+            )
+        feed[to] = arr
+    return feed
 
 
 def _run(sess: Any, feed: dict[str, np.ndarray], role: str) -> list[np.ndarray]:
@@ -684,7 +699,7 @@ def check_reference_finite(model: str | os.PathLike[str] | onnx.ModelProto, cali
     types = _input_dtypes(sess)
     names = {i.name: i.name for i in sess.get_inputs()}
     for sample in calib.samples:
-        _check_finite_reference(_run(sess, _feed(sample, names, types), "reference"), calib)
+        _check_finite_reference(_run(sess, feed_inputs(sample, names, types), "reference"), calib)
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -761,9 +776,9 @@ def compare_models(
         missing = [n for n in ref_inputs if n not in sample]
         if missing:
             raise DataError(f"calibration samples have no array for input(s) {', '.join(missing)}")
-        ref_out = _run(ref_s, _feed(sample, ref_input, ref_types), "reference")
+        ref_out = _run(ref_s, feed_inputs(sample, ref_input, ref_types), "reference")
         _check_finite_reference(ref_out, calib)
-        cand_out = _run(cand_s, _feed(sample, cand_input, cand_types), "candidate")
+        cand_out = _run(cand_s, feed_inputs(sample, cand_input, cand_types), "candidate")
         for i, (r, c) in enumerate(zip(ref_out, cand_out)):
             if r.shape != c.shape:
                 raise DataError(

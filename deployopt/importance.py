@@ -245,6 +245,8 @@ def _mean_abs(
         for i in model.graph.input
         if i.name not in inits
     }
+    from deployopt.fidelity import feed_inputs
+
     sums: dict[str, np.ndarray] = {}
     for names in chunks:
         # a QDQ model's convs become int8 kernels, which on x86 without VNNI sum pairs in saturating
@@ -254,7 +256,7 @@ def _mean_abs(
             missing = [n for n in dtypes if n not in sample]
             if missing:
                 raise DataError(f"calibration samples have no array for input(s) {', '.join(missing)}")
-            feed = {n: np.asarray(sample[n], dtype=dt) for n, dt in dtypes.items()}
+            feed = feed_inputs(sample, {n: n for n in dtypes}, dtypes)  # float16 overflow: one line
             try:
                 values = sess.run(names, feed)
             except Exception as exc:  # onnxruntime's own errors: one line, as the fidelity check says

@@ -720,3 +720,42 @@ def test_an_output_that_is_the_commands_own_input(
         *run(monkeypatch, capsys, *argv), f"cannot write {target}: it is the {what} this command reads"
     )
     assert target.read_bytes() == before
+
+
+def _fp16_model(path: Path) -> Path:
+    """A model exported in float16 end to end (input included), as Jetson deployments often are."""
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array(rng.random((12, 3, 3, 3)).astype(np.float16), "W1")
+    w2 = numpy_helper.from_array(rng.random((4, 12, 3, 3)).astype(np.float16), "W2")
+    nodes = [
+        helper.make_node("Conv", ["x", "W1"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Conv", ["r", "W2"], ["y"], pads=[1, 1, 1, 1]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1, 4, 8, 8])],
+        [w1, w2],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    return path
+
+
+def test_data_past_a_float16_inputs_range(monkeypatch, capsys, tmp_path) -> None:
+    """1e5 cast to a float16 input is inf: numpy's two-line 'RuntimeWarning: overflow encountered
+    in cast' came before the error line (verify, optimize) or before a trim ranked on inf (apply)."""
+    m = str(_fp16_model(tmp_path / "fp16.onnx"))
+    data = tmp_path / "big.npy"
+    np.save(data, np.full((2, 3, 8, 8), 1e5, np.float32))
+    plan = tmp_path / "plan.json"
+    plan.write_text('{"widths": {"Conv_0": 8}}')
+    message = "input 'x' takes float16, whose largest value is 65504; the data holds 100000: check its scale"
+    for args in (
+        ["verify", m, m],
+        ["optimize", m, "-t", "t4", "-b", "model", "--max-evals", "4", "-o", str(tmp_path / "run")],
+        ["apply", m, "--plan", str(plan), "-o", str(tmp_path / "out.onnx")],
+    ):
+        _one_error(*run(monkeypatch, capsys, *args, "--calibration-data", str(data)), message)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.npy", "fp16.onnx", "plan.json"]
