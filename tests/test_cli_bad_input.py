@@ -759,3 +759,21 @@ def test_data_past_a_float16_inputs_range(monkeypatch, capsys, tmp_path) -> None
     ):
         _one_error(*run(monkeypatch, capsys, *args, "--calibration-data", str(data)), message)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.npy", "fp16.onnx", "plan.json"]
+
+
+def test_profile_trace_dir(monkeypatch, capsys, tmp_path, zoo_model_path) -> None:
+    """--trace-dir naming a file ended torch's profile, after it ran, in 'FILE: File exists'; ort
+    accepted any --trace-dir, a file included, and kept nothing there (exit 0)."""
+    m = str(zoo_model_path("resnet_projection"))
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for backend in ("ort", "torch"):
+        args = ["profile", m, "-b", backend, "--runs", "2", "--warmup", "0", "--trace-dir"]
+        _one_error(*run(monkeypatch, capsys, *args, str(afile)), f"cannot write into {afile}: it is a file")
+    traces = tmp_path / "traces"
+    code, _, err = run(
+        monkeypatch, capsys, "profile", m, "-b", "ort", "--runs", "2", "--trace-dir", str(traces)
+    )
+    assert code == 0, err
+    events = json.loads((traces / "resnet_projection.ort_profile.json").read_text())
+    assert any(e.get("name") == "model_run" for e in events)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import json
 import os
+import shutil
 import tempfile
 import time
 from collections import defaultdict
@@ -548,6 +549,11 @@ class OrtSession(Session):
             path = sess.end_profiling()
             with open(path) as f:
                 events = json.load(f)
+            if opts.workdir is not None:  # --trace-dir: was accepted and nothing kept
+                from deployopt.fileio import atomic_path
+
+                with atomic_path(Path(opts.workdir) / f"{Path(model_path).stem}.ort_profile.json") as tmp:
+                    shutil.copyfile(path, tmp)
             optimized = _load_optimized(Path(tmp) / OPTIMIZED_NAME)
         layers, mapping = profile_layers(events, opts.runs, loaded.model, optimized)
         return OrtProfile(

@@ -38,7 +38,7 @@ from deployopt.cli.app import (
     remote_option,
 )
 from deployopt.errors import DataError, DeployoptError, no_such_file
-from deployopt.fileio import check_output_file, refuse_input_as_output, write_json
+from deployopt.fileio import check_output_dir, check_output_file, refuse_input_as_output, write_json
 from deployopt.timing import Timing, check_run_counts, counted
 
 BENCH_KEYS = (
@@ -376,13 +376,15 @@ def profile_command(
     calibration_data: Optional[Path] = calibration_data_option(),
     remote: Optional[str] = remote_option(),
     trace_dir: Optional[Path] = output_option(
-        None, "--trace-dir", help="Keep the profiler trace here (torch: chrome trace JSON).", folder=True
+        None, "--trace-dir", help="Keep the profiler trace here (torch, ort: chrome trace JSON).", folder=True
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     output: Optional[Path] = output_option(None, "--output", "-o", help="Write the JSON result here."),
 ) -> None:
     """Per-layer time with share of total; --kernels adds grid/block/registers/tile/waves per kernel."""
     settings = (dtype, batch, sms, runs, warmup, input_shape, timeout)
+    if trace_dir is not None:  # a file there was "File exists" once the profile had run (torch)
+        check_output_dir(trace_dir)
     with _session(
         backend,
         model,
