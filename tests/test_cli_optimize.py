@@ -58,7 +58,7 @@ def test_bad_options_are_one_line_errors(
     table.write_bytes(b"TRT-8502-EntropyCalibration2\ninput: 3c010a14\n")
     cases = [
         (["--mode", "trim", "--max-trim", "1.5"], "--max-trim 1.5: must be between 0 and 1"),
-        (["--max-trim", "0"], "--max-trim 0.0: must be between 0 and 1"),
+        (["--mode", "trim", "--max-trim", "0"], "--max-trim 0.0: must be between 0 and 1"),
         (["--mode", "shrink"], "--mode 'shrink'"),
         (["--resume", "--force"], "exclude each other"),
         (["--calibration-data", str(bad_calib)], "calib.npy"),

@@ -85,6 +85,8 @@ def test_resume_refuses_other_gate_settings(
     [
         (["--min-cosine", "0.9"], "apply to --mode trim only"),
         (["--no-fidelity-gate"], "apply to --mode trim only"),
+        (["--max-trim", "0.3"], "apply to --mode trim only"),  # ran lossless without a word
+        (["--mode", "grow", "--max-trim", "0.3"], "apply to --mode trim only"),
         (["--mode", "trim", "--min-cosine", "1.5"], "--min-cosine 1.5: expected a value between -1 and 1"),
         (["--mode", "trim", "--min-top1", "2"], "--min-top1 2.0: expected a fraction between 0 and 1"),
     ],

@@ -77,8 +77,8 @@ def optimize_command(
         "where the backend runs it).",
     ),
     mode: str = typer.Option("lossless", "--mode", help="lossless | trim | grow."),
-    max_trim: float = typer.Option(
-        0.10, "--max-trim", help="trim: largest share of a group's channels removed."
+    max_trim: Optional[float] = typer.Option(
+        None, "--max-trim", help="trim: largest share of a group's channels removed (default 0.10)."
     ),
     min_cosine: Optional[float] = typer.Option(
         None,
@@ -125,10 +125,12 @@ def optimize_command(
     from deployopt.backends.base import default_dtype, get_backend
     from deployopt.optimize import OptimizeConfig, Optimizer, resolve_backend_name
 
-    if mode != "trim" and (min_cosine is not None or min_top1 is not None or not fidelity_gate):
+    trim_only = (max_trim, min_cosine, min_top1)
+    if mode != "trim" and (any(v is not None for v in trim_only) or not fidelity_gate):
+        # --max-trim 0.3 without --mode trim ran lossless without a word
         raise DeployoptError(
-            "--min-cosine, --min-top1 and --no-fidelity-gate apply to --mode trim only (lossless and grow "
-            "keep the outputs equal)"
+            "--max-trim, --min-cosine, --min-top1 and --no-fidelity-gate apply to --mode trim only "
+            "(lossless and grow keep the outputs equal)"
         )
     shapes = parse_input_shapes(input_shape)
     check_batch_agrees(batch, shapes)
@@ -145,7 +147,7 @@ def optimize_command(
         batch=batch,
         dtype=dtype,
         mode=mode,
-        max_trim=max_trim,
+        **({} if max_trim is None else {"max_trim": max_trim}),
         max_evals=max_evals,
         runs=runs,
         warmup=warmup,
