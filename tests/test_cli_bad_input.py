@@ -777,3 +777,21 @@ def test_profile_trace_dir(monkeypatch, capsys, tmp_path, zoo_model_path) -> Non
     assert code == 0, err
     events = json.loads((traces / "resnet_projection.ort_profile.json").read_text())
     assert any(e.get("name") == "model_run" for e in events)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--bgr"], "--bgr: image preprocessing, and without --calibration-data the inputs are random"),
+        (["--mean", "0.5,0.5,0.5", "--resize", "crop"], "--mean, --resize: image preprocessing"),
+        (["--scale", "2"], "--scale: image preprocessing"),
+        (["--seed", "3", "--calibration-data", "{data}"], "--seed seeds the random inputs"),
+    ],
+)
+def test_verify_options_with_nothing_to_act_on(monkeypatch, capsys, tmp_path, zoo_model_path, extra, message):
+    """Image preprocessing without images (random inputs) and a seed with data were ignored without a
+    word: `verify --bgr` passed as if the colour order had been checked."""
+    m = str(zoo_model_path("resnet_projection"))
+    np.save(tmp_path / "a.npy", np.zeros((2, 3, 32, 32), np.float32))
+    args = [a.format(data=tmp_path / "a.npy") for a in extra]
+    _one_error(*run(monkeypatch, capsys, "verify", m, m, *args), message)

@@ -130,12 +130,20 @@ def verify(
         "Random inputs when omitted (said so).",
     ),
     count: int = typer.Option(16, "--count", help="Calibration samples (model runs) at most."),
-    mean: str = typer.Option(",".join(map(str, IMAGENET_MEAN)), "--mean", help="Per-channel image mean."),
-    std: str = typer.Option(",".join(map(str, IMAGENET_STD)), "--std", help="Per-channel image std."),
+    mean: Optional[str] = typer.Option(
+        None, "--mean", help=f"Per-channel image mean (default {','.join(map(str, IMAGENET_MEAN))})."
+    ),
+    std: Optional[str] = typer.Option(
+        None, "--std", help=f"Per-channel image std (default {','.join(map(str, IMAGENET_STD))})."
+    ),
     bgr: bool = typer.Option(False, "--bgr", help="Feed images as BGR (mean/std still given in RGB order)."),
-    scale: float = typer.Option(1 / 255, "--scale", help="Pixel scale applied before mean/std."),
-    resize: str = typer.Option(
-        "stretch", "--resize", help="stretch: resize to H×W; crop: shorter side to H/0.875, centre crop."
+    scale: Optional[float] = typer.Option(
+        None, "--scale", help="Pixel scale applied before mean/std (default 1/255)."
+    ),
+    resize: Optional[str] = typer.Option(
+        None,
+        "--resize",
+        help="stretch (default): resize to H×W; crop: shorter side to H/0.875, centre crop.",
     ),
     max_abs_error: Optional[float] = typer.Option(
         None, "--max-abs-error", help="Fail above this max abs error."
@@ -153,10 +161,23 @@ def verify(
     input_shape: Optional[list[str]] = typer.Option(
         None, "--input-shape", help="NAME:1x3x224x224 for inputs with dynamic dims (repeatable)."
     ),
-    seed: int = typer.Option(0, "--seed", help="Seed of the random inputs."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the random inputs (default 0)."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Compare a candidate model's outputs with the reference's on calibration data."""
+    mean_values = IMAGENET_MEAN if mean is None else _floats(mean, "--mean")
+    std_values = IMAGENET_STD if std is None else _floats(std, "--std")
+    # each was ignored without a word where it has nothing to act on
+    given = {"--mean": mean, "--std": std, "--bgr": bgr or None, "--scale": scale, "--resize": resize}
+    image_options = [name for name, value in given.items() if value is not None]
+    if calibration_data is None and image_options:
+        raise DataError(
+            f"{', '.join(image_options)}: image preprocessing, and without --calibration-data the inputs "
+            "are random; give images with --calibration-data"
+        )
+    if calibration_data is not None and seed is not None:
+        raise DataError("--seed seeds the random inputs, and --calibration-data gives the data; give one")
+    resize = "stretch" if resize is None else resize
     if resize not in RESIZE_MODES:
         raise DataError(f"--resize {resize!r}: expected one of {', '.join(RESIZE_MODES)}")
     check_threshold_range(min_cosine, min_top1)
@@ -186,11 +207,11 @@ def verify(
         calibration_data,
         ref_inputs,
         count=count,
-        mean=_floats(mean, "--mean"),
-        std=_floats(std, "--std"),
+        mean=mean_values,
+        std=std_values,
         channel_order="BGR" if bgr else "RGB",
-        scale=scale,
-        seed=seed,
+        scale=1 / 255 if scale is None else scale,
+        seed=0 if seed is None else seed,
         resize=resize,
     )
     for notice in dict.fromkeys(notices + cand_notices + calib.notices):
