@@ -795,3 +795,16 @@ def test_verify_options_with_nothing_to_act_on(monkeypatch, capsys, tmp_path, zo
     np.save(tmp_path / "a.npy", np.zeros((2, 3, 32, 32), np.float32))
     args = [a.format(data=tmp_path / "a.npy") for a in extra]
     _one_error(*run(monkeypatch, capsys, "verify", m, m, *args), message)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--runs", "5"], "--runs applies to --measure only (a prediction times nothing)"),
+        (["--cudnn-engines", "0", "--no-cudnn-benchmark"], "--cudnn-engines, --no-cudnn-benchmark apply to"),
+    ],
+)
+def test_staircase_measuring_options_without_measure(monkeypatch, capsys, extra, message) -> None:
+    """They were ignored without a word: the staircase printed was the prediction either way."""
+    args = ["staircase", "-t", "nano", "--input", "1x16x8x8", "--out-channels", "16:32:8", *extra]
+    _one_error(*run(monkeypatch, capsys, *args), message)

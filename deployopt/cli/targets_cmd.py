@@ -346,7 +346,9 @@ def staircase_command(
     measure: Optional[str] = typer.Option(
         None, "--measure", help="Also measure on this backend (e.g. torch)."
     ),
-    runs: int = typer.Option(100, "--runs", help="Timed runs per width when measuring."),
+    runs: Optional[int] = typer.Option(
+        None, "--runs", help="Timed runs per width when measuring (default 100)."
+    ),
     cudnn_engines: Optional[int] = cudnn_engines_option(),
     cudnn_benchmark: bool = cudnn_benchmark_option(),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
@@ -373,6 +375,16 @@ def staircase_command(
     if measure and dtype == "int8":
         raise DeployoptError("--measure with --dtype int8: INT8 staircases are predicted only")
     timings = None
+    measuring = {
+        "--runs": runs,
+        "--cudnn-engines": cudnn_engines,
+        "--no-cudnn-benchmark": not cudnn_benchmark or None,
+    }
+    if not measure and any(v is not None for v in measuring.values()):  # ignored without a word
+        given = [k for k, v in measuring.items() if v is not None]
+        verb = "applies" if len(given) == 1 else "apply"
+        raise DeployoptError(f"{', '.join(given)} {verb} to --measure only (a prediction times nothing)")
+    runs = 100 if runs is None else runs
     if measure:
         check_run_counts(runs)  # before the backend is looked up: a bad count costs no probe
         from deployopt.backends.base import MeasureOptions, get_backend
