@@ -94,8 +94,13 @@ def preprocess_image(
             f"{path}: image is larger than Pillow decodes ({Image.MAX_IMAGE_PIXELS * 2} pixels at most); "
             "downscale it first"
         ) from None
-    except (OSError, UnidentifiedImageError, ValueError) as exc:
-        raise DataError(f"{path}: cannot read image ({exc.__class__.__name__})") from None
+    except (OSError, UnidentifiedImageError, ValueError) as exc:  # "(OSError)" alone said nothing
+        if isinstance(exc, UnidentifiedImageError):  # its message repeats the path
+            why = "empty file" if _is_empty(path) else "not an image Pillow can read"
+        else:  # "image file is truncated (32 bytes not processed)", "Permission denied"
+            text = str(exc).strip()
+            why = getattr(exc, "strerror", None) or (text.splitlines()[0] if text else exc.__class__.__name__)
+        raise DataError(f"{path}: cannot read image ({why})") from None
     arr = arr[:, :, None] if arr.ndim == 2 else arr
     if order == "BGR" and channels == 3:
         arr = arr[:, :, ::-1]
@@ -105,6 +110,13 @@ def preprocess_image(
         mean_a, std_a = mean_a[::-1], std_a[::-1]
     arr = (arr * np.float32(scale) - mean_a) / std_a
     return np.ascontiguousarray(arr.transpose(2, 0, 1), dtype=np.float32)
+
+
+def _is_empty(path: Path) -> bool:
+    try:
+        return path.stat().st_size == 0
+    except OSError:
+        return False
 
 
 def _decode(path: Path, channels: int) -> Any:

@@ -808,3 +808,34 @@ def test_staircase_measuring_options_without_measure(monkeypatch, capsys, extra,
     """They were ignored without a word: the staircase printed was the prediction either way."""
     args = ["staircase", "-t", "nano", "--input", "1x16x8x8", "--out-channels", "16:32:8", *extra]
     _one_error(*run(monkeypatch, capsys, *args), message)
+
+
+def _half_a_png(path: Path) -> None:
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(buf, "PNG")
+    path.write_bytes(buf.getvalue()[: len(buf.getvalue()) // 2])
+
+
+@pytest.mark.parametrize(
+    ("write", "why"),
+    [
+        (_half_a_png, "image file is truncated"),
+        (lambda p: p.write_bytes(b""), "empty file"),
+        (lambda p: p.write_text("not a picture"), "not an image Pillow can read"),
+    ],
+)
+def test_images_that_cannot_be_read_say_why(
+    monkeypatch, capsys, tmp_path, zoo_model_path, write, why
+) -> None:
+    """The line ended in the exception's class name: '(OSError)' for a truncated download,
+    '(UnidentifiedImageError)' for an empty file."""
+    m = str(zoo_model_path("resnet_projection"))
+    (tmp_path / "imgs").mkdir()
+    image = tmp_path / "imgs" / "a.png"
+    write(image)
+    args = ["verify", m, m, "--calibration-data", str(tmp_path / "imgs")]
+    _one_error(*run(monkeypatch, capsys, *args), f"{image}: cannot read image ({why}")
