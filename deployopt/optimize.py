@@ -354,6 +354,13 @@ class Optimizer:
             samples = cfg.fidelity_samples if cfg.calibration_data is None else 1
             require_fidelity_memory(self.model, None, samples)
         self.analysis = analyze(self.model)
+        if self.backend_name == "model" and not self.analysis.convs:  # every plan predicted alike
+            unpriced = self.analysis.unpriced_convs()
+            raise DeployoptError(
+                f"{cfg.model_path}: the wave model prices 2-D convs only, and its {len(unpriced)} conv(s) "
+                f"({', '.join(unpriced[:3])}{', …' if len(unpriced) > 3 else ''}) are not; measure "
+                "instead (--backend torch, ort, tensorrt or trtexec)"
+            )
         free = list(self.analysis.free_groups())
         if not free:
             raise DeployoptError(f"{cfg.model_path}: no channel group is free to change; nothing to optimize")

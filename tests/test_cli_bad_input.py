@@ -839,3 +839,39 @@ def test_images_that_cannot_be_read_say_why(
     write(image)
     args = ["verify", m, m, "--calibration-data", str(tmp_path / "imgs")]
     _one_error(*run(monkeypatch, capsys, *args), f"{image}: cannot read image ({why}")
+
+
+def _conv1d_model(path: Path) -> Path:
+    """Two Conv1d layers (audio, time series): the wave model prices 2-D convs only."""
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array(rng.random((12, 3, 3), np.float32), "W1")
+    w2 = numpy_helper.from_array(rng.random((4, 12, 3), np.float32), "W2")
+    nodes = [
+        helper.make_node("Conv", ["x", "W1"], ["c"], pads=[1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Conv", ["r", "W2"], ["y"], pads=[1, 1]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 16])],
+        [w1, w2],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    return path
+
+
+def test_convs_the_wave_model_does_not_price(monkeypatch, capsys, tmp_path) -> None:
+    """A Conv1d model: `optimize -b model` predicted every plan alike (the convs left out), wrote
+    the input's widths as the answer and exited 0; `analyze --target` printed an empty table."""
+    m = str(_conv1d_model(tmp_path / "c1d.onnx"))
+    out = tmp_path / "run"
+    _one_error(
+        *run(monkeypatch, capsys, "optimize", m, "-t", "t4", "-b", "model", "-o", str(out)),
+        "the wave model prices 2-D convs only, and its 2 conv(s) (Conv_0, Conv_2) are not",
+    )
+    assert not out.exists()
+    code, text, err = run(monkeypatch, capsys, "analyze", m, "--target", "t4")
+    assert code == 0, err
+    assert "2 conv(s) not 2-D, which the wave model does not price" in " ".join(text.split())

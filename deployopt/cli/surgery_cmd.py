@@ -157,6 +157,16 @@ def analyze_cmd(
             markup=False,
         )
         _print_size_classes(rows)
+        unpriced = analysis.unpriced_convs()
+        if unpriced:  # the table left them out without a word (a Conv1d model printed an empty one)
+            shown = ", ".join(unpriced[:8]) + (", …" if len(unpriced) > 8 else "")
+            console.print(
+                f"{len(unpriced)} conv(s) not 2-D, which the wave model does not price and the table "
+                f"leaves out: {shown}",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
 
 
 def _print_size_classes(rows: Sequence[dict[str, Any]], most: int = 8) -> None:

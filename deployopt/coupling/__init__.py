@@ -139,6 +139,15 @@ class Analysis:
     def free_groups(self) -> list[ChannelGroup]:
         return [g for g in self.groups if not g.frozen]
 
+    def unpriced_convs(self) -> list[str]:
+        """Convs with no 2-D shape (Conv1d, Conv3d): not in `convs`, so the wave model prices none
+        of them, and a prediction of the model leaves them out."""
+        if self.state is None:
+            return []
+        priced = {c.name for c in self.convs}
+        names = [self.state.node_names[rec.node] for rec in self.state.convs]
+        return [n for n in names if n not in priced]
+
     def group_of_atom(self, atom: int) -> str:
         assert self.state is not None
         return self.atom_group[self.state.find(atom)]
