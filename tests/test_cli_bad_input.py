@@ -771,12 +771,15 @@ def test_profile_trace_dir(monkeypatch, capsys, tmp_path, zoo_model_path) -> Non
         args = ["profile", m, "-b", backend, "--runs", "2", "--warmup", "0", "--trace-dir"]
         _one_error(*run(monkeypatch, capsys, *args, str(afile)), f"cannot write into {afile}: it is a file")
     traces = tmp_path / "traces"
-    code, _, err = run(
-        monkeypatch, capsys, "profile", m, "-b", "ort", "--runs", "2", "--trace-dir", str(traces)
+    code, out, err = run(
+        monkeypatch, capsys, "profile", m, "-b", "ort", "--runs", "2", "--trace-dir", str(traces), "--json"
     )
     assert code == 0, err
     events = json.loads((traces / "resnet_projection.ort_profile.json").read_text())
     assert any(e.get("name") == "model_run" for e in events)
+    # keeping the trace must not cost the node mapping (the copy once shadowed the folder the
+    # optimized graph is read from: 'node names (approximate)', every fused conv half-mapped)
+    assert json.loads(out)["onnx_nodes_mapped_by"] == "optimized graph"
 
 
 @pytest.mark.parametrize(

@@ -552,8 +552,8 @@ class OrtSession(Session):
             if opts.workdir is not None:  # --trace-dir: was accepted and nothing kept
                 from deployopt.fileio import atomic_path
 
-                with atomic_path(Path(opts.workdir) / f"{Path(model_path).stem}.ort_profile.json") as tmp:
-                    shutil.copyfile(path, tmp)
+                with atomic_path(Path(opts.workdir) / f"{Path(model_path).stem}.ort_profile.json") as dst:
+                    shutil.copyfile(path, dst)  # (not `tmp`: the optimized graph is read from tmp below)
             optimized = _load_optimized(Path(tmp) / OPTIMIZED_NAME)
         layers, mapping = profile_layers(events, opts.runs, loaded.model, optimized)
         return OrtProfile(
