@@ -878,3 +878,34 @@ def test_convs_the_wave_model_does_not_price(monkeypatch, capsys, tmp_path) -> N
     code, text, err = run(monkeypatch, capsys, "analyze", m, "--target", "t4")
     assert code == 0, err
     assert "2 conv(s) not 2-D, which the wave model does not price" in " ".join(text.split())
+
+
+@pytest.mark.parametrize(
+    ("args", "label", "what"),
+    [
+        (
+            ["verify", "{model}", "{model}", "--calibration-data", ""],
+            "--calibration-data",
+            "a folder or file path",
+        ),
+        (["apply", "{model}", "--plan", "", "-o", "out.onnx"], "--plan", "a plan file (.json)"),
+        (["analyze", ""], "model", "an .onnx file"),
+        (["verify", "{model}", ""], "candidate", "an .onnx file"),
+        (["compare", "", "{model}"], "baseline", "a file or folder"),
+    ],
+)
+def test_an_empty_input_path_is_not_the_current_folder(
+    monkeypatch, capsys, tmp_path, zoo_model_path, args, label, what
+) -> None:
+    """typer reads '' as Path('.'): `verify --calibration-data "$DATA"` with DATA unset compared the
+    models on the images in the current folder (exit 0), a model or plan given as '' was '.: is a
+    folder'. `.` given on purpose still reads the current folder."""
+    from PIL import Image
+
+    Image.new("RGB", (32, 32), (200, 10, 10)).save(tmp_path / "holiday.png")
+    monkeypatch.chdir(tmp_path)
+    m = str(zoo_model_path("resnet_projection"))
+    argv = [a.format(model=m) for a in args]
+    _one_error(*run(monkeypatch, capsys, *argv), f"error: {label}: empty path; give {what}")
+    code, out, err = run(monkeypatch, capsys, "verify", m, m, "--calibration-data", ".")
+    assert code == 0 and "inputs: ." in out, err

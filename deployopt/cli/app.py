@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,19 @@ def output_option(default: Any, *names: str, help: str, folder: bool = False) ->
     return typer.Option(default, *names, help=help, parser=parse, metavar="<path>")
 
 
+def input_path(label: str, what: str) -> Callable[[str], Path]:
+    """A parser for a path that is read: typer turns '' into Path('.'), so `--calibration-data
+    "$DATA"` with DATA unset read the current folder's images as calibration data, and a model or
+    plan given as '' was reported as '.: is a folder'."""
+
+    def parse(value: str) -> Path:
+        if not value:
+            raise DeployoptError(f"{label}: empty path; give {what}")
+        return Path(value)
+
+    return parse
+
+
 def cudnn_engines_option() -> object:
     """`--cudnn-engines N`, shared by every command that measures on the torch backend."""
     return typer.Option(
@@ -90,6 +104,8 @@ def calibration_data_option() -> object:
     return typer.Option(
         None,
         "--calibration-data",
+        parser=input_path("--calibration-data", "a folder or file path"),
+        metavar="<path>",
         help="--dtype int8: data TensorRT calibrates on (a folder of images, or .npy/.npz preprocessed "
         "like the model's input), or a calibration table (.cache/.calib/.table) from an earlier run, "
         "only read; trtexec cannot calibrate and takes only a table.",

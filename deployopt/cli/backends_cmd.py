@@ -32,6 +32,7 @@ from deployopt.cli.app import (
     console,
     cudnn_benchmark_option,
     cudnn_engines_option,
+    input_path,
     note_cudnn_search,
     output_option,
     parse_input_shapes,
@@ -218,7 +219,9 @@ def _environment_line(env: dict[str, Any]) -> str:
 
 @app.command("bench", rich_help_panel="Measure")
 def bench_command(
-    model: Path = typer.Argument(..., help="ONNX model to time."),
+    model: Path = typer.Argument(
+        ..., help="ONNX model to time.", parser=input_path("model", "an .onnx file")
+    ),
     backend: str = typer.Option("ort", "--backend", "-b", help="ort | torch | tensorrt | trtexec"),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="fp16 | fp32 | int8 (default: the backend's)"),
     batch: Optional[int] = typer.Option(None, "--batch", help="Override the batch dimension."),
@@ -359,7 +362,9 @@ def render_profile(profile: Profile, kernels: bool) -> None:
 
 @app.command("profile", rich_help_panel="Measure")
 def profile_command(
-    model: Path = typer.Argument(..., help="ONNX model to profile."),
+    model: Path = typer.Argument(
+        ..., help="ONNX model to profile.", parser=input_path("model", "an .onnx file")
+    ),
     backend: str = typer.Option("ort", "--backend", "-b", help="ort | torch | tensorrt | trtexec"),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="fp16 | fp32 | int8 (default: the backend's)"),
     batch: Optional[int] = typer.Option(None, "--batch", help="Override the batch dimension."),

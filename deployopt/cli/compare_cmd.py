@@ -16,7 +16,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from deployopt.cli.app import app, console, err_console, output_option
+from deployopt.cli.app import app, console, err_console, input_path, output_option
 from deployopt.regression import MIN_EFFECT, Pair, RegressionReport, compare_paths, setup
 from deployopt.timing import Timing
 
@@ -77,8 +77,16 @@ def _line(text: str, style: str) -> None:
 
 @app.command("compare", rich_help_panel="Measure")
 def compare_command(
-    baseline: Path = typer.Argument(..., help="Baseline measurement (or a folder of them)."),
-    current: Path = typer.Argument(..., help="Current measurement (or a folder: files pair by name)."),
+    baseline: Path = typer.Argument(
+        ...,
+        help="Baseline measurement (or a folder of them).",
+        parser=input_path("baseline", "a file or folder"),
+    ),
+    current: Path = typer.Argument(
+        ...,
+        help="Current measurement (or a folder: files pair by name).",
+        parser=input_path("current", "a file or folder"),
+    ),
     alpha: float = typer.Option(0.01, "--alpha", help="Significance level of the Mann-Whitney U test."),
     min_effect: float = typer.Option(
         MIN_EFFECT,

@@ -20,6 +20,7 @@ from deployopt.cli.app import (
     cudnn_benchmark_option,
     cudnn_engines_option,
     err_console,
+    input_path,
     note_cudnn_search,
     output_option,
     parse_input_shapes,
@@ -58,7 +59,9 @@ def _progress_callback(progress: Progress) -> Any:
 
 @app.command("optimize", rich_help_panel="Optimize")
 def optimize_command(
-    model: Path = typer.Argument(..., help="The ONNX model to optimize."),
+    model: Path = typer.Argument(
+        ..., help="The ONNX model to optimize.", parser=input_path("model", "an .onnx file")
+    ),
     target: str = typer.Option(..., "--target", "-t", help="GPU target (see `deployopt targets`)."),
     backend: str = typer.Option(
         "auto", "--backend", "-b", help="auto | tensorrt | trtexec | torch | ort | model (predicted only)."
@@ -109,6 +112,8 @@ def optimize_command(
     calibration_data: Optional[Path] = typer.Option(
         None,
         "--calibration-data",
+        parser=input_path("--calibration-data", "a folder or file path"),
+        metavar="<path>",
         help="Images or .npy/.npz for fidelity checks (random inputs if omitted); with --mode trim also "
         "what the trimmed channels are ranked on (least activation × reader weight first; by filter "
         "L1 if omitted); with --dtype int8 also what TensorRT calibrates on (trtexec cannot: its "

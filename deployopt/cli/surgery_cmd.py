@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from deployopt.batch import restore_dynamic_batch
-from deployopt.cli.app import app, console, err_console, output_option, parse_input_shapes
+from deployopt.cli.app import app, console, err_console, input_path, output_option, parse_input_shapes
 from deployopt.coupling import Analysis, ConvLayer, analyze
 from deployopt.errors import DeployoptError
 from deployopt.fileio import check_output_file, refuse_input_as_output
@@ -106,7 +106,9 @@ def _print_notices(notices: Sequence[str]) -> None:
 
 @app.command("analyze", rich_help_panel="Channel surgery")
 def analyze_cmd(
-    model: Path = typer.Argument(..., help="ONNX model to analyze."),
+    model: Path = typer.Argument(
+        ..., help="ONNX model to analyze.", parser=input_path("model", "an .onnx file")
+    ),
     input_shape: Optional[list[str]] = typer.Option(
         None, "--input-shape", help="Static shape for an input, NAME:1x3x224x224 (repeatable)."
     ),
@@ -255,8 +257,16 @@ def _trim_importance(
 
 @app.command("apply", rich_help_panel="Channel surgery")
 def apply_cmd(
-    model: Path = typer.Argument(..., help="ONNX model to edit."),
-    plan: Path = typer.Option(..., "--plan", help='Width plan: {"widths": {"<group id>": <width>, ...}}.'),
+    model: Path = typer.Argument(
+        ..., help="ONNX model to edit.", parser=input_path("model", "an .onnx file")
+    ),
+    plan: Path = typer.Option(
+        ...,
+        "--plan",
+        help='Width plan: {"widths": {"<group id>": <width>, ...}}.',
+        parser=input_path("--plan", "a plan file (.json)"),
+        metavar="<path>",
+    ),
     output: Path = output_option(..., "-o", "--output", help="Where to write the edited model."),
     input_shape: Optional[list[str]] = typer.Option(
         None, "--input-shape", help="Static shape for an input, NAME:1x3x224x224 (repeatable)."
@@ -264,6 +274,8 @@ def apply_cmd(
     calibration_data: Optional[Path] = typer.Option(
         None,
         "--calibration-data",
+        parser=input_path("--calibration-data", "a folder or file path"),
+        metavar="<path>",
         help="Images (png/jpg/jpeg/bmp, resized to the input, ImageNet mean/std), .npy or .npz: a trim "
         "drops the channels that add least to the next layers on this data (mean |activation| × "
         "reader weight norm) instead of the smallest filters (L1). Dead channels go first either way.",

@@ -15,7 +15,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from deployopt.cli.app import app, console, err_console, parse_input_shapes
+from deployopt.cli.app import app, console, err_console, input_path, parse_input_shapes
 from deployopt.errors import DataError
 from deployopt.fidelity import (
     IMAGENET_MEAN,
@@ -120,11 +120,19 @@ def _render(report: FidelityReport, thresholds: Thresholds, failures: list[str])
 
 @app.command("verify", rich_help_panel="Channel surgery")
 def verify(
-    reference: Path = typer.Argument(..., help="The original model (.onnx)."),
-    candidate: Path = typer.Argument(..., help="The edited model to check against it (.onnx)."),
+    reference: Path = typer.Argument(
+        ..., help="The original model (.onnx).", parser=input_path("reference", "an .onnx file")
+    ),
+    candidate: Path = typer.Argument(
+        ...,
+        help="The edited model to check against it (.onnx).",
+        parser=input_path("candidate", "an .onnx file"),
+    ),
     calibration_data: Optional[Path] = typer.Option(
         None,
         "--calibration-data",
+        parser=input_path("--calibration-data", "a folder or file path"),
+        metavar="<path>",
         help="Folder of images (png/jpg/jpeg/bmp), .npy, .npz (keyed by input name) or folder of arrays; "
         "folders are searched recursively, hidden entries skipped. "
         "Random inputs when omitted (said so).",
