@@ -909,3 +909,9 @@ def test_an_empty_input_path_is_not_the_current_folder(
     _one_error(*run(monkeypatch, capsys, *argv), f"error: {label}: empty path; give {what}")
     code, out, err = run(monkeypatch, capsys, "verify", m, m, "--calibration-data", ".")
     assert code == 0 and "inputs: ." in out, err
+
+
+def test_targets_with_an_empty_target_name(monkeypatch, capsys) -> None:
+    """`targets --target "$T"` with T unset listed every target with exit 0; optimize, analyze and
+    staircase already called '' an unknown target."""
+    _one_error(*run(monkeypatch, capsys, "targets", "--target", ""), "unknown target ''")

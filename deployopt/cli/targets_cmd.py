@@ -139,7 +139,7 @@ def targets_command(
     from deployopt.targets import FIT_BORROWED, get_target, list_targets
 
     _check_sms(sms)
-    if target:
+    if target is not None:  # "" is an unknown target, not every target (an unset shell variable)
         targets = [get_target(target, sms=sms)]
     else:  # what-if over the list: only GPUs that have that many SMs
         everything = [_as_resolved(t) for t in list_targets()]
