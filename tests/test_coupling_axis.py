@@ -183,3 +183,47 @@ def test_sqrt_of_a_spatial_softmax_keeps_the_group_free(op: str, free: bool) -> 
         np.testing.assert_allclose(run(padded), run(model), atol=1e-6, rtol=0)
     else:
         assert group.reason.endswith("could read a negative padded channel (NaN)")
+
+
+def _nhwc_model() -> onnx.ModelProto:
+    """What tf2onnx exports: an NHWC input, a Transpose to NCHW, then convs (and GAP → MatMul)."""
+    rng = np.random.default_rng(0)
+
+    def w(name: str, *shape: int) -> onnx.TensorProto:
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.1).astype(np.float32), name)
+
+    inits = [w("w1", 20, 3, 3, 3), w("b1", 20), w("w2", 36, 20, 3, 3), w("b2", 36), w("fc", 36, 10)]
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["t"], perm=[0, 3, 1, 2], name="to_nchw"),
+        helper.make_node("Conv", ["t", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
+        helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+        helper.make_node("GlobalAveragePool", ["r2"], ["g"], name="gap"),
+        helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
+        helper.make_node("MatMul", ["f", "fc"], ["y"], name="fc"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "nhwc",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 16, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_an_nhwc_input_through_a_transpose_leaves_the_first_conv_free() -> None:
+    """The graph input's axis 1 (H of an NHWC input) was traced as its channels; the Transpose moved
+    it to axis 2 and the first conv froze whole ("expects channels on axis 1, not axis 2"), its own
+    filters included. A frozen set that changes on no axis is now read as untraced there."""
+    model = _nhwc_model()
+    groups = {g.id: g for g in analyze(model).groups}
+    assert not groups["conv1"].frozen, groups["conv1"].reason
+    assert not groups["conv2"].frozen and groups["input:x"].frozen
+    padded = apply_plan(model, {"conv1": 32, "conv2": 40})
+    assert [t.dims for t in padded.graph.initializer if t.name == "w1"] == [[32, 3, 3, 3]]
+    np.testing.assert_array_equal(run(padded), run(model))
+    trimmed = apply_plan(model, {"conv1": 16})
+    onnx.checker.check_model(trimmed, full_check=True)
+    assert run(trimmed).shape == (1, 10)

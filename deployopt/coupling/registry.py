@@ -17,7 +17,8 @@ Where the channels are: every tensor's channel set lies on one axis, `CouplingSt
 (axis 1 unless a Transpose moved it, or a MatMul produced channels on the last axis). A rule sees
 only tensors with channels on axis 1 unless it is registered with `any_axis=True` (it then reads
 `ctx.channel_axis`); for any other rule the walk freezes the node ("expects channels on axis 1"),
-so a rule written for NCHW can never misread a channels-last tensor.
+so a rule written for NCHW can never misread a channels-last tensor (unless every such set is
+frozen already: the rule then reads the input as untraced, see `_forget_frozen_moved`).
 
 Flattened channels: a Flatten (or Reshape) of an [N, C, H, W] map to [N, C·H·W] keeps channel c as
 the H·W consecutive features c·H·W … (c+1)·H·W − 1, so padding a channel appends features and trimming
@@ -664,7 +665,7 @@ class CouplingState:
             spread = node.op_type not in SPREAD and any(t in self.spread for t in node.input if t)
             if fn is None:
                 self.freeze_node(node, f"unknown op {node.op_type}")
-            elif moved is not None:
+            elif moved is not None and not self._forget_frozen_moved(node):
                 self.freeze_node(
                     node, f"{node.op_type} {self.name(node)} expects channels on axis 1, not axis {moved}"
                 )
@@ -678,6 +679,30 @@ class CouplingState:
             rec.in_layout = self.current(rec.in_layout)
             rec.out_layout = self.current(rec.out_layout) if rec.out_layout is not None else None
         self._check_shared_constants()
+
+    def _forget_frozen_moved(self, node: onnx.NodeProto) -> bool:
+        """True when every input whose channel set lies off axis 1 holds a frozen set: those
+        tensors then change on no axis, so where their channels were is forgotten and the rule reads
+        them as untraced (a frozen set on axis 1) instead of the node being frozen whole. An NHWC
+        graph input read through a Transpose (tf2onnx's exports) was traced on its axis 1, H, which
+        the Transpose moved to axis 2: the first conv's filters froze with it."""
+        moved = [
+            t
+            for t in node.input
+            if t and t in self.layouts and not self.is_const(t) and self.channel_axis(t) != 1
+        ]
+        if any(t in self.spread for t in moved):
+            return False
+        if not all(self.frozen_reason(atom) for t in moved for atom, _ in self.current(self.layouts[t])):
+            return False
+        reason = f"{node.op_type} {self.name(node)} reads channels that lie on another axis, frozen there"
+        for t in moved:
+            del self.layouts[t]
+            self.axes.pop(t, None)
+            width = self.channels(t)
+            if width is not None:  # what the rule reads on axis 1: a frozen set of its own
+                self.layouts[t] = ((self.new_atom(width, f"{t}@{self.name(node)}", None, reason), width),)
+        return True
 
     def _moved_axis(self, node: onnx.NodeProto) -> Optional[int]:
         """The channel axis of the first traced input whose channels are not on axis 1, else None."""
