@@ -396,11 +396,36 @@ def make_logger(trt):
     return StderrLogger()
 
 
+def load_calib_npy(npy_path):
+    """--calib-npy as float32, or one RunnerError line: np.load gave a ValueError traceback for text
+    or a pickle, an .npz came back as an archive (AttributeError at astype), and NaN or infinite
+    values were fed to the calibrator, whose histograms they spoil."""
+    import numpy as np
+
+    try:
+        data = np.load(npy_path, allow_pickle=False)
+    except (OSError, IOError):
+        raise  # main() says which file could not be read
+    except Exception as exc:  # text, a pickle, a truncated or broken file
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise RunnerError("--calib-npy %s: not a NumPy .npy array (%s)" % (npy_path, first))
+    if not isinstance(data, np.ndarray):  # np.load opens an .npz archive lazily
+        data.close()
+        raise RunnerError("--calib-npy %s: an .npz archive; give one .npy array of inputs" % npy_path)
+    if data.dtype.kind not in "biuf" or data.ndim < 1:
+        raise RunnerError("--calib-npy %s: holds %s values of shape %s, not an array of numbers"
+                          % (npy_path, data.dtype, list(data.shape)))
+    data = data.astype(np.float32)
+    if not np.isfinite(data).all():
+        raise RunnerError("--calib-npy %s: holds NaN or infinite values (or values past float32)" % npy_path)
+    return data
+
+
 def make_npy_calibrator(trt, cuda, npy_path, cache_path, shape):
     """IInt8EntropyCalibrator2 over a .npy of N items shaped like the input (or like one batch item)."""
     import numpy as np
 
-    data = np.load(npy_path).astype(np.float32)
+    data = load_calib_npy(npy_path)
     per_item = tuple(shape[1:])
     if tuple(data.shape[1:]) != per_item:
         raise RunnerError("calibration data %s has items of shape %s; the input needs %s"

@@ -402,3 +402,35 @@ def test_clocks_locked_follows_the_rule_compare_reads_older_results_by() -> None
         {"nvpmodel": "MAXN"},
     ):
         assert runner.clocks_locked(env) == clocks_locked(env), env
+
+
+def test_calib_npy_that_is_not_an_array_of_finite_numbers_is_one_line(tmp_path: Path) -> None:
+    """--calib-npy went straight into np.load(...).astype: text or a pickle was a ValueError
+    traceback, an .npz an AttributeError, and NaN/inf reached TensorRT's calibration histograms."""
+    text = tmp_path / "text.npy"
+    text.write_text("1 2 3\n")
+    pickled = tmp_path / "pickled.npy"
+    np.save(pickled, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    archive = tmp_path / "a.npz"
+    np.savez(archive, x=np.zeros((2, 3), np.float32))
+    nan = tmp_path / "nan.npy"
+    np.save(nan, np.array([[0.0, np.nan]], np.float32))
+    big = tmp_path / "big.npy"
+    np.save(big, np.array([[1e300]], np.float64))
+    words = tmp_path / "words.npy"
+    np.save(words, np.array(["a", "b"]))
+    cases = {
+        text: "not a NumPy .npy array",
+        pickled: "not a NumPy .npy array",
+        archive: "an .npz archive",
+        nan: "holds NaN or infinite values",
+        big: "holds NaN or infinite values",
+        words: r"holds <U1 values of shape \[2\], not an array of numbers",
+    }
+    for path, message in cases.items():
+        with pytest.raises(runner.RunnerError, match=rf"^--calib-npy {re.escape(str(path))}: {message}"):
+            runner.load_calib_npy(str(path))
+    good = tmp_path / "good.npy"
+    np.save(good, np.arange(6, dtype=np.uint8).reshape(2, 3))
+    loaded = runner.load_calib_npy(str(good))
+    assert loaded.dtype == np.float32 and loaded.tolist() == [[0, 1, 2], [3, 4, 5]]
