@@ -353,6 +353,8 @@ def load_calibration(
             files = [path]
         else:
             raise DataError(f"{path}: not calibration data (expected a folder, .npy, .npz or an image)")
+    elif not path.is_dir():  # /dev/null, a pipe, a socket: was "cannot list folder (Not a directory)"
+        raise DataError(f"{path}: not a regular file or folder; give a folder of images, a .npy or a .npz")
     else:
         entries = folder_files(path)
         files = [p for p in entries if p.suffix.lower() in IMAGE_SUFFIXES]

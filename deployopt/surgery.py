@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -60,8 +61,10 @@ def load_plan(path: str | os.PathLike[str]) -> dict[str, int]:
     path = Path(path)
     if path.is_dir():
         raise PlanError(f"{path}: is a folder, expected a plan file (.json)")
-    if not path.is_file():
+    if not path.exists():
         raise no_such_file(path, PlanError)
+    if not path.is_file() and not stat.S_ISFIFO(path.stat().st_mode):  # `--plan <(jq …)` is a pipe: read it
+        raise PlanError(f"{path}: not a regular file (a device or socket); give a plan .json file")
     try:
         data = json.loads(path.read_text(), object_pairs_hook=_no_conflicting_keys)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

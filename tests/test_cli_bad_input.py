@@ -915,3 +915,36 @@ def test_targets_with_an_empty_target_name(monkeypatch, capsys) -> None:
     """`targets --target "$T"` with T unset listed every target with exit 0; optimize, analyze and
     staircase already called '' an unknown target."""
     _one_error(*run(monkeypatch, capsys, "targets", "--target", ""), "unknown target ''")
+
+
+def test_a_plan_or_data_path_that_is_a_device_or_pipe(monkeypatch, capsys, tmp_path, zoo_model_path) -> None:
+    """--plan /dev/null said 'no such file' (and so did `--plan <(jq …)`, a pipe, which is now read);
+    --calibration-data /dev/null said 'cannot list folder (Not a directory)'."""
+    m = str(zoo_model_path("resnet_projection"))
+    out = tmp_path / "out.onnx"
+    _one_error(
+        *run(monkeypatch, capsys, "apply", m, "--plan", "/dev/null", "-o", str(out)),
+        "/dev/null: not a regular file (a device or socket); give a plan .json file",
+    )
+    _one_error(
+        *run(monkeypatch, capsys, "verify", m, m, "--calibration-data", "/dev/null"),
+        "/dev/null: not a regular file or folder; give a folder of images, a .npy or a .npz",
+    )
+    assert not out.exists()
+    from deployopt.coupling import analyze
+    from deployopt.model import load_model
+
+    group = next(g for g in analyze(load_model(m).model).groups if not g.frozen)
+    fifo = tmp_path / "plan.fifo"
+    os.mkfifo(fifo)
+
+    def write() -> None:
+        with open(fifo, "w") as f:
+            json.dump({"widths": {group.id: group.width + 8}}, f)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    code, _, err = run(monkeypatch, capsys, "apply", m, "--plan", str(fifo), "-o", str(out))
+    writer.join(timeout=10)
+    assert code == 0, err
+    assert {g.id: g.width for g in analyze(load_model(out).model).groups}[group.id] == group.width + 8
