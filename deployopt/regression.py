@@ -45,6 +45,7 @@ LIKE_FOR_LIKE = (
     ("nvpmodel", "power mode"),
     ("clocks_locked", "GPU clock"),
     ("tensorrt", "TensorRT"),
+    ("runtime", "runtime"),
     ("cudnn", "cuDNN"),
     ("cudnn_benchmark", "cudnn.benchmark"),
     ("cudnn_benchmark_limit", "cuDNN engines timed"),
@@ -94,7 +95,24 @@ def like_for_like_facts(t: Timing) -> dict[str, Any]:
     if t.backend == "trtexec":
         facts["device"] = None  # trtexec's device is its GPU's name, read as gpu above
     facts["clocks_locked"] = clocks_locked(env)
+    facts["runtime"] = runtime_version(t)
     return facts
+
+
+def runtime_version(t: Timing) -> str | None:
+    """'torch 2.11.0+cu130' / 'onnxruntime 1.23.2' for the torch and ort backends (TensorRT's own
+    version is its fact): a library upgrade changes the kernels run, as a TensorRT upgrade does, and
+    was not flagged between two torch results."""
+    env = t.environment
+    libs = env.get("libraries") if isinstance(env.get("libraries"), dict) else {}
+    if t.backend == "torch":
+        version = env.get("torch") or libs.get("torch")
+        return f"torch {version}" if version else None
+    if t.backend == "ort":
+        for name in ("onnxruntime-gpu", "onnxruntime"):
+            if libs.get(name):
+                return f"onnxruntime {libs[name]}"
+    return None
 
 
 def _shown(key: str, value: Any) -> str:

@@ -51,8 +51,8 @@ def test_json_and_output_file(monkeypatch, capsys, tmp_path: Path) -> None:
     assert pair["verdict"] == "slower" and "what was timed differs" in pair["environment_differences"]
     # each median says what it was measured on, as the table's "measured on" line does
     assert pair["baseline"]["measured_on"] == (
-        "torch, GPU NVIDIA H200, device NVIDIA H200, 8 SMs (green context), SMs 8, cuDNN 91900, "
-        "cudnn.benchmark True, cuDNN engines timed 10, dtype fp16"
+        "torch, GPU NVIDIA H200, device NVIDIA H200, 8 SMs (green context), SMs 8, runtime torch "
+        "2.11.0+cu130, cuDNN 91900, cudnn.benchmark True, cuDNN engines timed 10, dtype fp16"
     )
     assert pair["current"]["measured_on"].endswith("cudnn.benchmark False, dtype fp16")
     assert list(dest.parent.iterdir()) == [dest]  # no temp file left beside it

@@ -110,6 +110,24 @@ def test_setup_differences_name_what_changed(tmp_path: Path) -> None:
     assert setup(a) == "tensorrt, board NVIDIA Jetson Orin Nano, SMs 8, power mode 15W, TensorRT 10.3.0"
 
 
+def test_a_torch_or_onnxruntime_upgrade_is_a_setup_difference(tmp_path: Path) -> None:
+    """TensorRT versions were compared, the torch and onnxruntime versions behind the other two
+    backends were not: results from before and after an upgrade read as like for like."""
+
+    def timing(name: str, backend: str, env: dict) -> Timing:
+        t = load_timing(write_timing(tmp_path / name, 500.0, env))
+        t.backend = backend
+        return t
+
+    old = timing("a.json", "torch", {"torch": "2.10.0+cu128", "libraries": {"torch": "2.10.0"}})
+    new = timing("b.json", "torch", {"torch": "2.11.0+cu130", "libraries": {"torch": "2.11.0"}})
+    assert differences(old, new) == ["runtime torch 2.10.0+cu128 → torch 2.11.0+cu130"]
+    gpu_ort = timing("c.json", "ort", {"libraries": {"onnxruntime-gpu": "1.22.0", "onnxruntime": "1.21.0"}})
+    cpu_ort = timing("d.json", "ort", {"libraries": {"onnxruntime": "1.23.2"}})
+    assert differences(gpu_ort, cpu_ort) == ["runtime onnxruntime 1.22.0 → onnxruntime 1.23.2"]
+    assert differences(cpu_ort, timing("e.json", "ort", {})) == []  # recorded on one side only
+
+
 def test_folders_pair_by_file_name(tmp_path: Path) -> None:
     write_timing(tmp_path / "base" / "resnet.json", 500.0, seed=1)
     write_timing(tmp_path / "cur" / "resnet.json", 530.0, seed=2)
