@@ -35,6 +35,7 @@ def test_json_report_of_a_predicted_run(
         monkeypatch, capsys, *base_args(model, tmp_path / "out"), "--max-evals", "6", "--json"
     )
     assert code == 0, err
+    assert "unused" not in err  # no timing option given, nothing to say
     report = json.loads(out)
     assert report["backend"] == "model" and report["measured"] is False
     assert report["note"] == "predicted by the wave model, not measured"
@@ -611,3 +612,17 @@ def test_optimize_writes_external_weights_with_the_umask_mode(
         assert stat.S_IMODE((out / name).stat().st_mode) == 0o644, name
     # and the closing line names the weights file it wrote beside the model
     assert "(model.onnx, model.onnx.data, plan.json," in " ".join(said.split())
+
+
+def test_timing_options_the_model_backend_does_not_use_are_named(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """`--runs 300` (to tighten a search) had no effect with the model backend, and nothing said so."""
+    model = zoo_model_path("vgg16_pruned_b4")
+    args = [*base_args(model, tmp_path / "out"), "--max-evals", "3", "--runs", "300", "--sweep-runs", "5"]
+    code, out, err = cli(monkeypatch, capsys, *args, "--json")
+    assert code == 0, err
+    assert err.strip().splitlines()[-1] == (
+        "note: --runs, --sweep-runs unused: backend model predicts every latency, it times nothing"
+    )
+    assert json.loads(out)["measured"] is False  # stdout stays the report alone

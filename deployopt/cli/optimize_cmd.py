@@ -185,10 +185,30 @@ def optimize_command(
         raise
     # after the run, not before it: an option the backend refuses stays a one-line error
     note_cudnn_search(b, sms, cudnn_engines, cudnn_benchmark)  # stderr: --json output stays clean
+    _note_unused_timing_options(b, runs=runs, warmup=warmup, sweep_runs=sweep_runs)
     if as_json:
         sys.stdout.write(json.dumps(result.report, indent=2) + "\n")
         return
     _render(result)
+
+
+#: optimize's timing options and their defaults: the model backend measures nothing, so a value a
+#: user gave (`--runs 300` to tighten a search) had no effect and no word said so
+TIMING_DEFAULTS = {"--runs": 100, "--warmup": 20, "--sweep-runs": 10}
+
+
+def _note_unused_timing_options(backend: Any, **given: int) -> None:
+    if getattr(backend, "measured", True):
+        return
+    changed = [opt for opt, default in TIMING_DEFAULTS.items() if given[opt[2:].replace("-", "_")] != default]
+    if changed:
+        err_console.print(
+            f"note: {', '.join(changed)} unused: backend {backend.name} predicts every latency, "
+            "it times nothing",
+            style="yellow",
+            markup=False,
+            highlight=False,
+        )
 
 
 def _render(result: Any) -> None:
