@@ -57,6 +57,11 @@ def _progress_callback(progress: Progress) -> Any:
     return on_event
 
 
+#: optimize's timing options and their defaults, which the model backend does not use (it measures
+#: nothing): a value given other than these gets a note (`_note_unused_timing_options`)
+TIMING_DEFAULTS = {"--runs": 100, "--warmup": 20, "--sweep-runs": 10}
+
+
 @app.command("optimize", rich_help_panel="Optimize")
 def optimize_command(
     model: Path = typer.Argument(
@@ -104,9 +109,11 @@ def optimize_command(
     max_evals: int = typer.Option(
         40, "--max-evals", help="End-to-end evaluations at most (baselines included)."
     ),
-    runs: int = typer.Option(100, "--runs", help="Timed runs per measurement."),
-    warmup: int = typer.Option(20, "--warmup", help="Warm-up runs per measurement."),
-    sweep_runs: int = typer.Option(10, "--sweep-runs", help="Samples per conv in the per-layer sweep."),
+    runs: int = typer.Option(TIMING_DEFAULTS["--runs"], "--runs", help="Timed runs per measurement."),
+    warmup: int = typer.Option(TIMING_DEFAULTS["--warmup"], "--warmup", help="Warm-up runs per measurement."),
+    sweep_runs: int = typer.Option(
+        TIMING_DEFAULTS["--sweep-runs"], "--sweep-runs", help="Samples per conv in the per-layer sweep."
+    ),
     cudnn_engines: Optional[int] = cudnn_engines_option(),
     cudnn_benchmark: bool = cudnn_benchmark_option(),
     calibration_data: Optional[Path] = typer.Option(
@@ -185,22 +192,19 @@ def optimize_command(
         raise
     # after the run, not before it: an option the backend refuses stays a one-line error
     note_cudnn_search(b, sms, cudnn_engines, cudnn_benchmark)  # stderr: --json output stays clean
-    _note_unused_timing_options(b, runs=runs, warmup=warmup, sweep_runs=sweep_runs)
+    _note_unused_timing_options(b, {"--runs": runs, "--warmup": warmup, "--sweep-runs": sweep_runs})
     if as_json:
         sys.stdout.write(json.dumps(result.report, indent=2) + "\n")
         return
     _render(result)
 
 
-#: optimize's timing options and their defaults: the model backend measures nothing, so a value a
-#: user gave (`--runs 300` to tighten a search) had no effect and no word said so
-TIMING_DEFAULTS = {"--runs": 100, "--warmup": 20, "--sweep-runs": 10}
-
-
-def _note_unused_timing_options(backend: Any, **given: int) -> None:
+def _note_unused_timing_options(backend: Any, given: dict[str, int]) -> None:
+    """One stderr note naming the timing options given other than their defaults, when the backend
+    predicts: `--runs 300` (to tighten a search) had no effect and no word said so."""
     if getattr(backend, "measured", True):
         return
-    changed = [opt for opt, default in TIMING_DEFAULTS.items() if given[opt[2:].replace("-", "_")] != default]
+    changed = [opt for opt, value in given.items() if value != TIMING_DEFAULTS[opt]]
     if changed:
         err_console.print(
             f"note: {', '.join(changed)} unused: backend {backend.name} predicts every latency, "
