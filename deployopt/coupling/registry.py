@@ -408,9 +408,10 @@ class CouplingState:
         return shape[axis] // self.spread.get(tensor, 1)
 
     def require_layout(
-        self, tensor: str, node: onnx.NodeProto, axis: Optional[int] = None
+        self, tensor: str, node: onnx.NodeProto, axis: Optional[int] = None, reason: str = ""
     ) -> Optional[Layout]:
-        """The tensor's layout; a frozen one (on `axis`, default 1) if its channels could not be traced."""
+        """The tensor's layout; a frozen one (on `axis`, default 1) if its channels could not be traced
+        (`reason`, default "channels of … not traced")."""
         lay = self.layout(tensor)
         if lay is not None:
             return lay
@@ -419,14 +420,8 @@ class CouplingState:
         width = self.channels(tensor)
         if width is None:
             return None
-        lay = (
-            (
-                self.new_atom(
-                    width, f"{tensor}@{self.name(node)}", None, f"channels of {tensor!r} not traced"
-                ),
-                width,
-            ),
-        )
+        why = reason or f"channels of {tensor!r} not traced"
+        lay = ((self.new_atom(width, f"{tensor}@{self.name(node)}", None, why), width),)
         self.layouts[tensor] = lay
         return lay
 
@@ -699,9 +694,7 @@ class CouplingState:
         for t in moved:
             del self.layouts[t]
             self.axes.pop(t, None)
-            width = self.channels(t)
-            if width is not None:  # what the rule reads on axis 1: a frozen set of its own
-                self.layouts[t] = ((self.new_atom(width, f"{t}@{self.name(node)}", None, reason), width),)
+            self.require_layout(t, node, reason=reason)  # what the rule reads on axis 1: frozen too
         return True
 
     def _moved_axis(self, node: onnx.NodeProto) -> Optional[int]:
