@@ -41,6 +41,7 @@ from deployopt.layers import ConvShape
 from deployopt.lut import LayerCache, SweepResult, device_fingerprint
 from deployopt.search import MODES, Factor, TableCost, candidate_widths, ceil_to, group_align
 from deployopt.timing import Timing, check_run_counts, compare
+from deployopt.traffic import NOT_FITTED, SlopeFit, Traffic, fit_slope, traffic
 
 BACKEND_CHOICES = ("auto", "tensorrt", "trtexec", "torch", "ort", "model")
 LOSSLESS_ATOL = 1e-4
@@ -109,6 +110,8 @@ class OptimizeConfig:
     min_cosine: float = TRIM_MIN_COSINE
     cache_root: Path | None = None
     plots: bool = True
+    # price the non-conv ops' memory traffic at a slope fitted to the run's own measurements (traffic.py)
+    traffic_term: bool = True
 
     def signature(self) -> dict[str, Any]:
         """What must match for --resume to continue this run (max_evals may grow)."""
@@ -136,6 +139,9 @@ class OptimizeConfig:
             "alpha": self.alpha,
             "min_effect": self.min_effect,
             "confirm_rounds": self.confirm_rounds,
+            # the search's table prices the non-conv ops' traffic (traffic.py): a journal from
+            # before, or from a run without it, took other turns and must not resume into this one
+            "traffic_term": self.traffic_term,
             # trimmed channels are ranked on the calibration data when there is some (a journal from
             # before, ranked by filter L1, must not resume into models ranked differently)
             **({"trim_order": "activation"} if self.mode == "trim" and self.calibration_data else {}),
@@ -335,6 +341,10 @@ class Optimizer:
         self._refused: dict[str, dict[str, Any]] = {}
         self._refused_floor: dict[str, int] = {}  # group -> highest single-group trim refused
         self._refuted: set[tuple[str, int]] = set()  # single-group moves measured and not faster
+        self.table: TableCost | None = None  # what the search minimises: convs, plus traffic once fitted
+        self.conv_table: TableCost | None = None  # the per-layer table alone (an evaluation's table_us)
+        self.traffic_fit: SlopeFit = NOT_FITTED
+        self.traffic_fits: list[dict[str, Any]] = []  # every change of the fit, in order (report.json)
 
     # -------------------------------------------------------------- loading and analysis
     def _load(self) -> None:
@@ -373,6 +383,7 @@ class Optimizer:
         self.round_up = {gid: ceil_to(w, self.align[gid]) for gid, w in self.original.items()}
         self.dead = self._dead_channels()
         self._predict = self._wave_predictor()
+        self.traffic: Traffic = traffic(self.analysis, cfg.dtype or "fp32")
         if cfg.fidelity:
             from deployopt.fidelity import check_feedable, check_reference_finite
 
@@ -518,7 +529,55 @@ class Optimizer:
                 factors.append(Factor(f"{conv_name}[{g}]", (g,), vals))
             factors.append(Factor(f"{conv_name}[base]", (), {(): base}))
         self.deps = deps
+        self._conv_factors = factors
         return TableCost(domains, factors, default=self.round_up)
+
+    # -------------------------------------------------------------- memory traffic (traffic.py)
+    def _fits_traffic(self) -> bool:
+        """Fitted on measured end-to-end latencies only: a prediction has no traffic to find."""
+        return (
+            self.cfg.traffic_term
+            and bool(getattr(self.session.backend, "measured", True))
+            and not hasattr(self.session, "predict_shapes")
+        )
+
+    def _refit_traffic(self) -> bool:
+        """Fit µs per MB of non-conv traffic to measured − table of every plan measured so far, and
+        price it in the search's table. True when that changed the table (the solver's plans with it)."""
+        if self.conv_table is None or not self._fits_traffic():
+            return False
+        seen: set[str] = set()
+        xs, ys = [], []
+        for ev in self.evaluations:
+            key = plan_key(ev.plan)
+            if ev.table_us is None or key in seen:
+                continue
+            seen.add(key)
+            xs.append(self.traffic.bytes(ev.plan))
+            ys.append(ev.timing.median_us - ev.table_us)
+        fit = fit_slope(xs, ys, reference=[self.traffic.bytes(ev.plan) for ev in self.baselines])
+        old = self.traffic_fit.us_per_mb
+        self.traffic_fit = fit
+        changed = (fit.us_per_mb > 0) != (old > 0) or abs(fit.us_per_mb - old) > 0.1 * max(old, 1e-9)
+        if not changed:
+            return False
+        self.traffic_fits.append({"after_evaluation": len(self.evaluations), **fit.to_json()})
+        self.table = self._priced_table()
+        self.progress("traffic", fit=fit)
+        return True
+
+    def _priced_table(self) -> TableCost:
+        """The per-layer table plus, per free group, its non-conv traffic at the fitted slope."""
+        assert self.conv_table is not None
+        per_byte = self.traffic_fit.us_per_mb / 1e6
+        if per_byte <= 0:
+            return self.conv_table
+        extra = [
+            Factor(f"traffic[{g}]", (g,), {(w,): per_byte * self.traffic.group_bytes(g, w) for w in dom})
+            for g, dom in self.conv_table.domains.items()
+            if self.traffic.per_channel.get(g)
+        ]
+        return TableCost(self.conv_table.domains, [*self._conv_factors, *extra], default=self.round_up)
 
     def _measure_convs(self, shapes: list[ConvShape]) -> list[Any]:
         """Per-layer timings, from a session with `sweep_runs` samples per conv (opened on first
@@ -587,7 +646,8 @@ class Optimizer:
             timing = self.session.measure(path)
             path.unlink(missing_ok=True)
             self.measured_now += 1
-        table_us = self.table.cost(plan) if self.table is not None and self._in_domains(plan) else None
+        table = self.conv_table
+        table_us = table.cost(plan) if table is not None and self._in_domains(plan) else None
         ev = Evaluation(len(self.evaluations) + 1, label, dict(plan), timing, table_us, replayed)
         if not replayed:
             extra = {"repeat": repeat} if repeat else {}
@@ -786,6 +846,7 @@ class Optimizer:
                     self.progress("refused", label=label, reason=why)
                 return incumbent
         ev = self.evaluate(plan, label)
+        self._refit_traffic()
         if ev is incumbent:
             return incumbent
         if self._faster(incumbent, ev):
@@ -797,7 +858,7 @@ class Optimizer:
 
     def search(self) -> Evaluation:
         cfg = self.cfg
-        self.table = None
+        self.table = self.conv_table = None
         base = self.evaluate(self.original, "input")
         r8 = self.evaluate(self.round_up, "round-up-to-8") if self.round_up != self.original else base
         self.baselines = [r8, base]  # round-up-to-8 first: it wins ties, as the search start does
@@ -807,10 +868,11 @@ class Optimizer:
         self.incumbent = incumbent
         domains = self._candidates()
         self.domains = domains
-        self.table = self._build_table(domains, self.replay, self.journal)
+        self.table = self.conv_table = self._build_table(domains, self.replay, self.journal)
         for ev in (base, r8):
             if self._in_domains(ev.plan):
-                ev.table_us = self.table.cost(ev.plan)
+                ev.table_us = self.conv_table.cost(ev.plan)
+        self._refit_traffic()
         starts = [self._clamp(self.round_up), self._clamp(self.original)]
         if self._predict is not None:
             starts.append(self._wave_start(domains))
@@ -825,9 +887,19 @@ class Optimizer:
             "cd_from_original_us": self.table.coordinate_descent([starts[1]]).cost_us,
             "cd_multistart_us": self.table.coordinate_descent(starts).cost_us,
         }
-        for i, sol in enumerate(self.solutions):
-            incumbent = self._try(incumbent, sol.plan, f"solver #{i + 1}")
-        incumbent = self._partial(incumbent, self.solutions[0].plan)
+        solutions, optimum, i = list(self.solutions), self.solutions[0], 0
+        while i < len(solutions):
+            table = self.table
+            incumbent = self._try(incumbent, solutions[i].plan, f"solver #{i + 1}")
+            i += 1
+            if self.table is not table:  # the traffic fit changed what the table prefers: solve again
+                fresh = self.table.top_plans(cfg.top_k, starts)
+                optimum = fresh[0]
+                # the new plans not measured yet, at most top_k more than the first solve gave
+                fresh = [s for s in fresh if plan_key(s.plan) not in self._by_key]
+                solutions = solutions[:i] + fresh[: max(0, 2 * cfg.top_k - i)]
+                self.solutions = solutions
+        incumbent = self._partial(incumbent, optimum.plan)
         rejected = 0
         tried: set[str] = set(self._by_key)
         while rejected < cfg.patience:

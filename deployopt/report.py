@@ -179,12 +179,30 @@ def build_report(
             "table_cost_best_us": opt.table.cost(best.plan) if opt._in_domains(best.plan) else None,
             "check": getattr(opt, "solver_check", None),
         },
+        # the non-conv ops' memory traffic: bytes per channel of each group, and the µs per MB fitted
+        # to this run's measurements (0 until established); `fits` is every change, in order
+        "traffic": _traffic_json(opt, best),
         "confirmation": opt.confirmation,
         "fidelity": fidelity,
         "trim_gate": cfg.trim_gate() if cfg.mode == "trim" and cfg.fidelity else None,
         "refused": list(opt._refused.values()),
         "what_was_measured": what,
         "staircases": [],
+    }
+
+
+def _traffic_json(opt: Optimizer, best: Evaluation) -> dict[str, Any] | None:
+    tr = getattr(opt, "traffic", None)
+    if tr is None:
+        return None
+    fit = opt.traffic_fit
+    return {
+        "enabled": bool(opt.cfg.traffic_term),
+        "bytes_per_channel": {g: tr.per_channel[g] for g in sorted(tr.per_channel)},
+        "mb_input": tr.bytes(opt.original) / 1e6,
+        "mb_best": tr.bytes(best.plan) / 1e6,
+        **fit.to_json(),
+        "fits": list(opt.traffic_fits),
     }
 
 
@@ -294,6 +312,16 @@ def _confirmation_lines(conf: dict[str, Any] | None) -> list[str]:
     ]
 
 
+def _traffic_lines(tr: dict[str, Any] | None) -> list[str]:
+    if not tr or not tr.get("enabled"):
+        return []
+    how = "priced in the search's table" if tr["used"] else "not priced (the table counts convs only)"
+    return [
+        f"- non-conv memory traffic: {tr['mb_input']:.1f} MB for the input's widths, {tr['mb_best']:.1f} MB "
+        f"chosen; {tr['why']}: {how}"
+    ]
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     lat, ev, sw, tgt = report["latency"], report["evaluations"], report["per_layer_sweep"], report["target"]
     lines = [f"# deployopt optimize: {Path(report['model']).name}", ""]
@@ -313,6 +341,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"- per-layer sweep: {sw['shapes']} conv shapes, {sw['measured']} "
         f"{'timed' if report['measured'] else 'predicted'} ({sw['seconds']:.1f} s), "
         f"{sw['cached']} from the cache; by {sw['measured_by']}",
+        *_traffic_lines(report.get("traffic")),
         "",
         "## Latency",
         "",

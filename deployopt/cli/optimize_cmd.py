@@ -49,6 +49,10 @@ def _progress_callback(progress: Progress) -> Any:
             if timing is not None:
                 desc += f" {timing.median_us:.1f} µs"
             progress.update(tasks["eval"], completed=info.get("done", 0), description=desc)
+        elif kind == "traffic":
+            fit = info["fit"]
+            how = "priced in the table" if fit.used else "not priced"
+            progress.console.print(Text.assemble(("traffic", "cyan"), f" non-conv ops: {fit.why}; {how}"))
         elif kind == "refused":
             progress.console.print(
                 Text.assemble(("refused", "yellow"), f" {info.get('label')}: {info.get('reason')}")
@@ -116,6 +120,13 @@ def optimize_command(
     ),
     cudnn_engines: Optional[int] = cudnn_engines_option(),
     cudnn_benchmark: bool = cudnn_benchmark_option(),
+    traffic_term: bool = typer.Option(
+        True,
+        "--traffic-term/--no-traffic-term",
+        help="Price the memory traffic of the ops between the convs (Add, Relu, Concat …) at a µs/MB "
+        "fitted to this run's end-to-end measurements, once they establish it; --no-traffic-term "
+        "searches on the per-layer conv table alone.",
+    ),
     calibration_data: Optional[Path] = typer.Option(
         None,
         "--calibration-data",
@@ -166,6 +177,7 @@ def optimize_command(
         sweep_runs=sweep_runs,
         cudnn_engines=cudnn_engines,
         cudnn_benchmark=cudnn_benchmark,
+        traffic_term=traffic_term,
         calibration_data=str(calibration_data) if calibration_data else None,
         fidelity_gate=fidelity_gate,
         **({} if min_cosine is None else {"min_cosine": min_cosine}),
@@ -240,6 +252,10 @@ def _render(result: Any) -> None:
         f"{ev['count']} end-to-end evaluations ({ev['measured_this_run']} this run); per-layer sweep: "
         f"{sw['shapes']} shapes, {sw['measured']} {verb} in {sw['seconds']:.1f} s, {sw['cached']} cached"
     )
+    tr = rep.get("traffic")
+    if tr and tr.get("enabled") and rep["measured"]:
+        how = "priced in the search's table" if tr["used"] else "not priced (table of convs alone)"
+        console.print(f"non-conv memory traffic: {tr['why']}; {how}", markup=False, highlight=False)
     gate, fid = rep.get("trim_gate"), rep.get("fidelity")
     if gate and fid:
         console.print(_fidelity_line(fid, gate), style="yellow" if fid.get("failures") else None)
