@@ -121,6 +121,8 @@ def summarize(res: OptimizeResult) -> dict[str, Any]:
         "fidelity": res.fidelity,
         "solver": res.report["solver"]["method"],
         "solver_check": res.report["solver"]["check"],
+        # the non-conv traffic term: its fitted µs/MB and every change of the fit (bytes per group left out)
+        "traffic": {k: v for k, v in (res.report.get("traffic") or {}).items() if k != "bytes_per_channel"},
     }
 
 
@@ -136,12 +138,12 @@ def optimize_config(args: argparse.Namespace, src: Path, mode: str, **settings: 
         mode=mode,
         max_candidates=args.max_candidates,
         cache_root=Path(args.workdir) / "lut",
-        **settings,
+        **{"traffic_term": not args.no_traffic_term, **settings},
     )
 
 
 def run_optimize(
-    args: argparse.Namespace, session: Any, src: Path, outdir: Path, mode: str, check: Any
+    args: argparse.Namespace, session: Any, src: Path, outdir: Path, mode: str, check: Any, **settings: Any
 ) -> Any:
     journal = outdir / "journal.jsonl"
     if outdir.exists() and not journal.exists():
@@ -162,6 +164,7 @@ def run_optimize(
         fidelity_gate=False,
         fidelity_samples=1,
         plots=False,
+        **settings,
     )
     # One per-layer table per session (= one device, one SM setting): the trim run and later cases
     # re-use every conv the earlier runs timed, whatever the environment dict says.
@@ -213,10 +216,16 @@ def lossless_and_trim(
     t1 = time.perf_counter()
     trim = run_optimize(args, session, pruned, case_dir / "trim", "trim", check)
     t2 = time.perf_counter()
-    return lossless, {
+    runs = {
         "lossless": {**summarize(lossless), "wall_s": t1 - t0},
         "trim": {**summarize(trim), "wall_s": t2 - t1},
     }
+    if args.ab_traffic:  # the same lossless search with the conv-only table, for the final comparison
+        conv_only = run_optimize(
+            args, session, pruned, case_dir / "lossless_conv_only", "lossless", check, traffic_term=False
+        )
+        runs["lossless_conv_only"] = {**summarize(conv_only), "wall_s": time.perf_counter() - t2}
+    return lossless, runs
 
 
 YOLO_HEADS = {"yolo": "plain", "yolo_detect": "detect"}
@@ -366,8 +375,14 @@ def optimize_and_compare(
                 onnx.save(apply_plan(load_model(model).model, lossless.round_up), str(tmp))
     paths["deployopt_lossless"] = case_dir / "lossless" / "model.onnx"
     paths["deployopt_trim"] = case_dir / "trim" / "model.onnx"
+    if "lossless_conv_only" in runs:
+        paths["deployopt_lossless_conv_only"] = case_dir / "lossless_conv_only" / "model.onnx"
     final = interleaved(session, paths, args.rounds)
-    return {"final": timing_table(final, ref), **runs}
+    out = {"final": timing_table(final, ref), **runs}
+    if "deployopt_lossless_conv_only" in final:  # --ab-traffic: traffic-priced vs conv-only answer
+        c = compare(final["deployopt_lossless_conv_only"], final["deployopt_lossless"])
+        out["traffic_ab"] = {"verdict": c.verdict, "ratio": c.ratio, "p_value": c.p_value}
+    return out
 
 
 def prune_free_groups(src: Path, dst: Path, seed: int) -> dict[str, int]:
@@ -732,6 +747,16 @@ def main() -> int:
     ap.add_argument("--max-candidates", type=int, default=8)
     ap.add_argument(
         "--no-fidelity", action="store_true", help="skip the onnxruntime output checks (CPU time)"
+    )
+    ap.add_argument(
+        "--no-traffic-term",
+        action="store_true",
+        help="search with the per-layer table alone (no fitted non-conv traffic term; deployopt/traffic.py)",
+    )
+    ap.add_argument(
+        "--ab-traffic",
+        action="store_true",
+        help="also run lossless with the conv-only table and time its answer in the final comparison",
     )
     ap.add_argument("--deadline", type=float, default=500.0, help="stop cleanly after this many seconds")
     ap.add_argument("--solver-study", action="store_true", help="compare solvers on the tables only")

@@ -115,3 +115,19 @@ def test_pruned_onnx_case_prunes_every_free_group_and_compares_to_it(tmp_path: P
     assert [case["pruned_widths"][g] for g in free] == random_prune(list(free.values()), seed=3)
     pruned = load_model(work / "sms8" / "onnx_mb_pruned_seed3" / "pruned.onnx").model
     assert {g.id: g.width for g in analyze(pruned).free_groups()} == case["pruned_widths"]
+
+
+def test_ab_traffic_times_the_conv_only_answer_beside(tmp_path: Path, monkeypatch) -> None:
+    """--ab-traffic: a second lossless run with the conv-only table, its model in the final rounds and
+    compared with the traffic-priced answer; each run records its traffic fit."""
+    model = tmp_path / "mb.onnx"
+    onnx.save(zoo.mobilenet_like(batch=2), str(model))
+    out, work = tmp_path / "r.json", tmp_path / "work"
+    args = ["--onnx", f"mb={model}", "--workdir", str(work), "--out", str(out), "--ab-traffic"]
+    assert _main(monkeypatch, *args) == 0
+    case = json.loads(out.read_text())["cases"]["onnx:mb"]
+    assert "deployopt_lossless_conv_only" in case["final"]
+    assert set(case["traffic_ab"]) == {"verdict", "ratio", "p_value"}
+    assert case["lossless"]["traffic"]["enabled"] is True
+    assert case["lossless_conv_only"]["traffic"]["enabled"] is False
+    assert "bytes_per_channel" not in case["lossless"]["traffic"]

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The non-conv traffic term (deployopt/traffic.py) against the conv-only table, on the GPU, in one
+# session per call: bench_optimize.py --ab-traffic runs lossless with the term, trim with it, and
+# lossless without it, then times every answer in interleaved rounds (traffic_ab: term vs conv-only).
+# Run from the repository root on the device machine, carrying .whl; resumable (the work folder
+# stays on a warm machine), so a second call with the same arguments finishes what the first began:
+#   OUT=... bash benchmarks/run_traffic_ab_gpu.sh SMS MODELS [extra bench_optimize.py args]
+# e.g. `bash benchmarks/run_traffic_ab_gpu.sh 8 resnet56 --seeds 0,1,2`. Also, when MODELS is
+# resnet56, the CLI's optimize on the bundled example at --max-evals 12 (docs/optimize.md's case).
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/device_env.sh"
+SMS=$1 MODELS=$2
+shift 2
+WORK=/root/keep/traffic_work
+mkdir -p "$WORK" "$OUT"
+if [[ $MODELS == resnet56 && ! -e $WORK/cli_done ]]; then
+    timeout 240 python3 -m deployopt optimize examples/resnet56_pruned_cifar.onnx --target h200 --sms 8 \
+        --backend torch --batch 32 --max-evals 12 -o "$WORK/cli_optimize" --force \
+        >"$OUT/cli_optimize.out" 2>&1
+    echo "rc=$?" >>"$OUT/cli_optimize.out"
+    cp "$WORK/cli_optimize/report.json" "$OUT/cli_optimize_report.json" 2>/dev/null
+    touch "$WORK/cli_done"
+fi
+python3 benchmarks/bench_optimize.py --sms "$SMS" --models "$MODELS" --ab-traffic --workdir "$WORK" \
+    --out "$WORK/optimize_sms${SMS}_${MODELS}_traffic_ab.json" --deadline "${DEADLINE:-420}" "$@" \
+    >"$OUT/bench_${MODELS}.out" 2>&1
+echo "rc=$?" >>"$OUT/bench_${MODELS}.out"
+cp "$WORK/optimize_sms${SMS}_${MODELS}_traffic_ab.json" "$OUT/" 2>/dev/null
+exit 0

@@ -1,0 +1,60 @@
+"""The traffic term's A/B (bench_optimize.py --ab-traffic) as a markdown table: per case, the final
+interleaved medians of round-up-to-8, lossless with the traffic term and lossless with the conv
+table alone, and the slope each traffic-priced run fitted.
+
+  python benchmarks/summarize_traffic_ab.py benchmarks/results/h200_traffic/optimize_*.json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def rows(path: Path) -> list[str]:
+    data = json.loads(path.read_text())
+    out = []
+    for cid, case in data["cases"].items():
+        final = case["final"]
+        if "deployopt_lossless_conv_only" not in final:
+            continue
+        r8 = final["round_up_8"]["median_us"]
+        priced, conv = (
+            final["deployopt_lossless"]["median_us"],
+            final["deployopt_lossless_conv_only"]["median_us"],
+        )
+        tr: dict[str, Any] = case["lossless"].get("traffic") or {}
+        fitted = tr.get("fitted_us_per_mb")
+        fit = (
+            f"{fitted:.2f} ± {tr['stderr_us_per_mb']:.2f} (priced {tr['us_per_mb']:.2f})"
+            if tr.get("used") and fitted is not None
+            else tr.get("why", "—")
+        )
+        ab = case.get("traffic_ab", {})
+        out.append(
+            f"| {path.name} | {cid} | {r8:.1f} | {priced:.1f} ({100 * (priced / r8 - 1):+.1f} %) | "
+            f"{conv:.1f} ({100 * (conv / r8 - 1):+.1f} %) | {100 * (priced / conv - 1):+.1f} % "
+            f"({ab.get('verdict', '—')}) | {fit} |"
+        )
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
+        return 2
+    print(
+        "| file | case | round-up-to-8 µs | lossless, traffic term | lossless, conv table alone "
+        "| term vs alone | fitted µs/MB |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for p in argv:
+        for row in rows(Path(p)):
+            print(row)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
