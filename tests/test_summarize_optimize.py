@@ -475,3 +475,20 @@ def test_pruned_mobilenetv2_on_the_full_gpu_gains_little_beyond_rounding():
         assert f["deployopt_trim"]["build_ci95_us"][0] <= f["round_up_8"]["build_ci95_us"][1]  # overlap
         assert f["round_up_8"]["median_us"] < 0.9 * f["pruned"]["median_us"]
     assert {r.seed: round(r.trim_vs_r8, 1) for r in rows} == {0: -0.7, 1: 0.0}
+
+
+def test_traffic_ab_table_is_the_recorded_numbers() -> None:
+    """benchmarks/summarize_traffic_ab.py on the committed A/B records: the rows docs/optimize.md and
+    the records' README quote (pruned GhostNet: the term's answer 8.8 % under the conv table's)."""
+    st = load_script("benchmarks/summarize_traffic_ab.py", "summarize_traffic_ab")
+    path = ROOT / "benchmarks/results/h200_traffic/optimize_sms8_ghostnet_traffic_ab.json"
+    rows = {r.split(" | ")[1]: r for r in st.rows(path)}
+    data = json.loads(path.read_text())["cases"]["ghostnet_pruned_seed0"]
+    priced = data["final"]["deployopt_lossless"]["median_us"]
+    conv = data["final"]["deployopt_lossless_conv_only"]["median_us"]
+    assert f"{priced:.1f}" == "2986.5" and f"{conv:.1f}" == "3275.3"
+    assert "| -8.8 % (faster) |" in rows["ghostnet_pruned_seed0"]
+    assert rows["ghostnet_pruned_seed0"].endswith("7.26 ± 0.12 (priced 7.26) |")
+    readme = (ROOT / "benchmarks/results/h200_traffic/README.md").read_text()
+    for row in rows.values():
+        assert row in readme
