@@ -176,7 +176,9 @@ def build_report(
         "solver": {
             "method": solutions[0]["method"] if solutions else None,
             "top_plans": solutions,
-            "table_cost_best_us": opt.table.cost(best.plan) if opt._in_domains(best.plan) else None,
+            # the per-layer table's sum (as each evaluation's table_us); the traffic priced on top, if
+            # any, is traffic.us_per_mb × traffic.mb_best
+            "table_cost_best_us": opt.conv_table.cost(best.plan) if opt._in_domains(best.plan) else None,
             "check": getattr(opt, "solver_check", None),
         },
         # the non-conv ops' memory traffic: bytes per channel of each group, and the µs per MB fitted

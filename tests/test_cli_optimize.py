@@ -43,6 +43,9 @@ def test_json_report_of_a_predicted_run(
     assert report["evaluations"]["count"] <= 6
     plan = json.loads((tmp_path / "out" / "plan.json").read_text())
     assert plan["widths"] == report["plan"]
+    # a prediction has no traffic to fit: the term is on, and nothing is priced
+    assert report["traffic"]["enabled"] is True and report["traffic"]["used"] is False
+    assert report["traffic"]["fits"] == [] and report["traffic"]["mb_input"] > 0
     # Same folder again without --resume/--force: a one-line refusal, exit 2.
     code, out, err = cli(monkeypatch, capsys, *base_args(model, tmp_path / "out"))
     assert code == 2 and err.strip().count("\n") == 0
@@ -626,3 +629,19 @@ def test_timing_options_the_model_backend_does_not_use_are_named(
         "note: --runs, --sweep-runs unused: backend model predicts every latency, it times nothing"
     )
     assert json.loads(out)["measured"] is False  # stdout stays the report alone
+
+
+def test_no_traffic_term_reaches_the_run_and_its_journal(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    model = zoo_model_path("vgg16_pruned_b4")
+    out = tmp_path / "out"
+    code, stdout, err = cli(
+        monkeypatch, capsys, *base_args(model, out), "--max-evals", "4", "--no-traffic-term", "--json"
+    )
+    assert code == 0, err
+    assert json.loads(stdout)["traffic"]["enabled"] is False
+    # a journal searched without the term does not resume into a search with it
+    code, _, err = cli(monkeypatch, capsys, *base_args(model, out), "--max-evals", "6", "--resume")
+    assert code == 2 and err.strip().count("\n") == 0
+    assert "traffic_term differ" in err
