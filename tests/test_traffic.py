@@ -42,16 +42,21 @@ def nonconv_bytes(model: onnx.ModelProto, size: int = 2) -> int:
     return total
 
 
-@pytest.mark.parametrize(
-    "name", ["resnet56_pruned", "densenet_like", "mobilenet_like", "se_net", "inception_like"]
-)
+NAMES = ["resnet56_pruned", "resnet_projection", "vgg16_pruned", "densenet_like", "mobilenet_like"]
+NAMES += ["se_net", "inception_like", "yolo_detect_small"]
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_bytes_change_as_the_padded_models_bytes_do(
     zoo_model: Callable[[str], onnx.ModelProto], name: str
 ) -> None:
     """Residual adds, concats (a tensor of several groups), depthwise convs (one group repeated),
-    SE blocks: the change in bytes the term predicts between two plans is the change counted on
-    the two models apply_plan writes."""
-    model = load_model_proto(zoo_model(name))
+    SE blocks, Flatten into a Gemm, the detector's Splits, Resizes and Detect head: the change in
+    bytes the term predicts between two plans is the change counted on the two models apply_plan
+    writes."""
+    from zoo_models import yolo_detect_small
+
+    model = load_model_proto(yolo_detect_small() if name == "yolo_detect_small" else zoo_model(name))
     analysis = analyze(model)
     tr = traffic(analysis, "fp16")
     free = analysis.free_groups()
@@ -165,3 +170,35 @@ def test_the_search_prices_traffic_once_measured(
     # the journal-resume signature names the term: a conv-only journal does not resume into it
     start = json.loads((tmp_path / "out_True" / "journal.jsonl").read_text().splitlines()[0])
     assert start["config"]["traffic_term"] is True
+
+
+@pytest.mark.slow
+def test_a_resumed_run_refits_as_the_uninterrupted_one(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """The fit is made from the evaluations, replayed ones too: a run stopped at 10 evaluations and
+    resumed takes the turns the uninterrupted run took."""
+    src = zoo_model_path("resnet56_pruned")
+
+    def run(out: str, max_evals: int, resume: bool = False) -> Any:
+        cfg = OptimizeConfig(
+            model_path=src,
+            target="h200",
+            sms=8,
+            outdir=tmp_path / out,
+            max_candidates=16,
+            max_evals=max_evals,
+            fidelity=False,
+            plots=False,
+            cache_root=tmp_path / "lut",
+            backend="model",
+            resume=resume,
+        )
+        return optimize(cfg, session=_TrafficSession())
+
+    whole = run("whole", 40)
+    run("parts", 10)
+    resumed = run("parts", 40, resume=True)
+    assert [e.label for e in resumed.evaluations] == [e.label for e in whole.evaluations]
+    assert resumed.best_plan == whole.best_plan
+    assert resumed.report["traffic"]["fits"] == whole.report["traffic"]["fits"]
