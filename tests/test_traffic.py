@@ -135,28 +135,30 @@ class _TrafficSession:
         return [Timing("designed", [designed_us(s)]) for s in shapes]
 
 
+def _optimize(src: Path, tmp_path: Path, out: str, **settings: Any) -> Any:
+    """optimize on _TrafficSession (ResNet56-sized tables, 16 candidates per group, no fidelity)."""
+    cfg = OptimizeConfig(
+        model_path=src,
+        target="h200",
+        sms=8,
+        outdir=tmp_path / out,
+        max_candidates=16,
+        fidelity=False,
+        plots=False,
+        cache_root=tmp_path / "lut",
+        backend="model",
+        **settings,
+    )
+    return optimize(cfg, session=_TrafficSession())
+
+
 @pytest.mark.slow
 def test_the_search_prices_traffic_once_measured(
     zoo_model_path: Callable[[str], Path], tmp_path: Path
 ) -> None:
     src = zoo_model_path("resnet56_pruned")
-
-    def run(on: bool) -> Any:
-        cfg = OptimizeConfig(
-            model_path=src,
-            target="h200",
-            sms=8,
-            outdir=tmp_path / f"out_{on}",
-            max_candidates=16,
-            fidelity=False,
-            plots=False,
-            cache_root=tmp_path / "lut",
-            backend="model",
-            traffic_term=on,
-        )
-        return optimize(cfg, session=_TrafficSession())
-
-    conv_only, priced = run(False), run(True)
+    conv_only = _optimize(src, tmp_path, "out_False", traffic_term=False)
+    priced = _optimize(src, tmp_path, "out_True")
     # the fit recovers the session's price from its own measurements …
     tr = priced.report["traffic"]
     assert tr["used"] and tr["us_per_mb"] == pytest.approx(_TrafficSession.US_PER_MB, rel=1e-6)
@@ -179,26 +181,9 @@ def test_a_resumed_run_refits_as_the_uninterrupted_one(
     """The fit is made from the evaluations, replayed ones too: a run stopped at 10 evaluations and
     resumed takes the turns the uninterrupted run took."""
     src = zoo_model_path("resnet56_pruned")
-
-    def run(out: str, max_evals: int, resume: bool = False) -> Any:
-        cfg = OptimizeConfig(
-            model_path=src,
-            target="h200",
-            sms=8,
-            outdir=tmp_path / out,
-            max_candidates=16,
-            max_evals=max_evals,
-            fidelity=False,
-            plots=False,
-            cache_root=tmp_path / "lut",
-            backend="model",
-            resume=resume,
-        )
-        return optimize(cfg, session=_TrafficSession())
-
-    whole = run("whole", 40)
-    run("parts", 10)
-    resumed = run("parts", 40, resume=True)
+    whole = _optimize(src, tmp_path, "whole")
+    _optimize(src, tmp_path, "parts", max_evals=10)
+    resumed = _optimize(src, tmp_path, "parts", resume=True)
     assert [e.label for e in resumed.evaluations] == [e.label for e in whole.evaluations]
     assert resumed.best_plan == whole.best_plan
     assert resumed.report["traffic"]["fits"] == whole.report["traffic"]["fits"]
