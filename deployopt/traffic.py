@@ -90,7 +90,8 @@ def traffic(analysis: Any, dtype: str = "fp16") -> Traffic:
                 continue
             per_unit = math.prod(shape) / channels * size
             for atom, w in layout:
-                gid = analysis.group_of_atom(atom)
+                # an atom no group was made for is counted as fixed: this term must never stop a run
+                gid = analysis.atom_group.get(st.find(atom))
                 if gid in free:
                     per_channel[gid] += per_unit * w / free[gid].width
                 else:
