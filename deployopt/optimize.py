@@ -41,7 +41,7 @@ from deployopt.layers import ConvShape
 from deployopt.lut import LayerCache, SweepResult, device_fingerprint
 from deployopt.search import MODES, Factor, TableCost, candidate_widths, ceil_to, group_align
 from deployopt.timing import Timing, check_run_counts, compare
-from deployopt.traffic import NOT_FITTED, SlopeFit, Traffic, fit_slope, traffic
+from deployopt.traffic import MB, NOT_FITTED, SlopeFit, Traffic, fit_slope, traffic
 
 BACKEND_CHOICES = ("auto", "tensorrt", "trtexec", "torch", "ort", "model")
 LOSSLESS_ATOL = 1e-4
@@ -569,7 +569,7 @@ class Optimizer:
     def _priced_table(self) -> TableCost:
         """The per-layer table plus, per free group, its non-conv traffic at the fitted slope."""
         assert self.conv_table is not None
-        per_byte = self.traffic_fit.us_per_mb / 1e6
+        per_byte = self.traffic_fit.us_per_mb / MB
         if per_byte <= 0:
             return self.conv_table
         extra = [
@@ -662,6 +662,7 @@ class Optimizer:
             )
         self.evaluations.append(ev)
         self._by_key[key] = ev
+        self._refit_traffic()  # every new measurement is a point of the fit, whichever step asked for it
         self.progress(
             "eval", done=len(self.evaluations), total=self.cfg.max_evals, label=label, timing=timing
         )
@@ -846,7 +847,6 @@ class Optimizer:
                     self.progress("refused", label=label, reason=why)
                 return incumbent
         ev = self.evaluate(plan, label)
-        self._refit_traffic()
         if ev is incumbent:
             return incumbent
         if self._faster(incumbent, ev):
