@@ -5,9 +5,9 @@ them (BatchNormalization, Relu, Add, Concat, pooling, the SE block's Mul) run as
 on most backends and read and write whole activations: their cost grows with every width they
 carry. On the bundled pruned ResNet56 (8 SMs of an H200) the table put a plan that doubles the
 32×32 trunk 7 % under round-up-to-8; it measured 5.9 % over it, because every Add and Relu of the
-trunk moved twice the bytes. Over the recorded optimize runs (benchmarks/results/h200_optimize),
-measured − table had a spread of 83–99 µs on ResNet56 at 8 SMs; a straight line in these bytes
-left 8–12 µs (docs/optimize.md, "Memory traffic").
+trunk moved twice the bytes. Over the recorded optimize runs (benchmarks/traffic_fit_study.py),
+measured − table had a spread of 88–101 µs on ResNet56 seeds 0–1 at 8 SMs; a straight line in these
+bytes left 7–9 µs (docs/optimize.md, "Memory traffic").
 
 The bytes are linear in the widths, so the term is one table entry per group and costs the exact
 solver nothing. Its price per byte is not assumed (fusion decides it: TensorRT folds BatchNorm, Relu
