@@ -139,9 +139,10 @@ class OptimizeConfig:
             "alpha": self.alpha,
             "min_effect": self.min_effect,
             "confirm_rounds": self.confirm_rounds,
-            # the search's table prices the non-conv ops' traffic (traffic.py): a journal from
-            # before, or from a run without it, took other turns and must not resume into this one
-            "traffic_term": self.traffic_term,
+            # only when off (the default prices the non-conv ops' traffic, traffic.py): a journal from
+            # before the term resumes, its measurements replayed where the search meets them again;
+            # one searched without it does not resume into a search with it, nor the reverse
+            **({} if self.traffic_term else {"traffic_term": False}),
             # trimmed channels are ranked on the calibration data when there is some (a journal from
             # before, ranked by filter L1, must not resume into models ranked differently)
             **({"trim_order": "activation"} if self.mode == "trim" and self.calibration_data else {}),

@@ -641,7 +641,15 @@ def test_no_traffic_term_reaches_the_run_and_its_journal(
     )
     assert code == 0, err
     assert json.loads(stdout)["traffic"]["enabled"] is False
-    # a journal searched without the term does not resume into a search with it
+    # a journal searched without the term does not resume into a search with it …
     code, _, err = cli(monkeypatch, capsys, *base_args(model, out), "--max-evals", "6", "--resume")
     assert code == 2 and err.strip().count("\n") == 0
     assert "traffic_term differ" in err
+    # … while one from before the term existed (no such key) does
+    journal = out / "journal.jsonl"
+    lines = journal.read_text().splitlines()
+    start = json.loads(lines[0])
+    del start["config"]["traffic_term"]
+    journal.write_text("\n".join([json.dumps(start), *lines[1:]]) + "\n")
+    code, _, err = cli(monkeypatch, capsys, *base_args(model, out), "--max-evals", "6", "--resume")
+    assert code == 0, err

@@ -169,9 +169,11 @@ def test_the_search_prices_traffic_once_measured(
     assert priced.report["traffic"]["mb_best"] < conv_only.report["traffic"]["mb_best"]
     md = (tmp_path / "out_True" / "report.md").read_text()
     assert "non-conv memory traffic:" in md and "priced in the search's table" in md
-    # the journal-resume signature names the term: a conv-only journal does not resume into it
+    # the resume signature names the term only when it is off (journals from before it still resume)
     start = json.loads((tmp_path / "out_True" / "journal.jsonl").read_text().splitlines()[0])
-    assert start["config"]["traffic_term"] is True
+    assert "traffic_term" not in start["config"]
+    start = json.loads((tmp_path / "out_False" / "journal.jsonl").read_text().splitlines()[0])
+    assert start["config"]["traffic_term"] is False
 
 
 @pytest.mark.slow
