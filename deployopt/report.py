@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from deployopt.fileio import write_json, write_text
 from deployopt.targets import sm_count
 from deployopt.timing import Timing, compare, counted
+from deployopt.traffic import MB
 
 if TYPE_CHECKING:
     from deployopt.optimize import Evaluation, Optimizer
@@ -201,8 +202,8 @@ def _traffic_json(opt: Optimizer, best: Evaluation) -> dict[str, Any] | None:
     return {
         "enabled": bool(opt.cfg.traffic_term),
         "bytes_per_channel": {g: tr.per_channel[g] for g in sorted(tr.per_channel)},
-        "mb_input": tr.bytes(opt.original) / 1e6,
-        "mb_best": tr.bytes(best.plan) / 1e6,
+        "mb_input": tr.bytes(opt.original) / MB,
+        "mb_best": tr.bytes(best.plan) / MB,
         **fit.to_json(),
         "fits": list(opt.traffic_fits),
     }
@@ -314,9 +315,14 @@ def _confirmation_lines(conf: dict[str, Any] | None) -> list[str]:
     ]
 
 
-def _traffic_lines(tr: dict[str, Any] | None) -> list[str]:
+def _traffic_lines(tr: dict[str, Any] | None, measured: bool) -> list[str]:
     if not tr or not tr.get("enabled"):
         return []
+    if not measured:  # "not fitted yet" would read as if a fit were still to come
+        return [
+            f"- non-conv memory traffic: {tr['mb_input']:.1f} MB for the input's widths; not fitted "
+            "(nothing was measured) and not priced"
+        ]
     how = "priced in the search's table" if tr["used"] else "not priced (the table counts convs only)"
     return [
         f"- non-conv memory traffic: {tr['mb_input']:.1f} MB for the input's widths, {tr['mb_best']:.1f} MB "
@@ -343,7 +349,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"- per-layer sweep: {sw['shapes']} conv shapes, {sw['measured']} "
         f"{'timed' if report['measured'] else 'predicted'} ({sw['seconds']:.1f} s), "
         f"{sw['cached']} from the cache; by {sw['measured_by']}",
-        *_traffic_lines(report.get("traffic")),
+        *_traffic_lines(report.get("traffic"), report["measured"]),
         "",
         "## Latency",
         "",

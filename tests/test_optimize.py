@@ -73,6 +73,9 @@ def test_lossless_with_the_wave_model_writes_everything(
     assert report["note"] == "predicted by the wave model, not measured"
     assert "predicted by the wave model, not measured" in md
     assert "- inputs: random inputs (no calibration data given)\n" in md  # said once
+    # nothing measured, nothing fitted: said so, not "not fitted yet"
+    assert "MB for the input's widths; not fitted (nothing was measured) and not priced" in md
+    assert "not fitted yet" not in md
     assert report["evaluations"]["count"] == res.evaluation_count
     assert report["per_layer_sweep"]["shapes"] == report["per_layer_sweep"]["measured"] > 0
     assert len(report["layers"]) == 13
