@@ -12,8 +12,8 @@ bytes left 7–9 µs (docs/optimize.md, "Memory traffic").
 The bytes are linear in the widths, so the term is one table entry per group and costs the exact
 solver nothing. Its price per byte is not assumed (fusion decides it: TensorRT folds BatchNorm, Relu
 and a residual Add into the conv, PyTorch eager runs each as its own kernel): `fit_slope` fits it
-to the run's own end-to-end measurements, and the optimizer uses it only when the fit says it is
-positive beyond doubt.
+to the run's own end-to-end measurements, and the optimizer prices it at the slope's 95 % lower
+bound once that is above 0.
 """
 
 from __future__ import annotations
