@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from deployopt.waves import ELEMENT_BYTES
+
 #: Ops that move no data on any backend we run (views, shape arithmetic, constants).
 VIEW_OPS = frozenset(
     {
@@ -41,7 +43,6 @@ VIEW_OPS = frozenset(
 )
 #: Ops the per-layer table already times (their reads and writes are in their table entries).
 TIMED_OPS = frozenset({"Conv"})
-DTYPE_BYTES = {"fp16": 2, "fp32": 4, "int8": 1}
 MB = 1e6
 
 
@@ -72,7 +73,7 @@ def traffic(analysis: Any, dtype: str = "fp16") -> Traffic:
     if st is None:
         raise ValueError("an Analysis from deployopt.coupling.analyze is needed")
     free = {g.id: g for g in analysis.free_groups()}
-    size = DTYPE_BYTES.get(dtype, 4)
+    size = ELEMENT_BYTES.get(dtype, 4)
     per_channel = dict.fromkeys(free, 0.0)
     fixed = 0.0
     for node in st.nodes:
