@@ -540,7 +540,10 @@ def parse_onnx_cases(ap: argparse.ArgumentParser, specs: list[str]) -> list[tupl
 def case_list(args: argparse.Namespace) -> list[tuple[str, Callable[[Any, Any], dict[str, Any]]]]:
     """(case id, run(session, check)) for every case the command asks for, in order."""
     todo: list[tuple[str, Callable[[Any, Any], dict[str, Any]]]] = []
+    pruned_only = getattr(args, "pruned_only", False)
     for model in args.model_list:
+        if model == "ghostnet" and pruned_only:
+            continue  # its --prune-seeds cases stay (below)
         if model == "mobilenetv2":
             todo.append((model, functools.partial(mobilenet_case, args)))
         elif model == "ghostnet":
@@ -552,7 +555,7 @@ def case_list(args: argparse.Namespace) -> list[tuple[str, Callable[[Any, Any], 
                 else:
                     run = functools.partial(_cifar, args, model=model, seed=seed)
                 todo.append((f"{model}_seed{seed}", run))
-    for name, path in [] if getattr(args, "pruned_only", False) else args.onnx_cases:
+    for name, path in [] if pruned_only else args.onnx_cases:
         todo.append((f"onnx:{name}", functools.partial(_onnx, args, name=name, src=path)))
     bases = [("ghostnet", None)] if "ghostnet" in args.model_list else []
     bases += [(f"onnx:{name}", path) for name, path in args.onnx_cases]
@@ -716,8 +719,8 @@ def main() -> int:
     ap.add_argument(
         "--pruned-only",
         action="store_true",
-        help="skip the --onnx models' own cases and run only their --prune-seeds cases (one seed per "
-        "device call when a sweep is slow, as with --cudnn-engines 0)",
+        help="skip the --onnx models' and ghostnet's own cases and run only their --prune-seeds cases "
+        "(one seed per device call when a sweep is slow, as with --cudnn-engines 0)",
     )
     ap.add_argument("--out", required=True, help="results JSON (rewritten after every case)")
     ap.add_argument(
@@ -772,8 +775,8 @@ def main() -> int:
     args.prune_seed_list = [int(v) for v in args.prune_seeds.split(",") if v.strip()]
     if not args.model_list and not args.onnx_cases:
         ap.error("nothing to run: give --models or --onnx")
-    if args.pruned_only and not (args.onnx_cases and args.prune_seed_list):
-        ap.error("--pruned-only needs --onnx and --prune-seeds")
+    if args.pruned_only and not ((args.onnx_cases or "ghostnet" in args.model_list) and args.prune_seed_list):
+        ap.error("--pruned-only needs --prune-seeds and --onnx or ghostnet")
     if args.solver_study:
         write_json(Path(args.out), solver_study(args))
         return 0
