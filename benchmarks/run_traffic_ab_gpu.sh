@@ -10,6 +10,7 @@
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/device_env.sh"
 SMS=$1 MODELS=$2
+TAG=${MODELS//,/_}  # file names without commas (the device tool returns plain names only)
 shift 2
 WORK=/root/keep/traffic_work
 mkdir -p "$WORK" "$OUT"
@@ -22,8 +23,8 @@ if [[ $MODELS == resnet56 && ! -e $WORK/cli_done ]]; then
     touch "$WORK/cli_done"
 fi
 python3 benchmarks/bench_optimize.py --sms "$SMS" --models "$MODELS" --ab-traffic --workdir "$WORK" \
-    --out "$WORK/optimize_sms${SMS}_${MODELS}_traffic_ab.json" --deadline "${DEADLINE:-420}" "$@" \
-    >"$OUT/bench_${MODELS}.out" 2>&1
-echo "rc=$?" >>"$OUT/bench_${MODELS}.out"
-cp "$WORK/optimize_sms${SMS}_${MODELS}_traffic_ab.json" "$OUT/" 2>/dev/null
+    --out "$WORK/optimize_sms${SMS}_${TAG}_traffic_ab.json" --deadline "${DEADLINE:-420}" "$@" \
+    >"$OUT/bench_sms${SMS}_${TAG}.out" 2>&1
+echo "rc=$?" >>"$OUT/bench_sms${SMS}_${TAG}.out"
+cp "$WORK/optimize_sms${SMS}_${TAG}_traffic_ab.json" "$OUT/" 2>/dev/null
 exit 0
