@@ -35,7 +35,14 @@ from pathlib import Path
 from typing import Any
 
 from deployopt.errors import BackendUnavailable, DataError, DeployoptError
-from deployopt.fileio import check_output_dir, file_sha256, make_output_dir, remove_outputs, remove_staging
+from deployopt.fileio import (
+    check_output_dir,
+    file_sha256,
+    make_output_dir,
+    refuse_input_as_output,
+    remove_outputs,
+    remove_staging,
+)
 from deployopt.journal import JOURNAL_VERSION, Journal, Replay, plan_key
 from deployopt.layers import ConvShape
 from deployopt.lut import LayerCache, SweepResult, device_fingerprint
@@ -285,17 +292,14 @@ def _refuse_input_among_outputs(cfg: OptimizeConfig, outdir: Path) -> None:
     from deployopt.model import refuse_replacing_weights
 
     model = Path(cfg.model_path)
+    hint = "-o/--out (or move the model out of that folder)"
     for name in ("model.onnx", "model.onnx.data"):
-        ours = outdir / name
-        if model.is_file() and ours.is_file() and ours.samefile(model):
-            raise DeployoptError(
-                f"{outdir}: the results would replace {ours}, the model being optimized; give another "
-                "-o/--out (or move the model out of that folder)"
-            )
+        refuse_input_as_output(outdir / name, [("model", model)], hint)
     # the weights file an external-data model reads (out/foo.onnx beside out/model.onnx.data):
     # --force replaced it, and foo.onnx then computed garbage with the answer's weights
-    hint = "give another -o/--out (or move the model out of that folder)"
-    refuse_replacing_weights(model, [outdir / "model.onnx", outdir / "model.onnx.data"], hint)
+    refuse_replacing_weights(
+        model, [outdir / "model.onnx", outdir / "model.onnx.data"], f"give another {hint}"
+    )
 
 
 def _clear_outdir(outdir: Path) -> None:

@@ -342,7 +342,10 @@ def test_an_outdir_whose_results_would_replace_the_input_model_is_refused(
     for outdir, extra in ((folder, ["--force"]), (folder, []), (Path("."), ["--force"])):
         code, out, err = cli(monkeypatch, capsys, *base_args(Path("model.onnx"), outdir), *extra)
         assert code == 2 and out == "" and err.strip().count("\n") == 0, err
-        assert "the model being optimized; give another -o/--out" in err
+        assert (
+            "model.onnx: it is the model this command reads; give another -o/--out (or move the model out"
+            in err
+        )
     assert model.read_bytes() == before and sorted(p.name for p in folder.iterdir()) == ["model.onnx"]
 
 
