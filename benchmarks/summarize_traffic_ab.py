@@ -1,6 +1,7 @@
 """The traffic term's A/B (bench_optimize.py --ab-traffic) as a markdown table: per case, the final
 interleaved medians of round-up-to-8, lossless with the traffic term and lossless with the conv
-table alone, and the slope each traffic-priced run fitted.
+table alone, and the slope each traffic-priced run fitted; SMs is the green context's count ("full":
+the whole GPU).
 
   python benchmarks/summarize_traffic_ab.py benchmarks/results/h200_traffic/optimize_*.json
 """
@@ -16,6 +17,7 @@ from typing import Any
 def rows(path: Path) -> list[str]:
     data = json.loads(path.read_text())
     out = []
+    sms = data.get("sms")
     for cid, case in data["cases"].items():
         final = case["final"]
         if "deployopt_lossless_conv_only" not in final:
@@ -34,7 +36,8 @@ def rows(path: Path) -> list[str]:
         )
         ab = case.get("traffic_ab", {})
         out.append(
-            f"| {path.name} | {cid} | {r8:.1f} | {priced:.1f} ({100 * (priced / r8 - 1):+.1f} %) | "
+            f"| {path.name} | {cid} | {sms or 'full'} | {r8:.1f} | "
+            f"{priced:.1f} ({100 * (priced / r8 - 1):+.1f} %) | "
             f"{conv:.1f} ({100 * (conv / r8 - 1):+.1f} %) | {100 * (priced / conv - 1):+.1f} % "
             f"({ab.get('verdict', '—')}) | {fit} |"
         )
@@ -46,10 +49,10 @@ def main(argv: list[str]) -> int:
         print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
         return 2
     print(
-        "| file | case | round-up-to-8 µs | lossless, traffic term | lossless, conv table alone "
+        "| file | case | SMs | round-up-to-8 µs | lossless, traffic term | lossless, conv table alone "
         "| term vs alone | fitted µs/MB |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for p in argv:
         for row in rows(Path(p)):
             print(row)

@@ -490,8 +490,14 @@ def test_traffic_ab_table_is_the_recorded_numbers() -> None:
     assert "| -8.8 % (faster) |" in rows["ghostnet_pruned_seed0"]
     assert rows["ghostnet_pruned_seed0"].endswith("7.26 ± 0.12 (priced 7.26) |")
     readme = (ROOT / "benchmarks/results/h200_traffic/README.md").read_text()
-    for row in rows.values():
+    records = sorted((ROOT / "benchmarks/results/h200_traffic").glob("optimize_*_traffic_ab.json"))
+    every = [row for rec in records for row in st.rows(rec)]
+    assert len(records) == 9 and len(every) == 16
+    for row in every:  # the README's table is the records', row for row
         assert row in readme
+    pruned_ghost = [r for r in every if "| ghostnet_pruned_seed" in r]
+    assert [r.split(" | ")[2] for r in pruned_ghost] == ["16", "8", "8", "full"]
+    assert all("% (faster) |" in r for r in pruned_ghost)
 
 
 def test_traffic_fit_study_row_is_the_recorded_one(tmp_path: Path) -> None:
