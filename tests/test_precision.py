@@ -257,3 +257,22 @@ def test_qdq_and_control_flow_are_refused_in_one_line() -> None:
         to_fp16(model)
     with pytest.raises(ModelError, match=r"^fp16 conversion: cannot read the model"):
         to_fp16_bytes(b"not onnx")
+
+
+def test_module_command_converts_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m deployopt.precision model.onnx model_fp16.onnx`, the host-side step for a board
+    whose runner meets TensorRT >= 11: writes the fp16 model; an fp16 one is left alone; a missing
+    or broken file is one line with exit 2."""
+    from deployopt.precision import main
+
+    src, dest = tmp_path / "m.onnx", tmp_path / "out" / "m_fp16.onnx"
+    onnx.save(MODELS["mobilenet_like"](), src)
+    assert main([str(src), str(dest)]) == 0 and is_low_precision(onnx.load(dest))
+    assert capsys.readouterr().err == f"wrote {dest}\n"
+    assert main([str(dest), str(tmp_path / "again.onnx")]) == 0 and not (tmp_path / "again.onnx").exists()
+    assert "already typed fp16/bf16" in capsys.readouterr().err
+    (tmp_path / "bad.onnx").write_bytes(b"not a model")
+    for bad in (tmp_path / "absent.onnx", tmp_path / "bad.onnx"):
+        assert main([str(bad), str(tmp_path / "x.onnx")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1
