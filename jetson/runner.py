@@ -9,6 +9,11 @@ Timing method (same as deployopt's `tensorrt` backend): inputs uploaded once, CU
 each execute_async_v3 (TensorRT >= 8.5) / execute_async_v2 (8.2) on one stream, warm-up first;
 one sample = one forward pass. NOT RUN ON HARDWARE YET.
 
+TensorRT >= 11 (not in any JetPack yet) is strongly typed: no FP16/INT8 build flags, no
+calibration. The runner cannot retype a model (no onnx here), so on 11 `--dtype fp16` takes a model
+already typed fp16 (on the host: `python -m deployopt.precision model.onnx model_fp16.onnx`) and
+`--dtype int8` one with Q/DQ nodes; anything else is refused in one line.
+
 Example:
     python3 runner.py model.onnx --dtype fp16 --runs 200 --warmup 50 --out result.json
 """
@@ -222,6 +227,64 @@ def api_for_version(version):
     if v < (8, 0):
         raise RunnerError("TensorRT " + str(version) + " is too old: the runner needs 8.0 or newer")
     return "v3" if v >= (8, 5) else "v2"
+
+
+def strongly_typed(version):
+    """TensorRT >= 11 builds every network in its model's own types (same rule as
+    deployopt.backends.trtexec.strongly_typed)."""
+    return version_tuple(version) >= (11, 0)
+
+
+QDQ_HINT = ("quantize it on the host with NVIDIA ModelOpt (python -m modelopt.onnx.quantization --onnx_path model.onnx"
+            " --quantize_mode int8 --calibration_data calib.npy), copy that model here and time it with --dtype int8")
+FP16_HINT = ("type it fp16 on the host (python -m deployopt.precision model.onnx model_fp16.onnx, or ModelOpt: python -m"
+             " modelopt.onnx.autocast --onnx_path model.onnx --output_path model_fp16.onnx), copy that model here and"
+             " time it with --dtype fp16")
+
+
+def refuse_calibration(version, args):
+    """--calib-npy / --calib-cache on TensorRT >= 11, which cannot calibrate: one line, before any build."""
+    if strongly_typed(version) and args.dtype == "int8" and (args.calib_npy or args.calib_cache):
+        raise RunnerError("--calib-npy/--calib-cache: TensorRT %s cannot calibrate (11.0 removed implicit INT8 and"
+                          " its calibrators); %s, without them" % (version, QDQ_HINT))
+
+
+def network_precision(trt, network):
+    """(typed in fp16 or bf16, has Q/DQ layers) of a parsed network: what a strongly typed build runs."""
+    low = [getattr(trt.DataType, n) for n in ("HALF", "BF16") if hasattr(trt.DataType, n)]
+    qdq = [getattr(trt.LayerType, n) for n in ("QUANTIZE", "DEQUANTIZE") if hasattr(trt.LayerType, n)]
+    typed, quantized = False, False
+    for i in range(network.num_layers):
+        layer = network.get_layer(i)
+        quantized = quantized or layer.type in qdq
+        typed = typed or any(layer.get_output(j).dtype in low for j in range(layer.num_outputs))
+    return typed, quantized
+
+
+def refuse_untyped(version, args, network, trt):
+    """On TensorRT >= 11 --dtype must be what the model is typed in: fp16 needs a model typed fp16
+    (the runner cannot retype one), int8 one with Q/DQ nodes. An fp32 engine timed as 'fp16' would
+    be a wrong answer, so it is refused in one line saying what to do."""
+    typed, quantized = network_precision(trt, network)
+    name = os.path.basename(args.model)
+    if args.dtype == "int8" and not quantized:
+        raise RunnerError("--dtype int8: TensorRT %s builds INT8 only from Q/DQ nodes in the model (11.0 removed"
+                          " INT8 calibration) and %s has none; %s" % (version, name, QDQ_HINT))
+    if args.dtype == "fp16" and quantized:
+        raise RunnerError("--dtype fp16: %s has Q/DQ nodes, so TensorRT %s builds it INT8 as its nodes say;"
+                          " time it with --dtype int8" % (name, version))
+    if args.dtype == "fp16" and not typed:
+        raise RunnerError("--dtype fp16: TensorRT %s has no FP16 build flag (a network runs in its model's own"
+                          " types) and %s is typed fp32; %s" % (version, name, FP16_HINT))
+
+
+def precision_phrase(dtype, version):
+    """The dtype as `timed` says it (on TensorRT >= 11 also where the precision came from)."""
+    if strongly_typed(version) and dtype == "fp16":
+        return "fp16 as typed in the model (TensorRT 11 strong typing)"
+    if strongly_typed(version) and dtype == "int8":
+        return "int8 from the model's Q/DQ nodes (TensorRT 11 strong typing)"
+    return dtype
 
 
 def parse_shapes(text):
@@ -562,6 +625,9 @@ def build_engine(trt, args, shapes, cuda):
     if not parser.parse(data, args.model):
         errs = [str(parser.get_error(i)).replace("\n", " ") for i in range(parser.num_errors)]
         raise RunnerError("TensorRT cannot parse " + args.model + ": " + "; ".join(errs)[:300])
+    typed = strongly_typed(version)
+    if typed:
+        refuse_untyped(version, args, network, trt)
     config = builder.create_builder_config()
     workspace = args.workspace_mib << 20
     if version_tuple(version) >= (8, 4):
@@ -571,7 +637,7 @@ def build_engine(trt, args, shapes, cuda):
     if hasattr(trt, "ProfilingVerbosity"):  # DETAILED from 8.2 on; 8.0/8.1 (JetPack 4.6.0): VERBOSE
         levels = trt.ProfilingVerbosity
         config.profiling_verbosity = levels.DETAILED if hasattr(levels, "DETAILED") else levels.VERBOSE
-    if args.dtype in ("fp16", "int8"):
+    if args.dtype in ("fp16", "int8") and not typed:  # 11.x: the model's own types, no flag
         config.set_flag(trt.BuilderFlag.FP16)
     profile = None
     for i in range(network.num_inputs):
@@ -586,7 +652,7 @@ def build_engine(trt, args, shapes, cuda):
     if profile is not None:
         config.add_optimization_profile(profile)
     calibrator = None
-    if args.dtype == "int8":
+    if args.dtype == "int8" and not typed:  # 11.x: INT8 from the model's Q/DQ nodes, no flag
         config.set_flag(trt.BuilderFlag.INT8)
         if args.calib_npy or args.calib_cache:
             first = network.get_input(0)
@@ -775,6 +841,8 @@ def run(args):
     trt = import_trt()
     version = trt.__version__
     api = api_for_version(version)
+    if not is_serialized_engine(args.model):
+        refuse_calibration(version, args)  # before anything is hashed or built
     cuda = cuda_api(args.cuda)
     shapes = parse_shapes(args.shapes)
     key = None
@@ -902,7 +970,7 @@ def run(args):
     except Exception:  # noqa: BLE001 - facts are optional
         pass
     timed = ("one forward pass (%s), CUDA events around execute_async_%s on one stream, inputs on the GPU "
-             "(no copies timed), no CUDA graph" % (args.dtype, api))
+             "(no copies timed), no CUDA graph" % (precision_phrase(args.dtype, version), api))
     result = summarize(samples, args.warmup, timed, env, model=model_identity(args.model, model_sha256))
     if layers is not None:
         result["layers"] = layers

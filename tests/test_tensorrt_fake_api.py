@@ -35,7 +35,15 @@ Where each surface comes from (read from the sources, not from memory):
   to 10.x migration guide (binding-based buffers replaced by num_io_tensors / get_tensor_name /
   get_tensor_mode) and NVIDIA/TensorRT issue 3948 (binding_is_input gone in 10.0.1). C++ docs
   10.5, IProfiler: called "for each invocation of executeV2()/enqueueV3()".
-- Calibrators, all three: python/src/infer/pyInt8.cpp: TensorRT calls get_batch(names) with one
+- 11.x: NVIDIA's 10.x-to-11.x Python migration guide ("Removed Python APIs and Replacements", 11.4):
+  strong typing only, so no BuilderFlag.FP16/INT8/BF16/INT4/FP4/OBEY_PRECISION_CONSTRAINTS/
+  PREFER_PRECISION_CONSTRAINTS/DIRECT_IO, no IBuilderConfig.int8_calibrator,
+  set/get_calibration_profile, quantization flags, no Builder.platform_has_fast_fp16/int8, no
+  IInt8*Calibrator classes; otherwise the 10.x surface. No 11.x binding source was read (none is
+  in the stored sources): only what the guide says was removed is removed. A network runs in its
+  model's own types: the fake records whether the parsed model was typed fp16 and had Q/DQ nodes,
+  and its engine's I/O tensors have the model's I/O types.
+- Calibrators, 8.2 to 10.x: python/src/infer/pyInt8.cpp: TensorRT calls get_batch(names) with one
   argument and copies one pointer per input; None or an empty list ends calibration;
   read_calibration_cache() returns None or a buffer; write_calibration_cache gets a memoryview.
   pybind11 refuses a subclass whose __init__ skips the base __init__ ("must be called when
@@ -79,6 +87,7 @@ from deployopt.backends.trtexec_parser import version_tuple
 from deployopt.errors import BackendFailed, CacheWarning, DataError, DeployoptError, ModelError, OutputError
 
 V82, V85, V10 = "8.2.1.8", "8.5.2.2", "10.3.0.26"
+V11 = "11.4.1.2"  # desktop only (no JetPack has it): strongly typed, the migration guide's surface
 V80 = "8.0.1.6"  # JetPack 4.6.0: the 8.2 surface here, but for ProfilingVerbosity's older names
 # The CUDA binding each board generation typically has: pycuda on JetPack 4.6, cuda-python 11.x
 # (cuda.cudart) on JetPack 5, cuda-python >= 12.6 (cuda.bindings.runtime) on JetPack 6.
@@ -458,20 +467,29 @@ def make_pycuda(gpu: FakeGpu) -> dict[str, types.ModuleType]:
 # the fake TensorRT, one per API surface
 
 
-def onnx_io(
-    data: bytes,
-) -> tuple[list[tuple[str, tuple[int, ...]]], list[tuple[str, tuple[int, ...]]], list[str]]:
-    """Inputs and outputs (-1 for a symbolic dim) and the layers a build would keep (convs, GEMMs)."""
+IO = tuple[str, tuple[int, ...], int]  # name, dims (-1 for a symbolic dim), ONNX element type
+
+
+def onnx_io(data: bytes) -> tuple[list[IO], list[IO], list[str], list[tuple[str, str, list[int]]]]:
+    """Inputs and outputs, the layers a build would keep (convs, GEMMs), and every node as the parser
+    makes a layer of it: (name, op type, ONNX element types of its outputs)."""
     model = onnx.load_from_string(data)
     init = {t.name for t in model.graph.initializer}
+    types = {
+        vi.name: vi.type.tensor_type.elem_type
+        for vi in onnx.shape_inference.infer_shapes(model).graph.value_info
+    }
 
-    def dims(vi: onnx.ValueInfoProto) -> tuple[int, ...]:
-        return tuple(d.dim_value if d.HasField("dim_value") else -1 for d in vi.type.tensor_type.shape.dim)
+    def io(vi: onnx.ValueInfoProto) -> IO:
+        dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in vi.type.tensor_type.shape.dim)
+        return vi.name, dims, vi.type.tensor_type.elem_type
 
-    inputs = [(vi.name, dims(vi)) for vi in model.graph.input if vi.name not in init]
-    outputs = [(vi.name, dims(vi)) for vi in model.graph.output]
+    inputs = [io(vi) for vi in model.graph.input if vi.name not in init]
+    outputs = [io(vi) for vi in model.graph.output]
+    types.update({name: kind for name, _, kind in (*inputs, *outputs)})
     layers = [n.name for n in model.graph.node if n.op_type in ("Conv", "Gemm", "MatMul")]
-    return inputs, outputs, layers
+    nodes = [(n.name, n.op_type, [types.get(o, 0) for o in n.output]) for n in model.graph.node]
+    return inputs, outputs, layers, nodes
 
 
 def layer_ms(layer: int, call: int) -> float:
@@ -487,6 +505,7 @@ def make_tensorrt(version: str, gpu: FakeGpu) -> types.ModuleType:
     memory_pool = v >= (8, 4)  # set_memory_pool_limit, MemoryPoolType: added in 8.4
     workspace_size = v < (10, 0)  # max_workspace_size: deprecated in 8.4, removed in 10.0
     profiler_on_enqueue = v >= (8, 5)  # 8.2: "execute_async() does not currently support profiling"
+    weak_typing = v < (11, 0)  # precision flags, calibrators, platform_has_fast_*: removed in 11.0
     surface = f"fake TensorRT {version}"
 
     def need(ok: bool, what: str) -> None:
@@ -540,7 +559,14 @@ def make_tensorrt(version: str, gpu: FakeGpu) -> types.ModuleType:
         flags.append("STRICT_TYPES")
     if v >= (8, 5):
         flags.append("ENABLE_TACTIC_HEURISTIC" if v < (10, 0) else "BF16")
+    if not weak_typing:  # the migration guide's "Removed Python APIs" (TensorRT 11)
+        removed = {"FP16", "INT8", "BF16", "INT4", "FP4", "DIRECT_IO"}
+        removed |= {"OBEY_PRECISION_CONSTRAINTS", "PREFER_PRECISION_CONSTRAINTS"}
+        flags = [f for f in flags if f not in removed]
     BuilderFlag = enum_of("BuilderFlag", flags)
+    LayerType = enum_of("LayerType", ["CONVOLUTION", "CAST", "ACTIVATION", "QUANTIZE", "DEQUANTIZE", "OTHER"])
+    _LAYER_TYPES = {"Conv": "CONVOLUTION", "Cast": "CAST", "Relu": "ACTIVATION", "Sigmoid": "ACTIVATION"}
+    _LAYER_TYPES.update({"QuantizeLinear": "QUANTIZE", "DequantizeLinear": "DEQUANTIZE"})
     if v >= (8, 2):
         ProfilingVerbosity = enum_of(
             "ProfilingVerbosity",
@@ -667,25 +693,60 @@ def make_tensorrt(version: str, gpu: FakeGpu) -> types.ModuleType:
         def get_algorithm(self) -> Any:
             return CalibrationAlgoType.MINMAX_CALIBRATION
 
+    _DATA_TYPES = {
+        onnx.TensorProto.FLOAT: "FLOAT",
+        onnx.TensorProto.FLOAT16: "HALF",
+        onnx.TensorProto.INT8: "INT8",
+        onnx.TensorProto.INT32: "INT32",
+        onnx.TensorProto.BOOL: "BOOL",
+    }
+    if v >= (10, 0):
+        _DATA_TYPES.update({onnx.TensorProto.INT64: "INT64", onnx.TensorProto.BFLOAT16: "BF16"})
+
+    def data_type(onnx_type: int) -> Any:
+        return DataType[_DATA_TYPES.get(onnx_type, "INT32")]  # 8.x casts INT64 down to INT32
+
     class ITensor(Binding):
         __slots__ = ("_dtype", "_name", "_shape")
 
-        def __init__(self, name: str, shape: tuple[int, ...]) -> None:
-            self._name, self._shape, self._dtype = name, shape, DataType.FLOAT
+        def __init__(
+            self, name: str, shape: tuple[int, ...], onnx_type: int = onnx.TensorProto.FLOAT
+        ) -> None:
+            self._name, self._shape, self._dtype = name, shape, data_type(onnx_type)
 
         name = property(lambda self: self._name)
         shape = property(lambda self: Dims(self._shape))
         dtype = property(lambda self: self._dtype)
 
+    class ILayer(Binding):
+        __slots__ = ("_name", "_outputs", "_type")
+
+        def __init__(self, name: str, op: str, output_types: list[int]) -> None:
+            self._name, self._type = name, LayerType[_LAYER_TYPES.get(op, "OTHER")]
+            self._outputs = [ITensor(f"{name}:{i}", (), t) for i, t in enumerate(output_types)]
+
+        name = property(lambda self: self._name)
+        type = property(lambda self: self._type)
+        num_outputs = property(lambda self: len(self._outputs))
+
+        def get_output(self, index: int) -> ITensor:
+            need(is_int(index), "get_output(index: int)")
+            return self._outputs[index]
+
     class INetworkDefinition(Binding):
-        __slots__ = ("_flags", "_inputs", "_layers", "_outputs")
+        __slots__ = ("_all", "_flags", "_inputs", "_layers", "_outputs")
 
         def __init__(self, flags: int) -> None:
             self._flags, self._inputs, self._outputs, self._layers = flags, [], [], []
+            self._all: list[ILayer] = []  # every parsed node; _layers: those a build keeps
 
         num_inputs = property(lambda self: len(self._inputs))
         num_outputs = property(lambda self: len(self._outputs))
-        num_layers = property(lambda self: len(self._layers))
+        num_layers = property(lambda self: len(self._all))
+
+        def get_layer(self, index: int) -> ILayer:
+            need(is_int(index), "get_layer(index: int)")
+            return self._all[index]
 
         def get_input(self, index: int) -> ITensor:
             need(is_int(index), "get_input(index: int)")
@@ -728,7 +789,7 @@ def make_tensorrt(version: str, gpu: FakeGpu) -> types.ModuleType:
                 )
                 return False
             try:
-                inputs, outputs, layers = onnx_io(data)
+                inputs, outputs, layers, nodes = onnx_io(data)
             except Exception as exc:
                 self._errors.append(ParserError(f"failed to parse the ONNX model: {type(exc).__name__}"))
                 return False
@@ -743,9 +804,10 @@ def make_tensorrt(version: str, gpu: FakeGpu) -> types.ModuleType:
             if not inputs:
                 self._errors.append(ParserError("the graph has no inputs"))
                 return False
-            self._network._inputs = [ITensor(n, s) for n, s in inputs]
-            self._network._outputs = [ITensor(n, s) for n, s in outputs]
+            self._network._inputs = [ITensor(n, s, t) for n, s, t in inputs]
+            self._network._outputs = [ITensor(n, s, t) for n, s, t in outputs]
             self._network._layers = layers
+            self._network._all = [ILayer(*node) for node in nodes]
             return True
 
         num_errors = property(lambda self: len(self._errors))
@@ -831,17 +893,19 @@ def make_tensorrt(version: str, gpu: FakeGpu) -> types.ModuleType:
 
         profiling_verbosity = property(_get_verbosity, _set_verbosity)
 
-        def _get_calibrator(self) -> Any:
-            return self._calibrator
+        if weak_typing:  # removed in 11.0 (explicit quantization only)
 
-        def _set_calibrator(self, value: Any) -> None:
-            need(value is None or isinstance(value, IInt8Calibrator), "int8_calibrator: IInt8Calibrator")
-            if v >= (10, 1):
-                deprecated("IBuilderConfig.int8_calibrator")
-            gpu.call("IBuilderConfig.int8_calibrator=", type(value).__name__)
-            self._calibrator = value
+            def _get_calibrator(self) -> Any:
+                return self._calibrator
 
-        int8_calibrator = property(_get_calibrator, _set_calibrator)
+            def _set_calibrator(self, value: Any) -> None:
+                need(value is None or isinstance(value, IInt8Calibrator), "int8_calibrator: IInt8Calibrator")
+                if v >= (10, 1):
+                    deprecated("IBuilderConfig.int8_calibrator")
+                gpu.call("IBuilderConfig.int8_calibrator=", type(value).__name__)
+                self._calibrator = value
+
+            int8_calibrator = property(_get_calibrator, _set_calibrator)
 
         def add_optimization_profile(self, profile: Any) -> int:
             need(
@@ -854,19 +918,21 @@ def make_tensorrt(version: str, gpu: FakeGpu) -> types.ModuleType:
 
         num_optimization_profiles = property(lambda self: len(self._profiles))
 
-        def set_calibration_profile(self, profile: Any) -> bool:
-            need(
-                isinstance(profile, IOptimizationProfile),
-                "set_calibration_profile(profile: IOptimizationProfile)",
-            )
-            if v >= (10, 1):
-                deprecated("IBuilderConfig.set_calibration_profile")
-            gpu.call("IBuilderConfig.set_calibration_profile")
-            self._calib_profile = profile
-            return True
+        if weak_typing:  # removed in 11.0 (explicit quantization only)
 
-        def get_calibration_profile(self) -> Any:
-            return self._calib_profile
+            def set_calibration_profile(self, profile: Any) -> bool:
+                need(
+                    isinstance(profile, IOptimizationProfile),
+                    "set_calibration_profile(profile: IOptimizationProfile)",
+                )
+                if v >= (10, 1):
+                    deprecated("IBuilderConfig.set_calibration_profile")
+                gpu.call("IBuilderConfig.set_calibration_profile")
+                self._calib_profile = profile
+                return True
+
+            def get_calibration_profile(self) -> Any:
+                return self._calib_profile
 
         def create_timing_cache(self, serialized_timing_cache: Any) -> ITimingCache:
             blob = bytes(memoryview(serialized_timing_cache))
@@ -981,8 +1047,9 @@ def make_tensorrt(version: str, gpu: FakeGpu) -> types.ModuleType:
             gpu.call("Builder.create_optimization_profile")
             return IOptimizationProfile()
 
-        platform_has_fast_fp16 = property(lambda self: True)
-        platform_has_fast_int8 = property(lambda self: True)
+        if weak_typing:  # removed in 11.0
+            platform_has_fast_fp16 = property(lambda self: True)
+            platform_has_fast_int8 = property(lambda self: True)
 
         def build_serialized_network(self, network: Any, config: Any) -> IHostMemory | None:
             need(
@@ -1009,7 +1076,7 @@ def make_tensorrt(version: str, gpu: FakeGpu) -> types.ModuleType:
                         )
                         return None
             calibration = None
-            if BuilderFlag.INT8 in config._flags and config._calibrator is not None:
+            if weak_typing and BuilderFlag.INT8 in config._flags and config._calibrator is not None:
                 calibration = calibrate(self._logger, network, config)
                 if calibration is None:
                     return None
@@ -1017,9 +1084,14 @@ def make_tensorrt(version: str, gpu: FakeGpu) -> types.ModuleType:
                 config._cache._builds += 1
             blob = {
                 "version": version,
-                "inputs": [[t._name, list(t._shape)] for t in network._inputs],
-                "outputs": [[t._name, list(t._shape)] for t in network._outputs],
+                "inputs": [[t._name, list(t._shape), t._dtype.name] for t in network._inputs],
+                "outputs": [[t._name, list(t._shape), t._dtype.name] for t in network._outputs],
                 "layers": network._layers,
+                # what a network runs in: its own types (11.x) or, up to 10.x, also what flags allow
+                "typed_fp16": any(t.dtype == DataType.HALF for layer in network._all for t in layer._outputs),
+                "qdq": any(
+                    layer.type in (LayerType.QUANTIZE, LayerType.DEQUANTIZE) for layer in network._all
+                ),
                 "profiles": [
                     {k: [list(s) for s in r] for k, r in p._shapes.items()} for p in config._profiles
                 ],
@@ -1081,12 +1153,13 @@ def make_tensorrt(version: str, gpu: FakeGpu) -> types.ModuleType:
             deprecated(f"ICudaEngine.{name}")
 
     class ICudaEngine(Binding):
-        __slots__ = ("_blob", "_io")
+        __slots__ = ("_blob", "_dtypes", "_io")
 
         def __init__(self, blob: dict[str, Any]) -> None:
             self._blob = blob
-            self._io = [(n, True, tuple(s)) for n, s in blob["inputs"]]
-            self._io += [(n, False, tuple(s)) for n, s in blob["outputs"]]
+            self._io = [(n, True, tuple(s)) for n, s, _ in blob["inputs"]]
+            self._io += [(n, False, tuple(s)) for n, s, _ in blob["outputs"]]
+            self._dtypes = {n: DataType[t] for n, _, t in (*blob["inputs"], *blob["outputs"])}
 
         def _index(self, key: Any) -> int:
             if isinstance(key, str):
@@ -1135,7 +1208,7 @@ def make_tensorrt(version: str, gpu: FakeGpu) -> types.ModuleType:
             def get_binding_dtype(self, index: Any) -> Any:
                 _dep("get_binding_dtype")
                 need(0 <= self._index(index) < len(self._io), "get_binding_dtype(index: int)")
-                return DataType.FLOAT
+                return self._dtypes[self._io[self._index(index)][0]]
 
             has_implicit_batch_dimension = property(lambda self: False)
 
@@ -1159,8 +1232,8 @@ def make_tensorrt(version: str, gpu: FakeGpu) -> types.ModuleType:
                 return Dims(() if io is None else io[2])
 
             def get_tensor_dtype(self, name: str) -> Any:
-                self._by_name(name)
-                return DataType.FLOAT
+                io = self._by_name(name)
+                return DataType.FLOAT if io is None else self._dtypes[name]
 
     class IExecutionContext(Binding):
         __slots__ = ("_addresses", "_e", "_profiled_calls", "_profiler", "_shapes")
@@ -1328,18 +1401,20 @@ def make_tensorrt(version: str, gpu: FakeGpu) -> types.ModuleType:
         "IHostMemory": IHostMemory,
         "ITimingCache": ITimingCache,
         "IProfiler": IProfiler,
-        "IInt8Calibrator": IInt8Calibrator,
-        "IInt8EntropyCalibrator2": IInt8EntropyCalibrator2,
-        "IInt8MinMaxCalibrator": IInt8MinMaxCalibrator,
         "Dims": Dims,
         "DataType": DataType,
         "BuilderFlag": BuilderFlag,
         "NetworkDefinitionCreationFlag": NetworkDefinitionCreationFlag,
         "ProfilingVerbosity": ProfilingVerbosity,
-        "CalibrationAlgoType": CalibrationAlgoType,
+        "LayerType": LayerType,
         "nptype": nptype,
         "volume": volume,
     }
+    if weak_typing:  # the calibrators went with implicit INT8 in 11.0
+        members["IInt8Calibrator"] = IInt8Calibrator
+        members["IInt8EntropyCalibrator2"] = IInt8EntropyCalibrator2
+        members["IInt8MinMaxCalibrator"] = IInt8MinMaxCalibrator
+        members["CalibrationAlgoType"] = CalibrationAlgoType
     if memory_pool:
         members["MemoryPoolType"] = MemoryPoolType
     if tensor_api:
@@ -1357,6 +1432,7 @@ DEVICES = {
     V80: ("NVIDIA Tegra X1 (fake)", 1, (5, 3)),
     V82: ("NVIDIA Tegra X1 (fake)", 1, (5, 3)),
     V85: ("Xavier (fake)", 8, (7, 2)),
+    V11: ("NVIDIA RTX PRO 6000 (fake)", 188, (12, 0)),
     V10: ("Orin (fake)", 16, (8, 7)),
 }
 
@@ -2547,3 +2623,188 @@ def test_an_execution_context_tensorrt_cannot_create_is_one_line(
         "TensorRT's error above says why)\n"
     )
     assert gpu.memory == {} and calls(gpu, "alloc") == []
+
+
+# ================================================================================================
+# TensorRT 11.x: strongly typed only (the fake is written from NVIDIA's migration guide)
+
+QDQ_MODEL = Path(__file__).parent / "data" / "modelopt_int8_se_net.onnx"  # ModelOpt's, fp16 casts
+WEAK_TYPING = {
+    "module": ["IInt8Calibrator", "IInt8EntropyCalibrator2", "IInt8MinMaxCalibrator", "CalibrationAlgoType"],
+    "IBuilderConfig": ["int8_calibrator", "set_calibration_profile", "get_calibration_profile"],
+    "Builder": ["platform_has_fast_fp16", "platform_has_fast_int8"],
+    "BuilderFlag": ["FP16", "INT8", "BF16", "OBEY_PRECISION_CONSTRAINTS", "PREFER_PRECISION_CONSTRAINTS"],
+}
+
+
+@pytest.fixture
+def trt11(monkeypatch: pytest.MonkeyPatch) -> tuple[types.ModuleType, FakeGpu]:
+    return install(monkeypatch, V11, "bindings")
+
+
+def test_fake_11_has_no_weak_typing_and_10_has_it() -> None:
+    for version, present in ((V10, True), (V11, False)):
+        trt = make_tensorrt(version, FakeGpu(*DEVICES[version]))
+        owner = {"module": trt, "IBuilderConfig": trt.IBuilderConfig, "Builder": trt.Builder}
+        owner["BuilderFlag"] = trt.BuilderFlag
+        for kind, names in WEAK_TYPING.items():
+            for name in names:
+                assert hasattr(owner[kind], name) is present, f"{kind}.{name} on {version}"
+    trt = make_tensorrt(V11, FakeGpu(*DEVICES[V11]))
+    assert hasattr(trt.BuilderFlag, "TF32") and hasattr(trt.IBuilderConfig, "set_memory_pool_limit")
+
+
+def test_trt11_fp16_builds_the_model_typed_fp16_without_a_flag(
+    trt11: tuple[types.ModuleType, FakeGpu], zoo_model_path: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """--dtype fp16 on 11.x: the parser gets the model typed fp16 (deployopt.precision), no
+    BuilderFlag is set, the engine's I/O stays fp32, and it is timed like any other engine."""
+    _, gpu = trt11
+    model = zoo_model_path("resnet_projection_constantofshape")
+    engine = tmp_path / "m.engine"
+    facts = build_engine(str(model), opts(tmp_path), str(engine))
+    blob = engine_blob(engine)
+    assert blob["flags"] == [] and blob["typed_fp16"] and not blob["qdq"]
+    assert [t for _, _, t in blob["inputs"] + blob["outputs"]] == ["FLOAT", "FLOAT"]
+    assert calls(gpu, "IBuilderConfig.set_flag") == []
+    (parsed,) = calls(gpu, "OnnxParser.parse")
+    assert parsed[0] != model.stat().st_size and parsed[1] == str(model)  # the converted bytes
+    out = time_engine(str(engine), opts(tmp_path), facts["shapes"], per_layer=True)
+    timing = out["timing"]
+    assert len(timing["samples_us"]) == 5 and timing["environment"]["tensorrt"] == V11
+    assert timing["timed"].startswith(
+        "one forward pass (fp16: the model typed fp16 inside, fp32 I/O (TensorRT 11"
+    )
+    assert [row["name"] for row in out["layers"]] == blob["layers"]
+    assert not gpu.trt_errors and gpu.memory == {}
+    # fp32 builds the model as it is
+    build_engine(str(model), opts(tmp_path, dtype="fp32"), str(tmp_path / "f.engine"))
+    blob32 = engine_blob(tmp_path / "f.engine")
+    assert blob32["flags"] == [] and not blob32["typed_fp16"]
+    assert calls(gpu, "OnnxParser.parse")[-1][0] == model.stat().st_size
+
+
+def test_trt11_engine_keys_name_the_conversion(
+    trt11: tuple[types.ModuleType, FakeGpu], zoo_model_path: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """A strongly typed fp16 engine is keyed on the conversion recipe too; 10.x keys are as before
+    (no new field), and fp16 / fp32 / another TensorRT never share an engine."""
+    from deployopt.precision import CONVERSION_RECIPE
+
+    data = zoo_model_path("mobilenet_like").read_bytes()
+    fp16, fp32 = opts(tmp_path), opts(tmp_path, dtype="fp32")
+    assert trt_backend.build_facts(data, fp16, V11, {})["fp16_conversion"] == CONVERSION_RECIPE
+    assert "fp16_conversion" not in trt_backend.build_facts(data, fp16, V10, {})
+    assert "fp16_conversion" not in trt_backend.build_facts(data, fp32, V11, {})
+    keys = {trt_backend.engine_key(data, o, v, {}) for o in (fp16, fp32) for v in (V10, V11)}
+    assert len(keys) == 4
+    model = zoo_model_path("mobilenet_like")
+    first = build_and_time(str(model), fp16, per_layer=False)["timing"]["environment"]
+    again = build_and_time(str(model), fp16, per_layer=False)["timing"]["environment"]
+    assert first["engine_built_now"] and not again["engine_built_now"]
+    assert first["engine_key"] == again["engine_key"] == trt_backend.engine_key(data, fp16, V11, {})
+
+
+def test_trt11_int8_only_from_qdq_nodes(
+    trt11: tuple[types.ModuleType, FakeGpu], zoo_model_path: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """int8 on 11.x: a Q/DQ model builds with no flag and no calibrator (none exists to subclass);
+    a model without Q/DQ, or calibration data / a table, is refused in one line before the parser,
+    the builder or the hashing of the data runs."""
+    _, gpu = trt11
+    engine = tmp_path / "q.engine"
+    build_engine(str(QDQ_MODEL), opts(tmp_path, dtype="int8"), str(engine))
+    blob = engine_blob(engine)
+    assert blob["flags"] == [] and blob["qdq"] and blob["calibration"] is None
+    parsed = len(calls(gpu, "OnnxParser.parse"))
+    model = zoo_model_path("mobilenet_like")
+    with pytest.raises(DeployoptError) as exc:
+        build_and_time(str(model), opts(tmp_path, dtype="int8"), per_layer=False)
+    assert str(exc.value).startswith(f"--dtype int8: TensorRT {V11} builds INT8 only from Q/DQ nodes")
+    assert "mobilenet_like.onnx has none" in str(exc.value) and "\n" not in str(exc.value)
+    calib, _ = write_calibration(tmp_path, items=4)
+    table = tmp_path / "m.calib"
+    table.write_bytes(TABLE)
+    for options in (
+        opts(tmp_path, dtype="int8", calibration_data=str(calib)),
+        opts(tmp_path, dtype="int8", calibration_data=str(table)),
+        opts(tmp_path, dtype="int8", extra={"calib_cache": str(table)}),
+    ):
+        with pytest.raises(
+            DeployoptError, match=rf"^--dtype int8 with calibration .*: TensorRT {V11} cannot"
+        ):
+            build_and_time(str(QDQ_MODEL), options, per_layer=False)
+    assert len(calls(gpu, "OnnxParser.parse")) == parsed  # nothing more was parsed or built
+    with pytest.raises(DeployoptError, match=r"^TensorRT 11\.4\.1\.2 has no INT8 calibrators"):
+        tensorrt_calibrator.make_entropy_calibrator(sys.modules["tensorrt"], object())
+
+
+def test_cli_on_trt11(
+    trt11: tuple[types.ModuleType, FakeGpu],
+    monkeypatch: pytest.MonkeyPatch,
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`deployopt bench --backend tensorrt`: fp16 builds and times; int8 of an fp32 model is one
+    line on stderr with exit 2 and no traceback."""
+    from cli_runner import run_cli
+
+    trt, _ = trt11
+    trt.__spec__ = importlib.machinery.ModuleSpec("tensorrt", None)  # importable, for availability()
+    monkeypatch.setattr(trt_backend, "run_isolated", lambda target, args, timeout: build_and_time(*args))
+    monkeypatch.chdir(tmp_path)
+    base = ["bench", str(zoo_model_path("se_net")), "--backend", "tensorrt", "--runs", "3"]
+    code, out, err = run_cli(monkeypatch, capsys, *base, "--dtype", "fp16", "--json")
+    assert code == 0, err
+    assert json.loads(out)["environment"]["tensorrt"] == V11
+    (engine,) = (tmp_path / "engines").iterdir()
+    assert engine_blob(engine)["typed_fp16"] and engine_blob(engine)["flags"] == []
+    code, out, err = run_cli(monkeypatch, capsys, *base, "--dtype", "int8")
+    assert code == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"error: --dtype int8: TensorRT {V11} builds INT8 only from Q/DQ nodes")
+
+
+def test_runner_on_trt11(
+    trt11: tuple[types.ModuleType, FakeGpu],
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """jetson/runner.py on 11.x cannot retype a model: an fp32 model with --dtype fp16 is refused in
+    one line naming the host-side conversion; the converted model builds with no flag, fp32 I/O;
+    int8 takes only a Q/DQ model and no calibration files."""
+    from deployopt.precision import write_fp16
+
+    _, gpu = trt11
+    runner = load_runner()
+    model = zoo_model_path("mobilenet_like")
+    common = ["--runs", "2", "--warmup", "1", "--engine-dir", str(tmp_path / "engines")]
+
+    def refused(*args: str) -> str:
+        assert runner.main([*args, *common]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("error: ")
+        return err
+
+    err = refused(str(model), "--dtype", "fp16")
+    assert f"TensorRT {V11} has no FP16 build flag" in err and "mobilenet_like.onnx is typed fp32" in err
+    assert "python -m deployopt.precision model.onnx model_fp16.onnx" in err
+    assert not (tmp_path / "engines").exists()  # refused before an engine was written
+    typed = write_fp16(model, tmp_path / "mobilenet_fp16.onnx")
+    result = run_runner([str(typed), "--dtype", "fp16", "--runs", "2", "--warmup", "1"], tmp_path, capsys)
+    blob = engine_blob(Path(result["environment"]["engine"]))
+    assert blob["flags"] == [] and blob["typed_fp16"]
+    assert [t for _, _, t in blob["inputs"] + blob["outputs"]] == ["FLOAT", "FLOAT"]
+    assert result["timed"].startswith("one forward pass (fp16 as typed in the model (TensorRT 11 ")
+    err = refused(str(model), "--dtype", "int8")
+    assert "builds INT8 only from Q/DQ nodes" in err and "modelopt.onnx.quantization" in err
+    calib, _ = write_calibration(tmp_path, items=2)
+    err = refused(str(QDQ_MODEL), "--dtype", "int8", "--calib-npy", str(calib))
+    assert err.startswith(f"error: --calib-npy/--calib-cache: TensorRT {V11} cannot calibrate")
+    err = refused(str(QDQ_MODEL), "--dtype", "fp16")
+    assert "has Q/DQ nodes" in err and "--dtype int8" in err
+    result = run_runner([str(QDQ_MODEL), "--dtype", "int8", "--runs", "2", "--warmup", "1"], tmp_path, capsys)
+    blob = engine_blob(Path(result["environment"]["engine"]))
+    assert blob["flags"] == [] and blob["qdq"] and blob["calibration"] is None
+    assert not gpu.trt_errors and gpu.memory == {}

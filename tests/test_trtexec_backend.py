@@ -13,6 +13,7 @@ import stat
 import sys
 from pathlib import Path
 
+import onnx
 import pytest
 from cli_runner import run_cli
 
@@ -704,3 +705,155 @@ def test_optimize_int8_says_trtexec_engines_had_placeholder_ranges(
     report = json.loads((tmp_path / "fp16" / "report.json").read_text())
     assert report["note"] is None and not any("INT8" in w for w in report["what_was_measured"])
     assert "placeholder" not in out
+
+
+# ------------------------------------------------------------------ TensorRT 11.x: strong typing
+# Written from NVIDIA's 10.x-to-11.x trtexec migration guide (--fp16, --int8, --best and --calib
+# removed; strong typing always on); no TensorRT 11 trtexec has been run here.
+
+V11 = "11.4.1"
+PRECISION_FLAGS = ("--fp16", "--int8", "--best", "--bf16", "--fp8", "--int4", "--stronglyTyped")
+TABLE_OPTS = {"calib_cache": "/c/calib.cache"}
+
+
+@pytest.mark.parametrize(
+    ("version", "fp16", "int8"),
+    [
+        ("8.2.1", ["--fp16"], ["--int8", "--fp16", "--calib=/c/calib.cache"]),
+        ("8.5.2", ["--fp16"], ["--int8", "--fp16", "--calib=/c/calib.cache"]),
+        ("10.3.0", ["--fp16"], ["--int8", "--fp16", "--calib=/c/calib.cache"]),
+        ("10.16.1", ["--fp16"], ["--int8", "--fp16", "--calib=/c/calib.cache"]),
+        (V11, [], []),
+        ("11.0.0", [], []),
+    ],
+)
+def test_precision_flags_per_version(version: str, fp16: list[str], int8: list[str]) -> None:
+    """Up to 10.x the precision is a flag; 11.x has none (the model carries it), nor --calib."""
+
+    def flags(dtype: str) -> list[str]:
+        cmd = build_command("trtexec", M, OUT, MeasureOptions(dtype=dtype, extra=TABLE_OPTS), version)
+        return [a for a in cmd if a.startswith(PRECISION_FLAGS) or a.startswith("--calib")]
+
+    assert flags("fp16") == fp16 and flags("int8") == int8 and flags("fp32") == []
+
+
+def test_trt11_command_is_the_10x_command_less_the_precision_flags() -> None:
+    for dtype in ("fp16", "int8"):
+        opts = MeasureOptions(dtype=dtype, runs=50, extra=TABLE_OPTS)
+        ten = build_command("trtexec", M, OUT, opts, "10.16.1", {"x": [1, 3, 8, 8]})
+        eleven = build_command("trtexec", M, OUT, opts, V11, {"x": [1, 3, 8, 8]})
+        assert eleven == [a for a in ten if not a.startswith(("--fp16", "--int8", "--calib"))]
+        assert build_command("trtexec", M, OUT, opts, V11, build_only=True)[-1] == "--skipInference"
+
+
+@pytest.fixture
+def fake11(fake: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    """The stand-in trtexec with a SYNTHETIC 11.4.1 banner: the recorded 10.16.1 log whose first line
+    (what `trtexec --help` prints) names TensorRT v110401. Not a recording of TensorRT 11."""
+    lines = Path(os.environ["FAKE_LOG"]).read_text().splitlines(keepends=True)
+    log = tmp_path / "trt11_synthetic_log.txt"
+    log.write_text(lines[0].replace("[TensorRT v101601]", "[TensorRT v110401]") + "".join(lines[1:]))
+    monkeypatch.setenv("FAKE_LOG", str(log))
+    return fake
+
+
+def test_trt11_fp16_builds_the_model_typed_fp16(fake11: dict[str, Path]) -> None:
+    """fp16 on 11.x: the model typed fp16 (deployopt.precision) is written in the run's work folder
+    and given to trtexec instead, with no --fp16; what was timed says where fp16 came from."""
+    from deployopt.precision import is_low_precision
+
+    opts = MeasureOptions(dtype="fp16", runs=300, workdir=fake11["workdir"])
+    with TrtexecBackend().open(opts) as session:
+        timing = session.measure(fake11["model"])
+        assert session.version == V11 and not session.placeholder_int8
+    typed = fake11["workdir"] / "conv" / "conv.fp16.onnx"
+    args = fake11["FAKE_ARGS"].read_text().split("\n")
+    assert f"--onnx={typed}" in args and f"--saveEngine={typed.with_suffix('.engine')}" in args
+    assert not any(a.startswith(PRECISION_FLAGS) for a in args)
+    model = onnx.load(typed)
+    assert is_low_precision(model)
+    source = onnx.load(fake11["model"])
+    assert [(v.name, v.type) for v in (*model.graph.input, *model.graph.output)] == [
+        (v.name, v.type) for v in (*source.graph.input, *source.graph.output)
+    ]  # fp32 I/O, same names and shapes
+    assert timing.timed.startswith("one query (fp16: the model typed fp16 inside, fp32 I/O (TensorRT 11 ")
+    assert timing.runs == 300
+
+
+def test_trt11_int8_needs_qdq_and_no_calibration(fake11: dict[str, Path], tmp_path: Path) -> None:
+    """int8 on 11.x: a model without Q/DQ nodes, or a calibration table, is refused in one line
+    before trtexec builds anything; a Q/DQ model (ModelOpt's) is built as it is, with no --int8."""
+    opts = MeasureOptions(dtype="int8", runs=300, workdir=fake11["workdir"])
+    with TrtexecBackend().open(opts) as session, pytest.raises(DeployoptError) as exc:
+        session.measure(fake11["model"])
+    message = str(exc.value)
+    assert message.startswith(f"--dtype int8: TensorRT {V11} builds INT8 only from Q/DQ nodes in the model")
+    assert "conv.onnx has none" in message and "modelopt.onnx.quantization" in message
+    assert "\n" not in message and not fake11["FAKE_ARGS"].exists()  # trtexec never ran a build
+    table = tmp_path / "model.calib"
+    table.write_bytes(b"TRT-8601-EntropyCalibration2\n")
+    qdq = Path(__file__).parent / "data" / "modelopt_int8_se_net.onnx"
+    for calib in ({"calibration_data": str(table)}, {"extra": {"calib_cache": str(table)}}):
+        refused = rf"^--dtype int8 with calibration {table}: TensorRT {V11}"
+        options = MeasureOptions(dtype="int8", workdir=fake11["workdir"], **calib)
+        with TrtexecBackend().open(options) as s, pytest.raises(DeployoptError, match=refused):
+            s.measure(qdq)
+    assert not fake11["FAKE_ARGS"].exists()
+    with pytest.raises(DeployoptError, match=r"cannot calibrate \(11\.0 removed implicit INT8"):
+        TrtexecBackend().check_options(
+            MeasureOptions(dtype="int8", calibration_data=str(table), extra={"trt_version": V11})
+        )
+    with TrtexecBackend().open(opts) as session:
+        timing = session.measure(qdq)
+        assert not session.placeholder_int8
+    args = fake11["FAKE_ARGS"].read_text().split("\n")
+    assert f"--onnx={qdq}" in args and not any(a.startswith(PRECISION_FLAGS) for a in args)
+    assert timing.timed.startswith("one query (int8 from the model's Q/DQ nodes (TensorRT 11 ")
+
+
+def test_cli_int8_on_trt11_is_one_line(
+    fake11: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`deployopt bench model.onnx --backend trtexec --dtype int8` on TensorRT 11: exit 2, one
+    line, no traceback; with a calibration table too."""
+    table = tmp_path / "model.calib"
+    table.write_bytes(b"TRT-8601-EntropyCalibration2\n")
+    base = ["bench", str(fake11["model"]), "--backend", "trtexec", "--dtype", "int8", "--runs", "3"]
+    for extra in ([], ["--calibration-data", str(table)]):
+        code, out, err = run_cli(monkeypatch, capsys, *base, *extra)
+        assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("error: --dtype int8"), err
+        assert "Traceback" not in err and f"TensorRT {V11}" in err and "Q/DQ" in err
+
+
+def test_cli_remote_trt11_converts_on_the_host_before_pushing(
+    fake11: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Remote fp16 on a board whose trtexec is 11.x: its version is asked first, the model is typed
+    fp16 on the host and that file is what scp copies; the board's trtexec gets no --fp16."""
+    log = play_the_board(tmp_path, monkeypatch)
+    model = tmp_path / f"remote11_{os.getpid()}.onnx"
+    model.write_bytes(fake11["model"].read_bytes())
+    board_dir = Path("/tmp/deployopt-trtexec") / model.stem
+    try:
+        code, _, err = run_cli(
+            monkeypatch, capsys, "bench", str(model), "--backend", "trtexec", "--remote", "user@jetson",
+            "--dtype", "fp16", "--json",
+        )  # fmt: skip
+        on_board = sorted(p.name for p in board_dir.iterdir()) if board_dir.is_dir() else []
+    finally:
+        shutil.rmtree(board_dir, ignore_errors=True)
+    assert code == 0, err
+    calls = log.read_text().splitlines()
+    assert "--help" in calls[0] and "mkdir" in calls[1]  # the version before anything reaches the board
+    typed = f"{model.stem}.fp16.onnx"
+    scp = [c for c in calls if c.startswith("scp ") and ".onnx" in c]
+    assert len(scp) == 1 and scp[0].endswith(f"user@jetson:{board_dir / typed}")
+    assert typed in on_board
+    args = fake11["FAKE_ARGS"].read_text().split("\n")
+    assert f"--onnx={board_dir / typed}" in args and not any(a.startswith(PRECISION_FLAGS) for a in args)

@@ -5,6 +5,7 @@ Every expected number below was read from the fixture file itself.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -632,3 +633,80 @@ def test_unreadable_and_invalid_files(tmp_path: Path) -> None:
         P.parse_times_json(bad)
     with pytest.raises(DataError, match="is a JSON list"):
         P.parse_profile_json({"Layers": []})
+
+
+# ------------------------------------------------------------------ TensorRT 11.x inspector JSON
+
+#: SYNTHETIC, not a recording (no TensorRT 11 was run): the shape NVIDIA's 10.x-to-11.x
+#: IEngineInspector migration page gives ("I/O Tensors" objects instead of "Bindings" names, the
+#: layers' "Format/Datatype" split into "Format" and "DataType"), for a model typed fp16 inside with
+#: fp32 I/O, as deployopt.precision writes it. "Datatype" in one place: spellings differ between
+#: NVIDIA's own pages, and the parser takes both.
+TRT11_LAYER_INFO = {
+    "Layers": [
+        {
+            "Name": "input_cast_fp16",
+            "LayerType": "Reformat",
+            "Inputs": [{"Name": "input", "Location": "Device", "Dimensions": [1, 3, 32, 32],
+                        "Format": "Row major linear FP32 format (kLINEAR)", "DataType": "Float"}],
+            "Outputs": [{"Name": "input_fp16", "Location": "Device", "Dimensions": [1, 3, 32, 32],
+                         "Format": "Row major linear FP16 format (kLINEAR)", "DataType": "Half"}],
+            "TacticValue": "0x0000000000000000",
+        },
+        {
+            "Name": "stem.conv + stem.relu",
+            "LayerType": "CaskConvolution",
+            "Inputs": [{"Name": "input_fp16", "Location": "Device", "Dimensions": [1, 3, 32, 32],
+                        "Format": "Row major linear FP16 format (kLINEAR)", "DataType": "Half"}],
+            "Outputs": [{"Name": "stem.relu", "Location": "Device", "Dimensions": [1, 16, 32, 32],
+                         "Format": "Channel major FP16 format where channel % 8 == 0 (kHWC8)",
+                         "Datatype": "Half"}],
+            "TacticName": "sm80_xmma_fprop_implicit_gemm_f16f16_f16f16_f16_nhwckrsc_nhwc_tilesize64x64x64"
+            "_stage4_warpsize2x2x1_g1_tensor16x8x16",
+            "TacticValue": "0x1234",
+        },
+    ],
+    "I/O Tensors": [
+        {"Name": "input", "IOMode": "Input", "DataType": "Float", "Dimensions": [1, 3, 32, 32],
+         "Location": "Device", "IsShapeInferenceIO": False,
+         "ProfileInfo": [{"MinShape": [1, 3, 32, 32], "OptShape": [1, 3, 32, 32], "MaxShape": [1, 3, 32, 32],
+                          "Format": "Row major linear FP32 format (kLINEAR)"}]},
+        {"Name": "logits", "IOMode": "Output", "DataType": "Float", "Dimensions": [1, 10],
+         "Location": "Device", "IsShapeInferenceIO": False},
+    ],
+}  # fmt: skip
+
+
+def test_layer_info_trt11_io_tensors_and_split_format(tmp_path: Path) -> None:
+    info = P.parse_layer_info_json(TRT11_LAYER_INFO)
+    assert info.detailed and info.bindings == ["input", "logits"]
+    assert info.io_types() == {"input": "Float", "logits": "Float"}  # fp32 I/O around an fp16 network
+    conv = info.layers[1]
+    assert conv.layer_type == "CaskConvolution" and conv.tile == (64, 64, 64)
+    assert P.tensor_format(conv.inputs[0]) == ("Row major linear FP16 format (kLINEAR)", "Half")
+    assert P.tensor_format(conv.outputs[0])[1] == "Half"  # "Datatype" spelling
+    assert info.to_json()["io_tensors"][1]["IOMode"] == "Output"
+    # through a file and joined with a profile, as the trtexec backend reads it
+    path = tmp_path / "layer_info.json"
+    path.write_text(json.dumps(TRT11_LAYER_INFO))
+    profile = [{"count": 10}, {"name": "stem.conv + stem.relu", "timeMs": 1.0, "averageMs": 0.1,
+                               "medianMs": 0.1, "percentage": 100.0}]  # fmt: skip
+    (tmp_path / "profile.json").write_text(json.dumps(profile))
+    run = P.load_run(profile=tmp_path / "profile.json", layer_info=path)
+    assert run.layers[0].extra["tactic"].startswith("sm80_xmma_fprop_implicit_gemm_f16f16")
+    assert run.layers[0].kernels[0].tile == (64, 64, 64)
+
+
+def test_layer_info_up_to_10x_reads_as_before_with_types_from_the_combined_field() -> None:
+    """The recorded <= 10.x exports: no io_tensors (and none in to_json), bindings as before, and
+    the one "Format/Datatype" string read for its data type."""
+    titan = P.parse_layer_info_json(FIX / "trt8.x_titan_rtx_mobilenet_qat_int8_exportLayerInfo_detailed.json")
+    h100 = P.parse_layer_info_json(FIX / "trt10.16.1_h100pcie_cookbook_exportLayerInfo_detailed.json")
+    for info in (titan, h100):
+        assert info.io_tensors == [] and "io_tensors" not in info.to_json() and info.io_types() == {}
+    q = titan.layers[0]
+    assert P.tensor_format(q.inputs[0]) == ("Row major linear FP32", "Float")
+    assert P.tensor_format(q.outputs[0]) == ("Four wide channel vectorized row major Int8 format", "Int8")
+    assert P.tensor_format(h100.layers[0].inputs[0]) == ("Float", "Float")
+    kinds = {P.tensor_format(t)[1] for layer in titan.layers for t in (*layer.inputs, *layer.outputs)}
+    assert kinds == {"Float", "Half", "Int8"}

@@ -1,9 +1,11 @@
 """Backend on the TensorRT Python API: parse ONNX, build (FP32/FP16/INT8), serialize, time.
 
 Written against the documented APIs of TensorRT 8.2 (JetPack 4.6: Nano, TX2), 8.5 (JetPack 5:
-Xavier) and 10.x (JetPack 6: Orin). NOT RUN ON HARDWARE YET: no TensorRT could be installed where
-this was written; the calls into TensorRT and CUDA run only against strict fakes of the three API
-surfaces (tests/test_tensorrt_fake_api.py), never against the real libraries.
+Xavier), 10.x (JetPack 6: Orin) and 11.x (desktop; strongly typed only: fp16 from a model typed
+fp16 by deployopt.precision, INT8 only from Q/DQ nodes, from NVIDIA's 10.x-to-11.x migration
+guide). NOT RUN ON HARDWARE YET: no TensorRT could be installed where this was written; the calls
+into TensorRT and CUDA run only against strict fakes of the four API surfaces
+(tests/test_tensorrt_fake_api.py), never against the real libraries.
 
 Why each choice:
 - timing with CUDA events around `execute_async_v3` (>= 8.5) / `execute_async_v2` (8.2) on one
@@ -34,6 +36,12 @@ from typing import Any
 import numpy as np
 
 from deployopt.backends.base import Backend, LayerTime, MeasureOptions, Profile, Session
+from deployopt.backends.trtexec import (
+    precision_phrase,
+    refuse_implicit_int8,
+    refuse_int8_calibration,
+    strongly_typed,
+)
 from deployopt.backends.trtexec_parser import version_tuple
 from deployopt.errors import (
     BackendFailed,
@@ -189,8 +197,10 @@ def build_facts(
     build_engine does not calibrate (fp32/fp16, or INT8 with neither calibration_data nor
     calib_cache: a Q/DQ model). A table the build only reads (table_only: calibration_data naming
     one, or calib_cache alone) is keyed by its bytes alone, the same either way: calibration_count
-    and calib_cache (which a build from data fills) do not change that engine. An ONNX model's
-    external data files are not read."""
+    and calib_cache (which a build from data fills) do not change that engine. On TensorRT >= 11 an
+    fp16 build is keyed on the fp16 conversion's recipe too (it builds the converted model); the
+    key is not there before 11, so engines cached on older versions keep their keys. An ONNX
+    model's external data files are not read."""
     table = table_only(options)
     from_data = options.dtype == "int8" and bool(options.calibration_data) and table is None
     calib_cache = options.extra.get("calib_cache")
@@ -200,7 +210,7 @@ def build_facts(
         calibration_sha256 = content_digest(str(options.calibration_data))
     else:
         calibration_sha256 = None
-    return {
+    facts: dict[str, Any] = {
         "recipe": BUILD_RECIPE,
         "model_sha256": hashlib.sha256(onnx_bytes).hexdigest(),
         "dtype": options.dtype,
@@ -214,6 +224,11 @@ def build_facts(
         # a table beside the engine (no calib_cache) is named after the key, so it needs no entry
         "calib_cache_sha256": content_digest(calib_cache) if from_data and calib_cache else None,
     }
+    if strongly_typed(trt_version) and options.dtype == "fp16":
+        from deployopt.precision import CONVERSION_RECIPE
+
+        facts["fp16_conversion"] = CONVERSION_RECIPE
+    return facts
 
 
 def facts_key(facts: dict[str, Any]) -> str:
@@ -512,6 +527,18 @@ def _onnx_has_qdq(onnx_bytes: bytes) -> bool:
     return has_qdq(onnx.load_from_string(onnx_bytes))
 
 
+def refuse_strongly_typed_int8(
+    version: str, options: MeasureOptions, model_path: str | os.PathLike[str], onnx_bytes: bytes | None = None
+) -> None:
+    """INT8 on TensorRT >= 11 (checked before anything is hashed or built): no calibration data or
+    table (it cannot calibrate), and only for a model with Q/DQ nodes. One line either way."""
+    if options.dtype != "int8" or not strongly_typed(version):
+        return
+    refuse_int8_calibration(version, options.calibration_data or options.extra.get("calib_cache"))
+    data = Path(model_path).read_bytes() if onnx_bytes is None else onnx_bytes
+    refuse_implicit_int8(version, Path(model_path).name, _onnx_has_qdq(data))
+
+
 def build_engine(model_path: str, options: MeasureOptions, engine_path: str) -> dict[str, Any]:
     """Parse + build + serialize. Returns facts about the build. Called in the worker."""
     from deployopt.backends.tensorrt_calibrator import (
@@ -528,6 +555,10 @@ def build_engine(model_path: str, options: MeasureOptions, engine_path: str) -> 
 
     trt = _import_trt()
     version = trt.__version__
+    typed = strongly_typed(version)
+    data = Path(model_path).read_bytes()
+    if typed:
+        refuse_strongly_typed_int8(version, options, model_path, data)
     logger = make_logger(trt)
     builder = trt.Builder(logger)
     if options.dtype == "int8" and version_tuple(version) < (10, 0) and not builder.platform_has_fast_int8:
@@ -539,7 +570,10 @@ def build_engine(model_path: str, options: MeasureOptions, engine_path: str) -> 
     )
     network = builder.create_network(flags)
     parser = trt.OnnxParser(network, logger)
-    data = Path(model_path).read_bytes()
+    if typed and options.dtype == "fp16":  # 11.x has no FP16 flag: the network is typed fp16 instead
+        from deployopt.precision import to_fp16_bytes
+
+        data = to_fp16_bytes(data, Path(model_path).parent)
     if not parser.parse(data, str(model_path)):
         errs = [str(parser.get_error(i)).strip().replace("\n", " ") for i in range(parser.num_errors)]
         raise ModelError(f"TensorRT cannot parse {Path(model_path).name}: {'; '.join(errs)[:300]}")
@@ -552,7 +586,7 @@ def build_engine(model_path: str, options: MeasureOptions, engine_path: str) -> 
     if hasattr(trt, "ProfilingVerbosity"):  # layer names in profiles; 8.0/8.1 call it VERBOSE
         levels = trt.ProfilingVerbosity
         config.profiling_verbosity = levels.DETAILED if hasattr(levels, "DETAILED") else levels.VERBOSE
-    if options.dtype in ("fp16", "int8"):
+    if options.dtype in ("fp16", "int8") and not typed:
         config.set_flag(trt.BuilderFlag.FP16)  # int8: FP16 for layers without an INT8 kernel
     shapes = input_shapes(Path(model_path), options)
     profile = None
@@ -571,7 +605,7 @@ def build_engine(model_path: str, options: MeasureOptions, engine_path: str) -> 
         config.add_optimization_profile(profile)
     core: CalibratorCore | TableCalibrator | None = None
     calibrator = None
-    if options.dtype == "int8":
+    if options.dtype == "int8" and not typed:  # 11.x: INT8 from the model's Q/DQ nodes, no flag
         config.set_flag(trt.BuilderFlag.INT8)
         table = table_only(options)
         if table is not None:
@@ -771,7 +805,8 @@ def time_engine(
             samples_us=samples,
             warmup=options.warmup,
             timed=(
-                f"one forward pass ({options.dtype}), CUDA events around execute_async_{api} on one stream, "
+                f"one forward pass ({precision_phrase(options.dtype, version)}), CUDA events around "
+                f"execute_async_{api} on one stream, "
                 "inputs on the GPU (no copies timed), no CUDA graph"
             ),
             environment=env,
@@ -809,6 +844,7 @@ def build_and_time(
         _sha_memo.update(known)
     trt = _import_trt()
     data = Path(model_path).read_bytes()
+    refuse_strongly_typed_int8(trt.__version__, options, model_path, data)  # before hashing the data
     shapes = input_shapes(Path(model_path), options)
     workdir = Path(options.workdir) if options.workdir is not None else DEFAULT_ENGINE_DIR
     facts = build_facts(data, options, trt.__version__, shapes)

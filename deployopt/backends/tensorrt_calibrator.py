@@ -205,7 +205,15 @@ def make_entropy_calibrator(trt: Any, core: CalibratorCore | TableCalibrator) ->
     batch" / "no table", so a CUDA error at the third batch ends calibration on two and the build
     succeeds. Nothing escapes here: the first error is kept in `error`, every later callback does
     nothing (calibration ends, no table is written), and raise_calibrator_error raises it once the
-    build returns."""
+    build returns.
+
+    TensorRT >= 11 has no calibrators (the base class is gone): refused in one line here too, as a
+    last guard behind the backend's own refusal, rather than an AttributeError traceback."""
+    if not hasattr(trt, "IInt8EntropyCalibrator2"):
+        raise DeployoptError(
+            f"TensorRT {getattr(trt, '__version__', '?')} has no INT8 calibrators (removed in 11.0): "
+            "quantize the model explicitly with Q/DQ nodes (NVIDIA ModelOpt) instead of calibrating"
+        )
 
     class EntropyCalibrator(trt.IInt8EntropyCalibrator2):  # type: ignore[misc, name-defined]
         def __init__(self) -> None:

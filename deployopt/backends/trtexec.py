@@ -78,6 +78,55 @@ def refuse_calibration_data(calibration_data: str | os.PathLike[str] | None) -> 
     )
 
 
+#: TensorRT 11.0 removed weak typing: every network is strongly typed, trtexec has no --fp16,
+#: --int8, --best or --calib, the Python API no BuilderFlag.FP16/INT8 nor INT8 calibrators
+#: (NVIDIA's 10.x-to-11.x migration guide).
+STRONG_TYPING = (11, 0)
+QDQ_HINT = (
+    "quantize the model explicitly with Q/DQ nodes (NVIDIA ModelOpt: python -m modelopt.onnx.quantization "
+    "--onnx_path model.onnx --quantize_mode int8 --calibration_data calib.npy) and time that model with "
+    "--dtype int8"
+)
+
+
+def strongly_typed(version: str | None) -> bool:
+    """Whether this TensorRT builds every network in its model's own types (>= 11): `--dtype fp16`
+    then needs a model typed fp16 (deployopt.precision), and INT8 comes only from Q/DQ nodes."""
+    return version_tuple(version) >= STRONG_TYPING
+
+
+def refuse_int8_calibration(version: str | None, calibration: str | os.PathLike[str] | None) -> None:
+    """A calibration table or data for INT8 on TensorRT >= 11, which cannot calibrate, is refused in
+    one line before anything is built, rather than dropped (the engine would not be what the user
+    believes it is)."""
+    if calibration and strongly_typed(version):
+        raise DeployoptError(
+            f"--dtype int8 with calibration {calibration}: TensorRT {version} cannot calibrate (11.0 "
+            f"removed implicit INT8: --int8, --calib, BuilderFlag.INT8 and the calibrators); {QDQ_HINT}, "
+            "without calibration data"
+        )
+
+
+def refuse_implicit_int8(version: str | None, model_name: str, has_qdq: bool) -> None:
+    """INT8 on TensorRT >= 11 only for a model with Q/DQ nodes: without them there is nothing that
+    makes any layer INT8, and an fp32 engine timed as 'int8' would be a wrong answer."""
+    if strongly_typed(version) and not has_qdq:
+        raise DeployoptError(
+            f"--dtype int8: TensorRT {version} builds INT8 only from Q/DQ nodes in the model (11.0 removed "
+            f"--int8 and INT8 calibration) and {model_name} has none; {QDQ_HINT}, or time it with "
+            "--dtype fp16"
+        )
+
+
+def precision_phrase(dtype: str, version: str | None) -> str:
+    """The dtype as `timed` says it: on TensorRT >= 11 also where the precision came from."""
+    if strongly_typed(version) and dtype == "fp16":
+        return "fp16: the model typed fp16 inside, fp32 I/O (TensorRT 11 strong typing)"
+    if strongly_typed(version) and dtype == "int8":
+        return "int8 from the model's Q/DQ nodes (TensorRT 11 strong typing)"
+    return dtype
+
+
 def board_name(name: str) -> str:
     """A file or folder name for the board: letters, digits, '.', '_' and '-' only. Older scp runs
     the remote path through the board's shell (a space or quote splits or breaks it), newer scp
@@ -193,7 +242,9 @@ def build_command(
     Version differences handled here: --workspace (MiB, <= 8.3) vs --memPoolSize=workspace:N (8.4+,
     the only form in 10.x); --explicitBatch (needed for ONNX on 7.x, removed in 10.x);
     --profilingVerbosity=detailed (8.2+; 8.0/8.1 called it "verbose"); --exportLayerInfo (8.2+);
-    --buildOnly (< 8.4) vs --skipInference (8.4+)."""
+    --buildOnly (< 8.4) vs --skipInference (8.4+); no precision flag at all on 11.x (strong typing:
+    the caller passes a model typed fp16 for fp16, and only a Q/DQ model for int8; see
+    TrtexecSession.build_model)."""
     v = version_tuple(version) or (10, 0, 0)
     extra = options.extra
     engine = outdir / (model.stem + ".engine")
@@ -202,7 +253,9 @@ def build_command(
         cmd.append("--explicitBatch")
     workspace = int(extra.get("workspace_mib", DEFAULT_WORKSPACE_MIB))
     cmd.append(f"--workspace={workspace}" if v < (8, 4) else f"--memPoolSize=workspace:{workspace}")
-    if options.dtype == "fp16":
+    if strongly_typed(version):
+        pass  # 11.x has no --fp16/--int8/--calib: the precision is the model's own
+    elif options.dtype == "fp16":
         cmd.append("--fp16")
     elif options.dtype == "int8":
         cmd.append("--int8")
@@ -304,8 +357,13 @@ class TrtexecSession(Session):
 
     @property
     def placeholder_int8(self) -> bool:
-        """INT8 without a calibration table: trtexec's placeholder ranges, so timing only."""
-        return self.options.dtype == "int8" and calibration_table(self.options) is None
+        """INT8 without a calibration table: trtexec's placeholder ranges, so timing only (not on
+        TensorRT >= 11, which builds INT8 only from a model's Q/DQ scales)."""
+        return (
+            self.options.dtype == "int8"
+            and calibration_table(self.options) is None
+            and not strongly_typed(self.version)
+        )
 
     def _version(self) -> str | None:
         if self.version is None and self.remote is None:
@@ -324,10 +382,32 @@ class TrtexecSession(Session):
         shapes = input_shapes(model_path, self.options)
         if self.remote:
             return self._run_remote(model_path, outdir, shapes)
-        cmd = build_command(self.trtexec, model_path, outdir, self.options, self._version(), shapes)
+        version = self._version()
+        build = self.build_model(model_path, outdir, version)
+        cmd = build_command(self.trtexec, build, outdir, self.options, version, shapes)
         (outdir / "command.txt").write_text(shlex.join(cmd) + "\n")
         run_trtexec(cmd, self.options.timeout_s, outdir / "trtexec.log")
         return self._collect(outdir)
+
+    def build_model(self, model_path: Path, outdir: Path, version: str | None) -> Path:
+        """The model trtexec builds. Up to 10.x the one given (--fp16/--int8 set the precision). On
+        TensorRT >= 11 (strong typing): for fp16 the model typed fp16 by deployopt.precision,
+        written beside the run's exports in the work folder (atomically: a temporary file, then a
+        rename) and built instead; for int8 the one given, only when it has Q/DQ nodes (refused in
+        one line otherwise, and with a calibration table, before trtexec runs)."""
+        if not strongly_typed(version):
+            return model_path
+        if self.options.dtype == "int8":
+            from deployopt.model import file_has_qdq
+
+            refuse_int8_calibration(version, calibration_table(self.options))
+            refuse_implicit_int8(version, model_path.name, file_has_qdq(model_path))
+            return model_path
+        if self.options.dtype == "fp16":
+            from deployopt.precision import write_fp16
+
+            return write_fp16(model_path, outdir / f"{model_path.stem}.fp16.onnx")
+        return model_path
 
     # ---- remote mode: the ONNX goes to the board with scp, trtexec runs over ssh
     def _ssh_opts(self) -> list[str]:
@@ -353,12 +433,15 @@ class TrtexecSession(Session):
         assert self.remote is not None
         workdir = Path(self.options.extra.get("remote_workdir", "/tmp/deployopt-trtexec"))
         rdir = workdir / board_name(model_path.stem)
-        board_model = rdir / board_name(model_path.name)
         table = calibration_table(self.options) if self.options.dtype == "int8" else None
         if table is not None and not Path(table).is_file():  # before anything reaches the board
             raise no_such_file(table, DataError)
         ssh = ["ssh", *self._ssh_opts(), self.remote]
         short = min(120.0, self.options.timeout_s)
+        if self.version is None:  # first: the board's TensorRT decides what model goes there
+            self.version = detect_version(self.trtexec, timeout_s=short, prefix=ssh)
+        model_path = self.build_model(model_path, outdir, self.version)  # converted here, on the host
+        board_model = rdir / board_name(model_path.name)
         self._remote_call([*ssh, shlex.join(["mkdir", "-p", str(rdir)])], "mkdir", short)
         self._remote_call(
             ["scp", *self._ssh_opts(), str(model_path), f"{self.remote}:{board_model}"],
@@ -383,8 +466,6 @@ class TrtexecSession(Session):
             # does not exist there, and a host-side cache would hold another GPU's timings)
             board_cache = workdir / board_name(Path(cache).name)
             options = dataclasses.replace(options, extra={**options.extra, "timing_cache": str(board_cache)})
-        if self.version is None:
-            self.version = detect_version(self.trtexec, timeout_s=short, prefix=ssh)
         cmd = build_command(self.trtexec, board_model, rdir, options, self.version, shapes)
         (outdir / "command.txt").write_text(f"ssh {self.remote} " + shlex.join(cmd) + "\n")
         log = self._remote_call([*ssh, shlex.join(cmd)], "trtexec", self.options.timeout_s)
@@ -422,7 +503,8 @@ class TrtexecSession(Session):
             raise BackendFailed("trtexec ran but wrote no --exportTimes samples")
         timing = run.timing("computeMs")
         timing.environment.update(self._env(run))
-        dtype = self.options.dtype + (", placeholder INT8 ranges" if self.placeholder_int8 else "")
+        dtype = precision_phrase(self.options.dtype, self.version or run.version)
+        dtype += ", placeholder INT8 ranges" if self.placeholder_int8 else ""
         timing.timed = (
             f"one query ({dtype}), GPU compute time per trtexec --exportTimes, {self._graph_phrase(run)}, "
             "no H2D/D2H, spin-wait"
@@ -479,6 +561,8 @@ class TrtexecBackend(Backend):
     def check_options(self, options: MeasureOptions) -> None:
         if options.dtype == "int8":
             refuse_calibration_data(options.calibration_data)
+            # a version known before any model (extra["trt_version"]) refuses a table here already
+            refuse_int8_calibration(options.extra.get("trt_version"), calibration_table(options))
         if options.extra.get("remote"):  # the binary lives on the board, not here
             if options.dtype not in self.dtypes:
                 raise DeployoptError(f"backend 'trtexec' cannot run {options.dtype}")

@@ -115,18 +115,28 @@ class LayerInfo:
 @dataclass
 class LayerInfoSet:
     layers: list[LayerInfo]
-    bindings: list[str]
+    bindings: list[str]  # the engine's I/O tensor names ("Bindings" up to 10.x, "I/O Tensors" 11.x)
     detailed: bool
+    #: TensorRT >= 11's "I/O Tensors" objects as written (Name, IOMode, DataType, Dimensions, ...)
+    io_tensors: list[dict[str, Any]] = field(default_factory=list)
 
     def by_name(self) -> dict[str, LayerInfo]:
         return {layer.name: layer for layer in self.layers}
 
+    def io_types(self) -> dict[str, str | None]:
+        """I/O tensor name -> data type, where the export says it (11.x): e.g. whether an engine
+        built from a model typed fp16 kept fp32 inputs and outputs."""
+        return {t.get("Name", ""): tensor_format(t)[1] for t in self.io_tensors}
+
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "detailed": self.detailed,
             "bindings": self.bindings,
             "layers": [layer.to_json() for layer in self.layers],
         }
+        if self.io_tensors:  # 11.x only, so earlier exports serialize as they always did
+            out["io_tensors"] = self.io_tensors
+        return out
 
 
 @dataclass
@@ -608,9 +618,49 @@ def parse_times_json(source: PathLike | Any) -> list[Iteration]:
     return [Iteration({k: float(v) for k, v in entry.items()}) for entry in data]
 
 
+_TYPE_WORDS = (  # data type words inside a <= 10.x "Format/Datatype" string, most specific first
+    ("FP32", "Float"),
+    ("Float", "Float"),
+    ("FP16", "Half"),
+    ("Half", "Half"),
+    ("BF16", "BFloat16"),
+    ("Int8", "Int8"),
+    ("INT8", "Int8"),
+    ("Int32", "Int32"),
+    ("Int64", "Int64"),
+    ("Bool", "Bool"),
+)
+
+
+def tensor_format(entry: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(format, data type) of one tensor of --exportLayerInfo, whichever schema wrote it. Up to
+    10.x one "Format/Datatype" string ("Row major linear FP32", "Four wide channel vectorized row
+    major Int8 format", or just "Float"): the format is that string and the type is read from its
+    words; 11.x splits it into "Format" and "DataType" (the migration guide's I/O Tensors spell it
+    DataType; "Datatype" is taken too)."""
+    if "Format/Datatype" in entry:
+        combined = str(entry["Format/Datatype"])
+        words = combined.replace("-", " ").split()
+        kind = next((name for word, name in _TYPE_WORDS if word in words), None)
+        return combined, kind
+    kind = entry.get("DataType", entry.get("Datatype"))
+    fmt = entry.get("Format")
+    return (None if fmt is None else str(fmt)), (None if kind is None else str(kind))
+
+
+def _io_names(data: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
+    """The engine's I/O tensor names: "Bindings" (a list of names, <= 10.x) or 11.x's "I/O
+    Tensors" (a list of objects, kept as they are)."""
+    if "Bindings" in data:
+        return list(data["Bindings"]), []
+    tensors = [t for t in data.get("I/O Tensors", []) if isinstance(t, dict)]
+    return [str(t.get("Name", "")) for t in tensors], tensors
+
+
 def parse_layer_info_json(source: PathLike | Any) -> LayerInfoSet:
-    """--exportLayerInfo: {"Layers": [...], "Bindings": [...]}; layers are dicts (detailed) or
-    plain names (kLAYER_NAMES_ONLY)."""
+    """--exportLayerInfo: {"Layers": [...], "Bindings": [...]} up to 10.x, {"Layers": [...],
+    "I/O Tensors": [{"Name", "IOMode", "DataType", "Dimensions", ...}]} from 11.x; layers are dicts
+    (detailed) or plain names (kLAYER_NAMES_ONLY)."""
     data = _load_json(source)
     if not isinstance(data, dict) or "Layers" not in data:
         raise DataError('an --exportLayerInfo file is a JSON object with "Layers"')
@@ -634,7 +684,8 @@ def parse_layer_info_json(source: PathLike | Any) -> LayerInfoSet:
                 raw=entry,
             )
         )
-    return LayerInfoSet(layers=layers, bindings=list(data.get("Bindings", [])), detailed=detailed)
+    bindings, io_tensors = _io_names(data)
+    return LayerInfoSet(layers=layers, bindings=bindings, detailed=detailed, io_tensors=io_tensors)
 
 
 def attach_layer_info(layers: list[LayerTime], info: LayerInfoSet) -> None:

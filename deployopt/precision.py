@@ -1,0 +1,482 @@
+"""Type an fp32 ONNX model fp16 for timing on TensorRT >= 11, which has no FP16 builder flag.
+
+Why: TensorRT 11 removed weak typing (trtexec --fp16, BuilderFlag.FP16): a network runs in the
+types its model declares. So that `--dtype fp16` still times what it timed on TensorRT <= 10's
+--fp16 (fp16 inside, fp32 at the engine's inputs and outputs), the model is retyped before the
+build, the way NVIDIA's migration guide does with ModelOpt AutoCast (`keep_io_types`):
+
+- each fp32 graph input is read through a Cast to fp16, each fp32 graph output written through a
+  Cast back to fp32, so the engine's I/O (and the caller's buffers) stay fp32;
+- fp32 initializers and Constant / ConstantOfShape values become fp16 (clamped to fp16's finite
+  range), and a Cast(to=FLOAT) inside becomes Cast(to=FLOAT16);
+- an input that ONNX requires to be float32 (its op schema's type constraint has no float16:
+  Resize/Upsample `scales`, Range, ...) keeps float32, and so does everything computed only for
+  such inputs or for a Cast to an integer type (shape arithmetic: fp16 would round it), found by
+  walking back from them; Resize's `roi` is kept as it is too (coordinates, read at build time).
+  A constant read both ways is kept for the fp32 readers and copied in fp16 for the others.
+
+The type rules come from `onnx.defs.get_schema` for the model's own opset, not from a list of ops.
+A model that already holds fp16/bf16 tensors (ModelOpt AutoCast's output, or this module's) is its
+own precision and is passed through unchanged. A Q/DQ model is refused, with or without fp16 in it:
+casts around its Q/DQ nodes would keep TensorRT from fusing them into INT8 kernels, and its own
+precision is int8 (time it with --dtype int8). Every converted model
+is checked by `onnx.checker` and type-checked strict shape inference; any failure is one ModelError
+line. NOT RUN AGAINST TENSORRT 11 (none can be installed here): tested on onnxruntime CPU.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from deployopt.errors import ModelError
+
+#: Part of every strongly typed fp16 engine's cache key: raise it when `to_fp16` starts writing a
+#: different model from the same input, so engines built from the older conversion are rebuilt.
+CONVERSION_RECIPE = "1"
+
+FLOAT16_MAX = float(np.finfo(np.float16).max)
+_F32, _F16 = "fp32", "fp16"
+_LOW_PRECISION = frozenset({TensorProto.FLOAT16, TensorProto.BFLOAT16})
+_FLOAT_TYPES = frozenset({TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16})
+#: Ops whose float output type is set by an attribute this module rewrites (`to`, `value*`).
+_ATTR_TYPED = frozenset({"Cast", "Constant", "ConstantOfShape"})
+#: (op, input index) kept as they are although the schema allows fp16: Resize's roi is
+#: coordinates TensorRT reads at build time; fp16 would only round them.
+_KEEP_INPUTS = frozenset({("Resize", 1)})
+_CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
+
+
+def _tensor_types(model: onnx.ModelProto) -> dict[str, int]:
+    """Element type of every named tensor the model (after type inference) declares."""
+    g = model.graph
+    types = {t.name: t.data_type for t in g.initializer}
+    for vi in (*g.input, *g.output, *g.value_info):
+        if vi.type.HasField("tensor_type"):
+            types[vi.name] = vi.type.tensor_type.elem_type
+    return types
+
+
+def is_low_precision(model: onnx.ModelProto) -> bool:
+    """Whether the model already declares fp16 or bf16 tensors (typed by ModelOpt AutoCast, by this
+    module, or exported so): such a model says its own precision and is built as it is."""
+    for node in model.graph.node:
+        if node.op_type == "Cast" and any(a.name == "to" and a.i in _LOW_PRECISION for a in node.attribute):
+            return True
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.TENSOR and a.t.data_type in _LOW_PRECISION:
+                return True
+    return any(t in _LOW_PRECISION for t in _tensor_types(model).values())
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _infer(model: onnx.ModelProto, what: str, strict: bool = False) -> onnx.ModelProto:
+    try:
+        return onnx.shape_inference.infer_shapes(model, check_type=strict, strict_mode=strict, data_prop=True)
+    except Exception as exc:
+        raise ModelError(f"fp16 conversion: {what}: shape inference failed: {_first_line(exc)}") from None
+
+
+def validate(model: onnx.ModelProto, what: str = "the converted model") -> None:
+    """onnx.checker plus type-checked strict shape inference; one ModelError line on failure."""
+    try:
+        onnx.checker.check_model(model)
+    except Exception as exc:
+        raise ModelError(f"fp16 conversion: {what} fails the ONNX checker: {_first_line(exc)}") from None
+    _infer(model, what, strict=True)
+
+
+@dataclass
+class _Plan:
+    """What one node does in the fp16 model: which of its schema's type variables become fp16, and
+    the type variable (or concrete type) of each input and output slot."""
+
+    schema: Any
+    ins: list[str | None]
+    outs: list[str | None]
+    fp16_vars: set[str] = field(default_factory=set)
+    pinned: bool = False
+
+
+def _slot_types(params: Any, count: int) -> list[str | None]:
+    """The formal type string of each actual slot (a variadic last parameter covers the rest)."""
+    out: list[str | None] = []
+    for i in range(count):
+        if i < len(params):
+            out.append(params[i].type_str)
+        elif params and params[-1].option == onnx.defs.OpSchema.FormalParameterOption.Variadic:
+            out.append(params[-1].type_str)
+        else:
+            out.append(None)
+    return out
+
+
+class _Converter:
+    def __init__(self, model: onnx.ModelProto) -> None:
+        import onnx_graphsurgeon as gs
+
+        self.gs = gs
+        self.source = model
+        self.graph = gs.import_onnx(_infer(model, "the input model"))
+        self.opsets = {d.domain or "ai.onnx": d.version for d in model.opset_import}
+        names = {t.name for t in self.graph.tensors().values()} | {n.name for n in self.graph.nodes}
+        self.used = {n for n in names if n}
+        self.plans: dict[int, _Plan] = {}
+        self.cast_cache: dict[tuple[int, str], Any] = {}
+
+    # ---- facts
+    @staticmethod
+    def is_f32(tensor: Any) -> bool:
+        if not tensor.name:  # an omitted optional input
+            return False
+        try:
+            return tensor.dtype is not None and np.dtype(tensor.dtype) == np.float32
+        except TypeError:  # an ONNX-only type (bfloat16, float8) graphsurgeon keeps as an enum
+            return False
+
+    def fresh(self, base: str) -> str:
+        name, i = base, 1
+        while name in self.used:
+            name, i = f"{base}_{i}", i + 1
+        self.used.add(name)
+        return name
+
+    def plan(self, node: Any) -> _Plan:
+        key = id(node)
+        if key not in self.plans:
+            schema = None
+            try:
+                domain = node.domain or "ai.onnx"
+                schema = onnx.defs.get_schema(node.op, self.opsets.get(domain, 1), node.domain or "")
+            except onnx.defs.SchemaError:
+                pass
+            if schema is None:  # a custom op: runs in the types it has
+                self.plans[key] = _Plan(
+                    None, [None] * len(node.inputs), [None] * len(node.outputs), pinned=True
+                )
+            else:
+                self.plans[key] = _Plan(
+                    schema,
+                    _slot_types(schema.inputs, len(node.inputs)),
+                    _slot_types(schema.outputs, len(node.outputs)),
+                )
+                self._choose_vars(node, self.plans[key])
+        return self.plans[key]
+
+    def _choose_vars(self, node: Any, plan: _Plan) -> None:
+        allowed = {c.type_param_str: set(c.allowed_type_strs) for c in plan.schema.type_constraints}
+        in_vars = {ts for ts in plan.ins if ts in allowed}
+        bound_f32 = {ts for t, ts in zip(node.inputs, plan.ins) if ts in allowed and self.is_f32(t)}
+        bound_f32 |= {ts for t, ts in zip(node.outputs, plan.outs) if ts in allowed and self.is_f32(t)}
+        kept = {plan.ins[i] for i in range(len(node.inputs)) if (node.op, i) in _KEEP_INPUTS}
+        plan.fp16_vars = {
+            ts
+            for ts in bound_f32
+            if "tensor(float16)" in allowed[ts]
+            and ts not in kept
+            and (ts in in_vars or node.op in _ATTR_TYPED)
+        }
+
+    def requirement(self, node: Any, index: int) -> str | None:
+        """The type input `index` of `node` must have in the fp16 model (None: either will do)."""
+        plan = self.plan(node)
+        if plan.pinned:
+            return _F32
+        if node.op == "Cast":
+            # a float cast to an integer is shape arithmetic: fp16 would round it (2049 -> 2048)
+            return None if node.attrs.get("to") == TensorProto.FLOAT else _F32
+        return _F16 if plan.ins[index] in plan.fp16_vars else _F32
+
+    def produces(self, node: Any, index: int) -> str:
+        plan = self.plan(node)
+        if plan.pinned:
+            return _F32
+        if node.op == "Cast":
+            return _F16 if node.attrs.get("to") == TensorProto.FLOAT else _F32
+        return _F16 if plan.outs[index] in plan.fp16_vars else _F32
+
+    # ---- the walk back from fp32-only inputs
+    def pin(self) -> None:
+        """Keep fp32 every node whose float results are read only where fp32 is required."""
+        outputs = {id(t) for t in self.graph.outputs}
+        changed = True
+        while changed:
+            changed = False
+            for node in reversed(self.graph.nodes):
+                plan = self.plan(node)
+                if plan.pinned or node.op in ("Constant", "ConstantOfShape"):
+                    continue
+                floats = [t for t in node.outputs if self.is_f32(t)]
+                if not floats or any(id(t) in outputs for t in floats):
+                    continue
+                readers = [
+                    (c, i) for t in floats for c in t.outputs for i, x in enumerate(c.inputs) if x is t
+                ]
+                if all(self.requirement(c, i) == _F32 for c, i in readers):
+                    plan.pinned = True
+                    changed = True
+
+    # ---- rewriting
+    def constant_fp16(self, tensor: Any) -> Any:
+        """An fp16 copy of a constant (initializer, Constant or ConstantOfShape output)."""
+        key = (id(tensor), _F16)
+        if key in self.cast_cache:
+            return self.cast_cache[key]
+        gs = self.gs
+        name = self.fresh(f"{tensor.name}_fp16")
+        if isinstance(tensor, gs.Constant):
+            copy: Any = gs.Constant(name, _to_half(np.asarray(tensor.values)))
+        else:
+            producer = tensor.inputs[0]
+            copy = gs.Variable(name, dtype=np.float16, shape=tensor.shape)
+            if producer.op == "Constant":
+                value = _constant_value(producer.attrs)
+                self.graph.layer(
+                    op="Constant",
+                    name=self.fresh(f"{producer.name or name}_fp16"),
+                    outputs=[copy],
+                    attrs={"value": gs.Constant(self.fresh(f"{name}_value"), _to_half(value))},
+                )
+            else:  # ConstantOfShape: same shape input, fp16 fill value
+                value = producer.attrs.get("value")
+                fill = np.asarray(value.values) if value is not None else np.zeros(1, np.float32)
+                self.graph.layer(
+                    op="ConstantOfShape",
+                    name=self.fresh(f"{producer.name or name}_fp16"),
+                    inputs=[producer.inputs[0]],
+                    outputs=[copy],
+                    attrs={"value": gs.Constant(self.fresh(f"{name}_value"), _to_half(fill))},
+                )
+        self.cast_cache[key] = copy
+        return copy
+
+    def cast(self, tensor: Any, to: str) -> Any:
+        key = (id(tensor), to)
+        if key not in self.cast_cache:
+            dtype, onnx_type = (
+                (np.float16, TensorProto.FLOAT16) if to == _F16 else (np.float32, TensorProto.FLOAT)
+            )
+            out = self.gs.Variable(self.fresh(f"{tensor.name}_{to}"), dtype=dtype, shape=tensor.shape)
+            self.graph.layer(
+                op="Cast",
+                name=self.fresh(f"{tensor.name}_cast_{to}"),
+                inputs=[tensor],
+                outputs=[out],
+                attrs={"to": onnx_type},
+            )
+            self.cast_cache[key] = out
+        return self.cast_cache[key]
+
+    def is_constant(self, tensor: Any) -> bool:
+        if isinstance(tensor, self.gs.Constant):
+            return True
+        return bool(tensor.inputs) and tensor.inputs[0].op in ("Constant", "ConstantOfShape")
+
+    def produced(self, tensor: Any) -> str | None:
+        """What the fp16 model makes of an fp32 tensor: fp16, fp32, or None for a constant (copied
+        in the type each reader wants)."""
+        if self.is_constant(tensor):
+            return None
+        if not tensor.inputs:  # a graph input
+            return _F32
+        producer = tensor.inputs[0]
+        return self.produces(producer, producer.outputs.index(tensor))
+
+    def rewrite(self) -> None:
+        """Apply the plans: fp16 types and Cast targets, then a Cast or an fp16 constant wherever a
+        reader wants another type than its tensor has. Every decision is taken on the fp32 model
+        first (`made`), so the edits never feed back into them."""
+        gs = self.gs
+        nodes = list(self.graph.nodes)
+        made = {
+            id(t): (t, self.produced(t))
+            for node in nodes
+            for t in (*node.inputs, *node.outputs)
+            if self.is_f32(t)
+        }
+        readers = [(node, i, t) for node in nodes for i, t in enumerate(node.inputs) if id(t) in made]
+        # graph outputs produced in fp16 get an fp16 twin; the original name becomes a Cast back
+        for out in list(self.graph.outputs):
+            if id(out) not in made or made[id(out)][1] != _F16:
+                continue
+            producer = out.inputs[0]
+            twin = gs.Variable(self.fresh(f"{out.name}_fp16"), dtype=np.float16, shape=out.shape)
+            producer.outputs[producer.outputs.index(out)] = twin
+            readers = [(c, i, twin if t is out else t) for c, i, t in readers]
+            made[id(twin)] = (twin, _F16)
+            made[id(out)] = (out, _F32)
+            self.graph.layer(
+                op="Cast",
+                name=self.fresh(f"{out.name}_cast_fp32"),
+                inputs=[twin],
+                outputs=[out],
+                attrs={"to": TensorProto.FLOAT},
+            )
+            self.cast_cache[(id(twin), _F32)] = out
+        for node, i, t in readers:
+            want = self.requirement(node, i)
+            have = made[id(t)][1]
+            if have is None:  # a constant: an fp16 copy for an fp16 reader, the original otherwise
+                if want == _F16:
+                    node.inputs[i] = self.constant_fp16(t)
+            elif want is not None and want != have:
+                node.inputs[i] = self.cast(t, want)
+        for t, kind in made.values():
+            if kind == _F16:
+                t.dtype = np.float16
+        for node in nodes:
+            if node.op == "Cast" and not self.plan(node).pinned and node.attrs.get("to") == TensorProto.FLOAT:
+                node.attrs["to"] = TensorProto.FLOAT16
+
+    def export(self) -> onnx.ModelProto:
+        from deployopt.model import copy_model_metadata
+
+        self.graph.cleanup(remove_unused_graph_inputs=False).toposort()
+        out = self.gs.export_onnx(self.graph, do_type_check=False)
+        copy_model_metadata(self.source, out)
+        del out.graph.value_info[:]  # the fp32 model's types; the checks below infer the new ones
+        return out
+
+
+def _constant_value(attrs: dict[str, Any]) -> np.ndarray:
+    if "value" in attrs:
+        return np.asarray(attrs["value"].values)
+    if "value_float" in attrs:
+        return np.array(attrs["value_float"], dtype=np.float32)
+    return np.array(attrs["value_floats"], dtype=np.float32)
+
+
+def _to_half(values: np.ndarray) -> np.ndarray:
+    """fp32 -> fp16 with finite values clamped to fp16's range (as TensorRT clamps fp16 weights),
+    so a large finite weight does not become infinite; infinities and NaN stay what they are."""
+    finite = np.isfinite(values)
+    clamped = np.where(finite, np.clip(values, -FLOAT16_MAX, FLOAT16_MAX), values)
+    return clamped.astype(np.float16)
+
+
+def refuse_unconvertible(model: onnx.ModelProto) -> None:
+    """One ModelError line for what `to_fp16` does not retype."""
+    from deployopt.model import has_qdq
+
+    if has_qdq(model):
+        raise ModelError(
+            "fp16 conversion: the model has Q/DQ nodes (explicitly quantized): TensorRT 11 builds it in its "
+            "own precision; time it with --dtype int8 (casts around its Q/DQ nodes would keep TensorRT "
+            "from fusing them into INT8 kernels)"
+        )
+    loops = sorted({n.op_type for n in model.graph.node if n.op_type in _CONTROL_FLOW})
+    if loops:
+        raise ModelError(
+            f"fp16 conversion: the model has {'/'.join(loops)} nodes, whose subgraphs this conversion "
+            "does not retype; convert it with ModelOpt AutoCast (python -m modelopt.onnx.autocast "
+            "--onnx_path model.onnx --output_path model_fp16.onnx) and time that model"
+        )
+
+
+def to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model typed fp16 inside with fp32 inputs and outputs (see the module docstring); a model
+    already in fp16/bf16 comes back as it is. Validated before it is returned."""
+    refuse_unconvertible(model)  # first: a Q/DQ model with fp16 casts (ModelOpt's) is int8, not fp16
+    if is_low_precision(model):
+        return model
+    import onnx_graphsurgeon as gs
+    from onnx_graphsurgeon.logger import G_LOGGER
+
+    level = G_LOGGER.severity
+    G_LOGGER.severity = G_LOGGER.ERROR
+    try:
+        conv = _Converter(model)
+        untyped = [
+            t.name
+            for node in conv.graph.nodes
+            for t in (*node.inputs, *node.outputs)
+            if t.name and isinstance(t, gs.Variable) and t.dtype is None
+        ]
+        if untyped:
+            raise ModelError(
+                f"fp16 conversion: shape inference left {untyped[0]!r} without a type (the conversion "
+                "needs every tensor's type)"
+            )
+        conv.pin()
+        conv.rewrite()
+        out = conv.export()
+    finally:
+        G_LOGGER.severity = level
+    validate(out)
+    return out
+
+
+def to_fp16_bytes(data: bytes, base_dir: str | os.PathLike[str] | None = None) -> bytes:
+    """`to_fp16` of a serialized model (the tensorrt backend converts the bytes it parses); weights
+    kept in external data files are read from `base_dir`, the model file's folder."""
+    try:
+        model = onnx.load_from_string(data)
+        if base_dir is not None:
+            from onnx.external_data_helper import load_external_data_for_model
+
+            load_external_data_for_model(model, str(base_dir))
+    except Exception as exc:
+        raise ModelError(f"fp16 conversion: cannot read the model ({_first_line(exc)})") from None
+    converted = to_fp16(model)
+    return data if converted is model else converted.SerializeToString()
+
+
+def write_fp16(src: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Path:
+    """Convert the model file `src` and write it to `dest` atomically (a temporary file, then a
+    rename: a reader never sees half a model). Returns `src` itself when it is already fp16/bf16."""
+    from deployopt.model import _uses_external_data, save_model
+
+    src, dest = Path(src), Path(dest)
+    try:
+        model = onnx.load(str(src))
+    except Exception as exc:
+        raise ModelError(f"{src.name}: cannot read it for the fp16 conversion ({_first_line(exc)})") from None
+    converted = to_fp16(model)
+    if converted is model:
+        return src
+    save_model(converted, dest, external_data=_uses_external_data(model))
+    return dest
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m deployopt.precision model.onnx model_fp16.onnx`: the conversion by hand, for a
+    board whose TensorRT is >= 11 and whose jetson/runner.py cannot retype a model (no onnx there)."""
+    import argparse
+    import sys
+
+    from deployopt.errors import DeployoptError
+
+    parser = argparse.ArgumentParser(
+        prog="python -m deployopt.precision",
+        description="Type an fp32 ONNX model fp16 inside (fp32 inputs and outputs), as deployopt does "
+        "before building it with TensorRT >= 11, which has no FP16 flag.",
+    )
+    parser.add_argument("model", help="the fp32 .onnx model")
+    parser.add_argument("output", help="where the fp16 model goes (written atomically)")
+    args = parser.parse_args(argv)
+    try:
+        if not Path(args.model).is_file():
+            raise ModelError(f"{args.model}: no such file")
+        written = write_fp16(args.model, args.output)
+    except DeployoptError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return exc.exit_code
+    if written == Path(args.model):
+        sys.stderr.write(f"{args.model} is already typed fp16/bf16: build it as it is (nothing written)\n")
+    else:
+        sys.stderr.write(f"wrote {written}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,278 @@
+"""deployopt.precision: fp32 models typed fp16 for TensorRT >= 11 (which has no FP16 builder flag).
+
+Every zoo model (each builder, each exporter form, the YOLO-style detector with Resize, GhostNet)
+is converted, must pass onnx.checker and type-checked strict shape inference, keep its inputs and
+outputs fp32 with their names and shapes, and compute on onnxruntime CPU what the fp32 model
+computes within fp16 tolerance. Small hand-built graphs pin down the rules (shape arithmetic kept
+fp32, Resize scales/roi kept, a constant read both ways, Cast targets, clamping, refusals).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from zoo_models import MODELS, yolo_detect_small
+
+from deployopt.errors import ModelError
+from deployopt.precision import is_low_precision, to_fp16, to_fp16_bytes, write_fp16
+
+DATA = Path(__file__).parent / "data"
+#: fp16 against fp32 on onnxruntime CPU, random weights and inputs: the largest difference seen over
+#: the zoo was 2.1 % of the largest output (VGG16 pruned, batch 4); a wrong cast or a weight in the
+#: wrong type shows as a difference of the output's own size.
+REL_TOL = 0.05
+MIN_COSINE = 0.999
+
+
+def _types(model: onnx.ModelProto) -> dict[str, int]:
+    inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+    g = inferred.graph
+    out = {t.name: t.data_type for t in g.initializer}
+    out.update({v.name: v.type.tensor_type.elem_type for v in (*g.input, *g.output, *g.value_info)})
+    for node in g.node:
+        if node.op_type == "Constant":
+            out[node.output[0]] = next(a.t.data_type for a in node.attribute if a.name == "value")
+    return out
+
+
+def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    options = ort.SessionOptions()
+    options.log_severity_level = 3  # ORT's notes about fp16 kernels it folds on the CPU are noise here
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def _feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    init = {t.name for t in model.graph.initializer}
+    feeds = {}
+    for vi in model.graph.input:
+        if vi.name not in init:
+            dims = [d.dim_value if d.dim_value > 0 else 2 for d in vi.type.tensor_type.shape.dim]
+            feeds[vi.name] = rng.standard_normal(dims).astype(np.float32)
+    return feeds
+
+
+def _io(model: onnx.ModelProto) -> list[tuple[str, int, list[int | str]]]:
+    def dims(vi: onnx.ValueInfoProto) -> list[int | str]:
+        return [d.dim_param or d.dim_value for d in vi.type.tensor_type.shape.dim]
+
+    return [
+        (v.name, v.type.tensor_type.elem_type, dims(v)) for v in (*model.graph.input, *model.graph.output)
+    ]
+
+
+def _ghostnet() -> onnx.ModelProto:
+    pytest.importorskip("torch")
+    from deployopt.zoo.ghostnet import export_ghostnet
+
+    with tempfile.TemporaryDirectory() as tmp:
+        return onnx.load(export_ghostnet(Path(tmp) / "g.onnx", size=64, num_classes=10))
+
+
+def _yolo() -> onnx.ModelProto:
+    pytest.importorskip("torch")
+    return yolo_detect_small()
+
+
+BUILDERS: dict[str, Callable[[], onnx.ModelProto]] = {
+    **MODELS,
+    "yolo_detect": _yolo,  # C2f Splits, SiLU, SPPF, two Resize (scales), the Detect head's anchors
+    "ghostnet": _ghostnet,  # Slice, Clip (hard sigmoid), SE, depthwise
+}
+
+
+@pytest.mark.parametrize("name", list(BUILDERS))
+def test_every_zoo_model_converts_and_computes_the_same(name: str) -> None:
+    model = BUILDERS[name]()
+    fp16 = to_fp16(model)
+    types = _types(fp16)  # raises unless the types check strictly
+    onnx.checker.check_model(fp16, full_check=True)
+    assert _io(fp16) == _io(model)  # same names, shapes, and fp32 at the boundary
+    assert all(kind == TensorProto.FLOAT for _, kind, _ in _io(model))
+    # fp16 inside: every weight, every conv's output; the only fp32 tensors are the I/O and what
+    # shape arithmetic or Resize scales need
+    assert {t.data_type for t in fp16.graph.initializer} <= {TensorProto.FLOAT16, TensorProto.INT64}
+    for node in fp16.graph.node:
+        if node.op_type in ("Conv", "Gemm", "MatMul", "BatchNormalization"):
+            assert {types[i] for i in node.input if i} == {TensorProto.FLOAT16}, node.name
+    casts = [n for n in fp16.graph.node if n.op_type == "Cast"]
+    boundary = {n.input[0] for n in casts} & {v.name for v in model.graph.input}
+    boundary |= {n.output[0] for n in casts} & {v.name for v in model.graph.output}
+    assert boundary == {v.name for v in (*model.graph.input, *model.graph.output)}
+    feeds = _feeds(model)
+    for ref, got in zip(_run(model, feeds), _run(fp16, feeds)):
+        assert got.dtype == np.float32 and got.shape == ref.shape
+        scale = float(np.max(np.abs(ref)))
+        err = float(np.max(np.abs(got - ref)))
+        cosine = float(np.dot(ref.ravel(), got.ravel()) / (np.linalg.norm(ref) * np.linalg.norm(got)))
+        assert err <= REL_TOL * scale, (name, err, scale)
+        assert cosine >= MIN_COSINE, (name, cosine)
+    assert to_fp16(fp16) is fp16  # already fp16: passed through
+
+
+def _graph_model(nodes: list[onnx.NodeProto], inputs: list, outputs: list, inits: list, opset: int = 17):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _resize_by_shape_arithmetic(h: int) -> onnx.ModelProto:
+    """x -> Conv -> Resize whose sizes are floor(H * 1.0), W * 2 computed from Shape in float, and a
+    second Resize with scales computed in float (Shape -> Cast -> Div -> Concat): all shape
+    arithmetic, which fp16 would round (2049 -> 2048)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, h, 2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, None)
+    inits = [
+        numpy_helper.from_array(np.ones((1, 1, 1, 1), np.float32) * 0.5, "w"),
+        numpy_helper.from_array(np.array([1.0, 2.0], np.float32), "factor"),
+        numpy_helper.from_array(np.array([2], np.int64), "hw_start"),
+        numpy_helper.from_array(np.array([4], np.int64), "hw_end"),
+        numpy_helper.from_array(np.array([0], np.int64), "nc_start"),
+        numpy_helper.from_array(np.array([1.0, 1.0], np.float32), "nc_scales"),
+        numpy_helper.from_array(np.array([h / 3.0, 4.0], np.float32), "target"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"]),
+        helper.make_node("Shape", ["c"], ["shape"]),
+        helper.make_node("Slice", ["shape", "hw_start", "hw_end"], ["hw"]),
+        helper.make_node("Slice", ["shape", "nc_start", "hw_start"], ["nc"]),
+        helper.make_node("Cast", ["hw"], ["hw_f"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["hw_f", "factor"], ["hw_scaled"]),
+        helper.make_node("Floor", ["hw_scaled"], ["hw_floor"]),
+        helper.make_node("Cast", ["hw_floor"], ["hw_int"], to=TensorProto.INT64),
+        helper.make_node("Concat", ["nc", "hw_int"], ["sizes"], axis=0),
+        helper.make_node("Resize", ["c", "", "", "sizes"], ["y"], mode="nearest"),
+        helper.make_node("Div", ["target", "hw_f"], ["ratio"]),
+        helper.make_node("Concat", ["nc_scales", "ratio"], ["scales"], axis=0),
+        helper.make_node("Resize", ["c", "", "scales"], ["z"], mode="nearest"),
+    ]
+    return _graph_model(nodes, [x], [y, z], inits)
+
+
+def test_shape_arithmetic_and_resize_scales_stay_fp32() -> None:
+    model = _resize_by_shape_arithmetic(2049)
+    fp16 = to_fp16(model)
+    types = _types(fp16)
+    nodes = {n.output[0]: n for n in fp16.graph.node}
+    for name in ("hw_f", "hw_scaled", "hw_floor", "ratio", "scales"):
+        assert types[name] == TensorProto.FLOAT, name
+    assert next(a.i for a in nodes["hw_f"].attribute if a.name == "to") == TensorProto.FLOAT
+    assert types[nodes["c"].input[1]] == TensorProto.FLOAT16  # the conv runs in fp16
+    feeds = _feeds(model)
+    (y32, z32), (y16, z16) = _run(model, feeds), _run(fp16, feeds)
+    assert y16.shape == y32.shape == (1, 1, 2049, 4)  # fp16 arithmetic would give 2048
+    assert z16.shape == z32.shape
+    np.testing.assert_allclose(y16, y32, rtol=2e-3, atol=2e-3)
+
+
+def test_resize_roi_is_kept_and_a_constant_read_both_ways_is_copied() -> None:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 8, 8])
+    scales = helper.make_tensor("s", TensorProto.FLOAT, [4], [1.0, 1.0, 2.0, 2.0])
+    roi = helper.make_tensor("r", TensorProto.FLOAT, [8], [0, 0, 0, 0, 1, 1, 1, 1])
+    nodes = [
+        helper.make_node("Constant", [], ["scales"], value=scales),
+        helper.make_node("Constant", [], ["roi"], value=roi),
+        helper.make_node("Resize", ["x", "roi", "scales"], ["up"], mode="linear"),
+        helper.make_node("Slice", ["scales", "zero", "two"], ["half"]),  # [1, 1]: also read as data
+        helper.make_node("Unsqueeze", ["half", "axes"], ["half4"]),
+        helper.make_node("Mul", ["up", "half4"], ["y"]),
+    ]
+    inits = [
+        numpy_helper.from_array(np.array([0], np.int64), "zero"),
+        numpy_helper.from_array(np.array([2], np.int64), "two"),
+        numpy_helper.from_array(np.array([0, 2, 3], np.int64), "axes"),
+    ]
+    model = _graph_model(nodes, [x], [y], inits)
+    fp16 = to_fp16(model)
+    types = _types(fp16)
+    resize = next(n for n in fp16.graph.node if n.op_type == "Resize")
+    assert resize.input[1:] == ["roi", "scales"]  # the originals, fp32
+    assert types["roi"] == types["scales"] == TensorProto.FLOAT
+    slice_node = next(n for n in fp16.graph.node if n.op_type == "Slice")
+    assert slice_node.input[0] != "scales" and types[slice_node.input[0]] == TensorProto.FLOAT16
+    feeds = _feeds(model)
+    np.testing.assert_allclose(_run(fp16, feeds)[0], _run(model, feeds)[0], rtol=2e-3, atol=2e-3)
+
+
+def test_cast_to_float_inside_becomes_fp16_and_weights_are_clamped() -> None:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    big = numpy_helper.from_array(np.array([1e6, -1e6, 3.0], np.float32), "big")
+    nodes = [
+        helper.make_node("Cast", ["x"], ["xd"], to=TensorProto.DOUBLE),
+        helper.make_node("Cast", ["xd"], ["xf"], to=TensorProto.FLOAT),
+        helper.make_node("Min", ["xf", "big"], ["y"]),
+    ]
+    fp16 = to_fp16(_graph_model(nodes, [x], [y], [big]))
+    casts = {n.output[0]: n for n in fp16.graph.node if n.op_type == "Cast"}
+    assert next(a.i for a in casts["xf"].attribute if a.name == "to") == TensorProto.FLOAT16
+    assert next(a.i for a in casts["xd"].attribute if a.name == "to") == TensorProto.DOUBLE
+    (weight,) = [numpy_helper.to_array(t) for t in fp16.graph.initializer]
+    assert weight.dtype == np.float16 and weight.tolist() == [65504.0, -65504.0, 3.0]  # finite, clamped
+
+
+def test_already_fp16_models_are_passed_through(tmp_path: Path) -> None:
+    """Model Optimizer's output (fp16 casts, Q/DQ) is its own precision; so is a converted model,
+    which write_fp16 then does not write again."""
+    fp16 = to_fp16(MODELS["se_net"]())
+    assert is_low_precision(fp16) and not is_low_precision(MODELS["se_net"]())
+    assert to_fp16(fp16) is fp16
+    data = fp16.SerializeToString()
+    assert to_fp16_bytes(data) is data
+    src = tmp_path / "se16.onnx"
+    onnx.save(fp16, src)
+    assert write_fp16(src, tmp_path / "out.onnx") == src and not (tmp_path / "out.onnx").exists()
+    src32 = tmp_path / "se.onnx"
+    onnx.save(MODELS["se_net"](), src32)
+    dest = write_fp16(src32, tmp_path / "work" / "se.fp16.onnx")
+    assert dest == tmp_path / "work" / "se.fp16.onnx" and is_low_precision(onnx.load(dest))
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["se.fp16.onnx"]  # no temporary left
+
+
+def test_qdq_and_control_flow_are_refused_in_one_line() -> None:
+    qdq = onnx.load(DATA / "modelopt_int8_se_net.onnx")  # ModelOpt's: Q/DQ and fp16 casts
+    with pytest.raises(ModelError, match=r"^fp16 conversion: the model has Q/DQ nodes .*--dtype int8") as exc:
+        to_fp16(qdq)
+    assert "\n" not in str(exc.value)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    c = helper.make_tensor_value_info("c", TensorProto.BOOL, [])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    o = helper.make_tensor_value_info("o", TensorProto.FLOAT, [1])
+    branch = helper.make_graph([helper.make_node("Identity", ["x"], ["o"])], "b", [], [o])
+    model = _graph_model(
+        [helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=branch)], [x, c], [y], []
+    )
+    with pytest.raises(
+        ModelError, match=r"^fp16 conversion: the model has If nodes.*modelopt\.onnx\.autocast"
+    ):
+        to_fp16(model)
+    with pytest.raises(ModelError, match=r"^fp16 conversion: cannot read the model"):
+        to_fp16_bytes(b"not onnx")
+
+
+def test_module_command_converts_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m deployopt.precision model.onnx model_fp16.onnx`, the host-side step for a board
+    whose runner meets TensorRT >= 11: writes the fp16 model; an fp16 one is left alone; a missing
+    or broken file is one line with exit 2."""
+    from deployopt.precision import main
+
+    src, dest = tmp_path / "m.onnx", tmp_path / "out" / "m_fp16.onnx"
+    onnx.save(MODELS["mobilenet_like"](), src)
+    assert main([str(src), str(dest)]) == 0 and is_low_precision(onnx.load(dest))
+    assert capsys.readouterr().err == f"wrote {dest}\n"
+    assert main([str(dest), str(tmp_path / "again.onnx")]) == 0 and not (tmp_path / "again.onnx").exists()
+    assert "already typed fp16/bf16" in capsys.readouterr().err
+    (tmp_path / "bad.onnx").write_bytes(b"not a model")
+    for bad in (tmp_path / "absent.onnx", tmp_path / "bad.onnx"):
+        assert main([str(bad), str(tmp_path / "x.onnx")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1
