@@ -446,37 +446,3 @@ def write_fp16(src: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Pat
         return src
     save_model(converted, dest, external_data=_uses_external_data(model))
     return dest
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m deployopt.precision model.onnx model_fp16.onnx`: the conversion by hand, for a
-    board whose TensorRT is >= 11 and whose jetson/runner.py cannot retype a model (no onnx there)."""
-    import argparse
-    import sys
-
-    from deployopt.errors import DeployoptError
-
-    parser = argparse.ArgumentParser(
-        prog="python -m deployopt.precision",
-        description="Type an fp32 ONNX model fp16 inside (fp32 inputs and outputs), as deployopt does "
-        "before building it with TensorRT >= 11, which has no FP16 flag.",
-    )
-    parser.add_argument("model", help="the fp32 .onnx model")
-    parser.add_argument("output", help="where the fp16 model goes (written atomically)")
-    args = parser.parse_args(argv)
-    try:
-        if not Path(args.model).is_file():
-            raise ModelError(f"{args.model}: no such file")
-        written = write_fp16(args.model, args.output)
-    except DeployoptError as exc:
-        sys.stderr.write(f"error: {exc}\n")
-        return exc.exit_code
-    if written == Path(args.model):
-        sys.stderr.write(f"{args.model} is already typed fp16/bf16: build it as it is (nothing written)\n")
-    else:
-        sys.stderr.write(f"wrote {written}\n")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

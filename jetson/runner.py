@@ -11,7 +11,7 @@ one sample = one forward pass. NOT RUN ON HARDWARE YET.
 
 TensorRT >= 11 (not in any JetPack yet) is strongly typed: no FP16/INT8 build flags, no
 calibration. The runner cannot retype a model (no onnx here), so on 11 `--dtype fp16` takes a model
-already typed fp16 (on the host: `python -m deployopt.precision model.onnx model_fp16.onnx`) and
+already typed fp16 (on the host: `deployopt fp16 model.onnx -o model_fp16.onnx`) and
 `--dtype int8` one with Q/DQ nodes; anything else is refused in one line.
 
 Example:
@@ -237,7 +237,7 @@ def strongly_typed(version):
 
 QDQ_HINT = ("quantize it on the host with NVIDIA ModelOpt (python -m modelopt.onnx.quantization --onnx_path model.onnx"
             " --quantize_mode int8 --calibration_data calib.npy), copy that model here and time it with --dtype int8")
-FP16_HINT = ("type it fp16 on the host (python -m deployopt.precision model.onnx model_fp16.onnx, or ModelOpt: python -m"
+FP16_HINT = ("type it fp16 on the host (deployopt fp16 model.onnx -o model_fp16.onnx, or ModelOpt: python -m"
              " modelopt.onnx.autocast --onnx_path model.onnx --output_path model_fp16.onnx), copy that model here and"
              " time it with --dtype fp16")
 

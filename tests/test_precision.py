@@ -12,6 +12,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -259,20 +260,29 @@ def test_qdq_and_control_flow_are_refused_in_one_line() -> None:
         to_fp16_bytes(b"not onnx")
 
 
-def test_module_command_converts_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """`python -m deployopt.precision model.onnx model_fp16.onnx`, the host-side step for a board
-    whose runner meets TensorRT >= 11: writes the fp16 model; an fp16 one is left alone; a missing
-    or broken file is one line with exit 2."""
-    from deployopt.precision import main
+def test_fp16_command_converts_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    """`deployopt fp16 model.onnx -o model_fp16.onnx`, the host-side step for a board whose runner
+    meets TensorRT >= 11: writes the fp16 model; an fp16 one is left alone; a missing or broken
+    file, or an output that is the input, is one line with exit 2 and nothing written."""
+    from cli_runner import run_cli
+
+    def cli(*args: str) -> tuple[int, str, str]:
+        return run_cli(monkeypatch, capsys, *args)
 
     src, dest = tmp_path / "m.onnx", tmp_path / "out" / "m_fp16.onnx"
     onnx.save(MODELS["mobilenet_like"](), src)
-    assert main([str(src), str(dest)]) == 0 and is_low_precision(onnx.load(dest))
-    assert capsys.readouterr().err == f"wrote {dest}\n"
-    assert main([str(dest), str(tmp_path / "again.onnx")]) == 0 and not (tmp_path / "again.onnx").exists()
-    assert "already typed fp16/bf16" in capsys.readouterr().err
+    code, out, err = cli("fp16", str(src), "-o", str(dest))
+    assert code == 0 and is_low_precision(onnx.load(dest)), err
+    assert f"wrote {dest}" in " ".join(out.split())
+    again = tmp_path / "again.onnx"
+    code, out, _ = cli("fp16", str(dest), "-o", str(again))
+    assert code == 0 and not again.exists() and "already typed fp16/bf16" in out
     (tmp_path / "bad.onnx").write_bytes(b"not a model")
-    for bad in (tmp_path / "absent.onnx", tmp_path / "bad.onnx"):
-        assert main([str(bad), str(tmp_path / "x.onnx")]) == 2
-        err = capsys.readouterr().err
-        assert err.startswith("error: ") and err.count("\n") == 1
+    for args in (
+        [str(tmp_path / "absent.onnx"), "-o", str(tmp_path / "x.onnx")],
+        [str(tmp_path / "bad.onnx"), "-o", str(tmp_path / "x.onnx")],
+        [str(src), "-o", str(src)],
+    ):
+        code, out, err = cli("fp16", *args)
+        assert code == 2 and out == "" and err.startswith("error: ") and err.count("\n") == 1, err
+    assert not (tmp_path / "x.onnx").exists() and not is_low_precision(onnx.load(src))

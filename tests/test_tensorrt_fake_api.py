@@ -2789,7 +2789,7 @@ def test_runner_on_trt11(
 
     err = refused(str(model), "--dtype", "fp16")
     assert f"TensorRT {V11} has no FP16 build flag" in err and "mobilenet_like.onnx is typed fp32" in err
-    assert "python -m deployopt.precision model.onnx model_fp16.onnx" in err
+    assert "deployopt fp16 model.onnx -o model_fp16.onnx" in err
     assert not (tmp_path / "engines").exists()  # refused before an engine was written
     typed = write_fp16(model, tmp_path / "mobilenet_fp16.onnx")
     result = run_runner([str(typed), "--dtype", "fp16", "--runs", "2", "--warmup", "1"], tmp_path, capsys)

@@ -20,6 +20,7 @@ try:  # Ctrl-C in the seconds these imports take (onnx, numpy, rich) was a 20-li
     from deployopt.cli import targets_cmd  # noqa: F401
     from deployopt.cli import backends_cmd  # noqa: F401
     from deployopt.cli import compare_cmd  # noqa: F401
+    from deployopt.cli import precision_cmd  # noqa: F401
 
     # isort: on
     from deployopt.cli.app import Interrupted, app, err_console

@@ -1,0 +1,38 @@
+"""`deployopt fp16`: type an fp32 model fp16 by hand, for a TensorRT >= 11 that deployopt does not
+drive (jetson/runner.py on the board, a user's own trtexec): 11.x has no FP16 flag, so a network
+runs in the types its model declares. The backends convert on their own; this is the same step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from deployopt.cli.app import app, console, input_path, output_option
+from deployopt.fileio import check_output_file, refuse_input_as_output
+from deployopt.model import load_model, refuse_replacing_weights
+
+
+@app.command("fp16", rich_help_panel="Deploy")
+def fp16_cmd(
+    model: Path = typer.Argument(..., help="fp32 ONNX model.", parser=input_path("model", "an .onnx file")),
+    output: Path = output_option(..., "-o", "--output", help="Where to write the fp16-typed model."),
+) -> None:
+    """Type a model fp16 for TensorRT >= 11, which has no FP16 flag (inputs and outputs stay fp32)."""
+    from deployopt.precision import write_fp16
+
+    check_output_file(output)
+    refuse_input_as_output(output, [("model", model)], "-o/--output")
+    loaded = load_model(model)  # a missing, corrupt or unsupported model is named here, in one line
+    if loaded.external_data:  # OUTPUT (or OUTPUT.data) renamed over the weights the input reads
+        written_files = [output, output.with_name(output.name + ".data")]
+        refuse_replacing_weights(model, written_files, "give another -o/--output")
+    written = write_fp16(model, output)
+    if written == model:
+        console.print(
+            f"{model} is already typed fp16/bf16: build it as it is (nothing written)", highlight=False
+        )
+    else:
+        console.print(
+            f"wrote {output} (fp16 inside, fp32 inputs and outputs)", highlight=False, soft_wrap=True
+        )
