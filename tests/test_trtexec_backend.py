@@ -134,6 +134,13 @@ def test_placeholder_int8_is_named_in_what_was_timed(fake: dict[str, Path], tmp_
         assert timed.startswith(f"one query ({dtype}), ")
         args = fake["FAKE_ARGS"].read_text().split("\n")
         assert [a for a in args if a.startswith("--calib")] == ([] if placeholder else [f"--calib={table}"])
+    # a Q/DQ model carries its own scales: trtexec --int8 uses them, no placeholder ranges
+    qdq = tmp_path / "qdq.onnx"
+    qdq.write_bytes((Path(__file__).parent / "data" / "modelopt_int8_mobilenet_like.onnx").read_bytes())
+    with TrtexecBackend().open(MeasureOptions(dtype="int8", workdir=fake["workdir"])) as session:
+        assert session.placeholder_int8  # nothing measured yet: said for a model without Q/DQ
+        assert session.measure(qdq).timed.startswith("one query (int8), ")
+        assert not session.placeholder_int8
 
 
 def test_command_trt85_uses_mempool() -> None:

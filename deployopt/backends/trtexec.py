@@ -354,14 +354,17 @@ class TrtexecSession(Session):
             self._tmp = tempfile.TemporaryDirectory(prefix="deployopt-trtexec-")
             self.workdir = Path(self._tmp.name)
         self.last_run: TrtexecRun | None = None
+        self._qdq = False  # the last model given to run() has Q/DQ nodes
 
     @property
     def placeholder_int8(self) -> bool:
-        """INT8 without a calibration table: trtexec's placeholder ranges, so timing only (not on
-        TensorRT >= 11, which builds INT8 only from a model's Q/DQ scales)."""
+        """INT8 without a calibration table: trtexec's placeholder ranges, so timing only. Not for a
+        model with Q/DQ nodes (trtexec --int8 takes its scales from them) nor on TensorRT >= 11,
+        which builds INT8 only from those."""
         return (
             self.options.dtype == "int8"
             and calibration_table(self.options) is None
+            and not self._qdq
             and not strongly_typed(self.version)
         )
 
@@ -380,6 +383,10 @@ class TrtexecSession(Session):
         for name in ("times.json", "profile.json", "layer_info.json"):
             (outdir / name).unlink(missing_ok=True)  # never read a previous run's exports
         shapes = input_shapes(model_path, self.options)
+        if self.options.dtype == "int8":
+            from deployopt.model import file_has_qdq
+
+            self._qdq = file_has_qdq(model_path)
         if self.remote:
             return self._run_remote(model_path, outdir, shapes)
         version = self._version()
