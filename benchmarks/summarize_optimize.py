@@ -17,7 +17,6 @@ so the CI is a two-level bootstrap over the builds and their samples
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 from dataclasses import dataclass, field
@@ -25,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, uninstalled
+
+from deployopt.fileio import json_name, read_json
 
 RESULTS = Path(__file__).resolve().parent / "results" / "h200_optimize"
 CURRENT = "code of 9f1a9e1: confirmation step, fp16 family at 32"
@@ -152,9 +153,9 @@ def add_build_cis(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def load(path: Path) -> dict[str, Any]:
-    """One bench_optimize.py results file, with build-level CIs added."""
-    with open(path, encoding="utf-8") as f:
-        return add_build_cis(json.load(f))
+    """One bench_optimize.py results file (`.json`, or `.json.gz` as the large ones are committed), with
+    build-level CIs added."""
+    return add_build_cis(read_json(path))
 
 
 def sms_label(sms: int | None) -> str:
@@ -604,12 +605,13 @@ def render(files: list[tuple[Path, str]]) -> tuple[str, list[Check]]:
     all_published: list[PublishedRow] = []
     for path, note in files:
         data = load(path)
-        rows, mobile = case_rows(data, path.name, note)
-        published = published_rows(data, path.name, note)
+        name = json_name(path)  # a record is named as written, whether or not it is stored compressed
+        rows, mobile = case_rows(data, name, note)
+        published = published_rows(data, name, note)
         all_rows += rows
         all_mobile += mobile
         all_published += published
-        lines.append(f"### {sms_label(data['sms'])}: `{path.name}`" + (f" ({note})" if note else ""))
+        lines.append(f"### {sms_label(data['sms'])}: `{name}`" + (f" ({note})" if note else ""))
         lines.append("")
         # shell-quoted, so the line runs as shown (`--models ''` would otherwise vanish)
         # one record may join several invocations (one pruned seed per device call): each is listed
@@ -728,8 +730,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--check", action="store_true", help="exit 1 if any target is missed")
     args = ap.parse_args(argv)
-    notes = {p.name: n for p, n in DEFAULT_FILES}
-    files = [(p, notes.get(p.name, "")) for p in args.files] if args.files else DEFAULT_FILES
+    notes = {json_name(p): n for p, n in DEFAULT_FILES}
+    files = [(p, notes.get(json_name(p), "")) for p in args.files] if args.files else DEFAULT_FILES
     text, cs = render(files)
     sys.stdout.write(text)
     if args.check and not all(c.ok for c in cs):

@@ -8,14 +8,17 @@ the whole GPU).
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, uninstalled
+
+from deployopt.fileio import json_name, read_json
+
 
 def rows(path: Path) -> list[str]:
-    data = json.loads(path.read_text())
+    data = read_json(path)
     out = []
     sms = data.get("sms")
     for cid, case in data["cases"].items():
@@ -36,7 +39,7 @@ def rows(path: Path) -> list[str]:
         )
         ab = case.get("traffic_ab", {})
         out.append(
-            f"| {path.name} | {cid} | {sms or 'full'} | {r8:.1f} | "
+            f"| {json_name(path)} | {cid} | {sms or 'full'} | {r8:.1f} | "
             f"{priced:.1f} ({100 * (priced / r8 - 1):+.1f} %) | "
             f"{conv:.1f} ({100 * (conv / r8 - 1):+.1f} %) | {100 * (priced / conv - 1):+.1f} % "
             f"({ab.get('verdict', '—')}) | {fit} |"

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from scripts import load_script
 
+from deployopt.fileio import json_name, read_json
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "summarize_optimize.py"
 RESULTS = ROOT / "benchmarks" / "results" / "h200_optimize"
@@ -17,7 +19,8 @@ so = load_script(SCRIPT, "summarize_optimize")
 
 
 def _rows(name: str):
-    return so.case_rows(so.load(RESULTS / name), name, "")
+    """The rows of one committed record (NAME.json or NAME.json.gz), named as the script names it."""
+    return so.case_rows(so.load(RESULTS / name), json_name(name), "")
 
 
 def test_vgg16_8sms_seed0_medians_and_changes():
@@ -132,14 +135,14 @@ def test_with_every_cudnn_engine_timed_lossless_still_beats_round_up():
     )
     assert by[("vgg16", 0)] == -1.09 and by[("vgg16", 1)] == -6.33 and by[("resnet56", 1)] == -3.40
     for name in ("optimize_sms8_all_engines.json", "optimize_sms8_resnet56_all_engines.json"):
-        assert json.loads((RESULTS / name).read_text())["cudnn_engines"] == 0
+        assert read_json(RESULTS / name)["cudnn_engines"] == 0
 
 
 def test_pruned_mobilenetv2_with_every_engine_timed_trim_beats_round_up():
     """Pruned MobileNetV2 at 8 SMs, every cuDNN engine timed, one device call per seed (--pruned-only):
     trim-10 % is faster than round-up-to-8 with disjoint CIs in both seeds (-3.7 %, -6.4 %)."""
     name = "optimize_sms8_mobilenetv2_all_engines.json"
-    data = json.loads((RESULTS / name).read_text())
+    data = read_json(RESULTS / name)
     assert data["cudnn_engines"] == 0 and data["incomplete"] == [] and len(data["commands"]) == 3
     rows = {r.seed: r for r in _rows(name)[0]}
     assert sorted(rows) == [0, 1]
@@ -176,9 +179,9 @@ def test_yolo_rerun_with_shared_constants_copied_frees_the_c2f_halves():
     rerun = {r.seed: r for r in _rows("optimize_sms8_yolo_unshared.json")[0]}
     first = {r.seed: r for r in _rows("optimize_sms8_yolo.json")[0]}
     assert set(rerun) == {2}
-    data = json.loads((RESULTS / "optimize_sms8_yolo_unshared.json").read_text())
+    data = read_json(RESULTS / "optimize_sms8_yolo_unshared.json")
     assert len(data["cases"]["yolo_seed2"]["lossless"]["best_plan"]) == 47
-    before = json.loads((RESULTS / "optimize_sms8_yolo.json").read_text())["cases"]["yolo_seed2"]
+    before = read_json(RESULTS / "optimize_sms8_yolo.json")["cases"]["yolo_seed2"]
     assert len(before["lossless"]["best_plan"]) == 33
 
     def median(rows: dict, model: str) -> float:
@@ -198,7 +201,7 @@ def test_yolo_47_groups_all_seeds_round_up_recovers_most_trim_margin_small():
     full = {r.seed: r for r in _rows("optimize_full_yolo_47groups.json")[0]}
     assert set(sms8) == set(full) == {0, 1, 2}
     for name in ("optimize_sms8_yolo_47groups.json", "optimize_full_yolo_47groups.json"):
-        data = json.loads((RESULTS / name).read_text())
+        data = read_json(RESULTS / name)
         for case in data["cases"].values():
             assert case["head"] == "plain" and len(case["lossless"]["best_plan"]) == 47
     assert {s: round(r.trim_vs_r8, 1) for s, r in sms8.items()} == {0: 0.3, 1: -1.7, 2: -5.1}
@@ -219,7 +222,7 @@ def test_yolo_detect_head_trim_beats_round_up_in_every_seed_at_8_sms():
     sms8 = {r.seed: r for r in _rows("optimize_sms8_yolo_detect.json")[0]}
     full = {r.seed: r for r in _rows("optimize_full_yolo_detect.json")[0]}
     for name in ("optimize_sms8_yolo_detect.json", "optimize_full_yolo_detect.json"):
-        for case in json.loads((RESULTS / name).read_text())["cases"].values():
+        for case in read_json(RESULTS / name)["cases"].values():
             assert case["head"] == "detect" and len(case["lossless"]["best_plan"]) == 59
     assert {s: round(r.trim_vs_r8, 1) for s, r in sms8.items()} == {0: -0.8, 1: -1.4, 2: -5.2}
     assert {s: round(r.trim_vs_r8, 1) for s, r in full.items()} == {0: 0.1, 1: 0.0, 2: -3.3}
@@ -483,14 +486,15 @@ def test_traffic_ab_table_is_the_recorded_numbers() -> None:
     st = load_script("benchmarks/summarize_traffic_ab.py", "summarize_traffic_ab")
     path = ROOT / "benchmarks/results/h200_traffic/optimize_sms8_ghostnet_traffic_ab.json"
     rows = {r.split(" | ")[1]: r for r in st.rows(path)}
-    data = json.loads(path.read_text())["cases"]["ghostnet_pruned_seed0"]
+    data = read_json(path)["cases"]["ghostnet_pruned_seed0"]
     priced = data["final"]["deployopt_lossless"]["median_us"]
     conv = data["final"]["deployopt_lossless_conv_only"]["median_us"]
     assert f"{priced:.1f}" == "2986.5" and f"{conv:.1f}" == "3275.3"
     assert "| -8.8 % (faster) |" in rows["ghostnet_pruned_seed0"]
     assert rows["ghostnet_pruned_seed0"].endswith("7.26 ± 0.12 (priced 7.26) |")
     readme = (ROOT / "benchmarks/results/h200_traffic/README.md").read_text()
-    records = sorted((ROOT / "benchmarks/results/h200_traffic").glob("optimize_*_traffic_ab.json"))
+    folder = ROOT / "benchmarks/results/h200_traffic"
+    records = sorted(p for ext in ("json", "json.gz") for p in folder.glob(f"optimize_*_traffic_ab.{ext}"))
     every = [row for rec in records for row in st.rows(rec)]
     assert len(records) == 9 and len(every) == 16
     for row in every:  # the README's table is the records', row for row
@@ -509,7 +513,7 @@ def test_traffic_fit_study_row_is_the_recorded_one(tmp_path: Path) -> None:
     from deployopt.model import load_model
     from deployopt.traffic import traffic
 
-    data = json.loads((ROOT / "benchmarks/results/h200_optimize/optimize_sms8.json").read_text())
+    data = read_json(ROOT / "benchmarks/results/h200_optimize/optimize_sms8.json")
     path = study.build("resnet56_seed0", "8", tmp_path)
     tr = traffic(analyze(load_model(path).model), "fp16")
     row = study.fit(data["cases"]["resnet56_seed0"]["lossless"], tr)
