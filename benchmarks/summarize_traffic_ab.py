@@ -1,9 +1,10 @@
 """The traffic term's A/B (bench_optimize.py --ab-traffic) as a markdown table: per case, the final
 interleaved medians of round-up-to-8, lossless with the traffic term and lossless with the conv
 table alone, and the slope each traffic-priced run fitted; SMs is the green context's count ("full":
-the whole GPU).
+the whole GPU). Records of 300 KB or more are committed as NAME.json.gz (benchmarks/results/README.md),
+hence the glob's last `*`:
 
-  python benchmarks/summarize_traffic_ab.py benchmarks/results/h200_traffic/optimize_*.json
+  python benchmarks/summarize_traffic_ab.py benchmarks/results/h200_traffic/optimize_*.json*
 """
 
 from __future__ import annotations

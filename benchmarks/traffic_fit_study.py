@@ -37,11 +37,11 @@ from deployopt.traffic import MB, traffic
 RESULTS = Path(__file__).resolve().parent / "results" / "h200_optimize"
 #: (results file, SM setting as bench_optimize.py's BATCH keys it, cases to take)
 RUNS = [
-    ("optimize_sms8.json", "8", ("vgg16", "resnet56")),
-    ("optimize_sms8_resnet56_confirm.json", "8", ("resnet56",)),
-    ("optimize_sms8_yolo.json", "8", ("yolo",)),
-    ("optimize_sms8_ghostnet_regnet.json", "8", ("ghostnet",)),
-    ("optimize_sms16.json", "16", ("vgg16", "resnet56")),
+    ("optimize_sms8.json.gz", "8", ("vgg16", "resnet56")),
+    ("optimize_sms8_resnet56_confirm.json.gz", "8", ("resnet56",)),
+    ("optimize_sms8_yolo.json.gz", "8", ("yolo",)),
+    ("optimize_sms8_ghostnet_regnet.json.gz", "8", ("ghostnet",)),
+    ("optimize_sms16.json.gz", "16", ("vgg16", "resnet56")),
     ("optimize_full_resnet56_confirm.json", "full", ("resnet56",)),
 ]
 

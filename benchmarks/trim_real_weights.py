@@ -3,7 +3,7 @@
 The optimize benchmark (bench_optimize.py) times trim plans on random-weight models, where fidelity
 says nothing about accuracy. This script takes the trim-10 % answers it found for MobileNetV2 at its
 published widths on the H200 (8, 16 and 132 SMs; `benchmarks/results/h200_optimize/
-optimize_{sms8,sms16,full}_mobilenetv2_pruned.json`, case "onnx:mobilenetv2"), applies each plan to
+optimize_{sms8,sms16,full}_mobilenetv2_pruned.json.gz`, case "onnx:mobilenetv2"), applies each plan to
 the real-weight model and compares it with the original on foolbox's 20 labelled ImageNet images
 (onnxruntime CPU), once per channel order (dead channels go first in each):
 
@@ -133,7 +133,7 @@ def main() -> None:
         "plans": {},
     }
     for setting, stem in SETTINGS.items():
-        path = RECORDS / f"optimize_{stem}_mobilenetv2_pruned.json"
+        path = RECORDS / f"optimize_{stem}_mobilenetv2_pruned.json.gz"
         rec = read_json(path)
         trim = rec["cases"]["onnx:mobilenetv2"]["trim"]
         plan = trim["best_plan"]
