@@ -7,11 +7,13 @@ benchmarks/results/h200_optimize, so anyone can re-derive (and re-check) every n
   python benchmarks/summarize_optimize.py --check    # exit 1 if an issue-5 target is missed
 
 Every number is read from the files (medians as bench_optimize.py stored them); nothing is
-re-measured or predicted here. The 95 % CIs shown, and the "beyond the noise" decisions, are
-build-level: each model was built and timed in several interleaved rounds (`rounds` in the file),
-and two builds of the *same* model differ by more than one build's CI (cuDNN re-tunes each build),
-so the CI is a two-level bootstrap over the builds and their samples
-(`deployopt.timing.build_median_ci`), not the per-sample CI stored in the file.
+re-measured or predicted here. Records of 300 KB or more are committed as NAME.json.gz
+(benchmarks/results/README.md); the tables name each NAME.json, as bench_optimize.py wrote it.
+The 95 % CIs shown, and the "beyond the noise" decisions, are build-level: each model was built and
+timed in several interleaved rounds (`rounds` in the file), and two builds of the *same* model
+differ by more than one build's CI (cuDNN re-tunes each build), so the CI is a two-level bootstrap
+over the builds and their samples (`deployopt.timing.build_median_ci`), not the per-sample CI
+stored in the file.
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ MOBILENET_ENGINES = (
 )
 # Files that hold seeds of one series (one file per invocation): their seeds are averaged together in
 # "Means over seeds" under the series' label (each file keeps its own table; the raw JSON of every
-# invocation stays as it was written).
+# invocation stays as it was written). Keyed by the name a file was written under (fileio.json_name).
 SERIES = {
     "optimize_sms16.json": "optimize_sms16{,_seed1,_seed2}.json",
     "optimize_sms16_seed1.json": "optimize_sms16{,_seed1,_seed2}.json",

@@ -116,7 +116,7 @@ def _lossless_beats_round_up_in_six_cases(vgg16: str, resnet56: str) -> dict[tup
 def test_current_code_at_8_sms_beats_round_up_in_every_cifar_case():
     """The runs of 9f1a9e1's code (confirmation step, fp16 family at 32) at 8 SMs: the lossless
     answer is faster than round-up-to-8 with disjoint build-level CIs in all six CIFAR cases —
-    where the first runs (optimize_sms8.json) returned the round-up plan itself for two ResNet56
+    where the first runs (optimize_sms8.json.gz) returned the round-up plan itself for two ResNet56
     seeds."""
     by = _lossless_beats_round_up_in_six_cases(
         "optimize_sms8_confirm.json", "optimize_sms8_resnet56_confirm.json.gz"
