@@ -14,6 +14,8 @@ Baselines: FLOPs-proportional, constant, and a plain 128×128-tile wave model (w
                                                           # deployopt/targets/fitted/h200.json
     python benchmarks/eval_wave_model.py --sweeps benchmarks/staircases_all_engines \
         --out benchmarks/eval_wave_model_all_engines.json # the sweeps timed with all cuDNN engines
+The JSON is written plain; the committed results are gzip-compressed (eval_wave_model.json.gz,
+…_all_engines.json.gz, …_heuristic.json.gz: records of 300 KB or more, benchmarks/results/README.md).
 Every run also scores the shipped fit (deployopt/targets/fitted/, fitted on benchmarks/staircases/)
 on the sweeps it reads: on another folder, that is a test on data the shipped fit never saw.
 """

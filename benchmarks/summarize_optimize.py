@@ -7,17 +7,18 @@ benchmarks/results/h200_optimize, so anyone can re-derive (and re-check) every n
   python benchmarks/summarize_optimize.py --check    # exit 1 if an issue-5 target is missed
 
 Every number is read from the files (medians as bench_optimize.py stored them); nothing is
-re-measured or predicted here. The 95 % CIs shown, and the "beyond the noise" decisions, are
-build-level: each model was built and timed in several interleaved rounds (`rounds` in the file),
-and two builds of the *same* model differ by more than one build's CI (cuDNN re-tunes each build),
-so the CI is a two-level bootstrap over the builds and their samples
-(`deployopt.timing.build_median_ci`), not the per-sample CI stored in the file.
+re-measured or predicted here. Records of 300 KB or more are committed as NAME.json.gz
+(benchmarks/results/README.md); the tables name each NAME.json, as bench_optimize.py wrote it.
+The 95 % CIs shown, and the "beyond the noise" decisions, are build-level: each model was built and
+timed in several interleaved rounds (`rounds` in the file), and two builds of the *same* model
+differ by more than one build's CI (cuDNN re-tunes each build), so the CI is a two-level bootstrap
+over the builds and their samples (`deployopt.timing.build_median_ci`), not the per-sample CI
+stored in the file.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 from dataclasses import dataclass, field
@@ -25,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, uninstalled
+
+from deployopt.fileio import json_name, read_json
 
 RESULTS = Path(__file__).resolve().parent / "results" / "h200_optimize"
 CURRENT = "code of 9f1a9e1: confirmation step, fp16 family at 32"
@@ -83,7 +86,7 @@ MOBILENET_ENGINES = (
 )
 # Files that hold seeds of one series (one file per invocation): their seeds are averaged together in
 # "Means over seeds" under the series' label (each file keeps its own table; the raw JSON of every
-# invocation stays as it was written).
+# invocation stays as it was written). Keyed by the name a file was written under (fileio.json_name).
 SERIES = {
     "optimize_sms16.json": "optimize_sms16{,_seed1,_seed2}.json",
     "optimize_sms16_seed1.json": "optimize_sms16{,_seed1,_seed2}.json",
@@ -96,36 +99,36 @@ SERIES = {
 }
 # (file, note): the two main runs predate the optimizer's confirmation step (docs/optimize.md step 7).
 DEFAULT_FILES: list[tuple[Path, str]] = [
-    (RESULTS / "optimize_sms8.json", "before the confirmation step"),
-    (RESULTS / "optimize_full.json", "before the confirmation step"),
+    (RESULTS / "optimize_sms8.json.gz", "before the confirmation step"),
+    (RESULTS / "optimize_full.json.gz", "before the confirmation step"),
     (RESULTS / "optimize_full_resnet56_confirm.json", "with the confirmation step"),
     (RESULTS / "optimize_sms8_vgg16_confirm.json", "with the confirmation step"),
     (RESULTS / "optimize_sms8_confirm.json", CURRENT),
-    (RESULTS / "optimize_sms8_resnet56_confirm.json", CURRENT),
+    (RESULTS / "optimize_sms8_resnet56_confirm.json.gz", CURRENT),
     (RESULTS / "optimize_sms8_all_engines.json", ENGINES),
-    (RESULTS / "optimize_sms8_resnet56_all_engines.json", ENGINES),
-    (RESULTS / "optimize_sms8_yolo.json", YOLO),
-    (RESULTS / "optimize_sms8_yolo_all_engines.json", YOLO_ENGINES),
-    (RESULTS / "optimize_full_yolo.json", YOLO),
+    (RESULTS / "optimize_sms8_resnet56_all_engines.json.gz", ENGINES),
+    (RESULTS / "optimize_sms8_yolo.json.gz", YOLO),
+    (RESULTS / "optimize_sms8_yolo_all_engines.json.gz", YOLO_ENGINES),
+    (RESULTS / "optimize_full_yolo.json.gz", YOLO),
     (RESULTS / "optimize_sms8_yolo_unshared.json", YOLO_UNSHARED),
-    (RESULTS / "optimize_sms8_yolo_47groups.json", YOLO47),
-    (RESULTS / "optimize_full_yolo_47groups.json", YOLO47),
-    (RESULTS / "optimize_sms8_yolo_detect.json", YOLO_DETECT),
-    (RESULTS / "optimize_full_yolo_detect.json", YOLO_DETECT),
-    (RESULTS / "optimize_sms8_ghostnet_regnet.json", GHOST_REGNET),
-    (RESULTS / "optimize_sms16.json", AGX_ORIN),
-    (RESULTS / "optimize_sms16_ghostnet.json", AGX_ORIN),
-    (RESULTS / "optimize_sms16_seed1.json", AGX_ORIN_SEEDS),
-    (RESULTS / "optimize_sms16_seed2.json", AGX_ORIN_SEEDS),
-    (RESULTS / "optimize_sms16_ghostnet_seed1.json", AGX_ORIN_SEEDS),
-    (RESULTS / "optimize_sms16_regnetx.json", AGX_ORIN_SEEDS),
-    (RESULTS / "optimize_sms16_regnety.json", AGX_ORIN_SEEDS),
-    (RESULTS / "optimize_sms16_regnet_seed1.json", AGX_ORIN_SEEDS),
-    (RESULTS / "optimize_sms8_mobilenetv2_pruned.json", MOBILENET_PRUNED),
-    (RESULTS / "optimize_sms16_mobilenetv2_pruned.json", MOBILENET_PRUNED),
-    (RESULTS / "optimize_full_mobilenetv2_pruned.json", MOBILENET_FULL),
-    (RESULTS / "optimize_sms8_mobilenetv2_b1.json", MOBILENET_B1),
-    (RESULTS / "optimize_sms8_mobilenetv2_all_engines.json", MOBILENET_ENGINES),
+    (RESULTS / "optimize_sms8_yolo_47groups.json.gz", YOLO47),
+    (RESULTS / "optimize_full_yolo_47groups.json.gz", YOLO47),
+    (RESULTS / "optimize_sms8_yolo_detect.json.gz", YOLO_DETECT),
+    (RESULTS / "optimize_full_yolo_detect.json.gz", YOLO_DETECT),
+    (RESULTS / "optimize_sms8_ghostnet_regnet.json.gz", GHOST_REGNET),
+    (RESULTS / "optimize_sms16.json.gz", AGX_ORIN),
+    (RESULTS / "optimize_sms16_ghostnet.json.gz", AGX_ORIN),
+    (RESULTS / "optimize_sms16_seed1.json.gz", AGX_ORIN_SEEDS),
+    (RESULTS / "optimize_sms16_seed2.json.gz", AGX_ORIN_SEEDS),
+    (RESULTS / "optimize_sms16_ghostnet_seed1.json.gz", AGX_ORIN_SEEDS),
+    (RESULTS / "optimize_sms16_regnetx.json.gz", AGX_ORIN_SEEDS),
+    (RESULTS / "optimize_sms16_regnety.json.gz", AGX_ORIN_SEEDS),
+    (RESULTS / "optimize_sms16_regnet_seed1.json.gz", AGX_ORIN_SEEDS),
+    (RESULTS / "optimize_sms8_mobilenetv2_pruned.json.gz", MOBILENET_PRUNED),
+    (RESULTS / "optimize_sms16_mobilenetv2_pruned.json.gz", MOBILENET_PRUNED),
+    (RESULTS / "optimize_full_mobilenetv2_pruned.json.gz", MOBILENET_FULL),
+    (RESULTS / "optimize_sms8_mobilenetv2_b1.json.gz", MOBILENET_B1),
+    (RESULTS / "optimize_sms8_mobilenetv2_all_engines.json.gz", MOBILENET_ENGINES),
 ]
 CIFAR_COLUMNS = ("unpruned", "pruned", "round_up_8", "deployopt_lossless", "deployopt_trim")
 
@@ -152,9 +155,9 @@ def add_build_cis(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def load(path: Path) -> dict[str, Any]:
-    """One bench_optimize.py results file, with build-level CIs added."""
-    with open(path, encoding="utf-8") as f:
-        return add_build_cis(json.load(f))
+    """One bench_optimize.py results file (`.json`, or `.json.gz` as the large ones are committed), with
+    build-level CIs added."""
+    return add_build_cis(read_json(path))
 
 
 def sms_label(sms: int | None) -> str:
@@ -604,12 +607,13 @@ def render(files: list[tuple[Path, str]]) -> tuple[str, list[Check]]:
     all_published: list[PublishedRow] = []
     for path, note in files:
         data = load(path)
-        rows, mobile = case_rows(data, path.name, note)
-        published = published_rows(data, path.name, note)
+        name = json_name(path)  # a record is named as written, whether or not it is stored compressed
+        rows, mobile = case_rows(data, name, note)
+        published = published_rows(data, name, note)
         all_rows += rows
         all_mobile += mobile
         all_published += published
-        lines.append(f"### {sms_label(data['sms'])}: `{path.name}`" + (f" ({note})" if note else ""))
+        lines.append(f"### {sms_label(data['sms'])}: `{name}`" + (f" ({note})" if note else ""))
         lines.append("")
         # shell-quoted, so the line runs as shown (`--models ''` would otherwise vanish)
         # one record may join several invocations (one pruned seed per device call): each is listed
@@ -728,8 +732,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--check", action="store_true", help="exit 1 if any target is missed")
     args = ap.parse_args(argv)
-    notes = {p.name: n for p, n in DEFAULT_FILES}
-    files = [(p, notes.get(p.name, "")) for p in args.files] if args.files else DEFAULT_FILES
+    notes = {json_name(p): n for p, n in DEFAULT_FILES}
+    files = [(p, notes.get(json_name(p), "")) for p in args.files] if args.files else DEFAULT_FILES
     text, cs = render(files)
     sys.stdout.write(text)
     if args.check and not all(c.ok for c in cs):

@@ -1,21 +1,25 @@
 """The traffic term's A/B (bench_optimize.py --ab-traffic) as a markdown table: per case, the final
 interleaved medians of round-up-to-8, lossless with the traffic term and lossless with the conv
 table alone, and the slope each traffic-priced run fitted; SMs is the green context's count ("full":
-the whole GPU).
+the whole GPU). Records of 300 KB or more are committed as NAME.json.gz (benchmarks/results/README.md),
+hence the glob's last `*`:
 
-  python benchmarks/summarize_traffic_ab.py benchmarks/results/h200_traffic/optimize_*.json
+  python benchmarks/summarize_traffic_ab.py benchmarks/results/h200_traffic/optimize_*.json*
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, uninstalled
+
+from deployopt.fileio import json_name, read_json
+
 
 def rows(path: Path) -> list[str]:
-    data = json.loads(path.read_text())
+    data = read_json(path)
     out = []
     sms = data.get("sms")
     for cid, case in data["cases"].items():
@@ -36,7 +40,7 @@ def rows(path: Path) -> list[str]:
         )
         ab = case.get("traffic_ab", {})
         out.append(
-            f"| {path.name} | {cid} | {sms or 'full'} | {r8:.1f} | "
+            f"| {json_name(path)} | {cid} | {sms or 'full'} | {r8:.1f} | "
             f"{priced:.1f} ({100 * (priced / r8 - 1):+.1f} %) | "
             f"{conv:.1f} ({100 * (conv / r8 - 1):+.1f} %) | {100 * (priced / conv - 1):+.1f} % "
             f"({ab.get('verdict', '—')}) | {fit} |"

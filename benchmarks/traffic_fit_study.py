@@ -30,17 +30,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_optimize as bo
 
 from deployopt.coupling import analyze
+from deployopt.fileio import json_name, read_json
 from deployopt.model import load_model
 from deployopt.traffic import MB, traffic
 
 RESULTS = Path(__file__).resolve().parent / "results" / "h200_optimize"
 #: (results file, SM setting as bench_optimize.py's BATCH keys it, cases to take)
 RUNS = [
-    ("optimize_sms8.json", "8", ("vgg16", "resnet56")),
-    ("optimize_sms8_resnet56_confirm.json", "8", ("resnet56",)),
-    ("optimize_sms8_yolo.json", "8", ("yolo",)),
-    ("optimize_sms8_ghostnet_regnet.json", "8", ("ghostnet",)),
-    ("optimize_sms16.json", "16", ("vgg16", "resnet56")),
+    ("optimize_sms8.json.gz", "8", ("vgg16", "resnet56")),
+    ("optimize_sms8_resnet56_confirm.json.gz", "8", ("resnet56",)),
+    ("optimize_sms8_yolo.json.gz", "8", ("yolo",)),
+    ("optimize_sms8_ghostnet_regnet.json.gz", "8", ("ghostnet",)),
+    ("optimize_sms16.json.gz", "16", ("vgg16", "resnet56")),
     ("optimize_full_resnet56_confirm.json", "full", ("resnet56",)),
 ]
 
@@ -101,7 +102,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
         for name, sms, models in RUNS:
-            data = json.loads((RESULTS / name).read_text())
+            data = read_json(RESULTS / name)
+            file = json_name(name)  # as the run wrote it, whether or not it is stored compressed
             for case, res in data["cases"].items():
                 if not case.startswith(models):
                     continue
@@ -109,7 +111,7 @@ def main() -> int:
                 tr = traffic(analysis, data.get("dtype", "fp16"))
                 for mode in ("lossless", "trim"):
                     if mode in res and res[mode].get("evaluations_list"):
-                        rows.append({"file": name, "case": case, "mode": mode, **fit(res[mode], tr)})
+                        rows.append({"file": file, "case": case, "mode": mode, **fit(res[mode], tr)})
     print("| file | case | run | plans | non-conv MB | SD of measured − table | after a line in MB | µs/MB |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:

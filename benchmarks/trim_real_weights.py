@@ -3,7 +3,7 @@
 The optimize benchmark (bench_optimize.py) times trim plans on random-weight models, where fidelity
 says nothing about accuracy. This script takes the trim-10 % answers it found for MobileNetV2 at its
 published widths on the H200 (8, 16 and 132 SMs; `benchmarks/results/h200_optimize/
-optimize_{sms8,sms16,full}_mobilenetv2_pruned.json`, case "onnx:mobilenetv2"), applies each plan to
+optimize_{sms8,sms16,full}_mobilenetv2_pruned.json.gz`, case "onnx:mobilenetv2"), applies each plan to
 the real-weight model and compares it with the original on foolbox's 20 labelled ImageNet images
 (onnxruntime CPU), once per channel order (dead channels go first in each):
 
@@ -28,7 +28,6 @@ a minute on 2 cores:
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
@@ -42,7 +41,7 @@ from bench_optimize import copy_imagenet_images, top1_predictions
 
 from deployopt.coupling import Analysis, analyze
 from deployopt.fidelity import CalibrationSet, compare_models, load_calibration
-from deployopt.fileio import write_json
+from deployopt.fileio import json_name, read_json, write_json
 from deployopt.importance import activation_importance
 from deployopt.model import load_model
 from deployopt.optimize import OptimizeConfig, optimize
@@ -134,13 +133,14 @@ def main() -> None:
         "plans": {},
     }
     for setting, stem in SETTINGS.items():
-        rec = json.loads((RECORDS / f"optimize_{stem}_mobilenetv2_pruned.json").read_text())
+        path = RECORDS / f"optimize_{stem}_mobilenetv2_pruned.json.gz"
+        rec = read_json(path)
         trim = rec["cases"]["onnx:mobilenetv2"]["trim"]
         plan = trim["best_plan"]
         final = rec["cases"]["onnx:mobilenetv2"]["final"]
         by_order = orders(ref, analysis, plan, calib, noise, labels)
         out["plans"][setting] = {
-            "record": f"optimize_{stem}_mobilenetv2_pruned.json",
+            "record": json_name(path),
             "changed": {g: [trim["original"][g], w] for g, w in plan.items() if w != trim["original"][g]},
             "measured_us_random_weights": {
                 k: round(final[k]["median_us"], 1) for k in ("input", "deployopt_trim") if k in final

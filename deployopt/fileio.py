@@ -9,11 +9,15 @@ read-only or full disk) is one OutputError naming the path, never an OSError tra
 A symlink is written through (the temp file goes beside its target, so the link stays), and a
 destination that is not a regular file (/dev/null, a FIFO, a character device) is written to
 directly: renaming a temp file over it would replace the device node, not write to it.
+
+One reader too: `read_json` opens a JSON file plain or gzip-compressed, as the benchmark records are
+committed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gzip
 import hashlib
 import json
 import os
@@ -189,6 +193,24 @@ def write_text(dest: str | os.PathLike[str], text: str) -> None:
 
 def write_json(dest: str | os.PathLike[str], obj: Any) -> None:
     write_text(dest, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """The JSON document in `path`, `NAME.json` or gzip-compressed `NAME.json.gz` (by the suffix).
+
+    Benchmark records of 300 KB or more are committed compressed (`gzip -n -9`): every GPU call ships
+    the tracked tree under a 64 MiB limit (benchmarks/results/README.md). Their readers open both
+    kinds here rather than each knowing which record is which."""
+    path = Path(path)
+    with (gzip.open if path.suffix == ".gz" else open)(path, "rt", encoding="utf-8") as f:
+        return json.load(f)
+
+
+def json_name(path: str | os.PathLike[str]) -> str:
+    """The name a JSON record was written under: `NAME.json` for `NAME.json.gz` too, so tables and
+    derived records name a record the same whether or not it is stored compressed."""
+    name = Path(path).name
+    return name.removesuffix(".gz") if name.endswith(".json.gz") else name
 
 
 def _remove(path: Path) -> None:

@@ -250,3 +250,25 @@ def test_every_written_file_gets_the_umask_mode_external_weights_too(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["inline.onnx", "m.onnx", "m.onnx.data", "report.md"]
     for name in ("report.md", "m.onnx", "m.onnx.data", "inline.onnx"):
         assert stat.S_IMODE((tmp_path / name).stat().st_mode) == mode, name
+
+
+def test_read_json_opens_plain_and_gzip_compressed_records_alike(tmp_path: Path) -> None:
+    """Benchmark records of 300 KB or more are committed as NAME.json.gz (gzip -n -9): read_json
+    gives the same document for both, chosen by the suffix, and json_name the name it was written
+    under."""
+    import gzip
+    import json
+
+    doc = {"cases": {"vgg16_seed0": {"median_us": 481.79200291633606, "note": "µs, 8 SMs"}}}
+    text = json.dumps(doc, indent=2) + "\n"
+    plain = tmp_path / "optimize_sms8.json"
+    plain.write_text(text, encoding="utf-8")
+    packed = tmp_path / "packed" / "optimize_sms8.json.gz"
+    packed.parent.mkdir()
+    packed.write_bytes(gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0))
+    assert fileio.read_json(plain) == fileio.read_json(str(packed)) == doc
+    assert fileio.json_name(plain) == fileio.json_name(packed) == "optimize_sms8.json"
+    assert fileio.json_name("notes.txt.gz") == "notes.txt.gz"  # only a compressed JSON loses its .gz
+    plain.write_bytes(packed.read_bytes())  # the suffix decides: gzip bytes under .json do not parse
+    with pytest.raises(UnicodeDecodeError):
+        fileio.read_json(plain)

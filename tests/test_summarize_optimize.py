@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from scripts import load_script
 
+from deployopt.fileio import json_name, read_json
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "summarize_optimize.py"
 RESULTS = ROOT / "benchmarks" / "results" / "h200_optimize"
@@ -17,11 +19,12 @@ so = load_script(SCRIPT, "summarize_optimize")
 
 
 def _rows(name: str):
-    return so.case_rows(so.load(RESULTS / name), name, "")
+    """The rows of one committed record (NAME.json or NAME.json.gz), named as the script names it."""
+    return so.case_rows(so.load(RESULTS / name), json_name(name), "")
 
 
 def test_vgg16_8sms_seed0_medians_and_changes():
-    rows, _ = _rows("optimize_sms8.json")
+    rows, _ = _rows("optimize_sms8.json.gz")
     r = next(r for r in rows if r.model == "vgg16" and r.seed == 0)
     assert (r.sms, r.batch) == (8, 16)
     f = r.final
@@ -42,8 +45,8 @@ def test_vgg16_8sms_seed0_medians_and_changes():
 
 
 def test_means_over_seeds_and_vgg16_targets():
-    rows8, _ = _rows("optimize_sms8.json")
-    rows_full, _ = _rows("optimize_full.json")
+    rows8, _ = _rows("optimize_sms8.json.gz")
+    rows_full, _ = _rows("optimize_full.json.gz")
     m8 = so.seed_means(rows8)[("optimize_sms8.json", 8, "vgg16")]
     trims = [461.2799882888794, 478.2400131225586, 382.6240003108978]
     pruned = [1163.1839871406555, 1027.791976928711, 1011.5519762039185]
@@ -70,7 +73,7 @@ def test_build_to_build_noise_is_within_the_build_level_cis():
     """ResNet56 full GPU before the confirmation step: lossless == round-up-to-8 plan, yet +0.30 %.
     The per-sample CIs stored in the file are disjoint (1779.648 [1776.512, 1783.008] vs
     1774.240 [1773.696, 1774.992]); the build-level CIs over the 3 rounds overlap: no miss."""
-    rows, _ = _rows("optimize_full.json")
+    rows, _ = _rows("optimize_full.json.gz")
     r = next(r for r in rows if r.model == "resnet56" and r.seed == 0)
     lo, r8 = r.final["deployopt_lossless"], r.final["round_up_8"]
     assert r.lossless_is_r8
@@ -87,8 +90,8 @@ def test_build_to_build_noise_is_within_the_build_level_cis():
 
 
 def test_mobilenetv2_top1_and_latency():
-    _, mob8 = _rows("optimize_sms8.json")
-    _, mobf = _rows("optimize_full.json")
+    _, mob8 = _rows("optimize_sms8.json.gz")
+    _, mobf = _rows("optimize_full.json.gz")
     (m8,), (mf,) = mob8, mobf
     assert m8.top1_identical and mf.top1_identical
     assert m8.correct == {"input": 18, "deployopt_lossless": 18} and m8.images == 20
@@ -113,13 +116,13 @@ def _lossless_beats_round_up_in_six_cases(vgg16: str, resnet56: str) -> dict[tup
 def test_current_code_at_8_sms_beats_round_up_in_every_cifar_case():
     """The runs of 9f1a9e1's code (confirmation step, fp16 family at 32) at 8 SMs: the lossless
     answer is faster than round-up-to-8 with disjoint build-level CIs in all six CIFAR cases —
-    where the first runs (optimize_sms8.json) returned the round-up plan itself for two ResNet56
+    where the first runs (optimize_sms8.json.gz) returned the round-up plan itself for two ResNet56
     seeds."""
     by = _lossless_beats_round_up_in_six_cases(
-        "optimize_sms8_confirm.json", "optimize_sms8_resnet56_confirm.json"
+        "optimize_sms8_confirm.json", "optimize_sms8_resnet56_confirm.json.gz"
     )
     assert by[("resnet56", 2)] == -4.04 and by[("vgg16", 1)] == -3.90
-    before = {(r.model, r.seed): r.lossless_r8_overlap for r in _rows("optimize_sms8.json")[0]}
+    before = {(r.model, r.seed): r.lossless_r8_overlap for r in _rows("optimize_sms8.json.gz")[0]}
     assert before[("resnet56", 0)] and before[("resnet56", 1)]  # same plan as round-up then
 
 
@@ -128,18 +131,18 @@ def test_with_every_cudnn_engine_timed_lossless_still_beats_round_up():
     TensorRT's tactic search does): round-up-to-8 gets faster kernels too, and deployopt's lossless
     answer is still faster than it with disjoint build-level CIs in every case (-1.09 … -6.33 %)."""
     by = _lossless_beats_round_up_in_six_cases(
-        "optimize_sms8_all_engines.json", "optimize_sms8_resnet56_all_engines.json"
+        "optimize_sms8_all_engines.json", "optimize_sms8_resnet56_all_engines.json.gz"
     )
     assert by[("vgg16", 0)] == -1.09 and by[("vgg16", 1)] == -6.33 and by[("resnet56", 1)] == -3.40
-    for name in ("optimize_sms8_all_engines.json", "optimize_sms8_resnet56_all_engines.json"):
-        assert json.loads((RESULTS / name).read_text())["cudnn_engines"] == 0
+    for name in ("optimize_sms8_all_engines.json", "optimize_sms8_resnet56_all_engines.json.gz"):
+        assert read_json(RESULTS / name)["cudnn_engines"] == 0
 
 
 def test_pruned_mobilenetv2_with_every_engine_timed_trim_beats_round_up():
     """Pruned MobileNetV2 at 8 SMs, every cuDNN engine timed, one device call per seed (--pruned-only):
     trim-10 % is faster than round-up-to-8 with disjoint CIs in both seeds (-3.7 %, -6.4 %)."""
-    name = "optimize_sms8_mobilenetv2_all_engines.json"
-    data = json.loads((RESULTS / name).read_text())
+    name = "optimize_sms8_mobilenetv2_all_engines.json.gz"
+    data = read_json(RESULTS / name)
     assert data["cudnn_engines"] == 0 and data["incomplete"] == [] and len(data["commands"]) == 3
     rows = {r.seed: r for r in _rows(name)[0]}
     assert sorted(rows) == [0, 1]
@@ -156,7 +159,7 @@ def test_yolo_detector_pruned_slower_than_unpruned_and_deployopt_beats_round_up(
     irregular prunings run slower than the unpruned detector (the staircase the paper describes),
     the trim-10 % answer is faster than round-up-to-8 beyond the noise in every seed, and the
     lossless one in seeds 0 and 2 (seed 1: the round-up plan itself)."""
-    rows = {r.seed: r for r in _rows("optimize_sms8_yolo.json")[0]}
+    rows = {r.seed: r for r in _rows("optimize_sms8_yolo.json.gz")[0]}
     assert set(rows) == {0, 1, 2} and all(r.model == "yolo" and r.batch == 1 for r in rows.values())
     slower = {s for s, r in rows.items() if r.final["pruned"]["median_us"] > r.final["unpruned"]["median_us"]}
     assert slower == {1, 2}
@@ -165,7 +168,7 @@ def test_yolo_detector_pruned_slower_than_unpruned_and_deployopt_beats_round_up(
     assert {s: round(r.trim_vs_r8, 1) for s, r in rows.items()} == {0: -5.3, 1: -2.1, 2: -9.7}
     assert {s: round(r.lossless_vs_r8, 2) for s, r in rows.items()} == {0: -0.87, 1: -0.11, 2: -6.50}
     assert not rows[0].lossless_r8_overlap and not rows[2].lossless_r8_overlap and rows[1].lossless_is_r8
-    engines = {r.seed: r for r in _rows("optimize_sms8_yolo_all_engines.json")[0]}
+    engines = {r.seed: r for r in _rows("optimize_sms8_yolo_all_engines.json.gz")[0]}
     assert all(r.lossless_is_r8 for r in engines.values())  # every engine timed: rounding is enough
     assert {s: round(r.trim_vs_r8, 1) for s, r in engines.items()} == {0: -1.2, 1: -1.8, 2: -6.6}
 
@@ -174,11 +177,11 @@ def test_yolo_rerun_with_shared_constants_copied_frees_the_c2f_halves():
     """Seed 2 again at 8 SMs after loading copies shared constants: 47 free groups (the plan has
     them all), round-up-to-8 itself far faster than the 33-group round-up, trim below both."""
     rerun = {r.seed: r for r in _rows("optimize_sms8_yolo_unshared.json")[0]}
-    first = {r.seed: r for r in _rows("optimize_sms8_yolo.json")[0]}
+    first = {r.seed: r for r in _rows("optimize_sms8_yolo.json.gz")[0]}
     assert set(rerun) == {2}
-    data = json.loads((RESULTS / "optimize_sms8_yolo_unshared.json").read_text())
+    data = read_json(RESULTS / "optimize_sms8_yolo_unshared.json")
     assert len(data["cases"]["yolo_seed2"]["lossless"]["best_plan"]) == 47
-    before = json.loads((RESULTS / "optimize_sms8_yolo.json").read_text())["cases"]["yolo_seed2"]
+    before = read_json(RESULTS / "optimize_sms8_yolo.json.gz")["cases"]["yolo_seed2"]
     assert len(before["lossless"]["best_plan"]) == 33
 
     def median(rows: dict, model: str) -> float:
@@ -194,11 +197,11 @@ def test_yolo_47_groups_all_seeds_round_up_recovers_most_trim_margin_small():
     """All three detector seeds with 47 free groups, at 8 SMs and on the full GPU: every plan has the
     47 groups, the lossless answer is round-up-to-8 itself in five of six cases, and trim-10 % beats
     round-up-to-8 beyond the noise only where the file says so (seeds 1 and 2 at 8 SMs, seed 2 full)."""
-    sms8 = {r.seed: r for r in _rows("optimize_sms8_yolo_47groups.json")[0]}
-    full = {r.seed: r for r in _rows("optimize_full_yolo_47groups.json")[0]}
+    sms8 = {r.seed: r for r in _rows("optimize_sms8_yolo_47groups.json.gz")[0]}
+    full = {r.seed: r for r in _rows("optimize_full_yolo_47groups.json.gz")[0]}
     assert set(sms8) == set(full) == {0, 1, 2}
-    for name in ("optimize_sms8_yolo_47groups.json", "optimize_full_yolo_47groups.json"):
-        data = json.loads((RESULTS / name).read_text())
+    for name in ("optimize_sms8_yolo_47groups.json.gz", "optimize_full_yolo_47groups.json.gz"):
+        data = read_json(RESULTS / name)
         for case in data["cases"].values():
             assert case["head"] == "plain" and len(case["lossless"]["best_plan"]) == 47
     assert {s: round(r.trim_vs_r8, 1) for s, r in sms8.items()} == {0: 0.3, 1: -1.7, 2: -5.1}
@@ -216,10 +219,10 @@ def test_yolo_47_groups_all_seeds_round_up_recovers_most_trim_margin_small():
 def test_yolo_detect_head_trim_beats_round_up_in_every_seed_at_8_sms():
     """The detector with ultralytics' Detect head: 59 free groups; at 8 SMs trim-10 % is faster than
     round-up-to-8 beyond the build-level noise in all three seeds, on the full GPU only in seed 2."""
-    sms8 = {r.seed: r for r in _rows("optimize_sms8_yolo_detect.json")[0]}
-    full = {r.seed: r for r in _rows("optimize_full_yolo_detect.json")[0]}
-    for name in ("optimize_sms8_yolo_detect.json", "optimize_full_yolo_detect.json"):
-        for case in json.loads((RESULTS / name).read_text())["cases"].values():
+    sms8 = {r.seed: r for r in _rows("optimize_sms8_yolo_detect.json.gz")[0]}
+    full = {r.seed: r for r in _rows("optimize_full_yolo_detect.json.gz")[0]}
+    for name in ("optimize_sms8_yolo_detect.json.gz", "optimize_full_yolo_detect.json.gz"):
+        for case in read_json(RESULTS / name)["cases"].values():
             assert case["head"] == "detect" and len(case["lossless"]["best_plan"]) == 59
     assert {s: round(r.trim_vs_r8, 1) for s, r in sms8.items()} == {0: -0.8, 1: -1.4, 2: -5.2}
     assert {s: round(r.trim_vs_r8, 1) for s, r in full.items()} == {0: 0.1, 1: 0.0, 2: -3.3}
@@ -249,7 +252,7 @@ def test_main_prints_tables_and_check_passes(capsys):
     assert out.count("| ✗ |") == 0 and out.count("| ✓ |") == 110
     assert "VGG16 trim-10 % vs irregular pruned, 16 SMs" not in out
     assert "lossless not slower than round-up-to-8 / pruned beyond noise: vgg16 seed 0, 16 SMs" in out
-    assert so.main(["--check", str(RESULTS / "optimize_sms8.json")]) == 0
+    assert so.main(["--check", str(RESULTS / "optimize_sms8.json.gz")]) == 0
 
 
 def test_docs_hold_the_generated_tables(capsys):
@@ -390,7 +393,7 @@ def test_ghostnet_and_regnet_numbers():
     RegNets run about twice as slow as unpruned, deployopt lossless beats round-up-to-8 beyond the
     noise in all six pruned cases, and on GhostNet's published widths round-up-to-8 is slower than
     the model as it ships while lossless is not."""
-    data = so.load(RESULTS / "optimize_sms8_ghostnet_regnet.json")
+    data = so.load(RESULTS / "optimize_sms8_ghostnet_regnet.json.gz")
     rows, _ = so.case_rows(data, "f", "")
     got = {(r.model.removeprefix("onnx:"), r.seed): round(r.lossless_vs_r8, 2) for r in rows}
     assert got == {
@@ -411,7 +414,7 @@ def test_seeds_of_one_series_from_several_files_are_averaged_together():
     """The 16-SM runs came from one invocation per seed: their "Means over seeds" row is over all
     three files' VGG16 cases, keyed by the series, not by one file."""
     rows = []
-    for name in ("optimize_sms16.json", "optimize_sms16_seed1.json", "optimize_sms16_seed2.json"):
+    for name in ("optimize_sms16.json.gz", "optimize_sms16_seed1.json.gz", "optimize_sms16_seed2.json.gz"):
         rows += _rows(name)[0]
     means = so.seed_means(rows)
     key = ("optimize_sms16{,_seed1,_seed2}.json", 16, "vgg16")
@@ -425,7 +428,7 @@ def test_seeds_of_one_series_from_several_files_are_averaged_together():
     assert round(m["trim_vs_r8"], 1) == -8.2
     assert (round(m["lossless_vs_r8_min"], 2), round(m["lossless_vs_r8_max"], 2)) == (-6.77, -1.31)
     # a file outside any series keeps its own row
-    assert ("optimize_sms8.json", 8, "vgg16") in so.seed_means(_rows("optimize_sms8.json")[0])
+    assert ("optimize_sms8.json", 8, "vgg16") in so.seed_means(_rows("optimize_sms8.json.gz")[0])
 
 
 def test_the_command_line_shown_runs_as_written():
@@ -433,7 +436,7 @@ def test_the_command_line_shown_runs_as_written():
     with spaces it vanished and the copied line gave --models the next flag as its value."""
     import shlex
 
-    data = so.load(RESULTS / "optimize_sms16_regnetx.json")
+    data = so.load(RESULTS / "optimize_sms16_regnetx.json.gz")
     assert "" in data["command"]
     text, _ = so.render(so.DEFAULT_FILES)
     line = next(ln for ln in text.splitlines() if "optimize_sms16_regnetx.json --deadline" in ln)
@@ -446,7 +449,7 @@ def test_pruned_mobilenetv2_numbers():
     under 14 % of latency, round-up-to-8 another ~22 %, the lossless answer is round-up-to-8's own
     plan in every run, and trim-10 % beats round-up-to-8 beyond the noise in every run."""
     rows = []
-    for name in ("optimize_sms8_mobilenetv2_pruned.json", "optimize_sms16_mobilenetv2_pruned.json"):
+    for name in ("optimize_sms8_mobilenetv2_pruned.json.gz", "optimize_sms16_mobilenetv2_pruned.json.gz"):
         rows += _rows(name)[0]
     got = {(r.sms, r.seed): (round(r.lossless_vs_r8, 2), round(r.trim_vs_r8, 1)) for r in rows}
     assert got == {
@@ -466,7 +469,7 @@ def test_pruned_mobilenetv2_numbers():
 def test_pruned_mobilenetv2_on_the_full_gpu_gains_little_beyond_rounding():
     """On 132 SMs (batch 64) rounding does most of the work: lossless is again the r8 plan, and
     trim-10 % is within the noise of round-up-to-8 in both seeds (the wave effect shrinks with SMs)."""
-    rows, _ = _rows("optimize_full_mobilenetv2_pruned.json")
+    rows, _ = _rows("optimize_full_mobilenetv2_pruned.json.gz")
     assert sorted(r.seed for r in rows) == [0, 1]
     for r in rows:
         f = r.final
@@ -481,16 +484,17 @@ def test_traffic_ab_table_is_the_recorded_numbers() -> None:
     """benchmarks/summarize_traffic_ab.py on the committed A/B records: the rows docs/optimize.md and
     the records' README quote (pruned GhostNet: the term's answer 8.8 % under the conv table's)."""
     st = load_script("benchmarks/summarize_traffic_ab.py", "summarize_traffic_ab")
-    path = ROOT / "benchmarks/results/h200_traffic/optimize_sms8_ghostnet_traffic_ab.json"
+    path = ROOT / "benchmarks/results/h200_traffic/optimize_sms8_ghostnet_traffic_ab.json.gz"
     rows = {r.split(" | ")[1]: r for r in st.rows(path)}
-    data = json.loads(path.read_text())["cases"]["ghostnet_pruned_seed0"]
+    data = read_json(path)["cases"]["ghostnet_pruned_seed0"]
     priced = data["final"]["deployopt_lossless"]["median_us"]
     conv = data["final"]["deployopt_lossless_conv_only"]["median_us"]
     assert f"{priced:.1f}" == "2986.5" and f"{conv:.1f}" == "3275.3"
     assert "| -8.8 % (faster) |" in rows["ghostnet_pruned_seed0"]
     assert rows["ghostnet_pruned_seed0"].endswith("7.26 ± 0.12 (priced 7.26) |")
     readme = (ROOT / "benchmarks/results/h200_traffic/README.md").read_text()
-    records = sorted((ROOT / "benchmarks/results/h200_traffic").glob("optimize_*_traffic_ab.json"))
+    folder = ROOT / "benchmarks/results/h200_traffic"
+    records = sorted(p for ext in ("json", "json.gz") for p in folder.glob(f"optimize_*_traffic_ab.{ext}"))
     every = [row for rec in records for row in st.rows(rec)]
     assert len(records) == 9 and len(every) == 16
     for row in every:  # the README's table is the records', row for row
@@ -509,7 +513,7 @@ def test_traffic_fit_study_row_is_the_recorded_one(tmp_path: Path) -> None:
     from deployopt.model import load_model
     from deployopt.traffic import traffic
 
-    data = json.loads((ROOT / "benchmarks/results/h200_optimize/optimize_sms8.json").read_text())
+    data = read_json(ROOT / "benchmarks/results/h200_optimize/optimize_sms8.json.gz")
     path = study.build("resnet56_seed0", "8", tmp_path)
     tr = traffic(analyze(load_model(path).model), "fp16")
     row = study.fit(data["cases"]["resnet56_seed0"]["lossless"], tr)
