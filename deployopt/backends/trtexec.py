@@ -354,7 +354,7 @@ class TrtexecSession(Session):
             self._tmp = tempfile.TemporaryDirectory(prefix="deployopt-trtexec-")
             self.workdir = Path(self._tmp.name)
         self.last_run: TrtexecRun | None = None
-        self._qdq = False  # the last model given to run() has Q/DQ nodes
+        self._qdq = False  # the model run() was last given has Q/DQ nodes (read for int8 only)
 
     @property
     def placeholder_int8(self) -> bool:
@@ -404,11 +404,9 @@ class TrtexecSession(Session):
         one line otherwise, and with a calibration table, before trtexec runs)."""
         if not strongly_typed(version):
             return model_path
-        if self.options.dtype == "int8":
-            from deployopt.model import file_has_qdq
-
+        if self.options.dtype == "int8":  # run() read whether the model has Q/DQ nodes
             refuse_int8_calibration(version, calibration_table(self.options))
-            refuse_implicit_int8(version, model_path.name, file_has_qdq(model_path))
+            refuse_implicit_int8(version, model_path.name, self._qdq)
             return model_path
         if self.options.dtype == "fp16":
             from deployopt.precision import write_fp16
