@@ -220,11 +220,16 @@ def lossless_and_trim(
         "lossless": {**summarize(lossless), "wall_s": t1 - t0},
         "trim": {**summarize(trim), "wall_s": t2 - t1},
     }
-    if args.ab_traffic:  # the same lossless search with the conv-only table, for the final comparison
+    # --ab-traffic: the same searches with the conv-only table (lossless; trim too with
+    # --ab-traffic-trim), each answer timed in the final comparison against its traffic-priced twin
+    for mode in ("lossless", "trim") if args.ab_traffic else ():
+        if mode == "trim" and not args.ab_traffic_trim:
+            continue
+        t = time.perf_counter()
         conv_only = run_optimize(
-            args, session, pruned, case_dir / "lossless_conv_only", "lossless", check, traffic_term=False
+            args, session, pruned, case_dir / f"{mode}_conv_only", mode, check, traffic_term=False
         )
-        runs["lossless_conv_only"] = {**summarize(conv_only), "wall_s": time.perf_counter() - t2}
+        runs[f"{mode}_conv_only"] = {**summarize(conv_only), "wall_s": time.perf_counter() - t}
     return lossless, runs
 
 
@@ -375,13 +380,15 @@ def optimize_and_compare(
                 onnx.save(apply_plan(load_model(model).model, lossless.round_up), str(tmp))
     paths["deployopt_lossless"] = case_dir / "lossless" / "model.onnx"
     paths["deployopt_trim"] = case_dir / "trim" / "model.onnx"
-    if "lossless_conv_only" in runs:
-        paths["deployopt_lossless_conv_only"] = case_dir / "lossless_conv_only" / "model.onnx"
+    for mode in ("lossless", "trim"):
+        if f"{mode}_conv_only" in runs:
+            paths[f"deployopt_{mode}_conv_only"] = case_dir / f"{mode}_conv_only" / "model.onnx"
     final = interleaved(session, paths, args.rounds)
     out = {"final": timing_table(final, ref), **runs}
-    if "deployopt_lossless_conv_only" in final:  # --ab-traffic: traffic-priced vs conv-only answer
-        c = compare(final["deployopt_lossless_conv_only"], final["deployopt_lossless"])
-        out["traffic_ab"] = {"verdict": c.verdict, "ratio": c.ratio, "p_value": c.p_value}
+    for mode, key in (("lossless", "traffic_ab"), ("trim", "traffic_ab_trim")):
+        if f"deployopt_{mode}_conv_only" in final:  # --ab-traffic: traffic-priced vs conv-only answer
+            c = compare(final[f"deployopt_{mode}_conv_only"], final[f"deployopt_{mode}"])
+            out[key] = {"verdict": c.verdict, "ratio": c.ratio, "p_value": c.p_value}
     return out
 
 
@@ -761,10 +768,16 @@ def main() -> int:
         action="store_true",
         help="also run lossless with the conv-only table and time its answer in the final comparison",
     )
+    ap.add_argument(
+        "--ab-traffic-trim",
+        action="store_true",
+        help="with --ab-traffic, also run trim with the conv-only table and time its answer (trim vs trim)",
+    )
     ap.add_argument("--deadline", type=float, default=500.0, help="stop cleanly after this many seconds")
     ap.add_argument("--solver-study", action="store_true", help="compare solvers on the tables only")
     args = ap.parse_args()
     args.sms_int = None if args.sms == "full" else int(args.sms)
+    args.ab_traffic = args.ab_traffic or args.ab_traffic_trim
     if args.models is None:
         args.models = "" if args.onnx else "vgg16,resnet56,mobilenetv2"
     args.model_list = [m for m in args.models.split(",") if m]

@@ -5,7 +5,8 @@
 # Run from the repository root on the device machine, carrying .whl; resumable (the work folder
 # stays on a warm machine), so a second call with the same arguments finishes what the first began:
 #   OUT=... bash benchmarks/run_traffic_ab_gpu.sh SMS MODELS [extra bench_optimize.py args]
-# e.g. `bash benchmarks/run_traffic_ab_gpu.sh 8 resnet56 --seeds 0,1,2`. Also, when MODELS is
+# e.g. `bash benchmarks/run_traffic_ab_gpu.sh 8 resnet56 --seeds 0,1,2` (add --ab-traffic-trim for
+# trim against trim too). Also, when MODELS is
 # resnet56, the CLI's optimize on the bundled example at --max-evals 12 (docs/optimize.md's case).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/device_env.sh"
@@ -22,9 +23,17 @@ if [[ $MODELS == resnet56 && ! -e $WORK/cli_done ]]; then
     cp "$WORK/cli_optimize/report.json" "$OUT/cli_optimize_report.json" 2>/dev/null
     touch "$WORK/cli_done"
 fi
+# The GPU's clocks and clock-event (throttle) reasons while the benchmark runs, once a second, and
+# nvidia-smi's full clock/performance report before and after: a slowdown mid-run would show here.
+SMI_FIELDS=timestamp,clocks.sm,clocks.max.sm,clocks.mem,clocks.applications.graphics,clocks_event_reasons.active,temperature.gpu,power.draw,power.limit,pstate
+{ echo "== before"; nvidia-smi -q -d CLOCK,PERFORMANCE,POWER,TEMPERATURE; } >"$OUT/nvidia_smi_${SMS}_${TAG}.txt" 2>&1
+nvidia-smi --query-gpu="$SMI_FIELDS" --format=csv -lms 1000 >"$OUT/clocks_sms${SMS}_${TAG}.csv" 2>&1 &
+SMI_PID=$!
 python3 benchmarks/bench_optimize.py --sms "$SMS" --models "$MODELS" --ab-traffic --workdir "$WORK" \
     --out "$WORK/optimize_sms${SMS}_${TAG}_traffic_ab.json" --deadline "${DEADLINE:-420}" "$@" \
     >"$OUT/bench_sms${SMS}_${TAG}.out" 2>&1
 echo "rc=$?" >>"$OUT/bench_sms${SMS}_${TAG}.out"
+kill "$SMI_PID" 2>/dev/null
+{ echo "== after"; nvidia-smi -q -d CLOCK,PERFORMANCE,POWER,TEMPERATURE; } >>"$OUT/nvidia_smi_${SMS}_${TAG}.txt" 2>&1
 cp "$WORK/optimize_sms${SMS}_${TAG}_traffic_ab.json" "$OUT/" 2>/dev/null
 exit 0

@@ -1,6 +1,7 @@
 """The traffic term's A/B (bench_optimize.py --ab-traffic) as a markdown table: per case, the final
 interleaved medians of round-up-to-8, lossless with the traffic term and lossless with the conv
-table alone, and the slope each traffic-priced run fitted; SMs is the green context's count ("full":
+table alone, and the slope each traffic-priced run fitted (records of --ab-traffic-trim get a second
+table, trim against trim); SMs is the green context's count ("full":
 the whole GPU). Records of 300 KB or more are committed as NAME.json.gz (benchmarks/results/README.md),
 hence the glob's last `*`:
 
@@ -48,6 +49,28 @@ def rows(path: Path) -> list[str]:
     return out
 
 
+def trim_rows(path: Path) -> list[str]:
+    """The trim A/B of `--ab-traffic-trim` records: trim with the traffic term against trim with the
+    conv table alone, both against round-up-to-8 and the pruned input (what trim is measured from)."""
+    data = read_json(path)
+    out = []
+    sms = data.get("sms")
+    for cid, case in data["cases"].items():
+        final = case["final"]
+        if "deployopt_trim_conv_only" not in final:
+            continue
+        r8 = final["round_up_8"]["median_us"]
+        priced, conv = final["deployopt_trim"]["median_us"], final["deployopt_trim_conv_only"]["median_us"]
+        ab = case.get("traffic_ab_trim", {})
+        out.append(
+            f"| {json_name(path)} | {cid} | {sms or 'full'} | {r8:.1f} | "
+            f"{priced:.1f} ({100 * (priced / r8 - 1):+.1f} %) | "
+            f"{conv:.1f} ({100 * (conv / r8 - 1):+.1f} %) | {100 * (priced / conv - 1):+.1f} % "
+            f"({ab.get('verdict', '—')}) |"
+        )
+    return out
+
+
 def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
@@ -60,6 +83,14 @@ def main(argv: list[str]) -> int:
     for p in argv:
         for row in rows(Path(p)):
             print(row)
+    trims = [row for p in argv for row in trim_rows(Path(p))]
+    if trims:  # records of --ab-traffic-trim
+        print(
+            "\n| file | case | SMs | round-up-to-8 µs | trim, traffic term | trim, conv table alone "
+            "| term vs alone |"
+        )
+        print("|---|---|---|---|---|---|---|")
+        print("\n".join(trims))
     return 0
 
 

@@ -133,3 +133,19 @@ def test_ab_traffic_times_the_conv_only_answer_beside(tmp_path: Path, monkeypatc
     assert case["lossless"]["traffic"]["enabled"] is True
     assert case["lossless_conv_only"]["traffic"]["enabled"] is False
     assert "bytes_per_channel" not in case["lossless"]["traffic"]
+
+
+def test_ab_traffic_trim_also_times_trim_with_the_conv_only_table(tmp_path: Path, monkeypatch) -> None:
+    """--ab-traffic-trim (implies --ab-traffic): trim is searched a second time with the conv-only
+    table, its answer timed beside the traffic-priced trim and compared with it, as lossless is."""
+    model = tmp_path / "mb.onnx"
+    onnx.save(zoo.mobilenet_like(batch=2), str(model))
+    out, work = tmp_path / "r.json", tmp_path / "work"
+    args = ["--onnx", f"mb={model}", "--workdir", str(work), "--out", str(out), "--ab-traffic-trim"]
+    assert _main(monkeypatch, *args) == 0
+    case = json.loads(out.read_text())["cases"]["onnx:mb"]
+    assert {"deployopt_lossless_conv_only", "deployopt_trim_conv_only"} <= set(case["final"])
+    assert set(case["traffic_ab"]) == set(case["traffic_ab_trim"]) == {"verdict", "ratio", "p_value"}
+    assert case["trim"]["traffic"]["enabled"] is True
+    assert case["trim_conv_only"]["traffic"]["enabled"] is False
+    assert (work / "sms8" / "onnx_mb" / "trim_conv_only" / "model.onnx").exists()
