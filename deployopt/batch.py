@@ -18,6 +18,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from deployopt.errors import first_line
+
 #: Outputs of one sample at batch 2 and at batch 1 must agree to this, relative to the output's
 #: scale: the same kernels on other batch sizes may sum in another order (onnxruntime CPU).
 RTOL = 1e-4
@@ -46,8 +48,7 @@ def restore_dynamic_batch(
         candidate = _make_dynamic(model, dynamic, static_batch, symbol)
         why = _check_batches(candidate)
     except Exception as exc:  # onnx/onnxruntime say why in their first line
-        text = str(exc).strip()
-        why = text.splitlines()[0] if text else type(exc).__name__
+        why = first_line(exc)
     if why:
         return BatchRestore(
             model,

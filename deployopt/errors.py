@@ -63,3 +63,13 @@ def no_such_file(
     """`PATH: no such file` (`... or folder` for an input that may be a folder): the one wording
     every command uses for a missing input path, raised as the error type of what it was to be."""
     return error(f"{path}: no such file{' or folder' if folder else ''}")
+
+
+def first_line(exc: BaseException, empty: str | None = None) -> str:
+    """The first line of `exc`'s message, for a one-line error built around what a library said
+    (onnx, onnxruntime, Pillow print paragraphs); `empty` (default: the exception's type name) when
+    the message is blank, so the line never ends in nothing."""
+    text = str(exc).strip()
+    if not text:
+        return type(exc).__name__ if empty is None else empty
+    return text.splitlines()[0]

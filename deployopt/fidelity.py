@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from deployopt.errors import DataError, ModelError, no_such_file
+from deployopt.errors import DataError, ModelError, first_line, no_such_file
 
 RANDOM_SOURCE = "random inputs (no calibration data given)"
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp"})
@@ -581,7 +581,7 @@ def cpu_session(
     except ModelError:
         raise
     except Exception as exc:  # onnxruntime raises its own exception types for bad models
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
+        first = first_line(exc)
         raise ModelError(f"{failure}: {first[:300]}") from None
 
 
@@ -685,7 +685,7 @@ def _run(sess: Any, feed: dict[str, np.ndarray], role: str) -> list[np.ndarray]:
     try:
         return [np.asarray(o) for o in sess.run(None, feed)]
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
+        first = first_line(exc)
         raise DataError(f"{role} model failed on the calibration inputs: {first[:300]}") from None
 
 

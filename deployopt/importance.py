@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 import onnx
 
-from deployopt.errors import DataError
+from deployopt.errors import DataError, first_line
 
 if TYPE_CHECKING:
     from deployopt.coupling import Analysis
@@ -260,7 +260,7 @@ def _mean_abs(
             try:
                 values = sess.run(names, feed)
             except Exception as exc:  # onnxruntime's own errors: one line, as the fidelity check says
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+                first = first_line(exc, repr(exc))
                 raise DataError(f"ranking channels on the calibration data: onnxruntime: {first}") from None
             for t, v in zip(names, values):
                 spread = st.spread.get(t, 1)

@@ -23,7 +23,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import TensorProto
 
-from deployopt.errors import ModelError, OutputError, no_such_file
+from deployopt.errors import ModelError, OutputError, first_line, no_such_file
 from deployopt.fileio import (
     check_output_file,
     make_output_dir,
@@ -439,7 +439,7 @@ def _infer(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
     try:
         return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+        first = first_line(exc, repr(exc))
         raise ModelError(f"{path.name}: shape inference failed: {first}") from None
 
 
@@ -453,7 +453,7 @@ def load_model(path: str | os.PathLike[str], input_shapes: dict[str, list[int]] 
         try:
             onnx.external_data_helper.load_external_data_for_model(model, str(path.parent))
         except Exception as exc:  # onnx raises OSError, ValueError or ValidationError here
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+            first = first_line(exc, repr(exc))
             raise ModelError(f"{path}: cannot read its external weight data: {first}") from None
     # before the checker, which refuses a graph input or output without a shape in its own words
     # ("Field 'shape' of 'type' is required"): an input gets --input-shape's (or asks for one), an
@@ -465,7 +465,7 @@ def load_model(path: str | os.PathLike[str], input_shapes: dict[str, list[int]] 
     try:
         onnx.checker.check_model(model)
     except (onnx.checker.ValidationError, Exception) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+        first = first_line(exc, repr(exc))
         raise ModelError(f"{path}: invalid ONNX model: {first}") from None
     _clear_derived_shapes(model, all_outputs=bool(input_shapes))
     model = _infer(model, path)

@@ -35,7 +35,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from deployopt.errors import ModelError
+from deployopt.errors import ModelError, first_line
 
 #: Part of every strongly typed fp16 engine's cache key: raise it when `to_fp16` starts writing a
 #: different model from the same input, so engines built from the older conversion are rebuilt.
@@ -75,16 +75,11 @@ def is_low_precision(model: onnx.ModelProto) -> bool:
     return any(t in _LOW_PRECISION for t in _tensor_types(model).values())
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def _infer(model: onnx.ModelProto, what: str, strict: bool = False) -> onnx.ModelProto:
     try:
         return onnx.shape_inference.infer_shapes(model, check_type=strict, strict_mode=strict, data_prop=True)
     except Exception as exc:
-        raise ModelError(f"fp16 conversion: {what}: shape inference failed: {_first_line(exc)}") from None
+        raise ModelError(f"fp16 conversion: {what}: shape inference failed: {first_line(exc)}") from None
 
 
 def validate(model: onnx.ModelProto, what: str = "the converted model") -> None:
@@ -92,7 +87,7 @@ def validate(model: onnx.ModelProto, what: str = "the converted model") -> None:
     try:
         onnx.checker.check_model(model)
     except Exception as exc:
-        raise ModelError(f"fp16 conversion: {what} fails the ONNX checker: {_first_line(exc)}") from None
+        raise ModelError(f"fp16 conversion: {what} fails the ONNX checker: {first_line(exc)}") from None
     _infer(model, what, strict=True)
 
 
@@ -426,7 +421,7 @@ def to_fp16_bytes(data: bytes, base_dir: str | os.PathLike[str] | None = None) -
 
             load_external_data_for_model(model, str(base_dir))
     except Exception as exc:
-        raise ModelError(f"fp16 conversion: cannot read the model ({_first_line(exc)})") from None
+        raise ModelError(f"fp16 conversion: cannot read the model ({first_line(exc)})") from None
     converted = to_fp16(model)
     return data if converted is model else converted.SerializeToString()
 
@@ -440,7 +435,7 @@ def write_fp16(src: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Pat
     try:
         model = onnx.load(str(src))
     except Exception as exc:
-        raise ModelError(f"{src.name}: cannot read it for the fp16 conversion ({_first_line(exc)})") from None
+        raise ModelError(f"{src.name}: cannot read it for the fp16 conversion ({first_line(exc)})") from None
     converted = to_fp16(model)
     if converted is model:
         return src

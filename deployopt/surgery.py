@@ -26,7 +26,7 @@ import onnx
 from onnx import numpy_helper
 
 from deployopt.coupling import Analysis, analyze
-from deployopt.errors import ModelError, PlanError, no_such_file
+from deployopt.errors import ModelError, PlanError, first_line, no_such_file
 from deployopt.importance import dead_channels_many, filter_l1, trim_order
 
 
@@ -270,7 +270,7 @@ def apply_plan_report(
         graph.value_info.extend(inferred.graph.value_info)
         onnx.checker.check_model(out)
     except Exception as exc:  # a bug or an op a rule mis-declares: never hand back a broken model
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+        first = first_line(exc, repr(exc))
         raise ModelError(f"the edited model does not validate (please report this model): {first}") from None
     return out, report
 

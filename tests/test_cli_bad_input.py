@@ -464,6 +464,7 @@ def test_a_real_gpu_the_tables_lack_says_whose_figures_it_gets(
         (["verify", "{model}", "{model}", "--calibration-data", "{gone}"], True),
         (["optimize", "{gone}", "-t", "t4", "--backend", "model", "-o", "{out}"], False),
         (["optimize", "{model}", "-t", "t4", "-b", "model", "--calibration-data", "{gone}"], True),
+        (["apply", "{model}", "--plan", "{plan}", "-o", "{out}", "--calibration-data", "{gone}"], True),
         (["bench", "{gone}"], False),
         (["profile", "{gone}"], False),
         (
@@ -888,6 +889,18 @@ def test_convs_the_wave_model_does_not_price(monkeypatch, capsys, tmp_path) -> N
             "--calibration-data",
             "a folder or file path",
         ),
+        (
+            ["optimize", "{model}", "-t", "t4", "-b", "model", "--calibration-data", ""],
+            "--calibration-data",
+            "a folder or file path",
+        ),
+        (
+            ["apply", "{model}", "--plan", "p.json", "-o", "o.onnx", "--calibration-data", ""],
+            "--calibration-data",
+            "a folder or file path",
+        ),
+        (["bench", "{model}", "--calibration-data", ""], "--calibration-data", "a folder or file path"),
+        (["profile", "{model}", "--calibration-data", ""], "--calibration-data", "a folder or file path"),
         (["apply", "{model}", "--plan", "", "-o", "out.onnx"], "--plan", "a plan file (.json)"),
         (["analyze", ""], "model", "an .onnx file"),
         (["verify", "{model}", ""], "candidate", "an .onnx file"),

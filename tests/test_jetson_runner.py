@@ -202,12 +202,80 @@ def test_version_dispatch_matches_backend() -> None:
         runner.api_for_version("7.1.3")
 
 
+VERSIONS = ("8.0.1", "8.2.1", "8.5.2", "8.6.1.6", "10.3.0", "10.16.1", "11.0.0", "11.2", "12.0.1", "")
+
+
+def test_strong_typing_rule_matches_backend() -> None:
+    """The runner's own strongly_typed (it cannot import deployopt) keeps the host's rule."""
+    from deployopt.backends.trtexec import strongly_typed
+
+    for v in VERSIONS:
+        assert runner.strongly_typed(v) == strongly_typed(v), v
+
+
+def test_precision_phrase_matches_backend() -> None:
+    """`timed` names the precision as the host does; the one deliberate difference is fp16 on
+    TensorRT >= 11, where the host types the model itself (fp32 I/O) and the runner takes a model
+    typed elsewhere, so it says only that the types come from the model."""
+    from deployopt.backends.trtexec import precision_phrase, strongly_typed
+
+    for v in VERSIONS:
+        for dtype in ("fp32", "fp16", "int8"):
+            board, host = runner.precision_phrase(dtype, v), precision_phrase(dtype, v)
+            if dtype == "fp16" and strongly_typed(v):
+                assert board == "fp16 as typed in the model (TensorRT 11 strong typing)"
+                assert host.startswith("fp16") and host.endswith("(TensorRT 11 strong typing)")
+            else:
+                assert board == host, (dtype, v)
+
+
+def test_shapes_syntax_matches_trtexec() -> None:
+    """--shapes takes trtexec's syntax, as deployopt writes it for trtexec."""
+    from deployopt.backends.trtexec import shapes_arg
+
+    for shapes in ({"input": [1, 3, 224, 224]}, {"x": [2, 3, 32, 32], "mask:0": [2, 10]}, {}):
+        assert runner.parse_shapes(shapes_arg(shapes)) == shapes
+
+
+def test_engine_file_endings_match_compare() -> None:
+    """What the runner loads as a serialized engine is what `deployopt compare` calls an engine."""
+    from deployopt.regression import ENGINE_SUFFIXES
+
+    for suffix in ENGINE_SUFFIXES:
+        assert runner.is_serialized_engine("model" + suffix)
+    for name in ("model.onnx", "model.engine.onnx", "engine"):
+        assert not runner.is_serialized_engine(name)
+
+
 def test_layer_table() -> None:
     rows = runner.layer_table({"a": [0.01, 0.03, 0.02], "b": [0.005]}, ["a", "b"])
     assert rows == [
         {"name": "a", "time_us": pytest.approx(20.0), "share": pytest.approx(0.8), "runs": 3},
         {"name": "b", "time_us": pytest.approx(5.0), "share": pytest.approx(0.2), "runs": 1},
     ]
+
+
+@pytest.mark.parametrize(
+    ("times", "order"),
+    [
+        ({"a": [0.01, 0.03, 0.02], "b": [0.005]}, ["a", "b"]),
+        ({"conv": [0.2, 0.1, 0.9, 0.3], "relu": [0.0, 0.0], "pool": [0.05, 0.07]}, ["relu", "conv", "pool"]),
+        ({"only": [0.0]}, ["only"]),  # no time at all: shares of 0, not a division by zero
+    ],
+)
+def test_layer_table_matches_backend(times: dict[str, list[float]], order: list[str]) -> None:
+    """The board's per-layer rows are the tensorrt backend's aggregate_layer_times, row for row."""
+    from deployopt.backends.tensorrt import aggregate_layer_times
+
+    host = [
+        {"name": t.name, "time_us": t.time_us, "share": t.share, "runs": t.extra["runs"]}
+        for t in aggregate_layer_times(times, order)
+    ]
+    board = runner.layer_table(times, order)
+    assert [r["name"] for r in board] == order and [r["runs"] for r in board] == [r["runs"] for r in host]
+    for b, h in zip(board, host):
+        assert b["time_us"] == pytest.approx(h["time_us"], rel=1e-12, abs=1e-12)
+        assert b["share"] == pytest.approx(h["share"], rel=1e-12, abs=1e-12)
 
 
 # ------------------------------------------------------------------ engine keys

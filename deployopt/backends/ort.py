@@ -23,7 +23,7 @@ from statistics import median
 from typing import TYPE_CHECKING, Any
 
 from deployopt.backends.base import Backend, LayerTime, MeasureOptions, Profile, Session
-from deployopt.errors import BackendFailed, BackendUnavailable, DeployoptError
+from deployopt.errors import BackendFailed, BackendUnavailable, DeployoptError, first_line
 from deployopt.timing import Timing
 
 if TYPE_CHECKING:
@@ -101,8 +101,7 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__
+    return first_line(exc)[:300]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -99,16 +99,22 @@ def cudnn_engines_option() -> object:
     )
 
 
-def calibration_data_option() -> object:
-    """`--calibration-data`, for INT8 on TensorRT in `bench` and `profile`."""
+CALIBRATION_DATA_HELP = (
+    "--dtype int8: data TensorRT calibrates on (a folder of images, or .npy/.npz preprocessed "
+    "like the model's input), or a calibration table (.cache/.calib/.table) from an earlier run, "
+    "only read; trtexec cannot calibrate and takes only a table."
+)
+
+
+def calibration_data_option(help: str = CALIBRATION_DATA_HELP) -> object:
+    """`--calibration-data`: one declaration (the path check, the metavar) for every command that
+    takes it; `help` says what the command does with it (default: INT8 in `bench` and `profile`)."""
     return typer.Option(
         None,
         "--calibration-data",
         parser=input_path("--calibration-data", "a folder or file path"),
         metavar="<path>",
-        help="--dtype int8: data TensorRT calibrates on (a folder of images, or .npy/.npz preprocessed "
-        "like the model's input), or a calibration table (.cache/.calib/.table) from an earlier run, "
-        "only read; trtexec cannot calibrate and takes only a table.",
+        help=help,
     )
 
 

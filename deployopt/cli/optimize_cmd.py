@@ -15,6 +15,7 @@ from rich.text import Text
 from deployopt.cli.app import (
     Interrupted,
     app,
+    calibration_data_option,
     check_batch_agrees,
     console,
     cudnn_benchmark_option,
@@ -127,15 +128,11 @@ def optimize_command(
         "fitted to this run's end-to-end measurements, once they establish it; --no-traffic-term "
         "searches on the per-layer conv table alone.",
     ),
-    calibration_data: Optional[Path] = typer.Option(
-        None,
-        "--calibration-data",
-        parser=input_path("--calibration-data", "a folder or file path"),
-        metavar="<path>",
-        help="Images or .npy/.npz for fidelity checks (random inputs if omitted); with --mode trim also "
+    calibration_data: Optional[Path] = calibration_data_option(
+        "Images or .npy/.npz for fidelity checks (random inputs if omitted); with --mode trim also "
         "what the trimmed channels are ranked on (least activation × reader weight first; by filter "
         "L1 if omitted); with --dtype int8 also what TensorRT calibrates on (trtexec cannot: its "
-        "engines use placeholder ranges, and the report says so).",
+        "engines use placeholder ranges, and the report says so)."
     ),
     outdir: Optional[Path] = output_option(
         None, "-o", "--out", help="Output folder (default <model>.deployopt/).", folder=True

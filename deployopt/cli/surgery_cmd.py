@@ -17,7 +17,15 @@ from rich.table import Table
 from rich.text import Text
 
 from deployopt.batch import restore_dynamic_batch
-from deployopt.cli.app import app, console, err_console, input_path, output_option, parse_input_shapes
+from deployopt.cli.app import (
+    app,
+    calibration_data_option,
+    console,
+    err_console,
+    input_path,
+    output_option,
+    parse_input_shapes,
+)
 from deployopt.coupling import Analysis, ConvLayer, analyze
 from deployopt.errors import DeployoptError
 from deployopt.fileio import check_output_file, refuse_input_as_output
@@ -271,14 +279,10 @@ def apply_cmd(
     input_shape: Optional[list[str]] = typer.Option(
         None, "--input-shape", help="Static shape for an input, NAME:1x3x224x224 (repeatable)."
     ),
-    calibration_data: Optional[Path] = typer.Option(
-        None,
-        "--calibration-data",
-        parser=input_path("--calibration-data", "a folder or file path"),
-        metavar="<path>",
-        help="Images (png/jpg/jpeg/bmp, resized to the input, ImageNet mean/std), .npy or .npz: a trim "
+    calibration_data: Optional[Path] = calibration_data_option(
+        "Images (png/jpg/jpeg/bmp, resized to the input, ImageNet mean/std), .npy or .npz: a trim "
         "drops the channels that add least to the next layers on this data (mean |activation| × "
-        "reader weight norm) instead of the smallest filters (L1). Dead channels go first either way.",
+        "reader weight norm) instead of the smallest filters (L1). Dead channels go first either way."
     ),
     count: Optional[int] = typer.Option(
         None, "--count", help="With --calibration-data: samples (model runs) at most (default 16)."

@@ -15,7 +15,14 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from deployopt.cli.app import app, console, err_console, input_path, parse_input_shapes
+from deployopt.cli.app import (
+    app,
+    calibration_data_option,
+    console,
+    err_console,
+    input_path,
+    parse_input_shapes,
+)
 from deployopt.errors import DataError
 from deployopt.fidelity import (
     IMAGENET_MEAN,
@@ -128,14 +135,10 @@ def verify(
         help="The edited model to check against it (.onnx).",
         parser=input_path("candidate", "an .onnx file"),
     ),
-    calibration_data: Optional[Path] = typer.Option(
-        None,
-        "--calibration-data",
-        parser=input_path("--calibration-data", "a folder or file path"),
-        metavar="<path>",
-        help="Folder of images (png/jpg/jpeg/bmp), .npy, .npz (keyed by input name) or folder of arrays; "
+    calibration_data: Optional[Path] = calibration_data_option(
+        "Folder of images (png/jpg/jpeg/bmp), .npy, .npz (keyed by input name) or folder of arrays; "
         "folders are searched recursively, hidden entries skipped. "
-        "Random inputs when omitted (said so).",
+        "Random inputs when omitted (said so)."
     ),
     count: int = typer.Option(16, "--count", help="Calibration samples (model runs) at most."),
     mean: Optional[str] = typer.Option(
