@@ -389,7 +389,7 @@ def test_wave_model_cli_tables_and_doc():
 
 
 def test_ghostnet_and_regnet_numbers():
-    """The 8-SM run with ghost modules and grouped convs free (docs/optimize.md, README): pruned
+    """The 8-SM run with ghost modules and grouped convs free (docs/optimize.md, docs/results.md): pruned
     RegNets run about twice as slow as unpruned, deployopt lossless beats round-up-to-8 beyond the
     noise in all six pruned cases, and on GhostNet's published widths round-up-to-8 is slower than
     the model as it ships while lossless is not."""
@@ -445,7 +445,7 @@ def test_the_command_line_shown_runs_as_written():
 
 
 def test_pruned_mobilenetv2_numbers():
-    """Pruned MobileNetV2 at 8 and 16 SMs (docs/optimize.md, README): irregular pruning bought
+    """Pruned MobileNetV2 at 8 and 16 SMs (docs/optimize.md, docs/results.md): irregular pruning bought
     under 14 % of latency, round-up-to-8 another ~22 %, the lossless answer is round-up-to-8's own
     plan in every run, and trim-10 % beats round-up-to-8 beyond the noise in every run."""
     rows = []
