@@ -496,12 +496,30 @@ def test_traffic_ab_table_is_the_recorded_numbers() -> None:
     folder = ROOT / "benchmarks/results/h200_traffic"
     records = sorted(p for ext in ("json", "json.gz") for p in folder.glob(f"optimize_*_traffic_ab.{ext}"))
     every = [row for rec in records for row in st.rows(rec)]
-    assert len(records) == 9 and len(every) == 16
-    for row in every:  # the README's table is the records', row for row
+    trims = [row for rec in records for row in st.trim_rows(rec)]
+    assert len(records) == 12 and len(every) == 22 and len(trims) == 6
+    for row in every + trims:  # the README's tables are the records', row for row
         assert row in readme
     pruned_ghost = [r for r in every if "| ghostnet_pruned_seed" in r]
-    assert [r.split(" | ")[2] for r in pruned_ghost] == ["16", "8", "8", "full"]
-    assert all("% (faster) |" in r for r in pruned_ghost)
+    assert [r.split(" | ")[2] for r in pruned_ghost] == ["16", "16", "8", "8", "8", "8", "full", "full"]
+    assert all("% (faster) |" in r for r in pruned_ghost)  # every lossless search, in three sessions
+    trim_ghost = [r for r in trims if "| ghostnet_pruned_seed" in r]
+    assert len(trim_ghost) == 4 and all("% (faster) |" in r for r in trim_ghost)
+    assert not any("(faster)" in r or "(slower)" in r for r in trims if "| resnet56_seed" in r)
+
+
+def test_traffic_ab_trim_row_is_the_recorded_comparison() -> None:
+    """--ab-traffic-trim's record: the trim row reads the two trim answers' medians and the recorded
+    verdict of trim with the term against trim with the conv table alone (GhostNet seed 1, 8 SMs)."""
+    st = load_script("benchmarks/summarize_traffic_ab.py", "summarize_traffic_ab")
+    path = ROOT / "benchmarks/results/h200_traffic/optimize_sms8_resnet56_ghostnet_trim_traffic_ab.json.gz"
+    case = read_json(path)["cases"]["ghostnet_pruned_seed1"]
+    priced = case["final"]["deployopt_trim"]["median_us"]
+    conv = case["final"]["deployopt_trim_conv_only"]["median_us"]
+    assert (f"{priced:.1f}", f"{conv:.1f}") == ("3010.3", "3184.1")
+    assert case["traffic_ab_trim"]["verdict"] == "faster" and case["traffic_ab_trim"]["p_value"] < 0.01
+    row = {r.split(" | ")[1]: r for r in st.trim_rows(path)}["ghostnet_pruned_seed1"]
+    assert row.endswith("| 3010.3 (-12.7 %) | 3184.1 (-7.7 %) | -5.5 % (faster) |")
 
 
 def test_traffic_fit_study_row_is_the_recorded_one(tmp_path: Path) -> None:
