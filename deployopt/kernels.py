@@ -56,21 +56,29 @@ SM_LIMITS: dict[str, SmLimits] = {
     "9.0": SmLimits(2048, 32, 64, 228 * 1024, reserved_shared_per_block=1024),
 }
 
-# "tilesize128x128x64" (cuDNN/TensorRT xmma kernels), else a "_256x128_" field (cuDNN/cuBLAS/CUTLASS
-# names such as ..._s1688cudnn_fp16_256x128_ldg8_... or cutlass_..._128x128_32x3_nhwc).
+# "tilesize128x128x64" (cuDNN/TensorRT xmma kernels), else the first "_256x128_" field (cuDNN,
+# cuBLAS, CUTLASS: ..._s1688cudnn_fp16_256x128_ldg8_..., cutlass_..._128x128_32x3_nhwc; cuBLASLt's
+# nvjet_sm90_hsh_112x128_64x7_..., whose second field is K × stages). A tile side is a multiple of 8
+# up to 512, which leaves out layer names that trtexec fuses into a tactic's name ("relu_3x3") and
+# stage counts ("stages_64x5").
 _TILESIZE = re.compile(r"tilesize(\d+)x(\d+)(?:x(\d+))?", re.IGNORECASE)
-_TILE_FIELD = re.compile(r"(?:^|_)(\d{2,3})x(\d{2,3})(?:x(\d{1,3}))?(?=_|$)")
-_TILE_VALUES = {8, 16, 32, 64, 96, 128, 160, 192, 224, 256}
+_TILE_FIELD = re.compile(r"(?:^|_)(\d{1,3})x(\d{1,3})(?:x(\d{1,3}))?(?=_|$)")
 
 
-def parse_tile(kernel_name: str) -> tuple[int, ...] | None:
-    """The CTA tile a GEMM/conv kernel's name announces, or None (elementwise/pool kernels)."""
+def _tile_side(v: str) -> bool:
+    return int(v) % 8 == 0 and 8 <= int(v) <= 512
+
+
+def parse_tile(kernel_name: str | None) -> tuple[int, ...] | None:
+    """The CTA tile a GEMM/conv kernel's name announces, or None (elementwise/pool kernels, no
+    name). One rule for CUPTI kernel names and trtexec tactic names alike. Warp/launch shapes
+    (`warpsize2x1x1`, `tensor16x8x16`) are not fields of their own, so they are never read."""
+    if not kernel_name:
+        return None
     m = _TILESIZE.search(kernel_name)
     if m is None:
-        for cand in _TILE_FIELD.finditer(kernel_name):
-            if int(cand.group(1)) in _TILE_VALUES and int(cand.group(2)) in _TILE_VALUES:
-                m = cand
-                break
+        fields = _TILE_FIELD.finditer(kernel_name)
+        m = next((c for c in fields if _tile_side(c.group(1)) and _tile_side(c.group(2))), None)
     if m is None:
         return None
     return tuple(int(g) for g in m.groups() if g is not None)

@@ -84,6 +84,10 @@ def make_trace() -> dict[str, Any]:
         ("ampere_fp16_s16816gemm_fp16_64x64_sliced1x2_ldg8_f2f_stages_64x5_nn", (64, 64)),
         (RELU_KERNEL, None),
         ("void cudnn::winograd_nonfused::winogradForwardData4x4<float, float>", None),
+        # cuBLASLt's nvjet kernels (H200 traces): the first field is the tile, the second K × stages
+        ("nvjet_sm90_hsh_24x64_64x16_2x1_v_bz_TNN", (24, 64)),
+        ("nvjet_sm90_hsh_112x128_64x7_2x1_v_bz_TNN", (112, 128)),
+        ("nvjet_sm90_hsh_64x8_64x16_1x2_h_bz_TNT", (64, 8)),
     ],
 )
 def test_parse_tile(name: str, tile: tuple[int, ...] | None) -> None:

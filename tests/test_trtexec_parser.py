@@ -578,6 +578,9 @@ def test_profile_joined_with_layer_info() -> None:
             (256, 64, 32),
         ),
         ("__myl_MulSum_0xf51780477f7b66bae3896079c053d676", None),
+        # fused layer names in a recorded GoogLeNet profile: filter sizes, not tiles
+        ("conv2/3x3 + conv2/relu_3x3", None),
+        ("conv1/7x7_s2 + conv1/relu_7x7", None),
         ("sm50_xmma_pooling_tiled_FP32NCHW_kMAX_tP2_tQ16_tR2_tS2_tU2_tV2_tUnroll4_tThreads128", None),
         (None, None),
     ],

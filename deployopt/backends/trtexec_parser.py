@@ -20,6 +20,7 @@ from typing import Any, Union
 
 from deployopt.backends.base import KernelRecord, LayerTime, Profile
 from deployopt.errors import DataError, DeployoptError
+from deployopt.kernels import parse_tile
 from deployopt.timing import Timing
 
 PathLike = Union[str, Path]
@@ -266,25 +267,6 @@ class TrtexecRun:
 
 # ---------------------------------------------------------------------------------------------
 # small pure helpers
-
-_TILESIZE = re.compile(r"tilesize(\d+)x(\d+)(?:x(\d+))?")
-_TILE_TOKEN = re.compile(r"^(\d+)x(\d+)(?:x(\d+))?$")
-
-
-def parse_tile(kernel_name: str | None) -> tuple[int, ...] | None:
-    """Tile size from a tactic/kernel name: `..._tilesize128x128x64_...` (xmma/cask) or a bare
-    `_128x64_` token (cuDNN/CUTLASS names such as `turing_fp16_i8816cudnn_int8_128x128_ldg16_...`).
-    Warp/launch shapes (`warpsize2x1x1`, `tensor8x8x16`, `param4x32x32`) are not tiles."""
-    if not kernel_name:
-        return None
-    m = _TILESIZE.search(kernel_name)
-    if m:
-        return tuple(int(g) for g in m.groups() if g is not None)
-    for token in kernel_name.split("_"):
-        t = _TILE_TOKEN.match(token)
-        if t:
-            return tuple(int(g) for g in t.groups() if g is not None)
-    return None
 
 
 def parse_version_code(code: str) -> str:
