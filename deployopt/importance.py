@@ -114,20 +114,6 @@ def _observed(analysis: Analysis, gid: str) -> list[tuple[str, int, int, int]]:
     return seen
 
 
-def _random_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    inits = {t.name for t in model.graph.initializer}
-    rng = np.random.default_rng(0)
-    feeds = {}
-    for inp in model.graph.input:
-        if inp.name in inits:
-            continue
-        tt = inp.type.tensor_type
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
-        shape = [max(d.dim_value, 1) for d in tt.shape.dim]
-        feeds[inp.name] = rng.standard_normal(shape).astype(dtype)
-    return feeds
-
-
 def _probe_session(
     model: onnx.ModelProto, tensors: Sequence[str], what: str, *, optimize: bool = True
 ) -> Any:
@@ -159,7 +145,9 @@ def dead_channels_many(model: onnx.ModelProto, analysis: Analysis, gids: list[st
         return result
     names = sorted({t for obs in observed.values() for t, _, _, _ in obs})
     sess = _probe_session(model, names, "finding dead channels", optimize=False)
-    values = dict(zip(names, sess.run(names, _random_feeds(model))))
+    from deployopt.backends.ort import random_inputs  # the inputs the ort backend times with
+
+    values = dict(zip(names, sess.run(names, random_inputs(model))))
     for gid, obs in observed.items():
         dead = []
         for c in candidates[gid]:

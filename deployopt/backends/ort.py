@@ -80,7 +80,9 @@ def prepare_model(
 
 
 def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
-    """Deterministic inputs for every graph input (latency does not depend on the values for CNNs)."""
+    """Deterministic inputs for every graph input (latency does not depend on the values for CNNs):
+    standard normals for float inputs, zeros for integer ones (valid indices and pixel values), a
+    dynamic dim as 1. Also what importance's dead-channel probe feeds."""
     import numpy as np
     from onnx import helper
 
@@ -91,7 +93,7 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray
         if inp.name in inits:
             continue
         ttype = inp.type.tensor_type
-        dims = [d.dim_value for d in ttype.shape.dim]
+        dims = [max(d.dim_value, 1) for d in ttype.shape.dim]
         dtype = helper.tensor_dtype_to_np_dtype(ttype.elem_type)
         if np.issubdtype(dtype, np.floating):
             feeds[inp.name] = rng.standard_normal(dims).astype(dtype)
