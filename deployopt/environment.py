@@ -85,9 +85,10 @@ def nvidia_smi(index: int = 0) -> dict[str, Any]:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
+            errors="replace",  # a stray byte that is not UTF-8 raised UnicodeDecodeError here
             timeout=10,
         )
-    except (OSError, subprocess.SubprocessError):
+    except (OSError, subprocess.SubprocessError, ValueError):
         return {}
     if proc.returncode != 0 or not proc.stdout.strip():
         return {}
@@ -98,8 +99,8 @@ def nvidia_smi(index: int = 0) -> dict[str, Any]:
             continue
         try:
             out[key] = float(value) if key.endswith(("_mhz", "_w")) else value
-        except ValueError:
-            out[key] = value
+        except ValueError:  # no number: left out (a string here broke bench's 'SM clock {:g} MHz')
+            continue
     return out
 
 

@@ -7,7 +7,8 @@ trtexec's own `--exportTimes` JSON. A verdict needs a significant difference (Ma
 samples) that is also larger than a minimum effect: `deployopt.timing.compare`, the rule the
 optimizer uses. Pairs whose environments differ (another GPU or board, SM count, power mode,
 TensorRT, clocks locked or not, what was timed) are flagged, because their difference need not be
-the model's. So are pairs that timed different models (each result records the file name and
+the model's, and so is a pair where power or heat held either side's GPU clock down while it was
+timed (deployopt.clocks). So are pairs that timed different models (each result records the file name and
 sha256 of what it timed): comparing the wrong pair would otherwise give a confident verdict. A pair
 with too few samples for the test ever to reach alpha is refused rather than judged.
 """
@@ -129,7 +130,8 @@ def setup(t: Timing) -> str:
 
 
 def differences(a: Timing, b: Timing) -> list[str]:
-    """What differs between the two measurements' setups, in words ('SMs 8 → 16')."""
+    """What differs between the two measurements' setups, in words ('SMs 8 → 16'), and either side
+    whose GPU clock was held down (clock_slowdowns)."""
     out = [] if a.backend == b.backend else [f"backend {a.backend} → {b.backend}"]
     fa, fb = like_for_like_facts(a), like_for_like_facts(b)
     for key, word in LIKE_FOR_LIKE:
@@ -138,6 +140,20 @@ def differences(a: Timing, b: Timing) -> list[str]:
             out.append(f"{word} {_shown(key, va)} → {_shown(key, vb)}")
     if a.timed and b.timed and a.timed != b.timed:
         out.append("what was timed differs")
+    return out + clock_slowdowns(a, b)
+
+
+def clock_slowdowns(baseline: Timing, current: Timing) -> list[str]:
+    """A side whose GPU clock power or heat held down while it was timed (its "clock_slowdown_us",
+    deployopt.clocks), in words: that side's latency is not its GPU's, so the change need not be the
+    model's, even when both sides ran the same setup. Flagged like a setup difference."""
+    from deployopt.clocks import recorded_slowdown, slowdown_phrase
+
+    out = []
+    for side, t in (("baseline", baseline), ("current", current)):
+        slowdown = recorded_slowdown(t.environment)
+        if slowdown:
+            out.append(f"{side}: GPU clock held down by {slowdown_phrase(slowdown)}")
     return out
 
 

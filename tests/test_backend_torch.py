@@ -336,3 +336,74 @@ def test_a_model_cuda_graphs_cannot_capture_is_timed_eagerly_and_says_why() -> N
     )
     # warm-up 2 + 3 on the side stream + 3 to settle after the failed capture + 4 timed
     assert len(calls) == 12
+
+
+def _fake_cuda_worker(cuda: _FakeCuda, env: dict) -> object:
+    """A Worker on _FakeCuda whose model is a no-op that CUDA graphs capture."""
+    import types
+
+    from deployopt.backends.torch_worker import Worker
+
+    cuda.CUDAGraph = lambda: types.SimpleNamespace(replay=lambda: None)  # type: ignore[method-assign]
+    worker = Worker.__new__(Worker)
+    worker.torch = types.SimpleNamespace(cuda=cuda)
+    worker.cuda, worker.warmup, worker.runs, worker.replays = True, 1, 4, 1
+    worker.smi_gpu = "00000000:00:06.0"
+    worker.load = lambda req: (lambda *inputs: None, ["x"], None, 1)  # type: ignore[method-assign]
+    worker._where = lambda batch: f"batch {batch}"  # type: ignore[method-assign]
+    worker.environment = lambda: dict(env)  # type: ignore[method-assign]
+    return worker
+
+
+def test_measure_records_clock_slowdown_and_the_busy_sm_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On CUDA, nvidia-smi is read just before and right after the timed loop, for the worker's GPU
+    (by PCI bus id): the environment then says {} (checked, none held the clock down) and the SM
+    clock of the busy GPU, not the one collected with the environment (the H200's idle 345 MHz).
+    The readings are the real H200 recording, then an edited copy of it that says SW thermal
+    slowdown held the clock down for 1.2 s."""
+    from nvidia_smi_fake import h200_readings, throttled_after
+
+    from deployopt import clocks
+    from deployopt.timing import Timing
+
+    before, after = (clocks.parse_clocks(t) for t in h200_readings())
+    readings: list[object] = []
+    asked: list[object] = []
+
+    def read_clocks(gpu: object = 0, timeout_s: float = 10.0) -> object:
+        asked.append(gpu)
+        return readings.pop(0)
+
+    monkeypatch.setattr(clocks, "read_clocks", read_clocks)
+    env = {"gpu": "NVIDIA H200", "clocks": {"sm_clock_mhz": 345.0, "max_sm_clock_mhz": 1980.0}}
+    readings[:] = [before, after]
+    timing = Timing.from_json(_fake_cuda_worker(_FakeCuda(), env).measure({"path": "m.onnx"})["timing"])
+    assert asked == ["00000000:00:06.0"] * 2 and readings == []
+    assert timing.environment["clock_slowdown_us"] == {}
+    assert timing.environment["clocks"] == {
+        "sm_clock_mhz": 1980.0,
+        "max_sm_clock_mhz": 1980.0,
+        "sm_clock_read": "right after the timed loop",
+    }
+    readings[:] = [before, clocks.parse_clocks(throttled_after())]
+    timing = Timing.from_json(_fake_cuda_worker(_FakeCuda(), env).measure({"path": "m.onnx"})["timing"])
+    assert timing.environment["clock_slowdown_us"] == {
+        "sw_thermal_slowdown": 1_200_000,
+        "hw_power_brake_slowdown": 5000,
+    }
+    assert timing.environment["clocks"]["sm_clock_mhz"] == 1410.0
+    readings[:] = [None, None]  # no nvidia-smi: nothing said, the collected reading kept as it was
+    timing = Timing.from_json(_fake_cuda_worker(_FakeCuda(), env).measure({"path": "m.onnx"})["timing"])
+    assert "clock_slowdown_us" not in timing.environment and timing.environment["clocks"] == env["clocks"]
+
+
+def test_cpu_measurements_do_not_call_nvidia_smi(
+    session: TorchSession, tiny_path: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from nvidia_smi_fake import h200_readings, install_fake_nvidia_smi
+
+    args = install_fake_nvidia_smi(monkeypatch, tmp_path, list(h200_readings()))
+    session.close()  # the next request starts a worker that sees the stand-in on PATH
+    t = session.measure(tiny_path)
+    assert "clock_slowdown_us" not in t.environment
+    assert not args.exists() or all(not line.startswith("-q") for line in args.read_text().splitlines())

@@ -366,3 +366,52 @@ def test_version(monkeypatch, capsys) -> None:
 
     code, out, err = run(monkeypatch, capsys, "--version")
     assert (code, err) == (0, "") and out == f"deployopt {deployopt.__version__}\n"
+
+
+def _measured_with(monkeypatch, extra_env: dict) -> None:
+    """ort's real measurement, with what the torch worker records around its timed loop on a GPU
+    (deployopt.clocks) added to its environment: no GPU here."""
+    from deployopt.backends import ort as ort_backend
+
+    measure = ort_backend.OrtSession.measure
+
+    def with_clocks(self: object, path: Path) -> object:
+        timing = measure(self, path)  # type: ignore[arg-type]
+        timing.environment.update(extra_env)
+        return timing
+
+    monkeypatch.setattr(ort_backend.OrtSession, "measure", with_clocks)
+
+
+def test_bench_warns_when_the_gpu_clock_was_held_down(
+    monkeypatch, capsys, model: Path, tmp_path: Path
+) -> None:
+    """One stderr line, longest reason first, with --json too (the JSON keeps the counters); the
+    environment row says the SM clock was read right after the timed loop. Numbers from an edited
+    copy of the real H200 recording (nothing throttled there)."""
+    slowdown = {"sw_thermal_slowdown": 1_200_000, "hw_power_brake_slowdown": 5000}
+    clocks = {"sm_clock_mhz": 1410.0, "sm_clock_read": "right after the timed loop"}
+    _measured_with(monkeypatch, {"clock_slowdown_us": slowdown, "clocks": clocks})
+    code, out, err = run(monkeypatch, capsys, "bench", str(model), "--runs", "3", "--warmup", "0")
+    assert code == 0
+    assert err == (
+        "warning: the GPU's clock was held down while this was timed (SW thermal slowdown 1.2 s, HW power "
+        "brake 5 ms): the latency may be slower than this GPU's; check its cooling and power limit, and "
+        "time again\n"
+    )
+    env_row = " ".join(line for line in out.splitlines() if "environment" in line or "│" in line)
+    assert "SM clock 1410 MHz right after the timed loop" in env_row
+    dest = tmp_path / "r.json"
+    code, out, err = run(monkeypatch, capsys, "bench", str(model), "--runs", "3", "--json", "-o", str(dest))
+    assert code == 0 and err.startswith("warning: the GPU's clock was held down") and err.count("\n") == 1
+    assert json.loads(out)["environment"]["clock_slowdown_us"] == slowdown
+    assert json.loads(dest.read_text())["environment"]["clock_slowdown_us"] == slowdown
+
+
+def test_bench_says_nothing_when_checked_and_not_held_down(monkeypatch, capsys, model: Path) -> None:
+    """{}: checked, no slowdown (what the H200 recorded over 5 minutes); an SM clock read when the
+    environment was collected says so, for it may be an idle GPU's."""
+    _measured_with(monkeypatch, {"clock_slowdown_us": {}, "clocks": {"sm_clock_mhz": 345.0}})
+    code, out, err = run(monkeypatch, capsys, "bench", str(model), "--runs", "3", "--warmup", "0")
+    assert code == 0 and err == ""
+    assert "SM clock 345 MHz (read outside the timed run)" in " ".join(out.split())

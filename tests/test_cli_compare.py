@@ -251,3 +251,23 @@ def test_bench_results_carry_what_was_timed_into_compare(monkeypatch, capsys, tm
         monkeypatch, capsys, "compare", str(results["conv"]), str(results["wider"]), "--strict", "--json"
     )
     assert code == 3 and "warning: wider: not comparable: different models: baseline timed conv.onnx" in err
+
+
+def test_a_throttled_side_is_a_warning_and_fails_strict(monkeypatch, capsys, tmp_path: Path) -> None:
+    """The pair's row and warning name the side whose GPU clock was held down; --strict exits 1 even
+    when nothing got slower. Counters from an edited copy of the real H200 recording."""
+    env = {"gpu": "NVIDIA H200"}
+    a = write_timing(
+        tmp_path / "a.json", 500.0, {**env, "clock_slowdown_us": {"hw_thermal_slowdown": 40_000}}
+    )
+    b = write_timing(tmp_path / "b.json", 500.0, {**env, "clock_slowdown_us": {}}, seed=1)
+    code, out, err = run_cli(monkeypatch, capsys, "compare", str(a), str(b))
+    assert code == 0 and "no change" in out
+    row = next(line for line in out.splitlines() if line.startswith("│ b "))
+    assert "baseline: GPU clock held down by HW thermal slowdown 40 ms" in row
+    assert err == (
+        "warning: b: not like for like (baseline: GPU clock held down by HW thermal slowdown 40 ms): the "
+        "change need not be the model's\n"
+    )
+    code, _, _ = run_cli(monkeypatch, capsys, "compare", "--strict", str(a), str(b))
+    assert code == 1

@@ -415,3 +415,26 @@ def test_clocks_locked_is_read_from_older_runner_results() -> None:
     assert clocks_locked({"jetson_clocks": [show[0], "GPU MinFreq=1300500000 MaxFreq=1300500000"]}) is True
     assert clocks_locked({"clocks_locked": False, "gpu_min_freq_mhz": 1.0, "gpu_max_freq_mhz": 1.0}) is False
     assert clocks_locked({"nvpmodel": "MAXN"}) is None and clocks_locked({"jetson_clocks": "x"}) is None
+
+
+def test_a_side_whose_gpu_clock_was_held_down_is_flagged(tmp_path: Path) -> None:
+    """Same setup on both sides, but power or heat held one side's clock down while it was timed
+    (its "clock_slowdown_us", deployopt.clocks): flagged like a setup difference, so a verdict from
+    a throttled run is not trusted silently. {} (checked, none) and files written before it was
+    recorded are not flagged. Counters from an edited copy of the real H200 recording."""
+    env = {"gpu": "NVIDIA H200", "dtype": "fp16"}
+    held = {"sw_thermal_slowdown": 1_200_000, "sw_power_cap": 300_000}
+    checked = write_timing(tmp_path / "b" / "m.json", 500.0, {**env, "clock_slowdown_us": {}})
+    old = write_timing(tmp_path / "old" / "m.json", 500.0, env)
+    throttled = write_timing(tmp_path / "c" / "m.json", 530.0, {**env, "clock_slowdown_us": held}, seed=1)
+    assert differences(load_timing(checked), load_timing(old)) == []
+    report = compare_paths(checked, throttled)
+    (pair,) = report.pairs
+    assert pair.comparison.verdict == "slower"
+    assert pair.differences == [
+        "current: GPU clock held down by SW thermal slowdown 1.2 s, SW power cap 300 ms"
+    ]
+    assert report.not_like_for_like == [pair]
+    assert report.to_json()["pairs"][0]["environment_differences"] == pair.differences
+    both = differences(load_timing(throttled), load_timing(throttled))
+    assert [d.split(":")[0] for d in both] == ["baseline", "current"]

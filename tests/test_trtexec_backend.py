@@ -864,3 +864,32 @@ def test_cli_remote_trt11_converts_on_the_host_before_pushing(
     assert typed in on_board
     args = fake11["FAKE_ARGS"].read_text().split("\n")
     assert f"--onnx={board_dir / typed}" in args and not any(a.startswith(PRECISION_FLAGS) for a in args)
+
+
+def test_a_local_trtexec_run_records_clock_slowdown(
+    fake: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """nvidia-smi (a stand-in printing the real H200 recording, then an edited copy of it that says
+    SW thermal slowdown held the clock down 1.2 s) is read before and after trtexec, of the
+    machine's only GPU: the timing records the slowdown, and bench warns. No SM clock: trtexec has
+    exited by then, and the GPU is idle again."""
+    from nvidia_smi_fake import h200_readings, install_fake_nvidia_smi, throttled_after
+
+    before, after = h200_readings()
+    args = install_fake_nvidia_smi(monkeypatch, tmp_path, [before, throttled_after()])
+    with TrtexecBackend().open(MeasureOptions(workdir=fake["workdir"])) as session:
+        t = session.measure(fake["model"])
+    held = {"sw_thermal_slowdown": 1_200_000, "hw_power_brake_slowdown": 5000}
+    assert t.environment["clock_slowdown_us"] == held and "clocks" not in t.environment
+    assert args.read_text().splitlines() == ["-q -d CLOCK,PERFORMANCE"] * 2
+    (tmp_path / "fake-smi" / "count").unlink()
+    code, _, err = run_cli(monkeypatch, capsys, "bench", str(fake["model"]), "--backend", "trtexec")
+    assert code == 0 and err.startswith(
+        "warning: the GPU's clock was held down while this was timed (SW thermal"
+    )
+    # the real recording on both sides: checked, and nothing held the clock down
+    (tmp_path / "fake-smi" / "count").unlink()
+    (tmp_path / "fake-smi" / "last.txt").write_text(after)
+    (tmp_path / "fake-smi" / "reading1.txt").write_text(after)
+    with TrtexecBackend().open(MeasureOptions(workdir=fake["workdir"])) as session:
+        assert session.measure(fake["model"]).environment["clock_slowdown_us"] == {}

@@ -156,10 +156,14 @@ class Worker:
                 "DeployoptError", "--no-cudnn-benchmark needs a CUDA GPU (cuDNN); none is visible"
             )
         self.device_sms = None
+        self.smi_gpu: str | None = None
         self.compute_capability = None
         self.cudnn_benchmark = False
         if cuda:
             props = torch.cuda.get_device_properties(0)
+            from deployopt.clocks import pci_bus_id
+
+            self.smi_gpu = pci_bus_id(props)  # which GPU nvidia-smi reads clocks of
             self.device_sms = props.multi_processor_count
             self.compute_capability = f"{props.major}.{props.minor}"
             if self.sms_requested is not None:
@@ -315,6 +319,7 @@ class Worker:
         module, inputs, _, batch = self.load(req)
         for _ in range(max(self.warmup, 1)):
             self._forward(module, inputs, name)
+        before = after = None  # nvidia-smi readings around the timed loop (CUDA only)
         if not self.cuda:
             samples = []
             for _ in range(self.runs):
@@ -323,6 +328,7 @@ class Worker:
                 samples.append((time.perf_counter() - t0) * 1e6)
             timed = f"one eager forward pass, host wall clock (time.perf_counter), {self._where(batch)}"
         else:
+            before = self._read_clocks()  # after the warm-up, just before capture and the timed loop
             try:
                 samples, replays = self._graph_samples(module, inputs, name)
                 what, unit, units = "CUDA-graph replay of one forward pass", "CUDA-graph replay", "replays"
@@ -332,6 +338,7 @@ class Worker:
                 samples, replays = self._eager_samples(module, inputs, name)
                 what = f"eager forward pass (no CUDA graph: {exc}; launch gaps included)"
                 unit, units = "eager pass", "passes"
+            after = self._read_clocks()  # at once: the GPU is still busy, its clock still up
             per = (
                 f"one {unit} per sample"
                 if replays == 1
@@ -341,14 +348,21 @@ class Worker:
         del module, inputs
         if self.cuda:
             torch.cuda.empty_cache()
-        timing = Timing(
-            backend="torch",
-            samples_us=samples,
-            warmup=self.warmup,
-            timed=timed,
-            environment=self.environment(),
-        )
+        env = self.environment()
+        if self.cuda:
+            from deployopt.clocks import record_in_environment
+
+            record_in_environment(env, before, after)  # the busy SM clock; held down, and how long
+        timing = Timing(backend="torch", samples_us=samples, warmup=self.warmup, timed=timed, environment=env)
         return {"timing": timing.to_json()}
+
+    def _read_clocks(self) -> Any:
+        """nvidia-smi's clock reading of this worker's GPU (None: no nvidia-smi, or it failed), taken
+        around the timed loop of `measure` only: a per-conv sweep would pay a call per conv."""
+        from deployopt.clocks import read_clocks
+
+        gpu = getattr(self, "smi_gpu", None)
+        return read_clocks(0 if gpu is None else gpu)
 
     def _graph_samples(self, module: Any, inputs: list[Any], name: str) -> tuple[list[float], int]:
         torch = self.torch

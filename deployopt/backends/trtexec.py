@@ -502,12 +502,21 @@ class TrtexecSession(Session):
         return run
 
     def measure(self, model_path: Path) -> Timing:
+        from deployopt.clocks import read_clocks, record_in_environment
+
+        # nvidia-smi here reads this machine's GPU: not a --remote board's, nor one of several
+        # (which one trtexec runs on is CUDA's choice), so only where there is one
+        before = None if self.remote else read_clocks(None)
         run = self.run(model_path)
+        after = None if before is None else read_clocks(None)
         if not run.iterations:
             run.require_timing()
             raise BackendFailed("trtexec ran but wrote no --exportTimes samples")
         timing = run.timing("computeMs")
         timing.environment.update(self._env(run))
+        # around the whole trtexec run, engine build included: a slowdown then is flagged too. No SM
+        # clock: trtexec has exited, the GPU is idle again
+        record_in_environment(timing.environment, before, after, busy_clock=False)
         dtype = precision_phrase(self.options.dtype, self.version or run.version)
         dtype += ", placeholder INT8 ranges" if self.placeholder_int8 else ""
         timing.timed = (

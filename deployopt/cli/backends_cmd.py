@@ -32,6 +32,7 @@ from deployopt.cli.app import (
     console,
     cudnn_benchmark_option,
     cudnn_engines_option,
+    err_console,
     input_path,
     note_cudnn_search,
     output_option,
@@ -204,7 +205,10 @@ def _environment_line(env: dict[str, Any]) -> str:
             parts.append(f"{key.replace('_', ' ')} {env[key]}")
     clocks = env.get("clocks") or {}
     if clocks.get("sm_clock_mhz"):
-        parts.append(f"SM clock {clocks['sm_clock_mhz']:g} MHz")
+        # a reading taken when the environment was collected may be of an idle GPU (the H200 idles
+        # at 345 MHz, runs at 1980): the line says when it was read
+        when = clocks.get("sm_clock_read") or "(read outside the timed run)"
+        parts.append(f"SM clock {clocks['sm_clock_mhz']:g} MHz {when}")
     if env.get("tensorrt"):  # the tensorrt and trtexec backends record no Python or libraries
         parts.append(f"TensorRT {env['tensorrt']}")
     if env.get("cpu"):
@@ -256,6 +260,24 @@ def bench_command(
         timing = session.measure(model)
     timing.model = identity
     _emit(bench_json(timing), as_json, output, lambda: render_bench(timing, f"{model.name} on {backend}"))
+    warn_clock_slowdown(timing.environment)
+
+
+def warn_clock_slowdown(env: dict[str, Any]) -> None:
+    """One stderr line when power or heat held the GPU's clock down during the timed run
+    (deployopt.clocks): the latency is then slower than this GPU's, and nothing else would say so."""
+    from deployopt.clocks import recorded_slowdown, slowdown_phrase
+
+    slowdown = recorded_slowdown(env)
+    if slowdown:
+        err_console.print(
+            f"warning: the GPU's clock was held down while this was timed ({slowdown_phrase(slowdown)}): "
+            "the latency may be slower than this GPU's; check its cooling and power limit, and time again",
+            style="yellow",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _model_identity(model: Path) -> dict[str, str]:
