@@ -5,7 +5,8 @@ allows, and the latency says nothing about it. nvidia-smi keeps cumulative count
 long each power or thermal reason held the clock down ("Clocks Event Reasons Counters" in
 `nvidia-smi -q -d PERFORMANCE`), so a reading before and one after the timed loop tell whether it
 happened during the loop and for how long. One reading of the SM clock at environment time says
-little: the H200 idles at 345 MHz and runs at 1980 MHz (tests/data/nvidia_smi_q_h200.txt).
+little: the H200 idles at 345 MHz and runs at 1980 MHz
+(benchmarks/results/h200_traffic/clocks/nvidia_smi_smsfull_ghostnet.txt).
 
 Jetsons are not covered here: their GPU clock follows devfreq, which jetson/runner.py reads.
 Nothing here may fail: an unreadable value is left out, a missing or failing nvidia-smi gives None.

@@ -1,6 +1,7 @@
-"""nvidia-smi -q readings for the clock tests: the real H200 recording (tests/data/
-nvidia_smi_q_h200.txt, before and after a 5-minute benchmark), an edited copy that says the clock
-was held down, and a stand-in `nvidia-smi` on PATH that prints given readings in turn."""
+"""nvidia-smi -q readings for the clock tests: the real H200 recording
+(benchmarks/results/h200_traffic/clocks/nvidia_smi_smsfull_ghostnet.txt, before and after a
+5-minute benchmark), an edited copy that says the clock was held down, and a stand-in
+`nvidia-smi` on PATH that prints given readings in turn."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-H200_Q = Path(__file__).resolve().parent / "data" / "nvidia_smi_q_h200.txt"
+CLOCKS_DIR = Path(__file__).resolve().parents[1] / "benchmarks/results/h200_traffic/clocks"
+H200_Q = CLOCKS_DIR / "nvidia_smi_smsfull_ghostnet.txt"
 
 
 def h200_readings() -> tuple[str, str]:

@@ -1,7 +1,8 @@
 """Clock slowdown during a measurement (deployopt.clocks): nvidia-smi -q parsed from the real H200
-recording (tests/data/nvidia_smi_q_h200.txt, before and after a 5-minute benchmark on driver
-580.159.04: nothing throttled), an edited copy of it that says the clock was held down, and
-nvidia-smi output that is missing, failing, hung or garbage, which must never raise."""
+recording (benchmarks/results/h200_traffic/clocks/nvidia_smi_smsfull_ghostnet.txt, before and
+after a 5-minute benchmark on driver 580.159.04: nothing throttled), an edited copy of it that says
+the clock was held down, and nvidia-smi output that is missing, failing, hung or garbage, which
+must never raise."""
 
 from __future__ import annotations
 
@@ -230,7 +231,7 @@ def test_the_h200_log_docs_backends_md_quotes() -> None:
 
     from nvidia_smi_fake import H200_Q
 
-    with open(H200_Q.parent / "nvidia_smi_clocks_log_h200.csv") as f:
+    with open(H200_Q.parent / "clocks_smsfull_ghostnet.csv") as f:
         rows = [[c.strip() for c in row] for row in list(csv.reader(f))[1:]]
     busy = [r for r in rows if int(r[5], 16) == 0]
     idle = [r for r in rows if int(r[5], 16) == 0x1]
