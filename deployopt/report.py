@@ -186,6 +186,8 @@ def build_report(
         # to this run's measurements (0 until established); `fits` is every change, in order
         "traffic": _traffic_json(opt, best),
         "confirmation": opt.confirmation,
+        # measurements during which power or heat held the GPU's clock down (torch, local trtexec)
+        "clock_slowdowns": clock_slowdowns(opt, timings),
         "fidelity": fidelity,
         "trim_gate": cfg.trim_gate() if cfg.mode == "trim" and cfg.fidelity else None,
         "refused": list(opt._refused.values()),
@@ -207,6 +209,35 @@ def _traffic_json(opt: Optimizer, best: Evaluation) -> dict[str, Any] | None:
         **fit.to_json(),
         "fits": list(opt.traffic_fits),
     }
+
+
+def clock_slowdowns(opt: Optimizer, final: dict[str, Timing]) -> list[dict[str, Any]]:
+    """The measurements during which power or heat held the GPU's clock down (each Timing's
+    "clock_slowdown_us", deployopt.clocks): their latencies are slower than the GPU's own, and a
+    search decision made on one may be wrong. Evaluations in order, then the final timings."""
+    from deployopt.clocks import recorded_slowdown, slowdown_phrase
+
+    seen = [(e.label, e.timing) for e in opt.evaluations]
+    seen += [(f"{name} (final)", t) for name, t in final.items() if all(t is not s for _, s in seen)]
+    out = []
+    for label, timing in seen:
+        slow = recorded_slowdown(timing.environment)
+        if slow:
+            out.append({"label": label, "slowdown_us": slow, "describe": slowdown_phrase(slow)})
+    return out
+
+
+def clock_slowdown_note(slowdowns: list[dict[str, Any]]) -> str | None:
+    """One line for the console and report.md, or None when no measurement was held down."""
+    if not slowdowns:
+        return None
+    shown = "; ".join(f"{s['label']}: {s['describe']}" for s in slowdowns[:3])
+    more = f"; and {len(slowdowns) - 3} more" if len(slowdowns) > 3 else ""
+    return (
+        f"the GPU's clock was held down by power or heat during {len(slowdowns)} measurement(s) "
+        f"({shown}{more}): those latencies are slower than this GPU's, so check its cooling and "
+        "power limit and run again"
+    )
 
 
 def _where(opt: Optimizer, timing: Timing) -> str:
@@ -337,6 +368,9 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines += [f"**All latencies in this report are {PREDICTED_NOTE}.**", ""]
     elif report.get("note"):
         lines += [f"**Note: {report['note']}.**", ""]
+    slow_note = clock_slowdown_note(report.get("clock_slowdowns") or [])
+    if slow_note:
+        lines += [f"**Warning: {slow_note}.**", ""]
     lines += [
         f"- target: {tgt['name']} ({sm_count(tgt['sms'])}); backend: {report['backend']}; "
         f"dtype: {report['dtype']}; batch: {report['batch']}",

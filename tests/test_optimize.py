@@ -1019,3 +1019,47 @@ def test_resume_refuses_a_trim_run_whose_calibration_data_changed(tmp_path: Path
     np.save(other, rows)
     res = run_model(src, out, mode="trim", max_evals=3, resume=True, calibration_data=str(other))
     assert res.report["trim_order"].endswith("4 calibration sample(s) after the fidelity gate's 2")
+
+
+class ThrottledSession(DesignedSession):
+    """The second end-to-end measurement records that power held the GPU's clock down for 1.5 s
+    (the torch worker's "clock_slowdown_us"); the others checked and found none."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def measure(self, path: Path) -> Any:
+        t = super().measure(path)
+        self.calls += 1
+        t.environment["clock_slowdown_us"] = {"sw_power_cap": 1_500_000} if self.calls == 2 else {}
+        return t
+
+
+def test_a_measurement_held_down_by_power_is_named_in_the_report(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """A search decision made on a throttled measurement may be wrong: report.json lists it under
+    clock_slowdowns, report.md and the console warn in one line; a clean run says nothing."""
+    cfg = OptimizeConfig(
+        model_path=zoo_model_path("vgg16_pruned_b4"),
+        target="h200",
+        sms=8,
+        outdir=tmp_path / "out",
+        max_evals=4,
+        max_candidates=4,
+        plots=False,
+        fidelity_samples=1,
+        cache_root=tmp_path / "lut",
+        backend="model",
+    )
+    res = optimize(cfg, session=ThrottledSession())
+    slow = res.report["clock_slowdowns"]
+    assert [s["label"] for s in slow] == ["round-up-to-8"]
+    assert slow[0]["slowdown_us"] == {"sw_power_cap": 1_500_000.0}
+    assert slow[0]["describe"] == "SW power cap 1.5 s"
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "**Warning: the GPU's clock was held down by power or heat during 1 measurement(s) " in md
+    assert "(round-up-to-8: SW power cap 1.5 s)" in md
+    clean = optimize(replace(cfg, outdir=tmp_path / "clean"), session=DesignedSession())
+    assert clean.report["clock_slowdowns"] == []
+    assert "held down" not in (tmp_path / "clean" / "report.md").read_text()

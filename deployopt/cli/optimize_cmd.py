@@ -27,7 +27,7 @@ from deployopt.cli.app import (
     parse_input_shapes,
 )
 from deployopt.errors import DeployoptError
-from deployopt.report import describe_gate
+from deployopt.report import clock_slowdown_note, describe_gate
 from deployopt.targets import sm_count
 
 
@@ -256,6 +256,9 @@ def _render(result: Any) -> None:
     gate, fid = rep.get("trim_gate"), rep.get("fidelity")
     if gate and fid:
         console.print(_fidelity_line(fid, gate), style="yellow" if fid.get("failures") else None)
+    slow_note = clock_slowdown_note(rep.get("clock_slowdowns") or [])
+    if slow_note:
+        console.print(f"warning: {slow_note}", style="bold yellow", markup=False, highlight=False)
     written_batch = [rep["written_batch"]] if rep.get("written_batch") else []
     for note in [*rep.get("load_notices", []), *rep.get("calibration_notices", []), *written_batch]:
         console.print(f"notice: {note}", style="yellow", markup=False, highlight=False)
