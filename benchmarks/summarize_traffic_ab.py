@@ -19,56 +19,47 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from deployopt.fileio import json_name, read_json
 
 
-def rows(path: Path) -> list[str]:
+def _fit(tr: dict[str, Any]) -> str:
+    """The slope a traffic-priced run fitted, as priced, or why it priced none."""
+    fitted = tr.get("fitted_us_per_mb")
+    if tr.get("used") and fitted is not None:
+        return f"{fitted:.2f} ± {tr['stderr_us_per_mb']:.2f} (priced {tr['us_per_mb']:.2f})"
+    return tr.get("why", "—")
+
+
+def _ab_rows(path: Path, mode: str) -> list[str]:
+    """One row per case that timed `mode` (lossless or trim) with the traffic term and with the conv
+    table alone: both against round-up-to-8, and the term's answer against the other's; lossless
+    rows end with the slope its traffic-priced run fitted."""
     data = read_json(path)
     out = []
     sms = data.get("sms")
+    verdict_key = "traffic_ab" if mode == "lossless" else f"traffic_ab_{mode}"
     for cid, case in data["cases"].items():
         final = case["final"]
-        if "deployopt_lossless_conv_only" not in final:
+        if f"deployopt_{mode}_conv_only" not in final:
             continue
         r8 = final["round_up_8"]["median_us"]
-        priced, conv = (
-            final["deployopt_lossless"]["median_us"],
-            final["deployopt_lossless_conv_only"]["median_us"],
-        )
-        tr: dict[str, Any] = case["lossless"].get("traffic") or {}
-        fitted = tr.get("fitted_us_per_mb")
-        fit = (
-            f"{fitted:.2f} ± {tr['stderr_us_per_mb']:.2f} (priced {tr['us_per_mb']:.2f})"
-            if tr.get("used") and fitted is not None
-            else tr.get("why", "—")
-        )
-        ab = case.get("traffic_ab", {})
+        priced = final[f"deployopt_{mode}"]["median_us"]
+        conv = final[f"deployopt_{mode}_conv_only"]["median_us"]
+        fit = f" {_fit(case['lossless'].get('traffic') or {})} |" if mode == "lossless" else ""
         out.append(
             f"| {json_name(path)} | {cid} | {sms or 'full'} | {r8:.1f} | "
             f"{priced:.1f} ({100 * (priced / r8 - 1):+.1f} %) | "
             f"{conv:.1f} ({100 * (conv / r8 - 1):+.1f} %) | {100 * (priced / conv - 1):+.1f} % "
-            f"({ab.get('verdict', '—')}) | {fit} |"
+            f"({case.get(verdict_key, {}).get('verdict', '—')}) |{fit}"
         )
     return out
+
+
+def rows(path: Path) -> list[str]:
+    """Lossless with the traffic term against lossless with the conv table alone (--ab-traffic)."""
+    return _ab_rows(path, "lossless")
 
 
 def trim_rows(path: Path) -> list[str]:
-    """The trim A/B of `--ab-traffic-trim` records: trim with the traffic term against trim with the
-    conv table alone, both against round-up-to-8 and the pruned input (what trim is measured from)."""
-    data = read_json(path)
-    out = []
-    sms = data.get("sms")
-    for cid, case in data["cases"].items():
-        final = case["final"]
-        if "deployopt_trim_conv_only" not in final:
-            continue
-        r8 = final["round_up_8"]["median_us"]
-        priced, conv = final["deployopt_trim"]["median_us"], final["deployopt_trim_conv_only"]["median_us"]
-        ab = case.get("traffic_ab_trim", {})
-        out.append(
-            f"| {json_name(path)} | {cid} | {sms or 'full'} | {r8:.1f} | "
-            f"{priced:.1f} ({100 * (priced / r8 - 1):+.1f} %) | "
-            f"{conv:.1f} ({100 * (conv / r8 - 1):+.1f} %) | {100 * (priced / conv - 1):+.1f} % "
-            f"({ab.get('verdict', '—')}) |"
-        )
-    return out
+    """Trim against trim, the same way (--ab-traffic-trim records)."""
+    return _ab_rows(path, "trim")
 
 
 def main(argv: list[str]) -> int:
