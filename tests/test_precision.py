@@ -288,6 +288,37 @@ def test_fp16_command_converts_a_file(tmp_path: Path, monkeypatch: pytest.Monkey
     assert not (tmp_path / "x.onnx").exists() and not is_low_precision(onnx.load(src))
 
 
+def test_fp16_command_keeps_dynamic_height_and_width(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """A detector exported with dynamic H and W (what a Jetson user often ships, built with
+    trtexec --shapes) was refused with "give a static shape with --input-shape", an option `fp16`
+    does not have; the conversion keeps such dims. Now written, its dims still dynamic, and it
+    runs at two sizes. An input with no shape at all is one line that names no missing option."""
+    from cli_runner import run_cli
+
+    model = MODELS["mobilenet_like"]()
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    dims[2].dim_param, dims[3].dim_param = "H", "W"
+    del model.graph.value_info[:]
+    src, dest = tmp_path / "dyn.onnx", tmp_path / "dyn_fp16.onnx"
+    onnx.save(model, src)
+    code, out, err = run_cli(monkeypatch, capsys, "fp16", str(src), "-o", str(dest))
+    assert code == 0 and "--input-shape" not in err and f"wrote {dest}" in " ".join(out.split()), err
+    written = onnx.load(dest)
+    assert is_low_precision(written)
+    assert [d.dim_param for d in written.graph.input[0].type.tensor_type.shape.dim[2:]] == ["H", "W"]
+    session = ort.InferenceSession(str(dest), providers=["CPUExecutionProvider"])
+    for size in (32, 48):
+        x = np.random.default_rng(0).random((1, 3, size, size), dtype=np.float32)
+        assert session.run(None, {session.get_inputs()[0].name: x})[0].dtype == np.float32
+    model.graph.input[0].type.tensor_type.ClearField("shape")
+    onnx.save(model, src)
+    code, _, err = run_cli(monkeypatch, capsys, "fp16", str(src), "-o", str(tmp_path / "x.onnx"))
+    assert code == 2 and err.count("\n") == 1 and "has no shape" in err and "--input-shape" not in err, err
+    assert not (tmp_path / "x.onnx").exists()
+
+
 @pytest.mark.slow
 def test_real_mobilenetv2_typed_fp16_keeps_its_answers(
     mobilenetv2_path: Path, imagenet_images: list[tuple[Path, int]]

@@ -23,7 +23,9 @@ def fp16_cmd(
 
     check_output_file(output)
     refuse_input_as_output(output, [("model", model)], "-o/--output")
-    loaded = load_model(model)  # a missing, corrupt or unsupported model is named here, in one line
+    # a missing, corrupt or unsupported model is named here, in one line; dynamic dims (H, W of a
+    # detector export) stay dynamic, as the conversion keeps them: there is no --input-shape here
+    loaded = load_model(model, keep_dynamic=True)
     if loaded.external_data:  # OUTPUT (or OUTPUT.data) renamed over the weights the input reads
         written_files = [output, output.with_name(output.name + ".data")]
         refuse_replacing_weights(model, written_files, "give another -o/--output")
