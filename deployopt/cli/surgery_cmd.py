@@ -118,13 +118,20 @@ def analyze_cmd(
         None, "--target", help="Add per-conv waves and tail fill predicted for this GPU (see `targets`)."
     ),
     sms: Optional[int] = typer.Option(None, "--sms", help="Override the target's SM count."),
-    dtype: str = typer.Option("fp16", "--dtype", help="fp16, fp32 or int8 (for --target)."),
+    dtype: Optional[str] = typer.Option(
+        None, "--dtype", help="fp16, fp32 or int8: the precision --target predicts (default fp16)."
+    ),
 ) -> None:
     """Show which channel counts can change, and which must change together."""
     from deployopt.waves import DTYPES
 
-    if dtype not in DTYPES:  # checked without --target too: a typo is not silently ignored
+    if dtype is not None and dtype not in DTYPES:  # checked without --target too: a typo is named
         raise DeployoptError(f"unknown dtype {dtype!r}; choose one of: {', '.join(DTYPES)}")
+    if target is None and (sms is not None or dtype is not None):
+        # the groups depend on neither: `analyze M --dtype fp32` printed the same groups and exited
+        # 0, as if it had analyzed the model in fp32
+        raise DeployoptError(f"{'--sms' if sms is not None else '--dtype'} needs --target")
+    dtype = dtype or "fp16"
     loaded = load_model(model, parse_input_shapes(input_shape))
     analysis = analyze(loaded.model)
     rows, gpu = None, None
@@ -134,8 +141,6 @@ def analyze_cmd(
 
         gpu = get_target(target, sms=sms)
         rows = conv_rows(analysis, gpu, dtype)
-    elif sms is not None:
-        raise DeployoptError("--sms needs --target")
     if as_json:
         data = analysis_json(loaded, analysis)
         if rows is not None and gpu is not None:
