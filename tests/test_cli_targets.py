@@ -507,6 +507,23 @@ def test_targets_sms_beyond_every_target_and_a_binary_profile_are_one_line(monke
     assert code == 2 and err == f"error: {binary} is not a deployopt target profile (not JSON text)\n"
 
 
+def test_a_folder_or_empty_file_as_the_target_profile(monkeypatch, capsys, tmp_path):
+    """A folder was "cannot read target profile D: [Errno 21] Is a directory: 'D'", an empty file
+    "Expecting value: line 1 column 1 (char 0)"; now said as every other input path says them."""
+    folder = tmp_path / "profiles.json"
+    folder.mkdir()
+    empty = tmp_path / "empty.json"
+    empty.write_text("\n")
+    for path, message in ((folder, "is a folder"), (empty, "empty file")):
+        for args in (["targets"], ["staircase", "--input", "1x8x8x8", "--out-channels", "8"]):
+            code, out, err = run(monkeypatch, capsys, *args, "--target", str(path))
+            assert (
+                code == 2
+                and out == ""
+                and err == f"error: {path}: {message}, expected a target profile (.json)\n"
+            ), err
+
+
 def test_staircase_unwritable_plot_is_one_line_before_measuring(monkeypatch, capsys, tmp_path):
     from deployopt.backends import base
 
