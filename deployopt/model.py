@@ -273,6 +273,21 @@ def _check_static_dims_kept(name: str, dims: Any, want: list[int]) -> None:
 _MAX_DIM = 2**63 - 1  # an ONNX dim is an int64
 
 
+def _shape_hint(dims: Any) -> str:
+    """`1x12x<H>x<W>` for an input of N×12×H×W: its static dims as they are, batch 1, each other
+    dynamic dim by its name (`<dim3>` when unnamed) to replace. A fixed `1x3x224x224` was refused
+    when followed for any input that is not 3-channel 4-D (`is 1×12×?×? in the file`)."""
+    parts = []
+    for i, d in enumerate(dims):
+        if d.HasField("dim_value") and d.dim_value > 0:
+            parts.append(str(d.dim_value))
+        elif i == 0:
+            parts.append("1")
+        else:
+            parts.append(f"<{d.dim_param or f'dim{i}'}>")
+    return "x".join(parts)
+
+
 def _fix_input_shapes(
     model: onnx.ModelProto,
     requested: dict[str, list[int]],
@@ -335,7 +350,7 @@ def _fix_input_shapes(
                 else:
                     raise ModelError(
                         f"dimension {i} of input {inp.name!r} is dynamic; give a static shape with "
-                        f"--input-shape {inp.name}:1x3x224x224"
+                        f"--input-shape {inp.name}:{_shape_hint(dims)}"
                     )
         fixed[inp.name] = [d.dim_value for d in dims]
     return fixed
