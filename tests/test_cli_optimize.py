@@ -656,3 +656,23 @@ def test_no_traffic_term_reaches_the_run_and_its_journal(
     journal.write_text("\n".join([json.dumps(start), *lines[1:]]) + "\n")
     code, _, err = cli(monkeypatch, capsys, *base_args(model, out), "--max-evals", "6", "--resume")
     assert code == 0, err
+
+
+def test_the_live_evaluation_line_says_measured_or_predicted() -> None:
+    """optimize's progress line ("end-to-end: input 1854.7 µs") showed each evaluation's latency
+    with no word on whether it was measured: with --backend model it was a prediction."""
+    import io
+
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from deployopt.cli.optimize_cmd import _progress_callback
+    from deployopt.timing import Timing
+
+    progress = Progress(console=Console(file=io.StringIO()))
+    on_event = _progress_callback(progress)
+    predicted = Timing("model", [1854.7], measured=False, predictor="wave model")
+    on_event("eval", label="input", done=1, total=4, timing=predicted)
+    assert progress.tasks[0].description == "end-to-end: input 1854.7 µs predicted"
+    on_event("eval", label="round-up-to-8", done=2, total=4, timing=Timing("ort", [1500.0, 1510.0]))
+    assert progress.tasks[0].description == "end-to-end: round-up-to-8 1505.0 µs measured"

@@ -46,8 +46,8 @@ def _progress_callback(progress: Progress) -> Any:
                 tasks["eval"] = progress.add_task("end-to-end evaluations", total=info.get("total"))
             timing = info.get("timing")
             desc = f"end-to-end: {info.get('label', '')[:48]}"
-            if timing is not None:
-                desc += f" {timing.median_us:.1f} µs"
+            if timing is not None:  # the live line is printed too: it says which it is
+                desc += f" {timing.median_us:.1f} µs {'measured' if timing.measured else 'predicted'}"
             progress.update(tasks["eval"], completed=info.get("done", 0), description=desc)
         elif kind == "traffic":
             fit = info["fit"]
