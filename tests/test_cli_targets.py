@@ -561,6 +561,23 @@ def test_help_texts_print_as_written(monkeypatch, capsys, command):
         assert "start:stop:step" in out
 
 
+def test_every_option_says_what_it_does() -> None:
+    """`staircase --help` listed --stride and --groups with a default and no word on what they are
+    (what --groups takes: a divisor of C and of every width, C for depthwise)."""
+    import typer.main
+
+    from deployopt.cli.main import app
+
+    command = typer.main.get_command(app)
+    bare = [
+        f"{name} {param.opts[0]}"
+        for name, sub in command.commands.items()  # type: ignore[attr-defined]
+        for param in sub.params
+        if param.param_type_name == "option" and not getattr(param, "help", None)
+    ]
+    assert bare == []
+
+
 def test_an_edited_what_if_profile_is_not_listed_as_calibrated(monkeypatch, capsys, tmp_path):
     """docs/wave_model.md's power-mode recipe (`targets --target orin-nano-8gb --json`, clock edited,
     `--target super.json`) is a what-if on default parameters: the model column must say default,
