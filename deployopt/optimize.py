@@ -331,7 +331,8 @@ def _resume_diff(keys: list[str], old: dict[str, Any], new: dict[str, Any]) -> s
         if key in _DIGEST_KEYS:
             parts.append(f"{_DIGEST_KEYS[key]} changed")
             continue
-        was, now = json.dumps(old.get(key)), json.dumps(new.get(key))
+        # a key a signature leaves out, or None, is an option at its default (not given)
+        was, now = (json.dumps(v) if v is not None else "the default" for v in (old.get(key), new.get(key)))
         if len(was) + len(now) > 80:  # a long value (input shapes of many inputs): the name says enough
             parts.append(f"{key} changed")
         else:

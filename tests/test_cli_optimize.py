@@ -647,7 +647,7 @@ def test_no_traffic_term_reaches_the_run_and_its_journal(
     # a journal searched without the term does not resume into a search with it …
     code, _, err = cli(monkeypatch, capsys, *base_args(model, out), "--max-evals", "6", "--resume")
     assert code == 2 and err.strip().count("\n") == 0
-    assert "traffic_term differ" in err
+    assert "(traffic_term was false, now the default)" in err
     # … while one from before the term existed (no such key) does
     journal = out / "journal.jsonl"
     lines = journal.read_text().splitlines()

@@ -454,7 +454,7 @@ def test_resume_accepts_a_journal_written_before_an_option_existed(
     journal.write_text("\n".join([json.dumps(start), *lines[1:]]) + "\n")
     res = run_model(src, tmp_path / "out", resume=True, max_evals=3)
     assert res.timings["best"].median_us > 0
-    with pytest.raises(DeployoptError, match=r"different run \(cudnn_engines was null, now 0\)"):
+    with pytest.raises(DeployoptError, match=r"different run \(cudnn_engines was the default, now 0\)"):
         run_model(src, tmp_path / "out", resume=True, max_evals=4, cudnn_engines=0)
 
 
