@@ -61,6 +61,22 @@ def _progress_callback(progress: Progress) -> Any:
     return on_event
 
 
+def _refuse_int8_the_target_lacks(model: Path, target: str, sms: Optional[int]) -> None:
+    """A Q/DQ model gets --dtype int8 by default; on a GPU without INT8 (Nano, TX2) the target's
+    refusal said "--dtype int8: ... use --dtype fp16" to a user who gave no --dtype, about a model
+    TensorRT builds in INT8 from its Q/DQ nodes whatever the flag. Say where int8 came from."""
+    from deployopt.errors import TargetError
+    from deployopt.targets import get_target
+
+    gpu = get_target(target, sms=sms)
+    if "int8" not in gpu.dtypes():
+        raise TargetError(
+            f"{model.name} is quantized (Q/DQ nodes), so it runs in INT8, which {gpu.display_name} "
+            f"(compute capability {gpu.cc}) has no native support for; optimize the float model it "
+            "was quantized from (--dtype fp16 predicts fp16 widths for this one's convs)"
+        )
+
+
 #: optimize's timing options and their defaults, which the model backend does not use (it measures
 #: nothing): a value given other than these gets a note (`_note_unused_timing_options`)
 TIMING_DEFAULTS = {"--runs": 100, "--warmup": 20, "--sweep-runs": 10}
@@ -161,6 +177,8 @@ def optimize_command(
     b = get_backend(backend_name)
     if dtype is None:  # int8 for a Q/DQ model, else fp16 where the backend runs it (the deployment case)
         dtype = default_dtype(b, model, deployment=True)
+        if dtype == "int8":
+            _refuse_int8_the_target_lacks(model, target, sms)
     cfg = OptimizeConfig(
         model_path=model,
         target=target,
