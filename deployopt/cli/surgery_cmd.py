@@ -207,7 +207,10 @@ def waves_table(rows: Sequence[dict[str, Any]], title: str) -> Table:
         for w in r["widths"]:
             parts = [f"{w['group']} ({w['role']}) {w['width']}:"]
             for key, arrow in (("below", "↓"), ("above", "↑")):
-                if w.get(key) is not None:
+                if key == "above" and w.get(key) == w["width"]:
+                    # "↑16 (+0.0)" for a width of 16 read as a move up to where it already is
+                    parts.append(f"={w['width']} (ends a step)")
+                elif w.get(key) is not None:
                     parts.append(f"{arrow}{w[key]} ({w[key + '_delta_us']:+.1f})")
             if w.get("below") is None and w.get("above") is None:
                 lo, hi = w.get("searched") or (w["width"] // 2, 2 * w["width"])
