@@ -31,8 +31,17 @@ def fp16_cmd(
         refuse_replacing_weights(model, written_files, "give another -o/--output")
     written = write_fp16(model, output)
     if written == model:
+        # -o holds the model to build in either case: "nothing written" with exit 0 left a script's
+        # next step without OUTPUT, or building an older file of that name
+        import onnx
+
+        from deployopt.model import save_model
+
+        save_model(onnx.load(str(model)), output, external_data=loaded.external_data)
         console.print(
-            f"{model} is already typed fp16/bf16: build it as it is (nothing written)", highlight=False
+            f"{model} is already typed fp16/bf16: copied to {output} as it is (build it as it is)",
+            highlight=False,
+            soft_wrap=True,
         )
     else:
         console.print(
