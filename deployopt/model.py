@@ -273,10 +273,31 @@ def _check_static_dims_kept(name: str, dims: Any, want: list[int]) -> None:
 _MAX_DIM = 2**63 - 1  # an ONNX dim is an int64
 
 
+def _shape_hint(dims: Any) -> str:
+    """`1x12x<H>x<W>` for an input of N×12×H×W: its static dims as they are, batch 1, each other
+    dynamic dim by its name (`<dim3>` when unnamed) to replace. A fixed `1x3x224x224` was refused
+    when followed for any input that is not 3-channel 4-D (`is 1×12×?×? in the file`)."""
+    parts = []
+    for i, d in enumerate(dims):
+        if d.HasField("dim_value") and d.dim_value > 0:
+            parts.append(str(d.dim_value))
+        elif i == 0:
+            parts.append("1")
+        else:
+            parts.append(f"<{d.dim_param or f'dim{i}'}>")
+    return "x".join(parts)
+
+
 def _fix_input_shapes(
-    model: onnx.ModelProto, requested: dict[str, list[int]], path: Path, notices: list[str]
+    model: onnx.ModelProto,
+    requested: dict[str, list[int]],
+    path: Path,
+    notices: list[str],
+    keep_dynamic: bool = False,
 ) -> dict[str, list[int]]:
-    """Give every graph input static dims: requested ones, else batch 1 with a notice."""
+    """Give every graph input static dims: requested ones, else batch 1 with a notice. With
+    `keep_dynamic` dynamic dims stay as the file has them (0 in the result): for a command that
+    rewrites the file and runs nothing, and so takes no --input-shape to ask for."""
     inputs = _real_inputs(model)
     names = [i.name for i in inputs]
     for name in requested:
@@ -289,6 +310,8 @@ def _fix_input_shapes(
     for inp in inputs:
         ttype = inp.type.tensor_type
         if not ttype.HasField("shape"):
+            if keep_dynamic:
+                raise ModelError(f"input {inp.name!r} has no shape; export the model with its input shapes")
             if inp.name not in requested:
                 raise ModelError(
                     f"input {inp.name!r} has no shape; give one with --input-shape {inp.name}:1x3x224x224"
@@ -310,7 +333,7 @@ def _fix_input_shapes(
             del dims[:]
             for d in want:
                 dims.add().dim_value = d
-        else:
+        elif not keep_dynamic:
             for i, d in enumerate(dims):
                 if d.HasField("dim_value") and d.dim_value > 0:
                     continue
@@ -327,7 +350,7 @@ def _fix_input_shapes(
                 else:
                     raise ModelError(
                         f"dimension {i} of input {inp.name!r} is dynamic; give a static shape with "
-                        f"--input-shape {inp.name}:1x3x224x224"
+                        f"--input-shape {inp.name}:{_shape_hint(dims)}"
                     )
         fixed[inp.name] = [d.dim_value for d in dims]
     return fixed
@@ -443,8 +466,16 @@ def _infer(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
         raise ModelError(f"{path.name}: shape inference failed: {first}") from None
 
 
-def load_model(path: str | os.PathLike[str], input_shapes: dict[str, list[int]] | None = None) -> LoadedModel:
-    """Parse, validate and normalize a model; every problem with the file is one ModelError."""
+def load_model(
+    path: str | os.PathLike[str],
+    input_shapes: dict[str, list[int]] | None = None,
+    *,
+    keep_dynamic: bool = False,
+) -> LoadedModel:
+    """Parse, validate and normalize a model; every problem with the file is one ModelError.
+
+    `keep_dynamic` leaves dynamic input dims dynamic instead of fixing the batch to 1 and refusing
+    the others (`deployopt fp16`, which converts the file as it is and has no --input-shape)."""
     path = Path(path)
     model = _parse(path)
     _check_opset(model, path)
@@ -460,7 +491,7 @@ def load_model(path: str | os.PathLike[str], input_shapes: dict[str, list[int]] 
     # output what inference finds (onnx-graphsurgeon writes outputs whose shape is None)
     notices: list[str] = []
     dynamic = _dynamic_batch_inputs(model)
-    fixed = _fix_input_shapes(model, dict(input_shapes or {}), path, notices)
+    fixed = _fix_input_shapes(model, dict(input_shapes or {}), path, notices, keep_dynamic)
     _give_outputs_shapes(model, path)
     try:
         onnx.checker.check_model(model)

@@ -25,6 +25,7 @@ load → analyze → candidates → per-layer tables → solver → end-to-end v
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import shutil
 import tempfile
@@ -312,6 +313,31 @@ def _group_id(g: Any) -> str:
 
 
 # ------------------------------------------------------------------------------------------ main
+
+
+#: journal signature keys whose values are digests: named by what they stand for, not by value
+_DIGEST_KEYS = {
+    "model_sha256": "the model file's contents",
+    "target_sha256": "the target profile's contents",
+    "calibration_sha256": "the calibration data",
+}
+
+
+def _resume_diff(keys: list[str], old: dict[str, Any], new: dict[str, Any]) -> str:
+    """`target was nano, now orin-nano-8gb; mode was lossless, now trim`: what --resume refuses
+    over, in words (it said `model_sha256, target differ`, internal keys without their values)."""
+    parts = []
+    for key in keys:
+        if key in _DIGEST_KEYS:
+            parts.append(f"{_DIGEST_KEYS[key]} changed")
+            continue
+        # a key a signature leaves out, or None, is an option at its default (not given)
+        was, now = (json.dumps(v) if v is not None else "the default" for v in (old.get(key), new.get(key)))
+        if len(was) + len(now) > 80:  # a long value (input shapes of many inputs): the name says enough
+            parts.append(f"{key} changed")
+        else:
+            parts.append(f"{key} was {was}, now {now}")
+    return "; ".join(parts)
 
 
 class Optimizer:
@@ -1103,8 +1129,9 @@ class Optimizer:
         old = self.replay.config
         diff = sorted(k for k in set(config) | set(old or {}) if config.get(k) != old.get(k)) if old else []
         if cfg.resume and diff:
+            changed = _resume_diff(diff, old, config)
             raise DeployoptError(
-                f"--resume: {journal_path} was written by a different run ({', '.join(diff)} differ); "
+                f"--resume: {journal_path} was written by a different run ({changed}); "
                 "use --force to start over"
             )
         recorded = len(self.replay.timings)  # replayed evaluations count, but the budget never stops them

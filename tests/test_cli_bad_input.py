@@ -294,6 +294,15 @@ def test_analyze_unknown_dtype_without_target(monkeypatch, capsys, zoo_model_pat
     _one_error(*run(monkeypatch, capsys, "analyze", m, "--dtype", "int4"), "unknown dtype 'int4'")
 
 
+def test_analyze_dtype_without_target(monkeypatch, capsys, zoo_model_path) -> None:
+    """`analyze M --dtype fp32` printed the groups it prints for any dtype and exited 0, as if it had
+    analyzed fp32 (only --target's wave table reads it); --sms without --target was refused already."""
+    m = str(zoo_model_path("resnet_projection"))
+    _one_error(*run(monkeypatch, capsys, "analyze", m, "--dtype", "fp32"), "--dtype needs --target")
+    code, out, err = run(monkeypatch, capsys, "analyze", m, "--dtype", "fp32", "--target", "nano")
+    assert code == 0 and "(1 SM, fp32)" in out, err
+
+
 def test_images_over_pillows_size_limits(monkeypatch, capsys, tmp_path, zoo_model_path) -> None:
     """Over Pillow's decompression-bomb limit was a DecompressionBombError traceback; over half of it
     (a 90 MP photo) printed Python's two-line DecompressionBombWarning on an exit-0 run. The limit is

@@ -87,10 +87,14 @@ def test_min_effect_option_and_strict(monkeypatch, capsys, tmp_path: Path) -> No
     write_timing(tmp_path / "cur" / "extra.json", 500.0, seed=3)
     code, _, err = run_cli(monkeypatch, capsys, "compare", str(tmp_path / "base"), str(tmp_path / "cur"))
     assert code == 0 and "note: extra: in the current run only" in err
-    code, _, _ = run_cli(
+    code, out, err = run_cli(
         monkeypatch, capsys, "compare", str(tmp_path / "base"), str(tmp_path / "cur"), "--strict"
     )
-    assert code == 1
+    # exit 1 under "0 regressions in 1 compared" said nowhere why; the last line now does
+    assert code == 1 and "0 regressions in 1 compared" in out
+    assert err.strip().splitlines()[-1] == (
+        "FAILED (--strict): 1 file(s) without a counterpart, so exit 1 though no model got slower"
+    ), err
 
 
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(monkeypatch, capsys, tmp_path: Path) -> None:

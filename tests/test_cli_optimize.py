@@ -647,7 +647,7 @@ def test_no_traffic_term_reaches_the_run_and_its_journal(
     # a journal searched without the term does not resume into a search with it …
     code, _, err = cli(monkeypatch, capsys, *base_args(model, out), "--max-evals", "6", "--resume")
     assert code == 2 and err.strip().count("\n") == 0
-    assert "traffic_term differ" in err
+    assert "(traffic_term was false, now the default)" in err
     # … while one from before the term existed (no such key) does
     journal = out / "journal.jsonl"
     lines = journal.read_text().splitlines()
@@ -656,3 +656,44 @@ def test_no_traffic_term_reaches_the_run_and_its_journal(
     journal.write_text("\n".join([json.dumps(start), *lines[1:]]) + "\n")
     code, _, err = cli(monkeypatch, capsys, *base_args(model, out), "--max-evals", "6", "--resume")
     assert code == 0, err
+
+
+def test_the_live_evaluation_line_says_measured_or_predicted() -> None:
+    """optimize's progress line ("end-to-end: input 1854.7 µs") showed each evaluation's latency
+    with no word on whether it was measured: with --backend model it was a prediction."""
+    import io
+
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from deployopt.cli.optimize_cmd import _progress_callback
+    from deployopt.timing import Timing
+
+    progress = Progress(console=Console(file=io.StringIO()))
+    on_event = _progress_callback(progress)
+    predicted = Timing("model", [1854.7], measured=False, predictor="wave model")
+    on_event("eval", label="input", done=1, total=4, timing=predicted)
+    assert progress.tasks[0].description == "end-to-end: input 1854.7 µs predicted"
+    on_event("eval", label="round-up-to-8", done=2, total=4, timing=Timing("ort", [1500.0, 1510.0]))
+    assert progress.tasks[0].description == "end-to-end: round-up-to-8 1505.0 µs measured"
+
+
+def test_a_quantized_model_on_a_gpu_without_int8_says_where_int8_came_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """A Q/DQ model gets --dtype int8 by default; for `--target nano` (no native INT8) the error was
+    "--dtype int8: ... use --dtype fp16", naming an option the user never gave. Now it says the
+    model is quantized, before any work, and nothing is written."""
+    import onnx
+    from test_coupling_qdq import qdq_net
+
+    model = tmp_path / "q.onnx"
+    onnx.save(qdq_net(), str(model))
+    out = tmp_path / "out"
+    args = ["optimize", str(model), "--target", "nano", "--backend", "model", "-o", str(out)]
+    code, stdout, err = cli(monkeypatch, capsys, *args)
+    assert code == 2 and stdout == "" and err.count("\n") == 1, err
+    assert err.startswith("error: q.onnx is quantized (Q/DQ nodes), so it runs in INT8, which Jetson Nano")
+    assert not out.exists()
+    code, _, err = cli(monkeypatch, capsys, *args, "--dtype", "int8")  # asked for: the target's own words
+    assert code == 2 and err.startswith("error: --dtype int8: Jetson Nano"), err

@@ -326,6 +326,9 @@ def test_waves_table_names_a_flat_span_instead_of_an_empty_cell() -> None:
     text = console.export_text()
     assert "stem.conv (out) 16: flat 8–32 (no step)" in text
     assert "stem.conv (in) 16: ↓8 (" in text  # a step exists below 16 where stem.conv is an input
+    # 16 itself ends a step there: it was shown as a move "↑16 (+0.0)" to the width it already has
+    assert "stem.conv (in) 16: ↓8 (-4.3) =16 (ends a step)" in text
+    assert "↑16 (+0.0)" not in text
 
 
 def test_apply_unwritable_output_is_one_line_and_writes_nothing(

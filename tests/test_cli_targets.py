@@ -507,6 +507,23 @@ def test_targets_sms_beyond_every_target_and_a_binary_profile_are_one_line(monke
     assert code == 2 and err == f"error: {binary} is not a deployopt target profile (not JSON text)\n"
 
 
+def test_a_folder_or_empty_file_as_the_target_profile(monkeypatch, capsys, tmp_path):
+    """A folder was "cannot read target profile D: [Errno 21] Is a directory: 'D'", an empty file
+    "Expecting value: line 1 column 1 (char 0)"; now said as every other input path says them."""
+    folder = tmp_path / "profiles.json"
+    folder.mkdir()
+    empty = tmp_path / "empty.json"
+    empty.write_text("\n")
+    for path, message in ((folder, "is a folder"), (empty, "empty file")):
+        for args in (["targets"], ["staircase", "--input", "1x8x8x8", "--out-channels", "8"]):
+            code, out, err = run(monkeypatch, capsys, *args, "--target", str(path))
+            assert (
+                code == 2
+                and out == ""
+                and err == f"error: {path}: {message}, expected a target profile (.json)\n"
+            ), err
+
+
 def test_staircase_unwritable_plot_is_one_line_before_measuring(monkeypatch, capsys, tmp_path):
     from deployopt.backends import base
 
@@ -542,6 +559,23 @@ def test_help_texts_print_as_written(monkeypatch, capsys, command):
     assert emoji == []
     if command in ("staircase", "calibrate"):
         assert "start:stop:step" in out
+
+
+def test_every_option_says_what_it_does() -> None:
+    """`staircase --help` listed --stride and --groups with a default and no word on what they are
+    (what --groups takes: a divisor of C and of every width, C for depthwise)."""
+    import typer.main
+
+    from deployopt.cli.main import app
+
+    command = typer.main.get_command(app)
+    bare = [
+        f"{name} {param.opts[0]}"
+        for name, sub in command.commands.items()  # type: ignore[attr-defined]
+        for param in sub.params
+        if param.param_type_name == "option" and not getattr(param, "help", None)
+    ]
+    assert bare == []
 
 
 def test_an_edited_what_if_profile_is_not_listed_as_calibrated(monkeypatch, capsys, tmp_path):

@@ -91,6 +91,26 @@ def test_dynamic_spatial_dims_need_an_input_shape(
         load_model(path)
 
 
+def test_a_dynamic_dim_hint_is_one_the_input_takes(tmp_path: Path) -> None:
+    """The hint was always `--input-shape NAME:1x3x224x224`, which a 12-channel (or 3-D) input
+    then refused ("is 1×12×?×? in the file"); it now keeps the file's static dims and names the
+    dynamic ones, and replacing those gives a shape that loads."""
+    from onnx import TensorProto, helper
+
+    weight = numpy_helper.from_array(np.ones((8, 12, 3, 3), np.float32), "W")
+    x = helper.make_tensor_value_info("feat", TensorProto.FLOAT, ["batch", 12, "height", None])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["feat", "W"], ["y"], pads=[1] * 4)], "g", [x], [y], [weight]
+    )
+    path = tmp_path / "dyn12.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    with pytest.raises(ModelError, match=re.escape("--input-shape feat:1x12x<height>x<dim3>")):
+        load_model(path)
+    loaded = load_model(path, {"feat": [1, 12, 16, 20]})
+    assert loaded.input_shapes == {"feat": [1, 12, 16, 20]}
+
+
 def test_opset9_loads_and_keeps_its_opset(zoo_model_path: Callable[[str], Path]) -> None:
     loaded = load_model(zoo_model_path("mobilenet_like_opset9"))
     assert loaded.model.opset_import[0].version == 9

@@ -431,8 +431,13 @@ def test_resume_refuses_a_journal_from_another_run(
 ) -> None:
     src = zoo_model_path("vgg16_pruned_b4")
     run_model(src, tmp_path / "out", max_evals=2)
-    with pytest.raises(DeployoptError, match=r"different run .*mode"):
+    # it said "(mode differ)": the journal's key, not what changed; now the values, old and new
+    with pytest.raises(DeployoptError, match=r'different run \(mode was "lossless", now "grow"\); use'):
         run_model(src, tmp_path / "out", resume=True, mode="grow")
+    other = tmp_path / "other.onnx"
+    other.write_bytes(zoo_model_path("vgg16_pruned").read_bytes())
+    with pytest.raises(DeployoptError, match=r"different run \(the model file's contents changed\)"):
+        run_model(other, tmp_path / "out", resume=True)
 
 
 def test_resume_accepts_a_journal_written_before_an_option_existed(
@@ -449,7 +454,7 @@ def test_resume_accepts_a_journal_written_before_an_option_existed(
     journal.write_text("\n".join([json.dumps(start), *lines[1:]]) + "\n")
     res = run_model(src, tmp_path / "out", resume=True, max_evals=3)
     assert res.timings["best"].median_us > 0
-    with pytest.raises(DeployoptError, match=r"different run \(cudnn_engines differ\)"):
+    with pytest.raises(DeployoptError, match=r"different run \(cudnn_engines was the default, now 0\)"):
         run_model(src, tmp_path / "out", resume=True, max_evals=4, cudnn_engines=0)
 
 
@@ -468,7 +473,7 @@ def test_resume_refuses_a_target_profile_changed_since(
     run_model(src, tmp_path / "out", target=str(profile), sms=None, max_evals=3)
     run_model(src, tmp_path / "out", target=str(profile), sms=None, max_evals=4, resume=True)  # unchanged
     profile.write_text(json.dumps({**doc, "clock_mhz": 300}))
-    with pytest.raises(DeployoptError, match=r"different run \(target_sha256 differ\)"):
+    with pytest.raises(DeployoptError, match=r"different run \(the target profile's contents changed\)"):
         run_model(src, tmp_path / "out", target=str(profile), sms=None, max_evals=5, resume=True)
 
     # a built-in name that a calibrated profile in the user cache now answers to
@@ -476,7 +481,7 @@ def test_resume_refuses_a_target_profile_changed_since(
     cache = tmp_path / "cache" / "targets"
     cache.mkdir(parents=True)
     (cache / "orin-nano-8gb.json").write_text(json.dumps({**doc, "clock_mhz": 300}))
-    with pytest.raises(DeployoptError, match=r"different run \(target_sha256 differ\)"):
+    with pytest.raises(DeployoptError, match=r"different run \(the target profile's contents changed\)"):
         run_model(src, tmp_path / "b", target="orin-nano-8gb", sms=None, max_evals=5, resume=True)
 
 
@@ -1011,10 +1016,10 @@ def test_resume_refuses_a_trim_run_whose_calibration_data_changed(tmp_path: Path
     np.save(other, rows * 2)
     out = tmp_path / "out"
     run_model(src, out, mode="trim", max_evals=2, calibration_data=str(data))
-    with pytest.raises(DeployoptError, match=r"different run \(calibration_sha256 differ\)"):
+    with pytest.raises(DeployoptError, match=r"different run \(the calibration data changed\)"):
         run_model(src, out, mode="trim", max_evals=3, resume=True, calibration_data=str(other))
     np.save(data, rows[::-1])  # rewritten in place
-    with pytest.raises(DeployoptError, match=r"different run \(calibration_sha256 differ\)"):
+    with pytest.raises(DeployoptError, match=r"different run \(the calibration data changed\)"):
         run_model(src, out, mode="trim", max_evals=3, resume=True, calibration_data=str(data))
     np.save(other, rows)
     res = run_model(src, out, mode="trim", max_evals=3, resume=True, calibration_data=str(other))

@@ -262,7 +262,7 @@ def test_qdq_and_control_flow_are_refused_in_one_line() -> None:
 
 def test_fp16_command_converts_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
     """`deployopt fp16 model.onnx -o model_fp16.onnx`, the host-side step for a board whose runner
-    meets TensorRT >= 11: writes the fp16 model; an fp16 one is left alone; a missing or broken
+    meets TensorRT >= 11: writes the fp16 model; an fp16 one is copied as it is; a missing or broken
     file, or an output that is the input, is one line with exit 2 and nothing written."""
     from cli_runner import run_cli
 
@@ -275,8 +275,10 @@ def test_fp16_command_converts_a_file(tmp_path: Path, monkeypatch: pytest.Monkey
     assert code == 0 and is_low_precision(onnx.load(dest)), err
     assert f"wrote {dest}" in " ".join(out.split())
     again = tmp_path / "again.onnx"
+    again.write_bytes(src.read_bytes())  # an older file of that name: it was left there, exit 0
     code, out, _ = cli("fp16", str(dest), "-o", str(again))
-    assert code == 0 and not again.exists() and "already typed fp16/bf16" in out
+    assert code == 0 and "already typed fp16/bf16: copied to" in " ".join(out.split())
+    assert onnx.load(again) == onnx.load(dest)  # the model to build, whichever the input was
     (tmp_path / "bad.onnx").write_bytes(b"not a model")
     for args in (
         [str(tmp_path / "absent.onnx"), "-o", str(tmp_path / "x.onnx")],
@@ -286,6 +288,37 @@ def test_fp16_command_converts_a_file(tmp_path: Path, monkeypatch: pytest.Monkey
         code, out, err = cli("fp16", *args)
         assert code == 2 and out == "" and err.startswith("error: ") and err.count("\n") == 1, err
     assert not (tmp_path / "x.onnx").exists() and not is_low_precision(onnx.load(src))
+
+
+def test_fp16_command_keeps_dynamic_height_and_width(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """A detector exported with dynamic H and W (what a Jetson user often ships, built with
+    trtexec --shapes) was refused with "give a static shape with --input-shape", an option `fp16`
+    does not have; the conversion keeps such dims. Now written, its dims still dynamic, and it
+    runs at two sizes. An input with no shape at all is one line that names no missing option."""
+    from cli_runner import run_cli
+
+    model = MODELS["mobilenet_like"]()
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    dims[2].dim_param, dims[3].dim_param = "H", "W"
+    del model.graph.value_info[:]
+    src, dest = tmp_path / "dyn.onnx", tmp_path / "dyn_fp16.onnx"
+    onnx.save(model, src)
+    code, out, err = run_cli(monkeypatch, capsys, "fp16", str(src), "-o", str(dest))
+    assert code == 0 and "--input-shape" not in err and f"wrote {dest}" in " ".join(out.split()), err
+    written = onnx.load(dest)
+    assert is_low_precision(written)
+    assert [d.dim_param for d in written.graph.input[0].type.tensor_type.shape.dim[2:]] == ["H", "W"]
+    session = ort.InferenceSession(str(dest), providers=["CPUExecutionProvider"])
+    for size in (32, 48):
+        x = np.random.default_rng(0).random((1, 3, size, size), dtype=np.float32)
+        assert session.run(None, {session.get_inputs()[0].name: x})[0].dtype == np.float32
+    model.graph.input[0].type.tensor_type.ClearField("shape")
+    onnx.save(model, src)
+    code, _, err = run_cli(monkeypatch, capsys, "fp16", str(src), "-o", str(tmp_path / "x.onnx"))
+    assert code == 2 and err.count("\n") == 1 and "has no shape" in err and "--input-shape" not in err, err
+    assert not (tmp_path / "x.onnx").exists()
 
 
 @pytest.mark.slow

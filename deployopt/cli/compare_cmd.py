@@ -137,5 +137,19 @@ def compare_command(
     if strict and report.not_comparable:
         raise typer.Exit(NOT_COMPARABLE)
     mismatched = bool(report.not_like_for_like or report.only_in_baseline or report.only_in_current)
+    if strict and mismatched and not report.slower:  # else exit 1 under "0 regressions in N compared"
+        _line(f"FAILED (--strict): {_strict_reasons(report)}", "red")
     if report.slower or (strict and mismatched):
         raise typer.Exit(1)
+
+
+def _strict_reasons(report: RegressionReport) -> str:
+    """Why --strict fails a run with no regression: the line a CI log ends on, so exit 1 is not
+    read against the "0 regressions" above it."""
+    reasons = []
+    if report.not_like_for_like:
+        reasons.append(f"{len(report.not_like_for_like)} pair(s) not like for like")
+    unpaired = len(report.only_in_baseline) + len(report.only_in_current)
+    if unpaired:
+        reasons.append(f"{unpaired} file(s) without a counterpart")
+    return "; ".join(reasons) + ", so exit 1 though no model got slower"

@@ -23,14 +23,25 @@ def fp16_cmd(
 
     check_output_file(output)
     refuse_input_as_output(output, [("model", model)], "-o/--output")
-    loaded = load_model(model)  # a missing, corrupt or unsupported model is named here, in one line
+    # a missing, corrupt or unsupported model is named here, in one line; dynamic dims (H, W of a
+    # detector export) stay dynamic, as the conversion keeps them: there is no --input-shape here
+    loaded = load_model(model, keep_dynamic=True)
     if loaded.external_data:  # OUTPUT (or OUTPUT.data) renamed over the weights the input reads
         written_files = [output, output.with_name(output.name + ".data")]
         refuse_replacing_weights(model, written_files, "give another -o/--output")
     written = write_fp16(model, output)
     if written == model:
+        # -o holds the model to build in either case: "nothing written" with exit 0 left a script's
+        # next step without OUTPUT, or building an older file of that name
+        import onnx
+
+        from deployopt.model import save_model
+
+        save_model(onnx.load(str(model)), output, external_data=loaded.external_data)
         console.print(
-            f"{model} is already typed fp16/bf16: build it as it is (nothing written)", highlight=False
+            f"{model} is already typed fp16/bf16: copied to {output} as it is (build it as it is)",
+            highlight=False,
+            soft_wrap=True,
         )
     else:
         console.print(

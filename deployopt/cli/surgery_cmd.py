@@ -126,13 +126,20 @@ def analyze_cmd(
         None, "--target", help="Add per-conv waves and tail fill predicted for this GPU (see `targets`)."
     ),
     sms: Optional[int] = typer.Option(None, "--sms", help="Override the target's SM count."),
-    dtype: str = typer.Option("fp16", "--dtype", help="fp16, fp32 or int8 (for --target)."),
+    dtype: Optional[str] = typer.Option(
+        None, "--dtype", help="fp16, fp32 or int8: the precision --target predicts (default fp16)."
+    ),
 ) -> None:
     """Show which channel counts can change, and which must change together."""
     from deployopt.waves import DTYPES
 
-    if dtype not in DTYPES:  # checked without --target too: a typo is not silently ignored
+    if dtype is not None and dtype not in DTYPES:  # checked without --target too: a typo is named
         raise DeployoptError(f"unknown dtype {dtype!r}; choose one of: {', '.join(DTYPES)}")
+    if target is None and (sms is not None or dtype is not None):
+        # the groups depend on neither: `analyze M --dtype fp32` printed the same groups and exited
+        # 0, as if it had analyzed the model in fp32
+        raise DeployoptError(f"{'--sms' if sms is not None else '--dtype'} needs --target")
+    dtype = dtype or "fp16"
     loaded = load_model(model, parse_input_shapes(input_shape))
     analysis = analyze(loaded.model)
     rows, gpu = None, None
@@ -142,8 +149,6 @@ def analyze_cmd(
 
         gpu = get_target(target, sms=sms)
         rows = conv_rows(analysis, gpu, dtype)
-    elif sms is not None:
-        raise DeployoptError("--sms needs --target")
     if as_json:
         data = analysis_json(loaded, analysis)
         if rows is not None and gpu is not None:
@@ -210,7 +215,10 @@ def waves_table(rows: Sequence[dict[str, Any]], title: str) -> Table:
         for w in r["widths"]:
             parts = [f"{w['group']} ({w['role']}) {w['width']}:"]
             for key, arrow in (("below", "↓"), ("above", "↑")):
-                if w.get(key) is not None:
+                if key == "above" and w.get(key) == w["width"]:
+                    # "↑16 (+0.0)" for a width of 16 read as a move up to where it already is
+                    parts.append(f"={w['width']} (ends a step)")
+                elif w.get(key) is not None:
                     parts.append(f"{arrow}{w[key]} ({w[key + '_delta_us']:+.1f})")
             if w.get("below") is None and w.get("above") is None:
                 lo, hi = w.get("searched") or (w["width"] // 2, 2 * w["width"])

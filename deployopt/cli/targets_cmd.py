@@ -337,8 +337,13 @@ def staircase_command(
         ..., "--out-channels", help="start:stop:step (stop included) or a list 64,96,128."
     ),
     kernel: str = typer.Option("3", "--kernel", "-k", help="Kernel size (3 or 3x3); padding is 'same'."),
-    stride: int = typer.Option(1, "--stride"),
-    groups: int = typer.Option(1, "--groups"),
+    stride: int = typer.Option(1, "--stride", help="Stride in both directions."),
+    groups: int = typer.Option(
+        1,
+        "--groups",
+        help="Conv groups: a divisor of C and of every width; C means depthwise (C = K = groups at every "
+        "width).",
+    ),
     dtype: str = typer.Option("fp16", "--dtype", help="fp16, fp32 or int8 (int8: predicted only)."),
     sms: Optional[int] = typer.Option(
         None, "--sms", help="Use only N SMs (model; and the backend if measuring)."

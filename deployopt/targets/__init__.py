@@ -261,9 +261,16 @@ def load_profile(path: str | os.PathLike[str]) -> Target:
     mode's clock or SM count. Its default (unfitted) parameters are dropped and derived again from
     the edited facts; fitted ones are kept as they are."""
     path = Path(path)
+    if path.is_dir():  # was "cannot read target profile D: [Errno 21] Is a directory: 'D'"
+        raise TargetError(f"{path}: is a folder, expected a target profile (.json)")
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        text = path.read_text()
+        if not text.strip():  # was "Expecting value: line 1 column 1 (char 0)"
+            raise TargetError(f"{path}: empty file, expected a target profile (.json)")
+        doc = json.loads(text)
+    except OSError as exc:
+        raise TargetError(f"cannot read target profile {path}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
         raise TargetError(f"cannot read target profile {path}: {exc}") from None
     except UnicodeDecodeError:  # a model or an image given as --target
         raise TargetError(f"{path} is not a deployopt target profile (not JSON text)") from None
