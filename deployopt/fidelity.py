@@ -91,7 +91,7 @@ class ImagePreprocess:
 def describe_preprocess(doc: dict[str, Any]) -> str:
     """An `ImagePreprocess.to_json()` in one phrase, for the CLI and report.md."""
     scale = float(doc["scale"])
-    shown = f"1/{1 / scale:g}" if scale < 1 and (1 / scale).is_integer() else f"{scale:g}"
+    shown = "1/255" if scale == 1 / 255 else f"{scale:g}"
     mean = ",".join(f"{float(v):g}" for v in doc["mean"])
     std = ",".join(f"{float(v):g}" for v in doc["std"])
     return f"scale {shown}, mean {mean}, std {std}, {doc['channel_order']}, resize {doc['resize']}"

@@ -217,6 +217,7 @@ def image_preprocess(
                 style="yellow",
                 markup=False,
                 highlight=False,
+                soft_wrap=True,
             )
     return pre
 
