@@ -29,6 +29,75 @@ ARRAY_SUFFIXES = frozenset({".npy", ".npz"})
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 RESIZE_MODES = ("stretch", "crop")
+CHANNEL_ORDERS = ("RGB", "BGR")
+
+
+@dataclass(frozen=True)
+class ImagePreprocess:
+    """How calibration images become input tensors: (pixel·scale − mean) / std per channel, in
+    `channel_order`, resized by `resize` (`preprocess_image`). One value for every command that
+    reads images (verify, apply, optimize, bench/profile INT8), so a YOLO model (scale 1/255, no
+    mean/std) or a BGR Caffe-style one is ranked, gated and calibrated on the inputs it takes.
+    The defaults are torchvision's ImageNet recipe. mean/std are given in RGB order, even for BGR."""
+
+    mean: tuple[float, ...] = IMAGENET_MEAN
+    std: tuple[float, ...] = IMAGENET_STD
+    scale: float = 1 / 255
+    channel_order: str = "RGB"
+    resize: str = "stretch"
+
+    def check(self) -> None:
+        """One-line DataErrors for values no model can take (NaN or all-zero images were reported
+        as a failed comparison, exit 1, rather than bad input). The channel count is checked
+        against the model when the images are read (`_per_channel`)."""
+        # NaN or infinity here made NaN inputs, which compared as a failed check (exit 1), not bad input
+        if not (math.isfinite(self.scale) and self.scale > 0):
+            raise DataError(f"--scale must be a finite number above 0, got {self.scale}")
+        for what, values in (("mean", self.mean), ("std", self.std)):
+            if not all(math.isfinite(float(v)) for v in values):
+                raise DataError(f"--{what} values must be finite numbers, got {','.join(map(str, values))}")
+            if len(values) not in (1, 3):  # images feed 1 or 3 channels: 2 or 4 values fit neither
+                raise DataError(
+                    f"--{what} {','.join(map(str, values))}: expected 1 value (every channel) or 3 (R,G,B), "
+                    f"got {len(values)}"
+                )
+        if any(float(v) == 0 for v in self.std):
+            raise DataError("--std values must be non-zero")
+        if self.channel_order.upper() not in CHANNEL_ORDERS:
+            raise DataError(f"channel order {self.channel_order!r}: expected RGB or BGR")
+        if self.resize not in RESIZE_MODES:
+            raise DataError(f"--resize {self.resize!r}: expected one of {', '.join(RESIZE_MODES)}")
+
+    def changes(self) -> dict[str, Any]:
+        """The fields that differ from the defaults, as JSON: what optimize's journal keys on, so
+        a journal from before these options (all defaults) still resumes."""
+        full, default = self.to_json(), ImagePreprocess().to_json()
+        return {k: v for k, v in full.items() if v != default[k]}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "mean": [float(v) for v in self.mean],
+            "std": [float(v) for v in self.std],
+            "scale": float(self.scale),
+            "channel_order": self.channel_order.upper(),
+            "resize": self.resize,
+        }
+
+    def describe(self) -> str:
+        """`scale 1/255, mean 0.485,0.456,0.406, std 0.229,0.224,0.225, RGB, resize stretch`."""
+        return describe_preprocess(self.to_json())
+
+
+def describe_preprocess(doc: dict[str, Any]) -> str:
+    """An `ImagePreprocess.to_json()` in one phrase, for the CLI and report.md."""
+    scale = float(doc["scale"])
+    shown = "1/255" if scale == 1 / 255 else f"{scale:g}"
+    mean = ",".join(f"{float(v):g}" for v in doc["mean"])
+    std = ",".join(f"{float(v):g}" for v in doc["std"])
+    return f"scale {shown}, mean {mean}, std {std}, {doc['channel_order']}, resize {doc['resize']}"
+
+
+DEFAULT_PREPROCESS = ImagePreprocess()
 
 
 @dataclass
@@ -39,6 +108,8 @@ class CalibrationSet:
     source: str
     random: bool
     notices: list[str] = field(default_factory=list)
+    # how images became these samples; None for arrays and random inputs (fed as they are)
+    preprocess: ImagePreprocess | None = None
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -300,12 +371,8 @@ def load_calibration(
     inputs: dict[str, list[int]],
     *,
     count: int = 16,
-    mean: Sequence[float] = IMAGENET_MEAN,
-    std: Sequence[float] = IMAGENET_STD,
-    channel_order: str = "RGB",
-    scale: float = 1 / 255,
+    preprocess: ImagePreprocess = DEFAULT_PREPROCESS,
     seed: int = 0,
-    resize: str = "stretch",
 ) -> CalibrationSet:
     """Calibration samples shaped exactly like the model's inputs (batch included).
 
@@ -316,17 +383,12 @@ def load_calibration(
     full batch are left out (no image counts twice); fewer than one batch fill it by repeating.
     Folders are searched recursively, skipping hidden files and folders, and must hold one kind
     (images or arrays).
-    None: `count` seeded standard-normal samples, marked `random=True`. Every problem is a
-    one-line DataError naming the file.
+    None: `count` seeded standard-normal samples, marked `random=True`. `preprocess` turns images
+    into tensors (arrays are fed as they are). Every problem is a one-line DataError naming the file.
     """
     if count < 1:
         raise DataError(f"--count must be >= 1, got {count}")
-    # NaN or infinity here made NaN inputs, which compared as a failed check (exit 1), not bad input
-    if not (math.isfinite(scale) and scale > 0):
-        raise DataError(f"--scale must be a finite number above 0, got {scale}")
-    for what, values in (("mean", mean), ("std", std)):
-        if not all(math.isfinite(float(v)) for v in values):
-            raise DataError(f"--{what} values must be finite numbers, got {','.join(map(str, values))}")
+    preprocess.check()
     if seed < 0:  # numpy takes any non-negative seed; a negative one was a traceback
         raise DataError(f"--seed must be 0 or more, got {seed}")
     if not inputs:
@@ -394,18 +456,37 @@ def load_calibration(
             f,
             (h, w),
             channels=channels,
-            mean=mean,
-            std=std,
-            channel_order=channel_order,
-            scale=scale,
-            resize=resize,
+            mean=preprocess.mean,
+            std=preprocess.std,
+            channel_order=preprocess.channel_order,
+            scale=preprocess.scale,
+            resize=preprocess.resize,
         )
         for f in files
     ]
     batches, notices = _batched([], rows, batch, "image")
     return CalibrationSet(
-        samples=[{name: b} for b in batches], source=str(path), random=False, notices=notices
+        samples=[{name: b} for b in batches],
+        source=str(path),
+        random=False,
+        notices=notices,
+        preprocess=preprocess,
     )
+
+
+def holds_arrays(path: str | os.PathLike[str]) -> bool:
+    """Whether calibration data at `path` is .npy/.npz arrays (a file, or a folder of them), which
+    are fed as they are: the image options have nothing to act on there (the CLI says so)."""
+    p = Path(path)
+    if p.is_file():
+        return p.suffix.lower() in ARRAY_SUFFIXES
+    if not p.is_dir():
+        return False
+    try:
+        suffixes = {f.suffix.lower() for f in folder_files(p)}
+    except DataError:  # an unreadable folder: the loader says so in its own words
+        return False
+    return bool(suffixes & ARRAY_SUFFIXES) and not suffixes & IMAGE_SUFFIXES
 
 
 def folder_files(folder: Path) -> list[Path]:

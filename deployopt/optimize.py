@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from deployopt.errors import BackendUnavailable, DataError, DeployoptError
+from deployopt.fidelity import ImagePreprocess
 from deployopt.fileio import (
     check_output_dir,
     file_sha256,
@@ -102,6 +103,9 @@ class OptimizeConfig:
     cudnn_engines: int | None = None  # torch: engines cudnn.benchmark times (None: PyTorch's 10, 0: all)
     cudnn_benchmark: bool = True  # torch: False = no autotuning, cuDNN's heuristics pick (PyTorch's default)
     calibration_data: str | None = None
+    # how calibration images become tensors, for the fidelity checks, the trim ranking and INT8
+    # calibration alike (--mean/--std/--scale/--bgr/--resize); arrays are fed as they are
+    preprocess: ImagePreprocess = field(default_factory=ImagePreprocess)
     outdir: Path | None = None
     resume: bool = False
     force: bool = False
@@ -157,7 +161,14 @@ class OptimizeConfig:
             # the journal keeps each plan's failures under the thresholds it ran with; only when not
             # the defaults, so journals written before the options existed still resume
             **({"trim_gate": gate} if self.mode == "trim" and gate != DEFAULT_GATE else {}),
+            # the gate's reports, the trim ranking and INT8 ranges come from the tensors the images
+            # make; only what differs from the defaults, so journals from before the options resume
+            **({"image_preprocess": self.preprocess.changes()} if self.image_preprocessed() else {}),
         }
+
+    def image_preprocessed(self) -> bool:
+        """Whether the run's images are made into tensors other than by the defaults."""
+        return bool(self.calibration_data) and bool(self.preprocess.changes())
 
     def trim_gate(self) -> dict[str, Any]:
         """The fidelity gate a trim plan must pass: thresholds, and whether a failure refuses it."""
@@ -323,6 +334,11 @@ _DIGEST_KEYS = {
 }
 
 
+def _shown(value: Any) -> str:
+    """A journal signature's value in words: None (left out) is the option at its default."""
+    return "the default" if value is None else json.dumps(value)
+
+
 def _resume_diff(keys: list[str], old: dict[str, Any], new: dict[str, Any]) -> str:
     """`target was nano, now orin-nano-8gb; mode was lossless, now trim`: what --resume refuses
     over, in words (it said `model_sha256, target differ`, internal keys without their values)."""
@@ -330,6 +346,14 @@ def _resume_diff(keys: list[str], old: dict[str, Any], new: dict[str, Any]) -> s
     for key in keys:
         if key in _DIGEST_KEYS:
             parts.append(f"{_DIGEST_KEYS[key]} changed")
+            continue
+        if key == "image_preprocess":  # field by field: the whole set was too long to show
+            was_set, now_set = old.get(key) or {}, new.get(key) or {}
+            parts += [
+                f"image {name} was {_shown(was_set.get(name))}, now {_shown(now_set.get(name))}"
+                for name in dict.fromkeys([*was_set, *now_set])
+                if was_set.get(name) != now_set.get(name)
+            ]
             continue
         # a key a signature leaves out, or None, is an option at its default (not given)
         was, now = (json.dumps(v) if v is not None else "the default" for v in (old.get(key), new.get(key)))
@@ -740,6 +764,7 @@ class Optimizer:
             self.cfg.calibration_data,
             inputs=dict(self.loaded.input_shapes),
             count=len(gate) + wanted,
+            preprocess=self.cfg.preprocess,
         )
         more = data.samples[len(gate) :]
         if more:
@@ -760,6 +785,20 @@ class Optimizer:
             return []
         notes = [*self._calibration().notices, *getattr(self, "_rank_notices", [])]  # loaded at start
         return list(dict.fromkeys(notes))
+
+    def _image_preprocess(self) -> dict[str, Any] | None:
+        """How the calibration images became tensors (fidelity checks, trim ranking, INT8
+        calibration), for the report; None when no images were read (random inputs, arrays)."""
+        if not self.cfg.calibration_data:
+            return None
+        if self.cfg.fidelity:
+            pre = self._calibration().preprocess  # None for .npy/.npz, fed as they are
+            return None if pre is None else pre.to_json()
+        from deployopt.backends.trtexec import is_calibration_table
+        from deployopt.fidelity import holds_arrays
+
+        data = self.cfg.calibration_data
+        return None if is_calibration_table(data) or holds_arrays(data) else self.cfg.preprocess.to_json()
 
     def _data_signature(self) -> dict[str, str]:
         """`--mode trim` with --calibration-data: a sha256 of the samples the gate checks and the trims
@@ -813,6 +852,7 @@ class Optimizer:
                 self.cfg.calibration_data,
                 inputs=dict(self.loaded.input_shapes),
                 count=self.cfg.fidelity_samples,
+                preprocess=self.cfg.preprocess,
             )
         return self._calib
 
@@ -1265,6 +1305,7 @@ class Optimizer:
             cudnn_engines=cfg.cudnn_engines,
             cudnn_benchmark=cfg.cudnn_benchmark,
             calibration_data=calibration,
+            calibration_preprocess=cfg.preprocess if calibration is not None else None,
             extra={"target": self.target},
         )
         return backend.open(opts)
@@ -1308,6 +1349,7 @@ class Optimizer:
         report["load_notices"] = list(self.loaded.notices)
         if self.cfg.calibration_data:
             report["calibration_notices"] = self.calibration_notices()
+        report["image_preprocess"] = self._image_preprocess()
         if self.cfg.mode == "trim":
             # the rule any trim of this run uses; saying it needs no ranking (no trim may have been built)
             report["trim_order"] = (

@@ -448,6 +448,10 @@ def render_markdown(report: dict[str, Any]) -> str:
         source = fid.get("source") or "calibration set"
         random_note = fid.get("random_inputs") and "random" not in source  # say it once
         lines.append(f"- inputs: {source}" + (" (random inputs)" if random_note else ""))
+        if report.get("image_preprocess"):
+            from deployopt.fidelity import describe_preprocess
+
+            lines.append(f"- images made into tensors by: {describe_preprocess(report['image_preprocess'])}")
         lines.append("- failures: " + ("; ".join(fid["failures"]) if fid.get("failures") else "none"))
         gate = report.get("trim_gate")
         if gate:

@@ -15,6 +15,7 @@ from deployopt.errors import DataError, ModelError
 from deployopt.fidelity import (
     RANDOM_SOURCE,
     CalibrationSet,
+    ImagePreprocess,
     Thresholds,
     compare_models,
     load_calibration,
@@ -195,7 +196,10 @@ def test_image_folder_is_normalised_and_stacked_into_batches(cifar_b4: Calibrati
 
 def test_image_options_count_bgr_resize_gray() -> None:
     calib = load_calibration(
-        CIFAR, {"input": [3, 3, 16, 16]}, count=2, mean=(0.5,), std=(0.5,), channel_order="BGR"
+        CIFAR,
+        {"input": [3, 3, 16, 16]},
+        count=2,
+        preprocess=ImagePreprocess(mean=(0.5,), std=(0.5,), channel_order="BGR"),
     )
     assert len(calib) == 2 and calib.samples[0]["input"].shape == (3, 3, 16, 16)
     img = Image.open(CIFAR / "cifar10_00_3.png").convert("RGB").resize((16, 16), Image.BILINEAR)
@@ -244,7 +248,8 @@ def test_nested_images_load_in_relative_path_order_and_hidden_entries_are_skippe
     _png(tmp_path / "a" / ".hidden.png", 251)
     (tmp_path / ".git").mkdir()
     np.save(tmp_path / ".git" / "stray.npy", np.zeros(3))  # would be "mixes" if it were read
-    calib = load_calibration(tmp_path, {"input": [1, 1, 2, 2]}, count=10, mean=(0.0,), std=(1.0,), scale=1.0)
+    raw = ImagePreprocess(mean=(0.0,), std=(1.0,), scale=1.0)
+    calib = load_calibration(tmp_path, {"input": [1, 1, 2, 2]}, count=10, preprocess=raw)
     values = [float(s["input"][0, 0, 0, 0]) for s in calib.samples]
     assert values == [20.0, 10.0, 30.0, 40.0]  # a/deep/y, a/z, b/x, c
 
@@ -390,8 +395,8 @@ def test_mixed_folder_and_bad_options(tmp_path: Path) -> None:
         load_calibration(tmp_path, {"input": [1, 3, 4, 4]})
     with pytest.raises(DataError, match="--count must be >= 1"):
         load_calibration(None, SHAPE, count=0)
-    with pytest.raises(DataError, match="--mean has 2 values"):
-        load_calibration(CIFAR, SHAPE, mean=(0.5, 0.5))
+    with pytest.raises(DataError, match=r"--mean 0.5,0.5: expected 1 value \(every channel\) or 3"):
+        load_calibration(CIFAR, SHAPE, preprocess=ImagePreprocess(mean=(0.5, 0.5)))
 
 
 def _scaled_head(scale: list[float]) -> onnx.ModelProto:

@@ -1790,6 +1790,78 @@ def test_bench_cli_calibrates_int8_on_the_given_data(
     assert code == 2 and err.count("\n") == 1 and f"calibration table {table} is empty" in err
 
 
+@pytest.mark.parametrize("command", ["bench", "profile"])
+def test_bench_and_profile_calibrate_on_images_made_by_the_image_options(
+    command: str,
+    monkeypatch: pytest.MonkeyPatch,
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`bench/profile --calibration-data IMAGES --mean 0 --std 1` (a YOLO model's pixels × 1/255):
+    the calibrator gets those tensors, not ImageNet-normalised ones, and the engine calibrated on
+    them is another engine (its key, and the table beside it, differ from the defaults')."""
+    from cli_runner import run_cli
+    from PIL import Image
+
+    trt, gpu = install(monkeypatch, V10, "bindings")
+    trt.__spec__ = importlib.machinery.ModuleSpec("tensorrt", None)  # importable, for availability()
+    monkeypatch.setattr(trt_backend, "run_isolated", lambda target, args, timeout: build_and_time(*args))
+    monkeypatch.chdir(tmp_path)  # engines/ goes here
+    cifar = Path(__file__).resolve().parents[1] / "calibration_data" / "cifar10"
+    images = sorted(cifar.iterdir())
+    model = zoo_model_path("mobilenet_like_dynamic")
+    args = [
+        command,
+        str(model),
+        "--backend",
+        "tensorrt",
+        "--dtype",
+        "int8",
+        "--input-shape",
+        "input:2x3x32x32",
+    ]
+    args += ["--calibration-data", str(cifar), "--runs", "3", "--json"]
+    code, _, err = run_cli(monkeypatch, capsys, *args, "--mean", "0", "--std", "1")
+    assert code == 0, err
+    first = np.stack(
+        [np.asarray(Image.open(f).convert("RGB"), np.float32).transpose(2, 0, 1) for f in images[:2]]
+    )
+    np.testing.assert_allclose(gpu.calibration_batches[0]["input"], first / 255, atol=1e-6)
+    assert len(list((tmp_path / "engines").glob("*.calib"))) == 1
+    gpu.calibration_batches.clear()
+    code, _, err = run_cli(monkeypatch, capsys, *args)  # the defaults: ImageNet mean/std, as before
+    assert code == 0, err
+    imagenet = (first / 255 - np.array([0.485, 0.456, 0.406], np.float32)[:, None, None]) / np.array(
+        [0.229, 0.224, 0.225], np.float32
+    )[:, None, None]
+    np.testing.assert_allclose(gpu.calibration_batches[0]["input"], imagenet, atol=1e-5)
+    assert len(list((tmp_path / "engines").glob("*.calib"))) == 2  # another engine, another table
+
+
+def test_the_engine_key_holds_image_preprocessing_other_than_the_defaults(tmp_path: Path) -> None:
+    from deployopt.fidelity import ImagePreprocess
+
+    calib, _ = write_calibration(tmp_path, items=2)
+    data = b"onnx bytes"
+    plain = opts(tmp_path, dtype="int8", calibration_data=str(calib))
+    defaults = opts(
+        tmp_path, dtype="int8", calibration_data=str(calib), calibration_preprocess=ImagePreprocess()
+    )
+    bgr = opts(
+        tmp_path,
+        dtype="int8",
+        calibration_data=str(calib),
+        calibration_preprocess=ImagePreprocess(channel_order="BGR"),
+    )
+    key = trt_backend.engine_key
+    assert key(data, plain, V10, {}) == key(data, defaults, V10, {})  # engines cached before keep their keys
+    assert key(data, bgr, V10, {}) != key(data, plain, V10, {})
+    assert trt_backend.build_facts(data, bgr, V10, {})["calibration_preprocess"] == {"channel_order": "BGR"}
+    fp16 = opts(tmp_path, calibration_preprocess=ImagePreprocess(channel_order="BGR"))
+    assert "calibration_preprocess" not in trt_backend.build_facts(data, fp16, V10, {})  # nothing calibrated
+
+
 def test_int8_reuses_the_calibration_table(
     surface: tuple[str, types.ModuleType, FakeGpu], zoo_model_path: Callable[[str], Path], tmp_path: Path
 ) -> None:

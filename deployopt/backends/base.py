@@ -20,6 +20,7 @@ from deployopt.layers import ConvShape
 from deployopt.timing import Timing, check_run_counts
 
 if TYPE_CHECKING:
+    from deployopt.fidelity import ImagePreprocess
     from deployopt.model import LoadedModel
 
 DTYPES = ("fp32", "fp16", "int8")
@@ -35,6 +36,8 @@ class MeasureOptions:
     timeout_s: float = 600.0  # per model, for backends that run in a worker process
     input_shapes: dict[str, list[int]] = field(default_factory=dict)
     calibration_data: str | None = None  # INT8 calibration (TensorRT)
+    # how calibration images become tensors (--mean/--std/--scale/--bgr/--resize); None: the defaults
+    calibration_preprocess: ImagePreprocess | None = None
     workdir: Path | None = None  # where engines / traces / caches go
     # cuDNN engines cudnn.benchmark times per conv (torch): None = PyTorch's default (10), 0 = all.
     # Timing all finds faster kernels for some widths (up to 2x in fp16 on 8 SMs, docs/backends.md).

@@ -199,8 +199,9 @@ def build_facts(
     one, or calib_cache alone) is keyed by its bytes alone, the same either way: calibration_count
     and calib_cache (which a build from data fills) do not change that engine. On TensorRT >= 11 an
     fp16 build is keyed on the fp16 conversion's recipe too (it builds the converted model); the
-    key is not there before 11, so engines cached on older versions keep their keys. An ONNX
-    model's external data files are not read."""
+    key is not there before 11, so engines cached on older versions keep their keys. Image
+    preprocessing other than the defaults (calibration_preprocess) is keyed for a build from data.
+    An ONNX model's external data files are not read."""
     table = table_only(options)
     from_data = options.dtype == "int8" and bool(options.calibration_data) and table is None
     calib_cache = options.extra.get("calib_cache")
@@ -224,6 +225,10 @@ def build_facts(
         # a table beside the engine (no calib_cache) is named after the key, so it needs no entry
         "calib_cache_sha256": content_digest(calib_cache) if from_data and calib_cache else None,
     }
+    if from_data and options.calibration_preprocess is not None and options.calibration_preprocess.changes():
+        # images made into other tensors calibrate other ranges; only when not the defaults, so
+        # engines calibrated before the image options existed keep their keys
+        facts["calibration_preprocess"] = options.calibration_preprocess.changes()
     if strongly_typed(trt_version) and options.dtype == "fp16":
         from deployopt.precision import CONVERSION_RECIPE
 
@@ -616,7 +621,7 @@ def build_engine(model_path: str, options: MeasureOptions, engine_path: str) -> 
                 t = network.get_input(i)
                 in_shapes[t.name] = tuple(shapes.get(t.name, tuple(t.shape)))
             count = int(options.extra.get("calibration_count", DEFAULT_CALIBRATION_COUNT))
-            samples = load_samples(options.calibration_data, in_shapes, count)
+            samples = load_samples(options.calibration_data, in_shapes, count, options.calibration_preprocess)
             cache = CalibrationCache(
                 options.extra.get("calib_cache") or str(Path(engine_path).with_suffix(".calib"))
             )

@@ -13,12 +13,15 @@ shaped exactly like the engine input.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from deployopt.errors import BackendFailed, DataError, DeployoptError
 from deployopt.fileio import write_bytes
+
+if TYPE_CHECKING:
+    from deployopt.fidelity import ImagePreprocess
 
 
 class DeviceMemory(Protocol):
@@ -183,14 +186,24 @@ class TableCalibrator:
 
 
 def load_samples(
-    path: str | Path, inputs: dict[str, tuple[int, ...]], count: int
+    path: str | Path,
+    inputs: dict[str, tuple[int, ...]],
+    count: int,
+    preprocess: ImagePreprocess | None = None,
 ) -> list[dict[str, np.ndarray]]:
-    """Calibration samples from calibration data (deployopt.fidelity reads the folder/file formats)."""
+    """Calibration samples from calibration data (deployopt.fidelity reads the folder/file formats);
+    images made into tensors by `preprocess` (None: the ImageNet defaults), as verify, apply and
+    optimize make them, so INT8 ranges are calibrated on the inputs the model takes."""
     try:
-        from deployopt.fidelity import load_calibration
+        from deployopt.fidelity import DEFAULT_PREPROCESS, load_calibration
     except ImportError as exc:
         raise DataError(f"calibration data loader unavailable ({exc})") from None
-    cal = load_calibration(path, inputs={k: list(v) for k, v in inputs.items()}, count=count)
+    cal = load_calibration(
+        path,
+        inputs={k: list(v) for k, v in inputs.items()},
+        count=count,
+        preprocess=preprocess or DEFAULT_PREPROCESS,
+    )
     return list(cal.samples)
 
 

@@ -9,7 +9,8 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from deployopt.errors import DeployoptError
+from deployopt.errors import DataError, DeployoptError
+from deployopt.fidelity import IMAGENET_MEAN, IMAGENET_STD, ImagePreprocess
 
 app = typer.Typer(
     name="deployopt",
@@ -100,8 +101,9 @@ def cudnn_engines_option() -> object:
 
 
 CALIBRATION_DATA_HELP = (
-    "--dtype int8: data TensorRT calibrates on (a folder of images, or .npy/.npz preprocessed "
-    "like the model's input), or a calibration table (.cache/.calib/.table) from an earlier run, "
+    "--dtype int8: data TensorRT calibrates on (a folder of images, made into tensors by "
+    "--scale/--mean/--std/--bgr/--resize, or .npy/.npz preprocessed like the model's input), or a "
+    "calibration table (.cache/.calib/.table) from an earlier run, "
     "only read; trtexec cannot calibrate and takes only a table."
 )
 
@@ -116,6 +118,108 @@ def calibration_data_option(help: str = CALIBRATION_DATA_HELP) -> object:
         metavar="<path>",
         help=help,
     )
+
+
+# --mean/--std/--bgr/--scale/--resize: how calibration images become input tensors, declared once
+# for every command that reads images (verify, apply, optimize, bench, profile) and parsed by
+# `image_preprocess`; the defaults are ImageNet's (torchvision), wrong for a YOLO model (1/255,
+# no mean/std) or a Caffe-style BGR one, which must be able to say so everywhere the images go.
+
+
+def mean_option() -> Any:
+    """`--mean`: per-channel mean subtracted after --scale (RGB order)."""
+    return typer.Option(
+        None, "--mean", help=f"Per-channel image mean (default {','.join(map(str, IMAGENET_MEAN))})."
+    )
+
+
+def std_option() -> Any:
+    """`--std`: per-channel std divided by after the mean (RGB order)."""
+    return typer.Option(
+        None, "--std", help=f"Per-channel image std (default {','.join(map(str, IMAGENET_STD))})."
+    )
+
+
+def bgr_option() -> Any:
+    """`--bgr`: Caffe/OpenCV-trained models take blue first."""
+    return typer.Option(False, "--bgr", help="Feed images as BGR (mean/std still given in RGB order).")
+
+
+def scale_option() -> Any:
+    """`--scale`: the pixel factor before mean/std (1/255: pixels to 0–1)."""
+    return typer.Option(None, "--scale", help="Pixel scale applied before mean/std (default 1/255).")
+
+
+def resize_option() -> Any:
+    """`--resize`: how an image of another size meets the input's H×W."""
+    return typer.Option(
+        None,
+        "--resize",
+        help="stretch (default): resize to H×W; crop: shorter side to H/0.875, centre crop.",
+    )
+
+
+def _floats(value: str, option: str) -> tuple[float, ...]:
+    try:
+        vals = tuple(float(v) for v in value.replace(" ", "").split(",") if v)
+    except ValueError:
+        raise DataError(
+            f"{option} {value!r}: expected numbers separated by commas, e.g. 0.485,0.456,0.406"
+        ) from None
+    if not vals:
+        raise DataError(f"{option} {value!r}: expected at least one number")
+    return vals
+
+
+def image_preprocess(
+    calibration_data: Path | None,
+    mean: str | None,
+    std: str | None,
+    bgr: bool,
+    scale: float | None,
+    resize: str | None,
+) -> ImagePreprocess:
+    """The image options as one checked ImagePreprocess (defaults for those not given), or a
+    one-line DataError: a bad value, or options given with nothing to act on (no
+    --calibration-data: the inputs are random; a calibration table: its ranges are calibrated
+    already). With .npy/.npz data, fed as it is, one stderr note says they are unused."""
+    given = {"--mean": mean, "--std": std, "--bgr": bgr or None, "--scale": scale, "--resize": resize}
+    named = [name for name, value in given.items() if value is not None]
+    mean_values = IMAGENET_MEAN if mean is None else _floats(mean, "--mean")
+    std_values = IMAGENET_STD if std is None else _floats(std, "--std")
+    # each was ignored without a word where it has nothing to act on
+    if calibration_data is None and named:
+        raise DataError(
+            f"{', '.join(named)}: image preprocessing, and without --calibration-data the inputs "
+            "are random; give images with --calibration-data"
+        )
+    pre = ImagePreprocess(
+        mean=tuple(mean_values),
+        std=tuple(std_values),
+        scale=1 / 255 if scale is None else scale,
+        channel_order="BGR" if bgr else "RGB",
+        resize="stretch" if resize is None else resize,
+    )
+    pre.check()
+    if named and calibration_data is not None:
+        from deployopt.backends.trtexec import is_calibration_table
+        from deployopt.fidelity import holds_arrays
+
+        if is_calibration_table(calibration_data):
+            raise DataError(
+                f"{', '.join(named)}: image preprocessing, and --calibration-data {calibration_data} is a "
+                "calibration table (its ranges are calibrated already); give the images to calibrate on"
+            )
+        if holds_arrays(calibration_data):
+            err_console.print(
+                f"note: {', '.join(named)} unused: {calibration_data} holds .npy/.npz arrays, fed to the "
+                "model as they are (image preprocessing applies to images)",
+                style="yellow",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
+    return pre
 
 
 def remote_option() -> object:

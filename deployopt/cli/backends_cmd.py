@@ -27,19 +27,26 @@ from deployopt.backends.base import (
 )
 from deployopt.cli.app import (
     app,
+    bgr_option,
     calibration_data_option,
     check_batch_agrees,
     console,
     cudnn_benchmark_option,
     cudnn_engines_option,
     err_console,
+    image_preprocess,
     input_path,
+    mean_option,
     note_cudnn_search,
     output_option,
     parse_input_shapes,
     remote_option,
+    resize_option,
+    scale_option,
+    std_option,
 )
 from deployopt.errors import DataError, DeployoptError, no_such_file
+from deployopt.fidelity import ImagePreprocess
 from deployopt.fileio import check_output_dir, check_output_file, refuse_input_as_output, write_json
 from deployopt.timing import Timing, check_run_counts, counted
 
@@ -141,6 +148,7 @@ def _options(
     calibration_data: Path | None = None,
     remote: str | None = None,
     model_path: Path | None = None,
+    calibration_preprocess: ImagePreprocess | None = None,
 ) -> MeasureOptions:
     if dtype is None:
         dtype = default_dtype(backend, model_path)
@@ -186,6 +194,7 @@ def _options(
         cudnn_engines=cudnn_engines,
         cudnn_benchmark=cudnn_benchmark,
         calibration_data=str(calibration_data) if calibration_data is not None else None,
+        calibration_preprocess=calibration_preprocess if calibration_data is not None else None,
         extra={"remote": remote} if remote else {},
     )
 
@@ -239,12 +248,18 @@ def bench_command(
     cudnn_engines: Optional[int] = cudnn_engines_option(),
     cudnn_benchmark: bool = cudnn_benchmark_option(),
     calibration_data: Optional[Path] = calibration_data_option(),
+    mean: Optional[str] = mean_option(),
+    std: Optional[str] = std_option(),
+    bgr: bool = bgr_option(),
+    scale: Optional[float] = scale_option(),
+    resize: Optional[str] = resize_option(),
     remote: Optional[str] = remote_option(),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     output: Optional[Path] = output_option(None, "--output", "-o", help="Write the JSON result here."),
 ) -> None:
     """Time a model end to end: median, IQR, 95 % CI, runs, what was timed, environment."""
     settings = (dtype, batch, sms, runs, warmup, input_shape, timeout)
+    preprocess = image_preprocess(calibration_data, mean, std, bgr, scale, resize)
     with _session(
         backend,
         model,
@@ -254,6 +269,7 @@ def bench_command(
         cudnn_engines=cudnn_engines,
         cudnn_benchmark=cudnn_benchmark,
         calibration_data=calibration_data,
+        calibration_preprocess=preprocess,
         remote=remote,
     ) as session:
         identity = _model_identity(model)  # before timing: a file that cannot be read costs no run
@@ -401,6 +417,11 @@ def profile_command(
     cudnn_engines: Optional[int] = cudnn_engines_option(),
     cudnn_benchmark: bool = cudnn_benchmark_option(),
     calibration_data: Optional[Path] = calibration_data_option(),
+    mean: Optional[str] = mean_option(),
+    std: Optional[str] = std_option(),
+    bgr: bool = bgr_option(),
+    scale: Optional[float] = scale_option(),
+    resize: Optional[str] = resize_option(),
     remote: Optional[str] = remote_option(),
     trace_dir: Optional[Path] = output_option(
         None, "--trace-dir", help="Keep the profiler trace here (torch, ort: chrome trace JSON).", folder=True
@@ -410,6 +431,7 @@ def profile_command(
 ) -> None:
     """Per-layer time with share of total; --kernels adds grid/block/registers/tile/waves per kernel."""
     settings = (dtype, batch, sms, runs, warmup, input_shape, timeout)
+    preprocess = image_preprocess(calibration_data, mean, std, bgr, scale, resize)
     if trace_dir is not None:  # a file there was "File exists" once the profile had run (torch)
         check_output_dir(trace_dir)
     with _session(
@@ -422,6 +444,7 @@ def profile_command(
         cudnn_engines=cudnn_engines,
         cudnn_benchmark=cudnn_benchmark,
         calibration_data=calibration_data,
+        calibration_preprocess=preprocess,
         remote=remote,
     ) as session:
         profile = session.profile(model, kernels=kernels)

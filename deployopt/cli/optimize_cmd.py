@@ -15,16 +15,22 @@ from rich.text import Text
 from deployopt.cli.app import (
     Interrupted,
     app,
+    bgr_option,
     calibration_data_option,
     check_batch_agrees,
     console,
     cudnn_benchmark_option,
     cudnn_engines_option,
     err_console,
+    image_preprocess,
     input_path,
+    mean_option,
     note_cudnn_search,
     output_option,
     parse_input_shapes,
+    resize_option,
+    scale_option,
+    std_option,
 )
 from deployopt.errors import DeployoptError
 from deployopt.report import clock_slowdown_note, describe_gate
@@ -148,8 +154,14 @@ def optimize_command(
         "Images or .npy/.npz for fidelity checks (random inputs if omitted); with --mode trim also "
         "what the trimmed channels are ranked on (least activation × reader weight first; by filter "
         "L1 if omitted); with --dtype int8 also what TensorRT calibrates on (trtexec cannot: its "
-        "engines use placeholder ranges, and the report says so)."
+        "engines use placeholder ranges, and the report says so). Images are made into tensors by "
+        "--scale/--mean/--std/--bgr/--resize; .npy/.npz are fed as they are."
     ),
+    mean: Optional[str] = mean_option(),
+    std: Optional[str] = std_option(),
+    bgr: bool = bgr_option(),
+    scale: Optional[float] = scale_option(),
+    resize: Optional[str] = resize_option(),
     outdir: Optional[Path] = output_option(
         None, "-o", "--out", help="Output folder (default <model>.deployopt/).", folder=True
     ),
@@ -170,6 +182,7 @@ def optimize_command(
         )
     shapes = parse_input_shapes(input_shape)
     check_batch_agrees(batch, shapes)
+    preprocess = image_preprocess(calibration_data, mean, std, bgr, scale, resize)
     backend_name = resolve_backend_name(backend)
     b = get_backend(backend_name)
     if dtype is None:  # int8 for a Q/DQ model, else fp16 where the backend runs it (the deployment case)
@@ -194,6 +207,7 @@ def optimize_command(
         cudnn_benchmark=cudnn_benchmark,
         traffic_term=traffic_term,
         calibration_data=str(calibration_data) if calibration_data else None,
+        preprocess=preprocess,
         fidelity_gate=fidelity_gate,
         **({} if min_cosine is None else {"min_cosine": min_cosine}),
         **({} if min_top1 is None else {"min_top1": min_top1}),

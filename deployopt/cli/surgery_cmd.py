@@ -19,15 +19,22 @@ from rich.text import Text
 from deployopt.batch import restore_dynamic_batch
 from deployopt.cli.app import (
     app,
+    bgr_option,
     calibration_data_option,
     console,
     err_console,
+    image_preprocess,
     input_path,
+    mean_option,
     output_option,
     parse_input_shapes,
+    resize_option,
+    scale_option,
+    std_option,
 )
 from deployopt.coupling import Analysis, ConvLayer, analyze
 from deployopt.errors import DeployoptError
+from deployopt.fidelity import ImagePreprocess
 from deployopt.fileio import check_output_file, refuse_input_as_output
 from deployopt.model import LoadedModel, load_model, refuse_replacing_weights, save_model
 from deployopt.surgery import GroupChange, apply_plan_report, load_plan
@@ -253,10 +260,16 @@ def changes_table(changes: Sequence[GroupChange], ranked_by: str = "smallest L1"
 
 
 def _trim_importance(
-    loaded: LoadedModel, analysis: Analysis, widths: dict[str, int], data: Path, count: int
+    loaded: LoadedModel,
+    analysis: Analysis,
+    widths: dict[str, int],
+    data: Path,
+    count: int,
+    preprocess: ImagePreprocess,
 ) -> tuple[Optional[dict[str, Any]], list[str]]:
     """The planned trims' channel ranking on `data` (deployopt.importance.activation_importance),
-    None when the plan trims nothing (no model run then); and what loading the data said."""
+    images made into tensors by `preprocess`; None when the plan trims nothing (no model run then);
+    and what loading the data said."""
     from deployopt.fidelity import check_feedable, load_calibration
     from deployopt.importance import activation_importance
     from deployopt.surgery import validate_plan
@@ -264,7 +277,7 @@ def _trim_importance(
     validate_plan(analysis, widths)  # a bad plan is named before the data is read
     by_id = analysis.plan_by_id(widths)
     trimmed = [g for g, w in by_id.items() if int(w) < analysis.group(g).width]
-    calib = load_calibration(data, dict(loaded.input_shapes), count=count)
+    calib = load_calibration(data, dict(loaded.input_shapes), count=count, preprocess=preprocess)
     if not trimmed:
         return None, calib.notices
     check_feedable(calib, loaded.model)
@@ -288,18 +301,25 @@ def apply_cmd(
         None, "--input-shape", help="Static shape for an input, NAME:1x3x224x224 (repeatable)."
     ),
     calibration_data: Optional[Path] = calibration_data_option(
-        "Images (png/jpg/jpeg/bmp, resized to the input, ImageNet mean/std), .npy or .npz: a trim "
+        "Images (png/jpg/jpeg/bmp, made into tensors by --scale/--mean/--std/--bgr/--resize), .npy "
+        "or .npz (fed as they are): a trim "
         "drops the channels that add least to the next layers on this data (mean |activation| × "
         "reader weight norm) instead of the smallest filters (L1). Dead channels go first either way."
     ),
     count: Optional[int] = typer.Option(
         None, "--count", help="With --calibration-data: samples (model runs) at most (default 16)."
     ),
+    mean: Optional[str] = mean_option(),
+    std: Optional[str] = std_option(),
+    bgr: bool = bgr_option(),
+    scale: Optional[float] = scale_option(),
+    resize: Optional[str] = resize_option(),
     as_json: bool = typer.Option(False, "--json", help="Print the changes as JSON."),
 ) -> None:
     """Pad or trim channel groups to the widths of a plan, and write the edited model."""
     if count is not None and calibration_data is None:  # it counts data samples: alone it did nothing
         raise DeployoptError("--count needs --calibration-data")
+    preprocess = image_preprocess(calibration_data, mean, std, bgr, scale, resize)
     check_output_file(output)
     refuse_input_as_output(
         output,
@@ -315,7 +335,7 @@ def apply_cmd(
     importance, data_notices = None, []
     if calibration_data is not None:
         importance, data_notices = _trim_importance(
-            loaded, analysis, widths, calibration_data, 16 if count is None else count
+            loaded, analysis, widths, calibration_data, 16 if count is None else count, preprocess
         )
     edited, changes = apply_plan_report(loaded.model, widths, analysis, importance)
     written = restore_dynamic_batch(edited, loaded.dynamic_batch, loaded.static_batch)

@@ -17,17 +17,20 @@ from rich.text import Text
 
 from deployopt.cli.app import (
     app,
+    bgr_option,
     calibration_data_option,
     console,
     err_console,
+    image_preprocess,
     input_path,
+    mean_option,
     parse_input_shapes,
+    resize_option,
+    scale_option,
+    std_option,
 )
 from deployopt.errors import DataError
 from deployopt.fidelity import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
-    RESIZE_MODES,
     FidelityReport,
     Thresholds,
     check_threshold_range,
@@ -38,18 +41,6 @@ from deployopt.memory import require_fidelity_memory
 
 if TYPE_CHECKING:
     from deployopt.model import LoadedModel
-
-
-def _floats(value: str, option: str) -> list[float]:
-    try:
-        vals = [float(v) for v in value.replace(" ", "").split(",") if v]
-    except ValueError:
-        raise DataError(
-            f"{option} {value!r}: expected numbers separated by commas, e.g. 0.485,0.456,0.406"
-        ) from None
-    if not vals:
-        raise DataError(f"{option} {value!r}: expected at least one number")
-    return vals
 
 
 def _load(path: Path, requested: dict[str, list[int]]) -> LoadedModel:
@@ -141,21 +132,11 @@ def verify(
         "Random inputs when omitted (said so)."
     ),
     count: int = typer.Option(16, "--count", help="Calibration samples (model runs) at most."),
-    mean: Optional[str] = typer.Option(
-        None, "--mean", help=f"Per-channel image mean (default {','.join(map(str, IMAGENET_MEAN))})."
-    ),
-    std: Optional[str] = typer.Option(
-        None, "--std", help=f"Per-channel image std (default {','.join(map(str, IMAGENET_STD))})."
-    ),
-    bgr: bool = typer.Option(False, "--bgr", help="Feed images as BGR (mean/std still given in RGB order)."),
-    scale: Optional[float] = typer.Option(
-        None, "--scale", help="Pixel scale applied before mean/std (default 1/255)."
-    ),
-    resize: Optional[str] = typer.Option(
-        None,
-        "--resize",
-        help="stretch (default): resize to H×W; crop: shorter side to H/0.875, centre crop.",
-    ),
+    mean: Optional[str] = mean_option(),
+    std: Optional[str] = std_option(),
+    bgr: bool = bgr_option(),
+    scale: Optional[float] = scale_option(),
+    resize: Optional[str] = resize_option(),
     max_abs_error: Optional[float] = typer.Option(
         None, "--max-abs-error", help="Fail above this max abs error."
     ),
@@ -176,21 +157,9 @@ def verify(
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Compare a candidate model's outputs with the reference's on calibration data."""
-    mean_values = IMAGENET_MEAN if mean is None else _floats(mean, "--mean")
-    std_values = IMAGENET_STD if std is None else _floats(std, "--std")
-    # each was ignored without a word where it has nothing to act on
-    given = {"--mean": mean, "--std": std, "--bgr": bgr or None, "--scale": scale, "--resize": resize}
-    image_options = [name for name, value in given.items() if value is not None]
-    if calibration_data is None and image_options:
-        raise DataError(
-            f"{', '.join(image_options)}: image preprocessing, and without --calibration-data the inputs "
-            "are random; give images with --calibration-data"
-        )
+    preprocess = image_preprocess(calibration_data, mean, std, bgr, scale, resize)
     if calibration_data is not None and seed is not None:
         raise DataError("--seed seeds the random inputs, and --calibration-data gives the data; give one")
-    resize = "stretch" if resize is None else resize
-    if resize not in RESIZE_MODES:
-        raise DataError(f"--resize {resize!r}: expected one of {', '.join(RESIZE_MODES)}")
     check_threshold_range(min_cosine, min_top1)
     if max_abs_error is not None and not max_abs_error >= 0:  # NaN too: every comparison with it fails
         raise DataError(f"--max-abs-error {max_abs_error}: expected an error bound ≥ 0")
@@ -218,12 +187,8 @@ def verify(
         calibration_data,
         ref_inputs,
         count=count,
-        mean=mean_values,
-        std=std_values,
-        channel_order="BGR" if bgr else "RGB",
-        scale=1 / 255 if scale is None else scale,
+        preprocess=preprocess,
         seed=0 if seed is None else seed,
-        resize=resize,
     )
     for notice in dict.fromkeys(notices + cand_notices + calib.notices):
         err_console.print(f"notice: {notice}", style="yellow", markup=False, highlight=False)
