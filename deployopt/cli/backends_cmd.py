@@ -142,8 +142,11 @@ def _options(
     remote: str | None = None,
     model_path: Path | None = None,
 ) -> MeasureOptions:
+    extra: dict[str, Any] = {"remote": remote} if remote else {}
     if dtype is None:
         dtype = default_dtype(backend, model_path)
+        if dtype == "int8":  # a Q/DQ model's: a GPU without INT8 then says the model is quantized
+            extra["int8_from_qdq"] = True
     if dtype not in DTYPES:
         raise DeployoptError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
     if dtype == "int8" and "int8" not in backend.dtypes:
@@ -186,7 +189,7 @@ def _options(
         cudnn_engines=cudnn_engines,
         cudnn_benchmark=cudnn_benchmark,
         calibration_data=str(calibration_data) if calibration_data is not None else None,
-        extra={"remote": remote} if remote else {},
+        extra=extra,
     )
 
 

@@ -66,15 +66,19 @@ def _refuse_int8_the_target_lacks(model: Path, target: str, sms: Optional[int]) 
     """A Q/DQ model gets --dtype int8 by default; on a GPU without INT8 (Nano, TX2) the target's
     refusal said "--dtype int8: ... use --dtype fp16" to a user who gave no --dtype, about a model
     TensorRT builds in INT8 from its Q/DQ nodes whatever the flag. Say where int8 came from."""
+    from deployopt.backends.base import quantized_without_int8
     from deployopt.errors import TargetError
     from deployopt.targets import get_target
 
     gpu = get_target(target, sms=sms)
     if "int8" not in gpu.dtypes():
         raise TargetError(
-            f"{model.name} is quantized (Q/DQ nodes), so it runs in INT8, which {gpu.display_name} "
-            f"(compute capability {gpu.cc}) has no native support for; optimize the float model it "
-            "was quantized from (--dtype fp16 predicts fp16 widths for this one's convs)"
+            quantized_without_int8(
+                model.name,
+                f"{gpu.display_name} (compute capability {gpu.cc})",
+                "optimize the float model it was quantized from (--dtype fp16 predicts fp16 widths for "
+                "this one's convs)",
+            )
         )
 
 
