@@ -299,6 +299,29 @@ def test_analyze_target_names_the_launch_bound_convs(
     assert f"{small} of {len(rows)} convs are small (predicted under 4× the fixed cost): part fixed" in text
 
 
+def test_analyze_predicts_a_quantized_model_in_int8_as_optimize_searches_it(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """`analyze q.onnx --target T` predicted fp16 where `optimize` defaults a Q/DQ model to int8:
+    both now take the dtype from one function (int8 for Q/DQ, else fp16), and the output says it.
+    On a target without INT8 analyze says the model is quantized, as optimize does; --dtype fp16
+    still predicts fp16 there."""
+    from test_coupling_qdq import qdq_net
+
+    model = tmp_path / "q.onnx"
+    onnx.save(qdq_net(), str(model))
+    code, out, err = cli(["analyze", str(model), "--target", "t4", "--json"], capsys, monkeypatch)
+    assert code == 0, err
+    assert json.loads(out)["waves"]["dtype"] == "int8"
+    code, out, err = cli(["analyze", str(model), "--target", "t4"], capsys, monkeypatch)
+    assert code == 0 and "waves on t4 (40 SMs, int8)" in out, err
+    code, out, err = cli(["analyze", str(model), "--target", "nano"], capsys, monkeypatch)
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert err.startswith("error: q.onnx is quantized (Q/DQ nodes), so it runs in INT8, which Jetson Nano")
+    code, out, err = cli(["analyze", str(model), "--target", "nano", "--dtype", "fp16"], capsys, monkeypatch)
+    assert code == 0 and "waves on nano (1 SM, fp16)" in out, err
+
+
 def test_analyze_target_errors(zoo_model_path: Callable[[str], Path], capsys, monkeypatch) -> None:
     path = str(zoo_model_path("vgg16_pruned"))
     code, _, err = cli(["analyze", path, "--sms", "8"], capsys, monkeypatch)

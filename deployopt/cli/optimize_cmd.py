@@ -25,6 +25,7 @@ from deployopt.cli.app import (
     note_cudnn_search,
     output_option,
     parse_input_shapes,
+    refuse_int8_the_target_lacks,
 )
 from deployopt.errors import DeployoptError
 from deployopt.report import clock_slowdown_note, describe_gate
@@ -60,26 +61,6 @@ def _progress_callback(progress: Progress) -> Any:
             )
 
     return on_event
-
-
-def _refuse_int8_the_target_lacks(model: Path, target: str, sms: Optional[int]) -> None:
-    """A Q/DQ model gets --dtype int8 by default; on a GPU without INT8 (Nano, TX2) the target's
-    refusal said "--dtype int8: ... use --dtype fp16" to a user who gave no --dtype, about a model
-    TensorRT builds in INT8 from its Q/DQ nodes whatever the flag. Say where int8 came from."""
-    from deployopt.backends.base import quantized_without_int8
-    from deployopt.errors import TargetError
-    from deployopt.targets import get_target
-
-    gpu = get_target(target, sms=sms)
-    if "int8" not in gpu.dtypes():
-        raise TargetError(
-            quantized_without_int8(
-                model.name,
-                f"{gpu.display_name} (compute capability {gpu.cc})",
-                "optimize the float model it was quantized from (--dtype fp16 predicts fp16 widths for "
-                "this one's convs)",
-            )
-        )
 
 
 #: optimize's timing options and their defaults, which the model backend does not use (it measures
@@ -179,7 +160,14 @@ def optimize_command(
     if dtype is None:  # int8 for a Q/DQ model, else fp16 where the backend runs it (the deployment case)
         dtype = default_dtype(b, model, deployment=True)
         if dtype == "int8":
-            _refuse_int8_the_target_lacks(model, target, sms)
+            from deployopt.targets import get_target
+
+            refuse_int8_the_target_lacks(
+                model,
+                get_target(target, sms=sms),
+                "optimize the float model it was quantized from (--dtype fp16 predicts fp16 widths for "
+                "this one's convs)",
+            )
     cfg = OptimizeConfig(
         model_path=model,
         target=target,

@@ -25,6 +25,7 @@ from deployopt.cli.app import (
     input_path,
     output_option,
     parse_input_shapes,
+    refuse_int8_the_target_lacks,
 )
 from deployopt.coupling import Analysis, ConvLayer, analyze
 from deployopt.errors import DeployoptError
@@ -127,7 +128,10 @@ def analyze_cmd(
     ),
     sms: Optional[int] = typer.Option(None, "--sms", help="Override the target's SM count."),
     dtype: Optional[str] = typer.Option(
-        None, "--dtype", help="fp16, fp32 or int8: the precision --target predicts (default fp16)."
+        None,
+        "--dtype",
+        help="fp16, fp32 or int8: the precision --target predicts (default: int8 for a Q/DQ model, "
+        "else fp16, as optimize).",
     ),
 ) -> None:
     """Show which channel counts can change, and which must change together."""
@@ -139,15 +143,28 @@ def analyze_cmd(
         # the groups depend on neither: `analyze M --dtype fp32` printed the same groups and exited
         # 0, as if it had analyzed the model in fp32
         raise DeployoptError(f"{'--sms' if sms is not None else '--dtype'} needs --target")
-    dtype = dtype or "fp16"
-    loaded = load_model(model, parse_input_shapes(input_shape))
-    analysis = analyze(loaded.model)
-    rows, gpu = None, None
+    gpu = None
     if target is not None:
         from deployopt.targets import get_target
-        from deployopt.waves import conv_rows
 
         gpu = get_target(target, sms=sms)
+        if dtype is None:  # optimize's default, so analyze predicts what optimize would search in
+            from deployopt.backends.base import default_dtype, get_backend
+
+            dtype = default_dtype(get_backend("model"), model, deployment=True)
+            if dtype == "int8":
+                refuse_int8_the_target_lacks(
+                    model,
+                    gpu,
+                    "analyze the float model it was quantized from (--dtype fp16 predicts fp16 waves "
+                    "for this one's convs)",
+                )
+    loaded = load_model(model, parse_input_shapes(input_shape))
+    analysis = analyze(loaded.model)
+    rows = None
+    if gpu is not None and dtype is not None:
+        from deployopt.waves import conv_rows
+
         rows = conv_rows(analysis, gpu, dtype)
     if as_json:
         data = analysis_json(loaded, analysis)
