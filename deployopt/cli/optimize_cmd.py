@@ -47,7 +47,10 @@ def _progress_callback(progress: Progress) -> Any:
             if "eval" not in tasks:
                 tasks["eval"] = progress.add_task("end-to-end evaluations", total=info.get("total"))
             timing = info.get("timing")
-            desc = f"end-to-end: {info.get('label', '')[:48]}"
+            label = info.get("label", "")
+            if len(label) > 48:  # cut, a move's table value would lose its "measured"/"predicted"
+                label = label.split(" (", 1)[0][:48]
+            desc = f"end-to-end: {label}"
             if timing is not None:  # the live line is printed too: it says which it is
                 desc += f" {timing.median_us:.1f} µs {'measured' if timing.measured else 'predicted'}"
             progress.update(tasks["eval"], completed=info.get("done", 0), description=desc)
