@@ -203,6 +203,7 @@ def test_apply_bad_plan_leaves_no_file(
     ]
     code, _, err = cli(args, capsys, monkeypatch)
     assert code == 2 and message in err and err.count("\n") == 1
+    assert err.startswith(f"error: {tmp_path / 'plan.json'}: "), err  # which file is wrong
     assert not out_path.exists() and not (out_path.parent.exists() and any(out_path.parent.iterdir()))
 
 

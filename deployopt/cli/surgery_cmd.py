@@ -288,6 +288,19 @@ def _trim_importance(
     return activation_importance(loaded.model, analysis, trimmed, calib.samples), calib.notices
 
 
+def _check_plan(plan: Path, analysis: Analysis, widths: dict[str, int]) -> None:
+    """The plan's groups and widths checked against the model, each error naming the plan file
+    (an unknown group read as if the model were wrong), as load_plan's own errors do."""
+    from deployopt.errors import PlanError
+    from deployopt.surgery import validate_plan
+
+    try:
+        validate_plan(analysis, widths)
+        analysis.plan_by_id(widths)
+    except PlanError as exc:
+        raise PlanError(f"{plan}: {exc}") from None
+
+
 @app.command("apply", rich_help_panel="Channel surgery")
 def apply_cmd(
     model: Path = typer.Argument(
@@ -329,6 +342,7 @@ def apply_cmd(
         written_files = [output, output.with_name(output.name + ".data")]
         refuse_replacing_weights(model, written_files, "give another -o/--output")
     analysis = analyze(loaded.model)
+    _check_plan(plan, analysis, widths)
     importance, data_notices = None, []
     if calibration_data is not None:
         importance, data_notices = _trim_importance(
