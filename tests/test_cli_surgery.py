@@ -56,7 +56,7 @@ def test_analyze_table_and_notice(zoo_model_path: Callable[[str], Path], capsys,
     assert "14 channel groups, 12 free" in out
     assert "frozen: feeds the graph output 'logits'" in out and "stem.conv" in out
     assert "20 convs" in out  # the --convs table
-    assert "note: batch dimension of 'input' (batch) was dynamic; fixed to 1" in err
+    assert "notice: batch dimension of 'input' (batch) was dynamic; fixed to 1" in err
 
 
 @pytest.mark.slow
@@ -157,7 +157,7 @@ def test_apply_says_which_calibration_images_it_left_out(tmp_path: Path, capsys,
     code, out, _ = cli([*args, "--json"], capsys, monkeypatch)
     assert code == 0 and note in json.loads(out)["notices"] and json.loads(out)["trim_order"] == "activation"
     code, out, err = cli(args, capsys, monkeypatch)
-    assert code == 0 and f"note: {note}\n" in err
+    assert code == 0 and f"notice: {note}\n" in err
 
 
 def test_apply_on_a_model_onnxruntime_cannot_load_is_one_line(tmp_path: Path, capsys, monkeypatch) -> None:

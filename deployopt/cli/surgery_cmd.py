@@ -109,8 +109,10 @@ def analysis_json(loaded: LoadedModel, analysis: Analysis, include_convs: bool =
 
 
 def _print_notices(notices: Sequence[str]) -> None:
-    for note in notices:
-        err_console.print(f"note: {note}", style="yellow", markup=False, highlight=False)
+    """What loading changed, as `optimize` and `verify` print it: `notice:` (the word the reports'
+    `notices` keys use), where analyze and apply printed `note:` for the same notices."""
+    for notice in notices:
+        err_console.print(f"notice: {notice}", style="yellow", markup=False, highlight=False)
 
 
 @app.command("analyze", rich_help_panel="Channel surgery")
