@@ -264,6 +264,26 @@ def bench_command(
     timing.model = identity
     _emit(bench_json(timing), as_json, output, lambda: render_bench(timing, f"{model.name} on {backend}"))
     warn_clock_slowdown(timing.environment)
+    note_too_few_to_compare(timing.runs)
+
+
+def note_too_few_to_compare(runs: int) -> None:
+    """One stderr note when a bench result has fewer samples than `compare` (at its default
+    --alpha) can ever judge: bench accepts `--runs 3`, and compare refused the file only later."""
+    from deployopt.regression import DEFAULT_ALPHA
+    from deployopt.timing import min_samples
+
+    need = min_samples(DEFAULT_ALPHA)
+    if runs < need:
+        err_console.print(
+            f"note: {counted(runs, 'run')}: `deployopt compare` needs at least {need} per side (at its "
+            f"default --alpha {DEFAULT_ALPHA:g}) to judge a difference; use --runs {need} or more to "
+            "compare this",
+            style="yellow",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def warn_clock_slowdown(env: dict[str, Any]) -> None:
