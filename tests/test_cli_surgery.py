@@ -607,3 +607,18 @@ def test_ctrl_c_in_apply_is_one_line_and_exit_130(
     code, out, err = cli(["apply", str(src), "--plan", str(plan), "-o", str(out_path)], capsys, monkeypatch)
     assert (code, out, err) == (130, "", "interrupted\n")
     assert not out_path.exists()
+
+
+def test_readme_commands_row_for_analyze_names_its_options() -> None:
+    """README's Commands table row for `analyze` named --target and --json but not --convs, --sms
+    or --dtype. Every option of the command is in the row now, but --input-shape (common to every
+    command, in no row) and --help."""
+    import typer
+
+    from deployopt.cli.main import app
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    (row,) = [line for line in readme.splitlines() if line.startswith("| `deployopt analyze ")]
+    command = typer.main.get_command(app).commands["analyze"]  # type: ignore[attr-defined]
+    options = {o for p in command.params for o in p.opts if o.startswith("--")} - {"--input-shape", "--help"}
+    assert options and sorted(o for o in options if f"[{o}" not in row) == []
