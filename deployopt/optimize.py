@@ -1098,8 +1098,14 @@ class Optimizer:
                 continue  # measured from an earlier incumbent and not faster
             if plan_key(cand) not in tried:
                 sign = "gain" if m.predicted_delta_us < 0 else "cost"
-                return cand, f"move {m.group}→{m.width} (table {sign} {abs(m.predicted_delta_us):.1f} µs)"
+                value = f"table {sign} {abs(m.predicted_delta_us):.1f} µs, {self._table_source()}"
+                return cand, f"move {m.group}→{m.width} ({value})"
         return None
+
+    def _table_source(self) -> str:
+        """What a table value printed in a label rests on (every latency printed says measured or
+        predicted): the per-layer sweep's timings, or the wave model's predictions."""
+        return "per-layer measured" if self.session.backend.measured else "predicted"
 
     def _grow(self, incumbent: Evaluation, starts: list[dict[str, int]]) -> Evaluation:
         """Widen groups into capacity the table says is free: largest widths whose table cost stays at

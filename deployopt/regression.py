@@ -371,6 +371,10 @@ def check_testable(baseline: tuple[Path, Timing], current: tuple[Path, Timing], 
         )
 
 
+#: `compare`'s significance level unless --alpha is given (bench notes a result too short for it).
+DEFAULT_ALPHA = 0.01
+
+
 #: Smallest median change a regression verdict needs. The test sees only the spread within one
 #: run, and a rebuild moves the median by more: the same model, benched twice on the H200 at 8 SMs,
 #: measured 1.4 % apart (benchmarks/results/h200_compare/compare_repeat.json).
@@ -378,7 +382,7 @@ MIN_EFFECT = 0.02
 
 
 def compare_paths(
-    baseline: str | Path, current: str | Path, alpha: float = 0.01, min_effect: float = MIN_EFFECT
+    baseline: str | Path, current: str | Path, alpha: float = DEFAULT_ALPHA, min_effect: float = MIN_EFFECT
 ) -> RegressionReport:
     """Two measurement files, or two folders whose files pair up by name."""
     if not 0 < alpha < 1:

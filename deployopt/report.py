@@ -466,7 +466,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
         "## Evaluations",
         "",
-        "| # | what | median µs | IQR | table µs | accepted |",
+        f"| # | what | median µs ({what}) | IQR | table µs ({what}) | accepted |",
         "|---|---|---|---|---|---|",
     ]
     for e in report["evaluations"]["list"]:

@@ -392,7 +392,7 @@ def test_bench_warns_when_the_gpu_clock_was_held_down(
     slowdown = {"sw_thermal_slowdown": 1_200_000, "hw_power_brake_slowdown": 5000}
     clocks = {"sm_clock_mhz": 1410.0, "sm_clock_read": "right after the timed loop"}
     _measured_with(monkeypatch, {"clock_slowdown_us": slowdown, "clocks": clocks})
-    code, out, err = run(monkeypatch, capsys, "bench", str(model), "--runs", "3", "--warmup", "0")
+    code, out, err = run(monkeypatch, capsys, "bench", str(model), "--runs", "5", "--warmup", "0")
     assert code == 0
     assert err == (
         "warning: the GPU's clock was held down while this was timed (SW thermal slowdown 1.2 s, HW power "
@@ -402,7 +402,7 @@ def test_bench_warns_when_the_gpu_clock_was_held_down(
     env_row = " ".join(line for line in out.splitlines() if "environment" in line or "│" in line)
     assert "SM clock 1410 MHz right after the timed loop" in env_row
     dest = tmp_path / "r.json"
-    code, out, err = run(monkeypatch, capsys, "bench", str(model), "--runs", "3", "--json", "-o", str(dest))
+    code, out, err = run(monkeypatch, capsys, "bench", str(model), "--runs", "5", "--json", "-o", str(dest))
     assert code == 0 and err.startswith("warning: the GPU's clock was held down") and err.count("\n") == 1
     assert json.loads(out)["environment"]["clock_slowdown_us"] == slowdown
     assert json.loads(dest.read_text())["environment"]["clock_slowdown_us"] == slowdown
@@ -412,6 +412,23 @@ def test_bench_says_nothing_when_checked_and_not_held_down(monkeypatch, capsys, 
     """{}: checked, no slowdown (what the H200 recorded over 5 minutes); an SM clock read when the
     environment was collected says so, for it may be an idle GPU's."""
     _measured_with(monkeypatch, {"clock_slowdown_us": {}, "clocks": {"sm_clock_mhz": 345.0}})
-    code, out, err = run(monkeypatch, capsys, "bench", str(model), "--runs", "3", "--warmup", "0")
+    code, out, err = run(monkeypatch, capsys, "bench", str(model), "--runs", "5", "--warmup", "0")
     assert code == 0 and err == ""
     assert "SM clock 345 MHz (read outside the timed run)" in " ".join(out.split())
+
+
+def test_bench_notes_a_result_too_short_for_compare(monkeypatch, capsys, model: Path, tmp_path: Path) -> None:
+    """`bench --runs 3` is fine alone, but `compare` refuses fewer than 5 samples per side (at its
+    default --alpha 0.01) and said so only when the two files met: bench now says it in one stderr
+    line, --json and -o too (stdout stays the JSON); at 5 runs nothing is said."""
+    dest = tmp_path / "r.json"
+    code, out, err = run(monkeypatch, capsys, "bench", str(model), "--runs", "3", "--json", "-o", str(dest))
+    assert code == 0 and json.loads(out)["runs"] == 3
+    assert err == (
+        "note: 3 runs: `deployopt compare` needs at least 5 per side (at its default --alpha 0.01) to "
+        "judge a difference; use --runs 5 or more to compare this\n"
+    )
+    code, _, err = run(monkeypatch, capsys, "compare", str(dest), str(dest))
+    assert code == 2 and "needs at least 5 samples per side" in err  # what the note forestalls
+    code, _, err = run(monkeypatch, capsys, "bench", str(model), "--runs", "5", "--warmup", "1")
+    assert code == 0 and err == ""

@@ -697,3 +697,38 @@ def test_a_quantized_model_on_a_gpu_without_int8_says_where_int8_came_from(
     assert not out.exists()
     code, _, err = cli(monkeypatch, capsys, *args, "--dtype", "int8")  # asked for: the target's own words
     assert code == 2 and err.startswith("error: --dtype int8: Jetson Nano"), err
+
+
+def test_a_table_value_in_a_label_says_measured_or_predicted(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """A refinement move's label ("move G→40 (table gain 0.9 µs)", printed in the console's
+    `refused` lines, the live line and report.md) gave a per-layer table value without saying
+    whether it was measured or predicted; so did report.md's evaluation columns. Now each says;
+    and the live line drops a value its cut would part from that word."""
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from deployopt.cli.optimize_cmd import _progress_callback
+    from deployopt.optimize import Optimizer
+    from deployopt.timing import Timing
+
+    out = tmp_path / "out"
+    args = ["optimize", str(zoo_model_path("resnet56_pruned")), "--target", "h200", "--sms", "8"]
+    code, _, err = cli(monkeypatch, capsys, *args, "--backend", "model", "-o", str(out))
+    assert code == 0, err
+    labels = [e["label"] for e in json.loads((out / "report.json").read_text())["evaluations"]["list"]]
+    moves = [label for label in labels if "table" in label]
+    assert moves and all(label.endswith(" µs, predicted)") for label in moves), labels
+    md = (out / "report.md").read_text()
+    assert "| # | what | median µs (predicted) | IQR | table µs (predicted) | accepted |" in md
+    measured = SimpleNamespace(session=SimpleNamespace(backend=SimpleNamespace(measured=True)))
+    assert Optimizer._table_source(measured) == "per-layer measured"  # type: ignore[arg-type]
+    progress = Progress(console=Console(file=io.StringIO()))
+    on_event = _progress_callback(progress)
+    label = "move layer3.4.conv1.conv→56 (table cost 0.1 µs, per-layer measured)"
+    on_event("eval", label=label, done=1, total=4, timing=Timing("torch", [537.0, 537.2]))
+    assert progress.tasks[0].description == "end-to-end: move layer3.4.conv1.conv→56 537.1 µs measured"

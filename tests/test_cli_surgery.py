@@ -56,7 +56,7 @@ def test_analyze_table_and_notice(zoo_model_path: Callable[[str], Path], capsys,
     assert "14 channel groups, 12 free" in out
     assert "frozen: feeds the graph output 'logits'" in out and "stem.conv" in out
     assert "20 convs" in out  # the --convs table
-    assert "note: batch dimension of 'input' (batch) was dynamic; fixed to 1" in err
+    assert "notice: batch dimension of 'input' (batch) was dynamic; fixed to 1" in err
 
 
 @pytest.mark.slow
@@ -157,7 +157,7 @@ def test_apply_says_which_calibration_images_it_left_out(tmp_path: Path, capsys,
     code, out, _ = cli([*args, "--json"], capsys, monkeypatch)
     assert code == 0 and note in json.loads(out)["notices"] and json.loads(out)["trim_order"] == "activation"
     code, out, err = cli(args, capsys, monkeypatch)
-    assert code == 0 and f"note: {note}\n" in err
+    assert code == 0 and f"notice: {note}\n" in err
 
 
 def test_apply_on_a_model_onnxruntime_cannot_load_is_one_line(tmp_path: Path, capsys, monkeypatch) -> None:
@@ -203,6 +203,7 @@ def test_apply_bad_plan_leaves_no_file(
     ]
     code, _, err = cli(args, capsys, monkeypatch)
     assert code == 2 and message in err and err.count("\n") == 1
+    assert err.startswith(f"error: {tmp_path / 'plan.json'}: "), err  # which file is wrong
     assert not out_path.exists() and not (out_path.parent.exists() and any(out_path.parent.iterdir()))
 
 
@@ -297,6 +298,29 @@ def test_analyze_target_names_the_launch_bound_convs(
     )
     assert ", ".join(launch) + "): mostly fixed cost" in text
     assert f"{small} of {len(rows)} convs are small (predicted under 4× the fixed cost): part fixed" in text
+
+
+def test_analyze_predicts_a_quantized_model_in_int8_as_optimize_searches_it(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """`analyze q.onnx --target T` predicted fp16 where `optimize` defaults a Q/DQ model to int8:
+    both now take the dtype from one function (int8 for Q/DQ, else fp16), and the output says it.
+    On a target without INT8 analyze says the model is quantized, as optimize does; --dtype fp16
+    still predicts fp16 there."""
+    from test_coupling_qdq import qdq_net
+
+    model = tmp_path / "q.onnx"
+    onnx.save(qdq_net(), str(model))
+    code, out, err = cli(["analyze", str(model), "--target", "t4", "--json"], capsys, monkeypatch)
+    assert code == 0, err
+    assert json.loads(out)["waves"]["dtype"] == "int8"
+    code, out, err = cli(["analyze", str(model), "--target", "t4"], capsys, monkeypatch)
+    assert code == 0 and "waves on t4 (40 SMs, int8)" in out, err
+    code, out, err = cli(["analyze", str(model), "--target", "nano"], capsys, monkeypatch)
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert err.startswith("error: q.onnx is quantized (Q/DQ nodes), so it runs in INT8, which Jetson Nano")
+    code, out, err = cli(["analyze", str(model), "--target", "nano", "--dtype", "fp16"], capsys, monkeypatch)
+    assert code == 0 and "waves on nano (1 SM, fp16)" in out, err
 
 
 def test_analyze_target_errors(zoo_model_path: Callable[[str], Path], capsys, monkeypatch) -> None:
@@ -583,3 +607,18 @@ def test_ctrl_c_in_apply_is_one_line_and_exit_130(
     code, out, err = cli(["apply", str(src), "--plan", str(plan), "-o", str(out_path)], capsys, monkeypatch)
     assert (code, out, err) == (130, "", "interrupted\n")
     assert not out_path.exists()
+
+
+def test_readme_commands_row_for_analyze_names_its_options() -> None:
+    """README's Commands table row for `analyze` named --target and --json but not --convs, --sms
+    or --dtype. Every option of the command is in the row now, but --input-shape (common to every
+    command, in no row) and --help."""
+    import typer
+
+    from deployopt.cli.main import app
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    (row,) = [line for line in readme.splitlines() if line.startswith("| `deployopt analyze ")]
+    command = typer.main.get_command(app).commands["analyze"]  # type: ignore[attr-defined]
+    options = {o for p in command.params for o in p.opts if o.startswith("--")} - {"--input-shape", "--help"}
+    assert options and sorted(o for o in options if f"[{o}" not in row) == []

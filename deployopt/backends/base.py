@@ -242,6 +242,16 @@ def default_dtype(
     return "fp16" if deployment and "fp16" in backend.dtypes else backend.dtypes[0]
 
 
+def quantized_without_int8(model_name: str, gpu: str, instead: str) -> str:
+    """The refusal for a Q/DQ model whose default dtype (int8, `default_dtype`) the GPU has no native
+    INT8 for (Nano, TX2): it says the model is quantized, since "--dtype int8: ... use --dtype fp16"
+    named an option the user never gave. `gpu` names the GPU, `instead` what to do."""
+    return (
+        f"{model_name} is quantized (Q/DQ nodes), so it runs in INT8, which {gpu} has no native "
+        f"support for; {instead}"
+    )
+
+
 def get_backend(name: str) -> Backend:
     if name not in REGISTRY:
         raise BackendUnavailable(f"unknown backend {name!r}; choose one of: {', '.join(REGISTRY)}")

@@ -35,7 +35,14 @@ from typing import Any
 
 import numpy as np
 
-from deployopt.backends.base import Backend, LayerTime, MeasureOptions, Profile, Session
+from deployopt.backends.base import (
+    Backend,
+    LayerTime,
+    MeasureOptions,
+    Profile,
+    Session,
+    quantized_without_int8,
+)
 from deployopt.backends.trtexec import (
     precision_phrase,
     refuse_implicit_int8,
@@ -569,6 +576,14 @@ def build_engine(model_path: str, options: MeasureOptions, engine_path: str) -> 
     if options.dtype == "int8" and version_tuple(version) < (10, 0) and not builder.platform_has_fast_int8:
         # Jetson Nano and TX2 (JetPack 4.x): TensorRT would build it, slower than FP16. (The query is
         # deprecated in 10.x, which runs only on GPUs that have INT8.)
+        if options.extra.get("int8_from_qdq"):  # not asked for: int8 is a Q/DQ model's default
+            raise DeployoptError(
+                quantized_without_int8(
+                    Path(model_path).name,
+                    "this GPU (TensorRT's platform_has_fast_int8 is False, as on Jetson Nano and TX2)",
+                    "time the float model it was quantized from",
+                )
+            )
         raise DeployoptError(NO_FAST_INT8)
     flags = (
         (1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)) if explicit_batch_flag(version) else 0

@@ -150,8 +150,11 @@ def _options(
     model_path: Path | None = None,
     calibration_preprocess: ImagePreprocess | None = None,
 ) -> MeasureOptions:
+    extra: dict[str, Any] = {"remote": remote} if remote else {}
     if dtype is None:
         dtype = default_dtype(backend, model_path)
+        if dtype == "int8":  # a Q/DQ model's: a GPU without INT8 then says the model is quantized
+            extra["int8_from_qdq"] = True
     if dtype not in DTYPES:
         raise DeployoptError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
     if dtype == "int8" and "int8" not in backend.dtypes:
@@ -195,7 +198,7 @@ def _options(
         cudnn_benchmark=cudnn_benchmark,
         calibration_data=str(calibration_data) if calibration_data is not None else None,
         calibration_preprocess=calibration_preprocess if calibration_data is not None else None,
-        extra={"remote": remote} if remote else {},
+        extra=extra,
     )
 
 
@@ -277,6 +280,26 @@ def bench_command(
     timing.model = identity
     _emit(bench_json(timing), as_json, output, lambda: render_bench(timing, f"{model.name} on {backend}"))
     warn_clock_slowdown(timing.environment)
+    note_too_few_to_compare(timing.runs)
+
+
+def note_too_few_to_compare(runs: int) -> None:
+    """One stderr note when a bench result has fewer samples than `compare` (at its default
+    --alpha) can ever judge: bench accepts `--runs 3`, and compare refused the file only later."""
+    from deployopt.regression import DEFAULT_ALPHA
+    from deployopt.timing import min_samples
+
+    need = min_samples(DEFAULT_ALPHA)
+    if runs < need:
+        err_console.print(
+            f"note: {counted(runs, 'run')}: `deployopt compare` needs at least {need} per side (at its "
+            f"default --alpha {DEFAULT_ALPHA:g}) to judge a difference; use --runs {need} or more to "
+            "compare this",
+            style="yellow",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def warn_clock_slowdown(env: dict[str, Any]) -> None:

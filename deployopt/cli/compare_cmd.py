@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from deployopt.cli.app import app, console, err_console, input_path, output_option
-from deployopt.regression import MIN_EFFECT, Pair, RegressionReport, compare_paths, setup
+from deployopt.regression import DEFAULT_ALPHA, MIN_EFFECT, Pair, RegressionReport, compare_paths, setup
 from deployopt.timing import Timing
 
 #: Exit status of `compare --strict` when a pair timed different models. Above 1 (a regression):
@@ -87,7 +87,9 @@ def compare_command(
         help="Current measurement (or a folder: files pair by name).",
         parser=input_path("current", "a file or folder"),
     ),
-    alpha: float = typer.Option(0.01, "--alpha", help="Significance level of the Mann-Whitney U test."),
+    alpha: float = typer.Option(
+        DEFAULT_ALPHA, "--alpha", help="Significance level of the Mann-Whitney U test."
+    ),
     min_effect: float = typer.Option(
         MIN_EFFECT,
         "--min-effect",

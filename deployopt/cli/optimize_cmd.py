@@ -28,6 +28,7 @@ from deployopt.cli.app import (
     note_cudnn_search,
     output_option,
     parse_input_shapes,
+    refuse_int8_the_target_lacks,
     resize_option,
     scale_option,
     std_option,
@@ -52,7 +53,10 @@ def _progress_callback(progress: Progress) -> Any:
             if "eval" not in tasks:
                 tasks["eval"] = progress.add_task("end-to-end evaluations", total=info.get("total"))
             timing = info.get("timing")
-            desc = f"end-to-end: {info.get('label', '')[:48]}"
+            label = info.get("label", "")
+            if len(label) > 48:  # cut, a move's table value would lose its "measured"/"predicted"
+                label = label.split(" (", 1)[0][:48]
+            desc = f"end-to-end: {label}"
             if timing is not None:  # the live line is printed too: it says which it is
                 desc += f" {timing.median_us:.1f} µs {'measured' if timing.measured else 'predicted'}"
             progress.update(tasks["eval"], completed=info.get("done", 0), description=desc)
@@ -66,22 +70,6 @@ def _progress_callback(progress: Progress) -> Any:
             )
 
     return on_event
-
-
-def _refuse_int8_the_target_lacks(model: Path, target: str, sms: Optional[int]) -> None:
-    """A Q/DQ model gets --dtype int8 by default; on a GPU without INT8 (Nano, TX2) the target's
-    refusal said "--dtype int8: ... use --dtype fp16" to a user who gave no --dtype, about a model
-    TensorRT builds in INT8 from its Q/DQ nodes whatever the flag. Say where int8 came from."""
-    from deployopt.errors import TargetError
-    from deployopt.targets import get_target
-
-    gpu = get_target(target, sms=sms)
-    if "int8" not in gpu.dtypes():
-        raise TargetError(
-            f"{model.name} is quantized (Q/DQ nodes), so it runs in INT8, which {gpu.display_name} "
-            f"(compute capability {gpu.cc}) has no native support for; optimize the float model it "
-            "was quantized from (--dtype fp16 predicts fp16 widths for this one's convs)"
-        )
 
 
 #: optimize's timing options and their defaults, which the model backend does not use (it measures
@@ -188,7 +176,14 @@ def optimize_command(
     if dtype is None:  # int8 for a Q/DQ model, else fp16 where the backend runs it (the deployment case)
         dtype = default_dtype(b, model, deployment=True)
         if dtype == "int8":
-            _refuse_int8_the_target_lacks(model, target, sms)
+            from deployopt.targets import get_target
+
+            refuse_int8_the_target_lacks(
+                model,
+                get_target(target, sms=sms),
+                "optimize the float model it was quantized from (--dtype fp16 predicts fp16 widths for "
+                "this one's convs)",
+            )
     cfg = OptimizeConfig(
         model_path=model,
         target=target,

@@ -28,6 +28,7 @@ from deployopt.cli.app import (
     mean_option,
     output_option,
     parse_input_shapes,
+    refuse_int8_the_target_lacks,
     resize_option,
     scale_option,
     std_option,
@@ -115,8 +116,10 @@ def analysis_json(loaded: LoadedModel, analysis: Analysis, include_convs: bool =
 
 
 def _print_notices(notices: Sequence[str]) -> None:
-    for note in notices:
-        err_console.print(f"note: {note}", style="yellow", markup=False, highlight=False)
+    """What loading changed, as `optimize` and `verify` print it: `notice:` (the word the reports'
+    `notices` keys use), where analyze and apply printed `note:` for the same notices."""
+    for notice in notices:
+        err_console.print(f"notice: {notice}", style="yellow", markup=False, highlight=False)
 
 
 @app.command("analyze", rich_help_panel="Channel surgery")
@@ -134,7 +137,10 @@ def analyze_cmd(
     ),
     sms: Optional[int] = typer.Option(None, "--sms", help="Override the target's SM count."),
     dtype: Optional[str] = typer.Option(
-        None, "--dtype", help="fp16, fp32 or int8: the precision --target predicts (default fp16)."
+        None,
+        "--dtype",
+        help="fp16, fp32 or int8: the precision --target predicts (default: int8 for a Q/DQ model, "
+        "else fp16, as optimize).",
     ),
 ) -> None:
     """Show which channel counts can change, and which must change together."""
@@ -146,15 +152,28 @@ def analyze_cmd(
         # the groups depend on neither: `analyze M --dtype fp32` printed the same groups and exited
         # 0, as if it had analyzed the model in fp32
         raise DeployoptError(f"{'--sms' if sms is not None else '--dtype'} needs --target")
-    dtype = dtype or "fp16"
-    loaded = load_model(model, parse_input_shapes(input_shape))
-    analysis = analyze(loaded.model)
-    rows, gpu = None, None
+    gpu = None
     if target is not None:
         from deployopt.targets import get_target
-        from deployopt.waves import conv_rows
 
         gpu = get_target(target, sms=sms)
+        if dtype is None:  # optimize's default, so analyze predicts what optimize would search in
+            from deployopt.backends.base import default_dtype, get_backend
+
+            dtype = default_dtype(get_backend("model"), model, deployment=True)
+            if dtype == "int8":
+                refuse_int8_the_target_lacks(
+                    model,
+                    gpu,
+                    "analyze the float model it was quantized from (--dtype fp16 predicts fp16 waves "
+                    "for this one's convs)",
+                )
+    loaded = load_model(model, parse_input_shapes(input_shape))
+    analysis = analyze(loaded.model)
+    rows = None
+    if gpu is not None and dtype is not None:
+        from deployopt.waves import conv_rows
+
         rows = conv_rows(analysis, gpu, dtype)
     if as_json:
         data = analysis_json(loaded, analysis)
@@ -284,6 +303,19 @@ def _trim_importance(
     return activation_importance(loaded.model, analysis, trimmed, calib.samples), calib.notices
 
 
+def _check_plan(plan: Path, analysis: Analysis, widths: dict[str, int]) -> None:
+    """The plan's groups and widths checked against the model, each error naming the plan file
+    (an unknown group read as if the model were wrong), as load_plan's own errors do."""
+    from deployopt.errors import PlanError
+    from deployopt.surgery import validate_plan
+
+    try:
+        validate_plan(analysis, widths)
+        analysis.plan_by_id(widths)
+    except PlanError as exc:
+        raise PlanError(f"{plan}: {exc}") from None
+
+
 @app.command("apply", rich_help_panel="Channel surgery")
 def apply_cmd(
     model: Path = typer.Argument(
@@ -332,6 +364,7 @@ def apply_cmd(
         written_files = [output, output.with_name(output.name + ".data")]
         refuse_replacing_weights(model, written_files, "give another -o/--output")
     analysis = analyze(loaded.model)
+    _check_plan(plan, analysis, widths)
     importance, data_notices = None, []
     if calibration_data is not None:
         importance, data_notices = _trim_importance(
