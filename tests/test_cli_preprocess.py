@@ -194,8 +194,9 @@ def test_optimize_gates_ranks_and_reports_with_the_options_and_resume_checks_the
     md = (out / "report.md").read_text()
     assert "- images made into tensors by: scale 0.5, mean 0, std 1, RGB, resize stretch\n" in md
     # the same options resume; other ones (or none) are refused, naming what changed
-    code, _, err = run_cli(monkeypatch, capsys, *args, *opts, "--resume", "--max-evals", "4", "--json")
+    code, stdout, err = run_cli(monkeypatch, capsys, *args, *opts, "--resume", "--max-evals", "4")
     assert code == 0, err
+    assert "calibration images made into tensors by: scale 0.5, mean 0, std 1, RGB" in stdout
     code, _, err = run_cli(
         monkeypatch, capsys, *args, "--scale", "0.25", "--mean", "0", "--std", "1", "--resume"
     )

@@ -156,8 +156,16 @@ def test_apply_says_which_calibration_images_it_left_out(tmp_path: Path, capsys,
     note = "20 images do not fill batches of 8: the last 4 are left out"
     code, out, _ = cli([*args, "--json"], capsys, monkeypatch)
     assert code == 0 and note in json.loads(out)["notices"] and json.loads(out)["trim_order"] == "activation"
+    # which image options the ranking's tensors were made with: ImageNet's unless told otherwise
+    assert json.loads(out)["image_preprocess"] == {
+        "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225], "scale": 1 / 255,
+        "channel_order": "RGB", "resize": "stretch",
+    }  # fmt: skip
     code, out, err = cli(args, capsys, monkeypatch)
     assert code == 0 and f"notice: {note}\n" in err
+    assert "(images: scale 1/255, mean 0.485,0.456,0.406" in out
+    code, out, _ = cli([*args, "--json", "--mean", "0", "--std", "1"], capsys, monkeypatch)
+    assert code == 0 and json.loads(out)["image_preprocess"]["mean"] == [0.0]
 
 
 def test_apply_on_a_model_onnxruntime_cannot_load_is_one_line(tmp_path: Path, capsys, monkeypatch) -> None:

@@ -280,6 +280,12 @@ def _render(result: Any) -> None:
     if tr and tr.get("enabled") and rep["measured"]:
         how = "priced in the search's table" if tr["used"] else "not priced (table of convs alone)"
         console.print(f"non-conv memory traffic: {tr['why']}; {how}", markup=False, highlight=False)
+    if rep.get("image_preprocess"):  # what the gate, the ranking and INT8 calibration were fed
+        from deployopt.fidelity import describe_preprocess
+
+        pre = describe_preprocess(rep["image_preprocess"])
+        line = f"calibration images made into tensors by: {pre}"
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     gate, fid = rep.get("trim_gate"), rep.get("fidelity")
     if gate and fid:
         console.print(_fidelity_line(fid, gate), style="yellow" if fid.get("failures") else None)

@@ -374,6 +374,10 @@ def apply_cmd(
     written = restore_dynamic_batch(edited, loaded.dynamic_batch, loaded.static_batch)
     save_model(written.model, output, external_data=loaded.external_data)
     notices = [*loaded.notices, *data_notices, *([written.notice] if written.notice else [])]
+    # the image options the ranking's tensors were made with (null: no ranking on images)
+    from deployopt.fidelity import holds_arrays
+
+    ranked_on = None if importance is None or holds_arrays(calibration_data) else preprocess
     if as_json:
         # how the trimmed live channels were chosen; null when the plan trims none (nothing ranked)
         order = None if not any(c.trimmed for c in changes) else "l1" if importance is None else "activation"
@@ -381,6 +385,7 @@ def apply_cmd(
             "output": str(output),
             "changes": [c.to_json() for c in changes],
             "trim_order": order,
+            "image_preprocess": None if ranked_on is None else ranked_on.to_json(),
             "notices": notices,
         }
         typer.echo(json.dumps(out, indent=2))
@@ -388,6 +393,8 @@ def apply_cmd(
     _print_notices(notices)
     if changes:
         ranked_by = "smallest L1" if importance is None else "least activation × weight on the data"
+        if ranked_on is not None:
+            ranked_by += f" (images: {ranked_on.describe()})"
         console.print(changes_table(changes, ranked_by))
     unchanged = len(widths) - len(changes)
     tail = f"; {unchanged} planned group(s) already at their width" if unchanged else ""
