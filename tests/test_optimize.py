@@ -609,12 +609,10 @@ class DesignedSession:
         return [Timing("designed", [designed_us(s)]) for s in shapes]
 
 
-def test_a_small_budget_says_what_it_kept_for_confirmation(
-    zoo_model_path: Callable[[str], Path], tmp_path: Path
-) -> None:
-    """--max-evals 4 on a measured backend: 4 evaluations are held back for the confirmation rounds,
-    so the report must not call the budget exhausted after 2 without saying where the rest went."""
-    cfg = OptimizeConfig(
+def four_eval_config(zoo_model_path: Callable[[str], Path], tmp_path: Path) -> OptimizeConfig:
+    """VGG16 pruned, --max-evals 4 on a stand-in measured backend: the two baselines, then the
+    4 evaluations kept back for confirmation (the small budget both tests below run on)."""
+    return OptimizeConfig(
         model_path=zoo_model_path("vgg16_pruned_b4"),
         target="h200",
         sms=8,
@@ -626,6 +624,14 @@ def test_a_small_budget_says_what_it_kept_for_confirmation(
         cache_root=tmp_path / "lut",
         backend="model",
     )
+
+
+def test_a_small_budget_says_what_it_kept_for_confirmation(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """--max-evals 4 on a measured backend: 4 evaluations are held back for the confirmation rounds,
+    so the report must not call the budget exhausted after 2 without saying where the rest went."""
+    cfg = four_eval_config(zoo_model_path, tmp_path)
     res = optimize(cfg, session=DesignedSession())
     ev = res.report["evaluations"]
     assert ev["count"] == 2 and ev["budget_exhausted"] and ev["reserved_for_confirmation"] == 4
@@ -1044,19 +1050,9 @@ def test_a_measurement_held_down_by_power_is_named_in_the_report(
     zoo_model_path: Callable[[str], Path], tmp_path: Path
 ) -> None:
     """A search decision made on a throttled measurement may be wrong: report.json lists it under
-    clock_slowdowns, report.md and the console warn in one line; a clean run says nothing."""
-    cfg = OptimizeConfig(
-        model_path=zoo_model_path("vgg16_pruned_b4"),
-        target="h200",
-        sms=8,
-        outdir=tmp_path / "out",
-        max_evals=4,
-        max_candidates=4,
-        plots=False,
-        fidelity_samples=1,
-        cache_root=tmp_path / "lut",
-        backend="model",
-    )
+    clock_slowdowns and report.md warns in one line (the console prints the same clock_slowdown_note);
+    a clean run says nothing."""
+    cfg = four_eval_config(zoo_model_path, tmp_path)
     res = optimize(cfg, session=ThrottledSession())
     slow = res.report["clock_slowdowns"]
     assert [s["label"] for s in slow] == ["round-up-to-8"]
