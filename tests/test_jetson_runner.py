@@ -621,3 +621,125 @@ def test_during_run_records_before_and_after(tmp_path: Path) -> None:
     assert env["oc_throttle_enabled"] == {"oc1": True, "oc2": True, "oc3": False}
     assert runner.during_run(_state(tmp_path / "none"), _state(tmp_path / "none")) == {}
     json.dumps(env)  # what the board writes
+
+
+def _record(tmp_path: Path, board: str, before: dict, after: dict) -> dict:
+    """The environment the runner writes for a loop between two fake readings of `board`."""
+    make = sysfs_fake.nano if board == "nano" else sysfs_fake.orin
+    first = _state(make(tmp_path / board, **before))
+    return runner.during_run(first, _state(make(tmp_path / board, **after)))
+
+
+STEADY_AND_THROTTLED = [
+    # (board, reading before, reading after, what held the clock down or None)
+    ("nano", {}, {"gpu_c": 63.0}, None),  # warmer, clock steady: not judged
+    (
+        "nano",
+        {"edp_interrupts": 2},
+        {"edp_interrupts": 5},
+        "over-current throttling: 3 soctherm_edp event(s)",
+    ),
+    (
+        "nano",
+        {},
+        {"cur_hz": 768_000_000},
+        "a cap below the locked clock: 768 of 921.6 MHz right after the timed loop",
+    ),
+    ("orin", {}, {"gpu_c": 71.0}, None),
+    ("orin", {"oc_events": (1, 4, 0)}, {"oc_events": (1, 6, 0)}, "over-current throttling: 2 oc2 event(s)"),
+    # oc3 fired, but the board said its throttling is off: not a slowdown
+    (
+        "orin",
+        {"oc_events": (0, 0, 1), "throttle_enabled": (1, 1, 0)},
+        {"oc_events": (0, 0, 5), "throttle_enabled": (1, 1, 0)},
+        None,
+    ),
+    # DVFS (not locked): a clock below the maximum is the governor, not a slowdown
+    (
+        "orin",
+        {"min_hz": 306_000_000, "cur_hz": 1_300_500_000},
+        {"min_hz": 306_000_000, "cur_hz": 624_750_000},
+        None,
+    ),
+    (
+        "orin",
+        {"min_hz": 306_000_000},
+        {"min_hz": 306_000_000, "max_hz": 918_000_000, "cur_hz": 918_000_000},
+        "a lowered devfreq ceiling: 1300.5 → 918 MHz during the loop",
+    ),
+    (
+        "orin",
+        {"cur_hz": 1_032_750_000},
+        {"cur_hz": 1_300_500_000, "oc_events": (0, 0, 1)},
+        "over-current throttling: 1 oc3 event(s), "
+        "a cap below the locked clock: 1032.75 of 1300.5 MHz right after the warm-up",
+    ),
+]
+
+
+@pytest.mark.parametrize(("board", "before", "after", "held"), STEADY_AND_THROTTLED)
+def test_the_host_reads_the_runners_record_by_its_rule(
+    tmp_path: Path, board: str, before: dict, after: dict, held: str | None
+) -> None:
+    """deployopt.clocks.held_down_phrase (behind bench's warning, compare's flag and optimize's
+    report) judges what the runner recorded: an over-current counter that grew with throttling on,
+    a locked clock read below its lock, a lowered devfreq ceiling; warmth alone is not judged."""
+    from deployopt.clocks import held_down_phrase
+
+    assert held_down_phrase(_record(tmp_path, board, before, after)) == held
+
+
+def test_the_host_rule_reads_old_and_malformed_records_as_nothing() -> None:
+    """Results written before the record (or hand-edited ones) never raise; a record without
+    the devfreq minimum falls back on the environment's clocks_locked."""
+    from deployopt.clocks import held_down_phrase, jetson_held_down
+
+    assert held_down_phrase({"clocks_locked": True, "nvpmodel": "MAXN"}) is None
+    for bad in (
+        {"oc_events": "lots"},
+        {"oc_events": {"oc1": True, "oc2": -4, "oc3": "2"}},
+        {"gpu_clock_during_run": {"before": 1, "after": {}}},
+        {"gpu_clock_during_run": {"before": {"cur_hz": "x", "max_hz": None}, "after": {"cur_hz": 5}}},
+        {"gpu_clock_during_run": []},
+    ):
+        assert jetson_held_down(bad) == [], bad
+    clock = {"before": {"cur_hz": 900, "max_hz": 1000}, "after": {"cur_hz": 1000, "max_hz": 1000}}
+    assert jetson_held_down({"gpu_clock_during_run": clock}) == []  # locked? nothing says
+    assert jetson_held_down({"gpu_clock_during_run": clock, "clocks_locked": True}) == [
+        "a cap below the locked clock: 0.0009 of 0.001 MHz right after the warm-up"
+    ]
+
+
+def _runner_result(path: Path, median: float, env: dict, seed: int) -> Path:
+    """A runner result as the board writes it (runner.summarize), 200 samples."""
+    rng = np.random.default_rng(seed)
+    samples = list(median + rng.normal(0.0, median * 0.002, 200))
+    model = {"file": "resnet.onnx", "sha256": "ab" * 32}
+    out = runner.summarize(samples, 50, "one forward pass (fp16)", env, model=model)
+    path.write_text(json.dumps(out))
+    return path
+
+
+def test_compare_flags_a_runner_result_whose_board_throttled(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The same Orin, the same setup: the current run's board cut its clock for over-current in
+    the middle of the loop, so its 4 % is not the model's. compare flags that side like a setup
+    difference (row and warning), --strict exits 1; the steady pair is judged as before."""
+    from cli_runner import run_cli
+
+    setup = {"board": "Jetson AGX Orin", "nvpmodel": "MAXN", "clocks_locked": True, "tensorrt": "8.5.2"}
+    steady = _record(tmp_path / "a", "orin", {}, {"gpu_c": 60.0})
+    throttled = _record(tmp_path / "b", "orin", {"oc_events": (0, 0, 3)}, {"oc_events": (0, 0, 5)})
+    base = _runner_result(tmp_path / "base.json", 500.0, {**setup, **steady}, seed=0)
+    same = _runner_result(tmp_path / "same.json", 500.0, {**setup, **steady}, seed=1)
+    slow = _runner_result(tmp_path / "slow.json", 520.0, {**setup, **throttled}, seed=2)
+    code, out, err = run_cli(monkeypatch, capsys, "compare", str(base), str(same), "--strict")
+    assert code == 0 and err == "" and "held down" not in out
+    code, out, err = run_cli(monkeypatch, capsys, "compare", str(base), str(slow))
+    assert code == 1 and "slower" in out
+    assert "current: GPU clock held down by over-current throttling: 2 oc3 event(s)" in " ".join(out.split())
+    assert err == (
+        "warning: slow: not like for like (current: GPU clock held down by over-current throttling: 2 oc3 "
+        "event(s)): the change need not be the model's\n"
+    )
