@@ -8,7 +8,10 @@ happened during the loop and for how long. One reading of the SM clock at enviro
 little: the H200 idles at 345 MHz and runs at 1980 MHz
 (benchmarks/results/h200_traffic/clocks/nvidia_smi_smsfull_ghostnet.txt).
 
-Jetsons are not covered here: their GPU clock follows devfreq, which jetson/runner.py reads.
+Jetsons have no such counters: jetson/runner.py reads the GPU's devfreq clock, the thermal zones
+and the over-current event counters right before and right after its timed loop, and
+jetson_held_down reads that record by its own rule (below). held_down_phrase says what either kind
+of record shows, for bench's warning, compare's flag and optimize's report.
 Nothing here may fail: an unreadable value is left out, a missing or failing nvidia-smi gives None.
 """
 
@@ -194,6 +197,81 @@ def recorded_slowdown(env: dict[str, object]) -> dict[str, float]:
         for k, v in raw.items()
         if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
     }
+
+
+def _count(value: object) -> int | None:
+    """A JSON number that is a count (bool and negatives are not)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        return None
+    return int(value)
+
+
+def _mhz_text(hz: float) -> str:
+    return f"{hz / 1e6:g}"
+
+
+def jetson_held_down(env: dict[str, object]) -> list[str]:
+    """What jetson/runner.py's record of its timed loop says held the GPU clock down, one phrase a
+    cause (empty: nothing did, or nothing was recorded). The rule:
+
+    - an over-current counter grew during the loop ("oc_events": Orin's soctherm_oc oc1..oc3, the
+      Nano's soctherm_edp interrupt), unless the board said that counter's throttling is off
+      ("oc_throttle_enabled" false): the board cut its clocks for power, which devfreq's cur_freq
+      need not show;
+    - the clock was locked (devfreq min = max before the loop, else the environment's
+      clocks_locked) and cur_freq read right after the warm-up or right after the loop is below
+      the locked clock: something capped a clock jetson_clocks pinned;
+    - devfreq's max_freq fell during the loop: a cap lowered the ceiling while it ran.
+
+    Temperatures are recorded but never judged: trip points differ per module and JetPack and are
+    not in the record, a board warming under load is normal, and heat that does throttle shows up
+    in the clock, which is what the latency depends on. A clock below its maximum on an unlocked
+    board is DVFS doing its job, not a slowdown (and compare already flags an unlocked side
+    against a locked one)."""
+    from deployopt.regression import clocks_locked
+
+    out: list[str] = []
+    oc = env.get("oc_events") if isinstance(env, dict) else None
+    enabled = env.get("oc_throttle_enabled") if isinstance(env, dict) else None
+    enabled = enabled if isinstance(enabled, dict) else {}
+    if isinstance(oc, dict):
+        fired = {str(k): n for k, v in oc.items() if (n := _count(v)) and enabled.get(k) is not False}
+        if fired:
+            events = " and ".join(f"{n} {k}" for k, n in sorted(fired.items()))
+            out.append(f"over-current throttling: {events} event(s)")
+    clock = env.get("gpu_clock_during_run") if isinstance(env, dict) else None
+    if not isinstance(clock, dict):
+        return out
+    before, after = clock.get("before"), clock.get("after")
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        return out
+    ceiling = _count(before.get("max_hz"))
+    floor = _count(before.get("min_hz"))
+    locked = floor == ceiling if floor is not None and ceiling is not None else clocks_locked(env)
+    if ceiling and locked:
+        low = [
+            (hz, when)
+            for when, reading in (("right after the warm-up", before), ("right after the timed loop", after))
+            if (hz := _count(reading.get("cur_hz"))) is not None and hz < ceiling
+        ]
+        if low:
+            hz, when = min(low)
+            out.append(f"a cap below the locked clock: {_mhz_text(hz)} of {_mhz_text(ceiling)} MHz {when}")
+    lowered = _count(after.get("max_hz"))
+    if ceiling and lowered is not None and lowered < ceiling:
+        out.append(
+            f"a lowered devfreq ceiling: {_mhz_text(ceiling)} → {_mhz_text(lowered)} MHz during the loop"
+        )
+    return out
+
+
+def held_down_phrase(env: dict[str, object]) -> str | None:
+    """Everything a measurement's environment records about its GPU clock being held down while it
+    was timed, in words: nvidia-smi's counters ("clock_slowdown_us") and the Jetson runner's record
+    (jetson_held_down). None: nothing was, or nothing was recorded."""
+    slowdown = recorded_slowdown(env)
+    parts = ([slowdown_phrase(slowdown)] if slowdown else []) + jetson_held_down(env)
+    return ", ".join(parts) or None
 
 
 def slowdown_phrase(slowdown: dict[str, float]) -> str:

@@ -144,16 +144,17 @@ def differences(a: Timing, b: Timing) -> list[str]:
 
 
 def clock_slowdowns(baseline: Timing, current: Timing) -> list[str]:
-    """A side whose GPU clock power or heat held down while it was timed (its "clock_slowdown_us",
-    deployopt.clocks), in words: that side's latency is not its GPU's, so the change need not be the
-    model's, even when both sides ran the same setup. Flagged like a setup difference."""
-    from deployopt.clocks import recorded_slowdown, slowdown_phrase
+    """A side whose GPU clock power or heat held down while it was timed (its "clock_slowdown_us", or
+    the Jetson runner's record of its timed loop: deployopt.clocks.held_down_phrase), in words: that
+    side's latency is not its GPU's, so the change need not be the model's, even when both sides ran
+    the same setup. Flagged like a setup difference."""
+    from deployopt.clocks import held_down_phrase
 
     out = []
     for side, t in (("baseline", baseline), ("current", current)):
-        slowdown = recorded_slowdown(t.environment)
-        if slowdown:
-            out.append(f"{side}: GPU clock held down by {slowdown_phrase(slowdown)}")
+        held = held_down_phrase(t.environment)
+        if held:
+            out.append(f"{side}: GPU clock held down by {held}")
     return out
 
 

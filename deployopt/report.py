@@ -213,17 +213,21 @@ def _traffic_json(opt: Optimizer, best: Evaluation) -> dict[str, Any] | None:
 
 def clock_slowdowns(opt: Optimizer, final: dict[str, Timing]) -> list[dict[str, Any]]:
     """The measurements during which power or heat held the GPU's clock down (each Timing's
-    "clock_slowdown_us", deployopt.clocks): their latencies are slower than the GPU's own, and a
-    search decision made on one may be wrong. Evaluations in order, then the final timings."""
-    from deployopt.clocks import recorded_slowdown, slowdown_phrase
+    "clock_slowdown_us", or a Jetson runner's record of its timed loop: deployopt.clocks): their
+    latencies are slower than the GPU's own, and a search decision made on one may be wrong.
+    Evaluations in order, then the final timings. "slowdown_us" holds nvidia-smi's durations ({}
+    for a Jetson's record, which has none); "describe" says what held the clock down."""
+    from deployopt.clocks import held_down_phrase, recorded_slowdown
 
     seen = [(e.label, e.timing) for e in opt.evaluations]
     seen += [(f"{name} (final)", t) for name, t in final.items() if all(t is not s for _, s in seen)]
     out = []
     for label, timing in seen:
-        slow = recorded_slowdown(timing.environment)
-        if slow:
-            out.append({"label": label, "slowdown_us": slow, "describe": slowdown_phrase(slow)})
+        held = held_down_phrase(timing.environment)
+        if held:
+            out.append(
+                {"label": label, "slowdown_us": recorded_slowdown(timing.environment), "describe": held}
+            )
     return out
 
 

@@ -9,6 +9,13 @@ Timing method (same as deployopt's `tensorrt` backend): inputs uploaded once, CU
 each execute_async_v3 (TensorRT >= 8.5) / execute_async_v2 (8.2) on one stream, warm-up first;
 one sample = one forward pass. NOT RUN ON HARDWARE YET.
 
+Right before and right after the timed loop it reads the GPU's devfreq clock, every thermal zone
+and the board's over-current event counters (Orin's soctherm_oc hwmon, the Nano's soctherm_edp
+interrupt), and records them as "gpu_clock_during_run", "temperatures_c" and "oc_events" (the
+sources of each path are cited where they are read). `deployopt compare` reads that record to tell
+a board that throttled mid-run from a regression. Never run on a Jetson either: tested on fake
+sysfs trees only.
+
 TensorRT >= 11 (not in any JetPack yet) is strongly typed: no FP16/INT8 build flags, no
 calibration. The runner cannot retype a model (no onnx here), so on 11 `--dtype fp16` takes a model
 already typed fp16 (on the host: `deployopt fp16 model.onnx -o model_fp16.onnx`) and
@@ -149,23 +156,50 @@ def parse_nvpmodel(text):
     return out
 
 
+# Where the board facts are read; tests point these at fake trees.
+SYSFS = "/sys"
+PROCFS = "/proc"
+
+# The GPU's devfreq device, found by name rather than by a path per board (a name this matches:
+# Nano 57000000.gpu, TX2 17000000.gp10b, Xavier 17000000.gv11b, Orin on JetPack 5 17000000.ga10b
+# and on JetPack 6 17000000.gpu, Thor gpu-gpc-0; jetson_stats finds it the same way, by the
+# device's of_node name: https://github.com/rbonghi/jetson_stats/blob/master/jtop/core/gpu.py).
+# cur_freq, min_freq and max_freq are in Hz (Linux ABI:
+# https://www.kernel.org/doc/Documentation/ABI/testing/sysfs-class-devfreq).
+GPU_DEVFREQ_NAMES = ("gpu", "gv11b", "ga10b", "gp10b", "gm20b")
+
+
+def gpu_devfreq_path(sysfs=None):
+    """The GPU's /sys/class/devfreq/<name> directory, or None."""
+    for path in sorted(glob.glob(os.path.join(sysfs or SYSFS, "class", "devfreq", "*"))):
+        dev = (_read(os.path.join(path, "device/of_node/name")) or "") + " " + os.path.basename(path)
+        if any(k in dev for k in GPU_DEVFREQ_NAMES):
+            return path
+    return None
+
+
+def _read_int(path):
+    text = _read(path)
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        return None
+
+
 def gpu_devfreq():
     """Current/min/max GPU clock and governor from devfreq (names differ per Jetson)."""
-    for path in sorted(glob.glob("/sys/class/devfreq/*")):
-        name = os.path.basename(path)
-        dev = (_read(os.path.join(path, "device/of_node/name")) or "") + " " + name
-        if not any(k in dev for k in ("gpu", "gv11b", "ga10b", "gp10b", "gm20b")):
-            continue
-        facts = {"gpu_devfreq": name}
-        for key in ("cur_freq", "min_freq", "max_freq"):
-            v = _read(os.path.join(path, key))
-            if v and v.isdigit():
-                facts["gpu_" + key + "_mhz"] = int(v) / 1e6
-        gov = _read(os.path.join(path, "governor"))
-        if gov:
-            facts["gpu_governor"] = gov
-        return facts
-    return {}
+    path = gpu_devfreq_path()
+    if path is None:
+        return {}
+    facts = {"gpu_devfreq": os.path.basename(path)}
+    for key in ("cur_freq", "min_freq", "max_freq"):
+        v = _read(os.path.join(path, key))
+        if v and v.isdigit():
+            facts["gpu_" + key + "_mhz"] = int(v) / 1e6
+    gov = _read(os.path.join(path, "governor"))
+    if gov:
+        facts["gpu_governor"] = gov
+    return facts
 
 
 JETSON_CLOCKS_GPU = re.compile(r"^GPU MinFreq=(\d+) MaxFreq=(\d+)")
@@ -207,6 +241,135 @@ def board_environment():
     locked = clocks_locked(env)
     if locked is not None:
         env["clocks_locked"] = locked
+    return env
+
+
+# ----------------------------------------------------------------------------------------------
+# what the GPU clock, temperatures and over-current counters did during the timed loop
+#
+# Read right before and right after the timed loop (cheap file reads; anything unreadable is left
+# out, nothing here raises), so `deployopt compare` can tell a board that throttled mid-run from a
+# real regression (deployopt.clocks.jetson_held_down decides; the runner only records):
+# - the GPU's devfreq cur/min/max_freq (Hz), see GPU_DEVFREQ_NAMES;
+# - every thermal zone's temperature: /sys/class/thermal/thermal_zone*/type and temp, in
+#   millidegrees Celsius (https://www.kernel.org/doc/html/latest/driver-api/thermal/sysfs-api.html);
+# - over-current events, where the board has a counter a user can read. Orin: the hwmon device
+#   named "soctherm_oc", files oc1_event_cnt..oc3_event_cnt (events so far) and oc1_throt_en..
+#   oc3_throt_en (whether that event throttles), from NVIDIA's tegra23x_oc_event driver in the
+#   Jetson Linux kernel sources (compatible "nvidia,tegra234-oc-event", mode 0444); NVIDIA's Orin
+#   "Platform Power and Performance" page describes the OC events
+#   (https://docs.nvidia.com/jetson/archives/r36.3/DeveloperGuide/SD/PlatformPowerAndPerformance/JetsonOrinNanoSeriesJetsonOrinNxSeriesAndJetsonAgxOrinSeries.html)
+#   and boards show the files in NVIDIA's forum
+#   (https://forums.developer.nvidia.com/t/jetson-thor-cpu-permanently-throttled-to-242-mhz-after-oc3-event-at-boot/361188).
+#   Nano (Tegra X1): the count of the "soctherm_edp" interrupt in /proc/interrupts, the IRQ the
+#   soctherm driver requests for over-current alarms
+#   (https://github.com/torvalds/linux/blob/master/drivers/thermal/tegra/soctherm.c); NVIDIA's own
+#   L4T 32 over-current indicator counts the same line on tegra210 and watches nothing on tegra186
+#   and tegra194. So for TX2 and Xavier no counter readable without root is known here:
+#   only their clock and temperatures are recorded.
+# Never run on a Jetson: written from the sources above and tested on fake trees.
+
+OC_EVENT_FILE = re.compile(r"^(oc\d+)_event_cnt$")
+EDP_IRQ = "soctherm_edp"
+
+
+def thermal_zones(sysfs=None):
+    """{zone type: degrees C} of every readable thermal zone, in zone order (a type seen twice is
+    keyed 'type (thermal_zoneN)' the second time)."""
+    def number(path):
+        digits = re.sub(r"\D", "", os.path.basename(path))
+        return int(digits) if digits else -1
+
+    out = {}
+    zones = glob.glob(os.path.join(sysfs or SYSFS, "class", "thermal", "thermal_zone*"))
+    for path in sorted(zones, key=number):
+        kind = _read(os.path.join(path, "type"))
+        milli = _read_int(os.path.join(path, "temp"))
+        if not kind or milli is None:
+            continue
+        key = kind if kind not in out else "%s (%s)" % (kind, os.path.basename(path))
+        out[key] = milli / 1000.0
+    return out
+
+
+def edp_interrupts(text):
+    """The soctherm over-current interrupt's count, summed over CPUs, from /proc/interrupts text
+    (None: no such line)."""
+    for line in (text or "").splitlines():
+        fields = line.split()
+        if not fields or not fields[0].endswith(":") or EDP_IRQ not in fields[1:]:
+            continue
+        total, seen = 0, False
+        for field in fields[1:]:
+            if not field.isdigit():
+                break
+            total, seen = total + int(field), True
+        return total if seen else None
+    return None
+
+
+def oc_counters(sysfs=None, procfs=None):
+    """({counter: events so far}, {counter: throttling enabled}) from the board's over-current
+    counters (empty where it has none the runner can read)."""
+    counts, enabled = {}, {}
+    for hwmon in sorted(glob.glob(os.path.join(sysfs or SYSFS, "class", "hwmon", "hwmon*"))):
+        if _read(os.path.join(hwmon, "name")) != "soctherm_oc":
+            continue
+        for path in sorted(glob.glob(os.path.join(hwmon, "oc*_event_cnt"))):
+            m = OC_EVENT_FILE.match(os.path.basename(path))
+            n = _read_int(path)
+            if m is None or n is None:
+                continue
+            counts[m.group(1)] = n
+            on = _read_int(os.path.join(hwmon, m.group(1) + "_throt_en"))
+            if on is not None:
+                enabled[m.group(1)] = on != 0
+    try:
+        with open(os.path.join(procfs or PROCFS, "interrupts")) as fh:
+            edp = edp_interrupts(fh.read())
+    except (OSError, IOError, UnicodeDecodeError):
+        edp = None
+    if edp is not None:
+        counts[EDP_IRQ] = edp
+    return counts, enabled
+
+
+def board_state(sysfs=None, procfs=None):
+    """One reading of the GPU clock, temperatures and over-current counters (see above)."""
+    state = {"clock": {}, "temperatures_c": thermal_zones(sysfs)}
+    path = gpu_devfreq_path(sysfs)
+    if path is not None:
+        state["devfreq"] = os.path.basename(path)
+        for key in ("cur", "min", "max"):
+            hz = _read_int(os.path.join(path, key + "_freq"))
+            if hz is not None:
+                state["clock"][key + "_hz"] = hz
+    state["oc_counts"], state["oc_enabled"] = oc_counters(sysfs, procfs)
+    return state
+
+
+def during_run(before, after):
+    """The environment keys two board_state readings around the timed loop give: the GPU clock
+    before and after ("gpu_clock_during_run"), the temperatures before and after
+    ("temperatures_c"), and by how much each over-current counter grew ("oc_events", with
+    "oc_throttle_enabled" where the board says). A fact missing from either reading is left out."""
+    env = {}
+    if before.get("devfreq") and before.get("devfreq") == after.get("devfreq"):
+        clock = {"devfreq": before["devfreq"]}
+        for when, state in (("before", before), ("after", after)):
+            if state["clock"]:
+                clock[when] = dict(state["clock"])
+        if "before" in clock and "after" in clock:
+            env["gpu_clock_during_run"] = clock
+    if before["temperatures_c"] and after["temperatures_c"]:
+        env["temperatures_c"] = {"before": before["temperatures_c"], "after": after["temperatures_c"]}
+    grown = dict((k, max(0, after["oc_counts"][k] - n)) for k, n in before["oc_counts"].items()
+                 if k in after["oc_counts"])
+    if grown:
+        env["oc_events"] = grown
+        enabled = dict((k, v) for k, v in after["oc_enabled"].items() if k in grown)
+        if enabled:
+            env["oc_throttle_enabled"] = enabled
     return env
 
 
@@ -938,11 +1101,13 @@ def run(args):
         cuda.synchronize(stream)
         start, end = cuda.event(), cuda.event()
         samples = []
+        before = board_state()  # after the warm-up, right before the timed loop
         for _ in range(args.runs):
             cuda.record(start, stream)
             execute()
             cuda.record(end, stream)
             samples.append(cuda.elapsed_ms(start, end) * 1000.0)
+        after = board_state()  # at once: the GPU has just finished the last timed pass
         layers = None
         if args.per_layer:
             profiler = make_profiler(trt)
@@ -959,6 +1124,7 @@ def run(args):
             cuda.free(ptr)
 
     env = board_environment()
+    env.update(during_run(before, after))
     env.update({"tensorrt": version, "api": api, "cuda_binding": cuda.name, "engine": engine_file})
     env["engine_built_now"] = built is not None  # False: reused, or a serialized engine given as the model
     if key is not None:

@@ -408,6 +408,25 @@ def test_bench_warns_when_the_gpu_clock_was_held_down(
     assert json.loads(dest.read_text())["environment"]["clock_slowdown_us"] == slowdown
 
 
+#: What jetson/runner.py records around its timed loop when an Orin's oc3 over-current counter grew
+#: by 2 with its throttling on (tests/test_jetson_runner.py builds such records from fake trees).
+JETSON_OC_RECORD = {"oc_events": {"oc1": 0, "oc2": 0, "oc3": 2}, "oc_throttle_enabled": {"oc3": True}}
+
+
+def test_bench_warns_on_a_jetson_record_the_same_way(monkeypatch, capsys, model: Path) -> None:
+    """The warning reads the Jetson runner's record of its timed loop too (deployopt.clocks
+    held_down_phrase), so a measurement carrying one warns in the same line; bench's own backends
+    do not record it on a Jetson (only the runner does), so this is the shared rule, not a board."""
+    _measured_with(monkeypatch, JETSON_OC_RECORD)
+    code, _, err = run(monkeypatch, capsys, "bench", str(model), "--runs", "5", "--warmup", "0")
+    assert code == 0
+    assert err == (
+        "warning: the GPU's clock was held down while this was timed (over-current throttling: 2 oc3 "
+        "event(s)): the latency may be slower than this GPU's; check its cooling and power limit, and "
+        "time again\n"
+    )
+
+
 def test_bench_says_nothing_when_checked_and_not_held_down(monkeypatch, capsys, model: Path) -> None:
     """{}: checked, no slowdown (what the H200 recorded over 5 minutes); an SM clock read when the
     environment was collected says so, for it may be an idle GPU's."""

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jetson_sysfs_fake as sysfs_fake
 import numpy as np
 import pytest
 from scripts import load_script
@@ -502,3 +503,243 @@ def test_calib_npy_that_is_not_an_array_of_finite_numbers_is_one_line(tmp_path: 
     np.save(good, np.arange(6, dtype=np.uint8).reshape(2, 3))
     loaded = runner.load_calib_npy(str(good))
     assert loaded.dtype == np.float32 and loaded.tolist() == [[0, 1, 2], [3, 4, 5]]
+
+
+# ------------------------------------------------------------------ the timed loop: clock, heat, over-current
+# (fake Nano and Orin trees, tests/jetson_sysfs_fake.py; never run on a Jetson)
+
+
+def _state(root: Path) -> dict:
+    return runner.board_state(str(root / "sys"), str(root / "proc"))
+
+
+NANO_TEMPS = {
+    "AO-therm": 40.5,
+    "CPU-therm": 40.5,
+    "GPU-therm": 41.5,
+    "PLL-therm": 38.0,
+    "PMIC-Die": 100.0,
+    "thermal-fan-est": 41.0,
+}
+
+
+def test_board_state_reads_a_nano_like_tree(tmp_path: Path) -> None:
+    """The GPU's devfreq clock in Hz, every thermal zone in °C, and the soctherm over-current
+    interrupt's count from /proc/interrupts (the Nano has no soctherm_oc hwmon)."""
+    state = _state(sysfs_fake.nano(tmp_path, edp_interrupts=7))
+    assert state == {
+        "devfreq": "57000000.gpu",
+        "clock": {"cur_hz": 921_600_000, "min_hz": 921_600_000, "max_hz": 921_600_000},
+        "temperatures_c": NANO_TEMPS,
+        "oc_counts": {"soctherm_edp": 7},
+        "oc_enabled": {},
+    }
+
+
+@pytest.mark.parametrize(("jetpack", "name"), [(5, "17000000.ga10b"), (6, "17000000.gpu")])
+def test_board_state_reads_an_orin_like_tree(tmp_path: Path, jetpack: int, name: str) -> None:
+    """The GPU's devfreq (not the video engine's, sorted first), and the soctherm_oc hwmon's event
+    counters with their throttle switches; the INA3221 hwmon is not an over-current counter."""
+    state = _state(
+        sysfs_fake.orin(tmp_path, jetpack=jetpack, oc_events=(0, 4, 1), throttle_enabled=(1, 1, 0))
+    )
+    assert state["devfreq"] == name
+    assert state["clock"] == {"cur_hz": 1_300_500_000, "min_hz": 1_300_500_000, "max_hz": 1_300_500_000}
+    assert list(state["temperatures_c"]) == [
+        "cpu-thermal",
+        "gpu-thermal",
+        "cv0-thermal",
+        "soc0-thermal",
+        "tj-thermal",
+    ]
+    assert state["temperatures_c"]["gpu-thermal"] == 52.0
+    assert state["oc_counts"] == {"oc1": 0, "oc2": 4, "oc3": 1}
+    assert state["oc_enabled"] == {"oc1": True, "oc2": True, "oc3": False}
+
+
+def test_board_state_leaves_out_what_it_cannot_read(tmp_path: Path) -> None:
+    """Nothing there, unreadable files, words where numbers belong: left out, never an error (the
+    reading sits right next to the timed loop). Zone 10 sorts after zone 2; a type seen twice
+    is keyed by its zone."""
+    assert _state(tmp_path / "empty") == {
+        "clock": {},
+        "temperatures_c": {},
+        "oc_counts": {},
+        "oc_enabled": {},
+    }
+    root = sysfs_fake.orin(tmp_path / "odd")
+    sys_ = root / "sys"
+    (sys_ / "class/devfreq/17000000.ga10b/cur_freq").write_text("N/A\n")
+    (sys_ / "class/devfreq/17000000.ga10b/max_freq").unlink()
+    (sys_ / "class/thermal/thermal_zone1/temp").write_text("")
+    (sys_ / "class/thermal/thermal_zone3/temp").unlink()
+    (sys_ / "class/thermal/thermal_zone3/temp").mkdir()  # a read raises IsADirectoryError
+    (sys_ / "class/thermal/thermal_zone10").mkdir()
+    (sys_ / "class/thermal/thermal_zone10/type").write_text("cpu-thermal\n")
+    (sys_ / "class/thermal/thermal_zone10/temp").write_text("61250\n")
+    (sys_ / "class/hwmon/hwmon1/oc2_event_cnt").write_text("busy\n")
+    (sys_ / "class/hwmon/hwmon1/oc3_throt_en").unlink()
+    (root / "proc/interrupts").unlink()
+    (root / "proc/interrupts").mkdir()
+    state = _state(root)
+    assert state["clock"] == {"min_hz": 1_300_500_000}
+    assert state["temperatures_c"] == {
+        "cpu-thermal": 50.0,
+        "cv0-thermal": 49.0,
+        "tj-thermal": 52.5,
+        "cpu-thermal (thermal_zone10)": 61.25,
+    }
+    assert state["oc_counts"] == {"oc1": 0, "oc3": 0} and state["oc_enabled"] == {"oc1": True}
+
+
+def test_edp_interrupts_sums_every_cpu() -> None:
+    text = " 85:   3   0   2   0   GICv2  81 Level   soctherm_edp\n 86:   9   9   GICv2  82 Level  other\n"
+    assert runner.edp_interrupts(text) == 5
+    assert runner.edp_interrupts(" 86:   9   GICv2  82 Level  other\n") is None
+    assert runner.edp_interrupts(" 85:   GICv2  81 Level   soctherm_edp\n") is None
+    assert runner.edp_interrupts(None) is None
+
+
+def test_during_run_records_before_and_after(tmp_path: Path) -> None:
+    """Two readings around the timed loop become the environment's record: the clock and the
+    temperatures before and after, and by how much each over-current counter grew."""
+    before = _state(sysfs_fake.nano(tmp_path, edp_interrupts=7))
+    after = _state(sysfs_fake.nano(tmp_path, cur_hz=768_000_000, gpu_c=58.0, edp_interrupts=10))
+    env = runner.during_run(before, after)
+    assert env["gpu_clock_during_run"] == {
+        "devfreq": "57000000.gpu",
+        "before": {"cur_hz": 921_600_000, "min_hz": 921_600_000, "max_hz": 921_600_000},
+        "after": {"cur_hz": 768_000_000, "min_hz": 921_600_000, "max_hz": 921_600_000},
+    }
+    assert env["temperatures_c"]["before"] == NANO_TEMPS
+    assert env["temperatures_c"]["after"]["GPU-therm"] == 58.0
+    assert env["oc_events"] == {"soctherm_edp": 3} and "oc_throttle_enabled" not in env
+    orin_before = _state(sysfs_fake.orin(tmp_path / "orin", oc_events=(0, 4, 1), throttle_enabled=(1, 1, 0)))
+    orin_after = _state(sysfs_fake.orin(tmp_path / "orin", oc_events=(0, 6, 9), throttle_enabled=(1, 1, 0)))
+    env = runner.during_run(orin_before, orin_after)
+    assert env["oc_events"] == {"oc1": 0, "oc2": 2, "oc3": 8}
+    assert env["oc_throttle_enabled"] == {"oc1": True, "oc2": True, "oc3": False}
+    assert runner.during_run(_state(tmp_path / "none"), _state(tmp_path / "none")) == {}
+    json.dumps(env)  # what the board writes
+
+
+def _record(tmp_path: Path, board: str, before: dict, after: dict) -> dict:
+    """The environment the runner writes for a loop between two fake readings of `board`."""
+    make = sysfs_fake.nano if board == "nano" else sysfs_fake.orin
+    first = _state(make(tmp_path / board, **before))
+    return runner.during_run(first, _state(make(tmp_path / board, **after)))
+
+
+STEADY_AND_THROTTLED = [
+    # (board, reading before, reading after, what held the clock down or None)
+    ("nano", {}, {"gpu_c": 63.0}, None),  # warmer, clock steady: not judged
+    (
+        "nano",
+        {"edp_interrupts": 2},
+        {"edp_interrupts": 5},
+        "over-current throttling: 3 soctherm_edp event(s)",
+    ),
+    (
+        "nano",
+        {},
+        {"cur_hz": 768_000_000},
+        "a cap below the locked clock: 768 of 921.6 MHz right after the timed loop",
+    ),
+    ("orin", {}, {"gpu_c": 71.0}, None),
+    ("orin", {"oc_events": (1, 4, 0)}, {"oc_events": (1, 6, 0)}, "over-current throttling: 2 oc2 event(s)"),
+    # oc3 fired, but the board said its throttling is off: not a slowdown
+    (
+        "orin",
+        {"oc_events": (0, 0, 1), "throttle_enabled": (1, 1, 0)},
+        {"oc_events": (0, 0, 5), "throttle_enabled": (1, 1, 0)},
+        None,
+    ),
+    # DVFS (not locked): a clock below the maximum is the governor, not a slowdown
+    (
+        "orin",
+        {"min_hz": 306_000_000, "cur_hz": 1_300_500_000},
+        {"min_hz": 306_000_000, "cur_hz": 624_750_000},
+        None,
+    ),
+    (
+        "orin",
+        {"min_hz": 306_000_000},
+        {"min_hz": 306_000_000, "max_hz": 918_000_000, "cur_hz": 918_000_000},
+        "a lowered devfreq ceiling: 1300.5 → 918 MHz during the loop",
+    ),
+    (
+        "orin",
+        {"cur_hz": 1_032_750_000},
+        {"cur_hz": 1_300_500_000, "oc_events": (0, 0, 1)},
+        "over-current throttling: 1 oc3 event(s), "
+        "a cap below the locked clock: 1032.75 of 1300.5 MHz right after the warm-up",
+    ),
+]
+
+
+@pytest.mark.parametrize(("board", "before", "after", "held"), STEADY_AND_THROTTLED)
+def test_the_host_reads_the_runners_record_by_its_rule(
+    tmp_path: Path, board: str, before: dict, after: dict, held: str | None
+) -> None:
+    """deployopt.clocks.held_down_phrase (behind bench's warning, compare's flag and optimize's
+    report) judges what the runner recorded: an over-current counter that grew with throttling on,
+    a locked clock read below its lock, a lowered devfreq ceiling; warmth alone is not judged."""
+    from deployopt.clocks import held_down_phrase
+
+    assert held_down_phrase(_record(tmp_path, board, before, after)) == held
+
+
+def test_the_host_rule_reads_old_and_malformed_records_as_nothing() -> None:
+    """Results written before the record (or hand-edited ones) never raise; a record without
+    the devfreq minimum falls back on the environment's clocks_locked."""
+    from deployopt.clocks import held_down_phrase, jetson_held_down
+
+    assert held_down_phrase({"clocks_locked": True, "nvpmodel": "MAXN"}) is None
+    for bad in (
+        {"oc_events": "lots"},
+        {"oc_events": {"oc1": True, "oc2": -4, "oc3": "2"}},
+        {"gpu_clock_during_run": {"before": 1, "after": {}}},
+        {"gpu_clock_during_run": {"before": {"cur_hz": "x", "max_hz": None}, "after": {"cur_hz": 5}}},
+        {"gpu_clock_during_run": []},
+    ):
+        assert jetson_held_down(bad) == [], bad
+    clock = {"before": {"cur_hz": 900, "max_hz": 1000}, "after": {"cur_hz": 1000, "max_hz": 1000}}
+    assert jetson_held_down({"gpu_clock_during_run": clock}) == []  # locked? nothing says
+    assert jetson_held_down({"gpu_clock_during_run": clock, "clocks_locked": True}) == [
+        "a cap below the locked clock: 0.0009 of 0.001 MHz right after the warm-up"
+    ]
+
+
+def _runner_result(path: Path, median: float, env: dict, seed: int) -> Path:
+    """A runner result as the board writes it (runner.summarize), 200 samples."""
+    rng = np.random.default_rng(seed)
+    samples = list(median + rng.normal(0.0, median * 0.002, 200))
+    model = {"file": "resnet.onnx", "sha256": "ab" * 32}
+    out = runner.summarize(samples, 50, "one forward pass (fp16)", env, model=model)
+    path.write_text(json.dumps(out))
+    return path
+
+
+def test_compare_flags_a_runner_result_whose_board_throttled(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The same Orin, the same setup: the current run's board cut its clock for over-current in
+    the middle of the loop, so its 4 % is not the model's. compare flags that side like a setup
+    difference (row and warning), --strict exits 1; the steady pair is judged as before."""
+    from cli_runner import run_cli
+
+    setup = {"board": "Jetson AGX Orin", "nvpmodel": "MAXN", "clocks_locked": True, "tensorrt": "8.5.2"}
+    steady = _record(tmp_path / "a", "orin", {}, {"gpu_c": 60.0})
+    throttled = _record(tmp_path / "b", "orin", {"oc_events": (0, 0, 3)}, {"oc_events": (0, 0, 5)})
+    base = _runner_result(tmp_path / "base.json", 500.0, {**setup, **steady}, seed=0)
+    same = _runner_result(tmp_path / "same.json", 500.0, {**setup, **steady}, seed=1)
+    slow = _runner_result(tmp_path / "slow.json", 520.0, {**setup, **throttled}, seed=2)
+    code, out, err = run_cli(monkeypatch, capsys, "compare", str(base), str(same), "--strict")
+    assert code == 0 and err == "" and "held down" not in out
+    code, out, err = run_cli(monkeypatch, capsys, "compare", str(base), str(slow))
+    assert code == 1 and "slower" in out
+    assert "current: GPU clock held down by over-current throttling: 2 oc3 event(s)" in " ".join(out.split())
+    assert err == (
+        "warning: slow: not like for like (current: GPU clock held down by over-current throttling: 2 oc3 "
+        "event(s)): the change need not be the model's\n"
+    )

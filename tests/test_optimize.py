@@ -1064,3 +1064,32 @@ def test_a_measurement_held_down_by_power_is_named_in_the_report(
     clean = optimize(replace(cfg, outdir=tmp_path / "clean"), session=DesignedSession())
     assert clean.report["clock_slowdowns"] == []
     assert "held down" not in (tmp_path / "clean" / "report.md").read_text()
+
+
+def test_the_report_lists_a_jetson_record_of_a_held_down_clock() -> None:
+    """report.json's clock_slowdowns reads the Jetson runner's record of its timed loop by the same
+    rule (deployopt.clocks.held_down_phrase): "describe" says what held the clock down and
+    "slowdown_us" is {} (a Jetson has no nvidia-smi durations); a steady record is not listed."""
+    from types import SimpleNamespace
+
+    from deployopt.report import clock_slowdowns
+    from deployopt.timing import Timing
+
+    clock = {
+        "devfreq": "17000000.ga10b",
+        "before": {"cur_hz": 1_300_500_000, "min_hz": 1_300_500_000, "max_hz": 1_300_500_000},
+        "after": {"cur_hz": 1_032_750_000, "min_hz": 1_300_500_000, "max_hz": 1_300_500_000},
+    }
+    steady = {"gpu_clock_during_run": {**clock, "after": clock["before"]}, "oc_events": {"oc3": 0}}
+    held = Timing("tensorrt", [500.0, 501.0], environment={"gpu_clock_during_run": clock})
+    evaluations = [
+        SimpleNamespace(label="round-up-to-8", timing=Timing("tensorrt", [480.0, 481.0], environment=steady)),
+        SimpleNamespace(label="best", timing=held),
+    ]
+    assert clock_slowdowns(SimpleNamespace(evaluations=evaluations), {}) == [
+        {
+            "label": "best",
+            "slowdown_us": {},
+            "describe": "a cap below the locked clock: 1032.75 of 1300.5 MHz right after the timed loop",
+        }
+    ]

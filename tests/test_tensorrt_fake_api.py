@@ -2321,6 +2321,53 @@ def test_runner_fp16_with_per_layer_times(
     assert trt_backend.load_runner_result(tmp_path / "result.json").median_us == result["median_us"]
 
 
+def test_runner_reads_the_board_right_before_and_right_after_the_timed_loop(
+    surface: tuple[str, types.ModuleType, FakeGpu],
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The GPU clock, temperatures and over-current counters are read after the warm-up, before the
+    first timed pass, and again right after the last one (before the per-layer passes), and the
+    result's environment records both: here a fake Orin tree whose oc2 counter grows and whose
+    clock drops while the loop runs. The host's rule then flags it (deployopt.clocks)."""
+    import jetson_sysfs_fake as sysfs_fake
+
+    from deployopt.clocks import held_down_phrase
+
+    version, _, gpu = surface
+    runner = load_runner()
+    board = sysfs_fake.orin(tmp_path / "board")
+    monkeypatch.setattr(runner, "SYSFS", str(board / "sys"))
+    monkeypatch.setattr(runner, "PROCFS", str(board / "proc"))
+    read = runner.board_state
+    seen: list[int] = []
+
+    def board_state(sysfs: str | None = None, procfs: str | None = None) -> dict[str, Any]:
+        seen.append(len([r for r in gpu.runs if not r["profiled"]]))  # passes run so far
+        state = read(sysfs, procfs)
+        if len(seen) == 1:  # the board throttles while the loop runs
+            sysfs_fake.orin(tmp_path / "board", cur_hz=1_032_750_000, oc_events=(0, 2, 0))
+        return state
+
+    monkeypatch.setattr(runner, "board_state", board_state)
+    cuda = ["--cuda", "pycuda"] if version == V82 else []
+    args = [str(zoo_model_path("mobilenet_like")), "--runs", "4", "--warmup", "2", "--per-layer", *cuda]
+    rc = runner.main([*args, "--engine-dir", str(tmp_path / "engines"), "--out", str(tmp_path / "r.json")])
+    assert rc == 0, capsys.readouterr().err
+    assert seen == [2, 6]  # after the 2 warm-up passes; after the 4 timed ones, before per-layer
+    env = json.loads((tmp_path / "r.json").read_text())["environment"]
+    assert env["gpu_clock_during_run"]["before"]["cur_hz"] == 1_300_500_000
+    assert env["gpu_clock_during_run"]["after"]["cur_hz"] == 1_032_750_000
+    assert env["oc_events"] == {"oc1": 0, "oc2": 2, "oc3": 0}
+    assert set(env["temperatures_c"]) == {"before", "after"}
+    assert held_down_phrase(trt_backend.load_runner_result(tmp_path / "r.json").environment) == (
+        "over-current throttling: 2 oc2 event(s), a cap below the locked clock: 1032.75 of 1300.5 MHz "
+        "right after the timed loop"
+    )
+
+
 def test_runner_int8_dynamic_batch_with_calibration(
     surface: tuple[str, types.ModuleType, FakeGpu],
     zoo_model_path: Callable[[str], Path],

@@ -305,12 +305,12 @@ def note_too_few_to_compare(runs: int) -> None:
 def warn_clock_slowdown(env: dict[str, Any]) -> None:
     """One stderr line when power or heat held the GPU's clock down during the timed run
     (deployopt.clocks): the latency is then slower than this GPU's, and nothing else would say so."""
-    from deployopt.clocks import recorded_slowdown, slowdown_phrase
+    from deployopt.clocks import held_down_phrase
 
-    slowdown = recorded_slowdown(env)
-    if slowdown:
+    held = held_down_phrase(env)
+    if held:
         err_console.print(
-            f"warning: the GPU's clock was held down while this was timed ({slowdown_phrase(slowdown)}): "
+            f"warning: the GPU's clock was held down while this was timed ({held}): "
             "the latency may be slower than this GPU's; check its cooling and power limit, and time again",
             style="yellow",
             markup=False,
