@@ -1006,6 +1006,7 @@ def run(args):
     env["engine_built_now"] = built is not None  # False: reused, or a serialized engine given as the model
     if key is not None:
         env["engine_key"] = key
+        env["dtype"] = args.dtype  # built here (a serialized engine's dtype is not known, only labelled)
     if built is not None:
         env["engine_build_s"] = round(built, 1)
     try:

@@ -85,7 +85,8 @@ from deployopt.backends.base import MeasureOptions
 from deployopt.backends.tensorrt import TensorRTBackend, build_and_time, build_engine, time_engine
 from deployopt.backends.trtexec_parser import version_tuple
 from deployopt.errors import BackendFailed, CacheWarning, DataError, DeployoptError, ModelError, OutputError
-from deployopt.regression import compare_paths
+from deployopt.regression import compare_paths, differences
+from deployopt.timing import load_timing
 
 V82, V85, V10 = "8.2.1.8", "8.5.2.2", "10.3.0.26"
 V11 = "11.4.1.2"  # desktop only (no JetPack has it): strongly typed, the migration guide's surface
@@ -2691,6 +2692,33 @@ def test_runner_says_when_compare_cannot_judge_its_result(
         compare_paths(out, out)
     assert load_runner().main([*args, "--runs", "5", "--out", str(out)]) == 0
     assert "note:" not in capsys.readouterr().err
+
+
+def test_a_dtype_difference_is_named_by_compare(
+    monkeypatch: pytest.MonkeyPatch,
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The runner and the tensorrt backend record the dtype they built, so compare says `dtype fp16 →
+    fp32` where it said only "what was timed differs" (bench's fp32 default against the runner's
+    fp16 is the likely mix-up); a serialized engine's dtype is only a label and is not recorded."""
+    install(monkeypatch, V10, "bindings")
+    model = str(zoo_model_path("mobilenet_like"))
+    runner = load_runner()
+    results = {}
+    for dtype in ("fp16", "fp32"):
+        out = tmp_path / f"{dtype}.json"
+        args = [model, "--dtype", dtype, "--runs", "5", "--engine-dir", str(tmp_path / "engines")]
+        assert runner.main([*args, "--out", str(out)]) == 0, capsys.readouterr().err
+        results[dtype] = load_timing(out)
+    assert results["fp16"].environment["dtype"] == "fp16"
+    assert differences(results["fp16"], results["fp32"])[0] == "dtype fp16 → fp32"
+    backend = build_and_time(model, opts(tmp_path, dtype="fp32"), per_layer=False)
+    assert backend["timing"]["environment"]["dtype"] == "fp32"
+    engine = results["fp16"].environment["engine"]
+    assert runner.main([engine, "--runs", "5", "--out", str(tmp_path / "engine.json")]) == 0
+    assert "dtype" not in load_timing(tmp_path / "engine.json").environment
 
 
 def test_runner_workspace_out_of_range_is_one_line(
