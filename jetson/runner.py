@@ -40,6 +40,12 @@ import time
 
 BOOTSTRAP_RESAMPLES = 2000
 MAX_RUNS = 100000  # as deployopt.timing.MAX_RUNS (a test keeps the two equal)
+# deployopt.timing.min_samples at `deployopt compare`'s default alpha 0.01 (a test keeps them equal):
+# fewer runs than this can never be judged slower or faster, and compare refuses such a file.
+COMPARE_MIN_RUNS = 5
+# 1 TiB: more than any Jetson or GPU has; a larger or negative value made TensorRT's size_t binding
+# raise a TypeError traceback.
+MAX_WORKSPACE_MIB = 1 << 20
 RUNNER_VERSION = "1"
 # Part of every engine's build key: raise it when build_engine starts building something else from
 # the same inputs, so engines built by the older recipe are rebuilt rather than reused.
@@ -743,22 +749,35 @@ def write_table(path, cache):
 
 
 def atomic_write(path, data):
+    """Write through a temporary file and a rename. A failure names `path`, the file the user gave,
+    not the temporary one, and leaves no temporary file behind."""
     tmp = path + ".tmp%d" % os.getpid()
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except (OSError, IOError) as exc:
+        try:
+            os.remove(tmp)
+        except (OSError, IOError):
+            pass
+        raise OSError(exc.errno, exc.strerror or str(exc), path)
 
 
-def check_out(path):
-    """--out before any work: its folder is created (as `deployopt bench -o` does) and a file is
-    created and removed in it, so a typo, a read-only card or a file in the way costs one line, not
-    the build and the timed runs followed by a traceback."""
+def check_writable(path, flag, create=True):
+    """A file the run will write, before any work: a file is created and removed in its folder, so a
+    typo, a read-only card or a file in the way costs one line, not the build (minutes on a Nano) and
+    the timed runs followed by a traceback. With `create` the folder is made now (as `deployopt bench
+    -o` does); without, nothing is left behind: the probe goes to the nearest folder that exists."""
     parent = os.path.dirname(os.path.abspath(path))
     try:
         if os.path.isdir(path):
-            raise RunnerError("cannot write --out " + path + ": it is a folder; give a file path")
-        if os.path.isfile(parent):
-            raise RunnerError("cannot write --out " + path + ": " + parent + " is a file, not a folder")
+            raise RunnerError("cannot write " + flag + " " + path + ": it is a folder; give a file path")
+        if not create:
+            while not os.path.exists(parent) and os.path.dirname(parent) != parent:
+                parent = os.path.dirname(parent)
+        if os.path.exists(parent) and not os.path.isdir(parent):
+            raise RunnerError("cannot write " + flag + " " + path + ": " + parent + " is a file, not a folder")
         if not os.path.isdir(parent):
             os.makedirs(parent)
         probe = os.path.join(parent, ".runner-probe-%d" % os.getpid())
@@ -766,7 +785,17 @@ def check_out(path):
             pass
         os.remove(probe)
     except (OSError, IOError) as exc:
-        raise RunnerError("cannot write --out " + path + ": " + (exc.strerror or str(exc)))
+        raise RunnerError("cannot write " + flag + " " + path + ": " + (exc.strerror or str(exc)))
+
+
+def check_out(path):
+    """--out before any work (check_writable)."""
+    check_writable(path, "--out")
+
+
+def warn(message):
+    """One `warning:` line on stderr: something went wrong that the result does not depend on."""
+    sys.stderr.write("warning: %s\n" % message)
 
 
 def build_engine(trt, args, shapes, cuda):
@@ -834,13 +863,21 @@ def build_engine(trt, args, shapes, cuda):
             if profile is not None:
                 config.set_calibration_profile(profile)
     cache = None
-    if args.timing_cache:
+    if args.timing_cache:  # it only saves tactic timing: trouble with it is a warning, as in the backend
         blob = b""
-        if os.path.isfile(args.timing_cache):
-            with open(args.timing_cache, "rb") as fh:
-                blob = fh.read()
+        try:
+            if os.path.isfile(args.timing_cache):
+                with open(args.timing_cache, "rb") as fh:
+                    blob = fh.read()
+        except (OSError, IOError) as exc:
+            warn("cannot read the TensorRT timing cache %s (%s); building without it"
+                 % (args.timing_cache, exc.strerror or exc))
         cache = config.create_timing_cache(blob)
-        config.set_timing_cache(cache, False)
+        if cache is None and blob:  # TensorRT refused the blob (another version, corrupt)
+            warn("TensorRT could not read the timing cache %s; building with a fresh one" % args.timing_cache)
+            cache = config.create_timing_cache(b"")
+        if cache is not None:
+            config.set_timing_cache(cache, False)
     try:
         serialized = builder.build_serialized_network(network, config)
     finally:
@@ -850,7 +887,11 @@ def build_engine(trt, args, shapes, cuda):
     if serialized is None:
         raise RunnerError("TensorRT could not build an engine (see its warnings above)")
     if cache is not None:
-        atomic_write(args.timing_cache, bytes(config.get_timing_cache().serialize()))
+        try:
+            atomic_write(args.timing_cache, bytes(config.get_timing_cache().serialize()))
+        except (OSError, IOError) as exc:  # the engine is built: only the next build's speed-up is lost
+            warn("cannot write %s: %s; the TensorRT timing cache is not saved"
+                 % (args.timing_cache, exc.strerror or exc))
     return bytes(serialized)
 
 
@@ -1019,6 +1060,8 @@ def run(args):
         engine_file = engine_path_for(args, key)
         named = bool(args.save_engine)
         if args.rebuild or not engine_is_current(engine_file, key, named):
+            # before the build: a read-only card or a file in the way costs one line, not a build
+            check_writable(engine_file, "--save-engine" if named else "--engine-dir", create=False)
             t0 = time.time()
             blob = build_engine(trt, args, shapes, cuda)
             if facts["calib_cache_sha256"] is not None:
@@ -1129,6 +1172,7 @@ def run(args):
     env["engine_built_now"] = built is not None  # False: reused, or a serialized engine given as the model
     if key is not None:
         env["engine_key"] = key
+        env["dtype"] = args.dtype  # built here (a serialized engine's dtype is not known, only labelled)
     if built is not None:
         env["engine_build_s"] = round(built, 1)
     try:
@@ -1153,7 +1197,8 @@ def build_parser():
         description="Build or load a TensorRT engine on this Jetson, time it, print deployopt bench JSON.",
     )
     p.add_argument("model", nargs="?", help="model.onnx (built, cached in --engine-dir) or a serialized .engine/.plan")
-    p.add_argument("--dtype", choices=("fp32", "fp16", "int8"), default="fp16")
+    p.add_argument("--dtype", choices=("fp32", "fp16", "int8"), default="fp16",
+                   help="build precision (default fp16)")
     p.add_argument("--runs", type=int, default=100, help="timed forward passes (default 100)")
     p.add_argument("--warmup", type=int, default=20, help="untimed forward passes first (default 20)")
     p.add_argument("--shapes", default="", help="shapes of dynamic inputs, e.g. x:1x3x224x224,y:1x10")
@@ -1186,6 +1231,9 @@ def main(argv=None):
                 raise RunnerError("--runs {}: must be between 1 and {:,}".format(args.runs, MAX_RUNS))
             if not 0 <= args.warmup <= MAX_RUNS:
                 raise RunnerError("--warmup {}: must be between 0 and {:,}".format(args.warmup, MAX_RUNS))
+            if not 1 <= args.workspace_mib <= MAX_WORKSPACE_MIB:
+                raise RunnerError("--workspace-mib {}: must be between 1 and {:,}".format(
+                    args.workspace_mib, MAX_WORKSPACE_MIB))
             if not args.model:
                 raise RunnerError("give a model (.onnx or .engine), or --env-only")
             if not os.path.isfile(args.model):
@@ -1205,6 +1253,10 @@ def main(argv=None):
         sys.stderr.write("error: cannot read or write%s: %s\n" % (where, exc.strerror or exc))
         return 2
     sys.stdout.write(text + "\n")
+    if not args.env_only and args.runs < COMPARE_MIN_RUNS:  # on the board, not when compare refuses the copy
+        sys.stderr.write("note: %d run%s: `deployopt compare` needs at least %d per side (at its default "
+                         "--alpha 0.01) to judge a difference; use --runs %d or more to compare this\n"
+                         % (args.runs, "" if args.runs == 1 else "s", COMPARE_MIN_RUNS, COMPARE_MIN_RUNS))
     return 0
 
 

@@ -167,6 +167,15 @@ def test_run_counts_have_the_hosts_bounds(capsys: pytest.CaptureFixture[str]) ->
         assert capsys.readouterr().err == f"error: {message}\n"
 
 
+def test_compare_minimum_matches_the_host() -> None:
+    """The runner's note on too few runs names the minimum `deployopt compare` applies by default."""
+    from deployopt.regression import DEFAULT_ALPHA
+    from deployopt.timing import min_samples
+
+    assert min_samples(DEFAULT_ALPHA) == runner.COMPARE_MIN_RUNS
+    assert f"--alpha {DEFAULT_ALPHA:g})" in SRC
+
+
 def test_env_only_prints_json() -> None:
     proc = subprocess.run(
         [sys.executable, str(RUNNER), "--env-only"], capture_output=True, text=True, timeout=60

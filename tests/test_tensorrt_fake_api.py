@@ -85,6 +85,8 @@ from deployopt.backends.base import MeasureOptions
 from deployopt.backends.tensorrt import TensorRTBackend, build_and_time, build_engine, time_engine
 from deployopt.backends.trtexec_parser import version_tuple
 from deployopt.errors import BackendFailed, CacheWarning, DataError, DeployoptError, ModelError, OutputError
+from deployopt.regression import compare_paths, differences
+from deployopt.timing import load_timing
 
 V82, V85, V10 = "8.2.1.8", "8.5.2.2", "10.3.0.26"
 V11 = "11.4.1.2"  # desktop only (no JetPack has it): strongly typed, the migration guide's surface
@@ -2516,7 +2518,7 @@ def test_runner_reuses_an_engine_only_for_the_same_inputs(
     model = tmp_path / "model.onnx"
     model.write_bytes(zoo_model_path("mobilenet_like").read_bytes())
     engine = tmp_path / "out" / "model.engine"
-    args = [str(model), "--runs", "2", "--warmup", "1", "--save-engine", str(engine)]
+    args = [str(model), "--runs", "5", "--warmup", "1", "--save-engine", str(engine)]
 
     built, first, err = runner_builds(args, tmp_path, capsys, gpu)
     assert built and err == f"built engine {engine} in {first['environment']['engine_build_s']:.1f} s\n"
@@ -2547,7 +2549,7 @@ def test_runner_reuses_an_engine_only_for_the_same_inputs(
     extra = ["--workspace-mib", "64", "--per-layer", "--timing-cache", str(tmp_path / "t.cache")]
     assert not runner_builds([*args, *extra], tmp_path, capsys, gpu)[0]
 
-    cached = [str(model), "--runs", "2", "--warmup", "1"]  # no --save-engine: cached names
+    cached = [str(model), "--runs", "5", "--warmup", "1"]  # no --save-engine: cached names
     built, result, _ = runner_builds(cached, tmp_path, capsys, gpu)
     name = tmp_path / "engines" / f"model-fp16-{result['environment']['engine_key'][:16]}.engine"
     assert built and result["environment"]["engine"] == str(name)
@@ -2639,7 +2641,8 @@ def test_runner_out_in_a_new_folder_and_unwritable_paths(
 ) -> None:
     """docs/regression.md runs `runner.py ... --out results/current/model.json`: the folder is made
     (as `bench -o` makes it). An --out that cannot be written is one line, exit 2, before any build
-    or timed run; an --engine-dir that cannot be made is one line too, not an OSError traceback."""
+    or timed run; so is an --engine-dir or --save-engine that cannot be written (it failed after the
+    build, minutes on a Nano, naming the engine's temporary file)."""
     _, gpu = install(monkeypatch, V85, "cudart")
     model = str(zoo_model_path("mobilenet_like"))
     runner = load_runner()
@@ -2667,8 +2670,117 @@ def test_runner_out_in_a_new_folder_and_unwritable_paths(
 
     rc = runner.main([model, "--runs", "2", "--engine-dir", str(in_the_way / "engines")])
     err = capsys.readouterr().err
-    assert rc == 2 and err.startswith("error: cannot read or write ") and err.count("\n") == 1
-    assert "Traceback" not in err
+    prefix = f"error: cannot write --engine-dir {in_the_way / 'engines'}/mobilenet_like-"
+    assert rc == 2 and err.startswith(prefix)
+    assert err.endswith(f".engine: {in_the_way} is a file, not a folder\n") and err.count("\n") == 1
+    assert len(gpu.log) == before  # refused before the build
+    rc = runner.main([model, "--runs", "2", "--save-engine", str(in_the_way / "m.engine")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err == (
+        f"error: cannot write --save-engine {in_the_way / 'm.engine'}: {in_the_way} is a file, not a folder\n"
+    )
+    assert len(gpu.log) == before
+    assert not (tmp_path / "engines_later").exists()
+    # the engine folder is made only when an engine is written, not by the check
+    assert runner.main([model, "--runs", "5", "--engine-dir", str(tmp_path / "engines_later" / "a")]) == 0
+    assert len(list((tmp_path / "engines_later" / "a").glob("*.engine"))) == 1
+    assert not list(tmp_path.glob("**/.runner-probe-*"))
+
+
+def test_runner_timing_cache_trouble_is_a_warning_and_the_engine_is_kept(
+    monkeypatch: pytest.MonkeyPatch,
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--timing-cache only speeds the next build up, as in the backend: one that cannot be written
+    is a warning after the build, and the engine is written and timed. It was a failed run (exit 2,
+    naming the cache's temporary file) that threw away a build of minutes."""
+    _, gpu = install(monkeypatch, V10, "bindings")
+    (tmp_path / "a_file").write_text("")
+    cache = tmp_path / "a_file" / "timing.cache"
+    out = tmp_path / "result.json"
+    args = [str(zoo_model_path("mobilenet_like")), "--runs", "5", "--engine-dir", str(tmp_path / "engines")]
+    rc = load_runner().main([*args, "--timing-cache", str(cache), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert err.splitlines()[0] == (
+        f"warning: cannot write {cache}: Not a directory; the TensorRT timing cache is not saved"
+    )
+    engine = Path(json.loads(out.read_text())["environment"]["engine"])
+    assert engine.stat().st_size > 0 and not list(tmp_path.glob("a_file*/*.tmp*"))
+    # a folder in the cache's place: not read, and not written over (a warning again)
+    rc = load_runner().main([*args, "--rebuild", "--timing-cache", str(tmp_path), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert err.startswith(f"warning: cannot write {tmp_path}: ")
+    assert len(calls(gpu, "Builder.build_serialized_network")) == 2
+
+
+def test_runner_says_when_compare_cannot_judge_its_result(
+    monkeypatch: pytest.MonkeyPatch,
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--runs 3` on the board: the result is written, and a note says now, in `bench`'s words, what
+    `deployopt compare` says only once the file is back on the host (it refuses it)."""
+    install(monkeypatch, V10, "bindings")
+    args = [str(zoo_model_path("mobilenet_like")), "--engine-dir", str(tmp_path / "engines")]
+    out = tmp_path / "result.json"
+    assert load_runner().main([*args, "--runs", "3", "--out", str(out)]) == 0
+    note = capsys.readouterr().err.splitlines()[-1]
+    assert note == (
+        "note: 3 runs: `deployopt compare` needs at least 5 per side (at its default --alpha 0.01) to "
+        "judge a difference; use --runs 5 or more to compare this"
+    )
+    assert json.loads(out.read_text())["runs"] == 3
+    with pytest.raises(DeployoptError, match=r"has 3 samples: at --alpha 0\.01 .* at least 5 samples"):
+        compare_paths(out, out)
+    assert load_runner().main([*args, "--runs", "5", "--out", str(out)]) == 0
+    assert "note:" not in capsys.readouterr().err
+
+
+def test_a_dtype_difference_is_named_by_compare(
+    monkeypatch: pytest.MonkeyPatch,
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The runner and the tensorrt backend record the dtype they built, so compare says `dtype fp16 →
+    fp32` where it said only "what was timed differs" (bench's fp32 default against the runner's
+    fp16 is the likely mix-up); a serialized engine's dtype is only a label and is not recorded."""
+    install(monkeypatch, V10, "bindings")
+    model = str(zoo_model_path("mobilenet_like"))
+    runner = load_runner()
+    results = {}
+    for dtype in ("fp16", "fp32"):
+        out = tmp_path / f"{dtype}.json"
+        args = [model, "--dtype", dtype, "--runs", "5", "--engine-dir", str(tmp_path / "engines")]
+        assert runner.main([*args, "--out", str(out)]) == 0, capsys.readouterr().err
+        results[dtype] = load_timing(out)
+    assert results["fp16"].environment["dtype"] == "fp16"
+    assert differences(results["fp16"], results["fp32"])[0] == "dtype fp16 → fp32"
+    backend = build_and_time(model, opts(tmp_path, dtype="fp32"), per_layer=False)
+    assert backend["timing"]["environment"]["dtype"] == "fp32"
+    engine = results["fp16"].environment["engine"]
+    assert runner.main([engine, "--runs", "5", "--out", str(tmp_path / "engine.json")]) == 0
+    assert "dtype" not in load_timing(tmp_path / "engine.json").environment
+
+
+def test_runner_workspace_out_of_range_is_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A negative --workspace-mib reached TensorRT's size_t setter: a TypeError traceback, exit 1."""
+    _, gpu = install(monkeypatch, V10, "bindings")
+    model = str(zoo_model_path("mobilenet_like"))
+    for value in ("-1", "0", str((1 << 20) + 1)):
+        rc = load_runner().main([model, "--workspace-mib", value, "--engine-dir", str(tmp_path / "engines")])
+        assert rc == 2 and not gpu.log
+        assert capsys.readouterr().err == f"error: --workspace-mib {value}: must be between 1 and 1,048,576\n"
 
 
 def test_runner_refuses_one_npy_for_a_model_with_two_inputs(

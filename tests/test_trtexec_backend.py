@@ -277,6 +277,7 @@ def test_measure_reads_export_times(fake: dict[str, Path]) -> None:
     assert t.runs == 300 and t.samples_us[0] == pytest.approx(484.512)
     assert t.environment["tensorrt"] == "10.16.1" and t.environment["device"] == "NVIDIA H100 PCIe"
     assert t.environment["sms"] == 114
+    assert t.environment["dtype"] == "fp16"  # compare names a dtype difference (LIKE_FOR_LIKE)
     assert t.warmup == 4792  # queries trtexec reports for its warm-up
     assert run is not None and run.throughput_qps == 24896.9
     args = fake["FAKE_ARGS"].read_text().split("\n")

@@ -817,7 +817,9 @@ def time_engine(
             run()
             cuda.record(end, stream)
             samples.append(cuda.elapsed_ms(start, end) * 1000.0)
+        # dtype: compare (LIKE_FOR_LIKE) names a dtype difference as such, not as "what was timed"
         env: dict[str, Any] = {"tensorrt": version, "cuda_binding": cuda.name, "api": api}
+        env["dtype"] = options.dtype
         with contextlib.suppress(Exception):  # facts are optional; timing is not
             env.update(cuda.device_facts())
         timing = Timing(

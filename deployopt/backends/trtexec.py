@@ -514,6 +514,7 @@ class TrtexecSession(Session):
             raise BackendFailed("trtexec ran but wrote no --exportTimes samples")
         timing = run.timing("computeMs")
         timing.environment.update(self._env(run))
+        timing.environment["dtype"] = self.options.dtype  # compare names a dtype difference as such
         # around the whole trtexec run, engine build included: a slowdown then is flagged too. No SM
         # clock: trtexec has exited, the GPU is idle again
         record_in_environment(timing.environment, before, after, busy_clock=False)
