@@ -11,13 +11,13 @@ from deployopt.cli.main import main
 
 
 def run_cli(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str, columns: int = 200
 ) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr) of `deployopt ARGS`, error handling included; tables 200 wide
-    so cells are not folded."""
+    """(exit code, stdout, stderr) of `deployopt ARGS`, error handling included; a terminal 200
+    wide, so table cells are not folded (`columns`: another width, for --help)."""
     monkeypatch.setattr(sys, "argv", ["deployopt", *args])
-    monkeypatch.setenv("COLUMNS", "200")
-    monkeypatch.setattr(console, "width", 200)
+    monkeypatch.setenv("COLUMNS", str(columns))
+    monkeypatch.setattr(console, "width", columns)
     code = 0
     try:
         main()

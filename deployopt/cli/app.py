@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
+from typer.core import TyperCommand, TyperGroup
 
 from deployopt.errors import DataError, DeployoptError
 from deployopt.fidelity import IMAGENET_MEAN, IMAGENET_STD, ImagePreprocess
@@ -15,7 +17,67 @@ from deployopt.fidelity import IMAGENET_MEAN, IMAGENET_STD, ImagePreprocess
 if TYPE_CHECKING:
     from deployopt.targets import Target
 
-app = typer.Typer(
+
+class PlainHelpCommand(TyperCommand):
+    """A command whose --help is click's two-column layout, not typer's rich table. The table gives
+    each option five columns (name, short name, --no- twin, type, help) and at 80 columns squeezed
+    the help into ~18 characters and cut option names (`--no-fidelity-g…`); click's layout keeps
+    names whole (a name too long for its column puts the help under it) at any width."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        super(TyperCommand, self).format_help(ctx, formatter)  # click's, past typer's rich branch
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        """typer's Arguments and Options sections, an argument named as the usage line names it
+        (`model`, not typer's `model <Path>`: a Python type is not what to type)."""
+        sections: dict[str, list[tuple[str, str]]] = {"Arguments": [], "Options": []}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            if param.param_type_name == "argument":
+                record = (param.metavar or param.name or "", record[1])
+            sections["Arguments" if param.param_type_name == "argument" else "Options"].append(record)
+        for title, rows in sections.items():
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+
+
+class PlainHelpGroup(TyperGroup):
+    """`deployopt --help` in the layout its commands' help has, the commands still under their
+    panel headings (Optimize, Channel surgery, ...) with each summary whole, as rich showed them;
+    click's own list ran every summary into one line cut at `...`."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        super(TyperGroup, self).format_help(ctx, formatter)
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        panels: dict[str, list[tuple[str, str]]] = {}
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is None or command.hidden:
+                continue
+            text = inspect.cleandoc(command.short_help or command.help or "").partition("\f")[0]
+            summary = " ".join(text.split("\n\n")[0].split())  # the first paragraph, as rich showed
+            panel = getattr(command, "rich_help_panel", None) or "Commands"
+            panels.setdefault(panel, []).append((name, summary))
+        width = max((len(name) for rows in panels.values() for name, _ in rows), default=0)
+        for panel, rows in panels.items():
+            with formatter.section(panel):  # one name column for all panels, as rich aligned them
+                formatter.write_dl([(name.ljust(width), summary) for name, summary in rows])
+
+
+class _App(typer.Typer):
+    """typer.Typer whose commands all get PlainHelpCommand (unless one names its own class)."""
+
+    def command(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("cls", PlainHelpCommand)
+        return super().command(*args, **kwargs)
+
+
+app = _App(
+    cls=PlainHelpGroup,
     name="deployopt",
     help="Fit CNN channel counts to how the GPU runs them: analyze, pad/trim, time, optimize.",
     no_args_is_help=True,
@@ -75,7 +137,7 @@ def output_option(default: Any, *names: str, help: str, folder: bool = False) ->
             raise DeployoptError(f"{label}: empty path; give a {'folder' if folder else 'file'} path")
         return Path(value)
 
-    return typer.Option(default, *names, help=help, parser=parse, metavar="<path>")
+    return typer.Option(default, *names, help=help, parser=parse, metavar="DIR" if folder else "FILE")
 
 
 def input_path(label: str, what: str) -> Callable[[str], Path]:
@@ -96,6 +158,7 @@ def cudnn_engines_option() -> object:
     return typer.Option(
         None,
         "--cudnn-engines",
+        metavar="N",
         help="torch: cuDNN engines cudnn.benchmark times per conv (0 = all; default PyTorch's 10). "
         "All engines find faster kernels at some widths, as TensorRT's tactic timing does; under "
         "--sms the default 10 are those cuDNN ranks best for the whole GPU, so use 0 to emulate a "
@@ -118,7 +181,7 @@ def calibration_data_option(help: str = CALIBRATION_DATA_HELP) -> object:
         None,
         "--calibration-data",
         parser=input_path("--calibration-data", "a folder or file path"),
-        metavar="<path>",
+        metavar="PATH",
         help=help,
     )
 
@@ -132,14 +195,20 @@ def calibration_data_option(help: str = CALIBRATION_DATA_HELP) -> object:
 def mean_option() -> Any:
     """`--mean`: per-channel mean subtracted after --scale (RGB order)."""
     return typer.Option(
-        None, "--mean", help=f"Per-channel image mean (default {','.join(map(str, IMAGENET_MEAN))})."
+        None,
+        "--mean",
+        metavar="R,G,B",
+        help=f"Per-channel image mean (default {','.join(map(str, IMAGENET_MEAN))}).",
     )
 
 
 def std_option() -> Any:
     """`--std`: per-channel std divided by after the mean (RGB order)."""
     return typer.Option(
-        None, "--std", help=f"Per-channel image std (default {','.join(map(str, IMAGENET_STD))})."
+        None,
+        "--std",
+        metavar="R,G,B",
+        help=f"Per-channel image std (default {','.join(map(str, IMAGENET_STD))}).",
     )
 
 
@@ -150,7 +219,9 @@ def bgr_option() -> Any:
 
 def scale_option() -> Any:
     """`--scale`: the pixel factor before mean/std (1/255: pixels to 0–1)."""
-    return typer.Option(None, "--scale", help="Pixel scale applied before mean/std (default 1/255).")
+    return typer.Option(
+        None, "--scale", metavar="FLOAT", help="Pixel scale applied before mean/std (default 1/255)."
+    )
 
 
 def resize_option() -> Any:
@@ -158,6 +229,7 @@ def resize_option() -> Any:
     return typer.Option(
         None,
         "--resize",
+        metavar="stretch|crop",
         help="stretch (default): resize to H×W; crop: shorter side to H/0.875, centre crop.",
     )
 
@@ -230,6 +302,7 @@ def remote_option() -> object:
     return typer.Option(
         None,
         "--remote",
+        metavar="USER@HOST",
         help="trtexec: build and time on this board over ssh (USER@HOST; key-based login, "
         "/usr/src/tensorrt/bin/trtexec there); the model is copied with scp.",
     )

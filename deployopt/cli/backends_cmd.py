@@ -238,16 +238,26 @@ def bench_command(
     model: Path = typer.Argument(
         ..., help="ONNX model to time.", parser=input_path("model", "an .onnx file")
     ),
-    backend: str = typer.Option("ort", "--backend", "-b", help="ort | torch | tensorrt | trtexec"),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="fp16 | fp32 | int8 (default: the backend's)"),
-    batch: Optional[int] = typer.Option(None, "--batch", help="Override the batch dimension."),
-    sms: Optional[int] = typer.Option(None, "--sms", help="Limit the GPU to N SMs (torch: green context)."),
-    runs: int = typer.Option(100, "--runs", help="Timed samples (one forward pass / graph replay each)."),
-    warmup: int = typer.Option(20, "--warmup", help="Untimed runs first."),
-    input_shape: Optional[list[str]] = typer.Option(
-        None, "--input-shape", help="NAME:1x3x224x224 (repeatable) for dynamic inputs."
+    backend: str = typer.Option(
+        "ort", "--backend", "-b", metavar="BACKEND", help="ort | torch | tensorrt | trtexec"
     ),
-    timeout: float = typer.Option(600.0, "--timeout", help="Seconds per model before the worker is killed."),
+    dtype: Optional[str] = typer.Option(
+        None, "--dtype", metavar="DTYPE", help="fp16 | fp32 | int8 (default: the backend's)"
+    ),
+    batch: Optional[int] = typer.Option(None, "--batch", metavar="N", help="Override the batch dimension."),
+    sms: Optional[int] = typer.Option(
+        None, "--sms", metavar="N", help="Limit the GPU to N SMs (torch: green context)."
+    ),
+    runs: int = typer.Option(
+        100, "--runs", metavar="N", help="Timed samples (one forward pass / graph replay each)."
+    ),
+    warmup: int = typer.Option(20, "--warmup", metavar="N", help="Untimed runs first."),
+    input_shape: Optional[list[str]] = typer.Option(
+        None, "--input-shape", metavar="NAME:SHAPE", help="NAME:1x3x224x224 (repeatable) for dynamic inputs."
+    ),
+    timeout: float = typer.Option(
+        600.0, "--timeout", metavar="SECONDS", help="Seconds per model before the worker is killed."
+    ),
     cudnn_engines: Optional[int] = cudnn_engines_option(),
     cudnn_benchmark: bool = cudnn_benchmark_option(),
     calibration_data: Optional[Path] = calibration_data_option(),
@@ -426,17 +436,25 @@ def profile_command(
     model: Path = typer.Argument(
         ..., help="ONNX model to profile.", parser=input_path("model", "an .onnx file")
     ),
-    backend: str = typer.Option("ort", "--backend", "-b", help="ort | torch | tensorrt | trtexec"),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="fp16 | fp32 | int8 (default: the backend's)"),
-    batch: Optional[int] = typer.Option(None, "--batch", help="Override the batch dimension."),
-    sms: Optional[int] = typer.Option(None, "--sms", help="Limit the GPU to N SMs (torch: green context)."),
-    runs: int = typer.Option(20, "--runs", help="Profiled forward passes."),
-    warmup: int = typer.Option(10, "--warmup", help="Untimed runs first."),
+    backend: str = typer.Option(
+        "ort", "--backend", "-b", metavar="BACKEND", help="ort | torch | tensorrt | trtexec"
+    ),
+    dtype: Optional[str] = typer.Option(
+        None, "--dtype", metavar="DTYPE", help="fp16 | fp32 | int8 (default: the backend's)"
+    ),
+    batch: Optional[int] = typer.Option(None, "--batch", metavar="N", help="Override the batch dimension."),
+    sms: Optional[int] = typer.Option(
+        None, "--sms", metavar="N", help="Limit the GPU to N SMs (torch: green context)."
+    ),
+    runs: int = typer.Option(20, "--runs", metavar="N", help="Profiled forward passes."),
+    warmup: int = typer.Option(10, "--warmup", metavar="N", help="Untimed runs first."),
     input_shape: Optional[list[str]] = typer.Option(
-        None, "--input-shape", help="NAME:1x3x224x224 (repeatable) for dynamic inputs."
+        None, "--input-shape", metavar="NAME:SHAPE", help="NAME:1x3x224x224 (repeatable) for dynamic inputs."
     ),
     kernels: bool = typer.Option(False, "--kernels", help="GPU kernels per layer (torch on CUDA)."),
-    timeout: float = typer.Option(600.0, "--timeout", help="Seconds per model before the worker is killed."),
+    timeout: float = typer.Option(
+        600.0, "--timeout", metavar="SECONDS", help="Seconds per model before the worker is killed."
+    ),
     cudnn_engines: Optional[int] = cudnn_engines_option(),
     cudnn_benchmark: bool = cudnn_benchmark_option(),
     calibration_data: Optional[Path] = calibration_data_option(),

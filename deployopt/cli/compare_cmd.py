@@ -88,11 +88,12 @@ def compare_command(
         parser=input_path("current", "a file or folder"),
     ),
     alpha: float = typer.Option(
-        DEFAULT_ALPHA, "--alpha", help="Significance level of the Mann-Whitney U test."
+        DEFAULT_ALPHA, "--alpha", metavar="FLOAT", help="Significance level of the Mann-Whitney U test."
     ),
     min_effect: float = typer.Option(
         MIN_EFFECT,
         "--min-effect",
+        metavar="FLOAT",
         help="Smallest change that counts, as a fraction (0.02 = 2 %); keep it above what a rebuild "
         "of the same model moves (1.4 % measured on the H200 at 8 SMs).",
     ),

@@ -82,36 +82,48 @@ def optimize_command(
     model: Path = typer.Argument(
         ..., help="The ONNX model to optimize.", parser=input_path("model", "an .onnx file")
     ),
-    target: str = typer.Option(..., "--target", "-t", help="GPU target (see `deployopt targets`)."),
+    target: str = typer.Option(
+        ..., "--target", "-t", metavar="TARGET", help="GPU target (see `deployopt targets`)."
+    ),
     backend: str = typer.Option(
-        "auto", "--backend", "-b", help="auto | tensorrt | trtexec | torch | ort | model (predicted only)."
+        "auto",
+        "--backend",
+        "-b",
+        metavar="BACKEND",
+        help="auto | tensorrt | trtexec | torch | ort | model (predicted only).",
     ),
     sms: Optional[int] = typer.Option(
-        None, "--sms", help="Limit the GPU (green context) and the model to N SMs."
+        None, "--sms", metavar="N", help="Limit the GPU (green context) and the model to N SMs."
     ),
     input_shape: Optional[list[str]] = typer.Option(
-        None, "--input-shape", help="NAME:1x3x224x224 (repeatable)."
+        None, "--input-shape", metavar="NAME:SHAPE", help="NAME:1x3x224x224 (repeatable)."
     ),
-    batch: Optional[int] = typer.Option(None, "--batch", help="Batch size to optimize for."),
+    batch: Optional[int] = typer.Option(None, "--batch", metavar="N", help="Batch size to optimize for."),
     dtype: Optional[str] = typer.Option(
         None,
         "--dtype",
+        metavar="DTYPE",
         help="fp16 | fp32 | int8 (default: int8 for a Q/DQ model where the backend runs int8, else fp16 "
         "where the backend runs it).",
     ),
-    mode: str = typer.Option("lossless", "--mode", help="lossless | trim | grow."),
+    mode: str = typer.Option("lossless", "--mode", metavar="MODE", help="lossless | trim | grow."),
     max_trim: Optional[float] = typer.Option(
-        None, "--max-trim", help="trim: largest share of a group's channels removed (default 0.10)."
+        None,
+        "--max-trim",
+        metavar="FLOAT",
+        help="trim: largest share of a group's channels removed (default 0.10).",
     ),
     min_cosine: Optional[float] = typer.Option(
         None,
         "--min-cosine",
+        metavar="FLOAT",
         help="trim: refuse a plan whose outputs' cosine to the input model's falls below this on any "
         "calibration sample (default 0.99).",
     ),
     min_top1: Optional[float] = typer.Option(
         None,
         "--min-top1",
+        metavar="FLOAT",
         help="trim: refuse a plan whose top-1 agrees with the input model's on less "
         "than this share of rows (default 0.99; classifiers only).",
     ),
@@ -122,12 +134,19 @@ def optimize_command(
         "you will fine-tune (the answer may change the outputs; the report says by how much).",
     ),
     max_evals: int = typer.Option(
-        40, "--max-evals", help="End-to-end evaluations at most (baselines included)."
+        40, "--max-evals", metavar="N", help="End-to-end evaluations at most (baselines included)."
     ),
-    runs: int = typer.Option(TIMING_DEFAULTS["--runs"], "--runs", help="Timed runs per measurement."),
-    warmup: int = typer.Option(TIMING_DEFAULTS["--warmup"], "--warmup", help="Warm-up runs per measurement."),
+    runs: int = typer.Option(
+        TIMING_DEFAULTS["--runs"], "--runs", metavar="N", help="Timed runs per measurement."
+    ),
+    warmup: int = typer.Option(
+        TIMING_DEFAULTS["--warmup"], "--warmup", metavar="N", help="Warm-up runs per measurement."
+    ),
     sweep_runs: int = typer.Option(
-        TIMING_DEFAULTS["--sweep-runs"], "--sweep-runs", help="Samples per conv in the per-layer sweep."
+        TIMING_DEFAULTS["--sweep-runs"],
+        "--sweep-runs",
+        metavar="N",
+        help="Samples per conv in the per-layer sweep.",
     ),
     cudnn_engines: Optional[int] = cudnn_engines_option(),
     cudnn_benchmark: bool = cudnn_benchmark_option(),

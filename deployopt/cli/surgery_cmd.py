@@ -128,17 +128,24 @@ def analyze_cmd(
         ..., help="ONNX model to analyze.", parser=input_path("model", "an .onnx file")
     ),
     input_shape: Optional[list[str]] = typer.Option(
-        None, "--input-shape", help="Static shape for an input, NAME:1x3x224x224 (repeatable)."
+        None,
+        "--input-shape",
+        metavar="NAME:SHAPE",
+        help="Static shape for an input, NAME:1x3x224x224 (repeatable).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the groups (and convs) as JSON."),
     show_convs: bool = typer.Option(False, "--convs", help="Also list every conv with its groups."),
     target: Optional[str] = typer.Option(
-        None, "--target", help="Add per-conv waves and tail fill predicted for this GPU (see `targets`)."
+        None,
+        "--target",
+        metavar="TARGET",
+        help="Add per-conv waves and tail fill predicted for this GPU (see `targets`).",
     ),
-    sms: Optional[int] = typer.Option(None, "--sms", help="Override the target's SM count."),
+    sms: Optional[int] = typer.Option(None, "--sms", metavar="N", help="Override the target's SM count."),
     dtype: Optional[str] = typer.Option(
         None,
         "--dtype",
+        metavar="DTYPE",
         help="fp16, fp32 or int8: the precision --target predicts (default: int8 for a Q/DQ model, "
         "else fp16, as optimize).",
     ),
@@ -326,11 +333,14 @@ def apply_cmd(
         "--plan",
         help='Width plan: {"widths": {"<group id>": <width>, ...}}.',
         parser=input_path("--plan", "a plan file (.json)"),
-        metavar="<path>",
+        metavar="FILE",
     ),
     output: Path = output_option(..., "-o", "--output", help="Where to write the edited model."),
     input_shape: Optional[list[str]] = typer.Option(
-        None, "--input-shape", help="Static shape for an input, NAME:1x3x224x224 (repeatable)."
+        None,
+        "--input-shape",
+        metavar="NAME:SHAPE",
+        help="Static shape for an input, NAME:1x3x224x224 (repeatable).",
     ),
     calibration_data: Optional[Path] = calibration_data_option(
         "Images (png/jpg/jpeg/bmp, made into tensors by --scale/--mean/--std/--bgr/--resize), .npy "
@@ -339,7 +349,10 @@ def apply_cmd(
         "reader weight norm) instead of the smallest filters (L1). Dead channels go first either way."
     ),
     count: Optional[int] = typer.Option(
-        None, "--count", help="With --calibration-data: samples (model runs) at most (default 16)."
+        None,
+        "--count",
+        metavar="N",
+        help="With --calibration-data: samples (model runs) at most (default 16).",
     ),
     mean: Optional[str] = mean_option(),
     std: Optional[str] = std_option(),

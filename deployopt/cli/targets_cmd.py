@@ -130,9 +130,9 @@ def _kb(n: int) -> str:
 @app.command("targets", rich_help_panel="GPU targets and the wave model")
 def targets_command(
     target: Optional[str] = typer.Option(
-        None, "--target", "-t", help="Show one target (name, 'local' or profile path)."
+        None, "--target", "-t", metavar="TARGET", help="Show one target (name, 'local' or profile path)."
     ),
-    sms: Optional[int] = typer.Option(None, "--sms", help="What-if: override the SM count."),
+    sms: Optional[int] = typer.Option(None, "--sms", metavar="N", help="What-if: override the SM count."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """List built-in GPU targets (SMs, compute capability, per-SM limits, clock, sources)."""
@@ -331,28 +331,37 @@ def staircase_doc(
 
 @app.command("staircase", rich_help_panel="GPU targets and the wave model")
 def staircase_command(
-    target: str = typer.Option(..., "--target", "-t", help="Built-in name, 'local', or a profile path."),
-    input_dims: str = typer.Option(..., "--input", help="Input NxCxHxW, e.g. 8x128x28x28."),
-    out_channels: str = typer.Option(
-        ..., "--out-channels", help="start:stop:step (stop included) or a list 64,96,128."
+    target: str = typer.Option(
+        ..., "--target", "-t", metavar="TARGET", help="Built-in name, 'local', or a profile path."
     ),
-    kernel: str = typer.Option("3", "--kernel", "-k", help="Kernel size (3 or 3x3); padding is 'same'."),
-    stride: int = typer.Option(1, "--stride", help="Stride in both directions."),
+    input_dims: str = typer.Option(
+        ..., "--input", metavar="NxCxHxW", help="Input NxCxHxW, e.g. 8x128x28x28."
+    ),
+    out_channels: str = typer.Option(
+        ..., "--out-channels", metavar="a:b:s", help="start:stop:step (stop included) or a list 64,96,128."
+    ),
+    kernel: str = typer.Option(
+        "3", "--kernel", "-k", metavar="K", help="Kernel size (3 or 3x3); padding is 'same'."
+    ),
+    stride: int = typer.Option(1, "--stride", metavar="N", help="Stride in both directions."),
     groups: int = typer.Option(
         1,
         "--groups",
+        metavar="N",
         help="Conv groups: a divisor of C and of every width; C means depthwise (C = K = groups at every "
         "width).",
     ),
-    dtype: str = typer.Option("fp16", "--dtype", help="fp16, fp32 or int8 (int8: predicted only)."),
+    dtype: str = typer.Option(
+        "fp16", "--dtype", metavar="DTYPE", help="fp16, fp32 or int8 (int8: predicted only)."
+    ),
     sms: Optional[int] = typer.Option(
-        None, "--sms", help="Use only N SMs (model; and the backend if measuring)."
+        None, "--sms", metavar="N", help="Use only N SMs (model; and the backend if measuring)."
     ),
     measure: Optional[str] = typer.Option(
-        None, "--measure", help="Also measure on this backend (e.g. torch)."
+        None, "--measure", metavar="BACKEND", help="Also measure on this backend (e.g. torch)."
     ),
     runs: Optional[int] = typer.Option(
-        None, "--runs", help="Timed runs per width when measuring (default 100)."
+        None, "--runs", metavar="N", help="Timed runs per width when measuring (default 100)."
     ),
     cudnn_engines: Optional[int] = cudnn_engines_option(),
     cudnn_benchmark: bool = cudnn_benchmark_option(),
@@ -486,20 +495,29 @@ def staircase_command(
 
 @app.command("calibrate", rich_help_panel="GPU targets and the wave model")
 def calibrate_command(
-    target: str = typer.Option(..., "--target", "-t", help="The target these measurements describe."),
-    measure: str = typer.Option(
-        ..., "--measure", help="Backend that times convs on this device (e.g. torch)."
+    target: str = typer.Option(
+        ..., "--target", "-t", metavar="TARGET", help="The target these measurements describe."
     ),
-    sms: Optional[int] = typer.Option(None, "--sms", help="Restrict to N SMs while measuring."),
-    dtype: str = typer.Option("fp16", "--dtype", help="Comma list of dtypes to fit (fp16,fp32)."),
-    runs: int = typer.Option(30, "--runs", help="Timed runs per conv."),
+    measure: str = typer.Option(
+        ..., "--measure", metavar="BACKEND", help="Backend that times convs on this device (e.g. torch)."
+    ),
+    sms: Optional[int] = typer.Option(None, "--sms", metavar="N", help="Restrict to N SMs while measuring."),
+    dtype: str = typer.Option(
+        "fp16", "--dtype", metavar="DTYPES", help="Comma list of dtypes to fit (fp16,fp32)."
+    ),
+    runs: int = typer.Option(30, "--runs", metavar="N", help="Timed runs per conv."),
     out_channels: str = typer.Option(
-        CALIBRATION_KS, "--out-channels", help="Widths swept per shape (start:stop:step, stop included)."
+        CALIBRATION_KS,
+        "--out-channels",
+        metavar="a:b:s",
+        help="Widths swept per shape (start:stop:step, stop included).",
     ),
     output: Optional[Path] = output_option(
         None, "--output", "-o", help="Profile path (default: user cache)."
     ),
-    name: Optional[str] = typer.Option(None, "--name", help="Profile name (default: the target's name)."),
+    name: Optional[str] = typer.Option(
+        None, "--name", metavar="NAME", help="Profile name (default: the target's name)."
+    ),
     cudnn_engines: Optional[int] = cudnn_engines_option(),
     cudnn_benchmark: bool = cudnn_benchmark_option(),
 ) -> None:

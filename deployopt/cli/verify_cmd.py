@@ -131,29 +131,37 @@ def verify(
         "folders are searched recursively, hidden entries skipped. "
         "Random inputs when omitted (said so)."
     ),
-    count: int = typer.Option(16, "--count", help="Calibration samples (model runs) at most."),
+    count: int = typer.Option(16, "--count", metavar="N", help="Calibration samples (model runs) at most."),
     mean: Optional[str] = mean_option(),
     std: Optional[str] = std_option(),
     bgr: bool = bgr_option(),
     scale: Optional[float] = scale_option(),
     resize: Optional[str] = resize_option(),
     max_abs_error: Optional[float] = typer.Option(
-        None, "--max-abs-error", help="Fail above this max abs error."
+        None, "--max-abs-error", metavar="FLOAT", help="Fail above this max abs error."
     ),
     rel_error: Optional[float] = typer.Option(
         None,
         "--rel-error",
+        metavar="FLOAT",
         help="With --max-abs-error: each output may also differ by this fraction of its largest "
         "reference magnitude (abs + rel × magnitude, per output).",
     ),
     min_cosine: float = typer.Option(
-        0.999, "--min-cosine", help="Fail below this per-image cosine similarity."
+        0.999, "--min-cosine", metavar="FLOAT", help="Fail below this per-image cosine similarity."
     ),
-    min_top1: float = typer.Option(0.99, "--min-top1", help="Fail below this top-1 agreement (fraction)."),
+    min_top1: float = typer.Option(
+        0.99, "--min-top1", metavar="FLOAT", help="Fail below this top-1 agreement (fraction)."
+    ),
     input_shape: Optional[list[str]] = typer.Option(
-        None, "--input-shape", help="NAME:1x3x224x224 for inputs with dynamic dims (repeatable)."
+        None,
+        "--input-shape",
+        metavar="NAME:SHAPE",
+        help="NAME:1x3x224x224 for inputs with dynamic dims (repeatable).",
     ),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the random inputs (default 0)."),
+    seed: Optional[int] = typer.Option(
+        None, "--seed", metavar="N", help="Seed of the random inputs (default 0)."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Compare a candidate model's outputs with the reference's on calibration data."""
