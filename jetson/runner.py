@@ -798,6 +798,22 @@ def warn(message):
     sys.stderr.write("warning: %s\n" % message)
 
 
+def check_shapes(inputs, shapes):
+    """--shapes may name only the model's inputs, and a static input only at its own shape: an
+    entry the build would ignore still changes the engine's key (a rebuild) and the result would
+    record a shape that was not timed. inputs: [(name, dims)], -1 for a dynamic dim."""
+    known = dict((name, [int(d) for d in dims]) for name, dims in inputs)
+    for name in sorted(shapes):
+        given = "x".join(str(d) for d in shapes[name])
+        if name not in known:
+            raise RunnerError("--shapes %s:%s: the model has no input %r (its inputs: %s)"
+                              % (name, given, name, ", ".join(sorted(known))))
+        dims = known[name]
+        if -1 not in dims and dims != list(shapes[name]):
+            raise RunnerError("--shapes %s:%s: input %r is static, %s (drop the entry, or export the model "
+                              "with that dimension dynamic)" % (name, given, name, "x".join(str(d) for d in dims)))
+
+
 def build_engine(trt, args, shapes, cuda):
     version = trt.__version__
     logger = make_logger(trt)
@@ -832,6 +848,7 @@ def build_engine(trt, args, shapes, cuda):
     if args.dtype in ("fp16", "int8") and not typed:  # 11.x: the model's own types, no flag
         config.set_flag(trt.BuilderFlag.FP16)
     profile = None
+    check_shapes([(t.name, tuple(t.shape)) for t in (network.get_input(i) for i in range(network.num_inputs))], shapes)
     for i in range(network.num_inputs):
         tensor = network.get_input(i)
         if -1 in tuple(tensor.shape):
@@ -1115,6 +1132,7 @@ def run(args):
             ios.append((engine.get_binding_name(i), engine.binding_is_input(i), tuple(context.get_binding_shape(i)),
                         np.dtype(trt.nptype(engine.get_binding_dtype(i)))))
 
+    check_shapes([(name, shape) for name, is_in, shape, _ in ios if is_in], shapes)
     for name, is_in, shape, _ in ios:
         if not is_in and -1 in shape:  # NMS-like: its size depends on the data, nothing to allocate
             raise RunnerError("output %r has a data-dependent shape %s (an NMS-like op): the runner cannot "

@@ -2455,6 +2455,37 @@ def test_runner_a_shape_the_engine_refuses_is_named(
     assert len(calls(gpu, "alloc")) == allocs and gpu.memory == {}
 
 
+def test_runner_shapes_must_name_an_input_at_a_shape_it_takes(
+    surface: tuple[str, types.ModuleType, FakeGpu],
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--shapes on a static input, or naming no input, was ignored: the build and the timing used
+    the model's own shape while the result and the engine's key recorded the --shapes entry (a
+    rebuild for nothing). Now it is one line before the build, for a .onnx and for a saved engine;
+    the static input's own shape is still accepted."""
+    version, _, gpu = surface
+    cuda = ["--cuda", "pycuda"] if version == V82 else []
+    model = str(zoo_model_path("mobilenet_like"))
+    result = run_runner(
+        [model, "--shapes", "input:1x3x32x32", "--runs", "2", "--warmup", "1", *cuda], tmp_path, capsys
+    )
+    engine = Path(result["environment"]["engine"])
+    dirs = ["--engine-dir", str(tmp_path / "engines")]
+    for target in (model, str(engine)):
+        rc = load_runner().main([target, "--shapes", "input:4x3x32x32", "--runs", "2", *dirs, *cuda])
+        assert rc == 2 and capsys.readouterr().err == (
+            "error: --shapes input:4x3x32x32: input 'input' is static, 1x3x32x32 (drop the entry, or export "
+            "the model with that dimension dynamic)\n"
+        )
+        rc = load_runner().main([target, "--shapes", "images:1x3x32x32", "--runs", "2", *dirs, *cuda])
+        assert rc == 2 and capsys.readouterr().err == (
+            "error: --shapes images:1x3x32x32: the model has no input 'images' (its inputs: input)\n"
+        )
+    assert len(gpu.runs) == 3  # warm-up and timed runs of the first call only
+
+
 def int64_weights_model(tmp_path: Path) -> Path:
     """What a PyTorch export looks like to TensorRT 8.x's parser: a Reshape whose target shape is an
     INT64 initializer (it warns that it casts such weights down to INT32)."""
