@@ -208,7 +208,7 @@ def test_registry_and_availability(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     monkeypatch.delenv("DEPLOYOPT_TRTEXEC", raising=False)
     if not os.path.exists(JETSON_TRTEXEC):
         ok, why = TrtexecBackend().availability()
-        assert not ok and "trtexec not found" in why and JETSON_TRTEXEC in why
+        assert not ok and "trtexec not found" in why and JETSON_TRTEXEC in why and "--remote USER@HOST" in why
         with pytest.raises(BackendUnavailable, match="trtexec not found"):
             TrtexecBackend().open(MeasureOptions())
     monkeypatch.setenv("DEPLOYOPT_TRTEXEC", str(tmp_path / "nope"))

@@ -46,7 +46,8 @@ DEFAULT_WARMUP_MS = 500
 CALIB_SUFFIXES = (".cache", ".calib", ".table")
 INSTALL_HINT = (
     "trtexec not found (set DEPLOYOPT_TRTEXEC, put it on PATH; on a Jetson it is "
-    f"{JETSON_TRTEXEC} from JetPack; elsewhere it comes with the TensorRT tar/deb packages)"
+    f"{JETSON_TRTEXEC} from JetPack; elsewhere it comes with the TensorRT tar/deb packages; "
+    "bench and profile can run a board's own over ssh instead: --remote USER@HOST)"
 )
 
 
