@@ -233,31 +233,50 @@ def _environment_line(env: dict[str, Any]) -> str:
     return ", ".join(p for p in parts if p)
 
 
+def _backend_option() -> Any:
+    """bench's and profile's options that mean the same in both (one declaration each)."""
+    return typer.Option("ort", "--backend", "-b", metavar="BACKEND", help="ort | torch | tensorrt | trtexec")
+
+
+def _dtype_option() -> Any:
+    return typer.Option(None, "--dtype", metavar="DTYPE", help="fp16 | fp32 | int8 (default: the backend's)")
+
+
+def _batch_option() -> Any:
+    return typer.Option(None, "--batch", metavar="N", help="Override the batch dimension.")
+
+
+def _sms_option() -> Any:
+    return typer.Option(None, "--sms", metavar="N", help="Limit the GPU to N SMs (torch: green context).")
+
+
+def _input_shape_option() -> Any:
+    return typer.Option(
+        None, "--input-shape", metavar="NAME:SHAPE", help="NAME:1x3x224x224 (repeatable) for dynamic inputs."
+    )
+
+
+def _timeout_option() -> Any:
+    return typer.Option(
+        600.0, "--timeout", metavar="SECONDS", help="Seconds per model before the worker is killed."
+    )
+
+
 @app.command("bench", rich_help_panel="Measure")
 def bench_command(
     model: Path = typer.Argument(
         ..., help="ONNX model to time.", parser=input_path("model", "an .onnx file")
     ),
-    backend: str = typer.Option(
-        "ort", "--backend", "-b", metavar="BACKEND", help="ort | torch | tensorrt | trtexec"
-    ),
-    dtype: Optional[str] = typer.Option(
-        None, "--dtype", metavar="DTYPE", help="fp16 | fp32 | int8 (default: the backend's)"
-    ),
-    batch: Optional[int] = typer.Option(None, "--batch", metavar="N", help="Override the batch dimension."),
-    sms: Optional[int] = typer.Option(
-        None, "--sms", metavar="N", help="Limit the GPU to N SMs (torch: green context)."
-    ),
+    backend: str = _backend_option(),
+    dtype: Optional[str] = _dtype_option(),
+    batch: Optional[int] = _batch_option(),
+    sms: Optional[int] = _sms_option(),
     runs: int = typer.Option(
         100, "--runs", metavar="N", help="Timed samples (one forward pass / graph replay each)."
     ),
     warmup: int = typer.Option(20, "--warmup", metavar="N", help="Untimed runs first."),
-    input_shape: Optional[list[str]] = typer.Option(
-        None, "--input-shape", metavar="NAME:SHAPE", help="NAME:1x3x224x224 (repeatable) for dynamic inputs."
-    ),
-    timeout: float = typer.Option(
-        600.0, "--timeout", metavar="SECONDS", help="Seconds per model before the worker is killed."
-    ),
+    input_shape: Optional[list[str]] = _input_shape_option(),
+    timeout: float = _timeout_option(),
     cudnn_engines: Optional[int] = cudnn_engines_option(),
     cudnn_benchmark: bool = cudnn_benchmark_option(),
     calibration_data: Optional[Path] = calibration_data_option(),
@@ -436,25 +455,15 @@ def profile_command(
     model: Path = typer.Argument(
         ..., help="ONNX model to profile.", parser=input_path("model", "an .onnx file")
     ),
-    backend: str = typer.Option(
-        "ort", "--backend", "-b", metavar="BACKEND", help="ort | torch | tensorrt | trtexec"
-    ),
-    dtype: Optional[str] = typer.Option(
-        None, "--dtype", metavar="DTYPE", help="fp16 | fp32 | int8 (default: the backend's)"
-    ),
-    batch: Optional[int] = typer.Option(None, "--batch", metavar="N", help="Override the batch dimension."),
-    sms: Optional[int] = typer.Option(
-        None, "--sms", metavar="N", help="Limit the GPU to N SMs (torch: green context)."
-    ),
+    backend: str = _backend_option(),
+    dtype: Optional[str] = _dtype_option(),
+    batch: Optional[int] = _batch_option(),
+    sms: Optional[int] = _sms_option(),
     runs: int = typer.Option(20, "--runs", metavar="N", help="Profiled forward passes."),
     warmup: int = typer.Option(10, "--warmup", metavar="N", help="Untimed runs first."),
-    input_shape: Optional[list[str]] = typer.Option(
-        None, "--input-shape", metavar="NAME:SHAPE", help="NAME:1x3x224x224 (repeatable) for dynamic inputs."
-    ),
+    input_shape: Optional[list[str]] = _input_shape_option(),
     kernels: bool = typer.Option(False, "--kernels", help="GPU kernels per layer (torch on CUDA)."),
-    timeout: float = typer.Option(
-        600.0, "--timeout", metavar="SECONDS", help="Seconds per model before the worker is killed."
-    ),
+    timeout: float = _timeout_option(),
     cudnn_engines: Optional[int] = cudnn_engines_option(),
     cudnn_benchmark: bool = cudnn_benchmark_option(),
     calibration_data: Optional[Path] = calibration_data_option(),
