@@ -1,0 +1,59 @@
+"""Bad input found by running every command against every kind of bad input (a matrix of about
+1,000 cases: models, output paths, numeric options, plans, results, profiles, calibration data).
+Each case here was a traceback, numpy's warning lines, exit 0 or an error naming a deleted file
+before; now one `error:` line, exit 2, and no output file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cli_runner import run_cli
+from test_cli_bad_input import _one_error
+
+CIFAR = Path(__file__).resolve().parents[1] / "calibration_data" / "cifar10"
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("DEPLOYOPT_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.mark.parametrize(
+    ("command", "option", "value", "message"),
+    [
+        # float32 rounded it to 0: every image the same grey, PASSED with exit 0
+        ("verify", "--scale", "1e-50", "--scale 1e-50: outside float32's range"),
+        ("verify", "--scale", "1e300", "--scale 1e+300: outside float32's range"),
+        ("verify", "--std", "1e-50", "--std 1e-50: outside float32's range"),
+        ("verify", "--mean", "1e39", "--mean 1e+39: outside float32's range"),
+        # each value fits, their product does not: inf pixels behind numpy's RuntimeWarning lines
+        ("verify", "--scale", "1e38", "--mean and --std make pixel values past float32's largest"),
+        # flipped every pixel's sign without a word: verify PASSED, apply ranked its trim on that
+        ("verify", "--std", "-1", "--std values must be above 0, got -1.0"),
+        ("apply", "--std", "0.2,-0.2,0.2", "--std values must be above 0, got 0.2,-0.2,0.2"),
+    ],
+)
+def test_image_options_float32_cannot_carry(
+    monkeypatch, capsys, tmp_path, zoo_model_path, command, option, value, message
+) -> None:
+    m = str(zoo_model_path("resnet_projection"))
+    plan = tmp_path / "plan.json"
+    plan.write_text('{"widths": {"layer4.0.conv1.conv": 120}}')
+    out = tmp_path / "out.onnx"
+    args = [m, m] if command == "verify" else [m, "--plan", str(plan), "-o", str(out)]
+    _one_error(
+        *run_cli(monkeypatch, capsys, command, *args, "--calibration-data", str(CIFAR), option, value),
+        message,
+    )
+    assert not out.exists()
+
+
+def test_numbers_that_float32_rounds_are_still_fine(monkeypatch, capsys, tmp_path, zoo_model_path) -> None:
+    """The checks refuse what float32 cannot hold, not small or odd values: a tiny mean is ~0."""
+    m = str(zoo_model_path("resnet_projection"))
+    for extra in (["--mean", "-1e-39"], ["--scale", "1e-30", "--std", "1e-3"]):
+        code, out, err = run_cli(
+            monkeypatch, capsys, "verify", m, m, "--calibration-data", str(CIFAR), *extra
+        )
+        assert code == 0 and "PASSED" in out, (extra, err)
