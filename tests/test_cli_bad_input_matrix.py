@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from cli_runner import run_cli
 from test_cli_bad_input import _one_error
+from test_regression import write_timing
 
 CIFAR = Path(__file__).resolve().parents[1] / "calibration_data" / "cifar10"
 
@@ -47,6 +48,27 @@ def test_image_options_float32_cannot_carry(
         message,
     )
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("median", "side", "message"),
+    [
+        (0.0, "baseline", "samples_us have a median of 0 µs: not a measured latency"),  # ZeroDivisionError
+        (0.0, "current", "samples_us have a median of 0 µs: not a measured latency"),  # '-100 %, faster'
+        (1e307, "current", "samples_us are too large to be latencies (their sum overflows)"),  # inf, warnings
+    ],
+)
+def test_compare_latencies_the_statistics_cannot_take(
+    monkeypatch, capsys, tmp_path, median, side, message
+) -> None:
+    good = write_timing(tmp_path / "good.json", 100.0)
+    bad = write_timing(tmp_path / "bad.json", median, seed=1)
+    pair = (bad, good) if side == "baseline" else (good, bad)
+    dest = tmp_path / "report.json"
+    _one_error(
+        *run_cli(monkeypatch, capsys, "compare", *map(str, pair), "-o", str(dest)), f"error: {bad}: {message}"
+    )
+    assert not dest.exists()
 
 
 def test_numbers_that_float32_rounds_are_still_fine(monkeypatch, capsys, tmp_path, zoo_model_path) -> None:
