@@ -71,6 +71,39 @@ def test_compare_latencies_the_statistics_cannot_take(
     assert not dest.exists()
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["apply", "{model}", "--plan", "{plan}", "-o", "{dest}"],
+        ["fp16", "{model}", "-o", "{dest}"],
+        ["bench", "{model}", "-b", "ort", "--runs", "2", "--warmup", "0", "-o", "{dest}"],
+        ["profile", "{model}", "-b", "ort", "--runs", "2", "--warmup", "0", "-o", "{dest}"],
+        ["compare", "{base}", "{base}", "-o", "{dest}"],
+        ["staircase", "-t", "nano", "--input", "1x16x8x8", "--out-channels", "16", "--plot", "{dest}"],
+    ],
+)
+def test_a_file_output_ending_in_a_slash_is_a_folder(monkeypatch, capsys, tmp_path, zoo_model_path, args):
+    """`-o out/` wrote a file named `out` (the slash dropped by Path) and exited 0; folder outputs
+    (optimize -o, profile --trace-dir) still take one."""
+    plan = tmp_path / "plan.json"
+    plan.write_text('{"widths": {}}')
+    base = write_timing(tmp_path / "base.json", 100.0)
+    dest = f"{tmp_path / 'out'}/"
+    names = {"model": zoo_model_path("resnet_projection"), "plan": plan, "base": base, "dest": dest}
+    _one_error(
+        *run_cli(monkeypatch, capsys, *(a.format(**names) for a in args)),
+        f"cannot write {dest}: a path ending in '/' is a folder; give a file path",
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_folder_output_still_takes_a_trailing_slash(monkeypatch, capsys, tmp_path, zoo_model_path) -> None:
+    m = str(zoo_model_path("resnet_projection"))
+    args = ["optimize", m, "-t", "t4", "-b", "model", "--max-evals", "4", "-o", f"{tmp_path / 'run'}/"]
+    code, _, err = run_cli(monkeypatch, capsys, *args)
+    assert code == 0 and (tmp_path / "run" / "plan.json").is_file(), err
+
+
 def test_numbers_that_float32_rounds_are_still_fine(monkeypatch, capsys, tmp_path, zoo_model_path) -> None:
     """The checks refuse what float32 cannot hold, not small or odd values: a tiny mean is ~0."""
     m = str(zoo_model_path("resnet_projection"))

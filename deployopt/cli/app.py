@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -9,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.console import Console
 
-from deployopt.errors import DataError, DeployoptError
+from deployopt.errors import DataError, DeployoptError, OutputError
 from deployopt.fidelity import IMAGENET_MEAN, IMAGENET_STD, ImagePreprocess
 
 if TYPE_CHECKING:
@@ -73,6 +74,9 @@ def output_option(default: Any, *names: str, help: str, folder: bool = False) ->
     def parse(value: str) -> Path:
         if not value:
             raise DeployoptError(f"{label}: empty path; give a {'folder' if folder else 'file'} path")
+        # Path() drops a trailing slash: `-o out/` wrote a file named `out`
+        if not folder and value.endswith(("/", os.sep)):
+            raise OutputError(f"cannot write {value}: a path ending in '/' is a folder; give a file path")
         return Path(value)
 
     return typer.Option(default, *names, help=help, parser=parse, metavar="<path>")
