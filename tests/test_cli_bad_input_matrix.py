@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import onnx
 import pytest
 from cli_runner import run_cli
+from onnx import TensorProto, helper
 from test_cli_bad_input import _one_error
 from test_regression import write_timing
 
@@ -102,6 +104,29 @@ def test_a_folder_output_still_takes_a_trailing_slash(monkeypatch, capsys, tmp_p
     args = ["optimize", m, "-t", "t4", "-b", "model", "--max-evals", "4", "-o", f"{tmp_path / 'run'}/"]
     code, _, err = run_cli(monkeypatch, capsys, *args)
     assert code == 0 and (tmp_path / "run" / "plan.json").is_file(), err
+
+
+def test_optimize_a_model_whose_only_conv_takes_its_weights_as_an_input(
+    monkeypatch, capsys, tmp_path
+) -> None:
+    """Nothing free and nothing priced: `-b model` said 'its 0 conv(s) () are not' 2-D."""
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "W"], ["y"], pads=[1, 1, 1, 1])],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8]),
+            helper.make_tensor_value_info("W", TensorProto.FLOAT, [4, 3, 3, 3]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+    )
+    m = tmp_path / "w_input.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(m))
+    out = tmp_path / "run"
+    _one_error(
+        *run_cli(monkeypatch, capsys, "optimize", str(m), "-t", "t4", "-b", "model", "-o", str(out)),
+        f"error: {m}: no channel group is free to change; nothing to optimize",
+    )
+    assert not out.exists()
 
 
 def test_numbers_that_float32_rounds_are_still_fine(monkeypatch, capsys, tmp_path, zoo_model_path) -> None:
