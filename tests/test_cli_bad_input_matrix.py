@@ -5,6 +5,7 @@ before; now one `error:` line, exit 2, and no output file."""
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import onnx
@@ -127,6 +128,21 @@ def test_optimize_a_model_whose_only_conv_takes_its_weights_as_an_input(
         f"error: {m}: no channel group is free to change; nothing to optimize",
     )
     assert not out.exists()
+
+
+def test_a_failed_trtexec_run_names_a_log_that_is_there(monkeypatch, capsys, tmp_path, zoo_model_path):
+    """The line named trtexec.log in bench's work folder, deleted by the time it was printed."""
+    fake = tmp_path / "trtexec"
+    fake.write_text("#!/bin/sh\necho 'some build output'\necho '[E] no kernel for this layer' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("DEPLOYOPT_TRTEXEC", str(fake))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the kept log goes here, not /tmp
+    m = str(zoo_model_path("resnet_projection"))
+    code, out, err = run_cli(monkeypatch, capsys, "bench", m, "-b", "trtexec", "--runs", "2")
+    _one_error(code, out, err, "trtexec exited 3: [E] no kernel for this layer (log: ")
+    log = Path(err.strip().rsplit("(log: ", 1)[1].rstrip(")"))
+    assert log.is_file() and "some build output" in log.read_text(), err
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("deployopt-trtexec-") and p != log.parent]
 
 
 def test_numbers_that_float32_rounds_are_still_fine(monkeypatch, capsys, tmp_path, zoo_model_path) -> None:
