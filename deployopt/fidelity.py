@@ -30,6 +30,10 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 RESIZE_MODES = ("stretch", "crop")
 CHANNEL_ORDERS = ("RGB", "BGR")
+#: images become float32 tensors: a --scale or --std it rounds to 0, or a value past its largest,
+#: made one grey image for every picture (exit 0) or inf behind numpy's two-line RuntimeWarnings
+_F32_TINY, _F32_MAX = float(np.finfo(np.float32).tiny), float(np.finfo(np.float32).max)
+_F32_RANGE = f"outside float32's range ({_F32_TINY:.3g} to {_F32_MAX:.3g}), the type images become"
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,8 @@ class ImagePreprocess:
         # NaN or infinity here made NaN inputs, which compared as a failed check (exit 1), not bad input
         if not (math.isfinite(self.scale) and self.scale > 0):
             raise DataError(f"--scale must be a finite number above 0, got {self.scale}")
+        if not _F32_TINY <= self.scale <= _F32_MAX:
+            raise DataError(f"--scale {self.scale:g}: {_F32_RANGE}")
         for what, values in (("mean", self.mean), ("std", self.std)):
             if not all(math.isfinite(float(v)) for v in values):
                 raise DataError(f"--{what} values must be finite numbers, got {','.join(map(str, values))}")
@@ -61,8 +67,13 @@ class ImagePreprocess:
                     f"--{what} {','.join(map(str, values))}: expected 1 value (every channel) or 3 (R,G,B), "
                     f"got {len(values)}"
                 )
-        if any(float(v) == 0 for v in self.std):
-            raise DataError("--std values must be non-zero")
+        # a negative std flipped the sign of every pixel without a word (and ranked trims on that)
+        if any(float(v) <= 0 for v in self.std):
+            raise DataError(f"--std values must be above 0, got {','.join(map(str, self.std))}")
+        for what, values, low in (("mean", self.mean, 0.0), ("std", self.std, _F32_TINY)):
+            out = next((float(v) for v in values if not low <= abs(float(v)) <= _F32_MAX), None)
+            if out is not None:
+                raise DataError(f"--{what} {out:g}: {_F32_RANGE}")
         if self.channel_order.upper() not in CHANNEL_ORDERS:
             raise DataError(f"channel order {self.channel_order!r}: expected RGB or BGR")
         if self.resize not in RESIZE_MODES:
@@ -179,7 +190,13 @@ def preprocess_image(
     std_a = _per_channel(std, channels, "std")
     if order == "BGR" and channels == 3:
         mean_a, std_a = mean_a[::-1], std_a[::-1]
-    arr = (arr * np.float32(scale) - mean_a) / std_a
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # checked below, in one line
+        arr = (arr * np.float32(scale) - mean_a) / std_a
+    if not np.isfinite(arr).all():
+        raise DataError(
+            f"{path}: --scale {scale:g}, --mean and --std make pixel values past float32's largest "
+            f"({_F32_MAX:.3g}); check them"
+        )
     return np.ascontiguousarray(arr.transpose(2, 0, 1), dtype=np.float32)
 
 
@@ -220,8 +237,8 @@ def _per_channel(values: Sequence[float], channels: int, what: str) -> np.ndarra
         vals = [sum(vals) / 3]
     if len(vals) != channels:
         raise DataError(f"--{what} has {len(vals)} values, the model's input has {channels} channels")
-    if what == "std" and any(v == 0 for v in vals):
-        raise DataError("--std values must be non-zero")
+    if what == "std" and any(v <= 0 for v in vals):
+        raise DataError(f"--std values must be above 0, got {','.join(map(str, vals))}")
     return np.array(vals, dtype=np.float32)
 
 

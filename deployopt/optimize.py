@@ -419,6 +419,11 @@ class Optimizer:
             samples = cfg.fidelity_samples if cfg.calibration_data is None else 1
             require_fidelity_memory(self.model, None, samples)
         self.analysis = analyze(self.model)
+        # first: a model whose one conv takes its weights as an input has nothing free and nothing
+        # priced, and the wave model's line below read "its 0 conv(s) () are not" 2-D
+        free = list(self.analysis.free_groups())
+        if not free:
+            raise DeployoptError(f"{cfg.model_path}: no channel group is free to change; nothing to optimize")
         if self.backend_name == "model" and not self.analysis.convs:  # every plan predicted alike
             unpriced = self.analysis.unpriced_convs()
             raise DeployoptError(
@@ -426,9 +431,6 @@ class Optimizer:
                 f"({', '.join(unpriced[:3])}{', …' if len(unpriced) > 3 else ''}) are not; measure "
                 "instead (--backend torch, ort, tensorrt or trtexec)"
             )
-        free = list(self.analysis.free_groups())
-        if not free:
-            raise DeployoptError(f"{cfg.model_path}: no channel group is free to change; nothing to optimize")
         self.groups = {_group_id(g): g for g in free}
         self.original = {gid: int(g.width) for gid, g in self.groups.items()}
         # a grouped conv's group: its width is per conv group, and the GPU sees repeat × width

@@ -7,6 +7,7 @@ how many runs) or predicted (by which model).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -321,7 +322,10 @@ def timing_from_json(p: Path, data: Any) -> Timing:
 
 
 def _check_samples(p: Path, timing: Timing, what: str) -> None:
-    """A NaN, infinite or negative sample would make a median that passes a regression gate."""
+    """A NaN, infinite or negative sample would make a median that passes a regression gate; a
+    median of 0 µs was a ZeroDivisionError traceback as the baseline and '-100 %, faster' as the
+    current result; samples near float's largest (1e308) overflowed the statistics into inf after
+    numpy's RuntimeWarning lines."""
     bad = [
         s
         for s in timing.samples_us
@@ -329,6 +333,10 @@ def _check_samples(p: Path, timing: Timing, what: str) -> None:
     ]
     if bad:
         raise DataError(f"{p}: {what} must be finite latencies (0 or more); found {bad[0]!r}")
+    if not math.isfinite(sum(float(s) for s in timing.samples_us)):  # no numpy overflow warning
+        raise DataError(f"{p}: {what} are too large to be latencies (their sum overflows)")
+    if timing.median_us == 0:
+        raise DataError(f"{p}: {what} have a median of 0 µs: not a measured latency")
 
 
 #: The "timed" line of a trtexec --exportTimes file read by load_timing (such a file names no model).

@@ -66,7 +66,7 @@ COMMANDS = ["verify", "apply", "optimize", "bench", "profile"]
     ("option", "value", "message"),
     [
         ("--mean", "1,2", "--mean 1.0,2.0: expected 1 value (every channel) or 3 (R,G,B), got 2"),
-        ("--std", "0.5,0,0.5", "--std values must be non-zero"),
+        ("--std", "0.5,0,0.5", "--std values must be above 0, got 0.5,0.0,0.5"),
         ("--resize", "bogus", "--resize 'bogus': expected one of stretch, crop"),
         ("--scale", "nan", "--scale must be a finite number above 0, got nan"),
         ("--mean", "a,b", "--mean 'a,b': expected numbers separated by commas, e.g. 0.485,0.456,0.406"),

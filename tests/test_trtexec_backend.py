@@ -11,6 +11,7 @@ import os
 import shutil
 import stat
 import sys
+import tempfile
 from pathlib import Path
 
 import onnx
@@ -38,6 +39,15 @@ def _fixture_dir() -> Path:
 
 
 FIX = _fixture_dir()
+
+
+@pytest.fixture(autouse=True)
+def _temp_in_tmp_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A failed run keeps a copy of its log in a temporary folder of its own (run_trtexec): here in
+    the test's folder, not one more in /tmp per run of the suite."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+
 needs_fixtures = pytest.mark.skipif(not FIX.is_dir(), reason=f"trtexec fixtures not found at {FIX}")
 
 M = Path("/m/model.onnx")

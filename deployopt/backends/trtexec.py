@@ -306,9 +306,19 @@ def _tail(text: str, n: int = 3) -> str:
     return " | ".join(pick)[:400]
 
 
+def _kept_log(text: str, log_path: Path) -> Path:
+    """A failed run's log copied to a folder of its own that no cleanup removes: the work folder
+    (bench's, optimize's) is deleted when the session closes, and the error line named a log that
+    was gone by the time it was printed."""
+    keep = Path(tempfile.mkdtemp(prefix="deployopt-trtexec-failed-")) / log_path.name
+    write_text(keep, text)
+    return keep
+
+
 def run_trtexec(cmd: list[str], timeout_s: float, log_path: Path) -> str:
     """Run trtexec in its own process group; one-line BackendFailed on timeout (the whole group is
-    killed, so nothing keeps the GPU), crash or non-zero exit. Returns the log."""
+    killed, so nothing keeps the GPU), crash or non-zero exit, naming a copy of the log that stays
+    (`_kept_log`). Returns the log."""
     import signal
 
     try:
@@ -323,16 +333,18 @@ def run_trtexec(cmd: list[str], timeout_s: float, log_path: Path) -> str:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         raw, _ = proc.communicate()
-        write_text(log_path, raw.decode("utf-8", "replace") if raw else "")
-        raise BackendFailed(f"trtexec did not finish within {timeout_s:g} s (log: {log_path})") from None
+        text = raw.decode("utf-8", "replace") if raw else ""
+        write_text(log_path, text)
+        kept = _kept_log(text, log_path)
+        raise BackendFailed(f"trtexec did not finish within {timeout_s:g} s (log: {kept})") from None
     out = raw.decode("utf-8", "replace")
     write_text(log_path, out)
     if proc.returncode != 0:
         rc = proc.returncode
         how = f"was killed by signal {-rc}" if rc < 0 else f"exited {rc}"
-        raise BackendFailed(f"trtexec {how}: {_tail(out) or 'no output'} (log: {log_path})")
+        raise BackendFailed(f"trtexec {how}: {_tail(out) or 'no output'} (log: {_kept_log(out, log_path)})")
     if "&&&& FAILED" in out:
-        raise BackendFailed(f"trtexec reported FAILED: {_tail(out)} (log: {log_path})")
+        raise BackendFailed(f"trtexec reported FAILED: {_tail(out)} (log: {_kept_log(out, log_path)})")
     return out
 
 

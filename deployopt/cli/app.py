@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,7 +12,7 @@ import typer
 from rich.console import Console
 from typer.core import TyperCommand, TyperGroup
 
-from deployopt.errors import DataError, DeployoptError
+from deployopt.errors import DataError, DeployoptError, OutputError
 from deployopt.fidelity import IMAGENET_MEAN, IMAGENET_STD, ImagePreprocess
 
 if TYPE_CHECKING:
@@ -135,6 +136,9 @@ def output_option(default: Any, *names: str, help: str, folder: bool = False) ->
     def parse(value: str) -> Path:
         if not value:
             raise DeployoptError(f"{label}: empty path; give a {'folder' if folder else 'file'} path")
+        # Path() drops a trailing slash: `-o out/` wrote a file named `out`
+        if not folder and value.endswith(("/", os.sep)):
+            raise OutputError(f"cannot write {value}: a path ending in '/' is a folder; give a file path")
         return Path(value)
 
     return typer.Option(default, *names, help=help, parser=parse, metavar="DIR" if folder else "FILE")
