@@ -647,7 +647,8 @@ def load_calib_npy(npy_path):
     if data.dtype.kind not in "biuf" or data.ndim < 1:
         raise RunnerError("--calib-npy %s: holds %s values of shape %s, not an array of numbers"
                           % (npy_path, data.dtype, list(data.shape)))
-    data = data.astype(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):  # past float32 is inf, refused below in one line
+        data = data.astype(np.float32)
     if not np.isfinite(data).all():
         raise RunnerError("--calib-npy %s: holds NaN or infinite values (or values past float32)" % npy_path)
     return data
