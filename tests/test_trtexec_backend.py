@@ -637,7 +637,8 @@ def test_cli_remote_needs_trtexec_and_reports_an_unreachable_board(
     )
     assert code == 2 and out == ""
     assert err.strip() == (
-        "error: --remote runs trtexec on the board over ssh: use it with --backend trtexec, not 'ort'"
+        "error: --remote runs on the board over ssh, trtexec (--backend trtexec) or jetson/runner.py "
+        "(--backend tensorrt): use it with one of those, not 'ort'"
     )
     ssh = tmp_path / "bin" / "ssh"
     ssh.write_text('#!/bin/sh\necho "ssh: connect to host jetson port 22: No route to host" >&2\nexit 255\n')

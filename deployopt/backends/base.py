@@ -183,7 +183,7 @@ class Backend(ABC):
         """Shared option checks: a clear one-line error before anything runs."""
         from deployopt.errors import DeployoptError
 
-        ok, why = self.availability()
+        ok, why = (True, "") if options.extra.get("remote") else self.availability()  # --remote: the board's
         if not ok:
             raise BackendUnavailable(f"backend {self.name!r} is unavailable: {why}")
         if options.dtype not in self.dtypes:

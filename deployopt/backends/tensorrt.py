@@ -950,8 +950,12 @@ class TensorRTBackend(Backend):
             return False, CUDA_HINT
         return True, f"tensorrt + {binding} (not run on hardware yet)"
 
-    def open(self, options: MeasureOptions) -> TensorRTSession:
+    def open(self, options: MeasureOptions) -> Session:
         self.check_options(options)
+        if options.extra.get("remote"):  # jetson/runner.py on the board over ssh
+            from deployopt.backends.tensorrt_remote import RemoteRunnerSession
+
+            return RemoteRunnerSession(self, options)
         return TensorRTSession(self, options)
 
 

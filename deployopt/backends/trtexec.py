@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -37,6 +36,7 @@ from deployopt.errors import (
     no_such_file,
 )
 from deployopt.fileio import write_text
+from deployopt.remote import Board, board_name, tail
 from deployopt.timing import Timing
 
 JETSON_TRTEXEC = "/usr/src/tensorrt/bin/trtexec"
@@ -126,13 +126,6 @@ def precision_phrase(dtype: str, version: str | None) -> str:
     if strongly_typed(version) and dtype == "int8":
         return "int8 from the model's Q/DQ nodes (TensorRT 11 strong typing)"
     return dtype
-
-
-def board_name(name: str) -> str:
-    """A file or folder name for the board: letters, digits, '.', '_' and '-' only. Older scp runs
-    the remote path through the board's shell (a space or quote splits or breaks it), newer scp
-    does not (quoting would then be taken literally): a plain name is right for both."""
-    return re.sub(r"[^A-Za-z0-9._-]", "_", name) or "_"
 
 
 def board_table_name(name: str, model_path: Path) -> str:
@@ -299,13 +292,6 @@ def build_command(
     return cmd
 
 
-def _tail(text: str, n: int = 3) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    errors = [ln for ln in lines if "[E]" in ln or "Error" in ln or "error" in ln]
-    pick = (errors or lines)[-n:]
-    return " | ".join(pick)[:400]
-
-
 def _kept_log(text: str, log_path: Path) -> Path:
     """A failed run's log copied to a folder of its own that no cleanup removes: the work folder
     (bench's, optimize's) is deleted when the session closes, and the error line named a log that
@@ -342,9 +328,9 @@ def run_trtexec(cmd: list[str], timeout_s: float, log_path: Path) -> str:
     if proc.returncode != 0:
         rc = proc.returncode
         how = f"was killed by signal {-rc}" if rc < 0 else f"exited {rc}"
-        raise BackendFailed(f"trtexec {how}: {_tail(out) or 'no output'} (log: {_kept_log(out, log_path)})")
+        raise BackendFailed(f"trtexec {how}: {tail(out) or 'no output'} (log: {_kept_log(out, log_path)})")
     if "&&&& FAILED" in out:
-        raise BackendFailed(f"trtexec reported FAILED: {_tail(out)} (log: {_kept_log(out, log_path)})")
+        raise BackendFailed(f"trtexec reported FAILED: {tail(out)} (log: {_kept_log(out, log_path)})")
     return out
 
 
@@ -427,25 +413,10 @@ class TrtexecSession(Session):
             return write_fp16(model_path, outdir / f"{model_path.stem}.fp16.onnx")
         return model_path
 
-    # ---- remote mode: the ONNX goes to the board with scp, trtexec runs over ssh
-    def _ssh_opts(self) -> list[str]:
-        timeout = int(self.options.extra.get("ssh_connect_timeout_s", 10))
-        return ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={timeout}"]
-
-    def _remote_call(self, cmd: list[str], what: str, timeout_s: float) -> str:
-        try:
-            proc = subprocess.run(cmd, capture_output=True, timeout=timeout_s, check=False)
-        except FileNotFoundError:
-            raise BackendUnavailable(f"{cmd[0]} not found: remote mode needs OpenSSH (ssh, scp)") from None
-        except subprocess.TimeoutExpired:
-            raise BackendFailed(f"{what} on {self.remote} did not finish within {timeout_s:g} s") from None
-        err = proc.stderr.decode("utf-8", "replace")
-        if proc.returncode == 255:  # ssh's own failure: host unreachable, auth refused
-            raise BackendUnavailable(f"cannot reach {self.remote} over ssh: {_tail(err, 1) or 'no message'}")
-        if proc.returncode != 0:
-            out = proc.stdout.decode("utf-8", "replace")
-            raise BackendFailed(f"{what} on {self.remote} exited {proc.returncode}: {_tail(out + err)}")
-        return proc.stdout.decode("utf-8", "replace")
+    # ---- remote mode: the ONNX goes to the board with scp, trtexec runs over ssh (deployopt.remote)
+    def _board(self) -> Board:
+        assert self.remote is not None
+        return Board(self.remote, int(self.options.extra.get("ssh_connect_timeout_s", 10)))
 
     def _run_remote(self, model_path: Path, outdir: Path, shapes: dict[str, list[int]]) -> TrtexecRun:
         assert self.remote is not None
@@ -454,28 +425,20 @@ class TrtexecSession(Session):
         table = calibration_table(self.options) if self.options.dtype == "int8" else None
         if table is not None and not Path(table).is_file():  # before anything reaches the board
             raise no_such_file(table, DataError)
-        ssh = ["ssh", *self._ssh_opts(), self.remote]
+        board = self._board()
         short = min(120.0, self.options.timeout_s)
         if self.version is None:  # first: the board's TensorRT decides what model goes there
-            self.version = detect_version(self.trtexec, timeout_s=short, prefix=ssh)
+            self.version = detect_version(self.trtexec, timeout_s=short, prefix=board.ssh_prefix())
         model_path = self.build_model(model_path, outdir, self.version)  # converted here, on the host
         board_model = rdir / board_name(model_path.name)
-        self._remote_call([*ssh, shlex.join(["mkdir", "-p", str(rdir)])], "mkdir", short)
-        self._remote_call(
-            ["scp", *self._ssh_opts(), str(model_path), f"{self.remote}:{board_model}"],
-            "scp of the model",
-            self.options.timeout_s,
-        )
+        board.mkdir(rdir, short)
+        board.put(model_path, board_model, "scp of the model", self.options.timeout_s)
         options = self.options
         if table is not None:
             # trtexec on the board reads --calib from the board's disk: the table goes beside the
             # model, and --calib names that copy, not the host's path
             board_table = rdir / board_table_name(Path(table).name, model_path)
-            self._remote_call(
-                ["scp", *self._ssh_opts(), table, f"{self.remote}:{board_table}"],
-                "scp of the calibration table",
-                self.options.timeout_s,
-            )
+            board.put(table, board_table, "scp of the calibration table", self.options.timeout_s)
             options = dataclasses.replace(options, extra={**options.extra, "calib_cache": str(board_table)})
         cache = options.extra.get("timing_cache")
         if cache:
@@ -486,18 +449,14 @@ class TrtexecSession(Session):
             options = dataclasses.replace(options, extra={**options.extra, "timing_cache": str(board_cache)})
         cmd = build_command(self.trtexec, board_model, rdir, options, self.version, shapes)
         (outdir / "command.txt").write_text(f"ssh {self.remote} " + shlex.join(cmd) + "\n")
-        log = self._remote_call([*ssh, shlex.join(cmd)], "trtexec", self.options.timeout_s)
+        log = board.run(cmd, "trtexec", self.options.timeout_s)
         write_text(outdir / "trtexec.log", log)
         if "&&&& FAILED" in log:
-            raise BackendFailed(f"trtexec on {self.remote} reported FAILED: {_tail(log)}")
+            raise BackendFailed(f"trtexec on {self.remote} reported FAILED: {tail(log)}")
         for name in ("times.json", "profile.json", "layer_info.json"):
             # an export this version does not write (layer info before 8.2) is simply absent
             with contextlib.suppress(BackendFailed):
-                self._remote_call(
-                    ["scp", *self._ssh_opts(), f"{self.remote}:{rdir / name}", str(outdir / name)],
-                    f"scp of {name}",
-                    short,
-                )
+                board.get(rdir / name, outdir / name, f"scp of {name}", short)
         return self._collect(outdir)
 
     def _collect(self, outdir: Path) -> TrtexecRun:

@@ -302,13 +302,14 @@ def image_preprocess(
 
 
 def remote_option() -> object:
-    """`--remote USER@HOST`: trtexec on a Jetson over ssh, for `bench` and `profile`."""
+    """`--remote USER@HOST`: trtexec or jetson/runner.py on a Jetson over ssh, for `bench` and `profile`."""
     return typer.Option(
         None,
         "--remote",
         metavar="USER@HOST",
-        help="trtexec: build and time on this board over ssh (USER@HOST; key-based login, "
-        "/usr/src/tensorrt/bin/trtexec there); the model is copied with scp.",
+        help="Build and time on this board over ssh (USER@HOST, key-based login); the model is copied "
+        "with scp. trtexec: /usr/src/tensorrt/bin/trtexec there; tensorrt: jetson/runner.py with the "
+        "board's python3.",
     )
 
 

@@ -114,12 +114,12 @@ def _session(
             "MODEL --target T` or `deployopt staircase --target T`"
         )
     remote = options.get("remote")
-    if remote and backend_name != "trtexec":
+    if remote and backend_name not in ("trtexec", "tensorrt"):
         raise DeployoptError(
-            f"--remote runs trtexec on the board over ssh: use it with --backend trtexec, "
-            f"not {backend_name!r}"
+            "--remote runs on the board over ssh, trtexec (--backend trtexec) or jetson/runner.py "
+            f"(--backend tensorrt): use it with one of those, not {backend_name!r}"
         )
-    b = get_backend(backend_name) if remote else _backend(backend_name)  # trtexec lives on the board
+    b = get_backend(backend_name) if remote else _backend(backend_name)  # TensorRT lives on the board
     opts = _options(b, *settings, model_path=model, **options)
     from deployopt.model import require_model_file
 

@@ -1,0 +1,201 @@
+"""`--backend tensorrt --remote USER@HOST`: jetson/runner.py run on the board over ssh, in one command.
+
+Why the runner and not trtexec: its result records more (per-run CUDA-event samples, the board's
+nvpmodel / jetson_clocks / devfreq, and the GPU clock, temperatures and over-current counters
+around the timed loop, which `compare` reads to flag a throttled run), and it is what users
+already copied to the board by hand. This session does that by hand-work in one go: the runner and
+the model (and an INT8 calibration table or .npy) go to a work folder on the board with scp,
+`python3 runner.py ...` runs there over ssh (ssh and scp from deployopt.remote), and its result
+JSON comes back and is read with load_runner_result. Engines stay cached in the board's work
+folder (the runner keys them on their inputs), so a rerun of the same model reuses its engine.
+
+NEVER RUN AGAINST A REAL JETSON: tested with stand-in ssh/scp that play the board on this machine,
+running the real runner against the fake TensorRT of tests/test_tensorrt_fake_api.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from deployopt.backends.base import Backend, LayerTime, MeasureOptions, Profile, Session
+from deployopt.errors import (
+    BackendFailed,
+    BackendUnavailable,
+    DataError,
+    DeployoptError,
+    ModelError,
+    no_such_file,
+)
+from deployopt.remote import Board, RemoteFailed, board_name
+from deployopt.timing import Timing
+
+ENV_RUNNER = "DEPLOYOPT_RUNNER"
+#: Relative, so in the login's home on the board (ssh starts there, and scp resolves a relative
+#: remote path there, old and new scp alike): unlike /tmp it survives a reboot, and so do the engines.
+DEFAULT_REMOTE_WORKDIR = "deployopt-runner"
+#: The shell's status for a command it cannot find (POSIX): here python3 missing on the board.
+NOT_FOUND = 127
+
+
+def find_runner() -> Path:
+    """jetson/runner.py of this checkout (it is not inside the deployopt package), or DEPLOYOPT_RUNNER."""
+    env = os.environ.get(ENV_RUNNER)
+    path = Path(env) if env else Path(__file__).resolve().parents[2] / "jetson" / "runner.py"
+    if not path.is_file():
+        where = f"{ENV_RUNNER}={env}" if env else f"{path} (it is in deployopt's source tree, not the wheel)"
+        raise BackendUnavailable(f"--backend tensorrt --remote needs jetson/runner.py: not found at {where}")
+    return path
+
+
+def calibration_file(options: MeasureOptions) -> tuple[str, str] | None:
+    """What an INT8 build on the board calibrates from, as (runner flag, host file): a calibration
+    table (--calib-cache, read as the tensorrt backend reads one) or one .npy of inputs
+    (--calib-npy). Other data (a folder of images) is refused in one line: the runner reads neither,
+    and dropping it would build INT8 on ranges the user did not give."""
+    from deployopt.backends.tensorrt import table_only
+
+    if options.dtype != "int8":
+        return None
+    table = table_only(options)
+    if table is not None:
+        found = ("--calib-cache", table)
+    elif options.calibration_data and str(options.calibration_data).lower().endswith(".npy"):
+        found = ("--calib-npy", str(options.calibration_data))
+    elif options.calibration_data:
+        raise DeployoptError(
+            f"--calibration-data {options.calibration_data}: with --remote the board's runner calibrates "
+            "from one .npy of inputs or reads a calibration table (.cache/.calib/.table); calibrate on "
+            "the host with --backend tensorrt (it keeps the table beside its engine) and pass that table"
+        )
+    else:
+        return None
+    if not Path(found[1]).is_file():  # before anything reaches the board
+        raise no_such_file(found[1], DataError)
+    return found
+
+
+def runner_command(
+    runner: PurePosixPath,
+    model: PurePosixPath,
+    rdir: PurePosixPath,
+    options: MeasureOptions,
+    shapes: dict[str, list[int]],
+    calib: tuple[str, PurePosixPath] | None,
+    per_layer: bool,
+) -> list[str]:
+    """The runner's command line on the board: every path in the board's work folder. Pure."""
+    from deployopt.backends.trtexec import DEFAULT_WORKSPACE_MIB, shapes_arg
+
+    cmd = ["python3", str(runner), str(model), "--dtype", options.dtype]
+    cmd += ["--runs", str(options.runs), "--warmup", str(options.warmup)]
+    if shapes:
+        cmd += ["--shapes", shapes_arg(shapes)]
+    cmd += ["--workspace-mib", str(int(options.extra.get("workspace_mib", DEFAULT_WORKSPACE_MIB)))]
+    cmd += ["--engine-dir", str(rdir / "engines")]
+    if calib is not None:
+        cmd += [calib[0], str(calib[1])]
+    if per_layer:
+        cmd.append("--per-layer")
+    return [*cmd, "--out", str(rdir / "result.json")]
+
+
+class RemoteRunnerSession(Session):
+    """jetson/runner.py on one board, per model: copy, run, copy the result back."""
+
+    @property
+    def runs_on_gpu(self) -> bool:
+        return True  # the runner times TensorRT engines on the board's GPU only
+
+    def __init__(self, backend: Backend, options: MeasureOptions) -> None:
+        super().__init__(backend, options)
+        self.host: str = options.extra["remote"]
+        self.board = Board(self.host, int(options.extra.get("ssh_connect_timeout_s", 10)))
+        self.runner = find_runner()
+        self.calib = calibration_file(options)
+        self.workdir = PurePosixPath(options.extra.get("remote_workdir", DEFAULT_REMOTE_WORKDIR))
+
+    def _run(self, model_path: Path, per_layer: bool) -> dict[str, Any]:
+        """Copy, run, copy back: the runner's result document (read back as load_runner_result reads it)."""
+        from deployopt.backends.trtexec import input_shapes
+
+        model_path = Path(model_path)
+        if not model_path.is_file():
+            raise no_such_file(model_path, ModelError)
+        shapes = input_shapes(model_path, self.options)
+        rdir = self.workdir / board_name(model_path.stem)
+        board_model = rdir / board_name(model_path.name)
+        board_runner = self.workdir / "runner.py"
+        short = min(120.0, self.options.timeout_s)
+        long = self.options.timeout_s
+        self.board.mkdir(rdir, short)
+        self.board.put(self.runner, board_runner, "scp of runner.py", short)  # always this host's version
+        self.board.put(model_path, board_model, "scp of the model", long)
+        calib = None
+        if self.calib is not None:
+            flag, local = self.calib
+            name = board_name(Path(local).name)
+            calib = (flag, rdir / (name if name != board_model.name else f"calib_{name}"))
+            self.board.put(local, calib[1], "scp of the calibration file", long)
+        cmd = runner_command(board_runner, board_model, rdir, self.options, shapes, calib, per_layer)
+        try:
+            self.board.run(cmd, "runner.py", long)
+        except RemoteFailed as exc:
+            raise BackendFailed(self._runner_error(exc)) from None
+        with tempfile.TemporaryDirectory(prefix="deployopt-runner-") as tmp:
+            local = Path(tmp) / "result.json"
+            self.board.get(rdir / "result.json", local, "scp of result.json", short)
+            from deployopt.backends.tensorrt import load_runner_result
+
+            timing = load_runner_result(local)  # one-line DataError for a result it cannot read
+            doc = json.loads(local.read_text())
+        timing.environment["remote"] = self.host  # "runner" already names the runner's version
+        return {"timing": timing, "layers": doc.get("layers")}
+
+    def _runner_error(self, exc: RemoteFailed) -> str:
+        """The board's failure in its own words, one line: the runner's `error: ...` (status 2, its
+        one-line refusals: tensorrt not importable, a bad --shapes), or python3 missing."""
+        lines = [ln.strip() for ln in exc.err.splitlines() if ln.strip()]
+        if exc.returncode == 2:
+            said = [ln.removeprefix("error: ") for ln in lines if ln.startswith("error: ")]
+            if said:
+                return f"runner.py on {self.host}: {said[-1]}"
+        if exc.returncode == NOT_FOUND and any("python3" in ln for ln in lines):
+            return (
+                f"python3 not found on {self.host}: runner.py needs Python 3.6+ there "
+                "(JetPack ships it as python3)"
+            )
+        return str(exc)
+
+    def measure(self, model_path: Path) -> Timing:
+        timing: Timing = self._run(model_path, per_layer=False)["timing"]
+        return timing
+
+    def profile(self, model_path: Path, kernels: bool = False) -> Profile:
+        """The runner's --per-layer table (IProfiler medians), as the local tensorrt backend's profile."""
+        if kernels:
+            raise DeployoptError("--kernels: the runner on the board reports layers, not kernels")
+        out = self._run(model_path, per_layer=True)
+        try:
+            layers = [
+                LayerTime(
+                    name=str(d["name"]),
+                    time_us=float(d["time_us"]),
+                    share=float(d["share"]),
+                    extra={"runs": int(d["runs"])},
+                )
+                for d in out["layers"]
+            ]
+        except (TypeError, KeyError, ValueError):
+            raise DataError(f"runner.py on {self.host} returned no per-layer table (--per-layer)") from None
+        timing: Timing = out["timing"]
+        return Profile(
+            backend="tensorrt",
+            layers=layers,
+            environment=timing.environment,
+            timed="per-layer time reported by TensorRT's IProfiler, median over runs, on the board",
+            runs=timing.runs,
+        )

@@ -1,0 +1,94 @@
+"""ssh and scp to a board, shared by the backends that run there (`--remote USER@HOST`).
+
+Why one module: the trtexec backend (trtexec on the board) and the tensorrt backend (jetson/runner.py
+on the board) both copy files over and run one command, and an unreachable host, a missing ssh or a
+command that fails must read the same way from either: one line naming the host. Only OpenSSH's
+client is used (key-based login, BatchMode: a password prompt would hang a timed run).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+from deployopt.errors import BackendFailed, BackendUnavailable
+
+#: ssh's own exit status for its failures (host unreachable, login refused): a remote command's
+#: status is passed through otherwise.
+SSH_FAILED = 255
+
+
+def board_name(name: str) -> str:
+    """A file or folder name for the board: letters, digits, '.', '_' and '-' only. Older scp runs
+    the remote path through the board's shell (a space or quote splits or breaks it), newer scp
+    does not (quoting would then be taken literally): a plain name is right for both."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name) or "_"
+
+
+def tail(text: str, n: int = 3) -> str:
+    """The last `n` error lines of a log (else its last lines), joined as one line of at most 400
+    characters: what a one-line error quotes of a tool's output."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "[E]" in ln or "Error" in ln or "error" in ln]
+    pick = (errors or lines)[-n:]
+    return " | ".join(pick)[:400]
+
+
+class RemoteFailed(BackendFailed):
+    """A command on the board exited non-zero (ssh itself worked): the caller may read its status
+    and output to say what went wrong in the board's own words."""
+
+    def __init__(self, message: str, returncode: int, out: str, err: str) -> None:
+        super().__init__(message)
+        self.returncode, self.out, self.err = returncode, out, err
+
+
+class Board:
+    """One board reached as `host` (USER@HOST) with ssh and scp."""
+
+    def __init__(self, host: str, connect_timeout_s: int = 10) -> None:
+        self.host = host
+        self.connect_timeout_s = connect_timeout_s
+
+    def ssh_opts(self) -> list[str]:
+        """No password prompt (it would wait forever), and a bounded wait for the connection."""
+        return ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={self.connect_timeout_s}"]
+
+    def ssh_prefix(self) -> list[str]:
+        """`ssh OPTIONS HOST`: a command appended to it runs on the board."""
+        return ["ssh", *self.ssh_opts(), self.host]
+
+    def call(self, cmd: list[str], what: str, timeout_s: float) -> str:
+        """Run `cmd` (ssh or scp) here; its stdout. One-line errors: BackendUnavailable for a missing
+        OpenSSH or an unreachable host, BackendFailed for a timeout, RemoteFailed for a non-zero exit."""
+        try:
+            proc = subprocess.run(cmd, capture_output=True, timeout=timeout_s, check=False)
+        except FileNotFoundError:
+            raise BackendUnavailable(f"{cmd[0]} not found: remote mode needs OpenSSH (ssh, scp)") from None
+        except subprocess.TimeoutExpired:
+            raise BackendFailed(f"{what} on {self.host} did not finish within {timeout_s:g} s") from None
+        err = proc.stderr.decode("utf-8", "replace")
+        if proc.returncode == SSH_FAILED:
+            raise BackendUnavailable(f"cannot reach {self.host} over ssh: {tail(err, 1) or 'no message'}")
+        out = proc.stdout.decode("utf-8", "replace")
+        if proc.returncode != 0:
+            rc = proc.returncode
+            raise RemoteFailed(f"{what} on {self.host} exited {rc}: {tail(out + err)}", rc, out, err)
+        return out
+
+    def run(self, argv: list[str], what: str, timeout_s: float) -> str:
+        """Run `argv` on the board (quoted for its shell, as ssh hands it one string); its stdout."""
+        return self.call([*self.ssh_prefix(), shlex.join(argv)], what, timeout_s)
+
+    def mkdir(self, path: str | Path, timeout_s: float) -> None:
+        self.run(["mkdir", "-p", str(path)], "mkdir", timeout_s)
+
+    def put(self, local: str | Path, remote: str | Path, what: str, timeout_s: float) -> None:
+        """Copy a file here to `remote` on the board."""
+        self.call(["scp", *self.ssh_opts(), str(local), f"{self.host}:{remote}"], what, timeout_s)
+
+    def get(self, remote: str | Path, local: str | Path, what: str, timeout_s: float) -> None:
+        """Copy `remote` on the board to a file here."""
+        self.call(["scp", *self.ssh_opts(), f"{self.host}:{remote}", str(local)], what, timeout_s)

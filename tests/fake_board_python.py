@@ -1,0 +1,35 @@
+"""`python3` on the stand-in board of tests/test_tensorrt_remote.py: runs the real jetson/runner.py
+(argv[1]) with the fake TensorRT and CUDA of tests/test_tensorrt_fake_api.py in sys.modules, and its
+board files (sysfs, procfs) read from FAKE_BOARD_ROOT, a tree made by tests/jetson_sysfs_fake.py.
+
+FAKE_BOARD_TRT=none leaves tensorrt out (a board without it); FAKE_BOARD_TRT=VERSION picks a surface.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+sys.path[:0] = [str(TESTS), str(TESTS.parent)]
+
+
+def main() -> int:
+    import pytest
+    from scripts import load_script
+    from test_tensorrt_fake_api import V10, install
+
+    script, *args = sys.argv[1:]
+    version = os.environ.get("FAKE_BOARD_TRT", V10)
+    if version != "none":
+        install(pytest.MonkeyPatch(), version, "bindings" if version == V10 else "cudart")
+    runner = load_script(Path(script).resolve(), "board_runner")
+    root = os.environ.get("FAKE_BOARD_ROOT")
+    if root:
+        runner.SYSFS, runner.PROCFS = f"{root}/sys", f"{root}/proc"
+    return int(runner.main(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,220 @@
+"""`bench|profile --backend tensorrt --remote USER@HOST`: jetson/runner.py on the board, in one command.
+
+The board is played on this machine by stand-in ssh and scp (as in tests/test_trtexec_backend.py:
+ssh runs its command here, in a folder that is the board's home; scp copies), each logging its
+arguments, and its `python3` runs the real jetson/runner.py against the fake TensorRT of
+tests/test_tensorrt_fake_api.py (tests/fake_board_python.py), on a fake Orin sysfs tree. No real
+Jetson, ssh or TensorRT is involved.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import jetson_sysfs_fake as sysfs_fake
+import pytest
+from cli_runner import run_cli
+
+from deployopt.timing import load_timing
+
+TESTS = Path(__file__).resolve().parent
+RUNNER = TESTS.parent / "jetson" / "runner.py"
+OPTS = "-o BatchMode=yes -o ConnectTimeout=10"
+HOST = "user@jetson"
+REMOTE = ("--backend", "tensorrt", "--remote", HOST)
+
+
+def play_the_board(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """Stand-in ssh and scp (tests/test_trtexec_backend.py's, with a home folder for the board, as
+    the runner's work folder is relative to it) and the board's own python3 and nvpmodel.
+    Returns (the ssh/scp log, the board's home)."""
+    home = tmp_path / "board_home"
+    home.mkdir()
+    hostbin, boardbin = tmp_path / "sshbin", tmp_path / "boardbin"
+    hostbin.mkdir()
+    boardbin.mkdir()
+    log = tmp_path / "ssh_scp.log"
+    (hostbin / "ssh").write_text(
+        f'#!/bin/sh\necho "ssh $*" >> "{log}"\nshift 5\n'  # -o BatchMode=yes -o ConnectTimeout=N HOST
+        f'cd "{home}" || exit 1\nPATH="{boardbin}:$PATH" exec sh -c "$*"\n'
+    )
+    (hostbin / "scp").write_text(
+        f'#!/bin/sh\necho "scp $*" >> "{log}"\nshift 4\n'
+        f'cd "{home}" || exit 1\nexec cp "${{1#*:}}" "${{2#*:}}"\n'
+    )
+    (boardbin / "python3").write_text(
+        "#!/bin/sh\n"
+        # a board without python3: what its login shell (bash) says for a command it cannot find
+        'if [ -n "$FAKE_BOARD_NO_PYTHON" ]; then\n'
+        '  echo "bash: line 1: python3: command not found" >&2; exit 127\nfi\n'
+        f'exec "{sys.executable}" "{TESTS / "fake_board_python.py"}" "$@"\n'
+    )
+    (boardbin / "nvpmodel").write_text('#!/bin/sh\nprintf "NV Power Mode: MODE_30W\\n2\\n"\n')
+    for exe in [*hostbin.iterdir(), *boardbin.iterdir()]:
+        exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{hostbin}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_BOARD_ROOT", str(sysfs_fake.orin(tmp_path / "sysfs")))
+    for name in ("FAKE_BOARD_TRT", "FAKE_BOARD_NO_PYTHON", "DEPLOYOPT_RUNNER"):
+        monkeypatch.delenv(name, raising=False)
+    return log, home
+
+
+@pytest.fixture
+def model(zoo_model_path: Callable[[str], Path], tmp_path: Path) -> Path:
+    path = tmp_path / "host" / "net.onnx"
+    path.parent.mkdir()
+    path.write_bytes(zoo_model_path("mobilenet_like").read_bytes())
+    return path
+
+
+def runner_argv(flags: str, rdir: str = "deployopt-runner/net") -> str:
+    """The ssh line that runs the runner, up to its --engine-dir."""
+    return (
+        f"ssh {OPTS} {HOST} python3 deployopt-runner/runner.py {rdir}/net.onnx {flags} "
+        f"--workspace-mib 1024 --engine-dir {rdir}/engines"
+    )
+
+
+def test_cli_bench_runs_the_runner_on_the_board_and_reuses_its_engine(
+    model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One command: the runner and the model go to the board's work folder, the runner runs there
+    with bench's flags, its JSON comes back and is written as bench writes it (the board's
+    environment, its clock around the timed loop included); a second run reuses the engine."""
+    log, home = play_the_board(tmp_path, monkeypatch)
+    out = tmp_path / "result.json"
+    code, stdout, err = run_cli(
+        monkeypatch, capsys, "bench", str(model), *REMOTE,
+        "--dtype", "fp16", "--runs", "6", "--warmup", "2", "-o", str(out),
+    )  # fmt: skip
+    assert code == 0, err
+    lines = log.read_text().splitlines()
+    assert lines[:4] == [
+        f"ssh {OPTS} {HOST} mkdir -p deployopt-runner/net",
+        f"scp {OPTS} {RUNNER} {HOST}:deployopt-runner/runner.py",
+        f"scp {OPTS} {model} {HOST}:deployopt-runner/net/net.onnx",
+        runner_argv("--dtype fp16 --runs 6 --warmup 2") + " --out deployopt-runner/net/result.json",
+    ]
+    assert lines[4].startswith(f"scp {OPTS} {HOST}:deployopt-runner/net/result.json /") and len(lines) == 5
+    assert (home / "deployopt-runner" / "runner.py").read_bytes() == RUNNER.read_bytes()
+    doc = json.loads(out.read_text())
+    assert list(doc) == [
+        "backend", "median_us", "iqr_us", "ci95_us", "runs", "warmup", "samples_us", "timed", "environment",
+        "model",
+    ]  # fmt: skip
+    assert doc["runs"] == len(doc["samples_us"]) == 6 and doc["warmup"] == 2
+    assert doc["model"]["sha256"] == hashlib.sha256(model.read_bytes()).hexdigest()
+    env = doc["environment"]
+    assert env["remote"] == HOST and env["runner"].startswith("jetson/runner.py v")
+    assert env["nvpmodel"] == "MODE_30W" and env["tensorrt"] == "10.3.0.26"
+    assert env["gpu_clock_during_run"]["before"]["cur_hz"] == sysfs_fake.ORIN_MAX_HZ
+    assert env["engine_built_now"] is True and env["dtype"] == "fp16"
+    assert doc["timed"].startswith("one forward pass (fp16), CUDA events")
+    assert "(measured)" in stdout and f"wrote {out}" in stdout
+    assert load_timing(out).median_us == doc["median_us"]
+
+    again = tmp_path / "again.json"
+    code, _, err = run_cli(
+        monkeypatch, capsys, "bench", str(model), *REMOTE,
+        "--dtype", "fp16", "--runs", "6", "--warmup", "2", "-o", str(again),
+    )  # fmt: skip
+    assert code == 0, err
+    assert json.loads(again.read_text())["environment"]["engine_built_now"] is False  # cached on the board
+    code, stdout, err = run_cli(monkeypatch, capsys, "compare", str(out), str(again))
+    assert code in (0, 1), err  # compare reads both (same model, same board)
+
+
+def test_cli_int8_sends_the_calibration_table_and_shapes(
+    model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An INT8 calibration table goes to the board beside the model, and the runner's --calib-cache
+    names that copy; --input-shape becomes the runner's --shapes."""
+    log, home = play_the_board(tmp_path, monkeypatch)
+    table = tmp_path / "host" / "net.calib"
+    table.write_bytes(b"TRT-8601-EntropyCalibration2\n")
+    code, _, err = run_cli(
+        monkeypatch, capsys, "bench", str(model), *REMOTE, "--dtype", "int8",
+        "--calibration-data", str(table), "--input-shape", "input:1x3x32x32", "--runs", "5",
+    )  # fmt: skip
+    assert code == 0, err
+    lines = log.read_text().splitlines()
+    assert lines[3] == f"scp {OPTS} {table} {HOST}:deployopt-runner/net/net.calib"
+    assert (home / "deployopt-runner" / "net" / "net.calib").read_bytes() == table.read_bytes()
+    assert lines[4] == (
+        runner_argv("--dtype int8 --runs 5 --warmup 20 --shapes input:1x3x32x32")
+        + " --calib-cache deployopt-runner/net/net.calib --out deployopt-runner/net/result.json"
+    )
+
+
+def test_cli_profile_reads_the_runners_per_layer_table(
+    model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log, _ = play_the_board(tmp_path, monkeypatch)
+    code, stdout, err = run_cli(
+        monkeypatch, capsys, "profile", str(model), *REMOTE, "--dtype", "fp16",
+        "--runs", "5", "--warmup", "1", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    assert log.read_text().splitlines()[3] == (
+        runner_argv("--dtype fp16 --runs 5 --warmup 1")
+        + " --per-layer --out deployopt-runner/net/result.json"
+    )
+    doc = json.loads(stdout)
+    assert doc["backend"] == "tensorrt" and doc["runs"] == 5 and len(doc["layers"]) > 1
+    assert sum(layer["share"] for layer in doc["layers"]) == pytest.approx(1.0)
+    assert all(layer["extra"]["runs"] == 5 for layer in doc["layers"])
+    assert doc["environment"]["nvpmodel"] == "MODE_30W"
+
+
+@pytest.mark.parametrize(
+    ("board", "message"),
+    [
+        ("unreachable", f"cannot reach {HOST} over ssh: ssh: connect to host jetson port 22: "
+                        "No route to host"),
+        ("no_tensorrt", f"runner.py on {HOST}: tensorrt is not importable (it comes with JetPack: "
+                        "python3-libnvinfer)"),
+        ("no_python", f"python3 not found on {HOST}: runner.py needs Python 3.6+ there (JetPack ships it as "
+                      "python3)"),
+    ],
+)  # fmt: skip
+def test_cli_board_failures_are_one_line_and_leave_no_output(
+    board: str,
+    message: str,
+    model: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    play_the_board(tmp_path, monkeypatch)
+    if board == "unreachable":
+        (tmp_path / "sshbin" / "ssh").write_text(
+            '#!/bin/sh\necho "ssh: connect to host jetson port 22: No route to host" >&2\nexit 255\n'
+        )
+    monkeypatch.setenv("FAKE_BOARD_TRT" if board == "no_tensorrt" else "FAKE_BOARD_X", "none")
+    if board == "no_python":
+        monkeypatch.setenv("FAKE_BOARD_NO_PYTHON", "1")
+    out = tmp_path / "result.json"
+    code, stdout, err = run_cli(monkeypatch, capsys, "bench", str(model), *REMOTE, "-o", str(out))
+    assert (code, stdout, err) == (2, "", f"error: {message}\n")
+    assert not out.exists()
+
+
+def test_calibration_data_the_runner_cannot_read_is_refused_before_the_board(
+    model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log, _ = play_the_board(tmp_path, monkeypatch)
+    images = tmp_path / "images"
+    images.mkdir()
+    code, _, err = run_cli(
+        monkeypatch, capsys, "bench", str(model), *REMOTE, "--dtype", "int8",
+        "--calibration-data", str(images),
+    )  # fmt: skip
+    assert code == 2 and err.startswith(
+        f"error: --calibration-data {images}: with --remote the board's runner"
+    )
+    assert len(err.strip().splitlines()) == 1 and not log.exists()
