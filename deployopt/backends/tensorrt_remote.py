@@ -162,7 +162,7 @@ class RemoteRunnerSession(Session):
             self.board.put(local, calib[1], "scp of the calibration file", long)
         cmd = runner_command(board_runner, board_model, rdir, self.options, shapes, calib, per_layer)
         try:
-            self.board.run(cmd, "runner.py", long)
+            self.board.run_limited(cmd, "runner.py", long)
         except RemoteFailed as exc:
             raise BackendFailed(self._runner_error(exc)) from None
         with tempfile.TemporaryDirectory(prefix="deployopt-runner-") as tmp:
