@@ -18,6 +18,21 @@ from deployopt.errors import BackendFailed, BackendUnavailable
 #: ssh's own exit status for its failures (host unreachable, login refused): a remote command's
 #: status is passed through otherwise.
 SSH_FAILED = 255
+#: coreutils `timeout`'s status for a command it ended at its limit.
+TIMED_OUT = 124
+#: The board's `timeout` sends TERM at the limit, then KILL this much later (a build stuck in a
+#: driver call may not end on TERM).
+KILL_AFTER_S = 10
+#: The local ssh waits this much beyond the board's limit and its KILL, so the board's own `timeout`
+#: ends the command first: killing the local ssh alone leaves it running there (ssh without a tty
+#: sends the board no hangup), holding the board's GPU.
+SSH_GRACE_S = 30
+
+
+def seconds_arg(timeout_s: float) -> str:
+    """A duration `timeout` reads: plain decimal, no exponent (`:g` gives 1e+06), never 0 (which
+    `timeout` takes as no limit at all)."""
+    return f"{max(timeout_s, 0.001):.3f}".rstrip("0").rstrip(".")
 
 
 def board_name(name: str) -> str:
@@ -60,15 +75,16 @@ class Board:
         """`ssh OPTIONS HOST`: a command appended to it runs on the board."""
         return ["ssh", *self.ssh_opts(), self.host]
 
-    def call(self, cmd: list[str], what: str, timeout_s: float) -> str:
+    def call(self, cmd: list[str], what: str, timeout_s: float, limit_s: float | None = None) -> str:
         """Run `cmd` (ssh or scp) here; its stdout. One-line errors: BackendUnavailable for a missing
-        OpenSSH or an unreachable host, BackendFailed for a timeout, RemoteFailed for a non-zero exit."""
+        OpenSSH or an unreachable host, BackendFailed for a timeout (naming `limit_s`, the user's
+        limit, where the local wait is longer), RemoteFailed for a non-zero exit."""
         try:
             proc = subprocess.run(cmd, capture_output=True, timeout=timeout_s, check=False)
         except FileNotFoundError:
             raise BackendUnavailable(f"{cmd[0]} not found: remote mode needs OpenSSH (ssh, scp)") from None
         except subprocess.TimeoutExpired:
-            raise BackendFailed(f"{what} on {self.host} did not finish within {timeout_s:g} s") from None
+            raise BackendFailed(self.timed_out(what, limit_s or timeout_s)) from None
         err = proc.stderr.decode("utf-8", "replace")
         if proc.returncode == SSH_FAILED:
             raise BackendUnavailable(f"cannot reach {self.host} over ssh: {tail(err, 1) or 'no message'}")
@@ -78,9 +94,24 @@ class Board:
             raise RemoteFailed(f"{what} on {self.host} exited {rc}: {tail(out + err)}", rc, out, err)
         return out
 
-    def run(self, argv: list[str], what: str, timeout_s: float) -> str:
+    def run(self, argv: list[str], what: str, timeout_s: float, limit_s: float | None = None) -> str:
         """Run `argv` on the board (quoted for its shell, as ssh hands it one string); its stdout."""
-        return self.call([*self.ssh_prefix(), shlex.join(argv)], what, timeout_s)
+        return self.call([*self.ssh_prefix(), shlex.join(argv)], what, timeout_s, limit_s)
+
+    def run_limited(self, argv: list[str], what: str, timeout_s: float) -> str:
+        """Run `argv` on the board under the board's own `timeout` (coreutils, on every L4T), so a
+        hung build or run ends there at `timeout_s` and frees the GPU, not only the local ssh; the
+        local ssh waits a little longer. The board's 124 reads as a local timeout does."""
+        limited = ["timeout", f"--kill-after={KILL_AFTER_S}", seconds_arg(timeout_s), *argv]
+        try:
+            return self.run(limited, what, timeout_s + KILL_AFTER_S + SSH_GRACE_S, timeout_s)
+        except RemoteFailed as exc:
+            if exc.returncode == TIMED_OUT:
+                raise BackendFailed(self.timed_out(what, timeout_s)) from None
+            raise
+
+    def timed_out(self, what: str, timeout_s: float) -> str:
+        return f"{what} on {self.host} did not finish within {timeout_s:g} s"
 
     def mkdir(self, path: str | Path, timeout_s: float) -> None:
         self.run(["mkdir", "-p", str(path)], "mkdir", timeout_s)

@@ -12,7 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -49,6 +51,9 @@ def play_the_board(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Pat
     )
     (boardbin / "python3").write_text(
         "#!/bin/sh\n"
+        # a runner that hangs (a build stuck in the driver): a child holds on, its pid recorded
+        'if [ -n "$FAKE_BOARD_HANG" ]; then\n'
+        '  sleep 60 </dev/null >/dev/null 2>&1 &\n  echo $! > "$FAKE_BOARD_HANG"; wait; exit 0\nfi\n'
         # a board without python3: what its login shell (bash) says for a command it cannot find
         'if [ -n "$FAKE_BOARD_NO_PYTHON" ]; then\n'
         '  echo "bash: line 1: python3: command not found" >&2; exit 127\nfi\n'
@@ -59,7 +64,7 @@ def play_the_board(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Pat
         exe.chmod(0o755)
     monkeypatch.setenv("PATH", f"{hostbin}:{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_BOARD_ROOT", str(sysfs_fake.orin(tmp_path / "sysfs")))
-    for name in ("FAKE_BOARD_TRT", "FAKE_BOARD_NO_PYTHON", "DEPLOYOPT_RUNNER"):
+    for name in ("FAKE_BOARD_TRT", "FAKE_BOARD_NO_PYTHON", "FAKE_BOARD_HANG", "DEPLOYOPT_RUNNER"):
         monkeypatch.delenv(name, raising=False)
     return log, home
 
@@ -72,10 +77,12 @@ def model(zoo_model_path: Callable[[str], Path], tmp_path: Path) -> Path:
     return path
 
 
-def runner_argv(flags: str, rdir: str = "deployopt-runner/net") -> str:
-    """The ssh line that runs the runner, up to its --engine-dir."""
+def runner_argv(flags: str, rdir: str = "deployopt-runner/net", timeout: str = "600") -> str:
+    """The ssh line that runs the runner, up to its --engine-dir: under the board's own `timeout`
+    (--timeout, 600 s by default), so a hung runner ends there too."""
     return (
-        f"ssh {OPTS} {HOST} python3 deployopt-runner/runner.py {rdir}/net.onnx {flags} "
+        f"ssh {OPTS} {HOST} timeout --kill-after=10 {timeout} python3 deployopt-runner/runner.py "
+        f"{rdir}/net.onnx {flags} "
         f"--workspace-mib 1024 --engine-dir {rdir}/engines"
     )
 
@@ -218,3 +225,53 @@ def test_calibration_data_the_runner_cannot_read_is_refused_before_the_board(
         f"error: --calibration-data {images}: with --remote the board's runner"
     )
     assert len(err.strip().splitlines()) == 1 and not log.exists()
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def test_a_hung_runner_is_ended_on_the_board_at_timeout(
+    model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--timeout 1 with a runner that hangs: the board's own `timeout` ends it (and what it started)
+    there, not only the local ssh (which, without a tty, leaves the board's command running and
+    its GPU held), and the error is the one line a local timeout gives."""
+    log, _ = play_the_board(tmp_path, monkeypatch)
+    pidfile = tmp_path / "hung.pid"
+    monkeypatch.setenv("FAKE_BOARD_HANG", str(pidfile))
+    out = tmp_path / "result.json"
+    try:
+        code, stdout, err = run_cli(
+            monkeypatch, capsys, "bench", str(model), *REMOTE, "--dtype", "fp16", "--timeout", "1",
+            "-o", str(out),
+        )  # fmt: skip
+        for _ in range(50):  # TERM reaches the board's process group at once; allow it a moment
+            if not alive(int(pidfile.read_text())):
+                break
+            time.sleep(0.1)
+        left_running = alive(int(pidfile.read_text()))
+    finally:
+        if pidfile.is_file() and alive(int(pidfile.read_text())):
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)  # the stand-in board's own child
+    assert (code, stdout, err) == (2, "", f"error: runner.py on {HOST} did not finish within 1 s\n")
+    assert not out.exists()
+    assert log.read_text().splitlines()[3] == (
+        runner_argv("--dtype fp16 --runs 100 --warmup 20", timeout="1")
+        + " --out deployopt-runner/net/result.json"
+    )
+    assert not left_running, "the runner's process outlived --timeout on the board"
+
+
+def test_the_boards_timeout_reads_plain_seconds() -> None:
+    """coreutils `timeout` takes no exponent (`:g` writes 1e+06) and takes 0 as no limit at all."""
+    from deployopt.remote import seconds_arg
+
+    assert [seconds_arg(s) for s in (600.0, 604800.0, 1e6, 2.5, 1e-9)] == [
+        "600", "604800", "1000000", "2.5", "0.001",
+    ]  # fmt: skip

@@ -525,6 +525,41 @@ def test_cli_bench_remote_runs_trtexec_on_the_board(
     assert doc["environment"]["tensorrt"] == "10.16.1"
 
 
+def test_cli_remote_trtexec_runs_under_the_boards_timeout(
+    fake: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """trtexec on the board runs under the board's own coreutils `timeout` at --timeout, so a hung
+    build ends there (killing the local ssh alone leaves it holding the board's GPU); the board's
+    status 124 (its `timeout` ended trtexec, played here by the stand-in ssh) is the same one line
+    a local timeout gives, and nothing is written."""
+    log = play_the_board(tmp_path, monkeypatch)
+    ssh = tmp_path / "sshbin" / "ssh"
+    board_ssh = ssh.rename(ssh.with_name("board_ssh"))
+    ssh.write_text(
+        f'#!/bin/sh\ncase "$*" in *" timeout --kill-after="*) echo "ssh $*" >> "{log}"; exit 124;; esac\n'
+        f'exec "{board_ssh}" "$@"\n'
+    )
+    ssh.chmod(0o755)
+    model = tmp_path / f"remote_hang_{os.getpid()}.onnx"
+    model.write_bytes(fake["model"].read_bytes())
+    board_dir = Path("/tmp/deployopt-trtexec") / model.stem
+    out = tmp_path / "result.json"
+    try:
+        code, stdout, err = run_cli(
+            monkeypatch, capsys, "bench", str(model), "--backend", "trtexec", "--remote", "user@jetson",
+            "--dtype", "fp16", "--timeout", "7", "-o", str(out),
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(board_dir, ignore_errors=True)
+    assert (code, stdout, err) == (2, "", "error: trtexec on user@jetson did not finish within 7 s\n")
+    assert not out.exists()
+    run = log.read_text().splitlines()[-1]
+    assert run.startswith(
+        "ssh -o BatchMode=yes -o ConnectTimeout=10 user@jetson timeout --kill-after=10 7 "
+        f"/usr/src/tensorrt/bin/trtexec --onnx={board_dir / model.name} "
+    )
+
+
 def test_cli_remote_int8_copies_the_calibration_table_to_the_board(
     fake: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -41,14 +41,34 @@ DEFAULT_REMOTE_WORKDIR = "deployopt-runner"
 NOT_FOUND = 127
 
 
+#: Where an installed deployopt keeps jetson/runner.py: pyproject.toml maps the private subpackage
+#: deployopt._jetson to the jetson/ folder, so a wheel carries the file without a second copy in git
+#: (and without a top-level `jetson` package, a name NVIDIA's jetson-inference owns).
+PACKAGED_RUNNER = ("_jetson", "runner.py")
+
+
 def find_runner() -> Path:
-    """jetson/runner.py of this checkout (it is not inside the deployopt package), or DEPLOYOPT_RUNNER."""
+    """The runner.py to copy to the board: $DEPLOYOPT_RUNNER, else the one installed inside the
+    deployopt package (a wheel or a normal `pip install .`), else the checkout's jetson/runner.py
+    (an editable install or a source tree, where the package folder holds no copy)."""
     env = os.environ.get(ENV_RUNNER)
-    path = Path(env) if env else Path(__file__).resolve().parents[2] / "jetson" / "runner.py"
-    if not path.is_file():
-        where = f"{ENV_RUNNER}={env}" if env else f"{path} (it is in deployopt's source tree, not the wheel)"
-        raise BackendUnavailable(f"--backend tensorrt --remote needs jetson/runner.py: not found at {where}")
-    return path
+    if env:
+        if not Path(env).is_file():
+            raise BackendUnavailable(
+                f"--backend tensorrt --remote needs jetson/runner.py: not found at {ENV_RUNNER}={env}"
+            )
+        return Path(env)
+    from importlib.resources import files
+
+    packaged = files("deployopt").joinpath(PACKAGED_RUNNER[0]).joinpath(PACKAGED_RUNNER[1])
+    checkout = Path(__file__).resolve().parents[2] / "jetson" / "runner.py"
+    for path in (Path(str(packaged)), checkout):
+        if path.is_file():
+            return path
+    raise BackendUnavailable(
+        f"--backend tensorrt --remote needs jetson/runner.py: not found in the installed package "
+        f"({packaged}) nor at {checkout}; reinstall deployopt or set {ENV_RUNNER}"
+    )
 
 
 def calibration_file(options: MeasureOptions) -> tuple[str, str] | None:
@@ -142,7 +162,7 @@ class RemoteRunnerSession(Session):
             self.board.put(local, calib[1], "scp of the calibration file", long)
         cmd = runner_command(board_runner, board_model, rdir, self.options, shapes, calib, per_layer)
         try:
-            self.board.run(cmd, "runner.py", long)
+            self.board.run_limited(cmd, "runner.py", long)
         except RemoteFailed as exc:
             raise BackendFailed(self._runner_error(exc)) from None
         with tempfile.TemporaryDirectory(prefix="deployopt-runner-") as tmp:

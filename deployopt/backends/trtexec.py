@@ -449,7 +449,7 @@ class TrtexecSession(Session):
             options = dataclasses.replace(options, extra={**options.extra, "timing_cache": str(board_cache)})
         cmd = build_command(self.trtexec, board_model, rdir, options, self.version, shapes)
         (outdir / "command.txt").write_text(f"ssh {self.remote} " + shlex.join(cmd) + "\n")
-        log = board.run(cmd, "trtexec", self.options.timeout_s)
+        log = board.run_limited(cmd, "trtexec", self.options.timeout_s)
         write_text(outdir / "trtexec.log", log)
         if "&&&& FAILED" in log:
             raise BackendFailed(f"trtexec on {self.remote} reported FAILED: {tail(log)}")
