@@ -199,6 +199,27 @@ def recorded_slowdown(env: dict[str, object]) -> dict[str, float]:
     }
 
 
+_JETSON_CLOCKS_GPU = re.compile(r"^GPU MinFreq=(\d+) MaxFreq=(\d+)")
+
+
+def clocks_locked(env: dict[str, object]) -> bool | None:
+    """Whether the GPU clock was pinned (jetson_clocks sets its devfreq minimum to the maximum; an
+    unpinned clock follows DVFS). jetson/runner.py records it as clocks_locked; older runner results
+    are read by the same rule from devfreq's min/max (readable without root) or `jetson_clocks
+    --show`'s GPU line (root only). None when nothing says."""
+    if isinstance(env.get("clocks_locked"), bool):
+        return env["clocks_locked"]
+    lo, hi = env.get("gpu_min_freq_mhz"), env.get("gpu_max_freq_mhz")
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (lo, hi)):
+        return lo == hi
+    lines = env.get("jetson_clocks")
+    for line in lines if isinstance(lines, list) else []:
+        m = _JETSON_CLOCKS_GPU.match(str(line).strip())
+        if m:
+            return m.group(1) == m.group(2)
+    return None
+
+
 def _count(value: object) -> int | None:
     """A JSON number that is a count (bool and negatives are not)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
@@ -228,8 +249,6 @@ def jetson_held_down(env: dict[str, object]) -> list[str]:
     in the clock, which is what the latency depends on. A clock below its maximum on an unlocked
     board is DVFS doing its job, not a slowdown (and compare already flags an unlocked side
     against a locked one)."""
-    from deployopt.regression import clocks_locked
-
     out: list[str] = []
     oc = env.get("oc_events") if isinstance(env, dict) else None
     enabled = env.get("oc_throttle_enabled") if isinstance(env, dict) else None

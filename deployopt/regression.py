@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from deployopt.clocks import clocks_locked, held_down_phrase
 from deployopt.errors import DataError, no_such_file
 from deployopt.timing import (
     EXPORT_TIMES_TIMED,
@@ -64,27 +65,6 @@ def gpu_name(t: Timing) -> str | None:
     if gpu is None and t.backend == "trtexec":
         gpu = env.get("device")
     return None if gpu is None else str(gpu).strip()
-
-
-_JETSON_CLOCKS_GPU = re.compile(r"^GPU MinFreq=(\d+) MaxFreq=(\d+)")
-
-
-def clocks_locked(env: dict[str, Any]) -> bool | None:
-    """Whether the GPU clock was pinned (jetson_clocks sets its devfreq minimum to the maximum; an
-    unpinned clock follows DVFS). jetson/runner.py records it as clocks_locked; older runner results
-    are read by the same rule from devfreq's min/max (readable without root) or `jetson_clocks
-    --show`'s GPU line (root only). None when nothing says."""
-    if isinstance(env.get("clocks_locked"), bool):
-        return env["clocks_locked"]
-    lo, hi = env.get("gpu_min_freq_mhz"), env.get("gpu_max_freq_mhz")
-    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (lo, hi)):
-        return lo == hi
-    lines = env.get("jetson_clocks")
-    for line in lines if isinstance(lines, list) else []:
-        m = _JETSON_CLOCKS_GPU.match(str(line).strip())
-        if m:
-            return m.group(1) == m.group(2)
-    return None
 
 
 def like_for_like_facts(t: Timing) -> dict[str, Any]:
@@ -148,8 +128,6 @@ def clock_slowdowns(baseline: Timing, current: Timing) -> list[str]:
     the Jetson runner's record of its timed loop: deployopt.clocks.held_down_phrase), in words: that
     side's latency is not its GPU's, so the change need not be the model's, even when both sides ran
     the same setup. Flagged like a setup difference."""
-    from deployopt.clocks import held_down_phrase
-
     out = []
     for side, t in (("baseline", baseline), ("current", current)):
         held = held_down_phrase(t.environment)

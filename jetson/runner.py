@@ -214,7 +214,7 @@ JETSON_CLOCKS_GPU = re.compile(r"^GPU MinFreq=(\d+) MaxFreq=(\d+)")
 def clocks_locked(env):
     """Whether the GPU clock is pinned: jetson_clocks sets its devfreq minimum to the maximum, which
     devfreq shows without root; else `jetson_clocks --show`'s GPU line (root only). None when
-    neither says. Same rule as deployopt.regression.clocks_locked, which compares it."""
+    neither says. Same rule as deployopt.clocks.clocks_locked, which compare reads."""
     lo, hi = env.get("gpu_min_freq_mhz"), env.get("gpu_max_freq_mhz")
     if lo is not None and hi is not None:
         return lo == hi

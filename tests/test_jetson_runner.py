@@ -470,7 +470,7 @@ def test_clocks_locked_is_recorded_with_or_without_root(monkeypatch: pytest.Monk
 
 
 def test_clocks_locked_follows_the_rule_compare_reads_older_results_by() -> None:
-    from deployopt.regression import clocks_locked
+    from deployopt.clocks import clocks_locked
 
     show = AGX_ORIN_SHOW.splitlines()
     for env in (
