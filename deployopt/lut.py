@@ -33,15 +33,22 @@ def cache_root() -> Path:
 
 
 VOLATILE = ("clock", "temp", "power", "time", "pid", "host", "memory_used", "utilization")
+#: Facts about one model's build or one timed loop, not about the device: the engine a TensorRT
+#: backend or jetson/runner.py built (its path, which lies in a per-run work folder, its key, whether
+#: it was built now), a board's current devfreq clock and its over-current events during the loop.
+#: In the fingerprint they made every run's table a new one, so the sweep was never reused.
+PER_RUN = ("engine", "engine_key", "engine_built_now", "engine_build_s", "gpu_cur_freq_mhz", "oc_events")
 
 
 def _stable(value: Any) -> Any:
-    """The environment without what drifts between two runs on the same device (clocks, times)."""
+    """The environment without what drifts between two runs on the same device (clocks, times,
+    the engine of the model that happened to be timed first)."""
     if isinstance(value, dict):
         return {
             k: _stable(v)
             for k, v in sorted(value.items())
-            if isinstance(v, dict) or not any(word in str(k).lower() for word in VOLATILE)
+            if k not in PER_RUN
+            and (isinstance(v, dict) or not any(word in str(k).lower() for word in VOLATILE))
         }
     if isinstance(value, (list, tuple)):
         return [_stable(v) for v in value]

@@ -99,6 +99,34 @@ def test_fingerprint_changes_with_what_changes_timings() -> None:
     assert len({device_fingerprint("torch", e, 8) for e in (tuned, heuristic, every)}) == 3
 
 
+def test_fingerprint_ignores_the_engine_and_loop_of_the_model_timed_first() -> None:
+    """TensorRT (local, runner.py, --remote) reports the engine it built in a per-run work folder and
+    the board's clock and over-current events during the loop: two runs on the same board must find
+    the same table, and another power mode (devfreq maximum) or TensorRT must not."""
+    board = {"board": "NVIDIA Orin Nano", "nvpmodel": "15W", "gpu_max_freq_mhz": 624.75, "tensorrt": "10.3.0"}
+    first = {
+        **board,
+        "engine": "/tmp/deployopt-abc/engines/m-fp16-1a2b.engine",
+        "engine_key": "1a2b",
+        "engine_built_now": True,
+        "engine_build_s": 41.5,
+        "gpu_cur_freq_mhz": 624.75,
+        "oc_events": {},
+    }
+    second = {
+        **board,
+        "engine": "/tmp/deployopt-xyz/engines/m-fp16-1a2b.engine",
+        "engine_key": "1a2b",
+        "engine_built_now": False,
+        "gpu_cur_freq_mhz": 306.0,
+        "oc_events": {"oc1": 2},
+    }
+    fp = device_fingerprint("tensorrt", first, None)
+    assert device_fingerprint("tensorrt", second, None) == fp
+    assert device_fingerprint("tensorrt", {**second, "gpu_max_freq_mhz": 306.0}, None) != fp
+    assert device_fingerprint("tensorrt", {**second, "tensorrt": "8.5.2"}, None) != fp
+
+
 def test_an_unwritable_cache_is_one_warning_and_the_sweep_goes_on(tmp_path: Path) -> None:
     """A read-only $HOME (here: a file where the cache folder goes) must not abort a measured run."""
     (tmp_path / "file").write_text("")
