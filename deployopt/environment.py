@@ -39,6 +39,8 @@ def where_measured(env: dict[str, Any]) -> str:
         # torch on the whole GPU: a green context names its SM count in `device`, the full GPU did not,
         # so 'measured on torch (NVIDIA H200; …)' left out what an 8-SM line says
         device = f"{device}, full GPU ({env['device_sms']} SMs)"
+    if env.get("remote"):  # a board over ssh (--remote): which one, as the user named it
+        device = f"{device} at {env['remote']}" if device else str(env["remote"])
     parts = [device, cudnn_search_phrase(env)]
     return "; ".join(str(x) for x in parts if x)
 

@@ -53,6 +53,10 @@ class HostTimingWarning(DeployoptWarning):
     """A GPU target measured on the host CPU: the latencies (and the plan) describe the CPU."""
 
 
+class TargetMismatchWarning(DeployoptWarning):
+    """A GPU target measured on another GPU (SM count or compute capability differ)."""
+
+
 class CacheWarning(DeployoptWarning):
     """A cache entry could not be written or read: the run goes on without it (one `warning:` line)."""
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from deployopt.errors import BackendUnavailable, DataError, DeployoptError
+from deployopt.errors import BackendFailed, BackendUnavailable, DataError, DeployoptError
 from deployopt.fidelity import ImagePreprocess
 from deployopt.fileio import (
     check_output_dir,
@@ -124,6 +124,10 @@ class OptimizeConfig:
     plots: bool = True
     # price the non-conv ops' memory traffic at a slope fitted to the run's own measurements (traffic.py)
     traffic_term: bool = True
+    # USER@HOST: build and time every model on that board over ssh (trtexec there, or jetson/runner.py
+    # for the tensorrt backend); the host edits the models and runs the search
+    remote: str | None = None
+    timeout_s: float = 600.0  # per model built and timed (a Nano builds a large engine for minutes)
 
     def signature(self) -> dict[str, Any]:
         """What must match for --resume to continue this run (max_evals may grow)."""
@@ -155,6 +159,8 @@ class OptimizeConfig:
             # before the term resumes, its measurements replayed where the search meets them again;
             # one searched without it does not resume into a search with it, nor the reverse
             **({} if self.traffic_term else {"traffic_term": False}),
+            # measurements of one board do not resume on another (only when set: older journals resume)
+            **({"remote": self.remote} if self.remote else {}),
             # trimmed channels are ranked on the calibration data when there is some (a journal from
             # before, ranked by filter L1, must not resume into models ranked differently)
             **({"trim_order": "activation"} if self.mode == "trim" and self.calibration_data else {}),
@@ -224,10 +230,16 @@ class _Budget(Exception):
 # ------------------------------------------------------------------------------------------ setup
 
 
-def resolve_backend_name(name: str) -> str:
-    """`auto`: TensorRT where it imports and sees a GPU, else torch on CUDA, else the wave model."""
+def resolve_backend_name(name: str, remote: str | None = None) -> str:
+    """`auto`: TensorRT where it imports and sees a GPU, else torch on CUDA, else the wave model;
+    with --remote, jetson/runner.py on the board (`tensorrt`: it records the board's clocks too)."""
     if name not in BACKEND_CHOICES:
         raise BackendUnavailable(f"unknown backend {name!r}; choose one of: {', '.join(BACKEND_CHOICES)}")
+    if remote:
+        from deployopt.remote import check_remote_backend
+
+        name = "tensorrt" if name == "auto" else name
+        check_remote_backend(name, remote)
     if name != "auto":
         return name
     from deployopt.backends.base import get_backend
@@ -377,7 +389,7 @@ class Optimizer:
     ) -> None:
         check_config(cfg)
         self.cfg = cfg
-        self.backend_name = resolve_backend_name(cfg.backend)
+        self.backend_name = resolve_backend_name(cfg.backend, cfg.remote)
         self.progress = progress or (lambda *a, **k: None)
         self._external_session = session
         self._external_sweep_session = sweep_session
@@ -703,6 +715,7 @@ class Optimizer:
             timing = self.session.measure(path)
             path.unlink(missing_ok=True)
             self.measured_now += 1
+            self._warn_if_elsewhere(timing)
         table = self.conv_table
         table_us = table.cost(plan) if table is not None and self._in_domains(plan) else None
         ev = Evaluation(len(self.evaluations) + 1, label, dict(plan), timing, table_us, replayed)
@@ -1205,6 +1218,9 @@ class Optimizer:
             check_memory = getattr(self.session, "check_memory", None)
             if check_memory is not None:
                 check_memory(self.loaded)
+            preflight = getattr(self.session, "preflight", None)  # a board that does not answer, now
+            if preflight is not None:
+                preflight()
             if cfg.force and not cfg.resume:
                 _clear_outdir(self.outdir)
             elif cfg.resume:
@@ -1260,6 +1276,21 @@ class Optimizer:
                 stacklevel=2,
             )
 
+    def _warn_if_elsewhere(self, timing: Timing) -> None:
+        """Once, at the first measurement: the GPU that timed it is not the target's
+        (TargetMismatchWarning; the report says it too, `measured_elsewhere`)."""
+        if getattr(self, "_elsewhere_checked", False):
+            return
+        self._elsewhere_checked = True
+        import warnings
+
+        from deployopt.errors import TargetMismatchWarning
+        from deployopt.targets import measured_elsewhere
+
+        why = measured_elsewhere(self.target, timing.environment)
+        if why:
+            warnings.warn(why, TargetMismatchWarning, stacklevel=2)
+
     def _check_runs(self) -> None:
         """A measured candidate is kept only when the Mann-Whitney U test says p < alpha; with fewer
         runs than that test can ever reach, the search could keep nothing (or, through the
@@ -1278,15 +1309,21 @@ class Optimizer:
 
     def _keep_engine(self, best: Evaluation, folder: Path) -> str | None:
         """The engine a TensorRT backend built for the chosen plan, copied to `folder`/model.engine
-        (the backend builds it in this run's work folder, which is removed at the end)."""
-        from deployopt.fileio import atomic_path
-
-        engine = best.timing.environment.get("engine") if isinstance(best.timing.environment, dict) else None
-        if not engine or not Path(engine).is_file():
+        (the backend builds it in this run's work folder, which is removed at the end; with --remote
+        it is on the board, and comes back over scp: the engine to deploy on that board)."""
+        if best.replayed:  # measured by an earlier run (--resume): its engine went with its work folder
             return None
-        with atomic_path(folder / "model.engine") as tmp:
-            shutil.copyfile(engine, tmp)
-        return "model.engine"
+        from deployopt.backends.base import copy_local_engine
+
+        keep = getattr(self.session, "keep_engine", copy_local_engine)  # a caller's duck-typed session
+        dest = folder / "model.engine"  # `folder` is the staging folder: OUTDIR gets all or nothing
+        try:
+            if keep(best.timing, dest):
+                return "model.engine"
+        except (BackendFailed, BackendUnavailable) as exc:  # the board went away: the rest stands
+            self.engine_notice = f"the chosen plan's engine was not kept ({exc}); build it from model.onnx"
+        dest.unlink(missing_ok=True)
+        return None
 
     def _open_session(self, runs: int | None = None, warmup: int | None = None) -> Any:
         from deployopt.backends.base import MeasureOptions, get_backend
@@ -1314,9 +1351,23 @@ class Optimizer:
             cudnn_benchmark=cfg.cudnn_benchmark,
             calibration_data=calibration,
             calibration_preprocess=cfg.preprocess if calibration is not None else None,
-            extra={"target": self.target},
+            timeout_s=cfg.timeout_s,
+            extra={"target": self.target, **self._remote_extra()},
         )
         return backend.open(opts)
+
+    def _remote_extra(self) -> dict[str, Any]:
+        """--remote: the board, and a folder of this run's own there (`remote_run`, under the backend's
+        usual one), which the sessions remove when they close: a search builds an engine per
+        candidate, tens of MB each for a detector, on a board with a 16-64 GB disk."""
+        if not self.cfg.remote:
+            return {}
+        if getattr(self, "_remote_run", None) is None:
+            from deployopt.remote import board_name
+
+            token = self.workdir.name.removeprefix("deployopt-work-")  # unique per run, as the workdir
+            self._remote_run = board_name(f"optimize-{Path(self.cfg.model_path).stem}-{token}")
+        return {"remote": self.cfg.remote, "remote_run": self._remote_run}
 
     def _final_fidelity(self, best: Evaluation) -> dict[str, Any] | None:
         if not self.cfg.fidelity:
@@ -1372,6 +1423,7 @@ class Optimizer:
             save_model(written.model, staging / "model.onnx", external_data=report["external_data"])
             write_json(staging / "plan.json", {"widths": {g: int(w) for g, w in sorted(best.plan.items())}})
             report["engine"] = self._keep_engine(best, staging)
+            report["engine_notice"] = getattr(self, "engine_notice", None)
             write_report(staging, report, self if self.cfg.plots else None)
         return OptimizeResult(
             outdir=self.outdir,

@@ -8,12 +8,17 @@ client is used (key-based login, BatchMode: a password prompt would hang a timed
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shlex
 import subprocess
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
 
-from deployopt.errors import BackendFailed, BackendUnavailable
+from deployopt.errors import BackendFailed, BackendUnavailable, DeployoptError
+
+if TYPE_CHECKING:
+    from deployopt.timing import Timing
 
 #: ssh's own exit status for its failures (host unreachable, login refused): a remote command's
 #: status is passed through otherwise.
@@ -27,6 +32,19 @@ KILL_AFTER_S = 10
 #: ends the command first: killing the local ssh alone leaves it running there (ssh without a tty
 #: sends the board no hangup), holding the board's GPU.
 SSH_GRACE_S = 30
+#: The backends that build and time on a board over ssh: trtexec there, or jetson/runner.py
+#: (`--backend tensorrt`).
+REMOTE_BACKENDS = ("trtexec", "tensorrt")
+
+
+def check_remote_backend(backend_name: str, remote: str | None) -> None:
+    """--remote names a board that builds and times with TensorRT: only trtexec and the runner run
+    there; torch, ort or the wave model would have run here, silently ignoring the board."""
+    if remote and backend_name not in REMOTE_BACKENDS:
+        raise DeployoptError(
+            "--remote runs on the board over ssh, trtexec (--backend trtexec) or jetson/runner.py "
+            f"(--backend tensorrt): use it with one of those, not {backend_name!r}"
+        )
 
 
 def seconds_arg(timeout_s: float) -> str:
@@ -123,3 +141,41 @@ class Board:
     def get(self, remote: str | Path, local: str | Path, what: str, timeout_s: float) -> None:
         """Copy `remote` on the board to a file here."""
         self.call(["scp", *self.ssh_opts(), f"{self.host}:{remote}", str(local)], what, timeout_s)
+
+
+#: What a session's run folder must look like before close() removes it on the board: a name
+#: optimize made (`remote_run`), never a path a user could have given.
+RUN_DIR_PREFIX = "optimize-"
+#: Removing the run folder is tidying, not part of the result: a board gone by then costs this much.
+CLEANUP_TIMEOUT_S = 30.0
+
+
+def remote_run_dir(workdir: str | PurePosixPath, options: Any) -> PurePosixPath | None:
+    """`workdir`/RUN when the caller (optimize) gave a run of its own in `extra["remote_run"]`: every
+    model and engine of that run goes there, and the session removes it when it closes."""
+    run = options.extra.get("remote_run")
+    if not run:
+        return None
+    name = board_name(str(run))
+    if not name.startswith(RUN_DIR_PREFIX):
+        raise ValueError(f"remote_run {run!r} must start with {RUN_DIR_PREFIX!r}")
+    return PurePosixPath(workdir) / name
+
+
+def remove_run_dir(board: Board, run_dir: str | PurePosixPath | None) -> None:
+    """Best effort: an unreachable board at the end leaves the folder (named in the docs), never an
+    error over a finished result."""
+    if run_dir is None or not PurePosixPath(run_dir).name.startswith(RUN_DIR_PREFIX):
+        return
+    with contextlib.suppress(BackendFailed, BackendUnavailable):
+        board.run(["rm", "-rf", str(run_dir)], "removing the run's folder", CLEANUP_TIMEOUT_S)
+
+
+def fetch_engine(board: Board, timing: Timing, dest: str | Path, timeout_s: float) -> bool:
+    """Copy back the engine a board built for `timing`'s model (its board path is the environment's
+    `engine`); False when the result names none."""
+    engine = timing.environment.get("engine") if isinstance(timing.environment, dict) else None
+    if not engine:
+        return False
+    board.get(str(engine), dest, "scp of the engine", timeout_s)
+    return True

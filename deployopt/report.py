@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deployopt.fileio import write_json, write_text
-from deployopt.targets import sm_count
+from deployopt.targets import measured_elsewhere, sm_count
 from deployopt.timing import Timing, compare, counted
 from deployopt.traffic import MB
 
@@ -188,6 +188,8 @@ def build_report(
         "confirmation": opt.confirmation,
         # measurements during which power or heat held the GPU's clock down (torch, local trtexec)
         "clock_slowdowns": clock_slowdowns(opt, timings),
+        # the GPU that measured is not the target (another SM count or compute capability)
+        "measured_elsewhere": measured_elsewhere(opt.target, best.timing.environment) if measured else None,
         "fidelity": fidelity,
         "trim_gate": cfg.trim_gate() if cfg.mode == "trim" and cfg.fidelity else None,
         "refused": list(opt._refused.values()),
@@ -375,6 +377,8 @@ def render_markdown(report: dict[str, Any]) -> str:
     slow_note = clock_slowdown_note(report.get("clock_slowdowns") or [])
     if slow_note:
         lines += [f"**Warning: {slow_note}.**", ""]
+    if report.get("measured_elsewhere"):
+        lines += [f"**Warning: {report['measured_elsewhere']}.**", ""]
     lines += [
         f"- target: {tgt['name']} ({sm_count(tgt['sms'])}); backend: {report['backend']}; "
         f"dtype: {report['dtype']}; batch: {report['batch']}",

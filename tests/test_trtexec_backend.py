@@ -243,6 +243,7 @@ for a in "$@"; do
     --exportTimes=*) [ -n "$FAKE_TIMES" ] && cp "$FAKE_TIMES" "${a#--exportTimes=}" ;;
     --exportProfile=*) cp "$FAKE_PROFILE" "${a#--exportProfile=}" ;;
     --exportLayerInfo=*) cp "$FAKE_INFO" "${a#--exportLayerInfo=}" ;;
+    --saveEngine=*) echo "FAKE ENGINE of $FAKE_LOG" > "${a#--saveEngine=}" ;;
   esac
 done
 cat "$FAKE_LOG"
@@ -523,6 +524,45 @@ def test_cli_bench_remote_runs_trtexec_on_the_board(
     assert doc["samples_us"][0] == pytest.approx(1000 * raw[0]["computeMs"])
     assert doc["environment"]["trtexec"] == "user@jetson:/usr/src/tensorrt/bin/trtexec"
     assert doc["environment"]["tensorrt"] == "10.16.1"
+
+
+def test_remote_run_folder_engine_comes_back_and_the_folder_goes(
+    fake: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What optimize --remote --backend trtexec asks of a session: every model in a folder of the
+    run's own on the board (`remote_run`), the engine trtexec saved there copied back on request
+    (keep_engine), and the folder removed when the session closes; a local session keeps its engine
+    file the same way, with no ssh."""
+    log = play_the_board(tmp_path, monkeypatch)
+    run = f"optimize-conv-{os.getpid()}"
+    board = Path("/tmp/deployopt-trtexec") / run
+    opts = MeasureOptions(
+        dtype="fp16", workdir=fake["workdir"], extra={"remote": "user@jetson", "remote_run": run}
+    )
+    try:
+        with TrtexecBackend().open(opts) as s:
+            s.preflight()
+            assert board.is_dir()  # the board answered: its folder is made before anything else
+            timing = s.measure(fake["model"])
+            engine = timing.environment["engine"]
+            assert engine == f"{board}/conv/conv.engine" and Path(engine).is_file()
+            kept = tmp_path / "kept.engine"
+            assert s.keep_engine(timing, kept)
+            assert kept.read_text().startswith("FAKE ENGINE of ")
+        assert not board.exists()
+        assert (
+            log.read_text().splitlines()[-1]
+            == f"ssh -o BatchMode=yes -o ConnectTimeout=10 user@jetson rm -rf {board}"
+        )
+    finally:
+        shutil.rmtree(board, ignore_errors=True)
+    monkeypatch.setenv("DEPLOYOPT_TRTEXEC", str(tmp_path / "bin" / "trtexec"))
+    local = MeasureOptions(dtype="fp16", workdir=tmp_path / "local", extra={"trt_version": "10.16.1"})
+    with TrtexecBackend().open(local) as s:
+        timing = s.measure(fake["model"])
+        assert timing.environment["engine"] == str(tmp_path / "local" / "conv" / "conv.engine")
+        assert s.keep_engine(timing, tmp_path / "local.engine")
+        assert (tmp_path / "local.engine").read_text().startswith("FAKE ENGINE of ")
 
 
 def test_cli_remote_trtexec_runs_under_the_boards_timeout(

@@ -132,6 +132,10 @@ class Session(ABC):
         it, before anything is allocated (deployopt.memory). The default checks nothing: a backend
         that runs nothing here (the wave model), or builds on a device it cannot query yet."""
 
+    def preflight(self) -> None:  # noqa: B027  (optional hook)
+        """Fail with one line now if this session cannot run anything (a board that does not answer
+        over ssh), before a caller writes its outputs: optimize calls it before OUTDIR is made."""
+
     def profile(self, model_path: Path, kernels: bool = False) -> Profile:
         raise BackendUnavailable(f"backend {self.backend.name!r} has no per-layer profiler")
 
@@ -153,6 +157,12 @@ class Session(ABC):
                 out.append(self.measure(path))
         return out
 
+    def keep_engine(self, timing: Timing, dest: Path) -> bool:
+        """Copy the engine this session built for the model `timing` measured to `dest` (optimize
+        keeps the chosen plan's engine beside its model); False when it built none. The default
+        copies the file the timing's environment names; a board's session copies it back over scp."""
+        return copy_local_engine(timing, dest)
+
     def close(self) -> None:  # noqa: B027  (optional hook)
         """Release workers, contexts, files."""
 
@@ -161,6 +171,17 @@ class Session(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def copy_local_engine(timing: Timing, dest: Path) -> bool:
+    """Copy the engine file `timing`'s environment names (`engine`, on this machine) to `dest`."""
+    import shutil
+
+    engine = timing.environment.get("engine") if isinstance(timing.environment, dict) else None
+    if not engine or not Path(engine).is_file():
+        return False
+    shutil.copyfile(engine, dest)
+    return True
 
 
 class Backend(ABC):

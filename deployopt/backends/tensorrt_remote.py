@@ -30,7 +30,14 @@ from deployopt.errors import (
     ModelError,
     no_such_file,
 )
-from deployopt.remote import Board, RemoteFailed, board_name
+from deployopt.remote import (
+    Board,
+    RemoteFailed,
+    board_name,
+    fetch_engine,
+    remote_run_dir,
+    remove_run_dir,
+)
 from deployopt.timing import Timing
 
 ENV_RUNNER = "DEPLOYOPT_RUNNER"
@@ -137,6 +144,10 @@ class RemoteRunnerSession(Session):
         self.runner = find_runner()
         self.calib = calibration_file(options)
         self.workdir = PurePosixPath(options.extra.get("remote_workdir", DEFAULT_REMOTE_WORKDIR))
+        self.run_dir = remote_run_dir(self.workdir, options)  # optimize's own folder, removed at close
+        if self.run_dir is not None:
+            self.workdir = self.run_dir
+        self._runner_sent = False
 
     def _run(self, model_path: Path, per_layer: bool) -> dict[str, Any]:
         """Copy, run, copy back: the runner's result document (read back as load_runner_result reads it)."""
@@ -152,7 +163,9 @@ class RemoteRunnerSession(Session):
         short = min(120.0, self.options.timeout_s)
         long = self.options.timeout_s
         self.board.mkdir(rdir, short)
-        self.board.put(self.runner, board_runner, "scp of runner.py", short)  # always this host's version
+        if not self._runner_sent:  # once a session, and always this host's version
+            self.board.put(self.runner, board_runner, "scp of runner.py", short)
+            self._runner_sent = True
         self.board.put(model_path, board_model, "scp of the model", long)
         calib = None
         if self.calib is not None:
@@ -193,6 +206,17 @@ class RemoteRunnerSession(Session):
     def measure(self, model_path: Path) -> Timing:
         timing: Timing = self._run(model_path, per_layer=False)["timing"]
         return timing
+
+    def preflight(self) -> None:
+        """The board answers and its work folder can be made (one ssh round trip)."""
+        self.board.mkdir(self.workdir, min(120.0, self.options.timeout_s))
+
+    def keep_engine(self, timing: Timing, dest: Path) -> bool:
+        """The engine the runner built on the board (its path there is in the result), copied back."""
+        return fetch_engine(self.board, timing, dest, self.options.timeout_s)
+
+    def close(self) -> None:
+        remove_run_dir(self.board, self.run_dir)
 
     def profile(self, model_path: Path, kernels: bool = False) -> Profile:
         """The runner's --per-layer table (IProfiler medians), as the local tensorrt backend's profile."""

@@ -36,7 +36,7 @@ from deployopt.errors import (
     no_such_file,
 )
 from deployopt.fileio import write_text
-from deployopt.remote import Board, board_name, tail
+from deployopt.remote import Board, board_name, fetch_engine, remote_run_dir, remove_run_dir, tail
 from deployopt.timing import Timing
 
 JETSON_TRTEXEC = "/usr/src/tensorrt/bin/trtexec"
@@ -222,6 +222,15 @@ def _onnx_input_dims(model_path: Path) -> dict[str, list[int | None]]:
     return out
 
 
+#: Where trtexec's models, exports and engines go on a board (--remote); /tmp, as trtexec users do.
+DEFAULT_REMOTE_WORKDIR = "/tmp/deployopt-trtexec"
+
+
+def saved_engine(cmd: list[str]) -> str | None:
+    """The engine file a trtexec command line saves (`--saveEngine=PATH`), as that line names it."""
+    return next((a.split("=", 1)[1] for a in cmd if a.startswith("--saveEngine=")), None)
+
+
 def build_command(
     trtexec: str,
     model: Path,
@@ -354,6 +363,11 @@ class TrtexecSession(Session):
             self.workdir = Path(self._tmp.name)
         self.last_run: TrtexecRun | None = None
         self._qdq = False  # the model run() was last given has Q/DQ nodes (read for int8 only)
+        self._engine: str | None = None  # where the last run's engine is (on the board with --remote)
+        root = Path(options.extra.get("remote_workdir", DEFAULT_REMOTE_WORKDIR))
+        run_dir = remote_run_dir(root, options) if self.remote else None  # optimize's, removed at close
+        self.run_dir: Path | None = Path(run_dir) if run_dir is not None else None
+        self.remote_workdir = self.run_dir or root
 
     @property
     def placeholder_int8(self) -> bool:
@@ -391,6 +405,7 @@ class TrtexecSession(Session):
         version = self._version()
         build = self.build_model(model_path, outdir, version)
         cmd = build_command(self.trtexec, build, outdir, self.options, version, shapes)
+        self._engine = saved_engine(cmd)
         (outdir / "command.txt").write_text(shlex.join(cmd) + "\n")
         run_trtexec(cmd, self.options.timeout_s, outdir / "trtexec.log")
         return self._collect(outdir)
@@ -420,7 +435,7 @@ class TrtexecSession(Session):
 
     def _run_remote(self, model_path: Path, outdir: Path, shapes: dict[str, list[int]]) -> TrtexecRun:
         assert self.remote is not None
-        workdir = Path(self.options.extra.get("remote_workdir", "/tmp/deployopt-trtexec"))
+        workdir = self.remote_workdir
         rdir = workdir / board_name(model_path.stem)
         table = calibration_table(self.options) if self.options.dtype == "int8" else None
         if table is not None and not Path(table).is_file():  # before anything reaches the board
@@ -448,6 +463,7 @@ class TrtexecSession(Session):
             board_cache = workdir / board_name(Path(cache).name)
             options = dataclasses.replace(options, extra={**options.extra, "timing_cache": str(board_cache)})
         cmd = build_command(self.trtexec, board_model, rdir, options, self.version, shapes)
+        self._engine = saved_engine(cmd)
         (outdir / "command.txt").write_text(f"ssh {self.remote} " + shlex.join(cmd) + "\n")
         log = board.run_limited(cmd, "trtexec", self.options.timeout_s)
         write_text(outdir / "trtexec.log", log)
@@ -487,6 +503,8 @@ class TrtexecSession(Session):
         timing = run.timing("computeMs")
         timing.environment.update(self._env(run))
         timing.environment["dtype"] = self.options.dtype  # compare names a dtype difference as such
+        if self._engine:  # optimize keeps the chosen plan's engine (keep_engine)
+            timing.environment["engine"] = self._engine
         # around the whole trtexec run, engine build included: a slowdown then is flagged too. No SM
         # clock: trtexec has exited, the GPU is idle again
         record_in_environment(timing.environment, before, after, busy_clock=False)
@@ -525,7 +543,22 @@ class TrtexecSession(Session):
             env["trtexec_flags"] = list(run.flags)
         return env
 
+    def preflight(self) -> None:
+        """With --remote: the board answers and its work folder can be made (one ssh round trip;
+        detect_version, which the first model runs, takes no answer for an unknown version)."""
+        if self.remote:
+            self._board().mkdir(self.remote_workdir, min(120.0, self.options.timeout_s))
+
+    def keep_engine(self, timing: Timing, dest: Path) -> bool:
+        """The engine trtexec saved (--saveEngine), here or copied back from the board."""
+        if not self.remote:
+            return super().keep_engine(timing, dest)
+        return fetch_engine(self._board(), timing, dest, self.options.timeout_s)
+
     def close(self) -> None:
+        if self.run_dir is not None:
+            remove_run_dir(self._board(), self.run_dir)
+            self.run_dir = None
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None

@@ -301,15 +301,32 @@ def image_preprocess(
     return pre
 
 
+#: --timeout's ceiling (a week): the worker waits use it as a lock timeout, which overflows near 1e10 s.
+MAX_TIMEOUT_S = 7 * 24 * 3600
+
+
+def check_timeout(timeout: float) -> None:
+    """--timeout: seconds above 0, at most a week (NaN passed `<= 0`; inf overflows a queue wait)."""
+    if not 0 < timeout <= MAX_TIMEOUT_S:
+        raise DeployoptError(
+            f"--timeout {timeout:g}: must be a number of seconds above 0, at most {MAX_TIMEOUT_S}"
+        )
+
+
+def timeout_option(help_text: str = "Seconds per model before the worker is killed.") -> object:
+    """`--timeout SECONDS`, per model built and timed (bench, profile, optimize)."""
+    return typer.Option(600.0, "--timeout", metavar="SECONDS", help=help_text)
+
+
 def remote_option() -> object:
-    """`--remote USER@HOST`: trtexec or jetson/runner.py on a Jetson over ssh, for `bench` and `profile`."""
+    """`--remote USER@HOST`: trtexec or jetson/runner.py on a Jetson over ssh (bench, profile, optimize)."""
     return typer.Option(
         None,
         "--remote",
         metavar="USER@HOST",
         help="Build and time on this board over ssh (USER@HOST, key-based login); the model is copied "
-        "with scp. trtexec: /usr/src/tensorrt/bin/trtexec there; tensorrt: jetson/runner.py with the "
-        "board's python3.",
+        "with scp. trtexec: /usr/src/tensorrt/bin/trtexec there; tensorrt (optimize's auto): "
+        "jetson/runner.py with the board's python3.",
     )
 
 

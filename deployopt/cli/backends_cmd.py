@@ -30,6 +30,7 @@ from deployopt.cli.app import (
     bgr_option,
     calibration_data_option,
     check_batch_agrees,
+    check_timeout,
     console,
     cudnn_benchmark_option,
     cudnn_engines_option,
@@ -44,10 +45,12 @@ from deployopt.cli.app import (
     resize_option,
     scale_option,
     std_option,
+    timeout_option,
 )
 from deployopt.errors import DataError, DeployoptError, no_such_file
 from deployopt.fidelity import ImagePreprocess
 from deployopt.fileio import check_output_dir, check_output_file, refuse_input_as_output, write_json
+from deployopt.remote import check_remote_backend
 from deployopt.timing import Timing, check_run_counts, counted
 
 BENCH_KEYS = (
@@ -114,11 +117,7 @@ def _session(
             "MODEL --target T` or `deployopt staircase --target T`"
         )
     remote = options.get("remote")
-    if remote and backend_name not in ("trtexec", "tensorrt"):
-        raise DeployoptError(
-            "--remote runs on the board over ssh, trtexec (--backend trtexec) or jetson/runner.py "
-            f"(--backend tensorrt): use it with one of those, not {backend_name!r}"
-        )
+    check_remote_backend(backend_name, remote)
     b = get_backend(backend_name) if remote else _backend(backend_name)  # TensorRT lives on the board
     opts = _options(b, *settings, model_path=model, **options)
     from deployopt.model import require_model_file
@@ -127,10 +126,6 @@ def _session(
     with b.open(opts) as session:
         note_cudnn_search(b, opts.sms, opts.cudnn_engines, opts.cudnn_benchmark)
         yield session
-
-
-#: --timeout's ceiling (a week): the worker waits use it as a lock timeout, which overflows near 1e10 s.
-MAX_TIMEOUT_S = 7 * 24 * 3600
 
 
 def _options(
@@ -170,10 +165,7 @@ def _options(
     if batch is not None and batch < 1:
         raise DeployoptError("--batch must be at least 1")
     check_run_counts(runs, warmup)
-    if not 0 < timeout <= MAX_TIMEOUT_S:  # NaN passed `<= 0`; inf overflows a worker's queue wait
-        raise DeployoptError(
-            f"--timeout {timeout:g}: must be a number of seconds above 0, at most {MAX_TIMEOUT_S}"
-        )
+    check_timeout(timeout)
     if calibration_data is not None:
         if dtype != "int8":
             raise DeployoptError("--calibration-data calibrates INT8: use it with --dtype int8")
@@ -256,12 +248,6 @@ def _input_shape_option() -> Any:
     )
 
 
-def _timeout_option() -> Any:
-    return typer.Option(
-        600.0, "--timeout", metavar="SECONDS", help="Seconds per model before the worker is killed."
-    )
-
-
 @app.command("bench", rich_help_panel="Measure")
 def bench_command(
     model: Path = typer.Argument(
@@ -276,7 +262,7 @@ def bench_command(
     ),
     warmup: int = typer.Option(20, "--warmup", metavar="N", help="Untimed runs first."),
     input_shape: Optional[list[str]] = _input_shape_option(),
-    timeout: float = _timeout_option(),
+    timeout: float = timeout_option(),
     cudnn_engines: Optional[int] = cudnn_engines_option(),
     cudnn_benchmark: bool = cudnn_benchmark_option(),
     calibration_data: Optional[Path] = calibration_data_option(),
@@ -463,7 +449,7 @@ def profile_command(
     warmup: int = typer.Option(10, "--warmup", metavar="N", help="Untimed runs first."),
     input_shape: Optional[list[str]] = _input_shape_option(),
     kernels: bool = typer.Option(False, "--kernels", help="GPU kernels per layer (torch on CUDA)."),
-    timeout: float = _timeout_option(),
+    timeout: float = timeout_option(),
     cudnn_engines: Optional[int] = cudnn_engines_option(),
     cudnn_benchmark: bool = cudnn_benchmark_option(),
     calibration_data: Optional[Path] = calibration_data_option(),

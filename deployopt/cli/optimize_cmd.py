@@ -18,6 +18,7 @@ from deployopt.cli.app import (
     bgr_option,
     calibration_data_option,
     check_batch_agrees,
+    check_timeout,
     console,
     cudnn_benchmark_option,
     cudnn_engines_option,
@@ -29,9 +30,11 @@ from deployopt.cli.app import (
     output_option,
     parse_input_shapes,
     refuse_int8_the_target_lacks,
+    remote_option,
     resize_option,
     scale_option,
     std_option,
+    timeout_option,
 )
 from deployopt.errors import DeployoptError
 from deployopt.report import clock_slowdown_note, describe_gate
@@ -169,6 +172,8 @@ def optimize_command(
     bgr: bool = bgr_option(),
     scale: Optional[float] = scale_option(),
     resize: Optional[str] = resize_option(),
+    remote: Optional[str] = remote_option(),
+    timeout: float = timeout_option("Seconds per model built and timed before it is given up."),
     outdir: Optional[Path] = output_option(
         None, "-o", "--out", help="Output folder (default <model>.deployopt/).", folder=True
     ),
@@ -190,7 +195,8 @@ def optimize_command(
     shapes = parse_input_shapes(input_shape)
     check_batch_agrees(batch, shapes)
     preprocess = image_preprocess(calibration_data, mean, std, bgr, scale, resize)
-    backend_name = resolve_backend_name(backend)
+    check_timeout(timeout)
+    backend_name = resolve_backend_name(backend, remote)  # --remote: auto is the runner on the board
     b = get_backend(backend_name)
     if dtype is None:  # int8 for a Q/DQ model, else fp16 where the backend runs it (the deployment case)
         dtype = default_dtype(b, model, deployment=True)
@@ -225,6 +231,8 @@ def optimize_command(
         fidelity_gate=fidelity_gate,
         **({} if min_cosine is None else {"min_cosine": min_cosine}),
         **({} if min_top1 is None else {"min_top1": min_top1}),
+        remote=remote,
+        timeout_s=timeout,
         outdir=outdir,
         resume=resume,
         force=force,
@@ -311,8 +319,9 @@ def _render(result: Any) -> None:
     slow_note = clock_slowdown_note(rep.get("clock_slowdowns") or [])
     if slow_note:
         console.print(f"warning: {slow_note}", style="bold yellow", markup=False, highlight=False)
-    written_batch = [rep["written_batch"]] if rep.get("written_batch") else []
-    for note in [*rep.get("load_notices", []), *rep.get("calibration_notices", []), *written_batch]:
+    once = [rep.get("written_batch"), rep.get("engine_notice")]  # model.onnx's batch; an engine not kept
+    notes = [*rep.get("load_notices", []), *rep.get("calibration_notices", []), *[n for n in once if n]]
+    for note in notes:
         console.print(f"notice: {note}", style="yellow", markup=False, highlight=False)
     console.print(f"wrote {result.outdir}/ ({', '.join(written_files(rep))})")
 

@@ -145,6 +145,29 @@ _FIELDS = (
 )
 
 
+def measured_elsewhere(target: Target, env: dict[str, Any]) -> str | None:
+    """Why the GPU a measurement reports (its `sms`, `compute_capability`: TensorRT, the Jetson
+    runner, trtexec) is not `target`, or None when it is or does not say. optimize measures on one
+    GPU and takes candidate widths and wave columns from the target's profile: `--target nano`
+    with `--remote` on an Orin searched the Nano's staircase on the Orin's timings, and no line said."""
+    sms, cc = env.get("sms"), env.get("compute_capability")
+    full = target.full_sms or target.sms
+    differs = []
+    if isinstance(sms, int) and sms != full:
+        differs.append(f"{sms} SMs, the target {full}")
+    if isinstance(cc, str) and cc != target.cc:
+        differs.append(f"compute capability {cc}, the target {target.cc}")
+    if not differs:
+        return None
+    gpu = env.get("gpu") or env.get("device") or "the GPU measured"
+    where = f" at {env['remote']}" if env.get("remote") else ""
+    return (
+        f"{gpu}{where} is not {target.name} ({'; '.join(differs)}): the latencies are that GPU's, "
+        "the candidate widths and wave columns the target's; give the --target that matches it "
+        "(`deployopt targets`)"
+    )
+
+
 def sm_count(sms: int) -> str:
     """'1 SM' / '8 SMs': the Nano and TX2 have one or two SMs, and tables print the count often."""
     return f"{sms} SM{'' if sms == 1 else 's'}"

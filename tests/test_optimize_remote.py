@@ -1,0 +1,183 @@
+"""`deployopt optimize --remote USER@HOST`: the search runs here, every model is built and timed on the
+board (jetson/runner.py, or trtexec there), and the chosen plan's engine comes back beside its model.
+
+The board is tests/test_tensorrt_remote.py's stand-in (ssh and scp play it on this machine; its
+python3 runs the real runner against the fake TensorRT). No real Jetson, ssh or TensorRT.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from cli_runner import run_cli
+from onnx import TensorProto, helper, numpy_helper
+from test_tensorrt_remote import HOST, OPTS, RUNNER, play_the_board
+
+from deployopt.optimize import OptimizeConfig
+from deployopt.targets import get_target, measured_elsewhere
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("DEPLOYOPT_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def two_convs(path: Path, hidden: int = 20) -> Path:
+    """conv(3→hidden) → relu → conv(hidden→8): one free group (the hidden width), two conv shapes."""
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((hidden, 3, 3, 3)).astype(np.float32), "w1"),
+        numpy_helper.from_array(rng.standard_normal((8, hidden, 3, 3)).astype(np.float32), "w2"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["a"], ["b"], name="relu1"),
+        helper.make_node("Conv", ["b", "w2"], ["y"], name="conv2", pads=[1, 1, 1, 1]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "two_convs",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])],
+        inits,
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def optimize_remote(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], model: Path, out: Path, *more: str
+) -> tuple[int, str, str]:
+    return run_cli(
+        monkeypatch, capsys, "optimize", str(model), "--remote", HOST, "--max-evals", "4",
+        "--runs", "8", "--warmup", "1", "--sweep-runs", "3", "-o", str(out), *more,
+    )  # fmt: skip
+
+
+def test_optimize_remote_runs_every_model_on_the_board_and_brings_the_engine_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No --backend: with --remote, auto is the runner on the board. Every candidate and every conv of
+    the per-layer sweep is copied to one folder of this run's own there and timed by the runner
+    (copied once per session, not once per model); the chosen plan's engine comes back as
+    OUTDIR/model.engine, byte for byte, and the run's folder on the board is removed at the end."""
+    log, home = play_the_board(tmp_path, monkeypatch)
+    model = two_convs(tmp_path / "host" / "net.onnx")
+    out = tmp_path / "out"
+    code, stdout, err = optimize_remote(
+        monkeypatch, capsys, model, out, "--target", "agx-orin-64gb", "--json"
+    )
+    assert code == 0, err
+    assert "is not agx-orin-64gb" not in err  # the fake board's GPU: 16 SMs, 8.7, as the target
+    report = json.loads(stdout)
+    assert report["backend"] == "tensorrt" and report["measured"] is True
+    assert report["measured_on"] == f"tensorrt (Orin (fake) at {HOST})"
+    assert report["measured_elsewhere"] is None
+    best_env = report["timings"]["best"]["environment"]
+    assert best_env["remote"] == HOST and best_env["runner"].startswith("jetson/runner.py v")
+
+    lines = log.read_text().splitlines()
+    runs = [ln for ln in lines if " python3 " in ln]
+    swept = report["per_layer_sweep"]["measured"]
+    assert swept > 0 and len(runs) == report["evaluations"]["measured_this_run"] + swept
+    run_dir = runs[0].split(" python3 ")[1].split()[0].rsplit("/", 1)[0]  # .../runner.py's folder
+    assert run_dir.startswith("deployopt-runner/optimize-net-")
+    assert all(f" python3 {run_dir}/runner.py {run_dir}/" in ln for ln in runs)
+    sent = [ln for ln in lines if ln.startswith(f"scp {OPTS} {RUNNER} ")]
+    assert len(sent) == 2  # one per session: the end-to-end one and the per-layer sweep's
+
+    engine = best_env["engine"]
+    assert engine.startswith(f"{run_dir}/") and report["engine"] == "model.engine"
+    fetched = [ln for ln in lines if ln.startswith(f"scp {OPTS} {HOST}:{engine} ")]
+    assert len(fetched) == 1
+    assert lines[-1] == f"ssh {OPTS} {HOST} rm -rf {run_dir}"
+    assert not (home / run_dir).exists() and (home / "deployopt-runner").is_dir()
+    kept = (out / "model.engine").read_bytes()
+    assert kept.startswith(b"FAKETRT\n") and json.loads(kept[8:])["inputs"][0][0] == "x"  # the fake's engine
+    onnx.checker.check_model(onnx.load(str(out / "model.onnx")))
+    assert "model.engine" in (out / "report.json").read_text()
+
+
+def test_optimize_remote_says_when_the_board_is_not_the_target(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--target orin-nano-8gb (8 SMs) measured on a board whose GPU has 16: the candidate widths come
+    from one GPU and the latencies from another, so a warning says so at once and report.md again."""
+    play_the_board(tmp_path, monkeypatch)
+    model = two_convs(tmp_path / "host" / "net.onnx")
+    out = tmp_path / "out"
+    code, _, err = optimize_remote(monkeypatch, capsys, model, out, "--target", "orin-nano-8gb")
+    assert code == 0, err
+    said = f"Orin (fake) at {HOST} is not orin-nano-8gb (16 SMs, the target 8)"
+    assert err.count(said) == 1
+    assert said in (out / "report.md").read_text()
+    assert said in json.loads((out / "report.json").read_text())["measured_elsewhere"]
+
+
+@pytest.mark.parametrize("backend", ["torch", "ort", "model"])
+def test_optimize_remote_refuses_a_backend_that_runs_here(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log, _ = play_the_board(tmp_path, monkeypatch)
+    model = two_convs(tmp_path / "host" / "net.onnx")
+    out = tmp_path / "out"
+    code, _, err = optimize_remote(monkeypatch, capsys, model, out, "--target", "nano", "--backend", backend)
+    assert code == 2 and err.strip().count("\n") == 0
+    assert f"use it with one of those, not {backend!r}" in err
+    assert not out.exists() and not log.exists()  # nothing written, nothing run on the board
+
+
+def test_optimize_remote_unreachable_board_is_one_line_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ssh = tmp_path / "bin" / "ssh"
+    ssh.parent.mkdir()
+    ssh.write_text('#!/bin/sh\necho "ssh: connect to host jetson port 22: No route to host" >&2\nexit 255\n')
+    ssh.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{ssh.parent}:{os.environ['PATH']}")
+    model = two_convs(tmp_path / "host" / "net.onnx")
+    out = tmp_path / "out"
+    code, _, err = optimize_remote(monkeypatch, capsys, model, out, "--target", "nano")
+    assert code != 0 and "Traceback" not in err
+    assert err.strip() == (
+        f"error: cannot reach {HOST} over ssh: ssh: connect to host jetson port 22: No route to host"
+    )
+    assert not out.exists()  # refused before OUTDIR is made: no journal of a run that never ran
+
+
+def test_optimize_timeout_is_checked_before_anything_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log, _ = play_the_board(tmp_path, monkeypatch)
+    model = two_convs(tmp_path / "host" / "net.onnx")
+    code, _, err = optimize_remote(
+        monkeypatch, capsys, model, tmp_path / "out", "--target", "nano", "--timeout", "0"
+    )
+    assert code == 2 and "--timeout 0: must be a number of seconds above 0" in err
+    assert not log.exists()
+
+
+def test_remote_is_part_of_what_a_resumed_run_must_match() -> None:
+    """A journal measured on one board must not resume on another (nor here); a run without --remote
+    keeps the signature it had, so journals written before the option resume."""
+    plain = OptimizeConfig(model_path=Path("absent.onnx"), target="nano")
+    board = OptimizeConfig(model_path=Path("absent.onnx"), target="nano", remote=HOST)
+    assert "remote" not in plain.signature() and board.signature()["remote"] == HOST
+
+
+def test_measured_elsewhere_compares_sms_and_compute_capability() -> None:
+    nano, orin = get_target("nano"), get_target("agx-orin-64gb")
+    assert measured_elsewhere(orin, {"gpu": "Orin", "sms": 16, "compute_capability": "8.7"}) is None
+    assert measured_elsewhere(orin, {"tensorrt": "10.3"}) is None  # says nothing of its GPU
+    said = measured_elsewhere(nano, {"gpu": "Orin", "sms": 16, "compute_capability": "8.7", "remote": HOST})
+    assert said is not None and said.startswith(
+        f"Orin at {HOST} is not nano (16 SMs, the target 1; compute capability 8.7, the target 5.3)"
+    )
+    # --sms limits the wave model, not the GPU TensorRT reports: the full count is what it is compared to
+    assert measured_elsewhere(get_target("agx-orin-64gb", sms=8), {"sms": 16}) is None
