@@ -1,6 +1,8 @@
 """`python3` on the stand-in board of tests/test_tensorrt_remote.py: runs the real jetson/runner.py
 (argv[1]) with the fake TensorRT and CUDA of tests/test_tensorrt_fake_api.py in sys.modules, and its
 board files (sysfs, procfs) read from FAKE_BOARD_ROOT, a tree made by tests/jetson_sysfs_fake.py.
+`python3 -c CODE` runs CODE with the same fake TensorRT (the host's version check), failing as a
+real python3 does: a traceback on stderr, exit 1.
 
 FAKE_BOARD_TRT=none leaves tensorrt out (a board without it); FAKE_BOARD_TRT=VERSION picks a surface.
 """
@@ -24,6 +26,9 @@ def main() -> int:
     version = os.environ.get("FAKE_BOARD_TRT", V10)
     if version != "none":
         install(pytest.MonkeyPatch(), version, "bindings" if version == V10 else "cudart")
+    if script == "-c":
+        exec(compile(args[0], "<string>", "exec"), {"__name__": "__main__"})
+        return 0
     runner = load_script(Path(script).resolve(), "board_runner")
     root = os.environ.get("FAKE_BOARD_ROOT")
     if root:

@@ -83,7 +83,9 @@ def test_optimize_remote_runs_every_model_on_the_board_and_brings_the_engine_bac
     assert best_env["remote"] == HOST and best_env["runner"].startswith("jetson/runner.py v")
 
     lines = log.read_text().splitlines()
-    runs = [ln for ln in lines if " python3 " in ln]
+    runs = [ln for ln in lines if " python3 " in ln and "/runner.py " in ln]
+    version_reads = [ln for ln in lines if " python3 -c " in ln]
+    assert len(version_reads) == 2  # once per session (TensorRT 11 types fp16 on the host)
     swept = report["per_layer_sweep"]["measured"]
     assert swept > 0 and len(runs) == report["evaluations"]["measured_this_run"] + swept
     run_dir = runs[0].split(" python3 ")[1].split()[0].rsplit("/", 1)[0]  # .../runner.py's folder

@@ -29,6 +29,8 @@ RUNNER = TESTS.parent / "jetson" / "runner.py"
 OPTS = "-o BatchMode=yes -o ConnectTimeout=10"
 HOST = "user@jetson"
 REMOTE = ("--backend", "tensorrt", "--remote", HOST)
+V11 = "11.4.1.2"  # tests/test_tensorrt_fake_api.py's strongly typed fake
+QDQ_MODEL = TESTS / "data" / "modelopt_int8_se_net.onnx"  # ModelOpt's INT8 Q/DQ export
 
 
 def play_the_board(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
@@ -51,7 +53,9 @@ def play_the_board(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Pat
     )
     (boardbin / "python3").write_text(
         "#!/bin/sh\n"
-        # a runner that hangs (a build stuck in the driver): a child holds on, its pid recorded
+        # a runner that hangs (a build stuck in the driver): a child holds on, its pid recorded; the
+        # version check before it answers at once (the fake TensorRT's import may take over 1 s)
+        'if [ -n "$FAKE_BOARD_HANG" ] && [ "$1" = "-c" ]; then echo 10.3.0.26; exit 0; fi\n'
         'if [ -n "$FAKE_BOARD_HANG" ]; then\n'
         '  sleep 60 </dev/null >/dev/null 2>&1 &\n  echo $! > "$FAKE_BOARD_HANG"; wait; exit 0\nfi\n'
         # a board without python3: what its login shell (bash) says for a command it cannot find
@@ -75,6 +79,15 @@ def model(zoo_model_path: Callable[[str], Path], tmp_path: Path) -> Path:
     path.parent.mkdir()
     path.write_bytes(zoo_model_path("mobilenet_like").read_bytes())
     return path
+
+
+def version_check(timeout: str = "120") -> str:
+    """The ssh line that reads the board's TensorRT version (fp16/int8 only, once per session),
+    under the board's own `timeout` (the short limit: --timeout, at most 120 s)."""
+    return (
+        f"ssh {OPTS} {HOST} timeout --kill-after=10 {timeout} python3 -c "
+        "'import tensorrt; print(tensorrt.__version__)'"
+    )
 
 
 def runner_argv(flags: str, rdir: str = "deployopt-runner/net", timeout: str = "600") -> str:
@@ -101,14 +114,16 @@ def test_cli_bench_runs_the_runner_on_the_board_and_reuses_its_engine(
     )  # fmt: skip
     assert code == 0, err
     lines = log.read_text().splitlines()
-    assert lines[:4] == [
+    assert lines[:5] == [
+        version_check(),  # 10.x: the model goes as it is
         f"ssh {OPTS} {HOST} mkdir -p deployopt-runner/net",
         f"scp {OPTS} {RUNNER} {HOST}:deployopt-runner/runner.py",
         f"scp {OPTS} {model} {HOST}:deployopt-runner/net/net.onnx",
         runner_argv("--dtype fp16 --runs 6 --warmup 2") + " --out deployopt-runner/net/result.json",
     ]
-    assert lines[4].startswith(f"scp {OPTS} {HOST}:deployopt-runner/net/result.json /") and len(lines) == 5
+    assert lines[5].startswith(f"scp {OPTS} {HOST}:deployopt-runner/net/result.json /") and len(lines) == 6
     assert (home / "deployopt-runner" / "runner.py").read_bytes() == RUNNER.read_bytes()
+    assert (home / "deployopt-runner" / "net" / "net.onnx").read_bytes() == model.read_bytes()
     doc = json.loads(out.read_text())
     assert list(doc) == [
         "backend", "median_us", "iqr_us", "ci95_us", "runs", "warmup", "samples_us", "timed", "environment",
@@ -120,7 +135,7 @@ def test_cli_bench_runs_the_runner_on_the_board_and_reuses_its_engine(
     assert env["remote"] == HOST and env["runner"].startswith("jetson/runner.py v")
     assert env["nvpmodel"] == "MODE_30W" and env["tensorrt"] == "10.3.0.26"
     assert env["gpu_clock_during_run"]["before"]["cur_hz"] == sysfs_fake.ORIN_MAX_HZ
-    assert env["engine_built_now"] is True and env["dtype"] == "fp16"
+    assert env["engine_built_now"] is True and env["dtype"] == "fp16" and "fp16_typed_by" not in env
     assert doc["timed"].startswith("one forward pass (fp16), CUDA events")
     assert "(measured)" in stdout and f"wrote {out}" in stdout
     assert load_timing(out).median_us == doc["median_us"]
@@ -150,9 +165,10 @@ def test_cli_int8_sends_the_calibration_table_and_shapes(
     )  # fmt: skip
     assert code == 0, err
     lines = log.read_text().splitlines()
-    assert lines[3] == f"scp {OPTS} {table} {HOST}:deployopt-runner/net/net.calib"
+    assert lines[0] == version_check()
+    assert lines[4] == f"scp {OPTS} {table} {HOST}:deployopt-runner/net/net.calib"
     assert (home / "deployopt-runner" / "net" / "net.calib").read_bytes() == table.read_bytes()
-    assert lines[4] == (
+    assert lines[5] == (
         runner_argv("--dtype int8 --runs 5 --warmup 20 --shapes input:1x3x32x32")
         + " --calib-cache deployopt-runner/net/net.calib --out deployopt-runner/net/result.json"
     )
@@ -167,7 +183,7 @@ def test_cli_profile_reads_the_runners_per_layer_table(
         "--runs", "5", "--warmup", "1", "--json",
     )  # fmt: skip
     assert code == 0, err
-    assert log.read_text().splitlines()[3] == (
+    assert log.read_text().splitlines()[4] == (
         runner_argv("--dtype fp16 --runs 5 --warmup 1")
         + " --per-layer --out deployopt-runner/net/result.json"
     )
@@ -189,7 +205,9 @@ def test_cli_profile_reads_the_runners_per_layer_table(
                       "python3)"),
     ],
 )  # fmt: skip
+@pytest.mark.parametrize("dtype", ["fp32", "fp16"])  # the runner finds it; the version check does
 def test_cli_board_failures_are_one_line_and_leave_no_output(
+    dtype: str,
     board: str,
     message: str,
     model: Path,
@@ -197,7 +215,7 @@ def test_cli_board_failures_are_one_line_and_leave_no_output(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    play_the_board(tmp_path, monkeypatch)
+    log, _ = play_the_board(tmp_path, monkeypatch)
     if board == "unreachable":
         (tmp_path / "sshbin" / "ssh").write_text(
             '#!/bin/sh\necho "ssh: connect to host jetson port 22: No route to host" >&2\nexit 255\n'
@@ -206,9 +224,127 @@ def test_cli_board_failures_are_one_line_and_leave_no_output(
     if board == "no_python":
         monkeypatch.setenv("FAKE_BOARD_NO_PYTHON", "1")
     out = tmp_path / "result.json"
-    code, stdout, err = run_cli(monkeypatch, capsys, "bench", str(model), *REMOTE, "-o", str(out))
+    code, stdout, err = run_cli(
+        monkeypatch, capsys, "bench", str(model), *REMOTE, "--dtype", dtype, "-o", str(out)
+    )
     assert (code, stdout, err) == (2, "", f"error: {message}\n")
     assert not out.exists()
+    if board != "unreachable" and dtype == "fp16":  # the version check, before anything was copied
+        assert log.read_text().splitlines() == [version_check()]
+
+
+def test_the_version_checks_refusal_is_the_runners() -> None:
+    """A board without tensorrt reads the same whether the host's version check or the runner
+    found it: the host's line is the runner's import_trt line, word for word."""
+    from deployopt.backends.tensorrt_remote import TENSORRT_NOT_IMPORTABLE
+
+    assert f'raise RunnerError("{TENSORRT_NOT_IMPORTABLE}")' in RUNNER.read_text()
+
+
+def test_cli_trt11_fp16_is_typed_on_the_host_and_built_on_the_board(
+    model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A board on TensorRT 11 (strongly typed; the runner cannot retype a model): the version is
+    read first, the host types the fp32 model fp16 (deployopt.precision, as trtexec --remote does),
+    that model goes to the board and the runner builds it with no flag; the result says the host
+    typed it, the way trtexec's says it. The host's typed copy is gone when the session closes."""
+    from test_tensorrt_fake_api import engine_blob
+
+    from deployopt.precision import CONVERSION_RECIPE, is_low_precision
+
+    log, home = play_the_board(tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_BOARD_TRT", V11)
+    out = tmp_path / "result.json"
+    code, _, err = run_cli(
+        monkeypatch, capsys, "bench", str(model), *REMOTE,
+        "--dtype", "fp16", "--runs", "5", "--warmup", "1", "-o", str(out),
+    )  # fmt: skip
+    assert code == 0, err
+    lines = log.read_text().splitlines()
+    assert lines[:3] == [
+        version_check(),
+        f"ssh {OPTS} {HOST} mkdir -p deployopt-runner/net",
+        f"scp {OPTS} {RUNNER} {HOST}:deployopt-runner/runner.py",
+    ]
+    sent, dest = lines[3].removeprefix(f"scp {OPTS} ").split()
+    assert Path(sent).name == "net.fp16.onnx" and dest == f"{HOST}:deployopt-runner/net/net.fp16.onnx"
+    assert not Path(sent).exists()  # the session's temporary folder, removed at close
+    assert lines[4] == (
+        runner_argv("--dtype fp16 --runs 5 --warmup 1").replace("net/net.onnx", "net/net.fp16.onnx")
+        + " --out deployopt-runner/net/result.json"
+    )
+    import onnx
+
+    on_board = home / "deployopt-runner" / "net" / "net.fp16.onnx"
+    assert is_low_precision(onnx.load(str(on_board))) and not is_low_precision(onnx.load(str(model)))
+    doc = json.loads(out.read_text())
+    env = doc["environment"]
+    assert env["tensorrt"] == V11 and env["dtype"] == "fp16"
+    assert env["fp16_typed_by"] == f"deployopt.precision on the host (recipe {CONVERSION_RECIPE})"
+    blob = engine_blob(home / env["engine"])
+    assert blob["flags"] == [] and blob["typed_fp16"]
+    assert [t for _, _, t in blob["inputs"] + blob["outputs"]] == ["FLOAT", "FLOAT"]
+    assert doc["timed"].startswith(
+        "one forward pass (fp16: the model typed fp16 inside, fp32 I/O (TensorRT 11 strong typing)), "
+        "CUDA events"
+    )  # trtexec's and the local tensorrt backend's words for the same build
+    assert doc["model"]["sha256"] == hashlib.sha256(model.read_bytes()).hexdigest()  # what the user gave
+
+    # profile: the same model, the same record; the board reuses the engine it built
+    code, stdout, err = run_cli(
+        monkeypatch, capsys, "profile", str(model), *REMOTE, "--dtype", "fp16", "--runs", "3", "--json"
+    )
+    assert code == 0, err
+    prof = json.loads(stdout)
+    assert prof["environment"]["fp16_typed_by"] == env["fp16_typed_by"]
+    assert prof["environment"]["engine_built_now"] is False
+
+    # a Q/DQ model with --dtype int8 goes as it is (its Q/DQ nodes are its precision)
+    log.unlink()
+    qdq = tmp_path / "host" / "qdq.onnx"
+    qdq.write_bytes(QDQ_MODEL.read_bytes())
+    code, _, err = run_cli(
+        monkeypatch, capsys, "bench", str(qdq), *REMOTE, "--dtype", "int8", "--runs", "3", "--json"
+    )
+    assert code == 0, err
+    assert (home / "deployopt-runner" / "qdq" / "qdq.onnx").read_bytes() == qdq.read_bytes()
+    assert log.read_text().splitlines()[3] == f"scp {OPTS} {qdq} {HOST}:deployopt-runner/qdq/qdq.onnx"
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("qdq_fp16", "fp16 conversion: the model has Q/DQ nodes (explicitly quantized)"),
+        ("int8_no_qdq", f"--dtype int8: TensorRT {V11} builds INT8 only from Q/DQ nodes in the model"),
+        ("int8_table", "--dtype int8 with calibration "),
+    ],
+)
+def test_cli_trt11_refusals_are_on_the_host_before_any_copy(
+    case: str,
+    message: str,
+    model: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """On a TensorRT 11 board what it cannot build is refused here in one line, in the words the
+    trtexec backend uses for the same case, after the version check and before any mkdir or scp
+    (the runner would refuse it too, but only after the model was copied)."""
+    log, home = play_the_board(tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_BOARD_TRT", V11)
+    table = tmp_path / "host" / "net.calib"
+    table.write_bytes(b"TRT-8601-EntropyCalibration2\n")
+    args = {
+        "qdq_fp16": [str(QDQ_MODEL), "--dtype", "fp16"],
+        "int8_no_qdq": [str(model), "--dtype", "int8"],
+        "int8_table": [str(QDQ_MODEL), "--dtype", "int8", "--calibration-data", str(table)],
+    }[case]
+    out = tmp_path / "result.json"
+    code, stdout, err = run_cli(monkeypatch, capsys, "bench", *args, *REMOTE, "-o", str(out))
+    assert (code, stdout) == (2, "") and err.startswith(f"error: {message}"), err
+    assert err.count("\n") == 1 and not out.exists()
+    assert log.read_text().splitlines() == [version_check()]
+    assert list(home.iterdir()) == []
 
 
 def test_calibration_data_the_runner_cannot_read_is_refused_before_the_board(
@@ -261,7 +397,8 @@ def test_a_hung_runner_is_ended_on_the_board_at_timeout(
             os.kill(int(pidfile.read_text()), signal.SIGKILL)  # the stand-in board's own child
     assert (code, stdout, err) == (2, "", f"error: runner.py on {HOST} did not finish within 1 s\n")
     assert not out.exists()
-    assert log.read_text().splitlines()[3] == (
+    assert log.read_text().splitlines()[0] == version_check(timeout="1")
+    assert log.read_text().splitlines()[4] == (
         runner_argv("--dtype fp16 --runs 100 --warmup 20", timeout="1")
         + " --out deployopt-runner/net/result.json"
     )
@@ -275,3 +412,27 @@ def test_the_boards_timeout_reads_plain_seconds() -> None:
     assert [seconds_arg(s) for s in (600.0, 604800.0, 1e6, 2.5, 1e-9)] == [
         "600", "604800", "1000000", "2.5", "0.001",
     ]  # fmt: skip
+
+
+def test_one_version_check_per_session_and_the_typed_copies_go_at_close(
+    model: Path, zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two models in one session (as a library caller or optimize would time them): the board's
+    version is read once, before the first model goes there; each model is typed fp16 on the host
+    and the folder holding the typed copies is removed when the session closes."""
+    from deployopt.backends.base import MeasureOptions, get_backend
+
+    log, home = play_the_board(tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_BOARD_TRT", V11)
+    other = tmp_path / "host" / "se.onnx"
+    other.write_bytes(zoo_model_path("se_net").read_bytes())
+    options = MeasureOptions(dtype="fp16", runs=3, warmup=1, extra={"remote": HOST})
+    with get_backend("tensorrt").open(options) as session:
+        first, second = session.measure(model), session.measure(other)
+        typed = session._fp16_dir
+        assert typed is not None and Path(typed.name).is_dir()
+    assert not Path(typed.name).exists()
+    assert log.read_text().splitlines().count(version_check()) == 1
+    assert log.read_text().splitlines()[0] == version_check()
+    assert "fp16_typed_by" in first.environment and "fp16_typed_by" in second.environment
+    assert (home / "deployopt-runner" / "se" / "se.fp16.onnx").is_file()

@@ -9,6 +9,11 @@ the model (and an INT8 calibration table or .npy) go to a work folder on the boa
 JSON comes back and is read with load_runner_result. Engines stay cached in the board's work
 folder (the runner keys them on their inputs), so a rerun of the same model reuses its engine.
 
+TensorRT >= 11 (strongly typed) has no FP16 build flag and the runner cannot retype a model (no onnx
+on the board), so for fp16/int8 the session reads the board's TensorRT version once, before the
+first model goes there, and on 11.x types the model fp16 here (deployopt.precision, as trtexec
+--remote does) or refuses in one line what 11.x cannot build, before anything is copied.
+
 NEVER RUN AGAINST A REAL JETSON: tested with stand-in ssh/scp that play the board on this machine,
 running the real runner against the fake TensorRT of tests/test_tensorrt_fake_api.py.
 """
@@ -46,6 +51,12 @@ ENV_RUNNER = "DEPLOYOPT_RUNNER"
 DEFAULT_REMOTE_WORKDIR = "deployopt-runner"
 #: The shell's status for a command it cannot find (POSIX): here python3 missing on the board.
 NOT_FOUND = 127
+#: jetson/runner.py's import_trt refusal, word for word (a test keeps the two equal): a board whose
+#: tensorrt does not import reads the same whether the version check or the runner found it.
+TENSORRT_NOT_IMPORTABLE = "tensorrt is not importable (it comes with JetPack: python3-libnvinfer)"
+#: What the runner's `timed` says for a model typed fp16 (its precision_phrase); replaced by
+#: trtexec's phrase when this host typed the model, as that is then what was built.
+RUNNER_TYPED_FP16 = "fp16 as typed in the model (TensorRT 11 strong typing)"
 
 
 #: Where an installed deployopt keeps jetson/runner.py: pyproject.toml maps the private subpackage
@@ -148,6 +159,8 @@ class RemoteRunnerSession(Session):
         if self.run_dir is not None:
             self.workdir = self.run_dir
         self._runner_sent = False
+        self.trt_version: str | None = None  # the board's, read once (fp16/int8 only): _for_board
+        self._fp16_dir: tempfile.TemporaryDirectory[str] | None = None  # models typed fp16 here
 
     def _run(self, model_path: Path, per_layer: bool) -> dict[str, Any]:
         """Copy, run, copy back: the runner's result document (read back as load_runner_result reads it)."""
@@ -157,8 +170,9 @@ class RemoteRunnerSession(Session):
         if not model_path.is_file():
             raise no_such_file(model_path, ModelError)
         shapes = input_shapes(model_path, self.options)
+        send = self._for_board(model_path)  # typed fp16 here on TensorRT >= 11; refusals before any copy
         rdir = self.workdir / board_name(model_path.stem)
-        board_model = rdir / board_name(model_path.name)
+        board_model = rdir / board_name(send.name)
         board_runner = self.workdir / "runner.py"
         short = min(120.0, self.options.timeout_s)
         long = self.options.timeout_s
@@ -166,7 +180,7 @@ class RemoteRunnerSession(Session):
         if not self._runner_sent:  # once a session, and always this host's version
             self.board.put(self.runner, board_runner, "scp of runner.py", short)
             self._runner_sent = True
-        self.board.put(model_path, board_model, "scp of the model", long)
+        self.board.put(send, board_model, "scp of the model", long)
         calib = None
         if self.calib is not None:
             flag, local = self.calib
@@ -186,7 +200,66 @@ class RemoteRunnerSession(Session):
             timing = load_runner_result(local)  # one-line DataError for a result it cannot read
             doc = json.loads(local.read_text())
         timing.environment["remote"] = self.host  # "runner" already names the runner's version
+        if send != model_path:
+            self._typed_here(timing)
         return {"timing": timing, "layers": doc.get("layers")}
+
+    def _for_board(self, model_path: Path) -> Path:
+        """The model file to copy. On TensorRT >= 11 (the board's version, read on the first call)
+        with --dtype fp16: the model typed fp16 here by deployopt.precision (one ModelError line for
+        a Q/DQ model), as trtexec --remote does; with int8, calibration or a model without Q/DQ
+        nodes is refused in trtexec's words. Up to 10.x, and for fp32, the model given."""
+        if self.options.dtype not in ("fp16", "int8"):
+            return model_path  # nothing to decide: no version check, no extra ssh
+        if self.trt_version is None:
+            self.trt_version = self._board_version()
+        from deployopt.backends.trtexec import refuse_implicit_int8, refuse_int8_calibration, strongly_typed
+
+        if not strongly_typed(self.trt_version):
+            return model_path
+        if self.options.dtype == "int8":
+            from deployopt.model import file_has_qdq
+
+            refuse_int8_calibration(self.trt_version, self.calib[1] if self.calib else None)
+            refuse_implicit_int8(self.trt_version, model_path.name, file_has_qdq(model_path))
+            return model_path
+        from deployopt.precision import write_fp16
+
+        if self._fp16_dir is None:
+            self._fp16_dir = tempfile.TemporaryDirectory(prefix="deployopt-runner-fp16-")
+        return write_fp16(model_path, Path(self._fp16_dir.name) / f"{model_path.stem}.fp16.onnx")
+
+    def _board_version(self) -> str:
+        """The board's TensorRT version (`python3 -c`, one ssh, under the board's own `timeout`).
+        tensorrt not importable or python3 missing: the runner's own one-line errors."""
+        cmd = ["python3", "-c", "import tensorrt; print(tensorrt.__version__)"]
+        try:
+            out = self.board.run_limited(
+                cmd, "the TensorRT version check", min(120.0, self.options.timeout_s)
+            )
+        except RemoteFailed as exc:
+            last = [ln.strip() for ln in exc.err.splitlines() if ln.strip()][-1:]
+            if exc.returncode == 1 and last and last[0].startswith(("ImportError", "ModuleNotFoundError")):
+                raise BackendFailed(f"runner.py on {self.host}: {TENSORRT_NOT_IMPORTABLE}") from None
+            raise BackendFailed(self._runner_error(exc)) from None
+        return (out.strip().splitlines() or [""])[-1].strip()
+
+    def _typed_here(self, timing: Timing) -> None:
+        """Say that this host typed the model fp16, in `timed` as trtexec says it (the runner only
+        saw a model already typed fp16) and in the environment (profile keeps that too)."""
+        from deployopt.backends.trtexec import precision_phrase
+        from deployopt.precision import CONVERSION_RECIPE
+
+        timing.timed = timing.timed.replace(RUNNER_TYPED_FP16, precision_phrase("fp16", self.trt_version), 1)
+        timing.environment["fp16_typed_by"] = f"deployopt.precision on the host (recipe {CONVERSION_RECIPE})"
+
+    def close(self) -> None:
+        """The models typed fp16 here, and optimize's folder on the board (best effort)."""
+        if self._fp16_dir is not None:
+            self._fp16_dir.cleanup()
+            self._fp16_dir = None
+        remove_run_dir(self.board, self.run_dir)
+        self.run_dir = None
 
     def _runner_error(self, exc: RemoteFailed) -> str:
         """The board's failure in its own words, one line: the runner's `error: ...` (status 2, its
@@ -214,9 +287,6 @@ class RemoteRunnerSession(Session):
     def keep_engine(self, timing: Timing, dest: Path) -> bool:
         """The engine the runner built on the board (its path there is in the result), copied back."""
         return fetch_engine(self.board, timing, dest, self.options.timeout_s)
-
-    def close(self) -> None:
-        remove_run_dir(self.board, self.run_dir)
 
     def profile(self, model_path: Path, kernels: bool = False) -> Profile:
         """The runner's --per-layer table (IProfiler medians), as the local tensorrt backend's profile."""
