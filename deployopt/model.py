@@ -112,6 +112,25 @@ def _external_locations(model: onnx.ModelProto) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+def external_data_files(model_path: str | os.PathLike[str]) -> list[tuple[Path, str]]:
+    """(file here, name beside the model) for each external-data file the model reads: what must go
+    along when the model is copied elsewhere (a board over scp), where TensorRT's parser looks for
+    them beside the model. A location that is not a plain file name beside the model (a subfolder,
+    `..`) or a file that is missing is a one-line ModelError: copied as is it could not be found."""
+    model = Path(model_path)
+    out = []
+    for loc in _external_locations(_parse(model)):
+        if Path(loc).name != loc or loc in (".", ".."):
+            raise ModelError(
+                f"{model.name} keeps weights in {loc!r}, not a file beside it: save the model with its "
+                "external data in one file next to it (onnx.save(..., location='NAME.data'))"
+            )
+        if not (model.parent / loc).is_file():
+            raise ModelError(f"{model.name} keeps weights in {loc}, which is not beside it ({model.parent})")
+        out.append((model.parent / loc, loc))
+    return out
+
+
 def refuse_replacing_weights(model_path: str | os.PathLike[str], outputs: Sequence[Path], hint: str) -> None:
     """An OutputError when one of `outputs` is a weights file the model reads (external data): the
     output is renamed over it, and the input model then reads the edited model's weights at its

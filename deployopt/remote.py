@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from deployopt.errors import BackendFailed, BackendUnavailable, DeployoptError
+from deployopt.errors import BackendFailed, BackendUnavailable, DeployoptError, ModelError
 
 if TYPE_CHECKING:
     from deployopt.timing import Timing
@@ -78,6 +78,10 @@ class RemoteFailed(BackendFailed):
         self.returncode, self.out, self.err = returncode, out, err
 
 
+#: An external-data file a model reads: (the file here, its name beside the model).
+Weights = tuple[Path, str]
+
+
 class Board:
     """One board reached as `host` (USER@HOST) with ssh and scp."""
 
@@ -138,6 +142,16 @@ class Board:
         """Copy a file here to `remote` on the board."""
         self.call(["scp", *self.ssh_opts(), str(local), f"{self.host}:{remote}"], what, timeout_s)
 
+    def put_model(
+        self, model: str | Path, remote: str | PurePosixPath, timeout_s: float, weights: list[Weights]
+    ) -> None:
+        """Copy an ONNX model to `remote` on the board with the external-data files it reads
+        (`model_weights`, checked before anything went to the board), same names, beside it: where
+        TensorRT's parser looks for them."""
+        self.put(model, remote, "scp of the model", timeout_s)
+        for local, name in weights:
+            self.put(local, PurePosixPath(remote).parent / name, "scp of the model's weights", timeout_s)
+
     def get(self, remote: str | Path, local: str | Path, what: str, timeout_s: float) -> None:
         """Copy `remote` on the board to a file here."""
         self.call(["scp", *self.ssh_opts(), f"{self.host}:{remote}", str(local)], what, timeout_s)
@@ -179,3 +193,19 @@ def fetch_engine(board: Board, timing: Timing, dest: str | Path, timeout_s: floa
         return False
     board.get(str(engine), dest, "scp of the engine", timeout_s)
     return True
+
+
+def model_weights(model: str | Path) -> list[Weights]:
+    """The external-data files `model` reads, as (file here, name beside it) for Board.put_model:
+    one-line ModelError, before anything is copied, when one is missing, kept in a subfolder, or
+    named so that older scp would split it in the board's shell."""
+    from deployopt.model import external_data_files
+
+    weights = external_data_files(model)
+    for _, name in weights:
+        if board_name(name) != name:
+            raise ModelError(
+                f"{Path(model).name} keeps weights in {name!r}: rename it to letters, digits, '.', '_' "
+                "and '-' (re-save the model) to copy it to a board"
+            )
+    return weights

@@ -174,6 +174,47 @@ def test_cli_int8_sends_the_calibration_table_and_shapes(
     )
 
 
+def test_cli_sends_the_external_data_a_model_reads(
+    model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A model that keeps its weights in a file beside it (torch.onnx.export of a large model, or
+    onnx.save(save_as_external_data=True)) is copied with that file, under its name, beside the
+    board's copy, where TensorRT's parser (parse(data, path)) looks; weights that are missing, or
+    kept in a subfolder, are one line before anything is copied."""
+    import onnx
+
+    log, home = play_the_board(tmp_path, monkeypatch)
+    big = tmp_path / "host" / "big.onnx"
+    proto = onnx.load(str(model))
+    onnx.save(proto, str(big), save_as_external_data=True, location="big.weights", size_threshold=0)
+    code, _, err = run_cli(monkeypatch, capsys, "bench", str(big), *REMOTE, "--dtype", "fp32", "--runs", "5")
+    assert code == 0, err
+    lines = log.read_text().splitlines()
+    assert lines[2:4] == [
+        f"scp {OPTS} {big} {HOST}:deployopt-runner/big/big.onnx",
+        f"scp {OPTS} {tmp_path / 'host' / 'big.weights'} {HOST}:deployopt-runner/big/big.weights",
+    ]
+    board = home / "deployopt-runner" / "big"
+    assert (board / "big.weights").read_bytes() == (tmp_path / "host" / "big.weights").read_bytes()
+
+    log.unlink()
+    (tmp_path / "host" / "big.weights").unlink()
+    code, _, err = run_cli(monkeypatch, capsys, "bench", str(big), *REMOTE, "--dtype", "fp32", "--runs", "5")
+    assert code == 2 and err.strip() == (
+        f"error: big.onnx keeps weights in big.weights, which is not beside it ({tmp_path / 'host'})"
+    )
+    assert not log.exists()  # nothing reached the board
+    nested = tmp_path / "nested" / "m.onnx"
+    (nested.parent / "w").mkdir(parents=True)
+    onnx.save(
+        onnx.load(str(model)), str(nested), save_as_external_data=True, location="w/m.data", size_threshold=0
+    )
+    code, _, err = run_cli(
+        monkeypatch, capsys, "bench", str(nested), *REMOTE, "--dtype", "fp32", "--runs", "5"
+    )
+    assert code == 2 and "m.onnx keeps weights in 'w/m.data', not a file beside it" in err
+
+
 def test_cli_profile_reads_the_runners_per_layer_table(
     model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -40,6 +40,7 @@ from deployopt.remote import (
     RemoteFailed,
     board_name,
     fetch_engine,
+    model_weights,
     remote_run_dir,
     remove_run_dir,
 )
@@ -171,6 +172,7 @@ class RemoteRunnerSession(Session):
             raise no_such_file(model_path, ModelError)
         shapes = input_shapes(model_path, self.options)
         send = self._for_board(model_path)  # typed fp16 here on TensorRT >= 11; refusals before any copy
+        weights = model_weights(send)  # its external data goes along: checked before any copy
         rdir = self.workdir / board_name(model_path.stem)
         board_model = rdir / board_name(send.name)
         board_runner = self.workdir / "runner.py"
@@ -180,7 +182,7 @@ class RemoteRunnerSession(Session):
         if not self._runner_sent:  # once a session, and always this host's version
             self.board.put(self.runner, board_runner, "scp of runner.py", short)
             self._runner_sent = True
-        self.board.put(send, board_model, "scp of the model", long)
+        self.board.put_model(send, board_model, long, weights)
         calib = None
         if self.calib is not None:
             flag, local = self.calib

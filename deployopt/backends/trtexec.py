@@ -36,7 +36,15 @@ from deployopt.errors import (
     no_such_file,
 )
 from deployopt.fileio import write_text
-from deployopt.remote import Board, board_name, fetch_engine, remote_run_dir, remove_run_dir, tail
+from deployopt.remote import (
+    Board,
+    board_name,
+    fetch_engine,
+    model_weights,
+    remote_run_dir,
+    remove_run_dir,
+    tail,
+)
 from deployopt.timing import Timing
 
 JETSON_TRTEXEC = "/usr/src/tensorrt/bin/trtexec"
@@ -445,9 +453,10 @@ class TrtexecSession(Session):
         if self.version is None:  # first: the board's TensorRT decides what model goes there
             self.version = detect_version(self.trtexec, timeout_s=short, prefix=board.ssh_prefix())
         model_path = self.build_model(model_path, outdir, self.version)  # converted here, on the host
+        weights = model_weights(model_path)  # its external data goes along: checked before any copy
         board_model = rdir / board_name(model_path.name)
         board.mkdir(rdir, short)
-        board.put(model_path, board_model, "scp of the model", self.options.timeout_s)
+        board.put_model(model_path, board_model, self.options.timeout_s, weights)
         options = self.options
         if table is not None:
             # trtexec on the board reads --calib from the board's disk: the table goes beside the
