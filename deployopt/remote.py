@@ -176,13 +176,31 @@ def remote_run_dir(workdir: str | PurePosixPath, options: Any) -> PurePosixPath 
     return PurePosixPath(workdir) / name
 
 
+#: What POSIX extended regular expressions (pkill -f) treat as special.
+ERE_SPECIAL = re.compile(r"([.^$*+?()|{}\[\]\\])")
+
+
+def own_path_pattern(folder: str) -> str:
+    """An ERE for pkill -f that matches a command line naming a file in `folder`, but not the
+    command line of pkill (or of the shell running it) that carries the pattern: the first character
+    goes in brackets, "[d]eployopt-runner/...", which that text itself does not match."""
+    return f"[{folder[0]}]" + ERE_SPECIAL.sub(r"\\\1", folder[1:]) + "/"
+
+
 def remove_run_dir(board: Board, run_dir: str | PurePosixPath | None) -> None:
-    """Best effort: an unreachable board at the end leaves the folder (named in the docs), never an
+    """End what still runs from the run's folder (a build left by Ctrl-C: ssh without a tty sends
+    the board no hangup, so it would hold the GPU until its `timeout`), then remove the folder.
+    Best effort: an unreachable board at the end leaves the folder (named in the docs), never an
     error over a finished result."""
     if run_dir is None or not PurePosixPath(run_dir).name.startswith(RUN_DIR_PREFIX):
         return
+    folder = str(run_dir)
+    # "[d]eployopt-..." matches the folder's path in a command line, not pkill's own (or its shell's)
+    pattern = own_path_pattern(folder)
+    with contextlib.suppress(BackendFailed, BackendUnavailable):  # pkill exits 1 when nothing matched
+        board.run(["pkill", "-f", "--", pattern], "ending what runs in the run's folder", CLEANUP_TIMEOUT_S)
     with contextlib.suppress(BackendFailed, BackendUnavailable):
-        board.run(["rm", "-rf", str(run_dir)], "removing the run's folder", CLEANUP_TIMEOUT_S)
+        board.run(["rm", "-rf", folder], "removing the run's folder", CLEANUP_TIMEOUT_S)
 
 
 def fetch_engine(board: Board, timing: Timing, dest: str | Path, timeout_s: float) -> bool:

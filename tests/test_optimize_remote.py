@@ -183,3 +183,38 @@ def test_measured_elsewhere_compares_sms_and_compute_capability() -> None:
     )
     # --sms limits the wave model, not the GPU TensorRT reports: the full count is what it is compared to
     assert measured_elsewhere(get_target("agx-orin-64gb", sms=8), {"sms": 16}) is None
+
+
+def test_closing_ends_what_still_runs_in_the_run_folder_then_removes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C mid-build kills the local ssh only (no tty: the board gets no hangup), so the runner
+    would hold the board's GPU until its `timeout`: closing the session ends every process whose
+    command line names a file in the run's folder, then removes the folder. A process of another
+    folder, and the pkill's own shell, are left alone."""
+    import subprocess
+    import sys
+    import time
+
+    from deployopt.remote import Board, remove_run_dir
+
+    log, home = play_the_board(tmp_path, monkeypatch)
+    run_dir = f"deployopt-runner/optimize-net-{os.getpid()}"
+    (home / run_dir).mkdir(parents=True)
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    mine = subprocess.Popen([*sleeper, f"{run_dir}/runner.py"], cwd=home)
+    other = subprocess.Popen([*sleeper, f"{run_dir}-other/runner.py"], cwd=home)
+    try:
+        remove_run_dir(Board(HOST), run_dir)
+        assert mine.wait(timeout=10) != 0  # ended by pkill
+        time.sleep(0.2)
+        assert other.poll() is None  # another run's folder: untouched
+        assert not (home / run_dir).exists()
+        assert log.read_text().splitlines() == [
+            f"ssh {OPTS} {HOST} pkill -f -- '[d]eployopt-runner/optimize-net-{os.getpid()}/'",
+            f"ssh {OPTS} {HOST} rm -rf {run_dir}",
+        ]
+    finally:
+        for proc in (mine, other):
+            proc.kill()
+            proc.wait()
