@@ -220,6 +220,26 @@ def clocks_locked(env: dict[str, object]) -> bool | None:
     return None
 
 
+def unlocked_phrase(env: dict[str, object]) -> str | None:
+    """What to say of a Jetson measurement taken with the GPU clock free to follow DVFS (devfreq
+    minimum below its maximum, `clocks_locked` false), or None (locked, or not a board's record).
+    The governor ramps the clock with load, so such a latency depends on what ran before it; NVIDIA's
+    benchmarking guides lock it with jetson_clocks first."""
+    if clocks_locked(env) is not False:
+        return None
+    lo, hi = env.get("gpu_min_freq_mhz"), env.get("gpu_max_freq_mhz")
+    span = (
+        f" (devfreq {lo:g}–{hi:g} MHz)"
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (lo, hi))
+        else ""
+    )
+    return (
+        f"the board's GPU clock was not locked{span}: the latency follows the DVFS governor, which "
+        "ramps the clock with load; run `sudo jetson_clocks` on the board (in a fixed nvpmodel mode) "
+        "before timing"
+    )
+
+
 def _count(value: object) -> int | None:
     """A JSON number that is a count (bool and negatives are not)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:

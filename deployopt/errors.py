@@ -57,6 +57,10 @@ class TargetMismatchWarning(DeployoptWarning):
     """A GPU target measured on another GPU (SM count or compute capability differ)."""
 
 
+class UnlockedClockWarning(DeployoptWarning):
+    """A Jetson measured with its GPU clock free to follow DVFS (not locked by jetson_clocks)."""
+
+
 class CacheWarning(DeployoptWarning):
     """A cache entry could not be written or read: the run goes on without it (one `warning:` line)."""
 

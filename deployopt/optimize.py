@@ -1278,18 +1278,23 @@ class Optimizer:
 
     def _warn_if_elsewhere(self, timing: Timing) -> None:
         """Once, at the first measurement: the GPU that timed it is not the target's
-        (TargetMismatchWarning; the report says it too, `measured_elsewhere`)."""
+        (TargetMismatchWarning; the report says it too, `measured_elsewhere`), or is a board whose
+        clock was not locked (UnlockedClockWarning; the report's `clock_unlocked`)."""
         if getattr(self, "_elsewhere_checked", False):
             return
         self._elsewhere_checked = True
         import warnings
 
-        from deployopt.errors import TargetMismatchWarning
+        from deployopt.clocks import unlocked_phrase
+        from deployopt.errors import TargetMismatchWarning, UnlockedClockWarning
         from deployopt.targets import measured_elsewhere
 
         why = measured_elsewhere(self.target, timing.environment)
         if why:
             warnings.warn(why, TargetMismatchWarning, stacklevel=2)
+        unlocked = unlocked_phrase(timing.environment)
+        if unlocked:
+            warnings.warn(unlocked, UnlockedClockWarning, stacklevel=2)
 
     def _check_runs(self) -> None:
         """A measured candidate is kept only when the Mann-Whitney U test says p < alpha; with fewer

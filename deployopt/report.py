@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from deployopt.clocks import unlocked_phrase
 from deployopt.fileio import write_json, write_text
 from deployopt.targets import measured_elsewhere, sm_count
 from deployopt.timing import Timing, compare, counted
@@ -190,6 +191,8 @@ def build_report(
         "clock_slowdowns": clock_slowdowns(opt, timings),
         # the GPU that measured is not the target (another SM count or compute capability)
         "measured_elsewhere": measured_elsewhere(opt.target, best.timing.environment) if measured else None,
+        # a board timed with its GPU clock following DVFS (jetson_clocks not run)
+        "clock_unlocked": unlocked_phrase(best.timing.environment) if measured else None,
         "fidelity": fidelity,
         "trim_gate": cfg.trim_gate() if cfg.mode == "trim" and cfg.fidelity else None,
         "refused": list(opt._refused.values()),
@@ -377,8 +380,9 @@ def render_markdown(report: dict[str, Any]) -> str:
     slow_note = clock_slowdown_note(report.get("clock_slowdowns") or [])
     if slow_note:
         lines += [f"**Warning: {slow_note}.**", ""]
-    if report.get("measured_elsewhere"):
-        lines += [f"**Warning: {report['measured_elsewhere']}.**", ""]
+    for key in ("measured_elsewhere", "clock_unlocked"):
+        if report.get(key):
+            lines += [f"**Warning: {report[key]}.**", ""]
     lines += [
         f"- target: {tgt['name']} ({sm_count(tgt['sms'])}); backend: {report['backend']}; "
         f"dtype: {report['dtype']}; batch: {report['batch']}",

@@ -240,3 +240,19 @@ def test_the_h200_log_docs_backends_md_quotes() -> None:
     assert {r[1] for r in idle} == {"345 MHz", "780 MHz"}
     assert max(int(r[6]) for r in rows) == 46
     assert max(float(r[7].split()[0]) for r in rows) == 253.95 and {r[8] for r in rows} == {"700.00 W"}
+
+
+def test_unlocked_phrase_names_a_board_left_to_dvfs_only() -> None:
+    """A Jetson record whose devfreq minimum is below its maximum was timed under the governor: say
+    so, with the range and what to run; a locked board, and a desktop GPU's record, say nothing."""
+    from deployopt.clocks import unlocked_phrase
+
+    dvfs = {"board": "NVIDIA Jetson Orin Nano", "gpu_min_freq_mhz": 306.0, "gpu_max_freq_mhz": 624.75}
+    said = unlocked_phrase(dvfs)
+    assert said is not None and said.startswith(
+        "the board's GPU clock was not locked (devfreq 306–624.75 MHz)"
+    )
+    assert "sudo jetson_clocks" in said
+    assert unlocked_phrase({**dvfs, "gpu_min_freq_mhz": 624.75}) is None
+    assert unlocked_phrase({"clocks_locked": False}) is not None  # the runner's own verdict, no range
+    assert unlocked_phrase({"gpu": "NVIDIA H200", "clock_slowdown_us": {}}) is None

@@ -11,6 +11,7 @@ import json
 import os
 from pathlib import Path
 
+import jetson_sysfs_fake as sysfs_fake
 import numpy as np
 import onnx
 import pytest
@@ -110,16 +111,21 @@ def test_optimize_remote_says_when_the_board_is_not_the_target(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """--target orin-nano-8gb (8 SMs) measured on a board whose GPU has 16: the candidate widths come
-    from one GPU and the latencies from another, so a warning says so at once and report.md again."""
+    from one GPU and the latencies from another, so a warning says so at once and report.md again;
+    the same for a board whose clock follows DVFS (jetson_clocks not run)."""
     play_the_board(tmp_path, monkeypatch)
+    low = 612_000_000  # the board left to DVFS (no jetson_clocks): devfreq 612 MHz – max
+    monkeypatch.setenv("FAKE_BOARD_ROOT", str(sysfs_fake.orin(tmp_path / "dvfs", min_hz=low, cur_hz=low)))
     model = two_convs(tmp_path / "host" / "net.onnx")
     out = tmp_path / "out"
     code, _, err = optimize_remote(monkeypatch, capsys, model, out, "--target", "orin-nano-8gb")
     assert code == 0, err
     said = f"Orin (fake) at {HOST} is not orin-nano-8gb (16 SMs, the target 8)"
-    assert err.count(said) == 1
-    assert said in (out / "report.md").read_text()
-    assert said in json.loads((out / "report.json").read_text())["measured_elsewhere"]
+    unlocked = "the board's GPU clock was not locked (devfreq 612–1300.5 MHz)"
+    assert err.count(said) == 1 and err.count(unlocked) == 1
+    assert said in (out / "report.md").read_text() and unlocked in (out / "report.md").read_text()
+    report = json.loads((out / "report.json").read_text())
+    assert said in report["measured_elsewhere"] and unlocked in report["clock_unlocked"]
 
 
 @pytest.mark.parametrize("backend", ["torch", "ort", "model"])

@@ -174,6 +174,21 @@ def test_cli_int8_sends_the_calibration_table_and_shapes(
     )
 
 
+def test_cli_bench_notes_a_board_left_to_dvfs(
+    model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """jetson_clocks not run: the devfreq minimum is below the maximum, so the latency followed the
+    governor; bench says so on stderr (the JSON on stdout stays clean) and what to run."""
+    play_the_board(tmp_path, monkeypatch)
+    low = 306_000_000
+    monkeypatch.setenv("FAKE_BOARD_ROOT", str(sysfs_fake.orin(tmp_path / "dvfs", min_hz=low, cur_hz=low)))
+    code, stdout, err = run_cli(monkeypatch, capsys, "bench", str(model), *REMOTE, "--runs", "5", "--json")
+    assert code == 0, err
+    assert json.loads(stdout)["environment"]["clocks_locked"] is False
+    assert "note: the board's GPU clock was not locked (devfreq 306–1300.5 MHz)" in err
+    assert "sudo jetson_clocks" in err
+
+
 def test_cli_sends_the_external_data_a_model_reads(
     model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -319,8 +319,9 @@ def note_too_few_to_compare(runs: int) -> None:
 
 def warn_clock_slowdown(env: dict[str, Any]) -> None:
     """One stderr line when power or heat held the GPU's clock down during the timed run
-    (deployopt.clocks): the latency is then slower than this GPU's, and nothing else would say so."""
-    from deployopt.clocks import held_down_phrase
+    (deployopt.clocks): the latency is then slower than this GPU's, and nothing else would say so;
+    and a note when a board's clock was not locked (it then follows DVFS)."""
+    from deployopt.clocks import held_down_phrase, unlocked_phrase
 
     held = held_down_phrase(env)
     if held:
@@ -332,6 +333,9 @@ def warn_clock_slowdown(env: dict[str, Any]) -> None:
             highlight=False,
             soft_wrap=True,
         )
+    unlocked = unlocked_phrase(env)
+    if unlocked:
+        err_console.print(f"note: {unlocked}", style="yellow", markup=False, highlight=False, soft_wrap=True)
 
 
 def _model_identity(model: Path) -> dict[str, str]:
