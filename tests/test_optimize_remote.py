@@ -189,6 +189,9 @@ def test_measured_elsewhere_compares_sms_and_compute_capability() -> None:
     )
     # --sms limits the wave model, not the GPU TensorRT reports: the full count is what it is compared to
     assert measured_elsewhere(get_target("agx-orin-64gb", sms=8), {"sms": 16}) is None
+    # torch in a green context of --sms N reports N: what was asked for, not another GPU
+    assert measured_elsewhere(get_target("h200", sms=8), {"sms": 8, "compute_capability": "9.0"}) is None
+    assert "(8 SMs, the target 132)" in str(measured_elsewhere(get_target("h200"), {"sms": 8}))
 
 
 def test_closing_ends_what_still_runs_in_the_run_folder_then_removes_it(

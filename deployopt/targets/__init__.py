@@ -153,7 +153,7 @@ def measured_elsewhere(target: Target, env: dict[str, Any]) -> str | None:
     sms, cc = env.get("sms"), env.get("compute_capability")
     full = target.full_sms or target.sms
     differs = []
-    if isinstance(sms, int) and sms != full:
+    if isinstance(sms, int) and sms not in (full, target.sms):  # --sms: a green context of that many
         differs.append(f"{sms} SMs, the target {full}")
     if isinstance(cc, str) and cc != target.cc:
         differs.append(f"compute capability {cc}, the target {target.cc}")
