@@ -156,6 +156,29 @@ class Board:
         """Copy `remote` on the board to a file here."""
         self.call(["scp", *self.ssh_opts(), f"{self.host}:{remote}", str(local)], what, timeout_s)
 
+    def fresh_dir(self, path: str | PurePosixPath, timeout_s: float) -> None:
+        """`path` on the board made anew and empty (whatever it held removed), in one round trip."""
+        quoted = shlex.quote(str(path))
+        self.call([*self.ssh_prefix(), f"rm -rf {quoted} && mkdir -p {quoted}"], "mkdir", timeout_s)
+
+    def put_many(
+        self, local: list[Path], remote_dir: str | PurePosixPath, what: str, timeout_s: float
+    ) -> None:
+        """Copy files here into the folder `remote_dir` on the board, in one scp (old scp and the
+        SFTP one both send every source over one connection)."""
+        self.call(["scp", *self.ssh_opts(), *map(str, local), f"{self.host}:{remote_dir}"], what, timeout_s)
+
+    def get_matching(
+        self, remote_dir: str | PurePosixPath, pattern: str, local_dir: Path, what: str, timeout_s: float
+    ) -> None:
+        """Copy every `remote_dir`/`pattern` on the board into the folder `local_dir` here, in one scp
+        and one connection (several remote sources would cost old scp an ssh each). Both expand the
+        wildcard on the board: old scp through the board's shell, SFTP scp itself (OpenSSH's
+        sink_sftp globs remote paths because "SFTP can not depend on remote shell expansions"), so
+        `remote_dir` must be a plain name (board_name) and `pattern` a plain `*.ext`."""
+        remote = f"{self.host}:{PurePosixPath(remote_dir) / pattern}"
+        self.call(["scp", *self.ssh_opts(), remote, str(local_dir)], what, timeout_s)
+
 
 #: What a session's run folder must look like before close() removes it on the board: a name
 #: optimize made (`remote_run`), never a path a user could have given.

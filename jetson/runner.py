@@ -1057,15 +1057,19 @@ def refused_shape(name, dims):
                        % (name, "x".join(str(d) for d in dims)))
 
 
-def run(args):
+def run(args, trt=None, cuda=None):
+    """Build (or load) args.model, time it: the result document. `trt` and `cuda` (the tensorrt
+    module and a CUDA binding) are given by --batch-dir, which sets them up once for every model."""
     import numpy as np
 
-    trt = import_trt()
+    if trt is None:
+        trt = import_trt()
     version = trt.__version__
     api = api_for_version(version)
     if not is_serialized_engine(args.model):
         refuse_calibration(version, args)  # before anything is hashed or built
-    cuda = cuda_api(args.cuda)
+    if cuda is None:
+        cuda = cuda_api(args.cuda)
     shapes = parse_shapes(args.shapes)
     key = None
     built = None
@@ -1234,25 +1238,129 @@ def build_parser():
     p.add_argument("--cuda", choices=("cuda-python", "pycuda"), default=None, help="CUDA binding to prefer")
     p.add_argument("--out", default=None, help="write the JSON here as well as to stdout")
     p.add_argument("--env-only", action="store_true", help="print the board environment only (no TensorRT)")
+    p.add_argument("--batch-dir", default=None, metavar="DIR",
+                   help="instead of one model: build and time every DIR/*.onnx (sorted) in this one process with "
+                   "the same flags, each result written as DIR/<stem>.json; stops at the first model that fails")
     return p
+
+
+def check_counts(args):
+    """--runs, --warmup and --workspace-mib within the host's bounds (deployopt.timing.MAX_RUNS): a
+    typo would otherwise run until Ctrl-C."""
+    if not 1 <= args.runs <= MAX_RUNS:
+        raise RunnerError("--runs {}: must be between 1 and {:,}".format(args.runs, MAX_RUNS))
+    if not 0 <= args.warmup <= MAX_RUNS:
+        raise RunnerError("--warmup {}: must be between 0 and {:,}".format(args.warmup, MAX_RUNS))
+    if not 1 <= args.workspace_mib <= MAX_WORKSPACE_MIB:
+        raise RunnerError("--workspace-mib {}: must be between 1 and {:,}".format(
+            args.workspace_mib, MAX_WORKSPACE_MIB))
+
+
+def io_error_text(exc):
+    """An OSError (a read-only --engine-dir, a full card) as the one line printed after `error: `."""
+    where = " " + str(exc.filename) if getattr(exc, "filename", None) else ""
+    return "cannot read or write%s: %s" % (where, exc.strerror or exc)
+
+
+def note_few_runs(args):
+    """On the board, not when compare refuses the copy: too few runs to compare."""
+    if args.runs < COMPARE_MIN_RUNS:
+        sys.stderr.write("note: %d run%s: `deployopt compare` needs at least %d per side (at its default "
+                         "--alpha 0.01) to judge a difference; use --runs %d or more to compare this\n"
+                         % (args.runs, "" if args.runs == 1 else "s", COMPARE_MIN_RUNS, COMPARE_MIN_RUNS))
+
+
+# ----------------------------------------------------------------------------------------------
+# --batch-dir: many models, one process
+#
+# deployopt's per-layer sweep on a board (`optimize --remote`) times about a hundred one-conv
+# models. A runner process per model pays python3's start, `import tensorrt` and the CUDA context
+# each time (seconds on a Nano), plus an ssh and two scp round trips; a batch pays them once.
+
+#: What --batch-dir cannot go with: a file of one model's (the model itself, --out, --save-engine),
+#: calibration files (one model's input), --env-only, and --per-layer (the sweep needs none).
+BATCH_REFUSED = (
+    ("model", "a model argument"),
+    ("out", "--out"),
+    ("save_engine", "--save-engine"),
+    ("per_layer", "--per-layer"),
+    ("env_only", "--env-only"),
+    ("calib_npy", "--calib-npy"),
+    ("calib_cache", "--calib-cache"),
+)
+
+
+def batch_result_path(model):
+    """DIR/<stem>.json for DIR/<stem>.onnx."""
+    return os.path.splitext(model)[0] + ".json"
+
+
+def run_batch(args):
+    """Every DIR/*.onnx, sorted by name, built and timed as the single-model mode would with the
+    same flags, TensorRT imported and the CUDA binding set up once; each result document written
+    atomically as DIR/<stem>.json, and its path printed on stdout as it is written. The first model
+    that fails stops the batch with a RunnerError naming it; the results written before it stay.
+    Results an earlier batch left for these models are removed first, so every DIR/<stem>.json
+    there afterwards is this run's."""
+    for dest, flag in BATCH_REFUSED:
+        if getattr(args, dest):
+            raise RunnerError("--batch-dir times every model in its folder, each with its own result: "
+                              "%s cannot go with it" % flag)
+    check_counts(args)
+    folder = args.batch_dir
+    if not os.path.isdir(folder):
+        raise RunnerError("--batch-dir %s: not a folder" % folder)
+    models = sorted(p for p in glob.glob(os.path.join(folder, "*.onnx")) if os.path.isfile(p))
+    if not models:
+        raise RunnerError("--batch-dir %s: holds no .onnx model" % folder)
+    for model in models:
+        stale = batch_result_path(model)
+        if os.path.isfile(stale):
+            os.remove(stale)
+    check_writable(batch_result_path(models[0]), "--batch-dir", create=False)
+    trt = import_trt()
+    api_for_version(trt.__version__)  # too old: one line before any model
+    cuda = cuda_api(args.cuda)
+    for model in models:
+        one = argparse.Namespace(**vars(args))
+        one.model = model
+        out = batch_result_path(model)
+        try:
+            result = run(one, trt, cuda)
+            atomic_write(out, (json.dumps(result, indent=2) + "\n").encode("utf-8"))
+        except RunnerError as exc:
+            raise RunnerError("%s: %s" % (os.path.basename(model), exc))
+        except (OSError, IOError) as exc:
+            raise RunnerError("%s: %s" % (os.path.basename(model), io_error_text(exc)))
+        sys.stdout.write(out + "\n")
+        sys.stdout.flush()
+
+
+def main_batch(args):
+    """main() for --batch-dir: the same one-line errors and exit status 2."""
+    try:
+        run_batch(args)
+    except RunnerError as exc:
+        sys.stderr.write("error: %s\n" % exc)
+        return 2
+    except (OSError, IOError) as exc:
+        sys.stderr.write("error: %s\n" % io_error_text(exc))
+        return 2
+    note_few_runs(args)
+    return 0
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    if args.batch_dir is not None:
+        return main_batch(args)
     try:
         if args.out:
             check_out(args.out)
         if args.env_only:
             result = board_environment()
         else:
-            # the host's bounds (deployopt.timing.MAX_RUNS): a typo would otherwise run until Ctrl-C
-            if not 1 <= args.runs <= MAX_RUNS:
-                raise RunnerError("--runs {}: must be between 1 and {:,}".format(args.runs, MAX_RUNS))
-            if not 0 <= args.warmup <= MAX_RUNS:
-                raise RunnerError("--warmup {}: must be between 0 and {:,}".format(args.warmup, MAX_RUNS))
-            if not 1 <= args.workspace_mib <= MAX_WORKSPACE_MIB:
-                raise RunnerError("--workspace-mib {}: must be between 1 and {:,}".format(
-                    args.workspace_mib, MAX_WORKSPACE_MIB))
+            check_counts(args)
             if not args.model:
                 raise RunnerError("give a model (.onnx or .engine), or --env-only")
             if not os.path.isfile(args.model):
@@ -1268,14 +1376,11 @@ def main(argv=None):
         sys.stderr.write("error: %s\n" % exc)
         return 2
     except (OSError, IOError) as exc:  # a read-only --engine-dir, a full card: one line, not a traceback
-        where = " " + str(exc.filename) if getattr(exc, "filename", None) else ""
-        sys.stderr.write("error: cannot read or write%s: %s\n" % (where, exc.strerror or exc))
+        sys.stderr.write("error: %s\n" % io_error_text(exc))
         return 2
     sys.stdout.write(text + "\n")
-    if not args.env_only and args.runs < COMPARE_MIN_RUNS:  # on the board, not when compare refuses the copy
-        sys.stderr.write("note: %d run%s: `deployopt compare` needs at least %d per side (at its default "
-                         "--alpha 0.01) to judge a difference; use --runs %d or more to compare this\n"
-                         % (args.runs, "" if args.runs == 1 else "s", COMPARE_MIN_RUNS, COMPARE_MIN_RUNS))
+    if not args.env_only:
+        note_few_runs(args)
     return 0
 
 

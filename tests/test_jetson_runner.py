@@ -755,3 +755,42 @@ def test_compare_flags_a_runner_result_whose_board_throttled(
         "warning: slow: not like for like (current: GPU clock held down by over-current throttling: 2 oc3 "
         "event(s)): the change need not be the model's\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["m.onnx"], "a model argument"),
+        (["--out", "r.json"], "--out"),
+        (["--save-engine", "m.engine"], "--save-engine"),
+        (["--per-layer"], "--per-layer"),
+        (["--env-only"], "--env-only"),
+        (["--calib-npy", "c.npy"], "--calib-npy"),
+        (["--calib-cache", "m.calib"], "--calib-cache"),
+    ],
+)
+def test_batch_dir_refuses_what_belongs_to_one_model(
+    flags: list[str], named: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--batch-dir times every model of its folder, each result beside its model: a flag naming one
+    model's file or input, or a mode the batch does not run, is one line and exit 2, nothing run."""
+    (tmp_path / "a.onnx").write_bytes(b"not read")
+    assert runner.main(["--batch-dir", str(tmp_path), *flags]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == (
+        f"error: --batch-dir times every model in its folder, each with its own result: {named} "
+        "cannot go with it\n"
+    )
+    assert [p.name for p in tmp_path.iterdir()] == ["a.onnx"]
+
+
+def test_batch_dir_needs_a_folder_of_models(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "notes.json").write_text("{}\n")
+    (tmp_path / "dir.onnx").mkdir()  # a folder is not a model
+    for argv, message in (
+        (["--batch-dir", str(tmp_path / "absent")], f"--batch-dir {tmp_path / 'absent'}: not a folder"),
+        (["--batch-dir", str(tmp_path)], f"--batch-dir {tmp_path}: holds no .onnx model"),
+        (["--batch-dir", str(tmp_path), "--runs", "0"], "--runs 0: must be between 1 and 100,000"),
+    ):
+        assert runner.main(argv) == 2
+        assert capsys.readouterr() == ("", f"error: {message}\n")

@@ -7,7 +7,9 @@ python3 runs the real runner against the fake TensorRT). No real Jetson, ssh or 
 
 from __future__ import annotations
 
+import inspect
 import json
+import math
 import os
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from cli_runner import run_cli
 from onnx import TensorProto, helper, numpy_helper
 from test_tensorrt_remote import HOST, OPTS, RUNNER, play_the_board
 
+from deployopt.lut import LayerCache
 from deployopt.optimize import OptimizeConfig
 from deployopt.targets import get_target, measured_elsewhere
 
@@ -66,8 +69,9 @@ def test_optimize_remote_runs_every_model_on_the_board_and_brings_the_engine_bac
 ) -> None:
     """No --backend: with --remote, auto is the runner on the board. Every candidate and every conv of
     the per-layer sweep is copied to one folder of this run's own there and timed by the runner
-    (copied once per session, not once per model); the chosen plan's engine comes back as
-    OUTDIR/model.engine, byte for byte, and the run's folder on the board is removed at the end."""
+    (copied once per session, not once per model): a candidate by a runner of its own, the sweep's
+    convs by one runner per batch (--batch-dir), sent in one scp; the chosen plan's engine comes
+    back as OUTDIR/model.engine, byte for byte, and the run's folder on the board is removed at the end."""
     log, home = play_the_board(tmp_path, monkeypatch)
     model = two_convs(tmp_path / "host" / "net.onnx")
     out = tmp_path / "out"
@@ -85,13 +89,24 @@ def test_optimize_remote_runs_every_model_on_the_board_and_brings_the_engine_bac
 
     lines = log.read_text().splitlines()
     runs = [ln for ln in lines if " python3 " in ln and "/runner.py " in ln]
+    batches = [ln for ln in runs if " --batch-dir " in ln]
     version_reads = [ln for ln in lines if " python3 -c " in ln]
     assert len(version_reads) == 2  # once per session (TensorRT 11 types fp16 on the host)
     swept = report["per_layer_sweep"]["measured"]
-    assert swept > 0 and len(runs) == report["evaluations"]["measured_this_run"] + swept
+    # the sweep's convs go to the board in batches of LayerCache.fill's chunk, one runner per batch
+    chunk = inspect.signature(LayerCache.fill).parameters["chunk"].default
+    assert swept > 1 and len(batches) == math.ceil(swept / chunk)
+    assert len(runs) == report["evaluations"]["measured_this_run"] + len(batches)
     run_dir = runs[0].split(" python3 ")[1].split()[0].rsplit("/", 1)[0]  # .../runner.py's folder
     assert run_dir.startswith("deployopt-runner/optimize-net-")
-    assert all(f" python3 {run_dir}/runner.py {run_dir}/" in ln for ln in runs)
+    assert all(f" python3 {run_dir}/runner.py {run_dir}/" in ln for ln in runs if ln not in batches)
+    assert all(f" python3 {run_dir}/runner.py --batch-dir {run_dir}/_sweep/convs " in ln for ln in batches)
+    sent = [
+        ln
+        for ln in lines
+        if ln.startswith(f"scp {OPTS} /") and ln.endswith(f" {HOST}:{run_dir}/_sweep/convs")
+    ]
+    assert len(sent) == len(batches) and sum(ln.count(".onnx ") for ln in sent) == swept  # one scp a batch
     sent = [ln for ln in lines if ln.startswith(f"scp {OPTS} {RUNNER} ")]
     assert len(sent) == 2  # one per session: the end-to-end one and the per-layer sweep's
 
@@ -105,6 +120,25 @@ def test_optimize_remote_runs_every_model_on_the_board_and_brings_the_engine_bac
     assert kept.startswith(b"FAKETRT\n") and json.loads(kept[8:])["inputs"][0][0] == "x"  # the fake's engine
     onnx.checker.check_model(onnx.load(str(out / "model.onnx")))
     assert "model.engine" in (out / "report.json").read_text()
+
+
+def test_optimize_remote_input_shape_is_not_given_to_the_sweeps_convs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--input-shape names the model's inputs: the candidates get it as the runner's --shapes, the
+    sweep's one-conv models (one static input each, also named x) do not. Passed on, the runner
+    refused the first conv whose input was not the model's: `input 'x' is static, 1x20x16x16`."""
+    log, _ = play_the_board(tmp_path, monkeypatch)
+    model = two_convs(tmp_path / "host" / "net.onnx")
+    code, _, err = optimize_remote(
+        monkeypatch, capsys, model, tmp_path / "out", "--target", "agx-orin-64gb",
+        "--input-shape", "x:1x3x16x16",
+    )  # fmt: skip
+    assert code == 0, err
+    runs = [ln for ln in log.read_text().splitlines() if " python3 " in ln and "/runner.py " in ln]
+    batches = [ln for ln in runs if " --batch-dir " in ln]
+    assert batches and not any("--shapes" in ln for ln in batches)
+    assert all("--shapes x:1x3x16x16 " in ln for ln in runs if ln not in batches)
 
 
 def test_optimize_remote_says_when_the_board_is_not_the_target(

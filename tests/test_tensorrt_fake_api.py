@@ -3098,3 +3098,78 @@ def test_runner_on_trt11(
     blob = engine_blob(Path(result["environment"]["engine"]))
     assert blob["flags"] == [] and blob["qdq"] and blob["calibration"] is None
     assert not gpu.trt_errors and gpu.memory == {}
+
+
+# ------------------------------------------------------------------------------------------------
+# jetson/runner.py --batch-dir: many models in one process
+
+
+def write_convs(folder: Path, widths: dict[str, int]) -> None:
+    """One-conv models (deployopt.layers.conv_model, as the per-layer sweep writes them), by name."""
+    from deployopt.layers import ConvShape, conv_model
+
+    folder.mkdir(exist_ok=True)
+    for name, k in widths.items():
+        (folder / f"{name}.onnx").write_bytes(conv_model(ConvShape(1, 8, 16, 16, k)).SerializeToString())
+
+
+def test_runner_batch_dir_times_each_model_as_a_run_of_its_own_would(
+    surface: tuple[str, types.ModuleType, FakeGpu],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--batch-dir: every DIR/*.onnx in name order, in one process whose CUDA binding is set up
+    once; each result is DIR/<stem>.json, the document the single-model mode writes for that model
+    with the same flags (same samples, same engine key), its path printed as it is written. A
+    result an earlier batch left for one of the models is removed first; all GPU memory is freed."""
+    version, _, gpu = surface
+    runner = load_runner()
+    made: list[str | None] = []
+    cuda_api = runner.cuda_api
+    monkeypatch.setattr(runner, "cuda_api", lambda prefer=None: made.append(prefer) or cuda_api(prefer))
+    folder = tmp_path / "batch"
+    write_convs(folder, {"b": 16, "a": 8, "c": 24})
+    (folder / "b.json").write_text("left by an earlier batch\n")
+    cuda = ["--cuda", "pycuda"] if version == V82 else []
+    # 10 passes a model: the fake's pass durations repeat every 5, so a model's samples do not
+    # depend on how many passes the process ran before it
+    flags = ["--dtype", "fp32", "--runs", "6", "--warmup", "4", *cuda]
+    rc = runner.main(["--batch-dir", str(folder), *flags, "--engine-dir", str(tmp_path / "batch_engines")])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert out.splitlines() == [str(folder / f"{n}.json") for n in "abc"]
+    assert made == [cuda[1] if cuda else None]  # one CUDA binding for the three models
+    assert err.count("built engine ") == 3 and not gpu.trt_errors and gpu.memory == {}
+    for name in "abc":
+        batch = json.loads((folder / f"{name}.json").read_text())
+        single = run_runner([str(folder / f"{name}.onnx"), *flags], tmp_path, capsys)
+        for doc in (batch, single):
+            doc["environment"].pop("engine_build_s")  # the wall time of a build
+        assert batch["environment"].pop("engine") == str(tmp_path / "batch_engines" / Path(
+            single["environment"].pop("engine")).name)  # fmt: skip
+        assert batch == single and batch["model"]["file"] == f"{name}.onnx"
+
+
+def test_runner_batch_dir_stops_at_the_first_model_that_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One line naming the model, exit 2; the results written before it stay, none after it (an
+    earlier batch's result for a later model is not left to be taken for this one's)."""
+    install(monkeypatch, V10, "bindings")
+    folder = tmp_path / "batch"
+    write_convs(folder, {"a": 8, "b": 16, "c": 24})
+    broken = onnx.load(str(folder / "b.onnx"))
+    del broken.graph.input[:]
+    onnx.save(broken, str(folder / "b.onnx"))
+    (folder / "c.json").write_text("left by an earlier batch\n")
+    rc = load_runner().main(["--batch-dir", str(folder), "--runs", "5", "--engine-dir", str(tmp_path / "e")])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == f"{folder / 'a.json'}\n"
+    assert err.splitlines()[-1] == (
+        f"error: b.onnx: TensorRT cannot parse {folder / 'b.onnx'}: In node -1 (parseGraph): "
+        "INVALID_GRAPH: the graph has no inputs"
+    )
+    assert [line for line in err.splitlines() if line.startswith("error")] == [err.splitlines()[-1]]
+    assert load_timing(folder / "a.json").runs == 5
+    assert sorted(p.name for p in folder.glob("*.json")) == ["a.json"]

@@ -12,16 +12,21 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import jetson_sysfs_fake as sysfs_fake
 import pytest
 from cli_runner import run_cli
 
+from deployopt.backends.base import MeasureOptions, Session, get_backend
+from deployopt.errors import BackendFailed
+from deployopt.layers import ConvShape
 from deployopt.timing import load_timing
 
 TESTS = Path(__file__).resolve().parent
@@ -48,8 +53,11 @@ def play_the_board(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Pat
         f'cd "{home}" || exit 1\nPATH="{boardbin}:$PATH" exec sh -c "$*"\n'
     )
     (hostbin / "scp").write_text(
-        f'#!/bin/sh\necho "scp $*" >> "{log}"\nshift 4\n'
-        f'cd "{home}" || exit 1\nexec cp "${{1#*:}}" "${{2#*:}}"\n'
+        f'#!/bin/sh\necho "scp $*" >> "{log}"\nshift 4\ncd "{home}" || exit 1\n'
+        # several sources and a folder, as scp takes them; a HOST:PATH is read as old scp's board
+        # shell reads it (unquoted: a wildcard expands there, in the board's home)
+        f'for a; do shift; case "$a" in {HOST}:*) set -- "$@" ${{a#*:}};; *) set -- "$@" "$a";; esac; done\n'
+        'exec cp "$@"\n'
     )
     (boardbin / "python3").write_text(
         "#!/bin/sh\n"
@@ -492,3 +500,129 @@ def test_one_version_check_per_session_and_the_typed_copies_go_at_close(
     assert log.read_text().splitlines()[0] == version_check()
     assert "fp16_typed_by" in first.environment and "fp16_typed_by" in second.environment
     assert (home / "deployopt-runner" / "se" / "se.fp16.onnx").is_file()
+
+
+# ------------------------------------------------------------------ the per-layer sweep: one batch
+
+SWEEP = "deployopt-runner/_sweep"
+CONVS = [ConvShape(1, 8, 16, 16, 8), ConvShape(1, 8, 16, 16, 24), ConvShape(1, 16, 8, 8, 16, groups=16)]
+
+
+def remote_session(**options: Any) -> Session:
+    """The session `optimize --remote` sweeps with: the runner on the stand-in board."""
+    return get_backend("tensorrt").open(MeasureOptions(extra={"remote": HOST}, **options))
+
+
+def conv_names(shapes: list[ConvShape]) -> list[str]:
+    return [f"conv{i:05d}-{shape.signature()}.onnx" for i, shape in enumerate(shapes)]
+
+
+def test_a_sweep_is_one_batch_on_the_board_whatever_its_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """measure_convs: the batch folder emptied and made, the conv models sent in one scp, the runner
+    run once with --batch-dir (under the board's `timeout` at --timeout per conv), the results
+    fetched in one scp; runner.py is sent once a session. One conv or three: the same round trips."""
+    log, home = play_the_board(tmp_path, monkeypatch)
+    with remote_session(runs=6, warmup=4) as session:
+        session.measure_convs([ConvShape(1, 8, 16, 16, 40)])
+        first = log.read_text().splitlines()
+        timings = session.measure_convs(CONVS)
+        lines = log.read_text().splitlines()[len(first) :]
+    folder = f"{SWEEP}/convs"
+    made = f"ssh {OPTS} {HOST} rm -rf {folder} && mkdir -p {folder}"
+    runner = f"scp {OPTS} {RUNNER} {HOST}:deployopt-runner/runner.py"
+    assert first[:3] == [version_check(), made, runner] and len(first) == 6  # fp16: the version, once
+    assert len(lines) == 4 and lines[0] == made
+    sent = lines[1].split()
+    assert sent[:5] == ["scp", *OPTS.split()] and sent[-1] == f"{HOST}:{folder}"
+    assert [Path(p).name for p in sent[5:-1]] == conv_names(CONVS)
+    assert lines[2] == (
+        f"ssh {OPTS} {HOST} timeout --kill-after=10 1800 python3 deployopt-runner/runner.py "
+        f"--batch-dir {folder} --dtype fp16 --runs 6 --warmup 4 --workspace-mib 1024 "
+        f"--engine-dir {SWEEP}/engines"
+    )
+    assert re.fullmatch(rf"scp {OPTS} {HOST}:{re.escape(folder)}/\*\.json /\S+/results", lines[3])
+    names = conv_names(CONVS)  # on the board: this batch's models and results, the first batch's gone
+    assert sorted(p.name for p in (home / folder).iterdir()) == sorted(
+        [*names, *(n.replace(".onnx", ".json") for n in names)]
+    )
+    assert [t.model["file"] for t in timings if t.model] == names
+    assert all(t.environment["remote"] == HOST and t.runs == 6 for t in timings)
+
+
+def test_a_batch_times_each_conv_as_a_runner_of_its_own_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch's Timings, in the order of the shapes, are what `measure` on each conv gives (the
+    base class's measure_convs) with the same flags: the same samples, the same engine key (the same
+    model, dtype, shapes, workspace, TensorRT). One runner process for the batch, one per conv the
+    other way."""
+    log, _ = play_the_board(tmp_path, monkeypatch)
+    # 10 passes a conv: the fake's pass durations repeat every 5, so a conv's samples do not depend
+    # on how many passes the runner's process ran before it
+    with remote_session(runs=6, warmup=4) as session:
+        batch = session.measure_convs(CONVS)
+        runs = len([ln for ln in log.read_text().splitlines() if " python3 " in ln and "/runner.py " in ln])
+        one_by_one = Session.measure_convs(session, CONVS)
+    assert runs == 1
+    assert len(batch) == len(one_by_one) == len(CONVS)
+    keys = set()
+    for mine, theirs in zip(batch, one_by_one):
+        a, b = mine.to_json(), theirs.to_json()
+        for doc in (a, b):
+            doc["environment"].pop("engine_build_s")  # a build's wall time
+            doc["model"].pop("file")  # conv00000-SIGNATURE.onnx here, conv0.onnx there
+        assert a["environment"].pop("engine").startswith(f"{SWEEP}/engines/conv")
+        assert b["environment"].pop("engine").startswith("deployopt-runner/conv")
+        assert a == b and a["environment"]["remote"] == HOST
+        keys.add(a["environment"]["engine_key"])
+    assert len(keys) == len(CONVS)  # three different convs, each in its place
+
+
+def test_a_conv_that_fails_mid_batch_is_one_line_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner stops at the conv that fails: the session raises the runner's one line (its file
+    name carries the conv's shape), nothing is fetched, and what it timed before stays on the board."""
+    import deployopt.layers
+
+    log, home = play_the_board(tmp_path, monkeypatch)
+    conv_model = deployopt.layers.conv_model
+
+    def broken_second(shape: ConvShape) -> Any:
+        model = conv_model(shape)
+        if shape == CONVS[1]:
+            del model.graph.input[:]  # the fake TensorRT's parser refuses a graph without inputs
+        return model
+
+    monkeypatch.setattr(deployopt.layers, "conv_model", broken_second)
+    name = conv_names(CONVS)[1]
+    with remote_session(runs=5, warmup=0) as session, pytest.raises(BackendFailed) as failed:
+        session.measure_convs(CONVS)
+    assert str(failed.value) == (
+        f"runner.py on {HOST}: {name}: TensorRT cannot parse {SWEEP}/convs/{name}: In node -1 "
+        "(parseGraph): INVALID_GRAPH: the graph has no inputs"
+    )
+    assert "\n" not in str(failed.value)
+    assert " --batch-dir " in log.read_text().splitlines()[-1]  # the last round trip: no results fetched
+    done = sorted(p.name for p in (home / SWEEP / "convs").glob("*.json"))
+    assert done == [conv_names(CONVS)[0].replace(".onnx", ".json")]
+
+
+def test_a_batch_on_a_tensorrt_11_board_sends_convs_typed_fp16_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sweep's batch goes through the same host-side typing as `measure` on TensorRT 11: each conv
+    is typed fp16 here (the runner refuses an fp32 model with --dtype fp16 there), its result is read
+    under the typed file's name, and says who typed it."""
+    log, home = play_the_board(tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_BOARD_TRT", V11)
+    with remote_session(runs=5, warmup=1) as session:
+        timings = session.measure_convs(CONVS)
+    names = [n.replace(".onnx", ".fp16.onnx") for n in conv_names(CONVS)]
+    assert sorted(p.name for p in (home / SWEEP / "convs").glob("*.onnx")) == sorted(names)
+    assert len(timings) == len(CONVS)
+    assert all(t.environment["fp16_typed_by"].startswith("deployopt.precision on the host") for t in timings)
+    assert all(t.environment["tensorrt"] == V11 for t in timings)
+    assert log.read_text().splitlines().count(version_check()) == 1

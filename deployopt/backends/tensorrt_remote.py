@@ -35,6 +35,7 @@ from deployopt.errors import (
     ModelError,
     no_such_file,
 )
+from deployopt.layers import ConvShape
 from deployopt.remote import (
     Board,
     RemoteFailed,
@@ -58,6 +59,11 @@ TENSORRT_NOT_IMPORTABLE = "tensorrt is not importable (it comes with JetPack: py
 #: What the runner's `timed` says for a model typed fp16 (its precision_phrase); replaced by
 #: trtexec's phrase when this host typed the model, as that is then what was built.
 RUNNER_TYPED_FP16 = "fp16 as typed in the model (TensorRT 11 strong typing)"
+
+#: The per-layer sweep's folder in the work folder: `convs/` holds one batch's conv models and
+#: results (emptied at each batch), `engines/` the runner's engines for them (kept, so a rerun of
+#: the same convs reuses them).
+SWEEP_DIR = "_sweep"
 
 
 #: Where an installed deployopt keeps jetson/runner.py: pyproject.toml maps the private subpackage
@@ -117,6 +123,31 @@ def calibration_file(options: MeasureOptions) -> tuple[str, str] | None:
     return found
 
 
+def runner_flags(
+    options: MeasureOptions, shapes: dict[str, list[int]], engine_dir: PurePosixPath
+) -> list[str]:
+    """How the runner builds and times, for one model or a batch: dtype, runs, shapes, workspace,
+    where engines are cached. Pure."""
+    from deployopt.backends.trtexec import DEFAULT_WORKSPACE_MIB, shapes_arg
+
+    flags = ["--dtype", options.dtype, "--runs", str(options.runs), "--warmup", str(options.warmup)]
+    if shapes:
+        flags += ["--shapes", shapes_arg(shapes)]
+    flags += ["--workspace-mib", str(int(options.extra.get("workspace_mib", DEFAULT_WORKSPACE_MIB)))]
+    return [*flags, "--engine-dir", str(engine_dir)]
+
+
+def batch_command(
+    runner: PurePosixPath,
+    folder: PurePosixPath,
+    options: MeasureOptions,
+    shapes: dict[str, list[int]],
+    engine_dir: PurePosixPath,
+) -> list[str]:
+    """The runner's command line for every model in `folder` at once (--batch-dir). Pure."""
+    return ["python3", str(runner), "--batch-dir", str(folder), *runner_flags(options, shapes, engine_dir)]
+
+
 def runner_command(
     runner: PurePosixPath,
     model: PurePosixPath,
@@ -127,19 +158,18 @@ def runner_command(
     per_layer: bool,
 ) -> list[str]:
     """The runner's command line on the board: every path in the board's work folder. Pure."""
-    from deployopt.backends.trtexec import DEFAULT_WORKSPACE_MIB, shapes_arg
-
-    cmd = ["python3", str(runner), str(model), "--dtype", options.dtype]
-    cmd += ["--runs", str(options.runs), "--warmup", str(options.warmup)]
-    if shapes:
-        cmd += ["--shapes", shapes_arg(shapes)]
-    cmd += ["--workspace-mib", str(int(options.extra.get("workspace_mib", DEFAULT_WORKSPACE_MIB)))]
-    cmd += ["--engine-dir", str(rdir / "engines")]
+    cmd = ["python3", str(runner), str(model), *runner_flags(options, shapes, rdir / "engines")]
     if calib is not None:
         cmd += [calib[0], str(calib[1])]
     if per_layer:
         cmd.append("--per-layer")
     return [*cmd, "--out", str(rdir / "result.json")]
+
+
+def sweep_model_name(index: int, shape: ConvShape) -> str:
+    """A conv's file stem in a batch: its place (the runner times them in name order) and its
+    shape, so the runner's one-line error for it says which conv failed."""
+    return board_name(f"conv{index:05d}-{shape.signature()}")
 
 
 class RemoteRunnerSession(Session):
@@ -175,13 +205,10 @@ class RemoteRunnerSession(Session):
         weights = model_weights(send)  # its external data goes along: checked before any copy
         rdir = self.workdir / board_name(model_path.stem)
         board_model = rdir / board_name(send.name)
-        board_runner = self.workdir / "runner.py"
         short = min(120.0, self.options.timeout_s)
         long = self.options.timeout_s
         self.board.mkdir(rdir, short)
-        if not self._runner_sent:  # once a session, and always this host's version
-            self.board.put(self.runner, board_runner, "scp of runner.py", short)
-            self._runner_sent = True
+        board_runner = self._send_runner(short)
         self.board.put_model(send, board_model, long, weights)
         calib = None
         if self.calib is not None:
@@ -262,6 +289,60 @@ class RemoteRunnerSession(Session):
             self._fp16_dir = None
         remove_run_dir(self.board, self.run_dir)
         self.run_dir = None
+
+    def measure_convs(self, shapes: list[ConvShape]) -> list[Timing]:
+        """All of `shapes` timed by one runner process on the board (--batch-dir), in four round
+        trips whatever their number (five the first time: runner.py goes too): the batch folder
+        made empty, the conv models sent in one scp, the runner run once (python3, `import
+        tensorrt` and the CUDA context paid once: seconds on a Nano), every result fetched in one
+        scp. The base class's `measure` per conv paid all of that per conv. Same one-conv models
+        (conv_model), same flags and so the same timings as `measure` on each. The copy up and the
+        run get --timeout per conv, so one batch's limit is what its convs had one by one; the
+        runner stops at the first conv that fails, one line naming it."""
+        if not shapes:
+            return []
+        from deployopt.backends.tensorrt import load_runner_result
+        from deployopt.layers import conv_model
+
+        short = min(120.0, self.options.timeout_s)
+        long = self.options.timeout_s
+        folder = self.workdir / SWEEP_DIR / "convs"
+        with tempfile.TemporaryDirectory(prefix="deployopt-convs-") as tmp:
+            written = [Path(tmp) / f"{sweep_model_name(i, shape)}.onnx" for i, shape in enumerate(shapes)]
+            for path, shape in zip(written, shapes):
+                path.write_bytes(conv_model(shape).SerializeToString())
+            models = [self._for_board(path) for path in written]  # typed fp16 here on TensorRT >= 11
+            names = [path.stem for path in models]  # the runner names each result after its model
+            self.board.fresh_dir(folder, short)  # the runner times every .onnx it finds there
+            runner = self._send_runner(short)
+            self.board.put_many(models, folder, "scp of the conv models", long * len(models))
+            # no --shapes: a conv model's one input is static, and the user's --input-shape names the
+            # whole model's inputs (passed on, the runner refused every conv it did not fit)
+            cmd = batch_command(runner, folder, self.options, {}, self.workdir / SWEEP_DIR / "engines")
+            try:
+                self.board.run_limited(cmd, "runner.py", long * len(models))
+            except RemoteFailed as exc:
+                raise BackendFailed(self._runner_error(exc)) from None
+            results = Path(tmp) / "results"
+            results.mkdir()
+            self.board.get_matching(folder, "*.json", results, "scp of the results", long)
+            timings = []
+            for name, sent, given in zip(names, models, written):
+                timing = load_runner_result(results / f"{name}.json")  # one-line DataError if unreadable
+                timing.environment["remote"] = self.host
+                if sent != given:
+                    self._typed_here(timing)
+                timings.append(timing)
+        return timings
+
+    def _send_runner(self, timeout_s: float) -> PurePosixPath:
+        """runner.py's path on the board, copied there first if this session has not yet (once a
+        session, and always this host's version)."""
+        board_runner = self.workdir / "runner.py"
+        if not self._runner_sent:
+            self.board.put(self.runner, board_runner, "scp of runner.py", timeout_s)
+            self._runner_sent = True
+        return board_runner
 
     def _runner_error(self, exc: RemoteFailed) -> str:
         """The board's failure in its own words, one line: the runner's `error: ...` (status 2, its
