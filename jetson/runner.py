@@ -225,15 +225,50 @@ def clocks_locked(env):
     return None
 
 
+# Which module the board is, readable without root (deployopt.targets.board maps these to a
+# built-in target; `deployopt targets --remote` and `optimize --remote` without --target read them):
+# - the device tree's model (free text) and compatible: a list of strings, most specific first,
+#   NUL-separated in the file (Devicetree Specification, "compatible" is a <stringlist>:
+#   https://www.devicetree.org/specifications/; /proc/device-tree is the kernel's view of it:
+#   https://www.kernel.org/doc/html/latest/devicetree/usage-model.html). NVIDIA's own Jetson.GPIO
+#   reads /proc/device-tree/compatible and splits it on NUL the same way to tell the modules apart
+#   (https://github.com/NVIDIA/jetson-gpio/blob/master/lib/python/Jetson/GPIO/gpio_pin_data.py);
+#   on Jetsons it names the module by part number, e.g. "nvidia,p3737-0000+p3701-0005",
+#   "nvidia,p3701-0005", "nvidia,tegra234" (an AGX Orin 64GB, printed in
+#   https://github.com/NVIDIA/jetson-gpio/issues/125);
+# - /proc/meminfo's MemTotal, in kB: "physical RAM minus a few reserved bits and the kernel binary
+#   code" (https://www.kernel.org/doc/Documentation/filesystems/proc.rst), which tells an 8 GB
+#   module from a 16 GB one where the part number is not in the device tree.
+MEM_TOTAL = re.compile(r"^MemTotal:\s+(\d+)\s*kB", re.M)
+
+
+def device_tree_compatible(procfs=None):
+    """The device tree's compatible strings, in their order ([] where there is none)."""
+    text = _read(os.path.join(procfs or PROCFS, "device-tree", "compatible"))
+    return [entry for entry in (text or "").split("\x00") if entry.strip()]
+
+
+def mem_total_kib(procfs=None):
+    """MemTotal from /proc/meminfo in kB (None: unreadable)."""
+    m = MEM_TOTAL.search(_read(os.path.join(procfs or PROCFS, "meminfo")) or "")
+    return int(m.group(1)) if m else None
+
+
 def board_environment():
     env = {
         "runner": "jetson/runner.py v" + RUNNER_VERSION,
         "python": platform.python_version(),
         "machine": platform.machine(),
     }
-    model = _read("/proc/device-tree/model")
+    model = _read(os.path.join(PROCFS, "device-tree", "model"))
     if model:
         env["board"] = model
+    compatible = device_tree_compatible()
+    if compatible:
+        env["compatible"] = compatible
+    memory = mem_total_kib()
+    if memory is not None:
+        env["mem_total_kib"] = memory
     release = _read("/etc/nv_tegra_release")
     if release:
         env["l4t"] = release.splitlines()[0]

@@ -25,6 +25,15 @@ from deployopt.lut import LayerCache
 from deployopt.optimize import OptimizeConfig
 from deployopt.targets import get_target, measured_elsewhere
 
+#: What `optimize --remote` (and `targets --remote`) sends first, to read which Jetson the board is:
+#: the runner into the shared work folder, as `bench --remote` does, and one `--env-only` under the
+#: board's own `timeout`. With --target too, only to compare (tests/test_board_target.py).
+ENV_ONLY_LINES = [
+    f"ssh {OPTS} {HOST} mkdir -p deployopt-runner",
+    f"scp {OPTS} {RUNNER} {HOST}:deployopt-runner/runner.py",
+    f"ssh {OPTS} {HOST} timeout --kill-after=10 120 python3 deployopt-runner/runner.py --env-only",
+]
+
 
 @pytest.fixture(autouse=True)
 def _private_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -87,7 +96,10 @@ def test_optimize_remote_runs_every_model_on_the_board_and_brings_the_engine_bac
     best_env = report["timings"]["best"]["environment"]
     assert best_env["remote"] == HOST and best_env["runner"].startswith("jetson/runner.py v")
 
+    assert "warning: --target" not in err  # the board says it is agx-orin-64gb too
     lines = log.read_text().splitlines()
+    assert lines[:3] == ENV_ONLY_LINES  # which Jetson the board is, read first
+    lines = lines[3:]
     runs = [ln for ln in lines if " python3 " in ln and "/runner.py " in ln]
     batches = [ln for ln in runs if " --batch-dir " in ln]
     version_reads = [ln for ln in lines if " python3 -c " in ln]
@@ -135,7 +147,9 @@ def test_optimize_remote_input_shape_is_not_given_to_the_sweeps_convs(
         "--input-shape", "x:1x3x16x16",
     )  # fmt: skip
     assert code == 0, err
-    runs = [ln for ln in log.read_text().splitlines() if " python3 " in ln and "/runner.py " in ln]
+    lines = log.read_text().splitlines()
+    assert lines[:3] == ENV_ONLY_LINES  # --env-only, to compare the board with --target: no --shapes
+    runs = [ln for ln in lines[3:] if " python3 " in ln and "/runner.py " in ln]
     batches = [ln for ln in runs if " --batch-dir " in ln]
     assert batches and not any("--shapes" in ln for ln in batches)
     assert all("--shapes x:1x3x16x16 " in ln for ln in runs if ln not in batches)

@@ -82,11 +82,17 @@ TIMING_DEFAULTS = {"--runs": 100, "--warmup": 20, "--sweep-runs": 10}
 
 @app.command("optimize", rich_help_panel="Optimize")
 def optimize_command(
+    ctx: typer.Context,
     model: Path = typer.Argument(
         ..., help="The ONNX model to optimize.", parser=input_path("model", "an .onnx file")
     ),
-    target: str = typer.Option(
-        ..., "--target", "-t", metavar="TARGET", help="GPU target (see `deployopt targets`)."
+    target: Optional[str] = typer.Option(
+        None,
+        "--target",
+        "-t",
+        metavar="TARGET",
+        help="GPU target (see `deployopt targets`); required, except with --remote, where the board "
+        "says which it is.",
     ),
     backend: str = typer.Option(
         "auto",
@@ -198,6 +204,7 @@ def optimize_command(
     check_timeout(timeout)
     backend_name = resolve_backend_name(backend, remote)  # --remote: auto is the runner on the board
     b = get_backend(backend_name)
+    target = _resolve_target(ctx, target, remote, timeout)
     if dtype is None:  # int8 for a Q/DQ model, else fp16 where the backend runs it (the deployment case)
         dtype = default_dtype(b, model, deployment=True)
         if dtype == "int8":
@@ -260,6 +267,27 @@ def optimize_command(
         sys.stdout.write(json.dumps(result.report, indent=2) + "\n")
         return
     _render(result)
+
+
+def _resolve_target(ctx: typer.Context, target: Optional[str], remote: Optional[str], timeout: float) -> str:
+    """--target, or with --remote and no --target the board's own (deployopt.targets.board), said
+    on stderr in one line; with both, a warning where they disagree. Without either: click's own
+    missing-option error, as when --target was a required option."""
+    if not remote:  # None, or '' (an unset shell variable): no board, as everywhere else
+        if target is None:  # click's class, from wherever this typer takes click (vendored or not)
+            missing = sys.modules[typer.BadParameter.__module__].MissingParameter
+            raise missing(ctx=ctx, param=next(p for p in ctx.command.params if p.name == "target"))
+        return target
+    from deployopt.targets.board import target_for_remote
+
+    chosen = target_for_remote(target, remote, timeout)
+    if chosen.note:
+        err_console.print(chosen.note, markup=False, highlight=False, soft_wrap=True)
+    if chosen.warning:
+        err_console.print(
+            f"warning: {chosen.warning}", style="yellow", markup=False, highlight=False, soft_wrap=True
+        )
+    return chosen.target
 
 
 def _note_unused_timing_options(backend: Any, given: dict[str, int]) -> None:

@@ -134,10 +134,26 @@ def targets_command(
     ),
     sms: Optional[int] = typer.Option(None, "--sms", metavar="N", help="What-if: override the SM count."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    remote: Optional[str] = typer.Option(
+        None,
+        "--remote",
+        metavar="USER@HOST",
+        help="Ask a Jetson over ssh which built-in target it is (jetson/runner.py --env-only there: "
+        "device-tree model and compatible, MemTotal).",
+    ),
 ) -> None:
     """List built-in GPU targets (SMs, compute capability, per-SM limits, clock, sources)."""
     from deployopt.targets import FIT_BORROWED, get_target, list_targets
 
+    if remote is not None:
+        if not remote.strip():  # an unset shell variable: not a board
+            raise DeployoptError("--remote '': give the board as USER@HOST")
+        if target is not None or sms is not None:
+            raise DeployoptError(
+                "--remote reads which target the board is: give it without --target and --sms"
+            )
+        _board_target(remote, as_json)
+        return
     _check_sms(sms)
     if target is not None:  # "" is an unknown target, not every target (an unset shell variable)
         targets = [get_target(target, sms=sms)]
@@ -198,6 +214,37 @@ def targets_command(
             highlight=False,
             soft_wrap=True,
         )
+
+
+def _board_target(host: str, as_json: bool) -> None:
+    """`targets --remote HOST`: the board, the built-in target it is and why; one-line error where
+    the board cannot be reached or names no module deployopt has a target for."""
+    from deployopt.errors import TargetError
+    from deployopt.targets import get_target
+    from deployopt.targets.board import detect_remote_target, read_summary
+
+    env, match = detect_remote_target(host)
+    if match.target is None:
+        raise TargetError(f"the board at {host} is no built-in target: {match.why}")
+    if as_json:
+        facts = ("board", "compatible", "mem_total_kib", "l4t", "nvpmodel")
+        read = {key: env[key] for key in facts if key in env}
+        console.print_json(
+            json.dumps({"remote": host, "target": match.target, "why": match.why, "read": read})
+        )
+        return
+    t = get_target(match.target)
+    console.print(f"board at {host}: {read_summary(env)}", highlight=False, soft_wrap=True)
+    console.print(
+        f"target: {t.name} ({t.display_name}, {sm_count(t.sms)}, CC {t.cc}): {match.why}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    console.print(
+        f"use --target {t.name}; `optimize --remote {host}` without --target reads it from the board",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def _as_resolved(builtin: Any) -> Any:
