@@ -32,6 +32,7 @@ from deployopt.fileio import (
     resolve_output,
     write_bytes,
 )
+from deployopt.prebuilt import is_engine_file, not_onnx
 
 #: A safety stop only: folding runs while each pass removes nodes. A dynamic-batch ShuffleNetV2
 #: exported at opset 11 needs 29 passes (each channel shuffle's Reshape target is computed from the
@@ -232,6 +233,8 @@ def _parse(path: Path) -> onnx.ModelProto:
     if not path.exists():
         raise no_such_file(path, ModelError)
     refuse_directory(path)
+    if is_engine_file(path):  # by its name, as the runner decides: not read (engines are large)
+        raise ModelError(not_onnx(path))
     data = _read_model_bytes(path)
     if not data:
         raise ModelError(f"{path}: empty file")

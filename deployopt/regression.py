@@ -24,6 +24,7 @@ from typing import Any
 
 from deployopt.clocks import clocks_locked, held_down_phrase
 from deployopt.errors import DataError, no_such_file
+from deployopt.prebuilt import is_engine_file
 from deployopt.timing import (
     EXPORT_TIMES_TIMED,
     Comparison,
@@ -139,8 +140,6 @@ def clock_slowdowns(baseline: Timing, current: Timing) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 # model identity: did both sides time the same model?
 
-#: File endings of serialized TensorRT engines (jetson/runner.py's is_serialized_engine).
-ENGINE_SUFFIXES = (".engine", ".plan", ".trt")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -191,7 +190,7 @@ class ModelCheck:
 
 
 def _kind(file: str) -> str:
-    return "TensorRT engine" if file.lower().endswith(ENGINE_SUFFIXES) else "model"
+    return "TensorRT engine" if is_engine_file(file) else "model"
 
 
 def _why_unrecorded(t: Timing) -> str:
@@ -221,7 +220,14 @@ def check_models(baseline: tuple[Path, Timing], current: tuple[Path, Timing]) ->
             "not its ONNX model's, so cannot check both sides timed the same model",
         )
     if bf == cf:
-        return ModelCheck("changed", f"model changed: {bf} has other contents (sha256 {hb} → {hc})")
+        if _kind(bf) == "model":
+            return ModelCheck("changed", f"model changed: {bf} has other contents (sha256 {hb} → {hc})")
+        # the weekly case: OUTDIR/model.engine of a new release; a rebuild may pick other tactics
+        return ModelCheck(
+            "changed",
+            f"engine changed: {bf} has other contents (sha256 {hb} → {hc}): rebuilt (TensorRT may pick "
+            "other tactics even from the same ONNX model) or built from another model",
+        )
     return ModelCheck(
         "different", f"different models: baseline timed {bf} (sha256 {hb}), current {cf} (sha256 {hc})"
     )

@@ -977,7 +977,15 @@ def make_npy_calibrator_from_cache(trt, cache_path):
 
 
 def is_serialized_engine(path):
-    return path.endswith((".engine", ".plan", ".trt"))
+    """A serialized engine, by its name (any case, as deployopt.prebuilt.is_engine_file): loaded and
+    timed as it is, never built."""
+    return path.lower().endswith((".engine", ".plan", ".trt"))
+
+
+#: What `timed` says of a serialized engine given as the model: its precision is the one it was
+#: built with, --dtype only labels it (deployopt.prebuilt.PREBUILT, word for word: a test keeps
+#: the two equal, so a result from the board and one from the host time "the same thing").
+PREBUILT = "a prebuilt engine (precision as built, --dtype only a label)"
 
 
 def file_digest(path):
@@ -1231,14 +1239,18 @@ def run(args, trt=None, cuda=None):
     if key is not None:
         env["engine_key"] = key
         env["dtype"] = args.dtype  # built here (a serialized engine's dtype is not known, only labelled)
+    else:  # deployopt.prebuilt.mark_prebuilt's keys
+        env["prebuilt_engine"] = True
+        env["dtype_label"] = args.dtype
     if built is not None:
         env["engine_build_s"] = round(built, 1)
     try:
         env.update(cuda.device_facts())
     except Exception:  # noqa: BLE001 - facts are optional
         pass
-    timed = ("one forward pass (%s), CUDA events around execute_async_%s on one stream, inputs on the GPU "
-             "(no copies timed), no CUDA graph" % (precision_phrase(args.dtype, version), api))
+    what = "(%s)" % precision_phrase(args.dtype, version) if key is not None else "of " + PREBUILT
+    timed = ("one forward pass %s, CUDA events around execute_async_%s on one stream, inputs on the GPU "
+             "(no copies timed), no CUDA graph" % (what, api))
     result = summarize(samples, args.warmup, timed, env, model=model_identity(args.model, model_sha256))
     if layers is not None:
         result["layers"] = layers

@@ -250,7 +250,7 @@ def test_shapes_syntax_matches_trtexec() -> None:
 
 def test_engine_file_endings_match_compare() -> None:
     """What the runner loads as a serialized engine is what `deployopt compare` calls an engine."""
-    from deployopt.regression import ENGINE_SUFFIXES
+    from deployopt.prebuilt import ENGINE_SUFFIXES
 
     for suffix in ENGINE_SUFFIXES:
         assert runner.is_serialized_engine("model" + suffix)

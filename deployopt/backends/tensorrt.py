@@ -61,6 +61,13 @@ from deployopt.errors import (
     OutputError,
     no_such_file,
 )
+from deployopt.prebuilt import (
+    PREBUILT,
+    is_engine_file,
+    mark_prebuilt,
+    prebuilt_profile_timed,
+    refuse_engine_options,
+)
 from deployopt.timing import Timing, load_timing
 
 TRT_HINT = "tensorrt not installed (on a Jetson it comes with JetPack; elsewhere pip install tensorrt)"
@@ -700,16 +707,69 @@ class _IO:
         return int(np.prod(self.shape)) * self.dtype.itemsize
 
 
+def _dims(dims: Any) -> str:
+    return "x".join(str(d) for d in dims)
+
+
+def declared_inputs(trt: Any, engine: Any, api: str) -> dict[str, tuple[int, ...]]:
+    """The engine's inputs as it declares them, -1 for a dimension its optimization profile sets."""
+    if api == "v3":
+        names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
+        inputs = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
+        return {n: tuple(engine.get_tensor_shape(n)) for n in inputs}
+    return {
+        engine.get_binding_name(i): tuple(engine.get_binding_shape(i))
+        for i in range(engine.num_bindings)
+        if engine.binding_is_input(i)
+    }
+
+
+def refuse_shapes_for_engine(
+    engine_name: str, inputs: dict[str, tuple[int, ...]], shapes: dict[str, list[int]]
+) -> None:
+    """--input-shape for a prebuilt engine, checked against what it declares before anything is
+    allocated (jetson/runner.py's check_shapes, in the host's option names): an entry must name an
+    input, a static input only at its own shape (it runs at that shape whatever is asked), and a
+    dynamic input needs one (the shape within its optimization profile to time)."""
+    for name in sorted(shapes):
+        given = f"--input-shape {name}:{_dims(shapes[name])}"
+        if name not in inputs:
+            known = ", ".join(inputs)
+            raise DeployoptError(f"{given}: {engine_name} has no input {name!r} (its inputs: {known})")
+        if -1 not in inputs[name] and list(inputs[name]) != list(shapes[name]):
+            raise DeployoptError(
+                f"{given}: input {name!r} of {engine_name} is static, {_dims(inputs[name])} (it was built "
+                "for that shape; drop the entry, or build an engine with a dynamic-shape profile)"
+            )
+    for name, dims in inputs.items():
+        if -1 in dims and name not in shapes:
+            raise DeployoptError(
+                f"input {name!r} of {engine_name} is dynamic ({_dims(dims)}): give --input-shape "
+                f"{name}:SHAPE within the optimization profile it was built with"
+            )
+
+
+def _refused_shape(name: str, dims: list[int]) -> BackendFailed:
+    """set_input_shape / set_binding_shape return False for a shape outside the engine's profile
+    (pyCore.cpp binds the bool-returning setters; TensorRT logs which dimension); ignored, the
+    outputs kept their -1 dimensions and were blamed on an NMS-like op."""
+    return BackendFailed(
+        f"--input-shape {name}:{_dims(dims)}: the engine does not take this shape (outside the optimization "
+        "profile it was built with; TensorRT's error above says which dimension)"
+    )
+
+
 def _bind(trt: Any, engine: Any, context: Any, api: str, shapes: dict[str, list[int]]) -> list[_IO]:
     """Set input shapes and list every I/O tensor with its final shape and dtype."""
     ios = []
     if api == "v3":
         for i in range(engine.num_io_tensors):
             name = engine.get_tensor_name(i)
-            if engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT and -1 in tuple(
+            dynamic = engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT and -1 in tuple(
                 engine.get_tensor_shape(name)
-            ):
-                context.set_input_shape(name, shapes[name])
+            )
+            if dynamic and not context.set_input_shape(name, shapes[name]):
+                raise _refused_shape(name, shapes[name])
         for i in range(engine.num_io_tensors):
             name = engine.get_tensor_name(i)
             is_input = engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
@@ -718,7 +778,9 @@ def _bind(trt: Any, engine: Any, context: Any, api: str, shapes: dict[str, list[
     else:
         for i in range(engine.num_bindings):
             if engine.binding_is_input(i) and -1 in tuple(engine.get_binding_shape(i)):
-                context.set_binding_shape(i, shapes[engine.get_binding_name(i)])
+                name = engine.get_binding_name(i)
+                if not context.set_binding_shape(i, shapes[name]):
+                    raise _refused_shape(name, shapes[name])
         for i in range(engine.num_bindings):
             dtype = trt.nptype(engine.get_binding_dtype(i))
             ios.append(
@@ -763,9 +825,15 @@ def make_layer_profiler(trt: Any) -> Any:
 
 
 def time_engine(
-    engine_path: str, options: MeasureOptions, shapes: dict[str, list[int]], per_layer: bool
+    engine_path: str,
+    options: MeasureOptions,
+    shapes: dict[str, list[int]],
+    per_layer: bool,
+    prebuilt: bool = False,
 ) -> dict:
-    """Deserialize and time; returns Timing JSON (and layers when per_layer). Called in the worker."""
+    """Deserialize and time; returns Timing JSON (and layers when per_layer). Called in the worker.
+    `prebuilt`: the engine is the user's own (`bench FILE.engine`), not one built from options, so
+    `shapes` are checked against what it declares and the result says its precision is as built."""
     trt = _import_trt()
     version = trt.__version__
     api = api_for_version(version)
@@ -783,6 +851,8 @@ def time_engine(
             f"TensorRT {version} could not create an execution context for {engine_path}"
             " (out of GPU memory? TensorRT's error on stderr says why)"
         )
+    if prebuilt:
+        refuse_shapes_for_engine(Path(engine_path).name, declared_inputs(trt, engine, api), shapes)
     ios = _bind(trt, engine, context, api, shapes)
     refuse_data_dependent_outputs(ios)
     rng = np.random.default_rng(0)
@@ -820,6 +890,10 @@ def time_engine(
         # dtype: compare (LIKE_FOR_LIKE) names a dtype difference as such, not as "what was timed"
         env: dict[str, Any] = {"tensorrt": version, "cuda_binding": cuda.name, "api": api}
         env["dtype"] = options.dtype
+        what = f"({precision_phrase(options.dtype, version)})"
+        if prebuilt:
+            mark_prebuilt(env, options.dtype)
+            what = f"of {PREBUILT}"
         with contextlib.suppress(Exception):  # facts are optional; timing is not
             env.update(cuda.device_facts())
         timing = Timing(
@@ -827,8 +901,7 @@ def time_engine(
             samples_us=samples,
             warmup=options.warmup,
             timed=(
-                f"one forward pass ({precision_phrase(options.dtype, version)}), CUDA events around "
-                f"execute_async_{api} on one stream, "
+                f"one forward pass {what}, CUDA events around execute_async_{api} on one stream, "
                 "inputs on the GPU (no copies timed), no CUDA graph"
             ),
             environment=env,
@@ -895,6 +968,15 @@ def build_and_time(
     return out
 
 
+def time_prebuilt(engine_path: str, options: MeasureOptions, per_layer: bool) -> dict:
+    """Worker entry point for a serialized engine given as the model (`bench FILE.engine`): timed as
+    it is, with the user's --input-shape entries only; nothing is parsed, built, keyed or converted
+    (no TensorRT 11 fp16 typing: the engine's precision is the one it was built with)."""
+    out = time_engine(engine_path, options, dict(options.input_shapes), per_layer, prebuilt=True)
+    out["timing"]["environment"].update({"engine": engine_path, "engine_built_now": False})
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # backend
 
@@ -908,6 +990,12 @@ class TensorRTSession(Session):
         model_path = Path(model_path)
         if not model_path.is_file():
             raise no_such_file(model_path, ModelError)
+        if is_engine_file(model_path):
+            refuse_engine_options(model_path, self.options.batch, self.options.calibration_data)
+            args: tuple[Any, ...] = (str(model_path), self.options, per_layer)
+            if self.options.extra.get("isolate", True):
+                return run_isolated("deployopt.backends.tensorrt.time_prebuilt", args, self.options.timeout_s)
+            return time_prebuilt(*args)
         if self.options.extra.get("isolate", True):
             # hashed here, where the digests outlive the call: each worker is a new process
             args = (str(model_path), self.options, per_layer, hash_calibration(self.options))
@@ -924,11 +1012,12 @@ class TensorRTSession(Session):
             for d in out["layers"]
         ]
         t = out["timing"]
+        timed = "per-layer time reported by TensorRT's IProfiler, median over runs"
         return Profile(
             backend="tensorrt",
             layers=layers,
             environment=t["environment"],
-            timed="per-layer time reported by TensorRT's IProfiler, median over runs",
+            timed=prebuilt_profile_timed(timed) if t["environment"].get("prebuilt_engine") else timed,
             runs=t["runs"],
         )
 

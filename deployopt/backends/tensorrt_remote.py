@@ -196,13 +196,19 @@ class RemoteRunnerSession(Session):
     def _run(self, model_path: Path, per_layer: bool) -> dict[str, Any]:
         """Copy, run, copy back: the runner's result document (read back as load_runner_result reads it)."""
         from deployopt.backends.trtexec import input_shapes
+        from deployopt.prebuilt import is_engine_file, refuse_engine_options
 
         model_path = Path(model_path)
         if not model_path.is_file():
             raise no_such_file(model_path, ModelError)
-        shapes = input_shapes(model_path, self.options)
-        send = self._for_board(model_path)  # typed fp16 here on TensorRT >= 11; refusals before any copy
-        weights = model_weights(send)  # its external data goes along: checked before any copy
+        engine = is_engine_file(model_path)
+        if engine:  # timed as it is: no ONNX read here, no version check, no fp16 typing, no weights
+            refuse_engine_options(model_path, self.options.batch, self.options.calibration_data)
+            shapes, send, weights = dict(self.options.input_shapes), model_path, []
+        else:
+            shapes = input_shapes(model_path, self.options)
+            send = self._for_board(model_path)  # typed fp16 here on TensorRT >= 11; refusals before any copy
+            weights = model_weights(send)  # its external data goes along: checked before any copy
         rdir = self.workdir / board_name(model_path.stem)
         board_model = rdir / board_name(send.name)
         short = min(120.0, self.options.timeout_s)
@@ -389,10 +395,15 @@ class RemoteRunnerSession(Session):
         except (TypeError, KeyError, ValueError):
             raise DataError(f"runner.py on {self.host} returned no per-layer table (--per-layer)") from None
         timing: Timing = out["timing"]
+        timed = "per-layer time reported by TensorRT's IProfiler, median over runs, on the board"
+        if timing.environment.get("prebuilt_engine"):
+            from deployopt.prebuilt import prebuilt_profile_timed
+
+            timed = prebuilt_profile_timed(timed)
         return Profile(
             backend="tensorrt",
             layers=layers,
             environment=timing.environment,
-            timed="per-layer time reported by TensorRT's IProfiler, median over runs, on the board",
+            timed=timed,
             runs=timing.runs,
         )

@@ -36,6 +36,13 @@ from deployopt.errors import (
     no_such_file,
 )
 from deployopt.fileio import write_text
+from deployopt.prebuilt import (
+    PREBUILT,
+    is_engine_file,
+    mark_prebuilt,
+    prebuilt_profile_timed,
+    refuse_engine_options,
+)
 from deployopt.remote import (
     Board,
     board_name,
@@ -255,9 +262,24 @@ def build_command(
     --profilingVerbosity=detailed (8.2+; 8.0/8.1 called it "verbose"); --exportLayerInfo (8.2+);
     --buildOnly (< 8.4) vs --skipInference (8.4+); no precision flag at all on 11.x (strong typing:
     the caller passes a model typed fp16 for fp16, and only a Q/DQ model for int8; see
-    TrtexecSession.build_model)."""
+    TrtexecSession.build_model).
+
+    A serialized engine as `model` (deployopt.prebuilt.is_engine_file) is loaded, not built:
+    --loadEngine instead of --onnx/--saveEngine (trtexec refuses the two together), and none of the
+    build options (workspace, --explicitBatch, precision, --calib, timing cache,
+    --profilingVerbosity): they are fixed in the engine. --shapes sets a dynamic-shape engine's
+    input shapes within its profile; the timing and export flags are the same."""
     v = version_tuple(version) or (10, 0, 0)
     extra = options.extra
+    if is_engine_file(model):
+        if build_only:
+            raise ValueError(f"{model} is an engine already: there is nothing to build")
+        cmd = [trtexec, f"--loadEngine={model}"]
+        if shapes:
+            cmd.append(f"--shapes={shapes_arg(shapes)}")
+        if v >= (8, 2):
+            cmd.append(f"--exportLayerInfo={outdir / 'layer_info.json'}")
+        return cmd + _inference_flags(outdir, options)
     engine = outdir / (model.stem + ".engine")
     cmd = [trtexec, f"--onnx={model}", f"--saveEngine={engine}"]
     if v < (8, 0):
@@ -292,6 +314,14 @@ def build_command(
     if build_only:
         cmd.append("--skipInference" if v >= (8, 4) else "--buildOnly")
         return cmd
+    return cmd + _inference_flags(outdir, options)
+
+
+def _inference_flags(outdir: Path, options: MeasureOptions) -> list[str]:
+    """What makes trtexec's timing trustworthy and exported, the same for a built or a loaded engine:
+    iterations, warm-up, exports, CUDA graph, no transfers, spin-wait, a separate profiling run."""
+    extra = options.extra
+    cmd: list[str] = []
     warmup_ms = int(extra.get("warmup_ms", DEFAULT_WARMUP_MS))
     duration_s = float(extra.get("duration_s", 0))
     cmd += [
@@ -372,6 +402,7 @@ class TrtexecSession(Session):
         self.last_run: TrtexecRun | None = None
         self._qdq = False  # the model run() was last given has Q/DQ nodes (read for int8 only)
         self._engine: str | None = None  # where the last run's engine is (on the board with --remote)
+        self._prebuilt = False  # the last model run() was given is a serialized engine (--loadEngine)
         root = Path(options.extra.get("remote_workdir", DEFAULT_REMOTE_WORKDIR))
         run_dir = remote_run_dir(root, options) if self.remote else None  # optimize's, removed at close
         self.run_dir: Path | None = Path(run_dir) if run_dir is not None else None
@@ -386,6 +417,7 @@ class TrtexecSession(Session):
             self.options.dtype == "int8"
             and calibration_table(self.options) is None
             and not self._qdq
+            and not self._prebuilt
             and not strongly_typed(self.version)
         )
 
@@ -403,17 +435,22 @@ class TrtexecSession(Session):
         outdir.mkdir(parents=True, exist_ok=True)
         for name in ("times.json", "profile.json", "layer_info.json"):
             (outdir / name).unlink(missing_ok=True)  # never read a previous run's exports
-        shapes = input_shapes(model_path, self.options)
-        if self.options.dtype == "int8":
+        self._prebuilt = is_engine_file(model_path)
+        if self._prebuilt:  # loaded as it is: no ONNX read, no Q/DQ check, no fp16 typing
+            refuse_engine_options(model_path, self.options.batch, self.options.calibration_data)
+            shapes = dict(self.options.input_shapes)
+        else:
+            shapes = input_shapes(model_path, self.options)
+        if self.options.dtype == "int8" and not self._prebuilt:
             from deployopt.model import file_has_qdq
 
             self._qdq = file_has_qdq(model_path)
         if self.remote:
             return self._run_remote(model_path, outdir, shapes)
         version = self._version()
-        build = self.build_model(model_path, outdir, version)
+        build = model_path if self._prebuilt else self.build_model(model_path, outdir, version)
         cmd = build_command(self.trtexec, build, outdir, self.options, version, shapes)
-        self._engine = saved_engine(cmd)
+        self._engine = str(model_path) if self._prebuilt else saved_engine(cmd)
         (outdir / "command.txt").write_text(shlex.join(cmd) + "\n")
         run_trtexec(cmd, self.options.timeout_s, outdir / "trtexec.log")
         return self._collect(outdir)
@@ -445,15 +482,17 @@ class TrtexecSession(Session):
         assert self.remote is not None
         workdir = self.remote_workdir
         rdir = workdir / board_name(model_path.stem)
-        table = calibration_table(self.options) if self.options.dtype == "int8" else None
+        int8_build = self.options.dtype == "int8" and not self._prebuilt  # an engine is built already
+        table = calibration_table(self.options) if int8_build else None
         if table is not None and not Path(table).is_file():  # before anything reaches the board
             raise no_such_file(table, DataError)
         board = self._board()
         short = min(120.0, self.options.timeout_s)
         if self.version is None:  # first: the board's TensorRT decides what model goes there
             self.version = detect_version(self.trtexec, timeout_s=short, prefix=board.ssh_prefix())
-        model_path = self.build_model(model_path, outdir, self.version)  # converted here, on the host
-        weights = model_weights(model_path)  # its external data goes along: checked before any copy
+        if not self._prebuilt:  # an engine goes as it is, with no weights beside it
+            model_path = self.build_model(model_path, outdir, self.version)  # converted here, on the host
+        weights = [] if self._prebuilt else model_weights(model_path)  # checked before any copy
         board_model = rdir / board_name(model_path.name)
         board.mkdir(rdir, short)
         board.put_model(model_path, board_model, self.options.timeout_s, weights)
@@ -472,7 +511,7 @@ class TrtexecSession(Session):
             board_cache = workdir / board_name(Path(cache).name)
             options = dataclasses.replace(options, extra={**options.extra, "timing_cache": str(board_cache)})
         cmd = build_command(self.trtexec, board_model, rdir, options, self.version, shapes)
-        self._engine = saved_engine(cmd)
+        self._engine = str(board_model) if self._prebuilt else saved_engine(cmd)
         (outdir / "command.txt").write_text(f"ssh {self.remote} " + shlex.join(cmd) + "\n")
         log = board.run_limited(cmd, "trtexec", self.options.timeout_s)
         write_text(outdir / "trtexec.log", log)
@@ -519,8 +558,12 @@ class TrtexecSession(Session):
         record_in_environment(timing.environment, before, after, busy_clock=False)
         dtype = precision_phrase(self.options.dtype, self.version or run.version)
         dtype += ", placeholder INT8 ranges" if self.placeholder_int8 else ""
+        what = f"({dtype})"
+        if self._prebuilt:
+            mark_prebuilt(timing.environment, self.options.dtype)
+            what = f"of {PREBUILT}"
         timing.timed = (
-            f"one query ({dtype}), GPU compute time per trtexec --exportTimes, {self._graph_phrase(run)}, "
+            f"one query {what}, GPU compute time per trtexec --exportTimes, {self._graph_phrase(run)}, "
             "no H2D/D2H, spin-wait"
         )
         return timing
@@ -540,11 +583,16 @@ class TrtexecSession(Session):
             raise BackendFailed("trtexec wrote no per-layer profile (--exportProfile)")
         prof = run.profile()
         prof.environment.update(self._env(run))
+        if self._prebuilt:
+            mark_prebuilt(prof.environment, self.options.dtype)
+            prof.timed = prebuilt_profile_timed(prof.timed)
         return prof
 
     def _env(self, run: TrtexecRun) -> dict[str, Any]:
         env: dict[str, Any] = {"trtexec": self.remote + ":" + self.trtexec if self.remote else self.trtexec}
         for key in ("device", "version", "sms", "compute_capability", "precision"):
+            if key == "precision" and self._prebuilt:
+                continue  # 8.x logs its build options' default (FP32) for --loadEngine too: not the engine's
             value = getattr(run, key)
             if value is not None:
                 env["tensorrt" if key == "version" else key] = value

@@ -50,6 +50,7 @@ from deployopt.cli.app import (
 from deployopt.errors import DataError, DeployoptError, no_such_file
 from deployopt.fidelity import ImagePreprocess
 from deployopt.fileio import check_output_dir, check_output_file, refuse_input_as_output, write_json
+from deployopt.prebuilt import refuse_engine_backend, refuse_engine_options
 from deployopt.remote import check_remote_backend
 from deployopt.timing import Timing, check_run_counts, counted
 
@@ -110,6 +111,10 @@ def _session(
     if output is not None:
         check_output_file(output)
         refuse_input_as_output(output, [("model", model)], "-o/--output")
+    # an engine: refused here, before the backend is looked for, so the line is the same whether
+    # TensorRT or trtexec is installed or not (settings are _options' dtype, batch, ...)
+    refuse_engine_backend(model, backend_name)
+    refuse_engine_options(model, settings[1], options.get("calibration_data"))
     if backend_name == "model":  # it predicts for a target, and bench / profile take none
         raise DeployoptError(
             "backend 'model' predicts per-conv latency for a GPU target, and bench / profile have no "
@@ -251,7 +256,10 @@ def _input_shape_option() -> Any:
 @app.command("bench", rich_help_panel="Measure")
 def bench_command(
     model: Path = typer.Argument(
-        ..., help="ONNX model to time.", parser=input_path("model", "an .onnx file")
+        ...,
+        help="ONNX model to time, or a serialized TensorRT engine (.engine/.plan/.trt) to time as it was "
+        "built (--backend tensorrt or trtexec).",
+        parser=input_path("model", "an .onnx or .engine file"),
     ),
     backend: str = _backend_option(),
     dtype: Optional[str] = _dtype_option(),
@@ -443,7 +451,10 @@ def render_profile(profile: Profile, kernels: bool) -> None:
 @app.command("profile", rich_help_panel="Measure")
 def profile_command(
     model: Path = typer.Argument(
-        ..., help="ONNX model to profile.", parser=input_path("model", "an .onnx file")
+        ...,
+        help="ONNX model to profile, or a serialized TensorRT engine (.engine/.plan/.trt) as it was built "
+        "(--backend tensorrt or trtexec).",
+        parser=input_path("model", "an .onnx or .engine file"),
     ),
     backend: str = _backend_option(),
     dtype: Optional[str] = _dtype_option(),
