@@ -53,10 +53,12 @@ def play_the_board(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Pat
         f'cd "{home}" || exit 1\nPATH="{boardbin}:$PATH" exec sh -c "$*"\n'
     )
     (hostbin / "scp").write_text(
-        f'#!/bin/sh\necho "scp $*" >> "{log}"\nshift 4\ncd "{home}" || exit 1\n'
+        f'#!/bin/sh\necho "scp $*" >> "{log}"\nshift 4\nhere="$PWD"\ncd "{home}" || exit 1\n'
         # several sources and a folder, as scp takes them; a HOST:PATH is read as old scp's board
-        # shell reads it (unquoted: a wildcard expands there, in the board's home)
-        f'for a; do shift; case "$a" in {HOST}:*) set -- "$@" ${{a#*:}};; *) set -- "$@" "$a";; esac; done\n'
+        # shell reads it (unquoted: a wildcard expands there, in the board's home); a relative path
+        # here is the caller's, as real scp reads it (`bench examples/m.onnx --remote ...`)
+        f'for a; do shift; case "$a" in {HOST}:*) set -- "$@" ${{a#*:}};; /*) set -- "$@" "$a";;'
+        ' *) set -- "$@" "$here/$a";; esac; done\n'
         'exec cp "$@"\n'
     )
     (boardbin / "python3").write_text(
