@@ -275,3 +275,27 @@ def test_closing_ends_what_still_runs_in_the_run_folder_then_removes_it(
         for proc in (mine, other):
             proc.kill()
             proc.wait()
+
+
+def test_a_second_run_on_the_same_board_reuses_the_sweep_though_the_board_is_warmer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The per-layer cache is keyed on the board (GPU, TensorRT, power mode), not on what one timed
+    loop read: the runner records the temperatures and the devfreq clock around every loop, and a
+    real board is never at the same temperature twice. With them in the key a second run timed
+    every conv again; here it sends no conv to the board at all."""
+    log, _ = play_the_board(tmp_path, monkeypatch)
+    model = two_convs(tmp_path / "host" / "net.onnx")
+    code, stdout, err = optimize_remote(monkeypatch, capsys, model, tmp_path / "first", "--json")
+    assert code == 0, err
+    first = json.loads(stdout)["per_layer_sweep"]
+    assert first["measured"] > 0 and first["cached"] == 0
+    # an hour later: hotter, and the loop's devfreq reading taken at another moment of its ramp
+    warm = sysfs_fake.orin(tmp_path / "warm", gpu_c=67.5, oc_events=(1, 0, 0))
+    monkeypatch.setenv("FAKE_BOARD_ROOT", str(warm))
+    log.write_text("")
+    code, stdout, err = optimize_remote(monkeypatch, capsys, model, tmp_path / "second", "--json")
+    assert code == 0, err
+    second = json.loads(stdout)["per_layer_sweep"]
+    assert (second["measured"], second["cached"]) == (0, first["measured"])
+    assert " --batch-dir " not in log.read_text()  # no conv went to the board
