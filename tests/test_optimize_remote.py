@@ -299,3 +299,23 @@ def test_a_second_run_on_the_same_board_reuses_the_sweep_though_the_board_is_war
     second = json.loads(stdout)["per_layer_sweep"]
     assert (second["measured"], second["cached"]) == (0, first["measured"])
     assert " --batch-dir " not in log.read_text()  # no conv went to the board
+
+
+def test_optimize_remote_a_qdq_model_on_a_tensorrt_11_board(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Q/DQ model is optimized as int8 (its default), and TensorRT 11 builds INT8 only from Q/DQ
+    nodes: the sweep's convs carry their own, so the run goes through. Before, the first conv of
+    the sweep was refused (`conv00000-….onnx has none`), a file the user never made."""
+    from test_tensorrt_remote import QDQ_MODEL, V11
+
+    play_the_board(tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_BOARD_TRT", V11)
+    model = tmp_path / "host" / "qdq.onnx"
+    model.parent.mkdir()
+    model.write_bytes(QDQ_MODEL.read_bytes())
+    code, stdout, err = optimize_remote(monkeypatch, capsys, model, tmp_path / "out", "--json")
+    assert code == 0, err
+    report = json.loads(stdout)
+    assert report["dtype"] == "int8" and report["per_layer_sweep"]["measured"] > 0
+    assert report["timings"]["best"]["environment"]["tensorrt"] == V11

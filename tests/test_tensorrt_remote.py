@@ -592,8 +592,8 @@ def test_a_conv_that_fails_mid_batch_is_one_line_naming_it(
     log, home = play_the_board(tmp_path, monkeypatch)
     conv_model = deployopt.layers.conv_model
 
-    def broken_second(shape: ConvShape) -> Any:
-        model = conv_model(shape)
+    def broken_second(shape: ConvShape, int8: bool = False) -> Any:
+        model = conv_model(shape, int8=int8)
         if shape == CONVS[1]:
             del model.graph.input[:]  # the fake TensorRT's parser refuses a graph without inputs
         return model
@@ -610,6 +610,28 @@ def test_a_conv_that_fails_mid_batch_is_one_line_naming_it(
     assert " --batch-dir " in log.read_text().splitlines()[-1]  # the last round trip: no results fetched
     done = sorted(p.name for p in (home / SWEEP / "convs").glob("*.json"))
     assert done == [conv_names(CONVS)[0].replace(".onnx", ".json")]
+
+
+@pytest.mark.parametrize("version", ["10.3.0.26", V11])
+def test_an_int8_sweep_sends_convs_that_carry_their_own_qdq_scales(
+    version: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--dtype int8 (a Q/DQ model's default): each conv of the sweep is quantized with Q/DQ nodes, so
+    TensorRT builds INT8 kernels for it from its own scales, with no calibration data. A plain conv
+    has no ranges: 10.x ran it in fp16 (the int8 table timed other kernels), and 11.x refused it
+    ("builds INT8 only from Q/DQ nodes"), so `optimize --remote` of a Q/DQ model failed there."""
+    import onnx
+
+    from deployopt.model import has_qdq
+
+    _, home = play_the_board(tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_BOARD_TRT", version)
+    with remote_session(dtype="int8", runs=5, warmup=1) as session:
+        timings = session.measure_convs(CONVS)
+    sent = sorted((home / SWEEP / "convs").glob("*.onnx"))
+    assert [p.name for p in sent] == sorted(conv_names(CONVS))  # as they are: nothing typed fp16
+    assert all(has_qdq(onnx.load(str(p))) for p in sent)
+    assert len(timings) == len(CONVS) and all(t.environment["tensorrt"] == version for t in timings)
 
 
 def test_a_batch_on_a_tensorrt_11_board_sends_convs_typed_fp16_here(

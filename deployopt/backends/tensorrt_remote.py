@@ -315,8 +315,9 @@ class RemoteRunnerSession(Session):
         folder = self.workdir / SWEEP_DIR / "convs"
         with tempfile.TemporaryDirectory(prefix="deployopt-convs-") as tmp:
             written = [Path(tmp) / f"{sweep_model_name(i, shape)}.onnx" for i, shape in enumerate(shapes)]
+            int8 = self.options.dtype == "int8"  # Q/DQ convs: INT8 kernels with no calibration
             for path, shape in zip(written, shapes):
-                path.write_bytes(conv_model(shape).SerializeToString())
+                path.write_bytes(conv_model(shape, int8=int8).SerializeToString())
             models = [self._for_board(path) for path in written]  # typed fp16 here on TensorRT >= 11
             names = [path.stem for path in models]  # the runner names each result after its model
             self.board.fresh_dir(folder, short)  # the runner times every .onnx it finds there
