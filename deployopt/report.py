@@ -389,6 +389,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         *([f"- latencies measured on {report['measured_on']}"] if report.get("measured_on") else []),
         f"- mode: {report['mode']}" + (f" (max trim {report['max_trim']:.0%})" if report["max_trim"] else ""),
         *([f"- model.onnx: {report['written_batch']}"] if report.get("written_batch") else []),
+        *_engine_lines(report),
         f"- end-to-end evaluations: {ev['count']} of at most {ev['max']} "
         f"({ev['measured_this_run']} this run, {ev['from_journal']} from the journal)"
         + _budget_note(ev, report.get("confirmation")),
@@ -493,6 +494,16 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines += ["", "## What was measured, what was predicted", ""]
     lines += [f"- {w}" for w in report["what_was_measured"]]
     return "\n".join(lines) + "\n"
+
+
+def _engine_lines(report: dict[str, Any]) -> list[str]:
+    """Where model.engine came from (it loads only on that GPU and TensorRT), or why there is none."""
+    lines = []
+    if report.get("engine"):
+        lines.append(f"- {report['engine']}: the chosen plan's engine, built by {report['measured_on']}")
+    if report.get("engine_notice"):
+        lines.append(f"- notice: {report['engine_notice']}")
+    return lines
 
 
 def write_report(outdir: Path, report: dict[str, Any], opt: Optimizer | None = None) -> None:

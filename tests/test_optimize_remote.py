@@ -319,3 +319,38 @@ def test_optimize_remote_a_qdq_model_on_a_tensorrt_11_board(
     report = json.loads(stdout)
     assert report["dtype"] == "int8" and report["per_layer_sweep"]["measured"] > 0
     assert report["timings"]["best"]["environment"]["tensorrt"] == V11
+
+
+def test_a_resumed_run_whose_answer_was_timed_before_builds_its_engine_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--resume replays what the journal holds; when the answer was measured before the interruption,
+    the engine of that build went with its run's folder on the board. The resumed run builds the
+    chosen plan once more for its engine and says so (it replaced OUTDIR's model.engine with none,
+    silently, before). Resuming a finished run replays every evaluation."""
+    log, _ = play_the_board(tmp_path, monkeypatch)
+    model = two_convs(tmp_path / "host" / "net.onnx")
+    out = tmp_path / "out"
+    code, _, err = optimize_remote(monkeypatch, capsys, model, out)
+    assert code == 0, err
+    first = json.loads((out / "report.json").read_text())
+    assert first["engine"] == "model.engine" and first["engine_notice"] is None
+    assert (
+        "- model.engine: the chosen plan's engine, built by tensorrt (Orin (fake) at "
+        in (out / "report.md").read_text()
+    )
+    log.write_text("")
+    code, stdout, err = optimize_remote(monkeypatch, capsys, model, out, "--resume")
+    assert code == 0, err
+    report = json.loads((out / "report.json").read_text())
+    assert report["evaluations"]["measured_this_run"] == 0  # every evaluation replayed
+    assert report["engine"] == "model.engine" and (out / "model.engine").read_bytes().startswith(b"FAKETRT\n")
+    said = (
+        "model.engine is a new build of the chosen plan: the plan was timed before --resume, and the "
+        "engine of that build went with its run's folder"
+    )
+    assert report["engine_notice"] == said and f"notice: {said}" in stdout
+    assert f"- notice: {said}" in (out / "report.md").read_text()
+    runs = [ln for ln in log.read_text().splitlines() if " python3 " in ln and "/runner.py " in ln]
+    runs = [ln for ln in runs if "--env-only" not in ln]
+    assert len(runs) == 1 and "/chosen/chosen.onnx " in runs[0]  # the one build, of the chosen plan
