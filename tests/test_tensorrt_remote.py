@@ -199,6 +199,28 @@ def test_cli_bench_notes_a_board_left_to_dvfs(
     assert "sudo jetson_clocks" in err
 
 
+def test_cli_profile_notes_a_board_left_to_dvfs_and_both_name_the_board(
+    model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """profile times on the board as bench does, so a clock left to DVFS is the same note (it said
+    nothing); and both say where they measured: the board's address, module and power mode, as
+    optimize's "measured on" does (they named the GPU alone, "Orin", of any Orin board)."""
+    play_the_board(tmp_path, monkeypatch)
+    low = 306_000_000
+    monkeypatch.setenv("FAKE_BOARD_ROOT", str(sysfs_fake.orin(tmp_path / "dvfs", min_hz=low, cur_hz=low)))
+    where = (
+        f"Orin (fake) at {HOST}, compute capability 8.7, sms 16, board NVIDIA Jetson AGX Orin Developer Kit, "
+        "power mode MODE_30W, TensorRT 10.3.0.26"
+    )
+    code, stdout, err = run_cli(monkeypatch, capsys, "profile", str(model), *REMOTE, "--runs", "5")
+    assert code == 0, err
+    assert f"measured on: {where}" in stdout
+    assert "note: the board's GPU clock was not locked (devfreq 306–1300.5 MHz)" in err
+    code, stdout, err = run_cli(monkeypatch, capsys, "bench", str(model), *REMOTE, "--runs", "5")
+    assert code == 0, err
+    assert where in stdout and err.count("note: the board's GPU clock was not locked") == 1
+
+
 def test_cli_sends_the_external_data_a_model_reads(
     model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
