@@ -295,6 +295,15 @@ def check_config(cfg: OptimizeConfig) -> None:
         raise no_such_file(cfg.model_path, ModelError)
 
 
+def check_before_measuring(cfg: OptimizeConfig) -> None:
+    """The one-line refusals that need no target and no backend (options, the input model, the
+    output folder), for a caller that must ask a board which target it is first (`optimize --remote`
+    without --target): a folder that exists, or a typo, cost an ssh round trip and a `target:` line
+    before its error. `Optimizer` checks them again; they are cheap."""
+    check_config(cfg)
+    _check_outdir(cfg)
+
+
 def _check_outdir(cfg: OptimizeConfig) -> Path:
     """The output folder, or a one-line error; nothing is deleted here (see _clear_outdir)."""
     outdir = Path(cfg.outdir) if cfg.outdir else default_outdir(Path(cfg.model_path))

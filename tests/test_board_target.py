@@ -293,6 +293,42 @@ def test_optimize_remote_without_target_on_a_board_it_cannot_name_is_one_line(
     assert not out.exists() and log.read_text().splitlines() == ENV_ONLY_LINES  # nothing else ran there
 
 
+@pytest.mark.parametrize(
+    ("case", "more", "message"),
+    [
+        ("exists", [], "{out} already exists; use --resume to continue or --force to start over"),
+        ("no_journal", ["--resume"], "--resume: {out}/journal.jsonl does not exist; nothing to resume"),
+        ("max_evals", ["--max-evals", "1"], "--max-evals must be at least 2 (the two baselines)"),
+        ("table", ["--dtype", "int8", "--calibration-data", "{table}"], "--calibration-data {table} is a "
+                  "calibration table: optimize checks each plan's outputs on real inputs"),
+    ],
+)  # fmt: skip
+def test_optimize_remote_refuses_what_needs_no_board_before_asking_it(
+    case: str,
+    more: list[str],
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Without --target the board is asked which it is; an output folder that exists, a --resume
+    with nothing to resume or a bad option is refused first, in one line, with nothing run on the
+    board. They came after an ssh round trip and a `target:` line, so the error was not one line."""
+    log = board_tree(tmp_path, monkeypatch, "agx-orin-64gb")
+    model = two_convs(tmp_path / "host" / "net.onnx")
+    out, table = tmp_path / "out", tmp_path / "net.calib"
+    table.write_text("TRT-8601-EntropyCalibration2\n")
+    if case == "exists":
+        out.mkdir()
+        (out / "notes.txt").write_text("mine\n")
+    fill = {"out": str(out), "table": str(table)}
+    more = [arg.format(**fill) for arg in more]
+    code, stdout, err = optimize_remote(monkeypatch, capsys, model, out, *more)
+    assert code == 2 and stdout == "" and err.count("\n") == 1, err
+    assert err.startswith(f"error: {message.format(**fill)}")
+    assert not log.exists()  # the board was not asked anything
+
+
 # ------------------------------------------------------------------ target_for_remote's rules
 
 

@@ -188,8 +188,10 @@ def optimize_command(
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Find channel widths with the lowest measured latency on the target; write model, plan, report."""
+    from dataclasses import replace
+
     from deployopt.backends.base import default_dtype, get_backend
-    from deployopt.optimize import OptimizeConfig, Optimizer, resolve_backend_name
+    from deployopt.optimize import OptimizeConfig, Optimizer, check_before_measuring, resolve_backend_name
 
     trim_only = (max_trim, min_cosine, min_top1)
     if mode != "trim" and (any(v is not None for v in trim_only) or not fidelity_gate):
@@ -204,21 +206,14 @@ def optimize_command(
     check_timeout(timeout)
     backend_name = resolve_backend_name(backend, remote)  # --remote: auto is the runner on the board
     b = get_backend(backend_name)
-    target = _resolve_target(ctx, target, remote, timeout)
+    if not remote:  # no board to ask: click's missing --target first, as before
+        target = _resolve_target(ctx, target, remote, timeout)
+    dtype_default = dtype is None
     if dtype is None:  # int8 for a Q/DQ model, else fp16 where the backend runs it (the deployment case)
         dtype = default_dtype(b, model, deployment=True)
-        if dtype == "int8":
-            from deployopt.targets import get_target
-
-            refuse_int8_the_target_lacks(
-                model,
-                get_target(target, sms=sms),
-                "optimize the float model it was quantized from (--dtype fp16 predicts fp16 widths for "
-                "this one's convs)",
-            )
     cfg = OptimizeConfig(
         model_path=model,
-        target=target,
+        target=target or "",  # --remote without --target: the board's, read below
         backend=backend_name,
         sms=sms,
         input_shapes=shapes,
@@ -244,6 +239,18 @@ def optimize_command(
         resume=resume,
         force=force,
     )
+    if remote:  # what needs no board is refused before the board is asked anything
+        check_before_measuring(cfg)
+        cfg = replace(cfg, target=_resolve_target(ctx, target, remote, timeout))
+    if dtype_default and dtype == "int8":
+        from deployopt.targets import get_target
+
+        refuse_int8_the_target_lacks(
+            model,
+            get_target(cfg.target, sms=sms),
+            "optimize the float model it was quantized from (--dtype fp16 predicts fp16 widths for "
+            "this one's convs)",
+        )
     progress = Progress(
         TextColumn("{task.description}", markup=False),
         BarColumn(),
