@@ -278,6 +278,28 @@ def test_optimize_remote_target_the_board_contradicts_is_kept_with_one_warning(
     assert json.loads((out / "report.json").read_text())["target"]["name"] == "orin-nano-8gb"
 
 
+def test_a_target_the_board_contradicts_is_in_the_report_where_the_gpus_agree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The fake board's GPU (16 SMs, 8.7) is an AGX Orin 64GB's; the board says it is a 32GB module.
+    The first measurement's SM check sees nothing (as on an Orin Nano 8GB against an NX 8GB), so
+    the report said nothing and the run's first stderr line was the only record; the report keeps
+    the board's word now, in report.json's measured_elsewhere and at the top of report.md."""
+    board_tree(tmp_path, monkeypatch, "agx-orin-32gb")
+    model = two_convs(tmp_path / "host" / "net.onnx")
+    out = tmp_path / "out"
+    code, _, err = optimize_remote(monkeypatch, capsys, model, out, "--target", "agx-orin-64gb")
+    assert code == 0, err
+    assert err.count("warning: ") == 1  # the run's first line, once: not again at the first measurement
+    said = (
+        f"the board at {HOST} is agx-orin-32gb (compatible names p3701-0004: Jetson AGX Orin 32GB; MemTotal "
+        "agrees (32 GB)), not agx-orin-64gb: the latencies are that board's, the candidate widths and wave "
+        "columns agx-orin-64gb's; give --target agx-orin-32gb"
+    )
+    assert json.loads((out / "report.json").read_text())["measured_elsewhere"] == said
+    assert f"**Warning: {said}.**" in (out / "report.md").read_text()
+
+
 def test_optimize_remote_without_target_on_a_board_it_cannot_name_is_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
