@@ -435,20 +435,42 @@ def test_cli_trt11_refusals_are_on_the_host_before_any_copy(
     assert list(home.iterdir()) == []
 
 
-def test_calibration_data_the_runner_cannot_read_is_refused_before_the_board(
+def test_calibration_images_are_made_into_the_npy_the_runner_reads(
     model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    log, _ = play_the_board(tmp_path, monkeypatch)
-    images = tmp_path / "images"
-    images.mkdir()
+    """The runner reads one .npy or a table, not images: a folder of images is made into tensors
+    here (--mean/--std/... as everywhere) and goes as one .npy of the model's input, --calib-npy.
+    It was refused, saying to calibrate on the host with TensorRT, which a host that only drives
+    a board has not got. Data that cannot be read is one line before anything is sent."""
+    import numpy as np
+
+    from deployopt.fidelity import ImagePreprocess, load_calibration
+
+    log, home = play_the_board(tmp_path, monkeypatch)
+    images = TESTS.parent / "calibration_data" / "cifar10"
+    code, _, err = run_cli(
+        monkeypatch, capsys, "bench", str(model), *REMOTE, "--dtype", "int8", "--runs", "5",
+        "--calibration-data", str(images), "--mean", "0.5,0.5,0.5", "--std", "0.25,0.25,0.25",
+    )  # fmt: skip
+    assert code == 0, err
+    run = log.read_text().splitlines()[-2]
+    assert " --calib-npy deployopt-runner/net/calib1.npy " in run
+    sent = np.load(home / "deployopt-runner" / "net" / "calib1.npy")
+    preprocess = ImagePreprocess(mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))
+    made = load_calibration(images, {"input": [1, 3, 32, 32]}, count=512, preprocess=preprocess)
+    assert sent.shape == (20, 3, 32, 32) and sent.dtype == np.float32  # the 20 images, one per row
+    assert np.array_equal(sent, np.concatenate([s["input"] for s in made.samples]))
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    log.write_text("")
     code, _, err = run_cli(
         monkeypatch, capsys, "bench", str(model), *REMOTE, "--dtype", "int8",
-        "--calibration-data", str(images),
+        "--calibration-data", str(empty),
     )  # fmt: skip
-    assert code == 2 and err.startswith(
-        f"error: --calibration-data {images}: with --remote the board's runner"
-    )
-    assert len(err.strip().splitlines()) == 1 and not log.exists()
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+    assert str(empty) in err
+    assert log.read_text().splitlines() == [version_check()]  # nothing sent
 
 
 def alive(pid: int) -> bool:
@@ -517,7 +539,7 @@ def test_one_version_check_per_session_and_the_typed_copies_go_at_close(
     options = MeasureOptions(dtype="fp16", runs=3, warmup=1, extra={"remote": HOST})
     with get_backend("tensorrt").open(options) as session:
         first, second = session.measure(model), session.measure(other)
-        typed = session._fp16_dir
+        typed = session._here
         assert typed is not None and Path(typed.name).is_dir()
     assert not Path(typed.name).exists()
     assert log.read_text().splitlines().count(version_check()) == 1
