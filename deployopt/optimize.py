@@ -301,6 +301,18 @@ def check_before_measuring(cfg: OptimizeConfig) -> None:
     without --target): a folder that exists, or a typo, cost an ssh round trip and a `target:` line
     before its error. `Optimizer` checks them again; they are cheap."""
     check_config(cfg)
+    if cfg.remote:  # the backend's option checks (dtype, --sms, --cudnn-engines) need no board either
+        from deployopt.backends.base import MeasureOptions, get_backend
+
+        options = MeasureOptions(
+            dtype=cfg.dtype,
+            sms=cfg.sms,
+            runs=cfg.runs,
+            cudnn_engines=cfg.cudnn_engines,
+            cudnn_benchmark=cfg.cudnn_benchmark,
+            extra={"remote": cfg.remote},
+        )
+        get_backend(resolve_backend_name(cfg.backend, cfg.remote)).check_options(options)
     _check_outdir(cfg)
 
 

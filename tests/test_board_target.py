@@ -321,6 +321,7 @@ def test_optimize_remote_without_target_on_a_board_it_cannot_name_is_one_line(
         ("exists", [], "{out} already exists; use --resume to continue or --force to start over"),
         ("no_journal", ["--resume"], "--resume: {out}/journal.jsonl does not exist; nothing to resume"),
         ("max_evals", ["--max-evals", "1"], "--max-evals must be at least 2 (the two baselines)"),
+        ("sms", ["--sms", "4"], "backend 'tensorrt' cannot limit the GPU's SMs (--sms)"),
         ("table", ["--dtype", "int8", "--calibration-data", "{table}"], "--calibration-data {table} is a "
                   "calibration table: optimize checks each plan's outputs on real inputs"),
     ],
