@@ -68,6 +68,8 @@ def play_the_board(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Pat
         'if [ -n "$FAKE_BOARD_HANG" ] && [ "$1" = "-c" ]; then echo 10.3.0.26; exit 0; fi\n'
         'if [ -n "$FAKE_BOARD_HANG" ]; then\n'
         '  sleep 60 </dev/null >/dev/null 2>&1 &\n  echo $! > "$FAKE_BOARD_HANG"; wait; exit 0\nfi\n'
+        # what TensorRT or the runner says on stderr on the way (FAKE_BOARD_SAYS), the run going on
+        '[ -n "$FAKE_BOARD_SAYS" ] && [ "$1" != "-c" ] && printf "%s\\n" "$FAKE_BOARD_SAYS" >&2\n'
         # a board without python3: what its login shell (bash) says for a command it cannot find
         'if [ -n "$FAKE_BOARD_NO_PYTHON" ]; then\n'
         '  echo "bash: line 1: python3: command not found" >&2; exit 127\nfi\n'
@@ -78,7 +80,13 @@ def play_the_board(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Pat
         exe.chmod(0o755)
     monkeypatch.setenv("PATH", f"{hostbin}:{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_BOARD_ROOT", str(sysfs_fake.orin(tmp_path / "sysfs")))
-    for name in ("FAKE_BOARD_TRT", "FAKE_BOARD_NO_PYTHON", "FAKE_BOARD_HANG", "DEPLOYOPT_RUNNER"):
+    for name in (
+        "FAKE_BOARD_TRT",
+        "FAKE_BOARD_NO_PYTHON",
+        "FAKE_BOARD_HANG",
+        "FAKE_BOARD_SAYS",
+        "DEPLOYOPT_RUNNER",
+    ):
         monkeypatch.delenv(name, raising=False)
     return log, home
 

@@ -229,6 +229,7 @@ class RemoteRunnerSession(Session):
         self.trt_version: str | None = None  # the board's, read once (fp16/int8 only): _for_board
         self._here: tempfile.TemporaryDirectory[str] | None = None  # models typed fp16, .npy made here
         self._calib_npys: dict[str, Path] = {}  # calibration data made into .npy here, per input shape
+        self._relayed: set[str] = set()  # the board's warnings already said (_relay_warnings)
 
     def _run(self, model_path: Path, per_layer: bool) -> dict[str, Any]:
         """Copy, run, copy back: the runner's result document (read back as load_runner_result reads it)."""
@@ -267,6 +268,7 @@ class RemoteRunnerSession(Session):
             self.board.run_limited(cmd, "runner.py", long)
         except RemoteFailed as exc:
             raise BackendFailed(self._runner_error(exc)) from None
+        self._relay_warnings()
         with tempfile.TemporaryDirectory(prefix="deployopt-runner-") as tmp:
             local = Path(tmp) / "result.json"
             self.board.get(rdir / "result.json", local, "scp of result.json", short)
@@ -390,6 +392,7 @@ class RemoteRunnerSession(Session):
                 self.board.run_limited(cmd, "runner.py", long * len(models))
             except RemoteFailed as exc:
                 raise BackendFailed(self._runner_error(exc)) from None
+            self._relay_warnings()
             results = Path(tmp) / "results"
             results.mkdir()
             self.board.get_matching(folder, "*.json", results, "scp of the results", long)
@@ -410,6 +413,23 @@ class RemoteRunnerSession(Session):
             self.board.put(self.runner, board_runner, "scp of runner.py", timeout_s)
             self._runner_sent = True
         return board_runner
+
+    def _relay_warnings(self) -> None:
+        """TensorRT's warnings and the runner's `warning:` lines from the board's stderr, each once a
+        session, as BoardWarning: run here they reach the terminal; over ssh a successful run's
+        stderr was dropped, and with it TensorRT's word that an engine was built for another device
+        ("Using an engine plan file across different models of devices is not recommended ...")."""
+        import warnings
+
+        from deployopt.errors import BoardWarning
+
+        for line in self.board.last_err.splitlines():
+            line = line.strip()
+            said = line.startswith(("[TensorRT] WARNING: ", "[TensorRT] ERROR: ", "warning: "))
+            if said and line not in self._relayed:
+                self._relayed.add(line)
+                text = line.removeprefix("warning: ")
+                warnings.warn(f"runner.py on {self.host}: {text}", BoardWarning, stacklevel=2)
 
     def _runner_error(self, exc: RemoteFailed) -> str:
         """The board's failure in its own words, one line: the runner's `error: ...` (status 2, its
