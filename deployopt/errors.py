@@ -61,6 +61,11 @@ class UnlockedClockWarning(DeployoptWarning):
     """A Jetson measured with its GPU clock free to follow DVFS (not locked by jetson_clocks)."""
 
 
+class BoardWarning(DeployoptWarning):
+    """A warning TensorRT or the runner printed on the board, during a run that succeeded (an engine
+    built for another device, a timing cache it could not read): with --remote only the host sees it."""
+
+
 class CacheWarning(DeployoptWarning):
     """A cache entry could not be written or read: the run goes on without it (one `warning:` line)."""
 

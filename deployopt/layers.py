@@ -103,30 +103,61 @@ class ConvShape:
         return cls(**d)
 
 
-def conv_model(shape: ConvShape, opset: int = 17, seed: int = 0) -> onnx.ModelProto:
-    """A one-conv ONNX model (random weights, bias) for timing a layer on any backend."""
+def conv_model(shape: ConvShape, opset: int = 17, seed: int = 0, int8: bool = False) -> onnx.ModelProto:
+    """A one-conv ONNX model (random weights, bias) for timing a layer on any backend.
+
+    `int8`: the conv quantized explicitly, as a Q/DQ model's convs are (QuantizeLinear and
+    DequantizeLinear on its input, per-tensor; int8 weights with a per-output-channel
+    DequantizeLinear): TensorRT builds it with INT8 kernels from its own scales, no calibration.
+    The plain conv built with --dtype int8 has no ranges, so TensorRT up to 10.x ran it in fp16 (an
+    int8 sweep timed the wrong kernels) and 11.x, which builds INT8 only from Q/DQ nodes, refused it."""
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(seed)
     weight = rng.standard_normal((shape.k, shape.c // shape.groups, shape.r, shape.s)).astype(np.float32)
     bias = rng.standard_normal(shape.k).astype(np.float32)
-    node = helper.make_node(
-        "Conv",
-        ["x", "w", "b"],
-        ["y"],
-        name="conv",
-        kernel_shape=[shape.r, shape.s],
-        strides=list(shape.stride),
-        pads=[shape.pad[0], shape.pad[1], shape.pad[0], shape.pad[1]],
-        dilations=list(shape.dilation),
-        group=shape.groups,
+    inits = [numpy_helper.from_array(bias, "b")]
+    nodes = []
+    x, w = "x", "w"
+    if int8:  # scales of standard-normal data: about 3 sigma over 127 steps
+        x_scale, w_scale = np.float32(3.0 / 127), np.full(shape.k, 3.0 / 127, dtype=np.float32)
+        weight_q = np.clip(np.round(weight / w_scale[:, None, None, None]), -127, 127).astype(np.int8)
+        inits += [
+            numpy_helper.from_array(np.array(x_scale), "x_scale"),
+            numpy_helper.from_array(np.array(0, dtype=np.int8), "x_zero"),
+            numpy_helper.from_array(weight_q, "w_q"),
+            numpy_helper.from_array(w_scale, "w_scale"),
+            numpy_helper.from_array(np.zeros(shape.k, dtype=np.int8), "w_zero"),
+        ]
+        nodes += [
+            helper.make_node("QuantizeLinear", ["x", "x_scale", "x_zero"], ["x_q"], name="x_quant"),
+            helper.make_node("DequantizeLinear", ["x_q", "x_scale", "x_zero"], ["x_dq"], name="x_dequant"),
+            helper.make_node(
+                "DequantizeLinear", ["w_q", "w_scale", "w_zero"], ["w_dq"], name="w_dequant", axis=0
+            ),
+        ]
+        x, w = "x_dq", "w_dq"
+    else:
+        inits.append(numpy_helper.from_array(weight, "w"))
+    nodes.append(
+        helper.make_node(
+            "Conv",
+            [x, w, "b"],
+            ["y"],
+            name="conv",
+            kernel_shape=[shape.r, shape.s],
+            strides=list(shape.stride),
+            pads=[shape.pad[0], shape.pad[1], shape.pad[0], shape.pad[1]],
+            dilations=list(shape.dilation),
+            group=shape.groups,
+        )
     )
     graph = helper.make_graph(
-        [node],
+        nodes,
         "conv",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [shape.n, shape.c, shape.h, shape.w])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [shape.n, shape.k, shape.p, shape.q])],
-        [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(bias, "b")],
+        inits,
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])

@@ -36,8 +36,21 @@ VOLATILE = ("clock", "temp", "power", "time", "pid", "host", "memory_used", "uti
 #: Facts about one model's build or one timed loop, not about the device: the engine a TensorRT
 #: backend or jetson/runner.py built (its path, which lies in a per-run work folder, its key, whether
 #: it was built now), a board's current devfreq clock and its over-current events during the loop.
-#: In the fingerprint they made every run's table a new one, so the sweep was never reused.
-PER_RUN = ("engine", "engine_key", "engine_built_now", "engine_build_s", "gpu_cur_freq_mhz", "oc_events")
+#: In the fingerprint they made every run's table a new one, so the sweep was never reused. So did
+#: the runner's readings around its timed loop (the devfreq clock and the thermal zones, before and
+#: after: a real board is never at the same temperature twice; the power mode and the devfreq limits
+#: stay in the key) and trtexec's verdicts on one run (enqueue-bound, unstable).
+PER_RUN = (
+    "engine",
+    "engine_key",
+    "engine_built_now",
+    "engine_build_s",
+    "gpu_cur_freq_mhz",
+    "oc_events",
+    "gpu_clock_during_run",
+    "temperatures_c",
+    "trtexec_flags",
+)
 
 
 def _stable(value: Any) -> Any:

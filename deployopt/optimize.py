@@ -295,6 +295,27 @@ def check_config(cfg: OptimizeConfig) -> None:
         raise no_such_file(cfg.model_path, ModelError)
 
 
+def check_before_measuring(cfg: OptimizeConfig) -> None:
+    """The one-line refusals that need no target and no backend (options, the input model, the
+    output folder), for a caller that must ask a board which target it is first (`optimize --remote`
+    without --target): a folder that exists, or a typo, cost an ssh round trip and a `target:` line
+    before its error. `Optimizer` checks them again; they are cheap."""
+    check_config(cfg)
+    if cfg.remote:  # the backend's option checks (dtype, --sms, --cudnn-engines) need no board either
+        from deployopt.backends.base import MeasureOptions, get_backend
+
+        options = MeasureOptions(
+            dtype=cfg.dtype,
+            sms=cfg.sms,
+            runs=cfg.runs,
+            cudnn_engines=cfg.cudnn_engines,
+            cudnn_benchmark=cfg.cudnn_benchmark,
+            extra={"remote": cfg.remote},
+        )
+        get_backend(resolve_backend_name(cfg.backend, cfg.remote)).check_options(options)
+    _check_outdir(cfg)
+
+
 def _check_outdir(cfg: OptimizeConfig) -> Path:
     """The output folder, or a one-line error; nothing is deleted here (see _clear_outdir)."""
     outdir = Path(cfg.outdir) if cfg.outdir else default_outdir(Path(cfg.model_path))
@@ -1316,19 +1337,38 @@ class Optimizer:
         """The engine a TensorRT backend built for the chosen plan, copied to `folder`/model.engine
         (the backend builds it in this run's work folder, which is removed at the end; with --remote
         it is on the board, and comes back over scp: the engine to deploy on that board)."""
-        if best.replayed:  # measured by an earlier run (--resume): its engine went with its work folder
-            return None
         from deployopt.backends.base import copy_local_engine
 
         keep = getattr(self.session, "keep_engine", copy_local_engine)  # a caller's duck-typed session
         dest = folder / "model.engine"  # `folder` is the staging folder: OUTDIR gets all or nothing
+        timing = best.timing
         try:
-            if keep(best.timing, dest):
+            if best.replayed:  # measured before --resume: its engine went with that run's work folder
+                if not timing.environment.get("engine"):
+                    return None  # a backend that builds no engine
+                timing = self._build_again(best.plan)
+            if keep(timing, dest):
+                if best.replayed:
+                    self.engine_notice = (
+                        "model.engine is a new build of the chosen plan: the plan was timed before "
+                        "--resume, and the engine of that build went with its run's folder"
+                    )
                 return "model.engine"
         except (BackendFailed, BackendUnavailable) as exc:  # the board went away: the rest stands
             self.engine_notice = f"the chosen plan's engine was not kept ({exc}); build it from model.onnx"
         dest.unlink(missing_ok=True)
         return None
+
+    def _build_again(self, plan: dict[str, int]) -> Any:
+        """The chosen plan built and timed once more by this run's session, for its engine only: a
+        resumed run whose answer was measured before the interruption had no engine to keep (and
+        replaced the one OUTDIR held with none). Its timing is not reported."""
+        path = self.workdir / "chosen.onnx"
+        self._write_candidate(plan, path)
+        try:
+            return self.session.measure(path)
+        finally:
+            path.unlink(missing_ok=True)
 
     def _open_session(self, runs: int | None = None, warmup: int | None = None) -> Any:
         from deployopt.backends.base import MeasureOptions, get_backend

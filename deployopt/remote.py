@@ -88,6 +88,7 @@ class Board:
     def __init__(self, host: str, connect_timeout_s: int = 10) -> None:
         self.host = host
         self.connect_timeout_s = connect_timeout_s
+        self.last_err = ""  # the stderr of the last command that succeeded (its warnings)
 
     def ssh_opts(self) -> list[str]:
         """No password prompt (it would wait forever), and a bounded wait for the connection."""
@@ -114,6 +115,7 @@ class Board:
         if proc.returncode != 0:
             rc = proc.returncode
             raise RemoteFailed(f"{what} on {self.host} exited {rc}: {tail(out + err)}", rc, out, err)
+        self.last_err = err
         return out
 
     def run(self, argv: list[str], what: str, timeout_s: float, limit_s: float | None = None) -> str:

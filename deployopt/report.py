@@ -189,8 +189,9 @@ def build_report(
         "confirmation": opt.confirmation,
         # measurements during which power or heat held the GPU's clock down (torch, local trtexec)
         "clock_slowdowns": clock_slowdowns(opt, timings),
-        # the GPU that measured is not the target (another SM count or compute capability)
-        "measured_elsewhere": measured_elsewhere(opt.target, best.timing.environment) if measured else None,
+        # the GPU that measured is not the target (another SM count or compute capability), or the
+        # board says it is another Jetson (its part number: --target kept against the board's word)
+        "measured_elsewhere": _elsewhere(opt.target, best.timing.environment) if measured else None,
         # a board timed with its GPU clock following DVFS (jetson_clocks not run)
         "clock_unlocked": unlocked_phrase(best.timing.environment) if measured else None,
         "fidelity": fidelity,
@@ -389,6 +390,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         *([f"- latencies measured on {report['measured_on']}"] if report.get("measured_on") else []),
         f"- mode: {report['mode']}" + (f" (max trim {report['max_trim']:.0%})" if report["max_trim"] else ""),
         *([f"- model.onnx: {report['written_batch']}"] if report.get("written_batch") else []),
+        *_engine_lines(report),
         f"- end-to-end evaluations: {ev['count']} of at most {ev['max']} "
         f"({ev['measured_this_run']} this run, {ev['from_journal']} from the journal)"
         + _budget_note(ev, report.get("confirmation")),
@@ -493,6 +495,23 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines += ["", "## What was measured, what was predicted", ""]
     lines += [f"- {w}" for w in report["what_was_measured"]]
     return "\n".join(lines) + "\n"
+
+
+def _elsewhere(target: Any, env: dict[str, Any]) -> str | None:
+    """measured_elsewhere, or where the GPU matches, the board's own word that it is another target."""
+    from deployopt.targets.board import board_is_not
+
+    return measured_elsewhere(target, env) or board_is_not(target.name, env)
+
+
+def _engine_lines(report: dict[str, Any]) -> list[str]:
+    """Where model.engine came from (it loads only on that GPU and TensorRT), or why there is none."""
+    lines = []
+    if report.get("engine"):
+        lines.append(f"- {report['engine']}: the chosen plan's engine, built by {report['measured_on']}")
+    if report.get("engine_notice"):
+        lines.append(f"- notice: {report['engine_notice']}")
+    return lines
 
 
 def write_report(outdir: Path, report: dict[str, Any], opt: Optimizer | None = None) -> None:

@@ -278,6 +278,28 @@ def test_optimize_remote_target_the_board_contradicts_is_kept_with_one_warning(
     assert json.loads((out / "report.json").read_text())["target"]["name"] == "orin-nano-8gb"
 
 
+def test_a_target_the_board_contradicts_is_in_the_report_where_the_gpus_agree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The fake board's GPU (16 SMs, 8.7) is an AGX Orin 64GB's; the board says it is a 32GB module.
+    The first measurement's SM check sees nothing (as on an Orin Nano 8GB against an NX 8GB), so
+    the report said nothing and the run's first stderr line was the only record; the report keeps
+    the board's word now, in report.json's measured_elsewhere and at the top of report.md."""
+    board_tree(tmp_path, monkeypatch, "agx-orin-32gb")
+    model = two_convs(tmp_path / "host" / "net.onnx")
+    out = tmp_path / "out"
+    code, _, err = optimize_remote(monkeypatch, capsys, model, out, "--target", "agx-orin-64gb")
+    assert code == 0, err
+    assert err.count("warning: ") == 1  # the run's first line, once: not again at the first measurement
+    said = (
+        f"the board at {HOST} is agx-orin-32gb (compatible names p3701-0004: Jetson AGX Orin 32GB; MemTotal "
+        "agrees (32 GB)), not agx-orin-64gb: the latencies are that board's, the candidate widths and wave "
+        "columns agx-orin-64gb's; give --target agx-orin-32gb"
+    )
+    assert json.loads((out / "report.json").read_text())["measured_elsewhere"] == said
+    assert f"**Warning: {said}.**" in (out / "report.md").read_text()
+
+
 def test_optimize_remote_without_target_on_a_board_it_cannot_name_is_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -291,6 +313,43 @@ def test_optimize_remote_without_target_on_a_board_it_cannot_name_is_one_line(
         "is not one deployopt has a target for"
     )
     assert not out.exists() and log.read_text().splitlines() == ENV_ONLY_LINES  # nothing else ran there
+
+
+@pytest.mark.parametrize(
+    ("case", "more", "message"),
+    [
+        ("exists", [], "{out} already exists; use --resume to continue or --force to start over"),
+        ("no_journal", ["--resume"], "--resume: {out}/journal.jsonl does not exist; nothing to resume"),
+        ("max_evals", ["--max-evals", "1"], "--max-evals must be at least 2 (the two baselines)"),
+        ("sms", ["--sms", "4"], "backend 'tensorrt' cannot limit the GPU's SMs (--sms)"),
+        ("table", ["--dtype", "int8", "--calibration-data", "{table}"], "--calibration-data {table} is a "
+                  "calibration table: optimize checks each plan's outputs on real inputs"),
+    ],
+)  # fmt: skip
+def test_optimize_remote_refuses_what_needs_no_board_before_asking_it(
+    case: str,
+    more: list[str],
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Without --target the board is asked which it is; an output folder that exists, a --resume
+    with nothing to resume or a bad option is refused first, in one line, with nothing run on the
+    board. They came after an ssh round trip and a `target:` line, so the error was not one line."""
+    log = board_tree(tmp_path, monkeypatch, "agx-orin-64gb")
+    model = two_convs(tmp_path / "host" / "net.onnx")
+    out, table = tmp_path / "out", tmp_path / "net.calib"
+    table.write_text("TRT-8601-EntropyCalibration2\n")
+    if case == "exists":
+        out.mkdir()
+        (out / "notes.txt").write_text("mine\n")
+    fill = {"out": str(out), "table": str(table)}
+    more = [arg.format(**fill) for arg in more]
+    code, stdout, err = optimize_remote(monkeypatch, capsys, model, out, *more)
+    assert code == 2 and stdout == "" and err.count("\n") == 1, err
+    assert err.startswith(f"error: {message.format(**fill)}")
+    assert not log.exists()  # the board was not asked anything
 
 
 # ------------------------------------------------------------------ target_for_remote's rules

@@ -37,6 +37,15 @@ def test_faster_or_unchanged_exits_0(monkeypatch, capsys, tmp_path: Path) -> Non
     assert "measured on: tensorrt, board Orin (both)" in out
 
 
+def test_measured_on_is_one_line_in_a_log_80_columns_wide(monkeypatch, capsys) -> None:
+    """A weekly job's log has no terminal: the `measured on:` line (both sides' setups) was folded
+    over three lines there, so grep found a fragment of it."""
+    code, out, _ = run_cli(monkeypatch, capsys, "compare", AUTOTUNED, HEURISTIC, columns=80)
+    assert code == 1
+    where = [ln for ln in out.splitlines() if ln.startswith("measured on: ")]
+    assert len(where) == 1 and len(where[0]) > 80 and "; current torch" in where[0]
+
+
 def test_json_and_output_file(monkeypatch, capsys, tmp_path: Path) -> None:
     dest = tmp_path / "out" / "regression.json"
     dest.parent.mkdir()

@@ -732,3 +732,21 @@ def test_a_table_value_in_a_label_says_measured_or_predicted(
     label = "move layer3.4.conv1.conv→56 (table cost 0.1 µs, per-layer measured)"
     on_event("eval", label=label, done=1, total=4, timing=Timing("torch", [537.0, 537.2]))
     assert progress.tasks[0].description == "end-to-end: move layer3.4.conv1.conv→56 537.1 µs measured"
+
+
+def test_summary_lines_are_whole_in_a_log_80_columns_wide(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """Piped into a log (a weekly job: no terminal, 80 columns) the summary's lines were folded mid
+    phrase, `wrote OUTDIR/ (…` on two lines and a `notice:` in three, so grep found half of each.
+    The table still fits the width; every other line is one line."""
+    model = zoo_model_path("vgg16_pruned_b4")
+    out = tmp_path / "a-folder-with-a-rather-long-name" / "for-the-weekly-regression-job"
+    code, stdout, err = cli(monkeypatch, capsys, *base_args(model, out), "--max-evals", "4", columns=80)
+    assert code == 0, err
+    lines = stdout.splitlines()
+    assert f"wrote {out}/ (model.onnx, plan.json, report.md, report.json, journal.jsonl)" in lines
+    sweep = [ln for ln in lines if " end-to-end evaluations (" in ln]
+    assert len(sweep) == 1 and sweep[0].endswith(" cached")
+    table = [ln for ln in lines if ln[:1] in "┏┃┡│└"]
+    assert table and all(len(ln) <= 80 for ln in table)

@@ -125,6 +125,13 @@ def test_fingerprint_ignores_the_engine_and_loop_of_the_model_timed_first() -> N
     assert device_fingerprint("tensorrt", second, None) == fp
     assert device_fingerprint("tensorrt", {**second, "gpu_max_freq_mhz": 306.0}, None) != fp
     assert device_fingerprint("tensorrt", {**second, "tensorrt": "8.5.2"}, None) != fp
+    # what the runner reads around each timed loop, and trtexec's verdicts on one run
+    loop = {
+        "gpu_clock_during_run": {"devfreq": "17000000.gpu", "before": {"cur_hz": 306_000_000}},
+        "temperatures_c": {"before": {"gpu-thermal": 48.5}, "after": {"gpu-thermal": 61.0}},
+        "trtexec_flags": ["unstable"],
+    }
+    assert device_fingerprint("tensorrt", {**second, **loop}, None) == fp
 
 
 def test_an_unwritable_cache_is_one_warning_and_the_sweep_goes_on(tmp_path: Path) -> None:

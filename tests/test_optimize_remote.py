@@ -275,3 +275,82 @@ def test_closing_ends_what_still_runs_in_the_run_folder_then_removes_it(
         for proc in (mine, other):
             proc.kill()
             proc.wait()
+
+
+def test_a_second_run_on_the_same_board_reuses_the_sweep_though_the_board_is_warmer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The per-layer cache is keyed on the board (GPU, TensorRT, power mode), not on what one timed
+    loop read: the runner records the temperatures and the devfreq clock around every loop, and a
+    real board is never at the same temperature twice. With them in the key a second run timed
+    every conv again; here it sends no conv to the board at all."""
+    log, _ = play_the_board(tmp_path, monkeypatch)
+    model = two_convs(tmp_path / "host" / "net.onnx")
+    code, stdout, err = optimize_remote(monkeypatch, capsys, model, tmp_path / "first", "--json")
+    assert code == 0, err
+    first = json.loads(stdout)["per_layer_sweep"]
+    assert first["measured"] > 0 and first["cached"] == 0
+    # an hour later: hotter, and the loop's devfreq reading taken at another moment of its ramp
+    warm = sysfs_fake.orin(tmp_path / "warm", gpu_c=67.5, oc_events=(1, 0, 0))
+    monkeypatch.setenv("FAKE_BOARD_ROOT", str(warm))
+    log.write_text("")
+    code, stdout, err = optimize_remote(monkeypatch, capsys, model, tmp_path / "second", "--json")
+    assert code == 0, err
+    second = json.loads(stdout)["per_layer_sweep"]
+    assert (second["measured"], second["cached"]) == (0, first["measured"])
+    assert " --batch-dir " not in log.read_text()  # no conv went to the board
+
+
+def test_optimize_remote_a_qdq_model_on_a_tensorrt_11_board(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Q/DQ model is optimized as int8 (its default), and TensorRT 11 builds INT8 only from Q/DQ
+    nodes: the sweep's convs carry their own, so the run goes through. Before, the first conv of
+    the sweep was refused (`conv00000-….onnx has none`), a file the user never made."""
+    from test_tensorrt_remote import QDQ_MODEL, V11
+
+    play_the_board(tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_BOARD_TRT", V11)
+    model = tmp_path / "host" / "qdq.onnx"
+    model.parent.mkdir()
+    model.write_bytes(QDQ_MODEL.read_bytes())
+    code, stdout, err = optimize_remote(monkeypatch, capsys, model, tmp_path / "out", "--json")
+    assert code == 0, err
+    report = json.loads(stdout)
+    assert report["dtype"] == "int8" and report["per_layer_sweep"]["measured"] > 0
+    assert report["timings"]["best"]["environment"]["tensorrt"] == V11
+
+
+def test_a_resumed_run_whose_answer_was_timed_before_builds_its_engine_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--resume replays what the journal holds; when the answer was measured before the interruption,
+    the engine of that build went with its run's folder on the board. The resumed run builds the
+    chosen plan once more for its engine and says so (it replaced OUTDIR's model.engine with none,
+    silently, before). Resuming a finished run replays every evaluation."""
+    log, _ = play_the_board(tmp_path, monkeypatch)
+    model = two_convs(tmp_path / "host" / "net.onnx")
+    out = tmp_path / "out"
+    code, _, err = optimize_remote(monkeypatch, capsys, model, out)
+    assert code == 0, err
+    first = json.loads((out / "report.json").read_text())
+    assert first["engine"] == "model.engine" and first["engine_notice"] is None
+    assert (
+        "- model.engine: the chosen plan's engine, built by tensorrt (Orin (fake) at "
+        in (out / "report.md").read_text()
+    )
+    log.write_text("")
+    code, stdout, err = optimize_remote(monkeypatch, capsys, model, out, "--resume")
+    assert code == 0, err
+    report = json.loads((out / "report.json").read_text())
+    assert report["evaluations"]["measured_this_run"] == 0  # every evaluation replayed
+    assert report["engine"] == "model.engine" and (out / "model.engine").read_bytes().startswith(b"FAKETRT\n")
+    said = (
+        "model.engine is a new build of the chosen plan: the plan was timed before --resume, and the "
+        "engine of that build went with its run's folder"
+    )
+    assert report["engine_notice"] == said and f"notice: {said}" in stdout
+    assert f"- notice: {said}" in (out / "report.md").read_text()
+    runs = [ln for ln in log.read_text().splitlines() if " python3 " in ln and "/runner.py " in ln]
+    runs = [ln for ln in runs if "--env-only" not in ln]
+    assert len(runs) == 1 and "/chosen/chosen.onnx " in runs[0]  # the one build, of the chosen plan

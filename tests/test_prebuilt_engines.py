@@ -339,6 +339,36 @@ def test_bench_and_profile_remote_copy_the_engine_and_run_the_runner_on_it(
     assert [row["name"] for row in prof["layers"]] == engine_blob(engine)["layers"]
 
 
+def test_what_tensorrt_says_on_the_board_reaches_the_host(
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An engine built on another Jetson of the same TensorRT loads there, and TensorRT says so on the
+    runner's stderr, which a successful run over ssh dropped: the number came back as any other.
+    Its warnings (and the runner's own `warning:` lines) are one `warning:` line each on the host,
+    once a session; the runner's progress lines are not."""
+    _, _ = play_the_runner_board(tmp_path, monkeypatch)
+    host = tmp_path / "host"
+    host.mkdir()
+    engine = built_engine(
+        monkeypatch, zoo_model_path("mobilenet_like"), host / "net.engine", V10, dtype="fp16"
+    )
+    elsewhere = (
+        "[TensorRT] WARNING: Using an engine plan file across different models of devices is not "
+        "recommended and is likely to affect performance or even cause errors."
+    )
+    monkeypatch.setenv("FAKE_BOARD_SAYS", f"built engine x in 1.0 s\n{elsewhere}\n{elsewhere}")
+    code, stdout, err = run_cli(
+        monkeypatch, capsys, "bench", str(engine), "--backend", "tensorrt", "--remote", HOST, "--runs", "5",
+        "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    assert json.loads(stdout)["runs"] == 5
+    assert err.splitlines() == [f"warning: runner.py on {HOST}: {elsewhere}"]
+
+
 def test_runner_says_prebuilt_in_the_hosts_words() -> None:
     """The runner (one file, no deployopt import) and the host say the same of an engine, so a result
     of the runner run by hand and one of `bench --remote` time "the same thing" for compare; and

@@ -53,10 +53,12 @@ def play_the_board(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Pat
         f'cd "{home}" || exit 1\nPATH="{boardbin}:$PATH" exec sh -c "$*"\n'
     )
     (hostbin / "scp").write_text(
-        f'#!/bin/sh\necho "scp $*" >> "{log}"\nshift 4\ncd "{home}" || exit 1\n'
+        f'#!/bin/sh\necho "scp $*" >> "{log}"\nshift 4\nhere="$PWD"\ncd "{home}" || exit 1\n'
         # several sources and a folder, as scp takes them; a HOST:PATH is read as old scp's board
-        # shell reads it (unquoted: a wildcard expands there, in the board's home)
-        f'for a; do shift; case "$a" in {HOST}:*) set -- "$@" ${{a#*:}};; *) set -- "$@" "$a";; esac; done\n'
+        # shell reads it (unquoted: a wildcard expands there, in the board's home); a relative path
+        # here is the caller's, as real scp reads it (`bench examples/m.onnx --remote ...`)
+        f'for a; do shift; case "$a" in {HOST}:*) set -- "$@" ${{a#*:}};; /*) set -- "$@" "$a";;'
+        ' *) set -- "$@" "$here/$a";; esac; done\n'
         'exec cp "$@"\n'
     )
     (boardbin / "python3").write_text(
@@ -66,6 +68,8 @@ def play_the_board(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Pat
         'if [ -n "$FAKE_BOARD_HANG" ] && [ "$1" = "-c" ]; then echo 10.3.0.26; exit 0; fi\n'
         'if [ -n "$FAKE_BOARD_HANG" ]; then\n'
         '  sleep 60 </dev/null >/dev/null 2>&1 &\n  echo $! > "$FAKE_BOARD_HANG"; wait; exit 0\nfi\n'
+        # what TensorRT or the runner says on stderr on the way (FAKE_BOARD_SAYS), the run going on
+        '[ -n "$FAKE_BOARD_SAYS" ] && [ "$1" != "-c" ] && printf "%s\\n" "$FAKE_BOARD_SAYS" >&2\n'
         # a board without python3: what its login shell (bash) says for a command it cannot find
         'if [ -n "$FAKE_BOARD_NO_PYTHON" ]; then\n'
         '  echo "bash: line 1: python3: command not found" >&2; exit 127\nfi\n'
@@ -76,7 +80,13 @@ def play_the_board(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Pat
         exe.chmod(0o755)
     monkeypatch.setenv("PATH", f"{hostbin}:{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_BOARD_ROOT", str(sysfs_fake.orin(tmp_path / "sysfs")))
-    for name in ("FAKE_BOARD_TRT", "FAKE_BOARD_NO_PYTHON", "FAKE_BOARD_HANG", "DEPLOYOPT_RUNNER"):
+    for name in (
+        "FAKE_BOARD_TRT",
+        "FAKE_BOARD_NO_PYTHON",
+        "FAKE_BOARD_HANG",
+        "FAKE_BOARD_SAYS",
+        "DEPLOYOPT_RUNNER",
+    ):
         monkeypatch.delenv(name, raising=False)
     return log, home
 
@@ -195,6 +205,28 @@ def test_cli_bench_notes_a_board_left_to_dvfs(
     assert json.loads(stdout)["environment"]["clocks_locked"] is False
     assert "note: the board's GPU clock was not locked (devfreq 306–1300.5 MHz)" in err
     assert "sudo jetson_clocks" in err
+
+
+def test_cli_profile_notes_a_board_left_to_dvfs_and_both_name_the_board(
+    model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """profile times on the board as bench does, so a clock left to DVFS is the same note (it said
+    nothing); and both say where they measured: the board's address, module and power mode, as
+    optimize's "measured on" does (they named the GPU alone, "Orin", of any Orin board)."""
+    play_the_board(tmp_path, monkeypatch)
+    low = 306_000_000
+    monkeypatch.setenv("FAKE_BOARD_ROOT", str(sysfs_fake.orin(tmp_path / "dvfs", min_hz=low, cur_hz=low)))
+    where = (
+        f"Orin (fake) at {HOST}, compute capability 8.7, sms 16, board NVIDIA Jetson AGX Orin Developer Kit, "
+        "power mode MODE_30W, TensorRT 10.3.0.26"
+    )
+    code, stdout, err = run_cli(monkeypatch, capsys, "profile", str(model), *REMOTE, "--runs", "5")
+    assert code == 0, err
+    assert f"measured on: {where}" in stdout
+    assert "note: the board's GPU clock was not locked (devfreq 306–1300.5 MHz)" in err
+    code, stdout, err = run_cli(monkeypatch, capsys, "bench", str(model), *REMOTE, "--runs", "5")
+    assert code == 0, err
+    assert where in stdout and err.count("note: the board's GPU clock was not locked") == 1
 
 
 def test_cli_sends_the_external_data_a_model_reads(
@@ -411,20 +443,42 @@ def test_cli_trt11_refusals_are_on_the_host_before_any_copy(
     assert list(home.iterdir()) == []
 
 
-def test_calibration_data_the_runner_cannot_read_is_refused_before_the_board(
+def test_calibration_images_are_made_into_the_npy_the_runner_reads(
     model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    log, _ = play_the_board(tmp_path, monkeypatch)
-    images = tmp_path / "images"
-    images.mkdir()
+    """The runner reads one .npy or a table, not images: a folder of images is made into tensors
+    here (--mean/--std/... as everywhere) and goes as one .npy of the model's input, --calib-npy.
+    It was refused, saying to calibrate on the host with TensorRT, which a host that only drives
+    a board has not got. Data that cannot be read is one line before anything is sent."""
+    import numpy as np
+
+    from deployopt.fidelity import ImagePreprocess, load_calibration
+
+    log, home = play_the_board(tmp_path, monkeypatch)
+    images = TESTS.parent / "calibration_data" / "cifar10"
+    code, _, err = run_cli(
+        monkeypatch, capsys, "bench", str(model), *REMOTE, "--dtype", "int8", "--runs", "5",
+        "--calibration-data", str(images), "--mean", "0.5,0.5,0.5", "--std", "0.25,0.25,0.25",
+    )  # fmt: skip
+    assert code == 0, err
+    run = log.read_text().splitlines()[-2]
+    assert " --calib-npy deployopt-runner/net/calib1.npy " in run
+    sent = np.load(home / "deployopt-runner" / "net" / "calib1.npy")
+    preprocess = ImagePreprocess(mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))
+    made = load_calibration(images, {"input": [1, 3, 32, 32]}, count=512, preprocess=preprocess)
+    assert sent.shape == (20, 3, 32, 32) and sent.dtype == np.float32  # the 20 images, one per row
+    assert np.array_equal(sent, np.concatenate([s["input"] for s in made.samples]))
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    log.write_text("")
     code, _, err = run_cli(
         monkeypatch, capsys, "bench", str(model), *REMOTE, "--dtype", "int8",
-        "--calibration-data", str(images),
+        "--calibration-data", str(empty),
     )  # fmt: skip
-    assert code == 2 and err.startswith(
-        f"error: --calibration-data {images}: with --remote the board's runner"
-    )
-    assert len(err.strip().splitlines()) == 1 and not log.exists()
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+    assert str(empty) in err
+    assert log.read_text().splitlines() == [version_check()]  # nothing sent
 
 
 def alive(pid: int) -> bool:
@@ -493,7 +547,7 @@ def test_one_version_check_per_session_and_the_typed_copies_go_at_close(
     options = MeasureOptions(dtype="fp16", runs=3, warmup=1, extra={"remote": HOST})
     with get_backend("tensorrt").open(options) as session:
         first, second = session.measure(model), session.measure(other)
-        typed = session._fp16_dir
+        typed = session._here
         assert typed is not None and Path(typed.name).is_dir()
     assert not Path(typed.name).exists()
     assert log.read_text().splitlines().count(version_check()) == 1
@@ -590,8 +644,8 @@ def test_a_conv_that_fails_mid_batch_is_one_line_naming_it(
     log, home = play_the_board(tmp_path, monkeypatch)
     conv_model = deployopt.layers.conv_model
 
-    def broken_second(shape: ConvShape) -> Any:
-        model = conv_model(shape)
+    def broken_second(shape: ConvShape, int8: bool = False) -> Any:
+        model = conv_model(shape, int8=int8)
         if shape == CONVS[1]:
             del model.graph.input[:]  # the fake TensorRT's parser refuses a graph without inputs
         return model
@@ -608,6 +662,28 @@ def test_a_conv_that_fails_mid_batch_is_one_line_naming_it(
     assert " --batch-dir " in log.read_text().splitlines()[-1]  # the last round trip: no results fetched
     done = sorted(p.name for p in (home / SWEEP / "convs").glob("*.json"))
     assert done == [conv_names(CONVS)[0].replace(".onnx", ".json")]
+
+
+@pytest.mark.parametrize("version", ["10.3.0.26", V11])
+def test_an_int8_sweep_sends_convs_that_carry_their_own_qdq_scales(
+    version: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--dtype int8 (a Q/DQ model's default): each conv of the sweep is quantized with Q/DQ nodes, so
+    TensorRT builds INT8 kernels for it from its own scales, with no calibration data. A plain conv
+    has no ranges: 10.x ran it in fp16 (the int8 table timed other kernels), and 11.x refused it
+    ("builds INT8 only from Q/DQ nodes"), so `optimize --remote` of a Q/DQ model failed there."""
+    import onnx
+
+    from deployopt.model import has_qdq
+
+    _, home = play_the_board(tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_BOARD_TRT", version)
+    with remote_session(dtype="int8", runs=5, warmup=1) as session:
+        timings = session.measure_convs(CONVS)
+    sent = sorted((home / SWEEP / "convs").glob("*.onnx"))
+    assert [p.name for p in sent] == sorted(conv_names(CONVS))  # as they are: nothing typed fp16
+    assert all(has_qdq(onnx.load(str(p))) for p in sent)
+    assert len(timings) == len(CONVS) and all(t.environment["tensorrt"] == version for t in timings)
 
 
 def test_a_batch_on_a_tensorrt_11_board_sends_convs_typed_fp16_here(

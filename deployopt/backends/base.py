@@ -144,6 +144,8 @@ class Session(ABC):
 
         The default builds a one-conv ONNX model per shape and times it with `measure`; backends
         with a faster path (torch: cuDNN directly, one process, same green context) override it.
+        With --dtype int8 the conv carries its own Q/DQ scales (`conv_model`), so TensorRT builds
+        INT8 kernels for it without calibration data, which fits the model's input, not a conv's.
         """
         import tempfile
 
@@ -153,7 +155,7 @@ class Session(ABC):
         with tempfile.TemporaryDirectory(prefix="deployopt-conv-") as tmp:
             for i, shape in enumerate(shapes):
                 path = Path(tmp) / f"conv{i}.onnx"
-                path.write_bytes(conv_model(shape).SerializeToString())
+                path.write_bytes(conv_model(shape, int8=self.options.dtype == "int8").SerializeToString())
                 out.append(self.measure(path))
         return out
 

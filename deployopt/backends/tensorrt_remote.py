@@ -96,11 +96,17 @@ def find_runner() -> Path:
     )
 
 
+#: calibration_file's flag for data the runner cannot read (a folder of images, an .npz, a folder of
+#: arrays): made into one .npy of the model's input here (calibration_npy), sent as --calib-npy.
+MADE_HERE = "--calib-data"
+
+
 def calibration_file(options: MeasureOptions) -> tuple[str, str] | None:
     """What an INT8 build on the board calibrates from, as (runner flag, host file): a calibration
-    table (--calib-cache, read as the tensorrt backend reads one) or one .npy of inputs
-    (--calib-npy). Other data (a folder of images) is refused in one line: the runner reads neither,
-    and dropping it would build INT8 on ranges the user did not give."""
+    table (--calib-cache, read as the tensorrt backend reads one), one .npy of inputs (--calib-npy),
+    or other data (a folder of images, an .npz: MADE_HERE), which the runner cannot read: it is made
+    into a .npy here per model (calibration_npy). It was refused, with advice to calibrate on the
+    host with TensorRT, which a host that only drives a board does not have."""
     from deployopt.backends.tensorrt import table_only
 
     if options.dtype != "int8":
@@ -111,16 +117,46 @@ def calibration_file(options: MeasureOptions) -> tuple[str, str] | None:
     elif options.calibration_data and str(options.calibration_data).lower().endswith(".npy"):
         found = ("--calib-npy", str(options.calibration_data))
     elif options.calibration_data:
-        raise DeployoptError(
-            f"--calibration-data {options.calibration_data}: with --remote the board's runner calibrates "
-            "from one .npy of inputs or reads a calibration table (.cache/.calib/.table); calibrate on "
-            "the host with --backend tensorrt (it keeps the table beside its engine) and pass that table"
-        )
+        data = str(options.calibration_data)
+        if not Path(data).exists():  # before anything reaches the board
+            raise no_such_file(data, DataError)
+        return (MADE_HERE, data)
     else:
         return None
     if not Path(found[1]).is_file():  # before anything reaches the board
         raise no_such_file(found[1], DataError)
     return found
+
+
+def calibration_npy(options: MeasureOptions, model_path: Path, dest: Path) -> Path:
+    """The calibration data made into the one .npy the runner's --calib-npy reads (N items shaped
+    like one batch item of the model's input), written to `dest`: the samples the local tensorrt
+    backend calibrates on (deployopt.fidelity's loader, --mean/--std/--scale/--bgr/--resize for
+    images, at most DEFAULT_CALIBRATION_COUNT), stacked. The runner calibrates a single input
+    from one .npy: a model with more is one line."""
+    import numpy as np
+
+    from deployopt.backends.tensorrt import DEFAULT_CALIBRATION_COUNT
+    from deployopt.backends.tensorrt_calibrator import load_samples
+    from deployopt.backends.trtexec import _onnx_input_dims, input_shapes
+
+    data = str(options.calibration_data)
+    given = input_shapes(model_path, options)
+    dims = {
+        name: given.get(name) or [1 if x is None else x for x in d]
+        for name, d in _onnx_input_dims(model_path).items()
+    }
+    if len(dims) != 1:
+        raise DataError(
+            f"--calibration-data {data}: with --remote the board's runner calibrates a single-input model "
+            f"from one .npy; {model_path.name} has {len(dims)} inputs: give a calibration table "
+            "(.cache/.calib/.table) made for it"
+        )
+    ((name, shape),) = dims.items()
+    count = int(options.extra.get("calibration_count", DEFAULT_CALIBRATION_COUNT))
+    samples = load_samples(data, {name: tuple(shape)}, count, options.calibration_preprocess)
+    np.save(dest, np.concatenate([np.asarray(s[name], dtype=np.float32) for s in samples]))
+    return dest
 
 
 def runner_flags(
@@ -191,7 +227,9 @@ class RemoteRunnerSession(Session):
             self.workdir = self.run_dir
         self._runner_sent = False
         self.trt_version: str | None = None  # the board's, read once (fp16/int8 only): _for_board
-        self._fp16_dir: tempfile.TemporaryDirectory[str] | None = None  # models typed fp16 here
+        self._here: tempfile.TemporaryDirectory[str] | None = None  # models typed fp16, .npy made here
+        self._calib_npys: dict[str, Path] = {}  # calibration data made into .npy here, per input shape
+        self._relayed: set[str] = set()  # the board's warnings already said (_relay_warnings)
 
     def _run(self, model_path: Path, per_layer: bool) -> dict[str, Any]:
         """Copy, run, copy back: the runner's result document (read back as load_runner_result reads it)."""
@@ -213,12 +251,15 @@ class RemoteRunnerSession(Session):
         board_model = rdir / board_name(send.name)
         short = min(120.0, self.options.timeout_s)
         long = self.options.timeout_s
+        calib_here = self.calib
+        if calib_here is not None and calib_here[0] == MADE_HERE:  # before anything goes to the board
+            calib_here = ("--calib-npy", str(self._calibration_npy(model_path)))
         self.board.mkdir(rdir, short)
         board_runner = self._send_runner(short)
         self.board.put_model(send, board_model, long, weights)
         calib = None
-        if self.calib is not None:
-            flag, local = self.calib
+        if calib_here is not None:
+            flag, local = calib_here
             name = board_name(Path(local).name)
             calib = (flag, rdir / (name if name != board_model.name else f"calib_{name}"))
             self.board.put(local, calib[1], "scp of the calibration file", long)
@@ -227,6 +268,7 @@ class RemoteRunnerSession(Session):
             self.board.run_limited(cmd, "runner.py", long)
         except RemoteFailed as exc:
             raise BackendFailed(self._runner_error(exc)) from None
+        self._relay_warnings()
         with tempfile.TemporaryDirectory(prefix="deployopt-runner-") as tmp:
             local = Path(tmp) / "result.json"
             self.board.get(rdir / "result.json", local, "scp of result.json", short)
@@ -238,6 +280,22 @@ class RemoteRunnerSession(Session):
         if send != model_path:
             self._typed_here(timing)
         return {"timing": timing, "layers": doc.get("layers")}
+
+    def _calibration_npy(self, model_path: Path) -> Path:
+        """calibration_npy of `model_path`, made once per input shape in this session (optimize's
+        candidates share their input: the images are decoded once, not once a candidate)."""
+        from deployopt.backends.trtexec import _onnx_input_dims, input_shapes
+
+        key = repr(
+            (
+                sorted(_onnx_input_dims(model_path).items()),
+                sorted(input_shapes(model_path, self.options).items()),
+            )
+        )
+        if key not in self._calib_npys:
+            dest = self._made_here() / f"calib{len(self._calib_npys) + 1}.npy"
+            self._calib_npys[key] = calibration_npy(self.options, model_path, dest)
+        return self._calib_npys[key]
 
     def _for_board(self, model_path: Path) -> Path:
         """The model file to copy. On TensorRT >= 11 (the board's version, read on the first call)
@@ -260,9 +318,13 @@ class RemoteRunnerSession(Session):
             return model_path
         from deployopt.precision import write_fp16
 
-        if self._fp16_dir is None:
-            self._fp16_dir = tempfile.TemporaryDirectory(prefix="deployopt-runner-fp16-")
-        return write_fp16(model_path, Path(self._fp16_dir.name) / f"{model_path.stem}.fp16.onnx")
+        return write_fp16(model_path, self._made_here() / f"{model_path.stem}.fp16.onnx")
+
+    def _made_here(self) -> Path:
+        """This session's folder for what it makes on the host for the board, removed at close."""
+        if self._here is None:
+            self._here = tempfile.TemporaryDirectory(prefix="deployopt-runner-here-")
+        return Path(self._here.name)
 
     def _board_version(self) -> str:
         """The board's TensorRT version (`python3 -c`, one ssh, under the board's own `timeout`).
@@ -290,9 +352,9 @@ class RemoteRunnerSession(Session):
 
     def close(self) -> None:
         """The models typed fp16 here, and optimize's folder on the board (best effort)."""
-        if self._fp16_dir is not None:
-            self._fp16_dir.cleanup()
-            self._fp16_dir = None
+        if self._here is not None:
+            self._here.cleanup()
+            self._here = None
         remove_run_dir(self.board, self.run_dir)
         self.run_dir = None
 
@@ -315,8 +377,9 @@ class RemoteRunnerSession(Session):
         folder = self.workdir / SWEEP_DIR / "convs"
         with tempfile.TemporaryDirectory(prefix="deployopt-convs-") as tmp:
             written = [Path(tmp) / f"{sweep_model_name(i, shape)}.onnx" for i, shape in enumerate(shapes)]
+            int8 = self.options.dtype == "int8"  # Q/DQ convs: INT8 kernels with no calibration
             for path, shape in zip(written, shapes):
-                path.write_bytes(conv_model(shape).SerializeToString())
+                path.write_bytes(conv_model(shape, int8=int8).SerializeToString())
             models = [self._for_board(path) for path in written]  # typed fp16 here on TensorRT >= 11
             names = [path.stem for path in models]  # the runner names each result after its model
             self.board.fresh_dir(folder, short)  # the runner times every .onnx it finds there
@@ -329,6 +392,7 @@ class RemoteRunnerSession(Session):
                 self.board.run_limited(cmd, "runner.py", long * len(models))
             except RemoteFailed as exc:
                 raise BackendFailed(self._runner_error(exc)) from None
+            self._relay_warnings()
             results = Path(tmp) / "results"
             results.mkdir()
             self.board.get_matching(folder, "*.json", results, "scp of the results", long)
@@ -349,6 +413,23 @@ class RemoteRunnerSession(Session):
             self.board.put(self.runner, board_runner, "scp of runner.py", timeout_s)
             self._runner_sent = True
         return board_runner
+
+    def _relay_warnings(self) -> None:
+        """TensorRT's warnings and the runner's `warning:` lines from the board's stderr, each once a
+        session, as BoardWarning: run here they reach the terminal; over ssh a successful run's
+        stderr was dropped, and with it TensorRT's word that an engine was built for another device
+        ("Using an engine plan file across different models of devices is not recommended ...")."""
+        import warnings
+
+        from deployopt.errors import BoardWarning
+
+        for line in self.board.last_err.splitlines():
+            line = line.strip()
+            said = line.startswith(("[TensorRT] WARNING: ", "[TensorRT] ERROR: ", "warning: "))
+            if said and line not in self._relayed:
+                self._relayed.add(line)
+                text = line.removeprefix("warning: ")
+                warnings.warn(f"runner.py on {self.host}: {text}", BoardWarning, stacklevel=2)
 
     def _runner_error(self, exc: RemoteFailed) -> str:
         """The board's failure in its own words, one line: the runner's `error: ...` (status 2, its

@@ -209,9 +209,14 @@ def bench_json(timing: Timing) -> dict[str, Any]:
 def _environment_line(env: dict[str, Any]) -> str:
     libs = env.get("libraries", {})
     parts = [str(env.get("device") or env.get("gpu") or "")]
+    if env.get("remote"):  # --remote: which board, as optimize's "measured on" says it
+        parts[0] = f"{parts[0] or 'the GPU'} at {env['remote']}"
     for key in ("compute_capability", "sms"):
         if env.get(key) is not None:
             parts.append(f"{key.replace('_', ' ')} {env[key]}")
+    for key, word in (("board", "board"), ("nvpmodel", "power mode")):  # the Jetson runner's
+        if env.get(key):
+            parts.append(f"{word} {env[key]}")
     clocks = env.get("clocks") or {}
     if clocks.get("sm_clock_mhz"):
         # a reading taken when the environment was collected may be of an idle GPU (the H200 idles
@@ -500,3 +505,4 @@ def profile_command(
     ) as session:
         profile = session.profile(model, kernels=kernels)
     _emit(profile.to_json(), as_json, output, lambda: render_profile(profile, kernels))
+    warn_clock_slowdown(profile.environment)  # as bench: a board left to DVFS, a clock held down

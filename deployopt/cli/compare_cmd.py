@@ -57,7 +57,7 @@ def _render(report: RegressionReport) -> None:
     console.print(table)
     for b, c in sorted({(setup(p.baseline), setup(p.current)) for p in report.pairs}):
         where = f"{b} (both)" if b == c else f"baseline {b}; current {c}"
-        console.print(f"measured on: {where}", markup=False, highlight=False)
+        console.print(f"measured on: {where}", markup=False, highlight=False, soft_wrap=True)  # grep-able
     for name in report.only_in_baseline:
         err_console.print(f"note: {name}: in the baseline only", style="yellow", markup=False)
     for name in report.only_in_current:

@@ -188,8 +188,10 @@ def optimize_command(
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Find channel widths with the lowest measured latency on the target; write model, plan, report."""
+    from dataclasses import replace
+
     from deployopt.backends.base import default_dtype, get_backend
-    from deployopt.optimize import OptimizeConfig, Optimizer, resolve_backend_name
+    from deployopt.optimize import OptimizeConfig, Optimizer, check_before_measuring, resolve_backend_name
 
     trim_only = (max_trim, min_cosine, min_top1)
     if mode != "trim" and (any(v is not None for v in trim_only) or not fidelity_gate):
@@ -204,21 +206,14 @@ def optimize_command(
     check_timeout(timeout)
     backend_name = resolve_backend_name(backend, remote)  # --remote: auto is the runner on the board
     b = get_backend(backend_name)
-    target = _resolve_target(ctx, target, remote, timeout)
+    if not remote:  # no board to ask: click's missing --target first, as before
+        target = _resolve_target(ctx, target, remote, timeout)
+    dtype_default = dtype is None
     if dtype is None:  # int8 for a Q/DQ model, else fp16 where the backend runs it (the deployment case)
         dtype = default_dtype(b, model, deployment=True)
-        if dtype == "int8":
-            from deployopt.targets import get_target
-
-            refuse_int8_the_target_lacks(
-                model,
-                get_target(target, sms=sms),
-                "optimize the float model it was quantized from (--dtype fp16 predicts fp16 widths for "
-                "this one's convs)",
-            )
     cfg = OptimizeConfig(
         model_path=model,
-        target=target,
+        target=target or "",  # --remote without --target: the board's, read below
         backend=backend_name,
         sms=sms,
         input_shapes=shapes,
@@ -244,6 +239,18 @@ def optimize_command(
         resume=resume,
         force=force,
     )
+    if remote:  # what needs no board is refused before the board is asked anything
+        check_before_measuring(cfg)
+        cfg = replace(cfg, target=_resolve_target(ctx, target, remote, timeout))
+    if dtype_default and dtype == "int8":
+        from deployopt.targets import get_target
+
+        refuse_int8_the_target_lacks(
+            model,
+            get_target(cfg.target, sms=sms),
+            "optimize the float model it was quantized from (--dtype fp16 predicts fp16 widths for "
+            "this one's convs)",
+        )
     progress = Progress(
         TextColumn("{task.description}", markup=False),
         BarColumn(),
@@ -306,14 +313,18 @@ def _note_unused_timing_options(backend: Any, given: dict[str, int]) -> None:
         )
 
 
+def _say(text: Any, style: str | None = None) -> None:
+    """One line of the summary, never folded: in a log (80 columns) a `notice:` or the `wrote` line
+    was cut mid-phrase, so `grep notice:` found half of it."""
+    console.print(text, style=style, markup=False, highlight=False, soft_wrap=True)
+
+
 def _render(result: Any) -> None:
     rep = result.report
     if not rep["measured"]:
-        console.print(
-            "All latencies below are predicted by the wave model, not measured.", style="bold yellow"
-        )
+        _say("All latencies below are predicted by the wave model, not measured.", "bold yellow")
     elif rep.get("note"):
-        console.print(f"note: {rep['note']}", style="bold yellow", markup=False, highlight=False)
+        _say(f"note: {rep['note']}", "bold yellow")
     table = Table(
         title=f"deployopt optimize ({rep['mode']}, {rep['backend']}, {rep['target']['name']} "
         f"{sm_count(rep['target']['sms'])})"
@@ -323,35 +334,33 @@ def _render(result: Any) -> None:
     for label, key in (("input", "input"), ("round-up-to-8", "round_up_8"), ("deployopt", "best")):
         table.add_row(label, rep["latency"][key]["describe"])
     console.print(table)
-    console.print(f"vs input: {rep['comparisons']['vs_input']['describe']}")
-    console.print(f"vs round-up-to-8: {rep['comparisons']['vs_round_up_8']['describe']}")
+    _say(f"vs input: {rep['comparisons']['vs_input']['describe']}")
+    _say(f"vs round-up-to-8: {rep['comparisons']['vs_round_up_8']['describe']}")
     ev, sw = rep["evaluations"], rep["per_layer_sweep"]
     verb = "timed" if rep["measured"] else "predicted"
-    console.print(
+    _say(
         f"{ev['count']} end-to-end evaluations ({ev['measured_this_run']} this run); per-layer sweep: "
         f"{sw['shapes']} shapes, {sw['measured']} {verb} in {sw['seconds']:.1f} s, {sw['cached']} cached"
     )
     tr = rep.get("traffic")
     if tr and tr.get("enabled") and rep["measured"]:
         how = "priced in the search's table" if tr["used"] else "not priced (table of convs alone)"
-        console.print(f"non-conv memory traffic: {tr['why']}; {how}", markup=False, highlight=False)
+        _say(f"non-conv memory traffic: {tr['why']}; {how}")
     if rep.get("image_preprocess"):  # what the gate, the ranking and INT8 calibration were fed
         from deployopt.fidelity import describe_preprocess
 
-        pre = describe_preprocess(rep["image_preprocess"])
-        line = f"calibration images made into tensors by: {pre}"
-        console.print(line, markup=False, highlight=False, soft_wrap=True)
+        _say(f"calibration images made into tensors by: {describe_preprocess(rep['image_preprocess'])}")
     gate, fid = rep.get("trim_gate"), rep.get("fidelity")
     if gate and fid:
-        console.print(_fidelity_line(fid, gate), style="yellow" if fid.get("failures") else None)
+        _say(_fidelity_line(fid, gate), "yellow" if fid.get("failures") else None)
     slow_note = clock_slowdown_note(rep.get("clock_slowdowns") or [])
     if slow_note:
-        console.print(f"warning: {slow_note}", style="bold yellow", markup=False, highlight=False)
+        _say(f"warning: {slow_note}", "bold yellow")
     once = [rep.get("written_batch"), rep.get("engine_notice")]  # model.onnx's batch; an engine not kept
     notes = [*rep.get("load_notices", []), *rep.get("calibration_notices", []), *[n for n in once if n]]
     for note in notes:
-        console.print(f"notice: {note}", style="yellow", markup=False, highlight=False)
-    console.print(f"wrote {result.outdir}/ ({', '.join(written_files(rep))})")
+        _say(f"notice: {note}", "yellow")
+    _say(f"wrote {result.outdir}/ ({', '.join(written_files(rep))})")
 
 
 def _fidelity_line(fid: dict[str, Any], gate: dict[str, Any]) -> Text:

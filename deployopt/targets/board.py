@@ -310,6 +310,26 @@ def _narrow(parts: list[str], source: str, env: Mapping[str, Any], super_mode: b
     return BoardMatch(module.target, "; ".join(how))
 
 
+def board_is_not(target: str, env: Mapping[str, Any]) -> str | None:
+    """Why the board a measurement's environment describes (the runner's `compatible`, MemTotal,
+    model) is another built-in target than `target`, or None when it is that one, cannot say, or
+    `target` is not built in. The SM-count check (`measured_elsewhere`) cannot tell an Orin Nano 8GB
+    from an Orin NX 8GB; the part number can. optimize's report says it, as the run's first line
+    did (`--target X, but the board ... is Y`), so report.md keeps it after the terminal is gone."""
+    from deployopt.targets import builtin_names
+
+    if not env.get("compatible") or target not in builtin_names():
+        return None
+    match = target_for_board(env)
+    if match.target is None or match.target == target:
+        return None
+    where = f" at {env['remote']}" if env.get("remote") else ""
+    return (
+        f"the board{where} is {match.target} ({match.why}), not {target}: the latencies are that "
+        f"board's, the candidate widths and wave columns {target}'s; give --target {match.target}"
+    )
+
+
 # ----------------------------------------------------------------------------------------------
 # asking the board (ssh): what `targets --remote` and `optimize --remote` without --target read
 
