@@ -680,11 +680,13 @@ class Optimizer:
             elif (
                 self._external_session is not None  # the caller's session: we cannot open its twin
                 or not self.session.backend.measured
-                or cfg.sweep_runs in (None, cfg.runs)
+                or (cfg.sweep_runs in (None, cfg.runs) and not self._engine_calibration())
             ):
                 self._sweep_session = self.session
             else:
-                self._sweep_session = self._open_session(runs=cfg.sweep_runs, warmup=min(cfg.warmup, 3))
+                runs = cfg.sweep_runs or cfg.runs
+                warmup = min(cfg.warmup, 3) if runs != cfg.runs else cfg.warmup
+                self._sweep_session = self._open_session(runs=runs, warmup=warmup, calibrate=False)
                 self._own_sweep_session = True
         return self._sweep_session.measure_convs(shapes)
 
@@ -1370,20 +1372,29 @@ class Optimizer:
         finally:
             path.unlink(missing_ok=True)
 
-    def _open_session(self, runs: int | None = None, warmup: int | None = None) -> Any:
-        from deployopt.backends.base import MeasureOptions, get_backend
-
-        cfg = self.cfg
-        backend = get_backend(self.backend_name)
-        # INT8 engines calibrate on the same data the fidelity check reads
-        calibration = cfg.calibration_data if cfg.dtype == "int8" else None
+    def _engine_calibration(self) -> str | None:
+        """What INT8 engines of whole models calibrate on: the data the fidelity check reads (None
+        for fp32/fp16, and for trtexec given data: it reads only a table, so the data still feeds
+        the fidelity check, the engines get placeholder ranges, and the report says so)."""
+        calibration = self.cfg.calibration_data if self.cfg.dtype == "int8" else None
         if calibration is not None and self.backend_name == "trtexec":
             from deployopt.backends.trtexec import is_calibration_table
 
             if not is_calibration_table(calibration):
-                # trtexec reads only a calibration table (it refuses data): the data still feeds the
-                # fidelity check, the engines get placeholder ranges, and the report says so
                 calibration = None
+        return calibration
+
+    def _open_session(
+        self, runs: int | None = None, warmup: int | None = None, calibrate: bool = True
+    ) -> Any:
+        """A session with this run's options. `calibrate=False` for the per-layer sweep: its INT8
+        convs carry their own Q/DQ scales (conv_model(int8=True)), and the model's calibration data,
+        shaped like the model's inputs, does not fit a conv's input at all."""
+        from deployopt.backends.base import MeasureOptions, get_backend
+
+        cfg = self.cfg
+        backend = get_backend(self.backend_name)
+        calibration = self._engine_calibration() if calibrate else None
         opts = MeasureOptions(
             dtype=cfg.dtype,
             batch=cfg.batch,

@@ -841,6 +841,23 @@ def test_int8_sessions_calibrate_on_the_calibration_data(
     opt._open_session()
     want = str(data) if expected else None
     assert [o.calibration_data for o in opened] == [want] and opened[0].dtype == dtype
+    # the per-layer sweep's session: its convs carry their own Q/DQ scales, and the model's data
+    # (shaped like the model's inputs) fits no conv; at the same --sweep-runs as --runs too
+    opened.clear()
+    measured = {"backend": type("B", (), {"measured": True})(), "measure_convs": lambda self, shapes: shapes}
+    opt.session = type("Measured", (), measured)()
+    opt.cfg.sweep_runs = opt.cfg.runs
+    opt._sweep_session = None
+    opt._external_session = opt._external_sweep_session = None
+    swept = type("Sweep", (), {"measure_convs": lambda self, shapes: shapes})()
+    opened_session = iter([swept])
+    monkeypatch.setattr(base, "get_backend", lambda name: type("R", (), {
+        "open": lambda self, options: (opened.append(options), next(opened_session))[1]})())  # fmt: skip
+    assert opt._measure_convs([]) == []
+    if expected:
+        assert [o.calibration_data for o in opened] == [None] and opened[0].runs == opt.cfg.runs
+    else:
+        assert opened == []  # nothing to calibrate: the sweep shares the session
 
 
 def test_trim_ranks_channels_on_the_calibration_data(tmp_path: Path) -> None:
