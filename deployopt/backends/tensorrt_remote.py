@@ -128,28 +128,34 @@ def calibration_file(options: MeasureOptions) -> tuple[str, str] | None:
     return found
 
 
-def calibration_npy(options: MeasureOptions, model_path: Path, dest: Path) -> Path:
+def model_input_dims(model_path: Path, options: MeasureOptions) -> dict[str, list[int]]:
+    """Every input of the model as it is built: the shapes given (--input-shape, --batch), else its
+    own dims with a dynamic one taken as 1."""
+    from deployopt.backends.trtexec import _onnx_input_dims, input_shapes
+
+    given = input_shapes(model_path, options)
+    return {
+        name: given.get(name) or [1 if x is None else x for x in d]
+        for name, d in _onnx_input_dims(model_path).items()
+    }
+
+
+def calibration_npy(options: MeasureOptions, model_name: str, dims: dict[str, list[int]], dest: Path) -> Path:
     """The calibration data made into the one .npy the runner's --calib-npy reads (N items shaped
-    like one batch item of the model's input), written to `dest`: the samples the local tensorrt
-    backend calibrates on (deployopt.fidelity's loader, --mean/--std/--scale/--bgr/--resize for
-    images, at most DEFAULT_CALIBRATION_COUNT), stacked. The runner calibrates a single input
-    from one .npy: a model with more is one line."""
+    like one batch item of the model's input, `dims`: model_input_dims), written to `dest`: the
+    samples the local tensorrt backend calibrates on (deployopt.fidelity's loader,
+    --mean/--std/--scale/--bgr/--resize for images, at most DEFAULT_CALIBRATION_COUNT), stacked.
+    The runner calibrates a single input from one .npy: a model with more is one line."""
     import numpy as np
 
     from deployopt.backends.tensorrt import DEFAULT_CALIBRATION_COUNT
     from deployopt.backends.tensorrt_calibrator import load_samples
-    from deployopt.backends.trtexec import _onnx_input_dims, input_shapes
 
     data = str(options.calibration_data)
-    given = input_shapes(model_path, options)
-    dims = {
-        name: given.get(name) or [1 if x is None else x for x in d]
-        for name, d in _onnx_input_dims(model_path).items()
-    }
     if len(dims) != 1:
         raise DataError(
             f"--calibration-data {data}: with --remote the board's runner calibrates a single-input model "
-            f"from one .npy; {model_path.name} has {len(dims)} inputs: give a calibration table "
+            f"from one .npy; {model_name} has {len(dims)} inputs: give a calibration table "
             "(.cache/.calib/.table) made for it"
         )
     ((name, shape),) = dims.items()
@@ -249,7 +255,7 @@ class RemoteRunnerSession(Session):
             weights = model_weights(send)  # its external data goes along: checked before any copy
         rdir = self.workdir / board_name(model_path.stem)
         board_model = rdir / board_name(send.name)
-        short = min(120.0, self.options.timeout_s)
+        short = self.short_s
         long = self.options.timeout_s
         calib_here = self.calib
         if calib_here is not None and calib_here[0] == MADE_HERE:  # before anything goes to the board
@@ -284,17 +290,11 @@ class RemoteRunnerSession(Session):
     def _calibration_npy(self, model_path: Path) -> Path:
         """calibration_npy of `model_path`, made once per input shape in this session (optimize's
         candidates share their input: the images are decoded once, not once a candidate)."""
-        from deployopt.backends.trtexec import _onnx_input_dims, input_shapes
-
-        key = repr(
-            (
-                sorted(_onnx_input_dims(model_path).items()),
-                sorted(input_shapes(model_path, self.options).items()),
-            )
-        )
+        dims = model_input_dims(model_path, self.options)
+        key = repr(sorted(dims.items()))  # all the .npy depends on, besides the session's options
         if key not in self._calib_npys:
             dest = self._made_here() / f"calib{len(self._calib_npys) + 1}.npy"
-            self._calib_npys[key] = calibration_npy(self.options, model_path, dest)
+            self._calib_npys[key] = calibration_npy(self.options, model_path.name, dims, dest)
         return self._calib_npys[key]
 
     def _for_board(self, model_path: Path) -> Path:
@@ -331,9 +331,7 @@ class RemoteRunnerSession(Session):
         tensorrt not importable or python3 missing: the runner's own one-line errors."""
         cmd = ["python3", "-c", "import tensorrt; print(tensorrt.__version__)"]
         try:
-            out = self.board.run_limited(
-                cmd, "the TensorRT version check", min(120.0, self.options.timeout_s)
-            )
+            out = self.board.run_limited(cmd, "the TensorRT version check", self.short_s)
         except RemoteFailed as exc:
             last = [ln.strip() for ln in exc.err.splitlines() if ln.strip()][-1:]
             if exc.returncode == 1 and last and last[0].startswith(("ImportError", "ModuleNotFoundError")):
@@ -372,7 +370,7 @@ class RemoteRunnerSession(Session):
         from deployopt.backends.tensorrt import load_runner_result
         from deployopt.layers import conv_model
 
-        short = min(120.0, self.options.timeout_s)
+        short = self.short_s
         long = self.options.timeout_s
         folder = self.workdir / SWEEP_DIR / "convs"
         with tempfile.TemporaryDirectory(prefix="deployopt-convs-") as tmp:
@@ -452,7 +450,13 @@ class RemoteRunnerSession(Session):
 
     def preflight(self) -> None:
         """The board answers and its work folder can be made (one ssh round trip)."""
-        self.board.mkdir(self.workdir, min(120.0, self.options.timeout_s))
+        self.board.mkdir(self.workdir, self.short_s)
+
+    @property
+    def short_s(self) -> float:
+        """The limit of a quick step on the board (mkdir, the runner's copy, the version check,
+        fetching results): --timeout, at most 120 s."""
+        return min(120.0, self.options.timeout_s)
 
     def keep_engine(self, timing: Timing, dest: Path) -> bool:
         """The engine the runner built on the board (its path there is in the result), copied back."""
