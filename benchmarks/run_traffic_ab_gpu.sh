@@ -11,7 +11,7 @@
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/device_env.sh"
 SMS=$1 MODELS=$2
-TAG=${MODELS//,/_}  # file names without commas (the device tool returns plain names only)
+TAG=${TAG:-${MODELS//,/_}}  # file names without commas (the device tool returns plain names only)
 shift 2
 WORK=/root/keep/traffic_work
 mkdir -p "$WORK" "$OUT"
@@ -26,7 +26,7 @@ fi
 # The GPU's clocks and clock-event (throttle) reasons while the benchmark runs, once a second, and
 # nvidia-smi's full clock/performance report before and after: a slowdown mid-run would show here.
 SMI_FIELDS=timestamp,clocks.sm,clocks.max.sm,clocks.mem,clocks.applications.graphics,clocks_event_reasons.active,temperature.gpu,power.draw,power.limit,pstate
-{ echo "== before"; nvidia-smi -q -d CLOCK,PERFORMANCE,POWER,TEMPERATURE; } >"$OUT/nvidia_smi_${SMS}_${TAG}.txt" 2>&1
+{ echo "== before"; nvidia-smi -q -d CLOCK,PERFORMANCE,POWER,TEMPERATURE; } >"$OUT/nvidia_smi_sms${SMS}_${TAG}.txt" 2>&1
 nvidia-smi --query-gpu="$SMI_FIELDS" --format=csv -lms 1000 >"$OUT/clocks_sms${SMS}_${TAG}.csv" 2>&1 &
 SMI_PID=$!
 python3 benchmarks/bench_optimize.py --sms "$SMS" --models "$MODELS" --ab-traffic --workdir "$WORK" \
@@ -34,6 +34,6 @@ python3 benchmarks/bench_optimize.py --sms "$SMS" --models "$MODELS" --ab-traffi
     >"$OUT/bench_sms${SMS}_${TAG}.out" 2>&1
 echo "rc=$?" >>"$OUT/bench_sms${SMS}_${TAG}.out"
 kill "$SMI_PID" 2>/dev/null
-{ echo "== after"; nvidia-smi -q -d CLOCK,PERFORMANCE,POWER,TEMPERATURE; } >>"$OUT/nvidia_smi_${SMS}_${TAG}.txt" 2>&1
+{ echo "== after"; nvidia-smi -q -d CLOCK,PERFORMANCE,POWER,TEMPERATURE; } >>"$OUT/nvidia_smi_sms${SMS}_${TAG}.txt" 2>&1
 cp "$WORK/optimize_sms${SMS}_${TAG}_traffic_ab.json" "$OUT/" 2>/dev/null
 exit 0
