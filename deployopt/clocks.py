@@ -336,9 +336,12 @@ def record_in_environment(
 ) -> dict[str, object]:
     """Add what two readings around a timed loop say to a measurement's environment, in place:
     "clock_slowdown_us" ({reason: µs} the clock was held down, {} checked and none, absent: not
-    checked); with `busy_clock`, the SM clock read right after the loop (the GPU still busy) as
-    "clocks"."sm_clock_mhz" in place of the reading taken when the environment was collected, which
-    an idle GPU makes low, with "sm_clock_read" saying so (absent in older files)."""
+    checked); with `busy_clock`, the SM clock read right after the loop as "clocks"."sm_clock_mhz"
+    in place of the reading taken when the environment was collected, which an idle GPU makes low,
+    with "sm_clock_read" saying so (absent in older files). Informative only: on the H200 the clock
+    stays up for seconds after a loop, but after a power-capped one it climbs back to the maximum
+    in about 0.15 s while nvidia-smi takes 50 ms, so it can read above what the loop ran at; the
+    counters are what says the clock was held down (benchmarks/results/h200_clocks/)."""
     slowdown = slowdown_between(before, after)
     if slowdown is not None:
         env["clock_slowdown_us"] = slowdown

@@ -256,3 +256,48 @@ def test_unlocked_phrase_names_a_board_left_to_dvfs_only() -> None:
     assert unlocked_phrase({**dvfs, "gpu_min_freq_mhz": 624.75}) is None
     assert unlocked_phrase({"clocks_locked": False}) is not None  # the runner's own verdict, no range
     assert unlocked_phrase({"gpu": "NVIDIA H200", "clock_slowdown_us": {}}) is None
+
+
+def test_a_power_capped_h200_counter_parses_to_the_recorded_value() -> None:
+    """The real reading taken just after clock_after_loop_gpu.py's matmul load (2026-12-05): SW power
+    capping 19 751 826 µs on the counter, every other counter 0, no reason active any more; a fresh
+    machine of the same session read 0 on every counter. The phrase bench would print for it."""
+    from nvidia_smi_fake import CLOCKS_DIR
+
+    capped_text = (CLOCKS_DIR / "nvidia_smi_sms8_vgg16_yolo_seed1.txt").read_text()
+    before, after = capped_text.removeprefix("== before\n").split("== after\n")
+    fresh = parse_clocks((CLOCKS_DIR / "nvidia_smi_sms8_regnets_pruned_seed0.txt").read_text())
+    capped = parse_clocks(before)
+    assert capped.counters_us == {**ALL_ZERO, "sw_power_cap": 19_751_826}
+    assert parse_clocks(after).counters_us == capped.counters_us  # the optimize call between: none
+    assert slowdown_between(capped, parse_clocks(after)) == {}
+    assert fresh.counters_us == ALL_ZERO
+    assert "sw_power_cap" not in capped.active_reasons
+    assert slowdown_phrase({"sw_power_cap": 19_751_826}) == "SW power cap 19.8 s"
+
+
+def test_the_clock_recovery_the_docs_quote() -> None:
+    """benchmarks/results/h200_clocks/README.md and docs/backends.md: the capped matmul loop at 1455
+    MHz; the first read after it 1425-1440 MHz, 1950-1965 by 0.13-0.16 s, 1980 from 0.41-0.43 s on;
+    `nvidia-smi -q -d CLOCK,PERFORMANCE` 50-53 ms; bench recorded 1980 MHz and no slowdown."""
+    folder = Path(__file__).resolve().parents[1] / "benchmarks/results/h200_clocks"
+    data = json.loads((folder / "clock_after_loop.json").read_text())
+    assert data["busy_sm_mhz"] == 1455.0
+    assert (
+        0.0496
+        <= min(data["nvidia_smi_q_clock_performance_s"])
+        <= max(data["nvidia_smi_q_clock_performance_s"])
+        <= 0.053
+    )
+    for rep in data["repeats"]:
+        reads = rep["reads_after_loop"]
+        assert 1425.0 <= reads[0]["sm_mhz"] <= 1440.0 and 0.022 <= reads[0]["end_s"] <= 0.026
+        first_1950 = next(r for r in reads if r["sm_mhz"] >= 1950.0)
+        assert 0.13 <= first_1950["end_s"] <= 0.16
+        assert {r["sm_mhz"] for r in reads if r["start_s"] > 0.43} == {1980.0}
+        assert 0.40 <= max(r["end_s"] for r in reads if r["sm_mhz"] != 1980.0) <= 0.43
+    for name in ("bench_clock_sms8.json", "bench_clock_smsfull.json"):
+        env = json.loads((folder / name).read_text())["environment"]
+        assert env["clocks"]["sm_clock_mhz"] == 1980.0
+        assert env["clocks"]["sm_clock_read"] == SM_CLOCK_AFTER_LOOP
+        assert env["clock_slowdown_us"] == {}

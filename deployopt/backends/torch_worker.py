@@ -338,7 +338,7 @@ class Worker:
                 samples, replays = self._eager_samples(module, inputs, name)
                 what = f"eager forward pass (no CUDA graph: {exc}; launch gaps included)"
                 unit, units = "eager pass", "passes"
-            after = self._read_clocks()  # at once: the GPU is still busy, its clock still up
+            after = self._read_clocks()  # at once, while the clock is still up (a capped one climbs back)
             per = (
                 f"one {unit} per sample"
                 if replays == 1
