@@ -96,13 +96,19 @@ class SweepResult:
     seconds: float = 0.0  # wall time of the device sweeps in this call
 
 
+#: The folder of a dtype's table where it is not the dtype's name: a change to how that dtype's sweep
+#: convs are built (`layers.conv_model`) renames it, so tables timed the old way are never read.
+#: int8: Q/DQ-quantized convs since 2026-12-04 (before, a plain conv that TensorRT ran in fp16).
+DTYPE_FOLDER = {"int8": "int8-qdq"}
+
+
 class LayerCache:
     """The on-disk table for one device fingerprint and dtype."""
 
     def __init__(self, fingerprint: str, dtype: str, root: Path | None = None, persist: bool = True) -> None:
         self.fingerprint = fingerprint
         self.dtype = dtype
-        self.dir = (root or cache_root()) / fingerprint / dtype
+        self.dir = (root or cache_root()) / fingerprint / DTYPE_FOLDER.get(dtype, dtype)
         self.persist = persist
         self._write_failed = False  # warned once; later entries are not tried again
 

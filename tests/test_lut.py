@@ -152,3 +152,17 @@ def test_a_corrupt_entry_warns_and_is_measured_again(tmp_path: Path) -> None:
     with pytest.warns(CacheWarning, match="cannot read cache entry .*not a cache entry"):
         res = cache.fill(CountingMeasure(), shapes([8]))
     assert res.measured == 1
+
+
+def test_an_int8_table_from_before_the_qdq_sweep_convs_is_not_read(tmp_path: Path) -> None:
+    """Tables timed with plain convs under --dtype int8 (TensorRT ran them in fp16) sit in the old
+    `int8/` folder; the Q/DQ sweep convs' table is `int8-qdq/`, so an upgrade measures them again."""
+    measure = CountingMeasure()
+    old = LayerCache("fp1", "fp16", root=tmp_path)
+    old.dir = tmp_path / "fp1" / "int8"  # where an int8 table was written before
+    old.fill(measure, shapes([64]))
+    assert (old.dir / f"{shapes([64])[0].signature()}.json").exists()
+    fresh = LayerCache("fp1", "int8", root=tmp_path)
+    assert fresh.dir == tmp_path / "fp1" / "int8-qdq"
+    assert fresh.fill(measure, shapes([64])).measured == 1
+    assert LayerCache("fp1", "int8", root=tmp_path).fill(measure, shapes([64])).cached == 1
