@@ -201,6 +201,11 @@ def remote_run_dir(workdir: str | PurePosixPath, options: Any) -> PurePosixPath 
     return PurePosixPath(workdir) / name
 
 
+#: Where the two board backends work by default: jetson/runner.py (relative to the login's home)
+#: and trtexec (/tmp, as trtexec users do). Another run's folder is looked for in both.
+RUNNER_WORKDIR = "deployopt-runner"
+TRTEXEC_WORKDIR = "/tmp/deployopt-trtexec"
+
 #: What POSIX extended regular expressions (pkill -f) treat as special.
 ERE_SPECIAL = re.compile(r"([.^$*+?()|{}\[\]\\])")
 
@@ -226,6 +231,68 @@ def remove_run_dir(board: Board, run_dir: str | PurePosixPath | None) -> None:
         board.run(["pkill", "-f", "--", pattern], "ending what runs in the run's folder", CLEANUP_TIMEOUT_S)
     with contextlib.suppress(BackendFailed, BackendUnavailable):
         board.run(["rm", "-rf", folder], "removing the run's folder", CLEANUP_TIMEOUT_S)
+
+
+def other_runs_at_work(
+    board: Board, own_run: str | PurePosixPath, workdirs: list[str | PurePosixPath], timeout_s: float
+) -> dict[str, list[str]]:
+    """{another optimize run's folder on the board: the pids running from it}, its folders looked for
+    in `workdirs`: a run whose host was killed (kill -9) or lost its connection goes on building and
+    timing there until its own `timeout`, since ssh without a tty sends the board no hangup; a
+    second optimize on the same board does too. Timed beside them, this run's latencies would
+    include their GPU work. One ssh round trip when no other run's folder exists, two when one does
+    (pgrep -f with each folder's own pattern). Best effort: {} when the board cannot say (no pgrep,
+    a failed call)."""
+    own = PurePosixPath(str(own_run).rstrip("/"))
+    globs = " ".join(
+        f"{shlex.quote(w.rstrip('/'))}/{RUN_DIR_PREFIX}*/" for w in dict.fromkeys(map(str, workdirs))
+    )
+    listing = f'for d in {globs}; do [ -d "$d" ] && echo "$d"; done; exit 0'
+    try:
+        out = board.call([*board.ssh_prefix(), listing], "looking for other runs", timeout_s)
+    except (BackendFailed, BackendUnavailable):
+        return {}
+    folders = [ln.strip().rstrip("/") for ln in out.splitlines() if ln.strip()]
+    others = [f for f in dict.fromkeys(folders) if PurePosixPath(f) != own]
+    if not others:
+        return {}
+    pattern = "|".join(own_path_pattern(f) for f in others)
+    try:
+        found = board.run(["pgrep", "-af", "--", pattern], "looking for other runs", timeout_s)
+    except (BackendFailed, BackendUnavailable):  # pgrep exits 1 when nothing matched
+        return {}
+    busy: dict[str, list[str]] = {}
+    for line in found.splitlines():
+        pid, _, command = line.strip().partition(" ")
+        folder = next((f for f in others if f + "/" in command), None)
+        if pid.isdigit() and folder is not None:
+            busy.setdefault(folder, []).append(pid)
+    return busy
+
+
+def other_runs_phrase(host: str, busy: dict[str, list[str]]) -> str:
+    """The warning for `other_runs_at_work`'s answer, with the command that ends them."""
+    runs = "; ".join(f"{folder}: pid {', '.join(pids)}" for folder, pids in busy.items())
+    every = " ".join(pid for pids in busy.values() for pid in pids)
+    return (
+        f"another deployopt run is still at work on {host} ({runs}): its GPU work would be timed "
+        f"with this run's. It ends at its own --timeout; to end it now: ssh {host} kill {every}"
+    )
+
+
+def warn_of_other_runs(board: Board, run_dir: str | PurePosixPath | None, timeout_s: float) -> None:
+    """Before optimize's first measurement on the board: a BoardWarning when another run is at work
+    there (`other_runs_at_work`, looked for beside `run_dir` and in both backends' usual folders)."""
+    if run_dir is None:
+        return
+    workdirs = [PurePosixPath(run_dir).parent, RUNNER_WORKDIR, TRTEXEC_WORKDIR]
+    busy = other_runs_at_work(board, run_dir, workdirs, timeout_s)
+    if busy:
+        import warnings
+
+        from deployopt.errors import BoardWarning
+
+        warnings.warn(other_runs_phrase(board.host, busy), BoardWarning, stacklevel=3)
 
 
 def fetch_engine(board: Board, timing: Timing, dest: str | Path, timeout_s: float) -> bool:

@@ -277,6 +277,85 @@ def test_closing_ends_what_still_runs_in_the_run_folder_then_removes_it(
             proc.wait()
 
 
+def test_another_run_still_at_work_on_the_board_is_a_warning_with_the_command_that_ends_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run whose host was killed (kill -9) or lost its connection goes on timing on the board until
+    its own `timeout` (no tty: no hangup there); a run started beside it would time their GPU work
+    together. optimize says so before its first measurement, naming the pids and the ssh that ends
+    them, and goes on. A leftover folder with nothing running from it, and a process of a folder
+    that is no run's, are not named."""
+    import subprocess
+    import sys
+
+    log, home = play_the_board(tmp_path, monkeypatch)
+    stale = f"deployopt-runner/optimize-old-{os.getpid()}"
+    for folder in (stale, f"deployopt-runner/optimize-done-{os.getpid()}", "deployopt-runner/elsewhere"):
+        (home / folder).mkdir(parents=True)
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    busy = subprocess.Popen([*sleeper, f"{stale}/runner.py", "--runs", "100"], cwd=home)
+    unrelated = subprocess.Popen([*sleeper, "deployopt-runner/elsewhere/runner.py"], cwd=home)
+    try:
+        model = two_convs(tmp_path / "host" / "net.onnx")
+        code, _, err = optimize_remote(monkeypatch, capsys, model, tmp_path / "out", "--json")
+        assert code == 0, err
+        said = [ln for ln in err.splitlines() if "another deployopt run" in ln]
+        assert len(said) == 1, err
+        assert said[0].startswith(
+            f"warning: another deployopt run is still at work on {HOST} ({stale}: pid {busy.pid}): "
+        )
+        assert str(unrelated.pid) not in said[0] and "optimize-done-" not in said[0]
+        assert said[0].endswith(f"to end it now: ssh {HOST} kill {busy.pid}")
+        assert busy.poll() is None and (home / stale).is_dir()  # another run's: warned of, not touched
+        looked = [ln for ln in log.read_text().splitlines() if " pgrep " in ln]
+        assert len(looked) == 1 and "optimize-done-" in looked[0] and "elsewhere" not in looked[0]
+    finally:
+        for proc in (busy, unrelated):
+            proc.kill()
+            proc.wait()
+
+
+def test_a_board_with_no_other_run_costs_one_round_trip_and_says_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No other run's folder on the board: one ssh lists none and pgrep is never run; the run's own
+    folder is not another run."""
+    from deployopt.remote import Board, other_runs_at_work
+
+    log, home = play_the_board(tmp_path, monkeypatch)
+    own = "deployopt-runner/optimize-net-1"
+    (home / own).mkdir(parents=True)
+    assert other_runs_at_work(Board(HOST), own, ["deployopt-runner", "/nonexistent-dir"], 30) == {}
+    lines = log.read_text().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"ssh {OPTS} {HOST} for d in deployopt-runner/optimize-*/")
+
+
+def test_a_trtexec_run_in_an_absolute_folder_is_found_by_its_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """trtexec works in /tmp/deployopt-trtexec (an absolute folder) and names its files with
+    --onnx=PATH: such a run is found too, beside the runner's folder."""
+    import subprocess
+    import sys
+
+    from deployopt.remote import Board, other_runs_at_work
+
+    _, home = play_the_board(tmp_path, monkeypatch)
+    trtexec_dir = home / "tmp" / f"deployopt-trtexec-{os.getpid()}"
+    stale = trtexec_dir / "optimize-net-2"
+    stale.mkdir(parents=True)
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    busy = subprocess.Popen([*sleeper, f"--onnx={stale}/model.onnx", "--fp16"])
+    try:
+        found = other_runs_at_work(
+            Board(HOST), "deployopt-runner/optimize-net-1", ["deployopt-runner", str(trtexec_dir)], 30
+        )
+        assert found == {str(stale): [str(busy.pid)]}
+    finally:
+        busy.kill()
+        busy.wait()
+
+
 def test_a_second_run_on_the_same_board_reuses_the_sweep_though_the_board_is_warmer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

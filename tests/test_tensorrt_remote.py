@@ -88,6 +88,10 @@ def play_the_board(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Pat
         "DEPLOYOPT_RUNNER",
     ):
         monkeypatch.delenv(name, raising=False)
+    # the board's /tmp is this machine's: other tests' trtexec runs there are no run of this board's
+    import deployopt.remote
+
+    monkeypatch.setattr(deployopt.remote, "TRTEXEC_WORKDIR", str(home / "tmp" / "deployopt-trtexec"))
     return log, home
 
 

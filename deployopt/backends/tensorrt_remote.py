@@ -37,6 +37,7 @@ from deployopt.errors import (
 )
 from deployopt.layers import ConvShape
 from deployopt.remote import (
+    RUNNER_WORKDIR,
     Board,
     RemoteFailed,
     board_name,
@@ -44,13 +45,14 @@ from deployopt.remote import (
     model_weights,
     remote_run_dir,
     remove_run_dir,
+    warn_of_other_runs,
 )
 from deployopt.timing import Timing
 
 ENV_RUNNER = "DEPLOYOPT_RUNNER"
 #: Relative, so in the login's home on the board (ssh starts there, and scp resolves a relative
 #: remote path there, old and new scp alike): unlike /tmp it survives a reboot, and so do the engines.
-DEFAULT_REMOTE_WORKDIR = "deployopt-runner"
+DEFAULT_REMOTE_WORKDIR = RUNNER_WORKDIR
 #: The shell's status for a command it cannot find (POSIX): here python3 missing on the board.
 NOT_FOUND = 127
 #: jetson/runner.py's import_trt refusal, word for word (a test keeps the two equal): a board whose
@@ -449,8 +451,10 @@ class RemoteRunnerSession(Session):
         return timing
 
     def preflight(self) -> None:
-        """The board answers and its work folder can be made (one ssh round trip)."""
+        """The board answers and its work folder can be made (one ssh round trip); for optimize's run,
+        a warning when another run is still at work there (one round trip more, two if one is)."""
         self.board.mkdir(self.workdir, self.short_s)
+        warn_of_other_runs(self.board, self.run_dir, self.short_s)
 
     @property
     def short_s(self) -> float:

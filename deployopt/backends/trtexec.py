@@ -44,6 +44,7 @@ from deployopt.prebuilt import (
     refuse_engine_options,
 )
 from deployopt.remote import (
+    TRTEXEC_WORKDIR,
     Board,
     board_name,
     fetch_engine,
@@ -51,6 +52,7 @@ from deployopt.remote import (
     remote_run_dir,
     remove_run_dir,
     tail,
+    warn_of_other_runs,
 )
 from deployopt.timing import Timing
 
@@ -238,7 +240,7 @@ def _onnx_input_dims(model_path: Path) -> dict[str, list[int | None]]:
 
 
 #: Where trtexec's models, exports and engines go on a board (--remote); /tmp, as trtexec users do.
-DEFAULT_REMOTE_WORKDIR = "/tmp/deployopt-trtexec"
+DEFAULT_REMOTE_WORKDIR = TRTEXEC_WORKDIR
 
 
 def saved_engine(cmd: list[str]) -> str | None:
@@ -605,6 +607,7 @@ class TrtexecSession(Session):
         detect_version, which the first model runs, takes no answer for an unknown version)."""
         if self.remote:
             self._board().mkdir(self.remote_workdir, min(120.0, self.options.timeout_s))
+            warn_of_other_runs(self._board(), self.run_dir, min(120.0, self.options.timeout_s))
 
     def keep_engine(self, timing: Timing, dest: Path) -> bool:
         """The engine trtexec saved (--saveEngine), here or copied back from the board."""
