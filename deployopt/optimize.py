@@ -316,6 +316,22 @@ def check_before_measuring(cfg: OptimizeConfig) -> None:
     _check_outdir(cfg)
 
 
+def resumed_target(cfg: OptimizeConfig) -> str | None:
+    """--resume with --remote and no --target: the target of the run being resumed, from its journal,
+    so the board is not asked again (its answer was checked when the run began); a journal of another
+    board is refused here, before any ssh. None when the journal names no target."""
+    outdir = _check_outdir(cfg)
+    journal_path = outdir / "journal.jsonl"
+    old = Journal.replay(journal_path).config or {}
+    if old.get("remote") != cfg.remote:
+        changed = _resume_diff(["remote"], old, {"remote": cfg.remote})
+        raise DeployoptError(
+            f"--resume: {journal_path} was written by a different run ({changed}); use --force to start over"
+        )
+    target = old.get("target")
+    return str(target) if target else None
+
+
 def _check_outdir(cfg: OptimizeConfig) -> Path:
     """The output folder, or a one-line error; nothing is deleted here (see _clear_outdir)."""
     outdir = Path(cfg.outdir) if cfg.outdir else default_outdir(Path(cfg.model_path))

@@ -352,6 +352,35 @@ def test_optimize_remote_refuses_what_needs_no_board_before_asking_it(
     assert not log.exists()  # the board was not asked anything
 
 
+def test_a_resumed_remote_run_takes_its_target_from_the_journal_and_refuses_another_board_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`optimize --remote H --resume` without --target: the run being resumed asked the board which it
+    is when it began, so its journal's target is used and the board is not asked again (one line says
+    so). A --resume naming another board is refused before any ssh, in the wording --resume uses for
+    every other change; it came after an ssh round trip and a `target:` line."""
+    log = board_tree(tmp_path, monkeypatch, "agx-orin-64gb")
+    model = two_convs(tmp_path / "host" / "net.onnx")
+    out = tmp_path / "out"
+    code, _, err = optimize_remote(monkeypatch, capsys, model, out)
+    assert code == 0, err
+    log.write_text("")
+    code, _, err = run_cli(
+        monkeypatch, capsys, "optimize", str(model), "--remote", "someone@other-board", "--max-evals", "4",
+        "--runs", "8", "--warmup", "1", "--sweep-runs", "3", "-o", str(out), "--resume",
+    )  # fmt: skip
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(
+        f"error: --resume: {out}/journal.jsonl was written by a different run "
+        f'(remote was "{HOST}", now "someone@other-board"); use --force to start over'
+    )
+    assert log.read_text() == ""  # no board was asked anything
+    code, _, err = optimize_remote(monkeypatch, capsys, model, out, "--resume")
+    assert code == 0, err
+    assert "target: agx-orin-64gb (the resumed run's, from its journal)" in err
+    assert "--env-only" not in log.read_text()  # the board was not asked which it is
+
+
 # ------------------------------------------------------------------ target_for_remote's rules
 
 

@@ -191,7 +191,13 @@ def optimize_command(
     from dataclasses import replace
 
     from deployopt.backends.base import default_dtype, get_backend
-    from deployopt.optimize import OptimizeConfig, Optimizer, check_before_measuring, resolve_backend_name
+    from deployopt.optimize import (
+        OptimizeConfig,
+        Optimizer,
+        check_before_measuring,
+        resolve_backend_name,
+        resumed_target,
+    )
 
     trim_only = (max_trim, min_cosine, min_top1)
     if mode != "trim" and (any(v is not None for v in trim_only) or not fidelity_gate):
@@ -241,7 +247,15 @@ def optimize_command(
     )
     if remote:  # what needs no board is refused before the board is asked anything
         check_before_measuring(cfg)
-        cfg = replace(cfg, target=_resolve_target(ctx, target, remote, timeout))
+        journal_target = resumed_target(cfg) if resume and target is None else None
+        if journal_target:  # the run resumed asked the board already
+            err_console.print(
+                f"target: {journal_target} (the resumed run's, from its journal)",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
+        cfg = replace(cfg, target=journal_target or _resolve_target(ctx, target, remote, timeout))
     if dtype_default and dtype == "int8":
         from deployopt.targets import get_target
 
