@@ -12,10 +12,11 @@ import contextlib
 import re
 import shlex
 import subprocess
+import warnings
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from deployopt.errors import BackendFailed, BackendUnavailable, DeployoptError, ModelError
+from deployopt.errors import BackendFailed, BackendUnavailable, BoardWarning, DeployoptError, ModelError
 
 if TYPE_CHECKING:
     from deployopt.timing import Timing
@@ -288,10 +289,6 @@ def warn_of_other_runs(board: Board, run_dir: str | PurePosixPath | None, timeou
     workdirs = [PurePosixPath(run_dir).parent, RUNNER_WORKDIR, TRTEXEC_WORKDIR]
     busy = other_runs_at_work(board, run_dir, workdirs, timeout_s)
     if busy:
-        import warnings
-
-        from deployopt.errors import BoardWarning
-
         warnings.warn(other_runs_phrase(board.host, busy), BoardWarning, stacklevel=3)
 
 
