@@ -1289,12 +1289,15 @@ class Optimizer:
         import warnings
 
         from deployopt.errors import HostTimingWarning
+        from deployopt.targets import measured_on_host
 
         if getattr(self.session, "runs_on_gpu", None) is False:
             warnings.warn(
-                f"--backend {self.backend_name} measures on this machine's CPU, not on the GPU of "
-                f"{self.target.name}: the latencies and the widths chosen fit the CPU, not the target "
-                "(measure on the GPU: torch on CUDA, tensorrt or trtexec)",
+                measured_on_host(
+                    f"--backend {self.backend_name}",
+                    self.target,
+                    "the latencies and the widths chosen fit the CPU, not the target",
+                ),
                 HostTimingWarning,
                 stacklevel=2,
             )

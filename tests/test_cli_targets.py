@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -667,3 +668,47 @@ def test_staircase_says_when_a_conv_is_too_small_for_waves(monkeypatch, capsys) 
     assert json.loads(out)["size_class"]["class"] == "wave-bound"
     code, out, _ = run(monkeypatch, capsys, *big)
     assert code == 0 and "note:" not in out
+
+
+@pytest.mark.parametrize(
+    ("on_gpu", "env", "warned"),
+    [
+        (
+            False,
+            {"device": "CPU (no CUDA device)"},
+            "--measure fake measures on this machine's CPU, not on the GPU of nano",
+        ),
+        (None, {"device": "NVIDIA RTX 4090", "compute_capability": "8.9"}, "NVIDIA RTX 4090 is not nano"),
+        (None, {"device": "NVIDIA Jetson Nano", "compute_capability": "5.3"}, None),
+    ],
+)
+def test_staircase_measured_says_where_in_plot_and_warns_off_target(monkeypatch, capsys, on_gpu, env, warned):
+    """`staircase --target nano --measure torch --plot` on a laptop drew "measured on torch" under a
+    "Jetson Nano" title: the plot did not say the CPU timed it, and no line warned (optimize does)."""
+    from deployopt import plots
+    from deployopt.backends import base
+
+    backend = fake_backend(get_target("nano"), on_gpu=on_gpu)
+    measure_convs = None
+
+    def open_(options):
+        nonlocal measure_convs
+        session = type(backend).open(backend, options)
+        measure_convs = session.measure_convs
+        timings = lambda shapes: [dataclasses.replace(t, environment=env) for t in measure_convs(shapes)]  # noqa: E731
+        monkeypatch.setattr(session, "measure_convs", timings)
+        return session
+
+    labels: list[str] = []
+    monkeypatch.setattr(backend, "open", open_)
+    monkeypatch.setattr(base, "get_backend", lambda name: backend)
+    monkeypatch.setattr(plots, "plot_staircase", lambda *a, **kw: labels.append(kw["measured_label"]))
+    code, out, err = run(
+        monkeypatch, capsys, "staircase", "--target", "nano", "--input", "1x64x28x28", "--dtype", "fp32",
+        "--out-channels", "16,32", "--measure", "fake", "--runs", "3", "--plot", "p.png",
+    )  # fmt: skip
+    assert code == 0, err
+    assert labels == [f"measured on fake ({env['device']}) (median of 3 runs, IQR bars)"]
+    assert f"measured on backend fake, median and IQR of 3 runs per width ({env['device']})" in out
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert [warned in w for w in warnings] == ([True] if warned else []), err

@@ -376,6 +376,35 @@ def staircase_doc(
     return doc
 
 
+def _measured_where(measure: str, timings: list[Any] | None) -> str:
+    """'torch (CPU (no CUDA device))': the backend and the device its timings record, as the table's
+    note names them; the plot's legend said only 'measured on torch' under the target's name."""
+    from deployopt.environment import where_measured
+
+    what = where_measured(timings[0].environment) if timings else ""
+    return f"{measure} ({what})" if what else measure
+
+
+def _warn_measured_elsewhere(
+    session: Any, measure: str, target: Any, env: dict[str, Any] | None = None
+) -> None:
+    """One `warning:` line when the measured column is not the target's GPU: a session on the host CPU
+    (before the sweep), or timings whose GPU is another (after it), as optimize warns."""
+    import warnings
+
+    from deployopt.errors import HostTimingWarning, TargetMismatchWarning
+    from deployopt.targets import measured_elsewhere, measured_on_host
+
+    if session is not None and getattr(session, "runs_on_gpu", None) is False:
+        consequence = "the measured column is the CPU's, the predicted one the target's"
+        warnings.warn(
+            measured_on_host(f"--measure {measure}", target, consequence), HostTimingWarning, stacklevel=2
+        )
+    why = measured_elsewhere(target, env) if env else None
+    if why:
+        warnings.warn(why, TargetMismatchWarning, stacklevel=2)
+
+
 @app.command("staircase", rich_help_panel="GPU targets and the wave model")
 def staircase_command(
     target: str = typer.Option(
@@ -457,7 +486,9 @@ def staircase_command(
         )
         with backend.open(opts) as session:  # the note once the session stands: errors stay one line
             note_cudnn_search(backend, sms, cudnn_engines, cudnn_benchmark)
+            _warn_measured_elsewhere(session, measure, tgt)
             timings = session.measure_convs([shape.with_out_channels(k) for k in ks])
+        _warn_measured_elsewhere(None, measure, tgt, timings[0].environment if timings else None)
     doc = staircase_doc(tgt, shape, dtype, ks, timings, measure)
     params = tgt.wave_params(dtype)
     if plot is not None:
@@ -476,7 +507,8 @@ def staircase_command(
                 f"conv {input_dims} k{kernel} s{stride} g{groups}"
             ),
             predicted_label=f"predicted ({params.describe()})",
-            measured_label=f"measured on {measure} (median of {counted(runs, 'run')}, IQR bars)",
+            measured_label=f"measured on {_measured_where(measure, timings)} "
+            f"(median of {counted(runs, 'run')}, IQR bars)",
         )
     if as_json:
         console.print_json(json.dumps(doc))
