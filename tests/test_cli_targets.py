@@ -56,7 +56,22 @@ def test_targets_table_and_json(monkeypatch, capsys):
     assert all(d["sms"] == 16 for d in listed)
     code, out, _ = run(monkeypatch, capsys, "targets", "--sms", "4")  # the table says who is missing
     assert code == 0 and "note: left out, fewer than 4 SMs: nano, tx2\n" in out
-    assert "xavier-nx" in out and "\n│ nano " not in out
+    assert "xavier-nx" in out and not re.search(r"^\W*nano ", out, re.M)
+
+
+def test_targets_table_prints_every_figure_whole_in_80_columns(monkeypatch, capsys):
+    """Piped or in a CI log (80 columns) the table cut its cells: '2048/32…' for the per-SM limits,
+    '164/163' with 'KB' folded onto the next line. Each target is now one line, every figure whole."""
+    from deployopt.targets import list_targets
+
+    code, out, _ = run(monkeypatch, capsys, "targets", columns=80)
+    assert code == 0 and "…" not in out
+    rows = {line.split()[0]: line for line in out.splitlines() if line.strip()}
+    for t in list_targets():
+        limits = f"{t.max_threads_per_sm}/{t.max_blocks_per_sm}/{t.max_warps_per_sm}"
+        smem = f"{t.shared_mem_per_sm // 1024}/{t.shared_mem_per_block // 1024} KB"
+        assert limits in rows[t.name] and smem in rows[t.name], rows.get(t.name)
+    assert max(len(line) for line in out.splitlines() if "─" in line) <= 80
 
 
 def test_staircase_json_schema(monkeypatch, capsys, tmp_path):

@@ -170,9 +170,21 @@ def targets_command(
         doc: Any = targets[0].to_json() if target else [t.to_json() for t in targets]
         console.print_json(json.dumps(doc))
         return
-    table = Table(title="GPU targets" + (f" (--sms {sms})" if sms else ""))
-    for col in ("name", "CC", "SMs", "MHz", "SM thr/blk/warp", "smem SM/blk", "regs SM/blk", "model"):
-        table.add_column(col, justify="left" if col in ("name", "model") else "right", no_wrap=col == "name")
+    # no vertical rules, and cells fold rather than end in '…': in 80 columns (a pipe, a CI log) the
+    # limits column printed '2048/32…' and the shared memory '164/163' with its unit on another line
+    table = Table(
+        title="GPU targets" + (f" (--sms {sms})" if sms else ""),
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    for col in ("name", "CC", "SMs", "MHz", "SM\nthr/blk/warp", "smem\nSM/blk", "regs\nSM/blk", "model"):
+        table.add_column(
+            col,
+            justify="left" if col in ("name", "model") else "right",
+            no_wrap=col != "model",
+            overflow="fold",
+        )
     for t in targets:
         fitted = sorted(dt for dt, p in t.params.items() if p.fitted)
         table.add_row(
