@@ -377,6 +377,8 @@ def _resume_diff(keys: list[str], old: dict[str, Any], new: dict[str, Any]) -> s
     over, in words (it said `model_sha256, target differ`, internal keys without their values)."""
     parts = []
     for key in keys:
+        if key == "max_trim" and "mode" in keys and None in (old.get(key), new.get(key)):
+            continue  # recorded in trim mode only: "max_trim was the default, now 0.1" was no change
         if key in _DIGEST_KEYS:
             parts.append(f"{_DIGEST_KEYS[key]} changed")
             continue
