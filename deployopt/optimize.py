@@ -393,6 +393,8 @@ def _resume_diff(keys: list[str], old: dict[str, Any], new: dict[str, Any]) -> s
     over, in words (it said `model_sha256, target differ`, internal keys without their values)."""
     parts = []
     for key in keys:
+        if key == "max_trim" and "mode" in keys and None in (old.get(key), new.get(key)):
+            continue  # recorded in trim mode only: "max_trim was the default, now 0.1" was no change
         if key in _DIGEST_KEYS:
             parts.append(f"{_DIGEST_KEYS[key]} changed")
             continue
@@ -1305,12 +1307,15 @@ class Optimizer:
         import warnings
 
         from deployopt.errors import HostTimingWarning
+        from deployopt.targets import measured_on_host
 
         if getattr(self.session, "runs_on_gpu", None) is False:
             warnings.warn(
-                f"--backend {self.backend_name} measures on this machine's CPU, not on the GPU of "
-                f"{self.target.name}: the latencies and the widths chosen fit the CPU, not the target "
-                "(measure on the GPU: torch on CUDA, tensorrt or trtexec)",
+                measured_on_host(
+                    f"--backend {self.backend_name}",
+                    self.target,
+                    "the latencies and the widths chosen fit the CPU, not the target",
+                ),
                 HostTimingWarning,
                 stacklevel=2,
             )

@@ -302,7 +302,7 @@ def write_staircases(outdir: Path, report: dict[str, Any], opt: Optimizer) -> li
             title=f"{conv}: {role} channels of group {gid} (original {g['original']}, "
             f"round-up {g['round_up_8']}, chosen {g['best']})",
             predicted_label="wave model (predicted)",
-            measured_label=f"per-layer table, measured on {report['backend']}",
+            measured_label=f"per-layer table, measured on {report['measured_on'] or report['backend']}",
             xlabel=f"{role} channels (group {gid})",
             marks=[g["original"], g["best"]],
         )

@@ -287,6 +287,13 @@ def timing_from_json(p: Path, data: Any) -> Timing:
         raise DataError(f"{p} is an empty trtexec --exportTimes file: it holds no queries")
     if isinstance(data, list):
         return _from_export_times(p, data)
+    if isinstance(data, dict) and data.get("tool") == "deployopt optimize":
+        # the report a user has beside model.onnx: its latencies are summaries (or predictions)
+        what = "measured medians, not per-run samples" if data.get("measured") else "predicted, not measured"
+        raise DataError(
+            f"{p} is a deployopt optimize report (its latencies are {what}): time the model it wrote "
+            f"with `deployopt bench {p.parent / 'model.onnx'} -o FILE.json` and compare that"
+        )
     if not isinstance(data, dict) or "samples_us" not in data:
         raise DataError(
             f"{p} is neither a deployopt bench / jetson runner result (no samples_us) nor a trtexec "

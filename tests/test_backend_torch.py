@@ -127,10 +127,14 @@ def test_a_crashed_worker_is_one_line_and_replaced(session: TorchSession, tiny_p
 
 
 @pytest.mark.slow
-def test_options_rejected_before_or_at_worker_start() -> None:
+def test_options_rejected_before_or_at_worker_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    from deployopt.backends import torch as torch_module
+
     torch_backend = get_backend("torch")
+    monkeypatch.setattr(torch_module, "cuda_visible", lambda: True)
     with pytest.raises(DeployoptError, match=r"--sms 6: green contexts come in multiples of 8 SMs"):
         torch_backend.open(dataclasses.replace(CPU, sms=6))
+    monkeypatch.undo()
     with pytest.raises(DeployoptError, match="cannot run int8"):
         torch_backend.open(dataclasses.replace(CPU, dtype="int8"))
     with pytest.raises(
@@ -143,6 +147,19 @@ def test_options_rejected_before_or_at_worker_start() -> None:
         torch_backend.open(dataclasses.replace(CPU, cudnn_engines=0))
     with pytest.raises(DeployoptError, match=r"--no-cudnn-benchmark needs a CUDA GPU \(cuDNN\); none is"):
         torch_backend.open(dataclasses.replace(CPU, cudnn_benchmark=False))
+
+
+@pytest.mark.parametrize("sms", [4, 6])
+def test_sms_without_a_gpu_says_so_whatever_the_count(monkeypatch: pytest.MonkeyPatch, sms: int) -> None:
+    """On a laptop with no GPU, `--sms 4` (an Orin Nano 4GB's count) was refused with the H200's
+    green-context granularity ("ask for 8, 16, 24 …"), and `--sms 8` then with "needs a CUDA GPU":
+    every count now gets the second line, the one that is true here, before a worker starts."""
+    from deployopt.backends import torch as torch_module
+
+    monkeypatch.setattr(torch_module, "cuda_visible", lambda: False)
+    monkeypatch.setattr(torch_module, "TorchSession", lambda *a: pytest.fail("a worker was started"))
+    with pytest.raises(DeployoptError, match=r"^--sms needs a CUDA GPU \(green contexts\); none is visible$"):
+        get_backend("torch").open(dataclasses.replace(CPU, sms=sms))
 
 
 def test_module_names_follow_onnx2torch() -> None:

@@ -284,3 +284,33 @@ def test_a_throttled_side_is_a_warning_and_fails_strict(monkeypatch, capsys, tmp
     )
     code, _, _ = run_cli(monkeypatch, capsys, "compare", "--strict", str(a), str(b))
     assert code == 1
+
+
+def test_an_optimize_report_says_what_to_compare_instead(monkeypatch, capsys, tmp_path: Path) -> None:
+    """`compare` given optimize's report.json (what a user has after `optimize`; docs/regression.md
+    names `--backend model` results as refused) said only "neither a deployopt bench / jetson
+    runner result (no samples_us) nor a trtexec --exportTimes file": now it says what it is and
+    which command gives a file it reads."""
+    monkeypatch.setenv("DEPLOYOPT_CACHE_DIR", str(tmp_path / "cache"))
+    out_dir = tmp_path / "opt"
+    example = Path(__file__).resolve().parents[1] / "examples" / "resnet56_pruned_cifar.onnx"
+    args = ("optimize", str(example), "--target", "nano", "--backend", "model", "--max-evals", "4")
+    code, _, err = run_cli(monkeypatch, capsys, *args, "-o", str(out_dir))
+    assert code == 0, err
+    report = out_dir / "report.json"
+    bench = write_timing(tmp_path / "bench.json", 500.0, {}, seed=1)
+    measured = tmp_path / "measured" / "report.json"
+    measured.parent.mkdir()
+    measured.write_text(json.dumps(dict(json.loads(report.read_text()), measured=True, backend="ort")))
+    for path, what in (
+        (report, "predicted, not measured"),
+        (measured, "measured medians, not per-run samples"),
+    ):
+        for pair in ((path, bench), (bench, path)):
+            code, out, err = run_cli(monkeypatch, capsys, "compare", *map(str, pair))
+            assert code == 2 and out == "", err
+            model = path.parent / "model.onnx"
+            assert err == (
+                f"error: {path} is a deployopt optimize report (its latencies are {what}): time the model "
+                f"it wrote with `deployopt bench {model} -o FILE.json` and compare that\n"
+            )

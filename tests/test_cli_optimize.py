@@ -750,3 +750,26 @@ def test_summary_lines_are_whole_in_a_log_80_columns_wide(
     assert len(sweep) == 1 and sweep[0].endswith(" cached")
     table = [ln for ln in lines if ln[:1] in "┏┃┡│└"]
     assert table and all(len(ln) <= 80 for ln in table)
+
+
+def test_resume_in_another_mode_names_the_mode_not_max_trim(monkeypatch, capsys, tmp_path) -> None:
+    """A lossless run resumed with --mode trim said "max_trim was the default, now 0.1; mode was
+    "lossless", now "trim"": the user changed the mode alone (max_trim is recorded in trim mode only).
+    A --max-trim changed between two trim runs is still named."""
+    monkeypatch.setenv("DEPLOYOPT_CACHE_DIR", str(tmp_path / "cache"))
+    example = Path(__file__).resolve().parents[1] / "examples" / "resnet56_pruned_cifar.onnx"
+    base = ["optimize", str(example), "--target", "nano", "--backend", "model", "--max-evals", "3"]
+    for mode, out in (("lossless", "a"), ("trim", "b")):
+        code, _, err = run_cli(monkeypatch, capsys, *base, "--mode", mode, "-o", str(tmp_path / out))
+        assert code == 0, err
+    journal = tmp_path / "a" / "journal.jsonl"
+    code, _, err = run_cli(
+        monkeypatch, capsys, *base, "--mode", "trim", "-o", str(tmp_path / "a"), "--resume"
+    )
+    assert code == 2 and err == (
+        f'error: --resume: {journal} was written by a different run (mode was "lossless", now "trim"); '
+        "use --force to start over\n"
+    )
+    args = ["--mode", "trim", "--max-trim", "0.2", "-o", str(tmp_path / "b"), "--resume"]
+    code, _, err = run_cli(monkeypatch, capsys, *base, *args)
+    assert code == 2 and "(max_trim was 0.1, now 0.2)" in err, err

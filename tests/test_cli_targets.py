@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -55,7 +56,22 @@ def test_targets_table_and_json(monkeypatch, capsys):
     assert all(d["sms"] == 16 for d in listed)
     code, out, _ = run(monkeypatch, capsys, "targets", "--sms", "4")  # the table says who is missing
     assert code == 0 and "note: left out, fewer than 4 SMs: nano, tx2\n" in out
-    assert "xavier-nx" in out and "\n│ nano " not in out
+    assert "xavier-nx" in out and not re.search(r"^\W*nano ", out, re.M)
+
+
+def test_targets_table_prints_every_figure_whole_in_80_columns(monkeypatch, capsys):
+    """Piped or in a CI log (80 columns) the table cut its cells: '2048/32…' for the per-SM limits,
+    '164/163' with 'KB' folded onto the next line. Each target is now one line, every figure whole."""
+    from deployopt.targets import list_targets
+
+    code, out, _ = run(monkeypatch, capsys, "targets", columns=80)
+    assert code == 0 and "…" not in out
+    rows = {line.split()[0]: line for line in out.splitlines() if line.strip()}
+    for t in list_targets():
+        limits = f"{t.max_threads_per_sm}/{t.max_blocks_per_sm}/{t.max_warps_per_sm}"
+        smem = f"{t.shared_mem_per_sm // 1024}/{t.shared_mem_per_block // 1024} KB"
+        assert limits in rows[t.name] and smem in rows[t.name], rows.get(t.name)
+    assert max(len(line) for line in out.splitlines() if "─" in line) <= 80
 
 
 def test_staircase_json_schema(monkeypatch, capsys, tmp_path):
@@ -667,3 +683,47 @@ def test_staircase_says_when_a_conv_is_too_small_for_waves(monkeypatch, capsys) 
     assert json.loads(out)["size_class"]["class"] == "wave-bound"
     code, out, _ = run(monkeypatch, capsys, *big)
     assert code == 0 and "note:" not in out
+
+
+@pytest.mark.parametrize(
+    ("on_gpu", "env", "warned"),
+    [
+        (
+            False,
+            {"device": "CPU (no CUDA device)"},
+            "--measure fake measures on this machine's CPU, not on the GPU of nano",
+        ),
+        (None, {"device": "NVIDIA RTX 4090", "compute_capability": "8.9"}, "NVIDIA RTX 4090 is not nano"),
+        (None, {"device": "NVIDIA Jetson Nano", "compute_capability": "5.3"}, None),
+    ],
+)
+def test_staircase_measured_says_where_in_plot_and_warns_off_target(monkeypatch, capsys, on_gpu, env, warned):
+    """`staircase --target nano --measure torch --plot` on a laptop drew "measured on torch" under a
+    "Jetson Nano" title: the plot did not say the CPU timed it, and no line warned (optimize does)."""
+    from deployopt import plots
+    from deployopt.backends import base
+
+    backend = fake_backend(get_target("nano"), on_gpu=on_gpu)
+    measure_convs = None
+
+    def open_(options):
+        nonlocal measure_convs
+        session = type(backend).open(backend, options)
+        measure_convs = session.measure_convs
+        timings = lambda shapes: [dataclasses.replace(t, environment=env) for t in measure_convs(shapes)]  # noqa: E731
+        monkeypatch.setattr(session, "measure_convs", timings)
+        return session
+
+    labels: list[str] = []
+    monkeypatch.setattr(backend, "open", open_)
+    monkeypatch.setattr(base, "get_backend", lambda name: backend)
+    monkeypatch.setattr(plots, "plot_staircase", lambda *a, **kw: labels.append(kw["measured_label"]))
+    code, out, err = run(
+        monkeypatch, capsys, "staircase", "--target", "nano", "--input", "1x64x28x28", "--dtype", "fp32",
+        "--out-channels", "16,32", "--measure", "fake", "--runs", "3", "--plot", "p.png",
+    )  # fmt: skip
+    assert code == 0, err
+    assert labels == [f"measured on fake ({env['device']}) (median of 3 runs, IQR bars)"]
+    assert f"measured on backend fake, median and IQR of 3 runs per width ({env['device']})" in out
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert [warned in w for w in warnings] == ([True] if warned else []), err

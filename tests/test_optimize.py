@@ -643,8 +643,18 @@ def test_a_small_budget_says_what_it_kept_for_confirmation(
 
 @pytest.mark.slow
 def test_the_search_finds_the_known_optimum_and_plots_its_staircases(
-    zoo_model_path: Callable[[str], Path], tmp_path: Path
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from deployopt import plots
+
+    labels: list[str] = []
+    plot = plots.plot_staircase
+
+    def plot_staircase(*args: Any, **kwargs: Any) -> None:
+        labels.append(kwargs["measured_label"])
+        plot(*args, **kwargs)
+
+    monkeypatch.setattr(plots, "plot_staircase", plot_staircase)
     src = zoo_model_path("vgg16_pruned_b4")
     cfg = OptimizeConfig(
         model_path=src,
@@ -673,6 +683,9 @@ def test_the_search_finds_the_known_optimum_and_plots_its_staircases(
     assert moved and len(report["staircases"]) == len(moved)
     assert all((tmp_path / "out" / p).stat().st_size > 1000 for p in report["staircases"])
     assert report["measured"] is True and report["note"] is None
+    # each plot's measured line names the device, as report.md does, not the backend alone
+    assert "(" in report["measured_on"] and report["measured_on"] != report["backend"]
+    assert labels == [f"per-layer table, measured on {report['measured_on']}"] * len(moved)
 
 
 class SpoiledSession(DesignedSession):

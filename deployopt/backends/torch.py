@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 INSTALL_HINT = "pip install 'deployopt[torch]'"
 SM_GRANULARITY = 8  # green contexts on the H200 come in multiples of 8 SMs (FINDINGS §1)
+NO_GPU_FOR_SMS = "--sms needs a CUDA GPU (green contexts); none is visible"
 
 
 def _error_class(kind: str) -> type[DeployoptError]:
@@ -311,6 +312,8 @@ class TorchBackend(Backend):
     def open(self, options: MeasureOptions) -> Session:
         self.check_options(options)
         if options.sms is not None and (options.sms < 1 or options.sms % SM_GRANULARITY):
+            if not cuda_visible():  # the worker's own words for --sms 8 here, not the H200's granularity
+                raise DeployoptError(NO_GPU_FOR_SMS)
             raise DeployoptError(
                 f"--sms {options.sms}: green contexts come in multiples of {SM_GRANULARITY} SMs on the H200 "
                 f"(a request for fewer is silently rounded up); ask for 8, 16, 24 …"

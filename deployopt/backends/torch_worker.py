@@ -148,7 +148,9 @@ class Worker:
                 "use --dtype fp32",
             )
         if not cuda and self.sms_requested is not None:
-            raise WorkerError("DeployoptError", "--sms needs a CUDA GPU (green contexts); none is visible")
+            from deployopt.backends.torch import NO_GPU_FOR_SMS
+
+            raise WorkerError("DeployoptError", NO_GPU_FOR_SMS)
         if not cuda and config.get("cudnn_benchmark_limit") is not None:
             raise WorkerError("DeployoptError", "--cudnn-engines needs a CUDA GPU (cuDNN); none is visible")
         if not cuda and not config.get("cudnn_benchmark", True):

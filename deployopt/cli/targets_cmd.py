@@ -170,9 +170,21 @@ def targets_command(
         doc: Any = targets[0].to_json() if target else [t.to_json() for t in targets]
         console.print_json(json.dumps(doc))
         return
-    table = Table(title="GPU targets" + (f" (--sms {sms})" if sms else ""))
-    for col in ("name", "CC", "SMs", "MHz", "SM thr/blk/warp", "smem SM/blk", "regs SM/blk", "model"):
-        table.add_column(col, justify="left" if col in ("name", "model") else "right", no_wrap=col == "name")
+    # no vertical rules, and cells fold rather than end in '…': in 80 columns (a pipe, a CI log) the
+    # limits column printed '2048/32…' and the shared memory '164/163' with its unit on another line
+    table = Table(
+        title="GPU targets" + (f" (--sms {sms})" if sms else ""),
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    for col in ("name", "CC", "SMs", "MHz", "SM\nthr/blk/warp", "smem\nSM/blk", "regs\nSM/blk", "model"):
+        table.add_column(
+            col,
+            justify="left" if col in ("name", "model") else "right",
+            no_wrap=col != "model",
+            overflow="fold",
+        )
     for t in targets:
         fitted = sorted(dt for dt, p in t.params.items() if p.fitted)
         table.add_row(
@@ -376,6 +388,35 @@ def staircase_doc(
     return doc
 
 
+def _measured_where(measure: str, timings: list[Any] | None) -> str:
+    """'torch (CPU (no CUDA device))': the backend and the device its timings record, as the table's
+    note names them; the plot's legend said only 'measured on torch' under the target's name."""
+    from deployopt.environment import where_measured
+
+    what = where_measured(timings[0].environment) if timings else ""
+    return f"{measure} ({what})" if what else measure
+
+
+def _warn_measured_elsewhere(
+    session: Any, measure: str, target: Any, env: dict[str, Any] | None = None
+) -> None:
+    """One `warning:` line when the measured column is not the target's GPU: a session on the host CPU
+    (before the sweep), or timings whose GPU is another (after it), as optimize warns."""
+    import warnings
+
+    from deployopt.errors import HostTimingWarning, TargetMismatchWarning
+    from deployopt.targets import measured_elsewhere, measured_on_host
+
+    if session is not None and getattr(session, "runs_on_gpu", None) is False:
+        consequence = "the measured column is the CPU's, the predicted one the target's"
+        warnings.warn(
+            measured_on_host(f"--measure {measure}", target, consequence), HostTimingWarning, stacklevel=2
+        )
+    why = measured_elsewhere(target, env) if env else None
+    if why:
+        warnings.warn(why, TargetMismatchWarning, stacklevel=2)
+
+
 @app.command("staircase", rich_help_panel="GPU targets and the wave model")
 def staircase_command(
     target: str = typer.Option(
@@ -457,7 +498,9 @@ def staircase_command(
         )
         with backend.open(opts) as session:  # the note once the session stands: errors stay one line
             note_cudnn_search(backend, sms, cudnn_engines, cudnn_benchmark)
+            _warn_measured_elsewhere(session, measure, tgt)
             timings = session.measure_convs([shape.with_out_channels(k) for k in ks])
+        _warn_measured_elsewhere(None, measure, tgt, timings[0].environment if timings else None)
     doc = staircase_doc(tgt, shape, dtype, ks, timings, measure)
     params = tgt.wave_params(dtype)
     if plot is not None:
@@ -476,7 +519,8 @@ def staircase_command(
                 f"conv {input_dims} k{kernel} s{stride} g{groups}"
             ),
             predicted_label=f"predicted ({params.describe()})",
-            measured_label=f"measured on {measure} (median of {counted(runs, 'run')}, IQR bars)",
+            measured_label=f"measured on {_measured_where(measure, timings)} "
+            f"(median of {counted(runs, 'run')}, IQR bars)",
         )
     if as_json:
         console.print_json(json.dumps(doc))

@@ -168,6 +168,15 @@ def measured_elsewhere(target: Target, env: dict[str, Any]) -> str | None:
     )
 
 
+def measured_on_host(flag: str, target: Target, consequence: str) -> str:
+    """The warning for a GPU target timed on this machine's CPU (ort's CPU provider, torch without
+    CUDA): `flag` is the option that chose the backend, `consequence` what the CPU's numbers decide."""
+    return (
+        f"{flag} measures on this machine's CPU, not on the GPU of {target.name}: {consequence} "
+        "(measure on the GPU: torch on CUDA, tensorrt or trtexec)"
+    )
+
+
 def sm_count(sms: int) -> str:
     """'1 SM' / '8 SMs': the Nano and TX2 have one or two SMs, and tables print the count often."""
     return f"{sms} SM{'' if sms == 1 else 's'}"
