@@ -317,7 +317,7 @@ def default_params(cc: tuple[int, int], dtype: str, clock_mhz: float) -> WavePar
     source = (
         f"derived from {basis} scaled by per-SM peak MACs/clock × clock "
         f"({_peak(cc, dtype)} vs {_peak(REFERENCE_CC, dtype)} MACs/clk/SM; {clock_mhz:g} vs "
-        f"{REFERENCE_CLOCK_MHZ:g} MHz{_borrowed_note(cc)}); not calibrated on hardware"
+        f"{REFERENCE_CLOCK_MHZ:g} MHz{_borrowed_note(cc)})"  # describe() says it is not calibrated
     )
     same_design = tuple(cc) == REFERENCE_CC
     if ref is not None:

@@ -727,3 +727,30 @@ def test_staircase_measured_says_where_in_plot_and_warns_off_target(monkeypatch,
     assert f"measured on backend fake, median and IQR of 3 runs per width ({env['device']})" in out
     warnings = [line for line in err.splitlines() if line.startswith("warning:")]
     assert [warned in w for w in warnings] == ([True] if warned else []), err
+
+
+@pytest.mark.parametrize(
+    ("given", "hint"),
+    [("orin_nano_8gb", "did you mean 'orin-nano-8gb'? "), ("Nano", "did you mean 'nano'? "), ("jetson", "")],
+)
+def test_a_mistyped_target_names_the_closest_one(monkeypatch, capsys, given, hint):
+    """A typo gets the nearest valid name first (difflib), then the whole list as before; a name
+    near none gets the list alone."""
+    code, _, err = run(monkeypatch, capsys, "targets", "--target", given)
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith(f"error: unknown target {given!r}; {hint}choose one of: a100, agx-orin-32gb")
+
+
+def test_a_target_page_cites_what_a_user_has_and_says_uncalibrated_once():
+    """Every source is a public document or deployopt's own measurement (it cited shared/FINDINGS.md,
+    a file no installed package has), and a default wave model's line says 'not calibrated on
+    hardware' once: in describe(), not again at the end of its source."""
+    from deployopt.targets import builtin_names
+
+    for name in builtin_names():
+        target = get_target(name)
+        assert "FINDINGS" not in json.dumps(target.to_json()), name
+        for dtype in target.dtypes():
+            params = target.wave_params(dtype)
+            line = f"{params.describe()} — {params.source}"
+            assert line.count("not calibrated on hardware") == (0 if params.fitted else 1), (name, dtype)

@@ -7,6 +7,7 @@ the source it came from, because half the Jetson numbers on the web are for anot
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 from dataclasses import dataclass, field, replace
@@ -346,8 +347,12 @@ def get_target(name_or_path: str, sms: int | None = None) -> Target:
         target = _builtin(name_or_path)
     else:
         cached = sorted(p.stem for p in cache_dir().glob("*.json")) if cache_dir().is_dir() else []
-        valid = ", ".join([*builtin_names(), "local", *cached])
-        raise TargetError(f"unknown target {name_or_path!r}; choose one of: {valid} (or a profile .json)")
+        names = [*builtin_names(), "local", *cached]
+        close = difflib.get_close_matches(name_or_path.lower(), names, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise TargetError(
+            f"unknown target {name_or_path!r}; {hint}choose one of: {', '.join(names)} (or a profile .json)"
+        )
     return target.with_sms(sms)
 
 
