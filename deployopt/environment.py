@@ -114,7 +114,9 @@ def torch_cuda_facts() -> dict[str, Any]:
     out: dict[str, Any] = {}
     try:
         out["torch_cuda"] = torch.version.cuda
-        if torch.backends.cudnn.is_available():
+        # cuDNN only where a GPU runs it: a CUDA build of torch ships the library, and a CPU run
+        # listed "cuDNN 92400" among what timed it
+        if torch.cuda.is_available() and torch.backends.cudnn.is_available():
             out["cudnn"] = torch.backends.cudnn.version()
         if torch.cuda.is_available():
             props = torch.cuda.get_device_properties(torch.cuda.current_device())

@@ -301,3 +301,27 @@ def test_the_clock_recovery_the_docs_quote() -> None:
         assert env["clocks"]["sm_clock_mhz"] == 1980.0
         assert env["clocks"]["sm_clock_read"] == SM_CLOCK_AFTER_LOOP
         assert env["clock_slowdown_us"] == {}
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_cudnn_is_listed_only_where_a_gpu_runs_it(monkeypatch: pytest.MonkeyPatch, gpu: bool) -> None:
+    """A CUDA build of torch ships cuDNN whether or not a GPU is there: a CPU run said 'cuDNN 92400'
+    among what timed it. With a GPU the version is recorded as before (the per-layer cache's key)."""
+    fake = types.SimpleNamespace(
+        version=types.SimpleNamespace(cuda="13.0"),
+        backends=types.SimpleNamespace(
+            cudnn=types.SimpleNamespace(is_available=lambda: True, version=lambda: 92400)
+        ),
+        cuda=types.SimpleNamespace(
+            is_available=lambda: gpu,
+            current_device=lambda: 0,
+            get_device_properties=lambda i: types.SimpleNamespace(
+                name="NVIDIA H200", multi_processor_count=132, major=9, minor=0
+            ),
+        ),
+    )
+    monkeypatch.setitem(__import__("sys").modules, "torch", fake)
+    facts = environment.torch_cuda_facts()
+    assert facts["torch_cuda"] == "13.0"
+    assert ("cudnn" in facts) is gpu and facts.get("cudnn", 92400) == 92400
+    assert ("gpu" in facts) is gpu
