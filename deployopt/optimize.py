@@ -1053,6 +1053,24 @@ class Optimizer:
         opened = getattr(self, "session", None) is not None  # set by run()
         return 2 * self.cfg.confirm_rounds if opened and self._confirms() else 0
 
+    def _warn_if_no_search_left(self) -> None:
+        """One warning when --max-evals leaves the search nothing once the two baselines and the
+        confirmation rounds have theirs: the run would end on the faster baseline, having searched
+        nothing, and only report.md said why."""
+        left = self.cfg.max_evals - 2 - self._reserved
+        if self._reserved and left <= 0:
+            import warnings
+
+            from deployopt.errors import DeployoptWarning
+
+            warnings.warn(
+                f"--max-evals {self.cfg.max_evals} leaves the search no evaluation: the two baselines and "
+                f"the {self._reserved} confirmation timings take them all, so the answer is the faster "
+                f"baseline; give --max-evals {2 + self._reserved + 4} or more to search",
+                DeployoptWarning,
+                stacklevel=2,
+            )
+
     def _confirms(self) -> bool:
         """Confirmation rounds are for measured backends; a prediction does not drift."""
         return (
@@ -1275,6 +1293,7 @@ class Optimizer:
             budget_hit = False
             # evaluations kept back for the confirmation rounds (measured backends only)
             self._reserved = self.confirm_reserve
+            self._warn_if_no_search_left()
             try:
                 best = self.search()
             except _Budget:

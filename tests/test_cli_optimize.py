@@ -328,6 +328,33 @@ def test_the_report_says_where_it_measured_and_that_the_host_cpu_is_not_the_targ
     assert "latencies measured on" not in (tmp_path / "m" / "report.md").read_text()
 
 
+def test_a_budget_that_leaves_the_search_nothing_is_said(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """On a measured backend --max-evals 6 is the two baselines and the four confirmation timings:
+    the search got nothing and the answer was the faster baseline, said only in report.md. Now one
+    warning line says so and what to give; with one evaluation left for the search, nothing."""
+    from deployopt.backends.ort import OrtBackend
+
+    monkeypatch.setattr(OrtBackend, "providers", lambda self: ["CPUExecutionProvider"])
+    model = zoo_model_path("vgg16_pruned_b4")
+    said = (
+        "warning: --max-evals 6 leaves the search no evaluation: the two baselines and the 4 "
+        "confirmation timings take them all, so the answer is the faster baseline; give --max-evals "
+        "10 or more to search"
+    )
+    for evals, expected in (("6", True), ("7", False)):
+        out = tmp_path / f"o{evals}"
+        args = ["optimize", str(model), "--target", "h200", "--backend", "ort", "-o", str(out)]
+        code, _, err = cli(monkeypatch, capsys, *args, "--runs", "5", "--warmup", "0", "--max-evals", evals)
+        assert code == 0, err
+        assert (said in err) is expected, err
+        assert ("leaves the search no evaluation" in err) is expected
+    # the wave model keeps nothing back: --max-evals 3 searches one plan, no warning
+    code, _, err = cli(monkeypatch, capsys, *base_args(model, tmp_path / "m"), "--max-evals", "3")
+    assert code == 0 and "leaves the search" not in err
+
+
 def test_an_outdir_whose_results_would_replace_the_input_model_is_refused(
     zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
