@@ -35,10 +35,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from deployopt.backends.base import TIMING_CACHE_BACKENDS, refuse_timing_cache
 from deployopt.errors import BackendFailed, BackendUnavailable, DataError, DeployoptError
 from deployopt.fidelity import ImagePreprocess
 from deployopt.fileio import (
     check_output_dir,
+    check_output_file,
     file_sha256,
     make_output_dir,
     refuse_input_as_output,
@@ -53,6 +55,7 @@ from deployopt.timing import Timing, check_run_counts, compare
 from deployopt.traffic import MB, NOT_FITTED, SlopeFit, Traffic, fit_slope, traffic
 
 BACKEND_CHOICES = ("auto", "tensorrt", "trtexec", "torch", "ort", "model")
+RUN_TIMING_CACHE = "timing.cache"  # the run's own TensorRT timing cache, in its work folder
 LOSSLESS_ATOL = 1e-4
 # ... plus this fraction of each output's largest magnitude: ~100 fp32 ulps of it. Padding changes
 # the summation order of the convs, so a detector's boxes decoded in pixels (up to 640) differ by
@@ -128,6 +131,11 @@ class OptimizeConfig:
     # for the tensorrt backend); the host edits the models and runs the search
     remote: str | None = None
     timeout_s: float = 600.0  # per model built and timed (a Nano builds a large engine for minutes)
+    # TensorRT backends: every engine the run builds shares one timing cache, so a layer shape's
+    # tactics are timed once, not once per candidate (a file of the run's own, gone with it; or this
+    # file, kept for the next run); no_timing_cache: every build times its tactics afresh
+    timing_cache: str | None = None
+    no_timing_cache: bool = False
 
     def signature(self) -> dict[str, Any]:
         """What must match for --resume to continue this run (max_evals may grow)."""
@@ -279,6 +287,10 @@ def check_config(cfg: OptimizeConfig) -> None:
         raise DeployoptError("--resume and --force exclude each other")
     if cfg.sms is not None and cfg.sms < 1:
         raise DeployoptError("--sms must be a positive integer")
+    if cfg.timing_cache and cfg.no_timing_cache:
+        raise DeployoptError("--timing-cache and --no-timing-cache exclude each other")
+    if cfg.timing_cache:  # with --remote the board keeps it under its name: nothing is written here
+        check_output_file(cfg.timing_cache, probe=not cfg.remote)
     if cfg.fidelity and cfg.calibration_data:
         from deployopt.backends.trtexec import is_calibration_table
 
@@ -429,6 +441,9 @@ class Optimizer:
         check_config(cfg)
         self.cfg = cfg
         self.backend_name = resolve_backend_name(cfg.backend, cfg.remote)
+        if cfg.timing_cache or cfg.no_timing_cache:
+            flag = "--timing-cache" if cfg.timing_cache else "--no-timing-cache"
+            refuse_timing_cache(self.backend_name, flag)
         self.progress = progress or (lambda *a, **k: None)
         self._external_session = session
         self._external_sweep_session = sweep_session
@@ -1448,9 +1463,39 @@ class Optimizer:
             calibration_data=calibration,
             calibration_preprocess=cfg.preprocess if calibration is not None else None,
             timeout_s=cfg.timeout_s,
-            extra={"target": self.target, **self._remote_extra()},
+            extra={"target": self.target, **self._remote_extra(), **self._timing_cache_extra()},
         )
         return backend.open(opts)
+
+    def _timing_cache_extra(self) -> dict[str, Any]:
+        """The TensorRT timing cache every build of this run reads and updates. Candidates differ in
+        a few layers' widths: with one cache the layers they share keep the tactics timed for the
+        first build (faster builds, and no re-timing noise between two builds of the same layer),
+        and only changed shapes are timed. By default a file of the run's own (in its work folder,
+        or with --remote in its folder on the board), gone when the run ends."""
+        if self.backend_name not in TIMING_CACHE_BACKENDS or self.cfg.no_timing_cache:
+            return {}
+        if self.cfg.timing_cache:
+            return {"timing_cache": str(self.cfg.timing_cache)}
+        return {"timing_cache": str(self.workdir / RUN_TIMING_CACHE), "timing_cache_per_run": True}
+
+    def timing_cache_phrase(self) -> str | None:
+        """What report.md says of the timing cache, or None where nothing builds TensorRT engines."""
+        if self.backend_name not in TIMING_CACHE_BACKENDS:
+            return None
+        if self.cfg.no_timing_cache:
+            return "TensorRT timing cache: none (--no-timing-cache: every build timed its tactics afresh)"
+        where = "on the board, " if self.cfg.remote else ""
+        if self.cfg.timing_cache:
+            kept = f"{where}kept as {Path(self.cfg.timing_cache).name}" if self.cfg.remote else "kept"
+            return (
+                f"TensorRT timing cache: {self.cfg.timing_cache} ({kept}), shared by every build: a "
+                "layer shape's tactics were timed once"
+            )
+        return (
+            "TensorRT timing cache: one of this run's own, shared by every build (a layer shape's "
+            "tactics were timed once) and removed at the end; --timing-cache FILE keeps one"
+        )
 
     def _remote_extra(self) -> dict[str, Any]:
         """--remote: the board, and a folder of this run's own there (`remote_run`, under the backend's

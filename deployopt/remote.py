@@ -202,6 +202,21 @@ def remote_run_dir(workdir: str | PurePosixPath, options: Any) -> PurePosixPath 
     return PurePosixPath(workdir) / name
 
 
+def board_timing_cache(
+    options: Any, root: str | PurePosixPath, run_dir: str | PurePosixPath | None
+) -> PurePosixPath | None:
+    """Where a TensorRT timing cache (`extra["timing_cache"]`, a host path) lives on the board: it
+    holds the tactic timings of the GPU that ran them, so the board keeps it, under its host file's
+    name (the host path does not exist there). A cache of optimize's own run
+    (`extra["timing_cache_per_run"]`) goes in the run's folder, removed with it; one the user named,
+    in the folder every run shares, so the next run reuses it. None without a cache."""
+    cache = options.extra.get("timing_cache")
+    if not cache:
+        return None
+    per_run = options.extra.get("timing_cache_per_run") and run_dir is not None
+    return PurePosixPath(run_dir if per_run else root) / board_name(Path(str(cache)).name)
+
+
 #: Where the two board backends work by default: jetson/runner.py (relative to the login's home)
 #: and trtexec (/tmp, as trtexec users do). Another run's folder is looked for in both.
 RUNNER_WORKDIR = "deployopt-runner"

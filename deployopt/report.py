@@ -139,6 +139,7 @@ def build_report(
             else "per-layer tables: measured",
             "candidate ranking and wave/tail columns: predicted by the wave model",
             *([f"INT8: {PLACEHOLDER_INT8_NOTE}"] if placeholder_int8 else []),
+            *([cache] if (cache := opt.timing_cache_phrase()) else []),
         ]
         if measured
         else [

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from deployopt.errors import BackendUnavailable
+from deployopt.errors import BackendUnavailable, DeployoptError
 from deployopt.layers import ConvShape
 from deployopt.timing import Timing, check_run_counts
 
@@ -216,6 +216,8 @@ class Backend(ABC):
         if options.sms is not None and not self.can_limit_sms:
             raise DeployoptError(f"backend {self.name!r} cannot limit the GPU's SMs (--sms)")
         check_run_counts(options.runs)
+        if options.extra.get("timing_cache"):
+            refuse_timing_cache(self.name)
         if options.cudnn_engines is not None:
             if not self.can_choose_cudnn_engines:
                 raise DeployoptError(
@@ -273,6 +275,19 @@ def quantized_without_int8(model_name: str, gpu: str, instead: str) -> str:
         f"{model_name} is quantized (Q/DQ nodes), so it runs in INT8, which {gpu} has no native "
         f"support for; {instead}"
     )
+
+
+#: The backends that build TensorRT engines, and so take a TensorRT timing cache.
+TIMING_CACHE_BACKENDS = ("tensorrt", "trtexec")
+
+
+def refuse_timing_cache(backend: str, flag: str = "--timing-cache") -> None:
+    """A timing cache asked of a backend that builds no TensorRT engine: one line, not a silent no-op."""
+    if backend not in TIMING_CACHE_BACKENDS:
+        raise DeployoptError(
+            f"{flag}: backend {backend!r} builds no TensorRT engines (a timing cache is for "
+            "--backend tensorrt or trtexec)"
+        )
 
 
 def get_backend(name: str) -> Backend:

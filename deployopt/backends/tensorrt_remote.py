@@ -20,6 +20,7 @@ running the real runner against the fake TensorRT of tests/test_tensorrt_fake_ap
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
@@ -41,6 +42,7 @@ from deployopt.remote import (
     Board,
     RemoteFailed,
     board_name,
+    board_timing_cache,
     fetch_engine,
     model_weights,
     remote_run_dir,
@@ -178,6 +180,8 @@ def runner_flags(
     if shapes:
         flags += ["--shapes", shapes_arg(shapes)]
     flags += ["--workspace-mib", str(int(options.extra.get("workspace_mib", DEFAULT_WORKSPACE_MIB)))]
+    if options.extra.get("timing_cache"):  # a path on the board (RemoteRunnerSession put it there)
+        flags += ["--timing-cache", str(options.extra["timing_cache"])]
     return [*flags, "--engine-dir", str(engine_dir)]
 
 
@@ -231,6 +235,11 @@ class RemoteRunnerSession(Session):
         self.calib = calibration_file(options)
         self.workdir = PurePosixPath(options.extra.get("remote_workdir", DEFAULT_REMOTE_WORKDIR))
         self.run_dir = remote_run_dir(self.workdir, options)  # optimize's own folder, removed at close
+        board_cache = board_timing_cache(options, self.workdir, self.run_dir)
+        if board_cache is not None:  # the runner reads and updates the board's copy, not the host path
+            self.options = dataclasses.replace(
+                options, extra={**options.extra, "timing_cache": str(board_cache)}
+            )
         if self.run_dir is not None:
             self.workdir = self.run_dir
         self._runner_sent = False

@@ -47,6 +47,7 @@ from deployopt.remote import (
     TRTEXEC_WORKDIR,
     Board,
     board_name,
+    board_timing_cache,
     fetch_engine,
     model_weights,
     remote_run_dir,
@@ -305,7 +306,7 @@ def build_command(
     if shapes:
         cmd.append(f"--shapes={shapes_arg(shapes)}")
     cache = extra.get("timing_cache")
-    if cache:
+    if cache and v >= (8, 0):  # 7.x's trtexec has no timing cache file (the API came with 8.0)
         cmd.append(f"--timingCacheFile={cache}")
     if v >= (8, 2):
         cmd.append("--profilingVerbosity=detailed")
@@ -409,6 +410,7 @@ class TrtexecSession(Session):
         run_dir = remote_run_dir(root, options) if self.remote else None  # optimize's, removed at close
         self.run_dir: Path | None = Path(run_dir) if run_dir is not None else None
         self.remote_workdir = self.run_dir or root
+        self.remote_root = root  # the folder every run on the board shares
 
     @property
     def placeholder_int8(self) -> bool:
@@ -454,6 +456,9 @@ class TrtexecSession(Session):
         cmd = build_command(self.trtexec, build, outdir, self.options, version, shapes)
         self._engine = str(model_path) if self._prebuilt else saved_engine(cmd)
         (outdir / "command.txt").write_text(shlex.join(cmd) + "\n")
+        cache = self.options.extra.get("timing_cache")
+        if cache:  # trtexec writes the cache where it is told, but makes no folder for it
+            Path(cache).parent.mkdir(parents=True, exist_ok=True)
         run_trtexec(cmd, self.options.timeout_s, outdir / "trtexec.log")
         return self._collect(outdir)
 
@@ -505,12 +510,8 @@ class TrtexecSession(Session):
             board_table = rdir / board_table_name(Path(table).name, model_path)
             board.put(table, board_table, "scp of the calibration table", self.options.timeout_s)
             options = dataclasses.replace(options, extra={**options.extra, "calib_cache": str(board_table)})
-        cache = options.extra.get("timing_cache")
-        if cache:
-            # a timing cache holds tactic timings of the GPU that ran them: it lives on the board,
-            # in the work folder every model shares, under its host file's name (the host path
-            # does not exist there, and a host-side cache would hold another GPU's timings)
-            board_cache = workdir / board_name(Path(cache).name)
+        board_cache = board_timing_cache(options, self.remote_root, self.run_dir)
+        if board_cache is not None:
             options = dataclasses.replace(options, extra={**options.extra, "timing_cache": str(board_cache)})
         cmd = build_command(self.trtexec, board_model, rdir, options, self.version, shapes)
         self._engine = str(board_model) if self._prebuilt else saved_engine(cmd)

@@ -330,6 +330,12 @@ def remote_option() -> object:
     )
 
 
+def timing_cache_option(help_text: str) -> object:
+    """`--timing-cache FILE`: a TensorRT timing cache read and updated by every build (bench,
+    profile, optimize on the tensorrt and trtexec backends)."""
+    return output_option(None, "--timing-cache", help=help_text)
+
+
 def cudnn_benchmark_option() -> object:
     """`--no-cudnn-benchmark`, beside `--cudnn-engines` on every command that measures on torch."""
     return typer.Option(

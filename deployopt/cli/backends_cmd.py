@@ -24,6 +24,7 @@ from deployopt.backends.base import (
     default_dtype,
     get_backend,
     list_backends,
+    refuse_timing_cache,
 )
 from deployopt.cli.app import (
     app,
@@ -46,13 +47,20 @@ from deployopt.cli.app import (
     scale_option,
     std_option,
     timeout_option,
+    timing_cache_option,
 )
 from deployopt.errors import DataError, DeployoptError, no_such_file
 from deployopt.fidelity import ImagePreprocess
 from deployopt.fileio import check_output_dir, check_output_file, refuse_input_as_output, write_json
-from deployopt.prebuilt import refuse_engine_backend, refuse_engine_options
+from deployopt.prebuilt import is_engine_file, refuse_engine_backend, refuse_engine_options
 from deployopt.remote import check_remote_backend
 from deployopt.timing import Timing, check_run_counts, counted
+
+TIMING_CACHE_HELP = (
+    "tensorrt/trtexec: a TensorRT timing cache the build reads and updates, so the tactics of layer "
+    "shapes timed before are not timed again (faster builds, the same tactics); with --remote the "
+    "board keeps it under this file's name."
+)
 
 BENCH_KEYS = (
     "backend",
@@ -115,6 +123,11 @@ def _session(
     # TensorRT or trtexec is installed or not (settings are _options' dtype, batch, ...)
     refuse_engine_backend(model, backend_name)
     refuse_engine_options(model, settings[1], options.get("calibration_data"))
+    if options.get("timing_cache") is not None and is_engine_file(model):
+        raise DeployoptError(
+            f"--timing-cache: {model.name} is a prebuilt engine, timed as it was built: nothing is "
+            "built, so no tactic is timed; give the ONNX model to build with the cache"
+        )
     if backend_name == "model":  # it predicts for a target, and bench / profile take none
         raise DeployoptError(
             "backend 'model' predicts per-conv latency for a GPU target, and bench / profile have no "
@@ -149,8 +162,14 @@ def _options(
     remote: str | None = None,
     model_path: Path | None = None,
     calibration_preprocess: ImagePreprocess | None = None,
+    timing_cache: Path | None = None,
 ) -> MeasureOptions:
     extra: dict[str, Any] = {"remote": remote} if remote else {}
+    if timing_cache is not None:
+        refuse_timing_cache(backend.name)
+        # with --remote the board keeps it under this file's name: nothing is written here
+        check_output_file(timing_cache, probe=not remote)
+        extra["timing_cache"] = str(timing_cache)
     if dtype is None:
         dtype = default_dtype(backend, model_path)
         if dtype == "int8":  # a Q/DQ model's: a GPU without INT8 then says the model is quantized
@@ -285,6 +304,7 @@ def bench_command(
     scale: Optional[float] = scale_option(),
     resize: Optional[str] = resize_option(),
     remote: Optional[str] = remote_option(),
+    timing_cache: Optional[Path] = timing_cache_option(TIMING_CACHE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     output: Optional[Path] = output_option(None, "--output", "-o", help="Write the JSON result here."),
 ) -> None:
@@ -302,6 +322,7 @@ def bench_command(
         calibration_data=calibration_data,
         calibration_preprocess=preprocess,
         remote=remote,
+        timing_cache=timing_cache,
     ) as session:
         identity = _model_identity(model)  # before timing: a file that cannot be read costs no run
         timing = session.measure(model)
@@ -479,6 +500,7 @@ def profile_command(
     scale: Optional[float] = scale_option(),
     resize: Optional[str] = resize_option(),
     remote: Optional[str] = remote_option(),
+    timing_cache: Optional[Path] = timing_cache_option(TIMING_CACHE_HELP),
     trace_dir: Optional[Path] = output_option(
         None, "--trace-dir", help="Keep the profiler trace here (torch, ort: chrome trace JSON).", folder=True
     ),
@@ -502,6 +524,7 @@ def profile_command(
         calibration_data=calibration_data,
         calibration_preprocess=preprocess,
         remote=remote,
+        timing_cache=timing_cache,
     ) as session:
         profile = session.profile(model, kernels=kernels)
     _emit(profile.to_json(), as_json, output, lambda: render_profile(profile, kernels))

@@ -35,6 +35,7 @@ from deployopt.cli.app import (
     scale_option,
     std_option,
     timeout_option,
+    timing_cache_option,
 )
 from deployopt.errors import DeployoptError
 from deployopt.report import clock_slowdown_note, describe_gate
@@ -179,6 +180,17 @@ def optimize_command(
     scale: Optional[float] = scale_option(),
     resize: Optional[str] = resize_option(),
     remote: Optional[str] = remote_option(),
+    timing_cache: Optional[Path] = timing_cache_option(
+        "tensorrt/trtexec: a TensorRT timing cache every build reads and updates, kept for the next "
+        "run (default: one of the run's own, removed at the end); with --remote the board keeps it "
+        "under this file's name."
+    ),
+    no_timing_cache: bool = typer.Option(
+        False,
+        "--no-timing-cache",
+        help="tensorrt/trtexec: every build times its tactics afresh (no cache shared between the "
+        "candidates' builds).",
+    ),
     timeout: float = timeout_option("Seconds per model built and timed before it is given up."),
     outdir: Optional[Path] = output_option(
         None, "-o", "--out", help="Output folder (default <model>.deployopt/).", folder=True
@@ -241,6 +253,8 @@ def optimize_command(
         **({} if min_top1 is None else {"min_top1": min_top1}),
         remote=remote,
         timeout_s=timeout,
+        timing_cache=str(timing_cache) if timing_cache is not None else None,
+        no_timing_cache=no_timing_cache,
         outdir=outdir,
         resume=resume,
         force=force,

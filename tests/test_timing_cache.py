@@ -1,0 +1,279 @@
+"""The TensorRT timing cache shared by a run's builds: `optimize` gives every engine it builds (the
+candidates, the per-layer sweep's convs) one cache, of the run's own by default or the user's
+`--timing-cache FILE`, so a layer shape's tactics are timed once; `bench` and `profile` take the
+option too. Local trtexec is tests/test_trtexec_backend.py's stand-in binary; the board is
+tests/test_tensorrt_remote.py's stand-in (its runner builds with the fake TensorRT, whose timing
+cache counts the builds that wrote it). No real TensorRT, trtexec or Jetson.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path, PurePosixPath
+
+import pytest
+from cli_runner import run_cli
+from test_optimize_remote import optimize_remote, two_convs
+from test_tensorrt_remote import HOST, play_the_board
+from test_trtexec_backend import fake  # noqa: F401  (the stand-in trtexec fixture)
+
+from deployopt.backends.base import MeasureOptions
+from deployopt.backends.tensorrt_remote import runner_flags
+from deployopt.backends.trtexec import build_command
+from deployopt.remote import board_timing_cache
+
+M, OUT = Path("/m/model.onnx"), Path("/w/model")
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("DEPLOYOPT_CACHE_DIR", str(tmp_path / "cache"))
+
+
+# ------------------------------------------------------------------ pure: where the cache goes
+
+
+def test_trtexec_before_8_gets_no_timing_cache_flag() -> None:
+    """--timingCacheFile came with TensorRT 8.0 (JetPack 4.6 has 8.2); 7.x's trtexec would refuse
+    the unknown flag and fail every build."""
+    opts = MeasureOptions(extra={"timing_cache": "/c/t.cache"})
+    assert "--timingCacheFile=/c/t.cache" in build_command("trtexec", M, OUT, opts, "8.0.1")
+    assert not any("timingCache" in a for a in build_command("trtexec", M, OUT, opts, "7.1.3"))
+
+
+def test_the_board_keeps_a_named_cache_in_the_shared_folder_and_a_run_cache_in_the_run_folder() -> None:
+    root, run = PurePosixPath("/tmp/deployopt-trtexec"), PurePosixPath("/tmp/deployopt-trtexec/optimize-x-1")
+    named = MeasureOptions(extra={"timing_cache": "/home/me/caches/orin nx.cache"})
+    assert board_timing_cache(named, root, run) == root / "orin_nx.cache"  # kept for the next run
+    assert board_timing_cache(named, root, None) == root / "orin_nx.cache"
+    own = MeasureOptions(
+        extra={"timing_cache": "/tmp/deployopt-work-1/timing.cache", "timing_cache_per_run": True}
+    )
+    assert board_timing_cache(own, root, run) == run / "timing.cache"  # removed with the run's folder
+    assert board_timing_cache(MeasureOptions(), root, run) is None
+
+
+def test_the_runner_is_given_the_board_path() -> None:
+    opts = MeasureOptions(extra={"timing_cache": "deployopt-runner/t.cache"})
+    flags = runner_flags(opts, {}, PurePosixPath("e"))
+    assert flags[flags.index("--timing-cache") + 1] == "deployopt-runner/t.cache"
+    assert "--timing-cache" not in runner_flags(MeasureOptions(), {}, PurePosixPath("e"))
+
+
+# ------------------------------------------------------------------ optimize, local trtexec
+
+
+def log_trtexec_calls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Wrap the stand-in trtexec so that every call's arguments are one line of the returned log."""
+    log = tmp_path / "trtexec_calls.log"
+    wrapper = tmp_path / "bin" / "trtexec-logged"
+    inner = os.environ["DEPLOYOPT_TRTEXEC"]
+    wrapper.write_text(f'#!/bin/sh\n[ "$1" = "--help" ] || echo "$*" >> "{log}"\nexec "{inner}" "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("DEPLOYOPT_TRTEXEC", str(wrapper))
+    return log
+
+
+def cache_flags(log: Path) -> list[str]:
+    """Each build's --timingCacheFile value ('' for a build without one)."""
+    builds = [shlex.split(ln) for ln in log.read_text().splitlines() if "--onnx=" in ln]
+    return [
+        next((a.split("=", 1)[1] for a in args if a.startswith("--timingCacheFile=")), "") for args in builds
+    ]
+
+
+@pytest.mark.slow
+def test_optimize_trtexec_builds_share_one_cache(
+    fake: dict[str, Path],  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Every build of a run (candidates and the sweep's convs) names the same cache: by default one
+    in the run's work folder (gone with it), with --timing-cache the user's file; --no-timing-cache
+    none at all. report.md says which."""
+    log = log_trtexec_calls(tmp_path, monkeypatch)
+    model = two_convs(tmp_path / "host" / "net.onnx")
+    argv = ["optimize", str(model), "--target", "h200", "--backend", "trtexec", "--max-evals", "4",
+            "--sweep-runs", "2", "--runs", "8"]  # fmt: skip
+
+    code, _, err = run_cli(monkeypatch, capsys, *argv, "-o", str(tmp_path / "own"))
+    assert code == 0, err
+    caches = cache_flags(log)
+    assert len(caches) > 2 and len(set(caches)) == 1  # the sweep's convs and the candidates alike
+    own = Path(caches[0])
+    assert own.name == "timing.cache" and own.parent.name.startswith("deployopt-work-")
+    assert not own.parent.exists()  # the run's work folder, cache included, is gone
+    report = (tmp_path / "own" / "report.md").read_text()
+    assert "TensorRT timing cache: one of this run's own, shared by every build" in report
+
+    log.unlink()
+    kept = tmp_path / "caches" / "h200.cache"  # its folder does not exist yet: made for trtexec
+    code, _, err = run_cli(
+        monkeypatch, capsys, *argv, "--timing-cache", str(kept), "-o", str(tmp_path / "kept")
+    )
+    assert code == 0, err
+    assert set(cache_flags(log)) == {str(kept)} and kept.parent.is_dir()
+    assert f"TensorRT timing cache: {kept} (kept)" in (tmp_path / "kept" / "report.md").read_text()
+
+    log.unlink()
+    code, _, err = run_cli(monkeypatch, capsys, *argv, "--no-timing-cache", "-o", str(tmp_path / "none"))
+    assert code == 0, err
+    assert set(cache_flags(log)) == {""}
+    assert "TensorRT timing cache: none" in (tmp_path / "none" / "report.md").read_text()
+
+
+# ------------------------------------------------------------------ optimize and bench on the board
+
+
+def cache_builds(path: Path) -> int:
+    """How many builds wrote the fake TensorRT's timing cache (it counts them)."""
+    return int(path.read_text().rsplit("builds=", 1)[1])
+
+
+def runner_builds(log: Path) -> list[list[str]]:
+    """The runner calls in the stand-in ssh log that build (a candidate's, a sweep batch's)."""
+    calls = [shlex.split(ln) for ln in log.read_text().splitlines() if "/runner.py " in ln]
+    return [args for args in calls if "--engine-dir" in args]
+
+
+@pytest.mark.slow
+def test_optimize_remote_runner_builds_share_the_runs_cache_and_a_named_one_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On the board every runner (a candidate's, each sweep batch's) reads and updates one cache: by
+    default in the run's own folder, removed at the end; a named one in the runner's shared folder,
+    where a second run starts from what the first timed (the fake cache counts every build)."""
+    log, home = play_the_board(tmp_path, monkeypatch)
+    model = two_convs(tmp_path / "host" / "net.onnx")
+    code, _, err = optimize_remote(monkeypatch, capsys, model, tmp_path / "own", "--target", "agx-orin-64gb")
+    assert code == 0, err
+    runs = runner_builds(log)
+    assert len(runs) > 2 and any("--batch-dir" in args for args in runs)
+    caches = {args[args.index("--timing-cache") + 1] for args in runs}
+    (cache,) = caches
+    assert cache.startswith("deployopt-runner/optimize-net-") and cache.endswith("/timing.cache")
+    assert not (home / cache).exists()  # removed with the run's folder
+
+    log.unlink()
+    named = ["--timing-cache", str(tmp_path / "host" / "orin.cache")]
+    code, _, err = optimize_remote(
+        monkeypatch, capsys, model, tmp_path / "first", "--target", "agx-orin-64gb", *named
+    )
+    assert code == 0, err
+    kept = home / "deployopt-runner" / "orin.cache"
+    first = cache_builds(kept)
+    runs = runner_builds(log)  # the candidates' (the sweep's convs are in the layer cache now)
+    assert first == len(runs) >= 2 and not any("--batch-dir" in args for args in runs)
+    assert not (tmp_path / "host" / "orin.cache").exists()  # the board keeps it, not the host
+    report = (tmp_path / "first" / "report.md").read_text()
+    assert f"TensorRT timing cache: {named[1]} (on the board, kept as orin.cache)" in report
+    code, _, err = optimize_remote(
+        monkeypatch, capsys, model, tmp_path / "second", "--target", "agx-orin-64gb", *named
+    )
+    assert code == 0, err
+    assert cache_builds(kept) == 2 * first  # the second run began from the first's cache
+
+
+def test_bench_remote_runner_keeps_a_named_cache_on_the_board(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log, home = play_the_board(tmp_path, monkeypatch)
+    model = two_convs(tmp_path / "host" / "net.onnx")
+    argv = ["bench", str(model), "--backend", "tensorrt", "--remote", HOST, "--runs", "8", "--warmup", "1",
+            "--timing-cache", str(tmp_path / "nano.cache")]  # fmt: skip
+    code, _, err = run_cli(monkeypatch, capsys, *argv)
+    assert code == 0, err
+    (run,) = [shlex.split(ln) for ln in log.read_text().splitlines() if "/runner.py " in ln and "--out" in ln]
+    assert run[run.index("--timing-cache") + 1] == "deployopt-runner/nano.cache"
+    assert cache_builds(home / "deployopt-runner" / "nano.cache") == 1
+    code, _, err = run_cli(monkeypatch, capsys, *argv, "--dtype", "fp16")  # another engine, same cache
+    assert code == 0, err
+    assert cache_builds(home / "deployopt-runner" / "nano.cache") == 2
+
+
+# ------------------------------------------------------------------ one-line refusals
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["bench", "{model}", "--backend", "ort", "--timing-cache", "{tmp}/t.cache"],
+            "error: --timing-cache: backend 'ort' builds no TensorRT engines (a timing cache is for "
+            "--backend tensorrt or trtexec)",
+        ),
+        (
+            [
+                "optimize",
+                "{model}",
+                "--target",
+                "nano",
+                "--backend",
+                "model",
+                "--timing-cache",
+                "{tmp}/t.cache",
+                "-o",
+                "{tmp}/o",
+            ],
+            "error: --timing-cache: backend 'model' builds no TensorRT engines (a timing cache is for "
+            "--backend tensorrt or trtexec)",
+        ),
+        (
+            [
+                "optimize",
+                "{model}",
+                "--target",
+                "nano",
+                "--backend",
+                "model",
+                "--no-timing-cache",
+                "-o",
+                "{tmp}/o",
+            ],
+            "error: --no-timing-cache: backend 'model' builds no TensorRT engines (a timing cache is for "
+            "--backend tensorrt or trtexec)",
+        ),
+        (
+            [
+                "optimize",
+                "{model}",
+                "--target",
+                "nano",
+                "--backend",
+                "trtexec",
+                "--timing-cache",
+                "{tmp}/t.cache",
+                "--no-timing-cache",
+                "-o",
+                "{tmp}/o",
+            ],
+            "error: --timing-cache and --no-timing-cache exclude each other",
+        ),
+        (
+            ["bench", "{tmp}/net.engine", "--backend", "trtexec", "--timing-cache", "{tmp}/t.cache"],
+            "error: --timing-cache: net.engine is a prebuilt engine, timed as it was built: nothing is "
+            "built, so no tactic is timed; give the ONNX model to build with the cache",
+        ),
+        (
+            ["bench", "{model}", "--backend", "trtexec", "--remote", HOST, "--timing-cache", "{tmp}"],
+            "error: cannot write {tmp}: it is a folder; give a file path",
+        ),
+    ],
+    ids=["bench-ort", "optimize-model", "optimize-model-off", "both", "engine", "folder"],
+)
+def test_refusals_are_one_line(
+    argv: list[str],
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    model = two_convs(tmp_path / "net.onnx")
+    (tmp_path / "net.engine").write_bytes(b"not really an engine")
+    fill = {"model": str(model), "tmp": str(tmp_path)}
+    code, out, err = run_cli(monkeypatch, capsys, *(a.format(**fill) for a in argv))
+    assert code == 2 and out == ""
+    assert err.strip().splitlines() == [message.format(**fill)]
+    assert not (tmp_path / "t.cache").exists()
