@@ -29,13 +29,25 @@ PLACEHOLDER_INT8_NOTE = (
 
 
 def _timing_row(t: Timing) -> dict[str, Any]:
+    """One latency of the report. A predicted one has no spread and no runs (null, where a
+    measurement has them) and names its predictor: `runs: 1, iqr_us: 0` read as one exact sample."""
+    if not t.measured:
+        return {
+            "median_us": t.median_us,
+            "iqr_us": None,
+            "ci95_us": None,
+            "runs": None,
+            "measured": False,
+            "predictor": t.predictor,
+            "describe": t.describe(),
+        }
     lo, hi = t.ci95_us
     return {
         "median_us": t.median_us,
         "iqr_us": t.iqr_us,
         "ci95_us": [lo, hi],
         "runs": t.runs,
-        "measured": t.measured,
+        "measured": True,
         "describe": t.describe(),
     }
 
@@ -114,8 +126,8 @@ def build_report(
             "index": e.index,
             "label": e.label,
             "median_us": e.timing.median_us,
-            "iqr_us": e.timing.iqr_us,
-            "runs": e.timing.runs,
+            "iqr_us": e.timing.iqr_us if e.timing.measured else None,  # a prediction has no spread
+            "runs": e.timing.runs if e.timing.measured else None,
             "table_us": e.table_us,
             "accepted": e.accepted,
             "from_journal": e.replayed,
@@ -487,7 +499,8 @@ def render_markdown(report: dict[str, Any]) -> str:
     for e in report["evaluations"]["list"]:
         table = "—" if e["table_us"] is None else f"{e['table_us']:.1f}"
         lines.append(
-            f"| {e['index']} | {e['label']} | {e['median_us']:.1f} | {e['iqr_us']:.1f} | {table} | "
+            f"| {e['index']} | {e['label']} | {e['median_us']:.1f} | "
+            f"{'—' if e['iqr_us'] is None else format(e['iqr_us'], '.1f')} | {table} | "
             f"{'yes' if e['accepted'] else ''} |"
         )
     if report["staircases"]:

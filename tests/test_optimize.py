@@ -61,6 +61,13 @@ def test_lossless_with_the_wave_model_writes_everything(
     assert res.timings["best"].median_us <= res.timings["input"].median_us
     assert 3 <= res.evaluation_count <= 40
     assert res.measured is False
+    # A predicted latency carries no spread and no runs (a 1-sample "runs: 1, iqr_us: 0" read as exact).
+    report = json.loads((out / "report.json").read_text())
+    for row in [*report["latency"].values(), *report["evaluations"]["list"]]:
+        assert row["iqr_us"] is None and row["runs"] is None
+    assert {row["predictor"] for row in report["latency"].values()} == {res.timings["best"].predictor}
+    assert all(row["measured"] is False for row in report["latency"].values())
+    assert "| — |" in (out / "report.md").read_text()  # the evaluations table's IQR column
     # Outputs identical on onnxruntime (independently of optimize's own fidelity check).
     x = np.random.default_rng(1).standard_normal((4, 3, 32, 32)).astype(np.float32)
     np.testing.assert_allclose(ort_outputs(out / "model.onnx", x), ort_outputs(src, x), atol=1e-4)
