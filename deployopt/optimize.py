@@ -24,13 +24,14 @@ load → analyze → candidates → per-layer tables → solver → end-to-end v
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import math
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -1113,10 +1114,11 @@ class Optimizer:
         baseline = min(baselines, key=lambda e: e.timing.median_us)
         rounds: dict[str, list[Timing]] = {"best": [best.timing], "baseline": [baseline.timing]}
         try:
-            for r in range(1, self.cfg.confirm_rounds + 1):
-                for name, ev in (("baseline", baseline), ("best", best)):
-                    again = self.evaluate(ev.plan, f"{ev.label} (confirm {r})", repeat=r)
-                    rounds[name].append(again.timing)
+            with self._fresh_tactics():
+                for r in range(1, self.cfg.confirm_rounds + 1):
+                    for name, ev in (("baseline", baseline), ("best", best)):
+                        again = self.evaluate(ev.plan, f"{ev.label} (confirm {r})", repeat=r)
+                        rounds[name].append(again.timing)
         except _Budget:
             pass  # decide on the rounds there are
         worst_best = max(t.median_us for t in rounds["best"])
@@ -1137,6 +1139,24 @@ class Optimizer:
         self.progress("confirm", **self.confirmation)
         chosen = best if kept else baseline
         return replace(chosen, timing=pooled["best" if kept else "baseline"])
+
+    @contextlib.contextmanager
+    def _fresh_tactics(self) -> Iterator[None]:
+        """The confirmation rebuilds without the run's TensorRT timing cache: with it, a rebuild
+        takes every tactic the first build chose, so the rounds would not see how a build of the
+        user's own (tactics timed afresh) lands. The session's options are read at each build."""
+        session = self.session
+        options = getattr(session, "options", None)
+        extra = getattr(options, "extra", None)
+        if not extra or not extra.get("timing_cache"):
+            yield
+            return
+        fresh = {k: v for k, v in extra.items() if not k.startswith("timing_cache")}
+        session.options = replace(options, extra=fresh)
+        try:
+            yield
+        finally:
+            session.options = options
 
     def _partial(self, incumbent: Evaluation, target: dict[str, int]) -> Evaluation:
         """When the table optimum was not confirmed end to end, apply part of it: its changes ranked
@@ -1485,16 +1505,16 @@ class Optimizer:
             return None
         if self.cfg.no_timing_cache:
             return "TensorRT timing cache: none (--no-timing-cache: every build timed its tactics afresh)"
-        where = "on the board, " if self.cfg.remote else ""
+        shared = (
+            "shared by every build but the confirmation rounds' (a layer shape's tactics were timed "
+            "once; the confirmation rebuilt with tactics timed afresh, as a build of your own would)"
+        )
         if self.cfg.timing_cache:
-            kept = f"{where}kept as {Path(self.cfg.timing_cache).name}" if self.cfg.remote else "kept"
-            return (
-                f"TensorRT timing cache: {self.cfg.timing_cache} ({kept}), shared by every build: a "
-                "layer shape's tactics were timed once"
-            )
+            kept = f"on the board, kept as {Path(self.cfg.timing_cache).name}" if self.cfg.remote else "kept"
+            return f"TensorRT timing cache: {self.cfg.timing_cache} ({kept}), {shared}"
         return (
-            "TensorRT timing cache: one of this run's own, shared by every build (a layer shape's "
-            "tactics were timed once) and removed at the end; --timing-cache FILE keeps one"
+            "TensorRT timing cache: one of this run's own, removed at the end (--timing-cache FILE "
+            f"keeps one), {shared}"
         )
 
     def _remote_extra(self) -> dict[str, Any]:

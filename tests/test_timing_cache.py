@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 import pytest
 from cli_runner import run_cli
+from test_optimize import DesignedSession
 from test_optimize_remote import optimize_remote, two_convs
 from test_tensorrt_remote import HOST, play_the_board
 from test_trtexec_backend import fake  # noqa: F401  (the stand-in trtexec fixture)
@@ -21,6 +24,7 @@ from test_trtexec_backend import fake  # noqa: F401  (the stand-in trtexec fixtu
 from deployopt.backends.base import MeasureOptions
 from deployopt.backends.tensorrt_remote import runner_flags
 from deployopt.backends.trtexec import build_command
+from deployopt.optimize import OptimizeConfig, optimize
 from deployopt.remote import board_timing_cache
 
 M, OUT = Path("/m/model.onnx"), Path("/w/model")
@@ -106,7 +110,8 @@ def test_optimize_trtexec_builds_share_one_cache(
     assert own.name == "timing.cache" and own.parent.name.startswith("deployopt-work-")
     assert not own.parent.exists()  # the run's work folder, cache included, is gone
     report = (tmp_path / "own" / "report.md").read_text()
-    assert "TensorRT timing cache: one of this run's own, shared by every build" in report
+    assert "TensorRT timing cache: one of this run's own, removed at the end" in report
+    assert "shared by every build but the confirmation rounds'" in report
 
     log.unlink()
     kept = tmp_path / "caches" / "h200.cache"  # its folder does not exist yet: made for trtexec
@@ -122,6 +127,41 @@ def test_optimize_trtexec_builds_share_one_cache(
     assert code == 0, err
     assert set(cache_flags(log)) == {""}
     assert "TensorRT timing cache: none" in (tmp_path / "none" / "report.md").read_text()
+
+
+class CacheRecordingSession(DesignedSession):
+    """tests/test_optimize.py's stand-in with a known optimum (so the confirmation rounds run), given
+    a timing cache as optimize's own sessions are; it records the cache each build was given."""
+
+    def __init__(self) -> None:
+        self.options = MeasureOptions(extra={"timing_cache": "/w/timing.cache", "timing_cache_per_run": True})
+        self.caches: list[str | None] = []
+
+    def measure(self, path: Path) -> Any:
+        self.caches.append(self.options.extra.get("timing_cache"))
+        return super().measure(path)
+
+
+@pytest.mark.slow
+def test_the_confirmation_rounds_rebuild_without_the_cache(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """With the cache a rebuild takes every tactic of the first build, so the rounds that check the
+    answer against the best baseline on fresh builds would not see what a build of the user's own
+    does: they build without it, and the search's builds before and after keep it."""
+    session = CacheRecordingSession()
+    given = session.options
+    cfg = OptimizeConfig(
+        model_path=zoo_model_path("vgg16_pruned_b4"), target="h200", sms=8, outdir=tmp_path / "out",
+        max_candidates=16, fidelity_samples=1, cache_root=tmp_path / "lut", backend="model", plots=False,
+    )  # fmt: skip
+    res = optimize(cfg, session=session)
+    labels = [e.label for e in res.evaluations]
+    assert any("(confirm" in label for label in labels) and res.report["confirmation"]["rounds"] == 3
+    assert len(session.caches) == len(labels)
+    assert [c for c, label in zip(session.caches, labels) if "(confirm" in label] == [None] * 4
+    assert {c for c, label in zip(session.caches, labels) if "(confirm" not in label} == {"/w/timing.cache"}
+    assert session.options is given  # the session's own options again
 
 
 # ------------------------------------------------------------------ optimize and bench on the board
