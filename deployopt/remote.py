@@ -249,26 +249,23 @@ def remove_run_dir(board: Board, run_dir: str | PurePosixPath | None) -> None:
         board.run(["rm", "-rf", folder], "removing the run's folder", CLEANUP_TIMEOUT_S)
 
 
-def other_runs_at_work(
-    board: Board, own_run: str | PurePosixPath, workdirs: list[str | PurePosixPath], timeout_s: float
-) -> dict[str, list[str]]:
-    """{another optimize run's folder on the board: the pids running from it}, its folders looked for
-    in `workdirs`: a run whose host was killed (kill -9) or lost its connection goes on building and
-    timing there until its own `timeout`, since ssh without a tty sends the board no hangup; a
-    second optimize on the same board does too. Timed beside them, this run's latencies would
-    include their GPU work. One ssh round trip when no other run's folder exists, two when one does
-    (pgrep -f with each folder's own pattern). Best effort: {} when the board cannot say (no pgrep,
-    a failed call)."""
-    own = PurePosixPath(str(own_run).rstrip("/"))
+def other_runs_listing(workdirs: list[str | PurePosixPath]) -> str:
+    """Shell text that prints every optimize run's folder in `workdirs` (one a line, with a trailing
+    '/') and exits 0, nothing found or not: a board's answer never fails on it."""
     globs = " ".join(
         f"{shlex.quote(w.rstrip('/'))}/{RUN_DIR_PREFIX}*/" for w in dict.fromkeys(map(str, workdirs))
     )
-    listing = f'for d in {globs}; do [ -d "$d" ] && echo "$d"; done; exit 0'
-    try:
-        out = board.call([*board.ssh_prefix(), listing], "looking for other runs", timeout_s)
-    except (BackendFailed, BackendUnavailable):
-        return {}
-    folders = [ln.strip().rstrip("/") for ln in out.splitlines() if ln.strip()]
+    return f'for d in {globs}; do [ -d "$d" ] && echo "$d"; done; exit 0'
+
+
+def runs_at_work_among(
+    board: Board, listed: str, own_run: str | PurePosixPath, timeout_s: float
+) -> dict[str, list[str]]:
+    """{folder: the pids running from it} of the folders `other_runs_listing` printed (`listed`), less
+    `own_run`: none listed costs nothing more, some cost one pgrep -f round trip, with each folder's
+    own pattern (own_path_pattern: not pgrep's own shell). Best effort: {} when pgrep fails."""
+    own = PurePosixPath(str(own_run).rstrip("/"))
+    folders = [ln.strip().rstrip("/") for ln in listed.splitlines() if ln.strip()]
     others = [f for f in dict.fromkeys(folders) if PurePosixPath(f) != own]
     if not others:
         return {}
@@ -286,6 +283,24 @@ def other_runs_at_work(
     return busy
 
 
+def other_runs_at_work(
+    board: Board, own_run: str | PurePosixPath, workdirs: list[str | PurePosixPath], timeout_s: float
+) -> dict[str, list[str]]:
+    """{another optimize run's folder on the board: the pids running from it}, its folders looked for
+    in `workdirs`: a run whose host was killed (kill -9) or lost its connection goes on building and
+    timing there until its own `timeout`, since ssh without a tty sends the board no hangup; a
+    second optimize on the same board does too. Timed beside them, this run's latencies would
+    include their GPU work. One ssh round trip when no other run's folder exists, two when one does
+    (runs_at_work_among). Best effort: {} when the board cannot say (no pgrep, a failed call)."""
+    try:
+        out = board.call(
+            [*board.ssh_prefix(), other_runs_listing(workdirs)], "looking for other runs", timeout_s
+        )
+    except (BackendFailed, BackendUnavailable):
+        return {}
+    return runs_at_work_among(board, out, own_run, timeout_s)
+
+
 def other_runs_phrase(host: str, busy: dict[str, list[str]]) -> str:
     """The warning for `other_runs_at_work`'s answer, with the command that ends them."""
     runs = "; ".join(f"{folder}: pid {', '.join(pids)}" for folder, pids in busy.items())
@@ -296,15 +311,36 @@ def other_runs_phrase(host: str, busy: dict[str, list[str]]) -> str:
     )
 
 
+def warn_of_busy(board: Board, busy: dict[str, list[str]]) -> None:
+    """other_runs_phrase as one BoardWarning line, when another run is at work (`busy`)."""
+    if busy:
+        warnings.warn(other_runs_phrase(board.host, busy), BoardWarning, stacklevel=4)
+
+
+def usual_workdirs(own: str | PurePosixPath) -> list[str | PurePosixPath]:
+    """Where another run's folder is looked for: beside this run's own folder `own`, and in both
+    backends' usual work folders (a run of the other backend, or one given another work folder)."""
+    return [PurePosixPath(str(own)).parent, RUNNER_WORKDIR, TRTEXEC_WORKDIR]
+
+
 def warn_of_other_runs(board: Board, run_dir: str | PurePosixPath | None, timeout_s: float) -> None:
     """Before optimize's first measurement on the board: a BoardWarning when another run is at work
     there (`other_runs_at_work`, looked for beside `run_dir` and in both backends' usual folders)."""
     if run_dir is None:
         return
-    workdirs = [PurePosixPath(run_dir).parent, RUNNER_WORKDIR, TRTEXEC_WORKDIR]
-    busy = other_runs_at_work(board, run_dir, workdirs, timeout_s)
-    if busy:
-        warnings.warn(other_runs_phrase(board.host, busy), BoardWarning, stacklevel=3)
+    warn_of_busy(board, other_runs_at_work(board, run_dir, usual_workdirs(run_dir), timeout_s))
+
+
+def mkdir_warning_of_other_runs(board: Board, folder: str | PurePosixPath, timeout_s: float) -> None:
+    """Board.mkdir of `folder` (bench's or profile's work folder for its model), and in the same ssh
+    the look for another run at work on the board that warn_of_other_runs makes before optimize
+    measures: a BoardWarning naming it, before this run times beside it. No round trip more than
+    the mkdir when no other run's folder exists, one (pgrep) when one does. `folder` is this run's
+    own, never another's (a model named optimize-*). A failed mkdir reads as Board.mkdir's."""
+    quoted = shlex.quote(str(folder))
+    command = f"mkdir -p {quoted} || exit; {other_runs_listing(usual_workdirs(folder))}"
+    listed = board.call([*board.ssh_prefix(), command], "mkdir", timeout_s)
+    warn_of_busy(board, runs_at_work_among(board, listed, folder, timeout_s))
 
 
 def fetch_engine(board: Board, timing: Timing, dest: str | Path, timeout_s: float) -> bool:

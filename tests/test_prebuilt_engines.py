@@ -23,7 +23,7 @@ import pytest
 from cli_runner import run_cli
 from scripts import load_script
 from test_tensorrt_fake_api import RUNNER, V10, V11, FakeGpu, build_engine, calls, engine_blob, install, opts
-from test_tensorrt_remote import HOST, OPTS
+from test_tensorrt_remote import HOST, OPTS, made_and_looked
 from test_tensorrt_remote import play_the_board as play_the_runner_board
 from test_trtexec_backend import OUT, M
 from test_trtexec_backend import fake as fake  # the stand-in trtexec (a fixture)
@@ -308,7 +308,7 @@ def test_bench_and_profile_remote_copy_the_engine_and_run_the_runner_on_it(
     assert code == 0, err
     lines = log.read_text().splitlines()
     assert lines[:4] == [
-        f"ssh {OPTS} {HOST} mkdir -p deployopt-runner/net",
+        made_and_looked(home),
         f"scp {OPTS} {RUNNER} {HOST}:deployopt-runner/runner.py",
         f"scp {OPTS} {engine} {HOST}:deployopt-runner/net/net.engine",
         f"ssh {OPTS} {HOST} timeout --kill-after=10 600 python3 deployopt-runner/runner.py "

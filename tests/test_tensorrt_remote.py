@@ -112,6 +112,16 @@ def version_check(timeout: str = "120") -> str:
     )
 
 
+def made_and_looked(home: Path, rdir: str = "deployopt-runner/net") -> str:
+    """The ssh line that makes the model's folder on the board, bench's and profile's first: in the
+    same round trip it lists other optimize runs' folders, in the runner's and trtexec's work folders
+    (the board's /tmp is `home`/tmp here), so no other run costs no ssh more."""
+    return (
+        f"ssh {OPTS} {HOST} mkdir -p {rdir} || exit; for d in deployopt-runner/optimize-*/ "
+        f'{home}/tmp/deployopt-trtexec/optimize-*/; do [ -d "$d" ] && echo "$d"; done; exit 0'
+    )
+
+
 def runner_argv(flags: str, rdir: str = "deployopt-runner/net", timeout: str = "600") -> str:
     """The ssh line that runs the runner, up to its --engine-dir: under the board's own `timeout`
     (--timeout, 600 s by default), so a hung runner ends there too."""
@@ -138,7 +148,7 @@ def test_cli_bench_runs_the_runner_on_the_board_and_reuses_its_engine(
     lines = log.read_text().splitlines()
     assert lines[:5] == [
         version_check(),  # 10.x: the model goes as it is
-        f"ssh {OPTS} {HOST} mkdir -p deployopt-runner/net",
+        made_and_looked(home),
         f"scp {OPTS} {RUNNER} {HOST}:deployopt-runner/runner.py",
         f"scp {OPTS} {model} {HOST}:deployopt-runner/net/net.onnx",
         runner_argv("--dtype fp16 --runs 6 --warmup 2") + " --out deployopt-runner/net/result.json",
@@ -294,6 +304,97 @@ def test_cli_profile_reads_the_runners_per_layer_table(
     assert doc["environment"]["nvpmodel"] == "MODE_30W"
 
 
+def other_runs_on_the_board(home: Path) -> tuple[str, list[Any]]:
+    """An optimize run left at work on the board (its host killed): a folder of its own in the
+    runner's work folder, with a runner still running from it. Beside it what is no other run's: a
+    finished run's folder with nothing running, a process of a folder that is no run's, and one
+    whose folder is named like the stale one's but is not it. Returns (the stale folder, the
+    processes: the stale one first)."""
+    import subprocess
+
+    stale = f"deployopt-runner/optimize-old-{os.getpid()}"
+    for folder in (stale, f"deployopt-runner/optimize-done-{os.getpid()}", "deployopt-runner/elsewhere"):
+        (home / folder).mkdir(parents=True)
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    procs = [
+        subprocess.Popen([*sleeper, f"{stale}/runner.py", f"{stale}/net/net.onnx"], cwd=home),
+        subprocess.Popen([*sleeper, "deployopt-runner/elsewhere/runner.py"], cwd=home),
+        subprocess.Popen([*sleeper, f"{stale}-copy/runner.py"], cwd=home),
+    ]
+    return stale, procs
+
+
+@pytest.mark.parametrize("command", ["bench", "profile"])
+def test_cli_bench_and_profile_name_another_run_at_work_on_the_board(
+    command: str,
+    model: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """bench and profile look for another run at work on the board, as optimize does, in the ssh that
+    makes the model's folder: a stale run is one warning line naming its folder, its pid and the
+    ssh that ends it, said before the runner times (its GPU work would be timed too); the run goes
+    on, and the stale one is warned of, not touched. What is no other run's is not named."""
+    log, home = play_the_board(tmp_path, monkeypatch)
+    stale, procs = other_runs_on_the_board(home)
+    busy = procs[0]
+    try:
+        code, _, err = run_cli(
+            monkeypatch, capsys, command, str(model), *REMOTE, "--dtype", "fp32", "--runs", "5",
+            "--warmup", "1", "--json",
+        )  # fmt: skip
+        assert code == 0, err
+        said = [ln for ln in err.splitlines() if "another deployopt run" in ln]
+        assert said == [
+            f"warning: another deployopt run is still at work on {HOST} ({stale}: pid {busy.pid}): its "
+            f"GPU work would be timed with this run's. It ends at its own --timeout; to end it now: "
+            f"ssh {HOST} kill {busy.pid}"
+        ], err
+        assert all(str(proc.pid) not in said[0] for proc in procs[1:])
+        lines = log.read_text().splitlines()
+        assert lines[0] == made_and_looked(home)
+        assert lines[1] == (
+            f"ssh {OPTS} {HOST} pgrep -af -- "
+            f"'[d]eployopt-runner/optimize-done-{os.getpid()}/|[d]eployopt-runner/optimize-old-{os.getpid()}/'"
+        )
+        assert " python3 deployopt-runner/runner.py " in lines[4]  # timed after the warning
+        assert busy.poll() is None and (home / stale).is_dir()
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+def test_cli_bench_beside_no_run_at_work_says_nothing(
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A board with only finished runs' folders: pgrep finds nothing running from them, and bench
+    says nothing. The bench's own work folder is never taken for another run's, even for a model
+    named like one (optimize-net.onnx: deployopt-runner/optimize-net, left by an earlier bench)."""
+    log, home = play_the_board(tmp_path, monkeypatch)
+    model = tmp_path / "host" / "optimize-net.onnx"
+    model.parent.mkdir()
+    model.write_bytes(zoo_model_path("mobilenet_like").read_bytes())
+    done = f"deployopt-runner/optimize-done-{os.getpid()}"
+    for folder in (done, "deployopt-runner/optimize-net"):
+        (home / folder).mkdir(parents=True)
+    code, _, err = run_cli(
+        monkeypatch, capsys, "bench", str(model), *REMOTE, "--dtype", "fp32", "--runs", "5"
+    )
+    assert code == 0, err
+    assert "another deployopt run" not in err
+    lines = log.read_text().splitlines()
+    assert lines[:2] == [
+        made_and_looked(home, "deployopt-runner/optimize-net"),
+        f"ssh {OPTS} {HOST} pgrep -af -- '[d]eployopt-runner/optimize-done-{os.getpid()}/'",
+    ]
+    assert sum(" pgrep " in ln for ln in lines) == 1
+
+
 @pytest.mark.parametrize(
     ("board", "message"),
     [
@@ -363,7 +464,7 @@ def test_cli_trt11_fp16_is_typed_on_the_host_and_built_on_the_board(
     lines = log.read_text().splitlines()
     assert lines[:3] == [
         version_check(),
-        f"ssh {OPTS} {HOST} mkdir -p deployopt-runner/net",
+        made_and_looked(home),
         f"scp {OPTS} {RUNNER} {HOST}:deployopt-runner/runner.py",
     ]
     sent, dest = lines[3].removeprefix(f"scp {OPTS} ").split()

@@ -634,6 +634,64 @@ def test_cli_remote_int8_copies_the_calibration_table_to_the_board(
     assert json.loads(out)["timed"].startswith("one query (int8), ")
 
 
+def test_cli_remote_bench_and_profile_name_another_run_at_work_on_the_board(
+    fake: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """bench (here of a prebuilt engine) and profile with trtexec on the board look for another run
+    at work there, as optimize does, in the ssh that makes the model's folder: an optimize run left
+    building in trtexec's work folder (its host killed) is one warning line naming its folder, its
+    pid and the ssh that ends it, before trtexec times; a process of a folder named like it is not
+    named. The board's /tmp is a folder of this test's, so no other test's run is seen."""
+    import subprocess
+
+    import deployopt.remote
+
+    log = play_the_board(tmp_path, monkeypatch)
+    workdir = tmp_path / "board_tmp" / "deployopt-trtexec"
+    monkeypatch.setattr(deployopt.remote, "TRTEXEC_WORKDIR", str(workdir))
+    stale = workdir / f"optimize-old-{os.getpid()}"
+    (stale / "net").mkdir(parents=True)
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    busy = subprocess.Popen([*sleeper, f"--onnx={stale}/net/net.onnx", "--fp16"])
+    alike = subprocess.Popen([*sleeper, f"--onnx={stale}-copy/net/net.onnx", "--fp16"])
+    model = tmp_path / f"remote_busy_{os.getpid()}.onnx"
+    model.write_bytes(fake["model"].read_bytes())
+    engine = tmp_path / f"remote_busy_engine_{os.getpid()}.engine"
+    engine.write_bytes(b"an engine the board built")
+    board_dirs = [Path("/tmp/deployopt-trtexec") / path.stem for path in (model, engine)]
+    try:
+        for command, path in (("bench", engine), ("profile", model)):
+            log.write_text("")
+            code, _, err = run_cli(
+                monkeypatch, capsys, command, str(path), "--backend", "trtexec", "--remote", "user@jetson",
+                "--dtype", "fp16", "--json",
+            )  # fmt: skip
+            assert code == 0, err
+            said = [ln for ln in err.splitlines() if "another deployopt run" in ln]
+            assert said == [
+                f"warning: another deployopt run is still at work on user@jetson ({stale}: pid {busy.pid}): "
+                "its GPU work would be timed with this run's. It ends at its own --timeout; to end it "
+                f"now: ssh user@jetson kill {busy.pid}"
+            ], err
+            assert str(alike.pid) not in said[0]
+            calls = log.read_text().splitlines()
+            made = (
+                f"user@jetson mkdir -p /tmp/deployopt-trtexec/{path.stem} || exit; "
+                "for d in /tmp/deployopt-trtexec/optimize-*/ deployopt-runner/optimize-*/ "
+                f"{workdir}/optimize-*/; do "
+            )
+            assert "--help" in calls[0] and made in calls[1]
+            assert " pgrep -af -- " in calls[2] and f"optimize-old-{os.getpid()}/" in calls[2]
+            assert any("--exportTimes" in c for c in calls[3:])  # timed after the warning
+        assert busy.poll() is None and stale.is_dir()  # warned of, not touched
+    finally:
+        for proc in (busy, alike):
+            proc.kill()
+            proc.wait()
+        for board_dir in board_dirs:
+            shutil.rmtree(board_dir, ignore_errors=True)
+
+
 def test_remote_calib_cache_keeps_the_board_files_apart_and_must_exist(
     fake: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

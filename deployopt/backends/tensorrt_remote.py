@@ -44,6 +44,7 @@ from deployopt.remote import (
     board_name,
     board_timing_cache,
     fetch_engine,
+    mkdir_warning_of_other_runs,
     model_weights,
     remote_run_dir,
     remove_run_dir,
@@ -243,6 +244,9 @@ class RemoteRunnerSession(Session):
         if self.run_dir is not None:
             self.workdir = self.run_dir
         self._runner_sent = False
+        # bench's and profile's look for another run at work on the board is still to come (with
+        # its first mkdir); optimize's run looks in preflight
+        self._look_for_others = self.run_dir is None
         self.trt_version: str | None = None  # the board's, read once (fp16/int8 only): _for_board
         self._here: tempfile.TemporaryDirectory[str] | None = None  # models typed fp16, .npy made here
         self._calib_npys: dict[str, Path] = {}  # calibration data made into .npy here, per input shape
@@ -271,7 +275,11 @@ class RemoteRunnerSession(Session):
         calib_here = self.calib
         if calib_here is not None and calib_here[0] == MADE_HERE:  # before anything goes to the board
             calib_here = ("--calib-npy", str(self._calibration_npy(model_path)))
-        self.board.mkdir(rdir, short)
+        if self._look_for_others:  # the first model of bench or profile: mkdir_warning_of_other_runs
+            self._look_for_others = False
+            mkdir_warning_of_other_runs(self.board, rdir, short)
+        else:
+            self.board.mkdir(rdir, short)
         board_runner = self._send_runner(short)
         self.board.put_model(send, board_model, long, weights)
         calib = None

@@ -49,6 +49,7 @@ from deployopt.remote import (
     board_name,
     board_timing_cache,
     fetch_engine,
+    mkdir_warning_of_other_runs,
     model_weights,
     remote_run_dir,
     remove_run_dir,
@@ -411,6 +412,9 @@ class TrtexecSession(Session):
         self.run_dir: Path | None = Path(run_dir) if run_dir is not None else None
         self.remote_workdir = self.run_dir or root
         self.remote_root = root  # the folder every run on the board shares
+        # bench's and profile's look for another run at work on the board is still to come (with
+        # its first mkdir); optimize's run looks in preflight
+        self._look_for_others = self.run_dir is None
 
     @property
     def placeholder_int8(self) -> bool:
@@ -501,7 +505,11 @@ class TrtexecSession(Session):
             model_path = self.build_model(model_path, outdir, self.version)  # converted here, on the host
         weights = [] if self._prebuilt else model_weights(model_path)  # checked before any copy
         board_model = rdir / board_name(model_path.name)
-        board.mkdir(rdir, short)
+        if self._look_for_others:  # the first model of bench or profile: mkdir_warning_of_other_runs
+            self._look_for_others = False
+            mkdir_warning_of_other_runs(board, rdir, short)
+        else:
+            board.mkdir(rdir, short)
         board.put_model(model_path, board_model, self.options.timeout_s, weights)
         options = self.options
         if table is not None:
