@@ -132,7 +132,9 @@ def test_options_rejected_before_or_at_worker_start(monkeypatch: pytest.MonkeyPa
 
     torch_backend = get_backend("torch")
     monkeypatch.setattr(torch_module, "cuda_visible", lambda: True)
-    with pytest.raises(DeployoptError, match=r"--sms 6: green contexts come in multiples of 8 SMs"):
+    # --sms 6 is a green context on an Ampere GPU, not on the H200: the parent cannot tell (it reads
+    # no compute capability), so the worker answers; here torch sees no CUDA device, and says so
+    with pytest.raises(DeployoptError, match=r"^--sms needs a CUDA GPU \(green contexts\); none is visible$"):
         torch_backend.open(dataclasses.replace(CPU, sms=6))
     monkeypatch.undo()
     with pytest.raises(DeployoptError, match="cannot run int8"):
@@ -160,6 +162,32 @@ def test_sms_without_a_gpu_says_so_whatever_the_count(monkeypatch: pytest.Monkey
     monkeypatch.setattr(torch_module, "TorchSession", lambda *a: pytest.fail("a worker was started"))
     with pytest.raises(DeployoptError, match=r"^--sms needs a CUDA GPU \(green contexts\); none is visible$"):
         get_backend("torch").open(dataclasses.replace(CPU, sms=sms))
+
+
+def test_a_visible_gpu_leaves_the_sm_granularity_to_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parent refused every count but multiples of 8 (the H200's rule) before a worker started,
+    so `--sms 4` (an Orin Nano 4GB) and `--sms 6` (a Xavier NX) were refused on an Ampere GPU, whose
+    green contexts come in multiples of 2 from 4: the worker, which reads the compute capability,
+    now decides (tests/test_green_context.py)."""
+    from deployopt.backends import torch as torch_module
+
+    started: list[int | None] = []
+    monkeypatch.setattr(torch_module, "cuda_visible", lambda: True)
+    monkeypatch.setattr(torch_module, "TorchSession", lambda backend, options: started.append(options.sms))
+    for sms in (2, 4, 6, 8, 12):
+        get_backend("torch").open(dataclasses.replace(CPU, sms=sms))
+    assert started == [2, 4, 6, 8, 12]
+
+
+@pytest.mark.parametrize("visible", [True, False])
+def test_a_count_below_one_is_refused_before_a_worker(monkeypatch: pytest.MonkeyPatch, visible: bool) -> None:
+    from deployopt.backends import torch as torch_module
+
+    monkeypatch.setattr(torch_module, "cuda_visible", lambda: visible)
+    monkeypatch.setattr(torch_module, "TorchSession", lambda *a: pytest.fail("a worker was started"))
+    for sms in (0, -8):
+        with pytest.raises(DeployoptError, match=rf"^--sms {sms}: must be a positive integer$"):
+            get_backend("torch").open(dataclasses.replace(CPU, sms=sms))
 
 
 def test_module_names_follow_onnx2torch() -> None:

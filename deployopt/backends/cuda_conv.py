@@ -17,7 +17,7 @@ import os
 import tempfile
 from typing import Any
 
-from deployopt.errors import BackendUnavailable
+from deployopt.errors import BackendUnavailable, DeployoptError
 from deployopt.layers import ConvShape
 
 TORCH_DTYPES = {"fp16": "float16", "fp32": "float32"}
@@ -34,11 +34,62 @@ def _torch() -> Any:
     return torch
 
 
+# The CUDA driver API's guideline for green-context SM partitions (CUDA 12.4 Driver API, Green
+# Contexts, cuDevSmResourceSplitByCount: https://docs.nvidia.com/cuda/archive/12.4.0/cuda-driver-api/
+# group__CUDA__GREEN__CONTEXTS.html), "subject to change". A count off it is rounded up silently.
+# Only the 9.0 line was seen on hardware here (the H200: 2 SMs asked, 8 given, FINDINGS §1); the
+# others are NVIDIA's word, not run.
+
+
+def green_context_rule(compute_capability: str | tuple[int, int]) -> tuple[int, int] | None:
+    """(fewest SMs, multiple) a green context can have on a GPU of this compute capability ("8.6"
+    or (8, 6)), per NVIDIA's guideline above: 6.x (1, 1); 7.x (2, 2); 8.x (4, 2); 9.0 and later
+    (8, 8). None below 6.0, which the guideline does not cover (the driver decides)."""
+    if isinstance(compute_capability, str):
+        major = int(compute_capability.split(".")[0])
+    else:
+        major = int(compute_capability[0])
+    if major >= 9:
+        return 8, 8
+    return {8: (4, 2), 7: (2, 2), 6: (1, 1)}.get(major)
+
+
+def green_context_refusal(
+    sms: int,
+    compute_capability: str | tuple[int, int],
+    gpu: str | None = None,
+    device_sms: int | None = None,
+) -> str | None:
+    """Why `--sms sms` cannot be a green context on this GPU, as the one line the user sees; None
+    when it can. Refused rather than rounded up: the driver would silently give more SMs than asked,
+    and every latency would be labelled with the wrong count."""
+    if sms < 1:
+        return f"--sms {sms}: must be a positive integer"
+    if device_sms is not None and sms > device_sms:
+        return f"--sms {sms}: this GPU has only {device_sms} SMs"
+    rule = green_context_rule(compute_capability)
+    if rule is None:
+        return None
+    fewest, step = rule
+    if sms >= fewest and sms % step == 0:
+        return None
+    cc = compute_capability if isinstance(compute_capability, str) else ".".join(map(str, compute_capability))
+    which = f"{gpu}, compute capability {cc}" if gpu else f"compute capability {cc}"
+    top = device_sms if device_sms is not None else fewest + 3 * step
+    fits = list(range(fewest, top + 1, step))
+    ask = f"ask for {', '.join(map(str, fits[:3]))}{' …' if len(fits) > 3 else ''}"
+    return (
+        f"--sms {sms}: green contexts on this GPU ({which}) come in multiples of {step} SMs, "
+        f"at least {fewest} (a request off that is silently rounded up); "
+        + (ask if fits else f"none fits its {device_sms} SMs")
+    )
+
+
 def set_sm_limit(num_sms: int) -> Any:
     """Restrict this process's kernels to `num_sms` SMs with a green context (one per process).
 
-    Must run before any model, tensor or cuDNN handle exists. On the H200 the SM count is rounded
-    up to a multiple of 8 by the driver, so callers should pass multiples of 8.
+    Must run before any model, tensor or cuDNN handle exists. A count off the GPU's green-context
+    granularity (`green_context_rule`) is refused: the driver would round it up silently.
     """
     import warnings
 
@@ -47,6 +98,12 @@ def set_sm_limit(num_sms: int) -> Any:
     if not hasattr(torch.cuda, "GreenContext"):
         raise BackendUnavailable(f"torch {torch.__version__} has no torch.cuda.GreenContext (need >= 2.10)")
     torch.cuda.init()  # the green context needs the primary context to exist first
+    props = torch.cuda.get_device_properties(0)
+    refusal = green_context_refusal(
+        num_sms, (props.major, props.minor), props.name, props.multi_processor_count
+    )
+    if refusal:
+        raise DeployoptError(refusal)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # set_context is deprecated in torch 2.14, still works
         try:

@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from deployopt.model import LoadedModel
 
 INSTALL_HINT = "pip install 'deployopt[torch]'"
-SM_GRANULARITY = 8  # green contexts on the H200 come in multiples of 8 SMs (FINDINGS §1)
 NO_GPU_FOR_SMS = "--sms needs a CUDA GPU (green contexts); none is visible"
 
 
@@ -311,13 +310,12 @@ class TorchBackend(Backend):
 
     def open(self, options: MeasureOptions) -> Session:
         self.check_options(options)
-        if options.sms is not None and (options.sms < 1 or options.sms % SM_GRANULARITY):
-            if not cuda_visible():  # the worker's own words for --sms 8 here, not the H200's granularity
-                raise DeployoptError(NO_GPU_FOR_SMS)
-            raise DeployoptError(
-                f"--sms {options.sms}: green contexts come in multiples of {SM_GRANULARITY} SMs on the H200 "
-                f"(a request for fewer is silently rounded up); ask for 8, 16, 24 …"
-            )
+        # What needs no GPU is refused here, before a worker starts; the green-context granularity
+        # depends on the compute capability, which only the worker reads (cuda_conv.green_context_rule)
+        if options.sms is not None and options.sms < 1:
+            raise DeployoptError(f"--sms {options.sms}: must be a positive integer")
+        if options.sms is not None and not cuda_visible():
+            raise DeployoptError(NO_GPU_FOR_SMS)
         if not importlib.util.find_spec("torch"):
             raise BackendUnavailable(f"PyTorch is not installed: {INSTALL_HINT}")
         return TorchSession(self, options)

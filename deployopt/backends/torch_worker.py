@@ -160,6 +160,7 @@ class Worker:
         self.device_sms = None
         self.smi_gpu: str | None = None
         self.compute_capability = None
+        self.gpu_name: str | None = None
         self.cudnn_benchmark = False
         if cuda:
             props = torch.cuda.get_device_properties(0)
@@ -168,6 +169,7 @@ class Worker:
             self.smi_gpu = pci_bus_id(props)  # which GPU nvidia-smi reads clocks of
             self.device_sms = props.multi_processor_count
             self.compute_capability = f"{props.major}.{props.minor}"
+            self.gpu_name = props.name
             if self.sms_requested is not None:
                 self._set_green_context(int(self.sms_requested))
             # off: cuDNN's heuristics pick each kernel untimed (PyTorch's default, --no-cudnn-benchmark)
@@ -181,17 +183,22 @@ class Worker:
         torch.set_grad_enabled(False)
 
     def _set_green_context(self, sms: int) -> None:
-        """Limit every later kernel of this process to `sms` SMs. Before any model or cuDNN handle."""
+        """Limit every later kernel of this process to `sms` SMs. Before any model or cuDNN handle.
+        Here, not in the parent, the count is checked against this GPU's green-context granularity:
+        only the worker knows the compute capability."""
+        from deployopt.backends.cuda_conv import green_context_refusal, set_sm_limit
+
         torch = self.torch
-        if sms > (self.device_sms or 0):
-            raise WorkerError("DeployoptError", f"--sms {sms}: this GPU has only {self.device_sms} SMs")
+        refusal = green_context_refusal(
+            sms, self.compute_capability or "0.0", self.gpu_name, self.device_sms or 0
+        )
+        if refusal:
+            raise WorkerError("DeployoptError", refusal)
         if not hasattr(torch.cuda, "GreenContext"):
             raise WorkerError(
                 "BackendUnavailable",
                 f"torch {torch.__version__} has no torch.cuda.GreenContext (need >= 2.10)",
             )
-        from deployopt.backends.cuda_conv import set_sm_limit
-
         self.green_context = set_sm_limit(sms)
 
     # -- environment and descriptions -------------------------------------------------------
