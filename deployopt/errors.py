@@ -86,3 +86,34 @@ def first_line(exc: BaseException, empty: str | None = None) -> str:
     if not text:
         return type(exc).__name__ if empty is None else empty
     return text.splitlines()[0]
+
+
+#: A process ended by SIGKILL, as its status reads: -9 from Python's subprocess and multiprocessing,
+#: 137 (128 + 9) from a shell, from coreutils `timeout` and, through the board's shell, from ssh.
+SIGKILL_STATUSES = frozenset({-9, 137})
+
+
+def exit_phrase(returncode: int | None) -> str:
+    """How a program ended, after its name in a one-line error: `exited N`, `was killed by signal N`,
+    or `was killed (SIGKILL)` (SIGKILL_STATUSES), which oom_hint explains."""
+    if returncode in SIGKILL_STATUSES:
+        return "was killed (SIGKILL)"
+    if returncode is not None and returncode < 0:
+        return f"was killed by signal {-returncode}"
+    return f"exited {returncode}"
+
+
+def oom_hint(returncode: int | None, on_board: bool = False) -> str | None:
+    """What a SIGKILL usually means and what helps, for the error line (None for another status).
+    The kernel's out-of-memory killer sends it, with no message to the process: on a Jetson, whose
+    CPU and GPU share one memory, the most common way a TensorRT engine build dies. Only the
+    kernel's log can tell it from a `kill -9`, so the line says where to look (`on_board`: the
+    command is run there, not here)."""
+    if returncode not in SIGKILL_STATUSES:
+        return None
+    where = " on the board" if on_board else ""
+    return (
+        "most often the kernel's out-of-memory killer (a Jetson's GPU shares the system's memory): "
+        f"`sudo dmesg | grep -i -E 'killed process|out of memory'`{where} tells; "
+        "stop other programs, add swap or try a smaller --batch"
+    )

@@ -12,11 +12,20 @@ import contextlib
 import re
 import shlex
 import subprocess
+import time
 import warnings
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from deployopt.errors import BackendFailed, BackendUnavailable, BoardWarning, DeployoptError, ModelError
+from deployopt.errors import (
+    BackendFailed,
+    BackendUnavailable,
+    BoardWarning,
+    DeployoptError,
+    ModelError,
+    exit_phrase,
+    oom_hint,
+)
 
 if TYPE_CHECKING:
     from deployopt.timing import Timing
@@ -26,6 +35,15 @@ if TYPE_CHECKING:
 SSH_FAILED = 255
 #: coreutils `timeout`'s status for a command it ended at its limit.
 TIMED_OUT = 124
+#: The board's shell's status for a command that died of SIGKILL (128 + 9): the kernel's OOM killer,
+#: or the board's `timeout` KILLing a command that outlived its TERM.
+KILLED = 128 + 9
+#: Follows a command run under the board's `timeout`: a shell given one command execs it, and when
+#: that dies of a signal (`timeout` dies of the one that killed its command, and of its own KILL),
+#: sshd sends an exit-signal that OpenSSH's client ignores: ssh exits 255, its own failure's status,
+#: which read as an unreachable board. A command list keeps the shell, which passes the end on as
+#: 128 + N (KILLED).
+PASS_STATUS = "; exit $?"
 #: The board's `timeout` sends TERM at the limit, then KILL this much later (a build stuck in a
 #: driver call may not end on TERM).
 KILL_AFTER_S = 10
@@ -115,7 +133,8 @@ class Board:
         out = proc.stdout.decode("utf-8", "replace")
         if proc.returncode != 0:
             rc = proc.returncode
-            raise RemoteFailed(f"{what} on {self.host} exited {rc}: {tail(out + err)}", rc, out, err)
+            said = oom_hint(rc, on_board=True) or tail(out + err)
+            raise RemoteFailed(f"{what} on {self.host} {exit_phrase(rc)}: {said}", rc, out, err)
         self.last_err = err
         return out
 
@@ -126,13 +145,25 @@ class Board:
     def run_limited(self, argv: list[str], what: str, timeout_s: float) -> str:
         """Run `argv` on the board under the board's own `timeout` (coreutils, on every L4T), so a
         hung build or run ends there at `timeout_s` and frees the GPU, not only the local ssh; the
-        local ssh waits a little longer. The board's 124 reads as a local timeout does."""
+        local ssh waits a little longer. The board's 124 reads as a local timeout does, and so does
+        its 137 (KILLED) once the limit and KILL_AFTER_S have passed here: `timeout` KILLed what
+        outlived its TERM. Sooner, 137 cannot be `timeout`'s (it started after this clock did): a
+        SIGKILL from elsewhere, most often the OOM killer (Board.call's line)."""
         limited = ["timeout", f"--kill-after={KILL_AFTER_S}", seconds_arg(timeout_s), *argv]
+        command = shlex.join(limited) + PASS_STATUS
+        start = time.monotonic()
         try:
-            return self.run(limited, what, timeout_s + KILL_AFTER_S + SSH_GRACE_S, timeout_s)
+            return self.call(
+                [*self.ssh_prefix(), command], what, timeout_s + KILL_AFTER_S + SSH_GRACE_S, timeout_s
+            )
         except RemoteFailed as exc:
             if exc.returncode == TIMED_OUT:
                 raise BackendFailed(self.timed_out(what, timeout_s)) from None
+            if exc.returncode == KILLED and time.monotonic() - start >= timeout_s + KILL_AFTER_S:
+                raise BackendFailed(
+                    f"{self.timed_out(what, timeout_s)}, nor stop within {KILL_AFTER_S} s of its TERM: "
+                    "the board's `timeout` KILLed it"
+                ) from None
             raise
 
     def timed_out(self, what: str, timeout_s: float) -> str:

@@ -127,6 +127,25 @@ def test_a_crashed_worker_is_one_line_and_replaced(session: TorchSession, tiny_p
 
 
 @pytest.mark.slow
+def test_a_worker_killed_by_sigkill_points_at_the_oom_killer(session: TorchSession, tiny_path: Path) -> None:
+    """The worker ended by SIGKILL mid-request (as the kernel's OOM killer ends it, with no word on
+    its stderr): one line that says what usually sends it, not `crashed (exit code -9)`."""
+    import os
+    import signal
+    import threading
+
+    worker = session._start()
+    threading.Timer(1.0, os.kill, (worker.proc.pid, signal.SIGKILL)).start()
+    with pytest.raises(BackendFailed) as exc:
+        session._call({"op": "_sleep", "seconds": 60}, "testing")
+    assert str(exc.value).startswith(
+        "torch worker was killed (SIGKILL) while testing: most often the kernel's out-of-memory killer"
+    )
+    assert session.worker is None
+    assert session.measure(tiny_path).runs == 3  # a fresh worker
+
+
+@pytest.mark.slow
 def test_options_rejected_before_or_at_worker_start(monkeypatch: pytest.MonkeyPatch) -> None:
     from deployopt.backends import torch as torch_module
 

@@ -23,6 +23,7 @@ from test_tensorrt_remote import HOST, OPTS, RUNNER, play_the_board
 
 from deployopt.lut import LayerCache
 from deployopt.optimize import OptimizeConfig
+from deployopt.remote import PASS_STATUS
 from deployopt.targets import get_target, measured_elsewhere
 
 #: What `optimize --remote` (and `targets --remote`) sends first, to read which Jetson the board is:
@@ -31,7 +32,8 @@ from deployopt.targets import get_target, measured_elsewhere
 ENV_ONLY_LINES = [
     f"ssh {OPTS} {HOST} mkdir -p deployopt-runner",
     f"scp {OPTS} {RUNNER} {HOST}:deployopt-runner/runner.py",
-    f"ssh {OPTS} {HOST} timeout --kill-after=10 120 python3 deployopt-runner/runner.py --env-only",
+    f"ssh {OPTS} {HOST} timeout --kill-after=10 120 python3 deployopt-runner/runner.py --env-only"
+    + PASS_STATUS,
 ]
 
 

@@ -34,6 +34,7 @@ from deployopt.backends.base import MeasureOptions
 from deployopt.backends.trtexec import TrtexecBackend, build_command
 from deployopt.backends.trtexec_parser import version_tuple
 from deployopt.prebuilt import ENGINE_SUFFIXES, PREBUILT, is_engine_file
+from deployopt.remote import PASS_STATUS
 
 AS_BUILT = "of a prebuilt engine (precision as built, --dtype only a label)"
 TIMED_TRT = (
@@ -313,7 +314,7 @@ def test_bench_and_profile_remote_copy_the_engine_and_run_the_runner_on_it(
         f"scp {OPTS} {engine} {HOST}:deployopt-runner/net/net.engine",
         f"ssh {OPTS} {HOST} timeout --kill-after=10 600 python3 deployopt-runner/runner.py "
         "deployopt-runner/net/net.engine --dtype fp16 --runs 6 --warmup 2 --workspace-mib 1024 "
-        "--engine-dir deployopt-runner/net/engines --out deployopt-runner/net/result.json",
+        "--engine-dir deployopt-runner/net/engines --out deployopt-runner/net/result.json" + PASS_STATUS,
     ]
     assert lines[4].startswith(f"scp {OPTS} {HOST}:deployopt-runner/net/result.json /") and len(lines) == 5
     board_dir = home / "deployopt-runner" / "net"

@@ -385,6 +385,18 @@ def test_run_isolated_timeout_and_crash() -> None:
         run_isolated("os.abort", (), timeout_s=60)
 
 
+def test_run_isolated_worker_killed_by_sigkill_points_at_the_oom_killer() -> None:
+    """A worker ended by SIGKILL (it sends itself one, as the kernel's OOM killer ends a build): one
+    line that says what usually sends it and where to look, not `killed by signal 9`."""
+    with pytest.raises(BackendFailed) as exc:
+        run_isolated("signal.raise_signal", (9,), timeout_s=60)
+    assert str(exc.value) == (
+        "TensorRT worker was killed (SIGKILL) without a result: most often the kernel's out-of-memory "
+        "killer (a Jetson's GPU shares the system's memory): `sudo dmesg | grep -i -E 'killed process|out "
+        "of memory'` tells; stop other programs, add swap or try a smaller --batch"
+    )
+
+
 # ------------------------------------------------------------------ INT8 calibration batching
 
 

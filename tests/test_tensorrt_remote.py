@@ -27,6 +27,7 @@ from cli_runner import run_cli
 from deployopt.backends.base import MeasureOptions, Session, get_backend
 from deployopt.errors import BackendFailed
 from deployopt.layers import ConvShape
+from deployopt.remote import PASS_STATUS
 from deployopt.timing import load_timing
 
 TESTS = Path(__file__).resolve().parent
@@ -108,7 +109,7 @@ def version_check(timeout: str = "120") -> str:
     under the board's own `timeout` (the short limit: --timeout, at most 120 s)."""
     return (
         f"ssh {OPTS} {HOST} timeout --kill-after=10 {timeout} python3 -c "
-        "'import tensorrt; print(tensorrt.__version__)'"
+        "'import tensorrt; print(tensorrt.__version__)'" + PASS_STATUS
     )
 
 
@@ -151,7 +152,9 @@ def test_cli_bench_runs_the_runner_on_the_board_and_reuses_its_engine(
         made_and_looked(home),
         f"scp {OPTS} {RUNNER} {HOST}:deployopt-runner/runner.py",
         f"scp {OPTS} {model} {HOST}:deployopt-runner/net/net.onnx",
-        runner_argv("--dtype fp16 --runs 6 --warmup 2") + " --out deployopt-runner/net/result.json",
+        runner_argv("--dtype fp16 --runs 6 --warmup 2")
+        + " --out deployopt-runner/net/result.json"
+        + PASS_STATUS,
     ]
     assert lines[5].startswith(f"scp {OPTS} {HOST}:deployopt-runner/net/result.json /") and len(lines) == 6
     assert (home / "deployopt-runner" / "runner.py").read_bytes() == RUNNER.read_bytes()
@@ -203,6 +206,7 @@ def test_cli_int8_sends_the_calibration_table_and_shapes(
     assert lines[5] == (
         runner_argv("--dtype int8 --runs 5 --warmup 20 --shapes input:1x3x32x32")
         + " --calib-cache deployopt-runner/net/net.calib --out deployopt-runner/net/result.json"
+        + PASS_STATUS
     )
 
 
@@ -296,6 +300,7 @@ def test_cli_profile_reads_the_runners_per_layer_table(
     assert log.read_text().splitlines()[4] == (
         runner_argv("--dtype fp16 --runs 5 --warmup 1")
         + " --per-layer --out deployopt-runner/net/result.json"
+        + PASS_STATUS
     )
     doc = json.loads(stdout)
     assert doc["backend"] == "tensorrt" and doc["runs"] == 5 and len(doc["layers"]) > 1
@@ -473,6 +478,7 @@ def test_cli_trt11_fp16_is_typed_on_the_host_and_built_on_the_board(
     assert lines[4] == (
         runner_argv("--dtype fp16 --runs 5 --warmup 1").replace("net/net.onnx", "net/net.fp16.onnx")
         + " --out deployopt-runner/net/result.json"
+        + PASS_STATUS
     )
     import onnx
 
@@ -624,6 +630,7 @@ def test_a_hung_runner_is_ended_on_the_board_at_timeout(
     assert log.read_text().splitlines()[4] == (
         runner_argv("--dtype fp16 --runs 100 --warmup 20", timeout="1")
         + " --out deployopt-runner/net/result.json"
+        + PASS_STATUS
     )
     assert not left_running, "the runner's process outlived --timeout on the board"
 
@@ -699,7 +706,7 @@ def test_a_sweep_is_one_batch_on_the_board_whatever_its_size(
     assert lines[2] == (
         f"ssh {OPTS} {HOST} timeout --kill-after=10 1800 python3 deployopt-runner/runner.py "
         f"--batch-dir {folder} --dtype fp16 --runs 6 --warmup 4 --workspace-mib 1024 "
-        f"--engine-dir {SWEEP}/engines"
+        f"--engine-dir {SWEEP}/engines{PASS_STATUS}"
     )
     assert re.fullmatch(rf"scp {OPTS} {HOST}:{re.escape(folder)}/\*\.json /\S+/results", lines[3])
     names = conv_names(CONVS)  # on the board: this batch's models and results, the first batch's gone
@@ -807,3 +814,59 @@ def test_a_batch_on_a_tensorrt_11_board_sends_convs_typed_fp16_here(
     assert all(t.environment["fp16_typed_by"].startswith("deployopt.precision on the host") for t in timings)
     assert all(t.environment["tensorrt"] == V11 for t in timings)
     assert log.read_text().splitlines().count(version_check()) == 1
+
+
+# ------------------------------------------------------------------ killed by SIGKILL (the OOM killer)
+
+RUNNER_OOM = (
+    f"runner.py on {HOST} was killed (SIGKILL): most often the kernel's out-of-memory killer (a Jetson's "
+    "GPU shares the system's memory): `sudo dmesg | grep -i -E 'killed process|out of memory'` on the "
+    "board tells; stop other programs, add swap or try a smaller --batch"
+)
+
+
+def runner_killed_on_the_board(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The stand-in board, its ssh ending as OpenSSH's does (tests/ssh_fake.py), where `python3
+    runner.py` is ended by SIGKILL (it sends itself one, as the kernel's OOM killer ends a build);
+    `python3 -c` (the version check) answers as before. Returns the ssh/scp log."""
+    from ssh_fake import end_as_openssh
+
+    log, _ = play_the_board(tmp_path, monkeypatch)
+    end_as_openssh(tmp_path / "sshbin" / "ssh")
+    python3 = tmp_path / "boardbin" / "python3"
+    real = python3.rename(python3.with_name("python3_real"))
+    python3.write_text(
+        f'#!/bin/sh\nif [ "$1" = "-c" ]; then exec "{real}" "$@"; fi\n'
+        'echo "building an engine" >&2\nkill -KILL $$\n'
+    )
+    python3.chmod(0o755)
+    return log
+
+
+def test_cli_runner_killed_on_the_board_points_at_its_oom_killer(
+    model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """bench and profile: the runner killed by SIGKILL on the board is one line naming it, the host
+    and the board's kernel log, exit 2, nothing written; it read as an unreachable board (ssh's 255,
+    the board's shell having exec'd the command and died with it)."""
+    runner_killed_on_the_board(tmp_path, monkeypatch)
+    out = tmp_path / "result.json"
+    for command in ("bench", "profile"):
+        code, stdout, err = run_cli(
+            monkeypatch, capsys, command, str(model), *REMOTE, "--dtype", "fp16", "-o", str(out)
+        )
+        assert (code, stdout, err) == (2, "", f"error: {RUNNER_OOM}\n"), command
+        assert not out.exists()
+
+
+def test_a_sweep_batch_killed_on_the_board_points_at_its_oom_killer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """optimize's sweep (measure_convs: one runner for a batch of convs, its own ssh line) killed by
+    SIGKILL on the board: the same one line as a single model's run."""
+    log = runner_killed_on_the_board(tmp_path, monkeypatch)
+    with remote_session(runs=5, warmup=1) as session, pytest.raises(BackendFailed) as exc:
+        session.measure_convs(CONVS)
+    assert str(exc.value) == RUNNER_OOM
+    last = log.read_text().splitlines()[-1]  # the batch's run: nothing fetched after it
+    assert " --batch-dir " in last and last.endswith(PASS_STATUS)

@@ -1038,3 +1038,110 @@ def test_a_local_trtexec_run_records_clock_slowdown(
     (tmp_path / "fake-smi" / "reading1.txt").write_text(after)
     with TrtexecBackend().open(MeasureOptions(workdir=fake["workdir"])) as session:
         assert session.measure(fake["model"]).environment["clock_slowdown_us"] == {}
+
+
+# ------------------------------------------------------------------ killed by SIGKILL (the OOM killer)
+
+OOM_LINE = (
+    "was killed (SIGKILL): most often the kernel's out-of-memory killer (a Jetson's GPU shares the "
+    "system's memory): `sudo dmesg | grep -i -E 'killed process|out of memory'`"
+)
+
+
+def trtexec_that(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, body: str) -> Path:
+    """A stand-in trtexec that answers --help as the recorded one does (the version check), and
+    otherwise runs `body` (sh) instead of building."""
+    exe = tmp_path / "bin" / "trtexec_then"
+    real = os.environ["DEPLOYOPT_TRTEXEC"]
+    exe.write_text(f'#!/bin/sh\nif [ "$1" = "--help" ]; then exec "{real}" "$@"; fi\n{body}\n')
+    exe.chmod(0o755)
+    monkeypatch.setenv("DEPLOYOPT_TRTEXEC", str(exe))
+    return exe
+
+
+def test_a_trtexec_killed_by_sigkill_points_at_the_oom_killer(
+    fake: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """trtexec here ended by SIGKILL (a real process killing itself with `kill -KILL`, as the kernel's
+    OOM killer ends a build, with no word of its own): one line that says what usually sends it and
+    where to look, not `killed by signal 9` and its last log line; the kept log still named."""
+    trtexec_that(monkeypatch, tmp_path, 'echo "[I] [TRT] Building engine..."; kill -KILL $$')
+    with (
+        TrtexecBackend().open(MeasureOptions(workdir=fake["workdir"])) as s,
+        pytest.raises(BackendFailed) as exc,
+    ):
+        s.measure(fake["model"])
+    msg = str(exc.value)
+    assert msg.startswith(f"trtexec {OOM_LINE} tells; stop other programs, add swap or try a smaller --batch")
+    assert msg.endswith("trtexec.log)") and "(log: " in msg and "\n" not in msg
+    out = tmp_path / "result.json"
+    code, stdout, err = run_cli(
+        monkeypatch, capsys, "bench", str(fake["model"]), "--backend", "trtexec", "-o", str(out)
+    )
+    assert (code, stdout) == (2, "") and not out.exists()
+    assert err.startswith(f"error: trtexec {OOM_LINE} tells; ") and err.count("\n") == 1
+
+
+def test_cli_remote_trtexec_killed_on_the_board_points_at_its_oom_killer(
+    fake: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """trtexec killed by SIGKILL on the board, behind an ssh that ends as OpenSSH's does: the board's
+    shell keeps its status (a command list) and passes 137 on, which is one line naming the host and
+    the board's kernel log. A shell that exec'd the command, as one given a single command does,
+    died with it, and ssh's 255 read as an unreachable board."""
+    from ssh_fake import end_as_openssh
+
+    from deployopt.remote import PASS_STATUS
+
+    trtexec_that(monkeypatch, tmp_path, 'echo "[I] [TRT] Building engine..."; kill -KILL $$')
+    log = play_the_board(tmp_path, monkeypatch)
+    end_as_openssh(tmp_path / "sshbin" / "ssh")
+    model = tmp_path / f"remote_oom_{os.getpid()}.onnx"
+    model.write_bytes(fake["model"].read_bytes())
+    out = tmp_path / "result.json"
+    try:
+        code, stdout, err = run_cli(
+            monkeypatch, capsys, "bench", str(model), "--backend", "trtexec", "--remote", "user@jetson",
+            "--dtype", "fp16", "-o", str(out),
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(Path("/tmp/deployopt-trtexec") / model.stem, ignore_errors=True)
+    assert (code, stdout) == (2, "") and not out.exists()
+    assert err == (
+        f"error: trtexec on user@jetson {OOM_LINE} on the board tells; stop other programs, add swap or "
+        "try a smaller --batch\n"
+    )
+    run = log.read_text().splitlines()[-1]
+    assert run.startswith("ssh -o BatchMode=yes -o ConnectTimeout=10 user@jetson timeout --kill-after=10 ")
+    assert run.endswith(PASS_STATUS)
+
+
+def test_cli_remote_trtexec_that_outlives_its_term_reads_as_timed_out(
+    fake: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The board's `timeout` KILLs what ignored its TERM for --kill-after seconds: 137 as well, from
+    the board's shell, but only once the limit and the grace have passed here, so it is the timeout's
+    line (saying it was KILLed), not the OOM killer's. Played with the real coreutils `timeout` and
+    a grace of 1 s."""
+    from ssh_fake import end_as_openssh
+
+    import deployopt.remote
+
+    monkeypatch.setattr(deployopt.remote, "KILL_AFTER_S", 1)
+    trtexec_that(monkeypatch, tmp_path, "trap '' TERM; sleep 30")
+    play_the_board(tmp_path, monkeypatch)
+    end_as_openssh(tmp_path / "sshbin" / "ssh")
+    model = tmp_path / f"remote_stubborn_{os.getpid()}.onnx"
+    model.write_bytes(fake["model"].read_bytes())
+    try:
+        code, stdout, err = run_cli(
+            monkeypatch, capsys, "bench", str(model), "--backend", "trtexec", "--remote", "user@jetson",
+            "--dtype", "fp16", "--timeout", "1",
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(Path("/tmp/deployopt-trtexec") / model.stem, ignore_errors=True)
+    assert (code, stdout) == (2, "")
+    assert err == (
+        "error: trtexec on user@jetson did not finish within 1 s, nor stop within 1 s of its TERM: "
+        "the board's `timeout` KILLed it\n"
+    )

@@ -59,7 +59,9 @@ from deployopt.errors import (
     DeployoptWarning,
     ModelError,
     OutputError,
+    exit_phrase,
     no_such_file,
+    oom_hint,
 )
 from deployopt.prebuilt import (
     PREBUILT,
@@ -489,8 +491,9 @@ def run_isolated(target: str, args: tuple[Any, ...], timeout_s: float) -> Any:
                 break
             except queue_mod.Empty:
                 code = proc.exitcode
-                how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited {code}"
-                raise BackendFailed(f"TensorRT worker {how} without a result") from None
+                hint = oom_hint(code)
+                said = f": {hint}" if hint else ""
+                raise BackendFailed(f"TensorRT worker {exit_phrase(code)} without a result{said}") from None
         if time.monotonic() > deadline:
             proc.kill()
             proc.join(5)

@@ -128,6 +128,9 @@ class WorkerProcess:
             rc = self.proc.wait()
             tail = self.stderr_tail()
             self.kill()
+            hint = errors.oom_hint(rc)
+            if hint:  # no stderr of its own to quote: the kernel's log says who killed it
+                raise BackendFailed(f"torch worker {errors.exit_phrase(rc)} while {what}: {hint}")
             raise BackendFailed(
                 f"torch worker crashed (exit code {rc}) while {what}" + (f": {tail}" if tail else "")
             )

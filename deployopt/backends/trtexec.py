@@ -33,7 +33,9 @@ from deployopt.errors import (
     DataError,
     DeployoptError,
     ModelError,
+    exit_phrase,
     no_such_file,
+    oom_hint,
 )
 from deployopt.fileio import write_text
 from deployopt.prebuilt import (
@@ -378,8 +380,8 @@ def run_trtexec(cmd: list[str], timeout_s: float, log_path: Path) -> str:
     write_text(log_path, out)
     if proc.returncode != 0:
         rc = proc.returncode
-        how = f"was killed by signal {-rc}" if rc < 0 else f"exited {rc}"
-        raise BackendFailed(f"trtexec {how}: {tail(out) or 'no output'} (log: {_kept_log(out, log_path)})")
+        said = oom_hint(rc) or tail(out) or "no output"
+        raise BackendFailed(f"trtexec {exit_phrase(rc)}: {said} (log: {_kept_log(out, log_path)})")
     if "&&&& FAILED" in out:
         raise BackendFailed(f"trtexec reported FAILED: {tail(out)} (log: {_kept_log(out, log_path)})")
     return out

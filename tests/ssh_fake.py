@@ -1,0 +1,34 @@
+"""Make the tests' stand-in board answer as a Jetson's sshd and OpenSSH's client do when the board's
+command dies of a signal.
+
+The stand-in ssh (play_the_board in tests/test_trtexec_backend.py and tests/test_tensorrt_remote.py)
+becomes the board's shell (`exec sh -c "$*"`): here `sh` is dash, which forks a single command and
+passes its end on as 128 + N. A Jetson's sshd runs the command with the login's shell, bash (Ubuntu's
+default), which execs a single command in its place; when that dies of a signal, sshd sends an
+`exit-signal` message, which OpenSSH's client does not handle (clientloop.c's
+client_input_channel_req reads only `exit-status`, and client_loop's exit_status stays -1): ssh
+exits 255, the status of its own failures. A status the shell exits with passes through as it is.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def end_as_openssh(ssh: Path) -> None:
+    """Wrap the stand-in `ssh`: the board's `sh` is bash, and a board shell killed by a signal makes
+    ssh exit 255."""
+    board_ssh = ssh.rename(ssh.with_name("board_ssh"))
+    login = ssh.parent / "login_shell"
+    login.mkdir()
+    (login / "sh").write_text('#!/bin/sh\nexec bash "$@"\n')  # bash by its own name: not its POSIX mode
+    (login / "sh").chmod(0o755)
+    ssh.write_text(
+        f"#!{sys.executable}\n"
+        "import os, subprocess, sys\n"
+        f"env = {{**os.environ, 'PATH': {str(login)!r} + os.pathsep + os.environ['PATH']}}\n"
+        f"code = subprocess.run([{str(board_ssh)!r}, *sys.argv[1:]], env=env).returncode\n"
+        "sys.exit(255 if code < 0 else code)\n"
+    )
+    ssh.chmod(0o755)
