@@ -19,7 +19,7 @@ from cli_runner import run_cli
 from test_optimize import DesignedSession
 from test_optimize_remote import optimize_remote, two_convs
 from test_tensorrt_remote import HOST, play_the_board
-from test_trtexec_backend import fake  # noqa: F401  (the stand-in trtexec fixture)
+from test_trtexec_backend import fake, trtexec_that  # noqa: F401  (fake: the stand-in trtexec fixture)
 
 from deployopt.backends.base import MeasureOptions
 from deployopt.backends.tensorrt_remote import runner_flags
@@ -69,13 +69,10 @@ def test_the_runner_is_given_the_board_path() -> None:
 
 
 def log_trtexec_calls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Wrap the stand-in trtexec so that every call's arguments are one line of the returned log."""
+    """Wrap the stand-in trtexec so that every build's arguments are one line of the returned log."""
     log = tmp_path / "trtexec_calls.log"
-    wrapper = tmp_path / "bin" / "trtexec-logged"
     inner = os.environ["DEPLOYOPT_TRTEXEC"]
-    wrapper.write_text(f'#!/bin/sh\n[ "$1" = "--help" ] || echo "$*" >> "{log}"\nexec "{inner}" "$@"\n')
-    wrapper.chmod(0o755)
-    monkeypatch.setenv("DEPLOYOPT_TRTEXEC", str(wrapper))
+    trtexec_that(monkeypatch, tmp_path, f'echo "$*" >> "{log}"\nexec "{inner}" "$@"')
     return log
 
 
@@ -236,73 +233,29 @@ def test_bench_remote_runner_keeps_a_named_cache_on_the_board(
 # ------------------------------------------------------------------ one-line refusals
 
 
+#: optimize on the wave model, which builds no engine (the options are added after)
+OPTIMIZE_MODEL = ["optimize", "{model}", "--target", "nano", "--backend", "model", "-o", "{tmp}/o"]
+NOT_TENSORRT = "builds no TensorRT engines (a timing cache is for --backend tensorrt or trtexec)"
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (
-            ["bench", "{model}", "--backend", "ort", "--timing-cache", "{tmp}/t.cache"],
-            "error: --timing-cache: backend 'ort' builds no TensorRT engines (a timing cache is for "
-            "--backend tensorrt or trtexec)",
-        ),
-        (
-            [
-                "optimize",
-                "{model}",
-                "--target",
-                "nano",
-                "--backend",
-                "model",
-                "--timing-cache",
-                "{tmp}/t.cache",
-                "-o",
-                "{tmp}/o",
-            ],
-            "error: --timing-cache: backend 'model' builds no TensorRT engines (a timing cache is for "
-            "--backend tensorrt or trtexec)",
-        ),
-        (
-            [
-                "optimize",
-                "{model}",
-                "--target",
-                "nano",
-                "--backend",
-                "model",
-                "--no-timing-cache",
-                "-o",
-                "{tmp}/o",
-            ],
-            "error: --no-timing-cache: backend 'model' builds no TensorRT engines (a timing cache is for "
-            "--backend tensorrt or trtexec)",
-        ),
-        (
-            [
-                "optimize",
-                "{model}",
-                "--target",
-                "nano",
-                "--backend",
-                "trtexec",
-                "--timing-cache",
-                "{tmp}/t.cache",
-                "--no-timing-cache",
-                "-o",
-                "{tmp}/o",
-            ],
-            "error: --timing-cache and --no-timing-cache exclude each other",
-        ),
-        (
-            ["bench", "{tmp}/net.engine", "--backend", "trtexec", "--timing-cache", "{tmp}/t.cache"],
-            "error: --timing-cache: net.engine is a prebuilt engine, timed as it was built: nothing is "
-            "built, so no tactic is timed; give the ONNX model to build with the cache",
-        ),
-        (
-            ["bench", "{model}", "--backend", "trtexec", "--remote", HOST, "--timing-cache", "{tmp}"],
-            "error: cannot write {tmp}: it is a folder; give a file path",
-        ),
+        (["bench", "{model}", "--backend", "ort", "--timing-cache", "{tmp}/t.cache"],
+         f"error: --timing-cache: backend 'ort' {NOT_TENSORRT}"),
+        ([*OPTIMIZE_MODEL, "--timing-cache", "{tmp}/t.cache"],
+         f"error: --timing-cache: backend 'model' {NOT_TENSORRT}"),
+        ([*OPTIMIZE_MODEL, "--no-timing-cache"], f"error: --no-timing-cache: backend 'model' {NOT_TENSORRT}"),
+        ([*OPTIMIZE_MODEL, "--timing-cache", "{tmp}/t.cache", "--no-timing-cache"],
+         "error: --timing-cache and --no-timing-cache exclude each other"),
+        (["bench", "{tmp}/net.engine", "--backend", "trtexec", "--timing-cache", "{tmp}/t.cache"],
+         "error: --timing-cache: net.engine is a prebuilt engine, timed as it was built: nothing is "
+         "built, so no tactic is timed; give the ONNX model to build with the cache"),
+        (["bench", "{model}", "--backend", "trtexec", "--remote", HOST, "--timing-cache", "{tmp}"],
+         "error: cannot write {tmp}: it is a folder; give a file path"),
     ],
     ids=["bench-ort", "optimize-model", "optimize-model-off", "both", "engine", "folder"],
-)
+)  # fmt: skip
 def test_refusals_are_one_line(
     argv: list[str],
     message: str,
