@@ -7,6 +7,7 @@ its first lines, because a predicted speed-up is a hypothesis, not a result.
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -129,6 +130,9 @@ def build_report(
             "iqr_us": e.timing.iqr_us if e.timing.measured else None,  # a prediction has no spread
             "runs": e.timing.runs if e.timing.measured else None,
             "table_us": e.table_us,
+            # TensorRT's build of this evaluation's engine, in seconds (trtexec's "Engine built in",
+            # the runner's or the backend's wall time); null where nothing was built or timed
+            "build_s": e.timing.environment.get("engine_build_s") if not e.replayed else None,
             "accepted": e.accepted,
             "from_journal": e.replayed,
             "plan": e.plan,
@@ -344,6 +348,18 @@ def _budget_note(ev: dict[str, Any], confirmation: dict[str, Any] | None) -> str
     )
 
 
+def _build_lines(evaluations: list[dict[str, Any]]) -> list[str]:
+    """How long TensorRT took to build this run's end-to-end engines, where it reported it: the
+    first build times every tactic; with the timing cache the later ones reuse what it timed."""
+    times = [e["build_s"] for e in evaluations if e.get("build_s") is not None]
+    if not times:
+        return []
+    line = f"- engine builds, end to end: {len(times)}, {sum(times):.1f} s in all (measured wall time)"
+    if len(times) > 1:
+        line += f"; the first {times[0]:.1f} s, the others a median {statistics.median(times[1:]):.1f} s"
+    return [line]
+
+
 def _fmt(t: dict[str, Any]) -> str:
     if not t["measured"]:
         return f"{t['median_us']:.1f} µs (predicted)"
@@ -407,6 +423,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"- end-to-end evaluations: {ev['count']} of at most {ev['max']} "
         f"({ev['measured_this_run']} this run, {ev['from_journal']} from the journal)"
         + _budget_note(ev, report.get("confirmation")),
+        *_build_lines(ev["list"]),
         f"- per-layer sweep: {sw['shapes']} conv shapes, {sw['measured']} "
         f"{'timed' if report['measured'] else 'predicted'} ({sw['seconds']:.1f} s), "
         f"{sw['cached']} from the cache; by {sw['measured_by']}",

@@ -1994,6 +1994,9 @@ def backend_builds(model: Path, options: MeasureOptions, gpu: FakeGpu) -> tuple[
     env = build_and_time(str(model), options, False)["timing"]["environment"]
     built = len(calls(gpu, "Builder.build_serialized_network")) - before
     assert built in (0, 1) and env["engine_built_now"] is bool(built)
+    # the build's wall time where one was built, as the runner records it (optimize's report sums them)
+    assert ("engine_build_s" in env) is bool(built)
+    assert not built or (isinstance(env["engine_build_s"], float) and env["engine_build_s"] >= 0)
     return bool(built), env
 
 

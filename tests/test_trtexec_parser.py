@@ -713,3 +713,24 @@ def test_layer_info_up_to_10x_reads_as_before_with_types_from_the_combined_field
     assert P.tensor_format(h100.layers[0].inputs[0]) == ("Float", "Float")
     kinds = {P.tensor_format(t)[1] for layer in titan.layers for t in (*layer.inputs, *layer.outputs)}
     assert kinds == {"Float", "Half", "Int8"}
+
+
+@pytest.mark.parametrize(
+    ("name", "seconds"),
+    [
+        ("trt7.x_teslaV100_quickstart_pytorch_resnet50_fp16_legacy_format_log.txt", 105.672),
+        ("trt8.2.5_quickstart_qat-ptq_mobilenetv2_ptq_int8_log.txt", 24.535),
+        ("trt8.5.2_jetson_orin_yolo_int8_verbose_log_lines12830-end.txt", 320.636),  # a Jetson Orin's
+        ("trt10.16.1_h100pcie_cookbook_result-01_onnx_default_log.txt", 8.09138),
+        (
+            "trt10.16.1_h100pcie_cookbook_result-03_loadEngine_cudagraph_spinwait_noDataTransfers_verbose_log.txt",
+            None,
+        ),
+        ("trt8.0.1_jetson_nano_deepstream_yolo_fp16_loadEngine_log.txt", None),
+    ],
+    ids=["7.x", "8.2.5", "8.5.2-orin", "10.16.1", "10.16.1-loadEngine", "8.0.1-nano-loadEngine"],
+)
+def test_engine_build_time_is_trtexecs_own(name: str, seconds: float | None) -> None:
+    """ "Engine built in N sec." as the recording says it (not TensorRT's "[TRT] Engine generation
+    completed", which leaves out trtexec's share); a loaded engine was not built."""
+    assert log(name).build_s == seconds

@@ -949,8 +949,11 @@ def build_and_time(
     key = facts_key(facts)
     engine_path = engine_path_for(workdir, model_path, options.dtype, key)
     built = False
+    build_s = None
     if not engine_path.is_file() or options.extra.get("rebuild"):
+        start = time.perf_counter()
         build_engine(model_path, options, str(engine_path))
+        build_s = round(time.perf_counter() - start, 1)  # as the runner records it
         built = True
         if facts["calib_cache_sha256"] is not None:
             # The calibrator may just have written extra["calib_cache"]. The engine is keyed on the
@@ -968,6 +971,8 @@ def build_and_time(
     out["timing"]["environment"].update(
         {"engine": str(engine_path), "engine_built_now": built, "engine_key": key}
     )
+    if build_s is not None:
+        out["timing"]["environment"]["engine_build_s"] = build_s
     return out
 
 

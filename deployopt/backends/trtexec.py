@@ -611,6 +611,8 @@ class TrtexecSession(Session):
                 env["tensorrt" if key == "version" else key] = value
         if run.flags:
             env["trtexec_flags"] = list(run.flags)
+        if run.build_s is not None:  # "Engine built in N sec." (none for a loaded engine)
+            env["engine_build_s"] = run.build_s
         return env
 
     def preflight(self) -> None:

@@ -159,6 +159,7 @@ class TrtexecRun:
     gpu_compute: LatencyStats | None = None
     d2h: LatencyStats | None = None
     total_host_walltime_s: float | None = None
+    build_s: float | None = None  # "Engine built in N sec." (8.0+): trtexec's wall time of the build
     total_gpu_compute_s: float | None = None
     queries: int | None = None
     warmup_queries: int | None = None
@@ -290,6 +291,9 @@ def version_tuple(version: str | None) -> tuple[int, ...]:
 # console log
 
 _PREFIX = re.compile(r"^\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\] \[([A-Z])\] ?(.*)$")
+#: trtexec's own word on its build (7.x on): "Engine built in 320.636 sec." (not TensorRT's "[TRT]
+#: Engine generation completed in N seconds", which leaves out trtexec's share of the build).
+_BUILT_IN = re.compile(r"Engine built in ([0-9.]+) sec\.?$")
 _BANNER = re.compile(r"^&&&& (RUNNING|PASSED|FAILED) TensorRT\.trtexec(?: \[TensorRT v(\d+)\])?.*? # (.*)$")
 _NUM = r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
 _STAT = re.compile(rf"(min|max|mean|median|percentile\(({_NUM})%\)) = ({_NUM}) ms")
@@ -382,6 +386,10 @@ def parse_log(text: str) -> TrtexecRun:
             _classify_warning(run, body)
             continue
         if level != "I":
+            continue
+        built = _BUILT_IN.match(body)
+        if built:
+            run.build_s = float(built.group(1))
             continue
         # --- header facts
         key, sep, value = body.partition(": ")
