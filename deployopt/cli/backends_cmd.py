@@ -24,7 +24,6 @@ from deployopt.backends.base import (
     default_dtype,
     get_backend,
     list_backends,
-    refuse_timing_cache,
 )
 from deployopt.cli.app import (
     app,
@@ -165,8 +164,7 @@ def _options(
     timing_cache: Path | None = None,
 ) -> MeasureOptions:
     extra: dict[str, Any] = {"remote": remote} if remote else {}
-    if timing_cache is not None:
-        refuse_timing_cache(backend.name)
+    if timing_cache is not None:  # a backend without TensorRT engines refuses it (check_options)
         # with --remote the board keeps it under this file's name: nothing is written here
         check_output_file(timing_cache, probe=not remote)
         extra["timing_cache"] = str(timing_cache)
