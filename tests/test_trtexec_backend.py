@@ -491,7 +491,11 @@ def play_the_board(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         f'exec sh -c "$(echo "$*" | sed "s#/usr/src/tensorrt/bin/trtexec#{board_trtexec}#")"\n'
     )
     (bindir / "scp").write_text(
-        f'#!/bin/sh\necho "scp $*" >> "{log}"\nshift 4\nexec cp "${{1#*:}}" "${{2#*:}}"\n'
+        # a HOST:PATH source is read as the board's shell (old scp) or SFTP scp reads it: a wildcard
+        # expands there (get_matching); a local source is taken as it is (it may hold spaces)
+        f'#!/bin/sh\necho "scp $*" >> "{log}"\nshift 4\n'
+        'case "$1" in *:*) exec cp ${1#*:} "$2";; esac\n'
+        'exec cp "$1" "${2#*:}"\n'
     )
     for exe in bindir.iterdir():
         exe.chmod(0o755)
@@ -505,8 +509,9 @@ def test_cli_bench_remote_runs_trtexec_on_the_board(
 ) -> None:
     """`deployopt bench --backend trtexec --remote user@jetson` with ssh/scp stand-ins that play the
     board on this machine: the model goes over, trtexec runs there, its exports come back and are
-    what bench prints; no trtexec is needed on the host."""
-    play_the_board(tmp_path, monkeypatch)
+    what bench prints (and profile's layers, from the same one scp back); no trtexec is needed on
+    the host."""
+    log = play_the_board(tmp_path, monkeypatch)
     model = tmp_path / f"remote_conv_{os.getpid()}.onnx"
     model.write_bytes(fake["model"].read_bytes())
     board_dir = Path("/tmp/deployopt-trtexec") / model.stem
@@ -524,6 +529,20 @@ def test_cli_bench_remote_runs_trtexec_on_the_board(
     assert doc["samples_us"][0] == pytest.approx(1000 * raw[0]["computeMs"])
     assert doc["environment"]["trtexec"] == "user@jetson:/usr/src/tensorrt/bin/trtexec"
     assert doc["environment"]["tensorrt"] == "10.16.1"
+    # the three exports came back in one scp (a connection each before: six round trips a model)
+    scps = [ln.split() for ln in log.read_text().splitlines() if ln.startswith("scp ")]
+    back = [args[-2] for args in scps if args[-2].startswith("user@jetson:")]
+    assert back == [f"user@jetson:{board_dir}/*.json"]
+    try:
+        code, out, err = run_cli(
+            monkeypatch, capsys, "profile", str(model), "--backend", "trtexec", "--remote", "user@jetson",
+            "--dtype", "fp16", "--json",
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(board_dir, ignore_errors=True)
+    assert code == 0, err
+    recorded = json.loads(Path(os.environ["FAKE_PROFILE"]).read_text())
+    assert len(json.loads(out)["layers"]) == len([r for r in recorded if "name" in r]) > 0
 
 
 def test_remote_run_folder_engine_comes_back_and_the_folder_goes(

@@ -530,10 +530,10 @@ class TrtexecSession(Session):
         write_text(outdir / "trtexec.log", log)
         if "&&&& FAILED" in log:
             raise BackendFailed(f"trtexec on {self.remote} reported FAILED: {tail(log)}")
-        for name in ("times.json", "profile.json", "layer_info.json"):
-            # an export this version does not write (layer info before 8.2) is simply absent
-            with contextlib.suppress(BackendFailed):
-                board.get(rdir / name, outdir / name, f"scp of {name}", short)
+        # the exports (times, profile, layer info: before 8.2 none) in one scp, not one each: the
+        # model's folder holds no other JSON (the folder and its files are board_name'd)
+        with contextlib.suppress(BackendFailed):  # none at all: _collect's caller says what is missing
+            board.get_matching(rdir, "*.json", outdir, "scp of trtexec's exports", short)
         return self._collect(outdir)
 
     def _collect(self, outdir: Path) -> TrtexecRun:
