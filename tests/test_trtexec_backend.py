@@ -1193,3 +1193,24 @@ def test_optimize_reports_how_long_its_engines_took_to_build(
         f"- engine builds, end to end: {len(builds)}, {total:.1f} s in all (measured wall time); "
         "the first 8.1 s, the others a median 8.1 s"
     ) in md
+
+
+def test_bench_says_how_long_the_engine_took_to_build(
+    fake: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """bench's table has trtexec's "Engine built in N sec." (a recorded H100 build log's 8.09138 s);
+    a loaded engine's log (the stand-in's own) has none, and the row is left out."""
+    loaded = os.environ["FAKE_LOG"]
+    monkeypatch.setenv("FAKE_LOG", str(FIX / "trt10.16.1_h100pcie_cookbook_result-01_onnx_default_log.txt"))
+    argv = ["bench", str(fake["model"]), "--backend", "trtexec", "--dtype", "fp16"]
+    code, out, err = run_cli(monkeypatch, capsys, *argv)
+    assert code == 0, err
+    row = next(ln for ln in out.splitlines() if "engine build" in ln)
+    assert "8.1 s (measured wall time, before the timed runs)" in row
+    code, out, err = run_cli(monkeypatch, capsys, *argv, "--json")
+    assert code == 0, err
+    assert json.loads(out)["environment"]["engine_build_s"] == 8.09138
+    monkeypatch.setenv("FAKE_LOG", loaded)
+    code, out, err = run_cli(monkeypatch, capsys, *argv)
+    assert code == 0, err
+    assert "engine build" not in out
