@@ -322,7 +322,8 @@ def other_runs_at_work(
     timing there until its own `timeout`, since ssh without a tty sends the board no hangup; a
     second optimize on the same board does too. Timed beside them, this run's latencies would
     include their GPU work. One ssh round trip when no other run's folder exists, two when one does
-    (runs_at_work_among). Best effort: {} when the board cannot say (no pgrep, a failed call)."""
+    (runs_at_work_among); the sessions look in the ssh that makes their folder instead
+    (mkdir_warning_of_other_runs). Best effort: {} when the board cannot say (no pgrep, a failed call)."""
     try:
         out = board.call(
             [*board.ssh_prefix(), other_runs_listing(workdirs)], "looking for other runs", timeout_s
@@ -354,20 +355,13 @@ def usual_workdirs(own: str | PurePosixPath) -> list[str | PurePosixPath]:
     return [PurePosixPath(str(own)).parent, RUNNER_WORKDIR, TRTEXEC_WORKDIR]
 
 
-def warn_of_other_runs(board: Board, run_dir: str | PurePosixPath | None, timeout_s: float) -> None:
-    """Before optimize's first measurement on the board: a BoardWarning when another run is at work
-    there (`other_runs_at_work`, looked for beside `run_dir` and in both backends' usual folders)."""
-    if run_dir is None:
-        return
-    warn_of_busy(board, other_runs_at_work(board, run_dir, usual_workdirs(run_dir), timeout_s))
-
-
 def mkdir_warning_of_other_runs(board: Board, folder: str | PurePosixPath, timeout_s: float) -> None:
-    """Board.mkdir of `folder` (bench's or profile's work folder for its model), and in the same ssh
-    the look for another run at work on the board that warn_of_other_runs makes before optimize
-    measures: a BoardWarning naming it, before this run times beside it. No round trip more than
-    the mkdir when no other run's folder exists, one (pgrep) when one does. `folder` is this run's
-    own, never another's (a model named optimize-*). A failed mkdir reads as Board.mkdir's."""
+    """Board.mkdir of `folder` (optimize's run folder, before its first measurement; bench's or
+    profile's work folder for its model), and in the same ssh the look for another run at work on
+    the board (other_runs_at_work's, beside `folder` and in both backends' usual folders): a
+    BoardWarning naming it, before this run times beside it. No round trip more than the mkdir when
+    no other run's folder exists, one (pgrep) when one does. `folder` is this run's own, never
+    another's (a model named optimize-*). A failed mkdir reads as Board.mkdir's."""
     quoted = shlex.quote(str(folder))
     command = f"mkdir -p {quoted} || exit; {other_runs_listing(usual_workdirs(folder))}"
     listed = board.call([*board.ssh_prefix(), command], "mkdir", timeout_s)

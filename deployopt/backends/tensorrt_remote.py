@@ -48,7 +48,6 @@ from deployopt.remote import (
     model_weights,
     remote_run_dir,
     remove_run_dir,
-    warn_of_other_runs,
 )
 from deployopt.timing import Timing
 
@@ -469,9 +468,11 @@ class RemoteRunnerSession(Session):
 
     def preflight(self) -> None:
         """The board answers and its work folder can be made (one ssh round trip); for optimize's run,
-        a warning when another run is still at work there (one round trip more, two if one is)."""
-        self.board.mkdir(self.workdir, self.short_s)
-        warn_of_other_runs(self.board, self.run_dir, self.short_s)
+        in the same ssh, the look for another run still at work there (a round trip more if one is)."""
+        if self.run_dir is not None:
+            mkdir_warning_of_other_runs(self.board, self.run_dir, self.short_s)
+        else:
+            self.board.mkdir(self.workdir, self.short_s)
 
     @property
     def short_s(self) -> float:

@@ -56,7 +56,6 @@ from deployopt.remote import (
     remote_run_dir,
     remove_run_dir,
     tail,
-    warn_of_other_runs,
 )
 from deployopt.timing import Timing
 
@@ -618,9 +617,13 @@ class TrtexecSession(Session):
     def preflight(self) -> None:
         """With --remote: the board answers and its work folder can be made (one ssh round trip;
         detect_version, which the first model runs, takes no answer for an unknown version)."""
-        if self.remote:
-            self._board().mkdir(self.remote_workdir, min(120.0, self.options.timeout_s))
-            warn_of_other_runs(self._board(), self.run_dir, min(120.0, self.options.timeout_s))
+        if not self.remote:
+            return
+        short = min(120.0, self.options.timeout_s)
+        if self.run_dir is not None:  # optimize's run: the look for another run rides on the mkdir
+            mkdir_warning_of_other_runs(self._board(), self.run_dir, short)
+        else:
+            self._board().mkdir(self.remote_workdir, short)
 
     def keep_engine(self, timing: Timing, dest: Path) -> bool:
         """The engine trtexec saved (--saveEngine), here or copied back from the board."""
