@@ -32,25 +32,17 @@ PLACEHOLDER_INT8_NOTE = (
 def _timing_row(t: Timing) -> dict[str, Any]:
     """One latency of the report. A predicted one has no spread and no runs (null, where a
     measurement has them) and names its predictor: `runs: 1, iqr_us: 0` read as one exact sample."""
-    if not t.measured:
-        return {
-            "median_us": t.median_us,
-            "iqr_us": None,
-            "ci95_us": None,
-            "runs": None,
-            "measured": False,
-            "predictor": t.predictor,
-            "describe": t.describe(),
-        }
-    lo, hi = t.ci95_us
-    return {
+    row = {
         "median_us": t.median_us,
-        "iqr_us": t.iqr_us,
-        "ci95_us": [lo, hi],
-        "runs": t.runs,
-        "measured": True,
+        "iqr_us": t.iqr_us if t.measured else None,
+        "ci95_us": list(t.ci95_us) if t.measured else None,
+        "runs": t.runs if t.measured else None,
+        "measured": t.measured,
         "describe": t.describe(),
     }
+    if not t.measured:
+        row["predictor"] = t.predictor
+    return row
 
 
 def build_report(

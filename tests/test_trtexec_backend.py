@@ -515,13 +515,17 @@ def test_cli_bench_remote_runs_trtexec_on_the_board(
     model = tmp_path / f"remote_conv_{os.getpid()}.onnx"
     model.write_bytes(fake["model"].read_bytes())
     board_dir = Path("/tmp/deployopt-trtexec") / model.stem
-    try:
-        code, out, err = run_cli(
-            monkeypatch, capsys, "bench", str(model), "--backend", "trtexec", "--remote", "user@jetson",
-            "--dtype", "fp16", "--json",
-        )  # fmt: skip
-    finally:
-        shutil.rmtree(board_dir, ignore_errors=True)
+
+    def on_the_board(command: str) -> tuple[int, str, str]:
+        try:
+            return run_cli(
+                monkeypatch, capsys, command, str(model), "--backend", "trtexec", "--remote", "user@jetson",
+                "--dtype", "fp16", "--json",
+            )  # fmt: skip
+        finally:
+            shutil.rmtree(board_dir, ignore_errors=True)
+
+    code, out, err = on_the_board("bench")
     assert code == 0, err
     doc = json.loads(out)
     raw = json.loads(Path(os.environ["FAKE_TIMES"]).read_text())
@@ -533,13 +537,7 @@ def test_cli_bench_remote_runs_trtexec_on_the_board(
     scps = [ln.split() for ln in log.read_text().splitlines() if ln.startswith("scp ")]
     back = [args[-2] for args in scps if args[-2].startswith("user@jetson:")]
     assert back == [f"user@jetson:{board_dir}/*.json"]
-    try:
-        code, out, err = run_cli(
-            monkeypatch, capsys, "profile", str(model), "--backend", "trtexec", "--remote", "user@jetson",
-            "--dtype", "fp16", "--json",
-        )  # fmt: skip
-    finally:
-        shutil.rmtree(board_dir, ignore_errors=True)
+    code, out, err = on_the_board("profile")
     assert code == 0, err
     recorded = json.loads(Path(os.environ["FAKE_PROFILE"]).read_text())
     assert len(json.loads(out)["layers"]) == len([r for r in recorded if "name" in r]) > 0
