@@ -471,3 +471,27 @@ def test_cpu_measurements_do_not_call_nvidia_smi(
     t = session.measure(tiny_path)
     assert "clock_slowdown_us" not in t.environment
     assert not args.exists() or all(not line.startswith("-q") for line in args.read_text().splitlines())
+
+
+@pytest.mark.parametrize(
+    ("present", "visible"),
+    [
+        ((), False),  # a laptop: no driver files, no nvidia-smi
+        (("proc/driver/nvidia/gpus/0000:01:00.0",), True),  # a desktop GPU's driver
+        (("dev/nvidia0",), True),
+        (("dev/nvhost-ctrl-gpu", "dev/nvhost-gpu", "dev/nvmap"), True),  # a Jetson (nvgpu): JetPack 4–6
+        (("dev/nvmap",), False),  # nvmap alone is memory, not the GPU
+    ],
+)
+def test_cuda_visible_sees_a_jetsons_gpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, present: tuple[str, ...], visible: bool
+) -> None:
+    """A Jetson has no /dev/nvidia0 and (JetPack 4 and 5) no nvidia-smi: the guess read it as a
+    machine without a GPU, so the torch backend defaulted to fp32 there and refused fp16 and --sms."""
+    from deployopt.backends import torch as torch_module
+
+    for rel in present:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).touch()
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))  # no nvidia-smi
+    assert torch_module.cuda_visible(root=tmp_path) is visible

@@ -281,13 +281,27 @@ class TorchSession(Session):
             self.worker = None
 
 
-def cuda_visible() -> bool:
-    """A cheap guess whether a CUDA GPU is present, without importing torch (seconds)."""
-    return (
-        os.path.exists("/proc/driver/nvidia/gpus")
-        or os.path.exists("/dev/nvidia0")
-        or shutil.which("nvidia-smi") is not None
-    )
+#: Files that show a CUDA GPU without importing torch. A discrete GPU's driver makes the first two
+#: (and ships nvidia-smi). A Jetson's integrated GPU is driven by nvgpu, which makes neither, and
+#: JetPack 4 and 5 have no nvidia-smi: there, the GPU's control node of the nvhost/nvgpu driver
+#: (the node Jetson containers are given, `--device /dev/nvhost-ctrl-gpu`, from L4T r32 to r36)
+#: tells. Paths are absolute; `cuda_visible(root=...)` reads them under another root (tests).
+GPU_MARKERS = (
+    "/proc/driver/nvidia/gpus",
+    "/dev/nvidia0",
+    "/dev/nvhost-ctrl-gpu",
+    "/dev/nvhost-gpu",
+)
+
+
+def cuda_visible(root: str | os.PathLike[str] = "/") -> bool:
+    """A cheap guess whether a CUDA GPU is present, without importing torch (seconds): a desktop
+    or datacenter GPU, or a Jetson's (which has no /dev/nvidia0 and often no nvidia-smi: a Jetson
+    read as GPU-less got fp32 by default, had fp16 and --sms refused, and `optimize`'s automatic
+    backend passed torch by)."""
+    if any(os.path.exists(os.path.join(root, marker.lstrip("/"))) for marker in GPU_MARKERS):
+        return True
+    return shutil.which("nvidia-smi") is not None
 
 
 class TorchBackend(Backend):
