@@ -213,6 +213,16 @@ class Board:
         remote = f"{self.host}:{PurePosixPath(remote_dir) / pattern}"
         self.call(["scp", *self.ssh_opts(), remote, str(local_dir)], what, timeout_s)
 
+    def get_folder(
+        self, remote_dir: str | PurePosixPath, local_dir: Path, what: str, timeout_s: float
+    ) -> None:
+        """Copy the folder `remote_dir` on the board, subfolders and all, into the folder `local_dir`
+        here (as `local_dir`/its name), in one scp (-r) and one connection: what files of the same
+        name in several folders need, which get_matching would copy onto each other. `remote_dir` a
+        plain name (board_name), as get_matching's."""
+        remote = f"{self.host}:{PurePosixPath(remote_dir)}"
+        self.call(["scp", *self.ssh_opts(), "-r", remote, str(local_dir)], what, timeout_s)
+
 
 #: What a session's run folder must look like before close() removes it on the board: a name
 #: optimize made (`remote_run`), never a path a user could have given.

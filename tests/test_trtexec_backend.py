@@ -10,15 +10,17 @@ import json
 import os
 import shutil
 import stat
+import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import onnx
 import pytest
 from cli_runner import run_cli
 
-from deployopt.backends.base import MeasureOptions, get_backend
+from deployopt.backends.base import MeasureOptions, Session, get_backend
 from deployopt.backends.trtexec import (
     JETSON_TRTEXEC,
     TrtexecBackend,
@@ -488,14 +490,17 @@ def play_the_board(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     board_trtexec = os.environ["DEPLOYOPT_TRTEXEC"]
     (bindir / "ssh").write_text(
         f'#!/bin/sh\necho "ssh $*" >> "{log}"\nshift 5\n'  # -o BatchMode=yes -o ConnectTimeout=N HOST
-        f'exec sh -c "$(echo "$*" | sed "s#/usr/src/tensorrt/bin/trtexec#{board_trtexec}#")"\n'
+        f'exec sh -c "$(echo "$*" | sed "s#/usr/src/tensorrt/bin/trtexec#{board_trtexec}#g")"\n'
     )
     (bindir / "scp").write_text(
         # a HOST:PATH source is read as the board's shell (old scp) or SFTP scp reads it: a wildcard
         # expands there (get_matching); a local source is taken as it is (it may hold spaces)
         f'#!/bin/sh\necho "scp $*" >> "{log}"\nshift 4\n'
-        'case "$1" in *:*) exec cp ${1#*:} "$2";; esac\n'
-        'exec cp "$1" "${2#*:}"\n'
+        'r=; if [ "$1" = -r ]; then r=-r; shift; fi\n'  # -r: a folder, all it holds (get_folder)
+        'case "$1" in *:*) exec cp $r ${1#*:} "$2";; esac\n'
+        # local sources, one or several (put_many), to HOST:DEST, the last argument
+        "for dest; do :; done\n"
+        'while [ $# -gt 1 ]; do cp "$1" "${dest#*:}" || exit 1; shift; done\n'
     )
     for exe in bindir.iterdir():
         exe.chmod(0o755)
@@ -1212,3 +1217,356 @@ def test_bench_says_how_long_the_engine_took_to_build(
     code, out, err = run_cli(monkeypatch, capsys, *argv)
     assert code == 0, err
     assert "engine build" not in out
+
+
+# ------------------------------------------------------------------ --remote: the sweep in one batch
+# Session.measure_convs on the stand-in board (play_the_board): no real board, ssh, scp or trtexec.
+
+SWEEP_HOST = "user@jetson"
+SSH_OPTS = "-o BatchMode=yes -o ConnectTimeout=10"
+BOARD_TRTEXEC = "/usr/src/tensorrt/bin/trtexec"
+CONVS = [ConvShape(1, 8, 16, 16, 8), ConvShape(1, 8, 16, 16, 24), ConvShape(1, 16, 8, 8, 16, groups=16)]
+
+
+def names(shapes: list[ConvShape], suffix: str = ".onnx") -> list[str]:
+    """The conv models' names in a batch, as the runner's batch names them (sweep_model_name)."""
+    return [f"conv{i:05d}-{shape.signature()}{suffix}" for i, shape in enumerate(shapes)]
+
+
+def sweep_session(fake: dict[str, Path], board: Path, **options: Any) -> Session:
+    """The session `optimize --remote --backend trtexec` sweeps with, its board folder `board`."""
+    extra = {"remote": SWEEP_HOST, "remote_workdir": str(board), **options.pop("extra", {})}
+    return TrtexecBackend().open(MeasureOptions(workdir=fake["workdir"], extra=extra, **options))
+
+
+def counting_trtexec(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, every: int) -> Path:
+    """A stand-in trtexec (install before play_the_board) that writes each build's arguments as one
+    line to the returned file, and gives the k-th of every `every` builds the recorded --exportTimes
+    samples times k + 1, so each conv's Timing can be told from the others'. A build whose
+    arguments hold $FAIL_ON fails as trtexec does (an [E] line, `&&&& FAILED`, status 1, or
+    $FAIL_STATUS)."""
+    recorded = json.loads(Path(os.environ["FAKE_TIMES"]).read_text())
+    for k in range(every):
+        scaled = [{**entry, "computeMs": (k + 1) * entry["computeMs"]} for entry in recorded]
+        (tmp_path / f"times{k}.json").write_text(json.dumps(scaled))
+    calls = tmp_path / "trtexec_calls.txt"
+    exe = tmp_path / "bin" / "trtexec_counting"
+    real = os.environ["DEPLOYOPT_TRTEXEC"]
+    exe.write_text(
+        f'#!/bin/sh\nif [ "$1" = "--help" ]; then exec "{real}" "$@"; fi\n'
+        f'echo "$*" >> "{calls}"\n'
+        f'n=$(wc -l < "{calls}")\n'
+        'case "$*" in *"$FAIL_ON"*) if [ -n "$FAIL_ON" ]; then\n'
+        '  echo "[12/01/2026-00:00:00] [E] Error[4]: [network.cpp::validate::3062] bad input"\n'
+        '  echo "&&&& FAILED TensorRT.trtexec"; exit "${FAIL_STATUS:-1}"; fi;; esac\n'
+        f'export FAKE_TIMES="{tmp_path}/times$(( (n - 1) % {every} )).json"\n'
+        f'exec "{real}" "$@"\n'
+    )
+    exe.chmod(0o755)
+    monkeypatch.setenv("DEPLOYOPT_TRTEXEC", str(exe))
+    return calls
+
+
+def ssh_scp(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def test_a_remote_sweep_is_one_batch_on_the_board_whatever_its_size(
+    fake: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """measure_convs with --remote: the batch folder made empty, every conv model in one scp, one
+    ssh whose shell runs trtexec once per conv (under the board's `timeout` at --timeout per conv,
+    `; exit $?` after it), every log and export back in one scp -r: four connections for one conv
+    or six (five the first time: the board's version). Per conv, it was a mkdir, an scp up, an ssh
+    and an scp back. Without --remote each conv is still a trtexec run of its own here."""
+    from deployopt.remote import PASS_STATUS
+
+    log = play_the_board(tmp_path, monkeypatch)
+    board = tmp_path / "board"
+    folder = board / "_sweep" / "convs"
+    six = CONVS * 2
+    with sweep_session(fake, board, dtype="fp16", runs=300, timeout_s=50) as session:
+        session.measure_convs(CONVS[:1])
+        first = ssh_scp(log)
+        timings = session.measure_convs(six)
+        later = ssh_scp(log)[len(first) :]
+    assert len(first) == 5 and first[0].endswith(f" {SWEEP_HOST} {BOARD_TRTEXEC} --help")
+    made = f"ssh {SSH_OPTS} {SWEEP_HOST} rm -rf {folder} && mkdir -p {folder}"
+    assert len(later) == 4 and first[1] == later[0] == made
+    sent = later[1].split()
+    assert sent[:5] == ["scp", *SSH_OPTS.split()] and sent[-1] == f"{SWEEP_HOST}:{folder}"
+    assert [Path(p).name for p in sent[5:-1]] == names(six)
+    run = later[2]
+    assert run.startswith(f"ssh {SSH_OPTS} {SWEEP_HOST} timeout --kill-after=10 300 sh -c ") and run.endswith(
+        PASS_STATUS
+    )
+    assert run.count(f"{BOARD_TRTEXEC} --onnx=") == 6
+    assert later[3] == f"scp {SSH_OPTS} -r {SWEEP_HOST}:{folder}/results {fake['workdir'] / '_sweep'}"
+    assert len(timings) == 6 and all(t.runs == 300 for t in timings)
+    # on the board: this batch's models and each conv's folder (its engine), its logs and exports
+    # apart, in results/; the first batch's gone
+    results = folder / "results"
+    assert sorted(p.name for p in results.iterdir()) == sorted(n.removesuffix(".onnx") for n in names(six))
+    assert sorted(p.name for p in (results / names(six)[5].removesuffix(".onnx")).iterdir()) == [
+        "layer_info.json", "profile.json", "times.json", "trtexec.log",
+    ]  # fmt: skip
+    assert all(Path(t.environment["engine"]).is_file() for t in timings)
+
+    # no --remote: each conv a trtexec process of its own here (the base class's measure per conv)
+    monkeypatch.setenv("DEPLOYOPT_TRTEXEC", str(tmp_path / "bin" / "trtexec"))
+    log.unlink()
+    local = MeasureOptions(dtype="fp16", workdir=tmp_path / "local", extra={"trt_version": "10.16.1"})
+    with TrtexecBackend().open(local) as session:
+        assert len(session.measure_convs(CONVS)) == 3
+    assert not log.exists() and not (tmp_path / "local" / "_sweep").exists()
+    assert all((tmp_path / "local" / f"conv{i}" / "trtexec.log").is_file() for i in range(3))
+
+
+def normalized(command: str, model: str, outdir: str) -> str:
+    """A trtexec command line with its conv's paths made alike: the model file (`model`.onnx), the
+    engine and the exports in `outdir`."""
+    engine = f"{outdir}/{Path(model).name}.engine"
+    return (
+        command.replace(f"{model}.onnx", "MODEL.onnx").replace(engine, "ENGINE").replace(f"{outdir}/", "DIR/")
+    )
+
+
+def test_a_remote_sweep_times_each_conv_as_measure_does(
+    fake: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each conv's trtexec command is what `measure` on it gives (build_command: the same flags, its
+    files in a folder of its own), and its Timing is what `measure` reads from the same recorded
+    output: the same samples (here each conv's own, the k-th conv's median k + 1 times the
+    recording's), environment and `timed`; only the engine's path differs, in its conv's folder."""
+    calls = counting_trtexec(monkeypatch, tmp_path, len(CONVS))
+    play_the_board(tmp_path, monkeypatch)
+    board = tmp_path / "board"
+    folder = board / "_sweep" / "convs"
+    extra = {"timing_cache": str(tmp_path / "host" / "orin.timing")}
+    with sweep_session(fake, board, dtype="fp16", runs=300, extra=extra) as session:
+        batch = session.measure_convs(CONVS)
+        one_by_one = Session.measure_convs(session, CONVS)  # `measure` per conv, as before
+    recorded = [1000 * entry["computeMs"] for entry in json.loads(Path(os.environ["FAKE_TIMES"]).read_text())]
+    commands = calls.read_text().splitlines()
+    assert len(commands) == 6
+    for k, (mine, theirs) in enumerate(zip(batch, one_by_one)):
+        stem = names(CONVS, "")[k]
+        assert mine.median_us == pytest.approx((k + 1) * statistics.median(recorded))
+        a, b = mine.to_json(), theirs.to_json()
+        assert a["environment"].pop("engine") == f"{folder}/{stem}/{stem}.engine"
+        assert b["environment"].pop("engine") == f"{board}/conv{k}/conv{k}.engine"
+        assert a == b
+        alone = f"{board}/conv{k}"  # measure's folder for the conv (conv{k}.onnx in the base class)
+        assert normalized(commands[k], f"{folder}/{stem}", f"{folder}/{stem}") == normalized(
+            commands[3 + k], f"{alone}/conv{k}", alone
+        )
+        made_alike = normalized(commands[k], f"{folder}/{stem}", f"{folder}/{stem}").split()
+        assert (
+            made_alike[:2] == ["--onnx=MODEL.onnx", "--saveEngine=ENGINE"]
+            and "--exportTimes=DIR/times.json" in made_alike
+        )
+        assert f"--timingCacheFile={board / 'orin.timing'}" in commands[k].split()
+
+
+def test_a_conv_that_fails_mid_sweep_is_one_line_naming_it(
+    fake: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """trtexec fails on the second conv of three: the batch stops there (the third never runs, nothing
+    is fetched), and the error is one line naming that conv, with trtexec's own error line."""
+    calls = counting_trtexec(monkeypatch, tmp_path, len(CONVS))
+    log = play_the_board(tmp_path, monkeypatch)
+    failing = names(CONVS)[1]
+    monkeypatch.setenv("FAIL_ON", f"/{failing}")
+    with (
+        sweep_session(fake, tmp_path / "board", dtype="fp16") as session,
+        pytest.raises(BackendFailed) as exc,
+    ):
+        session.measure_convs(CONVS)
+    assert str(exc.value) == (
+        f"trtexec on {SWEEP_HOST} exited 1 on {failing}: [12/01/2026-00:00:00] [E] Error[4]: "
+        "[network.cpp::validate::3062] bad input"
+    )
+    assert len(calls.read_text().splitlines()) == 2
+    assert " sh -c " in ssh_scp(log)[-1]  # the batch's ssh was the last connection
+    # `&&&& FAILED` with status 0 stops the batch too, in `measure`'s words
+    calls.unlink()
+    monkeypatch.setenv("FAIL_STATUS", "0")
+    with (
+        sweep_session(fake, tmp_path / "board", dtype="fp16") as session,
+        pytest.raises(BackendFailed) as exc,
+    ):
+        session.measure_convs(CONVS)
+    assert str(exc.value) == (
+        f"trtexec on {SWEEP_HOST} reported FAILED on {failing}: [12/01/2026-00:00:00] [E] Error[4]: "
+        "[network.cpp::validate::3062] bad input"
+    )
+    assert len(calls.read_text().splitlines()) == 2
+
+
+@pytest.mark.slow
+def test_cli_optimize_remote_trtexec_names_the_conv_that_failed(
+    fake: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`optimize --remote user@jetson --backend trtexec` whose sweep fails on its second conv: exit 2,
+    one line naming that conv, no report written (the journal stays, for --resume); the sweep's convs
+    went in one batch (one ssh that runs trtexec for several convs), the candidates one by one."""
+    from test_optimize_remote import two_convs
+
+    monkeypatch.setenv("DEPLOYOPT_CACHE_DIR", str(tmp_path / "cache"))
+    calls = counting_trtexec(monkeypatch, tmp_path, 1)
+    log = play_the_board(tmp_path, monkeypatch)
+    home = tmp_path / "home"  # the board's login folder (the runner's --env-only goes there)
+    home.mkdir()
+    monkeypatch.chdir(home)
+    monkeypatch.setenv("FAIL_ON", "/_sweep/convs/conv00001-")
+    model = two_convs(tmp_path / "host" / "net.onnx")
+    out = tmp_path / "out"
+    code, _, err = run_cli(
+        monkeypatch, capsys, "optimize", str(model), "--remote", SWEEP_HOST, "--backend", "trtexec",
+        "--target", "orin-nano-8gb", "--max-evals", "4", "--sweep-runs", "3", "-o", str(out),
+    )  # fmt: skip
+    assert code == 2
+    assert sorted(p.name for p in out.iterdir()) == ["journal.jsonl"]  # what --resume reads, no report
+    lines = [ln for ln in err.splitlines() if ln.startswith("error: ")]
+    assert len(lines) == 1 and "Traceback" not in err
+    failed = next(c for c in calls.read_text().splitlines() if "/_sweep/convs/conv00001-" in c)
+    name = Path(failed.split()[0].removeprefix("--onnx=")).name
+    assert lines[0] == (
+        f"error: trtexec on {SWEEP_HOST} exited 1 on {name}: [12/01/2026-00:00:00] [E] Error[4]: "
+        "[network.cpp::validate::3062] bad input"
+    )
+    batches = [ln for ln in ssh_scp(log) if " sh -c " in ln]
+    assert len(batches) == 1 and batches[0].count(f"{BOARD_TRTEXEC} --onnx=") >= 2
+
+
+@pytest.mark.parametrize(
+    ("version", "dtype", "suffix", "precision"),
+    [
+        ("10.16.1", "int8", ".onnx", {"--int8", "--fp16"}),
+        (V11, "fp16", ".fp16.onnx", set()),
+        (V11, "int8", ".onnx", set()),
+        ("7.1.3", "fp16", ".onnx", {"--fp16"}),
+    ],
+)
+def test_a_remote_sweep_builds_the_model_measure_builds(
+    version: str,
+    dtype: str,
+    suffix: str,
+    precision: set[str],
+    fake: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """int8: each conv carries its own Q/DQ scales (--int8 --fp16 up to 10.x, its scales, not
+    placeholder ranges; nothing on 11.x); fp16 on TensorRT 11: each conv typed fp16 here and that
+    file sent, with no --fp16; 7.x: --explicitBatch and --workspace, no timing cache nor layer-info
+    export (and no export missing is an error)."""
+    from deployopt.model import has_qdq
+    from deployopt.precision import is_low_precision
+
+    if version.startswith("7."):
+        monkeypatch.setenv(
+            "FAKE_LOG", str(FIX / "trt7.x_teslaV100_quickstart_pytorch_resnet50_fp16_legacy_format_log.txt")
+        )
+    calls = counting_trtexec(monkeypatch, tmp_path, len(CONVS))
+    log = play_the_board(tmp_path, monkeypatch)
+    board = tmp_path / "board"
+    folder = board / "_sweep" / "convs"
+    extra = {"trt_version": version, "timing_cache": str(tmp_path / "orin.timing")}
+    with sweep_session(fake, board, dtype=dtype, runs=300, extra=extra) as session:
+        timings = session.measure_convs(CONVS)
+    sent = [folder / n for n in names(CONVS, suffix)]
+    scps = [ln for ln in ssh_scp(log) if ln.startswith("scp ") and ".onnx" in ln]
+    assert len(scps) == 1 and scps[0].split()[5:-1] == [
+        str(fake["workdir"] / "_sweep" / "models" / p.name) for p in sent
+    ]
+    models = [onnx.load(str(p)) for p in sent]
+    assert all(has_qdq(m) == (dtype == "int8") for m in models)
+    assert all(is_low_precision(m) == (suffix == ".fp16.onnx") for m in models)
+    commands = [c.split() for c in calls.read_text().splitlines()]
+    assert [c[0] for c in commands] == [f"--onnx={p}" for p in sent]
+    flags = {a for c in commands for a in c if a.startswith(PRECISION_FLAGS)}
+    assert flags == precision
+    assert all(
+        not t.timed.endswith("placeholder INT8 ranges") and ", placeholder INT8" not in t.timed
+        for t in timings
+    )
+    old = version.startswith("7.")
+    assert all(
+        ("--explicitBatch" in c) == old and any(a.startswith("--timingCacheFile") for a in c) != old
+        for c in commands
+    )
+    assert all(any(a.startswith("--exportLayerInfo") for a in c) != old for c in commands)
+    assert len(timings) == 3 and all(t.runs == 300 for t in timings)
+    if version == V11:
+        assert all(
+            t.timed.startswith(f"one query ({dtype}") and "(TensorRT 11 strong typing)" in t.timed
+            for t in timings
+        )
+
+
+def test_a_conv_killed_mid_sweep_points_at_the_boards_oom_killer(
+    fake: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """trtexec of the second conv killed by SIGKILL on the board, behind an ssh that ends as
+    OpenSSH's does: the batch's shell passes 137 on (`; exit $?` after the board's `timeout`), one
+    line naming the conv and the board's kernel log, not an unreachable board."""
+    from ssh_fake import end_as_openssh
+
+    calls = counting_trtexec(monkeypatch, tmp_path, len(CONVS))
+    counting = Path(os.environ["DEPLOYOPT_TRTEXEC"])
+    counting.write_text(
+        counting.read_text().replace(
+            'case "$*" in', 'case "$*" in *conv00001-*) kill -KILL $$;; esac\ncase "$*" in', 1
+        )
+    )
+    play_the_board(tmp_path, monkeypatch)
+    end_as_openssh(tmp_path / "sshbin" / "ssh")
+    with (
+        sweep_session(fake, tmp_path / "board", dtype="fp16") as session,
+        pytest.raises(BackendFailed) as exc,
+    ):
+        session.measure_convs(CONVS)
+    said = OOM_LINE.removeprefix("was killed (SIGKILL): ")
+    assert str(exc.value) == (
+        f"trtexec on {SWEEP_HOST} was killed (SIGKILL) on {names(CONVS)[1]}: {said} on the board tells; "
+        "stop other programs, add swap or try a smaller --batch"
+    )
+    assert len(calls.read_text().splitlines()) == 2
+
+
+def test_a_sweep_that_outlives_its_term_is_killed_on_the_board(
+    fake: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A conv's trtexec that ignores the board's `timeout` TERM (the batch's limit: --timeout per
+    conv): the batch's shell waits for it rather than dying first, so `timeout` KILLs it and says so,
+    as for a single model, and nothing is left running on the board. Played with the real coreutils
+    `timeout` and a grace of 1 s."""
+    from ssh_fake import end_as_openssh
+
+    import deployopt.remote
+
+    monkeypatch.setattr(deployopt.remote, "KILL_AFTER_S", 1)
+    pid_file = tmp_path / "trtexec.pid"
+    real = os.environ["DEPLOYOPT_TRTEXEC"]
+    exe = tmp_path / "bin" / "trtexec_stubborn"
+    exe.write_text(
+        f'#!/bin/sh\nif [ "$1" = "--help" ]; then exec "{real}" "$@"; fi\n'
+        f"echo $$ > \"{pid_file}\"\ntrap '' TERM\nsleep 30\n"
+    )
+    exe.chmod(0o755)
+    monkeypatch.setenv("DEPLOYOPT_TRTEXEC", str(exe))
+    play_the_board(tmp_path, monkeypatch)
+    end_as_openssh(tmp_path / "sshbin" / "ssh")
+    with (
+        sweep_session(fake, tmp_path / "board", dtype="fp16", timeout_s=1) as session,
+        pytest.raises(BackendFailed) as exc,
+    ):
+        session.measure_convs(CONVS[:2])
+    assert str(exc.value) == (
+        f"trtexec on {SWEEP_HOST} did not finish within 2 s, nor stop within 1 s of its TERM: "
+        "the board's `timeout` KILLed it"
+    )
+    status = Path(f"/proc/{int(pid_file.read_text())}/status")
+    # gone, or a zombie no init has reaped yet: not running either way
+    assert not status.exists() or "\nState:\tZ" in status.read_text()

@@ -17,8 +17,8 @@ import shlex
 import shutil
 import subprocess
 import tempfile
-from pathlib import Path
-from typing import Any
+from pathlib import Path, PurePath
+from typing import TYPE_CHECKING, Any
 
 from deployopt.backends.base import Backend, MeasureOptions, Profile, Session
 from deployopt.backends.trtexec_parser import (
@@ -48,6 +48,7 @@ from deployopt.prebuilt import (
 from deployopt.remote import (
     TRTEXEC_WORKDIR,
     Board,
+    RemoteFailed,
     board_name,
     board_timing_cache,
     fetch_engine,
@@ -58,6 +59,10 @@ from deployopt.remote import (
     tail,
 )
 from deployopt.timing import Timing
+
+if TYPE_CHECKING:
+    from deployopt.clocks import ClockState
+    from deployopt.layers import ConvShape
 
 JETSON_TRTEXEC = "/usr/src/tensorrt/bin/trtexec"
 ENV_TRTEXEC = "DEPLOYOPT_TRTEXEC"
@@ -344,6 +349,49 @@ def _inference_flags(outdir: Path, options: MeasureOptions) -> list[str]:
     return cmd
 
 
+#: The line the sweep's batch script (sweep_script) writes to stderr for the conv whose trtexec
+#: failed, before it stops: "<this> NAME status N".
+SWEEP_FAILED = "deployopt: trtexec failed on"
+#: The folder, in the board's batch folder, where each conv's log and exports wait for the one scp
+#: back (one subfolder each: trtexec names its exports alike for every conv); its engine stays.
+SWEEP_RESULTS = "results"
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepRun:
+    """One conv of the sweep's batch on the board: its file name, trtexec's command line (build_command's,
+    its exports and engine in `outdir`), and the folder of SWEEP_RESULTS its log and exports go to."""
+
+    name: str
+    cmd: list[str]
+    outdir: PurePath
+    results: PurePath
+
+
+def sweep_script(runs: list[SweepRun]) -> str:
+    """The shell text that runs every conv's trtexec in turn on the board, in one ssh (`sh -c`, under
+    the board's `timeout`). Each writes its stdout and stderr to `results`/trtexec.log, then its
+    exports are moved there too. The first that fails (a non-zero status, or `&&&& FAILED`) stops
+    it: its log to stdout, one SWEEP_FAILED line with its status to stderr, and that status as the
+    script's (1 for a FAILED that exited 0; 137 stays 137, what Board.call reads as SIGKILL). The
+    TERM trap keeps `timeout`'s KILL for a trtexec that outlives its TERM: the shell waits for it
+    instead of dying first (`timeout` would then exit, and never KILL it). Pure."""
+    lines = ["trap 'exit 143' TERM"]
+    for run in runs:
+        out, res = shlex.quote(str(run.outdir)), shlex.quote(str(run.results))
+        log = shlex.quote(str(run.results / "trtexec.log"))
+        failed = shlex.quote(f"{SWEEP_FAILED} {run.name} status")
+        lines += [
+            f"mkdir -p {out} {res} || exit",
+            f"{shlex.join(run.cmd)} >{log} 2>&1",
+            "s=$?",
+            f"if [ $s -ne 0 ] || grep -qF '&&&& FAILED' {log}; then "
+            f'cat {log}; echo {failed} "$s" >&2; [ $s -ne 0 ] || s=1; exit $s; fi',
+            f'for f in {out}/*.json; do if [ -f "$f" ]; then mv "$f" {res}/ || exit; fi; done',
+        ]
+    return "; ".join(lines)  # one line: one command line on the board, as ssh passes one
+
+
 def _kept_log(text: str, log_path: Path) -> Path:
     """A failed run's log copied to a folder of its own that no cleanup removes: the work folder
     (bench's, optimize's) is deleted when the session closes, and the error line named a log that
@@ -512,16 +560,13 @@ class TrtexecSession(Session):
         else:
             board.mkdir(rdir, short)
         board.put_model(model_path, board_model, self.options.timeout_s, weights)
-        options = self.options
+        board_table = None
         if table is not None:
             # trtexec on the board reads --calib from the board's disk: the table goes beside the
             # model, and --calib names that copy, not the host's path
             board_table = rdir / board_table_name(Path(table).name, model_path)
             board.put(table, board_table, "scp of the calibration table", self.options.timeout_s)
-            options = dataclasses.replace(options, extra={**options.extra, "calib_cache": str(board_table)})
-        board_cache = board_timing_cache(options, self.remote_root, self.run_dir)
-        if board_cache is not None:
-            options = dataclasses.replace(options, extra={**options.extra, "timing_cache": str(board_cache)})
+        options = self._board_options(board_table)
         cmd = build_command(self.trtexec, board_model, rdir, options, self.version, shapes)
         self._engine = str(board_model) if self._prebuilt else saved_engine(cmd)
         (outdir / "command.txt").write_text(f"ssh {self.remote} " + shlex.join(cmd) + "\n")
@@ -534,6 +579,17 @@ class TrtexecSession(Session):
         with contextlib.suppress(BackendFailed):  # none at all: _collect's caller says what is missing
             board.get_matching(rdir, "*.json", outdir, "scp of trtexec's exports", short)
         return self._collect(outdir)
+
+    def _board_options(self, board_table: PurePath | None) -> MeasureOptions:
+        """The options with the board's paths for what trtexec there reads: the calibration table's
+        copy there (`board_table`) and the timing cache the board keeps (board_timing_cache)."""
+        options = self.options
+        if board_table is not None:
+            options = dataclasses.replace(options, extra={**options.extra, "calib_cache": str(board_table)})
+        board_cache = board_timing_cache(options, self.remote_root, self.run_dir)
+        if board_cache is not None:
+            options = dataclasses.replace(options, extra={**options.extra, "timing_cache": str(board_cache)})
+        return options
 
     def _collect(self, outdir: Path) -> TrtexecRun:
         def present(name: str) -> Path | None:
@@ -550,13 +606,20 @@ class TrtexecSession(Session):
         return run
 
     def measure(self, model_path: Path) -> Timing:
-        from deployopt.clocks import read_clocks, record_in_environment
+        from deployopt.clocks import read_clocks
 
         # nvidia-smi here reads this machine's GPU: not a --remote board's, nor one of several
         # (which one trtexec runs on is CUDA's choice), so only where there is one
         before = None if self.remote else read_clocks(None)
         run = self.run(model_path)
         after = None if before is None else read_clocks(None)
+        return self._timing(run, before, after)
+
+    def _timing(self, run: TrtexecRun, before: ClockState | None, after: ClockState | None) -> Timing:
+        """`run` as the Timing `measure` gives, for the model run() or the sweep's batch ran last
+        (self._engine, self._prebuilt, self._qdq); `before`/`after`: the clock readings around it."""
+        from deployopt.clocks import record_in_environment
+
         if not run.iterations:
             run.require_timing()
             raise BackendFailed("trtexec ran but wrote no --exportTimes samples")
@@ -579,6 +642,91 @@ class TrtexecSession(Session):
             "no H2D/D2H, spin-wait"
         )
         return timing
+
+    def measure_convs(self, shapes: list[ConvShape]) -> list[Timing]:
+        """With --remote: all of `shapes` timed on the board in one batch, four round trips whatever
+        their number (five the first time: the board's version): the batch folder made empty, the
+        conv models sent in one scp, one ssh whose shell runs trtexec once per conv in turn
+        (sweep_script), every log and export fetched in one scp. `measure` per conv (the base
+        class's way, kept here without --remote: a local process start is cheap) made a folder,
+        copied, ran and fetched per conv. Each conv's command is what `measure` builds for it
+        (build_command, in a folder of its own) and its Timing is read as `measure` reads one; the
+        run gets --timeout per conv, the first conv that fails stops it, one line naming it. As the
+        runner's batch: the same one-conv models (conv_model, Q/DQ for int8), named by place and
+        shape (sweep_model_name), typed fp16 here on TensorRT >= 11 (build_model), and no --shapes
+        (a conv's one input is static; --input-shape names the model's inputs)."""
+        if not self.remote:
+            return super().measure_convs(shapes)
+        if not shapes:
+            return []
+        from deployopt.backends.tensorrt_remote import SWEEP_DIR, sweep_model_name
+        from deployopt.layers import conv_model
+        from deployopt.model import file_has_qdq
+
+        int8 = self.options.dtype == "int8"
+        table = calibration_table(self.options) if int8 else None
+        if table is not None and not Path(table).is_file():  # before anything reaches the board
+            raise no_such_file(table, DataError)
+        board = self._board()
+        short = min(120.0, self.options.timeout_s)
+        long = self.options.timeout_s * len(shapes)  # what the convs had one by one
+        if self.version is None:  # first: the board's TensorRT decides what model goes there
+            self.version = detect_version(self.trtexec, timeout_s=short, prefix=board.ssh_prefix())
+        folder = self.remote_workdir / SWEEP_DIR / "convs"
+        here = self.workdir / SWEEP_DIR  # this batch's models, then its logs and exports
+        shutil.rmtree(here, ignore_errors=True)  # never read a previous batch's exports
+        (here / "models").mkdir(parents=True)
+        send: list[Path] = []
+        board_table = None
+        if table is not None:  # every conv's --calib, as `measure` gives it, names one copy there
+            # under a name no conv model (conv*) nor the results folder has; scp keeps the name
+            copy = here / "models" / f"calib_{board_name(Path(table).name)}"
+            shutil.copyfile(table, copy)
+            send.append(copy)
+            board_table = folder / copy.name
+        options = self._board_options(board_table)
+        self._prebuilt = False
+        runs: list[SweepRun] = []
+        built: list[tuple[bool, str | None]] = []  # per conv: Q/DQ nodes, the engine's path on the board
+        for i, shape in enumerate(shapes):
+            name = sweep_model_name(i, shape)
+            written = here / "models" / f"{name}.onnx"
+            written.write_bytes(conv_model(shape, int8=int8).SerializeToString())
+            self._qdq = int8 and file_has_qdq(written)
+            model = self.build_model(written, here / "models", self.version)  # 11.x: typed fp16 here
+            send.append(model)
+            cmd = build_command(self.trtexec, folder / model.name, folder / name, options, self.version, {})
+            runs.append(SweepRun(model.name, cmd, folder / name, folder / SWEEP_RESULTS / name))
+            built.append((self._qdq, saved_engine(cmd)))
+        script = sweep_script(runs)
+        (here / "command.txt").write_text(f"ssh {self.remote} " + shlex.join(["sh", "-c", script]) + "\n")
+        board.fresh_dir(folder, short)
+        board.put_many(send, folder, "scp of the conv models", long)
+        try:
+            board.run_limited(["sh", "-c", script], "trtexec", long)
+        except RemoteFailed as exc:
+            raise BackendFailed(self._sweep_error(exc)) from None
+        back = "scp of trtexec's logs and exports"
+        board.get_folder(folder / SWEEP_RESULTS, here, back, self.options.timeout_s)
+        timings = []
+        for run, (qdq, engine) in zip(runs, built):
+            self._qdq, self._engine = qdq, engine
+            timings.append(self._timing(self._collect(here / SWEEP_RESULTS / run.results.name), None, None))
+        return timings
+
+    def _sweep_error(self, exc: RemoteFailed) -> str:
+        """The sweep's batch failed: the conv whose trtexec failed (its SWEEP_FAILED line) and why, in
+        one line as `measure`'s would say it, with the conv's name; else Board.call's line."""
+        import re
+
+        found = re.search(rf"^{re.escape(SWEEP_FAILED)} (\S+) status (\d+)$", exc.err, re.MULTILINE)
+        if found is None:  # not a trtexec (a folder it could not make): the board's own words
+            return str(exc)
+        name, status = found.group(1), int(found.group(2))
+        if status == 0:
+            return f"trtexec on {self.remote} reported FAILED on {name}: {tail(exc.out)}"
+        said = oom_hint(status, on_board=True) or tail(exc.out) or "no output"
+        return f"trtexec on {self.remote} {exit_phrase(status)} on {name}: {said}"
 
     def _graph_phrase(self, run: TrtexecRun) -> str:
         """Whether the queries ran as a CUDA graph: asked for (extra["use_cuda_graph"]) and not
