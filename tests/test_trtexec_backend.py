@@ -13,8 +13,9 @@ import stat
 import statistics
 import sys
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
+from unittest import mock
 
 import onnx
 import pytest
@@ -32,6 +33,7 @@ from deployopt.backends.trtexec import (
 )
 from deployopt.errors import BackendFailed, BackendUnavailable, DeployoptError
 from deployopt.layers import ConvShape, conv_model
+from deployopt.remote import Board
 
 
 def _fixture_dir() -> Path:
@@ -1570,3 +1572,41 @@ def test_a_sweep_that_outlives_its_term_is_killed_on_the_board(
     status = Path(f"/proc/{int(pid_file.read_text())}/status")
     # gone, or a zombie no init has reaped yet: not running either way
     assert not status.exists() or "\nState:\tZ" in status.read_text()
+
+
+def test_a_long_remote_sweep_is_cut_into_batches_the_boards_command_line_holds(
+    fake: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch's script is one argument of one command line on the board, and Linux takes no
+    argument over 128 KiB (MAX_ARG_STRLEN): a list of convs longer than SWEEP_MAX_CONVS (staircase
+    or calibrate through the API; optimize hands over 16) goes in several batches, its timings in
+    order; and a full batch's script, with long paths and every export, fits with room to spare."""
+    from deployopt.backends import trtexec as trtexec_module
+
+    log = play_the_board(tmp_path, monkeypatch)
+    monkeypatch.setattr(trtexec_module, "SWEEP_MAX_CONVS", 4)
+    six = CONVS * 2
+    with sweep_session(fake, tmp_path / "board", dtype="fp16", runs=300, timeout_s=50) as session:
+        timings = session.measure_convs(six)
+    calls = ssh_scp(log)
+    assert len(calls) == 1 + 4 + 4  # the version, then two batches (4 convs and 2) of four each
+    assert [c.count(f"{BOARD_TRTEXEC} --onnx=") for c in calls if " sh -c " in c] == [4, 2]
+    engines = [Path(t.environment["engine"]).name for t in timings]  # in order, numbered per batch
+    assert engines == [f"conv{i % 4:05d}-{shape.signature()}.engine" for i, shape in enumerate(six)]
+
+    # a full batch on a long board path, int8 with a calibration table and a timing cache
+    monkeypatch.undo()
+    deep = PurePosixPath("/home/jetson-user/" + "x" * 120) / "deployopt-runner" / "run-0123456789abcdef"
+    options = MeasureOptions(dtype="int8", runs=300, extra={"timing_cache": str(deep / "timing.cache")})
+    runs = []
+    for i in range(trtexec_module.SWEEP_MAX_CONVS):
+        name = f"conv{i:05d}-1x512x14x14-k512x512x3x3-s2x2-p1x1-d1x1-g1"
+        out = deep / "_sweep" / "convs" / name
+        cmd = build_command(BOARD_TRTEXEC, out.with_suffix(".onnx"), out, options, "8.2.1", {})
+        runs.append(trtexec_module.SweepRun(f"{name}.onnx", cmd, out, deep / "results" / name))
+    script = trtexec_module.sweep_script(runs)
+    assert len(script.encode()) < 80 * 1024  # a 150-character board folder: 61 KiB
+    board = Board(SWEEP_HOST, 10)
+    with mock.patch.object(board, "call") as call:  # what goes over ssh, `timeout` and quoting added
+        board.run_limited(["sh", "-c", script], "trtexec", 50.0)
+    assert max(len(arg.encode()) for arg in call.call_args.args[0]) < 100 * 1024

@@ -355,6 +355,11 @@ SWEEP_FAILED = "deployopt: trtexec failed on"
 #: The folder, in the board's batch folder, where each conv's log and exports wait for the one scp
 #: back (one subfolder each: trtexec names its exports alike for every conv); its engine stays.
 SWEEP_RESULTS = "results"
+#: The most convs one batch script runs: the script is one argument of one command line on the
+#: board, and Linux caps one argument at 128 KiB (MAX_ARG_STRLEN). A conv's part names its folder
+#: about 20 times: 1.5 KiB under a short home folder, near 4 KiB under a 150-character one. optimize's
+#: sweep hands over 16 at a time (lut.LayerCache.fill); a longer list is cut here.
+SWEEP_MAX_CONVS = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -659,6 +664,9 @@ class TrtexecSession(Session):
             return super().measure_convs(shapes)
         if not shapes:
             return []
+        if len(shapes) > SWEEP_MAX_CONVS:
+            cut = range(0, len(shapes), SWEEP_MAX_CONVS)
+            return [t for i in cut for t in self.measure_convs(shapes[i : i + SWEEP_MAX_CONVS])]
         from deployopt.backends.tensorrt_remote import SWEEP_DIR, sweep_model_name
         from deployopt.layers import conv_model
         from deployopt.model import file_has_qdq
