@@ -1605,7 +1605,7 @@ def test_a_long_remote_sweep_is_cut_into_batches_the_boards_command_line_holds(
         cmd = build_command(BOARD_TRTEXEC, out.with_suffix(".onnx"), out, options, "8.2.1", {})
         runs.append(trtexec_module.SweepRun(f"{name}.onnx", cmd, out, deep / "results" / name))
     script = trtexec_module.sweep_script(runs)
-    assert len(script.encode()) < 80 * 1024  # a 150-character board folder: 61 KiB
+    assert len(script.encode()) < 80 * 1024  # a 138-character home folder: 60 KiB
     board = Board(SWEEP_HOST, 10)
     with mock.patch.object(board, "call") as call:  # what goes over ssh, `timeout` and quoting added
         board.run_limited(["sh", "-c", script], "trtexec", 50.0)

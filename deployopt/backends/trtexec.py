@@ -357,7 +357,7 @@ SWEEP_FAILED = "deployopt: trtexec failed on"
 SWEEP_RESULTS = "results"
 #: The most convs one batch script runs: the script is one argument of one command line on the
 #: board, and Linux caps one argument at 128 KiB (MAX_ARG_STRLEN). A conv's part names its folder
-#: about 20 times: 1.5 KiB under a short home folder, near 4 KiB under a 150-character one. optimize's
+#: about 20 times: 2.1 KiB under /home/nvidia, 3.7 KiB under a 138-character home folder. optimize's
 #: sweep hands over 16 at a time (lut.LayerCache.fill); a longer list is cut here.
 SWEEP_MAX_CONVS = 16
 
