@@ -186,6 +186,28 @@ def test_cli_bench_runs_the_runner_on_the_board_and_reuses_its_engine(
     assert code in (0, 1), err  # compare reads both (same model, same board)
 
 
+def test_cli_bench_and_profile_remote_without_backend_run_the_runner(
+    model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`bench MODEL --remote HOST` with no --backend times on the board with the runner, as optimize's
+    auto does with --remote: the default (ort) cannot run there, and the command was refused with
+    `use it with one of those, not 'ort'`, a backend the user never named."""
+    log, _ = play_the_board(tmp_path, monkeypatch)
+    for command in ("bench", "profile"):
+        code, stdout, err = run_cli(
+            monkeypatch, capsys, command, str(model), "--remote", HOST, "--dtype", "fp16", "--runs", "5"
+        )
+        assert code == 0, err
+        assert "not 'ort'" not in err and "at user@jetson" in stdout
+    runs = [ln for ln in log.read_text().splitlines() if " python3 deployopt-runner/runner.py " in ln]
+    assert len(runs) == 2 and runs[1].endswith(
+        "--per-layer --out deployopt-runner/net/result.json" + PASS_STATUS
+    )
+    # an explicit backend still wins: one that runs here is refused, naming it
+    code, _, err = run_cli(monkeypatch, capsys, "bench", str(model), "--remote", HOST, "--backend", "ort")
+    assert code == 2 and "not 'ort'" in err
+
+
 def test_cli_int8_sends_the_calibration_table_and_shapes(
     model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
