@@ -614,6 +614,33 @@ def test_calibration_images_are_made_into_the_npy_the_runner_reads(
     assert log.read_text().splitlines() == [version_check()]  # nothing sent
 
 
+def test_calibration_data_goes_to_the_board_once_a_session(
+    model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """optimize times every candidate in one session, all calibrated on the same data: the .npy made
+    from it (up to 512 inputs: 300 MB of 224x224 images) goes to the board once, and every later
+    runner reads that copy; it went again beside every candidate. A table given as it is, too."""
+    log, home = play_the_board(tmp_path, monkeypatch)
+    images = TESTS.parent / "calibration_data" / "cifar10"
+    table = tmp_path / "host" / "net.calib"
+    table.write_bytes(b"TRT-8601-EntropyCalibration2\n")
+    other = model.with_name("other.onnx")
+    other.write_bytes(model.read_bytes())
+    for data, sent in ((images, "calib1.npy"), (table, "net.calib")):
+        log.write_text("")
+        extra = {"remote": HOST, "remote_run": "optimize-net-1"}
+        options = MeasureOptions(dtype="int8", runs=5, warmup=1, calibration_data=str(data), extra=extra)
+        with get_backend("tensorrt").open(options) as session:
+            session.measure(model)
+            session.measure(other)
+            assert (home / "deployopt-runner" / "optimize-net-1" / "net" / sent).is_file()
+        lines = log.read_text().splitlines()
+        copies = [ln for ln in lines if ln.startswith("scp ") and ln.endswith(f"/{sent}")]
+        assert len(copies) == 1, copies
+        runs = [ln for ln in lines if " python3 deployopt-runner/optimize-net-1/runner.py " in ln]
+        assert len(runs) == 2 and all(f" deployopt-runner/optimize-net-1/net/{sent} " in ln for ln in runs)
+
+
 def alive(pid: int) -> bool:
     """Whether `pid` runs (a zombie, dead but not yet reaped, does not)."""
     try:
