@@ -218,6 +218,35 @@ def test_optimize_remote_unreachable_board_is_one_line_and_writes_nothing(
     assert not out.exists()  # refused before OUTDIR is made: no journal of a run that never ran
 
 
+@pytest.mark.parametrize(
+    ("broken", "said"),
+    [
+        ("FAKE_BOARD_TRT", "runner.py on user@jetson: tensorrt is not importable (it comes with JetPack"),
+        ("FAKE_BOARD_NO_PYTHON", "python3 not found on user@jetson: runner.py needs Python 3.6+ there"),
+    ],
+)
+def test_a_board_without_tensorrt_or_python3_is_refused_before_outdir_is_made(
+    broken: str,
+    said: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The board's TensorRT version is read in the preflight, before OUTDIR is made (fp16 and int8
+    read it at the first model anyway: no ssh more): a board without tensorrt or python3 is one line
+    and nothing written. Before, OUTDIR was left holding a journal of a run that measured nothing,
+    and the same command, once the board was fixed, was refused: `OUT already exists; use --resume`."""
+    log, _ = play_the_board(tmp_path, monkeypatch)
+    monkeypatch.setenv(broken, "none" if broken == "FAKE_BOARD_TRT" else "1")
+    model = two_convs(tmp_path / "host" / "net.onnx")
+    out = tmp_path / "out"
+    code, _, err = optimize_remote(monkeypatch, capsys, model, out, "--target", "agx-orin-64gb")
+    err = without_budget_note(err)
+    assert code == 2 and err.startswith(f"error: {said}") and err.count("\n") == 1, err
+    assert not out.exists()
+    assert not any("candidate" in ln for ln in log.read_text().splitlines())  # nothing copied to time
+
+
 def test_optimize_timeout_is_checked_before_anything_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

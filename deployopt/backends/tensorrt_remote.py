@@ -480,9 +480,14 @@ class RemoteRunnerSession(Session):
 
     def preflight(self) -> None:
         """The board answers and its work folder can be made (one ssh round trip); for optimize's run,
-        in the same ssh, the look for another run still at work there (a round trip more if one is)."""
+        in the same ssh, the look for another run still at work there (a round trip more if one is),
+        and, for fp16/int8, the board's TensorRT version, which the first model reads anyway: a board
+        without tensorrt or python3 is refused before optimize makes OUTDIR (else left holding the
+        journal of a run that measured nothing). Not for `targets --remote`, which needs no TensorRT."""
         if self.run_dir is not None:
             mkdir_warning_of_other_runs(self.board, self.run_dir, self.short_s)
+            if self.options.dtype in ("fp16", "int8") and self.trt_version is None:
+                self.trt_version = self._board_version()
         else:
             self.board.mkdir(self.workdir, self.short_s)
 
