@@ -1432,7 +1432,13 @@ class Optimizer:
                     )
                 return "model.engine"
         except (BackendFailed, BackendUnavailable) as exc:  # the board went away: the rest stands
-            self.engine_notice = f"the chosen plan's engine was not kept ({exc}); build it from model.onnx"
+            # --resume replays every evaluation and builds the chosen plan once more (_build_again):
+            # the engine of that board, with nothing timed again
+            when, where = (" once the board answers", "on the board") if self.cfg.remote else ("", "here")
+            self.engine_notice = (
+                f"the chosen plan's engine was not kept ({exc}); rerun this command with --resume{when}: "
+                f"it builds the chosen plan {where} again, nothing else is timed again"
+            )
         dest.unlink(missing_ok=True)
         return None
 

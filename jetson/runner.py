@@ -1090,6 +1090,19 @@ def layer_table(times, order):
     return [{"name": n, "time_us": m, "share": m / total, "runs": len(times[n])} for n, m in meds]
 
 
+def io_dtype(trt, name, is_input, trt_type):
+    """numpy's dtype for an input or output: TensorRT's nptype maps no bf16, fp8 or int4 (nor a type
+    newer than the TensorRT), and its TypeError was a traceback that named no tensor."""
+    import numpy as np
+    try:
+        return np.dtype(trt.nptype(trt_type))
+    except TypeError:
+        kind = getattr(trt_type, "name", None) or str(trt_type).rsplit(".", 1)[-1]
+        raise RunnerError("%s %r is %s, which numpy has no type for: the runner cannot allocate or fill it; "
+                          "give the model fp32 or fp16 inputs and outputs (a Cast at its edges), or time it "
+                          "with trtexec on the board" % ("input" if is_input else "output", name, kind))
+
+
 def refused_shape(name, dims):
     """set_input_shape (8.5+) and set_binding_shape (8.2) return False for a shape the engine cannot
     take (NVIDIA/TensorRT python/src/infer/pyCore.cpp binds the C++ bool-returning setters; TensorRT
@@ -1167,7 +1180,8 @@ def run(args, trt=None, cuda=None):
         for i in range(engine.num_io_tensors):
             name = engine.get_tensor_name(i)
             is_in = engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
-            ios.append((name, is_in, tuple(context.get_tensor_shape(name)), np.dtype(trt.nptype(engine.get_tensor_dtype(name)))))
+            ios.append((name, is_in, tuple(context.get_tensor_shape(name)),
+                        io_dtype(trt, name, is_in, engine.get_tensor_dtype(name))))
     else:
         for i in range(engine.num_bindings):
             name = engine.get_binding_name(i)
@@ -1177,8 +1191,9 @@ def run(args, trt=None, cuda=None):
                 if not context.set_binding_shape(i, shapes[name]):
                     raise refused_shape(name, shapes[name])
         for i in range(engine.num_bindings):
-            ios.append((engine.get_binding_name(i), engine.binding_is_input(i), tuple(context.get_binding_shape(i)),
-                        np.dtype(trt.nptype(engine.get_binding_dtype(i)))))
+            name, is_in = engine.get_binding_name(i), engine.binding_is_input(i)
+            ios.append((name, is_in, tuple(context.get_binding_shape(i)),
+                        io_dtype(trt, name, is_in, engine.get_binding_dtype(i))))
 
     check_shapes([(name, shape) for name, is_in, shape, _ in ios if is_in], shapes)
     for name, is_in, shape, _ in ios:

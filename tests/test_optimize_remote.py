@@ -218,6 +218,35 @@ def test_optimize_remote_unreachable_board_is_one_line_and_writes_nothing(
     assert not out.exists()  # refused before OUTDIR is made: no journal of a run that never ran
 
 
+@pytest.mark.parametrize(
+    ("broken", "said"),
+    [
+        ("FAKE_BOARD_TRT", "runner.py on user@jetson: tensorrt is not importable (it comes with JetPack"),
+        ("FAKE_BOARD_NO_PYTHON", "python3 not found on user@jetson: runner.py needs Python 3.6+ there"),
+    ],
+)
+def test_a_board_without_tensorrt_or_python3_is_refused_before_outdir_is_made(
+    broken: str,
+    said: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The board's TensorRT version is read in the preflight, before OUTDIR is made (fp16 and int8
+    read it at the first model anyway: no ssh more): a board without tensorrt or python3 is one line
+    and nothing written. Before, OUTDIR was left holding a journal of a run that measured nothing,
+    and the same command, once the board was fixed, was refused: `OUT already exists; use --resume`."""
+    log, _ = play_the_board(tmp_path, monkeypatch)
+    monkeypatch.setenv(broken, "none" if broken == "FAKE_BOARD_TRT" else "1")
+    model = two_convs(tmp_path / "host" / "net.onnx")
+    out = tmp_path / "out"
+    code, _, err = optimize_remote(monkeypatch, capsys, model, out, "--target", "agx-orin-64gb")
+    err = without_budget_note(err)
+    assert code == 2 and err.startswith(f"error: {said}") and err.count("\n") == 1, err
+    assert not out.exists()
+    assert not any("candidate" in ln for ln in log.read_text().splitlines())  # nothing copied to time
+
+
 def test_optimize_timeout_is_checked_before_anything_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -444,3 +473,42 @@ def test_a_resumed_run_whose_answer_was_timed_before_builds_its_engine_again(
     runs = [ln for ln in log.read_text().splitlines() if " python3 " in ln and "/runner.py " in ln]
     runs = [ln for ln in runs if "--env-only" not in ln]
     assert len(runs) == 1 and "/chosen/chosen.onnx " in runs[0]  # the one build, of the chosen plan
+
+
+def test_an_engine_that_did_not_come_back_is_fetched_by_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The board went away as the chosen plan's engine was to come back: the rest is written, and
+    the notice says how to get the engine of that board without timing anything again (--resume
+    rebuilds the chosen plan there), which the same command then does. It said only `build it from
+    model.onnx`, which leaves the user to build by hand what the board had built."""
+    play_the_board(tmp_path, monkeypatch)
+    scp = tmp_path / "sshbin" / "scp"
+    board_scp = scp.rename(scp.with_name("board_scp"))
+    scp.write_text(
+        f'#!/bin/sh\nfor a; do case "$a" in {HOST}:*.engine)\n'
+        '  echo "ssh: connect to host jetson port 22: Connection timed out" >&2; exit 255;; esac; done\n'
+        f'exec "{board_scp}" "$@"\n'
+    )
+    scp.chmod(0o755)
+    model = two_convs(tmp_path / "host" / "net.onnx")
+    out = tmp_path / "out"
+    code, stdout, err = optimize_remote(monkeypatch, capsys, model, out, "--target", "agx-orin-64gb")
+    assert code == 0, err
+    notice = json.loads((out / "report.json").read_text())["engine_notice"]
+    assert notice.startswith("the chosen plan's engine was not kept (cannot reach user@jetson over ssh: ")
+    assert notice.endswith(
+        "rerun this command with --resume once the board answers: it builds the chosen plan on the board "
+        "again, nothing else is timed again"
+    )
+    assert f"notice: {notice}" in stdout and not (out / "model.engine").exists()
+
+    scp.unlink()
+    board_scp.rename(scp)  # the board answers again
+    code, stdout, err = optimize_remote(
+        monkeypatch, capsys, model, out, "--target", "agx-orin-64gb", "--resume"
+    )
+    assert code == 0, err
+    report = json.loads((out / "report.json").read_text())
+    assert report["engine"] == "model.engine" and report["evaluations"]["measured_this_run"] == 0
+    assert (out / "model.engine").read_bytes().startswith(b"FAKETRT\n")

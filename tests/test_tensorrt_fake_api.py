@@ -2667,6 +2667,35 @@ def test_a_data_dependent_output_is_refused_before_allocating(
     assert gpu.memory == {} and calls(gpu, "alloc") == []
 
 
+def test_runner_an_io_tensor_numpy_cannot_hold_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A model whose input is bf16 (or fp8, int4: TensorRT's nptype maps none of them) made the
+    runner die in trt.nptype with a traceback that named no tensor; from the host, `--remote` relayed
+    it as `exited 1: raise TypeError("Could not resolve TensorRT datatype ...")`. Now one line naming
+    the tensor and what to do, exit 2, before any buffer is allocated."""
+    _, gpu = install(monkeypatch, V10, "bindings")
+    h = onnx.helper
+    weights = onnx.numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
+    graph = h.make_graph(
+        [
+            h.make_node("Cast", ["x"], ["xf"], to=onnx.TensorProto.FLOAT, name="cast"),
+            h.make_node("Conv", ["xf", "w"], ["y"], pads=[1, 1, 1, 1], name="conv"),
+        ],
+        "bf16_in",
+        [h.make_tensor_value_info("x", onnx.TensorProto.BFLOAT16, [1, 3, 8, 8])],
+        [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 8, 8])],
+        [weights],
+    )
+    model = tmp_path / "bf16_in.onnx"
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), str(model))
+    rc = load_runner().main([str(model), "--runs", "2", "--engine-dir", str(tmp_path / "engines")])
+    err = capsys.readouterr().err.splitlines()
+    assert rc == 2 and "Traceback" not in "\n".join(err)
+    assert err[-1].startswith("error: input 'x' is BF16, which numpy has no type for: ")
+    assert gpu.memory == {} and calls(gpu, "alloc") == []
+
+
 def test_runner_out_in_a_new_folder_and_unwritable_paths(
     monkeypatch: pytest.MonkeyPatch,
     zoo_model_path: Callable[[str], Path],

@@ -186,6 +186,28 @@ def test_cli_bench_runs_the_runner_on_the_board_and_reuses_its_engine(
     assert code in (0, 1), err  # compare reads both (same model, same board)
 
 
+def test_cli_bench_and_profile_remote_without_backend_run_the_runner(
+    model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`bench MODEL --remote HOST` with no --backend times on the board with the runner, as optimize's
+    auto does with --remote: the default (ort) cannot run there, and the command was refused with
+    `use it with one of those, not 'ort'`, a backend the user never named."""
+    log, _ = play_the_board(tmp_path, monkeypatch)
+    for command in ("bench", "profile"):
+        code, stdout, err = run_cli(
+            monkeypatch, capsys, command, str(model), "--remote", HOST, "--dtype", "fp16", "--runs", "5"
+        )
+        assert code == 0, err
+        assert "not 'ort'" not in err and "at user@jetson" in stdout
+    runs = [ln for ln in log.read_text().splitlines() if " python3 deployopt-runner/runner.py " in ln]
+    assert len(runs) == 2 and runs[1].endswith(
+        "--per-layer --out deployopt-runner/net/result.json" + PASS_STATUS
+    )
+    # an explicit backend still wins: one that runs here is refused, naming it
+    code, _, err = run_cli(monkeypatch, capsys, "bench", str(model), "--remote", HOST, "--backend", "ort")
+    assert code == 2 and "not 'ort'" in err
+
+
 def test_cli_int8_sends_the_calibration_table_and_shapes(
     model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -590,6 +612,33 @@ def test_calibration_images_are_made_into_the_npy_the_runner_reads(
     assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
     assert str(empty) in err
     assert log.read_text().splitlines() == [version_check()]  # nothing sent
+
+
+def test_calibration_data_goes_to_the_board_once_a_session(
+    model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """optimize times every candidate in one session, all calibrated on the same data: the .npy made
+    from it (up to 512 inputs: 300 MB of 224x224 images) goes to the board once, and every later
+    runner reads that copy; it went again beside every candidate. A table given as it is, too."""
+    log, home = play_the_board(tmp_path, monkeypatch)
+    images = TESTS.parent / "calibration_data" / "cifar10"
+    table = tmp_path / "host" / "net.calib"
+    table.write_bytes(b"TRT-8601-EntropyCalibration2\n")
+    other = model.with_name("other.onnx")
+    other.write_bytes(model.read_bytes())
+    for data, sent in ((images, "calib1.npy"), (table, "net.calib")):
+        log.write_text("")
+        extra = {"remote": HOST, "remote_run": "optimize-net-1"}
+        options = MeasureOptions(dtype="int8", runs=5, warmup=1, calibration_data=str(data), extra=extra)
+        with get_backend("tensorrt").open(options) as session:
+            session.measure(model)
+            session.measure(other)
+            assert (home / "deployopt-runner" / "optimize-net-1" / "net" / sent).is_file()
+        lines = log.read_text().splitlines()
+        copies = [ln for ln in lines if ln.startswith("scp ") and ln.endswith(f"/{sent}")]
+        assert len(copies) == 1, copies
+        runs = [ln for ln in lines if " python3 deployopt-runner/optimize-net-1/runner.py " in ln]
+        assert len(runs) == 2 and all(f" deployopt-runner/optimize-net-1/net/{sent} " in ln for ln in runs)
 
 
 def alive(pid: int) -> bool:

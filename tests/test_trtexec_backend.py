@@ -550,6 +550,33 @@ def test_cli_bench_remote_runs_trtexec_on_the_board(
     assert len(json.loads(out)["layers"]) == len([r for r in recorded if "name" in r]) > 0
 
 
+def test_cli_remote_trtexec_says_which_board_measured(
+    fake: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A latency trtexec timed on the board says so, as the runner's does ("Orin at user@jetson"):
+    the environment records the host, and bench's environment line and profile's `measured on:`
+    name it. Before, both read as if the GPU named were this machine's."""
+    log = play_the_board(tmp_path, monkeypatch)
+    model = tmp_path / f"remote_where_{os.getpid()}.onnx"
+    model.write_bytes(fake["model"].read_bytes())
+    board_dir = Path("/tmp/deployopt-trtexec") / model.stem
+    said = {}
+    try:
+        for command, *more in (("bench",), ("profile",), ("bench", "--json")):
+            code, out, err = run_cli(
+                monkeypatch, capsys, command, str(model), "--backend", "trtexec", "--remote", "user@jetson",
+                "--dtype", "fp16", *more,
+            )  # fmt: skip
+            assert code == 0, err
+            said[" ".join([command, *more])] = out
+    finally:
+        shutil.rmtree(board_dir, ignore_errors=True)
+    assert " user@jetson " in log.read_text()  # timed on the (stand-in) board
+    assert json.loads(said["bench --json"])["environment"]["remote"] == "user@jetson"
+    assert "NVIDIA H100 PCIe at user@jetson, compute capability 9.0" in said["bench"]
+    assert "measured on: NVIDIA H100 PCIe at user@jetson, compute capability 9.0" in said["profile"]
+
+
 def test_remote_run_folder_engine_comes_back_and_the_folder_goes(
     fake: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

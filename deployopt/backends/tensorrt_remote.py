@@ -249,6 +249,7 @@ class RemoteRunnerSession(Session):
         self.trt_version: str | None = None  # the board's, read once (fp16/int8 only): _for_board
         self._here: tempfile.TemporaryDirectory[str] | None = None  # models typed fp16, .npy made here
         self._calib_npys: dict[str, Path] = {}  # calibration data made into .npy here, per input shape
+        self._calib_sent: dict[str, PurePosixPath] = {}  # calibration files on the board: _send_calibration
         self._relayed: set[str] = set()  # the board's warnings already said (_relay_warnings)
 
     def _run(self, model_path: Path, per_layer: bool) -> dict[str, Any]:
@@ -283,10 +284,7 @@ class RemoteRunnerSession(Session):
         self.board.put_model(send, board_model, long, weights)
         calib = None
         if calib_here is not None:
-            flag, local = calib_here
-            name = board_name(Path(local).name)
-            calib = (flag, rdir / (name if name != board_model.name else f"calib_{name}"))
-            self.board.put(local, calib[1], "scp of the calibration file", long)
+            calib = self._send_calibration(*calib_here, rdir, board_model.name, long)
         cmd = runner_command(board_runner, board_model, rdir, self.options, shapes, calib, per_layer)
         try:
             self.board.run_limited(cmd, "runner.py", long)
@@ -304,6 +302,20 @@ class RemoteRunnerSession(Session):
         if send != model_path:
             self._typed_here(timing)
         return {"timing": timing, "layers": doc.get("layers")}
+
+    def _send_calibration(
+        self, flag: str, local: str, rdir: PurePosixPath, model_name: str, timeout_s: float
+    ) -> tuple[str, PurePosixPath]:
+        """The runner's calibration flag and the board's copy of `local`, sent beside the first model
+        that needs it and read from there by every later one of this session (the runner only reads
+        it): optimize calibrates every candidate on the same data, up to 512 inputs, which went to
+        the board again beside each candidate."""
+        if local not in self._calib_sent:
+            name = board_name(Path(local).name)
+            board = rdir / (name if name != model_name else f"calib_{name}")
+            self.board.put(local, board, "scp of the calibration file", timeout_s)
+            self._calib_sent[local] = board
+        return (flag, self._calib_sent[local])
 
     def _calibration_npy(self, model_path: Path) -> Path:
         """calibration_npy of `model_path`, made once per input shape in this session (optimize's
@@ -468,9 +480,14 @@ class RemoteRunnerSession(Session):
 
     def preflight(self) -> None:
         """The board answers and its work folder can be made (one ssh round trip); for optimize's run,
-        in the same ssh, the look for another run still at work there (a round trip more if one is)."""
+        in the same ssh, the look for another run still at work there (a round trip more if one is),
+        and, for fp16/int8, the board's TensorRT version, which the first model reads anyway: a board
+        without tensorrt or python3 is refused before optimize makes OUTDIR (else left holding the
+        journal of a run that measured nothing). Not for `targets --remote`, which needs no TensorRT."""
         if self.run_dir is not None:
             mkdir_warning_of_other_runs(self.board, self.run_dir, self.short_s)
+            if self.options.dtype in ("fp16", "int8") and self.trt_version is None:
+                self.trt_version = self._board_version()
         else:
             self.board.mkdir(self.workdir, self.short_s)
 

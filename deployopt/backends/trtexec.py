@@ -758,6 +758,8 @@ class TrtexecSession(Session):
 
     def _env(self, run: TrtexecRun) -> dict[str, Any]:
         env: dict[str, Any] = {"trtexec": self.remote + ":" + self.trtexec if self.remote else self.trtexec}
+        if self.remote:  # the board that timed it, as the runner's results say it ("Orin at user@jetson")
+            env["remote"] = self.remote
         for key in ("device", "version", "sms", "compute_capability", "precision"):
             if key == "precision" and self._prebuilt:
                 continue  # 8.x logs its build options' default (FP32) for --loadEngine too: not the engine's

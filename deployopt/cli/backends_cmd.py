@@ -254,7 +254,24 @@ def _environment_line(env: dict[str, Any]) -> str:
 
 def _backend_option() -> Any:
     """bench's and profile's options that mean the same in both (one declaration each)."""
-    return typer.Option("ort", "--backend", "-b", metavar="BACKEND", help="ort | torch | tensorrt | trtexec")
+    return typer.Option(
+        None,
+        "--backend",
+        "-b",
+        metavar="BACKEND",
+        help="ort | torch | tensorrt | trtexec (default: ort; with --remote, tensorrt: jetson/runner.py on "
+        "the board)",
+        show_default=False,
+    )
+
+
+def default_backend(backend: str | None, remote: str | None) -> str:
+    """--backend as given, else ort here and, with --remote, the runner on the board (`tensorrt`), as
+    optimize's auto picks: ort cannot run there, and `bench --remote HOST` was refused with
+    "not 'ort'", a backend the user never named."""
+    if backend:
+        return backend
+    return "tensorrt" if remote else "ort"
 
 
 def _dtype_option() -> Any:
@@ -283,7 +300,7 @@ def bench_command(
         "built (--backend tensorrt or trtexec).",
         parser=input_path("model", "an .onnx or .engine file"),
     ),
-    backend: str = _backend_option(),
+    backend: Optional[str] = _backend_option(),
     dtype: Optional[str] = _dtype_option(),
     batch: Optional[int] = _batch_option(),
     sms: Optional[int] = _sms_option(),
@@ -307,6 +324,7 @@ def bench_command(
     output: Optional[Path] = output_option(None, "--output", "-o", help="Write the JSON result here."),
 ) -> None:
     """Time a model end to end: median, IQR, 95 % CI, runs, what was timed, environment."""
+    backend = default_backend(backend, remote)
     settings = (dtype, batch, sms, runs, warmup, input_shape, timeout)
     preprocess = image_preprocess(calibration_data, mean, std, bgr, scale, resize)
     with _session(
@@ -483,7 +501,7 @@ def profile_command(
         "(--backend tensorrt or trtexec).",
         parser=input_path("model", "an .onnx or .engine file"),
     ),
-    backend: str = _backend_option(),
+    backend: Optional[str] = _backend_option(),
     dtype: Optional[str] = _dtype_option(),
     batch: Optional[int] = _batch_option(),
     sms: Optional[int] = _sms_option(),
@@ -509,6 +527,7 @@ def profile_command(
     output: Optional[Path] = output_option(None, "--output", "-o", help="Write the JSON result here."),
 ) -> None:
     """Per-layer time with share of total; --kernels adds grid/block/registers/tile/waves per kernel."""
+    backend = default_backend(backend, remote)
     settings = (dtype, batch, sms, runs, warmup, input_shape, timeout)
     preprocess = image_preprocess(calibration_data, mean, std, bgr, scale, resize)
     if trace_dir is not None:  # a file there was "File exists" once the profile had run (torch)
