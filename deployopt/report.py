@@ -45,6 +45,13 @@ def _timing_row(t: Timing) -> dict[str, Any]:
     return row
 
 
+#: A comparison whose two sides are one plan: what that means for the answer.
+SAME_PLAN = {
+    "vs_input": "the same plan (no other widths were found faster than the input's)",
+    "vs_round_up_8": "the same plan (rounding up to multiples of 8 was the fastest found)",
+}
+
+
 def build_report(
     opt: Optimizer, best: Evaluation, fidelity: dict[str, Any] | None, sweep: dict[str, Any], budget_hit: bool
 ) -> dict[str, Any]:
@@ -64,7 +71,8 @@ def build_report(
         c = compare(ref, best.timing, alpha=cfg.alpha, min_effect=cfg.min_effect)
         describe = c.describe()
         if plan_key(best.plan) == plan_key(base.plan if name == "vs_input" else r8.plan):
-            describe = "the same plan"
+            # said why, so that an answer which changes nothing does not read as a run that failed
+            describe = SAME_PLAN[name]
         elif not measured:
             describe = f"predicted {100 * (c.ratio - 1):+.1f}% (wave model, not measured)"
         comparisons[name] = {
