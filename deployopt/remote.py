@@ -243,6 +243,20 @@ def remote_run_dir(workdir: str | PurePosixPath, options: Any) -> PurePosixPath 
     return PurePosixPath(workdir) / name
 
 
+#: `extra` key optimize sets on its per-layer sweep's session: the run's folder is the end-to-end
+#: session's too, and that one removes it (see owned_run_dir).
+SHARED_RUN = "remote_run_shared"
+
+
+def owned_run_dir(run_dir: PurePosixPath | None, options: Any) -> PurePosixPath | None:
+    """`run_dir` when this session removes it at close, None when another session owns it
+    (`extra[SHARED_RUN]`): optimize's two sessions (end to end, and the sweep's with fewer runs) work
+    in one folder, and removing it from both cost a pkill and an rm each twice at the end of every
+    run; nor may the sweep's session, closing, remove the folder the other still uses. The owner's
+    close runs on Ctrl-C too, and its pkill ends the sweep's work there as well."""
+    return None if options.extra.get(SHARED_RUN) else run_dir
+
+
 def board_timing_cache(
     options: Any, root: str | PurePosixPath, run_dir: str | PurePosixPath | None
 ) -> PurePosixPath | None:

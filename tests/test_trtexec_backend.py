@@ -1438,7 +1438,8 @@ def test_cli_optimize_remote_trtexec_names_the_conv_that_failed(
 ) -> None:
     """`optimize --remote user@jetson --backend trtexec` whose sweep fails on its second conv: exit 2,
     one line naming that conv, no report written (the journal stays, for --resume); the sweep's convs
-    went in one batch (one ssh that runs trtexec for several convs), the candidates one by one."""
+    went in one batch (one ssh that runs trtexec for several convs), the candidates one by one. The
+    run's folder on the board is ended and removed once (it was twice: once per session)."""
     from test_optimize_remote import two_convs
 
     monkeypatch.setenv("DEPLOYOPT_CACHE_DIR", str(tmp_path / "cache"))
@@ -1466,6 +1467,14 @@ def test_cli_optimize_remote_trtexec_names_the_conv_that_failed(
     )
     batches = [ln for ln in ssh_scp(log) if " sh -c " in ln]
     assert len(batches) == 1 and batches[0].count(f"{BOARD_TRTEXEC} --onnx=") >= 2
+    # the run's folder ended and removed once, by the end-to-end session (the sweep's leaves it)
+    run_dir = failed.split()[0].removeprefix("--onnx=").split("/_sweep/")[0]
+    assert ssh_scp(log)[-2:] == [
+        f"ssh {SSH_OPTS} {SWEEP_HOST} pkill -f -- '[/]{run_dir[1:]}/'",
+        f"ssh {SSH_OPTS} {SWEEP_HOST} rm -rf {run_dir}",
+    ]
+    assert sum(" pkill " in ln or ln.endswith(f" rm -rf {run_dir}") for ln in ssh_scp(log)) == 2
+    assert not Path(run_dir).exists()
 
 
 @pytest.mark.parametrize(
