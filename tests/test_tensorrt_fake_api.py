@@ -2750,6 +2750,31 @@ def test_runner_out_in_a_new_folder_and_unwritable_paths(
     assert not list(tmp_path.glob("**/.runner-probe-*"))
 
 
+def test_runner_a_full_disk_when_the_engine_is_written_is_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A board whose disk fills up while the engine is written (ENOSPC from its open, as the stand-in
+    board's FAKE_BOARD_DISK_FULL gives it): one line naming the engine and the error, exit 2, no
+    traceback, no temporary file left, nothing timed; the host adds what to do
+    (tests/test_tensorrt_remote.py)."""
+    from fake_board_python import disk_full_for_engines
+
+    _, gpu = install(monkeypatch, V10, "bindings")
+    runner = load_runner()
+    monkeypatch.setattr(runner, "open", disk_full_for_engines, raising=False)
+    engines = tmp_path / "engines"
+    rc = runner.main([str(zoo_model_path("mobilenet_like")), "--runs", "2", "--engine-dir", str(engines)])
+    err = capsys.readouterr().err.splitlines()
+    assert rc == 2 and "Traceback" not in "\n".join(err)
+    assert err[-1].startswith(f"error: cannot read or write {engines}/mobilenet_like-")
+    assert err[-1].endswith(".engine: No space left on device")
+    assert not [p for p in engines.iterdir() if ".tmp" in p.name]
+    assert calls(gpu, "alloc") == []
+
+
 def test_runner_timing_cache_trouble_is_a_warning_and_the_engine_is_kept(
     monkeypatch: pytest.MonkeyPatch,
     zoo_model_path: Callable[[str], Path],
