@@ -255,6 +255,35 @@ def test_a_board_without_tensorrt_or_python3_is_refused_before_outdir_is_made(
     assert not any("candidate" in ln for ln in log.read_text().splitlines())  # nothing copied to time
 
 
+def test_no_python3_for_reading_the_board_says_that_target_skips_the_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`optimize --backend trtexec --remote` without --target on a board with no python3: trtexec
+    needs none, only the read of which Jetson the board is (runner.py --env-only) does. The line
+    said only `python3 not found`, as if the run needed it; now it says --target skips the read.
+    `targets --remote`, which is that read, says no such thing."""
+    log, _ = play_the_board(tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_BOARD_NO_PYTHON", "1")
+    model = two_convs(tmp_path / "host" / "net.onnx")
+    out = tmp_path / "out"
+    code, _, err = optimize_remote(monkeypatch, capsys, model, out, "--backend", "trtexec")
+    assert (code, without_budget_note(err)) == (
+        2,
+        f"error: python3 not found on {HOST}: runner.py needs Python 3.6+ there (JetPack ships it as "
+        "python3); it reads which Jetson the board is, as no --target was given: --target T skips "
+        "that read (`deployopt targets` lists them), and --backend trtexec needs no python3 on the "
+        "board otherwise\n",
+    )
+    assert not out.exists()
+    assert log.read_text().splitlines()[:3] == ENV_ONLY_LINES  # failed at the read, nothing else done
+
+    code, _, err = run_cli(monkeypatch, capsys, "targets", "--remote", HOST)
+    assert code == 2 and err == (
+        f"error: python3 not found on {HOST}: runner.py needs Python 3.6+ there (JetPack ships it as "
+        "python3)\n"
+    )
+
+
 def test_optimize_timeout_is_checked_before_anything_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -221,6 +221,11 @@ def sweep_model_name(index: int, shape: ConvShape) -> str:
     return board_name(f"conv{index:05d}-{shape.signature()}")
 
 
+def python3_missing(exc: RemoteFailed) -> bool:
+    """The board's shell could not find python3 (its status 127, and python3 named in its words)."""
+    return exc.returncode == NOT_FOUND and any("python3" in ln for ln in exc.err.splitlines())
+
+
 class RemoteRunnerSession(Session):
     """jetson/runner.py on one board, per model: copy, run, copy the result back."""
 
@@ -469,7 +474,7 @@ class RemoteRunnerSession(Session):
             said = [ln.removeprefix("error: ") for ln in lines if ln.startswith("error: ")]
             if said:
                 return f"runner.py on {self.host}: {said[-1]}"
-        if exc.returncode == NOT_FOUND and any("python3" in ln for ln in lines):
+        if python3_missing(exc):
             return (
                 f"python3 not found on {self.host}: runner.py needs Python 3.6+ there "
                 "(JetPack ships it as python3)"
