@@ -720,7 +720,9 @@ class Optimizer:
             else:
                 runs = cfg.sweep_runs or cfg.runs
                 warmup = min(cfg.warmup, 3) if runs != cfg.runs else cfg.warmup
-                self._sweep_session = self._open_session(runs=runs, warmup=warmup, calibrate=False)
+                self._sweep_session = self._open_session(
+                    runs=runs, warmup=warmup, calibrate=False, owns_run=False
+                )
                 self._own_sweep_session = True
         return self._sweep_session.measure_convs(shapes)
 
@@ -1466,12 +1468,18 @@ class Optimizer:
         return calibration
 
     def _open_session(
-        self, runs: int | None = None, warmup: int | None = None, calibrate: bool = True
+        self,
+        runs: int | None = None,
+        warmup: int | None = None,
+        calibrate: bool = True,
+        owns_run: bool = True,
     ) -> Any:
         """A session with this run's options. `calibrate=False` for the per-layer sweep: its INT8
         convs carry their own Q/DQ scales (conv_model(int8=True)), and the model's calibration data,
-        shaped like the model's inputs, does not fit a conv's input at all."""
+        shaped like the model's inputs, does not fit a conv's input at all. `owns_run=False` for the
+        sweep's too: with --remote the end-to-end session removes the run's folder on the board, once."""
         from deployopt.backends.base import MeasureOptions, get_backend
+        from deployopt.remote import SHARED_RUN
 
         cfg = self.cfg
         backend = get_backend(self.backend_name)
@@ -1489,7 +1497,12 @@ class Optimizer:
             calibration_data=calibration,
             calibration_preprocess=cfg.preprocess if calibration is not None else None,
             timeout_s=cfg.timeout_s,
-            extra={"target": self.target, **self._remote_extra(), **self._timing_cache_extra()},
+            extra={
+                "target": self.target,
+                **self._remote_extra(),
+                **self._timing_cache_extra(),
+                **({SHARED_RUN: True} if self.cfg.remote and not owns_run else {}),
+            },
         )
         return backend.open(opts)
 

@@ -88,6 +88,27 @@ def tail(text: str, n: int = 3) -> str:
     return " | ".join(pick)[:400]
 
 
+#: strerror(ENOSPC), as scp, the board's shell, trtexec and jetson/runner.py print it.
+DISK_FULL = "No space left on device"
+
+
+def disk_full_hint(host: str, said: str) -> str | None:
+    """What to do when a command on the board failed on a full disk (`said`, its output, holds
+    DISK_FULL), or None: scp's own line says only that a write failed, not that the disk to look at
+    is the board's nor what deployopt keeps there (RUNNER_WORKDIR, TRTEXEC_WORKDIR: bench's models
+    and engines, timing caches named with --timing-cache, the optimize-* folders of killed runs).
+    The commands are quoted for the user's shell, so its `~` is the board's."""
+    if DISK_FULL not in said:
+        return None
+    return (
+        f"the board's disk is full (`ssh {host} 'df -h ~ /tmp'` shows it): deployopt keeps models, "
+        f"engines and timing caches there in ~/{RUNNER_WORKDIR}/ (runner.py) and {TRTEXEC_WORKDIR}/ "
+        "(trtexec), and a killed run's optimize-* folders in them; remove the old engines and "
+        f"folders you no longer need (`ssh {host} 'rm -rf ~/{RUNNER_WORKDIR} {TRTEXEC_WORKDIR}'` "
+        "removes all of it, timing caches too)"
+    )
+
+
 class RemoteFailed(BackendFailed):
     """A command on the board exited non-zero (ssh itself worked): the caller may read its status
     and output to say what went wrong in the board's own words."""
@@ -117,10 +138,19 @@ class Board:
         """`ssh OPTIONS HOST`: a command appended to it runs on the board."""
         return ["ssh", *self.ssh_opts(), self.host]
 
-    def call(self, cmd: list[str], what: str, timeout_s: float, limit_s: float | None = None) -> str:
+    def call(
+        self,
+        cmd: list[str],
+        what: str,
+        timeout_s: float,
+        limit_s: float | None = None,
+        writes_board: bool = True,
+    ) -> str:
         """Run `cmd` (ssh or scp) here; its stdout. One-line errors: BackendUnavailable for a missing
         OpenSSH or an unreachable host, BackendFailed for a timeout (naming `limit_s`, the user's
-        limit, where the local wait is longer), RemoteFailed for a non-zero exit."""
+        limit, where the local wait is longer) and for a full disk on the board (disk_full_hint;
+        not for a copy back, `writes_board` False, whose full disk is this machine's), RemoteFailed
+        for another non-zero exit."""
         try:
             proc = subprocess.run(cmd, capture_output=True, timeout=timeout_s, check=False)
         except FileNotFoundError:
@@ -134,6 +164,9 @@ class Board:
         if proc.returncode != 0:
             rc = proc.returncode
             said = oom_hint(rc, on_board=True) or tail(out + err)
+            full = disk_full_hint(self.host, out + err) if writes_board else None
+            if full is not None:  # not RemoteFailed: a caller's own phrasing of it would drop the hint
+                raise BackendFailed(f"{what} on {self.host} {exit_phrase(rc)}: {said}; {full}")
             raise RemoteFailed(f"{what} on {self.host} {exit_phrase(rc)}: {said}", rc, out, err)
         self.last_err = err
         return out
@@ -188,7 +221,8 @@ class Board:
 
     def get(self, remote: str | Path, local: str | Path, what: str, timeout_s: float) -> None:
         """Copy `remote` on the board to a file here."""
-        self.call(["scp", *self.ssh_opts(), f"{self.host}:{remote}", str(local)], what, timeout_s)
+        cmd = ["scp", *self.ssh_opts(), f"{self.host}:{remote}", str(local)]
+        self.call(cmd, what, timeout_s, writes_board=False)
 
     def fresh_dir(self, path: str | PurePosixPath, timeout_s: float) -> None:
         """`path` on the board made anew and empty (whatever it held removed), in one round trip."""
@@ -211,7 +245,7 @@ class Board:
         sink_sftp globs remote paths because "SFTP can not depend on remote shell expansions"), so
         `remote_dir` must be a plain name (board_name) and `pattern` a plain `*.ext`."""
         remote = f"{self.host}:{PurePosixPath(remote_dir) / pattern}"
-        self.call(["scp", *self.ssh_opts(), remote, str(local_dir)], what, timeout_s)
+        self.call(["scp", *self.ssh_opts(), remote, str(local_dir)], what, timeout_s, writes_board=False)
 
     def get_folder(
         self, remote_dir: str | PurePosixPath, local_dir: Path, what: str, timeout_s: float
@@ -221,7 +255,9 @@ class Board:
         name in several folders need, which get_matching would copy onto each other. `remote_dir` a
         plain name (board_name), as get_matching's."""
         remote = f"{self.host}:{PurePosixPath(remote_dir)}"
-        self.call(["scp", *self.ssh_opts(), "-r", remote, str(local_dir)], what, timeout_s)
+        self.call(
+            ["scp", *self.ssh_opts(), "-r", remote, str(local_dir)], what, timeout_s, writes_board=False
+        )
 
 
 #: What a session's run folder must look like before close() removes it on the board: a name
@@ -241,6 +277,20 @@ def remote_run_dir(workdir: str | PurePosixPath, options: Any) -> PurePosixPath 
     if not name.startswith(RUN_DIR_PREFIX):
         raise ValueError(f"remote_run {run!r} must start with {RUN_DIR_PREFIX!r}")
     return PurePosixPath(workdir) / name
+
+
+#: `extra` key optimize sets on its per-layer sweep's session: the run's folder is the end-to-end
+#: session's too, and that one removes it (see owned_run_dir).
+SHARED_RUN = "remote_run_shared"
+
+
+def owned_run_dir(run_dir: PurePosixPath | None, options: Any) -> PurePosixPath | None:
+    """`run_dir` when this session removes it at close, None when another session owns it
+    (`extra[SHARED_RUN]`): optimize's two sessions (end to end, and the sweep's with fewer runs) work
+    in one folder, and removing it from both cost a pkill and an rm each twice at the end of every
+    run; nor may the sweep's session, closing, remove the folder the other still uses. The owner's
+    close runs on Ctrl-C too, and its pkill ends the sweep's work there as well."""
+    return None if options.extra.get(SHARED_RUN) else run_dir
 
 
 def board_timing_cache(

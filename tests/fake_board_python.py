@@ -5,10 +5,14 @@ board files (sysfs, procfs) read from FAKE_BOARD_ROOT, a tree made by tests/jets
 real python3 does: a traceback on stderr, exit 1.
 
 FAKE_BOARD_TRT=none leaves tensorrt out (a board without it); FAKE_BOARD_TRT=VERSION picks a surface.
+FAKE_BOARD_DISK_FULL=1: the board's disk is full when the runner writes an engine (its `open` of a
+`.engine` file for writing fails with ENOSPC, as a full eMMC's would).
 """
 
 from __future__ import annotations
 
+import builtins
+import errno
 import os
 import sys
 from pathlib import Path
@@ -33,7 +37,17 @@ def main() -> int:
     root = os.environ.get("FAKE_BOARD_ROOT")
     if root:
         runner.SYSFS, runner.PROCFS = f"{root}/sys", f"{root}/proc"
+    if os.environ.get("FAKE_BOARD_DISK_FULL"):
+        runner.open = disk_full_for_engines
     return int(runner.main(args))
+
+
+def disk_full_for_engines(path: str, mode: str = "r", *args: object, **kwargs: object) -> object:
+    """`open` as the runner's: an engine file (its temporary one too) opened for writing fails with
+    ENOSPC, the message a full disk gives."""
+    if "w" in mode and ".engine" in os.path.basename(str(path)):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+    return builtins.open(path, mode, *args, **kwargs)  # type: ignore[call-overload]
 
 
 if __name__ == "__main__":

@@ -392,7 +392,9 @@ def test_target_for_remote_keeps_the_users_target(monkeypatch: pytest.MonkeyPatc
     unreachable board fails now either way; without --target a board that cannot say is one line."""
     said: dict[str, Any] = {"match": BoardMatch("orin-nx-8gb", "compatible names p3767-0001")}
 
-    def detect(host: str, timeout_s: float = 600.0) -> tuple[dict[str, Any], BoardMatch]:
+    def detect(
+        host: str, timeout_s: float = 600.0, without_python3: str = ""
+    ) -> tuple[dict[str, Any], BoardMatch]:
         if isinstance(said["match"], Exception):
             raise said["match"]
         return {}, said["match"]

@@ -7,11 +7,13 @@ python3 runs the real runner against the fake TensorRT). No real Jetson, ssh or 
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import math
 import os
 from pathlib import Path
+from typing import Any
 
 import jetson_sysfs_fake as sysfs_fake
 import numpy as np
@@ -21,6 +23,7 @@ from cli_runner import run_cli
 from onnx import TensorProto, helper, numpy_helper
 from test_tensorrt_remote import HOST, OPTS, RUNNER, play_the_board
 
+from deployopt.backends.base import MeasureOptions, get_backend
 from deployopt.lut import LayerCache
 from deployopt.optimize import OptimizeConfig
 from deployopt.remote import PASS_STATUS
@@ -137,7 +140,12 @@ def test_optimize_remote_runs_every_model_on_the_board_and_brings_the_engine_bac
     assert engine.startswith(f"{run_dir}/") and report["engine"] == "model.engine"
     fetched = [ln for ln in lines if ln.startswith(f"scp {OPTS} {HOST}:{engine} ")]
     assert len(fetched) == 1
-    assert lines[-1] == f"ssh {OPTS} {HOST} rm -rf {run_dir}"
+    # ended and removed once, by the end-to-end session: both sessions removing it cost four ssh
+    assert lines[-2:] == [
+        f"ssh {OPTS} {HOST} pkill -f -- '[d]{run_dir[1:]}/'",
+        f"ssh {OPTS} {HOST} rm -rf {run_dir}",
+    ]
+    assert sum(" pkill " in ln or ln.endswith(f" rm -rf {run_dir}") for ln in lines) == 2
     assert not (home / run_dir).exists() and (home / "deployopt-runner").is_dir()
     kept = (out / "model.engine").read_bytes()
     assert kept.startswith(b"FAKETRT\n") and json.loads(kept[8:])["inputs"][0][0] == "x"  # the fake's engine
@@ -247,6 +255,35 @@ def test_a_board_without_tensorrt_or_python3_is_refused_before_outdir_is_made(
     assert not any("candidate" in ln for ln in log.read_text().splitlines())  # nothing copied to time
 
 
+def test_no_python3_for_reading_the_board_says_that_target_skips_the_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`optimize --backend trtexec --remote` without --target on a board with no python3: trtexec
+    needs none, only the read of which Jetson the board is (runner.py --env-only) does. The line
+    said only `python3 not found`, as if the run needed it; now it says --target skips the read.
+    `targets --remote`, which is that read, says no such thing."""
+    log, _ = play_the_board(tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_BOARD_NO_PYTHON", "1")
+    model = two_convs(tmp_path / "host" / "net.onnx")
+    out = tmp_path / "out"
+    code, _, err = optimize_remote(monkeypatch, capsys, model, out, "--backend", "trtexec")
+    assert (code, without_budget_note(err)) == (
+        2,
+        f"error: python3 not found on {HOST}: runner.py needs Python 3.6+ there (JetPack ships it as "
+        "python3); it reads which Jetson the board is, as no --target was given: --target T skips "
+        "that read (`deployopt targets` lists them), and --backend trtexec needs no python3 on the "
+        "board otherwise\n",
+    )
+    assert not out.exists()
+    assert log.read_text().splitlines()[:3] == ENV_ONLY_LINES  # failed at the read, nothing else done
+
+    code, _, err = run_cli(monkeypatch, capsys, "targets", "--remote", HOST)
+    assert code == 2 and err == (
+        f"error: python3 not found on {HOST}: runner.py needs Python 3.6+ there (JetPack ships it as "
+        "python3)\n"
+    )
+
+
 def test_optimize_timeout_is_checked_before_anything_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -315,6 +352,62 @@ def test_closing_ends_what_still_runs_in_the_run_folder_then_removes_it(
         for proc in (mine, other):
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.parametrize("backend", ["tensorrt", "trtexec"])
+def test_the_sweeps_session_leaves_the_run_folder_to_the_end_to_end_one(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """optimize's two sessions (end to end, and the per-layer sweep's with fewer runs) work in one
+    folder on the board: the sweep's, closing (first, here), touches nothing there, not even with a
+    connection; the end-to-end one's close ends what runs there and removes the folder, once."""
+    from deployopt.remote import SHARED_RUN
+
+    log, home = play_the_board(tmp_path, monkeypatch)
+    run = f"optimize-net-{os.getpid()}"
+    extra = {"remote": HOST, "remote_workdir": "work", "remote_run": run}
+    opts = MeasureOptions(dtype="fp32", extra=extra)
+    main = get_backend(backend).open(opts)
+    sweep = get_backend(backend).open(dataclasses.replace(opts, extra={**extra, SHARED_RUN: True}))
+    (home / "work" / run).mkdir(parents=True)
+    sweep.close()
+    assert (home / "work" / run).is_dir() and not log.exists()
+    main.close()
+    assert not (home / "work" / run).exists()
+    assert log.read_text().splitlines() == [
+        f"ssh {OPTS} {HOST} pkill -f -- '[w]ork/{run}/'",
+        f"ssh {OPTS} {HOST} rm -rf work/{run}",
+    ]
+
+
+def test_ctrl_c_in_the_sweep_ends_and_removes_the_run_folder_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C while the sweep's batch runs on the board: exit 130, and the run's folder is still
+    ended (pkill) and removed, once, though the sweep's own session never removes it."""
+    from deployopt.remote import Board
+
+    log, home = play_the_board(tmp_path, monkeypatch)
+    real_call = Board.call
+
+    def interrupted(self: Board, cmd: list[str], *args: Any, **kwargs: Any) -> str:
+        if "--batch-dir" in cmd[-1]:
+            raise KeyboardInterrupt
+        return real_call(self, cmd, *args, **kwargs)
+
+    monkeypatch.setattr(Board, "call", interrupted)
+    model = two_convs(tmp_path / "host" / "net.onnx")
+    code, _, err = optimize_remote(monkeypatch, capsys, model, tmp_path / "out", "--target", "agx-orin-64gb")
+    assert code == 130 and "interrupted" in err
+    lines = log.read_text().splitlines()
+    made = next(ln for ln in lines if " mkdir -p deployopt-runner/optimize-net-" in ln)
+    run_dir = made.split(" mkdir -p ")[1].split()[0]
+    assert lines[-2:] == [
+        f"ssh {OPTS} {HOST} pkill -f -- '[d]{run_dir[1:]}/'",
+        f"ssh {OPTS} {HOST} rm -rf {run_dir}",
+    ]
+    assert sum(" pkill " in ln or ln.endswith(f" rm -rf {run_dir}") for ln in lines) == 2
+    assert not (home / run_dir).exists()
 
 
 def test_another_run_still_at_work_on_the_board_is_a_warning_with_the_command_that_ends_it(

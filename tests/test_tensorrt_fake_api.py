@@ -2667,14 +2667,8 @@ def test_a_data_dependent_output_is_refused_before_allocating(
     assert gpu.memory == {} and calls(gpu, "alloc") == []
 
 
-def test_runner_an_io_tensor_numpy_cannot_hold_is_one_line(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """A model whose input is bf16 (or fp8, int4: TensorRT's nptype maps none of them) made the
-    runner die in trt.nptype with a traceback that named no tensor; from the host, `--remote` relayed
-    it as `exited 1: raise TypeError("Could not resolve TensorRT datatype ...")`. Now one line naming
-    the tensor and what to do, exit 2, before any buffer is allocated."""
-    _, gpu = install(monkeypatch, V10, "bindings")
+def bf16_input_model(tmp_path: Path, input_type: int = onnx.TensorProto.BFLOAT16) -> Path:
+    """A conv whose input `x` is bf16 (Cast to fp32 inside): an I/O tensor numpy has no type for."""
     h = onnx.helper
     weights = onnx.numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
     graph = h.make_graph(
@@ -2683,16 +2677,61 @@ def test_runner_an_io_tensor_numpy_cannot_hold_is_one_line(
             h.make_node("Conv", ["xf", "w"], ["y"], pads=[1, 1, 1, 1], name="conv"),
         ],
         "bf16_in",
-        [h.make_tensor_value_info("x", onnx.TensorProto.BFLOAT16, [1, 3, 8, 8])],
+        [h.make_tensor_value_info("x", input_type, [1, 3, 8, 8])],
         [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 8, 8])],
         [weights],
     )
     model = tmp_path / "bf16_in.onnx"
     onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), str(model))
+    return model
+
+
+def test_runner_an_io_tensor_numpy_cannot_hold_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A model whose input is bf16 (or fp8, int4: TensorRT's nptype maps none of them) made the
+    runner die in trt.nptype with a traceback that named no tensor; from the host, `--remote` relayed
+    it as `exited 1: raise TypeError("Could not resolve TensorRT datatype ...")`. Now one line naming
+    the tensor and what to do, exit 2, before any buffer is allocated."""
+    _, gpu = install(monkeypatch, V10, "bindings")
+    model = bf16_input_model(tmp_path)
     rc = load_runner().main([str(model), "--runs", "2", "--engine-dir", str(tmp_path / "engines")])
     err = capsys.readouterr().err.splitlines()
     assert rc == 2 and "Traceback" not in "\n".join(err)
     assert err[-1].startswith("error: input 'x' is BF16, which numpy has no type for: ")
+    assert gpu.memory == {} and calls(gpu, "alloc") == []
+
+
+def test_the_backend_says_which_io_tensor_numpy_cannot_hold_in_one_line(
+    surface: tuple[str, types.ModuleType, FakeGpu], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The local backend, as the runner: a bf16 input (TensorRT 10's; on the older surfaces, whose
+    fakes have no bf16, an input type their nptype is made to refuse) died in trt.nptype with a
+    TypeError traceback that named no tensor. Now one BackendFailed line naming the tensor and what
+    to do, the runner's words, before any buffer is allocated, on both binding APIs."""
+    version, trt, gpu = surface
+    if version == V10:
+        model, kind = bf16_input_model(tmp_path), "BF16"
+    else:
+        model, kind = bf16_input_model(tmp_path, onnx.TensorProto.FLOAT), "FLOAT"
+        real = trt.nptype
+
+        def no_float(trt_type: Any) -> Any:
+            if trt_type.name == "FLOAT":
+                raise TypeError("Could not resolve TensorRT datatype to an equivalent numpy datatype.")
+            return real(trt_type)
+
+        monkeypatch.setattr(trt, "nptype", no_float)
+    options = opts(tmp_path, dtype="fp32", extra={"cuda": "pycuda"} if version == V82 else {})
+    engine = tmp_path / "m.engine"
+    build_engine(str(model), options, str(engine))
+    with pytest.raises(BackendFailed) as exc:
+        time_engine(str(engine), options, {}, False)
+    assert str(exc.value) == (
+        f"input 'x' is {kind}, which numpy has no type for: this backend cannot allocate or fill it; "
+        "give the model fp32 or fp16 inputs and outputs (a Cast at its edges), or time it with "
+        "--backend trtexec"
+    )
     assert gpu.memory == {} and calls(gpu, "alloc") == []
 
 
@@ -2748,6 +2787,31 @@ def test_runner_out_in_a_new_folder_and_unwritable_paths(
     assert runner.main([model, "--runs", "5", "--engine-dir", str(tmp_path / "engines_later" / "a")]) == 0
     assert len(list((tmp_path / "engines_later" / "a").glob("*.engine"))) == 1
     assert not list(tmp_path.glob("**/.runner-probe-*"))
+
+
+def test_runner_a_full_disk_when_the_engine_is_written_is_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A board whose disk fills up while the engine is written (ENOSPC from its open, as the stand-in
+    board's FAKE_BOARD_DISK_FULL gives it): one line naming the engine and the error, exit 2, no
+    traceback, no temporary file left, nothing timed; the host adds what to do
+    (tests/test_tensorrt_remote.py)."""
+    from fake_board_python import disk_full_for_engines
+
+    _, gpu = install(monkeypatch, V10, "bindings")
+    runner = load_runner()
+    monkeypatch.setattr(runner, "open", disk_full_for_engines, raising=False)
+    engines = tmp_path / "engines"
+    rc = runner.main([str(zoo_model_path("mobilenet_like")), "--runs", "2", "--engine-dir", str(engines)])
+    err = capsys.readouterr().err.splitlines()
+    assert rc == 2 and "Traceback" not in "\n".join(err)
+    assert err[-1].startswith(f"error: cannot read or write {engines}/mobilenet_like-")
+    assert err[-1].endswith(".engine: No space left on device")
+    assert not [p for p in engines.iterdir() if ".tmp" in p.name]
+    assert calls(gpu, "alloc") == []
 
 
 def test_runner_timing_cache_trouble_is_a_warning_and_the_engine_is_kept(

@@ -86,6 +86,7 @@ def play_the_board(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Pat
         "FAKE_BOARD_NO_PYTHON",
         "FAKE_BOARD_HANG",
         "FAKE_BOARD_SAYS",
+        "FAKE_BOARD_DISK_FULL",
         "DEPLOYOPT_RUNNER",
     ):
         monkeypatch.delenv(name, raising=False)
@@ -919,3 +920,74 @@ def test_a_sweep_batch_killed_on_the_board_points_at_its_oom_killer(
     assert str(exc.value) == RUNNER_OOM
     last = log.read_text().splitlines()[-1]  # the batch's run: nothing fetched after it
     assert " --batch-dir " in last and last.endswith(PASS_STATUS)
+
+
+# ------------------------------------------------------------------ a full disk on the board
+
+
+def disk_full_hint_text(trtexec_dir: str = "/tmp/deployopt-trtexec") -> str:
+    """What a full disk on the board adds to the line; trtexec's folder is /tmp's on a board, its
+    stand-in's here (play_the_board)."""
+    return (
+        f"the board's disk is full (`ssh {HOST} 'df -h ~ /tmp'` shows it): deployopt keeps models, engines "
+        f"and timing caches there in ~/deployopt-runner/ (runner.py) and {trtexec_dir}/ (trtexec), "
+        "and a killed run's optimize-* folders in them; remove the old engines and folders you no longer "
+        f"need (`ssh {HOST} 'rm -rf ~/deployopt-runner {trtexec_dir}'` removes all of it, "
+        "timing caches too)"
+    )
+
+
+def test_a_full_disk_on_the_board_says_so_and_what_deployopt_keeps_there(
+    model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The board's disk full: the scp of the model fails with scp's own line, which said nothing of
+    whose disk, nor what to remove. Now the one line says the board's disk is full, how to see it
+    and which folders deployopt fills there; so does the runner's own line when the engine it built
+    cannot be written (a different route: the runner's status 2, phrased by the session)."""
+    _, home = play_the_board(tmp_path, monkeypatch)
+    hint = disk_full_hint_text(str(home / "tmp" / "deployopt-trtexec"))
+    scp = tmp_path / "sshbin" / "scp"
+    board_scp = scp.rename(scp.with_name("board_scp"))
+    scp.write_text(
+        '#!/bin/sh\nfor a; do case "$a" in *.onnx)\n'
+        '  echo "scp: deployopt-runner/net/net.onnx: No space left on device" >&2; exit 1;; esac; done\n'
+        f'exec "{board_scp}" "$@"\n'
+    )
+    scp.chmod(0o755)
+    out = tmp_path / "result.json"
+    code, stdout, err = run_cli(monkeypatch, capsys, "bench", str(model), *REMOTE, "-o", str(out))
+    assert (code, stdout) == (2, "") and not out.exists()
+    assert err == (
+        f"error: scp of the model on {HOST} exited 1: scp: deployopt-runner/net/net.onnx: No space left "
+        f"on device; {hint}\n"
+    )
+
+    scp.unlink()
+    board_scp.rename(scp)
+    monkeypatch.setenv("FAKE_BOARD_DISK_FULL", "1")
+    code, stdout, err = run_cli(monkeypatch, capsys, "bench", str(model), *REMOTE, "-o", str(out))
+    assert (code, stdout) == (2, "") and not out.exists() and "Traceback" not in err
+    assert err.startswith(
+        f"error: runner.py on {HOST} exited 2: error: cannot read or write deployopt-runner/net/"
+    )
+    assert err.endswith(f".engine: No space left on device; {hint}\n")
+    assert err.count("\n") == 1
+
+
+def test_a_full_disk_here_on_a_copy_back_is_not_blamed_on_the_board(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A copy back (Board.get) that fails on a full disk fails on this machine's disk, not the
+    board's: no board hint, the RemoteFailed its callers phrase."""
+    from deployopt.remote import Board, RemoteFailed, disk_full_hint
+
+    assert disk_full_hint(HOST, "No space left on device") == disk_full_hint_text()  # a board's /tmp
+    play_the_board(tmp_path, monkeypatch)
+    (tmp_path / "sshbin" / "scp").write_text(
+        '#!/bin/sh\necho "/here/model.engine: No space left on device" >&2; exit 1\n'
+    )
+    with pytest.raises(RemoteFailed) as exc:
+        Board(HOST).get("deployopt-runner/net/m.engine", tmp_path / "m.engine", "scp of the engine", 30)
+    assert (
+        str(exc.value) == f"scp of the engine on {HOST} exited 1: /here/model.engine: No space left on device"
+    )

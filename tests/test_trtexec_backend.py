@@ -1432,28 +1432,39 @@ def test_a_conv_that_fails_mid_sweep_is_one_line_naming_it(
     assert len(calls.read_text().splitlines()) == 2
 
 
-@pytest.mark.slow
-def test_cli_optimize_remote_trtexec_names_the_conv_that_failed(
-    fake: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """`optimize --remote user@jetson --backend trtexec` whose sweep fails on its second conv: exit 2,
-    one line naming that conv, no report written (the journal stays, for --resume); the sweep's convs
-    went in one batch (one ssh that runs trtexec for several convs), the candidates one by one."""
+def optimize_remote_trtexec(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> tuple[int, str, Path]:
+    """`optimize net.onnx --remote SWEEP_HOST --backend trtexec --target orin-nano-8gb` on the
+    stand-in board (play_the_board, installed first), the board's login folder `home` the current
+    one (the runner's --env-only goes there): (exit code, stderr, OUTDIR)."""
     from test_optimize_remote import two_convs
 
-    monkeypatch.setenv("DEPLOYOPT_CACHE_DIR", str(tmp_path / "cache"))
-    calls = counting_trtexec(monkeypatch, tmp_path, 1)
-    log = play_the_board(tmp_path, monkeypatch)
-    home = tmp_path / "home"  # the board's login folder (the runner's --env-only goes there)
+    home = tmp_path / "home"
     home.mkdir()
     monkeypatch.chdir(home)
-    monkeypatch.setenv("FAIL_ON", "/_sweep/convs/conv00001-")
     model = two_convs(tmp_path / "host" / "net.onnx")
     out = tmp_path / "out"
     code, _, err = run_cli(
         monkeypatch, capsys, "optimize", str(model), "--remote", SWEEP_HOST, "--backend", "trtexec",
         "--target", "orin-nano-8gb", "--max-evals", "4", "--sweep-runs", "3", "-o", str(out),
     )  # fmt: skip
+    return code, err, out
+
+
+@pytest.mark.slow
+def test_cli_optimize_remote_trtexec_names_the_conv_that_failed(
+    fake: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`optimize --remote user@jetson --backend trtexec` whose sweep fails on its second conv: exit 2,
+    one line naming that conv, no report written (the journal stays, for --resume); the sweep's convs
+    went in one batch (one ssh that runs trtexec for several convs), the candidates one by one. The
+    run's folder on the board is ended and removed once (it was twice: once per session)."""
+    monkeypatch.setenv("DEPLOYOPT_CACHE_DIR", str(tmp_path / "cache"))
+    calls = counting_trtexec(monkeypatch, tmp_path, 1)
+    log = play_the_board(tmp_path, monkeypatch)
+    monkeypatch.setenv("FAIL_ON", "/_sweep/convs/conv00001-")
+    code, err, out = optimize_remote_trtexec(tmp_path, monkeypatch, capsys)
     assert code == 2
     assert sorted(p.name for p in out.iterdir()) == ["journal.jsonl"]  # what --resume reads, no report
     lines = [ln for ln in err.splitlines() if ln.startswith("error: ")]
@@ -1466,6 +1477,39 @@ def test_cli_optimize_remote_trtexec_names_the_conv_that_failed(
     )
     batches = [ln for ln in ssh_scp(log) if " sh -c " in ln]
     assert len(batches) == 1 and batches[0].count(f"{BOARD_TRTEXEC} --onnx=") >= 2
+    # the run's folder ended and removed once, by the end-to-end session (the sweep's leaves it)
+    run_dir = failed.split()[0].removeprefix("--onnx=").split("/_sweep/")[0]
+    assert ssh_scp(log)[-2:] == [
+        f"ssh {SSH_OPTS} {SWEEP_HOST} pkill -f -- '[/]{run_dir[1:]}/'",
+        f"ssh {SSH_OPTS} {SWEEP_HOST} rm -rf {run_dir}",
+    ]
+    assert sum(" pkill " in ln or ln.endswith(f" rm -rf {run_dir}") for ln in ssh_scp(log)) == 2
+    assert not Path(run_dir).exists()
+
+
+@pytest.mark.slow
+def test_cli_optimize_remote_trtexec_with_target_needs_no_python3_on_the_board(
+    fake: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What the error for a board with no python3 says (without --target, the read of which Jetson
+    the board is needs it: tests/test_optimize_remote.py) holds: with --target, `optimize --backend
+    trtexec --remote` runs to the end on such a board, its read of the board failing quietly."""
+    from deployopt.remote import PASS_STATUS
+
+    monkeypatch.setenv("DEPLOYOPT_CACHE_DIR", str(tmp_path / "cache"))
+    log = play_the_board(tmp_path, monkeypatch)
+    no_python = tmp_path / "board_without_python3"
+    no_python.mkdir()
+    (no_python / "python3").write_text(
+        '#!/bin/sh\necho "bash: line 1: python3: command not found" >&2\nexit 127\n'
+    )
+    (no_python / "python3").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{no_python}:{os.environ['PATH']}")  # the board's shell finds none
+    code, err, out = optimize_remote_trtexec(tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+    assert (out / "model.onnx").is_file() and "python3" not in err
+    tried = [ln for ln in ssh_scp(log) if " python3 " in ln]
+    assert len(tried) == 1 and tried[0].endswith("--env-only" + PASS_STATUS)  # the read, and only it
 
 
 @pytest.mark.parametrize(

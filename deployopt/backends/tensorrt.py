@@ -762,6 +762,21 @@ def _refused_shape(name: str, dims: list[int]) -> BackendFailed:
     )
 
 
+def _io_dtype(trt: Any, name: str, is_input: bool, trt_type: Any) -> Any:
+    """numpy's type for an input or output: TensorRT's nptype maps no bf16, fp8 or int4 (nor a type
+    newer than the TensorRT), and its TypeError was a traceback that named no tensor. The same line
+    as jetson/runner.py's io_dtype (a single file on the board: it cannot import this one)."""
+    try:
+        return trt.nptype(trt_type)
+    except TypeError:
+        kind = getattr(trt_type, "name", None) or str(trt_type).rsplit(".", 1)[-1]
+        raise BackendFailed(
+            f"{'input' if is_input else 'output'} {name!r} is {kind}, which numpy has no type for: this "
+            "backend cannot allocate or fill it; give the model fp32 or fp16 inputs and outputs (a Cast "
+            "at its edges), or time it with --backend trtexec"
+        ) from None
+
+
 def _bind(trt: Any, engine: Any, context: Any, api: str, shapes: dict[str, list[int]]) -> list[_IO]:
     """Set input shapes and list every I/O tensor with its final shape and dtype."""
     ios = []
@@ -776,7 +791,7 @@ def _bind(trt: Any, engine: Any, context: Any, api: str, shapes: dict[str, list[
         for i in range(engine.num_io_tensors):
             name = engine.get_tensor_name(i)
             is_input = engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
-            dtype = trt.nptype(engine.get_tensor_dtype(name))
+            dtype = _io_dtype(trt, name, is_input, engine.get_tensor_dtype(name))
             ios.append(_IO(name, is_input, tuple(context.get_tensor_shape(name)), dtype))
     else:
         for i in range(engine.num_bindings):
@@ -785,15 +800,9 @@ def _bind(trt: Any, engine: Any, context: Any, api: str, shapes: dict[str, list[
                 if not context.set_binding_shape(i, shapes[name]):
                     raise _refused_shape(name, shapes[name])
         for i in range(engine.num_bindings):
-            dtype = trt.nptype(engine.get_binding_dtype(i))
-            ios.append(
-                _IO(
-                    engine.get_binding_name(i),
-                    engine.binding_is_input(i),
-                    tuple(context.get_binding_shape(i)),
-                    dtype,
-                )
-            )
+            name, is_input = engine.get_binding_name(i), engine.binding_is_input(i)
+            dtype = _io_dtype(trt, name, is_input, engine.get_binding_dtype(i))
+            ios.append(_IO(name, is_input, tuple(context.get_binding_shape(i)), dtype))
     return ios
 
 

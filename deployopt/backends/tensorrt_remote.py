@@ -46,6 +46,7 @@ from deployopt.remote import (
     fetch_engine,
     mkdir_warning_of_other_runs,
     model_weights,
+    owned_run_dir,
     remote_run_dir,
     remove_run_dir,
 )
@@ -220,6 +221,11 @@ def sweep_model_name(index: int, shape: ConvShape) -> str:
     return board_name(f"conv{index:05d}-{shape.signature()}")
 
 
+def python3_missing(exc: RemoteFailed) -> bool:
+    """The board's shell could not find python3 (its status 127, and python3 named in its words)."""
+    return exc.returncode == NOT_FOUND and any("python3" in ln for ln in exc.err.splitlines())
+
+
 class RemoteRunnerSession(Session):
     """jetson/runner.py on one board, per model: copy, run, copy the result back."""
 
@@ -234,7 +240,8 @@ class RemoteRunnerSession(Session):
         self.runner = find_runner()
         self.calib = calibration_file(options)
         self.workdir = PurePosixPath(options.extra.get("remote_workdir", DEFAULT_REMOTE_WORKDIR))
-        self.run_dir = remote_run_dir(self.workdir, options)  # optimize's own folder, removed at close
+        self.run_dir = remote_run_dir(self.workdir, options)  # optimize's own folder
+        self._removes = owned_run_dir(self.run_dir, options)  # removed at close, by one session of the run
         board_cache = board_timing_cache(options, self.workdir, self.run_dir)
         if board_cache is not None:  # the runner reads and updates the board's copy, not the host path
             self.options = dataclasses.replace(
@@ -383,8 +390,8 @@ class RemoteRunnerSession(Session):
         if self._here is not None:
             self._here.cleanup()
             self._here = None
-        remove_run_dir(self.board, self.run_dir)
-        self.run_dir = None
+        remove_run_dir(self.board, self._removes)
+        self._removes = None
 
     def measure_convs(self, shapes: list[ConvShape]) -> list[Timing]:
         """All of `shapes` timed by one runner process on the board (--batch-dir), in four round
@@ -467,7 +474,7 @@ class RemoteRunnerSession(Session):
             said = [ln.removeprefix("error: ") for ln in lines if ln.startswith("error: ")]
             if said:
                 return f"runner.py on {self.host}: {said[-1]}"
-        if exc.returncode == NOT_FOUND and any("python3" in ln for ln in lines):
+        if python3_missing(exc):
             return (
                 f"python3 not found on {self.host}: runner.py needs Python 3.6+ there "
                 "(JetPack ships it as python3)"

@@ -54,6 +54,7 @@ from deployopt.remote import (
     fetch_engine,
     mkdir_warning_of_other_runs,
     model_weights,
+    owned_run_dir,
     remote_run_dir,
     remove_run_dir,
     tail,
@@ -464,6 +465,7 @@ class TrtexecSession(Session):
         root = Path(options.extra.get("remote_workdir", DEFAULT_REMOTE_WORKDIR))
         run_dir = remote_run_dir(root, options) if self.remote else None  # optimize's, removed at close
         self.run_dir: Path | None = Path(run_dir) if run_dir is not None else None
+        self._removes = owned_run_dir(run_dir, options)  # removed at close, by one session of the run
         self.remote_workdir = self.run_dir or root
         self.remote_root = root  # the folder every run on the board shares
         # bench's and profile's look for another run at work on the board is still to come (with
@@ -790,9 +792,9 @@ class TrtexecSession(Session):
         return fetch_engine(self._board(), timing, dest, self.options.timeout_s)
 
     def close(self) -> None:
-        if self.run_dir is not None:
-            remove_run_dir(self._board(), self.run_dir)
-            self.run_dir = None
+        if self._removes is not None:
+            remove_run_dir(self._board(), self._removes)
+            self._removes = None
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None

@@ -334,16 +334,25 @@ def board_is_not(target: str, env: Mapping[str, Any]) -> str | None:
 # asking the board (ssh): what `targets --remote` and `optimize --remote` without --target read
 
 
-def read_remote_board(host: str, timeout_s: float = 600.0) -> dict[str, Any]:
+#: What optimize's line adds when the board has no python3 for reading which Jetson it is: trtexec
+#: needs none, and --target skips the read (optimize then goes on without its answer).
+NO_PYTHON3_FOR_THE_READ = (
+    "it reads which Jetson the board is, as no --target was given: --target T skips that read "
+    "(`deployopt targets` lists them), and --backend trtexec needs no python3 on the board otherwise"
+)
+
+
+def read_remote_board(host: str, timeout_s: float = 600.0, without_python3: str = "") -> dict[str, Any]:
     """The board environment `python3 runner.py --env-only` prints on `host` (USER@HOST). The runner
     goes there as `--backend tensorrt --remote` sends it, by that session itself (its work folder
     made, runner.py copied into it, ssh and scp from deployopt.remote), so an unreachable board, a
-    missing python3 or the runner's own refusal read the same one line as there. Short limits
+    missing python3 or the runner's own refusal read the same one line as there, which adds
+    `without_python3` (the caller's way around the read) where python3 is missing. Short limits
     (--timeout, at most 120 s): nothing is built."""
     import json
 
     from deployopt.backends.base import MeasureOptions, get_backend
-    from deployopt.backends.tensorrt_remote import RemoteRunnerSession
+    from deployopt.backends.tensorrt_remote import RemoteRunnerSession, python3_missing
     from deployopt.errors import BackendFailed
     from deployopt.remote import RemoteFailed, tail
 
@@ -357,7 +366,10 @@ def read_remote_board(host: str, timeout_s: float = 600.0) -> dict[str, Any]:
                 ["python3", str(runner), "--env-only"], "runner.py --env-only", short
             )
         except RemoteFailed as exc:
-            raise BackendFailed(session._runner_error(exc)) from None
+            said = session._runner_error(exc)
+            if without_python3 and python3_missing(exc):
+                said = f"{said}; {without_python3}"
+            raise BackendFailed(said) from None
     try:
         doc = json.loads(out)
     except ValueError:
@@ -369,9 +381,12 @@ def read_remote_board(host: str, timeout_s: float = 600.0) -> dict[str, Any]:
     return doc
 
 
-def detect_remote_target(host: str, timeout_s: float = 600.0) -> tuple[dict[str, Any], BoardMatch]:
-    """(the board's environment, the target it is) for the board at `host`."""
-    env = read_remote_board(host, timeout_s)
+def detect_remote_target(
+    host: str, timeout_s: float = 600.0, without_python3: str = ""
+) -> tuple[dict[str, Any], BoardMatch]:
+    """(the board's environment, the target it is) for the board at `host` (read_remote_board's
+    `without_python3`)."""
+    env = read_remote_board(host, timeout_s, without_python3)
     return env, target_for_board(env)
 
 
@@ -393,7 +408,7 @@ def target_for_remote(given: str | None, host: str, timeout_s: float = 600.0) ->
     from deployopt.errors import BackendUnavailable, DeployoptError, TargetError
 
     if given is None:
-        _, match = detect_remote_target(host, timeout_s)
+        _, match = detect_remote_target(host, timeout_s, NO_PYTHON3_FOR_THE_READ)
         if match.target is None:
             raise TargetError(
                 f"--target not given and the board at {host} does not say which it is: {match.why}"
