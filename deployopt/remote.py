@@ -4,16 +4,29 @@ Why one module: the trtexec backend (trtexec on the board) and the tensorrt back
 on the board) both copy files over and run one command, and an unreachable host, a missing ssh or a
 command that fails must read the same way from either: one line naming the host. Only OpenSSH's
 client is used (key-based login, BatchMode: a password prompt would hang a timed run).
+
+Every ssh and scp to one host shares one connection (OpenSSH's multiplexing, SharedConnections):
+a run makes hundreds of calls, each a key exchange and a login otherwise (0.3-1 s on a Nano's CPU).
+Wherever that cannot work (the master fails to start, Windows, DEPLOYOPT_SSH_SHARE=0), the calls
+are made exactly as without it. NEVER RUN AGAINST A REAL sshd: tested with stand-in ssh/scp and
+the real OpenSSH client's `ssh -G` (which resolves the options without connecting).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import os
 import re
 import shlex
+import shutil
 import subprocess
+import sys
+import tempfile
+import threading
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -118,6 +131,218 @@ class RemoteFailed(BackendFailed):
         self.returncode, self.out, self.err = returncode, out, err
 
 
+#: `DEPLOYOPT_SSH_SHARE=0` (or off, no, false): no shared connection, every ssh and scp connects on
+#: its own, as they did before it (for an sshd that refuses multiplexing, or to let a ControlPath of
+#: the user's own ~/.ssh/config apply: deployopt's options come first and override it).
+SHARE_ENV = "DEPLOYOPT_SSH_SHARE"
+#: The master's idle time (OpenSSH's ControlPersist): with no ssh or scp through it for this long it
+#: exits on its own. What a deployopt killed before its exit handler ran (kill -9) leaves running.
+CONTROL_PERSIST_S = 120
+#: The master's keepalives: over a link that died (a board powered off), it exits after about a
+#: minute, and later calls connect on their own again and fail as they always did (one line);
+#: without them every later call would wait out its whole limit on the dead master.
+SERVER_ALIVE_INTERVAL_S = 15
+SERVER_ALIVE_COUNT_MAX = 4
+#: A master not up (its `ssh -f` not returned) this long past its ConnectTimeout is ended and the host
+#: gets none: a login that hangs costs the calls nothing, they connect on their own meanwhile.
+MASTER_START_GRACE_S = 60.0
+#: Masters one host may get in a process: one that exited (idle past ControlPersist, a lost link) is
+#: started again, at most this many times in all.
+MAX_MASTER_STARTS = 3
+#: The wait for `ssh -O exit` at the end.
+STOP_TIMEOUT_S = 5.0
+#: A unix socket's path is at most 104 bytes on macOS (108 on Linux), the terminating NUL included.
+SOCKET_PATH_MAX = 103
+
+
+def share_enabled() -> bool:
+    """False under SHARE_ENV=0/off/no/false, and on Windows, whose OpenSSH has no multiplexing."""
+    if sys.platform == "win32":
+        return False
+    return os.environ.get(SHARE_ENV, "").strip().lower() not in {"0", "off", "no", "false"}
+
+
+def client_options(path: str) -> list[str]:
+    """What every ssh and scp gets while the master is up: use its socket, never become a master.
+    With ControlMaster=no, OpenSSH connects on its own when the socket is gone or dead."""
+    return ["-o", "ControlMaster=no", "-o", f"ControlPath={path}"]
+
+
+def master_command(host: str, base: list[str], path: str) -> list[str]:
+    """The master: logs in (`base`: BatchMode, ConnectTimeout), listens on `path`, goes to the
+    background (-f) with no command (-N), exits after CONTROL_PERSIST_S idle."""
+    return [
+        "ssh", *base,
+        "-o", "ControlMaster=yes", "-o", f"ControlPersist={CONTROL_PERSIST_S}", "-o", f"ControlPath={path}",
+        "-o", f"ServerAliveInterval={SERVER_ALIVE_INTERVAL_S}",
+        "-o", f"ServerAliveCountMax={SERVER_ALIVE_COUNT_MAX}",
+        "-f", "-N", host,
+    ]  # fmt: skip
+
+
+def stop_command(host: str, path: str) -> list[str]:
+    """Asks the master listening on `path` to exit."""
+    return ["ssh", "-O", "exit", "-o", f"ControlPath={path}", host]
+
+
+@dataclass
+class _Master:
+    """One host's master connection, as SharedConnections knows it."""
+
+    host: str
+    path: str  # its socket (ControlPath)
+    base: list[str]  # the options it was started with, for a restart
+    proc: subprocess.Popen[bytes] | None = None  # the `ssh -f` while it has not returned
+    deadline: float = 0.0  # when a `proc` still running is given up
+    up: bool = False  # `ssh -f` returned 0 and the socket is there: calls use it
+    failed: bool = False  # no (more) sharing for this host: calls as without it
+    starts: int = 0
+
+
+class SharedConnections:
+    """One OpenSSH master connection per host per process, for every Board of that host (Boards are
+    made per call in places, so this lives outside them, keyed by USER@HOST; BatchMode and
+    ConnectTimeout, the only other options, do not change which connection it is).
+
+    Started at the host's first call, in the background: that call, and any before the master is
+    up, connect on their own with no option added, so a host the master cannot reach fails as it
+    did without it, in the same words and no later. A master that fails to start leaves the host as
+    it was. Its ssh has /dev/null for stdin, stdout and stderr: one holding our pipes would keep
+    subprocess.run waiting until it exits. Its socket is in a 0700 folder of ours in /tmp (short: a
+    unix socket path has ~104 bytes); close() (at exit, Ctrl-C too) stops every master and removes
+    the folder."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._folder: str | None = None
+        self._masters: dict[str, _Master] = {}
+        self._made = 0  # sockets named so far: the next one's name
+        self._at_exit = False
+
+    def options(self, host: str, base: list[str]) -> list[str]:
+        """The options a call to `host` adds: client_options while its master is up, else none (the
+        master started here at the host's first call)."""
+        if not share_enabled():
+            return []
+        with self._lock:
+            master = self._masters.get(host)
+            if master is None:
+                master = self._masters[host] = _Master(host, self._socket_path(), list(base))
+                self._start(master)
+            else:
+                self._update(master)
+            return client_options(master.path) if master.up else []
+
+    def settle(self, host: str, timeout_s: float) -> bool:
+        """Wait up to `timeout_s` for `host`'s master to come up or fail; whether it is up. Calls
+        never wait for it (tests do, to know which calls use it)."""
+        with self._lock:
+            master = self._masters.get(host)
+            proc = master.proc if master is not None else None
+        if proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout_s)
+        with self._lock:
+            if master is None or self._masters.get(host) is not master:
+                return False
+            self._update(master)
+            return master.up
+
+    def _socket_path(self) -> str:
+        """A new socket path in our folder (made on first use), or "" where none can be had."""
+        if self._folder is None:
+            try:
+                self._folder = tempfile.mkdtemp(prefix="dpo-", dir="/tmp")  # 0700; short, unlike $TMPDIR
+            except OSError:
+                return ""
+        path = f"{self._folder}/{self._made}"
+        self._made += 1
+        return path if len(path.encode()) <= SOCKET_PATH_MAX else ""
+
+    def _start(self, master: _Master) -> None:
+        """Start `master`'s ssh in the background (not waited for); a failure to start leaves it failed."""
+        master.up = False
+        if not master.path or master.starts >= MAX_MASTER_STARTS:
+            master.failed = True
+            return
+        if not self._at_exit:
+            atexit.register(self.close)
+            self._at_exit = True
+        master.starts += 1
+        try:
+            master.proc = subprocess.Popen(
+                master_command(master.host, master.base, master.path),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        except OSError:  # no ssh at all: the call itself says so, as it did
+            master.failed = True
+            return
+        master.deadline = time.monotonic() + connect_timeout(master.base) + MASTER_START_GRACE_S
+
+    def _update(self, master: _Master) -> None:
+        """What became of `master` since it was last looked at: its `ssh -f` returned (0 and the socket
+        there: up; else failed), took too long (ended: failed), or, once up, its socket went (it
+        exited: started again, within MAX_MASTER_STARTS)."""
+        if master.failed:
+            return
+        if master.proc is not None:
+            code = master.proc.poll()
+            if code is None:
+                if time.monotonic() > master.deadline:
+                    _end(master.proc)
+                    master.proc, master.failed = None, True
+                return
+            master.proc = None
+            master.up = code == 0 and os.path.exists(master.path)
+            master.failed = not master.up
+        elif master.up and not os.path.exists(master.path):
+            self._start(master)
+
+    def close(self) -> None:
+        """Stop every master (`ssh -O exit`, a still-starting one killed) and remove the folder.
+        Best effort: a master that does not answer exits by itself after CONTROL_PERSIST_S."""
+        with self._lock:
+            masters, folder = list(self._masters.values()), self._folder
+            self._masters, self._folder = {}, None
+        for master in masters:
+            if master.proc is not None:
+                _end(master.proc)
+            if master.path and os.path.exists(master.path):  # up, or came up as it was ended
+                with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                    subprocess.run(
+                        stop_command(master.host, master.path),
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                        timeout=STOP_TIMEOUT_S,
+                        check=False,
+                    )
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def connect_timeout(base: list[str]) -> float:
+    """The ConnectTimeout among ssh options `base` (10 s when none)."""
+    for opt in base:
+        if opt.startswith("ConnectTimeout="):
+            return float(opt.partition("=")[2])
+    return 10.0
+
+
+def _end(proc: subprocess.Popen[bytes]) -> None:
+    """Kill `proc` (a master's `ssh -f` that has not returned) and reap it."""
+    if proc.poll() is None:
+        proc.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(STOP_TIMEOUT_S)
+
+
+#: This process's masters, one per host (SharedConnections).
+SHARED = SharedConnections()
+
+
 #: An external-data file a model reads: (the file here, its name beside the model).
 Weights = tuple[Path, str]
 
@@ -131,8 +356,10 @@ class Board:
         self.last_err = ""  # the stderr of the last command that succeeded (its warnings)
 
     def ssh_opts(self) -> list[str]:
-        """No password prompt (it would wait forever), and a bounded wait for the connection."""
-        return ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={self.connect_timeout_s}"]
+        """No password prompt (it would wait forever), a bounded wait for the connection, and the
+        host's shared connection where it is up (SHARED; the first call starts it)."""
+        base = ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={self.connect_timeout_s}"]
+        return [*base, *SHARED.options(self.host, base)]
 
     def ssh_prefix(self) -> list[str]:
         """`ssh OPTIONS HOST`: a command appended to it runs on the board."""

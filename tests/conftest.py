@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +13,9 @@ import onnx
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+# No shared ssh connection (deployopt.remote.SHARED) unless a test turns it on: the stand-in ssh and
+# scp read a fixed number of leading options, and tests count the connections and their arguments.
+os.environ["DEPLOYOPT_SSH_SHARE"] = "0"
 
 from zoo_models import MODELS
 
