@@ -32,6 +32,11 @@ from deployopt.targets.board import (
     target_for_remote,
 )
 
+#: The board these tests play is this machine: its /tmp/deployopt-trtexec and deployopt-runner folders
+#: are every such test's, and a run at work in one (optimize --remote) is what bench's and optimize's
+#: look for other runs warns of. One xdist worker runs them all, in turn (--dist loadgroup).
+pytestmark = pytest.mark.xdist_group("board")
+
 runner = load_script(RUNNER, "jetson_runner_board")
 BOARDS = sysfs_fake.BOARDS
 JETSON_TARGETS = [t.name for t in list_targets() if t.kind == "jetson"]

@@ -29,6 +29,11 @@ from deployopt.optimize import OptimizeConfig
 from deployopt.remote import PASS_STATUS
 from deployopt.targets import get_target, measured_elsewhere
 
+#: The board these tests play is this machine: its /tmp/deployopt-trtexec and deployopt-runner folders
+#: are every such test's, and a run at work in one (optimize --remote) is what bench's and optimize's
+#: look for other runs warns of. One xdist worker runs them all, in turn (--dist loadgroup).
+pytestmark = pytest.mark.xdist_group("board")
+
 #: What `optimize --remote` (and `targets --remote`) sends first, to read which Jetson the board is:
 #: the runner into the shared work folder, as `bench --remote` does, and one `--env-only` under the
 #: board's own `timeout`. With --target too, only to compare (tests/test_board_target.py).

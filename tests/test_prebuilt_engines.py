@@ -36,6 +36,11 @@ from deployopt.backends.trtexec_parser import version_tuple
 from deployopt.prebuilt import ENGINE_SUFFIXES, PREBUILT, is_engine_file
 from deployopt.remote import PASS_STATUS
 
+#: The board these tests play is this machine: its /tmp/deployopt-trtexec and deployopt-runner folders
+#: are every such test's, and a run at work in one (optimize --remote) is what bench's and optimize's
+#: look for other runs warns of. One xdist worker runs them all, in turn (--dist loadgroup).
+pytestmark = pytest.mark.xdist_group("board")
+
 AS_BUILT = "of a prebuilt engine (precision as built, --dtype only a label)"
 TIMED_TRT = (
     f"one forward pass {AS_BUILT}, CUDA events around execute_async_v3 on one stream, inputs on the GPU "

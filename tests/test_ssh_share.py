@@ -31,6 +31,11 @@ from deployopt.backends.trtexec import detect_version
 from deployopt.errors import BackendUnavailable
 from deployopt.remote import SHARE_ENV, SHARED, Board
 
+#: The board these tests play is this machine: its /tmp/deployopt-trtexec and deployopt-runner folders
+#: are every such test's, and a run at work in one (optimize --remote) is what bench's and optimize's
+#: look for other runs warns of. One xdist worker runs them all, in turn (--dist loadgroup).
+pytestmark = pytest.mark.xdist_group("board")
+
 BASE = ["-o", "BatchMode=yes", "-o", "ConnectTimeout=10"]
 NO_ROUTE = "ssh: connect to host jetson port 22: No route to host"
 

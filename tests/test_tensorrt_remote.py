@@ -30,6 +30,11 @@ from deployopt.layers import ConvShape
 from deployopt.remote import PASS_STATUS
 from deployopt.timing import load_timing
 
+#: The board these tests play is this machine: its /tmp/deployopt-trtexec and deployopt-runner folders
+#: are every such test's, and a run at work in one (optimize --remote) is what bench's and optimize's
+#: look for other runs warns of. One xdist worker runs them all, in turn (--dist loadgroup).
+pytestmark = pytest.mark.xdist_group("board")
+
 TESTS = Path(__file__).resolve().parent
 RUNNER = TESTS.parent / "jetson" / "runner.py"
 OPTS = "-o BatchMode=yes -o ConnectTimeout=10"

@@ -27,6 +27,11 @@ from deployopt.backends.trtexec import build_command
 from deployopt.optimize import OptimizeConfig, optimize
 from deployopt.remote import board_timing_cache
 
+#: The board these tests play is this machine: its /tmp/deployopt-trtexec and deployopt-runner folders
+#: are every such test's, and a run at work in one (optimize --remote) is what bench's and optimize's
+#: look for other runs warns of. One xdist worker runs them all, in turn (--dist loadgroup).
+pytestmark = pytest.mark.xdist_group("board")
+
 M, OUT = Path("/m/model.onnx"), Path("/w/model")
 
 

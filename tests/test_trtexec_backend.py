@@ -35,6 +35,11 @@ from deployopt.errors import BackendFailed, BackendUnavailable, DeployoptError
 from deployopt.layers import ConvShape, conv_model
 from deployopt.remote import Board
 
+#: The board these tests play is this machine: its /tmp/deployopt-trtexec and deployopt-runner folders
+#: are every such test's, and a run at work in one (optimize --remote) is what bench's and optimize's
+#: look for other runs warns of. One xdist worker runs them all, in turn (--dist loadgroup).
+pytestmark = pytest.mark.xdist_group("board")
+
 
 def _fixture_dir() -> Path:
     shared = os.environ.get("DEPLOYOPT_SHARED")
