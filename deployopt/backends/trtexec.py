@@ -671,7 +671,6 @@ class TrtexecSession(Session):
             return [t for i in cut for t in self.measure_convs(shapes[i : i + SWEEP_MAX_CONVS])]
         from deployopt.backends.tensorrt_remote import SWEEP_DIR, sweep_model_name
         from deployopt.layers import conv_model
-        from deployopt.model import file_has_qdq
 
         int8 = self.options.dtype == "int8"
         table = calibration_table(self.options) if int8 else None
@@ -702,7 +701,7 @@ class TrtexecSession(Session):
             name = sweep_model_name(i, shape)
             written = here / "models" / f"{name}.onnx"
             written.write_bytes(conv_model(shape, int8=int8).SerializeToString())
-            self._qdq = int8 and file_has_qdq(written)
+            self._qdq = int8  # conv_model(int8=True) is a Q/DQ model: no need to read it back
             model = self.build_model(written, here / "models", self.version)  # 11.x: typed fp16 here
             send.append(model)
             cmd = build_command(self.trtexec, folder / model.name, folder / name, options, self.version, {})
