@@ -1,0 +1,148 @@
+"""The H200's wave-model fit on another GPU of the same SM design: held-out rounds measured again on
+that GPU (the h100 target borrows the H200's fit, deployopt/targets/__init__.py FIT_BORROWED),
+scored as benchmarks/score_rounds.py scores them, beside the same sweeps measured on the H200 and
+with the H200's measurement as the "model" of the other GPU's (how alike the two staircases are).
+
+    python benchmarks/score_gpu_transfer.py                    # benchmarks/results/h100_rounds/
+    python benchmarks/score_gpu_transfer.py --gpu h100 --out benchmarks/results/h100_rounds/score.json
+The other GPU's sweeps are one JSON per sweep (benchmarks/split_sweeps.py) in <gpu>_rounds/default/
+(PyTorch's default search) and <gpu>_rounds/all_engines/ (every cuDNN engine timed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import eval_wave_model as ev  # noqa: E402
+import score_rounds as sr  # noqa: E402
+
+from deployopt.fileio import write_json  # noqa: E402
+from deployopt.targets import get_target  # noqa: E402
+from deployopt.waves import pair_agreement, regret, size_class  # noqa: E402
+
+# this GPU's folder per search mode → score_rounds' name of the same mode in the H200 records
+MODES = {"default": "default_limit", "all_engines": "all_engines"}
+
+
+def round_of(key: str) -> int | None:
+    """The held-out round whose new shapes include this shape key."""
+    return next((n for n, spec in sr.ROUNDS.items() if key in spec[3]), None)
+
+
+def pairs_with_h200(gpu: str, mode: str, folder: Path) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
+    """(this GPU's sweep, the H200's sweep of the same shape, dtype and SM count, or None)."""
+    h200_folders: dict[int, dict[str, dict[str, Any]]] = {}
+    out = []
+    for sweep in ev.load_sweeps(folder):
+        key = sweep["id"].split("_")[1]
+        number = round_of(key)
+        other = None
+        if number is not None:
+            if number not in h200_folders:
+                h200_folders[number] = {s["id"]: s for s in ev.load_sweeps(sr._folders(number)[MODES[mode]])}
+            other = h200_folders[number].get("h200" + sweep["id"].removeprefix(gpu))
+            if other is not None and other["ks"] != sweep["ks"]:
+                other = None
+        out.append((sweep, other))
+    return out
+
+
+def cross(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, float]:
+    """The H200's measurement as the "model" of this GPU's: agreement over pairs, regret over sweeps."""
+    agree = counted = 0
+    regrets = []
+    for mine, h200 in pairs:
+        a, c = pair_agreement(mine["measured"], h200["measured"])
+        agree, counted = agree + a, counted + c
+        regrets.append(regret(mine["ks"], mine["measured"], h200["measured"]))
+    return {"agreement": agree / counted if counted else float("nan"), "regret": statistics.fmean(regrets)}
+
+
+def ratio(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, float]:
+    """This GPU's median latency over the H200's, point by point: median and quartiles."""
+    r = [m / h for mine, h200 in pairs for m, h in zip(mine["measured"], h200["measured"])]
+    q = statistics.quantiles(r, n=4)
+    return {"median": statistics.median(r), "q1": q[0], "q3": q[2], "points": len(r)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gpu", default="h100", help="the target name, and the prefix of its sweep files")
+    ap.add_argument("--records", type=Path, help="default: benchmarks/results/<gpu>_rounds")
+    ap.add_argument("--out", type=Path, help="write the figures as JSON")
+    args = ap.parse_args()
+    records = (args.records or ROOT / "benchmarks" / "results" / f"{args.gpu}_rounds").resolve()
+    target, h200 = get_target(args.gpu), get_target("h200")
+    print(f"{args.gpu}: parameters {target.notes or 'its own'}")
+    result: dict[str, Any] = {
+        "gpu": args.gpu,
+        "records": str(records.relative_to(ROOT) if records.is_relative_to(ROOT) else records),
+        "modes": {},
+    }
+    for mode in MODES:
+        if not (records / mode).is_dir():
+            continue
+        both = pairs_with_h200(args.gpu, mode, records / mode)
+        n_matched = sum(o is not None for _, o in both)
+        print(f"== {mode}: {len(both)} sweeps on the {args.gpu}, {n_matched} also on the H200 ==")
+        print(
+            f"{'group':<22}sweeps  {'model on this GPU':<18}  {'model on the H200':<18}  "
+            f"{'H200 as model':<14}  latency ratio"
+        )
+        groups: dict[str, list[tuple[dict[str, Any], dict[str, Any] | None]]] = {"all": both}
+        for sms in sorted({s["sms"] for s, _ in both}):
+            groups[f"{sms} SMs"] = [p for p in both if p[0]["sms"] == sms]
+        for dt in ("fp16", "fp32"):
+            groups[dt] = [p for p in both if p[0]["dtype"] == dt]
+        wave_bound = []
+        for s, o in both:
+            params = target.params[s["dtype"]]
+            if (
+                size_class(statistics.median(ev.predictions("wave", s, target, params)), params)
+                == "wave-bound"
+            ):
+                wave_bound.append((s, o))
+        groups["wave-bound"] = wave_bound
+        for sms in sorted({s["sms"] for s, _ in wave_bound}):
+            groups[f"wave-bound, {sms} SMs"] = [p for p in wave_bound if p[0]["sms"] == sms]
+        figures = {}
+        for name, group in groups.items():
+            if not group:
+                continue
+            mine = ev.score([s for s, _ in group], target, target.params)["wave"]
+            matched = [(s, o) for s, o in group if o is not None]
+            row: dict[str, Any] = {
+                "sweeps": len(group),
+                "model": {k: mine[k] for k in ("pairs", "agreement", "regret")},
+            }
+            if matched:
+                theirs = ev.score([o for _, o in matched], h200, h200.params)["wave"]
+                row["model_on_h200"] = {k: theirs[k] for k in ("pairs", "agreement", "regret")}
+                row["h200_as_model"] = cross(matched)
+                row["latency_ratio"] = ratio(matched)
+            figures[name] = row
+
+            def f(d: dict[str, Any] | None) -> str:
+                return "—" if d is None else f"{100 * d['agreement']:5.1f} % / {100 * d['regret']:4.2f} %"
+
+            lr = row.get("latency_ratio")
+            print(
+                f"{name:<22}{len(group):6d}  {f(row['model']):<18}  {f(row.get('model_on_h200')):<18}  "
+                f"{f(row.get('h200_as_model')):<14}  "
+                + ("—" if lr is None else f"{lr['median']:.3f} [{lr['q1']:.3f}, {lr['q3']:.3f}]")
+            )
+        result["modes"][mode] = figures
+    if args.out:
+        write_json(args.out, result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""Sweeps measured on another GPU: file names from the GPU's name (split_sweeps.py), and the H200 fit
+scored on them beside the H200's own measurement of the same sweeps (score_gpu_transfer.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from scripts import load_script
+
+ROOT = Path(__file__).resolve().parents[1]
+ROUND11 = ROOT / "benchmarks" / "results" / "h200_round11" / "default_limit"
+
+
+@pytest.mark.parametrize(
+    ("name", "prefix"),
+    [
+        ("NVIDIA H200", "h200"),
+        ("NVIDIA H100 80GB HBM3", "h100"),
+        ("NVIDIA H100 PCIe", "h100"),
+        ("NVIDIA A100-SXM4-80GB", "a100"),
+        ("Tesla T4", "t4"),
+        ("Quadro P6000", "p6000"),
+        ("Orin", "orin"),
+        ("NVIDIA GeForce RTX 4090", "nvidia-geforce-rtx-4090"),
+    ],
+)
+def test_sweep_files_are_named_after_the_gpu_that_measured_them(name: str, prefix: str) -> None:
+    split = load_script("benchmarks/split_sweeps.py", "split_sweeps")
+    assert split.gpu_prefix(name) == prefix
+
+
+def test_split_sweeps_writes_one_file_per_sweep_under_the_gpus_prefix(tmp_path: Path, monkeypatch) -> None:
+    split = load_script("benchmarks/split_sweeps.py", "split_sweeps")
+    doc = {
+        "gpu": "NVIDIA H100 80GB HBM3",
+        "sms": 8,
+        "torch": "2.11",
+        "sweeps": [
+            {"id": "by_fp16_8sm", "dtype": "fp16", "shape": {"n": 1}, "points": [{"out_channels": 16}]}
+        ],
+    }
+    (tmp_path / "round11_8.json").write_text(json.dumps(doc))
+    monkeypatch.setattr(
+        "sys.argv", ["split_sweeps.py", str(tmp_path / "round11_8.json"), "--out", str(tmp_path / "o")]
+    )
+    split.main()
+    written = json.loads((tmp_path / "o" / "h100_by_fp16_8sm.json").read_text())
+    assert written == {"gpu": doc["gpu"], "sms": 8, "torch": "2.11", "dtype": "fp16", "shape": {"n": 1},
+                       "points": [{"out_channels": 16}]}  # fmt: skip
+    assert [p.name for p in (tmp_path / "o").iterdir()] == ["h100_by_fp16_8sm.json"]
+
+
+def _copy_round11(dest: Path, scale: float) -> None:
+    """Round eleven's H200 default-search sweeps as if another GPU had measured them, `scale` times slower."""
+    (dest / "default").mkdir(parents=True)
+    for path in sorted(ROUND11.glob("h200_*.json")):
+        if path.stem.endswith("_repeat"):
+            continue
+        doc = json.loads(path.read_text())
+        for p in doc["points"]:
+            p["median_us"] *= scale
+        (dest / "default" / ("h100" + path.name.removeprefix("h200"))).write_text(json.dumps(doc))
+
+
+def test_another_gpu_measuring_what_the_h200_measured_scores_as_the_h200_did(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The same staircases, 1.25x slower: the fit scores them as it scores the H200's (round eleven's
+    documented 71.2 % / 2.50 %, wave-bound 78.6 % / 1.63 %), the H200 as a model of them agrees on
+    every pair, and the latency ratio is the scale."""
+    transfer = load_script("benchmarks/score_gpu_transfer.py", "score_gpu_transfer")
+    records = tmp_path / "h100_rounds"
+    _copy_round11(records, 1.25)
+    out = tmp_path / "score.json"
+    monkeypatch.setattr("sys.argv", ["score_gpu_transfer.py", "--records", str(records), "--out", str(out)])
+    transfer.main()
+    figures = json.loads(out.read_text())["modes"]["default"]
+    every = figures["all"]
+    assert every["sweeps"] == 48 and every["model"]["pairs"] == 1262
+    assert every["model"] == pytest.approx(every["model_on_h200"], rel=1e-12)  # scaled: last digits differ
+    assert every["model"]["agreement"] == pytest.approx(0.712, abs=5e-4)
+    assert every["model"]["regret"] == pytest.approx(0.0250, abs=5e-5)
+    assert every["h200_as_model"] == {"agreement": 1.0, "regret": 0.0}
+    assert every["latency_ratio"]["median"] == pytest.approx(1.25)
+    assert every["latency_ratio"]["points"] == 48 * 32
+    wave = figures["wave-bound"]
+    assert wave["sweeps"] == 32
+    assert (wave["model"]["agreement"], wave["model"]["regret"]) == (
+        pytest.approx(0.786, abs=5e-4),
+        pytest.approx(0.0163, abs=5e-5),
+    )
+    assert {k for k in figures if "SMs" in k} >= {"8 SMs", "16 SMs", "132 SMs"}
+
+
+def test_a_sweep_with_no_h200_counterpart_is_scored_alone(tmp_path: Path, monkeypatch) -> None:
+    transfer = load_script("benchmarks/score_gpu_transfer.py", "score_gpu_transfer")
+    records = tmp_path / "h100_rounds"
+    _copy_round11(records, 1.0)
+    for path in (records / "default").glob("*_132sm.json"):  # an H100 PCIe has 114 SMs
+        doc = json.loads(path.read_text())
+        doc["sms"] = 114
+        path.with_name(path.name.replace("_132sm", "_114sm")).write_text(json.dumps(doc))
+        path.unlink()
+    out = tmp_path / "score.json"
+    monkeypatch.setattr("sys.argv", ["score_gpu_transfer.py", "--records", str(records), "--out", str(out)])
+    transfer.main()
+    figures = json.loads(out.read_text())["modes"]["default"]
+    assert figures["all"]["sweeps"] == 48
+    assert figures["all"]["latency_ratio"]["points"] == 32 * 32  # only the 8- and 16-SM sweeps pair up
+    assert "h200_as_model" not in figures["114 SMs"] and figures["114 SMs"]["sweeps"] == 16
