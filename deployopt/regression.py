@@ -53,6 +53,7 @@ LIKE_FOR_LIKE = (
     ("cudnn_benchmark", "cudnn.benchmark"),
     ("cudnn_benchmark_limit", "cuDNN engines timed"),
     ("dtype", "dtype"),
+    ("input_shapes", "input shapes"),
 )
 
 
@@ -100,6 +101,11 @@ def runtime_version(t: Timing) -> str | None:
 def _shown(key: str, value: Any) -> str:
     if key == "clocks_locked":
         return "locked" if value else "not locked"
+    if key == "input_shapes" and isinstance(value, dict):  # {"input": [1, 3, 32, 32]} -> input:1x3x32x32
+        return ",".join(
+            f"{name}:{'x'.join(map(str, dims))}" if isinstance(dims, list) else f"{name}:{dims}"
+            for name, dims in value.items()
+        )
     return str(value)
 
 
