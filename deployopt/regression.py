@@ -126,8 +126,30 @@ def differences(a: Timing, b: Timing) -> list[str]:
         if va is not None and vb is not None and va != vb:
             out.append(f"{word} {_shown(key, va)} → {_shown(key, vb)}")
     if a.timed and b.timed and a.timed != b.timed:
-        out.append("what was timed differs")
+        out.append(timed_difference(a.timed, b.timed))
     return out + clock_slowdowns(a, b)
+
+
+def _clauses(timed: str) -> list[str]:
+    """A "what was timed" line's comma-separated clauses (a comma inside brackets stays in its clause)."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(timed):
+        depth += (ch in "([") - (ch in ")]" and depth > 0)
+        if ch == "," and depth == 0:
+            out.append(timed[start:i].strip())
+            start = i + 1
+    return [*out, timed[start:].strip()]
+
+
+def timed_difference(a: str, b: str) -> str:
+    """'what was timed differs: cudnn.benchmark (10 engines timed) → cuDNN heuristics (...)': the
+    clauses each line has that the other lacks. The lines run to 200 characters, and "what was
+    timed differs" alone left the reader to find the difference (or to guess it was the model's)."""
+    ca, cb = _clauses(a), _clauses(b)
+    only_a, only_b = [c for c in ca if c not in cb], [c for c in cb if c not in ca]
+    if not only_a and not only_b:  # the same clauses in another order
+        return "what was timed differs"
+    return f"what was timed differs: {'; '.join(only_a) or '-'} → {'; '.join(only_b) or '-'}"
 
 
 def clock_slowdowns(baseline: Timing, current: Timing) -> list[str]:
