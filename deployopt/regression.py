@@ -110,9 +110,13 @@ def _shown(key: str, value: Any) -> str:
 
 
 def setup(t: Timing) -> str:
-    """The backend and the like-for-like facts a measurement recorded, in words."""
+    """The backend and the like-for-like facts a measurement recorded, in words; a file that
+    recorded none says so ("measured on: trtexec (both)" read as if the setups had been checked)."""
     facts = like_for_like_facts(t)
     words = [f"{word} {_shown(key, facts[key])}" for key, word in LIKE_FOR_LIKE if facts[key] is not None]
+    if not words:
+        why = "a trtexec --exportTimes file names no GPU or TensorRT" if t.timed == EXPORT_TIMES_TIMED else ""
+        return f"{t.backend}, setup not recorded{f' ({why})' if why else ''}"
     return ", ".join([t.backend, *words])
 
 

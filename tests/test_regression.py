@@ -376,6 +376,11 @@ def test_trtexec_export_times_say_they_name_no_model(tmp_path: Path) -> None:
     check = check_models((TIMES, load_timing(TIMES)), (new, load_timing(new)))
     assert check.status == "unknown" and check.comparable
     assert f"({TIMES}: a trtexec --exportTimes file names no model)" in check.message
+    # nor its setup: "measured on: trtexec (both)" read as two setups checked alike
+    assert setup(load_timing(TIMES)) == (
+        "trtexec, setup not recorded (a trtexec --exportTimes file names no GPU or TensorRT)"
+    )
+    assert setup(load_timing(write_timing(tmp_path / "bare.json", 500.0))) == "tensorrt, setup not recorded"
 
 
 def test_an_onnx_model_and_an_engine_cannot_be_checked_by_hash(tmp_path: Path) -> None:
