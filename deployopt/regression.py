@@ -169,6 +169,22 @@ def clock_slowdowns(baseline: Timing, current: Timing) -> list[str]:
     return out
 
 
+def unchecked_for_throttling(baseline: Timing, current: Timing) -> list[str]:
+    """A jetson/runner.py result with no record of its board around the timed loop (no
+    "gpu_clock_during_run" nor "oc_events": a runner older than that record, copied to the board by
+    hand, or a board whose devfreq clock could not be read): clock_slowdowns cannot flag it, so a
+    throttled week would read as a regression. Said in a note, where it was silent."""
+    return [
+        f"{side}: not checked for throttling: this jetson/runner.py result has no record of the GPU "
+        "clock or over-current counters around its timed loop (a runner older than that record: copy "
+        "the current jetson/runner.py to the board; or a board whose devfreq clock is unreadable)"
+        for side, t in (("baseline", baseline), ("current", current))
+        if "runner" in t.environment
+        and "gpu_clock_during_run" not in t.environment
+        and "oc_events" not in t.environment
+    ]
+
+
 # ---------------------------------------------------------------------------------------------
 # model identity: did both sides time the same model?
 
@@ -277,6 +293,7 @@ class Pair:
     comparison: Comparison
     differences: list[str]
     model: ModelCheck = field(default_factory=lambda: ModelCheck("unknown"))
+    notes: list[str] = field(default_factory=list)  # what could not be checked (unchecked_for_throttling)
 
     def to_json(self) -> dict[str, Any]:
         def side(t: Timing, path: Path) -> dict[str, Any]:
@@ -303,6 +320,7 @@ class Pair:
             "verdict": self.comparison.verdict,
             "environment_differences": self.differences,
             "model_check": self.model.to_json(),
+            "notes": self.notes,
         }
 
 
@@ -427,7 +445,6 @@ def compare_paths(
         tb, tc = (timing_from_json(p, parsed[p]) if p in parsed else load_timing(p) for p in (bp, cp))
         check_testable((bp, tb), (cp, tc), alpha)
         model = check_models((bp, tb), (cp, tc))
-        pairs.append(
-            Pair(name, bp, cp, tb, tc, compare(tb, tc, alpha, min_effect), differences(tb, tc), model)
-        )
+        comparison, notes = compare(tb, tc, alpha, min_effect), unchecked_for_throttling(tb, tc)
+        pairs.append(Pair(name, bp, cp, tb, tc, comparison, differences(tb, tc), model, notes))
     return RegressionReport(pairs, alpha, min_effect, only_b, only_c)

@@ -137,6 +137,8 @@ def compare_command(
     for p in report.pairs:
         if p.model.comparable and p.model.message:  # changed (same name, new bytes) or not recorded
             _line(f"note: {p.name}: {p.model.message}", "yellow")
+        for note in p.notes:
+            _line(f"note: {p.name}: {note}", "yellow")
     if strict and report.not_comparable:
         raise typer.Exit(NOT_COMPARABLE)
     mismatched = bool(report.not_like_for_like or report.only_in_baseline or report.only_in_current)
