@@ -350,3 +350,18 @@ def test_the_docs_keep_a_first_baseline_once_and_compare_checks_it(tmp_path: Pat
             kept = sorted(p.relative_to(work).as_posix() for p in (work / "baselines").rglob("*"))
             assert kept == ["baselines/model.json"], (keep, kept)
             assert (work / "baselines" / "model.json").read_text() == "week 1"
+
+
+def test_help_gives_every_exit_status_a_pipeline_gates_on(monkeypatch, capsys) -> None:
+    """--help named exit 1 (and 3 under --strict) only: a CI script written from it read exit 2
+    (no baseline yet, a result with too few runs) as a regression, or as nothing it knew."""
+    code, out, _ = run_cli(monkeypatch, capsys, "compare", "--help", columns=100)
+    text = " ".join(out.split())
+    assert code == 0
+    for status in (
+        "Exit 0: none slower",
+        "1: a regression",
+        "2: bad input",
+        "3: --strict and different models",
+    ):
+        assert status in text, status

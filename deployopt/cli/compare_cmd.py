@@ -107,7 +107,8 @@ def compare_command(
     output: Optional[Path] = output_option(None, "--output", "-o", help="Write the JSON result here."),
 ) -> None:
     """Regression timing: is each model slower than its baseline? Reads `bench -o`, jetson runner or
-    trtexec --exportTimes JSON; exit 1 on a regression."""
+    trtexec --exportTimes JSON. Exit 0: none slower; 1: a regression (or --strict's failures); 2: bad
+    input (a missing or unreadable file, too few runs); 3: --strict and different models."""
     from deployopt.fileio import check_output_file, refuse_input_as_output, write_json
 
     if output is not None:
