@@ -53,6 +53,7 @@ LIKE_FOR_LIKE = (
     ("cudnn_benchmark", "cudnn.benchmark"),
     ("cudnn_benchmark_limit", "cuDNN engines timed"),
     ("dtype", "dtype"),
+    ("input_shapes", "input shapes"),
 )
 
 
@@ -100,13 +101,22 @@ def runtime_version(t: Timing) -> str | None:
 def _shown(key: str, value: Any) -> str:
     if key == "clocks_locked":
         return "locked" if value else "not locked"
+    if key == "input_shapes" and isinstance(value, dict):  # {"input": [1, 3, 32, 32]} -> input:1x3x32x32
+        return ",".join(
+            f"{name}:{'x'.join(map(str, dims))}" if isinstance(dims, list) else f"{name}:{dims}"
+            for name, dims in value.items()
+        )
     return str(value)
 
 
 def setup(t: Timing) -> str:
-    """The backend and the like-for-like facts a measurement recorded, in words."""
+    """The backend and the like-for-like facts a measurement recorded, in words; a file that
+    recorded none says so ("measured on: trtexec (both)" read as if the setups had been checked)."""
     facts = like_for_like_facts(t)
     words = [f"{word} {_shown(key, facts[key])}" for key, word in LIKE_FOR_LIKE if facts[key] is not None]
+    if not words:
+        why = "a trtexec --exportTimes file names no GPU or TensorRT" if t.timed == EXPORT_TIMES_TIMED else ""
+        return f"{t.backend}, setup not recorded{f' ({why})' if why else ''}"
     return ", ".join([t.backend, *words])
 
 
@@ -120,8 +130,30 @@ def differences(a: Timing, b: Timing) -> list[str]:
         if va is not None and vb is not None and va != vb:
             out.append(f"{word} {_shown(key, va)} → {_shown(key, vb)}")
     if a.timed and b.timed and a.timed != b.timed:
-        out.append("what was timed differs")
+        out.append(timed_difference(a.timed, b.timed))
     return out + clock_slowdowns(a, b)
+
+
+def _clauses(timed: str) -> list[str]:
+    """A "what was timed" line's comma-separated clauses (a comma inside brackets stays in its clause)."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(timed):
+        depth += (ch in "([") - (ch in ")]" and depth > 0)
+        if ch == "," and depth == 0:
+            out.append(timed[start:i].strip())
+            start = i + 1
+    return [*out, timed[start:].strip()]
+
+
+def timed_difference(a: str, b: str) -> str:
+    """'what was timed differs: cudnn.benchmark (10 engines timed) → cuDNN heuristics (...)': the
+    clauses each line has that the other lacks. The lines run to 200 characters, and "what was
+    timed differs" alone left the reader to find the difference (or to guess it was the model's)."""
+    ca, cb = _clauses(a), _clauses(b)
+    only_a, only_b = [c for c in ca if c not in cb], [c for c in cb if c not in ca]
+    if not only_a and not only_b:  # the same clauses in another order
+        return "what was timed differs"
+    return f"what was timed differs: {'; '.join(only_a) or '-'} → {'; '.join(only_b) or '-'}"
 
 
 def clock_slowdowns(baseline: Timing, current: Timing) -> list[str]:
@@ -135,6 +167,22 @@ def clock_slowdowns(baseline: Timing, current: Timing) -> list[str]:
         if held:
             out.append(f"{side}: GPU clock held down by {held}")
     return out
+
+
+def unchecked_for_throttling(baseline: Timing, current: Timing) -> list[str]:
+    """A jetson/runner.py result with no record of its board around the timed loop (no
+    "gpu_clock_during_run" nor "oc_events": a runner older than that record, copied to the board by
+    hand, or a board whose devfreq clock could not be read): clock_slowdowns cannot flag it, so a
+    throttled week would read as a regression. Said in a note, where it was silent."""
+    return [
+        f"{side}: not checked for throttling: this jetson/runner.py result has no record of the GPU "
+        "clock or over-current counters around its timed loop (a runner older than that record: copy "
+        "the current jetson/runner.py to the board; or a board whose devfreq clock is unreadable)"
+        for side, t in (("baseline", baseline), ("current", current))
+        if "runner" in t.environment
+        and "gpu_clock_during_run" not in t.environment
+        and "oc_events" not in t.environment
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -245,6 +293,7 @@ class Pair:
     comparison: Comparison
     differences: list[str]
     model: ModelCheck = field(default_factory=lambda: ModelCheck("unknown"))
+    notes: list[str] = field(default_factory=list)  # what could not be checked (unchecked_for_throttling)
 
     def to_json(self) -> dict[str, Any]:
         def side(t: Timing, path: Path) -> dict[str, Any]:
@@ -271,6 +320,7 @@ class Pair:
             "verdict": self.comparison.verdict,
             "environment_differences": self.differences,
             "model_check": self.model.to_json(),
+            "notes": self.notes,
         }
 
 
@@ -395,7 +445,6 @@ def compare_paths(
         tb, tc = (timing_from_json(p, parsed[p]) if p in parsed else load_timing(p) for p in (bp, cp))
         check_testable((bp, tb), (cp, tc), alpha)
         model = check_models((bp, tb), (cp, tc))
-        pairs.append(
-            Pair(name, bp, cp, tb, tc, compare(tb, tc, alpha, min_effect), differences(tb, tc), model)
-        )
+        comparison, notes = compare(tb, tc, alpha, min_effect), unchecked_for_throttling(tb, tc)
+        pairs.append(Pair(name, bp, cp, tb, tc, comparison, differences(tb, tc), model, notes))
     return RegressionReport(pairs, alpha, min_effect, only_b, only_c)

@@ -1250,6 +1250,8 @@ def run(args, trt=None, cuda=None):
     env = board_environment()
     env.update(during_run(before, after))
     env.update({"tensorrt": version, "api": api, "cuda_binding": cuda.name, "engine": engine_file})
+    # the shape each input ran at (batch included): deployopt compare flags a pair timed at others
+    env["input_shapes"] = dict((name, [int(d) for d in shape]) for name, is_in, shape, _ in ios if is_in)
     env["engine_built_now"] = built is not None  # False: reused, or a serialized engine given as the model
     if key is not None:
         env["engine_key"] = key

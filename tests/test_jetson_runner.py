@@ -757,6 +757,29 @@ def test_compare_flags_a_runner_result_whose_board_throttled(
     )
 
 
+def test_compare_notes_a_runner_result_it_cannot_check_for_throttling(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A result of a runner older than its record of the board around the timed loop (a copy left on
+    the board by hand) cannot be flagged as throttled, and compare said nothing of it: a throttled
+    week read as a regression. Now a note names that side; the exit status is the verdict's."""
+    from cli_runner import run_cli
+
+    setup = {"runner": "jetson/runner.py v1", "board": "Jetson AGX Orin", "clocks_locked": True}
+    steady = _record(tmp_path / "a", "orin", {}, {"gpu_c": 60.0})
+    old = _runner_result(tmp_path / "old.json", 500.0, setup, seed=0)
+    new = _runner_result(tmp_path / "new.json", 500.0, {**setup, **steady}, seed=1)
+    code, out, err = run_cli(monkeypatch, capsys, "compare", str(old), str(new), "--strict")
+    assert code == 0 and "no change" in out
+    assert err == (
+        "note: new: baseline: not checked for throttling: this jetson/runner.py result has no record of "
+        "the GPU clock or over-current counters around its timed loop (a runner older than that record: "
+        "copy the current jetson/runner.py to the board; or a board whose devfreq clock is unreadable)\n"
+    )
+    code, out, err = run_cli(monkeypatch, capsys, "compare", str(new), str(new), "--json")
+    assert code == 0 and err == "" and json.loads(out)["pairs"][0]["notes"] == []
+
+
 @pytest.mark.parametrize(
     ("flags", "named"),
     [

@@ -66,7 +66,10 @@ def test_heuristic_pytorch_is_a_measured_regression_and_not_like_for_like() -> N
     assert 100 * (pair.comparison.ratio - 1) == pytest.approx(2.56, abs=0.01)
     assert pair.comparison.p_value < 1e-30
     assert "cudnn.benchmark True → False" in pair.differences
-    assert "what was timed differs" in pair.differences
+    # which part of the 200-character lines differs, not only that one does
+    assert pair.differences[-1] == (
+        "what was timed differs: cudnn.benchmark (10 engines timed) → cuDNN heuristics (cudnn.benchmark off)"
+    )
     back = compare_paths(
         H200_CLI / "bench_resnet56_heuristic_sm8.json", H200_CLI / "bench_resnet56_autotuned_sm8.json"
     )
@@ -106,8 +109,23 @@ def test_setup_differences_name_what_changed(tmp_path: Path) -> None:
     c = load_timing(
         write_timing(tmp_path / "c.json", 500.0, {"board": env["board"]}, timed="one forward pass (int8)")
     )
-    assert differences(a, c) == ["what was timed differs"]  # facts on one side only do not count
+    # facts on one side only do not count
+    assert differences(a, c) == ["what was timed differs: one forward pass (fp16) → one forward pass (int8)"]
     assert setup(a) == "tensorrt, board NVIDIA Jetson Orin Nano, SMs 8, power mode 15W, TensorRT 10.3.0"
+
+
+def test_what_was_timed_names_the_clauses_that_differ() -> None:
+    """A comma inside brackets stays in its clause; clauses on one side only are named, in order; a
+    reordering alone says only that the lines differ."""
+    from deployopt.regression import timed_difference
+
+    engine = "one forward pass of a prebuilt engine (precision as built, --dtype only a label), no CUDA graph"
+    assert timed_difference("one forward pass (fp16), no CUDA graph", engine) == (
+        "what was timed differs: one forward pass (fp16) → "
+        "one forward pass of a prebuilt engine (precision as built, --dtype only a label)"
+    )
+    assert timed_difference("a, b", "a, b, c") == "what was timed differs: - → c"
+    assert timed_difference("a, b", "b, a") == "what was timed differs"
 
 
 def test_a_torch_or_onnxruntime_upgrade_is_a_setup_difference(tmp_path: Path) -> None:
@@ -358,6 +376,11 @@ def test_trtexec_export_times_say_they_name_no_model(tmp_path: Path) -> None:
     check = check_models((TIMES, load_timing(TIMES)), (new, load_timing(new)))
     assert check.status == "unknown" and check.comparable
     assert f"({TIMES}: a trtexec --exportTimes file names no model)" in check.message
+    # nor its setup: "measured on: trtexec (both)" read as two setups checked alike
+    assert setup(load_timing(TIMES)) == (
+        "trtexec, setup not recorded (a trtexec --exportTimes file names no GPU or TensorRT)"
+    )
+    assert setup(load_timing(write_timing(tmp_path / "bare.json", 500.0))) == "tensorrt, setup not recorded"
 
 
 def test_an_onnx_model_and_an_engine_cannot_be_checked_by_hash(tmp_path: Path) -> None:

@@ -2895,6 +2895,32 @@ def test_a_dtype_difference_is_named_by_compare(
     assert "dtype" not in load_timing(tmp_path / "engine.json").environment
 
 
+def test_a_batch_difference_is_named_by_compare(
+    monkeypatch: pytest.MonkeyPatch,
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The runner and the tensorrt backend record the shape each input ran at: a dynamic-batch
+    model timed at batch 1 against batch 4 (the same file, the same dtype) read as like for like,
+    and its 4x slower median as the model's regression."""
+    install(monkeypatch, V10, "bindings")
+    model = str(zoo_model_path("mobilenet_like_dynamic"))
+    runner = load_runner()
+    results = {}
+    for batch in (1, 4):
+        out = tmp_path / f"b{batch}.json"
+        args = [model, "--shapes", f"input:{batch}x3x32x32", "--runs", "5"]
+        assert runner.main([*args, "--engine-dir", str(tmp_path / "engines"), "--out", str(out)]) == 0
+        results[batch] = load_timing(out)
+    assert results[4].environment["input_shapes"] == {"input": [4, 3, 32, 32]}
+    assert differences(results[1], results[4]) == ["input shapes input:1x3x32x32 → input:4x3x32x32"]
+    backend = build_and_time(model, opts(tmp_path, batch=2), per_layer=False)
+    assert backend["timing"]["environment"]["input_shapes"] == {"input": [2, 3, 32, 32]}
+    static = build_and_time(str(zoo_model_path("mobilenet_like")), opts(tmp_path), per_layer=False)
+    assert static["timing"]["environment"]["input_shapes"] == {"input": [1, 3, 32, 32]}
+
+
 def test_runner_workspace_out_of_range_is_one_line(
     monkeypatch: pytest.MonkeyPatch,
     zoo_model_path: Callable[[str], Path],

@@ -312,6 +312,28 @@ def test_measure_reads_export_times(fake: dict[str, Path]) -> None:
     )
 
 
+def test_the_shapes_timed_are_recorded_and_compared(fake: dict[str, Path], tmp_path: Path) -> None:
+    """Each input's shape (the batch timed) is in the result: a dynamic-batch model at batch 1
+    against batch 4, the same file and dtype, read as like for like before. A static model records
+    its own shape, which trtexec is given no --shapes for."""
+    from deployopt.regression import differences
+
+    model = conv_model(ConvShape(n=1, c=3, h=8, w=8, k=4))
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    dyn = tmp_path / "dyn.onnx"
+    onnx.save(model, dyn)
+    timings = []
+    for batch in (1, 4):
+        opts = MeasureOptions(dtype="fp16", runs=300, batch=batch, workdir=fake["workdir"])
+        with TrtexecBackend().open(opts) as session:
+            timings.append(session.measure(dyn))
+    assert timings[1].environment["input_shapes"] == {"x": [4, 3, 8, 8]}
+    assert differences(*timings) == ["input shapes x:1x3x8x8 → x:4x3x8x8"]
+    with TrtexecBackend().open(MeasureOptions(dtype="fp16", runs=300, workdir=fake["workdir"])) as session:
+        static = session.measure(fake["model"])
+    assert static.environment["input_shapes"] == {"x": [1, 8, 8, 8]}
+
+
 GRAPH_IGNORED = (
     "[07/07/2026-02:11:26] [W] The built TensorRT engine contains operations that are not permitted "
     "under CUDA graph capture mode.\n"

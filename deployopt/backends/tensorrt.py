@@ -902,6 +902,8 @@ def time_engine(
         # dtype: compare (LIKE_FOR_LIKE) names a dtype difference as such, not as "what was timed"
         env: dict[str, Any] = {"tensorrt": version, "cuda_binding": cuda.name, "api": api}
         env["dtype"] = options.dtype
+        # the shape each input ran at (batch included): compare flags a pair timed at others
+        env["input_shapes"] = {io.name: [int(d) for d in io.shape] for io in ios if io.is_input}
         what = f"({precision_phrase(options.dtype, version)})"
         if prebuilt:
             mark_prebuilt(env, options.dtype)

@@ -234,6 +234,22 @@ def input_shapes(model_path: Path, options: MeasureOptions) -> dict[str, list[in
     return shapes
 
 
+def ran_shapes(model_path: Path, shapes: dict[str, list[int]]) -> dict[str, list[int]]:
+    """Each input's shape as trtexec runs the model: the --shapes given, else the model's static
+    shape (the batch timed, which compare checks like for like; --shapes holds only dynamic ones)."""
+    try:
+        dims = _onnx_input_dims(model_path)
+    except Exception:  # unreadable model: trtexec will say so in its own words
+        return dict(shapes)
+    out: dict[str, list[int]] = {}
+    for name, d in dims.items():
+        if name in shapes:
+            out[name] = list(shapes[name])
+        elif d and all(x is not None for x in d):
+            out[name] = [int(x) for x in d if x is not None]
+    return out
+
+
 def _onnx_input_dims(model_path: Path) -> dict[str, list[int | None]]:
     import onnx
 
@@ -462,6 +478,7 @@ class TrtexecSession(Session):
         self._qdq = False  # the model run() was last given has Q/DQ nodes (read for int8 only)
         self._engine: str | None = None  # where the last run's engine is (on the board with --remote)
         self._prebuilt = False  # the last model run() was given is a serialized engine (--loadEngine)
+        self._input_shapes: dict[str, list[int]] = {}  # what each input of that model ran at, where known
         root = Path(options.extra.get("remote_workdir", DEFAULT_REMOTE_WORKDIR))
         run_dir = remote_run_dir(root, options) if self.remote else None  # optimize's, removed at close
         self.run_dir: Path | None = Path(run_dir) if run_dir is not None else None
@@ -503,8 +520,10 @@ class TrtexecSession(Session):
         if self._prebuilt:  # loaded as it is: no ONNX read, no Q/DQ check, no fp16 typing
             refuse_engine_options(model_path, self.options.batch, self.options.calibration_data)
             shapes = dict(self.options.input_shapes)
+            self._input_shapes = dict(shapes)  # an engine's static inputs are not read here
         else:
             shapes = input_shapes(model_path, self.options)
+            self._input_shapes = ran_shapes(model_path, shapes)
         if self.options.dtype == "int8" and not self._prebuilt:
             from deployopt.model import file_has_qdq
 
@@ -633,6 +652,8 @@ class TrtexecSession(Session):
         timing = run.timing("computeMs")
         timing.environment.update(self._env(run))
         timing.environment["dtype"] = self.options.dtype  # compare names a dtype difference as such
+        if self._input_shapes:  # the batch timed: compare flags a pair timed at other shapes
+            timing.environment["input_shapes"] = self._input_shapes
         if self._engine:  # optimize keeps the chosen plan's engine (keep_engine)
             timing.environment["engine"] = self._engine
         # around the whole trtexec run, engine build included: a slowdown then is flagged too. No SM
@@ -696,7 +717,8 @@ class TrtexecSession(Session):
         options = self._board_options(board_table)
         self._prebuilt = False
         runs: list[SweepRun] = []
-        built: list[tuple[bool, str | None]] = []  # per conv: Q/DQ nodes, the engine's path on the board
+        # per conv: Q/DQ nodes, the engine's path on the board, its input's shape (as measure records it)
+        built: list[tuple[bool, str | None, dict[str, list[int]]]] = []
         for i, shape in enumerate(shapes):
             name = sweep_model_name(i, shape)
             written = here / "models" / f"{name}.onnx"
@@ -706,7 +728,7 @@ class TrtexecSession(Session):
             send.append(model)
             cmd = build_command(self.trtexec, folder / model.name, folder / name, options, self.version, {})
             runs.append(SweepRun(model.name, cmd, folder / name, folder / SWEEP_RESULTS / name))
-            built.append((self._qdq, saved_engine(cmd)))
+            built.append((self._qdq, saved_engine(cmd), ran_shapes(model, {})))
         script = sweep_script(runs)
         (here / "command.txt").write_text(f"ssh {self.remote} " + shlex.join(["sh", "-c", script]) + "\n")
         board.fresh_dir(folder, short)
@@ -718,8 +740,8 @@ class TrtexecSession(Session):
         back = "scp of trtexec's logs and exports"
         board.get_folder(folder / SWEEP_RESULTS, here, back, self.options.timeout_s)
         timings = []
-        for run, (qdq, engine) in zip(runs, built):
-            self._qdq, self._engine = qdq, engine
+        for run, (qdq, engine, ran) in zip(runs, built):
+            self._qdq, self._engine, self._input_shapes = qdq, engine, ran
             timings.append(self._timing(self._collect(here / SWEEP_RESULTS / run.results.name), None, None))
         return timings
 

@@ -107,7 +107,8 @@ def compare_command(
     output: Optional[Path] = output_option(None, "--output", "-o", help="Write the JSON result here."),
 ) -> None:
     """Regression timing: is each model slower than its baseline? Reads `bench -o`, jetson runner or
-    trtexec --exportTimes JSON; exit 1 on a regression."""
+    trtexec --exportTimes JSON. Exit 0: none slower; 1: a regression (or --strict's failures); 2: bad
+    input (a missing or unreadable file, too few runs); 3: --strict and different models."""
     from deployopt.fileio import check_output_file, refuse_input_as_output, write_json
 
     if output is not None:
@@ -137,6 +138,8 @@ def compare_command(
     for p in report.pairs:
         if p.model.comparable and p.model.message:  # changed (same name, new bytes) or not recorded
             _line(f"note: {p.name}: {p.model.message}", "yellow")
+        for note in p.notes:
+            _line(f"note: {p.name}: {note}", "yellow")
     if strict and report.not_comparable:
         raise typer.Exit(NOT_COMPARABLE)
     mismatched = bool(report.not_like_for_like or report.only_in_baseline or report.only_in_current)
