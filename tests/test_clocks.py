@@ -325,3 +325,47 @@ def test_cudnn_is_listed_only_where_a_gpu_runs_it(monkeypatch: pytest.MonkeyPatc
     assert facts["torch_cuda"] == "13.0"
     assert ("cudnn" in facts) is gpu and facts.get("cudnn", 92400) == 92400
     assert ("gpu" in facts) is gpu
+
+
+def test_bench_on_a_power_capped_h200_warned_and_compare_flagged_it() -> None:
+    """benchmarks/results/h200_clocks/capped_bench_2026-12-05 (`run_capped_and_rounds_gpu.sh capped`
+    and two longer runs, real H200, full GPU, fp16): VGG16-CIFAR at batch 1024 ran at 1980 MHz with no
+    counter moving; the same net 512 wide at batch 256 was power-capped, bench recorded it and printed
+    its warning line, and compare flagged both sides of a pair timed under the cap."""
+    from deployopt.regression import compare_paths
+
+    folder = Path(__file__).resolve().parents[1] / "benchmarks/results/h200_clocks/capped_bench_2026-12-05"
+    recorded = {
+        "bench_vgg16_cifar_b1024": {},
+        "bench_vgg16_cifar_w512_b256": {"sw_power_cap": 2_900_074},
+        "bench_w512_runs100": {"sw_power_cap": 600_002},
+        "bench_w512_runs2000": {"sw_power_cap": 9_599_991},
+    }
+    for stem, slowdown in recorded.items():
+        env = json.loads((folder / f"{stem}.json").read_text())["environment"]
+        assert env["clock_slowdown_us"] == slowdown
+        assert recorded_slowdown(env) == slowdown
+        printed = (folder / f"{stem}.out").read_text()
+        warned = [line for line in printed.splitlines() if line.startswith("warning: the GPU's clock")]
+        if slowdown:
+            assert warned == [
+                f"warning: the GPU's clock was held down while this was timed ({slowdown_phrase(slowdown)}): "
+                "the latency may be slower than this GPU's; check its cooling and power limit, and time again"
+            ]
+        else:
+            assert warned == [] and env["clocks"]["sm_clock_mhz"] == 1980.0
+    assert slowdown_phrase(recorded["bench_vgg16_cifar_w512_b256"]) == "SW power cap 2.9 s"
+    # nvidia-smi around the whole capped bench process (warm-up and cuDNN's search too): 0 → 3.73 s
+    before = parse_clocks((folder / "smi_before_vgg16_cifar_w512.txt").read_text())
+    after = parse_clocks((folder / "smi_after_vgg16_cifar_w512.txt").read_text())
+    assert slowdown_between(before, after) == {"sw_power_cap": 3_733_584}
+    uncapped = [parse_clocks((folder / f"smi_{w}_vgg16_cifar.txt").read_text()) for w in ("before", "after")]
+    assert slowdown_between(*uncapped) == {}
+    report = compare_paths(folder / "bench_w512_runs100.json", folder / "bench_w512_runs2000.json")
+    (pair,) = report.pairs
+    assert pair.comparison.verdict == "slower"  # +2.2 %, the longer run held down longer
+    assert pair.differences == [
+        "baseline: GPU clock held down by SW power cap 600 ms",
+        "current: GPU clock held down by SW power cap 9.6 s",
+    ]
+    assert "GPU clock held down" in (folder / "compare.out").read_text()
