@@ -39,11 +39,14 @@ def _private_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     return cache
 
 
-def play_a_nano(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
-    """The stand-in board as a Jetson Nano on JetPack 4.6: its device tree and devfreq (clock locked),
-    TensorRT 8.2 (whose fake GPU is a 1-SM Tegra X1). Returns (the ssh/scp log, the board's home)."""
+def play_a_nano(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, min_hz: int = sysfs_fake.NANO_MAX_HZ
+) -> tuple[Path, Path]:
+    """The stand-in board as a Jetson Nano on JetPack 4.6: its device tree and devfreq (clock locked
+    unless `min_hz` is below the maximum), TensorRT 8.2 (whose fake GPU is a 1-SM Tegra X1).
+    Returns (the ssh/scp log, the board's home)."""
     log, home = play_the_board(tmp_path, monkeypatch)
-    monkeypatch.setenv("FAKE_BOARD_ROOT", str(sysfs_fake.nano(tmp_path / "nano_sysfs")))
+    monkeypatch.setenv("FAKE_BOARD_ROOT", str(sysfs_fake.nano(tmp_path / "nano_sysfs", min_hz=min_hz)))
     monkeypatch.setenv("FAKE_BOARD_TRT", V82)
     return log, home
 
@@ -98,8 +101,9 @@ def test_calibrate_remote_with_another_target_warns_and_keeps_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], _private_cache: Path
 ) -> None:
     """--target given: kept, with optimize's warning where the board says it is another; the profile
-    is that target's, still recording the board it was timed on."""
-    play_a_nano(tmp_path, monkeypatch)
+    is that target's, still recording the board it was timed on. A board left to DVFS (jetson_clocks
+    not run) gets bench's note: a fit to a clock that followed the load is not the board's."""
+    play_a_nano(tmp_path, monkeypatch, min_hz=sysfs_fake.NANO_MIN_HZ)
     out_file = tmp_path / "tx2.json"
     code, out, err = run_cli(
         monkeypatch, capsys, "calibrate", "--remote", HOST, "--target", "tx2", "-o", str(out_file), *WIDTHS
@@ -107,8 +111,10 @@ def test_calibrate_remote_with_another_target_warns_and_keeps_it(
     assert code == 0, err
     assert f"warning: --target tx2, but the board at {HOST} is nano (" in err
     assert "keeping --target tx2" in err and "read from the board" not in err
+    assert "note: the board's GPU clock was not locked (devfreq 76.8–921.6 MHz)" in err
     doc = json.loads(out_file.read_text())
     assert doc["target"]["name"] == "tx2" and doc["measured_with"]["where"] == f"{NANO_GPU} at {HOST}"
+    assert doc["measured_with"]["clocks_locked"] is False
     assert out.strip().endswith(f"use --target {out_file}")
 
 
