@@ -69,13 +69,14 @@ SSH_GRACE_S = 30
 REMOTE_BACKENDS = ("trtexec", "tensorrt")
 
 
-def check_remote_backend(backend_name: str, remote: str | None) -> None:
+def check_remote_backend(backend_name: str, remote: str | None, flag: str = "--backend") -> None:
     """--remote names a board that builds and times with TensorRT: only trtexec and the runner run
-    there; torch, ort or the wave model would have run here, silently ignoring the board."""
+    there; torch, ort or the wave model would have run here, silently ignoring the board. `flag`:
+    the option that names the backend (calibrate's and staircase's is --measure)."""
     if remote and backend_name not in REMOTE_BACKENDS:
         raise DeployoptError(
-            "--remote runs on the board over ssh, trtexec (--backend trtexec) or jetson/runner.py "
-            f"(--backend tensorrt): use it with one of those, not {backend_name!r}"
+            f"--remote runs on the board over ssh, trtexec ({flag} trtexec) or jetson/runner.py "
+            f"({flag} tensorrt): use it with one of those, not {backend_name!r}"
         )
 
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import inspect
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from typer.core import TyperCommand, TyperGroup
 
 from deployopt.errors import DataError, DeployoptError, OutputError
@@ -327,6 +329,42 @@ def remote_option() -> object:
         help="Build and time on this board over ssh (USER@HOST, key-based login); the model is copied "
         "with scp. trtexec: /usr/src/tensorrt/bin/trtexec there; tensorrt (optimize's auto): "
         "jetson/runner.py with the board's python3.",
+    )
+
+
+def missing_option(ctx: typer.Context, name: str) -> Exception:
+    """click's own missing-option error for the parameter `name` (`Missing option '--target'`), for
+    an option required only in some cases (--target and --measure: not with --remote). Its class is
+    taken from wherever this typer takes click (vendored or not)."""
+    missing = sys.modules[typer.BadParameter.__module__].MissingParameter
+    return missing(ctx=ctx, param=next(p for p in ctx.command.params if p.name == name))
+
+
+def measure_extra(remote: str | None, timing_cache: Path | None) -> dict[str, Any]:
+    """MeasureOptions.extra for --remote and --timing-cache: the board, and the cache's path (with
+    --remote the board keeps it under this file's name, so nothing is written here, and the path is
+    not probed here). A backend without TensorRT engines refuses the cache when opened."""
+    from deployopt.fileio import check_output_file
+
+    extra: dict[str, Any] = {"remote": remote} if remote else {}
+    if timing_cache is not None:
+        check_output_file(timing_cache, probe=not remote)
+        extra["timing_cache"] = str(timing_cache)
+    return extra
+
+
+def progress_bar(disable: bool) -> Progress:
+    """The live bar on stderr of a long measurement (optimize's sweep and evaluations, calibrate's
+    and staircase's convs): what, a bar, done/total, elapsed; gone once done, off when stderr is
+    not a terminal (a pipe, a CI log) or `disable` (--json)."""
+    return Progress(
+        TextColumn("{task.description}", markup=False),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+        disable=disable or not err_console.is_terminal,
     )
 
 

@@ -38,6 +38,7 @@ from deployopt.cli.app import (
     image_preprocess,
     input_path,
     mean_option,
+    measure_extra,
     note_cudnn_search,
     output_option,
     parse_input_shapes,
@@ -163,11 +164,7 @@ def _options(
     calibration_preprocess: ImagePreprocess | None = None,
     timing_cache: Path | None = None,
 ) -> MeasureOptions:
-    extra: dict[str, Any] = {"remote": remote} if remote else {}
-    if timing_cache is not None:  # a backend without TensorRT engines refuses it (check_options)
-        # with --remote the board keeps it under this file's name: nothing is written here
-        check_output_file(timing_cache, probe=not remote)
-        extra["timing_cache"] = str(timing_cache)
+    extra = measure_extra(remote, timing_cache)  # a backend without TensorRT engines refuses a cache
     if dtype is None:
         dtype = default_dtype(backend, model_path)
         if dtype == "int8":  # a Q/DQ model's: a GPU without INT8 then says the model is quantized

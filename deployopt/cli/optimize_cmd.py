@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
@@ -26,9 +26,11 @@ from deployopt.cli.app import (
     image_preprocess,
     input_path,
     mean_option,
+    missing_option,
     note_cudnn_search,
     output_option,
     parse_input_shapes,
+    progress_bar,
     refuse_int8_the_target_lacks,
     remote_option,
     resize_option,
@@ -279,15 +281,7 @@ def optimize_command(
             "optimize the float model it was quantized from (--dtype fp16 predicts fp16 widths for "
             "this one's convs)",
         )
-    progress = Progress(
-        TextColumn("{task.description}", markup=False),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=True,
-        disable=as_json or not err_console.is_terminal,
-    )
+    progress = progress_bar(disable=as_json)
     try:
         with progress:
             result = Optimizer(cfg, progress=_progress_callback(progress)).run()
@@ -309,9 +303,8 @@ def _resolve_target(ctx: typer.Context, target: Optional[str], remote: Optional[
     on stderr in one line; with both, a warning where they disagree. Without either: click's own
     missing-option error, as when --target was a required option."""
     if not remote:  # None, or '' (an unset shell variable): no board, as everywhere else
-        if target is None:  # click's class, from wherever this typer takes click (vendored or not)
-            missing = sys.modules[typer.BadParameter.__module__].MissingParameter
-            raise missing(ctx=ctx, param=next(p for p in ctx.command.params if p.name == "target"))
+        if target is None:
+            raise missing_option(ctx, "target")
         return target
     from deployopt.targets.board import target_for_remote
 

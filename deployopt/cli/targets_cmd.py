@@ -23,8 +23,13 @@ from deployopt.cli.app import (
     console,
     cudnn_benchmark_option,
     cudnn_engines_option,
+    measure_extra,
+    missing_option,
     note_cudnn_search,
     output_option,
+    progress_bar,
+    remote_option,
+    timing_cache_option,
 )
 from deployopt.errors import DeployoptError
 from deployopt.fileio import check_output_file
@@ -41,6 +46,32 @@ CALIBRATION_SHAPES = [
     (1, 256, 56, 56, 3, 1),
 ]
 CALIBRATION_KS = "16:256:16"
+#: Convs handed to the backend at a time, as optimize's sweep hands them (lut.LayerCache.fill): on a
+#: board each chunk is one batch of engine builds there, and the progress bar moves once a chunk.
+SWEEP_CHUNK = 16
+#: What calibrate's profile keeps of a board's environment (jetson/runner.py records them; trtexec
+#: only its binary and TensorRT version): which board, which software, which power mode and clocks.
+BOARD_FACTS = (
+    "runner",
+    "trtexec",
+    "tensorrt",
+    "board",
+    "compatible",
+    "l4t",
+    "nvpmodel",
+    "nvpmodel_id",
+    "clocks_locked",
+    "gpu_governor",
+    "gpu_min_freq_mhz",
+    "gpu_max_freq_mhz",
+    "jetson_clocks",
+)
+#: The help of calibrate's and staircase's --timing-cache.
+SWEEP_TIMING_CACHE_HELP = (
+    "tensorrt/trtexec: a TensorRT timing cache every conv's build reads and updates; it saves tactic "
+    "timing when the same convs are built again (a rerun), not within one sweep (every conv differs). "
+    "With --remote the board keeps it under this file's name."
+)
 
 
 def parse_dims(value: str, option: str = "--input") -> tuple[int, int, int, int]:
@@ -117,10 +148,44 @@ def _check_sms(sms: int | None) -> None:
         raise DeployoptError(f"--sms {sms}: must be a positive integer")
 
 
-def _check_measures(backend: Any) -> None:
-    """--measure needs a backend that times real kernels, not one that predicts."""
+def _check_remote(remote: str | None, measure: str | None, sms: int | None) -> str | None:
+    """--measure with --remote: the runner on the board (`tensorrt`) when not given, as bench's
+    --backend; one that runs here (torch, ort, the wave model) and --sms are one line each."""
+    if not remote:  # None, or '' (an unset shell variable): no board, as everywhere else
+        return measure
+    from deployopt.cli.backends_cmd import default_backend
+    from deployopt.remote import check_remote_backend
+
+    if sms is not None:
+        raise DeployoptError(
+            "--sms with --remote: a board's SM count is its own, and its GPU is timed whole; drop --sms"
+        )
+    measure = default_backend(measure, remote)
+    check_remote_backend(measure, remote, "--measure")
+    return measure
+
+
+def _timed_in_chunks(session: Any, shapes: list[ConvShape], what: str) -> list[Any]:
+    """session.measure_convs over `shapes`, SWEEP_CHUNK at a time, with a progress bar on stderr:
+    on a board every conv is a TensorRT engine build (seconds each on a Nano), and a sweep of 64
+    said nothing for its whole length."""
+    timings: list[Any] = []
+    with progress_bar(disable=False) as progress:
+        task = progress.add_task(what, total=len(shapes))
+        for start in range(0, len(shapes), SWEEP_CHUNK):
+            timings += session.measure_convs(shapes[start : start + SWEEP_CHUNK])
+            progress.update(task, completed=len(timings))
+    return timings
+
+
+def _measuring_backend(measure: str) -> Any:
+    """The backend --measure names; one that predicts rather than times real kernels is one line."""
+    from deployopt.backends.base import get_backend
+
+    backend = get_backend(measure)
     if not getattr(backend, "measured", True):
         raise DeployoptError(f"--measure {backend.name}: that backend predicts, it does not measure")
+    return backend
 
 
 def _kb(n: int) -> str:
@@ -446,13 +511,18 @@ def staircase_command(
         None, "--sms", metavar="N", help="Use only N SMs (model; and the backend if measuring)."
     ),
     measure: Optional[str] = typer.Option(
-        None, "--measure", metavar="BACKEND", help="Also measure on this backend (e.g. torch)."
+        None,
+        "--measure",
+        metavar="BACKEND",
+        help="Also measure on this backend (e.g. torch; with --remote tensorrt, the default, or trtexec).",
     ),
     runs: Optional[int] = typer.Option(
         None, "--runs", metavar="N", help="Timed runs per width when measuring (default 100)."
     ),
     cudnn_engines: Optional[int] = cudnn_engines_option(),
     cudnn_benchmark: bool = cudnn_benchmark_option(),
+    remote: Optional[str] = remote_option(),
+    timing_cache: Optional[Path] = timing_cache_option(SWEEP_TIMING_CACHE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     plot: Optional[Path] = output_option(
         None, "--plot", help="Write the staircase as an image (.png, .svg or .pdf)."
@@ -463,6 +533,7 @@ def staircase_command(
 
     _check_dtype(dtype)
     _check_sms(sms)
+    measure = _check_remote(remote, measure, sms)
     if plot is not None:  # before measuring: a bad --plot must not cost a sweep
         from deployopt.plots import plot_format
 
@@ -481,6 +552,7 @@ def staircase_command(
         "--runs": runs,
         "--cudnn-engines": cudnn_engines,
         "--no-cudnn-benchmark": not cudnn_benchmark or None,
+        "--timing-cache": timing_cache,
     }
     if not measure and any(v is not None for v in measuring.values()):  # ignored without a word
         given = [k for k, v in measuring.items() if v is not None]
@@ -489,17 +561,23 @@ def staircase_command(
     runs = 100 if runs is None else runs
     if measure:
         check_run_counts(runs)  # before the backend is looked up: a bad count costs no probe
-        from deployopt.backends.base import MeasureOptions, get_backend
+        from deployopt.backends.base import MeasureOptions
 
-        backend = get_backend(measure)
-        _check_measures(backend)
+        backend = _measuring_backend(measure)
         opts = MeasureOptions(
-            dtype=dtype, sms=sms, runs=runs, cudnn_engines=cudnn_engines, cudnn_benchmark=cudnn_benchmark
+            dtype=dtype,
+            sms=sms,
+            runs=runs,
+            cudnn_engines=cudnn_engines,
+            cudnn_benchmark=cudnn_benchmark,
+            extra=measure_extra(remote, timing_cache),
         )
         with backend.open(opts) as session:  # the note once the session stands: errors stay one line
             note_cudnn_search(backend, sms, cudnn_engines, cudnn_benchmark)
             _warn_measured_elsewhere(session, measure, tgt)
-            timings = session.measure_convs([shape.with_out_channels(k) for k in ks])
+            where = f"{measure} at {remote}" if remote else measure
+            sweep = [shape.with_out_channels(k) for k in ks]
+            timings = _timed_in_chunks(session, sweep, f"timing {len(sweep)} convs on {where}")
         _warn_measured_elsewhere(None, measure, tgt, timings[0].environment if timings else None)
     doc = staircase_doc(tgt, shape, dtype, ks, timings, measure)
     params = tgt.wave_params(dtype)
@@ -586,11 +664,22 @@ def staircase_command(
 
 @app.command("calibrate", rich_help_panel="GPU targets and the wave model")
 def calibrate_command(
-    target: str = typer.Option(
-        ..., "--target", "-t", metavar="TARGET", help="The target these measurements describe."
+    ctx: typer.Context,
+    target: Optional[str] = typer.Option(
+        None,
+        "--target",
+        "-t",
+        metavar="TARGET",
+        help="The target these measurements describe; required, except with --remote, where the board "
+        "says which it is.",
     ),
-    measure: str = typer.Option(
-        ..., "--measure", metavar="BACKEND", help="Backend that times convs on this device (e.g. torch)."
+    measure: Optional[str] = typer.Option(
+        None,
+        "--measure",
+        metavar="BACKEND",
+        help="Backend that times convs on this device (e.g. torch); required, except with --remote: "
+        "tensorrt (jetson/runner.py on the board, the default) or trtexec.",
+        show_default=False,
     ),
     sms: Optional[int] = typer.Option(None, "--sms", metavar="N", help="Restrict to N SMs while measuring."),
     dtype: str = typer.Option(
@@ -601,7 +690,7 @@ def calibrate_command(
         CALIBRATION_KS,
         "--out-channels",
         metavar="a:b:s",
-        help="Widths swept per shape (start:stop:step, stop included).",
+        help="Widths swept per shape (start:stop:step, stop included); 4 shapes × 16 widths by default.",
     ),
     output: Optional[Path] = output_option(
         None, "--output", "-o", help="Profile path (default: user cache)."
@@ -611,14 +700,22 @@ def calibrate_command(
     ),
     cudnn_engines: Optional[int] = cudnn_engines_option(),
     cudnn_benchmark: bool = cudnn_benchmark_option(),
+    remote: Optional[str] = remote_option(),
+    timing_cache: Optional[Path] = timing_cache_option(SWEEP_TIMING_CACHE_HELP),
 ) -> None:
     """Time a short sweep on the device, fit the wave model, save a profile --target can load."""
-    from deployopt.backends.base import MeasureOptions, get_backend
+    from deployopt.backends.base import MeasureOptions
     from deployopt.fileio import write_json
     from deployopt.targets import cache_dir, get_target
     from deployopt.waves import fit
 
+    if not remote:  # click's missing-option errors, in the options' order, as when both were required
+        for option, value in (("target", target), ("measure", measure)):
+            if value is None:
+                raise missing_option(ctx, option)
     _check_sms(sms)
+    measure = _check_remote(remote, measure, sms)
+    assert measure is not None  # given, or with --remote the runner
     dtypes = [d.strip() for d in dtype.split(",") if d.strip()]
     if not dtypes:
         raise DeployoptError(f"--dtype {dtype!r}: give at least one of fp16, fp32 (comma list)")
@@ -631,27 +728,51 @@ def calibrate_command(
         if dt == "int8":
             raise DeployoptError("--dtype int8: calibration needs measured convs, and INT8 is predicted only")
     ks = parse_channels(out_channels)
+    extra = measure_extra(remote, timing_cache)
+
+    def options(dt: str) -> Any:
+        return MeasureOptions(
+            dtype=dt,
+            sms=sms,
+            runs=runs,
+            cudnn_engines=cudnn_engines,
+            cudnn_benchmark=cudnn_benchmark,
+            extra=extra,
+        )
+
+    backend = None
+    if remote:  # what needs no board is refused before the board is asked which target it is
+        from deployopt.cli.optimize_cmd import _resolve_target
+
+        backend = _measuring_backend(measure)
+        if output is not None:
+            check_output_file(output)
+        for dt in dtypes:
+            backend.check_options(options(dt))
+        # the board's own target, said on stderr; with --target, a warning where the board disagrees
+        target = _resolve_target(ctx, target, remote, MeasureOptions().timeout_s)
+    assert target is not None
     tgt = get_target(target, sms=sms)
     profile_name = name or (tgt.name if sms is None else f"{tgt.name}-{tgt.sms}sm")
     dest = check_output_file(output or cache_dir() / f"{profile_name}.json")
-    backend = get_backend(measure)
-    _check_measures(backend)
+    backend = backend or _measuring_backend(measure)
+    where = f"{measure} at {remote}" if remote else measure
     sweeps = []
     params = {}
+    envs: list[dict[str, Any]] = []
     for dt in dtypes:
         shapes = []
         for n, c, h, w, r, st in CALIBRATION_SHAPES:
             base = ConvShape(n, c, h, w, ks[0], r, r, (st, st), (r // 2, r // 2))
             shapes += [base.with_out_channels(k) for k in ks]
-        opts = MeasureOptions(
-            dtype=dt, sms=sms, runs=runs, cudnn_engines=cudnn_engines, cudnn_benchmark=cudnn_benchmark
-        )
-        with _open_on_gpu(backend, opts, measure) as session:
+        with _open_on_gpu(backend, options(dt), measure) as session:
             if dt == dtypes[0]:  # once, and only once the session stands (errors stay one line)
                 note_cudnn_search(backend, sms, cudnn_engines, cudnn_benchmark)
-            console.print(f"measuring {len(shapes)} convs ({dt}) on {measure} …", highlight=False)
-            timings = session.measure_convs(shapes)
+            each = ", a TensorRT engine build each on the board" if remote else ""
+            console.print(f"measuring {len(shapes)} convs ({dt}) on {where}{each} …", highlight=False)
+            timings = _timed_in_chunks(session, shapes, f"{dt}: timing convs on {where}")
         env = timings[0].environment if timings else {}
+        envs += [t.environment for t in timings]
         points = []
         for i, (shape, t) in enumerate(zip(shapes, timings)):
             points.append(
@@ -673,12 +794,7 @@ def calibrate_command(
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "target": target_json,
         "params": params,
-        "measured_with": {
-            "backend": measure,
-            "runs": runs,
-            "statistic": "median",
-            "device": env.get("gpu") or env.get("device"),
-        },
+        "measured_with": _measured_with(measure, runs, env, remote),
         "sweeps": sweeps,
     }
     write_json(dest, doc)
@@ -687,6 +803,38 @@ def calibrate_command(
     else:  # a file outside the cache: --target NAME would not find it, its path does
         use = f"use --target {_as_profile_arg(dest)}"
     console.print(f"profile {profile_name!r} written to {dest}; {use}", highlight=False, soft_wrap=True)
+    _note_clocks(envs)
+
+
+def _measured_with(measure: str, runs: int, env: dict[str, Any], remote: str | None) -> dict[str, Any]:
+    """What a profile says it was measured with: the backend, runs and device, and with --remote the
+    board (`where`: 'GPU at USER@HOST', as bench's results name it) and what its environment
+    recorded of it (BOARD_FACTS: TensorRT, power mode, clocks), so a profile of one power mode is
+    not taken for another's."""
+    doc: dict[str, Any] = {
+        "backend": measure,
+        "runs": runs,
+        "statistic": "median",
+        "device": env.get("gpu") or env.get("device"),
+    }
+    if remote:
+        from deployopt.environment import where_measured
+
+        doc["remote"] = remote
+        doc["where"] = where_measured({**env, "remote": remote})
+        doc.update({key: env[key] for key in BOARD_FACTS if env.get(key) not in (None, "", [])})
+    return doc
+
+
+def _note_clocks(envs: list[dict[str, Any]]) -> None:
+    """bench's lines about the clocks (held down while timed; a board left to DVFS), once for the
+    whole sweep: the first conv whose clock was held down, else the first conv."""
+    if not envs:
+        return
+    from deployopt.cli.backends_cmd import warn_clock_slowdown
+    from deployopt.clocks import held_down_phrase
+
+    warn_clock_slowdown(next((e for e in envs if held_down_phrase(e)), envs[0]))
 
 
 def _as_profile_arg(path: Path) -> str:
@@ -705,6 +853,8 @@ def _open_on_gpu(backend: Any, options: Any, measure: str) -> Any:
     try:
         session = backend.open(options)
     except DeployoptError:
+        if options.extra.get("remote"):  # a board's session refused: nothing here to probe
+            raise
         try:
             with backend.open(MeasureOptions(dtype="fp32", runs=options.runs)) as probe:
                 _check_on_gpu(probe, measure)
