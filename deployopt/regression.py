@@ -24,7 +24,7 @@ from typing import Any
 
 from deployopt.clocks import clocks_locked, held_down_phrase
 from deployopt.errors import DataError, no_such_file
-from deployopt.prebuilt import is_engine_file
+from deployopt.prebuilt import PREBUILT, is_engine_file
 from deployopt.timing import (
     EXPORT_TIMES_TIMED,
     Comparison,
@@ -129,9 +129,54 @@ def differences(a: Timing, b: Timing) -> list[str]:
         va, vb = fa[key], fb[key]
         if va is not None and vb is not None and va != vb:
             out.append(f"{word} {_shown(key, va)} → {_shown(key, vb)}")
-    if a.timed and b.timed and a.timed != b.timed:
-        out.append(timed_difference(a.timed, b.timed))
+    ta, tb = comparable_timed(a), comparable_timed(b)
+    if ta and tb and ta != tb:
+        out.append(timed_difference(ta, tb))
     return out + clock_slowdowns(a, b)
+
+
+#: The first clause of the "what was timed" line jetson/runner.py wrote for a serialized engine
+#: given as the model before commit b70dbfb (2026-12-05): `--dtype` as if it were the engine's
+#: precision (`precision_phrase`: the dtype, or on TensorRT 11 its strong-typing words). Since then
+#: the runner says ENGINE_CLAUSE for the same run. Known phrases only, word for word.
+LEGACY_ENGINE_CLAUSES = frozenset(
+    f"one forward pass ({phrase})"
+    for phrase in (
+        "fp32",
+        "fp16",
+        "int8",
+        "fp16 as typed in the model (TensorRT 11 strong typing)",
+        "int8 from the model's Q/DQ nodes (TensorRT 11 strong typing)",
+    )
+)
+ENGINE_CLAUSE = f"one forward pass of {PREBUILT}"
+
+
+def timed_an_engine(t: Timing) -> bool:
+    """Whether a jetson/runner.py result timed a serialized engine given as the model: its recorded
+    model is an engine file, or (no model recorded) it built nothing and has no engine_key, which
+    the runner records for every engine it builds or reuses."""
+    env = t.environment
+    if "runner" not in env:
+        return False
+    m = t.model
+    if isinstance(m, dict) and isinstance(m.get("file"), str):
+        return is_engine_file(m["file"])
+    return env.get("engine_built_now") is False and "engine_key" not in env
+
+
+def comparable_timed(t: Timing) -> str:
+    """A result's "what was timed" line in today's words: a runner older than b70dbfb that timed an
+    engine said "one forward pass (fp16), ..." where today's says ENGINE_CLAUSE, so such a baseline
+    read as "what was timed differs" against a current result of the same engine, and `--strict`
+    failed after the runner was upgraded. Only LEGACY_ENGINE_CLAUSES on a side that timed an engine
+    are rewritten: a model built at fp16 still says "(fp16)"."""
+    if not t.timed or not timed_an_engine(t):
+        return t.timed
+    clauses = _clauses(t.timed)
+    if clauses[0] not in LEGACY_ENGINE_CLAUSES:
+        return t.timed
+    return ", ".join([ENGINE_CLAUSE, *clauses[1:]])
 
 
 def _clauses(timed: str) -> list[str]:

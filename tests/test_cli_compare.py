@@ -365,3 +365,62 @@ def test_help_gives_every_exit_status_a_pipeline_gates_on(monkeypatch, capsys) -
         "3: --strict and different models",
     ):
         assert status in text, status
+
+
+#: What jetson/runner.py wrote as "timed" for a serialized engine before commit b70dbfb (`git show
+#: b70dbfb^:jetson/runner.py`: precision_phrase(--dtype), as if it were the engine's precision), and
+#: what it writes since for the same run.
+RUNNER_TAIL = (
+    "CUDA events around execute_async_v3 on one stream, inputs on the GPU (no copies timed), no CUDA graph"
+)
+OLD_ENGINE_TIMED = f"one forward pass (fp16), {RUNNER_TAIL}"
+NEW_ENGINE_TIMED = (
+    f"one forward pass of a prebuilt engine (precision as built, --dtype only a label), {RUNNER_TAIL}"
+)
+
+
+def test_an_engine_baseline_from_a_runner_older_than_b70dbfb_is_like_for_like(
+    monkeypatch, capsys, tmp_path: Path
+) -> None:
+    """The weekly engine regression: the baseline came from the runner before b70dbfb, which said
+    '(fp16)' of an engine, the current result from today's, which says 'of a prebuilt engine': only
+    the wording changed, and `--strict` exited 1 ("what was timed differs") after the upgrade. A
+    model built at fp16 against an engine still differs."""
+    env = {"runner": "jetson/runner.py v1", "board": "NVIDIA Jetson Orin Nano", "tensorrt": "10.3.0"}
+    engine = _identity("model.engine", 1)
+    old_env = {**env, "engine": "model.engine", "engine_built_now": False}  # b70dbfb^: no prebuilt keys
+    new_env = {**old_env, "prebuilt_engine": True, "dtype_label": "fp16"}
+    base = write_timing(
+        tmp_path / "base" / "m.json", 500.0, old_env, seed=1, model=engine, timed=OLD_ENGINE_TIMED
+    )
+    cur = write_timing(
+        tmp_path / "cur" / "m.json", 500.0, new_env, seed=2, model=engine, timed=NEW_ENGINE_TIMED
+    )
+    code, out, err = run_cli(monkeypatch, capsys, "compare", str(base.parent), str(cur.parent), "--strict")
+    assert code == 0 and "what was timed" not in out + err and "FAILED" not in err
+    # before identities were recorded: an engine given to the runner built nothing and has no key
+    unnamed = write_timing(
+        tmp_path / "unnamed.json", 500.0, old_env, seed=3, model=None, timed=OLD_ENGINE_TIMED
+    )
+    code, _, err = run_cli(monkeypatch, capsys, "compare", str(unnamed), str(cur), "--strict")
+    assert code == 0 and "what was timed" not in err
+    # an ONNX model the runner built at fp16 says '(fp16)' today too: not an engine's line
+    built = {
+        **env,
+        "engine": "engines/m-1.engine",
+        "engine_built_now": True,
+        "engine_key": "k",
+        "dtype": "fp16",
+    }
+    onnx_base = write_timing(
+        tmp_path / "onnx.json", 500.0, built, seed=4, model=_identity("model.onnx", 2), timed=OLD_ENGINE_TIMED
+    )
+    code, _, err = run_cli(monkeypatch, capsys, "compare", str(onnx_base), str(cur), "--strict")
+    assert (
+        code == 1
+        and "what was timed differs: one forward pass (fp16) → one forward pass of a prebuilt" in err
+    )
+    # the same old wording on a host backend's result (never an engine's before b70dbfb) is left alone
+    host = write_timing(tmp_path / "host.json", 500.0, {}, seed=5, model=engine, timed=OLD_ENGINE_TIMED)
+    code, _, err = run_cli(monkeypatch, capsys, "compare", str(host), str(cur), "--strict")
+    assert code == 1 and "what was timed differs" in err

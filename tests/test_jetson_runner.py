@@ -240,6 +240,17 @@ def test_precision_phrase_matches_backend() -> None:
                 assert board == host, (dtype, v)
 
 
+def test_compare_knows_every_engine_line_the_runner_wrote_before_b70dbfb() -> None:
+    """Before b70dbfb the runner said `one forward pass (precision_phrase(--dtype))` of a serialized
+    engine; compare reads exactly those clauses as today's (LEGACY_ENGINE_CLAUSES), so the list
+    must hold every phrase precision_phrase gives, and today's clause must be the runner's."""
+    from deployopt.regression import ENGINE_CLAUSE, LEGACY_ENGINE_CLAUSES
+
+    phrases = {runner.precision_phrase(d, v) for v in VERSIONS for d in ("fp32", "fp16", "int8")}
+    assert {f"one forward pass ({p})" for p in phrases} == LEGACY_ENGINE_CLAUSES
+    assert ENGINE_CLAUSE == "one forward pass of " + runner.PREBUILT
+
+
 def test_shapes_syntax_matches_trtexec() -> None:
     """--shapes takes trtexec's syntax, as deployopt writes it for trtexec."""
     from deployopt.backends.trtexec import shapes_arg
