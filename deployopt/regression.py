@@ -32,6 +32,7 @@ from deployopt.timing import (
     compare,
     counted,
     load_timing,
+    measured_time,
     min_samples,
     read_json,
     smallest_p_value,
@@ -230,6 +231,26 @@ def unchecked_for_throttling(baseline: Timing, current: Timing) -> list[str]:
     ]
 
 
+def staleness(baseline: Timing, current: Timing) -> str | None:
+    """Why the current result may not be this run's (None: it is newer than its baseline, or a side
+    recorded no "measured_at", as files written before it did not). A `bench -o` or a copy that
+    failed leaves the last result in place (outputs are never half-written), and compare judged it
+    again with no word; a baseline copied from the current result carries its very time."""
+    if baseline.measured_at is None or current.measured_at is None:
+        return None
+    b, c = measured_time(baseline.measured_at), measured_time(current.measured_at)
+    if c > b:
+        return None
+    if c == b and baseline.samples_us == current.samples_us:
+        return f"both sides are the same result, measured at {current.measured_at} (the same file or a copy)"
+    if c == b:  # "measured_at" is to the second
+        return (
+            f"both sides were measured in the same second ({current.measured_at}): which is newer cannot "
+            "be told"
+        )
+    return f"it was measured at {current.measured_at}, before its baseline ({baseline.measured_at})"
+
+
 # ---------------------------------------------------------------------------------------------
 # model identity: did both sides time the same model?
 
@@ -339,6 +360,7 @@ class Pair:
     differences: list[str]
     model: ModelCheck = field(default_factory=lambda: ModelCheck("unknown"))
     notes: list[str] = field(default_factory=list)  # what could not be checked (unchecked_for_throttling)
+    stale: str | None = None  # why the current result may be an older one left in place (staleness)
 
     def to_json(self) -> dict[str, Any]:
         def side(t: Timing, path: Path) -> dict[str, Any]:
@@ -353,6 +375,7 @@ class Pair:
                 "timed": t.timed,
                 "measured_on": setup(t),  # what the table's "measured on" line says
                 "model": t.model,  # what was timed: file name and sha256 (null: not recorded)
+                "measured_at": t.measured_at,  # UTC ISO 8601 (null: not recorded)
             }
 
         return {
@@ -366,6 +389,7 @@ class Pair:
             "environment_differences": self.differences,
             "model_check": self.model.to_json(),
             "notes": self.notes,
+            "stale": self.stale,
         }
 
 
@@ -386,6 +410,11 @@ class RegressionReport:
         return [p for p in self.pairs if p.differences]
 
     @property
+    def stale(self) -> list[Pair]:
+        """Pairs whose current result is not newer than its baseline: maybe not this run's."""
+        return [p for p in self.pairs if p.stale]
+
+    @property
     def not_comparable(self) -> list[Pair]:
         """Pairs whose sides timed different models: their verdict is no regression's."""
         return [p for p in self.pairs if not p.model.comparable]
@@ -399,6 +428,7 @@ class RegressionReport:
             },
             "regressions": len(self.slower),
             "not_comparable": [p.name for p in self.not_comparable],
+            "stale": [p.name for p in self.stale],
             "pairs": [p.to_json() for p in self.pairs],
             "only_in_baseline": self.only_in_baseline,
             "only_in_current": self.only_in_current,
@@ -491,5 +521,6 @@ def compare_paths(
         check_testable((bp, tb), (cp, tc), alpha)
         model = check_models((bp, tb), (cp, tc))
         comparison, notes = compare(tb, tc, alpha, min_effect), unchecked_for_throttling(tb, tc)
-        pairs.append(Pair(name, bp, cp, tb, tc, comparison, differences(tb, tc), model, notes))
+        stale = staleness(tb, tc)
+        pairs.append(Pair(name, bp, cp, tb, tc, comparison, differences(tb, tc), model, notes, stale))
     return RegressionReport(pairs, alpha, min_effect, only_b, only_c)

@@ -414,6 +414,24 @@ def test_summary_json_is_read_back(tmp_path: Path) -> None:
     assert t.environment == {"sms": 8, "nvpmodel": "MODE_15W"}
 
 
+def test_the_result_says_when_it_was_measured_as_the_host_writes_it(tmp_path: Path) -> None:
+    """The result's "measured_at" is written as deployopt's own results write it (UTC, ISO 8601, to
+    the second) and read back, so `deployopt compare` can tell last week's result, left in place by
+    a run that failed, from this week's."""
+    from datetime import datetime, timedelta, timezone
+
+    from deployopt.timing import measured_now, measured_time
+
+    board, host = runner.measured_now(), measured_now()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", board) and len(board) == len(host)
+    assert abs(measured_time(board) - datetime.now(timezone.utc)) < timedelta(seconds=5)
+    out = runner.summarize([120.0, 118.5, 121.0], 0, "one forward pass (fp16)", {}, measured_at=board)
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(out))
+    assert out["measured_at"] == load_runner_result(path).measured_at == board
+    assert "measured_at" not in runner.summarize([1.0], 0, "", {})  # none given, none written
+
+
 @pytest.mark.parametrize("samples", [[431.5], [120.0, 118.5, 121.0]])
 def test_summary_spread_matches_timing_to_json(samples: list[float]) -> None:
     """The board's JSON and the host's agree on spreads: null for one run, numbers otherwise."""

@@ -2466,6 +2466,34 @@ def test_runner_reads_the_board_right_before_and_right_after_the_timed_loop(
     )
 
 
+def test_runner_stamps_its_result_right_after_the_timed_loop(
+    surface: tuple[str, types.ModuleType, FakeGpu],
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The time a result records ("measured_at") is read once, after the last timed pass and before
+    the per-layer passes, and the host reads it back (compare warns when a current result is not
+    newer than its baseline). The runner wrote no time: a result left from last week read as new."""
+    version, _, gpu = surface
+    runner = load_runner()
+    seen: list[int] = []
+
+    def measured_now() -> str:
+        seen.append(len([r for r in gpu.runs if not r["profiled"]]))
+        return "2026-12-02T09:30:00Z"
+
+    monkeypatch.setattr(runner, "measured_now", measured_now, raising=False)
+    cuda = ["--cuda", "pycuda"] if version == V82 else []
+    args = [str(zoo_model_path("mobilenet_like")), "--runs", "4", "--warmup", "2", "--per-layer", *cuda]
+    rc = runner.main([*args, "--engine-dir", str(tmp_path / "engines"), "--out", str(tmp_path / "r.json")])
+    assert rc == 0, capsys.readouterr().err
+    assert seen == [6]
+    assert json.loads((tmp_path / "r.json").read_text())["measured_at"] == "2026-12-02T09:30:00Z"
+    assert trt_backend.load_runner_result(tmp_path / "r.json").measured_at == "2026-12-02T09:30:00Z"
+
+
 def test_runner_int8_dynamic_batch_with_calibration(
     surface: tuple[str, types.ModuleType, FakeGpu],
     zoo_model_path: Callable[[str], Path],
@@ -3361,6 +3389,7 @@ def test_runner_batch_dir_times_each_model_as_a_run_of_its_own_would(
         single = run_runner([str(folder / f"{name}.onnx"), *flags], tmp_path, capsys)
         for doc in (batch, single):
             doc["environment"].pop("engine_build_s")  # the wall time of a build
+            doc.pop("measured_at")  # when each was timed (a batch result records it as a single run's)
         assert batch["environment"].pop("engine") == str(tmp_path / "batch_engines" / Path(
             single["environment"].pop("engine")).name)  # fmt: skip
         assert batch == single and batch["model"]["file"] == f"{name}.onnx"
