@@ -24,7 +24,7 @@ from typing import Any
 
 from deployopt.clocks import clocks_locked, held_down_phrase
 from deployopt.errors import DataError, no_such_file
-from deployopt.prebuilt import is_engine_file
+from deployopt.prebuilt import PREBUILT, is_engine_file
 from deployopt.timing import (
     EXPORT_TIMES_TIMED,
     Comparison,
@@ -32,6 +32,7 @@ from deployopt.timing import (
     compare,
     counted,
     load_timing,
+    measured_time,
     min_samples,
     read_json,
     smallest_p_value,
@@ -129,9 +130,54 @@ def differences(a: Timing, b: Timing) -> list[str]:
         va, vb = fa[key], fb[key]
         if va is not None and vb is not None and va != vb:
             out.append(f"{word} {_shown(key, va)} → {_shown(key, vb)}")
-    if a.timed and b.timed and a.timed != b.timed:
-        out.append(timed_difference(a.timed, b.timed))
+    ta, tb = comparable_timed(a), comparable_timed(b)
+    if ta and tb and ta != tb:
+        out.append(timed_difference(ta, tb))
     return out + clock_slowdowns(a, b)
+
+
+#: The first clause of the "what was timed" line jetson/runner.py wrote for a serialized engine
+#: given as the model before commit b70dbfb (2026-12-05): `--dtype` as if it were the engine's
+#: precision (`precision_phrase`: the dtype, or on TensorRT 11 its strong-typing words). Since then
+#: the runner says ENGINE_CLAUSE for the same run. Known phrases only, word for word.
+LEGACY_ENGINE_CLAUSES = frozenset(
+    f"one forward pass ({phrase})"
+    for phrase in (
+        "fp32",
+        "fp16",
+        "int8",
+        "fp16 as typed in the model (TensorRT 11 strong typing)",
+        "int8 from the model's Q/DQ nodes (TensorRT 11 strong typing)",
+    )
+)
+ENGINE_CLAUSE = f"one forward pass of {PREBUILT}"
+
+
+def timed_an_engine(t: Timing) -> bool:
+    """Whether a jetson/runner.py result timed a serialized engine given as the model: its recorded
+    model is an engine file, or (no model recorded) it built nothing and has no engine_key, which
+    the runner records for every engine it builds or reuses."""
+    env = t.environment
+    if "runner" not in env:
+        return False
+    m = t.model
+    if isinstance(m, dict) and isinstance(m.get("file"), str):
+        return is_engine_file(m["file"])
+    return env.get("engine_built_now") is False and "engine_key" not in env
+
+
+def comparable_timed(t: Timing) -> str:
+    """A result's "what was timed" line in today's words: a runner older than b70dbfb that timed an
+    engine said "one forward pass (fp16), ..." where today's says ENGINE_CLAUSE, so such a baseline
+    read as "what was timed differs" against a current result of the same engine, and `--strict`
+    failed after the runner was upgraded. Only LEGACY_ENGINE_CLAUSES on a side that timed an engine
+    are rewritten: a model built at fp16 still says "(fp16)"."""
+    if not t.timed or not timed_an_engine(t):
+        return t.timed
+    clauses = _clauses(t.timed)
+    if clauses[0] not in LEGACY_ENGINE_CLAUSES:
+        return t.timed
+    return ", ".join([ENGINE_CLAUSE, *clauses[1:]])
 
 
 def _clauses(timed: str) -> list[str]:
@@ -183,6 +229,26 @@ def unchecked_for_throttling(baseline: Timing, current: Timing) -> list[str]:
         and "gpu_clock_during_run" not in t.environment
         and "oc_events" not in t.environment
     ]
+
+
+def staleness(baseline: Timing, current: Timing) -> str | None:
+    """Why the current result may not be this run's (None: it is newer than its baseline, or a side
+    recorded no "measured_at", as files written before it did not). A `bench -o` or a copy that
+    failed leaves the last result in place (outputs are never half-written), and compare judged it
+    again with no word; a baseline copied from the current result carries its very time."""
+    if baseline.measured_at is None or current.measured_at is None:
+        return None
+    b, c = measured_time(baseline.measured_at), measured_time(current.measured_at)
+    if c > b:
+        return None
+    if c == b and baseline.samples_us == current.samples_us:
+        return f"both sides are the same result, measured at {current.measured_at} (the same file or a copy)"
+    if c == b:  # "measured_at" is to the second
+        return (
+            f"both sides were measured in the same second ({current.measured_at}): which is newer cannot "
+            "be told"
+        )
+    return f"it was measured at {current.measured_at}, before its baseline ({baseline.measured_at})"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -294,6 +360,7 @@ class Pair:
     differences: list[str]
     model: ModelCheck = field(default_factory=lambda: ModelCheck("unknown"))
     notes: list[str] = field(default_factory=list)  # what could not be checked (unchecked_for_throttling)
+    stale: str | None = None  # why the current result may be an older one left in place (staleness)
 
     def to_json(self) -> dict[str, Any]:
         def side(t: Timing, path: Path) -> dict[str, Any]:
@@ -308,6 +375,7 @@ class Pair:
                 "timed": t.timed,
                 "measured_on": setup(t),  # what the table's "measured on" line says
                 "model": t.model,  # what was timed: file name and sha256 (null: not recorded)
+                "measured_at": t.measured_at,  # UTC ISO 8601 (null: not recorded)
             }
 
         return {
@@ -321,6 +389,7 @@ class Pair:
             "environment_differences": self.differences,
             "model_check": self.model.to_json(),
             "notes": self.notes,
+            "stale": self.stale,
         }
 
 
@@ -341,6 +410,11 @@ class RegressionReport:
         return [p for p in self.pairs if p.differences]
 
     @property
+    def stale(self) -> list[Pair]:
+        """Pairs whose current result is not newer than its baseline: maybe not this run's."""
+        return [p for p in self.pairs if p.stale]
+
+    @property
     def not_comparable(self) -> list[Pair]:
         """Pairs whose sides timed different models: their verdict is no regression's."""
         return [p for p in self.pairs if not p.model.comparable]
@@ -354,6 +428,7 @@ class RegressionReport:
             },
             "regressions": len(self.slower),
             "not_comparable": [p.name for p in self.not_comparable],
+            "stale": [p.name for p in self.stale],
             "pairs": [p.to_json() for p in self.pairs],
             "only_in_baseline": self.only_in_baseline,
             "only_in_current": self.only_in_current,
@@ -446,5 +521,6 @@ def compare_paths(
         check_testable((bp, tb), (cp, tc), alpha)
         model = check_models((bp, tb), (cp, tc))
         comparison, notes = compare(tb, tc, alpha, min_effect), unchecked_for_throttling(tb, tc)
-        pairs.append(Pair(name, bp, cp, tb, tc, comparison, differences(tb, tc), model, notes))
+        stale = staleness(tb, tc)
+        pairs.append(Pair(name, bp, cp, tb, tc, comparison, differences(tb, tc), model, notes, stale))
     return RegressionReport(pairs, alpha, min_effect, only_b, only_c)

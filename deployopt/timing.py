@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,10 @@ class Timing:
     #: What was timed: {"file": name, "sha256": hex of its bytes} (deployopt.regression.model_identity),
     #: so `compare` can tell a wrong pair from a regression. None where the writer did not record it.
     model: dict[str, Any] | None = None
+    #: When it was measured, UTC ISO 8601 to the second ("2026-12-02T09:30:00Z", measured_now), so
+    #: `compare` can tell last week's file left in place by a failed run from this week's. None where
+    #: the writer did not record it (older files, trtexec --exportTimes).
+    measured_at: str | None = None
 
     def __post_init__(self) -> None:
         if not self.samples_us:
@@ -119,6 +124,8 @@ class Timing:
             out["predictor"] = self.predictor
         if self.model is not None:
             out["model"] = self.model
+        if self.measured_at is not None:
+            out["measured_at"] = self.measured_at
         return out
 
     @classmethod
@@ -132,7 +139,25 @@ class Timing:
             measured=d.get("measured", True),
             predictor=d.get("predictor"),
             model=d.get("model"),
+            measured_at=d.get("measured_at"),
         )
+
+
+def measured_now() -> str:
+    """Now as a result's "measured_at": UTC, ISO 8601, to the second (2026-12-02T09:30:00Z)."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def measured_time(value: Any) -> datetime:
+    """A "measured_at" as a time that compares across offsets; ValueError for anything but ISO 8601
+    with a UTC offset or Z (a time without one is ambiguous: whose local time?)."""
+    if not isinstance(value, str):
+        raise ValueError("not a string")
+    text = value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value  # fromisoformat < 3.11
+    t = datetime.fromisoformat(text)
+    if t.tzinfo is None or t.utcoffset() is None:
+        raise ValueError("no UTC offset")
+    return t
 
 
 def bootstrap_median_ci(
@@ -325,6 +350,14 @@ def timing_from_json(p: Path, data: Any) -> Timing:
             f"{p} is predicted by {timing.predictor or 'a model'}, not measured: regression timing "
             "compares measurements"
         )
+    if timing.measured_at is not None:
+        try:
+            measured_time(timing.measured_at)
+        except ValueError:
+            raise DataError(
+                f'{p}: "measured_at" must be a UTC time in ISO 8601 such as 2026-12-02T09:30:00Z, not '
+                f"{json.dumps(data['measured_at'])}"
+            ) from None
     return timing
 
 

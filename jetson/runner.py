@@ -104,10 +104,17 @@ def bootstrap_median_ci(values, level=0.95, seed=0):
     return float(lo), float(hi)
 
 
-def summarize(samples_us, warmup, timed, environment, backend="tensorrt", model=None):
+def measured_now():
+    """Now as a result's "measured_at" (deployopt.timing.measured_now): UTC, ISO 8601, to the second,
+    on the board's clock."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def summarize(samples_us, warmup, timed, environment, backend="tensorrt", model=None, measured_at=None):
     """The bench JSON schema (deployopt.timing.Timing.to_json): one run has no spread, so its IQR and
     CI are null rather than a 0 and [x, x] that look exact. `model` (model_identity) says what was
-    timed, so `deployopt compare` can tell a wrong pair from a regression."""
+    timed, so `deployopt compare` can tell a wrong pair from a regression; `measured_at`
+    (measured_now) when, so it can tell last week's result, left in place by a run that failed."""
     known = len(samples_us) >= 2
     out = {
         "backend": backend,
@@ -123,6 +130,8 @@ def summarize(samples_us, warmup, timed, environment, backend="tensorrt", model=
     }
     if model is not None:
         out["model"] = model
+    if measured_at is not None:
+        out["measured_at"] = measured_at
     return out
 
 
@@ -1232,6 +1241,7 @@ def run(args, trt=None, cuda=None):
             cuda.record(end, stream)
             samples.append(cuda.elapsed_ms(start, end) * 1000.0)
         after = board_state()  # at once: the GPU has just finished the last timed pass
+        measured_at = measured_now()
         layers = None
         if args.per_layer:
             profiler = make_profiler(trt)
@@ -1268,7 +1278,8 @@ def run(args, trt=None, cuda=None):
     what = "(%s)" % precision_phrase(args.dtype, version) if key is not None else "of " + PREBUILT
     timed = ("one forward pass %s, CUDA events around execute_async_%s on one stream, inputs on the GPU "
              "(no copies timed), no CUDA graph" % (what, api))
-    result = summarize(samples, args.warmup, timed, env, model=model_identity(args.model, model_sha256))
+    result = summarize(samples, args.warmup, timed, env, model=model_identity(args.model, model_sha256),
+                       measured_at=measured_at)
     if layers is not None:
         result["layers"] = layers
     return result

@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import re
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +16,7 @@ from cli_runner import run_cli
 
 from deployopt.backends.base import REGISTRY
 from deployopt.layers import ConvShape, conv_model
+from deployopt.timing import measured_time
 
 BENCH_KEYS = [
     "backend",
@@ -26,6 +29,7 @@ BENCH_KEYS = [
     "timed",
     "environment",
     "model",
+    "measured_at",
 ]
 
 
@@ -52,6 +56,7 @@ def test_backends_lists_every_registered_backend(monkeypatch, capsys) -> None:
 
 def test_bench_json_schema_and_output_file(monkeypatch, capsys, model: Path, tmp_path: Path) -> None:
     dest = tmp_path / "res" / "result.json"
+    start = datetime.now(timezone.utc).replace(microsecond=0)
     code, out, err = run(
         monkeypatch, capsys, "bench", str(model), "--backend", "ort", "--runs", "6", "--warmup", "1",
         "--json", "-o", str(dest),
@@ -59,6 +64,9 @@ def test_bench_json_schema_and_output_file(monkeypatch, capsys, model: Path, tmp
     assert code == 0, err
     doc = json.loads(out)
     assert list(doc) == BENCH_KEYS
+    # when it was measured, UTC to the second: compare tells last week's file left in place from it
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", doc["measured_at"])
+    assert start <= measured_time(doc["measured_at"]) <= datetime.now(timezone.utc)
     assert doc["backend"] == "ort" and doc["runs"] == 6 and doc["warmup"] == 1
     assert len(doc["samples_us"]) == 6
     assert doc["median_us"] == pytest.approx(float(np.median(doc["samples_us"])))

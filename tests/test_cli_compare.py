@@ -365,3 +365,152 @@ def test_help_gives_every_exit_status_a_pipeline_gates_on(monkeypatch, capsys) -
         "3: --strict and different models",
     ):
         assert status in text, status
+
+
+#: What jetson/runner.py wrote as "timed" for a serialized engine before commit b70dbfb (`git show
+#: b70dbfb^:jetson/runner.py`: precision_phrase(--dtype), as if it were the engine's precision), and
+#: what it writes since for the same run.
+RUNNER_TAIL = (
+    "CUDA events around execute_async_v3 on one stream, inputs on the GPU (no copies timed), no CUDA graph"
+)
+OLD_ENGINE_TIMED = f"one forward pass (fp16), {RUNNER_TAIL}"
+NEW_ENGINE_TIMED = (
+    f"one forward pass of a prebuilt engine (precision as built, --dtype only a label), {RUNNER_TAIL}"
+)
+
+
+def test_an_engine_baseline_from_a_runner_older_than_b70dbfb_is_like_for_like(
+    monkeypatch, capsys, tmp_path: Path
+) -> None:
+    """The weekly engine regression: the baseline came from the runner before b70dbfb, which said
+    '(fp16)' of an engine, the current result from today's, which says 'of a prebuilt engine': only
+    the wording changed, and `--strict` exited 1 ("what was timed differs") after the upgrade. A
+    model built at fp16 against an engine still differs."""
+    env = {"runner": "jetson/runner.py v1", "board": "NVIDIA Jetson Orin Nano", "tensorrt": "10.3.0"}
+    engine = _identity("model.engine", 1)
+    old_env = {**env, "engine": "model.engine", "engine_built_now": False}  # b70dbfb^: no prebuilt keys
+    new_env = {**old_env, "prebuilt_engine": True, "dtype_label": "fp16"}
+    base = write_timing(
+        tmp_path / "base" / "m.json", 500.0, old_env, seed=1, model=engine, timed=OLD_ENGINE_TIMED
+    )
+    cur = write_timing(
+        tmp_path / "cur" / "m.json", 500.0, new_env, seed=2, model=engine, timed=NEW_ENGINE_TIMED
+    )
+    code, out, err = run_cli(monkeypatch, capsys, "compare", str(base.parent), str(cur.parent), "--strict")
+    assert code == 0 and "what was timed" not in out + err and "FAILED" not in err
+    # before identities were recorded: an engine given to the runner built nothing and has no key
+    unnamed = write_timing(
+        tmp_path / "unnamed.json", 500.0, old_env, seed=3, model=None, timed=OLD_ENGINE_TIMED
+    )
+    code, _, err = run_cli(monkeypatch, capsys, "compare", str(unnamed), str(cur), "--strict")
+    assert code == 0 and "what was timed" not in err
+    # an ONNX model the runner built at fp16 says '(fp16)' today too: not an engine's line
+    built = {
+        **env,
+        "engine": "engines/m-1.engine",
+        "engine_built_now": True,
+        "engine_key": "k",
+        "dtype": "fp16",
+    }
+    onnx_base = write_timing(
+        tmp_path / "onnx.json", 500.0, built, seed=4, model=_identity("model.onnx", 2), timed=OLD_ENGINE_TIMED
+    )
+    code, _, err = run_cli(monkeypatch, capsys, "compare", str(onnx_base), str(cur), "--strict")
+    assert (
+        code == 1
+        and "what was timed differs: one forward pass (fp16) → one forward pass of a prebuilt" in err
+    )
+    # the same old wording on a host backend's result (never an engine's before b70dbfb) is left alone
+    host = write_timing(tmp_path / "host.json", 500.0, {}, seed=5, model=engine, timed=OLD_ENGINE_TIMED)
+    code, _, err = run_cli(monkeypatch, capsys, "compare", str(host), str(cur), "--strict")
+    assert code == 1 and "what was timed differs" in err
+
+
+WEEK1, WEEK2 = "2026-11-25T09:00:00Z", "2026-12-02T09:00:00Z"
+
+
+def test_a_current_result_not_newer_than_its_baseline_is_a_warning(
+    monkeypatch, capsys, tmp_path: Path
+) -> None:
+    """A bench or copy that failed leaves last week's result in place (never half-written), and
+    compare judged it as this week's with no word: each side now says when it was measured, and a
+    current side measured at the baseline's very time (the same file or a copy) or before it is
+    warned about, in the JSON too. Files without "measured_at" read as before: no line, no warning."""
+    base = write_timing(tmp_path / "base" / "m.json", 500.0, seed=1, measured_at=WEEK1)
+    newer = write_timing(tmp_path / "new" / "m.json", 500.0, seed=2, measured_at=WEEK2)
+    code, out, err = run_cli(monkeypatch, capsys, "compare", str(base.parent), str(newer.parent), "--strict")
+    assert code == 0 and err == ""
+    assert f"measured at: m: baseline {WEEK1}, current {WEEK2}" in out
+    copy = tmp_path / "copy" / "m.json"
+    copy.parent.mkdir()
+    shutil.copy(base, copy)
+    code, out, err = run_cli(monkeypatch, capsys, "compare", str(base.parent), str(copy.parent), "--json")
+    assert code == 0  # a warning: the verdict's exit status
+    assert err == (
+        f"warning: m: the current result is not newer than its baseline: both sides are the same result, "
+        f"measured at {WEEK1} (the same file or a copy); a bench or copy that failed leaves the last result "
+        "in place, so this may not be this run's\n"
+    )
+    doc = json.loads(out)
+    assert doc["stale"] == ["m"] and doc["pairs"][0]["stale"].startswith("both sides are the same result")
+    assert doc["pairs"][0]["baseline"]["measured_at"] == doc["pairs"][0]["current"]["measured_at"] == WEEK1
+    code, out, err = run_cli(monkeypatch, capsys, "compare", str(newer), str(base))  # the wrong way round
+    assert code == 0 and f"measured at: m: baseline {WEEK2}, current {WEEK1}" in out
+    assert f"not newer than its baseline: it was measured at {WEEK1}, before its baseline ({WEEK2})" in err
+    # two other runs within the same second (another offset is the same instant): order unknown
+    same = write_timing(tmp_path / "same.json", 500.0, seed=3, measured_at="2026-11-25T10:00:00+01:00")
+    code, _, err = run_cli(monkeypatch, capsys, "compare", str(base), str(same))
+    assert "both sides were measured in the same second (2026-11-25T10:00:00+01:00): which is newer" in err
+    # older files: one side without the field is no warning; neither side, no line at all
+    old = write_timing(tmp_path / "old.json", 500.0, seed=4)
+    code, out, err = run_cli(monkeypatch, capsys, "compare", str(old), str(base))
+    assert code == 0 and err == ""
+    assert f"measured at: m: baseline not recorded, current {WEEK1}" in out
+    code, out, err = run_cli(monkeypatch, capsys, "compare", str(old), str(old), "--json")
+    assert err == "" and json.loads(out)["stale"] == [] and json.loads(out)["pairs"][0]["stale"] is None
+    code, out, _ = run_cli(monkeypatch, capsys, "compare", str(old), str(old))
+    assert "measured at" not in out
+
+
+def test_a_malformed_measured_at_is_bad_input(monkeypatch, capsys, tmp_path: Path) -> None:
+    good = write_timing(tmp_path / "good.json", 500.0, measured_at=WEEK1)
+    for i, bad in enumerate(["last week", "2026-12-02T09:00:00", 20261202, "2026-13-02T09:00:00Z"]):
+        path = write_timing(tmp_path / f"bad{i}.json", 500.0, seed=1, measured_at=bad)
+        code, out, err = run_cli(monkeypatch, capsys, "compare", str(good), str(path))
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+        assert err == (
+            f'error: {path}: "measured_at" must be a UTC time in ISO 8601 such as 2026-12-02T09:30:00Z, '
+            f"not {json.dumps(bad)}\n"
+        )
+
+
+def test_a_weekly_bench_that_failed_leaves_last_weeks_result_and_compare_says_so(
+    monkeypatch, capsys, tmp_path: Path
+) -> None:
+    """docs/regression.md's weekly lines run without `set -e`: week 2's bench fails (here the model
+    is gone), results/current/model.json is week 1's, kept as the baseline, and compare said
+    'no change', exit 0, as if week 2 had been measured."""
+    import deployopt.cli.backends_cmd as backends_cmd
+
+    model = tmp_path / "model.onnx"
+    onnx.save(conv_model(ConvShape(1, 8, 8, 8, 16)), str(model))
+    current, baselines = tmp_path / "results" / "current", tmp_path / "baselines"
+    bench = ["bench", str(model), "--backend", "ort", "--runs", "20", "--warmup", "2"]
+    bench += ["-o", str(current / "model.json")]
+    monkeypatch.setattr(backends_cmd, "measured_now", lambda: WEEK1)
+    code, _, err = run_cli(monkeypatch, capsys, *bench)
+    assert code == 0, err
+    assert json.loads((current / "model.json").read_text())["measured_at"] == WEEK1
+    shutil.copytree(current, baselines)  # [ -d baselines ] || cp -r results/current baselines
+    monkeypatch.setattr(backends_cmd, "measured_now", lambda: WEEK2)
+    model.rename(tmp_path / "gone.onnx")
+    code, _, _ = run_cli(monkeypatch, capsys, *bench)
+    assert code != 0  # the week-2 bench failed, last week's file stays
+    code, out, err = run_cli(monkeypatch, capsys, "compare", str(baselines), str(current), "--strict")
+    assert f"measured at: model: baseline {WEEK1}, current {WEEK1}" in out
+    assert err.startswith("warning: model: the current result is not newer than its baseline")
+    (tmp_path / "gone.onnx").rename(model)
+    code, _, err = run_cli(monkeypatch, capsys, *bench)
+    assert code == 0, err
+    code, out, err = run_cli(monkeypatch, capsys, "compare", str(baselines), str(current), "--strict")
+    assert f"measured at: model: baseline {WEEK1}, current {WEEK2}" in out and "not newer" not in err

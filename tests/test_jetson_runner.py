@@ -240,6 +240,17 @@ def test_precision_phrase_matches_backend() -> None:
                 assert board == host, (dtype, v)
 
 
+def test_compare_knows_every_engine_line_the_runner_wrote_before_b70dbfb() -> None:
+    """Before b70dbfb the runner said `one forward pass (precision_phrase(--dtype))` of a serialized
+    engine; compare reads exactly those clauses as today's (LEGACY_ENGINE_CLAUSES), so the list
+    must hold every phrase precision_phrase gives, and today's clause must be the runner's."""
+    from deployopt.regression import ENGINE_CLAUSE, LEGACY_ENGINE_CLAUSES
+
+    phrases = {runner.precision_phrase(d, v) for v in VERSIONS for d in ("fp32", "fp16", "int8")}
+    assert {f"one forward pass ({p})" for p in phrases} == LEGACY_ENGINE_CLAUSES
+    assert ENGINE_CLAUSE == "one forward pass of " + runner.PREBUILT
+
+
 def test_shapes_syntax_matches_trtexec() -> None:
     """--shapes takes trtexec's syntax, as deployopt writes it for trtexec."""
     from deployopt.backends.trtexec import shapes_arg
@@ -401,6 +412,24 @@ def test_summary_json_is_read_back(tmp_path: Path) -> None:
     assert t.median_us == out["median_us"] == 120.0 and t.iqr_us == out["iqr_us"] == 2.0
     assert t.to_json()["ci95_us"] == pytest.approx(out["ci95_us"])
     assert t.environment == {"sms": 8, "nvpmodel": "MODE_15W"}
+
+
+def test_the_result_says_when_it_was_measured_as_the_host_writes_it(tmp_path: Path) -> None:
+    """The result's "measured_at" is written as deployopt's own results write it (UTC, ISO 8601, to
+    the second) and read back, so `deployopt compare` can tell last week's result, left in place by
+    a run that failed, from this week's."""
+    from datetime import datetime, timedelta, timezone
+
+    from deployopt.timing import measured_now, measured_time
+
+    board, host = runner.measured_now(), measured_now()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", board) and len(board) == len(host)
+    assert abs(measured_time(board) - datetime.now(timezone.utc)) < timedelta(seconds=5)
+    out = runner.summarize([120.0, 118.5, 121.0], 0, "one forward pass (fp16)", {}, measured_at=board)
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(out))
+    assert out["measured_at"] == load_runner_result(path).measured_at == board
+    assert "measured_at" not in runner.summarize([1.0], 0, "", {})  # none given, none written
 
 
 @pytest.mark.parametrize("samples", [[431.5], [120.0, 118.5, 121.0]])

@@ -1988,6 +1988,99 @@ def test_session_measures_then_profiles_from_the_cached_engine(
     assert [args[-1] for args in calls(gpu, shape_calls)] == [(4, 3, 32, 32)] * 2
 
 
+def test_the_timed_loop_records_clock_slowdown_as_torch_and_trtexec_do(
+    surface: tuple[str, types.ModuleType, FakeGpu],
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """nvidia-smi (a stand-in printing the real H200 recording, then an edited copy that says SW
+    thermal slowdown held the clock down 1.2 s) is read right after the warm-up and right after the
+    last timed pass, before the per-layer passes: the environment records the slowdown and the busy
+    SM clock, as the torch backend's does. The fake CUDA bindings give no PCI ids, so it reads the
+    machine's only GPU. The tensorrt backend recorded nothing."""
+    from nvidia_smi_fake import h200_readings, install_fake_nvidia_smi, throttled_after
+
+    from deployopt import clocks
+
+    _, _, gpu = surface
+    options = opts(tmp_path)
+    engine = tmp_path / "m.engine"
+    facts = build_engine(str(zoo_model_path("mobilenet_like")), options, str(engine))
+    before, after = h200_readings()
+    args = install_fake_nvidia_smi(monkeypatch, tmp_path, [before, throttled_after()])
+    seen: list[int] = []
+
+    def read_clocks(which: object = 0, timeout_s: float = 10.0) -> object:
+        seen.append(len([r for r in gpu.runs if not r["profiled"] and r["kind"] != "execute_v2"]))
+        return clocks.read_clocks(which, timeout_s)
+
+    monkeypatch.setattr(trt_backend, "read_clocks", read_clocks, raising=False)
+    env = time_engine(str(engine), options, facts["shapes"], per_layer=True)["timing"]["environment"]
+    assert seen == [options.warmup, options.warmup + options.runs]
+    assert args.read_text().splitlines() == ["-q -d CLOCK,PERFORMANCE"] * 2
+    assert env["clock_slowdown_us"] == {"sw_thermal_slowdown": 1_200_000, "hw_power_brake_slowdown": 5000}
+    assert env["clocks"] == {
+        "sm_clock_mhz": 1410.0,
+        "sm_clock_read": "right after the timed loop",
+        "max_sm_clock_mhz": 1980.0,
+    }
+    (tmp_path / "fake-smi" / "count").unlink()  # the real recording on both sides: checked, none
+    (tmp_path / "fake-smi" / "reading1.txt").write_text(after)
+    env = time_engine(str(engine), options, facts["shapes"], per_layer=False)["timing"]["environment"]
+    assert env["clock_slowdown_us"] == {}
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))  # no nvidia-smi: not checked, not a failure
+    env = time_engine(str(engine), options, facts["shapes"], per_layer=False)["timing"]["environment"]
+    assert "clock_slowdown_us" not in env and "clocks" not in env
+
+
+def test_bench_warns_when_the_tensorrt_backend_timed_a_throttled_gpu(
+    monkeypatch: pytest.MonkeyPatch,
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """End to end, `bench --backend tensorrt -o`: the result records the slowdown, bench warns, and
+    compare flags that side (an edited copy of the real H200 recording: nothing throttled there)."""
+    from cli_runner import run_cli
+    from nvidia_smi_fake import h200_readings, install_fake_nvidia_smi, throttled_after
+
+    trt, _ = install(monkeypatch, V10, "bindings")
+    trt.__spec__ = importlib.machinery.ModuleSpec("tensorrt", None)  # importable, for availability()
+    monkeypatch.setattr(trt_backend, "run_isolated", lambda target, args, timeout: build_and_time(*args))
+    monkeypatch.chdir(tmp_path)  # engines/ goes here
+    before, _ = h200_readings()
+    install_fake_nvidia_smi(monkeypatch, tmp_path, [before, throttled_after()])
+    out = tmp_path / "r.json"
+    args = ["bench", str(zoo_model_path("mobilenet_like")), "--backend", "tensorrt", "--runs", "5"]
+    code, _, err = run_cli(monkeypatch, capsys, *args, "-o", str(out))
+    held = "(SW thermal slowdown 1.2 s, HW power brake 5 ms)"
+    assert code == 0 and err.startswith(f"warning: the GPU's clock was held down while this was timed {held}")
+    assert json.loads(out.read_text())["environment"]["clock_slowdown_us"]["sw_thermal_slowdown"] == 1_200_000
+    code, _, err = run_cli(monkeypatch, capsys, "compare", str(out), str(out), "--strict")
+    assert code == 1 and "baseline: GPU clock held down by SW thermal slowdown 1.2 s" in err
+
+
+def test_the_cuda_bindings_name_the_gpu_as_nvidia_smi_does() -> None:
+    """nvidia-smi -i takes the PCI bus id of the GPU CUDA times on (CUDA's device 0 need not be
+    nvidia-smi's 0): cuda-python's properties and pycuda's attributes give it, else None."""
+    prop = types.SimpleNamespace(pciDomainID=0, pciBusID=0x1A, pciDeviceID=0)
+    binding = trt_backend.CudaPython.__new__(trt_backend.CudaPython)
+    binding.rt = types.SimpleNamespace(cudaGetDeviceProperties=lambda device: (0, prop))
+    assert trt_backend.smi_gpu(binding) == "00000000:1A:00.0"
+    binding.rt = types.SimpleNamespace(cudaGetDeviceProperties=lambda device: (0, types.SimpleNamespace()))
+    assert trt_backend.smi_gpu(binding) is None
+    attrs = {"PCI_DOMAIN_ID": 1, "PCI_BUS_ID": 6, "PCI_DEVICE_ID": 0}
+    device = types.SimpleNamespace(get_attribute=lambda a: attrs[a])
+    pycuda = trt_backend.PyCuda.__new__(trt_backend.PyCuda)
+    pycuda.cuda = types.SimpleNamespace(
+        Context=types.SimpleNamespace(get_device=lambda: device),
+        device_attribute=types.SimpleNamespace(**{k: k for k in attrs}),
+    )
+    assert trt_backend.smi_gpu(pycuda) == "00000001:06:00.0"
+    assert trt_backend.smi_gpu(object()) is None  # a binding that cannot say
+
+
 def backend_builds(model: Path, options: MeasureOptions, gpu: FakeGpu) -> tuple[bool, dict[str, Any]]:
     """One build_and_time call: (did TensorRT build an engine, the timing's environment)."""
     before = len(calls(gpu, "Builder.build_serialized_network"))
@@ -2371,6 +2464,34 @@ def test_runner_reads_the_board_right_before_and_right_after_the_timed_loop(
         "over-current throttling: 2 oc2 event(s), a cap below the locked clock: 1032.75 of 1300.5 MHz "
         "right after the timed loop"
     )
+
+
+def test_runner_stamps_its_result_right_after_the_timed_loop(
+    surface: tuple[str, types.ModuleType, FakeGpu],
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The time a result records ("measured_at") is read once, after the last timed pass and before
+    the per-layer passes, and the host reads it back (compare warns when a current result is not
+    newer than its baseline). The runner wrote no time: a result left from last week read as new."""
+    version, _, gpu = surface
+    runner = load_runner()
+    seen: list[int] = []
+
+    def measured_now() -> str:
+        seen.append(len([r for r in gpu.runs if not r["profiled"]]))
+        return "2026-12-02T09:30:00Z"
+
+    monkeypatch.setattr(runner, "measured_now", measured_now, raising=False)
+    cuda = ["--cuda", "pycuda"] if version == V82 else []
+    args = [str(zoo_model_path("mobilenet_like")), "--runs", "4", "--warmup", "2", "--per-layer", *cuda]
+    rc = runner.main([*args, "--engine-dir", str(tmp_path / "engines"), "--out", str(tmp_path / "r.json")])
+    assert rc == 0, capsys.readouterr().err
+    assert seen == [6]
+    assert json.loads((tmp_path / "r.json").read_text())["measured_at"] == "2026-12-02T09:30:00Z"
+    assert trt_backend.load_runner_result(tmp_path / "r.json").measured_at == "2026-12-02T09:30:00Z"
 
 
 def test_runner_int8_dynamic_batch_with_calibration(
@@ -3268,6 +3389,7 @@ def test_runner_batch_dir_times_each_model_as_a_run_of_its_own_would(
         single = run_runner([str(folder / f"{name}.onnx"), *flags], tmp_path, capsys)
         for doc in (batch, single):
             doc["environment"].pop("engine_build_s")  # the wall time of a build
+            doc.pop("measured_at")  # when each was timed (a batch result records it as a single run's)
         assert batch["environment"].pop("engine") == str(tmp_path / "batch_engines" / Path(
             single["environment"].pop("engine")).name)  # fmt: skip
         assert batch == single and batch["model"]["file"] == f"{name}.onnx"

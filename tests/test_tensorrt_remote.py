@@ -168,7 +168,7 @@ def test_cli_bench_runs_the_runner_on_the_board_and_reuses_its_engine(
     doc = json.loads(out.read_text())
     assert list(doc) == [
         "backend", "median_us", "iqr_us", "ci95_us", "runs", "warmup", "samples_us", "timed", "environment",
-        "model",
+        "model", "measured_at",
     ]  # fmt: skip
     assert doc["runs"] == len(doc["samples_us"]) == 6 and doc["warmup"] == 2
     assert doc["model"]["sha256"] == hashlib.sha256(model.read_bytes()).hexdigest()
@@ -794,6 +794,7 @@ def test_a_batch_times_each_conv_as_a_runner_of_its_own_does(
         for doc in (a, b):
             doc["environment"].pop("engine_build_s")  # a build's wall time
             doc["model"].pop("file")  # conv00000-SIGNATURE.onnx here, conv0.onnx there
+            doc.pop("measured_at")  # the board's clock when each was timed (every runner result has one)
         assert a["environment"].pop("engine").startswith(f"{SWEEP}/engines/conv")
         assert b["environment"].pop("engine").startswith("deployopt-runner/conv")
         assert a == b and a["environment"]["remote"] == HOST

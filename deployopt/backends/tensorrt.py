@@ -31,6 +31,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -50,6 +51,7 @@ from deployopt.backends.trtexec import (
     strongly_typed,
 )
 from deployopt.backends.trtexec_parser import version_tuple
+from deployopt.clocks import pci_bus_id, read_clocks, record_in_environment
 from deployopt.errors import (
     BackendFailed,
     BackendUnavailable,
@@ -299,6 +301,12 @@ def check_cuda(result: Any, what: str) -> Any:
     return rest[0] if len(rest) == 1 else rest
 
 
+def smi_bus_id(domain: Any, bus: Any, device: Any) -> str | None:
+    """A CUDA binding's PCI ids as nvidia-smi names the GPU (deployopt.clocks.pci_bus_id, which
+    reads torch's property names)."""
+    return pci_bus_id(SimpleNamespace(pci_domain_id=domain, pci_bus_id=bus, pci_device_id=device))
+
+
 class CudaPython:
     """cuda-python runtime API (cuda.bindings.runtime in 12.x+, cuda.cudart before)."""
 
@@ -352,6 +360,11 @@ class CudaPython:
             "sms": int(prop.multiProcessorCount),
             "compute_capability": f"{prop.major}.{prop.minor}",
         }
+
+    def pci_bus_id(self) -> str | None:
+        """nvidia-smi's name of CUDA's device 0, None where its properties do not give it."""
+        prop = check_cuda(self.rt.cudaGetDeviceProperties(0), "cudaGetDeviceProperties")
+        return smi_bus_id(*(getattr(prop, f"pci{n}ID", None) for n in ("Domain", "Bus", "Device")))
 
 
 class PyCuda:
@@ -410,6 +423,13 @@ class PyCuda:
             "sms": int(dev.get_attribute(attr.MULTIPROCESSOR_COUNT)),
             "compute_capability": f"{major}.{minor}",
         }
+
+    def pci_bus_id(self) -> str | None:
+        """nvidia-smi's name of the context's device."""
+        dev, attr = self.cuda.Context.get_device(), self.cuda.device_attribute
+        return smi_bus_id(
+            *(dev.get_attribute(getattr(attr, f"PCI_{n}_ID")) for n in ("DOMAIN", "BUS", "DEVICE"))
+        )
 
 
 def cuda_binding_available() -> str | None:
@@ -836,6 +856,16 @@ def make_layer_profiler(trt: Any) -> Any:
     return LayerProfiler()
 
 
+def smi_gpu(cuda: Any) -> str | None:
+    """Which GPU nvidia-smi should read clocks of: the one the CUDA binding times on, by PCI bus id
+    (CUDA's device 0 need not be nvidia-smi's 0). None where the binding cannot say: read_clocks
+    then reads the machine's only GPU, and nothing where it has several."""
+    try:
+        return cuda.pci_bus_id()
+    except Exception:  # optional, as the device facts are: a binding without it, a failing call
+        return None
+
+
 def time_engine(
     engine_path: str,
     options: MeasureOptions,
@@ -894,13 +924,18 @@ def time_engine(
         cuda.synchronize(stream)
         start, end = cuda.event(), cuda.event()
         samples = []
+        gpu = smi_gpu(cuda)
+        before = read_clocks(gpu)  # after the warm-up, right before the timed loop
         for _ in range(options.runs):
             cuda.record(start, stream)
             run()
             cuda.record(end, stream)
             samples.append(cuda.elapsed_ms(start, end) * 1000.0)
+        after = None if before is None else read_clocks(gpu)  # at once, while the clock is still up
         # dtype: compare (LIKE_FOR_LIKE) names a dtype difference as such, not as "what was timed"
         env: dict[str, Any] = {"tensorrt": version, "cuda_binding": cuda.name, "api": api}
+        # held down by power or heat during the loop, and how long; the busy SM clock (as torch's)
+        record_in_environment(env, before, after)
         env["dtype"] = options.dtype
         # the shape each input ran at (batch included): compare flags a pair timed at others
         env["input_shapes"] = {io.name: [int(d) for d in io.shape] for io in ios if io.is_input}

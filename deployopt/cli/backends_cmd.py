@@ -54,7 +54,7 @@ from deployopt.fidelity import ImagePreprocess
 from deployopt.fileio import check_output_dir, check_output_file, refuse_input_as_output, write_json
 from deployopt.prebuilt import is_engine_file, refuse_engine_backend, refuse_engine_options
 from deployopt.remote import check_remote_backend
-from deployopt.timing import Timing, check_run_counts, counted
+from deployopt.timing import Timing, check_run_counts, counted, measured_now
 
 TIMING_CACHE_HELP = (
     "tensorrt/trtexec: a TensorRT timing cache the build reads and updates, so the tactics of layer "
@@ -73,6 +73,7 @@ BENCH_KEYS = (
     "timed",
     "environment",
     "model",
+    "measured_at",
 )
 
 
@@ -215,7 +216,9 @@ def _options(
 
 def bench_json(timing: Timing) -> dict[str, Any]:
     """The bench result document: exactly the documented keys, in order ("model", what was timed,
-    where the timing recorded it: `bench` always does, so `compare` can check a pair's identity)."""
+    where the timing recorded it: `bench` always does, so `compare` can check a pair's identity;
+    "measured_at", when the timed run returned, on this machine's clock: with --remote the host's,
+    as for every other backend)."""
     full = timing.to_json()
     return {k: full[k] for k in BENCH_KEYS if k in full}
 
@@ -340,6 +343,8 @@ def bench_command(
         identity = _model_identity(model)  # before timing: a file that cannot be read costs no run
         timing = session.measure(model)
     timing.model = identity
+    if timing.measured:  # when: compare tells last week's file, left by a run that failed, from this one
+        timing.measured_at = measured_now()
     _emit(bench_json(timing), as_json, output, lambda: render_bench(timing, f"{model.name} on {backend}"))
     warn_clock_slowdown(timing.environment)
     note_too_few_to_compare(timing.runs)

@@ -58,6 +58,15 @@ def _render(report: RegressionReport) -> None:
     for b, c in sorted({(setup(p.baseline), setup(p.current)) for p in report.pairs}):
         where = f"{b} (both)" if b == c else f"baseline {b}; current {c}"
         console.print(f"measured on: {where}", markup=False, highlight=False, soft_wrap=True)  # grep-able
+    for p in report.pairs:  # when each side was measured, where recorded (older files: not)
+        if p.baseline.measured_at or p.current.measured_at:
+            when = [
+                f"{side} {t.measured_at or 'not recorded'}"
+                for side, t in (("baseline", p.baseline), ("current", p.current))
+            ]
+            console.print(
+                f"measured at: {p.name}: {', '.join(when)}", markup=False, highlight=False, soft_wrap=True
+            )
     for name in report.only_in_baseline:
         err_console.print(f"note: {name}: in the baseline only", style="yellow", markup=False)
     for name in report.only_in_current:
@@ -127,6 +136,12 @@ def compare_command(
         _line(
             f"warning: {p.name}: not comparable: {p.model.message}: its verdict is not a regression "
             f"check{'' if strict else ' (--strict exits 3)'}",
+            "bold red",
+        )
+    for p in report.stale:
+        _line(
+            f"warning: {p.name}: the current result is not newer than its baseline: {p.stale}; a bench or "
+            "copy that failed leaves the last result in place, so this may not be this run's",
             "bold red",
         )
     for p in report.not_like_for_like:
