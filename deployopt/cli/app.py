@@ -340,6 +340,26 @@ def missing_option(ctx: typer.Context, name: str) -> Exception:
     return missing(ctx=ctx, param=next(p for p in ctx.command.params if p.name == name))
 
 
+def resolve_target(ctx: typer.Context, target: str | None, remote: str | None, timeout: float) -> str:
+    """--target, or with --remote and no --target the board's own (deployopt.targets.board), said
+    on stderr in one line; with both, a warning where they disagree. Without either: click's own
+    missing-option error, as when --target was a required option."""
+    if not remote:  # None, or '' (an unset shell variable): no board, as everywhere else
+        if target is None:
+            raise missing_option(ctx, "target")
+        return target
+    from deployopt.targets.board import target_for_remote
+
+    chosen = target_for_remote(target, remote, timeout)
+    if chosen.note:
+        err_console.print(chosen.note, markup=False, highlight=False, soft_wrap=True)
+    if chosen.warning:
+        err_console.print(
+            f"warning: {chosen.warning}", style="yellow", markup=False, highlight=False, soft_wrap=True
+        )
+    return chosen.target
+
+
 def measure_extra(remote: str | None, timing_cache: Path | None) -> dict[str, Any]:
     """MeasureOptions.extra for --remote and --timing-cache: the board, and the cache's path (with
     --remote the board keeps it under this file's name, so nothing is written here, and the path is

@@ -26,7 +26,6 @@ from deployopt.cli.app import (
     image_preprocess,
     input_path,
     mean_option,
-    missing_option,
     note_cudnn_search,
     output_option,
     parse_input_shapes,
@@ -34,6 +33,7 @@ from deployopt.cli.app import (
     refuse_int8_the_target_lacks,
     remote_option,
     resize_option,
+    resolve_target,
     scale_option,
     std_option,
     timeout_option,
@@ -227,7 +227,7 @@ def optimize_command(
     backend_name = resolve_backend_name(backend, remote)  # --remote: auto is the runner on the board
     b = get_backend(backend_name)
     if not remote:  # no board to ask: click's missing --target first, as before
-        target = _resolve_target(ctx, target, remote, timeout)
+        target = resolve_target(ctx, target, remote, timeout)
     dtype_default = dtype is None
     if dtype is None:  # int8 for a Q/DQ model, else fp16 where the backend runs it (the deployment case)
         dtype = default_dtype(b, model, deployment=True)
@@ -271,7 +271,7 @@ def optimize_command(
                 highlight=False,
                 soft_wrap=True,
             )
-        cfg = replace(cfg, target=journal_target or _resolve_target(ctx, target, remote, timeout))
+        cfg = replace(cfg, target=journal_target or resolve_target(ctx, target, remote, timeout))
     if dtype_default and dtype == "int8":
         from deployopt.targets import get_target
 
@@ -296,26 +296,6 @@ def optimize_command(
         sys.stdout.write(json.dumps(result.report, indent=2) + "\n")
         return
     _render(result)
-
-
-def _resolve_target(ctx: typer.Context, target: Optional[str], remote: Optional[str], timeout: float) -> str:
-    """--target, or with --remote and no --target the board's own (deployopt.targets.board), said
-    on stderr in one line; with both, a warning where they disagree. Without either: click's own
-    missing-option error, as when --target was a required option."""
-    if not remote:  # None, or '' (an unset shell variable): no board, as everywhere else
-        if target is None:
-            raise missing_option(ctx, "target")
-        return target
-    from deployopt.targets.board import target_for_remote
-
-    chosen = target_for_remote(target, remote, timeout)
-    if chosen.note:
-        err_console.print(chosen.note, markup=False, highlight=False, soft_wrap=True)
-    if chosen.warning:
-        err_console.print(
-            f"warning: {chosen.warning}", style="yellow", markup=False, highlight=False, soft_wrap=True
-        )
-    return chosen.target
 
 
 def _note_unused_timing_options(backend: Any, given: dict[str, int]) -> None:

@@ -29,6 +29,7 @@ from deployopt.cli.app import (
     output_option,
     progress_bar,
     remote_option,
+    resolve_target,
     timing_cache_option,
 )
 from deployopt.errors import DeployoptError
@@ -742,15 +743,13 @@ def calibrate_command(
 
     backend = None
     if remote:  # what needs no board is refused before the board is asked which target it is
-        from deployopt.cli.optimize_cmd import _resolve_target
-
         backend = _measuring_backend(measure)
         if output is not None:
             check_output_file(output)
         for dt in dtypes:
             backend.check_options(options(dt))
         # the board's own target, said on stderr; with --target, a warning where the board disagrees
-        target = _resolve_target(ctx, target, remote, MeasureOptions().timeout_s)
+        target = resolve_target(ctx, target, remote, MeasureOptions().timeout_s)
     assert target is not None
     tgt = get_target(target, sms=sms)
     profile_name = name or (tgt.name if sms is None else f"{tgt.name}-{tgt.sms}sm")
