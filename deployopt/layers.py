@@ -103,6 +103,12 @@ class ConvShape:
         return cls(**d)
 
 
+def conv_model_inputs(shape: ConvShape) -> dict[str, list[int]]:
+    """conv_model's one input and its static shape, as a run of it records `input_shapes` (and as
+    deployopt.precision's fp16 typing keeps them: fp32 inputs, same names)."""
+    return {"x": [shape.n, shape.c, shape.h, shape.w]}
+
+
 def conv_model(shape: ConvShape, opset: int = 17, seed: int = 0, int8: bool = False) -> onnx.ModelProto:
     """A one-conv ONNX model (random weights, bias) for timing a layer on any backend.
 
@@ -119,7 +125,7 @@ def conv_model(shape: ConvShape, opset: int = 17, seed: int = 0, int8: bool = Fa
     bias = rng.standard_normal(shape.k).astype(np.float32)
     inits = [numpy_helper.from_array(bias, "b")]
     nodes = []
-    x, w = "x", "w"
+    (x,), w = conv_model_inputs(shape), "w"  # the input's name
     if int8:  # scales of standard-normal data: about 3 sigma over 127 steps
         x_scale, w_scale = np.float32(3.0 / 127), np.full(shape.k, 3.0 / 127, dtype=np.float32)
         weight_q = np.clip(np.round(weight / w_scale[:, None, None, None]), -127, 127).astype(np.int8)
@@ -156,7 +162,10 @@ def conv_model(shape: ConvShape, opset: int = 17, seed: int = 0, int8: bool = Fa
     graph = helper.make_graph(
         nodes,
         "conv",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [shape.n, shape.c, shape.h, shape.w])],
+        [
+            helper.make_tensor_value_info(name, TensorProto.FLOAT, dims)
+            for name, dims in conv_model_inputs(shape).items()
+        ],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [shape.n, shape.k, shape.p, shape.q])],
         inits,
     )

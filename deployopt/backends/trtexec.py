@@ -691,7 +691,7 @@ class TrtexecSession(Session):
             cut = range(0, len(shapes), SWEEP_MAX_CONVS)
             return [t for i in cut for t in self.measure_convs(shapes[i : i + SWEEP_MAX_CONVS])]
         from deployopt.backends.tensorrt_remote import SWEEP_DIR, sweep_model_name
-        from deployopt.layers import conv_model
+        from deployopt.layers import conv_model, conv_model_inputs
 
         int8 = self.options.dtype == "int8"
         table = calibration_table(self.options) if int8 else None
@@ -728,7 +728,7 @@ class TrtexecSession(Session):
             send.append(model)
             cmd = build_command(self.trtexec, folder / model.name, folder / name, options, self.version, {})
             runs.append(SweepRun(model.name, cmd, folder / name, folder / SWEEP_RESULTS / name))
-            built.append((self._qdq, saved_engine(cmd), ran_shapes(model, {})))
+            built.append((self._qdq, saved_engine(cmd), conv_model_inputs(shape)))  # not read back
         script = sweep_script(runs)
         (here / "command.txt").write_text(f"ssh {self.remote} " + shlex.join(["sh", "-c", script]) + "\n")
         board.fresh_dir(folder, short)
