@@ -315,9 +315,13 @@ def check_timeout(timeout: float) -> None:
         )
 
 
-def timeout_option(help_text: str = "Seconds per model before the worker is killed.") -> object:
-    """`--timeout SECONDS`, per model built and timed (bench, profile, optimize)."""
-    return typer.Option(600.0, "--timeout", metavar="SECONDS", help=help_text)
+def timeout_option(
+    help_text: str = "Seconds per model before the worker is killed.", default: float | None = 600.0
+) -> object:
+    """`--timeout SECONDS`, per model built and timed (bench, profile, optimize) or per conv
+    (calibrate, staircase --measure); `default` None where the command must tell a --timeout given
+    from none (staircase refuses one without --measure)."""
+    return typer.Option(default, "--timeout", metavar="SECONDS", help=help_text)
 
 
 def remote_option() -> object:
