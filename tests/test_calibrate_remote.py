@@ -351,28 +351,24 @@ def test_timeout_is_the_boards_limit_per_conv(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], _private_cache: Path
 ) -> None:
     """--timeout reaches the board: the target's read runs under `timeout 7` (at most 120 s there),
-    a batch of N convs under 7 × N, as optimize's sweep; the default stays 600 per conv."""
+    a batch of N convs under 7 × N, as optimize's sweep; the default stays 600 per conv (16 convs:
+    9600 s)."""
     log, _ = play_a_nano(tmp_path, monkeypatch)
-    code, _, err = run_cli(monkeypatch, capsys, *STAIRCASE, "--remote", HOST, "--timeout", "7")
-    assert code == 0, err
-    runs = ssh_runs(log)
-    assert " timeout --kill-after=10 7 python3 deployopt-runner/runner.py --env-only" in runs[0], runs[0]
-    (batch,) = [r for r in runs if " --batch-dir " in r]
-    assert " timeout --kill-after=10 21 python3 deployopt-runner/runner.py --batch-dir " in batch, batch
-
-    log.unlink()
-    code, _, err = run_cli(monkeypatch, capsys, "calibrate", "--remote", HOST, *WIDTHS, "--timeout", "7")
-    assert code == 0, err
-    runs = ssh_runs(log)
-    assert " timeout --kill-after=10 7 python3 deployopt-runner/runner.py --env-only" in runs[0], runs[0]
-    (batch,) = [r for r in runs if " --batch-dir " in r]
-    assert " timeout --kill-after=10 112 python3 deployopt-runner/runner.py --batch-dir " in batch, batch
-
-    log.unlink()
-    code, _, err = run_cli(monkeypatch, capsys, "calibrate", "--remote", HOST, *WIDTHS)
-    assert code == 0, err
-    (batch,) = [r for r in ssh_runs(log) if " --batch-dir " in r]
-    assert " timeout --kill-after=10 9600 python3 " in batch, batch  # 16 convs × 600 s
+    calibrate = ["calibrate", *WIDTHS]
+    for args, timeout, batch_limit in [(STAIRCASE, "7", 21), (calibrate, "7", 112), (calibrate, None, 9600)]:
+        log.unlink(missing_ok=True)
+        given = [] if timeout is None else ["--timeout", timeout]
+        code, _, err = run_cli(monkeypatch, capsys, *args, "--remote", HOST, *given)
+        assert code == 0, err
+        runs = ssh_runs(log)
+        read_limit = 120 if timeout is None else timeout
+        assert (
+            f" timeout --kill-after=10 {read_limit} python3 deployopt-runner/runner.py --env-only" in runs[0]
+        )
+        (batch,) = [r for r in runs if " --batch-dir " in r]
+        assert (
+            f" timeout --kill-after=10 {batch_limit} python3 deployopt-runner/runner.py --batch-dir " in batch
+        )
 
 
 def test_timeout_reaches_a_local_backend_and_a_bad_one_is_one_line(

@@ -336,6 +336,18 @@ def remote_option() -> object:
     )
 
 
+def remote_target_option(what: str) -> object:
+    """`--target`, given or (with --remote) read from the board by `resolve_target`: optimize,
+    calibrate and staircase. `what`: what the target is to this command."""
+    return typer.Option(
+        None,
+        "--target",
+        "-t",
+        metavar="TARGET",
+        help=f"{what}; required, except with --remote, where the board says which it is.",
+    )
+
+
 def missing_option(ctx: typer.Context, name: str) -> Exception:
     """click's own missing-option error for the parameter `name` (`Missing option '--target'`), for
     an option required only in some cases (--target and --measure: not with --remote). Its class is

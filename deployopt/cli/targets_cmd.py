@@ -30,6 +30,7 @@ from deployopt.cli.app import (
     output_option,
     progress_bar,
     remote_option,
+    remote_target_option,
     resolve_target,
     timeout_option,
     timing_cache_option,
@@ -493,14 +494,7 @@ def _warn_measured_elsewhere(
 @app.command("staircase", rich_help_panel="GPU targets and the wave model")
 def staircase_command(
     ctx: typer.Context,
-    target: Optional[str] = typer.Option(
-        None,
-        "--target",
-        "-t",
-        metavar="TARGET",
-        help="Built-in name, 'local', or a profile path; required, except with --remote, where the "
-        "board says which it is.",
-    ),
+    target: Optional[str] = remote_target_option("Built-in name, 'local', or a profile path"),
     input_dims: str = typer.Option(
         ..., "--input", metavar="NxCxHxW", help="Input NxCxHxW, e.g. 8x128x28x28."
     ),
@@ -693,14 +687,7 @@ def staircase_command(
 @app.command("calibrate", rich_help_panel="GPU targets and the wave model")
 def calibrate_command(
     ctx: typer.Context,
-    target: Optional[str] = typer.Option(
-        None,
-        "--target",
-        "-t",
-        metavar="TARGET",
-        help="The target these measurements describe; required, except with --remote, where the board "
-        "says which it is.",
-    ),
+    target: Optional[str] = remote_target_option("The target these measurements describe"),
     measure: Optional[str] = typer.Option(
         None,
         "--measure",
