@@ -268,3 +268,163 @@ def test_the_sweep_goes_in_chunks_with_a_progress_bar(
     task = bar.tasks[0]
     assert not bar.disable and task.description == "fp16: timing convs on fake"
     assert task.total == task.completed == 64
+
+
+#: staircase's sweep on the board: 3 widths, one batch.
+STAIRCASE = ("staircase", "--input", "1x64x28x28", "--out-channels", "16:48:16", "--runs", "5")
+
+
+def test_staircase_remote_without_target_reads_the_boards(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`staircase --remote HOST` without --target (and without --measure: the runner, as before) is
+    the board's target, said in one stderr line, as calibrate and optimize read it; with --target,
+    kept, and one warning where the board says it is another. Without --remote, --target is still
+    click's missing option."""
+    log, _ = play_a_nano(tmp_path, monkeypatch)
+    code, out, err = run_cli(monkeypatch, capsys, *STAIRCASE, "--remote", HOST, "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["target"]["name"] == "nano" and doc["measured"]["backend"] == "tensorrt"
+    assert doc["measured"]["environment"]["remote"] == HOST and len(doc["points"]) == 3
+    said = [ln for ln in err.splitlines() if ln.startswith("target: ")]
+    assert len(said) == 1 and said[0].startswith(f"target: nano, read from the board at {HOST} (compatible")
+    assert "warning" not in err
+    runs = ssh_runs(log)
+    assert runs[0].endswith("runner.py --env-only; exit $?")  # which board: asked before the sweep
+    assert len([r for r in runs if " --batch-dir " in r]) == 1
+
+    code, out, err = run_cli(monkeypatch, capsys, *STAIRCASE, "--remote", HOST, "--target", "tx2", "--json")
+    assert code == 0, err
+    assert json.loads(out)["target"]["name"] == "tx2"
+    warned = [
+        ln for ln in err.splitlines() if ln.startswith(f"warning: --target tx2, but the board at {HOST}")
+    ]
+    assert len(warned) == 1 and f"the board at {HOST} is nano (compatible" in warned[0], err
+    assert warned[0].endswith("; keeping --target tx2") and "read from the board" not in err
+
+    code, out, err = run_cli(monkeypatch, capsys, *STAIRCASE[:5])
+    assert (code, out, err) == (
+        2,
+        "",
+        "error: Missing option '--target' / '-t'; see 'deployopt staircase --help'\n",
+    )
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--input", "1x64"], "--input '1x64': expected four positive integers NxCxHxW"),
+        (["--out-channels", "64:16"], "--out-channels '64:16': need 1 <= start <= stop"),
+        (["--plot", "{tmp}/staircase.txt"], "staircase.txt"),
+        (["--dtype", "int8"], "--measure with --dtype int8: INT8 staircases are predicted only"),
+        (["--dtype", "fp64"], "--dtype 'fp64': choose one of"),
+        (["--runs", "0"], "--runs"),
+        (["--timeout", "0"], "--timeout 0: must be a number of seconds above 0"),
+        (["--timeout", "-1"], "--timeout -1: must be a number of seconds above 0"),
+        (["--timeout", "nan"], "--timeout nan: must be a number of seconds above 0"),
+        (["--measure", "torch"], "(--measure tensorrt): use it with one of those, not 'torch'"),
+        (["--measure", "model"], "(--measure tensorrt): use it with one of those, not 'model'"),
+        (["--cudnn-engines", "0"], "--cudnn-engines: backend 'tensorrt' does not run cudnn.benchmark"),
+        (["--sms", "1"], "--sms with --remote: a board's SM count is its own"),
+    ],
+)
+def test_staircase_remote_bad_input_is_one_line_before_the_board_is_asked(
+    extra: list[str],
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Without --target the board is asked which it is; what needs no board is refused first, in
+    one line, exit 2, with no ssh or scp at all (the stand-in's log is never written)."""
+    log, _ = play_a_nano(tmp_path, monkeypatch)
+    extra = [a.replace("{tmp}", str(tmp_path)) for a in extra]  # the last --input etc. is the one read
+    code, out, err = run_cli(monkeypatch, capsys, *STAIRCASE, *extra, "--remote", HOST)
+    assert (code, out) == (2, ""), err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1, err
+    assert not log.exists()
+    assert not (tmp_path / "staircase.txt").exists()
+
+
+def test_timeout_is_the_boards_limit_per_conv(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], _private_cache: Path
+) -> None:
+    """--timeout reaches the board: the target's read runs under `timeout 7` (at most 120 s there),
+    a batch of N convs under 7 × N, as optimize's sweep; the default stays 600 per conv (16 convs:
+    9600 s)."""
+    log, _ = play_a_nano(tmp_path, monkeypatch)
+    calibrate = ["calibrate", *WIDTHS]
+    for args, timeout, batch_limit in [(STAIRCASE, "7", 21), (calibrate, "7", 112), (calibrate, None, 9600)]:
+        log.unlink(missing_ok=True)
+        given = [] if timeout is None else ["--timeout", timeout]
+        code, _, err = run_cli(monkeypatch, capsys, *args, "--remote", HOST, *given)
+        assert code == 0, err
+        runs = ssh_runs(log)
+        read_limit = 120 if timeout is None else timeout
+        assert (
+            f" timeout --kill-after=10 {read_limit} python3 deployopt-runner/runner.py --env-only" in runs[0]
+        )
+        (batch,) = [r for r in runs if " --batch-dir " in r]
+        assert (
+            f" timeout --kill-after=10 {batch_limit} python3 deployopt-runner/runner.py --batch-dir " in batch
+        )
+
+
+def test_timeout_reaches_a_local_backend_and_a_bad_one_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], _private_cache: Path
+) -> None:
+    """Here too: every session calibrate and `staircase --measure` open gets --timeout (600 s when
+    not given); 0, -1, NaN, inf or a week and more are one line before any session opens, with or
+    without --remote (no ssh); staircase refuses --timeout without --measure, as --runs."""
+    from test_cli_targets import fake_backend
+
+    from deployopt.backends import base
+
+    opened: list[base.MeasureOptions] = []
+    backend = fake_backend(get_target("h200"), opened, on_gpu=True)
+    monkeypatch.setattr(base, "get_backend", lambda name: backend)
+    calibrate = [
+        "calibrate",
+        "--target",
+        "h200",
+        "--measure",
+        "fake",
+        *WIDTHS,
+        "-o",
+        str(tmp_path / "p.json"),
+    ]
+    staircase = [*STAIRCASE, "--target", "h200", "--measure", "fake"]
+    for args in (calibrate, staircase):
+        opened.clear()
+        code, _, err = run_cli(monkeypatch, capsys, *args, "--timeout", "42.5")
+        assert code == 0, err
+        assert opened and all(o.timeout_s == 42.5 for o in opened)
+        opened.clear()
+        code, _, err = run_cli(monkeypatch, capsys, *args)
+        assert code == 0, err
+        assert opened and all(o.timeout_s == 600.0 for o in opened)
+
+    log, _ = play_a_nano(tmp_path, monkeypatch)
+    (tmp_path / "p.json").unlink()
+    remote = ["calibrate", "--remote", HOST, *WIDTHS]
+    for args in (calibrate, staircase, remote):
+        for bad in ("0", "-1", "nan", "inf", "604801"):
+            opened.clear()
+            code, out, err = run_cli(monkeypatch, capsys, *args, "--timeout", bad)
+            assert (code, out) == (2, ""), (args, bad, err)
+            assert err.startswith(f"error: --timeout {float(bad):g}: must be a number of seconds above 0")
+            assert err.count("\n") == 1 and not opened, (args, bad, err)
+    assert not log.exists() and not (tmp_path / "p.json").exists() and not _private_cache.exists()
+
+    predicted = [*STAIRCASE[:5], "--target", "h200"]
+    code, out, err = run_cli(monkeypatch, capsys, *predicted, "--timeout", "30")
+    assert (code, out, err) == (
+        2,
+        "",
+        "error: --timeout applies to --measure only (a prediction times nothing)\n",
+    )
+    code, out, err = run_cli(monkeypatch, capsys, *predicted, "--timeout", "30", "--runs", "5")
+    assert (
+        code == 2 and err == "error: --runs, --timeout apply to --measure only (a prediction times nothing)\n"
+    )

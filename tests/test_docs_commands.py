@@ -684,7 +684,8 @@ python benchmarks/no_such_script.py --x
 def test_synopses_and_placeholders_are_not_failures() -> None:
     md = """```
 deployopt staircase --target T [--sms N] --input 8x128x28x28 [--kernel 3] \\
-    [--measure BACKEND [--runs 100] [--cudnn-engines N | --no-cudnn-benchmark]] [--plot out.png|.svg]
+    --out-channels 16:512:16 [--measure BACKEND [--runs 100] [--cudnn-engines N | --no-cudnn-benchmark]] \\
+    [--plot out.png|.svg]
 deployopt bench|profile <model.onnx> --remote USER@HOST -o $OUT/r.json [--input-shape ...]
 deployopt optimize model.onnx --target nano [--backend auto|tensorrt|torch] [--mode lossless|trim]
 python3 runner.py [model] [flags]

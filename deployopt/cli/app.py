@@ -315,9 +315,13 @@ def check_timeout(timeout: float) -> None:
         )
 
 
-def timeout_option(help_text: str = "Seconds per model before the worker is killed.") -> object:
-    """`--timeout SECONDS`, per model built and timed (bench, profile, optimize)."""
-    return typer.Option(600.0, "--timeout", metavar="SECONDS", help=help_text)
+def timeout_option(
+    help_text: str = "Seconds per model before the worker is killed.", default: float | None = 600.0
+) -> object:
+    """`--timeout SECONDS`, per model built and timed (bench, profile, optimize) or per conv
+    (calibrate, staircase --measure); `default` None where the command must tell a --timeout given
+    from none (staircase refuses one without --measure)."""
+    return typer.Option(default, "--timeout", metavar="SECONDS", help=help_text)
 
 
 def remote_option() -> object:
@@ -329,6 +333,18 @@ def remote_option() -> object:
         help="Build and time on this board over ssh (USER@HOST, key-based login); the model is copied "
         "with scp. trtexec: /usr/src/tensorrt/bin/trtexec there; tensorrt (optimize's auto): "
         "jetson/runner.py with the board's python3.",
+    )
+
+
+def remote_target_option(what: str) -> object:
+    """`--target`, given or (with --remote) read from the board by `resolve_target`: optimize,
+    calibrate and staircase. `what`: what the target is to this command."""
+    return typer.Option(
+        None,
+        "--target",
+        "-t",
+        metavar="TARGET",
+        help=f"{what}; required, except with --remote, where the board says which it is.",
     )
 
 

@@ -32,6 +32,7 @@ from deployopt.cli.app import (
     progress_bar,
     refuse_int8_the_target_lacks,
     remote_option,
+    remote_target_option,
     resize_option,
     resolve_target,
     scale_option,
@@ -89,14 +90,7 @@ def optimize_command(
     model: Path = typer.Argument(
         ..., help="The ONNX model to optimize.", parser=input_path("model", "an .onnx file")
     ),
-    target: Optional[str] = typer.Option(
-        None,
-        "--target",
-        "-t",
-        metavar="TARGET",
-        help="GPU target (see `deployopt targets`); required, except with --remote, where the board "
-        "says which it is.",
-    ),
+    target: Optional[str] = remote_target_option("GPU target (see `deployopt targets`)"),
     backend: str = typer.Option(
         "auto",
         "--backend",

@@ -20,6 +20,7 @@ from rich.table import Table
 
 from deployopt.cli.app import (
     app,
+    check_timeout,
     console,
     cudnn_benchmark_option,
     cudnn_engines_option,
@@ -29,7 +30,9 @@ from deployopt.cli.app import (
     output_option,
     progress_bar,
     remote_option,
+    remote_target_option,
     resolve_target,
+    timeout_option,
     timing_cache_option,
 )
 from deployopt.errors import DeployoptError
@@ -72,6 +75,11 @@ SWEEP_TIMING_CACHE_HELP = (
     "tensorrt/trtexec: a TensorRT timing cache every conv's build reads and updates; it saves tactic "
     "timing when the same convs are built again (a rerun), not within one sweep (every conv differs). "
     "With --remote the board keeps it under this file's name."
+)
+#: The help of calibrate's and staircase's --timeout: a sweep builds and times one conv at a time.
+SWEEP_TIMEOUT_HELP = (
+    "Seconds per conv built and timed before it is given up (with --remote, a batch of convs on the "
+    "board gets this per conv)"
 )
 
 
@@ -485,9 +493,8 @@ def _warn_measured_elsewhere(
 
 @app.command("staircase", rich_help_panel="GPU targets and the wave model")
 def staircase_command(
-    target: str = typer.Option(
-        ..., "--target", "-t", metavar="TARGET", help="Built-in name, 'local', or a profile path."
-    ),
+    ctx: typer.Context,
+    target: Optional[str] = remote_target_option("Built-in name, 'local', or a profile path"),
     input_dims: str = typer.Option(
         ..., "--input", metavar="NxCxHxW", help="Input NxCxHxW, e.g. 8x128x28x28."
     ),
@@ -524,14 +531,20 @@ def staircase_command(
     cudnn_benchmark: bool = cudnn_benchmark_option(),
     remote: Optional[str] = remote_option(),
     timing_cache: Optional[Path] = timing_cache_option(SWEEP_TIMING_CACHE_HELP),
+    timeout: Optional[float] = timeout_option(
+        f"{SWEEP_TIMEOUT_HELP}; --measure only (default 600).", default=None
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     plot: Optional[Path] = output_option(
         None, "--plot", help="Write the staircase as an image (.png, .svg or .pdf)."
     ),
 ) -> None:
     """Predicted (and optionally measured) latency of one conv as its output channels grow."""
+    from deployopt.backends.base import MeasureOptions
     from deployopt.targets import get_target
 
+    if not remote and target is None:  # click's missing-option error, as when --target was required
+        raise missing_option(ctx, "target")
     _check_dtype(dtype)
     _check_sms(sms)
     measure = _check_remote(remote, measure, sms)
@@ -545,7 +558,6 @@ def staircase_command(
     if groups > 1 and not shape.is_depthwise and any(k % groups for k in ks):
         raise DeployoptError(f"--out-channels: every width must be a multiple of --groups {groups}")
     _check_tensor_sizes(shape.with_out_channels(ks[-1]), input_dims)
-    tgt = get_target(target, sms=sms)
     if measure and dtype == "int8":
         raise DeployoptError("--measure with --dtype int8: INT8 staircases are predicted only")
     timings = None
@@ -554,16 +566,18 @@ def staircase_command(
         "--cudnn-engines": cudnn_engines,
         "--no-cudnn-benchmark": not cudnn_benchmark or None,
         "--timing-cache": timing_cache,
+        "--timeout": timeout,
     }
     if not measure and any(v is not None for v in measuring.values()):  # ignored without a word
         given = [k for k, v in measuring.items() if v is not None]
         verb = "applies" if len(given) == 1 else "apply"
         raise DeployoptError(f"{', '.join(given)} {verb} to --measure only (a prediction times nothing)")
     runs = 100 if runs is None else runs
-    if measure:
-        check_run_counts(runs)  # before the backend is looked up: a bad count costs no probe
-        from deployopt.backends.base import MeasureOptions
-
+    timeout = MeasureOptions().timeout_s if timeout is None else timeout
+    backend = opts = None
+    if measure:  # before the backend is looked up: a bad count or limit costs no probe
+        check_run_counts(runs)
+        check_timeout(timeout)
         backend = _measuring_backend(measure)
         opts = MeasureOptions(
             dtype=dtype,
@@ -571,8 +585,15 @@ def staircase_command(
             runs=runs,
             cudnn_engines=cudnn_engines,
             cudnn_benchmark=cudnn_benchmark,
+            timeout_s=timeout,
             extra=measure_extra(remote, timing_cache),
         )
+        if remote:  # what needs no board is refused before the board is asked which target it is
+            backend.check_options(opts)
+    # with --remote the board's own target, said on stderr; with --target, a warning where it disagrees
+    tgt = get_target(resolve_target(ctx, target, remote, timeout), sms=sms)
+    if measure:
+        assert backend is not None and opts is not None
         with backend.open(opts) as session:  # the note once the session stands: errors stay one line
             note_cudnn_search(backend, sms, cudnn_engines, cudnn_benchmark)
             _warn_measured_elsewhere(session, measure, tgt)
@@ -666,14 +687,7 @@ def staircase_command(
 @app.command("calibrate", rich_help_panel="GPU targets and the wave model")
 def calibrate_command(
     ctx: typer.Context,
-    target: Optional[str] = typer.Option(
-        None,
-        "--target",
-        "-t",
-        metavar="TARGET",
-        help="The target these measurements describe; required, except with --remote, where the board "
-        "says which it is.",
-    ),
+    target: Optional[str] = remote_target_option("The target these measurements describe"),
     measure: Optional[str] = typer.Option(
         None,
         "--measure",
@@ -703,6 +717,7 @@ def calibrate_command(
     cudnn_benchmark: bool = cudnn_benchmark_option(),
     remote: Optional[str] = remote_option(),
     timing_cache: Optional[Path] = timing_cache_option(SWEEP_TIMING_CACHE_HELP),
+    timeout: float = timeout_option(f"{SWEEP_TIMEOUT_HELP}."),
 ) -> None:
     """Time a short sweep on the device, fit the wave model, save a profile --target can load."""
     from deployopt.backends.base import MeasureOptions
@@ -715,6 +730,7 @@ def calibrate_command(
             if value is None:
                 raise missing_option(ctx, option)
     _check_sms(sms)
+    check_timeout(timeout)
     measure = _check_remote(remote, measure, sms)
     assert measure is not None  # given, or with --remote the runner
     dtypes = [d.strip() for d in dtype.split(",") if d.strip()]
@@ -738,6 +754,7 @@ def calibrate_command(
             runs=runs,
             cudnn_engines=cudnn_engines,
             cudnn_benchmark=cudnn_benchmark,
+            timeout_s=timeout,
             extra=extra,
         )
 
@@ -749,7 +766,7 @@ def calibrate_command(
         for dt in dtypes:
             backend.check_options(options(dt))
         # the board's own target, said on stderr; with --target, a warning where the board disagrees
-        target = resolve_target(ctx, target, remote, MeasureOptions().timeout_s)
+        target = resolve_target(ctx, target, remote, timeout)
     assert target is not None
     tgt = get_target(target, sms=sms)
     profile_name = name or (tgt.name if sms is None else f"{tgt.name}-{tgt.sms}sm")
@@ -855,7 +872,8 @@ def _open_on_gpu(backend: Any, options: Any, measure: str) -> Any:
         if options.extra.get("remote"):  # a board's session refused: nothing here to probe
             raise
         try:
-            with backend.open(MeasureOptions(dtype="fp32", runs=options.runs)) as probe:
+            probe_options = MeasureOptions(dtype="fp32", runs=options.runs, timeout_s=options.timeout_s)
+            with backend.open(probe_options) as probe:
                 _check_on_gpu(probe, measure)
         except DeployoptError as cpu:
             if "runs on the CPU here" in str(cpu):
