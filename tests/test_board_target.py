@@ -202,7 +202,10 @@ def test_cli_targets_remote_names_the_board_its_target_and_why(
         "target: orin-nx-16gb (Jetson Orin NX 16GB, 8 SMs, CC 8.7): compatible names p3767-0000: "
         "Jetson Orin NX 16GB; MemTotal agrees (16 GB)"
     )
-    assert lines[2].startswith("use --target orin-nx-16gb")
+    assert lines[2] == (
+        f"use --target orin-nx-16gb; optimize, calibrate and staircase with `--remote {HOST}` and no "
+        "--target read it from the board"
+    )
     code, stdout, err = run_cli(monkeypatch, capsys, "targets", "--remote", HOST, "--json")
     assert code == 0, err
     doc = json.loads(stdout)

@@ -327,7 +327,8 @@ def _board_target(host: str, as_json: bool) -> None:
         soft_wrap=True,
     )
     console.print(
-        f"use --target {t.name}; `optimize --remote {host}` without --target reads it from the board",
+        f"use --target {t.name}; optimize, calibrate and staircase with `--remote {host}` and no "
+        "--target read it from the board",
         highlight=False,
         soft_wrap=True,
     )
