@@ -359,7 +359,9 @@ def missing_option(ctx: typer.Context, name: str) -> Exception:
 def resolve_target(ctx: typer.Context, target: str | None, remote: str | None, timeout: float) -> str:
     """--target, or with --remote and no --target the board's own (deployopt.targets.board), said
     on stderr in one line; with both, a warning where they disagree. Without either: click's own
-    missing-option error, as when --target was a required option."""
+    missing-option error, as when --target was a required option. Once that warning is said, the
+    measurement's own TargetMismatchWarning (another SM count or compute capability) is not said
+    again for the rest of the command: it is the same disagreement, found by the first timing."""
     if not remote:  # None, or '' (an unset shell variable): no board, as everywhere else
         if target is None:
             raise missing_option(ctx, "target")
@@ -373,6 +375,12 @@ def resolve_target(ctx: typer.Context, target: str | None, remote: str | None, t
         err_console.print(
             f"warning: {chosen.warning}", style="yellow", markup=False, highlight=False, soft_wrap=True
         )
+        import warnings
+
+        from deployopt.errors import TargetMismatchWarning
+
+        # main() runs each command under warnings.catch_warnings(): the filter ends with the command
+        warnings.filterwarnings("ignore", category=TargetMismatchWarning)
     return chosen.target
 
 
