@@ -229,8 +229,9 @@ def test_bench_remote_runner_keeps_a_named_cache_on_the_board(
     assert code == 0, err
     (run,) = [shlex.split(ln) for ln in log.read_text().splitlines() if "/runner.py " in ln and "--out" in ln]
     assert run[run.index("--timing-cache") + 1] == "deployopt-runner/nano.cache"
+    assert run[run.index("--dtype") + 1] == "fp16"  # bench's default on TensorRT: what deploys
     assert cache_builds(home / "deployopt-runner" / "nano.cache") == 1
-    code, _, err = run_cli(monkeypatch, capsys, *argv, "--dtype", "fp16")  # another engine, same cache
+    code, _, err = run_cli(monkeypatch, capsys, *argv, "--dtype", "fp32")  # another engine, same cache
     assert code == 0, err
     assert cache_builds(home / "deployopt-runner" / "nano.cache") == 2
 

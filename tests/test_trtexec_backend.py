@@ -431,6 +431,39 @@ def test_cli_bench_and_profile_say_what_trtexec_measured_on(
     assert rows and rows[0].split("│")[3].strip() == "8.6" and rows[0].split("│")[4].strip() == "1.9%"
 
 
+def test_bench_and_profile_without_dtype_time_the_fp16_engine_that_deploys(
+    fake: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --dtype, bench and profile on trtexec build --fp16, as optimize and the on-board runner
+    do (a Jetson deploys fp16): an fp32 default timed another engine than the one shipped, and a weekly
+    `bench` beside `optimize`'s figure compared two precisions. ort keeps fp32 (what it runs)."""
+    for command in ("bench", "profile"):
+        out = tmp_path / f"{command}.json"
+        code, _, err = run_cli(
+            monkeypatch,
+            capsys,
+            command,
+            str(fake["model"]),
+            "--backend",
+            "trtexec",
+            "--runs",
+            "3",
+            "-o",
+            str(out),
+        )
+        assert code == 0, err
+        args = fake["FAKE_ARGS"].read_text().split("\n")
+        assert "--fp16" in args and "--int8" not in args, command
+        doc = json.loads(out.read_text())
+        assert doc["environment"]["dtype"] == "fp16", command
+    out = tmp_path / "ort.json"
+    code, _, err = run_cli(
+        monkeypatch, capsys, "bench", str(fake["model"]), "--backend", "ort", "-o", str(out)
+    )
+    assert code == 0, err
+    assert ", fp32, batch 1, CPUExecutionProvider" in json.loads(out.read_text())["timed"]
+
+
 def test_no_times_export_with_profile_only_log(
     fake: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:

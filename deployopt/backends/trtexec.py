@@ -774,6 +774,7 @@ class TrtexecSession(Session):
             raise BackendFailed("trtexec wrote no per-layer profile (--exportProfile)")
         prof = run.profile()
         prof.environment.update(self._env(run))
+        prof.environment["dtype"] = self.options.dtype  # the precision built, as bench's result says it
         if self._prebuilt:
             mark_prebuilt(prof.environment, self.options.dtype)
             prof.timed = prebuilt_profile_timed(prof.timed)

@@ -167,7 +167,7 @@ def _options(
 ) -> MeasureOptions:
     extra = measure_extra(remote, timing_cache)  # a backend without TensorRT engines refuses a cache
     if dtype is None:
-        dtype = default_dtype(backend, model_path)
+        dtype = default_dtype(backend, model_path, deployment=True)
         if dtype == "int8":  # a Q/DQ model's: a GPU without INT8 then says the model is quantized
             extra["int8_from_qdq"] = True
     if dtype not in DTYPES:
@@ -275,7 +275,13 @@ def default_backend(backend: str | None, remote: str | None) -> str:
 
 
 def _dtype_option() -> Any:
-    return typer.Option(None, "--dtype", metavar="DTYPE", help="fp16 | fp32 | int8 (default: the backend's)")
+    return typer.Option(
+        None,
+        "--dtype",
+        metavar="DTYPE",
+        help="fp16 | fp32 | int8 (default: int8 for a Q/DQ model, else fp16 where the backend runs it, as "
+        "deployed; ort: fp32)",
+    )
 
 
 def _batch_option() -> Any:
