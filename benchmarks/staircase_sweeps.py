@@ -140,6 +140,19 @@ SHAPES = {
     "cd": (1, 32, 240, 320, 3, 1),
     "ce": (8, 144, 28, 28, 1, 1),
     "cf": (1, 192, 60, 80, 3, 1),
+    # twelfth round (2026-12-05, held out, a third pre-registered test of size_class, the fit unchanged
+    # since round ten): a 1×1 at 128×128 (batch 1, C = 64), a batch-2 3×3 at 80×80 (C = 96), a 3×3 on
+    # C = 512 at 40×40 (batch 1), a YOLOv4-tiny-style 3×3 at 104×104 (batch 4), a 1×1 on C = 160 at
+    # 48×64, a batch-8 3×3 on C = 320 at 14×14, a stride-2 3×3 on C = 256 at 64×64, MobileNetV2's
+    # first expand-like 1×1 on C = 24 at 224×224 (batch 2)
+    "cg": (1, 64, 128, 128, 1, 1),
+    "ch": (2, 96, 80, 80, 3, 1),
+    "ci": (1, 512, 40, 40, 3, 1),
+    "cj": (4, 64, 104, 104, 3, 1),
+    "ck": (1, 160, 48, 64, 1, 1),
+    "cl": (8, 320, 14, 14, 3, 1),
+    "cm": (1, 256, 64, 64, 3, 2),
+    "cn": (2, 24, 224, 224, 1, 1),
 }
 
 # Depthwise (groups = input = output channels, swept together): the 3×3 and 5×5 depthwise layers
