@@ -5,6 +5,7 @@ with the H200's measurement as the "model" of the other GPU's (how alike the two
 
     python benchmarks/score_gpu_transfer.py                    # benchmarks/results/h100_rounds/
     python benchmarks/score_gpu_transfer.py --gpu h100 --out benchmarks/results/h100_rounds/score.json
+    python benchmarks/score_gpu_transfer.py --drop-interfered   # without widths timed under interference
 The other GPU's sweeps are one JSON per sweep (benchmarks/split_sweeps.py) in <gpu>_rounds/default/
 (PyTorch's default search) and <gpu>_rounds/all_engines/ (every cuDNN engine timed).
 """
@@ -30,6 +31,44 @@ from deployopt.waves import pair_agreement, regret, size_class  # noqa: E402
 
 # this GPU's folder per search mode → score_rounds' name of the same mode in the H200 records
 MODES = {"default": "default_limit", "all_engines": "all_engines"}
+#: A point "interfered" (--drop-interfered): its event-timed median is over SPIKE_OVER_NEIGHBOURS times
+#: each of its neighbours' (two each side) and over SPIKE_OVER_KERNEL times the conv kernels' own
+#: profiled duration at that width. The kernel ran at its normal speed, so the time went elsewhere:
+#: something else held the GPU while that width was timed, not a step of the staircase.
+SPIKE_OVER_NEIGHBOURS = 2.5
+SPIKE_OVER_KERNEL = 2.0
+
+
+def interfered(sweep: dict[str, Any]) -> list[int]:
+    """The indices of a sweep's interfered points (SPIKE_OVER_NEIGHBOURS, SPIKE_OVER_KERNEL)."""
+    m = sweep["measured"]
+    out = []
+    for i, us in enumerate(m):
+        near = m[max(0, i - 2) : i] + m[i + 1 : i + 3]
+        kernel_us = sum(k.get("duration_us", 0.0) for k in sweep["kernels"][i])
+        if near and us > SPIKE_OVER_NEIGHBOURS * max(near) and 0 < kernel_us < us / SPIKE_OVER_KERNEL:
+            out.append(i)
+    return out
+
+
+def without(sweep: dict[str, Any], drop: set[int]) -> dict[str, Any]:
+    """The sweep without the points at `drop` (its widths, latencies and kernels alike)."""
+    keep = [i for i in range(len(sweep["ks"])) if i not in drop]
+    return {**sweep, **{key: [sweep[key][i] for i in keep] for key in ("ks", "measured", "kernels")}}
+
+
+def drop_interfered(
+    pairs: list[tuple[dict[str, Any], dict[str, Any] | None]],
+) -> tuple[list[tuple[dict[str, Any], dict[str, Any] | None]], dict[str, list[int]]]:
+    """Each pair without the widths either GPU timed interfered (so both sweeps keep the same widths);
+    and which widths went, per sweep id of this GPU."""
+    out, dropped = [], {}
+    for mine, h200 in pairs:
+        drop = set(interfered(mine)) | (set(interfered(h200)) if h200 is not None else set())
+        if drop:
+            dropped[mine["id"]] = [mine["ks"][i] for i in sorted(drop)]
+        out.append((without(mine, drop), without(h200, drop) if h200 is not None else None))
+    return out, dropped
 
 
 def round_of(key: str) -> int | None:
@@ -78,6 +117,11 @@ def main() -> None:
     ap.add_argument("--gpu", default="h100", help="the target name, and the prefix of its sweep files")
     ap.add_argument("--records", type=Path, help="default: benchmarks/results/<gpu>_rounds")
     ap.add_argument("--out", type=Path, help="write the figures as JSON")
+    ap.add_argument(
+        "--drop-interfered",
+        action="store_true",
+        help="leave out the widths timed while something else held the GPU (see `interfered`), on both GPUs",
+    )
     args = ap.parse_args()
     records = (args.records or ROOT / "benchmarks" / "results" / f"{args.gpu}_rounds").resolve()
     target, h200 = get_target(args.gpu), get_target("h200")
@@ -93,6 +137,20 @@ def main() -> None:
         both = pairs_with_h200(args.gpu, mode, records / mode)
         n_matched = sum(o is not None for _, o in both)
         print(f"== {mode}: {len(both)} sweeps on the {args.gpu}, {n_matched} also on the H200 ==")
+        # the size class of each whole sweep, as measured: leaving widths out does not move a sweep
+        wave_ids = set()
+        for s, _ in both:
+            params = target.params[s["dtype"]]
+            if (
+                size_class(statistics.median(ev.predictions("wave", s, target, params)), params)
+                == "wave-bound"
+            ):
+                wave_ids.add(s["id"])
+        dropped = None
+        if args.drop_interfered:
+            both, dropped = drop_interfered(both)
+            n = sum(len(v) for v in dropped.values())
+            print(f"left out: {n} interfered widths in {len(dropped)} sweeps (on either GPU)")
         print(
             f"{'group':<22}sweeps  {'model on this GPU':<18}  {'model on the H200':<18}  "
             f"{'H200 as model':<14}  latency ratio"
@@ -102,14 +160,7 @@ def main() -> None:
             groups[f"{sms} SMs"] = [p for p in both if p[0]["sms"] == sms]
         for dt in ("fp16", "fp32"):
             groups[dt] = [p for p in both if p[0]["dtype"] == dt]
-        wave_bound = []
-        for s, o in both:
-            params = target.params[s["dtype"]]
-            if (
-                size_class(statistics.median(ev.predictions("wave", s, target, params)), params)
-                == "wave-bound"
-            ):
-                wave_bound.append((s, o))
+        wave_bound = [(s, o) for s, o in both if s["id"] in wave_ids]
         groups["wave-bound"] = wave_bound
         for sms in sorted({s["sms"] for s, _ in wave_bound}):
             groups[f"wave-bound, {sms} SMs"] = [p for p in wave_bound if p[0]["sms"] == sms]
@@ -139,6 +190,8 @@ def main() -> None:
                 f"{f(row.get('h200_as_model')):<14}  "
                 + ("—" if lr is None else f"{lr['median']:.3f} [{lr['q1']:.3f}, {lr['q3']:.3f}]")
             )
+        if dropped is not None:
+            figures["interfered_widths_left_out"] = dropped
         result["modes"][mode] = figures
     if args.out:
         write_json(args.out, result)

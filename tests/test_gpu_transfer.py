@@ -110,3 +110,67 @@ def test_a_sweep_with_no_h200_counterpart_is_scored_alone(tmp_path: Path, monkey
     assert figures["all"]["sweeps"] == 48
     assert figures["all"]["latency_ratio"]["points"] == 32 * 32  # only the 8- and 16-SM sweeps pair up
     assert "h200_as_model" not in figures["114 SMs"] and figures["114 SMs"]["sweeps"] == 16
+
+
+H100 = ROOT / "benchmarks" / "results" / "h100_rounds"
+
+
+def test_recorded_h100_rounds_score_as_documented(tmp_path: Path, monkeypatch) -> None:
+    """The H100's committed sweeps, scored again: the figures docs/wave_model.md and score.json give
+    (the borrowed fit on the H100 beside the same sweeps on the H200), and the 27 widths of one GPU
+    only that --drop-interfered leaves out."""
+    transfer = load_script("benchmarks/score_gpu_transfer.py", "score_gpu_transfer")
+    out = tmp_path / "score.json"
+    monkeypatch.setattr("sys.argv", ["score_gpu_transfer.py", "--out", str(out)])
+    transfer.main()
+    figures = json.loads(out.read_text())["modes"]
+    assert figures == json.loads((H100 / "score.json").read_text())["modes"]
+
+    def pct(d: dict) -> tuple[float, float]:
+        return round(100 * d["agreement"], 1), round(100 * d["regret"], 2)
+
+    default, every = figures["default"], figures["all_engines"]
+    assert (default["wave-bound"]["sweeps"], default["all"]["sweeps"]) == (76, 144)
+    assert pct(default["wave-bound"]["model"]) == (78.3, 2.54)
+    assert pct(default["wave-bound"]["model_on_h200"]) == (80.9, 1.58)
+    assert pct(default["wave-bound"]["h200_as_model"]) == (83.2, 1.29)
+    assert pct(default["all"]["model"]) == (65.6, 6.33) and pct(default["all"]["model_on_h200"]) == (
+        70.3,
+        2.62,
+    )
+    assert round(default["all"]["latency_ratio"]["median"], 3) == 0.991
+    assert default["all"]["latency_ratio"]["points"] == 4608
+    assert (every["wave-bound"]["sweeps"], every["all"]["sweeps"]) == (23, 26)
+    assert pct(every["wave-bound"]["model"]) == (84.4, 1.21) and pct(
+        every["wave-bound"]["model_on_h200"]
+    ) == (87.6, 0.75)
+
+    monkeypatch.setattr("sys.argv", ["score_gpu_transfer.py", "--drop-interfered", "--out", str(out)])
+    transfer.main()
+    dropped = json.loads(out.read_text())["modes"]
+    assert dropped == json.loads((H100 / "score_without_interfered.json").read_text())["modes"]
+    left_out = dropped["default"]["interfered_widths_left_out"]
+    assert sum(len(v) for v in left_out.values()) == 27 and all(k.startswith("h100_") for k in left_out)
+    assert left_out["h100_bl_fp16_132sm"] == [256]  # 117.9 µs between 6.4 and 6.6, its kernel 5.2 µs
+    assert pct(dropped["default"]["wave-bound"]["model"]) == (78.6, 1.76)
+    assert pct(dropped["default"]["all"]["model"]) == (66.5, 3.30)
+    assert dropped["default"]["wave-bound"]["sweeps"] == 76  # a sweep's class is its whole sweep's
+
+
+def test_interfered_points_are_spikes_the_kernel_itself_did_not_take() -> None:
+    """A width far above its neighbours counts only when its conv kernel ran in far less than the
+    timed median: a real step (the kernel slow too) is the staircase, not interference."""
+    transfer = load_script("benchmarks/score_gpu_transfer.py", "score_gpu_transfer")
+
+    def sweep(measured: list[float], kernel: list[float]) -> dict:
+        kernels = [[{"duration_us": k}] if k else [] for k in kernel]
+        return {"ks": [16 * (i + 1) for i in range(len(measured))], "measured": measured, "kernels": kernels}
+
+    assert transfer.interfered(sweep([6, 6, 100, 6, 6], [5, 5, 5, 5, 5])) == [2]
+    assert transfer.interfered(sweep([6, 6, 100, 6, 6], [5, 5, 90, 5, 5])) == []  # the kernel was slow
+    assert transfer.interfered(sweep([6, 6, 14, 6, 6], [5, 5, 5, 5, 5])) == []  # 2.3x: under 2.5x
+    assert transfer.interfered(sweep([6, 6, 100, 6, 6], [5, 5, 0, 5, 5])) == []  # no profile: not judged
+    s = sweep([6, 6, 100, 6, 6], [5, 5, 5, 5, 5])
+    assert (
+        transfer.without(s, {2})["ks"] == [16, 32, 64, 80] and len(transfer.without(s, {2})["kernels"]) == 4
+    )
