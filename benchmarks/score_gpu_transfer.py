@@ -33,8 +33,9 @@ from deployopt.waves import pair_agreement, regret, size_class  # noqa: E402
 MODES = {"default": "default_limit", "all_engines": "all_engines"}
 #: A point "interfered" (--drop-interfered): its event-timed median is over SPIKE_OVER_NEIGHBOURS times
 #: each of its neighbours' (two each side) and over SPIKE_OVER_KERNEL times the conv kernels' own
-#: profiled duration at that width. The kernel ran at its normal speed, so the time went elsewhere:
-#: something else held the GPU while that width was timed, not a step of the staircase.
+#: profiled duration at that width. The kernel ran at its normal speed, so the time went outside it
+#: (another context on the GPU, a stall) while that width was timed: not a step of the staircase.
+#: Thresholds chosen after seeing the H100's rounds (a sensitivity check, not part of any score).
 SPIKE_OVER_NEIGHBOURS = 2.5
 SPIKE_OVER_KERNEL = 2.0
 
@@ -137,7 +138,7 @@ def main() -> None:
         both = pairs_with_h200(args.gpu, mode, records / mode)
         n_matched = sum(o is not None for _, o in both)
         print(f"== {mode}: {len(both)} sweeps on the {args.gpu}, {n_matched} also on the H200 ==")
-        # the size class of each whole sweep, as measured: leaving widths out does not move a sweep
+        # each sweep's size class from all its widths: leaving some out does not move a sweep's class
         wave_ids = set()
         for s, _ in both:
             params = target.params[s["dtype"]]
