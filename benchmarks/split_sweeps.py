@@ -45,7 +45,10 @@ def main() -> None:
                 "method",
             )
             record = {k: doc[k] for k in keys if k in doc}
-            record.update(dtype=sweep["dtype"], shape=sweep["shape"], points=sweep["points"])
+            record.update(dtype=sweep["dtype"], shape=sweep["shape"])
+            if "clock_slowdown_us" in sweep:  # recorded by staircase_sweeps.py since 2026-12-05
+                record["clock_slowdown_us"] = sweep["clock_slowdown_us"]
+            record["points"] = sweep["points"]
             path = out / f"{prefix}_{sweep['id']}{suffix}.json"
             # compact: the records are data, and the repository travels to the GPU under a size limit
             path.write_text(json.dumps(record, separators=(",", ":"), ensure_ascii=False) + "\n")

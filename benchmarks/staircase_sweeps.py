@@ -19,6 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from deployopt.backends import cuda_conv
+from deployopt.clocks import read_clocks, slowdown_between
 from deployopt.fileio import write_json
 from deployopt.layers import ConvShape
 
@@ -243,9 +244,14 @@ def main() -> None:
         shapes, record = sweep_shapes(key, ks)
         for dtype in args.dtypes.split(","):
             t1 = time.time()
+            before = read_clocks(0)
             res = cuda_conv.time_convs(
                 shapes, dtype, samples=args.samples, trace=not args.no_trace, benchmark=not args.heuristic
             )
+            # how long power or heat held the clock down during the sweep ({}: checked, never; None:
+            # nvidia-smi could not say): a width timed far above its own kernel's duration, with {}
+            # here, lost its time to something other than the clock (the H100 rounds' 27 widths)
+            slowdown = slowdown_between(before, read_clocks(0))
             points = [{"out_channels": k, **rr} for k, rr in zip(ks, res)]
             doc["sweeps"].append(
                 {
@@ -253,6 +259,7 @@ def main() -> None:
                     "dtype": dtype,
                     "shape": record,
                     "seconds": round(time.time() - t1, 2),
+                    "clock_slowdown_us": slowdown,
                     "points": points,
                 }
             )

@@ -38,7 +38,14 @@ def test_split_sweeps_writes_one_file_per_sweep_under_the_gpus_prefix(tmp_path: 
         "sms": 8,
         "torch": "2.11",
         "sweeps": [
-            {"id": "by_fp16_8sm", "dtype": "fp16", "shape": {"n": 1}, "points": [{"out_channels": 16}]}
+            {"id": "by_fp16_8sm", "dtype": "fp16", "shape": {"n": 1}, "points": [{"out_channels": 16}]},
+            {
+                "id": "by_fp32_8sm",
+                "dtype": "fp32",
+                "shape": {"n": 1},
+                "clock_slowdown_us": {"sw_power_cap": 1200},
+                "points": [{"out_channels": 16}],
+            },
         ],
     }
     (tmp_path / "round11_8.json").write_text(json.dumps(doc))
@@ -49,7 +56,13 @@ def test_split_sweeps_writes_one_file_per_sweep_under_the_gpus_prefix(tmp_path: 
     written = json.loads((tmp_path / "o" / "h100_by_fp16_8sm.json").read_text())
     assert written == {"gpu": doc["gpu"], "sms": 8, "torch": "2.11", "dtype": "fp16", "shape": {"n": 1},
                        "points": [{"out_channels": 16}]}  # fmt: skip
-    assert [p.name for p in (tmp_path / "o").iterdir()] == ["h100_by_fp16_8sm.json"]
+    assert "clock_slowdown_us" not in written  # an older record: none recorded, none made up
+    slowed = json.loads((tmp_path / "o" / "h100_by_fp32_8sm.json").read_text())
+    assert slowed["clock_slowdown_us"] == {"sw_power_cap": 1200}  # the sweep's own, kept
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == [
+        "h100_by_fp16_8sm.json",
+        "h100_by_fp32_8sm.json",
+    ]
 
 
 def _copy_round11(dest: Path, scale: float) -> None:
