@@ -187,3 +187,46 @@ def test_interfered_points_are_spikes_the_kernel_itself_did_not_take() -> None:
     assert (
         transfer.without(s, {2})["ks"] == [16, 32, 64, 80] and len(transfer.without(s, {2})["kernels"]) == 4
     )
+
+
+def test_round_twelve_on_the_h100_scores_as_documented_with_the_preregistered_classes(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Round twelve, pre-registered for the H200 and measured on the H100 (same fit, same 132 SMs):
+    every sweep's size class is the one committed before measuring, and the figures are the docs'
+    (wave-bound 83.6 % / 1.13 %, all 48 76.8 % / 1.47 %), none interfered, no clock held down."""
+    import statistics
+
+    transfer = load_script("benchmarks/score_gpu_transfer.py", "score_gpu_transfer")
+    ev = transfer.ev
+    from deployopt.targets import get_target
+    from deployopt.waves import size_class
+
+    records = ROOT / "benchmarks" / "results" / "h100_round12"
+    predicted = json.loads((ROOT / "benchmarks/results/h200_round12/prediction.json").read_text())["classes"]
+    target = get_target("h100")
+    sweeps = ev.load_sweeps(records / "default")
+    assert len(sweeps) == len(predicted) == 48
+    for s in sweeps:
+        params = target.params[s["dtype"]]
+        got = size_class(statistics.median(ev.predictions("wave", s, target, params)), params)
+        assert got == predicted["h200" + s["id"].removeprefix("h100")], s["id"]
+        assert transfer.interfered(s) == []
+    for path in (records / "default").glob("*.json"):
+        assert json.loads(path.read_text())["clock_slowdown_us"] == {}
+
+    out = tmp_path / "score.json"
+    monkeypatch.setattr("sys.argv", ["score_gpu_transfer.py", "--records", str(records), "--out", str(out)])
+    transfer.main()
+    figures = json.loads(out.read_text())["modes"]["default"]
+    assert figures == json.loads((records / "score.json").read_text())["modes"]["default"]
+    wave, every = figures["wave-bound"], figures["all"]
+    assert (wave["sweeps"], every["sweeps"]) == (32, 48)
+    assert (round(100 * wave["model"]["agreement"], 1), round(100 * wave["model"]["regret"], 2)) == (
+        83.6,
+        1.13,
+    )
+    assert (round(100 * every["model"]["agreement"], 1), round(100 * every["model"]["regret"], 2)) == (
+        76.8,
+        1.47,
+    )
