@@ -26,6 +26,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
@@ -47,6 +48,7 @@ from deployopt.waves import (  # noqa: E402
     pair_agreement,
     regret,
     regret_per_width,
+    size_class,
 )
 
 TIE_ALIGN = 32  # the alignment tie-break studied by tie_break_study
@@ -109,6 +111,12 @@ def fit_points(sweeps: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for s in sweeps
         for k, m in zip(s["ks"], s["measured"])
     ]
+
+
+def sweep_class(sweep: dict[str, Any], target: Any, params: WaveParams) -> str:
+    """The sweep's size class (deployopt.waves.size_class) under `params`: that of its median
+    predicted latency, so a whole sweep is launch-bound, small or wave-bound, as pre-registered."""
+    return size_class(statistics.median(predictions("wave", sweep, target, params)), params)
 
 
 def predictions(model: str, sweep: dict[str, Any], target: Any, params: WaveParams | None) -> list[float]:

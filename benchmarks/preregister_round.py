@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +24,7 @@ from staircase_sweeps import SHAPES, sweep_shapes  # noqa: E402
 
 from deployopt.fileio import write_json  # noqa: E402
 from deployopt.targets import get_target  # noqa: E402
-from deployopt.waves import LAUNCH_BOUND_BELOW, WAVE_BOUND_FROM, WaveParams, size_class  # noqa: E402
+from deployopt.waves import LAUNCH_BOUND_BELOW, WAVE_BOUND_FROM, WaveParams  # noqa: E402
 
 FIT = ROOT / "deployopt" / "targets" / "fitted" / "h200.json"
 EXPECTATION = (
@@ -46,8 +45,7 @@ def classes(keys: list[str], sms_list: list[int], ks: list[int]) -> dict[str, st
         for sms in sms_list:
             for dt in ("fp16", "fp32"):
                 sweep = {"shape": shapes[0], "ks": ks, "sms": sms, "dtype": dt}
-                pred = ev.predictions("wave", sweep, target, params[dt])
-                out[f"h200_{key}_{dt}_{sms}sm"] = size_class(statistics.median(pred), params[dt])
+                out[f"h200_{key}_{dt}_{sms}sm"] = ev.sweep_class(sweep, target, params[dt])
     return out
 
 

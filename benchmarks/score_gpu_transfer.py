@@ -27,7 +27,7 @@ import score_rounds as sr  # noqa: E402
 
 from deployopt.fileio import write_json  # noqa: E402
 from deployopt.targets import get_target  # noqa: E402
-from deployopt.waves import pair_agreement, regret, size_class  # noqa: E402
+from deployopt.waves import pair_agreement, regret  # noqa: E402
 
 # this GPU's folder per search mode → score_rounds' name of the same mode in the H200 records
 MODES = {"default": "default_limit", "all_engines": "all_engines"}
@@ -139,14 +139,9 @@ def main() -> None:
         n_matched = sum(o is not None for _, o in both)
         print(f"== {mode}: {len(both)} sweeps on the {args.gpu}, {n_matched} also on the H200 ==")
         # each sweep's size class from all its widths: leaving some out does not move a sweep's class
-        wave_ids = set()
-        for s, _ in both:
-            params = target.params[s["dtype"]]
-            if (
-                size_class(statistics.median(ev.predictions("wave", s, target, params)), params)
-                == "wave-bound"
-            ):
-                wave_ids.add(s["id"])
+        wave_ids = {
+            s["id"] for s, _ in both if ev.sweep_class(s, target, target.params[s["dtype"]]) == "wave-bound"
+        }
         dropped = None
         if args.drop_interfered:
             both, dropped = drop_interfered(both)

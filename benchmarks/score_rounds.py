@@ -34,7 +34,6 @@ from deployopt.waves import (  # noqa: E402
     SIZE_CLASSES,
     WAVE_BOUND_FROM,
     WaveParams,
-    size_class,
 )
 
 FOLDERS = {
@@ -230,7 +229,6 @@ def size_cells(numbers: list[int]) -> Cells:
     "model" of the first, where the round has repeats (mode "repeat", and "repeat_all_engines" for
     every engine timed; classes from the default-search sweep of the same id). Sorting needs no
     measurement, so a user can apply it to their own layers."""
-    import statistics
 
     target = get_target("h200")
     cells: Cells = {}
@@ -250,8 +248,7 @@ def size_cells(numbers: list[int]) -> Cells:
         for mode, every in loaded.items():
             wanted = {i for i in ids[mode] if not i.endswith("_repeat") and i.split("_")[1] in new}
             for s in (s for s in every if s["id"] in wanted):
-                pred = ev.predictions("wave", s, target, params[s["dtype"]])
-                cls = size_class(statistics.median(pred), params[s["dtype"]])
+                cls = ev.sweep_class(s, target, params[s["dtype"]])
                 if mode == "default_limit":
                     size[s["id"]] = cls
                 w = ev.score([s], target, params)["wave"]

@@ -195,12 +195,10 @@ def test_round_twelve_on_the_h100_scores_as_documented_with_the_preregistered_cl
     """Round twelve, pre-registered for the H200 and measured on the H100 (same fit, same 132 SMs):
     every sweep's size class is the one committed before measuring, and the figures are the docs'
     (wave-bound 83.6 % / 1.13 %, all 48 76.8 % / 1.47 %), none interfered, no clock held down."""
-    import statistics
 
     transfer = load_script("benchmarks/score_gpu_transfer.py", "score_gpu_transfer")
     ev = transfer.ev
     from deployopt.targets import get_target
-    from deployopt.waves import size_class
 
     records = ROOT / "benchmarks" / "results" / "h100_round12"
     predicted = json.loads((ROOT / "benchmarks/results/h200_round12/prediction.json").read_text())["classes"]
@@ -208,8 +206,7 @@ def test_round_twelve_on_the_h100_scores_as_documented_with_the_preregistered_cl
     sweeps = ev.load_sweeps(records / "default")
     assert len(sweeps) == len(predicted) == 48
     for s in sweeps:
-        params = target.params[s["dtype"]]
-        got = size_class(statistics.median(ev.predictions("wave", s, target, params)), params)
+        got = ev.sweep_class(s, target, target.params[s["dtype"]])
         assert got == predicted["h200" + s["id"].removeprefix("h100")], s["id"]
         assert transfer.interfered(s) == []
     for path in (records / "default").glob("*.json"):
