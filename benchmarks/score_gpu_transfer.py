@@ -7,7 +7,11 @@ with the H200's measurement as the "model" of the other GPU's (how alike the two
     python benchmarks/score_gpu_transfer.py --gpu h100 --out benchmarks/results/h100_rounds/score.json
     python benchmarks/score_gpu_transfer.py --drop-interfered   # without widths timed under interference
 The other GPU's sweeps are one JSON per sweep (benchmarks/split_sweeps.py) in <gpu>_rounds/default/
-(PyTorch's default search) and <gpu>_rounds/all_engines/ (every cuDNN engine timed).
+(PyTorch's default search) and <gpu>_rounds/all_engines/ (every cuDNN engine timed); a repeats/
+folder beside them (ids ending `_repeat`: the default search measured again, in new processes) is
+scored against its first measurement instead of the H200's.
+
+    python benchmarks/score_gpu_transfer.py --records benchmarks/results/h100_round12
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ from deployopt.waves import pair_agreement, regret  # noqa: E402
 
 # this GPU's folder per search mode → score_rounds' name of the same mode in the H200 records
 MODES = {"default": "default_limit", "all_engines": "all_engines"}
+#: a folder of second measurements of default/'s sweeps (same GPU, new processes), each paired with
+#: its first measurement where the other modes pair with the H200's
+REPEATS = "repeats"
 #: A point "interfered" (--drop-interfered): its event-timed median is over SPIKE_OVER_NEIGHBOURS times
 #: each of its neighbours' (two each side) and over SPIKE_OVER_KERNEL times the conv kernels' own
 #: profiled duration at that width. The kernel ran at its normal speed, so the time went outside it
@@ -95,8 +102,19 @@ def pairs_with_h200(gpu: str, mode: str, folder: Path) -> list[tuple[dict[str, A
     return out
 
 
+def pairs_with_first(folder: Path) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
+    """(each `_repeat` sweep in folder/repeats, its first measurement in folder/default or None)."""
+    firsts = {s["id"]: s for s in ev.load_sweeps(folder / "default")}
+    out = []
+    for rep in ev.load_sweeps(folder / REPEATS):
+        first = firsts.get(rep["id"].removesuffix("_repeat"))
+        out.append((rep, first if first is not None and first["ks"] == rep["ks"] else None))
+    return out
+
+
 def cross(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, float]:
-    """The H200's measurement as the "model" of this GPU's: agreement over pairs, regret over sweeps."""
+    """The other measurement (the H200's, or the first of a repeat) as the "model" of this one:
+    agreement over pairs, regret over sweeps."""
     agree = counted = 0
     regrets = []
     for mine, h200 in pairs:
@@ -107,7 +125,8 @@ def cross(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, float
 
 
 def ratio(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, float]:
-    """This GPU's median latency over the H200's, point by point: median and quartiles."""
+    """This measurement's median latency over the other's (the H200's, or the first), point by point:
+    median and quartiles."""
     r = [m / h for mine, h200 in pairs for m, h in zip(mine["measured"], h200["measured"])]
     q = statistics.quantiles(r, n=4)
     return {"median": statistics.median(r), "q1": q[0], "q3": q[2], "points": len(r)}
@@ -132,12 +151,18 @@ def main() -> None:
         "records": str(records.relative_to(ROOT) if records.is_relative_to(ROOT) else records),
         "modes": {},
     }
-    for mode in MODES:
+    for mode in (*MODES, REPEATS):
         if not (records / mode).is_dir():
             continue
-        both = pairs_with_h200(args.gpu, mode, records / mode)
+        # the other measurement each sweep is set beside: the H200's, or for repeats the first
+        other, other_target = ("first", target) if mode == REPEATS else ("h200", h200)
+        if mode == REPEATS:
+            both = pairs_with_first(records)
+        else:
+            both = pairs_with_h200(args.gpu, mode, records / mode)
         n_matched = sum(o is not None for _, o in both)
-        print(f"== {mode}: {len(both)} sweeps on the {args.gpu}, {n_matched} also on the H200 ==")
+        also = "with a first measurement" if mode == REPEATS else "also on the H200"
+        print(f"== {mode}: {len(both)} sweeps on the {args.gpu}, {n_matched} {also} ==")
         # each sweep's size class from all its widths: leaving some out does not move a sweep's class
         wave_ids = {
             s["id"] for s, _ in both if ev.sweep_class(s, target, target.params[s["dtype"]]) == "wave-bound"
@@ -147,9 +172,10 @@ def main() -> None:
             both, dropped = drop_interfered(both)
             n = sum(len(v) for v in dropped.values())
             print(f"left out: {n} interfered widths in {len(dropped)} sweeps (on either GPU)")
+        them = "first" if mode == REPEATS else "H200"
         print(
-            f"{'group':<22}sweeps  {'model on this GPU':<18}  {'model on the H200':<18}  "
-            f"{'H200 as model':<14}  latency ratio"
+            f"{'group':<22}sweeps  {'model on this GPU':<18}  {'model on the ' + them:<18}  "
+            f"{them + ' as model':<14}  latency ratio"
         )
         groups: dict[str, list[tuple[dict[str, Any], dict[str, Any] | None]]] = {"all": both}
         for sms in sorted({s["sms"] for s, _ in both}):
@@ -171,9 +197,9 @@ def main() -> None:
                 "model": {k: mine[k] for k in ("pairs", "agreement", "regret")},
             }
             if matched:
-                theirs = ev.score([o for _, o in matched], h200, h200.params)["wave"]
-                row["model_on_h200"] = {k: theirs[k] for k in ("pairs", "agreement", "regret")}
-                row["h200_as_model"] = cross(matched)
+                theirs = ev.score([o for _, o in matched], other_target, other_target.params)["wave"]
+                row[f"model_on_{other}"] = {k: theirs[k] for k in ("pairs", "agreement", "regret")}
+                row[f"{other}_as_model"] = cross(matched)
                 row["latency_ratio"] = ratio(matched)
             figures[name] = row
 
@@ -182,8 +208,8 @@ def main() -> None:
 
             lr = row.get("latency_ratio")
             print(
-                f"{name:<22}{len(group):6d}  {f(row['model']):<18}  {f(row.get('model_on_h200')):<18}  "
-                f"{f(row.get('h200_as_model')):<14}  "
+                f"{name:<22}{len(group):6d}  {f(row['model']):<18}  {f(row.get(f'model_on_{other}')):<18}  "
+                f"{f(row.get(f'{other}_as_model')):<14}  "
                 + ("—" if lr is None else f"{lr['median']:.3f} [{lr['q1']:.3f}, {lr['q3']:.3f}]")
             )
         if dropped is not None:
