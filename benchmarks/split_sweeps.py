@@ -43,6 +43,7 @@ def main() -> None:
                 "cudnn_benchmark",
                 "cudnn_benchmark_limit",
                 "method",
+                "retime",
             )
             record = {k: doc[k] for k in keys if k in doc}
             record.update(dtype=sweep["dtype"], shape=sweep["shape"])

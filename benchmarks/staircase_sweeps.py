@@ -208,6 +208,13 @@ def main() -> None:
         action="store_true",
         help="cudnn.benchmark off: cuDNN's heuristics pick each kernel untimed (PyTorch's default)",
     )
+    ap.add_argument(
+        "--retime",
+        type=int,
+        default=cuda_conv.RETIMES,
+        help="times a width over twice its neighbours' median is timed again, keeping the lowest "
+        "median (cuda_conv.spikes; 0: never, as every sweep before 2026-12-05)",
+    )
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
 
@@ -231,7 +238,14 @@ def main() -> None:
         "cudnn_benchmark_limit": None if args.heuristic else torch.backends.cudnn.benchmark_limit,
         "method": ("cuDNN heuristics (cudnn.benchmark off)" if args.heuristic else "cudnn.benchmark")
         + ", channels_last, CUDA-graph replay timed with CUDA events; "
-        f"{args.samples} samples of ~2 ms of replays each; µs per conv",
+        f"{args.samples} samples of ~2 ms of replays each; µs per conv"
+        + (
+            f"; a width over {cuda_conv.SPIKE_OVER:g}× its neighbours' median timed again up to "
+            f"{args.retime} times, lowest median kept (retimed_medians_us)"
+            if args.retime
+            else ""
+        ),
+        "retime": args.retime,
         "sweeps": [],
     }
     t0 = time.time()
@@ -246,7 +260,12 @@ def main() -> None:
             t1 = time.time()
             before = read_clocks(0)
             res = cuda_conv.time_convs(
-                shapes, dtype, samples=args.samples, trace=not args.no_trace, benchmark=not args.heuristic
+                shapes,
+                dtype,
+                samples=args.samples,
+                trace=not args.no_trace,
+                benchmark=not args.heuristic,
+                retime=args.retime,
             )
             # how long power or heat held the clock down during the sweep ({}: checked, never; None:
             # nvidia-smi could not say): a width timed far above its own kernel's duration, with {}

@@ -241,6 +241,29 @@ def kernels_by_range(trace: dict[str, Any], range_names: list[str]) -> list[list
     return out
 
 
+#: A conv timed over SPIKE_OVER × the median of its neighbours' times (two each side, in the order
+#: given: a sweep's widths) is timed again, up to RETIMES more times, and keeps its lowest median.
+#: Something outside the conv (another context on a shared GPU, a stall) only ever adds time: on
+#: lent H100s, 0.2–0.6 % of a sweep's widths were timed 2.5–40× their neighbours while their own
+#: kernel, profiled, ran at its usual speed (benchmarks/results/h100_rounds, h100_round12). A real
+#: step of the staircase times the same again, so re-timing it costs a few milliseconds and changes
+#: nothing; a staircase step is not 2× the median of the widths around it.
+SPIKE_OVER = 2.0
+RETIMES = 2
+
+
+def spikes(medians: list[float], over: float = SPIKE_OVER) -> list[int]:
+    """Indices of the times over `over` × the median of their neighbours' (two each side)."""
+    import statistics
+
+    out = []
+    for i, us in enumerate(medians):
+        near = medians[max(0, i - 2) : i] + medians[i + 1 : i + 3]
+        if near and us > over * statistics.median(near):
+            out.append(i)
+    return out
+
+
 def time_convs(
     shapes: list[ConvShape],
     dtype: str = "fp16",
@@ -248,11 +271,14 @@ def time_convs(
     trace: bool = False,
     target_ms: float = 2.0,
     benchmark: bool = True,
+    retime: int = RETIMES,
 ) -> list[dict[str, Any]]:
     """Median/IQR (µs per conv) and raw samples for each shape; kernel records when `trace`.
 
     `benchmark=False` lets cuDNN's heuristics pick the kernel without timing any (PyTorch's own
     default, `torch.backends.cudnn.benchmark = False`): what an untuned PyTorch program runs.
+    A spike (`spikes`) is timed again up to `retime` times and keeps the timing with the lowest
+    median; its result then lists every timing's median in `retimed_medians_us`, first one first.
     """
     import numpy as np
 
@@ -260,11 +286,25 @@ def time_convs(
     if dtype not in TORCH_DTYPES:
         raise BackendUnavailable(f"cuDNN timing runs fp16 or fp32, not {dtype}")
     torch.backends.cudnn.benchmark = benchmark
-    results = []
-    for shape in shapes:
+
+    def timed(shape: ConvShape) -> dict[str, Any]:
         s = _time_one(shape, dtype, samples, target_ms)
         q1, med, q3 = np.percentile(s, [25, 50, 75])
-        results.append({"samples_us": s, "median_us": float(med), "iqr_us": float(q3 - q1), "kernels": []})
+        return {"samples_us": s, "median_us": float(med), "iqr_us": float(q3 - q1), "kernels": []}
+
+    results = [timed(shape) for shape in shapes]
+    for _ in range(retime):
+        again = spikes([r["median_us"] for r in results])
+        if not again:
+            break
+        for i in again:
+            first = results[i]
+            new = timed(shapes[i])
+            medians = [*first.get("retimed_medians_us", [first["median_us"]]), new["median_us"]]
+            results[i] = {
+                **(new if new["median_us"] < first["median_us"] else first),
+                "retimed_medians_us": medians,
+            }
     if trace:
         try:
             for res, kernels in zip(results, trace_kernels(shapes, dtype)):

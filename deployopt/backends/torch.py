@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deployopt import errors
+from deployopt.backends import cuda_conv
 from deployopt.backends.base import Backend, KernelRecord, LayerTime, MeasureOptions, Profile, Session
 from deployopt.errors import BackendFailed, BackendUnavailable, DeployoptError
 from deployopt.layers import ConvShape
@@ -260,6 +261,13 @@ class TorchSession(Session):
         )
         out = []
         for shape, res in zip(shapes, resp["results"]):
+            retimed = res.get("retimed_medians_us")
+            again = (
+                f"; timed {len(retimed)} times, being over {cuda_conv.SPIKE_OVER:g}× its neighbours "
+                f"(medians {', '.join(f'{m:.1f}' for m in retimed)} µs), these samples from the lowest"
+                if retimed
+                else ""
+            )
             out.append(
                 Timing(
                     backend="torch",
@@ -268,7 +276,7 @@ class TorchSession(Session):
                     timed=(
                         f"one cuDNN conv {shape.signature()} via torch.nn.Conv2d (no bias): CUDA graph of "
                         f"repeated convs, each sample the CUDA-event time of ~2 ms of replays divided by "
-                        f"the convs in them, {resp['where']}"
+                        f"the convs in them, {resp['where']}{again}"
                     ),
                     environment=resp["environment"],
                 )
