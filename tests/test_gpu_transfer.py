@@ -282,3 +282,42 @@ def test_round_twelve_repeat_and_every_engine_on_the_h100_score_as_documented(
     dropped = json.loads((records / "score_without_interfered.json").read_text())["modes"]["all_engines"]
     assert pct(dropped["wave-bound"]["model"]) == (81.4, 1.33)
     assert sum(len(v) for v in dropped["interfered_widths_left_out"].values()) == 4
+
+
+def test_round_twelve_retimed_on_a_third_h100_records_its_retimes_and_scores_as_documented(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The third measurement ran with spikes re-timed: every file says `retime` 2, each re-timed
+    width kept the lowest of its medians and none of its kept times is a spike any more except the
+    one that stayed slow three times; the figures are the docs' (wave-bound 81.1 % / 1.34 %;
+    every engine on the full GPU 53.5 % / 4.71 %, against 15.23 % regret before re-timing)."""
+    transfer = load_script("benchmarks/score_gpu_transfer.py", "score_gpu_transfer")
+    from deployopt.backends.cuda_conv import spikes
+
+    records = ROOT / "benchmarks" / "results" / "h100_round12_retimed"
+    retimed, still_slow = 0, []
+    for path in sorted(records.glob("*/*.json")):
+        doc = json.loads(path.read_text())
+        assert doc["retime"] == 2 and doc["clock_slowdown_us"] == {}
+        medians = [p["median_us"] for p in doc["points"]]
+        for point in doc["points"]:
+            if "retimed_medians_us" in point:
+                retimed += 1
+                assert 2 <= len(point["retimed_medians_us"]) <= 3
+                assert point["median_us"] == min(point["retimed_medians_us"])
+        still_slow += [(path.stem, doc["points"][i]["out_channels"]) for i in spikes(medians)]
+    assert retimed == 14
+    assert still_slow == [("h100_cm_fp32_132sm", 288)]
+
+    out = tmp_path / "score.json"
+    monkeypatch.setattr("sys.argv", ["score_gpu_transfer.py", "--records", str(records), "--out", str(out)])
+    transfer.main()
+    figures = json.loads(out.read_text())["modes"]
+    assert figures == json.loads((records / "score.json").read_text())["modes"]
+    pct = lambda d: (round(100 * d["agreement"], 1), round(100 * d["regret"], 2))  # noqa: E731
+    assert figures["default"]["wave-bound"]["sweeps"] == 32
+    assert pct(figures["default"]["wave-bound"]["model"]) == (81.1, 1.34)
+    assert pct(figures["default"]["all"]["model"]) == (72.8, 1.77)
+    assert pct(figures["all_engines"]["132 SMs"]["model"]) == (53.5, 4.71)
+    before = json.loads((ROOT / "benchmarks/results/h100_round12/score.json").read_text())["modes"]
+    assert pct(before["all_engines"]["132 SMs"]["model"]) == (54.7, 15.23)
