@@ -48,6 +48,7 @@ def test_measure_gives_consistent_statistics(conv_path: Path) -> None:
     assert "CPUExecutionProvider" in t.timed
     assert t.environment["provider"] == "CPUExecutionProvider"
     assert "onnxruntime" in t.environment["libraries"]
+    assert t.environment["dtype"] == "fp32"  # compare names a dtype difference as such
 
 
 def test_batch_override(zoo_model_path: Callable[[str], Path]) -> None:
@@ -70,6 +71,7 @@ def test_profile_maps_fused_nodes_back_to_onnx(zoo_model_path: Callable[[str], P
     with get_backend("ort").open(MeasureOptions(dtype="fp32", runs=3, warmup=1)) as session:
         prof = session.profile(path)
     assert prof.backend == "ort" and prof.runs == 3
+    assert prof.environment["dtype"] == "fp32"
     assert sum(layer.share for layer in prof.layers) == pytest.approx(1.0)
     assert prof.total_us == pytest.approx(sum(layer.time_us for layer in prof.layers))
     model = onnx.load(str(path))

@@ -488,7 +488,10 @@ class OrtSession(Session):
     def _environment(self) -> dict[str, Any]:
         from deployopt.environment import collect
 
-        return collect(self.backend.name, provider=self.providers[0], device=self.providers[0])
+        # dtype: compare (LIKE_FOR_LIKE) names a dtype difference as such, as for the other backends
+        return collect(
+            self.backend.name, provider=self.providers[0], device=self.providers[0], dtype=self.options.dtype
+        )
 
     @staticmethod
     def _batch(loaded: LoadedModel) -> int | None:
