@@ -1,6 +1,7 @@
 #!/bin/bash
-# Every GPU path of the CLI once, as a user runs it, on the device (the H200, 8 SMs by a green
-# context): the release check before a stop lands. One device call, about 2 minutes:
+# Every GPU path of the CLI once, as a user runs it, on the device (the H200 or an H100, 8 SMs by a
+# green context; --target is the GPU's own: h100 or h200, or TARGET=...): the release check before
+# a stop lands. One device call, about 2 minutes:
 #   OUT=/tmp/cli bash benchmarks/run_cli_check_gpu.sh; tar czf $OUT/cli.tgz -C /tmp cli
 # (the device tool brings back a few files only: pack the folder into one, as here)
 # Writes each command's stdout/stderr and exit status into $OUT (rc.txt lists them); nothing here
@@ -18,14 +19,15 @@ step() {  # step NAME TIMEOUT CMD...: run one command, keep its output and exit 
     echo "$name $?" >>"$D/rc.txt"
 }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$D/gpu.txt"
+T=${TARGET:-$(grep -q H100 "$D/gpu.txt" && echo h100 || echo h200)}
 step backends 60 python3 -m deployopt backends --json
 step targets_local 60 python3 -m deployopt targets --target local --json
-step staircase 120 python3 -m deployopt staircase --target h200 --sms 8 --input 8x128x28x28 --kernel 3 \
+step staircase 120 python3 -m deployopt staircase --target "$T" --sms 8 --input 8x128x28x28 --kernel 3 \
     --out-channels 368:528:16 --measure torch --runs 50 --json --plot "$D/staircase.png"
-step calibrate 200 python3 -m deployopt calibrate --target h200 --sms 8 --measure torch -o "$D/h200_sm8_profile.json"
-step staircase_calibrated 60 python3 -m deployopt staircase --target "$D/h200_sm8_profile.json" \
+step calibrate 200 python3 -m deployopt calibrate --target "$T" --sms 8 --measure torch -o "$D/${T}_sm8_profile.json"
+step staircase_calibrated 60 python3 -m deployopt staircase --target "$D/${T}_sm8_profile.json" \
     --input 8x128x28x28 --kernel 3 --out-channels 368:528:16 --json
-step optimize 300 python3 -m deployopt optimize $M --target h200 --sms 8 --backend torch --batch 32 \
+step optimize 300 python3 -m deployopt optimize $M --target "$T" --sms 8 --backend torch --batch 32 \
     --max-evals 12 -o "$D/optimize" --force
 step bench_input 90 python3 -m deployopt bench $M --backend torch --sms 8 --batch 32 --runs 200 -o "$D/bench_input.json"
 step bench_optimized 90 python3 -m deployopt bench "$D/optimize/model.onnx" --backend torch --sms 8 --batch 32 \
@@ -34,7 +36,7 @@ step compare 30 python3 -m deployopt compare "$D/bench_input.json" "$D/bench_opt
 step profile_kernels 120 python3 -m deployopt profile "$D/optimize/model.onnx" --backend torch --sms 8 --batch 32 \
     --kernels --json
 # bad input on a machine with a GPU: one line, exit 2
-step bad_sms 60 python3 -m deployopt staircase --target h200 --sms 1000 --input 8x128x28x28 --kernel 3 \
+step bad_sms 60 python3 -m deployopt staircase --target "$T" --sms 1000 --input 8x128x28x28 --kernel 3 \
     --out-channels 16:64:16 --measure torch
 step bad_empty_out 60 python3 -m deployopt bench $M --backend torch --sms 8 -o ''
 cat "$D/rc.txt"
