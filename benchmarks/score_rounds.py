@@ -3,14 +3,14 @@ and pooled by subset, with the fit shipped just before the round was measured (k
 folder), so no figure here comes from a fit that saw the sweeps it scores. Predictions of the
 wave model against measured H200 medians.
 
-    python benchmarks/score_rounds.py            # rounds four to eleven
+    python benchmarks/score_rounds.py            # rounds four to twelve
     python benchmarks/score_rounds.py --round 8
     python benchmarks/score_rounds.py --round 8 --transitions   # where the misses are (below)
-    python benchmarks/score_rounds.py --by-size  # rounds four to eleven pooled by predicted latency
+    python benchmarks/score_rounds.py --by-size  # rounds four to twelve pooled by predicted latency
 Round four: the fit of rounds one to three (commit cf4b182); round five: the fit of commit d5f5956
 (rounds one to four); round six: the fit of commit f1dd72a (rounds one to five, with the fp16
 family at 32); rounds seven (small) and eight (not fitted on: their sweeps stay in their records):
-the fit of 9f1a9e1 (rounds one to six), unchanged for rounds nine to eleven (ten and eleven
+the fit of 9f1a9e1 (rounds one to six), unchanged for rounds nine to twelve (ten to twelve
 pre-registered, benchmarks/preregister_round.py). Each round also prints its repeats: the model on a first
 and a second measurement of the same sweeps, and each measurement as the "model" of the other.
 """
@@ -62,6 +62,9 @@ ROUNDS = {
     # a second pre-registered test (preregister_round.py), the fit unchanged since round ten
     11: ("h200_round11", "round11_sweeps.json", "fit_before_round11.json",
         {"by", "bz", "ca", "cb", "cc", "cd", "ce", "cf"}, "repeats"),
+    # a third, the fit still round ten's; first measured on H100s (results/h100_round12*)
+    12: ("h200_round12", "round12_sweeps.json", "fit_before_round12.json",
+        {"cg", "ch", "ci", "cj", "ck", "cl", "cm", "cn"}, ""),
 }  # fmt: skip
 # round → the folder in its record of every-engine sweeps measured a second time (ids listed under
 # all_engines with the `_repeat` suffix), scored like the default-search repeats
