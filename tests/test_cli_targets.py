@@ -754,3 +754,55 @@ def test_a_target_page_cites_what_a_user_has_and_says_uncalibrated_once():
             params = target.wave_params(dtype)
             line = f"{params.describe()} — {params.source}"
             assert line.count("not calibrated on hardware") == (0 if params.fitted else 1), (name, dtype)
+
+
+def test_staircase_shows_a_width_that_was_timed_again(monkeypatch, capsys):
+    """A width the torch backend re-timed as a spike (cuda_conv.spikes) lists its medians in the
+    JSON point and in a note under the table; the run's `measured.environment` does not carry them."""
+    from deployopt.backends import base
+    from deployopt.backends.cuda_conv import RETIMED
+
+    truth = get_target("h200", sms=8)
+    backend = fake_backend(truth)
+    opened = backend.open
+
+    def open_(options):
+        session = opened(options)
+        measure = session.measure_convs
+
+        def measure_convs(shapes):
+            timings = measure(shapes)
+            timings[1].environment = {**timings[1].environment, RETIMED: [310.0, timings[1].median_us]}
+            return timings
+
+        session.measure_convs = measure_convs
+        return session
+
+    monkeypatch.setattr(backend, "open", open_)
+    monkeypatch.setattr(base, "get_backend", lambda name: backend)
+    args = [
+        "staircase",
+        "--target",
+        "h200",
+        "--sms",
+        "8",
+        "--input",
+        "8x128x28x28",
+        "--out-channels",
+        "64:128:32",
+    ]
+    code, out, err = run(monkeypatch, capsys, *args, "--measure", "fake", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    points = doc["points"]
+    assert [p.get("measured_retimed_medians_us") for p in points] == [
+        None,
+        [310.0, points[1]["measured_us"]],
+        None,
+    ]
+    assert RETIMED not in doc["measured"]["environment"]
+    code, out, err = run(monkeypatch, capsys, *args, "--measure", "fake")
+    assert code == 0, err
+    flat = " ".join(out.split())
+    assert "note: timed again, being over 2× their neighbours' median" in flat
+    assert f"96: 310.0 → {points[1]['measured_us']:.1f} µs" in flat

@@ -101,3 +101,5 @@ def test_the_torch_session_says_when_a_conv_was_timed_again(monkeypatch: pytest.
     assert "timed 2 times" not in plain.timed
     assert again.median_us == 5.2
     assert "timed 2 times, being over 2× its neighbours (medians 60.0, 5.2 µs)" in again.timed
+    assert again.environment[cuda_conv.RETIMED] == [60.0, 5.2]  # what `staircase --json` shows
+    assert cuda_conv.RETIMED not in plain.environment

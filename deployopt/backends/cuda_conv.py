@@ -250,6 +250,9 @@ def kernels_by_range(trace: dict[str, Any], range_names: list[str]) -> list[list
 #: nothing; a staircase step is not 2× the median of the widths around it.
 SPIKE_OVER = 2.0
 RETIMES = 2
+#: the key of a re-timed conv's medians, first one first: in its time_convs result, and in the
+#: environment of the Timing the torch backend makes of it (`staircase --json` shows them per width)
+RETIMED = "retimed_medians_us"
 
 
 def spikes(medians: list[float], over: float = SPIKE_OVER) -> list[int]:
@@ -300,10 +303,10 @@ def time_convs(
         for i in again:
             first = results[i]
             new = timed(shapes[i])
-            medians = [*first.get("retimed_medians_us", [first["median_us"]]), new["median_us"]]
+            medians = [*first.get(RETIMED, [first["median_us"]]), new["median_us"]]
             results[i] = {
                 **(new if new["median_us"] < first["median_us"] else first),
-                "retimed_medians_us": medians,
+                RETIMED: medians,
             }
     if trace:
         try:

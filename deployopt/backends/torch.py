@@ -261,7 +261,7 @@ class TorchSession(Session):
         )
         out = []
         for shape, res in zip(shapes, resp["results"]):
-            retimed = res.get("retimed_medians_us")
+            retimed = res.get(cuda_conv.RETIMED)
             again = (
                 f"; timed {len(retimed)} times, being over {cuda_conv.SPIKE_OVER:g}× its neighbours "
                 f"(medians {', '.join(f'{m:.1f}' for m in retimed)} µs), these samples from the lowest"
@@ -278,7 +278,9 @@ class TorchSession(Session):
                         f"repeated convs, each sample the CUDA-event time of ~2 ms of replays divided by "
                         f"the convs in them, {resp['where']}{again}"
                     ),
-                    environment=resp["environment"],
+                    environment={**resp["environment"], cuda_conv.RETIMED: retimed}
+                    if retimed
+                    else resp["environment"],
                 )
             )
         return out

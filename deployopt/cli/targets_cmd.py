@@ -18,6 +18,7 @@ import typer
 from rich import box
 from rich.table import Table
 
+from deployopt.backends.cuda_conv import RETIMED, SPIKE_OVER
 from deployopt.cli.app import (
     app,
     check_timeout,
@@ -414,6 +415,9 @@ def staircase_doc(
         if timings is not None:
             pt["measured_us"] = timings[i].median_us
             pt["measured_iqr_us"] = timings[i].iqr_us if timings[i].spread_known else None
+            retimed = timings[i].environment.get(RETIMED)
+            if retimed:  # timed again as a spike over its neighbours (cuda_conv.spikes): every median
+                pt["measured_retimed_medians_us"] = list(retimed)
         points.append(pt)
         kernels.append(
             {
@@ -453,7 +457,8 @@ def staircase_doc(
         },
     }
     if timings is not None:
-        env = timings[0].environment if timings else {}
+        # one width's re-timing is that width's (its point says so), not the run's
+        env = {k: v for k, v in (timings[0].environment if timings else {}).items() if k != RETIMED}
         doc["measured"] = {
             "backend": backend,
             "statistic": "median, IQR",
@@ -667,6 +672,18 @@ def staircase_command(
         console.print(
             f"meas µs: measured on backend {measure}, median and IQR of "
             f"{counted(timings[0].runs, 'run')} per width" + (f" ({what})" if what else ""),
+            highlight=False,
+            soft_wrap=True,
+        )
+    retimed = [p for p in doc["points"] if "measured_retimed_medians_us" in p]
+    if retimed:
+        each = "; ".join(
+            f"{p['out_channels']}: {' → '.join(f'{m:.1f}' for m in p['measured_retimed_medians_us'])} µs"
+            for p in retimed
+        )
+        console.print(
+            f"note: timed again, being over {SPIKE_OVER:g}× their neighbours' median (something else "
+            f"may have held the GPU), each keeping its lowest median: {each}",
             highlight=False,
             soft_wrap=True,
         )
