@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import eval_wave_model as ev  # noqa: E402
 import score_rounds as sr  # noqa: E402
 
+from deployopt.backends.cuda_conv import neighbours  # noqa: E402
 from deployopt.fileio import write_json  # noqa: E402
 from deployopt.targets import get_target  # noqa: E402
 from deployopt.waves import pair_agreement, regret  # noqa: E402
@@ -52,7 +53,7 @@ def interfered(sweep: dict[str, Any]) -> list[int]:
     m = sweep["measured"]
     out = []
     for i, us in enumerate(m):
-        near = m[max(0, i - 2) : i] + m[i + 1 : i + 3]
+        near = neighbours(m, i)
         kernel_us = sum(k.get("duration_us", 0.0) for k in sweep["kernels"][i])
         if near and us > SPIKE_OVER_NEIGHBOURS * max(near) and 0 < kernel_us < us / SPIKE_OVER_KERNEL:
             out.append(i)

@@ -183,9 +183,10 @@ def test_local_without_gpu_is_one_line(monkeypatch, capsys):
     assert code == 2 and "no CUDA GPU found" in err and err.strip().count("\n") == 0
 
 
-def fake_backend(truth, opened=None, engines=False, on_gpu=None, factors=(0.99, 1.0, 1.03)):
+def fake_backend(truth, opened=None, engines=False, on_gpu=None, factors=(0.99, 1.0, 1.03), after=None):
     """A stand-in backend that 'measures' with a known model (one sample per factor, 3 by default);
-    the options of every session it opens are appended to `opened`; `on_gpu`: its runs_on_gpu."""
+    the options of every session it opens are appended to `opened`; `on_gpu`: its runs_on_gpu;
+    `after(timings)`, when given, may change each batch of timings before they are returned."""
     from deployopt.backends import base
     from deployopt.timing import Timing
 
@@ -204,7 +205,7 @@ def fake_backend(truth, opened=None, engines=False, on_gpu=None, factors=(0.99, 
                 env["cudnn_benchmark"] = self.options.cudnn_benchmark
                 if self.options.cudnn_benchmark:
                     env["cudnn_benchmark_limit"] = 10 if limit is None else limit
-            return [
+            timings = [
                 Timing(
                     "fake",
                     [predict(s, truth, dt).predicted_us * f for f in factors],
@@ -212,6 +213,9 @@ def fake_backend(truth, opened=None, engines=False, on_gpu=None, factors=(0.99, 
                 )
                 for s in shapes
             ]
+            if after is not None:
+                after(timings)
+            return timings
 
     class FakeBackend(base.Backend):
         name = "fake"
@@ -762,23 +766,10 @@ def test_staircase_shows_a_width_that_was_timed_again(monkeypatch, capsys):
     from deployopt.backends import base
     from deployopt.backends.cuda_conv import RETIMED
 
-    truth = get_target("h200", sms=8)
-    backend = fake_backend(truth)
-    opened = backend.open
+    def retime_the_second(timings):
+        timings[1].environment = {**timings[1].environment, RETIMED: [310.0, timings[1].median_us]}
 
-    def open_(options):
-        session = opened(options)
-        measure = session.measure_convs
-
-        def measure_convs(shapes):
-            timings = measure(shapes)
-            timings[1].environment = {**timings[1].environment, RETIMED: [310.0, timings[1].median_us]}
-            return timings
-
-        session.measure_convs = measure_convs
-        return session
-
-    monkeypatch.setattr(backend, "open", open_)
+    backend = fake_backend(get_target("h200", sms=8), after=retime_the_second)
     monkeypatch.setattr(base, "get_backend", lambda name: backend)
     args = [
         "staircase",

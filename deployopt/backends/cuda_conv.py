@@ -255,13 +255,18 @@ RETIMES = 2
 RETIMED = "retimed_medians_us"
 
 
+def neighbours(values: list[float], i: int) -> list[float]:
+    """The values beside values[i] in a sweep: two each side, fewer at the ends."""
+    return values[max(0, i - 2) : i] + values[i + 1 : i + 3]
+
+
 def spikes(medians: list[float], over: float = SPIKE_OVER) -> list[int]:
     """Indices of the times over `over` × the median of their neighbours' (two each side)."""
     import statistics
 
     out = []
     for i, us in enumerate(medians):
-        near = medians[max(0, i - 2) : i] + medians[i + 1 : i + 3]
+        near = neighbours(medians, i)
         if near and us > over * statistics.median(near):
             out.append(i)
     return out
