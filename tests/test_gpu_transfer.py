@@ -321,3 +321,31 @@ def test_round_twelve_retimed_on_a_third_h100_records_its_retimes_and_scores_as_
     assert pct(figures["all_engines"]["132 SMs"]["model"]) == (53.5, 4.71)
     before = json.loads((ROOT / "benchmarks/results/h100_round12/score.json").read_text())["modes"]
     assert pct(before["all_engines"]["132 SMs"]["model"]) == (54.7, 15.23)
+
+
+def test_an_h100_fit_of_its_own_scores_as_the_borrowed_one_on_round_twelve(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Why the h100 target keeps the H200's fit: fitted on the H100's 144 default-search sweeps of
+    rounds nine to eleven, the model scores on round twelve's first H100 measurement (seen by
+    neither fit) within half a point of the borrowed fit, and the recorded study says the same."""
+    study = load_script("benchmarks/h100_own_fit_study.py", "h100_own_fit_study")
+    out = tmp_path / "study.json"
+    monkeypatch.setattr("sys.argv", ["h100_own_fit_study.py", "--out", str(out)])
+    study.main()
+    got = json.loads(out.read_text())
+    assert got["fitted_on"] == "144 sweeps"
+    first = got["scores"]["round 12, first measurement"]
+    borrowed, own = first["borrowed (the H200's, shipped)"], first["own (H100 rounds 9-11)"]
+    assert borrowed["wave-bound"]["agreement"] == pytest.approx(0.836, abs=5e-4)
+    for key in ("all", "wave-bound"):
+        assert own[key]["agreement"] == pytest.approx(borrowed[key]["agreement"], abs=0.005)
+        assert own[key]["regret"] == pytest.approx(borrowed[key]["regret"], abs=0.001)
+    recorded = json.loads((ROOT / "benchmarks/results/h100_round12/own_fit_study.json").read_text())
+    assert recorded["scores"].keys() == got["scores"].keys()
+    for name, fits in recorded["scores"].items():
+        for label, row in fits.items():
+            for key in ("all", "wave-bound"):
+                assert row[key]["agreement"] == pytest.approx(
+                    got["scores"][name][label][key]["agreement"], abs=1e-3
+                )
