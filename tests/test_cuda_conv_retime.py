@@ -103,3 +103,20 @@ def test_the_torch_session_says_when_a_conv_was_timed_again(monkeypatch: pytest.
     assert "timed 2 times, being over 2× its neighbours (medians 60.0, 5.2 µs)" in again.timed
     assert again.environment[cuda_conv.RETIMED] == [60.0, 5.2]  # what `staircase --json` shows
     assert cuda_conv.RETIMED not in plain.environment
+
+
+def test_only_widths_of_the_same_conv_are_neighbours(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A list of several layers (optimize's per-layer sweep): a slow layer after fast ones is not a
+    spike, widths are compared in width order whatever order they come in, and a depthwise conv's
+    widths (C = K = groups, all moving) are one sweep."""
+    fast = _shapes(4)  # C = 64, K = 16…64
+    slow = ConvShape(8, 512, 56, 56, 256, 3, 3, (1, 1), (1, 1))  # another layer, alone
+    shuffled = [fast[2], slow, fast[0], fast[3], fast[1]]
+    assert cuda_conv.spikes_by_conv(shuffled, [5.0, 400.0, 5.0, 5.0, 5.0]) == []
+    assert cuda_conv.spikes_by_conv(shuffled, [40.0, 400.0, 5.0, 5.0, 5.0]) == [0]  # K = 48 of the fast conv
+    depthwise = [ConvShape(1, k, 28, 28, k, 3, 3, (1, 1), (1, 1), groups=k) for k in (32, 48, 64, 80, 96)]
+    assert cuda_conv.spikes_by_conv(depthwise, [5.0, 5.0, 30.0, 5.0, 5.0]) == [2]
+
+    calls = _stand_in(monkeypatch, {256: [400.0]})
+    cuda_conv.time_convs([*fast, slow])
+    assert calls == [16, 32, 48, 64, 256]  # the slow layer, alone in its sweep, is timed once

@@ -11,6 +11,7 @@ about 2 ms, divided by the number of convs in them.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -241,8 +242,9 @@ def kernels_by_range(trace: dict[str, Any], range_names: list[str]) -> list[list
     return out
 
 
-#: A conv timed over SPIKE_OVER × the median of its neighbours' times (two each side, in the order
-#: given: a sweep's widths) is timed again, up to RETIMES more times, and keeps its lowest median.
+#: A conv timed over SPIKE_OVER × the median of its neighbours' times (two each side among the
+#: widths of the same conv, by width) is timed again, up to RETIMES more times, and keeps its lowest
+#: median.
 #: Something outside the conv (another context on a shared GPU, a stall) only ever adds time: on
 #: lent H100s, 0.2–0.6 % of a sweep's widths were timed 2.5–40× their neighbours while their own
 #: kernel, profiled, ran at its usual speed (benchmarks/results/h100_rounds, h100_round12). A real
@@ -272,6 +274,27 @@ def spikes(medians: list[float], over: float = SPIKE_OVER) -> list[int]:
     return out
 
 
+def sweep_of(shape: ConvShape) -> ConvShape:
+    """The conv a width belongs to: the shape with its output channels (a depthwise conv's input
+    channels and groups too, which move with them) blanked out."""
+    if shape.is_depthwise:
+        return dataclasses.replace(shape, c=0, k=0, groups=0)
+    return dataclasses.replace(shape, k=0)
+
+
+def spikes_by_conv(shapes: list[ConvShape], medians: list[float]) -> list[int]:
+    """`spikes` within each conv's widths, ordered by width: a list of several layers (optimize's
+    per-layer sweep) never compares one layer's time with another's."""
+    sweeps: dict[ConvShape, list[int]] = {}
+    for i, shape in enumerate(shapes):
+        sweeps.setdefault(sweep_of(shape), []).append(i)
+    out = []
+    for members in sweeps.values():
+        members.sort(key=lambda i: shapes[i].k)
+        out += [members[j] for j in spikes([medians[i] for i in members])]
+    return sorted(out)
+
+
 def time_convs(
     shapes: list[ConvShape],
     dtype: str = "fp16",
@@ -285,7 +308,7 @@ def time_convs(
 
     `benchmark=False` lets cuDNN's heuristics pick the kernel without timing any (PyTorch's own
     default, `torch.backends.cudnn.benchmark = False`): what an untuned PyTorch program runs.
-    A spike (`spikes`) is timed again up to `retime` times and keeps the timing with the lowest
+    A spike (`spikes_by_conv`) is timed again up to `retime` times and keeps the timing with the lowest
     median; its result then lists every timing's median in `retimed_medians_us`, first one first.
     """
     import numpy as np
@@ -302,7 +325,7 @@ def time_convs(
 
     results = [timed(shape) for shape in shapes]
     for _ in range(retime):
-        again = spikes([r["median_us"] for r in results])
+        again = spikes_by_conv(shapes, [r["median_us"] for r in results])
         if not again:
             break
         for i in again:
