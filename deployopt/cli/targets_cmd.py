@@ -416,7 +416,7 @@ def staircase_doc(
             pt["measured_us"] = timings[i].median_us
             pt["measured_iqr_us"] = timings[i].iqr_us if timings[i].spread_known else None
             retimed = timings[i].environment.get(RETIMED)
-            if retimed:  # timed again as a spike over its neighbours (cuda_conv.spikes): every median
+            if retimed:  # timed again as a spike (cuda_conv.spikes_by_conv): every median, first one first
                 pt["measured_retimed_medians_us"] = list(retimed)
         points.append(pt)
         kernels.append(
