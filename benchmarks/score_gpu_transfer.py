@@ -7,9 +7,9 @@ with the H200's measurement as the "model" of the other GPU's (how alike the two
     python benchmarks/score_gpu_transfer.py --gpu h100 --out benchmarks/results/h100_rounds/score.json
     python benchmarks/score_gpu_transfer.py --drop-interfered   # without widths timed under interference
 The other GPU's sweeps are one JSON per sweep (benchmarks/split_sweeps.py) in <gpu>_rounds/default/
-(PyTorch's default search) and <gpu>_rounds/all_engines/ (every cuDNN engine timed); a repeats/
-folder beside them (ids ending `_repeat`: the default search measured again, in new processes) is
-scored against its first measurement instead of the H200's.
+(PyTorch's default search) and <gpu>_rounds/all_engines/ (every cuDNN engine timed); a repeats/ or
+all_repeats/ folder beside them (ids ending `_repeat`: that search measured again, in new processes)
+is scored against its first measurement (default/, all_engines/) instead of the H200's.
 
     python benchmarks/score_gpu_transfer.py --records benchmarks/results/h100_round12
 """
@@ -36,9 +36,9 @@ from deployopt.waves import pair_agreement, regret  # noqa: E402
 
 # this GPU's folder per search mode → score_rounds' name of the same mode in the H200 records
 MODES = {"default": "default_limit", "all_engines": "all_engines"}
-#: a folder of second measurements of default/'s sweeps (same GPU, new processes), each paired with
-#: its first measurement where the other modes pair with the H200's
-REPEATS = "repeats"
+#: folders of second measurements (same GPU, new processes; ids end `_repeat`) → the folder of the
+#: first measurement each is paired with, where the other modes pair with the H200's
+REPEATS = {"repeats": "default", "all_repeats": "all_engines"}
 #: A point "interfered" (--drop-interfered): its event-timed median is over SPIKE_OVER_NEIGHBOURS times
 #: each of its neighbours' (two each side) and over SPIKE_OVER_KERNEL times the conv kernels' own
 #: profiled duration at that width. The kernel ran at its normal speed, so the time went outside it
@@ -103,11 +103,13 @@ def pairs_with_h200(gpu: str, mode: str, folder: Path) -> list[tuple[dict[str, A
     return out
 
 
-def pairs_with_first(folder: Path) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
-    """(each `_repeat` sweep in folder/repeats, its first measurement in folder/default or None)."""
-    firsts = {s["id"]: s for s in ev.load_sweeps(folder / "default")}
+def pairs_with_first(
+    folder: Path, mode: str = "repeats"
+) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
+    """(each `_repeat` sweep in folder/<mode>, its first measurement in folder/REPEATS[mode] or None)."""
+    firsts = {s["id"]: s for s in ev.load_sweeps(folder / REPEATS[mode])}
     out = []
-    for rep in ev.load_sweeps(folder / REPEATS):
+    for rep in ev.load_sweeps(folder / mode):
         first = firsts.get(rep["id"].removesuffix("_repeat"))
         out.append((rep, first if first is not None and first["ks"] == rep["ks"] else None))
     return out
@@ -152,17 +154,17 @@ def main() -> None:
         "records": str(records.relative_to(ROOT) if records.is_relative_to(ROOT) else records),
         "modes": {},
     }
-    for mode in (*MODES, REPEATS):
+    for mode in (*MODES, *REPEATS):
         if not (records / mode).is_dir():
             continue
         # the other measurement each sweep is set beside: the H200's, or for repeats the first
-        other, other_target = ("first", target) if mode == REPEATS else ("h200", h200)
-        if mode == REPEATS:
-            both = pairs_with_first(records)
+        other, other_target = ("first", target) if mode in REPEATS else ("h200", h200)
+        if mode in REPEATS:
+            both = pairs_with_first(records, mode)
         else:
             both = pairs_with_h200(args.gpu, mode, records / mode)
         n_matched = sum(o is not None for _, o in both)
-        also = "with a first measurement" if mode == REPEATS else "also on the H200"
+        also = "with a first measurement" if mode in REPEATS else "also on the H200"
         print(f"== {mode}: {len(both)} sweeps on the {args.gpu}, {n_matched} {also} ==")
         # each sweep's size class from all its widths: leaving some out does not move a sweep's class
         wave_ids = {
@@ -173,7 +175,7 @@ def main() -> None:
             both, dropped = drop_interfered(both)
             n = sum(len(v) for v in dropped.values())
             print(f"left out: {n} interfered widths in {len(dropped)} sweeps (on either GPU)")
-        them = "first" if mode == REPEATS else "H200"
+        them = "first" if mode in REPEATS else "H200"
         print(
             f"{'group':<22}sweeps  {'model on this GPU':<18}  {'model on the ' + them:<18}  "
             f"{them + ' as model':<14}  latency ratio"
