@@ -204,6 +204,10 @@ def main() -> None:
                 row[f"model_on_{other}"] = {k: theirs[k] for k in ("pairs", "agreement", "regret")}
                 row[f"{other}_as_model"] = cross(matched)
                 row["latency_ratio"] = ratio(matched)
+                if len(matched) < len(group):
+                    # the model on just the sweeps the other measurement has, to set beside it
+                    paired = ev.score([s for s, _ in matched], target, target.params)["wave"]
+                    row["model_on_paired"] = {k: paired[k] for k in ("pairs", "agreement", "regret")}
             figures[name] = row
 
             def f(d: dict[str, Any] | None) -> str:
@@ -214,6 +218,11 @@ def main() -> None:
                 f"{name:<22}{len(group):6d}  {f(row['model']):<18}  {f(row.get(f'model_on_{other}')):<18}  "
                 f"{f(row.get(f'{other}_as_model')):<14}  "
                 + ("—" if lr is None else f"{lr['median']:.3f} [{lr['q1']:.3f}, {lr['q3']:.3f}]")
+                + (
+                    f"  (model on the {len(matched)} paired: {f(row['model_on_paired'])})"
+                    if "model_on_paired" in row
+                    else ""
+                )
             )
         if dropped is not None:
             figures["interfered_widths_left_out"] = dropped
