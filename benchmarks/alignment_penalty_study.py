@@ -1,4 +1,4 @@
-"""A tried-and-not-adopted variant of the wave model (docs/wave_model.md, round eleven): in fp16
+"""A tried-and-not-adopted variant of the wave model (docs/wave_model_evaluation.md, round eleven): in fp16
 with PyTorch's default search, widths that are not a multiple of 32 often run a slower kernel on
 shallow GEMMs (CUTLASS, cuBLAS or a 64×192 tile in the traces), reproducibly. This scores the
 obvious proxy, a latency factor on such widths when depth = C·R·S ≤ D, on rounds four to eleven

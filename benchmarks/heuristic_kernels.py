@@ -1,5 +1,5 @@
 """What cuDNN's heuristics alone (cudnn.benchmark off) run, against the autotuned sweeps: the
-figures of docs/wave_model.md's heuristics section, from the committed sweep JSON.
+figures of docs/wave_model_evaluation.md's heuristics section, from the committed sweep JSON.
 
     python benchmarks/heuristic_kernels.py      # prints them, writes benchmarks/results/h200_heuristic.json
 

@@ -1,4 +1,4 @@
-"""Figures for docs/wave_model.md: measured staircases (PyTorch's default cuDNN search and all
+"""Figures for docs/wave_model_evaluation.md: measured staircases (PyTorch's default cuDNN search and all
 engines timed) beside the shipped wave model's prediction, from the committed sweep JSON.
 
     python benchmarks/plot_sweeps.py            # writes docs/img/sweep_<id>.png

@@ -1,5 +1,5 @@
 #!/bin/bash
-# A held-out round of wave-model sweeps (docs/wave_model.md), on the H200:
+# A held-out round of wave-model sweeps (docs/wave_model_evaluation.md), on the H200:
 #   bash benchmarks/run_round_gpu.sh 9 default   # PyTorch's default search at 8, 16 and 132 SMs
 #   bash benchmarks/run_round_gpu.sh 9 all       # every cuDNN engine timed at 8, 16 and 132 SMs
 #   bash benchmarks/run_round_gpu.sh 9 repeats   # the default search again, in new processes

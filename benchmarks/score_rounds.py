@@ -1,4 +1,4 @@
-"""The held-out rounds' tables in docs/wave_model.md: each round's sweeps scored, repeats excluded
+"""The held-out rounds' tables in docs/wave_model_evaluation.md: each round's sweeps scored, repeats excluded
 and pooled by subset, with the fit shipped just before the round was measured (kept in its record
 folder), so no figure here comes from a fit that saw the sweeps it scores. Predictions of the
 wave model against measured H200 medians.

@@ -4,7 +4,7 @@ Why a script: every number in docs/backends.md's Results section is read from
 benchmarks/results/h200_backends/*.json by this file, so anyone can re-derive them:
 
   python benchmarks/summarize_backends.py [--dir benchmarks/results/h200_backends] [--kernels 2]
-  python benchmarks/summarize_backends.py --wave-model   # docs/wave_model.md's "On the GPU" tables
+  python benchmarks/summarize_backends.py --wave-model   # docs/wave_model_evaluation.md's "On the GPU" tables
 
 Nothing is measured or predicted here; the JSON holds the measured Timings (samples included).
 """
@@ -237,7 +237,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", type=Path, default=RESULTS, help="gpu_backends.py --out folder")
     ap.add_argument("--kernels", type=int, default=2, help="slowest layers per configuration to show")
     ap.add_argument(
-        "--wave-model", action="store_true", help="print the h200_cli tables (calibrate, measured staircase)"
+        "--wave-model",
+        action="store_true",
+        help="print the h200_cli tables (calibrate, measured staircase) of docs/wave_model_evaluation.md, "
+        '"On the GPU"',
     )
     ap.add_argument("--cli-dir", type=Path, default=CLI_RESULTS, help="folder of the CLI runs' JSON")
     args = ap.parse_args(argv)

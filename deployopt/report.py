@@ -118,7 +118,8 @@ def build_report(
             pb, pa = predict(before, opt.target, cfg.dtype), predict(after, opt.target, cfg.dtype)
             row["waves_before"], row["tail_fill_before"] = pb.waves, pb.tail_fill
             row["waves_after"], row["tail_fill_after"] = pa.waves, pa.tail_fill
-            # a launch-bound layer's width change is not the model's to explain (docs/wave_model.md)
+            # a launch-bound layer's width change is not the model's to explain
+            # (docs/wave_model_evaluation.md, "By conv size")
             row["size_class_before"] = size_class(pb.predicted_us, params, before.is_depthwise)
         layers.append(row)
 

@@ -397,7 +397,7 @@ def conv_alignment(shape: ConvShape) -> int:
     per group (GEMM N). Input channels only gate vector loads: below 8 (an RGB stem) they limit it.
 
     Why not the input side too: on the H200, shape af (C = 96) ran sm90 kernels at K ≡ 0 and 48
-    mod 64 and slower CUTLASS ones at K ≡ 16 and 32 (docs/wave_model.md, round four), so the
+    mod 64 and slower CUTLASS ones at K ≡ 16 and 32 (docs/wave_model_evaluation.md, round four), so the
     fast family follows K's alignment whatever C's is, once C allows vector loads.
     """
     a_k = pow2_align(shape.k // shape.groups)
@@ -932,7 +932,7 @@ def _is_free(group: Any) -> bool:
 # In multiples of the fixed cost so the bounds carry to GPUs with other launch costs (untested off
 # the H200, where fixed ≈ 6 µs: launch-bound below ≈ 10 µs, wave-bound from ≈ 24 µs). Chosen on
 # held-out rounds eight and nine, checked on four to seven and on round ten, measured to test them
-# (`benchmarks/score_rounds.py --by-size`; docs/wave_model.md, "By conv size").
+# (`benchmarks/score_rounds.py --by-size`; docs/wave_model_evaluation.md, "By conv size").
 LAUNCH_BOUND_BELOW = 1.75  # predicted latency / fixed cost
 WAVE_BOUND_FROM = 4.0
 SIZE_CLASSES = ("launch-bound", "small", "wave-bound")

@@ -735,7 +735,12 @@ def test_what_a_fenced_line_gets_wrong_is_named(line: str, problem: str) -> None
             "--deadline",
             "--limit",
         ),
-        ("docs/wave_model.md", "--out-channels 352:512:16 --measure torch --json", "--measure", "--measured"),
+        (
+            "docs/wave_model_evaluation.md",
+            "--out-channels 352:512:16 --measure torch --json",
+            "--measure",
+            "--measured",
+        ),
     ],
 )
 def test_an_option_renamed_in_a_real_doc_fails_there(doc: str, line: str, old: str, new: str) -> None:

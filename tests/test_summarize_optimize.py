@@ -381,7 +381,7 @@ def test_wave_model_cli_tables_and_doc():
     assert "| 384 | 147 (128×128, tc-aligned64) | 19 (37.5 %) | 110.9 | 114.4 | 0.55 | 100 | -3.1 % |" in st
     assert "| 400 | 196 (128×128, tc-aligned8) | 25 (50.0 %) | 146.9 | 140.4 | 0.55 | 100 | +4.6 % |" in st
     assert st[-1].endswith("Mean |predicted − measured| 3.7 %, max 5.1 %.")
-    doc = (ROOT / "docs" / "wave_model.md").read_text(encoding="utf-8")
+    doc = (ROOT / "docs" / "wave_model_evaluation.md").read_text(encoding="utf-8")
     marker = "--wave-model`; regenerate, do not edit -->\n"
     start = doc.index(marker) + len(marker)
     end = doc.index("<!-- end of generated tables -->", start)

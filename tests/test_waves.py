@@ -402,7 +402,7 @@ def test_shipped_fit_agreement_on_committed_sweeps():
     params = {dt: target.wave_params(dt) for dt in ("fp16", "fp32")}
     scores = ev.score(sweeps, target, params)
     wave, tile128 = scores["wave"], scores["tile128"]
-    # levels reached by the shipped fit (docs/wave_model.md); fail if the model regresses
+    # levels reached by the shipped fit (docs/wave_model_evaluation.md); fail if the model regresses
     assert wave["agreement"] >= AGREEMENT_ALL
     assert wave["regret"] <= REGRET_ALL
     # and it beats the plain 128×128-tile wave model on both figures
@@ -416,7 +416,7 @@ def test_shipped_fit_agreement_on_committed_sweeps():
 
 @pytest.mark.skipif(not (ROOT / "benchmarks" / "staircases").is_dir(), reason="no committed sweeps")
 def test_default_search_regret_comes_from_64_row_tiles_at_multiples_of_64():
-    """docs/wave_model.md: with PyTorch's default search most of the fp16 regret at 8 and 16 SMs is
+    """docs/wave_model_evaluation.md: with PyTorch's default search most of the fp16 regret at 8 and 16 SMs is
     at recommended multiples of 64 where cuDNN ran a 64-row tile; with every engine timed, little."""
     import eval_wave_model as ev
 
@@ -470,7 +470,7 @@ def test_shipped_fit_on_sweeps_timed_with_all_cudnn_engines():
 def test_heuristic_sweeps_are_reproducible_and_the_shipped_fit_tracks_fp32():
     """Sweeps with cudnn.benchmark off (cuDNN's heuristics pick every kernel, PyTorch's default),
     never fitted on: a repeat agrees with its original far more than an autotuned one does, and
-    the shipped model keeps its fp32 level on few SMs (docs/wave_model.md)."""
+    the shipped model keeps its fp32 level on few SMs (docs/wave_model_evaluation.md)."""
     import eval_wave_model as ev
 
     sweeps = ev.load_sweeps(ROOT / "benchmarks" / "staircases_heuristic")
@@ -515,7 +515,7 @@ def _held_out_round(record_dir: Path, number: int, every: list[dict]) -> tuple[d
 def test_round_four_scored_with_the_fit_shipped_before_it():
     """Round four (6 new Jetson-typical shapes at 8/16/132 SMs, and w–ab at 8/16 SMs) scored with
     the fit of commit cf4b182, fitted on rounds one to three only: issue 3's two figures on its 60
-    default-limit sweeps (repeats excluded), as docs/wave_model.md reports them. The regret meets
+    default-limit sweeps (repeats excluded), as docs/wave_model_evaluation.md reports them. The regret meets
     the goal; the agreement misses it by one pair."""
     import eval_wave_model as ev
 
@@ -534,7 +534,7 @@ def test_round_four_scored_with_the_fit_shipped_before_it():
 @pytest.mark.skipif(not ROUND5.is_dir(), reason="no round-five record")
 def test_round_five_scored_with_the_fit_shipped_before_it():
     """Round five (6 new deployment layers, ai–an, at 8/16/132 SMs) scored with the fit of commit
-    d5f5956, which never saw them: the figures docs/wave_model.md reports, goal missed — 70.2 % /
+    d5f5956, which never saw them: the figures docs/wave_model_evaluation.md reports, goal missed — 70.2 % /
     2.53 % over all 36 default-limit sweeps, 82.1 % / 1.71 % at 8 SMs. On the full GPU a second
     measurement of the same 12 sweeps agrees with the first on fewer pairs (46.6 %) than the model
     does (48.2 %): no width model can do much better there."""
@@ -628,7 +628,7 @@ def _gemm_terms(params: WaveParams) -> dict:
 def test_round_eight_is_held_out_and_scored_with_the_shipped_fit():
     """Round eight (8 deployment layers, ay–bf, at 8/16/132 SMs in three search modes, measured
     twice with the default search) stays out of the fitted sweeps and is scored with the fit
-    shipped when it was measured — today's (docs/wave_model.md): 73.2 % / 2.14 % over its 48
+    shipped when it was measured — today's (docs/wave_model_evaluation.md): 73.2 % / 2.14 % over its 48
     default-limit sweeps, 83.4 % / 1.51 % at 8 SMs, 80.5 % / 1.90 % at 16; every engine timed 86.5 %
     / 1.23 % and 81.7 % / 1.50 %. A second measurement of the same sweeps, scored as a model of the
     first, agrees on 76.3 % of their pairs: below the issue's 80 % itself."""
@@ -794,7 +794,7 @@ def test_round_eleven_a_second_pre_registered_test_fails_with_the_default_search
 
 @pytest.mark.skipif(not ROUND11.is_dir(), reason="no round-eleven record")
 def test_wave_bound_convs_on_eight_held_out_rounds():
-    """Rounds four to eleven pooled (docs/wave_model.md's headline): with every engine timed the
+    """Rounds four to eleven pooled (docs/wave_model_evaluation.md's headline): with every engine timed the
     wave-bound convs meet the goal (87.7 % / 0.92 %, and at 8 and 16 SMs on their own); with
     PyTorch's default search they sit on its edge, 81.0 % / 1.501 % (the regret just over)."""
     import score_rounds
@@ -844,8 +844,8 @@ def test_round_twelve_on_the_h200_meets_its_preregistered_expectation():
 
 @pytest.mark.skipif(not (ROUND12 / "default_limit").is_dir(), reason="round twelve not measured on the H200")
 def test_wave_bound_convs_on_nine_held_out_rounds_meet_the_goal_with_either_search():
-    """Rounds four to twelve pooled (docs/wave_model.md's headline since round twelve's H200 sweeps):
-    wave-bound convs meet the goal with every engine timed (87.5 % / 0.92 %) and, just, with
+    """Rounds four to twelve pooled (docs/wave_model_evaluation.md's headline since round twelve's H200
+    sweeps): wave-bound convs meet the goal with every engine timed (87.5 % / 0.92 %) and, just, with
     PyTorch's default search (81.3 % / 1.46 %, where rounds four to eleven gave 1.501 %)."""
     import score_rounds
 

@@ -425,7 +425,8 @@ def cudnn_benchmark_option() -> object:
         "--cudnn-benchmark/--no-cudnn-benchmark",
         help="torch: --no-cudnn-benchmark turns cuDNN's autotuner off, so its heuristics pick each "
         "conv's kernel without timing any: PyTorch's own default, what an untuned PyTorch program "
-        "runs (on the H200 at 8 SMs a median 1.3x slower per conv than autotuned, docs/wave_model.md).",
+        "runs (on the H200 at 8 SMs a median 1.3x slower per conv than autotuned, "
+        "docs/wave_model_evaluation.md).",
         show_default=False,
     )
 
