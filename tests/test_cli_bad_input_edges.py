@@ -18,3 +18,29 @@ def test_verify_rel_error_that_is_no_fraction(monkeypatch, capsys, zoo_model_pat
     _one_error(*run_cli(monkeypatch, capsys, *args), f"--rel-error {value}: needs --max-abs-error")
     code, out, err = run_cli(monkeypatch, capsys, *args[:-1], "0.5")
     assert code == 0 and "PASSED" in out, err
+
+
+def test_verify_a_model_whose_input_has_no_shape(monkeypatch, capsys, tmp_path) -> None:
+    """An input the file gives no shape (unknown rank) takes its shape from --input-shape, as in
+    analyze, bench and optimize; verify refused it with 'input 'x' is  in the file'."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weights = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "W")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "W"], ["y"], pads=[1, 1, 1, 1])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[weights],
+    )
+    m = tmp_path / "no_shape.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(m))
+    code, out, err = run_cli(monkeypatch, capsys, "verify", str(m), str(m), "--input-shape", "x:1x3x8x8")
+    assert code == 0 and "PASSED" in out, err
+    # a shape the model cannot take is still one line
+    _one_error(
+        *run_cli(monkeypatch, capsys, "verify", str(m), str(m), "--input-shape", "x:1x5x8x8"),
+        "gets 5 input channels, but its weights take 3",
+    )
