@@ -44,3 +44,33 @@ def test_verify_a_model_whose_input_has_no_shape(monkeypatch, capsys, tmp_path) 
         *run_cli(monkeypatch, capsys, "verify", str(m), str(m), "--input-shape", "x:1x5x8x8"),
         "gets 5 input channels, but its weights take 3",
     )
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"epilogue_us": float("nan")}, "epilogue_us must be a finite number >= 0, not nan"),  # 'nan' µs
+        ({"epilogue_us": -1.0}, "epilogue_us must be a finite number >= 0, not -1.0"),  # -11.2 µs
+        ({"tail_floor": 5.0}, "tail_floor must be a share of a full wave's time, 0 to 1, not 5.0"),
+    ],
+)
+def test_profile_costs_the_model_cannot_predict_with(monkeypatch, capsys, tmp_path, change, message) -> None:
+    """A hand-edited profile's family epilogue cost of NaN or below 0 was printed as 'nan' or
+    negative predicted µs; a tail_floor above 1 (a share of a wave) made a part-filled last wave
+    cost more than a full one. fixed_us and the other costs were checked already."""
+    import json
+
+    from deployopt.targets import get_target
+
+    profile = get_target("nano").to_json()
+    params = {**profile["params"]["fp16"], "fitted": True}
+    if "epilogue_us" in change:
+        params["families"] = [{**params["families"][0], **change}, *params["families"][1:]]
+    else:
+        params.update(change)
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({**profile, "params": {"fp16": params}}))
+    args = ["staircase", "--target", str(path), "--input", "8x16x8x8", "--out-channels", "16:64:16"]
+    code, out, err = run_cli(monkeypatch, capsys, *args)
+    _one_error(code, out, err, message)
+    assert out == ""
