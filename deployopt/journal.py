@@ -181,7 +181,11 @@ def _replay_event(out: Replay, ev: dict[str, Any]) -> None:
             raise ValueError("samples_us must be finite latencies in µs")
         out.timings[plan_key(ev["plan"], ev.get("repeat", 0))] = timing
     elif kind == "sweep":
-        out.layer_values.update({str(k): float(v) for k, v in ev.get("values", {}).items()})
+        values = {str(k): float(v) for k, v in ev.get("values", {}).items()}
+        # per-conv µs, checked as a measured event's samples: NaN went into the search's table
+        if not all(math.isfinite(v) and v >= 0 for v in values.values()):
+            raise ValueError("values must be finite per-conv latencies in µs")
+        out.layer_values.update(values)
     elif kind == "fidelity":
         out.fidelity[plan_key(ev["plan"])] = ev
     elif kind == "done":

@@ -74,3 +74,28 @@ def test_profile_costs_the_model_cannot_predict_with(monkeypatch, capsys, tmp_pa
     code, out, err = run_cli(monkeypatch, capsys, *args)
     _one_error(code, out, err, message)
     assert out == ""
+
+
+@pytest.mark.parametrize("value", [float("nan"), -5.0, float("inf")])
+def test_resume_from_a_journal_whose_sweep_holds_no_latency(
+    monkeypatch, capsys, tmp_path, zoo_model_path, value
+) -> None:
+    """A measured event's samples were checked on --resume, a sweep's per-conv values were not: NaN
+    went into the search's per-layer table and the report's 'Per layer' rows read 'nan'."""
+    import json
+
+    m = str(zoo_model_path("resnet_projection"))
+    out = tmp_path / "run"
+    args = ["optimize", m, "-t", "nano", "-b", "model", "--max-evals", "4", "-o", str(out)]
+    code, _, err = run_cli(monkeypatch, capsys, *args)
+    assert code == 0, err
+    journal = out / "journal.jsonl"
+    events = [json.loads(line) for line in journal.read_text().splitlines()]
+    sweep = next(e for e in events if e["event"] == "sweep")
+    first = next(iter(sweep["values"]))
+    sweep["values"][first] = value
+    journal.write_text("".join(json.dumps(e) + "\n" for e in events))
+    _one_error(
+        *run_cli(monkeypatch, capsys, *args, "--resume"),
+        f"{journal}: a 'sweep' event is damaged (values must be finite per-conv latencies in µs)",
+    )
