@@ -187,6 +187,18 @@ def _replay_event(out: Replay, ev: dict[str, Any]) -> None:
             raise ValueError("values must be finite per-conv latencies in µs")
         out.layer_values.update(values)
     elif kind == "fidelity":
+        # read back where the trim gate decides and the report is written: a report that is no
+        # object, or failures that are no lines, was a traceback from deep in the search
+        report = ev["report"]
+        if not isinstance(report, dict):
+            raise TypeError("report is not an object")
+        failures = report["failures"]
+        if not isinstance(failures, list) or not all(isinstance(f, str) for f in failures):
+            raise TypeError("failures is not a list of lines")
+        for key in ("max_abs_error", "cosine_min", "top1_agreement"):  # the figures the report prints
+            value = report.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise TypeError(f"{key} is not a number")
         out.fidelity[plan_key(ev["plan"])] = ev
     elif kind == "done":
         out.done = True

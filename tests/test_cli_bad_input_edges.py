@@ -99,3 +99,36 @@ def test_resume_from_a_journal_whose_sweep_holds_no_latency(
         *run_cli(monkeypatch, capsys, *args, "--resume"),
         f"{journal}: a 'sweep' event is damaged (values must be finite per-conv latencies in µs)",
     )
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ({"report": None}, "report is not an object"),  # TypeError: 'NoneType' object is not subscriptable
+        ({"report": {}}, "no 'failures'"),  # KeyError: 'failures'
+        ({"report": {"failures": 5}}, "failures is not a list of lines"),  # TypeError: cannot join
+        ({"report": {"failures": "bad"}}, "failures is not a list of lines"),  # refused as 'b; a; d'
+    ],
+)
+def test_resume_from_a_journal_whose_fidelity_event_is_damaged(
+    monkeypatch, capsys, tmp_path, zoo_model_path, damage, message
+) -> None:
+    """A 'fidelity' event was stored as it was read and used deep in the trim search: a report that
+    is no object, or failures that are no list, were a traceback out of `optimize --resume`."""
+    import json
+
+    m = str(zoo_model_path("resnet_projection"))
+    out = tmp_path / "run"
+    args = ["optimize", m, "-t", "nano", "-b", "model", "--mode", "trim", "--max-evals", "8", "-o", str(out)]
+    code, _, err = run_cli(monkeypatch, capsys, *args)
+    assert code == 0, err
+    journal = out / "journal.jsonl"
+    events = [json.loads(line) for line in journal.read_text().splitlines()]
+    first = next(i for i, e in enumerate(events) if e["event"] == "fidelity")
+    events = events[: first + 1]  # killed after its first fidelity check: --resume reads it back
+    events[first].update(damage)
+    journal.write_text("".join(json.dumps(e) + "\n" for e in events))
+    _one_error(
+        *run_cli(monkeypatch, capsys, *args, "--resume"),
+        f"{journal}: a 'fidelity' event is damaged ({message}); use --force to start over",
+    )
