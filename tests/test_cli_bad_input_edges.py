@@ -132,3 +132,39 @@ def test_resume_from_a_journal_whose_fidelity_event_is_damaged(
         *run_cli(monkeypatch, capsys, *args, "--resume"),
         f"{journal}: a 'fidelity' event is damaged ({message}); use --force to start over",
     )
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ({"plan": [16, 32]}, "plan is not an object of group widths"),  # IndexError in plan_key
+        ({"timing": "environment"}, "environment is not an object"),  # TypeError keying the layer cache
+        ({"timing": "measured"}, "measured is not true or false"),  # 'no': printed as a measurement
+    ],
+)
+def test_resume_from_a_journal_whose_measured_event_is_damaged(
+    monkeypatch, capsys, tmp_path, zoo_model_path, damage, message
+) -> None:
+    """A 'measured' event's samples were checked on --resume, not the rest of what the run reads
+    back: a plan that is a list and an environment that is no object were tracebacks, a
+    "measured": "no" (a string, so true) dropped '(predicted)' from the wave model's latency."""
+    import json
+
+    m = str(zoo_model_path("resnet_projection"))
+    out = tmp_path / "run"
+    args = ["optimize", m, "-t", "nano", "-b", "model", "--max-evals", "4", "-o", str(out)]
+    code, _, err = run_cli(monkeypatch, capsys, *args)
+    assert code == 0, err
+    journal = out / "journal.jsonl"
+    events = [json.loads(line) for line in journal.read_text().splitlines()]
+    first = next(i for i, e in enumerate(events) if e["event"] == "measured")
+    events = events[: first + 1]
+    if "plan" in damage:
+        events[first].update(damage)
+    else:
+        events[first]["timing"][damage["timing"]] = [1] if damage["timing"] == "environment" else "no"
+    journal.write_text("".join(json.dumps(e) + "\n" for e in events))
+    _one_error(
+        *run_cli(monkeypatch, capsys, *args, "--resume"),
+        f"{journal}: a 'measured' event is damaged ({message}); use --force to start over",
+    )
