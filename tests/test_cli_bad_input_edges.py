@@ -168,3 +168,16 @@ def test_resume_from_a_journal_whose_measured_event_is_damaged(
         *run_cli(monkeypatch, capsys, *args, "--resume"),
         f"{journal}: a 'measured' event is damaged ({message}); use --force to start over",
     )
+
+
+@pytest.mark.parametrize("host", ["@", "user@", "@jetson", "user@jet son", "-oProxyCommand=true"])
+@pytest.mark.parametrize("command", ["bench", "targets"])
+def test_a_remote_that_names_no_board(monkeypatch, capsys, tmp_path, zoo_model_path, host, command) -> None:
+    """ssh was run with it: '@' printed ssh's usage text after 'cannot reach @ over ssh', a space
+    'hostname contains invalid characters', and a leading '-' was read by ssh as one of its options."""
+    m = str(zoo_model_path("resnet_projection"))
+    args = ["bench", m, "-b", "trtexec", "--runs", "3"] if command == "bench" else ["targets"]
+    _one_error(
+        *run_cli(monkeypatch, capsys, *args, "--remote", host),
+        f"--remote {host!r}: give the board as USER@HOST",
+    )
