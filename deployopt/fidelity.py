@@ -742,12 +742,14 @@ def check_feedable(calib: CalibrationSet, model: onnx.ModelProto) -> None:
 def _check_static_dims(calib: CalibrationSet, sess: Any, names: dict[str, str], role: str) -> None:
     """The data's shape against the dims the model file fixes: an --input-shape that changes a
     static dim (verify runs the files as they are) was onnxruntime's truncated 'Got invalid
-    dimensions for input ... for the following indices'."""
+    dimensions for input ... for the following indices'. An input the file gives no shape has no
+    dims here (onnxruntime's [] for an unknown rank, as for a scalar, whose rank onnxruntime checks
+    itself): --input-shape gives its shape; the line said it 'is  in the file'."""
     fixed = {i.name: i.shape for i in sess.get_inputs()}
     sample = calib.samples[0]
     for key, name in names.items():
         dims, arr = fixed.get(name), sample.get(key)
-        if dims is None or arr is None:
+        if not dims or arr is None:
             continue
         if len(dims) != arr.ndim or any(isinstance(d, int) and d != a for d, a in zip(dims, arr.shape)):
             want = "×".join(str(d) if isinstance(d, int) else "?" for d in dims)

@@ -179,13 +179,43 @@ def _replay_event(out: Replay, ev: dict[str, Any]) -> None:
             for s in timing.samples_us
         ):
             raise ValueError("samples_us must be finite latencies in µs")
-        out.timings[plan_key(ev["plan"], ev.get("repeat", 0))] = timing
+        # what the run reads back: a string "no" was a measured latency in the report, an
+        # environment that is no object a traceback where the layer cache is keyed on it
+        if not isinstance(timing.measured, bool):
+            raise TypeError("measured is not true or false")
+        if not isinstance(timing.environment, dict):
+            raise TypeError("environment is not an object")
+        out.timings[plan_key(_plan(ev), ev.get("repeat", 0))] = timing
     elif kind == "sweep":
-        out.layer_values.update({str(k): float(v) for k, v in ev.get("values", {}).items()})
+        values = {str(k): float(v) for k, v in ev.get("values", {}).items()}
+        # per-conv µs, checked as a measured event's samples: NaN went into the search's table
+        if not all(math.isfinite(v) and v >= 0 for v in values.values()):
+            raise ValueError("values must be finite per-conv latencies in µs")
+        out.layer_values.update(values)
     elif kind == "fidelity":
-        out.fidelity[plan_key(ev["plan"])] = ev
+        # read back where the trim gate decides and the report is written: a report that is no
+        # object, or failures that are no lines, was a traceback from deep in the search
+        report = ev["report"]
+        if not isinstance(report, dict):
+            raise TypeError("report is not an object")
+        failures = report["failures"]
+        if not isinstance(failures, list) or not all(isinstance(f, str) for f in failures):
+            raise TypeError("failures is not a list of lines")
+        for key in ("max_abs_error", "cosine_min", "top1_agreement"):  # the figures the report prints
+            value = report.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise TypeError(f"{key} is not a number")
+        out.fidelity[plan_key(_plan(ev))] = ev
     elif kind == "done":
         out.done = True
+
+
+def _plan(ev: dict[str, Any]) -> dict[str, Any]:
+    """An event's plan; a list was an IndexError traceback in plan_key."""
+    plan = ev["plan"]
+    if not isinstance(plan, dict):
+        raise TypeError("plan is not an object of group widths")
+    return plan
 
 
 def _json_default(obj: Any) -> Any:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import time
 import warnings
@@ -121,7 +122,15 @@ class LayerCache:
         path = self._path(shape)
         try:
             data = json.loads(path.read_text())
-            return Timing.from_json(data["timing"])
+            timing = Timing.from_json(data["timing"])
+            # a NaN or negative sample went into the sweep's table (and the journal, which --resume
+            # then refused as damaged): an entry without latencies is no entry, as one without JSON
+            if not all(
+                isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s) and s >= 0
+                for s in timing.samples_us
+            ):
+                raise ValueError("samples_us are not latencies")
+            return timing
         except (FileNotFoundError, NotADirectoryError):
             return None  # not measured yet (or no cache folder at all)
         except (OSError, ValueError, KeyError, TypeError) as exc:  # a cache only saves time: measure again

@@ -80,6 +80,15 @@ def check_remote_backend(backend_name: str, remote: str | None, flag: str = "--b
         )
 
 
+def check_host(host: str) -> None:
+    """--remote as ssh and scp can take it: USER@HOST or HOST (an ssh config name too). An empty
+    user or host, a space, or a leading '-' (which ssh reads as one of its options) was ssh's usage
+    text or 'hostname contains invalid characters' after 'cannot reach ... over ssh'."""
+    user, at, name = host.rpartition("@")
+    if not name or (at and not user) or host.startswith("-") or any(c.isspace() for c in host):
+        raise DeployoptError(f"--remote {host!r}: give the board as USER@HOST (or a host name ssh knows)")
+
+
 def seconds_arg(timeout_s: float) -> str:
     """A duration `timeout` reads: plain decimal, no exponent (`:g` gives 1e+06), never 0 (which
     `timeout` takes as no limit at all)."""
@@ -352,6 +361,7 @@ class Board:
     """One board reached as `host` (USER@HOST) with ssh and scp."""
 
     def __init__(self, host: str, connect_timeout_s: int = 10) -> None:
+        check_host(host)
         self.host = host
         self.connect_timeout_s = connect_timeout_s
         self.last_err = ""  # the stderr of the last command that succeeded (its warnings)

@@ -152,6 +152,10 @@ class WaveParams:
             value = getattr(params, key)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{key} must be a finite number >= 0, not {value!r}")
+        if params.tail_floor > 1:  # a share of a full wave: above 1 an emptier last wave cost more
+            raise ValueError(
+                f"tail_floor must be a share of a full wave's time, 0 to 1, not {params.tail_floor!r}"
+            )
         if not (math.isfinite(params.macs_per_us_per_sm) and params.macs_per_us_per_sm > 0):
             raise ValueError(
                 f"macs_per_us_per_sm must be a finite number > 0, not {params.macs_per_us_per_sm!r}"
@@ -163,6 +167,10 @@ class WaveParams:
                 raise ValueError(f"family {fam.name!r}: needs efficiency > 0 and at least one tile")
             if fam.min_align < 1 or any(x < 1 for t in fam.tiles for x in t):
                 raise ValueError(f"family {fam.name!r}: min_align and tile sizes must be >= 1")
+            if not (math.isfinite(fam.epilogue_us) and fam.epilogue_us >= 0):  # a cost, as fixed_us
+                raise ValueError(
+                    f"family {fam.name!r}: epilogue_us must be a finite number >= 0, not {fam.epilogue_us!r}"
+                )
         return params
 
     @classmethod

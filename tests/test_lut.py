@@ -166,3 +166,20 @@ def test_an_int8_table_from_before_the_qdq_sweep_convs_is_not_read(tmp_path: Pat
     assert fresh.dir == tmp_path / "fp1" / "int8-qdq"
     assert fresh.fill(measure, shapes([64])).measured == 1
     assert LayerCache("fp1", "int8", root=tmp_path).fill(measure, shapes([64])).cached == 1
+
+
+@pytest.mark.parametrize("sample", [float("nan"), float("inf"), -1.0, "12"])
+def test_an_entry_whose_samples_are_no_latencies_is_measured_again(tmp_path: Path, sample) -> None:
+    """Read as it was: its NaN median went into the sweep's table and optimize's journal, whose
+    next --resume refused the 'sweep' event as damaged."""
+    import json
+
+    cache = LayerCache("fp1", "fp16", root=tmp_path)
+    cache.fill(CountingMeasure(), shapes([8]))
+    entry = tmp_path / "fp1" / "fp16" / f"{shapes([8])[0].signature()}.json"
+    doc = json.loads(entry.read_text())
+    doc["timing"]["samples_us"] = [sample, sample]
+    entry.write_text(json.dumps(doc))
+    with pytest.warns(CacheWarning, match="cannot read cache entry .*not a cache entry"):
+        res = cache.fill(CountingMeasure(), shapes([8]))
+    assert res.measured == 1 and res.values[shapes([8])[0].signature()] == pytest.approx(8 / 8 + 0.64 + 0.5)

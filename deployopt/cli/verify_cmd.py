@@ -8,6 +8,7 @@ threshold holds, 1 when one is crossed, 2 on bad input.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -171,7 +172,9 @@ def verify(
     check_threshold_range(min_cosine, min_top1)
     if max_abs_error is not None and not max_abs_error >= 0:  # NaN too: every comparison with it fails
         raise DataError(f"--max-abs-error {max_abs_error}: expected an error bound ≥ 0")
-    if rel_error is not None and (max_abs_error is None or rel_error < 0):
+    # NaN passed `< 0` and failed every output (exit 1, identical models too); inf × an all-zero
+    # output's magnitude is NaN as well
+    if rel_error is not None and (max_abs_error is None or not 0 <= rel_error < math.inf):
         raise DataError(f"--rel-error {rel_error}: needs --max-abs-error, and a fraction ≥ 0")
     requested = parse_input_shapes(input_shape)
     from deployopt.model import require_model_file
