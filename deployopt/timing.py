@@ -333,6 +333,10 @@ def timing_from_json(p: Path, data: Any) -> Timing:
         raise DataError(
             f"{p}: environment must be an object of setup facts (gpu, sms, ...), not {type(env).__name__}"
         )
+    samples = data["samples_us"]
+    if not isinstance(samples, list):  # null, a number or a string: the line was Python's TypeError
+        shown = json.dumps(samples)[:40]
+        raise DataError(f"{p}: samples_us must be finite latencies (0 or more) in a list, not {shown}")
     try:
         timing = Timing.from_json(data)
     except KeyError as exc:

@@ -179,6 +179,11 @@ def test_bad_measurement_files_are_one_line_errors(tmp_path: Path) -> None:
         ('{"samples_us": [1.0]}', "is not a measurement: it has no 'backend' field"),
         ('[{"startMs": 1.0}]', "not a trtexec --exportTimes file|no 'computeMs'"),
         ("[1, 2]", "not a trtexec --exportTimes file"),
+        (
+            '{"samples_us": null, "backend": "ort"}',
+            "samples_us must be finite latencies .* in a list, not null",
+        ),
+        ('{"samples_us": 5, "backend": "ort"}', "samples_us must be finite latencies .* in a list, not 5"),
     ):
         bad.write_text(text)
         with pytest.raises(DataError, match=match):
