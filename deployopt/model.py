@@ -488,6 +488,21 @@ def _infer(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
         raise ModelError(f"{path.name}: shape inference failed: {first}") from None
 
 
+def _infers_as_exported(path: Path) -> bool:
+    """Whether the file's shapes infer at its own input shapes (batch 1 where it left the batch
+    dynamic): when they do and --batch / --input-shape's do not, the graph fixed what was asked to
+    change (a Reshape to [1, -1] traced at export), and onnx's line only names the op that broke."""
+    try:
+        model = _parse(path)
+        _fix_input_shapes(model, {}, path, [], False)
+        _give_outputs_shapes(model, path)
+        _clear_derived_shapes(model, all_outputs=False)
+        _infer(model, path)
+    except Exception:  # any failure: the file's own shapes are no better; say nothing more
+        return False
+    return True
+
+
 def load_model(
     path: str | os.PathLike[str],
     input_shapes: dict[str, list[int]] | None = None,
@@ -521,7 +536,18 @@ def load_model(
         first = first_line(exc, repr(exc))
         raise ModelError(f"{path}: invalid ONNX model: {first}") from None
     _clear_derived_shapes(model, all_outputs=bool(input_shapes))
-    model = _infer(model, path)
+    try:
+        model = _infer(model, path)
+    except ModelError as exc:
+        if input_shapes and not external and _infers_as_exported(path):
+            asked = ", ".join(f"{n} {'×'.join(map(str, d))}" for n, d in fixed.items())
+            onnx_says = str(exc).split("shape inference failed: ", 1)[-1]
+            raise ModelError(
+                f"{path.name}: its shapes do not infer at {asked}, though they do at the file's own: "
+                "the graph fixes its batch or size (a Reshape's shape traced at export, say); export it "
+                f"with a dynamic batch, or run it at its own (onnx: {onnx_says})"
+            ) from None
+        raise
     if _needs_folding(model):
         # each pass can expose more: a folded Shape gives a static Reshape, whose output shape
         # makes the next Shape foldable (Polygraphy also folds in passes)

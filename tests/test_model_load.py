@@ -469,3 +469,46 @@ def test_folding_runs_until_nothing_is_left_to_fold(tmp_path: Path) -> None:
     assert not [g.reason for g in analyze(model).groups if "Shape" in g.reason]
     x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
     np.testing.assert_allclose(run(model, x), run(onnx.load(str(path)), x), atol=1e-5, rtol=0)
+
+
+def _flatten_to_batch_one(tmp_path: Path, reshape: list[int]) -> Path:
+    """conv → Reshape(`reshape`) → MatMul, exported at batch 1: a Reshape to [1, -1] fixes the batch
+    inside the graph, as a traced `x.view(1, -1)` does."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((16, 3, 3, 3)).astype(np.float32), "w"),
+        numpy_helper.from_array(np.array(reshape, dtype=np.int64), "shape"),
+        numpy_helper.from_array(rng.standard_normal((16 * 8 * 8, 10)).astype(np.float32), "fc"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Reshape", ["c", "shape"], ["f"]),
+        helper.make_node("MatMul", ["f", "fc"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        inits,
+    )
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_a_batch_the_graph_fixes_is_named_as_such(tmp_path: Path) -> None:
+    """--batch 4 on a model whose Reshape was traced at batch 1: one line saying the graph fixes the
+    batch (onnx's own line only named the MatMul); the same model at its own batch loads, and one
+    whose batch is a Reshape's -1 loads at batch 4."""
+    fixed = _flatten_to_batch_one(tmp_path, [1, -1])
+    with pytest.raises(ModelError) as err:
+        load_model(fixed, {"x": [4, 3, 8, 8]})
+    line = str(err.value)
+    assert line.startswith("m.onnx: its shapes do not infer at x 4×3×8×8, though they do at the file's own")
+    assert "(op_type:MatMul)" in line and "\n" not in line
+    assert load_model(fixed).input_shapes == {"x": [1, 3, 8, 8]}
+    free = _flatten_to_batch_one(tmp_path, [-1, 16 * 8 * 8])
+    assert load_model(free, {"x": [4, 3, 8, 8]}).input_shapes == {"x": [4, 3, 8, 8]}
