@@ -887,7 +887,10 @@ def test_convs_the_wave_model_does_not_price(monkeypatch, capsys, tmp_path) -> N
     assert not out.exists()
     code, text, err = run(monkeypatch, capsys, "analyze", m, "--target", "t4")
     assert code == 0, err
-    assert "2 conv(s) not 2-D, which the wave model does not price" in " ".join(text.split())
+    flat = " ".join(text.split())
+    assert "2 conv(s) not 2-D, which the wave model does not price: Conv_0, Conv_2" in flat
+    # no empty waves table, no predictor named "n/a"
+    assert "waves on" not in flat and "n/a" not in flat and "predicted by the wave model" not in flat
 
 
 @pytest.mark.parametrize(

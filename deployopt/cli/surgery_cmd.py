@@ -198,19 +198,19 @@ def analyze_cmd(
     if show_convs:
         console.print(convs_table(analysis, title=f"{len(analysis.convs)} convs"))
     if rows is not None and gpu is not None:
-        console.print(waves_table(rows, title=f"waves on {gpu.name} ({sm_count(gpu.sms)}, {dtype})"))
-        console.print(
-            f"Latencies are predicted by the wave model ({rows[0]['predictor'] if rows else 'n/a'}), "
-            "not measured.",
-            markup=False,
-        )
+        if rows:  # a model of 1-D or 3-D convs only has none: no empty table, no "(n/a)" predictor
+            console.print(waves_table(rows, title=f"waves on {gpu.name} ({sm_count(gpu.sms)}, {dtype})"))
+            console.print(
+                f"Latencies are predicted by the wave model ({rows[0]['predictor']}), not measured.",
+                markup=False,
+            )
         _print_size_classes(rows)
         unpriced = analysis.unpriced_convs()
         if unpriced:  # the table left them out without a word (a Conv1d model printed an empty one)
             shown = ", ".join(unpriced[:8]) + (", …" if len(unpriced) > 8 else "")
+            left_out = " and the table leaves out" if rows else ""
             console.print(
-                f"{len(unpriced)} conv(s) not 2-D, which the wave model does not price and the table "
-                f"leaves out: {shown}",
+                f"{len(unpriced)} conv(s) not 2-D, which the wave model does not price{left_out}: {shown}",
                 markup=False,
                 highlight=False,
                 soft_wrap=True,
