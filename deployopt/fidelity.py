@@ -313,6 +313,7 @@ def _batched(
 #: the first bytes of a .npy file and of an .npz (a zip): anything else np.load reads as a pickle
 #: and refuses with "contains pickled (object) data ... allow_pickle", advice the CLI cannot take
 _NPY_MAGIC, _ZIP_MAGIC = b"\x93NUMPY", b"PK\x03\x04"
+_EMPTY_ZIP = b"PK\x05\x06"  # numpy.savez with no arrays: a zip of no members, said as such below
 
 
 def _check_array_header(path: Path) -> None:
@@ -323,7 +324,7 @@ def _check_array_header(path: Path) -> None:
     except OSError as exc:
         raise DataError(f"{path}: cannot read array file ({exc.strerror or exc})") from None
     want = _NPY_MAGIC if path.suffix.lower() == ".npy" else _ZIP_MAGIC
-    if not head.startswith(want):
+    if not head.startswith(want) and not (want is _ZIP_MAGIC and head.startswith(_EMPTY_ZIP)):
         kind = "a NumPy .npy file (numpy.save)" if want is _NPY_MAGIC else "a NumPy .npz file (numpy.savez)"
         raise DataError(f"{path}: not {kind}")
 

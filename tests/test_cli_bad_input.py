@@ -550,6 +550,8 @@ def _zip_with_a_png(path: Path) -> None:
         ("a.npz", lambda p: p.write_text("1 2 3\n"), "a.npz: not a NumPy .npz file (numpy.savez)"),
         ("a.npz", _zip_with_a_png, "a.npz: 'input' in it is not a .npy array"),
         ("a.npz", lambda p: p.write_bytes(b"PK\x03\x04" + bytes(60)), "a.npz: cannot read array file"),
+        # numpy.savez() of no arrays: a valid empty zip, not "not a NumPy .npz file"
+        ("a.npz", lambda p: __import__("numpy").savez(p), "a.npz: no array for input(s) input (keys: none)"),
     ],
 )
 def test_array_files_that_are_not_numpys(monkeypatch, capsys, tmp_path, zoo_model_path, name, write, message):
