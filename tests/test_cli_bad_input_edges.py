@@ -4,9 +4,26 @@ negative latencies printed as predictions, or a valid model refused with a garbl
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from cli_runner import run_cli
 from test_cli_bad_input import _one_error
+
+
+def _journal_of_a_run(monkeypatch, capsys, tmp_path, zoo_model_path, *extra: str):
+    """A finished `optimize -b model` run of a small model: its arguments (to --resume with), its
+    journal and the journal's events, to damage and write back with `_write_events`."""
+    m = str(zoo_model_path("resnet_projection"))
+    args = ["optimize", m, "-t", "nano", "-b", "model", *extra, "-o", str(tmp_path / "run")]
+    code, _, err = run_cli(monkeypatch, capsys, *args)
+    assert code == 0, err
+    journal = tmp_path / "run" / "journal.jsonl"
+    return args, journal, [json.loads(line) for line in journal.read_text().splitlines()]
+
+
+def _write_events(journal, events) -> None:
+    journal.write_text("".join(json.dumps(e) + "\n" for e in events))
 
 
 @pytest.mark.parametrize("value", ["nan", "inf"])
@@ -58,8 +75,6 @@ def test_profile_costs_the_model_cannot_predict_with(monkeypatch, capsys, tmp_pa
     """A hand-edited profile's family epilogue cost of NaN or below 0 was printed as 'nan' or
     negative predicted µs; a tail_floor above 1 (a share of a wave) made a part-filled last wave
     cost more than a full one. fixed_us and the other costs were checked already."""
-    import json
-
     from deployopt.targets import get_target
 
     profile = get_target("nano").to_json()
@@ -82,19 +97,13 @@ def test_resume_from_a_journal_whose_sweep_holds_no_latency(
 ) -> None:
     """A measured event's samples were checked on --resume, a sweep's per-conv values were not: NaN
     went into the search's per-layer table and the report's 'Per layer' rows read 'nan'."""
-    import json
-
-    m = str(zoo_model_path("resnet_projection"))
-    out = tmp_path / "run"
-    args = ["optimize", m, "-t", "nano", "-b", "model", "--max-evals", "4", "-o", str(out)]
-    code, _, err = run_cli(monkeypatch, capsys, *args)
-    assert code == 0, err
-    journal = out / "journal.jsonl"
-    events = [json.loads(line) for line in journal.read_text().splitlines()]
+    args, journal, events = _journal_of_a_run(
+        monkeypatch, capsys, tmp_path, zoo_model_path, "--max-evals", "4"
+    )
     sweep = next(e for e in events if e["event"] == "sweep")
     first = next(iter(sweep["values"]))
     sweep["values"][first] = value
-    journal.write_text("".join(json.dumps(e) + "\n" for e in events))
+    _write_events(journal, events)
     _one_error(
         *run_cli(monkeypatch, capsys, *args, "--resume"),
         f"{journal}: a 'sweep' event is damaged (values must be finite per-conv latencies in µs)",
@@ -115,19 +124,12 @@ def test_resume_from_a_journal_whose_fidelity_event_is_damaged(
 ) -> None:
     """A 'fidelity' event was stored as it was read and used deep in the trim search: a report that
     is no object, or failures that are no list, were a traceback out of `optimize --resume`."""
-    import json
-
-    m = str(zoo_model_path("resnet_projection"))
-    out = tmp_path / "run"
-    args = ["optimize", m, "-t", "nano", "-b", "model", "--mode", "trim", "--max-evals", "8", "-o", str(out)]
-    code, _, err = run_cli(monkeypatch, capsys, *args)
-    assert code == 0, err
-    journal = out / "journal.jsonl"
-    events = [json.loads(line) for line in journal.read_text().splitlines()]
+    extra = ("--mode", "trim", "--max-evals", "8")
+    args, journal, events = _journal_of_a_run(monkeypatch, capsys, tmp_path, zoo_model_path, *extra)
     first = next(i for i, e in enumerate(events) if e["event"] == "fidelity")
     events = events[: first + 1]  # killed after its first fidelity check: --resume reads it back
     events[first].update(damage)
-    journal.write_text("".join(json.dumps(e) + "\n" for e in events))
+    _write_events(journal, events)
     _one_error(
         *run_cli(monkeypatch, capsys, *args, "--resume"),
         f"{journal}: a 'fidelity' event is damaged ({message}); use --force to start over",
@@ -148,22 +150,16 @@ def test_resume_from_a_journal_whose_measured_event_is_damaged(
     """A 'measured' event's samples were checked on --resume, not the rest of what the run reads
     back: a plan that is a list and an environment that is no object were tracebacks, a
     "measured": "no" (a string, so true) dropped '(predicted)' from the wave model's latency."""
-    import json
-
-    m = str(zoo_model_path("resnet_projection"))
-    out = tmp_path / "run"
-    args = ["optimize", m, "-t", "nano", "-b", "model", "--max-evals", "4", "-o", str(out)]
-    code, _, err = run_cli(monkeypatch, capsys, *args)
-    assert code == 0, err
-    journal = out / "journal.jsonl"
-    events = [json.loads(line) for line in journal.read_text().splitlines()]
+    args, journal, events = _journal_of_a_run(
+        monkeypatch, capsys, tmp_path, zoo_model_path, "--max-evals", "4"
+    )
     first = next(i for i, e in enumerate(events) if e["event"] == "measured")
     events = events[: first + 1]
     if "plan" in damage:
         events[first].update(damage)
     else:
         events[first]["timing"][damage["timing"]] = [1] if damage["timing"] == "environment" else "no"
-    journal.write_text("".join(json.dumps(e) + "\n" for e in events))
+    _write_events(journal, events)
     _one_error(
         *run_cli(monkeypatch, capsys, *args, "--resume"),
         f"{journal}: a 'measured' event is damaged ({message}); use --force to start over",
