@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from typing import Any
 
 from deployopt.errors import DeployoptError
 from deployopt.fileio import output_error
-from deployopt.timing import Timing
+from deployopt.timing import Timing, is_latency
 
 JOURNAL_VERSION = 1
 
@@ -174,10 +173,7 @@ def _replay_event(out: Replay, ev: dict[str, Any]) -> None:
         out.config = config
     elif kind == "measured":
         timing = Timing.from_json(ev["timing"])
-        if not timing.samples_us or not all(
-            isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s) and s >= 0
-            for s in timing.samples_us
-        ):
+        if not timing.samples_us or not all(is_latency(s) for s in timing.samples_us):
             raise ValueError("samples_us must be finite latencies in µs")
         # what the run reads back: a string "no" was a measured latency in the report, an
         # environment that is no object a traceback where the layer cache is keyed on it
@@ -189,7 +185,7 @@ def _replay_event(out: Replay, ev: dict[str, Any]) -> None:
     elif kind == "sweep":
         values = {str(k): float(v) for k, v in ev.get("values", {}).items()}
         # per-conv µs, checked as a measured event's samples: NaN went into the search's table
-        if not all(math.isfinite(v) and v >= 0 for v in values.values()):
+        if not all(is_latency(v) for v in values.values()):
             raise ValueError("values must be finite per-conv latencies in µs")
         out.layer_values.update(values)
     elif kind == "fidelity":

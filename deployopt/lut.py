@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 import time
 import warnings
@@ -25,7 +24,7 @@ from deployopt import paths
 from deployopt.errors import CacheWarning, OutputError
 from deployopt.fileio import write_json
 from deployopt.layers import ConvShape
-from deployopt.timing import Timing
+from deployopt.timing import Timing, is_latency
 
 
 def cache_root() -> Path:
@@ -125,10 +124,7 @@ class LayerCache:
             timing = Timing.from_json(data["timing"])
             # a NaN or negative sample went into the sweep's table (and the journal, which --resume
             # then refused as damaged): an entry without latencies is no entry, as one without JSON
-            if not all(
-                isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s) and s >= 0
-                for s in timing.samples_us
-            ):
+            if not all(is_latency(s) for s in timing.samples_us):
                 raise ValueError("samples_us are not latencies")
             return timing
         except (FileNotFoundError, NotADirectoryError):

@@ -365,16 +365,20 @@ def timing_from_json(p: Path, data: Any) -> Timing:
     return timing
 
 
+def is_latency(value: Any) -> bool:
+    """A number a latency in µs can be: finite and 0 or more (True and False are not numbers here).
+    One rule for every sample read back: result files, the optimize journal, the layer cache."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return math.isfinite(value) and value >= 0
+
+
 def _check_samples(p: Path, timing: Timing, what: str) -> None:
     """A NaN, infinite or negative sample would make a median that passes a regression gate; a
     median of 0 µs was a ZeroDivisionError traceback as the baseline and '-100 %, faster' as the
     current result; samples near float's largest (1e308) overflowed the statistics into inf after
     numpy's RuntimeWarning lines."""
-    bad = [
-        s
-        for s in timing.samples_us
-        if isinstance(s, bool) or not isinstance(s, (int, float)) or not np.isfinite(s) or s < 0
-    ]
+    bad = [s for s in timing.samples_us if not is_latency(s)]
     if bad:
         raise DataError(f"{p}: {what} must be finite latencies (0 or more); found {bad[0]!r}")
     if not math.isfinite(sum(float(s) for s in timing.samples_us)):  # no numpy overflow warning
