@@ -28,8 +28,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, uninstalled
 
 from deployopt.fileio import json_name, read_json
+from deployopt.timing import counted
 
 RESULTS = Path(__file__).resolve().parent / "results" / "h200_optimize"
+H100_RESULTS = RESULTS.parent / "h100_optimize"
 CURRENT = "code of 9f1a9e1: confirmation step, fp16 family at 32"
 ENGINES = "code of 97e43a2, every cuDNN engine timed (--cudnn-engines 0: TensorRT's way)"
 YOLO = "YOLOv8s-style detector, 640×640, code of 1abbcfa"
@@ -96,6 +98,9 @@ SERIES = {
     "optimize_sms16_regnet_seed1.json": "optimize_sms16_regnet{x,y,_seed1}.json",
     "optimize_sms16_regnetx.json": "optimize_sms16_regnet{x,y,_seed1}.json",
     "optimize_sms16_regnety.json": "optimize_sms16_regnet{x,y,_seed1}.json",
+    # the H100 replication: the detector's seed 0 ran with GhostNet, seeds 1–2 in a call of their own
+    "optimize_sms8_ghostnet_yolo.json": "optimize_sms8_{ghostnet_yolo,yolo_detect_s12}.json",
+    "optimize_sms8_yolo_detect_s12.json": "optimize_sms8_{ghostnet_yolo,yolo_detect_s12}.json",
 }
 # (file, note): the two main runs predate the optimizer's confirmation step (docs/optimize.md step 7).
 DEFAULT_FILES: list[tuple[Path, str]] = [
@@ -130,6 +135,18 @@ DEFAULT_FILES: list[tuple[Path, str]] = [
     (RESULTS / "optimize_sms8_mobilenetv2_b1.json.gz", MOBILENET_B1),
     (RESULTS / "optimize_sms8_mobilenetv2_all_engines.json.gz", MOBILENET_ENGINES),
 ]
+H100_REPLICATION = (
+    "the H200's 8-SM benchmark repeated on an H100 (80GB HBM3, SXM) with the code of 5b37a7c, "
+    "2026-12-05: VGG16 and ResNet56 seeds 0–2, GhostNet as published and pruned (seeds 0–1), the "
+    "Detect-head detector seeds 0–2; one invocation per file"
+)
+H100_FILES: list[tuple[Path, str]] = [
+    (H100_RESULTS / "optimize_sms8.json.gz", H100_REPLICATION),
+    (H100_RESULTS / "optimize_sms8_ghostnet_yolo.json.gz", H100_REPLICATION),
+    (H100_RESULTS / "optimize_sms8_yolo_detect_s12.json.gz", H100_REPLICATION),
+]
+# The record sets main() renders: each is one generated block of docs/optimize.md.
+RECORD_SETS = {"h200": DEFAULT_FILES, "h100": H100_FILES}
 CIFAR_COLUMNS = ("unpruned", "pruned", "round_up_8", "deployopt_lossless", "deployopt_trim")
 
 # Issue 5's targets (on the mean over seeds, VGG16).
@@ -158,6 +175,17 @@ def load(path: Path) -> dict[str, Any]:
     """One bench_optimize.py results file (`.json`, or `.json.gz` as the large ones are committed), with
     build-level CIs added."""
     return add_build_cis(read_json(path))
+
+
+def gpu_of(data: dict[str, Any]) -> str:
+    """The GPU a record was measured on, as its timings' environment names it ("H200", "H100 80GB
+    HBM3"), so a table never says one GPU for another's numbers."""
+    for case in data["cases"].values():
+        for t in case["final"].values():
+            gpu = t.get("environment", {}).get("gpu")
+            if gpu:
+                return str(gpu).removeprefix("NVIDIA ")
+    return "GPU (the record does not name it)"
 
 
 def sms_label(sms: int | None) -> str:
@@ -210,8 +238,13 @@ class CaseRow:
 
     @property
     def lossless_ok(self) -> bool:
-        """Not slower than round-up-to-8 nor the input beyond overlapping CIs."""
-        overlaps = {"round_up_8": self.lossless_r8_overlap, "pruned": self.lossless_pruned_overlap}
+        """Not slower than round-up-to-8 nor the input beyond overlapping CIs. Where the answer is the
+        round-up-to-8 plan itself the two are one model, so their difference is build noise, not a
+        loss (an H100 run measured one such pair +0.51 % apart with disjoint build-level CIs)."""
+        overlaps = {
+            "round_up_8": self.lossless_r8_overlap or self.lossless_is_r8,
+            "pruned": self.lossless_pruned_overlap,
+        }
         return not_slower_beyond_noise(self.final, overlaps)
 
 
@@ -268,8 +301,12 @@ class PublishedRow:
 
     @property
     def lossless_ok(self) -> bool:
-        """Not slower than the input nor round-up-to-8 beyond overlapping CIs."""
-        overlaps = {"input": self.lossless_input_overlap, "round_up_8": self.lossless_r8_overlap}
+        """Not slower than the input nor round-up-to-8 beyond overlapping CIs (nor than round-up-to-8
+        where the answer is that plan: one model, as for CaseRow)."""
+        overlaps = {
+            "input": self.lossless_input_overlap,
+            "round_up_8": self.lossless_r8_overlap or self.lossless_is_r8,
+        }
         return not_slower_beyond_noise(self.final, overlaps)
 
 
@@ -557,7 +594,7 @@ def checks(
                 f"(CIs {'overlap' if r.lossless_r8_overlap else 'disjoint'}), "
                 f"{r.lossless_vs_pruned:+.1f} % vs pruned"
                 + (" (same plan as round-up-to-8: build-to-build noise)" if r.lossless_is_r8 else ""),
-                "faster or CIs overlap",
+                "faster, CIs overlap or the same plan",
                 r.lossless_ok,
             )
         )
@@ -570,7 +607,7 @@ def checks(
                 f"(CIs {'overlap' if p.lossless_input_overlap else 'disjoint'}), "
                 f"{p.lossless_vs_r8:+.2f} % vs r8 (CIs {'overlap' if p.lossless_r8_overlap else 'disjoint'})"
                 + (" (same plan as round-up-to-8: build-to-build noise)" if p.lossless_is_r8 else ""),
-                "faster or CIs overlap",
+                "faster, CIs overlap or the same plan",
                 p.lossless_ok,
             )
         )
@@ -622,7 +659,7 @@ def render(files: list[tuple[Path, str]]) -> tuple[str, list[Check]]:
         lines[-1] = lines[-1].rstrip()
         lines.append("")
         lines.append(
-            f"Measured on the H200 with the torch backend ({data['dtype']}): "
+            f"Measured on the {gpu_of(data)} with the torch backend ({data['dtype']}): "
             "median µs [95 % CI of the median], "
             f"{data['rounds']} interleaved rounds × {data['runs']} runs pooled per model "
             f"({data['rounds'] * data['runs']} runs, {data['warmup']} warm-up). "
@@ -667,8 +704,9 @@ def render(files: list[tuple[Path, str]]) -> tuple[str, list[Check]]:
     if same:
         diffs = [abs(r.lossless_vs_r8) for r in same]
         lines.append(
-            f"Build-to-build noise: in {len(same)} pruned cases the lossless answer IS the round-up-to-8 "
-            f"plan (identical models), yet their final medians differ by up to {max(diffs):.2f} % "
+            f"Build-to-build noise: in {counted(len(same), 'pruned case')} the lossless answer IS the "
+            "round-up-to-8 plan (identical models), yet their final medians differ by up to "
+            f"{max(diffs):.2f} % "
             f"(CIs disjoint in {sum(not r.lossless_r8_overlap for r in same)} of them): "
             "each measure rebuilds the model and cuDNN re-tunes, so this is the noise floor "
             "between builds, larger than one build's CI."
@@ -727,13 +765,23 @@ def main(argv: list[str] | None = None) -> int:
         "files",
         nargs="*",
         type=Path,
-        help="results JSON files (default: the committed H200 runs); the note is taken from the default "
-        "list when the name matches, else none",
+        help="results JSON files (default: the committed runs of --records); the note is taken from "
+        "the committed lists when the name matches, else none",
+    )
+    ap.add_argument(
+        "--records",
+        choices=sorted(RECORD_SETS),
+        default="h200",
+        help="which committed runs to summarize: the H200's (docs/optimize.md's main tables) or the "
+        "H100 replication",
     )
     ap.add_argument("--check", action="store_true", help="exit 1 if any target is missed")
     args = ap.parse_args(argv)
-    notes = {json_name(p): n for p, n in DEFAULT_FILES}
-    files = [(p, notes.get(json_name(p), "")) for p in args.files] if args.files else DEFAULT_FILES
+    notes = {p.resolve(): n for p, n in DEFAULT_FILES + H100_FILES}  # by path: the GPUs share names
+    if args.files:
+        files = [(p, notes.get(p.resolve(), "")) for p in args.files]
+    else:
+        files = RECORD_SETS[args.records]
     text, cs = render(files)
     sys.stdout.write(text)
     if args.check and not all(c.ok for c in cs):
