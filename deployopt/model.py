@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 from onnx import TensorProto
@@ -560,6 +561,10 @@ def load_model(
                 break
             n_prev = len(model.graph.node)
         notices.append(f"folded constant subgraphs: {n_before} → {len(model.graph.node)} nodes")
+    spelled = _spell_out_splits(model)
+    if spelled:
+        splits = "an equal Split its sizes" if spelled == 1 else f"{spelled} equal Splits their sizes"
+        notices.append(f"gave {splits} as a constant (same function)")
     named = _name_nodes(model)  # after folding: node indices are final, and so are the names
     if named:
         notices.append(named)
@@ -638,6 +643,66 @@ def _name_nodes(model: onnx.ModelProto) -> str:
 
 def _first(items: list[str], n: int = 3) -> str:
     return ", ".join(items[:n]) + (", …" if len(items) > n else "")
+
+
+def _spell_out_splits(model: onnx.ModelProto) -> int:
+    """Give every Split that cuts into equal parts without naming their sizes (opset 18's
+    `num_outputs`, or no sizes at all) its sizes as a constant; returns how many.
+
+    torch's default exporter since torch 2.9 (torch.export) writes `x.chunk(2, 1)` as
+    Split(num_outputs=2). Coupling freezes such a Split: its parts stay equal whatever a plan
+    wants, so the widths behind it (YOLOv8's C2f halves) could not change. The sizes it implies are
+    its outputs' inferred widths; spelled out, the graph computes the same function, and a plan can
+    edit them as it edits the TorchScript exporter's Split(x, [a, b]). A Split whose outputs'
+    widths are not known (an axis of dynamic size) is left as it is."""
+    graph = model.graph
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    shapes = {v.name: v.type.tensor_type.shape for v in [*graph.input, *graph.value_info, *graph.output]}
+    taken = {t.name for t in graph.initializer} | {o for n in graph.node for o in n.output}
+
+    def dims(name: str) -> list[int] | None:
+        shape = shapes.get(name)
+        if shape is None or not shape.dim:
+            return None
+        return [d.dim_value if d.HasField("dim_value") else -1 for d in shape.dim]
+
+    count = 0
+    for node in graph.node:
+        if node.op_type != "Split" or node.domain not in ("", "ai.onnx"):
+            continue
+        attrs = {a.name: a for a in node.attribute}
+        if (opset >= 13 and len(node.input) > 1 and node.input[1]) or (opset < 13 and "split" in attrs):
+            continue  # its sizes are spelled out already
+        x = dims(node.input[0])
+        if x is None:
+            continue
+        axis = attrs["axis"].i if "axis" in attrs else 0
+        axis = axis + len(x) if axis < 0 else axis
+        outs = [dims(t) for t in node.output]
+        if not 0 <= axis < len(x) or any(o is None or len(o) != len(x) or o[axis] <= 0 for o in outs):
+            continue
+        sizes = [o[axis] for o in outs if o is not None]
+        if x[axis] > 0 and sum(sizes) != x[axis]:
+            continue  # inference disagrees with itself: leave the node to the checks that follow
+        if opset >= 13:
+            k = 0
+            while f"split_sizes_{k}" in taken:
+                k += 1
+            name = f"split_sizes_{k}"
+            taken.add(name)
+            # raw bytes, as exporters and onnx-graphsurgeon write initializers
+            graph.initializer.append(onnx.numpy_helper.from_array(np.array(sizes, dtype=np.int64), name))
+            if len(node.input) > 1:
+                node.input[1] = name
+            else:
+                node.input.append(name)
+            kept = [a for a in node.attribute if a.name != "num_outputs"]
+            del node.attribute[:]
+            node.attribute.extend(kept)
+        else:
+            node.attribute.append(onnx.helper.make_attribute("split", sizes))
+        count += 1
+    return count
 
 
 def _unshare_constants(model: onnx.ModelProto) -> int:

@@ -400,6 +400,77 @@ def test_a_constant_two_splits_share_gets_a_copy_per_reader_and_frees_both_group
     np.testing.assert_allclose(out[0], ref[0], rtol=0, atol=1e-5)
 
 
+def _c2f_equal_split(path: Path, opset: int) -> onnx.ModelProto:
+    """One C2f-like block whose Split cuts 16 channels into two equal halves without naming them,
+    as each opset allows: `num_outputs` (18+, torch.export's `chunk`), no sizes input (13–17), no
+    `split` attribute (before 13)."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((0.2 * rng.standard_normal(s)).astype(np.float32), n)
+             for n, s in (("w1", (16, 4, 1, 1)), ("w2", (6, 24, 3, 3)))]  # fmt: skip
+    attrs = {"axis": 1, **({"num_outputs": 2} if opset >= 18 else {})}
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c"], name="conv1"),
+        helper.make_node("Split", ["c"], ["h0", "h1"], name="split", **attrs),
+        helper.make_node("Relu", ["h1"], ["r1"], name="relu"),
+        helper.make_node("Concat", ["r1", "h0", "h1"], ["cat"], name="cat", axis=1),
+        helper.make_node("Conv", ["cat", "w2"], ["y"], name="conv2", pads=[1, 1, 1, 1]),
+    ]
+    graph = helper.make_graph(
+        nodes, "c2f", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 8, 8])], inits,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, str(path))
+    return model
+
+
+@pytest.mark.parametrize("opset", [11, 13, 18, 20])
+def test_an_equal_split_gets_its_sizes_and_its_halves_become_free(tmp_path: Path, opset: int) -> None:
+    """torch's default exporter (torch.export, torch >= 2.9) writes `chunk(2, 1)` as
+    Split(num_outputs=2); a Split that names no sizes stays equal whatever the plan, so coupling froze
+    the halves (and YOLOv8's C2f widths with them). Loading spells the sizes out (the outputs'
+    inferred widths: the same function), and the halves can change on their own, exactly."""
+    from deployopt.surgery import apply_plan
+
+    original = _c2f_equal_split(tmp_path / "c2f.onnx", opset)
+    loaded = load_model(tmp_path / "c2f.onnx")
+    assert "gave an equal Split its sizes as a constant (same function)" in loaded.notices
+    (split,) = [n for n in loaded.model.graph.node if n.op_type == "Split"]
+    if opset >= 13:
+        sizes = numpy_helper.to_array(
+            next(t for t in loaded.model.graph.initializer if t.name == split.input[1])
+        )
+        assert sizes.tolist() == [8, 8] and "num_outputs" not in {a.name for a in split.attribute}
+    else:
+        assert onnx.helper.get_attribute_value(next(a for a in split.attribute if a.name == "split")) == [
+            8,
+            8,
+        ]
+    x = np.random.default_rng(1).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    ref = run(original, x)
+    np.testing.assert_array_equal(run(loaded.model, x), ref)
+    analysis = analyze(loaded.model)
+    assert {g.id: g.width for g in analysis.free_groups()} == {"conv1[0]": 8, "conv1[1]": 8}
+    padded = apply_plan(loaded.model, {"conv1[0]": 13, "conv1[1]": 9}, analysis)
+    onnx.checker.check_model(padded, full_check=True)
+    np.testing.assert_allclose(run(padded, x), ref, rtol=0, atol=1e-5)
+    trimmed = apply_plan(loaded.model, {"conv1[0]": 5, "conv1[1]": 8}, analysis)
+    onnx.checker.check_model(trimmed, full_check=True)
+    assert run(trimmed, x).shape == ref.shape
+
+
+def test_a_split_with_its_sizes_named_is_left_as_it_is(tmp_path: Path) -> None:
+    """Only Splits that name no sizes are touched: the TorchScript exporter's Split(x, [a, b])
+    keeps its own constant, and no notice is given."""
+    _twin_c2f(tmp_path / "twin.onnx")
+    loaded = load_model(tmp_path / "twin.onnx")
+    assert not any("equal Split" in n for n in loaded.notices)
+    assert [n.input[1] for n in loaded.model.graph.node if n.op_type == "Split"] == ["sizes", "sizes__1"]
+
+
 def test_large_shared_initializers_stay_shared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Only small constants are copied (shape vectors, per-channel parameters): a shared tensor
     above UNSHARE_MAX_ELEMENTS keeps one copy, and the groups that read it stay frozen."""

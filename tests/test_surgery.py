@@ -677,6 +677,8 @@ def test_split_on_channels_cuts_the_producer_into_groups(opset: int, residual: b
 
 
 def test_equal_split_without_sizes_freezes() -> None:
+    """The rule on its own; load_model spells such sizes out first where the outputs' widths are
+    known (tests/test_model_load.py), so only a Split of unknown widths reaches this."""
     analysis = analyze(c2f_block(opset=17, sizes=None))
     g = analysis.group("conv1")
     assert g.frozen and g.reason == "Split split cuts channels at sizes it does not spell out"
