@@ -284,8 +284,14 @@ class Worker:
                 f"onnx2torch cannot be imported ({_first_line(exc)}): pip install 'deployopt[torch]'",
             ) from None
         name = os.path.basename(req["path"])
+        from deployopt.backends.onnx2torch_opset import to_onnx2torch_opset
+
+        try:  # what torch's default exporter writes (opset 18-20) in the opset-17 ops onnx2torch reads
+            model = to_onnx2torch_opset(loaded.model, name)
+        except DeployoptError as exc:
+            raise WorkerError(type(exc).__name__, str(exc)) from None
         try:
-            module = convert(loaded.model)
+            module = convert(model)
         except NotImplementedError as exc:
             m = re.search(r"operation_type='([^']+)', version=(\d+)", str(exc))
             what = f"op {m.group(1)} (version {m.group(2)})" if m else _first_line(exc)
@@ -310,7 +316,7 @@ class Worker:
                     t = t.contiguous(memory_format=torch.channels_last)
             inputs.append(t)
         batch = next(iter(loaded.input_shapes.values()), [None])[0]
-        return module, inputs, loaded.model, batch
+        return module, inputs, model, batch  # the model converted: its node names are the module's
 
     def _forward(self, module: Any, inputs: list[Any], name: str) -> Any:
         try:
