@@ -12,9 +12,13 @@ statistics) and check:
   (c) every free group trimmed by 8 (at least to 1): onnx.checker full_check passes, it runs
   (d) `deployopt optimize M.onnx --target nano --backend model --max-evals 4` exits 0 (or a
       one-line error, never a traceback)
+  (f) the torch backend's conversion (`onnx2torch` key): onnx2torch converts the model, rewritten
+      to opset 17 where it is newer, and the module's output matches onnxruntime's within 1e-4
 
     python benchmarks/check_architectures.py [--only resnet18 cbam ...] [--no-cli] [--json out.json]
 
+`--dynamo` exports with torch.export's exporter (torch.onnx.export's default since torch 2.9, needs
+onnxscript) instead of the TorchScript one, into NAME_dynamo.onnx.
 `--export-only` writes the ONNX files and checks nothing; with `--batch B --size S` that is how a
 torchvision architecture is carried to a GPU machine without torchvision for
 `bench_optimize.py --onnx NAME=PATH` (e.g. `--only regnet_x_400mf --batch 8 --size 224`).
@@ -482,14 +486,23 @@ def build(name: str, size: int | None = None) -> tuple[Any, int]:
 
 
 def export(
-    name: str, workdir: Path, opset: int = 17, dynamic: bool = False, size: int | None = None, batch: int = 1
+    name: str,
+    workdir: Path,
+    opset: int | None = 17,
+    dynamic: bool = False,
+    size: int | None = None,
+    batch: int = 1,
+    dynamo: bool = False,
 ) -> Path:
     """Export `name` to `workdir` (random weights, randomised BatchNorm statistics) at `batch`; cached
     by name (`_b{batch}` added past batch 1), re-exported when `size` is given and the cached
-    file's input has another size."""
+    file's input has another size. `dynamo`: torch.export's exporter, torch.onnx.export's default
+    since torch 2.9 (needs onnxscript; opset None = its own default), what a user's plain export
+    writes; as one file here (a user's own export puts the weights in NAME.onnx.data)."""
     import torch
 
-    stem = f"{name}{'' if opset == 17 else f'_op{opset}'}{'_dyn' if dynamic else ''}"
+    op = "" if opset == (None if dynamo else 17) else f"_op{opset}"
+    stem = f"{name}{'_dynamo' if dynamo else ''}{op}{'_dyn' if dynamic else ''}"
     path = workdir / f"{stem}{'' if batch == 1 else f'_b{batch}'}.onnx"
     if path.exists() and (size is None or input_shape(path)[2:] == [size, size]):
         return path
@@ -505,8 +518,12 @@ def export(
     tmp = path.with_suffix(".tmp.onnx")
     axes = {"input": {0: "batch"}} if dynamic else None
     with torch.no_grad():
-        torch.onnx.export(net, x, str(tmp), dynamo=False, opset_version=opset, input_names=["input"],
-                          dynamic_axes=axes)  # fmt: skip
+        if dynamo:
+            torch.onnx.export(net, (x,), str(tmp), dynamo=True, opset_version=opset, input_names=["input"],
+                              dynamic_axes=axes, external_data=False, verbose=False)  # fmt: skip
+        else:
+            torch.onnx.export(net, x, str(tmp), dynamo=False, opset_version=opset, input_names=["input"],
+                              dynamic_axes=axes)  # fmt: skip
     os.replace(tmp, path)
     return path
 
@@ -533,6 +550,7 @@ def short_reason(reason: str) -> str:
     """A frozen reason with node names and numbers generalized, to count kinds of reasons."""
     r = re.sub(r"'[^']*'", "'…'", reason)
     r = re.sub(r"(?<=\s)/\S+|\b\S+/\S*\b", "N", r)
+    r = re.sub(r"\b(?:node_\w+|n\d+_\d+)", "N", r)  # torch.export's names (node_view_3, n0_1)
     r = re.sub(r"\d+", "#", r)
     return r
 
@@ -658,6 +676,24 @@ def check(name: str, path: Path, cli: bool, outdir: Path) -> dict[str, Any]:
             res["pad_trim_back_tb"] = traceback.format_exc()
     else:
         res["pad"] = res["trim"] = "n/a (no free group)"
+    # (f) the torch backend's conversion: onnx2torch reads opsets up to 17, so a newer model is
+    # rewritten first (deployopt/backends/onnx2torch_opset.py); the module must compute the same
+    try:
+        import onnx2torch
+        import torch
+
+        from deployopt.backends.onnx2torch_opset import to_onnx2torch_opset
+
+        x = np.random.default_rng(1).standard_normal(res["input_shape"]).astype(np.float32)
+        with torch.no_grad():
+            out = onnx2torch.convert(to_onnx2torch_opset(model, name)).eval()(torch.from_numpy(x))
+        outs = [out] if isinstance(out, torch.Tensor) else list(out)
+        err = max(
+            float(np.abs(r - o.numpy()).max()) / max(1.0, float(np.abs(r).max())) for r, o in zip(ref, outs)
+        )
+        res["onnx2torch"] = "ok" if err <= 1e-4 else f"FAIL output differs by {err:.3g}× scale"
+    except Exception as exc:
+        res["onnx2torch"] = f"FAIL {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     # (d) CLI
     if cli:
         env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -692,7 +728,13 @@ def main() -> None:
     ap.add_argument("--no-cli", action="store_true")
     ap.add_argument("--workdir", default="/tmp/deployopt_archs")
     ap.add_argument("--json", default=None, help="write the results here")
-    ap.add_argument("--opset", type=int, default=17)
+    ap.add_argument("--opset", type=int, default=None, help="default 17; with --dynamo the exporter's own")
+    ap.add_argument(
+        "--dynamo",
+        action="store_true",
+        help="export with torch.export's exporter (torch.onnx.export's default since torch 2.9; needs "
+        "onnxscript) instead of the TorchScript one",
+    )
     ap.add_argument("--dynamic-batch", action="store_true", help="export with a dynamic batch dimension")
     ap.add_argument("--batch", type=int, default=1, help="export at this batch (files past 1: NAME_bB.onnx)")
     ap.add_argument("--size", type=int, default=None, help="input side (default: each architecture's own)")
@@ -710,7 +752,8 @@ def main() -> None:
     results = []
     for name in args.only or ARCHS:
         try:
-            path = export(name, workdir, args.opset, args.dynamic_batch, args.size, args.batch)
+            opset = args.opset if args.opset is not None or args.dynamo else 17
+            path = export(name, workdir, opset, args.dynamic_batch, args.size, args.batch, args.dynamo)
         except Exception as exc:
             res = {"arch": name, "export": f"FAIL {type(exc).__name__}: {str(exc).splitlines()[0]}"}
         else:
