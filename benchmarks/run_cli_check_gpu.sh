@@ -8,16 +8,10 @@
 # is a timed test: the numbers are read off the files and recorded in docs by hand.
 # Carry .whl (onnx-graphsurgeon, onnx2torch) for deployopt.
 set -u
-source "$(dirname "${BASH_SOURCE[0]}")/device_env.sh"  # the carried .whl wheels, PYTHONPATH
+source "$(dirname "${BASH_SOURCE[0]}")/device_env.sh"  # the carried .whl wheels, PYTHONPATH, step
 D=${OUT:?set OUT to the results folder}
 mkdir -p "$D"
 M=examples/resnet56_pruned_cifar.onnx
-step() {  # step NAME TIMEOUT CMD...: run one command, keep its output and exit status
-    local name=$1 limit=$2
-    shift 2
-    timeout "$limit" "$@" >"$D/$name.out" 2>"$D/$name.err"
-    echo "$name $?" >>"$D/rc.txt"
-}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$D/gpu.txt"
 T=${TARGET:-$(grep -q H100 "$D/gpu.txt" && echo h100 || echo h200)}
 step backends 60 python3 -m deployopt backends --json

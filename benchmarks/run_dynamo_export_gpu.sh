@@ -6,15 +6,9 @@
 #   OUT=/tmp/dyn bash benchmarks/run_dynamo_export_gpu.sh; tar czf $OUT/dyn.tgz -C /tmp dyn
 # Needs torchvision and onnxscript (the device image has both) and the carried .whl.
 set -u
-source "$(dirname "${BASH_SOURCE[0]}")/device_env.sh"  # the carried .whl wheels, PYTHONPATH
+source "$(dirname "${BASH_SOURCE[0]}")/device_env.sh"  # the carried .whl wheels, PYTHONPATH, step
 D=${OUT:?set OUT to the results folder}
 mkdir -p "$D/onnx"
-step() {  # step NAME TIMEOUT CMD...: run one command, keep its output and exit status
-    local name=$1 limit=$2
-    shift 2
-    timeout "$limit" "$@" >"$D/$name.out" 2>"$D/$name.err"
-    echo "$name $?" >>"$D/rc.txt"
-}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$D/gpu.txt"
 T=${TARGET:-$(grep -q H100 "$D/gpu.txt" && echo h100 || echo h200)}
 ARCHS=${ARCHS:-"mobilenet_v2 resnet18 convnext_tiny"}

@@ -645,6 +645,16 @@ def _first(items: list[str], n: int = 3) -> str:
     return ", ".join(items[:n]) + (", …" if len(items) > n else "")
 
 
+def fresh_name(base: str, taken: set[str]) -> str:
+    """`base`, or `base_1`, `base_2` … : the first that `taken` lacks (then added to it), for a
+    tensor or node a rewrite adds beside the names a graph has."""
+    name, k = base, 1
+    while name in taken:
+        name, k = f"{base}_{k}", k + 1
+    taken.add(name)
+    return name
+
+
 def _spell_out_splits(model: onnx.ModelProto) -> int:
     """Give every Split that cuts into equal parts without naming their sizes (opset 18's
     `num_outputs`, or no sizes at all) its sizes as a constant; returns how many.

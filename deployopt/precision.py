@@ -36,6 +36,7 @@ import onnx
 from onnx import TensorProto
 
 from deployopt.errors import ModelError, first_line
+from deployopt.model import fresh_name
 
 #: Part of every strongly typed fp16 engine's cache key: raise it when `to_fp16` starts writing a
 #: different model from the same input, so engines built from the older conversion are rebuilt.
@@ -140,11 +141,7 @@ class _Converter:
             return False
 
     def fresh(self, base: str) -> str:
-        name, i = base, 1
-        while name in self.used:
-            name, i = f"{base}_{i}", i + 1
-        self.used.add(name)
-        return name
+        return fresh_name(base, self.used)
 
     def plan(self, node: Any) -> _Plan:
         key = id(node)

@@ -152,3 +152,16 @@ def test_allowzero_stays_where_the_shape_holds_a_zero() -> None:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     new = to_onnx2torch_opset(model, "m.onnx")
     assert [a.i for a in new.graph.node[0].attribute if a.name == "allowzero"] == [1]
+
+
+def test_an_op_onnx_does_not_know_is_left_for_onnx2torch_to_name() -> None:
+    """No schema, no version to compare: the node stays, and onnx2torch's own one-line error names it
+    (the backend's), instead of a SchemaError from here."""
+    graph = helper.make_graph(
+        [helper.make_node("NotAnOnnxOp", ["x"], ["y"], name="odd")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(X))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(X))],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    new = to_onnx2torch_opset(model, "m.onnx")
+    assert [n.op_type for n in new.graph.node] == ["NotAnOnnxOp"] and opset_of(new) == TARGET

@@ -19,6 +19,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from deployopt.errors import BackendFailed
+from deployopt.model import fresh_name
 
 TARGET = 17
 
@@ -64,11 +65,7 @@ class _Context:
         return None if tensor is None else numpy_helper.to_array(tensor)
 
     def fresh(self, base: str) -> str:
-        name, k = base, 1
-        while name in self.taken:
-            name, k = f"{base}_{k}", k + 1
-        self.taken.add(name)
-        return name
+        return fresh_name(base, self.taken)
 
     def scalar(self, base: str, value: float, like: str) -> str:
         """A scalar constant of `like`'s float type (float32 when unknown)."""
@@ -241,7 +238,11 @@ def to_onnx2torch_opset(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
         if opset <= TARGET or node.domain not in ("", "ai.onnx"):
             nodes.append(node)
             continue
-        since = onnx.defs.get_schema(node.op_type, opset, node.domain).since_version
+        try:
+            since = onnx.defs.get_schema(node.op_type, opset, node.domain).since_version
+        except onnx.defs.SchemaError:  # not an ONNX op: onnx2torch names it in its own error
+            nodes.append(node)
+            continue
         if since <= TARGET:
             nodes.append(node)
         elif node.op_type in _SAME_AS_BEFORE:
