@@ -550,6 +550,7 @@ def load_model(
             ) from None
         raise
     if _needs_folding(model):
+        _slice_shape_ranges(model)
         # each pass can expose more: a folded Shape gives a static Reshape, whose output shape
         # makes the next Shape foldable (Polygraphy also folds in passes)
         n_before = n_prev = len(model.graph.node)
@@ -643,6 +644,40 @@ def _name_nodes(model: onnx.ModelProto) -> str:
 
 def _first(items: list[str], n: int = 3) -> str:
     return ", ".join(items[:n]) + (", …" if len(items) > n else "")
+
+
+def _slice_shape_ranges(model: onnx.ModelProto) -> int:
+    """Rewrite Shape(x, start, end) (opset 15) as Slice(Shape(x)), the same values; returns how many.
+
+    onnx-graphsurgeon 0.6's constant folding ignores Shape's `start` and `end`: it folded
+    Shape(input, start=0, end=1), torch.export's `x.size(0)`, into the whole shape [1, 3, 96, 96],
+    and the model it gave broke (a Range whose limit was that vector). A Slice it folds right."""
+    graph = model.graph
+    taken = {t.name for t in graph.initializer} | {o for n in graph.node for o in n.output}
+    nodes: list[onnx.NodeProto] = []
+    count = 0
+    for node in graph.node:
+        attrs = {a.name: a.i for a in node.attribute}
+        if (
+            node.op_type != "Shape"
+            or node.domain not in ("", "ai.onnx")
+            or not ({"start", "end"} & attrs.keys())
+        ):
+            nodes.append(node)
+            continue
+        full = fresh_name(f"{node.output[0]}_full", taken)
+        bounds = []
+        for key, value in (("starts", attrs.get("start", 0)), ("ends", attrs.get("end", 2**63 - 1))):
+            name = fresh_name(f"{node.output[0]}_{key}", taken)
+            graph.initializer.append(onnx.numpy_helper.from_array(np.array([value], dtype=np.int64), name))
+            bounds.append(name)
+        nodes.append(onnx.helper.make_node("Shape", [node.input[0]], [full], name=fresh_name(full, taken)))
+        nodes.append(onnx.helper.make_node("Slice", [full, *bounds], list(node.output), name=node.name))
+        count += 1
+    if count:
+        del graph.node[:]
+        graph.node.extend(nodes)
+    return count
 
 
 def fresh_name(base: str, taken: set[str]) -> str:

@@ -583,3 +583,39 @@ def test_a_batch_the_graph_fixes_is_named_as_such(tmp_path: Path) -> None:
     assert load_model(fixed).input_shapes == {"x": [1, 3, 8, 8]}
     free = _flatten_to_batch_one(tmp_path, [-1, 16 * 8 * 8])
     assert load_model(free, {"x": [4, 3, 8, 8]}).input_shapes == {"x": [4, 3, 8, 8]}
+
+
+def test_a_shape_with_start_and_end_folds_to_its_slice_not_the_whole_shape(tmp_path: Path) -> None:
+    """torch.export writes `x.size(0)` as Shape(x, start=0, end=1) → Squeeze; onnx-graphsurgeon 0.6
+    folds a Shape to the whole shape whatever its start and end, so with the batch fixed the Range it
+    feeds got [1, 4, 8, 8] for a limit and the loaded model broke. Loading writes such a Shape as a
+    Slice of the whole shape first: the folded model computes what the file does."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array((0.2 * rng.standard_normal((6, 4, 3, 3))).astype(np.float32), "w"),
+        numpy_helper.from_array(np.array(0, np.int64), "zero"),
+        numpy_helper.from_array(np.array(1, np.int64), "one"),
+        numpy_helper.from_array(np.array([-1, 1, 1, 1], np.int64), "col"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Shape", ["x"], ["n1"], name="size0", start=0, end=1),
+        helper.make_node("Squeeze", ["n1"], ["n"], name="squeeze"),
+        helper.make_node("Range", ["zero", "n", "one"], ["idx"], name="range"),
+        helper.make_node("Cast", ["idx"], ["f"], name="cast", to=TensorProto.FLOAT),
+        helper.make_node("Reshape", ["f", "col"], ["f4"], name="col4"),
+        helper.make_node("Add", ["c", "f4"], ["y"], name="add"),
+    ]
+    graph = helper.make_graph(
+        nodes, "size0", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 6, 8, 8])], inits,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, str(tmp_path / "size0.onnx"))
+    loaded = load_model(tmp_path / "size0.onnx")
+    assert not any(n.op_type in ("Shape", "Range") for n in loaded.model.graph.node)  # folded
+    x = np.random.default_rng(1).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    np.testing.assert_array_equal(run(loaded.model, x), run(model, x))
