@@ -684,7 +684,8 @@ def check(name: str, path: Path, cli: bool, outdir: Path) -> dict[str, Any]:
 
         from deployopt.backends.onnx2torch_opset import to_onnx2torch_opset
 
-        x = np.random.default_rng(1).standard_normal(res["input_shape"]).astype(np.float32)
+        dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]  # batch fixed
+        x = np.random.default_rng(1).standard_normal(dims).astype(np.float32)
         with torch.no_grad():
             out = onnx2torch.convert(to_onnx2torch_opset(model, name)).eval()(torch.from_numpy(x))
         outs = [out] if isinstance(out, torch.Tensor) else list(out)
