@@ -730,11 +730,7 @@ def _spell_out_splits(model: onnx.ModelProto) -> int:
         if x[axis] > 0 and sum(sizes) != x[axis]:
             continue  # inference disagrees with itself: leave the node to the checks that follow
         if opset >= 13:
-            k = 0
-            while f"split_sizes_{k}" in taken:
-                k += 1
-            name = f"split_sizes_{k}"
-            taken.add(name)
+            name = fresh_name("split_sizes", taken)
             # raw bytes, as exporters and onnx-graphsurgeon write initializers
             graph.initializer.append(onnx.numpy_helper.from_array(np.array(sizes, dtype=np.int64), name))
             if len(node.input) > 1:
