@@ -3,9 +3,10 @@
 Why: torch's default exporter since torch 2.9 (torch.export, `torch.onnx.export(..., dynamo=True)`)
 writes opset 18–20: ReduceMean with its axes as an input (opset 18), Split(num_outputs=…) (18),
 Reshape 19, Resize 19, AveragePool 19, Gelu (20) … onnx2torch has converters for none of these
-versions, so the torch backend refused every such model ("onnx2torch cannot convert op ReduceMean
-(version 18)"), and onnx's own version converter has no way down for Split 18 or Gelu. Each rewrite
-here computes the same function in opset-17 ops (tests/test_onnx2torch_opset.py checks it on
+versions, so the torch backend refused such models (34 of the 36 architectures of
+benchmarks/check_architectures.py --dynamo: "onnx2torch cannot convert op ReduceMean (version
+18)"), and onnx's own version converter has no way down for Split 18 or Gelu. Each rewrite here
+computes the same function in opset-17 ops (tests/test_onnx2torch_opset.py checks it on
 onnxruntime, op by op and on whole exports); an op this module cannot rewrite stays an error that
 names it. The model deployopt writes is never rewritten: only what the torch backend times.
 """
