@@ -546,6 +546,13 @@ def run_ort(model: Any, seed: int = 1) -> list[np.ndarray]:
     return sess.run(None, feeds)
 
 
+def scaled_error(ref: np.ndarray, out: np.ndarray) -> float:
+    """The largest output difference over the output's scale (at least 1); inf if the shapes differ."""
+    if ref.shape != out.shape:
+        return float("inf")
+    return float(np.abs(ref - out).max()) / max(1.0, float(np.abs(ref).max()))
+
+
 def short_reason(reason: str) -> str:
     """A frozen reason with node names and numbers generalized, to count kinds of reasons."""
     r = re.sub(r"'[^']*'", "'…'", reason)
@@ -616,10 +623,7 @@ def check(name: str, path: Path, cli: bool, outdir: Path) -> dict[str, Any]:
             plan = {g.id: (g.width // 32 + 1) * 32 for g in free}
             padded = apply_plan(model, plan, analysis)
             out = run_ort(padded)
-            errs = []
-            for r, o in zip(ref, out):
-                scale = max(1.0, float(np.abs(r).max()))
-                errs.append(float(np.abs(r - o).max()) / scale if r.shape == o.shape else float("inf"))
+            errs = [scaled_error(r, o) for r, o in zip(ref, out)]
             res["pad_err"] = max(errs)
             res["pad"] = "ok" if max(errs) <= 1e-4 else f"FAIL output differs by {max(errs):.3g}× scale"
         except Exception as exc:
@@ -656,10 +660,7 @@ def check(name: str, path: Path, cli: bool, outdir: Path) -> dict[str, Any]:
             padded = apply_plan(model, {g.id: (g.width // 32 + 1) * 32 for g in free}, analysis)
             back, changes = apply_plan_report(padded, original, analyze(padded))
             all_dead = all(c.trimmed == c.dead_trimmed for c in changes)
-            err = max(
-                float(np.abs(r - o).max()) / max(1.0, float(np.abs(r).max()))
-                for r, o in zip(ref, run_ort(back))
-            )
+            err = max(scaled_error(r, o) for r, o in zip(ref, run_ort(back)))
             orig_w = {t.name: t.raw_data or bytes(t.SerializeToString()) for t in model.graph.initializer}
             same_w = all(
                 (t.raw_data or bytes(t.SerializeToString())) == orig_w.get(t.name)
@@ -689,9 +690,7 @@ def check(name: str, path: Path, cli: bool, outdir: Path) -> dict[str, Any]:
         with torch.no_grad():
             out = onnx2torch.convert(to_onnx2torch_opset(model, name)).eval()(torch.from_numpy(x))
         outs = [out] if isinstance(out, torch.Tensor) else list(out)
-        err = max(
-            float(np.abs(r - o.numpy()).max()) / max(1.0, float(np.abs(r).max())) for r, o in zip(ref, outs)
-        )
+        err = max(scaled_error(r, o.numpy()) for r, o in zip(ref, outs))
         res["onnx2torch"] = "ok" if err <= 1e-4 else f"FAIL output differs by {err:.3g}× scale"
     except Exception as exc:
         res["onnx2torch"] = f"FAIL {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
@@ -751,9 +750,9 @@ def main() -> None:
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     results = []
+    opset = args.opset if args.opset is not None or args.dynamo else 17  # the dynamo exporter's own
     for name in args.only or ARCHS:
         try:
-            opset = args.opset if args.opset is not None or args.dynamo else 17
             path = export(name, workdir, opset, args.dynamic_batch, args.size, args.batch, args.dynamo)
         except Exception as exc:
             res = {"arch": name, "export": f"FAIL {type(exc).__name__}: {str(exc).splitlines()[0]}"}

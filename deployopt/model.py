@@ -14,7 +14,7 @@ import select
 import shutil
 import stat
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -680,6 +680,20 @@ def _slice_shape_ranges(model: onnx.ModelProto) -> int:
     return count
 
 
+def default_opset(model: onnx.ModelProto) -> int:
+    """The model's default-domain (ai.onnx) opset; 0 when it imports none."""
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+
+def drop_attributes(node: onnx.NodeProto, names: Iterable[str]) -> onnx.NodeProto:
+    """`node` without the attributes of these names (an older opset's form of it); the node itself."""
+    names = set(names)
+    kept = [a for a in node.attribute if a.name not in names]
+    del node.attribute[:]
+    node.attribute.extend(kept)
+    return node
+
+
 def fresh_name(base: str, taken: set[str]) -> str:
     """`base`, or `base_1`, `base_2` … : the first that `taken` lacks (then added to it), for a
     tensor or node a rewrite adds beside the names a graph has."""
@@ -701,7 +715,7 @@ def _spell_out_splits(model: onnx.ModelProto) -> int:
     edit them as it edits the TorchScript exporter's Split(x, [a, b]). A Split whose outputs'
     widths are not known (an axis of dynamic size) is left as it is."""
     graph = model.graph
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    opset = default_opset(model)
     shapes = {v.name: v.type.tensor_type.shape for v in [*graph.input, *graph.value_info, *graph.output]}
     taken = {t.name for t in graph.initializer} | {o for n in graph.node for o in n.output}
 
@@ -737,9 +751,7 @@ def _spell_out_splits(model: onnx.ModelProto) -> int:
                 node.input[1] = name
             else:
                 node.input.append(name)
-            kept = [a for a in node.attribute if a.name != "num_outputs"]
-            del node.attribute[:]
-            node.attribute.extend(kept)
+            drop_attributes(node, ("num_outputs",))
         else:
             node.attribute.append(onnx.helper.make_attribute("split", sizes))
         count += 1

@@ -10,8 +10,9 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from deployopt.backends.onnx2torch_opset import TARGET, opset_of, to_onnx2torch_opset
+from deployopt.backends.onnx2torch_opset import TARGET, to_onnx2torch_opset
 from deployopt.errors import BackendFailed
+from deployopt.model import default_opset
 
 X = (2, 6, 8, 8)
 
@@ -96,7 +97,7 @@ def test_each_rewrite_computes_the_same_and_onnx2torch_converts_it(case: str) ->
     x = np.random.default_rng(0).standard_normal(X).astype(np.float32)
     ref = _run(model, x)
     new = to_onnx2torch_opset(model, "m.onnx")
-    assert opset_of(new) == TARGET and opset_of(model) == 20  # a copy: the model given is unchanged
+    assert default_opset(new) == TARGET and default_opset(model) == 20  # a copy: the model given is unchanged
     onnx.checker.check_model(new, full_check=True)
     for a, b in zip(_run(new, x), ref):
         np.testing.assert_allclose(a, b, rtol=0, atol=2e-6)
@@ -164,4 +165,4 @@ def test_an_op_onnx_does_not_know_is_left_for_onnx2torch_to_name() -> None:
     )  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
     new = to_onnx2torch_opset(model, "m.onnx")
-    assert [n.op_type for n in new.graph.node] == ["NotAnOnnxOp"] and opset_of(new) == TARGET
+    assert [n.op_type for n in new.graph.node] == ["NotAnOnnxOp"] and default_opset(new) == TARGET

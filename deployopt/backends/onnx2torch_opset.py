@@ -20,7 +20,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from deployopt.errors import BackendFailed
-from deployopt.model import fresh_name
+from deployopt.model import default_opset, drop_attributes, fresh_name
 
 TARGET = 17
 
@@ -83,13 +83,6 @@ def _attrs(node: onnx.NodeProto, drop: tuple[str, ...] = ()) -> dict[str, object
     return {a.name: helper.get_attribute_value(a) for a in node.attribute if a.name not in drop}
 
 
-def _same(node: onnx.NodeProto, drop: tuple[str, ...]) -> onnx.NodeProto:
-    kept = [a for a in node.attribute if a.name not in drop]
-    del node.attribute[:]
-    node.attribute.extend(kept)
-    return node
-
-
 def _reduce(node: onnx.NodeProto, ctx: _Context) -> list[onnx.NodeProto] | None:
     """Reduce* 18 (and ReduceMax/Min 20): the axes input back into the attribute."""
     attrs = _attrs(node, drop=("noop_with_empty_axes",))
@@ -113,7 +106,7 @@ def _reduce(node: onnx.NodeProto, ctx: _Context) -> list[onnx.NodeProto] | None:
 def _split(node: onnx.NodeProto, ctx: _Context) -> list[onnx.NodeProto] | None:
     """Split 18: its sizes input is opset 13's; `num_outputs` alone is opset 13's split with no
     sizes (equal parts), which loading spells out wherever the widths are known."""
-    return [_same(node, ("num_outputs",))]
+    return [drop_attributes(node, ("num_outputs",))]
 
 
 def _resize(node: onnx.NodeProto, ctx: _Context) -> list[onnx.NodeProto] | None:
@@ -126,7 +119,7 @@ def _resize(node: onnx.NodeProto, ctx: _Context) -> list[onnx.NodeProto] | None:
         return None
     if attrs.get("coordinate_transformation_mode") in (b"half_pixel_symmetric", "half_pixel_symmetric"):
         return None
-    return [_same(node, ("antialias", "keep_aspect_ratio_policy"))]
+    return [drop_attributes(node, ("antialias", "keep_aspect_ratio_policy"))]
 
 
 def _pad(node: onnx.NodeProto, ctx: _Context) -> list[onnx.NodeProto] | None:
@@ -143,7 +136,7 @@ def _average_pool(node: onnx.NodeProto, ctx: _Context) -> list[onnx.NodeProto] |
     dilations = _attrs(node).get("dilations")
     if dilations and any(int(d) != 1 for d in dilations):  # type: ignore[attr-defined]
         return None
-    return [_same(node, ("dilations",))]
+    return [drop_attributes(node, ("dilations",))]
 
 
 def _gelu(node: onnx.NodeProto, ctx: _Context) -> list[onnx.NodeProto] | None:
@@ -203,10 +196,6 @@ _REWRITES: dict[str, Callable[[onnx.NodeProto, _Context], list[onnx.NodeProto] |
 }
 
 
-def opset_of(model: onnx.ModelProto) -> int:
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-
-
 def _allowzero_off(node: onnx.NodeProto, ctx: _Context) -> None:
     """Reshape's allowzero=1 changes nothing when the shape holds no 0, and onnx2torch refuses it:
     torch's default exporter sets it on every Reshape."""
@@ -214,7 +203,7 @@ def _allowzero_off(node: onnx.NodeProto, ctx: _Context) -> None:
         return
     shape = ctx.const(node.input[1]) if len(node.input) > 1 else None
     if shape is not None and 0 not in shape.ravel():
-        _same(node, ("allowzero",))
+        drop_attributes(node, ("allowzero",))
 
 
 def to_onnx2torch_opset(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
@@ -222,7 +211,7 @@ def to_onnx2torch_opset(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
 
     Raises BackendFailed naming every op of a newer version that has no rewrite here, with the way
     out (an opset-17 export)."""
-    opset = opset_of(model)
+    opset = default_opset(model)
     needs_allowzero = any(
         n.op_type == "Reshape" and any(a.name == "allowzero" and a.i for a in n.attribute)
         for n in model.graph.node
@@ -247,7 +236,7 @@ def to_onnx2torch_opset(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
         if since <= TARGET:
             nodes.append(node)
         elif node.op_type in _SAME_AS_BEFORE:
-            nodes.append(_same(node, _SAME_AS_BEFORE[node.op_type]))
+            nodes.append(drop_attributes(node, _SAME_AS_BEFORE[node.op_type]))
         else:
             rewrite = _REWRITES.get(node.op_type)
             done = rewrite(node, ctx) if rewrite else None

@@ -42,7 +42,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from deployopt.model import unique_node_names
+from deployopt.model import default_opset, unique_node_names
 
 #: One run of channels inside a tensor's channel axis: (atom id, width).
 Segment = tuple[int, int]
@@ -78,11 +78,6 @@ def rule(*op_types: str, any_axis: bool = False, spread: bool = False) -> Callab
         return fn
 
     return register
-
-
-def default_opset(model: onnx.ModelProto) -> int:
-    """The model's default-domain (ai.onnx) opset; 0 when it imports none."""
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
 
 
 @dataclass
