@@ -17,6 +17,7 @@ Nothing here may fail: an unreadable value is left out, a missing or failing nvi
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -197,6 +198,48 @@ def recorded_slowdown(env: dict[str, object]) -> dict[str, float]:
         for k, v in raw.items()
         if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
     }
+
+
+def throttle_record_problem(env: dict[str, object]) -> str | None:
+    """What is malformed in a result's record of clock throttling, or None. The readers above take a
+    malformed value as "nothing recorded", which is right for a display but not for `compare`: a
+    hand-edited or corrupted "clock_slowdown_us": "lots" read as "checked, and not held down", and
+    removed the flag a regression gate relies on. Absent keys are fine (not recorded)."""
+
+    def counts(value: object, what: str, unit: str) -> str | None:
+        if not isinstance(value, dict):
+            return f'"{what}" must be an object of {unit}, not {_json_text(value)}'
+        bad = next((k for k, v in value.items() if _count(v) is None), None)
+        if bad is not None:
+            return f'"{what}" must hold {unit}; {bad!r} is {_json_text(value[bad])}'
+        return None
+
+    if "clock_slowdown_us" in env and env["clock_slowdown_us"] is not None:
+        problem = counts(env["clock_slowdown_us"], "clock_slowdown_us", "{reason: µs held down} (0 or more)")
+        if problem:
+            return problem
+    if "oc_events" in env:
+        problem = counts(env["oc_events"], "oc_events", "{counter: events} (whole numbers, 0 or more)")
+        if problem:
+            return problem
+    if "gpu_clock_during_run" in env:
+        clock = env["gpu_clock_during_run"]
+        if not isinstance(clock, dict):
+            return f'"gpu_clock_during_run" must be an object (before, after), not {_json_text(clock)}'
+        for when in ("before", "after"):
+            if when not in clock:
+                continue
+            reading, where = clock[when], f"gpu_clock_during_run.{when}"
+            if not isinstance(reading, dict):
+                return f'"{where}" must be an object of clocks in Hz, not {_json_text(reading)}'
+            bad = next((k for k, v in reading.items() if k.endswith("_hz") and _count(v) is None), None)
+            if bad is not None:
+                return f'"{where}.{bad}" must be a clock in Hz, not {_json_text(reading[bad])}'
+    return None
+
+
+def _json_text(value: object) -> str:
+    return json.dumps(value)[:40]
 
 
 _JETSON_CLOCKS_GPU = re.compile(r"^GPU MinFreq=(\d+) MaxFreq=(\d+)")

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from deployopt.clocks import throttle_record_problem
 from deployopt.errors import BackendFailed, DataError, DeployoptError, no_such_file
 
 BOOTSTRAP_RESAMPLES = 2000
@@ -333,6 +334,12 @@ def timing_from_json(p: Path, data: Any) -> Timing:
         raise DataError(
             f"{p}: environment must be an object of setup facts (gpu, sms, ...), not {type(env).__name__}"
         )
+    timed = data.get("timed")
+    if timed is not None and not isinstance(timed, str):  # compare splits it into clauses: a traceback
+        raise DataError(f'{p}: "timed" must be a line saying what was timed, not {json.dumps(timed)[:40]}')
+    problem = throttle_record_problem(data["environment"])
+    if problem:
+        raise DataError(f"{p}: {problem}: a malformed record cannot show whether the clock was held down")
     samples = data["samples_us"]
     if not isinstance(samples, list):  # null, a number or a string: the line was Python's TypeError
         shown = json.dumps(samples)[:40]

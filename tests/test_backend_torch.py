@@ -388,7 +388,7 @@ def test_a_model_cuda_graphs_cannot_capture_is_timed_eagerly_and_says_why() -> N
     worker = Worker.__new__(Worker)
     worker.torch = types.SimpleNamespace(cuda=cuda)
     worker.cuda, worker.warmup, worker.runs, worker.replays = True, 2, 4, 1
-    worker.load = lambda req: (module, ["x"], None, 8)  # type: ignore[method-assign]
+    worker.load = lambda req: (module, ["x"], None, {"x": [8, 3, 32, 32]})  # type: ignore[method-assign]
     worker._where = lambda batch: f"batch {batch}"  # type: ignore[method-assign]
     worker.environment = lambda: {}  # type: ignore[method-assign]
     timing = Timing.from_json(worker.measure({"path": "dyn.onnx"})["timing"])
@@ -413,7 +413,7 @@ def _fake_cuda_worker(cuda: _FakeCuda, env: dict) -> object:
     worker.torch = types.SimpleNamespace(cuda=cuda)
     worker.cuda, worker.warmup, worker.runs, worker.replays = True, 1, 4, 1
     worker.smi_gpu = "00000000:00:06.0"
-    worker.load = lambda req: (lambda *inputs: None, ["x"], None, 1)  # type: ignore[method-assign]
+    worker.load = lambda req: (lambda *inputs: None, ["x"], None, {"x": [1, 3, 32, 32]})  # type: ignore[method-assign]
     worker._where = lambda batch: f"batch {batch}"  # type: ignore[method-assign]
     worker.environment = lambda: dict(env)  # type: ignore[method-assign]
     return worker

@@ -453,9 +453,42 @@ def test_bench_notes_a_result_too_short_for_compare(monkeypatch, capsys, model: 
     assert code == 0 and json.loads(out)["runs"] == 3
     assert err == (
         "note: 3 runs: `deployopt compare` needs at least 5 per side (at its default --alpha 0.01) to "
-        "judge a difference; use --runs 5 or more to compare this\n"
+        "judge a difference between two results this short; use --runs 5 or more to compare this\n"
     )
     code, _, err = run(monkeypatch, capsys, "compare", str(dest), str(dest))
-    assert code == 2 and "needs at least 5 samples per side" in err  # what the note forestalls
+    assert code == 2 and "is 0.1, not below --alpha 0.01, so it could never find a difference" in err
     code, _, err = run(monkeypatch, capsys, "bench", str(model), "--runs", "5", "--warmup", "1")
     assert code == 0 and err == ""
+
+
+def test_compare_flags_a_resolution_change_bench_recorded(monkeypatch, capsys, tmp_path: Path) -> None:
+    """ort and torch results named only the batch ("fp32, batch 1"), so a model timed at 16×16 and
+    then at 64×64 compared as like for like: a "+1900 %, slower" verdict with no hint why. Each
+    result now records the input shapes it timed, as the TensorRT backends and the runner do."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], name="conv")],
+        "dyn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, "H", "W"])],
+        [w],
+    )
+    path = tmp_path / "dyn.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    results = []
+    for side in ("16", "64"):
+        dest = tmp_path / f"r{side}.json"
+        shape = f"x:1x3x{side}x{side}"
+        code, _, err = run(
+            monkeypatch, capsys, "bench", str(path), "--input-shape", shape, "--runs", "8", "-o", str(dest)
+        )
+        assert code == 0, err
+        assert json.loads(dest.read_text())["environment"]["input_shapes"] == {
+            "x": [1, 3, int(side), int(side)]
+        }
+        results.append(str(dest))
+    code, out, err = run(monkeypatch, capsys, "compare", *results, "--strict")
+    assert code == 1
+    assert "not like for like (input shapes x:1x3x16x16 → x:1x3x64x64)" in " ".join(err.split()), err

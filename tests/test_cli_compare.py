@@ -134,8 +134,8 @@ def test_a_one_sample_baseline_exits_2_without_a_verdict(monkeypatch, capsys, tm
     code, out, err = run_cli(monkeypatch, capsys, "compare", str(one), HEURISTIC)
     assert code == 2 and out == ""
     assert err == (
-        f"error: {one} has 1 sample: at --alpha 0.01 the Mann-Whitney U test needs at least 5 samples "
-        "per side to ever find a difference; measure more runs\n"
+        f"error: {one} has 1 sample: one run is not a measurement the Mann-Whitney U test can judge (at "
+        "--alpha 0.01 it needs 5 samples per side when both sides are alike); measure more runs\n"
     )
     five = tmp_path / "five.json"
     five.write_text(json.dumps({**doc, "samples_us": doc["samples_us"][:5], "runs": 5}))
@@ -143,6 +143,27 @@ def test_a_one_sample_baseline_exits_2_without_a_verdict(monkeypatch, capsys, tm
     assert code == 1  # five samples are enough at alpha 0.01: the regression is still found
     pair = json.loads(out)["pairs"][0]
     assert pair["verdict"] == "slower" and pair["baseline"]["runs"] == 5 and pair["p_value"] < 0.01
+
+
+def test_a_short_side_is_judged_by_the_exact_smallest_p_of_its_pair(
+    monkeypatch, capsys, tmp_path: Path
+) -> None:
+    """Four samples against 200 can reach p < 0.01 (the smallest p for 4 and 200 is ~1e-7), but
+    compare refused any side under 5 samples and said the test could never find a difference."""
+    doc = json.loads(Path(AUTOTUNED).read_text())
+    four = tmp_path / "four.json"
+    four.write_text(json.dumps({**doc, "samples_us": doc["samples_us"][:4], "runs": 4}))
+    code, out, _ = run_cli(monkeypatch, capsys, "compare", str(four), HEURISTIC, "--json")
+    assert code == 1  # the regression HEURISTIC is, found from four baseline samples
+    pair = json.loads(out)["pairs"][0]
+    assert pair["verdict"] == "slower" and pair["baseline"]["runs"] == 4 and pair["p_value"] < 0.01
+    code, out, err = run_cli(monkeypatch, capsys, "compare", str(four), str(four))
+    assert code == 2 and out == ""  # four against four: the smallest p is 0.029
+    assert err == (
+        f"error: {four} (4 samples) and {four} (4 samples): the smallest p the Mann-Whitney U test gives "
+        "for these counts is 0.029, not below --alpha 0.01, so it could never find a difference (with "
+        "equal counts it needs 5 per side); measure more runs\n"
+    )
 
 
 def test_samples_that_are_not_latencies_are_one_line(monkeypatch, capsys, tmp_path: Path) -> None:
@@ -514,3 +535,80 @@ def test_a_weekly_bench_that_failed_leaves_last_weeks_result_and_compare_says_so
     assert code == 0, err
     code, out, err = run_cli(monkeypatch, capsys, "compare", str(baselines), str(current), "--strict")
     assert f"measured at: model: baseline {WEEK1}, current {WEEK2}" in out and "not newer" not in err
+
+
+def test_a_malformed_throttling_record_or_timed_line_is_one_line(monkeypatch, capsys, tmp_path: Path) -> None:
+    """A "clock_slowdown_us" of "lots" (or an over-current count of "many") read as "checked, not held
+    down", so the pair was compared with no throttling flag; a "timed" of 5 was a TypeError
+    traceback with exit 1, which a CI gate reads as a regression."""
+    doc = json.loads(Path(AUTOTUNED).read_text())
+    env = doc["environment"]
+    cases = [
+        (
+            {**doc, "environment": {**env, "clock_slowdown_us": "lots"}},
+            '"clock_slowdown_us" must be an object',
+        ),
+        ({**doc, "environment": {**env, "clock_slowdown_us": {"sw_power_cap": -5}}}, "'sw_power_cap' is -5"),
+        ({**doc, "environment": {**env, "oc_events": {"oc1": "many"}}}, "'oc1' is \"many\""),
+        ({**doc, "environment": {**env, "oc_events": [1]}}, '"oc_events" must be an object'),
+        ({**doc, "environment": {**env, "gpu_clock_during_run": "x"}}, '"gpu_clock_during_run" must be an'),
+        (
+            {**doc, "environment": {**env, "gpu_clock_during_run": {"before": {"cur_hz": "x"}, "after": {}}}},
+            '"gpu_clock_during_run.before.cur_hz" must be a clock in Hz, not "x"',
+        ),
+        ({**doc, "timed": 5}, '"timed" must be a line saying what was timed, not 5'),
+        ({**doc, "timed": ["a", "b"]}, '"timed" must be a line saying what was timed'),
+    ]
+    for i, (bad_doc, message) in enumerate(cases):
+        bad = tmp_path / f"bad{i}.json"
+        bad.write_text(json.dumps(bad_doc))
+        code, out, err = run_cli(monkeypatch, capsys, "compare", AUTOTUNED, str(bad))
+        assert code == 2 and out == "", message
+        assert err.startswith(f"error: {bad}: ") and message in err, err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    fine = tmp_path / "fine.json"  # the records a runner writes still pass
+    fine.write_text(
+        json.dumps(
+            {
+                **doc,
+                "environment": {
+                    **env,
+                    "clock_slowdown_us": {},
+                    "oc_events": {"oc1": 0},
+                    "gpu_clock_during_run": {
+                        "devfreq": "17000000.gv11b",
+                        "before": {"cur_hz": 1377000000, "max_hz": 1377000000},
+                        "after": {"cur_hz": 1377000000},
+                    },
+                },
+            }
+        )
+    )
+    code, _, err = run_cli(monkeypatch, capsys, "compare", AUTOTUNED, str(fine))
+    assert code == 0 and "error" not in err, err
+
+
+def test_output_into_a_compared_folder_never_replaces_a_measurement(
+    monkeypatch, capsys, tmp_path: Path
+) -> None:
+    """`compare base cur -o cur/b.json` wrote the report over the measurement b.json, and every run
+    after it left b out of the pairing ("in the baseline only"): its regression became a note and the
+    gate exited 0. Now that is refused like `-o` naming a compared file; a report of its own in the
+    folder may still be rewritten (compare never reads its reports as measurements)."""
+    doc = json.loads(Path(AUTOTUNED).read_text())
+    base, cur = tmp_path / "base", tmp_path / "cur"
+    base.mkdir()
+    cur.mkdir()
+    (base / "b.json").write_text(json.dumps(doc))
+    (cur / "b.json").write_text(Path(HEURISTIC).read_text())
+    before = (cur / "b.json").read_bytes()
+    for dest, what in ((cur / "b.json", "current result b.json"), (base / "b.json", "baseline b.json")):
+        code, out, err = run_cli(monkeypatch, capsys, "compare", str(base), str(cur), "-o", str(dest))
+        assert code == 2 and out == ""
+        assert err.startswith(f"error: cannot write {dest}: it is the {what} in "), err
+    assert (cur / "b.json").read_bytes() == before
+    report = cur / "report.json"
+    for _ in range(2):
+        code, _, _ = run_cli(monkeypatch, capsys, "compare", str(base), str(cur), "-o", str(report))
+        assert code == 1  # the regression is found, the second time too
+    assert json.loads(report.read_text())["pairs"][0]["verdict"] == "slower"

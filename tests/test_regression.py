@@ -275,8 +275,8 @@ def test_a_one_sample_measurement_is_refused_not_called_slower(tmp_path: Path) -
     with pytest.raises(DataError) as info:
         compare_paths(one, many)
     assert str(info.value) == (
-        f"{one} has 1 sample: at --alpha 0.01 the Mann-Whitney U test needs at least 5 samples per "
-        "side to ever find a difference; measure more runs"
+        f"{one} has 1 sample: one run is not a measurement the Mann-Whitney U test can judge (at "
+        "--alpha 0.01 it needs 5 samples per side when both sides are alike); measure more runs"
     )
     with pytest.raises(DataError, match=r"one\.json has 1 sample: ") as info:
         compare_paths(many, one)  # the short side is named, whichever it is
@@ -288,7 +288,9 @@ def test_a_one_sample_measurement_is_refused_not_called_slower(tmp_path: Path) -
 def test_too_few_samples_depend_on_alpha_and_a_properly_sampled_pair_is_judged(tmp_path: Path) -> None:
     four_a = write_samples(tmp_path / "a4.json", [500.0, 501.0, 502.0, 503.0])
     four_b = write_samples(tmp_path / "b4.json", [540.0, 541.0, 542.0, 543.0])
-    with pytest.raises(DataError, match=r"a4\.json has 4 samples; .*b4\.json has 4 samples: .* at least 5"):
+    with pytest.raises(
+        DataError, match=r"a4\.json \(4 samples\) and .*b4\.json \(4 samples\): .* 0\.029, .*needs 5 per"
+    ):
         compare_paths(four_a, four_b)
     at_5pct = compare_paths(four_a, four_b, alpha=0.05).pairs[0].comparison
     assert at_5pct.verdict == "slower" and at_5pct.p_value == pytest.approx(2 / 70)

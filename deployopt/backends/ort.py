@@ -531,7 +531,8 @@ class OrtSession(Session):
             samples_us=samples,
             warmup=opts.warmup,
             timed=self._timed(self._batch(loaded), "one InferenceSession.run call (one forward pass)"),
-            environment=self._environment(),
+            # the shapes timed: compare flags a resolution change (the timed line names the batch only)
+            environment={**self._environment(), "input_shapes": dict(loaded.input_shapes)},
         )
 
     def profile(self, model_path: Path, kernels: bool = False) -> Profile:

@@ -101,6 +101,12 @@ _OOM_ASKED = re.compile(r"Tried to allocate ([\d.]+ [KMGT]?i?B)")
 _OOM_FREE = re.compile(r"total capacity of ([\d.]+ [KMGT]?i?B) of which ([\d.]+ [KMGT]?i?B) is free")
 
 
+def _batch_of(shapes: dict[str, list[int]]) -> int | None:
+    """The first input's batch (dim 0), as the "what was timed" line names it."""
+    dims = next(iter(shapes.values()), [])
+    return dims[0] if dims else None
+
+
 def _first_line(exc: BaseException) -> str:
     """One line for the user: torch's CUDA out-of-memory text (a paragraph) is cut to what it
     asked for and what was free; any other message to its first line, at most ~300 characters,
@@ -266,8 +272,8 @@ class Worker:
             est = estimate_run(model, float_bytes=2 if self.dtype_name == "fp16" else None)
             require_memory(est, free, model, "torch, GPU memory")
 
-    def load(self, req: dict[str, Any]) -> tuple[Any, list[Any], Any, int | None]:
-        """(torch module, inputs, onnx model, batch) for a request's model."""
+    def load(self, req: dict[str, Any]) -> tuple[Any, list[Any], Any, dict[str, list[int]]]:
+        """(torch module, inputs, onnx model, the inputs' shapes as timed) for a request's model."""
         from deployopt.backends.ort import prepare_model
         from deployopt.errors import DeployoptError
 
@@ -315,8 +321,7 @@ class Worker:
                 if self.cuda and t.dim() == 4:
                     t = t.contiguous(memory_format=torch.channels_last)
             inputs.append(t)
-        batch = next(iter(loaded.input_shapes.values()), [None])[0]
-        return module, inputs, model, batch  # the model converted: its node names are the module's
+        return module, inputs, model, dict(loaded.input_shapes)  # model: its node names are the module's
 
     def _forward(self, module: Any, inputs: list[Any], name: str) -> Any:
         try:
@@ -331,7 +336,8 @@ class Worker:
 
         torch = self.torch
         name = os.path.basename(req["path"])
-        module, inputs, _, batch = self.load(req)
+        module, inputs, _, shapes = self.load(req)
+        batch = _batch_of(shapes)
         for _ in range(max(self.warmup, 1)):
             self._forward(module, inputs, name)
         before = after = None  # nvidia-smi readings around the timed loop (CUDA only)
@@ -363,7 +369,7 @@ class Worker:
         del module, inputs
         if self.cuda:
             torch.cuda.empty_cache()
-        env = self.environment()
+        env = {**self.environment(), "input_shapes": shapes}  # compare flags a resolution change
         if self.cuda:
             from deployopt.clocks import record_in_environment
 
@@ -462,7 +468,8 @@ class Worker:
         if want_kernels and not self.cuda:
             raise WorkerError("DeployoptError", "--kernels needs a CUDA GPU (no kernel trace on the CPU)")
         name = os.path.basename(req["path"])
-        module, inputs, model, batch = self.load(req)
+        module, inputs, model, shapes = self.load(req)
+        batch = _batch_of(shapes)
         node_of = module_to_onnx_node(model)
         children = [(n, m) for n, m in module.named_children() if n in node_of]
         stack: list[Any] = []

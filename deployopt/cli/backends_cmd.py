@@ -366,8 +366,8 @@ def note_too_few_to_compare(runs: int) -> None:
     if runs < need:
         err_console.print(
             f"note: {counted(runs, 'run')}: `deployopt compare` needs at least {need} per side (at its "
-            f"default --alpha {DEFAULT_ALPHA:g}) to judge a difference; use --runs {need} or more to "
-            "compare this",
+            f"default --alpha {DEFAULT_ALPHA:g}) to judge a difference between two results this short; use "
+            f"--runs {need} or more to compare this",
             style="yellow",
             markup=False,
             highlight=False,

@@ -17,7 +17,15 @@ from rich.table import Table
 from rich.text import Text
 
 from deployopt.cli.app import app, console, err_console, input_path, output_option
-from deployopt.regression import DEFAULT_ALPHA, MIN_EFFECT, Pair, RegressionReport, compare_paths, setup
+from deployopt.regression import (
+    DEFAULT_ALPHA,
+    MIN_EFFECT,
+    Pair,
+    RegressionReport,
+    compare_paths,
+    measurement_files,
+    setup,
+)
 from deployopt.timing import Timing
 
 #: Exit status of `compare --strict` when a pair timed different models. Above 1 (a regression):
@@ -122,7 +130,11 @@ def compare_command(
 
     if output is not None:
         check_output_file(output)
-        refuse_input_as_output(output, [("baseline", baseline), ("current result", current)], "-o/--output")
+        inputs = [("baseline", baseline), ("current result", current)]
+        for what, folder in list(inputs):  # folders: every measurement compare would pair
+            if folder.is_dir():
+                inputs += [(f"{what} {p.name} in {folder}", p) for p in measurement_files(folder)]
+        refuse_input_as_output(output, inputs, "-o/--output")
     report = compare_paths(baseline, current, alpha=alpha, min_effect=min_effect)
     doc = report.to_json()
     if output is not None:
