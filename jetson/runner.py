@@ -510,9 +510,15 @@ def parse_shapes(text):
         if not sep or not name:
             raise RunnerError("bad --shapes entry " + repr(part) + " (expected name:1x3x224x224)")
         try:
-            shapes[name] = [int(d) for d in dims.split("x")]
+            dims = [int(d) for d in dims.split("x")]
         except ValueError:
             raise RunnerError("bad --shapes entry " + repr(part) + " (dimensions must be integers)")
+        if any(d < 1 for d in dims):  # 0 timed an empty batch; -1 failed as a "data-dependent" output
+            raise RunnerError("bad --shapes entry " + repr(part) + " (dimensions must be positive)")
+        if name in shapes:  # the last one silently won
+            raise RunnerError("bad --shapes entry " + repr(part) + ": " + repr(name) +
+                              " was already given; give each input once")
+        shapes[name] = dims
     return shapes
 
 
@@ -641,6 +647,30 @@ def cuda_api(prefer=None):
 
 # ----------------------------------------------------------------------------------------------
 # build, load, time
+
+
+def import_numpy():
+    """numpy, or one line: JetPack's python3 has it only once python3-numpy is installed."""
+    try:
+        import numpy
+    except ImportError:
+        raise RunnerError("numpy is not importable (on JetPack: sudo apt install python3-numpy)")
+    return numpy
+
+
+#: The files a run writes, by option: none of them may be the model it reads.
+WRITTEN = (("out", "--out"), ("save_engine", "--save-engine"), ("timing_cache", "--timing-cache"),
+           ("calib_cache", "--calib-cache"))
+
+
+def refuse_model_as_output(args):
+    """`--out model.onnx` wrote the result JSON over the model, `--save-engine model.onnx` the
+    engine, `--timing-cache model.onnx` a timing cache, each with exit status 0."""
+    for dest, flag in WRITTEN:
+        path = getattr(args, dest, None)
+        if path and os.path.isfile(path) and os.path.samefile(path, args.model):
+            raise RunnerError("cannot write %s: it is the model this runner reads; give another %s"
+                              % (path, flag))
 
 
 def import_trt():
@@ -1125,7 +1155,7 @@ def refused_shape(name, dims):
 def run(args, trt=None, cuda=None):
     """Build (or load) args.model, time it: the result document. `trt` and `cuda` (the tensorrt
     module and a CUDA binding) are given by --batch-dir, which sets them up once for every model."""
-    import numpy as np
+    np = import_numpy()
 
     if trt is None:
         trt = import_trt()
@@ -1341,7 +1371,8 @@ def note_few_runs(args):
     """On the board, not when compare refuses the copy: too few runs to compare."""
     if args.runs < COMPARE_MIN_RUNS:
         sys.stderr.write("note: %d run%s: `deployopt compare` needs at least %d per side (at its default "
-                         "--alpha 0.01) to judge a difference; use --runs %d or more to compare this\n"
+                         "--alpha 0.01) to judge a difference between two results this short; use --runs %d or more to "
+                         "compare this\n"
                          % (args.runs, "" if args.runs == 1 else "s", COMPARE_MIN_RUNS, COMPARE_MIN_RUNS))
 
 
@@ -1440,6 +1471,8 @@ def main(argv=None):
                 raise RunnerError("give a model (.onnx or .engine), or --env-only")
             if not os.path.isfile(args.model):
                 raise RunnerError("model not found: " + args.model)
+            refuse_model_as_output(args)
+            parse_shapes(args.shapes)  # a bad entry is one line before numpy, TensorRT or CUDA
             building = not is_serialized_engine(args.model)
             if building and args.dtype == "int8" and args.calib_npy and not os.path.isfile(args.calib_npy):
                 raise RunnerError("calibration data not found: " + args.calib_npy)

@@ -194,6 +194,41 @@ def test_parse_shapes() -> None:
         runner.parse_shapes("x1x3")
     with pytest.raises(runner.RunnerError, match="must be integers"):
         runner.parse_shapes("x:1xN")
+    # the host's --input-shape refuses these too; on the board 0 timed an empty batch, -1 failed as a
+    # "data-dependent output shape", and a repeated input silently took its last shape
+    for text in ("x:0x3x16x16", "x:-1x3x16x16"):
+        with pytest.raises(runner.RunnerError, match=r"\(dimensions must be positive\)$"):
+            runner.parse_shapes(text)
+    with pytest.raises(runner.RunnerError, match=r"'x' was already given; give each input once$"):
+        runner.parse_shapes("x:1x3x16x16,x:1x3x8x8")
+
+
+def test_no_output_may_be_the_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--out model.onnx` wrote the result over the model (exit 0), `--save-engine` the engine and
+    `--timing-cache` a cache; each is refused before TensorRT is imported, the model untouched."""
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"not really a model, but a file this runner would read")
+    for flag in ("--out", "--save-engine", "--timing-cache", "--calib-cache"):
+        assert runner.main([str(model), flag, str(tmp_path / "." / "m.onnx")]) == 2
+        err = capsys.readouterr().err
+        dest = tmp_path / "." / "m.onnx"
+        assert err == f"error: cannot write {dest}: it is the model this runner reads; give another {flag}\n"
+    assert model.read_bytes() == b"not really a model, but a file this runner would read"
+
+
+def test_a_missing_numpy_is_one_line(tmp_path: Path) -> None:
+    """JetPack's python3 lacks numpy until python3-numpy is installed: that was a traceback."""
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"x")
+    code = (
+        "import sys; sys.modules['numpy'] = None; sys.argv = ['runner.py', sys.argv[1]]; "
+        f"exec(compile(open({str(RUNNER)!r}).read(), 'runner.py', 'exec'))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(model)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == "error: numpy is not importable (on JetPack: sudo apt install python3-numpy)\n"
 
 
 def test_parse_nvpmodel() -> None:
