@@ -316,7 +316,9 @@ def check_timeout(timeout: float) -> None:
 
 
 def timeout_option(
-    help_text: str = "Seconds per model before the worker is killed.", default: float | None = 600.0
+    help_text: str = "Seconds per model before the worker is killed (torch, tensorrt, trtexec, --remote; ort "
+    "runs in-process, with no limit).",
+    default: float | None = 600.0,
 ) -> object:
     """`--timeout SECONDS`, per model built and timed (bench, profile, optimize) or per conv
     (calibrate, staircase --measure); `default` None where the command must tell a --timeout given

@@ -187,7 +187,9 @@ def optimize_command(
         help="tensorrt/trtexec: every build times its tactics afresh (no cache shared between the "
         "candidates' builds).",
     ),
-    timeout: float = timeout_option("Seconds per model built and timed before it is given up."),
+    timeout: float = timeout_option(
+        "Seconds per model built and timed before it is given up (ort runs in-process, with no limit)."
+    ),
     outdir: Optional[Path] = output_option(
         None, "-o", "--out", help="Output folder (default <model>.deployopt/).", folder=True
     ),
