@@ -152,6 +152,9 @@ class WaveParams:
             value = getattr(params, key)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{key} must be a finite number >= 0, not {value!r}")
+        for key in ("fixed_us", "dw_fixed_us"):  # size classes are multiples of it: 0 divided by zero
+            if getattr(params, key) == 0:
+                raise ValueError(f"{key} must be above 0 (every launch costs something), not 0")
         if params.tail_floor > 1:  # a share of a full wave: above 1 an emptier last wave cost more
             raise ValueError(
                 f"tail_floor must be a share of a full wave's time, 0 to 1, not {params.tail_floor!r}"
@@ -167,6 +170,13 @@ class WaveParams:
                 raise ValueError(f"family {fam.name!r}: needs efficiency > 0 and at least one tile")
             if fam.min_align < 1 or any(x < 1 for t in fam.tiles for x in t):
                 raise ValueError(f"family {fam.name!r}: min_align and tile sizes must be >= 1")
+            counts = {"threads": 1, "registers_per_thread": 0, "shared_mem_bytes": 0}
+            for key, least in counts.items():  # threads 0 and shared memory of 1 GB were priced as
+                value = getattr(fam, key)  # one block per SM: a kernel that cannot launch
+                if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                    raise ValueError(
+                        f"family {fam.name!r}: {key} must be a whole number >= {least}, not {value!r}"
+                    )
             if not (math.isfinite(fam.epilogue_us) and fam.epilogue_us >= 0):  # a cost, as fixed_us
                 raise ValueError(
                     f"family {fam.name!r}: epilogue_us must be a finite number >= 0, not {fam.epilogue_us!r}"
@@ -276,7 +286,10 @@ def _default_families(cc: tuple[int, int], dtype: str) -> tuple[KernelFamily, ..
         tiles = SM90_TF32_TILES if dtype == "fp32" else SM90_TILES
         threads, regs, smem = 384, 168, 231424
     else:
-        tiles, threads, regs, smem = SM80_TILES, 256, 128, 73728
+        # Volta / Turing SMs hold 64-96 KB: their kernels' blocks fit in 64 KB (a T4 SM has 64 KB in
+        # all, so 72 KB was a block that could never run; every cc 7.x prediction is unchanged: one
+        # such block per SM either way)
+        tiles, threads, regs, smem = SM80_TILES, 256, 128, 73728 if cc >= (8, 0) else 65536
     occupancy = {"threads": threads, "registers_per_thread": regs, "shared_mem_bytes": smem}
     mid = [MID_ALIGN[dtype]] if dtype in MID_ALIGN else []
     return (

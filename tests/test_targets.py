@@ -9,7 +9,7 @@ import pytest
 
 from deployopt import targets as targets_mod
 from deployopt.errors import TargetError
-from deployopt.targets import get_target, list_targets, load_profile
+from deployopt.targets import builtin_names, get_target, list_targets, load_profile
 from deployopt.targets import local as local_mod
 
 # FINDINGS §3: name -> (CC, SMs, CUDA cores, max GPU clock MHz)
@@ -243,6 +243,7 @@ def test_a_target_printed_as_json_and_edited_is_a_what_if_profile(tmp_path):
         ({"sms": 0}, "sms must be an integer above 0, not 0"),
         ({"sms": 2.5}, "sms must be an integer above 0, not 2.5"),
         ({"sms": True}, "sms must be an integer above 0, not True"),
+        ({"sms": "8"}, "sms must be an integer above 0, not '8'"),  # was read as 8
         ({"clock_mhz": -5}, "clock_mhz must be a number above 0, not -5"),
         ({"clock_mhz": "fast"}, "clock_mhz must be a number above 0, not 'fast'"),
         ({"compute_capability": "8.7"}, "compute_capability must be [major, minor], not '8.7'"),
@@ -265,3 +266,56 @@ def test_a_hand_edited_profile_with_bad_values_is_one_line(tmp_path, edit, messa
     path.write_text(json.dumps({**calibrated, "target": get_target("orin-nano-8gb").to_json()}))
     with pytest.raises(TargetError, match="unreadable params"):
         get_target(str(path))
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        # size classes are multiples of the fixed cost: 0 was a ZeroDivisionError traceback
+        (
+            {"fixed_us": 0},
+            "unreadable params (ValueError: fixed_us must be above 0 (every launch costs something), not 0)",
+        ),
+        ({"dw_fixed_us": 0}, "unreadable params (ValueError: dw_fixed_us must be above 0"),
+        # a block that cannot run on an SM was priced at one block per SM, without a word
+        ({"families": {"threads": 0}}, "family 'tc-aligned64': threads must be a whole number >= 1, not 0"),
+        (
+            {"families": {"shared_mem_bytes": 10**9}},
+            "shared_mem_bytes 1000000000 is more than one SM has (167936)",
+        ),
+        (
+            {"families": {"registers_per_thread": 1000}},
+            "registers (threads × registers_per_thread) 256000 is more",
+        ),
+    ],
+)
+def test_fitted_params_that_cannot_predict_are_one_line(tmp_path, edit, message):
+    doc = get_target("orin-nano-8gb").to_json()
+    params = doc["params"]["fp16"]
+    params["fitted"] = True  # fitted params are kept as they are (defaults would be derived again)
+    for key, value in edit.items():
+        if key == "families":
+            for fam in params["families"]:
+                fam.update(value)
+        else:
+            params[key] = value
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(TargetError) as exc:
+        get_target(str(path))
+    assert str(exc.value).startswith(f"target profile {path}: ") and message in str(exc.value)
+
+
+@pytest.mark.parametrize("name", builtin_names())
+def test_every_built_in_targets_params_load_back_as_fitted(tmp_path, name):
+    """What `calibrate` writes has the default families it started from: on a T4 (64 KB an SM)
+    those asked 72 KB a block, which the check above would refuse in a calibrated T4 profile."""
+    doc = get_target(name).to_json()
+    for params in doc["params"].values():
+        params["fitted"] = True
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(doc))
+    loaded, builtin = get_target(str(path)), get_target(name)
+    assert doc["params"]
+    for dtype in doc["params"]:
+        assert loaded.wave_params(dtype).families == builtin.wave_params(dtype).families

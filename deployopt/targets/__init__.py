@@ -204,7 +204,7 @@ def target_from_json(d: dict[str, Any], origin: str = "built-in") -> Target:
             number = kind(value)
         except (TypeError, ValueError):
             number = None
-        if isinstance(value, bool) or number is None or not number > 0 or number != float(value):
+        if isinstance(value, (bool, str)) or number is None or not number > 0 or number != float(value):
             what = "an integer" if kind is int else "a number"
             raise TargetError(f"target profile {origin}: {key} must be {what} above 0, not {value!r}")
         return number
@@ -233,7 +233,7 @@ def target_from_json(d: dict[str, Any], origin: str = "built-in") -> Target:
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         why = f"{type(exc).__name__}: {exc}"
         raise TargetError(f"target profile {origin}: unreadable params ({why})") from None
-    return Target(
+    target = Target(
         name=str(d["name"]),
         display_name=str(d["display_name"]),
         compute_capability=(int(cc[0]), int(cc[1])),
@@ -255,6 +255,35 @@ def target_from_json(d: dict[str, Any], origin: str = "built-in") -> Target:
         full_sms=d.get("full_sms"),
         origin=origin,
     )
+    _check_families_fit(target, origin)
+    return target
+
+
+def _check_families_fit(target: Target, origin: str) -> None:
+    """A kernel family whose block cannot run on one of the target's SMs (more shared memory,
+    threads or registers than an SM has) was priced at one block per SM: a hand edit gone wrong, so
+    one line naming it."""
+    for dtype, params in target.params.items():
+        for fam in params.families:
+            over = [
+                (what, need, have)
+                for what, need, have in (
+                    ("shared_mem_bytes", fam.shared_mem_bytes, target.shared_mem_per_sm),
+                    ("threads", fam.threads, target.max_threads_per_sm),
+                    (
+                        "registers (threads × registers_per_thread)",
+                        fam.threads * fam.registers_per_thread,
+                        target.registers_per_sm,
+                    ),
+                )
+                if need > have
+            ]
+            if over:
+                what, need, have = over[0]
+                raise TargetError(
+                    f"target profile {origin}: {dtype} family {fam.name!r}: {what} {need} is more than one "
+                    f"SM has ({have}): its block could never run"
+                )
 
 
 def _fitted_params(name: str) -> dict[str, WaveParams]:
