@@ -494,8 +494,9 @@ class Optimizer:
         if self.backend_name == "model" and not self.analysis.convs:  # every plan predicted alike
             unpriced = self.analysis.unpriced_convs()
             raise DeployoptError(
-                f"{cfg.model_path}: the wave model prices 2-D convs only, and its {len(unpriced)} conv(s) "
-                f"({', '.join(unpriced[:3])}{', …' if len(unpriced) > 3 else ''}) are not; measure "
+                f"{cfg.model_path}: the wave model prices 2-D forward convs only, and its "
+                f"{len(unpriced)} conv(s) ({', '.join(unpriced[:3])}{', …' if len(unpriced) > 3 else ''}) "
+                "are not; measure "
                 "instead (--backend torch, ort, tensorrt or trtexec)"
             )
         self.groups = {_group_id(g): g for g in free}

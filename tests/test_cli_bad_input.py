@@ -884,15 +884,54 @@ def test_convs_the_wave_model_does_not_price(monkeypatch, capsys, tmp_path) -> N
     out = tmp_path / "run"
     _one_error(
         *run(monkeypatch, capsys, "optimize", m, "-t", "t4", "-b", "model", "-o", str(out)),
-        "the wave model prices 2-D convs only, and its 2 conv(s) (Conv_0, Conv_2) are not",
+        "the wave model prices 2-D forward convs only, and its 2 conv(s) (Conv_0, Conv_2) are not",
     )
     assert not out.exists()
     code, text, err = run(monkeypatch, capsys, "analyze", m, "--target", "t4")
     assert code == 0, err
     flat = " ".join(text.split())
-    assert "2 conv(s) not 2-D, which the wave model does not price: Conv_0, Conv_2" in flat
+    assert "2 conv(s) the wave model does not price (not 2-D: Conv_0, Conv_2)" in flat
     # no empty waves table, no predictor named "n/a"
     assert "waves on" not in flat and "n/a" not in flat and "predicted by the wave model" not in flat
+    code, text, err = run(monkeypatch, capsys, "analyze", m, "--target", "t4", "--json")
+    assert code == 0, err  # the JSON says which convs it left out, and why, as the text does
+    assert json.loads(text)["waves"]["unpriced"] == [
+        {"name": "Conv_0", "reason": "not 2-D"},
+        {"name": "Conv_2", "reason": "not 2-D"},
+    ]
+
+
+def test_a_conv_transpose_is_named_as_unpriced(monkeypatch, capsys, tmp_path) -> None:
+    """A decoder's ConvTranspose is no implicit-GEMM forward conv: the waves table left it out
+    without a word. The text and the JSON now name it; the predictor line says the target's
+    parameters are defaults, not calibrated (as `staircase` does)."""
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array(rng.random((16, 8, 3, 3), np.float32), "W1")
+    w2 = numpy_helper.from_array(rng.random((16, 8, 2, 2), np.float32), "W2")
+    nodes = [
+        helper.make_node("Conv", ["x", "W1"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+        helper.make_node("ConvTranspose", ["c", "W2"], ["y"], strides=[2, 2], name="up"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 32, 32])],
+        [w1, w2],
+    )
+    path = tmp_path / "up.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    code, text, err = run(monkeypatch, capsys, "analyze", str(path), "--target", "orin-nano-8gb")
+    assert code == 0, err
+    flat = " ".join(text.split())
+    assert "1 conv(s) the wave model does not price and the table leaves out (ConvTranspose: up)" in flat
+    assert "predicted by the wave model 'cc8.7-fp16 default' (default, not calibrated on hardware)" in flat
+    code, text, err = run(monkeypatch, capsys, "analyze", str(path), "--target", "orin-nano-8gb", "--json")
+    waves = json.loads(text)["waves"]
+    assert [c["name"] for c in waves["convs"]] == ["conv"]
+    assert waves["unpriced"] == [{"name": "up", "reason": "ConvTranspose"}]
+    assert (waves["fitted"], waves["sms"], waves["full_sms"]) == (False, 8, 8)
+    assert waves["predicted_by"] == "wave model 'cc8.7-fp16 default' (default, not calibrated on hardware)"
 
 
 @pytest.mark.parametrize(

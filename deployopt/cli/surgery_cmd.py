@@ -185,7 +185,19 @@ def analyze_cmd(
     if as_json:
         data = analysis_json(loaded, analysis)
         if rows is not None and gpu is not None:
-            data["waves"] = {"target": gpu.name, "sms": gpu.sms, "dtype": dtype, "convs": rows}
+            params = gpu.wave_params(dtype)
+            data["waves"] = {
+                "target": gpu.name,
+                "sms": gpu.sms,
+                "full_sms": gpu.full_sms or gpu.sms,
+                "dtype": dtype,
+                "predicted_by": params.describe(),
+                "fitted": params.fitted,
+                "source": params.source,
+                "convs": rows,
+                # convs the table leaves out, and why (the text says so; the JSON said nothing)
+                "unpriced": [{"name": n, "reason": why} for n, why in analysis.unpriced_reasons()],
+            }
         typer.echo(json.dumps(data, indent=2))
         return
     _print_notices(loaded.notices)
@@ -201,16 +213,19 @@ def analyze_cmd(
         if rows:  # a model of 1-D or 3-D convs only has none: no empty table, no "(n/a)" predictor
             console.print(waves_table(rows, title=f"waves on {gpu.name} ({sm_count(gpu.sms)}, {dtype})"))
             console.print(
-                f"Latencies are predicted by the wave model ({rows[0]['predictor']}), not measured.",
+                f"Latencies are predicted by the {gpu.wave_params(dtype).describe()}, not measured.",
                 markup=False,
             )
         _print_size_classes(rows)
-        unpriced = analysis.unpriced_convs()
+        unpriced = analysis.unpriced_reasons()
         if unpriced:  # the table left them out without a word (a Conv1d model printed an empty one)
-            shown = ", ".join(unpriced[:8]) + (", …" if len(unpriced) > 8 else "")
             left_out = " and the table leaves out" if rows else ""
+            parts = []
+            for why in dict.fromkeys(w for _, w in unpriced):
+                names = [n for n, w in unpriced if w == why]
+                parts.append(f"{why}: {', '.join(names[:8])}{', …' if len(names) > 8 else ''}")
             console.print(
-                f"{len(unpriced)} conv(s) not 2-D, which the wave model does not price{left_out}: {shown}",
+                f"{len(unpriced)} conv(s) the wave model does not price{left_out} ({'; '.join(parts)})",
                 markup=False,
                 highlight=False,
                 soft_wrap=True,

@@ -140,13 +140,26 @@ class Analysis:
         return [g for g in self.groups if not g.frozen]
 
     def unpriced_convs(self) -> list[str]:
-        """Convs with no 2-D shape (Conv1d, Conv3d): not in `convs`, so the wave model prices none
-        of them, and a prediction of the model leaves them out."""
+        """The convs the wave model prices none of (`unpriced_reasons`), in node order."""
+        return [name for name, _ in self.unpriced_reasons()]
+
+    def unpriced_reasons(self) -> list[tuple[str, str]]:
+        """(name, why) of every conv not in `convs`, in node order: Conv1d and Conv3d ("not 2-D") and
+        ConvTranspose (not an implicit-GEMM forward conv). A prediction of the model leaves them out;
+        `analyze --target` left a ConvTranspose out without a word."""
         if self.state is None:
             return []
         priced = {c.name for c in self.convs}
-        names = [self.state.node_names[rec.node] for rec in self.state.convs]
-        return [n for n in names if n not in priced]
+        recorded = {rec.node for rec in self.state.convs}
+        out = []
+        for i, (node, name) in enumerate(zip(self.state.nodes, self.state.node_names)):
+            if name in priced:
+                continue
+            if i in recorded:
+                out.append((name, "not 2-D"))
+            elif node.op_type == "ConvTranspose":
+                out.append((name, "ConvTranspose"))
+        return out
 
     def group_of_atom(self, atom: int) -> str:
         assert self.state is not None
