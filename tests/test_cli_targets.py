@@ -106,7 +106,7 @@ def test_staircase_json_schema(monkeypatch, capsys, tmp_path):
     assert doc["points"][0]["predicted_us"] == pytest.approx(first.predicted_us)
     assert doc["points"][0]["waves"] == first.waves
     assert doc["shape"]["pad"] == [1, 1] and doc["dtype"] == "fp16"
-    assert doc["target"]["sms"] == 8
+    assert (doc["target"]["sms"], doc["target"]["full_sms"]) == (8, 132)  # an --sms what-if says so
     assert doc["predictor"]["model"] == "wave" and doc["predictor"]["fitted"] is True
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 10000
 

@@ -444,6 +444,7 @@ def staircase_doc(
             "name": target.name,
             "display_name": target.display_name,
             "sms": target.sms,
+            "full_sms": target.full_sms or target.sms,  # above sms: an --sms what-if
             "compute_capability": list(target.compute_capability),
             "origin": target.origin,
         },
