@@ -12,7 +12,7 @@ from cli_runner import run_cli
 from deployopt.cli.targets_cmd import parse_channels, parse_dims
 from deployopt.errors import DeployoptError
 from deployopt.layers import ConvShape
-from deployopt.targets import get_target
+from deployopt.targets import get_target, list_targets
 from deployopt.waves import predict
 
 run = run_cli
@@ -487,6 +487,22 @@ def test_calibrated_profile_records_its_device_and_shows_in_the_target_list(monk
     assert out.strip().endswith("use --target ./orinprofile"), out
     code, out, err = run(monkeypatch, capsys, "targets", "--target", "./orinprofile", "--json")
     assert code == 0 and json.loads(out)["origin"] == "orinprofile", err
+
+
+def test_a_broken_cached_profile_is_a_warning_in_the_list(monkeypatch, capsys, tmp_path):
+    """A truncated calibrated profile for one target made `deployopt targets` one error line, with
+    none of the 15 targets listed; now that row is the built-in one, with a warning, while
+    `--target` of that name still refuses the broken file."""
+    monkeypatch.setenv("DEPLOYOPT_CACHE_DIR", str(tmp_path / "cache"))
+    broken = tmp_path / "cache" / "targets" / "nano.json"
+    broken.parent.mkdir(parents=True)
+    broken.write_text(json.dumps(get_target("nano").to_json())[:300])
+    code, out, err = run(monkeypatch, capsys, "targets", "--json")
+    assert code == 0 and len(json.loads(out)) == len(list_targets())
+    assert err.startswith(f"warning: nano: cannot read target profile {broken}: ") and err.count("\n") == 1
+    assert "`--target nano` fails until that file is fixed or removed" in " ".join(err.split())
+    code, out, err = run(monkeypatch, capsys, "targets", "--target", "nano")
+    assert code == 2 and err.startswith(f"error: cannot read target profile {broken}: ")
 
 
 def test_calibrate_refuses_what_would_write_a_wrong_profile(monkeypatch, capsys, tmp_path):

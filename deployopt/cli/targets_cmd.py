@@ -25,6 +25,7 @@ from deployopt.cli.app import (
     console,
     cudnn_benchmark_option,
     cudnn_engines_option,
+    err_console,
     measure_extra,
     missing_option,
     note_cudnn_search,
@@ -337,11 +338,22 @@ def _board_target(host: str, as_json: bool) -> None:
 
 def _as_resolved(builtin: Any) -> Any:
     """The target `--target NAME` resolves to: a calibrated profile of that name in the user cache
-    replaces the built-in one, so the list must show that one (a broken profile: one line)."""
-    from deployopt.targets import cache_dir, get_target
+    replaces the built-in one, so the list must show that one. A broken profile is a warning and
+    the built-in row: it made the whole list one error line, every other target unlisted."""
+    from deployopt.targets import TargetError, cache_dir, get_target
 
     if (cache_dir() / f"{builtin.name}.json").exists():
-        return get_target(builtin.name)
+        try:
+            return get_target(builtin.name)
+        except TargetError as exc:
+            err_console.print(
+                f"warning: {builtin.name}: {exc}; listed as built in, and `--target {builtin.name}` "
+                "fails until that file is fixed or removed",
+                style="yellow",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
     return builtin
 
 
