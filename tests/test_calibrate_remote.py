@@ -318,7 +318,7 @@ def test_staircase_remote_without_target_reads_the_boards(
         (["--input", "1x64"], "--input '1x64': expected four positive integers NxCxHxW"),
         (["--out-channels", "64:16"], "--out-channels '64:16': need 1 <= start <= stop"),
         (["--plot", "{tmp}/staircase.txt"], "staircase.txt"),
-        (["--dtype", "int8"], "--measure with --dtype int8: INT8 staircases are predicted only"),
+        (["--dtype", "int8"], "--remote with --dtype int8: INT8 staircases are predicted only"),
         (["--dtype", "fp64"], "--dtype 'fp64': choose one of"),
         (["--runs", "0"], "--runs"),
         (["--timeout", "0"], "--timeout 0: must be a number of seconds above 0"),

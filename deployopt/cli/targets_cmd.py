@@ -577,8 +577,9 @@ def staircase_command(
     if groups > 1 and not shape.is_depthwise and any(k % groups for k in ks):
         raise DeployoptError(f"--out-channels: every width must be a multiple of --groups {groups}")
     _check_tensor_sizes(shape.with_out_channels(ks[-1]), input_dims)
-    if measure and dtype == "int8":
-        raise DeployoptError("--measure with --dtype int8: INT8 staircases are predicted only")
+    if measure and dtype == "int8":  # --remote implies --measure: name what was given
+        given = "--remote" if remote else "--measure"
+        raise DeployoptError(f"{given} with --dtype int8: INT8 staircases are predicted only")
     timings = None
     measuring = {
         "--runs": runs,
