@@ -404,6 +404,11 @@ def to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
         out = conv.export()
     finally:
         G_LOGGER.severity = level
+    if out.ir_version < 4:
+        # IR 3 lists every initializer as a graph input; the export keeps the real inputs only, so
+        # the checker refused the result. IR 4 (ONNX 1.3) lets initializers stand alone, as in
+        # every model exported since (`analyze`, `apply` and `verify` read IR 3 as it is).
+        out.ir_version = 4
     validate(out)
     return out
 
