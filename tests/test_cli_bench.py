@@ -489,6 +489,6 @@ def test_compare_flags_a_resolution_change_bench_recorded(monkeypatch, capsys, t
             "x": [1, 3, int(side), int(side)]
         }
         results.append(str(dest))
-    code, out, err = run(monkeypatch, capsys, "compare", *results, "--strict")
+    code, _, err = run(monkeypatch, capsys, "compare", *results, "--strict")
     assert code == 1
     assert "not like for like (input shapes x:1x3x16x16 → x:1x3x64x64)" in " ".join(err.split()), err

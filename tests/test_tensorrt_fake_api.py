@@ -2980,10 +2980,12 @@ def test_runner_says_when_compare_cannot_judge_its_result(
     note = capsys.readouterr().err.splitlines()[-1]
     assert note == (
         "note: 3 runs: `deployopt compare` needs at least 5 per side (at its default --alpha 0.01) to "
-        "judge a difference; use --runs 5 or more to compare this"
+        "judge a difference between two results this short; use --runs 5 or more to compare this"
     )
     assert json.loads(out.read_text())["runs"] == 3
-    with pytest.raises(DeployoptError, match=r"has 3 samples: at --alpha 0\.01 .* at least 5 samples"):
+    with pytest.raises(
+        DeployoptError, match=r"\(3 samples\): the smallest p .* is 0\.1, not below --alpha 0\.01"
+    ):
         compare_paths(out, out)
     assert load_runner().main([*args, "--runs", "5", "--out", str(out)]) == 0
     assert "note:" not in capsys.readouterr().err
