@@ -627,6 +627,13 @@ def test_an_edited_what_if_profile_is_not_listed_as_calibrated(monkeypatch, caps
     flat = re.sub(r"[\s│]", "", out)
     assert f"default({path})" in flat and "calibrated:" not in flat, out
     assert "fp16: wave model 'cc8.7-fp16 default' (default, not calibrated on hardware)" in out
+    # a copy of a built-in fit is fitted, but nobody calibrated it: it said `calibrated: h8.json`
+    copy = tmp_path / "h8.json"
+    copy.write_text(json.dumps(get_target("h200", sms=8).to_json()))
+    code, out, err = run(monkeypatch, capsys, "targets", "--target", str(copy))
+    assert code == 0, err
+    flat = re.sub(r"[\s│]", "", out)
+    assert f"h200-fp16fit,h200-fp32fit(from{copy})" in flat and "calibrated:" not in flat, out
 
 
 @pytest.mark.parametrize("on_gpu", [False, True])

@@ -362,7 +362,14 @@ def _model_column(t: Any, fitted: list[str], borrowed: dict[str, str]) -> str:
     A profile file without fitted parameters (an edited `targets --json`, a what-if power mode) or
     the local GPU uncalibrated is not calibrated, and must not read as if it were."""
     if t.origin != "built-in":
-        return f"calibrated: {t.origin}" if fitted else f"default ({t.origin})"
+        if not fitted:
+            return f"default ({t.origin})"
+        if t.calibrated:
+            return f"calibrated: {t.origin}"
+        # a `targets --target h200 --json` copy (the built-in fit carried into a file) or the local
+        # GPU's borrowed fit: fitted, but not on this GPU by this user
+        names = sorted({t.params[dt].name for dt in fitted})
+        return f"{', '.join(names)} (from {t.origin})"
     return f"{borrowed.get(t.name, t.name)} fit" if fitted else "default"
 
 

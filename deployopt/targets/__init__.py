@@ -53,6 +53,9 @@ class Target:
     notes: str = ""
     full_sms: int | None = None  # the SM count before an --sms override (None: not overridden)
     origin: str = "built-in"  # "built-in", "local GPU (torch)", or the calibrated profile's path
+    #: loaded from a profile `deployopt calibrate` wrote (its fitted params were measured on this
+    #: GPU), not from a `targets --json` copy whose fitted params are a built-in fit carried along
+    calibrated: bool = field(default=False, compare=False)
 
     @property
     def cc(self) -> str:
@@ -355,7 +358,9 @@ def load_profile(path: str | os.PathLike[str]) -> Target:
         d = dict(doc["target"])
         d["params"] = doc.get("params", {})
     d.pop("origin", None)
-    return target_from_json(d, origin=str(path))
+    target = target_from_json(d, origin=str(path))
+    from_calibrate = isinstance(doc, dict) and "target" in doc
+    return replace(target, calibrated=from_calibrate and any(p.fitted for p in target.params.values()))
 
 
 def get_target(name_or_path: str, sms: int | None = None) -> Target:
