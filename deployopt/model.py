@@ -583,6 +583,26 @@ def load_model(
     )
 
 
+#: Ops whose second input is a module's weight (Conv2d, ConvTranspose2d, Linear).
+_WEIGHTED_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+
+
+def layer_labels(model: onnx.ModelProto) -> dict[str, str]:
+    """{node name: module path} for the layers torch's default exporter (torch.export, the default
+    since torch 2.9) named `node_<op>_<n>`: `node_conv2d_1` says nothing of which layer it is, while
+    its weight keeps the module's name (`features.3.weight`; after a BatchNorm is folded into a conv
+    the conv's own). Other exporters' names (`/features/features.3/Conv`) need no label."""
+    weights = {t.name for t in model.graph.initializer}
+    out: dict[str, str] = {}
+    for node, name in zip(model.graph.node, unique_node_names(model.graph.node)):
+        if not name.startswith("node_") or node.op_type not in _WEIGHTED_OPS or len(node.input) < 2:
+            continue
+        weight = node.input[1]
+        if weight in weights and weight.endswith(".weight") and len(weight) > len(".weight"):
+            out[name] = weight[: -len(".weight")]
+    return out
+
+
 def unique_node_names(nodes: Sequence[onnx.NodeProto]) -> list[str]:
     """One distinct name per node, in node order: its own where it is set and not taken by an
     earlier node, else `<op type>_<index>` for an unnamed node, with `_2`, `_3` … appended where

@@ -8,6 +8,7 @@ node names like `node_conv2d_3`. Every check is exact: the padded model computes
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +102,25 @@ def test_the_export_is_what_a_current_torch_writes(exported: tuple[Path, np.ndar
     assert next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")) >= 18
     (split,) = [n for n in model.graph.node if n.op_type == "Split"]
     assert {a.name for a in split.attribute} >= {"num_outputs"} and len(split.input) == 1
+
+
+def test_analyze_names_each_layer_by_its_module(
+    monkeypatch, capsys, exported: tuple[Path, np.ndarray]
+) -> None:
+    """The exporter names a conv `node_conv2d_3`; its weight keeps the module path (`3.m.0.weight`),
+    so analyze shows `node_conv2d_3 (3.m.0)` and its JSON maps one to the other."""
+    path, _ = exported
+    code, out, err = run_cli(monkeypatch, capsys, "analyze", str(path), "--json")
+    assert code == 0, err
+    layers = json.loads(out)["layers"]
+    assert all(name.startswith("node_") for name in layers)
+    # every weighted layer of the network, the folded convs (stem, expand, C2f.cv1) by their conv
+    assert sorted(layers.values()) == ["0", "2.dw.0", "2.expand.0", "2.project.0", "2.se.1", "2.se.3",
+                                       "3.cv1.0", "3.cv2", "3.m.0", "6"]  # fmt: skip
+    code, out, err = run_cli(monkeypatch, capsys, "analyze", str(path), "--convs")
+    assert code == 0, err
+    name = next(n for n, m in layers.items() if m == "3.m.0")
+    assert f"{name} (3.m.0)" in " ".join(out.split()), out
 
 
 def test_every_width_is_free_and_padding_is_exact(exported: tuple[Path, np.ndarray]) -> None:

@@ -8,7 +8,7 @@ waves for a target) can reuse and extend them without touching the analysis.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -37,7 +37,7 @@ from deployopt.coupling import Analysis, ConvLayer, analyze
 from deployopt.errors import DeployoptError
 from deployopt.fidelity import ImagePreprocess
 from deployopt.fileio import check_output_file, refuse_input_as_output
-from deployopt.model import LoadedModel, load_model, refuse_replacing_weights, save_model
+from deployopt.model import LoadedModel, layer_labels, load_model, refuse_replacing_weights, save_model
 from deployopt.surgery import GroupChange, apply_plan_report, load_plan
 from deployopt.targets import sm_count
 
@@ -50,9 +50,17 @@ def _names(names: Sequence[str], limit: int = 3) -> str:
     return shown + (f" … (+{len(names) - limit})" if len(names) > limit else "")
 
 
-def groups_table(analysis: Analysis, title: Optional[str] = None) -> Table:
+def _labelled(name: str, labels: Mapping[str, str]) -> str:
+    """A node name with its module path where torch's default exporter gave it none."""
+    return f"{name} ({labels[name]})" if name in labels else name
+
+
+def groups_table(
+    analysis: Analysis, title: Optional[str] = None, labels: Mapping[str, str] | None = None
+) -> Table:
     """One row per channel group: id, width, free/frozen and why, producers, consumers. One-channel
-    statistics (a LayerNorm's mean over the channels) are not rows: they are width 1 by nature."""
+    statistics (a LayerNorm's mean over the channels) are not rows: they are width 1 by nature.
+    `labels` (model.layer_labels) adds the module path to a group named after such a layer."""
     table = Table(title=title, show_lines=False)
     table.add_column("group", overflow="fold")
     table.add_column("width", justify="right")
@@ -67,12 +75,15 @@ def groups_table(analysis: Analysis, title: Optional[str] = None) -> Table:
         )
         # a grouped conv's group: its width per conv group, × the conv's groups
         width = f"{g.width} ×{g.repeat}" if g.repeat > 1 else str(g.width)
-        table.add_row(g.id, width, status, _names(g.producers), _names(g.consumers))
+        table.add_row(_labelled(g.id, labels or {}), width, status, _names(g.producers), _names(g.consumers))
     return table
 
 
 def convs_table(
-    analysis: Analysis, extra_columns: Sequence[ConvColumn] = (), title: Optional[str] = None
+    analysis: Analysis,
+    extra_columns: Sequence[ConvColumn] = (),
+    title: Optional[str] = None,
+    labels: Mapping[str, str] | None = None,
 ) -> Table:
     """One row per conv: shape and the groups of its input/output channels, plus any extra columns."""
     table = Table(title=title)
@@ -83,7 +94,7 @@ def convs_table(
     for conv in analysis.convs:
         s = conv.shape
         row = [
-            conv.name,
+            _labelled(conv.name, labels or {}),
             f"{s.n}×{s.c}×{s.h}×{s.w} → {s.k}",
             f"{s.r}×{s.s}/{s.stride[0]}",
             str(s.groups),
@@ -112,6 +123,9 @@ def analysis_json(loaded: LoadedModel, analysis: Analysis, include_convs: bool =
     if not include_convs:
         data.pop("convs", None)
     data["notices"] = list(loaded.notices)
+    labels = layer_labels(loaded.model)
+    if labels:  # torch's default exporter: node_conv2d_1 → features.3
+        data["layers"] = labels
     return data
 
 
@@ -206,12 +220,14 @@ def analyze_cmd(
     title = f"{model.name}: {len(analysis.groups) - stats} channel groups, {free} free"
     if stats:  # ConvNeXt at opset < 17 spells each LayerNorm out: two per norm
         title += f" (+{stats} one-channel statistics over channels, not listed)"
-    console.print(groups_table(analysis, title=title))
+    labels = layer_labels(loaded.model)
+    console.print(groups_table(analysis, title=title, labels=labels))
     if show_convs:
-        console.print(convs_table(analysis, title=f"{len(analysis.convs)} convs"))
+        console.print(convs_table(analysis, title=f"{len(analysis.convs)} convs", labels=labels))
     if rows is not None and gpu is not None:
         if rows:  # a model of 1-D or 3-D convs only has none: no empty table, no "(n/a)" predictor
-            console.print(waves_table(rows, title=f"waves on {gpu.name} ({sm_count(gpu.sms)}, {dtype})"))
+            title = f"waves on {gpu.name} ({sm_count(gpu.sms)}, {dtype})"
+            console.print(waves_table(rows, title=title, labels=labels))
             console.print(
                 f"Latencies are predicted by the {gpu.wave_params(dtype).describe()}, not measured.",
                 markup=False,
@@ -251,7 +267,7 @@ def _print_size_classes(rows: Sequence[dict[str, Any]], most: int = 8) -> None:
         )
 
 
-def waves_table(rows: Sequence[dict[str, Any]], title: str) -> Table:
+def waves_table(rows: Sequence[dict[str, Any]], title: str, labels: Mapping[str, str] | None = None) -> Table:
     """Per conv: implicit-GEMM dims, tile, blocks, waves, tail fill, and the wave-aligned widths of
     each free group it touches, so layers that waste a half-empty last wave stand out."""
     table = Table(title=title)
@@ -273,7 +289,7 @@ def waves_table(rows: Sequence[dict[str, Any]], title: str) -> Table:
                 parts.append(f"flat {lo}–{hi} (no step)")
             tips.append(" ".join(parts))
         table.add_row(
-            r["name"],
+            _labelled(r["name"], labels or {}),
             f"{r['gemm_m']}×{r['gemm_n']}×{r['gemm_k']}",
             "×".join(str(t) for t in r["tile"]),
             str(r["blocks"]),
