@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from deployopt.clocks import unlocked_phrase
 from deployopt.fileio import write_json, write_text
+from deployopt.model import layer_labels
 from deployopt.targets import measured_elsewhere, sm_count
 from deployopt.timing import Timing, compare, counted
 from deployopt.traffic import MB
@@ -83,11 +84,13 @@ def build_report(
         }
 
     groups = []
+    labels = layer_labels(opt.model)  # torch's default exporter: node_conv2d_3 → features.3
     for gid in opt.groups:  # analysis order (graph order), not alphabetical
         g = opt.groups[gid]
         groups.append(
             {
                 "id": gid,
+                **({"layer": labels[gid]} if gid in labels else {}),
                 "original": opt.original[gid],
                 "dead": opt.dead[gid],
                 "round_up_8": opt.round_up[gid],
@@ -448,8 +451,9 @@ def render_markdown(report: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|",
     ]
     for g in report["groups"]:
+        name = f"{g['id']} ({g['layer']})" if "layer" in g else g["id"]
         lines.append(
-            f"| {g['id']} | {g['original']} | {g['dead']} | {g['round_up_8']} | **{g['best']}** | "
+            f"| {name} | {g['original']} | {g['dead']} | {g['round_up_8']} | **{g['best']}** | "
             f"{', '.join(map(str, g['candidates']))} |"
         )
     what = "measured" if report["measured"] else "predicted"

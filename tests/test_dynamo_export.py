@@ -171,6 +171,12 @@ def test_optimize_on_the_export_writes_a_model_that_computes_the_same(
     widths = [d.dims[0] for d in onnx.load(str(result)).graph.initializer if len(d.dims) == 4]
     assert widths != [d.dims[0] for d in onnx.load(str(path)).graph.initializer if len(d.dims) == 4]
     np.testing.assert_allclose(_run(result, x), _run(path, x), rtol=0, atol=1e-5)
+    # the report names each group's layer by its module, as analyze does
+    groups = json.loads((out / "report.json").read_text())["groups"]
+    assert {g["layer"] for g in groups if "layer" in g} >= {"2.expand.0", "3.m.0"}
+    assert any(
+        f"| {g['id']} ({g['layer']}) |" in (out / "report.md").read_text() for g in groups if "layer" in g
+    )
 
 
 def test_the_torch_backend_times_the_export(exported: tuple[Path, np.ndarray]) -> None:
