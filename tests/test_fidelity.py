@@ -170,6 +170,64 @@ def test_report_json_has_the_documented_keys(zoo_model) -> None:
     )
 
 
+def _seg_and_logits(logits_first: bool, logit_noise: float) -> onnx.ModelProto:
+    """A 5-channel 32×32 segmentation map and 10 class logits from one input; `logit_noise`
+    perturbs the classifier only (what a trim of the branch feeding it does)."""
+    rng = np.random.default_rng(0)
+    seg_w = rng.standard_normal((5, 3, 3, 3)).astype(np.float32)
+    fc_w = rng.standard_normal((3, 10)).astype(np.float32)
+    fc_w += logit_noise * np.random.default_rng(1).standard_normal(fc_w.shape).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["input", "seg_w"], ["seg"], pads=[1, 1, 1, 1]),
+        helper.make_node("GlobalAveragePool", ["input"], ["pooled"]),
+        helper.make_node("Flatten", ["pooled"], ["flat"]),
+        helper.make_node("MatMul", ["flat", "fc_w"], ["logits"]),
+    ]
+    seg = helper.make_tensor_value_info("seg", onnx.TensorProto.FLOAT, [4, 5, 32, 32])
+    logits = helper.make_tensor_value_info("logits", onnx.TensorProto.FLOAT, [4, 10])
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("input", onnx.TensorProto.FLOAT, [4, 3, 32, 32])],
+        [logits, seg] if logits_first else [seg, logits],
+        [numpy_helper.from_array(seg_w, "seg_w"), numpy_helper.from_array(fc_w, "fc_w")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("logits_first", [False, True])
+def test_a_damaged_small_output_is_not_hidden_by_a_large_one(
+    logits_first: bool, cifar_b4: CalibrationSet
+) -> None:
+    """One cosine over both outputs joined let the 5×32×32 map outweigh the 10 logits (0.99998
+    while the logits' own was 0.95), and top-1 was read off the first output only: a trim that
+    damaged the classifier passed the gate. Each output now counts, the worst one's figures."""
+    ref = _seg_and_logits(logits_first, 0.0)
+    cand = _seg_and_logits(logits_first, 0.5)
+    report = compare_models(ref, cand, cifar_b4)
+    names = ["logits", "seg"] if logits_first else ["seg", "logits"]
+    per = dict(zip(names, report.to_json()["per_output"]))
+    assert per["seg"]["cosine_min"] == pytest.approx(1.0) and per["seg"]["top1_agreement"] is None
+    ref_logits, cand_logits = (
+        _logits_of(ref, cifar_b4, names.index("logits")),
+        _logits_of(cand, cifar_b4, names.index("logits")),
+    )
+    cos = [
+        float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b))) for a, b in zip(ref_logits, cand_logits)
+    ]
+    assert report.cosine_min == pytest.approx(min(cos)) == pytest.approx(per["logits"]["cosine_min"])
+    assert report.cosine_min < 0.99  # what the gate must see
+    top1 = float(np.mean(np.argmax(ref_logits, 1) == np.argmax(cand_logits, 1)))
+    assert report.top1_agreement == pytest.approx(top1) == pytest.approx(per["logits"]["top1_agreement"])
+    failures = report.check(Thresholds(max_abs_error=None, min_cosine=0.99, min_top1=None))
+    assert failures == [f"min cosine similarity {report.cosine_min:.6f} < 0.99 (output logits)"]
+
+
+def _logits_of(model: onnx.ModelProto, calib: CalibrationSet, index: int) -> np.ndarray:
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return np.concatenate([sess.run(None, s)[index] for s in calib.samples]).astype(np.float64)
+
+
 # ---------------------------------------------------------------------------- loading
 def test_random_inputs_are_seeded_and_shaped() -> None:
     a = load_calibration(None, {"input": [2, 3, 8, 8], "aux": [2, 5]}, count=3, seed=4)
