@@ -28,13 +28,14 @@ import contextlib
 import itertools
 import json
 import math
+import os
 import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from deployopt.backends.base import TIMING_CACHE_BACKENDS, refuse_timing_cache
 from deployopt.errors import BackendFailed, BackendUnavailable, DataError, DeployoptError
@@ -44,6 +45,7 @@ from deployopt.fileio import (
     check_output_file,
     file_sha256,
     make_output_dir,
+    output_error,
     refuse_input_as_output,
     remove_outputs,
     remove_staging,
@@ -374,6 +376,44 @@ def _refuse_input_among_outputs(cfg: OptimizeConfig, outdir: Path) -> None:
     refuse_replacing_weights(
         model, [outdir / "model.onnx", outdir / "model.onnx.data"], f"give another {hint}"
     )
+
+
+#: Held (flock) by the run writing an OUTDIR, removed when it ends.
+LOCK_NAME = ".deployopt.lock"
+
+
+def _lock_outdir(outdir: Path) -> IO[str] | None:
+    """An exclusive lock on OUTDIR for this run, or a one-line error when another run holds it: two
+    runs into one folder both exited 0 with their journals interleaved (a `--resume` then refused
+    either setup), and a second run's --force deleted the journal of one still running. None where
+    the platform has no flock (the folder is then not guarded)."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        return None
+    path = outdir / LOCK_NAME
+    try:
+        handle = open(path, "a")  # noqa: SIM115 - held for the whole run, closed by _unlock_outdir
+    except OSError as exc:
+        raise output_error(path, exc) from None
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        raise DeployoptError(
+            f"{outdir} is in use by another `deployopt optimize` run (it holds {LOCK_NAME} there); "
+            "wait for it to end, or give another -o"
+        ) from None
+    return handle
+
+
+def _unlock_outdir(handle: IO[str] | None) -> None:
+    """Remove the lock file, then release it (a run waiting on it never waits: it refuses)."""
+    if handle is None:
+        return
+    with contextlib.suppress(OSError):
+        os.unlink(handle.name)
+    handle.close()
 
 
 def _clear_outdir(outdir: Path) -> None:
@@ -1303,6 +1343,7 @@ class Optimizer:
         self.workdir = Path(tempfile.mkdtemp(prefix="deployopt-work-"))
         session_cm = None
         self.journal = None
+        lock = None
         try:
             # The backend is opened before OUTDIR is touched: an unavailable backend leaves nothing behind.
             if self._external_session is not None:
@@ -1318,11 +1359,12 @@ class Optimizer:
             preflight = getattr(self.session, "preflight", None)  # a board that does not answer, now
             if preflight is not None:
                 preflight()
+            make_output_dir(self.outdir)
+            lock = _lock_outdir(self.outdir)  # before --force clears anything: not another run's files
             if cfg.force and not cfg.resume:
                 _clear_outdir(self.outdir)
             elif cfg.resume:
                 remove_staging(self.outdir)  # left by a run killed while it wrote its results
-            make_output_dir(self.outdir)
             self.journal = Journal(journal_path)
             if self.replay.config is None:
                 self.journal.write("start", config=config, model=str(cfg.model_path), time=time.time())
@@ -1352,6 +1394,7 @@ class Optimizer:
         finally:
             if self.journal is not None:
                 self.journal.close()
+            _unlock_outdir(lock)
             shutil.rmtree(self.workdir, ignore_errors=True)
             if session_cm is not None:
                 session_cm.close()

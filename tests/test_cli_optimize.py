@@ -52,6 +52,32 @@ def test_json_report_of_a_predicted_run(
     assert "already exists; use --resume to continue or --force to start over" in err
 
 
+def test_a_folder_another_run_is_writing_is_refused(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """Two runs into one OUTDIR both exited 0 with their journals interleaved, and a second run's
+    --force deleted the journal of one still running. A run holds a lock on the folder; another
+    (with --force or --resume too) is one line, exit 2, and touches nothing there."""
+    import fcntl
+
+    model, out = zoo_model_path("vgg16_pruned_b4"), tmp_path / "out"
+    code, _, err = cli(monkeypatch, capsys, *base_args(model, out), "--max-evals", "6")
+    assert code == 0, err
+    assert not (out / ".deployopt.lock").exists()  # removed when the run ends
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    with open(out / ".deployopt.lock", "a") as held:  # a run in progress
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        for extra in (["--force"], ["--resume", "--max-evals", "8"]):
+            code, stdout, err = cli(monkeypatch, capsys, *base_args(model, out), *extra)
+            assert code == 2 and stdout == "", extra
+            assert err == (
+                f"error: {out} is in use by another `deployopt optimize` run (it holds .deployopt.lock "
+                "there); wait for it to end, or give another -o\n"
+            )
+    after = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name != ".deployopt.lock"}
+    assert after == before
+
+
 def test_bad_options_are_one_line_errors(
     zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:

@@ -94,9 +94,7 @@ def _render(report: FidelityReport, thresholds: Thresholds, failures: list[str])
     )
     table.add_row(
         "top-1 agreement",
-        "n/a (no output is N×classes)"
-        if report.top1_agreement is None
-        else f"{report.top1_agreement:.2%}",
+        "n/a (no output is N×classes)" if report.top1_agreement is None else f"{report.top1_agreement:.2%}",
         "none" if t.min_top1 is None else f"≥ {t.min_top1:.2%}",
         status(top1_ok),
     )
