@@ -62,6 +62,8 @@ class LoadedModel:
     #: inputs whose batch (dim 0) the file left dynamic → the file's symbol ("" when unnamed); loading
     #: fixes them, deployopt.batch gives a written model the symbol back
     dynamic_batch: dict[str, str] = field(default_factory=dict)
+    #: inputs whose batch the file fixed → that batch (a --batch of another is a rewrite of it)
+    file_batch: dict[str, int] = field(default_factory=dict)
 
     @property
     def static_batch(self) -> int | None:
@@ -529,6 +531,11 @@ def load_model(
     # output what inference finds (onnx-graphsurgeon writes outputs whose shape is None)
     notices: list[str] = []
     dynamic = _dynamic_batch_inputs(model)
+    file_batch = {
+        i.name: i.type.tensor_type.shape.dim[0].dim_value
+        for i in _real_inputs(model)
+        if len(i.type.tensor_type.shape.dim) and i.type.tensor_type.shape.dim[0].dim_value > 0
+    }
     fixed = _fix_input_shapes(model, dict(input_shapes or {}), path, notices, keep_dynamic)
     _give_outputs_shapes(model, path)
     try:
@@ -580,6 +587,7 @@ def load_model(
         input_shapes=fixed,
         external_data=external,
         dynamic_batch=dynamic,
+        file_batch=file_batch,
     )
 
 

@@ -1604,6 +1604,25 @@ class Optimizer:
             )
         return data
 
+    def _rebatched(self) -> str:
+        """What model.onnx's batch is, when --batch / --input-shape rewrote a batch the file fixed:
+        `--batch 4` on a static batch-1 export wrote a static batch-4 model without a word, and a
+        pipeline feeding it batch 1 failed."""
+        shapes = getattr(self.loaded, "input_shapes", {})
+        changed = [
+            (name, old, shapes[name][0])
+            for name, old in getattr(self.loaded, "file_batch", {}).items()
+            if shapes.get(name) and shapes[name][0] != old
+        ]
+        if not changed:
+            return ""
+        name, old, new = changed[0]
+        return (
+            f"written with a static batch of {new} ({name!r} is static batch {old} in the input file, "
+            f"set to {new} by --batch/--input-shape): a caller feeding batch {old} cannot run it; export "
+            "the model with a dynamic batch to keep any"
+        )
+
     def _finish(self, best: Evaluation, fidelity: dict[str, Any] | None, budget_hit: bool) -> OptimizeResult:
         from deployopt.batch import restore_dynamic_batch
         from deployopt.fileio import output_set, write_json
@@ -1626,7 +1645,7 @@ class Optimizer:
             getattr(self.loaded, "static_batch", None),
         )
         report = build_report(self, best, fidelity, sweep, budget_hit)
-        report["written_batch"] = written.notice or None
+        report["written_batch"] = written.notice or self._rebatched() or None
         # what loading changed before the search (constants folded, nodes renamed, shared constants
         # copied, the batch fixed): the written model carries it, so say it as apply does
         report["load_notices"] = list(self.loaded.notices)

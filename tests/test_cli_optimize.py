@@ -852,3 +852,38 @@ def test_the_readme_says_what_its_first_command_finds(monkeypatch, capsys, tmp_p
     faster = 1 - found["orin-nano-8gb"]["vs_input"]["ratio"]
     assert f"{faster * 100:.1f} % faster than the input" in text
     assert found["orin-nano-8gb"]["vs_round_up_8"]["describe"].startswith("the same plan (rounding up")
+
+
+def test_a_static_batch_rewritten_by_batch_is_said(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """`--batch 4` on a static batch-1 export wrote a static batch-4 model.onnx with no notice and
+    `written_batch` null: a pipeline feeding batch 1 then failed on the answer."""
+    import onnx
+
+    model = zoo_model_path("resnet_projection")  # static batch 1
+    out = tmp_path / "out"
+    code, stdout, err = cli(
+        monkeypatch, capsys, *base_args(model, out), "--batch", "4", "--max-evals", "6", "--json"
+    )
+    assert code == 0, err
+    note = (
+        "written with a static batch of 4 ('input' is static batch 1 in the input file, set to 4 by "
+        "--batch/--input-shape): a caller feeding batch 1 cannot run it; export the model with a dynamic "
+        "batch to keep any"
+    )
+    assert json.loads(stdout)["written_batch"] == note  # and report.md's model.onnx line, as every notice
+    assert f"- model.onnx: {note}" in (out / "report.md").read_text()
+    written = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    assert written.graph.input[0].type.tensor_type.shape.dim[0].dim_value == 4
+    code, stdout, err = cli(
+        monkeypatch,
+        capsys,
+        *base_args(model, tmp_path / "same"),
+        "--batch",
+        "1",
+        "--max-evals",
+        "6",
+        "--json",
+    )
+    assert code == 0 and json.loads(stdout)["written_batch"] is None, err  # its own batch: nothing to say
