@@ -26,8 +26,9 @@ import tempfile
 import threading
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path, PurePath, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from deployopt.errors import (
@@ -87,6 +88,14 @@ def check_host(host: str) -> None:
     user, at, name = host.rpartition("@")
     if not name or (at and not user) or host.startswith("-") or any(c.isspace() for c in host):
         raise DeployoptError(f"--remote {host!r}: give the board as USER@HOST (or a host name ssh knows)")
+    if ":" in host or "/" in host:
+        # ssh reads host:2222 as a host name (port 22) and scp as HOST:PATH, ssh://host as an
+        # unknown host: both failed later in ssh's words, or copied to a path named 2222:...
+        raise DeployoptError(
+            f"--remote {host!r}: give the board as USER@HOST, no port or URL; for another port (or an "
+            "IPv6 address) add a Host entry to ~/.ssh/config (Host jetson / HostName … / Port 2222) "
+            "and give --remote USER@jetson"
+        )
 
 
 def seconds_arg(timeout_s: float) -> str:
@@ -401,7 +410,7 @@ class Board:
         out = proc.stdout.decode("utf-8", "replace")
         if proc.returncode != 0:
             rc = proc.returncode
-            said = oom_hint(rc, on_board=True) or tail(out + err)
+            said = oom_hint(rc, on_board=True) or tail(out + err) or "no output"  # not a bare colon
             full = disk_full_hint(self.host, out + err) if writes_board else None
             if full is not None:  # not RemoteFailed: a caller's own phrasing of it would drop the hint
                 raise BackendFailed(f"{what} on {self.host} {exit_phrase(rc)}: {said}; {full}")
@@ -440,8 +449,11 @@ class Board:
     def timed_out(self, what: str, timeout_s: float) -> str:
         return f"{what} on {self.host} did not finish within {timeout_s:g} s"
 
-    def mkdir(self, path: str | Path, timeout_s: float) -> None:
-        self.run(["mkdir", "-p", str(path)], "mkdir", timeout_s)
+    def mkdir(self, path: str | Path, timeout_s: float, stale: Sequence[str] = ()) -> None:
+        """mkdir -p `path`, and in the same ssh remove the `stale` files (globs) a run before this
+        one left there (clear_stale)."""
+        command = f"mkdir -p {shlex.quote(str(path))}{clear_stale(path, stale)}"
+        self.call([*self.ssh_prefix(), command], "mkdir", timeout_s)
 
     def put(self, local: str | Path, remote: str | Path, what: str, timeout_s: float) -> None:
         """Copy a file here to `remote` on the board."""
@@ -653,7 +665,20 @@ def usual_workdirs(own: str | PurePosixPath) -> list[str | PurePosixPath]:
     return [PurePosixPath(str(own)).parent, RUNNER_WORKDIR, TRTEXEC_WORKDIR]
 
 
-def mkdir_warning_of_other_runs(board: Board, folder: str | PurePosixPath, timeout_s: float) -> None:
+def clear_stale(folder: str | PurePath, stale: Sequence[str]) -> str:
+    """` && rm -f -- 'folder'/result.json …`: the results an earlier run left in this run's board
+    folder, removed before this run writes its own. The copy back takes whatever is there: a runner
+    that exited 0 without writing its result, or trtexec writing no --exportTimes file, handed back
+    the last run's numbers as this run's (exit 0). "" when there is nothing to clear."""
+    if not stale:
+        return ""
+    quoted = shlex.quote(str(folder))
+    return " && rm -f -- " + " ".join(f"{quoted}/{pattern}" for pattern in stale)
+
+
+def mkdir_warning_of_other_runs(
+    board: Board, folder: str | PurePosixPath, timeout_s: float, stale: Sequence[str] = ()
+) -> None:
     """Board.mkdir of `folder` (optimize's run folder, before its first measurement; bench's or
     profile's work folder for its model), and in the same ssh the look for another run at work on
     the board (other_runs_at_work's, beside `folder` and in both backends' usual folders): a
@@ -661,7 +686,8 @@ def mkdir_warning_of_other_runs(board: Board, folder: str | PurePosixPath, timeo
     no other run's folder exists, one (pgrep) when one does. `folder` is this run's own, never
     another's (a model named optimize-*). A failed mkdir reads as Board.mkdir's."""
     quoted = shlex.quote(str(folder))
-    command = f"mkdir -p {quoted} || exit; {other_runs_listing(usual_workdirs(folder))}"
+    listing = other_runs_listing(usual_workdirs(folder))
+    command = f"mkdir -p {quoted}{clear_stale(folder, stale)} || exit; {listing}"
     listed = board.call([*board.ssh_prefix(), command], "mkdir", timeout_s)
     warn_of_busy(board, runs_at_work_among(board, listed, folder, timeout_s))
 

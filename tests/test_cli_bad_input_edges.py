@@ -166,11 +166,15 @@ def test_resume_from_a_journal_whose_measured_event_is_damaged(
     )
 
 
-@pytest.mark.parametrize("host", ["@", "user@", "@jetson", "user@jet son", "-oProxyCommand=true"])
+@pytest.mark.parametrize(
+    "host",
+    ["@", "user@", "@jetson", "user@jet son", "-oProxyCommand=true", "user@jetson:2222", "ssh://jetson"],
+)
 @pytest.mark.parametrize("command", ["bench", "targets"])
 def test_a_remote_that_names_no_board(monkeypatch, capsys, tmp_path, zoo_model_path, host, command) -> None:
     """ssh was run with it: '@' printed ssh's usage text after 'cannot reach @ over ssh', a space
-    'hostname contains invalid characters', and a leading '-' was read by ssh as one of its options."""
+    'hostname contains invalid characters', and a leading '-' was read by ssh as one of its options;
+    a port (host:2222) was a host name to ssh and HOST:PATH to scp, which copied to '2222:...'."""
     m = str(zoo_model_path("resnet_projection"))
     args = ["bench", m, "-b", "trtexec", "--runs", "3"] if command == "bench" else ["targets"]
     _one_error(

@@ -202,7 +202,9 @@ def test_export_times_that_are_not_latencies_are_one_line(monkeypatch, capsys, t
         bad.write_text("[" + ", ".join(f'{{"computeMs": {value}}}' for _ in range(10)) + "]")
         code, out, err = run_cli(monkeypatch, capsys, "compare", str(good), str(bad))
         assert code == 2 and out == "", value
-        assert err.startswith(f"error: {bad}: computeMs values must be finite latencies"), err
+        assert err.startswith(
+            f"error: {bad}: --exportTimes entry 0: computeMs must be a finite time in ms, 0 or more"
+        ), err
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     missing = tmp_path / "missing.json"
     missing.write_text(json.dumps([{"latencyMs": 1.0}] * 10))

@@ -178,7 +178,7 @@ def test_bad_measurement_files_are_one_line_errors(tmp_path: Path) -> None:
         ('{"backend": "x"}', "no samples_us"),
         ('{"samples_us": [1.0]}', "is not a measurement: it has no 'backend' field"),
         ('[{"startMs": 1.0}]', "not a trtexec --exportTimes file|no 'computeMs'"),
-        ("[1, 2]", "not a trtexec --exportTimes file"),
+        ("[1, 2]", "an --exportTimes file is a list of objects; entry 0 is 1"),
         (
             '{"samples_us": null, "backend": "ort"}',
             "samples_us must be finite latencies .* in a list, not null",

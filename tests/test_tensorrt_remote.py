@@ -122,9 +122,11 @@ def version_check(timeout: str = "120") -> str:
 def made_and_looked(home: Path, rdir: str = "deployopt-runner/net") -> str:
     """The ssh line that makes the model's folder on the board, bench's and profile's first: in the
     same round trip it lists other optimize runs' folders, in the runner's and trtexec's work folders
-    (the board's /tmp is `home`/tmp here), so no other run costs no ssh more."""
+    (the board's /tmp is `home`/tmp here), so no other run costs no ssh more; and it removes the
+    result.json a run before this one left there, which a runner writing none handed back."""
     return (
-        f"ssh {OPTS} {HOST} mkdir -p {rdir} || exit; for d in deployopt-runner/optimize-*/ "
+        f"ssh {OPTS} {HOST} mkdir -p {rdir} && rm -f -- {rdir}/result.json || exit; "
+        "for d in deployopt-runner/optimize-*/ "
         f'{home}/tmp/deployopt-trtexec/optimize-*/; do [ -d "$d" ] && echo "$d"; done; exit 0'
     )
 
@@ -997,3 +999,25 @@ def test_a_full_disk_here_on_a_copy_back_is_not_blamed_on_the_board(
     assert (
         str(exc.value) == f"scp of the engine on {HOST} exited 1: /here/model.engine: No space left on device"
     )
+
+
+def test_a_runner_that_writes_no_result_is_not_handed_the_last_one(
+    model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The board folder keeps result.json between runs, and the copy back took whatever was there:
+    a runner that exited 0 without writing its result (or one killed before it did) handed back
+    the last run's numbers as this run's, exit 0. The folder's old result is removed first."""
+    _, home = play_the_board(tmp_path, monkeypatch)
+    code, _, err = run_cli(
+        monkeypatch, capsys, "bench", str(model), *REMOTE, "--dtype", "fp32", "--runs", "5"
+    )
+    assert code == 0, err
+    assert (home / "deployopt-runner" / "net" / "result.json").is_file()
+    quiet = tmp_path / "quiet_runner.py"
+    quiet.write_text("import sys\nprint('nothing to say')\nsys.exit(0)\n")
+    monkeypatch.setenv("DEPLOYOPT_RUNNER", str(quiet))
+    code, out, err = run_cli(
+        monkeypatch, capsys, "bench", str(model), *REMOTE, "--dtype", "fp32", "--runs", "5"
+    )
+    assert code == 2 and out == "", (code, out)
+    assert err.startswith("error: ") and "result.json" in err and err.count("\n") == 1, err

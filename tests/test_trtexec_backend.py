@@ -787,7 +787,8 @@ def test_cli_remote_bench_and_profile_name_another_run_at_work_on_the_board(
             assert str(alike.pid) not in said[0]
             calls = log.read_text().splitlines()
             made = (
-                f"user@jetson mkdir -p /tmp/deployopt-trtexec/{path.stem} || exit; "
+                f"user@jetson mkdir -p /tmp/deployopt-trtexec/{path.stem} && rm -f -- "
+                f"/tmp/deployopt-trtexec/{path.stem}/*.json || exit; "
                 "for d in /tmp/deployopt-trtexec/optimize-*/ deployopt-runner/optimize-*/ "
                 f"{workdir}/optimize-*/; do "
             )

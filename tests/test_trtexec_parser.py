@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from deployopt.backends import trtexec_parser as P
-from deployopt.errors import DeployoptError
+from deployopt.errors import DataError, DeployoptError
 
 
 def _fixture_dir() -> Path:
@@ -734,3 +734,30 @@ def test_engine_build_time_is_trtexecs_own(name: str, seconds: float | None) -> 
     """ "Engine built in N sec." as the recording says it (not TensorRT's "[TRT] Engine generation
     completed", which leaves out trtexec's share); a loaded engine was not built."""
     assert log(name).build_s == seconds
+
+
+@pytest.mark.parametrize(
+    ("entries", "message"),
+    [
+        (
+            [{"startComputeMs": "x"}],
+            "--exportTimes entry 0: startComputeMs must be a finite time in ms, 0 or more",
+        ),
+        (
+            [{"computeMs": None}],
+            "--exportTimes entry 0: computeMs must be a finite time in ms, 0 or more, not null",
+        ),
+        ([1, 2], "an --exportTimes file is a list of objects; entry 0 is 1"),
+        ([{"computeMs": 1.0}, {"computeMs": -1.0}], "--exportTimes entry 1: computeMs must be"),
+        (
+            [{"computeMs": True}],
+            "--exportTimes entry 0: computeMs must be a finite time in ms, 0 or more, not true",
+        ),
+    ],
+)
+def test_export_times_that_are_not_times_are_one_data_error(entries: list, message: str) -> None:
+    """The trtexec backend (local and --remote) read these with float(): a string or null was a
+    traceback, NaN a median of nan µs and -1 ms a median of -1000 µs, exit 0."""
+    with pytest.raises(DataError) as info:
+        P.parse_times_json(entries)
+    assert str(info.value).startswith(message)

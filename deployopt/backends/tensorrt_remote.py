@@ -282,11 +282,12 @@ class RemoteRunnerSession(Session):
         calib_here = self.calib
         if calib_here is not None and calib_here[0] == MADE_HERE:  # before anything goes to the board
             calib_here = ("--calib-npy", str(self._calibration_npy(model_path)))
+        stale = ["result.json"]  # a runner that wrote none must not hand back the last run's
         if self._look_for_others:  # the first model of bench or profile: mkdir_warning_of_other_runs
             self._look_for_others = False
-            mkdir_warning_of_other_runs(self.board, rdir, short)
+            mkdir_warning_of_other_runs(self.board, rdir, short, stale)
         else:
-            self.board.mkdir(rdir, short)
+            self.board.mkdir(rdir, short, stale)
         board_runner = self._send_runner(short)
         self.board.put_model(send, board_model, long, weights)
         calib = None
@@ -303,7 +304,11 @@ class RemoteRunnerSession(Session):
             self.board.get(rdir / "result.json", local, "scp of result.json", short)
             from deployopt.backends.tensorrt import load_runner_result
 
-            timing = load_runner_result(local)  # one-line DataError for a result it cannot read
+            try:
+                timing = load_runner_result(local)  # one-line DataError for a result it cannot read
+            except DataError as exc:  # named as the board's file, not this temporary copy
+                where = f"runner.py's result {rdir / 'result.json'} on {self.host}"
+                raise DataError(str(exc).replace(str(local), where)) from None
             doc = json.loads(local.read_text())
         timing.environment["remote"] = self.host  # "runner" already names the runner's version
         if send != model_path:

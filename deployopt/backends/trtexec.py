@@ -580,11 +580,12 @@ class TrtexecSession(Session):
             model_path = self.build_model(model_path, outdir, self.version)  # converted here, on the host
         weights = [] if self._prebuilt else model_weights(model_path)  # checked before any copy
         board_model = rdir / board_name(model_path.name)
+        stale = ["*.json"]  # the last run's exports: a trtexec that wrote none handed them back
         if self._look_for_others:  # the first model of bench or profile: mkdir_warning_of_other_runs
             self._look_for_others = False
-            mkdir_warning_of_other_runs(board, rdir, short)
+            mkdir_warning_of_other_runs(board, rdir, short, stale)
         else:
-            board.mkdir(rdir, short)
+            board.mkdir(rdir, short, stale)
         board.put_model(model_path, board_model, self.options.timeout_s, weights)
         board_table = None
         if table is not None:

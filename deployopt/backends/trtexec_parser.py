@@ -605,7 +605,30 @@ def parse_times_json(source: PathLike | Any) -> list[Iteration]:
     data = _load_json(source)
     if not isinstance(data, list):
         raise DataError("an --exportTimes file is a JSON list")
-    return [Iteration({k: float(v) for k, v in entry.items()}) for entry in data]
+    out = []
+    for i, entry in enumerate(data):
+        # a string, null, NaN or a negative time was a traceback, or a median of nan / -1000 µs
+        if not isinstance(entry, dict):
+            shown = json.dumps(entry)[:40]
+            raise DataError(f"an --exportTimes file is a list of objects; entry {i} is {shown}")
+        bad = next((k for k, v in entry.items() if not _is_time(v)), None)
+        if bad is not None:
+            raise DataError(
+                f"--exportTimes entry {i}: {bad} must be a finite time in ms, 0 or more, not "
+                f"{json.dumps(entry[bad])[:40]}"
+            )
+        out.append(Iteration({k: float(v) for k, v in entry.items()}))
+    return out
+
+
+def _is_time(value: Any) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and value == value  # not NaN
+        and value not in (float("inf"), float("-inf"))
+        and value >= 0
+    )
 
 
 _TYPE_WORDS = (  # data type words inside a <= 10.x "Format/Datatype" string, most specific first
