@@ -140,6 +140,11 @@ def refuse_replacing_weights(model_path: str | os.PathLike[str], outputs: Sequen
     output is renamed over it, and the input model then reads the edited model's weights at its
     own offsets and computes garbage without an error. Parsed only when one of `outputs` exists."""
     model = Path(model_path)
+    # an output that is a link is written at its target, the weights beside the target (save_model):
+    # `apply M -o link.onnx`, link.onnx → X/model.onnx, replaced X/model.onnx.data, the weights of
+    # the X/foo.onnx being edited (only `-o X/model.onnx` was refused)
+    targets = [t.resolve() for t in outputs if t.is_symlink()]
+    outputs = [*outputs, *targets, *(t.with_name(t.name + ".data") for t in targets)]
     existing = [o for o in outputs if o.is_file()]
     if not existing or not model.is_file():
         return

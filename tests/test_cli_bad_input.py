@@ -688,10 +688,13 @@ def test_outputs_never_replace_the_weights_file_the_input_reads(
     plan = tmp_path / "plan.json"
     plan.write_text('{"widths": {"layer4.0.conv1.conv": 120}}')
     message = f"cannot write {weights}: it is the weights file {model} reads"
+    link = tmp_path / "link.onnx"  # a link to out/model.onnx: written there, weights beside it
+    link.symlink_to(folder / "model.onnx")
     for args in (
         ["optimize", str(model), "-t", "t4", "-b", "model", "--max-evals", "4", "-o", str(folder), "--force"],
         ["apply", str(model), "--plan", str(plan), "-o", str(folder / "model.onnx")],
         ["apply", str(model), "--plan", str(plan), "-o", str(weights)],
+        ["apply", str(model), "--plan", str(plan), "-o", str(link)],
     ):
         _one_error(*run(monkeypatch, capsys, *args), message)
         assert weights.read_bytes() == before
