@@ -880,8 +880,9 @@ def compare_models(
 ) -> FidelityReport:
     """Run both models on onnxruntime CPU over `calib` and compare their outputs.
 
-    Outputs are matched by position (names may differ after an edit); a different output count
-    or shape is a DataError. Cosine similarity is per batch row (per image) and per output, each
+    Outputs are matched by name when both models have the same names (in any order: a re-export
+    may list them otherwise), else by position (names may differ after an edit); a different
+    output count or shape is a DataError. Cosine similarity is per batch row (per image) and per output, each
     channel of an output with channels and positions scaled by the reference's RMS
     (`_channel_scaled`: boxes in pixels must not drown class scores), and a row's cosine is its
     worst output's; top-1 agreement is over the batch rows of every N×classes output, and the
@@ -900,6 +901,17 @@ def compare_models(
             f"reference has {len(ref_names)} outputs ({', '.join(ref_names)}), "
             f"candidate has {len(cand_names)} ({', '.join(cand_names)})"
         )
+    # the same names in another order: pair by name (by position, identical models compared as
+    # cosine -1 and top-1 0 %, the failure blamed on the wrong output)
+    order = (
+        [cand_names.index(n) for n in ref_names]
+        if set(ref_names) == set(cand_names)
+        and ref_names != cand_names
+        and len(set(ref_names)) == len(ref_names)
+        else None
+    )
+    if order is not None:
+        cand_names = [cand_names[j] for j in order]
     ref_inputs = [i.name for i in ref_s.get_inputs()]
     cand_inputs = [i.name for i in cand_s.get_inputs()]
     if len(ref_inputs) != len(cand_inputs):
@@ -927,6 +939,8 @@ def compare_models(
         ref_out = _run(ref_s, feed_inputs(sample, ref_input, ref_types), "reference")
         _check_finite_reference(ref_out, calib)
         cand_out = _run(cand_s, feed_inputs(sample, cand_input, cand_types), "candidate")
+        if order is not None:
+            cand_out = [cand_out[j] for j in order]
         for i, (r, c) in enumerate(zip(ref_out, cand_out)):
             if r.shape != c.shape:
                 raise DataError(

@@ -573,3 +573,12 @@ def test_an_fp16_model_gets_its_inputs_as_float16() -> None:
     assert report.max_abs_error == 0.0 and report.cosine_min == 1.0 and not report.check()
     shifted = compare_models(_fp16_convs(), _fp16_convs(shift=0.5), calib)
     assert shifted.max_abs_error == pytest.approx(0.5, abs=1 / 32)  # fp16 rounds outputs near 23 to 1/64
+
+
+def test_outputs_of_the_same_names_pair_by_name_in_any_order(cifar_b4: CalibrationSet) -> None:
+    """The same model with its outputs listed the other way round compared logits with the map by
+    position: FAILED, cosine and top-1 off, blamed on the wrong output. Names pair them now."""
+    ref, cand = _seg_and_logits(False, 0.0), _seg_and_logits(True, 0.0)
+    report = compare_models(ref, cand, cifar_b4)
+    assert report.check(Thresholds()) == [] and report.max_abs_error == 0.0
+    assert report.top1_agreement == 1.0 and report.candidate_output_names == ["seg", "logits"]
