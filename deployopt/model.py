@@ -898,8 +898,34 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, external
                 publish(tmpdir / location, dest.parent / location)
         else:
             onnx.save_model(model, str(tmp_model))
+        stale = None if external_data else _own_data_file(dest)
         publish(tmp_model, dest)
+        if stale is not None:  # the replaced model's weights: said, not deleted (another may read them)
+            import warnings
+
+            from deployopt.errors import DeployoptWarning
+
+            warnings.warn(
+                f"{stale} is left beside {given}: it holds the weights of the model this replaced, which "
+                f"the new {dest.name} (weights inside) does not read; delete it unless another model does",
+                DeployoptWarning,
+                stacklevel=2,
+            )
     except OSError as exc:  # a full disk, a read-only folder, a folder named like the data file
         raise output_error(dest, exc) from None
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _own_data_file(dest: Path) -> Path | None:
+    """`dest.data` when the model at `dest` (about to be replaced by one that keeps its weights
+    inside) reads its weights from it: writing an in-file model over an external-data one left a
+    stale M.onnx.data (44 MB for a ResNet-18) beside it without a word. None otherwise."""
+    data = dest.with_name(dest.name + ".data")
+    if not dest.is_file() or not data.is_file():
+        return None
+    try:
+        reads = {dest.parent / loc for loc in _external_locations(_parse(dest))}
+    except ModelError:
+        return None
+    return data if any(r.is_file() and r.samefile(data) for r in reads) else None

@@ -435,11 +435,14 @@ def write_fp16(src: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Pat
 
     src, dest = Path(src), Path(dest)
     try:
+        # the layout first: loading the data marks every tensor as inside the file, and an
+        # external-data input was written as one file (over 2 GiB it could not be)
+        external = _uses_external_data(onnx.load(str(src), load_external_data=False))
         model = onnx.load(str(src))
     except Exception as exc:
         raise ModelError(f"{src.name}: cannot read it for the fp16 conversion ({first_line(exc)})") from None
     converted = to_fp16(model)
     if converted is model:
         return src
-    save_model(converted, dest, external_data=_uses_external_data(model))
+    save_model(converted, dest, external_data=external)
     return dest

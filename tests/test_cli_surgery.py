@@ -252,6 +252,19 @@ def test_apply_keeps_external_data_layout(
     assert code == 0
     assert sorted(p.name for p in out_path.parent.iterdir()) == ["padded.onnx", "padded.onnx.data"]
     assert load_model(out_path).external_data
+    # an in-file model written over it: the old padded.onnx.data is the replaced model's weights,
+    # which nothing written now reads; it was left without a word, and is now named (not deleted)
+    inline = tmp_path / "inline.onnx"
+    onnx.save(zoo_model("se_net"), str(inline))
+    code, _, err = cli(
+        ["apply", str(inline), "--plan", str(tmp_path / "plan.json"), "-o", str(out_path)],
+        capsys,
+        monkeypatch,
+    )
+    assert code == 0 and not load_model(out_path).external_data
+    assert err.startswith(
+        f"warning: {out_path}.data is left beside {out_path}: it holds the weights of the model"
+    )
 
 
 def test_analyze_target_adds_wave_columns(zoo_model_path: Callable[[str], Path], capsys, monkeypatch) -> None:

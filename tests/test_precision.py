@@ -381,3 +381,17 @@ def test_an_ir3_model_with_initializers_as_inputs_converts() -> None:
     feeds = {"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)}
     ref, got = _run(model, feeds)[0], _run(fp16, feeds)[0]
     assert float(np.max(np.abs(got - ref))) <= REL_TOL * float(np.max(np.abs(ref)))
+
+
+def test_an_external_data_model_is_written_with_external_data(tmp_path: Path) -> None:
+    """write_fp16 read the layout after loading the weights, which marks every tensor as inside the
+    file: a model with its weights in NAME.onnx.data came out as one file (torch's default exporter
+    writes such files; over 2 GiB one file cannot be written at all)."""
+    src = tmp_path / "ext.onnx"
+    onnx.save(
+        BUILDERS["se_net"](), str(src), save_as_external_data=True, location="ext.onnx.data", size_threshold=0
+    )
+    dest = write_fp16(src, tmp_path / "out" / "se16.onnx")
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["se16.onnx", "se16.onnx.data"]
+    written = onnx.load(str(dest), load_external_data=False)
+    assert any(t.data_location == TensorProto.EXTERNAL for t in written.graph.initializer)
