@@ -64,6 +64,24 @@ class LoadedModel:
     dynamic_batch: dict[str, str] = field(default_factory=dict)
     #: inputs whose batch the file fixed → that batch (a --batch of another is a rewrite of it)
     file_batch: dict[str, int] = field(default_factory=dict)
+    #: inputs → the indices of their dims past the batch that the file left dynamic (H, W of a
+    #: detector export) and loading fixed from --input-shape: a written model keeps those sizes
+    file_dynamic_dims: dict[str, list[int]] = field(default_factory=dict)
+
+    def fixed_size_notice(self) -> str:
+        """What a model written from this one is fixed to that the file left dynamic, or ""."""
+        parts = [
+            f"{name!r} dims {', '.join(map(str, dims))} at "
+            f"{'×'.join(str(self.input_shapes[name][i]) for i in dims)}"
+            for name, dims in self.file_dynamic_dims.items()
+            if dims and name in self.input_shapes
+        ]
+        if not parts:
+            return ""
+        return (
+            f"written at the size given by --input-shape ({'; '.join(parts)}), which the input file "
+            "left dynamic: the written model runs at that size only"
+        )
 
     @property
     def static_batch(self) -> int | None:
@@ -541,6 +559,11 @@ def load_model(
         for i in _real_inputs(model)
         if len(i.type.tensor_type.shape.dim) and i.type.tensor_type.shape.dim[0].dim_value > 0
     }
+    file_dynamic_dims = {
+        i.name: [k for k, d in enumerate(i.type.tensor_type.shape.dim) if k > 0 and not d.dim_value > 0]
+        for i in _real_inputs(model)
+        if i.name in (input_shapes or {}) and not keep_dynamic
+    }
     fixed = _fix_input_shapes(model, dict(input_shapes or {}), path, notices, keep_dynamic)
     _give_outputs_shapes(model, path)
     try:
@@ -593,6 +616,7 @@ def load_model(
         external_data=external,
         dynamic_batch=dynamic,
         file_batch=file_batch,
+        file_dynamic_dims={k: v for k, v in file_dynamic_dims.items() if v},
     )
 
 

@@ -1645,7 +1645,9 @@ class Optimizer:
             getattr(self.loaded, "static_batch", None),
         )
         report = build_report(self, best, fidelity, sweep, budget_hit)
-        report["written_batch"] = written.notice or self._rebatched() or None
+        sized = self.loaded.fixed_size_notice() if hasattr(self.loaded, "fixed_size_notice") else ""
+        said = [n for n in (written.notice or self._rebatched(), sized) if n]
+        report["written_batch"] = "; ".join(said) or None
         # what loading changed before the search (constants folded, nodes renamed, shared constants
         # copied, the batch fixed): the written model carries it, so say it as apply does
         report["load_notices"] = list(self.loaded.notices)

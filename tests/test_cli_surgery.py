@@ -643,3 +643,38 @@ def test_readme_commands_row_for_analyze_names_its_options() -> None:
     command = typer.main.get_command(app).commands["analyze"]  # type: ignore[attr-defined]
     options = {o for p in command.params for o in p.opts if o.startswith("--")} - {"--input-shape", "--help"}
     assert options and sorted(o for o in options if f"[{o}" not in row) == []
+
+
+def test_apply_says_which_dynamic_dims_it_wrote_at_a_fixed_size(tmp_path: Path, capsys, monkeypatch) -> None:
+    """A detector exported with dynamic height and width, edited at --input-shape 1x3x16x16: the
+    written model is 16×16 (only its batch is made dynamic again), and the one notice said the batch."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array(rng.random((12, 3, 3, 3), np.float32), "W1")
+    w2 = numpy_helper.from_array(rng.random((4, 12, 1, 1), np.float32), "W2")
+    nodes = [
+        helper.make_node("Conv", ["x", "W1"], ["c"], pads=[1, 1, 1, 1], name="c1"),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Conv", ["r", "W2"], ["y"], name="c2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, "H", "W"])],
+        [w1, w2],
+    )
+    src = tmp_path / "dyn.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(src))
+    (tmp_path / "plan.json").write_text(json.dumps({"widths": {"c1": 16}}))
+    out = tmp_path / "out.onnx"
+    args = ["apply", str(src), "--plan", str(tmp_path / "plan.json"), "-o", str(out)]
+    code, stdout, err = cli([*args, "--input-shape", "x:1x3x16x16", "--json"], capsys, monkeypatch)
+    assert code == 0, err
+    assert (
+        "written at the size given by --input-shape ('x' dims 2, 3 at 16×16), which the input file left "
+        "dynamic: the written model runs at that size only"
+    ) in json.loads(stdout)["notices"]
+    dims = onnx.load(str(out)).graph.input[0].type.tensor_type.shape.dim
+    assert [d.dim_param or d.dim_value for d in dims] == ["N", 3, 16, 16]

@@ -417,7 +417,8 @@ def apply_cmd(
     edited, changes = apply_plan_report(loaded.model, widths, analysis, importance)
     written = restore_dynamic_batch(edited, loaded.dynamic_batch, loaded.static_batch)
     save_model(written.model, output, external_data=loaded.external_data)
-    notices = [*loaded.notices, *data_notices, *([written.notice] if written.notice else [])]
+    sized = loaded.fixed_size_notice()  # H and W a dynamic export left open: fixed in the written model
+    notices = [*loaded.notices, *data_notices, *(n for n in (written.notice, sized) if n)]
     # the image options the ranking's tensors were made with (null: no ranking on images)
     from deployopt.fidelity import holds_arrays
 
