@@ -166,13 +166,20 @@ def refuse_replacing_weights(model_path: str | os.PathLike[str], outputs: Sequen
     existing = [o for o in outputs if o.is_file()]
     if not existing or not model.is_file():
         return
-    try:
-        sources = [model.parent / loc for loc in _external_locations(_parse(model))]
-    except ModelError:  # loading says what is wrong with it
-        return
+    sources = _weights_read_by(model)
     for out in existing:
-        if any(src.is_file() and out.samefile(src) for src in sources):
+        if any(out.samefile(src) for src in sources):
             raise OutputError(f"cannot write {out}: it is the weights file {model} reads; {hint}")
+
+
+def _weights_read_by(model: Path) -> list[Path]:
+    """The external-data files that exist and `model` reads ([] when it cannot be parsed: loading
+    says what is wrong with it)."""
+    try:
+        locations = _external_locations(_parse(model))
+    except ModelError:
+        return []
+    return [src for src in (model.parent / loc for loc in locations) if src.is_file()]
 
 
 def refuse_directory(path: Path) -> None:
@@ -948,8 +955,4 @@ def _own_data_file(dest: Path) -> Path | None:
     data = dest.with_name(dest.name + ".data")
     if not dest.is_file() or not data.is_file():
         return None
-    try:
-        reads = {dest.parent / loc for loc in _external_locations(_parse(dest))}
-    except ModelError:
-        return None
-    return data if any(r.is_file() and r.samefile(data) for r in reads) else None
+    return data if any(src.samefile(data) for src in _weights_read_by(dest)) else None

@@ -21,7 +21,7 @@ from typing import Any, Union
 from deployopt.backends.base import KernelRecord, LayerTime, Profile
 from deployopt.errors import DataError, DeployoptError
 from deployopt.kernels import parse_tile
-from deployopt.timing import Timing
+from deployopt.timing import Timing, is_latency
 
 PathLike = Union[str, Path]
 
@@ -611,7 +611,7 @@ def parse_times_json(source: PathLike | Any) -> list[Iteration]:
         if not isinstance(entry, dict):
             shown = json.dumps(entry)[:40]
             raise DataError(f"an --exportTimes file is a list of objects; entry {i} is {shown}")
-        bad = next((k for k, v in entry.items() if not _is_time(v)), None)
+        bad = next((k for k, v in entry.items() if not is_latency(v)), None)
         if bad is not None:
             raise DataError(
                 f"--exportTimes entry {i}: {bad} must be a finite time in ms, 0 or more, not "
@@ -619,16 +619,6 @@ def parse_times_json(source: PathLike | Any) -> list[Iteration]:
             )
         out.append(Iteration({k: float(v) for k, v in entry.items()}))
     return out
-
-
-def _is_time(value: Any) -> bool:
-    return (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and value == value  # not NaN
-        and value not in (float("inf"), float("-inf"))
-        and value >= 0
-    )
 
 
 _TYPE_WORDS = (  # data type words inside a <= 10.x "Format/Datatype" string, most specific first
