@@ -7,17 +7,19 @@
 #   bash benchmarks/run_round_gpu.sh 10 default  # round ten's shapes, likewise
 #   bash benchmarks/run_round_gpu.sh 11 default  # round eleven (pre-registered with preregister_round.py)
 #   bash benchmarks/run_round_gpu.sh 12 default  # round twelve (pre-registered 2026-12-05)
+#   bash benchmarks/run_round_gpu.sh 13 default  # round thirteen (pre-registered 2026-12-05)
 # Results into $OUT/{default,repeats,all_engines,all_repeats}/round<N>_<sms>.json, one file per SM count,
 # rewritten after every sweep (a run cut by its time limit keeps what it finished); split them into
 # one file per sweep with benchmarks/split_sweeps.py. Carry .whl (onnx-graphsurgeon) for deployopt.
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/device_env.sh"  # the carried .whl wheels, PYTHONPATH
 D=${OUT:?set OUT to the results folder}
-case ${1:?round: 9 to 12} in
+case ${1:?round: 9 to 13} in
 9) SHAPES=bg,bh,bi,bj,bk,bl,bm,bn ;;
 10) SHAPES=bo,bp,bq,br,bs,bt,bv,bx ;;
 11) SHAPES=by,bz,ca,cb,cc,cd,ce,cf ;;
 12) SHAPES=cg,ch,ci,cj,ck,cl,cm,cn ;;
+13) SHAPES=co,cp,cq,cr,cs,ct,cu,cv ;;
 *) echo "unknown round $1" >&2; exit 2 ;;
 esac
 R=$1

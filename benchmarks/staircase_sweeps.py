@@ -154,6 +154,20 @@ SHAPES = {
     "cl": (8, 320, 14, 14, 3, 1),
     "cm": (1, 256, 64, 64, 3, 2),
     "cn": (2, 24, 224, 224, 1, 1),
+    # thirteenth round (2026-12-05, held out, a fourth pre-registered test of size_class, the fit
+    # unchanged since round ten): a 480×640 detector's 1×1 at stride 4 (C = 128), YOLOv3-tiny's 3×3
+    # at 26×26 (batch 4, C = 256), a stride-2 3×3 on C = 64 at 160×160 (batch 2), MobileNetV2's 1×1
+    # on C = 192 at 14×14 (batch 8), a 384×640 detector's 3×3 at stride 4 on C = 64, a batch-16 3×3
+    # on C = 128 at 14×14, a YOLOv8s SPPF-style 1×1 on C = 384 at 20×20, a stride-2 3×3 on C = 160
+    # at 40×40 (batch 2)
+    "co": (1, 128, 120, 160, 1, 1),
+    "cp": (4, 256, 26, 26, 3, 1),
+    "cq": (2, 64, 160, 160, 3, 2),
+    "cr": (8, 192, 14, 14, 1, 1),
+    "cs": (1, 64, 96, 160, 3, 1),
+    "ct": (16, 128, 14, 14, 3, 1),
+    "cu": (1, 384, 20, 20, 1, 1),
+    "cv": (2, 160, 40, 40, 3, 2),
 }
 
 # Depthwise (groups = input = output channels, swept together): the 3×3 and 5×5 depthwise layers
