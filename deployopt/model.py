@@ -111,24 +111,28 @@ def file_has_qdq(path: str | os.PathLike[str]) -> bool:
 
 
 def _uses_external_data(model: onnx.ModelProto) -> bool:
-    def external(t: TensorProto) -> bool:
-        return t.data_location == TensorProto.EXTERNAL
+    return any(t.data_location == TensorProto.EXTERNAL for t in _graph_tensors(model.graph))
 
-    if any(external(t) for t in model.graph.initializer):
-        return True
-    for node in model.graph.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.TENSOR and external(attr.t):
-                return True
-    return False
+
+def _graph_tensors(graph: onnx.GraphProto) -> list[TensorProto]:
+    """Every tensor a graph holds: initializers (sparse ones' values and indices), node attributes'
+    tensors (a Constant's value), and the same in subgraphs (If, Loop, Scan bodies)."""
+    tensors = [*graph.initializer]
+    for sparse in graph.sparse_initializer:
+        tensors += [sparse.values, sparse.indices]
+    for node in graph.node:
+        for a in node.attribute:
+            tensors += [a.t] if a.HasField("t") else []
+            tensors += list(a.tensors)
+            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                tensors += _graph_tensors(sub)
+    return tensors
 
 
 def _external_locations(model: onnx.ModelProto) -> list[str]:
-    """The `location` of every tensor stored outside the file (initializers, Constant values)."""
-    tensors = [*model.graph.initializer]
-    tensors += [a.t for n in model.graph.node for a in n.attribute if a.type == onnx.AttributeProto.TENSOR]
+    """The `location` of every tensor stored outside the file (see _graph_tensors), each once."""
     found = []
-    for t in tensors:
+    for t in _graph_tensors(model.graph):
         if t.data_location == TensorProto.EXTERNAL:
             found += [e.value for e in t.external_data if e.key == "location" and e.value]
     return list(dict.fromkeys(found))

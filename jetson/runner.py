@@ -1045,13 +1045,117 @@ def model_identity(path, sha256=None):
     return {"file": os.path.basename(path), "sha256": sha256 or file_digest(path)}
 
 
+def _proto_fields(buf):
+    """(field number, wire type, value) of one protobuf message's fields: a length-delimited value
+    is a memoryview of its bytes (not copied: initializers can be large), a varint an int."""
+    pos, end = 0, len(buf)
+
+    def varint():
+        nonlocal pos
+        value, shift = 0, 0
+        while True:
+            if pos >= end or shift > 63:
+                raise ValueError("truncated varint")
+            byte = buf[pos]
+            pos += 1
+            value |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                return value
+            shift += 7
+
+    while pos < end:
+        tag = varint()
+        field, wire = tag >> 3, tag & 7
+        if wire == 0:
+            yield field, wire, varint()
+        elif wire == 2:
+            n = varint()
+            if pos + n > end:
+                raise ValueError("truncated field")
+            yield field, wire, buf[pos:pos + n]
+            pos += n
+        elif wire in (1, 5):
+            pos += 8 if wire == 1 else 4
+        else:
+            raise ValueError("unsupported wire type %d" % wire)
+
+
+# onnx.proto's field numbers on the way to a tensor's external data: ModelProto.graph 7;
+# GraphProto.node 1, initializer 5, sparse_initializer 15 (SparseTensorProto values 1, indices 2);
+# NodeProto.attribute 5; AttributeProto t 5, g 6, tensors 10, graphs 11; TensorProto
+# external_data 13 (StringStringEntryProto key 1, value 2), data_location 14 (EXTERNAL = 1)
+
+
+def _tensor_locations(buf, out):
+    entries, external = [], False
+    for field, wire, value in _proto_fields(buf):
+        if field == 14 and wire == 0:
+            external = value == 1
+        elif field == 13 and wire == 2:
+            kv = dict((f, bytes(v).decode("utf-8", "replace")) for f, w, v in _proto_fields(value) if w == 2)
+            if kv.get(1) == "location" and kv.get(2):
+                entries.append(kv[2])
+    if external:
+        out.extend(entries)
+
+
+def _graph_locations(buf, out):
+    for field, wire, value in _proto_fields(buf):
+        if wire != 2:
+            continue
+        if field == 5:
+            _tensor_locations(value, out)
+        elif field == 15:
+            for f, w, v in _proto_fields(value):
+                if f in (1, 2) and w == 2:
+                    _tensor_locations(v, out)
+        elif field == 1:
+            for f, w, attr in _proto_fields(value):
+                if f != 5 or w != 2:
+                    continue
+                for af, aw, av in _proto_fields(attr):
+                    if aw == 2 and af in (5, 10):
+                        _tensor_locations(av, out)
+                    elif aw == 2 and af in (6, 11):
+                        _graph_locations(av, out)
+
+
+def external_data_locations(path):
+    """The `location` of every tensor an ONNX model keeps outside the file (initializers, Constant
+    and subgraph values), each once, in the file's order; read with no onnx package (JetPack has
+    none) by walking protobuf's wire format. [] for a file that does not parse as ONNX: TensorRT's
+    parser says what is wrong with it."""
+    try:
+        with open(path, "rb") as fh:
+            data = memoryview(fh.read())
+        out = []
+        for field, wire, value in _proto_fields(data):
+            if field == 7 and wire == 2:
+                _graph_locations(value, out)
+    except (OSError, IOError, ValueError, IndexError):
+        return []
+    seen = []
+    for loc in out:
+        if loc not in seen:
+            seen.append(loc)
+    return seen
+
+
+def external_data_digests(model):
+    """[[location, sha256 or "absent"], ...] of the files `model` keeps its weights in (see
+    external_data_locations), where TensorRT's parser finds them: beside the model."""
+    folder = os.path.dirname(os.path.abspath(model))
+    return [[loc, file_digest(os.path.join(folder, loc)) or "absent"] for loc in external_data_locations(model)]
+
+
 def build_facts(args, trt_version, shapes):
     """Everything build_engine's result depends on. Left out on purpose: --timing-cache (it only
     saves tactic timing, and every build rewrites it, so keying on it would rebuild every time),
     --per-layer (profiling verbosity is always DETAILED) and --cuda; for fp32/fp16 the calibration
-    flags, which those builds ignore. An ONNX model's external data files are not read."""
+    flags, which those builds ignore. An ONNX model's external data files are keyed by contents
+    when it has any (only then: other models' keys are as before)."""
     int8 = args.dtype == "int8"
-    return {
+    facts = {
         "recipe": BUILD_RECIPE,
         "model_sha256": file_digest(args.model),
         "dtype": args.dtype,
@@ -1062,6 +1166,10 @@ def build_facts(args, trt_version, shapes):
         "calib_npy_sha256": (file_digest(args.calib_npy) or "absent") if int8 and args.calib_npy else None,
         "calib_cache_sha256": (file_digest(args.calib_cache) or "absent") if int8 and args.calib_cache else None,
     }
+    external = external_data_digests(args.model)
+    if external:
+        facts["external_data_sha256"] = external
+    return facts
 
 
 def build_key(facts):

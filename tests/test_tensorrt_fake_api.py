@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import hashlib
 import importlib.machinery
 import importlib.util
 import json
@@ -2710,6 +2711,122 @@ def test_runner_reuses_an_engine_only_for_the_same_inputs(
     assert built and result["environment"]["engine"] == str(name)
     assert not runner_builds(cached, tmp_path, capsys, gpu)[0]
     assert not Path(f"{name}.key").exists()  # the name carries the key
+
+
+def external_weights_model(src: Path, folder: Path) -> tuple[Path, Path]:
+    """`src` saved as folder/model.onnx with every initializer in folder/weights.data."""
+    model = onnx.load(str(src))
+    path = folder / "model.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, location="weights.data", size_threshold=0)
+    return path, folder / "weights.data"
+
+
+def new_weights(data: Path) -> None:
+    """Other weights under the same file name, as a fine-tuned model re-saved over the old one."""
+    raw = bytearray(data.read_bytes())
+    raw[:64] = bytes(255 - b for b in raw[:64])
+    data.write_bytes(bytes(raw))
+
+
+def test_engines_follow_the_contents_of_external_weights(
+    monkeypatch: pytest.MonkeyPatch,
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A model whose weights are in a .data file: new weights there (the .onnx unchanged) build a
+    new engine, in the backend's cache and in the runner's (which reads the file names without
+    onnx); the same weights again reuse it."""
+    _, gpu = install(monkeypatch, V85, "cudart")
+    (tmp_path / "m").mkdir()
+    model, data = external_weights_model(zoo_model_path("mobilenet_like"), tmp_path / "m")
+    options = opts(tmp_path)
+    built, first = backend_builds(model, options, gpu)
+    assert built and not backend_builds(model, options, gpu)[0]
+    onnx_bytes = model.read_bytes()
+    new_weights(data)
+    assert model.read_bytes() == onnx_bytes
+    built, again = backend_builds(model, options, gpu)
+    assert built and again["engine_key"] != first["engine_key"]
+
+    args = [str(model), "--runs", "5", "--warmup", "1"]
+    built, result, _ = runner_builds(args, tmp_path, capsys, gpu)
+    assert built and not runner_builds(args, tmp_path, capsys, gpu)[0]
+    new_weights(data)
+    built, other, _ = runner_builds(args, tmp_path, capsys, gpu)
+    assert built and other["environment"]["engine_key"] != result["environment"]["engine_key"]
+    # a model without external data keeps the key it had before weights files were keyed
+    plain = tmp_path / "plain.onnx"
+    plain.write_bytes(zoo_model_path("mobilenet_like").read_bytes())
+    facts = load_runner().build_facts(
+        types.SimpleNamespace(
+            model=str(plain), dtype="fp16", workspace_mib=1024, calib_npy=None, calib_cache=None
+        ),
+        V85,
+        {},
+    )
+    assert "external_data_sha256" not in facts
+
+
+def test_runner_finds_external_weights_without_onnx(tmp_path: Path) -> None:
+    """The runner's protobuf walk finds what onnx finds: initializers, a Constant's value and an If
+    branch's initializer kept outside the file, each once; [] for a model with none and for bytes
+    that are not ONNX."""
+    from deployopt.model import _external_locations
+
+    h = onnx.helper
+    f32 = onnx.TensorProto.FLOAT
+    weights = [onnx.numpy_helper.from_array(np.full((64,), i, np.float32), f"w{i}") for i in range(3)]
+    branch = h.make_graph(
+        [h.make_node("Add", ["x", "w2"], ["b_out"])],
+        "then",
+        [],
+        [h.make_tensor_value_info("b_out", f32, [64])],
+        [weights[2]],
+    )
+    const = onnx.numpy_helper.from_array(np.ones((64,), np.float32), "c")
+    nodes = [
+        h.make_node("Constant", [], ["c"], value=const),
+        h.make_node("Add", ["x", "w0"], ["a"]),
+        h.make_node("Add", ["a", "c"], ["b"]),
+        h.make_node("Add", ["b", "w1"], ["y0"]),
+        h.make_node("Greater", ["y0", "y0"], ["cond_all"]),
+        h.make_node("ReduceMax", ["y0"], ["m"], keepdims=0),
+        h.make_node("Cast", ["m"], ["cond"], to=onnx.TensorProto.BOOL),
+        h.make_node("If", ["cond"], ["y"], then_branch=branch, else_branch=branch),
+    ]
+    graph = h.make_graph(
+        nodes,
+        "g",
+        [h.make_tensor_value_info("x", f32, [64])],
+        [h.make_tensor_value_info("y", f32, [64])],
+        weights[:2],
+    )
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    g = model.graph  # make_graph and make_model copy: edit the model's own tensors
+    branches = [a.g.initializer[0] for a in g.node[-1].attribute]  # then and else
+    for i, tensor in enumerate([*g.initializer, g.node[0].attribute[0].t, *branches]):
+        onnx.external_data_helper.set_external_data(tensor, f"part{i % 2}.bin" if i < 3 else "branch.bin")
+        tensor.ClearField("raw_data")
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    runner = load_runner()
+    found = runner.external_data_locations(str(path))  # in the file's order: nodes before initializers
+    assert sorted(found) == ["branch.bin", "part0.bin", "part1.bin"] and len(found) == 3
+    assert sorted(_external_locations(onnx.load(str(path), load_external_data=False))) == sorted(found)
+    (tmp_path / "part0.bin").write_bytes(b"x")
+    digests = dict(runner.external_data_digests(str(path)))
+    assert digests == {
+        "part0.bin": hashlib.sha256(b"x").hexdigest(),
+        "part1.bin": "absent",
+        "branch.bin": "absent",
+    }
+    plain = tmp_path / "plain.onnx"
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), str(plain))
+    assert runner.external_data_locations(str(plain)) == []
+    for junk in (b"", b"\xff" * 40, b"not an onnx model at all"):
+        (tmp_path / "junk.onnx").write_bytes(junk)
+        assert runner.external_data_locations(str(tmp_path / "junk.onnx")) == []
 
 
 def test_runner_int8_engine_follows_the_calibration_contents(

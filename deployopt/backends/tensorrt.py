@@ -206,8 +206,30 @@ def table_only(options: MeasureOptions) -> str | None:
     return str(calib_cache) if calib_cache else None
 
 
+def external_data_digests(model_path: str | os.PathLike[str], onnx_bytes: bytes) -> list[list[str]]:
+    """[[location, sha256 or "absent"], ...] for each file the model keeps weights in, found as
+    TensorRT's parser finds them (beside the model): new weights under the same file name are a
+    new engine. The runner computes the same list without onnx (jetson/runner.py)."""
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    from deployopt.model import _external_locations
+
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(onnx_bytes)
+    except (DecodeError, RuntimeError, ValueError):
+        return []  # the parser says what is wrong with it
+    folder = Path(model_path).parent
+    return [[loc, content_digest(folder / loc)] for loc in _external_locations(model)]
+
+
 def build_facts(
-    onnx_bytes: bytes, options: MeasureOptions, trt_version: str, shapes: dict[str, list[int]]
+    onnx_bytes: bytes,
+    options: MeasureOptions,
+    trt_version: str,
+    shapes: dict[str, list[int]],
+    external: list[list[str]] | None = None,
 ) -> dict[str, Any]:
     """Everything build_engine's result depends on, by contents. Left out on purpose:
     extra["timing_cache"] (it only saves tactic timings, and every build rewrites it, so keying on
@@ -219,7 +241,8 @@ def build_facts(
     fp16 build is keyed on the fp16 conversion's recipe too (it builds the converted model); the
     key is not there before 11, so engines cached on older versions keep their keys. Image
     preprocessing other than the defaults (calibration_preprocess) is keyed for a build from data.
-    An ONNX model's external data files are not read."""
+    `external`: external_data_digests of the model's weight files, keyed only when there are any
+    (the keys of models without them are unchanged)."""
     table = table_only(options)
     from_data = options.dtype == "int8" and bool(options.calibration_data) and table is None
     calib_cache = options.extra.get("calib_cache")
@@ -251,6 +274,8 @@ def build_facts(
         from deployopt.precision import CONVERSION_RECIPE
 
         facts["fp16_conversion"] = CONVERSION_RECIPE
+    if external:
+        facts["external_data_sha256"] = external
     return facts
 
 
@@ -259,10 +284,14 @@ def facts_key(facts: dict[str, Any]) -> str:
 
 
 def engine_key(
-    onnx_bytes: bytes, options: MeasureOptions, trt_version: str, shapes: dict[str, list[int]]
+    onnx_bytes: bytes,
+    options: MeasureOptions,
+    trt_version: str,
+    shapes: dict[str, list[int]],
+    external: list[list[str]] | None = None,
 ) -> str:
     """Engines are cached under this key (see build_facts): different inputs never share a file."""
-    return facts_key(build_facts(onnx_bytes, options, trt_version, shapes))
+    return facts_key(build_facts(onnx_bytes, options, trt_version, shapes, external))
 
 
 def engine_path_for(workdir: Path, model_path: str, dtype: str, key: str) -> Path:
@@ -991,7 +1020,7 @@ def build_and_time(
     refuse_strongly_typed_int8(trt.__version__, options, model_path, data)  # before hashing the data
     shapes = input_shapes(Path(model_path), options)
     workdir = Path(options.workdir) if options.workdir is not None else DEFAULT_ENGINE_DIR
-    facts = build_facts(data, options, trt.__version__, shapes)
+    facts = build_facts(data, options, trt.__version__, shapes, external_data_digests(model_path, data))
     key = facts_key(facts)
     engine_path = engine_path_for(workdir, model_path, options.dtype, key)
     built = False
