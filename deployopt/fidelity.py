@@ -330,8 +330,9 @@ def _check_array_header(path: Path) -> None:
 
 
 def _load_array_file(
-    path: Path, inputs: dict[str, list[int]]
+    path: Path, inputs: dict[str, list[int]], notices: list[str]
 ) -> dict[str, tuple[list[np.ndarray], list[np.ndarray]]]:
+    """One .npy/.npz split into samples and rows per input; what was assumed goes to `notices`."""
     _check_array_header(path)
     try:
         if path.suffix.lower() == ".npy":
@@ -358,7 +359,12 @@ def _load_array_file(
     if path.suffix.lower() == ".npz":
         missing = [n for n in inputs if n not in data]
         if missing and len(inputs) == 1 and len(data) == 1:
-            data = {next(iter(inputs)): next(iter(data.values()))}
+            (key, arr), name = next(iter(data.items())), next(iter(inputs))
+            if key != "arr_0":  # numpy.savez(f, x)'s own name says nothing; another name may be a mix-up
+                notices.append(
+                    f"{path}: its one array {key!r} is fed to input {name!r} (no key of that name)"
+                )
+            data = {name: arr}
         elif missing:
             raise DataError(
                 f"{path}: no array for input(s) {', '.join(missing)} (keys: {', '.join(data) or 'none'})"
@@ -367,14 +373,12 @@ def _load_array_file(
 
 
 def _assemble_arrays(
-    pieces: list[dict[str, tuple[list[np.ndarray], list[np.ndarray]]]],
-    inputs: dict[str, list[int]],
-    count: int,
-    source: str,
+    files: list[Path], inputs: dict[str, list[int]], count: int, source: str
 ) -> CalibrationSet:
     """The array files' samples, in file order, then all their rows stacked into full batches."""
     per_input: dict[str, list[np.ndarray]] = {}
     notices: list[str] = []
+    pieces = [_load_array_file(f, inputs, notices) for f in files]
     for name, shape in inputs.items():
         samples = [s for piece in pieces for s in piece[name][0]]
         rows = [r for piece in pieces for r in piece[name][1]]
@@ -428,7 +432,7 @@ def load_calibration(
     if path.is_file():
         suffix = path.suffix.lower()
         if suffix in ARRAY_SUFFIXES:
-            return _assemble_arrays([_load_array_file(path, inputs)], inputs, count, str(path))
+            return _assemble_arrays([path], inputs, count, str(path))
         if suffix in IMAGE_SUFFIXES:
             files = [path]
         else:
@@ -456,7 +460,7 @@ def load_calibration(
                 f"file(s) such as {entries[0].relative_to(path)} (subfolders searched too)"
             )
         if arrays:
-            return _assemble_arrays([_load_array_file(f, inputs) for f in arrays], inputs, count, str(path))
+            return _assemble_arrays(arrays, inputs, count, str(path))
 
     # Images: one 4-D input (N, C, H, W) fed with resized, normalised pictures.
     if len(inputs) != 1:

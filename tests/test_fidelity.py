@@ -390,6 +390,16 @@ def test_array_files(tmp_path: Path) -> None:
     calib = load_calibration(tmp_path / "two.npz", {"x": [1, 3, 8, 8], "y": [1, 5]})
     assert len(calib) == 2
     np.testing.assert_array_equal(calib.samples[1]["y"], [[5, 6, 7, 8, 9]])
+    # one array for a one-input model: numpy.savez's own name fits quietly, another name is said
+    np.savez(tmp_path / "positional.npz", rows[:2])
+    calib = load_calibration(tmp_path / "positional.npz", {"x": [1, 3, 8, 8]})
+    assert len(calib) == 2 and calib.notices == []
+    np.savez(tmp_path / "named.npz", mask=rows[:2])
+    calib = load_calibration(tmp_path / "named.npz", {"x": [1, 3, 8, 8]})
+    np.testing.assert_array_equal(calib.samples[1]["x"][0], rows[1])
+    assert calib.notices == [
+        f"{tmp_path / 'named.npz'}: its one array 'mask' is fed to input 'x' (no key of that name)"
+    ]
     folder = tmp_path / "arrays"
     folder.mkdir()
     np.save(folder / "a.npy", rows[:3])
