@@ -933,6 +933,20 @@ class Optimizer:
                 digest.update(arr.tobytes())
         return {"calibration_sha256": digest.hexdigest()}
 
+    def _same_run_spelled_otherwise(self, key: str, old: dict[str, Any], new: dict[str, Any]) -> bool:
+        """Whether a journal key that differs names the same run another way, so --resume goes on:
+        `--batch N` against no --batch where N is the batch the model runs at without it (the file's,
+        or 1 where the file leaves it dynamic) on every input --input-shape does not fix; and a target
+        profile file under another path whose contents (target_sha256) are the same."""
+        if key == "target":
+            digest = new.get("target_sha256")
+            return digest is not None and digest == old.get("target_sha256")
+        if key != "batch":
+            return False
+        spelled = [v for v in (old.get(key), new.get(key)) if v is not None]
+        free = [n for n, dims in self.loaded.input_shapes.items() if dims and n not in self.cfg.input_shapes]
+        return len(spelled) == 1 and {self.loaded.file_batch.get(n, 1) for n in free} == {spelled[0]}
+
     def _target_signature(self) -> dict[str, str]:
         """A target read from a profile file (a path, or a name calibrated into the user cache): a
         sha256 of what it tells the wave model, for the resume check. The name alone would not see
@@ -1326,6 +1340,7 @@ class Optimizer:
         # a key missing from an older journal counts as None (options added since default to None)
         old = self.replay.config
         diff = sorted(k for k in set(config) | set(old or {}) if config.get(k) != old.get(k)) if old else []
+        diff = [k for k in diff if not self._same_run_spelled_otherwise(k, old or {}, config)]
         if cfg.resume and diff:
             changed = _resume_diff(diff, old, config)
             raise DeployoptError(

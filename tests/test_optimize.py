@@ -493,6 +493,34 @@ def test_resume_refuses_a_target_profile_changed_since(
         run_model(src, tmp_path / "b", target="orin-nano-8gb", sms=None, max_evals=5, resume=True)
 
 
+def test_resume_goes_on_where_a_run_is_only_spelled_otherwise(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """--batch 4 on a batch-4 file is the run that left --batch out, and a copy of the target
+    profile under another name is the same target: --resume goes on (it refused both). Another
+    batch, or an edited copy, is still refused."""
+    from deployopt.targets import get_target
+
+    src = zoo_model_path("vgg16_pruned_b4")  # its file fixes batch 4
+    run_model(src, tmp_path / "out", max_evals=2)
+    run_model(src, tmp_path / "out", max_evals=3, resume=True, batch=4)
+    with pytest.raises(DeployoptError, match=r"different run \(batch was the default, now 2\)"):
+        run_model(src, tmp_path / "out", max_evals=4, resume=True, batch=2)
+    run_model(src, tmp_path / "b4", max_evals=2, batch=4)
+    run_model(src, tmp_path / "b4", max_evals=3, resume=True)  # and the other way round
+
+    profile = tmp_path / "super.json"
+    doc = {**get_target("orin-nano-8gb").to_json(), "clock_mhz": 1020}
+    profile.write_text(json.dumps(doc))
+    run_model(src, tmp_path / "p", target=str(profile), sms=None, max_evals=2)
+    copy = tmp_path / "copied.json"
+    copy.write_text(profile.read_text())
+    run_model(src, tmp_path / "p", target=str(copy), sms=None, max_evals=3, resume=True)
+    copy.write_text(json.dumps({**doc, "clock_mhz": 300}))
+    with pytest.raises(DeployoptError, match=r"\(target changed; the target profile's contents changed\)"):
+        run_model(src, tmp_path / "p", target=str(copy), sms=None, max_evals=4, resume=True)
+
+
 def test_resume_refuses_a_budget_below_what_the_journal_holds(
     zoo_model_path: Callable[[str], Path], tmp_path: Path
 ) -> None:
