@@ -422,13 +422,17 @@ class Board:
         """Run `argv` on the board (quoted for its shell, as ssh hands it one string); its stdout."""
         return self.call([*self.ssh_prefix(), shlex.join(argv)], what, timeout_s, limit_s)
 
-    def run_limited(self, argv: list[str], what: str, timeout_s: float) -> str:
+    def run_limited(
+        self, argv: list[str], what: str, timeout_s: float, ends_with: str | PurePosixPath | None = None
+    ) -> str:
         """Run `argv` on the board under the board's own `timeout` (coreutils, on every L4T), so a
         hung build or run ends there at `timeout_s` and frees the GPU, not only the local ssh; the
         local ssh waits a little longer. The board's 124 reads as a local timeout does, and so does
         its 137 (KILLED) once the limit and KILL_AFTER_S have passed here: `timeout` KILLed what
         outlived its TERM. Sooner, 137 cannot be `timeout`'s (it started after this clock did): a
-        SIGKILL from elsewhere, most often the OOM killer (Board.call's line)."""
+        SIGKILL from elsewhere, most often the OOM killer (Board.call's line). `ends_with`: a folder
+        whose work a Ctrl-C here ends on the board too (end_work_in), as bench's and calibrate's
+        do; optimize's run folder is ended when its session closes instead."""
         limited = ["timeout", f"--kill-after={KILL_AFTER_S}", seconds_arg(timeout_s), *argv]
         command = shlex.join(limited) + PASS_STATUS
         start = time.monotonic()
@@ -436,6 +440,10 @@ class Board:
             return self.call(
                 [*self.ssh_prefix(), command], what, timeout_s + KILL_AFTER_S + SSH_GRACE_S, timeout_s
             )
+        except KeyboardInterrupt:
+            if ends_with is not None:
+                end_work_in(self, ends_with)
+            raise
         except RemoteFailed as exc:
             if exc.returncode == TIMED_OUT:
                 raise BackendFailed(self.timed_out(what, timeout_s)) from None
@@ -582,12 +590,19 @@ def remove_run_dir(board: Board, run_dir: str | PurePosixPath | None) -> None:
     if run_dir is None or not PurePosixPath(run_dir).name.startswith(RUN_DIR_PREFIX):
         return
     folder = str(run_dir)
-    # "[d]eployopt-..." matches the folder's path in a command line, not pkill's own (or its shell's)
-    pattern = own_path_pattern(folder)
-    with contextlib.suppress(BackendFailed, BackendUnavailable):  # pkill exits 1 when nothing matched
-        board.run(["pkill", "-f", "--", pattern], "ending what runs in the run's folder", CLEANUP_TIMEOUT_S)
+    end_work_in(board, folder, "the run's folder")
     with contextlib.suppress(BackendFailed, BackendUnavailable):
         board.run(["rm", "-rf", folder], "removing the run's folder", CLEANUP_TIMEOUT_S)
+
+
+def end_work_in(board: Board, folder: str | PurePosixPath, what: str = "the model's folder") -> None:
+    """End every process on the board whose command line names a file in `folder`: after a Ctrl-C
+    here (ssh without a tty sends the board no hangup) the runner or trtexec would hold the GPU
+    until its `timeout`, and be timed beside the next run. Best effort, as cleanup is."""
+    # "[d]eployopt-..." matches the folder's path in a command line, not pkill's own (or its shell's)
+    pattern = own_path_pattern(str(folder))
+    with contextlib.suppress(BackendFailed, BackendUnavailable):  # pkill exits 1 when nothing matched
+        board.run(["pkill", "-f", "--", pattern], f"ending what runs in {what}", CLEANUP_TIMEOUT_S)
 
 
 def other_runs_listing(workdirs: list[str | PurePosixPath]) -> str:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -89,3 +90,14 @@ def yolo_detect(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
 
     path = tmp_path_factory.mktemp("yolo_detect") / "yolo_detect.onnx"
     return path, export_yolo_like(path, head="detect")
+
+
+@pytest.fixture
+def board_processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Processes a test starts on the stand-in board (tests/test_tensorrt_remote.py), killed at its
+    end whatever happened."""
+    procs: list[subprocess.Popen[bytes]] = []
+    yield procs
+    for proc in procs:
+        proc.kill()
+        proc.wait()

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -690,6 +691,58 @@ def test_a_hung_runner_is_ended_on_the_board_at_timeout(
         + PASS_STATUS
     )
     assert not left_running, "the runner's process outlived --timeout on the board"
+
+
+def interrupt_the_timed_run(
+    monkeypatch: pytest.MonkeyPatch, home: Path, folder: str, procs: list[subprocess.Popen[bytes]]
+) -> tuple[Callable[[], bool], subprocess.Popen[bytes]]:
+    """Board.call raises KeyboardInterrupt at the run under the board's `timeout` that names
+    `folder`/, after starting what the board goes on running once the local ssh is gone: a process
+    whose command line names a model there. Also starts one of another folder. Returns (whether the
+    first was ended, waiting up to 10 s; the second), both in `procs`."""
+    from deployopt.remote import Board
+
+    (home / "deployopt-runner" / "other").mkdir(parents=True, exist_ok=True)
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    started: list[subprocess.Popen[bytes]] = []
+    real_call = Board.call
+
+    def interrupted(self: Board, cmd: list[str], *args: Any, **kwargs: Any) -> str:
+        if " --kill-after=" in cmd[-1] and f"{folder}/" in cmd[-1]:  # the timed run, not a check
+            started.append(subprocess.Popen([*sleeper, f"{folder}/model.onnx"], cwd=home))
+            procs.append(started[-1])
+            raise KeyboardInterrupt
+        return real_call(self, cmd, *args, **kwargs)
+
+    monkeypatch.setattr(Board, "call", interrupted)
+    procs.append(subprocess.Popen([*sleeper, "deployopt-runner/other/model.onnx"], cwd=home))
+
+    def ended() -> bool:
+        try:
+            return len(started) == 1 and started[0].wait(timeout=10) != 0
+        except subprocess.TimeoutExpired:
+            return False
+
+    return ended, procs[-1]
+
+
+def test_ctrl_c_on_bench_remote_ends_the_runners_work_on_the_board(
+    model: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    board_processes: list[subprocess.Popen[bytes]],
+) -> None:
+    """Ctrl-C while the board times the model kills the local ssh only (no tty: no hangup there),
+    and the runner held the board's GPU until its --timeout, timed beside the next bench. Now what
+    runs from the model's folder is ended (one pkill) before exit 130; a process of another folder
+    is left alone. (trtexec's: tests/test_trtexec_backend.py.)"""
+    log, home = play_the_board(tmp_path, monkeypatch)
+    ended, other = interrupt_the_timed_run(monkeypatch, home, "deployopt-runner/net", board_processes)
+    code, _, err = run_cli(monkeypatch, capsys, "bench", str(model), *REMOTE, "--runs", "5")
+    assert code == 130, err
+    assert ended() and other.poll() is None  # the model's folder's work ended; another folder's not
+    assert log.read_text().splitlines()[-1] == f"ssh {OPTS} {HOST} pkill -f -- '[d]eployopt-runner/net/'"
 
 
 def test_the_boards_timeout_reads_plain_seconds() -> None:

@@ -20,6 +20,7 @@ from unittest import mock
 import onnx
 import pytest
 from cli_runner import run_cli
+from test_tensorrt_remote import interrupt_the_timed_run
 
 from deployopt.backends.base import MeasureOptions, Session, get_backend
 from deployopt.backends.trtexec import (
@@ -608,6 +609,35 @@ def test_cli_bench_remote_runs_trtexec_on_the_board(
     assert code == 0, err
     recorded = json.loads(Path(os.environ["FAKE_PROFILE"]).read_text())
     assert len(json.loads(out)["layers"]) == len([r for r in recorded if "name" in r]) > 0
+
+
+def test_ctrl_c_on_bench_remote_ends_trtexecs_work_on_the_board(
+    fake: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    board_processes: list[Any],
+) -> None:
+    """Ctrl-C while trtexec times the model on the board: what runs from the model's folder there is
+    ended (one pkill) before exit 130, as for the runner (tests/test_tensorrt_remote.py); it held
+    the GPU until its --timeout. A process of another folder is left alone."""
+    log = play_the_board(tmp_path, monkeypatch)
+    model = tmp_path / f"remote_ctrl_c_{os.getpid()}.onnx"
+    model.write_bytes(fake["model"].read_bytes())
+    board_dir = Path("/tmp/deployopt-trtexec") / model.stem
+    ended, other = interrupt_the_timed_run(monkeypatch, tmp_path, str(board_dir), board_processes)
+    try:
+        code, _, err = run_cli(
+            monkeypatch, capsys, "bench", str(model), "--backend", "trtexec", "--remote", "user@jetson",
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(board_dir, ignore_errors=True)
+    assert code == 130, err
+    assert ended() and other.poll() is None
+    assert (
+        log.read_text().splitlines()[-1]
+        == f"ssh {SSH_OPTS} user@jetson pkill -f -- '[/]{str(board_dir)[1:]}/'"
+    )
 
 
 def test_cli_remote_trtexec_says_which_board_measured(

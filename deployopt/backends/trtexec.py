@@ -597,7 +597,8 @@ class TrtexecSession(Session):
         cmd = build_command(self.trtexec, board_model, rdir, options, self.version, shapes)
         self._engine = str(board_model) if self._prebuilt else saved_engine(cmd)
         (outdir / "command.txt").write_text(f"ssh {self.remote} " + shlex.join(cmd) + "\n")
-        log = board.run_limited(cmd, "trtexec", self.options.timeout_s)
+        ends_with = rdir if self.run_dir is None else None  # optimize's folder: ended at close
+        log = board.run_limited(cmd, "trtexec", self.options.timeout_s, ends_with=ends_with)
         write_text(outdir / "trtexec.log", log)
         if "&&&& FAILED" in log:
             raise BackendFailed(f"trtexec on {self.remote} reported FAILED: {tail(log)}")
@@ -735,7 +736,9 @@ class TrtexecSession(Session):
         board.fresh_dir(folder, short)
         board.put_many(send, folder, "scp of the conv models", long)
         try:
-            board.run_limited(["sh", "-c", script], "trtexec", long)
+            board.run_limited(
+                ["sh", "-c", script], "trtexec", long, ends_with=folder if self.run_dir is None else None
+            )
         except RemoteFailed as exc:
             raise BackendFailed(self._sweep_error(exc)) from None
         back = "scp of trtexec's logs and exports"
