@@ -169,4 +169,8 @@ def conv_model(shape: ConvShape, opset: int = 17, seed: int = 0, int8: bool = Fa
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [shape.n, shape.k, shape.p, shape.q])],
         inits,
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    opsets = [helper.make_opsetid("", opset)]
+    # the oldest IR version the opset allows, not the installed onnx's newest: an onnxruntime older
+    # than onnx (Python 3.9's last: onnx 1.19 writes IR 12, onnxruntime 1.19 reads up to IR 10)
+    # refused every one-conv model, and a board's older TensorRT parser gets what it knows
+    return helper.make_model(graph, opset_imports=opsets, ir_version=helper.find_min_ir_version_for(opsets))

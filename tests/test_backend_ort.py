@@ -33,6 +33,16 @@ def conv_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def test_one_conv_models_carry_the_oldest_ir_version_their_opset_allows() -> None:
+    """Not the installed onnx's newest IR: on Python 3.9 the last wheels are onnx 1.19 (IR 12) and
+    onnxruntime 1.19 (reads up to IR 10), which refused every one-conv model (staircase --measure
+    ort, the ort sweeps); a board's older TensorRT parser gets an IR it knows too."""
+    for int8 in (False, True):
+        model = conv_model(ConvShape(1, 8, 8, 8, 16), int8=int8)
+        assert model.ir_version == onnx.helper.find_min_ir_version_for(list(model.opset_import)) == 8
+        onnx.checker.check_model(model, full_check=True)
+
+
 def test_measure_gives_consistent_statistics(conv_path: Path) -> None:
     with get_backend("ort").open(OPTS) as session:
         t = session.measure(conv_path)
