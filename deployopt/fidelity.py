@@ -702,13 +702,12 @@ def cpu_session(
     # model then "differs" from its original (cosine 0.93 seen on an AVX2 CPU). Its U8U8 kernels
     # do not saturate; slower, but a fidelity check must see the edit, not the overflow.
     opts.add_session_config_entry("session.x64quantprecision", "1")
+    from deployopt.onnxruntime_compat import inference_session
+
     try:
-        if isinstance(model, onnx.ModelProto):
-            return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-        path = Path(model)
-        if not path.is_file():
-            raise no_such_file(path, ModelError)
-        return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        if not isinstance(model, onnx.ModelProto) and not Path(model).is_file():
+            raise no_such_file(Path(model), ModelError)
+        return inference_session(ort, model, opts, ["CPUExecutionProvider"])
     except ModelError:
         raise
     except Exception as exc:  # onnxruntime raises its own exception types for bad models

@@ -462,8 +462,10 @@ class OrtSession(Session):
                 so.add_session_config_entry(
                     "session.optimized_model_external_initializers_min_size_in_bytes", "1024"
                 )
+        from deployopt.onnxruntime_compat import inference_session
+
         try:
-            return ort.InferenceSession(model.SerializeToString(), so, providers=self.providers)
+            return inference_session(ort, model, so, self.providers)
         except Exception as exc:
             raise BackendFailed(f"onnxruntime cannot load the model: {_first_line(exc)}") from None
 

@@ -1,0 +1,66 @@
+"""Opening an onnxruntime session when onnxruntime is older than the onnx that wrote the model.
+
+pip installs the newest onnx and the newest onnxruntime for a Python independently, and onnx can
+run ahead: on Python 3.10, onnx 1.23 writes IR 14 and onnxruntime 1.23 reads up to IR 11; on 3.9,
+onnx 1.19 writes IR 12 and onnxruntime 1.19 reads up to 10. A model made or re-saved with
+`onnx.helper.make_model` there ("Unsupported model IR version: 14, max supported IR version: 11")
+could not be checked or timed at all, though its opset is one onnxruntime runs. The IR version
+only bounds which file features a model may use; a copy that says the newest version onnxruntime
+reads, when its opsets allow that, loads, and a model that really uses a newer feature still
+fails with onnxruntime's own message. The file itself is never changed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+import onnx
+
+#: onnxruntime's refusal of a model whose IR version is newer than it reads
+_IR_LIMIT = re.compile(r"Unsupported model IR version: (\d+), max supported IR version: (\d+)")
+
+#: protobuf's limit on one serialized message (a bigger model keeps its weights outside the file)
+_MAX_BYTES = 2**31 - 1
+
+
+def inference_session(
+    ort: Any, model: onnx.ModelProto | str | os.PathLike[str], options: Any, providers: list[str]
+) -> Any:
+    """`ort.InferenceSession` of a model (in memory, or a file, whose external data is then found
+    beside it), retried once with the IR version lowered (see the module) when onnxruntime refuses
+    it as too new and its opsets allow it. Any other failure raises onnxruntime's error; a retry
+    that fails raises the retry's (what else is wrong with the model)."""
+    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
+    try:
+        return ort.InferenceSession(source, options, providers=providers)
+    except Exception as exc:
+        limit = _IR_LIMIT.search(str(exc))
+        lowered = _ir_lowered(model, int(limit.group(2))) if limit else None
+        if lowered is None:
+            raise
+    # outside the handler: a copy that fails too says what else is wrong (an op onnxruntime lacks)
+    return ort.InferenceSession(lowered, options, providers=providers)
+
+
+def _ir_lowered(model: onnx.ModelProto | str | os.PathLike[str], readable: int) -> bytes | None:
+    """The model's bytes saying IR version `readable`, or None where its opsets need a newer one or
+    it is too big to pass as bytes."""
+    if not isinstance(model, onnx.ModelProto):
+        try:
+            model = onnx.load(str(model))  # external data read from beside it, as onnxruntime does
+        except Exception:  # onnxruntime's own error says what is wrong with the file
+            return None
+    try:
+        needed = onnx.helper.find_min_ir_version_for(list(model.opset_import), ignore_unknown=True)
+    except Exception:  # an opset newer than this onnx knows: leave it to onnxruntime's error
+        return None
+    if needed > readable or model.ir_version <= readable:
+        return None
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    copy.ir_version = readable
+    if copy.ByteSize() > _MAX_BYTES:
+        return None
+    return copy.SerializeToString()
