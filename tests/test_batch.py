@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import numpy as np
 import onnx
-import onnxruntime as ort
+import ort_session
 import pytest
 from cli_runner import run_cli
 from onnx import TensorProto, helper, numpy_helper
@@ -20,7 +20,7 @@ from deployopt.model import load_model
 
 def _run(model: onnx.ModelProto | Path, x: np.ndarray) -> list[np.ndarray]:
     data = str(model) if isinstance(model, Path) else model.SerializeToString()
-    sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    sess = ort_session.session(data)
     return sess.run(None, {sess.get_inputs()[0].name: x})
 
 

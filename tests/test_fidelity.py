@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
+import ort_session
 import pytest
 from onnx import helper, numpy_helper
 from PIL import Image
@@ -48,7 +48,7 @@ def _negate_logits(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _logits(model: onnx.ModelProto, calib: CalibrationSet) -> np.ndarray:
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = ort_session.session(model)
     return np.concatenate([sess.run(None, s)[0] for s in calib.samples])
 
 
@@ -224,7 +224,7 @@ def test_a_damaged_small_output_is_not_hidden_by_a_large_one(
 
 
 def _logits_of(model: onnx.ModelProto, calib: CalibrationSet, index: int) -> np.ndarray:
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = ort_session.session(model)
     return np.concatenate([sess.run(None, s)[index] for s in calib.samples]).astype(np.float64)
 
 

@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 import onnx
-import onnxruntime as ort
+import ort_session
 import pytest
 from onnx import numpy_helper
 from zoo_models import VARIANT_OF
@@ -27,7 +27,7 @@ from deployopt.model import load_model, save_model
 
 
 def run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = ort_session.session(model)
     return sess.run(None, {sess.get_inputs()[0].name: x})[0]
 
 
@@ -394,7 +394,7 @@ def test_a_constant_two_splits_share_gets_a_copy_per_reader_and_frees_both_group
     padded = apply_plan(loaded.model, {"conv_a[0]": 16, "conv_b[1]": 12}, analysis)
     onnx.checker.check_model(padded, full_check=True)
     x = np.random.default_rng(1).standard_normal((1, 4, 8, 8)).astype(np.float32)
-    sessions = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    sessions = [ort_session.session(m)
                 for m in (loaded.model, padded)]  # fmt: skip
     ref, out = (s.run(None, {"x": x}) for s in sessions)
     np.testing.assert_allclose(out[0], ref[0], rtol=0, atol=1e-5)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
+import ort_session
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -29,7 +29,7 @@ def _model(node: onnx.NodeProto, out_shape: list[int], opset: int = 20, inits: t
 
 
 def _run(model: onnx.ModelProto, x: np.ndarray) -> list[np.ndarray]:
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = ort_session.session(model)
     return sess.run(None, {"x": x})
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import onnx
 import onnxruntime as ort
+import ort_session
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from zoo_models import MODELS, yolo_detect_small
@@ -46,7 +47,7 @@ def _types(model: onnx.ModelProto) -> dict[str, int]:
 def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     options = ort.SessionOptions()
     options.log_severity_level = 3  # ORT's notes about fp16 kernels it folds on the CPU are noise here
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session = ort_session.session(model, options)
     return session.run(None, feeds)
 
 
@@ -310,7 +311,7 @@ def test_fp16_command_keeps_dynamic_height_and_width(
     written = onnx.load(dest)
     assert is_low_precision(written)
     assert [d.dim_param for d in written.graph.input[0].type.tensor_type.shape.dim[2:]] == ["H", "W"]
-    session = ort.InferenceSession(str(dest), providers=["CPUExecutionProvider"])
+    session = ort_session.session(str(dest))
     for size in (32, 48):
         x = np.random.default_rng(0).random((1, 3, size, size), dtype=np.float32)
         assert session.run(None, {session.get_inputs()[0].name: x})[0].dtype == np.float32
@@ -336,9 +337,7 @@ def test_real_mobilenetv2_typed_fp16_keeps_its_answers(
     fp32 = onnx.load(str(mobilenetv2_path))
     fp16 = to_fp16(fp32)
     assert is_low_precision(fp16) and not is_low_precision(fp32)
-    runs = [
-        ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]) for m in (fp32, fp16)
-    ]
+    runs = [ort_session.session(m) for m in (fp32, fp16)]
     same = decided = right32 = right16 = 0
     for path, label in imagenet_images:
         x = preprocess_image(path, (224, 224), resize="crop")[None]

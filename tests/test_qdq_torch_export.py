@@ -23,6 +23,7 @@ from typing import NamedTuple
 import numpy as np
 import onnx
 import onnxruntime as ort
+import ort_session
 import pytest
 from onnx import numpy_helper
 
@@ -254,7 +255,7 @@ def exported(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
 def _run(model: onnx.ModelProto, level: ort.GraphOptimizationLevel = LEVELS[1]) -> np.ndarray:
     opts = ort.SessionOptions()
     opts.graph_optimization_level = level
-    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    sess = ort_session.session(model, opts)
     x = np.random.default_rng(1).standard_normal(INPUT).astype(np.float32)
     return sess.run(None, {"x": x})[0]
 

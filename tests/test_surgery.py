@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import numpy as np
 import onnx
-import onnxruntime as ort
+import ort_session
 import pytest
 from onnx import numpy_helper
 from ort_session import cpu_session
@@ -309,7 +309,7 @@ def test_mobilenetv2_real_weights_top1_unchanged_after_padding(
     ceil = {g.id: -(-g.width // 32) * 32 for g in analysis.free_groups()}
     assert sum(w != analysis.group(g).width for g, w in ceil.items()) == 4
     sessions = [
-        ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        ort_session.session(m)
         for m in (
             model,
             apply_plan(model, ceil, analysis),
@@ -535,7 +535,7 @@ def test_grouped_conv_transpose_pads_and_trims() -> None:
 
 
 def _torch_outputs(model: onnx.ModelProto) -> list[np.ndarray]:
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = ort_session.session(model)
     x = np.random.default_rng(1).standard_normal(sess.get_inputs()[0].shape).astype(np.float32)
     return sess.run(None, {sess.get_inputs()[0].name: x})
 
@@ -623,7 +623,7 @@ def test_torchvision_exports_pad_exactly(
     if frozen_reason:
         assert any(frozen_reason in g.reason for g in analysis.groups)
     padded = apply_plan(loaded.model, padded_plan(analysis), analysis)
-    sess = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = [ort_session.session(m)
             for m in (loaded.model, padded)]  # fmt: skip
     ref, out = (s.run(None, {"input": x.numpy()})[0] for s in sess)
     np.testing.assert_allclose(out, ref, atol=1e-4, rtol=0)
@@ -701,7 +701,7 @@ def test_yolov8_style_detector_pads_exactly_and_trims_to_a_valid_model(tmp_path:
     # constants torch's exporter shares between blocks of equal width (copied per reader at load)
     assert len(free) == 47
     assert {g.width for g in analysis.groups if g.frozen} == {3, 65}
-    sess = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = [ort_session.session(m)
             for m in (model, apply_plan(model, padded_plan(analysis), analysis))]  # fmt: skip
     ref, out = (s.run(None, {"images": x}) for s in sess)
     for r, o in zip(ref, out):
@@ -710,9 +710,7 @@ def test_yolov8_style_detector_pads_exactly_and_trims_to_a_valid_model(tmp_path:
     trimmed = apply_plan(model, trim, analysis)
     onnx.checker.check_model(trimmed, full_check=True)
     assert {g.id: g.width for g in analyze(trimmed).free_groups()} == trim
-    outs = ort.InferenceSession(trimmed.SerializeToString(), providers=["CPUExecutionProvider"]).run(
-        None, {"images": x}
-    )
+    outs = ort_session.session(trimmed).run(None, {"images": x})
     assert [o.shape for o in outs] == [r.shape for r in ref]
 
 
@@ -740,7 +738,7 @@ def test_yolov8_detect_head_pads_exactly_and_trims_to_a_valid_model(yolo_detect:
     free = analysis.free_groups()
     assert len([g for g in free if g.id.startswith("/detect/")]) == 12  # 3 levels × 2 branches × 2
     assert len(free) == 59  # the plain-head detector's 47 + those 12
-    sess = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = [ort_session.session(m)
             for m in (model, apply_plan(model, padded_plan(analysis), analysis))]  # fmt: skip
     (ref,), (out,) = (s.run(None, {"images": x}) for s in sess)
     assert ref.shape == (2, 4 + nc, 20 * 20 + 10 * 10 + 5 * 5)  # xywh + class scores per anchor
@@ -751,9 +749,7 @@ def test_yolov8_detect_head_pads_exactly_and_trims_to_a_valid_model(yolo_detect:
     trimmed = apply_plan(model, trim, analysis)
     onnx.checker.check_model(trimmed, full_check=True)
     assert {g.id: g.width for g in analyze(trimmed).free_groups()} == trim
-    (cut,) = ort.InferenceSession(trimmed.SerializeToString(), providers=["CPUExecutionProvider"]).run(
-        None, {"images": x}
-    )
+    (cut,) = ort_session.session(trimmed).run(None, {"images": x})
     assert cut.shape == ref.shape and np.isfinite(cut).all()
     # the torch backend converts with onnx2torch; the shape constants it must keep on the host
     # (CUDA-graph capture) include the DFL's Reshape targets
@@ -791,7 +787,7 @@ def test_a_dynamic_yolov8_export_needs_an_input_shape_then_is_the_static_one(tmp
     analysis = analyze(fixed.model)
     assert len(analysis.free_groups()) == 59
     padded = apply_plan(fixed.model, padded_plan(analysis), analysis)
-    sessions = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    sessions = [ort_session.session(m)
                 for m in (fixed.model, padded)]  # fmt: skip
     ref, out = (s.run(None, {"images": x})[0] for s in sessions)
     np.testing.assert_allclose(out[:, :4], ref[:, :4], atol=1e-5 * np.abs(ref[:, :4]).max(), rtol=0)
@@ -863,7 +859,7 @@ def test_architectures_pad_exactly_and_trim_to_valid_models(
         assert any(frozen_reason in g.reason for g in analysis.groups)
 
     def outputs(m: onnx.ModelProto) -> list[np.ndarray]:
-        sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        sess = ort_session.session(m)
         x = np.random.default_rng(1).standard_normal(sess.get_inputs()[0].shape).astype(np.float32)
         return sess.run(None, {sess.get_inputs()[0].name: x})
 

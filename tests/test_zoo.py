@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnxruntime as ort
+import ort_session
 import pytest
 from onnx import numpy_helper
 from zoo_models import MODELS, RESNET56_PRUNED_INNER, VARIANT_OF, VGG16_PRUNED_WIDTHS
@@ -16,7 +17,7 @@ from deployopt.zoo.builder import GraphBuilder
 def _session(model: onnx.ModelProto) -> ort.InferenceSession:
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return ort_session.session(model, opts)
 
 
 def _inputs(model: onnx.ModelProto, n: int, seed: int = 1) -> list[np.ndarray]:
