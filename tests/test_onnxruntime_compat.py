@@ -85,3 +85,32 @@ def test_verify_and_bench_on_an_older_onnxruntime(
     code, out, err = run_cli(monkeypatch, capsys, "bench", str(path), "--backend", "ort", "--runs", "3")
     assert code == 0, err
     assert old.loaded and set(old.loaded) == {10}
+
+
+def test_constant_folding_works_on_an_older_onnxruntime(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Loading folds constant subgraphs through onnxruntime (onnx-graphsurgeon), at the model's IR
+    version: on an onnxruntime older than the model's onnx each fold failed and was skipped
+    silently, leaving a Shape → Range → Cast chain that freezes the channels it feeds. The loaded
+    model keeps its own IR version."""
+    from deployopt.model import load_model
+
+    old = OldOnnxRuntime()
+    monkeypatch.setattr(onnxruntime, "InferenceSession", old.InferenceSession)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])
+    inits = [onnx.numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (("zero", 0), ("one", 1))]
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], start=1),
+        helper.make_node("Squeeze", ["s"], ["n"]),
+        helper.make_node("Range", ["zero", "n", "one"], ["r"]),
+        helper.make_node("Cast", ["r"], ["f"], to=TensorProto.FLOAT),
+        helper.make_node("Add", ["x", "f"], ["y"]),
+    ]
+    graph = helper.make_graph(nodes, "g", [x], [y], inits)
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=12), str(path))
+    loaded = load_model(path)
+    assert [n.op_type for n in loaded.model.graph.node] == ["Add"] and 8 in old.loaded
+    assert loaded.model.ir_version == 12
