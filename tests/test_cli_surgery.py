@@ -508,7 +508,13 @@ def test_usage_errors_are_one_line(args: list[str], message: str, capsys, monkey
     # click's usage errors came as a multi-line box (Usage:, Try ..., a framed message)
     code, out, err = cli(args, capsys, monkeypatch)
     assert code == 2 and out == ""
-    assert err.startswith(message) and err.count("\n") == 1
+    assert click_neutral(err).startswith(click_neutral(message)) and err.count("\n") == 1
+
+
+def click_neutral(text: str) -> str:
+    """click 8.1 (Python 3.9's last) writes "argument (x)" and 'MODEL' where 8.2 writes
+    "argument(s) (x)" and 'model': the message is the same."""
+    return text.replace("argument(s)", "argument").replace("'MODEL'", "'model'")
 
 
 def test_help_and_a_failed_check_keep_their_exit_codes(

@@ -17,7 +17,10 @@ from deployopt.cli.main import app
 from deployopt.errors import DataError, ModelError
 
 CIFAR = Path(__file__).resolve().parents[1] / "calibration_data" / "cifar10"
-runner = CliRunner()
+try:  # click before 8.2 (Python 3.9's) mixes stderr into stdout unless told not to
+    runner = CliRunner(mix_stderr=False)
+except TypeError:  # 8.2 keeps them apart and has no such argument
+    runner = CliRunner()
 
 
 def _shifted(src: Path, dest: Path, delta: float) -> Path:

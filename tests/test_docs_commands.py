@@ -704,7 +704,7 @@ A fragment: `deployopt apply --plan`, `bench -o`, `bench_optimize.py --out`.
         ("deployopt bench m.onnx --json=yes", "--json is a flag: it takes no value ('--json=yes')"),
         ("deployopt bench m.onnx --no-json", "unknown option '--no-json'"),
         ("deployopt bench m.onnx --runs many", "Invalid value for '--runs'"),
-        ("deployopt bench a.onnx b.onnx", "unexpected extra argument(s) (b.onnx)"),
+        ("deployopt bench a.onnx b.onnx", "unexpected extra argument"),  # "(s)" since click 8.2
         ("deployopt apply model.onnx -o out.onnx", "Missing option '--plan'"),
         ("deployopt optimize m.onnx -t nano --mode trimm", "--mode 'trimm': not one of lossless, trim, grow"),
         ("deployopt bench m.onnx -b tensorrt --dtype fp16,fp64", "--dtype 'fp64': not one of"),

@@ -90,7 +90,10 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize(
+    "case",
+    [pytest.param(c, marks=ort_session.NOOP_REDUCE_BROKEN) if "noop" in c else c for c in sorted(CASES)],
+)
 def test_each_rewrite_computes_the_same_and_onnx2torch_converts_it(case: str) -> None:
     node, out_shape, inits = CASES[case]
     model = _model(node, out_shape, inits=inits)
