@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
+import ort_session
 import pytest
 from cli_runner import run_cli
 from onnx import TensorProto, helper, numpy_helper
@@ -284,6 +285,7 @@ def _producer_sets(analysis: Analysis) -> set[frozenset[str]]:
     return {frozenset(g.producers) for g in analysis.free_groups()}
 
 
+@ort_session.INT8_KERNELS_INEXACT
 def test_quantize_static_resnet_is_as_free_as_its_float_twin(quantized_resnet: tuple[Path, Path]) -> None:
     float_path, qdq_path = quantized_resnet
     loaded = load_model(qdq_path)
@@ -310,6 +312,7 @@ def test_quantize_static_resnet_is_as_free_as_its_float_twin(quantized_resnet: t
     assert _run(trimmed).shape == (1, 10)
 
 
+@ort_session.INT8_KERNELS_INEXACT
 def test_fidelity_sees_an_exact_pad_of_an_int8_model_as_exact(quantized_resnet: tuple[Path, Path]) -> None:
     """The fidelity check runs onnxruntime's fused int8 convs. On x86 CPUs without VNNI their int16
     pair sums saturate differently once channels are padded: this pad measured max error 2.27,
