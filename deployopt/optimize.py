@@ -498,6 +498,9 @@ class Optimizer:
         self.confirmation: dict[str, Any] | None = None
         self._pooled: dict[str, Timing] = {}  # plan key -> samples of every build (confirmation)
         self.measured_now = 0
+        #: the results are written and the journal says done (what a Ctrl-C in the cleanup after
+        #: it leaves: complete results, nothing to resume)
+        self.finished = False
         self.sweep = SweepResult()
         self.sweep_shapes = 0
         self._refused: dict[str, dict[str, Any]] = {}
@@ -1405,6 +1408,7 @@ class Optimizer:
                 evaluations=len(self.evaluations),
                 measured_now=self.measured_now,
             )
+            self.finished = True  # a Ctrl-C from here on lands in the cleanup, the results complete
             return result
         finally:
             if self.journal is not None:

@@ -169,6 +169,28 @@ def test_ctrl_c_keeps_the_journal_and_resume_finishes(
     assert (out / "model.onnx").exists()
 
 
+def test_ctrl_c_in_the_cleanup_after_the_results_says_they_are_complete(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """A Ctrl-C that lands after the results are written (closing the sessions, removing the work
+    folder) said "interrupted; resume with --resume" over a finished run; it exits 130 still (the
+    user interrupted), saying the results are complete."""
+    import deployopt.optimize as optimize_module
+
+    def interrupted(handle: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(optimize_module, "_unlock_outdir", interrupted)
+    out = tmp_path / "out"
+    code, _, err = cli(
+        monkeypatch, capsys, *base_args(zoo_model_path("vgg16_pruned_b4"), out), "--max-evals", "4"
+    )
+    assert code == 130 and "resume" not in err
+    assert f"interrupted after the run finished: its results in {out} are complete" in err
+    assert (out / "model.onnx").is_file() and (out / "report.json").is_file()
+    assert [e["event"] for e in Journal.read(out / "journal.jsonl")][-1] == "done"
+
+
 def test_sigterm_unwinds_like_ctrl_c_and_resume_finishes(
     zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:

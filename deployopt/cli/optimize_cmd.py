@@ -278,10 +278,15 @@ def optimize_command(
             "this one's convs)",
         )
     progress = progress_bar(disable=as_json)
+    optimizer = Optimizer(cfg, progress=_progress_callback(progress))
     try:
         with progress:
-            result = Optimizer(cfg, progress=_progress_callback(progress)).run()
+            result = optimizer.run()
     except KeyboardInterrupt:
+        if optimizer.finished:  # in the cleanup after the results: said "resume" over a finished run
+            raise Interrupted(
+                f"interrupted after the run finished: its results in {optimizer.outdir} are complete"
+            ) from None
         raise Interrupted("interrupted; resume with --resume") from None
     except DeployoptError:
         raise
