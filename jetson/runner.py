@@ -1127,6 +1127,8 @@ def external_data_locations(path):
     parser says what is wrong with it."""
     try:
         with open(path, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size == 0 or not _mentions(fh, b"location"):
+                return []  # a model with its weights inside is not read into memory a second time
             data = memoryview(fh.read())
         out = []
         for field, wire, value in _proto_fields(data):
@@ -1139,6 +1141,18 @@ def external_data_locations(path):
         if loc not in seen:
             seen.append(loc)
     return seen
+
+
+def _mentions(fh, needle):
+    """Whether the open file holds `needle`, searched through mmap: the page cache, not a copy in
+    memory (a Nano has 4 GB for everything)."""
+    import mmap
+
+    mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        return mm.find(needle) >= 0
+    finally:
+        mm.close()
 
 
 def external_data_digests(model):
