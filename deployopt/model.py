@@ -486,19 +486,12 @@ def copy_model_metadata(src: onnx.ModelProto, dst: onnx.ModelProto) -> None:
             node.doc_string = docs[node.name]
 
 
-def _oldest_ir_for(model: onnx.ModelProto) -> int:
-    """The oldest IR version the model's opsets allow, at most its own."""
-    try:
-        oldest = onnx.helper.find_min_ir_version_for(list(model.opset_import), ignore_unknown=True)
-    except Exception:  # an opset newer than this onnx knows
-        return model.ir_version
-    return min(model.ir_version, oldest)
-
-
 def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     """Turn Constant nodes and constant subgraphs into initializers (onnx-graphsurgeon + onnxruntime)."""
     import onnx_graphsurgeon as gs
     from onnx_graphsurgeon.logger import G_LOGGER
+
+    from deployopt.onnxruntime_compat import oldest_ir_version
 
     level = G_LOGGER.severity
     G_LOGGER.severity = G_LOGGER.ERROR
@@ -514,7 +507,7 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
         # onnxruntime reads (a model saved by a newer onnx, deployopt.onnxruntime_compat) failed
         # each, and folding skipped them silently; the oldest version the opsets allow is read by
         # any onnxruntime that runs them (the model keeps its own: copy_model_metadata)
-        graph.ir_version = _oldest_ir_for(model)
+        graph.ir_version = min(model.ir_version, oldest_ir_version(model) or model.ir_version)
         graph.toposort()
         graph.fold_constants(should_exclude_node=lambda node: node.op in _KEEP_OPS)
         graph.cleanup().toposort()

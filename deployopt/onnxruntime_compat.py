@@ -52,11 +52,8 @@ def _ir_lowered(model: onnx.ModelProto | str | os.PathLike[str], readable: int) 
             model = onnx.load(str(model))  # external data read from beside it, as onnxruntime does
         except Exception:  # onnxruntime's own error says what is wrong with the file
             return None
-    try:
-        needed = onnx.helper.find_min_ir_version_for(list(model.opset_import), ignore_unknown=True)
-    except Exception:  # an opset newer than this onnx knows: leave it to onnxruntime's error
-        return None
-    if needed > readable or model.ir_version <= readable:
+    needed = oldest_ir_version(model)
+    if needed is None or needed > readable or model.ir_version <= readable:
         return None
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
@@ -64,3 +61,12 @@ def _ir_lowered(model: onnx.ModelProto | str | os.PathLike[str], readable: int) 
     if copy.ByteSize() > _MAX_BYTES:
         return None
     return copy.SerializeToString()
+
+
+def oldest_ir_version(model: onnx.ModelProto) -> int | None:
+    """The oldest IR version the model's opsets allow (what any onnxruntime that runs them reads);
+    None for an opset newer than this onnx knows."""
+    try:
+        return onnx.helper.find_min_ir_version_for(list(model.opset_import), ignore_unknown=True)
+    except Exception:
+        return None

@@ -423,7 +423,7 @@ class Board:
         return self.call([*self.ssh_prefix(), shlex.join(argv)], what, timeout_s, limit_s)
 
     def run_limited(
-        self, argv: list[str], what: str, timeout_s: float, ends_with: str | PurePosixPath | None = None
+        self, argv: list[str], what: str, timeout_s: float, ends_with: str | PurePath | None = None
     ) -> str:
         """Run `argv` on the board under the board's own `timeout` (coreutils, on every L4T), so a
         hung build or run ends there at `timeout_s` and frees the GPU, not only the local ssh; the
@@ -595,7 +595,14 @@ def remove_run_dir(board: Board, run_dir: str | PurePosixPath | None) -> None:
         board.run(["rm", "-rf", folder], "removing the run's folder", CLEANUP_TIMEOUT_S)
 
 
-def end_work_in(board: Board, folder: str | PurePosixPath, what: str = "the model's folder") -> None:
+def interrupt_ends(folder: PurePath, run_dir: str | PurePath | None) -> PurePath | None:
+    """Board.run_limited's `ends_with` for work in `folder`: the folder itself for bench, profile,
+    calibrate and staircase; None inside optimize's run folder (`run_dir`), which its closing
+    session ends and removes."""
+    return folder if run_dir is None else None
+
+
+def end_work_in(board: Board, folder: str | PurePath, what: str = "the model's folder") -> None:
     """End every process on the board whose command line names a file in `folder`: after a Ctrl-C
     here (ssh without a tty sends the board no hangup) the runner or trtexec would hold the GPU
     until its `timeout`, and be timed beside the next run. Best effort, as cleanup is."""

@@ -215,6 +215,8 @@ def external_data_digests(model_path: str | os.PathLike[str], onnx_bytes: bytes)
 
     from deployopt.model import _external_locations
 
+    if b"location" not in onnx_bytes:  # no tensor kept outside: a large model is not parsed again
+        return []
     model = onnx.ModelProto()
     try:
         model.ParseFromString(onnx_bytes)

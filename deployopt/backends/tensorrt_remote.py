@@ -44,6 +44,7 @@ from deployopt.remote import (
     board_name,
     board_timing_cache,
     fetch_engine,
+    interrupt_ends,
     mkdir_warning_of_other_runs,
     model_weights,
     owned_run_dir,
@@ -295,7 +296,7 @@ class RemoteRunnerSession(Session):
             calib = self._send_calibration(*calib_here, rdir, board_model.name, long)
         cmd = runner_command(board_runner, board_model, rdir, self.options, shapes, calib, per_layer)
         try:
-            self.board.run_limited(cmd, "runner.py", long, ends_with=self._ends_with(rdir))
+            self.board.run_limited(cmd, "runner.py", long, ends_with=interrupt_ends(rdir, self.run_dir))
         except RemoteFailed as exc:
             raise BackendFailed(self._runner_error(exc)) from None
         self._relay_warnings()
@@ -314,12 +315,6 @@ class RemoteRunnerSession(Session):
         if send != model_path:
             self._typed_here(timing)
         return {"timing": timing, "layers": doc.get("layers")}
-
-    def _ends_with(self, folder: PurePosixPath) -> PurePosixPath | None:
-        """The folder whose work a Ctrl-C ends on the board (Board.run_limited): the model's own for
-        bench, profile, calibrate and staircase; none in optimize's run, whose folder the closing
-        session ends and removes."""
-        return folder if self.run_dir is None else None
 
     def _send_calibration(
         self, flag: str, local: str, rdir: PurePosixPath, model_name: str, timeout_s: float
@@ -436,7 +431,10 @@ class RemoteRunnerSession(Session):
             cmd = batch_command(runner, folder, self.options, {}, self.workdir / SWEEP_DIR / "engines")
             try:
                 self.board.run_limited(
-                    cmd, "runner.py", long * len(models), ends_with=self._ends_with(self.workdir / SWEEP_DIR)
+                    cmd,
+                    "runner.py",
+                    long * len(models),
+                    ends_with=interrupt_ends(self.workdir / SWEEP_DIR, self.run_dir),
                 )
             except RemoteFailed as exc:
                 raise BackendFailed(self._runner_error(exc)) from None

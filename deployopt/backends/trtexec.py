@@ -52,6 +52,7 @@ from deployopt.remote import (
     board_name,
     board_timing_cache,
     fetch_engine,
+    interrupt_ends,
     mkdir_warning_of_other_runs,
     model_weights,
     owned_run_dir,
@@ -597,7 +598,7 @@ class TrtexecSession(Session):
         cmd = build_command(self.trtexec, board_model, rdir, options, self.version, shapes)
         self._engine = str(board_model) if self._prebuilt else saved_engine(cmd)
         (outdir / "command.txt").write_text(f"ssh {self.remote} " + shlex.join(cmd) + "\n")
-        ends_with = rdir if self.run_dir is None else None  # optimize's folder: ended at close
+        ends_with = interrupt_ends(rdir, self.run_dir)
         log = board.run_limited(cmd, "trtexec", self.options.timeout_s, ends_with=ends_with)
         write_text(outdir / "trtexec.log", log)
         if "&&&& FAILED" in log:
@@ -737,7 +738,7 @@ class TrtexecSession(Session):
         board.put_many(send, folder, "scp of the conv models", long)
         try:
             board.run_limited(
-                ["sh", "-c", script], "trtexec", long, ends_with=folder if self.run_dir is None else None
+                ["sh", "-c", script], "trtexec", long, ends_with=interrupt_ends(folder, self.run_dir)
             )
         except RemoteFailed as exc:
             raise BackendFailed(self._sweep_error(exc)) from None
