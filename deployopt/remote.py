@@ -612,57 +612,68 @@ def end_work_in(board: Board, folder: str | PurePath, what: str = "the model's f
         board.run(["pkill", "-f", "--", pattern], f"ending what runs in {what}", CLEANUP_TIMEOUT_S)
 
 
-def other_runs_listing(workdirs: list[str | PurePosixPath]) -> str:
-    """Shell text that prints every optimize run's folder in `workdirs` (one a line, with a trailing
-    '/') and exits 0, nothing found or not: a board's answer never fails on it."""
-    globs = " ".join(
-        f"{shlex.quote(w.rstrip('/'))}/{RUN_DIR_PREFIX}*/" for w in dict.fromkeys(map(str, workdirs))
-    )
-    return f'for d in {globs}; do [ -d "$d" ] && echo "$d"; done; exit 0'
+#: The first line the board prints in a look for other runs: the pids of the shell running that ssh
+#: command and of its parent, whose command lines carry the folders' names themselves.
+SELF_MARK = "deployopt-self"
+
+
+def other_runs_look(workdirs: list[str | PurePosixPath]) -> str:
+    """Shell text that prints SELF_MARK with its shell's pid and parent pid, then `pgrep -af` of every
+    process whose command line names a file in a folder of `workdirs` (an optimize run's, bench's or
+    profile's model folder, calibrate's), and exits 0, pgrep found something, nothing or is missing:
+    a board's answer never fails on it. One pattern for every folder of a work folder: bench's and
+    profile's folders (named after their models) stay on the board, so listing folders first to
+    look for only theirs would cost a second round trip on nearly every board."""
+    pattern = "|".join(own_path_pattern(str(w).rstrip("/")) for w in dict.fromkeys(map(str, workdirs)))
+    return f"echo {SELF_MARK} $$ $PPID; pgrep -af -- {shlex.quote(pattern)} 2>/dev/null; exit 0"
 
 
 def runs_at_work_among(
-    board: Board, listed: str, own_run: str | PurePosixPath, timeout_s: float
+    answer: str, own_run: str | PurePosixPath | None, workdirs: list[str | PurePosixPath]
 ) -> dict[str, list[str]]:
-    """{folder: the pids running from it} of the folders `other_runs_listing` printed (`listed`), less
-    `own_run`: none listed costs nothing more, some cost one pgrep -f round trip, with each folder's
-    own pattern (own_path_pattern: not pgrep's own shell). Best effort: {} when pgrep fails."""
-    own = PurePosixPath(str(own_run).rstrip("/"))
-    folders = [ln.strip().rstrip("/") for ln in listed.splitlines() if ln.strip()]
-    others = [f for f in dict.fromkeys(folders) if PurePosixPath(f) != own]
-    if not others:
-        return {}
-    pattern = "|".join(own_path_pattern(f) for f in others)
-    try:
-        found = board.run(["pgrep", "-af", "--", pattern], "looking for other runs", timeout_s)
-    except (BackendFailed, BackendUnavailable):  # pgrep exits 1 when nothing matched
-        return {}
+    """{folder: the pids running from it} of the processes `other_runs_look` printed (`answer`), by
+    the folder of `workdirs` each one's command line names first: not the look's own shell (nor the
+    shell that ran it), nor what runs in `own_run`, the caller's optimize run folder."""
+    lines = answer.splitlines()
+    mark = next((ln.split() for ln in lines if ln.startswith(SELF_MARK + " ")), [])
+    own_pids = set(mark[1:])
+    own = PurePosixPath(str(own_run).rstrip("/")) if own_run is not None else None
+    folders = [
+        re.compile(r"(?:^|(?<=[\s=:'\"/]))(" + re.escape(str(w).rstrip("/")) + r"/[^/\s'\"]+)/")
+        for w in dict.fromkeys(map(str, workdirs))
+    ]
     busy: dict[str, list[str]] = {}
-    for line in found.splitlines():
+    for line in lines:
         pid, _, command = line.strip().partition(" ")
-        folder = next((f for f in others if f + "/" in command), None)
-        if pid.isdigit() and folder is not None:
-            busy.setdefault(folder, []).append(pid)
+        if not pid.isdigit() or pid in own_pids:
+            continue
+        found = [m for f in folders for m in f.finditer(command)]
+        if not found:
+            continue
+        folder = min(found, key=lambda m: m.start()).group(1)
+        if own is not None and PurePosixPath(folder) == own:
+            continue
+        busy.setdefault(folder, []).append(pid)
     return busy
 
 
 def other_runs_at_work(
-    board: Board, own_run: str | PurePosixPath, workdirs: list[str | PurePosixPath], timeout_s: float
+    board: Board, own_run: str | PurePosixPath | None, workdirs: list[str | PurePosixPath], timeout_s: float
 ) -> dict[str, list[str]]:
-    """{another optimize run's folder on the board: the pids running from it}, its folders looked for
-    in `workdirs`: a run whose host was killed (kill -9) or lost its connection goes on building and
+    """{another run's folder on the board: the pids running from it}, its folders looked for in
+    `workdirs`: a run whose host was killed (kill -9) or lost its connection goes on building and
     timing there until its own `timeout`, since ssh without a tty sends the board no hangup; a
-    second optimize on the same board does too. Timed beside them, this run's latencies would
-    include their GPU work. One ssh round trip when no other run's folder exists, two when one does
-    (runs_at_work_among); the sessions look in the ssh that makes their folder instead
-    (mkdir_warning_of_other_runs). Best effort: {} when the board cannot say (no pgrep, a failed call)."""
+    second optimize, bench or profile on the same board does too. Timed beside them, this run's
+    latencies would include their GPU work. One ssh round trip; the sessions look in the ssh that
+    makes their folder instead (mkdir_warning_of_other_runs). Best effort: {} when the board cannot
+    say (no pgrep, a failed call)."""
     try:
         out = board.call(
-            [*board.ssh_prefix(), other_runs_listing(workdirs)], "looking for other runs", timeout_s
+            [*board.ssh_prefix(), other_runs_look(workdirs)], "looking for other runs", timeout_s
         )
     except (BackendFailed, BackendUnavailable):
         return {}
-    return runs_at_work_among(board, out, own_run, timeout_s)
+    return runs_at_work_among(out, own_run, workdirs)
 
 
 def other_runs_phrase(host: str, busy: dict[str, list[str]]) -> str:
@@ -699,19 +710,24 @@ def clear_stale(folder: str | PurePath, stale: Sequence[str]) -> str:
 
 
 def mkdir_warning_of_other_runs(
-    board: Board, folder: str | PurePosixPath, timeout_s: float, stale: Sequence[str] = ()
+    board: Board,
+    folder: str | PurePosixPath,
+    timeout_s: float,
+    stale: Sequence[str] = (),
+    ours: bool = False,
 ) -> None:
     """Board.mkdir of `folder` (optimize's run folder, before its first measurement; bench's or
     profile's work folder for its model), and in the same ssh the look for another run at work on
     the board (other_runs_at_work's, beside `folder` and in both backends' usual folders): a
-    BoardWarning naming it, before this run times beside it. No round trip more than the mkdir when
-    no other run's folder exists, one (pgrep) when one does. `folder` is this run's own, never
-    another's (a model named optimize-*). A failed mkdir reads as Board.mkdir's."""
+    BoardWarning naming it, before this run times beside it. No round trip more than the mkdir.
+    What runs in `folder` itself is another run's too (a bench of a model of the same name, whose
+    files this run is about to replace), unless `ours`: optimize's run folder, where the run's other
+    session works. A failed mkdir reads as Board.mkdir's."""
     quoted = shlex.quote(str(folder))
-    listing = other_runs_listing(usual_workdirs(folder))
-    command = f"mkdir -p {quoted}{clear_stale(folder, stale)} || exit; {listing}"
-    listed = board.call([*board.ssh_prefix(), command], "mkdir", timeout_s)
-    warn_of_busy(board, runs_at_work_among(board, listed, folder, timeout_s))
+    workdirs = usual_workdirs(folder)
+    command = f"mkdir -p {quoted}{clear_stale(folder, stale)} || exit; {other_runs_look(workdirs)}"
+    answer = board.call([*board.ssh_prefix(), command], "mkdir", timeout_s)
+    warn_of_busy(board, runs_at_work_among(answer, folder if ours else None, workdirs))
 
 
 def fetch_engine(board: Board, timing: Timing, dest: str | Path, timeout_s: float) -> bool:

@@ -32,3 +32,27 @@ def end_as_openssh(ssh: Path) -> None:
         "sys.exit(255 if code < 0 else code)\n"
     )
     ssh.chmod(0o755)
+
+
+#: Set in the tests' environment by board_processes: every process the stand-in board starts (and
+#: any a test starts as "another run") inherits it, and the board's pgrep sees only those.
+BOARD_MARK = "DEPLOYOPT_FAKE_BOARD"
+
+
+def board_processes(bindir: Path, board_id: str, monkeypatch: object) -> None:
+    """A `pgrep` in `bindir` (on the stand-in board's PATH) that lists only the processes of this
+    test's board: the board is this machine, whose process table also holds the other xdist
+    worker's stand-in boards, running from folders of the same names (deployopt-runner/net/)."""
+    import shutil
+
+    real = shutil.which("pgrep")
+    assert real is not None, "the stand-in board needs this machine's pgrep"
+    (bindir / "pgrep").write_text(
+        "#!/bin/sh\n"
+        f'"{real}" "$@" | while read -r pid rest; do\n'
+        f'  tr "\\000" "\\n" < "/proc/$pid/environ" 2>/dev/null | grep -qxF "{BOARD_MARK}={board_id}" '
+        '&& echo "$pid $rest"\n'
+        "done\n"
+    )
+    (bindir / "pgrep").chmod(0o755)
+    monkeypatch.setenv(BOARD_MARK, board_id)  # type: ignore[attr-defined]

@@ -424,17 +424,17 @@ def test_another_run_still_at_work_on_the_board_is_a_warning_with_the_command_th
     its own `timeout` (no tty: no hangup there); a run started beside it would time their GPU work
     together. optimize says so before its first measurement, naming the pids and the ssh that ends
     them, and goes on. A leftover folder with nothing running from it, and a process of a folder
-    that is no run's, are not named."""
+    outside the work folders, are not named. The look rides on the ssh that makes the run's folder."""
     import subprocess
     import sys
 
     log, home = play_the_board(tmp_path, monkeypatch)
     stale = f"deployopt-runner/optimize-old-{os.getpid()}"
-    for folder in (stale, f"deployopt-runner/optimize-done-{os.getpid()}", "deployopt-runner/elsewhere"):
+    for folder in (stale, f"deployopt-runner/optimize-done-{os.getpid()}", "my-deployopt-runner/elsewhere"):
         (home / folder).mkdir(parents=True)
     sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
     busy = subprocess.Popen([*sleeper, f"{stale}/runner.py", "--runs", "100"], cwd=home)
-    unrelated = subprocess.Popen([*sleeper, "deployopt-runner/elsewhere/runner.py"], cwd=home)
+    unrelated = subprocess.Popen([*sleeper, "my-deployopt-runner/elsewhere/runner.py"], cwd=home)
     try:
         model = two_convs(tmp_path / "host" / "net.onnx")
         code, _, err = optimize_remote(monkeypatch, capsys, model, tmp_path / "out", "--json")
@@ -448,7 +448,8 @@ def test_another_run_still_at_work_on_the_board_is_a_warning_with_the_command_th
         assert said[0].endswith(f"to end it now: ssh {HOST} kill {busy.pid}")
         assert busy.poll() is None and (home / stale).is_dir()  # another run's: warned of, not touched
         looked = [ln for ln in log.read_text().splitlines() if " pgrep " in ln]
-        assert len(looked) == 1 and "optimize-done-" in looked[0] and "elsewhere" not in looked[0]
+        made = f"ssh {OPTS} {HOST} mkdir -p deployopt-runner/optimize-"
+        assert len(looked) == 1 and looked[0].startswith(made)  # the look rides on the mkdir
     finally:
         for proc in (busy, unrelated):
             proc.kill()
@@ -458,16 +459,60 @@ def test_another_run_still_at_work_on_the_board_is_a_warning_with_the_command_th
 def test_a_board_with_no_other_run_costs_one_round_trip_and_says_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No other run's folder on the board: one ssh lists none and pgrep is never run; the run's own
-    folder is not another run."""
+    """No other run at work on the board: one ssh looks and finds none. What runs from the run's own
+    folder (its other session's work) is not another run, nor the look's own shell, whose command
+    line names the work folders too."""
+    import subprocess
+    import sys
+
     from deployopt.remote import Board, other_runs_at_work
 
     log, home = play_the_board(tmp_path, monkeypatch)
-    own = "deployopt-runner/optimize-net-1"
+    own = f"deployopt-runner/optimize-net-{os.getpid()}"
     (home / own).mkdir(parents=True)
-    assert other_runs_at_work(Board(HOST), own, ["deployopt-runner", "/nonexistent-dir"], 30) == {}
-    lines = log.read_text().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"ssh {OPTS} {HOST} for d in deployopt-runner/optimize-*/")
+    (home / "deployopt-runner" / "old-model").mkdir()  # an earlier bench's folder, nothing running
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    ours = subprocess.Popen([*sleeper, f"{own}/runner.py"], cwd=home)
+    try:
+        look = ["deployopt-runner", "/nonexistent-dir", "deployopt-runner/old-model"]
+        assert other_runs_at_work(Board(HOST), own, look, 30) == {}
+        lines = log.read_text().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"ssh {OPTS} {HOST} echo deployopt-self ")
+    finally:
+        ours.kill()
+        ours.wait()
+
+
+def test_what_the_look_found_is_told_apart_by_the_folder_each_command_names_first() -> None:
+    """runs_at_work_among on a board's answer: each process is named by the first work-folder
+    subfolder its command line names (relative, or inside an absolute path to the home), never the
+    look's own shell or its parent (SELF_MARK's pids), nor a file in a work folder's root (the
+    runner itself), nor a folder whose name only ends like a work folder; the caller's own run
+    folder is left out when given, and is another run's when not (a bench of the same model)."""
+    from deployopt.remote import SELF_MARK, runs_at_work_among
+
+    answer = "\n".join(
+        [
+            f"{SELF_MARK} 100 99",
+            "100 sh -c mkdir -p deployopt-runner/net || exit; echo ...",
+            "99 python3 ssh user@jetson mkdir -p deployopt-runner/net",
+            "201 python3 deployopt-runner/runner.py deployopt-runner/optimize-a/c1.onnx --out x",
+            "202 python3 /home/u/deployopt-runner/runner.py /home/u/deployopt-runner/resnet/r.onnx",
+            "203 /usr/src/tensorrt/bin/trtexec --onnx=/tmp/deployopt-trtexec/optimize-b/m.onnx",
+            "204 python3 deployopt-runner/runner.py --version",
+            "205 python3 my-deployopt-runner/net/runner.py",
+            "206 python3 deployopt-runner/runner.py deployopt-runner/net/net.onnx",
+            "not a pid line",
+        ]
+    )
+    workdirs = ["deployopt-runner", "/tmp/deployopt-trtexec"]
+    others = {
+        "deployopt-runner/optimize-a": ["201"],
+        "deployopt-runner/resnet": ["202"],
+        "/tmp/deployopt-trtexec/optimize-b": ["203"],
+    }
+    assert runs_at_work_among(answer, "deployopt-runner/net", workdirs) == others
+    assert runs_at_work_among(answer, None, workdirs) == {**others, "deployopt-runner/net": ["206"]}
 
 
 def test_a_trtexec_run_in_an_absolute_folder_is_found_by_its_path(

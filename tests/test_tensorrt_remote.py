@@ -24,6 +24,7 @@ from typing import Any
 import jetson_sysfs_fake as sysfs_fake
 import pytest
 from cli_runner import run_cli
+from ssh_fake import board_processes
 
 from deployopt.backends.base import MeasureOptions, Session, get_backend
 from deployopt.errors import BackendFailed
@@ -85,6 +86,7 @@ def play_the_board(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Pat
     (boardbin / "nvpmodel").write_text('#!/bin/sh\nprintf "NV Power Mode: MODE_30W\\n2\\n"\n')
     for exe in [*hostbin.iterdir(), *boardbin.iterdir()]:
         exe.chmod(0o755)
+    board_processes(boardbin, str(tmp_path), monkeypatch)
     monkeypatch.setenv("PATH", f"{hostbin}:{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_BOARD_ROOT", str(sysfs_fake.orin(tmp_path / "sysfs")))
     for name in (
@@ -122,13 +124,13 @@ def version_check(timeout: str = "120") -> str:
 
 def made_and_looked(home: Path, rdir: str = "deployopt-runner/net") -> str:
     """The ssh line that makes the model's folder on the board, bench's and profile's first: in the
-    same round trip it lists other optimize runs' folders, in the runner's and trtexec's work folders
-    (the board's /tmp is `home`/tmp here), so no other run costs no ssh more; and it removes the
-    result.json a run before this one left there, which a runner writing none handed back."""
+    same round trip it looks for what runs from the runner's and trtexec's work folders (the board's
+    /tmp is `home`/tmp here), so the look costs no ssh more; and it removes the result.json a run
+    before this one left there, which a runner writing none handed back."""
     return (
         f"ssh {OPTS} {HOST} mkdir -p {rdir} && rm -f -- {rdir}/result.json || exit; "
-        "for d in deployopt-runner/optimize-*/ "
-        f'{home}/tmp/deployopt-trtexec/optimize-*/; do [ -d "$d" ] && echo "$d"; done; exit 0'
+        "echo deployopt-self $$ $PPID; pgrep -af -- "
+        f"'[d]eployopt-runner/|[/]{str(home)[1:]}/tmp/deployopt-trtexec/' 2>/dev/null; exit 0"
     )
 
 
@@ -340,24 +342,25 @@ def test_cli_profile_reads_the_runners_per_layer_table(
     assert doc["environment"]["nvpmodel"] == "MODE_30W"
 
 
-def other_runs_on_the_board(home: Path) -> tuple[str, list[Any]]:
-    """An optimize run left at work on the board (its host killed): a folder of its own in the
-    runner's work folder, with a runner still running from it. Beside it what is no other run's: a
-    finished run's folder with nothing running, a process of a folder that is no run's, and one
-    whose folder is named like the stale one's but is not it. Returns (the stale folder, the
-    processes: the stale one first)."""
+def other_runs_on_the_board(home: Path) -> tuple[list[str], list[Any]]:
+    """Other runs left at work on the board (their host killed): an optimize run's folder in the
+    runner's work folder, with a runner still running from it, and a bench of another model,
+    timing from that model's folder. Beside them what is no other run's: a finished run's folder
+    with nothing running, and a process naming a folder outside the work folders whose name ends
+    like theirs. Returns (the busy folders, the processes: the busy ones first)."""
     import subprocess
 
     stale = f"deployopt-runner/optimize-old-{os.getpid()}"
-    for folder in (stale, f"deployopt-runner/optimize-done-{os.getpid()}", "deployopt-runner/elsewhere"):
+    bench = f"deployopt-runner/other-{os.getpid()}"
+    for folder in (stale, bench, f"deployopt-runner/optimize-done-{os.getpid()}", "my-deployopt-runner/x"):
         (home / folder).mkdir(parents=True)
     sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
     procs = [
         subprocess.Popen([*sleeper, f"{stale}/runner.py", f"{stale}/net/net.onnx"], cwd=home),
-        subprocess.Popen([*sleeper, "deployopt-runner/elsewhere/runner.py"], cwd=home),
-        subprocess.Popen([*sleeper, f"{stale}-copy/runner.py"], cwd=home),
+        subprocess.Popen([*sleeper, "deployopt-runner/runner.py", f"{bench}/other.onnx"], cwd=home),
+        subprocess.Popen([*sleeper, "my-deployopt-runner/x/runner.py"], cwd=home),
     ]
-    return stale, procs
+    return [stale, bench], procs
 
 
 @pytest.mark.parametrize("command", ["bench", "profile"])
@@ -373,8 +376,7 @@ def test_cli_bench_and_profile_name_another_run_at_work_on_the_board(
     ssh that ends it, said before the runner times (its GPU work would be timed too); the run goes
     on, and the stale one is warned of, not touched. What is no other run's is not named."""
     log, home = play_the_board(tmp_path, monkeypatch)
-    stale, procs = other_runs_on_the_board(home)
-    busy = procs[0]
+    (stale, bench), procs = other_runs_on_the_board(home)
     try:
         code, _, err = run_cli(
             monkeypatch, capsys, command, str(model), *REMOTE, "--dtype", "fp32", "--runs", "5",
@@ -382,20 +384,18 @@ def test_cli_bench_and_profile_name_another_run_at_work_on_the_board(
         )  # fmt: skip
         assert code == 0, err
         said = [ln for ln in err.splitlines() if "another deployopt run" in ln]
-        assert said == [
-            f"warning: another deployopt run is still at work on {HOST} ({stale}: pid {busy.pid}): its "
-            f"GPU work would be timed with this run's. It ends at its own --timeout; to end it now: "
-            f"ssh {HOST} kill {busy.pid}"
-        ], err
-        assert all(str(proc.pid) not in said[0] for proc in procs[1:])
-        lines = log.read_text().splitlines()
-        assert lines[0] == made_and_looked(home)
-        assert lines[1] == (
-            f"ssh {OPTS} {HOST} pgrep -af -- "
-            f"'[d]eployopt-runner/optimize-done-{os.getpid()}/|[d]eployopt-runner/optimize-old-{os.getpid()}/'"
+        pids = {folder: str(proc.pid) for folder, proc in zip((stale, bench), procs)}
+        assert len(said) == 1, err
+        assert said[0].startswith(f"warning: another deployopt run is still at work on {HOST} (")
+        assert f"{stale}: pid {pids[stale]}" in said[0] and f"{bench}: pid {pids[bench]}" in said[0]
+        assert said[0].endswith(f"ssh {HOST} kill {pids[stale]} {pids[bench]}") or said[0].endswith(
+            f"ssh {HOST} kill {pids[bench]} {pids[stale]}"
         )
-        assert " python3 deployopt-runner/runner.py " in lines[4]  # timed after the warning
-        assert busy.poll() is None and (home / stale).is_dir()
+        assert str(procs[2].pid) not in said[0] and "optimize-done-" not in said[0]
+        lines = log.read_text().splitlines()
+        assert lines[0] == made_and_looked(home)  # the look rides on the mkdir: no ssh more
+        assert " python3 deployopt-runner/runner.py " in lines[3]  # timed after the warning
+        assert all(proc.poll() is None for proc in procs) and (home / stale).is_dir()
     finally:
         for proc in procs:
             proc.kill()
@@ -408,15 +408,16 @@ def test_cli_bench_beside_no_run_at_work_says_nothing(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """A board with only finished runs' folders: pgrep finds nothing running from them, and bench
-    says nothing. The bench's own work folder is never taken for another run's, even for a model
-    named like one (optimize-net.onnx: deployopt-runner/optimize-net, left by an earlier bench)."""
+    """A board with only finished runs' folders: nothing runs from them, and bench says nothing, with
+    no ssh more than the mkdir's. The bench's own work folder is no other run's, even for a model
+    named like an optimize run (optimize-net.onnx: deployopt-runner/optimize-net, left by an earlier
+    bench)."""
     log, home = play_the_board(tmp_path, monkeypatch)
     model = tmp_path / "host" / "optimize-net.onnx"
     model.parent.mkdir()
     model.write_bytes(zoo_model_path("mobilenet_like").read_bytes())
     done = f"deployopt-runner/optimize-done-{os.getpid()}"
-    for folder in (done, "deployopt-runner/optimize-net"):
+    for folder in (done, "deployopt-runner/optimize-net", "deployopt-runner/old-model"):
         (home / folder).mkdir(parents=True)
     code, _, err = run_cli(
         monkeypatch, capsys, "bench", str(model), *REMOTE, "--dtype", "fp32", "--runs", "5"
@@ -424,10 +425,7 @@ def test_cli_bench_beside_no_run_at_work_says_nothing(
     assert code == 0, err
     assert "another deployopt run" not in err
     lines = log.read_text().splitlines()
-    assert lines[:2] == [
-        made_and_looked(home, "deployopt-runner/optimize-net"),
-        f"ssh {OPTS} {HOST} pgrep -af -- '[d]eployopt-runner/optimize-done-{os.getpid()}/'",
-    ]
+    assert lines[0] == made_and_looked(home, "deployopt-runner/optimize-net")
     assert sum(" pgrep " in ln for ln in lines) == 1
 
 

@@ -20,6 +20,7 @@ from unittest import mock
 import onnx
 import pytest
 from cli_runner import run_cli
+from ssh_fake import board_processes
 from test_tensorrt_remote import interrupt_the_timed_run
 
 from deployopt.backends.base import MeasureOptions, Session, get_backend
@@ -567,6 +568,7 @@ def play_the_board(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     )
     for exe in bindir.iterdir():
         exe.chmod(0o755)
+    board_processes(bindir, str(tmp_path), monkeypatch)
     monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
     monkeypatch.delenv("DEPLOYOPT_TRTEXEC")  # nothing local: the binary lives on the board
     return log
@@ -783,8 +785,9 @@ def test_cli_remote_bench_and_profile_name_another_run_at_work_on_the_board(
     """bench (here of a prebuilt engine) and profile with trtexec on the board look for another run
     at work there, as optimize does, in the ssh that makes the model's folder: an optimize run left
     building in trtexec's work folder (its host killed) is one warning line naming its folder, its
-    pid and the ssh that ends it, before trtexec times; a process of a folder named like it is not
-    named. The board's /tmp is a folder of this test's, so no other test's run is seen."""
+    pid and the ssh that ends it, before trtexec times; a process of a folder outside the work
+    folders, named like one, is not named. The board's pgrep sees only this test's processes
+    (ssh_fake.board_processes), so no other test's run is seen."""
     import subprocess
 
     import deployopt.remote
@@ -796,7 +799,7 @@ def test_cli_remote_bench_and_profile_name_another_run_at_work_on_the_board(
     (stale / "net").mkdir(parents=True)
     sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
     busy = subprocess.Popen([*sleeper, f"--onnx={stale}/net/net.onnx", "--fp16"])
-    alike = subprocess.Popen([*sleeper, f"--onnx={stale}-copy/net/net.onnx", "--fp16"])
+    alike = subprocess.Popen([*sleeper, f"--onnx={workdir}-copy/{stale.name}/net.onnx", "--fp16"])
     model = tmp_path / f"remote_busy_{os.getpid()}.onnx"
     model.write_bytes(fake["model"].read_bytes())
     engine = tmp_path / f"remote_busy_engine_{os.getpid()}.engine"
@@ -820,13 +823,12 @@ def test_cli_remote_bench_and_profile_name_another_run_at_work_on_the_board(
             calls = log.read_text().splitlines()
             made = (
                 f"user@jetson mkdir -p /tmp/deployopt-trtexec/{path.stem} && rm -f -- "
-                f"/tmp/deployopt-trtexec/{path.stem}/*.json || exit; "
-                "for d in /tmp/deployopt-trtexec/optimize-*/ deployopt-runner/optimize-*/ "
-                f"{workdir}/optimize-*/; do "
+                f"/tmp/deployopt-trtexec/{path.stem}/*.json || exit; echo deployopt-self $$ $PPID; "
+                "pgrep -af -- '[/]tmp/deployopt-trtexec/|[d]eployopt-runner/|"
+                f"[/]{str(workdir)[1:]}/' 2>/dev/null; exit 0"
             )
-            assert "--help" in calls[0] and made in calls[1]
-            assert " pgrep -af -- " in calls[2] and f"optimize-old-{os.getpid()}/" in calls[2]
-            assert any("--exportTimes" in c for c in calls[3:])  # timed after the warning
+            assert "--help" in calls[0] and calls[1].endswith(made)  # the look rides on the mkdir
+            assert any("--exportTimes" in c for c in calls[2:])  # timed after the warning
         assert busy.poll() is None and stale.is_dir()  # warned of, not touched
     finally:
         for proc in (busy, alike):

@@ -503,7 +503,7 @@ class RemoteRunnerSession(Session):
         without tensorrt or python3 is refused before optimize makes OUTDIR (else left holding the
         journal of a run that measured nothing). Not for `targets --remote`, which needs no TensorRT."""
         if self.run_dir is not None:
-            mkdir_warning_of_other_runs(self.board, self.run_dir, self.short_s)
+            mkdir_warning_of_other_runs(self.board, self.run_dir, self.short_s, ours=True)
             if self.options.dtype in ("fp16", "int8") and self.trt_version is None:
                 self.trt_version = self._board_version()
         else:

@@ -808,7 +808,7 @@ class TrtexecSession(Session):
             return
         short = min(120.0, self.options.timeout_s)
         if self.run_dir is not None:  # optimize's run: the look for another run rides on the mkdir
-            mkdir_warning_of_other_runs(self._board(), self.run_dir, short)
+            mkdir_warning_of_other_runs(self._board(), self.run_dir, short, ours=True)
         else:
             self._board().mkdir(self.remote_workdir, short)
 
