@@ -76,6 +76,21 @@ def is_low_precision(model: onnx.ModelProto) -> bool:
     return any(t in _LOW_PRECISION for t in _tensor_types(model).values())
 
 
+def typed_precision(model: onnx.ModelProto) -> str:
+    """The precision a model computes in when run as it is (onnxruntime runs no conversion): "int8"
+    for Q/DQ nodes, "fp16" or "bf16" for a model typed so (by `deployopt fp16`, ModelOpt AutoCast,
+    an fp16 export), else "fp32". A record of such a model said fp32, and compare took an fp16
+    model's timing for a like-for-like one of the fp32 model's."""
+    from deployopt.model import has_qdq
+
+    if has_qdq(model):
+        return "int8"
+    if not is_low_precision(model):
+        return _F32
+    types = set(_tensor_types(model).values())
+    return "bf16" if TensorProto.BFLOAT16 in types and TensorProto.FLOAT16 not in types else _F16
+
+
 def _infer(model: onnx.ModelProto, what: str, strict: bool = False) -> onnx.ModelProto:
     try:
         return onnx.shape_inference.infer_shapes(model, check_type=strict, strict_mode=strict, data_prop=True)

@@ -43,6 +43,26 @@ def test_one_conv_models_carry_the_oldest_ir_version_their_opset_allows() -> Non
         onnx.checker.check_model(model, full_check=True)
 
 
+def test_a_model_typed_fp16_or_quantized_is_recorded_in_the_precision_it_ran_in(
+    conv_path: Path, tmp_path: Path
+) -> None:
+    """onnxruntime runs a model as it is typed: an fp16-typed model (`deployopt fp16`) or a Q/DQ one
+    is recorded so, in the environment's dtype (compare's like-for-like check) and in "what was
+    timed", for measure and profile alike. Before, both said fp32, and compare took an fp16 model's
+    timing for a like-for-like one of the fp32 model's."""
+    from deployopt.precision import write_fp16
+
+    typed = write_fp16(conv_path, tmp_path / "conv16.onnx")
+    qdq = Path(__file__).parent / "data" / "modelopt_int8_se_net.onnx"  # ModelOpt's INT8 Q/DQ export
+    expected = {conv_path: ("fp32", "fp32, batch 1"), typed: ("fp16", "fp16 as typed in the model, batch 1")}
+    expected[qdq] = ("int8", "int8 from the model's Q/DQ nodes, batch ")
+    with get_backend("ort").open(OPTS) as session:
+        for path, (dtype, phrase) in expected.items():
+            for record in (session.measure(path), session.profile(path)):
+                assert record.environment["dtype"] == dtype
+                assert phrase in record.timed
+
+
 def test_measure_gives_consistent_statistics(conv_path: Path) -> None:
     with get_backend("ort").open(OPTS) as session:
         t = session.measure(conv_path)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from deployopt.backends.base import Backend, LayerTime, MeasureOptions, Profile, Session
 from deployopt.errors import BackendFailed, BackendUnavailable, DeployoptError, first_line
+from deployopt.precision import typed_precision
 from deployopt.timing import Timing
 
 if TYPE_CHECKING:
@@ -33,6 +34,13 @@ if TYPE_CHECKING:
     from deployopt.memory import RunEstimate
     from deployopt.model import LoadedModel
 
+#: What a record's "timed" line says of a model onnxruntime ran in a precision it is typed in
+#: (precision.typed_precision), where an fp32 model's says "fp32".
+TYPED_PHRASES = {
+    "fp16": "fp16 as typed in the model",
+    "bf16": "bf16 as typed in the model",
+    "int8": "int8 from the model's Q/DQ nodes",
+}
 NODE_SUFFIX = "_kernel_time"
 OPTIMIZED_NAME = "optimized.onnx"
 
@@ -480,20 +488,19 @@ class OrtSession(Session):
             raise BackendFailed(f"onnxruntime failed running the model: {_first_line(exc)}") from None
         return samples
 
-    def _timed(self, batch: int | None, what: str) -> str:
+    def _timed(self, batch: int | None, what: str, dtype: str) -> str:
         b = f", batch {batch}" if batch else ""
         return (
-            f"{what}, fp32{b}, {self.providers[0]}, ORT_ENABLE_ALL graph optimizations, "
-            f"host wall clock (time.perf_counter), inputs in host memory"
+            f"{what}, {TYPED_PHRASES.get(dtype, dtype)}{b}, {self.providers[0]}, ORT_ENABLE_ALL graph "
+            f"optimizations, host wall clock (time.perf_counter), inputs in host memory"
         )
 
-    def _environment(self) -> dict[str, Any]:
+    def _environment(self, dtype: str) -> dict[str, Any]:
         from deployopt.environment import collect
 
-        # dtype: compare (LIKE_FOR_LIKE) names a dtype difference as such, as for the other backends
-        return collect(
-            self.backend.name, provider=self.providers[0], device=self.providers[0], dtype=self.options.dtype
-        )
+        # dtype: compare (LIKE_FOR_LIKE) names a dtype difference as such, as for the other backends;
+        # onnxruntime runs the model as it is typed (typed_precision), whatever --dtype said
+        return collect(self.backend.name, provider=self.providers[0], device=self.providers[0], dtype=dtype)
 
     @staticmethod
     def _batch(loaded: LoadedModel) -> int | None:
@@ -528,13 +535,14 @@ class OrtSession(Session):
         feeds = random_inputs(loaded.model)
         self._run(sess, feeds, opts.warmup)
         samples = self._run(sess, feeds, opts.runs)
+        dtype = typed_precision(loaded.model)
         return Timing(
             backend=self.backend.name,
             samples_us=samples,
             warmup=opts.warmup,
-            timed=self._timed(self._batch(loaded), "one InferenceSession.run call (one forward pass)"),
+            timed=self._timed(self._batch(loaded), "one InferenceSession.run call (one forward pass)", dtype),
             # the shapes timed: compare flags a resolution change (the timed line names the batch only)
-            environment={**self._environment(), "input_shapes": dict(loaded.input_shapes)},
+            environment={**self._environment(dtype), "input_shapes": dict(loaded.input_shapes)},
         )
 
     def profile(self, model_path: Path, kernels: bool = False) -> Profile:
@@ -566,10 +574,11 @@ class OrtSession(Session):
         return OrtProfile(
             backend=self.backend.name,
             layers=layers,
-            environment=self._environment(),
+            environment=self._environment(typed_precision(loaded.model)),
             timed=self._timed(
                 self._batch(loaded),
                 "per optimized-graph node: median over runs of onnxruntime's profiler node time",
+                typed_precision(loaded.model),
             ),
             runs=opts.runs,
             mapped_by="optimized graph" if optimized is not None else "node names (approximate)",
