@@ -398,8 +398,28 @@ def _check_samples(p: Path, timing: Timing, what: str) -> None:
 EXPORT_TIMES_TIMED = "one query, GPU compute time per trtexec --exportTimes (computeMs)"
 
 
+#: Keys of an --exportProfile entry (one a layer: name, timeMs, averageMs, [medianMs,] percentage)
+#: that no --exportTimes entry has.
+EXPORT_PROFILE_KEYS = frozenset({"averageMs", "percentage"})
+
+
+def is_export_profile(data: list[Any]) -> bool:
+    """Whether a JSON list is trtexec's --exportProfile (`[{"count": N}, {layer}...]`), per-layer
+    times a compare cannot test: its entries' "name" was read as an --exportTimes field and the
+    error said a layer name is no time."""
+    entries = [e for e in data if isinstance(e, dict)]
+    counted = bool(entries) and set(entries[0]) == {"count"}
+    return counted or any(set(e) >= EXPORT_PROFILE_KEYS and "name" in e for e in entries)
+
+
 def _from_export_times(p: Path, data: list[Any]) -> Timing:
     from deployopt.backends.trtexec_parser import TrtexecRun, parse_times_json
+
+    if is_export_profile(data):
+        raise DataError(
+            f"{p} is a trtexec --exportProfile file (per-layer times, no per-run samples): run trtexec "
+            "with --exportTimes=FILE.json and compare that file"
+        )
 
     try:
         timing = TrtexecRun(iterations=parse_times_json(data)).timing("computeMs")

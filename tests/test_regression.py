@@ -378,6 +378,23 @@ def test_results_without_identity_still_compare_with_a_note(tmp_path: Path) -> N
 
 
 @needs_fixtures
+def test_a_trtexec_export_profile_file_is_named_as_such_not_read_as_export_times() -> None:
+    """trtexec's --exportProfile (per-layer times, from 7.1 to 8.x here, recorded on a Xavier, an
+    Orin and desktop GPUs) is told apart from --exportTimes: the error named a layer's name as a bad
+    time ("--exportTimes entry 1: name must be a finite time"); the exportTimes file still loads."""
+    profiles = sorted(TIMES.parent.glob("*_exportProfile*.json"))
+    assert len(profiles) >= 4
+    for path in profiles:
+        with pytest.raises(DataError) as err:
+            load_timing(path)
+        assert str(err.value) == (
+            f"{path} is a trtexec --exportProfile file (per-layer times, no per-run samples): run "
+            "trtexec with --exportTimes=FILE.json and compare that file"
+        )
+    assert load_timing(TIMES).runs > 100
+
+
+@needs_fixtures
 def test_trtexec_export_times_say_they_name_no_model(tmp_path: Path) -> None:
     new = write_timing(tmp_path / "new.json", 500.0)
     check = check_models((TIMES, load_timing(TIMES)), (new, load_timing(new)))
