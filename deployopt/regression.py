@@ -364,13 +364,12 @@ class Pair:
 
     def to_json(self) -> dict[str, Any]:
         def side(t: Timing, path: Path) -> dict[str, Any]:
-            lo, hi = t.ci95_us
             return {
                 "file": str(path),
                 "backend": t.backend,
                 "median_us": t.median_us,
                 "iqr_us": t.iqr_us,
-                "ci95_us": [lo, hi],
+                "ci95_us": list(t.ci95_us) if t.ci_known else None,  # null below timing.CI_MIN_RUNS
                 "runs": t.runs,
                 "timed": t.timed,
                 "measured_on": setup(t),  # what the table's "measured on" line says

@@ -36,7 +36,7 @@ def _timing_row(t: Timing) -> dict[str, Any]:
     row = {
         "median_us": t.median_us,
         "iqr_us": t.iqr_us if t.measured else None,
-        "ci95_us": list(t.ci95_us) if t.measured else None,
+        "ci95_us": list(t.ci95_us) if t.measured and t.ci_known else None,
         "runs": t.runs if t.measured else None,
         "measured": t.measured,
         "describe": t.describe(),
@@ -367,6 +367,8 @@ def _build_lines(evaluations: list[dict[str, Any]]) -> list[str]:
 def _fmt(t: dict[str, Any]) -> str:
     if not t["measured"]:
         return f"{t['median_us']:.1f} µs (predicted)"
+    if t["ci95_us"] is None:  # fewer runs than a 95 % CI of the median needs (timing.CI_MIN_RUNS)
+        return f"{t['median_us']:.1f} µs (IQR {t['iqr_us']:.1f}, no 95% CI, {t['runs']} runs)"
     lo, hi = t["ci95_us"]
     return f"{t['median_us']:.1f} µs (IQR {t['iqr_us']:.1f}, 95% CI [{lo:.1f}, {hi:.1f}], {t['runs']} runs)"
 

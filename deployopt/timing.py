@@ -19,6 +19,10 @@ from deployopt.clocks import throttle_record_problem
 from deployopt.errors import BackendFailed, DataError, DeployoptError, no_such_file
 
 BOOTSTRAP_RESAMPLES = 2000
+#: The fewest runs a 95 % CI of the median needs: from n samples the widest interval there is,
+#: [min, max], holds the median with probability 1 - 2 * 0.5**n (50 % at 2 runs, 93.75 % at 5,
+#: 96.9 % at 6), and the bootstrap's percentile interval of 2 to 5 runs was [min, max], labelled 95 %.
+CI_MIN_RUNS = 6
 # More samples than anyone times on purpose: a typo (or 10**20) would otherwise loop until Ctrl-C.
 MAX_RUNS = 100_000
 
@@ -87,6 +91,16 @@ class Timing:
         """Why the spread is missing, for tables: 'n/a (1 run)'."""
         return f"n/a ({counted(self.runs, 'run')})"
 
+    @property
+    def ci_known(self) -> bool:
+        """Whether a 95 % CI of the median exists for these samples (CI_MIN_RUNS): from fewer runs
+        the bootstrap's interval is the samples' range, which holds the median less often."""
+        return self.runs >= CI_MIN_RUNS or not self.measured
+
+    def ci_text(self) -> str:
+        """Why the CI is missing, for tables: 'n/a (5 runs; a 95% CI of the median needs 6)'."""
+        return f"n/a ({counted(self.runs, 'run')}; a 95% CI of the median needs {CI_MIN_RUNS})"
+
     def describe(self) -> str:
         """One human line, e.g. 'measured on torch (H200, 8 SMs): 512.3 µs median, IQR 2.1 µs, 100 runs'."""
         if not self.measured:
@@ -99,22 +113,26 @@ class Timing:
             return (
                 f"measured on {self.backend}{where}: {self.median_us:.1f} µs, IQR and CI {self.spread_text()}"
             )
-        lo, hi = self.ci95_us
+        if self.ci_known:
+            lo, hi = self.ci95_us
+            ci = f"95% CI [{lo:.1f}, {hi:.1f}]"
+        else:
+            ci = f"no 95% CI (a CI of the median needs {CI_MIN_RUNS} runs)"
         return (
             f"measured on {self.backend}{where}: {self.median_us:.1f} µs median, "
-            f"IQR {self.iqr_us:.1f} µs, 95% CI [{lo:.1f}, {hi:.1f}], {counted(self.runs, 'run')}"
+            f"IQR {self.iqr_us:.1f} µs, {ci}, {counted(self.runs, 'run')}"
         )
 
     def to_json(self) -> dict[str, Any]:
         """The measurement as JSON; iqr_us and ci95_us are null when there is no spread to show
-        (one measured sample: see spread_known)."""
+        (one measured sample: see spread_known), ci95_us also below CI_MIN_RUNS runs (ci_known)."""
         known = self.spread_known
         out: dict[str, Any] = {
             "backend": self.backend,
             "measured": self.measured,
             "median_us": self.median_us,
             "iqr_us": self.iqr_us if known else None,
-            "ci95_us": list(self.ci95_us) if known else None,
+            "ci95_us": list(self.ci95_us) if known and self.ci_known else None,
             "runs": self.runs,
             "warmup": self.warmup,
             "samples_us": [float(x) for x in self.samples_us],

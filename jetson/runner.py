@@ -39,6 +39,9 @@ import sys
 import time
 
 BOOTSTRAP_RESAMPLES = 2000
+#: The fewest runs a 95 % CI of the median needs (deployopt.timing.CI_MIN_RUNS: [min, max] of 5
+#: runs holds the median 93.75 % of the time)
+CI_MIN_RUNS = 6
 MAX_RUNS = 100000  # as deployopt.timing.MAX_RUNS (a test keeps the two equal)
 # deployopt.timing.min_samples at `deployopt compare`'s default alpha 0.01 (a test keeps them equal):
 # fewer runs than this can never be judged slower or faster, and compare refuses such a file.
@@ -114,14 +117,15 @@ def summarize(samples_us, warmup, timed, environment, backend="tensorrt", model=
     """The bench JSON schema (deployopt.timing.Timing.to_json): one run has no spread, so its IQR and
     CI are null rather than a 0 and [x, x] that look exact. `model` (model_identity) says what was
     timed, so `deployopt compare` can tell a wrong pair from a regression; `measured_at`
-    (measured_now) when, so it can tell last week's result, left in place by a run that failed."""
+    (measured_now) when, so it can tell last week's result, left in place by a run that failed.
+    The CI is null below CI_MIN_RUNS runs too (deployopt.timing.CI_MIN_RUNS)."""
     known = len(samples_us) >= 2
     out = {
         "backend": backend,
         "measured": True,
         "median_us": median(samples_us),
         "iqr_us": iqr(samples_us) if known else None,
-        "ci95_us": list(bootstrap_median_ci(samples_us)) if known else None,
+        "ci95_us": list(bootstrap_median_ci(samples_us)) if len(samples_us) >= CI_MIN_RUNS else None,
         "runs": len(samples_us),
         "warmup": warmup,
         "samples_us": [float(s) for s in samples_us],

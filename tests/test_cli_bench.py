@@ -88,6 +88,10 @@ def test_bench_table(monkeypatch, capsys, model: Path) -> None:
     assert code == 0
     for text in ("conv.onnx on ort (measured)", "median", "IQR", "95% CI of median", "3 / 0", "batch 2"):
         assert text in out
+    # 3 runs: an IQR, but no 95 % CI of the median (their range holds it 75 % of the time)
+    rows = {c[1].strip(): c[2].strip() for c in (ln.split("│") for ln in out.splitlines() if "│" in ln)}
+    assert rows["IQR"].endswith(" µs") and rows["95% CI of median"].startswith("n/a (3 runs; a 95% CI")
+    assert "(bootstrap)" not in out
 
 
 def test_one_run_shows_no_spread_and_compare_refuses_it(

@@ -19,7 +19,7 @@ import pytest
 from scripts import load_script
 
 from deployopt.backends.tensorrt import load_runner_result
-from deployopt.timing import Timing, bootstrap_median_ci
+from deployopt.timing import CI_MIN_RUNS, Timing, bootstrap_median_ci
 
 RUNNER = Path(__file__).resolve().parents[1] / "jetson" / "runner.py"
 SRC = RUNNER.read_text()
@@ -467,13 +467,17 @@ def test_the_result_says_when_it_was_measured_as_the_host_writes_it(tmp_path: Pa
     assert "measured_at" not in runner.summarize([1.0], 0, "", {})  # none given, none written
 
 
-@pytest.mark.parametrize("samples", [[431.5], [120.0, 118.5, 121.0]])
+@pytest.mark.parametrize(
+    "samples", [[431.5], [120.0, 118.5, 121.0], [120.0, 118.5, 121.0, 119.0, 150.0, 122.0]]
+)
 def test_summary_spread_matches_timing_to_json(samples: list[float]) -> None:
-    """The board's JSON and the host's agree on spreads: null for one run, numbers otherwise."""
+    """The board's JSON and the host's agree on spreads: null for one run, numbers otherwise; the CI
+    null below 6 runs (timing.CI_MIN_RUNS), on both."""
     out = runner.summarize(samples, 0, "one forward pass (fp16)", {})
     host = Timing(backend="tensorrt", samples_us=samples).to_json()
     assert (out["iqr_us"] is None) == (host["iqr_us"] is None) == (len(samples) == 1)
-    assert (out["ci95_us"] is None) == (host["ci95_us"] is None)
+    assert (out["ci95_us"] is None) == (host["ci95_us"] is None) == (len(samples) < 6)
+    assert runner.CI_MIN_RUNS == CI_MIN_RUNS
     if len(samples) > 1:
         assert out["iqr_us"] == pytest.approx(host["iqr_us"]) and out["ci95_us"] == pytest.approx(
             host["ci95_us"]

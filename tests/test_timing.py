@@ -49,16 +49,16 @@ def test_timing_needs_samples() -> None:
 
 
 def test_to_json_round_trip_and_keys() -> None:
-    t = Timing("torch", [1.0, 2.0, 3.0], warmup=4, timed="x", environment={"gpu": "H200"})
+    t = Timing("torch", [1.0, 2.0, 3.0, 2.5, 1.5, 2.0], warmup=4, timed="x", environment={"gpu": "H200"})
     d = t.to_json()
     assert list(d) == [
         "backend", "measured", "median_us", "iqr_us", "ci95_us", "runs", "warmup", "samples_us", "timed",
         "environment",
     ]  # fmt: skip
-    assert d["median_us"] == 2.0 and d["runs"] == 3 and d["warmup"] == 4
+    assert d["median_us"] == 2.0 and d["runs"] == 6 and d["warmup"] == 4
     assert d["ci95_us"] == list(t.ci95_us)
     back = Timing.from_json(d)
-    assert back.samples_us == [1.0, 2.0, 3.0] and back.timed == "x" and back.environment == {"gpu": "H200"}
+    assert back.samples_us == t.samples_us and back.timed == "x" and back.environment == {"gpu": "H200"}
     assert "measured on torch (H200): 2.0 µs median" in t.describe()
     # how cuDNN chose kernels is part of where it was measured (torch worker environments)
     env = {"device": "H200, 8 SMs (green context)", "device_sms": 132, "cudnn_benchmark": False}
@@ -88,6 +88,29 @@ def test_to_json_round_trip_and_keys() -> None:
     )
 
 
+def test_fewer_runs_than_a_95_percent_ci_of_the_median_needs_have_none() -> None:
+    """Of n samples even their range [min, max] holds the median only with probability
+    1 - 2 * 0.5**n (93.75 % at 5 runs, 96.9 % at 6): below 6 runs there is no 95 % CI, and the
+    bootstrap's interval, which was exactly that range for 2 to 5 runs, is not shown as one. The
+    IQR still is."""
+    from deployopt.timing import CI_MIN_RUNS
+
+    assert CI_MIN_RUNS == 6
+    assert 1 - 2 * 0.5**5 < 0.95 <= 1 - 2 * 0.5**6
+    for n in range(2, 6):
+        samples = [float(100 + 7 * i % 11) for i in range(n)]
+        t = Timing("ort", samples)
+        assert t.ci95_us == (min(samples), max(samples))  # what was labelled a 95 % CI
+        assert t.spread_known and not t.ci_known
+        d = t.to_json()
+        assert d["ci95_us"] is None and d["iqr_us"] == t.iqr_us
+        assert t.ci_text() == f"n/a ({n} runs; a 95% CI of the median needs 6)"
+        assert "no 95% CI (a CI of the median needs 6 runs)" in t.describe()
+    six = Timing("ort", [100.0, 101.0, 99.0, 102.0, 98.0, 100.5])
+    assert six.ci_known and six.to_json()["ci95_us"] == list(six.ci95_us)
+    assert "95% CI [" in six.describe()
+
+
 def test_one_measured_sample_has_no_spread() -> None:
     """One run gives an IQR of 0 and a CI [x, x] that only look exact: not available, null in JSON."""
     one = Timing("ort", [7.5])
@@ -97,7 +120,7 @@ def test_one_measured_sample_has_no_spread() -> None:
     assert Timing.from_json(d).samples_us == [7.5]  # still loads (compare refuses it on its count)
     assert one.describe() == "measured on ort: 7.5 µs, IQR and CI n/a (1 run)"
     two = Timing("ort", [7.0, 8.0])
-    assert two.spread_known and two.to_json()["ci95_us"] == list(two.ci95_us)
+    assert two.spread_known and two.to_json()["iqr_us"] == 0.5
     predicted = Timing("model", [12.0], measured=False, predictor="wave model")
     assert predicted.spread_known and predicted.to_json()["iqr_us"] == 0.0  # deterministic: no spread
 

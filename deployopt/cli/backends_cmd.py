@@ -416,7 +416,8 @@ def render_bench(timing: Timing, title: str) -> None:
     if timing.spread_known:
         lo, hi = timing.ci95_us
         table.add_row("IQR", f"{timing.iqr_us:.1f} µs")
-        table.add_row("95% CI of median", f"[{lo:.1f}, {hi:.1f}] µs (bootstrap)")
+        ci = f"[{lo:.1f}, {hi:.1f}] µs (bootstrap)" if timing.ci_known else timing.ci_text()
+        table.add_row("95% CI of median", ci)
     else:  # one sample: a spread of 0 and a CI [x, x] would look exact
         table.add_row("IQR", timing.spread_text())
         table.add_row("95% CI of median", timing.spread_text())
