@@ -626,6 +626,7 @@ def load_model(
     if unshared:
         notices.append(f"gave {unshared} readers of shared constants their own copies (same values)")
     _check_conv_channels(model, path, given=bool(input_shapes))
+    _check_reshapes(model, path, fixed if input_shapes else None)
     return LoadedModel(
         model=model,
         path=path,
@@ -900,6 +901,39 @@ def _check_conv_channels(model: onnx.ModelProto, path: Path, given: bool) -> Non
             )
 
 
+def _static_shapes(model: onnx.ModelProto) -> dict[str, list[int]]:
+    """{tensor: its shape} of every tensor inference gave a shape of known dims only."""
+    shapes: dict[str, list[int]] = {}
+    for vi in [*model.graph.input, *model.graph.value_info, *model.graph.output]:
+        tt = vi.type.tensor_type
+        if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
+            shapes[vi.name] = [d.dim_value for d in tt.shape.dim]
+    return shapes
+
+
+def _check_reshapes(model: onnx.ModelProto, path: Path, asked: dict[str, list[int]] | None) -> None:
+    """Each Reshape must keep its input's element count. ONNX shape inference takes a constant
+    target shape as it is: a channel shuffle traced at batch 1 (ShuffleNet's Reshape to
+    [1, 2, 24, 8, 8]) loaded at --input-shape batch 2, and `apply` wrote a model onnxruntime cannot
+    run, exit 0. `asked`: the input shapes given (--input-shape, --batch), named in the error."""
+    shapes = _static_shapes(model)
+    for node in model.graph.node:
+        if node.op_type != "Reshape" or node.domain not in ("", "ai.onnx") or not node.input:
+            continue
+        x, y = shapes.get(node.input[0]), shapes.get(node.output[0])
+        if x is None or y is None or math.prod(x) == math.prod(y):
+            continue
+        name = node.name or node.output[0]
+        what = f"Reshape {name!r} makes {x} into {y}, {math.prod(x)} elements into {math.prod(y)}"
+        if asked:
+            shown = ", ".join(f"{n} {'×'.join(map(str, d))}" for n, d in asked.items())
+            raise ModelError(
+                f"{path.name}: cannot run at {shown}: {what}; the graph fixes its batch or size (a "
+                "Reshape's shape traced at export): export it with a dynamic batch, or run it at its own"
+            )
+        raise ModelError(f"{path.name}: invalid model: {what}")
+
+
 def save_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, external_data: bool = False) -> None:
     """Write atomically: a failed save leaves no file (and no stale .data file) behind.
 
@@ -937,7 +971,10 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, external
                 size_threshold=1024,
             )
             if (tmpdir / location).exists():
-                publish(tmpdir / location, dest.parent / location)
+                try:
+                    publish(tmpdir / location, dest.parent / location)
+                except OSError as exc:  # a folder named like it: the error named the model's path
+                    raise output_error(dest.parent / location, exc) from None
         else:
             onnx.save_model(model, str(tmp_model))
         stale = None if external_data else _own_data_file(dest)

@@ -252,6 +252,19 @@ def test_every_written_file_gets_the_umask_mode_external_weights_too(
         assert stat.S_IMODE((tmp_path / name).stat().st_mode) == mode, name
 
 
+def test_a_folder_where_the_weights_go_is_named_not_the_model(tmp_path: Path) -> None:
+    """`apply -o out/x.onnx` of an external-data model where out/x.onnx.data is a folder: the error
+    named out/x.onnx, which was no folder and did not exist. Nothing is left behind."""
+    from deployopt.errors import OutputError
+    from deployopt.model import save_model
+
+    (tmp_path / "x.onnx.data").mkdir()
+    with pytest.raises(OutputError) as err:
+        save_model(_external_data_model(), tmp_path / "x.onnx", external_data=True)
+    assert str(err.value).startswith(f"cannot write {tmp_path / 'x.onnx.data'}: ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.onnx.data"]
+
+
 def test_read_json_opens_plain_and_gzip_compressed_records_alike(tmp_path: Path) -> None:
     """Benchmark records of 300 KB or more are committed as NAME.json.gz (gzip -n -9): read_json
     gives the same document for both, chosen by the suffix, and json_name the name it was written

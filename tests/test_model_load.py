@@ -585,6 +585,45 @@ def test_a_batch_the_graph_fixes_is_named_as_such(tmp_path: Path) -> None:
     assert load_model(free, {"x": [4, 3, 8, 8]}).input_shapes == {"x": [4, 3, 8, 8]}
 
 
+def test_a_channel_shuffle_traced_at_batch_one_is_refused_at_another_batch(tmp_path: Path) -> None:
+    """ShuffleNet's channel shuffle: a Reshape to a constant [1, groups, C/groups, H, W]. At
+    --input-shape batch 2 onnx's inference took that constant as it is (no error), and `apply`
+    wrote a model onnxruntime could not run, exit 0. Now one line names the Reshape and the element
+    counts; at its own batch it loads and runs."""
+    from onnx import TensorProto, helper
+
+    conv = helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1])
+    shuffle = [
+        helper.make_node("Reshape", ["c", "split"], ["g"]),
+        helper.make_node("Transpose", ["g"], ["t"], perm=[0, 2, 1, 3, 4]),
+        helper.make_node("Reshape", ["t", "merge"], ["y"]),
+    ]
+    inits = [
+        numpy_helper.from_array(np.ones((8, 3, 3, 3), np.float32), "w"),
+        numpy_helper.from_array(np.array([1, 2, 4, 8, 8], np.int64), "split"),
+        numpy_helper.from_array(np.array([1, 8, 8, 8], np.int64), "merge"),
+    ]
+    graph = helper.make_graph(
+        [conv, *shuffle],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])],
+        inits,
+    )
+    path = tmp_path / "shuffle.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    with pytest.raises(ModelError) as err:
+        load_model(path, {"x": [2, 3, 8, 8]})
+    assert str(err.value) == (
+        "shuffle.onnx: cannot run at x 2×3×8×8: Reshape 'Reshape_1' makes [2, 8, 8, 8] into "
+        "[1, 2, 4, 8, 8], 1024 elements into 512; the graph fixes its batch or size (a Reshape's shape "
+        "traced at export): export it with a dynamic batch, or run it at its own"
+    )
+    loaded = load_model(path)
+    out = ort_session.session(loaded.model).run(None, {"x": np.ones((1, 3, 8, 8), np.float32)})[0]
+    assert out.shape == (1, 8, 8, 8)
+
+
 def test_a_shape_with_start_and_end_folds_to_its_slice_not_the_whole_shape(tmp_path: Path) -> None:
     """torch.export writes `x.size(0)` as Shape(x, start=0, end=1) → Squeeze; onnx-graphsurgeon 0.6
     folds a Shape to the whole shape whatever its start and end, so with the batch fixed the Range it
