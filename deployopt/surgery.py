@@ -100,7 +100,9 @@ PROTOBUF_LIMIT = (1 << 31) - 1
 
 def _check_size(model: onnx.ModelProto, analysis: Analysis, changed: dict[str, int]) -> None:
     """Refuse a plan whose conv weights alone would take the model past protobuf's 2 GiB, before
-    any array is built (a width of a million used to take 11 GB of memory, then fail to serialize)."""
+    any array is built (a width of a million used to take 11 GB of memory, then fail to serialize).
+    A model written with external weights is held whole too: onnx's checker and shape inference,
+    which every edited model goes through, take one message, weights included."""
     if not changed:
         return
     inits = {t.name: t for t in model.graph.initializer}
@@ -123,7 +125,8 @@ def _check_size(model: onnx.ModelProto, analysis: Analysis, changed: dict[str, i
     if size > PROTOBUF_LIMIT:
         raise PlanError(
             f"the edited model would be about {size / (1 << 30):.1f} GiB (counting its conv weights), "
-            "over the 2 GiB an ONNX file (one protobuf message) can hold; use smaller widths"
+            "over the 2 GiB one protobuf message can hold (an ONNX file's limit, and that of the checks "
+            "every edited model goes through, external weights included); use smaller widths"
         )
 
 
