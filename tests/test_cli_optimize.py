@@ -191,6 +191,33 @@ def test_ctrl_c_in_the_cleanup_after_the_results_says_they_are_complete(
     assert [e["event"] for e in Journal.read(out / "journal.jsonl")][-1] == "done"
 
 
+def test_ctrl_c_before_the_journal_says_to_run_again_not_to_resume(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """A Ctrl-C while the model loads or the board is asked (no journal yet) said "resume with
+    --resume", and --resume then found nothing to resume. It says to run the command again, and
+    that run goes through."""
+    import deployopt.optimize as optimize_module
+
+    real = optimize_module._lock_outdir
+
+    def interrupted(outdir: Path) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(optimize_module, "_lock_outdir", interrupted)
+    out = tmp_path / "out"
+    args = base_args(zoo_model_path("vgg16_pruned_b4"), out)
+    code, _, err = cli(monkeypatch, capsys, *args, "--max-evals", "4")
+    assert code == 130 and err.strip().splitlines()[-1] == (
+        "interrupted before the run began (no journal written): run it again"
+    )
+    assert not (out / "journal.jsonl").exists()
+    monkeypatch.setattr(optimize_module, "_lock_outdir", real)
+    code, _, err = cli(monkeypatch, capsys, *args, "--max-evals", "4")
+    assert code == 0, err
+    assert (out / "report.json").is_file()
+
+
 def test_sigterm_unwinds_like_ctrl_c_and_resume_finishes(
     zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:

@@ -287,6 +287,8 @@ def optimize_command(
             raise Interrupted(
                 f"interrupted after the run finished: its results in {optimizer.outdir} are complete"
             ) from None
+        if optimizer.journal is None and not resume:  # before the journal: --resume found nothing
+            raise Interrupted("interrupted before the run began (no journal written): run it again") from None
         raise Interrupted("interrupted; resume with --resume") from None
     except DeployoptError:
         raise
