@@ -308,6 +308,23 @@ def test_staircase_measured_once_says_1_run(monkeypatch, capsys) -> None:
     assert "median and IQR of 1 run per width" in " ".join(out.split()), out
 
 
+def test_staircase_measured_on_ort_without_dtype_runs_what_ort_runs(monkeypatch, capsys) -> None:
+    """`staircase --measure ort` with no --dtype (docs/wave_model.md's CPU example) was refused,
+    "backend 'ort' runs fp32 only (asked for fp16)", for a dtype the user never gave: it now sweeps
+    fp32, predicted and measured, and says so in one note. Unmeasured, the default stays fp16;
+    a --dtype given is kept (and ort's refusal of fp16 stays)."""
+    args = ["staircase", "--target", "orin-nano-8gb", "--input", "1x8x8x8", "--out-channels", "8:16:8"]
+    code, out, err = run(monkeypatch, capsys, *args, "--measure", "ort", "--runs", "3", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["dtype"] == "fp32" and len(doc["points"]) == 2
+    assert "note: --dtype fp32: what backend 'ort' runs here (predicted and measured alike)" in err
+    code, out, _ = run(monkeypatch, capsys, *args, "--json")
+    assert code == 0 and json.loads(out)["dtype"] == "fp16"
+    code, _, err = run(monkeypatch, capsys, *args, "--measure", "ort", "--dtype", "fp16")
+    assert code == 2 and "backend 'ort' runs fp32 only (asked for fp16)" in err
+
+
 def test_cudnn_engines_reach_the_backend_or_are_refused(monkeypatch, capsys, tmp_path):
     from deployopt.backends import base
 

@@ -199,6 +199,24 @@ def _measuring_backend(measure: str) -> Any:
     return backend
 
 
+def _sweep_dtype(backend: Any) -> str:
+    """staircase's dtype with --measure and no --dtype: the measuring backend's own default where it
+    runs no fp16 here (ort; torch without CUDA), else fp16, as unmeasured; said in one note when not
+    fp16. The predictions are of that dtype too, so the two columns stay comparable."""
+    from deployopt.backends.base import default_dtype
+
+    dtype = default_dtype(backend, deployment=True)
+    if dtype != "fp16":
+        err_console.print(
+            f"note: --dtype {dtype}: what backend {backend.name!r} runs here (predicted and measured alike); "
+            "give --dtype to choose",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+    return dtype
+
+
 def _kb(n: int) -> str:
     return f"{n // 1024} KB"
 
@@ -538,8 +556,12 @@ def staircase_command(
         help="Conv groups: a divisor of C and of every width; C means depthwise (C = K = groups at every "
         "width).",
     ),
-    dtype: str = typer.Option(
-        "fp16", "--dtype", metavar="DTYPE", help="fp16, fp32 or int8 (int8: predicted only)."
+    dtype: Optional[str] = typer.Option(
+        None,
+        "--dtype",
+        metavar="DTYPE",
+        help="fp16, fp32 or int8 (int8: predicted only). Default fp16; with --measure, what that "
+        "backend runs by default (fp32 on ort and on torch without CUDA).",
     ),
     sms: Optional[int] = typer.Option(
         None, "--sms", metavar="N", help="Use only N SMs (model; and the backend if measuring)."
@@ -571,7 +593,8 @@ def staircase_command(
 
     if not remote and target is None:  # click's missing-option error, as when --target was required
         raise missing_option(ctx, "target")
-    _check_dtype(dtype)
+    if dtype is not None:
+        _check_dtype(dtype)
     _check_sms(sms)
     measure = _check_remote(remote, measure, sms)
     if plot is not None:  # before measuring: a bad --plot must not cost a sweep
@@ -606,6 +629,8 @@ def staircase_command(
         check_run_counts(runs)
         check_timeout(timeout)
         backend = _measuring_backend(measure)
+        if dtype is None:  # --measure ort said "runs fp32 only (asked for fp16)", a dtype never given
+            dtype = _sweep_dtype(backend)
         opts = MeasureOptions(
             dtype=dtype,
             sms=sms,
@@ -617,6 +642,7 @@ def staircase_command(
         )
         if remote:  # what needs no board is refused before the board is asked which target it is
             backend.check_options(opts)
+    dtype = dtype or "fp16"
     # with --remote the board's own target, said on stderr; with --target, a warning where it disagrees
     tgt = get_target(resolve_target(ctx, target, remote, timeout), sms=sms)
     if measure:
