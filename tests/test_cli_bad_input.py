@@ -277,11 +277,16 @@ def test_resume_from_a_hand_edited_journal(
 
 def test_verify_input_shape_that_changes_a_static_dim(monkeypatch, capsys, zoo_model_path) -> None:
     """Was onnxruntime's cut-off 'Got invalid dimensions for input: input for the following indices';
-    a dynamic batch still takes any --input-shape."""
+    a dynamic batch still takes any --input-shape. A batch too large for memory is refused for what
+    it is too, not by the memory check, which told the user to shrink a dim they cannot set."""
     m = str(zoo_model_path("resnet_projection"))
     _one_error(
         *run(monkeypatch, capsys, "verify", m, m, "--input-shape", "input:2x3x32x32"),
         "input 'input' is 1×3×32×32 in the file, the data fed is 2×3×32×32",
+    )
+    _one_error(
+        *run(monkeypatch, capsys, "verify", m, m, "--input-shape", "input:100000000x3x32x32"),
+        "input 'input' is 1×3×32×32 in the file, the data fed is 100000000×3×32×32",
     )
     dyn = str(zoo_model_path("resnet_projection_dynamic"))
     code, out, err = run(monkeypatch, capsys, "verify", dyn, dyn, "--input-shape", "input:2x3x32x32")

@@ -44,11 +44,24 @@ if TYPE_CHECKING:
     from deployopt.model import LoadedModel
 
 
-def _load(path: Path, requested: dict[str, list[int]]) -> LoadedModel:
-    """The model at `path` with static input shapes (load_model fixes a dynamic batch to 1, with a notice)."""
+def _load(path: Path, requested: dict[str, list[int]], role: str) -> LoadedModel:
+    """The model at `path` with static input shapes (load_model fixes a dynamic batch to 1, with a
+    notice). An --input-shape that changes the batch the file fixes is refused here, as
+    compare_models refuses it later: before, the memory check ran first, and a batch of 10**8 on a
+    static-batch model was told to shrink a dim it could not set at all."""
     from deployopt.model import load_model
 
-    return load_model(path, requested)
+    loaded = load_model(path, requested)
+    for name, batch in loaded.file_batch.items():
+        dims = requested.get(name)
+        if dims and dims[0] != batch:
+            want = "×".join(str(d) for d in [batch, *dims[1:]])
+            raise DataError(
+                f"{role} model input {name!r} is {want} in the file, the data fed is "
+                f"{'×'.join(map(str, dims))}; verify runs the files as they are, so --input-shape can "
+                "set only dynamic (?) dims"
+            )
+    return loaded
 
 
 def _fmt(x: float | None, spec: str) -> str:
@@ -179,7 +192,7 @@ def verify(
 
     for path in (reference, candidate):  # loaded here, and again by onnxruntime
         require_model_file(path, "verify")
-    ref, cand = _load(reference, requested), _load(candidate, requested)
+    ref, cand = _load(reference, requested, "reference"), _load(candidate, requested, "candidate")
     ref_inputs, cand_inputs = ref.input_shapes, cand.input_shapes
     notices, cand_notices = list(ref.notices), list(cand.notices)
     if list(ref_inputs.values()) != list(cand_inputs.values()):
