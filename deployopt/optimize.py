@@ -1140,9 +1140,10 @@ class Optimizer:
             from deployopt.errors import DeployoptWarning
 
             warnings.warn(
-                f"--max-evals {self.cfg.max_evals} leaves the search no evaluation: the two baselines and "
-                f"the {self._reserved} confirmation timings take them all, so the answer is the faster "
-                f"baseline; give --max-evals {2 + self._reserved + 4} or more to search",
+                f"--max-evals {self.cfg.max_evals} leaves the search no evaluation: the two baselines take "
+                f"2 and {self._reserved} are kept back to confirm a searched plan against them, so the "
+                "answer is the faster baseline (nothing searched, nothing to confirm); give --max-evals "
+                f"{2 + self._reserved + 4} or more to search",
                 DeployoptWarning,
                 stacklevel=2,
             )

@@ -415,9 +415,9 @@ def test_a_budget_that_leaves_the_search_nothing_is_said(
     monkeypatch.setattr(OrtBackend, "providers", lambda self: ["CPUExecutionProvider"])
     model = zoo_model_path("vgg16_pruned_b4")
     said = (
-        "warning: --max-evals 6 leaves the search no evaluation: the two baselines and the 4 "
-        "confirmation timings take them all, so the answer is the faster baseline; give --max-evals "
-        "10 or more to search"
+        "warning: --max-evals 6 leaves the search no evaluation: the two baselines take 2 and 4 are "
+        "kept back to confirm a searched plan against them, so the answer is the faster baseline "
+        "(nothing searched, nothing to confirm); give --max-evals 10 or more to search"
     )
     for evals, expected in (("6", True), ("7", False)):
         out = tmp_path / f"o{evals}"
@@ -592,8 +592,9 @@ def test_an_unwritable_layer_cache_is_one_warning_and_the_measured_run_finishes(
         "warning: --backend ort measures on this machine's CPU, not on the GPU of orin-nano-8gb: the "
         "latencies and the widths chosen fit the CPU, not the target (measure on the GPU: torch on CUDA, "
         "tensorrt or trtexec)",
-        "warning: --max-evals 2 leaves the search no evaluation: the two baselines and the 4 confirmation "
-        "timings take them all, so the answer is the faster baseline; give --max-evals 10 or more to search",
+        "warning: --max-evals 2 leaves the search no evaluation: the two baselines take 2 and 4 are kept "
+        "back to confirm a searched plan against them, so the answer is the faster baseline (nothing "
+        "searched, nothing to confirm); give --max-evals 10 or more to search",
     ], err
     assert (out / "report.json").exists()
 

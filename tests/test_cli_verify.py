@@ -152,6 +152,12 @@ def test_rel_error_widens_each_outputs_limit_and_needs_max_abs_error(zoo_model_p
     strict = json.loads(_verify(*args).stdout)
     (logits,) = strict["per_output"]
     assert logits["name"] == "logits" and logits["max_abs_error"] == pytest.approx(0.01, abs=1e-5)
+    # the keys docs/models.md lists (it named three of the five)
+    documented = (
+        '`per_output` is `[{"name", "max_abs_error", "max_abs_reference", "cosine_min",\n"top1_agreement"}]`'
+    )
+    assert documented in (CIFAR.parents[1] / "docs" / "models.md").read_text()
+    assert list(logits) == ["name", "max_abs_error", "max_abs_reference", "cosine_min", "top1_agreement"]
     # 1e-3 + rel × max|logit| covers the 0.01 shift exactly when rel is large enough
     rel = 0.01 / logits["max_abs_reference"]
     assert _verify(*args, "--rel-error", str(rel * 0.5)).exit_code == 1
