@@ -110,6 +110,20 @@ def file_has_qdq(path: str | os.PathLike[str]) -> bool:
         return False
 
 
+def file_typed_precision(path: str | os.PathLike[str]) -> str:
+    """`precision.typed_precision` of a model file, read as `file_has_qdq` reads it: "fp32" for a
+    file that cannot be parsed (the command's own loading reports that in one line)."""
+    from deployopt.precision import typed_precision
+
+    path = Path(path)
+    try:
+        if not path.is_file():
+            return "fp32"
+        return typed_precision(_parse(path))
+    except (OSError, ModelError):
+        return "fp32"
+
+
 def _uses_external_data(model: onnx.ModelProto) -> bool:
     return any(t.data_location == TensorProto.EXTERNAL for t in _graph_tensors(model.graph))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -50,17 +51,23 @@ def test_a_model_typed_fp16_or_quantized_is_recorded_in_the_precision_it_ran_in(
     is recorded so, in the environment's dtype (compare's like-for-like check) and in "what was
     timed", for measure and profile alike. Before, both said fp32, and compare took an fp16 model's
     timing for a like-for-like one of the fp32 model's."""
+    from deployopt.backends.base import default_dtype
     from deployopt.precision import write_fp16
 
     typed = write_fp16(conv_path, tmp_path / "conv16.onnx")
     qdq = Path(__file__).parent / "data" / "modelopt_int8_se_net.onnx"  # ModelOpt's INT8 Q/DQ export
     expected = {conv_path: ("fp32", "fp32, batch 1"), typed: ("fp16", "fp16 as typed in the model, batch 1")}
     expected[qdq] = ("int8", "int8 from the model's Q/DQ nodes, batch ")
-    with get_backend("ort").open(OPTS) as session:
-        for path, (dtype, phrase) in expected.items():
+    for path, (dtype, phrase) in expected.items():
+        assert default_dtype(get_backend("ort"), path) == dtype  # bench's and optimize's default
+        with get_backend("ort").open(dataclasses.replace(OPTS, dtype=dtype)) as session:
             for record in (session.measure(path), session.profile(path)):
                 assert record.environment["dtype"] == dtype
                 assert phrase in record.timed
+        other = "fp16" if dtype == "fp32" else "fp32"  # never timed under another precision's name
+        session = get_backend("ort").open(dataclasses.replace(OPTS, dtype=other))
+        with session, pytest.raises(DeployoptError, match="backend 'ort' runs a model as it is typed"):
+            session.measure(path)
 
 
 def test_measure_gives_consistent_statistics(conv_path: Path) -> None:
@@ -183,8 +190,12 @@ def test_map_to_onnx_nodes() -> None:
 
 def test_options_the_backend_cannot_honour(conv_path: Path) -> None:
     ort_backend = get_backend("ort")
-    with pytest.raises(DeployoptError, match="runs fp32 only"):
-        ort_backend.open(MeasureOptions(dtype="fp16"))
+    fp32_model = "conv.onnx is an fp32 model, and backend 'ort' runs a model as it is typed: for fp16"
+    with ort_backend.open(MeasureOptions(dtype="fp16")) as session, pytest.raises(DeployoptError) as err:
+        session.measure(conv_path)  # fp16 is a model's own typing, never a conversion
+    assert str(err.value).startswith(fp32_model)
+    with pytest.raises(DeployoptError, match="calibrates nothing"):
+        ort_backend.open(MeasureOptions(dtype="int8", calibration_data="calib.npy"))
     with pytest.raises(DeployoptError, match="cannot limit the GPU's SMs"):
         ort_backend.open(MeasureOptions(dtype="fp32", sms=8))
     with get_backend("ort").open(OPTS) as session:

@@ -164,9 +164,14 @@ def test_profile_table_names_nodes_in_no_layer(monkeypatch, capsys, tmp_path: Pa
         (["--sms", "8"], "error: --sms: backend 'ort' cannot limit the GPU's SMs"),
         (
             ["--dtype", "int8"],
-            "error: --dtype int8: backend 'ort' cannot run int8; INT8 runs only on TensorRT",
+            "error: conv.onnx is an fp32 model, and backend 'ort' runs a model as it is typed: for int8, "
+            "quantize it first (Q/DQ nodes",
         ),
-        (["--dtype", "fp16"], "error: backend 'ort' runs fp32 only (asked for fp16)"),
+        (
+            ["--dtype", "fp16"],
+            "error: conv.onnx is an fp32 model, and backend 'ort' runs a model as it is typed: for fp16, "
+            "type it with `deployopt fp16` first, or use the torch or tensorrt backend",
+        ),
         (["--dtype", "fp8"], "error: --dtype 'fp8': choose one of fp32, fp16, int8"),
         (["--backend", "nope"], "error: unknown backend 'nope'; choose one of: ort, torch"),
         (["--runs", "0"], "error: --runs 0: must be between 1 and 100,000"),

@@ -379,6 +379,39 @@ def test_qdq_model_through_the_cli(
     assert json.loads((tmp_path / "opt_float" / "report.json").read_text())["dtype"] == "fp16"
 
 
+def test_optimize_on_ort_times_the_model_and_its_convs_in_the_precision_it_is_typed_in(
+    quantized_resnet: tuple[Path, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """onnxruntime runs a model as it is typed: optimize on a Q/DQ model (or one typed fp16) times
+    its per-layer table in Q/DQ (fp16) convs and says that dtype in the report. Before, the table
+    was timed in fp32 convs and the report said fp32, beside end-to-end timings of the int8 model."""
+    from deployopt.precision import write_fp16
+
+    float_path, qdq_path = quantized_resnet
+    typed = write_fp16(float_path, tmp_path / "fp16.onnx")
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("DEPLOYOPT_CACHE_DIR", str(cache))
+    for model, dtype, phrase in (
+        (qdq_path, "int8", "int8 from the model's Q/DQ nodes"),
+        (typed, "fp16", "fp16 as typed"),
+    ):
+        out = tmp_path / dtype
+        code, stdout, err = run_cli(
+            monkeypatch, capsys, "optimize", str(model), "--target", "orin-nano-8gb", "--backend", "ort",
+            "-o", str(out), "--max-evals", "4", "--runs", "5", "--warmup", "0", "--sweep-runs", "2", "--json",
+        )  # fmt: skip
+        assert code == 0, err
+        report = json.loads(stdout)
+        assert report["dtype"] == dtype and report["per_layer_sweep"]["measured"] > 0
+        assert f"backend: ort; dtype: {dtype}" in (out / "report.md").read_text()
+        assert phrase in report["timings"]["input"]["timed"]
+        entries = list((cache / "lut").glob(f"ort-*/{dtype}*/*.json"))  # the per-layer table's convs
+        assert entries and all(phrase in path.read_text() for path in entries)
+
+
 def test_default_dtype_is_int8_for_a_qdq_model_where_the_backend_runs_int8(
     quantized_resnet: tuple[Path, Path], tmp_path: Path
 ) -> None:
@@ -394,8 +427,11 @@ def test_default_dtype_is_int8_for_a_qdq_model_where_the_backend_runs_int8(
         backend = get_backend(name)
         assert default_dtype(backend, qdq_path) == "int8"
         assert default_dtype(backend, float_path) != "int8"
-    ort = get_backend("ort")  # fp32 only: a Q/DQ model runs as its graph says
-    assert default_dtype(ort, qdq_path) == "fp32"
+    ort = get_backend("ort")  # runs a model as it is typed: a Q/DQ model's int8, a float one's fp32
+    assert (
+        default_dtype(ort, qdq_path) == "int8" and default_dtype(ort, float_path, deployment=True) == "fp32"
+    )
+    assert default_dtype(ort, broken) == "fp32" and default_dtype(ort, None, deployment=True) == "fp32"
     # bench's default for a float model is unchanged: the backend's first dtype (TensorRT: fp32),
     # optimize's the deployment case, fp16
     assert default_dtype(get_backend("tensorrt"), float_path) == "fp32"

@@ -265,7 +265,9 @@ def test_bad_plans_are_plan_errors(plan: dict[str, Any], message: str) -> None:
 def test_a_plan_past_protobufs_2_gib_is_refused_before_any_array_is_built() -> None:
     """A fresh-user audit's width of a million took 11 GB of memory, then failed to serialize."""
     model = tiny_mixed()
-    with pytest.raises(PlanError, match=r"about \d+\.\d GiB .*over the 2 GiB one protobuf message can hold \(an ONNX file"):
+    with pytest.raises(
+        PlanError, match=r"about \d+\.\d GiB .*over the 2 GiB one protobuf message can hold \(an ONNX file"
+    ):
         apply_plan(model, {"conv1": 1_000_000})  # conv4 (in and out in that group): 9e12 weights
     # a plan far under the limit goes through
     padded = apply_plan(model, {"conv1": 64})

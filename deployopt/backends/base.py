@@ -193,6 +193,9 @@ class Backend(ABC):
     can_limit_sms: ClassVar[bool] = False
     can_choose_cudnn_engines: ClassVar[bool] = False  # honours cudnn_engines and cudnn_benchmark
     measured: ClassVar[bool] = True  # False for the analytic model: predicted, not measured
+    #: Runs a model in the precision it is typed in (onnxruntime converts nothing): --dtype names
+    #: that precision, and a model typed otherwise is refused, not timed under another name.
+    runs_as_typed: ClassVar[bool] = False
 
     @abstractmethod
     def availability(self) -> tuple[bool, str]:
@@ -256,9 +259,13 @@ def default_dtype(
     """The dtype a command uses when --dtype is not given: int8 for an explicitly quantized (Q/DQ)
     model on a backend that runs int8 (TensorRT builds it as INT8 from its own scales; another
     precision would time another engine than the one deployed); else the backend's own default;
-    else, with `deployment` (optimize), fp16 where the backend runs it; else its first dtype."""
-    from deployopt.model import file_has_qdq
+    else, with `deployment` (optimize), fp16 where the backend runs it; else its first dtype. A
+    backend that runs models as typed (`runs_as_typed`) takes the model's own precision (its first
+    dtype without a model)."""
+    from deployopt.model import file_has_qdq, file_typed_precision
 
+    if getattr(backend, "runs_as_typed", False):  # onnxruntime: what the model is typed in
+        return file_typed_precision(model_path) if model_path is not None else backend.dtypes[0]
     if model_path is not None and "int8" in backend.dtypes and file_has_qdq(model_path):
         return "int8"
     own = getattr(backend, "default_dtype", None)

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     import numpy as np
     import onnx
 
+    from deployopt.layers import ConvShape
     from deployopt.memory import RunEstimate
     from deployopt.model import LoadedModel
 
@@ -511,8 +512,50 @@ class OrtSession(Session):
         """Host memory: everything on the CPU provider; with the CUDA EP the activations live on the
         GPU, which is not queried (only the inputs and weights the host holds are checked).
         optimize calls this for its input model before OUTDIR exists; the next model this session
-        loads, the same input model, is then not checked (nor warned about) a second time."""
+        loads, the same input model, is then not checked (nor warned about) a second time. The
+        model's typing is checked here too, before OUTDIR exists."""
+        self._check_typed(loaded)
         self._host_checked = self._check_host(loaded, None)
+
+    def _check_typed(self, loaded: LoadedModel) -> str:
+        """The precision `loaded` runs in (typed_precision), which --dtype must name: onnxruntime
+        converts nothing, and a record must not say fp16 of an fp32 run (nor fp32 of an int8 one)."""
+        typed, asked = typed_precision(loaded.model), self.options.dtype
+        if typed == asked:
+            return typed
+        name = loaded.path.name
+        if typed != "fp32":
+            what = "Q/DQ nodes" if typed == "int8" else f"typed {typed} inside"
+            raise DeployoptError(
+                f"{name} runs in {typed} ({what}): backend 'ort' runs a model as it is typed, so "
+                f"--dtype {typed} (its default for this model), not {asked}"
+            )
+        how = (
+            "type it with `deployopt fp16` first, or use the torch or tensorrt backend"
+            if asked == "fp16"
+            else "quantize it first (Q/DQ nodes, e.g. onnxruntime.quantization.quantize_static), or "
+            "use the tensorrt backend"
+        )
+        raise DeployoptError(
+            f"{name} is an fp32 model, and backend 'ort' runs a model as it is typed: for {asked}, {how}"
+        )
+
+    def measure_convs(self, shapes: list[ConvShape]) -> list[Timing]:
+        """Single convs in the session's precision, as the model it optimizes is typed: fp16 convs
+        typed as `deployopt fp16` types a model, int8 ones with Q/DQ nodes (the base's). An int8
+        or fp16 model's per-layer table was timed in fp32 convs, its header said fp32."""
+        if self.options.dtype != "fp16":
+            return super().measure_convs(shapes)
+        from deployopt.layers import conv_model
+        from deployopt.precision import to_fp16
+
+        out = []
+        with tempfile.TemporaryDirectory(prefix="deployopt-conv-") as tmp:
+            for i, shape in enumerate(shapes):
+                path = Path(tmp) / f"conv{i}.onnx"
+                path.write_bytes(to_fp16(conv_model(shape)).SerializeToString())
+                out.append(self.measure(path))
+        return out
 
     def _check_host(self, loaded: LoadedModel, checked: RunEstimate | None) -> RunEstimate | None:
         from deployopt.memory import require_host_memory
@@ -530,12 +573,12 @@ class OrtSession(Session):
     def measure(self, model_path: Path) -> Timing:
         opts = self.options
         loaded = prepare_model(model_path, opts.batch, opts.input_shapes)
+        dtype = self._check_typed(loaded)
         self._check_loaded(loaded)
         sess = self._session(loaded.model)
         feeds = random_inputs(loaded.model)
         self._run(sess, feeds, opts.warmup)
         samples = self._run(sess, feeds, opts.runs)
-        dtype = typed_precision(loaded.model)
         return Timing(
             backend=self.backend.name,
             samples_us=samples,
@@ -552,6 +595,7 @@ class OrtSession(Session):
             )
         opts = self.options
         loaded = prepare_model(model_path, opts.batch, opts.input_shapes)
+        dtype = self._check_typed(loaded)
         self._check_loaded(loaded)
         feeds = random_inputs(loaded.model)
         with tempfile.TemporaryDirectory(prefix="deployopt-ort-") as tmp:
@@ -574,11 +618,11 @@ class OrtSession(Session):
         return OrtProfile(
             backend=self.backend.name,
             layers=layers,
-            environment=self._environment(typed_precision(loaded.model)),
+            environment=self._environment(dtype),
             timed=self._timed(
                 self._batch(loaded),
                 "per optimized-graph node: median over runs of onnxruntime's profiler node time",
-                typed_precision(loaded.model),
+                dtype,
             ),
             runs=opts.runs,
             mapped_by="optimized graph" if optimized is not None else "node names (approximate)",
@@ -600,8 +644,9 @@ def _load_optimized(path: Path) -> onnx.ModelProto | None:
 class OrtBackend(Backend):
     name = "ort"
     description = "onnxruntime (CPU execution provider; CUDA EP where onnxruntime-gpu is installed)"
-    dtypes = ("fp32",)
+    dtypes = ("fp32", "fp16", "int8")
     can_limit_sms = False
+    runs_as_typed = True  # fp16 and int8 are a model's own typing, never a conversion
 
     def providers(self) -> list[str]:
         import onnxruntime as ort
@@ -615,16 +660,19 @@ class OrtBackend(Backend):
             import onnxruntime as ort
         except ImportError:
             return False, "onnxruntime is not installed: pip install onnxruntime"
-        return True, f"onnxruntime {ort.__version__}, {self.providers()[0]}, fp32"
+        return True, (
+            f"onnxruntime {ort.__version__}, {self.providers()[0]}, fp32; fp16 and int8 as a model is "
+            "typed (fp16 inside, Q/DQ nodes)"
+        )
 
     def open(self, options: MeasureOptions) -> Session:
         ok, why = self.availability()
         if not ok:
             raise BackendUnavailable(f"backend 'ort' is unavailable: {why}")
-        if options.dtype != "fp32":
+        if options.calibration_data is not None:
             raise DeployoptError(
-                f"backend 'ort' runs fp32 only (asked for {options.dtype}); "
-                "fp16/int8 need the torch or tensorrt backend"
+                "--calibration-data: backend 'ort' runs a Q/DQ model with its own scales; the data "
+                "calibrates nothing here (it calibrates TensorRT's INT8: --backend tensorrt or trtexec)"
             )
         self.check_options(options)
         return OrtSession(self, options)
