@@ -110,6 +110,25 @@ def file_has_qdq(path: str | os.PathLike[str]) -> bool:
         return False
 
 
+def folded_at_load(path: str | os.PathLike[str], loaded: onnx.ModelProto) -> list[str]:
+    """The nodes of the file at `path` that its loaded model (`loaded`, load_model's) no longer
+    computes: constant subgraphs folded at load (a Shape → Gather → Concat chain feeding a
+    Reshape), in file order, by name; an unnamed one as "<op> (unnamed, node <i> of the file)". A
+    node is kept when the loaded model still produces one of its outputs (loading keeps tensor
+    names; it names unnamed nodes anew). A profile maps kernels to the loaded model's nodes, so
+    these were in no list of it, only counted in a notice. [] for a file that cannot be parsed."""
+    try:
+        raw = _parse(Path(path))
+    except (OSError, ModelError):
+        return []
+    produced = {t for n in loaded.graph.node for t in n.output if t}
+    return [
+        n.name or f"{n.op_type} (unnamed, node {i} of the file)"
+        for i, n in enumerate(raw.graph.node)
+        if not any(t in produced for t in n.output if t)
+    ]
+
+
 def file_typed_precision(path: str | os.PathLike[str]) -> str:
     """`precision.typed_precision` of a model file, read as `file_has_qdq` reads it: "fp32" for a
     file that cannot be parsed (the command's own loading reports that in one line)."""

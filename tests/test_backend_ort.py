@@ -188,6 +188,44 @@ def test_map_to_onnx_nodes() -> None:
     }
 
 
+def test_nodes_folded_at_load_are_listed_in_the_profile(tmp_path: Path) -> None:
+    """A Shape → Gather → Unsqueeze → Concat chain feeding a Reshape (a traced flatten) is folded
+    when deployopt loads the model: those nodes were in no layer and no list of the profile, only
+    counted in a notice. They are listed now (by name; an unnamed one by its op and place), and
+    every node of the file is in exactly one layer or one list."""
+    w = numpy_helper.from_array(np.ones((4, 3, 1, 1), np.float32), "w")
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+        helper.make_node("Shape", ["c"], ["s"], name="shape"),
+        helper.make_node("Gather", ["s", "zero"], ["b"], name="gather", axis=0),
+        helper.make_node("Unsqueeze", ["b", "axes"], ["b1"]),  # unnamed
+        helper.make_node("Concat", ["b1", "minus_one"], ["target"], name="concat", axis=0),
+        helper.make_node("Reshape", ["c", "target"], ["y"], name="flatten"),
+    ]
+    inits = [
+        w,
+        numpy_helper.from_array(np.array(0, np.int64), "zero"),
+        numpy_helper.from_array(np.array([0], np.int64), "axes"),
+        numpy_helper.from_array(np.array([-1], np.int64), "minus_one"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 256])],
+        inits,
+    )
+    path = tmp_path / "flatten.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    with get_backend("ort").open(MeasureOptions(dtype="fp32", runs=2, warmup=1)) as session:
+        doc = session.profile(path).to_json()
+    folded = ["shape", "gather", "Unsqueeze (unnamed, node 3 of the file)", "concat"]
+    assert doc["onnx_nodes_folded_at_load"] == folded
+    listed = [n for layer in doc["layers"] for n in layer["onnx_nodes"]]
+    listed += doc["onnx_nodes_removed"] + doc["onnx_nodes_unmapped"]
+    assert sorted(listed) == ["conv", "flatten"]  # the rest of the file, once each
+
+
 def test_options_the_backend_cannot_honour(conv_path: Path) -> None:
     ort_backend = get_backend("ort")
     fp32_model = "conv.onnx is an fp32 model, and backend 'ort' runs a model as it is typed: for fp16"

@@ -425,6 +425,7 @@ class OrtProfile(Profile):
     mapped_by: str = ""
     onnx_nodes_removed: list[str] = field(default_factory=list)
     onnx_nodes_unmapped: list[str] = field(default_factory=list)
+    onnx_nodes_folded_at_load: list[str] = field(default_factory=list)  # model.folded_at_load
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -432,6 +433,7 @@ class OrtProfile(Profile):
             "onnx_nodes_mapped_by": self.mapped_by,
             "onnx_nodes_removed": self.onnx_nodes_removed,
             "onnx_nodes_unmapped": self.onnx_nodes_unmapped,
+            "onnx_nodes_folded_at_load": self.onnx_nodes_folded_at_load,
         }
 
 
@@ -589,6 +591,8 @@ class OrtSession(Session):
         )
 
     def profile(self, model_path: Path, kernels: bool = False) -> Profile:
+        from deployopt.model import folded_at_load
+
         if kernels:
             raise DeployoptError(
                 "backend 'ort' has no kernel-level trace (--kernels needs the torch backend on CUDA)"
@@ -628,6 +632,7 @@ class OrtSession(Session):
             mapped_by="optimized graph" if optimized is not None else "node names (approximate)",
             onnx_nodes_removed=mapping.removed,
             onnx_nodes_unmapped=mapping.unmapped,
+            onnx_nodes_folded_at_load=folded_at_load(model_path, loaded.model),
         )
 
 

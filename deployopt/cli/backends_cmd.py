@@ -469,8 +469,12 @@ def render_profile(profile: Profile, kernels: bool) -> None:
     where = _environment_line(profile.environment)
     if where:
         console.print(f"measured on: {where}", highlight=False, soft_wrap=True, markup=False)
-    for label, key in (("removed by onnxruntime (folded, no kernel)", "onnx_nodes_removed"),
-                       ("in no layer (not traced to a kernel)", "onnx_nodes_unmapped")):  # fmt: skip
+    lists = (
+        ("removed by onnxruntime (folded, no kernel)", "onnx_nodes_removed"),
+        ("in no layer (not traced to a kernel)", "onnx_nodes_unmapped"),
+        ("folded at load by deployopt (constant subgraphs)", "onnx_nodes_folded_at_load"),
+    )
+    for label, key in lists:
         nodes = getattr(profile, key, None)
         if nodes:
             console.print(f"ONNX nodes {label}: {', '.join(nodes)}", highlight=False, soft_wrap=True)
