@@ -226,6 +226,39 @@ def test_nodes_folded_at_load_are_listed_in_the_profile(tmp_path: Path) -> None:
     assert sorted(listed) == ["conv", "flatten"]  # the rest of the file, once each
 
 
+def test_a_hardswish_onnxruntime_inlines_belongs_to_its_kernels_layer(tmp_path: Path) -> None:
+    """After a Gemm onnxruntime inlines HardSwish as its function body, HardSigmoid and Mul, which
+    the saved optimized graph leaves unnamed and the profiler calls HardSigmoid_<i> and Mul_<j>:
+    MobileNetV3's classifier HardSwish was in no layer ("in no layer (not traced to a kernel)")."""
+    rng = np.random.default_rng(0)
+    nodes = [
+        helper.make_node("Gemm", ["x", "w1", "b1"], ["h"], name="fc1", transB=1),
+        helper.make_node("HardSwish", ["h"], ["a"], name="act"),
+        helper.make_node("Gemm", ["a", "w2", "b2"], ["y"], name="fc2", transB=1),
+    ]
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((32, 16)).astype(np.float32), "w1"),
+        numpy_helper.from_array(rng.standard_normal(32).astype(np.float32), "b1"),
+        numpy_helper.from_array(rng.standard_normal((10, 32)).astype(np.float32), "w2"),
+        numpy_helper.from_array(rng.standard_normal(10).astype(np.float32), "b2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        inits,
+    )
+    path = tmp_path / "hardswish.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    with get_backend("ort").open(MeasureOptions(dtype="fp32", runs=2, warmup=1)) as session:
+        doc = session.profile(path).to_json()
+    assert doc["onnx_nodes_mapped_by"] == "optimized graph" and doc["onnx_nodes_unmapped"] == []
+    owner = {n: layer["name"] for layer in doc["layers"] for n in layer["onnx_nodes"]}
+    assert sorted(owner) == ["act", "fc1", "fc2"]
+    assert owner["act"] not in ("fc1", "fc2")  # the inlined body's kernel, not a Gemm
+
+
 def test_options_the_backend_cannot_honour(conv_path: Path) -> None:
     ort_backend = get_backend("ort")
     fp32_model = "conv.onnx is an fp32 model, and backend 'ort' runs a model as it is typed: for fp16"

@@ -215,6 +215,26 @@ class NodeMapping:
     unmapped: list[str] = field(default_factory=list)  # computed somewhere the graph does not tell
 
 
+def _name_inlined_nodes(onodes: list[onnx.NodeProto], ort_names: list[str]) -> None:
+    """Give the optimized graph's unnamed nodes the names the profiler knows them by. A function op
+    onnxruntime inlines (a HardSwish after a Gemm becomes HardSigmoid and Mul) has unnamed nodes in
+    the saved graph, and the profiler calls them "<op>_<node index>" (HardSigmoid_158, Mul_159),
+    an index the saved graph does not keep: so the HardSwish was left in no layer. Per op, the
+    profiled names no node has, in index order, go to that op's unnamed nodes, in graph order,
+    when the two counts agree (else nothing is named: a guess could charge the wrong kernel)."""
+    named = {n.name for n in onodes if n.name}
+    by_op: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    for name in dict.fromkeys(ort_names):
+        op, _, index = name.rpartition("_")
+        if name not in named and op and index.isdigit():
+            by_op[op].append((int(index), name))
+    for op, names in by_op.items():
+        unnamed = [n for n in onodes if not n.name and n.op_type == op]
+        if len(unnamed) == len(names):
+            for node, (_, name) in zip(unnamed, sorted(names)):
+                node.name = name
+
+
 def map_through_optimized_graph(
     ort_names: list[str], model: onnx.ModelProto, optimized: onnx.ModelProto
 ) -> NodeMapping:
@@ -242,6 +262,7 @@ def map_through_optimized_graph(
 
     profiled = set(ort_names)
     onodes = list(optimized.graph.node)
+    _name_inlined_nodes(onodes, ort_names)
     oby_name = {n.name: n for n in onodes if n.name}
     oproducer = {t: n for n in onodes for t in n.output if t}
     oinits = {t.name for t in optimized.graph.initializer}
