@@ -289,7 +289,8 @@ def test_analyze_target_names_the_launch_bound_convs(
     zoo_model_path: Callable[[str], Path], capsys, monkeypatch
 ) -> None:
     """The CIFAR ResNet at batch 1 is small: on the full H200 every conv is mostly fixed cost, on
-    an Orin Nano 8GB's 8 SMs a few are. Each row carries its size class, and the text names the
+    an Orin Nano 8GB's 8 SMs about a third are (Orin's rate corrected 2026-12-06; a few before).
+    Each row carries its size class, and the text names the
     launch-bound convs so nobody acts on their wave-aligned widths."""
     from deployopt.targets import get_target
     from deployopt.waves import size_class
@@ -311,13 +312,13 @@ def test_analyze_target_names_the_launch_bound_convs(
     assert [r["size_class"] for r in rows] == [size_class(r["predicted_us"], params) for r in rows]
     launch = [r["name"] for r in rows if r["size_class"] == "launch-bound"]
     small = sum(r["size_class"] == "small" for r in rows)
-    assert 0 < len(launch) <= 8 and small and len(launch) + small < len(rows)
+    assert len(launch) > 8 and small and len(launch) + small <= len(rows)
     code, out, _ = cli(["analyze", path, "--target", "orin-nano-8gb"], capsys, monkeypatch)
     text = " ".join(out.split())
     assert (
         f"{len(launch)} of {len(rows)} convs are launch-bound (predicted under 1.75× the fixed cost: " in text
     )
-    assert ", ".join(launch) + "): mostly fixed cost" in text
+    assert ", ".join(launch[:8]) + f", … ({len(launch) - 8} more)): mostly fixed cost" in text
     assert f"{small} of {len(rows)} convs are small (predicted under 4× the fixed cost): part fixed" in text
 
 
@@ -372,7 +373,7 @@ def test_waves_table_names_a_flat_span_instead_of_an_empty_cell() -> None:
     assert "stem.conv (out) 16: flat 8–32 (no step)" in text
     assert "stem.conv (in) 16: ↓8 (" in text  # a step exists below 16 where stem.conv is an input
     # 16 itself ends a step there: it was shown as a move "↑16 (+0.0)" to the width it already has
-    assert "stem.conv (in) 16: ↓8 (-4.3) =16 (ends a step)" in text
+    assert "stem.conv (in) 16: ↓8 (-2.2) =16 (ends a step)" in text
     assert "↑16 (+0.0)" not in text
 
 
