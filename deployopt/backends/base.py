@@ -20,6 +20,8 @@ from deployopt.layers import ConvShape
 from deployopt.timing import Timing, check_run_counts
 
 if TYPE_CHECKING:
+    import onnx
+
     from deployopt.fidelity import ImagePreprocess
     from deployopt.model import LoadedModel
 
@@ -142,22 +144,27 @@ class Session(ABC):
     def measure_convs(self, shapes: list[ConvShape]) -> list[Timing]:
         """Time single conv layers (the per-layer staircase the optimizer's cache is built from).
 
-        The default builds a one-conv ONNX model per shape and times it with `measure`; backends
-        with a faster path (torch: cuDNN directly, one process, same green context) override it.
-        With --dtype int8 the conv carries its own Q/DQ scales (`conv_model`), so TensorRT builds
-        INT8 kernels for it without calibration data, which fits the model's input, not a conv's.
+        The default builds a one-conv ONNX model per shape (`conv_model`) and times it with
+        `measure`; backends with a faster path (torch: cuDNN directly, one process, same green
+        context) override it.
         """
         import tempfile
-
-        from deployopt.layers import conv_model
 
         out = []
         with tempfile.TemporaryDirectory(prefix="deployopt-conv-") as tmp:
             for i, shape in enumerate(shapes):
                 path = Path(tmp) / f"conv{i}.onnx"
-                path.write_bytes(conv_model(shape, int8=self.options.dtype == "int8").SerializeToString())
+                path.write_bytes(self.conv_model(shape).SerializeToString())
                 out.append(self.measure(path))
         return out
+
+    def conv_model(self, shape: ConvShape) -> onnx.ModelProto:
+        """The one-conv model `measure_convs` times for `shape`. With --dtype int8 the conv carries
+        its own Q/DQ scales, so TensorRT builds INT8 kernels for it without calibration data, which
+        fits the model's input, not a conv's. A backend that runs models as typed overrides it."""
+        from deployopt.layers import conv_model
+
+        return conv_model(shape, int8=self.options.dtype == "int8")
 
     def keep_engine(self, timing: Timing, dest: Path) -> bool:
         """Copy the engine this session built for the model `timing` measured to `dest` (optimize

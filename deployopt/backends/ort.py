@@ -563,22 +563,16 @@ class OrtSession(Session):
             f"{name} is an fp32 model, and backend 'ort' runs a model as it is typed: for {asked}, {how}"
         )
 
-    def measure_convs(self, shapes: list[ConvShape]) -> list[Timing]:
+    def conv_model(self, shape: ConvShape) -> onnx.ModelProto:
         """Single convs in the session's precision, as the model it optimizes is typed: fp16 convs
         typed as `deployopt fp16` types a model, int8 ones with Q/DQ nodes (the base's). An int8
         or fp16 model's per-layer table was timed in fp32 convs, its header said fp32."""
         if self.options.dtype != "fp16":
-            return super().measure_convs(shapes)
+            return super().conv_model(shape)
         from deployopt.layers import conv_model
         from deployopt.precision import to_fp16
 
-        out = []
-        with tempfile.TemporaryDirectory(prefix="deployopt-conv-") as tmp:
-            for i, shape in enumerate(shapes):
-                path = Path(tmp) / f"conv{i}.onnx"
-                path.write_bytes(to_fp16(conv_model(shape)).SerializeToString())
-                out.append(self.measure(path))
-        return out
+        return to_fp16(conv_model(shape))
 
     def _check_host(self, loaded: LoadedModel, checked: RunEstimate | None) -> RunEstimate | None:
         from deployopt.memory import require_host_memory

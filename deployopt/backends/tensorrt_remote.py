@@ -411,16 +411,14 @@ class RemoteRunnerSession(Session):
         if not shapes:
             return []
         from deployopt.backends.tensorrt import load_runner_result
-        from deployopt.layers import conv_model
 
         short = self.short_s
         long = self.options.timeout_s
         folder = self.workdir / SWEEP_DIR / "convs"
         with tempfile.TemporaryDirectory(prefix="deployopt-convs-") as tmp:
             written = [Path(tmp) / f"{sweep_model_name(i, shape)}.onnx" for i, shape in enumerate(shapes)]
-            int8 = self.options.dtype == "int8"  # Q/DQ convs: INT8 kernels with no calibration
-            for path, shape in zip(written, shapes):
-                path.write_bytes(conv_model(shape, int8=int8).SerializeToString())
+            for path, shape in zip(written, shapes):  # int8: Q/DQ convs, INT8 with no calibration
+                path.write_bytes(self.conv_model(shape).SerializeToString())
             models = [self._for_board(path) for path in written]  # typed fp16 here on TensorRT >= 11
             names = [path.stem for path in models]  # the runner names each result after its model
             self.board.fresh_dir(folder, short)  # the runner times every .onnx it finds there

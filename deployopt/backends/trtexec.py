@@ -694,7 +694,7 @@ class TrtexecSession(Session):
             cut = range(0, len(shapes), SWEEP_MAX_CONVS)
             return [t for i in cut for t in self.measure_convs(shapes[i : i + SWEEP_MAX_CONVS])]
         from deployopt.backends.tensorrt_remote import SWEEP_DIR, sweep_model_name
-        from deployopt.layers import conv_model, conv_model_inputs
+        from deployopt.layers import conv_model_inputs
 
         int8 = self.options.dtype == "int8"
         table = calibration_table(self.options) if int8 else None
@@ -725,7 +725,7 @@ class TrtexecSession(Session):
         for i, shape in enumerate(shapes):
             name = sweep_model_name(i, shape)
             written = here / "models" / f"{name}.onnx"
-            written.write_bytes(conv_model(shape, int8=int8).SerializeToString())
+            written.write_bytes(self.conv_model(shape).SerializeToString())
             self._qdq = int8  # conv_model(int8=True) is a Q/DQ model: no need to read it back
             model = self.build_model(written, here / "models", self.version)  # 11.x: typed fp16 here
             send.append(model)
