@@ -495,6 +495,46 @@ def test_times_json_titan_first300_to_timing() -> None:
     assert lat.samples_us[1] == approx(470.4)
 
 
+def _log_with_counts(tmp_path: Path, warmups: int, timed: int) -> Path:
+    """TensorRT 8.2.5's recorded log with its two query counts set to those of another run (the
+    recorded --exportTimes files have no log of their own)."""
+    text = (FIX / "trt8.2.5_quickstart_qat-ptq_mobilenetv2_ptq_int8_log.txt").read_text()
+    text = text.replace("Warmup completed 64 queries", f"Warmup completed {warmups} queries")
+    text = text.replace("Timing trace has 967 queries", f"Timing trace has {timed} queries")
+    assert f"completed {warmups} queries" in text and f"has {timed} queries" in text
+    path = tmp_path / "trtexec.log"
+    path.write_text(text)
+    return path
+
+
+RTX3090_TIMES = "trt8.x_rtx3090_tf_resnet50_fp32_exportTimes_full.json"
+
+
+def test_warmups_an_older_trtexec_exported_are_left_out(tmp_path: Path) -> None:
+    """TensorRT 8.2's trtexec writes its whole trace to --exportTimes, warm-ups first (its summary
+    skips them; 8.5's export does too). The recorded RTX 3090 file is such a trace: its first 15
+    queries start their compute within the 200 ms warm-up (the 16th at 208.7 ms) and take 12.8 ms,
+    where the timed ones end near 12.2. With the log's counts, those 15 are not samples."""
+    entries = json.loads((FIX / RTX3090_TIMES).read_text())
+    assert len(entries) == 263 and sum(e["startComputeMs"] < 200 for e in entries) == 15
+    run = P.load_run(log=_log_with_counts(tmp_path, 15, 248), times=FIX / RTX3090_TIMES)
+    t = run.timing()
+    assert t.runs == 248 and t.warmup == 15
+    assert t.samples_us == approx([e["computeMs"] * 1000 for e in entries[15:]])
+    assert any("15 warm-up queries" in n and "248 timed queries kept" in n for n in run.notes)
+    whole = P.load_run(times=FIX / RTX3090_TIMES).timing()  # no log: nothing tells them apart
+    assert whole.runs == 263
+
+
+def test_an_export_of_the_timed_queries_only_is_kept_whole(tmp_path: Path) -> None:
+    """8.5 and later export the timed queries only: as many as the log's trace count, none dropped."""
+    entries = json.loads((FIX / RTX3090_TIMES).read_text())[15:]
+    times = tmp_path / "times.json"
+    times.write_text(json.dumps(entries))
+    run = P.load_run(log=_log_with_counts(tmp_path, 15, 248), times=times)
+    assert run.timing().runs == 248 and not any("warm-up" in n for n in run.notes)
+
+
 def test_times_from_a_run_with_the_layer_profiler_on_say_so() -> None:
     """A log without e2e timing (--dumpProfile) beside --exportTimes samples: the samples include the
     profiler's synchronizations. (The two recordings are of different runs; only the note is read.)"""

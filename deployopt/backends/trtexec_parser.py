@@ -705,6 +705,22 @@ def attach_layer_info(layers: list[LayerTime], info: LayerInfoSet) -> None:
             layer.kernels = [KernelRecord(name=li.tactic_name, duration_us=layer.time_us, tile=li.tile)]
 
 
+def drop_exported_warmups(run: TrtexecRun) -> None:
+    """Leave out the warm-up queries an older trtexec wrote into --exportTimes. TensorRT 8.2's
+    sampleReporting.cpp exports the whole trace (`exportJSONTrace(trace, ...)`) though its summary
+    skips the warm-ups; 8.5's skips them in the export too. The log's two counts tell which: a file
+    of warm-ups + timed queries holds both. Without that, a Nano's timing counted ~200 ms of
+    cold, clock-ramping queries as samples (on a 0.5 ms model, 400 of them beside 100 timed)."""
+    warm, timed = run.warmup_queries, run.queries
+    if not warm or not timed or len(run.iterations) != warm + timed:
+        return
+    run.iterations = run.iterations[warm:]
+    run.notes.append(
+        f"this trtexec wrote its {warm} warm-up queries into --exportTimes too (as TensorRT 8.2's "
+        f"does): left out, the {timed} timed queries kept"
+    )
+
+
 def load_run(
     log: PathLike | None = None,
     times: PathLike | None = None,
@@ -717,6 +733,7 @@ def load_run(
     if times is not None:
         run.iterations = parse_times_json(times)
         run.sources.append(str(times))
+        drop_exported_warmups(run)
     if profile is not None:
         count, layers = parse_profile_json(profile)
         run.layers = layers
