@@ -784,11 +784,17 @@ def _check_static_dims(calib: CalibrationSet, sess: Any, names: dict[str, str], 
         if not dims or arr is None:
             continue
         if len(dims) != arr.ndim or any(isinstance(d, int) and d != a for d, a in zip(dims, arr.shape)):
-            want = "×".join(str(d) if isinstance(d, int) else "?" for d in dims)
-            raise DataError(
-                f"{role} model input {name!r} is {want} in the file, the data fed is {_fmt(arr.shape)}; "
-                "verify runs the files as they are, so --input-shape can set only dynamic (?) dims"
-            )
+            raise static_dims_error(role, name, dims, arr.shape)
+
+
+def static_dims_error(role: str, name: str, dims: Sequence[Any], fed: Sequence[int]) -> DataError:
+    """The one line for data (or an --input-shape) whose shape differs from dims the model file
+    fixes: `dims` as the file gives them (a str or None for a dynamic one, shown "?")."""
+    want = "×".join(str(d) if isinstance(d, int) else "?" for d in dims)
+    return DataError(
+        f"{role} model input {name!r} is {want} in the file, the data fed is {_fmt(tuple(fed))}; "
+        "verify runs the files as they are, so --input-shape can set only dynamic (?) dims"
+    )
 
 
 def feed_inputs(

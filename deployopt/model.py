@@ -96,18 +96,23 @@ def has_qdq(model: onnx.ModelProto) -> bool:
     return any(n.op_type in _KEEP_OPS for n in model.graph.node)
 
 
-def file_has_qdq(path: str | os.PathLike[str]) -> bool:
-    """`has_qdq` of a model file, read without its external weights; False for a file that cannot be
-    parsed (the command's own loading reports that in one line) and for a pipe, which reading here
-    would leave empty for that loading. Parsed by `_parse`, as loading does: onnx.load goes by the
-    name, and a .json or .textproto given as the model raised its parser's error as a traceback."""
+def _peek(path: str | os.PathLike[str]) -> onnx.ModelProto | None:
+    """The model file at `path` parsed without its external weights, for a quick look before the
+    command's own loading: None for a file that cannot be parsed (that loading reports it in one
+    line) and for a pipe, which reading here would leave empty for that loading. Parsed by
+    `_parse`, as loading does: onnx.load goes by the name, and a .json or .textproto given as the
+    model raised its parser's error as a traceback."""
     path = Path(path)
     try:
-        if not path.is_file():
-            return False
-        return has_qdq(_parse(path))
+        return _parse(path) if path.is_file() else None
     except (OSError, ModelError):
-        return False
+        return None
+
+
+def file_has_qdq(path: str | os.PathLike[str]) -> bool:
+    """`has_qdq` of a model file (`_peek`'s); False for one that cannot be parsed."""
+    model = _peek(path)
+    return model is not None and has_qdq(model)
 
 
 def folded_at_load(path: str | os.PathLike[str], loaded: onnx.ModelProto) -> list[str]:
@@ -130,17 +135,11 @@ def folded_at_load(path: str | os.PathLike[str], loaded: onnx.ModelProto) -> lis
 
 
 def file_typed_precision(path: str | os.PathLike[str]) -> str:
-    """`precision.typed_precision` of a model file, read as `file_has_qdq` reads it: "fp32" for a
-    file that cannot be parsed (the command's own loading reports that in one line)."""
+    """`precision.typed_precision` of a model file (`_peek`'s); "fp32" for one that cannot be parsed."""
     from deployopt.precision import typed_precision
 
-    path = Path(path)
-    try:
-        if not path.is_file():
-            return "fp32"
-        return typed_precision(_parse(path))
-    except (OSError, ModelError):
-        return "fp32"
+    model = _peek(path)
+    return "fp32" if model is None else typed_precision(model)
 
 
 def _uses_external_data(model: onnx.ModelProto) -> bool:

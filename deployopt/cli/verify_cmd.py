@@ -49,18 +49,14 @@ def _load(path: Path, requested: dict[str, list[int]], role: str) -> LoadedModel
     notice). An --input-shape that changes the batch the file fixes is refused here, as
     compare_models refuses it later: before, the memory check ran first, and a batch of 10**8 on a
     static-batch model was told to shrink a dim it could not set at all."""
+    from deployopt.fidelity import static_dims_error
     from deployopt.model import load_model
 
     loaded = load_model(path, requested)
     for name, batch in loaded.file_batch.items():
         dims = requested.get(name)
         if dims and dims[0] != batch:
-            want = "×".join(str(d) for d in [batch, *dims[1:]])
-            raise DataError(
-                f"{role} model input {name!r} is {want} in the file, the data fed is "
-                f"{'×'.join(map(str, dims))}; verify runs the files as they are, so --input-shape can "
-                "set only dynamic (?) dims"
-            )
+            raise static_dims_error(role, name, [batch, *dims[1:]], dims)
     return loaded
 
 
