@@ -36,9 +36,10 @@ from deployopt.waves import pair_agreement, regret  # noqa: E402
 
 # this GPU's folder per search mode → score_rounds' name of the same mode in the H200 records
 MODES = {"default": "default_limit", "all_engines": "all_engines"}
-#: folders of second measurements (same GPU, new processes; ids end `_repeat`) → the folder of the
-#: first measurement each is paired with, where the other modes pair with the H200's
-REPEATS = {"repeats": "default", "all_repeats": "all_engines"}
+#: folders of second measurements (ids end `_repeat`: repeats/ and all_repeats/ on the same machine in
+#: new processes, other_machine/ on another machine of the same GPU model, another day's lease) → the
+#: folder of the first measurement each is paired with, where the other modes pair with the H200's
+REPEATS = {"repeats": "default", "all_repeats": "all_engines", "other_machine": "default"}
 #: A point "interfered" (--drop-interfered): its event-timed median is over SPIKE_OVER_NEIGHBOURS times
 #: each of its neighbours' (two each side) and over SPIKE_OVER_KERNEL times the conv kernels' own
 #: profiled duration at that width. The kernel ran at its normal speed, so the time went outside it
