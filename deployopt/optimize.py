@@ -501,6 +501,9 @@ class Optimizer:
         #: the results are written and the journal says done (what a Ctrl-C in the cleanup after
         #: it leaves: complete results, nothing to resume)
         self.finished = False
+        # None until run() opens it: a Ctrl-C before then (scipy's import in _check_runs takes a
+        # second) was an AttributeError traceback where "run it again" belonged
+        self.journal: Journal | None = None
         self.sweep = SweepResult()
         self.sweep_shapes = 0
         self._refused: dict[str, dict[str, Any]] = {}

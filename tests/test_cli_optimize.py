@@ -218,6 +218,27 @@ def test_ctrl_c_before_the_journal_says_to_run_again_not_to_resume(
     assert (out / "report.json").is_file()
 
 
+def test_ctrl_c_while_the_run_checks_its_options_says_to_run_again(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """The first second of a run, checking --runs (scipy's import), came before the optimizer had a
+    journal attribute at all: Ctrl-C or SIGTERM there was an AttributeError traceback, exit 1."""
+    import deployopt.optimize as optimize_module
+
+    def interrupted(self: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(optimize_module.Optimizer, "_check_runs", interrupted)
+    out = tmp_path / "out"
+    code, _, err = cli(
+        monkeypatch, capsys, *base_args(zoo_model_path("vgg16_pruned_b4"), out), "--max-evals", "4"
+    )
+    assert code == 130 and err.strip().splitlines()[-1] == (
+        "interrupted before the run began (no journal written): run it again"
+    )
+    assert "Traceback" not in err and not out.exists()
+
+
 def test_sigterm_unwinds_like_ctrl_c_and_resume_finishes(
     zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
