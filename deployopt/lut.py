@@ -94,6 +94,9 @@ class SweepResult:
     measured: int = 0  # points timed on the device in this call
     cached: int = 0  # points read from disk (or given by the caller)
     seconds: float = 0.0  # wall time of the device sweeps in this call
+    #: samples per conv of each value read from disk or timed in this call (not `known` ones): the
+    #: report says these, not the count asked for, which a cached entry may exceed
+    samples: list[int] = field(default_factory=list)
 
 
 #: The folder of a dtype's table where it is not the dtype's name: a change to how that dtype's sweep
@@ -105,9 +108,14 @@ DTYPE_FOLDER = {"int8": "int8-qdq"}
 class LayerCache:
     """The on-disk table for one device fingerprint and dtype."""
 
-    def __init__(self, fingerprint: str, dtype: str, root: Path | None = None, persist: bool = True) -> None:
+    def __init__(
+        self, fingerprint: str, dtype: str, root: Path | None = None, persist: bool = True, min_runs: int = 0
+    ) -> None:
         self.fingerprint = fingerprint
         self.dtype = dtype
+        #: an entry of fewer samples than this is timed again (and replaced): a run asking for
+        #: --sweep-runs 50 was given an earlier run's 3-sample medians, its report saying 50
+        self.min_runs = min_runs
         self.dir = (root or cache_root()) / fingerprint / DTYPE_FOLDER.get(dtype, dtype)
         self.persist = persist
         self._write_failed = False  # warned once; later entries are not tried again
@@ -126,7 +134,7 @@ class LayerCache:
             # then refused as damaged): an entry without latencies is no entry, as one without JSON
             if not all(is_latency(s) for s in timing.samples_us):
                 raise ValueError("samples_us are not latencies")
-            return timing
+            return timing if timing.runs >= self.min_runs else None
         except (FileNotFoundError, NotADirectoryError):
             return None  # not measured yet (or no cache folder at all)
         except (OSError, ValueError, KeyError, TypeError) as exc:  # a cache only saves time: measure again
@@ -170,6 +178,7 @@ class LayerCache:
             cached = self.get(shape)
             if cached is not None:
                 result.values[sig] = cached.median_us
+                result.samples.append(cached.runs)
                 result.cached += 1
             else:
                 todo.append(shape)
@@ -184,6 +193,7 @@ class LayerCache:
             for shape, timing in zip(part, timings):
                 self.put(shape, timing)
                 result.values[shape.signature()] = timing.median_us
+                result.samples.append(timing.runs)
             result.measured += len(part)
             done += len(part)
             if on_progress:

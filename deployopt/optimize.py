@@ -784,9 +784,21 @@ class Optimizer:
         env = self._session_environment()
         fp = device_fingerprint(self.backend_name, env, self.cfg.sms)
         self._layer_cache = LayerCache(
-            fp, self.cfg.dtype, root=self.cfg.cache_root, persist=bool(self.session.backend.measured)
+            fp,
+            self.cfg.dtype,
+            root=self.cfg.cache_root,
+            persist=bool(self.session.backend.measured),
+            min_runs=self._sweep_samples(),
         )
         return self._layer_cache
+
+    def _sweep_samples(self) -> int:
+        """Samples per conv the per-layer sweep times (`_measure_convs`'s session): a caller's
+        session times its own count, ours `--sweep-runs` (or `--runs`)."""
+        for given in (self._external_sweep_session, self._external_session):
+            if given is not None:
+                return int(getattr(getattr(given, "options", None), "runs", 0) or 0)
+        return self.cfg.sweep_runs or self.cfg.runs
 
     def _session_environment(self) -> dict[str, Any]:
         """What the backend said about itself when it timed the first baseline (replayed on resume,
@@ -1660,6 +1672,8 @@ class Optimizer:
             "measured": self.sweep.measured,
             "cached": self.sweep.cached,
             "seconds": self.sweep.seconds,
+            # [fewest, most] samples per conv of the values timed or read from the cache
+            "samples_per_conv": [min(samples), max(samples)] if (samples := self.sweep.samples) else None,
             "measured_by": "model (predicted)" if not self.session.backend.measured else self.backend_name,
         }
         written = restore_dynamic_batch(

@@ -53,6 +53,12 @@ SAME_PLAN = {
 }
 
 
+def _samples_per_conv(samples: list[int], asked: int) -> str:
+    """'10 samples', or '10–50 samples' where cached entries hold more than this run asked for."""
+    lo, hi = (min(samples), max(samples)) if samples else (asked, asked)
+    return counted(lo, "sample") if lo == hi else f"{lo}–{hi} samples"
+
+
 def build_report(
     opt: Optimizer, best: Evaluation, fidelity: dict[str, Any] | None, sweep: dict[str, Any], budget_hit: bool
 ) -> dict[str, Any]:
@@ -153,7 +159,7 @@ def build_report(
             f"end-to-end latencies: measured on {measured_on} "
             f"({cfg.runs} runs each after {cfg.warmup} warm-up)",
             f"per-layer tables: measured on {measured_on}, "
-            f"{counted(cfg.sweep_runs or cfg.runs, 'sample')} per conv "
+            f"{_samples_per_conv(opt.sweep.samples, cfg.sweep_runs or cfg.runs)} per conv "
             f"(cached per device in {opt._layer_cache.dir})"
             if opt._layer_cache is not None
             else "per-layer tables: measured",

@@ -183,3 +183,27 @@ def test_an_entry_whose_samples_are_no_latencies_is_measured_again(tmp_path: Pat
     with pytest.warns(CacheWarning, match="cannot read cache entry .*not a cache entry"):
         res = cache.fill(CountingMeasure(), shapes([8]))
     assert res.measured == 1 and res.values[shapes([8])[0].signature()] == pytest.approx(8 / 8 + 0.64 + 0.5)
+
+
+def test_an_entry_of_fewer_samples_than_asked_is_timed_again(tmp_path: Path) -> None:
+    """A run asking for 50 samples per conv was given an earlier run's 2-sample medians from the
+    shared cache, and its report said 50. An entry with fewer samples than `min_runs` is timed again
+    and replaced; one with as many or more is read, and its count is what the result says."""
+
+    def measure(n: int) -> CountingMeasure:
+        class Measure(CountingMeasure):
+            def __call__(self, shapes: list[ConvShape]) -> list[Timing]:
+                self.calls.append([s.signature() for s in shapes])
+                return [Timing("stub", [s.k / 8 + i / 100 for i in range(n)]) for s in shapes]
+
+        return Measure()
+
+    few = LayerCache("fp1", "fp16", root=tmp_path, min_runs=2).fill(measure(2), shapes([64, 72]))
+    assert few.measured == 2 and few.samples == [2, 2]
+    more = measure(5)
+    again = LayerCache("fp1", "fp16", root=tmp_path, min_runs=5).fill(more, shapes([64, 72]))
+    assert again.measured == 2 and again.cached == 0 and again.samples == [5, 5] and len(more.calls) == 1
+    fewer = measure(3)
+    read = LayerCache("fp1", "fp16", root=tmp_path, min_runs=3).fill(fewer, shapes([64, 72, 80]))
+    assert read.cached == 2 and read.measured == 1 and sorted(read.samples) == [3, 5, 5]
+    assert fewer.calls == [[shapes([80])[0].signature()]]
