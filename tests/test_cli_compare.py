@@ -33,8 +33,23 @@ def test_faster_or_unchanged_exits_0(monkeypatch, capsys, tmp_path: Path) -> Non
     a = write_timing(tmp_path / "a.json", 500.0, {"board": "Orin"}, seed=1)
     b = write_timing(tmp_path / "b.json", 500.0, {"board": "Orin"}, seed=2)
     code, out, err = run_cli(monkeypatch, capsys, "compare", str(a), str(b))
-    assert code == 0 and "no change" in out and err == ""
+    assert code == 0 and "not significant" in out and err == ""
     assert "measured on: tensorrt, board Orin (both)" in out
+
+
+def test_a_real_difference_under_min_effect_is_told_apart_from_noise(
+    monkeypatch, capsys, tmp_path: Path
+) -> None:
+    """Both read "no change": a real 0.5 % shift (p ~1e-60) under --min-effect 1 %, and a noisy +53 %
+    whose p missed alpha. The cell says which; the JSON's verdict is unchanged."""
+    a = write_timing(tmp_path / "a.json", 500.0, {"board": "Orin"}, seed=1)
+    b = write_timing(tmp_path / "b.json", 502.5, {"board": "Orin"}, seed=2)
+    code, out, _ = run_cli(monkeypatch, capsys, "compare", str(a), str(b), "-o", str(tmp_path / "c.json"))
+    row = next(line for line in out.splitlines() if line.startswith("│ b "))
+    assert code == 0 and "+0.5 %" in row and "under min effect" in row
+    assert json.loads((tmp_path / "c.json").read_text())["pairs"][0]["verdict"] == "no significant difference"
+    code, out, _ = run_cli(monkeypatch, capsys, "compare", str(a), str(b), "--min-effect", "0.001")
+    assert code == 1 and "slower" in out
 
 
 def test_measured_on_is_one_line_in_a_log_80_columns_wide(monkeypatch, capsys) -> None:
@@ -300,7 +315,7 @@ def test_a_throttled_side_is_a_warning_and_fails_strict(monkeypatch, capsys, tmp
     )
     b = write_timing(tmp_path / "b.json", 500.0, {**env, "clock_slowdown_us": {}}, seed=1)
     code, out, err = run_cli(monkeypatch, capsys, "compare", str(a), str(b))
-    assert code == 0 and "no change" in out
+    assert code == 0 and "not significant" in out
     row = next(line for line in out.splitlines() if line.startswith("│ b "))
     assert "baseline: GPU clock held down by HW thermal slowdown 40 ms" in row
     assert err == (

@@ -37,11 +37,14 @@ def _cell(t: Timing) -> str:
     return f"{t.median_us:.1f} ({t.iqr_us:.1f}, {t.runs})"
 
 
-def _verdict(p: Pair) -> Text:
+def _verdict(p: Pair, alpha: float) -> Text:
+    """The verdict cell. Neither slower nor faster is one of two things, said apart: a difference
+    that may be noise (p ≥ alpha) or a real one under --min-effect. Both read "no change", beside
+    a +53 % whose p was 0.015 at alpha 0.01."""
     v = p.comparison.verdict
-    return {"slower": Text("slower", style="red"), "faster": Text("faster", style="green")}.get(
-        v, Text("no change")
-    )
+    if v in ("slower", "faster"):
+        return Text(v, style="red" if v == "slower" else "green")
+    return Text("under min effect" if p.comparison.p_value < alpha else "not significant")
 
 
 def _render(report: RegressionReport) -> None:
@@ -59,7 +62,7 @@ def _render(report: RegressionReport) -> None:
             _cell(p.current),
             f"{100 * (p.comparison.ratio - 1):+.1f} %",
             f"{p.comparison.p_value:.2g}",
-            _verdict(p),
+            _verdict(p, report.alpha),
             "; ".join(([] if p.model.comparable else ["DIFFERENT MODEL"]) + p.differences) or "-",
         )
     console.print(table)
