@@ -1154,9 +1154,15 @@ class Optimizer:
 
             from deployopt.errors import DeployoptWarning
 
+            kept = self.cfg.max_evals - 2  # what the baselines leave, all of it held back (or none)
+            why = (
+                f"the two baselines take {min(2, self.cfg.max_evals)}"
+                if kept <= 0
+                else f"the two baselines take 2 and {kept} are kept back to confirm a searched plan "
+                "against them"
+            )
             warnings.warn(
-                f"--max-evals {self.cfg.max_evals} leaves the search no evaluation: the two baselines take "
-                f"2 and {self._reserved} are kept back to confirm a searched plan against them, so the "
+                f"--max-evals {self.cfg.max_evals} leaves the search no evaluation: {why}, so the "
                 "answer is the faster baseline (nothing searched, nothing to confirm); give --max-evals "
                 f"{2 + self._reserved + 4} or more to search",
                 DeployoptWarning,

@@ -198,7 +198,8 @@ def build_report(
             "measured_this_run": opt.measured_now,
             "from_journal": sum(e.replayed for e in opt.evaluations),
             "budget_exhausted": budget_hit,
-            "reserved_for_confirmation": getattr(opt, "confirm_reserve", 0),
+            # no more than the baselines leave of --max-evals (4 of a budget of 2 read as arithmetic)
+            "reserved_for_confirmation": max(0, min(getattr(opt, "confirm_reserve", 0), cfg.max_evals - 2)),
             "list": evaluations,
         },
         "per_layer_sweep": sweep,

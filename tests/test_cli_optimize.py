@@ -447,6 +447,7 @@ def test_a_budget_that_leaves_the_search_nothing_is_said(
         assert code == 0, err
         assert (said in err) is expected, err
         assert ("leaves the search no evaluation" in err) is expected
+        assert json.loads((out / "report.json").read_text())["evaluations"]["reserved_for_confirmation"] == 4
     # the wave model keeps nothing back: --max-evals 3 searches one plan, no warning
     code, _, err = cli(monkeypatch, capsys, *base_args(model, tmp_path / "m"), "--max-evals", "3")
     assert code == 0 and "leaves the search" not in err
@@ -613,11 +614,14 @@ def test_an_unwritable_layer_cache_is_one_warning_and_the_measured_run_finishes(
         "warning: --backend ort measures on this machine's CPU, not on the GPU of orin-nano-8gb: the "
         "latencies and the widths chosen fit the CPU, not the target (measure on the GPU: torch on CUDA, "
         "tensorrt or trtexec)",
-        "warning: --max-evals 2 leaves the search no evaluation: the two baselines take 2 and 4 are kept "
-        "back to confirm a searched plan against them, so the answer is the faster baseline (nothing "
-        "searched, nothing to confirm); give --max-evals 10 or more to search",
+        # the baselines are the whole budget: nothing is kept back of it (it said "2 and 4 are kept back")
+        "warning: --max-evals 2 leaves the search no evaluation: the two baselines take 2, so the answer "
+        "is the faster baseline (nothing searched, nothing to confirm); give --max-evals 10 or more to "
+        "search",
     ], err
-    assert (out / "report.json").exists()
+    report = json.loads((out / "report.json").read_text())
+    assert report["evaluations"]["reserved_for_confirmation"] == 0
+    assert "kept back" not in (out / "report.md").read_text()
 
 
 def test_a_full_disk_while_writing_the_journal_is_one_line(
