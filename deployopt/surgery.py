@@ -264,9 +264,9 @@ def apply_plan_report(
         node = graph.node[e.node]
         for a in node.attribute:
             if a.name == e.attr and e.index is None:
-                a.i = new_width(e.layout)
+                a.i = new_width(e.layout) * e.scale
             elif a.name == e.attr:
-                a.ints[e.index] = new_width(e.layout)
+                a.ints[e.index] = new_width(e.layout) * e.scale
     del graph.value_info[:]
     try:
         inferred = onnx.shape_inference.infer_shapes(_skeleton(out), strict_mode=True, data_prop=True)

@@ -93,7 +93,8 @@ def test_chunk_as_slices_frees_both_halves() -> None:
 
 
 def test_negative_bounds_are_read_from_the_end() -> None:
-    """x[:, -5:-1]: the window is [11, 15) of 16; the rewritten bounds are positive."""
+    """x[:, -5:-1]: the window is [11, 15) of 16; the rewritten bounds still count from the end,
+    minus the new widths of the pieces after them (4 + 3 and 3): the window is [16, 20) of 23."""
     n = Net()
     a = n.cbr("x", 16, r=1)
     model = n.build(n.conv(n.op("Add", [channel_slice(n, a, -5, -1), n.cbr("x", 4, r=1)]), 3))
@@ -101,9 +102,53 @@ def test_negative_bounds_are_read_from_the_end() -> None:
     assert free == {"conv1[0]": 11, "conv1[1]": 4, "conv1[2]": 1}
     padded = apply_plan(model, {"conv1[0]": 16, "conv1[2]": 3}, analyze(model))
     bounds = {t.name: numpy_helper.to_array(t).tolist() for t in padded.graph.initializer if t.name[0] == "s"}
-    assert (bounds["s4.starts"], bounds["s4.ends"]) == ([16], [20])
+    assert (bounds["s4.starts"], bounds["s4.ends"]) == ([-7], [-3])
     np.testing.assert_allclose(run(padded), run(model), atol=1e-5, rtol=0)
     check_exact_and_trimmable(model)
+
+
+def test_a_negative_bound_follows_the_channels_after_it() -> None:
+    """y[:, :5] and y[:, -3:] into two convs: padding only the last three channels' piece left the
+    start at -3, recorded against the pieces before it (untouched), so the second conv got 3 of the
+    8 channels its weights now take: a model onnxruntime refused, written with exit 0."""
+    n = Net()
+    a = n.cbr("x", 8, r=1)
+    model = n.build(
+        n.op("Add", [n.conv(channel_slice(n, a, 0, 5), 4), n.conv(channel_slice(n, a, -3, INT64_MAX), 4)])
+    )
+    analysis = analyze(model)
+    assert {g.id: g.width for g in analysis.free_groups()} == {"conv1[0]": 5, "conv1[1]": 3}
+    padded = apply_plan(model, {"conv1[1]": 8}, analysis)
+    bounds = {t.name: numpy_helper.to_array(t).tolist() for t in padded.graph.initializer if t.name[0] == "s"}
+    assert bounds["s4.starts"] == [0] and bounds["s4.ends"] == [5]
+    assert bounds["s6.starts"] == [-8] and bounds["s6.ends"] == [INT64_MAX]
+    np.testing.assert_allclose(run(padded), run(model), atol=1e-5, rtol=0)
+    check_exact_and_trimmable(model)
+
+
+def test_a_negative_end_moves_with_the_channels_after_the_window() -> None:
+    """y[:, 2:-3] averaged over channels: padding the channels after the window kept end = -3, and
+    the window took in real channels (outputs off by 0.35, exit 0). The end is -4 for 4 after it."""
+    n = Net()
+    a = n.cbr("x", 8, r=1)
+    window = channel_slice(n, a, 2, -3)
+    model = n.build(n.op("Add", [n.op("ReduceMean", [window], (1, 8, 8), axes=[1]), n.conv(a, 1, r=1)]))
+    analysis = analyze(model)
+    assert {g.id: g.width for g in analysis.free_groups()} == {"conv1[0]": 2, "conv1[2]": 3}
+    padded = apply_plan(model, {"conv1[2]": 4}, analysis)
+    bounds = {t.name: numpy_helper.to_array(t).tolist() for t in padded.graph.initializer if t.name[0] == "s"}
+    assert bounds["s4.ends"] == [-4]
+    np.testing.assert_allclose(run(padded), run(model), atol=1e-5, rtol=0)
+    check_exact_and_trimmable(model)
+
+
+def test_a_start_counting_back_past_the_axis_freezes() -> None:
+    """x[:, -20:] of 8 channels is all of them, until the channels grow past 20."""
+    n = Net()
+    a = n.cbr("x", 8, r=1)
+    model = n.build(n.conv(channel_slice(n, a, -20, INT64_MAX), 4))
+    reasons = {g.id: g.reason for g in analyze(model).groups}
+    assert reasons["conv1"] == "Slice slice4: its start counts back past the channel axis"
 
 
 def test_channels_left_out_of_the_window_are_dead() -> None:
@@ -134,6 +179,22 @@ def test_opset_9_slice_attributes_follow_the_plan() -> None:
     node = next(nd for nd in padded.graph.node if nd.op_type == "Slice")
     attrs = {at.name: list(helper.get_attribute_value(at)) for at in node.attribute}
     assert attrs["starts"] == [0, 2] and attrs["ends"] == [10, 8]
+    check_exact_and_trimmable(model)
+
+
+def test_opset_9_negative_slice_attributes_count_from_the_end() -> None:
+    """The attribute form of a negative bound: x[:, -4:] keeps counting from the end (-7 for 7)."""
+    n = Net(opset=9)
+    a = n.cbr("x", 12, r=1)
+    s = n.op("Slice", [a], (4, 8, 8), starts=[-4], ends=[12], axes=[1])
+    model = n.build(n.op("Add", [n.conv(s, 4), n.conv(a, 4)]))
+    analysis = analyze(model)
+    assert {g.id: g.width for g in analysis.free_groups()} == {"conv1[0]": 8, "conv1[1]": 4}
+    padded = apply_plan(model, {"conv1[1]": 7}, analysis)
+    node = next(nd for nd in padded.graph.node if nd.op_type == "Slice")
+    attrs = {at.name: list(helper.get_attribute_value(at)) for at in node.attribute}
+    assert attrs["starts"] == [-7] and attrs["ends"] == [15]
+    np.testing.assert_allclose(run(padded), run(model), atol=1e-5, rtol=0)
     check_exact_and_trimmable(model)
 
 

@@ -100,6 +100,7 @@ class AttrEdit:
     attr: str
     layout: Layout
     index: Optional[int] = None  # for a list attribute (Split's `split` before opset 13)
+    scale: int = 1  # the value is the width times this (-1: a Slice bound counted from the end)
 
 
 @dataclass
@@ -492,8 +493,10 @@ class CouplingState:
             self.bind(zp_name, 0, layout, 0.0, q, spread)
         self.bind(q.input[0], axis, layout, pad, q, spread)
 
-    def edit_attr(self, node: onnx.NodeProto, attr: str, layout: Layout, index: Optional[int] = None) -> None:
-        self.attr_edits.append(AttrEdit(self.index(node), attr, self.current(layout), index))
+    def edit_attr(
+        self, node: onnx.NodeProto, attr: str, layout: Layout, index: Optional[int] = None, scale: int = 1
+    ) -> None:
+        self.attr_edits.append(AttrEdit(self.index(node), attr, self.current(layout), index, scale))
 
     # ----- refinement: cutting a channel set into pieces that can change on their own ---------
     def refine(self, atom: int, cuts: Iterable[int], suffix: str = "[{i}]") -> None:

@@ -82,7 +82,10 @@ def slice_(ctx: CouplingState, node: onnx.NodeProto) -> None:
 
     The pieces inside the window are the output's channels (free, joined to whatever reads them);
     the pieces outside it are channels nobody reads after the Slice. `start` and `end` follow the
-    plan: each becomes the new width of the pieces before it (an end that means "to the end" stays).
+    plan: each becomes the new width of the pieces before it (an end that means "to the end" stays),
+    a negative one minus the new width of the pieces after it (it counts from the end: recorded
+    against the pieces before it, `x[:, 2:-3]` kept its -3 when the channels after the window
+    changed, and the window moved onto other channels).
     GhostNet's `cat([primary, cheap])[:, :oup]` and C2f's halves at opsets that export `chunk` as
     Slices are the cases that matter. Computed bounds or a step other than 1 freeze.
     """
@@ -116,6 +119,9 @@ def slice_(ctx: CouplingState, node: onnx.NodeProto) -> None:
     if (steps is not None and int(steps[i]) != 1) or start >= _TO_THE_END:
         ctx.freeze_node(node, f"Slice {name} takes every n-th channel or runs backwards")
         return
+    if start < -width:  # before the axis' start, so 0 now, but not once the channels grow past it
+        ctx.freeze_node(node, f"Slice {name}: its start counts back past the channel axis")
+        return
     lo = min(max(start + width if start < 0 else start, 0), width)
     hi = min(max(end + width if end < 0 else end, 0), width)
     if hi <= lo or ctx.channels(node.output[0]) not in (None, hi - lo):
@@ -127,8 +133,11 @@ def slice_(ctx: CouplingState, node: onnx.NodeProto) -> None:
     for key, value, bound in (("starts", start, lo), ("ends", end, hi)):
         if bound == 0 or (key == "ends" and value >= _TO_THE_END):
             continue  # 0 and "to the end" hold whatever the widths become
-        before = tuple(seg for seg, o in zip(lay, offsets) if o < bound)
-        if ctx.opset < 10:
-            ctx.edit_attr(node, key, before, index=i)
+        if value < 0:  # counted back from the end: minus the width of the pieces after the bound
+            pieces, scale = tuple(seg for seg, o in zip(lay, offsets) if o >= bound), -1
         else:
-            ctx.edit_shape(node.input[1 if key == "starts" else 2], i, before, node)
+            pieces, scale = tuple(seg for seg, o in zip(lay, offsets) if o < bound), 1
+        if ctx.opset < 10:
+            ctx.edit_attr(node, key, pieces, index=i, scale=scale)
+        else:
+            ctx.edit_shape(node.input[1 if key == "starts" else 2], i, pieces, node, scale=scale)
