@@ -957,6 +957,32 @@ def test_instance_norm_pads_with_neutral_parameters_and_trims_back_exactly() -> 
     np.testing.assert_allclose(run(back), run(model), atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("op", ["InstanceNormalization", "LayerNormalization"])
+def test_a_normalization_without_epsilon_freezes(op: str) -> None:
+    """With epsilon 0 a padded channel (constant over what it normalizes: variance 0) normalizes to
+    0/0 = NaN, and the next conv's zero weights keep it (NaN·0 = NaN): padded InstanceNorm and
+    LayerNorm-over-W models gave NaN in every output, written with exit 0. Such a group is frozen;
+    with the default epsilon it stays free and pads exactly."""
+    for eps, frozen in ((0.0, True), (1e-5, False)):
+        n = Net(opset=17)
+        a = n.conv("x", 8)
+        if op == "LayerNormalization":  # over W: each channel normalized on its own
+            params = [n.init("ln.scale", np.full(8, 1.2)), n.init("ln.bias", np.full(8, 0.3))]
+            norm = n.op(op, [a, *params], axis=-1, epsilon=eps)
+        else:
+            params = [n.init("in.scale", np.full(8, 1.2)), n.init("in.bias", np.full(8, 0.3))]
+            norm = n.op(op, [a, *params], epsilon=eps)
+        model = n.build(n.conv(n.op("Relu", [norm]), 4))
+        group = analyze(model).group("conv1")
+        assert group.frozen == frozen, group.reason
+        if frozen:
+            assert group.reason.endswith("has epsilon 0: a padded channel's variance 0 would give NaN")
+            with pytest.raises(PlanError, match="frozen"):
+                apply_plan(model, {"conv1": 16})
+        else:
+            np.testing.assert_allclose(run(apply_plan(model, {"conv1": 16})), run(model), atol=1e-5, rtol=0)
+
+
 def test_architecture_table_rows_are_rendered_from_the_sweep_results() -> None:
     """check_architectures.py --markdown: node names and numbers in the reasons generalized, the
     input and output freezes left out, the pad error rounded as docs/surgery.md shows it."""

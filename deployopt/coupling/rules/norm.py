@@ -16,9 +16,25 @@ import onnx
 from deployopt.coupling.registry import CouplingState, normalize_axis, rule
 
 
+def _no_epsilon(ctx: CouplingState, node: onnx.NodeProto) -> bool:
+    """Freezes `node` when its epsilon is 0 (or less) and says so. A padded channel is constant over
+    what it normalizes (0 after a conv, a bias after a BatchNorm), so its variance is 0, and with no
+    epsilon it normalizes to 0/0 = NaN, which the next conv's zero weights do not cancel (NaN·0 is
+    NaN): every output NaN, where the model's own channels vary and stay finite."""
+    if float(ctx.attr(node, "epsilon", 1e-5)) > 0:
+        return False
+    ctx.freeze_node(
+        node, f"{node.op_type} {ctx.name(node)} has epsilon 0: a padded channel's variance 0 would give NaN"
+    )
+    return True
+
+
 @rule("BatchNormalization")
 def batch_norm(ctx: CouplingState, node: onnx.NodeProto) -> None:
-    # padded channel: scale 0, bias 0, mean 0, var 1 -> exactly 0 whatever reaches it
+    # padded channel: scale 0, bias 0, mean 0, var 1 -> exactly 0 whatever reaches it. In training
+    # mode (opset 14+) it uses the batch's own statistics instead, the padded channel's variance 0
+    if int(ctx.attr(node, "training_mode", 0)) and _no_epsilon(ctx, node):
+        return
     lay = ctx.pass_through(node)
     for i, pad in zip(range(1, 5), (0.0, 0.0, 0.0, 1.0)):
         if i < len(node.input):
@@ -27,6 +43,8 @@ def batch_norm(ctx: CouplingState, node: onnx.NodeProto) -> None:
 
 @rule("InstanceNormalization")
 def instance_norm(ctx: CouplingState, node: onnx.NodeProto) -> None:
+    if _no_epsilon(ctx, node):
+        return
     lay = ctx.pass_through(node)
     ctx.bind(node.input[1], 0, lay, 0.0, node)
     ctx.bind(node.input[2], 0, lay, 0.0, node)
@@ -48,6 +66,8 @@ def layer_norm(ctx: CouplingState, node: onnx.NodeProto) -> None:
             f"LayerNormalization {ctx.name(node)} normalizes over the channel axis "
             "(padded channels would change its mean and variance)",
         )
+    elif _no_epsilon(ctx, node):
+        return
     ctx.set_layout(y, lay, channel)  # same channels, same axis: one group with its input
 
 
