@@ -518,6 +518,40 @@ def copy_model_metadata(src: onnx.ModelProto, dst: onnx.ModelProto) -> None:
             node.doc_string = docs[node.name]
 
 
+#: A Constant's scalar and list attributes and the tensor type ONNX gives each (Constant-12+).
+_CONSTANT_VALUE_TYPES = {
+    "value_float": TensorProto.FLOAT,
+    "value_floats": TensorProto.FLOAT,
+    "value_int": TensorProto.INT64,
+    "value_ints": TensorProto.INT64,
+}
+
+
+def _typed_constant_values(graph: onnx.GraphProto) -> None:
+    """Rewrite each Constant's value_float(s) / value_int(s) as the `value` tensor ONNX types it as
+    (float32, int64), here and in subgraphs. onnx-graphsurgeon reads value_float as a numpy
+    float64, so folding made `Mul(x, Constant(value_float=0.5))` a double initializer: every
+    model written from it failed to load in onnxruntime ("bound to different types"), exit 0."""
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                _typed_constant_values(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for sub in attr.graphs:
+                    _typed_constant_values(sub)
+        if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.attribute) != 1:
+            continue
+        attr = node.attribute[0]
+        elem = _CONSTANT_VALUE_TYPES.get(attr.name)
+        if elem is None:
+            continue
+        value = onnx.helper.get_attribute_value(attr)
+        dims = [len(value)] if attr.name.endswith("s") else []
+        tensor = onnx.helper.make_tensor(node.output[0], elem, dims, list(value) if dims else [value])
+        del node.attribute[:]
+        node.attribute.append(onnx.helper.make_attribute("value", tensor))
+
+
 def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     """Turn Constant nodes and constant subgraphs into initializers (onnx-graphsurgeon + onnxruntime)."""
     import onnx_graphsurgeon as gs
@@ -636,6 +670,7 @@ def load_model(
         raise
     if _needs_folding(model):
         _slice_shape_ranges(model)
+        _typed_constant_values(model.graph)
         # each pass can expose more: a folded Shape gives a static Reshape, whose output shape
         # makes the next Shape foldable (Polygraphy also folds in passes)
         n_before = n_prev = len(model.graph.node)

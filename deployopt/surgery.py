@@ -269,7 +269,9 @@ def apply_plan_report(
                 a.ints[e.index] = new_width(e.layout) * e.scale
     del graph.value_info[:]
     try:
-        inferred = onnx.shape_inference.infer_shapes(_skeleton(out), strict_mode=True, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(
+            _skeleton(out), check_type=True, strict_mode=True, data_prop=True
+        )
         graph.value_info.extend(inferred.graph.value_info)
         onnx.checker.check_model(out)
     except Exception as exc:  # a bug or an op a rule mis-declares: never hand back a broken model

@@ -658,3 +658,82 @@ def test_a_shape_with_start_and_end_folds_to_its_slice_not_the_whole_shape(tmp_p
     assert not any(n.op_type in ("Shape", "Range") for n in loaded.model.graph.node)  # folded
     x = np.random.default_rng(1).standard_normal((1, 4, 8, 8)).astype(np.float32)
     np.testing.assert_array_equal(run(loaded.model, x), run(model, x))
+
+
+def test_constant_value_floats_and_ints_fold_to_their_onnx_types(tmp_path: Path) -> None:
+    """Constant(value_float=0.5) is a float32 scalar in ONNX; onnx-graphsurgeon folded it to a
+    float64 initializer, so `Mul(conv, 0.5)` became float × double and every model written from it
+    failed to load in onnxruntime, exit 0. A per-channel value_floats and a value_ints Reshape shape
+    likewise: loaded as float32 and int64, padded exactly, and the padded model loads."""
+    from onnx import TensorProto
+    from onnx import helper as h
+
+    from deployopt.surgery import apply_plan
+
+    rng = np.random.default_rng(0)
+
+    def weight(name: str, *shape: int) -> onnx.TensorProto:
+        return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+
+    nodes = [
+        h.make_node("Conv", ["x", "aw", "ab"], ["t"], name="a", pads=[1] * 4),
+        h.make_node("Constant", [], ["half"], value_float=0.5),
+        h.make_node("Mul", ["t", "half"], ["m"], name="mul"),
+        h.make_node("Constant", [], ["shift"], value_floats=[0.1 * i for i in range(8)]),
+        h.make_node("Constant", [], ["shape"], value_ints=[8, 1, 1]),
+        h.make_node("Reshape", ["shift", "shape"], ["shift3"], name="reshape"),
+        h.make_node("Add", ["m", "shift3"], ["s"], name="add"),
+        h.make_node("Conv", ["s", "bw", "bb"], ["y"], name="b"),
+    ]
+    graph = h.make_graph(
+        nodes,
+        "g",
+        [h.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [h.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [weight("aw", 8, 3, 3, 3), weight("ab", 8), weight("bw", 4, 8, 1, 1), weight("bb", 4)],
+    )
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    loaded = load_model(path).model
+    types = {t.name: t.data_type for t in loaded.graph.initializer}
+    assert TensorProto.DOUBLE not in types.values(), types
+    assert types["half"] == TensorProto.FLOAT
+    analysis = analyze(loaded)
+    assert not analysis.group("a").frozen
+    padded = apply_plan(loaded, {"a": 11}, analysis)
+    x = _input(model)
+    np.testing.assert_allclose(run(padded, x), run(model, x), atol=1e-5, rtol=0)
+
+
+def test_apply_refuses_to_write_a_model_whose_types_clash() -> None:
+    """The edited model's shape inference now checks types too: a float × double Mul (what the
+    folding above made) validated, was written, and onnxruntime refused to load it."""
+    from onnx import TensorProto
+    from onnx import helper as h
+
+    from deployopt.surgery import apply_plan
+
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+        for n, s in (("aw", (8, 3, 3, 3)), ("bw", (4, 8, 1, 1)))
+    ]
+    inits.append(numpy_helper.from_array(np.array(0.5, dtype=np.float64), "half"))
+    nodes = [
+        h.make_node("Conv", ["x", "aw"], ["t"], name="a", pads=[1] * 4),
+        h.make_node("Mul", ["t", "half"], ["m"], name="mul"),
+        h.make_node("Conv", ["m", "bw"], ["y"], name="b"),
+    ]
+    graph = h.make_graph(
+        nodes,
+        "g",
+        [h.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [h.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+        inits,
+    )
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
+    with pytest.raises(ModelError, match=r"does not validate.*double"):
+        apply_plan(model, {"a": 11})
