@@ -90,6 +90,8 @@ def bench(name: str, runs: int) -> dict[str, Any]:
                 ),
                 cli_runs,
             ),
+            # the floor under both: Python and onnx's import (ml_dtypes 0.7.0's alone took 0.46 s here)
+            "cli: import onnx": _time(lambda: _cli([sys.executable, "-c", "import onnx"]), cli_runs),
         }
     return {
         "model": name,
@@ -105,9 +107,12 @@ def main() -> None:
     parser.add_argument("--models", nargs="*", default=["resnet56_cifar", "mobilenet_like", "densenet_like"])
     parser.add_argument("--json", type=Path, default=None, help="write the results here (atomically)")
     args = parser.parse_args()
+    import ml_dtypes  # its version sets most of the CLI rows: 0.7.0 took 0.8 s to import here
+
     results = {
         "machine": {"cpus": os.cpu_count(), "cpu": platform.processor() or platform.machine(),
-                    "python": platform.python_version(), "onnx": onnx.__version__},
+                    "python": platform.python_version(), "onnx": onnx.__version__,
+                    "ml_dtypes": ml_dtypes.__version__, "load_average": list(os.getloadavg())},
         "results": [bench(m, args.runs) for m in args.models],
     }  # fmt: skip
     for r in results["results"]:
