@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -160,6 +161,17 @@ class Timing:
             model=d.get("model"),
             measured_at=d.get("measured_at"),
         )
+
+
+def median_iqr(values: Sequence[float]) -> tuple[float, float | None]:
+    """(median, IQR) of one layer's per-run times, as Timing computes them; the IQR is None for
+    fewer than 2 runs. A profile's per-layer medians printed with no spread broke the rule every
+    measured latency follows (median, spread, runs)."""
+    median = float(np.median(values)) if len(values) else 0.0
+    if len(values) < 2:
+        return median, None
+    q1, q3 = np.percentile(values, [25, 75])
+    return median, float(q3 - q1)
 
 
 def measured_now() -> str:

@@ -1250,9 +1250,11 @@ def make_profiler(trt):
 
 
 def layer_table(times, order):
+    """Each layer's median and IQR over the runs (µs), as deployopt's profile gives them."""
     meds = [(name, median(times[name]) * 1000.0) for name in order]
     total = sum(m for _, m in meds) or 1.0
-    return [{"name": n, "time_us": m, "share": m / total, "runs": len(times[n])} for n, m in meds]
+    return [{"name": n, "time_us": m, "share": m / total, "runs": len(times[n]),
+             "iqr_us": iqr(times[n]) * 1000.0 if len(times[n]) > 1 else None} for n, m in meds]
 
 
 def io_dtype(trt, name, is_input, trt_type):

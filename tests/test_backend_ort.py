@@ -158,6 +158,9 @@ def test_layers_from_profile_medians_and_shares() -> None:
         ("b", 5.0, {"op": "Relu"}),
     ]
     assert [round(layer.share, 6) for layer in layers] == [round(12 / 17, 6), round(5 / 17, 6)]
+    # each layer's spread over the runs: a: 10, 14, 12 → quartiles 11 and 13; b: 4, 6, 5 → 4.5, 5.5
+    assert [layer.iqr_us for layer in layers] == [2.0, 1.0]
+    assert profile_layers(_events(), runs=1)[0][0].iqr_us is None  # one run: no spread
 
 
 def test_map_to_onnx_nodes() -> None:

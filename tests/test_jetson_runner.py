@@ -307,8 +307,14 @@ def test_engine_file_endings_match_compare() -> None:
 def test_layer_table() -> None:
     rows = runner.layer_table({"a": [0.01, 0.03, 0.02], "b": [0.005]}, ["a", "b"])
     assert rows == [
-        {"name": "a", "time_us": pytest.approx(20.0), "share": pytest.approx(0.8), "runs": 3},
-        {"name": "b", "time_us": pytest.approx(5.0), "share": pytest.approx(0.2), "runs": 1},
+        {
+            "name": "a",
+            "time_us": pytest.approx(20.0),
+            "share": pytest.approx(0.8),
+            "runs": 3,
+            "iqr_us": pytest.approx(10.0),
+        },
+        {"name": "b", "time_us": pytest.approx(5.0), "share": pytest.approx(0.2), "runs": 1, "iqr_us": None},
     ]
 
 
@@ -325,7 +331,7 @@ def test_layer_table_matches_backend(times: dict[str, list[float]], order: list[
     from deployopt.backends.tensorrt import aggregate_layer_times
 
     host = [
-        {"name": t.name, "time_us": t.time_us, "share": t.share, "runs": t.extra["runs"]}
+        {"name": t.name, "time_us": t.time_us, "share": t.share, "runs": t.extra["runs"], "iqr_us": t.iqr_us}
         for t in aggregate_layer_times(times, order)
     ]
     board = runner.layer_table(times, order)
@@ -333,6 +339,8 @@ def test_layer_table_matches_backend(times: dict[str, list[float]], order: list[
     for b, h in zip(board, host):
         assert b["time_us"] == pytest.approx(h["time_us"], rel=1e-12, abs=1e-12)
         assert b["share"] == pytest.approx(h["share"], rel=1e-12, abs=1e-12)
+        assert (b["iqr_us"] is None) == (h["iqr_us"] is None)
+        assert b["iqr_us"] is None or b["iqr_us"] == pytest.approx(h["iqr_us"], rel=1e-12, abs=1e-12)
 
 
 # ------------------------------------------------------------------ engine keys

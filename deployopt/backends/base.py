@@ -77,11 +77,15 @@ class LayerTime:
     onnx_nodes: list[str] = field(default_factory=list)  # mapped back where the backend allows
     kernels: list[KernelRecord] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. tactic name from trtexec
+    #: the spread of `time_us` over the runs; None where the backend reports one number (trtexec's
+    #: profile: an average and a median) or there was one run
+    iqr_us: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "time_us": self.time_us,
+            "iqr_us": self.iqr_us,
             "share": self.share,
             "onnx_nodes": self.onnx_nodes,
             "kernels": [k.to_json() for k in self.kernels],
@@ -99,6 +103,8 @@ class Profile:
 
     @property
     def total_us(self) -> float:
+        """The sum of the layers' medians: not an end-to-end latency (no median of sums, no gaps
+        between layers); `bench` times that."""
         return sum(layer.time_us for layer in self.layers)
 
     def to_json(self) -> dict[str, Any]:

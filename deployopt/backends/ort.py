@@ -19,13 +19,12 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from statistics import median
 from typing import TYPE_CHECKING, Any
 
 from deployopt.backends.base import Backend, LayerTime, MeasureOptions, Profile, Session
 from deployopt.errors import BackendFailed, BackendUnavailable, DeployoptError, first_line
 from deployopt.precision import typed_precision
-from deployopt.timing import Timing
+from deployopt.timing import Timing, median_iqr
 
 if TYPE_CHECKING:
     import numpy as np
@@ -423,15 +422,16 @@ def profile_layers(
         claimed = {n for nodes in by_names.values() for n in nodes}
         every = [n.name or n.op_type for n in model.graph.node]
         mapping = NodeMapping(layers=by_names, unmapped=[n for n in every if n not in claimed])
-    times = {n: float(median(durations[n])) for n in names}
-    total = sum(times.values()) or 1.0
+    stats = {n: median_iqr(durations[n]) for n in names}
+    total = sum(m for m, _ in stats.values()) or 1.0
     layers = [
         LayerTime(
             name=n,
-            time_us=times[n],
-            share=times[n] / total,
+            time_us=stats[n][0],
+            share=stats[n][0] / total,
             onnx_nodes=mapping.layers[n],
             extra={"op": op_types[n]} if op_types.get(n) else {},
+            iqr_us=stats[n][1],
         )
         for n in names
     ]

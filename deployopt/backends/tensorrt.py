@@ -26,7 +26,6 @@ import importlib
 import importlib.util
 import json
 import os
-import statistics
 import sys
 import time
 import warnings
@@ -301,11 +300,19 @@ def engine_path_for(workdir: Path, model_path: str, dtype: str, key: str) -> Pat
 
 
 def aggregate_layer_times(times: dict[str, list[float]], order: list[str]) -> list[LayerTime]:
-    """Per-layer median over runs (ms reported by IProfiler -> µs), with its share of the sum."""
-    med = {name: statistics.median(times[name]) * 1000.0 for name in order}
-    total = sum(med.values()) or 1.0
+    """Per-layer median and IQR over runs (ms reported by IProfiler -> µs), with its share of the sum."""
+    from deployopt.timing import median_iqr
+
+    stats = {name: median_iqr([t * 1000.0 for t in times[name]]) for name in order}
+    total = sum(m for m, _ in stats.values()) or 1.0
     return [
-        LayerTime(name=name, time_us=med[name], share=med[name] / total, extra={"runs": len(times[name])})
+        LayerTime(
+            name=name,
+            time_us=stats[name][0],
+            share=stats[name][0] / total,
+            extra={"runs": len(times[name])},
+            iqr_us=stats[name][1],
+        )
         for name in order
     ]
 
@@ -1093,7 +1100,13 @@ class TensorRTSession(Session):
     def profile(self, model_path: Path, kernels: bool = False) -> Profile:
         out = self._call(model_path, per_layer=True)
         layers = [
-            LayerTime(name=d["name"], time_us=d["time_us"], share=d["share"], extra=d.get("extra", {}))
+            LayerTime(
+                name=d["name"],
+                time_us=d["time_us"],
+                share=d["share"],
+                extra=d.get("extra", {}),
+                iqr_us=d.get("iqr_us"),
+            )
             for d in out["layers"]
         ]
         t = out["timing"]

@@ -529,6 +529,8 @@ class RemoteRunnerSession(Session):
                     time_us=float(d["time_us"]),
                     share=float(d["share"]),
                     extra={"runs": int(d["runs"])},
+                    # a runner older than 2026-12-06 wrote no spread
+                    iqr_us=None if d.get("iqr_us") is None else float(d["iqr_us"]),
                 )
                 for d in out["layers"]
             ]

@@ -63,6 +63,7 @@ def profile_from_json(d: dict[str, Any]) -> Profile:
                 onnx_nodes=list(layer.get("onnx_nodes", [])),
                 kernels=kernels,
                 extra=dict(layer.get("extra", {})),
+                iqr_us=layer.get("iqr_us"),
             )
         )
     return Profile(

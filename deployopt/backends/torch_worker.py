@@ -17,7 +17,6 @@ import json
 import math
 import os
 import re
-import statistics
 import sys
 import tempfile
 import time
@@ -522,7 +521,10 @@ class Worker:
             per_pass = kz.cpu_layer_times(trace, names)
             what = "wall time of each layer's module call (torch profiler record_function ranges)"
         ordered = names + ([kz.OTHER] if any(kz.OTHER in p for p in per_pass.values()) else [])
-        times = {n: statistics.median([p.get(n, 0.0) for p in per_pass.values()] or [0.0]) for n in ordered}
+        from deployopt.timing import median_iqr
+
+        stats = {n: median_iqr([p.get(n, 0.0) for p in per_pass.values()] or [0.0]) for n in ordered}
+        times = {n: m for n, (m, _) in stats.items()}
         total = sum(times.values()) or 1.0
         last = attributed[max(attributed)] if attributed else {}
         op_of = {n.name: n.op_type for n in model.graph.node}
@@ -538,6 +540,7 @@ class Worker:
                     onnx_nodes=[node] if node else [],
                     kernels=records if want_kernels else [],
                     extra={"module": n, **({"op": op_of[node]} if node in op_of else {})},
+                    iqr_us=stats[n][1],
                 )
             )
         del module, inputs, trace

@@ -453,7 +453,8 @@ def render_profile(profile: Profile, kernels: bool) -> None:
     # column squeezed the µs and share columns to nothing
     table.add_column("layer", overflow="fold")
     table.add_column("op")
-    table.add_column("µs", justify="right", no_wrap=True)
+    table.add_column("median µs", justify="right", no_wrap=True)
+    table.add_column("IQR µs", justify="right", no_wrap=True)
     table.add_column("share", justify="right", no_wrap=True)
     table.add_column("ONNX nodes")
     for layer in profile.layers:
@@ -461,11 +462,26 @@ def render_profile(profile: Profile, kernels: bool) -> None:
             layer.name,
             str(layer.extra.get("op") or layer.extra.get("layer_type") or ""),
             f"{layer.time_us:.1f}",
+            "n/a" if layer.iqr_us is None else f"{layer.iqr_us:.1f}",
             f"{100 * layer.share:.1f}%",
             ", ".join(layer.onnx_nodes) if layer.onnx_nodes != [layer.name] else "=",
         )
     console.print(table)
-    console.print(f"total {profile.total_us:.1f} µs — {profile.timed}", highlight=False, soft_wrap=True)
+    # a sum of medians, which read as an end-to-end time: gaps between layers and run-to-run
+    # correlation are not in it
+    console.print(
+        f"sum of the layer medians {profile.total_us:.1f} µs (not an end-to-end latency: `deployopt "
+        f"bench` times that) — {profile.timed}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    if any(layer.iqr_us is None for layer in profile.layers) and profile.layers:
+        console.print(
+            "IQR n/a: the backend reports one number per layer (trtexec's profile: an average and a "
+            "median over its queries) or the layer ran once",
+            highlight=False,
+            soft_wrap=True,
+        )
     where = _environment_line(profile.environment)
     if where:
         console.print(f"measured on: {where}", highlight=False, soft_wrap=True, markup=False)
