@@ -86,6 +86,29 @@ def check_output_dir(path: str | os.PathLike[str], probe: bool = True) -> Path:
     return path
 
 
+@contextlib.contextmanager
+def removed_if_left_empty(folder: str | os.PathLike[str] | None) -> Iterator[None]:
+    """The folders a command creates for `folder` (it and the parents it lacked) are removed again
+    when the command fails and leaves them empty: a failed `profile --trace-dir` left its empty
+    trace folder behind. Folders that were there before, or hold anything, stay."""
+    if folder is None:
+        yield
+        return
+    path = Path(folder).absolute()
+    existed = _existing_ancestor(path)
+    try:
+        yield
+    except BaseException:
+        p = path
+        while p != existed and p != p.parent:
+            try:
+                p.rmdir()  # only an empty folder; the first that is not (or is gone) stops the walk
+            except OSError:
+                break
+            p = p.parent
+        raise
+
+
 def check_output_file(dest: str | os.PathLike[str], probe: bool = True) -> Path:
     """A path a file can be written to (checked before long work), or a one-line OutputError.
 

@@ -800,6 +800,18 @@ def test_profile_trace_dir(monkeypatch, capsys, tmp_path, zoo_model_path) -> Non
     # keeping the trace must not cost the node mapping (the copy once shadowed the folder the
     # optimized graph is read from: 'node names (approximate)', every fused conv half-mapped)
     assert json.loads(out)["onnx_nodes_mapped_by"] == "optimized graph"
+    # a trace that cannot be written (a full disk) is one error, and the folders the command made
+    # for it are gone again, where a failed run left them behind, empty
+    import deployopt.backends.ort as ort_module
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ort_module.shutil, "copyfile", full_disk)
+    deep = tmp_path / "new" / "traces"
+    args = ["profile", m, "-b", "ort", "--runs", "2", "--warmup", "0", "--trace-dir", str(deep)]
+    _one_error(*run(monkeypatch, capsys, *args), "No space left on device")
+    assert not (tmp_path / "new").exists() and traces.is_dir()
 
 
 @pytest.mark.parametrize(

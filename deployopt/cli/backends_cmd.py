@@ -51,7 +51,13 @@ from deployopt.cli.app import (
 )
 from deployopt.errors import DataError, DeployoptError, no_such_file
 from deployopt.fidelity import ImagePreprocess
-from deployopt.fileio import check_output_dir, check_output_file, refuse_input_as_output, write_json
+from deployopt.fileio import (
+    check_output_dir,
+    check_output_file,
+    refuse_input_as_output,
+    removed_if_left_empty,
+    write_json,
+)
 from deployopt.prebuilt import is_engine_file, refuse_engine_backend, refuse_engine_options
 from deployopt.remote import check_remote_backend
 from deployopt.timing import Timing, check_run_counts, counted, measured_now
@@ -561,7 +567,7 @@ def profile_command(
     preprocess = image_preprocess(calibration_data, mean, std, bgr, scale, resize)
     if trace_dir is not None:  # a file there was "File exists" once the profile had run (torch)
         check_output_dir(trace_dir)
-    with _session(
+    session_cm = _session(
         backend,
         model,
         *settings,
@@ -574,7 +580,8 @@ def profile_command(
         calibration_preprocess=preprocess,
         remote=remote,
         timing_cache=timing_cache,
-    ) as session:
+    )
+    with removed_if_left_empty(trace_dir), session_cm as session:
         profile = session.profile(model, kernels=kernels)
     _emit(profile.to_json(), as_json, output, lambda: render_profile(profile, kernels))
     warn_clock_slowdown(profile.environment)  # as bench: a board left to DVFS, a clock held down
