@@ -191,6 +191,8 @@ def test_profile_table_names_nodes_in_no_layer(monkeypatch, capsys, tmp_path: Pa
             ["--input-shape", "x:2x8x8x8", "--batch", "4"],
             "error: --batch 4 and --input-shape x:2x8x8x8 disagree on the batch of 'x' (2); give one",
         ),
+        # said as without --input-shape, not as a disagreement with it
+        (["--input-shape", "x:1x8x8x8", "--batch", "0"], "error: --batch must be at least 1"),
     ],
 )
 def test_bench_errors_are_one_line_and_write_nothing(

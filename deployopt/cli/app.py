@@ -496,6 +496,8 @@ def check_batch_agrees(batch: int | None, shapes: dict[str, list[int]]) -> None:
     a different dim 0 would be timed silently in its place. Same value: fine."""
     if batch is None:
         return
+    if batch < 1:  # said before the disagreement, which a batch of 0 always is
+        raise DeployoptError("--batch must be at least 1")
     for name, dims in shapes.items():
         if dims and dims[0] != batch:
             given = "x".join(map(str, dims))
