@@ -70,6 +70,8 @@ COMMANDS = ["verify", "apply", "optimize", "bench", "profile"]
         ("--resize", "bogus", "--resize 'bogus': expected one of stretch, crop"),
         ("--scale", "nan", "--scale must be a finite number above 0, got nan"),
         ("--mean", "a,b", "--mean 'a,b': expected numbers separated by commas, e.g. 0.485,0.456,0.406"),
+        # a value left out: it was skipped, and 0.5,,0.5 became a two-value mean
+        ("--std", "0.5,,0.5", "--std '0.5,,0.5': an empty item in the list (two commas, or one at an end)"),
     ],
 )
 def test_bad_values_are_one_line_on_every_command(

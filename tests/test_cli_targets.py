@@ -27,6 +27,9 @@ def test_parse_channels_and_dims():
     for bad in ("16:a:16", "64:16:16", "16:64:0", "0:16:16", "1:2:3:4", "", "-8"):
         with pytest.raises(DeployoptError):
             parse_channels(bad)
+    for typo in ("8,,16", "64,128,", ",64"):  # a width left out was skipped: 8,,16 swept 8 and 16
+        with pytest.raises(DeployoptError, match="an empty item in the list"):
+            parse_channels(typo)
     for bad in ("8x128x28", "8x128x28x0", "axbxcxd"):
         with pytest.raises(DeployoptError):
             parse_dims(bad)

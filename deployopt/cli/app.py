@@ -241,8 +241,11 @@ def resize_option() -> Any:
 
 
 def _floats(value: str, option: str) -> tuple[float, ...]:
+    items = value.replace(" ", "").split(",")
+    if value.strip() and any(not v for v in items):  # 0.5,,0.5: a value left out, not skipped
+        raise DataError(f"{option} {value!r}: an empty item in the list (two commas, or one at an end)")
     try:
-        vals = tuple(float(v) for v in value.replace(" ", "").split(",") if v)
+        vals = tuple(float(v) for v in items if v)
     except ValueError:
         raise DataError(
             f"{option} {value!r}: expected numbers separated by commas, e.g. 0.485,0.456,0.406"

@@ -123,7 +123,11 @@ def parse_channels(value: str, option: str = "--out-channels") -> list[int]:
                 raise DeployoptError(f"{option} {value!r}: {count} widths is too many (at most {MAX_WIDTHS})")
             widths = list(range(a, b + 1, s))
         else:
-            widths = [int(p) for p in text.split(",") if p.strip()]
+            if any(not p.strip() for p in text.split(",")):  # 8,,16: a width left out, not skipped
+                raise DeployoptError(
+                    f"{option} {value!r}: an empty item in the list (two commas, or one at an end)"
+                )
+            widths = [int(p) for p in text.split(",")]
     except ValueError:
         raise DeployoptError(
             f"{option} {value!r}: expected start:stop:step (e.g. 16:512:16) or a list 64,128"
