@@ -590,12 +590,48 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     return folded
 
 
+#: Ops whose output has its input's type and shape, and which onnx's shape inference leaves untyped
+#: (onnx 1.23 gives GroupNormalization-21, a function op, no output type: the next op's "expected
+#: to have type" failed a valid model, naming that op, not the GroupNormalization)
+_SAME_SHAPE_UNINFERRED = ("GroupNormalization",)
+
+
 def _infer(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
     try:
         return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
     except Exception as exc:
         first = first_line(exc, repr(exc))
+        if _type_same_shape_outputs(model):
+            try:
+                return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+            except Exception:
+                pass  # the first error is the one to show
         raise ModelError(f"{path.name}: shape inference failed: {first}") from None
+
+
+def _type_same_shape_outputs(model: onnx.ModelProto) -> bool:
+    """Give the outputs of `_SAME_SHAPE_UNINFERRED` ops their input's type, read off a lenient
+    inference, as value_info (in place); whether any was given."""
+    ops = [n for n in model.graph.node if n.op_type in _SAME_SHAPE_UNINFERRED and n.domain in ("", "ai.onnx")]
+    if not ops:
+        return False
+    try:
+        lenient = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except Exception:
+        return False
+    g = lenient.graph
+    typed = {v.name: v for v in (*g.input, *g.value_info, *g.output) if v.type.tensor_type.HasField("shape")}
+    given = False
+    for node in ops:
+        src, out = node.input[0] if node.input else "", node.output[0] if node.output else ""
+        if src in typed and out and out not in typed:
+            info = onnx.ValueInfoProto()
+            info.CopyFrom(typed[src])
+            info.name = out
+            model.graph.value_info.append(info)
+            typed[out] = info
+            given = True
+    return given
 
 
 def _infers_as_exported(path: Path) -> bool:

@@ -737,3 +737,39 @@ def test_apply_refuses_to_write_a_model_whose_types_clash() -> None:
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
     with pytest.raises(ModelError, match=r"does not validate.*double"):
         apply_plan(model, {"a": 11})
+
+
+def test_a_group_norm_21_model_loads(tmp_path: Path) -> None:
+    """GroupNormalization-21 is valid ONNX, but onnx's shape inference gives its output no type, and
+    loading failed on the next Conv ("Input 0 expected to have type"), naming the wrong op. Its
+    output now gets its input's type; its channels are frozen (it normalizes across them)."""
+    from onnx import TensorProto
+    from onnx import helper as h
+
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+        for n, s in (("aw", (8, 3, 3, 3)), ("bw", (4, 8, 1, 1)), ("scale", (2,)), ("bias", (2,)))
+    ]
+    nodes = [
+        h.make_node("Conv", ["x", "aw"], ["t"], name="a", pads=[1] * 4),
+        h.make_node("GroupNormalization", ["t", "scale", "bias"], ["g"], name="gn", num_groups=2),
+        h.make_node("Conv", ["g", "bw"], ["y"], name="b"),
+    ]
+    graph = h.make_graph(
+        nodes,
+        "g",
+        [h.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [h.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+        inits,
+    )
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 21)])
+    model.ir_version = 10
+    onnx.checker.check_model(model, full_check=True)
+    path = tmp_path / "gn21.onnx"
+    onnx.save(model, str(path))
+    loaded = load_model(path).model
+    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in loaded.graph.value_info}
+    assert shapes["g"] == [1, 8, 8, 8]
+    group = analyze(loaded).group("a")
+    assert group.frozen and "GroupNormalization gn normalizes across channels" in group.reason
