@@ -86,7 +86,9 @@ def check_host(host: str) -> None:
     user or host, a space, or a leading '-' (which ssh reads as one of its options) was ssh's usage
     text or 'hostname contains invalid characters' after 'cannot reach ... over ssh'."""
     user, at, name = host.rpartition("@")
-    if not name or (at and not user) or host.startswith("-") or any(c.isspace() for c in host):
+    # a host part starting with '-' too (user@-oProxyCommand=...): only some ssh builds refuse it
+    dash = host.startswith("-") or name.startswith("-")
+    if not name or (at and not user) or dash or any(c.isspace() for c in host):
         raise DeployoptError(f"--remote {host!r}: give the board as USER@HOST (or a host name ssh knows)")
     if ":" in host or "/" in host:
         # ssh reads host:2222 as a host name (port 22) and scp as HOST:PATH, ssh://host as an
@@ -107,8 +109,19 @@ def seconds_arg(timeout_s: float) -> str:
 def board_name(name: str) -> str:
     """A file or folder name for the board: letters, digits, '.', '_' and '-' only. Older scp runs
     the remote path through the board's shell (a space or quote splits or breaks it), newer scp
-    does not (quoting would then be taken literally): a plain name is right for both."""
-    return re.sub(r"[^A-Za-z0-9._-]", "_", name) or "_"
+    does not (quoting would then be taken literally): a plain name is right for both. Nor '.' or
+    '..' (a model named `...onnx` has the stem '..': its folder was the work folder's parent, whose
+    result.json was deleted and overwritten), nor a leading '-' (an option to rm or scp)."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", name) or "_"
+    if set(safe) == {"."} or safe.startswith("-"):
+        safe = "_" + safe
+    return safe
+
+
+def local_arg(path: str | os.PathLike[str]) -> str:
+    """A path here as scp must be given it: absolute. scp reads `net:v2.onnx` (a colon before any
+    '/') as HOST:PATH, a copy from a machine named net, and a leading '-' as an option."""
+    return str(Path(path).absolute())
 
 
 def tail(text: str, n: int = 3) -> str:
@@ -465,7 +478,7 @@ class Board:
 
     def put(self, local: str | Path, remote: str | Path, what: str, timeout_s: float) -> None:
         """Copy a file here to `remote` on the board."""
-        self.call(["scp", *self.ssh_opts(), str(local), f"{self.host}:{remote}"], what, timeout_s)
+        self.call(["scp", *self.ssh_opts(), local_arg(local), f"{self.host}:{remote}"], what, timeout_s)
 
     def put_model(
         self, model: str | Path, remote: str | PurePosixPath, timeout_s: float, weights: list[Weights]
@@ -479,7 +492,7 @@ class Board:
 
     def get(self, remote: str | Path, local: str | Path, what: str, timeout_s: float) -> None:
         """Copy `remote` on the board to a file here."""
-        cmd = ["scp", *self.ssh_opts(), f"{self.host}:{remote}", str(local)]
+        cmd = ["scp", *self.ssh_opts(), f"{self.host}:{remote}", local_arg(local)]
         self.call(cmd, what, timeout_s, writes_board=False)
 
     def fresh_dir(self, path: str | PurePosixPath, timeout_s: float) -> None:
@@ -492,7 +505,8 @@ class Board:
     ) -> None:
         """Copy files here into the folder `remote_dir` on the board, in one scp (old scp and the
         SFTP one both send every source over one connection)."""
-        self.call(["scp", *self.ssh_opts(), *map(str, local), f"{self.host}:{remote_dir}"], what, timeout_s)
+        sources = [local_arg(path) for path in local]
+        self.call(["scp", *self.ssh_opts(), *sources, f"{self.host}:{remote_dir}"], what, timeout_s)
 
     def get_matching(
         self, remote_dir: str | PurePosixPath, pattern: str, local_dir: Path, what: str, timeout_s: float
@@ -503,7 +517,8 @@ class Board:
         sink_sftp globs remote paths because "SFTP can not depend on remote shell expansions"), so
         `remote_dir` must be a plain name (board_name) and `pattern` a plain `*.ext`."""
         remote = f"{self.host}:{PurePosixPath(remote_dir) / pattern}"
-        self.call(["scp", *self.ssh_opts(), remote, str(local_dir)], what, timeout_s, writes_board=False)
+        cmd = ["scp", *self.ssh_opts(), remote, local_arg(local_dir)]
+        self.call(cmd, what, timeout_s, writes_board=False)
 
     def get_folder(
         self, remote_dir: str | PurePosixPath, local_dir: Path, what: str, timeout_s: float
@@ -514,7 +529,7 @@ class Board:
         plain name (board_name), as get_matching's."""
         remote = f"{self.host}:{PurePosixPath(remote_dir)}"
         self.call(
-            ["scp", *self.ssh_opts(), "-r", remote, str(local_dir)], what, timeout_s, writes_board=False
+            ["scp", *self.ssh_opts(), "-r", remote, local_arg(local_dir)], what, timeout_s, writes_board=False
         )
 
 
@@ -535,6 +550,42 @@ def remote_run_dir(workdir: str | PurePosixPath, options: Any) -> PurePosixPath 
     if not name.startswith(RUN_DIR_PREFIX):
         raise ValueError(f"remote_run {run!r} must start with {RUN_DIR_PREFIX!r}")
     return PurePosixPath(workdir) / name
+
+
+def sweep_convs_dir(sweep_dir: PurePosixPath, run_dir: PurePosixPath | None) -> PurePosixPath:
+    """The board folder a session's conv sweeps go in (`sweep_dir`/convs…). Inside optimize's run
+    folder (`run_dir`) it is that run's alone; otherwise (calibrate, staircase) one of this session
+    alone, `convs-<random>`, which the session removes when it closes: with one `convs` folder for
+    all, a second calibrate emptied the first's mid-batch, could fetch its results (the same names),
+    and its Ctrl-C ended the other's runner."""
+    return sweep_dir / ("convs" if run_dir is not None else f"convs-{sweep_token()}")
+
+
+def sweep_token() -> str:
+    """A session's conv folder's suffix: random (the tests pin it)."""
+    import secrets
+
+    return secrets.token_hex(4)
+
+
+def make_sweep_dir(board: Board, folder: PurePosixPath, timeout_s: float, look: bool) -> None:
+    """`folder` made anew and empty for a conv batch; the first batch of a session that has not yet
+    looked (`look`: calibrate, staircase) looks for another run at work on the board in the same
+    ssh and warns of it, as bench does (a calibration fitted to timings taken beside another run's
+    GPU work said nothing of it)."""
+    if look:
+        mkdir_warning_of_other_runs(board, folder, timeout_s)  # a new folder: empty already
+    else:
+        board.fresh_dir(folder, timeout_s)
+
+
+def remove_sweep_dir(board: Board, folder: PurePosixPath | None, run_dir: PurePosixPath | None) -> None:
+    """The session's own conv folder (sweep_convs_dir) removed, best effort; optimize's run folder
+    goes whole, with its sweeps, when its session closes."""
+    if folder is None or run_dir is not None:
+        return
+    with contextlib.suppress(BackendFailed, BackendUnavailable):
+        board.run(["rm", "-rf", str(folder)], "removing the sweep's folder", CLEANUP_TIMEOUT_S)
 
 
 #: `extra` key optimize sets on its per-layer sweep's session: the run's folder is the end-to-end

@@ -101,3 +101,14 @@ def board_processes() -> Iterator[list[subprocess.Popen[bytes]]]:
     for proc in procs:
         proc.kill()
         proc.wait()
+
+
+@pytest.fixture(autouse=True)
+def _pinned_sweep_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A calibrate's or staircase's conv folder on the board is named at random
+    (deployopt.remote.sweep_token); pinned to ssh_fake.SWEEP_TOKEN so that tests can name it."""
+    from ssh_fake import SWEEP_TOKEN
+
+    import deployopt.remote
+
+    monkeypatch.setattr(deployopt.remote, "sweep_token", lambda: SWEEP_TOKEN)

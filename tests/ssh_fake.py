@@ -15,6 +15,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+#: The random part of a calibrate's or staircase's conv folder on the board, `convs-<token>`
+#: (deployopt.remote.sweep_token), as conftest pins it for every test.
+SWEEP_TOKEN = "5eed5eed"
+
 
 def end_as_openssh(ssh: Path) -> None:
     """Wrap the stand-in `ssh`: the board's `sh` is bash, and a board shell killed by a signal makes

@@ -24,7 +24,7 @@ from typing import Any
 import jetson_sysfs_fake as sysfs_fake
 import pytest
 from cli_runner import run_cli
-from ssh_fake import board_processes
+from ssh_fake import SWEEP_TOKEN, board_processes
 
 from deployopt.backends.base import MeasureOptions, Session, get_backend
 from deployopt.errors import BackendFailed
@@ -779,6 +779,8 @@ def test_one_version_check_per_session_and_the_typed_copies_go_at_close(
 # ------------------------------------------------------------------ the per-layer sweep: one batch
 
 SWEEP = "deployopt-runner/_sweep"
+#: a calibrate's or staircase's own conv folder there (its session removes it when it closes)
+CONVS_DIR = f"convs-{SWEEP_TOKEN}"
 CONVS = [ConvShape(1, 8, 16, 16, 8), ConvShape(1, 8, 16, 16, 24), ConvShape(1, 16, 8, 8, 16, groups=16)]
 
 
@@ -798,15 +800,19 @@ def test_a_sweep_is_one_batch_on_the_board_whatever_its_size(
     run once with --batch-dir (under the board's `timeout` at --timeout per conv), the results
     fetched in one scp; runner.py is sent once a session. One conv or three: the same round trips."""
     log, home = play_the_board(tmp_path, monkeypatch)
+    folder = f"{SWEEP}/{CONVS_DIR}"
     with remote_session(runs=6, warmup=4) as session:
         session.measure_convs([ConvShape(1, 8, 16, 16, 40)])
         first = log.read_text().splitlines()
         timings = session.measure_convs(CONVS)
         lines = log.read_text().splitlines()[len(first) :]
-    folder = f"{SWEEP}/convs"
+        on_board = sorted(p.name for p in (home / folder).iterdir())
     made = f"ssh {OPTS} {HOST} rm -rf {folder} && mkdir -p {folder}"
     runner = f"scp {OPTS} {RUNNER} {HOST}:deployopt-runner/runner.py"
-    assert first[:3] == [version_check(), made, runner] and len(first) == 6  # fp16: the version, once
+    # the first batch makes the session's own folder and, in the same ssh, looks for other runs
+    looked = f"ssh {OPTS} {HOST} mkdir -p {folder} || exit; echo deployopt-self $$ $PPID; pgrep -af -- "
+    assert first[0] == version_check() and first[1].startswith(looked) and first[2] == runner
+    assert len(first) == 6  # fp16: the version, once
     assert len(lines) == 4 and lines[0] == made
     sent = lines[1].split()
     assert sent[:5] == ["scp", *OPTS.split()] and sent[-1] == f"{HOST}:{folder}"
@@ -818,11 +824,11 @@ def test_a_sweep_is_one_batch_on_the_board_whatever_its_size(
     )
     assert re.fullmatch(rf"scp {OPTS} {HOST}:{re.escape(folder)}/\*\.json /\S+/results", lines[3])
     names = conv_names(CONVS)  # on the board: this batch's models and results, the first batch's gone
-    assert sorted(p.name for p in (home / folder).iterdir()) == sorted(
-        [*names, *(n.replace(".onnx", ".json") for n in names)]
-    )
+    assert on_board == sorted([*names, *(n.replace(".onnx", ".json") for n in names)])
     assert [t.model["file"] for t in timings if t.model] == names
     assert all(t.environment["remote"] == HOST and t.runs == 6 for t in timings)
+    # closed: the session's folder is gone from the board, the engines' stay
+    assert not (home / folder).exists() and log.read_text().splitlines()[-1].endswith(f"rm -rf {folder}")
 
 
 def test_a_batch_times_each_conv_as_a_runner_of_its_own_does(
@@ -874,14 +880,17 @@ def test_a_conv_that_fails_mid_batch_is_one_line_naming_it(
     monkeypatch.setattr(deployopt.layers, "conv_model", broken_second)
     name = conv_names(CONVS)[1]
     with remote_session(runs=5, warmup=0) as session, pytest.raises(BackendFailed) as failed:
-        session.measure_convs(CONVS)
+        try:
+            session.measure_convs(CONVS)
+        finally:  # what the board kept before the session's close removes its folder
+            done = sorted(p.name for p in (home / SWEEP / CONVS_DIR).glob("*.json"))
     assert str(failed.value) == (
-        f"runner.py on {HOST}: {name}: TensorRT cannot parse {SWEEP}/convs/{name}: In node -1 "
+        f"runner.py on {HOST}: {name}: TensorRT cannot parse {SWEEP}/{CONVS_DIR}/{name}: In node -1 "
         "(parseGraph): INVALID_GRAPH: the graph has no inputs"
     )
     assert "\n" not in str(failed.value)
-    assert " --batch-dir " in log.read_text().splitlines()[-1]  # the last round trip: no results fetched
-    done = sorted(p.name for p in (home / SWEEP / "convs").glob("*.json"))
+    ran = [line for line in log.read_text().splitlines() if "rm -rf" not in line]  # but the close's
+    assert " --batch-dir " in ran[-1]  # the last round trip: no results fetched
     assert done == [conv_names(CONVS)[0].replace(".onnx", ".json")]
 
 
@@ -901,9 +910,9 @@ def test_an_int8_sweep_sends_convs_that_carry_their_own_qdq_scales(
     monkeypatch.setenv("FAKE_BOARD_TRT", version)
     with remote_session(dtype="int8", runs=5, warmup=1) as session:
         timings = session.measure_convs(CONVS)
-    sent = sorted((home / SWEEP / "convs").glob("*.onnx"))
-    assert [p.name for p in sent] == sorted(conv_names(CONVS))  # as they are: nothing typed fp16
-    assert all(has_qdq(onnx.load(str(p))) for p in sent)
+        sent = sorted((home / SWEEP / CONVS_DIR).glob("*.onnx"))
+        assert [p.name for p in sent] == sorted(conv_names(CONVS))  # as they are: nothing typed fp16
+        assert all(has_qdq(onnx.load(str(p))) for p in sent)
     assert len(timings) == len(CONVS) and all(t.environment["tensorrt"] == version for t in timings)
 
 
@@ -917,8 +926,9 @@ def test_a_batch_on_a_tensorrt_11_board_sends_convs_typed_fp16_here(
     monkeypatch.setenv("FAKE_BOARD_TRT", V11)
     with remote_session(runs=5, warmup=1) as session:
         timings = session.measure_convs(CONVS)
+        sent = sorted(p.name for p in (home / SWEEP / CONVS_DIR).glob("*.onnx"))
     names = [n.replace(".onnx", ".fp16.onnx") for n in conv_names(CONVS)]
-    assert sorted(p.name for p in (home / SWEEP / "convs").glob("*.onnx")) == sorted(names)
+    assert sent == sorted(names)
     assert len(timings) == len(CONVS)
     assert all(t.environment["fp16_typed_by"].startswith("deployopt.precision on the host") for t in timings)
     assert all(t.environment["tensorrt"] == V11 for t in timings)
@@ -977,8 +987,10 @@ def test_a_sweep_batch_killed_on_the_board_points_at_its_oom_killer(
     with remote_session(runs=5, warmup=1) as session, pytest.raises(BackendFailed) as exc:
         session.measure_convs(CONVS)
     assert str(exc.value) == RUNNER_OOM
-    last = log.read_text().splitlines()[-1]  # the batch's run: nothing fetched after it
+    # the batch's run: nothing fetched after it, only the session's folder removed at close
+    *_, last, close = log.read_text().splitlines()
     assert " --batch-dir " in last and last.endswith(PASS_STATUS)
+    assert close.endswith(f"rm -rf {SWEEP}/{CONVS_DIR}")
 
 
 # ------------------------------------------------------------------ a full disk on the board
@@ -1072,3 +1084,33 @@ def test_a_runner_that_writes_no_result_is_not_handed_the_last_one(
     )
     assert code == 2 and out == "", (code, out)
     assert err.startswith("error: ") and "result.json" in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize(
+    ("name", "folder", "file"), [("net:v2.onnx", "net_v2", "net_v2.onnx"), ("...onnx", "_..", "...onnx")]
+)
+def test_cli_bench_remote_of_a_model_whose_name_scp_or_the_board_misreads(
+    name: str,
+    folder: str,
+    file: str,
+    model: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`bench net:v2.onnx --remote`, the model in the current folder: scp reads `net:v2.onnx` as
+    HOST:PATH (a copy from a machine named net), so every path here goes to scp absolute. A model
+    named `...onnx` has the stem '..': its board folder was the work folder's parent, the
+    result.json there removed and overwritten; it is '_..' now, inside the work folder."""
+    log, home = play_the_board(tmp_path, monkeypatch)
+    renamed = model.with_name(name)
+    model.rename(renamed)
+    monkeypatch.chdir(renamed.parent)
+    out = tmp_path / "result.json"
+    code, _, err = run_cli(monkeypatch, capsys, "bench", name, *REMOTE, "--runs", "3", "-o", str(out))
+    assert code == 0, err
+    rdir = f"deployopt-runner/{folder}"
+    assert f"scp {OPTS} {renamed} {HOST}:{rdir}/{file}" in log.read_text().splitlines()
+    assert (home / rdir / file).read_bytes() == renamed.read_bytes()
+    assert [p.name for p in home.iterdir()] == ["deployopt-runner"]  # nothing written above it
+    assert json.loads(out.read_text())["environment"]["remote"] == HOST

@@ -20,7 +20,7 @@ from unittest import mock
 import onnx
 import pytest
 from cli_runner import run_cli
-from ssh_fake import board_processes
+from ssh_fake import SWEEP_TOKEN, board_processes
 from test_tensorrt_remote import interrupt_the_timed_run
 
 from deployopt.backends.base import MeasureOptions, Session, get_backend
@@ -1411,16 +1411,22 @@ def test_a_remote_sweep_is_one_batch_on_the_board_whatever_its_size(
 
     log = play_the_board(tmp_path, monkeypatch)
     board = tmp_path / "board"
-    folder = board / "_sweep" / "convs"
+    folder = board / "_sweep" / f"convs-{SWEEP_TOKEN}"  # the session's own, removed when it closes
     six = CONVS * 2
     with sweep_session(fake, board, dtype="fp16", runs=300, timeout_s=50) as session:
         session.measure_convs(CONVS[:1])
         first = ssh_scp(log)
         timings = session.measure_convs(six)
         later = ssh_scp(log)[len(first) :]
+        results = folder / "results"
+        on_board = sorted(p.name for p in results.iterdir())
+        exports = sorted(p.name for p in (results / names(six)[5].removesuffix(".onnx")).iterdir())
+        assert all(Path(t.environment["engine"]).is_file() for t in timings)
     assert len(first) == 5 and first[0].endswith(f" {SWEEP_HOST} {BOARD_TRTEXEC} --help")
+    # the first batch makes the session's folder and, in the same ssh, looks for other runs there
+    looked = f"ssh {SSH_OPTS} {SWEEP_HOST} mkdir -p {folder} || exit; echo deployopt-self $$ $PPID; pgrep "
     made = f"ssh {SSH_OPTS} {SWEEP_HOST} rm -rf {folder} && mkdir -p {folder}"
-    assert len(later) == 4 and first[1] == later[0] == made
+    assert len(later) == 4 and first[1].startswith(looked) and later[0] == made
     sent = later[1].split()
     assert sent[:5] == ["scp", *SSH_OPTS.split()] and sent[-1] == f"{SWEEP_HOST}:{folder}"
     assert [Path(p).name for p in sent[5:-1]] == names(six)
@@ -1433,12 +1439,10 @@ def test_a_remote_sweep_is_one_batch_on_the_board_whatever_its_size(
     assert len(timings) == 6 and all(t.runs == 300 for t in timings)
     # on the board: this batch's models and each conv's folder (its engine), its logs and exports
     # apart, in results/; the first batch's gone
-    results = folder / "results"
-    assert sorted(p.name for p in results.iterdir()) == sorted(n.removesuffix(".onnx") for n in names(six))
-    assert sorted(p.name for p in (results / names(six)[5].removesuffix(".onnx")).iterdir()) == [
-        "layer_info.json", "profile.json", "times.json", "trtexec.log",
-    ]  # fmt: skip
-    assert all(Path(t.environment["engine"]).is_file() for t in timings)
+    assert on_board == sorted(n.removesuffix(".onnx") for n in names(six))
+    assert exports == ["layer_info.json", "profile.json", "times.json", "trtexec.log"]
+    # closed: the session's folder removed from the board
+    assert not folder.exists() and ssh_scp(log)[-1] == f"ssh {SSH_OPTS} {SWEEP_HOST} rm -rf {folder}"
 
     # no --remote: each conv a trtexec process of its own here (the base class's measure per conv)
     monkeypatch.setenv("DEPLOYOPT_TRTEXEC", str(tmp_path / "bin" / "trtexec"))
@@ -1469,7 +1473,7 @@ def test_a_remote_sweep_times_each_conv_as_measure_does(
     calls = counting_trtexec(monkeypatch, tmp_path, len(CONVS))
     play_the_board(tmp_path, monkeypatch)
     board = tmp_path / "board"
-    folder = board / "_sweep" / "convs"
+    folder = board / "_sweep" / f"convs-{SWEEP_TOKEN}"
     extra = {"timing_cache": str(tmp_path / "host" / "orin.timing")}
     with sweep_session(fake, board, dtype="fp16", runs=300, extra=extra) as session:
         batch = session.measure_convs(CONVS)
@@ -1515,7 +1519,8 @@ def test_a_conv_that_fails_mid_sweep_is_one_line_naming_it(
         "[network.cpp::validate::3062] bad input"
     )
     assert len(calls.read_text().splitlines()) == 2
-    assert " sh -c " in ssh_scp(log)[-1]  # the batch's ssh was the last connection
+    *_, batch, close = ssh_scp(log)  # the batch's ssh was the last but the close's rm
+    assert " sh -c " in batch and close.endswith(f" rm -rf {tmp_path}/board/_sweep/convs-{SWEEP_TOKEN}")
     # `&&&& FAILED` with status 0 stops the batch too, in `measure`'s words
     calls.unlink()
     monkeypatch.setenv("FAIL_STATUS", "0")
@@ -1643,16 +1648,16 @@ def test_a_remote_sweep_builds_the_model_measure_builds(
     calls = counting_trtexec(monkeypatch, tmp_path, len(CONVS))
     log = play_the_board(tmp_path, monkeypatch)
     board = tmp_path / "board"
-    folder = board / "_sweep" / "convs"
+    folder = board / "_sweep" / f"convs-{SWEEP_TOKEN}"
     extra = {"trt_version": version, "timing_cache": str(tmp_path / "orin.timing")}
+    sent = [folder / n for n in names(CONVS, suffix)]
     with sweep_session(fake, board, dtype=dtype, runs=300, extra=extra) as session:
         timings = session.measure_convs(CONVS)
-    sent = [folder / n for n in names(CONVS, suffix)]
+        models = [onnx.load(str(p)) for p in sent]  # before the close removes the session's folder
     scps = [ln for ln in ssh_scp(log) if ln.startswith("scp ") and ".onnx" in ln]
     assert len(scps) == 1 and scps[0].split()[5:-1] == [
         str(fake["workdir"] / "_sweep" / "models" / p.name) for p in sent
     ]
-    models = [onnx.load(str(p)) for p in sent]
     assert all(has_qdq(m) == (dtype == "int8") for m in models)
     assert all(is_low_precision(m) == (suffix == ".fp16.onnx") for m in models)
     commands = [c.split() for c in calls.read_text().splitlines()]
@@ -1759,7 +1764,8 @@ def test_a_long_remote_sweep_is_cut_into_batches_the_boards_command_line_holds(
     with sweep_session(fake, tmp_path / "board", dtype="fp16", runs=300, timeout_s=50) as session:
         timings = session.measure_convs(six)
     calls = ssh_scp(log)
-    assert len(calls) == 1 + 4 + 4  # the version, then two batches (4 convs and 2) of four each
+    # the version, then two batches (4 convs and 2) of four each, then the close's rm of the folder
+    assert len(calls) == 1 + 4 + 4 + 1
     assert [c.count(f"{BOARD_TRTEXEC} --onnx=") for c in calls if " sh -c " in c] == [4, 2]
     engines = [Path(t.environment["engine"]).name for t in timings]  # in order, numbered per batch
     assert engines == [f"conv{i % 4:05d}-{shape.signature()}.engine" for i, shape in enumerate(six)]
@@ -1771,7 +1777,7 @@ def test_a_long_remote_sweep_is_cut_into_batches_the_boards_command_line_holds(
     runs = []
     for i in range(trtexec_module.SWEEP_MAX_CONVS):
         name = f"conv{i:05d}-1x512x14x14-k512x512x3x3-s2x2-p1x1-d1x1-g1"
-        out = deep / "_sweep" / "convs" / name
+        out = deep / "_sweep" / "convs-0123abcd" / name
         cmd = build_command(BOARD_TRTEXEC, out.with_suffix(".onnx"), out, options, "8.2.1", {})
         runs.append(trtexec_module.SweepRun(f"{name}.onnx", cmd, out, deep / "results" / name))
     script = trtexec_module.sweep_script(runs)

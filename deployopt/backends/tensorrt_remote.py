@@ -45,11 +45,14 @@ from deployopt.remote import (
     board_timing_cache,
     fetch_engine,
     interrupt_ends,
+    make_sweep_dir,
     mkdir_warning_of_other_runs,
     model_weights,
     owned_run_dir,
     remote_run_dir,
     remove_run_dir,
+    remove_sweep_dir,
+    sweep_convs_dir,
 )
 from deployopt.timing import Timing
 
@@ -254,6 +257,7 @@ class RemoteRunnerSession(Session):
         # bench's and profile's look for another run at work on the board is still to come (with
         # its first mkdir); optimize's run looks in preflight
         self._look_for_others = self.run_dir is None
+        self._convs: PurePosixPath | None = None  # this session's conv folder, made by its first sweep
         self.trt_version: str | None = None  # the board's, read once (fp16/int8 only): _for_board
         self._here: tempfile.TemporaryDirectory[str] | None = None  # models typed fp16, .npy made here
         self._calib_npys: dict[str, Path] = {}  # calibration data made into .npy here, per input shape
@@ -398,6 +402,8 @@ class RemoteRunnerSession(Session):
             self._here = None
         remove_run_dir(self.board, self._removes)
         self._removes = None
+        remove_sweep_dir(self.board, self._convs, self.run_dir)
+        self._convs = None
 
     def measure_convs(self, shapes: list[ConvShape]) -> list[Timing]:
         """All of `shapes` timed by one runner process on the board (--batch-dir), in four round
@@ -414,14 +420,18 @@ class RemoteRunnerSession(Session):
 
         short = self.short_s
         long = self.options.timeout_s
-        folder = self.workdir / SWEEP_DIR / "convs"
+        if self._convs is None:
+            self._convs = sweep_convs_dir(self.workdir / SWEEP_DIR, self.run_dir)
+        folder = self._convs
         with tempfile.TemporaryDirectory(prefix="deployopt-convs-") as tmp:
             written = [Path(tmp) / f"{sweep_model_name(i, shape)}.onnx" for i, shape in enumerate(shapes)]
             for path, shape in zip(written, shapes):  # int8: Q/DQ convs, INT8 with no calibration
                 path.write_bytes(self.conv_model(shape).SerializeToString())
             models = [self._for_board(path) for path in written]  # typed fp16 here on TensorRT >= 11
             names = [path.stem for path in models]  # the runner names each result after its model
-            self.board.fresh_dir(folder, short)  # the runner times every .onnx it finds there
+            # the runner times every .onnx it finds there
+            make_sweep_dir(self.board, folder, short, look=self._look_for_others)
+            self._look_for_others = False
             runner = self._send_runner(short)
             self.board.put_many(models, folder, "scp of the conv models", long * len(models))
             # no --shapes: a conv model's one input is static, and the user's --input-shape names the
@@ -432,7 +442,7 @@ class RemoteRunnerSession(Session):
                     cmd,
                     "runner.py",
                     long * len(models),
-                    ends_with=interrupt_ends(self.workdir / SWEEP_DIR, self.run_dir),
+                    ends_with=interrupt_ends(folder, self.run_dir),  # this session's runner only
                 )
             except RemoteFailed as exc:
                 raise BackendFailed(self._runner_error(exc)) from None

@@ -17,7 +17,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
-from pathlib import Path, PurePath
+from pathlib import Path, PurePath, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from deployopt.backends.base import Backend, MeasureOptions, Profile, Session
@@ -53,11 +53,14 @@ from deployopt.remote import (
     board_timing_cache,
     fetch_engine,
     interrupt_ends,
+    make_sweep_dir,
     mkdir_warning_of_other_runs,
     model_weights,
     owned_run_dir,
     remote_run_dir,
     remove_run_dir,
+    remove_sweep_dir,
+    sweep_convs_dir,
     tail,
 )
 from deployopt.timing import Timing
@@ -489,6 +492,7 @@ class TrtexecSession(Session):
         # bench's and profile's look for another run at work on the board is still to come (with
         # its first mkdir); optimize's run looks in preflight
         self._look_for_others = self.run_dir is None
+        self._convs: PurePosixPath | None = None  # this session's conv folder on the board (remote)
 
     @property
     def placeholder_int8(self) -> bool:
@@ -705,7 +709,9 @@ class TrtexecSession(Session):
         long = self.options.timeout_s * len(shapes)  # what the convs had one by one
         if self.version is None:  # first: the board's TensorRT decides what model goes there
             self.version = detect_version(self.trtexec, timeout_s=short, prefix=board.ssh_prefix())
-        folder = self.remote_workdir / SWEEP_DIR / "convs"
+        if self._convs is None:
+            self._convs = sweep_convs_dir(PurePosixPath(self.remote_workdir) / SWEEP_DIR, self.run_dir)
+        folder = self._convs
         here = self.workdir / SWEEP_DIR  # this batch's models, then its logs and exports
         shutil.rmtree(here, ignore_errors=True)  # never read a previous batch's exports
         (here / "models").mkdir(parents=True)
@@ -734,7 +740,8 @@ class TrtexecSession(Session):
             built.append((self._qdq, saved_engine(cmd), conv_model_inputs(shape)))  # not read back
         script = sweep_script(runs)
         (here / "command.txt").write_text(f"ssh {self.remote} " + shlex.join(["sh", "-c", script]) + "\n")
-        board.fresh_dir(folder, short)
+        make_sweep_dir(board, folder, short, look=self._look_for_others)
+        self._look_for_others = False
         board.put_many(send, folder, "scp of the conv models", long)
         try:
             board.run_limited(
@@ -822,6 +829,9 @@ class TrtexecSession(Session):
         if self._removes is not None:
             remove_run_dir(self._board(), self._removes)
             self._removes = None
+        if self._convs is not None:
+            remove_sweep_dir(self._board(), self._convs, self.run_dir)
+            self._convs = None
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
