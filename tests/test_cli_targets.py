@@ -544,6 +544,11 @@ def test_calibrate_refuses_what_would_write_a_wrong_profile(monkeypatch, capsys,
         (["--dtype", " "], "--dtype ' ': give at least one of fp16, fp32"),
         (["--name", "../../escaped"], "--name '../../escaped': a profile name, not a path"),
         (["--name", ".."], "--name '..': a profile name, not a path"),
+        # names no --target could reach, and a built-in name over another GPU's or fewer SMs' profile
+        (["--name", "local"], "--name 'local': --target local reads the GPU present, so no --target"),
+        (["--name", "mine.json"], "--name 'mine.json': --target mine.json is read as a file path"),
+        (["--name", "nano"], "--name 'nano': a built-in target's name; a profile of h200 under it would"),
+        (["--name", "h200", "--sms", "8"], "a profile of h200 at 8 SMs under it would change"),
         (["-o", str(tmp_path)], f"cannot write {tmp_path}: it is a folder"),
         (["-o", str(a_file / "p.json")], f"cannot write {a_file / 'p.json'}: {a_file} is a file"),
     ]

@@ -40,7 +40,7 @@ from deployopt.cli.app import (
 from deployopt.errors import DeployoptError
 from deployopt.fileio import check_output_file
 from deployopt.layers import ConvShape
-from deployopt.targets import sm_count
+from deployopt.targets import builtin_names, sm_count
 from deployopt.timing import check_run_counts, counted
 from deployopt.waves import DW_OUTPUTS_PER_BLOCK
 
@@ -809,6 +809,9 @@ def calibrate_command(
         raise DeployoptError(
             f"--name {name!r}: a profile name, not a path (--output chooses where the profile goes)"
         )
+    if name == "local" or (name or "").endswith(".json"):  # --target NAME could never find it
+        what = "reads the GPU present" if name == "local" else "is read as a file path"
+        raise DeployoptError(f"--name {name!r}: --target {name} {what}, so no --target could name it")
     for dt in dtypes:
         _check_dtype(dt)
         if dt == "int8":
@@ -838,6 +841,14 @@ def calibrate_command(
         target = resolve_target(ctx, target, remote, timeout)
     assert target is not None
     tgt = get_target(target, sms=sms)
+    if name in builtin_names() and (tgt.name != name or sms is not None):
+        # a profile of another GPU (or of fewer SMs) under a built-in name: every later --target NAME
+        # would predict for it, silently (calibrating the built-in target itself keeps its name)
+        what = tgt.name if sms is None else f"{tgt.name} at {tgt.sms} SMs"
+        raise DeployoptError(
+            f"--name {name!r}: a built-in target's name; a profile of {what} under it would change what "
+            f"--target {name} predicts; choose another name"
+        )
     profile_name = name or (tgt.name if sms is None else f"{tgt.name}-{tgt.sms}sm")
     dest = check_output_file(output or cache_dir() / f"{profile_name}.json")
     backend = backend or _measuring_backend(measure)
