@@ -325,6 +325,84 @@ def test_shared_constant_freezes() -> None:
     assert groups["conv2"].frozen
 
 
+def test_a_constant_two_readers_would_pad_differently_freezes() -> None:
+    """`(a + c) / c` with one large constant c (over 4096 values: the loader does not copy it per
+    reader): the Add pads c with 0, the Div needs 1; padding kept the first's 0, and the padded
+    model's every output was NaN (0/0). The group freezes; padding it changes nothing."""
+    import onnxruntime as ort
+
+    from deployopt.surgery import apply_plan
+
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((8, 3, 1, 1)).astype(np.float32), "w1"),
+        numpy_helper.from_array((np.abs(rng.standard_normal((1, 8, 32, 32))) + 0.5).astype(np.float32), "c"),
+        numpy_helper.from_array(rng.standard_normal((3, 8, 1, 1)).astype(np.float32), "w2"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"], name="conv1"),
+        helper.make_node("Add", ["a", "c"], ["s"], name="add"),
+        helper.make_node("Div", ["s", "c"], ["d"], name="div"),
+        helper.make_node("Conv", ["d", "w2"], ["y"], name="conv2"),
+    ]
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 3, 32, 32]) for n in ("x", "y")]
+    graph = helper.make_graph(nodes, "g", io[:1], io[1:], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    analysis = analyze(model)
+    group = {g.id: g for g in analysis.groups}["conv1"]
+    assert group.frozen and group.reason == "constant 'c' is shared by several ops"
+    try:
+        padded = apply_plan(model, {"conv1": 13}, analysis)
+    except PlanError:
+        return  # refused: as good as unchanged
+    x = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
+
+    def run(m: onnx.ModelProto) -> Any:
+        sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        return sess.run(None, {"x": x})[0]
+
+    np.testing.assert_array_equal(run(padded), run(model))
+
+
+def test_maxpool_whose_indices_are_read_freezes() -> None:
+    """MaxPool's Indices are flat offsets into N·C·H·W: conv_a's channels padded before conv_b's
+    in a Concat shifted conv_b's indices (the padded model's output moved by ~990). Read, they
+    freeze the pool's channels; the values output alone passes them through."""
+    rng = np.random.default_rng(0)
+
+    def w(*shape: int) -> Any:
+        return rng.standard_normal(shape).astype(np.float32)
+
+    def model(read_indices: bool) -> onnx.ModelProto:
+        inits = [numpy_helper.from_array(a, n) for a, n in ((w(3, 3, 1, 1), "wa"), (w(3, 3, 1, 1), "wb"))]
+        inits.append(numpy_helper.from_array(w(4, 6, 1, 1), "wv"))
+        nodes = [
+            helper.make_node("Conv", ["x", "wa"], ["a"], name="conv_a"),
+            helper.make_node("Conv", ["x", "wb"], ["b"], name="conv_b"),
+            helper.make_node("Concat", ["a", "b"], ["cat"], axis=1, name="cat"),
+            helper.make_node(
+                "MaxPool", ["cat"], ["v", "idx"], kernel_shape=[2, 2], strides=[2, 2], name="pool"
+            ),
+            helper.make_node("Conv", ["v", "wv"], ["y"], name="conv_v"),
+        ]
+        outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 4, 4])]
+        if read_indices:
+            outs.append(helper.make_tensor_value_info("idx", TensorProto.INT64, [1, 6, 4, 4]))
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])
+        m = helper.make_model(
+            helper.make_graph(nodes, "g", [x], outs, inits), opset_imports=[helper.make_opsetid("", 17)]
+        )
+        m.ir_version = 8
+        return m
+
+    groups = by_id(model(read_indices=True))
+    reason = "MaxPool pool's Indices output numbers the channels in its values"
+    assert groups["conv_a"].reason == groups["conv_b"].reason == reason
+    groups = by_id(model(read_indices=False))
+    assert not groups["conv_a"].frozen and not groups["conv_b"].frozen
+
+
 def test_widths_that_cannot_match_freeze() -> None:
     """Two sets of different total width cannot be the same channels (a model that never ran)."""
     n = Net()

@@ -708,11 +708,12 @@ class CouplingState:
         for b in self.bindings:
             by_init.setdefault(b.init, []).append(b)
         for init, bs in by_init.items():
-            keys = {(b.axis, self.resolve(b.layout), b.spread) for b in bs}
+            # the pad too: an Add (pad 0) and a Div (pad 1) of one constant got the first's, 0/0
+            keys = {(b.axis, self.resolve(b.layout), b.spread, b.pad) for b in bs}
             axes = [b.axis for b in bs]
             binders = {b.node for b in bs}
             users = set(self.users.get(init, []))
-            clash = len(keys) != len(set(axes)) or not users <= binders or self._is_graph_io(init)
+            clash = len(keys) != len(set(axes)) or not users <= binders or self.is_graph_output(init)
             if clash:
                 for b in bs:
                     self.freeze(b.layout, f"constant {init!r} is shared by several ops")
@@ -725,7 +726,7 @@ class CouplingState:
                     self.freeze(e.layout, f"constant {init!r} is shared by several ops")
         for tensor, readers in self._quantized_readers.items():
             users = set(self.users.get(tensor, []))
-            if not users <= {r for r, _ in readers} or self._is_graph_io(tensor):
+            if not users <= {r for r, _ in readers} or self.is_graph_output(tensor):
                 for _, lay in readers:
                     self.freeze(lay, f"quantized weight {tensor!r} is shared by several ops")
         # dedupe identical bindings (same constant, axis and channels) left by shared readers
@@ -737,7 +738,8 @@ class CouplingState:
                 kept.append(b)
         self.bindings = kept
 
-    def _is_graph_io(self, name: str) -> bool:
+    def is_graph_output(self, name: str) -> bool:
+        """Whether `name` is one of the model's outputs (read by the user, not by a node)."""
         return any(o.name == name for o in self.graph.output)
 
     def resolve(self, layout: Layout) -> tuple[tuple[int, int], ...]:

@@ -13,6 +13,13 @@ from deployopt.coupling.rules.elementwise import padded_within_one
 
 @rule("MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", "MaxRoiPool")
 def pool(ctx: CouplingState, node: onnx.NodeProto) -> None:
+    """Each channel pooled on its own. MaxPool's Indices output, where read, freezes: its values
+    are flat offsets into the N·C·H·W input, which a channel added before others (or any at batch
+    > 1) shifts."""
+    indices = node.output[1] if node.op_type == "MaxPool" and len(node.output) > 1 else ""
+    if indices and (ctx.users.get(indices) or ctx.is_graph_output(indices)):
+        ctx.freeze_node(node, f"MaxPool {ctx.name(node)}'s Indices output numbers the channels in its values")
+        return
     ctx.pass_through(node)
 
 
