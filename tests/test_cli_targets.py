@@ -129,6 +129,16 @@ def test_staircase_of_a_depthwise_conv_sweeps_its_channels_together(monkeypatch,
     assert want == sorted(want)
     code, out, _ = run(monkeypatch, capsys, *args, "--out-channels", "16:64:16")
     assert code == 0 and "depthwise (C = K = groups at every width)" in out
+    # a sweep from 1 channel: refused as "every width must be a multiple of --groups 144" (its base
+    # was a groups-1 conv); the 1-channel point is that conv, every other point depthwise
+    code, out, err = run(monkeypatch, capsys, *args, "--out-channels", "1:33:16", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert [k["family"] == "depthwise-direct" for k in doc["predicted_kernels"]] == [False, True, True]
+    shapes = [ConvShape(8, 1, 56, 56, 1, 3, 3)]
+    shapes += [ConvShape(8, k, 56, 56, k, 3, 3, groups=k) for k in (17, 33)]
+    want = [predict(shape, t, "fp16").predicted_us for shape in shapes]
+    assert [p["predicted_us"] for p in doc["points"]] == pytest.approx(want)
 
 
 def test_staircase_table_says_predicted(monkeypatch, capsys):

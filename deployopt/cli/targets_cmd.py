@@ -402,9 +402,12 @@ def _base_shape(input_dims: str, kernel: str, stride: int, groups: int, first_k:
         raise DeployoptError(f"--stride {stride}: must be a positive integer")
     if groups < 1 or c % groups:
         raise DeployoptError(f"--groups {groups}: must be a positive divisor of the input channels ({c})")
+    k = first_k
     if groups > 1 and groups == c:  # depthwise: a width sweep moves C = K = groups together
-        c = groups = first_k
-    shape = ConvShape(n, c, h, w, first_k, r, s, (stride, stride), (r // 2, s // 2), (1, 1), groups)
+        # from the input's width where the sweep starts at 1 (one channel is groups 1: the base
+        # would not be depthwise, and every point a 1-channel-input conv); the points are its
+        c = groups = k = first_k if first_k > 1 else c
+    shape = ConvShape(n, c, h, w, k, r, s, (stride, stride), (r // 2, s // 2), (1, 1), groups)
     if shape.p < 1 or shape.q < 1:
         raise DeployoptError(f"--input {input_dims}: too small for a {r}x{s} kernel with stride {stride}")
     return shape
