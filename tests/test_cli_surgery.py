@@ -375,6 +375,19 @@ def test_waves_table_names_a_flat_span_instead_of_an_empty_cell() -> None:
     # 16 itself ends a step there: it was shown as a move "↑16 (+0.0)" to the width it already has
     assert "stem.conv (in) 16: ↓8 (-2.2) =16 (ends a step)" in text
     assert "↑16 (+0.0)" not in text
+    # a pruned 11 in a span flat at the aligned widths: not "flat 8–22 (no step)", but 8 and 16,
+    # each predicted faster than 11's unaligned kernel (by what staircase predicts for the conv)
+    conv = next(r for r in rows if r["name"] == "layer1.0.conv1.conv")
+    out = next(w for w in conv["widths"] if w["role"] == "out")
+    assert (out["width"], out["below"], out["above"]) == (11, 8, 16)
+    from deployopt.waves import staircase
+
+    target = get_target("orin-nano-8gb")
+    shape = next(c.shape for c in analyze(load_model(path).model).convs if c.name == "layer1.0.conv1.conv")
+    us = {p.out_channels: p.predicted_us for p in staircase(shape, target, "fp16", [8, 11, 16])}
+    assert out["below_delta_us"] == pytest.approx(us[8] - us[11]) and out["below_delta_us"] < 0
+    assert out["above_delta_us"] == pytest.approx(us[16] - us[11]) and out["above_delta_us"] < 0
+    assert "layer1.0.conv1.conv (out) 11: ↓8 (-2.9) ↑16 (-2.9)" in text
 
 
 def test_apply_unwritable_output_is_one_line_and_writes_nothing(
