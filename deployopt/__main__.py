@@ -1,3 +1,3 @@
-from deployopt.cli.main import main
+from deployopt.cli.main import entry
 
-main()
+entry()
