@@ -1391,11 +1391,12 @@ class Optimizer:
             else:
                 session_cm = self._open_session()
                 self.session = session_cm
-            self._warn_if_on_host()
-            # a batch that cannot fit fails before OUTDIR exists (a duck-typed session may lack the hook)
+            # a batch that cannot fit fails before OUTDIR exists (a duck-typed session may lack the hook);
+            # ort's refusal of a --dtype the model is not typed in too, before any warning is said
             check_memory = getattr(self.session, "check_memory", None)
             if check_memory is not None:
                 check_memory(self.loaded)
+            self._warn_if_on_host()
             preflight = getattr(self.session, "preflight", None)  # a board that does not answer, now
             if preflight is not None:
                 preflight()

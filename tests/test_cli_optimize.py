@@ -398,6 +398,10 @@ def test_measuring_a_gpu_target_on_the_cpu_warns_once(
     assert "orin-nano-8gb" in lines[0] and "fit the CPU, not the target" in lines[0]
     code, _, err = cli(monkeypatch, capsys, *base_args(model, tmp_path / "m"))
     assert "warning:" not in err  # the wave model predicts for the target: nothing to warn about
+    # a refusal of the options is the one line: the warning came first, for a run that never began
+    code, _, err = cli(monkeypatch, capsys, *args, "--dtype", "fp16", "-o", str(tmp_path / "f"))
+    assert code == 2 and err.startswith("error: vgg16_pruned_b4.onnx is an fp32 model, and backend 'ort'")
+    assert err.count("\n") == 1 and not (tmp_path / "f").exists()
 
 
 def test_the_report_says_where_it_measured_and_that_the_host_cpu_is_not_the_target(
