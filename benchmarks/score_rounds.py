@@ -3,14 +3,15 @@ and pooled by subset, with the fit shipped just before the round was measured (k
 folder), so no figure here comes from a fit that saw the sweeps it scores. Predictions of the
 wave model against measured H200 medians.
 
-    python benchmarks/score_rounds.py            # rounds four to twelve
+    python benchmarks/score_rounds.py            # rounds four to thirteen
     python benchmarks/score_rounds.py --round 8
     python benchmarks/score_rounds.py --round 8 --transitions   # where the misses are (below)
-    python benchmarks/score_rounds.py --by-size  # rounds four to twelve pooled by predicted latency
+    python benchmarks/score_rounds.py --by-size  # rounds four to thirteen pooled by predicted latency
+    python benchmarks/score_rounds.py --round 13 --out score.json   # the printed figures, as JSON too
 Round four: the fit of rounds one to three (commit cf4b182); round five: the fit of commit d5f5956
 (rounds one to four); round six: the fit of commit f1dd72a (rounds one to five, with the fp16
 family at 32); rounds seven (small) and eight (not fitted on: their sweeps stay in their records):
-the fit of 9f1a9e1 (rounds one to six), unchanged for rounds nine to twelve (ten to twelve
+the fit of 9f1a9e1 (rounds one to six), unchanged for rounds nine to thirteen (ten to thirteen
 pre-registered, benchmarks/preregister_round.py). Each round also prints its repeats: the model on a first
 and a second measurement of the same sweeps, and each measurement as the "model" of the other.
 """
@@ -21,6 +22,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -28,6 +30,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import eval_wave_model as ev  # noqa: E402
 
+from deployopt.fileio import write_json  # noqa: E402
 from deployopt.targets import get_target  # noqa: E402
 from deployopt.waves import (  # noqa: E402
     LAUNCH_BOUND_BELOW,
@@ -65,6 +68,9 @@ ROUNDS = {
     # a third, the fit still round ten's; first measured on H100s (results/h100_round12*)
     12: ("h200_round12", "round12_sweeps.json", "fit_before_round12.json",
         {"cg", "ch", "ci", "cj", "ck", "cl", "cm", "cn"}, ""),
+    # a fourth, the fit still round ten's; first measured on H100s (results/h100_round13)
+    13: ("h200_round13", "round13_sweeps.json", "fit_before_round13.json",
+        {"co", "cp", "cq", "cr", "cs", "ct", "cu", "cv"}, "repeats"),
 }  # fmt: skip
 # round → the folder in its record of every-engine sweeps measured a second time (ids listed under
 # all_engines with the `_repeat` suffix), scored like the default-search repeats
@@ -87,7 +93,14 @@ def _folders(number: int) -> dict[str, Path]:
     return {mode: record / mode if (record / mode).is_dir() else folder for mode, folder in FOLDERS.items()}
 
 
-def score_round(number: int) -> None:
+def _figures(w: dict[str, Any]) -> dict[str, Any]:
+    """A score's pairs, agreement and regret, for --out."""
+    return {"pairs": w["pairs"], "agreement": w["agreement"], "regret": w["regret"]}
+
+
+def score_round(number: int) -> dict[str, Any]:
+    """Print a round's scores; return them (for --out)."""
+    result: dict[str, Any] = {"modes": {}, "measured_twice": {}}
     ids, params, new = load_round(number)
     target = get_target("h200")
     print(f"#### round {number}")
@@ -116,6 +129,7 @@ def score_round(number: int) -> None:
             for sms in (8, 16, 132):
                 groups[f"{dt} {sms} SMs"] = [s for s in sweeps if s["dtype"] == dt and s["sms"] == sms]
         print(f"== {mode}: {len(sweeps)} sweeps ==")
+        figures = result["modes"].setdefault(mode, {})
         for name, group in groups.items():
             if not group:
                 continue
@@ -126,6 +140,11 @@ def score_round(number: int) -> None:
                 for m in ("tile128", "flops", "constant")
             )
             agree = round(w["agreement"] * w["pairs"])
+            figures[name] = {
+                "sweeps": len(group),
+                "wave": _figures(w),
+                **{m: _figures(sc[m]) for m in ("tile128", "flops", "constant")},
+            }
             print(
                 f"  {name:<17} {len(group):3d} sweeps  {agree}/{w['pairs']} pairs"
                 f" = {100 * w['agreement']:.2f} % / {100 * w['regret']:.2f} %   {base}"
@@ -135,6 +154,9 @@ def score_round(number: int) -> None:
     default = [s for s in in_folder("default_limit") if s["id"] in set(ids["default_limit"])]
     study = ev.tie_break_study([s for s in default if not s["id"].endswith("_repeat")], target, params)
     key = f"ties_aligned{ev.TIE_ALIGN}"
+    result["regret_ties_aligned"] = {
+        m: {"ties_wider": g["all"]["ties_wider"], key: g["all"][key]} for m, g in study.items()
+    }
     print(
         f"  regret, ties to the better-aligned width (≤ {ev.TIE_ALIGN}): "
         + "  ".join(
@@ -149,8 +171,11 @@ def score_round(number: int) -> None:
         if not reps:
             continue
         print(f"  == {mode}, measured twice ==")
+        twice: dict[str, Any] = {"repeat_as_model": {}, "by_sms": {}}
+        result["measured_twice"][mode] = twice
         for name, group in (("first measurement", firsts), ("repeat", reps)):
             w = ev.score(group, target, params)["wave"]
+            twice[name] = {"sweeps": len(group), "wave": _figures(w)}
             figures = f"{100 * w['agreement']:.1f} % / {100 * w['regret']:.2f} %"
             print(f"  {name:<17} {len(group):3d} sweeps  {figures}")
         ceiling = [r for r in ev.noise_ceiling(firsts + reps) if not r["measured"].endswith("_repeat")]
@@ -160,15 +185,27 @@ def score_round(number: int) -> None:
                 continue
             agree, pairs = sum(r["agree"] for r in rows), sum(r["pairs"] for r in rows)
             regret = sum(r["regret"] for r in rows) / len(rows)
+            twice["repeat_as_model"][f"{sms} SMs"] = {"agree": agree, "pairs": pairs, "regret": regret}
             share = f"{agree}/{pairs} pairs = {100 * agree / pairs:.1f} %"
             print(f"  repeat as model, {sms} SMs: {share}, regret {100 * regret:.2f} %")
+        if len({s["sms"] for s in reps}) > 1 and ceiling:  # every SM count pooled
+            agree, pairs = sum(r["agree"] for r in ceiling), sum(r["pairs"] for r in ceiling)
+            regret = sum(r["regret"] for r in ceiling) / len(ceiling)
+            twice["repeat_as_model"]["all"] = {"agree": agree, "pairs": pairs, "regret": regret}
+            share = f"{agree}/{pairs} pairs = {100 * agree / pairs:.1f} %"
+            print(f"  repeat as model, all ({len(ceiling)} sweeps): {share}, regret {100 * regret:.2f} %")
         for sms in sorted({s["sms"] for s in reps}):
             pairs = [(f, r) for f in firsts for r in reps if r["id"] == f["id"] + "_repeat"]
             pairs = [(f, r) for f, r in pairs if f["sms"] == sms]
             for name, group in (("first", [f for f, _ in pairs]), ("repeat", [r for _, r in pairs])):
                 w = ev.score(group, target, params)["wave"]
+                twice["by_sms"].setdefault(f"{sms} SMs", {})[name] = {
+                    "sweeps": len(group),
+                    "wave": _figures(w),
+                }
                 figures = f"{100 * w['agreement']:.1f} % / {100 * w['regret']:.2f} %"
                 print(f"  {sms} SMs, {name:<6} {len(group):3d} sweeps  {figures}")
+    return result
 
 
 def _measured_twice(
@@ -279,7 +316,9 @@ def pooled(cells: Cells, mode: str, cls: str, sms: int | None = None) -> dict[st
     return {"agreement": agree / pairs, "regret": regret / sweeps, "pairs": pairs, "sweeps": sweeps}
 
 
-def by_size(numbers: list[int]) -> None:
+def by_size(numbers: list[int]) -> list[dict[str, Any]]:
+    """Print the rounds pooled by size class; return the rows (for --out)."""
+    rows: list[dict[str, Any]] = []
     cells = size_cells(numbers)
     print(f"#### rounds {', '.join(map(str, numbers))}, new shapes, by the conv's predicted median latency")
     print(
@@ -293,6 +332,9 @@ def by_size(numbers: list[int]) -> None:
                 if got is None:
                     continue
                 rep = pooled(cells, "repeat" if mode == "default_limit" else "repeat_all_engines", cls, sms)
+                rows.append(
+                    {"search": mode, "sms": sms or "all", "class": cls, "model": got, "repeat_as_model": rep}
+                )
                 rep_s = "—"
                 if rep:
                     rep_s = f"{100 * rep['agreement']:.1f} % / {100 * rep['regret']:.2f} % ({rep['sweeps']})"
@@ -301,6 +343,7 @@ def by_size(numbers: list[int]) -> None:
                     f"{mode:<14} {where:>3}  {cls:<13} {got['sweeps']:6d} {got['pairs']:6d}  "
                     f"{100 * got['agreement']:5.1f} % / {100 * got['regret']:.2f} %          {rep_s}"
                 )
+    return rows
 
 
 def main() -> None:
@@ -312,12 +355,21 @@ def main() -> None:
         action="store_true",
         help="the rounds pooled by the conv's predicted latency (deployopt.waves.size_class), not the scores",
     )
+    ap.add_argument("--out", type=Path, help="also write the printed scores (or --by-size rows) as JSON")
     args = ap.parse_args()
+    if args.out and args.transitions and not args.by_size:
+        ap.error("--out writes the scores or the --by-size rows, not --transitions")
+    numbers = args.round or sorted(ROUNDS)
+    result: dict[str, Any] = {"rounds": numbers}
     if args.by_size:
-        by_size(args.round or sorted(ROUNDS))
-        return
-    for number in args.round or sorted(ROUNDS):
-        (transitions if args.transitions else score_round)(number)
+        result["by_size"] = by_size(numbers)
+    elif args.transitions:
+        for number in numbers:
+            transitions(number)
+    else:
+        result["scores"] = {str(number): score_round(number) for number in numbers}
+    if args.out:
+        write_json(args.out, result)
 
 
 if __name__ == "__main__":
