@@ -703,6 +703,18 @@ class Optimizer:
         self._conv_factors = factors
         return TableCost(domains, factors, default=self.round_up)
 
+    def separable_table_us(self, conv_name: str, plan: dict[str, int]) -> float | None:
+        """A conv's value in the per-layer table under `plan` where its table is taken as separable
+        (a wide concat: base + Σ one-at-a-time changes, never one timed shape), as an evaluation's
+        table_us counts it; None where the conv has no such table or `plan` leaves its domains."""
+        scope = getattr(self, "deps", {}).get(conv_name, ())
+        names = {f"{conv_name}[base]", *(f"{conv_name}[{g}]" for g in scope)}
+        parts = [f for f in getattr(self, "_conv_factors", []) if f.name in names]
+        keys = [tuple(plan.get(g) for g in f.scope) for f in parts]
+        if not parts or any(key not in f.values for f, key in zip(parts, keys)):
+            return None
+        return float(sum(f.values[key] for f, key in zip(parts, keys)))
+
     # -------------------------------------------------------------- memory traffic (traffic.py)
     def _fits_traffic(self) -> bool:
         """Fitted on measured end-to-end latencies only: a prediction has no traffic to find."""

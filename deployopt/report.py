@@ -110,6 +110,15 @@ def build_report(
     r8_shapes = opt.conv_shapes(opt.round_up)
     after_shapes = opt.conv_shapes(best.plan)
     params = opt.target.wave_params(cfg.dtype) if opt._predict is not None else None
+
+    def table_us(name: str, shape: Any, plan: dict[str, int]) -> float | None:
+        """The conv's timed value, else its separable table's (a conv reading a wide concat: the
+        shape was never timed whole), so that each column sums to the evaluation's table µs."""
+        value = opt.layer_values.get(shape.signature())
+        if value is None and hasattr(opt, "separable_table_us"):
+            value = opt.separable_table_us(name, plan)
+        return value
+
     for name, after in after_shapes.items():
         before, rounded = before_shapes[name], r8_shapes[name]
         row: dict[str, Any] = {
@@ -117,9 +126,9 @@ def build_report(
             "before": {"c": before.c, "k": before.k},
             "round_up_8": {"c": rounded.c, "k": rounded.k},
             "after": {"c": after.c, "k": after.k},
-            "table_before_us": opt.layer_values.get(before.signature()),
-            "table_round_up_8_us": opt.layer_values.get(rounded.signature()),
-            "table_after_us": opt.layer_values.get(after.signature()),
+            "table_before_us": table_us(name, before, opt.original),
+            "table_round_up_8_us": table_us(name, rounded, opt.round_up),
+            "table_after_us": table_us(name, after, best.plan),
         }
         if params is not None:
             from deployopt.waves import predict, size_class

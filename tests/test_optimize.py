@@ -1185,3 +1185,30 @@ def test_the_report_lists_a_jetson_record_of_a_held_down_clock() -> None:
             "describe": "a cap below the locked clock: 1032.75 of 1300.5 MHz right after the timed loop",
         }
     ]
+
+
+def test_the_reports_layer_columns_sum_to_the_table_cost_where_tables_are_separable(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A conv reading a concat of several groups whose widths the sweep cannot all combine (more
+    than MAX_TABLE_COMBOS: here every one) is priced base + Σ one-at-a-time changes, so its shape at
+    the plan's widths was never timed whole: report.json's table_*_us were null for it ('—' in
+    report.md) and the columns did not sum to the evaluations' table µs. They do now."""
+    import deployopt.optimize as optimize_module
+
+    monkeypatch.setattr(optimize_module, "MAX_TABLE_COMBOS", 1)
+    cfg = OptimizeConfig(
+        model_path=zoo_model_path("inception_like"),
+        target="orin-nano-8gb",
+        outdir=tmp_path / "out",
+        fidelity_samples=1,
+        cache_root=tmp_path / "lut",
+    )
+    optimize(cfg)
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    layers, evaluations = report["layers"], report["evaluations"]["list"]
+    wide = [r for r in layers if r["conv"].startswith("inception") and r["conv"].endswith("reduce.conv")]
+    assert wide and all(r["table_after_us"] is not None for r in layers)
+    by_label = {e["label"]: e["table_us"] for e in evaluations}
+    for column, label in (("table_before_us", "input"), ("table_after_us", report["best_label"])):
+        assert sum(r[column] for r in layers) == pytest.approx(by_label[label]), column
