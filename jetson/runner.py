@@ -958,6 +958,12 @@ def build_engine(trt, args, shapes, cuda):
             config.int8_calibrator = calibrator
             if profile is not None:
                 config.set_calibration_profile(profile)
+        elif not network_precision(trt, network)[1]:
+            # no scales at all: TensorRT says 'Missing scale and zero-point' per tensor and builds
+            # those layers fp16/fp32, and the timing was labelled int8 (the tensorrt backend refuses)
+            raise RunnerError("--dtype int8 needs --calib-npy or --calib-cache, or a model with Q/DQ nodes;"
+                              " %s has none of them (without scales TensorRT builds it fp16/fp32)"
+                              % os.path.basename(args.model))
     cache = None
     if args.timing_cache:  # it only saves tactic timing: trouble with it is a warning, as in the backend
         blob = b""

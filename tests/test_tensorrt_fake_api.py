@@ -3195,6 +3195,28 @@ def test_runner_refuses_one_npy_for_a_model_with_two_inputs(
     assert calls(gpu, "Builder.build_serialized_network") == [] and gpu.memory == {}
 
 
+@pytest.mark.parametrize("version", [V82, V85, V10])
+def test_runner_int8_without_scales_is_refused_before_building(
+    version: str,
+    zoo_model_path: Callable[[str], Path],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--dtype int8 with no --calib-npy, no --calib-cache and no Q/DQ nodes: TensorRT has no scale
+    for any tensor, says 'Missing scale and zero-point' per tensor and builds it fp16/fp32, which
+    was timed and labelled int8. One line, nothing built; a Q/DQ model still builds."""
+    _, gpu = install(monkeypatch, version, "pycuda" if version == V82 else "cudart")
+    model = str(zoo_model_path("mobilenet_like"))
+    args = [model, "--dtype", "int8", "--out", str(tmp_path / "r.json"), "--engine-dir", str(tmp_path / "e")]
+    assert load_runner().main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--dtype int8 needs --calib-npy or --calib-cache, or a model with" in err
+    assert calls(gpu, "Builder.build_serialized_network") == [] and not (tmp_path / "r.json").exists()
+    result = run_runner([str(QDQ_MODEL), "--dtype", "int8", "--runs", "2", "--warmup", "0"], tmp_path, capsys)
+    assert result["environment"]["dtype"] == "int8"
+
+
 def test_int8_on_a_gpu_without_native_int8_is_refused_before_building(
     zoo_model_path: Callable[[str], Path],
     tmp_path: Path,

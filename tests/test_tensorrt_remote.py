@@ -243,6 +243,22 @@ def test_cli_int8_sends_the_calibration_table_and_shapes(
     )
 
 
+def test_cli_int8_without_calibration_or_qdq_is_refused_before_the_copy(
+    model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--dtype int8 on TensorRT up to 10.x with no calibration data and a model without Q/DQ nodes:
+    the board built it fp16/fp32 (no scales) and the timing said int8; the tensorrt backend here
+    refuses it. One line after the version check, nothing copied, nothing written."""
+    log, _ = play_the_board(tmp_path, monkeypatch)
+    out = tmp_path / "r.json"
+    code, stdout, err = run_cli(
+        monkeypatch, capsys, "bench", str(model), *REMOTE, "--dtype", "int8", "-o", str(out)
+    )
+    assert (code, stdout) == (2, "") and err.count("\n") == 1
+    assert err.startswith("error: INT8 needs calibration data (--calibration-data) or a model with Q/DQ")
+    assert log.read_text().splitlines() == [version_check()] and not out.exists()
+
+
 def test_cli_bench_notes_a_board_left_to_dvfs(
     model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -356,6 +356,14 @@ class RemoteRunnerSession(Session):
         from deployopt.backends.trtexec import refuse_implicit_int8, refuse_int8_calibration, strongly_typed
 
         if not strongly_typed(self.trt_version):
+            if self.options.dtype == "int8" and self.calib is None:
+                from deployopt.model import file_has_qdq
+
+                if not file_has_qdq(model_path):  # before anything is copied; the runner refuses too
+                    raise DataError(
+                        "INT8 needs calibration data (--calibration-data) or a model with Q/DQ nodes: "
+                        f"{model_path.name} has neither, and TensorRT would build it fp16/fp32, timed as int8"
+                    )
             return model_path
         if self.options.dtype == "int8":
             from deployopt.model import file_has_qdq
