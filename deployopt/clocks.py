@@ -18,6 +18,7 @@ Nothing here may fail: an unreadable value is left out, a missing or failing nvi
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -206,10 +207,10 @@ def throttle_record_problem(env: dict[str, object]) -> str | None:
     hand-edited or corrupted "clock_slowdown_us": "lots" read as "checked, and not held down", and
     removed the flag a regression gate relies on. Absent keys are fine (not recorded)."""
 
-    def counts(value: object, what: str, unit: str) -> str | None:
+    def counts(value: object, what: str, unit: str, whole: bool = False) -> str | None:
         if not isinstance(value, dict):
             return f'"{what}" must be an object of {unit}, not {_json_text(value)}'
-        bad = next((k for k, v in value.items() if _count(v) is None), None)
+        bad = next((k for k, v in value.items() if _count(v, whole) is None), None)
         if bad is not None:
             return f'"{what}" must hold {unit}; {bad!r} is {_json_text(value[bad])}'
         return None
@@ -219,7 +220,7 @@ def throttle_record_problem(env: dict[str, object]) -> str | None:
         if problem:
             return problem
     if "oc_events" in env:
-        problem = counts(env["oc_events"], "oc_events", "{counter: events} (whole numbers, 0 or more)")
+        problem = counts(env["oc_events"], "oc_events", "{counter: events} (whole numbers, 0 or more)", True)
         if problem:
             return problem
     if "gpu_clock_during_run" in env:
@@ -283,9 +284,13 @@ def unlocked_phrase(env: dict[str, object]) -> str | None:
     )
 
 
-def _count(value: object) -> int | None:
-    """A JSON number that is a count (bool and negatives are not)."""
+def _count(value: object, whole: bool = False) -> int | None:
+    """A JSON number that is a count (bool, negatives, NaN and infinities are not: `compare` crashed
+    with exit 1, its 'slower' code, on an "oc3": NaN); `whole`: a fraction is not either (0.9
+    over-current events read as 0)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        return None
+    if isinstance(value, float) and (not math.isfinite(value) or (whole and not value.is_integer())):
         return None
     return int(value)
 

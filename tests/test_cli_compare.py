@@ -568,6 +568,15 @@ def test_a_malformed_throttling_record_or_timed_line_is_one_line(monkeypatch, ca
         ({**doc, "environment": {**env, "clock_slowdown_us": {"sw_power_cap": -5}}}, "'sw_power_cap' is -5"),
         ({**doc, "environment": {**env, "oc_events": {"oc1": "many"}}}, "'oc1' is \"many\""),
         ({**doc, "environment": {**env, "oc_events": [1]}}, '"oc_events" must be an object'),
+        # NaN and Infinity (Python's json reads both): a ValueError/OverflowError traceback, exit 1;
+        # a fraction of an event read as 0 events, silently
+        ({**doc, "environment": {**env, "oc_events": {"oc3": float("nan")}}}, "'oc3' is NaN"),
+        ({**doc, "environment": {**env, "oc_events": {"oc3": 0.9}}}, "'oc3' is 0.9"),
+        ({**doc, "environment": {**env, "clock_slowdown_us": {"hw_slowdown": float("inf")}}}, "is Infinity"),
+        (
+            {**doc, "environment": {**env, "gpu_clock_during_run": {"before": {"cur_hz": float("nan")}}}},
+            '"gpu_clock_during_run.before.cur_hz" must be a clock in Hz, not NaN',
+        ),
         ({**doc, "environment": {**env, "gpu_clock_during_run": "x"}}, '"gpu_clock_during_run" must be an'),
         (
             {**doc, "environment": {**env, "gpu_clock_during_run": {"before": {"cur_hz": "x"}, "after": {}}}},
