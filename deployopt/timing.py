@@ -410,18 +410,24 @@ def is_latency(value: Any) -> bool:
     return math.isfinite(value) and value >= 0
 
 
+#: The least median a result file may have (µs): no GPU or CPU times anything in under a nanosecond.
+MIN_MEDIAN_US = 1e-3
+
+
 def _check_samples(p: Path, timing: Timing, what: str) -> None:
     """A NaN, infinite or negative sample would make a median that passes a regression gate; a
     median of 0 µs was a ZeroDivisionError traceback as the baseline and '-100 %, faster' as the
     current result; samples near float's largest (1e308) overflowed the statistics into inf after
-    numpy's RuntimeWarning lines."""
+    numpy's RuntimeWarning lines; a median under a nanosecond (5e-324 µs) gave an infinite ratio,
+    written as `Infinity` in compare --json, which strict JSON readers refuse."""
     bad = [s for s in timing.samples_us if not is_latency(s)]
     if bad:
         raise DataError(f"{p}: {what} must be finite latencies (0 or more); found {bad[0]!r}")
     if not math.isfinite(sum(float(s) for s in timing.samples_us)):  # no numpy overflow warning
         raise DataError(f"{p}: {what} are too large to be latencies (their sum overflows)")
-    if timing.median_us == 0:
-        raise DataError(f"{p}: {what} have a median of 0 µs: not a measured latency")
+    if timing.median_us < MIN_MEDIAN_US:
+        median = "0 µs" if timing.median_us == 0 else f"{timing.median_us:.3g} µs, under a nanosecond"
+        raise DataError(f"{p}: {what} have a median of {median}: not a measured latency")
 
 
 #: The "timed" line of a trtexec --exportTimes file read by load_timing (such a file names no model).

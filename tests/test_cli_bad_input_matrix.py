@@ -59,6 +59,8 @@ def test_image_options_float32_cannot_carry(
         (0.0, "baseline", "samples_us have a median of 0 µs: not a measured latency"),  # ZeroDivisionError
         (0.0, "current", "samples_us have a median of 0 µs: not a measured latency"),  # '-100 %, faster'
         (1e307, "current", "samples_us are too large to be latencies (their sum overflows)"),  # inf, warnings
+        # an infinite ratio, written `Infinity` in --json (no strict JSON reader takes it)
+        (5e-324, "baseline", "samples_us have a median of 4.94e-324 µs, under a nanosecond: not a measured"),
     ],
 )
 def test_compare_latencies_the_statistics_cannot_take(
