@@ -512,11 +512,14 @@ class OrtSession(Session):
             raise BackendFailed(f"onnxruntime failed running the model: {_first_line(exc)}") from None
         return samples
 
-    def _timed(self, batch: int | None, what: str, dtype: str) -> str:
+    def _timed(
+        self, batch: int | None, what: str, dtype: str, clock: str = "host wall clock (time.perf_counter)"
+    ) -> str:
+        """`clock`: what read the time (profile's layers: onnxruntime's profiler, not bench's clock)."""
         b = f", batch {batch}" if batch else ""
         return (
             f"{what}, {TYPED_PHRASES.get(dtype, dtype)}{b}, {self.providers[0]}, ORT_ENABLE_ALL graph "
-            f"optimizations, host wall clock (time.perf_counter), inputs in host memory"
+            f"optimizations, {clock}, inputs in host memory"
         )
 
     def _environment(self, dtype: str) -> dict[str, Any]:
@@ -642,6 +645,7 @@ class OrtSession(Session):
                 self._batch(loaded),
                 "per optimized-graph node: median over runs of onnxruntime's profiler node time",
                 dtype,
+                clock="onnxruntime's profiler clock",
             ),
             runs=opts.runs,
             mapped_by="optimized graph" if optimized is not None else "node names (approximate)",
