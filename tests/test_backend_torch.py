@@ -117,6 +117,21 @@ def test_a_model_onnx2torch_cannot_convert_names_the_op(session: TorchSession, t
         session.measure(path)
 
 
+def test_a_model_typed_fp16_inside_is_refused_in_one_line(
+    session: TorchSession, tiny_path: Path, tmp_path: Path
+) -> None:
+    """`deployopt fp16`'s output: the worker's fp32 weights met its fp16 Casts ("torch failed
+    running m.onnx: expected scalar type Half but found Float"); now one line saying what to time.
+    The fp32 model it came from still times."""
+    from deployopt.errors import ModelError
+    from deployopt.precision import write_fp16
+
+    typed = write_fp16(tiny_path, tmp_path / "tiny.fp16.onnx")
+    with pytest.raises(ModelError, match=r"^tiny.fp16.onnx is typed fp16 inside: the torch backend times"):
+        session.measure(typed)
+    assert session.measure(tiny_path).runs > 0
+
+
 @pytest.mark.slow
 def test_a_crashed_worker_is_one_line_and_replaced(session: TorchSession, tiny_path: Path) -> None:
     first = session.worker
