@@ -645,8 +645,11 @@ def cuda_api(prefer=None):
             return cls()
         except ImportError:
             continue
+    # cuda-python pinned to the board's CUDA major: an unpinned install fetches one its driver
+    # cannot run (cudaErrorInsufficientDriver; jetson/README.md, section 1)
     raise RunnerError("neither cuda-python nor pycuda is importable (JetPack 4.6: sudo apt install python3-pycuda"
-                      " or pip3 install pycuda; JetPack 5/6: pip3 install cuda-python)")
+                      " or pip3 install pycuda; JetPack 5: pip3 install 'cuda-python>=11.4,<12';"
+                      " JetPack 6: pip3 install 'cuda-python>=12.2,<13')")
 
 
 # ----------------------------------------------------------------------------------------------

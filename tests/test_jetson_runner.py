@@ -893,3 +893,22 @@ def test_batch_dir_needs_a_folder_of_models(tmp_path: Path, capsys: pytest.Captu
     ):
         assert runner.main(argv) == 2
         assert capsys.readouterr() == ("", f"error: {message}\n")
+
+
+def test_no_cuda_binding_names_the_pinned_installs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Neither binding importable: the line names what jetson/README.md says to install, cuda-python
+    pinned to the board's CUDA major (an unpinned pip3 install fetches one JetPack 5's or 6's driver
+    cannot run; it said `pip3 install cuda-python`)."""
+
+    def absent(*args: object) -> None:
+        raise ImportError("no module")
+
+    monkeypatch.setattr(runner.CudaPython, "__init__", absent)
+    monkeypatch.setattr(runner.PyCuda, "__init__", absent)
+    with pytest.raises(runner.RunnerError) as failed:
+        runner.cuda_api()
+    message = str(failed.value)
+    readme = (RUNNER.parent / "README.md").read_text()
+    for install in ("sudo apt install python3-pycuda", "'cuda-python>=11.4,<12'", "'cuda-python>=12.2,<13'"):
+        assert install in message and install in readme
+    assert "pip3 install cuda-python)" not in message
