@@ -981,8 +981,13 @@ def build_engine(trt, args, shapes, cuda):
         if cache is None and blob:  # TensorRT refused the blob (another version, corrupt)
             warn("TensorRT could not read the timing cache %s; building with a fresh one" % args.timing_cache)
             cache = config.create_timing_cache(b"")
-        if cache is not None:
-            config.set_timing_cache(cache, False)
+        if cache is not None and not config.set_timing_cache(cache, False) and blob:
+            # refused as another device's (a home folder moved to another board): a fresh one
+            warn("TensorRT refused the timing cache %s (another device's?); building with a fresh one"
+                 % args.timing_cache)
+            cache = config.create_timing_cache(b"")
+            if cache is not None and not config.set_timing_cache(cache, False):
+                cache = None
     try:
         serialized = builder.build_serialized_network(network, config)
     finally:
@@ -991,9 +996,10 @@ def build_engine(trt, args, shapes, cuda):
     raise_calibrator_error(calibrator)  # before anything is written: the engine may lack part of the data
     if serialized is None:
         raise RunnerError("TensorRT could not build an engine (see its warnings above)")
-    if cache is not None:
+    used = config.get_timing_cache() if cache is not None else None
+    if used is not None:  # None: TensorRT kept none (nothing to save)
         try:
-            atomic_write(args.timing_cache, bytes(config.get_timing_cache().serialize()))
+            atomic_write(args.timing_cache, bytes(used.serialize()))
         except (OSError, IOError) as exc:  # the engine is built: only the next build's speed-up is lost
             warn("cannot write %s: %s; the TensorRT timing cache is not saved"
                  % (args.timing_cache, exc.strerror or exc))

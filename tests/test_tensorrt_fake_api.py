@@ -837,10 +837,11 @@ def make_tensorrt(version: str, gpu: FakeGpu) -> types.ModuleType:
             return [Dims(s) for s in self._shapes.get(input, ())]
 
     class ITimingCache(Binding):
-        __slots__ = ("_builds",)
+        __slots__ = ("_builds", "foreign")
 
-        def __init__(self, builds: int) -> None:
+        def __init__(self, builds: int, foreign: bool = False) -> None:
             self._builds = builds
+            self.foreign = foreign  # another device's: set_timing_cache(..., False) refuses it
 
         def serialize(self) -> IHostMemory:
             return IHostMemory(f"FAKE-TIMING-CACHE {version} builds={self._builds}".encode())
@@ -942,11 +943,15 @@ def make_tensorrt(version: str, gpu: FakeGpu) -> types.ModuleType:
             head = f"FAKE-TIMING-CACHE {version} builds=".encode()
             builds = int(blob[len(head) :]) if blob.startswith(head) else 0
             gpu.call("IBuilderConfig.create_timing_cache", len(blob), builds)
-            return ITimingCache(builds)
+            return ITimingCache(builds, foreign=blob.startswith(FOREIGN_TIMING_CACHE))
 
         def set_timing_cache(self, cache: Any, ignore_mismatch: bool) -> bool:
+            """False, leaving none set, for another device's cache unless mismatches are ignored (the
+            API's bool: "true if set successfully")."""
             need(isinstance(cache, ITimingCache), "set_timing_cache(cache: ITimingCache, ...)")
             need(isinstance(ignore_mismatch, bool), "set_timing_cache(..., ignore_mismatch: bool)")
+            if cache.foreign and not ignore_mismatch:
+                return False
             self._cache = cache
             return True
 
@@ -1952,6 +1957,33 @@ def test_timing_cache_is_read_and_written_back(
         build_engine(str(zoo_model_path("mobilenet_like")), options, str(tmp_path / f"{i}.engine"))
         assert cache.read_bytes() == f"FAKE-TIMING-CACHE {version} builds={i}".encode()
     assert [args[1] for args in calls(gpu, "IBuilderConfig.create_timing_cache")] == [0, 1]
+
+
+#: A timing cache blob the fake TensorRT reads as another device's (set_timing_cache refuses it).
+FOREIGN_TIMING_CACHE = b"FAKE-TIMING-CACHE from another device"
+
+
+def test_another_devices_timing_cache_is_a_warning_and_replaced(
+    surface: tuple[str, types.ModuleType, FakeGpu],
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """set_timing_cache refuses another device's cache (returns False; get_timing_cache is then
+    None): the build goes on with a fresh cache, which is saved in its place, in the backend and
+    in the runner. Its return value was ignored, and the runner's None.serialize() a traceback."""
+    version = surface[0]
+    cache = tmp_path / "timing.cache"
+    cache.write_bytes(FOREIGN_TIMING_CACHE)
+    options = opts(tmp_path, extra={"timing_cache": str(cache)})
+    with pytest.warns(CacheWarning, match=f"TensorRT refused the timing cache {cache}"):
+        build_engine(str(zoo_model_path("mobilenet_like")), options, str(tmp_path / "m.engine"))
+    assert cache.read_bytes() == f"FAKE-TIMING-CACHE {version} builds=1".encode()
+    cache.write_bytes(FOREIGN_TIMING_CACHE)
+    cuda = ["--cuda", "pycuda"] if version == V82 else []
+    args = [str(zoo_model_path("mobilenet_like")), "--runs", "2", "--timing-cache", str(cache), *cuda]
+    run_runner(args, tmp_path, capsys)  # asserts exit 0
+    assert cache.read_bytes() == f"FAKE-TIMING-CACHE {version} builds=1".encode()
 
 
 def test_an_unwritable_timing_cache_is_a_warning_not_a_failed_build(

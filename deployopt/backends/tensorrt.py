@@ -739,8 +739,17 @@ def build_engine(model_path: str, options: MeasureOptions, engine_path: str) -> 
                 2,
             )
             timing_cache = config.create_timing_cache(b"")
-        if timing_cache is not None:
-            config.set_timing_cache(timing_cache, False)
+        if timing_cache is not None and not config.set_timing_cache(timing_cache, False) and blob:
+            # refused as another device's (a cache copied from another GPU): a fresh one
+            warnings.warn(
+                f"TensorRT refused the timing cache {cache_path} (another device's?); building with a "
+                "fresh one",
+                CacheWarning,
+                2,
+            )
+            timing_cache = config.create_timing_cache(b"")
+            if timing_cache is not None and not config.set_timing_cache(timing_cache, False):
+                timing_cache = None
     try:
         serialized = builder.build_serialized_network(network, config)
     finally:
@@ -750,9 +759,10 @@ def build_engine(model_path: str, options: MeasureOptions, engine_path: str) -> 
     if serialized is None:
         raise BackendFailed("TensorRT could not build an engine for this model (its warnings say why)")
     write_bytes(engine_path, bytes(serialized))
-    if cache_path and timing_cache is not None:
+    used = config.get_timing_cache() if cache_path and timing_cache is not None else None
+    if used is not None:  # None: TensorRT kept none (nothing to save)
         try:
-            write_bytes(cache_path, bytes(config.get_timing_cache().serialize()))
+            write_bytes(cache_path, bytes(used.serialize()))
         except OutputError as exc:  # the engine is built and written: only the next build's speed-up is lost
             warnings.warn(f"{exc}; the TensorRT timing cache is not saved", CacheWarning, 2)
     return {"tensorrt": version, "shapes": shapes}
