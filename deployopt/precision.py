@@ -396,6 +396,10 @@ def to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
     refuse_unconvertible(model)  # first: a Q/DQ model with fp16 casts (ModelOpt's) is int8, not fp16
     if is_low_precision(model):
         return model
+    types = set(_tensor_types(model).values())
+    if TensorProto.DOUBLE in types and TensorProto.FLOAT not in types:
+        # the conversion rewrites fp32 only: a float64 model came back unchanged, said "fp16 inside"
+        raise ModelError("fp16 conversion: the model is typed float64 (double); it starts from an fp32 model")
     import onnx_graphsurgeon as gs
     from onnx_graphsurgeon.logger import G_LOGGER
 

@@ -222,6 +222,16 @@ def test_cast_to_float_inside_becomes_fp16_and_weights_are_clamped() -> None:
     assert weight.dtype == np.float16 and weight.tolist() == [65504.0, -65504.0, 3.0]  # finite, clamped
 
 
+def test_a_float64_model_is_refused_not_copied_as_converted() -> None:
+    """The conversion rewrites fp32 tensors only: a model typed float64 throughout came back as it
+    was, and `deployopt fp16` said 'fp16 inside'. A double Cast inside an fp32 model still converts."""
+    x = helper.make_tensor_value_info("x", TensorProto.DOUBLE, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.DOUBLE, [2, 3])
+    w = numpy_helper.from_array(np.ones(3), "w")  # float64
+    with pytest.raises(ModelError, match=r"^fp16 conversion: the model is typed float64 \(double\)"):
+        to_fp16(_graph_model([helper.make_node("Mul", ["x", "w"], ["y"])], [x], [y], [w]))
+
+
 def test_already_fp16_models_are_passed_through(tmp_path: Path) -> None:
     """Model Optimizer's output (fp16 casts, Q/DQ) is its own precision; so is a converted model,
     which write_fp16 then does not write again."""
