@@ -144,6 +144,15 @@ class _Converter:
         self.used = {n for n in names if n}
         self.plans: dict[int, _Plan] = {}
         self.cast_cache: dict[tuple[int, str], Any] = {}
+        self.clamped: list[str] = []  # constants with finite values beyond fp16's range
+
+    def half(self, values: np.ndarray, name: str) -> np.ndarray:
+        """_to_half, noting `name` where a finite value was clamped (the model then computes
+        otherwise: a Div by 1e5 became one by 65504, silently)."""
+        values = np.asarray(values)
+        if np.any(np.isfinite(values) & (np.abs(values) > FLOAT16_MAX)):
+            self.clamped.append(name)
+        return _to_half(values)
 
     # ---- facts
     @staticmethod
@@ -242,7 +251,7 @@ class _Converter:
         gs = self.gs
         name = self.fresh(f"{tensor.name}_fp16")
         if isinstance(tensor, gs.Constant):
-            copy: Any = gs.Constant(name, _to_half(np.asarray(tensor.values)))
+            copy: Any = gs.Constant(name, self.half(np.asarray(tensor.values), tensor.name))
         else:
             producer = tensor.inputs[0]
             copy = gs.Variable(name, dtype=np.float16, shape=tensor.shape)
@@ -252,7 +261,7 @@ class _Converter:
                     op="Constant",
                     name=self.fresh(f"{producer.name or name}_fp16"),
                     outputs=[copy],
-                    attrs={"value": gs.Constant(self.fresh(f"{name}_value"), _to_half(value))},
+                    attrs={"value": gs.Constant(self.fresh(f"{name}_value"), self.half(value, tensor.name))},
                 )
             else:  # ConstantOfShape: same shape input, fp16 fill value
                 value = producer.attrs.get("value")
@@ -262,7 +271,7 @@ class _Converter:
                     name=self.fresh(f"{producer.name or name}_fp16"),
                     inputs=[producer.inputs[0]],
                     outputs=[copy],
-                    attrs={"value": gs.Constant(self.fresh(f"{name}_value"), _to_half(fill))},
+                    attrs={"value": gs.Constant(self.fresh(f"{name}_value"), self.half(fill, tensor.name))},
                 )
         self.cast_cache[key] = copy
         return copy
@@ -423,6 +432,19 @@ def to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
         out = conv.export()
     finally:
         G_LOGGER.severity = level
+    if conv.clamped:
+        import warnings
+
+        from deployopt.errors import DeployoptWarning
+
+        names = ", ".join(repr(n) for n in conv.clamped[:3]) + (" …" if len(conv.clamped) > 3 else "")
+        warnings.warn(
+            f"fp16 conversion clamped {len(conv.clamped)} constant(s) with values beyond fp16's ±65504 "
+            f"to it ({names}): the model computes otherwise where they matter (TensorRT clamps fp16 "
+            "weights the same way)",
+            DeployoptWarning,
+            stacklevel=2,
+        )
     if out.ir_version < 4:
         # IR 3 lists every initializer as a graph input; the export keeps the real inputs only, so
         # the checker refused the result. IR 4 (ONNX 1.3) lets initializers stand alone, as in
