@@ -590,14 +590,24 @@ class PyCuda(object):
     name = "pycuda"
 
     def __init__(self):
-        import pycuda.autoinit  # noqa: F401
+        try:
+            import pycuda.autoinit  # noqa: F401
+        except ImportError:
+            raise
+        except Exception as exc:  # pycuda's own errors (cuInit failed: a user outside `video`)
+            raise RunnerError("CUDA did not start through pycuda: %s (is this user in the video group?)"
+                              % (str(exc).strip() or type(exc).__name__))
         import pycuda.driver as cuda
 
         self.cuda = cuda
         self.allocs = {}
 
     def alloc(self, nbytes):
-        mem = self.cuda.mem_alloc(max(1, nbytes))
+        try:
+            mem = self.cuda.mem_alloc(max(1, nbytes))
+        except Exception as exc:  # pycuda's MemoryError/LogicError: one line, not a traceback
+            raise RunnerError("cannot allocate %d bytes on the GPU through pycuda: %s"
+                              % (nbytes, str(exc).strip() or type(exc).__name__))
         self.allocs[int(mem)] = mem
         return int(mem)
 

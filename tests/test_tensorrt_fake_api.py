@@ -3249,6 +3249,50 @@ def test_runner_int8_without_scales_is_refused_before_building(
     assert result["environment"]["dtype"] == "int8"
 
 
+def test_runner_pycuda_failures_are_one_line(
+    zoo_model_path: Callable[[str], Path],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """pycuda (JetPack 4.6's only binding) raises its own errors, not ImportError, where CUDA does
+    not start (cuInit failed: a user outside the video group) or memory runs out: each was a
+    traceback and exit 1; now the runner's one line and exit 2."""
+    import importlib.abc
+
+    install(monkeypatch, V82, "pycuda")
+    model = str(zoo_model_path("mobilenet_like"))
+    args = [model, "--cuda", "pycuda", "--out", str(tmp_path / "r.json"), "--engine-dir", str(tmp_path / "e")]
+    driver = sys.modules["pycuda.driver"]
+
+    def out_of_memory(nbytes: int) -> Any:
+        raise driver.LogicError("cuMemAlloc failed: out of memory")
+
+    monkeypatch.setattr(driver, "mem_alloc", out_of_memory)
+    assert load_runner().main(args) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == (
+        "error: cannot allocate 12288 bytes on the GPU through pycuda: cuMemAlloc failed: out of memory"
+    )
+    assert "Traceback" not in err and not (tmp_path / "r.json").exists()
+
+    class NoCuInit(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+        def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+            return importlib.machinery.ModuleSpec(name, self) if name == "pycuda.autoinit" else None
+
+        def create_module(self, spec: Any) -> None:
+            return None
+
+        def exec_module(self, module: Any) -> None:
+            raise driver.LogicError("cuInit failed: no CUDA-capable device is detected")
+
+    monkeypatch.delitem(sys.modules, "pycuda.autoinit")
+    monkeypatch.setattr(sys, "meta_path", [NoCuInit(), *sys.meta_path])
+    assert load_runner().main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "CUDA did not start through pycuda: cuInit failed" in err
+
+
 def test_int8_on_a_gpu_without_native_int8_is_refused_before_building(
     zoo_model_path: Callable[[str], Path],
     tmp_path: Path,
