@@ -959,6 +959,11 @@ def build_engine(trt, args, shapes, cuda):
             first = network.get_input(0)
             shape = shapes.get(first.name, list(first.shape))
             if args.calib_npy:
+                if first.dtype != trt.DataType.FLOAT:  # TensorRT reads the buffer as the input's type
+                    raise RunnerError(
+                        "--calib-npy feeds float32 data, and input %r is %s (calibrate on the host with the"
+                        " deployopt tensorrt backend, then pass --calib-cache)"
+                        % (first.name, getattr(first.dtype, "name", first.dtype)))
                 if network.num_inputs != 1:  # one .npy feeds one input
                     raise RunnerError(
                         "--calib-npy calibrates single-input models; this one has %d inputs (calibrate"

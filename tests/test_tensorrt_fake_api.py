@@ -3208,6 +3208,26 @@ def test_runner_workspace_out_of_range_is_one_line(
         assert capsys.readouterr().err == f"error: --workspace-mib {value}: must be between 1 and 1,048,576\n"
 
 
+def test_runner_refuses_a_float_npy_for_an_integer_input(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--calib-npy's data go to TensorRT as float32 bytes, which it reads as the input's own type:
+    an INT32 input (token ids) got float bit patterns as ids. One line before any build."""
+    _, gpu = install(monkeypatch, V85, "cudart")
+    h = onnx.helper
+    x = h.make_tensor_value_info("ids", onnx.TensorProto.INT32, [1, 3, 8, 8])
+    y = h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 3, 8, 8])
+    graph = h.make_graph([h.make_node("Cast", ["ids"], ["y"], to=onnx.TensorProto.FLOAT)], "ids", [x], [y])
+    model = tmp_path / "ids.onnx"
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), str(model))
+    calib, _ = write_calibration(tmp_path, items=2)
+    args = [str(model), "--dtype", "int8", "--calib-npy", str(calib), "--out", str(tmp_path / "r.json")]
+    assert load_runner().main([*args, "--engine-dir", str(tmp_path / "engines")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--calib-npy feeds float32 data, and input 'ids' is INT32" in err
+    assert calls(gpu, "Builder.build_serialized_network") == [] and gpu.memory == {}
+
+
 def test_runner_refuses_one_npy_for_a_model_with_two_inputs(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
