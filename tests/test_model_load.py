@@ -708,23 +708,19 @@ def test_constant_value_floats_and_ints_fold_to_their_onnx_types(tmp_path: Path)
     np.testing.assert_allclose(run(padded, x), run(model, x), atol=1e-5, rtol=0)
 
 
-def test_apply_refuses_to_write_a_model_whose_types_clash() -> None:
-    """The edited model's shape inference now checks types too: a float × double Mul (what the
-    folding above made) validated, was written, and onnxruntime refused to load it."""
+def _conv_op_conv(middle: onnx.NodeProto, constants: list[onnx.TensorProto], opset: int) -> onnx.ModelProto:
+    """Conv a (3→8, 8×8) → `middle` (reads "t", writes "m", with `constants`) → Conv b (8→4)."""
     from onnx import TensorProto
     from onnx import helper as h
-
-    from deployopt.surgery import apply_plan
 
     rng = np.random.default_rng(0)
     inits = [
         numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
         for n, s in (("aw", (8, 3, 3, 3)), ("bw", (4, 8, 1, 1)))
     ]
-    inits.append(numpy_helper.from_array(np.array(0.5, dtype=np.float64), "half"))
     nodes = [
         h.make_node("Conv", ["x", "aw"], ["t"], name="a", pads=[1] * 4),
-        h.make_node("Mul", ["t", "half"], ["m"], name="mul"),
+        middle,
         h.make_node("Conv", ["m", "bw"], ["y"], name="b"),
     ]
     graph = h.make_graph(
@@ -732,9 +728,20 @@ def test_apply_refuses_to_write_a_model_whose_types_clash() -> None:
         "g",
         [h.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
         [h.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
-        inits,
+        [*inits, *constants],
     )
-    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", opset)])
+
+
+def test_apply_refuses_to_write_a_model_whose_types_clash() -> None:
+    """The edited model's shape inference now checks types too: a float × double Mul (what the
+    folding above made) validated, was written, and onnxruntime refused to load it."""
+    from onnx import helper as h
+
+    from deployopt.surgery import apply_plan
+
+    half = numpy_helper.from_array(np.array(0.5, dtype=np.float64), "half")
+    model = _conv_op_conv(h.make_node("Mul", ["t", "half"], ["m"], name="mul"), [half], opset=13)
     with pytest.raises(ModelError, match=r"does not validate.*double"):
         apply_plan(model, {"a": 11})
 
@@ -743,33 +750,17 @@ def test_a_group_norm_21_model_loads(tmp_path: Path) -> None:
     """GroupNormalization-21 is valid ONNX, but onnx's shape inference gives its output no type, and
     loading failed on the next Conv ("Input 0 expected to have type"), naming the wrong op. Its
     output now gets its input's type; its channels are frozen (it normalizes across them)."""
-    from onnx import TensorProto
     from onnx import helper as h
 
-    rng = np.random.default_rng(0)
-    inits = [
-        numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
-        for n, s in (("aw", (8, 3, 3, 3)), ("bw", (4, 8, 1, 1)), ("scale", (2,)), ("bias", (2,)))
-    ]
-    nodes = [
-        h.make_node("Conv", ["x", "aw"], ["t"], name="a", pads=[1] * 4),
-        h.make_node("GroupNormalization", ["t", "scale", "bias"], ["g"], name="gn", num_groups=2),
-        h.make_node("Conv", ["g", "bw"], ["y"], name="b"),
-    ]
-    graph = h.make_graph(
-        nodes,
-        "g",
-        [h.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-        [h.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
-        inits,
-    )
-    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 21)])
+    affine = [numpy_helper.from_array(np.ones(2, np.float32), n) for n in ("scale", "bias")]
+    gn = h.make_node("GroupNormalization", ["t", "scale", "bias"], ["m"], name="gn", num_groups=2)
+    model = _conv_op_conv(gn, affine, opset=21)
     model.ir_version = 10
     onnx.checker.check_model(model, full_check=True)
     path = tmp_path / "gn21.onnx"
     onnx.save(model, str(path))
     loaded = load_model(path).model
     shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in loaded.graph.value_info}
-    assert shapes["g"] == [1, 8, 8, 8]
+    assert shapes["m"] == [1, 8, 8, 8]
     group = analyze(loaded).group("a")
     assert group.frozen and "GroupNormalization gn normalizes across channels" in group.reason
