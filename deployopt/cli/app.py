@@ -204,7 +204,8 @@ def mean_option() -> Any:
         None,
         "--mean",
         metavar="R,G,B",
-        help=f"Per-channel image mean (default {','.join(map(str, IMAGENET_MEAN))}).",
+        help="Per-channel image mean: 3 values, or 1 for every channel "
+        f"(default {','.join(map(str, IMAGENET_MEAN))}).",
     )
 
 
@@ -214,7 +215,8 @@ def std_option() -> Any:
         None,
         "--std",
         metavar="R,G,B",
-        help=f"Per-channel image std (default {','.join(map(str, IMAGENET_STD))}).",
+        help="Per-channel image std: 3 values, or 1 for every channel "
+        f"(default {','.join(map(str, IMAGENET_STD))}).",
     )
 
 
@@ -329,15 +331,22 @@ def timeout_option(
     return typer.Option(default, "--timeout", metavar="SECONDS", help=help_text)
 
 
-def remote_option() -> object:
-    """`--remote USER@HOST`: trtexec or jetson/runner.py on a Jetson over ssh (bench, profile, optimize)."""
+def remote_option(sweep: bool = False) -> object:
+    """`--remote USER@HOST`: trtexec or jetson/runner.py on a Jetson over ssh (bench, profile,
+    optimize; `sweep`: staircase and calibrate, which copy conv models, not the user's)."""
+    what = (
+        "the sweep's one-conv models are copied with scp. --measure trtexec: "
+        "/usr/src/tensorrt/bin/trtexec there; tensorrt (the default): jetson/runner.py with the board's "
+        "python3."
+        if sweep
+        else "the model is copied with scp. trtexec: /usr/src/tensorrt/bin/trtexec there; tensorrt "
+        "(optimize's auto): jetson/runner.py with the board's python3."
+    )
     return typer.Option(
         None,
         "--remote",
         metavar="USER@HOST",
-        help="Build and time on this board over ssh (USER@HOST, key-based login); the model is copied "
-        "with scp. trtexec: /usr/src/tensorrt/bin/trtexec there; tensorrt (optimize's auto): "
-        "jetson/runner.py with the board's python3.",
+        help=f"Build and time on this board over ssh (USER@HOST, key-based login); {what}",
     )
 
 

@@ -286,7 +286,7 @@ def _dtype_option() -> Any:
         "--dtype",
         metavar="DTYPE",
         help="fp16 | fp32 | int8 (default: int8 for a Q/DQ model, else fp16 where the backend runs it, as "
-        "deployed; ort: fp32)",
+        "deployed; ort runs a model as it is typed: fp32, or fp16/int8 for a model typed so)",
     )
 
 
@@ -556,7 +556,10 @@ def profile_command(
     remote: Optional[str] = remote_option(),
     timing_cache: Optional[Path] = timing_cache_option(TIMING_CACHE_HELP),
     trace_dir: Optional[Path] = output_option(
-        None, "--trace-dir", help="Keep the profiler trace here (torch, ort: chrome trace JSON).", folder=True
+        None,
+        "--trace-dir",
+        help="Keep the profiler trace here (torch, ort: chrome trace JSON; tensorrt: its engines too).",
+        folder=True,
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     output: Optional[Path] = output_option(None, "--output", "-o", help="Write the JSON result here."),

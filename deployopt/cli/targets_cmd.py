@@ -584,7 +584,7 @@ def staircase_command(
     ),
     cudnn_engines: Optional[int] = cudnn_engines_option(),
     cudnn_benchmark: bool = cudnn_benchmark_option(),
-    remote: Optional[str] = remote_option(),
+    remote: Optional[str] = remote_option(sweep=True),
     timing_cache: Optional[Path] = timing_cache_option(SWEEP_TIMING_CACHE_HELP),
     timeout: Optional[float] = timeout_option(
         f"{SWEEP_TIMEOUT_HELP}; --measure only (default 600).", default=None
@@ -787,7 +787,7 @@ def calibrate_command(
     ),
     cudnn_engines: Optional[int] = cudnn_engines_option(),
     cudnn_benchmark: bool = cudnn_benchmark_option(),
-    remote: Optional[str] = remote_option(),
+    remote: Optional[str] = remote_option(sweep=True),
     timing_cache: Optional[Path] = timing_cache_option(SWEEP_TIMING_CACHE_HELP),
     timeout: float = timeout_option(f"{SWEEP_TIMEOUT_HELP}."),
 ) -> None:
