@@ -514,7 +514,9 @@ def render_markdown(report: dict[str, Any]) -> str:
                 lines.append(f"- {key.replace('_', ' ')}: {fid[key]:.6g}")
         source = fid.get("source") or "calibration set"
         random_note = fid.get("random_inputs") and "random" not in source  # say it once
-        lines.append(f"- inputs: {source}" + (" (random inputs)" if random_note else ""))
+        n = fid.get("samples")
+        count = f", {n} sample{'' if n == 1 else 's'}" if n else ""
+        lines.append(f"- inputs: {source}{count}" + (" (random inputs)" if random_note else ""))
         if report.get("image_preprocess"):
             from deployopt.fidelity import describe_preprocess
 

@@ -38,6 +38,10 @@ def test_no_fidelity_gate_trims_a_network_the_gate_refuses_and_says_so(
     originals = {g["id"]: g["original"] for g in gated["groups"]}
     assert all(gated["plan"][g] >= w for g, w in originals.items())
     assert "gate: min cosine ≥ 0.99, top-1 agreement ≥ 99%, enforced" in " ".join(out.split())
+    # the line says how many inputs the check rests on (a few, not the whole calibration set)
+    n = gated["fidelity"]["samples"]
+    said = f"(onnxruntime CPU, random inputs (no calibration data given), {n} samples):"
+    assert said in " ".join(out.split())
 
     code, out, err = run_cli(monkeypatch, capsys, *trim_args(model, tmp_path / "free", "--no-fidelity-gate"))
     assert code == 0, err

@@ -375,8 +375,12 @@ def _fidelity_line(fid: dict[str, Any], gate: dict[str, Any]) -> Text:
         figures.append(f"min cosine {fid['cosine_min']:.4f}")
     if fid.get("top1_agreement") is not None:
         figures.append(f"top-1 agreement {fid['top1_agreement']:.0%}")
+    n = fid.get("samples")
+    # how many inputs it rests on: the check takes a few, not the whole set (the rest rank trims)
+    on = f", {n} sample{'' if n == 1 else 's'}" if n else ""
+    source = fid.get("source") or "calibration set"
     line = (
-        f"fidelity of the answer vs the input (onnxruntime CPU, {fid.get('source') or 'calibration set'}): "
+        f"fidelity of the answer vs the input (onnxruntime CPU, {source}{on}): "
         f"{', '.join(figures) or 'outputs compared'}; gate: {describe_gate(gate)}"
     )
     if fid.get("failures"):
