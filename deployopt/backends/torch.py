@@ -216,7 +216,6 @@ class TorchSession(Session):
         path = Path(model_path)
         if not path.is_file():
             raise errors.no_such_file(path, errors.ModelError)
-        _refuse_typed_fp16(path)
         req = {
             "op": op,
             "path": str(path.resolve()),
@@ -348,22 +347,3 @@ class TorchBackend(Backend):
         if not importlib.util.find_spec("torch"):
             raise BackendUnavailable(f"PyTorch is not installed: {INSTALL_HINT}")
         return TorchSession(self, options)
-
-
-def _refuse_typed_fp16(path: Path) -> None:
-    """A model typed fp16 inside (`deployopt fp16`'s output, for TensorRT >= 11) is refused in one
-    line: the worker runs a model in the session's dtype, and its fp16 Casts met fp32 weights
-    ("torch failed running m.onnx: expected scalar type Half but found Float", on the CPU)."""
-    import onnx
-
-    from deployopt.precision import is_low_precision
-
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-    except Exception:  # unreadable: the worker says so in its own words
-        return
-    if is_low_precision(model):
-        raise errors.ModelError(
-            f"{path.name} is typed fp16 inside: the torch backend times fp32 models (making them fp16 "
-            "itself with --dtype fp16); time the fp32 model it came from, or this one with --backend ort"
-        )

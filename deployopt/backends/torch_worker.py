@@ -106,6 +106,20 @@ def _batch_of(shapes: dict[str, list[int]]) -> int | None:
     return dims[0] if dims else None
 
 
+def refuse_typed_fp16(model: Any, name: str) -> None:
+    """A model typed fp16 inside (`deployopt fp16`'s output, for TensorRT >= 11) is refused in one
+    line: the worker runs a model in the session's dtype, and its fp16 Casts met fp32 weights
+    ("torch failed running m.onnx: expected scalar type Half but found Float", on the CPU)."""
+    from deployopt.errors import ModelError
+    from deployopt.precision import is_low_precision
+
+    if is_low_precision(model):
+        raise ModelError(
+            f"{name} is typed fp16 inside: the torch backend times fp32 models (making them fp16 "
+            "itself with --dtype fp16); time the fp32 model it came from, or this one with --backend ort"
+        )
+
+
 def _first_line(exc: BaseException) -> str:
     """One line for the user: torch's CUDA out-of-memory text (a paragraph) is cut to what it
     asked for and what was free; any other message to its first line, at most ~300 characters,
@@ -278,6 +292,7 @@ class Worker:
 
         try:
             loaded = prepare_model(req["path"], req.get("batch"), req.get("input_shapes") or {})
+            refuse_typed_fp16(loaded.model, os.path.basename(req["path"]))
             self.check_memory(loaded.model, req.get("host_checked"))
         except DeployoptError as exc:
             raise WorkerError(type(exc).__name__, str(exc)) from None
