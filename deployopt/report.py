@@ -112,12 +112,11 @@ def build_report(
     params = opt.target.wave_params(cfg.dtype) if opt._predict is not None else None
 
     def table_us(name: str, shape: Any, plan: dict[str, int]) -> float | None:
-        """The conv's timed value, else its separable table's (a conv reading a wide concat: the
-        shape was never timed whole), so that each column sums to the evaluation's table µs."""
-        value = opt.layer_values.get(shape.signature())
-        if value is None and hasattr(opt, "separable_table_us"):
-            value = opt.separable_table_us(name, plan)
-        return value
+        """The conv's value as the table prices it, so that each column sums to the evaluation's
+        table µs: a separable table's sum (a conv reading a wide concat, whose shape at `plan` was
+        not timed whole, or was timed for another conv), else the conv's timed value."""
+        value = opt.separable_table_us(name, plan) if hasattr(opt, "separable_table_us") else None
+        return value if value is not None else opt.layer_values.get(shape.signature())
 
     for name, after in after_shapes.items():
         before, rounded = before_shapes[name], r8_shapes[name]
