@@ -523,7 +523,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines.append("- failures: " + ("; ".join(fid["failures"]) if fid.get("failures") else "none"))
         gate = report.get("trim_gate")
         if gate:
-            lines.append(f"- trim gate: {describe_gate(gate)}")
+            lines.append(f"- trim gate: {describe_gate(gate, fid.get('top1_agreement') is not None)}")
     else:
         lines.append("- not checked in this run")
     refused = report.get("refused", [])
@@ -581,7 +581,9 @@ def write_report(outdir: Path, report: dict[str, Any], opt: Optimizer | None = N
     write_text(outdir / "report.md", render_markdown(report))
 
 
-def describe_gate(gate: dict[str, Any]) -> str:
-    """The trim gate in one phrase, for report.md and the CLI."""
+def describe_gate(gate: dict[str, Any], top1: bool = True) -> str:
+    """The trim gate in one phrase, for report.md and the CLI; `top1` False where no output is
+    N×classes (a detector's), so its top-1 bound checked nothing and is not quoted as if it had."""
     how = "enforced" if gate["enforced"] else "reported only (--no-fidelity-gate)"
-    return f"min cosine ≥ {gate['min_cosine']:g}, top-1 agreement ≥ {gate['min_top1']:.0%}, {how}"
+    top = f"top-1 agreement ≥ {gate['min_top1']:.0%}" if top1 else "no top-1 check (no output is N×classes)"
+    return f"min cosine ≥ {gate['min_cosine']:g}, {top}, {how}"

@@ -118,3 +118,21 @@ def test_gate_options_are_one_line_errors(
     code, _, err = run_cli(monkeypatch, capsys, *args)
     assert code == 2 and err.strip().count("\n") == 0 and message in err, err
     assert not (tmp_path / "o").exists()
+
+
+def test_the_gate_line_quotes_no_top1_bound_where_no_output_was_top1_checked() -> None:
+    """A detector (no N×classes output) has no top-1 agreement (null); its gate line still said
+    'top-1 agreement ≥ 99%', a bound that checked nothing. The console and report.md say so."""
+    from deployopt.cli.optimize_cmd import _fidelity_line
+    from deployopt.report import describe_gate
+
+    gate = {"min_cosine": 0.99, "min_top1": 0.99, "enforced": True}
+    assert describe_gate(gate) == "min cosine ≥ 0.99, top-1 agreement ≥ 99%, enforced"
+    fid = {"cosine_min": 0.9999, "top1_agreement": None, "samples": 4, "source": "imgs"}
+    line = _fidelity_line(fid, gate).plain
+    assert line == (
+        "fidelity of the answer vs the input (onnxruntime CPU, imgs, 4 samples): min cosine 0.9999; "
+        "gate: min cosine ≥ 0.99, no top-1 check (no output is N×classes), enforced"
+    )
+    classifier = _fidelity_line({**fid, "top1_agreement": 1.0}, gate).plain
+    assert classifier.endswith("agreement 100%; gate: min cosine ≥ 0.99, top-1 agreement ≥ 99%, enforced")

@@ -381,7 +381,8 @@ def _fidelity_line(fid: dict[str, Any], gate: dict[str, Any]) -> Text:
     source = fid.get("source") or "calibration set"
     line = (
         f"fidelity of the answer vs the input (onnxruntime CPU, {source}{on}): "
-        f"{', '.join(figures) or 'outputs compared'}; gate: {describe_gate(gate)}"
+        f"{', '.join(figures) or 'outputs compared'}; "
+        f"gate: {describe_gate(gate, fid.get('top1_agreement') is not None)}"
     )
     if fid.get("failures"):
         line += " — past the thresholds: fine-tune before deploying"
