@@ -299,6 +299,10 @@ def engine_path_for(workdir: Path, model_path: str, dtype: str, key: str) -> Pat
     return workdir / f"{Path(model_path).stem}-{dtype}-{key[:16]}.engine"
 
 
+#: An INT8 build with no scales (no calibration, no Q/DQ nodes): what TensorRT builds is fp16/fp32.
+INT8_NEEDS_SCALES = "INT8 needs calibration data (--calibration-data) or a model with Q/DQ nodes"
+
+
 def aggregate_layer_times(times: dict[str, list[float]], order: list[str]) -> list[LayerTime]:
     """Per-layer median and IQR over runs (ms reported by IProfiler -> µs), with its share of the sum."""
     from deployopt.timing import median_iqr
@@ -712,7 +716,7 @@ def build_engine(model_path: str, options: MeasureOptions, engine_path: str) -> 
                 CalibrationBatcher(samples, in_shapes), cache, cuda_api(options.extra.get("cuda"))
             )
         elif not _onnx_has_qdq(data):
-            raise DataError("INT8 needs calibration data (--calibration-data) or a model with Q/DQ nodes")
+            raise DataError(INT8_NEEDS_SCALES)
         if core is not None:
             calibrator = make_entropy_calibrator(trt, core)
             config.int8_calibrator = calibrator

@@ -353,21 +353,19 @@ class RemoteRunnerSession(Session):
             return model_path  # nothing to decide: no version check, no extra ssh
         if self.trt_version is None:
             self.trt_version = self._board_version()
+        from deployopt.backends.tensorrt import INT8_NEEDS_SCALES
         from deployopt.backends.trtexec import refuse_implicit_int8, refuse_int8_calibration, strongly_typed
+        from deployopt.model import file_has_qdq
 
         if not strongly_typed(self.trt_version):
-            if self.options.dtype == "int8" and self.calib is None:
-                from deployopt.model import file_has_qdq
-
-                if not file_has_qdq(model_path):  # before anything is copied; the runner refuses too
-                    raise DataError(
-                        "INT8 needs calibration data (--calibration-data) or a model with Q/DQ nodes: "
-                        f"{model_path.name} has neither, and TensorRT would build it fp16/fp32, timed as int8"
-                    )
+            # INT8 with no scales: before anything is copied (the runner refuses it too)
+            if self.options.dtype == "int8" and self.calib is None and not file_has_qdq(model_path):
+                raise DataError(
+                    f"{INT8_NEEDS_SCALES}: {model_path.name} has neither, and TensorRT would build it "
+                    "fp16/fp32, timed as int8"
+                )
             return model_path
         if self.options.dtype == "int8":
-            from deployopt.model import file_has_qdq
-
             refuse_int8_calibration(self.trt_version, self.calib[1] if self.calib else None)
             refuse_implicit_int8(self.trt_version, model_path.name, file_has_qdq(model_path))
             return model_path
