@@ -337,46 +337,25 @@ def test_ort_backend_end_to_end_lossless(zoo_model_path: Callable[[str], Path], 
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["measured"] is True and report["note"] is None
     assert report["latency"]["input"]["runs"] == res.timings["input"].runs
+
     # The per-layer table went to the on-disk cache: a second run measures no layer again.
-    res2 = optimize(
-        OptimizeConfig(
-            model_path=src,
-            target="nano",
-            backend="ort",
-            dtype="fp32",
-            outdir=tmp_path / "out2",
-            runs=5,
-            warmup=1,
-            max_evals=3,
-            max_candidates=3,
-            plots=False,
-            fidelity=False,
-            cache_root=tmp_path / "lut",
-        )
-    )
+    def again(outdir: str, **more: Any) -> OptimizeResult:
+        """The same small measured run into `outdir`, over the same layer cache."""
+        cfg = OptimizeConfig(
+            model_path=src, target="nano", backend="ort", dtype="fp32", outdir=tmp_path / outdir, runs=5,
+            warmup=1, max_evals=3, max_candidates=3, plots=False, fidelity=False, cache_root=tmp_path / "lut",
+            **more,
+        )  # fmt: skip
+        return optimize(cfg)
+
+    res2 = again("out2")
     assert res2.sweep["measured"] == 0 and res2.sweep["cached"] == res.sweep["shapes"]
     assert res2.sweep["samples_per_conv"] == [10, 10]
     assert "per-layer tables: measured on ort" in (tmp_path / "out2" / "report.md").read_text()
     assert "10 samples per conv" in (tmp_path / "out2" / "report.md").read_text()
     # Asking for more samples per conv than the cache holds times them again: a run given the
     # cache's 10-sample medians reported "12 samples per conv" over them
-    res3 = optimize(
-        OptimizeConfig(
-            model_path=src,
-            target="nano",
-            backend="ort",
-            dtype="fp32",
-            outdir=tmp_path / "out3",
-            runs=5,
-            warmup=1,
-            sweep_runs=12,
-            max_evals=3,
-            max_candidates=3,
-            plots=False,
-            fidelity=False,
-            cache_root=tmp_path / "lut",
-        )
-    )
+    res3 = again("out3", sweep_runs=12)
     assert res3.sweep["measured"] == res.sweep["shapes"] and res3.sweep["samples_per_conv"] == [12, 12]
     assert {len(json.loads(p.read_text())["timing"]["samples_us"]) for p in entries} == {12}
     assert "12 samples per conv" in (tmp_path / "out3" / "report.md").read_text()
