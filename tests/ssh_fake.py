@@ -44,9 +44,10 @@ BOARD_MARK = "DEPLOYOPT_FAKE_BOARD"
 
 
 def board_processes(bindir: Path, board_id: str, monkeypatch: object) -> None:
-    """A `pgrep` in `bindir` (on the stand-in board's PATH) that lists only the processes of this
-    test's board: the board is this machine, whose process table also holds the other xdist
-    worker's stand-in boards, running from folders of the same names (deployopt-runner/net/)."""
+    """A `pgrep` and a `pkill` in `bindir` (on the stand-in board's PATH) that see only the
+    processes of this test's board: the board is this machine, whose process table also holds the
+    other xdist worker's stand-in boards, running from folders of the same names
+    (deployopt-runner/net/)."""
     import shutil
 
     real = shutil.which("pgrep")
@@ -59,4 +60,13 @@ def board_processes(bindir: Path, board_id: str, monkeypatch: object) -> None:
         "done\n"
     )
     (bindir / "pgrep").chmod(0o755)
+    # and a `pkill` that ends only this board's processes: the real one, given `-f -- [d]eployopt-
+    # runner/net/`, also ended the other worker's stand-in runner of the same folder name (a test
+    # waiting for its board's `timeout` saw its ssh killed by signal 15 instead)
+    (bindir / "pkill").write_text(  # the pgrep above picks the processes (pkill's -f and pattern)
+        "#!/bin/sh\nstatus=1\n"
+        f'for pid in $("{bindir / "pgrep"}" "$@"); do kill "$pid" 2>/dev/null && status=0; done\n'
+        'exit "$status"\n'
+    )
+    (bindir / "pkill").chmod(0o755)
     monkeypatch.setenv(BOARD_MARK, board_id)  # type: ignore[attr-defined]
