@@ -16,8 +16,9 @@ build, the way NVIDIA's migration guide does with ModelOpt AutoCast (`keep_io_ty
   A constant read both ways is kept for the fp32 readers and copied in fp16 for the others.
 
 The type rules come from `onnx.defs.get_schema` for the model's own opset, not from a list of ops.
-A model that already holds fp16/bf16 tensors (ModelOpt AutoCast's output, or this module's) is its
-own precision and is passed through unchanged. A Q/DQ model is refused, with or without fp16 in it:
+A model whose convs and matmuls already take fp16/bf16 (ModelOpt AutoCast's output, or this
+module's) is its own precision and is passed through unchanged; an fp32 model with an fp16 step
+somewhere (a Cast to fp16 and back) is converted. A Q/DQ model is refused, with or without fp16 in it:
 casts around its Q/DQ nodes would keep TensorRT from fusing them into INT8 kernels, and its own
 precision is int8 (time it with --dtype int8). Every converted model
 is checked by `onnx.checker` and type-checked strict shape inference; any failure is one ModelError
@@ -40,7 +41,7 @@ from deployopt.model import fresh_name
 
 #: Part of every strongly typed fp16 engine's cache key: raise it when `to_fp16` starts writing a
 #: different model from the same input, so engines built from the older conversion are rebuilt.
-CONVERSION_RECIPE = "1"
+CONVERSION_RECIPE = "2"  # 2: an fp32 model with a Cast to fp16 is converted, no longer passed through
 
 FLOAT16_MAX = float(np.finfo(np.float16).max)
 _F32, _F16 = "fp32", "fp16"
@@ -64,9 +65,13 @@ def _tensor_types(model: onnx.ModelProto) -> dict[str, int]:
     return types
 
 
-def is_low_precision(model: onnx.ModelProto) -> bool:
-    """Whether the model already declares fp16 or bf16 tensors (typed by ModelOpt AutoCast, by this
-    module, or exported so): such a model says its own precision and is built as it is."""
+#: Ops that hold a CNN's arithmetic: the precision they compute in is the model's.
+_COMPUTE_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
+
+
+def has_low_precision_tensors(model: onnx.ModelProto) -> bool:
+    """Whether any tensor, Cast or constant of the model is fp16 or bf16: a backend that runs the
+    whole model in one dtype (torch) cannot run such a model, wherever the fp16 sits."""
     for node in model.graph.node:
         if node.op_type == "Cast" and any(a.name == "to" and a.i in _LOW_PRECISION for a in node.attribute):
             return True
@@ -74,6 +79,30 @@ def is_low_precision(model: onnx.ModelProto) -> bool:
             if a.type == onnx.AttributeProto.TENSOR and a.t.data_type in _LOW_PRECISION:
                 return True
     return any(t in _LOW_PRECISION for t in _tensor_types(model).values())
+
+
+def is_low_precision(model: onnx.ModelProto) -> bool:
+    """Whether the model already computes in fp16 or bf16 (typed by ModelOpt AutoCast, by this
+    module, or exported so): such a model says its own precision and is built as it is.
+
+    Read from the types its convs and matmuls take, not from any fp16 tensor: an fp32 model with
+    one Cast to fp16 (a mask, a post-processing step) was taken for an fp16 one, copied unconverted
+    by `deployopt fp16` and recorded as fp16. A model with no typed conv or matmul falls back to
+    whether it holds any fp16 tensor."""
+    if not has_low_precision_tensors(model):
+        return False
+    try:
+        types = _tensor_types(onnx.shape_inference.infer_shapes(model))
+    except Exception:  # an uninferable model: judge it by its tensors, as before
+        return True
+    compute = [
+        types[name]
+        for node in model.graph.node
+        if node.op_type in _COMPUTE_OPS
+        for name in node.input[:2]
+        if name in types and types[name] in _FLOAT_TYPES
+    ]
+    return not compute or any(t in _LOW_PRECISION for t in compute)
 
 
 def typed_precision(model: onnx.ModelProto) -> str:
@@ -209,8 +238,9 @@ class _Converter:
         if plan.pinned:
             return _F32
         if node.op == "Cast":
-            # a float cast to an integer is shape arithmetic: fp16 would round it (2049 -> 2048)
-            return None if node.attrs.get("to") == TensorProto.FLOAT else _F32
+            # a float cast to an integer is shape arithmetic: fp16 would round it (2049 -> 2048); a
+            # cast to a float type takes either (a Cast to fp16 pinned the conv before it to fp32)
+            return None if node.attrs.get("to") in (TensorProto.FLOAT, *_LOW_PRECISION) else _F32
         return _F16 if plan.ins[index] in plan.fp16_vars else _F32
 
     def produces(self, node: Any, index: int) -> str:

@@ -252,6 +252,43 @@ def test_already_fp16_models_are_passed_through(tmp_path: Path) -> None:
     assert sorted(p.name for p in dest.parent.iterdir()) == ["se.fp16.onnx"]  # no temporary left
 
 
+def _fp32_convs_with_an_fp16_island() -> onnx.ModelProto:
+    """conv -> Cast(fp16) -> Relu -> Cast(fp32) -> conv: an fp32 model whose one fp16 step (a mask,
+    a post-processing op in an export) is not where it computes."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((4, 4, 3, 3)).astype(np.float32), n) for n in ("w1", "w2")
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),
+        helper.make_node("Cast", ["a"], ["a16"], to=TensorProto.FLOAT16),
+        helper.make_node("Relu", ["a16"], ["r16"]),
+        helper.make_node("Cast", ["r16"], ["r"], to=TensorProto.FLOAT),
+        helper.make_node("Conv", ["r", "w2"], ["y"], pads=[1, 1, 1, 1]),
+    ]
+    return _graph_model(nodes, [x], [y], inits)
+
+
+def test_an_fp32_model_with_one_fp16_cast_is_converted() -> None:
+    """Its convs take fp32, so it is fp32: `deployopt fp16` copied it unconverted as "already fp16"
+    (the rule was any fp16 tensor), and records called it fp16. Now converted: its convs take fp16
+    and its output stays close to the fp32 model's; torch still refuses it (it holds fp16)."""
+    from deployopt.precision import has_low_precision_tensors, typed_precision
+
+    model = _fp32_convs_with_an_fp16_island()
+    assert has_low_precision_tensors(model) and not is_low_precision(model)
+    assert typed_precision(model) == "fp32"
+    fp16 = to_fp16(model)
+    assert fp16 is not model and is_low_precision(fp16) and typed_precision(fp16) == "fp16"
+    weights = {i.name: i.data_type for i in fp16.graph.initializer}
+    assert set(weights.values()) == {TensorProto.FLOAT16}, weights
+    x = np.random.default_rng(1).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    a, b = (ort_session.session(m).run(None, {"x": x})[0] for m in (model, fp16))
+    assert b.dtype == np.float32 and np.abs(a - b).max() <= 0.01 * np.abs(a).max()
+
+
 def test_qdq_and_control_flow_are_refused_in_one_line() -> None:
     qdq = onnx.load(DATA / "modelopt_int8_se_net.onnx")  # ModelOpt's: Q/DQ and fp16 casts
     with pytest.raises(ModelError, match=r"^fp16 conversion: the model has Q/DQ nodes .*--dtype int8") as exc:

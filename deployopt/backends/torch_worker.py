@@ -111,9 +111,9 @@ def refuse_typed_fp16(model: Any, name: str) -> None:
     line: the worker runs a model in the session's dtype, and its fp16 Casts met fp32 weights
     ("torch failed running m.onnx: expected scalar type Half but found Float", on the CPU)."""
     from deployopt.errors import ModelError
-    from deployopt.precision import is_low_precision
+    from deployopt.precision import has_low_precision_tensors
 
-    if is_low_precision(model):
+    if has_low_precision_tensors(model):
         raise ModelError(
             f"{name} is typed fp16 inside: the torch backend times fp32 models (making them fp16 "
             "itself with --dtype fp16); time the fp32 model it came from, or this one with --backend ort"
