@@ -1380,14 +1380,18 @@ def run(args, trt=None, cuda=None):
             ios.append((name, is_in, tuple(context.get_tensor_shape(name)),
                         io_dtype(trt, name, is_in, engine.get_tensor_dtype(name))))
     else:
-        for i in range(engine.num_bindings):
+        # 8.2-8.4 count every optimization profile's bindings: with K profiles, profile p's n are
+        # p*n .. p*n+n-1, named "x [profile p]" for p > 0 (NvInferRuntime.h, getNbBindings /
+        # getBindingName). The first context runs profile 0: only its bindings are set and listed.
+        n_bindings = engine.num_bindings // max(1, engine.num_optimization_profiles)
+        for i in range(n_bindings):
             name = engine.get_binding_name(i)
             if engine.binding_is_input(i) and -1 in tuple(engine.get_binding_shape(i)):
                 if name not in shapes:
                     raise RunnerError("input %r is dynamic: give --shapes" % name)
                 if not context.set_binding_shape(i, shapes[name]):
                     raise refused_shape(name, shapes[name])
-        for i in range(engine.num_bindings):
+        for i in range(n_bindings):
             name, is_in = engine.get_binding_name(i), engine.binding_is_input(i)
             ios.append((name, is_in, tuple(context.get_binding_shape(i)),
                         io_dtype(trt, name, is_in, engine.get_binding_dtype(i))))
@@ -1408,11 +1412,13 @@ def run(args, trt=None, cuda=None):
             cuda.htod(ptr, np.ascontiguousarray(host))
         if api == "v3":
             context.set_tensor_address(name, ptr)
+    # enqueueV2 reads its list by binding index, every profile's: profile 0's pointers, 0 elsewhere
+    bindings = ptrs + [0] * (engine.num_bindings - len(ptrs)) if api == "v2" else []
     stream = cuda.stream()
     handle = cuda.handle(stream)
 
     def execute():
-        ok = context.execute_async_v3(handle) if api == "v3" else context.execute_async_v2(ptrs, handle)
+        ok = context.execute_async_v3(handle) if api == "v3" else context.execute_async_v2(bindings, handle)
         if not ok:
             raise RunnerError("TensorRT execution failed (execute_async returned False)")
 
@@ -1436,7 +1442,7 @@ def run(args, trt=None, cuda=None):
             context.profiler = profiler
             for _ in range(args.runs):
                 if api == "v2":  # 8.2-8.4 report to IProfiler only from synchronous execution
-                    context.execute_v2(ptrs)
+                    context.execute_v2(bindings)
                 else:
                     execute()
                     cuda.synchronize(stream)

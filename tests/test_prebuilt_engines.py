@@ -22,7 +22,18 @@ from typing import Any
 import pytest
 from cli_runner import run_cli
 from scripts import load_script
-from test_tensorrt_fake_api import RUNNER, V10, V11, FakeGpu, build_engine, calls, engine_blob, install, opts
+from test_tensorrt_fake_api import (
+    RUNNER,
+    V10,
+    V11,
+    FakeGpu,
+    build_engine,
+    calls,
+    engine_blob,
+    install,
+    opts,
+    two_profile_engine,
+)
 from test_tensorrt_remote import HOST, OPTS, made_and_looked
 from test_tensorrt_remote import play_the_board as play_the_runner_board
 from test_trtexec_backend import OUT, M
@@ -197,6 +208,37 @@ def test_input_shapes_of_a_local_engine_are_checked_against_what_it_declares(
         "--input-shape NAME:SHAPE"
     )
     assert len(calls(gpu, "Runtime.deserialize_cuda_engine")) == deserialized  # refused before reading it
+
+
+@pytest.mark.parametrize(("version", "cuda"), [(V10, "bindings"), ("8.2.1.8", "pycuda")], ids=["v3", "v2"])
+def test_an_engine_with_two_optimization_profiles_is_timed_at_profile_0(
+    version: str,
+    cuda: str,
+    monkeypatch: pytest.MonkeyPatch,
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A user's engine built with two optimization profiles: 8.2-8.4 list every profile's bindings
+    (profile 1's named "input [profile 1]"), which bench took for another dynamic input to give
+    --input-shape for. Its inputs are profile 0's (the one the execution context runs): a shape
+    within it is timed, one only profile 1 takes is TensorRT's refusal, and the inputs named in a
+    refusal are the network's."""
+    gpu, _ = local_tensorrt(monkeypatch, version, cuda)
+    engine = two_profile_engine(version, zoo_model_path("mobilenet_like_dynamic"), tmp_path / "two.engine")
+    bench = ["bench", "--backend", "tensorrt", "--runs", "5", str(engine)]
+    code, out, err = run_cli(monkeypatch, capsys, *bench, "--input-shape", "input:4x3x32x32", "--json")
+    assert code == 0, err
+    assert json.loads(out)["environment"]["input_shapes"] == {"input": [4, 3, 32, 32]}
+    assert one_line_error(*run_cli(monkeypatch, capsys, *bench, "--input-shape", "input:8x3x32x32")) == (
+        "--input-shape input:8x3x32x32: the engine does not take this shape (outside the optimization "
+        "profile it was built with; TensorRT's error above says which dimension)"
+    )
+    assert one_line_error(*run_cli(monkeypatch, capsys, *bench, "--input-shape", "x:4x3x32x32")) == (
+        "--input-shape x:4x3x32x32: two.engine has no input 'x' (its inputs: input)"
+    )
+    assert gpu.trt_errors == ["input: shape [8, 3, 32, 32] is outside the optimization profile"]
+    assert gpu.memory == {}
 
 
 # ================================================================================================

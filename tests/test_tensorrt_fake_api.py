@@ -20,6 +20,10 @@ Where each surface comes from (read from the sources, not from memory):
   (parse(model, path=None), num_errors, get_error); python/src/infer/pyFoundationalTypes.cpp
   (lists and tuples convert to Dims; Dims iterates); the 8.2.3 Python docs, Profiler page (the
   profiler is called for execute(); "execute_async() does not currently support profiling").
+  Several optimization profiles: include/NvInferRuntime.h (8.x): getNbBindings counts every
+  profile's bindings, profile p's at p*n .. p*n+n-1 and named "x [profile p]" for p > 0; the first
+  execution context runs profile 0; setBindingDimensions fails for a binding outside the active
+  profile, getBindingDimensions "corrects" one to it; getNbIOTensors (8.5+) lists each tensor once.
 - 8.5: pyCore.cpp @768d994b (PreviewFeature FASTER_DYNAMIC_SHAPES_0805): the name-based API
   (num_io_tensors, get_tensor_name/mode/shape/dtype, set_input_shape, set_tensor_address,
   execute_async_v3(stream_handle)) beside the binding API, which is now deprecated; TensorIOMode;
@@ -126,6 +130,7 @@ class FakeGpu:
         self.events: dict[int, dict[str, Any]] = {}
         self.log: list[tuple[str, tuple[Any, ...]]] = []  # every CUDA and TensorRT call, in order
         self.runs: list[dict[str, Any]] = []  # every TensorRT execution
+        self.bindings: list[list[int]] = []  # the bindings list of each execute_v2 / execute_async_v2
         self.reported: dict[str, list[float]] = {}  # layer -> ms handed to IProfiler
         self.deprecated: list[str] = []  # deprecated TensorRT members that were used
         self.trt_errors: list[str] = []  # what the fake TensorRT logged as errors
@@ -1170,10 +1175,25 @@ def make_tensorrt(version: str, gpu: FakeGpu) -> types.ModuleType:
             self._dtypes = {n: DataType[t] for n, _, t in (*blob["inputs"], *blob["outputs"])}
 
         def _index(self, key: Any) -> int:
+            """A binding index over every profile's bindings (a name of profile p > 0 ends " [profile p]")."""
             if isinstance(key, str):
-                return [n for n, _, _ in self._io].index(key)
-            need(is_int(key), "binding index: int (or name: str)")
+                return [self._name(i) for i in range(self._all())].index(key)
+            need(is_int(key) and 0 <= int(key) < self._all(), "binding index: int in range (or name: str)")
             return int(key)
+
+        def _all(self) -> int:
+            """Bindings over every optimization profile: 8.2-8.4 give each profile its own n, profile
+            p's at p*n .. p*n+n-1 (NvInferRuntime.h 8.x, getNbBindings / getBindingIndex)."""
+            return len(self._io) * self.num_optimization_profiles
+
+        def _name(self, index: int) -> str:
+            """getBindingName: profile k > 0 appends " [profile k]" ("foo [profile 3]")."""
+            profile, i = divmod(index, len(self._io))
+            return self._io[i][0] + (f" [profile {profile}]" if profile else "")
+
+        def _tensor(self, key: Any) -> tuple[str, bool, tuple[int, ...]]:
+            """The network tensor a binding of any profile stands for."""
+            return self._io[self._index(key) % len(self._io)]
 
         def _by_name(self, name: Any) -> tuple[str, bool, tuple[int, ...]] | None:
             need(isinstance(name, str), "tensor name: str")
@@ -1193,13 +1213,13 @@ def make_tensorrt(version: str, gpu: FakeGpu) -> types.ModuleType:
 
             def _num_bindings(self) -> int:
                 _dep("num_bindings")
-                return len(self._io)
+                return self._all()
 
             num_bindings = property(_num_bindings)
 
             def get_binding_name(self, index: int) -> str:
                 _dep("get_binding_name")
-                return self._io[self._index(index)][0]
+                return self._name(self._index(index))
 
             def get_binding_index(self, name: str) -> int:
                 _dep("get_binding_index")
@@ -1207,16 +1227,15 @@ def make_tensorrt(version: str, gpu: FakeGpu) -> types.ModuleType:
 
             def binding_is_input(self, index: Any) -> bool:
                 _dep("binding_is_input")
-                return self._io[self._index(index)][1]
+                return self._tensor(index)[1]
 
             def get_binding_shape(self, index: Any) -> Dims:
                 _dep("get_binding_shape")
-                return Dims(self._io[self._index(index)][2])
+                return Dims(self._tensor(index)[2])
 
             def get_binding_dtype(self, index: Any) -> Any:
                 _dep("get_binding_dtype")
-                need(0 <= self._index(index) < len(self._io), "get_binding_dtype(index: int)")
-                return self._dtypes[self._io[self._index(index)][0]]
+                return self._dtypes[self._tensor(index)[0]]
 
             has_implicit_batch_dimension = property(lambda self: False)
 
@@ -1325,13 +1344,18 @@ def make_tensorrt(version: str, gpu: FakeGpu) -> types.ModuleType:
             return True
 
         def _bindings(self, bindings: Any, what: str) -> dict[str, int]:
+            """enqueueV2 reads the array by binding index, the active profile's (0: the first context's,
+            NvInferRuntime.h createExecutionContext) slots p*n .. p*n+n-1: one for every binding of
+            every profile, or TensorRT reads past the list's end (pyCore.cpp passes bindings.data())."""
             need(
                 isinstance(bindings, list) and all(is_int(b) for b in bindings),
                 f"{what}(bindings: List[int], ...)",
             )
-            if len(bindings) != len(self._e._io):
-                raise FakeMisuse(f"{what}: {len(bindings)} bindings for an engine with {len(self._e._io)}")
-            return {n: int(b) for (n, _, _), b in zip(self._e._io, bindings)}
+            n, total = len(self._e._io), self._e._all()
+            if len(bindings) != total:
+                raise FakeMisuse(f"{what}: {len(bindings)} bindings for an engine with {total}")
+            gpu.bindings.append([int(b) for b in bindings])
+            return {name: int(b) for (name, _, _), b in zip(self._e._io, bindings[:n])}
 
         def execute_v2(self, bindings: Any) -> bool:
             return self._run("execute_v2", 0, self._bindings(bindings, "execute_v2"))
@@ -1348,13 +1372,17 @@ def make_tensorrt(version: str, gpu: FakeGpu) -> types.ModuleType:
                     deprecated("IExecutionContext.set_binding_shape")
                 dims = dims_arg(shape, "shape")
                 gpu.call("IExecutionContext.set_binding_shape", int(binding), dims)
+                if not 0 <= int(binding) < len(self._e._io):  # "out of range for the ... selected profile"
+                    gpu.trt_errors.append(f"set_binding_shape: binding {binding} not of the active profile")
+                    return False
                 return self._set_shape(self._e._io[int(binding)][0], dims)
 
             def get_binding_shape(self, binding: int) -> Dims:
                 need(is_int(binding), "get_binding_shape(binding: int)")
                 if tensor_api:
                     deprecated("IExecutionContext.get_binding_shape")
-                return Dims(self._shape(self._e._io[int(binding)][0]))
+                # another profile's binding "is corrected" to the active profile's (NvInferRuntime.h 8.x)
+                return Dims(self._shape(self._e._tensor(binding)[0]))
 
         if tensor_api:
 
@@ -3654,3 +3682,130 @@ def test_runner_batch_dir_stops_at_the_first_model_that_fails(
     assert [line for line in err.splitlines() if line.startswith("error")] == [err.splitlines()[-1]]
     assert load_timing(folder / "a.json").runs == 5
     assert sorted(p.name for p in folder.glob("*.json")) == ["a.json"]
+
+
+# ================================================================================================
+# an engine built with several optimization profiles (users push prebuilt ones)
+
+#: profile 0 takes batch 1 to 4, profile 1 batch 8 to 16 (as a user's engine for two batch ranges)
+TWO_PROFILES = [
+    {"input": [[1, 3, 32, 32], [2, 3, 32, 32], [4, 3, 32, 32]]},
+    {"input": [[8, 3, 32, 32], [8, 3, 32, 32], [16, 3, 32, 32]]},
+]
+
+
+def two_profile_engine(version: str, model: Path, engine: Path) -> Path:
+    """An engine of the fake `version` for the dynamic-batch `model` with the two profiles above:
+    built with one (deployopt builds no other), its plan then given the second, as a user's own
+    build with two add_optimization_profile calls would have it."""
+    gpu = FakeGpu(*DEVICES[version])
+    with pytest.MonkeyPatch.context() as m:
+        m.setitem(sys.modules, "tensorrt", make_tensorrt(version, gpu))
+        options = opts(engine.parent, input_shapes={"input": [2, 3, 32, 32]})
+        build_engine(str(model), options, str(engine))
+    blob = engine_blob(engine)
+    blob["profiles"] = TWO_PROFILES
+    engine.write_bytes(ENGINE_MAGIC + json.dumps(blob).encode())
+    return engine
+
+
+def test_fake_82_lists_the_bindings_of_every_optimization_profile(
+    monkeypatch: pytest.MonkeyPatch, zoo_model_path: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """The fake's 8.2 binding API as NvInferRuntime.h (8.x) documents it for K profiles:
+    getNbBindings counts every profile's bindings, profile p's at p*n .. p*n+n-1 and named
+    "x [profile p]" for p > 0; the first context runs profile 0 (createExecutionContext), so
+    setBindingDimensions of another profile's binding fails; enqueueV2 reads the array by binding
+    index, a slot for every binding (a shorter list is read past its end, pyCore.cpp hands TensorRT
+    bindings.data()). The name-based API of 8.5 and 10.x lists each I/O tensor once."""
+    engine = two_profile_engine(V82, zoo_model_path("mobilenet_like_dynamic"), tmp_path / "two.engine")
+    trt, gpu = install(monkeypatch, V82, "pycuda")
+    e = trt.Runtime(trt.Logger()).deserialize_cuda_engine(engine.read_bytes())
+    names = ["input", "logits", "input [profile 1]", "logits [profile 1]"]
+    assert e.num_optimization_profiles == 2 and e.num_bindings == 4
+    assert [e.get_binding_name(i) for i in range(4)] == names
+    assert [e.binding_is_input(i) for i in range(4)] == [True, False, True, False]
+    assert e.get_binding_index("logits [profile 1]") == 3 and tuple(e.get_binding_shape(2)) == (-1, 3, 32, 32)
+    context = e.create_execution_context()
+    assert not context.set_binding_shape(2, (8, 3, 32, 32))
+    assert gpu.trt_errors == ["set_binding_shape: binding 2 not of the active profile"]
+    assert context.set_binding_shape(0, (2, 3, 32, 32)) and tuple(context.get_binding_shape(3)) == (2, 10)
+    x, y = gpu.alloc(2 * 3 * 32 * 32 * 4), gpu.alloc(2 * 10 * 4)
+    gpu.write(x, bytes(2 * 3 * 32 * 32 * 4))
+    stream = gpu.new_stream()
+    with pytest.raises(FakeMisuse, match="2 bindings for an engine with 4"):
+        context.execute_async_v2([x, y], stream)
+    assert not context.execute_async_v2([0, 0, x, y], stream)  # profile 1's slots, not profile 0's
+    assert not context.execute_async_v2([x, 0, 0, 0], stream)
+    assert gpu.trt_errors[1:] == [
+        "execute_async_v2: tensor 'input' has no address",
+        "execute_async_v2: tensor 'logits' has no address",
+    ]
+    with pytest.raises(FakeMisuse, match=r"'input' \[2, 3, 32, 32\] needs 24576 bytes"):
+        context.execute_async_v2([y, x, 0, 0], stream)
+    assert context.execute_async_v2([x, y, 0, 0], stream)
+    assert gpu.runs[-1]["addresses"] == {"input": x, "logits": y}
+    for version in (V85, V10):
+        v3 = make_tensorrt(version, FakeGpu(*DEVICES[version]))
+        engine = two_profile_engine(version, zoo_model_path("mobilenet_like_dynamic"), tmp_path / "v3.engine")
+        e = v3.Runtime(v3.Logger()).deserialize_cuda_engine(engine.read_bytes())
+        assert e.num_optimization_profiles == 2 and e.num_io_tensors == 2
+        assert [e.get_tensor_name(i) for i in range(2)] == ["input", "logits"]
+
+
+@pytest.mark.parametrize("per_layer", [False, True], ids=["timing", "per_layer"])
+def test_the_backend_times_profile_0_of_a_two_profile_engine(
+    surface: tuple[str, types.ModuleType, FakeGpu],
+    per_layer: bool,
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+) -> None:
+    """A prebuilt engine with two optimization profiles: on 8.2-8.4 its num_bindings counts both,
+    and the backend took "input [profile 1]" for a second input (a dynamic one --input-shape did not
+    name, and a binding the active profile 0 cannot be given a shape for). Now it sets and
+    allocates profile 0's bindings only and hands execute_async_v2 / execute_v2 a slot for each
+    binding, 0 in profile 1's. The name-based API (8.5, 10.x) lists each tensor once."""
+    version, _, gpu = surface
+    engine = two_profile_engine(version, zoo_model_path("mobilenet_like_dynamic"), tmp_path / "two.engine")
+    shapes = {"input": [2, 3, 32, 32]}
+    out = time_engine(str(engine), opts(tmp_path), shapes, per_layer, prebuilt=True)
+    assert out["timing"]["environment"]["input_shapes"] == shapes
+    sizes = {"input": 2 * 3 * 32 * 32 * 4, "logits": 2 * 10 * 4}
+    allocs = dict(calls(gpu, "alloc"))
+    assert sorted(allocs.values()) == sorted(sizes.values())
+    for run in gpu.runs:
+        assert {n: allocs[p] for n, p in run["addresses"].items()} == sizes
+    if version == V82:
+        assert calls(gpu, "IExecutionContext.set_binding_shape") == [(0, (2, 3, 32, 32))]
+        assert len(gpu.bindings) == len(gpu.runs)
+        assert all(len(b) == 4 and b[2:] == [0, 0] for b in gpu.bindings)
+        assert ("execute_v2" in {r["kind"] for r in gpu.runs}) == per_layer
+    else:
+        assert calls(gpu, "IExecutionContext.set_input_shape") == [("input", (2, 3, 32, 32))]
+    assert not gpu.trt_errors and gpu.memory == {}
+    if per_layer:
+        assert [row["name"] for row in out["layers"]] == engine_blob(engine)["layers"]
+
+
+def test_runner_times_profile_0_of_a_two_profile_engine(
+    surface: tuple[str, types.ModuleType, FakeGpu],
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The runner on the board, the same engine: on 8.2 it asked --shapes for "input [profile 1]";
+    now profile 0's bindings are set, allocated and listed, the others' slots 0."""
+    version, _, gpu = surface
+    engine = two_profile_engine(version, zoo_model_path("mobilenet_like_dynamic"), tmp_path / "two.engine")
+    cuda = ["--cuda", "pycuda"] if version == V82 else []
+    args = [str(engine), "--shapes", "input:4x3x32x32", "--runs", "3", "--warmup", "1", "--per-layer", *cuda]
+    result = run_runner(args, tmp_path, capsys)
+    assert result["environment"]["input_shapes"] == {"input": [4, 3, 32, 32]}
+    assert [row["name"] for row in result["layers"]] == engine_blob(engine)["layers"]
+    allocs = dict(calls(gpu, "alloc"))
+    assert sorted(allocs.values()) == sorted([4 * 3 * 32 * 32 * 4, 4 * 10 * 4])
+    if version == V82:
+        assert calls(gpu, "IExecutionContext.set_binding_shape") == [(0, (4, 3, 32, 32))]
+        assert len(gpu.bindings) == len(gpu.runs) == 7
+        assert all(len(b) == 4 and b[2:] == [0, 0] and set(b[:2]) == set(allocs) for b in gpu.bindings)
+    assert not gpu.trt_errors and gpu.memory == {}

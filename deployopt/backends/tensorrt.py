@@ -786,6 +786,21 @@ def _dims(dims: Any) -> str:
     return "x".join(str(d) for d in dims)
 
 
+def profile0_bindings(engine: Any) -> int:
+    """How many of a v2 engine's bindings are profile 0's. TensorRT 8.2-8.4 count every
+    optimization profile's: with K profiles, profile p's n bindings are p*n .. p*n+n-1, named
+    "x [profile p]" for p > 0 (NvInferRuntime.h, getNbBindings / getBindingName); the first
+    execution context runs profile 0, so only those are set, allocated and listed. The v3 API lists
+    each I/O tensor once."""
+    return int(engine.num_bindings) // max(1, int(engine.num_optimization_profiles))
+
+
+def v2_bindings(engine: Any, ptrs: list[int]) -> list[int]:
+    """execute_async_v2 / execute_v2's list: enqueueV2 reads it by binding index (of every
+    profile), profile 0's pointers first and 0 in the other profiles' slots, which it does not read."""
+    return list(ptrs) + [0] * (int(engine.num_bindings) - len(ptrs))
+
+
 def declared_inputs(trt: Any, engine: Any, api: str) -> dict[str, tuple[int, ...]]:
     """The engine's inputs as it declares them, -1 for a dimension its optimization profile sets."""
     if api == "v3":
@@ -794,7 +809,7 @@ def declared_inputs(trt: Any, engine: Any, api: str) -> dict[str, tuple[int, ...
         return {n: tuple(engine.get_tensor_shape(n)) for n in inputs}
     return {
         engine.get_binding_name(i): tuple(engine.get_binding_shape(i))
-        for i in range(engine.num_bindings)
+        for i in range(profile0_bindings(engine))
         if engine.binding_is_input(i)
     }
 
@@ -865,13 +880,13 @@ def _bind(trt: Any, engine: Any, context: Any, api: str, shapes: dict[str, list[
             is_input = engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
             dtype = _io_dtype(trt, name, is_input, engine.get_tensor_dtype(name))
             ios.append(_IO(name, is_input, tuple(context.get_tensor_shape(name)), dtype))
-    else:
-        for i in range(engine.num_bindings):
+    else:  # profile 0's bindings: the context's (the first one created runs it)
+        for i in range(profile0_bindings(engine)):
             if engine.binding_is_input(i) and -1 in tuple(engine.get_binding_shape(i)):
                 name = engine.get_binding_name(i)
                 if not context.set_binding_shape(i, shapes[name]):
                     raise _refused_shape(name, shapes[name])
-        for i in range(engine.num_bindings):
+        for i in range(profile0_bindings(engine)):
             name, is_input = engine.get_binding_name(i), engine.binding_is_input(i)
             dtype = _io_dtype(trt, name, is_input, engine.get_binding_dtype(i))
             ios.append(_IO(name, is_input, tuple(context.get_binding_shape(i)), dtype))
@@ -963,7 +978,7 @@ def time_engine(
             context.set_tensor_address(io.name, io.ptr)
     stream = cuda.stream()
     handle = cuda.handle(stream)
-    bindings = [io.ptr for io in ios]
+    bindings = v2_bindings(engine, [io.ptr for io in ios]) if api == "v2" else []
 
     def run() -> None:
         ok = context.execute_async_v3(handle) if api == "v3" else context.execute_async_v2(bindings, handle)
