@@ -17,6 +17,7 @@ from deployopt.model import layer_labels
 from deployopt.targets import measured_elsewhere, sm_count
 from deployopt.timing import Timing, compare, counted
 from deployopt.traffic import MB
+from deployopt.waves import fill_percent
 
 if TYPE_CHECKING:
     from deployopt.optimize import Evaluation, Optimizer
@@ -487,8 +488,8 @@ def render_markdown(report: dict[str, Any]) -> str:
             return "—" if x is None else f"{x:.1f}"
 
         waves = (
-            f"{row['waves_before']} ({row['tail_fill_before']:.0%}) → "
-            f"{row['waves_after']} ({row['tail_fill_after']:.0%})"
+            f"{row['waves_before']} ({fill_percent(row['tail_fill_before'])}%) → "
+            f"{row['waves_after']} ({fill_percent(row['tail_fill_after'])}%)"
             if "waves_before" in row
             else "—"
         )

@@ -45,6 +45,12 @@ def wave_count(blocks: int, sms: int, blocks_per_sm: int = 1) -> tuple[int, floa
     return waves, tail / slots
 
 
+def fill_percent(fraction: float) -> int:
+    """A tail fill as a whole percent, halves rounded up: fills are often eighths (3 of 8 SMs), and
+    Python's rounding printed 12.5 % as 12 but 37.5 % as 38 (round half to even)."""
+    return math.floor(100 * fraction + 0.5)
+
+
 def pow2_align(n: int, cap: int = 256) -> int:
     """Largest power of two dividing n (capped): what decides which kernel family may run."""
     if n < 1:

@@ -25,6 +25,7 @@ from deployopt.waves import (
     classify_change,
     conv_alignment,
     conv_rows,
+    fill_percent,
     fit,
     fit_depthwise,
     pair_agreement,
@@ -50,6 +51,12 @@ def test_wave_count_hand_cases():
     assert wave_count(49, 8) == (7, 0.125)
     with pytest.raises(ValueError, match="must be positive"):
         wave_count(0, 8)
+
+
+def test_fill_percent_rounds_halves_up():
+    """Fills are often eighths: 12.5 % printed as 12 but 37.5 % as 38 (round half to even)."""
+    assert [fill_percent(k / 8) for k in range(9)] == [0, 13, 25, 38, 50, 63, 75, 88, 100]
+    assert fill_percent(wave_count(49, 8)[1]) == 13 and fill_percent(1 / 132) == 1
 
 
 def test_pow2_align():

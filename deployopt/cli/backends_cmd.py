@@ -61,6 +61,7 @@ from deployopt.fileio import (
 from deployopt.prebuilt import is_engine_file, refuse_engine_backend, refuse_engine_options
 from deployopt.remote import check_remote_backend
 from deployopt.timing import Timing, check_run_counts, counted, measured_now
+from deployopt.waves import fill_percent
 
 TIMING_CACHE_HELP = (
     "tensorrt/trtexec: a TensorRT timing cache the build reads and updates, so the tactics of layer "
@@ -517,7 +518,7 @@ def render_profile(profile: Profile, kernels: bool) -> None:
             smem = "-" if k.shared_memory_bytes is None else f"{k.shared_memory_bytes / 1024:.0f}K"
             per_sm = "-" if k.blocks_per_sm is None else f"{k.blocks_per_sm:g}"
             waves = "-" if k.waves is None else str(k.waves)
-            tail = "-" if k.tail_fill is None else f"{100 * k.tail_fill:.0f}%"
+            tail = "-" if k.tail_fill is None else f"{fill_percent(k.tail_fill)}%"
             console.print(f"  {k.name}", highlight=False, soft_wrap=True, markup=False)
             console.print(
                 f"    {k.duration_us:.1f} µs  grid {_fmt_dims(k.grid)}  block {_fmt_dims(k.block)}  "

@@ -42,7 +42,7 @@ from deployopt.fileio import check_output_file
 from deployopt.layers import ConvShape
 from deployopt.targets import builtin_names, sm_count
 from deployopt.timing import check_run_counts, counted
-from deployopt.waves import DW_OUTPUTS_PER_BLOCK
+from deployopt.waves import DW_OUTPUTS_PER_BLOCK, fill_percent
 
 # A short calibration sweep: (n, c, h, w, kernel, stride) × output channels 16…256 step 16.
 CALIBRATION_SHAPES = [
@@ -708,7 +708,7 @@ def staircase_command(
             str(kern["blocks"]),
             str(kern["blocks_per_sm"]),
             str(p["waves"]),
-            f"{100 * p['tail_fill']:.0f}%",
+            f"{fill_percent(p['tail_fill'])}%",
             f"{p['predicted_us']:.1f}",
         ]
         if timings:
