@@ -14,7 +14,7 @@ import os
 import warnings
 import zipfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -494,6 +494,43 @@ def load_calibration(
         notices=notices,
         preprocess=preprocess,
     )
+
+
+#: The samples `optimize`'s fidelity gate checks (the first ones of --calibration-data)
+GATE_SAMPLES = 4
+#: Ranking trimmed channels: model runs at most beyond the fidelity gate's, and the bytes their
+#: inputs may hold in memory at once (at least one sample is always used).
+RANK_SAMPLES = 16
+RANK_INPUT_BYTES = 256 << 20
+
+
+@dataclass(frozen=True)
+class RankingSet:
+    """The samples trims are ranked on, and where in the data they lie (`gate` samples before
+    them are held out for the fidelity gate; `after_gate` False: the data had no more)."""
+
+    calib: CalibrationSet
+    gate: int
+    after_gate: bool
+
+
+def load_ranking_samples(
+    path: str | os.PathLike[str],
+    inputs: dict[str, list[int]],
+    preprocess: ImagePreprocess = DEFAULT_PREPROCESS,
+    gate: int = GATE_SAMPLES,
+) -> RankingSet:
+    """The samples `optimize --mode trim` ranks channels on: those after the gate's first `gate`
+    (at most RANK_SAMPLES, fewer where their inputs would pass RANK_INPUT_BYTES), else the gate's
+    own when the data has no more. One function for optimize and `apply`, so a plan re-applied
+    without recorded channels is ranked on the very samples optimize ranked it on."""
+    per_sample = sum(math.prod(int(d) for d in shape) * 4 for shape in inputs.values())
+    wanted = max(1, min(RANK_SAMPLES, RANK_INPUT_BYTES // max(per_sample, 1)))
+    data = load_calibration(path, inputs=inputs, count=gate + wanted, preprocess=preprocess)
+    held = min(gate, len(data.samples))
+    more = data.samples[held:]
+    samples = more or data.samples[:held]
+    return RankingSet(calib=replace(data, samples=samples), gate=held, after_gate=bool(more))
 
 
 def holds_arrays(path: str | os.PathLike[str]) -> bool:

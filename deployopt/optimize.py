@@ -39,7 +39,9 @@ from typing import IO, Any
 
 from deployopt.backends.base import TIMING_CACHE_BACKENDS, refuse_timing_cache
 from deployopt.errors import BackendFailed, BackendUnavailable, DataError, DeployoptError
-from deployopt.fidelity import ImagePreprocess
+from deployopt.fidelity import GATE_SAMPLES, ImagePreprocess
+from deployopt.fidelity import RANK_INPUT_BYTES as _RANK_INPUT_BYTES
+from deployopt.fidelity import RANK_SAMPLES as _RANK_SAMPLES
 from deployopt.fileio import (
     check_output_dir,
     check_output_file,
@@ -65,9 +67,10 @@ LOSSLESS_ATOL = 1e-4
 # an ulp or two (1.2e-4 measured); a surgery error shows at the output's own scale, 1e5 times more.
 LOSSLESS_RTOL = 1e-5
 # Ranking trimmed channels: model runs at most beyond the fidelity gate's, and the bytes their
-# inputs may hold in memory at once (at least one sample is always used).
-RANK_SAMPLES = 16
-RANK_INPUT_BYTES = 256 << 20
+# inputs may hold in memory at once (at least one sample is always used). Kept in fidelity.py:
+# `apply` ranks a plan that lists no kept channels on the same samples.
+RANK_SAMPLES = _RANK_SAMPLES
+RANK_INPUT_BYTES = _RANK_INPUT_BYTES
 MAX_TABLE_COMBOS = 256  # per conv; beyond this (wide concats) its table is taken as separable
 # The results in OUTDIR, in the order they are moved into place; report.json, last, marks a complete set.
 OUTPUTS = (
@@ -123,7 +126,7 @@ class OptimizeConfig:
     confirm_rounds: int = 2  # re-measure the answer and the best baseline this many more times each
     fidelity: bool = True  # check outputs on onnxruntime (lossless: equal; trim: thresholds)
     fidelity_gate: bool = True  # trim: refuse plans past the thresholds (False: report only)
-    fidelity_samples: int = 4
+    fidelity_samples: int = GATE_SAMPLES
     min_top1: float = TRIM_MIN_TOP1  # trim thresholds
     min_cosine: float = TRIM_MIN_COSINE
     cache_root: Path | None = None
@@ -419,6 +422,20 @@ def _unlock_outdir(handle: IO[str] | None) -> None:
 def _clear_outdir(outdir: Path) -> None:
     """--force: remove what a previous run wrote (only our files), once the new run is known to start."""
     remove_outputs(outdir, ("journal.jsonl", *OUTPUTS))  # report.json first: no complete set claimed
+
+
+def plan_json(doc: dict[str, Any]) -> str:
+    """plan.json's text: indented as JSON is, but each group's kept channels on one line (a list of
+    512 channels, one per line, buried the widths a user edits by hand)."""
+    body = []
+    for key, value in doc.items():
+        if key == "keep":
+            rows = [f"    {json.dumps(g)}: {json.dumps(v)}" for g, v in value.items()]
+            text = "{\n" + ",\n".join(rows) + "\n  }" if rows else "{}"
+        else:
+            text = json.dumps(value, indent=2).replace("\n", "\n  ")
+        body.append(f"  {json.dumps(key)}: {text}")
+    return "{\n" + ",\n".join(body) + "\n}\n"
 
 
 def _group_id(g: Any) -> str:
@@ -876,9 +893,24 @@ class Optimizer:
             return self.model
         from deployopt.surgery import apply_plan
 
-        # a plan that trims nothing (the round-up, every padding) needs no channel ranking
+        return apply_plan(self.model, dict(plan), self.analysis, self._importance_for(plan))
+
+    def _importance_for(self, plan: dict[str, int]) -> dict[str, Any] | None:
+        """The channel ranking `plan`'s trims go by; a plan that trims nothing (the round-up, every
+        padding) needs none, and no model run is spent on it."""
         trims = any(plan[g] < self.original[g] for g in plan)
-        return apply_plan(self.model, dict(plan), self.analysis, self._trim_importance() if trims else None)
+        return self._trim_importance() if trims else None
+
+    def plan_document(self, plan: dict[str, int]) -> dict[str, Any]:
+        """plan.json: the widths, and for each trimmed group the channels it keeps (`keep`), so that
+        `deployopt apply --plan` rebuilds the very model.onnx written, with no data and no ranking."""
+        from deployopt.surgery import kept_channels
+
+        doc: dict[str, Any] = {"widths": {g: int(w) for g, w in sorted(plan.items())}}
+        keep = kept_channels(self.model, dict(plan), self.analysis, self._importance_for(plan))
+        if keep:
+            doc["keep"] = keep
+        return doc
 
     def _trim_importance(self) -> dict[str, Any] | None:
         """`--mode trim` with --calibration-data: every free group's channels ranked once on that data
@@ -900,27 +932,22 @@ class Optimizer:
         the other 16); else the gate's own samples, and the report says so."""
         if getattr(self, "_rank_set", None) is not None:
             return self._rank_set
-        from deployopt.fidelity import check_feedable, load_calibration
+        from deployopt.fidelity import check_feedable, load_ranking_samples
 
         gate = self._calibration().samples
-        per_sample = sum(math.prod(int(d) for d in shape) * 4 for shape in self.loaded.input_shapes.values())
-        wanted = max(1, min(RANK_SAMPLES, RANK_INPUT_BYTES // max(per_sample, 1)))
-        data = load_calibration(
-            self.cfg.calibration_data,
-            inputs=dict(self.loaded.input_shapes),
-            count=len(gate) + wanted,
-            preprocess=self.cfg.preprocess,
+        ranking = load_ranking_samples(
+            self.cfg.calibration_data, dict(self.loaded.input_shapes), self.cfg.preprocess, gate=len(gate)
         )
-        more = data.samples[len(gate) :]
-        if more:
+        more = ranking.calib.samples
+        if ranking.after_gate:
             ranked_on = f"{len(more)} calibration sample(s) after the fidelity gate's {len(gate)}"
         else:
             ranked_on = f"the fidelity gate's {len(gate)} calibration sample(s) (the data has no more)"
         # as the gate's at load: an integer input's later samples (another file) may hold floats,
         # which the ranking would cast to noise without a word
-        check_feedable(replace(data, samples=more or gate), self.loaded.model)
-        self._rank_notices = data.notices  # what was left out of them, for the report
-        self._rank_set = (more or gate, ranked_on)  # loaded once: the resume check hashes them too
+        check_feedable(ranking.calib, self.loaded.model)
+        self._rank_notices = ranking.calib.notices  # what was left out of them, for the report
+        self._rank_set = (more, ranked_on)  # loaded once: the resume check hashes them too
         return self._rank_set
 
     def calibration_notices(self) -> list[str]:
@@ -1679,7 +1706,7 @@ class Optimizer:
 
     def _finish(self, best: Evaluation, fidelity: dict[str, Any] | None, budget_hit: bool) -> OptimizeResult:
         from deployopt.batch import restore_dynamic_batch
-        from deployopt.fileio import output_set, write_json
+        from deployopt.fileio import output_set, write_text
         from deployopt.model import save_model
         from deployopt.report import build_report, write_report
 
@@ -1719,10 +1746,11 @@ class Optimizer:
             )
         # the weights go to model.onnx.data when the input kept them in an external file
         report["external_data"] = bool(getattr(self.loaded, "external_data", False))
+        plan_doc = self.plan_document(best.plan)
         # All or nothing: written into a staging folder, then moved into OUTDIR as one set.
         with output_set(self.outdir, OUTPUTS) as staging:
             save_model(written.model, staging / "model.onnx", external_data=report["external_data"])
-            write_json(staging / "plan.json", {"widths": {g: int(w) for g, w in sorted(best.plan.items())}})
+            write_text(staging / "plan.json", plan_json(plan_doc))
             report["engine"] = self._keep_engine(best, staging)
             report["engine_notice"] = getattr(self, "engine_notice", None)
             write_report(staging, report, self if self.cfg.plots else None)

@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 import os
 import stat
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -56,8 +57,24 @@ def _no_conflicting_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+@dataclass(frozen=True)
+class Plan:
+    """A plan file: widths, and for trimmed groups the channels each keeps (`keep`, what optimize
+    records so that re-applying its plan needs no ranking and gives the model it wrote)."""
+
+    widths: dict[str, int]
+    keep: dict[str, list[int]] = field(default_factory=dict)
+
+
 def load_plan(path: str | os.PathLike[str]) -> dict[str, int]:
     """Read `{"widths": {"<group id>": <width>, ...}}`; any other shape is a one-line PlanError."""
+    return read_plan(path).widths
+
+
+def read_plan(path: str | os.PathLike[str]) -> Plan:
+    """Read a plan file: `{"widths": {...}}`, optionally with `"keep": {"<group id>": [channel, ...]}`
+    for trimmed groups (plans written by hand or by an older optimize have none); any other shape
+    is a one-line PlanError. The indices are checked against a model by `validate_keep`."""
     path = Path(path)
     if path.is_dir():
         raise PlanError(f"{path}: is a folder, expected a plan file (.json)")
@@ -80,7 +97,18 @@ def load_plan(path: str | os.PathLike[str]) -> dict[str, int]:
         if isinstance(w, bool) or not isinstance(w, int):
             raise PlanError(f"{path}: width of group {gid!r} must be an integer, got {w!r}")
         widths[gid] = w
-    return widths
+    keep_data = data.get("keep", {})
+    if not isinstance(keep_data, dict):
+        raise PlanError(f'{path}: "keep" must map group ids to lists of channel indices, got {keep_data!r}')
+    keep: dict[str, list[int]] = {}
+    for gid, channels in keep_data.items():
+        if not isinstance(channels, list) or any(
+            isinstance(c, bool) or not isinstance(c, int) for c in channels
+        ):
+            shown = repr(channels) if len(repr(channels)) <= 60 else f"{repr(channels)[:57]}..."
+            raise PlanError(f"{path}: channels kept by group {gid!r} must be a list of integers, got {shown}")
+        keep[gid] = list(channels)
+    return Plan(widths, keep)
 
 
 def validate_plan(analysis: Analysis, widths: dict[str, int]) -> None:
@@ -92,6 +120,44 @@ def validate_plan(analysis: Analysis, widths: dict[str, int]) -> None:
             raise PlanError(f"width of group {gid!r} must be an integer, got {w!r}")
         if w < 1:
             raise PlanError(f"width of group {gid!r} must be at least 1, got {w}")
+
+
+def validate_keep(
+    analysis: Analysis, widths: dict[str, int], keep: Mapping[str, Sequence[int]]
+) -> dict[str, list[int]]:
+    """A plan's kept channels checked against the model, keyed by group id: only for a group the
+    plan trims, as many as its width, each a channel of the group (0 … width − 1), none twice.
+    Sorted: a trim keeps its channels in their order."""
+    by_id = analysis.plan_by_id(widths)
+    out: dict[str, list[int]] = {}
+    for name, channels in keep.items():
+        group = analysis.group(name)  # PlanError when unknown
+        gid, old = group.id, group.width
+        if gid in out:
+            raise PlanError(f"channels kept by group {gid!r} are listed twice (once as {name!r})")
+        if gid not in by_id:
+            raise PlanError(
+                f'group {gid!r} lists channels to keep but the plan gives it no width; remove it from "keep"'
+            )
+        new = int(by_id[gid])
+        if new >= old:
+            raise PlanError(
+                f"group {gid!r} lists channels to keep but is not trimmed (width {new}, the model has "
+                f'{old}); remove it from "keep"'
+            )
+        if len(channels) != new:
+            raise PlanError(
+                f"group {gid!r} lists {len(channels)} channel(s) to keep for width {new}; make them agree, "
+                'or remove the group from "keep" to rank its channels again'
+            )
+        bad = next((int(c) for c in channels if not 0 <= int(c) < old), None)
+        if bad is not None:
+            raise PlanError(f"group {gid!r} keeps channel {bad}; its channels are 0 … {old - 1}")
+        if len(set(channels)) != len(channels):
+            twice = next(int(c) for c in channels if list(channels).count(c) > 1)
+            raise PlanError(f"group {gid!r} lists channel {twice} to keep more than once")
+        out[gid] = sorted(int(c) for c in channels)
+    return out
 
 
 #: ONNX models are one protobuf message, which cannot exceed 2 GiB when serialized
@@ -159,8 +225,10 @@ def _index_maps(
     analysis: Analysis,
     changed: dict[str, int],
     importance: Optional[dict[str, np.ndarray]] = None,
+    keep: Optional[dict[str, list[int]]] = None,
 ) -> tuple[dict[str, np.ndarray], list[GroupChange]]:
-    """Per changed group: for each new channel, the old channel it copies (-1: a padded one)."""
+    """Per changed group: for each new channel, the old channel it copies (-1: a padded one). A
+    trimmed group in `keep` (validated, by id) keeps those channels; the others are ranked."""
     trimmed = [gid for gid, w in changed.items() if w < analysis.group(gid).width]
     dead = dead_channels_many(model, analysis, trimmed) if trimmed else {}
     maps: dict[str, np.ndarray] = {}
@@ -171,11 +239,13 @@ def _index_maps(
             maps[gid] = np.concatenate([np.arange(old), -np.ones(new - old, dtype=np.int64)])
             report.append(GroupChange(gid, old, new, new - old, 0, 0))
         else:
-            score = (importance or {}).get(gid)
-            if score is not None and len(score) != old:
-                raise PlanError(f"importance of group {gid!r}: {len(score)} values for {old} channels")
-            order = trim_order(dead[gid], filter_l1(analysis, gid), score)
-            drop = order[: old - new]
+            if keep and gid in keep:
+                drop = sorted(set(range(old)) - set(keep[gid]))
+            else:
+                score = (importance or {}).get(gid)
+                if score is not None and len(score) != old:
+                    raise PlanError(f"importance of group {gid!r}: {len(score)} values for {old} channels")
+                drop = trim_order(dead[gid], filter_l1(analysis, gid), score)[: old - new]
             maps[gid] = np.array(sorted(set(range(old)) - set(drop)), dtype=np.int64)
             report.append(GroupChange(gid, old, new, 0, old - new, len(set(drop) & set(dead[gid]))))
     return maps, report
@@ -186,6 +256,7 @@ def apply_plan_report(
     widths: dict[str, int],
     analysis: Optional[Analysis] = None,
     importance: Optional[dict[str, np.ndarray]] = None,
+    keep: Optional[Mapping[str, Sequence[int]]] = None,
 ) -> tuple[onnx.ModelProto, list[GroupChange]]:
     """`apply_plan`, also saying per group what was padded or trimmed."""
     if analysis is None:
@@ -193,6 +264,7 @@ def apply_plan_report(
     st = analysis.state
     assert st is not None, "an Analysis from deployopt.coupling.analyze is needed"
     validate_plan(analysis, widths)
+    kept = validate_keep(analysis, widths, keep or {})
     widths = analysis.plan_by_id(widths)  # a plan may name a group by any of its producers
     importance = {analysis.group(g).id: v for g, v in (importance or {}).items()}  # … and so may this
     changed = {g: int(w) for g, w in widths.items() if int(w) != analysis.group(g).width}
@@ -203,7 +275,7 @@ def apply_plan_report(
         node.name = name  # unchanged for a loaded model (load_model gives these); a raw one's repeats
     if not changed:
         return out, []
-    maps, report = _index_maps(model, analysis, changed, importance)
+    maps, report = _index_maps(model, analysis, changed, importance, kept)
 
     def full_index(layout: Any) -> Optional[np.ndarray]:
         parts, off, touched = [], 0, False
@@ -325,10 +397,31 @@ def apply_plan(
     widths: dict[str, int],
     analysis: Optional[Analysis] = None,
     importance: Optional[dict[str, np.ndarray]] = None,
+    keep: Optional[Mapping[str, Sequence[int]]] = None,
 ) -> onnx.ModelProto:
     """A new model with each planned group padded or trimmed to its width; the input is untouched.
 
-    `importance` (group id → one value per channel, e.g. deployopt.importance.activation_importance
-    on calibration inputs) ranks a trimmed group's live channels; groups without it go by filter L1.
+    `keep` (group id → the channels a trimmed group keeps, as `kept_channels` gives them) fixes a
+    trim's channels outright; other trimmed groups rank their live channels by `importance` (group
+    id → one value per channel, e.g. deployopt.importance.activation_importance on calibration
+    inputs) where given, else by filter L1.
     """
-    return apply_plan_report(model, widths, analysis, importance)[0]
+    return apply_plan_report(model, widths, analysis, importance, keep)[0]
+
+
+def kept_channels(
+    model: onnx.ModelProto,
+    widths: dict[str, int],
+    analysis: Analysis,
+    importance: Optional[dict[str, np.ndarray]] = None,
+) -> dict[str, list[int]]:
+    """Per group the plan trims (by id), the channels `apply_plan` keeps with this `importance`:
+    what optimize writes into plan.json's `keep`, so applying the plan again needs no ranking."""
+    validate_plan(analysis, widths)
+    by_id = {g: int(w) for g, w in analysis.plan_by_id(widths).items()}
+    trimmed = {g: w for g, w in by_id.items() if w < analysis.group(g).width}
+    if not trimmed:
+        return {}
+    importance = {analysis.group(g).id: v for g, v in (importance or {}).items()}
+    maps, _ = _index_maps(model, analysis, trimmed, importance)
+    return {g: [int(c) for c in maps[g]] for g in sorted(trimmed)}

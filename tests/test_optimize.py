@@ -1193,3 +1193,41 @@ def test_the_reports_layer_columns_sum_to_the_table_cost_where_tables_are_separa
     by_label = {e["label"]: e["table_us"] for e in evaluations}
     for column, label in (("table_before_us", "input"), ("table_after_us", report["best_label"])):
         assert sum(r[column] for r in layers) == pytest.approx(by_label[label]), column
+
+
+def test_plan_json_keeps_each_groups_channels_on_one_line() -> None:
+    """plan.json's `keep` lists hundreds of channels per group: one line each, the widths indented
+    as before (a user edits them by hand), and the text reads back as the same document."""
+    from deployopt.optimize import plan_json
+
+    doc = {"widths": {"a": 3, "b": 16}, "keep": {"a": [0, 2, 5]}}
+    text = plan_json(doc)
+    assert json.loads(text) == doc
+    assert (
+        text == '{\n  "widths": {\n    "a": 3,\n    "b": 16\n  },\n  "keep": {\n    "a": [0, 2, 5]\n  }\n}\n'
+    )
+    assert plan_json({"widths": {"a": 3}}) == json.dumps({"widths": {"a": 3}}, indent=2) + "\n"
+
+
+def test_a_trim_runs_plan_lists_the_channels_its_model_keeps(tmp_path: Path) -> None:
+    """--mode trim ranked on data: plan.json lists, per trimmed group, the channels the written
+    model kept (ranked on the samples after the gate's), and applying them rebuilds model.onnx."""
+    from test_trim_order import two_convs
+
+    from deployopt.surgery import apply_plan
+
+    model, gid = two_convs(read0=0.0)
+    path, data = tmp_path / "m.onnx", tmp_path / "c.npy"
+    onnx.save(model, str(path))
+    np.save(data, np.random.default_rng(0).standard_normal((8, 2, 8, 8)).astype(np.float32))
+    cfg = OptimizeConfig(model_path=path, target="h200", backend="model", mode="trim", max_trim=0.3,
+                         outdir=tmp_path / "o", calibration_data=str(data), fidelity_gate=False)  # fmt: skip
+    opt = Optimizer(cfg)
+    opt._load()
+    assert opt.plan_document({gid: 3}) == {"widths": {gid: 3}, "keep": {gid: [1, 2, 3]}}
+    assert opt.plan_document({gid: 8}) == {"widths": {gid: 8}}  # a padding lists none
+    res = optimize(cfg)
+    plan = json.loads((tmp_path / "o" / "plan.json").read_text())
+    assert plan["widths"] == res.best_plan
+    again = apply_plan(onnx.load(str(path)), plan["widths"], keep=plan.get("keep"))
+    assert again.SerializeToString() == onnx.load(str(tmp_path / "o" / "model.onnx")).SerializeToString()

@@ -260,3 +260,25 @@ def test_a_group_named_by_another_producer_is_ranked_the_same() -> None:
     got = apply_plan(model, {alias: 2}, analysis, importance={alias: by_id})
     assert want.SerializeToString() == got.SerializeToString()
     assert want.SerializeToString() != apply_plan(model, {group.id: 2}, analysis).SerializeToString()
+
+
+def test_kept_channels_rebuild_a_ranked_trim_without_the_ranking() -> None:
+    """What optimize writes into plan.json's `keep`: the channels a trim keeps under a ranking.
+    Given back as `keep`, they rebuild the same model with no ranking (and no data); listed in
+    any order, they are kept in the model's order."""
+    from deployopt.surgery import kept_channels
+
+    model, gid = two_convs(read0=0.0)
+    analysis = analyze(model)
+    imp = activation_importance(model, analysis, [gid], samples())
+    keep = kept_channels(model, {gid: 3}, analysis, imp)
+    assert keep == {gid: [1, 2, 3]}
+    ranked = apply_plan(model, {gid: 3}, analysis, importance=imp)
+    assert apply_plan(model, {gid: 3}, analysis, keep=keep).SerializeToString() == ranked.SerializeToString()
+    assert apply_plan(model, {gid: 3}, analysis, keep={gid: [3, 1, 2]}).SerializeToString() == (
+        ranked.SerializeToString()
+    )
+    assert kept_channels(model, {gid: 3}, analysis) == {gid: [0, 2, 3]}  # by L1: channel 1 is the smallest
+    assert kept_channels(model, {gid: 4}, analysis) == {} == kept_channels(model, {gid: 8}, analysis)
+    with pytest.raises(PlanError, match="lists 2 channel"):
+        apply_plan(model, {gid: 3}, analysis, keep={gid: [0, 1]})

@@ -8,7 +8,7 @@ waves for a target) can reuse and extend them without touching the analysis.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -38,8 +38,9 @@ from deployopt.errors import DeployoptError
 from deployopt.fidelity import ImagePreprocess
 from deployopt.fileio import check_output_file, refuse_input_as_output
 from deployopt.model import LoadedModel, layer_labels, load_model, refuse_replacing_weights, save_model
-from deployopt.surgery import GroupChange, apply_plan_report, load_plan
+from deployopt.surgery import GroupChange, apply_plan_report, read_plan
 from deployopt.targets import sm_count
+from deployopt.waves import fill_percent
 
 #: An extra per-conv column: (header, cell text for one conv). E.g. predicted waves on a target.
 ConvColumn = tuple[str, Callable[[ConvLayer], str]]
@@ -294,21 +295,26 @@ def waves_table(rows: Sequence[dict[str, Any]], title: str, labels: Mapping[str,
             "×".join(str(t) for t in r["tile"]),
             str(r["blocks"]),
             str(r["waves"]),
-            f"{100 * r['tail_fill']:.0f} %",
+            f"{fill_percent(r['tail_fill'])} %",
             f"{r['predicted_us']:.1f}",
             "\n".join(tips) or "-",
         )
     return table
 
 
-def changes_table(changes: Sequence[GroupChange], ranked_by: str = "smallest L1") -> Table:
-    """One row per changed group; `ranked_by` says how a trim chose the live channels it dropped."""
+def changes_table(
+    changes: Sequence[GroupChange], ranked_by: str = "smallest L1", listed: Collection[str] = ()
+) -> Table:
+    """One row per changed group; `ranked_by` says how a trim chose the live channels it dropped,
+    except for the groups in `listed`, which kept the channels the plan lists."""
     table = Table(title="changed groups")
     for header in ("group", "width", "change"):
         table.add_column(header, overflow="fold")
     for c in changes:
         if c.padded:
             what = f"pad +{c.padded} (zero filters)"
+        elif c.id in listed:
+            what = f"trim −{c.trimmed} ({c.dead_trimmed} dead; keeps the channels the plan lists)"
         else:
             exact = " — exact" if c.dead_trimmed == c.trimmed else ""
             what = f"trim −{c.trimmed} ({c.dead_trimmed} dead, rest by {ranked_by}){exact}"
@@ -319,39 +325,66 @@ def changes_table(changes: Sequence[GroupChange], ranked_by: str = "smallest L1"
 def _trim_importance(
     loaded: LoadedModel,
     analysis: Analysis,
-    widths: dict[str, int],
+    groups: Sequence[str],
     data: Path,
-    count: int,
+    count: Optional[int],
     preprocess: ImagePreprocess,
-) -> tuple[Optional[dict[str, Any]], list[str]]:
-    """The planned trims' channel ranking on `data` (deployopt.importance.activation_importance),
-    images made into tensors by `preprocess`; None when the plan trims nothing (no model run then);
-    and what loading the data said."""
-    from deployopt.fidelity import check_feedable, load_calibration
+) -> tuple[Optional[dict[str, Any]], list[str], str]:
+    """The channel ranking of `groups` on `data` (deployopt.importance.activation_importance),
+    images made into tensors by `preprocess`; None when there are none (no model run then). The
+    samples are those `optimize --mode trim` ranks on (after its fidelity gate's first ones), so a
+    plan that lists no kept channels trims as optimize did (a group's scores are the same ranked
+    alone or with all, as optimize ranks them: checked bit for bit on the zoo's models); `count`
+    given: the first `count`. Also what loading the data said, and which samples."""
+    from deployopt.fidelity import check_feedable, load_calibration, load_ranking_samples
     from deployopt.importance import activation_importance
-    from deployopt.surgery import validate_plan
 
-    validate_plan(analysis, widths)  # a bad plan is named before the data is read
-    by_id = analysis.plan_by_id(widths)
-    trimmed = [g for g, w in by_id.items() if int(w) < analysis.group(g).width]
-    calib = load_calibration(data, dict(loaded.input_shapes), count=count, preprocess=preprocess)
-    if not trimmed:
-        return None, calib.notices
+    if count is None:
+        ranking = load_ranking_samples(data, dict(loaded.input_shapes), preprocess)
+        calib = ranking.calib
+        where = (
+            f"{len(calib)} calibration sample(s) after the first {ranking.gate}, those optimize ranks on"
+            if ranking.after_gate
+            else f"the data's {len(calib)} calibration sample(s), those optimize ranks on (it has no more)"
+        )
+    else:
+        calib = load_calibration(data, dict(loaded.input_shapes), count=count, preprocess=preprocess)
+        where = f"the first {len(calib)} calibration sample(s) (--count; optimize ranks on later ones)"
+    if not groups:
+        return None, calib.notices, where
     check_feedable(calib, loaded.model)
-    return activation_importance(loaded.model, analysis, trimmed, calib.samples), calib.notices
+    return activation_importance(loaded.model, analysis, list(groups), calib.samples), calib.notices, where
 
 
-def _check_plan(plan: Path, analysis: Analysis, widths: dict[str, int]) -> None:
-    """The plan's groups and widths checked against the model, each error naming the plan file
-    (an unknown group read as if the model were wrong), as load_plan's own errors do."""
+def _check_plan(
+    plan: Path, analysis: Analysis, widths: dict[str, int], keep: dict[str, list[int]]
+) -> dict[str, list[int]]:
+    """The plan's groups, widths and kept channels checked against the model, each error naming
+    the plan file (an unknown group read as if the model were wrong), as read_plan's own errors
+    do; the kept channels by group id."""
     from deployopt.errors import PlanError
-    from deployopt.surgery import validate_plan
+    from deployopt.surgery import validate_keep, validate_plan
 
     try:
         validate_plan(analysis, widths)
         analysis.plan_by_id(widths)
+        return validate_keep(analysis, widths, keep)
     except PlanError as exc:
         raise PlanError(f"{plan}: {exc}") from None
+
+
+def _unlisted_notice(unlisted: Sequence[str], ranked_on: Optional[str]) -> str:
+    """One line: trimmed groups whose kept channels the plan does not list are ranked again, and on
+    what (a plan written by hand, or by an optimize from before plans listed them)."""
+    how = (
+        f"ranked on {ranked_on}"
+        if ranked_on
+        else "ranked by filter L1, as optimize without --calibration-data"
+    )
+    return (
+        f"the plan lists no kept channels for {len(unlisted)} trimmed group(s) ({_names(list(unlisted))}; "
+        f"written by hand or by an older optimize): {how}"
+    )
 
 
 @app.command("apply", rich_help_panel="Channel surgery")
@@ -362,7 +395,9 @@ def apply_cmd(
     plan: Path = typer.Option(
         ...,
         "--plan",
-        help='Width plan: {"widths": {"<group id>": <width>, ...}}.',
+        help='Width plan: {"widths": {"<group id>": <width>, ...}}, optionally with "keep": {"<group id>": '
+        "[channel, ...]} for trimmed groups (optimize's plan.json lists them: applied again, it gives "
+        "the model optimize wrote).",
         parser=input_path("--plan", "a plan file (.json)"),
         metavar="FILE",
     ),
@@ -377,13 +412,15 @@ def apply_cmd(
         "Images (png/jpg/jpeg/bmp, made into tensors by --scale/--mean/--std/--bgr/--resize), .npy "
         "or .npz (fed as they are): a trim "
         "drops the channels that add least to the next layers on this data (mean |activation| × "
-        "reader weight norm) instead of the smallest filters (L1). Dead channels go first either way."
+        "reader weight norm) instead of the smallest filters (L1), for trimmed groups whose kept "
+        "channels the plan does not list. Dead channels go first either way."
     ),
     count: Optional[int] = typer.Option(
         None,
         "--count",
         metavar="N",
-        help="With --calibration-data: samples (model runs) at most (default 16).",
+        help="With --calibration-data: rank on the first N samples (model runs) instead of those "
+        "optimize ranks on (up to 16 after the first 4, which its fidelity gate checks).",
     ),
     mean: Optional[str] = mean_option(),
     std: Optional[str] = std_option(),
@@ -402,30 +439,44 @@ def apply_cmd(
         [("plan", plan), *([("calibration data", calibration_data)] if calibration_data else [])],
         "-o/--output",
     )
-    widths = load_plan(plan)
+    planned = read_plan(plan)
+    widths = planned.widths
     loaded = load_model(model, parse_input_shapes(input_shape))
     if loaded.external_data:  # OUTPUT (or OUTPUT.data) renamed over the weights the input reads
         written_files = [output, output.with_name(output.name + ".data")]
         refuse_replacing_weights(model, written_files, "give another -o/--output")
     analysis = analyze(loaded.model)
-    _check_plan(plan, analysis, widths)
-    importance, data_notices = None, []
+    keep = _check_plan(plan, analysis, widths, planned.keep)
+    by_id = analysis.plan_by_id(widths)
+    trimmed = [g for g, w in by_id.items() if int(w) < analysis.group(g).width]
+    unlisted = [g for g in trimmed if g not in keep]  # ranked again (a hand-written or older plan)
+    importance, data_notices, samples_used = None, [], None
     if calibration_data is not None:
-        importance, data_notices = _trim_importance(
-            loaded, analysis, widths, calibration_data, 16 if count is None else count, preprocess
+        importance, data_notices, samples_used = _trim_importance(
+            loaded, analysis, unlisted, calibration_data, count, preprocess
         )
-    edited, changes = apply_plan_report(loaded.model, widths, analysis, importance)
+    edited, changes = apply_plan_report(loaded.model, widths, analysis, importance, keep)
     written = restore_dynamic_batch(edited, loaded.dynamic_batch, loaded.static_batch)
     save_model(written.model, output, external_data=loaded.external_data)
     sized = loaded.fixed_size_notice()  # H and W a dynamic export left open: fixed in the written model
-    notices = [*loaded.notices, *data_notices, *(n for n in (written.notice, sized) if n)]
+    said = []
+    if unlisted:
+        said.append(_unlisted_notice(unlisted, samples_used))
+    elif trimmed and calibration_data is not None:
+        said.append("--calibration-data unused: the plan lists the channels each trimmed group keeps")
+    notices = [*loaded.notices, *data_notices, *said, *(n for n in (written.notice, sized) if n)]
     # the image options the ranking's tensors were made with (null: no ranking on images)
     from deployopt.fidelity import holds_arrays
 
     ranked_on = None if importance is None or holds_arrays(calibration_data) else preprocess
     if as_json:
-        # how the trimmed live channels were chosen; null when the plan trims none (nothing ranked)
-        order = None if not any(c.trimmed for c in changes) else "l1" if importance is None else "activation"
+        # how the trimmed live channels were chosen; null when the plan trims none (nothing ranked),
+        # "plan" when every trimmed group kept the channels the plan lists (none was ranked)
+        order = "l1" if importance is None else "activation"
+        if not any(c.trimmed for c in changes):
+            order = None
+        elif not unlisted:
+            order = "plan"
         out = {
             "output": str(output),
             "changes": [c.to_json() for c in changes],
@@ -440,7 +491,7 @@ def apply_cmd(
         ranked_by = "smallest L1" if importance is None else "least activation × weight on the data"
         if ranked_on is not None:
             ranked_by += f" (images: {ranked_on.describe()})"
-        console.print(changes_table(changes, ranked_by))
+        console.print(changes_table(changes, ranked_by, listed=keep))
     unchanged = len(widths) - len(changes)
     tail = f"; {unchanged} planned group(s) already at their width" if unchanged else ""
     console.print(f"wrote {output} ({len(changes)} group(s) changed{tail})", highlight=False, soft_wrap=True)
