@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -101,6 +102,36 @@ class ConvShape:
             if key in d:
                 d[key] = tuple(d[key])
         return cls(**d)
+
+
+def conv_shape_from_onnx(x: Sequence[int], weight: Sequence[int], attrs: Mapping[str, Any]) -> ConvShape:
+    """The ConvShape of an ONNX Conv: input dims `x` (N, C, H, W), weight dims (K, C/g, R, S) and
+    its attributes (`pads`, `auto_pad`, `strides`, `dilations`, `group`), as ONNX defines them.
+
+    ConvShape's pad is symmetric. An asymmetric pad is kept as its total: half of it on each side,
+    and an odd one left over becomes one more input row or column, so the output size, the
+    implicit GEMM and the work are the conv's own (TF-style SAME at stride 2 on an even input pads
+    0 before, 1 after: folded as (0 + 1) // 2 it lost a row, 7×7 became 6×6, gemm_m 49 became 36)."""
+    strides = [int(v) for v in attrs.get("strides", [1, 1])]
+    dil = [int(v) for v in attrs.get("dilations", [1, 1])]
+    r, s = int(weight[2]), int(weight[3])
+    auto_pad = attrs.get("auto_pad", "NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        totals = []
+        for size, k, st, d in zip(x[2:], (r, s), strides, dil):
+            out = -(-int(size) // st)
+            totals.append(max(0, (out - 1) * st + (k - 1) * d + 1 - int(size)))
+    elif auto_pad == "VALID":
+        totals = [0, 0]
+    else:
+        pads = [int(v) for v in attrs.get("pads", [0, 0, 0, 0])]
+        totals = [pads[0] + pads[2], pads[1] + pads[3]]
+    return ConvShape(
+        n=int(x[0]), c=int(x[1]), h=int(x[2]) + totals[0] % 2, w=int(x[3]) + totals[1] % 2,
+        k=int(weight[0]), r=r, s=s, stride=(strides[0], strides[1]), pad=(totals[0] // 2, totals[1] // 2),
+        dilation=(dil[0], dil[1]), groups=int(attrs.get("group", 1)),
+    )  # fmt: skip
 
 
 def conv_model_inputs(shape: ConvShape) -> dict[str, list[int]]:

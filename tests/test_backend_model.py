@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 
@@ -69,3 +70,37 @@ def test_whole_model_is_the_sum_over_convs_plus_node_costs(
 def test_needs_a_target() -> None:
     with pytest.raises(DeployoptError, match="needs a target"):
         get_backend("model").open(MeasureOptions(dtype="fp16"))
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"pads": [0, 0, 1, 1], "strides": [2, 2]},  # what a TF-style SAME export writes at stride 2
+        {"auto_pad": "SAME_UPPER", "strides": [2, 2]},
+        {"auto_pad": "SAME_LOWER", "strides": [2, 2]},
+        {"pads": [0, 1, 2, 0], "strides": [1, 1]},
+        {"auto_pad": "VALID", "strides": [2, 1]},
+        {"pads": [1, 1, 1, 1], "strides": [1, 1], "dilations": [2, 2]},
+    ],
+)
+def test_conv_shapes_are_the_convs_own_with_asymmetric_pads(attrs: dict) -> None:
+    """An odd total pad was halved down ((0 + 1) // 2 = 0): a TF-style SAME conv at stride 2 on
+    14×14 (7×7 out, gemm_m 49) was priced as 6×6 (36), and the wave-model backend refused auto_pad.
+    The analysis and the backend now give the output size onnxruntime computes."""
+    from onnx import TensorProto, helper, numpy_helper
+    from ort_session import session
+
+    w = numpy_helper.from_array(np.ones((16, 8, 3, 3), np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="c", **attrs)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8, 14, 13])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", "k", "p", "q"])],
+        [w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    real = session(model).run(None, {"x": np.zeros((2, 8, 14, 13), np.float32)})[0].shape
+    for shape in (conv_shapes_from_model(model)["c"], analyze(model).convs[0].shape):
+        assert (shape.n, shape.k, shape.p, shape.q) == real, (attrs, shape)
+        assert shape.gemm == (real[0] * real[2] * real[3], 16, 8 * 9)

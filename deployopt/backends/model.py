@@ -14,7 +14,7 @@ from typing import Any
 
 from deployopt.backends.base import Backend, MeasureOptions, Session
 from deployopt.errors import DeployoptError, ModelError
-from deployopt.layers import ConvShape
+from deployopt.layers import ConvShape, conv_shape_from_onnx
 from deployopt.timing import Timing
 
 NODE_COST_US = 1.0  # per non-conv node: kernel launch, roughly, on a GPU with CUDA graphs
@@ -40,22 +40,7 @@ def conv_shapes_from_model(model: Any) -> dict[str, ConvShape]:
         if not x or len(x) != 4 or not w or len(w) != 4 or min(x) < 1:
             raise ModelError(f"conv {node.name or i}: needs static 4-D input and weight shapes")
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        if attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
-            raise ModelError(f"conv {node.name or i}: auto_pad is not supported by the wave model backend")
-        pads = list(attrs.get("pads", [0, 0, 0, 0]))
-        out[node.name or f"conv{i}"] = ConvShape(
-            n=x[0],
-            c=x[1],
-            h=x[2],
-            w=x[3],
-            k=w[0],
-            r=w[2],
-            s=w[3],
-            stride=tuple(attrs.get("strides", [1, 1])),
-            pad=(pads[0], pads[1]),
-            dilation=tuple(attrs.get("dilations", [1, 1])),
-            groups=int(attrs.get("group", 1)),
-        )
+        out[node.name or f"conv{i}"] = conv_shape_from_onnx(x, w, attrs)
     return out
 
 

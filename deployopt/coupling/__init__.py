@@ -17,7 +17,7 @@ import onnx
 from deployopt.coupling import rules as _rules  # noqa: F401  (registers every rule)
 from deployopt.coupling.registry import RULES, CouplingState, Layout, default_opset, rule
 from deployopt.errors import ModelError, PlanError
-from deployopt.layers import ConvShape
+from deployopt.layers import ConvShape, conv_shape_from_onnx
 
 #: The oldest default-domain opset the rules read (docs/surgery.md: opsets 9 … current): older
 #: ones spell ops differently (BatchNormalization's `spatial`, Slice, Upsample and Pad attributes).
@@ -196,27 +196,9 @@ def _conv_shape(st: CouplingState, rec: Any) -> Optional[ConvShape]:
     xs = st.shape(rec.x)
     if xs is None or len(xs) != 4 or len(rec.weight_shape) != 4 or min(xs) < 1:
         return None
-    r, s = rec.weight_shape[2], rec.weight_shape[3]
-    strides = st.attr(node, "strides", [1, 1])
-    dil = st.attr(node, "dilations", [1, 1])
-    pads = list(st.attr(node, "pads", [0, 0, 0, 0]))
-    auto_pad = st.attr(node, "auto_pad", b"NOTSET")
-    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
-    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        pads = []
-        for i, (size, k) in enumerate(zip(xs[2:], (r, s))):
-            out = -(-size // strides[i])
-            total = max(0, (out - 1) * strides[i] + (k - 1) * dil[i] + 1 - size)
-            pads.append(total)
-        pads = [pads[0] // 2, pads[1] // 2, pads[0] - pads[0] // 2, pads[1] - pads[1] // 2]
-    # ConvShape is symmetric; an asymmetric pad is folded to the same output size
-    ph = (pads[0] + pads[2]) // 2
-    pw = (pads[1] + pads[3]) // 2
-    return ConvShape(
-        n=xs[0], c=xs[1], h=xs[2], w=xs[3], k=rec.weight_shape[0], r=r, s=s,
-        stride=(int(strides[0]), int(strides[1])), pad=(ph, pw),
-        dilation=(int(dil[0]), int(dil[1])), groups=int(st.attr(node, "group", 1)),
-    )  # fmt: skip
+    names = ("pads", "auto_pad", "strides", "dilations", "group")
+    attrs = {name: st.attr(node, name, None) for name in names}
+    return conv_shape_from_onnx(xs, rec.weight_shape, {k: v for k, v in attrs.items() if v is not None})
 
 
 def _repeats(st: CouplingState) -> dict[int, int]:
