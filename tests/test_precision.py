@@ -289,6 +289,37 @@ def test_an_fp32_model_with_one_fp16_cast_is_converted() -> None:
     assert b.dtype == np.float32 and np.abs(a - b).max() <= 0.01 * np.abs(a).max()
 
 
+def test_a_graph_output_read_by_another_node_converts() -> None:
+    """Conv -> Relu ("feat", a graph output) -> Conv: FPN features, an embedding both returned and
+    used. The output got an fp16 twin and a Cast back, but the second conv kept reading the fp32
+    name: "W has inconsistent type tensor(float16)", exit 2. Both outputs now come out fp32 and
+    close to the fp32 model's, and the second conv reads fp16."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 4, 8, 8]) for n in ("feat", "y")]
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((4, 4, 3, 3)).astype(np.float32), n) for n in ("w1", "w2")
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1], name="c1"),
+        helper.make_node("Relu", ["a"], ["feat"], name="r"),
+        helper.make_node("Conv", ["feat", "w2"], ["y"], pads=[1, 1, 1, 1], name="c2"),
+    ]
+    model = _graph_model(nodes, [x], outs, inits)
+    fp16 = to_fp16(model)
+    types = {
+        vi.name: vi.type.tensor_type.elem_type
+        for vi in onnx.shape_inference.infer_shapes(fp16).graph.value_info
+    }
+    c2 = next(n for n in fp16.graph.node if n.name == "c2")
+    assert types[c2.input[0]] == TensorProto.FLOAT16
+    xv = rng.standard_normal((1, 4, 8, 8)).astype(np.float32)
+    want = ort_session.session(model).run(None, {"x": xv})
+    got = ort_session.session(fp16).run(None, {"x": xv})
+    for a, b in zip(want, got):
+        assert b.dtype == np.float32 and np.abs(a - b).max() <= 0.01 * np.abs(a).max()
+
+
 def test_qdq_and_control_flow_are_refused_in_one_line() -> None:
     qdq = onnx.load(DATA / "modelopt_int8_se_net.onnx")  # ModelOpt's: Q/DQ and fp16 casts
     with pytest.raises(ModelError, match=r"^fp16 conversion: the model has Q/DQ nodes .*--dtype int8") as exc:
@@ -443,3 +474,38 @@ def test_an_external_data_model_is_written_with_external_data(tmp_path: Path) ->
     assert sorted(p.name for p in dest.parent.iterdir()) == ["se16.onnx", "se16.onnx.data"]
     written = onnx.load(str(dest), load_external_data=False)
     assert any(t.data_location == TensorProto.EXTERNAL for t in written.graph.initializer)
+
+
+def test_fp16_command_names_repeats_and_says_the_io_it_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """`deployopt fp16` of a model whose convs share one name wrote the repeats (onnxruntime
+    refuses such a model); of a model with fp16 inputs and outputs (fp32 inside) it said "fp32
+    inputs and outputs" over a model whose I/O stayed fp16."""
+    from cli_runner import run_cli
+
+    model = MODELS["mobilenet_like"]()
+    for node in model.graph.node:
+        if node.op_type == "Conv":
+            node.name = "conv"
+    src, dest = tmp_path / "dup.onnx", tmp_path / "dup16.onnx"
+    onnx.save(model, src)
+    code, out, err = run_cli(monkeypatch, capsys, "fp16", str(src), "-o", str(dest))
+    assert code == 0 and "fp32 inputs and outputs" in " ".join(out.split()), err
+    ort_session.session(str(dest))  # loads: the names are unique
+    names = [n.name for n in onnx.load(dest).graph.node]
+    assert len(set(names)) == len(names)
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 4, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1, 4, 8, 8])
+    w = numpy_helper.from_array(np.ones((4, 4, 1, 1), np.float32), "w")
+    nodes = [
+        helper.make_node("Cast", ["x"], ["x32"], to=TensorProto.FLOAT),
+        helper.make_node("Conv", ["x32", "w"], ["c"]),
+        helper.make_node("Cast", ["c"], ["y"], to=TensorProto.FLOAT16),
+    ]
+    src = tmp_path / "io16.onnx"
+    onnx.save(_graph_model(nodes, [x], [y], [w]), src)
+    code, out, err = run_cli(monkeypatch, capsys, "fp16", str(src), "-o", str(tmp_path / "io16_out.onnx"))
+    said = " ".join(out.split())
+    assert code == 0 and "inputs and outputs typed as before" in said and "fp32 inputs" not in said, out + err

@@ -36,14 +36,24 @@ def fp16_cmd(
         import onnx
 
         from deployopt.model import save_model
+        from deployopt.precision import _unique_names
 
-        save_model(onnx.load(str(model)), output, external_data=loaded.external_data)
+        copy = onnx.load(str(model))
+        _unique_names(copy)
+        save_model(copy, output, external_data=loaded.external_data)
         console.print(
             f"{model} is already typed fp16/bf16: copied to {output} as it is (build it as it is)",
             highlight=False,
             soft_wrap=True,
         )
     else:
-        console.print(
-            f"wrote {output} (fp16 inside, fp32 inputs and outputs)", highlight=False, soft_wrap=True
+        import onnx
+
+        graph = onnx.load(str(written), load_external_data=False).graph
+        io = {v.type.tensor_type.elem_type for v in (*graph.input, *graph.output)}
+        kept = (
+            "fp32 inputs and outputs"
+            if io <= {onnx.TensorProto.FLOAT}
+            else "inputs and outputs typed as before"
         )
+        console.print(f"wrote {output} (fp16 inside, {kept})", highlight=False, soft_wrap=True)
