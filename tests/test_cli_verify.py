@@ -165,3 +165,22 @@ def test_rel_error_widens_each_outputs_limit_and_needs_max_abs_error(zoo_model_p
     result = _verify(str(ref), str(cand), "--rel-error", "0.1")
     assert isinstance(result.exception, DataError)
     assert "--rel-error 0.1: needs --max-abs-error" in str(result.exception)
+
+
+def test_models_whose_nodes_repeat_a_name_are_verified(zoo_model_path, tmp_path: Path) -> None:
+    """ONNX allows repeated node names and every other command reads such a model (renaming its
+    nodes, with a notice); verify loaded the files as they are in onnxruntime, which refuses
+    them: "reference model: onnxruntime cannot load it: ... two nodes with same node name". A
+    model with its convs all named "conv" now verifies against itself and against a shifted copy
+    (which still fails on the bound, exit 1: the models are compared, not skipped)."""
+    model = onnx.load(str(zoo_model_path("resnet56_pruned")))
+    for node in model.graph.node:
+        if node.op_type == "Conv":
+            node.name = "conv"
+    dup = tmp_path / "dup.onnx"
+    onnx.save(model, str(dup))
+    result = _verify(str(dup), str(dup), "--count", "2")
+    assert result.exit_code == 0 and "PASSED" in result.output, result.output
+    shifted = _shifted(dup, tmp_path / "shifted.onnx", 0.01)
+    result = _verify(str(dup), str(shifted), "--count", "2", "--max-abs-error", "1e-3")
+    assert result.exit_code == 1 and "FAILED: max abs error 0.01 > 0.001" in result.output, result.output

@@ -41,6 +41,8 @@ from deployopt.fidelity import (
 from deployopt.memory import require_fidelity_memory
 
 if TYPE_CHECKING:
+    import onnx
+
     from deployopt.model import LoadedModel
 
 
@@ -122,6 +124,25 @@ def _render(report: FidelityReport, thresholds: Thresholds, failures: list[str])
             console.print(Text.assemble(("FAILED", "bold red"), f": {f}"), highlight=False)
     else:
         console.print(Text.assemble(("PASSED", "bold green"), ": all thresholds hold"))
+
+
+def _loadable(path: Path) -> Path | onnx.ModelProto:
+    """The model file as onnxruntime will load it: the path, or, where nodes repeat a name (ONNX
+    allows it, onnxruntime refuses it), the model with the names every deployopt command gives it
+    (`unique_node_names`). verify of a model against its own optimize output failed there, though
+    every other command read both."""
+    import onnx
+
+    from deployopt.model import unique_node_names
+
+    nodes = onnx.load(str(path), load_external_data=False).graph.node
+    named = [n.name for n in nodes if n.name]
+    if len(set(named)) == len(named):
+        return path
+    model = onnx.load(str(path))
+    for node, name in zip(model.graph.node, unique_node_names(nodes)):
+        node.name = name
+    return model
 
 
 @app.command("verify", rich_help_panel="Channel surgery")
@@ -210,7 +231,7 @@ def verify(
     )
     for notice in dict.fromkeys(notices + cand_notices + calib.notices):
         err_console.print(f"notice: {notice}", style="yellow", markup=False, highlight=False)
-    report = compare_models(reference, candidate, calib)
+    report = compare_models(_loadable(reference), _loadable(candidate), calib)
     thresholds = Thresholds(
         max_abs_error=max_abs_error, rel_error=rel_error, min_cosine=min_cosine, min_top1=min_top1
     )
