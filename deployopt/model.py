@@ -649,6 +649,54 @@ def _infers_as_exported(path: Path) -> bool:
     return True
 
 
+def _subgraph_inputs(node: onnx.NodeProto) -> set[str]:
+    """Every name the node's subgraphs (If, Loop, Scan bodies) read, at any depth: those produced
+    outside them tie the node to their producers as its own inputs do."""
+    names: set[str] = set()
+    for attr in node.attribute:
+        for g in (*([attr.g] if attr.HasField("g") else []), *attr.graphs):
+            for inner in g.node:
+                names.update(inner.input)
+                names |= _subgraph_inputs(inner)
+    return names
+
+
+def _toposort(graph: onnx.GraphProto) -> bool:
+    """Sort the graph's nodes topologically when they are not (onnxruntime runs such a graph, the
+    ONNX checker refuses it: "Nodes in a graph must be topologically sorted"); stable, so a sorted
+    graph is untouched. True when the order changed; a cycle is left for the checker to name."""
+    import heapq
+
+    nodes = list(graph.node)
+    producer = {out: i for i, n in enumerate(nodes) for out in n.output if out}
+    needs = [
+        {producer[x] for x in (*n.input, *_subgraph_inputs(n)) if x in producer and producer[x] != i}
+        for i, n in enumerate(nodes)
+    ]
+    if all(all(j < i for j in deps) for i, deps in enumerate(needs)):
+        return False
+    readers: dict[int, list[int]] = {}
+    for i, deps in enumerate(needs):
+        for j in deps:
+            readers.setdefault(j, []).append(i)
+    waiting = [len(deps) for deps in needs]
+    ready = [i for i, w in enumerate(waiting) if w == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for r in readers.get(i, []):
+            waiting[r] -= 1
+            if waiting[r] == 0:
+                heapq.heappush(ready, r)
+    if len(order) != len(nodes):  # a cycle: not a graph any order fixes
+        return False
+    del graph.node[:]
+    graph.node.extend(nodes[i] for i in order)
+    return True
+
+
 def load_model(
     path: str | os.PathLike[str],
     input_shapes: dict[str, list[int]] | None = None,
@@ -684,12 +732,19 @@ def load_model(
         for i in _real_inputs(model)
         if i.name in (input_shapes or {}) and not keep_dynamic
     }
+    if _toposort(model.graph):
+        notices.append(
+            "the graph's nodes were not in topological order (ONNX requires it; onnxruntime sorts them "
+            "itself): sorted here, and models written from this one keep that order"
+        )
     fixed = _fix_input_shapes(model, dict(input_shapes or {}), path, notices, keep_dynamic)
     _give_outputs_shapes(model, path)
     try:
         onnx.checker.check_model(model)
     except (onnx.checker.ValidationError, Exception) as exc:
-        first = first_line(exc, repr(exc))
+        # the checker's message spans lines ("... of node: \nname: fc OpType: Gemm\n is not output of
+        # any previous nodes."): its first line stopped mid-sentence
+        first = " ".join(str(exc).split())[:400] or repr(exc)
         raise ModelError(f"{path}: invalid ONNX model: {first}") from None
     _clear_derived_shapes(model, all_outputs=bool(input_shapes))
     try:
