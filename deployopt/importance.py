@@ -31,8 +31,9 @@ if TYPE_CHECKING:
     from deployopt.coupling import Analysis
 
 
-def _producer_filters(analysis: Analysis, gid: str) -> list[np.ndarray]:
-    """Each producer's filters as a [width, -1] matrix (bias as an extra column)."""
+def _producer_filters(analysis: Analysis, gid: str, with_bias: bool = True) -> list[np.ndarray]:
+    """Each producer's filters as a [width, -1] matrix (bias as an extra column unless not
+    `with_bias`)."""
     st = analysis.state
     assert st is not None
     mats = []
@@ -64,7 +65,7 @@ def _producer_filters(analysis: Analysis, gid: str) -> list[np.ndarray]:
             node.input[2] if len(node.input) > 2 and node.op_type in ("Conv", "ConvTranspose", "Gemm") else ""
         )
         bias = st.const(bias_in) if bias_in else None
-        if bias is not None and bias.size == mat.shape[0]:
+        if with_bias and bias is not None and bias.size == mat.shape[0]:
             mat = np.concatenate([mat, bias.reshape(-1, 1)], axis=1)
         # a Split may have cut the producer's output: this group is rows offset … offset+width
         mats.append(np.asarray(mat[atom.offset : atom.offset + atom.width], dtype=np.float64))
@@ -82,8 +83,12 @@ def filter_l1(analysis: Analysis, gid: str) -> np.ndarray:
 
 
 def zero_filter_channels(analysis: Analysis, gid: str) -> list[int]:
-    """Channels whose filters and bias are exactly zero in every producer."""
-    mats = [m for m in _producer_filters(analysis, gid) if m.shape[0] == analysis.group(gid).width]
+    """Channels whose filters are exactly zero in every producer: each is a constant (its bias,
+    through what follows), the same for every input, so one run decides whether it is dead. The
+    bias is not asked to be zero: a filter pruned to zero (torch.nn.utils.prune), its BatchNorm
+    folded into a negative bias, is 0 after the ReLU, and was never found dead."""
+    width = analysis.group(gid).width
+    mats = [m for m in _producer_filters(analysis, gid, with_bias=False) if m.shape[0] == width]
     if not mats:
         return []
     zero = np.ones(mats[0].shape[0], dtype=bool)

@@ -148,6 +148,32 @@ def test_zero_filter_with_bn_shift_is_not_dead() -> None:
     np.testing.assert_allclose(run(trimmed), run(dead), atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("bias, dead", [(-0.5, True), (0.0, True), (0.5, False)])
+def test_a_pruned_filter_with_a_bias_is_dead_where_the_relu_zeroes_it(bias: float, dead: bool) -> None:
+    """torch.nn.utils.prune zeroes filters; exported, the BatchNorm is folded into the conv, so
+    the pruned channel has a zero filter and a nonzero bias. Only a zero bias counted as dead:
+    the 293 such channels of a mask-pruned ResNet18 were kept by every lossless search. A negative
+    bias after a ReLU is 0 for every input, dead and trimmed exactly; a positive one is a constant
+    the next conv reads, not dead."""
+    n = Net(c=2)
+    w = np.random.default_rng(0).standard_normal((4, 2, 3, 3)).astype(np.float32)
+    w[1] = 0.0
+    b = np.ones(4, np.float32)
+    b[1] = bias
+    c = n.op(
+        "Conv", ["x", n.init("c.w", w), n.init("c.b", b)], (4, 8, 8), kernel_shape=[3, 3], pads=[1, 1, 1, 1]
+    )
+    r = n.op("Relu", [c], (4, 8, 8))
+    model = n.build(n.conv(r, 2))
+    analysis = analyze(model)
+    gid = analysis.convs[0].out_group
+    assert dead_channels(model, analysis, gid) == ([1] if dead else [])
+    if dead:
+        trimmed, changes = apply_plan_report(model, {gid: 3}, analysis)
+        assert changes[0].dead_trimmed == 1
+        np.testing.assert_array_equal(run(trimmed), run(model))
+
+
 def test_channel_order_dead_first_then_l1() -> None:
     n = Net(c=2)
     w = np.zeros((4, 2, 1, 1), dtype=np.float32)
