@@ -1067,7 +1067,7 @@ class Optimizer:
         key = plan_key(plan)
         if key in self.replay.fidelity:
             return self.replay.fidelity[key]["report"]
-        from deployopt.fidelity import Thresholds, compare_models
+        from deployopt.fidelity import ReferenceRun, Thresholds, compare_models
 
         if self._is_lossless(plan):
             thresholds = Thresholds(
@@ -1075,7 +1075,9 @@ class Optimizer:
             )
         else:
             thresholds = Thresholds(min_cosine=self.cfg.min_cosine, min_top1=self.cfg.min_top1)
-        report = compare_models(self.model, self.build_model(plan), self._calibration())
+        if getattr(self, "_reference", None) is None:
+            self._reference = ReferenceRun(self.model)  # one session and one run per sample, for every check
+        report = compare_models(self._reference, self.build_model(plan), self._calibration())
         data = report.to_json(thresholds)
         data["lossless_plan"] = self._is_lossless(plan)
         self.journal.write("fidelity", plan=plan, report=data)
@@ -1431,6 +1433,7 @@ class Optimizer:
                 f"{cfg.max_evals}; give --max-evals {recorded} or more"
             )
         self._check_runs()
+        self._warn_if_opset_beyond_tensorrt()
         # Candidate models (and TensorRT engines) live in a private folder removed at the end.
         self.workdir = Path(tempfile.mkdtemp(prefix="deployopt-work-"))
         session_cm = None
@@ -1494,6 +1497,18 @@ class Optimizer:
                 session_cm.close()
             if self._own_sweep_session and self._sweep_session is not None:
                 self._sweep_session.close()
+
+    def _warn_if_opset_beyond_tensorrt(self) -> None:
+        """Once: the target's TensorRT (a Jetson's JetPack) documents no ops of the model's opset,
+        and the model written keeps its input's opset."""
+        import warnings
+
+        from deployopt.errors import DeployoptWarning
+        from deployopt.targets import opset_beyond_tensorrt
+
+        why = opset_beyond_tensorrt(self.target, self.model)
+        if why:
+            warnings.warn(why, DeployoptWarning, stacklevel=2)
 
     def _warn_if_on_host(self) -> None:
         """Every target is a GPU: a measured backend timing on the host CPU (ort's CPU provider,

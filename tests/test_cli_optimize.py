@@ -1013,3 +1013,41 @@ def test_a_model_computing_in_fp16_passes_its_own_lossless_check(
     x = {"x": rng.standard_normal((1, 3, 32, 32)).astype(np.float16)}
     a, b = (ort_session.session(str(p)).run(None, x)[0].astype(np.float64) for p in (src, out / "model.onnx"))
     assert np.abs(a - b).max() <= 4 * 2.0**-10 * np.abs(a).max()
+
+
+def test_optimize_for_a_jetson_warns_of_ops_its_tensorrt_may_not_parse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """A conv net exported at opset 18 (the torch exporter's default and newer) whose ReduceMean
+    reads its axes as an input, optimized for a Nano (TensorRT 8.2: ops up to opset 13): the model
+    written keeps its opset, so the run says so once; for an Orin (TensorRT 10) it says nothing."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((12, 3, 3, 3)).astype(np.float32), "w1"),
+        numpy_helper.from_array(rng.standard_normal((10, 12, 3, 3)).astype(np.float32), "w2"),
+        numpy_helper.from_array(np.array([2, 3], np.int64), "axes"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"], name="c1", pads=[1] * 4),
+        helper.make_node("Relu", ["a"], ["r"], name="r"),
+        helper.make_node("Conv", ["r", "w2"], ["b"], name="c2", pads=[1] * 4),
+        helper.make_node("ReduceMean", ["b", "axes"], ["y"], name="mean", keepdims=0),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        inits,
+    )
+    src = tmp_path / "net18.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), src)
+    for target, warned in (("nano", True), ("agx-orin-64gb", False)):
+        args = ["optimize", str(src), "--target", target, "--backend", "model", "-o", str(tmp_path / target)]
+        code, _, err = cli(monkeypatch, capsys, *args)
+        said = " ".join(err.split())
+        assert code == 0, err
+        assert said.count("warning: the model is ONNX opset 18, and its ReduceMean nodes") == int(warned), err

@@ -319,3 +319,51 @@ def test_every_built_in_targets_params_load_back_as_fitted(tmp_path, name):
     assert doc["params"]
     for dtype in doc["params"]:
         assert loaded.wave_params(dtype).families == builtin.wave_params(dtype).families
+
+
+def _one_node_model(node, opset: int, inits: list | None = None):
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits or [],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def test_a_jetpacks_tensorrt_is_warned_of_ops_newer_than_its_parser() -> None:
+    """The torch exporter's default writes opset 18 to 20: ReduceMean reads its axes as an input,
+    Reshape sets allowzero=1, ops JetPack 4.6's TensorRT 8.2 (ops up to opset 13) and 5.1's 8.5
+    (17) were never documented to read. Read from onnx.defs per node: an attribute at its default
+    (BatchNormalization's training_mode=0) or a renamed input is no change, and neither is
+    anything on a target that names no TensorRT."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    from deployopt.targets import opset_beyond_tensorrt
+
+    axes = numpy_helper.from_array(np.array([2, 3], np.int64), "axes")
+    mean18 = _one_node_model(helper.make_node("ReduceMean", ["x", "axes"], ["y"]), 18, [axes])
+    said = opset_beyond_tensorrt(get_target("nano"), mean18)
+    assert said is not None and said.startswith("the model is ONNX opset 18, and its ReduceMean nodes")
+    assert "TensorRT 8.2.1 (JetPack 4.6.6, nano)" in said and "opset_version=13" in said
+    assert "opset_version=17" in opset_beyond_tensorrt(get_target("agx-xavier"), mean18)
+    assert opset_beyond_tensorrt(get_target("agx-orin-64gb"), mean18) is None  # TensorRT 10: up to 20
+    assert opset_beyond_tensorrt(get_target("h200"), mean18) is None  # no TensorRT named
+    all18 = _one_node_model(helper.make_node("ReduceMean", ["x"], ["y"]), 18)  # no axes: as at 13
+    assert opset_beyond_tensorrt(get_target("nano"), all18) is None
+
+    bn_inits = [numpy_helper.from_array(np.ones(4, np.float32), n) for n in ("s", "b", "m", "v")]
+    bn = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], training_mode=0)
+    assert opset_beyond_tensorrt(get_target("nano"), _one_node_model(bn, 17, bn_inits)) is None
+    ln = helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=1)
+    said = opset_beyond_tensorrt(get_target("nano"), _one_node_model(ln, 17, bn_inits[:2]))
+    assert said is not None and "LayerNormalization" in said  # no such op at 13
+    shape = numpy_helper.from_array(np.array([1, -1], np.int64), "shape")
+    reshape = helper.make_node("Reshape", ["x", "shape"], ["y"], allowzero=1)
+    assert "Reshape" in opset_beyond_tensorrt(get_target("nano"), _one_node_model(reshape, 14, [shape]))
+    reshape0 = helper.make_node("Reshape", ["x", "shape"], ["y"], allowzero=0)
+    assert opset_beyond_tensorrt(get_target("nano"), _one_node_model(reshape0, 14, [shape])) is None

@@ -172,6 +172,83 @@ def measured_elsewhere(target: Target, env: dict[str, Any]) -> str | None:
     )
 
 
+#: The newest ONNX opset each TensorRT release's parser documents (onnx-tensorrt docs/operators.md
+#: of that release: "TensorRT 8.2 supports operators up to Opset 13", 8.5 up to 17, "10.0 supports
+#: operators in the inclusive range of opset 9 to opset 20"), by (major, minor) from that release on.
+TENSORRT_MAX_OPSET = ((8, 0, 13), (8, 5, 17), (10, 0, 20))
+
+
+def _changed_since(node: Any, opset: int, max_opset: int) -> bool:
+    """Whether `node` at `opset` is one a parser of ops up to `max_opset` has not met: an op newer
+    than that, or a version whose inputs or attributes this node uses were not there yet
+    (ReduceMean 18 reading its axes as an input, Split 18's num_outputs, Resize 19's antialias).
+    Read from onnx.defs, not a list: an attribute added since and left unset or at its default
+    (BatchNormalization 14's training_mode, Reshape 14's allowzero), an input renamed (15's
+    input_mean) or a version that only added types (Relu 14) is no change for the parser."""
+    import onnx
+
+    try:
+        new = onnx.defs.get_schema(node.op_type, opset, "")
+    except onnx.defs.SchemaError:
+        return False  # not an ONNX op this onnx knows: nothing to say
+    if new.since_version <= max_opset:
+        return False
+    try:
+        old = onnx.defs.get_schema(node.op_type, max_opset, "")
+    except onnx.defs.SchemaError:
+        return True  # the op is newer than the parser
+    used = [i for i, name in enumerate(node.input) if name]
+    variadic = bool(old.inputs) and old.inputs[-1].option == onnx.defs.OpSchema.FormalParameterOption.Variadic
+    if any(i >= len(old.inputs) and not variadic for i in used):
+        return True
+    return any(a.name not in old.attributes and not _is_default(a, new) for a in node.attribute)
+
+
+def _is_default(attr: Any, schema: Any) -> bool:
+    """Whether the node sets `attr` to its schema's default (exporters write allowzero=0 and
+    training_mode=0): no different from leaving it out."""
+    from onnx import helper
+
+    default = schema.attributes[attr.name].default_value if attr.name in schema.attributes else None
+    if default is None or not default.name:
+        return False
+    return helper.get_attribute_value(attr) == helper.get_attribute_value(default)
+
+
+def opset_beyond_tensorrt(target: Target, model: Any) -> str | None:
+    """A warning when the target's TensorRT (its JetPack's, `software`) documents ops only up to an
+    opset older than some of the model's: the torch exporter's default writes opset 18 and more,
+    whose ReduceMean, Split, Pad, Resize and LayerNormalization JetPack 4.6's and 5.1's parsers
+    may not read. None when it has none such, or when the target names no TensorRT."""
+    version = target.software.get("tensorrt", "")
+    try:
+        major, minor = (int(v) for v in version.split(".")[:2])
+    except ValueError:
+        return None
+    known = [m for ma, mi, m in TENSORRT_MAX_OPSET if (major, minor) >= (ma, mi)]
+    opset = next((d.version for d in model.opset_import if d.domain in ("", "ai.onnx")), None)
+    if not known or opset is None or opset <= known[-1]:
+        return None
+    changed = sorted(
+        {
+            n.op_type
+            for n in model.graph.node
+            if n.domain in ("", "ai.onnx") and _changed_since(n, opset, known[-1])
+        }
+    )
+    if not changed:
+        return None
+    jetpack = target.software.get("jetpack")
+    on = f"JetPack {jetpack}, {target.name}" if jetpack else target.name
+    names = ", ".join(changed[:4]) + (" …" if len(changed) > 4 else "")
+    return (
+        f"the model is ONNX opset {opset}, and its {names} nodes use what changed after opset "
+        f"{known[-1]}, the newest TensorRT {version} ({on}) documents: its parser may not read the "
+        "models written from it; "
+        f"export at opset {known[-1]} (torch.onnx.export(..., dynamo=False, opset_version={known[-1]}))"
+    )
+
+
 def measured_on_host(flag: str, target: Target, consequence: str) -> str:
     """The warning for a GPU target timed on this machine's CPU (ort's CPU provider, torch without
     CUDA): `flag` is the option that chose the backend, `consequence` what the CPU's numbers decide."""
