@@ -592,3 +592,28 @@ def test_outputs_of_the_same_names_pair_by_name_in_any_order(cifar_b4: Calibrati
     report = compare_models(ref, cand, cifar_b4)
     assert report.check(Thresholds()) == [] and report.max_abs_error == 0.0
     assert report.top1_agreement == 1.0 and report.candidate_output_names == ["seg", "logits"]
+
+
+def test_a_reference_run_is_made_once_for_every_comparison(
+    zoo_model, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """optimize compares each candidate with the same input model on the same samples: it built a
+    reference session (serializing the model) and ran it for every check. A ReferenceRun runs it
+    once per sample, and its reports are the ones a fresh reference gives."""
+    import deployopt.fidelity as fidelity
+    from deployopt.fidelity import ReferenceRun
+
+    ref = zoo_model("se_net")
+    calib = load_calibration(None, {"input": [1, 3, 32, 32]}, count=3)
+    runs: list[str] = []
+    real_run = fidelity._run
+    monkeypatch.setattr(
+        fidelity, "_run", lambda s, feeds, role: runs.append(role) or real_run(s, feeds, role)
+    )
+    shared = ReferenceRun(ref)
+    first = compare_models(shared, ref, calib).to_json()
+    second = compare_models(shared, _negate_logits(ref), calib).to_json()
+    assert runs.count("reference") == 3 and runs.count("candidate") == 6
+    assert first == compare_models(ref, ref, calib).to_json()
+    assert second == compare_models(ref, _negate_logits(ref), calib).to_json()
+    assert second != first
