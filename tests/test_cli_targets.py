@@ -79,23 +79,9 @@ def test_targets_table_prints_every_figure_whole_in_80_columns(monkeypatch, caps
 
 def test_staircase_json_schema(monkeypatch, capsys, tmp_path):
     plot = tmp_path / "stairs.png"
+    conv = ["staircase", "--target", "h200", "--sms", "8", "--input", "8x128x28x28", "--kernel", "3"]
     code, out, _ = run(
-        monkeypatch,
-        capsys,
-        "staircase",
-        "--target",
-        "h200",
-        "--sms",
-        "8",
-        "--input",
-        "8x128x28x28",
-        "--kernel",
-        "3",
-        "--out-channels",
-        "16:512:16",
-        "--json",
-        "--plot",
-        str(plot),
+        monkeypatch, capsys, *conv, "--out-channels", "16:512:16", "--json", "--plot", str(plot)
     )
     assert code == 0
     doc = json.loads(out)
@@ -108,21 +94,7 @@ def test_staircase_json_schema(monkeypatch, capsys, tmp_path):
     first = predict(ConvShape(8, 128, 28, 28, 16, 3, 3, (1, 1), (1, 1)), t, "fp16")
     assert doc["points"][0]["predicted_us"] == pytest.approx(first.predicted_us)
     assert doc["points"][0]["waves"] == first.waves
-    code, table, _ = run(
-        monkeypatch,
-        capsys,
-        "staircase",
-        "--target",
-        "h200",
-        "--sms",
-        "8",
-        "--input",
-        "8x128x28x28",
-        "--kernel",
-        "3",
-        "--out-channels",
-        "128:160:16",
-    )
+    code, table, _ = run(monkeypatch, capsys, *conv, "--out-channels", "128:160:16")
     rows = [line.split() for line in table.splitlines() if line.split()[:1] in (["128"], ["144"], ["160"])]
     assert code == 0 and [r[5] for r in rows] == ["13%", "38%", "38%"], table  # 1/8 and 3/8 of a wave
     assert doc["shape"]["pad"] == [1, 1] and doc["dtype"] == "fp16"
