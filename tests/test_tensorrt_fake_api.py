@@ -74,6 +74,7 @@ import re
 import statistics
 import sys
 import types
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -89,7 +90,15 @@ from deployopt.backends import tensorrt_calibrator
 from deployopt.backends.base import MeasureOptions
 from deployopt.backends.tensorrt import TensorRTBackend, build_and_time, build_engine, time_engine
 from deployopt.backends.trtexec_parser import version_tuple
-from deployopt.errors import BackendFailed, CacheWarning, DataError, DeployoptError, ModelError, OutputError
+from deployopt.errors import (
+    BackendFailed,
+    CacheWarning,
+    DataError,
+    DeployoptError,
+    DeployoptWarning,
+    ModelError,
+    OutputError,
+)
 from deployopt.regression import compare_paths, differences
 from deployopt.timing import load_timing
 
@@ -1017,6 +1026,7 @@ def make_tensorrt(version: str, gpu: FakeGpu) -> types.ModuleType:
             t._name: (profile._shapes[t._name][1] if -1 in t._shape else t._shape) for t in network._inputs
         }
         names = [t._name for t in network._inputs]
+        types_of = {t._name: t._dtype for t in network._inputs}
         while True:
             got = callback("get_batch", None, cal.get_batch, list(names))
             gpu.get_batch_results.append(got)
@@ -1026,8 +1036,11 @@ def make_tensorrt(version: str, gpu: FakeGpu) -> types.ModuleType:
             batch = {}
             for name, ptr in zip(names, got):
                 need(is_int(ptr), f"get_batch must return device pointers (ints), got {ptr!r}")
-                data = gpu.read(int(ptr), volume(shapes[name]) * 4, f"calibration batch for {name!r}")
-                batch[name] = np.frombuffer(data, np.float32).reshape(shapes[name]).copy()
+                # read as the input's own type (float32 bytes for an fp16 input are read as fp16)
+                dt = np.dtype(_NPTYPES[types_of[name].name])
+                nbytes = volume(shapes[name]) * dt.itemsize
+                data = gpu.read(int(ptr), nbytes, f"calibration batch for {name!r}")
+                batch[name] = np.frombuffer(data, dt).reshape(shapes[name]).copy()
             gpu.calibration_batches.append(batch)
         if not gpu.calibration_batches:
             error(logger, "Calibration failure occurred with no scaling factors detected.")
@@ -1824,6 +1837,72 @@ def test_bench_cli_calibrates_int8_on_the_given_data(
     table.write_bytes(b"")
     code, _, err = run_cli(monkeypatch, capsys, *args, "--calibration-data", str(table), "--runs", "3")
     assert code == 2 and err.count("\n") == 1 and f"calibration table {table} is empty" in err
+
+
+def test_int8_calibration_says_what_its_loader_left_out_once_a_session(
+    monkeypatch: pytest.MonkeyPatch,
+    zoo_model_path: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Rows that do not fill a batch are left out of calibration, as verify and optimize say with a
+    `notice:` line: the tensorrt backend said nothing (load_samples dropped the loader's notices).
+    One `warning:` line, once a session however many engines it calibrates."""
+    from cli_runner import run_cli
+
+    trt, gpu = install(monkeypatch, V10, "bindings")
+    trt.__spec__ = importlib.machinery.ModuleSpec("tensorrt", None)  # importable, for availability()
+    monkeypatch.setattr(trt_backend, "run_isolated", lambda target, args, timeout: build_and_time(*args))
+    monkeypatch.chdir(tmp_path)  # engines/ goes here
+    calib, _ = write_calibration(tmp_path, items=5)
+    model = zoo_model_path("mobilenet_like_dynamic")
+    said = "INT8 calibration data: 5 rows of input 'input' do not fill batches of 2: the last 1 is left out"
+    args = [
+        "bench",
+        str(model),
+        "--backend",
+        "tensorrt",
+        "--dtype",
+        "int8",
+        "--input-shape",
+        "input:2x3x32x32",
+    ]
+    code, _, err = run_cli(monkeypatch, capsys, *args, "--calibration-data", str(calib), "--runs", "5")
+    assert code == 0, err
+    assert len(gpu.calibration_batches) == 2 and err.count(f"warning: {said}\n") == 1, err
+
+    other = tmp_path / "other.onnx"
+    other.write_bytes(model.read_bytes())  # another engine (its own name), the same data
+    options = opts(tmp_path, dtype="int8", batch=2, calibration_data=str(calib))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with trt_backend.TensorRTBackend().open(options) as session:
+            session.measure(model)
+            session.measure(other)
+    assert len(gpu.calibration_batches) == 6  # both built and calibrated in the session
+    assert [str(w.message) for w in caught if issubclass(w.category, DeployoptWarning)] == [said]
+
+
+def test_int8_calibration_buffers_are_in_the_inputs_own_type(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """TensorRT reads a calibration buffer as the input's type: an fp16 input got float32 bytes (in
+    a buffer twice the size), read as fp16 they were noise. The batches are cast to it."""
+    _, gpu = install(monkeypatch, V85, "cudart")
+    h = onnx.helper
+    x = h.make_tensor_value_info("x", onnx.TensorProto.FLOAT16, [1, 3, 8, 8])
+    y = h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 3, 8, 8])
+    graph = h.make_graph([h.make_node("Cast", ["x"], ["y"], to=onnx.TensorProto.FLOAT)], "half", [x], [y])
+    model = tmp_path / "half.onnx"
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), str(model))
+    data = (np.arange(3 * 3 * 8 * 8, dtype=np.float32).reshape(3, 3, 8, 8) % 64) / 8.0  # exact in fp16
+    np.save(tmp_path / "calib.npy", data)
+    options = opts(tmp_path, dtype="int8", calibration_data=str(tmp_path / "calib.npy"))
+    build_engine(str(model), options, str(tmp_path / "half.engine"))
+    assert len(gpu.calibration_batches) == 3
+    for i, batch in enumerate(gpu.calibration_batches):
+        assert batch["x"].dtype == np.float16
+        np.testing.assert_array_equal(batch["x"], data[i : i + 1].astype(np.float16))
 
 
 @pytest.mark.parametrize("command", ["bench", "profile"])

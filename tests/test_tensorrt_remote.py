@@ -637,6 +637,48 @@ def test_calibration_images_are_made_into_the_npy_the_runner_reads(
     assert log.read_text().splitlines() == [version_check()]  # nothing sent
 
 
+def test_a_calibration_npy_goes_as_the_hosts_loader_reads_it(
+    model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A .npy goes through the same loader as other data (calibration_npy): one the host reads (N
+    items with their batch axis, or a single item without N) reaches the board as N x C x H x W,
+    capped at 512 inputs; NaN is one line before anything is sent. It went as it was: the runner
+    refused the first two after ssh, and took NaN and any number of inputs unchecked."""
+    import numpy as np
+
+    log, home = play_the_board(tmp_path, monkeypatch)
+    rng = np.random.default_rng(0)
+    cases = {
+        "batched.npy": rng.standard_normal((8, 1, 3, 32, 32)).astype(np.float32),
+        "one.npy": rng.standard_normal((3, 32, 32)).astype(np.float32),
+        "many.npy": rng.standard_normal((600, 3, 32, 32)).astype(np.float32),
+    }
+    for name, arr in cases.items():
+        np.save(tmp_path / name, arr)
+        log.write_text("")
+        code, _, err = run_cli(
+            monkeypatch, capsys, "bench", str(model), *REMOTE, "--dtype", "int8", "--runs", "5",
+            "--calibration-data", str(tmp_path / name),
+        )  # fmt: skip
+        assert code == 0, (name, err)
+        assert " --calib-npy deployopt-runner/net/calib1.npy " in log.read_text().splitlines()[-2]
+        sent = np.load(home / "deployopt-runner" / "net" / "calib1.npy")
+        want = arr.reshape(-1, 3, 32, 32)[:512]
+        assert sent.shape == want.shape and np.array_equal(sent, want), name
+
+    bad = cases["batched.npy"].copy()
+    bad[2, 0, 0, 0, 0] = np.nan
+    np.save(tmp_path / "nan.npy", bad)
+    log.write_text("")
+    code, _, err = run_cli(
+        monkeypatch, capsys, "bench", str(model), *REMOTE, "--dtype", "int8",
+        "--calibration-data", str(tmp_path / "nan.npy"),
+    )  # fmt: skip
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+    assert "NaN" in err and "nan.npy" in err
+    assert log.read_text().splitlines() == [version_check()]  # nothing sent
+
+
 def test_calibration_data_goes_to_the_board_once_a_session(
     model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

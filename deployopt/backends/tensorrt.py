@@ -697,23 +697,29 @@ def build_engine(model_path: str, options: MeasureOptions, engine_path: str) -> 
         config.add_optimization_profile(profile)
     core: CalibratorCore | TableCalibrator | None = None
     calibrator = None
+    notices: list[str] = []  # what the calibration data's loader assumed: the session says it
     if options.dtype == "int8" and not typed:  # 11.x: INT8 from the model's Q/DQ nodes, no flag
         config.set_flag(trt.BuilderFlag.INT8)
         table = table_only(options)
         if table is not None:
             core = TableCalibrator(table)  # a table, no data: TensorRT reads it, nothing to calibrate
         elif options.calibration_data:
-            in_shapes = {}
+            in_shapes, in_dtypes = {}, {}
             for i in range(network.num_inputs):
                 t = network.get_input(i)
                 in_shapes[t.name] = tuple(shapes.get(t.name, tuple(t.shape)))
+                # TensorRT reads a calibration buffer as the input's own type: float32 bytes were
+                # read as fp16 or uint8 values (and overran a buffer sized for them)
+                in_dtypes[t.name] = _io_dtype(trt, t.name, True, t.dtype)
             count = int(options.extra.get("calibration_count", DEFAULT_CALIBRATION_COUNT))
-            samples = load_samples(options.calibration_data, in_shapes, count, options.calibration_preprocess)
+            samples = load_samples(
+                options.calibration_data, in_shapes, count, options.calibration_preprocess, notices
+            )
             cache = CalibrationCache(
                 options.extra.get("calib_cache") or str(Path(engine_path).with_suffix(".calib"))
             )
             core = CalibratorCore(
-                CalibrationBatcher(samples, in_shapes), cache, cuda_api(options.extra.get("cuda"))
+                CalibrationBatcher(samples, in_shapes, in_dtypes), cache, cuda_api(options.extra.get("cuda"))
             )
         elif not _onnx_has_qdq(data):
             raise DataError(INT8_NEEDS_SCALES)
@@ -769,7 +775,10 @@ def build_engine(model_path: str, options: MeasureOptions, engine_path: str) -> 
             write_bytes(cache_path, bytes(used.serialize()))
         except OutputError as exc:  # the engine is built and written: only the next build's speed-up is lost
             warnings.warn(f"{exc}; the TensorRT timing cache is not saved", CacheWarning, 2)
-    return {"tensorrt": version, "shapes": shapes}
+    facts: dict[str, Any] = {"tensorrt": version, "shapes": shapes}
+    if notices:  # for the session to say (build_and_time, TensorRTSession._say)
+        facts["calibration_notices"] = notices
+    return facts
 
 
 class _IO:
@@ -1063,9 +1072,10 @@ def build_and_time(
     engine_path = engine_path_for(workdir, model_path, options.dtype, key)
     built = False
     build_s = None
+    notices: list[str] = []
     if not engine_path.is_file() or options.extra.get("rebuild"):
         start = time.perf_counter()
-        build_engine(model_path, options, str(engine_path))
+        notices = build_engine(model_path, options, str(engine_path)).get("calibration_notices", [])
         build_s = round(time.perf_counter() - start, 1)  # as the runner records it
         built = True
         if facts["calib_cache_sha256"] is not None:
@@ -1086,6 +1096,8 @@ def build_and_time(
     )
     if build_s is not None:
         out["timing"]["environment"]["engine_build_s"] = build_s
+    if notices:  # said by the session (TensorRTSession._say), once however many engines it builds
+        out["calibration_notices"] = notices
     return out
 
 
@@ -1103,11 +1115,30 @@ def time_prebuilt(engine_path: str, options: MeasureOptions, per_layer: bool) ->
 
 
 class TensorRTSession(Session):
+    def __init__(self, backend: Backend, options: MeasureOptions) -> None:
+        super().__init__(backend, options)
+        self._said: set[str] = set()  # calibration notices already warned (_say)
+
     @property
     def runs_on_gpu(self) -> bool:
         return True  # TensorRT builds and runs engines on the GPU only
 
     def _call(self, model_path: Path, per_layer: bool) -> dict:
+        out = self._build_and_time(model_path, per_layer)
+        self._say(out.get("calibration_notices", []))
+        return out
+
+    def _say(self, notices: list[str]) -> None:
+        """The calibration loader's notices as warnings, each once a session: optimize builds every
+        candidate from the same data, and the same line for each would bury the rest."""
+        from deployopt.backends.tensorrt_calibrator import calibration_notice
+
+        for notice in notices:
+            if notice not in self._said:
+                self._said.add(notice)
+                warnings.warn(calibration_notice(notice), DeployoptWarning, 3)
+
+    def _build_and_time(self, model_path: Path, per_layer: bool) -> dict:
         model_path = Path(model_path)
         if not model_path.is_file():
             raise no_such_file(model_path, ModelError)

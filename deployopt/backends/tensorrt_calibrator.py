@@ -190,10 +190,13 @@ def load_samples(
     inputs: dict[str, tuple[int, ...]],
     count: int,
     preprocess: ImagePreprocess | None = None,
+    notices: list[str] | None = None,
 ) -> list[dict[str, np.ndarray]]:
     """Calibration samples from calibration data (deployopt.fidelity reads the folder/file formats);
     images made into tensors by `preprocess` (None: the ImageNet defaults), as verify, apply and
-    optimize make them, so INT8 ranges are calibrated on the inputs the model takes."""
+    optimize make them, so INT8 ranges are calibrated on the inputs the model takes. What the loader
+    assumed (images left out past the last full batch, a batch filled by repeating) is appended to
+    `notices`, for the caller to say (calibration_notice): it was dropped without a word."""
     try:
         from deployopt.fidelity import DEFAULT_PREPROCESS, load_calibration
     except ImportError as exc:
@@ -204,7 +207,15 @@ def load_samples(
         count=count,
         preprocess=preprocess or DEFAULT_PREPROCESS,
     )
+    if notices is not None:
+        notices.extend(cal.notices)
     return list(cal.samples)
+
+
+def calibration_notice(notice: str) -> str:
+    """One loader notice as the `warning:` line INT8 calibration says it with (the backend warns,
+    as commands print `notice:` for the same loader's notices)."""
+    return f"INT8 calibration data: {notice}"
 
 
 def make_entropy_calibrator(trt: Any, core: CalibratorCore | TableCalibrator) -> Any:

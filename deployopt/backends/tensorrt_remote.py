@@ -24,6 +24,7 @@ import dataclasses
 import json
 import os
 import tempfile
+import warnings
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -33,6 +34,7 @@ from deployopt.errors import (
     BackendUnavailable,
     DataError,
     DeployoptError,
+    DeployoptWarning,
     ModelError,
     no_such_file,
 )
@@ -105,36 +107,32 @@ def find_runner() -> Path:
     )
 
 
-#: calibration_file's flag for data the runner cannot read (a folder of images, an .npz, a folder of
-#: arrays): made into one .npy of the model's input here (calibration_npy), sent as --calib-npy.
+#: calibration_file's flag for calibration data (a folder of images, an .npz, a folder of arrays,
+#: a .npy too): made into one .npy of the model's input here (calibration_npy), sent as --calib-npy.
 MADE_HERE = "--calib-data"
 
 
 def calibration_file(options: MeasureOptions) -> tuple[str, str] | None:
     """What an INT8 build on the board calibrates from, as (runner flag, host file): a calibration
-    table (--calib-cache, read as the tensorrt backend reads one), one .npy of inputs (--calib-npy),
-    or other data (a folder of images, an .npz: MADE_HERE), which the runner cannot read: it is made
-    into a .npy here per model (calibration_npy). It was refused, with advice to calibrate on the
-    host with TensorRT, which a host that only drives a board does not have."""
+    table (--calib-cache, read as the tensorrt backend reads one) or data (MADE_HERE: a folder of
+    images, an .npz, a .npy), made into the runner's .npy here per model (calibration_npy). A .npy
+    went as it was, so one the host's loader reads (N x 1x3x32x32 with the batch axis, a single
+    3x32x32 item) was refused by the runner after ssh, uncapped and unchecked for NaN."""
     from deployopt.backends.tensorrt import table_only
 
     if options.dtype != "int8":
         return None
     table = table_only(options)
     if table is not None:
-        found = ("--calib-cache", table)
-    elif options.calibration_data and str(options.calibration_data).lower().endswith(".npy"):
-        found = ("--calib-npy", str(options.calibration_data))
-    elif options.calibration_data:
-        data = str(options.calibration_data)
-        if not Path(data).exists():  # before anything reaches the board
-            raise no_such_file(data, DataError)
-        return (MADE_HERE, data)
-    else:
+        if not Path(table).is_file():  # before anything reaches the board
+            raise no_such_file(table, DataError)
+        return ("--calib-cache", table)
+    if not options.calibration_data:
         return None
-    if not Path(found[1]).is_file():  # before anything reaches the board
-        raise no_such_file(found[1], DataError)
-    return found
+    data = str(options.calibration_data)
+    if not Path(data).exists():  # before anything reaches the board
+        raise no_such_file(data, DataError)
+    return (MADE_HERE, data)
 
 
 def model_input_dims(model_path: Path, options: MeasureOptions) -> dict[str, list[int]]:
@@ -158,7 +156,7 @@ def calibration_npy(options: MeasureOptions, model_name: str, dims: dict[str, li
     import numpy as np
 
     from deployopt.backends.tensorrt import DEFAULT_CALIBRATION_COUNT
-    from deployopt.backends.tensorrt_calibrator import load_samples
+    from deployopt.backends.tensorrt_calibrator import calibration_notice, load_samples
 
     data = str(options.calibration_data)
     if len(dims) != 1:
@@ -169,8 +167,11 @@ def calibration_npy(options: MeasureOptions, model_name: str, dims: dict[str, li
         )
     ((name, shape),) = dims.items()
     count = int(options.extra.get("calibration_count", DEFAULT_CALIBRATION_COUNT))
-    samples = load_samples(data, {name: tuple(shape)}, count, options.calibration_preprocess)
+    notices: list[str] = []
+    samples = load_samples(data, {name: tuple(shape)}, count, options.calibration_preprocess, notices)
     np.save(dest, np.concatenate([np.asarray(s[name], dtype=np.float32) for s in samples]))
+    for notice in notices:  # as the local tensorrt backend says them (once a session: made once)
+        warnings.warn(calibration_notice(notice), DeployoptWarning, 2)
     return dest
 
 
