@@ -140,8 +140,9 @@ def preprocess_image(
 ) -> np.ndarray:
     """One image file → float32 C×H×W: (pixel·scale − mean) / std.
 
-    `resize="stretch"` resizes straight to H×W (bilinear); `"crop"` resizes the shorter side to
-    H/0.875 and takes the centre H×W (the ImageNet evaluation recipe, 256 → 224).
+    `resize="stretch"` resizes straight to H×W (bilinear); `"crop"` resizes, aspect ratio kept, so
+    the picture covers H/0.875 × W/0.875, and takes the centre H×W (the ImageNet evaluation recipe,
+    256 → 224; it used to stretch a non-square input's picture).
     """
     from PIL import Image, UnidentifiedImageError
 
@@ -161,9 +162,9 @@ def preprocess_image(
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             img = _decode(path, channels)
         if resize == "crop":
-            short = round(min(h, w) / 0.875)
             iw, ih = img.size
-            ratio = short / min(iw, ih)
+            # one factor for both axes (rounded targets, so square inputs resize as they always did)
+            ratio = max(round(h / 0.875) / ih, round(w / 0.875) / iw)
             img = img.resize((max(w, round(iw * ratio)), max(h, round(ih * ratio))), Image.BILINEAR)
             iw, ih = img.size
             left, top = (iw - w) // 2, (ih - h) // 2
@@ -212,6 +213,10 @@ def _decode(path: Path, channels: int) -> Any:
     from PIL import Image
 
     with Image.open(path) as img:
+        if img.mode == "P" and "transparency" in img.info:
+            # via RGBA, as Pillow asks: straight to RGB/L it printed a two-line UserWarning
+            # ("Palette images with Transparency expressed in bytes ...") for every such image
+            img = img.convert("RGBA")
         return _to_8bit(img).convert("RGB" if channels == 3 else "L")
 
 
@@ -266,6 +271,14 @@ def _split_array(
         # data is broken, not the edit (optimize would otherwise call it an internal error)
         bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
         raise DataError(f"{origin}: array for input {name!r} holds {bad} NaN or infinite value(s)")
+    biggest = float(np.max(np.abs(arr))) if arr.dtype.kind == "f" and arr.itemsize > 4 and arr.size else 0.0
+    if biggest > _F32_MAX:
+        # samples are float32: the cast made such values inf (numpy's two-line RuntimeWarning), and
+        # the reference model's outputs were blamed for them
+        raise DataError(
+            f"{origin}: array for input {name!r} holds {biggest:g}, past float32's "
+            f"largest ({_F32_MAX:.3g}), the type the models are fed"
+        )
     if list(arr.shape) == shape:
         return [arr], []
     if arr.ndim == len(shape) + 1 and list(arr.shape[1:]) == shape:
@@ -373,11 +386,11 @@ def _load_array_file(
 
 
 def _assemble_arrays(
-    files: list[Path], inputs: dict[str, list[int]], count: int, source: str
+    files: list[Path], inputs: dict[str, list[int]], count: int, source: str, notices: list[str] | None = None
 ) -> CalibrationSet:
     """The array files' samples, in file order, then all their rows stacked into full batches."""
     per_input: dict[str, list[np.ndarray]] = {}
-    notices: list[str] = []
+    notices = list(notices or [])
     pieces = [_load_array_file(f, inputs, notices) for f in files]
     for name, shape in inputs.items():
         samples = [s for piece in pieces for s in piece[name][0]]
@@ -427,6 +440,7 @@ def load_calibration(
         return CalibrationSet(samples=samples, source=RANDOM_SOURCE, random=True)
 
     path = Path(path)
+    unread: list[str] = []  # a folder's files of other types, said in one notice
     if not path.exists():
         raise no_such_file(path, DataError, folder=True)
     if path.is_file():
@@ -459,8 +473,11 @@ def load_calibration(
                 f"{path}: no png/jpg/jpeg/bmp images and no .npy/.npz arrays, only {len(entries)} other "
                 f"file(s) such as {entries[0].relative_to(path)} (subfolders searched too)"
             )
+        unread = _unread_notice(
+            [p for p in entries if p.suffix.lower() not in IMAGE_SUFFIXES | ARRAY_SUFFIXES]
+        )
         if arrays:
-            return _assemble_arrays(arrays, inputs, count, str(path))
+            return _assemble_arrays(arrays, inputs, count, str(path), unread)
 
     # Images: one 4-D input (N, C, H, W) fed with resized, normalised pictures.
     if len(inputs) != 1:
@@ -472,6 +489,12 @@ def load_calibration(
     if len(shape) != 4:
         raise DataError(f"{path}: images need a 4-D N×C×H×W input, {name!r} is {_fmt(shape)}")
     batch, channels, h, w = shape
+    if channels not in (1, 3):  # checked once, here: the error blamed the first image for the layout
+        last = " (it looks N×H×W×C, channels last)" if shape[3] in (1, 3) else ""
+        raise DataError(
+            f"{path}: images feed N×C×H×W inputs with 1 or 3 channels (dim 1), {name!r} is "
+            f"{_fmt(shape)}{last}; give .npy/.npz arrays of its shape"
+        )
     files = files[: count * batch]
     rows = [
         preprocess_image(
@@ -491,9 +514,48 @@ def load_calibration(
         samples=[{name: b} for b in batches],
         source=str(path),
         random=False,
-        notices=notices,
+        notices=unread + notices,
         preprocess=preprocess,
     )
+
+
+#: files a dataset folder holds beside its data (READMEs, licences, labels, annotations, scripts),
+#: skipped without a notice: the bundled calibration_data/ has a README.md and a LICENSE
+_NOT_DATA_SUFFIXES = frozenset(
+    {
+        "",
+        ".md",
+        ".txt",
+        ".rst",
+        ".json",
+        ".csv",
+        ".tsv",
+        ".yaml",
+        ".yml",
+        ".xml",
+        ".html",
+        ".py",
+        ".sh",
+        ".log",
+    }
+)
+
+
+def _unread_notice(files: list[Path]) -> list[str]:
+    """One notice for a folder's files of other types, which are not read ("20 file(s) not read:
+    .webp ×20 ..."): a folder of .webp photos and one .png was "1 sample" without a word. Text
+    and metadata files (`_NOT_DATA_SUFFIXES`) are not mentioned."""
+    counts: dict[str, int] = {}
+    for f in files:
+        ext = f.suffix.lower()
+        if ext not in _NOT_DATA_SUFFIXES:
+            counts[ext] = counts.get(ext, 0) + 1
+    if not counts:
+        return []
+    kinds = ", ".join(f"{ext} ×{n}" for ext, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    return [
+        f"{sum(counts.values())} file(s) not read: {kinds} (images are png/jpg/jpeg/bmp; arrays .npy/.npz)"
+    ]
 
 
 #: The samples `optimize`'s fidelity gate checks (the first ones of --calibration-data)
@@ -580,10 +642,15 @@ def _assemble(
     if len(set(counts.values())) > 1:
         notices.append(f"inputs have different sample counts {counts}: using the first {n}")
     n = min(n, count)
-    samples = [
-        {name: per_input[name][i].astype(np.float32, copy=False) for name in per_input} for i in range(n)
-    ]
+    samples = [{name: _as_fed(per_input[name][i]) for name in per_input} for i in range(n)]
     return CalibrationSet(samples=samples, source=source, random=False, notices=notices)
+
+
+def _as_fed(arr: np.ndarray) -> np.ndarray:
+    """Floats (and bools) as float32; integers keep their type and values: through float32, int64
+    ids past 2**24 were rounded (16777217 → 16777216) before the integer-input check could see
+    them. `feed_inputs` casts to the type each input takes."""
+    return arr if arr.dtype.kind in "iu" else arr.astype(np.float32, copy=False)
 
 
 # ---------------------------------------------------------------------------- comparison
@@ -906,12 +973,15 @@ def _channel_scaled(ref: np.ndarray, cand: np.ndarray) -> tuple[np.ndarray, np.n
     [4 + classes, anchors] (YOLOv8) or [anchors, 5 + classes] (YOLOv5/v7: a 2-D row longer than
     wide has its channels last). Channels can carry different units: a YOLO head's box channels
     are pixels, its class scores 0–1, so unscaled the boxes make up ~99.99 % of the norm and a
-    cosine would not see the scores change at all. A row of logits ([classes]) is left as it is."""
+    cosine would not see the scores change at all. A row of logits ([classes], or [classes, 1, 1]:
+    one position per channel) is left as it is."""
     ref, cand = ref.astype(np.float64), cand.astype(np.float64)
     if ref.ndim == 2 and ref.shape[1] < ref.shape[0]:
         # [anchors, 4 + 1 + classes] (YOLOv5/v7 exports): the features are the last axis
         ref, cand = ref.T, cand.T
-    if ref.ndim < 2 or ref.shape[0] < 2:
+    if ref.ndim < 2 or ref.shape[0] < 2 or ref[0].size == 1:
+        # one position per channel ([classes, 1, 1]: SqueezeNet/Caffe logits) is a row of logits:
+        # scaled, every logit was divided by its own magnitude
         return ref.ravel(), cand.ravel()
     flat_r, flat_c = ref.reshape(ref.shape[0], -1), cand.reshape(cand.shape[0], -1)
     rms = np.sqrt(np.mean(flat_r**2, axis=1, keepdims=True))
@@ -950,10 +1020,10 @@ def compare_models(
     output count or shape is a DataError. Cosine similarity is per batch row (per image) and per output, each
     channel of an output with channels and positions scaled by the reference's RMS
     (`_channel_scaled`: boxes in pixels must not drown class scores), and a row's cosine is its
-    worst output's; top-1 agreement is over the batch rows of every N×classes output, and the
-    worst output's counts. (One cosine over all outputs joined let a segmentation map outweigh the
-    10 logits beside it: a trim that took the logits to cosine 0.95 passed at 0.99998, and top-1,
-    read off the first output only, was never computed for logits second.)
+    worst output's; top-1 agreement is over the batch rows of every N×classes (or N×classes×1×1)
+    output, and the worst output's counts. (One cosine over all outputs joined let a segmentation
+    map outweigh the 10 logits beside it: a trim that took the logits to cosine 0.95 passed at
+    0.99998, and top-1, read off the first output only, was never computed for logits second.)
     Errors are computed in float64.
     """
     if not calib.samples:
@@ -1039,7 +1109,9 @@ def compare_models(
             cosines.append(min(per, key=_nan_first))
             n_rows += 1
         for i, (r, c) in enumerate(zip(ref_out, cand_out)):
-            if r.ndim == 2 and r.shape[1] > 1:  # N×classes logits, wherever they stand
+            if r.ndim >= 2 and r.shape[1] > 1 and all(d == 1 for d in r.shape[2:]):
+                # N×classes logits, wherever they stand; N×classes×1×1 (SqueezeNet/Caffe) too
+                r, c = r.reshape(r.shape[:2]), c.reshape(c.shape[:2])
                 agree[i] += int(np.sum(np.argmax(r, axis=1) == np.argmax(c, axis=1)))
                 rows_top1[i] += r.shape[0]
     cos = np.array(cosines)

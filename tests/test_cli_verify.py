@@ -184,3 +184,15 @@ def test_models_whose_nodes_repeat_a_name_are_verified(zoo_model_path, tmp_path:
     shifted = _shifted(dup, tmp_path / "shifted.onnx", 0.01)
     result = _verify(str(dup), str(shifted), "--count", "2", "--max-abs-error", "1e-3")
     assert result.exit_code == 1 and "FAILED: max abs error 0.01 > 0.001" in result.output, result.output
+
+
+def test_verify_says_how_images_were_made_into_tensors(zoo_model_path) -> None:
+    """optimize and apply print the preprocessing their images got; verify said nothing of it."""
+    ref = str(zoo_model_path("resnet56_pruned"))
+    result = _verify(ref, ref, "--calibration-data", str(CIFAR), "--count", "2", "--resize", "crop")
+    assert result.exit_code == 0, result.output
+    assert (
+        "calibration images made into tensors by: scale 1/255, mean 0.485,0.456,0.406, "
+        "std 0.229,0.224,0.225, RGB, resize crop"
+    ) in result.stdout
+    assert "made into tensors" not in _verify(ref, ref, "--count", "2").stdout  # random inputs

@@ -617,3 +617,139 @@ def test_a_reference_run_is_made_once_for_every_comparison(
     assert first == compare_models(ref, ref, calib).to_json()
     assert second == compare_models(ref, _negate_logits(ref), calib).to_json()
     assert second != first
+
+
+def _logits_c11(bias: list[float]) -> onnx.ModelProto:
+    """x [4, 5, 1, 1] → x + bias per channel: a SqueezeNet/Caffe-style classifier's N×classes×1×1."""
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "b"], ["y"])],
+        "c11_head",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4, 5, 1, 1])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4, 5, 1, 1])],
+        [numpy_helper.from_array(np.array(bias, np.float32).reshape(1, 5, 1, 1), "b")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_n_classes_1_1_logits_are_compared_unscaled_and_count_for_top1() -> None:
+    """[N, C, 1, 1] logits had every channel scaled by its own RMS (one position: each logit divided
+    by its own magnitude, so the cosine saw only signs) and no top-1 (only 2-D outputs counted)."""
+    x = np.random.default_rng(3).standard_normal((4, 5, 1, 1)).astype(np.float32)
+    bias = [1.5, 0.0, 0.0, 0.0, 0.0]
+    calib = CalibrationSet(samples=[{"x": x}], source="test", random=False)
+    report = compare_models(_logits_c11([0.0] * 5), _logits_c11(bias), calib)
+    ref, cand = x.reshape(4, 5).astype(np.float64), (x.reshape(4, 5) + np.array(bias)).astype(np.float64)
+    cos = [float(r @ c / np.linalg.norm(r) / np.linalg.norm(c)) for r, c in zip(ref, cand)]
+    assert report.cosine_min == pytest.approx(min(cos), abs=1e-6)
+    top1 = float(np.mean(ref.argmax(1) == cand.argmax(1)))
+    assert 0.0 < top1 < 1.0 and report.top1_agreement == pytest.approx(top1)
+    assert compare_models(_logits_c11(bias), _logits_c11(bias), calib).top1_agreement == 1.0
+
+
+def test_files_of_other_types_in_a_folder_are_counted_in_a_notice(tmp_path: Path) -> None:
+    """20 .webp and one .png loaded as "1 sample" without a word: the files not read are counted
+    by extension; hidden files and text/metadata (README.md, labels.txt) are not mentioned."""
+    _png(tmp_path / "a.png", 10)
+    for i in range(3):
+        (tmp_path / f"img{i}.webp").write_bytes(b"RIFF")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "x.TIF").write_bytes(b"II*\0")
+    for quiet in (".DS_Store", "README.md", "labels.txt", "LICENSE"):
+        (tmp_path / quiet).write_text("x")
+    calib = load_calibration(tmp_path, {"input": [1, 3, 8, 8]}, count=4)
+    said = "4 file(s) not read: .webp ×3, .tif ×1 (images are png/jpg/jpeg/bmp; arrays .npy/.npz)"
+    assert len(calib.samples) == 1 and calib.notices == [said]
+    arrays = tmp_path / "arrays"
+    arrays.mkdir()
+    np.save(arrays / "x.npy", np.zeros((1, 3, 8, 8), np.float32))
+    (arrays / "y.npy.gz").write_bytes(b"\x1f\x8b")
+    assert load_calibration(arrays, {"input": [1, 3, 8, 8]}).notices == [
+        "1 file(s) not read: .gz ×1 (images are png/jpg/jpeg/bmp; arrays .npy/.npz)"
+    ]
+    assert load_calibration(CIFAR.parent, SHAPE).notices == []  # its README.md and LICENSE: no notice
+
+
+def test_integer_arrays_keep_their_values_and_float64_past_float32_is_one_line(tmp_path: Path) -> None:
+    """Arrays were cast to float32 before any check: int64 ids past 2**24 were rounded
+    (16777217 → 16777216) and 1e300 became inf, with numpy's two-line RuntimeWarning, the error
+    then blaming the reference model's outputs."""
+    import warnings
+
+    ids = np.array([[16777217, 123456789, 2**40 + 1, 7]], np.int64)
+    np.save(tmp_path / "ids.npy", ids)
+    sample = load_calibration(tmp_path / "ids.npy", {"ids": [1, 4]}).samples[0]["ids"]
+    assert sample.dtype.kind == "i" and sample.tolist() == ids.tolist()
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["ids"], ["out"])],
+        "ids",
+        [helper.make_tensor_value_info("ids", onnx.TensorProto.INT64, [1, 4])],
+        [helper.make_tensor_value_info("out", onnx.TensorProto.INT64, [1, 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    calib = load_calibration(tmp_path / "ids.npy", {"ids": [1, 4]})
+    assert compare_models(model, model, calib).max_abs_error == 0.0
+    np.save(tmp_path / "huge.npy", np.full((1, 3, 4, 4), 1e300))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(
+            DataError, match=r"huge\.npy: array for input 'x' holds 1e\+300, past float32"
+        ) as exc:
+            load_calibration(tmp_path / "huge.npy", {"x": [1, 3, 4, 4]})
+    assert "\n" not in str(exc.value)
+    np.save(tmp_path / "ok.npy", np.full((1, 3, 4, 4), 1e30))  # float64 within float32's range: fed
+    assert load_calibration(tmp_path / "ok.npy", {"x": [1, 3, 4, 4]}).samples[0]["x"].dtype == np.float32
+
+
+def test_crop_keeps_the_aspect_ratio_and_square_inputs_crop_as_before(tmp_path: Path) -> None:
+    """`--resize crop` into a 32×64 input scaled the short side to 32/0.875 and stretched the other
+    to 64: a round circle came out twice as wide as tall. One factor now covers both axes."""
+    from PIL import ImageDraw
+
+    im = Image.new("RGB", (512, 512))
+    ImageDraw.Draw(im).ellipse((156, 156, 356, 356), fill=(255, 255, 255))
+    im.save(tmp_path / "circle.png")
+    x = preprocess_image(tmp_path / "circle.png", (32, 64), resize="crop", mean=(0,), std=(1,))[0]
+    rows, cols = np.where(x.max(1) > 0.5)[0], np.where(x.max(0) > 0.5)[0]
+    assert abs(len(rows) - len(cols)) <= 1 and len(rows) > 20
+    # a square input resizes exactly as the old recipe did (shorter side to round(S/0.875))
+    photo = Image.open(CIFAR / "cifar10_00_3.png").convert("RGB").resize((45, 30), Image.BILINEAR)
+    photo.save(tmp_path / "wide.png")
+    for s in (28, 224):
+        short = round(s / 0.875)
+        ratio = short / 30
+        old = photo.resize((max(s, round(45 * ratio)), max(s, round(30 * ratio))), Image.BILINEAR)
+        left, top = (old.size[0] - s) // 2, (old.size[1] - s) // 2
+        old = np.asarray(old.crop((left, top, left + s, top + s)), np.float32).transpose(2, 0, 1)
+        new = preprocess_image(tmp_path / "wide.png", (s, s), resize="crop", mean=(0,), std=(1,), scale=1.0)
+        assert np.array_equal(new, old)
+
+
+def test_a_channels_last_input_is_refused_for_images_before_any_is_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An N×H×W×C input was "images can feed inputs with 1 or 3 channels, the model's has 32",
+    blaming the first image: the layout is the model's, said once, before reading an image."""
+    import deployopt.fidelity as fidelity
+
+    monkeypatch.setattr(fidelity, "preprocess_image", lambda *a, **k: pytest.fail("an image was read"))
+    with pytest.raises(DataError) as exc:
+        load_calibration(CIFAR, {"input": [1, 32, 32, 3]})
+    msg = str(exc.value)
+    assert "images feed N×C×H×W inputs" in msg and "N×H×W×C" in msg and ".npy/.npz" in msg
+    assert "\n" not in msg
+
+
+def test_a_palette_png_with_transparency_is_read_without_a_warning(tmp_path: Path) -> None:
+    """Pillow warned in two lines on stderr ("Palette images with Transparency expressed in bytes
+    should be converted to RGBA images") for each such image: it is read via RGBA."""
+    import warnings
+
+    rgb = Image.open(CIFAR / "cifar10_00_3.png").convert("RGB")
+    rgb.convert("P").save(tmp_path / "p.png", transparency=bytes([0] * 10 + [255] * 246))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = preprocess_image(tmp_path / "p.png", (32, 32), mean=(0,), std=(1,), scale=1.0)
+        gray = preprocess_image(tmp_path / "p.png", (32, 32), channels=1, mean=(0,), std=(1,), scale=1.0)
+    palette = Image.open(tmp_path / "p.png").convert("RGBA")
+    assert np.array_equal(got, np.asarray(palette.convert("RGB"), np.float32).transpose(2, 0, 1))
+    assert np.array_equal(gray[0], np.asarray(palette.convert("L"), np.float32))

@@ -238,7 +238,10 @@ def resize_option() -> Any:
         None,
         "--resize",
         metavar="stretch|crop",
-        help="stretch (default): resize to H×W; crop: shorter side to H/0.875, centre crop.",
+        help=(
+            "stretch (default): resize to H×W; crop: keep the aspect ratio, cover H/0.875 × W/0.875, "
+            "centre crop H×W."
+        ),
     )
 
 

@@ -33,6 +33,7 @@ from deployopt.cli.app import (
 from deployopt.errors import DataError
 from deployopt.fidelity import (
     FidelityReport,
+    ImagePreprocess,
     Thresholds,
     check_threshold_range,
     compare_models,
@@ -66,7 +67,9 @@ def _fmt(x: float | None, spec: str) -> str:
     return "n/a" if x is None else format(x, spec)
 
 
-def _render(report: FidelityReport, thresholds: Thresholds, failures: list[str]) -> None:
+def _render(
+    report: FidelityReport, thresholds: Thresholds, failures: list[str], preprocess: ImagePreprocess | None
+) -> None:
     table = Table(title="fidelity: candidate vs reference (onnxruntime CPU)")
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -119,6 +122,13 @@ def _render(report: FidelityReport, thresholds: Thresholds, failures: list[str])
         )
     else:
         console.print(f"inputs: {report.source}", highlight=False)
+    if preprocess is not None:  # as optimize says it: other options make other tensors of the same images
+        console.print(
+            f"calibration images made into tensors by: {preprocess.describe()}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     if failures:
         for f in failures:
             console.print(Text.assemble(("FAILED", "bold red"), f": {f}"), highlight=False)
@@ -239,6 +249,6 @@ def verify(
     if json_out:
         typer.echo(json.dumps(report.to_json(thresholds), indent=2))
     else:
-        _render(report, thresholds, failures)
+        _render(report, thresholds, failures, calib.preprocess)
     if failures:
         raise typer.Exit(1)
