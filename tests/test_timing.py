@@ -207,3 +207,52 @@ def test_counted_puts_the_noun_in_the_right_number() -> None:
 
     assert [counted(n, "run") for n in (0, 1, 2)] == ["0 runs", "1 run", "2 runs"]
     assert counted(1, "sample") == "1 sample"
+
+
+def test_tied_samples_at_the_fewest_runs_still_reach_a_verdict() -> None:
+    """Timer samples are quantized, so ties are common; with any tie scipy's "auto" used the normal
+    approximation, whose smallest p at 5 against 5 is 0.012: every current run 1.5× every baseline
+    run was "not significant" at --alpha 0.01, though the count check (tie-free) let it through."""
+    from deployopt.timing import smallest_p_value
+
+    base = [100.0, 100.0, 101.0, 101.0, 102.0]
+    result = compare(Timing("torch", base), Timing("torch", [1.5 * x for x in base]), alpha=0.01)
+    assert result.verdict == "slower" and result.p_value == pytest.approx(smallest_p_value(5, 5))
+    assert smallest_p_value(5, 5) < 0.01
+
+
+def test_a_change_of_exactly_min_effect_counts() -> None:
+    """1025.61 / 1005.5 is 1.0199999…: a +2.000 % change at --min-effect 0.02 was "under min
+    effect", though the docs say a change of at least it counts."""
+
+    def around(median: float) -> list[float]:
+        samples = [median - 5 + i * 0.5 for i in range(21)]
+        samples[10] = median
+        return samples
+
+    result = compare(
+        Timing("ort", around(1005.5)), Timing("ort", around(1025.61)), alpha=0.01, min_effect=0.02
+    )
+    assert result.verdict == "slower"
+
+
+def test_a_median_that_moves_against_the_ranks_gives_no_verdict() -> None:
+    """Bimodal samples: the current median is 3 % higher, but most current runs beat most baseline
+    runs (p 2.7e-6 two-sided). It was "slower", exit 1, on a test that found the current faster."""
+    base = [50.0 + i * 0.01 for i in range(45)] + [100.0 + i * 0.01 for i in range(11)]
+    base += [1000.0 + i for i in range(44)]
+    cur = [10.0 + i * 0.01 for i in range(45)] + [103.0 + i * 0.01 for i in range(11)]
+    cur += [104.0 + i * 0.01 for i in range(44)]
+    result = compare(Timing("ort", base), Timing("ort", cur), alpha=0.01, min_effect=0.02)
+    assert result.ratio == pytest.approx(1.03, abs=1e-3) and result.p_value < 0.01
+    assert result.verdict == "no significant difference" and result.mixed
+    plain = compare(Timing("ort", base), Timing("ort", [2 * x for x in base]), alpha=0.01)
+    assert plain.verdict == "slower" and not plain.mixed
+
+
+def test_a_sample_too_large_for_a_float_is_not_a_latency() -> None:
+    """10**400 is valid JSON; math.isfinite raised OverflowError on it: a traceback and exit 1,
+    which CI reads as a regression."""
+    from deployopt.timing import is_latency
+
+    assert not is_latency(10**400) and is_latency(10**6) and not is_latency(float("inf"))

@@ -44,6 +44,8 @@ def _verdict(p: Pair, alpha: float) -> Text:
     v = p.comparison.verdict
     if v in ("slower", "faster"):
         return Text(v, style="red" if v == "slower" else "green")
+    if p.comparison.mixed:  # the median moved one way, the bulk of the samples the other
+        return Text("mixed: ranks disagree")
     return Text("under min effect" if p.comparison.p_value < alpha else "not significant")
 
 
