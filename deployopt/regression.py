@@ -43,6 +43,7 @@ from deployopt.timing import (
 #: A fact recorded on one side only is not a difference (older files lack newer keys).
 LIKE_FOR_LIKE = (
     ("gpu", "GPU"),
+    ("cpu", "CPU"),
     ("board", "board"),
     ("device", "device"),
     ("sms", "SMs"),
@@ -80,6 +81,9 @@ def like_for_like_facts(t: Timing) -> dict[str, Any]:
         facts["device"] = None  # trtexec's device is its GPU's name, read as gpu above
     facts["clocks_locked"] = clocks_locked(env)
     facts["runtime"] = runtime_version(t)
+    # the CPU is what timed a measurement that names no GPU (onnxruntime's CPU provider, torch on the
+    # CPU): an EPYC and a Xeon 10 % apart were compared as like for like, --strict passing
+    facts["cpu"] = env.get("cpu") if facts["gpu"] is None and t.backend in ("ort", "torch") else None
     return facts
 
 

@@ -485,3 +485,17 @@ def test_a_side_whose_gpu_clock_was_held_down_is_flagged(tmp_path: Path) -> None
     assert report.to_json()["pairs"][0]["environment_differences"] == pair.differences
     both = differences(load_timing(throttled), load_timing(throttled))
     assert [d.split(":")[0] for d in both] == ["baseline", "current"]
+
+
+def test_a_measurement_on_another_cpu_is_not_like_for_like() -> None:
+    """onnxruntime on the CPU: two records differing only in the CPU that timed them (10 % apart)
+    were compared as like for like, --strict passing. The CPU is a fact of a measurement that names
+    no GPU; beside a GPU it is not (the host CPU of a GPU timing is not what was timed)."""
+    env = {"device": "CPUExecutionProvider", "libraries": {"onnxruntime": "1.32.0"}}
+    a = Timing("ort", [1.0, 2.0], environment={**env, "cpu": "AMD EPYC"})
+    b = Timing("ort", [1.1, 2.2], environment={**env, "cpu": "Intel Xeon Platinum 8480"})
+    assert differences(a, b) == ["CPU AMD EPYC → Intel Xeon Platinum 8480"]
+    gpu = {"gpu": "NVIDIA H200", "sms": 8}
+    c = Timing("torch", [1.0, 2.0], environment={**gpu, "cpu": "AMD EPYC"})
+    d = Timing("torch", [1.0, 2.0], environment={**gpu, "cpu": "Intel Xeon Platinum 8480"})
+    assert differences(c, d) == []
