@@ -256,3 +256,13 @@ def test_a_sample_too_large_for_a_float_is_not_a_latency() -> None:
     from deployopt.timing import is_latency
 
     assert not is_latency(10**400) and is_latency(10**6) and not is_latency(float("inf"))
+
+
+def test_the_bootstrap_ci_is_drawn_in_blocks_with_the_same_result() -> None:
+    """One (2000, n) index draw took 4.8 GB for two 100 000-run records: the resamples are drawn in
+    blocks of ~4M indices now (here 3 blocks for 5000 runs), and the CI is the one a single draw
+    gives, value for value, so recorded CIs reproduce."""
+    x = np.random.default_rng(1).standard_normal(5000) + 100.0
+    idx = np.random.default_rng(0).integers(0, x.size, size=(2000, x.size))
+    lo, hi = np.quantile(np.median(x[idx], axis=1), [0.025, 0.975])
+    assert bootstrap_median_ci(x) == (float(lo), float(hi))
