@@ -848,6 +848,13 @@ def unique_node_names(nodes: Sequence[onnx.NodeProto]) -> list[str]:
     return out
 
 
+def make_node_names_unique(model: onnx.ModelProto) -> None:
+    """Rename the model's nodes to `unique_node_names`, as every model deployopt writes is named:
+    onnxruntime refuses repeats (`verify` of such a file, `deployopt fp16`'s output)."""
+    for node, name in zip(model.graph.node, unique_node_names(model.graph.node)):
+        node.name = name
+
+
 def _name_nodes(model: onnx.ModelProto) -> str:
     """Give the graph's unnamed nodes, and nodes whose name an earlier node has, unique names
     (`unique_node_names`); models written from this one keep them. The notice names the ones a

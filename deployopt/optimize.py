@@ -40,8 +40,6 @@ from typing import IO, Any
 from deployopt.backends.base import TIMING_CACHE_BACKENDS, refuse_timing_cache
 from deployopt.errors import BackendFailed, BackendUnavailable, DataError, DeployoptError
 from deployopt.fidelity import GATE_SAMPLES, ImagePreprocess
-from deployopt.fidelity import RANK_INPUT_BYTES as _RANK_INPUT_BYTES
-from deployopt.fidelity import RANK_SAMPLES as _RANK_SAMPLES
 from deployopt.fileio import (
     check_output_dir,
     check_output_file,
@@ -71,11 +69,6 @@ LOSSLESS_RTOL = 1e-5
 # 2.3 (~1e-4 of it) and every optimize of it stopped at "internal check failed". Four of its
 # epsilons of each output's largest magnitude; a surgery error is still ~1 of it.
 LOSSLESS_RTOL_LOW_PRECISION = {"fp16": 4 * 2.0**-10, "bf16": 4 * 2.0**-7}
-# Ranking trimmed channels: model runs at most beyond the fidelity gate's, and the bytes their
-# inputs may hold in memory at once (at least one sample is always used). Kept in fidelity.py:
-# `apply` ranks a plan that lists no kept channels on the same samples.
-RANK_SAMPLES = _RANK_SAMPLES
-RANK_INPUT_BYTES = _RANK_INPUT_BYTES
 MAX_TABLE_COMBOS = 256  # per conv; beyond this (wide concats) its table is taken as separable
 # The results in OUTDIR, in the order they are moved into place; report.json, last, marks a complete set.
 OUTPUTS = (
@@ -932,7 +925,7 @@ class Optimizer:
 
     def _ranking_samples(self) -> tuple[list[dict[str, Any]], str]:
         """The samples trims are ranked on: those after the fidelity gate's, when the data has more
-        (up to RANK_SAMPLES), so the gate judges a ranking on data it was not made from (ranked and
+        (up to fidelity.RANK_SAMPLES), so the gate judges a ranking on data it was not made from (ranked and
         gated on the same 4 MobileNetV2 images, trims kept ≥ 0.993 cosine there and 0.973–0.992 on
         the other 16); else the gate's own samples, and the report says so."""
         if getattr(self, "_rank_set", None) is not None:

@@ -502,15 +502,6 @@ def to_fp16_bytes(data: bytes, base_dir: str | os.PathLike[str] | None = None) -
     return data if converted is model else converted.SerializeToString()
 
 
-def _unique_names(model: onnx.ModelProto) -> None:
-    """Repeated node names made unique, as every model deployopt writes has them (onnxruntime
-    refuses repeats, and `verify` of the written model failed)."""
-    from deployopt.model import unique_node_names
-
-    for node, name in zip(model.graph.node, unique_node_names(model.graph.node)):
-        node.name = name
-
-
 def write_fp16(src: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Path:
     """Convert the model file `src` and write it to `dest` atomically (a temporary file, then a
     rename: a reader never sees half a model). Returns `src` itself when it is already fp16/bf16."""
@@ -527,6 +518,8 @@ def write_fp16(src: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Pat
     converted = to_fp16(model)
     if converted is model:
         return src
-    _unique_names(converted)
+    from deployopt.model import make_node_names_unique
+
+    make_node_names_unique(converted)
     save_model(converted, dest, external_data=external)
     return dest

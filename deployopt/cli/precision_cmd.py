@@ -35,11 +35,10 @@ def fp16_cmd(
         # next step without OUTPUT, or building an older file of that name
         import onnx
 
-        from deployopt.model import save_model
-        from deployopt.precision import _unique_names
+        from deployopt.model import make_node_names_unique, save_model
 
         copy = onnx.load(str(model))
-        _unique_names(copy)
+        make_node_names_unique(copy)
         save_model(copy, output, external_data=loaded.external_data)
         console.print(
             f"{model} is already typed fp16/bf16: copied to {output} as it is (build it as it is)",

@@ -143,15 +143,14 @@ def _loadable(path: Path) -> Path | onnx.ModelProto:
     every other command read both."""
     import onnx
 
-    from deployopt.model import unique_node_names
+    from deployopt.model import make_node_names_unique
 
     nodes = onnx.load(str(path), load_external_data=False).graph.node
     named = [n.name for n in nodes if n.name]
     if len(set(named)) == len(named):
         return path
     model = onnx.load(str(path))
-    for node, name in zip(model.graph.node, unique_node_names(nodes)):
-        node.name = name
+    make_node_names_unique(model)
     return model
 
 
