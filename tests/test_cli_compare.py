@@ -141,6 +141,27 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(monkeypatch, capsys, tm
         assert "Traceback" not in err and not dest.exists()
 
 
+def test_a_failed_run_removes_the_last_report_a_guard_would_read(monkeypatch, capsys, tmp_path: Path) -> None:
+    """Before, exit 2 left last run's report at -o, and `jq '.regressions == 0'` passed on it."""
+    corrupt = tmp_path / "corrupt.json"
+    corrupt.write_text("{not json")
+    dest = tmp_path / "out.json"
+    for args in ([str(corrupt), AUTOTUNED], [AUTOTUNED, HEURISTIC, "--alpha", "0"]):
+        code, _, _ = run_cli(monkeypatch, capsys, "compare", AUTOTUNED, AUTOTUNED, "-o", str(dest))
+        assert code == 0 and json.loads(dest.read_text())["regressions"] == 0
+        code, out, err = run_cli(monkeypatch, capsys, "compare", *args, "-o", str(dest))
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+        assert f"removed {dest}, the last run's report" in err and not dest.exists()
+    # through a symlink, the report it points at goes (the link stays, dangling, as writing keeps it)
+    real = tmp_path / "real.json"
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    assert run_cli(monkeypatch, capsys, "compare", AUTOTUNED, AUTOTUNED, "-o", str(link))[0] == 0
+    assert real.is_file()
+    assert run_cli(monkeypatch, capsys, "compare", str(corrupt), AUTOTUNED, "-o", str(link))[0] == 2
+    assert not real.exists() and link.is_symlink()
+
+
 def test_a_one_sample_baseline_exits_2_without_a_verdict(monkeypatch, capsys, tmp_path: Path) -> None:
     """Before, one sample against the 200 of HEURISTIC was 'slower' (p = 0), exit 1."""
     doc = json.loads(Path(AUTOTUNED).read_text())

@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from deployopt.cli.app import app, console, err_console, input_path, output_option
+from deployopt.errors import DeployoptError
 from deployopt.regression import (
     DEFAULT_ALPHA,
     MIN_EFFECT,
@@ -140,7 +141,13 @@ def compare_command(
             if folder.is_dir():
                 inputs += [(f"{what} {p.name} in {folder}", p) for p in measurement_files(folder)]
         refuse_input_as_output(output, inputs, "-o/--output")
-    report = compare_paths(baseline, current, alpha=alpha, min_effect=min_effect)
+    try:
+        report = compare_paths(baseline, current, alpha=alpha, min_effect=min_effect)
+    except DeployoptError as exc:
+        if output is not None and _remove_last_report(output):
+            note = f"removed {output}, the last run's report, so that no guard reads it as this run's"
+            exc.args = (f"{exc}; {note}",)
+        raise
     doc = report.to_json()
     if output is not None:
         write_json(output, doc)
@@ -179,6 +186,22 @@ def compare_command(
         _line(f"FAILED (--strict): {_strict_reasons(report)}", "red")
     if report.slower or (strict and mismatched):
         raise typer.Exit(1)
+
+
+def _remove_last_report(output: Path) -> bool:
+    """A failed compare removes the report an earlier run left at -o: a CI guard such as `jq
+    '.regressions == 0'` would otherwise pass on last run's verdict. Only a regular file goes (a
+    symlink's target, as writing it would replace; never a FIFO or device)."""
+    from deployopt.fileio import resolve_output
+
+    try:
+        target, direct = resolve_output(output)
+        if not direct and target.is_file():
+            target.unlink()
+            return True
+    except (OSError, DeployoptError):
+        pass
+    return False
 
 
 def _strict_reasons(report: RegressionReport) -> str:
