@@ -889,9 +889,12 @@ class Optimizer:
     def build_model(self, plan: dict[str, int]) -> Any:
         if plan == self.original:
             return self.model
-        from deployopt.surgery import apply_plan
+        from deployopt.surgery import apply_plan_report
 
-        return apply_plan(self.model, dict(plan), self.analysis, self._importance_for(plan))
+        model, changes = apply_plan_report(self.model, dict(plan), self.analysis, self._importance_for(plan))
+        # the channels each trim kept, for plan.json: ranking them again costs the dead-channel run
+        self._kept = (plan_key(plan), {c.id: list(c.kept) for c in changes if c.kept is not None})
+        return model
 
     def _importance_for(self, plan: dict[str, int]) -> dict[str, Any] | None:
         """The channel ranking `plan`'s trims go by; a plan that trims nothing (the round-up, every
@@ -905,7 +908,13 @@ class Optimizer:
         from deployopt.surgery import kept_channels
 
         doc: dict[str, Any] = {"widths": {g: int(w) for g, w in sorted(plan.items())}}
-        keep = kept_channels(self.model, dict(plan), self.analysis, self._importance_for(plan))
+        built = getattr(self, "_kept", None)  # the last plan build_model built, and what it kept
+        if plan == self.original:
+            keep = {}
+        elif built is not None and built[0] == plan_key(plan):
+            keep = dict(sorted(built[1].items()))
+        else:
+            keep = kept_channels(self.model, dict(plan), self.analysis, self._importance_for(plan))
         if keep:
             doc["keep"] = keep
         return doc

@@ -41,9 +41,11 @@ class GroupChange:
     padded: int
     trimmed: int
     dead_trimmed: int  # of the trimmed channels, how many were dead (an exact trim)
+    # a trimmed group's kept channels (plan.json's `keep`); not in the JSON reports, which count
+    kept: Optional[tuple[int, ...]] = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {k: v for k, v in self.__dict__.items() if k != "kept"}
 
 
 def _no_conflicting_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -247,7 +249,8 @@ def _index_maps(
                     raise PlanError(f"importance of group {gid!r}: {len(score)} values for {old} channels")
                 drop = trim_order(dead[gid], filter_l1(analysis, gid), score)[: old - new]
             maps[gid] = np.array(sorted(set(range(old)) - set(drop)), dtype=np.int64)
-            report.append(GroupChange(gid, old, new, 0, old - new, len(set(drop) & set(dead[gid]))))
+            kept_ = tuple(int(c) for c in maps[gid])
+            report.append(GroupChange(gid, old, new, 0, old - new, len(set(drop) & set(dead[gid])), kept_))
     return maps, report
 
 
@@ -416,7 +419,8 @@ def kept_channels(
     importance: Optional[dict[str, np.ndarray]] = None,
 ) -> dict[str, list[int]]:
     """Per group the plan trims (by id), the channels `apply_plan` keeps with this `importance`:
-    what optimize writes into plan.json's `keep`, so applying the plan again needs no ranking."""
+    what plan.json's `keep` holds, so applying the plan again needs no ranking. (`apply_plan_report`
+    gives the same in its GroupChange.kept, without ranking twice.)"""
     validate_plan(analysis, widths)
     by_id = {g: int(w) for g, w in analysis.plan_by_id(widths).items()}
     trimmed = {g: w for g, w in by_id.items() if w < analysis.group(g).width}

@@ -1226,6 +1226,12 @@ def test_a_trim_runs_plan_lists_the_channels_its_model_keeps(tmp_path: Path) -> 
     opt._load()
     assert opt.plan_document({gid: 3}) == {"widths": {gid: 3}, "keep": {gid: [1, 2, 3]}}
     assert opt.plan_document({gid: 8}) == {"widths": {gid: 8}}  # a padding lists none
+    # the plan just built gives its kept channels: they are not ranked a second time
+    built = opt.build_model({gid: 3})
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("deployopt.surgery.kept_channels", lambda *a, **k: pytest.fail("ranked twice"))
+        assert opt.plan_document({gid: 3}) == {"widths": {gid: 3}, "keep": {gid: [1, 2, 3]}}
+    assert apply_plan(model, {gid: 3}, keep={gid: [1, 2, 3]}).SerializeToString() == built.SerializeToString()
     res = optimize(cfg)
     plan = json.loads((tmp_path / "o" / "plan.json").read_text())
     assert plan["widths"] == res.best_plan
