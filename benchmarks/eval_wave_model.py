@@ -36,7 +36,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from deployopt.fileio import write_json  # noqa: E402
+from deployopt.fileio import json_name, read_json, write_json  # noqa: E402
 from deployopt.kernels import parse_tile  # noqa: E402
 from deployopt.layers import ConvShape  # noqa: E402
 from deployopt.targets import FITTED_DIR, get_target  # noqa: E402
@@ -60,8 +60,9 @@ RESULT = ROOT / "benchmarks" / "eval_wave_model.json"
 def load_sweeps(folder: Path = SWEEP_DIR) -> list[dict[str, Any]]:
     """Every sweep file, with its id (file stem) and ConvShape per point; points sorted by K."""
     sweeps = []
-    for path in sorted(folder.glob("*.json")):
-        doc = json.loads(path.read_text())
+    found = [p for ext in ("json", "json.gz") for p in folder.glob(f"*.{ext}")]  # .gz: the staircases*/
+    for path in sorted(found, key=json_name):
+        doc = read_json(path)
         sh = doc["shape"]
         st = sh.get("stride", 1)
         pad = sh.get("pad", sh["r"] // 2)
@@ -80,7 +81,10 @@ def load_sweeps(folder: Path = SWEEP_DIR) -> list[dict[str, Any]]:
         pts = sorted(doc["points"], key=lambda p: p["out_channels"])
         sweeps.append(
             {
-                "id": path.stem,
+                "id": json_name(path).removesuffix(".json"),
+                "path": path.resolve().relative_to(ROOT).as_posix()
+                if path.resolve().is_relative_to(ROOT)
+                else str(path),
                 "dtype": doc["dtype"],
                 "sms": int(doc["sms"]),
                 "shape": base,
@@ -449,7 +453,7 @@ def main() -> None:
         fitted = {
             "gpu": args.target,
             "how": "python benchmarks/eval_wave_model.py --write-fitted (deployopt.waves.fit on all sweeps)",
-            "sweeps": [f"benchmarks/staircases/{s['id']}.json" for s in sweeps],
+            "sweeps": [s["path"] for s in sweeps],  # as committed: benchmarks/staircases/NAME.json.gz
             "params": {dt: p.to_json() for dt, p in all_params.items()},
         }
         if keep_depthwise(fitted, json.loads(path.read_text()) if path.exists() else {}):

@@ -3,7 +3,8 @@
     python3 benchmarks/split_sweeps.py benchmarks/raw/sweeps_*.json --out benchmarks/staircases
 Each output: {"gpu","sms","dtype","torch","cudnn","allow_tf32","method","shape","points"}, named
 <gpu>_<shape>_<dtype>_<sms>sm.json, <gpu> from the GPU's name ("NVIDIA H100 80GB HBM3" → h100) unless
---prefix gives it.
+--prefix gives it. Into benchmarks/staircases*/ they are committed compressed (`gzip -n -9 *.json`
+there: benchmarks/results/README.md); the readers take both kinds.
 """
 
 from __future__ import annotations

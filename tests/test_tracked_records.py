@@ -1,5 +1,6 @@
 """The tree every GPU call ships stays under its 64 MiB limit: a benchmark record of 300 KB or more is
-committed gzip-compressed (benchmarks/results/README.md), never as plain JSON."""
+committed gzip-compressed (benchmarks/results/README.md), never as plain JSON, and so is every sweep
+in the benchmarks/staircases*/ folders (1052 small files: 17.7 MB plain, 3.9 MB compressed)."""
 
 from __future__ import annotations
 
@@ -44,3 +45,13 @@ def test_compressed_records_are_reproducible_gzip_of_json() -> None:
         assert head[:3] == b"\x1f\x8b\x08", p  # gzip, deflate
         assert not head[3] & 0x08 and head[4:8] == b"\0\0\0\0", f"{p}: compress with gzip -n"
         assert isinstance(read_json(p), dict), p
+
+
+def test_the_staircase_folders_hold_compressed_sweeps_only() -> None:
+    """benchmarks/staircases*/ are read whole (eval_wave_model.load_sweeps, either kind); committed
+    plain, they were 17.7 MB of the 64 MiB a GPU call may ship."""
+    sweeps = [p for d in ("staircases", "staircases_heuristic", "staircases_all_engines")
+              for p in _tracked(f"benchmarks/{d}")]  # fmt: skip
+    assert len(sweeps) == 1052
+    plain = [str(p.relative_to(ROOT)) for p in sweeps if not p.name.endswith(".json.gz")]
+    assert plain == [], f"commit these as NAME.json.gz (`gzip -n -9 FILE`): {plain}"
