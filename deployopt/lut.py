@@ -32,7 +32,12 @@ def cache_root() -> Path:
     return paths.cache_dir("lut")
 
 
-VOLATILE = ("clock", "temp", "power", "time", "pid", "host", "memory_used", "utilization")
+#: Words that make an environment key a reading that drifts: a key is dropped when one of its words
+#: (split at "_", "-", ".") starts with one ("sm_clock_mhz", "clocks_locked", "timestamp",
+#: "temperatures"). Whole words, not substrings: "onnxruntime" and "cuda_runtime" hold versions,
+#: and matched "time" as substrings, so an onnxruntime or CUDA upgrade kept the old timings.
+VOLATILE = ("clock", "temp", "power", "time", "pid", "host", "utilization")
+VOLATILE_PHRASES = ("memory_used",)
 #: Facts about one model's build or one timed loop, not about the device: the engine a TensorRT
 #: backend or jetson/runner.py built (its path, which lies in a per-run work folder, its key, whether
 #: it was built now), a board's current devfreq clock and its over-current events during the loop.
@@ -53,6 +58,12 @@ PER_RUN = (
 )
 
 
+def _volatile(key: str) -> bool:
+    key = key.lower()
+    words = re.split(r"[^a-z0-9]+", key)
+    return any(w.startswith(v) for w in words for v in VOLATILE) or any(p in key for p in VOLATILE_PHRASES)
+
+
 def _stable(value: Any) -> Any:
     """The environment without what drifts between two runs on the same device (clocks, times,
     the engine of the model that happened to be timed first)."""
@@ -60,8 +71,7 @@ def _stable(value: Any) -> Any:
         return {
             k: _stable(v)
             for k, v in sorted(value.items())
-            if k not in PER_RUN
-            and (isinstance(v, dict) or not any(word in str(k).lower() for word in VOLATILE))
+            if k not in PER_RUN and (isinstance(v, dict) or not _volatile(str(k)))
         }
     if isinstance(value, (list, tuple)):
         return [_stable(v) for v in value]

@@ -92,6 +92,13 @@ def test_fingerprint_changes_with_what_changes_timings() -> None:
     assert device_fingerprint("torch", env, 16) != fp
     assert device_fingerprint("torch", {**env, "torch": "2.12"}, 8) != fp
     assert device_fingerprint("ort", env, None).startswith("ort-nvidia-h200-allsms-")
+    # versions whose names hold a drifting word as a substring ("onnxruntime": "time") are versions
+    libs = {**env, "libraries": {"onnxruntime": "1.17.0"}, "cuda_runtime": "12.4"}
+    base = device_fingerprint("ort", libs, None)
+    assert device_fingerprint("ort", {**libs, "libraries": {"onnxruntime": "1.20.1"}}, None) != base
+    assert device_fingerprint("ort", {**libs, "cuda_runtime": "13.0"}, None) != base
+    drift = {"clocks_locked": False, "temperature_c": 61, "host_walltime_s": 3.2, "gpu_memory_used_mb": 9}
+    assert device_fingerprint("ort", {**libs, **drift}, None) == base
     # cuDNN's kernel choice (autotuned, how many engines, or heuristics alone) is a different table
     tuned = {**env, "cudnn_benchmark": True, "cudnn_benchmark_limit": 10}
     heuristic = {**env, "cudnn_benchmark": False, "cudnn_benchmark_limit": None}
