@@ -73,7 +73,7 @@ def test_the_wheel_carries_the_runner_and_find_runner_finds_it_there(tmp_path: P
     installs it (no checkout beside it) makes find_runner return that copy."""
     src = tmp_path / "src"
     src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         (src / name).write_bytes((REPO / name).read_bytes())
     for folder in ("deployopt", "jetson"):
         for path in (REPO / folder).rglob("*"):
@@ -97,6 +97,8 @@ def test_the_wheel_carries_the_runner_and_find_runner_finds_it_there(tmp_path: P
         zf.extractall(site)  # a pure-Python wheel installs by unpacking
     assert {n.split("/")[0] for n in names} == {"deployopt", wheel.name.split("-py")[0] + ".dist-info"}
     assert "deployopt/_jetson/README.md" not in names  # the runner only, not the folder's docs
+    dist = wheel.name.split("-py")[0] + ".dist-info"
+    assert f"{dist}/licenses/LICENSE" in names  # Apache-2.0 asks for its text to ship
 
     env = {k: v for k, v in os.environ.items() if k not in (ENV_RUNNER, "PYTHONPATH")}
     env["PYTHONPATH"] = str(site)  # ahead of the editable install's finder, which comes last
