@@ -312,23 +312,29 @@ def check_config(cfg: OptimizeConfig) -> None:
 
 
 def check_before_measuring(cfg: OptimizeConfig) -> None:
-    """The one-line refusals that need no target and no backend (options, the input model, the
-    output folder), for a caller that must ask a board which target it is first (`optimize --remote`
-    without --target): a folder that exists, or a typo, cost an ssh round trip and a `target:` line
-    before its error. `Optimizer` checks them again; they are cheap."""
+    """The one-line refusals that need no board (options, the target's name, the backend, the input
+    model, the output folder), in the order a user mends them: a typo in --target or a backend not
+    installed is said before "OUTDIR already exists", which --force would only have traded for it.
+    For `optimize --remote` without --target (cfg.target ''), before the board is asked which
+    target it is: a folder that exists, or a typo, cost an ssh round trip first. `Optimizer`
+    checks them again; they are cheap."""
     check_config(cfg)
-    if cfg.remote:  # the backend's option checks (dtype, --sms, --cudnn-engines) need no board either
-        from deployopt.backends.base import MeasureOptions, get_backend
+    if cfg.target:
+        from deployopt.targets import get_target
 
-        options = MeasureOptions(
-            dtype=cfg.dtype,
-            sms=cfg.sms,
-            runs=cfg.runs,
-            cudnn_engines=cfg.cudnn_engines,
-            cudnn_benchmark=cfg.cudnn_benchmark,
-            extra={"remote": cfg.remote},
-        )
-        get_backend(resolve_backend_name(cfg.backend, cfg.remote)).check_options(options)
+        get_target(cfg.target, sms=cfg.sms)
+    # the backend's checks (installed, dtype, --sms, --cudnn-engines); with --remote, not the board's
+    from deployopt.backends.base import MeasureOptions, get_backend
+
+    options = MeasureOptions(
+        dtype=cfg.dtype,
+        sms=cfg.sms,
+        runs=cfg.runs,
+        cudnn_engines=cfg.cudnn_engines,
+        cudnn_benchmark=cfg.cudnn_benchmark,
+        extra={"remote": cfg.remote} if cfg.remote else {},
+    )
+    get_backend(resolve_backend_name(cfg.backend, cfg.remote)).check_options(options)
     _check_outdir(cfg)
 
 

@@ -51,6 +51,25 @@ def test_json_report_of_a_predicted_run(
     code, out, err = cli(monkeypatch, capsys, *base_args(model, tmp_path / "out"))
     assert code == 2 and err.strip().count("\n") == 0
     assert "already exists; use --resume to continue or --force to start over" in err
+    # … but a typo in --target, or a backend not installed, is said first: --force would only have
+    # traded "already exists" for it (the README's first command left that folder behind)
+    args = [a if a != "h200" else "h2OO" for a in base_args(model, tmp_path / "out")]
+    code, _, err = cli(monkeypatch, capsys, *args)
+    assert code == 2 and err.startswith("error: unknown target 'h2OO'"), err
+    monkeypatch.setenv("DEPLOYOPT_TRTEXEC", str(tmp_path / "no-trtexec"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    trtexec = [
+        "optimize",
+        str(model),
+        "--target",
+        "h200",
+        "--backend",
+        "trtexec",
+        "-o",
+        str(tmp_path / "out"),
+    ]
+    code, _, err = cli(monkeypatch, capsys, *trtexec)
+    assert code == 2 and err.startswith("error: backend 'trtexec' is unavailable"), err
 
 
 def test_a_folder_another_run_is_writing_is_refused(

@@ -257,8 +257,8 @@ def optimize_command(
         resume=resume,
         force=force,
     )
-    if remote:  # what needs no board is refused before the board is asked anything
-        check_before_measuring(cfg)
+    check_before_measuring(cfg)  # a typo or a missing backend before "OUTDIR already exists"; no board asked
+    if remote:
         journal_target = resumed_target(cfg) if resume and target is None else None
         if journal_target:  # the run resumed asked the board already
             err_console.print(
