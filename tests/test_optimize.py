@@ -362,6 +362,24 @@ def test_ort_backend_end_to_end_lossless(zoo_model_path: Callable[[str], Path], 
 
 
 @pytest.mark.slow
+def test_input_shape_is_the_models_not_the_sweeps_convs(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """--input-shape names the model's inputs: the one-conv models of the per-layer sweep were timed
+    with it too, and a measuring backend stopped at the first uncached conv ("input shape given
+    for 'img', but conv0.onnx has no such input"), the journal left behind."""
+    src = zoo_model_path("resnet_projection")
+    (inp,) = onnx.load(str(src)).graph.input
+    dims = [d.dim_value for d in inp.type.tensor_type.shape.dim]
+    cfg = OptimizeConfig(
+        model_path=src, target="nano", backend="ort", dtype="fp32", outdir=tmp_path / "out", runs=5,
+        warmup=1, sweep_runs=2, max_evals=4, max_candidates=2, plots=False, fidelity_samples=2,
+        cache_root=tmp_path / "lut", input_shapes={inp.name: dims},
+    )  # fmt: skip
+    res = optimize(cfg)
+    assert res.sweep["measured"] == res.sweep["shapes"] > 0 and (tmp_path / "out" / "model.onnx").is_file()
+
+
 def test_trim_refuses_plans_past_the_fidelity_thresholds(
     zoo_model_path: Callable[[str], Path], tmp_path: Path
 ) -> None:

@@ -154,14 +154,23 @@ class Session(ABC):
         `measure`; backends with a faster path (torch: cuDNN directly, one process, same green
         context) override it.
         """
+        import dataclasses
         import tempfile
 
         out = []
-        with tempfile.TemporaryDirectory(prefix="deployopt-conv-") as tmp:
-            for i, shape in enumerate(shapes):
-                path = Path(tmp) / f"conv{i}.onnx"
-                path.write_bytes(self.conv_model(shape).SerializeToString())
-                out.append(self.measure(path))
+        # a conv model's one input is static and named `x`: the model's --input-shape and --batch
+        # are not its own (they refused it: "input shape given for 'img', but conv0.onnx has no such
+        # input"), and its shape already carries the batch and H×W they gave the model
+        whole = self.options
+        self.options = dataclasses.replace(whole, input_shapes={}, batch=None)
+        try:
+            with tempfile.TemporaryDirectory(prefix="deployopt-conv-") as tmp:
+                for i, shape in enumerate(shapes):
+                    path = Path(tmp) / f"conv{i}.onnx"
+                    path.write_bytes(self.conv_model(shape).SerializeToString())
+                    out.append(self.measure(path))
+        finally:
+            self.options = whole
         return out
 
     def conv_model(self, shape: ConvShape) -> onnx.ModelProto:
