@@ -189,6 +189,25 @@ def external_data_files(model_path: str | os.PathLike[str]) -> list[tuple[Path, 
     return out
 
 
+def external_data_sha256(model_path: str | os.PathLike[str]) -> str | None:
+    """One sha256 over the external-data files the model reads (by location, in order), or None for
+    a model that keeps its weights inside: optimize's resume check, which hashed the .onnx alone and
+    resumed a run whose weights file had been replaced (its journal's fidelity, the new weights')."""
+    import hashlib
+
+    from deployopt.fileio import file_sha256
+
+    model = Path(model_path)
+    locations = _external_locations(_parse(model))
+    if not locations:
+        return None
+    digest = hashlib.sha256()
+    for loc in locations:
+        path = model.parent / loc
+        digest.update(f"{loc}:{file_sha256(path) if path.is_file() else 'missing'}\n".encode())
+    return digest.hexdigest()
+
+
 def refuse_replacing_weights(model_path: str | os.PathLike[str], outputs: Sequence[Path], hint: str) -> None:
     """An OutputError when one of `outputs` is a weights file the model reads (external data): the
     output is renamed over it, and the input model then reads the edited model's weights at its

@@ -69,6 +69,7 @@ LOSSLESS_RTOL = 1e-5
 # 2.3 (~1e-4 of it) and every optimize of it stopped at "internal check failed". Four of its
 # epsilons of each output's largest magnitude; a surgery error is still ~1 of it.
 LOSSLESS_RTOL_LOW_PRECISION = {"fp16": 4 * 2.0**-10, "bf16": 4 * 2.0**-7}
+SWEEP_RUNS = 10  # samples per conv in the per-layer sweep, unless --sweep-runs says otherwise
 MAX_TABLE_COMBOS = 256  # per conv; beyond this (wide concats) its table is taken as separable
 # The results in OUTDIR, in the order they are moved into place; report.json, last, marks a complete set.
 OUTPUTS = (
@@ -106,7 +107,7 @@ class OptimizeConfig:
     max_evals: int = 40
     runs: int = 100
     warmup: int = 20
-    sweep_runs: int | None = 10  # samples per conv in the per-layer sweep (None: `runs`)
+    sweep_runs: int | None = SWEEP_RUNS  # samples per conv in the per-layer sweep (None: `runs`)
     cudnn_engines: int | None = None  # torch: engines cudnn.benchmark times (None: PyTorch's 10, 0: all)
     cudnn_benchmark: bool = True  # torch: False = no autotuning, cuDNN's heuristics pick (PyTorch's default)
     calibration_data: str | None = None
@@ -161,6 +162,9 @@ class OptimizeConfig:
             "max_trim": self.max_trim if self.mode == "trim" else None,
             "runs": self.runs,
             "warmup": self.warmup,
+            # the per-layer values the journal replays were timed with these samples; only when not
+            # the default, so journals written before the key resume
+            **({} if self.sweep_runs == SWEEP_RUNS else {"sweep_runs": self.sweep_runs}),
             "max_candidates": self.max_candidates,
             "top_k": self.top_k,
             "patience": self.patience,
@@ -454,6 +458,7 @@ _DIGEST_KEYS = {
     "model_sha256": "the model file's contents",
     "target_sha256": "the target profile's contents",
     "calibration_sha256": "the calibration data",
+    "external_data_sha256": "the model's external weights file",
 }
 
 
@@ -1003,6 +1008,16 @@ class Optimizer:
                 digest.update(arr.tobytes())
         return {"calibration_sha256": digest.hexdigest()}
 
+    def _weights_signature(self) -> dict[str, str]:
+        """A model whose weights are in an external file: a sha256 of that file, for the resume check
+        (model_sha256 hashes the .onnx, which stays the same when only the weights are replaced)."""
+        if not getattr(self.loaded, "external_data", False) or not Path(self.cfg.model_path).is_file():
+            return {}
+        from deployopt.model import external_data_sha256
+
+        digest = external_data_sha256(self.cfg.model_path)
+        return {"external_data_sha256": digest} if digest else {}
+
     def _same_run_spelled_otherwise(self, key: str, old: dict[str, Any], new: dict[str, Any]) -> bool:
         """Whether a journal key that differs names the same run another way, so --resume goes on:
         `--batch N` against no --batch where N is the batch the model runs at without it (the file's,
@@ -1423,6 +1438,7 @@ class Optimizer:
             "backend": self.backend_name,
             **self._data_signature(),
             **self._target_signature(),
+            **self._weights_signature(),
         }
         # a key missing from an older journal counts as None (options added since default to None)
         old = self.replay.config

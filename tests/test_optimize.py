@@ -472,6 +472,34 @@ def test_resume_refuses_a_journal_from_another_run(
         run_model(other, tmp_path / "out", resume=True)
 
 
+def test_resume_refuses_other_sweep_samples_or_replaced_external_weights(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """Both resumed before: --sweep-runs 20 over a journal of 3-sample per-conv values (the report
+    saying 20), and a model whose weights file alone was replaced (the .onnx, all that was hashed,
+    unchanged; the journal's fidelity reports were the old weights')."""
+    src = zoo_model_path("vgg16_pruned_b4")
+    run_model(src, tmp_path / "out", max_evals=2, sweep_runs=3)
+    with pytest.raises(DeployoptError, match=r"different run \(sweep_runs was 3, now 20\)"):
+        run_model(src, tmp_path / "out", resume=True, max_evals=3, sweep_runs=20)
+    run_model(src, tmp_path / "out", resume=True, max_evals=3, sweep_runs=3)
+    # the default is left out of the journal: a journal from before the key resumes at it
+    run_model(src, tmp_path / "dflt", max_evals=2)
+    assert "sweep_runs" not in Journal.replay(tmp_path / "dflt" / "journal.jsonl").config
+
+    ext = tmp_path / "ext"
+    ext.mkdir()
+    model = onnx.load(str(src))
+    onnx.save(model, str(ext / "m.onnx"), save_as_external_data=True, location="m.data", size_threshold=0)
+    run_model(ext / "m.onnx", tmp_path / "ext_out", max_evals=2)
+    run_model(ext / "m.onnx", tmp_path / "ext_out", resume=True, max_evals=3)  # nothing changed: goes on
+    data = bytearray((ext / "m.data").read_bytes())
+    data[-4:] = bytes(4)  # one weight changed, the .onnx byte for byte the same
+    (ext / "m.data").write_bytes(bytes(data))
+    with pytest.raises(DeployoptError, match=r"different run \(the model's external weights file changed\)"):
+        run_model(ext / "m.onnx", tmp_path / "ext_out", resume=True, max_evals=4)
+
+
 def test_resume_accepts_a_journal_written_before_an_option_existed(
     zoo_model_path: Callable[[str], Path], tmp_path: Path
 ) -> None:
