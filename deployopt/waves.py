@@ -23,6 +23,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from deployopt.errors import TargetError
 from deployopt.layers import ConvShape
 
 if TYPE_CHECKING:
@@ -47,8 +48,10 @@ def wave_count(blocks: int, sms: int, blocks_per_sm: int = 1) -> tuple[int, floa
 
 def fill_percent(fraction: float) -> int:
     """A tail fill as a whole percent, halves rounded up: fills are often eighths (3 of 8 SMs), and
-    Python's rounding printed 12.5 % as 12 but 37.5 % as 38 (round half to even)."""
-    return math.floor(100 * fraction + 0.5)
+    Python's rounding printed 12.5 % as 12 but 37.5 % as 38 (round half to even). A last wave that
+    is neither empty nor full is 1 to 99 %: 1 block of 216 slots printed 0 %, 215 of them 100 %."""
+    percent = math.floor(100 * fraction + 0.5)
+    return min(max(percent, 1), 99) if 0 < fraction < 1 else percent
 
 
 def pow2_align(n: int, cap: int = 256) -> int:
@@ -88,11 +91,90 @@ class KernelFamily:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> KernelFamily:
         d = dict(d)
-        d["tiles"] = tuple(tuple(int(x) for x in t) for t in d["tiles"])
+        tiles = d["tiles"]
+        for t in tiles if isinstance(tiles, (list, tuple)) else [tiles]:  # [128] was an unpack traceback
+            if not (isinstance(t, (list, tuple)) and len(t) == 2 and all(_whole(x) for x in t)):
+                raise ValueError(
+                    f"family {d.get('name')!r}: each tile must be [rows, columns], two whole numbers, "
+                    f"not {t!r}"
+                )
+        d["tiles"] = tuple(tuple(int(x) for x in t) for t in tiles)
+        if _whole(d.get("min_align")):  # 8.0 aligns as 8 (and is written back as 8); 2.5 is refused later
+            d["min_align"] = int(d["min_align"])
         # profiles written before the sm80-small family was dropped carry its size limits
         d.pop("max_rows_depth", None)
         d.pop("min_rows_depth", None)
         return cls(**d)
+
+
+#: Generous but physical bounds of the model's parameters, and why (the shipped H200 fp16 fit: 5.7 µs
+#: fixed, 0.9 µs a wave, 4.5 M MACs/µs an SM, small_tile 7): outside them a hand edit predicted
+#: 1e305 µs or Infinity (no JSON), and a small_tile of 1e308 divided by zero.
+PARAM_RANGES: dict[str, tuple[float, float, str]] = {
+    "fixed_us": (0.0, 1e6, "µs; a second per launch"),
+    "wave_us": (0.0, 1e6, "µs; a second per wave"),
+    "small_tile": (0.0, 1024.0, "rows and columns of overhead a tile; a tile has at most 1024 a side"),
+    "dw_fixed_us": (0.0, 1e6, "µs; a second per launch"),
+    "dw_ns_per_output": (0.0, 1e6, "ns; a millisecond per output"),
+    "dw_ns_per_tap": (0.0, 1e6, "ns; a millisecond per tap"),
+    "macs_per_us_per_sm": (10.0, 1e10, "1 MAC a clock at 10 MHz to a million a clock at 10 GHz"),
+}
+#: The same for each kernel family (efficiency is relative to the fastest family's 1; fits keep it
+#: above 0.02 a family, so 1e-6 leaves room for a chain of them). Threads, registers and shared
+#: memory are checked against the target's SM (targets._check_families_fit).
+FAMILY_RANGES: dict[str, tuple[float, float, str]] = {
+    "efficiency": (1e-6, 1e3, "relative to the fastest family's 1"),
+    "epilogue_us": (0.0, 1e6, "µs per 1000 outputs"),
+    "tiles": (1, 1024, "rows or columns, each side; cuDNN's are at most 256"),
+}
+
+
+def _whole(value: Any) -> bool:
+    """A whole number as JSON gives one (128 or 128.0; not "128", true or 128.5)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return isinstance(value, int) or (math.isfinite(value) and value.is_integer())
+
+
+def _check_range(key: str, value: float, lo: float, hi: float, why: str) -> None:
+    """A ValueError naming `key` when `value` is outside [lo, hi] (said in the message, with why)."""
+    if not lo <= value <= hi:
+        shown = str(value) if isinstance(value, int) else f"{value:g}"
+        raise ValueError(f"{key} must be from {lo:g} to {hi:g} ({why}), not {shown}")
+
+
+def _check_family(fam: KernelFamily) -> None:
+    """A ValueError naming the family and key for what no kernel has: no tile, a tile of 1e9 rows, an
+    alignment no channel count has (2.5, 48), a block of 0 threads."""
+    if not (math.isfinite(fam.efficiency) and fam.efficiency > 0) or not fam.tiles:
+        raise ValueError(f"family {fam.name!r}: needs efficiency > 0 and at least one tile")
+    align = fam.min_align
+    if not _whole(align) or not 1 <= align <= 256 or int(align) & (int(align) - 1):
+        # conv_alignment is a power of two up to 256: any other min_align is never offered
+        raise ValueError(
+            f"family {fam.name!r}: min_align must be a power of two from 1 to 256, not {align!r}"
+        )
+    if any(x < 1 for t in fam.tiles for x in t):
+        raise ValueError(f"family {fam.name!r}: tile sizes must be >= 1")
+    counts = {"threads": 1, "registers_per_thread": 0, "shared_mem_bytes": 0}
+    for key, least in counts.items():  # threads 0 and shared memory of 1 GB were priced as
+        value = getattr(fam, key)  # one block per SM: a kernel that cannot launch
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"family {fam.name!r}: {key} must be a whole number >= {least}, not {value!r}")
+    if not (math.isfinite(fam.epilogue_us) and fam.epilogue_us >= 0):  # a cost, as fixed_us
+        raise ValueError(
+            f"family {fam.name!r}: epilogue_us must be a finite number >= 0, not {fam.epilogue_us!r}"
+        )
+    values = {
+        "efficiency": fam.efficiency,
+        "epilogue_us": fam.epilogue_us,
+        "tiles": max(x for t in fam.tiles for x in t),
+    }
+    for key, (lo, hi, why) in FAMILY_RANGES.items():
+        try:
+            _check_range(key, values[key], lo, hi, why)
+        except ValueError as exc:
+            raise ValueError(f"family {fam.name!r}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -144,7 +226,8 @@ class WaveParams:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> WaveParams:
         """Parse a profile's params; a value the model cannot predict with (a throughput of 0 divides
-        by it, a negative cost or NaN predicts nonsense) is a ValueError naming the key."""
+        by it, a negative cost or NaN predicts nonsense, a wave of 1e308 µs predicts Infinity, which
+        is no JSON) is a ValueError naming the key. Bounds: PARAM_RANGES, FAMILY_RANGES."""
         params = cls._from_json(d)
         for key in (
             "fixed_us",
@@ -169,24 +252,17 @@ class WaveParams:
             raise ValueError(
                 f"macs_per_us_per_sm must be a finite number > 0, not {params.macs_per_us_per_sm!r}"
             )
+        for key, (lo, hi, why) in PARAM_RANGES.items():
+            _check_range(key, getattr(params, key), lo, hi, why)
         if not params.families:
             raise ValueError("families must name at least one kernel family")
         for fam in params.families:
-            if not (math.isfinite(fam.efficiency) and fam.efficiency > 0) or not fam.tiles:
-                raise ValueError(f"family {fam.name!r}: needs efficiency > 0 and at least one tile")
-            if fam.min_align < 1 or any(x < 1 for t in fam.tiles for x in t):
-                raise ValueError(f"family {fam.name!r}: min_align and tile sizes must be >= 1")
-            counts = {"threads": 1, "registers_per_thread": 0, "shared_mem_bytes": 0}
-            for key, least in counts.items():  # threads 0 and shared memory of 1 GB were priced as
-                value = getattr(fam, key)  # one block per SM: a kernel that cannot launch
-                if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                    raise ValueError(
-                        f"family {fam.name!r}: {key} must be a whole number >= {least}, not {value!r}"
-                    )
-            if not (math.isfinite(fam.epilogue_us) and fam.epilogue_us >= 0):  # a cost, as fixed_us
-                raise ValueError(
-                    f"family {fam.name!r}: epilogue_us must be a finite number >= 0, not {fam.epilogue_us!r}"
-                )
+            _check_family(fam)
+        if not any(fam.min_align == 1 for fam in params.families):  # was a ValueError traceback at K = 17
+            raise ValueError(
+                "families must include one with min_align 1 (the default 'padded' one): a conv whose "
+                "output channels are odd has no other kernel to run"
+            )
         return params
 
     @classmethod
@@ -440,10 +516,20 @@ def _check_dtype(dtype: str) -> None:
 
 
 def _evaluate(shape: ConvShape, target: Target, params: WaveParams, sms: int | None = None) -> WavePrediction:
+    """One conv's prediction, for `predict`, `staircase` and `analyze`'s wave columns. One that is no
+    finite number is a one-line TargetError: `--json` wrote Infinity, which is no JSON. A profile's
+    params are checked at load (PARAM_RANGES); this catches parameters made in code."""
     sms = target.sms if sms is None else sms
     if shape.is_depthwise:
-        return _evaluate_depthwise(shape, target, params, sms)
-    return _evaluate_gemm(shape, target, params, sms)
+        pred = _evaluate_depthwise(shape, target, params, sms)
+    else:
+        pred = _evaluate_gemm(shape, target, params, sms)
+    if not math.isfinite(pred.predicted_us):
+        raise TargetError(
+            f"{target.name}: the wave model '{params.name}' predicts {pred.predicted_us} µs for a conv "
+            f"with {shape.k} output channels: its parameters are out of any GPU's range"
+        )
+    return pred
 
 
 def _evaluate_gemm(shape: ConvShape, target: Target, params: WaveParams, sms: int) -> WavePrediction:

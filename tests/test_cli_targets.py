@@ -846,3 +846,80 @@ def test_staircase_shows_a_width_that_was_timed_again(monkeypatch, capsys):
     flat = " ".join(out.split())
     assert "note: timed again, being over 2× their neighbours' median" in flat
     assert f"96: 310.0 → {points[1]['measured_us']:.1f} µs" in flat
+
+
+def _profile(tmp_path, name: str, target: str = "h200", facts: dict | None = None, fp16: dict | None = None):
+    """`targets --target T --json` of a built-in, edited: its facts, and its fp16 params kept as fitted."""
+    doc = get_target(target).to_json()
+    doc.update(facts or {})
+    if fp16 is not None:
+        doc["params"]["fp16"].update(fp16, fitted=True)
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_a_profile_of_infinite_or_implausible_values_is_one_line_never_infinity_in_json(
+    monkeypatch, capsys, tmp_path
+):
+    """Bug bash: `"sms": Infinity` was an OverflowError traceback, a small_tile of 1e308 a
+    ZeroDivisionError, a tile [128] a ValueError; a wave of 1e308 µs printed `Infinity` into
+    `staircase --json` (no JSON) and a clock of 1e-300 MHz latencies of 1e305 µs."""
+    base = ["staircase", "--input", "8x128x28x28", "--out-channels", "16:64:16", "--json"]
+    cases = [
+        (
+            _profile(tmp_path, "sms.json", facts={"sms": float("inf")}),
+            "sms must be an integer above 0, not inf",
+        ),
+        (_profile(tmp_path, "clock.json", facts={"clock_mhz": 1e-300}), "clock_mhz must be from 10 to 10000"),
+        (_profile(tmp_path, "tile.json", fp16={"small_tile": 1e308}), "small_tile must be from 0 to 1024"),
+        (_profile(tmp_path, "wave.json", fp16={"wave_us": 1e308}), "wave_us must be from 0 to 1e+06"),
+        (_profile(tmp_path, "macs.json", fp16={"macs_per_us_per_sm": 1e-300}), "macs_per_us_per_sm must be"),
+    ]
+    for path, message in cases:
+        code, out, err = run(monkeypatch, capsys, *base, "--target", str(path))
+        assert code == 2 and out == "", (path, out)
+        assert err.startswith(f"error: target profile {path}: ") and message in err, err
+        assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_cached_profile_without_a_padded_family_is_one_line_for_its_name(monkeypatch, capsys, tmp_path):
+    """A profile in the user cache whose families all need aligned channels made `--target a100`
+    (its name, not a path) a `ValueError: no kernel family … accepts alignment 1` traceback for 17
+    output channels; now the profile is refused when it is read, for every width."""
+    monkeypatch.setenv("DEPLOYOPT_CACHE_DIR", str(tmp_path / "cache"))
+    doc = get_target("a100").to_json()
+    for params in doc["params"].values():
+        params.update(fitted=True, families=[f for f in params["families"] if f["min_align"] > 1])
+    cached = tmp_path / "cache" / "targets" / "a100.json"
+    cached.parent.mkdir(parents=True)
+    cached.write_text(json.dumps({"target": doc, "params": doc.pop("params")}))
+    for widths in ("17", "16"):
+        args = ["staircase", "--target", "a100", "--input", "8x128x28x28", "--out-channels", widths]
+        code, _, err = run(monkeypatch, capsys, *args)
+        assert code == 2 and err.startswith(f"error: target profile {cached}: unreadable fp16 params"), err
+        assert "families must include one with min_align 1" in err and err.count("\n") == 1
+
+
+def test_a_calibrated_profile_with_fewer_full_sms_than_sms_is_one_line(monkeypatch, capsys, tmp_path):
+    """`targets` showed "8/2" SMs for it, and `--sms 4` said "has only -3 SMs" for full_sms -3."""
+    facts = get_target("orin-nano-8gb").to_json()
+    facts.pop("params")
+    for full, message in ((2, "full_sms 2 is fewer than sms 8"), (-3, "full_sms must be an integer above 0")):
+        path = tmp_path / "calibrated.json"
+        path.write_text(json.dumps({"target": {**facts, "full_sms": full}, "params": {}}))
+        for args in (
+            ["targets"],
+            ["staircase", "--sms", "4", "--input", "8x128x28x28", "--out-channels", "16"],
+        ):
+            code, out, err = run(monkeypatch, capsys, *args, "--target", str(path))
+            assert code == 2 and out == "" and message in err and err.count("\n") == 1, err
+
+
+def test_staircase_tail_fill_of_one_block_is_not_0_percent(monkeypatch, capsys):
+    """1 block in the last wave's 216 slots (108 SMs × 2) printed 0 %, as if the wave were empty."""
+    args = ["staircase", "--target", "a100", "--input", "1x64x8x8", "--out-channels", "16"]
+    code, out, err = run(monkeypatch, capsys, *args)
+    assert code == 0, err
+    row = next(line.split() for line in out.splitlines() if line.split()[:1] == ["16"])
+    assert row[2:6] == ["1", "2", "1", "1%"], row

@@ -264,7 +264,7 @@ def test_a_hand_edited_profile_with_bad_values_is_one_line(tmp_path, edit, messa
     assert str(exc.value) == f"target profile {path}: {message}"
     calibrated = {"target": doc, "params": {"fp16": {"fitted": True}}}  # calibrate's format
     path.write_text(json.dumps({**calibrated, "target": get_target("orin-nano-8gb").to_json()}))
-    with pytest.raises(TargetError, match="unreadable params"):
+    with pytest.raises(TargetError, match=r"unreadable fp16 params \(KeyError"):
         get_target(str(path))
 
 
@@ -274,9 +274,10 @@ def test_a_hand_edited_profile_with_bad_values_is_one_line(tmp_path, edit, messa
         # size classes are multiples of the fixed cost: 0 was a ZeroDivisionError traceback
         (
             {"fixed_us": 0},
-            "unreadable params (ValueError: fixed_us must be above 0 (every launch costs something), not 0)",
+            "unreadable fp16 params (ValueError: fixed_us must be above 0 (every launch costs something), "
+            "not 0)",
         ),
-        ({"dw_fixed_us": 0}, "unreadable params (ValueError: dw_fixed_us must be above 0"),
+        ({"dw_fixed_us": 0}, "unreadable fp16 params (ValueError: dw_fixed_us must be above 0"),
         # a block that cannot run on an SM was priced at one block per SM, without a word
         ({"families": {"threads": 0}}, "family 'tc-aligned64': threads must be a whole number >= 1, not 0"),
         (
@@ -367,3 +368,140 @@ def test_a_jetpacks_tensorrt_is_warned_of_ops_newer_than_its_parser() -> None:
     assert "Reshape" in opset_beyond_tensorrt(get_target("nano"), _one_node_model(reshape, 14, [shape]))
     reshape0 = helper.make_node("Reshape", ["x", "shape"], ["y"], allowzero=0)
     assert opset_beyond_tensorrt(get_target("nano"), _one_node_model(reshape0, 14, [shape])) is None
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        # int(Infinity) was an OverflowError traceback (JSON's Infinity, and 1e400, which reads as it)
+        ({"sms": float("inf")}, "sms must be an integer above 0, not inf"),
+        ({"sms": float("nan")}, "sms must be an integer above 0, not nan"),
+        # a clock of Infinity was taken, and every conv predicted at its fixed cost alone
+        ({"clock_mhz": float("inf")}, "clock_mhz must be a finite number above 0, not inf"),
+        # finite but no GPU's: 1e-300 MHz predicted 1e305 µs, 10**20 SMs was taken as given
+        (
+            {"clock_mhz": 1e-300},
+            "clock_mhz must be from 10 to 10000 (MHz; GPU clocks run from about 100 to 3000 MHz), not 1e-300",
+        ),
+        ({"sms": 10**20}, "sms must be from 1 to 1024 (the largest GPUs have under 200 SMs), not a 21-digit"),
+        ({"sms": 1_000_000}, "sms must be from 1 to 1024 (the largest GPUs have under 200 SMs), not 1000000"),
+        ({"shared_mem_per_sm": 2**40}, "shared_mem_per_sm must be from 1 to 4194304 (bytes; 228 KB"),
+    ],
+)
+def test_a_profile_with_an_infinite_or_implausible_fact_is_one_line(tmp_path, edit, message):
+    """Bug bash: `"sms": Infinity` was an OverflowError traceback; `"clock_mhz": Infinity` and
+    1e-300 were accepted. Positive facts must be finite and inside generous physical bounds."""
+    doc = {**get_target("orin-nano-8gb").to_json(), **edit}
+    path = tmp_path / "mode.json"
+    path.write_text(json.dumps(doc))  # json writes inf as Infinity, nan as NaN, as the bug bash's files
+    with pytest.raises(TargetError) as exc:
+        get_target(str(path))
+    assert str(exc.value).startswith(f"target profile {path}: {message}"), str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        # each was a traceback only when a conv was predicted: ZeroDivisionError, unpack, no family
+        ({"small_tile": 1e308}, "small_tile must be from 0 to 1024 (rows and columns of overhead"),
+        ({"families": {"tiles": [[128]]}}, "each tile must be [rows, columns], two whole numbers, not [128]"),
+        ({"families": {"tiles": [["a", 64]]}}, "each tile must be [rows, columns], two whole numbers, not"),
+        ({"families": {"tiles": [[1e9, 1e9]]}}, "tiles must be from 1 to 1024 (rows or columns, each side"),
+        ({"families": {"min_align": 2.5}}, "min_align must be a power of two from 1 to 256, not 2.5"),
+        ({"drop_padded": True}, "families must include one with min_align 1 (the default 'padded' one)"),
+        # finite, but predicting 1e305 µs or Infinity (written into --json, which no reader takes)
+        ({"wave_us": 1e308}, "wave_us must be from 0 to 1e+06 (µs; a second per wave), not 1e+308"),
+        ({"macs_per_us_per_sm": 1e-300}, "macs_per_us_per_sm must be from 10 to 1e+10"),
+        ({"families": {"efficiency": 1e-320}}, "efficiency must be from 1e-06 to 1000"),
+    ],
+)
+def test_fitted_params_past_what_the_model_can_evaluate_are_one_line(tmp_path, edit, message):
+    """Bug bash: profile params that passed the checks above crashed the first prediction (a
+    small_tile of 1e308 divided by zero, a tile [128] did not unpack, a profile without a min_align
+    1 family had no kernel for 17 channels) or predicted Infinity; now each is refused at load, in
+    one line naming the file, the dtype and the field."""
+    doc = get_target("h200").to_json()
+    params = doc["params"]["fp16"]
+    for key, value in edit.items():
+        if key == "families":
+            params["families"][0].update(value)
+        elif key == "drop_padded":
+            params["families"] = [f for f in params["families"] if f["min_align"] != 1]
+        else:
+            params[key] = value
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(TargetError) as exc:
+        get_target(str(path))
+    said = str(exc.value)
+    assert said.startswith(f"target profile {path}: unreadable fp16 params (ValueError: ") and message in said
+    assert "\n" not in said
+
+
+@pytest.mark.parametrize(
+    ("full_sms", "message"),
+    [
+        ("x", "full_sms must be an integer above 0, not 'x'"),  # was a TypeError traceback at --sms
+        (-3, "full_sms must be an integer above 0, not -3"),  # was "--sms 4: … has only -3 SMs"
+        (True, "full_sms must be an integer above 0, not True"),
+        (2, "full_sms 2 is fewer than sms 8 (full_sms is the GPU's SM count before an --sms what-if)"),
+    ],
+)
+def test_a_calibrated_profiles_full_sms_is_checked(tmp_path, full_sms, message):
+    """A calibrated profile's `full_sms` was never checked: `targets` showed "8/2" SMs."""
+    facts = get_target("orin-nano-8gb").to_json()
+    facts.pop("params")
+    path = tmp_path / "calibrated.json"
+    path.write_text(json.dumps({"target": {**facts, "full_sms": full_sms}, "params": {}}))
+    with pytest.raises(TargetError) as exc:
+        get_target(str(path))
+    assert str(exc.value) == f"target profile {path}: {message}"
+    path.write_text(json.dumps({"target": {**facts, "full_sms": 16}, "params": {}}))
+    t = get_target(str(path))
+    assert (t.sms, t.full_sms) == (8, 16) and get_target(str(path), sms=12).full_sms == 16
+
+
+@pytest.mark.parametrize(
+    ("cc", "reported", "limits"),
+    [
+        # an RTX 3090 as torch reports it (no blocks or warps per SM): it got an H100's 32 and 64
+        (
+            (8, 6),
+            {"max_threads_per_sm": 1536, "shared_mem_per_sm": 102400, "registers_per_sm": 65536},
+            (1536, 16, 48, 102400, 101376, 65536, 65536),
+        ),
+        ((8, 9), {}, (1536, 24, 48, 102400, 101376, 65536, 65536)),  # an RTX 4090, nothing reported
+        ((7, 0), {}, (2048, 32, 64, 98304, 98304, 65536, 65536)),  # a V100
+        ((6, 0), {}, (2048, 32, 64, 65536, 49152, 65536, 65536)),  # a P100
+    ],
+)
+def test_local_gpu_without_a_built_in_target_gets_its_own_ccs_limits(monkeypatch, cc, reported, limits):
+    """`--target local` on a CC with no built-in target took the H100's limits for whatever torch
+    does not report; deployopt.kernels.SM_LIMITS (the CUDA guide's table) has 6.0, 7.0, 8.6, 8.9."""
+
+    def fake() -> dict:
+        return {"display_name": "a GPU", "compute_capability": cc, "sms": 40, "via": "torch", **reported}
+
+    monkeypatch.setattr(local_mod, "READERS", [("torch", fake)])
+    t = get_target("local")
+    fields = ("max_threads_per_sm", "max_blocks_per_sm", "max_warps_per_sm", "shared_mem_per_sm")
+    fields += ("shared_mem_per_block", "registers_per_sm", "registers_per_block")
+    assert tuple(getattr(t, k) for k in fields) == limits
+    assert t.sources["per_sm_limits"] == f"torch where reported, else the CUDA guide's limits for CC {t.cc}"
+
+
+def test_local_gpu_of_a_cc_in_no_table_says_whose_limits_it_took(monkeypatch):
+    """A CC newer than every table (a Blackwell 12.0) takes the nearest CC below's limits, and says
+    so; an older one (Kepler 3.7) the oldest known, not the H100's."""
+    for cc, used, which in (((12, 0), "9.0", "the nearest below"), ((3, 7), "5.3", "the oldest known")):
+
+        def fake(cc: tuple[int, int] = cc) -> dict:
+            return {"display_name": "a GPU", "compute_capability": cc, "sms": 10, "via": "torch"}
+
+        monkeypatch.setattr(local_mod, "READERS", [("torch", fake)])
+        t = get_target("local")
+        assert t.max_threads_per_sm == 2048 and t.max_warps_per_sm == 64
+        assert t.shared_mem_per_sm == (233472 if used == "9.0" else 65536)
+        said = t.sources["per_sm_limits"]
+        assert said == f"torch where reported, else CC {used}'s limits (CC {t.cc} is in no table; {which})"

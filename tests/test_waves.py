@@ -1106,3 +1106,37 @@ def test_refitting_the_gemm_terms_keeps_the_shipped_depthwise_terms():
         assert new.dw_fixed_us != gen.dw_fixed_us and new.fixed_us == gen.fixed_us  # GEMM terms: the new fit
     assert fitted["depthwise_sweeps"] == shipped["depthwise_sweeps"]
     assert not ev.keep_depthwise({"params": {"fp16": {}}}, {})  # no file before: nothing to keep
+
+
+def test_fill_percent_of_a_last_wave_neither_empty_nor_full_is_1_to_99():
+    """1 block in 216 slots (an A100's 108 SMs × 2) printed 0 %, as if the last wave were empty, and
+    215 of 216 printed 100 %; halves still round up, and empty and full stay 0 and 100."""
+    slots = 108 * 2
+    assert [fill_percent(b / slots) for b in (1, 2, 108, 214, 215, 216)] == [1, 1, 50, 99, 99, 100]
+    assert fill_percent(wave_count(217, 108, 2)[1]) == 1 and fill_percent(1e-9) == 1
+    assert fill_percent(1 - 1e-9) == 99 and (fill_percent(0.0), fill_percent(1.0)) == (0, 100)
+    assert [fill_percent(k / 8) for k in range(9)] == [0, 13, 25, 38, 50, 63, 75, 88, 100]
+
+
+def test_a_prediction_that_is_no_finite_number_is_one_line():
+    """Parameters past PARAM_RANGES, made in code (a profile's are refused at load), predicted
+    Infinity, which `staircase --json` wrote and no JSON reader takes: every path that predicts a
+    conv (predict, staircase, analyze's wave columns) refuses it in one TargetError line."""
+    from deployopt.errors import TargetError
+
+    h200 = get_target("h200")
+    for key, value in (("wave_us", 1e308), ("dw_ns_per_output", 1e308)):
+        broken = replace(h200.wave_params("fp16"), **{key: value})
+        t = replace(h200, params={**h200.params, "fp16": broken})
+        shape = ConvShape(64, 128, 56, 56, 128, 3, 3, groups=128 if key.startswith("dw") else 1)  # 12 waves
+        conv = SimpleNamespace(name="c", shape=shape, out_group=None, in_groups=[])
+        for predicted, args in (
+            (predict, (shape, t, "fp16")),
+            (staircase, (shape, t, "fp16", [shape.k])),
+            (conv_rows, (SimpleNamespace(convs=[conv], groups=[]), t, "fp16")),
+        ):
+            with pytest.raises(TargetError) as exc:
+                predicted(*args)
+            said = str(exc.value)
+            assert said.startswith("h200: the wave model 'h200-fp16 fit' predicts inf µs for a conv with 128")
+            assert said.endswith("its parameters are out of any GPU's range") and "\n" not in said, key

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import os
 from dataclasses import dataclass, field, replace
 from functools import cache
@@ -27,6 +28,22 @@ FIT_BORROWED = {"h100": "h200"}
 #: Compute capability majors NVIDIA GPUs have: Kepler (3) to Blackwell (10-12); there was no 4. A
 #: hand-edited [99, 9] was taken as a Hopper (the wave model's tables fall back to the nearest CC below).
 CC_MAJORS = (3, 5, 6, 7, 8, 9, 10, 11, 12)
+#: Generous but physical bounds of a profile's GPU facts, and why: a value outside is a typo or a unit
+#: slip (a clock in GHz, shared memory in KB), and predicted latencies of 1e305 µs or Infinity (not
+#: JSON) where it was taken as given.
+FACT_RANGES: dict[str, tuple[int, int, str]] = {
+    "sms": (1, 1024, "the largest GPUs have under 200 SMs"),
+    "full_sms": (1, 1024, "the largest GPUs have under 200 SMs"),
+    "cuda_cores": (1, 1024 * 256, "at most 1024 SMs of 256 cores"),
+    "clock_mhz": (10, 10_000, "MHz; GPU clocks run from about 100 to 3000 MHz"),
+    "max_threads_per_sm": (1, 4096, "2048 on any GPU so far"),
+    "max_blocks_per_sm": (1, 256, "32 on any GPU so far"),
+    "max_warps_per_sm": (1, 256, "64 on any GPU so far"),
+    "shared_mem_per_sm": (1, 4 * 2**20, "bytes; 228 KB on any GPU so far"),
+    "shared_mem_per_block": (1, 4 * 2**20, "bytes; 227 KB on any GPU so far"),
+    "registers_per_sm": (1, 2**20, "65536 on any GPU so far"),
+    "registers_per_block": (1, 2**20, "65536 on any GPU so far"),
+}
 
 
 @dataclass(frozen=True)
@@ -263,6 +280,13 @@ def sm_count(sms: int) -> str:
     return f"{sms} SM{'' if sms == 1 else 's'}"
 
 
+def _shown(number: float) -> str:
+    """A number for an error line: a 400-digit integer in a profile is said, not printed."""
+    if isinstance(number, int) and abs(number) >= 10**15:
+        return f"a {len(str(abs(number)))}-digit number"
+    return repr(number) if isinstance(number, int) else f"{number:g}"
+
+
 def _json_type(value: Any) -> str:
     """What a JSON reader calls the value's type (null, array), not Python's (NoneType, list)."""
     for kind, name in ((bool, "boolean"), (dict, "object"), (list, "array"), (str, "string")):
@@ -280,14 +304,22 @@ def target_from_json(d: dict[str, Any], origin: str = "built-in") -> Target:
     def positive(key: str, kind: type = int) -> Any:
         # a hand-edited profile (a power-mode what-if) is user input: one line, not a traceback
         value = d[key]
-        try:
-            number = kind(value)
-        except (TypeError, ValueError):
-            number = None
-        if isinstance(value, (bool, str)) or number is None or not number > 0 or number != float(value):
-            what = "an integer" if kind is int else "a number"
+        what = "an integer" if kind is int else "a number"
+        number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        # int(Infinity) was an OverflowError traceback; 2.5 SMs and NaN are no count either
+        fraction = kind is int and isinstance(number, float) and not number.is_integer()
+        if number is None or fraction or not number > 0:
             raise TargetError(f"target profile {origin}: {key} must be {what} above 0, not {value!r}")
-        return number
+        if not math.isfinite(number):  # a clock of Infinity predicted the fixed cost alone for any conv
+            raise TargetError(
+                f"target profile {origin}: {key} must be a finite number above 0, not {value!r}"
+            )
+        lo, hi, why = FACT_RANGES[key]
+        if not lo <= number <= hi:
+            raise TargetError(
+                f"target profile {origin}: {key} must be from {lo} to {hi} ({why}), not {_shown(number)}"
+            )
+        return kind(number)
 
     for key in (
         "sources",
@@ -308,16 +340,27 @@ def target_from_json(d: dict[str, Any], origin: str = "built-in") -> Target:
             f"target profile {origin}: compute_capability {list(cc)} is no NVIDIA GPU's: the major is "
             f"{majors}, the minor 0-9"
         )
+    params: dict[str, WaveParams] = {}
+    dtype = None
     try:
-        params = {dt: WaveParams.from_json(p) for dt, p in (d.get("params") or {}).items()}
+        for dtype, p in (d.get("params") or {}).items():
+            params[dtype] = WaveParams.from_json(p)
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         why = f"{type(exc).__name__}: {exc}"
-        raise TargetError(f"target profile {origin}: unreadable params ({why})") from None
+        which = "" if dtype is None else f"{dtype} "  # fp16's and fp32's have the same keys
+        raise TargetError(f"target profile {origin}: unreadable {which}params ({why})") from None
+    sms = positive("sms")
+    full_sms = None if d.get("full_sms") is None else positive("full_sms")
+    if full_sms is not None and full_sms < sms:  # "8/2" SMs in the table, "has only 2 SMs" for --sms 4
+        raise TargetError(
+            f"target profile {origin}: full_sms {full_sms} is fewer than sms {sms} (full_sms is the "
+            "GPU's SM count before an --sms what-if)"
+        )
     target = Target(
         name=str(d["name"]),
         display_name=str(d["display_name"]),
         compute_capability=(int(cc[0]), int(cc[1])),
-        sms=positive("sms"),
+        sms=sms,
         cuda_cores=positive("cuda_cores"),
         clock_mhz=positive("clock_mhz", float),
         max_threads_per_sm=positive("max_threads_per_sm"),
@@ -332,7 +375,7 @@ def target_from_json(d: dict[str, Any], origin: str = "built-in") -> Target:
         kind=d.get("kind", ""),
         software={k: str(v) for k, v in (d.get("software") or {}).items()},
         notes=d.get("notes", ""),
-        full_sms=d.get("full_sms"),
+        full_sms=full_sms,
         origin=origin,
     )
     _check_families_fit(target, origin)
@@ -468,11 +511,30 @@ def get_target(name_or_path: str, sms: int | None = None) -> Target:
 
 
 def cc_limits(cc: tuple[int, int]) -> dict[str, int] | None:
-    """Per-SM limits of a compute capability, taken from a built-in target that has it."""
+    """Per-SM limits of a compute capability: a built-in target's that has it, else the CUDA guide's
+    table (deployopt.kernels.SM_LIMITS: 8.6 and 8.9 have no built-in target, and `local` on an RTX
+    3090 took an H100's 32 blocks and 64 warps an SM); None when neither knows it."""
     for t in list_targets():
         if t.compute_capability == tuple(cc):
             return {k: getattr(t, k) for k in _FIELDS[6:]}
-    return None
+    from deployopt.kernels import SM_LIMITS  # lazy: it imports the backends
+
+    limits = SM_LIMITS.get(f"{cc[0]}.{cc[1]}")
+    if limits is None:
+        return None
+    return {
+        "max_threads_per_sm": limits.threads,
+        "max_blocks_per_sm": limits.blocks,
+        "max_warps_per_sm": limits.warps,
+        "shared_mem_per_sm": limits.shared_memory,
+        # a block may opt in to all of an SM's shared memory but the driver's reserve from CC 7.0
+        # on (CUDA guide: 96 KB on 7.0, 99 KB on 8.6 and 8.9), to 48 KB before
+        "shared_mem_per_block": (
+            limits.shared_memory - limits.reserved_shared_per_block if tuple(cc) >= (7, 0) else 48 * 1024
+        ),
+        "registers_per_sm": limits.registers,
+        "registers_per_block": 32768 if tuple(cc) in ((5, 3), (6, 2)) else 65536,
+    }
 
 
 def fitted_for_cc(cc: tuple[int, int]) -> dict[str, WaveParams]:

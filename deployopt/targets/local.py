@@ -134,9 +134,28 @@ READERS: list[tuple[str, Callable[[], dict[str, Any] | None]]] = [
 ]
 
 
+def _limits_for(cc: tuple[int, int]) -> tuple[dict[str, int], str]:
+    """Per-SM limits for a GPU of compute capability `cc`, and whose they are: its CC's (a built-in
+    target's, else the CUDA guide's table), else those of the nearest CC below that has them (the
+    oldest known for an older GPU), as the wave model's peak table does; never an H100's for any
+    CC without a built-in target."""
+    from deployopt.kernels import SM_LIMITS
+    from deployopt.targets import cc_limits
+
+    own = cc_limits(cc)
+    if own is not None:
+        return own, f"the CUDA guide's limits for CC {cc[0]}.{cc[1]}"
+    known = sorted((int(k.split(".")[0]), int(k.split(".")[1])) for k in SM_LIMITS)
+    used = ([k for k in known if k <= cc] or known[:1])[-1]
+    limits = cc_limits(used)
+    assert limits is not None  # every SM_LIMITS entry gives limits
+    which = "the nearest below" if used < cc else "the oldest known"
+    return limits, f"CC {used[0]}.{used[1]}'s limits (CC {cc[0]}.{cc[1]} is in no table; {which})"
+
+
 def read_local_target() -> Any:
     """The GPU present as a Target (params: the shipped fit for its CC, else derived defaults)."""
-    from deployopt.targets import Target, cc_limits, fitted_for_cc, list_targets
+    from deployopt.targets import Target, fitted_for_cc, list_targets
 
     tried = []
     info = None
@@ -160,7 +179,7 @@ def read_local_target() -> Any:
             + "); name a built-in target instead (deployopt targets)"
         )
     cc = (int(info["compute_capability"][0]), int(info["compute_capability"][1]))
-    limits = cc_limits(cc) or cc_limits((9, 0)) or {}
+    limits, basis = _limits_for(cc)
     sms = int(info["sms"])
     per_sm = CORES_PER_SM.get(cc, 128)
     via = info["via"]
@@ -178,7 +197,7 @@ def read_local_target() -> Any:
         sources={
             "sms": f"read from the device via {via}",
             "compute_capability": f"read from the device via {via}",
-            "per_sm_limits": f"{via} where reported, else the CUDA guide's table for CC {cc[0]}.{cc[1]}",
+            "per_sm_limits": f"{via} where reported, else {basis}",
         },
         params=fitted_for_cc(cc),
         kind="local",
