@@ -395,6 +395,34 @@ def test_conv_rows_price_a_grouped_conv_per_conv_group():
                 assert shape.groups == 4 and shape.c % 4 == 0
 
 
+def test_no_width_below_is_offered_that_is_slower_than_the_width_itself(tmp_path) -> None:
+    """analyze offered 20 below 24 channels per conv group (4 groups, C/g 20: the unaligned kernel)
+    at +69.7 µs as "the nearest wave-aligned width below": a step end, but of a slower staircase."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from deployopt.coupling import analyze
+
+    rng = np.random.default_rng(0)
+    inits, nodes, prev = [], [], "x"
+    for i, (k, c, r, g) in enumerate([(96, 64, 1, 1), (96, 24, 3, 4), (40, 96, 1, 1)]):
+        inits.append(numpy_helper.from_array(rng.standard_normal((k, c, r, r)).astype(np.float32), f"w{i}"))
+        pads = [r // 2] * 4
+        nodes.append(helper.make_node("Conv", [prev, f"w{i}"], [f"y{i}"], f"conv{i}", group=g, pads=pads))
+        prev = f"y{i}"
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 64, 28, 28])],
+        [helper.make_tensor_value_info(prev, TensorProto.FLOAT, None)], inits,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    rows = {r["name"]: r for r in conv_rows(analyze(model), get_target("orin-nano-8gb"), "fp16")}
+    entry = next(w for w in rows["conv1"]["widths"] if w["role"] == "in")
+    assert entry["width"] == 24 and entry["below"] == 16 and entry["below_delta_us"] < 0
+    for row in rows.values():
+        for w in row["widths"]:
+            assert w["below"] is None or w["below_delta_us"] <= 1e-9 * row["predicted_us"], (row["name"], w)
+
+
 # --- the model against the committed H200 sweeps (benchmarks/staircases/) ---------------------------
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
