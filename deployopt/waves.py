@@ -402,6 +402,7 @@ def default_params(cc: tuple[int, int], dtype: str, clock_mhz: float) -> WavePar
     from deployopt.targets import FITTED_DIR  # lazy: targets imports this module
 
     ref: WaveParams | None = None
+    borrowed = False  # INT8 from the fp16 fit: its families align to fp16's 8, not INT8's 16 channels
     basis = f"the H200 {dtype} fit"
     path = FITTED_DIR / "h200.json"
     if path.exists():
@@ -414,6 +415,7 @@ def default_params(cc: tuple[int, int], dtype: str, clock_mhz: float) -> WavePar
             ref = WaveParams.from_json(doc["params"]["fp16"])
             ref = replace(ref, macs_per_us_per_sm=ref.macs_per_us_per_sm * 2)
             basis = "the H200 fp16 fit at twice its rate (no INT8 fit exists)"
+            borrowed = True
     scale = (_peak(cc, dtype) * clock_mhz) / (_peak(REFERENCE_CC, dtype) * REFERENCE_CLOCK_MHZ)
     slow = REFERENCE_CLOCK_MHZ / max(clock_mhz, 1.0)
     name = f"cc{cc[0]}.{cc[1]}-{dtype} default"
@@ -435,7 +437,11 @@ def default_params(cc: tuple[int, int], dtype: str, clock_mhz: float) -> WavePar
             dw_ns_per_tap=ref.dw_ns_per_tap * slow,
             macs_per_us_per_sm=ref.macs_per_us_per_sm * scale,
             wave_us=ref.wave_us * slow,
-            families=ref.families if same_design else _carry_efficiencies(_default_families(cc, dtype), ref),
+            # INT8 on the H200's own design too takes INT8's families (a 16-channel vector): with
+            # the fp16 fit's, 24 channels were aligned on an H100 and padded on a T4
+            families=ref.families
+            if same_design and not borrowed
+            else _carry_efficiencies(_default_families(cc, dtype), ref),
             fitted=False,
             source=source,
             fitted_on=(),

@@ -1168,3 +1168,17 @@ def test_a_prediction_that_is_no_finite_number_is_one_line():
             said = str(exc.value)
             assert said.startswith("h200: the wave model 'h200-fp16 fit' predicts inf µs for a conv with 128")
             assert said.endswith("its parameters are out of any GPU's range") and "\n" not in said, key
+
+
+def test_int8_families_align_to_16_channels_on_the_h200s_design_too():
+    """INT8 borrows the fp16 fit; on the H200's own design it kept fp16's families (an 8-channel
+    vector), so 24 output channels ran aligned on an H100 and padded on a T4 and every other GPU."""
+    from deployopt.targets import get_target
+
+    for name in ("h200", "h100", "t4", "orin-nano-8gb"):
+        params = get_target(name).wave_params("int8")
+        assert sorted(f.min_align for f in params.families) == [1, 16, 64], name
+        t = get_target(name)
+        us = {k: predict(ConvShape(8, 128, 28, 28, k), t, "int8").predicted_us for k in (16, 24, 32)}
+        assert us[24] > us[16] and us[24] > us[32], (name, us)
+    assert [f.min_align for f in get_target("h200").wave_params("fp16").families] == [64, 32, 8, 1]
