@@ -256,6 +256,23 @@ def test_a_reduction_over_the_channels_freezes_the_group(op: str) -> None:
         apply_plan(model, {"conv1": 13})
 
 
+def test_a_reduction_without_keepdims_names_the_untraced_axis_it_leaves() -> None:
+    """A split-attention block's radix sum ([N, 2, 8, H, W] → [N, 8, H, W], keepdims 0) leaves on
+    axis 1 an axis of the input that is not traced as channels: its group freezes saying so. It
+    said "reduces over channels", which the sum over the two branches does not."""
+    n = Net(hw=8, opset=18)
+    a = n.conv("x", 16)
+    n.inits.append(numpy_helper.from_array(np.array([1, 2, 8, 8, 8], dtype=np.int64), "split"))
+    n.inits.append(numpy_helper.from_array(np.array([1], dtype=np.int64), "axes"))
+    r = n.op("Reshape", [a, "split"], (2, 8, 8))
+    s = n.op("ReduceSum", [r, "axes"], (8, 8, 8), keepdims=0)
+    model = n.build(n.conv(s, 4, r=1))
+    group = _groups(model)[s]
+    assert group.frozen
+    said = f"ReduceSum {s} drops the channel axis: its output's axis 1 is an axis of the input not traced"
+    assert group.reason == said + " as channels"
+
+
 @pytest.mark.parametrize("op", REDUCE_OPS)
 def test_a_spatial_reduction_pads_exactly_and_reduceprod_freezes_where_it_could_overflow(op: str) -> None:
     """Over H and W each channel is reduced on its own, so padding is exact, including where a

@@ -187,7 +187,14 @@ def reduce(ctx: CouplingState, node: onnx.NodeProto) -> None:
             ctx.set_axis(y, channel)
             ctx.set_layout(y, ctx.new_layout(node, 1, frozen=reason, statistic=True), channel)
         else:
-            ctx.freeze_node(node, reason)
+            # without keepdims the output's axis `channel` is one the input had after it (the 32
+            # channels of a split-attention block's [N, radix, 32, H, W] after its radix sum): it
+            # is untraced, which is why it freezes; "reduces over channels" misread it
+            ctx.freeze_node(
+                node,
+                f"{node.op_type} {ctx.name(node)} drops the channel axis: its output's axis {channel} "
+                "is an axis of the input not traced as channels",
+            )
         return
     lay = ctx.layout(x)
     if lay is None:
