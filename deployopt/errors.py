@@ -78,6 +78,22 @@ def no_such_file(
     return error(f"{path}: no such file{' or folder' if folder else ''}")
 
 
+def shown_number(number: float) -> str:
+    """A number for an error line: an integer as written, a float in `:g`, and a 400-digit integer
+    (a hand-edited profile) said, not printed."""
+    if isinstance(number, int) and abs(number) >= 10**15:
+        return f"a {len(str(abs(number)))}-digit number"
+    return repr(number) if isinstance(number, int) else f"{number:g}"
+
+
+def range_error(key: str, value: float, lo: float, hi: float, why: str) -> str:
+    """'' when `value` is in [lo, hi], else "KEY must be from LO to HI (WHY), not VALUE": the one
+    wording of a target profile's bounds, for its facts (targets) and its fitted params (waves)."""
+    if lo <= value <= hi:
+        return ""
+    return f"{key} must be from {shown_number(lo)} to {shown_number(hi)} ({why}), not {shown_number(value)}"
+
+
 def first_line(exc: BaseException, empty: str | None = None) -> str:
     """The first line of `exc`'s message, for a one-line error built around what a library said
     (onnx, onnxruntime, Pillow print paragraphs); `empty` (default: the exception's type name) when

@@ -23,7 +23,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from deployopt.errors import TargetError
+from deployopt.errors import TargetError, range_error
 from deployopt.layers import ConvShape
 
 if TYPE_CHECKING:
@@ -138,9 +138,8 @@ def _whole(value: Any) -> bool:
 
 def _check_range(key: str, value: float, lo: float, hi: float, why: str) -> None:
     """A ValueError naming `key` when `value` is outside [lo, hi] (said in the message, with why)."""
-    if not lo <= value <= hi:
-        shown = str(value) if isinstance(value, int) else f"{value:g}"
-        raise ValueError(f"{key} must be from {lo:g} to {hi:g} ({why}), not {shown}")
+    if message := range_error(key, value, lo, hi, why):
+        raise ValueError(message)
 
 
 def _check_family(fam: KernelFamily) -> None:

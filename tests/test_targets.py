@@ -43,6 +43,14 @@ FINDINGS_LIMITS = {
 }
 
 
+def _refusal(path: Path, doc: object) -> str:
+    """What loading `doc`, written as a profile file at `path`, is refused with (a TargetError)."""
+    path.write_text(json.dumps(doc))
+    with pytest.raises(TargetError) as exc:
+        get_target(str(path))
+    return str(exc.value)
+
+
 def test_all_builtin_targets_present():
     assert sorted(t.name for t in list_targets()) == sorted(FINDINGS_TARGETS)
 
@@ -255,13 +263,11 @@ def test_a_hand_edited_profile_with_bad_values_is_one_line(tmp_path, edit, messa
     tracebacks (ValueError deep in the wave arithmetic); now each is one TargetError line."""
     doc = {**get_target("orin-nano-8gb").to_json(), **edit}
     path = tmp_path / "mode.json"
-    path.write_text(json.dumps(doc))
     if message is None:
+        path.write_text(json.dumps(doc))
         assert get_target(str(path)).sms == 8
         return
-    with pytest.raises(TargetError) as exc:
-        get_target(str(path))
-    assert str(exc.value) == f"target profile {path}: {message}"
+    assert _refusal(path, doc) == f"target profile {path}: {message}"
     calibrated = {"target": doc, "params": {"fp16": {"fitted": True}}}  # calibrate's format
     path.write_text(json.dumps({**calibrated, "target": get_target("orin-nano-8gb").to_json()}))
     with pytest.raises(TargetError, match=r"unreadable fp16 params \(KeyError"):
@@ -301,10 +307,8 @@ def test_fitted_params_that_cannot_predict_are_one_line(tmp_path, edit, message)
         else:
             params[key] = value
     path = tmp_path / "edited.json"
-    path.write_text(json.dumps(doc))
-    with pytest.raises(TargetError) as exc:
-        get_target(str(path))
-    assert str(exc.value).startswith(f"target profile {path}: ") and message in str(exc.value)
+    said = _refusal(path, doc)
+    assert said.startswith(f"target profile {path}: ") and message in said
 
 
 @pytest.mark.parametrize("name", builtin_names())
@@ -392,12 +396,10 @@ def test_a_profile_with_an_infinite_or_implausible_fact_is_one_line(tmp_path, ed
     """Bug bash: `"sms": Infinity` was an OverflowError traceback; `"clock_mhz": Infinity` and
     1e-300 were accepted. Positive facts must be finite and inside generous physical bounds."""
     doc = {**get_target("orin-nano-8gb").to_json(), **edit}
-    path = tmp_path / "mode.json"
-    path.write_text(json.dumps(doc))  # json writes inf as Infinity, nan as NaN, as the bug bash's files
-    with pytest.raises(TargetError) as exc:
-        get_target(str(path))
-    assert str(exc.value).startswith(f"target profile {path}: {message}"), str(exc.value)
-    assert "\n" not in str(exc.value)
+    path = tmp_path / "mode.json"  # json writes inf as Infinity, nan as NaN, as the bug bash's files
+    said = _refusal(path, doc)
+    assert said.startswith(f"target profile {path}: {message}"), said
+    assert "\n" not in said
 
 
 @pytest.mark.parametrize(
@@ -431,10 +433,7 @@ def test_fitted_params_past_what_the_model_can_evaluate_are_one_line(tmp_path, e
         else:
             params[key] = value
     path = tmp_path / "edited.json"
-    path.write_text(json.dumps(doc))
-    with pytest.raises(TargetError) as exc:
-        get_target(str(path))
-    said = str(exc.value)
+    said = _refusal(path, doc)
     assert said.startswith(f"target profile {path}: unreadable fp16 params (ValueError: ") and message in said
     assert "\n" not in said
 
@@ -453,10 +452,9 @@ def test_a_calibrated_profiles_full_sms_is_checked(tmp_path, full_sms, message):
     facts = get_target("orin-nano-8gb").to_json()
     facts.pop("params")
     path = tmp_path / "calibrated.json"
-    path.write_text(json.dumps({"target": {**facts, "full_sms": full_sms}, "params": {}}))
-    with pytest.raises(TargetError) as exc:
-        get_target(str(path))
-    assert str(exc.value) == f"target profile {path}: {message}"
+    assert _refusal(path, {"target": {**facts, "full_sms": full_sms}, "params": {}}) == (
+        f"target profile {path}: {message}"
+    )
     path.write_text(json.dumps({"target": {**facts, "full_sms": 16}, "params": {}}))
     t = get_target(str(path))
     assert (t.sms, t.full_sms) == (8, 16) and get_target(str(path), sms=12).full_sms == 16

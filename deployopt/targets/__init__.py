@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from deployopt import paths
-from deployopt.errors import TargetError, no_such_file
+from deployopt.errors import TargetError, no_such_file, range_error
 from deployopt.waves import DTYPES, WaveParams, default_params
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -280,13 +280,6 @@ def sm_count(sms: int) -> str:
     return f"{sms} SM{'' if sms == 1 else 's'}"
 
 
-def _shown(number: float) -> str:
-    """A number for an error line: a 400-digit integer in a profile is said, not printed."""
-    if isinstance(number, int) and abs(number) >= 10**15:
-        return f"a {len(str(abs(number)))}-digit number"
-    return repr(number) if isinstance(number, int) else f"{number:g}"
-
-
 def _json_type(value: Any) -> str:
     """What a JSON reader calls the value's type (null, array), not Python's (NoneType, list)."""
     for kind, name in ((bool, "boolean"), (dict, "object"), (list, "array"), (str, "string")):
@@ -314,11 +307,8 @@ def target_from_json(d: dict[str, Any], origin: str = "built-in") -> Target:
             raise TargetError(
                 f"target profile {origin}: {key} must be a finite number above 0, not {value!r}"
             )
-        lo, hi, why = FACT_RANGES[key]
-        if not lo <= number <= hi:
-            raise TargetError(
-                f"target profile {origin}: {key} must be from {lo} to {hi} ({why}), not {_shown(number)}"
-            )
+        if message := range_error(key, number, *FACT_RANGES[key]):
+            raise TargetError(f"target profile {origin}: {message}")
         return kind(number)
 
     for key in (
