@@ -42,6 +42,7 @@ def staircase_rows(folder: Path) -> list[dict[str, Any]]:
                 "sweep": path.stem,
                 "widths": f"{ks[0]}:{ks[-1]}",
                 "pairs": pairs,
+                "agree": agree,
                 "agreement": agree / pairs if pairs else None,
                 "regret": regret(ks, meas, pred),
                 "flops_agreement": fagree / pairs if pairs else None,
@@ -89,7 +90,7 @@ def main() -> None:
     rows = doc["staircases"]
     if rows:
         pairs = sum(r["pairs"] for r in rows)
-        agree = sum(round(r["agreement"] * r["pairs"]) for r in rows)
+        agree = sum(r["agree"] for r in rows)
         mean_regret = sum(r["regret"] for r in rows) / len(rows)
         doc["pooled"] = {"pairs": pairs, "agree": agree, "mean_regret": mean_regret}
         print(f"{'pooled':<18} {'':<9} {pairs:>5}  {100 * agree / pairs:5.1f} % {100 * mean_regret:5.2f} %")
