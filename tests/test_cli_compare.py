@@ -659,3 +659,23 @@ def test_output_into_a_compared_folder_never_replaces_a_measurement(
         code, _, _ = run_cli(monkeypatch, capsys, "compare", str(base), str(cur), "-o", str(report))
         assert code == 1  # the regression is found, the second time too
     assert json.loads(report.read_text())["pairs"][0]["verdict"] == "slower"
+
+
+def test_the_table_computes_no_confidence_interval_it_does_not_show(
+    monkeypatch, capsys, tmp_path: Path
+) -> None:
+    """Bug bash: the table shows median, IQR and runs, yet compare built the JSON first, whose CIs
+    bootstrap every sample: 50 s on a 1M-query trtexec --exportTimes file. Only --json and -o pay it."""
+    import deployopt.timing as timing
+
+    a = write_timing(tmp_path / "a.json", 500.0, {"board": "Orin"}, seed=1)
+    b = write_timing(tmp_path / "b.json", 500.0, {"board": "Orin"}, seed=2)
+    calls: list[int] = []
+    real = timing.bootstrap_median_ci
+    monkeypatch.setattr(
+        timing, "bootstrap_median_ci", lambda s, *a, **k: calls.append(len(s)) or real(s, *a, **k)
+    )
+    code, out, _ = run_cli(monkeypatch, capsys, "compare", str(a), str(b))
+    assert code == 0 and "0 regressions in 1 compared" in out and calls == []
+    code, out, _ = run_cli(monkeypatch, capsys, "compare", str(a), str(b), "--json")
+    assert code == 0 and len(calls) == 2 and json.loads(out)["pairs"][0]["baseline"]["ci95_us"]
