@@ -6,6 +6,8 @@ and keeps its traceback.
 
 from __future__ import annotations
 
+import re
+
 
 class DeployoptError(Exception):
     """A problem with the user's input or environment, reported as one line."""
@@ -102,6 +104,22 @@ def first_line(exc: BaseException, empty: str | None = None) -> str:
     if not text:
         return type(exc).__name__ if empty is None else empty
     return text.splitlines()[0]
+
+
+def onnxruntime_reason(exc: BaseException) -> str:
+    """onnxruntime's message on one line, without its code and C++ location: `Reshape 'flat': The
+    input tensor cannot be reshaped to the requested shape. Input shape:{1,4,80,80}, requested
+    shape:{1,1024}`, where its first 300 characters said only where in onnxruntime's source it
+    failed. All lines: a wrong input dim is said on the second (`index: 0 Got: 2 Expected: 1`)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    text = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text)
+    node = re.match(
+        r"Non-zero status code returned while running (\w+) node\. Name:'([^']*)' Status Message: ", text
+    )
+    if node:
+        text = f"{node[1]} {node[2]!r}: {text[node.end() :]}"
+    text = re.sub(r"\S+\.(?:h|cc|cpp):\d+ .*? was false\. ", "", text)
+    return re.sub(r"\S+\.(?:h|cc|cpp):\d+ \w+ ", "", text)[:300]  # `upsamplebase.h:553 ScalesValidation `
 
 
 #: A process ended by SIGKILL, as its status reads: -9 from Python's subprocess and multiprocessing,

@@ -65,11 +65,13 @@ class LoadedModel:
     #: inputs whose batch the file fixed → that batch (a --batch of another is a rewrite of it)
     file_batch: dict[str, int] = field(default_factory=dict)
     #: inputs → the indices of their dims past the batch that the file left dynamic (H, W of a
-    #: detector export) and loading fixed from --input-shape: a written model keeps those sizes
+    #: detector export) and loading fixed from --input-shape: deployopt.dynamic_dims gives a written
+    #: model the symbols back, or it keeps those sizes (`fixed_size_notice`)
     file_dynamic_dims: dict[str, list[int]] = field(default_factory=dict)
 
-    def fixed_size_notice(self) -> str:
-        """What a model written from this one is fixed to that the file left dynamic, or ""."""
+    def fixed_size_notice(self, why: str = "") -> str:
+        """What a model written from this one at the loaded size is fixed to that the file left
+        dynamic, or ""; `why`: why the dynamic size could not be kept (deployopt.dynamic_dims)."""
         parts = [
             f"{name!r} dims {', '.join(map(str, dims))} at "
             f"{'×'.join(str(self.input_shapes[name][i]) for i in dims)}"
@@ -78,9 +80,10 @@ class LoadedModel:
         ]
         if not parts:
             return ""
+        reason = f" (the dynamic size could not be kept: {why})" if why else ""
         return (
             f"written at the size given by --input-shape ({'; '.join(parts)}), which the input file "
-            "left dynamic: the written model runs at that size only"
+            f"left dynamic: the written model runs at that size only{reason}"
         )
 
     @property

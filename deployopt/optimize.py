@@ -1758,6 +1758,7 @@ class Optimizer:
 
     def _finish(self, best: Evaluation, fidelity: dict[str, Any] | None, budget_hit: bool) -> OptimizeResult:
         from deployopt.batch import restore_dynamic_batch
+        from deployopt.dynamic_dims import restore_dynamic_size
         from deployopt.fileio import output_set, write_text
         from deployopt.model import save_model
         from deployopt.report import build_report, write_report
@@ -1779,9 +1780,9 @@ class Optimizer:
             getattr(self.loaded, "dynamic_batch", {}),
             getattr(self.loaded, "static_batch", None),
         )
+        sized = restore_dynamic_size(written.model, self.loaded)  # H and W a dynamic export left open
         report = build_report(self, best, fidelity, sweep, budget_hit)
-        sized = self.loaded.fixed_size_notice() if hasattr(self.loaded, "fixed_size_notice") else ""
-        said = [n for n in (written.notice or self._rebatched(), sized) if n]
+        said = [n for n in (written.notice or self._rebatched(), sized.notice) if n]
         report["written_batch"] = "; ".join(said) or None
         # what loading changed before the search (constants folded, nodes renamed, shared constants
         # copied, the batch fixed): the written model carries it, so say it as apply does
@@ -1801,7 +1802,7 @@ class Optimizer:
         plan_doc = self.plan_document(best.plan)
         # All or nothing: written into a staging folder, then moved into OUTDIR as one set.
         with output_set(self.outdir, OUTPUTS) as staging:
-            save_model(written.model, staging / "model.onnx", external_data=report["external_data"])
+            save_model(sized.model, staging / "model.onnx", external_data=report["external_data"])
             write_text(staging / "plan.json", plan_json(plan_doc))
             report["engine"] = self._keep_engine(best, staging)
             report["engine_notice"] = getattr(self, "engine_notice", None)

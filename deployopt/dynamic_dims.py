@@ -1,0 +1,282 @@
+"""Give a written model back the dynamic height and width (any dim past the batch) its input file had.
+
+A detector exported with a dynamic size (`yolo export dynamic=True`: input [batch, 3, height,
+width]) is loaded at the size --input-shape gives, since every stage needs static shapes; the
+edited model was then written at that size only, though the user exported it to take any. Here the
+file's symbols go back on those input dims, output dims the file declares symbolic are freed, and
+shape inference derives the rest.
+
+This sits beside deployopt.batch, not in it, because the check differs: samples of one batch can be
+compared with each other, outputs at two sizes cannot. So the input file itself is the reference:
+at a second size (each dynamic dim + SIZE_STEP) the written model must run and give the output
+shapes the file gives, and at the loaded size it must still give what the static model gives (a
+broken rewrite). A size that loading baked in while folding shape arithmetic (a Reshape to H·W, a
+Slice to H/2) fails the check, and the model is written at the --input-shape size with the reason in
+one line; no target is rewritten to guess at it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx
+
+from deployopt.batch import close, random_feeds
+from deployopt.errors import first_line, onnxruntime_reason
+
+if TYPE_CHECKING:
+    from deployopt.model import LoadedModel
+
+#: Added to each dynamic dim for the second size checked: a multiple of 32 keeps a stride-32
+#: detector's size valid (its upsampled paths meet the downsampled ones again).
+SIZE_STEP = 64
+
+#: What dims past the batch of an NCHW (NCDHW) input are called in notices, and made-up symbols.
+_LABELS = {4: {2: "height", 3: "width"}, 5: {2: "depth", 3: "height", 4: "width"}}
+
+
+@dataclass(frozen=True)
+class SizeRestore:
+    """The model to write and one line for the user about its size ("" when the file fixed it)."""
+
+    model: onnx.ModelProto
+    restored: bool
+    notice: str
+
+
+def restore_dynamic_size(model: onnx.ModelProto, loaded: LoadedModel) -> SizeRestore:
+    """`model` (written from `loaded`, its batch already restored or not) with the dims past the
+    batch that the input file left dynamic symbolic again, when onnxruntime shows it takes another
+    size as the file does; else `model` as it is, and `loaded`'s notice of the fixed size with why."""
+    dynamic = {n: dims for n, dims in loaded.file_dynamic_dims.items() if dims and n in loaded.input_shapes}
+    if not dynamic:
+        return SizeRestore(model, False, "")
+    fixed = {n: list(shape) for n, shape in loaded.input_shapes.items()}
+    second = {
+        n: [d + SIZE_STEP if i in dynamic.get(n, ()) else d for i, d in enumerate(shape)]
+        for n, shape in fixed.items()
+    }
+    try:
+        original = _declared(loaded.path)
+        symbols = _symbols(dynamic, fixed, original, model)
+        candidate = _make_dynamic_size(model, symbols, original)
+        why = _check_size(candidate, model, loaded.path, fixed, second)
+    except Exception as exc:  # onnx/onnxruntime say why in their first line
+        why = first_line(exc)[:300]
+    if why:
+        return SizeRestore(model, False, loaded.fixed_size_notice(why))
+    return SizeRestore(candidate, True, _restored_notice(symbols, fixed, second))
+
+
+def _declared(path: Path) -> onnx.ModelProto:
+    """The input file as written, without its external weights: its inputs' symbols and the
+    output dims it declares dynamic (loading replaced both)."""
+    from deployopt.model import _peek  # parses as loading does; None for a pipe or unreadable file
+
+    original = _peek(path)
+    if original is None:
+        raise ValueError(f"the input file {path.name} cannot be read again")
+    return original
+
+
+def _symbols(
+    dynamic: dict[str, list[int]],
+    fixed: dict[str, list[int]],
+    original: onnx.ModelProto,
+    model: onnx.ModelProto,
+) -> dict[str, dict[int, str]]:
+    """input → {dim: symbol}: the file's, or for an unnamed dim a made-up one ("height" for one
+    input's dim 2 of 4, else "<input>_dim<i>") that no other dim of either model uses (a shared
+    symbol says two dims are equal)."""
+    file_dims = {i.name: list(i.type.tensor_type.shape.dim) for i in original.graph.input}
+    used = {
+        d.dim_param
+        for m in (original, model)
+        for vi in [*m.graph.input, *m.graph.output]
+        for d in vi.type.tensor_type.shape.dim
+        if d.dim_param
+    }
+    out: dict[str, dict[int, str]] = {}
+    for name, dims in dynamic.items():
+        out[name] = {}
+        for i in dims:
+            have = file_dims.get(name, [])
+            symbol = have[i].dim_param if i < len(have) else ""
+            if not symbol:
+                symbol = _LABELS.get(len(fixed[name]), {}).get(i, "")
+                if len(dynamic) > 1 or not symbol or symbol in used:
+                    symbol = f"{name}_dim{i}"
+                used.add(symbol)
+            out[name][i] = symbol
+    return out
+
+
+def _make_dynamic_size(
+    model: onnx.ModelProto, symbols: dict[str, dict[int, str]], original: onnx.ModelProto
+) -> onnx.ModelProto:
+    """A copy of `model` with `symbols` on its inputs, output dims freed where the file declares
+    them dynamic, and every other shape inferred again (the stale ones carried the fixed size)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for inp in out.graph.input:
+        for i, symbol in symbols.get(inp.name, {}).items():
+            d = inp.type.tensor_type.shape.dim[i]
+            d.Clear()
+            d.dim_param = symbol
+    declared = {o.name: o for o in original.graph.output}
+    for o in out.graph.output:
+        _free_output_dims(o, declared.get(o.name))
+    del out.graph.value_info[:]
+    onnx.checker.check_model(out)
+    return onnx.shape_inference.infer_shapes(out, strict_mode=True)
+
+
+def _free_output_dims(output: onnx.ValueInfoProto, in_file: onnx.ValueInfoProto | None) -> None:
+    """Each fixed dim of `output` that the file declares dynamic gets the file's symbol (or none);
+    an output the file gives no shape of the same rank loses its shape, which inference gives
+    again. Symbols already there (the restored batch) stay. Inference then fixes what it can derive
+    (a channel count), so a dim freed here that the graph fixes comes back fixed."""
+    tt = output.type.tensor_type
+    if not tt.HasField("shape"):
+        return
+    theirs = in_file.type.tensor_type if in_file is not None else None
+    if theirs is None or not theirs.HasField("shape") or len(theirs.shape.dim) != len(tt.shape.dim):
+        tt.ClearField("shape")
+        return
+    for d, f in zip(tt.shape.dim, theirs.shape.dim):
+        if d.dim_param or (f.HasField("dim_value") and f.dim_value > 0):
+            continue
+        d.Clear()
+        if f.dim_param:
+            d.dim_param = f.dim_param
+
+
+def _check_size(
+    candidate: onnx.ModelProto,
+    static: onnx.ModelProto,
+    path: Path,
+    fixed: dict[str, list[int]],
+    second: dict[str, list[int]],
+) -> str:
+    """'' when `candidate` gives what `static` gives at the `fixed` size, and at the `second` size
+    runs with the output shapes the input file at `path` gives there (and declares); else why not."""
+    from deployopt.fidelity import _session  # verify's onnxruntime session
+
+    session = _session(candidate, "the written")
+    why = _same_as_static(session, _session(static, "the written"), fixed)
+    if why:
+        return why
+    feeds = random_feeds(session, lambda inp: second.get(inp.name, inp.shape))
+    if isinstance(feeds, str):
+        return feeds
+    at = f"at {_shapes_text(second)}"
+    try:
+        ours = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    except Exception as exc:  # onnxruntime's own error types
+        return f"{at} the written model fails: {onnxruntime_reason(exc)}"
+    theirs = _run_file(path, feeds)
+    if isinstance(theirs, str):
+        return f"{at} {theirs}"
+    for name, want in theirs.items():
+        if name not in ours:
+            return f"the written model has no output {name!r}"
+        if ours[name].shape != want.shape:
+            return (
+                f"{at} output {name!r} is {_shape_text(ours[name].shape)} in the written model, "
+                f"{_shape_text(want.shape)} in the input file"
+            )
+    return _declared_as_run(candidate, ours, at)
+
+
+def _same_as_static(session: Any, static: Any, fixed: dict[str, list[int]]) -> str:
+    """'' when the candidate's `session` gives the `static` model's outputs at the `fixed` size
+    (to batch.RTOL: onnxruntime may pick other kernels for symbolic shapes); else why not."""
+    feeds = random_feeds(static, lambda inp: fixed.get(inp.name, inp.shape))
+    if isinstance(feeds, str):
+        return feeds
+    names = [o.name for o in static.get_outputs()]
+    want = static.run(names, feeds)
+    at = f"at {_shapes_text(fixed)}"
+    try:
+        got = session.run(names, feeds)
+    except Exception as exc:  # onnxruntime's own error types
+        return f"{at} the written model fails: {onnxruntime_reason(exc)}"
+    for name, g, w in zip(names, got, want):
+        if g.shape != w.shape or not close(g, w):
+            return f"{at} output {name!r} of the written model differs from the static model's"
+    return ""
+
+
+def _run_file(path: Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray] | str:
+    """The input file's outputs by name on `feeds` (in its own input types), run by path so its
+    external weights load too; or what failed."""
+    from deployopt.fidelity import _input_dtypes, cpu_session
+
+    try:
+        session = cpu_session(path, "the input file: onnxruntime cannot load it")
+    except Exception as exc:  # a ModelError in one line
+        return first_line(exc)
+    dtypes = _input_dtypes(session)
+    missing = [i.name for i in session.get_inputs() if i.name not in feeds]
+    if missing:
+        return f"the input file takes {missing[0]!r}, which the written model does not"
+    theirs = {
+        i.name: feeds[i.name].astype(dtypes.get(i.name, feeds[i.name].dtype)) for i in session.get_inputs()
+    }
+    try:
+        return dict(zip([o.name for o in session.get_outputs()], session.run(None, theirs)))
+    except Exception as exc:  # onnxruntime's own error types
+        return f"the input file fails: {onnxruntime_reason(exc)}"
+
+
+def _declared_as_run(candidate: onnx.ModelProto, outputs: dict[str, np.ndarray], at: str) -> str:
+    """'' when every fixed output dim `candidate` declares is what it gave `at` the second size:
+    a stale size there would tell TensorRT and serving code a wrong shape."""
+    for o in candidate.graph.output:
+        dims = o.type.tensor_type.shape.dim
+        got = outputs.get(o.name)
+        if got is None or not o.type.tensor_type.HasField("shape"):
+            continue
+        if len(dims) != got.ndim or any(
+            d.HasField("dim_value") and d.dim_value != n for d, n in zip(dims, got.shape)
+        ):
+            declared = "×".join(str(d.dim_value) if d.HasField("dim_value") else "?" for d in dims)
+            return (
+                f"{at} output {o.name!r} is {_shape_text(got.shape)}, the written model declares {declared}"
+            )
+    return ""
+
+
+def _restored_notice(
+    symbols: dict[str, dict[int, str]], fixed: dict[str, list[int]], second: dict[str, list[int]]
+) -> str:
+    """`written with the input's dynamic height, width ('height', 'width'), checked at 640×640 and
+    704×704`: which dims are dynamic again, by the symbols a caller feeds, and the sizes run."""
+    parts = []
+    for name, dims in symbols.items():
+        labels = ", ".join(_LABELS.get(len(fixed[name]), {}).get(i, f"dim {i}") for i in dims)
+        parts.append((name, f"{labels} ({', '.join(map(repr, dims.values()))})"))
+    if len(parts) == 1:
+        what = f"the input's dynamic {parts[0][1]}"
+    else:
+        what = "the inputs' dynamic " + "; ".join(f"{name!r} {text}" for name, text in parts)
+
+    def sizes(shapes: dict[str, list[int]]) -> str:
+        each = [(n, "×".join(str(shapes[n][i]) for i in dims)) for n, dims in symbols.items()]
+        return each[0][1] if len(each) == 1 else ", ".join(f"{n!r} {s}" for n, s in each)
+
+    return f"written with {what}, checked at {sizes(fixed)} and {sizes(second)}"
+
+
+def _shape_text(shape: Any) -> str:
+    return "×".join(map(str, shape))
+
+
+def _shapes_text(shapes: dict[str, list[int]]) -> str:
+    """`1×3×704×704` for one input; `'a' 1×3×704×704, 'b' 1×8` for several."""
+    if len(shapes) == 1:
+        return _shape_text(next(iter(shapes.values())))
+    return ", ".join(f"{n!r} {_shape_text(s)}" for n, s in shapes.items())
