@@ -127,6 +127,45 @@ def test_a_batch_baked_into_another_op_is_written_static_with_the_reason(tmp_pat
     assert _batch_dim(result.model).dim_value == 1
 
 
+def test_onnxruntimes_whole_reason_is_said_not_its_first_line(tmp_path: Path) -> None:
+    """Bug bash: a linear Resize whose `sizes` (batch included) loading folded from Shape fails at
+    batch 2 with a message over several lines; the notice kept the first, which ended in "only
+    supports:". It now names the node and says onnxruntime's reason, without its source location."""
+    w = numpy_helper.from_array(
+        np.random.default_rng(0).standard_normal([4, 3, 3, 3]).astype(np.float32), "w"
+    )
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+            helper.make_node("Shape", ["c"], ["s"]),
+            helper.make_node("Slice", ["s", "zero", "two"], ["nc"]),
+            helper.make_node("Concat", ["nc", "hw"], ["sizes"], axis=0),
+            helper.make_node("Resize", ["c", "", "", "sizes"], ["y"], mode="linear", name="up"),
+        ],
+        "resize_batch",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4, 16, 16])],
+        [
+            w,
+            *(
+                numpy_helper.from_array(np.array(v, dtype=np.int64), n)
+                for n, v in (("zero", [0]), ("two", [2]))
+            ),
+            numpy_helper.from_array(np.array([16, 16], dtype=np.int64), "hw"),
+        ],
+    )
+    path = tmp_path / "resize.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    loaded = load_model(path)
+    result = restore_dynamic_batch(loaded.model, loaded.dynamic_batch, loaded.static_batch)
+    assert not result.restored
+    why = result.notice.removeprefix(
+        "written with a static batch of 1: the input's dynamic batch could not be restored ("
+    )
+    assert why.startswith("Resize 'up': ") and "2-D inputs" in why and "\n" not in why
+    assert ".h:" not in why and "[ONNXRuntimeError]" not in why
+
+
 def test_a_static_input_file_is_left_as_it_is(zoo_model_path: Callable[[str], Path]) -> None:
     loaded = load_model(zoo_model_path("resnet_projection"))
     assert loaded.dynamic_batch == {}
