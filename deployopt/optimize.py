@@ -571,6 +571,7 @@ class Optimizer:
                 "are not; measure "
                 "instead (--backend torch, ort, tensorrt or trtexec)"
             )
+        free, self.unpriced_notice = self._priced_only(free)
         self.groups = {_group_id(g): g for g in free}
         self.original = {gid: int(g.width) for gid, g in self.groups.items()}
         # a grouped conv's group: its width is per conv group, and the GPU sees repeat × width
@@ -587,6 +588,40 @@ class Optimizer:
             # a calibration set that does not fit the model fails here, before any timing
             check_feedable(self._calibration(), self.loaded.model)
             check_reference_finite(self.model, self._calibration())
+
+    def _priced_only(self, free: list[Any]) -> tuple[list[Any], str]:
+        """The free groups the search may resize, and a notice of the convs the wave model cannot
+        shape (unpriced_reasons: an input size unknown after an If, channels untraced after a Loop,
+        Conv1d). With --backend model a group whose every conv is such a one is kept at its width:
+        every width of it was predicted alike, and the search padded one (13 → 16 "because rounding
+        up was the fastest found"). Measured, the end-to-end timings include those convs."""
+        unpriced = self.analysis.unpriced_reasons()
+        if not unpriced:
+            return free, ""
+        by_why = {why: [n for n, w in unpriced if w == why] for why in dict.fromkeys(w for _, w in unpriced)}
+        said = "; ".join(
+            f"{why}: {', '.join(names[:3])}{', …' if len(names) > 3 else ''}" for why, names in by_why.items()
+        )
+        convs = f"{len(unpriced)} conv(s) the wave model cannot shape ({said})"
+        if self.backend_name != "model":
+            return free, f"the per-layer table leaves out {convs}; the end-to-end timings include them"
+        touched: set[str] = set()
+        for conv in self.analysis.convs:
+            outs = [g for g, _ in getattr(conv, "out_groups", None) or []] or [conv.out_group]
+            touched.update(str(g) for g in [*outs, *(g for g, _ in conv.in_groups)] if g is not None)
+        kept = [str(_group_id(g)) for g in free if str(_group_id(g)) not in touched]
+        if not kept:
+            return free, f"the prediction leaves out {convs}"
+        what = f"{len(kept)} group(s) ({', '.join(kept[:3])}{', …' if len(kept) > 3 else ''})"
+        if len(kept) == len(free):
+            raise DeployoptError(
+                f"{self.cfg.model_path}: the wave model prices none of the convs of its {what}: {convs}; "
+                "measure instead (--backend torch, ort, tensorrt or trtexec)"
+            )
+        return [g for g in free if str(_group_id(g)) in touched], (
+            f"kept {what} at the input's widths: the wave model prices none of their convs, {convs}; "
+            "measure (--backend torch, ort, tensorrt or trtexec) to size them"
+        )
 
     def _dead_channels(self) -> dict[str, int]:
         if self.cfg.mode == "grow":
@@ -1784,6 +1819,7 @@ class Optimizer:
         report = build_report(self, best, fidelity, sweep, budget_hit)
         said = [n for n in (written.notice or self._rebatched(), sized.notice) if n]
         report["written_batch"] = "; ".join(said) or None
+        report["unpriced_notice"] = getattr(self, "unpriced_notice", "") or None
         # what loading changed before the search (constants folded, nodes renamed, shared constants
         # copied, the batch fixed): the written model carries it, so say it as apply does
         report["load_notices"] = list(self.loaded.notices)

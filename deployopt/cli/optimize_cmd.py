@@ -360,7 +360,8 @@ def _render(result: Any) -> None:
     slow_note = clock_slowdown_note(rep.get("clock_slowdowns") or [])
     if slow_note:
         _say(f"warning: {slow_note}", "bold yellow")
-    once = [rep.get("written_batch"), rep.get("engine_notice")]  # model.onnx's batch; an engine not kept
+    # convs the wave model could not shape; model.onnx's batch; an engine not kept
+    once = [rep.get("unpriced_notice"), rep.get("written_batch"), rep.get("engine_notice")]
     notes = [*rep.get("load_notices", []), *rep.get("calibration_notices", []), *[n for n in once if n]]
     for note in notes:
         _say(f"notice: {note}", "yellow")

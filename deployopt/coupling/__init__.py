@@ -144,21 +144,31 @@ class Analysis:
         return [name for name, _ in self.unpriced_reasons()]
 
     def unpriced_reasons(self) -> list[tuple[str, str]]:
-        """(name, why) of every conv not in `convs`, in node order: Conv1d and Conv3d ("not 2-D") and
-        ConvTranspose (not an implicit-GEMM forward conv). A prediction of the model leaves them out;
-        `analyze --target` left a ConvTranspose out without a word."""
+        """(name, why) of every conv not in `convs`, in node order: Conv1d and Conv3d ("not 2-D"),
+        ConvTranspose (not an implicit-GEMM forward conv), a 2-D conv whose input size is unknown
+        (after an If whose branches differ in size), one whose input channels are not traced (after
+        a Loop or a plugin op) or whose weights are no constant. A prediction of the model leaves
+        them out; `analyze --target` left a ConvTranspose out without a word, called the unknown
+        sizes "not 2-D", and left the untraced convs out of both lists."""
         if self.state is None:
             return []
+        st = self.state
         priced = {c.name for c in self.convs}
-        recorded = {rec.node for rec in self.state.convs}
+        recorded = {rec.node: rec for rec in st.convs}
         out = []
-        for i, (node, name) in enumerate(zip(self.state.nodes, self.state.node_names)):
+        for i, (node, name) in enumerate(zip(st.nodes, st.node_names)):
             if name in priced:
                 continue
             if i in recorded:
-                out.append((name, "not 2-D"))
+                rec = recorded[i]
+                xs = st.shape(rec.x)
+                flat = len(rec.weight_shape) == 4 and (xs is None or len(xs) == 4)
+                out.append((name, "input size unknown" if flat else "not 2-D"))
             elif node.op_type == "ConvTranspose":
                 out.append((name, "ConvTranspose"))
+            elif node.op_type == "Conv":
+                weights = st.const(node.input[1]) if len(node.input) > 1 else None
+                out.append((name, "weights not constant" if weights is None else "input channels not traced"))
         return out
 
     def group_of_atom(self, atom: int) -> str:
