@@ -1056,11 +1056,15 @@ class Optimizer:
     def _same_run_spelled_otherwise(self, key: str, old: dict[str, Any], new: dict[str, Any]) -> bool:
         """Whether a journal key that differs names the same run another way, so --resume goes on:
         `--batch N` against no --batch where N is the batch the model runs at without it (the file's,
-        or 1 where the file leaves it dynamic) on every input --input-shape does not fix; and a target
-        profile file under another path whose contents (target_sha256) are the same."""
+        or 1 where the file leaves it dynamic) on every input --input-shape does not fix; `--sms N`
+        against no --sms where N is the target's whole SM count; and a target profile file under
+        another path whose contents (target_sha256) are the same."""
         if key == "target":
             digest = new.get("target_sha256")
             return digest is not None and digest == old.get("target_sha256")
+        if key == "sms":  # --sms 40 on a 40-SM T4 against no --sms ("sms was the default, now 40")
+            given = [v for v in (old.get(key), new.get(key)) if v is not None]
+            return len(given) == 1 and given[0] == (self.target.full_sms or self.target.sms)
         if key != "batch":
             return False
         spelled = [v for v in (old.get(key), new.get(key)) if v is not None]

@@ -548,9 +548,10 @@ def test_resume_refuses_a_target_profile_changed_since(
 def test_resume_goes_on_where_a_run_is_only_spelled_otherwise(
     zoo_model_path: Callable[[str], Path], tmp_path: Path
 ) -> None:
-    """--batch 4 on a batch-4 file is the run that left --batch out, and a copy of the target
-    profile under another name is the same target: --resume goes on (it refused both). Another
-    batch, or an edited copy, is still refused."""
+    """--batch 4 on a batch-4 file is the run that left --batch out, --sms 40 on a 40-SM target
+    the run that left --sms out, and a copy of the target profile under another name is the same
+    target: --resume goes on (it refused them). Another batch or SM count, or an edited copy, is
+    still refused."""
     from deployopt.targets import get_target
 
     src = zoo_model_path("vgg16_pruned_b4")  # its file fixes batch 4
@@ -560,6 +561,12 @@ def test_resume_goes_on_where_a_run_is_only_spelled_otherwise(
         run_model(src, tmp_path / "out", max_evals=4, resume=True, batch=2)
     run_model(src, tmp_path / "b4", max_evals=2, batch=4)
     run_model(src, tmp_path / "b4", max_evals=3, resume=True)  # and the other way round
+
+    # --sms 40 on the 40-SM T4 is the run without --sms (bug bash: "sms was the default, now 40")
+    run_model(src, tmp_path / "t4", target="t4", sms=None, max_evals=2)
+    run_model(src, tmp_path / "t4", target="t4", sms=40, max_evals=3, resume=True)
+    with pytest.raises(DeployoptError, match=r"different run \(sms was the default, now 8\)"):
+        run_model(src, tmp_path / "t4", target="t4", sms=8, max_evals=4, resume=True)
 
     profile = tmp_path / "super.json"
     doc = {**get_target("orin-nano-8gb").to_json(), "clock_mhz": 1020}
