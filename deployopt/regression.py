@@ -389,6 +389,8 @@ class Pair:
             "change_pct": 100 * (self.comparison.ratio - 1),
             "p_value": self.comparison.p_value,
             "verdict": self.comparison.verdict,
+            # faster/slower, but the medians' 95 % CIs overlap: the direction holds, the size not
+            "size_uncertain": self.comparison.size_uncertain,
             "environment_differences": self.differences,
             "model_check": self.model.to_json(),
             "notes": self.notes,

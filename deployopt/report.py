@@ -15,7 +15,7 @@ from deployopt.clocks import unlocked_phrase
 from deployopt.fileio import write_json, write_text
 from deployopt.model import layer_labels
 from deployopt.targets import measured_elsewhere, sm_count
-from deployopt.timing import Timing, compare, counted
+from deployopt.timing import Comparison, Timing, compare, counted
 from deployopt.traffic import MB
 from deployopt.waves import fill_percent
 
@@ -54,6 +54,26 @@ SAME_PLAN = {
 }
 
 
+def comparison_row(c: Comparison, measured: bool, same_plan: str | None = None) -> dict[str, Any]:
+    """One of the report's comparisons (the answer against a baseline) as JSON. size_uncertain sits
+    next to the verdict: true where the verdict stands but the two medians' 95 % CIs overlap, so the
+    printed change is no size the samples pin down (Comparison.size_uncertain); null, as p_value,
+    for predictions. `same_plan`: what to say instead where the answer is the baseline's plan."""
+    if same_plan is not None:
+        describe = same_plan
+    elif not measured:
+        describe = f"predicted {100 * (c.ratio - 1):+.1f}% (wave model, not measured)"
+    else:
+        describe = c.describe()
+    return {
+        "verdict": c.verdict if measured else "predicted",
+        "size_uncertain": c.size_uncertain if measured else None,
+        "ratio": c.ratio,
+        "p_value": c.p_value if measured else None,
+        "describe": describe,
+    }
+
+
 def _samples_per_conv(samples: list[int], asked: int) -> str:
     """'10 samples', or '10–50 samples' where cached entries hold more than this run asked for."""
     lo, hi = (min(samples), max(samples)) if samples else (asked, asked)
@@ -77,18 +97,9 @@ def build_report(
     comparisons = {}
     for name, ref in (("vs_input", timings["input"]), ("vs_round_up_8", timings["round_up_8"])):
         c = compare(ref, best.timing, alpha=cfg.alpha, min_effect=cfg.min_effect)
-        describe = c.describe()
-        if plan_key(best.plan) == plan_key(base.plan if name == "vs_input" else r8.plan):
-            # said why, so that an answer which changes nothing does not read as a run that failed
-            describe = SAME_PLAN[name]
-        elif not measured:
-            describe = f"predicted {100 * (c.ratio - 1):+.1f}% (wave model, not measured)"
-        comparisons[name] = {
-            "verdict": c.verdict if measured else "predicted",
-            "ratio": c.ratio,
-            "p_value": c.p_value if measured else None,
-            "describe": describe,
-        }
+        # said why, so that an answer which changes nothing does not read as a run that failed
+        same = plan_key(best.plan) == plan_key(base.plan if name == "vs_input" else r8.plan)
+        comparisons[name] = comparison_row(c, measured, SAME_PLAN[name] if same else None)
 
     groups = []
     labels = layer_labels(opt.model)  # torch's default exporter: node_conv2d_3 → features.3

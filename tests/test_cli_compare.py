@@ -679,3 +679,31 @@ def test_the_table_computes_no_confidence_interval_it_does_not_show(
     assert code == 0 and "0 regressions in 1 compared" in out and calls == []
     code, out, _ = run_cli(monkeypatch, capsys, "compare", str(a), str(b), "--json")
     assert code == 0 and len(calls) == 2 and json.loads(out)["pairs"][0]["baseline"]["ci95_us"]
+
+
+def test_a_verdict_of_uncertain_size_is_marked(monkeypatch, capsys, tmp_path: Path) -> None:
+    """Bimodal samples (a noisy host alternating ~2 ms and ~10 ms): the baseline's median in the slow
+    mode, the current one's in the fast mode. Faster (each mode moved -20 %), but -84 % is no size
+    the samples pin down: the medians' 95 % CIs overlap. The cell and the JSON say so."""
+    from test_regression import MODEL
+    from test_timing_uncertain import bug_bash_pair
+
+    from deployopt.timing import Timing
+
+    paths = []
+    for name, t in zip(("a", "b"), bug_bash_pair()):
+        t = Timing("tensorrt", t.samples_us, 50, "one forward pass (fp16)", {"board": "Orin"}, model=MODEL)
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(t.to_json()))
+    code, out, _ = run_cli(monkeypatch, capsys, "compare", *map(str, paths))
+    row = next(line for line in out.splitlines() if line.startswith("│ b "))
+    assert code == 0 and "-83." in row and "faster (size uncertain)" in row
+    code, out, _ = run_cli(monkeypatch, capsys, "compare", *map(str, paths), "--json")
+    pair = json.loads(out)["pairs"][0]
+    assert pair["verdict"] == "faster" and pair["size_uncertain"] is True
+    assert list(pair).index("size_uncertain") == list(pair).index("verdict") + 1
+    # a clean difference: no marker, the flag false
+    code, out, _ = run_cli(monkeypatch, capsys, "compare", AUTOTUNED, HEURISTIC, "--json")
+    assert json.loads(out)["pairs"][0]["size_uncertain"] is False
+    code, out, _ = run_cli(monkeypatch, capsys, "compare", AUTOTUNED, HEURISTIC)
+    assert "size uncertain" not in out

@@ -44,7 +44,9 @@ def _verdict(p: Pair, alpha: float) -> Text:
     a +53 % whose p was 0.015 at alpha 0.01."""
     v = p.comparison.verdict
     if v in ("slower", "faster"):
-        return Text(v, style="red" if v == "slower" else "green")
+        # the medians' 95 % CIs overlap (bimodal samples): the direction holds, the change's size not
+        shown = f"{v} (size uncertain)" if p.comparison.size_uncertain else v
+        return Text(shown, style="red" if v == "slower" else "green")
     if p.comparison.mixed:  # the median moved one way, the bulk of the samples the other
         return Text("mixed: ranks disagree")
     return Text("under min effect" if p.comparison.p_value < alpha else "not significant")
