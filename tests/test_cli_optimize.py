@@ -943,13 +943,18 @@ def test_the_readme_says_what_its_first_command_finds(monkeypatch, capsys, tmp_p
         code, _, err = run_cli(monkeypatch, capsys, *args)
         assert code == 0, err
         found[target] = json.loads((out / "report.json").read_text())["comparisons"]
-    assert found["nano"]["vs_input"]["describe"].startswith("the same plan (no other widths")
+    assert found["nano"]["vs_input"]["describe"] == (
+        "the same plan (no other widths were predicted at least 0.5 % faster than the input's)"
+    )
     text = " ".join(intro.split())
     faster = 1 - found["nano"]["vs_round_up_8"]["ratio"]
     assert f"predicts the answer {faster * 100:.1f} % faster than rounding up" in text
     faster = 1 - found["orin-nano-8gb"]["vs_input"]["ratio"]
     assert f"{faster * 100:.1f} % faster than the input" in text
-    assert found["orin-nano-8gb"]["vs_round_up_8"]["describe"].startswith("the same plan (rounding up")
+    assert found["orin-nano-8gb"]["vs_round_up_8"]["describe"] == (
+        "the same plan (no other widths were predicted at least 0.5 % faster than rounding up to "
+        "multiples of 8)"
+    )
 
 
 def test_a_static_batch_rewritten_by_batch_is_said(

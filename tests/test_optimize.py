@@ -18,7 +18,7 @@ from deployopt.backends.model import WaveModelSession
 from deployopt.errors import DataError, DeployoptError
 from deployopt.journal import Journal, plan_key
 from deployopt.optimize import OptimizeConfig, Optimizer, OptimizeResult, optimize
-from deployopt.report import SAME_PLAN
+from deployopt.report import same_plan
 from deployopt.search import ceil_to
 
 
@@ -877,7 +877,11 @@ def test_an_unconfirmed_gain_falls_back_to_the_baseline_and_resumes_without_reme
     assert conf["baseline_round_medians_us"] == pytest.approx([1000.5] * 3)
     assert res.best_plan == res.round_up  # input and round-up-to-8 tie; round-up-to-8 wins ties
     # The answer is round-up-to-8 itself: reported on the same (pooled) samples, not claimed faster.
-    assert res.report["comparisons"]["vs_round_up_8"]["describe"] == SAME_PLAN["vs_round_up_8"]
+    assert res.report["comparisons"]["vs_round_up_8"]["describe"] == (
+        "the same plan (no other widths were measured significantly and at least 0.5 % faster than "
+        "rounding up to multiples of 8)"
+    )
+    assert same_plan("vs_round_up_8", 0.005, True) == res.report["comparisons"]["vs_round_up_8"]["describe"]
     assert res.timings["best"].samples_us == res.timings["round_up_8"].samples_us
     assert res.timings["best"].runs == 3 * 11
     labels = [e.label for e in res.evaluations]

@@ -128,6 +128,7 @@ def test_a_prediction_keeps_the_groups_of_unpriced_convs(monkeypatch, capsys, tm
     )
     report = json.loads((out / "report.json").read_text())
     assert report["unpriced_notice"].startswith("kept 1 group(s) (c2)")
+    assert f"- notice: {report['unpriced_notice']}" in (out / "report.md").read_text()
     assert "c2" not in json.loads((out / "plan.json").read_text())["widths"]
     assert [g["id"] for g in report["groups"]] == ["cA"]
 
