@@ -1208,3 +1208,27 @@ def test_grouped_convs_held_out_are_scored_as_the_record_says():
     by_cg = {r["channels_per_group"]: r for r in sg.input_rows(GROUPED)}
     assert by_cg[20]["measured_us"] > 2.5 * max(by_cg[24]["measured_us"], by_cg[16]["measured_us"])
     assert by_cg[20]["predicted_us"] > by_cg[24]["predicted_us"]  # the direction, if not the size
+
+
+def test_analyze_target_shapes_one_conv_per_width_it_prices(monkeypatch) -> None:
+    """Performance bug bash: each width a row's below/above search priced made every conv's shape
+    (conv_shapes), so the table cost convs² × widths: 18 s for DenseNet-201's 200 convs against
+    2.5 s without --target. A chain of 21 convs now makes about a dozen shapes per conv, not 21 ×
+    that."""
+    from test_coupling import Net
+
+    import deployopt.coupling as coupling
+    from deployopt.coupling import analyze
+    from deployopt.waves import conv_rows
+
+    n = Net(hw=8)
+    x = "x"
+    for i in range(20):
+        x = n.op("Relu", [n.conv(x, 13 + i)])
+    analysis = analyze(n.build(n.conv(x, 4)))
+    calls: list[int] = []
+    real = coupling._shape_after
+    monkeypatch.setattr(coupling, "_shape_after", lambda *a, **k: calls.append(1) or real(*a, **k))
+    rows = conv_rows(analysis, get_target("orin-nano-8gb"), "fp16")
+    assert len(rows) == 21 and sum(len(r["widths"]) for r in rows) == 40
+    assert len(calls) <= 15 * len(rows)
