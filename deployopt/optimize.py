@@ -583,11 +583,13 @@ class Optimizer:
         self._predict = self._wave_predictor()
         self.traffic: Traffic = traffic(self.analysis, cfg.dtype or "fp32")
         if cfg.fidelity:
-            from deployopt.fidelity import check_feedable, check_reference_finite
+            from deployopt.fidelity import ReferenceRun, check_feedable, check_reference_finite
 
-            # a calibration set that does not fit the model fails here, before any timing
+            # a calibration set that does not fit the model fails here, before any timing; the
+            # reference's session and outputs are kept for every comparison (fidelity_of)
             check_feedable(self._calibration(), self.loaded.model)
-            check_reference_finite(self.model, self._calibration())
+            self._reference = ReferenceRun(self.model)
+            check_reference_finite(self._reference, self._calibration())
 
     def _priced_only(self, free: list[Any]) -> tuple[list[Any], str]:
         """The free groups the search may resize, and a notice of the convs the wave model cannot
@@ -1129,7 +1131,7 @@ class Optimizer:
         key = plan_key(plan)
         if key in self.replay.fidelity:
             return self.replay.fidelity[key]["report"]
-        from deployopt.fidelity import ReferenceRun, Thresholds, compare_models
+        from deployopt.fidelity import ReferenceRun, Thresholds, compare_models, identical_report
 
         if self._is_lossless(plan):
             thresholds = Thresholds(
@@ -1139,7 +1141,12 @@ class Optimizer:
             thresholds = Thresholds(min_cosine=self.cfg.min_cosine, min_top1=self.cfg.min_top1)
         if getattr(self, "_reference", None) is None:
             self._reference = ReferenceRun(self.model)  # one session and one run per sample, for every check
-        report = compare_models(self._reference, self.build_model(plan), self._calibration())
+        if plan == self.original:
+            # the input's own plan: build_model returns the input model, outputs identical by
+            # construction (comparing it with itself ran the reference twice per sample)
+            report = identical_report(self._reference, self._calibration())
+        else:
+            report = compare_models(self._reference, self.build_model(plan), self._calibration())
         data = report.to_json(thresholds)
         data["lossless_plan"] = self._is_lossless(plan)
         self.journal.write("fidelity", plan=plan, report=data)
