@@ -34,7 +34,7 @@ step profile_kernels 120 python3 -m deployopt profile "$D/optimize/model.onnx" -
 step export_dynamic 120 python3 -c "from pathlib import Path; from deployopt.zoo.yolo import export_yolo_like; \
 export_yolo_like(Path('$D/yolo_dynamic.onnx'), size=320, batch=1, head='plain', dynamic=True)"
 step optimize_dynamic 300 python3 -m deployopt optimize "$D/yolo_dynamic.onnx" --input-shape images:1x3x320x320 \
-    --target "$T" --sms 8 --backend torch --max-evals 6 -o "$D/optimize_dynamic" --force
+    --target "$T" --sms 8 --backend torch --max-evals 10 -o "$D/optimize_dynamic" --force
 step bench_dynamic_384 90 python3 -m deployopt bench "$D/optimize_dynamic/model.onnx" --backend torch --sms 8 \
     --input-shape images:1x3x384x384 --runs 100 -o "$D/bench_dynamic_384.json"
 # bad input on a machine with a GPU: one line, exit 2
