@@ -11,8 +11,8 @@ Each model is exported once (torchvision, random weights, 1×3×224×224, opset 
 exporter) into --work, then each command runs once as a user runs it (`python -m deployopt ...`):
 analyze, analyze --target orin-nano-8gb, apply of a plan padding every free group by 1 to 8
 channels, and optimize --backend model (predicted, no GPU), lossless and trim. Peak memory is the
-child's ru_maxrss (os.wait4). One run each: these are seconds-to-minutes commands whose spread on
-an idle machine is a few percent; say the load average beside the numbers.
+child's ru_maxrss (os.wait4). One run each, so no spread is measured: run it twice to see how much
+two runs differ, and say the load average beside the numbers.
 """
 
 from __future__ import annotations
