@@ -55,7 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from deployopt.backends.base import MeasureOptions, get_backend
 from deployopt.fileio import file_sha256, write_json
 from deployopt.optimize import OptimizeConfig, Optimizer, OptimizeResult
-from deployopt.timing import Timing, compare
+from deployopt.timing import Comparison, Timing, compare
 
 BATCH = {
     "full": {"vgg16": 128, "resnet56": 256, "mobilenetv2": 64, "yolo": 8, "yolo_detect": 8, "ghostnet": 64},
@@ -176,6 +176,19 @@ def run_optimize(
     return result
 
 
+def comparison_record(c: Comparison) -> dict[str, Any]:
+    """A comparison as the records keep it. size_uncertain (the two medians' 95 % CIs overlap) says
+    the ratio is no size the samples pin down, though the verdict stands; the CIs are kept so a
+    reader of the record can see by how much (timing.Comparison)."""
+    return {
+        "verdict": c.verdict,
+        "ratio": c.ratio,
+        "p_value": c.p_value,
+        "size_uncertain": c.size_uncertain,
+        "cis_us": [list(ci) for ci in c.cis_us] if c.cis_us is not None else None,
+    }
+
+
 def timing_table(timings: dict[str, Timing], ref: str) -> dict[str, Any]:
     out = {}
     for name, t in timings.items():
@@ -183,7 +196,7 @@ def timing_table(timings: dict[str, Timing], ref: str) -> dict[str, Any]:
         for other in (ref, "round_up_8"):
             if other in timings and other != name:
                 c = compare(timings[other], t)
-                row[f"vs_{other}"] = {"verdict": c.verdict, "ratio": c.ratio, "p_value": c.p_value}
+                row[f"vs_{other}"] = comparison_record(c)
         out[name] = row
     return out
 
@@ -388,7 +401,7 @@ def optimize_and_compare(
     for mode, key in (("lossless", "traffic_ab"), ("trim", "traffic_ab_trim")):
         if f"deployopt_{mode}_conv_only" in final:  # --ab-traffic: traffic-priced vs conv-only answer
             c = compare(final[f"deployopt_{mode}_conv_only"], final[f"deployopt_{mode}"])
-            out[key] = {"verdict": c.verdict, "ratio": c.ratio, "p_value": c.p_value}
+            out[key] = comparison_record(c)
     return out
 
 

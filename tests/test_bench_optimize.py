@@ -18,6 +18,7 @@ so = load_script("benchmarks/summarize_optimize.py", "summarize_optimize")
 
 TINY = ["--sms", "8", "--backend", "model", "--max-evals", "2", "--runs", "2", "--warmup", "0"]
 TINY += ["--rounds", "1", "--sweep-runs", "1", "--no-fidelity"]
+RECORD_KEYS = {"verdict", "ratio", "p_value", "size_uncertain", "cis_us"}
 
 
 def _main(monkeypatch: pytest.MonkeyPatch, *args: str) -> int:
@@ -129,7 +130,7 @@ def test_ab_traffic_times_the_conv_only_answer_beside(tmp_path: Path, monkeypatc
     assert _main(monkeypatch, *args) == 0
     case = json.loads(out.read_text())["cases"]["onnx:mb"]
     assert "deployopt_lossless_conv_only" in case["final"]
-    assert set(case["traffic_ab"]) == {"verdict", "ratio", "p_value"}
+    assert set(case["traffic_ab"]) == RECORD_KEYS
     assert case["lossless"]["traffic"]["enabled"] is True
     assert case["lossless_conv_only"]["traffic"]["enabled"] is False
     assert "bytes_per_channel" not in case["lossless"]["traffic"]
@@ -145,7 +146,25 @@ def test_ab_traffic_trim_also_times_trim_with_the_conv_only_table(tmp_path: Path
     assert _main(monkeypatch, *args) == 0
     case = json.loads(out.read_text())["cases"]["onnx:mb"]
     assert {"deployopt_lossless_conv_only", "deployopt_trim_conv_only"} <= set(case["final"])
-    assert set(case["traffic_ab"]) == set(case["traffic_ab_trim"]) == {"verdict", "ratio", "p_value"}
+    assert set(case["traffic_ab"]) == set(case["traffic_ab_trim"]) == RECORD_KEYS
     assert case["trim"]["traffic"]["enabled"] is True
     assert case["trim_conv_only"]["traffic"]["enabled"] is False
     assert (work / "sms8" / "onnx_mb" / "trim_conv_only" / "model.onnx").exists()
+
+
+def test_a_comparison_record_keeps_size_uncertain_and_the_cis() -> None:
+    """The records said "faster, ratio 0.16" where the two medians' CIs overlapped (bimodal samples,
+    each mode 20 % faster): the record now keeps the flag and both CIs, as report.json does."""
+    from test_timing_uncertain import bug_bash_pair
+
+    from deployopt.timing import Timing, compare
+
+    a, b = bug_bash_pair()
+    rec = bench.comparison_record(compare(a, b))
+    assert rec["verdict"] == "faster" and rec["size_uncertain"] is True
+    assert rec["cis_us"] == [list(a.ci95_us), list(b.ci95_us)]
+    json.dumps(rec)  # the record is written as JSON
+    plain = bench.comparison_record(compare(Timing("ort", [100.0] * 20), Timing("ort", [50.0] * 20)))
+    assert plain["size_uncertain"] is False and plain["cis_us"] is None
+    row = bench.timing_table({"input": a, "round_up_8": b}, "input")["round_up_8"]
+    assert row["vs_input"] == rec
