@@ -8,6 +8,11 @@ outputs, turns batch-valued Reshape targets into 0 ("copy this dim from the inpu
 *checks* the result on onnxruntime: batch 2 must give, sample by sample, what batch 1 gives. A
 model that fails the check (a batch hidden in another op's constant) is written static, with the
 reason in one line — never a model that breaks, or mixes samples, at another batch.
+
+deployopt.dynamic_dims restores the height and width the same way, with a check of its own (see
+there why the two are not one check); what both use is here: the result (`DimRestore`), the
+written model's onnxruntime session, the check's inputs, the tolerance, and the notice of a
+restored dim.
 """
 
 from __future__ import annotations
@@ -28,8 +33,9 @@ RTOL = 1e-4
 
 
 @dataclass(frozen=True)
-class BatchRestore:
-    """The model to write and one line for the user about its batch dimension."""
+class DimRestore:
+    """The model to write and one line for the user about the dims restored (its batch here, its
+    height and width in deployopt.dynamic_dims), or about those it keeps fixed and why."""
 
     model: onnx.ModelProto
     restored: bool
@@ -38,13 +44,13 @@ class BatchRestore:
 
 def restore_dynamic_batch(
     model: onnx.ModelProto, dynamic: dict[str, str], static_batch: int | None
-) -> BatchRestore:
+) -> DimRestore:
     """`model` with dim 0 of the inputs in `dynamic` (name → the file's symbol, "" if it had none)
     symbolic again, when onnxruntime shows the result takes another batch sample by sample.
 
     `static_batch` is the batch the model was loaded (and edited) at."""
     if not dynamic or static_batch is None:
-        return BatchRestore(model, False, "")
+        return DimRestore(model, False, "")
     symbol = next((s for s in dynamic.values() if s), "batch")
     try:
         candidate = _make_dynamic(model, dynamic, static_batch, symbol)
@@ -52,15 +58,29 @@ def restore_dynamic_batch(
     except Exception as exc:  # onnx/onnxruntime say why in their first line
         why = onnxruntime_reason(exc)
     if why:
-        return BatchRestore(
+        return DimRestore(
             model,
             False,
             f"written with a static batch of {static_batch}: the input's dynamic batch could not be "
             f"restored ({why})",
         )
-    return BatchRestore(
-        candidate, True, f"written with the input's dynamic batch ({symbol!r}), checked at batch 1 and 2"
-    )
+    what = f"the input's dynamic batch ({symbol!r})"
+    return DimRestore(candidate, True, restored_notice(what, "batch 1", "2"))
+
+
+def restored_notice(what: str, first: str, second: str) -> str:
+    """The line for dims given back (`what`) and the sizes the check ran: `written with the input's
+    dynamic batch ('N'), checked at batch 1 and 2`, `written with the input's dynamic height, width
+    ('H', 'W'), checked at 640×640 and 704×704`."""
+    return f"written with {what}, checked at {first} and {second}"
+
+
+def written_session(model: onnx.ModelProto) -> Any:
+    """An onnxruntime CPU session of a model about to be written, as verify makes one; a model it
+    cannot load is a ModelError, whose line the restore's notice gives as the reason."""
+    from deployopt.fidelity import cpu_session
+
+    return cpu_session(model, "the written model: onnxruntime cannot load it")
 
 
 def _make_dynamic(
@@ -123,9 +143,7 @@ def _make_dynamic(
 
 def _check_batches(model: onnx.ModelProto) -> str:
     """'' when batch 2 gives each sample what batch 1 gives it; else why not."""
-    from deployopt.fidelity import _session  # verify's onnxruntime session
-
-    session = _session(model, "the written")
+    session = written_session(model)
     feeds = random_feeds(session, lambda inp: [2 if i == 0 else d for i, d in enumerate(inp.shape)])
     if isinstance(feeds, str):
         return feeds
@@ -145,9 +163,9 @@ def random_feeds(session: Any, shape_of: Callable[[Any], list[Any]]) -> dict[str
     """Inputs for a check run of an onnxruntime `session`, each of shape `shape_of(its NodeArg)`:
     seeded standard normals in its own float type, zeros for an integer input (pixels cast inside
     the model, where random values would be nonsense); or why an input cannot be fed."""
-    from deployopt.fidelity import _input_dtypes  # verify's input types
+    from deployopt.fidelity import input_dtypes  # verify's input types
 
-    dtypes = _input_dtypes(session)
+    dtypes = input_dtypes(session)
     rng = np.random.default_rng(0)
     feeds: dict[str, np.ndarray] = {}
     for inp in session.get_inputs():

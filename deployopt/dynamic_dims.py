@@ -13,6 +13,12 @@ shapes the file gives, and at the loaded size it must still give what the static
 broken rewrite). A size that loading baked in while folding shape arithmetic (a Reshape to H·W, a
 Slice to H/2) fails the check, and the model is written at the --input-shape size with the reason in
 one line; no target is rewritten to guess at it.
+
+The two restores are not one check either: each keeps what passes its own (a batch baked into a
+Reshape leaves a dynamic height and width dynamic, and the other way round), and each reason names
+the dim that failed. `restore_dynamic_dims` runs them in turn, as apply and optimize write a model;
+what they share (the written model's session, the check's inputs, the notice of a restored dim)
+is deployopt.batch's.
 """
 
 from __future__ import annotations
@@ -24,7 +30,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx
 
-from deployopt.batch import close, random_feeds
+from deployopt.batch import (
+    DimRestore,
+    close,
+    random_feeds,
+    restore_dynamic_batch,
+    restored_notice,
+    written_session,
+)
 from deployopt.errors import first_line, onnxruntime_reason
 
 if TYPE_CHECKING:
@@ -39,21 +52,40 @@ _LABELS = {4: {2: "height", 3: "width"}, 5: {2: "depth", 3: "height", 4: "width"
 
 
 @dataclass(frozen=True)
-class SizeRestore:
-    """The model to write and one line for the user about its size ("" when the file fixed it)."""
+class DynamicDims:
+    """What a written model's dynamic dims came to: its `batch` restore, then its `size` restore
+    (run on the batch's model), each with its own notice ("" when the file fixed those dims)."""
 
-    model: onnx.ModelProto
-    restored: bool
-    notice: str
+    batch: DimRestore
+    size: DimRestore
+
+    @property
+    def model(self) -> onnx.ModelProto:
+        """The model to write."""
+        return self.size.model
+
+    @property
+    def notices(self) -> list[str]:
+        """The batch's notice, then the size's, those that say something."""
+        return [n for n in (self.batch.notice, self.size.notice) if n]
 
 
-def restore_dynamic_size(model: onnx.ModelProto, loaded: LoadedModel) -> SizeRestore:
+def restore_dynamic_dims(model: onnx.ModelProto, loaded: LoadedModel) -> DynamicDims:
+    """`model` (edited from `loaded`) with the dynamic dims the input file declared given back where
+    onnxruntime shows they work: the batch (deployopt.batch), then the height and width."""
+    batch = restore_dynamic_batch(
+        model, getattr(loaded, "dynamic_batch", {}), getattr(loaded, "static_batch", None)
+    )
+    return DynamicDims(batch, restore_dynamic_size(batch.model, loaded))
+
+
+def restore_dynamic_size(model: onnx.ModelProto, loaded: LoadedModel) -> DimRestore:
     """`model` (written from `loaded`, its batch already restored or not) with the dims past the
     batch that the input file left dynamic symbolic again, when onnxruntime shows it takes another
     size as the file does; else `model` as it is, and `loaded`'s notice of the fixed size with why."""
     dynamic = {n: dims for n, dims in loaded.file_dynamic_dims.items() if dims and n in loaded.input_shapes}
     if not dynamic:
-        return SizeRestore(model, False, "")
+        return DimRestore(model, False, "")
     fixed = {n: list(shape) for n, shape in loaded.input_shapes.items()}
     second = {
         n: [d + SIZE_STEP if i in dynamic.get(n, ()) else d for i, d in enumerate(shape)]
@@ -67,16 +99,16 @@ def restore_dynamic_size(model: onnx.ModelProto, loaded: LoadedModel) -> SizeRes
     except Exception as exc:  # onnx/onnxruntime say why in their first line
         why = first_line(exc)[:300]
     if why:
-        return SizeRestore(model, False, loaded.fixed_size_notice(why))
-    return SizeRestore(candidate, True, _restored_notice(symbols, fixed, second))
+        return DimRestore(model, False, loaded.fixed_size_notice(why))
+    return DimRestore(candidate, True, _restored_notice(symbols, fixed, second))
 
 
 def _declared(path: Path) -> onnx.ModelProto:
     """The input file as written, without its external weights: its inputs' symbols and the
     output dims it declares dynamic (loading replaced both)."""
-    from deployopt.model import _peek  # parses as loading does; None for a pipe or unreadable file
+    from deployopt.model import peek_model  # parses as loading does; None for a pipe or unreadable file
 
-    original = _peek(path)
+    original = peek_model(path)
     if original is None:
         raise ValueError(f"the input file {path.name} cannot be read again")
     return original
@@ -163,20 +195,19 @@ def _check_size(
 ) -> str:
     """'' when `candidate` gives what `static` gives at the `fixed` size, and at the `second` size
     runs with the output shapes the input file at `path` gives there (and declares); else why not."""
-    from deployopt.fidelity import _session  # verify's onnxruntime session
-
-    session = _session(candidate, "the written")
-    why = _same_as_static(session, _session(static, "the written"), fixed)
+    session = written_session(candidate)
+    why = _same_as_static(session, written_session(static), fixed)
     if why:
         return why
     feeds = random_feeds(session, lambda inp: second.get(inp.name, inp.shape))
     if isinstance(feeds, str):
         return feeds
     at = f"at {_shapes_text(second)}"
-    try:
-        ours = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
-    except Exception as exc:  # onnxruntime's own error types
-        return f"{at} the written model fails: {onnxruntime_reason(exc)}"
+    names = [o.name for o in session.get_outputs()]
+    got = _run_written(session, names, feeds, at)
+    if isinstance(got, str):
+        return got
+    ours = dict(zip(names, got))
     theirs = _run_file(path, feeds)
     if isinstance(theirs, str):
         return f"{at} {theirs}"
@@ -200,26 +231,33 @@ def _same_as_static(session: Any, static: Any, fixed: dict[str, list[int]]) -> s
     names = [o.name for o in static.get_outputs()]
     want = static.run(names, feeds)
     at = f"at {_shapes_text(fixed)}"
-    try:
-        got = session.run(names, feeds)
-    except Exception as exc:  # onnxruntime's own error types
-        return f"{at} the written model fails: {onnxruntime_reason(exc)}"
+    got = _run_written(session, names, feeds, at)
+    if isinstance(got, str):
+        return got
     for name, g, w in zip(names, got, want):
         if g.shape != w.shape or not close(g, w):
             return f"{at} output {name!r} of the written model differs from the static model's"
     return ""
 
 
+def _run_written(session: Any, names: list[str], feeds: dict[str, np.ndarray], at: str) -> list[Any] | str:
+    """The written model's `names` outputs on `feeds`, or why it failed `at` that size."""
+    try:
+        return session.run(names, feeds)
+    except Exception as exc:  # onnxruntime's own error types
+        return f"{at} the written model fails: {onnxruntime_reason(exc)}"
+
+
 def _run_file(path: Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray] | str:
     """The input file's outputs by name on `feeds` (in its own input types), run by path so its
     external weights load too; or what failed."""
-    from deployopt.fidelity import _input_dtypes, cpu_session
+    from deployopt.fidelity import cpu_session, input_dtypes
 
     try:
         session = cpu_session(path, "the input file: onnxruntime cannot load it")
     except Exception as exc:  # a ModelError in one line
         return first_line(exc)
-    dtypes = _input_dtypes(session)
+    dtypes = input_dtypes(session)
     missing = [i.name for i in session.get_inputs() if i.name not in feeds]
     if missing:
         return f"the input file takes {missing[0]!r}, which the written model does not"
@@ -268,7 +306,7 @@ def _restored_notice(
         each = [(n, "×".join(str(shapes[n][i]) for i in dims)) for n, dims in symbols.items()]
         return each[0][1] if len(each) == 1 else ", ".join(f"{n!r} {s}" for n, s in each)
 
-    return f"written with {what}, checked at {sizes(fixed)} and {sizes(second)}"
+    return restored_notice(what, sizes(fixed), sizes(second))
 
 
 def _shape_text(shape: Any) -> str:

@@ -829,7 +829,7 @@ _ORT_INT_TYPES = {
 }
 
 
-def _input_dtypes(sess: Any) -> dict[str, Any]:
+def input_dtypes(sess: Any) -> dict[str, Any]:
     """Each numeric input's numpy dtype: calibration data is float32, an fp16 export takes float16,
     a model with its preprocessing inside takes uint8."""
     types = {**_ORT_FLOAT_TYPES, **_ORT_INT_TYPES}
@@ -1005,7 +1005,18 @@ class ReferenceRun:
         """The outputs for `sample`, its arrays fed to the inputs of the same names (as
         compare_models feeds the reference)."""
         names = {i.name: i.name for i in self.session.get_inputs()}
-        return self.run(sample, feed_inputs(sample, names, _input_dtypes(self.session)))
+        return self.run(sample, feed_inputs(sample, names, input_dtypes(self.session)))
+
+    def checked_outputs(self, sample: dict[str, np.ndarray], calib: CalibrationSet) -> list[np.ndarray]:
+        """`outputs(sample)` for a comparison over `calib`: a sample without an array for every
+        input is a DataError naming them, and outputs that are not finite are one
+        (`_check_finite_reference`). compare_models and identical_report run each sample so."""
+        missing = [i.name for i in self.session.get_inputs() if i.name not in sample]
+        if missing:
+            raise DataError(f"calibration samples have no array for input(s) {', '.join(missing)}")
+        out = self.outputs(sample)
+        _check_finite_reference(out, calib)
+        return out
 
     def run(self, sample: dict[str, np.ndarray], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         """The outputs for `sample` (fed as `feeds`), computed the first time it is seen."""
@@ -1061,7 +1072,7 @@ def compare_models(
     if len(ref_inputs) != len(cand_inputs):
         raise DataError(f"reference has inputs {ref_inputs}, candidate has {cand_inputs}")
     rename = dict(zip(ref_inputs, cand_inputs)) if set(ref_inputs) != set(cand_inputs) else {}
-    ref_types, cand_types = _input_dtypes(ref_s), _input_dtypes(cand_s)
+    ref_types, cand_types = input_dtypes(ref_s), input_dtypes(cand_s)
     # calibration array → the input it feeds, in each model
     ref_input, cand_input = {n: n for n in ref_inputs}, {n: rename.get(n, n) for n in ref_inputs}
     _check_integer_inputs(calib, ref_types, "reference")
@@ -1077,11 +1088,7 @@ def compare_models(
     agree, rows_top1 = [0] * len(ref_names), [0] * len(ref_names)
     n_rows = 0
     for sample in calib.samples:
-        missing = [n for n in ref_inputs if n not in sample]
-        if missing:
-            raise DataError(f"calibration samples have no array for input(s) {', '.join(missing)}")
-        ref_out = ref_run.run(sample, feed_inputs(sample, ref_input, ref_types))
-        _check_finite_reference(ref_out, calib)
+        ref_out = ref_run.checked_outputs(sample, calib)
         cand_out = _run(cand_s, feed_inputs(sample, cand_input, cand_types), "candidate")
         if order is not None:
             cand_out = [cand_out[j] for j in order]
@@ -1156,18 +1163,14 @@ def identical_report(reference: ReferenceRun, calib: CalibrationSet) -> Fidelity
     sess = reference.session
     names = [o.name for o in sess.get_outputs()]
     inputs = {i.name: i.name for i in sess.get_inputs()}
-    types = _input_dtypes(sess)
+    types = input_dtypes(sess)
     _check_integer_inputs(calib, types, "reference")
     _check_static_dims(calib, sess, inputs, "reference")
     out_ref = [0.0] * len(names)
     rows_top1 = [0] * len(names)
     n_rows = 0
     for sample in calib.samples:
-        missing = [n for n in inputs if n not in sample]
-        if missing:
-            raise DataError(f"calibration samples have no array for input(s) {', '.join(missing)}")
-        ref_out = reference.run(sample, feed_inputs(sample, inputs, types))
-        _check_finite_reference(ref_out, calib)
+        ref_out = reference.checked_outputs(sample, calib)
         for i, r in enumerate(ref_out):
             if r.size:
                 out_ref[i] = max(out_ref[i], float(np.max(np.abs(r.astype(np.float64)))))

@@ -33,6 +33,7 @@ from deployopt.fileio import (
     resolve_output,
     write_bytes,
 )
+from deployopt.onnx_proto import copy_fields
 from deployopt.prebuilt import is_engine_file, not_onnx
 
 #: A safety stop only: folding runs while each pass removes nodes. A dynamic-batch ShuffleNetV2
@@ -99,7 +100,7 @@ def has_qdq(model: onnx.ModelProto) -> bool:
     return any(n.op_type in _KEEP_OPS for n in model.graph.node)
 
 
-def _peek(path: str | os.PathLike[str]) -> onnx.ModelProto | None:
+def peek_model(path: str | os.PathLike[str]) -> onnx.ModelProto | None:
     """The model file at `path` parsed without its external weights, for a quick look before the
     command's own loading: None for a file that cannot be parsed (that loading reports it in one
     line) and for a pipe, which reading here would leave empty for that loading. Parsed by
@@ -113,8 +114,8 @@ def _peek(path: str | os.PathLike[str]) -> onnx.ModelProto | None:
 
 
 def file_has_qdq(path: str | os.PathLike[str]) -> bool:
-    """`has_qdq` of a model file (`_peek`'s); False for one that cannot be parsed."""
-    model = _peek(path)
+    """`has_qdq` of a model file (`peek_model`'s); False for one that cannot be parsed."""
+    model = peek_model(path)
     return model is not None and has_qdq(model)
 
 
@@ -138,10 +139,10 @@ def folded_at_load(path: str | os.PathLike[str], loaded: onnx.ModelProto) -> lis
 
 
 def file_typed_precision(path: str | os.PathLike[str]) -> str:
-    """`precision.typed_precision` of a model file (`_peek`'s); "fp32" for one that cannot be parsed."""
+    """`precision.typed_precision` of a model file (`peek_model`'s); "fp32" for one that cannot be parsed."""
     from deployopt.precision import typed_precision
 
-    model = _peek(path)
+    model = peek_model(path)
     return "fp32" if model is None else typed_precision(model)
 
 
@@ -637,11 +638,11 @@ def _infer(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
     for fd in model.DESCRIPTOR.fields:
         if fd.name != "graph":
             model.ClearField(fd.name)
-    _copy_fields(inferred, model, "graph")
+    copy_fields(inferred, model, "graph")
     for fd in model.graph.DESCRIPTOR.fields:
         if fd.name != "initializer":
             model.graph.ClearField(fd.name)
-    _copy_fields(inferred.graph, model.graph, "initializer")
+    copy_fields(inferred.graph, model.graph, "initializer")
     return model
 
 
@@ -650,8 +651,8 @@ def _weightless(model: onnx.ModelProto) -> onnx.ModelProto:
     and dims but no data: shape inference reads no more of them (data propagation reads the small
     and integer ones, kept whole)."""
     skel = onnx.ModelProto()
-    _copy_fields(model, skel, "graph")
-    _copy_fields(model.graph, skel.graph, "initializer")
+    copy_fields(model, skel, "graph")
+    copy_fields(model.graph, skel.graph, "initializer")
     for t in model.graph.initializer:
         numel = math.prod(t.dims)
         if t.data_type in _WEIGHT_TYPES and numel > 64:
@@ -665,24 +666,6 @@ def _weightless(model: onnx.ModelProto) -> onnx.ModelProto:
 
 #: the float types whose large initializers `_weightless` leaves without data
 _WEIGHT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16)
-
-
-def _copy_fields(src: Any, dst: Any, skip: str) -> None:
-    """Every field `src` has set, on `dst` (a message of its type, those fields unset), but the one
-    named `skip`; its value is never read (ListFields would read a weight's bytes)."""
-    for fd in src.DESCRIPTOR.fields:
-        if fd.name == skip:
-            continue
-        # protobuf 7 drops `label`; before 5.29 (onnx 1.14 needs 3.20) there is no `is_repeated`
-        repeated = fd.is_repeated if hasattr(fd, "is_repeated") else fd.label == fd.LABEL_REPEATED
-        if repeated:
-            getattr(dst, fd.name).extend(getattr(src, fd.name))
-        elif not src.HasField(fd.name):
-            continue
-        elif fd.type == fd.TYPE_MESSAGE:
-            getattr(dst, fd.name).CopyFrom(getattr(src, fd.name))
-        else:
-            setattr(dst, fd.name, getattr(src, fd.name))
 
 
 def _type_same_shape_outputs(model: onnx.ModelProto) -> bool:

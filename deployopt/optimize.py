@@ -1803,8 +1803,7 @@ class Optimizer:
         )
 
     def _finish(self, best: Evaluation, fidelity: dict[str, Any] | None, budget_hit: bool) -> OptimizeResult:
-        from deployopt.batch import restore_dynamic_batch
-        from deployopt.dynamic_dims import restore_dynamic_size
+        from deployopt.dynamic_dims import restore_dynamic_dims
         from deployopt.fileio import output_set, write_text
         from deployopt.model import save_model
         from deployopt.report import build_report, write_report
@@ -1821,14 +1820,10 @@ class Optimizer:
             "samples_per_conv": [min(samples), max(samples)] if (samples := self.sweep.samples) else None,
             "measured_by": "model (predicted)" if not self.session.backend.measured else self.backend_name,
         }
-        written = restore_dynamic_batch(
-            self.build_model(best.plan),
-            getattr(self.loaded, "dynamic_batch", {}),
-            getattr(self.loaded, "static_batch", None),
-        )
-        sized = restore_dynamic_size(written.model, self.loaded)  # H and W a dynamic export left open
+        # the batch, height and width a dynamic export left open
+        written = restore_dynamic_dims(self.build_model(best.plan), self.loaded)
         report = build_report(self, best, fidelity, sweep, budget_hit)
-        said = [n for n in (written.notice or self._rebatched(), sized.notice) if n]
+        said = [n for n in (written.batch.notice or self._rebatched(), written.size.notice) if n]
         report["written_batch"] = "; ".join(said) or None
         report["unpriced_notice"] = getattr(self, "unpriced_notice", "") or None
         # what loading changed before the search (constants folded, nodes renamed, shared constants
@@ -1849,7 +1844,7 @@ class Optimizer:
         plan_doc = self.plan_document(best.plan)
         # All or nothing: written into a staging folder, then moved into OUTDIR as one set.
         with output_set(self.outdir, OUTPUTS) as staging:
-            save_model(sized.model, staging / "model.onnx", external_data=report["external_data"])
+            save_model(written.model, staging / "model.onnx", external_data=report["external_data"])
             write_text(staging / "plan.json", plan_json(plan_doc))
             report["engine"] = self._keep_engine(best, staging)
             report["engine_notice"] = getattr(self, "engine_notice", None)

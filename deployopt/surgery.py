@@ -29,7 +29,7 @@ from onnx import numpy_helper
 from deployopt.coupling import Analysis, analyze
 from deployopt.errors import ModelError, PlanError, first_line, no_such_file
 from deployopt.importance import dead_channels_many, filter_l1, trim_order
-from deployopt.model import _copy_fields
+from deployopt.onnx_proto import copy_fields
 
 
 @dataclass(frozen=True)
@@ -403,8 +403,8 @@ def _check_skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
     type, one value field and its size, which are checked here instead. Like the checker, a model
     over protobuf's 2 GiB is a ValueError."""
     skel = onnx.ModelProto()
-    _copy_fields(model, skel, "graph")
-    _copy_fields(model.graph, skel.graph, "initializer")
+    copy_fields(model, skel, "graph")
+    copy_fields(model.graph, skel.graph, "initializer")
     total = 0
     for t in model.graph.initializer:
         itemsize = _ITEMSIZE.get(t.data_type)
@@ -427,7 +427,7 @@ def _check_skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
             continue
         total += size
         stub = skel.graph.initializer.add()
-        _copy_fields(t, stub, "raw_data")
+        copy_fields(t, stub, "raw_data")
         del stub.dims[:]
         stub.dims.append(0)
     if total and skel.ByteSize() + total > getattr(onnx.checker, "MAXIMUM_PROTOBUF", 2**31 - 1):

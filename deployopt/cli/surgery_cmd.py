@@ -16,7 +16,6 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from deployopt.batch import restore_dynamic_batch
 from deployopt.cli.app import (
     app,
     bgr_option,
@@ -34,7 +33,7 @@ from deployopt.cli.app import (
     std_option,
 )
 from deployopt.coupling import Analysis, ConvLayer, analyze
-from deployopt.dynamic_dims import restore_dynamic_size
+from deployopt.dynamic_dims import restore_dynamic_dims
 from deployopt.errors import DeployoptError
 from deployopt.fidelity import ImagePreprocess
 from deployopt.fileio import check_output_file, refuse_input_as_output
@@ -457,15 +456,14 @@ def apply_cmd(
             loaded, analysis, unlisted, calibration_data, count, preprocess
         )
     edited, changes = apply_plan_report(loaded.model, widths, analysis, importance, keep)
-    written = restore_dynamic_batch(edited, loaded.dynamic_batch, loaded.static_batch)
-    sized = restore_dynamic_size(written.model, loaded)  # H and W a dynamic export left open
-    save_model(sized.model, output, external_data=loaded.external_data)
+    written = restore_dynamic_dims(edited, loaded)  # the batch, height and width a dynamic export left open
+    save_model(written.model, output, external_data=loaded.external_data)
     said = []
     if unlisted:
         said.append(_unlisted_notice(unlisted, samples_used))
     elif trimmed and calibration_data is not None:
         said.append("--calibration-data unused: the plan lists the channels each trimmed group keeps")
-    notices = [*loaded.notices, *data_notices, *said, *(n for n in (written.notice, sized.notice) if n)]
+    notices = [*loaded.notices, *data_notices, *said, *written.notices]
     # the image options the ranking's tensors were made with (null: no ranking on images)
     from deployopt.fidelity import holds_arrays
 
