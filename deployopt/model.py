@@ -146,7 +146,7 @@ def file_typed_precision(path: str | os.PathLike[str]) -> str:
     return "fp32" if model is None else typed_precision(model)
 
 
-def _uses_external_data(model: onnx.ModelProto) -> bool:
+def uses_external_data(model: onnx.ModelProto) -> bool:
     return any(t.data_location == TensorProto.EXTERNAL for t in _graph_tensors(model.graph))
 
 
@@ -165,7 +165,7 @@ def _graph_tensors(graph: onnx.GraphProto) -> list[TensorProto]:
     return tensors
 
 
-def _external_locations(model: onnx.ModelProto) -> list[str]:
+def external_locations(model: onnx.ModelProto) -> list[str]:
     """The `location` of every tensor stored outside the file (see _graph_tensors), each once."""
     found = []
     for t in _graph_tensors(model.graph):
@@ -181,7 +181,7 @@ def external_data_files(model_path: str | os.PathLike[str]) -> list[tuple[Path, 
     `..`) or a file that is missing is a one-line ModelError: copied as is it could not be found."""
     model = Path(model_path)
     out = []
-    for loc in _external_locations(_parse(model)):
+    for loc in external_locations(_parse(model)):
         if Path(loc).name != loc or loc in (".", ".."):
             raise ModelError(
                 f"{model.name} keeps weights in {loc!r}, not a file beside it: save the model with its "
@@ -202,7 +202,7 @@ def external_data_sha256(model_path: str | os.PathLike[str]) -> str | None:
     from deployopt.fileio import file_sha256
 
     model = Path(model_path)
-    locations = _external_locations(_parse(model))
+    locations = external_locations(_parse(model))
     if not locations:
         return None
     digest = hashlib.sha256()
@@ -235,7 +235,7 @@ def _weights_read_by(model: Path) -> list[Path]:
     """The external-data files that exist and `model` reads ([] when it cannot be parsed: loading
     says what is wrong with it)."""
     try:
-        locations = _external_locations(_parse(model))
+        locations = external_locations(_parse(model))
     except ModelError:
         return []
     return [src for src in (model.parent / loc for loc in locations) if src.is_file()]
@@ -769,7 +769,7 @@ def load_model(
     path = Path(path)
     model = _parse(path)
     _check_opset(model, path)
-    external = _uses_external_data(model)
+    external = uses_external_data(model)
     if external:
         try:
             onnx.external_data_helper.load_external_data_for_model(model, str(path.parent))

@@ -505,13 +505,13 @@ def to_fp16_bytes(data: bytes, base_dir: str | os.PathLike[str] | None = None) -
 def write_fp16(src: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Path:
     """Convert the model file `src` and write it to `dest` atomically (a temporary file, then a
     rename: a reader never sees half a model). Returns `src` itself when it is already fp16/bf16."""
-    from deployopt.model import _uses_external_data, save_model
+    from deployopt.model import save_model, uses_external_data
 
     src, dest = Path(src), Path(dest)
     try:
         # the layout first: loading the data marks every tensor as inside the file, and an
         # external-data input was written as one file (over 2 GiB it could not be)
-        external = _uses_external_data(onnx.load(str(src), load_external_data=False))
+        external = uses_external_data(onnx.load(str(src), load_external_data=False))
         model = onnx.load(str(src))
     except Exception as exc:
         raise ModelError(f"{src.name}: cannot read it for the fp16 conversion ({first_line(exc)})") from None

@@ -2911,7 +2911,7 @@ def test_runner_finds_external_weights_without_onnx(tmp_path: Path) -> None:
     """The runner's protobuf walk finds what onnx finds: initializers, a Constant's value and an If
     branch's initializer kept outside the file, each once; [] for a model with none and for bytes
     that are not ONNX."""
-    from deployopt.model import _external_locations
+    from deployopt.model import external_locations
 
     h = onnx.helper
     f32 = onnx.TensorProto.FLOAT
@@ -2952,7 +2952,7 @@ def test_runner_finds_external_weights_without_onnx(tmp_path: Path) -> None:
     runner = load_runner()
     found = runner.external_data_locations(str(path))  # in the file's order: nodes before initializers
     assert sorted(found) == ["branch.bin", "part0.bin", "part1.bin"] and len(found) == 3
-    assert sorted(_external_locations(onnx.load(str(path), load_external_data=False))) == sorted(found)
+    assert sorted(external_locations(onnx.load(str(path), load_external_data=False))) == sorted(found)
     (tmp_path / "part0.bin").write_bytes(b"x")
     digests = dict(runner.external_data_digests(str(path)))
     assert digests == {

@@ -212,7 +212,7 @@ def external_data_digests(model_path: str | os.PathLike[str], onnx_bytes: bytes)
     import onnx
     from google.protobuf.message import DecodeError
 
-    from deployopt.model import _external_locations
+    from deployopt.model import external_locations
 
     if b"location" not in onnx_bytes:  # no tensor kept outside: a large model is not parsed again
         return []
@@ -222,7 +222,7 @@ def external_data_digests(model_path: str | os.PathLike[str], onnx_bytes: bytes)
     except (DecodeError, RuntimeError, ValueError):
         return []  # the parser says what is wrong with it
     folder = Path(model_path).parent
-    return [[loc, content_digest(folder / loc)] for loc in _external_locations(model)]
+    return [[loc, content_digest(folder / loc)] for loc in external_locations(model)]
 
 
 def build_facts(
