@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from typer.core import TyperCommand, TyperGroup
 
+from deployopt.cli.progress import LineProgress
 from deployopt.errors import DataError, DeployoptError, OutputError
 from deployopt.fidelity import IMAGENET_MEAN, IMAGENET_STD, ImagePreprocess
 
@@ -416,8 +417,12 @@ def measure_extra(remote: str | None, timing_cache: Path | None) -> dict[str, An
 
 def progress_bar(disable: bool) -> Progress:
     """The live bar on stderr of a long measurement (optimize's sweep and evaluations, calibrate's
-    and staircase's convs): what, a bar, done/total, elapsed; gone once done, off when stderr is
-    not a terminal (a pipe, a CI log) or `disable` (--json)."""
+    and staircase's convs): what, a bar, done/total, elapsed; gone once done, off with `disable`
+    (--json). When stderr is not a terminal (a pipe, a CI log, `nohup ... > log 2>&1`), plain
+    `progress:` lines instead, of a task that takes a while (deployopt.cli.progress.LineProgress):
+    a run of an hour on a board said nothing until its end, hung or slow alike."""
+    if not disable and not err_console.is_terminal:
+        return LineProgress(err_console)
     return Progress(
         TextColumn("{task.description}", markup=False),
         BarColumn(),
