@@ -29,12 +29,14 @@ from deployopt.timing import (
     EXPORT_TIMES_TIMED,
     Comparison,
     Timing,
+    check_samples,
     compare,
     counted,
     load_timing,
     measured_time,
     min_samples,
     read_json,
+    refuse_predicted,
     smallest_p_value,
     timing_from_json,
 )
@@ -391,6 +393,10 @@ class Pair:
             "verdict": self.comparison.verdict,
             # faster/slower, but the medians' 95 % CIs overlap: the direction holds, the size not
             "size_uncertain": self.comparison.size_uncertain,
+            # no verdict because the ranks and the medians disagree (bimodal samples, or equal
+            # medians beside ranks that moved): the table's "mixed: ranks disagree". --json could not
+            # tell it from "no significant difference"
+            "mixed": self.comparison.mixed,
             "environment_differences": self.differences,
             "model_check": self.model.to_json(),
             "notes": self.notes,
@@ -468,7 +474,9 @@ def _measurement_files(folder: Path, parsed: dict[Path, Any]) -> dict[str, Path]
     return files
 
 
-def check_testable(baseline: tuple[Path, Timing], current: tuple[Path, Timing], alpha: float) -> None:
+def check_testable(
+    baseline: tuple[str | Path, Timing], current: tuple[str | Path, Timing], alpha: float
+) -> None:
     """Refuse a pair whose sample counts could never give p < alpha.
 
     `timing.compare` treats a side with one sample as a deterministic prediction (p = 0 for any
@@ -505,14 +513,43 @@ DEFAULT_ALPHA = 0.01
 MIN_EFFECT = 0.02
 
 
-def compare_paths(
-    baseline: str | Path, current: str | Path, alpha: float = DEFAULT_ALPHA, min_effect: float = MIN_EFFECT
-) -> RegressionReport:
-    """Two measurement files, or two folders whose files pair up by name."""
+def check_rule(alpha: float, min_effect: float) -> None:
+    """compare's --alpha and --min-effect, or a one-line DataError."""
     if not 0 < alpha < 1:
         raise DataError(f"alpha {alpha:g}: expected a p-value threshold between 0 and 1")
     if not 0 <= min_effect < 1:
         raise DataError(f"min effect {min_effect:g}: expected a fraction such as 0.02 (2 %)")
+
+
+def compare_timings(
+    baseline: Timing,
+    current: Timing,
+    alpha: float = DEFAULT_ALPHA,
+    min_effect: float = MIN_EFFECT,
+    names: tuple[str | Path, str | Path] = ("baseline", "current"),
+) -> Comparison:
+    """`deployopt compare`'s verdict on two measurements in memory (`load_timing`,
+    `deployopt.backends.tensorrt.load_runner_result`), with its checks and defaults: a predicted
+    latency, samples that are no latencies, and sample counts the test can never judge at `alpha`
+    (one run a side included) are refused in one DataError line each, named by `names`; then
+    `timing.compare` at the CLI's --alpha and --min-effect (2 %). `timing.compare` alone is the
+    optimizer's rule: it takes a one-sample side for a deterministic prediction (p = 0 for any
+    difference) and its min_effect defaults to 1 %, so two one-run results read "slower: +5.0%
+    (p=0)" and a rebuild's 1.4 % "slower". The setup and model checks of a pair of files stay with
+    compare_paths (they need the files)."""
+    check_rule(alpha, min_effect)
+    for name, t in zip(names, (baseline, current)):
+        refuse_predicted(name, t)
+        check_samples(name, t, "samples_us")
+    check_testable((names[0], baseline), (names[1], current), alpha)
+    return compare(baseline, current, alpha, min_effect)
+
+
+def compare_paths(
+    baseline: str | Path, current: str | Path, alpha: float = DEFAULT_ALPHA, min_effect: float = MIN_EFFECT
+) -> RegressionReport:
+    """Two measurement files, or two folders whose files pair up by name."""
+    check_rule(alpha, min_effect)  # before any file is read (compare_timings checks it per pair too)
     b, c = Path(baseline), Path(current)
     for p in (b, c):
         if not p.exists():
@@ -532,9 +569,9 @@ def compare_paths(
     pairs = []
     for name, bp, cp in jobs:
         tb, tc = (timing_from_json(p, parsed[p]) if p in parsed else load_timing(p) for p in (bp, cp))
-        check_testable((bp, tb), (cp, tc), alpha)
+        comparison = compare_timings(tb, tc, alpha, min_effect, names=(bp, cp))
         model = check_models((bp, tb), (cp, tc))
-        comparison, notes = compare(tb, tc, alpha, min_effect), unchecked_for_throttling(tb, tc)
+        notes = unchecked_for_throttling(tb, tc)
         stale = staleness(tb, tc)
         pairs.append(Pair(name, bp, cp, tb, tc, comparison, differences(tb, tc), model, notes, stale))
     return RegressionReport(pairs, alpha, min_effect, only_b, only_c)

@@ -273,7 +273,8 @@ class Comparison:
     verdict: str  # "faster" | "slower" | "no significant difference"
     ratio: float  # median(b) / median(a)
     p_value: float
-    #: significant, but the ranks moved the other way than the medians (bimodal samples): no verdict
+    #: significant, but the ranks moved the other way than the medians (bimodal samples), or the
+    #: medians are equal (they did not move at all): no verdict
     mixed: bool = False
     #: "faster"/"slower", but the two medians' 95 % CIs overlap: the direction holds, the size
     #: (ratio) does not. Bimodal samples: the median of one side sat in the slow mode, the other's in
@@ -316,7 +317,10 @@ def compare(a: Timing, b: Timing, alpha: float = 0.01, min_effect: float = 0.01)
         # faster. Bimodal samples can move the median one way and the bulk the other: a "slower"
         # verdict (exit 1) rested on a test that found b faster.
         half = a.runs * b.runs / 2
-        agrees = ratio == 1 or (float(test.statistic) > half) == (ratio < 1)
+        # Equal medians did not move at all, so no direction agrees with significant ranks: at
+        # --min-effect 0 such a pair was "slower" (ratio < 1 is false), exit 1, though most of its
+        # runs were faster. No verdict, and mixed where p < alpha (the ranks moved, the medians not).
+        agrees = ratio != 1 and (float(test.statistic) > half) == (ratio < 1)
     # at least min_effect, up to float rounding: 1025.61 / 1005.5 is 1.019999… and +2.0 % exactly
     # was "under min effect"
     if p < alpha and agrees and abs(ratio - 1) >= min_effect * (1 - 1e-9):
@@ -459,17 +463,13 @@ def timing_from_json(p: Path, data: Any) -> Timing:
         raise DataError(f"{p} is not a measurement: it has no {exc.args[0]!r} field") from None
     except (ValueError, TypeError) as exc:
         raise DataError(f"{p} is not a measurement: {exc}") from None
-    _check_samples(p, timing, "samples_us")
+    check_samples(p, timing, "samples_us")
     # every report line names the backend, and a "measured" of "no" read as true
     if not isinstance(timing.backend, str) or not timing.backend:
         raise DataError(f'{p}: "backend" must be the name of a backend, not {json.dumps(data["backend"])}')
     if not isinstance(timing.measured, bool):
         raise DataError(f'{p}: "measured" must be true or false, not {json.dumps(data["measured"])}')
-    if not timing.measured:
-        raise DataError(
-            f"{p} is predicted by {timing.predictor or 'a model'}, not measured: regression timing "
-            "compares measurements"
-        )
+    refuse_predicted(p, timing)
     if timing.measured_at is not None:
         try:
             measured_time(timing.measured_at)
@@ -491,11 +491,20 @@ def is_latency(value: Any) -> bool:
     return math.isfinite(value) and value >= 0
 
 
+def refuse_predicted(p: str | Path, timing: Timing) -> None:
+    """A predicted latency (the wave model's) has no samples to test: regression timing refuses it."""
+    if not timing.measured:
+        raise DataError(
+            f"{p} is predicted by {timing.predictor or 'a model'}, not measured: regression timing "
+            "compares measurements"
+        )
+
+
 #: The least median a result file may have (µs): no GPU or CPU times anything in under a nanosecond.
 MIN_MEDIAN_US = 1e-3
 
 
-def _check_samples(p: Path, timing: Timing, what: str) -> None:
+def check_samples(p: str | Path, timing: Timing, what: str) -> None:
     """A NaN, infinite or negative sample would make a median that passes a regression gate; a
     median of 0 µs was a ZeroDivisionError traceback as the baseline and '-100 %, faster' as the
     current result; samples near float's largest (1e308) overflowed the statistics into inf after
@@ -535,13 +544,20 @@ def is_export_profile(data: list[Any]) -> bool:
 
 
 def _from_export_times(p: Path, data: list[Any]) -> Timing:
-    from deployopt.backends.trtexec_parser import TrtexecRun, parse_times_json
+    from deployopt.backends.trtexec_parser import (
+        NOT_EXPORT_TIMES,
+        TrtexecRun,
+        is_export_times,
+        parse_times_json,
+    )
 
     if is_export_profile(data):
         raise DataError(
             f"{p} is a trtexec --exportProfile file (per-layer times, no per-run samples): run trtexec "
             "with --exportTimes=FILE.json and compare that file"
         )
+    if not is_export_times(data):  # said first: the entries' check blamed the first field ("arch")
+        raise DataError(f"{p} is a JSON list but {NOT_EXPORT_TIMES}")
 
     try:
         timing = TrtexecRun(iterations=parse_times_json(data)).timing("computeMs")
@@ -549,7 +565,7 @@ def _from_export_times(p: Path, data: list[Any]) -> Timing:
         raise DataError(f"{p} is a JSON list but not a trtexec --exportTimes file") from None
     except DataError as exc:
         raise DataError(f"{p}: {exc}") from None
-    _check_samples(p, timing, "computeMs values")
+    check_samples(p, timing, "computeMs values")
     timing.timed = EXPORT_TIMES_TIMED
     timing.environment.setdefault("source", str(p))
     return timing

@@ -707,3 +707,19 @@ def test_a_verdict_of_uncertain_size_is_marked(monkeypatch, capsys, tmp_path: Pa
     assert json.loads(out)["pairs"][0]["size_uncertain"] is False
     code, out, _ = run_cli(monkeypatch, capsys, "compare", AUTOTUNED, HEURISTIC)
     assert "size uncertain" not in out
+
+
+def test_equal_medians_at_min_effect_0_are_no_regression(monkeypatch, capsys, tmp_path: Path) -> None:
+    """`--min-effect 0` on two medians of 100.0 µs whose runs mostly got faster: "slower", exit 1,
+    at +0.0 %. Now no verdict: the row reads mixed, the JSON says so, exit 0."""
+    env = {"backend": "ort", "timed": "x", "environment": {}}
+    a, b = tmp_path / "eq_a.json", tmp_path / "eq_b.json"
+    a.write_text(json.dumps({**env, "samples_us": [99.0] * 20 + [100.0] * 11 + [110.0] * 20}))
+    b.write_text(json.dumps({**env, "samples_us": [90.0] * 20 + [100.0] * 11 + [101.0] * 20}))
+    code, out, _ = run_cli(monkeypatch, capsys, "compare", str(a), str(b), "--min-effect", "0")
+    row = next(line for line in out.splitlines() if line.startswith("│ eq_b "))
+    assert code == 0 and "+0.0 %" in row and "mixed:" in row and "slower" not in row
+    assert "0 regressions in 1 compared" in out
+    code, out, _ = run_cli(monkeypatch, capsys, "compare", str(a), str(b), "--min-effect", "0", "--json")
+    pair = json.loads(out)["pairs"][0]
+    assert code == 0 and pair["verdict"] == "no significant difference" and pair["mixed"] is True

@@ -499,3 +499,83 @@ def test_a_measurement_on_another_cpu_is_not_like_for_like() -> None:
     c = Timing("torch", [1.0, 2.0], environment={**gpu, "cpu": "AMD EPYC"})
     d = Timing("torch", [1.0, 2.0], environment={**gpu, "cpu": "Intel Xeon Platinum 8480"})
     assert differences(c, d) == []
+
+
+def test_compare_timings_is_the_clis_rule_with_its_guards_for_results_in_memory(tmp_path: Path) -> None:
+    """jetson/README.md §4 sends a library user from load_runner_result to a compare of two
+    Timings. timing.compare (the optimizer's rule) took one run each for a deterministic prediction,
+    "slower: +5.0% (p=0)", and called a rebuild's +1.4 % "slower" (its min effect is 1 %, the CLI's
+    2 %). compare_timings runs the CLI's checks and defaults; compare_paths judges with it."""
+    from deployopt.backends.tensorrt import load_runner_result
+    from deployopt.regression import MIN_EFFECT, compare_timings
+
+    def runner(name: str, samples: list[float]) -> Timing:
+        path = tmp_path / name
+        path.write_text(
+            json.dumps({"backend": "tensorrt", "samples_us": samples, "timed": "x", "environment": {}})
+        )
+        return load_runner_result(path)
+
+    one_a, one_b = runner("one_a.json", [2000.0]), runner("one_b.json", [2100.0])
+    assert compare(one_a, one_b).describe() == "slower: +5.0% (p=0)"  # the raw rule, as documented
+    with pytest.raises(
+        DataError, match="baseline has 1 sample; current has 1 sample: one run is not a measurement"
+    ):
+        compare_timings(one_a, one_b)
+    with pytest.raises(DataError, match=r"a\.json \(4 samples\) and b\.json \(4 samples\): the smallest p"):
+        compare_timings(runner("a.json", [1.0, 2.0, 3.0, 4.0]), runner("b.json", [5.0, 6.0, 7.0, 8.0]),
+                        names=("a.json", "b.json"))  # fmt: skip
+    rebuild_a = runner("r_a.json", [1000.0 + i % 7 for i in range(200)])
+    rebuild_b = runner("r_b.json", [1014.0 + i % 7 for i in range(200)])
+    assert compare(rebuild_a, rebuild_b).verdict == "slower"  # the optimizer's 1 %
+    judged = compare_timings(rebuild_a, rebuild_b)
+    assert MIN_EFFECT == 0.02 and judged.verdict == "no significant difference" and judged.p_value < 1e-60
+    assert compare_timings(rebuild_a, rebuild_b, min_effect=0.01).verdict == "slower"
+    for alpha, min_effect, said in (
+        (2.0, 0.02, "alpha 2: expected"),
+        (0.01, -0.1, "min effect -0.1: expected"),
+    ):
+        with pytest.raises(DataError, match=said):
+            compare_timings(rebuild_a, rebuild_b, alpha=alpha, min_effect=min_effect)
+    predicted = Timing("model", [120.0] * 10, measured=False, predictor="wave model")
+    with pytest.raises(DataError, match="current is predicted by wave model, not measured"):
+        compare_timings(rebuild_a, predicted)
+    with pytest.raises(DataError, match="baseline: samples_us have a median of 0 µs"):
+        compare_timings(Timing("ort", [0.0] * 10), rebuild_b)
+    # the files' route gives the same verdict: compare_paths judges each pair with compare_timings
+    files = compare_paths(tmp_path / "r_a.json", tmp_path / "r_b.json").pairs[0].comparison
+    assert files == judged
+
+
+def test_compare_json_tells_mixed_from_not_significant(tmp_path: Path) -> None:
+    """Bimodal samples whose median rose 3 % while most runs got faster: the table says "mixed:
+    ranks disagree", the JSON had only verdict "no significant difference", as for noise."""
+    env = {"backend": "ort", "timed": "x", "environment": {}}
+    (tmp_path / "a.json").write_text(json.dumps({**env, "samples_us": [100.0] * 31 + [200.0] * 30}))
+    (tmp_path / "b.json").write_text(json.dumps({**env, "samples_us": [50.0] * 30 + [103.0] * 31}))
+    (tmp_path / "c.json").write_text(json.dumps({**env, "samples_us": [100.0] * 31 + [200.0] * 30}))
+    mixed = compare_paths(tmp_path / "a.json", tmp_path / "b.json").to_json()["pairs"][0]
+    assert mixed["verdict"] == "no significant difference" and mixed["mixed"] is True
+    assert mixed["p_value"] < 0.01 and mixed["change_pct"] == pytest.approx(3.0)
+    noise = compare_paths(tmp_path / "a.json", tmp_path / "c.json").to_json()["pairs"][0]
+    assert noise["verdict"] == "no significant difference" and noise["mixed"] is False
+
+
+def test_a_json_list_that_is_no_export_times_file_says_so_first(tmp_path: Path) -> None:
+    """Any JSON list of objects was read as trtexec's --exportTimes, and the error blamed its first
+    field: "--exportTimes entry 0: config must be a finite time in ms" for a committed benchmark
+    summary. A list none of whose objects has an --exportTimes key says what the file is not."""
+    summary = ROOT / "benchmarks" / "results" / "h200_backends" / "summary.json"
+    listed = tmp_path / "list.json"
+    listed.write_text('[{"arch": "resnet18", "ms": 1.0}]')
+    for path in (summary, listed):
+        with pytest.raises(DataError) as info:
+            load_timing(path)
+        assert str(info.value) == (
+            f"{path} is a JSON list but not a trtexec --exportTimes file (none of its objects has "
+            "computeMs or another of its per-query times)"
+        )
+    # an --exportTimes file with a bad time still names the entry and the field
+    listed.write_text('[{"computeMs": 1.0, "latencyMs": "x"}]')
+    with pytest.raises(DataError, match="--exportTimes entry 0: latencyMs must be a finite time in ms"):
+        load_timing(listed)

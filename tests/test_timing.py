@@ -266,3 +266,21 @@ def test_the_bootstrap_ci_is_drawn_in_blocks_with_the_same_result() -> None:
     idx = np.random.default_rng(0).integers(0, x.size, size=(2000, x.size))
     lo, hi = np.quantile(np.median(x[idx], axis=1), [0.025, 0.975])
     assert bootstrap_median_ci(x) == (float(lo), float(hi))
+
+
+def test_equal_medians_give_no_direction_at_any_min_effect() -> None:
+    """Two medians of 100.0 µs, most current runs faster (p 0.006): at --min-effect 0 the pair was
+    "slower" (ratio < 1 is false), exit 1, for a change of +0.0 %. Equal medians moved neither way,
+    so the ranks that did disagree with them: no verdict, read as mixed, at every min effect."""
+    base = [99.0] * 20 + [100.0] * 11 + [110.0] * 20
+    cur = [90.0] * 20 + [100.0] * 11 + [101.0] * 20
+    for min_effect in (0.0, 0.02):
+        result = compare(Timing("ort", base), Timing("ort", cur), alpha=0.01, min_effect=min_effect)
+        assert result.ratio == 1.0 and result.p_value < 0.01
+        assert result.verdict == "no significant difference" and result.mixed, min_effect
+    # the same samples give no verdict at all where the test finds nothing (p >= alpha): not mixed
+    same = compare(Timing("ort", base), Timing("ort", list(base)), alpha=0.01, min_effect=0.0)
+    assert same.verdict == "no significant difference" and not same.mixed
+    # a verdict still needs only a change of at least min effect: 0 counts any moved median
+    moved = compare(Timing("ort", base), Timing("ort", [x - 1 for x in base]), alpha=0.01, min_effect=0.0)
+    assert moved.verdict == "faster"

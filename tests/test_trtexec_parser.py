@@ -801,3 +801,18 @@ def test_export_times_that_are_not_times_are_one_data_error(entries: list, messa
     with pytest.raises(DataError) as info:
         P.parse_times_json(entries)
     assert str(info.value).startswith(message)
+
+
+def test_a_list_with_no_export_times_key_is_not_read_as_one() -> None:
+    """A benchmark summary ([{"config": "full", ...}]) was parsed entry by entry and refused for its
+    first field: "--exportTimes entry 0: config must be a finite time in ms". None of its objects
+    has an --exportTimes key, so it is not one; a real file's keys all are."""
+    with pytest.raises(DataError) as info:
+        P.parse_times_json([{"config": "full", "median_us": 398.9}])
+    assert str(info.value) == (
+        "a JSON list but not a trtexec --exportTimes file (none of its objects has computeMs or another "
+        "of its per-query times)"
+    )
+    recorded = json.loads((FIX / "trt8.x_titan_rtx_mobilenet_qat_int8_exportTimes_first300.json").read_text())
+    assert set(recorded[0]) <= P.EXPORT_TIMES_KEYS and P.is_export_times(recorded)
+    assert len(P.parse_times_json([{"latencyMs": 1.0}])) == 1  # one known key is enough to read it as one

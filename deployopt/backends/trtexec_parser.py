@@ -599,12 +599,50 @@ def parse_profile_json(source: PathLike | Any) -> tuple[int | None, list[LayerTi
     return count, layers
 
 
+#: The keys of one --exportTimes query in the recorded files (8.x: ../shared/fixtures/trtexec): each
+#: stage's start and end since trtexec started, the stages' durations and the latency.
+EXPORT_TIMES_KEYS = frozenset(
+    {
+        "startEnqMs",
+        "endEnqMs",
+        "startH2dMs",
+        "endH2dMs",
+        "startComputeMs",
+        "endComputeMs",
+        "startD2hMs",
+        "endD2hMs",
+        "h2dMs",
+        "computeMs",
+        "d2hMs",
+        "latencyMs",
+    }
+)
+
+
+def is_export_times(data: list[Any]) -> bool:
+    """Whether a JSON list can be trtexec's --exportTimes: False when it holds objects and none of
+    them has one of its keys (EXPORT_TIMES_KEYS). Any list of objects was read as one, and the error
+    blamed the first field for not being a time: "--exportTimes entry 0: arch must be a finite time
+    in ms" for a benchmark summary. A list of no objects at all is left to parse_times_json's own
+    line ("entry 0 is 1")."""
+    entries = [e for e in data if isinstance(e, dict)]
+    return not entries or any(EXPORT_TIMES_KEYS.intersection(e) for e in entries)
+
+
+#: Why a JSON list is not an --exportTimes file (is_export_times), after "X is a JSON list but".
+NOT_EXPORT_TIMES = (
+    "not a trtexec --exportTimes file (none of its objects has computeMs or another of its per-query times)"
+)
+
+
 def parse_times_json(source: PathLike | Any) -> list[Iteration]:
     """--exportTimes: one object per query with startEnqMs, endEnqMs, startComputeMs, endComputeMs,
     computeMs, latencyMs, h2dMs, d2hMs ... (whatever the version wrote)."""
     data = _load_json(source)
     if not isinstance(data, list):
         raise DataError("an --exportTimes file is a JSON list")
+    if not is_export_times(data):
+        raise DataError(f"a JSON list but {NOT_EXPORT_TIMES}")
     out = []
     for i, entry in enumerate(data):
         # a string, null, NaN or a negative time was a traceback, or a median of nan / -1000 µs
