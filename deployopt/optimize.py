@@ -291,6 +291,27 @@ def check_config(cfg: OptimizeConfig) -> None:
     check_threshold_range(cfg.min_cosine, cfg.min_top1)
     check_run_counts(cfg.runs, cfg.warmup)
     check_run_counts(cfg.sweep_runs, flag="--sweep-runs")
+    from dataclasses import fields
+
+    if cfg.backend == "trtexec" and cfg.warmup != next(f.default for f in fields(cfg) if f.name == "warmup"):
+        from deployopt.backends.trtexec import refuse_warmup_runs
+
+        refuse_warmup_runs(cfg.warmup)  # trtexec warms up by time: --warmup was dropped in silence
+    # the search's own settings, which no CLI option sets (named as OptimizeConfig's fields): an alpha
+    # out of range was a raw ValueError once the run had begun, the others were taken as they were
+    if not 0.0 < cfg.alpha < 1.0:
+        raise DeployoptError(f"alpha {cfg.alpha:g}: must be a p-value threshold between 0 and 1, e.g. 0.01")
+    if not 0.0 <= cfg.min_effect < 1.0:
+        raise DeployoptError(
+            f"min_effect {cfg.min_effect:g}: must be a fraction from 0 up to 1, e.g. 0.005 (0.5 % faster)"
+        )
+    for name, least, what in (
+        ("max_candidates", 1, "widths tabulated per group"),
+        ("top_k", 1, "solver plans measured end to end"),
+        ("confirm_rounds", 0, "extra measurements of the answer and the best baseline; 0: none"),
+    ):
+        if getattr(cfg, name) < least:
+            raise DeployoptError(f"{name} {getattr(cfg, name)}: must be at least {least} ({what})")
     if cfg.resume and cfg.force:
         raise DeployoptError("--resume and --force exclude each other")
     if cfg.sms is not None and cfg.sms < 1:

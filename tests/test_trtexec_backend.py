@@ -1786,3 +1786,83 @@ def test_a_long_remote_sweep_is_cut_into_batches_the_boards_command_line_holds(
     with mock.patch.object(board, "call") as call:  # what goes over ssh, `timeout` and quoting added
         board.run_limited(["sh", "-c", script], "trtexec", 50.0)
     assert max(len(arg.encode()) for arg in call.call_args.args[0]) < 100 * 1024
+
+
+# ------------------------------------------------------------------ bug bash 2 (2026-12-06)
+
+TRT7_LOG = "trt7.x_teslaV100_quickstart_pytorch_resnet50_fp16_legacy_format_log.txt"
+
+
+def test_a_7x_result_records_the_tensorrt_version_its_banner_gives(
+    fake: dict[str, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The recorded 7.x log (JetPack 4.4/4.5 era) has no [TensorRT vNNNN] in its banner and no
+    "TensorRT version" line: the result recorded no TensorRT at all, so a TensorRT upgrade passed
+    `compare --strict` unflagged. It records what the banner of --help told (7), for bench and
+    profile alike; an 8.x+ log's own version is still the one recorded."""
+    from deployopt.regression import differences
+    from deployopt.timing import Timing
+
+    monkeypatch.setenv("FAKE_LOG", str(FIX / TRT7_LOG))
+    with TrtexecBackend().open(MeasureOptions(runs=300, workdir=fake["workdir"])) as session:
+        t = session.measure(fake["model"])
+        prof = session.profile(fake["model"])
+        assert session.last_run is not None and session.last_run.version is None  # the log names none
+    assert t.environment["tensorrt"] == "7" and prof.environment["tensorrt"] == "7"
+    assert t.environment["device"] == "Tesla V100-DGXS-16GB"
+    upgraded = Timing.from_json({**t.to_json(), "environment": {**t.environment, "tensorrt": "8.2.1"}})
+    assert "TensorRT 7 → 8.2.1" in differences(t, upgraded)
+    # extra["trt_version"], where the caller knows it better, is what a 7.x log is recorded with
+    known = MeasureOptions(runs=300, workdir=fake["workdir"], extra={"trt_version": "7.1.3"})
+    with TrtexecBackend().open(known) as session:
+        assert session.measure(fake["model"]).environment["tensorrt"] == "7.1.3"
+    monkeypatch.setenv("FAKE_LOG", str(FIX / "trt8.0.1_jetson_nano_deepstream_yolo_fp16_loadEngine_log.txt"))
+    with TrtexecBackend().open(known) as session:  # the log's own version wins
+        assert session.measure(fake["model"]).environment["tensorrt"] == "8.0.1"
+
+
+WARMUP_REFUSED = (
+    "backend 'trtexec' warms up by time, not by a number of runs: trtexec gets --warmUp=500 (ms) "
+    "whatever --warmup says, and no option changes it; leave --warmup out, or time with --backend "
+    "tensorrt, which runs --warmup untimed passes\n"
+)
+
+
+def test_warmup_given_to_trtexec_is_refused_in_one_line(
+    fake: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`bench --backend trtexec --warmup 5000` ran trtexec with --warmUp=500 (ms) and said nothing:
+    trtexec warms up by time and the count was dropped, here and with --remote. bench, profile and
+    optimize refuse a --warmup given, before trtexec runs; without one they run as before."""
+    model = str(fake["model"])
+    for argv in (
+        ["bench", model, "-b", "trtexec", "--warmup", "5000"],
+        ["bench", model, "-b", "trtexec", "--warmup", "20"],  # the default's value, given: as unused
+        ["profile", model, "-b", "trtexec", "--warmup", "10"],
+        ["bench", model, "-b", "trtexec", "--remote", "user@jetson", "--warmup", "50"],
+        ["profile", model, "-b", "trtexec", "--remote", "user@jetson", "--warmup", "50"],
+    ):
+        fake["FAKE_ARGS"].unlink(missing_ok=True)
+        code, out, err = run_cli(monkeypatch, capsys, *argv)
+        assert (code, out, err) == (2, "", f"error: --warmup {argv[-1]}: {WARMUP_REFUSED}"), argv
+        assert not fake["FAKE_ARGS"].exists()  # trtexec never ran (nor ssh: user@jetson is no host)
+    argv = [
+        "optimize",
+        model,
+        "--target",
+        "h200",
+        "--backend",
+        "trtexec",
+        "--max-evals",
+        "4",
+        "--warmup",
+        "5",
+    ]
+    code, out, err = run_cli(monkeypatch, capsys, *argv, "-o", str(tmp_path / "out"))
+    assert (code, err) == (2, f"error: --warmup 5: {WARMUP_REFUSED}") and not (tmp_path / "out").exists()
+    # not given: trtexec's own warm-up by time, as always
+    code, out, err = run_cli(monkeypatch, capsys, "bench", model, "-b", "trtexec", "--runs", "300", "--json")
+    assert code == 0, err
+    assert "--warmUp=500" in fake["FAKE_ARGS"].read_text().split("\n")
+    code, out, err = run_cli(monkeypatch, capsys, "profile", model, "-b", "trtexec", "--json")
+    assert code == 0, err

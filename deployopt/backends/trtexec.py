@@ -109,6 +109,18 @@ def refuse_calibration_data(calibration_data: str | os.PathLike[str] | None) -> 
     )
 
 
+def refuse_warmup_runs(warmup: int, flag: str = "--warmup") -> None:
+    """A number of warm-up runs asked of trtexec, which warms up by time (`--warmUp` in ms, trtexec
+    has no count): one line, where it was dropped in silence (trtexec got --warmUp=500 whatever
+    --warmup said). bench, profile and optimize call it only when --warmup was given. From Python,
+    MeasureOptions.extra["warmup_ms"] sets that time; no CLI option does."""
+    raise DeployoptError(
+        f"{flag} {warmup}: backend 'trtexec' warms up by time, not by a number of runs: trtexec gets "
+        f"--warmUp={DEFAULT_WARMUP_MS} (ms) whatever {flag} says, and no option changes it; leave {flag} "
+        f"out, or time with --backend tensorrt, which runs {flag} untimed passes"
+    )
+
+
 #: TensorRT 11.0 removed weak typing: every network is strongly typed, trtexec has no --fp16,
 #: --int8, --best or --calib, the Python API no BuilderFlag.FP16/INT8 nor INT8 calibrators
 #: (NVIDIA's 10.x-to-11.x migration guide).
@@ -800,6 +812,11 @@ class TrtexecSession(Session):
             if key == "precision" and self._prebuilt:
                 continue  # 8.x logs its build options' default (FP32) for --loadEngine too: not the engine's
             value = getattr(run, key)
+            if key == "version" and value is None:
+                # 7.x logs name no version (no [TensorRT vNNNN] in the banner, no "TensorRT version"
+                # line): the one detect_version read from --help ("7": all a 7.x banner tells) or
+                # extra["trt_version"]. Not recorded, a TensorRT upgrade passed compare --strict
+                value = self.version
             if value is not None:
                 env["tensorrt" if key == "version" else key] = value
         if run.flags:
