@@ -33,18 +33,44 @@ def cache_root() -> Path:
 
 
 #: Words that make an environment key a reading that drifts: a key is dropped when one of its words
-#: (split at "_", "-", ".") starts with one ("sm_clock_mhz", "clocks_locked", "timestamp",
-#: "temperatures"). Whole words, not substrings: "onnxruntime" and "cuda_runtime" hold versions,
-#: and matched "time" as substrings, so an onnxruntime or CUDA upgrade kept the old timings.
-VOLATILE = ("clock", "temp", "power", "time", "pid", "host", "utilization")
+#: (split at "_", "-", ".") is one of these ("sm_clock_mhz", "jetson_clocks", "timestamp",
+#: "temperature_c"). Whole words, not substrings: "onnxruntime" and "cuda_runtime" hold versions,
+#: and matched "time" as substrings, so an onnxruntime or CUDA upgrade kept the old timings. Nor
+#: prefixes: "clocks_locked" (whether the board's GPU clock was locked, a setup fact that changes
+#: every timing) was dropped because "clocks" starts with "clock", so a table filled with the clock
+#: locked was reused with it unlocked (STABLE keeps it).
+VOLATILE = frozenset(
+    {
+        "clock",
+        "clocks",
+        "temp",
+        "temps",
+        "temperature",
+        "temperatures",
+        "power",
+        "time",
+        "times",
+        "timestamp",
+        "walltime",
+        "timeout",
+        "pid",
+        "host",
+        "hostname",
+        "utilization",
+    }
+)
 VOLATILE_PHRASES = ("memory_used",)
+#: Setup facts whose names hold a VOLATILE word: kept in the fingerprint.
+STABLE = frozenset({"clocks_locked"})
 #: Facts about one model's build or one timed loop, not about the device: the engine a TensorRT
 #: backend or jetson/runner.py built (its path, which lies in a per-run work folder, its key, whether
 #: it was built now), a board's current devfreq clock and its over-current events during the loop.
 #: In the fingerprint they made every run's table a new one, so the sweep was never reused. So did
 #: the runner's readings around its timed loop (the devfreq clock and the thermal zones, before and
 #: after: a real board is never at the same temperature twice; the power mode and the devfreq limits
-#: stay in the key) and trtexec's verdicts on one run (enqueue-bound, unstable).
+#: stay in the key) and trtexec's verdicts on one run (enqueue-bound, unstable). So would the time
+#: power or heat held the GPU's clock down in one run (clock_slowdown_us: its reasons' names, such
+#: as "sw_thermal_slowdown", hold no VOLATILE word).
 PER_RUN = (
     "engine",
     "engine_key",
@@ -55,13 +81,16 @@ PER_RUN = (
     "gpu_clock_during_run",
     "temperatures_c",
     "trtexec_flags",
+    "clock_slowdown_us",
 )
 
 
 def _volatile(key: str) -> bool:
     key = key.lower()
+    if key in STABLE:
+        return False
     words = re.split(r"[^a-z0-9]+", key)
-    return any(w.startswith(v) for w in words for v in VOLATILE) or any(p in key for p in VOLATILE_PHRASES)
+    return any(w in VOLATILE for w in words) or any(p in key for p in VOLATILE_PHRASES)
 
 
 def _stable(value: Any) -> Any:

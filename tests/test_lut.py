@@ -97,7 +97,7 @@ def test_fingerprint_changes_with_what_changes_timings() -> None:
     base = device_fingerprint("ort", libs, None)
     assert device_fingerprint("ort", {**libs, "libraries": {"onnxruntime": "1.20.1"}}, None) != base
     assert device_fingerprint("ort", {**libs, "cuda_runtime": "13.0"}, None) != base
-    drift = {"clocks_locked": False, "temperature_c": 61, "host_walltime_s": 3.2, "gpu_memory_used_mb": 9}
+    drift = {"temperature_c": 61, "host_walltime_s": 3.2, "gpu_memory_used_mb": 9}
     assert device_fingerprint("ort", {**libs, **drift}, None) == base
     # cuDNN's kernel choice (autotuned, how many engines, or heuristics alone) is a different table
     tuned = {**env, "cudnn_benchmark": True, "cudnn_benchmark_limit": 10}
@@ -214,3 +214,53 @@ def test_an_entry_of_fewer_samples_than_asked_is_timed_again(tmp_path: Path) -> 
     read = LayerCache("fp1", "fp16", root=tmp_path, min_runs=3).fill(fewer, shapes([64, 72, 80]))
     assert read.cached == 2 and read.measured == 1 and sorted(read.samples) == [3, 5, 5]
     assert fewer.calls == [[shapes([80])[0].signature()]]
+
+
+def test_whether_the_clock_was_locked_is_part_of_the_fingerprint() -> None:
+    """The volatile words matched as prefixes: "clocks" starts with "clock", so "clocks_locked" was
+    dropped and a table filled with a board's clock locked (`sudo jetson_clocks`) was reused with it
+    unlocked, where DVFS makes every timing another. The readings that drift stay out: the clocks
+    read now, jetson_clocks --show's lines, temperatures, times, a throttled run's slowdown."""
+    board = {
+        "board": "NVIDIA Jetson Orin Nano",
+        "nvpmodel": "15W",
+        "tensorrt": "10.3.0",
+        "clocks": {"driver": "540"},
+    }
+    locked = device_fingerprint("tensorrt", {**board, "clocks_locked": True}, None)
+    assert device_fingerprint("tensorrt", {**board, "clocks_locked": False}, None) != locked
+    assert device_fingerprint("tensorrt", board, None) != locked  # not recorded is not "locked"
+    readings = {
+        "clocks_locked": True,
+        "sm_clock_mhz": 1020.0,
+        "mem_clock_mhz": 3199.0,
+        "gpu_clock_during_run": {"before": {"cur_hz": 1_020_000_000}},
+        "jetson_clocks": ["SOC family:tegra234  Machine:Orin", "GPU MinFreq=1020000000 MaxFreq=1020000000"],
+        "clocks": {"driver": "540", "sm_clock_mhz": 1020.0, "sm_clock_read": "right after the timed loop"},
+        "temperatures_c": {"before": {"gpu-thermal": 48.5}},
+        "temp_c": 50,
+        "timestamp": 1765000000,
+        "power_limit_w": 15.0,
+        "pid": 4242,
+        "hostname": "orin-1",
+        "gpu_utilization": 97,
+        "clock_slowdown_us": {"sw_thermal_slowdown": 1_200_000, "applications_clocks_setting": 0},
+    }
+    drifted = {
+        **readings,
+        "sm_clock_mhz": 306.0,
+        "mem_clock_mhz": 2133.0,
+        "gpu_clock_during_run": {"before": {"cur_hz": 306_000_000}},
+        "jetson_clocks": ["SOC family:tegra234  Machine:Orin", "GPU MinFreq=306000000 MaxFreq=1020000000"],
+        "clocks": {"driver": "540", "sm_clock_mhz": 306.0, "sm_clock_read": "(read outside the timed run)"},
+        "temperatures_c": {"before": {"gpu-thermal": 61.0}},
+        "temp_c": 63,
+        "timestamp": 1765000999,
+        "power_limit_w": 7.0,
+        "pid": 99,
+        "hostname": "orin-2",
+        "gpu_utilization": 3,
+        "clock_slowdown_us": {},
+    }
+    assert device_fingerprint("tensorrt", {**board, **readings}, None) == locked
+    assert device_fingerprint("tensorrt", {**board, **drifted}, None) == locked
