@@ -1860,6 +1860,9 @@ def test_warmup_given_to_trtexec_is_refused_in_one_line(
     ]
     code, out, err = run_cli(monkeypatch, capsys, *argv, "-o", str(tmp_path / "out"))
     assert (code, err) == (2, f"error: --warmup 5: {WARMUP_REFUSED}") and not (tmp_path / "out").exists()
+    argv[-1] = "20"  # optimize's default, given: as unused (the config alone cannot tell it given)
+    code, out, err = run_cli(monkeypatch, capsys, *argv, "-o", str(tmp_path / "out"))
+    assert (code, err) == (2, f"error: --warmup 20: {WARMUP_REFUSED}") and not (tmp_path / "out").exists()
     # not given: trtexec's own warm-up by time, as always
     code, out, err = run_cli(monkeypatch, capsys, "bench", model, "-b", "trtexec", "--runs", "300", "--json")
     assert code == 0, err

@@ -415,6 +415,22 @@ def measure_extra(remote: str | None, timing_cache: Path | None) -> dict[str, An
     return extra
 
 
+def option_given(param: str) -> bool:
+    """Whether the command line gave the option `param` (click's record of where its value came
+    from), not its default: `--warmup 20` given to trtexec is as unused as `--warmup 5000`
+    (bench, profile and optimize refuse it). click's
+    current context is found where typer keeps click (vendored in recent typer, a dependency
+    before), as cli.main finds its ClickException."""
+    import importlib
+
+    core = next(c for c in typer.Context.__mro__ if c.__module__.endswith(".core"))
+    ctx = importlib.import_module(core.__module__.rpartition(".")[0] + ".globals").get_current_context(
+        silent=True
+    )
+    source = ctx.get_parameter_source(param) if ctx is not None else None
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
 def progress_bar(disable: bool) -> Progress:
     """The live bar on stderr of a long measurement (optimize's sweep and evaluations, calibrate's
     and staircase's convs): what, a bar, done/total, elapsed; gone once done, off with `disable`

@@ -40,6 +40,7 @@ from deployopt.cli.app import (
     mean_option,
     measure_extra,
     note_cudnn_search,
+    option_given,
     output_option,
     parse_input_shapes,
     remote_option,
@@ -144,7 +145,7 @@ def _session(
         )
     remote = options.get("remote")
     check_remote_backend(backend_name, remote)
-    if backend_name == "trtexec" and _given("warmup"):  # local and --remote alike
+    if backend_name == "trtexec" and option_given("warmup"):  # local and --remote alike
         from deployopt.backends.trtexec import refuse_warmup_runs
 
         refuse_warmup_runs(settings[4])
@@ -156,21 +157,6 @@ def _session(
     with b.open(opts) as session:
         note_cudnn_search(b, opts.sms, opts.cudnn_engines, opts.cudnn_benchmark)
         yield session
-
-
-def _given(param: str) -> bool:
-    """Whether the command line gave the option `param` (click's record of where its value came
-    from), not its default: `--warmup 20` given to trtexec is as unused as `--warmup 5000`. click's
-    current context is found where typer keeps click (vendored in recent typer, a dependency
-    before), as cli.main finds its ClickException."""
-    import importlib
-
-    core = next(c for c in typer.Context.__mro__ if c.__module__.endswith(".core"))
-    ctx = importlib.import_module(core.__module__.rpartition(".")[0] + ".globals").get_current_context(
-        silent=True
-    )
-    source = ctx.get_parameter_source(param) if ctx is not None else None
-    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
 
 
 def _options(

@@ -27,6 +27,7 @@ from deployopt.cli.app import (
     input_path,
     mean_option,
     note_cudnn_search,
+    option_given,
     output_option,
     parse_input_shapes,
     progress_bar,
@@ -257,6 +258,10 @@ def optimize_command(
         resume=resume,
         force=force,
     )
+    if backend_name == "trtexec" and option_given("warmup"):  # check_config sees only a value other than 20
+        from deployopt.backends.trtexec import refuse_warmup_runs
+
+        refuse_warmup_runs(warmup)
     check_before_measuring(cfg)  # a typo or a missing backend before "OUTDIR already exists"; no board asked
     if remote:
         journal_target = resumed_target(cfg) if resume and target is None else None
