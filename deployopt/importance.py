@@ -20,7 +20,7 @@ where L1's classify 10, 3 and 4; data-free products with the readers' weights di
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 import onnx
@@ -29,11 +29,29 @@ from deployopt.errors import DataError, first_line
 
 if TYPE_CHECKING:
     from deployopt.coupling import Analysis
+    from deployopt.coupling.registry import Constants
+
+#: where weights are read: a model of the analysed graph, its `Constants` (read once for several
+#: calls), or None for the analysed model as it is now
+Weights = Union[onnx.ModelProto, "Constants", None]
 
 
-def _producer_filters(analysis: Analysis, gid: str, with_bias: bool = True) -> list[np.ndarray]:
+def constants(analysis: Analysis, model: Weights = None) -> Constants:
+    """The weights of `model` (see `Weights`), by name: the analysis holds the graph's structure,
+    never the weights a ranking reads, so one analysis ranks any checkpoint of its graph. Another
+    graph is a one-line PlanError."""
+    st = analysis.state
+    assert st is not None
+    if model is None:
+        model = st.model
+    return st.constants_of(model) if isinstance(model, onnx.ModelProto) else model
+
+
+def _producer_filters(
+    analysis: Analysis, gid: str, consts: Constants, with_bias: bool = True
+) -> list[np.ndarray]:
     """Each producer's filters as a [width, -1] matrix (bias as an extra column unless not
-    `with_bias`)."""
+    `with_bias`), read through `consts`."""
     st = analysis.state
     assert st is not None
     mats = []
@@ -44,7 +62,7 @@ def _producer_filters(analysis: Analysis, gid: str, with_bias: bool = True) -> l
         if node.op_type == "Pad":  # the zeros a Pad adds to the channel axis: zero "filters"
             mats.append(np.zeros((atom.width, 1)))
             continue
-        w = st.const(node.input[1]) if len(node.input) > 1 else None
+        w = consts(node.input[1]) if len(node.input) > 1 else None
         if w is None:
             continue
         if node.op_type == "Conv":
@@ -64,7 +82,7 @@ def _producer_filters(analysis: Analysis, gid: str, with_bias: bool = True) -> l
         bias_in = (
             node.input[2] if len(node.input) > 2 and node.op_type in ("Conv", "ConvTranspose", "Gemm") else ""
         )
-        bias = st.const(bias_in) if bias_in else None
+        bias = consts(bias_in) if bias_in else None
         if with_bias and bias is not None and bias.size == mat.shape[0]:
             mat = np.concatenate([mat, bias.reshape(-1, 1)], axis=1)
         # a Split may have cut the producer's output: this group is rows offset … offset+width
@@ -72,23 +90,26 @@ def _producer_filters(analysis: Analysis, gid: str, with_bias: bool = True) -> l
     return mats
 
 
-def filter_l1(analysis: Analysis, gid: str) -> np.ndarray:
-    """L1 norm of each channel's producing filters, summed over the group's producers."""
+def filter_l1(analysis: Analysis, gid: str, model: Weights = None) -> np.ndarray:
+    """L1 norm of each channel's producing filters, summed over the group's producers, in `model`
+    (see `Weights`)."""
     width = analysis.group(gid).width
     total = np.zeros(width)
-    for mat in _producer_filters(analysis, gid):
+    for mat in _producer_filters(analysis, gid, constants(analysis, model)):
         if mat.shape[0] == width:
             total += np.abs(mat).sum(axis=1)
     return total
 
 
-def zero_filter_channels(analysis: Analysis, gid: str) -> list[int]:
-    """Channels whose filters are exactly zero in every producer: each is a constant (its bias,
-    through what follows), the same for every input, so one run decides whether it is dead. The
-    bias is not asked to be zero: a filter pruned to zero (torch.nn.utils.prune), its BatchNorm
-    folded into a negative bias, is 0 after the ReLU, and was never found dead."""
+def zero_filter_channels(analysis: Analysis, gid: str, model: Weights = None) -> list[int]:
+    """Channels whose filters are exactly zero in every producer (in `model`, see `Weights`): each
+    is a constant (its bias, through what follows), the same for every input, so one run decides
+    whether it is dead. The bias is not asked to be zero: a filter pruned to zero
+    (torch.nn.utils.prune), its BatchNorm folded into a negative bias, is 0 after the ReLU, and was
+    never found dead."""
     width = analysis.group(gid).width
-    mats = [m for m in _producer_filters(analysis, gid, with_bias=False) if m.shape[0] == width]
+    consts = constants(analysis, model)
+    mats = [m for m in _producer_filters(analysis, gid, consts, with_bias=False) if m.shape[0] == width]
     if not mats:
         return []
     zero = np.ones(mats[0].shape[0], dtype=bool)
@@ -135,8 +156,11 @@ def _probe_session(
     return cpu_session(probe, f"{what}: onnxruntime cannot load the model", optimize=optimize)
 
 
-def dead_channels_many(model: onnx.ModelProto, analysis: Analysis, gids: list[str]) -> dict[str, list[int]]:
-    """Dead channels of several groups with at most one onnxruntime run."""
+def dead_channels_many(
+    model: onnx.ModelProto, analysis: Analysis, gids: list[str], consts: Optional[Constants] = None
+) -> dict[str, list[int]]:
+    """Dead channels of several groups of `model` with at most one onnxruntime run (`consts`: its
+    `Constants`, when the caller reads its weights too)."""
     result: dict[str, list[int]] = {gid: [] for gid in gids}
     observed = {gid: _observed(analysis, gid) for gid in gids}
     for gid, obs in observed.items():
@@ -144,7 +168,10 @@ def dead_channels_many(model: onnx.ModelProto, analysis: Analysis, gids: list[st
             # a free group that no op reads: the channels a channel-axis Slice leaves out. A free
             # group cannot reach a graph output (that freezes it), so none of them matters.
             result[gid] = list(range(analysis.group(gid).width))
-    candidates = {gid: zero_filter_channels(analysis, gid) for gid in gids if observed[gid]}
+    wanted = [gid for gid in gids if observed[gid]]
+    if wanted and consts is None:
+        consts = constants(analysis, model)
+    candidates = {gid: zero_filter_channels(analysis, gid, consts) for gid in wanted}
     observed = {gid: obs for gid, obs in observed.items() if obs and candidates[gid]}
     if not observed:
         return result
@@ -171,7 +198,9 @@ def dead_channels_many(model: onnx.ModelProto, analysis: Analysis, gids: list[st
 ACTIVATION_BUDGET = 1 << 30
 
 
-def _reader_norms(analysis: Analysis, node_index: int, tensor: str, channels: int) -> Optional[np.ndarray]:
+def _reader_norms(
+    analysis: Analysis, consts: Constants, node_index: int, tensor: str, channels: int
+) -> Optional[np.ndarray]:
     """Per channel of `tensor`, the L2 norm of the weights that `node` (a reducing op) reads it with.
 
     A grouped conv's conv group j reads its piece of the channels with its own K/g filters; a
@@ -180,7 +209,7 @@ def _reader_norms(analysis: Analysis, node_index: int, tensor: str, channels: in
     st = analysis.state
     assert st is not None
     node = st.nodes[node_index]
-    value = st.const(node.input[1]) if len(node.input) > 1 else None
+    value = consts(node.input[1]) if len(node.input) > 1 else None
     if value is None:
         return None
     w = np.asarray(value, dtype=np.float64)
@@ -281,6 +310,7 @@ def activation_importance(
         raise DataError("no calibration samples to rank channels on")
     st = analysis.state
     assert st is not None
+    consts = constants(analysis, model)  # the readers' weights: this model's (a PlanError if not analysed)
     ids = {gid: analysis.group(gid).id for gid in gids}  # a group may be named by any of its producers
     reads = _reads(analysis, list(ids.values()))
     means = _mean_abs(model, analysis, sorted(reads), samples) if reads else {}
@@ -295,7 +325,7 @@ def activation_importance(
         act = means[tensor]
         weight = np.zeros_like(act)
         for node in nodes:
-            norms = _reader_norms(analysis, node, tensor, act.size)
+            norms = _reader_norms(analysis, consts, node, tensor, act.size)
             weight += 1.0 if norms is None else norms
         score = act * weight
         off = 0

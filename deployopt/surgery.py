@@ -27,8 +27,9 @@ import onnx
 from onnx import numpy_helper
 
 from deployopt.coupling import Analysis, analyze
+from deployopt.coupling.registry import Constants
 from deployopt.errors import ModelError, PlanError, first_line, no_such_file
-from deployopt.importance import dead_channels_many, filter_l1, trim_order
+from deployopt.importance import constants, dead_channels_many, filter_l1, trim_order
 from deployopt.onnx_proto import copy_fields
 
 
@@ -202,7 +203,8 @@ def _check_size(model: onnx.ModelProto, analysis: Analysis, changed: dict[str, i
 def _model_bytes(model: onnx.ModelProto, analysis: Analysis) -> int:
     """`model.ByteSize()`, kept on the analysis' state when it is of this very model: protobuf
     serializes the whole model to count it (0.7 s for a 335 MB one), and optimize applies one plan
-    after another to the same unchanged model."""
+    after another to the same unchanged model. Weights changed in place since keep their types and
+    shapes (`CouplingState.check_graph` saw to it), so the count holds but for their encoding."""
     st = analysis.state
     if st is None or st.model is not model:
         return model.ByteSize()
@@ -224,7 +226,10 @@ def channel_order(
 ) -> list[int]:
     """Least important first: dead channels, then by `importance` (one value per channel, from
     deployopt.importance.activation_importance) when given, else by L1 of the producing filters."""
-    return trim_order(dead_channels(model, analysis, gid), filter_l1(analysis, gid), importance)
+    analysis.group(gid)
+    consts = constants(analysis, model)  # the weights ranked are this model's
+    dead = dead_channels_many(model, analysis, [gid], consts)[gid]
+    return trim_order(dead, filter_l1(analysis, gid, consts), importance)
 
 
 def _take(arr: np.ndarray, axis: int, idx: np.ndarray, pad: float) -> np.ndarray:
@@ -238,16 +243,17 @@ def _take(arr: np.ndarray, axis: int, idx: np.ndarray, pad: float) -> np.ndarray
 
 
 def _index_maps(
-    model: onnx.ModelProto,
+    consts: Constants,
     analysis: Analysis,
     changed: dict[str, int],
     importance: Optional[dict[str, np.ndarray]] = None,
     keep: Optional[dict[str, list[int]]] = None,
 ) -> tuple[dict[str, np.ndarray], list[GroupChange]]:
     """Per changed group: for each new channel, the old channel it copies (-1: a padded one). A
-    trimmed group in `keep` (validated, by id) keeps those channels; the others are ranked."""
+    trimmed group in `keep` (validated, by id) keeps those channels; the others are ranked by the
+    weights of the model `consts` reads."""
     trimmed = [gid for gid, w in changed.items() if w < analysis.group(gid).width]
-    dead = dead_channels_many(model, analysis, trimmed) if trimmed else {}
+    dead = dead_channels_many(consts.model, analysis, trimmed, consts) if trimmed else {}
     maps: dict[str, np.ndarray] = {}
     report = []
     for gid, new in changed.items():
@@ -262,7 +268,7 @@ def _index_maps(
                 score = (importance or {}).get(gid)
                 if score is not None and len(score) != old:
                     raise PlanError(f"importance of group {gid!r}: {len(score)} values for {old} channels")
-                drop = trim_order(dead[gid], filter_l1(analysis, gid), score)[: old - new]
+                drop = trim_order(dead[gid], filter_l1(analysis, gid, consts), score)[: old - new]
             maps[gid] = np.array(sorted(set(range(old)) - set(drop)), dtype=np.int64)
             kept_ = tuple(int(c) for c in maps[gid])
             report.append(GroupChange(gid, old, new, 0, old - new, len(set(drop) & set(dead[gid])), kept_))
@@ -281,6 +287,9 @@ def apply_plan_report(
         analysis = analyze(model)
     st = analysis.state
     assert st is not None, "an Analysis from deployopt.coupling.analyze is needed"
+    # every weight edited or ranked is read from `model` (by name), whichever model of this graph
+    # was analysed: the analysis holds the structure only (another graph: a PlanError)
+    consts = st.constants_of(model)
     validate_plan(analysis, widths)
     kept = validate_keep(analysis, widths, keep or {})
     widths = analysis.plan_by_id(widths)  # a plan may name a group by any of its producers
@@ -293,7 +302,7 @@ def apply_plan_report(
         node.name = name  # unchanged for a loaded model (load_model gives these); a raw one's repeats
     if not changed:
         return out, []
-    maps, report = _index_maps(model, analysis, changed, importance, kept)
+    maps, report = _index_maps(consts, analysis, changed, importance, kept)
 
     def full_index(layout: Any) -> Optional[np.ndarray]:
         parts, off, touched = [], 0, False
@@ -313,7 +322,7 @@ def apply_plan_report(
         idx = full_index(b.layout)
         if idx is None:
             continue
-        arr = arrays[b.init] if b.init in arrays else st.const(b.init)
+        arr = arrays[b.init] if b.init in arrays else consts.last(b.init)
         assert arr is not None
         if b.spread > 1:  # channel c is entries c·spread … (c+1)·spread − 1 (a flattened map)
             entries = idx[:, None] * b.spread + np.arange(b.spread)
@@ -327,7 +336,7 @@ def apply_plan_report(
     for e in st.shape_edits:
         if full_index(e.layout) is None:
             continue
-        arr = np.array(arrays[e.init] if e.init in arrays else st.const(e.init))
+        arr = np.array(arrays[e.init] if e.init in arrays else consts.last(e.init))
         arr.reshape(-1)[e.index] = new_width(e.layout) * e.scale
         arrays[e.init] = arr
 
@@ -473,6 +482,10 @@ def apply_plan(
 ) -> onnx.ModelProto:
     """A new model with each planned group padded or trimmed to its width; the input is untouched.
 
+    `analysis` (by default `analyze(model)`) may be of another model of the same graph, another
+    checkpoint of the architecture or `model` before its weights changed: every weight edited or
+    ranked is read from `model`. A model of another graph is a PlanError.
+
     `keep` (group id → the channels a trimmed group keeps, as `kept_channels` gives them) fixes a
     trim's channels outright; other trimmed groups rank their live channels by `importance` (group
     id → one value per channel, e.g. deployopt.importance.activation_importance on calibration
@@ -496,5 +509,5 @@ def kept_channels(
     if not trimmed:
         return {}
     importance = {analysis.group(g).id: v for g, v in (importance or {}).items()}
-    maps, _ = _index_maps(model, analysis, trimmed, importance)
+    maps, _ = _index_maps(constants(analysis, model), analysis, trimmed, importance)
     return {g: [int(c) for c in maps[g]] for g in sorted(trimmed)}

@@ -42,6 +42,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from deployopt.errors import PlanError
 from deployopt.model import default_opset, unique_node_names
 
 #: One run of channels inside a tensor's channel axis: (atom id, width).
@@ -157,13 +158,12 @@ class CouplingState:
         self.convs: list[ConvRecord] = []
         self.consumed: list[tuple[int, str]] = []  # (node, tensor) read with channels as reduction dim
         self._inits = {t.name: t for t in model.graph.initializer}
-        self._const_nodes: dict[str, onnx.AttributeProto] = {}
-        for n in self.nodes:
-            if n.op_type == "Constant" and n.output:
-                for a in n.attribute:
-                    if a.name == "value":
-                        self._const_nodes[n.output[0]] = a
+        self._const_nodes = _constant_values(self.nodes)
+        #: values read by the walk (and `const` callers after it) from the analysed model: at apply
+        #: time weights are read from the model given, through `constants_of`
         self._const_cache: dict[str, np.ndarray] = {}
+        #: name → (element type, dims) of every initializer, as analysed (`constants_of` checks them)
+        self._init_types = {t.name: (t.data_type, tuple(t.dims)) for t in model.graph.initializer}
         #: outputs of QuantizeLinear/DequantizeLinear of constants (quantized weights), by name
         self._quantized: dict[str, onnx.NodeProto] = {}
         for n in self.nodes:
@@ -217,18 +217,36 @@ class CouplingState:
         computes (int8 × scale), so a rule reads a QDQ model's weights as it reads float ones.
         `bind` follows such a tensor to the constants it is computed from (`quantized_source`).
         """
-        if tensor in self._const_cache:
-            return self._const_cache[tensor]
-        if tensor in self._inits:
-            arr = numpy_helper.to_array(self._inits[tensor])
-        elif tensor in self._const_nodes:
-            arr = numpy_helper.to_array(self._const_nodes[tensor].t)
-        elif tensor in self._quantized:
-            arr = self._quantized_value(self._quantized[tensor])
-        else:
-            return None
-        self._const_cache[tensor] = arr
-        return arr
+        cache = self._const_cache
+        return _read_const(tensor, self._inits, self._const_nodes, self._quantized, cache, self.const)
+
+    def constants_of(self, model: onnx.ModelProto) -> Constants:
+        """The constants of `model`, read from it by name: what surgery edits and a trim ranks by.
+
+        `model` may be the analysed one with its weights changed since, or another model of the
+        same graph (another checkpoint of the architecture): the analysis holds only its structure.
+        Any other graph is a one-line PlanError (`check_graph`).
+        """
+        self.check_graph(model)
+        return Constants(model, self._quantized)
+
+    def check_graph(self, model: onnx.ModelProto) -> None:
+        """A PlanError unless `model` has the analysed graph: the same nodes (names, op types,
+        inputs, outputs and attributes; a tensor attribute's type and shape), graph inputs and
+        outputs, initializer names, types and shapes, and the same values of the integer constants
+        the walk read (shapes, axes, zero points). Weights are never compared, only their types and
+        shapes: reading them would cost as much as the model. The analysed model itself (weights
+        changed in place, say) checks only its initializers' types and shapes."""
+        other = model is not self.model
+        why = _graph_difference(self, model) if other else None
+        why = why or _init_difference(self._init_types, model)
+        if why is None and other:
+            why = _values_difference(self, model)
+        if why is not None:
+            raise PlanError(
+                f"the analysis is of another graph ({why}); run analyze(model) on this model and "
+                "use that analysis"
+            )
 
     def quantized_source(self, tensor: str) -> Optional[onnx.NodeProto]:
         """The QuantizeLinear/DequantizeLinear of constants that computes `tensor`, else None."""
@@ -247,25 +265,6 @@ class CouplingState:
         if len(node.input) > 2 and node.input[2]:
             return self._elem_type(node.input[2])  # the zero point's type
         return onnx.TensorProto.UINT8
-
-    def _quantized_value(self, node: onnx.NodeProto) -> np.ndarray:
-        """What a QuantizeLinear/DequantizeLinear of constants computes (per tensor or per axis)."""
-        x = self.const(node.input[0])
-        scale = self.const(node.input[1])
-        assert x is not None and scale is not None
-        zp_name = node.input[2] if len(node.input) > 2 else ""
-        zp = self.const(zp_name) if zp_name else np.zeros((), dtype=np.uint8)
-        assert zp is not None
-        if scale.size > 1:  # per axis: scale and zero point run along `axis` of x
-            axis = normalize_axis(int(self.attr(node, "axis", 1)), x.ndim)
-            shape = [1] * x.ndim
-            shape[axis] = -1
-            scale, zp = scale.reshape(shape), zp.reshape(shape)
-        if node.op_type == "DequantizeLinear":
-            return ((x.astype(np.int64) - zp.astype(np.int64)) * scale.astype(np.float64)).astype(scale.dtype)
-        info = np.iinfo(zp.dtype)
-        q = np.rint(x.astype(np.float64) / scale.astype(np.float64)) + zp.astype(np.int64)
-        return np.clip(q, info.min, info.max).astype(zp.dtype)
 
     def attr(self, node: onnx.NodeProto, name: str, default: Any = None) -> Any:
         for a in node.attribute:
@@ -744,6 +743,217 @@ class CouplingState:
 
     def resolve(self, layout: Layout) -> tuple[tuple[int, int], ...]:
         return tuple((self.find(a), w) for a, w in layout)
+
+
+class Constants:
+    """The constants of one model of the analysed graph, read from that model by name, each once:
+    an initializer, a Constant node's value, or a quantized weight computed from its constants (as
+    `CouplingState.const` reads the analysed model's). `CouplingState.constants_of` makes one."""
+
+    def __init__(self, model: onnx.ModelProto, quantized: dict[str, onnx.NodeProto]) -> None:
+        self.model = model
+        self._inits = {t.name: t for t in model.graph.initializer}
+        self._const_nodes = _constant_values(model.graph.node)
+        self._quantized = quantized  # the analysed graph's nodes: only their inputs and axis are read
+        self._cache: dict[str, np.ndarray] = {}
+
+    def __call__(self, tensor: str) -> Optional[np.ndarray]:
+        """The value of constant `tensor` in this model, else None."""
+        return _read_const(tensor, self._inits, self._const_nodes, self._quantized, self._cache, self)
+
+    def last(self, tensor: str) -> Optional[np.ndarray]:
+        """`self(tensor)` for its last reader, which keeps what it makes of it: not kept here too
+        (surgery would hold each weight it rewrites twice)."""
+        arr = self(tensor)
+        self._cache.pop(tensor, None)
+        return arr
+
+
+def _constant_values(nodes: Iterable[onnx.NodeProto]) -> dict[str, onnx.AttributeProto]:
+    """Output name → `value` attribute of every Constant node that has one."""
+    out: dict[str, onnx.AttributeProto] = {}
+    for n in nodes:
+        if n.op_type == "Constant" and n.output:
+            for a in n.attribute:
+                if a.name == "value":
+                    out[n.output[0]] = a
+    return out
+
+
+def _read_const(
+    tensor: str,
+    inits: dict[str, onnx.TensorProto],
+    const_nodes: dict[str, onnx.AttributeProto],
+    quantized: dict[str, onnx.NodeProto],
+    cache: dict[str, np.ndarray],
+    const: Callable[[str], Optional[np.ndarray]],
+) -> Optional[np.ndarray]:
+    """A constant's value, read once into `cache` (`const` reads a quantized weight's inputs)."""
+    if tensor in cache:
+        return cache[tensor]
+    if tensor in inits:
+        arr = numpy_helper.to_array(inits[tensor])
+    elif tensor in const_nodes:
+        arr = numpy_helper.to_array(const_nodes[tensor].t)
+    elif tensor in quantized:
+        arr = _quantized_value(quantized[tensor], const)
+    else:
+        return None
+    cache[tensor] = arr
+    return arr
+
+
+def _quantized_value(node: onnx.NodeProto, const: Callable[[str], Optional[np.ndarray]]) -> np.ndarray:
+    """What a QuantizeLinear/DequantizeLinear of constants computes (per tensor or per axis)."""
+    x = const(node.input[0])
+    scale = const(node.input[1])
+    assert x is not None and scale is not None
+    zp_name = node.input[2] if len(node.input) > 2 else ""
+    zp = const(zp_name) if zp_name else np.zeros((), dtype=np.uint8)
+    assert zp is not None
+    if scale.size > 1:  # per axis: scale and zero point run along `axis` of x
+        axis_attr = next((a for a in node.attribute if a.name == "axis"), None)
+        axis = normalize_axis(int(axis_attr.i) if axis_attr is not None else 1, x.ndim)
+        shape = [1] * x.ndim
+        shape[axis] = -1
+        scale, zp = scale.reshape(shape), zp.reshape(shape)
+    if node.op_type == "DequantizeLinear":
+        return ((x.astype(np.int64) - zp.astype(np.int64)) * scale.astype(np.float64)).astype(scale.dtype)
+    info = np.iinfo(zp.dtype)
+    q = np.rint(x.astype(np.float64) / scale.astype(np.float64)) + zp.astype(np.int64)
+    return np.clip(q, info.min, info.max).astype(zp.dtype)
+
+
+#: integer constants the walk read with more entries than this are compared by type and shape only
+_COMPARED_VALUES = 1 << 16
+
+
+def _init_difference(types: dict[str, tuple[int, tuple[int, ...]]], model: onnx.ModelProto) -> Optional[str]:
+    """How `model`'s initializers differ from the analysed ones (`types`: name → (type, dims)) in
+    name, element type or shape, else None."""
+    names = set()
+    for t in model.graph.initializer:
+        names.add(t.name)
+        was = types.get(t.name)
+        if was is None:
+            return f"initializer {t.name!r} is not in the analysed graph"
+        if was[0] != t.data_type:
+            now, then = _type_name(t.data_type), _type_name(was[0])
+            return f"initializer {t.name!r} is {now}, analysed {then}"
+        if was[1] != tuple(t.dims):
+            return f"initializer {t.name!r} has shape {list(t.dims)}, analysed {list(was[1])}"
+    missing = next((n for n in types if n not in names), None)
+    return None if missing is None else f"initializer {missing!r} is missing"
+
+
+def _type_name(data_type: int) -> str:
+    try:
+        return onnx.TensorProto.DataType.Name(data_type)
+    except ValueError:
+        return str(data_type)
+
+
+def _graph_difference(st: CouplingState, model: onnx.ModelProto) -> Optional[str]:
+    """How `model`'s nodes, graph inputs or graph outputs differ from the analysed ones, else None
+    (initializers: `_init_difference`, constants' values: `_values_difference`)."""
+    opset = default_opset(model)
+    if opset != st.opset:
+        return f"opset {opset}, analysed {st.opset}"
+    nodes = model.graph.node
+    if len(nodes) != len(st.nodes):
+        return f"{len(nodes)} nodes, analysed {len(st.nodes)}"
+    for i, (was, node) in enumerate(zip(st.nodes, nodes)):
+        why = _node_difference(was, node)
+        if why:
+            return f"node {i} ({st.node_names[i]!r}) {why}"
+    for what, now, then in (
+        ("inputs", model.graph.input, st.graph.input),
+        ("outputs", model.graph.output, st.graph.output),
+    ):
+        if len(now) != len(then):
+            return f"{len(now)} graph {what}, analysed {len(then)}"
+        odd = next((a for a, b in zip(now, then) if not _same_value_info(a, b)), None)
+        if odd is not None:
+            return f"graph {what[:-1]} {odd.name!r} differs in name, type or shape"
+    return None
+
+
+def _values_difference(st: CouplingState, model: onnx.ModelProto) -> Optional[str]:
+    """Which integer constant the walk read (to trace channels: a Reshape target, Split sizes,
+    pads, zero points…) holds other values in `model`, else None. Not the integer weights a
+    DequantizeLinear reads: those are a checkpoint's own."""
+    weights = {q.input[0] for q in st._quantized.values() if q.op_type == "DequantizeLinear"}
+    consts = Constants(model, st._quantized)
+    for name, arr in list(st._const_cache.items()):
+        if (
+            arr.dtype.kind not in "iub"
+            or arr.size > _COMPARED_VALUES
+            or name in weights
+            or not (name in st._inits or name in st._const_nodes)
+        ):
+            continue
+        now_arr = consts(name)
+        if now_arr is None or not np.array_equal(now_arr, arr):
+            return f"constant {name!r} holds other values"
+    return None
+
+
+def _node_difference(was: onnx.NodeProto, node: onnx.NodeProto) -> str:
+    """How `node` differs from the analysed node `was`, else "": op, name, inputs, outputs,
+    attributes (a tensor attribute by type and shape, a subgraph not at all)."""
+    if node.op_type != was.op_type or node.domain != was.domain:
+        return f"is {_op_name(node)}, analysed {_op_name(was)}"
+    if node.name != was.name:
+        return f"is named {node.name!r}"
+    if list(node.input) != list(was.input):
+        return f"reads {list(node.input)}, analysed {list(was.input)}"
+    if list(node.output) != list(was.output):
+        return f"writes {list(node.output)}, analysed {list(was.output)}"
+    then = {a.name: a for a in was.attribute}
+    if sorted(a.name for a in node.attribute) != sorted(then):
+        return "has other attributes"
+    for a in node.attribute:
+        b = then[a.name]
+        if a.type != b.type:
+            return f"attribute {a.name!r} differs"
+        if a.type == onnx.AttributeProto.TENSOR:
+            if a.t.data_type != b.t.data_type or list(a.t.dims) != list(b.t.dims):
+                return f"attribute {a.name!r} differs in type or shape"
+        elif a.type not in _UNCOMPARED_ATTRIBUTES and a != b:
+            return f"attribute {a.name!r} differs"
+    return ""
+
+
+#: attribute types `_node_difference` does not compare: subgraphs (and what they hold), tensor lists
+_UNCOMPARED_ATTRIBUTES = frozenset(
+    {
+        onnx.AttributeProto.GRAPH,
+        onnx.AttributeProto.GRAPHS,
+        onnx.AttributeProto.TENSORS,
+        onnx.AttributeProto.SPARSE_TENSOR,
+        onnx.AttributeProto.SPARSE_TENSORS,
+    }
+)
+
+
+def _op_name(node: onnx.NodeProto) -> str:
+    return f"{node.domain}.{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type
+
+
+def _same_value_info(a: onnx.ValueInfoProto, b: onnx.ValueInfoProto) -> bool:
+    """Same name, element type and rank, and the same size wherever both sizes are known (a
+    symbolic batch size matches any)."""
+    ta, tb = a.type.tensor_type, b.type.tensor_type
+    if a.name != b.name or ta.elem_type != tb.elem_type or ta.HasField("shape") != tb.HasField("shape"):
+        return False
+    da, db = ta.shape.dim, tb.shape.dim
+    if len(da) != len(db):
+        return False
+    return all(
+        x.dim_value == y.dim_value
+        for x, y in zip(da, db)
+        if x.HasField("dim_value") and y.HasField("dim_value")
+    )
 
 
 #: element types a DequantizeLinear of constants may read (narrower or float8 ones freeze its readers)
