@@ -253,19 +253,35 @@ def _fmt(shape: Sequence[int]) -> str:
 
 
 def _split_array(
-    arr: np.ndarray, shape: list[int], origin: str, name: str
-) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """An array → (samples of exactly `shape`, rows of one batch item still to be stacked).
+    arr: np.ndarray, shape: list[int], origin: str, name: str, wanted: tuple[int, int] | None = None
+) -> tuple[list[np.ndarray], list[np.ndarray], tuple[int, int]]:
+    """An array → (samples of exactly `shape`, rows of one batch item still to be stacked, how many
+    (samples, rows) the array holds, taken or not).
 
     Accepted: N×(input shape) (N samples), one exact sample, N rows of one batch item
     (N×shape[1:]) or one such row without the N axis (shape[1:]). Rows are returned unstacked, so
     that a folder of per-image files makes full batches across files (`_batched`), not one batch
-    of repeats per file.
+    of repeats per file. `wanted`: at most (samples, rows) to take, the first ones (None: all);
+    only those are copied (out of a memory-mapped .npy, which is read no further) and checked.
     """
     if arr.dtype.kind not in "fiub":
         raise DataError(f"{origin}: array for input {name!r} has dtype {arr.dtype}, expected numbers")
     shape = [int(d) for d in shape]
-    arr = np.asarray(arr)
+    if list(arr.shape) == shape:  # one exact sample
+        samples, arr = True, arr[None]
+    elif arr.ndim == len(shape) + 1 and list(arr.shape[1:]) == shape:
+        samples = True
+    elif arr.ndim == len(shape) and len(shape) >= 1 and list(arr.shape[1:]) == shape[1:] and arr.shape[0] > 0:
+        samples = False
+    elif len(shape) >= 1 and list(arr.shape) == shape[1:]:  # one batch item saved without its axis
+        samples, arr = False, arr[None]
+    else:
+        rows = f" or N×{_fmt(shape[1:])} rows" if shape else ""
+        raise DataError(f"{origin}: input {name!r} expects {_fmt(shape)}{rows}, got {_fmt(arr.shape)}")
+    held = int(arr.shape[0])
+    take = held if wanted is None else max(0, min(held, wanted[0 if samples else 1]))
+    # a copy of what is used: a slice of a memory map (or of a big array) kept it all alive
+    arr = np.array(arr[:take]) if take < held or isinstance(arr, np.memmap) else np.asarray(arr)
     if arr.dtype.kind == "f" and not np.isfinite(arr).all():
         # NaN would pass through both models and compare as a failed cosine, inf overflow: the
         # data is broken, not the edit (optimize would otherwise call it an internal error)
@@ -279,16 +295,8 @@ def _split_array(
             f"{origin}: array for input {name!r} holds {biggest:g}, past float32's "
             f"largest ({_F32_MAX:.3g}), the type the models are fed"
         )
-    if list(arr.shape) == shape:
-        return [arr], []
-    if arr.ndim == len(shape) + 1 and list(arr.shape[1:]) == shape:
-        return list(arr), []
-    if arr.ndim == len(shape) and len(shape) >= 1 and list(arr.shape[1:]) == shape[1:] and arr.shape[0] > 0:
-        return [], list(arr)
-    if len(shape) >= 1 and list(arr.shape) == shape[1:]:  # one batch item saved without its axis
-        return [], [arr]
-    rows = f" or N×{_fmt(shape[1:])} rows" if shape else ""
-    raise DataError(f"{origin}: input {name!r} expects {_fmt(shape)}{rows}, got {_fmt(arr.shape)}")
+    items = [arr[i, ...] for i in range(take)]  # arrays, 0-d ones too (list() made numpy scalars)
+    return (items, [], (held, 0)) if samples else ([], items, (0, held))
 
 
 def _stack_rows(rows: list[np.ndarray], batch: int) -> list[np.ndarray]:
@@ -343,25 +351,49 @@ def _check_array_header(path: Path) -> None:
 
 
 def _load_array_file(
-    path: Path, inputs: dict[str, list[int]], notices: list[str]
-) -> dict[str, tuple[list[np.ndarray], list[np.ndarray]]]:
-    """One .npy/.npz split into samples and rows per input; what was assumed goes to `notices`."""
+    path: Path,
+    inputs: dict[str, list[int]],
+    notices: list[str],
+    wanted: dict[str, tuple[int, int]] | None = None,
+) -> dict[str, tuple[list[np.ndarray], list[np.ndarray], tuple[int, int]]]:
+    """One .npy/.npz split into samples and rows per input (`_split_array`: at most `wanted[name]`
+    (samples, rows) of each, and how many it holds); what was assumed goes to `notices`.
+
+    A .npy is memory-mapped, so only the samples or rows taken are read. An .npz cannot be mapped
+    (its members are zip entries): the arrays the inputs take are read in full, no other."""
     _check_array_header(path)
+    wanted = wanted or {}
     try:
         if path.suffix.lower() == ".npy":
-            data: dict[str, np.ndarray] = {}
-            arr = np.load(path, allow_pickle=False)
             if len(inputs) != 1:
                 raise DataError(
                     f"{path}: a .npy holds one array but the model has {len(inputs)} inputs "
                     f"({', '.join(inputs)}); use an .npz keyed by input name"
                 )
-            data[next(iter(inputs))] = arr
+            try:
+                arr = np.load(path, mmap_mode="r", allow_pickle=False)
+            except ValueError:  # not mappable (object dtype, a truncated file): np.load's own reason
+                arr = np.load(path, allow_pickle=False)
+            data: dict[str, Any] = {next(iter(inputs)): arr}
         else:
             with np.load(path, allow_pickle=False) as npz:
-                data = {k: npz[k] for k in npz.files}
+                keys = list(npz.files)
+                missing = [n for n in inputs if n not in keys]
+                if missing and len(inputs) == 1 and len(keys) == 1:
+                    key, name = keys[0], next(iter(inputs))
+                    if key != "arr_0":  # numpy.savez(f, x)'s own name says nothing; another may be a mix-up
+                        notices.append(
+                            f"{path}: its one array {key!r} is fed to input {name!r} (no key of that name)"
+                        )
+                    chosen = {name: key}
+                elif missing:
+                    listed = ", ".join(keys) or "none"
+                    raise DataError(f"{path}: no array for input(s) {', '.join(missing)} (keys: {listed})")
+                else:
+                    chosen = {n: n for n in inputs}
+                data = {name: npz[key] for name, key in chosen.items()}  # only these are read
             # a zip member that is not a .npy comes back as its raw bytes
-            raw = next((k for k, v in data.items() if not isinstance(v, np.ndarray)), None)
+            raw = next((chosen[n] for n, v in data.items() if not isinstance(v, np.ndarray)), None)
             if raw is not None:
                 raise DataError(f"{path}: {raw!r} in it is not a .npy array; write the file with numpy.savez")
     except DataError:
@@ -369,35 +401,52 @@ def _load_array_file(
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         first = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
         raise DataError(f"{path}: cannot read array file ({first})") from None
-    if path.suffix.lower() == ".npz":
-        missing = [n for n in inputs if n not in data]
-        if missing and len(inputs) == 1 and len(data) == 1:
-            (key, arr), name = next(iter(data.items())), next(iter(inputs))
-            if key != "arr_0":  # numpy.savez(f, x)'s own name says nothing; another name may be a mix-up
-                notices.append(
-                    f"{path}: its one array {key!r} is fed to input {name!r} (no key of that name)"
-                )
-            data = {name: arr}
-        elif missing:
-            raise DataError(
-                f"{path}: no array for input(s) {', '.join(missing)} (keys: {', '.join(data) or 'none'})"
-            )
-    return {name: _split_array(data[name], shape, str(path), name) for name, shape in inputs.items()}
+    return {
+        name: _split_array(data[name], shape, str(path), name, wanted.get(name))
+        for name, shape in inputs.items()
+    }
 
 
 def _assemble_arrays(
     files: list[Path], inputs: dict[str, list[int]], count: int, source: str, notices: list[str] | None = None
 ) -> CalibrationSet:
-    """The array files' samples, in file order, then all their rows stacked into full batches."""
-    per_input: dict[str, list[np.ndarray]] = {}
+    """The array files' samples, in file order, then their rows stacked into full batches.
+
+    Files are read in order only until every input has `count` samples (each a sample, or `batch`
+    rows), and only the samples and rows those take: a folder of 3000 per-image .npy files given
+    --count 2 was read in full (3.6 GB resident for 1.7 GB of files) to feed two. As for images
+    (cut to count × batch files), the notice on rows that do not fill a batch then speaks only of
+    data that ran out, and differing sample counts only where the shorter input limits the count.
+    `_load_array_file` says what a .npy and an .npz cost to read."""
     notices = list(notices or [])
-    pieces = [_load_array_file(f, inputs, notices) for f in files]
-    for name, shape in inputs.items():
-        samples = [s for piece in pieces for s in piece[name][0]]
-        rows = [r for piece in pieces for r in piece[name][1]]
-        per_input[name], said = _batched(samples, rows, shape[0], "row", f" of input {name!r}")
+    batch = {name: shape[0] if shape else 1 for name, shape in inputs.items()}
+    samples: dict[str, list[np.ndarray]] = {name: [] for name in inputs}
+    rows: dict[str, list[np.ndarray]] = {name: [] for name in inputs}
+    held = {name: [0, 0] for name in inputs}  # the samples and rows of the files read, taken or not
+
+    def short(name: str) -> int:  # samples `name` still needs
+        return count - len(samples[name]) - len(rows[name]) // batch[name]
+
+    for f in files:
+        if all(short(name) <= 0 for name in inputs):
+            break  # the files left are not opened
+        # samples come before rows in the set: rows past what `count` leaves them are never fed
+        wanted = {}
+        for n in inputs:
+            room = count - len(samples[n])
+            wanted[n] = (room, room * batch[n] - len(rows[n]))
+        for name, (got, got_rows, in_file) in _load_array_file(f, inputs, notices, wanted).items():
+            samples[name] += got
+            rows[name] += got_rows
+            held[name] = [held[name][0] + in_file[0], held[name][1] + in_file[1]]
+    per_input: dict[str, list[np.ndarray]] = {}
+    for name in inputs:
+        kept = samples[name][:count]
+        cut = rows[name][: max(0, count - len(kept)) * batch[name]]
+        per_input[name], said = _batched(kept, cut, batch[name], "row", f" of input {name!r}")
         notices += said
-    return _assemble(per_input, count, source, notices)
+    available = {name: n_s + (max(1, n_r // batch[name]) if n_r else 0) for name, (n_s, n_r) in held.items()}
+    return _assemble(per_input, count, source, notices, available)
 
 
 # ---------------------------------------------------------------------------- loading
@@ -414,8 +463,9 @@ def load_calibration(
     `path`: a folder of images (png/jpg/jpeg/bmp, sorted by relative path, resized to the input's
     H×W and normalised; `count × batch` images at most, stacked into the model's batch), a .npy
     (N×input shape, N rows of one batch item, or one sample), a .npz keyed by input name, or a
-    folder of .npy/.npz files (concatenated in relative-path order). Images and rows past the last
-    full batch are left out (no image counts twice); fewer than one batch fill it by repeating.
+    folder of .npy/.npz files (concatenated in relative-path order, read only until `count`
+    samples are found; `_assemble_arrays`). Images and rows past the last full batch are left out
+    (no image counts twice); fewer than one batch fill it by repeating.
     Folders are searched recursively, skipping hidden files and folders, and must hold one kind
     (images or arrays).
     None: `count` seeded standard-normal samples, marked `random=True`. `preprocess` turns images
@@ -615,42 +665,70 @@ def folder_files(folder: Path) -> list[Path]:
 
     Recursive because datasets are usually laid out one folder per class (the bundled images are
     in calibration_data/cifar10/); hidden files and folders (.git, .ipynb_checkpoints) are skipped
-    so tool litter never becomes a sample. Symlinked folders are not followed (no cycles).
+    so tool litter never becomes a sample. Symlinked files and folders are followed (a dataset
+    linked in class by class was skipped without a word, then called an empty folder); each real
+    folder is listed once, so a link back up the tree ends there, and a link to a folder the walk
+    lists anyway adds nothing.
     """
 
     def refuse(exc: OSError) -> None:
         raise DataError(f"{exc.filename or folder}: cannot list folder ({exc.strerror or exc})") from None
 
     found = []
-    for root, dirs, names in os.walk(folder, onerror=refuse):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
-        for name in names:
-            p = Path(root) / name
-            if not name.startswith(".") and p.is_file():
-                found.append(p)
+    seen: set[str] = set()  # real paths of the folders listed
+    tops = [Path(folder)]  # the folder, then each symlinked folder met, in the (sorted) order met
+    while tops:
+        top = tops.pop(0)
+        if os.path.realpath(top) in seen:
+            continue
+        for root, dirs, names in os.walk(top, onerror=refuse):
+            seen.add(os.path.realpath(root))
+            kept = []
+            for d in sorted(dirs):
+                sub = os.path.join(root, d)
+                if d.startswith("."):
+                    continue
+                if os.path.islink(sub):  # os.walk lists it but does not go in: after this walk
+                    tops.append(Path(sub))
+                elif os.path.realpath(sub) not in seen:
+                    kept.append(d)
+            dirs[:] = kept
+            for name in names:
+                p = Path(root) / name
+                if not name.startswith(".") and p.is_file():
+                    found.append(p)
     return sorted(found, key=lambda p: p.relative_to(folder).parts)
 
 
 def _assemble(
-    per_input: dict[str, list[np.ndarray]], count: int, source: str, notices: list[str]
+    per_input: dict[str, list[np.ndarray]],
+    count: int,
+    source: str,
+    notices: list[str],
+    available: dict[str, int] | None = None,
 ) -> CalibrationSet:
-    counts = {n: len(v) for n, v in per_input.items()}
-    n = min(counts.values())
+    """`count` samples at most, each input's i-th together. `available`: how many samples each
+    input's data holds (None: those in `per_input`); inputs with different counts are said where
+    the shorter one leaves fewer than `count`."""
+    counts = available or {n: len(v) for n, v in per_input.items()}
+    n = min(len(v) for v in per_input.values())
     if n == 0:
         raise DataError(f"{source}: no samples found")
     notices = list(notices)
-    if len(set(counts.values())) > 1:
-        notices.append(f"inputs have different sample counts {counts}: using the first {n}")
+    fewest = min(counts.values())
+    if len(set(counts.values())) > 1 and fewest < count:
+        notices.append(f"inputs have different sample counts {counts}: using the first {fewest}")
     n = min(n, count)
     samples = [{name: _as_fed(per_input[name][i]) for name in per_input} for i in range(n)]
     return CalibrationSet(samples=samples, source=source, random=False, notices=notices)
 
 
 def _as_fed(arr: np.ndarray) -> np.ndarray:
-    """Floats (and bools) as float32; integers keep their type and values: through float32, int64
+    """Floats as float32; integers and bools keep their type and values: through float32, int64
     ids past 2**24 were rounded (16777217 → 16777216) before the integer-input check could see
-    them. `feed_inputs` casts to the type each input takes."""
-    return arr if arr.dtype.kind in "iu" else arr.astype(np.float32, copy=False)
+    them, and a bool input was fed float32 (onnxruntime refused it). `feed_inputs` casts to the
+    type each input takes."""
+    return arr if arr.dtype.kind in "iub" else arr.astype(np.float32, copy=False)
 
 
 # ---------------------------------------------------------------------------- comparison
@@ -676,12 +754,29 @@ def check_threshold_range(min_cosine: float | None, min_top1: float | None) -> N
         raise DataError(f"--min-cosine {min_cosine}: expected a value between -1 and 1")
 
 
+# how compare_models scores an output (FidelityReport.output_scored_by, "scored_by" in the JSON)
+COSINE = "cosine"  # per batch row, held to --min-cosine
+RELATIVE = "relative error"  # one value per row: |ref − cand| / |ref| per row (_relative_error)
+EXACT = "exact match"  # integers and bools (labels, indices, counts): share of values equal, --min-top1
+
+
+def relative_error_limit(min_cosine: float | None) -> float | None:
+    """The relative error --min-cosine allows each row of an output of one value per row (see
+    compare_models): two vectors of equal length at cosine c differ by √(2·(1 − c)) of that
+    length, so 0.999 allows 4.47 % of the row's value and trim's 0.99 14.1 %; None where the cosine
+    check is off. (A vector row at cosine c may also differ in length, which a cosine never sees;
+    a one-value row is held to its value, so a change of scale counts.)"""
+    if min_cosine is None:
+        return None
+    return math.sqrt(max(0.0, 2.0 * (1.0 - min_cosine)))
+
+
 @dataclass
 class FidelityReport:
     max_abs_error: float
     mean_abs_error: float
-    cosine_min: float
-    cosine_mean: float
+    cosine_min: float | None  # over the outputs scored by cosine; None when none is (see compare_models)
+    cosine_mean: float | None
     top1_agreement: float | None  # the worst N×classes output's; None when no output is logits
     n_samples: int  # calibration samples (model runs)
     n_rows: int  # batch rows compared (images)
@@ -692,9 +787,46 @@ class FidelityReport:
     # per output, over every sample: max |reference - candidate| and max |reference|
     output_max_abs_error: list[float] = field(default_factory=list)
     output_max_abs_reference: list[float] = field(default_factory=list)
-    # per output: its worst row's cosine, and its top-1 agreement (None: not N×classes)
-    output_cosine_min: list[float] = field(default_factory=list)
+    # per output: its worst row's cosine (None: not scored by cosine), and its top-1 agreement
+    # (None: not N×classes)
+    output_cosine_min: list[float | None] = field(default_factory=list)
     output_top1_agreement: list[float | None] = field(default_factory=list)
+    # per output, how it is scored: COSINE, RELATIVE (one value per row) or EXACT (integers, bools);
+    # empty: every output by cosine
+    output_scored_by: list[str] = field(default_factory=list)
+    # per EXACT output: how many of its values are equal, of how many (None for the others)
+    output_values_equal: list[int | None] = field(default_factory=list)
+    output_values_compared: list[int | None] = field(default_factory=list)
+    # per RELATIVE output: its worst row's relative error (`_relative_error`) and that row's
+    # (reference, candidate) values (None for the others)
+    output_relative_error: list[float | None] = field(default_factory=list)
+    output_relative_worst: list[tuple[float, float] | None] = field(default_factory=list)
+
+    def scored_by(self) -> list[str]:
+        return self.output_scored_by or [COSINE] * len(self.output_names)
+
+    def output_exact_match(self) -> list[float | None]:
+        """Per EXACT output: the fraction of its values equal (1.0 with none to compare)."""
+        return [
+            None if how != EXACT or n is None else (e / n if n else 1.0)
+            for how, e, n in zip(
+                self.scored_by(),
+                self.output_values_equal or [None] * len(self.output_names),
+                self.output_values_compared or [None] * len(self.output_names),
+            )
+        ]
+
+    @property
+    def relative_error_max(self) -> float | None:
+        """The worst RELATIVE output's relative error; None when no output is one value per row."""
+        scored = [x for x in self.output_relative_error if x is not None]
+        return max(scored, key=lambda x: math.inf if math.isnan(x) else x) if scored else None
+
+    @property
+    def exact_match(self) -> float | None:
+        """The worst EXACT output's share of equal values; None when no output is integers."""
+        scored = [x for x in self.output_exact_match() if x is not None]
+        return min(scored) if scored else None
 
     def output_limits(self, t: Thresholds) -> list[tuple[str, float, float, float]]:
         """(output, its max abs error, its largest |reference|, the error it may have) when the
@@ -722,11 +854,25 @@ class FidelityReport:
                     )
         elif t.max_abs_error is not None and not self.max_abs_error <= t.max_abs_error:
             failures.append(f"max abs error {self.max_abs_error:.3g} > {t.max_abs_error:.3g}")
-        if t.min_cosine is not None and not self.cosine_min >= t.min_cosine:
+        if t.min_cosine is not None and self.cosine_min is not None and not self.cosine_min >= t.min_cosine:
             failures.append(
                 f"min cosine similarity {self.cosine_min:.6f} < {t.min_cosine:g}"
                 + self._which(self.output_cosine_min, self.cosine_min)
             )
+        limit = relative_error_limit(t.min_cosine)
+        nothing = [None] * len(self.output_names)
+        for name, rel, worst in zip(
+            self.output_names,
+            self.output_relative_error or nothing,
+            self.output_relative_worst or nothing,
+        ):
+            if rel is not None and limit is not None and not rel <= limit:
+                at = "" if worst is None else f", at worst {worst[0]:.4g} → {worst[1]:.4g}"
+                failures.append(
+                    f"output {name}: relative error {rel:.2%} > {limit:.2%} (|reference − candidate| "
+                    f"over |reference| per row{at}; one value per row, so held to what --min-cosine "
+                    f"{t.min_cosine:g} allows instead of a cosine)"
+                )
         if (
             t.min_top1 is not None
             and self.top1_agreement is not None
@@ -736,6 +882,17 @@ class FidelityReport:
                 f"top-1 agreement {self.top1_agreement:.2%} < {t.min_top1:.2%}"
                 + self._which(self.output_top1_agreement, self.top1_agreement)
             )
+        for name, share, equal, n in zip(
+            self.output_names,
+            self.output_exact_match(),
+            self.output_values_equal or [None] * len(self.output_names),
+            self.output_values_compared or [None] * len(self.output_names),
+        ):
+            if share is not None and t.min_top1 is not None and not share >= t.min_top1:
+                failures.append(
+                    f"output {name}: exact match {share:.2%} < {t.min_top1:.2%} (--min-top1; "
+                    f"{equal} of {n} integer values equal)"
+                )
         return failures
 
     def _which(self, per_output: Sequence[float | None], worst: float) -> str:
@@ -759,6 +916,14 @@ class FidelityReport:
             "cosine_min": num(self.cosine_min),
             "cosine_mean": num(self.cosine_mean),
             "top1_agreement": num(self.top1_agreement),
+            # outputs of one value per row (relative error) and of integers (exact match); None: none
+            "relative_error_max": num(self.relative_error_max),
+            "relative_error_limit": (
+                None
+                if self.relative_error_max is None
+                else relative_error_limit((thresholds or Thresholds()).min_cosine)
+            ),
+            "exact_match": num(self.exact_match),
             "samples": self.n_samples,
             "rows": self.n_rows,
             "outputs": self.output_names,
@@ -771,13 +936,23 @@ class FidelityReport:
                     "max_abs_reference": num(r),
                     "cosine_min": num(c),
                     "top1_agreement": num(t),
+                    "scored_by": how,
+                    "relative_error": num(rel),
+                    "exact_match": num(share),
+                    "values_equal": equal,
+                    "values_compared": compared,
                 }
-                for n, e, r, c, t in zip(
+                for n, e, r, c, t, how, rel, share, equal, compared in zip(
                     self.output_names,
                     self.output_max_abs_error,
                     self.output_max_abs_reference,
                     self.output_cosine_min or [None] * len(self.output_names),
                     self.output_top1_agreement or [None] * len(self.output_names),
+                    self.scored_by(),
+                    self.output_relative_error or [None] * len(self.output_names),
+                    self.output_exact_match(),
+                    self.output_values_equal or [None] * len(self.output_names),
+                    self.output_values_compared or [None] * len(self.output_names),
                 )
             ],
             "passed": not failures,
@@ -830,29 +1005,32 @@ _ORT_INT_TYPES = {
 
 
 def input_dtypes(sess: Any) -> dict[str, Any]:
-    """Each numeric input's numpy dtype: calibration data is float32, an fp16 export takes float16,
-    a model with its preprocessing inside takes uint8."""
-    types = {**_ORT_FLOAT_TYPES, **_ORT_INT_TYPES}
+    """Each numeric (or bool) input's numpy dtype: calibration data is float32, an fp16 export takes
+    float16, a model with its preprocessing inside takes uint8, a mask input bool."""
+    types = {**_ORT_FLOAT_TYPES, **_ORT_INT_TYPES, "tensor(bool)": np.bool_}
     return {i.name: types[i.type] for i in sess.get_inputs() if i.type in types}
 
 
 def _check_integer_inputs(calib: CalibrationSet, dtypes: dict[str, Any], role: str) -> None:
-    """An integer input takes the integer values the data holds; random normals or normalised
-    images hold none, and casting them would feed noise (onnxruntime refused the float)."""
+    """An integer input takes the integer values the data holds, a bool input 0/1 (or bools);
+    random normals or normalised images hold none, and casting them would feed noise
+    (onnxruntime refused the float; INT8 calibration wrapped 0.5 to 0 and -1 to 255)."""
     for name, dtype in dtypes.items():
-        if np.dtype(dtype).kind not in "iu":
+        kind = np.dtype(dtype).kind
+        if kind not in "iub":
             continue
         if calib.random:
             raise DataError(
                 f"{role} model input {name!r} takes {np.dtype(dtype).name}, and random inputs are "
                 "floats: give --calibration-data as .npy/.npz arrays of the values it takes"
             )
-        info = np.iinfo(dtype)
+        lo, hi = (0, 1) if kind == "b" else (np.iinfo(dtype).min, np.iinfo(dtype).max)
         for sample in calib.samples:
             arr = sample.get(name)
-            if arr is None:
+            if arr is None or np.asarray(arr).dtype.kind == "b":  # bools are 0/1, which any of these takes
                 continue
-            if not (np.all(arr == np.round(arr)) and arr.min() >= info.min and arr.max() <= info.max):
+            arr = np.asarray(arr)
+            if arr.size and not (np.all(arr == np.round(arr)) and arr.min() >= lo and arr.max() <= hi):
                 raise DataError(
                     f"{calib.source}: {role} model input {name!r} takes {np.dtype(dtype).name}, the data "
                     f"holds other values (images are normalised floats): give .npy/.npz arrays of "
@@ -870,9 +1048,34 @@ def check_feedable(calib: CalibrationSet, model: onnx.ModelProto) -> None:
         if inp.name in inits or not elem:
             continue
         dtype = onnx.helper.tensor_dtype_to_np_dtype(elem)
-        if dtype.kind in "iu":
+        if dtype.kind in "iub":
             dtypes[inp.name] = dtype.type
     _check_integer_inputs(calib, dtypes, "the")
+
+
+def check_fed_types(calib: CalibrationSet, dtypes: dict[str, Any], role: str = "the") -> None:
+    """Before the samples are cast to the types the inputs take (`dtypes`, numpy's), as INT8
+    calibration casts them: an integer or bool input gets values it can hold (`_check_integer_inputs`,
+    as verify checks), a float16 input none past its largest. Normalised images were calibrated on
+    as uint8 0, 1, 2, 255 (wrapped), and 1e5 as inf. One DataError line."""
+    _check_integer_inputs(calib, dtypes, role)
+    for name, dtype in dtypes.items():
+        dt = np.dtype(dtype)
+        if dt.kind != "f" or dt.itemsize >= 4:
+            continue
+        top = float(np.finfo(dt).max)
+        for sample in calib.samples:
+            arr = None if sample.get(name) is None else np.asarray(sample[name])
+            if arr is None or arr.dtype.kind != "f" or not arr.size:
+                continue
+            with np.errstate(over="ignore", invalid="ignore"):  # said below, in one line
+                fed = arr.astype(dt)
+            if not np.isfinite(fed).all() and np.isfinite(arr).all():
+                biggest = float(np.max(np.abs(arr)))
+                raise DataError(
+                    f"{calib.source}: {role} model input {name!r} takes {dt.name}, whose largest value "
+                    f"is {top:g}; the data holds {biggest:g}: check its scale"
+                )
 
 
 def _check_static_dims(calib: CalibrationSet, sess: Any, names: dict[str, str], role: str) -> None:
@@ -991,6 +1194,41 @@ def _channel_scaled(ref: np.ndarray, cand: np.ndarray) -> tuple[np.ndarray, np.n
     return (flat_r / rms).ravel(), (flat_c / rms).ravel()
 
 
+def _scoring(outputs: list[np.ndarray]) -> list[str]:
+    """How compare_models scores each output, from one sample's reference outputs: EXACT for
+    integers and bools (labels, indices, counts: ArgMax, TopK, NMS), where a cosine of class ids
+    means nothing; RELATIVE where each row it compares holds one value ([N, 1] probabilities or
+    scores, a [1] or scalar output), whose cosine is ±1 by its sign alone; COSINE for the rest."""
+    batch = outputs[0].shape[0] if outputs and outputs[0].ndim >= 1 else 1
+    same_batch = all(o.ndim >= 1 and o.shape[0] == batch for o in outputs)
+    kinds = []
+    for o in outputs:
+        per_row = (o.size // batch if batch else 0) if same_batch else o.size
+        kinds.append(EXACT if o.dtype.kind in "biu" else RELATIVE if per_row == 1 else COSINE)
+    return kinds
+
+
+# a row of a RELATIVE output is measured against at least this share of the output's largest
+# |reference|: a value near zero (a score crossing it) is not held to its own tiny magnitude
+RELATIVE_FLOOR = 0.01
+
+
+def _relative_error(ref: np.ndarray, cand: np.ndarray) -> tuple[float, tuple[float, float] | None]:
+    """An output of one value per row, every row over the calibration set: the worst row's
+    |reference − candidate| / |reference| (the row's own magnitude, as a cosine is a row's own
+    direction; at least RELATIVE_FLOOR of the output's largest |reference|), and that row's
+    (reference, candidate). An all-zero reference: 0 where the candidate is zero too, else inf."""
+    ref, cand = ref.astype(np.float64).ravel(), cand.astype(np.float64).ravel()
+    if not ref.size:
+        return 0.0, None
+    diff = np.abs(ref - cand)
+    scale = np.maximum(np.abs(ref), RELATIVE_FLOOR * float(np.max(np.abs(ref))))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(diff == 0.0, 0.0, diff / scale)  # a NaN candidate stays NaN, the worst
+    worst = int(np.argmax(np.where(np.isnan(rel), np.inf, rel)))
+    return float(rel[worst]), (float(ref[worst]), float(cand[worst]))
+
+
 class ReferenceRun:
     """The reference model's onnxruntime session and its outputs per sample, made once: optimize
     compares every candidate with the same input model on the same samples, and built a session
@@ -1044,6 +1282,17 @@ def compare_models(
     map outweigh the 10 logits beside it: a trim that took the logits to cosine 0.95 passed at
     0.99998, and top-1, read off the first output only, was never computed for logits second.)
     Errors are computed in float64.
+
+    Outputs a per-row cosine cannot judge are scored otherwise (`_scoring`, `output_scored_by`):
+    integers and bools (labels, indices, counts) by the share of their values equal, held to the
+    top-1 threshold, as an in-graph ArgMax is top-1; floats with one value per row (an [N, 1]
+    probability or score) by the worst row's relative error, |reference − candidate| over the
+    row's own |reference| (`_relative_error`: as a cosine is each row's own direction; at least 1 %
+    of the output's largest |reference|, so a value crossing zero is not held to its tiny
+    magnitude), held to `relative_error_limit(min_cosine)`, the difference two equal-length vectors
+    at that cosine have. Neither counts in the cosine: a one-value row's cosine is ±1 by its sign
+    alone, so a sigmoid at 0.508 for the reference's 0.99999, an ArgMax agreeing on 0 of 16
+    labels, and a trim moving a probability by 20–60 % of itself all passed at 1.0.
     """
     if not calib.samples:
         raise DataError("no calibration samples to compare on")
@@ -1084,11 +1333,18 @@ def compare_models(
     max_err, err_sum, n_el = 0.0, 0.0, 0
     out_err, out_ref = [0.0] * len(ref_names), [0.0] * len(ref_names)
     cosines: list[float] = []
-    out_cos = [1.0] * len(ref_names)  # per output, its worst row's cosine
+    kinds: list[str] = []  # per output, how it is scored (`_scoring`), from the first sample
+    out_cos: list[float | None] = []  # per output, its worst row's cosine (None: not COSINE)
     agree, rows_top1 = [0] * len(ref_names), [0] * len(ref_names)
+    equal, compared = [0] * len(ref_names), [0] * len(ref_names)  # EXACT outputs' values
+    rel_pairs: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}  # RELATIVE outputs' values
     n_rows = 0
     for sample in calib.samples:
         ref_out = ref_run.checked_outputs(sample, calib)
+        if not kinds:
+            kinds = _scoring(ref_out)
+            out_cos = [1.0 if k == COSINE else None for k in kinds]
+        by_cos = [i for i, k in enumerate(kinds) if k == COSINE]
         cand_out = _run(cand_s, feed_inputs(sample, cand_input, cand_types), "candidate")
         if order is not None:
             cand_out = [cand_out[j] for j in order]
@@ -1110,21 +1366,31 @@ def compare_models(
         batch = ref_out[0].shape[0] if ref_out[0].ndim >= 1 else 1
         same_batch = all(o.ndim >= 1 and o.shape[0] == batch for o in ref_out)
         if same_batch:
-            for row in range(batch):
-                per = [_cosine(*_channel_scaled(r[row], c[row])) for r, c in zip(ref_out, cand_out)]
-                out_cos = [_worse(x, y) for x, y in zip(out_cos, per)]
-                cosines.append(min(per, key=_nan_first))
+            rows = [
+                {i: _cosine(*_channel_scaled(ref_out[i][row], cand_out[i][row])) for i in by_cos}
+                for row in range(batch)
+            ]
             n_rows += batch
         else:
-            per = [
-                _cosine(r.ravel().astype(np.float64), c.ravel().astype(np.float64))
-                for r, c in zip(ref_out, cand_out)
+            rows = [
+                {
+                    i: _cosine(ref_out[i].ravel().astype(np.float64), cand_out[i].ravel().astype(np.float64))
+                    for i in by_cos
+                }
             ]
-            out_cos = [_worse(x, y) for x, y in zip(out_cos, per)]
-            cosines.append(min(per, key=_nan_first))
             n_rows += 1
+        for per in rows:  # each row's cosine per COSINE output; the row counts its worst
+            for i, x in per.items():
+                out_cos[i] = x if out_cos[i] is None else _worse(out_cos[i], x)
+            if per:
+                cosines.append(min(per.values(), key=_nan_first))
         for i, (r, c) in enumerate(zip(ref_out, cand_out)):
-            if r.ndim >= 2 and r.shape[1] > 1 and all(d == 1 for d in r.shape[2:]):
+            if kinds[i] == EXACT:
+                equal[i] += int(np.count_nonzero(r == c))
+                compared[i] += r.size
+            elif kinds[i] == RELATIVE:
+                rel_pairs.setdefault(i, []).append((r.ravel(), c.ravel()))
+            elif r.ndim >= 2 and r.shape[1] > 1 and all(d == 1 for d in r.shape[2:]):
                 # N×classes logits, wherever they stand; N×classes×1×1 (SqueezeNet/Caffe) too
                 r, c = r.reshape(r.shape[:2]), c.reshape(c.shape[:2])
                 agree[i] += int(np.sum(np.argmax(r, axis=1) == np.argmax(c, axis=1)))
@@ -1132,11 +1398,16 @@ def compare_models(
     cos = np.array(cosines)
     top1 = [a / n if n else None for a, n in zip(agree, rows_top1)]
     scored = [t for t in top1 if t is not None]
+    any_cos = COSINE in kinds
+    relative = {
+        i: _relative_error(np.concatenate([r for r, _ in pairs]), np.concatenate([c for _, c in pairs]))
+        for i, pairs in rel_pairs.items()
+    }
     return FidelityReport(
         max_abs_error=max_err,
         mean_abs_error=err_sum / n_el if n_el else 0.0,
-        cosine_min=float(np.min(cos)) if cos.size else 1.0,
-        cosine_mean=float(np.mean(cos)) if cos.size else 1.0,
+        cosine_min=(float(np.min(cos)) if cos.size else 1.0) if any_cos else None,
+        cosine_mean=(float(np.mean(cos)) if cos.size else 1.0) if any_cos else None,
         top1_agreement=min(scored) if scored else None,
         n_samples=len(calib.samples),
         n_rows=n_rows,
@@ -1148,7 +1419,17 @@ def compare_models(
         output_max_abs_reference=out_ref,
         output_cosine_min=out_cos,
         output_top1_agreement=top1,
+        output_scored_by=kinds,
+        output_values_equal=[e if k == EXACT else None for e, k in zip(equal, kinds)],
+        output_values_compared=[n if k == EXACT else None for n, k in zip(compared, kinds)],
+        output_relative_error=[relative[i][0] if i in relative else None for i in range(len(ref_names))],
+        output_relative_worst=[relative[i][1] if i in relative else None for i in range(len(ref_names))],
     )
+
+
+def output_scoring(reference: ReferenceRun, calib: CalibrationSet) -> list[str]:
+    """How compare_models scores each of the reference's outputs on `calib` (`_scoring`)."""
+    return _scoring(reference.checked_outputs(calib.samples[0], calib)) if calib.samples else []
 
 
 def identical_report(reference: ReferenceRun, calib: CalibrationSet) -> FidelityReport:
@@ -1156,8 +1437,8 @@ def identical_report(reference: ReferenceRun, calib: CalibrationSet) -> Fidelity
     whose model *is* the input model (Optimizer.build_model), so its outputs are identical by
     construction. No candidate session and no second run (compare_models ran the same model
     twice: 8.6 s of 18.8 for a YOLOv8x whose answer was its own plan): the reference's outputs,
-    kept, give each output's largest magnitude and the rows; errors are zero, cosines 1, and every
-    N×classes output's top-1 agreement 100 %."""
+    kept, give each output's largest magnitude and the rows; errors are zero, cosines 1, every
+    N×classes output's top-1 agreement 100 %, and outputs scored otherwise (`_scoring`) exact."""
     if not calib.samples:
         raise DataError("no calibration samples to compare on")
     sess = reference.session
@@ -1168,13 +1449,18 @@ def identical_report(reference: ReferenceRun, calib: CalibrationSet) -> Fidelity
     _check_static_dims(calib, sess, inputs, "reference")
     out_ref = [0.0] * len(names)
     rows_top1 = [0] * len(names)
+    kinds: list[str] = []
+    compared = [0] * len(names)
     n_rows = 0
     for sample in calib.samples:
         ref_out = reference.checked_outputs(sample, calib)
+        kinds = kinds or _scoring(ref_out)
         for i, r in enumerate(ref_out):
             if r.size:
                 out_ref[i] = max(out_ref[i], float(np.max(np.abs(r.astype(np.float64)))))
-            if r.ndim >= 2 and r.shape[1] > 1 and all(d == 1 for d in r.shape[2:]):
+            if kinds[i] == EXACT:
+                compared[i] += r.size
+            elif r.ndim >= 2 and r.shape[1] > 1 and all(d == 1 for d in r.shape[2:]):
                 rows_top1[i] += r.shape[0]  # N×classes logits, as compare_models counts them
         batch = ref_out[0].shape[0] if ref_out[0].ndim >= 1 else 1
         n_rows += batch if all(o.ndim >= 1 and o.shape[0] == batch for o in ref_out) else 1
@@ -1182,8 +1468,8 @@ def identical_report(reference: ReferenceRun, calib: CalibrationSet) -> Fidelity
     return FidelityReport(
         max_abs_error=0.0,
         mean_abs_error=0.0,
-        cosine_min=1.0,
-        cosine_mean=1.0,
+        cosine_min=1.0 if COSINE in kinds else None,
+        cosine_mean=1.0 if COSINE in kinds else None,
         top1_agreement=1.0 if any(n for n in rows_top1) else None,
         n_samples=len(calib.samples),
         n_rows=n_rows,
@@ -1193,8 +1479,13 @@ def identical_report(reference: ReferenceRun, calib: CalibrationSet) -> Fidelity
         random_inputs=calib.random,
         output_max_abs_error=[0.0] * len(names),
         output_max_abs_reference=out_ref,
-        output_cosine_min=[1.0] * len(names),
+        output_cosine_min=[1.0 if k == COSINE else None for k in kinds],
         output_top1_agreement=top1,
+        output_scored_by=kinds,
+        output_values_equal=[n if k == EXACT else None for n, k in zip(compared, kinds)],
+        output_values_compared=[n if k == EXACT else None for n, k in zip(compared, kinds)],
+        output_relative_error=[0.0 if k == RELATIVE else None for k in kinds],
+        output_relative_worst=[None] * len(names),
     )
 
 

@@ -718,9 +718,10 @@ def build_engine(model_path: str, options: MeasureOptions, engine_path: str) -> 
             cache = CalibrationCache(
                 options.extra.get("calib_cache") or str(Path(engine_path).with_suffix(".calib"))
             )
-            core = CalibratorCore(
-                CalibrationBatcher(samples, in_shapes, in_dtypes), cache, cuda_api(options.extra.get("cuda"))
-            )
+            # before any device memory: data the inputs' types cannot hold is one line (a uint8 input
+            # was calibrated on normalised images wrapped round, as verify and optimize refuse them)
+            batcher = CalibrationBatcher(samples, in_shapes, in_dtypes, str(options.calibration_data))
+            core = CalibratorCore(batcher, cache, cuda_api(options.extra.get("cuda")))
         elif not _onnx_has_qdq(data):
             raise DataError(INT8_NEEDS_SCALES)
         if core is not None:

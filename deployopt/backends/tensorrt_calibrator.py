@@ -41,6 +41,11 @@ class CalibrationBatcher:
     A sample whose leading dimension is smaller than the engine batch is stacked with the next ones
     (e.g. eight [1,3,224,224] samples make one [8,3,224,224] batch). A last incomplete batch is
     dropped (counted in `dropped`): TensorRT needs full batches and padding would bias the ranges.
+
+    Batches are cast to `dtypes` (each input's own type), so the samples must hold values those
+    take, as verify checks (deployopt.fidelity.check_fed_types): normalised images cast to a uint8
+    input wrapped round to 0, 1, 2, 255 and were calibrated on; values past float16's largest
+    became inf. Refused in one DataError line naming `source`, before anything is built.
     """
 
     def __init__(
@@ -48,6 +53,7 @@ class CalibrationBatcher:
         samples: list[dict[str, np.ndarray]],
         shapes: dict[str, tuple[int, ...]],
         dtypes: dict[str, Any] | None = None,
+        source: str = "calibration data",
     ) -> None:
         if not samples:
             raise DataError("no calibration samples")
@@ -64,6 +70,10 @@ class CalibrationBatcher:
                         f"calibration sample {i} input {name!r} has shape {list(got)}; the engine input is "
                         f"{list(shape)}"
                     )
+        if any(t != np.float32 for t in self.dtypes.values()):
+            from deployopt.fidelity import CalibrationSet, check_fed_types
+
+            check_fed_types(CalibrationSet(samples=samples, source=source, random=False), self.dtypes)
         self.samples = samples
         first = next(iter(self.shapes))
         self.per_batch = self.shapes[first][0] // int(np.shape(samples[0][first])[0])
