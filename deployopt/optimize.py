@@ -1138,9 +1138,11 @@ class Optimizer:
     def _lossless_rtol(self) -> float:
         """LOSSLESS_RTOL, or the wider bound of a model that computes in fp16/bf16."""
         if getattr(self, "_rtol", None) is None:
-            from deployopt.precision import typed_precision
+            from deployopt.precision import rounding_precision, typed_precision
 
-            self._rtol = LOSSLESS_RTOL_LOW_PRECISION.get(typed_precision(self.model), LOSSLESS_RTOL)
+            # a mixed fp32/fp16 model's fp16 ops round as an fp16 model's do
+            typed = rounding_precision(typed_precision(self.model))
+            self._rtol = LOSSLESS_RTOL_LOW_PRECISION.get(typed, LOSSLESS_RTOL)
         return self._rtol
 
     def fidelity_of(self, plan: dict[str, int]) -> dict[str, Any]:
@@ -1148,9 +1150,10 @@ class Optimizer:
 
         A lossless plan must match to LOSSLESS_ATOL + LOSSLESS_RTOL × each output's largest
         magnitude (LOSSLESS_RTOL_LOW_PRECISION for a model computing in fp16/bf16); a trim plan
-        must keep cosine and top-1 agreement above the configured thresholds."""
+        must keep cosine and top-1 agreement above the configured thresholds (an output of one
+        value per row its relative error, an integer output its exact match: compare_models)."""
         key = plan_key(plan)
-        if key in self.replay.fidelity:
+        if key in self.replay.fidelity and not self._scored_as_cosine(self.replay.fidelity[key]["report"]):
             return self.replay.fidelity[key]["report"]
         from deployopt.fidelity import ReferenceRun, Thresholds, compare_models, identical_report
 
@@ -1173,6 +1176,21 @@ class Optimizer:
         self.journal.write("fidelity", plan=plan, report=data)
         self.replay.fidelity[key] = {"report": data}
         return data
+
+    def _scored_as_cosine(self, data: dict[str, Any]) -> bool:
+        """Whether a journaled report predates scoring outputs by kind (fidelity.compare_models) on a
+        model with an output a cosine cannot judge (one value per row, integers): it passed such an
+        output at cosine ±1, so --resume compares that plan again instead of replaying it."""
+        if all("scored_by" in p for p in data.get("per_output") or []):
+            return False
+        if getattr(self, "_cosine_only", None) is None:
+            from deployopt.fidelity import COSINE, ReferenceRun, output_scoring
+
+            if getattr(self, "_reference", None) is None:
+                self._reference = ReferenceRun(self.model)
+            kinds = output_scoring(self._reference, self._calibration())
+            self._cosine_only = all(k == COSINE for k in kinds)
+        return not self._cosine_only
 
     def _refusal(self, plan: dict[str, int]) -> str | None:
         """Why a trim plan may not be used (fidelity past the thresholds), checked *before* it costs

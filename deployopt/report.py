@@ -526,7 +526,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     fid = report.get("fidelity")
     lines += ["", "## Fidelity (onnxruntime, reference = input model)", ""]
     if fid:
-        for key in ("max_abs_error", "cosine_min", "top1_agreement"):
+        for key in ("max_abs_error", "cosine_min", "top1_agreement", "relative_error_max", "exact_match"):
             if key in fid and fid[key] is not None:
                 lines.append(f"- {key.replace('_', ' ')}: {fid[key]:.6g}")
         source = fid.get("source") or "calibration set"
@@ -541,7 +541,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines.append("- failures: " + ("; ".join(fid["failures"]) if fid.get("failures") else "none"))
         gate = report.get("trim_gate")
         if gate:
-            lines.append(f"- trim gate: {describe_gate(gate, fid.get('top1_agreement') is not None)}")
+            lines.append(f"- trim gate: {describe_gate(gate, **gate_checks(fid))}")
     else:
         lines.append("- not checked in this run")
     refused = report.get("refused", [])
@@ -599,9 +599,33 @@ def write_report(outdir: Path, report: dict[str, Any], opt: Optimizer | None = N
     write_text(outdir / "report.md", render_markdown(report))
 
 
-def describe_gate(gate: dict[str, Any], top1: bool = True) -> str:
+def describe_gate(
+    gate: dict[str, Any], top1: bool = True, relative: bool = False, exact: bool = False
+) -> str:
     """The trim gate in one phrase, for report.md and the CLI; `top1` False where no output is
-    N×classes (a detector's), so its top-1 bound checked nothing and is not quoted as if it had."""
+    N×classes (a detector's), so its top-1 bound checked nothing and is not quoted as if it had.
+    `relative`: an output of one value per row was held to the relative error --min-cosine allows;
+    `exact`: an integer output to --min-top1's share of equal values (fidelity.compare_models)."""
+    from deployopt.fidelity import relative_error_limit
+
     how = "enforced" if gate["enforced"] else "reported only (--no-fidelity-gate)"
-    top = f"top-1 agreement ≥ {gate['min_top1']:.0%}" if top1 else "no top-1 check (no output is N×classes)"
-    return f"min cosine ≥ {gate['min_cosine']:g}, {top}, {how}"
+    cos = f"min cosine ≥ {gate['min_cosine']:g}"
+    limit = relative_error_limit(gate["min_cosine"])
+    if relative and limit is not None:
+        cos += f" (outputs of one value per row: relative error ≤ {limit:.2%})"
+    tops = [f"top-1 agreement ≥ {gate['min_top1']:.0%}"] if top1 else []
+    if exact:
+        tops.append(f"integer outputs' exact match ≥ {gate['min_top1']:.0%}")
+    top = ", ".join(tops) or "no top-1 check (no output is N×classes)"
+    return f"{cos}, {top}, {how}"
+
+
+def gate_checks(fid: dict[str, Any]) -> dict[str, bool]:
+    """describe_gate's `top1`, `relative` and `exact`, from a fidelity report's JSON: which checks
+    the gate's thresholds applied to (older journals' reports hold no "scored_by": cosine)."""
+    scored = {p.get("scored_by") for p in fid.get("per_output") or []}
+    return {
+        "top1": fid.get("top1_agreement") is not None,
+        "relative": "relative error" in scored,
+        "exact": "exact match" in scored,
+    }

@@ -152,12 +152,13 @@ def test_rel_error_widens_each_outputs_limit_and_needs_max_abs_error(zoo_model_p
     strict = json.loads(_verify(*args).stdout)
     (logits,) = strict["per_output"]
     assert logits["name"] == "logits" and logits["max_abs_error"] == pytest.approx(0.01, abs=1e-5)
-    # the keys docs/models.md lists (it named three of the five)
-    documented = (
-        '`per_output` is `[{"name", "max_abs_error", "max_abs_reference", "cosine_min",\n"top1_agreement"}]`'
-    )
-    assert documented in (CIFAR.parents[1] / "docs" / "models.md").read_text()
-    assert list(logits) == ["name", "max_abs_error", "max_abs_reference", "cosine_min", "top1_agreement"]
+    # the keys docs/models.md lists (it named three of the five; the last five came with scoring
+    # outputs of one value per row and of integers otherwise)
+    keys = ["name", "max_abs_error", "max_abs_reference", "cosine_min", "top1_agreement", "scored_by"]
+    keys += ["relative_error", "exact_match", "values_equal", "values_compared"]
+    documented = "`per_output` is `[{" + ", ".join(f'"{k}"' for k in keys) + "}]`"
+    assert documented in " ".join((CIFAR.parents[1] / "docs" / "models.md").read_text().split())
+    assert list(logits) == keys and logits["scored_by"] == "cosine"
     # 1e-3 + rel × max|logit| covers the 0.01 shift exactly when rel is large enough
     rel = 0.01 / logits["max_abs_reference"]
     assert _verify(*args, "--rel-error", str(rel * 0.5)).exit_code == 1

@@ -42,7 +42,7 @@ from deployopt.cli.app import (
     timing_cache_option,
 )
 from deployopt.errors import DeployoptError
-from deployopt.report import clock_slowdown_note, describe_gate
+from deployopt.report import clock_slowdown_note, describe_gate, gate_checks
 from deployopt.targets import sm_count
 
 
@@ -381,6 +381,10 @@ def _fidelity_line(fid: dict[str, Any], gate: dict[str, Any]) -> Text:
         figures.append(f"min cosine {fid['cosine_min']:.4f}")
     if fid.get("top1_agreement") is not None:
         figures.append(f"top-1 agreement {fid['top1_agreement']:.0%}")
+    if fid.get("relative_error_max") is not None:  # outputs of one value per row
+        figures.append(f"max relative error {fid['relative_error_max']:.2%}")
+    if fid.get("exact_match") is not None:  # integer outputs
+        figures.append(f"exact match {fid['exact_match']:.0%}")
     n = fid.get("samples")
     # how many inputs it rests on: the check takes a few, not the whole set (the rest rank trims)
     on = f", {n} sample{'' if n == 1 else 's'}" if n else ""
@@ -388,7 +392,7 @@ def _fidelity_line(fid: dict[str, Any], gate: dict[str, Any]) -> Text:
     line = (
         f"fidelity of the answer vs the input (onnxruntime CPU, {source}{on}): "
         f"{', '.join(figures) or 'outputs compared'}; "
-        f"gate: {describe_gate(gate, fid.get('top1_agreement') is not None)}"
+        f"gate: {describe_gate(gate, **gate_checks(fid))}"
     )
     if fid.get("failures"):
         line += " — past the thresholds: fine-tune before deploying"

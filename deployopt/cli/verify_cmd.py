@@ -32,12 +32,15 @@ from deployopt.cli.app import (
 )
 from deployopt.errors import DataError
 from deployopt.fidelity import (
+    EXACT,
+    RELATIVE,
     FidelityReport,
     ImagePreprocess,
     Thresholds,
     check_threshold_range,
     compare_models,
     load_calibration,
+    relative_error_limit,
 )
 from deployopt.memory import require_fidelity_memory
 
@@ -98,11 +101,25 @@ def _render(
     table.add_row("mean abs error", _fmt(report.mean_abs_error, ".3g"), "", "")
     table.add_row(
         "cosine similarity (min)",
-        _fmt(report.cosine_min, ".6f"),
+        "n/a (no float output of 2+ values a row)"
+        if report.cosine_min is None
+        else f"{report.cosine_min:.6f}",
         "none" if t.min_cosine is None else f"≥ {t.min_cosine:g}",
-        status(None if t.min_cosine is None else report.cosine_min >= t.min_cosine),
+        status(
+            None if t.min_cosine is None or report.cosine_min is None else report.cosine_min >= t.min_cosine
+        ),
     )
     table.add_row("cosine similarity (mean)", _fmt(report.cosine_mean, ".6f"), "", "")
+    # outputs a per-row cosine cannot judge (fidelity._scoring): one value per row, and integers
+    limit = relative_error_limit(t.min_cosine)
+    for name, rel in zip(report.output_names, report.output_relative_error):
+        if rel is not None:
+            table.add_row(
+                f"relative error, {name}",
+                f"{rel:.2%}",
+                "none" if limit is None else f"≤ {limit:.2%}",
+                status(None if limit is None else rel <= limit),
+            )
     top1_ok = (
         None if (t.min_top1 is None or report.top1_agreement is None) else report.top1_agreement >= t.min_top1
     )
@@ -112,8 +129,24 @@ def _render(
         "none" if t.min_top1 is None else f"≥ {t.min_top1:.2%}",
         status(top1_ok),
     )
+    exact = zip(
+        report.output_names,
+        report.output_exact_match(),
+        report.output_values_equal,
+        report.output_values_compared,
+    )
+    for name, share, equal, n in exact:
+        if share is not None:
+            table.add_row(
+                f"exact match, {name}",
+                f"{equal}/{n} ({share:.2%})",
+                "none" if t.min_top1 is None else f"≥ {t.min_top1:.2%}",
+                status(None if t.min_top1 is None else share >= t.min_top1),
+            )
     table.add_row("samples (model runs) / rows", f"{report.n_samples} / {report.n_rows}", "", "")
     console.print(table)
+    for line in _scoring_notes(report, t):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     if report.random_inputs:
         console.print(
             "inputs: random inputs (no calibration data given): this shows whether the models "
@@ -134,6 +167,36 @@ def _render(
             console.print(Text.assemble(("FAILED", "bold red"), f": {f}"), highlight=False)
     else:
         console.print(Text.assemble(("PASSED", "bold green"), ": all thresholds hold"))
+
+
+def _scoring_notes(report: FidelityReport, t: Thresholds) -> list[str]:
+    """One sentence per way of scoring other than the cosine, where an output is scored so."""
+    by = report.scored_by()
+    notes = []
+    one_value = [n for n, how in zip(report.output_names, by) if how == RELATIVE]
+    if one_value:
+        limit = relative_error_limit(t.min_cosine)
+        allowed = "" if limit is None else f" ({limit:.2%} at {t.min_cosine:g})"
+        notes.append(
+            f"relative error: {_outputs(one_value)} one value per row, whose cosine is ±1 by its sign "
+            "alone, so each row is scored by |reference − candidate| / |reference| (at least 1 % of "
+            "the output's largest |reference|), allowed what two equal-length vectors at the "
+            f"--min-cosine threshold differ by, √(2·(1 − min cosine)){allowed}"
+        )
+    integers = [n for n, how in zip(report.output_names, by) if how == EXACT]
+    if integers:
+        notes.append(
+            f"exact match: {_outputs(integers)} integers (labels, indices, counts), so it is scored by "
+            "the share of its values equal to the reference's, held to --min-top1"
+        )
+    return notes
+
+
+def _outputs(names: list[str]) -> str:
+    """'output prob holds' / 'outputs a, b hold'."""
+    if len(names) == 1:
+        return f"output {names[0]} holds"
+    return f"outputs {', '.join(names)} each hold"
 
 
 def _loadable(path: Path) -> Path | onnx.ModelProto:
@@ -186,10 +249,17 @@ def verify(
         "reference magnitude (abs + rel × magnitude, per output).",
     ),
     min_cosine: float = typer.Option(
-        0.999, "--min-cosine", metavar="FLOAT", help="Fail below this per-image cosine similarity."
+        0.999,
+        "--min-cosine",
+        metavar="FLOAT",
+        help="Fail below this per-image cosine similarity; an output of one value per row may "
+        "differ by √(2·(1 − FLOAT)) of each row's value (4.47 % at 0.999).",
     ),
     min_top1: float = typer.Option(
-        0.99, "--min-top1", metavar="FLOAT", help="Fail below this top-1 agreement (fraction)."
+        0.99,
+        "--min-top1",
+        metavar="FLOAT",
+        help="Fail below this top-1 agreement (fraction), or this share of an integer output's values equal.",
     ),
     input_shape: Optional[list[str]] = typer.Option(
         None,
