@@ -94,10 +94,83 @@ class LoadedModel:
         return batches.pop() if len(batches) == 1 else None
 
 
+#: Q/DQ element types deployopt does not price or label int8: 16-bit integers anywhere (W8A16,
+#: quantize_static(activation_type=QuantType.QUInt16)), 4-bit integers on activations (int4
+#: weights are read as computed weights: their convs' groups freeze, and the model stays int8).
+_WIDE_QDQ = {TensorProto.INT16: "int16", TensorProto.UINT16: "uint16"}
+_NARROW_QDQ = {getattr(TensorProto, t): t.lower() for t in ("INT4", "UINT4") if hasattr(TensorProto, t)}
+
+
+def _qdq_types(model: onnx.ModelProto) -> tuple[dict[str, int], set[str]]:
+    """(element type of each tensor known without inference, the names of constants) for has_qdq:
+    initializers, graph inputs/outputs/value_info, Constant values, Cast targets."""
+    g = model.graph
+    types = {t.name: t.data_type for t in g.initializer}
+    consts = set(types)
+    for vi in (*g.input, *g.output, *g.value_info):
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+            types.setdefault(vi.name, vi.type.tensor_type.elem_type)
+    for node in g.node:
+        if node.op_type == "Constant" and node.output:
+            consts.add(node.output[0])
+            for a in node.attribute:
+                if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
+                    types[node.output[0]] = a.t.data_type
+        elif node.op_type == "Cast" and node.output:
+            for a in node.attribute:
+                if a.name == "to":
+                    types[node.output[0]] = a.i
+    return types, consts
+
+
+def _refuse_unpriced_qdq(model: onnx.ModelProto, nodes: list[onnx.NodeProto]) -> None:
+    """One ModelError line for a Q/DQ model quantized to a type deployopt neither prices nor labels:
+    W8A16 (uint16 activations) was priced, timed and recorded as int8 ("int8 from the model's Q/DQ
+    nodes"). The type is the zero point's, else QuantizeLinear's `output_dtype` (opset 21), else
+    uint8 (its default); a DequantizeLinear's is its input's. An unknown type is taken as 8-bit."""
+    types, consts = _qdq_types(model)
+    quantized_consts = {  # a float weight -> Q -> DQ (pytorch-quantization, ModelOpt): still a weight
+        n.output[0] for n in nodes if n.op_type == "QuantizeLinear" and n.input and n.input[0] in consts
+    }
+    for i, node in enumerate(nodes):
+        zp = node.input[2] if len(node.input) > 2 and node.input[2] else None
+        if node.op_type == "QuantizeLinear":
+            out_dtype = next((a.i for a in node.attribute if a.name == "output_dtype" and a.i), None)
+            elem = types.get(zp) if zp else (out_dtype or TensorProto.UINT8)
+        else:
+            elem = types.get(node.input[0]) if node.input else None
+            elem = elem or (types.get(zp) if zp else None)
+        weight = bool(node.input) and (node.input[0] in consts or node.input[0] in quantized_consts)
+        wide = _WIDE_QDQ.get(elem or 0)
+        narrow = None if weight else _NARROW_QDQ.get(elem or 0)
+        if wide is None and narrow is None:
+            continue
+        what = "weights" if weight else "activations"
+        name = node.name or f"{node.op_type} node {i}"
+        if wide:
+            kind = "W8A16" if not weight else "16-bit weights"
+            raise ModelError(
+                f"{node.op_type} {name!r} quantizes {what} to {wide}: 16-bit Q/DQ ({kind}): TensorRT has "
+                "no 16-bit quantized convs; deployopt prices and labels int8 only (quantize with "
+                "QuantType.QInt8 or QUInt8 activations and weights)"
+            )
+        raise ModelError(
+            f"{node.op_type} {name!r} quantizes activations to {narrow}: TensorRT quantizes to INT4 for "
+            "weights only; deployopt prices and labels int8 only (quantize activations with "
+            "QuantType.QInt8 or QUInt8)"
+        )
+
+
 def has_qdq(model: onnx.ModelProto) -> bool:
     """Whether the model is explicitly quantized (QuantizeLinear/DequantizeLinear nodes): TensorRT
-    builds such a model as INT8 from its own scales, with no calibration."""
-    return any(n.op_type in _KEEP_OPS for n in model.graph.node)
+    builds such a model as INT8 from its own scales, with no calibration. Every caller then prices,
+    times or labels it int8, so a Q/DQ model quantized to another integer width (16-bit anywhere,
+    4-bit activations) is one ModelError line here (`_refuse_unpriced_qdq`), not an int8 model."""
+    nodes = [n for n in model.graph.node if n.op_type in _KEEP_OPS]
+    if not nodes:
+        return False
+    _refuse_unpriced_qdq(model, nodes)
+    return True
 
 
 def peek_model(path: str | os.PathLike[str]) -> onnx.ModelProto | None:
@@ -114,9 +187,13 @@ def peek_model(path: str | os.PathLike[str]) -> onnx.ModelProto | None:
 
 
 def file_has_qdq(path: str | os.PathLike[str]) -> bool:
-    """`has_qdq` of a model file (`peek_model`'s); False for one that cannot be parsed."""
+    """`has_qdq` of a model file (`peek_model`'s); False for one that cannot be parsed. Its refusal
+    of a Q/DQ model deployopt does not label int8 (W8A16) names the file."""
     model = peek_model(path)
-    return model is not None and has_qdq(model)
+    try:
+        return model is not None and has_qdq(model)
+    except ModelError as exc:
+        raise ModelError(f"{Path(path).name}: {exc}") from None
 
 
 def folded_at_load(path: str | os.PathLike[str], loaded: onnx.ModelProto) -> list[str]:
@@ -143,7 +220,10 @@ def file_typed_precision(path: str | os.PathLike[str]) -> str:
     from deployopt.precision import typed_precision
 
     model = peek_model(path)
-    return "fp32" if model is None else typed_precision(model)
+    try:
+        return "fp32" if model is None else typed_precision(model)
+    except ModelError as exc:  # has_qdq's: a Q/DQ model deployopt does not label int8 (W8A16)
+        raise ModelError(f"{Path(path).name}: {exc}") from None
 
 
 def uses_external_data(model: onnx.ModelProto) -> bool:

@@ -16,12 +16,14 @@ build, the way NVIDIA's migration guide does with ModelOpt AutoCast (`keep_io_ty
   A constant read both ways is kept for the fp32 readers and copied in fp16 for the others.
 
 The type rules come from `onnx.defs.get_schema` for the model's own opset, not from a list of ops.
-A model whose convs and matmuls already take fp16/bf16 (ModelOpt AutoCast's output, or this
+A model whose convs and matmuls all already take fp16/bf16 (ModelOpt AutoCast's output, or this
 module's) is its own precision and is passed through unchanged; an fp32 model with an fp16 step
-somewhere (a Cast to fp16 and back) is converted. A Q/DQ model is refused, with or without fp16 in it:
-casts around its Q/DQ nodes would keep TensorRT from fusing them into INT8 kernels, and its own
-precision is int8 (time it with --dtype int8). Every converted model
-is checked by `onnx.checker` and type-checked strict shape inference; any failure is one ModelError
+somewhere (a Cast to fp16 and back) is converted, and so is a mixed one (fp32 convs and an fp16
+classifier; AutoCast's output with layers kept in fp32): its fp32 convs/matmuls are typed fp16, with
+a warning (a mix of fp32 and bf16 is refused: it would become fp16/bf16). A Q/DQ model is refused,
+with or without fp16 in it: casts around its Q/DQ nodes would keep TensorRT from fusing them into
+INT8 kernels, and its own precision is int8 (time it with --dtype int8). Every converted model is
+checked by `onnx.checker` and type-checked strict shape inference; any failure is one ModelError
 line. NOT RUN AGAINST TENSORRT 11 (none can be installed here): tested on onnxruntime CPU.
 """
 
@@ -41,7 +43,9 @@ from deployopt.model import fresh_name
 
 #: Part of every strongly typed fp16 engine's cache key: raise it when `to_fp16` starts writing a
 #: different model from the same input, so engines built from the older conversion are rebuilt.
-CONVERSION_RECIPE = "2"  # 2: an fp32 model with a Cast to fp16 is converted, no longer passed through
+#: 2: an fp32 model with a Cast to fp16 is converted, no longer passed through; 3: so is a model
+#: whose convs/matmuls take fp32 and fp16 both (its fp32 ones typed fp16), no longer passed through
+CONVERSION_RECIPE = "3"
 
 FLOAT16_MAX = float(np.finfo(np.float16).max)
 _F32, _F16 = "fp32", "fp16"
@@ -81,43 +85,144 @@ def has_low_precision_tensors(model: onnx.ModelProto) -> bool:
     return any(t in _LOW_PRECISION for t in _tensor_types(model).values())
 
 
+_TYPE_NAMES = {
+    TensorProto.FLOAT: _F32,
+    TensorProto.FLOAT16: _F16,
+    TensorProto.BFLOAT16: "bf16",
+    TensorProto.DOUBLE: "fp64",
+}
+#: The start of `typed_precision`'s label for a model whose convs/matmuls do not all take one type.
+MIXED = "mixed"
+
+
+@dataclass(frozen=True)
+class ComputeTyping:
+    """The float type each conv/matmul of a model takes (`compute_typing`): (op, node, type) each."""
+
+    ops: tuple[tuple[str, str, int], ...]
+
+    @property
+    def low(self) -> list[tuple[str, str, int]]:
+        return [o for o in self.ops if o[2] in _LOW_PRECISION]
+
+    @property
+    def full(self) -> list[tuple[str, str, int]]:
+        return [o for o in self.ops if o[2] not in _LOW_PRECISION]
+
+    def label(self) -> str:
+        """The model's typing: fp32 (no conv/matmul in fp16/bf16), fp16 or bf16 (all of them in
+        it), else "mixed fp32/fp16" (the types it mixes, widest first)."""
+        low = sorted({_TYPE_NAMES[t] for *_, t in self.low})
+        if not low:
+            return _F32
+        full = sorted({_TYPE_NAMES[t] for *_, t in self.full}, reverse=True)  # fp64, fp32
+        kinds = [*full, *low]
+        return kinds[0] if len(kinds) == 1 else f"{MIXED} {'/'.join(kinds)}"
+
+    def describe(self) -> str:
+        """Which convs/matmuls take fp16/bf16, for a message: "Gemm '/fc/Gemm' takes fp16 (1 of 4
+        convs/matmuls; the other 3 take fp32)", the first two named."""
+        low, full = self.low, self.full
+        names = ", ".join(f"{op} {name!r}" for op, name, _ in low[:2]) + (" …" if len(low) > 2 else "")
+        types = "/".join(sorted({_TYPE_NAMES[t] for *_, t in low}))
+        verb = "takes" if len(low) == 1 else "take"
+        if not full:
+            return f"{names} {verb} {types} (all {len(low)} of its convs/matmuls)"
+        rest = "/".join(sorted({_TYPE_NAMES[t] for *_, t in full}, reverse=True))
+        return (
+            f"{names} {verb} {types} ({len(low)} of {len(self.ops)} convs/matmuls; the other "
+            f"{len(full)} {'takes' if len(full) == 1 else 'take'} {rest})"
+        )
+
+
+def compute_typing(model: onnx.ModelProto) -> ComputeTyping | None:
+    """The float type each Conv/ConvTranspose/MatMul/Gemm takes (its first two inputs, after type
+    inference); None for a model whose types cannot be inferred."""
+    try:
+        types = _tensor_types(onnx.shape_inference.infer_shapes(model))
+    except Exception:
+        return None
+    ops = []
+    for i, node in enumerate(model.graph.node):
+        if node.op_type not in _COMPUTE_OPS or node.domain not in ("", "ai.onnx"):
+            continue
+        taken = [types[n] for n in node.input[:2] if n in types and types[n] in _FLOAT_TYPES]
+        if taken:
+            low = [t for t in taken if t in _LOW_PRECISION]
+            ops.append((node.op_type, node.name or f"node {i}", low[0] if low else taken[0]))
+    return ComputeTyping(tuple(ops))
+
+
 def is_low_precision(model: onnx.ModelProto) -> bool:
     """Whether the model already computes in fp16 or bf16 (typed by ModelOpt AutoCast, by this
     module, or exported so): such a model says its own precision and is built as it is.
 
-    Read from the types its convs and matmuls take, not from any fp16 tensor: an fp32 model with
-    one Cast to fp16 (a mask, a post-processing step) was taken for an fp16 one, copied unconverted
-    by `deployopt fp16` and recorded as fp16. A model with no typed conv or matmul falls back to
-    whether it holds any fp16 tensor."""
+    Read from the types its convs and matmuls take, and true only when all of them take fp16/bf16:
+    an fp32 model with one Cast to fp16 (a mask, a post-processing step) was taken for an fp16 one,
+    copied unconverted by `deployopt fp16` and recorded as fp16, and so was one whose convs take
+    fp32 and whose classifier alone takes fp16 (any one conv/matmul in fp16 was enough). A model
+    with no typed conv or matmul falls back to whether it holds any fp16 tensor."""
     if not has_low_precision_tensors(model):
         return False
-    try:
-        types = _tensor_types(onnx.shape_inference.infer_shapes(model))
-    except Exception:  # an uninferable model: judge it by its tensors, as before
+    typing = compute_typing(model)
+    if typing is None:  # an uninferable model: judge it by its tensors, as before
         return True
-    compute = [
-        types[name]
-        for node in model.graph.node
-        if node.op_type in _COMPUTE_OPS
-        for name in node.input[:2]
-        if name in types and types[name] in _FLOAT_TYPES
-    ]
-    return not compute or any(t in _LOW_PRECISION for t in compute)
+    return not typing.ops or not typing.full
+
+
+def low_precision_compute(model: onnx.ModelProto) -> tuple[str, str] | None:
+    """(its typing's label, what computes in fp16/bf16) for a message ("mixed fp32/fp16", "Gemm 'fc'
+    takes fp16 (1 of 4 convs/matmuls; ...)": `ComputeTyping`); None when no conv/matmul takes
+    fp16/bf16 (an fp32 model with a Cast to fp16 and back is fp32). A model whose types cannot be
+    inferred, or with no conv/matmul, is judged by its tensors."""
+    if not has_low_precision_tensors(model):
+        return None
+    typing = compute_typing(model)
+    if typing is None or not typing.ops:
+        return _F16, "it holds fp16/bf16 tensors"
+    return (typing.label(), typing.describe()) if typing.low else None
 
 
 def typed_precision(model: onnx.ModelProto) -> str:
     """The precision a model computes in when run as it is (onnxruntime runs no conversion): "int8"
     for Q/DQ nodes, "fp16" or "bf16" for a model typed so (by `deployopt fp16`, ModelOpt AutoCast,
-    an fp16 export), else "fp32". A record of such a model said fp32, and compare took an fp16
-    model's timing for a like-for-like one of the fp32 model's."""
+    an fp16 export), "mixed fp32/fp16" (`MIXED`, then the types) for one whose convs/matmuls take
+    both, else "fp32". A record of such a model said fp32, and compare took an fp16 model's timing
+    for a like-for-like one of the fp32 model's; a model with fp32 convs and an fp16 classifier was
+    recorded as fp16."""
     from deployopt.model import has_qdq
 
     if has_qdq(model):
         return "int8"
-    if not is_low_precision(model):
+    if not has_low_precision_tensors(model):
         return _F32
-    types = set(_tensor_types(model).values())
+    typing = compute_typing(model)
+    if typing is not None and typing.ops:
+        return typing.label()
+    types = set(_tensor_types(model).values())  # no typed conv/matmul: by its tensors, as before
     return "bf16" if TensorProto.BFLOAT16 in types and TensorProto.FLOAT16 not in types else _F16
+
+
+def rounding_precision(label: str) -> str:
+    """The narrowest float a `typed_precision` label computes in: "fp16" of "mixed fp32/fp16" (its
+    fp16 ops round as an fp16 model's do), "bf16" where bf16 is among them; the label otherwise."""
+    if not label.startswith(MIXED):
+        return label
+    return "bf16" if "bf16" in label.split()[-1].split("/") else _F16
+
+
+def cannot_run_typed(backend: str, dtypes: tuple[str, ...] | list[str], model_name: str, typed: str) -> str:
+    """The one line for a backend that runs a model as it is typed (onnxruntime) given a model typed
+    in a precision it does not run (bf16, mixed fp32/fp16), in optimize's words: bench said
+    "--dtype 'bf16': choose one of ..." of a --dtype never given, and took a mixed model for fp16."""
+    runs = ", ".join(dtypes)
+    msg = f"backend {backend!r} cannot run {typed} (it runs {runs}): {model_name} is typed {typed}"
+    if typed.startswith(MIXED):
+        msg += (
+            ", and a run records one precision; type it fp16 throughout with `deployopt fp16` first, "
+            "or use the tensorrt backend"
+        )
+    return msg
 
 
 def _infer(model: onnx.ModelProto, what: str, strict: bool = False) -> onnx.ModelProto:
@@ -436,8 +541,21 @@ def to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
     """The model typed fp16 inside with fp32 inputs and outputs (see the module docstring); a model
     already in fp16/bf16 comes back as it is. Validated before it is returned."""
     refuse_unconvertible(model)  # first: a Q/DQ model with fp16 casts (ModelOpt's) is int8, not fp16
-    if is_low_precision(model):
-        return model
+    mixed = None
+    if has_low_precision_tensors(model):  # is_low_precision, with the typing kept for the warning
+        typing = compute_typing(model)
+        if typing is None or not typing.ops or not typing.full:
+            return model
+        mixed = typing if typing.low else None
+    if mixed is not None and (
+        any(t != TensorProto.FLOAT16 for *_, t in mixed.low)
+        or any(t != TensorProto.FLOAT for *_, t in mixed.full)
+    ):  # bf16 or float64 among its types: typing the fp32 ops fp16 would leave it mixed still
+        raise ModelError(
+            f"fp16 conversion: the model is typed {mixed.label()} ({mixed.describe()}): the conversion "
+            "types fp32 ops fp16, which would leave it mixed; give it in one precision (all fp32: "
+            "converted; all fp16 or bf16: built as it is)"
+        )
     types = set(_tensor_types(model).values())
     if TensorProto.DOUBLE in types and TensorProto.FLOAT not in types:
         # the conversion rewrites fp32 only: a float64 model came back unchanged, said "fp16 inside"
@@ -484,6 +602,20 @@ def to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
         # every model exported since (`analyze`, `apply` and `verify` read IR 3 as it is).
         out.ir_version = 4
     validate(out)
+    if mixed is not None:
+        # a model with fp32 convs and an fp16 classifier was copied as "already typed fp16"; one typed
+        # by ModelOpt AutoCast with layers kept in fp32 is now typed fp16 throughout too: say so
+        import warnings
+
+        from deployopt.errors import DeployoptWarning
+
+        warnings.warn(
+            f"fp16 conversion: the model was typed {mixed.label()} ({mixed.describe()}): its fp32 "
+            "convs/matmuls now take fp16 too; a layer kept in fp32 on purpose (ModelOpt AutoCast's) "
+            "computes otherwise",
+            DeployoptWarning,
+            stacklevel=2,
+        )
     return out
 
 

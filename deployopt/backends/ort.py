@@ -550,6 +550,10 @@ class OrtSession(Session):
         if typed == asked:
             return typed
         name = loaded.path.name
+        if typed not in self.backend.dtypes:  # bf16, mixed fp32/fp16: no --dtype names it
+            from deployopt.precision import cannot_run_typed
+
+            raise DeployoptError(cannot_run_typed(self.backend.name, self.backend.dtypes, name, typed))
         if typed != "fp32":
             what = "Q/DQ nodes" if typed == "int8" else f"typed {typed} inside"
             raise DeployoptError(

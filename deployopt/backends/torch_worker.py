@@ -107,16 +107,28 @@ def _batch_of(shapes: dict[str, list[int]]) -> int | None:
 
 
 def refuse_typed_fp16(model: Any, name: str) -> None:
-    """A model typed fp16 inside (`deployopt fp16`'s output, for TensorRT >= 11) is refused in one
-    line: the worker runs a model in the session's dtype, and its fp16 Casts met fp32 weights
-    ("torch failed running m.onnx: expected scalar type Half but found Float", on the CPU)."""
+    """A model whose convs/matmuls take fp16 or bf16 (`deployopt fp16`'s output for TensorRT >= 11,
+    an fp16 classifier after fp32 convs) is refused in one line: the worker casts every weight to
+    the session's dtype, and the model's fp16 Casts feeding those ops met fp32 weights ("torch
+    failed running m.onnx: expected scalar type Half but found Float", on the CPU). An fp32 model
+    with a Cast to fp16 and back (a mask, a post-processing step) runs: no conv/matmul takes fp16,
+    and it was refused for holding any fp16 tensor, though onnx2torch runs it."""
     from deployopt.errors import ModelError
-    from deployopt.precision import has_low_precision_tensors
+    from deployopt.precision import low_precision_compute
 
-    if has_low_precision_tensors(model):
+    found = low_precision_compute(model)
+    if found is not None:
+        typed, what = found
+        if typed == "fp16":
+            alt = ", or this one with --backend ort"
+        elif typed == "mixed fp32/fp16":
+            alt = ", or type it fp16 throughout with `deployopt fp16` and time that with --backend ort"
+        else:  # bf16: onnxruntime's backend does not run it either
+            alt = ""
         raise ModelError(
-            f"{name} is typed fp16 inside: the torch backend times fp32 models (making them fp16 "
-            "itself with --dtype fp16); time the fp32 model it came from, or this one with --backend ort"
+            f"{name} is typed {typed} inside: the torch backend times fp32 models (making them fp16 "
+            f"itself with --dtype fp16), casting every weight to that one dtype, and {what}; time "
+            f"the fp32 model it came from{alt}"
         )
 
 

@@ -178,11 +178,16 @@ def _options(
     timing_cache: Path | None = None,
 ) -> MeasureOptions:
     extra = measure_extra(remote, timing_cache)  # a backend without TensorRT engines refuses a cache
+    from_model = dtype is None
     if dtype is None:
         dtype = default_dtype(backend, model_path, deployment=True)
         if dtype == "int8":  # a Q/DQ model's: a GPU without INT8 then says the model is quantized
             extra["int8_from_qdq"] = True
     if dtype not in DTYPES:
+        if from_model and model_path is not None:  # the model's own typing (ort: bf16, mixed fp32/fp16)
+            from deployopt.precision import cannot_run_typed
+
+            raise DeployoptError(cannot_run_typed(backend.name, backend.dtypes, Path(model_path).name, dtype))
         raise DeployoptError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
     if dtype == "int8" and "int8" not in backend.dtypes:
         raise DeployoptError(

@@ -243,8 +243,28 @@ def _unique_ids(st: CouplingState, roots: list[int]) -> dict[int, str]:
     return ids
 
 
+#: Quantized convs of onnxruntime's QOperator format (quantize_static(quant_format=QuantFormat.QOperator)):
+#: integer ops with their own scales, which the channel analysis does not read.
+QOPERATOR_CONVS = frozenset({"QLinearConv", "ConvInteger"})
+
+
+def refuse_qoperator(model: onnx.ModelProto) -> None:
+    """One line for a model quantized in onnxruntime's QOperator format: its convs are QLinearConv or
+    ConvInteger, so the analysis found "no Conv node: nothing to optimize", which named neither
+    the format nor what to do. A model with float Convs too is refused as well: widths changed
+    around a QLinearConv would not reach its integer weights and scales."""
+    for i, node in enumerate(model.graph.node):
+        if node.op_type in QOPERATOR_CONVS and node.domain in ("", "ai.onnx"):
+            name = node.name or f"node {i}"
+            raise ModelError(
+                f"{node.op_type} ({name!r}: onnxruntime's QOperator format) is not supported: "
+                "quantize with QuantFormat.QDQ (Q/DQ nodes around float ops), which deployopt edits exactly"
+            )
+
+
 def analyze(model: onnx.ModelProto) -> Analysis:
     """Find every channel group of a (loaded: static shapes, folded constants) model."""
+    refuse_qoperator(model)
     if not any(n.op_type == "Conv" for n in model.graph.node):
         raise ModelError("no Conv node: nothing to optimize")
     opset = default_opset(model)
