@@ -801,6 +801,8 @@ class FidelityReport:
     # (reference, candidate) values (None for the others)
     output_relative_error: list[float | None] = field(default_factory=list)
     output_relative_worst: list[tuple[float, float] | None] = field(default_factory=list)
+    # verify's fp16 overflow check of each model with fp16/bf16 intermediates (`low_precision_overflow`)
+    low_precision: list[LowPrecisionCheck] = field(default_factory=list)
 
     def scored_by(self) -> list[str]:
         return self.output_scored_by or [COSINE] * len(self.output_names)
@@ -893,6 +895,7 @@ class FidelityReport:
                     f"output {name}: exact match {share:.2%} < {t.min_top1:.2%} (--min-top1; "
                     f"{equal} of {n} integer values equal)"
                 )
+        failures += [f for f in (c.failure() for c in self.low_precision) if f]
         return failures
 
     def _which(self, per_output: Sequence[float | None], worst: float) -> str:
@@ -954,6 +957,22 @@ class FidelityReport:
                     self.output_values_equal or [None] * len(self.output_names),
                     self.output_values_compared or [None] * len(self.output_names),
                 )
+            ],
+            # fp16/bf16 intermediates read back in their own type (verify); [] for an fp32 model
+            "fp16_check": [c.to_json() for c in self.low_precision],
+            "fp16_overflow": [
+                {
+                    "model": c.model,
+                    "tensor": o.tensor,
+                    "node": o.node,
+                    "op": o.op,
+                    "type": o.type,
+                    "nonfinite_values": o.nonfinite_values,
+                    "values": o.values,
+                    "max_abs_fp32": num(o.max_abs_fp32),
+                }
+                for c in self.low_precision
+                for o in c.overflows
             ],
             "passed": not failures,
             "failures": failures,
@@ -1496,3 +1515,277 @@ def _nan_first(x: float) -> float:
 
 def _worse(x: float, y: float) -> float:
     return min(x, y, key=_nan_first)
+
+
+# ---------------------------------------------------------------------------- fp16 overflow
+#: The fp16 overflow check (`low_precision_overflow`) runs a model once more on the first this many
+#: calibration samples, one at a time, keeping only counts and magnitudes per tensor.
+LOW_PRECISION_SAMPLES = 4
+#: ... and is skipped (said so) where one run's fp16/bf16 intermediates, all held at once as outputs,
+#: would take more than this, or where the model (copied and serialized for it) is bigger than
+#: LOW_PRECISION_MAX_MODEL_BYTES or keeps its weights in external data.
+LOW_PRECISION_MAX_BYTES = 2 << 30
+LOW_PRECISION_MAX_MODEL_BYTES = 1 << 30
+#: the low-precision float types, their names and their largest finite values
+_LOW_TYPES = {onnx.TensorProto.FLOAT16: "fp16", onnx.TensorProto.BFLOAT16: "bf16"}
+_LOW_MAX = {"fp16": 65504.0, "bf16": 3.3895313892515355e38}
+#: ops whose outputs are what the file says (an -inf mask is by design), not computed values
+_CONSTANT_OPS = frozenset({"Constant", "ConstantOfShape"})
+
+
+@dataclass
+class LowPrecisionOverflow:
+    """An fp16/bf16 tensor holding inf or NaN when its computed value is rounded to its type, while
+    every input of the node producing it held none: where the overflow starts."""
+
+    tensor: str
+    node: str  # its producer's name ("node 12" for an unnamed one)
+    op: str
+    type: str  # "fp16" or "bf16"
+    nonfinite_values: int  # over the samples checked
+    values: int
+    max_abs_fp32: float | None  # the largest |value| onnxruntime computed (in fp32); None: not read
+
+
+@dataclass
+class LowPrecisionCheck:
+    """One model's fp16/bf16 intermediates, each read back in its own type on the first samples."""
+
+    model: str  # "reference" or "candidate"
+    typed: str  # the low types it holds: "fp16", "bf16", "fp16/bf16"
+    tensors: int  # fp16/bf16 tensors checked
+    samples: int  # samples run (0 when skipped)
+    overflows: list[LowPrecisionOverflow] = field(default_factory=list)
+    skipped: str | None = None  # why it was not checked
+
+    def failure(self) -> str | None:
+        """The FAILED line, or None when no tensor overflowed."""
+        if not self.overflows:
+            return None
+        shown = []
+        for o in self.overflows[:3]:
+            at = "" if o.max_abs_fp32 is None else f", |x| up to {o.max_abs_fp32:.4g} computed in fp32"
+            shown.append(f"{o.tensor} ({o.op} {o.node!r}{at})")
+        more = f" and {len(self.overflows) - 3} more" if len(self.overflows) > 3 else ""
+        limit = " / ".join(f"±{_LOW_MAX[t]:.5g}" for t in self.typed.split("/"))
+        return (
+            f"{self.model}: {len(self.overflows)} {self.typed} tensor(s) overflow ({limit}; inf or NaN "
+            f"on an engine that computes in {self.typed}) on the first {self.samples} sample(s): "
+            f"{', '.join(shown)}{more}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "typed": self.typed,
+            "tensors_checked": self.tensors,
+            "samples": self.samples,
+            "skipped": self.skipped,
+            "overflows": len(self.overflows),
+        }
+
+
+def low_precision_overflow(
+    model: str | os.PathLike[str] | onnx.ModelProto,
+    calib: CalibrationSet,
+    role: str,
+    input_names: Sequence[str] | None = None,
+    samples: int = LOW_PRECISION_SAMPLES,
+) -> LowPrecisionCheck | None:
+    """Whether the model's fp16/bf16 intermediates overflow on the first `samples` calibration
+    samples; None for a model that has none (computed by a node other than a constant).
+
+    onnxruntime CPU has no fp16 kernels for most ops (Conv, Relu, ...): it casts their inputs to
+    fp32, and removes the fp16→fp32 pair between two such ops, so an fp16 model's activations are
+    computed in fp32 and a value past 65504 (inf on TensorRT in fp16) compared as finite. A copy of
+    the model lists every fp16/bf16 tensor (types by onnx shape inference) as a graph output, which
+    onnxruntime hands back rounded to its type: a value past the type's range is inf there. Tensors
+    non-finite while every input of their node was finite are reported (where the overflow starts;
+    those after it compute from onnxruntime's fp32 value), with the largest |value| onnxruntime
+    computed, read by a second copy that casts only them to fp32. Cost: one session and one run per
+    sample (at most `samples`), all the fp16 intermediates of one run held at once
+    (LOW_PRECISION_MAX_BYTES, else skipped with the reason). `input_names`: the calibration
+    arrays' keys in input order, matched to the model's inputs by name, else by position (as
+    compare_models feeds the candidate)."""
+    owned = not isinstance(model, onnx.ModelProto)
+    size = model.ByteSize() if not owned else Path(model).stat().st_size
+    m = onnx.load(str(model), load_external_data=False) if owned else model
+    held_types = _low_types_held(m)
+    if not held_types:
+        return None
+    typed = "/".join(sorted(held_types))
+
+    def skipped(why: str) -> LowPrecisionCheck:
+        return LowPrecisionCheck(role, typed, 0, 0, skipped=why)
+
+    from onnx.external_data_helper import uses_external_data
+
+    if any(uses_external_data(t) for t in m.graph.initializer):
+        return skipped("its weights are in external data")
+    if size > LOW_PRECISION_MAX_MODEL_BYTES:
+        return skipped(f"the model is over {LOW_PRECISION_MAX_MODEL_BYTES >> 20} MiB")
+    if not calib.samples:
+        return skipped("no calibration samples")
+    if not owned:  # verify's own copy (node names made unique): left as it was
+        m = onnx.ModelProto()
+        m.CopyFrom(model)
+    keys = list(input_names) if input_names is not None else list(calib.samples[0])
+    inits = {t.name for t in m.graph.initializer}
+    graph_inputs = [i for i in m.graph.input if i.name not in inits]
+    names = [i.name for i in graph_inputs]
+    feeds_to = dict(zip(keys, names)) if set(keys) != set(names) else {k: k for k in keys}
+    first = calib.samples[0]
+    for inp in graph_inputs:  # the fed shapes, so that inference gives every tensor's size
+        key = next((k for k, n in feeds_to.items() if n == inp.name), None)
+        if key is None or key not in first or not inp.type.tensor_type.HasField("shape"):
+            continue
+        dims = inp.type.tensor_type.shape.dim
+        if len(dims) == np.ndim(first[key]):
+            for d, n in zip(dims, np.shape(first[key])):
+                d.Clear()
+                d.dim_value = int(n)
+    try:
+        m = onnx.shape_inference.infer_shapes(m)
+    except Exception as exc:
+        return skipped(f"onnx shape inference failed ({first_line(exc)[:120]})")
+    low = _low_precision_tensors(m)
+    if low is None:  # fp16 weights or casts, and no fp16 tensor computed
+        return None
+    typed = "/".join(sorted(set(low.values())))
+    shapes = {vi.name: vi.type.tensor_type for vi in (*m.graph.value_info, *m.graph.output)}
+    held = 0
+    for name in low:
+        tt = shapes.get(name)
+        dims = [d.dim_value if d.HasField("dim_value") else 0 for d in tt.shape.dim] if tt else [0]
+        held += math.prod(dims) * 2 if all(d > 0 for d in dims) else 0
+    if held > LOW_PRECISION_MAX_BYTES:
+        return skipped(
+            f"its {len(low)} {typed} tensors take {held / 2**30:.1f} GiB a run, over "
+            f"{LOW_PRECISION_MAX_BYTES >> 30} GiB"
+        )
+    outputs = {o.name for o in m.graph.output}
+    for name, t in low.items():
+        if name not in outputs:
+            m.graph.output.append(onnx.helper.make_tensor_value_info(name, _elem(t), None))
+    try:
+        sess = _session(m, role)
+    except ModelError as exc:
+        return skipped(str(exc))
+    fetched = [o.name for o in sess.get_outputs()]
+    types = input_dtypes(sess)
+    producer = {o: (i, n) for i, n in enumerate(m.graph.node) for o in n.output if o}
+    runs = calib.samples[: max(1, samples)]
+    bad: dict[str, int] = {}
+    total: dict[str, int] = {}
+    starts: dict[str, None] = {}  # in the order first seen
+    for sample in runs:
+        feed = feed_inputs(sample, {k: n for k, n in feeds_to.items() if k in sample}, types)
+        out = dict(zip(fetched, _run(sess, feed, role)))
+        nonfinite = set()
+        for name in low:
+            arr = out.get(name)
+            if arr is None or not arr.size:
+                continue
+            n_bad = int(arr.size - np.count_nonzero(np.isfinite(arr)))
+            total[name] = total.get(name, 0) + int(arr.size)
+            if n_bad:
+                bad[name] = bad.get(name, 0) + n_bad
+                nonfinite.add(name)
+        for name in low:
+            if name in nonfinite and not any(i in nonfinite for i in producer[name][1].input):
+                starts.setdefault(name)
+        del out
+    del sess
+    fp32 = _fp32_magnitudes(m, list(starts), runs, feeds_to, role) if starts else {}
+    overflows = []
+    for name in starts:
+        index, node = producer[name]
+        overflows.append(
+            LowPrecisionOverflow(
+                tensor=name,
+                node=node.name or f"node {index}",
+                op=node.op_type,
+                type=low[name],
+                nonfinite_values=bad[name],
+                values=total[name],
+                max_abs_fp32=fp32.get(name),
+            )
+        )
+    return LowPrecisionCheck(role, typed, len(low), len(runs), overflows)
+
+
+def _elem(type_name: str) -> int:
+    """The ONNX element type of "fp16" / "bf16"."""
+    return next(k for k, v in _LOW_TYPES.items() if v == type_name)
+
+
+def _low_types_held(model: onnx.ModelProto) -> set[str]:
+    """The fp16/bf16 types a model's weights, declared tensors, casts or constants hold (no
+    inference: a model with none computes no fp16 tensor)."""
+    g = model.graph
+    held = {t.data_type for t in g.initializer}
+    held |= {vi.type.tensor_type.elem_type for vi in (*g.input, *g.output, *g.value_info)}
+    for node in g.node:
+        for a in node.attribute:
+            if node.op_type == "Cast" and a.name == "to":
+                held.add(a.i)
+            elif a.type == onnx.AttributeProto.TENSOR:
+                held.add(a.t.data_type)
+    return {_LOW_TYPES[t] for t in held if t in _LOW_TYPES}
+
+
+def _low_precision_tensors(model: onnx.ModelProto) -> dict[str, str] | None:
+    """Each top-level node output typed fp16/bf16 (by the model's value_info and outputs, after
+    onnx shape inference of `model` where it has none), to its type name; None when there is none.
+    Outputs of Constant/ConstantOfShape are left out (an -inf mask is the file's value)."""
+    g = model.graph
+    declared = {vi.name: vi.type.tensor_type.elem_type for vi in (*g.value_info, *g.output)}
+    produced = [o for n in g.node if n.op_type not in _CONSTANT_OPS for o in n.output if o]
+    if any(o not in declared for o in produced):
+        try:  # types only: inference of a copy without the weights' values would lose shapes, not types
+            inferred = onnx.shape_inference.infer_shapes(model)
+        except Exception:
+            inferred = model
+        more = (*inferred.graph.value_info, *inferred.graph.output)
+        declared.update({vi.name: vi.type.tensor_type.elem_type for vi in more})
+        del inferred
+    low = {o: _LOW_TYPES[declared[o]] for o in produced if declared.get(o) in _LOW_TYPES}
+    return low or None
+
+
+def _fp32_magnitudes(
+    model: onnx.ModelProto,
+    tensors: list[str],
+    runs: list[dict[str, np.ndarray]],
+    feeds_to: dict[str, str],
+    role: str,
+) -> dict[str, float]:
+    """The largest |value| onnxruntime computes for each of `tensors` (fp16/bf16 ones) over `runs`,
+    read through a Cast to fp32 of each (onnxruntime drops its fp32→fp16→fp32 pair, so the value is
+    the one it computed); {} where the copy cannot run. Best effort: a value onnxruntime did compute
+    in fp16 reads inf."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    del m.graph.output[:]
+    wide = {}
+    for name in tensors:
+        wide[name] = f"{name}__deployopt_fp32"
+        m.graph.node.append(onnx.helper.make_node("Cast", [name], [wide[name]], to=onnx.TensorProto.FLOAT))
+        m.graph.output.append(onnx.helper.make_tensor_value_info(wide[name], onnx.TensorProto.FLOAT, None))
+    try:
+        sess = _session(m, role)
+        del m
+        types = input_dtypes(sess)
+        fetched = [o.name for o in sess.get_outputs()]
+        top: dict[str, float] = {}
+        for sample in runs:
+            feed = feed_inputs(sample, {k: n for k, n in feeds_to.items() if k in sample}, types)
+            out = dict(zip(fetched, _run(sess, feed, role)))
+            for name in tensors:
+                arr = out[wide[name]]
+                if arr.size:
+                    v = float(np.max(np.abs(arr.astype(np.float64))))
+                    top[name] = v if math.isnan(v) else max(top.get(name, 0.0), v)
+        return top
+    except (ModelError, DataError):
+        return {}

@@ -40,6 +40,7 @@ from deployopt.fidelity import (
     check_threshold_range,
     compare_models,
     load_calibration,
+    low_precision_overflow,
     relative_error_limit,
 )
 from deployopt.memory import require_fidelity_memory
@@ -143,9 +144,21 @@ def _render(
                 "none" if t.min_top1 is None else f"≥ {t.min_top1:.2%}",
                 status(None if t.min_top1 is None else share >= t.min_top1),
             )
+    for c in report.low_precision:
+        limit = "|x| ≤ " + " / ".join(_LOW_LIMITS[x] for x in c.typed.split("/"))
+        if c.skipped is not None:
+            table.add_row(f"{c.typed} overflow, {c.model}", "not checked", limit, "")
+            continue
+        names = ", ".join(o.tensor for o in c.overflows[:2]) + (" …" if len(c.overflows) > 2 else "")
+        table.add_row(
+            f"{c.typed} overflow, {c.model}",
+            f"{len(c.overflows)}/{c.tensors} tensors" + (f" ({names})" if names else ""),
+            limit,
+            status(not c.overflows),
+        )
     table.add_row("samples (model runs) / rows", f"{report.n_samples} / {report.n_rows}", "", "")
     console.print(table)
-    for line in _scoring_notes(report, t):
+    for line in _scoring_notes(report, t) + _low_precision_notes(report):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     if report.random_inputs:
         console.print(
@@ -188,6 +201,28 @@ def _scoring_notes(report: FidelityReport, t: Thresholds) -> list[str]:
         notes.append(
             f"exact match: {_outputs(integers)} integers (labels, indices, counts), so it is scored by "
             "the share of its values equal to the reference's, held to --min-top1"
+        )
+    return notes
+
+
+_LOW_LIMITS = {"fp16": "65504", "bf16": "3.39e38"}
+
+
+def _low_precision_notes(report: FidelityReport) -> list[str]:
+    """One line per model with fp16/bf16 intermediates: what onnxruntime CPU computes them in, and
+    how far the overflow check went."""
+    notes = []
+    for c in report.low_precision:
+        how = (
+            f"not checked for overflow: {c.skipped}"
+            if c.skipped is not None
+            else f"overflow checked by reading its {c.tensors} {c.typed} tensors back in {c.typed} on the "
+            f"first {c.samples} sample(s)"
+        )
+        notes.append(
+            f"{c.typed}: the {c.model} holds {c.typed} tensors; onnxruntime CPU computes most {c.typed} "
+            f"ops in fp32 (weights rounded, activations mostly not), so its errors here are smaller than "
+            f"on an {c.typed} engine; {how}"
         )
     return notes
 
@@ -310,7 +345,14 @@ def verify(
     )
     for notice in dict.fromkeys(notices + cand_notices + calib.notices):
         err_console.print(f"notice: {notice}", style="yellow", markup=False, highlight=False)
-    report = compare_models(_loadable(reference), _loadable(candidate), calib)
+    ref_model, cand_model = _loadable(reference), _loadable(candidate)
+    report = compare_models(ref_model, cand_model, calib)
+    # onnxruntime CPU computes fp16 ops in fp32: an overflow shows only read back in fp16
+    checks = (
+        low_precision_overflow(model, calib, role, list(ref_inputs))
+        for model, role in ((ref_model, "reference"), (cand_model, "candidate"))
+    )
+    report.low_precision = [c for c in checks if c is not None]
     thresholds = Thresholds(
         max_abs_error=max_abs_error, rel_error=rel_error, min_cosine=min_cosine, min_top1=min_top1
     )
