@@ -1593,7 +1593,7 @@ def low_precision_overflow(
     samples: int = LOW_PRECISION_SAMPLES,
 ) -> LowPrecisionCheck | None:
     """Whether the model's fp16/bf16 intermediates overflow on the first `samples` calibration
-    samples; None for a model that has none (computed by a node other than a constant).
+    samples; None for a model that has none (computed from the graph's inputs, see below).
 
     onnxruntime CPU has no fp16 kernels for most ops (Conv, Relu, ...): it casts their inputs to
     fp32, and removes the fp16→fp32 pair between two such ops, so an fp16 model's activations are
@@ -1602,15 +1602,33 @@ def low_precision_overflow(
     onnxruntime hands back rounded to its type: a value past the type's range is inf there. Tensors
     non-finite while every input of their node was finite are reported (where the overflow starts;
     those after it compute from onnxruntime's fp32 value), with the largest |value| onnxruntime
-    computed, read by a second copy that casts only them to fp32. Cost: one session and one run per
-    sample (at most `samples`), all the fp16 intermediates of one run held at once
-    (LOW_PRECISION_MAX_BYTES, else skipped with the reason). `input_names`: the calibration
-    arrays' keys in input order, matched to the model's inputs by name, else by position (as
-    compare_models feeds the candidate)."""
+    computed, read by the same copy changed to cast only them to fp32. Tensors whose value does not
+    depend on the graph's inputs (`_constant_tensors`: an -inf mask built from constants, by
+    design) are not checked, and an input of theirs that holds inf or NaN counts as non-finite (an
+    Add of such a mask is not where an overflow starts).
+
+    An fp32 model costs no more than a look at its types: a file is read without its tensors' data
+    (`_weightless_read`), a ModelProto's fields are read in place (no copy, no serialization); the
+    whole model is loaded only when it has fp16/bf16 types. Then: one copy of it (for a ModelProto
+    or a file alike), shape inference on a copy without its weights' data, one session and one run
+    per sample (at most `samples`), all the fp16 intermediates of one run held at once, estimated
+    from the inferred shapes at the fed input shapes (LOW_PRECISION_MAX_BYTES, else skipped with
+    the reason); a tensor whose size stays unknown there (data-dependent: NonZero, a Resize to
+    computed sizes) is counted as large as the largest known one (or the largest fed input when
+    none is known), an estimate, not a bound. `input_names`: the calibration arrays' keys in input
+    order, matched to the model's inputs by name, else by position (as compare_models feeds the
+    candidate)."""
+    from deployopt.model import _weightless, uses_external_data
+
     owned = not isinstance(model, onnx.ModelProto)
-    size = model.ByteSize() if not owned else Path(model).stat().st_size
-    m = onnx.load(str(model), load_external_data=False) if owned else model
-    held_types = _low_types_held(m)
+    whole = None  # the file loaded whole, where it could not be read without its tensors' data
+    if owned:
+        look = _weightless_read(Path(model))
+        if look is None:  # not read so (a pipe, a file protobuf's walk here refused): load it whole
+            look = whole = onnx.load(str(model), load_external_data=False)
+    else:
+        look = model
+    held_types = _low_types_held(look)
     if not held_types:
         return None
     typed = "/".join(sorted(held_types))
@@ -1618,15 +1636,18 @@ def low_precision_overflow(
     def skipped(why: str) -> LowPrecisionCheck:
         return LowPrecisionCheck(role, typed, 0, 0, skipped=why)
 
-    from onnx.external_data_helper import uses_external_data
-
-    if any(uses_external_data(t) for t in m.graph.initializer):
+    if uses_external_data(look):
         return skipped("its weights are in external data")
+    size = Path(model).stat().st_size if owned else model.ByteSize()
     if size > LOW_PRECISION_MAX_MODEL_BYTES:
         return skipped(f"the model is over {LOW_PRECISION_MAX_MODEL_BYTES >> 20} MiB")
     if not calib.samples:
         return skipped("no calibration samples")
-    if not owned:  # verify's own copy (node names made unique): left as it was
+    if owned:  # the one copy: changed below, then into the fp32-magnitude model
+        del look
+        m = whole if whole is not None else onnx.load(str(model), load_external_data=False)
+        del whole
+    else:  # verify's own copy (node names made unique): left as it was
         m = onnx.ModelProto()
         m.CopyFrom(model)
     keys = list(input_names) if input_names is not None else list(calib.samples[0])
@@ -1644,36 +1665,54 @@ def low_precision_overflow(
             for d, n in zip(dims, np.shape(first[key])):
                 d.Clear()
                 d.dim_value = int(n)
-    try:
-        m = onnx.shape_inference.infer_shapes(m)
+    try:  # types and shapes only: inferred on a copy without the weights' data
+        inferred = onnx.shape_inference.infer_shapes(_weightless(m))
     except Exception as exc:
         return skipped(f"onnx shape inference failed ({first_line(exc)[:120]})")
-    low = _low_precision_tensors(m)
-    if low is None:  # fp16 weights or casts, and no fp16 tensor computed
+    g = inferred.graph
+    infos = {vi.name: vi.type.tensor_type for vi in (*m.graph.value_info, *m.graph.output)}
+    infos.update({vi.name: vi.type.tensor_type for vi in (*g.value_info, *g.output)})
+    del inferred, g
+    const = _constant_tensors(m.graph)
+    low = _low_precision_tensors(m.graph, infos, const)
+    if low is None:  # fp16 weights, casts or constants, and no fp16 tensor computed from the inputs
         return None
     typed = "/".join(sorted(set(low.values())))
-    shapes = {vi.name: vi.type.tensor_type for vi in (*m.graph.value_info, *m.graph.output)}
-    held = 0
-    for name in low:
-        tt = shapes.get(name)
-        dims = [d.dim_value if d.HasField("dim_value") else 0 for d in tt.shape.dim] if tt else [0]
-        held += math.prod(dims) * 2 if all(d > 0 for d in dims) else 0
+    producer = {o: (i, n) for i, n in enumerate(m.graph.node) for o in n.output if o}
+    init_names = {t.name for t in m.graph.initializer}
+    # constant float inputs of the checked nodes, computed by nodes: read back to see an -inf mask
+    mask_like = {i for name in low for i in producer[name][1].input if i in const and i not in init_names}
+    mask_like = {i for i in mask_like if infos.get(i) is not None and infos[i].elem_type in _ELEM_BYTES}
+    held = _held_bytes([*low, *mask_like], infos, [np.size(a) for a in first.values()])
     if held > LOW_PRECISION_MAX_BYTES:
         return skipped(
             f"its {len(low)} {typed} tensors take {held / 2**30:.1f} GiB a run, over "
             f"{LOW_PRECISION_MAX_BYTES >> 30} GiB"
         )
     outputs = {o.name for o in m.graph.output}
-    for name, t in low.items():
+    kept_outputs = len(m.graph.output)
+    for name in [*low, *sorted(mask_like)]:
         if name not in outputs:
-            m.graph.output.append(onnx.helper.make_tensor_value_info(name, _elem(t), None))
+            m.graph.output.append(onnx.helper.make_tensor_value_info(name, infos[name].elem_type, None))
     try:
         sess = _session(m, role)
     except ModelError as exc:
         return skipped(str(exc))
     fetched = [o.name for o in sess.get_outputs()]
     types = input_dtypes(sess)
-    producer = {o: (i, n) for i, n in enumerate(m.graph.node) for o in n.output if o}
+    inits = {t.name: t for t in m.graph.initializer}
+    init_bad: dict[str, bool] = {}  # an initializer input's inf/NaN, read once and only when asked
+
+    def nonfinite_init(name: str) -> bool:
+        if name not in init_bad:
+            t = inits.get(name)
+            init_bad[name] = (
+                t is not None
+                and t.data_type in _ELEM_BYTES
+                and not np.isfinite(onnx.numpy_helper.to_array(t).astype(np.float32)).all()
+            )
+        return init_bad[name]
+
     runs = calib.samples[: max(1, samples)]
     bad: dict[str, int] = {}
     total: dict[str, int] = {}
@@ -1681,7 +1720,7 @@ def low_precision_overflow(
     for sample in runs:
         feed = feed_inputs(sample, {k: n for k, n in feeds_to.items() if k in sample}, types)
         out = dict(zip(fetched, _run(sess, feed, role)))
-        nonfinite = set()
+        nonfinite = {i for i in mask_like if i in out and not np.isfinite(out[i]).all()}
         for name in low:
             arr = out.get(name)
             if arr is None or not arr.size:
@@ -1692,25 +1731,33 @@ def low_precision_overflow(
                 bad[name] = bad.get(name, 0) + n_bad
                 nonfinite.add(name)
         for name in low:
-            if name in nonfinite and not any(i in nonfinite for i in producer[name][1].input):
+            if name in nonfinite and not any(
+                i in nonfinite or (i in inits and nonfinite_init(i)) for i in producer[name][1].input
+            ):
                 starts.setdefault(name)
         del out
     del sess
-    fp32 = _fp32_magnitudes(m, list(starts), runs, feeds_to, role) if starts else {}
     overflows = []
     for name in starts:
-        index, node = producer[name]
+        index = producer[name][0]
         overflows.append(
             LowPrecisionOverflow(
                 tensor=name,
-                node=node.name or f"node {index}",
-                op=node.op_type,
+                node=producer[name][1].name or f"node {index}",
+                op=producer[name][1].op_type,
                 type=low[name],
                 nonfinite_values=bad[name],
                 values=total[name],
-                max_abs_fp32=fp32.get(name),
+                max_abs_fp32=None,
             )
         )
+    del producer
+    inits.clear()  # references into the copy, which _fp32_magnitudes clears
+    if overflows:  # the same copy, its added outputs replaced by fp32 casts of the overflowing ones
+        del m.graph.output[kept_outputs:]
+        fp32 = _fp32_magnitudes(m, list(starts), runs, feeds_to, role)
+        for o in overflows:
+            o.max_abs_fp32 = fp32.get(o.tensor)
     return LowPrecisionCheck(role, typed, len(low), len(runs), overflows)
 
 
@@ -1719,38 +1766,218 @@ def _elem(type_name: str) -> int:
     return next(k for k, v in _LOW_TYPES.items() if v == type_name)
 
 
+#: the float element types read back (fp16/bf16 intermediates, constant masks), with their bytes a value
+_ELEM_BYTES = {
+    onnx.TensorProto.FLOAT16: 2,
+    onnx.TensorProto.BFLOAT16: 2,
+    onnx.TensorProto.FLOAT: 4,
+    onnx.TensorProto.DOUBLE: 8,
+}
+_SUBGRAPH_ATTRS = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+#: ops whose output is not fixed by their inputs: never constant
+_RANDOM_OPS = frozenset(
+    {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
+)
+
+
+def _held_bytes(names: list[str], infos: dict[str, Any], fed_sizes: list[int]) -> int:
+    """The bytes of `names` held at once, by their inferred shapes (at the fed input shapes). A
+    tensor whose shape stays unknown (no shape, a symbolic or missing dim) is counted as large as
+    the largest known one, or the largest fed input where none is known: an estimate, not a bound
+    (a data-dependent size cannot be known before the run)."""
+    known: dict[str, int] = {}
+    for name in names:
+        tt = infos.get(name)
+        if tt is not None and tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
+            known[name] = math.prod(d.dim_value for d in tt.shape.dim)
+    largest = max(known.values(), default=0) or max(fed_sizes, default=0)
+    held = 0
+    for name in names:
+        tt = infos.get(name)
+        held += known.get(name, largest) * _ELEM_BYTES.get(tt.elem_type if tt is not None else 0, 2)
+    return held
+
+
+def _constant_tensors(graph: onnx.GraphProto) -> set[str]:
+    """The graph's tensors whose value does not depend on its inputs: initializers (an initializer
+    also listed as an input is never fed by verify), outputs of Constant and ConstantOfShape (its
+    value is the file's fill, whatever the shape), and outputs of every standard-domain node whose
+    inputs are all constant (a Where/Mul/Expand of constants: an -inf mask built so is by design).
+    Not constant: random ops, nodes with subgraphs (their bodies read outer tensors unlisted) and
+    other domains' ops (unknown semantics). Nodes in file order, which ONNX requires topological."""
+    const = {t.name for t in graph.initializer} | {s.values.name for s in graph.sparse_initializer}
+    const.add("")  # an optional input left out
+    for node in graph.node:
+        computed = (
+            node.domain in ("", "ai.onnx")
+            and node.op_type not in _RANDOM_OPS
+            and not any(a.type in _SUBGRAPH_ATTRS for a in node.attribute)
+            and all(i in const for i in node.input)
+        )
+        if computed or (node.op_type in _CONSTANT_OPS and node.domain in ("", "ai.onnx")):
+            const.update(o for o in node.output if o)
+    const.discard("")
+    return const
+
+
 def _low_types_held(model: onnx.ModelProto) -> set[str]:
-    """The fp16/bf16 types a model's weights, declared tensors, casts or constants hold (no
-    inference: a model with none computes no fp16 tensor)."""
-    g = model.graph
-    held = {t.data_type for t in g.initializer}
-    held |= {vi.type.tensor_type.elem_type for vi in (*g.input, *g.output, *g.value_info)}
-    for node in g.node:
-        for a in node.attribute:
-            if node.op_type == "Cast" and a.name == "to":
-                held.add(a.i)
-            elif a.type == onnx.AttributeProto.TENSOR:
-                held.add(a.t.data_type)
+    """The fp16/bf16 types a model's weights, declared tensors, casts or constants hold, in its
+    subgraphs and local functions too (no inference: a model with none computes no fp16 tensor).
+    Reads types only: `_weightless_read`'s model, without the tensors' data, answers the same."""
+    held: set[int] = set()
+    graphs = [model.graph]
+    nodes = [n for f in model.functions for n in f.node]
+    while graphs:
+        g = graphs.pop()
+        held |= {t.data_type for t in g.initializer}
+        held |= {s.values.data_type for s in g.sparse_initializer}
+        held |= {vi.type.tensor_type.elem_type for vi in (*g.input, *g.output, *g.value_info)}
+        nodes += g.node
+        while nodes:
+            node = nodes.pop()
+            for a in node.attribute:
+                if a.type == onnx.AttributeProto.INT and a.name in ("to", "dtype", "output_dtype"):
+                    held.add(a.i)
+                elif a.type == onnx.AttributeProto.TENSOR:
+                    held.add(a.t.data_type)
+                elif a.type == onnx.AttributeProto.TENSORS:
+                    held |= {t.data_type for t in a.tensors}
+                elif a.type == onnx.AttributeProto.SPARSE_TENSOR:
+                    held.add(a.sparse_tensor.values.data_type)
+                elif a.type == onnx.AttributeProto.GRAPH:
+                    graphs.append(a.g)
+                elif a.type == onnx.AttributeProto.GRAPHS:
+                    graphs.extend(a.graphs)
     return {_LOW_TYPES[t] for t in held if t in _LOW_TYPES}
 
 
-def _low_precision_tensors(model: onnx.ModelProto) -> dict[str, str] | None:
-    """Each top-level node output typed fp16/bf16 (by the model's value_info and outputs, after
-    onnx shape inference of `model` where it has none), to its type name; None when there is none.
-    Outputs of Constant/ConstantOfShape are left out (an -inf mask is the file's value)."""
-    g = model.graph
-    declared = {vi.name: vi.type.tensor_type.elem_type for vi in (*g.value_info, *g.output)}
-    produced = [o for n in g.node if n.op_type not in _CONSTANT_OPS for o in n.output if o]
-    if any(o not in declared for o in produced):
-        try:  # types only: inference of a copy without the weights' values would lose shapes, not types
-            inferred = onnx.shape_inference.infer_shapes(model)
-        except Exception:
-            inferred = model
-        more = (*inferred.graph.value_info, *inferred.graph.output)
-        declared.update({vi.name: vi.type.tensor_type.elem_type for vi in more})
-        del inferred
-    low = {o: _LOW_TYPES[declared[o]] for o in produced if declared.get(o) in _LOW_TYPES}
+def _low_precision_tensors(
+    graph: onnx.GraphProto, infos: dict[str, Any], const: set[str]
+) -> dict[str, str] | None:
+    """Each top-level node output typed fp16/bf16 (`infos`: the model's declared and inferred
+    tensor types) and computed from the graph's inputs (not in `const`, `_constant_tensors`), to
+    its type name; None when there is none."""
+    produced = [o for n in graph.node for o in n.output if o and o not in const]
+    typed = {o: infos[o].elem_type for o in produced if o in infos}
+    low = {o: _LOW_TYPES[t] for o, t in typed.items() if t in _LOW_TYPES}
     return low or None
+
+
+#: `_weightless_read`: a tensor keeps only these fields (dims, data_type, name, external_data,
+#: data_location); the messages that hold tensors, by field number, to the kind of each
+_TENSOR_KEPT = frozenset({1, 2, 8, 13, 14})
+_WIRE_KINDS: dict[str, dict[int, str]] = {
+    "model": {7: "graph"},
+    "graph": {1: "node", 5: "tensor", 15: "sparse"},
+    "node": {5: "attribute"},
+    "attribute": {5: "tensor", 6: "graph", 10: "tensor", 11: "graph", 22: "sparse", 23: "sparse"},
+    "sparse": {1: "tensor", 2: "tensor"},
+}
+#: ... and copies a message smaller than this whole (no data worth skipping)
+_WIRE_SMALL = 4096
+
+
+def _weightless_read(path: Path) -> onnx.ModelProto | None:
+    """The model file at `path` with every tensor it holds (initializers, sparse ones, node
+    attributes, in subgraphs too) reduced to its name, type, dims and external-data fields: the
+    protobuf wire format is walked by positioned reads and the tensors' data skipped unread, so
+    deciding that a 274 MB fp32 model holds no fp16 reads a few KiB. (Not a memory map: the kernel
+    maps a large folio of page cache per fault, 47 MB of resident memory for that model's 31
+    weights.) None for what is not a regular file or not walked so (the caller then loads the file
+    whole, as before)."""
+    try:
+        if not path.is_file():
+            return None
+        with open(path, "rb") as f:
+            buf = _FileBytes(f.fileno())
+            if not len(buf):
+                return None
+            data = _wire_rewrite(buf, 0, len(buf), "model")
+        model = onnx.ModelProto()
+        model.ParseFromString(data)
+    except Exception:  # any failure: the whole load reports it its own way
+        return None
+    return model if model.HasField("graph") else None
+
+
+class _FileBytes:
+    """A file's bytes by index (one 64 KiB block kept) and by slice (one read), for `_wire_rewrite`."""
+
+    BLOCK = 1 << 16
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.size = fd, os.fstat(fd).st_size
+        self.at, self.block = -1, b""
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, key: int | slice) -> Any:
+        if isinstance(key, slice):
+            data = os.pread(self.fd, key.stop - key.start, key.start)
+            if len(data) != key.stop - key.start:
+                raise ValueError("short read")
+            return data
+        start = key - key % self.BLOCK
+        if start != self.at:
+            self.at, self.block = start, os.pread(self.fd, self.BLOCK, start)
+        return self.block[key - start]
+
+
+def _varint(buf: Any, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def _varint_bytes(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _wire_rewrite(buf: Any, start: int, end: int, kind: str) -> bytes:
+    """The fields of the `kind` message at buf[start:end], each tensor in it cut to _TENSOR_KEPT."""
+    out = []
+    pos = start
+    subs = _WIRE_KINDS.get(kind, {})
+    while pos < end:
+        at = pos
+        key, pos = _varint(buf, pos)
+        num, wire = key >> 3, key & 7
+        body = pos
+        if wire == 0:
+            _, pos = _varint(buf, pos)
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        elif wire == 2:
+            n, body = _varint(buf, pos)
+            pos = body + n
+        else:
+            raise ValueError(f"wire type {wire}")
+        if pos > end:
+            raise ValueError("truncated")
+        if kind == "tensor":
+            if num in _TENSOR_KEPT:
+                out.append(buf[at:pos])
+        elif wire != 2 or num not in subs or pos - body < _WIRE_SMALL:
+            out.append(buf[at:pos])
+        else:
+            inner = _wire_rewrite(buf, body, pos, subs[num])
+            out.append(_varint_bytes(key) + _varint_bytes(len(inner)) + inner)
+    return b"".join(out)
 
 
 def _fp32_magnitudes(
@@ -1762,10 +1989,10 @@ def _fp32_magnitudes(
 ) -> dict[str, float]:
     """The largest |value| onnxruntime computes for each of `tensors` (fp16/bf16 ones) over `runs`,
     read through a Cast to fp32 of each (onnxruntime drops its fp32→fp16→fp32 pair, so the value is
-    the one it computed); {} where the copy cannot run. Best effort: a value onnxruntime did compute
-    in fp16 reads inf."""
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
+    the one it computed); {} where the model cannot run. Best effort: a value onnxruntime did compute
+    in fp16 reads inf. Changes `model` (low_precision_overflow's own copy) in place: its outputs
+    become the casts, and it is cleared once the session holds it."""
+    m = model
     del m.graph.output[:]
     wide = {}
     for name in tensors:
@@ -1774,7 +2001,7 @@ def _fp32_magnitudes(
         m.graph.output.append(onnx.helper.make_tensor_value_info(wide[name], onnx.TensorProto.FLOAT, None))
     try:
         sess = _session(m, role)
-        del m
+        m.Clear()
         types = input_dtypes(sess)
         fetched = [o.name for o in sess.get_outputs()]
         top: dict[str, float] = {}

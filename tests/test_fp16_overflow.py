@@ -137,3 +137,77 @@ def test_samples_are_bounded_and_external_data_is_skipped(tmp_path: Path) -> Non
     check = low_precision_overflow(path, calib, "candidate", ["x"])
     assert check is not None and check.skipped == "its weights are in external data" and not check.overflows
     assert low_precision_overflow(_overflowing(), calib, "reference", ["x"]) is None
+
+
+def test_fp32_model_is_decided_without_loading_its_weights(tmp_path: Path, monkeypatch) -> None:
+    """An fp32 model holds no fp16: decided from its types alone. A file is read without its
+    tensors' data (nothing parsed near the weights' size, no onnx.load); a ModelProto is neither
+    serialized, sized (ByteSize) nor copied."""
+    from deployopt.fidelity import low_precision_overflow
+
+    model = _overflowing()
+    big = np.random.default_rng(0).standard_normal((64, 8, 3, 3)).astype(np.float32)  # 18 KiB
+    model.graph.initializer.append(numpy_helper.from_array(big, "unused"))
+    path = _save(model, tmp_path / "fp32.onnx")
+    calib = CalibrationSet([{"x": np.ones((1, 3, 8, 8), np.float32)}], "ones", False)
+    parsed: list[int] = []
+    real_parse = onnx.ModelProto.ParseFromString
+
+    def spy_parse(self, data):
+        parsed.append(len(data))
+        return real_parse(self, data)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the fp32 check loaded, sized or copied the model")
+
+    monkeypatch.setattr(onnx.ModelProto, "ParseFromString", spy_parse)
+    for name in ("load", "load_model", "load_model_from_string"):
+        monkeypatch.setattr(onnx, name, refuse)
+    for name in ("ByteSize", "SerializeToString", "CopyFrom"):
+        monkeypatch.setattr(onnx.ModelProto, name, refuse)
+    assert low_precision_overflow(path, calib, "reference", ["x"]) is None
+    assert max(parsed, default=0) < big.nbytes // 4
+    assert low_precision_overflow(model, calib, "reference", ["x"]) is None
+
+
+def _masked_fp16() -> onnx.ModelProto:
+    """fp16 model adding an -inf mask built by Where from constants (by design), then Softmax."""
+    cond = np.zeros((1, 1, 1, 8), np.bool_)
+    cond[..., -1] = True
+    inits = [
+        numpy_helper.from_array(cond, "cond"),
+        numpy_helper.from_array(np.array(-np.inf, np.float16), "neg_inf"),
+        numpy_helper.from_array(np.array(0, np.float16), "zero"),
+    ]
+    nodes = [
+        helper.make_node("Cast", ["x"], ["x16"], to=TensorProto.FLOAT16, name="cast_in"),
+        helper.make_node("Where", ["cond", "neg_inf", "zero"], ["mask"], name="mask"),
+        helper.make_node("Add", ["x16", "mask"], ["masked"], name="apply_mask"),
+        helper.make_node("Softmax", ["masked"], ["p16"], axis=-1, name="softmax"),
+        helper.make_node("Cast", ["p16"], ["y"], to=TensorProto.FLOAT, name="cast_out"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 8])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_constant_mask_in_fp16_is_not_an_overflow(tmp_path: Path) -> None:
+    from deployopt.fidelity import low_precision_overflow
+
+    model = _masked_fp16()
+    calib = CalibrationSet([{"x": np.ones((1, 3, 8, 8), np.float32)} for _ in range(2)], "ones", False)
+    for given in (model, _save(model, tmp_path / "masked.onnx")):
+        check = low_precision_overflow(given, calib, "candidate", ["x"])
+        assert check is not None and check.skipped is None and check.samples == 2
+        assert check.overflows == [] and check.failure() is None
+        assert check.tensors == 3  # x16, masked, p16: the constant mask is not checked
+    path = _save(model, tmp_path / "ref.onnx")
+    result = runner.invoke(app, ["verify", path, path, "--calibration-data", _ones(tmp_path)])
+    assert result.exit_code == 0, result.output
