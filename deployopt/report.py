@@ -600,32 +600,46 @@ def write_report(outdir: Path, report: dict[str, Any], opt: Optimizer | None = N
 
 
 def describe_gate(
-    gate: dict[str, Any], top1: bool = True, relative: bool = False, exact: bool = False
+    gate: dict[str, Any],
+    top1: bool = True,
+    relative: bool = False,
+    exact: bool = False,
+    cosine: bool = True,
 ) -> str:
     """The trim gate in one phrase, for report.md and the CLI; `top1` False where no output is
     N×classes (a detector's), so its top-1 bound checked nothing and is not quoted as if it had.
     `relative`: an output of one value per row was held to the relative error --min-cosine allows;
-    `exact`: an integer output to --min-top1's share of equal values (fidelity.compare_models)."""
+    `exact`: an integer output to --min-top1's share of equal values (fidelity.compare_models);
+    `cosine` False where no output was scored by cosine (each one value per row, or integers: the
+    report's cosine_min is None), so no cosine bound is quoted as if it had checked one."""
     from deployopt.fidelity import relative_error_limit
 
     how = "enforced" if gate["enforced"] else "reported only (--no-fidelity-gate)"
-    cos = f"min cosine ≥ {gate['min_cosine']:g}"
-    limit = relative_error_limit(gate["min_cosine"])
-    if relative and limit is not None:
-        cos += f" (outputs of one value per row: relative error ≤ {limit:.2%})"
+    limit = relative_error_limit(gate["min_cosine"]) if relative else None
+    parts = []
+    if cosine:
+        cos = f"min cosine ≥ {gate['min_cosine']:g}"
+        if limit is not None:
+            cos += f" (outputs of one value per row: relative error ≤ {limit:.2%})"
+        parts.append(cos)
+    elif limit is not None:
+        per_row = f"outputs of one value per row, from min cosine {gate['min_cosine']:g}"
+        parts.append(f"relative error ≤ {limit:.2%} ({per_row})")
     tops = [f"top-1 agreement ≥ {gate['min_top1']:.0%}"] if top1 else []
     if exact:
         tops.append(f"integer outputs' exact match ≥ {gate['min_top1']:.0%}")
-    top = ", ".join(tops) or "no top-1 check (no output is N×classes)"
-    return f"{cos}, {top}, {how}"
+    parts.append(", ".join(tops) or "no top-1 check (no output is N×classes)")
+    return ", ".join([*parts, how])
 
 
 def gate_checks(fid: dict[str, Any]) -> dict[str, bool]:
-    """describe_gate's `top1`, `relative` and `exact`, from a fidelity report's JSON: which checks
-    the gate's thresholds applied to (older journals' reports hold no "scored_by": cosine)."""
+    """describe_gate's `top1`, `relative`, `exact` and `cosine`, from a fidelity report's JSON:
+    which checks the gate's thresholds applied to (older journals' reports hold no "scored_by":
+    cosine)."""
     scored = {p.get("scored_by") for p in fid.get("per_output") or []}
     return {
         "top1": fid.get("top1_agreement") is not None,
         "relative": "relative error" in scored,
         "exact": "exact match" in scored,
+        "cosine": not scored or bool(scored & {None, "cosine"}),
     }

@@ -108,6 +108,23 @@ def test_optimize_json_prints_no_progress_line(
     assert code == 0 and "progress: per-layer sweep 423/423 (" in err, err
 
 
+def test_optimize_over_before_max_evals_ends_its_evaluations_done(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A search that ends short of --max-evals (13 of 200 here) finished: its evaluations' last
+    line is `done` at its count of the 200, not `stopped` (what a task left short of its total
+    says, as one of a run interrupted does)."""
+    every_step(monkeypatch)
+    code, out, err = optimize(monkeypatch, capsys, tmp_path, "--max-evals", "200")
+    assert code == 0, err
+    (summary,) = [m for m in map(SUMMARY.match, out.splitlines()) if m]
+    evals = int(summary["evals"])
+    assert evals < 200
+    last = [ln for ln in progress_lines(err) if ln["what"].startswith("end-to-end")][-1]
+    assert (last["done"], last["total"], last["end"]) == (evals, 200, "done"), err
+    assert "stopped" not in err
+
+
 def test_calibrate_in_a_log_prints_its_sweeps_progress(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -134,6 +151,30 @@ def test_calibrate_in_a_log_prints_its_sweeps_progress(
         (48, 64, None),
         (64, 64, "done"),
     ]
+
+
+def test_staircase_json_prints_no_progress_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """staircase --measure --json in a log, as optimize --json: no `progress:` line on stderr even
+    with the interval at 0 (its sweep printed them, whatever --json said), stdout the JSON alone.
+    The same run without --json (the control) prints them."""
+    from test_cli_targets import fake_backend
+
+    from deployopt.backends import base
+    from deployopt.targets import get_target
+
+    every_step(monkeypatch)
+    backend = fake_backend(get_target("h200"), on_gpu=True)
+    monkeypatch.setattr(base, "get_backend", lambda name: backend)
+    args = ["staircase", "--target", "h200", "--input", "8x128x28x28", "--out-channels", "64:128:32"]
+    code, out, err = run_cli(monkeypatch, capsys, *args, "--measure", "fake", "--json")
+    assert code == 0, err
+    assert "progress" not in err, err
+    assert len(json.loads(out)["points"]) == 3
+    code, _, err = run_cli(monkeypatch, capsys, *args, "--measure", "fake")
+    assert code == 0, err
+    assert "progress: timing 3 convs on fake 3/3 (" in err, err
 
 
 class FakeClock:
@@ -210,6 +251,130 @@ def test_lines_are_throttled_and_a_quick_task_prints_none() -> None:
         "1 min 00 s",
         "59 min 59 s",
         "1 h 00 min",
+    ]
+
+
+def test_a_task_that_hangs_keeps_printing_a_line_each_interval() -> None:
+    """A task stuck midway (fake clock, interval 30 s; the timer's callback called as its thread
+    would): the timer printed the first line and then nothing until the end, so a hung run went
+    silent after 30 s. Now a line each 30 s after the last, the same count with the elapsed time,
+    never two within 30 s of each other; an advance in between moves the next one on."""
+    from rich.console import Console
+
+    from deployopt.cli.progress import LineProgress
+
+    out = io.StringIO()
+    clock = FakeClock()
+    progress = LineProgress(Console(file=out, width=200), interval=30, get_time=clock)
+
+    def said() -> list[str]:
+        text = out.getvalue()
+        out.seek(0)
+        out.truncate()
+        return text.splitlines()
+
+    with progress:
+        task = progress.add_task("per-layer sweep", total=10)
+        for at, expected in (
+            (31, ["progress: per-layer sweep 0/10 (31.0 s)"]),
+            (31, []),  # once at a time
+            (60.9, []),  # 29.9 s after the last line
+            (61, ["progress: per-layer sweep 0/10 (1 min 01 s)"]),  # no advance, yet a line: hung
+            (91, ["progress: per-layer sweep 0/10 (1 min 31 s)"]),
+        ):
+            clock.now = 1000 + at
+            progress._overdue(task)
+            assert said() == expected, at
+        clock.now = 1100
+        progress.advance(task, 3)  # 9 s after the last line: none
+        assert said() == []
+        clock.now = 1121
+        progress._overdue(task)
+        assert said() == ["progress: per-layer sweep 3/10 (2 min 01 s)"]
+        clock.now = 1155
+        progress.advance(task, 1)  # 34 s after the last: this change's line, and the next 30 s on
+        assert said() == ["progress: per-layer sweep 4/10 (2 min 35 s)"]
+        clock.now = 1180
+        progress._overdue(task)
+        assert said() == []
+        clock.now = 1185
+        progress._overdue(task)
+        assert said() == ["progress: per-layer sweep 4/10 (3 min 05 s)"]
+        clock.now = 1190
+        progress.update(task, completed=10)
+        assert said() == ["progress: per-layer sweep 10/10 (3 min 10 s, done)"]
+        clock.now = 1300
+        progress._overdue(task)  # ended: no line more
+        assert said() == []
+
+
+class _Stamped(io.StringIO):
+    """A console file that notes the monotonic time of each write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.at: list[float] = []
+
+    def write(self, text: str) -> int:
+        import time
+
+        self.at.append(time.monotonic())
+        return super().write(text)
+
+
+def test_a_task_stuck_at_its_start_gets_a_heartbeat_on_a_real_clock() -> None:
+    """The reviewer's repro on the real clock, interval 0.05 s, a task stuck at 0/10 for 0.6 s:
+    it printed `stuck 0/10 (0.1 s)` and then only its end. Now a line at least every few
+    intervals (timer threads; the bound generous for a loaded machine), at most one per interval,
+    all 0/10, and the end `stopped`: the task was left short of its total."""
+    import time
+
+    from rich.console import Console
+
+    from deployopt.cli.progress import LineProgress
+
+    out = _Stamped()
+    with LineProgress(Console(file=out, width=200), interval=0.05) as progress:
+        progress.add_task("stuck", total=10)
+        time.sleep(0.6)
+    lines = progress_lines(out.getvalue())
+    assert len(lines) >= 4, out.getvalue()  # 3 or more heartbeats (11 on an idle machine), the end
+    assert all(ln["what"] == "stuck" and (ln["done"], ln["total"]) == (0, 10) for ln in lines)
+    assert [ln["end"] for ln in lines] == [None] * (len(lines) - 1) + ["stopped"]
+    heartbeats = out.at[: len(lines) - 1]
+    assert all(b - a >= 0.045 for a, b in zip(heartbeats, heartbeats[1:])), heartbeats
+    time.sleep(0.15)
+    assert len(progress_lines(out.getvalue())) == len(lines)  # nothing after the end
+
+
+def test_a_task_left_short_of_its_total_ends_stopped_not_done() -> None:
+    """A `with` block left without an exception, a task at 3/10: its end line said `done`. Now
+    `stopped`; a task of no total still ends `done`, as does one that reached its total."""
+    from rich.console import Console
+
+    from deployopt.cli.progress import LineProgress
+
+    out = io.StringIO()
+    clock = FakeClock()
+    with LineProgress(Console(file=out, width=200), interval=30, get_time=clock) as progress:
+        short = progress.add_task("sweep", total=10)
+        open_ended = progress.add_task("evaluations", total=None)
+        whole = progress.add_task("convs", total=4)
+        clock.now = 1031
+        for task in (short, open_ended, whole):
+            progress._overdue(task)
+        progress.update(short, completed=3)
+        progress.update(open_ended, completed=5)
+        progress.update(whole, completed=3)
+        clock.now = 1040
+        progress.update(whole, completed=4)
+    assert out.getvalue().splitlines() == [
+        "progress: sweep 0/10 (31.0 s)",
+        "progress: evaluations 0 (31.0 s)",
+        "progress: convs 0/4 (31.0 s)",
+        "progress: convs 4/4 (40.0 s, done)",
+        "progress: sweep 3/10 (40.0 s, stopped)",
+        "progress: evaluations 5 (40.0 s, done)",
     ]
 
 

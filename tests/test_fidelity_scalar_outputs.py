@@ -225,9 +225,12 @@ def test_a_trim_moving_a_one_value_output_is_refused(
     assert fid["relative_error_max"] <= fid["relative_error_limit"] == pytest.approx(0.14142, abs=1e-5)
     said = " ".join(out.split())
     assert "max relative error" in said
-    assert "min cosine ≥ 0.99 (outputs of one value per row: relative error ≤ 14.14%)" in said
+    # no output scored by cosine (cosine_min None): the gate quotes no cosine bound it never checked
+    gate = "relative error ≤ 14.14% (outputs of one value per row, from min cosine 0.99)"
+    assert f"gate: {gate}, no top-1 check" in said and "min cosine ≥" not in said
     md = (tmp_path / "out" / "report.md").read_text()
     assert "relative error max:" in md and "Plans refused for fidelity" in md
+    assert f"- trim gate: {gate}, no top-1 check" in md and "min cosine ≥" not in md
 
 
 def test_scoring_of_outputs_beside_logits() -> None:
@@ -258,13 +261,42 @@ def test_the_gate_phrase_names_the_checks_other_outputs_got() -> None:
     from deployopt.report import describe_gate, gate_checks
 
     gate = {"min_cosine": 0.99, "min_top1": 0.99, "enforced": True}
-    fid = {"top1_agreement": None, "per_output": [{"scored_by": EXACT}, {"scored_by": RELATIVE}]}
+    fid = {
+        "top1_agreement": 1.0,
+        "per_output": [{"scored_by": COSINE}, {"scored_by": EXACT}, {"scored_by": RELATIVE}],
+    }
     assert describe_gate(gate, **gate_checks(fid)) == (
         "min cosine ≥ 0.99 (outputs of one value per row: relative error ≤ 14.14%), "
-        "integer outputs' exact match ≥ 99%, enforced"
+        "top-1 agreement ≥ 99%, integer outputs' exact match ≥ 99%, enforced"
     )
     old = {"top1_agreement": 1.0, "per_output": [{"name": "logits"}]}  # a journal's from before
     assert describe_gate(gate, **gate_checks(old)) == describe_gate(gate)
+    assert describe_gate(gate, **gate_checks({"top1_agreement": 1.0})) == describe_gate(gate)
+
+
+def test_the_gate_phrase_quotes_no_cosine_where_no_output_was_scored_by_it() -> None:
+    """Every output one value per row or integer (the report's cosine_min None): the phrase said
+    "min cosine ≥ 0.99" of a cosine no output was held to. Now the relative-error and exact-match
+    bounds alone, the cosine named only as where the relative error's bound comes from."""
+    from deployopt.report import describe_gate, gate_checks
+
+    gate = {"min_cosine": 0.99, "min_top1": 0.99, "enforced": False}
+    no_cosine = {"cosine_min": None, "top1_agreement": None}
+    both = {**no_cosine, "per_output": [{"scored_by": EXACT}, {"scored_by": RELATIVE}]}
+    assert gate_checks(both) == {"top1": False, "relative": True, "exact": True, "cosine": False}
+    assert describe_gate(gate, **gate_checks(both)) == (
+        "relative error ≤ 14.14% (outputs of one value per row, from min cosine 0.99), "
+        "integer outputs' exact match ≥ 99%, reported only (--no-fidelity-gate)"
+    )
+    relative = {**no_cosine, "per_output": [{"scored_by": RELATIVE}]}
+    assert describe_gate(gate, **gate_checks(relative)) == (
+        "relative error ≤ 14.14% (outputs of one value per row, from min cosine 0.99), "
+        "no top-1 check (no output is N×classes), reported only (--no-fidelity-gate)"
+    )
+    integers = {**no_cosine, "per_output": [{"scored_by": EXACT}, {"scored_by": EXACT}]}
+    assert describe_gate(gate, **gate_checks(integers)) == (
+        "integer outputs' exact match ≥ 99%, reported only (--no-fidelity-gate)"
+    )
 
 
 def test_resume_compares_again_the_plans_an_old_journal_passed_by_cosine(

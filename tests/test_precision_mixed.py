@@ -366,6 +366,44 @@ def test_a_bf16_model_on_ort_is_refused_in_optimizes_words(
     ), err
 
 
+@pytest.mark.parametrize(
+    ("build", "typed", "advice"),
+    [
+        (
+            fp32_convs_fp16_classifier,
+            "mixed fp32/fp16",
+            ", and a run records one precision; type it fp16 throughout with `deployopt fp16` first, "
+            "or use the tensorrt backend",
+        ),
+        (_bf16_model, "bf16", ""),
+    ],
+)
+def test_optimize_on_ort_refuses_a_model_typed_as_it_cannot_run_in_benchs_words(
+    build: Any,
+    typed: str,
+    advice: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """optimize --backend ort, no --dtype, on a model typed mixed fp32/fp16 (fp32 convs, an fp16
+    Gemm) or bf16: it said "backend 'ort' cannot run mixed fp32/fp16 (it runs fp32, fp16, int8)",
+    naming neither the model nor what to do, where bench's line says both. Now bench's line."""
+    src = tmp_path / "mixed.onnx"
+    onnx.save(build(), src)
+    assert typed_precision(onnx.load(src)) == typed
+    line = f"error: backend 'ort' cannot run {typed} (it runs fp32, fp16, int8): mixed.onnx is typed {typed}"
+    line += advice
+    args = ["--target", "t4", "--max-evals", "4", "-o", str(tmp_path / "out")]
+    code, _out, err = run_cli(monkeypatch, capsys, "optimize", str(src), "--backend", "ort", *args)
+    assert code == 2 and " ".join(err.split()) == line, err
+    assert not (tmp_path / "out").exists()
+    code, _out, err = run_cli(
+        monkeypatch, capsys, "bench", str(src), "-b", "ort", "--runs", "3", "--warmup", "1"
+    )
+    assert code == 2 and " ".join(err.split()) == line, err  # the same words as bench's
+
+
 # ---- bug 6: W8A16 Q/DQ models were priced and labelled int8
 
 

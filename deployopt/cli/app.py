@@ -435,8 +435,9 @@ def progress_bar(disable: bool) -> Progress:
     """The live bar on stderr of a long measurement (optimize's sweep and evaluations, calibrate's
     and staircase's convs): what, a bar, done/total, elapsed; gone once done, off with `disable`
     (--json). When stderr is not a terminal (a pipe, a CI log, `nohup ... > log 2>&1`), plain
-    `progress:` lines instead, of a task that takes a while (deployopt.cli.progress.LineProgress):
-    a run of an hour on a board said nothing until its end, hung or slow alike."""
+    `progress:` lines instead, of a task that takes a while (deployopt.cli.progress.LineProgress),
+    one each interval while it runs, advanced or not: a run of an hour on a board said nothing
+    until its end, hung or slow alike, and a hung one now keeps saying where it is stuck."""
     if not disable and not err_console.is_terminal:
         return LineProgress(err_console)
     return Progress(

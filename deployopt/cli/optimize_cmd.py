@@ -41,6 +41,7 @@ from deployopt.cli.app import (
     timeout_option,
     timing_cache_option,
 )
+from deployopt.cli.progress import LineProgress
 from deployopt.errors import DeployoptError
 from deployopt.report import clock_slowdown_note, describe_gate, gate_checks
 from deployopt.targets import sm_count
@@ -228,6 +229,10 @@ def optimize_command(
     dtype_default = dtype is None
     if dtype is None:  # int8 for a Q/DQ model, else fp16 where the backend runs it (the deployment case)
         dtype = default_dtype(b, model, deployment=True)
+        if dtype not in b.dtypes:  # the model's own typing (ort: bf16, mixed fp32/fp16): bench's words
+            from deployopt.precision import cannot_run_typed
+
+            raise DeployoptError(cannot_run_typed(b.name, b.dtypes, Path(model).name, dtype))
     cfg = OptimizeConfig(
         model_path=model,
         target=target or "",  # --remote without --target: the board's, read below
@@ -287,6 +292,8 @@ def optimize_command(
     try:
         with progress:
             result = optimizer.run()
+            if isinstance(progress, LineProgress):  # a search over short of --max-evals: done, not stopped
+                progress.finish()
     except KeyboardInterrupt:
         if optimizer.finished:  # in the cleanup after the results: said "resume" over a finished run
             raise Interrupted(

@@ -6,6 +6,7 @@ file a `LineProgress`, which the callers drive with the same calls (add_task, up
 
     progress: per-layer sweep 0/423 (30.0 s)
     progress: per-layer sweep 48/423 (1 min 02 s)
+    progress: per-layer sweep 48/423 (1 min 32 s)
     progress: per-layer sweep 423/423 (9 min 41 s, done)
 """
 
@@ -20,7 +21,8 @@ from rich.console import Console
 from rich.progress import GetTimeCallable, Progress, Task, TaskID
 
 #: Seconds of wall time between two lines of one task, and before its first: a task over sooner
-#: prints nothing. Tests set it to 0 (every change a line).
+#: prints nothing; one still running prints a line at least this often, advanced or not. Tests set
+#: it to 0 (every change a line).
 PROGRESS_INTERVAL_S = 30.0
 
 
@@ -41,13 +43,15 @@ def _count(value: float) -> str:
 @dataclass
 class _Lines:
     """What one task has printed: whether any line, when and at which count the last (the task's
-    start, before its first), whether its end; and the timer of its first line."""
+    start, before its first), whether its end; and the timer of its next line, `armed` counting
+    the timers started, so that one replaced while it waited for the lock prints nothing."""
 
     last_at: float
     last_done: float
     printed: bool = False
     ended: bool = False
     timer: Optional[threading.Timer] = None
+    armed: int = 0
 
 
 class LineProgress(Progress):
@@ -56,9 +60,12 @@ class LineProgress(Progress):
 
     - once the task has run `interval` seconds (PROGRESS_INTERVAL_S) unfinished, a line, whether
       or not it advanced (a timer prints it): a run stuck in its first step says where it is;
-    - then, while it advances, a line at a change at least `interval` after the last line;
+    - then a line each `interval` after the last while it runs unfinished, advanced or not (the
+      timer again; a change at least `interval` after the last line prints it too): a run hung
+      midway keeps saying so, the same count with a growing elapsed time, and a log tailed never
+      goes silent on a task still open. At most one line a task per `interval`;
     - at its end (its count reaches its total, or the `with` block ends) a last line, marked
-      `done`, or `stopped` when the block ends in an exception.
+      `done`, or `stopped` when the block ends in an exception or the task short of its total.
 
     A task over within `interval` prints nothing, its end included: the command's summary says what
     it did (`per-layer sweep: 423 shapes, 423 timed in 3.6 s`), a log tailed for a 10-60 minute run
@@ -93,15 +100,13 @@ class LineProgress(Progress):
     ) -> TaskID:
         task_id = super().add_task(description, start, total, completed, visible, **fields)
         with self._mutex:
-            lines = self._lines[task_id] = _Lines(last_at=self.get_time(), last_done=completed)
+            self._lines[task_id] = _Lines(last_at=self.get_time(), last_done=completed)
             if self._stopped:
                 return task_id
             if self.interval <= 0:  # every step a line, the start's included
                 self._say(task_id)
             else:
-                lines.timer = threading.Timer(self.interval, self._overdue, (task_id,))
-                lines.timer.daemon = True
-                lines.timer.start()
+                self._arm(task_id, self.interval)
         return task_id
 
     def update(
@@ -140,14 +145,28 @@ class LineProgress(Progress):
         super().remove_task(task_id)
 
     def stop(self) -> None:
-        """The end line of each task still open that printed a line, and no line after."""
+        """The end line of each task still open that printed a line, and no line after: `stopped`
+        on an exception or for a task short of its total (a sweep given up on said `done` at
+        0/10), else `done` (a task of no total ends where it ends)."""
         with self._mutex:
             if not self._stopped:
                 for task_id, lines in self._lines.items():
                     if not lines.ended:
-                        self._end(task_id, "stopped" if self._failed else "done")
+                        task = self._tasks[task_id]
+                        short = task.total is not None and task.completed < task.total
+                        self._end(task_id, "stopped" if self._failed or short else "done")
                 self._stopped = True
         super().stop()
+
+    def finish(self) -> None:
+        """Each task still open ended `done` at its count, short of its total or not: for a caller
+        whose work is over though a total was not reached (optimize's search, converged before
+        --max-evals), which `stop` would otherwise end `stopped`."""
+        with self._mutex:
+            if not self._stopped:
+                for task_id, lines in self._lines.items():
+                    if not lines.ended:
+                        self._end(task_id, "done")
 
     def __exit__(
         self,
@@ -175,15 +194,39 @@ class LineProgress(Progress):
                 if not lines.ended:
                     self._end(task_id, "done")
                 return
-            lines.ended = False  # a total raised past the count: open again
+            if lines.ended:  # a total raised past the count: open again, its heartbeat with it
+                lines.ended = False
+                self._arm(task_id, max(self.interval - (self.get_time() - lines.last_at), 0.0))
             if task.completed != lines.last_done and self.get_time() - lines.last_at >= self.interval:
                 self._say(task_id)
 
-    def _overdue(self, task_id: TaskID) -> None:
-        """The timer's: the first line of a task still running `interval` after it began."""
+    def _arm(self, task_id: TaskID, delay: float) -> None:
+        """The task's timer, `delay` seconds from now, in place of the one before (of interval 0: none)."""
+        lines = self._lines[task_id]
+        if lines.timer:
+            lines.timer.cancel()
+        if self.interval <= 0:
+            lines.timer = None
+            return
+        lines.armed += 1
+        lines.timer = threading.Timer(delay, self._overdue, (task_id, lines.armed))
+        lines.timer.daemon = True
+        lines.timer.start()
+
+    def _overdue(self, task_id: TaskID, armed: Optional[int] = None) -> None:
+        """The timer's (`armed` its number; a test calls it without): a line of a task still open
+        `interval` after its last line (or its start), advanced or not, and the timer again; early
+        (a clock of its own, a timer woken early), the timer again for what is left."""
         with self._mutex:
             lines = self._lines.get(task_id)
-            if lines is not None and not (self._stopped or lines.ended or lines.printed):
+            if lines is None or self._stopped or lines.ended:
+                return
+            if armed is not None and armed != lines.armed:  # replaced while it waited for the lock
+                return
+            left = self.interval - (self.get_time() - lines.last_at)
+            if left > 0:
+                self._arm(task_id, left)
+            else:
                 self._say(task_id)
 
     def _end(self, task_id: TaskID, how: str) -> None:
@@ -195,9 +238,12 @@ class LineProgress(Progress):
             self._say(task_id, how)
 
     def _say(self, task_id: TaskID, end: str = "") -> None:
+        """The task's line; unless its end, its timer re-armed: the next line `interval` from now."""
         task = self._tasks[task_id]
         lines = self._lines[task_id]
         lines.printed, lines.last_at, lines.last_done = True, self.get_time(), task.completed
+        if not end and not lines.ended:
+            self._arm(task_id, self.interval)
         self.console.print(
             self.line(task, end), markup=False, highlight=False, emoji=False, soft_wrap=True, style=None
         )

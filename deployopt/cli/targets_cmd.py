@@ -180,12 +180,13 @@ def _check_remote(remote: str | None, measure: str | None, sms: int | None) -> s
     return measure
 
 
-def _timed_in_chunks(session: Any, shapes: list[ConvShape], what: str) -> list[Any]:
+def _timed_in_chunks(session: Any, shapes: list[ConvShape], what: str, as_json: bool) -> list[Any]:
     """session.measure_convs over `shapes`, SWEEP_CHUNK at a time, with a progress bar on stderr:
     on a board every conv is a TensorRT engine build (seconds each on a Nano), and a sweep of 64
-    said nothing for its whole length."""
+    said nothing for its whole length. --json (`as_json`) turns it off, as optimize's: no bar on a
+    terminal, no `progress:` lines in a log."""
     timings: list[Any] = []
-    with progress_bar(disable=False) as progress:
+    with progress_bar(disable=as_json) as progress:
         task = progress.add_task(what, total=len(shapes))
         for start in range(0, len(shapes), SWEEP_CHUNK):
             timings += session.measure_convs(shapes[start : start + SWEEP_CHUNK])
@@ -659,7 +660,7 @@ def staircase_command(
             _warn_measured_elsewhere(session, measure, tgt)
             where = f"{measure} at {remote}" if remote else measure
             sweep = [shape.with_out_channels(k) for k in ks]
-            timings = _timed_in_chunks(session, sweep, f"timing {len(sweep)} convs on {where}")
+            timings = _timed_in_chunks(session, sweep, f"timing {len(sweep)} convs on {where}", as_json)
         _warn_measured_elsewhere(None, measure, tgt, timings[0].environment if timings else None)
     doc = staircase_doc(tgt, shape, dtype, ks, timings, measure)
     params = tgt.wave_params(dtype)
@@ -869,7 +870,8 @@ def calibrate_command(
                 note_cudnn_search(backend, sms, cudnn_engines, cudnn_benchmark)
             each = ", a TensorRT engine build each on the board" if remote else ""
             console.print(f"measuring {len(shapes)} convs ({dt}) on {where}{each} …", highlight=False)
-            timings = _timed_in_chunks(session, shapes, f"{dt}: timing convs on {where}")
+            # calibrate has no --json: its stdout is the notes and the profile's path
+            timings = _timed_in_chunks(session, shapes, f"{dt}: timing convs on {where}", as_json=False)
         env = timings[0].environment if timings else {}
         envs += [t.environment for t in timings]
         points = []
