@@ -1607,27 +1607,21 @@ def low_precision_overflow(
     design) are not checked, and an input of theirs that holds inf or NaN counts as non-finite (an
     Add of such a mask is not where an overflow starts).
 
-    An fp32 model costs no more than a look at its types: a file is read without its tensors' data
-    (`_weightless_read`), a ModelProto's fields are read in place (no copy, no serialization); the
-    whole model is loaded only when it has fp16/bf16 types. Then: one copy of it (for a ModelProto
-    or a file alike), shape inference on a copy without its weights' data, one session and one run
-    per sample (at most `samples`), all the fp16 intermediates of one run held at once, estimated
+    An fp32 model costs no more than a look at its types: a ModelProto's fields are read in place
+    (no copy, no serialization; verify hands over the model it read already), a file is loaded
+    without its external data. Then, for an fp16/bf16 model: one copy of it, shape inference on a
+    copy without its weights' data, one session and one run per sample (at most `samples`), all
+    the fp16 intermediates of one run held at once, estimated
     from the inferred shapes at the fed input shapes (LOW_PRECISION_MAX_BYTES, else skipped with
     the reason); a tensor whose size stays unknown there (data-dependent: NonZero, a Resize to
     computed sizes) is counted as large as the largest known one (or the largest fed input when
     none is known), an estimate, not a bound. `input_names`: the calibration arrays' keys in input
     order, matched to the model's inputs by name, else by position (as compare_models feeds the
     candidate)."""
-    from deployopt.model import _weightless, uses_external_data
+    from deployopt.model import uses_external_data, weightless
 
     owned = not isinstance(model, onnx.ModelProto)
-    whole = None  # the file loaded whole, where it could not be read without its tensors' data
-    if owned:
-        look = _weightless_read(Path(model))
-        if look is None:  # not read so (a pipe, a file protobuf's walk here refused): load it whole
-            look = whole = onnx.load(str(model), load_external_data=False)
-    else:
-        look = model
+    look = onnx.load(str(model), load_external_data=False) if owned else model
     held_types = _low_types_held(look)
     if not held_types:
         return None
@@ -1638,16 +1632,15 @@ def low_precision_overflow(
 
     if uses_external_data(look):
         return skipped("its weights are in external data")
-    size = Path(model).stat().st_size if owned else model.ByteSize()
+    size = Path(model).stat().st_size if owned else look.ByteSize()
     if size > LOW_PRECISION_MAX_MODEL_BYTES:
         return skipped(f"the model is over {LOW_PRECISION_MAX_MODEL_BYTES >> 20} MiB")
     if not calib.samples:
         return skipped("no calibration samples")
     if owned:  # the one copy: changed below, then into the fp32-magnitude model
+        m = look
         del look
-        m = whole if whole is not None else onnx.load(str(model), load_external_data=False)
-        del whole
-    else:  # verify's own copy (node names made unique): left as it was
+    else:  # the caller's model: left as it was
         m = onnx.ModelProto()
         m.CopyFrom(model)
     keys = list(input_names) if input_names is not None else list(calib.samples[0])
@@ -1666,7 +1659,7 @@ def low_precision_overflow(
                 d.Clear()
                 d.dim_value = int(n)
     try:  # types and shapes only: inferred on a copy without the weights' data
-        inferred = onnx.shape_inference.infer_shapes(_weightless(m))
+        inferred = onnx.shape_inference.infer_shapes(weightless(m))
     except Exception as exc:
         return skipped(f"onnx shape inference failed ({first_line(exc)[:120]})")
     g = inferred.graph
@@ -1823,7 +1816,7 @@ def _constant_tensors(graph: onnx.GraphProto) -> set[str]:
 def _low_types_held(model: onnx.ModelProto) -> set[str]:
     """The fp16/bf16 types a model's weights, declared tensors, casts or constants hold, in its
     subgraphs and local functions too (no inference: a model with none computes no fp16 tensor).
-    Reads types only: `_weightless_read`'s model, without the tensors' data, answers the same."""
+    Reads types only, never a tensor's data."""
     held: set[int] = set()
     graphs = [model.graph]
     nodes = [n for f in model.functions for n in f.node]
@@ -1861,123 +1854,6 @@ def _low_precision_tensors(
     typed = {o: infos[o].elem_type for o in produced if o in infos}
     low = {o: _LOW_TYPES[t] for o, t in typed.items() if t in _LOW_TYPES}
     return low or None
-
-
-#: `_weightless_read`: a tensor keeps only these fields (dims, data_type, name, external_data,
-#: data_location); the messages that hold tensors, by field number, to the kind of each
-_TENSOR_KEPT = frozenset({1, 2, 8, 13, 14})
-_WIRE_KINDS: dict[str, dict[int, str]] = {
-    "model": {7: "graph"},
-    "graph": {1: "node", 5: "tensor", 15: "sparse"},
-    "node": {5: "attribute"},
-    "attribute": {5: "tensor", 6: "graph", 10: "tensor", 11: "graph", 22: "sparse", 23: "sparse"},
-    "sparse": {1: "tensor", 2: "tensor"},
-}
-#: ... and copies a message smaller than this whole (no data worth skipping)
-_WIRE_SMALL = 4096
-
-
-def _weightless_read(path: Path) -> onnx.ModelProto | None:
-    """The model file at `path` with every tensor it holds (initializers, sparse ones, node
-    attributes, in subgraphs too) reduced to its name, type, dims and external-data fields: the
-    protobuf wire format is walked by positioned reads and the tensors' data skipped unread, so
-    deciding that a 274 MB fp32 model holds no fp16 reads a few KiB. (Not a memory map: the kernel
-    maps a large folio of page cache per fault, 47 MB of resident memory for that model's 31
-    weights.) None for what is not a regular file or not walked so (the caller then loads the file
-    whole, as before)."""
-    try:
-        if not path.is_file():
-            return None
-        with open(path, "rb") as f:
-            buf = _FileBytes(f.fileno())
-            if not len(buf):
-                return None
-            data = _wire_rewrite(buf, 0, len(buf), "model")
-        model = onnx.ModelProto()
-        model.ParseFromString(data)
-    except Exception:  # any failure: the whole load reports it its own way
-        return None
-    return model if model.HasField("graph") else None
-
-
-class _FileBytes:
-    """A file's bytes by index (one 64 KiB block kept) and by slice (one read), for `_wire_rewrite`."""
-
-    BLOCK = 1 << 16
-
-    def __init__(self, fd: int) -> None:
-        self.fd, self.size = fd, os.fstat(fd).st_size
-        self.at, self.block = -1, b""
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __getitem__(self, key: int | slice) -> Any:
-        if isinstance(key, slice):
-            data = os.pread(self.fd, key.stop - key.start, key.start)
-            if len(data) != key.stop - key.start:
-                raise ValueError("short read")
-            return data
-        start = key - key % self.BLOCK
-        if start != self.at:
-            self.at, self.block = start, os.pread(self.fd, self.BLOCK, start)
-        return self.block[key - start]
-
-
-def _varint(buf: Any, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
-
-
-def _varint_bytes(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _wire_rewrite(buf: Any, start: int, end: int, kind: str) -> bytes:
-    """The fields of the `kind` message at buf[start:end], each tensor in it cut to _TENSOR_KEPT."""
-    out = []
-    pos = start
-    subs = _WIRE_KINDS.get(kind, {})
-    while pos < end:
-        at = pos
-        key, pos = _varint(buf, pos)
-        num, wire = key >> 3, key & 7
-        body = pos
-        if wire == 0:
-            _, pos = _varint(buf, pos)
-        elif wire == 1:
-            pos += 8
-        elif wire == 5:
-            pos += 4
-        elif wire == 2:
-            n, body = _varint(buf, pos)
-            pos = body + n
-        else:
-            raise ValueError(f"wire type {wire}")
-        if pos > end:
-            raise ValueError("truncated")
-        if kind == "tensor":
-            if num in _TENSOR_KEPT:
-                out.append(buf[at:pos])
-        elif wire != 2 or num not in subs or pos - body < _WIRE_SMALL:
-            out.append(buf[at:pos])
-        else:
-            inner = _wire_rewrite(buf, body, pos, subs[num])
-            out.append(_varint_bytes(key) + _varint_bytes(len(inner)) + inner)
-    return b"".join(out)
 
 
 def _fp32_magnitudes(

@@ -702,9 +702,9 @@ _SAME_SHAPE_UNINFERRED = ("GroupNormalization",)
 def _infer(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
     """The model with its shapes inferred (in place: what inference gives is copied into it).
 
-    Inference reads a copy without the large float weights' data (`_weightless`): handed the whole
+    Inference reads a copy without the large float weights' data (`weightless`): handed the whole
     model, onnx serialized and parsed it twice, 1.8 GB of memory for a 340 MB model."""
-    skel = _weightless(model)
+    skel = weightless(model)
     try:
         inferred = onnx.shape_inference.infer_shapes(skel, strict_mode=True, data_prop=True)
     except Exception as exc:
@@ -726,7 +726,7 @@ def _infer(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
     return model
 
 
-def _weightless(model: onnx.ModelProto) -> onnx.ModelProto:
+def weightless(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy of the model whose float initializers of more than 64 elements keep their name, type
     and dims but no data: shape inference reads no more of them (data propagation reads the small
     and integer ones, kept whole)."""
@@ -744,7 +744,7 @@ def _weightless(model: onnx.ModelProto) -> onnx.ModelProto:
     return skel
 
 
-#: the float types whose large initializers `_weightless` leaves without data
+#: the float types whose large initializers `weightless` leaves without data
 _WEIGHT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16)
 
 

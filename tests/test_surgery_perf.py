@@ -129,7 +129,7 @@ def test_a_shape_inference_failure_reads_as_before(tmp_path: Path) -> None:
         [w],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    skel = model_mod._weightless(model)
+    skel = model_mod.weightless(model)
     assert list(skel.graph.initializer[0].dims) == [7, 9, 9] and not skel.graph.initializer[0].raw_data
     with pytest.raises(ModelError, match="shape inference failed") as got:
         model_mod._infer(model, tmp_path / "m.onnx")

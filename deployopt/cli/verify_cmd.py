@@ -234,22 +234,23 @@ def _outputs(names: list[str]) -> str:
     return f"outputs {', '.join(names)} each hold"
 
 
-def _loadable(path: Path) -> Path | onnx.ModelProto:
+def _loadable(path: Path) -> tuple[Path | onnx.ModelProto, onnx.ModelProto]:
     """The model file as onnxruntime will load it: the path, or, where nodes repeat a name (ONNX
     allows it, onnxruntime refuses it), the model with the names every deployopt command gives it
     (`unique_node_names`). verify of a model against its own optimize output failed there, though
-    every other command read both."""
+    every other command read both. Second, the model as read here (external data not loaded), for
+    the fp16-overflow check to read its types from rather than load the file again."""
     import onnx
 
     from deployopt.model import make_node_names_unique
 
-    nodes = onnx.load(str(path), load_external_data=False).graph.node
-    named = [n.name for n in nodes if n.name]
+    read = onnx.load(str(path), load_external_data=False)
+    named = [n.name for n in read.graph.node if n.name]
     if len(set(named)) == len(named):
-        return path
+        return path, read
     model = onnx.load(str(path))
     make_node_names_unique(model)
-    return model
+    return model, model
 
 
 @app.command("verify", rich_help_panel="Channel surgery")
@@ -345,12 +346,12 @@ def verify(
     )
     for notice in dict.fromkeys(notices + cand_notices + calib.notices):
         err_console.print(f"notice: {notice}", style="yellow", markup=False, highlight=False)
-    ref_model, cand_model = _loadable(reference), _loadable(candidate)
+    (ref_model, ref_read), (cand_model, cand_read) = _loadable(reference), _loadable(candidate)
     report = compare_models(ref_model, cand_model, calib)
     # onnxruntime CPU computes fp16 ops in fp32: an overflow shows only read back in fp16
     checks = (
         low_precision_overflow(model, calib, role, list(ref_inputs))
-        for model, role in ((ref_model, "reference"), (cand_model, "candidate"))
+        for model, role in ((ref_read, "reference"), (cand_read, "candidate"))
     )
     report.low_precision = [c for c in checks if c is not None]
     thresholds = Thresholds(
