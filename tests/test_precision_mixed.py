@@ -277,7 +277,14 @@ def _quantize(tmp_path: Path, name: str, opset: int = 17, **kw: Any) -> Path:
     src, dest = tmp_path / f"{name}_float.onnx", tmp_path / f"{name}.onnx"
     onnx.save(_tiny_float(opset), src)
     kw.setdefault("quant_format", QuantFormat.QDQ)
-    quantize_static(str(src), str(dest), Reader(), **kw)
+    try:
+        quantize_static(str(src), str(dest), Reader(), **kw)
+    except Exception as exc:  # onnxruntime 1.23 (Python 3.10's) with a newer onnx: IR 14 it cannot read
+        if "Unsupported model IR version" not in str(exc):
+            raise
+        import onnxruntime
+
+        pytest.skip(f"onnxruntime {onnxruntime.__version__}'s quantize_static writes IR it cannot read")
     return dest
 
 
