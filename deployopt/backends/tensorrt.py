@@ -44,6 +44,7 @@ from deployopt.backends.base import (
     quantized_without_int8,
 )
 from deployopt.backends.trtexec import (
+    built_precision,
     precision_phrase,
     refuse_implicit_int8,
     refuse_int8_calibration,
@@ -949,10 +950,12 @@ def time_engine(
     shapes: dict[str, list[int]],
     per_layer: bool,
     prebuilt: bool = False,
+    built: str | None = None,
 ) -> dict:
     """Deserialize and time; returns Timing JSON (and layers when per_layer). Called in the worker.
     `prebuilt`: the engine is the user's own (`bench FILE.engine`), not one built from options, so
-    `shapes` are checked against what it declares and the result says its precision is as built."""
+    `shapes` are checked against what it declares and the result says its precision is as built.
+    `built`: the precision the engine runs in where it is not options.dtype (built_precision)."""
     trt = _import_trt()
     version = trt.__version__
     api = api_for_version(version)
@@ -1013,10 +1016,10 @@ def time_engine(
         env: dict[str, Any] = {"tensorrt": version, "cuda_binding": cuda.name, "api": api}
         # held down by power or heat during the loop, and how long; the busy SM clock (as torch's)
         record_in_environment(env, before, after)
-        env["dtype"] = options.dtype
+        env["dtype"] = built or options.dtype
         # the shape each input ran at (batch included): compare flags a pair timed at others
         env["input_shapes"] = {io.name: [int(d) for d in io.shape] for io in ios if io.is_input}
-        what = f"({precision_phrase(options.dtype, version)})"
+        what = f"({precision_phrase(env['dtype'], version, options.dtype)})"
         if prebuilt:
             mark_prebuilt(env, options.dtype)
             what = f"of {PREBUILT}"
@@ -1091,7 +1094,8 @@ def build_and_time(
                 moved = engine_path_for(workdir, model_path, options.dtype, after)
                 os.replace(engine_path, moved)
                 engine_path, key = moved, after
-    out = time_engine(str(engine_path), options, shapes, per_layer)
+    built_as = built_precision(options.dtype, trt.__version__, model_path)  # TensorRT 11: as typed
+    out = time_engine(str(engine_path), options, shapes, per_layer, built=built_as)
     out["timing"]["environment"].update(
         {"engine": str(engine_path), "engine_built_now": built, "engine_key": key}
     )

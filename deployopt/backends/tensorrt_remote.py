@@ -147,16 +147,41 @@ def model_input_dims(model_path: Path, options: MeasureOptions) -> dict[str, lis
     }
 
 
-def calibration_npy(options: MeasureOptions, model_name: str, dims: dict[str, list[int]], dest: Path) -> Path:
+def model_input_dtypes(model_path: Path) -> dict[str, Any]:
+    """Each graph input's numpy dtype, read from the file's header (no weight data): what the
+    calibration data must be able to hold (deployopt.fidelity.check_fed_types)."""
+    import onnx
+
+    model = onnx.load(str(model_path), load_external_data=False)
+    init = {i.name for i in model.graph.initializer}
+    return {
+        inp.name: onnx.helper.tensor_dtype_to_np_dtype(inp.type.tensor_type.elem_type).type
+        for inp in model.graph.input
+        if inp.name not in init and inp.type.tensor_type.elem_type
+    }
+
+
+def calibration_npy(
+    options: MeasureOptions,
+    model_name: str,
+    dims: dict[str, list[int]],
+    dest: Path,
+    dtypes: dict[str, Any] | None = None,
+) -> Path:
     """The calibration data made into the one .npy the runner's --calib-npy reads (N items shaped
     like one batch item of the model's input, `dims`: model_input_dims), written to `dest`: the
     samples the local tensorrt backend calibrates on (deployopt.fidelity's loader,
     --mean/--std/--scale/--bgr/--resize for images, at most DEFAULT_CALIBRATION_COUNT), stacked.
-    The runner calibrates a single input from one .npy: a model with more is one line."""
+    The runner calibrates a single input from one .npy: a model with more is one line.
+
+    `dtypes` (model_input_dims' inputs' types): the samples are checked as the local backend's
+    CalibrationBatcher checks them (check_fed_types), before anything goes to the board: normalised
+    images for a uint8 input were sent and refused only by the runner, after the copies."""
     import numpy as np
 
     from deployopt.backends.tensorrt import DEFAULT_CALIBRATION_COUNT
     from deployopt.backends.tensorrt_calibrator import calibration_notice, load_samples
+    from deployopt.fidelity import CalibrationSet, check_fed_types
 
     data = str(options.calibration_data)
     if len(dims) != 1:
@@ -169,6 +194,8 @@ def calibration_npy(options: MeasureOptions, model_name: str, dims: dict[str, li
     count = int(options.extra.get("calibration_count", DEFAULT_CALIBRATION_COUNT))
     notices: list[str] = []
     samples = load_samples(data, {name: tuple(shape)}, count, options.calibration_preprocess, notices)
+    if dtypes and any(t != np.float32 for t in dtypes.values()):  # the local path's check and words
+        check_fed_types(CalibrationSet(samples=samples, source=data, random=False), dtypes)
     np.save(dest, np.concatenate([np.asarray(s[name], dtype=np.float32) for s in samples]))
     for notice in notices:  # as the local tensorrt backend says them (once a session: made once)
         warnings.warn(calibration_notice(notice), DeployoptWarning, 2)
@@ -319,6 +346,8 @@ class RemoteRunnerSession(Session):
         timing.environment["remote"] = self.host  # "runner" already names the runner's version
         if send != model_path:
             self._typed_here(timing)
+        elif not engine:
+            self._built_as_typed(timing, model_path)
         return {"timing": timing, "layers": doc.get("layers")}
 
     def _send_calibration(
@@ -339,10 +368,12 @@ class RemoteRunnerSession(Session):
         """calibration_npy of `model_path`, made once per input shape in this session (optimize's
         candidates share their input: the images are decoded once, not once a candidate)."""
         dims = model_input_dims(model_path, self.options)
-        key = repr(sorted(dims.items()))  # all the .npy depends on, besides the session's options
+        dtypes = model_input_dtypes(model_path)
+        # all the .npy and its check depend on, besides the session's options
+        key = repr((sorted(dims.items()), sorted((n, str(t)) for n, t in dtypes.items())))
         if key not in self._calib_npys:
             dest = self._made_here() / f"calib{len(self._calib_npys) + 1}.npy"
-            self._calib_npys[key] = calibration_npy(self.options, model_path.name, dims, dest)
+            self._calib_npys[key] = calibration_npy(self.options, model_path.name, dims, dest, dtypes)
         return self._calib_npys[key]
 
     def _for_board(self, model_path: Path) -> Path:
@@ -392,6 +423,18 @@ class RemoteRunnerSession(Session):
                 raise BackendFailed(f"runner.py on {self.host}: {TENSORRT_NOT_IMPORTABLE}") from None
             raise BackendFailed(self._runner_error(exc)) from None
         return (out.strip().splitlines() or [""])[-1].strip()
+
+    def _built_as_typed(self, timing: Timing, model_path: Path) -> None:
+        """On TensorRT >= 11 an fp32 build of a model typed fp16 or mixed runs as typed (the runner
+        records the --dtype it was given): the record says the model's typing (built_precision)."""
+        from deployopt.backends.trtexec import built_precision, precision_phrase
+
+        version = timing.environment.get("tensorrt") or self.trt_version
+        built = built_precision(self.options.dtype, version, model_path)
+        if built != self.options.dtype:
+            timing.environment["dtype"] = built
+            phrase = precision_phrase(built, version, self.options.dtype)
+            timing.timed = timing.timed.replace(f"({self.options.dtype})", f"({phrase})", 1)
 
     def _typed_here(self, timing: Timing) -> None:
         """Say that this host typed the model fp16, in `timed` as trtexec says it (the runner only

@@ -161,13 +161,31 @@ def refuse_implicit_int8(version: str | None, model_name: str, has_qdq: bool) ->
         )
 
 
-def precision_phrase(dtype: str, version: str | None) -> str:
-    """The dtype as `timed` says it: on TensorRT >= 11 also where the precision came from."""
+def precision_phrase(dtype: str, version: str | None, asked: str | None = None) -> str:
+    """The dtype as `timed` says it: on TensorRT >= 11 also where the precision came from.
+    `asked`: the --dtype given, where `built_precision` recorded the model's own typing instead."""
+    if asked is not None and asked != dtype:
+        return f"{dtype} as typed in the model, asked {asked} (TensorRT 11 strong typing)"
     if strongly_typed(version) and dtype == "fp16":
         return "fp16: the model typed fp16 inside, fp32 I/O (TensorRT 11 strong typing)"
     if strongly_typed(version) and dtype == "int8":
         return "int8 from the model's Q/DQ nodes (TensorRT 11 strong typing)"
     return dtype
+
+
+def built_precision(dtype: str, version: str | None, model_path: str | os.PathLike[str]) -> str:
+    """The precision a build asked for `dtype` runs in, for the record. On TensorRT >= 11 every layer
+    runs in its model's own types and no flag changes them: --dtype fp32 of a model typed fp16,
+    bf16 or mixed (or with Q/DQ nodes) built that model as typed, and the record said fp32. Its
+    typing is recorded (precision.typed_precision: "fp16", "mixed fp32/fp16", "int8") rather than
+    refused: fp32 is these backends' default, so bench of an fp16-typed model without --dtype would
+    be refused, and a mixed model, which no --dtype names, could not be timed as deployed at all.
+    fp16 and int8 builds are what they say (typed fp16 here; INT8 only from Q/DQ nodes)."""
+    if dtype != "fp32" or not strongly_typed(version):
+        return dtype
+    from deployopt.model import file_typed_precision
+
+    return file_typed_precision(model_path)
 
 
 def board_table_name(name: str, model_path: Path) -> str:
@@ -494,6 +512,7 @@ class TrtexecSession(Session):
         self._qdq = False  # the model run() was last given has Q/DQ nodes (read for int8 only)
         self._engine: str | None = None  # where the last run's engine is (on the board with --remote)
         self._prebuilt = False  # the last model run() was given is a serialized engine (--loadEngine)
+        self._model: Path | None = None  # the ONNX file run() was last given (None: an engine, convs)
         self._input_shapes: dict[str, list[int]] = {}  # what each input of that model ran at, where known
         root = Path(options.extra.get("remote_workdir", DEFAULT_REMOTE_WORKDIR))
         run_dir = remote_run_dir(root, options) if self.remote else None  # optimize's, removed at close
@@ -534,6 +553,7 @@ class TrtexecSession(Session):
         for name in ("times.json", "profile.json", "layer_info.json"):
             (outdir / name).unlink(missing_ok=True)  # never read a previous run's exports
         self._prebuilt = is_engine_file(model_path)
+        self._model = None if self._prebuilt else model_path
         if self._prebuilt:  # loaded as it is: no ONNX read, no Q/DQ check, no fp16 typing
             refuse_engine_options(model_path, self.options.batch, self.options.calibration_data)
             shapes = dict(self.options.input_shapes)
@@ -670,7 +690,8 @@ class TrtexecSession(Session):
             raise BackendFailed("trtexec ran but wrote no --exportTimes samples")
         timing = run.timing("computeMs")
         timing.environment.update(self._env(run))
-        timing.environment["dtype"] = self.options.dtype  # compare names a dtype difference as such
+        built = self._built(run)  # compare names a dtype difference as such
+        timing.environment["dtype"] = built
         if self._input_shapes:  # the batch timed: compare flags a pair timed at other shapes
             timing.environment["input_shapes"] = self._input_shapes
         if self._engine:  # optimize keeps the chosen plan's engine (keep_engine)
@@ -678,7 +699,7 @@ class TrtexecSession(Session):
         # around the whole trtexec run, engine build included: a slowdown then is flagged too. No SM
         # clock: trtexec has exited, the GPU is idle again
         record_in_environment(timing.environment, before, after, busy_clock=False)
-        dtype = precision_phrase(self.options.dtype, self.version or run.version)
+        dtype = precision_phrase(built, self.version or run.version, self.options.dtype)
         dtype += ", placeholder INT8 ranges" if self.placeholder_int8 else ""
         what = f"({dtype})"
         if self._prebuilt:
@@ -736,7 +757,7 @@ class TrtexecSession(Session):
             send.append(copy)
             board_table = folder / copy.name
         options = self._board_options(board_table)
-        self._prebuilt = False
+        self._prebuilt, self._model = False, None  # conv models typed as the session's dtype
         runs: list[SweepRun] = []
         # per conv: Q/DQ nodes, the engine's path on the board, its input's shape (as measure records it)
         built: list[tuple[bool, str | None, dict[str, list[int]]]] = []
@@ -798,11 +819,18 @@ class TrtexecSession(Session):
             raise BackendFailed("trtexec wrote no per-layer profile (--exportProfile)")
         prof = run.profile()
         prof.environment.update(self._env(run))
-        prof.environment["dtype"] = self.options.dtype  # the precision built, as bench's result says it
+        prof.environment["dtype"] = self._built(run)  # the precision built, as bench's result says it
         if self._prebuilt:
             mark_prebuilt(prof.environment, self.options.dtype)
             prof.timed = prebuilt_profile_timed(prof.timed)
         return prof
+
+    def _built(self, run: TrtexecRun) -> str:
+        """The precision the last model was built in (built_precision: on TensorRT >= 11 an fp32
+        build of a typed model runs as typed); --dtype for an engine or conv models."""
+        if self._model is None:
+            return self.options.dtype
+        return built_precision(self.options.dtype, self.version or run.version, self._model)
 
     def _env(self, run: TrtexecRun) -> dict[str, Any]:
         env: dict[str, Any] = {"trtexec": self.remote + ":" + self.trtexec if self.remote else self.trtexec}
