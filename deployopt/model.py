@@ -99,6 +99,13 @@ class LoadedModel:
 #: weights are read as computed weights: their convs' groups freeze, and the model stays int8).
 _WIDE_QDQ = {TensorProto.INT16: "int16", TensorProto.UINT16: "uint16"}
 _NARROW_QDQ = {getattr(TensorProto, t): t.lower() for t in ("INT4", "UINT4") if hasattr(TensorProto, t)}
+#: ... and float types (FP8: ModelOpt's --quantize_mode fp8, FLOAT8E4M3FN; FP4): TensorRT builds
+#: them as FP8/FP4, never INT8, and deployopt has no fp8 dtype to price, time or record them in.
+_FLOAT_QDQ = {
+    getattr(TensorProto, t): t.lower()
+    for t in dir(TensorProto)
+    if t.startswith(("FLOAT8", "FLOAT4")) and isinstance(getattr(TensorProto, t), int)
+}
 
 
 def _qdq_types(model: onnx.ModelProto) -> tuple[dict[str, int], set[str]]:
@@ -127,7 +134,10 @@ def _refuse_unpriced_qdq(model: onnx.ModelProto, nodes: list[onnx.NodeProto]) ->
     """One ModelError line for a Q/DQ model quantized to a type deployopt neither prices nor labels:
     W8A16 (uint16 activations) was priced, timed and recorded as int8 ("int8 from the model's Q/DQ
     nodes"). The type is the zero point's, else QuantizeLinear's `output_dtype` (opset 21), else
-    uint8 (its default); a DequantizeLinear's is its input's. An unknown type is taken as 8-bit."""
+    uint8 (its default); a DequantizeLinear's is its input's. An unknown type is taken as 8-bit.
+    FP8/FP4 Q/DQ (weights or activations) is refused too: it was labelled, priced and timed int8
+    ("int8 from the model's Q/DQ nodes") where TensorRT builds FP8; refused rather than labelled
+    fp8, as no backend, LUT or price deployopt has knows an fp8 dtype."""
     types, consts = _qdq_types(model)
     quantized_consts = {  # a float weight -> Q -> DQ (pytorch-quantization, ModelOpt): still a weight
         n.output[0] for n in nodes if n.op_type == "QuantizeLinear" and n.input and n.input[0] in consts
@@ -141,12 +151,19 @@ def _refuse_unpriced_qdq(model: onnx.ModelProto, nodes: list[onnx.NodeProto]) ->
             elem = types.get(node.input[0]) if node.input else None
             elem = elem or (types.get(zp) if zp else None)
         weight = bool(node.input) and (node.input[0] in consts or node.input[0] in quantized_consts)
+        what = "weights" if weight else "activations"
+        name = node.name or f"{node.op_type} node {i}"
+        fp = _FLOAT_QDQ.get(elem or 0)
+        if fp is not None:
+            raise ModelError(
+                f"{node.op_type} {name!r} quantizes {what} to {fp}: FP{fp[5]} Q/DQ, which TensorRT "
+                "builds as such, not INT8; deployopt prices and labels int8 only (quantize with "
+                "--quantize_mode int8, or time the float model)"
+            )
         wide = _WIDE_QDQ.get(elem or 0)
         narrow = None if weight else _NARROW_QDQ.get(elem or 0)
         if wide is None and narrow is None:
             continue
-        what = "weights" if weight else "activations"
-        name = node.name or f"{node.op_type} node {i}"
         if wide:
             kind = "W8A16" if not weight else "16-bit weights"
             raise ModelError(
