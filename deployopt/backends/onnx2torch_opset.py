@@ -263,3 +263,60 @@ def to_onnx2torch_opset(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
             if imp.domain in ("", "ai.onnx"):
                 imp.version = TARGET
     return out
+
+
+#: what onnx2torch names itself beside the nodes' submodules: its initializers' container, their
+#: buffers, a multi-output node's getitem (`torch_nodes[name + '_split_output']`)
+_ONNX2TORCH_OWN = "initializers"
+_ONNX2TORCH_PREFIX, _ONNX2TORCH_SUFFIX = "onnx_initializer_", "_split_output"
+
+
+def _submodule_name(domain: str, name: str) -> str:
+    """onnx2torch's name for a node's submodule (OnnxGraph.generate_node_name, before repeats)."""
+    return (f"{domain}/" + name).lstrip("/")
+
+
+def torch_safe_node_names(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """(`model` with nodes renamed where onnx2torch's submodule name would clash, {new name: the
+    node's own name, or its op type when unnamed}); the model itself and {} when none would.
+
+    Why: onnx2torch adds each node as a submodule named after the node. A node named `half`,
+    `float`, `to`, `forward`, `eval`, `type`, `training` ... (any attribute of a torch.fx
+    GraphModule) failed the conversion ("attribute 'half' already exists"), and one named as a
+    graph input silently took that input's place in every later node's arguments (wrong outputs).
+    A clashing or repeated name gets `_1`, `_2` ... (as onnx2torch numbers repeats); the
+    profile maps the submodules back to the original node names with the returned dict."""
+    import torch
+
+    reserved = set(dir(torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph())))
+    reserved |= {_ONNX2TORCH_OWN, *(i.name for i in model.graph.input)}
+    taken: set[str] = set()
+
+    def clashes(key: str) -> bool:
+        return (
+            key in reserved
+            or key in taken
+            or key.startswith(_ONNX2TORCH_PREFIX)
+            or key.endswith(_ONNX2TORCH_SUFFIX)
+        )
+
+    renamed: dict[int, str] = {}  # node index -> its new name, where onnx2torch's would clash
+    for i, node in enumerate(model.graph.node):
+        own = node.name.replace(".", "/") or node.op_type  # what onnx2torch names it by
+        base = f"node_{own}" if own.startswith(_ONNX2TORCH_PREFIX) else own
+        name, k = base, 1
+        while clashes(_submodule_name(node.domain, name)):
+            name, k = f"{base}_{k}", k + 1
+        taken.add(_submodule_name(node.domain, name))
+        if name != own:
+            renamed[i] = name
+    if not renamed:
+        return model, {}
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    names = {}
+    for i, name in renamed.items():
+        node = out.graph.node[i]
+        names[name] = node.name or node.op_type
+        node.name = name
+    return out, names

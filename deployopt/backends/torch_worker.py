@@ -298,7 +298,8 @@ class Worker:
             require_memory(est, free, model, "torch, GPU memory")
 
     def load(self, req: dict[str, Any]) -> tuple[Any, list[Any], Any, dict[str, list[int]]]:
-        """(torch module, inputs, onnx model, the inputs' shapes as timed) for a request's model."""
+        """(torch module, inputs, onnx model converted, the inputs' shapes as timed) for a request's
+        model. The module's ONNX_NAMES attribute maps the nodes renamed for onnx2torch back."""
         from deployopt.backends.ort import prepare_model
         from deployopt.errors import DeployoptError
 
@@ -316,12 +317,13 @@ class Worker:
                 f"onnx2torch cannot be imported ({_first_line(exc)}): pip install 'deployopt[torch]'",
             ) from None
         name = os.path.basename(req["path"])
-        from deployopt.backends.onnx2torch_opset import to_onnx2torch_opset
+        from deployopt.backends.onnx2torch_opset import to_onnx2torch_opset, torch_safe_node_names
 
         try:  # what torch's default exporter writes (opset 18-20) in the opset-17 ops onnx2torch reads
             model = to_onnx2torch_opset(loaded.model, name)
         except DeployoptError as exc:
             raise WorkerError(type(exc).__name__, str(exc)) from None
+        model, renamed = torch_safe_node_names(model)  # a node named `half` or as an input: not the module's
         try:
             module = convert(model)
         except NotImplementedError as exc:
@@ -347,6 +349,7 @@ class Worker:
                 if self.cuda and t.dim() == 4:
                     t = t.contiguous(memory_format=torch.channels_last)
             inputs.append(t)
+        setattr(module, ONNX_NAMES, renamed)  # with the module it names: load's callers stub load
         return module, inputs, model, dict(loaded.input_shapes)  # model: its node names are the module's
 
     def _forward(self, module: Any, inputs: list[Any], name: str) -> Any:
@@ -495,8 +498,9 @@ class Worker:
             raise WorkerError("DeployoptError", "--kernels needs a CUDA GPU (no kernel trace on the CPU)")
         name = os.path.basename(req["path"])
         module, inputs, model, shapes = self.load(req)
+        renamed: dict[str, str] = getattr(module, ONNX_NAMES, {})
         batch = _batch_of(shapes)
-        node_of = module_to_onnx_node(model)
+        node_of = {m: renamed.get(n, n) for m, n in module_to_onnx_node(model).items()}
         children = [(n, m) for n, m in module.named_children() if n in node_of]
         stack: list[Any] = []
 
@@ -554,7 +558,7 @@ class Worker:
         times = {n: m for n, (m, _) in stats.items()}
         total = sum(times.values()) or 1.0
         last = attributed[max(attributed)] if attributed else {}
-        op_of = {n.name: n.op_type for n in model.graph.node}
+        op_of = {renamed.get(n.name, n.name): n.op_type for n in model.graph.node}
         layers = []
         for n in ordered:
             node = node_of.get(n)
@@ -590,6 +594,11 @@ class Worker:
             shapes, self.dtype_name, samples=self.runs, benchmark=self.cudnn_benchmark
         )
         return {"results": results, "environment": self.environment(), "where": self._where(None)}
+
+
+#: the attribute of a loaded module holding {node name in the model converted: the file's name}
+#: for the nodes torch_safe_node_names renamed (a node named `half` clashes with Module.half)
+ONNX_NAMES = "_deployopt_onnx_names"
 
 
 def module_to_onnx_node(model: Any) -> dict[str, str]:
