@@ -53,13 +53,25 @@ def _retrained(value: np.ndarray, rng: np.random.Generator, quantized: bool) -> 
     return value
 
 
+def _settings(model: onnx.ModelProto) -> set[str]:
+    """The constants `model` reads as op settings (Clip bounds, Resize scales...), which retraining
+    keeps (check_graph compares them: `registry._SETTING_INPUTS`)."""
+    slots = registry_mod._SETTING_INPUTS
+    return {n.input[i] for n in model.graph.node for i in slots.get(n.op_type, ()) if i < len(n.input)}
+
+
 def retrain(model: onnx.ModelProto, seed: int = 1, *, rebuild: bool = False) -> None:
     """Give `model` other weights in place, initializers and Constant nodes alike (`rebuild`: by
-    replacing the initializer list, not each tensor's contents)."""
+    replacing the initializer list, not each tensor's contents); its settings (`_settings`) stay."""
     rng = np.random.default_rng(seed)
     quantized = _dequantized_data(model)
+    kept = _settings(model)
     new = []
     for t in model.graph.initializer:
+        if t.name in kept:
+            new.append(onnx.TensorProto())
+            new[-1].CopyFrom(t)
+            continue
         value = _retrained(numpy_helper.to_array(t), rng, t.name in quantized)
         new.append(numpy_helper.from_array(value, t.name))
     if rebuild:
@@ -69,7 +81,7 @@ def retrain(model: onnx.ModelProto, seed: int = 1, *, rebuild: bool = False) -> 
         for t, n in zip(model.graph.initializer, new):
             t.CopyFrom(n)
     for node in model.graph.node:
-        if node.op_type == "Constant":
+        if node.op_type == "Constant" and node.output[0] not in kept:
             for a in node.attribute:
                 if a.name == "value":
                     value = _retrained(numpy_helper.to_array(a.t), rng, node.output[0] in quantized)

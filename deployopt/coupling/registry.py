@@ -234,8 +234,9 @@ class CouplingState:
         """A PlanError unless `model` has the analysed graph: the same nodes (names, op types,
         inputs, outputs and attributes; a tensor attribute's type and shape), graph inputs and
         outputs, initializer names, types and shapes, and the same values of the integer constants
-        the walk read (shapes, axes, zero points). Weights are never compared, only their types and
-        shapes: reading them would cost as much as the model. The analysed model itself (weights
+        the walk read (shapes, axes, zero points) and of the small float settings (Clip bounds,
+        Resize scales, Pad values: `_settings_difference`). Weights are never compared, only their
+        types and shapes: reading them would cost as much as the model. The analysed model itself (weights
         changed in place, say) checks only its initializers' types and shapes."""
         other = model is not self.model
         why = _graph_difference(self, model) if other else None
@@ -894,6 +895,56 @@ def _values_difference(st: CouplingState, model: onnx.ModelProto) -> Optional[st
             continue
         now_arr = consts(name)
         if now_arr is None or not np.array_equal(now_arr, arr):
+            return f"constant {name!r} holds other values"
+    return _settings_difference(st, model)
+
+
+#: float constants in these inputs are an op's settings, not weights a checkpoint learns: Clip's
+#: bounds (ReLU6), Resize's roi and scales, Upsample's scales, Pad's value, Pow's exponent
+_SETTING_INPUTS = {"Clip": (1, 2), "Resize": (1, 2), "Upsample": (1,), "Pad": (2,), "Pow": (1,)}
+#: ... compared by value up to this many entries (a setting is a scalar or one per axis)
+_COMPARED_SETTINGS = 64
+_FLOAT_SETTINGS = frozenset(
+    {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16}
+)
+
+
+def _setting_values(
+    nodes: Iterable[onnx.NodeProto],
+    inits: dict[str, onnx.TensorProto],
+    const_nodes: dict[str, onnx.AttributeProto],
+) -> dict[str, np.ndarray]:
+    """The small float constants `nodes` read as settings (`_SETTING_INPUTS`), by name: only those
+    tensors are read (their sizes from their dims first), never a weight, nor external data."""
+    out: dict[str, np.ndarray] = {}
+    for node in nodes:
+        for i in _SETTING_INPUTS.get(node.op_type, ()) if node.domain in ("", "ai.onnx") else ():
+            name = node.input[i] if i < len(node.input) else ""
+            tensor = inits.get(name) if name in inits else getattr(const_nodes.get(name), "t", None)
+            if (
+                tensor is None
+                or name in out
+                or tensor.data_type not in _FLOAT_SETTINGS
+                or int(np.prod(tensor.dims, dtype=np.int64)) > _COMPARED_SETTINGS
+                or tensor.data_location == onnx.TensorProto.EXTERNAL
+            ):
+                continue
+            out[name] = numpy_helper.to_array(tensor)
+    return out
+
+
+def _settings_difference(st: CouplingState, model: onnx.ModelProto) -> Optional[str]:
+    """Which small float setting (`_setting_values`: a Clip bound, Resize scales, a Pad value)
+    holds other values in `model`, else None: ReLU6 and a clip at 8, or a 2x and a 4x upsample,
+    are other graphs whose weights a plan must not be applied to as this one's."""
+    then = _setting_values(st.nodes, st._inits, st._const_nodes)
+    if not then:
+        return None
+    inits = {t.name: t for t in model.graph.initializer if t.name in then}
+    now = _setting_values(model.graph.node, inits, _constant_values(model.graph.node))
+    for name, arr in then.items():
+        other = now.get(name)
+        if other is None or other.shape != arr.shape or not np.array_equal(other, arr, equal_nan=True):
             return f"constant {name!r} holds other values"
     return None
 
