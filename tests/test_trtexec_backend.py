@@ -172,7 +172,12 @@ def test_command_trt85_uses_mempool() -> None:
 
 def test_command_trt80_and_7x_differences() -> None:
     c80 = build_command("trtexec", M, OUT, MeasureOptions(), "8.0.1")
-    assert "--profilingVerbosity=verbose" in c80
+    # trtexec 8.0 has no --profilingVerbosity (its log says "NVTX verbosity"), and fails on an
+    # unknown option: its --nvtxMode sets the builder's verbosity
+    assert "--nvtxMode=verbose" in c80 and not any(a.startswith("--profilingVerbosity") for a in c80)
+    assert (
+        "NVTX verbosity" in (FIX / "trt8.0.1_jetson_nano_deepstream_yolo_fp16_loadEngine_log.txt").read_text()
+    )
     assert not any(a.startswith("--exportLayerInfo") for a in c80)
     c7 = build_command("trtexec", M, OUT, MeasureOptions(), "7.1.3")
     assert "--explicitBatch" in c7 and not any(a.startswith("--profilingVerbosity") for a in c7)
@@ -183,6 +188,10 @@ def test_command_build_only_flag_by_version() -> None:
     new = build_command("trtexec", M, OUT, MeasureOptions(), "8.6.1", build_only=True)
     old = build_command("trtexec", M, OUT, MeasureOptions(), "8.2.1", build_only=True)
     assert new[-1] == "--skipInference" and old[-1] == "--buildOnly"
+    # 8.4/8.5 know only --buildOnly (8.5.2's recorded log prints "Build only"); 8.6 renamed it
+    jp5 = build_command("trtexec", M, OUT, MeasureOptions(), "8.5.2", build_only=True)
+    assert jp5[-1] == "--buildOnly"
+    assert "Build only:" in (FIX / "trt8.5.2_jetson_orin_yolo_int8_verbose_log_lines1-300.txt").read_text()
     assert not any(a.startswith("--exportTimes") or a.startswith("--iterations") for a in new)
 
 

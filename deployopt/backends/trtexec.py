@@ -320,10 +320,11 @@ def build_command(
 
     Version differences handled here: --workspace (MiB, <= 8.3) vs --memPoolSize=workspace:N (8.4+,
     the only form in 10.x); --explicitBatch (needed for ONNX on 7.x, removed in 10.x);
-    --profilingVerbosity=detailed (8.2+; 8.0/8.1 called it "verbose"); --exportLayerInfo (8.2+);
-    --buildOnly (< 8.4) vs --skipInference (8.4+); no precision flag at all on 11.x (strong typing:
-    the caller passes a model typed fp16 for fp16, and only a Q/DQ model for int8; see
-    TrtexecSession.build_model).
+    --profilingVerbosity=detailed (8.2+; 8.0/8.1 have no such option, an unknown option fails the
+    run: their --nvtxMode=verbose sets the same builder verbosity); --exportLayerInfo (8.2+);
+    --buildOnly (< 8.6: 8.5.2's log says "Build only") vs --skipInference (8.6+); no precision
+    flag at all on 11.x (strong typing: the caller passes a model typed fp16 for fp16, and only a
+    Q/DQ model for int8; see TrtexecSession.build_model).
 
     A serialized engine as `model` (deployopt.prebuilt.is_engine_file) is loaded, not built:
     --loadEngine instead of --onnx/--saveEngine (trtexec refuses the two together), and none of the
@@ -369,11 +370,11 @@ def build_command(
     if v >= (8, 2):
         cmd.append("--profilingVerbosity=detailed")
     elif v >= (8, 0):
-        cmd.append("--profilingVerbosity=verbose")
+        cmd.append("--nvtxMode=verbose")
     if v >= (8, 2):
         cmd.append(f"--exportLayerInfo={outdir / 'layer_info.json'}")
     if build_only:
-        cmd.append("--skipInference" if v >= (8, 4) else "--buildOnly")
+        cmd.append("--skipInference" if v >= (8, 6) else "--buildOnly")
         return cmd
     return cmd + _inference_flags(outdir, options)
 
