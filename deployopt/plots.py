@@ -35,6 +35,11 @@ def wave_boundaries(out_channels: Sequence[int], waves: Sequence[int]) -> list[f
     ]
 
 
+def wave_label(waves: int) -> str:
+    """'1 wave', '3 waves': a plot's mark after each predicted wave boundary ('1 waves' before)."""
+    return f"{waves} wave{'' if waves == 1 else 's'}"
+
+
 def plot_staircase(
     out_channels: Sequence[int],
     path: str | os.PathLike[str],
@@ -92,7 +97,7 @@ def plot_staircase(
             for i in range(len(ks)):
                 if i == 0 or waves[i] != waves[i - 1]:
                     ax.annotate(
-                        f"{waves[i]} waves", (ks[i], ytext), fontsize=7, color="0.4", va="top", ha="left"
+                        wave_label(waves[i]), (ks[i], ytext), fontsize=7, color="0.4", va="top", ha="left"
                     )
         for k in marks:
             ax.axvline(k, color="tab:green", lw=1.0, alpha=0.7)

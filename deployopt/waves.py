@@ -90,7 +90,14 @@ class KernelFamily:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> KernelFamily:
+        if not isinstance(d, dict):  # families "x" was "dictionary update sequence element #0 …"
+            raise ValueError(f"each family must be an object, not {shown_as_json(d)}")
         d = dict(d)
+        if not isinstance(d.get("name"), str):  # a null name printed as 'None' in every error
+            raise ValueError(f"family name must be a string, not {shown_as_json(d.get('name'))}")
+        for key in ("efficiency", "epilogue_us"):  # true ran as 1.0, "1" was a TypeError
+            if key in d and not _is_number(d[key]):
+                raise ValueError(f"family {d['name']!r}: {key} must be a number, not {shown_as_json(d[key])}")
         tiles = d["tiles"]
         for t in tiles if isinstance(tiles, (list, tuple)) else [tiles]:  # [128] was an unpack traceback
             if not (isinstance(t, (list, tuple)) and len(t) == 2 and all(_whole(x) for x in t)):
@@ -127,6 +134,26 @@ FAMILY_RANGES: dict[str, tuple[float, float, str]] = {
     "epilogue_us": (0.0, 1e6, "µs per 1000 outputs"),
     "tiles": (1, 1024, "rows or columns, each side; cuDNN's are at most 256"),
 }
+
+
+def _is_number(value: Any) -> bool:
+    """A JSON number: int or float, not a bool (Python's True is 1, JSON's true is no number)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def shown_as_json(value: Any) -> str:
+    """A profile value as its JSON reader sees it, for an error: null, true, the string '5'."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    if isinstance(value, (list, tuple)):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return repr(value)
 
 
 def _whole(value: Any) -> bool:
@@ -266,24 +293,74 @@ class WaveParams:
 
     @classmethod
     def _from_json(cls, d: dict[str, Any]) -> WaveParams:
+        """Strict JSON types, so a hand edit is refused rather than coerced: float() took
+        "fixed_us": true as 1.0 and "5" as 5.0, bool("false") was True, str(None) named a fit 'None'."""
+        if not isinstance(d, dict):
+            raise ValueError(f"params must be an object, not {shown_as_json(d)}")
+
+        def number(key: str, default: float | None = None) -> float:
+            value = d[key] if default is None else d.get(key, default)
+            if not _is_number(value):
+                raise ValueError(
+                    f"{key} must be {_NUMBER_NEED.get(key, 'a number')}, not {shown_as_json(value)}"
+                )
+            return float(value)
+
+        def text(key: str, default: str | None = None) -> str:
+            value = d[key] if default is None else d.get(key, default)
+            if not isinstance(value, str):
+                raise ValueError(f"{key} must be a string, not {shown_as_json(value)}")
+            return value
+
+        fitted = d.get("fitted", False)
+        if not isinstance(fitted, bool):
+            raise ValueError(f"fitted must be true or false, not {shown_as_json(fitted)}")
+        fitted_on = d.get("fitted_on", [])
+        if not (isinstance(fitted_on, list) and all(isinstance(x, str) for x in fitted_on)):
+            # "abc" was three sweep ids, 'a', 'b' and 'c'
+            raise ValueError(
+                f"fitted_on must be an array of sweep ids (strings), not {shown_as_json(fitted_on)}"
+            )
+        families = d["families"]
+        if not isinstance(families, list):
+            raise ValueError(f"families must be an array of kernel families, not {shown_as_json(families)}")
         return cls(
-            name=d["name"],
-            dtype=d["dtype"],
-            fixed_us=float(d["fixed_us"]),
-            macs_per_us_per_sm=float(d["macs_per_us_per_sm"]),
-            wave_us=float(d["wave_us"]),
-            tail_floor=float(d["tail_floor"]),
-            small_tile=float(d.get("small_tile", 0.0)),
-            families=tuple(KernelFamily.from_json(f) for f in d["families"]),
-            fitted=bool(d.get("fitted", False)),
-            source=d.get("source", ""),
-            fitted_on=tuple(d.get("fitted_on", ())),
+            name=text("name"),
+            dtype=text("dtype"),
+            fixed_us=number("fixed_us"),
+            macs_per_us_per_sm=number("macs_per_us_per_sm"),
+            wave_us=number("wave_us"),
+            tail_floor=number("tail_floor"),
+            small_tile=number("small_tile", 0.0),
+            families=tuple(KernelFamily.from_json(f) for f in families),
+            fitted=fitted,
+            source=text("source", ""),
+            fitted_on=tuple(fitted_on),
             # profiles written before the depthwise path keep its start values
-            dw_fixed_us=float(d.get("dw_fixed_us", cls.dw_fixed_us)),
-            dw_ns_per_output=float(d.get("dw_ns_per_output", cls.dw_ns_per_output)),
-            dw_ns_per_tap=float(d.get("dw_ns_per_tap", cls.dw_ns_per_tap)),
-            dw_source=str(d.get("dw_source", cls.dw_source)),
+            dw_fixed_us=number("dw_fixed_us", cls.dw_fixed_us),
+            dw_ns_per_output=number("dw_ns_per_output", cls.dw_ns_per_output),
+            dw_ns_per_tap=number("dw_ns_per_tap", cls.dw_ns_per_tap),
+            dw_source=text("dw_source", cls.dw_source),
         )
+
+
+#: What each number of a profile's params must be, as the range checks say it (a type error and a
+#: value error of one key read alike).
+_NUMBER_NEED = {
+    **{
+        key: "a finite number >= 0"
+        for key in (
+            "fixed_us",
+            "wave_us",
+            "tail_floor",
+            "small_tile",
+            "dw_fixed_us",
+            "dw_ns_per_output",
+            "dw_ns_per_tap",
+        )
+    },
+    "macs_per_us_per_sm": "a finite number > 0",
+}
 
 
 # Dense multiply-adds per clock per SM, by (CC, dtype): the tensor-core (or CUDA-core) peak that
@@ -444,6 +521,13 @@ def default_params(cc: tuple[int, int], dtype: str, clock_mhz: float) -> WavePar
             fitted=False,
             source=source,
             fitted_on=(),
+            # the reference's own label ("fitted on 864 measured depthwise points") read as if this
+            # GPU's depthwise convs had been measured
+            dw_source=(
+                f"derived from the H200 {ref.dtype} fit's depthwise terms ({ref.dw_source}"
+                f"{'; no INT8 fit exists' if borrowed else ''}) scaled by clock ({clock_mhz:g} vs "
+                f"{REFERENCE_CLOCK_MHZ:g} MHz); not measured on this GPU"
+            ),
         )
     return generic_params(cc, dtype, clock_mhz)
 
@@ -701,8 +785,8 @@ def aligned_widths(
 
 def _step_ends(us_of: Any, width: int, vec: int) -> tuple[int | None, int | None]:
     """(largest step end below `width` and no slower than it, smallest at or above it) among
-    multiples of `vec` in width/2 … 2·width; a step end is a width one vector below a more expensive
-    one. Where a side
+    multiples of `vec` in width/2 … 2·width, the span reaching up to one vector at least
+    (`search_span`); a step end is a width one vector below a more expensive one. Where a side
     has none but `width` is off the vector and its nearest multiple on that side is predicted
     cheaper (an unaligned width's slower kernel), that multiple: a pruned 11 in a flat span was
     'flat 8–22 (no step)', though 8 and 16 were each predicted 16 % faster."""
@@ -718,7 +802,7 @@ def _step_ends(us_of: Any, width: int, vec: int) -> tuple[int | None, int | None
 
     below = None
     w = (width - 1) // vec * vec
-    while w >= max(vec, width // 2):
+    while w >= search_span(width, vec)[0]:
         # a step end that costs more than `width` is no width to trim to: per conv group of a
         # grouped conv, 20 of 24 channels ends a step of the unaligned kernel, 53 % slower than 24
         if is_end(w) and us(w) <= us(width) * (1 + 1e-9):
@@ -727,7 +811,7 @@ def _step_ends(us_of: Any, width: int, vec: int) -> tuple[int | None, int | None
         w -= vec
     above = None
     w = -(-width // vec) * vec
-    while w <= 2 * width:
+    while w <= search_span(width, vec)[1]:
         if is_end(w):
             above = w
             break
@@ -739,6 +823,13 @@ def _step_ends(us_of: Any, width: int, vec: int) -> tuple[int | None, int | None
         if above is None and us(up) < us(width) * (1 - 1e-9):
             above = up
     return below, above
+
+
+def search_span(width: int, vec: int) -> tuple[int, int]:
+    """(lowest, highest) width `_step_ends` may answer for `width`: width/2 … 2·width, each end at
+    least one vector. A width under half a vector (1–3 channels in fp16) had an empty span, shown
+    as 'flat 8–2 (no step)': now it reaches up to the first vector, the nearest aligned width."""
+    return max(vec, width // 2), max(2 * width, vec)
 
 
 class _CandidateGrid:
@@ -816,7 +907,15 @@ def fit(
         params = _fit_gemm(gemm, target, dtype, name, step_weight, max_eff)
     elif name:
         params = replace(params, name=name)
-    return fit_depthwise(dw, target, params) if dw else params
+    if dw:
+        return fit_depthwise(dw, target, params)
+    start = target.wave_params(dtype)
+    if start.fitted and params.name != start.name:
+        # the depthwise terms are the start fit's, not this one's: a calibrated profile said
+        # "fitted on 864 measured depthwise points" though it measured no depthwise conv
+        kept = f"kept from '{start.name}' ({start.dw_source}): no depthwise conv in this fit"
+        params = replace(params, dw_source=kept)
+    return params
 
 
 def _fit_gemm(
@@ -1004,7 +1103,7 @@ def conv_rows(analysis: Any, target: Target, dtype: str = "fp16") -> list[dict[s
                 "group": gid,
                 "role": role,
                 "width": width,
-                "searched": [max(step, width // 2), 2 * width],  # the span _step_ends looks in
+                "searched": list(search_span(width, step)),  # the span _step_ends looks in
             }
             for key, w in (("below", below), ("above", above)):
                 entry[key] = w

@@ -893,7 +893,7 @@ def test_a_cached_profile_without_a_padded_family_is_one_line_for_its_name(monke
         params.update(fitted=True, families=[f for f in params["families"] if f["min_align"] > 1])
     cached = tmp_path / "cache" / "targets" / "a100.json"
     cached.parent.mkdir(parents=True)
-    cached.write_text(json.dumps({"target": doc, "params": doc.pop("params")}))
+    cached.write_text(json.dumps({"deployopt_profile": 1, "target": doc, "params": doc.pop("params")}))
     for widths in ("17", "16"):
         args = ["staircase", "--target", "a100", "--input", "8x128x28x28", "--out-channels", widths]
         code, _, err = run(monkeypatch, capsys, *args)
@@ -907,7 +907,9 @@ def test_a_calibrated_profile_with_fewer_full_sms_than_sms_is_one_line(monkeypat
     facts.pop("params")
     for full, message in ((2, "full_sms 2 is fewer than sms 8"), (-3, "full_sms must be an integer above 0")):
         path = tmp_path / "calibrated.json"
-        path.write_text(json.dumps({"target": {**facts, "full_sms": full}, "params": {}}))
+        path.write_text(
+            json.dumps({"deployopt_profile": 1, "target": {**facts, "full_sms": full}, "params": {}})
+        )
         for args in (
             ["targets"],
             ["staircase", "--sms", "4", "--input", "8x128x28x28", "--out-channels", "16"],

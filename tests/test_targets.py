@@ -158,7 +158,7 @@ def test_profile_path_and_cache_precedence(tmp_path, monkeypatch):
     base = get_target("orin-nano-8gb").to_json()
     params = base.pop("params")
     fp16 = dict(params["fp16"], name="my-orin-fp16 calibrated", fixed_us=12.5, fitted=True)
-    doc = {"target": dict(base, name="my-orin"), "params": {"fp16": fp16}}
+    doc = {"deployopt_profile": 1, "target": dict(base, name="my-orin"), "params": {"fp16": fp16}}
     path = tmp_path / "my-orin.json"
     path.write_text(json.dumps(doc))
     t = get_target(str(path))
@@ -268,7 +268,7 @@ def test_a_hand_edited_profile_with_bad_values_is_one_line(tmp_path, edit, messa
         assert get_target(str(path)).sms == 8
         return
     assert _refusal(path, doc) == f"target profile {path}: {message}"
-    calibrated = {"target": doc, "params": {"fp16": {"fitted": True}}}  # calibrate's format
+    calibrated = {"deployopt_profile": 1, "target": doc, "params": {"fp16": {"fitted": True}}}  # calibrate's
     path.write_text(json.dumps({**calibrated, "target": get_target("orin-nano-8gb").to_json()}))
     with pytest.raises(TargetError, match=r"unreadable fp16 params \(KeyError"):
         get_target(str(path))
@@ -452,10 +452,10 @@ def test_a_calibrated_profiles_full_sms_is_checked(tmp_path, full_sms, message):
     facts = get_target("orin-nano-8gb").to_json()
     facts.pop("params")
     path = tmp_path / "calibrated.json"
-    assert _refusal(path, {"target": {**facts, "full_sms": full_sms}, "params": {}}) == (
-        f"target profile {path}: {message}"
-    )
-    path.write_text(json.dumps({"target": {**facts, "full_sms": 16}, "params": {}}))
+    assert _refusal(
+        path, {"deployopt_profile": 1, "target": {**facts, "full_sms": full_sms}, "params": {}}
+    ) == (f"target profile {path}: {message}")
+    path.write_text(json.dumps({"deployopt_profile": 1, "target": {**facts, "full_sms": 16}, "params": {}}))
     t = get_target(str(path))
     assert (t.sms, t.full_sms) == (8, 16) and get_target(str(path), sms=12).full_sms == 16
 

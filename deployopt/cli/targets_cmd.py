@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import typer
 from rich import box
@@ -40,7 +41,7 @@ from deployopt.cli.app import (
 from deployopt.errors import DeployoptError
 from deployopt.fileio import check_output_file
 from deployopt.layers import ConvShape
-from deployopt.targets import builtin_names, sm_count
+from deployopt.targets import PROFILE_VERSION, builtin_names, sm_count
 from deployopt.timing import check_run_counts, counted
 from deployopt.waves import DW_OUTPUTS_PER_BLOCK, fill_percent
 
@@ -85,10 +86,19 @@ SWEEP_TIMEOUT_HELP = (
 )
 
 
+def whole_number(text: str) -> int:
+    """An integer written in ASCII digits (a sign and spaces around allowed): int() also took
+    '1_28' as 128 and full-width '８' as 8, so a typo ran as another width. ValueError otherwise."""
+    text = text.strip(" \t")
+    if not re.fullmatch(r"[+-]?[0-9]+", text):
+        raise ValueError(f"not an integer in ASCII digits: {text!r}")
+    return int(text)
+
+
 def parse_dims(value: str, option: str = "--input") -> tuple[int, int, int, int]:
     """'8x128x28x28' → (8, 128, 28, 28): batch, channels, height, width."""
     try:
-        dims = [int(d) for d in value.lower().split("x")]
+        dims = [whole_number(d) for d in value.lower().split("x")]
     except ValueError:
         raise DeployoptError(f"{option} {value!r}: expected NxCxHxW such as 8x128x28x28") from None
     if len(dims) != 4 or any(d < 1 for d in dims):
@@ -107,7 +117,7 @@ def parse_channels(value: str, option: str = "--out-channels") -> list[int]:
     text = value.strip()
     try:
         if ":" in text:
-            parts = [int(p) for p in text.split(":")]
+            parts = [whole_number(p) for p in text.split(":")]
             if len(parts) not in (2, 3):
                 raise ValueError
             a, b = parts[0], parts[1]
@@ -127,7 +137,7 @@ def parse_channels(value: str, option: str = "--out-channels") -> list[int]:
                 raise DeployoptError(
                     f"{option} {value!r}: an empty item in the list (two commas, or one at an end)"
                 )
-            widths = [int(p) for p in text.split(",")]
+            widths = [whole_number(p) for p in text.split(",")]
     except ValueError:
         raise DeployoptError(
             f"{option} {value!r}: expected start:stop:step (e.g. 16:512:16) or a list 64,128"
@@ -141,7 +151,7 @@ def parse_channels(value: str, option: str = "--out-channels") -> list[int]:
 
 def parse_kernel(value: str) -> tuple[int, int]:
     try:
-        parts = [int(p) for p in value.lower().split("x")]
+        parts = [whole_number(p) for p in value.lower().split("x")]
     except ValueError:
         raise DeployoptError(f"--kernel {value!r}: expected a size such as 3 or 3x3") from None
     if len(parts) == 1:
@@ -180,18 +190,47 @@ def _check_remote(remote: str | None, measure: str | None, sms: int | None) -> s
     return measure
 
 
-def _timed_in_chunks(session: Any, shapes: list[ConvShape], what: str, as_json: bool) -> list[Any]:
+def _timed_in_chunks(
+    session: Any,
+    shapes: list[ConvShape],
+    what: str,
+    as_json: bool,
+    check: Callable[[list[Any]], None] | None = None,
+) -> list[Any]:
     """session.measure_convs over `shapes`, SWEEP_CHUNK at a time, with a progress bar on stderr:
     on a board every conv is a TensorRT engine build (seconds each on a Nano), and a sweep of 64
     said nothing for its whole length. --json (`as_json`) turns it off, as optimize's: no bar on a
-    terminal, no `progress:` lines in a log."""
+    terminal, no `progress:` lines in a log. `check(timings)` runs on the first chunk's timings,
+    so a sweep on the wrong GPU stops before the rest of it is timed."""
     timings: list[Any] = []
     with progress_bar(disable=as_json) as progress:
         task = progress.add_task(what, total=len(shapes))
         for start in range(0, len(shapes), SWEEP_CHUNK):
             timings += session.measure_convs(shapes[start : start + SWEEP_CHUNK])
+            if check is not None and start == 0:
+                check(timings)
             progress.update(task, completed=len(timings))
     return timings
+
+
+def _check_calibrated_gpu(target: Any, profile_name: str, to_cache: bool, timings: list[Any]) -> None:
+    """Refuse, in one line, timings of another GPU (its SM count or compute capability, as the
+    backend records them) saved as a built-in target's profile in the user cache: every later
+    `--target NAME` would load it, and `calibrate --target orin-nano-8gb` on an H200 made that name
+    predict the H200's 14.6 µs for a conv predicted at 452.5 µs on the Orin, silently."""
+    from deployopt.targets import gpu_differences, measured_gpu
+
+    if not (to_cache and profile_name in builtin_names() and timings):
+        return
+    env = timings[0].environment or {}
+    differs = gpu_differences(target, env)
+    if differs:
+        raise DeployoptError(
+            f"calibrate --target {target.name}: the timings are {measured_gpu(env)}'s "
+            f"({'; '.join(differs)}), and saved as {profile_name} they would replace what --target "
+            f"{profile_name} predicts; give --name NAME or -o FILE for this GPU's profile, or the "
+            "--target that matches it (deployopt targets)"
+        )
 
 
 def _measuring_backend(measure: str) -> Any:
@@ -257,7 +296,7 @@ def targets_command(
     if target is not None:  # "" is an unknown target, not every target (an unset shell variable)
         targets = [get_target(target, sms=sms)]
     else:  # what-if over the list: only GPUs that have that many SMs
-        everything = [_as_resolved(t) for t in list_targets()]
+        everything = [_as_resolved(t) for t in list_targets()] + _cached_targets()
         targets = [t.with_sms(sms) if sms else t for t in everything if sms is None or t.sms >= sms]
         if not targets:
             largest = max(everything, key=lambda t: t.sms)
@@ -317,6 +356,7 @@ def targets_command(
                 continue
             p = t.wave_params(dt)
             console.print(f"{dt}: {p.describe()} — {p.source}", highlight=False, soft_wrap=True)
+            console.print(f"{dt} depthwise: {p.dw_source}", highlight=False, soft_wrap=True)
     else:
         console.print(
             "model: wave-model parameters fitted on that GPU, a profile from `deployopt calibrate` in "
@@ -378,6 +418,28 @@ def _as_resolved(builtin: Any) -> Any:
                 soft_wrap=True,
             )
     return builtin
+
+
+def _cached_targets() -> list[Any]:
+    """The user cache's profiles under names no built-in target has (`calibrate --name mine`):
+    `--target mine` loads them, and the list left them out. A broken one is a warning, as for a
+    built-in name's profile."""
+    from deployopt.targets import TargetError, cached_profiles, get_target
+
+    found = []
+    for name in cached_profiles():
+        try:
+            found.append(get_target(name))
+        except TargetError as exc:
+            err_console.print(
+                f"warning: {name}: {exc}; not listed, and `--target {name}` fails until that file is "
+                "fixed or removed",
+                style="yellow",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
+    return found
 
 
 def _model_column(t: Any, fitted: list[str], borrowed: dict[str, str]) -> str:
@@ -499,7 +561,8 @@ def staircase_doc(
             "model": "wave",
             "params": params.name,
             "fitted": params.fitted,
-            "source": params.source,
+            # a depthwise conv is priced by the depthwise terms, not by the GEMM fit
+            "source": params.dw_source if shape.is_depthwise else params.source,
         },
     }
     if timings is not None:
@@ -717,9 +780,8 @@ def staircase_command(
             row += [f"{p['measured_us']:.1f}", "n/a" if iqr is None else f"{iqr:.1f}"]
         table.add_row(*row)
     console.print(table)
-    console.print(
-        f"pred µs: predicted, {params.describe()}; {params.source}", highlight=False, soft_wrap=True
-    )
+    source = f"its depthwise terms: {params.dw_source}" if shape.is_depthwise else params.source
+    console.print(f"pred µs: predicted, {params.describe()}; {source}", highlight=False, soft_wrap=True)
     if timings:
         from deployopt.environment import where_measured
 
@@ -871,7 +933,13 @@ def calibrate_command(
             each = ", a TensorRT engine build each on the board" if remote else ""
             console.print(f"measuring {len(shapes)} convs ({dt}) on {where}{each} …", highlight=False)
             # calibrate has no --json: its stdout is the notes and the profile's path
-            timings = _timed_in_chunks(session, shapes, f"{dt}: timing convs on {where}", as_json=False)
+            timings = _timed_in_chunks(
+                session,
+                shapes,
+                f"{dt}: timing convs on {where}",
+                as_json=False,
+                check=lambda t: _check_calibrated_gpu(tgt, profile_name, output is None, t),
+            )
         env = timings[0].environment if timings else {}
         envs += [t.environment for t in timings]
         points = []
@@ -891,7 +959,7 @@ def calibrate_command(
     target_json.pop("params", None)
     target_json["name"] = profile_name
     doc = {
-        "deployopt_profile": 1,
+        "deployopt_profile": PROFILE_VERSION,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "target": target_json,
         "params": params,

@@ -18,13 +18,15 @@ from typing import Any
 
 from deployopt import paths
 from deployopt.errors import TargetError, no_such_file, range_error
-from deployopt.waves import DTYPES, WaveParams, default_params
+from deployopt.waves import DTYPES, WaveParams, default_params, shown_as_json
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 FITTED_DIR = Path(__file__).resolve().parent / "fitted"
 
 # Targets without their own fit borrow one measured on the same SM design.
 FIT_BORROWED = {"h100": "h200"}
+#: The `deployopt_profile` version `deployopt calibrate` writes and `load_profile` reads.
+PROFILE_VERSION = 1
 #: Compute capability majors NVIDIA GPUs have: Kepler (3) to Blackwell (10-12); there was no 4. A
 #: hand-edited [99, 9] was taken as a Hopper (the wave model's tables fall back to the nearest CC below).
 CC_MAJORS = (3, 5, 6, 7, 8, 9, 10, 11, 12)
@@ -171,6 +173,19 @@ def measured_elsewhere(target: Target, env: dict[str, Any]) -> str | None:
     runner, trtexec) is not `target`, or None when it is or does not say. optimize measures on one
     GPU and takes candidate widths and wave columns from the target's profile: `--target nano`
     with `--remote` on an Orin searched the Nano's staircase on the Orin's timings, and no line said."""
+    differs = gpu_differences(target, env)
+    if not differs:
+        return None
+    return (
+        f"{measured_gpu(env)} is not {target.name} ({'; '.join(differs)}): the latencies are that GPU's, "
+        "the candidate widths and wave columns the target's; give the --target that matches it "
+        "(`deployopt targets`)"
+    )
+
+
+def gpu_differences(target: Target, env: dict[str, Any]) -> list[str]:
+    """How the GPU a measurement's environment records differs from `target`: its SM count (the
+    target's, or its --sms what-if's) and compute capability; [] when they agree or it says neither."""
     sms, cc = env.get("sms"), env.get("compute_capability")
     full = target.full_sms or target.sms
     differs = []
@@ -178,15 +193,13 @@ def measured_elsewhere(target: Target, env: dict[str, Any]) -> str | None:
         differs.append(f"{sms} SMs, the target {full}")
     if isinstance(cc, str) and cc != target.cc:
         differs.append(f"compute capability {cc}, the target {target.cc}")
-    if not differs:
-        return None
+    return differs
+
+
+def measured_gpu(env: dict[str, Any]) -> str:
+    """The GPU a measurement's environment names, and the board it was on ('NVIDIA H200')."""
     gpu = env.get("gpu") or env.get("device") or "the GPU measured"
-    where = f" at {env['remote']}" if env.get("remote") else ""
-    return (
-        f"{gpu}{where} is not {target.name} ({'; '.join(differs)}): the latencies are that GPU's, "
-        "the candidate widths and wave columns the target's; give the --target that matches it "
-        "(`deployopt targets`)"
-    )
+    return f"{gpu} at {env['remote']}" if env.get("remote") else str(gpu)
 
 
 #: The newest ONNX opset each TensorRT release's parser documents (onnx-tensorrt docs/operators.md
@@ -330,15 +343,19 @@ def target_from_json(d: dict[str, Any], origin: str = "built-in") -> Target:
             f"target profile {origin}: compute_capability {list(cc)} is no NVIDIA GPU's: the major is "
             f"{majors}, the minor 0-9"
         )
-    params: dict[str, WaveParams] = {}
-    dtype = None
-    try:
-        for dtype, p in (d.get("params") or {}).items():
-            params[dtype] = WaveParams.from_json(p)
-    except (AttributeError, KeyError, TypeError, ValueError) as exc:
-        why = f"{type(exc).__name__}: {exc}"
-        which = "" if dtype is None else f"{dtype} "  # fp16's and fp32's have the same keys
-        raise TargetError(f"target profile {origin}: unreadable {which}params ({why})") from None
+    for key, required in (("name", True), ("display_name", True), ("kind", False), ("notes", False)):
+        # str() named a target 'None' or "['x']"; a kind of 5 printed as one
+        value = d.get(key, "")
+        if not isinstance(value, str) or (required and not value.strip()):
+            what = "a non-empty string" if required else "a string"
+            raise TargetError(f"target profile {origin}: {key} must be {what}, not {shown_as_json(value)}")
+    for key in ("sources", "software"):
+        for item, value in (d.get(key) or {}).items():
+            if not isinstance(value, str):  # software {"cuda": null} printed "cuda None"
+                raise TargetError(
+                    f"target profile {origin}: {key} {item!r} must be a string, not {shown_as_json(value)}"
+                )
+    params = _params_from_json(d.get("params"), origin)
     sms = positive("sms")
     full_sms = None if d.get("full_sms") is None else positive("full_sms")
     if full_sms is not None and full_sms < sms:  # "8/2" SMs in the table, "has only 2 SMs" for --sms 4
@@ -363,13 +380,43 @@ def target_from_json(d: dict[str, Any], origin: str = "built-in") -> Target:
         sources=dict(d.get("sources") or {}),
         params=params,
         kind=d.get("kind", ""),
-        software={k: str(v) for k, v in (d.get("software") or {}).items()},
+        software=dict(d.get("software") or {}),
         notes=d.get("notes", ""),
         full_sms=full_sms,
         origin=origin,
     )
     _check_families_fit(target, origin)
     return target
+
+
+def _params_from_json(raw: Any, origin: str) -> dict[str, WaveParams]:
+    """A profile's `params`: dtype → WaveParams, each under its own dtype's key. A key no dtype has
+    ("bf16") was kept and never used; an int8 key holding fp16 parameters predicted INT8 with them
+    and labelled the prediction fp16."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):  # [] was taken as no params
+        raise TargetError(
+            f"target profile {origin}: params must be an object of dtype → parameters, not {_json_type(raw)}"
+        )
+    params: dict[str, WaveParams] = {}
+    for dtype, p in raw.items():
+        if dtype not in DTYPES:
+            raise TargetError(
+                f"target profile {origin}: params {dtype!r}: no dtype the wave model has "
+                f"({', '.join(DTYPES)})"
+            )
+        try:
+            params[dtype] = WaveParams.from_json(p)
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            why = f"{type(exc).__name__}: {exc}"  # fp16's and fp32's have the same keys: say whose
+            raise TargetError(f"target profile {origin}: unreadable {dtype} params ({why})") from None
+        if params[dtype].dtype != dtype:
+            raise TargetError(
+                f"target profile {origin}: params {dtype!r} holds {params[dtype].dtype} parameters "
+                f"('{params[dtype].name}'); each dtype's parameters go under its own key"
+            )
+    return params
 
 
 def _check_families_fit(target: Target, origin: str) -> None:
@@ -430,6 +477,22 @@ def cache_dir() -> Path:
     return paths.cache_dir("targets")
 
 
+def cached_profiles() -> dict[str, Path]:
+    """Profiles in the user cache under names no built-in target has (`calibrate --name mine`), by
+    name: `--target mine` loads them, so `deployopt targets` lists them beside the built-in ones
+    (a cached profile of a built-in name replaces that target's row instead)."""
+    if not cache_dir().is_dir():
+        return {}
+    builtin = set(builtin_names())
+    # `local` and a name ending .json are not read as names: no --target reaches them
+    found = sorted(
+        p
+        for p in cache_dir().glob("*.json")
+        if p.stem not in builtin | {"local"} and not p.stem.endswith(".json")
+    )
+    return {p.stem: p for p in found}
+
+
 def load_profile(path: str | os.PathLike[str]) -> Target:
     """A calibrated profile written by `deployopt calibrate` (target facts + fitted params), or one
     target as `deployopt targets --target T --json` prints it, edited for a what-if: a Jetson power
@@ -464,9 +527,20 @@ def load_profile(path: str | os.PathLike[str]) -> Target:
         )
     elif not isinstance(doc["target"], dict):
         raise TargetError(f"{path}: 'target' must be an object of GPU facts, not {_json_type(doc['target'])}")
+    elif "deployopt_profile" not in doc:  # calibrate writes it in every profile
+        raise TargetError(
+            f"{path} is not a deployopt target profile: it has a 'target' key but no 'deployopt_profile' "
+            f"version (`deployopt calibrate` writes {PROFILE_VERSION})"
+        )
     else:
         d = dict(doc["target"])
         d["params"] = doc.get("params", {})
+    version = doc.get("deployopt_profile", PROFILE_VERSION)
+    if type(version) is not int or version != PROFILE_VERSION:  # 99 or "two" was read as version 1
+        raise TargetError(
+            f"{path}: unsupported profile version {version!r} (deployopt_profile); this "
+            f"deployopt reads version {PROFILE_VERSION}: calibrate again, or use the deployopt that wrote it"
+        )
     d.pop("origin", None)
     target = target_from_json(d, origin=str(path))
     from_calibrate = isinstance(doc, dict) and "target" in doc
@@ -490,8 +564,8 @@ def get_target(name_or_path: str, sms: int | None = None) -> Target:
     elif name_or_path in builtin_names():
         target = _builtin(name_or_path)
     else:
-        cached = sorted(p.stem for p in cache_dir().glob("*.json")) if cache_dir().is_dir() else []
-        names = [*builtin_names(), "local", *cached]
+        # a cached profile of a built-in name (h100.json) was listed twice
+        names = [*builtin_names(), "local", *cached_profiles()]
         close = difflib.get_close_matches(name_or_path.lower(), names, n=1, cutoff=0.6)
         hint = f"did you mean {close[0]!r}? " if close else ""
         raise TargetError(

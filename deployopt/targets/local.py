@@ -184,9 +184,13 @@ def read_local_target() -> Any:
     per_sm = CORES_PER_SM.get(cc, 128)
     via = info["via"]
     fields = {k: info.get(k, limits.get(k)) for k in limits}
-    clock = info.get("clock_mhz") or max(
-        (t.clock_mhz for t in list_targets() if t.compute_capability == cc), default=1000.0
-    )
+    clock, clock_source = _clock(info, cc, list_targets())
+    if info.get("cuda_cores"):
+        cores_source = f"read from the device via {via}"
+    elif cc in CORES_PER_SM:
+        cores_source = f"{sms} SMs × {per_sm} cores an SM, the CUDA guide's figure for CC {cc[0]}.{cc[1]}"
+    else:  # no table row: the sources must not read as if the device had said
+        cores_source = f"assumed: {sms} SMs × {per_sm} cores an SM (CC {cc[0]}.{cc[1]} is in no table here)"
     return Target(
         name="local",
         display_name=str(info["display_name"]),
@@ -196,6 +200,8 @@ def read_local_target() -> Any:
         clock_mhz=float(clock),
         sources={
             "sms": f"read from the device via {via}",
+            "cuda_cores": cores_source,
+            "clock_mhz": clock_source,
             "compute_capability": f"read from the device via {via}",
             "per_sm_limits": f"{via} where reported, else {basis}",
         },
@@ -203,4 +209,24 @@ def read_local_target() -> Any:
         kind="local",
         origin=f"local GPU ({via})",
         **{k: int(v) for k, v in fields.items()},
+    )
+
+
+def _clock(info: dict[str, Any], cc: tuple[int, int], targets: list[Any]) -> tuple[float, str]:
+    """(clock in MHz, its source): the reader's, else assumed — the fastest built-in target of the
+    same compute capability, else 1000 MHz. The clock scales every default parameter, and the
+    guess had no source line (`targets --target local` listed none for clock_mhz)."""
+    via = info["via"]
+    if info.get("clock_mhz"):
+        return float(info["clock_mhz"]), f"read from the device via {via}"
+    same = [t for t in targets if t.compute_capability == cc]
+    if same:
+        fastest = max(same, key=lambda t: t.clock_mhz)
+        return float(fastest.clock_mhz), (
+            f"assumed: {via} reported no clock; {fastest.clock_mhz:g} MHz is built-in target "
+            f"{fastest.name}'s, the fastest of compute capability {cc[0]}.{cc[1]}"
+        )
+    return 1000.0, (
+        f"assumed: {via} reported no clock, and no built-in target has compute capability "
+        f"{cc[0]}.{cc[1]}; 1000 MHz is a round guess (predicted latencies scale with it)"
     )
