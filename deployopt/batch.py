@@ -17,6 +17,7 @@ restored dim.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -62,10 +63,32 @@ def restore_dynamic_batch(
             model,
             False,
             f"written with a static batch of {static_batch}: the input's dynamic batch could not be "
-            f"restored ({why})",
+            f"restored ({why}{constant_resize_hint(model, why, 'batch')})",
         )
     what = f"the input's dynamic batch ({symbol!r})"
     return DimRestore(candidate, True, restored_notice(what, "batch 1", "2"))
+
+
+def constant_resize_hint(model: onnx.ModelProto, why: str, dims: str) -> str:
+    """`; likely cause: Resize 'up' has constant output sizes 1×8×16×16 ...` when `model` has a
+    Resize whose `sizes` input is a constant, else "". An export computes them from the input's
+    shape; loading at a fixed shape folds them to numbers, which fit no other batch or size
+    (`dims`), and onnxruntime's reason (a paragraph on which scales 'Linear' mode takes, or a
+    broadcast failing further on) never said so. The Resize `why` names comes first."""
+    consts = {t.name: t for t in model.graph.initializer}
+    fixed = [
+        n for n in model.graph.node if n.op_type == "Resize" and len(n.input) > 3 and n.input[3] in consts
+    ]
+    if not fixed:
+        return ""
+    failed = re.match(r"Resize '([^']*)'", why)
+    node = next((n for n in fixed if failed and n.name == failed[1]), fixed[0])
+    sizes = "×".join(str(int(d)) for d in numpy_helper.to_array(consts[node.input[3]]).ravel())
+    more = f" (and {len(fixed) - 1} more Resize)" if len(fixed) > 1 else ""
+    return (
+        f"; likely cause: Resize {node.name!r}{more} has constant output sizes {sizes}, "
+        f"computed for the shape loaded, which fit no other {dims}"
+    )
 
 
 def restored_notice(what: str, first: str, second: str) -> str:

@@ -33,12 +33,13 @@ import onnx
 from deployopt.batch import (
     DimRestore,
     close,
+    constant_resize_hint,
     random_feeds,
     restore_dynamic_batch,
     restored_notice,
     written_session,
 )
-from deployopt.errors import first_line, onnxruntime_reason
+from deployopt.errors import first_line, onnxruntime_reason, shorten
 
 if TYPE_CHECKING:
     from deployopt.model import LoadedModel
@@ -97,8 +98,9 @@ def restore_dynamic_size(model: onnx.ModelProto, loaded: LoadedModel) -> DimRest
         candidate = _make_dynamic_size(model, symbols, original)
         why = _check_size(candidate, model, loaded.path, fixed, second)
     except Exception as exc:  # onnx/onnxruntime say why in their first line
-        why = first_line(exc)[:300]
+        why = shorten(first_line(exc))
     if why:
+        why += constant_resize_hint(model, why, "size")  # onnxruntime's reason names a later op
         return DimRestore(model, False, loaded.fixed_size_notice(why))
     return DimRestore(candidate, True, _restored_notice(symbols, fixed, second))
 

@@ -106,6 +106,15 @@ def first_line(exc: BaseException, empty: str | None = None) -> str:
     return text.splitlines()[0]
 
 
+def shorten(text: str, limit: int = 300) -> str:
+    """`text` if at most `limit` characters, else cut at the last space before it with ` …`: a cut
+    at the character left a word half there (`outermos)`) and no sign that more was said."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit].rsplit(" ", 1)[0] if " " in text[:limit] else text[:limit]
+    return head.rstrip(" ,;:") + " …"
+
+
 def onnxruntime_reason(exc: BaseException) -> str:
     """onnxruntime's message on one line, without its code and C++ location: `Reshape 'flat': The
     input tensor cannot be reshaped to the requested shape. Input shape:{1,4,80,80}, requested
@@ -119,7 +128,7 @@ def onnxruntime_reason(exc: BaseException) -> str:
     if node:
         text = f"{node[1]} {node[2]!r}: {text[node.end() :]}"
     text = re.sub(r"\S+\.(?:h|cc|cpp):\d+ .*? was false\. ", "", text)
-    return re.sub(r"\S+\.(?:h|cc|cpp):\d+ \w+ ", "", text)[:300]  # `upsamplebase.h:553 ScalesValidation `
+    return shorten(re.sub(r"\S+\.(?:h|cc|cpp):\d+ \w+ ", "", text))  # `upsamplebase.h:553 ScalesValidation `
 
 
 #: A process ended by SIGKILL, as its status reads: -9 from Python's subprocess and multiprocessing,

@@ -1057,10 +1057,35 @@ def _check_integer_inputs(calib: CalibrationSet, dtypes: dict[str, Any], role: s
                 )
 
 
+def refuse_string_inputs(names: Sequence[str], role: str = "the") -> None:
+    """A string input (`names`: a model's) takes text, and every sample fed here is numbers (random
+    normals, or --calibration-data images and arrays, which must hold numbers): onnxruntime refused
+    the float fed in its place with 'Unexpected input data type', which named neither the input nor
+    what to do. One DataError naming the first, as an integer input fed random floats gets one."""
+    if names:
+        raise DataError(
+            f"{role} model input {names[0]!r} takes strings, and the inputs fed here are numbers "
+            "(random inputs, or --calibration-data images and arrays): export the model without the "
+            "string input (handle the text outside the model)"
+        )
+
+
+def _string_inputs(sess: Any) -> list[str]:
+    """An onnxruntime session's inputs of type string (`input_dtypes` leaves them out)."""
+    return [i.name for i in sess.get_inputs() if i.type == "tensor(string)"]
+
+
 def check_feedable(calib: CalibrationSet, model: onnx.ModelProto) -> None:
     """Before any work: the integer inputs of `model` (a graph input, not an initializer) get data
-    they can take, or one DataError (optimize checks at load, not after the search)."""
+    they can take, and it has no string input, or one DataError (optimize checks at load, not after
+    the search)."""
     inits = {t.name for t in model.graph.initializer}
+    strings = [
+        i.name
+        for i in model.graph.input
+        if i.name not in inits and i.type.tensor_type.elem_type == onnx.TensorProto.STRING
+    ]
+    refuse_string_inputs(strings)
     dtypes = {}
     for inp in model.graph.input:
         elem = inp.type.tensor_type.elem_type
@@ -1343,6 +1368,8 @@ def compare_models(
     ref_types, cand_types = input_dtypes(ref_s), input_dtypes(cand_s)
     # calibration array → the input it feeds, in each model
     ref_input, cand_input = {n: n for n in ref_inputs}, {n: rename.get(n, n) for n in ref_inputs}
+    refuse_string_inputs(_string_inputs(ref_s), "reference")
+    refuse_string_inputs(_string_inputs(cand_s), "candidate")
     _check_integer_inputs(calib, ref_types, "reference")
     _check_static_dims(calib, ref_s, ref_input, "reference")
     _check_static_dims(calib, cand_s, cand_input, "candidate")
@@ -1464,6 +1491,7 @@ def identical_report(reference: ReferenceRun, calib: CalibrationSet) -> Fidelity
     names = [o.name for o in sess.get_outputs()]
     inputs = {i.name: i.name for i in sess.get_inputs()}
     types = input_dtypes(sess)
+    refuse_string_inputs(_string_inputs(sess), "reference")
     _check_integer_inputs(calib, types, "reference")
     _check_static_dims(calib, sess, inputs, "reference")
     out_ref = [0.0] * len(names)

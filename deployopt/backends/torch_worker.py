@@ -132,6 +132,46 @@ def refuse_typed_fp16(model: Any, name: str) -> None:
         )
 
 
+def refuse_unconvertible(model: Any, name: str) -> None:
+    """Before onnx2torch: a model it cannot take is refused in one line naming the tensor and why.
+    A string input (torch has no string tensors) failed after conversion with numpy's "can't
+    convert np.ndarray of type numpy.object_"; a graph output no node computes, once constants are
+    folded (a Constant's output, an initializer, one computed from 0-size initializers only, the
+    graph input itself), failed inside onnx2torch with a bare KeyError: "onnx2torch failed on m.onnx:
+    'k'"."""
+    from onnx import TensorProto
+
+    from deployopt.errors import ModelError
+
+    graph = model.graph
+    inits = {t.name for t in graph.initializer}
+    inputs = {i.name for i in graph.input if i.name not in inits}
+    for inp in graph.input:
+        if inp.name in inputs and inp.type.tensor_type.elem_type == TensorProto.STRING:
+            raise ModelError(
+                f"input {inp.name!r} of {name} takes strings, which torch has no tensors for: the "
+                "torch backend cannot feed it; time the model with --backend ort, or export it "
+                "without the string input"
+            )
+    computed = {out for node in graph.node for out in node.output}
+    for out in graph.output:
+        if out.name in computed:
+            continue
+        if out.name in inputs:
+            what, why = f"is the graph input {out.name!r} itself", "the caller has it already"
+        else:
+            what = (
+                "is a constant once constants are folded (a Constant node's output, an initializer, "
+                "or computed from constants only)"
+            )
+            why = "it is the same for every input"
+        raise ModelError(
+            f"graph output {out.name!r} of {name} {what}, and no node computes it: onnx2torch cannot "
+            f"convert such an output; remove it from the graph's outputs ({why}), or time the model "
+            "with --backend ort"
+        )
+
+
 def _first_line(exc: BaseException) -> str:
     """One line for the user: torch's CUDA out-of-memory text (a paragraph) is cut to what it
     asked for and what was free; any other message to its first line, at most ~300 characters,
@@ -147,7 +187,9 @@ def _first_line(exc: BaseException) -> str:
         said = f" ({', '.join(detail)})" if detail else ""
         return f"CUDA out of memory{said}; try a smaller --batch"
     line = text.splitlines()[0]
-    return line if len(line) <= 300 else line[:300].rsplit(" ", 1)[0] + " …"
+    from deployopt.errors import shorten
+
+    return shorten(line)
 
 
 class Worker:
@@ -306,6 +348,7 @@ class Worker:
         try:
             loaded = prepare_model(req["path"], req.get("batch"), req.get("input_shapes") or {})
             refuse_typed_fp16(loaded.model, os.path.basename(req["path"]))
+            refuse_unconvertible(loaded.model, os.path.basename(req["path"]))
             self.check_memory(loaded.model, req.get("host_checked"))
         except DeployoptError as exc:
             raise WorkerError(type(exc).__name__, str(exc)) from None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -487,6 +488,7 @@ def note_cudnn_search(
         style="yellow",
         markup=False,
         highlight=False,
+        soft_wrap=True,
     )
 
 
@@ -504,18 +506,30 @@ def refuse_int8_the_target_lacks(model: Path, gpu: Target, instead: str) -> None
         )
 
 
+def whole_number(text: str) -> int:
+    """An integer written in ASCII digits (a sign and spaces around allowed): int() also took
+    '1_28' as 128 and full-width '８' as 8, so a typo ran as another width
+    (targets' sizes and widths, --input-shape's dims). ValueError otherwise."""
+    text = text.strip(" \t")
+    if not re.fullmatch(r"[+-]?[0-9]+", text):
+        raise ValueError(f"not an integer in ASCII digits: {text!r}")
+    return int(text)
+
+
 def parse_input_shapes(values: list[str] | None) -> dict[str, list[int]]:
-    """Parse repeated `NAME:1x3x224x224` options into {name: [1, 3, 224, 224]}."""
+    """Parse repeated `NAME:1x3x224x224` options into {name: [1, 3, 224, 224]}; each dim by
+    `whole_number`, as int() ran `1x3x1_6x16` at 16 wide and took full-width digits."""
     shapes: dict[str, list[int]] = {}
     for value in values or []:
         name, sep, dims = value.rpartition(":")
         if not sep or not name:
             raise DeployoptError(f"--input-shape {value!r}: expected NAME:DIMS such as input:1x3x224x224")
         try:
-            parsed = [int(d) for d in dims.lower().split("x")]
+            parsed = [whole_number(d) for d in dims.lower().split("x")]
         except ValueError:
             raise DeployoptError(
-                f"--input-shape {value!r}: dimensions must be integers joined by 'x'"
+                f"--input-shape {value!r}: dimensions must be integers in ASCII digits joined by 'x', "
+                "such as input:1x3x224x224"
             ) from None
         if not parsed or any(d < 1 for d in parsed):
             raise DeployoptError(f"--input-shape {value!r}: dimensions must be positive")

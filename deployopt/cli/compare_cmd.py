@@ -84,9 +84,11 @@ def _render(report: RegressionReport) -> None:
                 f"measured at: {p.name}: {', '.join(when)}", markup=False, highlight=False, soft_wrap=True
             )
     for name in report.only_in_baseline:
-        err_console.print(f"note: {name}: in the baseline only", style="yellow", markup=False)
+        err_console.print(f"note: {name}: in the baseline only", style="yellow", markup=False, soft_wrap=True)
     for name in report.only_in_current:
-        err_console.print(f"note: {name}: in the current run only", style="yellow", markup=False)
+        err_console.print(
+            f"note: {name}: in the current run only", style="yellow", markup=False, soft_wrap=True
+        )
     n = len(report.slower)
     wrong = len(report.not_comparable)
     tail = f" ({wrong} not comparable: different models)" if wrong else ""

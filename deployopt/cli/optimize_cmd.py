@@ -72,10 +72,13 @@ def _progress_callback(progress: Progress) -> Any:
         elif kind == "traffic":
             fit = info["fit"]
             how = "priced in the table" if fit.used else "not priced"
-            progress.console.print(Text.assemble(("traffic", "cyan"), f" non-conv ops: {fit.why}; {how}"))
+            progress.console.print(
+                Text.assemble(("traffic", "cyan"), f" non-conv ops: {fit.why}; {how}"), soft_wrap=True
+            )
         elif kind == "refused":
             progress.console.print(
-                Text.assemble(("refused", "yellow"), f" {info.get('label')}: {info.get('reason')}")
+                Text.assemble(("refused", "yellow"), f" {info.get('label')}: {info.get('reason')}"),
+                soft_wrap=True,
             )
 
     return on_event
@@ -326,6 +329,7 @@ def _note_unused_timing_options(backend: Any, given: dict[str, int]) -> None:
             style="yellow",
             markup=False,
             highlight=False,
+            soft_wrap=True,
         )
 
 

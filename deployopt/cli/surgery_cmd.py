@@ -134,7 +134,7 @@ def _print_notices(notices: Sequence[str]) -> None:
     """What loading changed, as `optimize` and `verify` print it: `notice:` (the word the reports'
     `notices` keys use), where analyze and apply printed `note:` for the same notices."""
     for notice in notices:
-        err_console.print(f"notice: {notice}", style="yellow", markup=False, highlight=False)
+        err_console.print(f"notice: {notice}", style="yellow", markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command("analyze", rich_help_panel="Channel surgery")
@@ -209,7 +209,7 @@ def analyze_cmd(
                 "predicted_by": params.describe(),
                 "fitted": params.fitted,
                 "source": params.source,
-                "convs": rows,
+                "convs": _with_sources(rows, analysis, params),
                 # convs the table leaves out, and why (the text says so; the JSON said nothing)
                 "unpriced": [{"name": n, "reason": why} for n, why in analysis.unpriced_reasons()],
             }
@@ -232,6 +232,8 @@ def analyze_cmd(
             console.print(
                 f"Latencies are predicted by the {gpu.wave_params(dtype).describe()}, not measured.",
                 markup=False,
+                highlight=False,
+                soft_wrap=True,
             )
         _print_size_classes(rows)
         unpriced = analysis.unpriced_reasons()
@@ -247,6 +249,14 @@ def analyze_cmd(
                 highlight=False,
                 soft_wrap=True,
             )
+
+
+def _with_sources(rows: Sequence[dict[str, Any]], analysis: Analysis, params: Any) -> list[dict[str, Any]]:
+    """Each row with the `source` of what priced it: a depthwise conv is priced by the wave model's
+    depthwise terms (`dw_source`), not by the GEMM fit that `waves.source` names, as staircase's
+    `predictor.source` says for a depthwise conv."""
+    depthwise = {c.name for c in analysis.convs if c.shape.is_depthwise}
+    return [{**r, "source": params.dw_source if r["name"] in depthwise else params.source} for r in rows]
 
 
 def _print_size_classes(rows: Sequence[dict[str, Any]], most: int = 8) -> None:

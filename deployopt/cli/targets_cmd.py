@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import statistics
 from datetime import datetime, timezone
 from pathlib import Path
@@ -37,6 +36,7 @@ from deployopt.cli.app import (
     resolve_target,
     timeout_option,
     timing_cache_option,
+    whole_number,
 )
 from deployopt.errors import DeployoptError
 from deployopt.fileio import check_output_file
@@ -84,15 +84,6 @@ SWEEP_TIMEOUT_HELP = (
     "Seconds per conv built and timed before it is given up (with --remote, a batch of convs on the "
     "board gets this per conv)"
 )
-
-
-def whole_number(text: str) -> int:
-    """An integer written in ASCII digits (a sign and spaces around allowed): int() also took
-    '1_28' as 128 and full-width '８' as 8, so a typo ran as another width. ValueError otherwise."""
-    text = text.strip(" \t")
-    if not re.fullmatch(r"[+-]?[0-9]+", text):
-        raise ValueError(f"not an integer in ASCII digits: {text!r}")
-    return int(text)
 
 
 def parse_dims(value: str, option: str = "--input") -> tuple[int, int, int, int]:
@@ -338,16 +329,20 @@ def targets_command(
     console.print(table)
     left_out = [] if target or not sms else [t.name for t in everything if t.sms < sms]
     if left_out:
-        console.print(f"note: left out, fewer than {sms} SMs: {', '.join(left_out)}", highlight=False)
+        console.print(
+            f"note: left out, fewer than {sms} SMs: {', '.join(left_out)}", highlight=False, soft_wrap=True
+        )
     if target:
         t = targets[0]
-        console.print(f"origin: {t.origin}", highlight=False)
+        console.print(f"origin: {t.origin}", highlight=False, soft_wrap=True)
         if t.software:
             console.print(
-                "software: " + ", ".join(f"{k} {v}" for k, v in t.software.items()), highlight=False
+                "software: " + ", ".join(f"{k} {v}" for k, v in t.software.items()),
+                highlight=False,
+                soft_wrap=True,
             )
         if t.notes:
-            console.print(f"notes: {t.notes}", highlight=False)
+            console.print(f"notes: {t.notes}", highlight=False, soft_wrap=True)
         for key, src in t.sources.items():
             console.print(f"source of {key}: {src}", highlight=False, soft_wrap=True)
         for dt in ("fp16", "fp32", "int8"):
@@ -759,6 +754,7 @@ def staircase_command(
         f"{tgt.display_name} ({tgt.name}, {sm_count(tgt.sms)}, CC {tgt.cc}), {dtype}, conv {input_dims} "
         f"kernel {shape.r}x{shape.s} stride {stride} {how}",
         highlight=False,
+        soft_wrap=True,
     )
     # no vertical rules and short headers: nine columns fit 80 characters (a pipe, a CI log)
     table = Table(box=box.SIMPLE_HEAD)
@@ -931,7 +927,9 @@ def calibrate_command(
             if dt == dtypes[0]:  # once, and only once the session stands (errors stay one line)
                 note_cudnn_search(backend, sms, cudnn_engines, cudnn_benchmark)
             each = ", a TensorRT engine build each on the board" if remote else ""
-            console.print(f"measuring {len(shapes)} convs ({dt}) on {where}{each} …", highlight=False)
+            console.print(
+                f"measuring {len(shapes)} convs ({dt}) on {where}{each} …", highlight=False, soft_wrap=True
+            )
             # calibrate has no --json: its stdout is the notes and the profile's path
             timings = _timed_in_chunks(
                 session,

@@ -165,9 +165,12 @@ def _render(
             "inputs: random inputs (no calibration data given): this shows whether the models "
             "compute the same function, not accuracy on real data; pass --calibration-data for that",
             style="yellow",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
         )
     else:
-        console.print(f"inputs: {report.source}", highlight=False)
+        console.print(f"inputs: {report.source}", markup=False, highlight=False, soft_wrap=True)
     if preprocess is not None:  # as optimize says it: other options make other tensors of the same images
         console.print(
             f"calibration images made into tensors by: {preprocess.describe()}",
@@ -177,9 +180,9 @@ def _render(
         )
     if failures:
         for f in failures:
-            console.print(Text.assemble(("FAILED", "bold red"), f": {f}"), highlight=False)
+            console.print(Text.assemble(("FAILED", "bold red"), f": {f}"), highlight=False, soft_wrap=True)
     else:
-        console.print(Text.assemble(("PASSED", "bold green"), ": all thresholds hold"))
+        console.print(Text.assemble(("PASSED", "bold green"), ": all thresholds hold"), soft_wrap=True)
 
 
 def _scoring_notes(report: FidelityReport, t: Thresholds) -> list[str]:
@@ -345,7 +348,7 @@ def verify(
         seed=0 if seed is None else seed,
     )
     for notice in dict.fromkeys(notices + cand_notices + calib.notices):
-        err_console.print(f"notice: {notice}", style="yellow", markup=False, highlight=False)
+        err_console.print(f"notice: {notice}", style="yellow", markup=False, highlight=False, soft_wrap=True)
     (ref_model, ref_read), (cand_model, cand_read) = _loadable(reference), _loadable(candidate)
     report = compare_models(ref_model, cand_model, calib)
     # onnxruntime CPU computes fp16 ops in fp32: an overflow shows only read back in fp16
