@@ -76,12 +76,17 @@ def constant_resize_hint(model: onnx.ModelProto, why: str, dims: str) -> str:
     (`dims`), and onnxruntime's reason (a paragraph on which scales 'Linear' mode takes, or a
     broadcast failing further on) never said so. The Resize `why` names comes first."""
     consts = {t.name: t for t in model.graph.initializer}
-    fixed = [
-        n for n in model.graph.node if n.op_type == "Resize" and len(n.input) > 3 and n.input[3] in consts
+    fixed = [  # an empty `sizes` is none (scales are given): nothing folded there
+        n
+        for n in model.graph.node
+        if n.op_type == "Resize"
+        and len(n.input) > 3
+        and n.input[3] in consts
+        and any(consts[n.input[3]].dims)
     ]
     if not fixed:
         return ""
-    failed = re.match(r"Resize '([^']*)'", why)
+    failed = re.search(r"Resize '([^']*)'", why)  # the size check's reason starts `at x 1x3x…: …`
     node = next((n for n in fixed if failed and n.name == failed[1]), fixed[0])
     sizes = "×".join(str(int(d)) for d in numpy_helper.to_array(consts[node.input[3]]).ravel())
     more = f" (and {len(fixed) - 1} more Resize)" if len(fixed) > 1 else ""

@@ -344,6 +344,45 @@ def test_onnxruntime_reason_cuts_between_words() -> None:
     assert reason.endswith("outermost …") and len(reason) <= 302
 
 
+def test_resize_hint_names_the_resize_the_reason_names_and_skips_empty_sizes() -> None:
+    """Of two folded Resizes, the one onnxruntime's reason names, also where the size check's reason
+    starts with the size it ran (`at x 1x3x8x8: …`); an empty `sizes` (scales given) is no cause."""
+    from deployopt.batch import constant_resize_hint
+
+    inits = [
+        numpy_helper.from_array(np.array([1, 3, 8, 8], np.int64), "s1"),
+        numpy_helper.from_array(np.array([1, 3, 16, 16], np.int64), "s2"),
+        numpy_helper.from_array(np.array([], np.int64), "none"),
+        numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales"),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    two = helper.make_model(
+        helper.make_graph(
+            [
+                helper.make_node("Resize", ["x", "", "", "s1"], ["a"], name="up1"),
+                helper.make_node("Resize", ["a", "", "", "s2"], ["y"], name="up2"),
+            ],
+            "g",
+            [x],
+            [y],
+            inits,
+        )
+    )
+    for why, dims in (
+        ("Resize 'up2': bad scales", "batch"),
+        ("at x 1x3x8x8: the written model fails: Resize 'up2': bad scales", "size"),
+    ):
+        hint = constant_resize_hint(two, why, dims)
+        assert "Resize 'up2' (and 1 more Resize) has constant output sizes 1×3×16×16" in hint, hint
+    scales_only = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Resize", ["x", "", "scales", "none"], ["y"], name="up")], "g", [x], [y], inits
+        )
+    )
+    assert constant_resize_hint(scales_only, "Add 'add': broadcast", "size") == ""
+
+
 # -- 6. analyze --json: a depthwise row's source ----------------------------------------------
 
 
