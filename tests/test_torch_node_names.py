@@ -88,7 +88,7 @@ def test_the_profile_names_the_files_nodes(session: TorchSession, clash_path: Pa
     assert [layer.extra["op"] for layer in prof.layers] == [n.op_type for n in clashing_model().graph.node]
 
 
-def test_names_are_kept_where_nothing_clashes() -> None:
+def test_only_clashing_names_are_renamed() -> None:
     from deployopt.backends.onnx2torch_opset import torch_safe_node_names
 
     renamed, names = torch_safe_node_names(clashing_model())
@@ -98,3 +98,33 @@ def test_names_are_kept_where_nothing_clashes() -> None:
     assert names == {f"{n}_1": n for n in NAMES[:-1]}
     plain = helper.make_model(helper.make_graph([], "g", [], []))
     assert torch_safe_node_names(plain) == (plain, {})
+
+
+def test_a_node_named_as_an_initializer_converts_and_computes_as_onnxruntime(tmp_path: Path) -> None:
+    """Add 'r' reads initializer k, and Mul reads initializer r: onnx2torch took the node 'r' for
+    the tensor's producer and failed ('onnx_initializer_1')."""
+    import onnxruntime as ort
+    import torch
+
+    inits = [
+        numpy_helper.from_array(np.full((1, 3, 1, 1), 2, np.float32), "k"),
+        numpy_helper.from_array(np.full((1, 3, 1, 1), 5, np.float32), "r"),
+    ]
+    nodes = [
+        helper.make_node("Add", ["x", "k"], ["a"], name="r"),
+        helper.make_node("Mul", ["a", "r"], ["y"], name="m"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 2, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 2, 2])],
+        inits,
+    )
+    path = tmp_path / "init_clash.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    module, inputs = Worker({"device": "cpu", "runs": 2, "warmup": 1}).load({"path": str(path)})[:2]
+    with torch.no_grad():
+        got = module(*inputs).numpy()
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(got, sess.run(None, {"x": inputs[0].numpy()})[0])

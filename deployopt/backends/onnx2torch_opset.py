@@ -283,13 +283,20 @@ def torch_safe_node_names(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict
     Why: onnx2torch adds each node as a submodule named after the node. A node named `half`,
     `float`, `to`, `forward`, `eval`, `type`, `training` ... (any attribute of a torch.fx
     GraphModule) failed the conversion ("attribute 'half' already exists"), and one named as a
-    graph input silently took that input's place in every later node's arguments (wrong outputs).
+    graph input or initializer silently took that tensor's place in later nodes' arguments (wrong
+    outputs) or failed.
     A clashing or repeated name gets `_1`, `_2` ... (as onnx2torch numbers repeats); the
     profile maps the submodules back to the original node names with the returned dict."""
     import torch
 
     reserved = set(dir(torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph())))
-    reserved |= {_ONNX2TORCH_OWN, *(i.name for i in model.graph.input)}
+    # a node named as a graph input or an initializer a later node reads is looked up as that
+    # tensor's producer: onnx2torch gave it the node's output or failed ('onnx_initializer_1')
+    reserved |= {
+        _ONNX2TORCH_OWN,
+        *(i.name for i in model.graph.input),
+        *(t.name for t in model.graph.initializer),
+    }
     taken: set[str] = set()
 
     def clashes(key: str) -> bool:
