@@ -230,6 +230,11 @@ class WaveParams:
         how = "fitted" if self.fitted else "default, not calibrated on hardware"
         return f"wave model '{self.name}' ({how})"
 
+    def source_for(self, depthwise: bool) -> str:
+        """Where the terms that price a conv come from: a depthwise conv is priced by the depthwise
+        terms (`dw_source`), which may be fitted elsewhere than the GEMM terms (`source`)."""
+        return self.dw_source if depthwise else self.source
+
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -255,15 +260,7 @@ class WaveParams:
         by it, a negative cost or NaN predicts nonsense, a wave of 1e308 µs predicts Infinity, which
         is no JSON) is a ValueError naming the key. Bounds: PARAM_RANGES, FAMILY_RANGES."""
         params = cls._from_json(d)
-        for key in (
-            "fixed_us",
-            "wave_us",
-            "tail_floor",
-            "small_tile",
-            "dw_fixed_us",
-            "dw_ns_per_output",
-            "dw_ns_per_tap",
-        ):
+        for key in _NON_NEGATIVE:
             value = getattr(params, key)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{key} must be a finite number >= 0, not {value!r}")
@@ -346,19 +343,17 @@ class WaveParams:
 
 #: What each number of a profile's params must be, as the range checks say it (a type error and a
 #: value error of one key read alike).
+_NON_NEGATIVE = (
+    "fixed_us",
+    "wave_us",
+    "tail_floor",
+    "small_tile",
+    "dw_fixed_us",
+    "dw_ns_per_output",
+    "dw_ns_per_tap",
+)
 _NUMBER_NEED = {
-    **{
-        key: "a finite number >= 0"
-        for key in (
-            "fixed_us",
-            "wave_us",
-            "tail_floor",
-            "small_tile",
-            "dw_fixed_us",
-            "dw_ns_per_output",
-            "dw_ns_per_tap",
-        )
-    },
+    **{key: "a finite number >= 0" for key in _NON_NEGATIVE},
     "macs_per_us_per_sm": "a finite number > 0",
 }
 

@@ -256,7 +256,7 @@ def _with_sources(rows: Sequence[dict[str, Any]], analysis: Analysis, params: An
     depthwise terms (`dw_source`), not by the GEMM fit that `waves.source` names, as staircase's
     `predictor.source` says for a depthwise conv."""
     depthwise = {c.name for c in analysis.convs if c.shape.is_depthwise}
-    return [{**r, "source": params.dw_source if r["name"] in depthwise else params.source} for r in rows]
+    return [{**r, "source": params.source_for(r["name"] in depthwise)} for r in rows]
 
 
 def _print_size_classes(rows: Sequence[dict[str, Any]], most: int = 8) -> None:

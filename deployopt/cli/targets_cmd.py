@@ -557,7 +557,7 @@ def staircase_doc(
             "params": params.name,
             "fitted": params.fitted,
             # a depthwise conv is priced by the depthwise terms, not by the GEMM fit
-            "source": params.dw_source if shape.is_depthwise else params.source,
+            "source": params.source_for(shape.is_depthwise),
         },
     }
     if timings is not None:
@@ -776,7 +776,7 @@ def staircase_command(
             row += [f"{p['measured_us']:.1f}", "n/a" if iqr is None else f"{iqr:.1f}"]
         table.add_row(*row)
     console.print(table)
-    source = f"its depthwise terms: {params.dw_source}" if shape.is_depthwise else params.source
+    source = ("its depthwise terms: " if shape.is_depthwise else "") + params.source_for(shape.is_depthwise)
     console.print(f"pred µs: predicted, {params.describe()}; {source}", highlight=False, soft_wrap=True)
     if timings:
         from deployopt.environment import where_measured
