@@ -233,14 +233,58 @@ def folded_at_load(path: str | os.PathLike[str], loaded: onnx.ModelProto) -> lis
 
 
 def file_typed_precision(path: str | os.PathLike[str]) -> str:
-    """`precision.typed_precision` of a model file (`peek_model`'s); "fp32" for one that cannot be parsed."""
+    """`precision.typed_precision` of a model file (`peek_model`'s); "fp32" for one that cannot be
+    parsed. Its ModelError (has_qdq's: FP8 or W8A16 Q/DQ) names the file. Read once per file as it
+    is now (path, inode, size, mtime): the TensorRT backends ask before every build and again for
+    the record, and parsing a 415 MB model took 0.87 s each time."""
+    path = Path(path)
+    try:
+        st = path.stat()
+    except OSError:
+        st = None
+    key = None
+    if st is not None and stat.S_ISREG(st.st_mode):  # a pipe is read once anyway: never memoized
+        key = (str(path.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    if key is not None and key in _TYPINGS:
+        label, refused = _TYPINGS[key]
+    else:
+        label, refused = _typing_or_refusal(peek_model(path))
+        if key is not None:
+            _TYPINGS[key] = (label, refused)
+    if refused is not None:
+        raise ModelError(f"{path.name}: {refused}")
+    return label
+
+
+def typed_precision_of_bytes(data: bytes, name: str) -> str:
+    """`file_typed_precision` of a model already read (the tensorrt backend's worker holds its bytes):
+    no second read of the file; "fp32" for bytes that are not a model."""
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError):
+        return "fp32"
+    label, refused = _typing_or_refusal(model if model.HasField("graph") else None)
+    if refused is not None:
+        raise ModelError(f"{name}: {refused}")
+    return label
+
+
+#: file_typed_precision's answers: (label, refusal) by (path, device, inode, size, mtime)
+_TYPINGS: dict[tuple[str, int, int, int, int], tuple[str, str | None]] = {}
+
+
+def _typing_or_refusal(model: onnx.ModelProto | None) -> tuple[str, str | None]:
+    """(typed_precision's label, None) or ("", has_qdq's refusal). Typed on a `weightless` copy:
+    shape inference of a typed model copied the whole model, weights included."""
     from deployopt.precision import typed_precision
 
-    model = peek_model(path)
+    if model is None:
+        return "fp32", None
     try:
-        return "fp32" if model is None else typed_precision(model)
-    except ModelError as exc:  # has_qdq's: a Q/DQ model deployopt does not label int8 (W8A16)
-        raise ModelError(f"{Path(path).name}: {exc}") from None
+        return typed_precision(weightless(model)), None
+    except ModelError as exc:
+        return "", str(exc)
 
 
 def uses_external_data(model: onnx.ModelProto) -> bool:

@@ -1059,15 +1059,21 @@ def build_and_time(
     options: MeasureOptions,
     per_layer: bool,
     known: dict[str, tuple[tuple[int, ...], str]] | None = None,
+    typing: str | None = None,
 ) -> dict:
     """Worker entry point: reuse a cached engine or build one, then time it. `known`: file digests
-    the caller already has (hash_calibration), checked against each file's stat before use."""
+    the caller already has (hash_calibration), checked against each file's stat before use.
+    `typing`: the model's file_typed_precision, read by the session (once per file, where the worker
+    is a new process each call); read here from the bytes in hand where not given."""
     from deployopt.backends.trtexec import input_shapes
+    from deployopt.model import typed_precision_of_bytes
 
     if known:
         _sha_memo.update(known)
     trt = _import_trt()
     data = Path(model_path).read_bytes()
+    if typing is None:  # before any build, for every dtype: FP8/W8A16 Q/DQ is one ModelError line
+        typing = typed_precision_of_bytes(data, Path(model_path).name)
     refuse_strongly_typed_int8(trt.__version__, options, model_path, data)  # before hashing the data
     shapes = input_shapes(Path(model_path), options)
     workdir = Path(options.workdir) if options.workdir is not None else DEFAULT_ENGINE_DIR
@@ -1094,7 +1100,7 @@ def build_and_time(
                 moved = engine_path_for(workdir, model_path, options.dtype, after)
                 os.replace(engine_path, moved)
                 engine_path, key = moved, after
-    built_as = built_precision(options.dtype, trt.__version__, model_path)  # TensorRT 11: as typed
+    built_as = built_precision(options.dtype, trt.__version__, typing)  # TensorRT 11: as typed
     out = time_engine(str(engine_path), options, shapes, per_layer, built=built_as)
     out["timing"]["environment"].update(
         {"engine": str(engine_path), "engine_built_now": built, "engine_key": key}
@@ -1153,11 +1159,16 @@ class TensorRTSession(Session):
             if self.options.extra.get("isolate", True):
                 return run_isolated("deployopt.backends.tensorrt.time_prebuilt", args, self.options.timeout_s)
             return time_prebuilt(*args)
+        from deployopt.model import file_typed_precision
+
+        # read here once per file, before the worker starts: it refuses an FP8/W8A16 Q/DQ model
+        # before anything is built, and each worker (a new process) would parse the model again
+        typing = file_typed_precision(model_path)
         if self.options.extra.get("isolate", True):
             # hashed here, where the digests outlive the call: each worker is a new process
-            args = (str(model_path), self.options, per_layer, hash_calibration(self.options))
+            args = (str(model_path), self.options, per_layer, hash_calibration(self.options), typing)
             return run_isolated("deployopt.backends.tensorrt.build_and_time", args, self.options.timeout_s)
-        return build_and_time(str(model_path), self.options, per_layer)
+        return build_and_time(str(model_path), self.options, per_layer, typing=typing)
 
     def measure(self, model_path: Path) -> Timing:
         return Timing.from_json(self._call(model_path, per_layer=False)["timing"])

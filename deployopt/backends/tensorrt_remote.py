@@ -152,12 +152,12 @@ def model_input_dtypes(model_path: Path) -> dict[str, Any]:
     calibration data must be able to hold (deployopt.fidelity.check_fed_types)."""
     import onnx
 
-    model = onnx.load(str(model_path), load_external_data=False)
-    init = {i.name for i in model.graph.initializer}
+    from deployopt.backends.trtexec import onnx_graph_inputs
+
     return {
         inp.name: onnx.helper.tensor_dtype_to_np_dtype(inp.type.tensor_type.elem_type).type
-        for inp in model.graph.input
-        if inp.name not in init and inp.type.tensor_type.elem_type
+        for inp in onnx_graph_inputs(model_path)
+        if inp.type.tensor_type.elem_type
     }
 
 
@@ -301,6 +301,13 @@ class RemoteRunnerSession(Session):
         if not model_path.is_file():
             raise no_such_file(model_path, ModelError)
         engine = is_engine_file(model_path)
+        typing = None
+        if not engine:
+            from deployopt.model import file_typed_precision
+
+            # read once, before anything goes to the board, for every dtype: an FP8 or W8A16 Q/DQ
+            # model is one line here (fp32 sent it and recorded it fp32); the record reads it too
+            typing = file_typed_precision(model_path)
         if engine:  # timed as it is: no ONNX read here, no version check, no fp16 typing, no weights
             refuse_engine_options(model_path, self.options.batch, self.options.calibration_data)
             shapes, send, weights = dict(self.options.input_shapes), model_path, []
@@ -346,8 +353,8 @@ class RemoteRunnerSession(Session):
         timing.environment["remote"] = self.host  # "runner" already names the runner's version
         if send != model_path:
             self._typed_here(timing)
-        elif not engine:
-            self._built_as_typed(timing, model_path)
+        elif typing is not None:
+            self._built_as_typed(timing, typing)
         return {"timing": timing, "layers": doc.get("layers")}
 
     def _send_calibration(
@@ -424,13 +431,13 @@ class RemoteRunnerSession(Session):
             raise BackendFailed(self._runner_error(exc)) from None
         return (out.strip().splitlines() or [""])[-1].strip()
 
-    def _built_as_typed(self, timing: Timing, model_path: Path) -> None:
+    def _built_as_typed(self, timing: Timing, typing: str) -> None:
         """On TensorRT >= 11 an fp32 build of a model typed fp16 or mixed runs as typed (the runner
         records the --dtype it was given): the record says the model's typing (built_precision)."""
         from deployopt.backends.trtexec import built_precision, precision_phrase
 
         version = timing.environment.get("tensorrt") or self.trt_version
-        built = built_precision(self.options.dtype, version, model_path)
+        built = built_precision(self.options.dtype, version, typing)
         if built != self.options.dtype:
             timing.environment["dtype"] = built
             phrase = precision_phrase(built, version, self.options.dtype)

@@ -173,19 +173,18 @@ def precision_phrase(dtype: str, version: str | None, asked: str | None = None) 
     return dtype
 
 
-def built_precision(dtype: str, version: str | None, model_path: str | os.PathLike[str]) -> str:
+def built_precision(dtype: str, version: str | None, typing: str) -> str:
     """The precision a build asked for `dtype` runs in, for the record. On TensorRT >= 11 every layer
     runs in its model's own types and no flag changes them: --dtype fp32 of a model typed fp16,
     bf16 or mixed (or with Q/DQ nodes) built that model as typed, and the record said fp32. Its
-    typing is recorded (precision.typed_precision: "fp16", "mixed fp32/fp16", "int8") rather than
-    refused: fp32 is these backends' default, so bench of an fp16-typed model without --dtype would
-    be refused, and a mixed model, which no --dtype names, could not be timed as deployed at all.
-    fp16 and int8 builds are what they say (typed fp16 here; INT8 only from Q/DQ nodes)."""
+    typing (`typing`: model.file_typed_precision's, read once before the build: "fp16", "mixed
+    fp32/fp16", "int8") is recorded rather than refused: fp32 is these backends' default, so bench
+    of an fp16-typed model without --dtype would be refused, and a mixed model, which no --dtype
+    names, could not be timed as deployed at all. fp16 and int8 builds are what they say (typed
+    fp16 here; INT8 only from Q/DQ nodes)."""
     if dtype != "fp32" or not strongly_typed(version):
         return dtype
-    from deployopt.model import file_typed_precision
-
-    return file_typed_precision(model_path)
+    return typing
 
 
 def board_table_name(name: str, model_path: Path) -> str:
@@ -284,15 +283,19 @@ def ran_shapes(model_path: Path, shapes: dict[str, list[int]]) -> dict[str, list
     return out
 
 
-def _onnx_input_dims(model_path: Path) -> dict[str, list[int | None]]:
+def onnx_graph_inputs(model_path: Path) -> list[Any]:
+    """The model's real inputs (ValueInfoProto), read without external weights: graph inputs that
+    are not initializers (older exporters list every weight as an input too)."""
     import onnx
 
     model = onnx.load(str(model_path), load_external_data=False)
     init = {i.name for i in model.graph.initializer}
+    return [inp for inp in model.graph.input if inp.name not in init]
+
+
+def _onnx_input_dims(model_path: Path) -> dict[str, list[int | None]]:
     out: dict[str, list[int | None]] = {}
-    for inp in model.graph.input:
-        if inp.name in init:
-            continue
+    for inp in onnx_graph_inputs(model_path):
         dims = inp.type.tensor_type.shape.dim
         out[inp.name] = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in dims]
     return out
@@ -513,7 +516,8 @@ class TrtexecSession(Session):
         self._qdq = False  # the model run() was last given has Q/DQ nodes (read for int8 only)
         self._engine: str | None = None  # where the last run's engine is (on the board with --remote)
         self._prebuilt = False  # the last model run() was given is a serialized engine (--loadEngine)
-        self._model: Path | None = None  # the ONNX file run() was last given (None: an engine, convs)
+        # the typing of the ONNX file run() was last given (file_typed_precision; None: an engine, convs)
+        self._typing: str | None = None
         self._input_shapes: dict[str, list[int]] = {}  # what each input of that model ran at, where known
         root = Path(options.extra.get("remote_workdir", DEFAULT_REMOTE_WORKDIR))
         run_dir = remote_run_dir(root, options) if self.remote else None  # optimize's, removed at close
@@ -554,7 +558,14 @@ class TrtexecSession(Session):
         for name in ("times.json", "profile.json", "layer_info.json"):
             (outdir / name).unlink(missing_ok=True)  # never read a previous run's exports
         self._prebuilt = is_engine_file(model_path)
-        self._model = None if self._prebuilt else model_path
+        self._typing = None
+        if not self._prebuilt:
+            from deployopt.model import file_typed_precision
+
+            # read once, before anything is built or copied, for every dtype: an FP8 or W8A16 Q/DQ
+            # model is refused in one line here (it was built and timed as fp32, or refused only
+            # after the build, for the record); the record and int8's Q/DQ check read it from here
+            self._typing = file_typed_precision(model_path)
         if self._prebuilt:  # loaded as it is: no ONNX read, no Q/DQ check, no fp16 typing
             refuse_engine_options(model_path, self.options.batch, self.options.calibration_data)
             shapes = dict(self.options.input_shapes)
@@ -563,9 +574,7 @@ class TrtexecSession(Session):
             shapes = input_shapes(model_path, self.options)
             self._input_shapes = ran_shapes(model_path, shapes)
         if self.options.dtype == "int8" and not self._prebuilt:
-            from deployopt.model import file_has_qdq
-
-            self._qdq = file_has_qdq(model_path)
+            self._qdq = self._typing == "int8"  # typed_precision says int8 exactly for Q/DQ nodes
         if self.remote:
             return self._run_remote(model_path, outdir, shapes)
         version = self._version()
@@ -758,7 +767,7 @@ class TrtexecSession(Session):
             send.append(copy)
             board_table = folder / copy.name
         options = self._board_options(board_table)
-        self._prebuilt, self._model = False, None  # conv models typed as the session's dtype
+        self._prebuilt, self._typing = False, None  # conv models typed as the session's dtype
         runs: list[SweepRun] = []
         # per conv: Q/DQ nodes, the engine's path on the board, its input's shape (as measure records it)
         built: list[tuple[bool, str | None, dict[str, list[int]]]] = []
@@ -829,9 +838,9 @@ class TrtexecSession(Session):
     def _built(self, run: TrtexecRun) -> str:
         """The precision the last model was built in (built_precision: on TensorRT >= 11 an fp32
         build of a typed model runs as typed); --dtype for an engine or conv models."""
-        if self._model is None:
+        if self._typing is None:
             return self.options.dtype
-        return built_precision(self.options.dtype, self.version or run.version, self._model)
+        return built_precision(self.options.dtype, self.version or run.version, self._typing)
 
     def _env(self, run: TrtexecRun) -> dict[str, Any]:
         env: dict[str, Any] = {"trtexec": self.remote + ":" + self.trtexec if self.remote else self.trtexec}
