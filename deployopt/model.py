@@ -235,7 +235,7 @@ def folded_at_load(path: str | os.PathLike[str], loaded: onnx.ModelProto) -> lis
 def file_typed_precision(path: str | os.PathLike[str]) -> str:
     """`precision.typed_precision` of a model file (`peek_model`'s); "fp32" for one that cannot be
     parsed. Its ModelError (has_qdq's: FP8 or W8A16 Q/DQ) names the file. Read once per file as it
-    is now (path, inode, size, mtime): the TensorRT backends ask before every build and again for
+    is now (path, inode, size, mtime, ctime): the TensorRT backends ask before every build and again for
     the record, and parsing a 415 MB model took 0.87 s each time."""
     path = Path(path)
     try:
@@ -244,7 +244,9 @@ def file_typed_precision(path: str | os.PathLike[str]) -> str:
         st = None
     key = None
     if st is not None and stat.S_ISREG(st.st_mode):  # a pipe is read once anyway: never memoized
-        key = (str(path.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        # ctime too: a same-size rewrite in place within the mtime clock's tick, or one whose mtime
+        # was set back (cp -p, rsync -t, tar x), keeps size and mtime but not ctime
+        key = (str(path.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     if key is not None and key in _TYPINGS:
         label, refused = _TYPINGS[key]
     else:
@@ -271,7 +273,7 @@ def typed_precision_of_bytes(data: bytes, name: str) -> str:
 
 
 #: file_typed_precision's answers: (label, refusal) by (path, device, inode, size, mtime)
-_TYPINGS: dict[tuple[str, int, int, int, int], tuple[str, str | None]] = {}
+_TYPINGS: dict[tuple[str, int, int, int, int, int], tuple[str, str | None]] = {}
 
 
 def _typing_or_refusal(model: onnx.ModelProto | None) -> tuple[str, str | None]:

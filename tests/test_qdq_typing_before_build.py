@@ -211,3 +211,24 @@ def test_input_dims_and_dtypes_share_one_reading_of_the_inputs(
     assert trtexec._onnx_input_dims(path) == {"x": [1, 3, 8, 8]}
     assert {n: t.__name__ for n, t in model_input_dtypes(path).items()} == {"x": "float32"}
     assert seen == [path, path]
+
+
+def test_a_same_size_rewrite_in_place_with_its_mtime_set_back_is_read_again(tmp_path: Path) -> None:
+    """An int8 Q/DQ model overwritten in place (same inode) by its FP8 twin of the same size, its
+    mtime set back as `cp -p` or a coarse clock leaves it: the memo must not answer int8."""
+    import os
+
+    from deployopt.model import file_typed_precision
+
+    int8, fp8 = (fp8_conv(t).SerializeToString() for t in (TensorProto.INT8, TensorProto.FLOAT8E4M3FN))
+    assert len(int8) == len(fp8)
+    path = tmp_path / "m.onnx"
+    path.write_bytes(int8)
+    before = os.stat(path)
+    assert file_typed_precision(path) == "int8"
+    with open(path, "r+b") as f:
+        f.write(fp8)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert os.stat(path).st_ino == before.st_ino
+    with pytest.raises(ModelError, match=r"m\.onnx: .*float8"):
+        file_typed_precision(path)

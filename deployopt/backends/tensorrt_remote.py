@@ -313,7 +313,9 @@ class RemoteRunnerSession(Session):
             shapes, send, weights = dict(self.options.input_shapes), model_path, []
         else:
             shapes = input_shapes(model_path, self.options)
-            send = self._for_board(model_path)  # typed fp16 here on TensorRT >= 11; refusals before any copy
+            send = self._for_board(
+                model_path, typing
+            )  # typed fp16 here on TensorRT >= 11; refusals before any copy
             weights = model_weights(send)  # its external data goes along: checked before any copy
         rdir = self.workdir / board_name(model_path.stem)
         board_model = rdir / board_name(send.name)
@@ -383,11 +385,12 @@ class RemoteRunnerSession(Session):
             self._calib_npys[key] = calibration_npy(self.options, model_path.name, dims, dest, dtypes)
         return self._calib_npys[key]
 
-    def _for_board(self, model_path: Path) -> Path:
+    def _for_board(self, model_path: Path, typing: str | None = None) -> Path:
         """The model file to copy. On TensorRT >= 11 (the board's version, read on the first call)
         with --dtype fp16: the model typed fp16 here by deployopt.precision (one ModelError line for
         a Q/DQ model), as trtexec --remote does; with int8, calibration or a model without Q/DQ
-        nodes is refused in trtexec's words. Up to 10.x, and for fp32, the model given."""
+        nodes is refused in trtexec's words. Up to 10.x, and for fp32, the model given. `typing`:
+        the model's file_typed_precision where read already (a conv sweep's models: read here)."""
         if self.options.dtype not in ("fp16", "int8"):
             return model_path  # nothing to decide: no version check, no extra ssh
         if self.trt_version is None:
@@ -396,9 +399,12 @@ class RemoteRunnerSession(Session):
         from deployopt.backends.trtexec import refuse_implicit_int8, refuse_int8_calibration, strongly_typed
         from deployopt.model import file_has_qdq
 
+        def qdq() -> bool:  # typed_precision says int8 exactly where the model has Q/DQ nodes
+            return typing == "int8" if typing is not None else file_has_qdq(model_path)
+
         if not strongly_typed(self.trt_version):
             # INT8 with no scales: before anything is copied (the runner refuses it too)
-            if self.options.dtype == "int8" and self.calib is None and not file_has_qdq(model_path):
+            if self.options.dtype == "int8" and self.calib is None and not qdq():
                 raise DataError(
                     f"{INT8_NEEDS_SCALES}: {model_path.name} has neither, and TensorRT would build it "
                     "fp16/fp32, timed as int8"
@@ -406,7 +412,7 @@ class RemoteRunnerSession(Session):
             return model_path
         if self.options.dtype == "int8":
             refuse_int8_calibration(self.trt_version, self.calib[1] if self.calib else None)
-            refuse_implicit_int8(self.trt_version, model_path.name, file_has_qdq(model_path))
+            refuse_implicit_int8(self.trt_version, model_path.name, qdq())
             return model_path
         from deployopt.precision import write_fp16
 
