@@ -284,3 +284,27 @@ def test_equal_medians_give_no_direction_at_any_min_effect() -> None:
     # a verdict still needs only a change of at least min effect: 0 counts any moved median
     moved = compare(Timing("ort", base), Timing("ort", [x - 1 for x in base]), alpha=0.01, min_effect=0.0)
     assert moved.verdict == "faster"
+
+
+def test_few_tied_samples_get_the_exact_p_of_every_split() -> None:
+    """Quantized timer samples tie. scipy's exact Mann-Whitney assumes no ties: [100]*4+[110]*2
+    against [110]*2+[120]*4 got p = 0.0087, a verdict at --alpha 0.01, where counting every one
+    of the 924 splits of the pooled samples (by U) gives 12/924 = 0.013: not significant."""
+    from itertools import combinations
+
+    a = [100.0] * 4 + [110.0] * 2
+    b = [110.0] * 2 + [120.0] * 4
+    pooled = a + b
+
+    def u(xs: list[float], ys: list[float]) -> float:
+        return sum(1.0 if x > y else 0.5 if x == y else 0.0 for x in xs for y in ys)
+
+    seen = u(a, b)
+    splits = [
+        u([pooled[i] for i in pick], [pooled[i] for i in range(12) if i not in pick])
+        for pick in combinations(range(12), 6)
+    ]
+    want = 2 * min(np.mean([s <= seen for s in splits]), np.mean([s >= seen for s in splits]))
+    result = compare(Timing("torch", a), Timing("torch", b), alpha=0.01)
+    assert result.p_value == pytest.approx(want) and want == pytest.approx(12 / 924)
+    assert result.verdict != "slower"
