@@ -280,6 +280,7 @@ def resize_model(dynamic: tuple[str | int, ...], scale_from_shape: bool) -> onnx
         inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # opset 17's own: a newer onnx writes IR 14, which onnxruntime 1.23 cannot read
     onnx.checker.check_model(model)
     return model
 
