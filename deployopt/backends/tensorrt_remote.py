@@ -135,28 +135,31 @@ def calibration_file(options: MeasureOptions) -> tuple[str, str] | None:
     return (MADE_HERE, data)
 
 
-def model_input_dims(model_path: Path, options: MeasureOptions) -> dict[str, list[int]]:
+def model_input_dims(
+    model_path: Path, options: MeasureOptions, inputs: list[Any] | None = None
+) -> dict[str, list[int]]:
     """Every input of the model as it is built: the shapes given (--input-shape, --batch), else its
-    own dims with a dynamic one taken as 1."""
+    own dims with a dynamic one taken as 1. `inputs`: trtexec.onnx_graph_inputs, where read already."""
     from deployopt.backends.trtexec import _onnx_input_dims, input_shapes
 
     given = input_shapes(model_path, options)
     return {
         name: given.get(name) or [1 if x is None else x for x in d]
-        for name, d in _onnx_input_dims(model_path).items()
+        for name, d in _onnx_input_dims(model_path, inputs).items()
     }
 
 
-def model_input_dtypes(model_path: Path) -> dict[str, Any]:
+def model_input_dtypes(model_path: Path, inputs: list[Any] | None = None) -> dict[str, Any]:
     """Each graph input's numpy dtype, read from the file's header (no weight data): what the
-    calibration data must be able to hold (deployopt.fidelity.check_fed_types)."""
+    calibration data must be able to hold (deployopt.fidelity.check_fed_types). `inputs`:
+    trtexec.onnx_graph_inputs, where read already."""
     import onnx
 
     from deployopt.backends.trtexec import onnx_graph_inputs
 
     return {
         inp.name: onnx.helper.tensor_dtype_to_np_dtype(inp.type.tensor_type.elem_type).type
-        for inp in onnx_graph_inputs(model_path)
+        for inp in (onnx_graph_inputs(model_path) if inputs is None else inputs)
         if inp.type.tensor_type.elem_type
     }
 
@@ -376,8 +379,11 @@ class RemoteRunnerSession(Session):
     def _calibration_npy(self, model_path: Path) -> Path:
         """calibration_npy of `model_path`, made once per input shape in this session (optimize's
         candidates share their input: the images are decoded once, not once a candidate)."""
-        dims = model_input_dims(model_path, self.options)
-        dtypes = model_input_dtypes(model_path)
+        from deployopt.backends.trtexec import onnx_graph_inputs
+
+        inputs = onnx_graph_inputs(model_path)  # one read of the file for both, once a candidate
+        dims = model_input_dims(model_path, self.options, inputs)
+        dtypes = model_input_dtypes(model_path, inputs)
         # all the .npy and its check depend on, besides the session's options
         key = repr((sorted(dims.items()), sorted((n, str(t)) for n, t in dtypes.items())))
         if key not in self._calib_npys:

@@ -293,9 +293,10 @@ def onnx_graph_inputs(model_path: Path) -> list[Any]:
     return [inp for inp in model.graph.input if inp.name not in init]
 
 
-def _onnx_input_dims(model_path: Path) -> dict[str, list[int | None]]:
+def _onnx_input_dims(model_path: Path, inputs: list[Any] | None = None) -> dict[str, list[int | None]]:
+    """Each real input's dims, None where dynamic; `inputs`: onnx_graph_inputs read already."""
     out: dict[str, list[int | None]] = {}
-    for inp in onnx_graph_inputs(model_path):
+    for inp in onnx_graph_inputs(model_path) if inputs is None else inputs:
         dims = inp.type.tensor_type.shape.dim
         out[inp.name] = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in dims]
     return out
