@@ -414,6 +414,22 @@ def test_optimize_on_ort_refuses_a_model_typed_as_it_cannot_run_in_benchs_words(
 # ---- bug 6: W8A16 Q/DQ models were priced and labelled int8
 
 
+def assert_refused_where_priced(
+    path: Path, phrase: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`analyze --target` and `bench` (as typed, and --dtype int8) refuse the Q/DQ model at `path`
+    in one line holding `phrase`, and print no int8 record."""
+    for args in (
+        ["analyze", str(path), "--target", "orin-nano-8gb", "--json"],
+        ["bench", str(path), "-b", "ort", "--runs", "3", "--warmup", "1"],
+        ["bench", str(path), "-b", "ort", "--runs", "3", "--warmup", "1", "--dtype", "int8"],
+    ):
+        code, out, err = run_cli(monkeypatch, capsys, *args)
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        assert code == 2 and len(lines) == 1 and phrase in lines[0], (args, err)
+        assert '"dtype": "int8"' not in out
+
+
 W8A16 = (
     r"quantizes activations to uint16: 16-bit Q/DQ \(W8A16\): TensorRT has no 16-bit quantized "
     r"convs; deployopt prices and labels int8 only"
@@ -438,16 +454,8 @@ def test_a_w8a16_model_is_refused_where_it_would_be_labelled_int8(
         has_qdq(onnx.load(path))
     with pytest.raises(ModelError, match=W8A16):
         typed_precision(onnx.load(path))
-    for args in (
-        ["analyze", str(path), "--target", "orin-nano-8gb", "--json"],
-        ["bench", str(path), "-b", "ort", "--runs", "3", "--warmup", "1"],
-        ["bench", str(path), "-b", "ort", "--runs", "3", "--warmup", "1", "--dtype", "int8"],
-    ):
-        code, out, err = run_cli(monkeypatch, capsys, *args)
-        lines = [ln for ln in err.splitlines() if ln.strip()]
-        assert code == 2 and len(lines) == 1 and "16-bit Q/DQ (W8A16)" in lines[0], (args, err)
-        assert '"dtype": "int8"' not in out
-    code, out, err = run_cli(monkeypatch, capsys, "analyze", str(path))  # no pricing: still analysed
+    assert_refused_where_priced(path, "16-bit Q/DQ (W8A16)", monkeypatch, capsys)
+    code, _, err = run_cli(monkeypatch, capsys, "analyze", str(path))  # no pricing: still analysed
     assert code == 0, err
 
 

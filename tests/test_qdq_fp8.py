@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from cli_runner import run_cli
 from onnx import TensorProto, helper, numpy_helper
+from test_precision_mixed import assert_refused_where_priced
 from test_tensorrt_fake_api import V10, install, opts
 
 from deployopt.backends.tensorrt import build_and_time
@@ -59,15 +59,7 @@ def test_an_fp8_qdq_model_is_refused_in_one_line_by_the_cli(
 ) -> None:
     path = tmp_path / "fp8.onnx"
     onnx.save(fp8_conv(), path)
-    for args in (
-        ["analyze", str(path), "--target", "orin-nano-8gb", "--json"],
-        ["bench", str(path), "-b", "ort", "--runs", "3", "--warmup", "1"],
-        ["bench", str(path), "-b", "ort", "--runs", "3", "--warmup", "1", "--dtype", "int8"],
-    ):
-        code, out, err = run_cli(monkeypatch, capsys, *args)
-        lines = [ln for ln in err.splitlines() if ln.strip()]
-        assert code == 2 and len(lines) == 1 and "FP8 Q/DQ" in lines[0], (args, err)
-        assert '"dtype": "int8"' not in out
+    assert_refused_where_priced(path, "FP8 Q/DQ", monkeypatch, capsys)
 
 
 def test_tensorrt_refuses_an_fp8_qdq_model_before_building_it_as_int8(
