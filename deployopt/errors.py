@@ -108,10 +108,14 @@ def first_line(exc: BaseException, empty: str | None = None) -> str:
 
 def shorten(text: str, limit: int = 300) -> str:
     """`text` if at most `limit` characters, else cut at the last space before it with ` …`: a cut
-    at the character left a word half there (`outermos)`) and no sign that more was said."""
+    at the character left a word half there (`outermos)`) and no sign that more was said. A word
+    longer than half the limit (a tensor's path-like name) is cut within, not dropped whole."""
     if len(text) <= limit:
         return text
-    head = text[:limit].rsplit(" ", 1)[0] if " " in text[:limit] else text[:limit]
+    head = text[:limit]
+    space = head.rfind(" ")
+    if space >= limit // 2:
+        head = head[:space]
     return head.rstrip(" ,;:") + " …"
 
 

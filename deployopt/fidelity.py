@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from deployopt.errors import DataError, ModelError, first_line, no_such_file
+from deployopt.errors import DataError, ModelError, first_line, no_such_file, shorten
 
 RANDOM_SOURCE = "random inputs (no calibration data given)"
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp"})
@@ -1010,7 +1010,7 @@ def cpu_session(
         raise
     except Exception as exc:  # onnxruntime raises its own exception types for bad models
         first = first_line(exc)
-        raise ModelError(f"{failure}: {first[:300]}") from None
+        raise ModelError(f"{failure}: {shorten(first)}") from None
 
 
 #: onnxruntime's names of the floating input types, as numpy dtypes
@@ -1175,7 +1175,7 @@ def _run(sess: Any, feed: dict[str, np.ndarray], role: str) -> list[np.ndarray]:
         return [np.asarray(o) for o in sess.run(None, feed)]
     except Exception as exc:
         first = first_line(exc)
-        raise DataError(f"{role} model failed on the calibration inputs: {first[:300]}") from None
+        raise DataError(f"{role} model failed on the calibration inputs: {shorten(first)}") from None
 
 
 def _check_finite_reference(outputs: list[np.ndarray], calib: CalibrationSet) -> None:
@@ -1689,7 +1689,7 @@ def low_precision_overflow(
     try:  # types and shapes only: inferred on a copy without the weights' data
         inferred = onnx.shape_inference.infer_shapes(weightless(m))
     except Exception as exc:
-        return skipped(f"onnx shape inference failed ({first_line(exc)[:120]})")
+        return skipped(f"onnx shape inference failed ({shorten(first_line(exc), 120)})")
     g = inferred.graph
     infos = {vi.name: vi.type.tensor_type for vi in (*m.graph.value_info, *m.graph.output)}
     infos.update({vi.name: vi.type.tensor_type for vi in (*g.value_info, *g.output)})

@@ -24,7 +24,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import TensorProto
 
-from deployopt.errors import ModelError, OutputError, first_line, no_such_file
+from deployopt.errors import ModelError, OutputError, first_line, no_such_file, shorten
 from deployopt.fileio import (
     check_output_file,
     make_output_dir,
@@ -946,7 +946,7 @@ def load_model(
     except (onnx.checker.ValidationError, Exception) as exc:
         # the checker's message spans lines ("... of node: \nname: fc OpType: Gemm\n is not output of
         # any previous nodes."): its first line stopped mid-sentence
-        first = " ".join(str(exc).split())[:400] or repr(exc)
+        first = shorten(" ".join(str(exc).split()), 400) or repr(exc)
         raise ModelError(f"{path}: invalid ONNX model: {first}") from None
     _clear_derived_shapes(model, all_outputs=bool(input_shapes))
     try:

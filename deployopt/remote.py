@@ -39,6 +39,7 @@ from deployopt.errors import (
     ModelError,
     exit_phrase,
     oom_hint,
+    shorten,
 )
 
 if TYPE_CHECKING:
@@ -130,7 +131,7 @@ def tail(text: str, n: int = 3) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     errors = [ln for ln in lines if "[E]" in ln or "Error" in ln or "error" in ln]
     pick = (errors or lines)[-n:]
-    return " | ".join(pick)[:400]
+    return shorten(" | ".join(pick), 400)
 
 
 #: strerror(ENOSPC), as scp, the board's shell, trtexec and jetson/runner.py print it.

@@ -403,3 +403,43 @@ def test_analyze_json_depthwise_rows_name_the_depthwise_source(
     assert params.dw_source != params.source
     assert all(sources[n] == params.dw_source for n in depthwise)
     assert all(s == params.source for n, s in sources.items() if n not in depthwise)
+
+
+def test_quoted_library_messages_are_cut_between_words(tmp_path: Path) -> None:
+    """Every one-line error quoting a library's long message cuts it between words with ` …`: a
+    cut at a fixed length left half a word (`outermos`) and no sign that more was said."""
+    from deployopt.backends.ort import _first_line
+    from deployopt.errors import ModelError, shorten
+    from deployopt.fidelity import _run
+    from deployopt.model import load_model
+    from deployopt.remote import tail
+
+    words = " ".join(["outermost"] * 80)
+
+    class Failing:
+        def run(self, *_: object) -> None:
+            raise RuntimeError(words)
+
+    with pytest.raises(Exception) as failed_run:
+        _run(Failing(), {}, "candidate")
+    # the checker's message quotes a tensor no node computes, here named at length
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    add = helper.make_node("Add", ["x", words], ["y"], name="add")
+    bad = helper.make_model(
+        helper.make_graph([add], "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17)]
+    )
+    bad.ir_version = 8
+    onnx.save(bad, tmp_path / "bad.onnx")
+    with pytest.raises(ModelError) as invalid:
+        load_model(tmp_path / "bad.onnx")
+    quoted = [
+        str(failed_run.value),
+        _first_line(RuntimeError(words)),
+        tail("[E] " + words),
+        str(invalid.value),
+    ]
+    for text in quoted:
+        assert text.endswith("outermost …"), text
+    # one long word (a path-like name) is cut within, not dropped whole
+    assert shorten("at " + "x" * 500, 50) == "at " + "x" * 47 + " …"

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deployopt.backends.base import Backend, LayerTime, MeasureOptions, Profile, Session
-from deployopt.errors import BackendFailed, BackendUnavailable, DeployoptError, first_line
+from deployopt.errors import BackendFailed, BackendUnavailable, DeployoptError, first_line, shorten
 from deployopt.precision import typed_precision
 from deployopt.timing import Timing, median_iqr
 
@@ -111,7 +111,7 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray
 
 
 def _first_line(exc: BaseException) -> str:
-    return first_line(exc)[:300]
+    return shorten(first_line(exc))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -64,6 +64,7 @@ from deployopt.errors import (
     exit_phrase,
     no_such_file,
     oom_hint,
+    shorten,
 )
 from deployopt.prebuilt import (
     PREBUILT,
@@ -669,7 +670,7 @@ def build_engine(model_path: str, options: MeasureOptions, engine_path: str) -> 
         data = to_fp16_bytes(data, Path(model_path).parent)
     if not parser.parse(data, str(model_path)):
         errs = [str(parser.get_error(i)).strip().replace("\n", " ") for i in range(parser.num_errors)]
-        raise ModelError(f"TensorRT cannot parse {Path(model_path).name}: {'; '.join(errs)[:300]}")
+        raise ModelError(f"TensorRT cannot parse {Path(model_path).name}: {shorten('; '.join(errs))}")
     config = builder.create_builder_config()
     workspace = int(options.extra.get("workspace_mib", DEFAULT_WORKSPACE_MIB)) << 20
     if workspace_api(version) == "memory_pool":

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from deployopt import errors
 from deployopt.backends import cuda_conv
 from deployopt.backends.base import Backend, KernelRecord, LayerTime, MeasureOptions, Profile, Session
-from deployopt.errors import BackendFailed, BackendUnavailable, DeployoptError
+from deployopt.errors import BackendFailed, BackendUnavailable, DeployoptError, shorten
 from deployopt.layers import ConvShape
 from deployopt.timing import Timing
 
@@ -110,7 +110,7 @@ class WorkerProcess:
         except (OSError, ValueError):
             return ""
         lines = [ln for ln in lines if not ln.startswith(("USDT:", "STAGE:", "[W", "ERROR:20"))] or lines
-        return lines[-1][:300] if lines else ""
+        return shorten(lines[-1]) if lines else ""
 
     def request(self, req: dict[str, Any], timeout_s: float, what: str) -> dict[str, Any]:
         try:
