@@ -198,7 +198,10 @@ def pct(a: float, b: float) -> float:
 
 
 def ci(t: dict[str, Any]) -> list[float]:
-    """The build-level 95 % CI of the median where there were several builds, else the stored one."""
+    """The build-level 95 % CI of the median where there were several builds, else the stored one; a
+    prediction (the wave model's: no CI, null in its JSON) is its one value at both ends."""
+    if not t.get("measured", True):
+        return [t["median_us"], t["median_us"]]
     return t.get("build_ci95_us", t["ci95_us"])
 
 

@@ -75,8 +75,8 @@ class Timing:
 
     @property
     def iqr_us(self) -> float:
-        q1, q3 = np.percentile(self.samples_us, [25, 75])
-        return float(q3 - q1)
+        q1, q3 = self.quartiles_us
+        return q3 - q1
 
     @property
     def ci95_us(self) -> tuple[float, float]:
@@ -91,6 +91,13 @@ class Timing:
         ci = bootstrap_median_ci(self.samples_us)
         self.__dict__["_ci95_cache"] = (key, ci)
         return ci
+
+    @property
+    def quartiles_us(self) -> tuple[float, float]:
+        """The first and third quartiles: where the middle half of the samples lies (skewed timer
+        samples put it off-centre around the median, so bars of ±IQR/2 drew it in the wrong place)."""
+        q1, q3 = np.percentile(self.samples_us, [25, 75])
+        return float(q1), float(q3)
 
     @property
     def spread_known(self) -> bool:
@@ -136,16 +143,18 @@ class Timing:
 
     def to_json(self) -> dict[str, Any]:
         """The measurement as JSON; iqr_us and ci95_us are null when there is no spread to show
-        (one measured sample: see spread_known), ci95_us also below CI_MIN_RUNS runs (ci_known)."""
-        known = self.spread_known
+        (one measured sample: see spread_known), ci95_us also below CI_MIN_RUNS runs (ci_known). A
+        prediction has no spread, runs or warmup (null): `runs: 1, iqr_us: 0` and a CI [x, x] read
+        as one exact sample, beside the report's own row of it saying null."""
+        known = self.spread_known and self.measured
         out: dict[str, Any] = {
             "backend": self.backend,
             "measured": self.measured,
             "median_us": self.median_us,
             "iqr_us": self.iqr_us if known else None,
             "ci95_us": list(self.ci95_us) if known and self.ci_known else None,
-            "runs": self.runs,
-            "warmup": self.warmup,
+            "runs": self.runs if self.measured else None,
+            "warmup": self.warmup if self.measured else None,
             "samples_us": [float(x) for x in self.samples_us],
             "timed": self.timed,
             "environment": self.environment,
@@ -163,7 +172,7 @@ class Timing:
         return cls(
             backend=d["backend"],
             samples_us=list(d["samples_us"]),
-            warmup=d.get("warmup", 0),
+            warmup=d.get("warmup") or 0,  # null: a prediction's
             timed=d.get("timed", ""),
             environment=d.get("environment", {}),
             measured=d.get("measured", True),
