@@ -47,15 +47,16 @@ def plot_staircase(
     predicted_us: Sequence[float] | None = None,
     waves: Sequence[int] | None = None,
     measured_us: Sequence[float | None] | None = None,
-    measured_iqr_us: Sequence[float | None] | None = None,
+    measured_quartiles_us: Sequence[tuple[float, float] | None] | None = None,
     title: str = "",
     predicted_label: str = "predicted",
-    measured_label: str = "measured (median, IQR bars)",
+    measured_label: str = "measured (median, bars from the first to the third quartile)",
     xlabel: str = "output channels",
     marks: Sequence[int] = (),
 ) -> Path:
-    """Write a PNG: predicted staircase (steps), measured medians with IQR bars, dashed lines at
-    the predicted wave boundaries (with the wave count after each), optional marked widths."""
+    """Write a PNG: predicted staircase (steps), measured medians with bars over the interquartile
+    range (first to third quartile: skewed timings put it off-centre, so not median ± IQR/2), dashed
+    lines at the predicted wave boundaries (with the wave count after each), optional marked widths."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -70,7 +71,7 @@ def plot_staircase(
             ax.step(ks, list(predicted_us), where="mid", color="tab:blue", lw=1.6, label=predicted_label)
         if measured_us is not None:
             pts = [
-                (k, m, (measured_iqr_us[i] if measured_iqr_us else None) or 0.0)
+                (k, m, (measured_quartiles_us[i] if measured_quartiles_us else None) or (m, m))
                 for i, (k, m) in enumerate(zip(ks, measured_us))
                 if m is not None
             ]
@@ -78,7 +79,7 @@ def plot_staircase(
                 ax.errorbar(
                     [p[0] for p in pts],
                     [p[1] for p in pts],
-                    yerr=[p[2] / 2 for p in pts],
+                    yerr=[[p[1] - p[2][0] for p in pts], [p[2][1] - p[1] for p in pts]],
                     fmt="o",
                     ms=3.5,
                     color="tab:orange",

@@ -776,7 +776,9 @@ def test_staircase_measured_says_where_in_plot_and_warns_off_target(monkeypatch,
         "--out-channels", "16,32", "--measure", "fake", "--runs", "3", "--plot", "p.png",
     )  # fmt: skip
     assert code == 0, err
-    assert labels == [f"measured on fake ({env['device']}) (median of 3 runs, IQR bars)"]
+    assert labels == [
+        f"measured on fake ({env['device']}) (median of 3 runs, bars from the first to the third quartile)"
+    ]
     assert f"measured on backend fake, median and IQR of 3 runs per width ({env['device']})" in out
     warnings = [line for line in err.splitlines() if line.startswith("warning:")]
     assert [warned in w for w in warnings] == ([True] if warned else []), err

@@ -197,6 +197,35 @@ def test_a_plot_says_1_wave(tmp_path):
     assert ">1 wave<" in svg and ">2 waves<" in svg and "1 waves" not in svg
 
 
+def test_plot_bars_span_the_quartiles_not_the_median_plus_minus_half_the_iqr(tmp_path, monkeypatch):
+    """Skewed samples [10]*4 + [11] + [30]*3: quartiles 10 and 30 around a median of 10.5. Bars of
+    median ± IQR/2 ran from 0.5 to 20.5, below every sample; they span 10 to 30."""
+    from matplotlib.axes import Axes
+
+    from deployopt.plots import plot_staircase
+    from deployopt.timing import Timing
+
+    t = Timing(backend="fake", samples_us=[10.0] * 4 + [11.0] + [30.0] * 3)
+    assert t.quartiles_us == (10.0, 30.0) and t.median_us == 10.5
+    drawn: list[Any] = []
+    errorbar = Axes.errorbar
+
+    def spy(self, x, y, **kw):
+        drawn.append((list(y), kw["yerr"]))
+        return errorbar(self, x, y, **kw)
+
+    monkeypatch.setattr(Axes, "errorbar", spy)
+    plot_staircase(
+        [16, 32],
+        tmp_path / "s.png",
+        measured_us=[t.median_us, 12.0],
+        measured_quartiles_us=[t.quartiles_us, None],
+    )
+    ((ys, (below, above)),) = drawn
+    assert [y - b for y, b in zip(ys, below)] == [10.0, 12.0]
+    assert [y + a for y, a in zip(ys, above)] == [30.0, 12.0]
+
+
 @pytest.mark.parametrize(
     ("option", "value"),
     [

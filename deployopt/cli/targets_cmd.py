@@ -732,14 +732,16 @@ def staircase_command(
             predicted_us=[p["predicted_us"] for p in pts],
             waves=[p["waves"] for p in pts],
             measured_us=[p["measured_us"] for p in pts] if timings else None,
-            measured_iqr_us=[p["measured_iqr_us"] for p in pts] if timings else None,
+            measured_quartiles_us=[t.quartiles_us if t.spread_known else None for t in timings]
+            if timings
+            else None,
             title=(
                 f"{tgt.display_name}, {sm_count(tgt.sms)}, {dtype}: "
                 f"conv {input_dims} k{kernel} s{stride} g{groups}"
             ),
             predicted_label=f"predicted ({params.describe()})",
             measured_label=f"measured on {_measured_where(measure, timings)} "
-            f"(median of {counted(runs, 'run')}, IQR bars)",
+            f"(median of {counted(runs, 'run')}, bars from the first to the third quartile)",
         )
     if as_json:
         console.print_json(json.dumps(doc))
