@@ -753,6 +753,11 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
         if ort is not None:
             ort.set_default_logger_severity(2)
     copy_model_metadata(model, folded)
+    if folded.ir_version < 4:
+        # IR 3 lists every initializer as a graph input; the export lists the real inputs only, and
+        # at IR 3 shape inference then ignored the weights (groups frozen "output shape unknown")
+        # and the checker refused the edit. IR 4 lets initializers stand alone (as precision.py).
+        folded.ir_version = 4
     return folded
 
 

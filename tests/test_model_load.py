@@ -804,3 +804,66 @@ def test_a_graph_out_of_topological_order_is_sorted_with_a_notice(
     ) as exc:
         load_model(tmp_path / "cycle.onnx")
     assert "\n" not in str(exc.value)
+
+
+def _ir3_unet(tmp_path: Path, ir_version: int) -> Path:
+    """A U-Net-like graph as pre-IR-4 exporters wrote it (every initializer also a graph input)
+    with an Upsample whose scales come from a Constant node, which loading folds."""
+    from onnx import TensorProto
+    from onnx import helper as h
+
+    r = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(r.standard_normal(dims).astype(np.float32), name)
+        for name, dims in [
+            ("w1", (13, 3, 3, 3)),
+            ("b1", (13,)),
+            ("w2", (8, 13, 3, 3)),
+            ("w3", (5, 3, 3, 3)),
+            ("w4", (4, 13, 1, 1)),
+        ]
+    ]
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "s")
+    nodes = [
+        h.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1] * 4),
+        h.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        h.make_node("Constant", [], ["scales"], name="k", value=scales),
+        h.make_node("Upsample", ["r1", "scales"], ["u"], name="up", mode="nearest"),
+        h.make_node("Conv", ["u", "w2"], ["c2"], name="conv2", pads=[1] * 4),
+        h.make_node("Conv", ["x", "w3"], ["c3"], name="conv3", pads=[1] * 4),
+        h.make_node("Upsample", ["c3", "scales"], ["u3"], name="up3", mode="nearest"),
+        h.make_node("Concat", ["c2", "u3"], ["cat"], name="cat", axis=1),
+        h.make_node("Conv", ["cat", "w4"], ["y"], name="conv4"),
+    ]
+    inputs = [h.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])] + [
+        h.make_tensor_value_info(t.name, TensorProto.FLOAT, list(t.dims)) for t in inits
+    ]
+    y = h.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 16, 16])
+    m = h.make_model(h.make_graph(nodes, "g", inputs, [y], inits), opset_imports=[h.make_opsetid("", 9)])
+    m.ir_version = ir_version
+    onnx.checker.check_model(m, full_check=True)
+    path = tmp_path / f"ir{ir_version}.onnx"
+    onnx.save(m, path)
+    return path
+
+
+def test_an_ir3_model_whose_constants_fold_keeps_its_shapes_and_pads_exactly(tmp_path: Path) -> None:
+    """Folding exported the real inputs only, and the model kept IR 3: shape inference then ignored
+    the weights (groups met by the Concat frozen "output shape unknown") and `apply` failed as an
+    internal error ("w1 in initializer but not in graph input"). It reads as its IR-4 twin."""
+    from deployopt.surgery import apply_plan
+
+    def groups(path: Path) -> list[tuple[str, bool, str]]:
+        return [(g.id, g.frozen, g.reason) for g in analyze(load_model(path).model).groups]
+
+    ir3, ir4 = _ir3_unet(tmp_path, 3), _ir3_unet(tmp_path, 4)
+    assert groups(ir3) == groups(ir4)
+    assert not any("shape unknown" in reason for _, _, reason in groups(ir3)), groups(ir3)
+    loaded = load_model(ir3)
+    free = {g.id: g.width + 3 for g in analyze(loaded.model).groups if not g.frozen}
+    assert {"conv1", "conv3"} <= set(free), free
+    padded = apply_plan(loaded.model, free)
+    onnx.checker.check_model(padded, full_check=True)
+    x = _input(loaded.model)
+    want = run(onnx.load(ir3), x)  # equal up to fp32 summation order (zeros added to each reduction)
+    np.testing.assert_allclose(run(padded, x), want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
