@@ -11,6 +11,7 @@ computes it (or listed as removed or unmapped).
 from __future__ import annotations
 
 import bisect
+import errno
 import json
 import os
 import shutil
@@ -624,16 +625,23 @@ class OrtSession(Session):
         dtype = self._check_typed(loaded)
         self._check_loaded(loaded)
         feeds = random_inputs(loaded.model)
-        with tempfile.TemporaryDirectory(prefix="deployopt-ort-") as tmp:
+        try:
+            workdir = tempfile.TemporaryDirectory(prefix="deployopt-ort-")
+        except OSError as exc:
+            raise _trace_failed(exc) from None
+        with workdir as tmp:
             try:
                 sess = self._session(loaded.model, profile_dir=tmp, save_optimized=True)
             except BackendFailed:  # writing the optimized graph failed; a plain session says why not
                 sess = self._session(loaded.model, profile_dir=tmp)
             self._run(sess, feeds, opts.warmup)
             self._run(sess, feeds, opts.runs)
-            path = sess.end_profiling()
-            with open(path) as f:
-                events = json.load(f)
+            try:  # a full disk: onnxruntime writes a truncated trace and says nothing
+                path = sess.end_profiling()
+                with open(path) as f:
+                    events = json.load(f)
+            except (OSError, ValueError) as exc:
+                raise _trace_failed(exc) from None
             if opts.workdir is not None:  # --trace-dir: was accepted and nothing kept
                 from deployopt.fileio import atomic_path
 
@@ -657,6 +665,15 @@ class OrtSession(Session):
             onnx_nodes_unmapped=mapping.unmapped,
             onnx_nodes_folded_at_load=folded_at_load(model_path, loaded.model),
         )
+
+
+def _trace_failed(exc: OSError | ValueError) -> BackendFailed:
+    """The one line for a profiler trace that TMPDIR could not hold (a truncated JSON, most often)."""
+    why = exc.strerror if isinstance(exc, OSError) and exc.errno != errno.ENOENT else None
+    return BackendFailed(
+        f"onnxruntime's profiler trace could not be written or read in {tempfile.gettempdir()} "
+        "(TMPDIR; disk full?)" + (f": {why}" if why else "")
+    )
 
 
 def _load_optimized(path: Path) -> onnx.ModelProto | None:

@@ -13,10 +13,12 @@ the protocol. "_sleep" and "_exit" exist to test the parent's timeout and crash 
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -573,18 +575,7 @@ class Worker:
                     torch.cuda.synchronize()
         for h in handles:
             h.remove()
-        trace_path = req.get("trace_path")
-        fd, tmp = tempfile.mkstemp(prefix="deployopt-trace-", suffix=".json")
-        os.close(fd)
-        try:
-            prof.export_chrome_trace(tmp)
-            with open(tmp) as f:
-                trace = json.load(f)
-            if trace_path:
-                os.replace(tmp, trace_path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        trace = _chrome_trace(prof, req.get("trace_path"))
         names = [n for n, _ in children]
         if self.cuda:
             attributed = kz.attribute_kernels(trace, names)
@@ -637,6 +628,36 @@ class Worker:
             shapes, self.dtype_name, samples=self.runs, benchmark=self.cudnn_benchmark
         )
         return {"results": results, "environment": self.environment(), "where": self._where(None)}
+
+
+def _chrome_trace(prof: Any, trace_path: str | None) -> Any:
+    """The profiler's Chrome trace, read back, and kept at `trace_path` (--trace-dir) if given.
+
+    Exported into a private folder in TMPDIR, so that torch's own `<path>.tmp` (left behind when a
+    full disk stops its write) goes with it; kept by a copy renamed within the trace folder, which
+    may be on another filesystem than TMPDIR (a rename across them is EXDEV)."""
+    from deployopt.errors import DeployoptError
+    from deployopt.fileio import atomic_path
+
+    try:
+        with tempfile.TemporaryDirectory(prefix="deployopt-trace-") as tmp:
+            path = os.path.join(tmp, "trace.json")
+            prof.export_chrome_trace(path)  # a full disk: a truncated .tmp and no trace, no error
+            with open(path) as f:
+                trace = json.load(f)
+            if trace_path:
+                with atomic_path(trace_path) as dst:
+                    shutil.copyfile(path, dst)
+    except DeployoptError as exc:  # the trace folder: cannot write …
+        raise WorkerError(type(exc).__name__, str(exc)) from None
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.errno != errno.ENOENT else None
+        raise WorkerError(
+            "BackendFailed",
+            f"the torch profiler's trace could not be written or read in {tempfile.gettempdir()} "
+            "(TMPDIR; disk full?)" + (f": {why}" if why else ""),
+        ) from None
+    return trace
 
 
 #: the attribute of a loaded module holding {node name in the model converted: the file's name}
