@@ -7,7 +7,8 @@ run was started with, so `--resume` can refuse a journal that belongs to a diffe
 
 A journal starts with its run's "start" event (written the moment the file is opened); a file
 that does not (garbage, another program's JSON lines, nothing at all) is refused by replay rather
-than taken for an empty journal, which would silently start the run over.
+than taken for an empty journal, which would silently start the run over. A second "start" (two
+runs' lines in one file) is refused too: replay merged both runs' timings into one search.
 """
 
 from __future__ import annotations
@@ -128,6 +129,10 @@ class Journal:
                 raise DeployoptError(
                     f"{path} is not a deployopt journal (its first line is not a 'start' event); "
                     "use --force to start over"
+                )
+            if kind == "start" and out.events:  # two runs in one file: a resume would mix their timings
+                raise DeployoptError(
+                    f"{path} records more than one run (a second 'start' event); use --force to start over"
                 )
             out.events.append(ev)
             try:

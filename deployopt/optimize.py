@@ -41,6 +41,7 @@ from deployopt.backends.base import TIMING_CACHE_BACKENDS, refuse_timing_cache
 from deployopt.errors import BackendFailed, BackendUnavailable, DataError, DeployoptError
 from deployopt.fidelity import GATE_SAMPLES, ImagePreprocess
 from deployopt.fileio import (
+    STAGING_PREFIX,
     check_output_dir,
     check_output_file,
     file_sha256,
@@ -388,26 +389,47 @@ def _check_outdir(cfg: OptimizeConfig) -> Path:
     if cfg.resume:
         if not journal.exists():
             raise DeployoptError(f"--resume: {journal} does not exist; nothing to resume")
-    elif outdir.exists() and any(outdir.iterdir()) and not cfg.force:
-        raise DeployoptError(f"{outdir} already exists; use --resume to continue or --force to start over")
+    elif not cfg.force:
+        _refuse_existing(outdir)
     return outdir
 
 
+def _refuse_existing(outdir: Path) -> None:
+    """A plain run's OUTDIR must be new. One holding only the lock file counts as new: a run killed
+    before its journal left it, and "already exists; use --resume" then met "nothing to resume"."""
+    if outdir.exists() and any(p.name != LOCK_NAME for p in outdir.iterdir()):
+        raise DeployoptError(f"{outdir} already exists; use --resume to continue or --force to start over")
+
+
 def _refuse_input_among_outputs(cfg: OptimizeConfig, outdir: Path) -> None:
-    """The input model must not be one of the files the results replace: `optimize out/model.onnx
-    -o out --force` deleted the model it was optimizing and wrote the answer in its place (and the
-    run could not be resumed: its model_sha256 had changed)."""
+    """The input model must not be one of the files a run replaces or removes: `optimize
+    out/model.onnx -o out --force` deleted the model it was optimizing and wrote the answer in its
+    place (and the run could not be resumed: its model_sha256 had changed); a model at out/plan.json,
+    out/journal.jsonl or in out/staircases/ was deleted the same way."""
     from deployopt.model import refuse_replacing_weights
 
     model = Path(cfg.model_path)
     hint = "-o/--out (or move the model out of that folder)"
-    for name in ("model.onnx", "model.onnx.data"):
-        refuse_input_as_output(outdir / name, [("model", model)], hint)
+    removed = _files_a_run_removes(outdir)
+    for path in removed:
+        refuse_input_as_output(path, [("model", model)], hint)
     # the weights file an external-data model reads (out/foo.onnx beside out/model.onnx.data):
     # --force replaced it, and foo.onnx then computed garbage with the answer's weights
-    refuse_replacing_weights(
-        model, [outdir / "model.onnx", outdir / "model.onnx.data"], f"give another {hint}"
-    )
+    refuse_replacing_weights(model, removed, f"give another {hint}")
+
+
+def _files_a_run_removes(outdir: Path) -> list[Path]:
+    """The files in OUTDIR that --force (_clear_outdir), the results moving in (output_set) or the
+    lock's release may delete: the names they remove, and all that the folders among them hold
+    (staircases/, a staging folder: removed whole, links in them but not what those point to)."""
+    paths = [outdir / name for name in ("journal.jsonl", LOCK_NAME, *OUTPUTS)]
+    files: list[Path] = []
+    for path in [*paths, *outdir.glob(f"{STAGING_PREFIX}*")]:
+        if path.is_dir() and not path.is_symlink():
+            files += [Path(root) / name for root, _, names in os.walk(path) for name in names]
+        else:
+            files.append(path)
+    return files
 
 
 #: Held (flock) by the run writing an OUTDIR, removed when it ends.
@@ -430,13 +452,38 @@ def _lock_outdir(outdir: Path) -> IO[str] | None:
         raise output_error(path, exc) from None
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        # a run that ends removes its lock file before releasing it: one opened before the removal
+        # is locked here while a third run holds a new file under the name, so both would go on
+        held = os.path.samestat(os.fstat(handle.fileno()), os.stat(path))
     except OSError:
+        held = False
+    if not held:
         handle.close()
         raise DeployoptError(
             f"{outdir} is in use by another `deployopt optimize` run (it holds {LOCK_NAME} there); "
             "wait for it to end, or give another -o"
-        ) from None
+        )
     return handle
+
+
+def _recheck_outdir(cfg: OptimizeConfig, outdir: Path, replay: Replay) -> None:
+    """Under the lock, what _check_outdir and the journal's replay saw again: another run can begin
+    and end while this one loads its model and opens its backend (seconds). Two plain runs both
+    exited 0, the second's results and `start` over the first's; a --resume appended its lines to
+    the journal of a --force run that had started over."""
+    journal = outdir / "journal.jsonl"
+    if cfg.resume:
+        try:
+            events = Journal.replay(journal).events
+        except DeployoptError:  # removed, or no journal now
+            events = None
+        if events != replay.events:
+            raise DeployoptError(
+                f"--resume: {journal} changed since it was read: another run wrote to {outdir} meanwhile; "
+                "run --resume again, or use --force to start over"
+            )
+    elif not cfg.force:
+        _refuse_existing(outdir)
 
 
 def _unlock_outdir(handle: IO[str] | None) -> None:
@@ -446,6 +493,23 @@ def _unlock_outdir(handle: IO[str] | None) -> None:
     with contextlib.suppress(OSError):
         os.unlink(handle.name)
     handle.close()
+
+
+def _run_every(*steps: Callable[[], object] | None) -> None:
+    """Run each step (None: nothing to do) even when one before it fails or is interrupted, then
+    raise the first such exception: a Ctrl-C or SIGTERM landing in one step of the cleanup skipped
+    the rest, leaving the work folder in the temp dir or the backend's worker running."""
+    first: BaseException | None = None
+    for step in steps:
+        if step is None:
+            continue
+        try:
+            step()
+        except BaseException as exc:  # re-raised below, once every step has run
+            if first is None:
+                first = exc
+    if first is not None:
+        raise first
 
 
 def _clear_outdir(outdir: Path) -> None:
@@ -545,8 +609,8 @@ class Optimizer:
         self.confirmation: dict[str, Any] | None = None
         self._pooled: dict[str, Timing] = {}  # plan key -> samples of every build (confirmation)
         self.measured_now = 0
-        #: the results are written and the journal says done (what a Ctrl-C in the cleanup after
-        #: it leaves: complete results, nothing to resume)
+        #: the results are in OUTDIR, complete (what a Ctrl-C after it leaves, in the journal's
+        #: `done` line or the cleanup: nothing to resume)
         self.finished = False
         # None until run() opens it: a Ctrl-C before then (scipy's import in _check_runs takes a
         # second) was an AttributeError traceback where "run it again" belonged
@@ -1543,12 +1607,13 @@ class Optimizer:
             )
         self._check_runs()
         self._warn_if_opset_beyond_tensorrt()
-        # Candidate models (and TensorRT engines) live in a private folder removed at the end.
-        self.workdir = Path(tempfile.mkdtemp(prefix="deployopt-work-"))
         session_cm = None
         self.journal = None
         lock = None
+        workdir: Path | None = None
         try:
+            # Candidate models (and TensorRT engines) live in a private folder removed at the end.
+            self.workdir = workdir = Path(tempfile.mkdtemp(prefix="deployopt-work-"))
             # The backend is opened before OUTDIR is touched: an unavailable backend leaves nothing behind.
             if self._external_session is not None:
                 self.session = self._external_session
@@ -1566,6 +1631,7 @@ class Optimizer:
                 preflight()
             make_output_dir(self.outdir)
             lock = _lock_outdir(self.outdir)  # before --force clears anything: not another run's files
+            _recheck_outdir(cfg, self.outdir, self.replay)
             if cfg.force and not cfg.resume:
                 _clear_outdir(self.outdir)
             elif cfg.resume:
@@ -1587,7 +1653,7 @@ class Optimizer:
             self._reserved = 0
             best = self._confirm(best)
             fidelity = self._final_fidelity(best)
-            result = self._finish(best, fidelity, budget_hit)
+            result = self._finish(best, fidelity, budget_hit)  # sets self.finished
             self.journal.write(
                 "done",
                 best=best.plan,
@@ -1595,17 +1661,17 @@ class Optimizer:
                 evaluations=len(self.evaluations),
                 measured_now=self.measured_now,
             )
-            self.finished = True  # a Ctrl-C from here on lands in the cleanup, the results complete
             return result
         finally:
-            if self.journal is not None:
-                self.journal.close()
-            _unlock_outdir(lock)
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            if session_cm is not None:
-                session_cm.close()
-            if self._own_sweep_session and self._sweep_session is not None:
-                self._sweep_session.close()
+            journal = self.journal
+            sweep_session = self._sweep_session if self._own_sweep_session else None
+            _run_every(
+                journal.close if journal is not None else None,
+                lambda: _unlock_outdir(lock),
+                (lambda: shutil.rmtree(workdir, ignore_errors=True)) if workdir is not None else None,
+                session_cm.close if session_cm is not None else None,
+                sweep_session.close if sweep_session is not None else None,
+            )
 
     def _warn_if_opset_beyond_tensorrt(self) -> None:
         """Once: the target's TensorRT (a Jetson's JetPack) documents no ops of the model's opset,
@@ -1888,6 +1954,7 @@ class Optimizer:
             report["engine"] = self._keep_engine(best, staging)
             report["engine_notice"] = getattr(self, "engine_notice", None)
             write_report(staging, report, self if self.cfg.plots else None)
+        self.finished = True  # the results are in place: a Ctrl-C from here on has nothing to resume
         return OptimizeResult(
             outdir=self.outdir,
             mode=self.cfg.mode,

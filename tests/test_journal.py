@@ -163,3 +163,19 @@ def test_appending_after_a_torn_line_cuts_it_so_the_journal_resumes_again(tmp_pa
         j.write("resume", previous_evaluations=0)
     assert [e["event"] for e in Journal.replay(path).events] == ["start", "resume"]
     assert path.read_text().count("\n") == 2
+
+
+def test_a_journal_of_two_runs_is_refused(tmp_path: Path) -> None:
+    """Two runs' lines in one file (a second run's `start` appended to the first's journal): replay
+    merged their timings, and a later --resume reported the other run's predictions as its own."""
+    path = tmp_path / "journal.jsonl"
+    with Journal(path) as j:
+        j.write("start", config={"mode": "lossless"})
+        j.write("measured", index=1, label="input", plan={"g": 8}, timing=Timing("x", [10.0]).to_json())
+        j.write("start", config={"mode": "trim"})
+    with pytest.raises(DeployoptError) as exc:
+        Journal.replay(path)
+    assert (
+        str(exc.value)
+        == f"{path} records more than one run (a second 'start' event); use --force to start over"
+    )

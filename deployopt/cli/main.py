@@ -116,14 +116,16 @@ def main() -> None:
 
 
 def entry() -> None:
-    """The `deployopt` command (and `python -m deployopt`): main(), then Ctrl-C ignored while the
-    interpreter shuts down. One landing there (~0.2 s of module teardown after a finished
-    optimize) exited 130 with no line, its results complete; in-process callers use main()."""
+    """The `deployopt` command (and `python -m deployopt`): main(), then Ctrl-C and SIGTERM ignored
+    while the interpreter shuts down. One landing there (~0.2 s of module teardown after a finished
+    optimize) exited 130 with no line, its results complete (SIGTERM, whose handler main() has put
+    back, killed it with no line); in-process callers use main()."""
     try:
         main()
     finally:
         with contextlib.suppress(ValueError):  # not the main thread
             signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def _main() -> None:

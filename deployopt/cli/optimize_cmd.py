@@ -297,8 +297,17 @@ def optimize_command(
             result = optimizer.run()
             if isinstance(progress, LineProgress):  # a search over short of --max-evals: done, not stopped
                 progress.finish()
+        # after the run, not before it: an option the backend refuses stays a one-line error
+        note_cudnn_search(b, sms, cudnn_engines, cudnn_benchmark)  # stderr: --json output stays clean
+        _note_unused_timing_options(b, {"--runs": runs, "--warmup": warmup, "--sweep-runs": sweep_runs})
+        if as_json:
+            sys.stdout.write(json.dumps(result.report, indent=2) + "\n")
+            return
+        _render(result)
     except KeyboardInterrupt:
-        if optimizer.finished:  # in the cleanup after the results: said "resume" over a finished run
+        # in the cleanup after the results, or while they are said: "resume" (or a bare
+        # "interrupted") over a finished run
+        if optimizer.finished:
             raise Interrupted(
                 f"interrupted after the run finished: its results in {optimizer.outdir} are complete"
             ) from None
@@ -307,13 +316,6 @@ def optimize_command(
         raise Interrupted("interrupted; resume with --resume") from None
     except DeployoptError:
         raise
-    # after the run, not before it: an option the backend refuses stays a one-line error
-    note_cudnn_search(b, sms, cudnn_engines, cudnn_benchmark)  # stderr: --json output stays clean
-    _note_unused_timing_options(b, {"--runs": runs, "--warmup": warmup, "--sweep-runs": sweep_runs})
-    if as_json:
-        sys.stdout.write(json.dumps(result.report, indent=2) + "\n")
-        return
-    _render(result)
 
 
 def _note_unused_timing_options(backend: Any, given: dict[str, int]) -> None:
