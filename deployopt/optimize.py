@@ -1145,7 +1145,13 @@ class Optimizer:
         `--batch N` against no --batch where N is the batch the model runs at without it (the file's,
         or 1 where the file leaves it dynamic) on every input --input-shape does not fix; `--sms N`
         against no --sms where N is the target's whole SM count; and a target profile file under
-        another path whose contents (target_sha256) are the same."""
+        another path whose contents (target_sha256) are the same; and the timing options
+        (--runs, --warmup, --sweep-runs) of a run whose backend predicts, which times nothing (it
+        said they were unused, and --resume then refused over them)."""
+        if key in ("runs", "warmup", "sweep_runs") and old.get("backend") == new.get("backend"):
+            from deployopt.backends.base import get_backend
+
+            return not getattr(get_backend(str(new.get("backend"))), "measured", True)
         if key == "target":
             digest = new.get("target_sha256")
             return digest is not None and digest == old.get("target_sha256")

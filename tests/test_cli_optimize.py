@@ -1075,3 +1075,21 @@ def test_optimize_for_a_jetson_warns_of_ops_its_tensorrt_may_not_parse(
         said = " ".join(err.split())
         assert code == 0, err
         assert said.count("warning: the model is ONNX opset 18, and its ReduceMean nodes") == int(warned), err
+
+
+def test_resume_of_a_predicted_run_ignores_the_timing_options_it_said_were_unused(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """`--backend model --runs 50` notes that --runs is unused; a --resume without it was refused
+    ("runs was 50, now 100") over an option that changed nothing."""
+    out = tmp_path / "out"
+    model = zoo_model_path("vgg16_pruned_b4")
+    code, _, err = cli(monkeypatch, capsys, *base_args(model, out), "--runs", "50", "--warmup", "3")
+    assert code == 0 and "--runs, --warmup unused" in err, err
+    code, _, err = cli(monkeypatch, capsys, *base_args(model, out), "--resume")
+    assert code == 0, err
+    journal = [json.loads(line)["event"] for line in (out / "journal.jsonl").read_text().splitlines()]
+    assert journal[0] == "start" and journal.count("start") == 1 and journal[-1] == "done"
+    # what the wave model reads still decides
+    code, _, err = cli(monkeypatch, capsys, *base_args(model, out), "--resume", "--dtype", "fp32")
+    assert code == 2 and 'dtype was "fp16", now "fp32"' in err, err

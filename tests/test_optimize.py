@@ -477,12 +477,19 @@ def test_resume_refuses_other_sweep_samples_or_replaced_external_weights(
 ) -> None:
     """Both resumed before: --sweep-runs 20 over a journal of 3-sample per-conv values (the report
     saying 20), and a model whose weights file alone was replaced (the .onnx, all that was hashed,
-    unchanged; the journal's fidelity reports were the old weights')."""
+    unchanged; the journal's fidelity reports were the old weights'). The wave model times nothing:
+    its runs resume at any --sweep-runs."""
     src = zoo_model_path("vgg16_pruned_b4")
     run_model(src, tmp_path / "out", max_evals=2, sweep_runs=3)
+    run_model(src, tmp_path / "out", resume=True, max_evals=3, sweep_runs=20)
+    # a measuring backend's journal (the check comes before any backend opens)
+    journal = tmp_path / "out" / "journal.jsonl"
+    lines = journal.read_text().splitlines()
+    start = json.loads(lines[0])
+    start["config"].update(backend="ort", sms=None)
+    journal.write_text("\n".join([json.dumps(start), *lines[1:]]) + "\n")
     with pytest.raises(DeployoptError, match=r"different run \(sweep_runs was 3, now 20\)"):
-        run_model(src, tmp_path / "out", resume=True, max_evals=3, sweep_runs=20)
-    run_model(src, tmp_path / "out", resume=True, max_evals=3, sweep_runs=3)
+        run_model(src, tmp_path / "out", resume=True, max_evals=4, sweep_runs=20, backend="ort", sms=None)
     # the default is left out of the journal: a journal from before the key resumes at it
     run_model(src, tmp_path / "dflt", max_evals=2)
     assert "sweep_runs" not in Journal.replay(tmp_path / "dflt" / "journal.jsonl").config
