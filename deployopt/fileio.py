@@ -7,8 +7,9 @@ Every way an output path can be wrong (a folder where a file goes, a parent that
 read-only or full disk) is one OutputError naming the path, never an OSError traceback.
 
 A symlink is written through (the temp file goes beside its target, so the link stays), and a
-destination that is not a regular file (/dev/null, a FIFO, a character device) is written to
-directly: renaming a temp file over it would replace the device node, not write to it.
+destination that is not a regular file (/dev/null, a FIFO, a character device, `/dev/stdout` into a
+pipe, bash's `>(cmd)`) is written to directly: renaming a temp file over it would replace the device
+node, not write to it. `-` is no file name here: it is refused rather than written as a file `-`.
 
 One reader too: `read_json` opens a JSON file plain or gzip-compressed, as the benchmark records are
 committed.
@@ -17,6 +18,7 @@ committed.
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import hashlib
 import json
@@ -31,6 +33,8 @@ from typing import Any
 from deployopt.errors import OutputError
 
 STAGING_PREFIX = ".partial-"  # output_set's staging folders: `.partial-<pid>-<random>`
+NAME_MAX = 255  # bytes in one file name, where the filesystem does not say (pathconf)
+TEMP_RANDOM = 8  # the random characters mkstemp and mkdtemp put between prefix and suffix
 
 
 def output_error(dest: str | os.PathLike[str], exc: OSError) -> OutputError:
@@ -45,11 +49,27 @@ def _existing_ancestor(path: Path) -> Path:
     return p
 
 
-def _probe_writable(folder: Path, dest: Path) -> None:
-    """Create and remove a file in `folder`: the only check that sees a read-only filesystem or a
-    full quota for root too (root passes every permission bit, not EROFS), before the long work."""
+def _name_max(folder: Path) -> int:
     try:
-        fd, probe = tempfile.mkstemp(prefix=".deployopt-probe-", dir=folder)
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return NAME_MAX
+
+
+def temp_prefix(name: str, suffix: str, folder: Path) -> str:
+    """`.NAME.`, the prefix of the temp file (or folder) an output NAME is written as in `folder`,
+    NAME cut so that prefix, mkstemp's random part and `suffix` fit one file name: a valid name of
+    242-255 bytes failed with "File name too long" only after the work was done."""
+    room = _name_max(folder) - 2 - TEMP_RANDOM - len(os.fsencode(suffix))
+    return f".{os.fsencode(name)[: max(room, 0)].decode('utf-8', 'ignore')}."
+
+
+def _probe_writable(folder: Path, dest: Path, name: str = "deployopt-probe") -> None:
+    """Create and remove a file in `folder`, named as atomic_path names its temp file for output
+    `name`: the only check that sees a read-only filesystem or a full quota for root too (root
+    passes every permission bit, not EROFS), before the long work."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=temp_prefix(name, ".tmp", folder), suffix=".tmp", dir=folder)
     except OSError as exc:
         raise output_error(dest, exc) from None
     os.close(fd)
@@ -59,19 +79,24 @@ def _probe_writable(folder: Path, dest: Path) -> None:
 
 def resolve_output(dest: str | os.PathLike[str]) -> tuple[Path, bool]:
     """(the path to write, whether to write it directly): a symlink resolves to its target, so the
-    link survives; an existing FIFO or device is written in place (True), never renamed over."""
+    link survives; an existing FIFO or device is written in place (True), never renamed over; a
+    folder, a socket or a name too long is one OutputError."""
     dest = Path(dest)
-    if dest.is_symlink():
-        dest = Path(os.path.realpath(dest))
     try:
+        # stat the path as given: it follows /proc's links (/dev/stdout, `>(cmd)`'s /dev/fd/63) to the
+        # pipe, where realpath made them /proc/PID/fd/pipe:[N], no file, and the write failed
         mode = dest.stat().st_mode
-    except OSError:  # not there (yet): a regular file is made
-        return dest, False
+    except OSError as exc:  # not there (yet): a regular file is made (a dangling link's target)
+        if exc.errno == errno.ENAMETOOLONG:
+            raise output_error(dest, exc) from None
+        mode = stat.S_IFREG
     if stat.S_ISDIR(mode):
         raise OutputError(f"cannot write {dest}: it is a folder; give a file path")
     if stat.S_ISSOCK(mode):
         raise OutputError(f"cannot write {dest}: it is a socket, not a file")
-    return dest, not stat.S_ISREG(mode)
+    if not stat.S_ISREG(mode):
+        return dest, True
+    return (Path(os.path.realpath(dest)) if dest.is_symlink() else dest), False
 
 
 def check_output_dir(path: str | os.PathLike[str], probe: bool = True) -> Path:
@@ -114,9 +139,9 @@ def check_output_file(dest: str | os.PathLike[str], probe: bool = True) -> Path:
 
     Returns `dest` as given; the folder probed is that of a symlink's target."""
     given = Path(dest)
-    if given.is_dir():
-        raise OutputError(f"cannot write {given}: it is a folder; give a file path")
-    target, direct = resolve_output(given)
+    if str(given) == "-":  # a file named `-` was written where stdout was meant
+        raise OutputError("cannot write -: give a file name ('-' is not standard output here)")
+    target, direct = resolve_output(given)  # a folder or socket, a name too long: one line
     if direct:  # /dev/null, a FIFO: nothing is created beside it
         if not os.access(target, os.W_OK):
             raise OutputError(f"cannot write {given}: permission denied")
@@ -124,8 +149,10 @@ def check_output_file(dest: str | os.PathLike[str], probe: bool = True) -> Path:
     anc = _existing_ancestor(target.parent)
     if not anc.is_dir():
         raise OutputError(f"cannot write {given}: {anc} is a file, not a folder")
+    if len(os.fsencode(target.name)) > _name_max(anc):  # else found at the rename, after the work
+        raise OutputError(f"cannot write {given}: {os.strerror(errno.ENAMETOOLONG)}")
     if probe:
-        _probe_writable(anc, given)
+        _probe_writable(anc, given, target.name)
     return given
 
 
@@ -189,7 +216,9 @@ def atomic_path(dest: str | os.PathLike[str], suffix: str = "") -> Iterator[Path
         return
     make_output_dir(dest.parent)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=suffix or ".tmp", dir=dest.parent)
+        suffix = suffix or ".tmp"
+        prefix = temp_prefix(dest.name, suffix, dest.parent)
+        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=dest.parent)
     except OSError as exc:
         raise output_error(dest, exc) from None
     os.close(fd)

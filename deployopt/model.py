@@ -31,6 +31,7 @@ from deployopt.fileio import (
     output_error,
     publish,
     resolve_output,
+    temp_prefix,
     write_bytes,
 )
 from deployopt.onnx_proto import copy_fields
@@ -1325,11 +1326,13 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, external
         return
     make_output_dir(dest.parent)
     try:
-        tmpdir = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+        tmpdir = Path(tempfile.mkdtemp(prefix=temp_prefix(dest.name, "", dest.parent), dir=dest.parent))
     except OSError as exc:
         raise output_error(dest, exc) from None
     try:
         tmp_model = tmpdir / dest.name
+        replaced = _weights_read_by(dest) if dest.is_file() else []  # read before anything moves in
+        new_data = None  # the weights file the new model reads
         if external_data:
             location = dest.name + ".data"
             to_save = onnx.ModelProto()
@@ -1347,18 +1350,21 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, external
                     publish(tmpdir / location, dest.parent / location)
                 except OSError as exc:  # a folder named like it: the error named the model's path
                     raise output_error(dest.parent / location, exc) from None
+                new_data = dest.parent / location
         else:
             onnx.save_model(model, str(tmp_model))
-        stale = None if external_data else _own_data_file(dest)
         publish(tmp_model, dest)
-        if stale is not None:  # the replaced model's weights: said, not deleted (another may read them)
+        # each weights file of the replaced model that the new one does not read (a .data of its name
+        # was just written over): said, not deleted (another model may read it)
+        reads = "weights inside" if new_data is None else f"weights in {new_data.name}"
+        for stale in (src for src in replaced if not (new_data and src.exists() and src.samefile(new_data))):
             import warnings
 
             from deployopt.errors import DeployoptWarning
 
             warnings.warn(
                 f"{stale} is left beside {given}: it holds the weights of the model this replaced, which "
-                f"the new {dest.name} (weights inside) does not read; delete it unless another model does",
+                f"the new {dest.name} ({reads}) does not read; delete it unless another model does",
                 DeployoptWarning,
                 stacklevel=2,
             )
@@ -1366,13 +1372,3 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, external
         raise output_error(dest, exc) from None
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
-
-
-def _own_data_file(dest: Path) -> Path | None:
-    """`dest.data` when the model at `dest` (about to be replaced by one that keeps its weights
-    inside) reads its weights from it: writing an in-file model over an external-data one left a
-    stale M.onnx.data (44 MB for a ResNet-18) beside it without a word. None otherwise."""
-    data = dest.with_name(dest.name + ".data")
-    if not dest.is_file() or not data.is_file():
-        return None
-    return data if any(src.samefile(data) for src in _weights_read_by(dest)) else None

@@ -50,7 +50,7 @@ from deployopt.cli.app import (
     timeout_option,
     timing_cache_option,
 )
-from deployopt.errors import DataError, DeployoptError, no_such_file
+from deployopt.errors import DataError, DeployoptError, OutputError, no_such_file
 from deployopt.fidelity import ImagePreprocess
 from deployopt.fileio import (
     check_output_dir,
@@ -69,6 +69,8 @@ TIMING_CACHE_HELP = (
     "shapes timed before are not timed again (faster builds, the same tactics); with --remote the "
     "board keeps it under this file's name."
 )
+
+OUTPUT_HELP = "Write the JSON result to this file (not '-': --json prints it to stdout)."
 
 BENCH_KEYS = (
     "backend",
@@ -126,8 +128,14 @@ def _session(
     starts (a bad -o must not cost a measurement), the --sms note printed only once the session
     stands (so a refused option stays a one-line error)."""
     if output is not None:
+        if str(output) == "-":  # wrote a file named `-`
+            raise OutputError("-o -: give a file name; use --json for stdout")
         check_output_file(output)
         refuse_input_as_output(output, [("model", model)], "-o/--output")
+        from deployopt.model import refuse_replacing_weights
+
+        # the JSON renamed over the weights file the model reads (external data) ruined the model
+        refuse_replacing_weights(model, [output], "give another -o/--output")
     # an engine: refused here, before the backend is looked for, so the line is the same whether
     # TensorRT or trtexec is installed or not (settings are _options' dtype, batch, ...)
     refuse_engine_backend(model, backend_name)
@@ -344,7 +352,7 @@ def bench_command(
     remote: Optional[str] = remote_option(),
     timing_cache: Optional[Path] = timing_cache_option(TIMING_CACHE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
-    output: Optional[Path] = output_option(None, "--output", "-o", help="Write the JSON result here."),
+    output: Optional[Path] = output_option(None, "--output", "-o", help=OUTPUT_HELP),
 ) -> None:
     """Time a model end to end: median, IQR, 95 % CI, runs, what was timed, environment."""
     backend = default_backend(backend, remote)
@@ -573,7 +581,7 @@ def profile_command(
         folder=True,
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
-    output: Optional[Path] = output_option(None, "--output", "-o", help="Write the JSON result here."),
+    output: Optional[Path] = output_option(None, "--output", "-o", help=OUTPUT_HELP),
 ) -> None:
     """Per-layer time with share of total; --kernels adds grid/block/registers/tile/waves per kernel."""
     backend = default_backend(backend, remote)
