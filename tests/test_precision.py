@@ -509,3 +509,30 @@ def test_fp16_command_names_repeats_and_says_the_io_it_kept(
     code, out, err = run_cli(monkeypatch, capsys, "fp16", str(src), "-o", str(tmp_path / "io16_out.onnx"))
     said = " ".join(out.split())
     assert code == 0 and "inputs and outputs typed as before" in said and "fp32 inputs" not in said, out + err
+
+
+def test_fp16_command_writes_into_a_pipe_and_ends(tmp_path: Path) -> None:
+    """`fp16 m.onnx -o >(cmd)`: the model went into the pipe, and the command then read OUTPUT
+    back to say its inputs' types, blocking forever on the drained pipe."""
+    import os
+    import subprocess
+    import sys
+    import threading
+
+    src, fifo = tmp_path / "m.onnx", tmp_path / "pipe"
+    onnx.save(MODELS["mobilenet_like"](), src)
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    done = subprocess.run(
+        [sys.executable, "-m", "deployopt", "fp16", str(src), "-o", str(fifo)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    reader.join(timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert "fp16 inside, fp32 inputs and outputs" in " ".join(done.stdout.split())
+    assert is_low_precision(onnx.load_from_string(got[0]))

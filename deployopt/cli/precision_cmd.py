@@ -48,7 +48,9 @@ def fp16_cmd(
     else:
         import onnx
 
-        graph = onnx.load(str(written), load_external_data=False).graph
+        # the input's, which the conversion keeps: reading OUTPUT back blocked forever on a pipe
+        # (`-o >(cmd)`, /dev/stdout) that had already been written
+        graph = loaded.model.graph
         io = {v.type.tensor_type.elem_type for v in (*graph.input, *graph.output)}
         kept = (
             "fp32 inputs and outputs"
