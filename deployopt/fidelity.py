@@ -142,7 +142,8 @@ def preprocess_image(
 
     `resize="stretch"` resizes straight to H×W (bilinear); `"crop"` resizes, aspect ratio kept, so
     the picture covers H/0.875 × W/0.875, and takes the centre H×W (the ImageNet evaluation recipe,
-    256 → 224; it used to stretch a non-square input's picture).
+    256 → 224, as torchvision computes it: `_cover`, `_center_crop`; it used to stretch a
+    non-square input's picture).
     """
     from PIL import Image, UnidentifiedImageError
 
@@ -162,13 +163,7 @@ def preprocess_image(
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             img = _decode(path, channels)
         if resize == "crop":
-            iw, ih = img.size
-            # one factor for both axes (rounded targets, so square inputs resize as they always did)
-            ratio = max(round(h / 0.875) / ih, round(w / 0.875) / iw)
-            img = img.resize((max(w, round(iw * ratio)), max(h, round(ih * ratio))), Image.BILINEAR)
-            iw, ih = img.size
-            left, top = (iw - w) // 2, (ih - h) // 2
-            img = img.crop((left, top, left + w, top + h))
+            img = _center_crop(_cover(img, round(h / 0.875), round(w / 0.875)), h, w)
         elif img.size != (w, h):
             img = img.resize((w, h), Image.BILINEAR)
         arr = np.asarray(img, dtype=np.float32)
@@ -199,6 +194,30 @@ def preprocess_image(
             f"({_F32_MAX:.3g}); check them"
         )
     return np.ascontiguousarray(arr.transpose(2, 0, 1), dtype=np.float32)
+
+
+def _cover(img: Any, h: int, w: int) -> Any:
+    """`img` resized (bilinear, Pillow's antialiased filter), aspect ratio kept, to cover h×w: the
+    axis that needs the larger factor becomes exactly its target and the other truncates, as
+    torchvision's Resize(size) (`_compute_resized_output_size`) makes the short side `size` and
+    the long `int(size · long / short)`; h == w is that very recipe. Rounding the long side made a
+    1024×683 photo 384×256, torchvision's 383×256 (1.7 off after normalisation)."""
+    from PIL import Image
+
+    iw, ih = img.size
+    if w * ih >= h * iw:  # the width needs the larger factor (w / iw ≥ h / ih, in integers)
+        size = (w, int(w * ih / iw))
+    else:
+        size = (int(h * iw / ih), h)
+    return img if size == img.size else img.resize(size, Image.BILINEAR)
+
+
+def _center_crop(img: Any, h: int, w: int) -> Any:
+    """The centre h×w of `img`, which covers it: torchvision's center_crop offsets,
+    `round((size − crop) / 2)` (half to even), where `//` put odd margins a pixel off."""
+    iw, ih = img.size
+    top, left = round((ih - h) / 2.0), round((iw - w) / 2.0)
+    return img.crop((left, top, left + w, top + h))
 
 
 def _is_empty(path: Path) -> bool:
@@ -317,18 +336,19 @@ def _batched(
     `noun` "row", `of` " of input 'x'")."""
     if not rows:
         return samples, []
-    n, left = len(rows), len(rows) % batch
+    return samples + _stack_rows(rows, batch), _rows_notice(len(rows), batch, noun, of)
+
+
+def _rows_notice(n: int, batch: int, noun: str, of: str = "") -> list[str]:
+    """The notice on `n` rows that do not fill their batches of `batch` (`_batched`), if any."""
+    left = n % batch
     what = f"{n} {noun}{'' if n == 1 else 's'}{of}"
     if n < batch:
         it = "it" if n == 1 else "them"
-        notice = f"{what} {'does' if n == 1 else 'do'} not fill a batch of {batch}: the batch repeats {it}"
-    elif left:
-        notice = (
-            f"{what} do not fill batches of {batch}: the last {left} {'is' if left == 1 else 'are'} left out"
-        )
-    else:
-        notice = ""
-    return samples + _stack_rows(rows, batch), [notice] if notice else []
+        return [f"{what} {'does' if n == 1 else 'do'} not fill a batch of {batch}: the batch repeats {it}"]
+    if not left:
+        return []
+    return [f"{what} do not fill batches of {batch}: the last {left} {'is' if left == 1 else 'are'} left out"]
 
 
 #: the first bytes of a .npy file and of an .npz (a zip): anything else np.load reads as a pickle
@@ -546,8 +566,16 @@ def load_calibration(
             f"{_fmt(shape)}{last}; give .npy/.npz arrays of its shape"
         )
     files = files[: count * batch]
-    rows = [
-        preprocess_image(
+    notices = _rows_notice(len(files), batch, "image")
+    # each image goes straight into its batch, as `_stack_rows` would place it: a list of them all
+    # beside the batches stacked from it held every tensor twice (1000 batches of 512² images:
+    # 6.2 GB for 3.0 GB); images past the last full batch are not read
+    used = files if len(files) < batch else files[: len(files) - len(files) % batch]
+    batches: list[np.ndarray] = []
+    for k, f in enumerate(used):
+        if k % batch == 0:
+            batches.append(np.empty((batch, channels, h, w), np.float32))
+        batches[-1][k % batch] = preprocess_image(
             f,
             (h, w),
             channels=channels,
@@ -557,9 +585,8 @@ def load_calibration(
             scale=preprocess.scale,
             resize=preprocess.resize,
         )
-        for f in files
-    ]
-    batches, notices = _batched([], rows, batch, "image")
+    for j in range(len(used), batch):  # fewer than one batch: it repeats them
+        batches[0][j] = batches[0][j % len(used)]
     return CalibrationSet(
         samples=[{name: b} for b in batches],
         source=str(path),
@@ -643,6 +670,76 @@ def load_ranking_samples(
     more = data.samples[held:]
     samples = more or data.samples[:held]
     return RankingSet(calib=replace(data, samples=samples), gate=held, after_gate=bool(more))
+
+
+def samples_held(path: str | os.PathLike[str] | None, inputs: dict[str, list[int]], count: int) -> int:
+    """How many samples `load_calibration(path, inputs, count=count)` holds at once, from the
+    folder's listing and the arrays' headers, no data read: what verify's memory pre-flight
+    counts (it counted one for any data, and 1000 batches of 512² images, 3.0 GB, ran without a
+    warning). Data it cannot size counts 1: loading it says what is wrong, in one line."""
+    if path is None:
+        return count
+    shapes = {n: [int(d) for d in s] for n, s in inputs.items()}
+    batch = {n: s[0] if s else 1 for n, s in shapes.items()}
+    try:
+        p = Path(path)
+        files = folder_files(p) if p.is_dir() else [p]
+        arrays = [f for f in files if f.suffix.lower() in ARRAY_SUFFIXES]
+        if not arrays:  # images: `count` batches of the one input at most, fewer than a batch is one
+            images = sum(f.suffix.lower() in IMAGE_SUFFIXES for f in files)
+            return max(1, min(count, images // max(1, next(iter(batch.values()), 1))))
+        found = {n: [0, 0] for n in shapes}  # samples and rows, read in file order as the loader reads
+
+        def held(n: str) -> int:
+            return found[n][0] + (max(1, found[n][1] // batch[n]) if found[n][1] else 0)
+
+        for f in arrays:
+            if all(held(n) >= count for n in shapes):
+                break
+            for n, dims in _array_shapes(f, list(shapes)).items():
+                found[n] = [a + b for a, b in zip(found[n], _samples_and_rows(dims, shapes[n]))]
+        return max(1, min(count, *(held(n) for n in shapes)))
+    except (DataError, OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        return 1
+
+
+def _array_shapes(path: Path, names: list[str]) -> dict[str, tuple[int, ...]]:
+    """The shape of the array each input takes from a .npy/.npz (`_load_array_file`'s choice),
+    read from the .npy headers alone; KeyError where an input has none."""
+    if path.suffix.lower() == ".npy":
+        if len(names) != 1:
+            raise KeyError(path)
+        with path.open("rb") as f:
+            return {names[0]: _npy_shape(f)}
+    with zipfile.ZipFile(path) as z:
+        members = {m[: -len(".npy")]: m for m in z.namelist() if m.endswith(".npy")}
+        if len(names) == 1 and names[0] not in members and len(members) == 1:
+            members = {names[0]: next(iter(members.values()))}
+        shapes = {}
+        for n in names:
+            with z.open(members[n]) as f:
+                shapes[n] = _npy_shape(f)
+        return shapes
+
+
+def _npy_shape(f: Any) -> tuple[int, ...]:
+    version = np.lib.format.read_magic(f)
+    if version == (1, 0):
+        return tuple(np.lib.format.read_array_header_1_0(f)[0])
+    return tuple(np.lib.format.read_array_header_2_0(f)[0])
+
+
+def _samples_and_rows(dims: Sequence[int], shape: list[int]) -> tuple[int, int]:
+    """The (samples, rows) an array of `dims` gives an input of `shape`, as `_split_array` splits
+    it; (0, 0) for one it refuses."""
+    dims = [int(d) for d in dims]
+    if dims == shape:
+        return 1, 0
+    if len(dims) == len(shape) + 1 and dims[1:] == shape:
+        return dims[0], 0
+    if shape and len(dims) == len(shape) and dims[1:] == shape[1:]:
+        return 0, dims[0]
+    return (0, 1) if shape and dims == shape[1:] else (0, 0)
 
 
 def holds_arrays(path: str | os.PathLike[str]) -> bool:
@@ -1208,12 +1305,15 @@ def check_reference_finite(
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:
-    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
-    if na == 0.0 and nb == 0.0:
-        return 1.0
-    if na == 0.0 or nb == 0.0:
-        return 0.0
-    return float(np.dot(a, b) / (na * nb))
+    # an infinite candidate value makes the cosine NaN, a failure the report names: numpy's
+    # two-line RuntimeWarning (inf · 0, inf / inf) on stderr said nothing more
+    with np.errstate(invalid="ignore", over="ignore"):
+        na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+        if na == 0.0 and nb == 0.0:
+            return 1.0
+        if na == 0.0 or nb == 0.0:
+            return 0.0
+        return float(np.dot(a, b) / (na * nb))
 
 
 def _channel_scaled(ref: np.ndarray, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -1238,16 +1338,32 @@ def _channel_scaled(ref: np.ndarray, cand: np.ndarray) -> tuple[np.ndarray, np.n
     return (flat_r / rms).ravel(), (flat_c / rms).ravel()
 
 
-def _scoring(outputs: list[np.ndarray]) -> list[str]:
+def _input_batch(sample: dict[str, np.ndarray], names: Sequence[str]) -> int:
+    """The batch `sample` feeds: dim 0 of the first of the inputs `names` (the model's order) that
+    has one; 1 where all are scalars. An output is compared per row (per image) where its dim 0 is
+    this (`_per_row`): taken from the outputs, one output without it (a 0-d mean beside [N, 10]
+    logits) made every output scored per batch, and a bad edit of one image in each passed."""
+    dims = (sample[n].shape[0] for n in names if n in sample and np.ndim(sample[n]) >= 1)
+    return int(next(dims, 1))
+
+
+def _per_row(output: np.ndarray, batch: int) -> bool:
+    """Whether `output` has the batch first, so is compared row by row; else it is one whole."""
+    return output.ndim >= 1 and output.shape[0] == batch
+
+
+def _scoring(outputs: list[np.ndarray], batch: int | None = None) -> list[str]:
     """How compare_models scores each output, from one sample's reference outputs: EXACT for
     integers and bools (labels, indices, counts: ArgMax, TopK, NMS), where a cosine of class ids
     means nothing; RELATIVE where each row it compares holds one value ([N, 1] probabilities or
-    scores, a [1] or scalar output), whose cosine is ±1 by its sign alone; COSINE for the rest."""
-    batch = outputs[0].shape[0] if outputs and outputs[0].ndim >= 1 else 1
-    same_batch = all(o.ndim >= 1 and o.shape[0] == batch for o in outputs)
+    scores, a [1] or scalar output), whose cosine is ±1 by its sign alone; COSINE for the rest.
+    `batch`: the inputs' (`_input_batch`); None: the first output's dim 0. Each output is judged
+    on its own: a row is a batch row where its dim 0 is the batch, else the whole output."""
+    if batch is None:
+        batch = outputs[0].shape[0] if outputs and outputs[0].ndim >= 1 else 1
     kinds = []
     for o in outputs:
-        per_row = (o.size // batch if batch else 0) if same_batch else o.size
+        per_row = o.size // batch if batch and _per_row(o, batch) else o.size
         kinds.append(EXACT if o.dtype.kind in "biu" else RELATIVE if per_row == 1 else COSINE)
     return kinds
 
@@ -1319,6 +1435,8 @@ def compare_models(
     Outputs are matched by name when both models have the same names (in any order: a re-export
     may list them otherwise), else by position (names may differ after an edit); a different
     output count or shape is a DataError. Cosine similarity is per batch row (per image) and per output, each
+    output whose dim 0 is the input's batch (`_input_batch`) compared row by row and any other (a 0-d
+    mean, a box list) whole, in every row of its batch; each
     channel of an output with channels and positions scaled by the reference's RMS
     (`_channel_scaled`: boxes in pixels must not drown class scores), and a row's cosine is its
     worst output's; top-1 agreement is over the batch rows of every N×classes (or N×classes×1×1)
@@ -1388,7 +1506,7 @@ def compare_models(
     for sample in calib.samples:
         ref_out = ref_run.checked_outputs(sample, calib)
         if not kinds:
-            kinds = _scoring(ref_out)
+            kinds = _scoring(ref_out, _input_batch(sample, ref_inputs))
             out_cos = [1.0 if k == COSINE else None for k in kinds]
         by_cos = [i for i, k in enumerate(kinds) if k == COSINE]
         cand_out = _run(cand_s, feed_inputs(sample, cand_input, cand_types), "candidate")
@@ -1409,22 +1527,20 @@ def compare_models(
                 out_ref[i] = max(out_ref[i], float(np.max(np.abs(r.astype(np.float64)))))
                 err_sum += float(np.sum(d))
                 n_el += d.size
-        batch = ref_out[0].shape[0] if ref_out[0].ndim >= 1 else 1
-        same_batch = all(o.ndim >= 1 and o.shape[0] == batch for o in ref_out)
-        if same_batch:
-            rows = [
-                {i: _cosine(*_channel_scaled(ref_out[i][row], cand_out[i][row])) for i in by_cos}
-                for row in range(batch)
-            ]
-            n_rows += batch
-        else:
-            rows = [
-                {
-                    i: _cosine(ref_out[i].ravel().astype(np.float64), cand_out[i].ravel().astype(np.float64))
-                    for i in by_cos
-                }
-            ]
-            n_rows += 1
+        # per batch row of the input, each output with the batch first; one without it (a 0-d mean,
+        # a [K, 6] box list) is compared whole and counts in every row of the batch it came from
+        batch = _input_batch(sample, ref_inputs)
+        by_row = [i for i in by_cos if _per_row(ref_out[i], batch)]
+        whole = {
+            i: _cosine(ref_out[i].ravel().astype(np.float64), cand_out[i].ravel().astype(np.float64))
+            for i in by_cos
+            if i not in by_row
+        }
+        rows = [
+            {**{i: _cosine(*_channel_scaled(ref_out[i][row], cand_out[i][row])) for i in by_row}, **whole}
+            for row in range(batch)
+        ]
+        n_rows += batch
         for per in rows:  # each row's cosine per COSINE output; the row counts its worst
             for i, x in per.items():
                 out_cos[i] = x if out_cos[i] is None else _worse(out_cos[i], x)
@@ -1475,7 +1591,11 @@ def compare_models(
 
 def output_scoring(reference: ReferenceRun, calib: CalibrationSet) -> list[str]:
     """How compare_models scores each of the reference's outputs on `calib` (`_scoring`)."""
-    return _scoring(reference.checked_outputs(calib.samples[0], calib)) if calib.samples else []
+    if not calib.samples:
+        return []
+    names = [i.name for i in reference.session.get_inputs()]
+    first = calib.samples[0]
+    return _scoring(reference.checked_outputs(first, calib), _input_batch(first, names))
 
 
 def identical_report(reference: ReferenceRun, calib: CalibrationSet) -> FidelityReport:
@@ -1501,7 +1621,8 @@ def identical_report(reference: ReferenceRun, calib: CalibrationSet) -> Fidelity
     n_rows = 0
     for sample in calib.samples:
         ref_out = reference.checked_outputs(sample, calib)
-        kinds = kinds or _scoring(ref_out)
+        batch = _input_batch(sample, list(inputs))
+        kinds = kinds or _scoring(ref_out, batch)
         for i, r in enumerate(ref_out):
             if r.size:
                 out_ref[i] = max(out_ref[i], float(np.max(np.abs(r.astype(np.float64)))))
@@ -1509,8 +1630,7 @@ def identical_report(reference: ReferenceRun, calib: CalibrationSet) -> Fidelity
                 compared[i] += r.size
             elif r.ndim >= 2 and r.shape[1] > 1 and all(d == 1 for d in r.shape[2:]):
                 rows_top1[i] += r.shape[0]  # N×classes logits, as compare_models counts them
-        batch = ref_out[0].shape[0] if ref_out[0].ndim >= 1 else 1
-        n_rows += batch if all(o.ndim >= 1 and o.shape[0] == batch for o in ref_out) else 1
+        n_rows += batch  # the input's rows, as compare_models counts them
     top1 = [1.0 if n else None for n in rows_top1]
     return FidelityReport(
         max_abs_error=0.0,

@@ -42,6 +42,7 @@ from deployopt.fidelity import (
     load_calibration,
     low_precision_overflow,
     relative_error_limit,
+    samples_held,
 )
 from deployopt.memory import require_fidelity_memory
 
@@ -332,11 +333,12 @@ def verify(
     notices, cand_notices = list(ref.notices), list(cand.notices)
     if list(ref_inputs.values()) != list(cand_inputs.values()):
         raise DataError(f"input shapes differ: reference {ref_inputs}, candidate {cand_inputs}")
-    # random inputs are --count samples drawn at once; a data file may hold a single one
+    # every sample is held through the comparison: --count random ones, or as many as the data
+    # gives (counted as one, 1000 batches of 512² images, 3.0 GB, went without a warning)
     require_fidelity_memory(
         ref.model,
         cand.model,
-        count if calibration_data is None else 1,
+        samples_held(calibration_data, ref_inputs, count),
         "try a smaller --input-shape or --count",
     )
     del ref, cand  # compare_models loads both again in onnxruntime
