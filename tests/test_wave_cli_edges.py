@@ -276,3 +276,22 @@ def test_targets_page_names_the_depthwise_source(monkeypatch, capsys):
     assert code == 0
     text = " ".join(out.split())
     assert "fp16 depthwise: derived from the H200 fp16 fit's depthwise terms" in text, text
+
+
+def test_a_cached_profile_is_listed_under_the_name_target_reaches_it_by(monkeypatch, capsys, tmp_path):
+    """calibrate's h200-8sm profile copied in as h200.json replaced the h200 row under the name
+    h200-8sm, which `--target h200-8sm` then called unknown; it is listed, and loads, as h200."""
+    monkeypatch.setenv("DEPLOYOPT_CACHE_DIR", str(tmp_path / "cache"))
+    cache = tmp_path / "cache" / "targets"
+    cache.mkdir(parents=True)
+    facts = get_target("h200").to_json()
+    params = {dt: dict(p, fitted=True) for dt, p in facts.pop("params").items() if dt != "int8"}
+    doc = {"deployopt_profile": 1, "target": dict(facts, name="h200-8sm", sms=8), "params": params}
+    (cache / "h200.json").write_text(json.dumps(doc))
+    code, out, err = run(monkeypatch, capsys, "targets", "--json")
+    assert code == 0, err
+    names = [t["name"] for t in json.loads(out)]
+    assert "h200-8sm" not in names and names.count("h200") == 1, names
+    entry = next(t for t in json.loads(out) if t["name"] == "h200")
+    assert entry["origin"] == str(cache / "h200.json") and entry["sms"] == 8
+    assert get_target("h200").name == "h200"

@@ -560,7 +560,9 @@ def get_target(name_or_path: str, sms: int | None = None) -> Target:
             raise no_such_file(name_or_path, TargetError)
         target = load_profile(name_or_path)
     elif (cache_dir() / f"{name_or_path}.json").exists():
-        target = load_profile(cache_dir() / f"{name_or_path}.json")
+        # named as --target reaches it: a profile copied in under another file name (calibrate's
+        # h200-8sm as h200.json) was listed as h200-8sm, a name --target then called unknown
+        target = replace(load_profile(cache_dir() / f"{name_or_path}.json"), name=name_or_path)
     elif name_or_path in builtin_names():
         target = _builtin(name_or_path)
     else:
