@@ -295,3 +295,21 @@ def test_a_cached_profile_is_listed_under_the_name_target_reaches_it_by(monkeypa
     entry = next(t for t in json.loads(out) if t["name"] == "h200")
     assert entry["origin"] == str(cache / "h200.json") and entry["sms"] == 8
     assert get_target("h200").name == "h200"
+
+
+def test_an_edited_builtin_profile_names_the_file_as_the_source_of_what_changed(
+    monkeypatch, capsys, tmp_path
+):
+    """docs/wave_model.md's power-mode what-if (`targets --target T --json`, clock_mhz edited): the
+    data sheet's "625 MHz max" was printed as the source beside 1020 MHz."""
+    code, out, err = run(monkeypatch, capsys, "targets", "--target", "orin-nano-8gb", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    sheet = doc["sources"]["clock_mhz"]
+    doc["clock_mhz"] = 1020
+    path = tmp_path / "super.json"
+    path.write_text(json.dumps(doc))
+    edited = get_target(str(path))
+    assert edited.sources["clock_mhz"] == f"edited in {path} (built-in orin-nano-8gb: 625.0)"
+    assert edited.sources["sms"] == doc["sources"]["sms"]  # what was not edited keeps its source
+    assert get_target("orin-nano-8gb").sources["clock_mhz"] == sheet

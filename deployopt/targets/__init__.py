@@ -544,6 +544,13 @@ def load_profile(path: str | os.PathLike[str]) -> Target:
     d.pop("origin", None)
     target = target_from_json(d, origin=str(path))
     from_calibrate = isinstance(doc, dict) and "target" in doc
+    if not from_calibrate and target.name in builtin_names():
+        # a what-if edit of a built-in's facts (a power mode's clock): its source now is the file,
+        # where the data sheet's line ("625 MHz max") was printed beside 1020 MHz
+        base, now = _builtin(target.name).to_json(), target.to_json()
+        edited = [k for k in _FIELDS[2:] if now[k] != base[k]]
+        sources = {k: f"edited in {path} (built-in {target.name}: {base[k]})" for k in edited}
+        target = replace(target, sources={**target.sources, **sources})
     return replace(target, calibrated=from_calibrate and any(p.fitted for p in target.params.values()))
 
 
