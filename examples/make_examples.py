@@ -1,4 +1,5 @@
-"""Regenerate the bundled example model (deterministic): python examples/make_examples.py
+"""Regenerate the bundled example model (deterministic up to the last bits of the BatchNorm statistics
+across numpy releases, see README.md): python examples/make_examples.py
 
 examples/resnet56_pruned_cifar.onnx is the paper's benchmark network, ResNet56 for CIFAR-10,
 with its 27 inner block widths irregularly pruned (deployopt.zoo.random_prune, seed 0) and random
