@@ -637,11 +637,14 @@ class Optimizer:
             self.target.check_dtype(cfg.dtype)
         self.loaded = prepare_model(cfg.model_path, cfg.batch, cfg.input_shapes)
         self.model = self.loaded.model
-        if cfg.fidelity:  # random samples are drawn all at once; a data file may give just one
+        if cfg.fidelity:  # every sample is held at once: the random ones, or as many as the data gives
+            from deployopt.fidelity import samples_held
             from deployopt.memory import require_fidelity_memory
 
-            samples = cfg.fidelity_samples if cfg.calibration_data is None else 1
-            require_fidelity_memory(self.model, None, samples)
+            shapes = dict(self.loaded.input_shapes)
+            require_fidelity_memory(
+                self.model, None, samples_held(cfg.calibration_data, shapes, cfg.fidelity_samples)
+            )
         self.analysis = analyze(self.model)
         # first: a model whose one conv takes its weights as an input has nothing free and nothing
         # priced, and the wave model's line below read "its 0 conv(s) () are not" 2-D

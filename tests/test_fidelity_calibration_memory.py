@@ -132,3 +132,22 @@ def test_samples_held_reads_only_listings_and_headers(tmp_path: Path) -> None:
     assert fidelity.samples_held(tmp_path / "bad.npy", x, 16) == 1  # the loader says what is wrong
     for f in (tmp_path / "rows.npy", tmp_path / "s.npz", tmp_path / "one.npz", folder):
         assert fidelity.samples_held(f, x, 16) == len(load_calibration(f, x, count=16))
+
+
+def test_optimize_memory_preflight_counts_the_samples_the_data_gives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, zoo_model_path: Any
+) -> None:
+    """optimize's fidelity pre-flight counted one sample for any --calibration-data, as verify's did."""
+    import deployopt.memory as memory
+    from deployopt.optimize import OptimizeConfig, optimize
+
+    src = zoo_model_path("vgg16_pruned_b4")
+    dims = [d.dim_value for d in onnx.load(str(src)).graph.input[0].type.tensor_type.shape.dim]
+    arrays = tmp_path / "a.npy"
+    np.save(arrays, np.random.default_rng(0).standard_normal((3, *dims)).astype(np.float32))
+    told: list[int] = []
+    monkeypatch.setattr(memory, "require_fidelity_memory", lambda ref, cand, n, *a: told.append(n))
+    common = dict(target="h200", sms=8, backend="model", plots=False, max_evals=2)
+    optimize(OptimizeConfig(model_path=src, outdir=tmp_path / "o1", calibration_data=arrays, **common))
+    optimize(OptimizeConfig(model_path=src, outdir=tmp_path / "o2", fidelity_samples=6, **common))
+    assert told == [3, 6]  # the data's 3 samples (of the default 4); 6 random ones
