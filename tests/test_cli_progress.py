@@ -394,3 +394,33 @@ def test_a_terminal_keeps_the_live_bar(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(app.progress_bar(disable=False), LineProgress)
     bar = app.progress_bar(disable=True)
     assert type(bar) is Progress and bar.disable
+
+
+class _SlowFirstWrite(_Stamped):
+    """The first line's write held up 0.03 s before it lands (a loaded machine), the rest not."""
+
+    def write(self, text: str) -> int:
+        import time
+
+        if not self.at:
+            time.sleep(0.03)
+        return super().write(text)
+
+
+def test_a_line_written_late_pushes_the_next_one_back() -> None:
+    """The next line was due `interval` after the last one was begun: a write held up 0.03 s put the
+    next line 0.02 s behind it, two lines within one interval (the heartbeat test failed under a
+    loaded CI). It is due `interval` after the last one was written."""
+    import time
+
+    from rich.console import Console
+
+    from deployopt.cli.progress import LineProgress
+
+    out = _SlowFirstWrite()
+    with LineProgress(Console(file=out, width=200), interval=0.05) as progress:
+        progress.add_task("stuck", total=10)
+        time.sleep(0.3)
+    stamps = out.at[:-1]  # the heartbeats, the end apart
+    assert len(stamps) >= 2, out.getvalue()
+    assert all(b - a >= 0.05 for a, b in zip(stamps, stamps[1:])), stamps

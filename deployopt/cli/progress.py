@@ -241,9 +241,12 @@ class LineProgress(Progress):
         """The task's line; unless its end, its timer re-armed: the next line `interval` from now."""
         task = self._tasks[task_id]
         lines = self._lines[task_id]
-        lines.printed, lines.last_at, lines.last_done = True, self.get_time(), task.completed
+        lines.printed, lines.last_done = True, task.completed
         if not end and not lines.ended:
             self._arm(task_id, self.interval)
         self.console.print(
             self.line(task, end), markup=False, highlight=False, emoji=False, soft_wrap=True, style=None
         )
+        # the next line is due `interval` after this one was written, not after it was begun: a write
+        # held up on a loaded machine put the next one closer than `interval` behind it
+        lines.last_at = self.get_time()
