@@ -6,7 +6,9 @@ and keeps its traceback.
 
 from __future__ import annotations
 
+import errno
 import re
+import tempfile
 
 
 class DeployoptError(Exception):
@@ -78,6 +80,17 @@ def no_such_file(
     """`PATH: no such file` (`... or folder` for an input that may be a folder): the one wording
     every command uses for a missing input path, raised as the error type of what it was to be."""
     return error(f"{path}: no such file{' or folder' if folder else ''}")
+
+
+def trace_failed(profiler: str, exc: OSError | ValueError) -> str:
+    """The one line for a profiler trace that TMPDIR could not hold (a truncated JSON, most often),
+    `profiler` naming whose ("onnxruntime's profiler"): one wording for the ort backend and the torch
+    worker. ENOENT (the trace never written) says nothing more than the line."""
+    why = exc.strerror if isinstance(exc, OSError) and exc.errno != errno.ENOENT else None
+    return (
+        f"{profiler} trace could not be written or read in {tempfile.gettempdir()} (TMPDIR; disk full?)"
+        + (f": {why}" if why else "")
+    )
 
 
 def shown_number(number: float) -> str:

@@ -680,6 +680,8 @@ def samples_held(path: str | os.PathLike[str] | None, inputs: dict[str, list[int
     if path is None:
         return count
     shapes = {n: [int(d) for d in s] for n, s in inputs.items()}
+    if not shapes:  # min(count, *()) raised TypeError; the loader says the model has no inputs
+        return 1
     batch = {n: s[0] if s else 1 for n, s in shapes.items()}
     try:
         p = Path(path)
@@ -1339,12 +1341,17 @@ def _channel_scaled(ref: np.ndarray, cand: np.ndarray) -> tuple[np.ndarray, np.n
 
 
 def _input_batch(sample: dict[str, np.ndarray], names: Sequence[str]) -> int:
-    """The batch `sample` feeds: dim 0 of the first of the inputs `names` (the model's order) that
-    has one; 1 where all are scalars. An output is compared per row (per image) where its dim 0 is
-    this (`_per_row`): taken from the outputs, one output without it (a 0-d mean beside [N, 10]
-    logits) made every output scored per batch, and a bad edit of one image in each passed."""
-    dims = (sample[n].shape[0] for n in names if n in sample and np.ndim(sample[n]) >= 1)
-    return int(next(dims, 1))
+    """The batch `sample` feeds: dim 0 of the input of the most dims among `names` (an image or
+    feature tensor), the largest such dim 0 on a tie (a batch read too large only scores more
+    rows); 1 where all are scalars. The first input's hid a bad row again: a `thr [1]` before
+    `x [4, 16]` scored the [4, 16] output whole. An output is compared per row (per image) where
+    its dim 0 is this (`_per_row`): taken from the outputs, one output without it (a 0-d mean
+    beside [N, 10] logits) made every output scored per batch, and a bad edit of one image in
+    each passed."""
+    fed = [sample[n] for n in names if n in sample and np.ndim(sample[n]) >= 1]
+    if not fed:
+        return 1
+    return int(max(fed, key=lambda a: (np.ndim(a), a.shape[0])).shape[0])
 
 
 def _per_row(output: np.ndarray, batch: int) -> bool:

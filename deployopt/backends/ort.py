@@ -11,7 +11,6 @@ computes it (or listed as removed or unmapped).
 from __future__ import annotations
 
 import bisect
-import errno
 import json
 import os
 import shutil
@@ -23,7 +22,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deployopt.backends.base import Backend, LayerTime, MeasureOptions, Profile, Session
-from deployopt.errors import BackendFailed, BackendUnavailable, DeployoptError, first_line, shorten
+from deployopt.errors import (
+    BackendFailed,
+    BackendUnavailable,
+    DeployoptError,
+    first_line,
+    shorten,
+    trace_failed,
+)
 from deployopt.precision import typed_precision
 from deployopt.timing import Timing, median_iqr
 
@@ -668,12 +674,8 @@ class OrtSession(Session):
 
 
 def _trace_failed(exc: OSError | ValueError) -> BackendFailed:
-    """The one line for a profiler trace that TMPDIR could not hold (a truncated JSON, most often)."""
-    why = exc.strerror if isinstance(exc, OSError) and exc.errno != errno.ENOENT else None
-    return BackendFailed(
-        f"onnxruntime's profiler trace could not be written or read in {tempfile.gettempdir()} "
-        "(TMPDIR; disk full?)" + (f": {why}" if why else "")
-    )
+    """The one line for a profiler trace that TMPDIR could not hold (errors.trace_failed)."""
+    return BackendFailed(trace_failed("onnxruntime's profiler", exc))
 
 
 def _load_optimized(path: Path) -> onnx.ModelProto | None:

@@ -13,7 +13,6 @@ the protocol. "_sleep" and "_exit" exist to test the parent's timeout and crash 
 
 from __future__ import annotations
 
-import errno
 import json
 import math
 import os
@@ -636,7 +635,7 @@ def _chrome_trace(prof: Any, trace_path: str | None) -> Any:
     Exported into a private folder in TMPDIR, so that torch's own `<path>.tmp` (left behind when a
     full disk stops its write) goes with it; kept by a copy renamed within the trace folder, which
     may be on another filesystem than TMPDIR (a rename across them is EXDEV)."""
-    from deployopt.errors import DeployoptError
+    from deployopt.errors import DeployoptError, trace_failed
     from deployopt.fileio import atomic_path
 
     try:
@@ -651,12 +650,7 @@ def _chrome_trace(prof: Any, trace_path: str | None) -> Any:
     except DeployoptError as exc:  # the trace folder: cannot write …
         raise WorkerError(type(exc).__name__, str(exc)) from None
     except (OSError, ValueError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.errno != errno.ENOENT else None
-        raise WorkerError(
-            "BackendFailed",
-            f"the torch profiler's trace could not be written or read in {tempfile.gettempdir()} "
-            "(TMPDIR; disk full?)" + (f": {why}" if why else ""),
-        ) from None
+        raise WorkerError("BackendFailed", trace_failed("the torch profiler's", exc)) from None
     return trace
 
 
