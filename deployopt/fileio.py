@@ -9,7 +9,9 @@ read-only or full disk) is one OutputError naming the path, never an OSError tra
 A symlink is written through (the temp file goes beside its target, so the link stays), and a
 destination that is not a regular file (/dev/null, a FIFO, a character device, `/dev/stdout` into a
 pipe, bash's `>(cmd)`) is written to directly: renaming a temp file over it would replace the device
-node, not write to it. `-` is no file name here: it is refused rather than written as a file `-`.
+node, not write to it. A path naming an open descriptor (`/dev/stdout`, `/dev/fd/N`, `/proc/PID/fd/N`)
+is appended to, whatever it is: stdout redirected `>> log` to a regular file was renamed over, and
+the log lost what it held. `-` is no file name here: it is refused rather than written as a file `-`.
 
 One reader too: `read_json` opens a JSON file plain or gzip-compressed, as the benchmark records are
 committed.
@@ -23,6 +25,7 @@ import gzip
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -77,6 +80,15 @@ def _probe_writable(folder: Path, dest: Path, name: str = "deployopt-probe") -> 
         os.unlink(probe)
 
 
+#: paths that name a descriptor the shell opened (`> f`, `>> f`, a pipe), not a file to replace
+_FD_PATH = re.compile(r"/dev/(stdout|stderr|fd/\d+)|/proc/(self|thread-self|\d+)/fd/\d+")
+
+
+def names_a_descriptor(dest: str | os.PathLike[str]) -> bool:
+    """Whether `dest`, as given, is /dev/stdout, /dev/stderr, /dev/fd/N or /proc/PID/fd/N."""
+    return _FD_PATH.fullmatch(os.fspath(dest)) is not None
+
+
 def resolve_output(dest: str | os.PathLike[str]) -> tuple[Path, bool]:
     """(the path to write, whether to write it directly): a symlink resolves to its target, so the
     link survives; an existing FIFO or device is written in place (True), never renamed over; a
@@ -94,7 +106,7 @@ def resolve_output(dest: str | os.PathLike[str]) -> tuple[Path, bool]:
         raise OutputError(f"cannot write {dest}: it is a folder; give a file path")
     if stat.S_ISSOCK(mode):
         raise OutputError(f"cannot write {dest}: it is a socket, not a file")
-    if not stat.S_ISREG(mode):
+    if not stat.S_ISREG(mode) or names_a_descriptor(dest):  # `>> log`'s /dev/stdout: never renamed over
         return dest, True
     return (Path(os.path.realpath(dest)) if dest.is_symlink() else dest), False
 
@@ -134,13 +146,15 @@ def removed_if_left_empty(folder: str | os.PathLike[str] | None) -> Iterator[Non
         raise
 
 
-def check_output_file(dest: str | os.PathLike[str], probe: bool = True) -> Path:
+def check_output_file(dest: str | os.PathLike[str], probe: bool = True, dash_hint: str = "") -> Path:
     """A path a file can be written to (checked before long work), or a one-line OutputError.
 
-    Returns `dest` as given; the folder probed is that of a symlink's target."""
+    Returns `dest` as given; the folder probed is that of a symlink's target. `dash_hint`: what to
+    give instead of `-` (bench's "use --json for stdout"), said in the one refusal of `-`."""
     given = Path(dest)
     if str(given) == "-":  # a file named `-` was written where stdout was meant
-        raise OutputError("cannot write -: give a file name ('-' is not standard output here)")
+        hint = f"; {dash_hint}" if dash_hint else ""
+        raise OutputError(f"cannot write -: give a file name ('-' is not standard output here){hint}")
     target, direct = resolve_output(given)  # a folder or socket, a name too long: one line
     if direct:  # /dev/null, a FIFO: nothing is created beside it
         if not os.access(target, os.W_OK):
@@ -205,9 +219,14 @@ def publish(tmp: str | os.PathLike[str], dest: str | os.PathLike[str]) -> None:
 def atomic_path(dest: str | os.PathLike[str], suffix: str = "") -> Iterator[Path]:
     """Yield a temp path beside `dest`; rename it onto `dest` only if the block succeeds.
 
-    A symlink's target is replaced, not the link; a FIFO or device is yielded itself, to write to."""
+    A symlink's target is replaced, not the link; a FIFO or device is yielded itself, to write to;
+    a descriptor's path (/dev/stdout) gets a temp file appended to it at the end (see _appended)."""
     given = check_output_file(dest, probe=False)  # mkstemp below is the probe
     dest, direct = resolve_output(given)
+    if direct and names_a_descriptor(given):
+        with _appended(given, suffix or ".tmp") as tmp:
+            yield tmp
+        return
     if direct:
         try:
             yield dest
@@ -231,6 +250,27 @@ def atomic_path(dest: str | os.PathLike[str], suffix: str = "") -> Iterator[Path
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+@contextlib.contextmanager
+def _appended(dest: Path, suffix: str) -> Iterator[Path]:
+    """Yield a temp file; append it to `dest` when the block succeeds. Opened for writing, the
+    descriptor's path truncated a file the shell had opened `>>` (O_APPEND is the descriptor's, not
+    the path's); for a pipe, a terminal or a `>` file, appending is writing."""
+    try:
+        fd, tmp = tempfile.mkstemp(suffix=suffix)
+    except OSError as exc:
+        raise output_error(dest, exc) from None
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        with open(tmp_path, "rb") as src, open(dest, "ab") as out:
+            shutil.copyfileobj(src, out)
+    except OSError as exc:
+        raise output_error(dest, exc) from None
+    finally:
+        tmp_path.unlink(missing_ok=True)
 
 
 def write_bytes(dest: str | os.PathLike[str], data: bytes) -> None:

@@ -14,6 +14,7 @@ runs' lines in one file) is refused too: replay merged both runs' timings into o
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 from collections.abc import Iterator
@@ -46,6 +47,7 @@ class Replay:
     fidelity: dict[str, dict[str, Any]] = field(default_factory=dict)  # plan_key -> fidelity record
     events: list[dict[str, Any]] = field(default_factory=list)
     done: bool = False
+    digest: str | None = None  # sha256 of the bytes replayed: a later look sees a change without a replay
 
 
 class Journal:
@@ -89,12 +91,21 @@ class Journal:
 
         Torn means cut short: every line is written with its newline last, so only a last line
         without one can be torn; any other line that is not JSON is damage (or another file)."""
+        return Journal._events(Journal.read_bytes(path), path)
+
+    @staticmethod
+    def read_bytes(path: str | os.PathLike[str]) -> bytes:
+        """The journal's bytes, or a one-line DeployoptError."""
         try:
-            # journal lines are ASCII (json.dumps escapes the rest): bytes that are not UTF-8 are
-            # damage, shown as U+FFFD so the line fails as JSON below rather than as a traceback
-            text = Path(path).read_text(encoding="utf-8", errors="replace")
+            return Path(path).read_bytes()
         except OSError as exc:  # a folder named journal.jsonl, no read permission
             raise DeployoptError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+    @staticmethod
+    def _events(data: bytes, path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+        # journal lines are ASCII (json.dumps escapes the rest): bytes that are not UTF-8 are
+        # damage, shown as U+FFFD so the line fails as JSON below rather than as a traceback
+        text = data.decode("utf-8", errors="replace")
         lines = text.splitlines()
         seen = False
         for i, line in enumerate(lines):
@@ -122,8 +133,9 @@ class Journal:
     @classmethod
     def replay(cls, path: str | os.PathLike[str]) -> Replay:
         """What `path` holds; a one-line DeployoptError for a file that is no journal of a run."""
-        out = Replay()
-        for ev in cls.read(path):
+        data = cls.read_bytes(path)
+        out = Replay(digest=hashlib.sha256(data).hexdigest())
+        for ev in cls._events(data, path):
             kind = ev.get("event")
             if not out.events and kind != "start":  # every journal opens with its run's start
                 raise DeployoptError(

@@ -25,6 +25,7 @@ load → analyze → candidates → per-layer tables → solver → end-to-end v
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 import json
 import math
@@ -38,7 +39,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from deployopt.backends.base import TIMING_CACHE_BACKENDS, refuse_timing_cache
-from deployopt.errors import BackendFailed, BackendUnavailable, DataError, DeployoptError
+from deployopt.errors import BackendFailed, BackendUnavailable, DataError, DeployoptError, OutputError
 from deployopt.fidelity import GATE_SAMPLES, ImagePreprocess
 from deployopt.fileio import (
     STAGING_PREFIX,
@@ -410,26 +411,44 @@ def _refuse_input_among_outputs(cfg: OptimizeConfig, outdir: Path) -> None:
 
     model = Path(cfg.model_path)
     hint = "-o/--out (or move the model out of that folder)"
-    removed = _files_a_run_removes(outdir)
-    for path in removed:
+    named, inside = _files_a_run_removes(outdir)
+    for path in named:  # written through a link (the journal appended to, the results' names)
         refuse_input_as_output(path, [("model", model)], hint)
+    for path in inside:  # removed as themselves: a link there goes, not what it points to
+        if _is_entry_of(path, model):
+            raise OutputError(
+                f"{path} would be removed: it is the model this command reads; give another {hint}"
+            )
     # the weights file an external-data model reads (out/foo.onnx beside out/model.onnx.data):
     # --force replaced it, and foo.onnx then computed garbage with the answer's weights
-    refuse_replacing_weights(model, removed, f"give another {hint}")
+    refuse_replacing_weights(
+        model, [*named, *(p for p in inside if not p.is_symlink())], f"give another {hint}"
+    )
 
 
-def _files_a_run_removes(outdir: Path) -> list[Path]:
+def _is_entry_of(entry: Path, model: Path) -> bool:
+    """Whether removing `entry` (not following it) removes the model file or the name it is given by."""
+    try:
+        gone = os.lstat(entry)
+        return os.path.samestat(gone, os.lstat(model)) or os.path.samestat(gone, os.stat(model))
+    except OSError:
+        return False
+
+
+def _files_a_run_removes(outdir: Path) -> tuple[list[Path], list[Path]]:
     """The files in OUTDIR that --force (_clear_outdir), the results moving in (output_set) or the
-    lock's release may delete: the names they remove, and all that the folders among them hold
-    (staircases/, a staging folder: removed whole, links in them but not what those point to)."""
+    lock's release may delete: (the names they remove or write, the entries of the folders among
+    them: staircases/, a staging folder, removed whole by rmtree, links in them but not what those
+    point to)."""
     paths = [outdir / name for name in ("journal.jsonl", LOCK_NAME, *OUTPUTS)]
-    files: list[Path] = []
+    named: list[Path] = []
+    inside: list[Path] = []
     for path in [*paths, *outdir.glob(f"{STAGING_PREFIX}*")]:
         if path.is_dir() and not path.is_symlink():
-            files += [Path(root) / name for root, _, names in os.walk(path) for name in names]
+            inside += [Path(root) / name for root, _, names in os.walk(path) for name in names]
         else:
-            files.append(path)
-    return files
+            named.append(path)
+    return named, inside
 
 
 #: Held (flock) by the run writing an OUTDIR, removed when it ends.
@@ -446,24 +465,33 @@ def _lock_outdir(outdir: Path) -> IO[str] | None:
     except ImportError:  # not POSIX
         return None
     path = outdir / LOCK_NAME
-    try:
-        handle = open(path, "a")  # noqa: SIM115 - held for the whole run, closed by _unlock_outdir
-    except OSError as exc:
-        raise output_error(path, exc) from None
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    for _ in range(LOCK_TRIES):
+        try:
+            handle = open(path, "a")  # noqa: SIM115 - held for the whole run, closed by _unlock_outdir
+        except OSError as exc:
+            raise output_error(path, exc) from None
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held
+            handle.close()
+            break
         # a run that ends removes its lock file before releasing it: one opened before the removal
-        # is locked here while a third run holds a new file under the name, so both would go on
-        held = os.path.samestat(os.fstat(handle.fileno()), os.stat(path))
-    except OSError:
-        held = False
-    if not held:
+        # is locked here while a third run may hold a new file under the name; locked, the removed
+        # file is no lock, so the name is opened again (refusing then said "in use" with no run left)
+        try:
+            if os.path.samestat(os.fstat(handle.fileno()), os.stat(path)):
+                return handle
+        except OSError:  # removed: the next open makes it anew
+            pass
         handle.close()
-        raise DeployoptError(
-            f"{outdir} is in use by another `deployopt optimize` run (it holds {LOCK_NAME} there); "
-            "wait for it to end, or give another -o"
-        )
-    return handle
+    raise DeployoptError(
+        f"{outdir} is in use by another `deployopt optimize` run (it holds {LOCK_NAME} there); "
+        "wait for it to end, or give another -o"
+    )
+
+
+#: how often _lock_outdir opens the lock file again when the one it locked was removed meanwhile
+LOCK_TRIES = 3
 
 
 def _recheck_outdir(cfg: OptimizeConfig, outdir: Path, replay: Replay) -> None:
@@ -473,11 +501,11 @@ def _recheck_outdir(cfg: OptimizeConfig, outdir: Path, replay: Replay) -> None:
     the journal of a --force run that had started over."""
     journal = outdir / "journal.jsonl"
     if cfg.resume:
-        try:
-            events = Journal.replay(journal).events
+        try:  # its bytes, not a second replay of them (a long journal parsed again under the lock)
+            digest = hashlib.sha256(Journal.read_bytes(journal)).hexdigest()
         except DeployoptError:  # removed, or no journal now
-            events = None
-        if events != replay.events:
+            digest = None
+        if digest is None or digest != replay.digest:
             raise DeployoptError(
                 f"--resume: {journal} changed since it was read: another run wrote to {outdir} meanwhile; "
                 "run --resume again, or use --force to start over"

@@ -189,7 +189,8 @@ def test_dash_as_json_output_is_refused_pointing_at_json(
     """`-o -` wrote a file named `-`, where the JSON on stdout was meant: --json does that."""
     monkeypatch.chdir(tmp_path)
     code, out, err = run_cli(monkeypatch, capsys, command, str(model), "--runs", "2", "-o", "-")
-    assert code == 2 and out == "" and err == "error: -o -: give a file name; use --json for stdout\n"
+    said = "cannot write -: give a file name ('-' is not standard output here); use --json for stdout"
+    assert code == 2 and out == "" and err == f"error: {said}\n"
     assert not Path("-").exists()
     code, out, _ = run_cli(monkeypatch, capsys, command, "--help")
     assert code == 0 and "--json prints it to stdout" in out

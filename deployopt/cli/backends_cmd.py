@@ -50,7 +50,7 @@ from deployopt.cli.app import (
     timeout_option,
     timing_cache_option,
 )
-from deployopt.errors import DataError, DeployoptError, OutputError, no_such_file
+from deployopt.errors import DataError, DeployoptError, no_such_file
 from deployopt.fidelity import ImagePreprocess
 from deployopt.fileio import (
     check_output_dir,
@@ -128,9 +128,7 @@ def _session(
     starts (a bad -o must not cost a measurement), the --sms note printed only once the session
     stands (so a refused option stays a one-line error)."""
     if output is not None:
-        if str(output) == "-":  # wrote a file named `-`
-            raise OutputError("-o -: give a file name; use --json for stdout")
-        check_output_file(output)
+        check_output_file(output, dash_hint="use --json for stdout")  # `-` wrote a file named `-`
         refuse_input_as_output(output, [("model", model)], "-o/--output")
         from deployopt.model import refuse_replacing_weights
 
