@@ -29,7 +29,7 @@ import re
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -234,22 +234,10 @@ def atomic_path(dest: str | os.PathLike[str], suffix: str = "") -> Iterator[Path
             raise output_error(given, exc) from None
         return
     make_output_dir(dest.parent)
-    try:
-        suffix = suffix or ".tmp"
-        prefix = temp_prefix(dest.name, suffix, dest.parent)
-        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=dest.parent)
-    except OSError as exc:
-        raise output_error(dest, exc) from None
-    os.close(fd)
-    tmp_path = Path(tmp)
-    try:
-        yield tmp_path
-        publish(tmp_path, dest)
-    except OSError as exc:  # writing the temp file (a full disk, a quota) or renaming it
-        raise output_error(dest, exc) from None
-    finally:
-        if tmp_path.exists():
-            tmp_path.unlink()
+    suffix = suffix or ".tmp"
+    prefix = temp_prefix(dest.name, suffix, dest.parent)
+    with _staged(dest, lambda tmp: publish(tmp, dest), prefix=prefix, suffix=suffix, dir=dest.parent) as tmp:
+        yield tmp
 
 
 @contextlib.contextmanager
@@ -257,16 +245,29 @@ def _appended(dest: Path, suffix: str) -> Iterator[Path]:
     """Yield a temp file; append it to `dest` when the block succeeds. Opened for writing, the
     descriptor's path truncated a file the shell had opened `>>` (O_APPEND is the descriptor's, not
     the path's); for a pipe, a terminal or a `>` file, appending is writing."""
+
+    def append(tmp: Path) -> None:
+        with open(tmp, "rb") as src, open(dest, "ab") as out:
+            shutil.copyfileobj(src, out)
+
+    with _staged(dest, append, suffix=suffix) as tmp:
+        yield tmp
+
+
+@contextlib.contextmanager
+def _staged(dest: Path, finish: Callable[[Path], None], **where: Any) -> Iterator[Path]:
+    """A temp file made by mkstemp(**where), yielded, then given to `finish` (renamed onto `dest`,
+    appended to it) if the block succeeds, and removed in any case; an OSError on the way (a full
+    disk, a quota, the rename) is one line naming `dest`."""
     try:
-        fd, tmp = tempfile.mkstemp(suffix=suffix)
+        fd, tmp = tempfile.mkstemp(**where)
     except OSError as exc:
         raise output_error(dest, exc) from None
     os.close(fd)
     tmp_path = Path(tmp)
     try:
         yield tmp_path
-        with open(tmp_path, "rb") as src, open(dest, "ab") as out:
-            shutil.copyfileobj(src, out)
+        finish(tmp_path)
     except OSError as exc:
         raise output_error(dest, exc) from None
     finally:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import onnx
 import pytest
+from zoo_models import conv_16x3x3x3
 
 from deployopt import fileio
 from deployopt.errors import OutputError
@@ -216,22 +217,6 @@ def test_the_output_check_probes_a_read_only_folder(tmp_path: Path, monkeypatch:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ro"] and not list(ro.iterdir())
 
 
-def _external_data_model() -> onnx.ModelProto:
-    """One Conv whose 16×3×3×3 weights (1.7 kB) are over save_model's 1 kB external-data threshold."""
-    import numpy as np
-    from onnx import TensorProto, helper, numpy_helper
-
-    w = numpy_helper.from_array(np.ones((16, 3, 3, 3), np.float32), "w")
-    graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w"], ["y"])],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 6, 6])],
-        [w],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-
-
 @pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o027, 0o640)], ids=["umask022", "umask027"])
 def test_every_written_file_gets_the_umask_mode_external_weights_too(
     tmp_path: Path, umask: int, mode: int
@@ -243,8 +228,8 @@ def test_every_written_file_gets_the_umask_mode_external_weights_too(
     old = os.umask(umask)
     try:
         write_text(tmp_path / "report.md", "x")
-        save_model(_external_data_model(), tmp_path / "m.onnx", external_data=True)
-        save_model(_external_data_model(), tmp_path / "inline.onnx")
+        save_model(conv_16x3x3x3(), tmp_path / "m.onnx", external_data=True)
+        save_model(conv_16x3x3x3(), tmp_path / "inline.onnx")
     finally:
         os.umask(old)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["inline.onnx", "m.onnx", "m.onnx.data", "report.md"]
@@ -260,7 +245,7 @@ def test_a_folder_where_the_weights_go_is_named_not_the_model(tmp_path: Path) ->
 
     (tmp_path / "x.onnx.data").mkdir()
     with pytest.raises(OutputError) as err:
-        save_model(_external_data_model(), tmp_path / "x.onnx", external_data=True)
+        save_model(conv_16x3x3x3(), tmp_path / "x.onnx", external_data=True)
     assert str(err.value).startswith(f"cannot write {tmp_path / 'x.onnx.data'}: ")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.onnx.data"]
 

@@ -12,6 +12,7 @@ import numpy as np
 import onnx
 import ort_session
 import pytest
+from optimize_runner import run_model
 
 from deployopt.backends.base import MeasureOptions, get_backend
 from deployopt.backends.model import WaveModelSession
@@ -25,12 +26,6 @@ from deployopt.search import ceil_to
 @pytest.fixture(autouse=True)
 def _private_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("DEPLOYOPT_CACHE_DIR", str(tmp_path / "cache"))
-
-
-def run_model(path: Path, outdir: Path, **kw: Any) -> OptimizeResult:
-    opts: dict[str, Any] = dict(target="h200", sms=8, backend="model", plots=False, fidelity_samples=2)
-    opts.update(kw)
-    return optimize(OptimizeConfig(model_path=path, outdir=outdir, **opts))
 
 
 def ort_outputs(model: onnx.ModelProto | Path, x: np.ndarray) -> np.ndarray:

@@ -17,23 +17,18 @@ from typing import IO, Any
 import onnx
 import pytest
 from cli_runner import run_cli
+from optimize_runner import run_model
 
 import deployopt.optimize as optimize_module
 from deployopt.backends.model import WaveModelSession
 from deployopt.errors import DeployoptError
 from deployopt.journal import Journal
-from deployopt.optimize import LOCK_NAME, OptimizeConfig, OptimizeResult, optimize
+from deployopt.optimize import LOCK_NAME
 
 
 @pytest.fixture(autouse=True)
 def _private_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("DEPLOYOPT_CACHE_DIR", str(tmp_path / "cache"))
-
-
-def run_model(path: Path, outdir: Path, **kw: Any) -> OptimizeResult:
-    opts: dict[str, Any] = dict(target="h200", sms=8, backend="model", plots=False, fidelity_samples=2)
-    opts.update(kw)
-    return optimize(OptimizeConfig(model_path=path, outdir=outdir, **opts))
 
 
 def base_args(model: Path, outdir: Path) -> list[str]:

@@ -8,11 +8,11 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import onnx
 import pytest
 from cli_runner import run_cli
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
+from zoo_models import conv_16x3x3x3
 
 from deployopt import fileio
 from deployopt.errors import DeployoptWarning, OutputError
@@ -48,19 +48,6 @@ def pipe() -> Iterator[tuple[int, str]]:
     finally:
         os.close(r)
         os.close(w)
-
-
-def _conv() -> onnx.ModelProto:
-    """One Conv whose 16×3×3×3 weights (1.7 kB) are over save_model's 1 kB external-data threshold."""
-    w = numpy_helper.from_array(np.ones((16, 3, 3, 3), np.float32), "w")
-    graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w"], ["y"])],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 6, 6])],
-        [w],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
 def _save_external(model: onnx.ModelProto, path: Path, location: str) -> None:
@@ -122,8 +109,8 @@ def test_a_long_valid_name_is_written_and_a_too_long_one_refused_first(tmp_path:
     fileio.write_text(tmp_path / longest, "x")
     with fileio.atomic_path(tmp_path / ("b" * 251 + ".png"), suffix=".png") as tmp:
         tmp.write_text("png")
-    save_model(_conv(), tmp_path / ("c" * 250 + ".onnx"))
-    save_model(_conv(), tmp_path / ("d" * 245 + ".onnx"), external_data=True)  # its .data: 255 bytes
+    save_model(conv_16x3x3x3(), tmp_path / ("c" * 250 + ".onnx"))
+    save_model(conv_16x3x3x3(), tmp_path / ("d" * 245 + ".onnx"), external_data=True)  # its .data: 255 bytes
     names = sorted(p.name for p in tmp_path.iterdir())  # written, no temp file left
     d = "d" * 245 + ".onnx"
     assert names == sorted([longest, "b" * 251 + ".png", "c" * 250 + ".onnx", d, d + ".data"])
@@ -162,9 +149,9 @@ def test_replacing_a_model_names_each_weights_file_the_new_one_does_not_read(tmp
     """b.onnx read w.data; the external-data model written over it reads b.onnx.data: w.data stayed
     without a word (only a model with its weights inside warned, and only of b.onnx.data)."""
     dest = tmp_path / "b.onnx"
-    _save_external(_conv(), dest, "w.data")
+    _save_external(conv_16x3x3x3(), dest, "w.data")
     with pytest.warns(DeployoptWarning) as caught:
-        save_model(_conv(), dest, external_data=True)
+        save_model(conv_16x3x3x3(), dest, external_data=True)
     assert [str(w.message) for w in caught] == [
         f"{tmp_path / 'w.data'} is left beside {dest}: it holds the weights of the model this replaced, "
         "which the new b.onnx (weights in b.onnx.data) does not read; delete it unless another model does"
@@ -174,7 +161,9 @@ def test_replacing_a_model_names_each_weights_file_the_new_one_does_not_read(tmp
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        save_model(_conv(), dest, external_data=True)  # its own b.onnx.data, written over: nothing said
+        save_model(
+            conv_16x3x3x3(), dest, external_data=True
+        )  # its own b.onnx.data, written over: nothing said
 
 
 @pytest.mark.parametrize("command", ["bench", "profile"])
@@ -198,7 +187,7 @@ def test_dash_as_json_output_is_refused_pointing_at_json(
 
 def test_dash_is_no_file_name_for_a_model(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
-    for write in (lambda: fileio.check_output_file("-"), lambda: save_model(_conv(), "-")):
+    for write in (lambda: fileio.check_output_file("-"), lambda: save_model(conv_16x3x3x3(), "-")):
         with pytest.raises(
             OutputError, match=r"^cannot write -: give a file name \('-' is not standard output"
         ):

@@ -91,3 +91,19 @@ MODELOPT_FLOAT_TWINS: dict[str, Callable[[], onnx.ModelProto]] = {
     "inception_like": MODELS["inception_like"],
     "yolo_detect": yolo_detect_small,  # C2f Splits, SiLU, SPPF, Resize, Concats, the Detect head
 }
+
+
+def conv_16x3x3x3() -> onnx.ModelProto:
+    """One Conv whose 16×3×3×3 weights (1.7 kB) are over save_model's 1 kB external-data threshold."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((16, 3, 3, 3), np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 6, 6])],
+        [w],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
