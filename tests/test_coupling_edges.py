@@ -195,8 +195,9 @@ def test_the_size_check_counts_every_conv_of_a_repeated_name(monkeypatch) -> Non
     "conv" it took the last one's (unchanged) for all, and let a plan through unchecked."""
     model = _badly_named()
     analysis = analyze(model)
-    # float32: 3 more filters [3, 3, 3] in the first conv, 3 more input channels in the second's 12
-    growth = 4 * (3 * 3 * 3 * 3 + 12 * 3 * 3 * 3)
+    # float32: 3 more filters [3, 3, 3] in the first conv, 3 more input channels in the second's 12,
+    # and 3 more entries in the first conv's bias and its BatchNorm's four vectors
+    growth = 4 * (3 * 3 * 3 * 3 + 12 * 3 * 3 * 3) + 4 * 3 * 5
     monkeypatch.setattr(surgery, "PROTOBUF_LIMIT", model.ByteSize() + growth - 1)
     with pytest.raises(PlanError, match="2 GiB"):
         apply_plan(model, {"conv": 11}, analysis)

@@ -501,6 +501,6 @@ def apply_cmd(
         if ranked_on is not None:
             ranked_by += f" (images: {ranked_on.describe()})"
         console.print(changes_table(changes, ranked_by, listed=keep))
-    unchanged = len(widths) - len(changes)
+    unchanged = len(by_id) - len(changes)  # a group named twice (id and producer) is one group
     tail = f"; {unchanged} planned group(s) already at their width" if unchanged else ""
     console.print(f"wrote {output} ({len(changes)} group(s) changed{tail})", highlight=False, soft_wrap=True)
