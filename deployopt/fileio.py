@@ -89,6 +89,25 @@ def names_a_descriptor(dest: str | os.PathLike[str]) -> bool:
     return _FD_PATH.fullmatch(os.fspath(dest)) is not None
 
 
+def _appends(dest: str | os.PathLike[str]) -> bool:
+    """Whether the descriptor `dest` names (one of this process's) was opened for appending (`>>`);
+    True where that cannot be told (another process's descriptor)."""
+    text = os.fspath(dest)
+    number = {"/dev/stdout": 1, "/dev/stderr": 2}.get(text)
+    found = re.fullmatch(r"/dev/fd/(\d+)|/proc/(?:self|thread-self|(\d+))/fd/(\d+)", text)
+    if number is None and found:
+        own = found[2] is None or int(found[2]) == os.getpid()
+        number = int(found[1] or found[3]) if own else None
+    if number is None:
+        return True
+    import fcntl
+
+    try:
+        return bool(fcntl.fcntl(number, fcntl.F_GETFL) & os.O_APPEND)
+    except OSError:
+        return True
+
+
 def resolve_output(dest: str | os.PathLike[str]) -> tuple[Path, bool]:
     """(the path to write, whether to write it directly): a symlink resolves to its target, so the
     link survives; an existing FIFO or device is written in place (True), never renamed over; a
@@ -101,13 +120,21 @@ def resolve_output(dest: str | os.PathLike[str]) -> tuple[Path, bool]:
     except OSError as exc:  # not there (yet): a regular file is made (a dangling link's target)
         if exc.errno == errno.ENAMETOOLONG:
             raise output_error(dest, exc) from None
+        if names_a_descriptor(dest):  # `>&-`, or a number never opened: said "permission denied"
+            raise OutputError(
+                f"cannot write {dest}: not an open descriptor (closed, or never opened)"
+            ) from None
         mode = stat.S_IFREG
     if stat.S_ISDIR(mode):
         raise OutputError(f"cannot write {dest}: it is a folder; give a file path")
     if stat.S_ISSOCK(mode):
         raise OutputError(f"cannot write {dest}: it is a socket, not a file")
-    if not stat.S_ISREG(mode) or names_a_descriptor(dest):  # `>> log`'s /dev/stdout: never renamed over
+    if not stat.S_ISREG(mode):
         return dest, True
+    if names_a_descriptor(dest) and _appends(dest):  # `>> log`'s /dev/stdout: appended to, never renamed over
+        return dest, True
+    # a regular file behind `> out` is replaced whole, as a file path is: appended to through its path, the
+    # write landed at the end while the shell's descriptor, at 0, wrote the command's own lines over it
     return (Path(os.path.realpath(dest)) if dest.is_symlink() else dest), False
 
 
@@ -244,7 +271,8 @@ def atomic_path(dest: str | os.PathLike[str], suffix: str = "") -> Iterator[Path
 def _appended(dest: Path, suffix: str) -> Iterator[Path]:
     """Yield a temp file; append it to `dest` when the block succeeds. Opened for writing, the
     descriptor's path truncated a file the shell had opened `>>` (O_APPEND is the descriptor's, not
-    the path's); for a pipe, a terminal or a `>` file, appending is writing."""
+    the path's); for a pipe or a terminal, appending is writing (a `>` file is no descriptor here:
+    resolve_output replaces it whole)."""
 
     def append(tmp: Path) -> None:
         with open(tmp, "rb") as src, open(dest, "ab") as out:

@@ -153,6 +153,51 @@ def test_dev_stdout_appended_to_keeps_what_the_file_held(tmp_path: Path) -> None
     assert log.read_text() == "old\nnew\n"
 
 
+def test_apply_to_dev_stdout_redirected_to_a_file_writes_a_model_that_loads(tmp_path: Path) -> None:
+    """`apply M --plan P -o /dev/stdout > out.onnx`: appended through the path, the model landed after
+    the file's start, where the command's own table (written through the shell's descriptor, at 0)
+    then overwrote its first bytes: "Wire format was corrupt". A `>` file is replaced whole."""
+    example = Path(__file__).resolve().parents[1] / "examples" / "resnet56_pruned_cifar.onnx"
+    plan, out = tmp_path / "p.json", tmp_path / "out.onnx"
+    plan.write_text('{"widths": {"stem.conv": 24}}')
+    with open(out, "wb") as stdout:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "deployopt",
+                "apply",
+                str(example),
+                "--plan",
+                str(plan),
+                "-o",
+                "/dev/stdout",
+            ],
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr
+    assert len(onnx.load(str(out)).graph.node) > 100
+
+
+def test_a_descriptor_not_open_is_said_so(tmp_path: Path) -> None:
+    """`-o /dev/fd/9` with no descriptor 9 was "permission denied"."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from deployopt.fileio import check_output_file; check_output_file('/dev/fd/9')",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        close_fds=True,
+    )
+    assert "not an open descriptor" in done.stderr, done.stderr
+
+
 def test_save_model_reads_a_large_replaced_destination_only_with_a_data_file_beside_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
