@@ -105,6 +105,10 @@ def read_plan(path: str | os.PathLike[str]) -> Plan:
     for gid, w in data["widths"].items():
         if isinstance(w, bool) or not isinstance(w, int):
             raise PlanError(f"{path}: width of group {gid!r} must be an integer, got {w!r}")
+        if w > MAX_WIDTH:  # a 310-digit width overflowed the size check's float: a traceback
+            raise PlanError(
+                f"{path}: width of group {gid!r} is {len(str(w))} digits long; at most {MAX_WIDTH}"
+            )
         widths[gid] = w
     keep_data = data.get("keep", {})
     if not isinstance(keep_data, dict):
@@ -129,6 +133,8 @@ def validate_plan(analysis: Analysis, widths: dict[str, int]) -> None:
             raise PlanError(f"width of group {gid!r} must be an integer, got {w!r}")
         if w < 1:
             raise PlanError(f"width of group {gid!r} must be at least 1, got {w}")
+        if w > MAX_WIDTH:
+            raise PlanError(f"width of group {gid!r} is {len(str(w))} digits long; at most {MAX_WIDTH}")
 
 
 def validate_keep(
@@ -168,6 +174,9 @@ def validate_keep(
         out[gid] = sorted(int(c) for c in channels)
     return out
 
+
+#: the widest channel count a plan may ask (an int32 dim; any wider is far past PROTOBUF_LIMIT anyway)
+MAX_WIDTH = (1 << 31) - 1
 
 #: ONNX models are one protobuf message, which cannot exceed 2 GiB when serialized
 PROTOBUF_LIMIT = (1 << 31) - 1
@@ -216,9 +225,7 @@ def _other_constants_growth(
     MatMul reading a flattened map grows by width × H·W per output (a width of 220 000 before a
     3072×10 Gemm took 7.2 GB and 16 s, then failed to serialize), per-channel scales by width."""
     assert analysis.state is not None
-    conv_weights = {
-        nodes[c.name].input[1] for c in analysis.convs if c.name in nodes and len(nodes[c.name].input) > 1
-    }
+    conv_weights = _conv_weight_sources(analysis, nodes)
     dims: dict[str, list[int]] = {}
     for b in analysis.state.bindings:
         t = inits.get(b.init)
@@ -234,6 +241,27 @@ def _other_constants_growth(
         itemsize = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize if t.data_type else 4
         growth += (float(np.prod(d, dtype=np.float64)) - float(np.prod(t.dims, dtype=np.float64))) * itemsize
     return growth
+
+
+#: ops between a weight initializer and the conv that reads it (a QDQ model's DequantizeLinear)
+_WEIGHT_PATH_OPS = frozenset(
+    {"DequantizeLinear", "QuantizeLinear", "Cast", "Identity", "Transpose", "Reshape"}
+)
+
+
+def _conv_weight_sources(analysis: Analysis, nodes: dict[str, onnx.NodeProto]) -> set[str]:
+    """The tensors a conv's weight comes from, back through Q/DQ, Cast and the like (the conv loop
+    counts those: a QDQ conv's int8 weight, read through its DequantizeLinear, was counted twice)."""
+    producer = {o: n for n in nodes.values() for o in n.output}
+    found: set[str] = set()
+    for conv in analysis.convs:
+        node = nodes.get(conv.name)
+        name = node.input[1] if node is not None and len(node.input) > 1 else None
+        while name and name not in found:
+            found.add(name)
+            up = producer.get(name)
+            name = up.input[0] if up is not None and up.op_type in _WEIGHT_PATH_OPS and up.input else None
+    return found
 
 
 def _model_bytes(model: onnx.ModelProto, analysis: Analysis) -> int:

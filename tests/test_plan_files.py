@@ -94,3 +94,36 @@ def test_a_classifier_over_a_flattened_map_counts_in_the_size_check(
     plan.write_text(json.dumps({"widths": {"c1": 16}}))  # a plain pad still goes through
     code, _, err = apply(monkeypatch, capsys, path, plan, tmp_path / "o.onnx")
     assert code == 0, err
+
+
+def test_a_width_past_an_int32_dim_is_one_line(monkeypatch, capsys, tmp_path: Path) -> None:
+    """A 310-digit width (under JSON's 4300-digit limit) overflowed the size check's float: a
+    traceback; `apply_plan` from Python likewise."""
+    from deployopt.errors import PlanError
+    from deployopt.model import load_model
+    from deployopt.surgery import apply_plan
+
+    plan = tmp_path / "p.json"
+    plan.write_text('{"widths": {"stem.conv": 1' + "0" * 310 + "}}")
+    code, _, err = apply(monkeypatch, capsys, EXAMPLE, plan, tmp_path / "o.onnx")
+    assert code == 2 and "311 digits long; at most 2147483647" in err and err.count("\n") == 1, err
+    with pytest.raises(PlanError, match="311 digits long"):
+        apply_plan(load_model(EXAMPLE).model, {"stem.conv": 10**310})
+
+
+def test_the_size_check_counts_a_qdq_convs_weight_once() -> None:
+    """A QDQ conv reads its weight through a DequantizeLinear: the constants' count did not know it
+    as a conv weight, so the conv loop and it both counted it (649 152 bytes over the scales, for
+    layer3's group of the Model Optimizer ResNet56 grown 24 → 192; the scales and biases are 26 880)."""
+    from deployopt import surgery
+    from deployopt.coupling import analyze
+    from deployopt.model import load_model
+
+    model = load_model(Path(__file__).parent / "data" / "modelopt_int8_resnet56.onnx").model
+    analysis = analyze(model)
+    assert analysis.state is not None
+    inits = {t.name: t for t in model.graph.initializer}
+    nodes = dict(zip(analysis.state.node_names, model.graph.node))
+    gid = analysis.group("layer3.0.downsample.conv").id
+    growth = surgery._other_constants_growth(analysis, inits, nodes, {gid: 192})
+    assert 0 < growth < 50_000, growth
