@@ -1340,18 +1340,20 @@ def _channel_scaled(ref: np.ndarray, cand: np.ndarray) -> tuple[np.ndarray, np.n
     return (flat_r / rms).ravel(), (flat_c / rms).ravel()
 
 
-def _input_batch(sample: dict[str, np.ndarray], names: Sequence[str]) -> int:
-    """The batch `sample` feeds: dim 0 of the input of the most dims among `names` (an image or
-    feature tensor), the largest such dim 0 on a tie (a batch read too large only scores more
-    rows); 1 where all are scalars. The first input's hid a bad row again: a `thr [1]` before
-    `x [4, 16]` scored the [4, 16] output whole. An output is compared per row (per image) where
-    its dim 0 is this (`_per_row`): taken from the outputs, one output without it (a 0-d mean
-    beside [N, 10] logits) made every output scored per batch, and a bad edit of one image in
-    each passed."""
+def _input_batch(sample: dict[str, np.ndarray], names: Sequence[str], outputs: Sequence[np.ndarray]) -> int:
+    """The batch `sample` feeds: of the inputs' dim 0s (`names`, the model's), the one the most
+    `outputs` have first; on a tie, that of the input of the most dims; 1 where all are scalars. An
+    output is compared per row (per image) where its dim 0 is this (`_per_row`). Taken from the
+    outputs alone, one output without it (a 0-d mean beside [N, 10] logits) made every output
+    scored per batch, and a bad edit of one image in each passed; from the first input, a `thr [1]`
+    before `x [4, 16]` did the same; from the input of the most dims, a `lut [16, 2, 2]` beside
+    `x [4, 16]`, or an NHWC image of batch 1 beside [4, 16] features, hid the rows of a [4, 10]."""
     fed = [sample[n] for n in names if n in sample and np.ndim(sample[n]) >= 1]
     if not fed:
         return 1
-    return int(max(fed, key=lambda a: (np.ndim(a), a.shape[0])).shape[0])
+    firsts = [o.shape[0] for o in outputs if np.ndim(o) >= 1]
+    best = max(fed, key=lambda a: (firsts.count(a.shape[0]), np.ndim(a), a.shape[0]))
+    return int(best.shape[0])
 
 
 def _per_row(output: np.ndarray, batch: int) -> bool:
@@ -1513,7 +1515,7 @@ def compare_models(
     for sample in calib.samples:
         ref_out = ref_run.checked_outputs(sample, calib)
         if not kinds:
-            kinds = _scoring(ref_out, _input_batch(sample, ref_inputs))
+            kinds = _scoring(ref_out, _input_batch(sample, ref_inputs, ref_out))
             out_cos = [1.0 if k == COSINE else None for k in kinds]
         by_cos = [i for i, k in enumerate(kinds) if k == COSINE]
         cand_out = _run(cand_s, feed_inputs(sample, cand_input, cand_types), "candidate")
@@ -1536,7 +1538,7 @@ def compare_models(
                 n_el += d.size
         # per batch row of the input, each output with the batch first; one without it (a 0-d mean,
         # a [K, 6] box list) is compared whole and counts in every row of the batch it came from
-        batch = _input_batch(sample, ref_inputs)
+        batch = _input_batch(sample, ref_inputs, ref_out)
         by_row = [i for i in by_cos if _per_row(ref_out[i], batch)]
         whole = {
             i: _cosine(ref_out[i].ravel().astype(np.float64), cand_out[i].ravel().astype(np.float64))
@@ -1602,7 +1604,8 @@ def output_scoring(reference: ReferenceRun, calib: CalibrationSet) -> list[str]:
         return []
     names = [i.name for i in reference.session.get_inputs()]
     first = calib.samples[0]
-    return _scoring(reference.checked_outputs(first, calib), _input_batch(first, names))
+    outputs = reference.checked_outputs(first, calib)
+    return _scoring(outputs, _input_batch(first, names, outputs))
 
 
 def identical_report(reference: ReferenceRun, calib: CalibrationSet) -> FidelityReport:
@@ -1628,7 +1631,7 @@ def identical_report(reference: ReferenceRun, calib: CalibrationSet) -> Fidelity
     n_rows = 0
     for sample in calib.samples:
         ref_out = reference.checked_outputs(sample, calib)
-        batch = _input_batch(sample, list(inputs))
+        batch = _input_batch(sample, list(inputs), ref_out)
         kinds = kinds or _scoring(ref_out, batch)
         for i, r in enumerate(ref_out):
             if r.size:

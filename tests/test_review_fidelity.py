@@ -90,3 +90,18 @@ def test_one_trace_failed_line_for_both_profilers() -> None:
     line = f"the torch profiler's trace could not be written or read in {tmp} (TMPDIR; disk full?)"
     assert trace_failed("the torch profiler's", FileNotFoundError(errno.ENOENT, "gone")) == line
     assert trace_failed("the torch profiler's", ValueError("Expecting value")) == line
+
+
+def test_the_batch_is_the_input_dim_the_outputs_have_first() -> None:
+    """A `lut [16, 2, 2]` beside `x [4, 16]`, or an NHWC image of batch 1 beside [4, 16] features:
+    the input of the most dims gave 16 or 1, and a [4, 10] output was scored whole, its rows unseen."""
+    from deployopt.fidelity import _input_batch
+
+    z = np.zeros
+    out = [z((4, 10)), z(())]
+    assert _input_batch({"x": z((4, 16)), "lut": z((16, 2, 2))}, ["x", "lut"], out) == 4
+    assert _input_batch({"img": z((1, 8, 8, 3)), "feat": z((4, 16))}, ["img", "feat"], out) == 4
+    assert _input_batch({"thr": z((1,)), "x": z((4, 16))}, ["thr", "x"], out) == 4
+    # no output says: the input of the most dims, as before
+    assert _input_batch({"thr": z((1,)), "x": z((4, 16))}, ["thr", "x"], [z(())]) == 4
+    assert _input_batch({"s": z(())}, ["s"], out) == 1
