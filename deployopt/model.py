@@ -358,6 +358,18 @@ def external_data_sha256(model_path: str | os.PathLike[str]) -> str | None:
     return digest.hexdigest()
 
 
+def check_weights_name(path: str | os.PathLike[str]) -> None:
+    """An OutputError when `path`'s weights file, `<name>.data` beside it (save_model with external
+    data), is a name too long for one file: a model name of 251-255 bytes is fine, its .data not.
+    apply and fp16 check it before their work, save_model again when it writes."""
+    dest, direct = resolve_output(path)
+    if direct:  # a pipe or device gets no weights file: save_model says so
+        return
+    data = dest.with_name(dest.name + ".data")
+    if len(os.fsencode(data.name)) > NAME_MAX:
+        raise OutputError(f"cannot write {data}: {os.strerror(errno.ENAMETOOLONG)} (the weights file)")
+
+
 def refuse_replacing_weights(model_path: str | os.PathLike[str], outputs: Sequence[Path], hint: str) -> None:
     """An OutputError when one of `outputs` is a weights file the model reads (external data): the
     output is renamed over it, and the input model then reads the edited model's weights at its
@@ -1350,10 +1362,8 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, external
     """
     given = check_output_file(path)
     dest, direct = resolve_output(given)
-    if external_data and not direct:
-        data = dest.with_name(dest.name + ".data")  # a model name of 251-255 bytes: fine, its .data not
-        if len(os.fsencode(data.name)) > NAME_MAX:
-            raise OutputError(f"cannot write {data}: {os.strerror(errno.ENAMETOOLONG)} (the weights file)")
+    if external_data:
+        check_weights_name(given)
     if direct:
         if external_data:
             raise OutputError(

@@ -143,6 +143,34 @@ def test_a_data_name_over_255_bytes_is_one_line(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("command", ["apply", "fp16"])
+def test_apply_and_fp16_refuse_a_data_name_over_255_bytes_before_their_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any, command: str
+) -> None:
+    """An external-data model written to a name of 251-255 bytes: its NAME.data is too long, which
+    save_model found only once the plan was applied or the model converted."""
+    import deployopt.cli.surgery_cmd as surgery_cmd
+    import deployopt.precision as precision
+
+    src = tmp_path / "in" / "m.onnx"
+    src.parent.mkdir()
+    onnx.save(_weights_model(), src, save_as_external_data=True, location="m.data", size_threshold=0)
+    plan = tmp_path / "p.json"
+    plan.write_text('{"widths": {}}')
+
+    def work(*_: Any, **__: Any) -> None:
+        raise AssertionError("the work began")
+
+    monkeypatch.setattr(surgery_cmd, "apply_plan_report", work)
+    monkeypatch.setattr(precision, "write_fp16", work)
+    dest = tmp_path / ("e" * 246 + ".onnx")
+    args = ["--plan", str(plan)] if command == "apply" else []
+    code, _, err = run_cli(monkeypatch, capsys, command, str(src), *args, "-o", str(dest))
+    assert code == 2 and err == f"error: cannot write {dest}.data: File name too long (the weights file)\n", (
+        err
+    )
+
+
 def test_dev_stdout_appended_to_keeps_what_the_file_held(tmp_path: Path) -> None:
     """`-o /dev/stdout >> log.txt`: the log was renamed over and held the new text alone."""
     log = tmp_path / "log.txt"

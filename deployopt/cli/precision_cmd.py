@@ -10,7 +10,7 @@ import typer
 
 from deployopt.cli.app import app, console, input_path, output_option
 from deployopt.fileio import check_output_file, refuse_input_as_output
-from deployopt.model import load_model, refuse_replacing_weights
+from deployopt.model import check_weights_name, load_model, refuse_replacing_weights
 
 
 @app.command("fp16", rich_help_panel="Deploy")
@@ -27,6 +27,7 @@ def fp16_cmd(
     # detector export) stay dynamic, as the conversion keeps them: there is no --input-shape here
     loaded = load_model(model, keep_dynamic=True)
     if loaded.external_data:  # OUTPUT (or OUTPUT.data) renamed over the weights the input reads
+        check_weights_name(output)  # before the conversion, not when the model is saved
         written_files = [output, output.with_name(output.name + ".data")]
         refuse_replacing_weights(model, written_files, "give another -o/--output")
     written = write_fp16(model, output)

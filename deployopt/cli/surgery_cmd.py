@@ -37,7 +37,14 @@ from deployopt.dynamic_dims import restore_dynamic_dims
 from deployopt.errors import DeployoptError
 from deployopt.fidelity import ImagePreprocess
 from deployopt.fileio import check_output_file, refuse_input_as_output
-from deployopt.model import LoadedModel, layer_labels, load_model, refuse_replacing_weights, save_model
+from deployopt.model import (
+    LoadedModel,
+    check_weights_name,
+    layer_labels,
+    load_model,
+    refuse_replacing_weights,
+    save_model,
+)
 from deployopt.surgery import GroupChange, apply_plan_report, read_plan
 from deployopt.targets import sm_count
 from deployopt.waves import fill_percent
@@ -453,6 +460,7 @@ def apply_cmd(
     widths = planned.widths
     loaded = load_model(model, parse_input_shapes(input_shape))
     if loaded.external_data:  # OUTPUT (or OUTPUT.data) renamed over the weights the input reads
+        check_weights_name(output)  # before the work, not when the edited model is saved
         written_files = [output, output.with_name(output.name + ".data")]
         refuse_replacing_weights(model, written_files, "give another -o/--output")
     analysis = analyze(loaded.model)
