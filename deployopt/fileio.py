@@ -81,7 +81,9 @@ def _probe_writable(folder: Path, dest: Path, name: str = "deployopt-probe") -> 
 
 
 #: paths that name a descriptor the shell opened (`> f`, `>> f`, a pipe), not a file to replace
-_FD_PATH = re.compile(r"/dev/(stdout|stderr|fd/\d+)|/proc/(self|thread-self|\d+)/fd/\d+")
+_FD_PATH = re.compile(
+    r"/dev/(?P<std>stdout|stderr)|/dev/fd/(?P<fd>\d+)|/proc/(?:self|thread-self|(?P<pid>\d+))/fd/(?P<pfd>\d+)"
+)
 
 
 def names_a_descriptor(dest: str | os.PathLike[str]) -> bool:
@@ -92,14 +94,10 @@ def names_a_descriptor(dest: str | os.PathLike[str]) -> bool:
 def _appends(dest: str | os.PathLike[str]) -> bool:
     """Whether the descriptor `dest` names (one of this process's) was opened for appending (`>>`);
     True where that cannot be told (another process's descriptor)."""
-    text = os.fspath(dest)
-    number = {"/dev/stdout": 1, "/dev/stderr": 2}.get(text)
-    found = re.fullmatch(r"/dev/fd/(\d+)|/proc/(?:self|thread-self|(\d+))/fd/(\d+)", text)
-    if number is None and found:
-        own = found[2] is None or int(found[2]) == os.getpid()
-        number = int(found[1] or found[3]) if own else None
-    if number is None:
+    found = _FD_PATH.fullmatch(os.fspath(dest))
+    if found is None or (found["pid"] is not None and int(found["pid"]) != os.getpid()):
         return True
+    number = {"stdout": 1, "stderr": 2}[found["std"]] if found["std"] else int(found["fd"] or found["pfd"])
     import fcntl
 
     try:
