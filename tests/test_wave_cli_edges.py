@@ -313,3 +313,33 @@ def test_an_edited_builtin_profile_names_the_file_as_the_source_of_what_changed(
     assert edited.sources["clock_mhz"] == f"edited in {path} (built-in orin-nano-8gb: 625.0)"
     assert edited.sources["sms"] == doc["sources"]["sms"]  # what was not edited keeps its source
     assert get_target("orin-nano-8gb").sources["clock_mhz"] == sheet
+
+
+def test_plot_legend_sits_outside_the_axes(tmp_path, monkeypatch):
+    """CPU-measured points far above a GPU's predicted steps leave no corner of the axes free: the
+    legend, inside at "lower right", hid the predicted steps there. It sits below the axes."""
+    from matplotlib.figure import Figure
+
+    from deployopt.plots import plot_staircase
+
+    seen: list[tuple[Any, Any]] = []
+    savefig = Figure.savefig
+
+    def spy(self, *args, **kw):
+        self.canvas.draw()
+        (ax,) = self.axes
+        seen.append((ax.get_legend().get_window_extent(), ax.get_window_extent()))
+        return savefig(self, *args, **kw)
+
+    monkeypatch.setattr(Figure, "savefig", spy)
+    ks = list(range(16, 529, 16))
+    plot_staircase(
+        ks,
+        tmp_path / "s.png",
+        predicted_us=[10.0 + 2 * (k // 128) for k in ks],
+        waves=[1 + k // 128 for k in ks],
+        measured_us=[400.0 + k for k in ks],
+    )
+    legend, axes = seen[0]
+    assert not legend.overlaps(axes), (legend, axes)
+    assert (tmp_path / "s.png").stat().st_size > 0
