@@ -9,10 +9,12 @@ inputs cannot show a drop in accuracy on real data.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import warnings
 import zipfile
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -271,51 +273,194 @@ def _fmt(shape: Sequence[int]) -> str:
     return "×".join(str(int(d)) for d in shape) if len(shape) else "scalar"
 
 
-def _split_array(
-    arr: np.ndarray, shape: list[int], origin: str, name: str, wanted: tuple[int, int] | None = None
-) -> tuple[list[np.ndarray], list[np.ndarray], tuple[int, int]]:
-    """An array → (samples of exactly `shape`, rows of one batch item still to be stacked, how many
-    (samples, rows) the array holds, taken or not).
+#: An array file is read this many bytes at a time (at least one row or sample): each piece is
+#: checked and cast on its way into its samples or batches, so it is all that loading holds beside
+#: them (a copy of every row taken, then the batches stacked from it, held the data twice: 588 MB
+#: for 294 MB of 224² rows; float64 rows five times).
+_READ_CHUNK_BYTES = 32 << 20
 
-    Accepted: N×(input shape) (N samples), one exact sample, N rows of one batch item
-    (N×shape[1:]) or one such row without the N axis (shape[1:]). Rows are returned unstacked, so
-    that a folder of per-image files makes full batches across files (`_batched`), not one batch
-    of repeats per file. `wanted`: at most (samples, rows) to take, the first ones (None: all);
-    only those are copied (out of a memory-mapped .npy, which is read no further) and checked.
-    """
-    if arr.dtype.kind not in "fiub":
-        raise DataError(f"{origin}: array for input {name!r} has dtype {arr.dtype}, expected numbers")
-    shape = [int(d) for d in shape]
-    if list(arr.shape) == shape:  # one exact sample
-        samples, arr = True, arr[None]
-    elif arr.ndim == len(shape) + 1 and list(arr.shape[1:]) == shape:
-        samples = True
-    elif arr.ndim == len(shape) and len(shape) >= 1 and list(arr.shape[1:]) == shape[1:] and arr.shape[0] > 0:
-        samples = False
-    elif len(shape) >= 1 and list(arr.shape) == shape[1:]:  # one batch item saved without its axis
-        samples, arr = False, arr[None]
-    else:
-        rows = f" or N×{_fmt(shape[1:])} rows" if shape else ""
-        raise DataError(f"{origin}: input {name!r} expects {_fmt(shape)}{rows}, got {_fmt(arr.shape)}")
-    held = int(arr.shape[0])
-    take = held if wanted is None else max(0, min(held, wanted[0 if samples else 1]))
-    # a copy of what is used: a slice of a memory map (or of a big array) kept it all alive
-    arr = np.array(arr[:take]) if take < held or isinstance(arr, np.memmap) else np.asarray(arr)
-    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+
+class _ArrayRows:
+    """One array of an array file, read along its first axis in order, a piece at a time.
+
+    From `stream` (a .npy file or an .npz member, C order, positioned at its data) only the bytes
+    of the rows read are read, into arrays of their own: not through a memory map, whose pages
+    count as the process's memory while it is alive, and not the whole .npz member (a compressed
+    one is decompressed as it is read). From `array` (read whole: an array numpy's own reader must
+    read, or a Fortran-order .npy's memory map) the rows are its slices, copied out of a map."""
+
+    def __init__(
+        self, shape: Sequence[int], dtype: Any, *, stream: Any = None, array: np.ndarray | None = None
+    ) -> None:
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = np.dtype(dtype)
+        self.stream, self.array = stream, array
+        self._next = 0
+
+    @property
+    def in_memory(self) -> bool:
+        """Whether the data is already an array in memory (a view of it costs nothing)."""
+        return self.array is not None and not isinstance(self.array, np.memmap)
+
+    def add_axis(self) -> None:
+        """Read as one row of a leading axis of 1 (one sample or row saved without its axis)."""
+        self.shape = (1, *self.shape)
+        if self.array is not None:
+            self.array = self.array[None]
+
+    def read(self, n: int) -> np.ndarray:
+        """The next `n` rows: a view of an in-memory array, else an array of their own."""
+        start, self._next = self._next, self._next + n
+        if self.array is not None:
+            part = self.array[start : start + n]
+            return np.array(part) if isinstance(self.array, np.memmap) else part
+        out = np.empty((n, *self.shape[1:]), self.dtype)
+        raw = out.reshape(-1).view(np.uint8)
+        got = 0
+        while got < raw.size:
+            k = self.stream.readinto(raw[got:])
+            if not k:
+                raise ValueError(f"EOF: reading array data, expected {raw.size} bytes got {got}")
+            got += k
+        return out
+
+
+class _ValueCheck:
+    """The checks on the values taken from one array, a piece at a time: NaN or infinity (counted
+    over every piece, for the message), and float64 values past float32's range."""
+
+    def __init__(self) -> None:
+        self.bad = 0
+        self.biggest = 0.0
+
+    def see(self, part: np.ndarray) -> bool:
+        """Count `part`'s bad values; True while every value seen is fine (safe to cast)."""
+        if part.dtype.kind != "f" or not part.size:
+            return not self.bad
         # NaN would pass through both models and compare as a failed cosine, inf overflow: the
         # data is broken, not the edit (optimize would otherwise call it an internal error)
-        bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
-        raise DataError(f"{origin}: array for input {name!r} holds {bad} NaN or infinite value(s)")
-    biggest = float(np.max(np.abs(arr))) if arr.dtype.kind == "f" and arr.itemsize > 4 and arr.size else 0.0
-    if biggest > _F32_MAX:
-        # samples are float32: the cast made such values inf (numpy's two-line RuntimeWarning), and
-        # the reference model's outputs were blamed for them
-        raise DataError(
-            f"{origin}: array for input {name!r} holds {biggest:g}, past float32's "
-            f"largest ({_F32_MAX:.3g}), the type the models are fed"
-        )
-    items = [arr[i, ...] for i in range(take)]  # arrays, 0-d ones too (list() made numpy scalars)
-    return (items, [], (held, 0)) if samples else ([], items, (0, held))
+        self.bad += int(np.size(part) - np.count_nonzero(np.isfinite(part)))
+        if not self.bad and part.itemsize > 4:
+            self.biggest = max(self.biggest, float(np.max(np.abs(part))))
+        return not self.bad and not self.biggest > _F32_MAX
+
+    def raise_bad(self, origin: str, name: str) -> None:
+        if self.bad:
+            raise DataError(f"{origin}: array for input {name!r} holds {self.bad} NaN or infinite value(s)")
+        if self.biggest > _F32_MAX:
+            # samples are float32: the cast made such values inf (numpy's two-line RuntimeWarning),
+            # and the reference model's outputs were blamed for them
+            raise DataError(
+                f"{origin}: array for input {name!r} holds {self.biggest:g}, past float32's "
+                f"largest ({_F32_MAX:.3g}), the type the models are fed"
+            )
+
+
+def _fed_dtype(dtype: np.dtype) -> np.dtype:
+    """The type `_as_fed` gives an array of `dtype`."""
+    return dtype if dtype.kind in "iub" else np.dtype(np.float32)
+
+
+class _InputData:
+    """One input's data as the array files are read (`_assemble_arrays`): whole samples, and rows
+    stacked into a batch as soon as it is full, as images go straight into theirs: a list of every
+    row beside the batches stacked from it held each row twice."""
+
+    def __init__(self, shape: list[int]) -> None:
+        self.shape = shape
+        self.batch = shape[0] if shape else 1
+        self.samples: list[np.ndarray] = []
+        self.batches: list[np.ndarray] = []  # full batches of rows, in order, as fed
+        self.pending: list[np.ndarray] = []  # rows of the batch being filled
+        self.rows = 0  # rows taken
+        self.held = [0, 0]  # the samples and rows of the files read, taken or not
+
+    def add_rows(self, rows: np.ndarray) -> None:
+        """Rows taken, in order: each full batch stacked as `_stack_rows` stacks it."""
+        for i in range(rows.shape[0]):
+            self.pending.append(rows[i, ...])
+            if len(self.pending) == self.batch:
+                self.batches.append(_as_fed(np.stack(self.pending)))
+                self.pending = []
+        self.rows += int(rows.shape[0])
+
+    def fed(self, count: int, name: str) -> tuple[list[np.ndarray], list[str]]:
+        """The samples, then as many row batches as `count` leaves them (`_stack_rows` of the rows
+        it leaves: all of them, at most `count` less the samples, times the batch), and the notice
+        on those rows where they do not fill their batches."""
+        kept = self.samples[:count]
+        n = min(self.rows, max(0, count - len(kept)) * self.batch)
+        if not n:
+            return kept, []
+        if n < self.batch:  # every row taken, fewer than one batch: it repeats them
+            batches = _stack_rows(self.pending, self.batch)
+        else:
+            batches = self.batches[: n // self.batch]
+        return kept + batches, _rows_notice(n, self.batch, "row", f" of input {name!r}")
+
+
+def _take_array(
+    src: _ArrayRows,
+    shape: list[int],
+    origin: str,
+    name: str,
+    wanted: tuple[int, int] | None,
+    data: _InputData,
+) -> tuple[int, int]:
+    """An array's samples (of exactly `shape`) or rows (of one batch item) into `data`; returns how
+    many (samples, rows) the array holds, taken or not.
+
+    Accepted: N×(input shape) (N samples), one exact sample, N rows of one batch item
+    (N×shape[1:]) or one such row without the N axis (shape[1:]). Rows go into batches across
+    files (`_InputData`), so that a folder of per-image files makes full batches, not one batch of
+    repeats per file. `wanted`: at most (samples, rows) to take, the first ones (None: all); only
+    those are read (out of a .npy or an .npz member, which is read no further) and checked, a
+    piece at a time, each cast to the type it is fed (`_as_fed`) as it is read.
+    """
+    if src.dtype.kind not in "fiub":
+        raise DataError(f"{origin}: array for input {name!r} has dtype {src.dtype}, expected numbers")
+    shape = [int(d) for d in shape]
+    dims = list(src.shape)
+    if dims == shape:  # one exact sample
+        samples = True
+        src.add_axis()
+    elif len(dims) == len(shape) + 1 and dims[1:] == shape:
+        samples = True
+    elif len(dims) == len(shape) and len(shape) >= 1 and dims[1:] == shape[1:] and dims[0] > 0:
+        samples = False
+    elif len(shape) >= 1 and dims == shape[1:]:  # one batch item saved without its axis
+        samples = False
+        src.add_axis()
+    else:
+        rows = f" or N×{_fmt(shape[1:])} rows" if shape else ""
+        raise DataError(f"{origin}: input {name!r} expects {_fmt(shape)}{rows}, got {_fmt(dims)}")
+    held = src.shape[0]
+    take = held if wanted is None else max(0, min(held, wanted[0 if samples else 1]))
+    per_row = math.prod(src.shape[1:]) * src.dtype.itemsize
+    step = max(1, _READ_CHUNK_BYTES // max(1, per_row))
+    check = _ValueCheck()
+    if samples and src.in_memory:  # read whole already: its own slices (a copy of a part taken)
+        block = np.array(src.array[:take]) if take < held else np.asarray(src.array)
+        check.see(block)
+        items = [block[i, ...] for i in range(take)]  # arrays, 0-d ones too (list() made numpy scalars)
+    elif samples:  # into one array of the fed type, a piece at a time
+        block = np.empty((take, *shape), _fed_dtype(src.dtype))
+        for i in range(0, take, step):
+            part = src.read(min(step, take - i))
+            if check.see(part):
+                block[i : i + len(part)] = part
+        items = [block[i, ...] for i in range(take)]
+    else:
+        done = 0
+        while done < take:  # a piece holds at least what the batch being filled lacks
+            part = src.read(min(take - done, max(step, data.batch - len(data.pending))))
+            if check.see(part):
+                data.add_rows(part)
+            done += len(part)
+        items = []
+    check.raise_bad(origin, name)
+    data.samples += items
+    return (held, 0) if samples else (0, held)
 
 
 def _stack_rows(rows: list[np.ndarray], batch: int) -> list[np.ndarray]:
@@ -328,19 +473,9 @@ def _stack_rows(rows: list[np.ndarray], batch: int) -> list[np.ndarray]:
     return [np.stack(rows[i : i + batch]) for i in range(0, len(rows) - batch + 1, batch)]
 
 
-def _batched(
-    samples: list[np.ndarray], rows: list[np.ndarray], batch: int, noun: str, of: str = ""
-) -> tuple[list[np.ndarray], list[str]]:
-    """`samples` then `rows` stacked into batches (`_stack_rows`), and a notice when the rows do not
-    fill their batches ("12 images do not fill …", `noun` "image"; "1 row of input 'x' does not …",
-    `noun` "row", `of` " of input 'x'")."""
-    if not rows:
-        return samples, []
-    return samples + _stack_rows(rows, batch), _rows_notice(len(rows), batch, noun, of)
-
-
 def _rows_notice(n: int, batch: int, noun: str, of: str = "") -> list[str]:
-    """The notice on `n` rows that do not fill their batches of `batch` (`_batched`), if any."""
+    """The notice on `n` rows that do not fill their batches of `batch`, if any ("12 images do not
+    fill …", `noun` "image"; "1 row of input 'x' does not …", `noun` "row", `of` " of input 'x'")."""
     left = n % batch
     what = f"{n} {noun}{'' if n == 1 else 's'}{of}"
     if n < batch:
@@ -370,37 +505,73 @@ def _check_array_header(path: Path) -> None:
         raise DataError(f"{path}: not {kind}")
 
 
+def _npy_rows(path: Path, arr: np.ndarray, opened: contextlib.ExitStack) -> _ArrayRows:
+    """A .npy np.load gave `arr` for (a memory map, or the array where it could not map one): read
+    from the file at the map's offset when it is in C order, else through `arr`."""
+    if isinstance(arr, np.memmap) and arr.flags.c_contiguous and not arr.dtype.hasobject:
+        f = opened.enter_context(path.open("rb"))
+        f.seek(arr.offset)
+        return _ArrayRows(arr.shape, arr.dtype, stream=f)
+    return _ArrayRows(arr.shape, arr.dtype, array=arr)
+
+
+def _npz_rows(npz: Any, key: str, opened: contextlib.ExitStack) -> _ArrayRows | None:
+    """The .npz member `key` names (as np.load's NpzFile resolves it), streamed from the zip: its
+    header read here, its rows as they are taken; None for a member that is not a .npy (NpzFile
+    gives its raw bytes). A header numpy's public readers do not take (format 3.0), object or
+    Fortran-order data is read whole by NpzFile, with its own errors."""
+    fmt = np.lib.format
+    names = npz.zip.namelist()
+    members = {**dict(zip((n.removesuffix(".npy") for n in names), names)), **{n: n for n in names}}
+    with npz.zip.open(members[key]) as f:
+        if f.read(len(fmt.MAGIC_PREFIX)) != fmt.MAGIC_PREFIX:
+            return None
+    f = opened.enter_context(npz.zip.open(members[key]))
+    version = fmt.read_magic(f)
+    if version in ((1, 0), (2, 0)):
+        read_header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+        shape, fortran, dtype = read_header(f)
+        if not dtype.hasobject and not (fortran and len(shape) > 1):
+            return _ArrayRows(shape, dtype, stream=f)
+    arr = npz[key]
+    return _ArrayRows(arr.shape, arr.dtype, array=arr) if isinstance(arr, np.ndarray) else None
+
+
 def _load_array_file(
     path: Path,
-    inputs: dict[str, list[int]],
+    data: dict[str, _InputData],
     notices: list[str],
     wanted: dict[str, tuple[int, int]] | None = None,
-) -> dict[str, tuple[list[np.ndarray], list[np.ndarray], tuple[int, int]]]:
-    """One .npy/.npz split into samples and rows per input (`_split_array`: at most `wanted[name]`
-    (samples, rows) of each, and how many it holds); what was assumed goes to `notices`.
+) -> dict[str, tuple[int, int]]:
+    """One .npy/.npz's samples and rows into `data`, per input (`_take_array`: at most
+    `wanted[name]` (samples, rows) of each); returns how many (samples, rows) it holds per input.
+    What was assumed goes to `notices`.
 
-    A .npy is memory-mapped, so only the samples or rows taken are read. An .npz cannot be mapped
-    (its members are zip entries): the arrays the inputs take are read in full, no other."""
+    Only the samples or rows taken are read, a piece at a time, into the samples and batches
+    themselves: from a .npy at the offset its memory map gives, from an .npz member as a stream
+    (decompressed as it is read where it is compressed); members no input takes are not opened."""
     _check_array_header(path)
     wanted = wanted or {}
-    try:
-        if path.suffix.lower() == ".npy":
-            if len(inputs) != 1:
-                raise DataError(
-                    f"{path}: a .npy holds one array but the model has {len(inputs)} inputs "
-                    f"({', '.join(inputs)}); use an .npz keyed by input name"
-                )
-            try:
-                arr = np.load(path, mmap_mode="r", allow_pickle=False)
-            except ValueError:  # not mappable (object dtype, a truncated file): np.load's own reason
-                arr = np.load(path, allow_pickle=False)
-            data: dict[str, Any] = {next(iter(inputs)): arr}
-        else:
-            with np.load(path, allow_pickle=False) as npz:
+    with contextlib.ExitStack() as opened:
+        try:
+            if path.suffix.lower() == ".npy":
+                if len(data) != 1:
+                    raise DataError(
+                        f"{path}: a .npy holds one array but the model has {len(data)} inputs "
+                        f"({', '.join(data)}); use an .npz keyed by input name"
+                    )
+                try:
+                    arr = np.load(path, mmap_mode="r", allow_pickle=False)
+                except ValueError:  # not mappable (object dtype, a truncated file): np.load's own reason
+                    arr = np.load(path, allow_pickle=False)
+                sources = {next(iter(data)): _npy_rows(path, arr, opened)}
+                del arr  # a map's pages would count as this process's memory once read
+            else:
+                npz = opened.enter_context(np.load(path, allow_pickle=False))
                 keys = list(npz.files)
-                missing = [n for n in inputs if n not in keys]
-                if missing and len(inputs) == 1 and len(keys) == 1:
-                    key, name = keys[0], next(iter(inputs))
+                missing = [n for n in data if n not in keys]
+                if missing and len(data) == 1 and len(keys) == 1:
+                    key, name = keys[0], next(iter(data))
                     if key != "arr_0":  # numpy.savez(f, x)'s own name says nothing; another may be a mix-up
                         notices.append(
                             f"{path}: its one array {key!r} is fed to input {name!r} (no key of that name)"
@@ -410,21 +581,24 @@ def _load_array_file(
                     listed = ", ".join(keys) or "none"
                     raise DataError(f"{path}: no array for input(s) {', '.join(missing)} (keys: {listed})")
                 else:
-                    chosen = {n: n for n in inputs}
-                data = {name: npz[key] for name, key in chosen.items()}  # only these are read
-            # a zip member that is not a .npy comes back as its raw bytes
-            raw = next((chosen[n] for n, v in data.items() if not isinstance(v, np.ndarray)), None)
-            if raw is not None:
-                raise DataError(f"{path}: {raw!r} in it is not a .npy array; write the file with numpy.savez")
-    except DataError:
-        raise
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
-        raise DataError(f"{path}: cannot read array file ({first})") from None
-    return {
-        name: _split_array(data[name], shape, str(path), name, wanted.get(name))
-        for name, shape in inputs.items()
-    }
+                    chosen = {n: n for n in data}
+                members = {name: _npz_rows(npz, key, opened) for name, key in chosen.items()}  # only these
+                # a zip member that is not a .npy comes back as its raw bytes
+                raw = next((chosen[n] for n, v in members.items() if v is None), None)
+                if raw is not None:
+                    raise DataError(
+                        f"{path}: {raw!r} in it is not a .npy array; write the file with numpy.savez"
+                    )
+                sources = {n: v for n, v in members.items() if v is not None}
+            return {
+                name: _take_array(sources[name], d.shape, str(path), name, wanted.get(name), d)
+                for name, d in data.items()
+            }
+        except DataError:
+            raise
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+            first = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
+            raise DataError(f"{path}: cannot read array file ({first})") from None
 
 
 def _assemble_arrays(
@@ -437,35 +611,31 @@ def _assemble_arrays(
     --count 2 was read in full (3.6 GB resident for 1.7 GB of files) to feed two. As for images
     (cut to count × batch files), the notice on rows that do not fill a batch then speaks only of
     data that ran out, and differing sample counts only where the shorter input limits the count.
-    `_load_array_file` says what a .npy and an .npz cost to read."""
+    `_load_array_file` says what a .npy and an .npz cost to read: the data once, and a piece."""
     notices = list(notices or [])
-    batch = {name: shape[0] if shape else 1 for name, shape in inputs.items()}
-    samples: dict[str, list[np.ndarray]] = {name: [] for name in inputs}
-    rows: dict[str, list[np.ndarray]] = {name: [] for name in inputs}
-    held = {name: [0, 0] for name in inputs}  # the samples and rows of the files read, taken or not
+    data = {name: _InputData(shape) for name, shape in inputs.items()}
 
     def short(name: str) -> int:  # samples `name` still needs
-        return count - len(samples[name]) - len(rows[name]) // batch[name]
+        d = data[name]
+        return count - len(d.samples) - d.rows // d.batch
 
     for f in files:
         if all(short(name) <= 0 for name in inputs):
             break  # the files left are not opened
         # samples come before rows in the set: rows past what `count` leaves them are never fed
         wanted = {}
-        for n in inputs:
-            room = count - len(samples[n])
-            wanted[n] = (room, room * batch[n] - len(rows[n]))
-        for name, (got, got_rows, in_file) in _load_array_file(f, inputs, notices, wanted).items():
-            samples[name] += got
-            rows[name] += got_rows
-            held[name] = [held[name][0] + in_file[0], held[name][1] + in_file[1]]
+        for n, d in data.items():
+            room = count - len(d.samples)
+            wanted[n] = (room, room * d.batch - d.rows)
+        for name, in_file in _load_array_file(f, data, notices, wanted).items():
+            data[name].held = [data[name].held[0] + in_file[0], data[name].held[1] + in_file[1]]
     per_input: dict[str, list[np.ndarray]] = {}
-    for name in inputs:
-        kept = samples[name][:count]
-        cut = rows[name][: max(0, count - len(kept)) * batch[name]]
-        per_input[name], said = _batched(kept, cut, batch[name], "row", f" of input {name!r}")
+    for name, d in data.items():
+        per_input[name], said = d.fed(count, name)
         notices += said
-    available = {name: n_s + (max(1, n_r // batch[name]) if n_r else 0) for name, (n_s, n_r) in held.items()}
+    available = {
+        name: d.held[0] + (max(1, d.held[1] // d.batch) if d.held[1] else 0) for name, d in data.items()
+    }
     return _assemble(per_input, count, source, notices, available)
 
 
@@ -732,7 +902,7 @@ def _npy_shape(f: Any) -> tuple[int, ...]:
 
 
 def _samples_and_rows(dims: Sequence[int], shape: list[int]) -> tuple[int, int]:
-    """The (samples, rows) an array of `dims` gives an input of `shape`, as `_split_array` splits
+    """The (samples, rows) an array of `dims` gives an input of `shape`, as `_take_array` splits
     it; (0, 0) for one it refuses."""
     dims = [int(d) for d in dims]
     if dims == shape:
@@ -1301,7 +1471,7 @@ def check_reference_finite(
     data the model cannot compute (non-finite outputs), not after every candidate was timed. Given
     a ReferenceRun, its session and its outputs are the ones kept for every later comparison (the
     check made its own session and ran each sample again: 4.4 s of a YOLOv8x optimize)."""
-    ref_run = model if isinstance(model, ReferenceRun) else ReferenceRun(model)
+    ref_run = model if isinstance(model, ReferenceRun) else ReferenceRun(model, keep=False)
     for sample in calib.samples:
         _check_finite_reference(ref_run.outputs(sample), calib)
 
@@ -1402,10 +1572,15 @@ class ReferenceRun:
     """The reference model's onnxruntime session and its outputs per sample, made once: optimize
     compares every candidate with the same input model on the same samples, and built a session
     (serializing the whole model: 45 s of 158 for a wide ResNet50's trim search) and ran the
-    reference again for each of them."""
+    reference again for each of them.
 
-    def __init__(self, model: str | os.PathLike[str] | onnx.ModelProto) -> None:
+    `keep=False`: the outputs are not kept, for one comparison that scores each sample as it goes
+    (compare_models given a model: verify). Kept, a segmentation model's outputs for 512 images
+    (2.1 GB) were all held to the end of verify, which reads each once."""
+
+    def __init__(self, model: str | os.PathLike[str] | onnx.ModelProto, *, keep: bool = True) -> None:
         self.session = _session(model, "reference")
+        self.keep = keep
         self._outputs: dict[int, tuple[Any, list[np.ndarray]]] = {}
 
     def outputs(self, sample: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -1426,7 +1601,10 @@ class ReferenceRun:
         return out
 
     def run(self, sample: dict[str, np.ndarray], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        """The outputs for `sample` (fed as `feeds`), computed the first time it is seen."""
+        """The outputs for `sample` (fed as `feeds`), computed the first time it is seen (every
+        time, where they are not kept)."""
+        if not self.keep:
+            return _run(self.session, feeds, "reference")
         kept = self._outputs.get(id(sample))
         if kept is None or kept[0] is not sample:  # the sample is kept too: its id stays its own
             kept = (sample, _run(self.session, feeds, "reference"))
@@ -1467,7 +1645,8 @@ def compare_models(
     """
     if not calib.samples:
         raise DataError("no calibration samples to compare on")
-    ref_run = reference if isinstance(reference, ReferenceRun) else ReferenceRun(reference)
+    # a reference of its own is read once per sample: its outputs go with the sample's scores
+    ref_run = reference if isinstance(reference, ReferenceRun) else ReferenceRun(reference, keep=False)
     ref_s, cand_s = ref_run.session, _session(candidate, "candidate")
     ref_names = [o.name for o in ref_s.get_outputs()]
     cand_names = [o.name for o in cand_s.get_outputs()]

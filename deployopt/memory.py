@@ -314,10 +314,12 @@ def require_fidelity_memory(
     hint: str = "try a smaller --batch or --input-shape",
 ) -> None:
     """The host check before a fidelity comparison (deployopt.fidelity.compare_models) draws its
-    inputs: `samples` input sets held at once, and both models' onnxruntime sessions alive through
-    the comparison, each with its weights and its activations (onnxruntime's arena keeps the peak of
-    a run allocated after it). `candidate` None: not built yet; it will be the reference's size
-    give or take a few channels, so the reference's activations count twice."""
+    inputs: `samples` input sets held at once, each once (images and array rows are read straight
+    into their batches), and both models' onnxruntime sessions alive through the comparison, each
+    with its weights and its activations (onnxruntime's arena keeps the peak of a run allocated
+    after it; the outputs of one run are among them: verify keeps none of the reference's past
+    its sample, optimize those of its gate's few). `candidate` None: not built yet; it will be the
+    reference's size give or take a few channels, so the reference's activations count twice."""
     ref = estimate_run(reference)
     cand = (
         estimate_run(candidate) if candidate is not None else RunEstimate(0, 0, ref.activations if ref else 0)
