@@ -341,7 +341,11 @@ class CouplingState:
         """
         a, b = self.current(a), self.current(b)
         total = sum(w for _, w in a)
-        for _ in range(4):  # a cut can cut an atom that the other side holds too: cut again
+        # A cut can cut an atom that the other side holds too (Add(Concat(a, b), Concat(b, a)) ties
+        # a's channels to b's at shifted offsets): cut again until both sides agree, as Euclid's
+        # algorithm does, down to the widths' gcd. Each round adds pieces, so it ends; the cap only
+        # bounds the time spent on a pathological graph, which then freezes.
+        for _ in range(32):
             if [w for _, w in a] == [w for _, w in b]:
                 for (x, _), (y, _) in zip(a, b):
                     self._union_atoms(x, y)
@@ -350,7 +354,7 @@ class CouplingState:
                 break
             bounds = set(_offsets(a)) | set(_offsets(b))
             a = self.cut(a, bounds)
-            b = self.current(self.cut(b, bounds))
+            b = self.cut(b, bounds)
             a = self.current(a)
         reason = f"channel sets of different widths/split meet at {where}"
         self.freeze(a, reason)
@@ -547,6 +551,9 @@ class CouplingState:
 
     def cut(self, layout: Layout, offsets: Iterable[int], suffix: str = "[{i}]") -> Layout:
         """Refine whatever atoms straddle the given channel offsets of `layout`; the new layout."""
+        # a caller may hold a layout from before another cut retired some of its atoms (a union
+        # cutting one side refines atoms the other side holds too): offsets count in today's pieces
+        layout = self.current(layout)
         wanted = sorted(set(offsets))
         start = 0
         per_root: dict[int, set[int]] = {}

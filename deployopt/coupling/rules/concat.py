@@ -131,8 +131,10 @@ def slice_(ctx: CouplingState, node: onnx.NodeProto) -> None:
     offsets = [sum(w for _, w in lay[:j]) for j in range(len(lay) + 1)]
     ctx.set_layout(node.output[0], tuple(seg for seg, o in zip(lay, offsets) if lo <= o < hi))
     for key, value, bound in (("starts", start, lo), ("ends", end, hi)):
-        if bound == 0 or (key == "ends" and value >= _TO_THE_END):
+        if value == 0 or (key == "ends" and value >= _TO_THE_END):
             continue  # 0 and "to the end" hold whatever the widths become
+        # a negative bound that lands on 0 (a start of exactly -width) still counts from the end:
+        # it is edited below like any other, to minus the new width of every piece
         if value < 0:  # counted back from the end: minus the width of the pieces after the bound
             pieces, scale = tuple(seg for seg, o in zip(lay, offsets) if o >= bound), -1
         else:

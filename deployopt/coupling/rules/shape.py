@@ -79,12 +79,51 @@ def reshape(ctx: CouplingState, node: onnx.NodeProto) -> None:
     ctx.freeze_node(node, f"Reshape {ctx.name(node)} mixes channels with other axes")
 
 
+def _squeeze_axes(ctx: CouplingState, node: onnx.NodeProto) -> list[int] | None:
+    """The axes a Squeeze removes / an Unsqueeze inserts, normalized; [] for a Squeeze without them
+    (every 1-dim); None when they are computed or the rank is unknown."""
+    if ctx.opset >= 13:
+        if len(node.input) < 2 or not node.input[1]:
+            spec: list[int] | None = []
+        else:
+            value = ctx.const(node.input[1])
+            spec = None if value is None else [int(v) for v in value.ravel()]
+    else:
+        spec = [int(v) for v in ctx.attr(node, "axes", [])]
+    # Squeeze's axes index its input, Unsqueeze's its output
+    shape = ctx.shape(node.input[0] if node.op_type == "Squeeze" else node.output[0])
+    if spec is None or not shape:
+        return None
+    return [normalize_axis(a, len(shape)) for a in spec]
+
+
 @rule("Squeeze", "Unsqueeze")
 def squeeze(ctx: CouplingState, node: onnx.NodeProto) -> None:
+    """Pass through when only singleton axes after the channels go or come ([N, C, 1, 1] <-> [N, C]).
+
+    The axes are read, not guessed from the shapes: at width 1 (or batch 1) a Squeeze of the
+    channel axis itself, [1, 1, 1, 1] -> [1, 1, 1], or an Unsqueeze before it, [1, 1] -> [1, 1, 1],
+    leaves the same leading dims, and padding the channels then broke the Squeeze (a 4-wide axis)
+    or fed them on the wrong axis.
+    """
+    name = ctx.name(node)
+    axes = _squeeze_axes(ctx, node)
+    if axes is None:
+        ctx.freeze_node(node, f"{node.op_type} {name} has computed axes or an input of unknown rank")
+        return
+    if node.op_type == "Squeeze" and not axes:  # every 1-dim: the channel axis too, at width 1
+        ctx.freeze_node(node, f"Squeeze {name} has no axes (it would remove the channel axis at width 1)")
+        return
+    if node.op_type == "Squeeze" and 1 in axes:
+        ctx.freeze_node(node, f"Squeeze {name} removes the channel axis")
+        return
+    if min(axes) <= 1:
+        ctx.freeze_node(node, f"{node.op_type} {name} moves the channel axis off axis 1")
+        return
     if _keeps_channels(ctx.shape(node.input[0]), ctx.shape(node.output[0])):
         ctx.pass_through(node)
         return
-    ctx.freeze_node(node, f"{node.op_type} {ctx.name(node)} moves the channel axis")
+    ctx.freeze_node(node, f"{node.op_type} {name} moves the channel axis")
 
 
 @rule("Transpose", any_axis=True)
