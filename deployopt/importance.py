@@ -180,18 +180,41 @@ def dead_channels_many(
     from deployopt.backends.ort import random_inputs  # the inputs the ort backend times with
 
     values = dict(zip(names, sess.run(names, random_inputs(model))))
+    unread = _unread_channels(analysis, consts, names, values)
     for gid, obs in observed.items():
         dead = []
         for c in candidates[gid]:
-            # channel c: entries (off + c)·s … (off + c + 1)·s − 1 of the tensor's channel axis
+            # channel c: entries (off + c)·s … (off + c + 1)·s − 1 of the tensor's channel axis;
+            # a read with all-zero weights adds nothing whatever the value (a padded channel of a
+            # Pad's zero block after a Sigmoid holds 0.5 and is read with the zeros the pad wrote)
             reads = (
                 np.take(values[t], np.arange((off + c) * s, (off + c + 1) * s), axis)
                 for t, axis, off, s in obs
+                if not unread[t][off + c]
             )
             if not any(np.any(r != 0) for r in reads):
                 dead.append(c)
         result[gid] = dead
     return result
+
+
+def _unread_channels(
+    analysis: Analysis, consts: Constants, tensors: Sequence[str], values: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """Per tensor, which channels every reducing op reads with all-zero weights (False where a
+    reader's weights are not a constant of the expected size: such a read counts)."""
+    st = analysis.state
+    assert st is not None
+    out: dict[str, np.ndarray] = {}
+    for t in tensors:
+        channels = values[t].shape[st.channel_axis(t)] // st.spread.get(t, 1)
+        unread = np.ones(channels, dtype=bool)
+        for node, tensor in st.consumed:
+            if tensor == t:
+                norms = _reader_norms(analysis, consts, node, t, channels)
+                unread &= np.zeros(channels, dtype=bool) if norms is None else norms == 0
+        out[t] = unread
+    return out
 
 
 #: bytes of read tensors one importance run keeps as extra outputs; more are split over several runs
