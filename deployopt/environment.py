@@ -67,6 +67,18 @@ def cpu_model() -> str | None:
     return platform.processor() or None
 
 
+def usable_cores() -> int | None:
+    """The CPU cores this process may run on: its affinity mask where the OS has one (`taskset -c 0`
+    leaves 1 of a host's 2), else the host's count. A CPU backend's latency depends on it, and two
+    runs of the same model under different masks recorded identical environments (bug bash)."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # macOS and Windows have no affinity call
+        return os.cpu_count()
+
+
 def nvidia_smi(index: int = 0) -> dict[str, Any]:
     """GPU name, driver and clocks as nvidia-smi reports them (empty where there is no nvidia-smi)."""
     exe = shutil.which("nvidia-smi")

@@ -26,6 +26,7 @@ from deployopt.clocks import clocks_locked, held_down_phrase
 from deployopt.errors import DataError, no_such_file
 from deployopt.prebuilt import PREBUILT, is_engine_file
 from deployopt.timing import (
+    DRIFT_MIN_RUNS,
     EXPORT_TIMES_TIMED,
     Comparison,
     Timing,
@@ -39,6 +40,7 @@ from deployopt.timing import (
     refuse_predicted,
     smallest_p_value,
     timing_from_json,
+    with_stability,
 )
 
 #: Environment facts that make two measurements comparable, with the word a report uses for each.
@@ -46,6 +48,8 @@ from deployopt.timing import (
 LIKE_FOR_LIKE = (
     ("gpu", "GPU"),
     ("cpu", "CPU"),
+    ("cpu_cores", "usable CPU cores"),
+    ("intra_op_threads", "onnxruntime intra-op threads"),
     ("board", "board"),
     ("device", "device"),
     ("sms", "SMs"),
@@ -85,7 +89,13 @@ def like_for_like_facts(t: Timing) -> dict[str, Any]:
     facts["runtime"] = runtime_version(t)
     # the CPU is what timed a measurement that names no GPU (onnxruntime's CPU provider, torch on the
     # CPU): an EPYC and a Xeon 10 % apart were compared as like for like, --strict passing
-    facts["cpu"] = env.get("cpu") if facts["gpu"] is None and t.backend in ("ort", "torch") else None
+    on_cpu = facts["gpu"] is None and t.backend in ("ort", "torch")
+    facts["cpu"] = env.get("cpu") if on_cpu else None
+    # the cores it might use and onnxruntime's thread setting (recorded since 2026-12-07): `taskset -c
+    # 0` against a 2-core run passed --strict as like for like. A side without them: unknown, no
+    # difference. torch says its threads in what was timed ("2 threads")
+    facts["cpu_cores"] = env.get("cpu_cores") if on_cpu else None
+    facts["intra_op_threads"] = env.get("intra_op_threads") if t.backend == "ort" else None
     return facts
 
 
@@ -108,6 +118,8 @@ def runtime_version(t: Timing) -> str | None:
 def _shown(key: str, value: Any) -> str:
     if key == "clocks_locked":
         return "locked" if value else "not locked"
+    if key == "intra_op_threads" and value == 0:  # SessionOptions' default: onnxruntime chooses
+        return "default (0)"
     if key == "input_shapes" and isinstance(value, dict):  # {"input": [1, 3, 32, 32]} -> input:1x3x32x32
         return ",".join(
             f"{name}:{'x'.join(map(str, dims))}" if isinstance(dims, list) else f"{name}:{dims}"
@@ -397,6 +409,14 @@ class Pair:
             # medians beside ranks that moved): the table's "mixed: ranks disagree". --json could not
             # tell it from "no significant difference"
             "mixed": self.comparison.mixed,
+            # no verdict because a side's latency moved within its own run (first half → second half
+            # by the same test and thresholds): the table's "unstable: …"; `drift` has the figures
+            # (null for a side of fewer than timing.DRIFT_MIN_RUNS samples)
+            "unstable": self.comparison.unstable,
+            "drift": {
+                side: (d.to_json() if d is not None else None)
+                for side, d in zip(("baseline", "current"), self.comparison.drift or (None, None))
+            },
             "environment_differences": self.differences,
             "model_check": self.model.to_json(),
             "notes": self.notes,
@@ -421,6 +441,11 @@ class RegressionReport:
         return [p for p in self.pairs if p.differences]
 
     @property
+    def unstable(self) -> list[Pair]:
+        """Pairs with no verdict because a side drifted within its run (Comparison.unstable)."""
+        return [p for p in self.pairs if p.comparison.unstable]
+
+    @property
     def stale(self) -> list[Pair]:
         """Pairs whose current result is not newer than its baseline: maybe not this run's."""
         return [p for p in self.pairs if p.stale]
@@ -436,10 +461,14 @@ class RegressionReport:
                 "test": "Mann-Whitney U, two-sided, on the per-run samples",
                 "alpha": self.alpha,
                 "min_effect": self.min_effect,
+                "stability": f"each side of {DRIFT_MIN_RUNS} or more samples: its first half against its "
+                "second half in time order, by the same test and thresholds; a side that drifted "
+                "leaves its pair without a verdict (unstable)",
             },
             "regressions": len(self.slower),
             "not_comparable": [p.name for p in self.not_comparable],
             "stale": [p.name for p in self.stale],
+            "unstable": [p.name for p in self.unstable],
             "pairs": [p.to_json() for p in self.pairs],
             "only_in_baseline": self.only_in_baseline,
             "only_in_current": self.only_in_current,
@@ -542,7 +571,9 @@ def compare_timings(
         refuse_predicted(name, t)
         check_samples(name, t, "samples_us")
     check_testable((names[0], baseline), (names[1], current), alpha)
-    return compare(baseline, current, alpha, min_effect)
+    # each side's first half against its second (DRIFT_MIN_RUNS samples or more): a run whose latency
+    # moved within it gets no verdict (Comparison.unstable)
+    return with_stability(compare(baseline, current, alpha, min_effect), baseline, current, alpha, min_effect)
 
 
 def compare_paths(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -291,8 +291,17 @@ class Comparison:
     size_uncertain: bool = False
     #: the two medians' 95 % CIs (a's, b's) in µs where size_uncertain, else None
     cis_us: tuple[tuple[float, float], tuple[float, float]] | None = None
+    #: a side's latency moved within its own run (first half against second half: Drift), so no
+    #: faster/slower verdict: the test takes one run's samples as independent, and a host whose load
+    #: stepped mid-run gave confident verdicts to A/A pairs. Set by `with_stability` (regression
+    #: timing), never by `compare` alone (the optimizer's rule).
+    unstable: bool = False
+    #: each side's within-run check (a's, b's; None: too few samples to check), where checked
+    drift: tuple[Drift | None, Drift | None] | None = None
 
     def describe(self) -> str:
+        if self.unstable:
+            return f"unstable: {self.drift_text()} (no verdict; p={self.p_value:.3g} between the runs)"
         if self.verdict == "no significant difference":
             return f"no significant difference (ratio {self.ratio:.3f}, p={self.p_value:.3g})"
         uncertain = ""
@@ -303,6 +312,77 @@ class Comparison:
                 f"{_us(blo)}–{_us(bhi)} µs"
             )
         return f"{self.verdict}: {100 * (self.ratio - 1):+.1f}% (p={self.p_value:.3g}{uncertain})"
+
+    def drift_text(self, names: tuple[str, str] = ("baseline", "current")) -> str:
+        """'current drifted +12.3% within its run (first half → second half)', one clause a side
+        that drifted; '' when none did."""
+        sides = zip(names, self.drift or (None, None))
+        return "; ".join(
+            f"{name} drifted {d.change_pct:+.1f}% within its run (first half → second half)"
+            for name, d in sides
+            if d is not None and d.drifted
+        )
+
+
+#: The fewest samples a side needs for the within-run stability check (halves of 5: the exact
+#: test's smallest p, 2 / C(10, 5) = 0.008, is below the default alpha 0.01).
+DRIFT_MIN_RUNS = 10
+
+
+@dataclass(frozen=True)
+class Drift:
+    """One run's first half against its second half, in time order, by `compare`'s test and
+    thresholds. Samples of one run are serially correlated on a loaded host (a load step moves
+    every later sample), which the U test, built for independent samples, cannot see: halves that
+    differ by the rule show a run that was not stationary, whose samples no test may treat as
+    exchangeable."""
+
+    runs: int  # samples in the run (the halves are runs // 2 and the rest)
+    first_median_us: float
+    second_median_us: float
+    p_value: float
+    drifted: bool
+
+    @property
+    def change_pct(self) -> float:
+        return 100 * (self.second_median_us / self.first_median_us - 1)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "runs": self.runs,
+            "first_half_median_us": self.first_median_us,
+            "second_half_median_us": self.second_median_us,
+            "change_pct": self.change_pct,
+            "p_value": self.p_value,
+            "drifted": self.drifted,
+        }
+
+
+def within_run_drift(t: Timing, alpha: float, min_effect: float) -> Drift | None:
+    """Did `t`'s latency move within its run? Its first half against its second half (samples in
+    the order they were timed): u_test p < alpha and a median shift of at least min_effect. None
+    for a prediction or fewer than DRIFT_MIN_RUNS samples (too few to tell)."""
+    if not t.measured or t.runs < DRIFT_MIN_RUNS:
+        return None
+    half = t.runs // 2
+    first, second = t.samples_us[:half], t.samples_us[half:]
+    m1, m2 = float(np.median(first)), float(np.median(second))
+    _, p = u_test(first, second)
+    shift = abs(m2 / m1 - 1) if m1 > 0 else math.inf
+    drifted = p < alpha and shift >= min_effect * (1 - 1e-9) and m1 != m2
+    return Drift(t.runs, m1, m2, p, drifted)
+
+
+def with_stability(c: Comparison, a: Timing, b: Timing, alpha: float, min_effect: float) -> Comparison:
+    """`c` with each side's within-run check (Drift). Where either side drifted, the pair gets no
+    verdict ("no significant difference", unstable): between-run variation is invisible to a test
+    of one run a side, and a run that moved within itself shows the host was not steady."""
+    drift = (within_run_drift(a, alpha, min_effect), within_run_drift(b, alpha, min_effect))
+    if not any(d is not None and d.drifted for d in drift):
+        return replace(c, drift=drift)
+    return replace(
+        c, verdict="no significant difference", size_uncertain=False, cis_us=None, unstable=True, drift=drift
+    )
 
 
 def compare(a: Timing, b: Timing, alpha: float = 0.01, min_effect: float = 0.01) -> Comparison:

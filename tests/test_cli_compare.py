@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import shutil
 from pathlib import Path
 
@@ -714,8 +715,11 @@ def test_equal_medians_at_min_effect_0_are_no_regression(monkeypatch, capsys, tm
     at +0.0 %. Now no verdict: the row reads mixed, the JSON says so, exit 0."""
     env = {"backend": "ort", "timed": "x", "environment": {}}
     a, b = tmp_path / "eq_a.json", tmp_path / "eq_b.json"
-    a.write_text(json.dumps({**env, "samples_us": [99.0] * 20 + [100.0] * 11 + [110.0] * 20}))
-    b.write_text(json.dumps({**env, "samples_us": [90.0] * 20 + [100.0] * 11 + [101.0] * 20}))
+    # shuffled into one steady run each: sorted, each side's first half drifted from its second, and
+    # the pair is unstable (no verdict) before the ranks are looked at
+    shuffled = random.Random(0).sample
+    a.write_text(json.dumps({**env, "samples_us": shuffled([99.0] * 20 + [100.0] * 11 + [110.0] * 20, 51)}))
+    b.write_text(json.dumps({**env, "samples_us": shuffled([90.0] * 20 + [100.0] * 11 + [101.0] * 20, 51)}))
     code, out, _ = run_cli(monkeypatch, capsys, "compare", str(a), str(b), "--min-effect", "0")
     row = next(line for line in out.splitlines() if line.startswith("│ eq_b "))
     assert code == 0 and "+0.0 %" in row and "mixed:" in row and "slower" not in row

@@ -530,11 +530,23 @@ class OrtSession(Session):
         )
 
     def _environment(self, dtype: str) -> dict[str, Any]:
-        from deployopt.environment import collect
+        from deployopt.environment import collect, usable_cores
 
         # dtype: compare (LIKE_FOR_LIKE) names a dtype difference as such, as for the other backends;
-        # onnxruntime runs the model as it is typed (typed_precision), whatever --dtype said
-        return collect(self.backend.name, provider=self.providers[0], device=self.providers[0], dtype=dtype)
+        # onnxruntime runs the model as it is typed (typed_precision), whatever --dtype said.
+        # cpu_cores and intra_op_threads: a CPU run's latency depends on the cores it may use and the
+        # threads onnxruntime runs an op on, and `taskset -c 0` against a 2-core run
+        # recorded the same environment, so `compare --strict` saw no difference. _session leaves
+        # intra_op_num_threads at SessionOptions' default, so a fresh SessionOptions reads the
+        # setting every session uses (0: onnxruntime's own choice, one thread per physical core).
+        return collect(
+            self.backend.name,
+            provider=self.providers[0],
+            device=self.providers[0],
+            dtype=dtype,
+            cpu_cores=usable_cores(),
+            intra_op_threads=int(self._ort.SessionOptions().intra_op_num_threads),
+        )
 
     @staticmethod
     def _batch(loaded: LoadedModel) -> int | None:

@@ -1,9 +1,9 @@
 """`deployopt compare`: regression timing of measured results (bench, jetson runner, trtexec).
 
 Thin layer over deployopt.regression. Exit 0 when nothing got slower, 1 when a model is slower
-than its baseline beyond the rule (or, with --strict, when setups differ or a file has no
-counterpart), 2 on bad input, 3 with --strict when a pair timed two different models (not
-comparable) — so a release pipeline can gate on it.
+than its baseline beyond the rule (or, with --strict, when setups differ, a side drifted within its
+run so the pair has no verdict, or a file has no counterpart), 2 on bad input, 3 with --strict
+when a pair timed two different models (not comparable) — so a release pipeline can gate on it.
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ def _verdict(p: Pair, alpha: float) -> Text:
     that may be noise (p ≥ alpha) or a real one under --min-effect. Both read "no change", beside
     a +53 % whose p was 0.015 at alpha 0.01."""
     v = p.comparison.verdict
+    if p.comparison.unstable:  # a side's latency moved within its run: no verdict either way
+        return Text(f"unstable: {p.comparison.drift_text()}", style="yellow")
     if v in ("slower", "faster"):
         # the medians' 95 % CIs overlap (bimodal samples): the direction holds, the change's size not
         shown = f"{v} (size uncertain)" if p.comparison.size_uncertain else v
@@ -91,7 +93,13 @@ def _render(report: RegressionReport) -> None:
         )
     n = len(report.slower)
     wrong = len(report.not_comparable)
-    tail = f" ({wrong} not comparable: different models)" if wrong else ""
+    shaky = len(report.unstable)
+    tail = "".join(
+        [
+            f" ({wrong} not comparable: different models)" if wrong else "",
+            f" ({shaky} unstable: no verdict)" if shaky else "",
+        ]
+    )
     console.print(
         f"{n} regression{'s' if n != 1 else ''} in {len(report.pairs)} compared{tail}", markup=False
     )
@@ -127,8 +135,9 @@ def compare_command(
     strict: bool = typer.Option(
         False,
         "--strict",
-        help="Also fail when setups differ (GPU, SMs, TensorRT, ...) or a file has no counterpart (exit "
-        "1), or when a pair timed different models (exit 3).",
+        help="Also fail when setups differ (GPU, SMs, TensorRT, ...), a side drifted within its run "
+        "(unstable: no verdict) or a file has no counterpart (exit 1), or when a pair timed different "
+        "models (exit 3).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     output: Optional[Path] = output_option(None, "--output", "-o", help="Write the JSON result here."),
@@ -173,6 +182,13 @@ def compare_command(
             "copy that failed leaves the last result in place, so this may not be this run's",
             "bold red",
         )
+    for p in report.unstable:
+        _line(
+            f"warning: {p.name}: unstable, no verdict: {p.comparison.drift_text()}: its samples are not "
+            "one steady run, so the test cannot judge the pair; time it again, or replicate runs and "
+            f"judge their medians (docs/regression.md){'' if strict else ' (--strict exits 1)'}",
+            "yellow",
+        )
     for p in report.not_like_for_like:
         _line(
             f"warning: {p.name}: not like for like ({'; '.join(p.differences)}): "
@@ -186,7 +202,11 @@ def compare_command(
             _line(f"note: {p.name}: {note}", "yellow")
     if strict and report.not_comparable:
         raise typer.Exit(NOT_COMPARABLE)
-    mismatched = bool(report.not_like_for_like or report.only_in_baseline or report.only_in_current)
+    # an unstable pair could hide a regression (it gets no verdict): a gate fails on it as on a setup
+    # that differs or a clock held down, which are cases the test cannot judge either
+    mismatched = bool(
+        report.not_like_for_like or report.unstable or report.only_in_baseline or report.only_in_current
+    )
     if strict and mismatched and not report.slower:  # else exit 1 under "0 regressions in N compared"
         _line(f"FAILED (--strict): {_strict_reasons(report)}", "red")
     if report.slower or (strict and mismatched):
@@ -215,6 +235,8 @@ def _strict_reasons(report: RegressionReport) -> str:
     reasons = []
     if report.not_like_for_like:
         reasons.append(f"{len(report.not_like_for_like)} pair(s) not like for like")
+    if report.unstable:
+        reasons.append(f"{len(report.unstable)} pair(s) unstable within a run (no verdict)")
     unpaired = len(report.only_in_baseline) + len(report.only_in_current)
     if unpaired:
         reasons.append(f"{unpaired} file(s) without a counterpart")
