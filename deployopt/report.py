@@ -57,6 +57,110 @@ def same_plan(name: str, min_effect: float, measured: bool) -> str:
     return f"the same plan (no other widths were {how} at least {100 * min_effect:g} % faster than {than})"
 
 
+CONFIRM_SUFFIX = " (confirm 1)"
+
+
+def _searched_evaluation(opt: Optimizer, conf: dict[str, Any]) -> Evaluation | None:
+    """The searched plan the confirmation rounds re-measured, as the search measured it (its first
+    build): the evaluation whose label the first rebuild ("LABEL (confirm 1)") names, other than
+    the confirmation's baseline. None where the rounds never ran (budget) or the labels changed."""
+    from deployopt.journal import plan_key
+
+    for e in opt.evaluations:
+        if not e.label.endswith(CONFIRM_SUFFIX) or e.label == f"{conf['baseline']}{CONFIRM_SUFFIX}":
+            continue
+        label = e.label[: -len(CONFIRM_SUFFIX)]
+        key = plan_key(e.plan)
+        return next((x for x in opt.evaluations if x.label == label and plan_key(x.plan) == key), None)
+    return None
+
+
+def unconfirmed_plan(
+    conf: dict[str, Any], min_effect: float, searched: str | None, search: Comparison | None
+) -> str:
+    """What to say where the answer is a baseline because a searched plan, measured faster than it
+    in the search, failed the confirmation rounds: "the same plan (no other widths were measured
+    significantly … faster)" was printed beside a plan measured -13.6 % (p 0.006) in the search
+    (bug bash), which the rounds then did not confirm."""
+    who = searched or "the searched plan"
+    found = (
+        f"{who} measured {100 * (search.ratio - 1):+.1f} % against it in the search "
+        f"({search.verdict}, p={search.p_value:.3g})"
+        if search is not None
+        else f"{who} was measured faster than it in the search"
+    )
+    best, base = conf["best_round_medians_us"], conf["baseline_round_medians_us"]
+    why = []
+    if best and base and max(best) >= min(base):
+        why.append("not faster in every build")
+    if conf["pooled_gain"] < min_effect * (1 - 1e-9):
+        why.append(
+            f"pooled gain {100 * conf['pooled_gain']:+.2f} %, under the {100 * min_effect:g} % min effect"
+        )
+    else:
+        why.append(f"pooled gain {100 * conf['pooled_gain']:+.2f} %")
+    rebuilds = conf["rounds"] - 1
+    return (
+        f"the same plan: {found}, not confirmed in {counted(rebuilds, 'rebuild')} of each "
+        f"({conf['rounds']} builds each: {'; '.join(why)}), so the answer is {conf['baseline']}"
+    )
+
+
+def _faster_in_search(
+    opt: Optimizer, ref: Evaluation, alpha: float, min_effect: float, skip: set[str]
+) -> list[tuple[Evaluation, Comparison]]:
+    """The search's evaluations (confirmation rebuilds left out) that `compare` finds faster than
+    `ref` by the run's rule, fastest first: a plan can be measured faster than a baseline and not be
+    accepted (it was judged against the incumbent of its step), and the report may not say that
+    no such plan was measured."""
+    from deployopt.journal import plan_key
+
+    out = []
+    for e in opt.evaluations:
+        if "(confirm " in e.label or plan_key(e.plan) in skip | {plan_key(ref.plan)}:
+            continue
+        c = compare(ref.timing, e.timing, alpha=alpha, min_effect=min_effect)
+        if c.verdict == "faster":
+            out.append((e, c))
+    return sorted(out, key=lambda ec: ec[1].ratio)
+
+
+def same_plan_phrase(opt: Optimizer, name: str, ref: Evaluation, measured: bool) -> str:
+    """`same_plan`'s words where they are true; where a searched plan was measured faster than the
+    baseline and then not confirmed, that (unconfirmed_plan); where other plans were measured
+    faster than it in single builds and none was accepted, that."""
+    from deployopt.journal import plan_key
+
+    cfg = opt.cfg
+    conf = opt.confirmation
+    others = _faster_in_search(opt, ref, cfg.alpha, cfg.min_effect, set())
+    how = "measured significantly and" if measured else "predicted"
+    baseline = next((e for e in opt.evaluations if conf and e.label == conf["baseline"]), None)
+    if conf and not conf["kept"] and baseline is not None and plan_key(baseline.plan) == plan_key(ref.plan):
+        searched = _searched_evaluation(opt, conf)
+        search = (
+            compare(ref.timing, searched.timing, alpha=cfg.alpha, min_effect=cfg.min_effect)
+            if searched is not None
+            else None
+        )
+        text = unconfirmed_plan(conf, cfg.min_effect, searched.label if searched else None, search)
+        rest = [e for e, _ in others if searched is None or plan_key(e.plan) != plan_key(searched.plan)]
+        if rest:
+            text += (
+                f"; {counted(len(rest), 'other plan')} {how} at least {100 * cfg.min_effect:g} % faster "
+                "than it in one build each, none accepted"
+            )
+        return text
+    if not others:
+        return same_plan(name, cfg.min_effect, measured)
+    (first, c), n = others[0], len(others)
+    return (
+        f"the same plan ({counted(n, 'other plan')} {how} at least {100 * cfg.min_effect:g} % faster "
+        f"than it in one build each, none accepted; the fastest, {first.label}: "
+        f"{100 * (c.ratio - 1):+.1f} %{f', p={c.p_value:.3g}' if measured else ''})"
+    )
+
+
 def comparison_row(c: Comparison, measured: bool, same_plan: str | None = None) -> dict[str, Any]:
     """One of the report's comparisons (the answer against a baseline) as JSON. size_uncertain sits
     next to the verdict: true where the verdict stands but the two medians' 95 % CIs overlap, so the
@@ -101,9 +205,10 @@ def build_report(
     for name, ref in (("vs_input", timings["input"]), ("vs_round_up_8", timings["round_up_8"])):
         c = compare(ref, best.timing, alpha=cfg.alpha, min_effect=cfg.min_effect)
         # said why, so that an answer which changes nothing does not read as a run that failed
-        same = plan_key(best.plan) == plan_key(base.plan if name == "vs_input" else r8.plan)
+        ref_ev = base if name == "vs_input" else r8
+        same = plan_key(best.plan) == plan_key(ref_ev.plan)
         comparisons[name] = comparison_row(
-            c, measured, same_plan(name, cfg.min_effect, measured) if same else None
+            c, measured, same_plan_phrase(opt, name, ref_ev, measured) if same else None
         )
 
     groups = []
@@ -334,9 +439,10 @@ def write_staircases(outdir: Path, report: dict[str, Any], opt: Optimizer) -> li
         if conv is None:
             continue
         widths = sorted(g["candidates"])
-        values, preds, waves = [], [], []
+        values, preds, waves, shapes = [], [], [], []
         for w in widths:
             shape = opt.conv_shape(conv, {**best, gid: w})
+            shapes.append(shape)
             values.append(opt.layer_values.get(shape.signature()))
             if opt._predict is not None:
                 from deployopt.waves import predict
@@ -346,21 +452,55 @@ def write_staircases(outdir: Path, report: dict[str, Any], opt: Optimizer) -> li
                 waves.append(p.waves)
         name = f"staircase_{_safe(gid)}.png"
         role = "output" if conv in producers else "input"
+        quartiles, spread = _cached_spread(opt, shapes, values) if measured else (None, "")
+        where = report["measured_on"] or report["backend"]
         plot_staircase(
             widths,
             outdir / "staircases" / name,
             predicted_us=preds or (values if not measured else None),
             waves=waves or None,
             measured_us=values if measured else None,
+            measured_quartiles_us=quartiles,
             title=f"{conv}: {role} channels of group {gid} (original {g['original']}, "
             f"round-up {g['round_up_8']}, chosen {g['best']})",
             predicted_label="wave model (predicted)",
-            measured_label=f"per-layer table, measured on {report['measured_on'] or report['backend']}",
+            measured_label=f"per-layer table, measured on {where} ({spread})",
             xlabel=f"{role} channels (group {gid})",
             marks=[g["original"], g["best"]],
         )
         out.append(f"staircases/{name}")
     return out
+
+
+def _cached_spread(
+    opt: Optimizer, shapes: list[Any], values: list[float | None]
+) -> tuple[list[tuple[float, float] | None] | None, str]:
+    """Each plotted median's quartiles from its layer-cache entry, and the legend's words for them:
+    'median of 10 samples, bars from the first to the third quartile'. The plots showed bare
+    medians with no spread and no count (bug bash). A point whose entry is missing (no cache this
+    run, a value it did not time, an entry since replaced) or holds one sample has no bar; where no
+    point has one, the legend says 'median' and no bars are drawn."""
+    cache = getattr(opt, "_layer_cache", None)
+    quartiles: list[tuple[float, float] | None] = []
+    counts: list[int] = []  # samples of each point whose entry gave its value
+    for shape, value in zip(shapes, values):
+        t = cache.get(shape) if cache is not None and value is not None else None
+        if t is None or abs(t.median_us - value) > 1e-9 * max(1.0, abs(value)):  # not this value's entry
+            quartiles.append(None)
+            continue
+        quartiles.append(t.quartiles_us if t.runs >= 2 else None)
+        counts.append(t.runs)
+    shown = sum(v is not None for v in values)
+    if not counts:
+        return None, "median; the layer cache holds no samples for these points, so no spread shown"
+    n = counted(counts[0], "sample") if min(counts) == max(counts) else f"{min(counts)}–{max(counts)} samples"
+    with_bars = sum(q is not None for q in quartiles)
+    if not with_bars:
+        return None, f"median of {n}, no spread shown"
+    bars = "bars from the first to the third quartile"
+    if with_bars < shown:
+        bars += f" ({with_bars} of {shown} points; the others: no spread kept)"
+    return quartiles, f"median of {n}, {bars}"
 
 
 def _safe(text: str) -> str:
@@ -405,9 +545,10 @@ def _fmt(t: dict[str, Any]) -> str:
     return f"{t['median_us']:.1f} µs (IQR {t['iqr_us']:.1f}, 95% CI [{lo:.1f}, {hi:.1f}], {t['runs']} runs)"
 
 
-def _confirmation_lines(conf: dict[str, Any] | None) -> list[str]:
-    if not conf:
-        return []
+def confirmation_line(conf: dict[str, Any]) -> str:
+    """The confirmation rounds in one line: the medians of each round, the pooled gain and whether
+    the searched plan was kept; the report's and the terminal's words (optimize printed nothing
+    of it, so an answer that fell back to a baseline read as if nothing had been found)."""
     rounds = ", ".join(
         f"{b:.1f} vs {a:.1f}"
         for b, a in zip(conf["best_round_medians_us"], conf["baseline_round_medians_us"])
@@ -417,10 +558,14 @@ def _confirmation_lines(conf: dict[str, Any] | None) -> list[str]:
         if conf["kept"]
         else f"not confirmed, so the answer is {conf['baseline']}"
     )
-    return [
-        f"- confirmation ({conf['rounds']} builds each, searched plan vs {conf['baseline']}, "
+    return (
+        f"confirmation ({conf['rounds']} builds each, searched plan vs {conf['baseline']}, "
         f"median µs per round: {rounds}; pooled gain {100 * conf['pooled_gain']:+.2f} %): {verdict}"
-    ]
+    )
+
+
+def _confirmation_lines(conf: dict[str, Any] | None) -> list[str]:
+    return [f"- {confirmation_line(conf)}"] if conf else []
 
 
 def _traffic_lines(tr: dict[str, Any] | None, measured: bool) -> list[str]:

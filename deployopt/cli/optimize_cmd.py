@@ -75,6 +75,15 @@ def _progress_callback(progress: Progress) -> Any:
             progress.console.print(
                 Text.assemble(("traffic", "cyan"), f" non-conv ops: {fit.why}; {how}"), soft_wrap=True
             )
+        elif kind == "confirm":  # the answer rebuilt against the faster baseline: kept or not
+            from deployopt.report import confirmation_line
+
+            progress.console.print(
+                Text.assemble(
+                    ("confirm", "green" if info.get("kept") else "yellow"), f" {confirmation_line(info)}"
+                ),
+                soft_wrap=True,
+            )
         elif kind == "refused":
             progress.console.print(
                 Text.assemble(("refused", "yellow"), f" {info.get('label')}: {info.get('reason')}"),
@@ -358,6 +367,10 @@ def _render(result: Any) -> None:
     console.print(table)
     _say(f"vs input: {rep['comparisons']['vs_input']['describe']}")
     _say(f"vs round-up-to-8: {rep['comparisons']['vs_round_up_8']['describe']}")
+    if rep.get("confirmation"):  # in report.md too; a fallback to a baseline is said, not left silent
+        from deployopt.report import confirmation_line
+
+        _say(confirmation_line(rep["confirmation"]), None if rep["confirmation"]["kept"] else "yellow")
     ev, sw = rep["evaluations"], rep["per_layer_sweep"]
     verb = "timed" if rep["measured"] else "predicted"
     _say(
