@@ -1,7 +1,7 @@
 #!/bin/bash
 # Every GPU path of the CLI once, as a user runs it, on the device (the H200 or an H100, 8 SMs by a
 # green context; --target is the GPU's own: h100 or h200, or TARGET=...): the release check before
-# a stop lands. One device call, about 2 minutes:
+# a stop lands. One device call, about 5 minutes:
 #   OUT=/tmp/cli bash benchmarks/run_cli_check_gpu.sh; tar czf $OUT/cli.tgz -C /tmp cli
 # (the device tool brings back a few files only: pack the folder into one, as here)
 # Writes each command's stdout/stderr and exit status into $OUT (rc.txt lists them); nothing here
@@ -37,6 +37,13 @@ step optimize_dynamic 300 python3 -m deployopt optimize "$D/yolo_dynamic.onnx" -
     --target "$T" --sms 8 --backend torch --max-evals 10 -o "$D/optimize_dynamic" --force
 step bench_dynamic_384 90 python3 -m deployopt bench "$D/optimize_dynamic/model.onnx" --backend torch --sms 8 \
     --input-shape images:1x3x384x384 --runs 100 -o "$D/bench_dynamic_384.json"
+# A/A: the optimized model benched six more times, a new process each, one after another; compare's
+# rule at its defaults on every pair (the same model: any faster/slower is a false alarm)
+for i in 1 2 3 4 5 6; do
+    step "bench_aa$i" 90 python3 -m deployopt bench "$D/optimize/model.onnx" --backend torch --sms 8 --batch 32 \
+        --runs 200 -o "$D/bench_aa$i.json"
+done
+step aa_compare 60 python3 benchmarks/aa_compare.py "$D"/bench_aa?.json -o "$D/aa_compare.json"
 # bad input on a machine with a GPU: one line, exit 2
 step bad_sms 60 python3 -m deployopt staircase --target "$T" --sms 1000 --input 8x128x28x28 --kernel 3 \
     --out-channels 16:64:16 --measure torch
