@@ -3,7 +3,8 @@
 Give it several `deployopt bench -o` results of one model, timed one after another; it judges
 every pair (and the disjoint pairs 1/2, 3/4, ...) by compare's rule at its defaults and counts the
 verdicts. The same model has no true difference, so any "faster"/"slower" is a false alarm: the
-rate to hold against --alpha. Prints JSON (and writes it with -o):
+rate to hold against --alpha, and the largest change between two runs' medians is the smallest
+--min-effect that would have kept them quiet. Prints JSON (and writes it with -o):
 
     python benchmarks/aa_compare.py RESULT.json RESULT.json ... [-o aa.json]
 """
@@ -52,6 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         "rule": "deployopt compare's defaults (alpha 0.01, min effect 2 %, the within-run stability check)",
         "results": [str(p) for p in args.results],
         "medians_us": [t.median_us for t in timings],
+        # the largest change between two of these medians: a --min-effect below it let this set's
+        # own A/A pairs through as faster/slower (each run's samples cannot show it)
+        "largest_median_change_pct": 100
+        * (max(t.median_us for t in timings) / min(t.median_us for t in timings) - 1),
         "disjoint": count([(i, i + 1) for i in range(0, n - 1, 2)], timings),
         "all": count(list(itertools.combinations(range(n), 2)), timings),
     }

@@ -410,7 +410,8 @@ class Pair:
             # tell it from "no significant difference"
             "mixed": self.comparison.mixed,
             # no verdict because a side's latency moved within its own run (first half → second half
-            # by the same test and thresholds): the table's "unstable: …"; `drift` has the figures
+            # by the same test and thresholds) by at least the pair's change: the table's "unstable:
+            # …"; `drift` has the figures, also of a smaller drift that left the verdict standing
             # (null for a side of fewer than timing.DRIFT_MIN_RUNS samples)
             "unstable": self.comparison.unstable,
             "drift": {
@@ -442,7 +443,8 @@ class RegressionReport:
 
     @property
     def unstable(self) -> list[Pair]:
-        """Pairs with no verdict because a side drifted within its run (Comparison.unstable)."""
+        """Pairs with no verdict because a side drifted within its run by at least their change
+        (Comparison.unstable)."""
         return [p for p in self.pairs if p.comparison.unstable]
 
     @property
@@ -462,8 +464,8 @@ class RegressionReport:
                 "alpha": self.alpha,
                 "min_effect": self.min_effect,
                 "stability": f"each side of {DRIFT_MIN_RUNS} or more samples: its first half against its "
-                "second half in time order, by the same test and thresholds; a side that drifted "
-                "leaves its pair without a verdict (unstable)",
+                "second half in time order, by the same test and thresholds; a side that drifted by "
+                "at least the change between the medians leaves its pair without a verdict (unstable)",
             },
             "regressions": len(self.slower),
             "not_comparable": [p.name for p in self.not_comparable],

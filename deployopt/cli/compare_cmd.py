@@ -2,8 +2,9 @@
 
 Thin layer over deployopt.regression. Exit 0 when nothing got slower, 1 when a model is slower
 than its baseline beyond the rule (or, with --strict, when setups differ, a side drifted within its
-run so the pair has no verdict, or a file has no counterpart), 2 on bad input, 3 with --strict
-when a pair timed two different models (not comparable) — so a release pipeline can gate on it.
+run by as much as the pair's change so it has no verdict, or a file has no counterpart), 2 on bad
+input, 3 with --strict when a pair timed two different models (not comparable) — so a release
+pipeline can gate on it.
 """
 
 from __future__ import annotations
@@ -135,9 +136,9 @@ def compare_command(
     strict: bool = typer.Option(
         False,
         "--strict",
-        help="Also fail when setups differ (GPU, SMs, TensorRT, ...), a side drifted within its run "
-        "(unstable: no verdict) or a file has no counterpart (exit 1), or when a pair timed different "
-        "models (exit 3).",
+        help="Also fail when setups differ (GPU, SMs, TensorRT, ...), a side drifted within its run by "
+        "as much as the change (unstable: no verdict) or a file has no counterpart (exit 1), or when a "
+        "pair timed different models (exit 3).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     output: Optional[Path] = output_option(None, "--output", "-o", help="Write the JSON result here."),
@@ -189,6 +190,13 @@ def compare_command(
             f"judge their medians (docs/regression.md){'' if strict else ' (--strict exits 1)'}",
             "yellow",
         )
+    for p in report.pairs:
+        if not p.comparison.unstable and p.comparison.drift_text():  # smaller than the change: it stands
+            _line(
+                f"note: {p.name}: {p.comparison.drift_text()}, less than the change between the runs, "
+                "so the verdict stands; a longer --warmup (or locked clocks) makes steady runs",
+                "yellow",
+            )
     for p in report.not_like_for_like:
         _line(
             f"warning: {p.name}: not like for like ({'; '.join(p.differences)}): "
