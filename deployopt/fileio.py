@@ -29,7 +29,7 @@ import re
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -303,6 +303,14 @@ def _staged(dest: Path, finish: Callable[[Path], None], **where: Any) -> Iterato
 def write_bytes(dest: str | os.PathLike[str], data: bytes) -> None:
     with atomic_path(dest) as tmp:
         tmp.write_bytes(data)
+
+
+def write_pieces(dest: str | os.PathLike[str], pieces: Iterable[bytes]) -> None:
+    """`write_bytes` of the pieces' concatenation, never held joined (a model written from
+    deployopt.onnx_proto.serialized_pieces: its bytes at once were twice the model's size)."""
+    with atomic_path(dest) as tmp, open(tmp, "wb") as f:
+        for piece in pieces:
+            f.write(piece)
 
 
 def write_text(dest: str | os.PathLike[str], text: str) -> None:

@@ -8,12 +8,15 @@ later stage has to care, and it reports what it changed as notices instead of si
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import gc
 import math
 import os
 import select
 import shutil
 import stat
+import sys
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -34,9 +37,9 @@ from deployopt.fileio import (
     publish,
     resolve_output,
     temp_prefix,
-    write_bytes,
+    write_pieces,
 )
-from deployopt.onnx_proto import copy_fields
+from deployopt.onnx_proto import check_skeleton, copy_fields, has_unknown_fields, serialized_pieces
 from deployopt.prebuilt import is_engine_file, not_onnx
 
 #: A safety stop only: folding runs while each pass removes nodes. A dynamic-batch ShuffleNetV2
@@ -670,7 +673,8 @@ def _give_outputs_shapes(model: onnx.ModelProto, path: Path) -> None:
     if not missing:
         return
     try:
-        inferred = {o.name: o for o in onnx.shape_inference.infer_shapes(model).graph.output}
+        # on a `weightless` copy, as `_infer`: handed the whole model, onnx serializes it twice
+        inferred = {o.name: o for o in onnx.shape_inference.infer_shapes(weightless(model)).graph.output}
     except Exception:  # a model inference cannot read: the checker or _infer says why
         inferred = {}
     for out in model.graph.output:
@@ -790,6 +794,7 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
         graph.fold_constants(should_exclude_node=lambda node: node.op in _KEEP_OPS)
         graph.cleanup().toposort()
         folded = gs.export_onnx(graph, do_type_check=False)
+        del graph
     except Exception as exc:  # graphsurgeon/onnxruntime failures are about the model, not us
         raise ModelError(
             f"constant folding failed: {str(exc).splitlines()[0] if str(exc) else exc!r}"
@@ -798,6 +803,11 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
         G_LOGGER.severity = level
         if ort is not None:
             ort.set_default_logger_severity(2)
+    # onnx-graphsurgeon's graph is cyclic (tensors ↔ nodes), and its weights are the input model's
+    # TensorProtos, which keep that whole model alive (upb frees a message's memory all at once):
+    # collected now, the input goes when the caller drops it, not at the next collection (a second
+    # copy of VGG16's 530 MB of weights held through analysis, surgery and the write)
+    gc.collect()
     copy_model_metadata(model, folded)
     if folded.ir_version < 4:
         # IR 3 lists every initializer as a graph input; the export lists the real inputs only, and
@@ -993,7 +1003,8 @@ def load_model(
     fixed = _fix_input_shapes(model, dict(input_shapes or {}), path, notices, keep_dynamic)
     _give_outputs_shapes(model, path)
     try:
-        onnx.checker.check_model(model)
+        # its `check_skeleton`: handed the whole model, the checker serializes it (twice its size)
+        onnx.checker.check_model(check_skeleton(model))
     except (onnx.checker.ValidationError, Exception) as exc:
         # the checker's message spans lines ("... of node: \nname: fc OpType: Gemm\n is not output of
         # any previous nodes."): its first line stopped mid-sentence
@@ -1352,6 +1363,83 @@ def _check_reshapes(model: onnx.ModelProto, path: Path, asked: dict[str, list[in
         raise ModelError(f"{path.name}: invalid model: {what}")
 
 
+def _file_format(path: str | os.PathLike[str]) -> str | None:
+    """The format onnx.save_model picks by `path`'s extension (None: protobuf, the default). onnx
+    before 1.15 (the declared minimum is 1.14) has no serialization registry and writes protobuf
+    whatever the extension."""
+    registry = getattr(getattr(onnx, "serialization", None), "registry", None)
+    if registry is None:
+        return None
+    return registry.get_format_from_file_extension(os.path.splitext(path)[1])
+
+
+def _save_with_external_data(model: onnx.ModelProto, path: Path, location: str) -> None:
+    """`onnx.save_model` of a copy of `model` to `path`, its tensors of 1 KiB or more stored in
+    `location` beside it (save_as_external_data, all_tensors_to_one_file, size_threshold=1024),
+    the same files written without that copy: onnx converts the model it is given, so it was
+    handed a whole copy of the weights, and then serialized the converted model. Here each weight's
+    bytes go to the data file as they are read, and the model written is one without them. Left to
+    onnx where it does more: a text format, tensors in subgraphs, tensors already marked external,
+    fields the schema does not know (which `copy_fields` would drop)."""
+    fmt = _file_format(path)
+    inits = model.graph.initializer
+    if (
+        fmt not in (None, "protobuf")
+        or uses_external_data(model)
+        or any(a.HasField("g") or a.graphs for n in model.graph.node for a in n.attribute)
+        or has_unknown_fields(model, model.graph, *inits)
+    ):
+        to_save = onnx.ModelProto()
+        to_save.CopyFrom(model)
+        onnx.save_model(
+            to_save,
+            str(path),
+            save_as_external_data=True,
+            all_tensors_to_one_file=True,
+            location=location,
+            size_threshold=1024,
+        )
+        return
+    skel = onnx.ModelProto()
+    copy_fields(model, skel, "graph")
+    copy_fields(model.graph, skel.graph, "initializer")
+    offset = 0
+    with contextlib.ExitStack() as stack:
+        data = None  # opened at the first tensor stored in it, as onnx does
+        for t in inits:
+            stub = skel.graph.initializer.add()
+            raw = t.raw_data if t.HasField("raw_data") else b""
+            if not t.HasField("raw_data") or sys.getsizeof(raw) < 1024:  # onnx's test, to the byte
+                stub.CopyFrom(t)
+                continue
+            copy_fields(t, stub, "raw_data")
+            del stub.external_data[:]
+            stub.data_location = TensorProto.EXTERNAL
+            for key, value in (("location", location), ("offset", offset), ("length", len(raw))):
+                entry = stub.external_data.add()
+                entry.key, entry.value = key, str(value)
+            if data is None:
+                data = stack.enter_context(open(path.parent / location, "wb"))
+            data.write(raw)
+            offset += len(raw)
+            del raw
+    path.write_bytes(skel.SerializeToString())
+
+
+def write_model_file(model: onnx.ModelProto, path: str | os.PathLike[str]) -> None:
+    """`onnx.save_model(model, path)`, the bytes written piece by piece (`serialized_pieces`: one
+    weight at a time, where onnx held the whole model serialized twice). Left to onnx where it does
+    more than write the bytes: a text format it picks by the extension (.json, .textproto), or
+    tensors marked as stored outside, which it writes to their files."""
+    fmt = _file_format(path)
+    if fmt not in (None, "protobuf") or uses_external_data(model):
+        onnx.save_model(model, str(path))
+        return
+    with open(path, "wb") as f:
+        for piece in serialized_pieces(model):
+            f.write(piece)
+
+
 def save_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, external_data: bool = False) -> None:
     """Write atomically: a failed save leaves no file (and no stale .data file) behind.
 
@@ -1369,7 +1457,7 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, external
             raise OutputError(
                 f"cannot write {given}: not a regular file, and the weights need a .data file beside it"
             )
-        write_bytes(given, model.SerializeToString())  # written in place, as fileio does it
+        write_pieces(given, serialized_pieces(model))  # written in place, as fileio does it
         return
     make_output_dir(dest.parent)
     try:
@@ -1382,17 +1470,8 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, external
         new_data = None  # the weights file the new model reads
         if external_data:
             location = dest.name + ".data"
-            to_save = onnx.ModelProto()
-            to_save.CopyFrom(model)
             try:
-                onnx.save_model(
-                    to_save,
-                    str(tmp_model),
-                    save_as_external_data=True,
-                    all_tensors_to_one_file=True,
-                    location=location,
-                    size_threshold=1024,
-                )
+                _save_with_external_data(model, tmp_model, location)
             except onnx.checker.ValidationError as exc:  # NAME.data over 255 bytes: onnx's many lines
                 raise OutputError(f"cannot write {dest.parent / location}: {first_line(exc)}") from None
             except OSError as exc:  # the .data file named, not the model
@@ -1404,7 +1483,7 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, external
                     raise output_error(dest.parent / location, exc) from None
                 new_data = dest.parent / location
         else:
-            onnx.save_model(model, str(tmp_model))
+            write_model_file(model, tmp_model)
         publish(tmp_model, dest)
         # each weights file of the replaced model that the new one does not read (a .data of its name
         # was just written over): said, not deleted (another model may read it)

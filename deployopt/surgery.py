@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -30,7 +31,7 @@ from deployopt.coupling import Analysis, analyze
 from deployopt.coupling.registry import Constants
 from deployopt.errors import ModelError, PlanError, first_line, no_such_file, shorten
 from deployopt.importance import constants, dead_channels_many, filter_l1, trim_order
-from deployopt.onnx_proto import copy_fields
+from deployopt.onnx_proto import check_skeleton, copy_fields, has_unknown_fields, serialized_size
 
 
 @dataclass(frozen=True)
@@ -267,14 +268,16 @@ def _conv_weight_sources(analysis: Analysis, nodes: dict[str, onnx.NodeProto]) -
 def _model_bytes(model: onnx.ModelProto, analysis: Analysis) -> int:
     """`model.ByteSize()`, kept on the analysis' state when it is of this very model: protobuf
     serializes the whole model to count it (0.7 s for a 335 MB one), and optimize applies one plan
-    after another to the same unchanged model. Weights changed in place since keep their types and
-    shapes (`CouplingState.check_graph` saw to it), so the count holds but for their encoding."""
+    after another to the same unchanged model. Counted by `serialized_size`, one weight at a time:
+    ByteSize held the whole model serialized (1 GB over VGG16's 530 MB, at apply's peak). Weights
+    changed in place since keep their types and shapes (`CouplingState.check_graph` saw to it), so
+    the count holds but for their encoding."""
     st = analysis.state
     if st is None or st.model is not model:
-        return model.ByteSize()
+        return serialized_size(model)
     cached = getattr(st, "_model_bytes", None)
     if cached is None:
-        cached = model.ByteSize()
+        cached = serialized_size(model)
         st._model_bytes = cached  # type: ignore[attr-defined]
     return int(cached)
 
@@ -360,11 +363,10 @@ def apply_plan_report(
     importance = {analysis.group(g).id: v for g, v in (importance or {}).items()}  # … and so may this
     changed = {g: int(w) for g, w in widths.items() if int(w) != analysis.group(g).width}
     _check_size(model, analysis, changed)
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    for node, name in zip(out.graph.node, st.node_names):  # the names the analysis and plan use:
-        node.name = name  # unchanged for a loaded model (load_model gives these); a raw one's repeats
     if not changed:
+        out = onnx.ModelProto()
+        out.CopyFrom(model)
+        _name_nodes(out, st.node_names)
         return out, []
     maps, report = _index_maps(consts, analysis, changed, importance, kept)
 
@@ -381,45 +383,59 @@ def apply_plan_report(
     def new_width(layout: Any) -> int:
         return sum(changed.get(gid, w) for gid, w in analysis.layout_groups(layout))
 
-    arrays: dict[str, np.ndarray] = {}
+    bindings: dict[str, list[Any]] = {}
     for b in st.bindings:
-        idx = full_index(b.layout)
-        if idx is None:
-            continue
-        arr = arrays[b.init] if b.init in arrays else consts.last(b.init)
-        assert arr is not None
-        if b.spread > 1:  # channel c is entries c·spread … (c+1)·spread − 1 (a flattened map)
-            entries = idx[:, None] * b.spread + np.arange(b.spread)
-            idx = np.where(idx[:, None] < 0, -1, entries).ravel()
-        expected = sum(w for _, w in b.layout) * b.spread
-        if arr.shape[b.axis] != expected:
-            raise ModelError(
-                f"constant {b.init!r}: axis {b.axis} has {arr.shape[b.axis]} entries, expected {expected}"
-            )
-        arrays[b.init] = _take(arr, b.axis, idx, b.pad)
+        bindings.setdefault(b.init, []).append(b)
+    shape_edits: dict[str, list[Any]] = {}
     for e in st.shape_edits:
-        if full_index(e.layout) is None:
-            continue
-        arr = np.array(arrays[e.init] if e.init in arrays else consts.last(e.init))
-        arr.reshape(-1)[e.index] = new_width(e.layout) * e.scale
-        arrays[e.init] = arr
+        shape_edits.setdefault(e.init, []).append(e)
 
+    def new_value(name: str) -> Optional[np.ndarray]:
+        """Constant `name` as the plan makes it (None: as it is), built when it is written: built
+        all before any was written, they were another copy of every weight the plan edits."""
+        arr = None
+        for b in bindings.get(name, ()):
+            idx = full_index(b.layout)
+            if idx is None:
+                continue
+            arr = consts.last(name) if arr is None else arr
+            assert arr is not None
+            if b.spread > 1:  # channel c is entries c·spread … (c+1)·spread − 1 (a flattened map)
+                entries = idx[:, None] * b.spread + np.arange(b.spread)
+                idx = np.where(idx[:, None] < 0, -1, entries).ravel()
+            expected = sum(w for _, w in b.layout) * b.spread
+            if arr.shape[b.axis] != expected:
+                raise ModelError(
+                    f"constant {name!r}: axis {b.axis} has {arr.shape[b.axis]} entries, expected {expected}"
+                )
+            arr = _take(arr, b.axis, idx, b.pad)
+        for e in shape_edits.get(name, ()):
+            if full_index(e.layout) is None:
+                continue
+            arr = np.array(consts.last(name) if arr is None else arr)
+            arr.reshape(-1)[e.index] = new_width(e.layout) * e.scale
+        return arr
+
+    edited = bindings.keys() | shape_edits.keys()
+    shapes: dict[str, tuple[int, ...]] = {}  # the new shape of each constant rewritten
+    out = _copy_rewriting(model, new_value, edited, shapes)
+    _name_nodes(out, st.node_names)
     graph = out.graph
-    for t in graph.initializer:
-        if t.name in arrays:
-            dtype = onnx.helper.tensor_dtype_to_np_dtype(t.data_type)
-            t.CopyFrom(numpy_helper.from_array(arrays[t.name].astype(dtype, copy=False), t.name))
     for node in graph.node:
-        if node.op_type == "Constant" and node.output and node.output[0] in arrays:
+        if node.op_type == "Constant" and node.output and node.output[0] in edited:
+            arr = new_value(node.output[0])
+            if arr is None:
+                continue
+            shapes[node.output[0]] = arr.shape
             for a in node.attribute:
                 if a.name == "value":
                     dtype = onnx.helper.tensor_dtype_to_np_dtype(a.t.data_type)
-                    a.t.CopyFrom(numpy_helper.from_array(arrays[node.output[0]].astype(dtype), a.t.name))
+                    a.t.CopyFrom(numpy_helper.from_array(arr.astype(dtype), a.t.name))
     for inp in graph.input:  # IR < 4 lists initializers as inputs too, with their shapes
-        if inp.name in arrays and inp.type.tensor_type.HasField("shape"):
+        if inp.name in shapes and inp.type.tensor_type.HasField("shape"):
             dims = inp.type.tensor_type.shape.dim
             del dims[:]
-            for d in arrays[inp.name].shape:
+            for d in shapes[inp.name]:
                 dims.add().dim_value = int(d)
     for e in st.attr_edits:
         if full_index(e.layout) is None:
@@ -441,6 +457,66 @@ def apply_plan_report(
         first = first_line(exc, repr(exc))
         raise ModelError(f"the edited model does not validate (please report this model): {first}") from None
     return out, report
+
+
+def _name_nodes(model: onnx.ModelProto, names: Sequence[str]) -> None:
+    """The names the analysis and plan use: unchanged for a loaded model (load_model gives these);
+    a raw one's repeats and unnamed nodes get them."""
+    for node, name in zip(model.graph.node, names):
+        node.name = name
+
+
+def _copy_rewriting(
+    model: onnx.ModelProto,
+    new_value: Callable[[str], Optional[np.ndarray]],
+    edited: Collection[str],
+    shapes: dict[str, tuple[int, ...]],
+) -> onnx.ModelProto:
+    """A copy of `model` whose initializers named in `edited` hold `new_value(name)` (each in its
+    type; None: unchanged), the new shapes put in `shapes`.
+
+    Built initializer by initializer, each new value made, written and dropped in turn: copied
+    whole and then rewritten (CopyFrom), the copy kept every replaced weight's old bytes until it
+    was freed (upb frees a message's memory all at once), a third copy of the weights beside the
+    input and the new values. A model or graph with fields its schema does not know (which
+    `copy_fields` would drop) is copied whole and rewritten in place, as before."""
+    out = onnx.ModelProto()
+    whole = has_unknown_fields(model, model.graph)
+    if whole:
+        out.CopyFrom(model)
+    else:
+        copy_fields(model, out, "graph")
+        copy_fields(model.graph, out.graph, "initializer")
+    for i, t in enumerate(model.graph.initializer):
+        arr = new_value(t.name) if t.name in edited else None
+        if arr is None:
+            if not whole:
+                out.graph.initializer.add().CopyFrom(t)
+            continue
+        shapes[t.name] = arr.shape
+        arr = arr.astype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type), copy=False)
+        dst = out.graph.initializer[i] if whole else out.graph.initializer.add()
+        elem = onnx.helper.np_dtype_to_tensor_dtype(arr.dtype)
+        if elem not in _PLAIN_FLOATS or arr.dtype.byteorder == ">" or sys.byteorder != "little":
+            dst.CopyFrom(numpy_helper.from_array(arr, t.name))
+            continue
+        # numpy_helper.from_array(arr, t.name) spelled out for a float weight, the array dropped
+        # before its bytes go in: from_array then CopyFrom held the array, its bytes, their tensor
+        # and the copy (four of a 440 MB weight: apply's peak)
+        raw = arr.tobytes()
+        dst.Clear()
+        dst.dims.extend(arr.shape)
+        if t.name:
+            dst.name = t.name
+        del arr
+        dst.raw_data = raw
+        dst.data_type = elem
+    return out
+
+
+#: the element types `_copy_rewriting` writes as numpy_helper.from_array does, without it (others:
+#: strings, packed 4-bit and 2-bit types, go through it)
+_PLAIN_FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE})
 
 
 def _skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -468,58 +544,8 @@ def _skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
     return skel
 
 
-def _check_skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
-    """What `onnx.checker.check_model` is given for the edited model: all of it, but each large float
-    weight whose data the checker would pass (raw bytes, exactly its shape's, all dims positive)
-    emptied to zero elements. The checker serializes what it is given, and the weights were most of
-    it (1.5 s and a second copy of a 335 MB model per applied plan); of a weight it checks only the
-    type, one value field and its size, which are checked here instead. Like the checker, a model
-    over protobuf's 2 GiB is a ValueError."""
-    skel = onnx.ModelProto()
-    copy_fields(model, skel, "graph")
-    copy_fields(model.graph, skel.graph, "initializer")
-    total = 0
-    for t in model.graph.initializer:
-        itemsize = _ITEMSIZE.get(t.data_type)
-        dims = list(t.dims)
-        if (
-            itemsize is None
-            or not dims
-            or min(dims) <= 0
-            or _numel(t) <= 64
-            or t.data_location != onnx.TensorProto.DEFAULT
-            or t.external_data
-            or not t.HasField("raw_data")
-            or any(getattr(t, f) for f in _VALUE_FIELDS)
-        ):
-            skel.graph.initializer.add().CopyFrom(t)
-            continue
-        size = len(t.raw_data)
-        if size != _numel(t) * itemsize:  # the checker says what is wrong with it
-            skel.graph.initializer.add().CopyFrom(t)
-            continue
-        total += size
-        stub = skel.graph.initializer.add()
-        copy_fields(t, stub, "raw_data")
-        del stub.dims[:]
-        stub.dims.append(0)
-    if total and skel.ByteSize() + total > getattr(onnx.checker, "MAXIMUM_PROTOBUF", 2**31 - 1):
-        raise ValueError(
-            "This protobuf of onnx model is too large (>2GB). Call check_model with model path instead."
-        )
-    return skel
-
-
-#: the repeated value fields of a TensorProto (raw_data aside)
-_VALUE_FIELDS = ("float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
-
-#: bytes per element of the float types whose weights `_check_skeleton` empties
-_ITEMSIZE = {
-    onnx.TensorProto.FLOAT: 4,
-    onnx.TensorProto.FLOAT16: 2,
-    onnx.TensorProto.DOUBLE: 8,
-    onnx.TensorProto.BFLOAT16: 2,
-}
+#: what onnx.checker is given for the edited model (tests read it by this name)
+_check_skeleton = check_skeleton
 
 
 _FLOAT_TYPES = {

@@ -295,6 +295,8 @@ def test_save_is_atomic(
         raise OSError("disk full")
 
     monkeypatch.setattr(onnx, "save_model", broken_save)
+    # save_model writes a model's bytes itself (deployopt.model.write_model_file), in pieces
+    monkeypatch.setattr("deployopt.model.write_model_file", broken_save)
     dest = tmp_path / "out.onnx"
     with pytest.raises(OutputError, match=r"cannot write .*out\.onnx: disk full"):  # one line, no traceback
         save_model(zoo_model("se_net"), dest)
