@@ -833,7 +833,7 @@ def _infer(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
         inferred = onnx.shape_inference.infer_shapes(skel, strict_mode=True, data_prop=True)
     except Exception as exc:
         first = first_line(exc, repr(exc))
-        if not _type_same_shape_outputs(skel):
+        if not type_uninferred_outputs(skel):
             raise ModelError(f"{path.name}: shape inference failed: {first}") from None
         try:
             inferred = onnx.shape_inference.infer_shapes(skel, strict_mode=True, data_prop=True)
@@ -872,19 +872,20 @@ def weightless(model: onnx.ModelProto) -> onnx.ModelProto:
 _WEIGHT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16)
 
 
-def _type_same_shape_outputs(model: onnx.ModelProto) -> bool:
+def _type_same_shape_outputs(model: onnx.ModelProto) -> int:
     """Give the outputs of `_SAME_SHAPE_UNINFERRED` ops their input's type, read off a lenient
-    inference, as value_info (in place); whether any was given."""
+    inference, as value_info (in place); how many were given (one pass: see
+    `type_uninferred_outputs`)."""
     ops = [n for n in model.graph.node if n.op_type in _SAME_SHAPE_UNINFERRED and n.domain in ("", "ai.onnx")]
     if not ops:
-        return False
+        return 0
     try:
         lenient = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
     except Exception:
-        return False
+        return 0
     g = lenient.graph
     typed = {v.name: v for v in (*g.input, *g.value_info, *g.output) if v.type.tensor_type.HasField("shape")}
-    given = False
+    given = 0
     for node in ops:
         src, out = node.input[0] if node.input else "", node.output[0] if node.output else ""
         if src in typed and out and out not in typed:
@@ -893,8 +894,27 @@ def _type_same_shape_outputs(model: onnx.ModelProto) -> bool:
             info.name = out
             model.graph.value_info.append(info)
             typed[out] = info
-            given = True
+            given += 1
     return given
+
+
+def type_uninferred_outputs(model: onnx.ModelProto) -> int:
+    """Type the outputs of `_SAME_SHAPE_UNINFERRED` ops (in place), repeating the lenient inference
+    until it types nothing new; how many were typed.
+
+    One pass types only the ops whose input was typed: a GroupNormalization-21 after another one
+    reads an output that was itself untyped until that pass, and the strict pass then failed on the
+    op after the first (a valid model refused, the wrong op blamed). Each pass types at least one
+    more op or stops, so there are at most as many passes as such ops.
+    `apply` runs it on the edited skeleton too, so its strict check sees past these ops."""
+    bound = sum(1 for n in model.graph.node if n.op_type in _SAME_SHAPE_UNINFERRED)
+    typed = 0
+    for _ in range(bound):
+        given = _type_same_shape_outputs(model)
+        if not given:
+            break
+        typed += given
+    return typed
 
 
 def _infers_as_exported(path: Path) -> bool:

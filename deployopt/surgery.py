@@ -31,6 +31,7 @@ from deployopt.coupling import Analysis, analyze
 from deployopt.coupling.registry import Constants
 from deployopt.errors import ModelError, PlanError, first_line, no_such_file, shorten
 from deployopt.importance import constants, dead_channels_many, filter_l1, trim_order
+from deployopt.model import type_uninferred_outputs
 from deployopt.onnx_proto import check_skeleton, copy_fields, has_unknown_fields, serialized_size
 
 
@@ -448,15 +449,43 @@ def apply_plan_report(
                 a.ints[e.index] = new_width(e.layout) * e.scale
     del graph.value_info[:]
     try:
-        inferred = onnx.shape_inference.infer_shapes(
-            _skeleton(out), check_type=True, strict_mode=True, data_prop=True
-        )
+        skel = _skeleton(out)
+        # as loading does: without it, what follows a GroupNormalization-21 stayed shapeless and
+        # the strict pass saw no mismatch there (an edit onnxruntime refuses was written)
+        type_uninferred_outputs(skel)
+        inferred = onnx.shape_inference.infer_shapes(skel, check_type=True, strict_mode=True, data_prop=True)
+        del skel
+        _refuse_lost_shapes(model, inferred)
         graph.value_info.extend(inferred.graph.value_info)
         onnx.checker.check_model(_check_skeleton(out))
     except Exception as exc:  # a bug or an op a rule mis-declares: never hand back a broken model
         first = first_line(exc, repr(exc))
         raise ModelError(f"the edited model does not validate (please report this model): {first}") from None
     return out, report
+
+
+def _refuse_lost_shapes(model: onnx.ModelProto, inferred: onnx.ModelProto) -> None:
+    """Raise if a value the input model had a shape for has none in the edited one's inference.
+
+    The strict pass checks the shapes it infers, never those it cannot: an op it leaves untyped
+    leaves everything after it unchecked, and a graph output keeps its declared shape whatever was
+    inferred (so an output counts as lost when an input of the node making it is). A shape lost is
+    an edit the check could not see through: refused, not written."""
+    g = inferred.graph
+    now = {v.name for v in (*g.value_info, *g.input) if v.type.tensor_type.HasField("shape")}
+    now.update(t.name for t in g.initializer)
+    src = model.graph
+    before = {v.name for v in (*src.value_info, *src.input) if v.type.tensor_type.HasField("shape")}
+    before.update(t.name for t in src.initializer)
+    lost = [v.name for v in src.value_info if v.name in before and v.name not in now]
+    producer = {o: n for n in g.node for o in n.output}
+    for out in src.output:
+        node = producer.get(out.name)
+        shaped = node is not None and out.type.tensor_type.HasField("shape")
+        if shaped and any(i in before and i not in now for i in node.input if i):
+            lost.append(out.name)
+    if lost:
+        raise ModelError(f"inference no longer gives {lost[0]!r} a shape ({len(lost)} value(s) lost it)")
 
 
 def _name_nodes(model: onnx.ModelProto, names: Sequence[str]) -> None:
