@@ -63,7 +63,7 @@ def _producer_filters(
             mats.append(np.zeros((atom.width, 1)))
             continue
         w = consts(node.input[1]) if len(node.input) > 1 else None
-        if w is None:
+        if w is None or w.size == 0:  # a zero-size weight: no filters to rank (reshape(0, -1) raised)
             continue
         if node.op_type == "Conv":
             mat = w.reshape(w.shape[0], -1)

@@ -1000,6 +1000,11 @@ def load_model(
         except Exception as exc:  # onnx raises OSError, ValueError or ValidationError here
             first = first_line(exc, repr(exc))
             raise ModelError(f"{path}: cannot read its external weight data: {first}") from None
+    # before anything reads its strings or weights: bad UTF-8, data of the wrong size or type, a
+    # scalar bias, a zero-size conv were tracebacks or "please report this model" further on
+    from deployopt.model_checks import check_model_data
+
+    check_model_data(model, str(path))
     # before the checker, which refuses a graph input or output without a shape in its own words
     # ("Field 'shape' of 'type' is required"): an input gets --input-shape's (or asks for one), an
     # output what inference finds (onnx-graphsurgeon writes outputs whose shape is None)

@@ -23,7 +23,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from deployopt.errors import TargetError, range_error
+from deployopt.errors import ModelError, TargetError, range_error
 from deployopt.layers import ConvShape
 
 if TYPE_CHECKING:
@@ -603,6 +603,11 @@ def _evaluate(shape: ConvShape, target: Target, params: WaveParams, sms: int | N
     """One conv's prediction, for `predict`, `staircase` and `analyze`'s wave columns. One that is no
     finite number is a one-line TargetError: `--json` wrote Infinity, which is no JSON. A profile's
     params are checked at load (PARAM_RANGES); this catches parameters made in code."""
+    if not all(d > 0 for d in shape.gemm):  # wave_count refused 0 blocks with a ValueError
+        raise ModelError(
+            f"a zero-size conv ({shape.signature()}: no output channels, or a kernel larger than its padded "
+            "input): nothing to predict"
+        )
     sms = target.sms if sms is None else sms
     if shape.is_depthwise:
         pred = _evaluate_depthwise(shape, target, params, sms)
@@ -1048,8 +1053,13 @@ def conv_rows(analysis: Any, target: Target, dtype: str = "fp16") -> list[dict[s
     rows = []
     for conv in analysis.convs:
         shape: ConvShape = conv.shape
-        pred = _evaluate(shape, target, params)
         m, n, kd = shape.gemm
+        if not (m > 0 and n > 0 and kd > 0):  # wave_count refused 0 blocks with a ValueError
+            raise ModelError(
+                f"conv {conv.name!r} is zero-size (implicit GEMM {m}×{n}×{kd}: no output channels, or "
+                "a kernel larger than its padded input): nothing to predict"
+            )
+        pred = _evaluate(shape, target, params)
         row: dict[str, Any] = {
             "name": conv.name,
             "gemm_m": m,

@@ -42,7 +42,9 @@ def _usage_line(exc: Exception) -> str:
 
 
 def _fail(message: str, code: int) -> None:
-    """The one line every user error ends in, and its exit code."""
+    """The one line every user error ends in, and its exit code: a newline inside it (a node name
+    holding one, said unquoted) is written `\\n`, so the line stays one."""
+    message = message.replace("\r\n", "\\n").replace("\n", "\\n").replace("\r", "\\r")
     err_console.print(
         f"error: {message}", style="red", markup=False, highlight=False, emoji=False, soft_wrap=True
     )

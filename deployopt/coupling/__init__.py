@@ -122,7 +122,7 @@ class Analysis:
         group = self._by_producer.get(gid)
         if group is not None:
             return group
-        known = ", ".join(g.id for g in self.free_groups()[:5])
+        known = ", ".join(repr(g.id) for g in self.free_groups()[:5])
         raise PlanError(f"unknown channel group {gid!r} (free groups include: {known or 'none'})")
 
     def plan_by_id(self, widths: dict[str, int]) -> dict[str, int]:

@@ -42,7 +42,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from deployopt.errors import PlanError
+from deployopt.errors import ModelError, PlanError, first_line
 from deployopt.model import default_opset, unique_node_names
 
 #: One run of channels inside a tensor's channel axis: (atom id, width).
@@ -799,10 +799,12 @@ def _read_const(
     """A constant's value, read once into `cache` (`const` reads a quantized weight's inputs)."""
     if tensor in cache:
         return cache[tensor]
-    if tensor in inits:
-        arr = numpy_helper.to_array(inits[tensor])
-    elif tensor in const_nodes:
-        arr = numpy_helper.to_array(const_nodes[tensor].t)
+    if tensor in inits or tensor in const_nodes:
+        t = inits[tensor] if tensor in inits else const_nodes[tensor].t
+        try:
+            arr = numpy_helper.to_array(t)
+        except (ValueError, KeyError, TypeError) as exc:  # data longer than its dims, an unknown type
+            raise ModelError(f"constant {tensor!r} cannot be read: {first_line(exc)}") from None
     elif tensor in quantized:
         arr = _quantized_value(quantized[tensor], const)
     else:
@@ -821,7 +823,16 @@ def _quantized_value(node: onnx.NodeProto, const: Callable[[str], Optional[np.nd
     assert zp is not None
     if scale.size > 1:  # per axis: scale and zero point run along `axis` of x
         axis_attr = next((a for a in node.attribute if a.name == "axis"), None)
-        axis = normalize_axis(int(axis_attr.i) if axis_attr is not None else 1, x.ndim)
+        stated = int(axis_attr.i) if axis_attr is not None else 1
+        axis = normalize_axis(stated, x.ndim)
+        sizes = {"scale": scale, "zero point": zp} if zp.size > 1 or zp_name else {"scale": scale}
+        if not 0 <= axis < x.ndim or any(v.ndim != 1 or v.size != x.shape[axis] for v in sizes.values()):
+            along = f"axis {stated}" + ("" if axis_attr is not None else " (the default)")
+            got = ", ".join(f"{k} {'×'.join(map(str, v.shape)) or 'a scalar'}" for k, v in sizes.items())
+            raise ModelError(
+                f"{node.op_type} {node.name or node.output[0]!r}: a per-channel {got} does not run along "
+                f"{along} of its {'×'.join(map(str, x.shape)) or 'scalar'} input (onnxruntime refuses it)"
+            )
         shape = [1] * x.ndim
         shape[axis] = -1
         scale, zp = scale.reshape(shape), zp.reshape(shape)

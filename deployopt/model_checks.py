@@ -1,0 +1,240 @@
+"""Load-time checks of what onnx.checker passes but the rest of deployopt (and onnxruntime) cannot
+take: strings that are not UTF-8, tensors whose data does not fit their dims or whose type onnx does
+not know, a Conv bias that is not 1-D, wrongly typed weights, zero-size convs. Each refusal is one
+ModelError line naming what is wrong (`check_model_data`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import onnx
+from onnx import TensorProto
+
+from deployopt.errors import ModelError, first_line, shorten
+
+#: the sub-byte types, two elements to a byte
+_FOUR_BIT = {
+    getattr(TensorProto, n)
+    for n in ("INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2")
+    if hasattr(TensorProto, n)
+}
+_TWO_BIT = {getattr(TensorProto, n) for n in ("INT2", "UINT2") if hasattr(TensorProto, n)}
+_COMPLEX = {TensorProto.COMPLEX64, TensorProto.COMPLEX128}
+#: the typed value fields (raw_data aside) a tensor may hold its values in
+_VALUE_FIELDS = ("float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
+_CONV_OPS = ("Conv", "ConvTranspose")
+
+
+def check_model_data(model: onnx.ModelProto, name: str) -> None:
+    """Raise ModelError (one line, `NAME: ...`) for a model onnx's checker passes but nothing can
+    run: run it on the parsed model, its external data loaded, before any step reads its strings."""
+    _check_strings(model, name)
+    consts = _check_tensors(model.graph, name)
+    _check_conv_bias(model.graph, consts, name)
+    inferred = _check_types(model, name)
+    if inferred is not None:
+        _check_zero_size(inferred.graph, consts, name)
+
+
+# 1. strings ----------------------------------------------------------------------------------
+
+
+def _check_strings(msg: Any, name: str, where: str = "") -> None:
+    """Every string field of `msg` and the messages in it (subgraphs too) decodes as UTF-8: protobuf
+    keeps a proto2 string's bytes as read and raised UnicodeDecodeError at the first reader."""
+    for fd in msg.DESCRIPTOR.fields:
+        repeated = fd.is_repeated if hasattr(fd, "is_repeated") else fd.label == fd.LABEL_REPEATED
+        if fd.type == fd.TYPE_STRING:
+            # protobuf raised UnicodeDecodeError reading such a field, or (upb, some fields) gave
+            # its bytes, and the first copy into another message raised
+            try:
+                values = list(getattr(msg, fd.name)) if repeated else [getattr(msg, fd.name)]
+                bad = any(not isinstance(v, str) for v in values)
+            except UnicodeDecodeError:
+                bad = True
+            if bad:
+                raise ModelError(
+                    f"{name}: not an ONNX model: a string field is not valid UTF-8 ({where}{fd.name})"
+                )
+        elif fd.type == fd.TYPE_MESSAGE:
+            if repeated:
+                for i, sub in enumerate(getattr(msg, fd.name)):
+                    _check_strings(sub, name, f"{where}{fd.name}[{i}].")
+            elif msg.HasField(fd.name):
+                _check_strings(getattr(msg, fd.name), name, f"{where}{fd.name}.")
+
+
+# 3, 5. tensor data ---------------------------------------------------------------------------
+
+
+def _graph_constants(graph: onnx.GraphProto) -> Iterator[tuple[str, str, TensorProto]]:
+    """(what, output name, tensor) for each initializer and Constant `value` of `graph` and its
+    subgraphs."""
+    for t in graph.initializer:
+        yield f"initializer {t.name!r}", t.name, t
+    for i, node in enumerate(graph.node):
+        for a in node.attribute:
+            if node.op_type == "Constant" and a.type in _CONSTANT_VALUES:
+                out = node.output[0] if node.output else ""
+                yield f"Constant {node.name or out or f'node {i}'!r}", out, _constant_tensor(a)
+            for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                for what, _out, t in _graph_constants(g):
+                    yield what, "", t  # not the outer graph's names
+
+
+_A = onnx.AttributeProto
+_CONSTANT_VALUES = (_A.TENSOR, _A.FLOAT, _A.INT, _A.FLOATS, _A.INTS)
+
+
+def _constant_tensor(a: onnx.AttributeProto) -> TensorProto:
+    """A Constant's value as a tensor: its `value` as it is, a `value_float` (a scalar) or a
+    `value_floats` (1-D) as one (the bias check reads their dims)."""
+    if a.type == _A.TENSOR:
+        return a.t
+    if a.type in (_A.FLOAT, _A.INT):
+        return onnx.helper.make_tensor(
+            "",
+            TensorProto.FLOAT if a.type == _A.FLOAT else TensorProto.INT64,
+            [],
+            [a.f if a.type == _A.FLOAT else a.i],
+        )
+    values = list(a.floats) if a.type == _A.FLOATS else list(a.ints)
+    return onnx.helper.make_tensor(
+        "", TensorProto.FLOAT if a.type == _A.FLOATS else TensorProto.INT64, [len(values)], values
+    )
+
+
+def _type_name(data_type: int) -> str:
+    try:
+        return TensorProto.DataType.Name(data_type)
+    except ValueError:
+        return str(data_type)
+
+
+def _check_tensors(graph: onnx.GraphProto, name: str) -> dict[str, TensorProto]:
+    """Each constant's type is one onnx knows and its data (raw bytes or typed values) is exactly
+    what its dims need; external data is not read here. Returns {name: tensor} of the main graph's."""
+    consts: dict[str, TensorProto] = {}
+    for what, out, t in _graph_constants(graph):
+        if out:
+            consts[out] = t
+        try:
+            itemsize = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+        except (KeyError, ValueError, TypeError):
+            raise ModelError(
+                f"{name}: {what} has data type {t.data_type}, which onnx {onnx.__version__} does not know"
+            ) from None
+        if t.data_location == TensorProto.EXTERNAL or t.external_data or any(d < 0 for d in t.dims):
+            continue  # the checker says what is wrong with a negative dim
+        numel = math.prod(t.dims)
+        shape = "×".join(map(str, t.dims)) or "a scalar"
+        kind = _type_name(t.data_type)
+        if t.HasField("raw_data"):
+            if t.data_type == TensorProto.STRING:
+                continue
+            if t.data_type in _TWO_BIT:
+                need = (numel + 3) // 4
+            elif t.data_type in _FOUR_BIT:
+                need = (numel + 1) // 2
+            else:
+                need = numel * itemsize
+            have = len(t.raw_data)
+            unit = "bytes"
+        else:
+            counts = [len(getattr(t, f)) for f in _VALUE_FIELDS]
+            have = sum(counts)
+            if not have:
+                continue  # no data at all: the checker's to say
+            need = numel * (2 if t.data_type in _COMPLEX else 1)
+            if t.data_type in _FOUR_BIT | _TWO_BIT and have != need:
+                need = (numel + 1) // 2 if t.data_type in _FOUR_BIT else (numel + 3) // 4
+            unit = "values"
+        if have != need:
+            raise ModelError(
+                f"{name}: {what} holds {have} {unit} of data, but its {kind} dims ({shape}) need {need}: "
+                "the file is corrupt"
+            )
+    return consts
+
+
+# 4. Conv bias --------------------------------------------------------------------------------
+
+
+def _check_conv_bias(graph: onnx.GraphProto, consts: dict[str, TensorProto], name: str) -> None:
+    """A Conv / ConvTranspose bias is 1-D, one value per output channel (onnxruntime: "bias must be
+    1-D"); a scalar bias crashed surgery."""
+    for i, node in enumerate(graph.node):
+        if node.op_type not in _CONV_OPS or len(node.input) < 3 or node.input[2] not in consts:
+            continue
+        bias = consts[node.input[2]]
+        label = node.name or f"{node.op_type} node {i}"
+        if len(bias.dims) != 1:
+            shape = "×".join(map(str, bias.dims)) or "a scalar"
+            raise ModelError(
+                f"{name}: {node.op_type} {label!r}: its bias is {shape}, not 1-D "
+                "(one value per output channel)"
+            )
+        w = consts.get(node.input[1])
+        if w is None or len(w.dims) < 2:
+            continue
+        group = next((a.i for a in node.attribute if a.name == "group"), 1) or 1
+        out_channels = w.dims[0] if node.op_type == "Conv" else w.dims[1] * group
+        if bias.dims[0] != out_channels:
+            raise ModelError(
+                f"{name}: {node.op_type} {label!r}: its bias has {bias.dims[0]} values for {out_channels} "
+                "output channels"
+            )
+
+
+# 6. types ------------------------------------------------------------------------------------
+
+
+def _check_types(model: onnx.ModelProto, name: str) -> onnx.ModelProto | None:
+    """onnx's type check (each op's inputs of the types its schema allows, alike where it says so:
+    a float16 bias beside float32, an int8 weight with no DequantizeLinear) on a `weightless` copy;
+    the inferred copy, or None where inference fails without the type check too (load's own
+    inference says why then)."""
+    from deployopt.model import weightless  # model imports this module
+
+    skel = weightless(model)
+    try:
+        return onnx.shape_inference.infer_shapes(skel, check_type=True, strict_mode=True)
+    except Exception as exc:
+        typed_error = shorten(" ".join(str(exc).split()), 300) or first_line(exc)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(skel, strict_mode=True)
+    except Exception:
+        return None  # not a type error (or not only): load's shape inference says what it is
+    del inferred
+    raise ModelError(f"{name}: wrongly typed tensors (onnxruntime cannot load it): {typed_error}")
+
+
+# 8. zero-size convs --------------------------------------------------------------------------
+
+
+def _check_zero_size(graph: onnx.GraphProto, consts: dict[str, TensorProto], name: str) -> None:
+    """A conv with a zero-size weight or an output with a 0 dim (0 output channels; a kernel larger
+    than its padded input): nothing to time or prune."""
+    shapes: dict[str, list[int | None]] = {}
+    for vi in list(graph.value_info) + list(graph.output) + list(graph.input):
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+            shapes[vi.name] = [
+                d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim
+            ]
+    for i, node in enumerate(graph.node):
+        if node.op_type not in _CONV_OPS or not node.output:
+            continue
+        label = node.name or f"{node.op_type} node {i}"
+        w = consts.get(node.input[1]) if len(node.input) > 1 else None
+        if w is not None and 0 in w.dims:
+            dims = "×".join(map(str, w.dims))
+            raise ModelError(f"{name}: {node.op_type} {label!r} has a zero-size weight ({dims})")
+        out = shapes.get(node.output[0])
+        if out and 0 in out:
+            dims = "×".join("?" if d is None else str(d) for d in out)
+            raise ModelError(
+                f"{name}: {node.op_type} {label!r}: its output is {dims}, zero-size "
+                "(no output channels, or a kernel larger than its padded input)"
+            )
