@@ -276,6 +276,9 @@ def build_report(
             "accepted": e.accepted,
             "from_journal": e.replayed,
             "plan": e.plan,
+            # a move's predicted change apart: the per-layer conv table's and the fitted traffic's
+            # (added field; null where the label has no such split)
+            "move_parts": _move_parts(opt, e),
         }
         for e in opt.evaluations
     ]
@@ -358,6 +361,17 @@ def build_report(
         "what_was_measured": what,
         "staircases": [],
     }
+
+
+def _move_parts(opt: Optimizer, e: Evaluation) -> dict[str, Any] | None:
+    """The conv-table and fitted-traffic parts of a move's label value (Optimizer._move_value),
+    for the evaluation that measured that move (not its confirmation rebuilds)."""
+    from deployopt.journal import plan_key
+
+    if not e.label.startswith("move ") or "(confirm " in e.label:
+        return None
+    parts = getattr(opt, "move_parts", None) or {}
+    return parts.get(plan_key(e.plan))
 
 
 def _traffic_json(opt: Optimizer, best: Evaluation) -> dict[str, Any] | None:
@@ -520,7 +534,7 @@ def _budget_note(ev: dict[str, Any], confirmation: dict[str, Any] | None) -> str
         return f" — search budget spent; {reserved} kept back for the confirmation rounds ({used} used)"
     return (
         f" — search budget spent; {reserved} kept back for the confirmation rounds, unused "
-        "(the answer is a baseline: nothing to confirm)"
+        "(the answer is a baseline: nothing to confirm, or no round of it fitted)"
     )
 
 
@@ -558,8 +572,10 @@ def confirmation_line(conf: dict[str, Any]) -> str:
         if conf["kept"]
         else f"not confirmed, so the answer is {conf['baseline']}"
     )
+    # round-up-to-8 confirmed against the input is named: it is no searched plan
+    what = conf.get("answer") if conf.get("answer_is_baseline") else "searched plan"
     return (
-        f"confirmation ({conf['rounds']} builds each, searched plan vs {conf['baseline']}, "
+        f"confirmation ({conf['rounds']} builds each, {what} vs {conf['baseline']}, "
         f"median µs per round: {rounds}; pooled gain {100 * conf['pooled_gain']:+.2f} %): {verdict}"
     )
 
