@@ -532,6 +532,11 @@ def _npz_rows(npz: Any, key: str, opened: contextlib.ExitStack) -> _ArrayRows | 
         read_header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
         shape, fortran, dtype = read_header(f)
         if not dtype.hasobject and not (fortran and len(shape) > 1):
+            # the member's size against its header's, as np.load's read of it refused a short one:
+            # streamed, only the rows taken are read, and a truncated member passed unseen
+            size, need = npz.zip.getinfo(members[key]).file_size, f.tell() + math.prod(shape) * dtype.itemsize
+            if size != need:
+                raise ValueError(f"{members[key]} holds {size} bytes, its header says {need}")
             return _ArrayRows(shape, dtype, stream=f)
     arr = npz[key]
     return _ArrayRows(arr.shape, arr.dtype, array=arr) if isinstance(arr, np.ndarray) else None

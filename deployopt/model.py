@@ -217,6 +217,8 @@ def file_has_qdq(path: str | os.PathLike[str]) -> bool:
         return model is not None and has_qdq(model)
     except ModelError as exc:
         raise ModelError(f"{Path(path).name}: {exc}") from None
+    except UnicodeDecodeError:  # a string not UTF-8: the command's own loading says so in one line
+        return False
 
 
 def folded_at_load(path: str | os.PathLike[str], loaded: onnx.ModelProto) -> list[str]:
@@ -293,6 +295,8 @@ def _typing_or_refusal(model: onnx.ModelProto | None) -> tuple[str, str | None]:
         return typed_precision(weightless(model)), None
     except ModelError as exc:
         return "", str(exc)
+    except UnicodeDecodeError:  # a string not UTF-8: the command's own loading says so in one line
+        return "fp32", None
 
 
 def uses_external_data(model: onnx.ModelProto) -> bool:

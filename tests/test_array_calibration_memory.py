@@ -116,3 +116,21 @@ def test_rows_across_files_of_other_types_stack_as_before(tmp_path: Path) -> Non
         want = want if want.dtype.kind == "i" else want.astype(np.float32)
         assert got["x"].dtype == want.dtype
         np.testing.assert_array_equal(got["x"], want)
+
+
+def test_a_truncated_npz_member_is_refused_though_its_first_rows_are_there(tmp_path: Path) -> None:
+    """np.load read a member whole and refused a short one; streamed, only the rows taken are read,
+    and a member cut in half gave its first 16 rows without a word (review)."""
+    import io
+    import zipfile
+
+    from deployopt.errors import DataError
+
+    buf = io.BytesIO()
+    np.save(buf, np.arange(100 * 3 * 4, dtype=np.float32).reshape(100, 3, 4))
+    raw = buf.getvalue()
+    with zipfile.ZipFile(tmp_path / "t.npz", "w") as z:
+        z.writestr("x.npy", raw[: len(raw) // 2])
+    refused = r"cannot read array file \(x\.npy holds \d+ bytes, its header says \d+\)"
+    with pytest.raises(DataError, match=refused):
+        load_calibration(tmp_path / "t.npz", {"x": [3, 4]}, count=16)

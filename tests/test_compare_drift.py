@@ -126,3 +126,12 @@ def test_a_drift_smaller_than_the_change_keeps_the_verdict(
     close = [s * 1.02 for s in steady(2300.0, seed=4)]
     c = compare_timings(Timing("torch", warm), Timing("torch", close))
     assert c.unstable and c.verdict == "no significant difference"
+
+
+def test_a_half_of_zeros_is_not_checked_and_no_traceback(tmp_path: Path) -> None:
+    """A current run whose first half reads 0 µs passes check_samples (its median is 50 µs); the
+    drift's change from 0 µs was a ZeroDivisionError traceback (review)."""
+    cur = [0.0] * 10 + steady(100.0, n=10, seed=5)
+    assert within_run_drift(Timing("ort", cur), 0.01, 0.02) is None
+    report = compare_paths(write(tmp_path / "a.json", steady(100.0, n=20)), write(tmp_path / "b.json", cur))
+    assert json.loads(json.dumps(report.to_json(), allow_nan=False))["pairs"][0]["drift"]["current"] is None

@@ -32,7 +32,7 @@ def reordered(wa: int, wb: int) -> onnx.ModelProto:
     return model(nodes, inits, [1, 4, 8, 8])
 
 
-@pytest.mark.parametrize(("wa", "wb"), [(3, 5), (2, 4), (4, 6), (1, 2), (5, 8)])
+@pytest.mark.parametrize(("wa", "wb"), [(3, 5), (2, 4), (4, 6), (1, 2), (5, 8), (1, 64), (3, 100)])
 def test_reordered_concats_added_are_one_group_that_pads_exactly(wa: int, wb: int) -> None:
     m = reordered(wa, wb)
     analysis = analyze(m)

@@ -341,8 +341,11 @@ def _scalar_bias(m: onnx.ModelProto) -> onnx.ModelProto:
         "k_gt_in",
     ],
 )
-@pytest.mark.parametrize("command", ["analyze", "fp16"])
+@pytest.mark.parametrize("command", ["analyze", "fp16", "bench"])
 def test_load_time_checks_through_the_cli(monkeypatch, capsys, tmp_path, build, words, command) -> None:
+    """bench first peeks at the file for its precision: a producer name not UTF-8 was a traceback
+    there, before its own loading refused it."""
     m = _saved(build(), tmp_path / "bad.onnx")
-    extra = ["-o", str(tmp_path / "out.onnx")] if command == "fp16" else []
+    extras = {"fp16": ["-o", str(tmp_path / "out.onnx")], "bench": ["--backend", "ort", "--runs", "5"]}
+    extra = extras.get(command, [])
     _one_error(*run_cli(monkeypatch, capsys, command, m, *extra), words)

@@ -194,7 +194,7 @@ def compare_command(
         if not p.comparison.unstable and p.comparison.drift_text():  # smaller than the change: it stands
             _line(
                 f"note: {p.name}: {p.comparison.drift_text()}, less than the change between the runs, "
-                "so the verdict stands; a longer --warmup (or locked clocks) makes steady runs",
+                "so the verdict stands; a longer warm-up (or locked clocks) makes steady runs",
                 "yellow",
             )
     for p in report.not_like_for_like:

@@ -343,9 +343,10 @@ class CouplingState:
         total = sum(w for _, w in a)
         # A cut can cut an atom that the other side holds too (Add(Concat(a, b), Concat(b, a)) ties
         # a's channels to b's at shifted offsets): cut again until both sides agree, as Euclid's
-        # algorithm does, down to the widths' gcd. Each round adds pieces, so it ends; the cap only
-        # bounds the time spent on a pathological graph, which then freezes.
-        for _ in range(32):
+        # algorithm does (by subtraction), down to the widths' gcd. A round that does not agree adds
+        # a piece, and there are at most `total` pieces: total + 1 rounds always end (a cap of 32
+        # froze (1, 64) and (3, 100), whose sides agree, as "different widths")
+        for _ in range(total + 2):
             if [w for _, w in a] == [w for _, w in b]:
                 for (x, _), (y, _) in zip(a, b):
                     self._union_atoms(x, y)
