@@ -455,7 +455,7 @@ def apply_plan_report(
         type_uninferred_outputs(skel)
         inferred = onnx.shape_inference.infer_shapes(skel, check_type=True, strict_mode=True, data_prop=True)
         del skel
-        _refuse_lost_shapes(model, inferred)
+        _refuse_lost_shapes(_shaped_before(model, analysis), inferred)
         graph.value_info.extend(inferred.graph.value_info)
         onnx.checker.check_model(_check_skeleton(out))
     except Exception as exc:  # a bug or an op a rule mis-declares: never hand back a broken model
@@ -464,25 +464,47 @@ def apply_plan_report(
     return out, report
 
 
-def _refuse_lost_shapes(model: onnx.ModelProto, inferred: onnx.ModelProto) -> None:
-    """Raise if a value the input model had a shape for has none in the edited one's inference.
+def _shaped(inferred: onnx.ModelProto) -> set[str]:
+    """The values an inference gave a shape (its value_info and inputs), and the constants."""
+    g = inferred.graph
+    names = {v.name for v in (*g.value_info, *g.input) if v.type.tensor_type.HasField("shape")}
+    return names | {t.name for t in g.initializer}
+
+
+def _shaped_before(model: onnx.ModelProto, analysis: Analysis) -> set[str]:
+    """`_shaped` of the input model inferred as its edit is (weightless, GroupNorm-21 typed), kept on
+    the analysis' state for this very model: compared with the value_info the model carries, a
+    raw model's from another tool (graph outputs listed, a com.microsoft op's output shaped) made
+    every plan lose shapes that onnx never gives."""
+    st = analysis.state
+    cached = getattr(st, "_shaped_before", None) if st is not None and st.model is model else None
+    if cached is not None:
+        return set(cached)
+    skel = _skeleton(model)
+    del skel.graph.value_info[:]
+    type_uninferred_outputs(skel)
+    names = _shaped(onnx.shape_inference.infer_shapes(skel, data_prop=True))
+    if st is not None and st.model is model:
+        st._shaped_before = frozenset(names)  # type: ignore[attr-defined]
+    return names
+
+
+def _refuse_lost_shapes(before: set[str], inferred: onnx.ModelProto) -> None:
+    """Raise if a value the input model's inference shaped (`_shaped_before`) has no shape in the
+    edited one's.
 
     The strict pass checks the shapes it infers, never those it cannot: an op it leaves untyped
     leaves everything after it unchecked, and a graph output keeps its declared shape whatever was
     inferred (so an output counts as lost when an input of the node making it is). A shape lost is
     an edit the check could not see through: refused, not written."""
     g = inferred.graph
-    now = {v.name for v in (*g.value_info, *g.input) if v.type.tensor_type.HasField("shape")}
-    now.update(t.name for t in g.initializer)
-    src = model.graph
-    before = {v.name for v in (*src.value_info, *src.input) if v.type.tensor_type.HasField("shape")}
-    before.update(t.name for t in src.initializer)
-    lost = [v.name for v in src.value_info if v.name in before and v.name not in now]
+    now = _shaped(inferred)
+    outputs = {o.name for o in g.output}
+    lost = sorted(n for n in before - now if n not in outputs)
     producer = {o: n for n in g.node for o in n.output}
-    for out in src.output:
+    for out in g.output:
         node = producer.get(out.name)
-        shaped = node is not None and out.type.tensor_type.HasField("shape")
-        if shaped and any(i in before and i not in now for i in node.input if i):
+        if node is not None and any(i in before and i not in now for i in node.input if i):
             lost.append(out.name)
     if lost:
         raise ModelError(f"inference no longer gives {lost[0]!r} a shape ({len(lost)} value(s) lost it)")

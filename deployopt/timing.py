@@ -361,14 +361,15 @@ class Drift:
 def within_run_drift(t: Timing, alpha: float, min_effect: float) -> Drift | None:
     """Did `t`'s latency move within its run? Its first half against its second half (samples in
     the order they were timed): u_test p < alpha and a median shift of at least min_effect. None
-    for a prediction, fewer than DRIFT_MIN_RUNS samples (too few to tell) or a half whose median is
-    under MIN_MEDIAN_US (a change from 0 µs has no size; check_samples passes such a run whole)."""
+    for a prediction, fewer than DRIFT_MIN_RUNS samples (too few to tell) or a first half whose
+    median is under MIN_MEDIAN_US (a change from 0 µs has no size; check_samples passes such a run
+    whole); a second half of zeros is a drift of -100 %."""
     if not t.measured or t.runs < DRIFT_MIN_RUNS:
         return None
     half = t.runs // 2
     first, second = t.samples_us[:half], t.samples_us[half:]
     m1, m2 = float(np.median(first)), float(np.median(second))
-    if min(m1, m2) < MIN_MEDIAN_US:  # a half of zeros: no change to state (it divided by 0)
+    if m1 < MIN_MEDIAN_US:  # a first half of zeros: no change from it has a size (it divided by 0)
         return None
     _, p = u_test(first, second)
     shift = abs(m2 / m1 - 1)

@@ -135,3 +135,6 @@ def test_a_half_of_zeros_is_not_checked_and_no_traceback(tmp_path: Path) -> None
     assert within_run_drift(Timing("ort", cur), 0.01, 0.02) is None
     report = compare_paths(write(tmp_path / "a.json", steady(100.0, n=20)), write(tmp_path / "b.json", cur))
     assert json.loads(json.dumps(report.to_json(), allow_nan=False))["pairs"][0]["drift"]["current"] is None
+    # a second half of zeros is a drift all the same (-100 %), as before
+    d = within_run_drift(Timing("ort", steady(100.0, n=11, seed=6) + [0.0] * 10), 0.01, 0.02)
+    assert d is not None and d.drifted and d.change_pct == -100.0

@@ -51,3 +51,11 @@ def test_reordered_concats_added_are_one_group_that_pads_exactly(wa: int, wb: in
         trimmed = apply_plan(m, {gid: 1}, analysis)
         onnx.checker.check_model(trimmed, full_check=True)
         assert run(trimmed).shape == ref.shape
+
+
+def test_sets_too_uneven_to_match_in_time_freeze_saying_so() -> None:
+    """1 and 1024 channels take 1024 rounds of cuts: with no cap that was a RecursionError
+    traceback (and seconds at 512); past the cap the sets freeze, saying why (review)."""
+    groups = analyze(reordered(1, 1024)).groups
+    reasons = [g.reason for g in groups if g.frozen]
+    assert any("split too unevenly to match meet at add" in (r or "") for r in reasons), reasons

@@ -146,9 +146,41 @@ def test_apply_refuses_an_edit_whose_output_loses_its_shape(tmp_path: Path, monk
     """The second net: an op the check cannot type (here: the GroupNormalization typing turned off
     after loading) leaves what follows shapeless, the graph output keeps its declared shape, and
     nothing was seen. A value that had a shape and has none now is refused, even for a valid plan."""
+    from deployopt import surgery
+
     loaded = load_model(_gn_then_add(tmp_path, gn=True)).model
     analysis = analyze(loaded)
+    assert "g" in surgery._shaped_before(loaded, analysis)  # the input's inference, kept on the analysis
     monkeypatch.setattr(model_mod, "_SAME_SHAPE_UNINFERRED", ())
     with pytest.raises(ModelError, match=r"does not validate.*no longer gives 'g' a shape") as err:
         apply_plan(loaded, {"a": 10}, analysis)
     assert "\n" not in str(err.value)
+
+
+def test_a_raw_model_whose_value_info_lists_its_outputs_is_not_refused() -> None:
+    """onnxruntime's symbolic shape inference (quant_pre_process) lists graph outputs in value_info:
+    compared with that, every plan of such a model handed to apply_plan unloaded 'lost' the output's
+    shape, which onnx's inference keeps in graph.output (review)."""
+    import numpy as np
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array(rng.standard_normal((6, 3, 3, 3)).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array(rng.standard_normal((4, 6, 1, 1)).astype(np.float32), "w2")
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2"], ["y"], name="conv2"),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])
+    graph = helper.make_graph(nodes, "raw", [x], [y], [w1, w2])
+    graph.value_info.extend([helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    out = apply_plan(model, {"conv1": 8})
+    feed = {"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)}
+    run = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+           for m in (model, out)]  # fmt: skip
+    np.testing.assert_allclose(run[1], run[0], rtol=1e-5, atol=1e-6)

@@ -136,6 +136,11 @@ class _Atom:
     statistic: bool = False  # one value over all channels (a Reduce over them, kept as an axis)
 
 
+#: The most rounds of cuts `CouplingState.union` makes before it freezes two sets that will not
+#: match (see there).
+_MAX_UNION_ROUNDS = 128
+
+
 class CouplingState:
     """Union-find over channel atoms plus everything surgery must edit when a group changes width."""
 
@@ -344,9 +349,10 @@ class CouplingState:
         # A cut can cut an atom that the other side holds too (Add(Concat(a, b), Concat(b, a)) ties
         # a's channels to b's at shifted offsets): cut again until both sides agree, as Euclid's
         # algorithm does (by subtraction), down to the widths' gcd. A round that does not agree adds
-        # a piece, and there are at most `total` pieces: total + 1 rounds always end (a cap of 32
-        # froze (1, 64) and (3, 100), whose sides agree, as "different widths")
-        for _ in range(total + 2):
+        # a piece; the rounds grow with the ratio of the widths (1 and 64 take 64), and each costs
+        # more pieces, so past _MAX_UNION_ROUNDS the sets freeze, saying so (a cap of 32 froze (1,
+        # 64) as "different widths"; no cap took seconds at (1, 512), a RecursionError at (1, 1024))
+        for _ in range(_MAX_UNION_ROUNDS):
             if [w for _, w in a] == [w for _, w in b]:
                 for (x, _), (y, _) in zip(a, b):
                     self._union_atoms(x, y)
@@ -357,7 +363,10 @@ class CouplingState:
             a = self.cut(a, bounds)
             b = self.cut(b, bounds)
             a = self.current(a)
-        reason = f"channel sets of different widths/split meet at {where}"
+        if total == sum(w for _, w in b) and total >= 1:
+            reason = f"channel sets split too unevenly to match meet at {where} ({_MAX_UNION_ROUNDS} cuts)"
+        else:
+            reason = f"channel sets of different widths/split meet at {where}"
         self.freeze(a, reason)
         self.freeze(b, reason)
         return False
