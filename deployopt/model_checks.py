@@ -13,8 +13,8 @@ import onnx
 from onnx import TensorProto
 
 from deployopt.errors import ModelError, first_line, shorten
+from deployopt.onnx_proto import VALUE_FIELDS
 
-#: the sub-byte types, two elements to a byte
 #: types packed below a byte an element (int4, float4, int2, float6 ...): how their raw bytes and
 #: typed values count differs by type and onnx release, so their sizes are left to the checker (an
 #: INT2 weight in int32_data, as onnx.helper writes it, was refused as corrupt)
@@ -24,8 +24,6 @@ _SUB_BYTE = {
     if hasattr(TensorProto, n)
 }
 _COMPLEX = {TensorProto.COMPLEX64, TensorProto.COMPLEX128}
-#: the typed value fields (raw_data aside) a tensor may hold its values in
-_VALUE_FIELDS = ("float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
 _CONV_OPS = ("Conv", "ConvTranspose")
 
 
@@ -142,7 +140,7 @@ def _check_tensors(graph: onnx.GraphProto, name: str) -> dict[str, TensorProto]:
             have = len(t.raw_data)
             unit = "bytes"
         else:
-            counts = [len(getattr(t, f)) for f in _VALUE_FIELDS]
+            counts = [len(getattr(t, f)) for f in VALUE_FIELDS]
             have = sum(counts)
             if not have:
                 continue  # no data at all: the checker's to say

@@ -79,7 +79,7 @@ def check_skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
             or t.data_location != onnx.TensorProto.DEFAULT
             or t.external_data
             or not t.HasField("raw_data")
-            or any(getattr(t, f) for f in _VALUE_FIELDS)
+            or any(getattr(t, f) for f in VALUE_FIELDS)
         ):
             skel.graph.initializer.add().CopyFrom(t)
             continue
@@ -100,7 +100,7 @@ def check_skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 #: the repeated value fields of a TensorProto (raw_data aside)
-_VALUE_FIELDS = ("float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
+VALUE_FIELDS = ("float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
 
 #: bytes per element of the float types whose weights `check_skeleton` empties
 _ITEMSIZE = {
