@@ -1,12 +1,25 @@
 """A/A check of `deployopt compare`: how often two measurements of the same model get a verdict.
 
-Give it several `deployopt bench -o` results of one model, timed one after another; it judges
-every pair (and the disjoint pairs 1/2, 3/4, ...) by compare's rule at its defaults and counts the
-verdicts. The same model has no true difference, so any "faster"/"slower" is a false alarm: the
-rate to hold against --alpha, and the largest change between two runs' medians is the smallest
---min-effect that would have kept them quiet. Prints JSON (and writes it with -o):
+Give it several `deployopt bench -o` results of one model, timed one after another (plain results,
+or `bench --repeat K` results, whose replicates count as runs in the order timed); it judges pairs
+by compare's rules at their defaults and counts the verdicts. The same model has no true
+difference, so any "faster"/"slower" is a false alarm: the rate to hold against --alpha.
 
-    python benchmarks/aa_compare.py RESULT.json RESULT.json ... [-o aa.json]
+- `single_run`: every run against every other (and the disjoint pairs 1/2, 3/4, ...) by the rule
+  for one run a side, the Mann-Whitney U test on the samples. `largest_median_change_pct` is the
+  smallest --min-effect that would have kept all of them quiet.
+- `replicate`: groups of `--group` runs (default 3) against each other by the rule for replicated
+  results, the t-test on the runs' medians: `consecutive` groups (runs 1-3, 4-6, ...: what `bench
+  --repeat 3` gives, one result after another), `all_splits` of the runs into two groups where
+  there are exactly 2 groups' worth (6 runs: 10 splits), and `random_splits` (seeded) of the runs
+  into two disjoint groups, taken anywhere in the series (interleaving baseline and current runs),
+  and `one_against_group`: one run (an older baseline) against a group of others.
+
+With `--detect B.json ...` (results of a model that really differs, timed in the same series),
+each rule is also scored on A against B: how often it calls the change, and which way. Prints
+JSON (and writes it with -o):
+
+    python benchmarks/aa_compare.py RESULT.json ... [--group 3] [--detect OTHER.json ...] [-o aa.json]
 """
 
 from __future__ import annotations
@@ -14,12 +27,17 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import random
 import sys
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 
 from deployopt.regression import compare_timings
 from deployopt.timing import Comparison, Timing, load_timing
+
+#: seeded splits of the runs into two groups scored under `random_splits`
+RANDOM_SPLITS = 1000
 
 
 def verdict(c: Comparison) -> str:
@@ -30,36 +48,137 @@ def verdict(c: Comparison) -> str:
     return c.verdict
 
 
-def count(pairs: list[tuple[int, int]], timings: list[Timing]) -> dict[str, object]:
-    seen = Counter(verdict(compare_timings(timings[a], timings[b])) for a, b in pairs)
+def single_runs(t: Timing) -> list[Timing]:
+    """A result's replicates as results of one run each (a plain result is one run)."""
+    if t.replicate_count == 1:
+        return [t]
+    return [
+        Timing(t.backend, s, t.warmup, t.timed, t.environment, model=t.model, measured_at=r.measured_at)
+        for s, r in zip(t.replicate_samples(), t.replicates or [])
+    ]
+
+
+def group(runs: list[Timing]) -> Timing:
+    """Runs of one model as one replicated result (Timing.from_replicates)."""
+    return Timing.from_replicates(runs)
+
+
+def count(judged: Iterable[Comparison]) -> dict[str, object]:
+    seen = Counter(verdict(c) for c in judged)
+    n = sum(seen.values())
     alarms = seen["faster"] + seen["slower"]
+    return {"pairs": n, "verdicts": dict(seen), "faster_or_slower_rate": alarms / n if n else None}
+
+
+def single_run_rule(runs: list[Timing]) -> dict[str, object]:
+    n = len(runs)
     return {
-        "pairs": len(pairs),
-        "verdicts": dict(seen),
-        "false_alarm_rate": alarms / len(pairs) if pairs else None,
+        "runs": n,
+        "disjoint": count(compare_timings(runs[a], runs[a + 1]) for a in range(0, n - 1, 2)),
+        "all": count(compare_timings(runs[a], runs[b]) for a, b in itertools.combinations(range(n), 2)),
+    }
+
+
+def replicate_rule(runs: list[Timing], k: int, seed: int = 0) -> dict[str, object]:
+    """The rule on replicate medians over groups of k runs (see the module's docstring)."""
+    n = len(runs)
+    groups = [group(runs[i : i + k]) for i in range(0, n - k + 1, k)]
+    out: dict[str, object] = {
+        "group": k,
+        "consecutive": {
+            "groups": len(groups),
+            "disjoint": count(
+                compare_timings(groups[i], groups[i + 1]) for i in range(0, len(groups) - 1, 2)
+            ),
+            "all": count(compare_timings(a, b) for a, b in itertools.combinations(groups, 2)),
+        },
+    }
+    if n == 2 * k:  # every split into two groups of k, each once (run 0 on the baseline side)
+        splits = [
+            (list(left), [i for i in range(n) if i not in left])
+            for left in itertools.combinations(range(n), k)
+            if 0 in left
+        ]
+        out["all_splits"] = count(
+            compare_timings(group([runs[i] for i in a]), group([runs[i] for i in b])) for a, b in splits
+        )
+    # one run (an older baseline) against k others: every such choice, or a seeded sample of them
+    ones = [
+        (i, rest) for i in range(n) for rest in itertools.combinations([j for j in range(n) if j != i], k)
+    ]
+    if len(ones) > RANDOM_SPLITS:
+        ones = random.Random(seed).sample(ones, RANDOM_SPLITS)
+    if k >= 3:  # 1 against 2 is refused (too few replicates)
+        out["one_against_group"] = count(
+            compare_timings(runs[i], group([runs[j] for j in rest])) for i, rest in ones
+        )
+    if n >= 2 * k:
+        rng = random.Random(seed)
+        picks = (rng.sample(range(n), 2 * k) for _ in range(RANDOM_SPLITS))
+        out["random_splits"] = count(
+            compare_timings(group([runs[i] for i in p[:k]]), group([runs[i] for i in p[k:]])) for p in picks
+        )
+    return out
+
+
+def detect(a_runs: list[Timing], b_runs: list[Timing], k: int) -> dict[str, object]:
+    """Each rule on A against B (a real difference): A's i-th run (or group of k) against B's i-th,
+    and every one against every one."""
+    ga = [group(a_runs[i : i + k]) for i in range(0, len(a_runs) - k + 1, k)]
+    gb = [group(b_runs[i : i + k]) for i in range(0, len(b_runs) - k + 1, k)]
+    return {
+        "median_change_pct": 100
+        * (
+            sorted(t.median_us for t in b_runs)[len(b_runs) // 2]
+            / sorted(t.median_us for t in a_runs)[len(a_runs) // 2]
+            - 1
+        ),
+        "single_run": {
+            "paired": count(compare_timings(a, b) for a, b in zip(a_runs, b_runs)),
+            "all": count(compare_timings(a, b) for a in a_runs for b in b_runs),
+        },
+        "replicate": {
+            "group": k,
+            "paired": count(compare_timings(a, b) for a, b in zip(ga, gb)),
+            "all": count(compare_timings(a, b) for a in ga for b in gb),
+            # a group of k A runs against each single B run (B timed once, as an older baseline is)
+            "group_against_one": count(compare_timings(a, b) for a in ga for b in b_runs if k >= 3),
+        },
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", nargs="+", type=Path, help="bench -o results of one model, in the order timed")
+    ap.add_argument(
+        "--group", type=int, default=3, help="replicates a side for the replicate rule (default 3)"
+    )
+    ap.add_argument(
+        "--detect", nargs="*", type=Path, default=[], help="results of a model that really differs"
+    )
     ap.add_argument("-o", "--output", type=Path, help="also write the JSON here")
     args = ap.parse_args(argv)
-    if len(args.results) < 2:
-        ap.error("give at least two results")
-    timings = [load_timing(p) for p in args.results]
-    n = len(timings)
-    out = {
-        "rule": "deployopt compare's defaults (alpha 0.01, min effect 2 %, the within-run stability check)",
+    runs = [r for p in args.results for r in single_runs(load_timing(p))]
+    if len(runs) < 2:
+        ap.error("give at least two runs")
+    if args.group < 1:
+        ap.error("--group must be at least 1")
+    medians = [t.median_us for t in runs]
+    out: dict[str, object] = {
+        "rule": "deployopt compare's defaults (alpha 0.01, min effect 2 %): one run a side, Mann-Whitney U "
+        "with the within-run stability check; replicated sides, the t-test on log replicate medians",
         "results": [str(p) for p in args.results],
-        "medians_us": [t.median_us for t in timings],
+        "medians_us": medians,
         # the largest change between two of these medians: a --min-effect below it let this set's
         # own A/A pairs through as faster/slower (each run's samples cannot show it)
-        "largest_median_change_pct": 100
-        * (max(t.median_us for t in timings) / min(t.median_us for t in timings) - 1),
-        "disjoint": count([(i, i + 1) for i in range(0, n - 1, 2)], timings),
-        "all": count(list(itertools.combinations(range(n), 2)), timings),
+        "largest_median_change_pct": 100 * (max(medians) / min(medians) - 1),
+        "single_run": single_run_rule(runs),
     }
+    if len(runs) >= 2 * args.group and args.group + args.group - 2 >= 2:
+        out["replicate"] = replicate_rule(runs, args.group)
+    if args.detect:
+        other = [r for p in args.detect for r in single_runs(load_timing(p))]
+        out["detect"] = {"results": [str(p) for p in args.detect], **detect(runs, other, args.group)}
     text = json.dumps(out, indent=1)
     print(text)
     if args.output:

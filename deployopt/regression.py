@@ -28,10 +28,14 @@ from deployopt.prebuilt import PREBUILT, is_engine_file
 from deployopt.timing import (
     DRIFT_MIN_RUNS,
     EXPORT_TIMES_TIMED,
+    MANN_WHITNEY,
+    REPLICATE_MIN_DF,
+    REPLICATE_TEST,
     Comparison,
     Timing,
     check_samples,
     compare,
+    compare_replicates,
     counted,
     load_timing,
     measured_time,
@@ -393,7 +397,17 @@ class Pair:
                 "measured_on": setup(t),  # what the table's "measured on" line says
                 "model": t.model,  # what was timed: file name and sha256 (null: not recorded)
                 "measured_at": t.measured_at,  # UTC ISO 8601 (null: not recorded)
+                # bench --repeat's independent measurements (runs, median_us, iqr_us, measured_at
+                # each); null: one measurement
+                "replicates": t.replicates_json(),
             }
+
+        c = self.comparison
+        test: dict[str, Any] = {"name": c.test}
+        if c.replicated is not None:
+            test.update(c.replicated.to_json())
+        else:  # one run a side: the between-run variation is not seen (bench --repeat shows it)
+            test["replicates"] = {"baseline": 1, "current": 1}
 
         return {
             "name": self.name,
@@ -402,6 +416,9 @@ class Pair:
             "ratio": self.comparison.ratio,
             "change_pct": 100 * (self.comparison.ratio - 1),
             "p_value": self.comparison.p_value,
+            # which test gave p: one run a side (mann-whitney-u) or replicate medians, their counts
+            "test": test,
+            "one_run_per_side": c.replicated is None,
             "verdict": self.comparison.verdict,
             # faster/slower, but the medians' 95 % CIs overlap: the direction holds, the size not
             "size_uncertain": self.comparison.size_uncertain,
@@ -453,6 +470,11 @@ class RegressionReport:
         return [p for p in self.pairs if p.stale]
 
     @property
+    def one_run_per_side(self) -> list[Pair]:
+        """Pairs judged on one run a side: the variation between runs is not seen."""
+        return [p for p in self.pairs if p.comparison.replicated is None]
+
+    @property
     def not_comparable(self) -> list[Pair]:
         """Pairs whose sides timed different models: their verdict is no regression's."""
         return [p for p in self.pairs if not p.model.comparable]
@@ -460,7 +482,12 @@ class RegressionReport:
     def to_json(self) -> dict[str, Any]:
         return {
             "rule": {
-                "test": "Mann-Whitney U, two-sided, on the per-run samples",
+                "test": f"{MANN_WHITNEY}: Mann-Whitney U, two-sided, on the per-run samples, where each "
+                "side is one run",
+                "replicate_test": f"{REPLICATE_TEST}: where a side has several replicates (bench "
+                "--repeat), Student's t-test, two-sided, pooled variance, on the log of each "
+                f"replicate's median (at least {REPLICATE_MIN_DF + 2} replicates in all, 2 a side or 1 "
+                "against 3)",
                 "alpha": self.alpha,
                 "min_effect": self.min_effect,
                 "stability": f"each side of {DRIFT_MIN_RUNS} or more samples: its first half against its "
@@ -524,6 +551,9 @@ def check_testable(
             "alike); measure more runs"
         )
     (bp, tb), (cp, tc) = baseline, current
+    if uses_replicates(tb, tc):
+        check_replicates_testable(baseline, current)
+        return
     p_min = smallest_p_value(tb.runs, tc.runs)
     if p_min >= alpha:
         raise DataError(
@@ -531,6 +561,28 @@ def check_testable(
             f"U test gives for these counts is {p_min:.2g}, not below --alpha {alpha:g}, so it could "
             f"never find a difference (with equal counts it needs {min_samples(alpha)} per side); "
             "measure more runs"
+        )
+
+
+def uses_replicates(baseline: Timing, current: Timing) -> bool:
+    """Whether a pair is judged on replicate medians (either side has several replicates, `bench
+    --repeat`); else on one run a side, by the Mann-Whitney U test on its samples."""
+    return baseline.replicate_count > 1 or current.replicate_count > 1
+
+
+def check_replicates_testable(
+    baseline: tuple[str | Path, Timing], current: tuple[str | Path, Timing]
+) -> None:
+    """Refuse a replicated pair with too few replicates for the test on their medians
+    (timing.REPLICATE_MIN_DF: 2 a side, or 1 against 3), as check_testable refuses too few samples:
+    judged by the samples instead, its verdict would again rest on one run's spread."""
+    (bp, tb), (cp, tc) = baseline, current
+    ka, kb = tb.replicate_count, tc.replicate_count
+    if ka + kb - 2 < REPLICATE_MIN_DF:
+        raise DataError(
+            f"{bp} ({counted(ka, 'replicate')}) and {cp} ({counted(kb, 'replicate')}): too few replicates "
+            "for a test on their medians (it needs 2 a side, or 1 against 3, to see how much runs "
+            "vary); bench the side with fewer again with `deployopt bench --repeat 3`"
         )
 
 
@@ -563,7 +615,8 @@ def compare_timings(
     `deployopt.backends.tensorrt.load_runner_result`), with its checks and defaults: a predicted
     latency, samples that are no latencies, and sample counts the test can never judge at `alpha`
     (one run a side included) are refused in one DataError line each, named by `names`; then
-    `timing.compare` at the CLI's --alpha and --min-effect (2 %). `timing.compare` alone is the
+    `timing.compare` at the CLI's --alpha and --min-effect (2 %), or, where a side has several
+    replicates (`bench --repeat`), `timing.compare_replicates` on their medians. `timing.compare` alone is the
     optimizer's rule: it takes a one-sample side for a deterministic prediction (p = 0 for any
     difference) and its min_effect defaults to 1 %, so two one-run results read "slower: +5.0%
     (p=0)" and a rebuild's 1.4 % "slower". The setup and model checks of a pair of files stay with
@@ -573,9 +626,13 @@ def compare_timings(
         refuse_predicted(name, t)
         check_samples(name, t, "samples_us")
     check_testable((names[0], baseline), (names[1], current), alpha)
+    if uses_replicates(baseline, current):  # the runs are the unit: a test on their medians
+        judged = compare_replicates(baseline, current, alpha, min_effect)
+    else:
+        judged = compare(baseline, current, alpha, min_effect)
     # each side's first half against its second (DRIFT_MIN_RUNS samples or more): a run whose latency
-    # moved within it gets no verdict (Comparison.unstable)
-    return with_stability(compare(baseline, current, alpha, min_effect), baseline, current, alpha, min_effect)
+    # moved within it gets no verdict (Comparison.unstable); a replicated side's runs only a note
+    return with_stability(judged, baseline, current, alpha, min_effect)
 
 
 def compare_paths(

@@ -26,6 +26,9 @@ BOOTSTRAP_RESAMPLES = 2000
 CI_MIN_RUNS = 6
 # More samples than anyone times on purpose: a typo (or 10**20) would otherwise loop until Ctrl-C.
 MAX_RUNS = 100_000
+#: Most replicates `bench --repeat` takes: each is a fresh session (a new process for torch and
+#: tensorrt), and a test on replicate medians gains little past a few dozen.
+MAX_REPEAT = 100
 
 
 def counted(n: int, noun: str) -> str:
@@ -40,6 +43,23 @@ def check_run_counts(runs: int | None, warmup: int | None = None, flag: str = "-
         raise DeployoptError(f"{flag} {runs}: must be between 1 and {MAX_RUNS:,}")
     if warmup is not None and not 0 <= warmup <= MAX_RUNS:
         raise DeployoptError(f"--warmup {warmup}: must be between 0 and {MAX_RUNS:,}")
+
+
+def check_repeat(repeat: int) -> None:
+    """`bench --repeat N`: a one-line error unless 1 <= N <= MAX_REPEAT (checked before anything is
+    timed: a typo must not cost a measurement)."""
+    if not 1 <= repeat <= MAX_REPEAT:
+        raise DeployoptError(f"--repeat {repeat}: must be between 1 and {MAX_REPEAT}")
+
+
+@dataclass(frozen=True)
+class Replicate:
+    """One independent measurement inside a replicated result (`bench --repeat`): how many of the
+    result's samples it holds (they follow the previous replicate's in samples_us) and when it
+    ended. Its median is computed from those samples, never stored apart from them."""
+
+    runs: int
+    measured_at: str | None = None
 
 
 @dataclass
@@ -60,10 +80,76 @@ class Timing:
     #: `compare` can tell last week's file left in place by a failed run from this week's. None where
     #: the writer did not record it (older files, trtexec --exportTimes).
     measured_at: str | None = None
+    #: The split of samples_us into independent measurements (`bench --repeat N`: N fresh sessions,
+    #: their samples concatenated in order), so `compare` can test between-run variation on their
+    #: medians. None: one measurement (every result before replicates, and --repeat 1).
+    replicates: list[Replicate] | None = None
 
     def __post_init__(self) -> None:
         if not self.samples_us:
             raise ValueError("a Timing needs at least one sample")
+        if self.replicates is not None:
+            if not self.replicates or any(r.runs < 1 for r in self.replicates):
+                raise ValueError("replicates must each hold at least one sample")
+            total = sum(r.runs for r in self.replicates)
+            if total != len(self.samples_us):
+                raise ValueError(
+                    f"its replicates hold {total} runs in all, but samples_us has {len(self.samples_us)}"
+                )
+
+    @property
+    def replicate_count(self) -> int:
+        """Independent measurements in this result (1 without a replicates record)."""
+        return len(self.replicates) if self.replicates else 1
+
+    def replicate_samples(self) -> list[list[float]]:
+        """samples_us split by replicate, in order ([samples_us] for one measurement)."""
+        if not self.replicates:
+            return [list(self.samples_us)]
+        out, i = [], 0
+        for r in self.replicates:
+            out.append(list(self.samples_us[i : i + r.runs]))
+            i += r.runs
+        return out
+
+    @property
+    def replicate_medians_us(self) -> list[float]:
+        return [float(np.median(s)) for s in self.replicate_samples()]
+
+    def replicate_text(self) -> str:
+        """'3 replicates of 100 runs, medians 512.1, 515.3, 510.0 µs (spread 1.0 %)': each one's
+        median and max/min - 1 of them ('' for one measurement)."""
+        if self.replicate_count < 2:
+            return ""
+        sizes = {r.runs for r in self.replicates or []}
+        each = f"of {counted(sizes.pop(), 'run')}" if len(sizes) == 1 else f"of {self.runs} runs in all"
+        meds = self.replicate_medians_us
+        spread = 100 * (max(meds) / min(meds) - 1) if min(meds) > 0 else float("inf")
+        return (
+            f"{self.replicate_count} replicates {each}, medians {', '.join(f'{m:.1f}' for m in meds)} µs "
+            f"(spread {spread:.1f} %: slowest / fastest - 1)"
+        )
+
+    @classmethod
+    def from_replicates(cls, parts: list[Timing]) -> Timing:
+        """One result of several independent measurements of the same model (`bench --repeat`):
+        their samples concatenated in order (so a reader that knows no replicates still reads every
+        sample), the split recorded as `replicates`. Backend, what was timed and the model are the
+        first's; the environment is the first's too, unless a later one recorded its GPU's clock
+        held down (deployopt.clocks), which then is kept, so compare still flags the result."""
+        if not parts:
+            raise ValueError("no replicates")
+        from deployopt.clocks import held_down_phrase
+
+        env = next((p.environment for p in parts if held_down_phrase(p.environment)), parts[0].environment)
+        first = parts[0]
+        return replace(
+            first,
+            samples_us=[float(x) for p in parts for x in p.samples_us],
+            environment=env,
+            measured_at=parts[-1].measured_at,
+            replicates=[Replicate(p.runs, p.measured_at) for p in parts],
+        )
 
     @property
     def runs(self) -> int:
@@ -165,6 +251,23 @@ class Timing:
             out["model"] = self.model
         if self.measured_at is not None:
             out["measured_at"] = self.measured_at
+        if self.replicates is not None:
+            out["replicates"] = self.replicates_json()
+        return out
+
+    def replicates_json(self) -> list[dict[str, Any]] | None:
+        """The "replicates" record: runs, median_us, iqr_us (null for one run) and measured_at of
+        each. Median and IQR are for the reader: compare recomputes them from samples_us, which
+        stays the one source of every number. None for one measurement."""
+        if self.replicates is None:
+            return None
+        out = []
+        for r, s in zip(self.replicates, self.replicate_samples()):
+            med, spread = median_iqr(s)
+            entry: dict[str, Any] = {"runs": r.runs, "median_us": med, "iqr_us": spread}
+            if r.measured_at is not None:
+                entry["measured_at"] = r.measured_at
+            out.append(entry)
         return out
 
     @classmethod
@@ -179,7 +282,36 @@ class Timing:
             predictor=d.get("predictor"),
             model=d.get("model"),
             measured_at=d.get("measured_at"),
+            replicates=parse_replicates(d.get("replicates")),
         )
+
+
+def parse_replicates(value: Any) -> list[Replicate] | None:
+    """A result's "replicates" as Replicate records (None when absent or null); ValueError, one
+    line, for anything but a non-empty list of {"runs": N >= 1, ...} objects."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value:
+        raise ValueError(
+            f'"replicates" must be a non-empty list of {{"runs": N}}, not {json.dumps(value)[:40]}'
+        )
+    out = []
+    for r in value:
+        runs = r.get("runs") if isinstance(r, dict) else None
+        if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+            raise ValueError(
+                f'each of "replicates" needs "runs", a whole number of at least 1, not {json.dumps(r)[:60]}'
+            )
+        when = r.get("measured_at")
+        if when is not None:
+            try:
+                measured_time(when)
+            except ValueError:
+                raise ValueError(
+                    f'a replicate\'s "measured_at" must be a UTC ISO 8601 time, not {json.dumps(when)[:40]}'
+                ) from None
+        out.append(Replicate(runs, when))
+    return out
 
 
 def median_iqr(values: Sequence[float]) -> tuple[float, float | None]:
@@ -298,8 +430,22 @@ class Comparison:
     unstable: bool = False
     #: each side's within-run check (a's, b's; None: too few samples to check), where checked
     drift: tuple[Drift | None, Drift | None] | None = None
+    #: the test on replicate medians that gave this verdict (compare_replicates); None: the verdict
+    #: rests on one run per side (the Mann-Whitney U test on its samples)
+    replicated: ReplicateTest | None = None
+
+    @property
+    def test(self) -> str:
+        """Which test gave p: 'mann-whitney-u' (one run per side) or 'student-t-log-replicate-medians'."""
+        return MANN_WHITNEY if self.replicated is None else REPLICATE_TEST
 
     def describe(self) -> str:
+        if self.replicated is not None:
+            r = self.replicated
+            what = f"t-test on {r.counts[0]} + {r.counts[1]} replicate medians, p={self.p_value:.3g}"
+            if self.verdict == "no significant difference":
+                return f"no significant difference (ratio {self.ratio:.3f}, {what})"
+            return f"{self.verdict}: {100 * (self.ratio - 1):+.1f}% ({what})"
         if self.unstable:
             return f"unstable: {self.drift_text()} (no verdict; p={self.p_value:.3g} between the runs)"
         if self.verdict == "no significant difference":
@@ -318,10 +464,47 @@ class Comparison:
         that drifted; '' when none did."""
         sides = zip(names, self.drift or (None, None))
         return "; ".join(
-            f"{name} drifted {d.change_pct:+.1f}% within its run (first half → second half)"
+            f"{name} drifted {d.change_pct:+.1f}% within {d.where} (first half → second half)"
             for name, d in sides
             if d is not None and d.drifted
         )
+
+
+#: Comparison.test of a verdict on one run per side, and of one on replicate medians
+MANN_WHITNEY = "mann-whitney-u"
+REPLICATE_TEST = "student-t-log-replicate-medians"
+
+#: The fewest degrees of freedom (replicates on both sides, less 2) the replicate test needs: 2
+#: replicates a side, or 1 against 3. With 1 (1 against 2) the spread between runs rests on one
+#: difference of two medians: runs that switch between modes (cuDNN's per-process search on the
+#: H100 put run medians in two groups 7 % apart) land both in one mode often, that one difference
+#: is then far below the real spread, and the single run on the other side, in the other mode, is
+#: called a change.
+REPLICATE_MIN_DF = 2
+
+
+@dataclass(frozen=True)
+class ReplicateTest:
+    """Student's t-test on the log of each replicate's median, pooled variance (replicate_t_test)."""
+
+    counts: tuple[int, int]  # replicates a side (a's, b's)
+    medians_us: tuple[tuple[float, ...], tuple[float, ...]]  # each replicate's median, a's and b's
+    df: int
+    t: float
+    #: 95 % CI of the ratio b / a (of the replicates' geometric-mean medians), from the same t
+    ratio_ci95: tuple[float, float]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "replicates": {"baseline": self.counts[0], "current": self.counts[1]},
+            "replicate_medians_us": {
+                "baseline": list(self.medians_us[0]),
+                "current": list(self.medians_us[1]),
+            },
+            "df": self.df,
+            "t": self.t if math.isfinite(self.t) else None,
+            "change_ci95_pct": [100 * (x - 1) for x in self.ratio_ci95],
+        }
 
 
 #: The fewest samples a side needs for the within-run stability check (halves of 5: the exact
@@ -342,10 +525,18 @@ class Drift:
     second_median_us: float
     p_value: float
     drifted: bool
+    #: which replicate (1-based) of a replicated result this is the run of (replicate_drift); None
+    #: for a result of one run
+    replicate: int | None = None
 
     @property
     def change_pct(self) -> float:
         return 100 * (self.second_median_us / self.first_median_us - 1)
+
+    @property
+    def where(self) -> str:
+        """'its run', or 'its replicate 2' of a replicated result."""
+        return "its run" if self.replicate is None else f"its replicate {self.replicate}"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -355,6 +546,7 @@ class Drift:
             "change_pct": self.change_pct,
             "p_value": self.p_value,
             "drifted": self.drifted,
+            "replicate": self.replicate,
         }
 
 
@@ -377,13 +569,34 @@ def within_run_drift(t: Timing, alpha: float, min_effect: float) -> Drift | None
     return Drift(t.runs, m1, m2, p, drifted)
 
 
+def replicate_drift(t: Timing, alpha: float, min_effect: float) -> Drift | None:
+    """within_run_drift of each replicate of `t` on its own samples (halves across two replicates
+    would be two runs, not a drift): the replicate that drifted most, else the one that moved most,
+    with its 1-based number; None where no replicate has DRIFT_MIN_RUNS samples."""
+    found = []
+    for i, samples in enumerate(t.replicate_samples(), 1):
+        d = within_run_drift(replace(t, samples_us=samples, replicates=None), alpha, min_effect)
+        if d is not None:
+            found.append(replace(d, replicate=i))
+    if not found:
+        return None
+    return max(found, key=lambda d: (d.drifted, abs(d.change_pct)))
+
+
 def with_stability(c: Comparison, a: Timing, b: Timing, alpha: float, min_effect: float) -> Comparison:
     """`c` with each side's within-run check (Drift). Where a side drifted by at least as much as
     the medians differ, the pair gets no verdict ("no significant difference", unstable): that
     drift alone could make the change, and the test, which takes one run's samples as independent,
     cannot tell. A smaller drift keeps the verdict (`drift` records it, compare prints a note): on an
     H100 every torch run slowed its first 100 of 200 runs by 2 %, and withholding every verdict
-    over that hid a 30 % regression as well as the A/A false alarms it was meant to stop."""
+    over that hid a 30 % regression as well as the A/A false alarms it was meant to stop.
+
+    A verdict on replicate medians (c.replicated) only records each side's drift (replicate_drift):
+    a run that drifts moves its median, which the test counts as variation between runs."""
+    if c.replicated is not None:
+        return replace(
+            c, drift=(replicate_drift(a, alpha, min_effect), replicate_drift(b, alpha, min_effect))
+        )
     drift = (within_run_drift(a, alpha, min_effect), within_run_drift(b, alpha, min_effect))
     change = abs(c.ratio - 1) * 100
     if not any(d is not None and d.drifted and abs(d.change_pct) >= change for d in drift):
@@ -421,6 +634,60 @@ def compare(a: Timing, b: Timing, alpha: float = 0.01, min_effect: float = 0.01)
             "faster" if ratio < 1 else "slower", ratio, p, size_uncertain=cis is not None, cis_us=cis
         )
     return Comparison("no significant difference", ratio, p, mixed=p < alpha and not agrees)
+
+
+def replicate_t_test(
+    a_medians: Sequence[float], b_medians: Sequence[float]
+) -> tuple[float, int, float, float, float]:
+    """(t, df, two-sided p, mean log difference b - a, its standard error) of Student's t-test on
+    the logs of two sets of replicate medians, with pooled variance.
+
+    Why this test: a regression is a shift of the whole set of run medians, and the run is the
+    unit that varies (a new process, a new kernel search, the host's load), so each replicate
+    gives one value, its median, and the test is on those values, not on the pooled samples (which
+    would count one run's hundreds of samples as independent evidence). Logs, because a change is
+    a ratio (min_effect is relative) and a run's spread grows with its latency. Student's pooled
+    variance rather than Welch's: both sides are the same setup's runs (compare flags a setup that
+    differs), so they share one between-run variance, and pooling lets a side of one run (an older
+    baseline) be judged against the spread the other side shows; Welch's test has no variance for
+    a side of one and, at 3 against 3, as few as 2 degrees of freedom. A rank test on the medians
+    (Mann-Whitney) cannot go below p = 0.1 at 3 against 3, never a verdict at alpha 0.01."""
+    from scipy.stats import t as student_t
+
+    la = np.log(np.asarray(a_medians, dtype=float))
+    lb = np.log(np.asarray(b_medians, dtype=float))
+    df = la.size + lb.size - 2
+    if df < 1:
+        raise ValueError("the replicate test needs at least 3 replicates in all")
+    diff = float(lb.mean() - la.mean())
+    ss = float(((la - la.mean()) ** 2).sum() + ((lb - lb.mean()) ** 2).sum())
+    se = math.sqrt(ss / df * (1 / la.size + 1 / lb.size))
+    if se == 0:  # every replicate alike on each side: any difference is certain, none is none
+        return (math.copysign(math.inf, diff) if diff else 0.0), df, (0.0 if diff else 1.0), diff, se
+    t = diff / se
+    return t, df, float(min(1.0, 2 * student_t.sf(abs(t), df))), diff, se
+
+
+def compare_replicates(a: Timing, b: Timing, alpha: float = 0.01, min_effect: float = 0.01) -> Comparison:
+    """Is `b` faster or slower than `a`, judged on their replicates' medians (replicate_t_test)?
+    A verdict needs p < alpha and a ratio of the geometric means of the replicate medians at least
+    `min_effect` from 1, as `compare` asks of one run a side. ValueError under 3 replicates in all."""
+    from scipy.stats import t as student_t
+
+    ma, mb = a.replicate_medians_us, b.replicate_medians_us
+    t, df, p, diff, se = replicate_t_test(ma, mb)
+    ratio = math.exp(diff)
+    half = float(student_t.ppf(0.975, df)) * se
+    test = ReplicateTest(
+        counts=(len(ma), len(mb)),
+        medians_us=(tuple(ma), tuple(mb)),
+        df=df,
+        t=t,
+        ratio_ci95=(math.exp(diff - half), math.exp(diff + half)),
+    )
+    if p < alpha and ratio != 1 and abs(ratio - 1) >= min_effect * (1 - 1e-9):
+        return Comparison("faster" if ratio < 1 else "slower", ratio, p, replicated=test)
+    return Comparison("no significant difference", ratio, p, replicated=test)
 
 
 def _overlapping_cis(a: Timing, b: Timing) -> tuple[tuple[float, float], tuple[float, float]] | None:
@@ -657,6 +924,12 @@ def check_samples(p: str | Path, timing: Timing, what: str) -> None:
     if timing.median_us < MIN_MEDIAN_US:
         median = "0 µs" if timing.median_us == 0 else f"{timing.median_us:.3g} µs, under a nanosecond"
         raise DataError(f"{p}: {what} have a median of {median}: not a measured latency")
+    if timing.replicate_count > 1:  # the replicate test takes each one's log
+        for i, m in enumerate(timing.replicate_medians_us, 1):
+            if m < MIN_MEDIAN_US:
+                raise DataError(
+                    f"{p}: replicate {i}'s {what} have a median of {m:.3g} µs: not a measured latency"
+                )
 
 
 #: The "timed" line of a trtexec --exportTimes file read by load_timing (such a file names no model).

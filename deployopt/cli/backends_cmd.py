@@ -61,7 +61,7 @@ from deployopt.fileio import (
 )
 from deployopt.prebuilt import is_engine_file, refuse_engine_backend, refuse_engine_options
 from deployopt.remote import check_remote_backend
-from deployopt.timing import Timing, check_run_counts, counted, measured_now
+from deployopt.timing import Timing, check_repeat, check_run_counts, counted, measured_now
 from deployopt.waves import fill_percent
 
 TIMING_CACHE_HELP = (
@@ -84,7 +84,16 @@ BENCH_KEYS = (
     "environment",
     "model",
     "measured_at",
+    "replicates",
 )
+
+#: What one replicate of `bench --repeat` does anew, per backend (render_bench, docs/backends.md)
+REPLICATE_UNIT = {
+    "ort": "a new InferenceSession (graph optimization, memory arena, thread pool)",
+    "torch": "a new worker process (CUDA context, green context, model conversion, cuDNN's kernel search)",
+    "tensorrt": "a new process that deserializes the engine (built once, by the first if not cached)",
+    "trtexec": "a new trtexec process that loads the engine (built once, by the first if not cached)",
+}
 
 
 @app.command("backends", rich_help_panel="Measure")
@@ -127,6 +136,17 @@ def _session(
     arguments after the backend): -o, the options and the model file checked before anything
     starts (a bad -o must not cost a measurement), the --sms note printed only once the session
     stands (so a refused option stays a one-line error)."""
+    b, opts = _checked(backend_name, model, *settings, command=command, output=output, **options)
+    with b.open(opts) as session:
+        note_cudnn_search(b, opts.sms, opts.cudnn_engines, opts.cudnn_benchmark)
+        yield session
+
+
+def _checked(
+    backend_name: str, model: Path, *settings: Any, command: str, output: Path | None, **options: Any
+) -> tuple[Backend, MeasureOptions]:
+    """`_session`'s checks, and the backend and options a session opens with (`bench --repeat`
+    opens one afresh for each replicate)."""
     if output is not None:
         check_output_file(output, dash_hint="use --json for stdout")  # `-` wrote a file named `-`
         refuse_input_as_output(output, [("model", model)], "-o/--output")
@@ -160,9 +180,7 @@ def _session(
     from deployopt.model import require_model_file
 
     require_model_file(model, command)  # the loader's wording; a device or pipe was "no such file"
-    with b.open(opts) as session:
-        note_cudnn_search(b, opts.sms, opts.cudnn_engines, opts.cudnn_benchmark)
-        yield session
+    return b, opts
 
 
 def _options(
@@ -337,6 +355,15 @@ def bench_command(
         100, "--runs", metavar="N", help="Timed samples (one forward pass / graph replay each)."
     ),
     warmup: int = typer.Option(20, "--warmup", metavar="N", help="Untimed runs first."),
+    repeat: int = typer.Option(
+        1,
+        "--repeat",
+        metavar="N",
+        help="Independent measurements, each in a fresh session (ort: a new InferenceSession; torch: a "
+        "new worker process; tensorrt, trtexec: a new process loading the engine; --remote: the runner "
+        "again), each with its own warm-up and --runs; compare then tests the replicates' medians, "
+        "which shows how much runs vary.",
+    ),
     input_shape: Optional[list[str]] = _input_shape_option(),
     timeout: float = timeout_option(),
     cudnn_engines: Optional[int] = cudnn_engines_option(),
@@ -353,10 +380,11 @@ def bench_command(
     output: Optional[Path] = output_option(None, "--output", "-o", help=OUTPUT_HELP),
 ) -> None:
     """Time a model end to end: median, IQR, 95 % CI, runs, what was timed, environment."""
+    check_repeat(repeat)  # before anything starts: a typo must not cost a measurement
     backend = default_backend(backend, remote)
     settings = (dtype, batch, sms, runs, warmup, input_shape, timeout)
     preprocess = image_preprocess(calibration_data, mean, std, bgr, scale, resize)
-    with _session(
+    b, opts = _checked(
         backend,
         model,
         *settings,
@@ -368,12 +396,19 @@ def bench_command(
         calibration_preprocess=preprocess,
         remote=remote,
         timing_cache=timing_cache,
-    ) as session:
-        identity = _model_identity(model)  # before timing: a file that cannot be read costs no run
-        timing = session.measure(model)
+    )
+    parts = []
+    for i in range(repeat):  # each replicate a fresh session, closed before the next one opens
+        with b.open(opts) as session:
+            if i == 0:
+                note_cudnn_search(b, opts.sms, opts.cudnn_engines, opts.cudnn_benchmark)
+                identity = _model_identity(model)  # before timing: a file that cannot be read costs no run
+            part = session.measure(model)
+        if part.measured:  # when: compare tells last week's file, left by a run that failed, from this one
+            part.measured_at = measured_now()
+        parts.append(part)
+    timing = parts[0] if repeat == 1 else Timing.from_replicates(parts)
     timing.model = identity
-    if timing.measured:  # when: compare tells last week's file, left by a run that failed, from this one
-        timing.measured_at = measured_now()
     _emit(bench_json(timing), as_json, output, lambda: render_bench(timing, f"{model.name} on {backend}"))
     warn_clock_slowdown(timing.environment)
     note_too_few_to_compare(timing.runs)
@@ -435,7 +470,8 @@ def render_bench(timing: Timing, title: str) -> None:
     table = Table(title=f"{title} (measured)", show_header=False)
     table.add_column("what", no_wrap=True)
     table.add_column("value")
-    table.add_row("median", f"{timing.median_us:.1f} µs")
+    pooled = " (all replicates' runs together)" if timing.replicate_count > 1 else ""
+    table.add_row("median", f"{timing.median_us:.1f} µs{pooled}")
     if timing.spread_known:
         lo, hi = timing.ci95_us
         table.add_row("IQR", f"{timing.iqr_us:.1f} µs")
@@ -445,6 +481,11 @@ def render_bench(timing: Timing, title: str) -> None:
         table.add_row("IQR", timing.spread_text())
         table.add_row("95% CI of median", timing.spread_text())
     table.add_row("runs / warm-up", f"{timing.runs} / {timing.warmup}")
+    if timing.replicate_count > 1:  # bench --repeat: each one's median, and how far apart they are
+        unit = REPLICATE_UNIT.get(timing.backend, "a fresh session")
+        if timing.environment.get("remote"):
+            unit = "jetson/runner.py run again on the board (a new process that loads the engine)"
+        table.add_row("replicates", f"{timing.replicate_text()}; each {unit}, with its own warm-up")
     build_s = timing.environment.get("engine_build_s")
     if build_s is not None:  # TensorRT built the engine for this run (not reused, not prebuilt)
         table.add_row("engine build", f"{build_s:.1f} s (measured wall time, before the timed runs)")

@@ -10,6 +10,7 @@ pipeline can gate on it.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Optional
 
@@ -35,8 +36,26 @@ from deployopt.timing import Timing
 NOT_COMPARABLE = 3
 
 
-def _cell(t: Timing) -> str:
-    return f"{t.median_us:.1f} ({t.iqr_us:.1f}, {t.runs})"
+def _cell(t: Timing, replicated: bool) -> str:
+    """median µs (IQR µs, runs); on a pair judged on replicate medians, the geometric mean of the
+    side's replicate medians (what its change is of) with their range and count."""
+    if not replicated:
+        return f"{t.median_us:.1f} ({t.iqr_us:.1f}, {t.runs})"
+    meds = t.replicate_medians_us
+    center = math.exp(sum(math.log(m) for m in meds) / len(meds))
+    if len(meds) == 1:
+        return f"{center:.1f} (1×, {t.runs})"
+    return f"{center:.1f} ({len(meds)}× {min(meds):.1f}–{max(meds):.1f}, {t.runs})"
+
+
+def _tests(report: RegressionReport) -> str:
+    """The tests the table's verdicts come from, for its title."""
+    used = []
+    if report.one_run_per_side:
+        used.append("Mann-Whitney U on one run a side")
+    if len(report.one_run_per_side) < len(report.pairs):
+        used.append("t-test on log replicate medians")
+    return " or ".join(used)
 
 
 def _verdict(p: Pair, alpha: float) -> Text:
@@ -56,18 +75,25 @@ def _verdict(p: Pair, alpha: float) -> Text:
 
 
 def _render(report: RegressionReport) -> None:
+    replicated = len(report.one_run_per_side) < len(report.pairs)
     table = Table(
-        title=f"Measured medians, µs (Mann-Whitney U, alpha {report.alpha:g}, min effect "
+        title=f"Measured medians, µs ({_tests(report)}, alpha {report.alpha:g}, min effect "
         f"{100 * report.min_effect:g} %)",
-        caption="cells: median µs (IQR µs, runs)",
+        caption="cells: median µs (IQR µs, runs)"
+        + (
+            "; a replicated pair: geometric mean of each side's replicate medians µs (replicates× "
+            "their range, runs in all)"
+            if replicated
+            else ""
+        ),
     )
     for col in ("model", "baseline", "current", "change", "p", "verdict", "setup differs"):
         table.add_column(col, justify="right" if col in ("change", "p") else "left")
     for p in report.pairs:
         table.add_row(
             p.name,
-            _cell(p.baseline),
-            _cell(p.current),
+            _cell(p.baseline, p.comparison.replicated is not None),
+            _cell(p.current, p.comparison.replicated is not None),
             f"{100 * (p.comparison.ratio - 1):+.1f} %",
             f"{p.comparison.p_value:.2g}",
             _verdict(p, report.alpha),
@@ -86,6 +112,35 @@ def _render(report: RegressionReport) -> None:
             console.print(
                 f"measured at: {p.name}: {', '.join(when)}", markup=False, highlight=False, soft_wrap=True
             )
+    for p in report.pairs:  # a replicated pair: the test and each side's run-to-run spread
+        r = p.comparison.replicated
+        if r is not None:
+            lo, hi = (100 * (x - 1) for x in r.ratio_ci95)
+            sides = "; ".join(
+                f"{side} {t.replicate_text() or '1 run, median ' + format(t.median_us, '.1f') + ' µs'}"
+                for side, t in (("baseline", p.baseline), ("current", p.current))
+            )
+            console.print(
+                f"replicates: {p.name}: t-test on {r.counts[0]} + {r.counts[1]} replicate medians "
+                f"({r.df} df), change {100 * (p.comparison.ratio - 1):+.1f} % "
+                f"(95% CI {lo:+.1f} … {hi:+.1f} %); "
+                f"{sides}",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
+    single = report.one_run_per_side
+    if single:  # once, under the table (JSON: one_run_per_side): every older result is one run
+        which = "every verdict" if len(single) == len(report.pairs) else f"{len(single)} of the verdicts"
+        console.print(
+            f"one run per side: {which} rests on one run per side, so how much a model's median moves "
+            "between runs (a new process, a new kernel search, the host's load) is unseen; on the hosts "
+            "measured it exceeded --min-effect (docs/regression.md). Bench each side with `deployopt bench "
+            "--repeat 3` and compare tests the replicates' medians",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     for name in report.only_in_baseline:
         err_console.print(f"note: {name}: in the baseline only", style="yellow", markup=False, soft_wrap=True)
     for name in report.only_in_current:
@@ -124,7 +179,11 @@ def compare_command(
         parser=input_path("current", "a file or folder"),
     ),
     alpha: float = typer.Option(
-        DEFAULT_ALPHA, "--alpha", metavar="FLOAT", help="Significance level of the Mann-Whitney U test."
+        DEFAULT_ALPHA,
+        "--alpha",
+        metavar="FLOAT",
+        help="Significance level: of the Mann-Whitney U test on the samples where each side is one run, "
+        "of the t-test on the replicates' medians where a side has several (bench --repeat).",
     ),
     min_effect: float = typer.Option(
         MIN_EFFECT,
@@ -191,7 +250,14 @@ def compare_command(
             "yellow",
         )
     for p in report.pairs:
-        if not p.comparison.unstable and p.comparison.drift_text():  # smaller than the change: it stands
+        if p.comparison.replicated is not None and p.comparison.drift_text():
+            _line(
+                f"note: {p.name}: {p.comparison.drift_text()}: the test on replicate medians counts it as "
+                "variation between runs, so the verdict stands; a longer warm-up (or locked clocks) "
+                "makes steady runs",
+                "yellow",
+            )
+        elif not p.comparison.unstable and p.comparison.drift_text():  # smaller than the change: it stands
             _line(
                 f"note: {p.name}: {p.comparison.drift_text()}, less than the change between the runs, "
                 "so the verdict stands; a longer warm-up (or locked clocks) makes steady runs",
