@@ -44,6 +44,15 @@ for i in 1 2 3 4 5 6; do
         --runs 200 -o "$D/bench_aa$i.json"
 done
 step aa_compare 60 python3 benchmarks/aa_compare.py "$D"/bench_aa?.json -o "$D/aa_compare.json"
+# replicated: each side three fresh worker processes (bench --repeat 3), judged on their medians;
+# an A/A pair (the optimized model twice) and a real one (the input against the optimized model)
+for side in rep_a rep_b rep_input; do
+    m="$D/optimize/model.onnx"; [ "$side" = rep_input ] && m=$M
+    step "bench_$side" 240 python3 -m deployopt bench "$m" --backend torch --sms 8 --batch 32 --runs 200 \
+        --repeat 3 -o "$D/bench_$side.json"
+done
+step compare_rep_aa 60 python3 -m deployopt compare "$D/bench_rep_a.json" "$D/bench_rep_b.json" --json
+step compare_rep_real 60 python3 -m deployopt compare "$D/bench_rep_input.json" "$D/bench_rep_a.json" --json
 # bad input on a machine with a GPU: one line, exit 2
 step bad_sms 60 python3 -m deployopt staircase --target "$T" --sms 1000 --input 8x128x28x28 --kernel 3 \
     --out-channels 16:64:16 --measure torch
