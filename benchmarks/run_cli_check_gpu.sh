@@ -37,13 +37,9 @@ step optimize_dynamic 300 python3 -m deployopt optimize "$D/yolo_dynamic.onnx" -
     --target "$T" --sms 8 --backend torch --max-evals 10 -o "$D/optimize_dynamic" --force
 step bench_dynamic_384 90 python3 -m deployopt bench "$D/optimize_dynamic/model.onnx" --backend torch --sms 8 \
     --input-shape images:1x3x384x384 --runs 100 -o "$D/bench_dynamic_384.json"
-# A/A: the optimized model benched six more times, a new process each, one after another; compare's
-# rule at its defaults on every pair (the same model: any faster/slower is a false alarm)
-for i in 1 2 3 4 5 6; do
-    step "bench_aa$i" 90 python3 -m deployopt bench "$D/optimize/model.onnx" --backend torch --sms 8 --batch 32 \
-        --runs 200 -o "$D/bench_aa$i.json"
-done
-step aa_compare 60 python3 benchmarks/aa_compare.py "$D"/bench_aa?.json -o "$D/aa_compare.json"
+# A/A, one run a side, is in check_2026-12-07 (six benches, aa_compare.py): 8 of 15 pairs called.
+# Its runs' medians are also the replicates' below (each a fresh worker process), so that is not
+# timed again here.
 # replicated: each side three fresh worker processes (bench --repeat 3), judged on their medians;
 # an A/A pair (the optimized model twice) and a real one (the input against the optimized model)
 for side in rep_a rep_b rep_input; do
