@@ -634,7 +634,10 @@ class Optimizer:
         self._by_key: dict[str, Evaluation] = {}
         self._reserved = 0  # evaluations the search leaves for the confirmation rounds
         self.baselines: list[Evaluation] = []
-        self.confirmation: dict[str, Any] | None = None
+        self.confirmation: dict[str, Any] | None = None  # the last confirmation: its decision is the answer
+        self.confirmations: list[dict[str, Any]] = []  # every confirmation, in order (one or two)
+        # why round-up-to-8, the answer, has no confirmation against the input (no round of it fitted)
+        self.unconfirmed_vs_input: str | None = None
         self._pooled: dict[str, Timing] = {}  # plan key -> samples of every build (confirmation)
         # plan key -> a move label's predicted change in parts: measured conv table, fitted traffic
         self.move_parts: dict[str, dict[str, Any]] = {}
@@ -1425,13 +1428,19 @@ class Optimizer:
                 if kept <= 0
                 else f"the two baselines take 2 and {kept} are kept back to confirm a searched plan "
                 "against them"
+                if kept > 1
+                else "the two baselines take 2 and 1 is kept back to confirm a searched plan against them"
             )
-            # with evaluations kept back, they confirm round-up-to-8 against the input when it is
-            # the faster baseline (its "vs input" is no single build's word); with none, nothing is
+            # with a rebuild round of each kept back (2), they confirm round-up-to-8 against the input
+            # when it is the faster baseline (its "vs input" is no single build's word); with fewer,
+            # nothing is: a round is measured whole or not at all
             what = (
                 "nothing searched, nothing to confirm"
                 if kept <= 0
                 else "nothing searched; round-up-to-8, if the faster, confirmed against the input"
+                if kept >= 2
+                else "nothing searched; too few left for a rebuild round of each, so round-up-to-8, "
+                "if the faster, is not confirmed against the input"
             )
             warnings.warn(
                 f"--max-evals {self.cfg.max_evals} leaves the search no evaluation: {why}, so the "
@@ -1463,43 +1472,95 @@ class Optimizer:
         An answer that is round-up-to-8 itself (another plan than the input) is confirmed the same
         way against the input: its "vs input: faster" rested on one build of each (bug bash: -22 %
         claimed, faster in 7 of 10 interleaved re-benches). Unconfirmed, the answer is the input,
-        valid in every mode (round-up-to-8 only pads it).
+        valid in every mode (round-up-to-8 only pads it). So is round-up-to-8 when it becomes the
+        answer because a searched plan failed against it: it was measured against the input once.
         """
         baselines = self.baselines
         if not baselines or not self._confirms():
             return best
+        r8, base = baselines
+        r8_is_input = plan_key(r8.plan) == plan_key(base.plan)
         if any(plan_key(best.plan) == plan_key(b.plan) for b in baselines):
-            r8, base = baselines
-            if plan_key(best.plan) != plan_key(r8.plan) or plan_key(r8.plan) == plan_key(base.plan):
+            if plan_key(best.plan) != plan_key(r8.plan) or r8_is_input:
                 return best  # the input itself: nothing to confirm
             return self._confirm_against(best, base, answer_is_baseline=True)
         baseline = min(baselines, key=lambda e: e.timing.median_us)
-        return self._confirm_against(best, baseline, answer_is_baseline=False)
+        # refuted against round-up-to-8 (another plan than the input), the answer would be
+        # round-up-to-8 on one build's word against the input: it is confirmed against it in turn
+        fallback_to = base if plan_key(baseline.plan) == plan_key(r8.plan) and not r8_is_input else None
+        chosen = self._confirm_against(best, baseline, answer_is_baseline=False, fallback_to=fallback_to)
+        if fallback_to is None or self.confirmation is None or self.confirmation["kept"]:
+            return chosen
+        if self.confirmation.get("fallback_vs_input") != "rounds":
+            return chosen  # no rebuild round of each left: said in the confirmation and "vs input"
+        return self._confirm_against(r8, base, answer_is_baseline=True, after=best.label)
+
+    def _next_repeat(self, plan: dict[str, int]) -> int:
+        """The `repeat` of `plan`'s next rebuild: 1, or one past its rebuilds so far (round-up-to-8
+        is rebuilt against a searched plan, then again against the input when that plan failed)."""
+        n = 1
+        while plan_key(plan, n) in self._by_key:
+            n += 1
+        return n
+
+    def _round_fits(self, items: list[tuple[dict[str, int], int]]) -> bool:
+        """Whether one interleaved round (each plan at its `repeat`) fits in --max-evals whole: a half
+        round (the baseline rebuilt, the answer not) decided nothing and spent an evaluation.
+        Rounds in the journal, or measured already, cost nothing, so a resumed run decides alike."""
+        keys = {plan_key(plan, repeat) for plan, repeat in items}
+        new = [k for k in keys if k not in self._by_key and k not in self.replay.timings]
+        return len(self.evaluations) + len(new) <= self.cfg.max_evals
+
+    def _unconfirmed_phrase(self, r8: Evaluation) -> str:
+        """What "vs input" adds where round-up-to-8 is the answer and no rebuild round put it to
+        the input: the claim rests on one build of the input."""
+        return (
+            f"{r8.label} was not confirmed against the input (built once: no evaluation of "
+            f"--max-evals {self.cfg.max_evals} was left for a rebuild round of each)"
+        )
 
     def _confirm_against(
-        self, best: Evaluation, baseline: Evaluation, answer_is_baseline: bool
+        self,
+        best: Evaluation,
+        baseline: Evaluation,
+        answer_is_baseline: bool,
+        fallback_to: Evaluation | None = None,
+        after: str | None = None,
     ) -> Evaluation:
         """The interleaved rebuild rounds of `best` against `baseline`, and the rule's decision.
 
         Every round is an evaluation with `repeat` set, so a resumed run replays them from the
         journal and reaches the same decision without measuring again. Round-up-to-8 confirmed
         against the input needs one rebuild round at least: with none (--max-evals spent on the
-        baselines, as the warning says) there is nothing new to decide on, and nothing is said."""
+        baselines, as the warning says) there is nothing new to decide on, and the report says its
+        "vs input" is unconfirmed. `fallback_to`: the input, where `baseline` is round-up-to-8 and
+        is confirmed against it if `best` fails (the record says whether a round of that fits);
+        `after`: the searched plan that failed, where this confirms round-up-to-8 in its place."""
         rounds: dict[str, list[Timing]] = {"best": [best.timing], "baseline": [baseline.timing]}
+        first = {"baseline": self._next_repeat(baseline.plan), "best": self._next_repeat(best.plan)}
         try:
             with self._fresh_tactics():
-                for r in range(1, self.cfg.confirm_rounds + 1):
-                    for name, ev in (("baseline", baseline), ("best", best)):
-                        again = self.evaluate(ev.plan, f"{ev.label} (confirm {r})", repeat=r)
+                for r in range(self.cfg.confirm_rounds):
+                    pairs = (("baseline", baseline), ("best", best))
+                    if not self._round_fits([(ev.plan, first[name] + r) for name, ev in pairs]):
+                        break
+                    for name, ev in pairs:
+                        repeat = first[name] + r
+                        again = self.evaluate(ev.plan, f"{ev.label} (confirm {repeat})", repeat=repeat)
                         rounds[name].append(again.timing)
         except _Budget:
             pass  # decide on the rounds there are
         if answer_is_baseline and len(rounds["best"]) < 2:
+            self.unconfirmed_vs_input = self._unconfirmed_phrase(best)
             return best
         worst_best = max(t.median_us for t in rounds["best"])
         best_base = min(t.median_us for t in rounds["baseline"])
         pooled = {k: _pool(v) for k, v in rounds.items()}
-        self._pooled = {plan_key(best.plan): pooled["best"], plan_key(baseline.plan): pooled["baseline"]}
+        # the builds of this confirmation: a second one (round-up-to-8 against the input) replaces
+        # round-up-to-8's pool from the first, so each plan is shown as its deciding rounds saw it
+        self._pooled.update(
+            {plan_key(best.plan): pooled["best"], plan_key(baseline.plan): pooled["baseline"]}
+        )
         gain = 1 - pooled["best"].median_us / pooled["baseline"].median_us
         kept = worst_best < best_base and gain >= self.cfg.min_effect
         self.confirmation = {
@@ -1512,7 +1573,25 @@ class Optimizer:
             # added fields: what was confirmed (a searched plan, or round-up-to-8 against the input)
             "answer": best.label,
             "answer_is_baseline": answer_is_baseline,
+            # added: the searched plan that failed against round-up-to-8, where this confirmation
+            # puts round-up-to-8 to the input in its place (else null)
+            "after": after,
+            # added: where a searched plan failed against round-up-to-8, what became of
+            # round-up-to-8's claim against the input: "rounds" (the next confirmation decides it),
+            # "budget" (no rebuild round of each fitted: the answer is round-up-to-8, unconfirmed
+            # against the input); null where nothing follows
+            "fallback_vs_input": None,
         }
+        if fallback_to is not None and not kept:
+            nxt = [
+                (baseline.plan, self._next_repeat(baseline.plan)),
+                (fallback_to.plan, self._next_repeat(fallback_to.plan)),
+            ]
+            fits = self.cfg.confirm_rounds > 0 and self._round_fits(nxt)
+            self.confirmation["fallback_vs_input"] = "rounds" if fits else "budget"
+            if not fits:
+                self.unconfirmed_vs_input = self._unconfirmed_phrase(baseline)
+        self.confirmations.append(self.confirmation)
         self.journal.write("confirmation", plan=best.plan, **self.confirmation)
         self.progress("confirm", **self.confirmation)
         chosen = best if kept else baseline

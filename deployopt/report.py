@@ -61,11 +61,14 @@ CONFIRM_SUFFIX = " (confirm 1)"
 
 
 def _searched_evaluation(opt: Optimizer, conf: dict[str, Any]) -> Evaluation | None:
-    """The searched plan the confirmation rounds re-measured, as the search measured it (its first
-    build): the evaluation whose label the first rebuild ("LABEL (confirm 1)") names, other than
-    the confirmation's baseline. None where the rounds never ran (budget) or the labels changed."""
+    """The plan the confirmation rounds re-measured, as the search measured it (its first build):
+    the evaluation named by the confirmation's `answer`, else (a record without it) the one whose
+    label the first rebuild ("LABEL (confirm 1)") names, other than the confirmation's baseline.
+    None where the rounds never ran (budget) or the labels changed."""
     from deployopt.journal import plan_key
 
+    if conf.get("answer"):  # two confirmations rebuild round-up-to-8: its labels name no one plan
+        return next((x for x in opt.evaluations if x.label == conf["answer"]), None)
     for e in opt.evaluations:
         if not e.label.endswith(CONFIRM_SUFFIX) or e.label == f"{conf['baseline']}{CONFIRM_SUFFIX}":
             continue
@@ -73,6 +76,17 @@ def _searched_evaluation(opt: Optimizer, conf: dict[str, Any]) -> Evaluation | N
         key = plan_key(e.plan)
         return next((x for x in opt.evaluations if x.label == label and plan_key(x.plan) == key), None)
     return None
+
+
+def confirmations(opt_or_report: Any) -> list[dict[str, Any]]:
+    """Every confirmation of a run, in order: `confirmations` where the run recorded it, else the
+    one `confirmation` (an optimizer or report from before a second one could follow)."""
+    get = opt_or_report.get if isinstance(opt_or_report, dict) else lambda k: getattr(opt_or_report, k, None)
+    listed = get("confirmations")
+    if listed:
+        return list(listed)
+    one = get("confirmation")
+    return [one] if one else []
 
 
 def unconfirmed_plan(
@@ -126,17 +140,27 @@ def _faster_in_search(
 
 
 def same_plan_phrase(opt: Optimizer, name: str, ref: Evaluation, measured: bool) -> str:
-    """`same_plan`'s words where they are true; where a searched plan was measured faster than the
-    baseline and then not confirmed, that (unconfirmed_plan); where other plans were measured
-    faster than it in single builds and none was accepted, that."""
+    """`same_plan`'s words where they are true; where a plan was measured faster than the baseline
+    and then not confirmed against it, that (unconfirmed_plan): a searched plan against
+    round-up-to-8, or round-up-to-8 against the input (possibly after a searched plan failed
+    against round-up-to-8, which is said too); where other plans were measured faster than it in
+    single builds and none was the answer, that."""
     from deployopt.journal import plan_key
 
     cfg = opt.cfg
-    conf = opt.confirmation
+    labels = {plan_key(e.plan): e.label for e in opt.evaluations if "(confirm " not in e.label}
+    # the confirmation that fell back to `ref`: the last whose baseline is `ref` and kept nothing
+    conf = next(
+        (
+            c
+            for c in reversed(confirmations(opt))
+            if not c["kept"] and c["baseline"] == labels.get(plan_key(ref.plan))
+        ),
+        None,
+    )
     others = _faster_in_search(opt, ref, cfg.alpha, cfg.min_effect, set())
     how = "measured significantly and" if measured else "predicted"
-    baseline = next((e for e in opt.evaluations if conf and e.label == conf["baseline"]), None)
-    if conf and not conf["kept"] and baseline is not None and plan_key(baseline.plan) == plan_key(ref.plan):
+    if conf is not None:
         searched = _searched_evaluation(opt, conf)
         search = (
             compare(ref.timing, searched.timing, alpha=cfg.alpha, min_effect=cfg.min_effect)
@@ -144,11 +168,22 @@ def same_plan_phrase(opt: Optimizer, name: str, ref: Evaluation, measured: bool)
             else None
         )
         text = unconfirmed_plan(conf, cfg.min_effect, searched.label if searched else None, search)
-        rest = [e for e, _ in others if searched is None or plan_key(e.plan) != plan_key(searched.plan)]
+        named = {plan_key(searched.plan)} if searched is not None else set()
+        before = next(
+            (c for c in confirmations(opt) if conf.get("after") and c["answer"] == conf["after"]), None
+        )
+        if before is not None:  # round-up-to-8 was put to the input because a searched plan failed
+            refuted = next((e for e in opt.evaluations if e.label == before["answer"]), None)
+            named |= {plan_key(refuted.plan)} if refuted is not None else set()
+            text += (
+                f"; before it, {before['answer']} was not confirmed against {before['baseline']} "
+                f"({counted(before['rounds'], 'build')} each)"
+            )
+        rest = [e for e, _ in others if plan_key(e.plan) not in named]
         if rest:
             text += (
                 f"; {counted(len(rest), 'other plan')} {how} at least {100 * cfg.min_effect:g} % faster "
-                "than it in one build each, none accepted"
+                f"than it in one build each, {_none_kept(rest)}"
             )
         return text
     if not others:
@@ -156,9 +191,15 @@ def same_plan_phrase(opt: Optimizer, name: str, ref: Evaluation, measured: bool)
     (first, c), n = others[0], len(others)
     return (
         f"the same plan ({counted(n, 'other plan')} {how} at least {100 * cfg.min_effect:g} % faster "
-        f"than it in one build each, none accepted; the fastest, {first.label}: "
+        f"than it in one build each, {_none_kept([e for e, _ in others])}; the fastest, {first.label}: "
         f"{100 * (c.ratio - 1):+.1f} %{f', p={c.p_value:.3g}' if measured else ''})"
     )
+
+
+def _none_kept(evs: list[Evaluation]) -> str:
+    """'none accepted' where it is true; a plan accepted in the search and then superseded (or not
+    confirmed) was accepted, so then only that none is the answer."""
+    return "none the answer" if any(e.accepted for e in evs) else "none accepted"
 
 
 def comparison_row(c: Comparison, measured: bool, same_plan: str | None = None) -> dict[str, Any]:
@@ -210,6 +251,12 @@ def build_report(
         comparisons[name] = comparison_row(
             c, measured, same_plan_phrase(opt, name, ref_ev, measured) if same else None
         )
+    unconfirmed = getattr(opt, "unconfirmed_vs_input", None)
+    if unconfirmed and plan_key(best.plan) == plan_key(r8.plan) != plan_key(base.plan):
+        # round-up-to-8 is the answer and no round put it to the input: one build of the input
+        comparisons["vs_input"]["describe"] += f"; {unconfirmed}"
+    else:
+        unconfirmed = None
 
     groups = []
     labels = layer_labels(opt.model)  # torch's default exporter: node_conv2d_3 → features.3
@@ -347,7 +394,13 @@ def build_report(
         # the non-conv ops' memory traffic: bytes per channel of each group, and the µs per MB fitted
         # to this run's measurements (0 until established); `fits` is every change, in order
         "traffic": _traffic_json(opt, best),
+        # the last confirmation (its decision is the answer), and every one in order (added field:
+        # round-up-to-8 is put to the input after a searched plan failed against it)
         "confirmation": opt.confirmation,
+        "confirmations": list(getattr(opt, "confirmations", None) or []),
+        # why round-up-to-8, the answer, stands unconfirmed against the input (added field; null
+        # where it was confirmed, or is not the answer)
+        "vs_input_unconfirmed": unconfirmed,
         # measurements during which power or heat held the GPU's clock down (torch, local trtexec)
         "clock_slowdowns": clock_slowdowns(opt, timings),
         # the GPU that measured is not the target (another SM count or compute capability), or the
@@ -521,16 +574,18 @@ def _safe(text: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text)[:80]
 
 
-def _budget_note(ev: dict[str, Any], confirmation: dict[str, Any] | None) -> str:
+def _budget_note(ev: dict[str, Any], confirmation: dict[str, Any] | None, every: list[dict[str, Any]]) -> str:
     """Why the search stopped at the budget: with a measured backend part of --max-evals is held
-    back for the confirmation rounds, so "exhausted" alone would be untrue when those go unused."""
+    back for the confirmation rounds, so "exhausted" alone would be untrue when those go unused.
+    `every`: each confirmation's rounds count (round-up-to-8 against the input, after a searched
+    plan failed against it, takes more than the reserve: from what the search left)."""
     if not ev["budget_exhausted"]:
         return ""
     reserved = ev.get("reserved_for_confirmation") or 0
     if not reserved:
         return " — budget exhausted"
     if confirmation:
-        used = 2 * (confirmation["rounds"] - 1)
+        used = sum(2 * (c["rounds"] - 1) for c in every or [confirmation])
         return f" — search budget spent; {reserved} kept back for the confirmation rounds ({used} used)"
     return (
         f" — search budget spent; {reserved} kept back for the confirmation rounds, unused "
@@ -561,27 +616,37 @@ def _fmt(t: dict[str, Any]) -> str:
 
 def confirmation_line(conf: dict[str, Any]) -> str:
     """The confirmation rounds in one line: the medians of each round, the pooled gain and whether
-    the searched plan was kept; the report's and the terminal's words (optimize printed nothing
-    of it, so an answer that fell back to a baseline read as if nothing had been found)."""
+    the plan was kept; the report's and the terminal's words (optimize printed nothing of it, so an
+    answer that fell back to a baseline read as if nothing had been found). A searched plan that
+    failed against round-up-to-8 does not make round-up-to-8 the answer where round-up-to-8 is put
+    to the input next: the line says so, not "so the answer is round-up-to-8"."""
     rounds = ", ".join(
         f"{b:.1f} vs {a:.1f}"
         for b, a in zip(conf["best_round_medians_us"], conf["baseline_round_medians_us"])
     )
-    verdict = (
-        "kept: faster in every round"
-        if conf["kept"]
-        else f"not confirmed, so the answer is {conf['baseline']}"
-    )
+    then = conf.get("fallback_vs_input")
+    if conf["kept"]:
+        verdict = "kept: faster in every round"
+    elif then == "rounds":
+        verdict = f"not confirmed, so {conf['baseline']}, in its place, is confirmed against the input next"
+    elif then == "budget":
+        verdict = (
+            f"not confirmed, so the answer is {conf['baseline']} (itself not confirmed against the "
+            "input: no evaluation of --max-evals was left for a rebuild round of each)"
+        )
+    else:
+        verdict = f"not confirmed, so the answer is {conf['baseline']}"
     # round-up-to-8 confirmed against the input is named: it is no searched plan
     what = conf.get("answer") if conf.get("answer_is_baseline") else "searched plan"
+    after = f", in place of {conf['after']}" if conf.get("after") else ""
     return (
-        f"confirmation ({conf['rounds']} builds each, {what} vs {conf['baseline']}, "
+        f"confirmation ({conf['rounds']} builds each, {what} vs {conf['baseline']}{after}, "
         f"median µs per round: {rounds}; pooled gain {100 * conf['pooled_gain']:+.2f} %): {verdict}"
     )
 
 
-def _confirmation_lines(conf: dict[str, Any] | None) -> list[str]:
-    return [f"- {confirmation_line(conf)}"] if conf else []
+def _confirmation_lines(report: dict[str, Any]) -> list[str]:
+    return [f"- {confirmation_line(conf)}" for conf in confirmations(report)]
 
 
 def _traffic_lines(tr: dict[str, Any] | None, measured: bool) -> list[str]:
@@ -622,7 +687,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         *_engine_lines(report),
         f"- end-to-end evaluations: {ev['count']} of at most {ev['max']} "
         f"({ev['measured_this_run']} this run, {ev['from_journal']} from the journal)"
-        + _budget_note(ev, report.get("confirmation")),
+        + _budget_note(ev, report.get("confirmation"), report.get("confirmations") or []),
         *_build_lines(ev["list"]),
         f"- per-layer sweep: {sw['shapes']} conv shapes, {sw['measured']} "
         f"{'timed' if report['measured'] else 'predicted'} ({sw['seconds']:.1f} s), "
@@ -639,7 +704,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
         f"- vs input: {report['comparisons']['vs_input']['describe']}",
         f"- vs round-up-to-8: {report['comparisons']['vs_round_up_8']['describe']}",
-        *_confirmation_lines(report.get("confirmation")),
+        *_confirmation_lines(report),
         "",
         "## Widths",
         "",

@@ -122,3 +122,30 @@ def test_a_real_round_up_to_8_gain_is_confirmed_and_pooled(
     assert res.timings["best"].runs == 3 * 11  # pooled over the three builds
     assert res.timings["input"].runs == 3 * 11
     assert res.report["comparisons"]["vs_input"]["verdict"] == "faster"
+
+
+def test_one_evaluation_left_is_no_round_and_round_up_to_8_is_said_unconfirmed(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """--max-evals 3: one evaluation after the baselines, no whole rebuild round of each. The input
+    was rebuilt alone (a half round, deciding nothing) and the warning said round-up-to-8 was
+    "confirmed against the input"; now nothing is measured past the baselines, the warning says
+    it is not, and so does "vs input"."""
+    from deployopt.errors import DeployoptWarning
+
+    cfg = config(zoo_model_path, tmp_path, max_evals=3)
+    session = ScriptedSession(r8_first=950.0, r8_again=1000.0)
+    with pytest.warns(DeployoptWarning) as caught:
+        res = optimize(cfg, session=session)
+    said = " ".join(str(w.message) for w in caught)
+    assert "the two baselines take 2 and 1 is kept back" in said
+    assert (
+        "too few left for a rebuild round of each, so round-up-to-8, if the faster, is not confirmed" in said
+    )
+    assert [e.label for e in res.evaluations] == ["input", "round-up-to-8"] and session.calls == 2
+    assert res.best_plan == res.round_up and res.report["confirmation"] is None
+    assert res.report["vs_input_unconfirmed"] == (
+        "round-up-to-8 was not confirmed against the input (built once: no evaluation of --max-evals 3 "
+        "was left for a rebuild round of each)"
+    )
+    assert res.report["comparisons"]["vs_input"]["describe"].endswith(res.report["vs_input_unconfirmed"])

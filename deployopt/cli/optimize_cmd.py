@@ -368,9 +368,10 @@ def _render(result: Any) -> None:
     _say(f"vs input: {rep['comparisons']['vs_input']['describe']}")
     _say(f"vs round-up-to-8: {rep['comparisons']['vs_round_up_8']['describe']}")
     if rep.get("confirmation"):  # in report.md too; a fallback to a baseline is said, not left silent
-        from deployopt.report import confirmation_line
+        from deployopt.report import confirmation_line, confirmations
 
-        _say(confirmation_line(rep["confirmation"]), None if rep["confirmation"]["kept"] else "yellow")
+        for conf in confirmations(rep):  # two where round-up-to-8 was put to the input in turn
+            _say(confirmation_line(conf), None if conf["kept"] else "yellow")
     ev, sw = rep["evaluations"], rep["per_layer_sweep"]
     verb = "timed" if rep["measured"] else "predicted"
     _say(
