@@ -20,6 +20,17 @@ each rule is also scored on A against B: how often it calls the change, and whic
 JSON (and writes it with -o):
 
     python benchmarks/aa_compare.py RESULT.json ... [--group 3] [--detect OTHER.json ...] [-o aa.json]
+
+`--pair A2.json` scores `bench --append` series (`interleaved`): RESULT.json and A2.json are one
+model benched in turns, one replicate a round into each (and `--detect W.json`, a model that
+differs, in the same rounds). For each `--rounds K` (default 3 and 6) it cuts each file into
+blocks of K rounds and judges A's block i against A2's: `interleaved` the same rounds (what a loop
+of K rounds gives, each side's runs spread over the same stretch of time), `sliding` the same at
+every start round (overlapping windows, so not independent), `not_interleaved` block i against
+block j != i (each side's K runs in a stretch of its own, as two `bench --repeat K` one after the
+other give); `whole` is `compare` on the two files as they are, and `detect` the same against W:
+
+    python benchmarks/aa_compare.py aa1.json --pair aa2.json --rounds 3 6 --detect w.json -o out.json
 """
 
 from __future__ import annotations
@@ -147,6 +158,57 @@ def detect(a_runs: list[Timing], b_runs: list[Timing], k: int) -> dict[str, obje
     }
 
 
+def blocks(runs: list[Timing], k: int) -> list[Timing]:
+    """Consecutive blocks of k runs (rounds) as replicated results."""
+    return [group(runs[i : i + k]) for i in range(0, len(runs) - k + 1, k)]
+
+
+def interleaved(a: Timing, b: Timing, rounds: list[int], other: Timing | None) -> dict[str, object]:
+    """`--pair`: A and A2 (and W) benched in turns with `bench --append` (see the module's docstring)."""
+    ra, rb = single_runs(a), single_runs(b)
+    rw = single_runs(other) if other is not None else []
+    n = min(len(ra), len(rb))
+    medians = {"a": [t.median_us for t in ra], "a2": [t.median_us for t in rb]}
+    whole: dict[str, object] = {"aa": describe(compare_timings(a, b))}
+    if other is not None:
+        medians["w"] = [t.median_us for t in rw]
+        whole["a_vs_w"] = describe(compare_timings(a, other))
+        whole["a2_vs_w"] = describe(compare_timings(b, other))
+    out: dict[str, object] = {"rounds": n, "medians_us": medians, "whole": whole}
+    for k in rounds:
+        ba, bb = blocks(ra[:n], k), blocks(rb[:n], k)
+        m = len(ba)
+        entry: dict[str, object] = {
+            "blocks": m,
+            "interleaved": count(compare_timings(ba[i], bb[i]) for i in range(m)),
+            "sliding": count(
+                compare_timings(group(ra[s : s + k]), group(rb[s : s + k])) for s in range(n - k + 1)
+            ),
+            "not_interleaved": count(
+                compare_timings(ba[i], bb[j]) for i in range(m) for j in range(m) if i != j
+            ),
+        }
+        if other is not None:
+            bw = blocks(rw[:n], k)
+            mw = min(m, len(bw))
+            entry["detect"] = {
+                "interleaved": count(compare_timings(side[i], bw[i]) for side in (ba, bb) for i in range(mw)),
+                "not_interleaved": count(
+                    compare_timings(side[i], bw[j])
+                    for side in (ba, bb)
+                    for i in range(mw)
+                    for j in range(mw)
+                    if i != j
+                ),
+            }
+        out[f"rounds_{k}"] = entry
+    return out
+
+
+def describe(c: Comparison) -> dict[str, object]:
+    return {"verdict": verdict(c), "change_pct": 100 * (c.ratio - 1), "p_value": c.p_value, "test": c.test}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", nargs="+", type=Path, help="bench -o results of one model, in the order timed")
@@ -156,8 +218,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--detect", nargs="*", type=Path, default=[], help="results of a model that really differs"
     )
+    ap.add_argument(
+        "--pair", type=Path, help="a second result of the same model, benched in turns with RESULT (--append)"
+    )
+    ap.add_argument(
+        "--rounds", nargs="+", type=int, default=[3, 6], help="rounds a block for --pair (default 3 6)"
+    )
     ap.add_argument("-o", "--output", type=Path, help="also write the JSON here")
     args = ap.parse_args(argv)
+    if args.pair is not None:
+        if len(args.results) != 1 or len(args.detect) > 1:
+            ap.error("--pair takes one RESULT and at most one --detect file")
+        other = load_timing(args.detect[0]) if args.detect else None
+        out = {
+            "rule": "deployopt compare's defaults (alpha 0.01, min effect 2 %)",
+            "results": [str(args.results[0]), str(args.pair)],
+            "detect": [str(p) for p in args.detect],
+            "interleaved": interleaved(
+                load_timing(args.results[0]), load_timing(args.pair), args.rounds, other
+            ),
+        }
+        text = json.dumps(out, indent=1)
+        print(text)
+        if args.output:
+            args.output.write_text(text + "\n")
+        return 0
     runs = [r for p in args.results for r in single_runs(load_timing(p))]
     if len(runs) < 2:
         ap.error("give at least two runs")

@@ -322,6 +322,28 @@ def write_json(dest: str | os.PathLike[str], obj: Any) -> None:
     write_text(dest, json.dumps(obj, indent=2, sort_keys=False) + "\n")
 
 
+def write_json_if_unchanged(dest: str | os.PathLike[str], obj: Any, expected: bytes | None) -> None:
+    """`write_json` for a read-modify-write (`bench --append`): the new document is staged beside
+    `dest` and renamed over it only if `dest` still holds `expected` (None: still absent), checked
+    right before the rename. Two loops appending to one file, or a copy over it while a run was
+    timed, would otherwise lose the other's runs without a word; the later one gets one OutputError
+    line and `dest` keeps what the other wrote. (Not a lock: a write in the instant between the
+    check and the rename is still lost.)"""
+    with atomic_path(dest) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n")
+        try:
+            now: bytes | None = Path(dest).read_bytes()
+        except FileNotFoundError:
+            now = None
+        except OSError as exc:
+            raise output_error(dest, exc) from None
+        if now != expected:
+            raise OutputError(
+                f"cannot write {dest}: it changed while this ran (another bench appending to it, or a "
+                "copy over it); left as it is: time this run again"
+            )
+
+
 def read_json(path: str | os.PathLike[str]) -> Any:
     """The JSON document in `path`, `NAME.json` or gzip-compressed `NAME.json.gz` (by the suffix).
 

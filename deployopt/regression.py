@@ -19,11 +19,12 @@ import contextlib
 import json
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from deployopt.clocks import clocks_locked, held_down_phrase
-from deployopt.errors import DataError, no_such_file
+from deployopt.errors import DataError, DeployoptError, no_such_file
 from deployopt.prebuilt import PREBUILT, is_engine_file
 from deployopt.timing import (
     DRIFT_MIN_RUNS,
@@ -32,6 +33,7 @@ from deployopt.timing import (
     REPLICATE_MIN_DF,
     REPLICATE_TEST,
     Comparison,
+    Replicate,
     Timing,
     check_samples,
     compare,
@@ -146,6 +148,13 @@ def setup(t: Timing) -> str:
 def differences(a: Timing, b: Timing) -> list[str]:
     """What differs between the two measurements' setups, in words ('SMs 8 → 16'), and either side
     whose GPU clock was held down (clock_slowdowns)."""
+    return setup_differences(a, b) + clock_slowdowns(a, b)
+
+
+def setup_differences(a: Timing, b: Timing) -> list[str]:
+    """`differences` less the clock held down: backend, the LIKE_FOR_LIKE facts both sides recorded,
+    and what was timed. `bench --append` refuses a run whose setup differs by these (a held-down
+    clock is no setup: the run is appended and the result keeps the flag, Timing.appended)."""
     out = [] if a.backend == b.backend else [f"backend {a.backend} → {b.backend}"]
     fa, fb = like_for_like_facts(a), like_for_like_facts(b)
     for key, word in LIKE_FOR_LIKE:
@@ -155,7 +164,7 @@ def differences(a: Timing, b: Timing) -> list[str]:
     ta, tb = comparable_timed(a), comparable_timed(b)
     if ta and tb and ta != tb:
         out.append(timed_difference(ta, tb))
-    return out + clock_slowdowns(a, b)
+    return out
 
 
 #: The first clause of the "what was timed" line jetson/runner.py wrote for a serialized engine
@@ -257,7 +266,11 @@ def staleness(baseline: Timing, current: Timing) -> str | None:
     """Why the current result may not be this run's (None: it is newer than its baseline, or a side
     recorded no "measured_at", as files written before it did not). A `bench -o` or a copy that
     failed leaves the last result in place (outputs are never half-written), and compare judged it
-    again with no word; a baseline copied from the current result carries its very time."""
+    again with no word; a baseline copied from the current result carries its very time.
+
+    Sides whose runs were interleaved (`bench --append`, a round of baseline then current or the
+    other way round) overlap in time: a current side with a run after the baseline's first
+    replicate is this run's, whichever side's last run came last."""
     if baseline.measured_at is None or current.measured_at is None:
         return None
     b, c = measured_time(baseline.measured_at), measured_time(current.measured_at)
@@ -265,12 +278,21 @@ def staleness(baseline: Timing, current: Timing) -> str | None:
         return None
     if c == b and baseline.samples_us == current.samples_us:
         return f"both sides are the same result, measured at {current.measured_at} (the same file or a copy)"
+    if c > _earliest(baseline):  # interleaved with the baseline's runs
+        return None
     if c == b:  # "measured_at" is to the second
         return (
             f"both sides were measured in the same second ({current.measured_at}): which is newer cannot "
             "be told"
         )
     return f"it was measured at {current.measured_at}, before its baseline ({baseline.measured_at})"
+
+
+def _earliest(t: Timing) -> datetime:
+    """When the first of a result's runs was measured: its earliest replicate's time, else (one run,
+    or replicates that recorded none) its measured_at."""
+    times = [r.measured_at for r in t.replicates or [] if r.measured_at is not None]
+    return min(measured_time(x) for x in [*times, t.measured_at] if x is not None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -665,3 +687,118 @@ def compare_paths(
         stale = staleness(tb, tc)
         pairs.append(Pair(name, bp, cp, tb, tc, comparison, differences(tb, tc), model, notes, stale))
     return RegressionReport(pairs, alpha, min_effect, only_b, only_c)
+
+
+# ---------------------------------------------------------------------------------------------
+# bench --append: more replicates added to a result, interleaved in time with another's
+
+
+@dataclass(frozen=True)
+class AppendTarget:
+    """The bench result `bench --append` adds replicates to: the file, its result, and the bytes it
+    held when read (it is rewritten only if it still holds them: fileio.write_json_if_unchanged)."""
+
+    path: Path
+    timing: Timing
+    data: bytes
+
+
+def append_target(
+    path: Path, backend: str, identity: dict[str, str], runs: int, warmup: int
+) -> AppendTarget | None:
+    """The result in `path` that `bench --append` will add to, checked before anything is timed;
+    None where there is no file yet (bench writes it new, so a loop works from its first round).
+
+    One DataError line, the file untouched, unless it is a bench (or jetson runner) result of the
+    same model (sha256), backend, --runs and --warmup: a compare report, an optimize report, a
+    profile or a trtexec --exportTimes file is no result to add runs to, and a file that records no
+    model cannot show the runs are of this one. --runs and --warmup are refused rather than mixed:
+    the replicates of one side must be draws of one procedure, and where latency drifts within a run
+    (every H100 torch run got 2–2.5 % faster over its first 100 of 200) the warm-up and the run
+    length move a run's median, which the test on replicate medians would count as run-to-run
+    variation. trtexec warms up by time and takes --iterations as a minimum, so its sample counts
+    are trtexec's: not checked there. The setup facts are checked on the first new run
+    (check_append_setup): the backend records them as it measures."""
+    from deployopt.fileio import resolve_output
+
+    if resolve_output(path)[1]:  # /dev/null, a FIFO, /dev/stdout: nothing to read back and rewrite
+        raise DataError(
+            f"--append: {path} is not a regular file: --append reads the result there and rewrites it"
+        )
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise DataError(f"--append: cannot read {path}: {exc.strerror or exc}") from None
+
+    def refuse(why: str) -> DataError:
+        return DataError(f"--append: {path} {why} (nothing was timed)")
+
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        what = "is empty" if not data.strip() else "is not JSON"
+        raise refuse(f"{what}, not a deployopt bench result to add runs to") from None
+    kind = _not_a_bench_result(doc)
+    if kind:
+        raise refuse(f"is {kind}, not a bench result: --append adds runs to what `deployopt bench -o` wrote")
+    try:
+        existing = timing_from_json(path, doc)
+    except DeployoptError as exc:  # malformed samples, a failed or predicted run: its own line
+        raise DataError(f"--append: {exc}") from None
+    recorded = recorded_model(path, existing)
+    if recorded is None:
+        raise refuse(
+            "records no model (written before results did), so the runs added could not be checked to "
+            "be of the same one; bench into a new file"
+        )
+    if recorded["sha256"] != identity["sha256"]:
+        raise refuse(
+            f"holds runs of {recorded['file']} (sha256 {recorded['sha256'][:12]}…), and this bench times "
+            f"{identity['file']} (sha256 {identity['sha256'][:12]}…), another model; bench it into its "
+            "own file"
+        )
+    if existing.backend != backend:
+        raise refuse(f"holds runs timed by backend {existing.backend!r}, and this bench uses {backend!r}")
+    if backend != "trtexec":
+        sizes = sorted({r.runs for r in existing.replicates or [Replicate(existing.runs)]})
+        if sizes != [runs] or existing.warmup != warmup:
+            had = f"--runs {'/'.join(map(str, sizes))} --warmup {existing.warmup}"
+            fix = f"give {had}" if len(sizes) == 1 else "bench into a new file"
+            raise refuse(
+                f"holds runs timed with {had}, and this bench asks --runs {runs} --warmup {warmup}: the "
+                "runs of one side must be timed alike (warm-up and run length move a run's median where "
+                f"latency drifts within it); {fix}"
+            )
+    return AppendTarget(path, existing, data)
+
+
+def _not_a_bench_result(doc: Any) -> str:
+    """What a parsed JSON file is where it is not a bench / runner result ('' where it may be one:
+    timing_from_json checks the rest)."""
+    if isinstance(doc, list):
+        return "a JSON list (a trtexec --exportTimes file has one query per entry)"
+    if not isinstance(doc, dict):
+        return f"a JSON {type(doc).__name__}"
+    if doc.get("tool") == "deployopt optimize":
+        return "a deployopt optimize report"
+    if is_compare_report(doc):
+        return "a deployopt compare report"
+    if "samples_us" not in doc:
+        return "a profile result (per-layer times)" if "layers" in doc else "a JSON object without samples_us"
+    return ""
+
+
+def check_append_setup(target: AppendTarget, new: Timing) -> None:
+    """The first run `bench --append` timed against the result it goes into: one DataError line
+    (the file untouched, no further run timed) where their setups differ by what `compare
+    --strict` flags (setup_differences: backend, GPU or CPU, cores and threads, runtime versions,
+    SMs, dtype, input shapes, what was timed; a fact the file lacks does not count). Such runs pooled
+    as one side's replicates would make a between-setup change look like run-to-run variation."""
+    diffs = setup_differences(target.timing, new)
+    if diffs:
+        raise DataError(
+            f"--append: {target.path} holds runs of another setup than this one ({'; '.join(diffs)}): "
+            "not added (the runs of one side must share a setup); bench into a new file"
+        )

@@ -151,6 +151,30 @@ class Timing:
             replicates=[Replicate(p.runs, p.measured_at) for p in parts],
         )
 
+    def appended(self, parts: list[Timing]) -> Timing:
+        """This result with `parts` (measured later, in a separate `bench --append`) added as
+        replicates after its own: a result of one run becomes its first replicate. Bench them
+        interleaved with another model's runs and each side's replicates span the same stretch of
+        the host's load, which three back-to-back replicates do not. Backend, what was timed, the
+        model and the environment stay this result's (bench checks the parts match them), unless a
+        part's GPU clock was held down and this result's was not: that environment is kept, as in
+        from_replicates, so compare still flags it. measured_at is the latest of all."""
+        if not parts:
+            raise ValueError("no replicates to append")
+        from deployopt.clocks import held_down_phrase
+
+        envs = [self.environment, *(p.environment for p in parts)]
+        env = next((e for e in envs if held_down_phrase(e)), self.environment)
+        times = [t for t in (self.measured_at, *(p.measured_at for p in parts)) if t is not None]
+        own = self.replicates or [Replicate(self.runs, self.measured_at)]
+        return replace(
+            self,
+            samples_us=[float(x) for x in self.samples_us] + [float(x) for p in parts for x in p.samples_us],
+            environment=env,
+            measured_at=max(times, key=measured_time) if times else None,
+            replicates=[*own, *(Replicate(p.runs, p.measured_at) for p in parts)],
+        )
+
     @property
     def runs(self) -> int:
         return len(self.samples_us)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any, Optional
 
@@ -58,6 +59,7 @@ from deployopt.fileio import (
     refuse_input_as_output,
     removed_if_left_empty,
     write_json,
+    write_json_if_unchanged,
 )
 from deployopt.prebuilt import is_engine_file, refuse_engine_backend, refuse_engine_options
 from deployopt.remote import check_remote_backend
@@ -364,6 +366,14 @@ def bench_command(
         "again), each with its own warm-up and --runs; compare then tests the replicates' medians, "
         "which shows how much runs vary.",
     ),
+    append: bool = typer.Option(
+        False,
+        "--append",
+        help="Add this run (or the --repeat N runs) as replicates to the bench result in -o FILE (written "
+        "new where absent): bench the baseline and the current model in turns, each into its own file, "
+        "and each side's replicates span the same host load or board temperature. FILE must hold runs "
+        "of the same model (sha256), backend, --runs, --warmup and setup.",
+    ),
     input_shape: Optional[list[str]] = _input_shape_option(),
     timeout: float = timeout_option(),
     cudnn_engines: Optional[int] = cudnn_engines_option(),
@@ -381,6 +391,8 @@ def bench_command(
 ) -> None:
     """Time a model end to end: median, IQR, 95 % CI, runs, what was timed, environment."""
     check_repeat(repeat)  # before anything starts: a typo must not cost a measurement
+    if append and output is None:
+        raise DeployoptError("--append adds runs to the bench result in a file: give it with -o FILE")
     backend = default_backend(backend, remote)
     settings = (dtype, batch, sms, runs, warmup, input_shape, timeout)
     preprocess = image_preprocess(calibration_data, mean, std, bgr, scale, resize)
@@ -397,19 +409,49 @@ def bench_command(
         remote=remote,
         timing_cache=timing_cache,
     )
+    target, identity = None, None
+    if append:  # FILE checked before anything is timed: another model's or backend's, not a result
+        from deployopt.regression import append_target, check_append_setup
+
+        assert output is not None  # refused above
+        identity = _model_identity(model)
+        target = append_target(output, b.name, identity, opts.runs, opts.warmup)
     parts = []
     for i in range(repeat):  # each replicate a fresh session, closed before the next one opens
         with b.open(opts) as session:
             if i == 0:
                 note_cudnn_search(b, opts.sms, opts.cudnn_engines, opts.cudnn_benchmark)
-                identity = _model_identity(model)  # before timing: a file that cannot be read costs no run
+                if identity is None:  # before timing: a file that cannot be read costs no run
+                    identity = _model_identity(model)
             part = session.measure(model)
         if part.measured:  # when: compare tells last week's file, left by a run that failed, from this one
             part.measured_at = measured_now()
+        if target is not None and i == 0:  # the setup the backend recorded: refused before the rest
+            check_append_setup(target, part)
         parts.append(part)
-    timing = parts[0] if repeat == 1 else Timing.from_replicates(parts)
-    timing.model = identity
-    _emit(bench_json(timing), as_json, output, lambda: render_bench(timing, f"{model.name} on {backend}"))
+    if target is not None:
+        timing = target.timing.appended(parts)  # its model record kept: the same sha256, checked
+    else:
+        timing = parts[0] if repeat == 1 and not append else Timing.from_replicates(parts)
+        timing.model = identity
+
+    def render() -> None:
+        render_bench(timing, f"{model.name} on {backend}")
+
+    if not append:
+        _emit(bench_json(timing), as_json, output, render)
+    else:  # FILE rewritten whole, and only if no other run changed it while this one was timed
+        expected = None if target is None else target.data
+        done = "added" if target is not None else "wrote"
+        _emit(
+            bench_json(timing),
+            as_json,
+            output,
+            render,
+            write=partial(write_json_if_unchanged, expected=expected),
+            wrote=f"{done} {counted(repeat, 'replicate')} to {output} "
+            f"({counted(timing.replicate_count, 'replicate')} now)",
+        )
     warn_clock_slowdown(timing.environment)
     note_too_few_to_compare(timing.runs)
 
@@ -494,17 +536,24 @@ def render_bench(timing: Timing, title: str) -> None:
     console.print(table)
 
 
-def _emit(doc: dict[str, Any], as_json: bool, output: Path | None, render: Callable[[], None]) -> None:
-    """How `bench` and `profile` end: the JSON written to -o, then printed (--json) or `render`ed
-    as a table followed by where the file went."""
+def _emit(
+    doc: dict[str, Any],
+    as_json: bool,
+    output: Path | None,
+    render: Callable[[], None],
+    write: Callable[[Path, Any], None] = write_json,
+    wrote: str | None = None,
+) -> None:
+    """How `bench` and `profile` end: the JSON written to -o (by `write`), then printed (--json) or
+    `render`ed as a table followed by where the file went (`wrote`: the line that says so)."""
     if output is not None:
-        write_json(output, doc)
+        write(output, doc)
     if as_json:
         console.print_json(json.dumps(doc))
         return
     render()
     if output is not None:
-        console.print(f"wrote {output}", highlight=False)
+        console.print(wrote or f"wrote {output}", highlight=False)
 
 
 def _fmt_dims(d: Any) -> str:
