@@ -136,7 +136,8 @@ def _render(report: RegressionReport) -> None:
             f"one run per side: {which} rests on one run per side, so how much a model's median moves "
             "between runs (a new process, a new kernel search, the host's load) is unseen; on the hosts "
             "measured it exceeded --min-effect (docs/regression.md). Bench each side with `deployopt bench "
-            "--repeat 3` and compare tests the replicates' medians",
+            "--repeat 3` (or, on a host whose load moves, alternate the two sides' benches with `-o FILE "
+            "--append`) and compare tests the replicates' medians",
             markup=False,
             highlight=False,
             soft_wrap=True,
