@@ -666,9 +666,10 @@ def _fix_input_shapes(
     return fixed
 
 
-def _give_outputs_shapes(model: onnx.ModelProto, path: Path) -> None:
+def _give_outputs_shapes(model: onnx.ModelProto, path: Path, reuse: InferenceReuse | None = None) -> None:
     """A graph output with a type but no shape (which onnxruntime and TensorRT run) gets the shape
-    shape inference finds for it, or one ModelError that says which output has none."""
+    shape inference finds for it, or one ModelError that says which output has none. `reuse`: the
+    load-time type check's inference, read instead where it inferred this very graph."""
     missing = [
         o.name
         for o in model.graph.output
@@ -676,9 +677,11 @@ def _give_outputs_shapes(model: onnx.ModelProto, path: Path) -> None:
     ]
     if not missing:
         return
+    shared = reuse.take(model, data_prop=False) if reuse is not None else None
     try:
         # on a `weightless` copy, as `_infer`: handed the whole model, onnx serializes it twice
-        inferred = {o.name: o for o in onnx.shape_inference.infer_shapes(weightless(model)).graph.output}
+        found = shared if shared is not None else onnx.shape_inference.infer_shapes(weightless(model))
+        inferred = {o.name: o for o in found.graph.output}
     except Exception:  # a model inference cannot read: the checker or _infer says why
         inferred = {}
     for out in model.graph.output:
@@ -827,11 +830,15 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
 _SAME_SHAPE_UNINFERRED = ("GroupNormalization",)
 
 
-def _infer(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
+def _infer(model: onnx.ModelProto, path: Path, reuse: InferenceReuse | None = None) -> onnx.ModelProto:
     """The model with its shapes inferred (in place: what inference gives is copied into it).
 
     Inference reads a copy without the large float weights' data (`weightless`): handed the whole
-    model, onnx serialized and parsed it twice, 1.8 GB of memory for a 340 MB model."""
+    model, onnx serialized and parsed it twice, 1.8 GB of memory for a 340 MB model. `reuse`: the
+    load-time type check's inference, taken instead where it is what this would infer."""
+    shared = reuse.take(model, data_prop=True) if reuse is not None else None
+    if shared is not None:
+        return _copy_inferred(shared, model)
     skel = weightless(model)
     try:
         inferred = onnx.shape_inference.infer_shapes(skel, strict_mode=True, data_prop=True)
@@ -843,6 +850,11 @@ def _infer(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
             inferred = onnx.shape_inference.infer_shapes(skel, strict_mode=True, data_prop=True)
         except Exception:  # the first error is the one to show
             raise ModelError(f"{path.name}: shape inference failed: {first}") from None
+    return _copy_inferred(inferred, model)
+
+
+def _copy_inferred(inferred: onnx.ModelProto, model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` (in place) with everything but its initializers taken from `inferred`."""
     for fd in model.DESCRIPTOR.fields:
         if fd.name != "graph":
             model.ClearField(fd.name)
@@ -852,6 +864,126 @@ def _infer(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
             model.graph.ClearField(fd.name)
     copy_fields(inferred.graph, model.graph, "initializer")
     return model
+
+
+#: ops with a data propagation function that need no constant input to propagate (onnx 1.23:
+#: the others also propagate only from integer constants or what these give)
+_DATA_SOURCES = ("Shape", "Size")
+
+
+def _data_prop_inert(model: onnx.ModelProto) -> bool:
+    """Whether `data_prop=True` cannot change what inference gives for this model (conservatively:
+    True only where plain to see). Data propagation starts at a Shape or Size, or at an op with a
+    propagation function reading a constant (an initializer not of a float type, whose values
+    cannot be dims; any Constant's output); without one, nothing propagates and the inference
+    functions see no more than without it (a bias Add reading a float weight stays inert). Not
+    looked into, so False: subgraphs, local functions, an op onnx has no schema for, and an op onnx
+    infers through its function body (GroupNormalization-21, whose body has Shapes: with data_prop the
+    next op failed, without it the strict pass succeeded)."""
+    graph = model.graph
+    if model.functions:
+        return False
+    opsets = {o.domain or "ai.onnx": o.version for o in model.opset_import}
+    consts = {t.name for t in graph.initializer if t.data_type not in _FLOAT_TYPES}
+    consts |= {t.values.name for t in graph.sparse_initializer}
+    consts |= {o for n in graph.node if n.op_type == "Constant" for o in n.output}
+    seen: set[tuple[str, str]] = set()
+    for node in graph.node:
+        if node.op_type in _DATA_SOURCES or any(a.HasField("g") or a.graphs for a in node.attribute):
+            return False
+        if node.op_type in _DATA_PROPAGATORS and any(i in consts for i in node.input):
+            return False
+        op = (node.domain or "ai.onnx", node.op_type)
+        if op not in seen:
+            seen.add(op)
+            if not _infers_by_its_own_function(*op, opsets.get(op[0])):
+                return False
+    return True
+
+
+#: initializers of these types feed no data propagation (onnx converts integer ones to dims)
+_FLOAT_TYPES = (
+    TensorProto.FLOAT,
+    TensorProto.FLOAT16,
+    TensorProto.DOUBLE,
+    TensorProto.BFLOAT16,
+)
+
+
+def _infers_by_its_own_function(domain: str, op_type: str, opset: int | None) -> bool:
+    """Whether onnx has a schema for the op at this opset with its own inference function (not
+    its function body's)."""
+    if opset is None:
+        return False
+    try:
+        schema = onnx.defs.get_schema(op_type, opset, "" if domain == "ai.onnx" else domain)
+    except Exception:  # onnx.defs.SchemaError: no such op in onnx
+        return False
+    return bool(schema.has_type_and_shape_inference_function)
+
+
+def _data_propagators() -> frozenset[str]:
+    """The op types onnx gives a data propagation function, in any opset (more than needed where an
+    op gained one only later: a conservative `_data_prop_inert`)."""
+    schemas = onnx.defs.get_all_schemas_with_history()
+    return frozenset(s.name for s in schemas if getattr(s, "has_data_propagation_function", True))
+
+
+_DATA_PROPAGATORS = _data_propagators()
+
+
+@dataclass
+class InferenceReuse:
+    """The load-time type check's inference (`model_checks.check_model_data`: strict, check_type,
+    no data_prop, on the `weightless` copy of the model as parsed) and what that model's graph
+    looked like where load changes it (inputs, outputs, node order; value_info empty), for the next
+    inference of the same graph to take instead of running again.
+
+    `take` gives it only where what it would infer is this: the graph unchanged since (load's
+    `_toposort`, `_fix_input_shapes`, `_give_outputs_shapes` and `_clear_derived_shapes` change
+    nothing but those fields), and, for `_infer`'s data_prop=True, data propagation inert. A strict
+    pass that succeeded gives what a lenient one gives, and check_type only refuses: neither changes
+    a shape inferred. Taken once: the first inference after anything changed infers anew."""
+
+    inferred: onnx.ModelProto | None
+    inputs: list[onnx.ValueInfoProto]
+    outputs: list[onnx.ValueInfoProto]
+    nodes_moved: bool = False
+    data_prop_inert: bool = False
+
+    @classmethod
+    def of(cls, inferred: onnx.ModelProto | None, model: onnx.ModelProto) -> InferenceReuse | None:
+        """What `check_model_data` returned, kept against `model` as it is now; None where there is
+        nothing to reuse (or the model's value_info, which load clears, was read)."""
+        if inferred is None or len(model.graph.value_info):
+            return None
+        return cls(
+            inferred,
+            [_copy_proto(v) for v in model.graph.input],
+            [_copy_proto(v) for v in model.graph.output],
+            data_prop_inert=_data_prop_inert(model),
+        )
+
+    def take(self, model: onnx.ModelProto, *, data_prop: bool) -> onnx.ModelProto | None:
+        """The kept inference where it is what inferring `model` now would give, else None; either
+        way it is not kept after (once the graph is inferred, load goes on with that)."""
+        inferred, self.inferred = self.inferred, None
+        if (
+            inferred is None
+            or self.nodes_moved
+            or (data_prop and not self.data_prop_inert)
+            or len(model.graph.value_info)
+            or list(model.graph.input) != self.inputs
+            or list(model.graph.output) != self.outputs
+        ):
+            return None
+        return inferred
+
+
+def _copy_proto(msg: onnx.ValueInfoProto) -> onnx.ValueInfoProto:
+    out = onnx.ValueInfoProto()
+    out.CopyFrom(msg)
+    return out
 
 
 def weightless(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -1008,7 +1140,7 @@ def load_model(
     # scalar bias, a zero-size conv were tracebacks or "please report this model" further on
     from deployopt.model_checks import check_model_data
 
-    check_model_data(model, str(path))
+    reuse = InferenceReuse.of(check_model_data(model, str(path)), model)
     # before the checker, which refuses a graph input or output without a shape in its own words
     # ("Field 'shape' of 'type' is required"): an input gets --input-shape's (or asks for one), an
     # output what inference finds (onnx-graphsurgeon writes outputs whose shape is None)
@@ -1025,12 +1157,14 @@ def load_model(
         if i.name in (input_shapes or {}) and not keep_dynamic
     }
     if _toposort(model.graph):
+        if reuse is not None:
+            reuse.nodes_moved = True
         notices.append(
             "the graph's nodes were not in topological order (ONNX requires it; onnxruntime sorts them "
             "itself): sorted here, and models written from this one keep that order"
         )
     fixed = _fix_input_shapes(model, dict(input_shapes or {}), path, notices, keep_dynamic)
-    _give_outputs_shapes(model, path)
+    _give_outputs_shapes(model, path, reuse)
     try:
         # its `check_skeleton`: handed the whole model, the checker serializes it (twice its size)
         onnx.checker.check_model(check_skeleton(model))
@@ -1041,7 +1175,7 @@ def load_model(
         raise ModelError(f"{path}: invalid ONNX model: {first}") from None
     _clear_derived_shapes(model, all_outputs=bool(input_shapes))
     try:
-        model = _infer(model, path)
+        model = _infer(model, path, reuse)
     except ModelError as exc:
         if input_shapes and not external and _infers_as_exported(path):
             asked = ", ".join(f"{n} {'×'.join(map(str, d))}" for n, d in fixed.items())
