@@ -19,7 +19,8 @@ where L1's classify 10, 3 and 4; data-free products with the readers' weights di
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
@@ -47,11 +48,51 @@ def constants(analysis: Analysis, model: Weights = None) -> Constants:
     return st.constants_of(model) if isinstance(model, onnx.ModelProto) else model
 
 
+#: float64 bytes a ranking converts at a time: weights are read as float64 in pieces of rows of
+#: about this size, never whole (VGG16's 392 MiB classifier weight cost 2 GB as float64 and |·|)
+RANK_CHUNK_BYTES = 8 << 20
+
+
+def _row_pieces(rows: int, row_bytes: int) -> Iterator[tuple[int, int]]:
+    """[r0, r1) pieces of rows 0 … rows, each about RANK_CHUNK_BYTES, and of two rows or more
+    unless `rows` is 1: numpy sums a 1-row piece of a column-major matrix pairwise where it sums
+    the whole one row after another, and each row's sum must be the whole matrix's to the last bit
+    (it decides the ties of a ranking)."""
+    step = max(2, RANK_CHUNK_BYTES // max(row_bytes, 1))
+    bounds = [*range(0, rows, step), rows]
+    if len(bounds) > 2 and bounds[-1] - bounds[-2] == 1:
+        del bounds[-2]
+    return zip(bounds[:-1], bounds[1:])
+
+
+@dataclass
+class _Filters:
+    """One producer's filters of a group: rows `offset` … `offset + rows` of `mat` ([channels, -1]
+    in the weight's own type, a view of it where it can be), `bias` ([channels, 1]) as an extra
+    column when given."""
+
+    mat: np.ndarray
+    bias: Optional[np.ndarray]
+    offset: int
+    rows: int
+
+    def pieces(self) -> Iterator[tuple[int, np.ndarray]]:
+        """(first row, those rows as float64), a few MiB at a time: each piece is made as the whole
+        float64 matrix was (the same type promotion and memory order), so numpy reduces each of its
+        rows in the same order and the sums are the same to the last bit."""
+        cols = int(np.prod(self.mat.shape[1:], dtype=np.int64)) + (self.bias is not None)
+        for r0, r1 in _row_pieces(self.rows, 8 * cols):
+            part = self.mat[self.offset + r0 : self.offset + r1]
+            if self.bias is not None:
+                part = np.concatenate([part, self.bias[self.offset + r0 : self.offset + r1]], axis=1)
+            yield r0, np.asarray(part, dtype=np.float64)
+
+
 def _producer_filters(
     analysis: Analysis, gid: str, consts: Constants, with_bias: bool = True
-) -> list[np.ndarray]:
-    """Each producer's filters as a [width, -1] matrix (bias as an extra column unless not
-    `with_bias`), read through `consts`."""
+) -> list[_Filters]:
+    """Each producer's filters as rows of a [width, -1] matrix (bias as an extra column unless not
+    `with_bias`), read through `consts`; `_Filters.pieces` converts them to float64 piece by piece."""
     st = analysis.state
     assert st is not None
     mats = []
@@ -60,7 +101,7 @@ def _producer_filters(
             continue
         node = st.nodes[atom.producer]
         if node.op_type == "Pad":  # the zeros a Pad adds to the channel axis: zero "filters"
-            mats.append(np.zeros((atom.width, 1)))
+            mats.append(_Filters(np.zeros((atom.width, 1)), None, 0, atom.width))
             continue
         w = consts(node.input[1]) if len(node.input) > 1 else None
         if w is None or w.size == 0:  # a zero-size weight: no filters to rank (reshape(0, -1) raised)
@@ -83,10 +124,10 @@ def _producer_filters(
             node.input[2] if len(node.input) > 2 and node.op_type in ("Conv", "ConvTranspose", "Gemm") else ""
         )
         bias = consts(bias_in) if bias_in else None
-        if with_bias and bias is not None and bias.size == mat.shape[0]:
-            mat = np.concatenate([mat, bias.reshape(-1, 1)], axis=1)
+        keep_bias = with_bias and bias is not None and bias.size == mat.shape[0]
         # a Split may have cut the producer's output: this group is rows offset … offset+width
-        mats.append(np.asarray(mat[atom.offset : atom.offset + atom.width], dtype=np.float64))
+        rows = max(0, min(mat.shape[0], atom.offset + atom.width) - atom.offset)
+        mats.append(_Filters(mat, bias.reshape(-1, 1) if keep_bias else None, atom.offset, rows))
     return mats
 
 
@@ -95,9 +136,10 @@ def filter_l1(analysis: Analysis, gid: str, model: Weights = None) -> np.ndarray
     (see `Weights`)."""
     width = analysis.group(gid).width
     total = np.zeros(width)
-    for mat in _producer_filters(analysis, gid, constants(analysis, model)):
-        if mat.shape[0] == width:
-            total += np.abs(mat).sum(axis=1)
+    for filters in _producer_filters(analysis, gid, constants(analysis, model)):
+        if filters.rows == width:
+            for r0, part in filters.pieces():
+                total[r0 : r0 + len(part)] += np.abs(part).sum(axis=1)
     return total
 
 
@@ -109,12 +151,13 @@ def zero_filter_channels(analysis: Analysis, gid: str, model: Weights = None) ->
     never found dead."""
     width = analysis.group(gid).width
     consts = constants(analysis, model)
-    mats = [m for m in _producer_filters(analysis, gid, consts, with_bias=False) if m.shape[0] == width]
+    mats = [f for f in _producer_filters(analysis, gid, consts, with_bias=False) if f.rows == width]
     if not mats:
         return []
-    zero = np.ones(mats[0].shape[0], dtype=bool)
-    for m in mats:
-        zero &= ~np.any(m != 0, axis=1)
+    zero = np.ones(width, dtype=bool)
+    for filters in mats:
+        for r0, part in filters.pieces():
+            zero[r0 : r0 + len(part)] &= ~np.any(part != 0, axis=1)
     return [int(i) for i in np.flatnonzero(zero)]
 
 
@@ -235,22 +278,38 @@ def _reader_norms(
     value = consts(node.input[1]) if len(node.input) > 1 else None
     if value is None:
         return None
-    w = np.asarray(value, dtype=np.float64)
+    w = value  # read as float64 a few channels at a time (`_squares`), never whole
     if node.op_type == "Conv" and w.ndim >= 2:  # [K, C/g, …]: conv group j reads channels j·C/g …
         g = max(int(st.attr(node, "group", 1)), 1)
         if w.shape[0] % g:
             return None
-        sq = (w.reshape(g, w.shape[0] // g, w.shape[1], -1) ** 2).sum(axis=(1, 3)).reshape(-1)
+        sq = _squares(w.reshape(g, w.shape[0] // g, w.shape[1], -1), axis=2).reshape(-1)
     elif node.op_type == "ConvTranspose":  # [C, K/g, …]: input channels on axis 0
-        sq = (w.reshape(w.shape[0], -1) ** 2).sum(axis=1)
+        sq = _squares(w.reshape(w.shape[0], -1), axis=0)
     elif node.op_type in ("Gemm", "MatMul") and w.ndim == 2:
         rows = w.T if node.op_type == "Gemm" and int(st.attr(node, "transB", 0)) else w
-        sq = (rows**2).sum(axis=1)
+        sq = _squares(rows, axis=0)
     else:
         return None
     if sq.size % channels:
         return None
     return np.sqrt(sq.reshape(channels, -1).sum(axis=1))
+
+
+def _squares(w: np.ndarray, axis: int) -> np.ndarray:
+    """Sum of squares in float64 of `w` ([rows, -1] with `axis` 0, or a conv's [g, K/g, C/g, -1]
+    with `axis` 2) per entry of `axis`, over the other axes but the first of a conv's: as
+    `(np.asarray(w, np.float64) ** 2).sum(...)` to the last bit, a few MiB of float64 at a time."""
+    reduce = (1,) if axis == 0 else (1, 3)
+    out = np.empty((w.shape[0], w.shape[2]) if axis == 2 else w.shape[:1])
+    per_entry = 8 * w.size // max(w.shape[axis], 1)
+    for c0, c1 in _row_pieces(w.shape[axis], per_entry):
+        part = np.asarray(w[c0:c1] if axis == 0 else w[:, :, c0:c1], dtype=np.float64)
+        if axis == 0:
+            out[c0:c1] = (part**2).sum(axis=reduce)
+        else:
+            out[:, c0:c1] = (part**2).sum(axis=reduce)
+    return out
 
 
 def _reads(analysis: Analysis, gids: Sequence[str]) -> dict[str, list[int]]:

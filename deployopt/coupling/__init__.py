@@ -277,6 +277,7 @@ def analyze(model: onnx.ModelProto) -> Analysis:
         model = onnx.shape_inference.infer_shapes(model)
     st = CouplingState(model)
     st.run(RULES)
+    st.drop_weights()  # the walk is done: what it read of the weights is not needed again
 
     # roots in order of their oldest atom, i.e. their first producer in topological order
     live = [a for a in range(len(st.atoms)) if not st.atoms[a].retired]

@@ -225,6 +225,16 @@ class CouplingState:
         cache = self._const_cache
         return _read_const(tensor, self._inits, self._const_nodes, self._quantized, cache, self.const)
 
+    def drop_weights(self) -> None:
+        """Forget the values the walk read but those `check_graph` compares (small integer
+        constants): the rest are weights, read again from the model where needed, and holding them
+        to the end cost a copy of every weight (VGG16: 460 MiB through `apply` and its write)."""
+        self._const_cache = {
+            name: arr
+            for name, arr in self._const_cache.items()
+            if arr.dtype.kind in "iub" and arr.size <= _COMPARED_VALUES
+        }
+
     def constants_of(self, model: onnx.ModelProto) -> Constants:
         """The constants of `model`, read from it by name: what surgery edits and a trim ranks by.
 
