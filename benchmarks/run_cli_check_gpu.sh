@@ -14,12 +14,18 @@ mkdir -p "$D"
 M=examples/resnet56_pruned_cifar.onnx
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$D/gpu.txt"
 T=${TARGET:-$(grep -q H100 "$D/gpu.txt" && echo h100 || echo h200)}
+# QUICK=1: only the steps a change since the last full check touches (optimize, bench, replicates,
+# compare, bad input); the staircase, calibrate, profile and dynamic-shape steps are skipped, said in
+# rc.txt (for a device call with little time left)
+full() {
+    if [ -n "${QUICK:-}" ]; then echo "$1 skipped (QUICK)" >>"$D/rc.txt"; else step "$@"; fi
+}
 step backends 60 python3 -m deployopt backends --json
 step targets_local 60 python3 -m deployopt targets --target local --json
-step staircase 120 python3 -m deployopt staircase --target "$T" --sms 8 --input 8x128x28x28 --kernel 3 \
+full staircase 120 python3 -m deployopt staircase --target "$T" --sms 8 --input 8x128x28x28 --kernel 3 \
     --out-channels 368:528:16 --measure torch --runs 50 --json --plot "$D/staircase.png"
-step calibrate 200 python3 -m deployopt calibrate --target "$T" --sms 8 --measure torch -o "$D/${T}_sm8_profile.json"
-step staircase_calibrated 60 python3 -m deployopt staircase --target "$D/${T}_sm8_profile.json" \
+full calibrate 200 python3 -m deployopt calibrate --target "$T" --sms 8 --measure torch -o "$D/${T}_sm8_profile.json"
+full staircase_calibrated 60 python3 -m deployopt staircase --target "$D/${T}_sm8_profile.json" \
     --input 8x128x28x28 --kernel 3 --out-channels 368:528:16 --json
 step optimize 300 python3 -m deployopt optimize $M --target "$T" --sms 8 --backend torch --batch 32 \
     --max-evals 12 -o "$D/optimize" --force
@@ -27,15 +33,15 @@ step bench_input 90 python3 -m deployopt bench $M --backend torch --sms 8 --batc
 step bench_optimized 90 python3 -m deployopt bench "$D/optimize/model.onnx" --backend torch --sms 8 --batch 32 \
     --runs 200 -o "$D/bench_optimized.json"
 step compare 30 python3 -m deployopt compare "$D/bench_input.json" "$D/bench_optimized.json" --json
-step profile_kernels 120 python3 -m deployopt profile "$D/optimize/model.onnx" --backend torch --sms 8 --batch 32 \
+full profile_kernels 120 python3 -m deployopt profile "$D/optimize/model.onnx" --backend torch --sms 8 --batch 32 \
     --kernels --json
 # a detector exported with dynamic batch, height and width, optimized at one size and timed on the
 # GPU: model.onnx gets its dynamic dims back (checked on onnxruntime CPU) and still runs on the GPU
-step export_dynamic 120 python3 -c "from pathlib import Path; from deployopt.zoo.yolo import export_yolo_like; \
+full export_dynamic 120 python3 -c "from pathlib import Path; from deployopt.zoo.yolo import export_yolo_like; \
 export_yolo_like(Path('$D/yolo_dynamic.onnx'), size=320, batch=1, head='plain', dynamic=True)"
-step optimize_dynamic 300 python3 -m deployopt optimize "$D/yolo_dynamic.onnx" --input-shape images:1x3x320x320 \
+full optimize_dynamic 300 python3 -m deployopt optimize "$D/yolo_dynamic.onnx" --input-shape images:1x3x320x320 \
     --target "$T" --sms 8 --backend torch --max-evals 10 -o "$D/optimize_dynamic" --force
-step bench_dynamic_384 90 python3 -m deployopt bench "$D/optimize_dynamic/model.onnx" --backend torch --sms 8 \
+full bench_dynamic_384 90 python3 -m deployopt bench "$D/optimize_dynamic/model.onnx" --backend torch --sms 8 \
     --input-shape images:1x3x384x384 --runs 100 -o "$D/bench_dynamic_384.json"
 # A/A, one run a side, is in check_2026-12-07 (six benches, aa_compare.py): 8 of 15 pairs called.
 # Its runs' medians are also the replicates' below (each a fresh worker process), so that is not
