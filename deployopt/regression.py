@@ -747,7 +747,10 @@ def append_target(
         existing = timing_from_json(path, doc)
     except DeployoptError as exc:  # malformed samples, a failed or predicted run: its own line
         raise DataError(f"--append: {exc}") from None
-    recorded = recorded_model(path, existing)
+    try:
+        recorded = recorded_model(path, existing)
+    except DeployoptError as exc:  # a malformed "model" record: its own words, this option's frame
+        raise DataError(f"--append: {exc} (nothing was timed)") from None
     if recorded is None:
         raise refuse(
             "records no model (written before results did), so the runs added could not be checked to "

@@ -464,14 +464,14 @@ class Comparison:
         return MANN_WHITNEY if self.replicated is None else REPLICATE_TEST
 
     def describe(self) -> str:
+        if self.unstable:
+            return f"unstable: {self.drift_text()} (no verdict; p={self.p_value:.3g} between the runs)"
         if self.replicated is not None:
             r = self.replicated
             what = f"t-test on {r.counts[0]} + {r.counts[1]} replicate medians, p={self.p_value:.3g}"
             if self.verdict == "no significant difference":
                 return f"no significant difference (ratio {self.ratio:.3f}, {what})"
             return f"{self.verdict}: {100 * (self.ratio - 1):+.1f}% ({what})"
-        if self.unstable:
-            return f"unstable: {self.drift_text()} (no verdict; p={self.p_value:.3g} between the runs)"
         if self.verdict == "no significant difference":
             return f"no significant difference (ratio {self.ratio:.3f}, p={self.p_value:.3g})"
         uncertain = ""
@@ -515,8 +515,15 @@ class ReplicateTest:
     medians_us: tuple[tuple[float, ...], tuple[float, ...]]  # each replicate's median, a's and b's
     df: int
     t: float
-    #: 95 % CI of the ratio b / a (of the replicates' geometric-mean medians), from the same t
+    #: 95 % CI of the ratio b / a (of the replicates' geometric-mean medians), from the same t;
+    #: (0, inf) where every replicate median on each side was alike (spread_measured False)
     ratio_ci95: tuple[float, float]
+
+    @property
+    def spread_measured(self) -> bool:
+        """Whether the replicates showed any spread between runs: with none (identical medians on
+        each side) the test has nothing to size a change against, and gives no verdict."""
+        return math.isfinite(self.ratio_ci95[1]) and self.ratio_ci95[0] > 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -527,7 +534,8 @@ class ReplicateTest:
             },
             "df": self.df,
             "t": self.t if math.isfinite(self.t) else None,
-            "change_ci95_pct": [100 * (x - 1) for x in self.ratio_ci95],
+            # null where the replicates showed no spread to size it by (every median alike)
+            "change_ci95_pct": ([100 * (x - 1) for x in self.ratio_ci95] if self.spread_measured else None),
         }
 
 
@@ -596,7 +604,10 @@ def within_run_drift(t: Timing, alpha: float, min_effect: float) -> Drift | None
 def replicate_drift(t: Timing, alpha: float, min_effect: float) -> Drift | None:
     """within_run_drift of each replicate of `t` on its own samples (halves across two replicates
     would be two runs, not a drift): the replicate that drifted most, else the one that moved most,
-    with its 1-based number; None where no replicate has DRIFT_MIN_RUNS samples."""
+    with its 1-based number; None where no replicate has DRIFT_MIN_RUNS samples. A result of one
+    run is checked as within_run_drift does (replicate None: it has no replicates)."""
+    if t.replicate_count < 2:
+        return within_run_drift(t, alpha, min_effect)
     found = []
     for i, samples in enumerate(t.replicate_samples(), 1):
         d = within_run_drift(replace(t, samples_us=samples, replicates=None), alpha, min_effect)
@@ -615,15 +626,20 @@ def with_stability(c: Comparison, a: Timing, b: Timing, alpha: float, min_effect
     H100 every torch run slowed its first 100 of 200 runs by 2 %, and withholding every verdict
     over that hid a 30 % regression as well as the A/A false alarms it was meant to stop.
 
-    A verdict on replicate medians (c.replicated) only records each side's drift (replicate_drift):
-    a run that drifts moves its median, which the test counts as variation between runs."""
+    A verdict on replicate medians (c.replicated) records a replicated side's drift (replicate_drift)
+    as a note: a run that drifts moves its median, which the test counts as variation between runs.
+    A side of one run against replicates keeps the rule above: its one median adds nothing to the
+    spread the test measures, so a drift of its own could make the change unseen (review: a
+    baseline run stepping +8 % mid-run was called "faster -3.9 %" against 3 steady replicates)."""
     if c.replicated is not None:
-        return replace(
-            c, drift=(replicate_drift(a, alpha, min_effect), replicate_drift(b, alpha, min_effect))
-        )
-    drift = (within_run_drift(a, alpha, min_effect), within_run_drift(b, alpha, min_effect))
+        drift = (replicate_drift(a, alpha, min_effect), replicate_drift(b, alpha, min_effect))
+    else:
+        drift = (within_run_drift(a, alpha, min_effect), within_run_drift(b, alpha, min_effect))
     change = abs(c.ratio - 1) * 100
-    if not any(d is not None and d.drifted and abs(d.change_pct) >= change for d in drift):
+    # a replicate's drift (replicate set) is counted by the replicate test; a single run's is not
+    if not any(
+        d is not None and d.replicate is None and d.drifted and abs(d.change_pct) >= change for d in drift
+    ):
         return replace(c, drift=drift)
     return replace(
         c, verdict="no significant difference", size_uncertain=False, cis_us=None, unstable=True, drift=drift
@@ -686,8 +702,10 @@ def replicate_t_test(
     diff = float(lb.mean() - la.mean())
     ss = float(((la - la.mean()) ** 2).sum() + ((lb - lb.mean()) ** 2).sum())
     se = math.sqrt(ss / df * (1 / la.size + 1 / lb.size))
-    if se == 0:  # every replicate alike on each side: any difference is certain, none is none
-        return (math.copysign(math.inf, diff) if diff else 0.0), df, (0.0 if diff else 1.0), diff, se
+    if se == 0:  # every replicate alike on each side (a coarse timer, one-sample replicates): the
+        # spread between runs is unmeasured, not zero, so nothing is judged (p = 1; a p of 0 called
+        # any difference over --min-effect, with a 95 % CI of zero width)
+        return math.nan, df, 1.0, diff, se
     t = diff / se
     return t, df, float(min(1.0, 2 * student_t.sf(abs(t), df))), diff, se
 
@@ -701,7 +719,7 @@ def compare_replicates(a: Timing, b: Timing, alpha: float = 0.01, min_effect: fl
     ma, mb = a.replicate_medians_us, b.replicate_medians_us
     t, df, p, diff, se = replicate_t_test(ma, mb)
     ratio = math.exp(diff)
-    half = float(student_t.ppf(0.975, df)) * se
+    half = float(student_t.ppf(0.975, df)) * se if se > 0 else math.inf  # se 0: spread unmeasured
     test = ReplicateTest(
         counts=(len(ma), len(mb)),
         medians_us=(tuple(ma), tuple(mb)),

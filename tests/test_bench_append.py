@@ -205,6 +205,7 @@ def _compare_report(tmp_path: Path, monkeypatch, capsys, model: Path) -> str:
         ("", "is empty, not a deployopt bench result"),
         ("trtexec log\n", "is not JSON, not a deployopt bench result"),
         (json.dumps({"backend": "ort", "samples_us": [1.0, float("nan")]}), "must be finite latencies"),
+        (json.dumps({"backend": "ort", "samples_us": [1.0] * 10, "model": "m.onnx"}), '"model" must be'),
     ],
 )  # fmt: skip
 def test_a_file_that_is_no_bench_result_is_refused_before_anything_is_timed(

@@ -292,3 +292,34 @@ def test_a_bad_repeat_is_one_line_exit_2_before_anything_runs(
     assert code == 2 and out == ""
     assert err == f"error: --repeat {value}: must be between 1 and 100\n"
     assert opened == [] and not dest.exists()
+
+
+def test_a_single_run_that_drifts_gets_no_verdict_against_replicates() -> None:
+    """Review: a one-run baseline stepping +8 % at its half, against 3 steady replicates at its first
+    level, was called "faster -3.9 %, p=0.002": its one median, between its two levels, adds nothing
+    to the spread the replicate test measures. Such a side keeps the one-run rule (unstable, no
+    verdict) and is not said to have drifted within a replicate it does not have."""
+    base = Timing("torch", run(1000.0, 100, 5).samples_us + run(1080.0, 100, 6).samples_us, model=MODEL)
+    cur = replicated([1000.0, 1001.0, 999.0])
+    c = compare_timings(base, cur)
+    assert c.test == REPLICATE_TEST
+    assert c.unstable and c.verdict == "no significant difference"
+    assert c.drift[0] is not None and c.drift[0].replicate is None
+    assert "within its run" in c.drift_text() and "replicate" not in c.drift_text()
+    assert c.describe().startswith("unstable: baseline drifted +8")
+    # the other way round it would have been a false "slower" (exit 1)
+    assert compare_timings(cur, base).unstable
+
+
+def test_replicates_with_no_spread_between_runs_give_no_verdict() -> None:
+    """Every replicate median alike on each side (a coarse timer, one-sample replicates): the spread
+    between runs is unmeasured, not zero. It gave p = 0, a verdict on any change over --min-effect
+    and a 95 % CI of zero width."""
+    base = Timing.from_replicates([Timing("torch", [100.0], model=MODEL) for _ in range(2)])
+    cur = Timing.from_replicates([Timing("torch", [103.0], model=MODEL) for _ in range(2)])
+    c = compare_timings(base, cur)
+    assert c.test == REPLICATE_TEST and c.verdict == "no significant difference"
+    assert c.p_value == 1.0
+    assert not c.replicated.spread_measured
+    assert c.replicated.to_json()["change_ci95_pct"] is None
+    json.dumps(c.replicated.to_json(), allow_nan=False)  # valid JSON: no NaN or Infinity

@@ -116,6 +116,11 @@ def _render(report: RegressionReport) -> None:
         r = p.comparison.replicated
         if r is not None:
             lo, hi = (100 * (x - 1) for x in r.ratio_ci95)
+            ci = (
+                f"95% CI {lo:+.1f} … {hi:+.1f} %"
+                if r.spread_measured
+                else "no 95% CI: every replicate median alike on each side, no spread between runs"
+            )
             sides = "; ".join(
                 f"{side} {t.replicate_text() or '1 run, median ' + format(t.median_us, '.1f') + ' µs'}"
                 for side, t in (("baseline", p.baseline), ("current", p.current))
@@ -123,7 +128,7 @@ def _render(report: RegressionReport) -> None:
             console.print(
                 f"replicates: {p.name}: t-test on {r.counts[0]} + {r.counts[1]} replicate medians "
                 f"({r.df} df), change {100 * (p.comparison.ratio - 1):+.1f} % "
-                f"(95% CI {lo:+.1f} … {hi:+.1f} %); "
+                f"({ci}); "
                 f"{sides}",
                 markup=False,
                 highlight=False,
@@ -251,7 +256,8 @@ def compare_command(
             "yellow",
         )
     for p in report.pairs:
-        if p.comparison.replicated is not None and p.comparison.drift_text():
+        drifts = [d for d in p.comparison.drift or () if d is not None and d.drifted]
+        if p.comparison.replicated is not None and drifts and all(d.replicate is not None for d in drifts):
             _line(
                 f"note: {p.name}: {p.comparison.drift_text()}: the test on replicate medians counts it as "
                 "variation between runs, so the verdict stands; a longer warm-up (or locked clocks) "
