@@ -74,6 +74,33 @@ class CacheWarning(DeployoptWarning):
     """A cache entry could not be written or read: the run goes on without it (one `warning:` line)."""
 
 
+def interrupt_in_chain(exc: BaseException) -> bool:
+    """Whether `exc` is, or was raised from or while handling, a KeyboardInterrupt (Ctrl-C, or
+    SIGTERM as the CLI maps it). An extension module whose initialization a signal interrupts
+    raises `ImportError: initialization failed` from it (pybind11: onnxruntime, matplotlib's
+    kiwisolver), and a one-line error raised in such an `except ImportError` keeps it as context:
+    both were read as "not installed", or printed a traceback."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        seen.add(id(e))
+        todo += [e.__cause__, e.__context__]
+    return False
+
+
+def reraise_interrupt(exc: BaseException) -> None:
+    """In an `except ImportError` that reads the error as "not installed" (or goes on without the
+    module): raise KeyboardInterrupt instead when the import failed because it was interrupted, so
+    the command ends as interrupted (exit 130; 143 for SIGTERM), not with a wrong diagnosis."""
+    if interrupt_in_chain(exc):
+        raise KeyboardInterrupt from exc
+
+
 def no_such_file(
     path: object, error: type[DeployoptError] = DeployoptError, folder: bool = False
 ) -> DeployoptError:

@@ -136,12 +136,26 @@ def resolve_output(dest: str | os.PathLike[str]) -> tuple[Path, bool]:
     return (Path(os.path.realpath(dest)) if dest.is_symlink() else dest), False
 
 
+def _dir_through_link(path: Path) -> Path:
+    """The folder to make for `path`: `path`, or for a dangling symlink the folder it names, as a
+    file output is written through a dangling link to its target (mkdir on the link itself said
+    "File exists" of a name where nothing exists). A link that loops is one OutputError."""
+    if not path.is_symlink() or path.exists():
+        return path
+    target = Path(os.path.realpath(path))
+    if target.is_symlink():  # realpath stops where a link loops
+        raise OutputError(f"cannot write into {path}: it is a symbolic link that loops")
+    return target
+
+
 def check_output_dir(path: str | os.PathLike[str], probe: bool = True) -> Path:
-    """A folder outputs can go in (it may not exist yet), or a one-line OutputError; leaves nothing."""
+    """A folder outputs can go in (it may not exist yet; a dangling link: the folder it names), or a
+    one-line OutputError; leaves nothing."""
     path = Path(path)
-    anc = _existing_ancestor(path)
+    target = _dir_through_link(path)
+    anc = _existing_ancestor(target)
     if not anc.is_dir():
-        where = "it is" if anc == path.absolute() else f"{anc} is"
+        where = "it is" if anc == target.absolute() else f"{anc} is"
         raise OutputError(f"cannot write into {path}: {where} a file, not a folder")
     if probe:
         _probe_writable(anc, path)
@@ -214,10 +228,11 @@ def refuse_input_as_output(
 
 
 def make_output_dir(path: str | os.PathLike[str]) -> Path:
-    """Create the folder (and its parents) for outputs; a one-line OutputError if that fails."""
+    """Create the folder (and its parents) for outputs, through a dangling link the folder it names
+    (the link stays, and `path` is returned as given); a one-line OutputError if that fails."""
     path = check_output_dir(path, probe=False)  # mkdir's own error says it as well
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        _dir_through_link(path).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise output_error(path, exc) from None
     return path

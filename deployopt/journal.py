@@ -59,12 +59,17 @@ class Journal:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             _cut_torn_line(self.path)
             self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115  (closed in close())
+            self._opened = os.fstat(self._fh.fileno())  # the file in_place looks for at the path
         except OSError as exc:  # read-only, a file where the folder goes: one line, not a traceback
             raise output_error(self.path, exc) from None
 
-    def write(self, event: str, **data: Any) -> None:
+    def write(self, event: str, *, check: bool = True, **data: Any) -> None:
         """Append one event and make it durable before returning; a full disk is one OutputError
-        naming the journal (the lines already written still replay with --resume)."""
+        naming the journal (the lines already written still replay with --resume). `check`: first
+        make sure the file is still the one at the journal's path (see `in_place`), so a run whose
+        OUTDIR was removed stops at its next event rather than measure on for minutes, for nothing."""
+        if check and not self.in_place():
+            raise outdir_replaced(self.path.parent)
         line = json.dumps({"event": event, **data}, separators=(",", ":"), default=_json_default)
         try:
             self._fh.write(line + "\n")
@@ -72,6 +77,16 @@ class Journal:
             os.fsync(self._fh.fileno())
         except OSError as exc:
             raise output_error(self.path, exc) from None
+
+    def in_place(self) -> bool:
+        """Whether the file this journal appends to is still the one at its path. `rm -rf OUTDIR`
+        while a run went on left it appending to a deleted file (and holding the lock of a deleted
+        lock file): a second run then made OUTDIR anew and both exited 0, the folder holding one
+        run's journal beside the other's results."""
+        try:
+            return os.path.samestat(self._opened, os.stat(self.path))
+        except OSError:  # gone
+            return False
 
     def close(self) -> None:
         """Close; a buffered line that cannot be written then is lost like a torn line, not an error."""
@@ -150,14 +165,30 @@ class Journal:
             try:
                 _replay_event(out, ev)
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
-                # a hand-edited or foreign line: what it lacks, not a traceback from deep in the search
-                why = f"no {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc)
+                # a hand-edited or foreign line: what it lacks, not a traceback from deep in the search;
+                # what _replay_event checks says what is wrong, a field it does not check no Python
+                # internal ("'NoneType' object is not subscriptable")
+                if isinstance(exc, KeyError):
+                    why = f"no {exc.args[0]!r}"
+                elif isinstance(exc, ValueError):  # _Damage, or a line written for users (replicates)
+                    why = str(exc)
+                else:
+                    why = "a field is missing or of the wrong type"
                 raise DeployoptError(
                     f"{path}: a {kind!r} event is damaged ({why}); use --force to start over"
                 ) from None
         if not out.events:  # empty, or only the start line torn: no run recorded, as if missing
             raise DeployoptError(f"{path} records no run; nothing to resume (use --force to start over)")
         return out
+
+
+def outdir_replaced(outdir: Path) -> DeployoptError:
+    """The one line for a run whose OUTDIR (its journal, its lock file) was removed or replaced
+    while it ran: what it journaled went with the folder, and it writes nothing there."""
+    return DeployoptError(
+        f"{outdir} was removed or replaced during the run; nothing written "
+        "(its journal went with it): run it again"
+    )
 
 
 def _cut_torn_line(path: Path) -> None:
@@ -180,54 +211,67 @@ def _cut_torn_line(path: Path) -> None:
         f.truncate(f.read().rfind(b"\n") + 1)
 
 
+class _Damage(ValueError):
+    """What is wrong with a journal event, said in the user's terms (replay's one-line error)."""
+
+
 def _replay_event(out: Replay, ev: dict[str, Any]) -> None:
-    """Fold one event into `out`; a field of the wrong shape raises KeyError/TypeError/ValueError."""
+    """Fold one event into `out`; a field of the wrong shape raises _Damage saying which (KeyError
+    for one missing; TypeError/ValueError from a field not checked here)."""
     kind = ev.get("event")
     if kind == "start":
         config = ev.get("config")
         if not isinstance(config, dict):
-            raise TypeError("config is not an object")
+            raise _Damage("config is not an object")
         out.config = config
     elif kind == "measured":
-        timing = Timing.from_json(ev["timing"])
+        plan = _plan(ev)
+        doc = ev["timing"]
+        if not isinstance(doc, dict):  # null was "'NoneType' object is not subscriptable"
+            raise _Damage("timing is not an object")
+        if not isinstance(doc.get("samples_us", []), list):
+            raise _Damage("samples_us must be finite latencies in µs")
+        timing = Timing.from_json(doc)
         if not timing.samples_us or not all(is_latency(s) for s in timing.samples_us):
-            raise ValueError("samples_us must be finite latencies in µs")
+            raise _Damage("samples_us must be finite latencies in µs")
         # what the run reads back: a string "no" was a measured latency in the report, an
         # environment that is no object a traceback where the layer cache is keyed on it
         if not isinstance(timing.measured, bool):
-            raise TypeError("measured is not true or false")
+            raise _Damage("measured is not true or false")
         if not isinstance(timing.environment, dict):
-            raise TypeError("environment is not an object")
-        out.timings[plan_key(_plan(ev), ev.get("repeat", 0))] = timing
+            raise _Damage("environment is not an object")
+        out.timings[plan_key(plan, ev.get("repeat", 0))] = timing
     elif kind == "sweep":
-        values = {str(k): float(v) for k, v in ev.get("values", {}).items()}
+        raw = ev.get("values", {})
+        if not isinstance(raw, dict):
+            raise _Damage("values is not an object of per-conv latencies")
         # per-conv µs, checked as a measured event's samples: NaN went into the search's table
-        if not all(is_latency(v) for v in values.values()):
-            raise ValueError("values must be finite per-conv latencies in µs")
-        out.layer_values.update(values)
+        if not all(is_latency(v) for v in raw.values()):
+            raise _Damage("values must be finite per-conv latencies in µs")
+        out.layer_values.update({str(k): float(v) for k, v in raw.items()})
     elif kind == "fidelity":
         # read back where the trim gate decides and the report is written: a report that is no
         # object, or failures that are no lines, was a traceback from deep in the search
         report = ev["report"]
         if not isinstance(report, dict):
-            raise TypeError("report is not an object")
+            raise _Damage("report is not an object")
         failures = report["failures"]
         if not isinstance(failures, list) or not all(isinstance(f, str) for f in failures):
-            raise TypeError("failures is not a list of lines")
+            raise _Damage("failures is not a list of lines")
         for key in ("max_abs_error", "cosine_min", "top1_agreement"):  # the figures the report prints
             value = report.get(key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-                raise TypeError(f"{key} is not a number")
+                raise _Damage(f"{key} is not a number")
         out.fidelity[plan_key(_plan(ev))] = ev
     elif kind == "done":
         out.done = True
 
 
 def _plan(ev: dict[str, Any]) -> dict[str, Any]:
-    """An event's plan; a list was an IndexError traceback in plan_key."""
+    """An event's plan; a list was an IndexError traceback in plan_key, null a TypeError's words."""
     plan = ev["plan"]
-    if not isinstance(plan, dict):
-        raise TypeError("plan is not an object of group widths")
+    if not isinstance(plan, dict) or not all(type(w) is int for w in plan.values()):
+        raise _Damage("plan is not an object of group widths")
     return plan
 
 

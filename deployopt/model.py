@@ -28,7 +28,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import TensorProto
 
-from deployopt.errors import ModelError, OutputError, first_line, no_such_file, shorten
+from deployopt.errors import ModelError, OutputError, first_line, no_such_file, reraise_interrupt, shorten
 from deployopt.fileio import (
     NAME_MAX,
     check_output_file,
@@ -788,7 +788,8 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
         import onnxruntime as ort
 
         ort.set_default_logger_severity(3)  # graph-optimizer warnings about the folded subgraphs are noise
-    except ImportError:  # graphsurgeon reports the missing onnxruntime itself
+    except ImportError as exc:  # graphsurgeon reports the missing onnxruntime itself
+        reraise_interrupt(exc)  # Ctrl-C inside onnxruntime's import: interrupted, not missing
         ort = None
     try:
         graph = gs.import_onnx(model)

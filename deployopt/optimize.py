@@ -39,7 +39,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from deployopt.backends.base import TIMING_CACHE_BACKENDS, refuse_timing_cache
-from deployopt.errors import BackendFailed, BackendUnavailable, DataError, DeployoptError, OutputError
+from deployopt.errors import (
+    BackendFailed,
+    BackendUnavailable,
+    DataError,
+    DeployoptError,
+    OutputError,
+    reraise_interrupt,
+)
 from deployopt.fidelity import GATE_SAMPLES, ImagePreprocess
 from deployopt.fileio import (
     STAGING_PREFIX,
@@ -52,7 +59,7 @@ from deployopt.fileio import (
     remove_outputs,
     remove_staging,
 )
-from deployopt.journal import JOURNAL_VERSION, Journal, Replay, plan_key
+from deployopt.journal import JOURNAL_VERSION, Journal, Replay, outdir_replaced, plan_key
 from deployopt.layers import ConvShape
 from deployopt.lut import LayerCache, SweepResult, device_fingerprint
 from deployopt.search import MODES, Factor, TableCost, candidate_widths, ceil_to, group_align
@@ -514,12 +521,34 @@ def _recheck_outdir(cfg: OptimizeConfig, outdir: Path, replay: Replay) -> None:
         _refuse_existing(outdir)
 
 
+def _holds_lock(handle: IO[str] | None) -> bool:
+    """Whether `handle` (None: no flock here) is still the file at its path: OUTDIR removed while
+    the run went on leaves it locking a deleted file, and a run started meanwhile locks a new one."""
+    if handle is None:
+        return True
+    try:
+        return os.path.samestat(os.fstat(handle.fileno()), os.stat(handle.name))
+    except OSError:
+        return False
+
+
+def _check_outdir_ours(outdir: Path, journal: Journal | None, lock: IO[str] | None) -> None:
+    """A one-line error, exit 2, unless this run's journal and lock file are still the ones in
+    OUTDIR: checked before the results are written (output_set would make a removed OUTDIR anew)
+    and again right before they move in, so a run whose OUTDIR was removed or replaced writes
+    nothing there (its results beside another run's journal, both runs exiting 0)."""
+    if (journal is not None and not journal.in_place()) or not _holds_lock(lock):
+        raise outdir_replaced(outdir)
+
+
 def _unlock_outdir(handle: IO[str] | None) -> None:
-    """Remove the lock file, then release it (a run waiting on it never waits: it refuses)."""
+    """Remove the lock file, then release it (a run waiting on it never waits: it refuses). Only
+    the file this run locked: OUTDIR removed and made again meanwhile, the name is another run's lock."""
     if handle is None:
         return
-    with contextlib.suppress(OSError):
-        os.unlink(handle.name)
+    if _holds_lock(handle):
+        with contextlib.suppress(OSError):
+            os.unlink(handle.name)
     handle.close()
 
 
@@ -648,6 +677,7 @@ class Optimizer:
         # None until run() opens it: a Ctrl-C before then (scipy's import in _check_runs takes a
         # second) was an AttributeError traceback where "run it again" belonged
         self.journal: Journal | None = None
+        self._lock: IO[str] | None = None  # OUTDIR's lock file, held from its creation to the end
         self.sweep = SweepResult()
         self.sweep_shapes = 0
         self._refused: dict[str, dict[str, Any]] = {}
@@ -757,7 +787,8 @@ class Optimizer:
     def _wave_predictor(self) -> Callable[[ConvShape], float] | None:
         try:
             from deployopt.waves import predict
-        except ImportError:
+        except ImportError as exc:
+            reraise_interrupt(exc)  # interrupted, not missing
             return None
         target, dtype = self.target, self.cfg.dtype
 
@@ -1784,7 +1815,7 @@ class Optimizer:
         self._warn_if_opset_beyond_tensorrt()
         session_cm = None
         self.journal = None
-        lock = None
+        self._lock = lock = None
         workdir: Path | None = None
         try:
             # Candidate models (and TensorRT engines) live in a private folder removed at the end.
@@ -1805,7 +1836,8 @@ class Optimizer:
             if preflight is not None:
                 preflight()
             make_output_dir(self.outdir)
-            lock = _lock_outdir(self.outdir)  # before --force clears anything: not another run's files
+            # before --force clears anything: not another run's files
+            self._lock = lock = _lock_outdir(self.outdir)
             _recheck_outdir(cfg, self.outdir, self.replay)
             if cfg.force and not cfg.resume:
                 _clear_outdir(self.outdir)
@@ -1831,6 +1863,7 @@ class Optimizer:
             result = self._finish(best, fidelity, budget_hit)  # sets self.finished
             self.journal.write(
                 "done",
+                check=False,  # the results are in place, checked just before they moved in
                 best=best.plan,
                 label=best.label,
                 evaluations=len(self.evaluations),
@@ -2125,13 +2158,20 @@ class Optimizer:
         # the weights go to model.onnx.data when the input kept them in an external file
         report["external_data"] = bool(getattr(self.loaded, "external_data", False))
         plan_doc = self.plan_document(best.plan)
-        # All or nothing: written into a staging folder, then moved into OUTDIR as one set.
-        with output_set(self.outdir, OUTPUTS) as staging:
-            save_model(written.model, staging / "model.onnx", external_data=report["external_data"])
-            write_text(staging / "plan.json", plan_json(plan_doc))
-            report["engine"] = self._keep_engine(best, staging)
-            report["engine_notice"] = getattr(self, "engine_notice", None)
-            write_report(staging, report, self if self.cfg.plots else None)
+        # All or nothing: written into a staging folder, then moved into OUTDIR as one set, and
+        # only into the OUTDIR this run holds (not one made anew after its removal)
+        _check_outdir_ours(self.outdir, self.journal, self._lock)
+        try:
+            with output_set(self.outdir, OUTPUTS) as staging:
+                save_model(written.model, staging / "model.onnx", external_data=report["external_data"])
+                write_text(staging / "plan.json", plan_json(plan_doc))
+                report["engine"] = self._keep_engine(best, staging)
+                report["engine_notice"] = getattr(self, "engine_notice", None)
+                write_report(staging, report, self if self.cfg.plots else None)
+                _check_outdir_ours(self.outdir, self.journal, self._lock)  # writing took seconds
+        except OutputError:  # "No such file" of a staged file: say why, where OUTDIR went meanwhile
+            _check_outdir_ours(self.outdir, self.journal, self._lock)
+            raise
         self.finished = True  # the results are in place: a Ctrl-C from here on has nothing to resume
         return OptimizeResult(
             outdir=self.outdir,

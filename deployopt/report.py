@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deployopt.clocks import unlocked_phrase
+from deployopt.errors import reraise_interrupt
 from deployopt.fileio import write_json, write_text
 from deployopt.model import layer_labels
 from deployopt.targets import measured_elsewhere, sm_count
@@ -819,7 +820,8 @@ def write_report(outdir: Path, report: dict[str, Any], opt: Optimizer | None = N
     if opt is not None:
         try:
             report["staircases"] = write_staircases(outdir, report, opt)
-        except ImportError:  # matplotlib missing: the report stands without pictures
+        except ImportError as exc:  # matplotlib missing: the report stands without pictures
+            reraise_interrupt(exc)  # an interrupted import is no missing matplotlib: no report then
             report["staircases"] = []
     write_json(outdir / "report.json", report)
     write_text(outdir / "report.md", render_markdown(report))

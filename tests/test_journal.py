@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -178,4 +180,80 @@ def test_a_journal_of_two_runs_is_refused(tmp_path: Path) -> None:
     assert (
         str(exc.value)
         == f"{path} records more than one run (a second 'start' event); use --force to start over"
+    )
+
+
+def test_a_journal_whose_file_was_removed_or_replaced_stops_the_run(tmp_path: Path) -> None:
+    """`rm -rf OUTDIR` while a run went on: it appended on to the deleted file (and a second run,
+    started meanwhile, wrote a journal of its own at the path) and exited 0."""
+    outdir = tmp_path / "out"
+    journal = Journal(outdir / "journal.jsonl")
+    try:
+        journal.write("start", config={})
+        assert journal.in_place()
+        shutil.rmtree(outdir)
+        assert not journal.in_place()
+        outdir.mkdir()
+        (outdir / "journal.jsonl").write_text('{"event":"start","config":{}}\n')  # another run's
+        assert not journal.in_place()
+        with pytest.raises(DeployoptError) as exc:
+            journal.write("measured", plan={"g": 8})
+        assert str(exc.value) == (
+            f"{outdir} was removed or replaced during the run; nothing written (its journal went "
+            "with it): run it again"
+        )
+        journal.write("done", check=False)  # after the results moved in: never refused
+        assert (outdir / "journal.jsonl").read_text() == '{"event":"start","config":{}}\n'
+    finally:
+        journal.close()
+
+
+@pytest.mark.parametrize(
+    "line, why",
+    [
+        # the hunter's line: "('NoneType' object is not subscriptable)"
+        ({"event": "measured", "plan": None, "timing": None}, "plan is not an object of group widths"),
+        ({"event": "measured", "plan": {"g": 8}, "timing": None}, "timing is not an object"),
+        (
+            {"event": "measured", "plan": {"g": "x"}, "timing": {"backend": "x", "samples_us": [1.0]}},
+            "plan is not an object of group widths",
+        ),  # "invalid literal for int() with base 10: 'x'"
+        (
+            {"event": "measured", "plan": {"g": 8}, "timing": {"backend": "x", "samples_us": 5}},
+            "samples_us must be finite latencies in µs",
+        ),  # "'int' object is not iterable"
+        ({"event": "sweep", "values": None}, "values is not an object of per-conv latencies"),
+        ({"event": "sweep", "values": {"conv": "x"}}, "values must be finite per-conv latencies in µs"),
+    ],
+)
+def test_a_damaged_event_says_what_is_wrong_in_the_users_terms(
+    tmp_path: Path, line: dict[str, object], why: str
+) -> None:
+    path = tmp_path / "journal.jsonl"
+    path.write_text('{"event":"start","config":{}}\n' + json.dumps(line) + "\n")
+    with pytest.raises(DeployoptError) as exc:
+        Journal.replay(path)
+    assert str(exc.value) == (
+        f"{path}: a {line['event']!r} event is damaged ({why}); use --force to start over"
+    )
+
+
+def test_a_field_replay_does_not_check_is_no_python_internal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A TypeError or AttributeError from deep in the reading said Python's words; now what kind
+    of damage it is."""
+    import deployopt.journal as journal_module
+
+    def broken(d: dict[str, object]) -> Timing:
+        return None.samples_us  # type: ignore[attr-defined]  # AttributeError, as a field read wrong
+
+    monkeypatch.setattr(journal_module.Timing, "from_json", staticmethod(broken))
+    path = tmp_path / "journal.jsonl"
+    path.write_text('{"event":"start","config":{}}\n{"event":"measured","plan":{},"timing":{}}\n')
+    with pytest.raises(DeployoptError) as exc:
+        Journal.replay(path)
+    assert str(exc.value) == (
+        f"{path}: a 'measured' event is damaged (a field is missing or of the wrong type); "
+        "use --force to start over"
     )

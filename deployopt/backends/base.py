@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from deployopt.errors import BackendUnavailable, DeployoptError
+from deployopt.errors import BackendUnavailable, DeployoptError, reraise_interrupt
 from deployopt.layers import ConvShape
 from deployopt.timing import Timing, check_run_counts
 
@@ -334,6 +334,7 @@ def list_backends() -> list[tuple[str, bool, str]]:
         try:
             ok, why = get_backend(name).availability()
         except ImportError as exc:  # a backend module itself failed to import
+            reraise_interrupt(exc)
             ok, why = False, f"import failed: {exc}"
         rows.append((name, ok, why))
     return rows

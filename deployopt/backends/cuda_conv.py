@@ -18,7 +18,7 @@ import os
 import tempfile
 from typing import Any
 
-from deployopt.errors import BackendUnavailable, DeployoptError
+from deployopt.errors import BackendUnavailable, DeployoptError, reraise_interrupt
 from deployopt.layers import ConvShape
 
 TORCH_DTYPES = {"fp16": "float16", "fp32": "float32"}
@@ -28,7 +28,8 @@ _GREEN_CONTEXT: Any = None
 def _torch() -> Any:
     try:
         import torch
-    except ImportError:
+    except ImportError as exc:
+        reraise_interrupt(exc)
         raise BackendUnavailable("PyTorch is not installed: pip install 'deployopt[torch]'") from None
     if not torch.cuda.is_available():
         raise BackendUnavailable("PyTorch sees no CUDA GPU")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from deployopt.backends.base import Backend, MeasureOptions, Session
-from deployopt.errors import DeployoptError, ModelError
+from deployopt.errors import DeployoptError, ModelError, reraise_interrupt
 from deployopt.layers import ConvShape, conv_shape_from_onnx
 from deployopt.timing import Timing
 
@@ -120,6 +120,7 @@ class WaveModelBackend(Backend):
             import deployopt.targets  # noqa: F401
             from deployopt.waves import predict  # noqa: F401
         except ImportError as exc:
+            reraise_interrupt(exc)
             return False, f"wave model not importable: {exc}"
         return True, "predicts from the target's SM count and limits; measures nothing"
 

@@ -27,6 +27,7 @@ from deployopt.errors import (
     BackendUnavailable,
     DeployoptError,
     first_line,
+    reraise_interrupt,
     shorten,
     trace_failed,
 )
@@ -717,7 +718,8 @@ class OrtBackend(Backend):
     def availability(self) -> tuple[bool, str]:
         try:
             import onnxruntime as ort
-        except ImportError:
+        except ImportError as exc:
+            reraise_interrupt(exc)  # Ctrl-C or SIGTERM during the import: not "not installed"
             return False, "onnxruntime is not installed: pip install onnxruntime"
         return True, (
             f"onnxruntime {ort.__version__}, {self.providers()[0]}, fp32; fp16 and int8 as a model is "

@@ -64,6 +64,7 @@ from deployopt.errors import (
     exit_phrase,
     no_such_file,
     oom_hint,
+    reraise_interrupt,
     shorten,
 )
 from deployopt.prebuilt import (
@@ -496,7 +497,8 @@ def cuda_api(prefer: str | None = None) -> CudaPython | PyCuda:
     for cls in order:
         try:
             return cls()
-        except ImportError:
+        except ImportError as exc:
+            reraise_interrupt(exc)  # interrupted, not missing: the next binding is not tried
             continue
     raise BackendUnavailable(CUDA_HINT)
 
@@ -584,7 +586,8 @@ def run_isolated(target: str, args: tuple[Any, ...], timeout_s: float) -> Any:
 def _import_trt() -> Any:
     try:
         return importlib.import_module("tensorrt")
-    except ImportError:
+    except ImportError as exc:
+        reraise_interrupt(exc)
         raise BackendUnavailable(TRT_HINT) from None
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from deployopt.errors import BackendFailed, DataError, DeployoptError
+from deployopt.errors import BackendFailed, DataError, DeployoptError, reraise_interrupt
 from deployopt.fileio import write_bytes
 
 if TYPE_CHECKING:
@@ -210,6 +210,7 @@ def load_samples(
     try:
         from deployopt.fidelity import DEFAULT_PREPROCESS, load_calibration
     except ImportError as exc:
+        reraise_interrupt(exc)
         raise DataError(f"calibration data loader unavailable ({exc})") from None
     cal = load_calibration(
         path,

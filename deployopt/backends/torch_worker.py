@@ -225,7 +225,10 @@ class Worker:
         self.green_context = None
         try:
             import torch
-        except ImportError:
+        except ImportError as exc:
+            from deployopt.errors import reraise_interrupt
+
+            reraise_interrupt(exc)  # Ctrl-C during the import: not "not installed"
             raise WorkerError(
                 "BackendUnavailable", "PyTorch is not installed: pip install 'deployopt[torch]'"
             ) from None
@@ -376,6 +379,9 @@ class Worker:
         try:
             from onnx2torch import convert
         except ImportError as exc:
+            from deployopt.errors import reraise_interrupt
+
+            reraise_interrupt(exc)
             raise WorkerError(
                 "BackendUnavailable",
                 f"onnx2torch cannot be imported ({_first_line(exc)}): pip install 'deployopt[torch]'",

@@ -51,7 +51,8 @@ from deployopt.cli.app import (
     timeout_option,
     timing_cache_option,
 )
-from deployopt.errors import DataError, DeployoptError, no_such_file
+from deployopt.cli.interrupts import output_complete
+from deployopt.errors import DataError, DeployoptError, no_such_file, reraise_interrupt
 from deployopt.fidelity import ImagePreprocess
 from deployopt.fileio import (
     check_output_dir,
@@ -123,6 +124,7 @@ def _backend(name: str) -> Backend:
     try:
         b = get_backend(name)
     except ImportError as exc:
+        reraise_interrupt(exc)  # a Ctrl-C during the backend's import: interrupted, not broken
         raise BackendUnavailable(f"backend {name!r} cannot be loaded: {exc}") from None
     ok, why = b.availability()
     if not ok:
@@ -548,6 +550,7 @@ def _emit(
     `render`ed as a table followed by where the file went (`wrote`: the line that says so)."""
     if output is not None:
         write(output, doc)
+        output_complete(output)  # a Ctrl-C from here on (the table, the notes) says it is complete
     if as_json:
         console.print_json(json.dumps(doc))
         return

@@ -24,8 +24,14 @@ try:  # Ctrl-C in the seconds these imports take (onnx, numpy, rich) was a 20-li
 
     # isort: on
     from deployopt.cli.app import Interrupted, app, err_console
-    from deployopt.errors import DeployoptError, DeployoptWarning
+    from deployopt.cli.interrupts import forget, interrupted_line
+    from deployopt.errors import DeployoptError, DeployoptWarning, interrupt_in_chain
 except KeyboardInterrupt:  # what _interrupted says, before rich is there to say it
+    sys.stderr.write("interrupted\n")
+    sys.exit(130)
+except ImportError as _exc:  # an extension's initialization interrupted (pybind11 wraps Ctrl-C)
+    if not any(isinstance(e, KeyboardInterrupt) for e in (_exc.__cause__, _exc.__context__)):
+        raise
     sys.stderr.write("interrupted\n")
     sys.exit(130)
 
@@ -56,8 +62,10 @@ TERMINATED = 143  # 128 + SIGTERM
 _terminated = False  # this run got SIGTERM (its KeyboardInterrupt then exits 143, not 130)
 
 
-def _interrupted(message: str = "interrupted") -> None:
-    """Ctrl-C (or SIGTERM) in any command: one line, exit 130 (143), no traceback."""
+def _interrupted(message: str | None = None) -> None:
+    """Ctrl-C (or SIGTERM) in any command: one line, exit 130 (143), no traceback. Without a
+    message of the command's own: `interrupted`, or that the output it already wrote is complete."""
+    message = message or interrupted_line()
     err_console.print(message, style="red", markup=False, highlight=False, emoji=False, soft_wrap=True)
     sys.exit(TERMINATED if _terminated else INTERRUPTED)
 
@@ -110,6 +118,7 @@ _python_show_warning = warnings.showwarning
 
 def main() -> None:
     # both restore what they replace afterwards (in-process callers, tests)
+    forget()  # an earlier command's outputs (in-process callers) are not this one's
     with warnings.catch_warnings(), _sigterm_as_ctrl_c():
         # every run says so (a run close to its memory, a cache it cannot write: LayerCache warns once)
         warnings.simplefilter("always", DeployoptWarning)
@@ -130,10 +139,25 @@ def entry() -> None:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
-def _main() -> None:
+def _app() -> Any:
+    """Run the command; an exception made of an interrupt is that interrupt: onnxruntime's (or
+    matplotlib's) extension interrupted while it initializes raises `ImportError: initialization
+    failed` from the KeyboardInterrupt, which was a 60-line traceback and exit 1, and a one-line
+    error raised while handling such an ImportError ("not installed") was a wrong diagnosis."""
     try:
         # not standalone: a usage error comes here as an exception, not as rich's multi-line box
-        code = app(prog_name="deployopt", standalone_mode=False)
+        return app(prog_name="deployopt", standalone_mode=False)
+    except Interrupted:  # a command's own interrupt line, raised from the KeyboardInterrupt it says
+        raise
+    except Exception as exc:
+        if interrupt_in_chain(exc):
+            raise KeyboardInterrupt from exc
+        raise
+
+
+def _main() -> None:
+    try:
+        code = _app()
     except _CLICK_EXCEPTION as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":  # `deployopt` alone: the help, as before
             exc.show()  # type: ignore[attr-defined]

@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from deployopt.cli.app import app, console, input_path, output_option
+from deployopt.cli.interrupts import output_complete
 from deployopt.fileio import check_output_file, refuse_input_as_output
 from deployopt.model import check_weights_name, load_model, refuse_replacing_weights
 
@@ -41,12 +42,14 @@ def fp16_cmd(
         copy = onnx.load(str(model))
         make_node_names_unique(copy)
         save_model(copy, output, external_data=loaded.external_data)
+        output_complete(output)
         console.print(
             f"{model} is already typed fp16/bf16: copied to {output} as it is (build it as it is)",
             highlight=False,
             soft_wrap=True,
         )
     else:
+        output_complete(output)  # a Ctrl-C from here on (the line below) says it is complete
         import onnx
 
         # the input's, which the conversion keeps: reading OUTPUT back blocked forever on a pipe

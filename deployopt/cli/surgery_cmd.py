@@ -32,6 +32,7 @@ from deployopt.cli.app import (
     scale_option,
     std_option,
 )
+from deployopt.cli.interrupts import output_complete
 from deployopt.coupling import Analysis, ConvLayer, analyze
 from deployopt.dynamic_dims import restore_dynamic_dims
 from deployopt.errors import DeployoptError
@@ -476,6 +477,7 @@ def apply_cmd(
     edited, changes = apply_plan_report(loaded.model, widths, analysis, importance, keep)
     written = restore_dynamic_dims(edited, loaded)  # the batch, height and width a dynamic export left open
     save_model(written.model, output, external_data=loaded.external_data)
+    output_complete(output)  # a Ctrl-C from here on (notices, the table) says it is complete
     said = []
     if unlisted:
         said.append(_unlisted_notice(unlisted, samples_used))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from deployopt.errors import TargetError
+from deployopt.errors import TargetError, reraise_interrupt
 
 # CUDA cores per SM by compute capability major.minor (NVML reports cores, not SMs).
 CORES_PER_SM = {
@@ -36,7 +36,8 @@ class ProbeMiss(Exception):
 def _from_torch() -> dict[str, Any] | None:
     try:
         import torch
-    except ImportError:
+    except ImportError as exc:
+        reraise_interrupt(exc)  # interrupted, not missing
         raise ProbeMiss("not installed") from None
     if getattr(torch.version, "cuda", None) is None:
         raise ProbeMiss(f"CPU-only build (torch {torch.__version__})")
@@ -68,9 +69,11 @@ def _from_cuda_python() -> dict[str, Any] | None:
     try:
         try:
             from cuda.bindings import runtime as cudart
-        except ImportError:
+        except ImportError as exc:
+            reraise_interrupt(exc)
             from cuda import cudart  # type: ignore[no-redef]
-    except ImportError:
+    except ImportError as exc:
+        reraise_interrupt(exc)
         raise ProbeMiss("not installed") from None
     err, count = cudart.cudaGetDeviceCount()
     if int(err) != 0 or count < 1:
@@ -100,7 +103,8 @@ def _from_cuda_python() -> dict[str, Any] | None:
 def _from_nvml() -> dict[str, Any] | None:
     try:
         import pynvml
-    except ImportError:
+    except ImportError as exc:
+        reraise_interrupt(exc)
         raise ProbeMiss("not installed") from None
     try:
         pynvml.nvmlInit()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from deployopt.errors import DeployoptError
+from deployopt.errors import DeployoptError, reraise_interrupt
 from deployopt.fileio import atomic_path
 
 
@@ -13,7 +13,8 @@ def require_torch(what: str) -> Any:
     """torch, or a one-line error naming the export that needs it (torch is an optional extra)."""
     try:
         import torch
-    except ImportError:
+    except ImportError as exc:
+        reraise_interrupt(exc)  # Ctrl-C inside torch's import: interrupted, not missing
         raise DeployoptError(f"{what} export needs PyTorch: pip install 'deployopt[torch]'") from None
     return torch
 
