@@ -1476,7 +1476,8 @@ class Optimizer:
             warnings.warn(
                 f"--max-evals {self.cfg.max_evals} leaves the search no evaluation: {why}, so the "
                 f"answer is the faster baseline ({what}); give --max-evals "
-                f"{2 + self._reserved + 4} or more to search",
+                f"{2 + self._reserved + 1} or more to search ({2 + self._reserved + 4} to measure the "
+                "solver's top 4 plans)",
                 DeployoptWarning,
                 stacklevel=2,
             )

@@ -462,7 +462,7 @@ def test_a_budget_that_leaves_the_search_nothing_is_said(
         "warning: --max-evals 6 leaves the search no evaluation: the two baselines take 2 and 4 are "
         "kept back to confirm a searched plan against them, so the answer is the faster baseline "
         "(nothing searched; round-up-to-8, if the faster, confirmed against the input); give "
-        "--max-evals 10 or more to search"
+        "--max-evals 7 or more to search (10 to measure the solver's top 4 plans)"
     )
     for evals, expected in (("6", True), ("7", False)):
         out = tmp_path / f"o{evals}"

@@ -193,3 +193,15 @@ def test_dash_is_no_file_name_for_a_model(monkeypatch: pytest.MonkeyPatch, tmp_p
         ):
             write()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_optimize_refuses_a_dash_as_its_folder(monkeypatch, capsys, tmp_path: Path) -> None:
+    """`-o -` is refused for files (bench, apply, fp16, compare); optimize created a folder named
+    `-` and exited 0 (docs bash). Refused the same way, before anything runs, nothing created."""
+    src = tmp_path / "m.onnx"
+    save_model(conv_model(ConvShape(1, 3, 8, 8, 8, 3)), src)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(monkeypatch, capsys, "optimize", str(src), "--target", "nano", "-o", "-")
+    assert code == 2 and err.count("\n") == 1, err
+    assert "cannot write into -" in err and "not standard output" in err
+    assert not (tmp_path / "-").exists()
