@@ -640,8 +640,8 @@ def test_an_unwritable_layer_cache_is_one_warning_and_the_measured_run_finishes(
         "tensorrt or trtexec)",
         # the baselines are the whole budget: nothing is kept back of it (it said "2 and 4 are kept back")
         "warning: --max-evals 2 leaves the search no evaluation: the two baselines take 2, so the answer "
-        "is the faster baseline (nothing searched, nothing to confirm); give --max-evals 10 or more to "
-        "search",
+        "is the faster baseline (nothing searched, nothing to confirm); give --max-evals 7 or more to "
+        "search (10 to measure the solver's top 4 plans)",
     ], err
     report = json.loads((out / "report.json").read_text())
     assert report["evaluations"]["reserved_for_confirmation"] == 0

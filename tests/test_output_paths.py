@@ -201,7 +201,7 @@ def test_optimize_refuses_a_dash_as_its_folder(monkeypatch, capsys, tmp_path: Pa
     src = tmp_path / "m.onnx"
     save_model(conv_model(ConvShape(1, 3, 8, 8, 8, 3)), src)
     monkeypatch.chdir(tmp_path)
-    code, out, err = run_cli(monkeypatch, capsys, "optimize", str(src), "--target", "nano", "-o", "-")
+    code, _, err = run_cli(monkeypatch, capsys, "optimize", str(src), "--target", "nano", "-o", "-")
     assert code == 2 and err.count("\n") == 1, err
     assert "cannot write into -" in err and "not standard output" in err
     assert not (tmp_path / "-").exists()
