@@ -150,10 +150,7 @@ def _dir_through_link(path: Path) -> Path:
 
 def check_output_dir(path: str | os.PathLike[str], probe: bool = True) -> Path:
     """A folder outputs can go in (it may not exist yet; a dangling link: the folder it names), or a
-    one-line OutputError; leaves nothing. `-` is refused, as for files: a folder named `-` was
-    created where standard output was meant (optimize -o -, exit 0)."""
-    if str(path) == "-":
-        raise OutputError("cannot write into -: give a folder name ('-' is not standard output here)")
+    one-line OutputError; leaves nothing."""
     path = Path(path)
     target = _dir_through_link(path)
     anc = _existing_ancestor(target)

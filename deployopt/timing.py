@@ -464,6 +464,8 @@ class Comparison:
         return MANN_WHITNEY if self.replicated is None else REPLICATE_TEST
 
     def describe(self) -> str:
+        if self.unstable and self.no_spread:
+            return f"unstable: {self.unstable_text()} (no verdict; ratio {self.ratio:.3f})"
         if self.unstable:
             return f"unstable: {self.drift_text()} (no verdict; p={self.p_value:.3g} between the runs)"
         if self.replicated is not None:
@@ -482,6 +484,22 @@ class Comparison:
                 f"{_us(blo)}–{_us(bhi)} µs"
             )
         return f"{self.verdict}: {100 * (self.ratio - 1):+.1f}% (p={self.p_value:.3g}{uncertain})"
+
+    @property
+    def no_spread(self) -> bool:
+        """A replicated pair whose replicates showed no spread between runs (every median alike on
+        each side): unstable, no verdict either way, and no p (review: a deterministic +50 % read
+        "no significant difference (p=1)", which a gate passes)."""
+        return self.replicated is not None and not self.replicated.spread_measured
+
+    def unstable_text(self) -> str:
+        """Why an unstable pair has no verdict: a side's drift, or replicates with no spread."""
+        if self.no_spread:
+            return (
+                "every replicate median alike on each side: no spread between runs to judge the change "
+                "by (a coarse timer, or replicates of one sample)"
+            )
+        return self.drift_text()
 
     def drift_text(self, names: tuple[str, str] = ("baseline", "current")) -> str:
         """'current drifted +12.3% within its run (first half → second half)', one clause a side
@@ -727,6 +745,8 @@ def compare_replicates(a: Timing, b: Timing, alpha: float = 0.01, min_effect: fl
         t=t,
         ratio_ci95=(math.exp(diff - half), math.exp(diff + half)),
     )
+    if not test.spread_measured:  # spread unmeasured, not zero: no verdict either way (unstable)
+        return Comparison("no significant difference", ratio, p, replicated=test, unstable=True)
     if p < alpha and ratio != 1 and abs(ratio - 1) >= min_effect * (1 - 1e-9):
         return Comparison("faster" if ratio < 1 else "slower", ratio, p, replicated=test)
     return Comparison("no significant difference", ratio, p, replicated=test)

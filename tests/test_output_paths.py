@@ -205,3 +205,19 @@ def test_optimize_refuses_a_dash_as_its_folder(monkeypatch, capsys, tmp_path: Pa
     assert code == 2 and err.count("\n") == 1, err
     assert "cannot write into -" in err and "not standard output" in err
     assert not (tmp_path / "-").exists()
+
+
+def test_a_folder_named_dash_given_as_a_path_is_written(monkeypatch, capsys, tmp_path: Path) -> None:
+    """Review: the `-o -` refusal, made inside fileio, also refused `fp16 -o -/a.onnx` (an existing
+    folder named `-`, written before) and `optimize -o ./-`. Only the bare `-` is refused."""
+    src = tmp_path / "m.onnx"
+    save_model(conv_model(ConvShape(1, 3, 8, 8, 8, 3)), src)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "-").mkdir()
+    code, _, err = run_cli(monkeypatch, capsys, "fp16", str(src), "-o", "-/a.onnx")
+    assert code == 0, err
+    assert (tmp_path / "-" / "a.onnx").is_file()
+    example = Path(__file__).resolve().parents[1] / "examples" / "resnet56_pruned_cifar.onnx"
+    code, _, err = run_cli(monkeypatch, capsys, "optimize", str(example), "--target", "nano", "-o", "./-/run")
+    assert code == 0, err
+    assert (tmp_path / "-" / "run" / "model.onnx").is_file()

@@ -140,6 +140,11 @@ def output_option(default: Any, *names: str, help: str, folder: bool = False) ->
     def parse(value: str) -> Path:
         if not value:
             raise DeployoptError(f"{label}: empty path; give a {'folder' if folder else 'file'} path")
+        # a folder named `-` was created where standard output was meant (optimize -o -, exit 0);
+        # the raw text is checked: `-o ./-` names such a folder on purpose, and a file's parent
+        # folder called `-` (fp16 -o -/a.onnx) is no `-o -`
+        if folder and value == "-":
+            raise OutputError("cannot write into -: give a folder name ('-' is not standard output here)")
         # Path() drops a trailing slash: `-o out/` wrote a file named `out`
         if not folder and value.endswith(("/", os.sep)):
             raise OutputError(f"cannot write {value}: a path ending in '/' is a folder; give a file path")

@@ -64,7 +64,7 @@ def _verdict(p: Pair, alpha: float) -> Text:
     a +53 % whose p was 0.015 at alpha 0.01."""
     v = p.comparison.verdict
     if p.comparison.unstable:  # a side's latency moved within its run: no verdict either way
-        return Text(f"unstable: {p.comparison.drift_text()}", style="yellow")
+        return Text(f"unstable: {p.comparison.unstable_text()}", style="yellow")
     if v in ("slower", "faster"):
         # the medians' 95 % CIs overlap (bimodal samples): the direction holds, the change's size not
         shown = f"{v} (size uncertain)" if p.comparison.size_uncertain else v
@@ -249,10 +249,15 @@ def compare_command(
             "bold red",
         )
     for p in report.unstable:
+        why = (
+            "the replicate test cannot judge the pair; time more runs, or more samples a run"
+            if p.comparison.no_spread
+            else "its samples are not one steady run, so the test cannot judge the pair; time it again, "
+            "or replicate runs and judge their medians"
+        )
         _line(
-            f"warning: {p.name}: unstable, no verdict: {p.comparison.drift_text()}: its samples are not "
-            "one steady run, so the test cannot judge the pair; time it again, or replicate runs and "
-            f"judge their medians (docs/regression.md){'' if strict else ' (--strict exits 1)'}",
+            f"warning: {p.name}: unstable, no verdict: {p.comparison.unstable_text()}: {why} "
+            f"(docs/regression.md){'' if strict else ' (--strict exits 1)'}",
             "yellow",
         )
     for p in report.pairs:
