@@ -73,3 +73,19 @@ NOOP_REDUCE_BROKEN = pytest.mark.skipif(
 INT8_KERNELS_INEXACT = pytest.mark.skipif(
     ort.__version__.startswith("1.23."), reason="onnxruntime 1.23's int8 kernels are not exact under padding"
 )
+
+
+def count_sessions(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the sessions deployopt's ort backend opens, one entry each: each replicate of `bench
+    --repeat` must open its own, and a refusal before timing opens none."""
+    from deployopt.backends.ort import OrtBackend
+
+    opened: list[int] = []
+    real = OrtBackend.open
+
+    def open_(self: Any, options: Any) -> Any:
+        opened.append(1)
+        return real(self, options)
+
+    monkeypatch.setattr(OrtBackend, "open", open_)
+    return opened

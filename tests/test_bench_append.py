@@ -19,6 +19,7 @@ import numpy as np
 import onnx
 import pytest
 from cli_runner import run_cli
+from ort_session import count_sessions
 
 from deployopt.errors import BackendFailed
 from deployopt.layers import ConvShape, conv_model
@@ -35,21 +36,6 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     onnx.save(conv_model(ConvShape(1, 8, 8, 8, 16)), str(a))
     onnx.save(conv_model(ConvShape(1, 8, 8, 8, 24)), str(b))
     return a, b
-
-
-def count_sessions(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Counts the ort sessions opened (a refusal before timing opens none)."""
-    from deployopt.backends.ort import OrtBackend
-
-    opened: list[int] = []
-    real = OrtBackend.open
-
-    def open_(self, options):  # type: ignore[no-untyped-def]
-        opened.append(1)
-        return real(self, options)
-
-    monkeypatch.setattr(OrtBackend, "open", open_)
-    return opened
 
 
 def bench(monkeypatch, capsys, model: Path, dest: Path, *extra: str) -> tuple[int, str, str]:

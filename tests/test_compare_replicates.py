@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 import pytest
 from cli_runner import run_cli
+from ort_session import count_sessions
 
 from deployopt.errors import DataError
 from deployopt.layers import ConvShape, conv_model
@@ -185,21 +186,6 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("rep") / "conv.onnx"
     onnx.save(conv_model(ConvShape(1, 8, 8, 8, 16)), str(path))
     return path
-
-
-def count_sessions(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Counts the ort sessions opened (each replicate must open its own)."""
-    from deployopt.backends.ort import OrtBackend
-
-    opened: list[int] = []
-    real = OrtBackend.open
-
-    def open_(self, options):  # type: ignore[no-untyped-def]
-        opened.append(1)
-        return real(self, options)
-
-    monkeypatch.setattr(OrtBackend, "open", open_)
-    return opened
 
 
 def test_bench_repeat_2_end_to_end_on_ort(monkeypatch, capsys, model: Path, tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 from rich.progress import Progress
+from scripted_sessions import BuildScriptedSession
 
 from deployopt.cli.optimize_cmd import _progress_callback
 from deployopt.journal import Journal
@@ -28,42 +29,21 @@ def _private_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("DEPLOYOPT_CACHE_DIR", str(tmp_path / "cache"))
 
 
-class LuckySearchSession:
+class LuckySearchSession(BuildScriptedSession):
     """A measured stand-in: the input always 1000 µs; round-up-to-8 950 µs on its first build and
     `r8_again` on every rebuild; every other plan 900 µs on its first build (the search accepts the
     first it measures) and 1000 µs on every rebuild (its confirmation refutes it)."""
 
-    backend = type("ScriptedBackend", (), {"name": "scripted", "measured": True})()
-
     def __init__(self, r8_again: float) -> None:
+        super().__init__()
         self.r8_again = r8_again
-        self.builds: dict[str, int] = {}
-        self.order: list[str] = []
-        self.calls = 0
 
-    def measure(self, path: Path) -> Any:
-        from deployopt.backends.model import conv_shapes_from_model
-        from deployopt.model import load_model
-        from deployopt.timing import Timing
-
-        self.calls += 1
-        key = repr(sorted((n, s.c, s.k) for n, s in conv_shapes_from_model(load_model(path).model).items()))
-        if key not in self.order:
-            self.order.append(key)  # the input is measured first, round-up-to-8 second
-        n = self.builds[key] = self.builds.get(key, 0) + 1
-        which = self.order.index(key)
+    def latency(self, which: int, build: int) -> float:
         if which == 0:
-            base = 1000.0
-        elif which == 1:
-            base = 950.0 if n == 1 else self.r8_again
-        else:
-            base = 900.0 if n == 1 else 1000.0
-        return Timing("scripted", [base + 0.1 * i for i in range(11)], environment={"gpu": "scripted"})
-
-    def measure_convs(self, shapes: list[Any]) -> Any:
-        from deployopt.timing import Timing
-
-        return [Timing("scripted", [10.0 + 0.01 * s.k + 0.01 * s.c]) for s in shapes]
+            return 1000.0
+        if which == 1:
+            return 950.0 if build == 1 else self.r8_again
+        return 900.0 if build == 1 else 1000.0
 
 
 def config(zoo_model_path: Callable[[str], Path], tmp_path: Path, **kw: Any) -> OptimizeConfig:
