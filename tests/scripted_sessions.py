@@ -8,8 +8,11 @@ refute, which is what the confirmation rounds are for.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from deployopt.optimize import OptimizeConfig
 
 
 class BuildScriptedSession:
@@ -43,3 +46,22 @@ class BuildScriptedSession:
         from deployopt.timing import Timing
 
         return [Timing("scripted", [10.0 + 0.01 * s.k + 0.01 * s.c]) for s in shapes]
+
+
+def confirm_config(zoo_model_path: Callable[[str], Path], tmp_path: Path, **kw: Any) -> OptimizeConfig:
+    """optimize of the pruned VGG16 at 8 SMs of an H200, scripted (backend "model" stands in for the
+    session's), without fidelity, plots or traffic term, `--max-evals 12`; keywords override."""
+    opts: dict[str, Any] = dict(
+        model_path=zoo_model_path("vgg16_pruned_b4"),
+        target="h200",
+        sms=8,
+        outdir=tmp_path / "out",
+        max_evals=12,
+        fidelity=False,
+        plots=False,
+        cache_root=tmp_path / "lut",
+        backend="model",
+        traffic_term=False,
+    )
+    opts.update(kw)
+    return OptimizeConfig(**opts)

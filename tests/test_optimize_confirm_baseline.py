@@ -11,13 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
-from scripted_sessions import BuildScriptedSession
+from scripted_sessions import BuildScriptedSession, confirm_config
 
 from deployopt.journal import Journal
-from deployopt.optimize import OptimizeConfig, optimize
+from deployopt.optimize import optimize
 from deployopt.report import confirmation_line
 
 
@@ -40,27 +39,10 @@ class ScriptedSession(BuildScriptedSession):
         return 1000.0 if which == 0 else 1100.0
 
 
-def config(zoo_model_path: Callable[[str], Path], tmp_path: Path, **kw: Any) -> OptimizeConfig:
-    opts: dict[str, Any] = dict(
-        model_path=zoo_model_path("vgg16_pruned_b4"),
-        target="h200",
-        sms=8,
-        outdir=tmp_path / "out",
-        max_evals=12,
-        fidelity=False,
-        plots=False,
-        cache_root=tmp_path / "lut",
-        backend="model",
-        traffic_term=False,
-    )
-    opts.update(kw)
-    return OptimizeConfig(**opts)
-
-
 def test_a_lucky_round_up_to_8_is_not_claimed_faster_than_the_input(
     zoo_model_path: Callable[[str], Path], tmp_path: Path
 ) -> None:
-    cfg = config(zoo_model_path, tmp_path)
+    cfg = confirm_config(zoo_model_path, tmp_path)
     session = ScriptedSession(r8_first=950.0, r8_again=1000.0)
     res = optimize(cfg, session=session)
     assert res.round_up != res.original
@@ -95,7 +77,7 @@ def test_a_lucky_round_up_to_8_is_not_claimed_faster_than_the_input(
 def test_a_real_round_up_to_8_gain_is_confirmed_and_pooled(
     zoo_model_path: Callable[[str], Path], tmp_path: Path
 ) -> None:
-    cfg = config(zoo_model_path, tmp_path)
+    cfg = confirm_config(zoo_model_path, tmp_path)
     res = optimize(cfg, session=ScriptedSession(r8_first=900.0, r8_again=900.0))
     conf = res.report["confirmation"]
     assert conf["kept"] is True and conf["answer"] == "round-up-to-8" and conf["baseline"] == "input"
@@ -114,7 +96,7 @@ def test_one_evaluation_left_is_no_round_and_round_up_to_8_is_said_unconfirmed(
     it is not, and so does "vs input"."""
     from deployopt.errors import DeployoptWarning
 
-    cfg = config(zoo_model_path, tmp_path, max_evals=3)
+    cfg = confirm_config(zoo_model_path, tmp_path, max_evals=3)
     session = ScriptedSession(r8_first=950.0, r8_again=1000.0)
     with pytest.warns(DeployoptWarning) as caught:
         res = optimize(cfg, session=session)

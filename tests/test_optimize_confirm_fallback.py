@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 from rich.progress import Progress
-from scripted_sessions import BuildScriptedSession
+from scripted_sessions import BuildScriptedSession, confirm_config
 
 from deployopt.cli.optimize_cmd import _progress_callback
 from deployopt.journal import Journal
@@ -49,22 +49,7 @@ class LuckySearchSession(BuildScriptedSession):
 def config(zoo_model_path: Callable[[str], Path], tmp_path: Path, **kw: Any) -> OptimizeConfig:
     """VGG16 pruned; patience 1 ends the search soon after its first (lucky) plan, so that the
     budget leaves room for both confirmations unless a test narrows it."""
-    opts: dict[str, Any] = dict(
-        model_path=zoo_model_path("vgg16_pruned_b4"),
-        target="h200",
-        sms=8,
-        outdir=tmp_path / "out",
-        max_evals=40,
-        patience=1,
-        top_k=1,
-        fidelity=False,
-        plots=False,
-        cache_root=tmp_path / "lut",
-        backend="model",
-        traffic_term=False,
-    )
-    opts.update(kw)
-    return OptimizeConfig(**opts)
+    return confirm_config(zoo_model_path, tmp_path, **{"max_evals": 40, "patience": 1, "top_k": 1, **kw})
 
 
 def run(cfg: OptimizeConfig, session: LuckySearchSession) -> tuple[OptimizeResult, list[dict[str, Any]]]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import gc
 import hashlib
-import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from traced_memory import traced_peak
 
 from deployopt.coupling import analyze
 from deployopt.model import load_model, save_model
@@ -78,20 +78,6 @@ def chain_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _traced_peak(fn: Callable[[], Any]) -> tuple[Any, int]:
-    """(fn(), the most bytes Python held at once while it ran, above what it held before)."""
-    gc.collect()
-    tracemalloc.start()
-    try:
-        tracemalloc.reset_peak()
-        base = tracemalloc.get_traced_memory()[0]
-        result = fn()
-        peak = tracemalloc.get_traced_memory()[1] - base
-    finally:
-        tracemalloc.stop()
-    return result, peak
-
-
 def _pad_plan(analysis: Any) -> dict[str, int]:
     """Every free group padded to the next multiple of 32 above its width (all the weights edited)."""
     return {g.id: (g.width // 32 + 1) * 32 for g in analysis.free_groups()}
@@ -104,7 +90,7 @@ def test_apply_plan_holds_one_edited_weight_at_a_time(chain_path: Path) -> None:
     analysis = analyze(loaded.model)
     plan = _pad_plan(analysis)
     size = chain_path.stat().st_size
-    edited, peak = _traced_peak(lambda: apply_plan(loaded.model, plan, analysis))
+    edited, peak = traced_peak(lambda: apply_plan(loaded.model, plan, analysis))
     assert {g.id: g.width for g in analyze(edited).free_groups()} == plan
     assert peak < size // 5, f"apply_plan held {peak >> 20} MiB at once for a {size >> 20} MiB model"
 
@@ -115,7 +101,7 @@ def test_save_model_never_holds_the_model_serialized(chain_path: Path, tmp_path:
     model = load_model(chain_path).model
     expected = hashlib.sha256(model.SerializeToString()).hexdigest()
     size = chain_path.stat().st_size
-    _, peak = _traced_peak(lambda: save_model(model, tmp_path / "out.onnx"))
+    _, peak = traced_peak(lambda: save_model(model, tmp_path / "out.onnx"))
     assert peak < size // 5, f"save_model held {peak >> 20} MiB at once for a {size >> 20} MiB model"
     assert hashlib.sha256((tmp_path / "out.onnx").read_bytes()).hexdigest() == expected
 
@@ -127,7 +113,7 @@ def test_save_model_with_external_data_writes_what_onnx_wrote(chain_path: Path, 
     and no Python-level copy of the weights appears either."""
     model = load_model(chain_path).model
     size = chain_path.stat().st_size
-    _, peak = _traced_peak(lambda: save_model(model, tmp_path / "ext.onnx", external_data=True))
+    _, peak = traced_peak(lambda: save_model(model, tmp_path / "ext.onnx", external_data=True))
     assert peak < size // 5, f"save_model held {peak >> 20} MiB at once for a {size >> 20} MiB model"
     ref = tmp_path / "ref"
     ref.mkdir()

@@ -11,15 +11,11 @@ each piece is made as the whole float64 matrix was; these tests check it against
 
 from __future__ import annotations
 
-import gc
-import tracemalloc
-from collections.abc import Callable
-from typing import Any
-
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from traced_memory import traced_peak
 
 import deployopt.importance as importance
 from deployopt.coupling import Analysis, analyze
@@ -35,20 +31,6 @@ from deployopt.surgery import channel_order
 
 #: the large weight: a 4096 → 4096 classifier, 64 MiB as float32
 IN, HIDDEN = 4096, 4096
-
-
-def _traced_peak(fn: Callable[[], Any]) -> tuple[Any, int]:
-    """(fn(), the most bytes Python held at once while it ran, above what it held before)."""
-    gc.collect()
-    tracemalloc.start()
-    try:
-        tracemalloc.reset_peak()
-        base = tracemalloc.get_traced_memory()[0]
-        result = fn()
-        peak = tracemalloc.get_traced_memory()[1] - base
-    finally:
-        tracemalloc.stop()
-    return result, peak
 
 
 def _classifier(
@@ -113,10 +95,10 @@ def test_ranking_reads_a_large_weight_a_piece_at_a_time(large: tuple[onnx.ModelP
     consts = constants(analysis, model)
     consts("fc1_w")  # read once beforehand, as surgery's Constants holds it: only the ranking counts
     bound = weight // 2  # now 2.5 pieces of RANK_CHUNK_BYTES (as float32, float64, |float64|): 20 MiB
-    l1, peak = _traced_peak(lambda: filter_l1(analysis, "fc1", consts))
+    l1, peak = traced_peak(lambda: filter_l1(analysis, "fc1", consts))
     assert l1.shape == (HIDDEN,)
     assert peak < bound, f"filter_l1 held {peak >> 20} MiB for a {weight >> 20} MiB weight"
-    zero, peak = _traced_peak(lambda: zero_filter_channels(analysis, "fc1", consts))
+    zero, peak = traced_peak(lambda: zero_filter_channels(analysis, "fc1", consts))
     assert zero == []
     assert peak < bound, f"zero_filter_channels held {peak >> 20} MiB for a {weight >> 20} MiB weight"
 
@@ -129,7 +111,7 @@ def test_activation_ranking_reads_a_large_reader_a_piece_at_a_time(
     model, analysis = large
     weight = IN * HIDDEN * 4
     sample = {"input": np.random.default_rng(1).standard_normal((1, 16, 8, 8), dtype=np.float32)}
-    scores, peak = _traced_peak(lambda: activation_importance(model, analysis, ["conv"], [sample]))
+    scores, peak = traced_peak(lambda: activation_importance(model, analysis, ["conv"], [sample]))
     assert scores["conv"].shape == (IN // 64,)
     assert peak < 2 * weight, f"activation_importance held {peak >> 20} MiB for a {weight >> 20} MiB weight"
 
