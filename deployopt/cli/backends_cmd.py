@@ -95,7 +95,13 @@ REPLICATE_UNIT = {
     "ort": "a new InferenceSession (graph optimization, memory arena, thread pool)",
     "torch": "a new worker process (CUDA context, green context, model conversion, cuDNN's kernel search)",
     "tensorrt": "a new process that deserializes the engine (built once, by the first if not cached)",
-    "trtexec": "a new trtexec process that loads the engine (built once, by the first if not cached)",
+    # trtexec is given the ONNX model each time (--onnx, --saveEngine): it builds the engine again
+    "trtexec": "a new trtexec process that builds the engine again (a prebuilt one: loads it)",
+}
+#: The same with --remote (the result's environment names the board): the runner or trtexec on it.
+REMOTE_REPLICATE_UNIT = {
+    "tensorrt": "jetson/runner.py run again on the board (a new process that loads the engine)",
+    "trtexec": "a new trtexec process on the board that builds the engine again (a prebuilt one: loads it)",
 }
 
 
@@ -428,8 +434,12 @@ def bench_command(
             part = session.measure(model)
         if part.measured:  # when: compare tells last week's file, left by a run that failed, from this one
             part.measured_at = measured_now()
-        if target is not None and i == 0:  # the setup the backend recorded: refused before the rest
+        # the setup the backend recorded, of every run (the first's refused before the rest): a
+        # board's clock lock or power mode can change between the runner's processes
+        if target is not None:
             check_append_setup(target, part)
+        elif parts:
+            check_replicate_setup(parts[0], part, i + 1, repeat)
         parts.append(part)
     if target is not None:
         timing = target.timing.appended(parts)  # its model record kept: the same sha256, checked
@@ -456,6 +466,22 @@ def bench_command(
         )
     warn_clock_slowdown(timing.environment)
     note_too_few_to_compare(timing.runs)
+
+
+def check_replicate_setup(first: Timing, part: Timing, number: int, repeat: int) -> None:
+    """`bench --repeat`: one DataError line, nothing written, where replicate `number` was timed in
+    another setup than the first (what `compare --strict` flags: setup_differences). The result
+    keeps one environment, so a board whose clock was unlocked (or power mode changed) between the
+    runner's processes read as locked throughout, and compare --strict passed it."""
+    from deployopt.regression import setup_differences
+
+    diffs = setup_differences(first, part)
+    if diffs:
+        raise DataError(
+            f"--repeat {repeat}: replicate {number} was timed in another setup than replicate 1 "
+            f"({'; '.join(diffs)}): nothing written (the replicates of one result must share a setup); "
+            "bench again once the setup holds"
+        )
 
 
 def note_too_few_to_compare(runs: int) -> None:
@@ -526,9 +552,8 @@ def render_bench(timing: Timing, title: str) -> None:
         table.add_row("95% CI of median", timing.spread_text())
     table.add_row("runs / warm-up", f"{timing.runs} / {timing.warmup}")
     if timing.replicate_count > 1:  # bench --repeat: each one's median, and how far apart they are
-        unit = REPLICATE_UNIT.get(timing.backend, "a fresh session")
-        if timing.environment.get("remote"):
-            unit = "jetson/runner.py run again on the board (a new process that loads the engine)"
+        units = REMOTE_REPLICATE_UNIT if timing.environment.get("remote") else REPLICATE_UNIT
+        unit = units.get(timing.backend, "a fresh session")
         table.add_row("replicates", f"{timing.replicate_text()}; each {unit}, with its own warm-up")
     build_s = timing.environment.get("engine_build_s")
     if build_s is not None:  # TensorRT built the engine for this run (not reused, not prebuilt)
