@@ -32,14 +32,23 @@ def inference_session(
     beside it), retried once with the IR version lowered (see the module) when onnxruntime refuses
     it as too new and its opsets allow it. Any other failure raises onnxruntime's error; a retry
     that fails raises the retry's (what else is wrong with the model)."""
-    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
+    source: bytes | str | None = (
+        model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
+    )
     try:
         return ort.InferenceSession(source, options, providers=providers)
     except Exception as exc:
         limit = _IR_LIMIT.search(str(exc))
-        lowered = _ir_lowered(model, int(limit.group(2))) if limit else None
-        if lowered is None:
+        if limit is None:
             raise
+        # without its traceback: onnxruntime's frames in it hold the refused bytes
+        refused, readable = exc.with_traceback(None), int(limit.group(2))
+    # the refused bytes go before the lowered ones are made: both at once were twice the model (a
+    # 64 MiB weight's ranking held 128 MiB on Python 3.10's older onnxruntime)
+    source = None
+    lowered = _ir_lowered(model, readable)
+    if lowered is None:
+        raise refused
     # outside the handler: a copy that fails too says what else is wrong (an op onnxruntime lacks)
     return ort.InferenceSession(lowered, options, providers=providers)
 
@@ -55,12 +64,16 @@ def _ir_lowered(model: onnx.ModelProto | str | os.PathLike[str], readable: int) 
     needed = oldest_ir_version(model)
     if needed is None or needed > readable or model.ir_version <= readable:
         return None
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    copy.ir_version = readable
-    if copy.ByteSize() > _MAX_BYTES:
-        return None
-    return copy.SerializeToString()
+    # the model itself says `readable` while it is serialized, then what it said: a copy of it
+    # (CopyFrom) was the whole model again
+    said = model.ir_version
+    model.ir_version = readable
+    try:
+        if model.ByteSize() > _MAX_BYTES:
+            return None
+        return model.SerializeToString()
+    finally:
+        model.ir_version = said
 
 
 def oldest_ir_version(model: onnx.ModelProto) -> int | None:
