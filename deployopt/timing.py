@@ -139,16 +139,13 @@ class Timing:
         held down (deployopt.clocks), which then is kept, so compare still flags the result."""
         if not parts:
             raise ValueError("no replicates")
-        from deployopt.clocks import held_down_phrase
-
-        env = next((p.environment for p in parts if held_down_phrase(p.environment)), parts[0].environment)
-        first = parts[0]
+        first, *rest = parts
+        if rest:  # the first one's result with the others added: appended's rule, one place
+            return replace(first, replicates=None).appended(rest)
         return replace(
             first,
-            samples_us=[float(x) for p in parts for x in p.samples_us],
-            environment=env,
-            measured_at=parts[-1].measured_at,
-            replicates=[Replicate(p.runs, p.measured_at) for p in parts],
+            samples_us=[float(x) for x in first.samples_us],
+            replicates=[Replicate(first.runs, first.measured_at)],
         )
 
     def appended(self, parts: list[Timing]) -> Timing:

@@ -25,7 +25,7 @@ try:  # Ctrl-C in the seconds these imports take (onnx, numpy, rich) was a 20-li
     # isort: on
     from deployopt.cli.app import Interrupted, app, err_console
     from deployopt.cli.interrupts import forget, interrupted_line
-    from deployopt.errors import DeployoptError, DeployoptWarning, interrupt_in_chain
+    from deployopt.errors import DeployoptError, DeployoptWarning, reraise_interrupt
 except KeyboardInterrupt:  # what _interrupted says, before rich is there to say it
     sys.stderr.write("interrupted\n")
     sys.exit(130)
@@ -150,8 +150,7 @@ def _app() -> Any:
     except Interrupted:  # a command's own interrupt line, raised from the KeyboardInterrupt it says
         raise
     except Exception as exc:
-        if interrupt_in_chain(exc):
-            raise KeyboardInterrupt from exc
+        reraise_interrupt(exc)
         raise
 
 
