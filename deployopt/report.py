@@ -575,18 +575,19 @@ def _safe(text: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text)[:80]
 
 
-def _budget_note(ev: dict[str, Any], confirmation: dict[str, Any] | None, every: list[dict[str, Any]]) -> str:
+def _budget_note(ev: dict[str, Any], every: list[dict[str, Any]]) -> str:
     """Why the search stopped at the budget: with a measured backend part of --max-evals is held
     back for the confirmation rounds, so "exhausted" alone would be untrue when those go unused.
-    `every`: each confirmation's rounds count (round-up-to-8 against the input, after a searched
-    plan failed against it, takes more than the reserve: from what the search left)."""
+    `every`: each confirmation (`confirmations`), its rounds counted (round-up-to-8 against the
+    input, after a searched plan failed against it, takes more than the reserve: from what the
+    search left)."""
     if not ev["budget_exhausted"]:
         return ""
     reserved = ev.get("reserved_for_confirmation") or 0
     if not reserved:
         return " — budget exhausted"
-    if confirmation:
-        used = sum(2 * (c["rounds"] - 1) for c in every or [confirmation])
+    if every:
+        used = sum(2 * (c["rounds"] - 1) for c in every)
         return f" — search budget spent; {reserved} kept back for the confirmation rounds ({used} used)"
     return (
         f" — search budget spent; {reserved} kept back for the confirmation rounds, unused "
@@ -688,7 +689,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         *_engine_lines(report),
         f"- end-to-end evaluations: {ev['count']} of at most {ev['max']} "
         f"({ev['measured_this_run']} this run, {ev['from_journal']} from the journal)"
-        + _budget_note(ev, report.get("confirmation"), report.get("confirmations") or []),
+        + _budget_note(ev, confirmations(report)),
         *_build_lines(ev["list"]),
         f"- per-layer sweep: {sw['shapes']} conv shapes, {sw['measured']} "
         f"{'timed' if report['measured'] else 'predicted'} ({sw['seconds']:.1f} s), "
