@@ -1294,17 +1294,24 @@ def layer_table(times, order):
              "iqr_us": iqr(times[n]) * 1000.0 if len(times[n]) > 1 else None} for n, m in meds]
 
 
+# numpy's type for each TensorRT DataType numpy can hold, by the type's name. Not TensorRT's own
+# nptype: on 8.0-8.5 it reads np.bool on every call, which numpy 1.24-1.26 lacks, so every type, fp32
+# included, was an AttributeError traceback after the build (NVIDIA/TensorRT#2557; JetPack 5's Python
+# 3.8 gets numpy 1.24.4 from a plain `pip3 install -U numpy`). deployopt's tensorrt backend has the same.
+NUMPY_TYPES = {"FLOAT": "float32", "HALF": "float16", "INT8": "int8", "INT32": "int32", "INT64": "int64",
+               "UINT8": "uint8", "BOOL": "bool"}
+
+
 def io_dtype(trt, name, is_input, trt_type):
-    """numpy's dtype for an input or output: TensorRT's nptype maps no bf16, fp8 or int4 (nor a type
-    newer than the TensorRT), and its TypeError was a traceback that named no tensor."""
+    """numpy's dtype for an input or output: none for bf16, fp8, int4 or fp4 (nor a type newer than
+    NUMPY_TYPES), one line naming the tensor where TensorRT's nptype raised a TypeError naming none."""
     import numpy as np
-    try:
-        return np.dtype(trt.nptype(trt_type))
-    except TypeError:
-        kind = getattr(trt_type, "name", None) or str(trt_type).rsplit(".", 1)[-1]
-        raise RunnerError("%s %r is %s, which numpy has no type for: the runner cannot allocate or fill it; "
-                          "give the model fp32 or fp16 inputs and outputs (a Cast at its edges), or time it "
-                          "with trtexec on the board" % ("input" if is_input else "output", name, kind))
+    kind = getattr(trt_type, "name", None) or str(trt_type).rsplit(".", 1)[-1]
+    if kind in NUMPY_TYPES:
+        return np.dtype(NUMPY_TYPES[kind])
+    raise RunnerError("%s %r is %s, which numpy has no type for: the runner cannot allocate or fill it; "
+                      "give the model fp32 or fp16 inputs and outputs (a Cast at its edges), or time it "
+                      "with trtexec on the board" % ("input" if is_input else "output", name, kind))
 
 
 def refused_shape(name, dims):

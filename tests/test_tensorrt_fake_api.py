@@ -103,6 +103,18 @@ from deployopt.regression import compare_paths, differences
 from deployopt.timing import load_timing
 
 V82, V85, V10 = "8.2.1.8", "8.5.2.2", "10.3.0.26"
+#: the numpy type of the bytes TensorRT reads for a tensor of each DataType (a calibration batch)
+BUFFER_TYPES = {
+    "FLOAT": np.float32,
+    "HALF": np.float16,
+    "INT8": np.int8,
+    "INT32": np.int32,
+    "BOOL": np.bool_,
+    "UINT8": np.uint8,
+    "INT64": np.int64,
+}
+#: the numpy the fakes' nptype reads np.bool from (numpy_without_bool: 1.24-1.26's, which has none)
+NPTYPE_NUMPY: Any = np
 V11 = "11.4.1.2"  # desktop only (no JetPack has it): strongly typed, the migration guide's surface
 V80 = "8.0.1.6"  # JetPack 4.6.0: the 8.2 surface here, but for ProfilingVerbosity's older names
 # The CUDA binding each board generation typically has: pycuda on JetPack 4.6, cuda-python 11.x
@@ -1037,7 +1049,7 @@ def make_tensorrt(version: str, gpu: FakeGpu) -> types.ModuleType:
             for name, ptr in zip(names, got):
                 need(is_int(ptr), f"get_batch must return device pointers (ints), got {ptr!r}")
                 # read as the input's own type (float32 bytes for an fp16 input are read as fp16)
-                dt = np.dtype(_NPTYPES[types_of[name].name])
+                dt = np.dtype(BUFFER_TYPES[types_of[name].name])
                 nbytes = volume(shapes[name]) * dt.itemsize
                 data = gpu.read(int(ptr), nbytes, f"calibration batch for {name!r}")
                 batch[name] = np.frombuffer(data, dt).reshape(shapes[name]).copy()
@@ -1424,13 +1436,20 @@ def make_tensorrt(version: str, gpu: FakeGpu) -> types.ModuleType:
                 handle = handle_arg(stream_handle, "execute_async_v3(stream_handle: int)")
                 return self._run("execute_async_v3", handle, dict(self._addresses))
 
-    _NPTYPES = {"FLOAT": np.float32, "HALF": np.float16, "INT8": np.int8, "INT32": np.int32, "BOOL": np.bool_}
-
     def nptype(trt_type: Any) -> Any:
+        """The real body: the table is built on every call, and 8.0-8.5's reads np.bool (numpy
+        1.24-1.26 have none: an AttributeError for every type, NVIDIA/TensorRT#2557); 8.6 maps
+        UINT8 and reads np.bool_, 10.x maps INT64 too; bf16, fp8 and int4 it maps to nothing."""
         need(isinstance(trt_type, DataType), "nptype(trt_type: DataType)")
-        if trt_type.name not in _NPTYPES:
+        table = {"FLOAT": np.float32, "HALF": np.float16, "INT8": np.int8, "INT32": np.int32}
+        table["BOOL"] = np.bool_ if v >= (8, 6) else NPTYPE_NUMPY.bool
+        if v >= (8, 6):
+            table["UINT8"] = np.uint8
+        if v >= (10, 0):
+            table["INT64"] = np.int64
+        if trt_type.name not in table:
             raise TypeError("Could not resolve TensorRT datatype to an equivalent numpy datatype.")
-        return _NPTYPES[trt_type.name]
+        return table[trt_type.name]
 
     mod = types.ModuleType("tensorrt")
     mod.__spec__ = importlib.machinery.ModuleSpec("tensorrt", None)
@@ -3080,36 +3099,80 @@ def test_runner_an_io_tensor_numpy_cannot_hold_is_one_line(
 
 
 def test_the_backend_says_which_io_tensor_numpy_cannot_hold_in_one_line(
-    surface: tuple[str, types.ModuleType, FakeGpu], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """The local backend, as the runner: a bf16 input (TensorRT 10's; on the older surfaces, whose
-    fakes have no bf16, an input type their nptype is made to refuse) died in trt.nptype with a
-    TypeError traceback that named no tensor. Now one BackendFailed line naming the tensor and what
-    to do, the runner's words, before any buffer is allocated, on both binding APIs."""
-    version, trt, gpu = surface
-    if version == V10:
-        model, kind = bf16_input_model(tmp_path), "BF16"
-    else:
-        model, kind = bf16_input_model(tmp_path, onnx.TensorProto.FLOAT), "FLOAT"
-        real = trt.nptype
-
-        def no_float(trt_type: Any) -> Any:
-            if trt_type.name == "FLOAT":
-                raise TypeError("Could not resolve TensorRT datatype to an equivalent numpy datatype.")
-            return real(trt_type)
-
-        monkeypatch.setattr(trt, "nptype", no_float)
-    options = opts(tmp_path, dtype="fp32", extra={"cuda": "pycuda"} if version == V82 else {})
+    """The local backend, as the runner: a bf16 input (TensorRT 10's; the older surfaces have no
+    type numpy cannot hold) died in trt.nptype with a TypeError traceback that named no tensor. Now
+    one BackendFailed line naming the tensor and what to do, the runner's words, before any buffer
+    is allocated."""
+    _, gpu = install(monkeypatch, V10, "cudart")
+    options = opts(tmp_path, dtype="fp32")
     engine = tmp_path / "m.engine"
-    build_engine(str(model), options, str(engine))
+    build_engine(str(bf16_input_model(tmp_path)), options, str(engine))
     with pytest.raises(BackendFailed) as exc:
         time_engine(str(engine), options, {}, False)
     assert str(exc.value) == (
-        f"input 'x' is {kind}, which numpy has no type for: this backend cannot allocate or fill it; "
+        "input 'x' is BF16, which numpy has no type for: this backend cannot allocate or fill it; "
         "give the model fp32 or fp16 inputs and outputs (a Cast at its edges), or time it with "
         "--backend trtexec"
     )
     assert gpu.memory == {} and calls(gpu, "alloc") == []
+
+
+@pytest.fixture
+def numpy_without_bool(monkeypatch: pytest.MonkeyPatch) -> None:
+    """numpy 1.24-1.26, which removed the np.bool alias (numpy 2.0 has it again): TensorRT 8.0-8.5's
+    nptype reads it on every call (NVIDIA/TensorRT#2557)."""
+    monkeypatch.setattr(sys.modules[__name__], "NPTYPE_NUMPY", types.SimpleNamespace())
+
+
+@pytest.mark.parametrize("version", [V82, V85])
+def test_tensorrt_8_with_numpy_1_24_times_a_model(
+    version: str, numpy_without_bool: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """TensorRT 8.0-8.5's own nptype fails for every type under numpy 1.24-1.26 (an
+    AttributeError: np.bool): every bench and INT8 calibration from data died after the build with
+    `BackendFailed: AttributeError: module 'numpy' has no attribute 'bool'`. The backend maps the
+    types itself: a model builds and is timed, and every type the surface has maps to numpy's."""
+    trt, _ = install(monkeypatch, version, "pycuda" if version == V82 else "cudart")
+    with pytest.raises(AttributeError):
+        trt.nptype(trt.DataType.FLOAT)  # the fake is as broken as the real one here
+    model = bf16_input_model(tmp_path, onnx.TensorProto.FLOAT)
+    options = opts(tmp_path, dtype="fp32", extra={"cuda": "pycuda"} if version == V82 else {})
+    engine = tmp_path / "m.engine"
+    build_engine(str(model), options, str(engine))
+    timing = time_engine(str(engine), options, {}, False)["timing"]
+    assert timing["runs"] == 5
+    dtypes = {trt_backend._io_dtype(trt, "t", True, t).name for t in trt.DataType}
+    assert dtypes == (
+        {"float32", "float16", "int8", "int32", "bool"} | ({"uint8"} if version == V85 else set())
+    )
+
+
+def test_runner_on_tensorrt_8_with_numpy_1_24_times_a_model(
+    numpy_without_bool: None,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The runner, as the backend: under numpy 1.24-1.26 on a JetPack 5 board (TensorRT 8.5) it
+    died in trt.nptype after every build, a traceback and exit 1 (relayed by --remote as a bare
+    failure). Now it times the model."""
+    install(monkeypatch, V85, "cudart")
+    model = bf16_input_model(tmp_path, onnx.TensorProto.FLOAT)
+    out = tmp_path / "r.json"
+    runner = load_runner()
+    rc = runner.main(
+        [str(model), "--runs", "2", "--engine-dir", str(tmp_path / "engines"), "--out", str(out)]
+    )
+    assert rc == 0, capsys.readouterr().err
+    assert json.loads(out.read_text())["runs"] == 2
+    assert {runner.io_dtype(None, "t", True, t).name for t in ("FLOAT", "HALF", "INT64", "UINT8")} == {
+        "float32",
+        "float16",
+        "int64",
+        "uint8",
+    }
 
 
 def test_runner_out_in_a_new_folder_and_unwritable_paths(

@@ -866,19 +866,34 @@ def _refused_shape(name: str, dims: list[int]) -> BackendFailed:
     )
 
 
-def _io_dtype(trt: Any, name: str, is_input: bool, trt_type: Any) -> Any:
-    """numpy's type for an input or output: TensorRT's nptype maps no bf16, fp8 or int4 (nor a type
-    newer than the TensorRT), and its TypeError was a traceback that named no tensor. The same line
-    as jetson/runner.py's io_dtype (a single file on the board: it cannot import this one)."""
-    try:
-        return trt.nptype(trt_type)
-    except TypeError:
-        kind = getattr(trt_type, "name", None) or str(trt_type).rsplit(".", 1)[-1]
-        raise BackendFailed(
-            f"{'input' if is_input else 'output'} {name!r} is {kind}, which numpy has no type for: this "
-            "backend cannot allocate or fill it; give the model fp32 or fp16 inputs and outputs (a Cast "
-            "at its edges), or time it with --backend trtexec"
-        ) from None
+#: numpy's type for each TensorRT DataType numpy can hold, by the type's name. Not TensorRT's own
+#: nptype: on 8.0-8.5 it reads np.bool on every call, which numpy 1.24-1.26 lacks, so every type,
+#: fp32 included, was an AttributeError after the build (NVIDIA/TensorRT#2557; JetPack 5's Python
+#: 3.8 gets numpy 1.24.4 from a plain `pip3 install -U numpy`). jetson/runner.py has the same table.
+NUMPY_TYPES = {
+    "FLOAT": "float32",
+    "HALF": "float16",
+    "INT8": "int8",
+    "INT32": "int32",
+    "INT64": "int64",
+    "UINT8": "uint8",
+    "BOOL": "bool",
+}
+
+
+def _io_dtype(trt: Any, name: str, is_input: bool, trt_type: Any) -> np.dtype:
+    """numpy's type for an input or output: none for bf16, fp8, int4 or fp4 (nor a type newer than
+    this table), one line naming the tensor where TensorRT's nptype raised a TypeError that named
+    none. The same line as jetson/runner.py's io_dtype (a single file on the board: it cannot import
+    this one)."""
+    kind = getattr(trt_type, "name", None) or str(trt_type).rsplit(".", 1)[-1]
+    if kind in NUMPY_TYPES:
+        return np.dtype(NUMPY_TYPES[kind])
+    raise BackendFailed(
+        f"{'input' if is_input else 'output'} {name!r} is {kind}, which numpy has no type for: this "
+        "backend cannot allocate or fill it; give the model fp32 or fp16 inputs and outputs (a Cast "
+        "at its edges), or time it with --backend trtexec"
+    )
 
 
 def _bind(trt: Any, engine: Any, context: Any, api: str, shapes: dict[str, list[int]]) -> list[_IO]:
