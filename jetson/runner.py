@@ -550,7 +550,12 @@ class CudaPython(object):
     def _ok(self, result, what):
         err = result[0] if isinstance(result, tuple) else result
         if int(err) != 0:
-            raise RunnerError("CUDA error in " + what + ": " + str(getattr(err, "name", err)))
+            name = str(getattr(err, "name", err))
+            # a cuda-python newer than the board's CUDA (an unpinned pip3 install): jetson/README.md, section 1
+            hint = (" (this cuda-python is for a newer CUDA than JetPack's: JetPack 5: pip3 install"
+                    " 'cuda-python>=11.4,<12'; JetPack 6: pip3 install 'cuda-python>=12.2,<13'; or --cuda pycuda)"
+                    if "InsufficientDriver" in name else "")
+            raise RunnerError("CUDA error in " + what + ": " + name + hint)
         rest = result[1:] if isinstance(result, tuple) else ()
         return rest[0] if len(rest) == 1 else (rest or None)
 

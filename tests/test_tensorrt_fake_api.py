@@ -264,6 +264,7 @@ def make_cuda_runtime(gpu: FakeGpu, module_name: str) -> types.ModuleType:
     class cudaError_t(enum.IntEnum):
         cudaSuccess = 0
         cudaErrorInvalidValue = 1
+        cudaErrorInsufficientDriver = 35
         cudaErrorInvalidResourceHandle = 400
         cudaErrorNotReady = 600
 
@@ -3146,6 +3147,38 @@ def test_tensorrt_8_with_numpy_1_24_times_a_model(
     dtypes = {trt_backend._io_dtype(trt, "t", True, t).name for t in trt.DataType}
     assert dtypes == (
         {"float32", "float16", "int8", "int32", "bool"} | ({"uint8"} if version == V85 else set())
+    )
+
+
+def test_a_cuda_python_newer_than_the_driver_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plain `pip install cuda-python` fetches the newest major, which an older driver cannot run:
+    every call is cudaErrorInsufficientDriver, and the line named only the error. It now says to
+    install the release of the driver's CUDA major, or to give --cuda pycuda, on the host and on the
+    board."""
+    install(monkeypatch, V10, "bindings")
+    runtime = sys.modules["cuda.bindings.runtime"]
+    monkeypatch.setattr(
+        runtime, "cudaMalloc", lambda size: (runtime.cudaError_t.cudaErrorInsufficientDriver, 0)
+    )
+    options = opts(tmp_path, dtype="fp32")
+    engine = tmp_path / "m.engine"
+    model = bf16_input_model(tmp_path, onnx.TensorProto.FLOAT)
+    build_engine(str(model), options, str(engine))
+    with pytest.raises(BackendFailed) as exc:
+        time_engine(str(engine), options, {}, False)
+    assert str(exc.value) == (
+        "CUDA error in cudaMalloc: cudaErrorInsufficientDriver (this cuda-python is for a newer CUDA "
+        "than the driver runs: install the release of the driver's CUDA major (nvidia-smi names it; e.g. "
+        "pip install 'cuda-python>=12,<13'), or give --cuda pycuda)"
+    )
+    rc = load_runner().main([str(model), "--runs", "2", "--engine-dir", str(tmp_path / "engines")])
+    err = capsys.readouterr().err.splitlines()
+    assert rc == 2 and err[-1] == (
+        "error: CUDA error in cudaMalloc: cudaErrorInsufficientDriver (this cuda-python is for a newer CUDA "
+        "than JetPack's: JetPack 5: pip3 install 'cuda-python>=11.4,<12'; JetPack 6: pip3 install "
+        "'cuda-python>=12.2,<13'; or --cuda pycuda)"
     )
 
 

@@ -80,6 +80,12 @@ TRT_HINT = "tensorrt not installed (on a Jetson it comes with JetPack; elsewhere
 CUDA_HINT = (
     "neither cuda-python nor pycuda is installed (pip install cuda-python, or pycuda; JetPack 4.6: pycuda)"
 )
+#: cudaErrorInsufficientDriver from cuda-python: a release newer than the driver's CUDA (a plain
+#: `pip install cuda-python` fetches the newest major, which needs the newest driver)
+NEWER_CUDA_PYTHON = (
+    "this cuda-python is for a newer CUDA than the driver runs: install the release of the driver's CUDA "
+    "major (nvidia-smi names it; e.g. pip install 'cuda-python>=12,<13'), or give --cuda pycuda"
+)
 DEFAULT_WORKSPACE_MIB = 1024
 NO_FAST_INT8 = (
     "--dtype int8: this GPU has no native INT8 (TensorRT's platform_has_fast_int8 is False, as on Jetson "
@@ -342,7 +348,9 @@ def check_cuda(result: Any, what: str) -> Any:
     else:
         err, rest = result, ()
     if int(err) != 0:
-        raise BackendFailed(f"CUDA error in {what}: {getattr(err, 'name', err)}")
+        name = str(getattr(err, "name", err))
+        hint = f" ({NEWER_CUDA_PYTHON})" if "InsufficientDriver" in name else ""
+        raise BackendFailed(f"CUDA error in {what}: {name}{hint}")
     if not rest:
         return None
     return rest[0] if len(rest) == 1 else rest
