@@ -191,3 +191,36 @@ def test_the_torch_backend_times_the_export(exported: tuple[Path, np.ndarray]) -
     with get_backend("torch").open(opts) as session:
         timing = session.measure(path)
     assert timing.measured and timing.runs == 3 and timing.median_us > 0
+
+
+def test_softplus_as_the_exporter_spells_it_stays_free(tmp_path: Path) -> None:
+    """nn.Softplus comes out as Softplus → Greater → Where (its threshold), and a user's
+    `torch.where(x > 0, x, 0.1 * x)` as Greater → Where: each froze its conv's group ("unknown op
+    Greater"), where the TorchScript exporter's plain Softplus left it free. Padding is exact."""
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b, self.head = (
+                nn.Conv2d(3, 11, 3, padding=1),
+                nn.Conv2d(11, 13, 1),
+                nn.Conv2d(13, 4, 1),
+            )
+
+        def forward(self, x: Any) -> Any:
+            h = nn.functional.softplus(self.a(x))
+            g = self.b(h)
+            return self.head(torch.where(g > 0, g, 0.1 * g))
+
+    torch.manual_seed(0)
+    x = torch.randn(1, 3, 8, 8)
+    path = tmp_path / "softplus.onnx"
+    with torch.no_grad():
+        torch.onnx.export(Net().eval(), (x,), str(path), dynamo=True, verbose=False)
+    loaded = load_model(path)
+    assert {"Softplus", "Greater", "Where"} <= {n.op_type for n in loaded.model.graph.node}
+    analysis = analyze(loaded.model)
+    assert sorted(g.width for g in analysis.free_groups()) == [11, 13]
+    padded = apply_plan(loaded.model, {g.id: 16 for g in analysis.free_groups()}, analysis)
+    onnx.checker.check_model(padded, full_check=True)
+    np.testing.assert_allclose(_run(padded, x.numpy()), _run(path, x.numpy()), rtol=0, atol=1e-5)

@@ -27,11 +27,19 @@ UNARY = (
     "Relu", "LeakyRelu", "Elu", "Selu", "Celu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh",
     "Softplus", "Softsign", "Mish", "Gelu", "Erf", "Abs", "Neg", "Exp", "Clip", "Identity",
     "Dropout", "Cast", "Floor", "Ceil", "Round", "Sign", "ThresholdedRelu", "Shrink", "Sin", "Cos",
+    "Not",
 )  # fmt: skip
 
 #: value a constant operand takes on a padded channel, per op
 NEUTRAL = {"Add": 0.0, "Sum": 0.0, "Sub": 0.0, "Mean": 0.0, "Max": 0.0, "Min": 0.0, "Mul": 1.0, "Div": 1.0,
            "PRelu": 0.0}  # fmt: skip
+
+#: per-element comparisons, logic and selection: a padded channel's value is finite whatever it is
+#: (a bool, or one of Where's finite operands), and its readers read it with zero weights; a constant
+#: operand is padded with 0 (False). The dynamo exporter spells Softplus as Softplus → Greater →
+#: Where (its threshold), and torch.where(x > t, ...) is the same pattern: both froze their group.
+SELECTION = ("Greater", "Less", "Equal", "GreaterOrEqual", "LessOrEqual", "And", "Or", "Xor", "Where")
+NEUTRAL.update(dict.fromkeys(SELECTION, 0.0))
 
 
 #: ops whose output is never negative, whatever they read (Softmax in [0, 1] and Hardmax in {0, 1}
@@ -152,7 +160,9 @@ def _flattened_per_element(ctx: CouplingState, node: onnx.NodeProto) -> None:
         ctx.freeze_flattened(node)
 
 
-@rule("Add", "Sum", "Sub", "Mul", "Div", "Max", "Min", "Mean", "PRelu", any_axis=True, spread=True)
+@rule(
+    "Add", "Sum", "Sub", "Mul", "Div", "Max", "Min", "Mean", "PRelu", *SELECTION, any_axis=True, spread=True
+)
 def binary(ctx: CouplingState, node: onnx.NodeProto) -> None:
     if any(t in ctx.spread for t in node.input if t):
         _flattened_per_element(ctx, node)
