@@ -713,7 +713,13 @@ class Optimizer:
         # priced, and the wave model's line below read "its 0 conv(s) () are not" 2-D
         free = list(self.analysis.free_groups())
         if not free:
-            raise DeployoptError(f"{cfg.model_path}: no channel group is free to change; nothing to optimize")
+            from deployopt.coupling import foreign_ops_note
+
+            why = foreign_ops_note(self.model)
+            raise DeployoptError(
+                f"{cfg.model_path}: no channel group is free to change; nothing to optimize"
+                + (f"; {why}" if why else "")
+            )
         if self.backend_name == "model" and not self.analysis.convs:  # every plan predicted alike
             unpriced = self.analysis.unpriced_convs()
             raise DeployoptError(

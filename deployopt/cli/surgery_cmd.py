@@ -33,7 +33,7 @@ from deployopt.cli.app import (
     std_option,
 )
 from deployopt.cli.interrupts import output_complete
-from deployopt.coupling import Analysis, ConvLayer, analyze
+from deployopt.coupling import Analysis, ConvLayer, analyze, foreign_ops_note
 from deployopt.dynamic_dims import restore_dynamic_dims
 from deployopt.errors import DeployoptError
 from deployopt.fidelity import ImagePreprocess
@@ -231,6 +231,9 @@ def analyze_cmd(
         title += f" (+{stats} one-channel statistics over channels, not listed)"
     labels = layer_labels(loaded.model)
     console.print(groups_table(analysis, title=title, labels=labels))
+    foreign = foreign_ops_note(loaded.model)
+    if foreign:
+        console.print(f"note: {foreign}", markup=False, highlight=False, soft_wrap=True)
     if show_convs:
         console.print(convs_table(analysis, title=f"{len(analysis.convs)} convs", labels=labels))
     if rows is not None and gpu is not None:

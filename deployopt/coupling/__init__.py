@@ -23,7 +23,7 @@ from deployopt.layers import ConvShape, conv_shape_from_onnx
 #: ones spell ops differently (BatchNormalization's `spatial`, Slice, Upsample and Pad attributes).
 MIN_OPSET = 9
 
-__all__ = ["Analysis", "ChannelGroup", "ConvLayer", "analyze", "rule"]
+__all__ = ["Analysis", "ChannelGroup", "ConvLayer", "analyze", "foreign_ops_note", "rule"]
 
 
 @dataclass(frozen=True)
@@ -260,6 +260,30 @@ def refuse_qoperator(model: onnx.ModelProto) -> None:
                 f"{node.op_type} ({name!r}: onnxruntime's QOperator format) is not supported: "
                 "quantize with QuantFormat.QDQ (Q/DQ nodes around float ops), which deployopt edits exactly"
             )
+
+
+def foreign_ops_note(model: onnx.ModelProto) -> str | None:
+    """What freezes a model's groups where ops of another domain have no rule (None: there are
+    none). A file saved by onnxruntime's graph optimizer (com.microsoft FusedConv, BiasGelu) had
+    every group frozen by what followed them ("Add …: output shape unknown"), and optimize said only
+    that no group was free, naming neither the ops nor what to do."""
+    counts: dict[str, dict[str, int]] = {}
+    for node in model.graph.node:
+        if node.domain not in ("", "ai.onnx"):
+            ops = counts.setdefault(node.domain, {})
+            ops[node.op_type] = ops.get(node.op_type, 0) + 1
+    if not counts:
+        return None
+    parts = []
+    for domain, ops in sorted(counts.items()):
+        named = [f"{op} ×{n}" if n > 1 else op for op, n in sorted(ops.items())]
+        parts.append(f"{domain}: {', '.join(named[:6])}{', …' if len(named) > 6 else ''}")
+    total = sum(sum(ops.values()) for ops in counts.values())
+    onnxruntime = " (a file onnxruntime's graph optimizer saved? give deployopt the model as exported)"
+    return (
+        f"{total} op(s) outside the ONNX domain ({'; '.join(parts)}) have no channel rule and freeze "
+        f"every group they touch{onnxruntime if 'com.microsoft' in counts else ''}"
+    )
 
 
 def analyze(model: onnx.ModelProto) -> Analysis:
