@@ -570,8 +570,11 @@ def _run_every(*steps: Callable[[], object] | None) -> None:
 
 
 def _clear_outdir(outdir: Path) -> None:
-    """--force: remove what a previous run wrote (only our files), once the new run is known to start."""
-    remove_outputs(outdir, ("journal.jsonl", *OUTPUTS))  # report.json first: no complete set claimed
+    """--force: remove the previous run's journal and any staging folder a killed run left, once the
+    new run is known to start. Its results stay until this run's replace them as one set
+    (output_set): `--force` into a release folder, interrupted or failed, had left only a new
+    journal there, the shipped model.engine gone with the rest."""
+    remove_outputs(outdir, ("journal.jsonl",))
 
 
 def plan_json(doc: dict[str, Any]) -> str:

@@ -272,3 +272,29 @@ def test_sigterm_is_ignored_while_python_shuts_down_as_ctrl_c_is(
             signal.signal(s, handler)
     capsys.readouterr()
     assert after == {signal.SIGINT: signal.SIG_IGN, signal.SIGTERM: signal.SIG_IGN}
+
+
+def test_force_keeps_the_previous_results_until_its_own_replace_them(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--force` into a release folder removed its results as the run started: interrupted (or
+    failed) before its end, it left a new journal alone there, the shipped model and engine gone.
+    Now it removes only the old journal: the previous results stay, whole, beside the new run's
+    journal (for --resume), until a run completes and replaces them as one set."""
+    model, out = zoo_model_path("vgg16_pruned_b4"), tmp_path / "out"
+    run_model(model, out, max_evals=4)
+    before = {k: v for k, v in files(out).items() if k != "journal.jsonl"}
+    assert "report.json" in before and "model.onnx" in before
+
+    def interrupted(self: Any) -> Any:
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(optimize_module.Optimizer, "search", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            run_model(model, out, max_evals=6, mode="trim", force=True)
+    after = files(out)
+    assert {k: v for k, v in after.items() if k != "journal.jsonl"} == before
+    assert [e["event"] for e in Journal.read(out / "journal.jsonl")] == ["start"]  # the new run's alone
+    done = run_model(model, out, max_evals=6, mode="trim", resume=True)
+    assert done is not None and files(out)["report.json"] != before["report.json"]
