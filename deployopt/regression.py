@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import re
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -295,6 +296,40 @@ def _earliest(t: Timing) -> datetime:
     return min(measured_time(x) for x in [*times, t.measured_at] if x is not None)
 
 
+#: The longest time a side's replicates may span (first replicate to last) before compare warns:
+#: replicates are meant to be one measurement session (`bench --repeat`, or `bench --append` rounds
+#: interleaved with the other side's). Weeks of runs appended into one result pool a drift across
+#: them into the spread the test judges by: four weekly runs whose last was 10 % slower read "+2.4 %,
+#: not significant", with no word. A day leaves room for a long interleaved loop on a board.
+REPLICATE_SPAN_MAX = timedelta(days=1)
+
+
+def replicate_span(t: Timing) -> tuple[timedelta, str, str] | None:
+    """(span, first, last) of the times a result's replicates recorded (`measured_at` of each);
+    None for one run, or under two replicates that recorded one."""
+    times = sorted(
+        (r.measured_at for r in t.replicates or [] if r.measured_at is not None), key=measured_time
+    )
+    if len(times) < 2:
+        return None
+    return measured_time(times[-1]) - measured_time(times[0]), times[0], times[-1]
+
+
+def long_replicate_spans(baseline: Timing, current: Timing) -> list[str]:
+    """A side whose replicates span more than REPLICATE_SPAN_MAX, in words ('current: 4 replicates
+    measured over 21.0 days (… → …)'): a change within that time is diluted among them."""
+    out = []
+    for side, t in (("baseline", baseline), ("current", current)):
+        span = replicate_span(t)
+        if span is not None and span[0] > REPLICATE_SPAN_MAX:
+            days = span[0] / timedelta(days=1)
+            first, last = span[1], span[2]
+            out.append(
+                f"{side}: {t.replicate_count} replicates measured over {days:.1f} days ({first} → {last})"
+            )
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # model identity: did both sides time the same model?
 
@@ -405,6 +440,8 @@ class Pair:
     model: ModelCheck = field(default_factory=lambda: ModelCheck("unknown"))
     notes: list[str] = field(default_factory=list)  # what could not be checked (unchecked_for_throttling)
     stale: str | None = None  # why the current result may be an older one left in place (staleness)
+    #: a side whose replicates span more than REPLICATE_SPAN_MAX (long_replicate_spans)
+    long_spans: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         def side(t: Timing, path: Path) -> dict[str, Any]:
@@ -437,7 +474,8 @@ class Pair:
             "current": side(self.current, self.current_path),
             "ratio": self.comparison.ratio,
             "change_pct": 100 * (self.comparison.ratio - 1),
-            "p_value": self.comparison.p_value,
+            # null: no p (a replicated pair with no spread between its replicates: unstable)
+            "p_value": self.comparison.p_value if math.isfinite(self.comparison.p_value) else None,
             # which test gave p: one run a side (mann-whitney-u) or replicate medians, their counts
             "test": test,
             "one_run_per_side": c.replicated is None,
@@ -461,6 +499,16 @@ class Pair:
             "model_check": self.model.to_json(),
             "notes": self.notes,
             "stale": self.stale,
+            # each side's replicates from first to last (days; null: one run, or times not recorded),
+            # and whether either exceeds REPLICATE_SPAN_MAX: meant to be one measurement session
+            "replicate_span_days": {
+                side: (None if span is None else span[0] / timedelta(days=1))
+                for side, span in (
+                    ("baseline", replicate_span(self.baseline)),
+                    ("current", replicate_span(self.current)),
+                )
+            },
+            "long_replicate_span": bool(self.long_spans),
         }
 
 
@@ -492,6 +540,61 @@ class RegressionReport:
         return [p for p in self.pairs if p.stale]
 
     @property
+    def long_span(self) -> list[Pair]:
+        """Pairs with a side whose replicates span more than REPLICATE_SPAN_MAX."""
+        return [p for p in self.pairs if p.long_spans]
+
+    def failures(self, strict: bool) -> list[dict[str, Any]]:
+        """Why compare exits non-zero, one entry a reason ({"reason", "pairs", "message"}): a model
+        slower, and with --strict every pair the test cannot vouch for (another model, another setup,
+        no verdict, a stale current result, a file without a counterpart). `--json` had no verdict
+        of its own, and a script rebuilt --strict's rule to gate on it."""
+        found: list[tuple[str, list[str], str]] = []
+        if self.slower:
+            found.append(("regression", [p.name for p in self.slower], f"{len(self.slower)} model(s) slower"))
+        if strict:
+            drifted = [p for p in self.unstable if not p.comparison.no_spread]
+            flat = [p for p in self.unstable if p.comparison.no_spread]
+            unpaired = self.only_in_baseline + self.only_in_current
+            found += [
+                (
+                    "not_comparable",
+                    [p.name for p in self.not_comparable],
+                    f"{len(self.not_comparable)} pair(s) timed different models",
+                ),
+                (
+                    "not_like_for_like",
+                    [p.name for p in self.not_like_for_like],
+                    f"{len(self.not_like_for_like)} pair(s) not like for like",
+                ),
+                (
+                    "unstable",
+                    [p.name for p in drifted],
+                    f"{len(drifted)} pair(s) unstable within a run (no verdict)",
+                ),
+                (
+                    "no_spread",
+                    [p.name for p in flat],
+                    f"{len(flat)} pair(s) with no spread between replicates (no verdict, no p)",
+                ),
+                (
+                    "stale",
+                    [p.name for p in self.stale],
+                    f"{len(self.stale)} pair(s) whose current result is not newer than its baseline "
+                    "(maybe not this run's)",
+                ),
+                ("unpaired", unpaired, f"{len(unpaired)} file(s) without a counterpart"),
+            ]
+        return [{"reason": r, "pairs": names, "message": m} for r, names, m in found if names]
+
+    def exit_code(self, strict: bool) -> int:
+        """compare's exit status for this report: NOT_COMPARABLE with --strict and a pair of
+        different models (the pairing is what to fix first), else 1 on any failure, else 0."""
+        if strict and self.not_comparable:
+            return NOT_COMPARABLE
+        return 1 if self.failures(strict) else 0
+
+    @property
     def one_run_per_side(self) -> list[Pair]:
         """Pairs judged on one run a side: the variation between runs is not seen."""
         return [p for p in self.pairs if p.comparison.replicated is None]
@@ -501,7 +604,9 @@ class RegressionReport:
         """Pairs whose sides timed different models: their verdict is no regression's."""
         return [p for p in self.pairs if not p.model.comparable]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, strict: bool = False) -> dict[str, Any]:
+        """The report as JSON, with the exit status compare returns for it (with or without
+        --strict) and why (`exit_code`, `failures`)."""
         return {
             "rule": {
                 "test": f"{MANN_WHITNEY}: Mann-Whitney U, two-sided, on the per-run samples, where each "
@@ -520,9 +625,15 @@ class RegressionReport:
             "not_comparable": [p.name for p in self.not_comparable],
             "stale": [p.name for p in self.stale],
             "unstable": [p.name for p in self.unstable],
+            "long_replicate_span": [p.name for p in self.long_span],
             "pairs": [p.to_json() for p in self.pairs],
             "only_in_baseline": self.only_in_baseline,
             "only_in_current": self.only_in_current,
+            # what compare exits with for this report (0, 1, or 3 with --strict), and each reason
+            # for a non-zero one: a script gates on these, not on --strict's rule rebuilt
+            "strict": strict,
+            "exit_code": self.exit_code(strict),
+            "failures": self.failures(strict),
         }
 
 
@@ -608,6 +719,11 @@ def check_replicates_testable(
         )
 
 
+#: Exit status of `compare --strict` when a pair timed different models. Above 1 (a regression):
+#: the verdict of a wrong pair is no regression's, and the pairing is what to fix first.
+NOT_COMPARABLE = 3
+
+
 #: `compare`'s significance level unless --alpha is given (bench notes a result too short for it).
 DEFAULT_ALPHA = 0.01
 
@@ -685,7 +801,8 @@ def compare_paths(
         model = check_models((bp, tb), (cp, tc))
         notes = unchecked_for_throttling(tb, tc)
         stale = staleness(tb, tc)
-        pairs.append(Pair(name, bp, cp, tb, tc, comparison, differences(tb, tc), model, notes, stale))
+        spans = long_replicate_spans(tb, tc)
+        pairs.append(Pair(name, bp, cp, tb, tc, comparison, differences(tb, tc), model, notes, stale, spans))
     return RegressionReport(pairs, alpha, min_effect, only_b, only_c)
 
 

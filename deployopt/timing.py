@@ -434,6 +434,7 @@ def _us(x: float) -> str:
 class Comparison:
     verdict: str  # "faster" | "slower" | "no significant difference"
     ratio: float  # median(b) / median(a)
+    #: NaN: no p (a replicated pair whose replicates showed no spread between runs: no_spread)
     p_value: float
     #: significant, but the ranks moved the other way than the medians (bimodal samples), or the
     #: medians are equal (they did not move at all): no verdict
@@ -695,7 +696,8 @@ def replicate_t_test(
     a_medians: Sequence[float], b_medians: Sequence[float]
 ) -> tuple[float, int, float, float, float]:
     """(t, df, two-sided p, mean log difference b - a, its standard error) of Student's t-test on
-    the logs of two sets of replicate medians, with pooled variance.
+    the logs of two sets of replicate medians, with pooled variance; t and p NaN (no p) and the
+    error 0 where every median on each side is alike (no spread between runs to test by).
 
     Why this test: a regression is a shift of the whole set of run medians, and the run is the
     unit that varies (a new process, a new kernel search, the host's load), so each replicate
@@ -717,10 +719,13 @@ def replicate_t_test(
     diff = float(lb.mean() - la.mean())
     ss = float(((la - la.mean()) ** 2).sum() + ((lb - lb.mean()) ** 2).sum())
     se = math.sqrt(ss / df * (1 / la.size + 1 / lb.size))
-    if se == 0:  # every replicate alike on each side (a coarse timer, one-sample replicates): the
-        # spread between runs is unmeasured, not zero, so nothing is judged (p = 1; a p of 0 called
-        # any difference over --min-effect, with a 95 % CI of zero width)
-        return math.nan, df, 1.0, diff, se
+    # every replicate alike on each side (a coarse timer, one-sample replicates, a deterministic
+    # fake): the spread between runs is unmeasured, not zero, so nothing is judged and there is no p
+    # (NaN). Told by the medians themselves: the mean of three equal logs can round off them, and
+    # se came out 1e-16, not 0, so 3 × 1000 µs against 3 × 1300 µs was "slower, p=2e-58"; where it
+    # was 0, p read 1, a certainty of no change that a gate passes
+    if se == 0 or (np.ptp(la) == 0 and np.ptp(lb) == 0):
+        return math.nan, df, math.nan, diff, 0.0
     t = diff / se
     return t, df, float(min(1.0, 2 * student_t.sf(abs(t), df))), diff, se
 
@@ -891,7 +896,7 @@ def timing_from_json(p: Path, data: Any) -> Timing:
         what = "measured medians, not per-run samples" if data.get("measured") else "predicted, not measured"
         raise DataError(
             f"{p} is a deployopt optimize report (its latencies are {what}): time the model it wrote "
-            f"with `deployopt bench {p.parent / 'model.onnx'} -o FILE.json` and compare that"
+            f"with `{bench_command_for_report(p, data)}` and compare that"
         )
     if not isinstance(data, dict) or "samples_us" not in data:
         raise DataError(
@@ -939,6 +944,34 @@ def timing_from_json(p: Path, data: Any) -> Timing:
                 f"{json.dumps(data['measured_at'])}"
             ) from None
     return timing
+
+
+def bench_command_for_report(p: Path, report: dict[str, Any]) -> str:
+    """The `deployopt bench` that times what an optimize report (at `p`) chose, where it was timed:
+    the engine optimize wrote beside it (its "engine") with the report's TensorRT backend, on the
+    board its runs name (their environment's "remote"). A `--remote` optimize was told to bench
+    OUT/model.onnx on the host CPU (ort), another device than the one its numbers and engine are of."""
+    backend = report.get("backend")
+    timings = report.get("timings")
+    remote = next(
+        (
+            t["environment"]["remote"]
+            for t in (timings.values() if isinstance(timings, dict) else [])
+            if isinstance(t, dict)
+            and isinstance(t.get("environment"), dict)
+            and isinstance(t["environment"].get("remote"), str)
+        ),
+        None,
+    )
+    engine = report.get("engine")
+    if backend not in ("tensorrt", "trtexec", "torch"):  # ort, or a prediction (--backend model)
+        return f"deployopt bench {p.parent / 'model.onnx'} -o FILE.json"
+    built = isinstance(engine, str) and engine and backend != "torch" and (p.parent / engine).is_file()
+    target = p.parent / engine if built else p.parent / "model.onnx"
+    where = f" --remote {remote}" if remote and backend != "torch" else ""
+    dtype = report.get("dtype")  # an engine's precision is the one it was built with: no --dtype
+    precision = f" --dtype {dtype}" if isinstance(dtype, str) and dtype and not built else ""
+    return f"deployopt bench {target} --backend {backend}{where}{precision} -o FILE.json"
 
 
 def is_latency(value: Any) -> bool:

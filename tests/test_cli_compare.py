@@ -384,32 +384,42 @@ def _weekly_blocks() -> list[list[str]]:
 
     text = (Path(__file__).resolve().parent.parent / "docs" / "regression.md").read_text()
     blocks = [b.splitlines() for b in re.findall(r"^```\n(.*?)^```$", text, re.MULTILINE | re.DOTALL)]
-    return [b for b in blocks if any("no baseline yet" in line for line in b)]
+    return [b for b in blocks if any(line.startswith("if [ -d baselines ]") for line in b)]
 
 
 def test_the_docs_keep_a_first_baseline_once_and_compare_checks_it(tmp_path: Path) -> None:
     """The weekly blocks kept the first baseline with `cp -r results/current baselines` after
     compare: in a script that stops at the first failure compare's exit 2 (no baseline) never reached
     it, and once baselines/ existed (a re-baseline after a JetPack upgrade) it copied into
-    baselines/current/, which compare never reads, so the old baseline stayed in use. Each block's
-    keep line, run here twice (week 1, week 2), must keep week 1 and never nest, before compare."""
+    baselines/current/, which compare never reads, so the old baseline stayed in use. Then `--strict`
+    came to fail on a stale pair, and the first week's compare of the result with its own copy is
+    one: the blocks' keep-or-compare lines, run here as a script twice (week 1, week 2), must keep
+    week 1 and never nest, check it without `--strict` the first week and gate with it after."""
+    import os
     import subprocess
 
     blocks = _weekly_blocks()
     assert len(blocks) == 3  # from the host, by hand, shipped engines
     for n, block in enumerate(blocks):
-        keep = block[next(i for i, line in enumerate(block) if "no baseline yet" in line) + 1]
-        compares = [i for i, line in enumerate(block) if line.startswith("deployopt compare baselines/")]
-        assert compares and block.index(keep) < compares[0], block
+        first = next(i for i, line in enumerate(block) if line.startswith("if [ -d baselines ]"))
+        script = "\n".join(block[first : block.index("fi", first) + 1])
         work = tmp_path / str(n)
         current = work / "results" / "current" / "model.json"
         current.parent.mkdir(parents=True)
+        fake = work / "bin" / "deployopt"  # records its arguments, as compare's exit 0
+        fake.parent.mkdir()
+        fake.write_text('#!/bin/sh\necho "$@" >> "$CALLS"\n')
+        fake.chmod(0o755)
+        env = {**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}", "CALLS": str(work / "calls")}
         for week in ("week 1", "week 2"):
             current.write_text(week)
-            subprocess.run(["sh", "-c", keep], cwd=work, check=True)
+            subprocess.run(["sh", "-e", "-c", script], cwd=work, check=True, env=env)
             kept = sorted(p.relative_to(work).as_posix() for p in (work / "baselines").rglob("*"))
-            assert kept == ["baselines/model.json"], (keep, kept)
+            assert kept == ["baselines/model.json"], (script, kept)
             assert (work / "baselines" / "model.json").read_text() == "week 1"
+        week1, week2 = (work / "calls").read_text().splitlines()
+        assert week1.startswith("compare baselines/ results/current/") and "--strict" not in week1
+        assert week2.startswith("compare baselines/ results/current/") and week2.endswith("--strict")
 
 
 def test_help_gives_every_exit_status_a_pipeline_gates_on(monkeypatch, capsys) -> None:

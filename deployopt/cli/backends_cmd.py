@@ -465,7 +465,7 @@ def bench_command(
             f"({counted(timing.replicate_count, 'replicate')} now)",
         )
     warn_clock_slowdown(timing.environment)
-    note_too_few_to_compare(timing.runs)
+    note_too_few_to_compare(timing)
 
 
 def check_replicate_setup(first: Timing, part: Timing, number: int, repeat: int) -> None:
@@ -484,23 +484,43 @@ def check_replicate_setup(first: Timing, part: Timing, number: int, repeat: int)
         )
 
 
-def note_too_few_to_compare(runs: int) -> None:
+def note_too_few_to_compare(timing: Timing) -> None:
     """One stderr note when a bench result has fewer samples than `compare` (at its default
-    --alpha) can ever judge: bench accepts `--runs 3`, and compare refused the file only later."""
+    --alpha) can ever judge: bench accepts `--runs 3`, and compare refused the file only later.
+
+    A result of several replicates (`--repeat`, `--append`) is judged on their medians, not on its
+    samples, so its note counts replicates and says what that test needs (timing.REPLICATE_MIN_DF:
+    2 a side, or 1 against 3): `--runs 1 --repeat 3` was told to use --runs 5, which compare does not
+    ask of it. Said where its runs are as short as a one-run result's note is about."""
     from deployopt.regression import DEFAULT_ALPHA
-    from deployopt.timing import min_samples
+    from deployopt.timing import REPLICATE_MIN_DF, min_samples
 
     need = min_samples(DEFAULT_ALPHA)
-    if runs < need:
-        err_console.print(
-            f"note: {counted(runs, 'run')}: `deployopt compare` needs at least {need} per side (at its "
-            f"default --alpha {DEFAULT_ALPHA:g}) to judge a difference between two results this short; use "
-            f"--runs {need} or more to compare this",
-            style="yellow",
-            markup=False,
-            highlight=False,
-            soft_wrap=True,
+    k = timing.replicate_count
+    if k < 2:
+        if timing.runs >= need:
+            return
+        text = (
+            f"note: {counted(timing.runs, 'run')}: `deployopt compare` needs at least {need} per side (at "
+            f"its default --alpha {DEFAULT_ALPHA:g}) to judge a difference between two results this short; "
+            f"use --runs {need} or more to compare this"
         )
+    else:
+        sizes = sorted({r.runs for r in timing.replicates or []})
+        if sizes[0] >= need:
+            return
+        each = counted(sizes[0], "run") if len(sizes) == 1 else f"{sizes[0]}–{sizes[-1]} runs"
+        enough = (
+            "enough against any result"
+            if k - 1 >= REPLICATE_MIN_DF
+            else "enough against another of 2 or more, not against a result of one run: add a third replicate"
+        )
+        text = (
+            f"note: {k} replicates of {each}: `deployopt compare` judges a result of several replicates by "
+            "a t-test on their medians, not on the runs within each, and needs 2 replicates a side or 1 "
+            f"against 3: {k} is {enough}"
+        )
+    err_console.print(text, style="yellow", markup=False, highlight=False, soft_wrap=True)
 
 
 def warn_clock_slowdown(env: dict[str, Any]) -> None:

@@ -1,8 +1,9 @@
 """`deployopt compare`: regression timing of measured results (bench, jetson runner, trtexec).
 
 Thin layer over deployopt.regression. Exit 0 when nothing got slower, 1 when a model is slower
-than its baseline beyond the rule (or, with --strict, when setups differ, a side drifted within its
-run by as much as the pair's change so it has no verdict, or a file has no counterpart), 2 on bad
+than its baseline beyond the rule (or, with --strict, when setups differ, a pair has no verdict (a
+side drifted within its run by as much as the pair's change, or its replicates showed no spread), a
+current result is not newer than its baseline, or a file has no counterpart), 2 on bad
 input, 3 with --strict when a pair timed two different models (not comparable) — so a release
 pipeline can gate on it.
 """
@@ -23,6 +24,8 @@ from deployopt.errors import DeployoptError
 from deployopt.regression import (
     DEFAULT_ALPHA,
     MIN_EFFECT,
+    NOT_COMPARABLE,
+    REPLICATE_SPAN_MAX,
     Pair,
     RegressionReport,
     compare_paths,
@@ -30,10 +33,6 @@ from deployopt.regression import (
     setup,
 )
 from deployopt.timing import Timing
-
-#: Exit status of `compare --strict` when a pair timed different models. Above 1 (a regression):
-#: the verdict of a wrong pair is no regression's, and the pairing is what to fix first.
-NOT_COMPARABLE = 3
 
 
 def _cell(t: Timing, replicated: bool) -> str:
@@ -95,14 +94,20 @@ def _render(report: RegressionReport) -> None:
             _cell(p.baseline, p.comparison.replicated is not None),
             _cell(p.current, p.comparison.replicated is not None),
             f"{100 * (p.comparison.ratio - 1):+.1f} %",
-            f"{p.comparison.p_value:.2g}",
+            # no p where the replicates showed no spread (it read 1: certainty of no change)
+            f"{p.comparison.p_value:.2g}" if math.isfinite(p.comparison.p_value) else "none",
             _verdict(p, report.alpha),
             "; ".join(([] if p.model.comparable else ["DIFFERENT MODEL"]) + p.differences) or "-",
         )
     console.print(table)
-    for b, c in sorted({(setup(p.baseline), setup(p.current)) for p in report.pairs}):
+    # one line where every pair shares one setup; else one a model, in table order and named as the
+    # "measured at" lines are (a sorted set of unnamed setups could not tell which model ran where)
+    setups = [(p.name, setup(p.baseline), setup(p.current)) for p in report.pairs]
+    shared = len({(b, c) for _, b, c in setups}) == 1
+    for name, b, c in setups[:1] if shared else setups:
         where = f"{b} (both)" if b == c else f"baseline {b}; current {c}"
-        console.print(f"measured on: {where}", markup=False, highlight=False, soft_wrap=True)  # grep-able
+        named = "" if shared else f"{name}: "  # grep-able, never folded
+        console.print(f"measured on: {named}{where}", markup=False, highlight=False, soft_wrap=True)
     for p in report.pairs:  # when each side was measured, where recorded (older files: not)
         if p.baseline.measured_at or p.current.measured_at:
             when = [
@@ -119,7 +124,7 @@ def _render(report: RegressionReport) -> None:
             ci = (
                 f"95% CI {lo:+.1f} … {hi:+.1f} %"
                 if r.spread_measured
-                else "no 95% CI: every replicate median alike on each side, no spread between runs"
+                else "no p, no 95% CI: every replicate median alike on each side, no spread between runs"
             )
             sides = "; ".join(
                 f"{side} {t.replicate_text() or '1 run, median ' + format(t.median_us, '.1f') + ' µs'}"
@@ -201,9 +206,10 @@ def compare_command(
     strict: bool = typer.Option(
         False,
         "--strict",
-        help="Also fail when setups differ (GPU, SMs, TensorRT, ...), a side drifted within its run by "
-        "as much as the change (unstable: no verdict) or a file has no counterpart (exit 1), or when a "
-        "pair timed different models (exit 3).",
+        help="Also fail when setups differ (GPU, SMs, TensorRT, ...), a pair has no verdict (unstable: a "
+        "side drifted within its run by as much as the change, or no spread between replicates), a "
+        "current result is not newer than its baseline (stale) or a file has no counterpart (exit 1), or "
+        "when a pair timed different models (exit 3).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     output: Optional[Path] = output_option(None, "--output", "-o", help="Write the JSON result here."),
@@ -228,7 +234,7 @@ def compare_command(
             exc.args = (f"{exc}; {note}",)
         raise
     if output is not None or as_json:  # its CIs bootstrap every sample: 50 s for a 1M-query trtexec file
-        doc = report.to_json()
+        doc = report.to_json(strict)  # with the exit status this run returns, and why
         if output is not None:
             write_json(output, doc)
         if as_json:
@@ -247,6 +253,14 @@ def compare_command(
             f"warning: {p.name}: the current result is not newer than its baseline: {p.stale}; a bench or "
             "copy that failed leaves the last result in place, so this may not be this run's",
             "bold red",
+        )
+    for p in report.long_span:  # weeks appended into one result: a change among them is diluted
+        days = REPLICATE_SPAN_MAX.total_seconds() / 86400
+        _line(
+            f"warning: {p.name}: {'; '.join(p.long_spans)}, more than {days:g} day apart: replicates are "
+            "meant to be one measurement session, and a drift across them (a change in the last of them) is "
+            "diluted in the test on their medians; bench each session into its own file (docs/regression.md)",
+            "yellow",
         )
     for p in report.unstable:
         why = (
@@ -286,17 +300,16 @@ def compare_command(
             _line(f"note: {p.name}: {p.model.message}", "yellow")
         for note in p.notes:
             _line(f"note: {p.name}: {note}", "yellow")
-    if strict and report.not_comparable:
+    # report.exit_code: the JSON's exit_code. An unstable pair could hide a regression (it gets no
+    # verdict), a stale one may be last week's result: --strict fails on them as on a setup that
+    # differs or a clock held down, which are cases the test cannot judge either
+    code = report.exit_code(strict)
+    if code == NOT_COMPARABLE:
         raise typer.Exit(NOT_COMPARABLE)
-    # an unstable pair could hide a regression (it gets no verdict): a gate fails on it as on a setup
-    # that differs or a clock held down, which are cases the test cannot judge either
-    mismatched = bool(
-        report.not_like_for_like or report.unstable or report.only_in_baseline or report.only_in_current
-    )
-    if strict and mismatched and not report.slower:  # else exit 1 under "0 regressions in N compared"
+    if code and not report.slower:  # else exit 1 under "0 regressions in N compared"
         _line(f"FAILED (--strict): {_strict_reasons(report)}", "red")
-    if report.slower or (strict and mismatched):
-        raise typer.Exit(1)
+    if code:
+        raise typer.Exit(code)
 
 
 def _remove_last_report(output: Path) -> bool:
@@ -317,13 +330,6 @@ def _remove_last_report(output: Path) -> bool:
 
 def _strict_reasons(report: RegressionReport) -> str:
     """Why --strict fails a run with no regression: the line a CI log ends on, so exit 1 is not
-    read against the "0 regressions" above it."""
-    reasons = []
-    if report.not_like_for_like:
-        reasons.append(f"{len(report.not_like_for_like)} pair(s) not like for like")
-    if report.unstable:
-        reasons.append(f"{len(report.unstable)} pair(s) unstable within a run (no verdict)")
-    unpaired = len(report.only_in_baseline) + len(report.only_in_current)
-    if unpaired:
-        reasons.append(f"{unpaired} file(s) without a counterpart")
+    read against the "0 regressions" above it (the JSON's failures, in the same words)."""
+    reasons = [f["message"] for f in report.failures(strict=True)]
     return "; ".join(reasons) + ", so exit 1 though no model got slower"
