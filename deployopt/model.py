@@ -1200,7 +1200,8 @@ def load_model(
             if len(model.graph.node) == n_prev or not _needs_folding(model):
                 break
             n_prev = len(model.graph.node)
-        notices.append(f"folded constant subgraphs: {n_before} → {len(model.graph.node)} nodes")
+        if len(model.graph.node) != n_before:  # a Shape on a dynamic dim, say, is left as it was: no word
+            notices.append(f"folded constant subgraphs: {n_before} → {len(model.graph.node)} nodes")
     spelled = _spell_out_splits(model)
     if spelled:
         splits = "an equal Split its sizes" if spelled == 1 else f"{spelled} equal Splits their sizes"

@@ -869,3 +869,27 @@ def test_an_ir3_model_whose_constants_fold_keeps_its_shapes_and_pads_exactly(tmp
     x = _input(loaded.model)
     want = run(onnx.load(ir3), x)  # equal up to fp32 summation order (zeros added to each reduction)
     np.testing.assert_allclose(run(padded, x), want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
+
+
+def test_no_folding_notice_where_nothing_folded(tmp_path: Path) -> None:
+    """A Shape of a data-dependent tensor (NonZero's, an NMS's boxes) cannot fold: load tried, and
+    said "folded constant subgraphs: 3 → 3 nodes" (a model apply wrote said it on every load)."""
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    w = nh.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
+    nodes = [
+        h.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+        h.make_node("NonZero", ["c"], ["nz"], name="nonzero"),
+        h.make_node("Shape", ["nz"], ["s"], name="shape"),
+    ]
+    outputs = [
+        h.make_tensor_value_info("c", T.FLOAT, [1, 4, 8, 8]),
+        h.make_tensor_value_info("s", T.INT64, [2]),
+    ]
+    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [1, 3, 8, 8])], outputs, [w])
+    path = tmp_path / "nonzero.onnx"
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), str(path))
+    loaded = load_model(path)
+    assert len(loaded.model.graph.node) == 3 and loaded.notices == []
