@@ -1573,6 +1573,13 @@ def _relative_error(ref: np.ndarray, cand: np.ndarray) -> tuple[float, tuple[flo
     return float(rel[worst]), (float(ref[worst]), float(cand[worst]))
 
 
+def _logits(out: np.ndarray, batch: int) -> bool:
+    """Whether an output is N×classes logits, top-1 scored: the input's batch first, wherever it
+    stands; N×classes×1×1 (SqueezeNet/Caffe) too. A [K, 4] box list (an SSD's after its NMS) is
+    not: its argmax over 4 coordinates was scored as "top-1 agreement", its K boxes as rows."""
+    return out.ndim >= 2 and out.shape[0] == batch and out.shape[1] > 1 and all(d == 1 for d in out.shape[2:])
+
+
 class ReferenceRun:
     """The reference model's onnxruntime session and its outputs per sample, made once: optimize
     compares every candidate with the same input model on the same samples, and built a session
@@ -1745,8 +1752,7 @@ def compare_models(
                 compared[i] += r.size
             elif kinds[i] == RELATIVE:
                 rel_pairs.setdefault(i, []).append((r.ravel(), c.ravel()))
-            elif r.ndim >= 2 and r.shape[1] > 1 and all(d == 1 for d in r.shape[2:]):
-                # N×classes logits, wherever they stand; N×classes×1×1 (SqueezeNet/Caffe) too
+            elif _logits(r, batch):
                 r, c = r.reshape(r.shape[:2]), c.reshape(c.shape[:2])
                 agree[i] += int(np.sum(np.argmax(r, axis=1) == np.argmax(c, axis=1)))
                 rows_top1[i] += r.shape[0]
@@ -1822,8 +1828,8 @@ def identical_report(reference: ReferenceRun, calib: CalibrationSet) -> Fidelity
                 out_ref[i] = max(out_ref[i], float(np.max(np.abs(r.astype(np.float64)))))
             if kinds[i] == EXACT:
                 compared[i] += r.size
-            elif r.ndim >= 2 and r.shape[1] > 1 and all(d == 1 for d in r.shape[2:]):
-                rows_top1[i] += r.shape[0]  # N×classes logits, as compare_models counts them
+            elif _logits(r, batch):
+                rows_top1[i] += r.shape[0]  # as compare_models counts them
         n_rows += batch  # the input's rows, as compare_models counts them
     top1 = [1.0 if n else None for n in rows_top1]
     return FidelityReport(

@@ -175,3 +175,46 @@ def test_an_infinite_candidate_fails_without_numpy_warnings(
     )
     assert code == 1 and "FAILED" in out
     assert "RuntimeWarning" not in err + out and "Traceback" not in err
+
+
+def _with_boxes(path: Path) -> Path:
+    """img [2, 3, 16, 16] → logits [2, 10] and a box list [32, 4] (a conv's map reshaped, as an
+    SSD's head leaves its boxes after NMS: K rows, not the batch's)."""
+    rng = np.random.default_rng(1)
+    arrays = {
+        "W1": rng.standard_normal((8, 3, 3, 3)).astype(np.float32),
+        "W2": rng.standard_normal((10, 8)).astype(np.float32),
+        "Wb": rng.standard_normal((1, 3, 3, 3)).astype(np.float32),
+        "shape": np.array([-1, 4], np.int64),
+    }
+    nodes = [
+        h.make_node("Conv", ["img", "W1"], ["c"], pads=[1, 1, 1, 1]),
+        h.make_node("GlobalAveragePool", ["c"], ["g"]),
+        h.make_node("Flatten", ["g"], ["f"]),
+        h.make_node("Gemm", ["f", "W2"], ["logits"], transB=1),
+        h.make_node("Conv", ["img", "Wb"], ["b"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        h.make_node("Reshape", ["b", "shape"], ["boxes"]),
+    ]
+    outs = [
+        h.make_tensor_value_info("logits", T.FLOAT, [2, 10]),
+        h.make_tensor_value_info("boxes", T.FLOAT, [32, 4]),
+    ]
+    graph = h.make_graph(
+        nodes, "boxes", [h.make_tensor_value_info("img", T.FLOAT, SHAPE)], outs,
+        [nh.from_array(a, n) for n, a in arrays.items()],
+    )  # fmt: skip
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def test_a_box_list_is_not_scored_as_logits(tmp_path: Path) -> None:
+    """A [K, 4] box list beside the logits was scored as K rows of 4 "classes" (verify on an SSD
+    said top-1 agreement 100 % for its boxes, and counted 48 rows for 16 images): only an output
+    with the input's batch first is top-1 scored."""
+    model = _with_boxes(tmp_path / "m.onnx")
+    calib = load_calibration(None, {"img": SHAPE}, count=2)
+    report = compare_models(str(model), str(model), calib)
+    assert report.output_names == ["logits", "boxes"]
+    assert report.output_top1_agreement == [1.0, None]
+    same = identical_report(ReferenceRun(str(model)), calib)
+    assert same.output_top1_agreement == [1.0, None]
