@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
 import os
 import re
 import shlex
@@ -66,6 +67,9 @@ KILL_AFTER_S = 10
 #: ends the command first: killing the local ssh alone leaves it running there (ssh without a tty
 #: sends the board no hangup), holding the board's GPU.
 SSH_GRACE_S = 30
+#: What Board.timed_out names for the commands that build engines on the board (trtexec, the
+#: runner): their timeout line says a first build can take minutes.
+BUILDS = ("trtexec", "runner.py")
 #: The backends that build and time on a board over ssh: trtexec there, or jetson/runner.py
 #: (`--backend tensorrt`).
 REMOTE_BACKENDS = ("trtexec", "tensorrt")
@@ -117,6 +121,27 @@ def board_name(name: str) -> str:
     if set(safe) == {"."} or safe.startswith("-"):
         safe = "_" + safe
     return safe
+
+
+#: Hex digits of the model's sha256 in its board folder's name (model_dir_name): 48 bits, so two
+#: files of one name on one board never meet by chance.
+MODEL_KEY_HEX = 12
+
+
+def model_dir_name(stem: str, sha256: str, weights: Sequence[Weights] = ()) -> str:
+    """The board folder of one model file: its stem and the first MODEL_KEY_HEX hex digits of the
+    sha256 of what goes there (`sha256`: the file sent's; with `weights`, model_weights' external
+    data files, their names and contents too), board_name'd. Keyed on the stem alone, every model
+    named model.onnx shared one folder: two runs of different ones on a board replaced each other's
+    model and result.json, and each recorded the other's timing as its own. The same file keeps its
+    folder, and so its engines, which the runner reuses."""
+    key = sha256
+    if weights:  # one .onnx header can go with other weights (same names, other contents)
+        from deployopt.backends.tensorrt import content_digest
+
+        data = [[name, content_digest(local)] for local, name in sorted(weights, key=lambda w: w[1])]
+        key = hashlib.sha256(repr((sha256, data)).encode("utf-8")).hexdigest()
+    return board_name(f"{stem}-{key[:MODEL_KEY_HEX]}")
 
 
 def local_arg(path: str | os.PathLike[str]) -> str:
@@ -462,14 +487,18 @@ class Board:
             if exc.returncode == TIMED_OUT:
                 raise BackendFailed(self.timed_out(what, timeout_s)) from None
             if exc.returncode == KILLED and time.monotonic() - start >= timeout_s + KILL_AFTER_S:
-                raise BackendFailed(
-                    f"{self.timed_out(what, timeout_s)}, nor stop within {KILL_AFTER_S} s of its TERM: "
-                    "the board's `timeout` KILLed it"
-                ) from None
+                more = f", nor stop within {KILL_AFTER_S} s of its TERM: the board's `timeout` KILLed it"
+                raise BackendFailed(self.timed_out(what, timeout_s, more)) from None
             raise
 
-    def timed_out(self, what: str, timeout_s: float) -> str:
-        return f"{what} on {self.host} did not finish within {timeout_s:g} s"
+    def timed_out(self, what: str, timeout_s: float, more: str = "") -> str:
+        """`what` on the board did not finish within `timeout_s` (and `more`), and what raises the
+        limit: the bare line gave no hint, and a first engine build takes minutes on a small board."""
+        builds = " (a first engine build on a Jetson Nano can take minutes)" if what in BUILDS else ""
+        return (
+            f"{what} on {self.host} did not finish within {timeout_s:g} s{more}; "
+            f"--timeout SECONDS raises the limit{builds}"
+        )
 
     def mkdir(self, path: str | Path, timeout_s: float, stale: Sequence[str] = ()) -> None:
         """mkdir -p `path`, and in the same ssh remove the `stale` files (globs) a run before this
@@ -772,9 +801,9 @@ def mkdir_warning_of_other_runs(
     profile's work folder for its model), and in the same ssh the look for another run at work on
     the board (other_runs_at_work's, beside `folder` and in both backends' usual folders): a
     BoardWarning naming it, before this run times beside it. No round trip more than the mkdir.
-    What runs in `folder` itself is another run's too (a bench of a model of the same name, whose
-    files this run is about to replace), unless `ours`: optimize's run folder, where the run's other
-    session works. A failed mkdir reads as Board.mkdir's."""
+    What runs in `folder` itself is another run's too (a bench of the same model file,
+    model_dir_name, whose result this run is about to replace), unless `ours`: optimize's run
+    folder, where the run's other session works. A failed mkdir reads as Board.mkdir's."""
     quoted = shlex.quote(str(folder))
     workdirs = usual_workdirs(folder)
     command = f"mkdir -p {quoted}{clear_stale(folder, stale)} || exit; {other_runs_look(workdirs)}"

@@ -165,10 +165,11 @@ def test_repeat_runs_the_runner_once_per_replicate(
     env = doc["environment"]
     assert env["remote"] == HOST and env["engine_built_now"] is True  # the first's: it built the engine
     assert "2 replicates of 6 runs" in stdout and "jetson/runner.py run again on the board" in stdout
-    left = sorted(p.name for p in (home / "deployopt-runner" / "net").iterdir())
+    (folder,) = (home / "deployopt-runner").glob("net-*")  # the model's: its name, a hash of its bytes
+    left = sorted(p.name for p in folder.iterdir())
     assert left == ["engines", "net.onnx", "result.json"]
-    assert len(list((home / "deployopt-runner" / "net" / "engines").iterdir())) == 1
-    board_last = json.loads((home / "deployopt-runner" / "net" / "result.json").read_text())
+    assert len(list((folder / "engines").iterdir())) == 1
+    board_last = json.loads((folder / "result.json").read_text())
     assert board_last["samples_us"] == second
     assert list(Path(tempfile.gettempdir()).iterdir()) == []  # the copies back are gone here
     # a second such result: compare judges the pair on the replicates' medians
@@ -324,8 +325,10 @@ def test_the_docs_remote_interleaving_loop(
     assert runner_runs(log) == 6
     deserialized = (state / "deserialized").read_text().split()
     assert len(set(deserialized)) == len(deserialized) == 6  # each round's runner a process of its own
-    engines = home / "deployopt-runner" / "model" / "engines"  # both models' folder: model.onnx
-    assert len(list(engines.iterdir())) == 2  # one engine a model, built by its first round, then loaded
+    # a folder a model (both model.onnx: its name and a hash of its bytes), one engine in each, built
+    # by its first round, then loaded
+    folders = sorted((home / "deployopt-runner").glob("model-*"))
+    assert len(folders) == 2 and [len(list((f / "engines").iterdir())) for f in folders] == [1, 1]
     code, out, err = run_cli(monkeypatch, capsys, "compare", *compare, "--json")
     assert code == 0, err
     pair = json.loads(out)["pairs"][0]

@@ -110,6 +110,22 @@ def test_unknown_boards_are_none_with_what_was_read(env: dict[str, Any], said: s
     assert match.target is None and said in match.why
 
 
+def test_a_module_with_no_target_names_the_calibrate_command_and_a_target_to_start_from() -> None:
+    """Each module no built-in target has names `deployopt calibrate --remote USER@HOST --target T
+    --name NAME` with T a built-in target of the same GPU line (it said `deployopt calibrate` alone,
+    the command that had just failed on that board)."""
+    nearest = {}
+    for part, module in MODULES.items():
+        if module.target is None:
+            found = re.search(
+                r"`deployopt calibrate --remote USER@HOST --target (\S+) --name NAME`", module.note
+            )
+            assert found is not None, (part, module.note)
+            nearest[part] = found.group(1)
+    assert set(nearest.values()) <= set(builtin_names())
+    assert nearest["p2180-1000"] == "nano" and nearest["p3489-0000"] == "tx2"  # TX1: the Nano's Tegra X1
+
+
 def test_memory_and_the_model_narrow_what_compatible_leaves_open() -> None:
     """A carrier maker's device tree may name no module: the model's words and MemTotal decide, and
     where they cannot (8 GB Orin with no Nano/NX in the model, an AGX Orin with 32 GB: the developer

@@ -10,6 +10,8 @@ Jetson, ssh or TensorRT is involved.
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import shutil
 from pathlib import Path
 from typing import Any
@@ -429,3 +431,41 @@ def test_timeout_reaches_a_local_backend_and_a_bad_one_is_one_line(
     assert (
         code == 2 and err == "error: --runs, --timeout apply to --measure only (a prediction times nothing)\n"
     )
+
+
+def test_calibrate_remote_on_a_board_no_target_has_names_the_command_that_works(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], _private_cache: Path
+) -> None:
+    """A TX1 (no built-in target has its GPU): `calibrate --remote` without --target cannot read a
+    target from the board, and its line said to calibrate a profile with `deployopt calibrate`, the
+    very command that failed. It names the command that works now, with this board, the nearest
+    built-in target (the Nano's, a Tegra X1 too) and --name; run as said, it writes a profile
+    --target loads, and so does the other form it names (an edited `targets --json` copy)."""
+    play_the_board(tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_BOARD_ROOT", str(sysfs_fake.orin(tmp_path / "tx1_sysfs", board="tx1")))
+    monkeypatch.setenv("FAKE_BOARD_TRT", V82)  # a Tegra X1 (fake), as a TX1's
+    code, out, err = run_cli(monkeypatch, capsys, "calibrate", "--remote", HOST, *WIDTHS)
+    assert (code, out) == (2, "") and err.count("\n") == 1, err
+    assert err.startswith(f"error: --target not given and the board at {HOST} does not say which it is: ")
+    commands = re.findall(r"`(deployopt [^`]*)`", err)
+    assert commands == [
+        f"deployopt calibrate --remote {HOST} --target nano --name NAME",
+        "deployopt targets --target nano --json",
+    ], err
+    code, out, err = run_cli(
+        monkeypatch, capsys, *shlex.split(commands[0].replace("NAME", "tx1"))[1:], *WIDTHS
+    )
+    assert code == 0, err
+    assert "profile 'tx1' written to " in out and get_target("tx1").origin.endswith("tx1.json")
+
+    # the other form: the nearest target's facts, edited to this GPU's (a TX1 has 2 SMs at 998 MHz)
+    code, out, err = run_cli(monkeypatch, capsys, *shlex.split(commands[1])[1:])
+    assert code == 0, err
+    facts = json.loads(out)
+    facts.update(sms=2, cuda_cores=256, clock_mhz=998.4)
+    edited = tmp_path / "tx1_facts.json"
+    edited.write_text(json.dumps(facts))
+    argv = shlex.split(commands[0].replace("nano", str(edited)).replace("NAME", "tx1-2sm"))[1:]
+    code, out, err = run_cli(monkeypatch, capsys, *argv, *WIDTHS)
+    assert code == 0, err
+    assert get_target("tx1-2sm").sms == 2 and get_target("tx1-2sm").clock_mhz == 998.4

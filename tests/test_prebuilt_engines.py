@@ -35,6 +35,7 @@ from test_tensorrt_fake_api import (
     two_profile_engine,
 )
 from test_tensorrt_remote import HOST, OPTS, made_and_looked
+from test_tensorrt_remote import board_dir as runner_dir  # a model's folder on the board
 from test_tensorrt_remote import play_the_board as play_the_runner_board
 from test_trtexec_backend import OUT, M
 from test_trtexec_backend import fake as fake  # the stand-in trtexec (a fixture)
@@ -355,16 +356,17 @@ def test_bench_and_profile_remote_copy_the_engine_and_run_the_runner_on_it(
     )  # fmt: skip
     assert code == 0, err
     lines = log.read_text().splitlines()
+    rdir = runner_dir(engine)  # the engine's name and a hash of its bytes
     assert lines[:4] == [
-        made_and_looked(home),
+        made_and_looked(home, rdir),
         f"scp {OPTS} {RUNNER} {HOST}:deployopt-runner/runner.py",
-        f"scp {OPTS} {engine} {HOST}:deployopt-runner/net/net.engine",
+        f"scp {OPTS} {engine} {HOST}:{rdir}/net.engine",
         f"ssh {OPTS} {HOST} timeout --kill-after=10 600 python3 deployopt-runner/runner.py "
-        "deployopt-runner/net/net.engine --dtype fp16 --runs 6 --warmup 2 --workspace-mib 1024 "
-        "--engine-dir deployopt-runner/net/engines --out deployopt-runner/net/result.json" + PASS_STATUS,
+        f"{rdir}/net.engine --dtype fp16 --runs 6 --warmup 2 --workspace-mib 1024 "
+        f"--engine-dir {rdir}/engines --out {rdir}/result.json" + PASS_STATUS,
     ]
-    assert lines[4].startswith(f"scp {OPTS} {HOST}:deployopt-runner/net/result.json /") and len(lines) == 5
-    board_dir = home / "deployopt-runner" / "net"
+    assert lines[4].startswith(f"scp {OPTS} {HOST}:{rdir}/result.json /") and len(lines) == 5
+    board_dir = home / rdir
     assert (board_dir / "net.engine").read_bytes() == engine.read_bytes()
     assert sorted(p.name for p in board_dir.iterdir()) == ["net.engine", "result.json"]  # nothing built there
     doc = json.loads(out.read_text())
@@ -372,7 +374,7 @@ def test_bench_and_profile_remote_copy_the_engine_and_run_the_runner_on_it(
     env = doc["environment"]
     assert env["tensorrt"] == board and env["remote"] == HOST
     assert env["prebuilt_engine"] is True and env["dtype_label"] == "fp16" and "dtype" not in env
-    assert env["engine"] == "deployopt-runner/net/net.engine" and env["engine_built_now"] is False
+    assert env["engine"] == f"{rdir}/net.engine" and env["engine_built_now"] is False
     assert "fp16_typed_by" not in env
     assert doc["model"] == {"file": "net.engine", "sha256": sha256(engine)}
 
@@ -533,7 +535,7 @@ def test_trtexec_remote_copies_the_engine_and_loads_it_on_the_board(
     log = play_the_trtexec_board(tmp_path, monkeypatch)
     engine = tmp_path / f"remote_net_{os.getpid()}.engine"
     engine.write_bytes(b"an engine the board built")
-    board_dir = Path("/tmp/deployopt-trtexec") / engine.stem
+    board_dir = Path(runner_dir(engine, root="/tmp/deployopt-trtexec"))
     try:
         code, stdout, err = run_cli(
             monkeypatch, capsys, "bench", str(engine), "--backend", "trtexec", "--remote", "user@jetson",

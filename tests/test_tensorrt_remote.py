@@ -29,7 +29,7 @@ from ssh_fake import SWEEP_TOKEN, board_processes
 from deployopt.backends.base import MeasureOptions, Session, get_backend
 from deployopt.errors import BackendFailed
 from deployopt.layers import ConvShape
-from deployopt.remote import PASS_STATUS
+from deployopt.remote import PASS_STATUS, model_dir_name
 from deployopt.timing import load_timing
 
 #: The board these tests play is this machine: its /tmp/deployopt-trtexec and deployopt-runner folders
@@ -113,6 +113,22 @@ def model(zoo_model_path: Callable[[str], Path], tmp_path: Path) -> Path:
     return path
 
 
+def board_dir(model: Path, stem: str | None = None, root: str = "deployopt-runner") -> str:
+    """`model`'s folder on the board: its stem (`stem`: the user's, for a copy typed fp16 here) and
+    a hash of its bytes (model_dir_name), in the work folder `root`."""
+    return f"{root}/{model_dir_name(stem or model.stem, hashlib.sha256(model.read_bytes()).hexdigest())}"
+
+
+def calib_npy_sent(run: str, model: Path) -> str:
+    """The .npy the runner's command line `run` calibrates from: made here, named calib1 and a hash
+    of its contents (another run's data, made into calib1.npy too, must not replace it) in the
+    model's folder."""
+    found = re.search(r" --calib-npy (\S+) ", run)
+    assert found is not None, run
+    assert re.fullmatch(re.escape(board_dir(model)) + r"/calib1-[0-9a-f]{12}\.npy", found.group(1)), run
+    return found.group(1)
+
+
 def version_check(timeout: str = "120") -> str:
     """The ssh line that reads the board's TensorRT version (fp16/int8 only, once per session),
     under the board's own `timeout` (the short limit: --timeout, at most 120 s)."""
@@ -158,18 +174,18 @@ def test_cli_bench_runs_the_runner_on_the_board_and_reuses_its_engine(
     )  # fmt: skip
     assert code == 0, err
     lines = log.read_text().splitlines()
+    rdir = board_dir(model)  # deployopt-runner/net-<12 hex digits of its sha256>
+    assert re.fullmatch(r"deployopt-runner/net-[0-9a-f]{12}", rdir)
     assert lines[:5] == [
         version_check(),  # 10.x: the model goes as it is
-        made_and_looked(home),
+        made_and_looked(home, rdir),
         f"scp {OPTS} {RUNNER} {HOST}:deployopt-runner/runner.py",
-        f"scp {OPTS} {model} {HOST}:deployopt-runner/net/net.onnx",
-        runner_argv("--dtype fp16 --runs 6 --warmup 2")
-        + " --out deployopt-runner/net/result.json"
-        + PASS_STATUS,
+        f"scp {OPTS} {model} {HOST}:{rdir}/net.onnx",
+        runner_argv("--dtype fp16 --runs 6 --warmup 2", rdir) + f" --out {rdir}/result.json" + PASS_STATUS,
     ]
-    assert lines[5].startswith(f"scp {OPTS} {HOST}:deployopt-runner/net/result.json /") and len(lines) == 6
+    assert lines[5].startswith(f"scp {OPTS} {HOST}:{rdir}/result.json /") and len(lines) == 6
     assert (home / "deployopt-runner" / "runner.py").read_bytes() == RUNNER.read_bytes()
-    assert (home / "deployopt-runner" / "net" / "net.onnx").read_bytes() == model.read_bytes()
+    assert (home / rdir / "net.onnx").read_bytes() == model.read_bytes()
     doc = json.loads(out.read_text())
     assert list(doc) == [
         "backend", "median_us", "iqr_us", "ci95_us", "runs", "warmup", "samples_us", "timed", "environment",
@@ -212,7 +228,7 @@ def test_cli_bench_and_profile_remote_without_backend_run_the_runner(
         assert "not 'ort'" not in err and "at user@jetson" in stdout
     runs = [ln for ln in log.read_text().splitlines() if " python3 deployopt-runner/runner.py " in ln]
     assert len(runs) == 2 and runs[1].endswith(
-        "--per-layer --out deployopt-runner/net/result.json" + PASS_STATUS
+        f"--per-layer --out {board_dir(model)}/result.json" + PASS_STATUS
     )
     # an explicit backend still wins: one that runs here is refused, naming it
     code, _, err = run_cli(monkeypatch, capsys, "bench", str(model), "--remote", HOST, "--backend", "ort")
@@ -233,12 +249,14 @@ def test_cli_int8_sends_the_calibration_table_and_shapes(
     )  # fmt: skip
     assert code == 0, err
     lines = log.read_text().splitlines()
+    rdir = board_dir(model)
+    sent = f"{rdir}/{model_dir_name('net', hashlib.sha256(table.read_bytes()).hexdigest())}.calib"
     assert lines[0] == version_check()
-    assert lines[4] == f"scp {OPTS} {table} {HOST}:deployopt-runner/net/net.calib"
-    assert (home / "deployopt-runner" / "net" / "net.calib").read_bytes() == table.read_bytes()
+    assert lines[4] == f"scp {OPTS} {table} {HOST}:{sent}"  # named by its contents (and its own name)
+    assert (home / sent).read_bytes() == table.read_bytes()
     assert lines[5] == (
-        runner_argv("--dtype int8 --runs 5 --warmup 20 --shapes input:1x3x32x32")
-        + " --calib-cache deployopt-runner/net/net.calib --out deployopt-runner/net/result.json"
+        runner_argv("--dtype int8 --runs 5 --warmup 20 --shapes input:1x3x32x32", rdir)
+        + f" --calib-cache {sent} --out {rdir}/result.json"
         + PASS_STATUS
     )
 
@@ -312,11 +330,17 @@ def test_cli_sends_the_external_data_a_model_reads(
     code, _, err = run_cli(monkeypatch, capsys, "bench", str(big), *REMOTE, "--dtype", "fp32", "--runs", "5")
     assert code == 0, err
     lines = log.read_text().splitlines()
+    # the folder is keyed on the weights too: one .onnx header can go with other weights
+    weights = hashlib.sha256((tmp_path / "host" / "big.weights").read_bytes()).hexdigest()
+    key = hashlib.sha256(
+        repr((hashlib.sha256(big.read_bytes()).hexdigest(), [["big.weights", weights]])).encode()
+    )
+    rdir = f"deployopt-runner/{model_dir_name('big', key.hexdigest())}"
     assert lines[2:4] == [
-        f"scp {OPTS} {big} {HOST}:deployopt-runner/big/big.onnx",
-        f"scp {OPTS} {tmp_path / 'host' / 'big.weights'} {HOST}:deployopt-runner/big/big.weights",
+        f"scp {OPTS} {big} {HOST}:{rdir}/big.onnx",
+        f"scp {OPTS} {tmp_path / 'host' / 'big.weights'} {HOST}:{rdir}/big.weights",
     ]
-    board = home / "deployopt-runner" / "big"
+    board = home / rdir
     assert (board / "big.weights").read_bytes() == (tmp_path / "host" / "big.weights").read_bytes()
 
     log.unlink()
@@ -347,8 +371,8 @@ def test_cli_profile_reads_the_runners_per_layer_table(
     )  # fmt: skip
     assert code == 0, err
     assert log.read_text().splitlines()[4] == (
-        runner_argv("--dtype fp16 --runs 5 --warmup 1")
-        + " --per-layer --out deployopt-runner/net/result.json"
+        runner_argv("--dtype fp16 --runs 5 --warmup 1", board_dir(model))
+        + f" --per-layer --out {board_dir(model)}/result.json"
         + PASS_STATUS
     )
     doc = json.loads(stdout)
@@ -409,7 +433,7 @@ def test_cli_bench_and_profile_name_another_run_at_work_on_the_board(
         )
         assert str(procs[2].pid) not in said[0] and "optimize-done-" not in said[0]
         lines = log.read_text().splitlines()
-        assert lines[0] == made_and_looked(home)  # the look rides on the mkdir: no ssh more
+        assert lines[0] == made_and_looked(home, board_dir(model))  # the look rides on the mkdir: no ssh more
         assert " python3 deployopt-runner/runner.py " in lines[3]  # timed after the warning
         assert all(proc.poll() is None for proc in procs) and (home / stale).is_dir()
     finally:
@@ -426,14 +450,14 @@ def test_cli_bench_beside_no_run_at_work_says_nothing(
 ) -> None:
     """A board with only finished runs' folders: nothing runs from them, and bench says nothing, with
     no ssh more than the mkdir's. The bench's own work folder is no other run's, even for a model
-    named like an optimize run (optimize-net.onnx: deployopt-runner/optimize-net, left by an earlier
-    bench)."""
+    named like an optimize run (optimize-net.onnx: deployopt-runner/optimize-net-<hash>, left by an
+    earlier bench)."""
     log, home = play_the_board(tmp_path, monkeypatch)
     model = tmp_path / "host" / "optimize-net.onnx"
     model.parent.mkdir()
     model.write_bytes(zoo_model_path("mobilenet_like").read_bytes())
     done = f"deployopt-runner/optimize-done-{os.getpid()}"
-    for folder in (done, "deployopt-runner/optimize-net", "deployopt-runner/old-model"):
+    for folder in (done, board_dir(model), "deployopt-runner/old-model"):
         (home / folder).mkdir(parents=True)
     code, _, err = run_cli(
         monkeypatch, capsys, "bench", str(model), *REMOTE, "--dtype", "fp32", "--runs", "5"
@@ -441,7 +465,7 @@ def test_cli_bench_beside_no_run_at_work_says_nothing(
     assert code == 0, err
     assert "another deployopt run" not in err
     lines = log.read_text().splitlines()
-    assert lines[0] == made_and_looked(home, "deployopt-runner/optimize-net")
+    assert lines[0] == made_and_looked(home, board_dir(model))
     assert sum(" pgrep " in ln for ln in lines) == 1
 
 
@@ -512,22 +536,25 @@ def test_cli_trt11_fp16_is_typed_on_the_host_and_built_on_the_board(
     )  # fmt: skip
     assert code == 0, err
     lines = log.read_text().splitlines()
+    # the folder of the file sent, the copy typed here: the model's name, the copy's bytes
+    (typed,) = (home / "deployopt-runner").glob("net-*/net.fp16.onnx")
+    rdir = board_dir(typed, "net")
     assert lines[:3] == [
         version_check(),
-        made_and_looked(home),
+        made_and_looked(home, rdir),
         f"scp {OPTS} {RUNNER} {HOST}:deployopt-runner/runner.py",
     ]
     sent, dest = lines[3].removeprefix(f"scp {OPTS} ").split()
-    assert Path(sent).name == "net.fp16.onnx" and dest == f"{HOST}:deployopt-runner/net/net.fp16.onnx"
+    assert Path(sent).name == "net.fp16.onnx" and dest == f"{HOST}:{rdir}/net.fp16.onnx"
     assert not Path(sent).exists()  # the session's temporary folder, removed at close
     assert lines[4] == (
-        runner_argv("--dtype fp16 --runs 5 --warmup 1").replace("net/net.onnx", "net/net.fp16.onnx")
-        + " --out deployopt-runner/net/result.json"
+        runner_argv("--dtype fp16 --runs 5 --warmup 1", rdir).replace("/net.onnx", "/net.fp16.onnx")
+        + f" --out {rdir}/result.json"
         + PASS_STATUS
     )
     import onnx
 
-    on_board = home / "deployopt-runner" / "net" / "net.fp16.onnx"
+    on_board = home / rdir / "net.fp16.onnx"
     assert is_low_precision(onnx.load(str(on_board))) and not is_low_precision(onnx.load(str(model)))
     doc = json.loads(out.read_text())
     env = doc["environment"]
@@ -559,8 +586,8 @@ def test_cli_trt11_fp16_is_typed_on_the_host_and_built_on_the_board(
         monkeypatch, capsys, "bench", str(qdq), *REMOTE, "--dtype", "int8", "--runs", "3", "--json"
     )
     assert code == 0, err
-    assert (home / "deployopt-runner" / "qdq" / "qdq.onnx").read_bytes() == qdq.read_bytes()
-    assert log.read_text().splitlines()[3] == f"scp {OPTS} {qdq} {HOST}:deployopt-runner/qdq/qdq.onnx"
+    assert (home / board_dir(qdq) / "qdq.onnx").read_bytes() == qdq.read_bytes()
+    assert log.read_text().splitlines()[3] == f"scp {OPTS} {qdq} {HOST}:{board_dir(qdq)}/qdq.onnx"
 
 
 @pytest.mark.parametrize(
@@ -618,8 +645,7 @@ def test_calibration_images_are_made_into_the_npy_the_runner_reads(
     )  # fmt: skip
     assert code == 0, err
     run = log.read_text().splitlines()[-2]
-    assert " --calib-npy deployopt-runner/net/calib1.npy " in run
-    sent = np.load(home / "deployopt-runner" / "net" / "calib1.npy")
+    sent = np.load(home / calib_npy_sent(run, model))
     preprocess = ImagePreprocess(mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))
     made = load_calibration(images, {"input": [1, 3, 32, 32]}, count=512, preprocess=preprocess)
     assert sent.shape == (20, 3, 32, 32) and sent.dtype == np.float32  # the 20 images, one per row
@@ -661,8 +687,7 @@ def test_a_calibration_npy_goes_as_the_hosts_loader_reads_it(
             "--calibration-data", str(tmp_path / name),
         )  # fmt: skip
         assert code == 0, (name, err)
-        assert " --calib-npy deployopt-runner/net/calib1.npy " in log.read_text().splitlines()[-2]
-        sent = np.load(home / "deployopt-runner" / "net" / "calib1.npy")
+        sent = np.load(home / calib_npy_sent(log.read_text().splitlines()[-2], model))
         want = arr.reshape(-1, 3, 32, 32)[:512]
         assert sent.shape == want.shape and np.array_equal(sent, want), name
 
@@ -691,19 +716,22 @@ def test_calibration_data_goes_to_the_board_once_a_session(
     table.write_bytes(b"TRT-8601-EntropyCalibration2\n")
     other = model.with_name("other.onnx")
     other.write_bytes(model.read_bytes())
-    for data, sent in ((images, "calib1.npy"), (table, "net.calib")):
+    table_name = f"{model_dir_name('net', hashlib.sha256(table.read_bytes()).hexdigest())}.calib"
+    rdir = board_dir(model, root="deployopt-runner/optimize-net-1")
+    for data, sent in ((images, "calib1-*.npy"), (table, table_name)):
         log.write_text("")
         extra = {"remote": HOST, "remote_run": "optimize-net-1"}
         options = MeasureOptions(dtype="int8", runs=5, warmup=1, calibration_data=str(data), extra=extra)
         with get_backend("tensorrt").open(options) as session:
             session.measure(model)
             session.measure(other)
-            assert (home / "deployopt-runner" / "optimize-net-1" / "net" / sent).is_file()
+            (sent_path,) = (home / rdir).glob(sent)  # beside the first model, read by both
+            sent = sent_path.name
         lines = log.read_text().splitlines()
         copies = [ln for ln in lines if ln.startswith("scp ") and ln.endswith(f"/{sent}")]
         assert len(copies) == 1, copies
         runs = [ln for ln in lines if " python3 deployopt-runner/optimize-net-1/runner.py " in ln]
-        assert len(runs) == 2 and all(f" deployopt-runner/optimize-net-1/net/{sent} " in ln for ln in runs)
+        assert len(runs) == 2 and all(f" {rdir}/{sent} " in ln for ln in runs)
 
 
 def alive(pid: int) -> bool:
@@ -738,15 +766,22 @@ def test_a_hung_runner_is_ended_on_the_board_at_timeout(
     finally:
         if pidfile.is_file() and alive(int(pidfile.read_text())):
             os.kill(int(pidfile.read_text()), signal.SIGKILL)  # the stand-in board's own child
-    assert (code, stdout, err) == (2, "", f"error: runner.py on {HOST} did not finish within 1 s\n")
+    assert (code, stdout, err) == (2, "", f"error: {RUNNER_TIMED_OUT.format(s=1)}\n")
     assert not out.exists()
     assert log.read_text().splitlines()[0] == version_check(timeout="1")
     assert log.read_text().splitlines()[4] == (
-        runner_argv("--dtype fp16 --runs 100 --warmup 20", timeout="1")
-        + " --out deployopt-runner/net/result.json"
+        runner_argv("--dtype fp16 --runs 100 --warmup 20", board_dir(model), timeout="1")
+        + f" --out {board_dir(model)}/result.json"
         + PASS_STATUS
     )
     assert not left_running, "the runner's process outlived --timeout on the board"
+
+
+#: The runner's --timeout line: what raises the limit, and why a first run may need more.
+RUNNER_TIMED_OUT = (
+    f"runner.py on {HOST} did not finish within {{s}} s; --timeout SECONDS raises the limit (a first "
+    "engine build on a Jetson Nano can take minutes)"
+)
 
 
 def interrupt_the_timed_run(
@@ -794,11 +829,12 @@ def test_ctrl_c_on_bench_remote_ends_the_runners_work_on_the_board(
     runs from the model's folder is ended (one pkill) before exit 130; a process of another folder
     is left alone. (trtexec's: tests/test_trtexec_backend.py.)"""
     log, home = play_the_board(tmp_path, monkeypatch)
-    ended, other = interrupt_the_timed_run(monkeypatch, home, "deployopt-runner/net", board_processes)
+    rdir = board_dir(model)
+    ended, other = interrupt_the_timed_run(monkeypatch, home, rdir, board_processes)
     code, _, err = run_cli(monkeypatch, capsys, "bench", str(model), *REMOTE, "--runs", "5")
     assert code == 130, err
     assert ended() and other.poll() is None  # the model's folder's work ended; another folder's not
-    assert log.read_text().splitlines()[-1] == f"ssh {OPTS} {HOST} pkill -f -- '[d]eployopt-runner/net/'"
+    assert log.read_text().splitlines()[-1] == f"ssh {OPTS} {HOST} pkill -f -- '[d]{rdir[1:]}/'"
 
 
 def test_the_boards_timeout_reads_plain_seconds() -> None:
@@ -831,7 +867,7 @@ def test_one_version_check_per_session_and_the_typed_copies_go_at_close(
     assert log.read_text().splitlines().count(version_check()) == 1
     assert log.read_text().splitlines()[0] == version_check()
     assert "fp16_typed_by" in first.environment and "fp16_typed_by" in second.environment
-    assert (home / "deployopt-runner" / "se" / "se.fp16.onnx").is_file()
+    assert len(list((home / "deployopt-runner").glob("se-*/se.fp16.onnx"))) == 1
 
 
 # ------------------------------------------------------------------ the per-layer sweep: one batch
@@ -1079,7 +1115,7 @@ def test_a_full_disk_on_the_board_says_so_and_what_deployopt_keeps_there(
     board_scp = scp.rename(scp.with_name("board_scp"))
     scp.write_text(
         '#!/bin/sh\nfor a; do case "$a" in *.onnx)\n'
-        '  echo "scp: deployopt-runner/net/net.onnx: No space left on device" >&2; exit 1;; esac; done\n'
+        '  echo "scp: deployopt-runner/net-0/net.onnx: No space left on device" >&2; exit 1;; esac; done\n'
         f'exec "{board_scp}" "$@"\n'
     )
     scp.chmod(0o755)
@@ -1087,7 +1123,7 @@ def test_a_full_disk_on_the_board_says_so_and_what_deployopt_keeps_there(
     code, stdout, err = run_cli(monkeypatch, capsys, "bench", str(model), *REMOTE, "-o", str(out))
     assert (code, stdout) == (2, "") and not out.exists()
     assert err == (
-        f"error: scp of the model on {HOST} exited 1: scp: deployopt-runner/net/net.onnx: No space left "
+        f"error: scp of the model on {HOST} exited 1: scp: deployopt-runner/net-0/net.onnx: No space left "
         f"on device; {hint}\n"
     )
 
@@ -1097,7 +1133,7 @@ def test_a_full_disk_on_the_board_says_so_and_what_deployopt_keeps_there(
     code, stdout, err = run_cli(monkeypatch, capsys, "bench", str(model), *REMOTE, "-o", str(out))
     assert (code, stdout) == (2, "") and not out.exists() and "Traceback" not in err
     assert err.startswith(
-        f"error: runner.py on {HOST} exited 2: error: cannot read or write deployopt-runner/net/"
+        f"error: runner.py on {HOST} exited 2: error: cannot read or write {board_dir(model)}/"
     )
     assert err.endswith(f".engine: No space left on device; {hint}\n")
     assert err.count("\n") == 1
@@ -1133,7 +1169,7 @@ def test_a_runner_that_writes_no_result_is_not_handed_the_last_one(
         monkeypatch, capsys, "bench", str(model), *REMOTE, "--dtype", "fp32", "--runs", "5"
     )
     assert code == 0, err
-    assert (home / "deployopt-runner" / "net" / "result.json").is_file()
+    assert (home / board_dir(model) / "result.json").is_file()
     quiet = tmp_path / "quiet_runner.py"
     quiet.write_text("import sys\nprint('nothing to say')\nsys.exit(0)\n")
     monkeypatch.setenv("DEPLOYOPT_RUNNER", str(quiet))
@@ -1145,7 +1181,7 @@ def test_a_runner_that_writes_no_result_is_not_handed_the_last_one(
 
 
 @pytest.mark.parametrize(
-    ("name", "folder", "file"), [("net:v2.onnx", "net_v2", "net_v2.onnx"), ("...onnx", "_..", "...onnx")]
+    ("name", "folder", "file"), [("net:v2.onnx", "net_v2-", "net_v2.onnx"), ("...onnx", "..-", "...onnx")]
 )
 def test_cli_bench_remote_of_a_model_whose_name_scp_or_the_board_misreads(
     name: str,
@@ -1159,7 +1195,7 @@ def test_cli_bench_remote_of_a_model_whose_name_scp_or_the_board_misreads(
     """`bench net:v2.onnx --remote`, the model in the current folder: scp reads `net:v2.onnx` as
     HOST:PATH (a copy from a machine named net), so every path here goes to scp absolute. A model
     named `...onnx` has the stem '..': its board folder was the work folder's parent, the
-    result.json there removed and overwritten; it is '_..' now, inside the work folder."""
+    result.json there removed and overwritten; it is '..-<hash>' now, inside the work folder."""
     log, home = play_the_board(tmp_path, monkeypatch)
     renamed = model.with_name(name)
     model.rename(renamed)
@@ -1167,7 +1203,8 @@ def test_cli_bench_remote_of_a_model_whose_name_scp_or_the_board_misreads(
     out = tmp_path / "result.json"
     code, _, err = run_cli(monkeypatch, capsys, "bench", name, *REMOTE, "--runs", "3", "-o", str(out))
     assert code == 0, err
-    rdir = f"deployopt-runner/{folder}"
+    rdir = board_dir(renamed)
+    assert rdir.startswith(f"deployopt-runner/{folder}") and "/" not in rdir.removeprefix("deployopt-runner/")
     assert f"scp {OPTS} {renamed} {HOST}:{rdir}/{file}" in log.read_text().splitlines()
     assert (home / rdir / file).read_bytes() == renamed.read_bytes()
     assert [p.name for p in home.iterdir()] == ["deployopt-runner"]  # nothing written above it

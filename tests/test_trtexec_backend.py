@@ -6,8 +6,10 @@ it is given. It tests our subprocess handling and parsing; it does not build eng
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 import statistics
@@ -35,7 +37,7 @@ from deployopt.backends.trtexec import (
 )
 from deployopt.errors import BackendFailed, BackendUnavailable, DeployoptError
 from deployopt.layers import ConvShape, conv_model
-from deployopt.remote import Board
+from deployopt.remote import Board, model_dir_name
 
 #: The board these tests play is this machine: its /tmp/deployopt-trtexec and deployopt-runner folders
 #: are every such test's, and a run at work in one (optimize --remote) is what bench's and optimize's
@@ -571,6 +573,11 @@ def test_find_trtexec_prefers_env(fake: dict[str, Path]) -> None:
     assert find_trtexec() == os.environ["DEPLOYOPT_TRTEXEC"]
 
 
+def board_folder(model: Path, root: str | Path = "/tmp/deployopt-trtexec") -> Path:
+    """`model`'s folder on the board: its stem and a hash of its bytes (model_dir_name)."""
+    return Path(root) / model_dir_name(model.stem, hashlib.sha256(model.read_bytes()).hexdigest())
+
+
 def play_the_board(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Stand-in ssh and scp that play the board on this machine (ssh runs the command here with the
     stand-in trtexec, scp copies), each writing its arguments as one line to the returned log;
@@ -611,7 +618,7 @@ def test_cli_bench_remote_runs_trtexec_on_the_board(
     log = play_the_board(tmp_path, monkeypatch)
     model = tmp_path / f"remote_conv_{os.getpid()}.onnx"
     model.write_bytes(fake["model"].read_bytes())
-    board_dir = Path("/tmp/deployopt-trtexec") / model.stem
+    board_dir = board_folder(model)
 
     def on_the_board(command: str) -> tuple[int, str, str]:
         try:
@@ -653,7 +660,7 @@ def test_ctrl_c_on_bench_remote_ends_trtexecs_work_on_the_board(
     log = play_the_board(tmp_path, monkeypatch)
     model = tmp_path / f"remote_ctrl_c_{os.getpid()}.onnx"
     model.write_bytes(fake["model"].read_bytes())
-    board_dir = Path("/tmp/deployopt-trtexec") / model.stem
+    board_dir = board_folder(model)
     ended, other = interrupt_the_timed_run(monkeypatch, tmp_path, str(board_dir), board_processes)
     try:
         code, _, err = run_cli(
@@ -678,7 +685,7 @@ def test_cli_remote_trtexec_says_which_board_measured(
     log = play_the_board(tmp_path, monkeypatch)
     model = tmp_path / f"remote_where_{os.getpid()}.onnx"
     model.write_bytes(fake["model"].read_bytes())
-    board_dir = Path("/tmp/deployopt-trtexec") / model.stem
+    board_dir = board_folder(model)
     said = {}
     try:
         for command, *more in (("bench",), ("profile",), ("bench", "--json")):
@@ -717,7 +724,7 @@ def test_remote_run_folder_engine_comes_back_and_the_folder_goes(
             assert board.is_dir()  # the board answered: its folder is made before anything else
             timing = s.measure(fake["model"])
             engine = timing.environment["engine"]
-            assert engine == f"{board}/conv/conv.engine" and Path(engine).is_file()
+            assert engine == f"{board_folder(fake['model'], board)}/conv.engine" and Path(engine).is_file()
             kept = tmp_path / "kept.engine"
             assert s.keep_engine(timing, kept)
             assert kept.read_text().startswith("FAKE ENGINE of ")
@@ -754,7 +761,7 @@ def test_cli_remote_trtexec_runs_under_the_boards_timeout(
     ssh.chmod(0o755)
     model = tmp_path / f"remote_hang_{os.getpid()}.onnx"
     model.write_bytes(fake["model"].read_bytes())
-    board_dir = Path("/tmp/deployopt-trtexec") / model.stem
+    board_dir = board_folder(model)
     out = tmp_path / "result.json"
     try:
         code, stdout, err = run_cli(
@@ -763,7 +770,12 @@ def test_cli_remote_trtexec_runs_under_the_boards_timeout(
         )  # fmt: skip
     finally:
         shutil.rmtree(board_dir, ignore_errors=True)
-    assert (code, stdout, err) == (2, "", "error: trtexec on user@jetson did not finish within 7 s\n")
+    assert (code, stdout, err) == (
+        2,
+        "",
+        "error: trtexec on user@jetson did not finish within 7 s; --timeout SECONDS raises the limit (a "
+        "first engine build on a Jetson Nano can take minutes)\n",
+    )
     assert not out.exists()
     run = log.read_text().splitlines()[-1]
     assert run.startswith(
@@ -784,7 +796,7 @@ def test_cli_remote_int8_copies_the_calibration_table_to_the_board(
     table = tmp_path / "host" / "model.calib"
     table.parent.mkdir()
     table.write_bytes(b"TRT-8601-EntropyCalibration2\ninput: 3c000000\n")
-    board_dir = Path("/tmp/deployopt-trtexec") / model.stem
+    board_dir = board_folder(model)
     try:
         code, out, err = run_cli(
             monkeypatch, capsys, "bench", str(model), "--backend", "trtexec", "--remote", "user@jetson",
@@ -831,7 +843,7 @@ def test_cli_remote_bench_and_profile_name_another_run_at_work_on_the_board(
     model.write_bytes(fake["model"].read_bytes())
     engine = tmp_path / f"remote_busy_engine_{os.getpid()}.engine"
     engine.write_bytes(b"an engine the board built")
-    board_dirs = [Path("/tmp/deployopt-trtexec") / path.stem for path in (model, engine)]
+    board_dirs = [board_folder(path) for path in (model, engine)]
     try:
         for command, path in (("bench", engine), ("profile", model)):
             log.write_text("")
@@ -849,8 +861,8 @@ def test_cli_remote_bench_and_profile_name_another_run_at_work_on_the_board(
             assert str(alike.pid) not in said[0]
             calls = log.read_text().splitlines()
             made = (
-                f"user@jetson mkdir -p /tmp/deployopt-trtexec/{path.stem} && rm -f -- "
-                f"/tmp/deployopt-trtexec/{path.stem}/*.json || exit; echo deployopt-self $$ $PPID; "
+                f"user@jetson mkdir -p {board_folder(path)} && rm -f -- "
+                f"{board_folder(path)}/*.json || exit; echo deployopt-self $$ $PPID; "
                 "pgrep -af -- '[/]tmp/deployopt-trtexec/|[d]eployopt-runner/|"
                 f"[/]{str(workdir)[1:]}/' 2>/dev/null; exit 0"
             )
@@ -879,7 +891,7 @@ def test_remote_calib_cache_keeps_the_board_files_apart_and_must_exist(
     opts = MeasureOptions(dtype="int8", runs=3, workdir=fake["workdir"], extra=extra)
     with TrtexecBackend().open(opts) as session:
         session.measure(fake["model"])
-    rdir = board / fake["model"].stem
+    rdir = board_folder(fake["model"], board)
     assert (rdir / fake["model"].name).read_bytes() == fake["model"].read_bytes()
     assert (rdir / f"calib_{table.name}").read_bytes() == table.read_bytes()
     args = fake["FAKE_ARGS"].read_text().split("\n")
@@ -925,7 +937,8 @@ def test_remote_names_on_the_board_are_plain(
                           "remote_workdir": str(board)})  # fmt: skip
     with TrtexecBackend().open(opts) as session:
         session.measure(model)
-    rdir = board / "my_model__v2__s"
+    rdir = board_folder(model, board)
+    assert rdir.name.startswith("my_model__v2__s-")
     assert (rdir / "my_model__v2__s.onnx").read_bytes() == model.read_bytes()
     copies = [line for line in log.read_text().splitlines() if line.startswith("scp ")]
     copy = next(line for line in copies if str(model) in line)
@@ -1164,15 +1177,18 @@ def test_cli_remote_trt11_converts_on_the_host_before_pushing(
     log = play_the_board(tmp_path, monkeypatch)
     model = tmp_path / f"remote11_{os.getpid()}.onnx"
     model.write_bytes(fake11["model"].read_bytes())
-    board_dir = Path("/tmp/deployopt-trtexec") / model.stem
+    folders = Path("/tmp/deployopt-trtexec")
     try:
         code, _, err = run_cli(
             monkeypatch, capsys, "bench", str(model), "--backend", "trtexec", "--remote", "user@jetson",
             "--dtype", "fp16", "--json",
         )  # fmt: skip
-        on_board = sorted(p.name for p in board_dir.iterdir()) if board_dir.is_dir() else []
+        # the folder of the file sent: the typed copy's bytes, the model's name
+        (board_dir,) = folders.glob(f"{model.stem}-*")
+        on_board = sorted(p.name for p in board_dir.iterdir())
     finally:
-        shutil.rmtree(board_dir, ignore_errors=True)
+        for folder in folders.glob(f"{model.stem}-*"):
+            shutil.rmtree(folder, ignore_errors=True)
     assert code == 0, err
     calls = log.read_text().splitlines()
     assert "--help" in calls[0] and "mkdir" in calls[1]  # the version before anything reaches the board
@@ -1278,7 +1294,7 @@ def test_cli_remote_trtexec_killed_on_the_board_points_at_its_oom_killer(
             "--dtype", "fp16", "-o", str(out),
         )  # fmt: skip
     finally:
-        shutil.rmtree(Path("/tmp/deployopt-trtexec") / model.stem, ignore_errors=True)
+        shutil.rmtree(board_folder(model), ignore_errors=True)
     assert (code, stdout) == (2, "") and not out.exists()
     assert err == (
         f"error: trtexec on user@jetson {OOM_LINE} on the board tells; stop other programs, add swap or "
@@ -1312,11 +1328,12 @@ def test_cli_remote_trtexec_that_outlives_its_term_reads_as_timed_out(
             "--dtype", "fp16", "--timeout", "1",
         )  # fmt: skip
     finally:
-        shutil.rmtree(Path("/tmp/deployopt-trtexec") / model.stem, ignore_errors=True)
+        shutil.rmtree(board_folder(model), ignore_errors=True)
     assert (code, stdout) == (2, "")
     assert err == (
         "error: trtexec on user@jetson did not finish within 1 s, nor stop within 1 s of its TERM: "
-        "the board's `timeout` KILLed it\n"
+        "the board's `timeout` KILLed it; --timeout SECONDS raises the limit (a first engine build on a "
+        "Jetson Nano can take minutes)\n"
     )
 
 
@@ -1509,9 +1526,9 @@ def test_a_remote_sweep_times_each_conv_as_measure_does(
         assert mine.median_us == pytest.approx((k + 1) * statistics.median(recorded))
         a, b = mine.to_json(), theirs.to_json()
         assert a["environment"].pop("engine") == f"{folder}/{stem}/{stem}.engine"
-        assert b["environment"].pop("engine") == f"{board}/conv{k}/conv{k}.engine"
+        alone = str(Path(b["environment"].pop("engine")).parent)  # measure's folder for the conv
+        assert re.fullmatch(rf"{re.escape(str(board))}/conv{k}-[0-9a-f]{{12}}", alone)  # conv{k}.onnx's
         assert a == b
-        alone = f"{board}/conv{k}"  # measure's folder for the conv (conv{k}.onnx in the base class)
         assert normalized(commands[k], f"{folder}/{stem}", f"{folder}/{stem}") == normalized(
             commands[3 + k], f"{alone}/conv{k}", alone
         )
@@ -1765,7 +1782,8 @@ def test_a_sweep_that_outlives_its_term_is_killed_on_the_board(
         session.measure_convs(CONVS[:2])
     assert str(exc.value) == (
         f"trtexec on {SWEEP_HOST} did not finish within 2 s, nor stop within 1 s of its TERM: "
-        "the board's `timeout` KILLed it"
+        "the board's `timeout` KILLed it; --timeout SECONDS raises the limit (a first engine build on a "
+        "Jetson Nano can take minutes)"
     )
     status = Path(f"/proc/{int(pid_file.read_text())}/status")
     # gone, or a zombie no init has reaped yet: not running either way

@@ -6,8 +6,10 @@ around the timed loop, which `compare` reads to flag a throttled run), and it is
 already copied to the board by hand. This session does that by hand-work in one go: the runner and
 the model (and an INT8 calibration table or .npy) go to a work folder on the board with scp,
 `python3 runner.py ...` runs there over ssh (ssh and scp from deployopt.remote), and its result
-JSON comes back and is read with load_runner_result. Engines stay cached in the board's work
-folder (the runner keys them on their inputs), so a rerun of the same model reuses its engine.
+JSON comes back and is read with load_runner_result. Each model file has a folder of its own there
+(its name and a hash of its bytes: model_dir_name), and its result is checked to be that file's.
+Engines stay cached in that folder (the runner keys them on their inputs), so a rerun of the same
+model reuses its engine.
 
 TensorRT >= 11 (strongly typed) has no FP16 build flag and the runner cannot retype a model (no onnx
 on the board), so for fp16/int8 the session reads the board's TensorRT version once, before the
@@ -40,6 +42,7 @@ from deployopt.errors import (
 )
 from deployopt.layers import ConvShape
 from deployopt.remote import (
+    MODEL_KEY_HEX,
     RUNNER_WORKDIR,
     Board,
     RemoteFailed,
@@ -49,6 +52,7 @@ from deployopt.remote import (
     interrupt_ends,
     make_sweep_dir,
     mkdir_warning_of_other_runs,
+    model_dir_name,
     model_weights,
     owned_run_dir,
     remote_run_dir,
@@ -320,7 +324,10 @@ class RemoteRunnerSession(Session):
                 model_path, typing
             )  # typed fp16 here on TensorRT >= 11; refusals before any copy
             weights = model_weights(send)  # its external data goes along: checked before any copy
-        rdir = self.workdir / board_name(model_path.stem)
+        from deployopt.backends.tensorrt import content_digest
+
+        sent_sha = content_digest(send)  # the runner records it: the result is checked against it
+        rdir = self.workdir / model_dir_name(model_path.stem, sent_sha, weights)
         board_model = rdir / board_name(send.name)
         short = self.short_s
         long = self.options.timeout_s
@@ -355,6 +362,7 @@ class RemoteRunnerSession(Session):
                 where = f"runner.py's result {rdir / 'result.json'} on {self.host}"
                 raise DataError(str(exc).replace(str(local), where)) from None
             doc = json.loads(local.read_text())
+        self._check_timed(timing, sent_sha, board_model)
         timing.environment["remote"] = self.host  # "runner" already names the runner's version
         if send != model_path:
             self._typed_here(timing)
@@ -370,7 +378,12 @@ class RemoteRunnerSession(Session):
         it): optimize calibrates every candidate on the same data, up to 512 inputs, which went to
         the board again beside each candidate."""
         if local not in self._calib_sent:
-            name = board_name(Path(local).name)
+            from deployopt.backends.tensorrt import content_digest
+
+            # named by its contents: another run of the same model (same folder) with other data
+            # under the same name (calib1.npy, made here by every session) must not replace it
+            path = Path(local)
+            name = board_name(f"{path.stem}-{content_digest(path)[:MODEL_KEY_HEX]}{path.suffix}")
             board = rdir / (name if name != model_name else f"calib_{name}")
             self.board.put(local, board, "scp of the calibration file", timeout_s)
             self._calib_sent[local] = board
@@ -485,7 +498,7 @@ class RemoteRunnerSession(Session):
         runner stops at the first conv that fails, one line naming it."""
         if not shapes:
             return []
-        from deployopt.backends.tensorrt import load_runner_result
+        from deployopt.backends.tensorrt import content_digest, load_runner_result
 
         short = self.short_s
         long = self.options.timeout_s
@@ -522,11 +535,27 @@ class RemoteRunnerSession(Session):
             timings = []
             for name, sent, given in zip(names, models, written):
                 timing = load_runner_result(results / f"{name}.json")  # one-line DataError if unreadable
+                self._check_timed(timing, content_digest(sent), folder / sent.name)
                 timing.environment["remote"] = self.host
                 if sent != given:
                     self._typed_here(timing)
                 timings.append(timing)
         return timings
+
+    def _check_timed(self, timing: Timing, sha256: str, board_model: PurePosixPath) -> None:
+        """The result the runner handed back is for the file sent (`sha256`, now `board_model` on the
+        board): the runner records the sha256 of the file it timed. Another run on the board that
+        replaced the model or its result.json between the copy and the copy back would otherwise be
+        recorded as this model's timing (exit 0). A result that records no model (a runner older
+        than the record) is taken as it is."""
+        recorded = timing.model.get("sha256") if isinstance(timing.model, dict) else None
+        if isinstance(recorded, str) and recorded.lower() != sha256:
+            other, sent = recorded[:MODEL_KEY_HEX], sha256[:MODEL_KEY_HEX]
+            raise BackendFailed(
+                f"runner.py on {self.host} handed back a result for another file (sha256 {other}…) than "
+                f"the {board_model} it was sent ({sent}…): another run on the board replaced the model "
+                "or its result; run again"
+            )
 
     def _send_runner(self, timeout_s: float) -> PurePosixPath:
         """runner.py's path on the board, copied there first if this session has not yet (once a

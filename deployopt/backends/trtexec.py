@@ -55,6 +55,7 @@ from deployopt.remote import (
     interrupt_ends,
     make_sweep_dir,
     mkdir_warning_of_other_runs,
+    model_dir_name,
     model_weights,
     owned_run_dir,
     remote_run_dir,
@@ -615,7 +616,7 @@ class TrtexecSession(Session):
     def _run_remote(self, model_path: Path, outdir: Path, shapes: dict[str, list[int]]) -> TrtexecRun:
         assert self.remote is not None
         workdir = self.remote_workdir
-        rdir = workdir / board_name(model_path.stem)
+        stem = model_path.stem  # the user's name: an fp16 copy typed here keeps it
         int8_build = self.options.dtype == "int8" and not self._prebuilt  # an engine is built already
         table = calibration_table(self.options) if int8_build else None
         if table is not None and not Path(table).is_file():  # before anything reaches the board
@@ -627,6 +628,11 @@ class TrtexecSession(Session):
         if not self._prebuilt:  # an engine goes as it is, with no weights beside it
             model_path = self.build_model(model_path, outdir, self.version)  # converted here, on the host
         weights = [] if self._prebuilt else model_weights(model_path)  # checked before any copy
+        from deployopt.backends.tensorrt import content_digest
+
+        # a folder per file sent (its name and bytes): per name, two runs of different models named
+        # model.onnx on one board replaced each other's model and exports there
+        rdir = workdir / model_dir_name(stem, content_digest(model_path), weights)
         board_model = rdir / board_name(model_path.name)
         stale = ["*.json"]  # the last run's exports: a trtexec that wrote none handed them back
         if self._look_for_others:  # the first model of bench or profile: mkdir_warning_of_other_runs

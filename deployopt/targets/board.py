@@ -61,7 +61,23 @@ class Module:
     note: str = ""
 
 
-_NO_TARGET = "no built-in target has its GPU (calibrate a profile of it: `deployopt calibrate`)"
+#: Where a note names the board (no_target): detect_remote_target puts the host it asked there.
+BOARD_HOST = "USER@HOST"
+
+
+def no_target(nearest: str) -> str:
+    """A module's note where no built-in target has its GPU: the command that makes a profile of it.
+    It said `deployopt calibrate` alone, which is the command that had just failed (calibrate
+    --remote without --target reads the board, and this board names no target): calibrate needs a
+    --target for the GPU's facts and --name for a profile under a name of its own (a built-in name
+    is refused), and `nearest`, the built-in target of the same GPU architecture, or a `targets
+    --json` copy of it edited to this GPU, gives those facts."""
+    return (
+        f"no built-in target has its GPU: calibrate a profile of it with `deployopt calibrate --remote "
+        f"{BOARD_HOST} --target {nearest} --name NAME` (for this GPU's own SM count and clock, --target "
+        f"a `deployopt targets --target {nearest} --json` copy edited to them), then use --target NAME"
+    )
+
 
 #: Part number -> module, for the Jetsons deployopt ships targets of and their siblings. Names and
 #: memory as in jetson_stats' MODULE_NAME_TABLE and NVIDIA's EEPROM layout page (3489-0080, 3448-0003
@@ -81,8 +97,12 @@ MODULES: dict[str, Module] = {
     ),
     "p3701-0004": Module("Jetson AGX Orin 32GB", "agx-orin-32gb", 32),
     "p3701-0005": Module("Jetson AGX Orin 64GB", "agx-orin-64gb", 64),
-    "p3701-0002": Module("Jetson IGX Orin (developer kit)", None, None, guessed=False, note=_NO_TARGET),
-    "p3701-0008": Module("Jetson AGX Orin Industrial", None, 64, guessed=False, note=_NO_TARGET),
+    "p3701-0002": Module(
+        "Jetson IGX Orin (developer kit)", None, None, guessed=False, note=no_target("agx-orin-64gb")
+    ),
+    "p3701-0008": Module(
+        "Jetson AGX Orin Industrial", None, 64, guessed=False, note=no_target("agx-orin-64gb")
+    ),
     "p3668-0000": Module("Jetson Xavier NX (developer kit module)", "xavier-nx", 8),
     "p3668-0001": Module("Jetson Xavier NX", "xavier-nx", 8),
     "p3668-0003": Module("Jetson Xavier NX 16GB", "xavier-nx", 16),
@@ -95,18 +115,20 @@ MODULES: dict[str, Module] = {
         None,
         8,
         note="NVIDIA lists it as its own module with a smaller GPU than the agx-xavier target's "
-        "(its SM count is not confirmed here); " + _NO_TARGET,
+        "(its SM count is not confirmed here); " + no_target("agx-xavier"),
     ),
-    "p2888-0008": Module("Jetson AGX Xavier Industrial", None, 32, guessed=False, note=_NO_TARGET),
+    "p2888-0008": Module(
+        "Jetson AGX Xavier Industrial", None, 32, guessed=False, note=no_target("agx-xavier")
+    ),
     "p3448-0000": Module("Jetson Nano (developer kit module)", "nano", 4),
     "p3448-0002": Module("Jetson Nano", "nano", 4),
     "p3448-0003": Module("Jetson Nano 2GB", "nano", 2, note="the 2GB Nano has the 4GB one's GPU"),
     "p3310-1000": Module("Jetson TX2", "tx2", 8),
     "p3489-0080": Module("Jetson TX2 4GB", "tx2", 4),
     "p3489-0888": Module("Jetson TX2 4GB", "tx2", 4),
-    "p3489-0000": Module("Jetson TX2i", None, 8, guessed=False, note=_NO_TARGET),
+    "p3489-0000": Module("Jetson TX2i", None, 8, guessed=False, note=no_target("tx2")),
     "p3636-0001": Module("Jetson TX2 NX", "tx2", 4),
-    "p2180-1000": Module("Jetson TX1", None, 4, note=_NO_TARGET),
+    "p2180-1000": Module("Jetson TX1", None, 4, note=no_target("nano")),  # Maxwell, CC 5.3, as the Nano
 }
 
 #: Module families by board ID (the part number's first half): what a SKU not in MODULES belongs to.
@@ -387,7 +409,8 @@ def detect_remote_target(
     """(the board's environment, the target it is) for the board at `host` (read_remote_board's
     `without_python3`)."""
     env = read_remote_board(host, timeout_s, without_python3)
-    return env, target_for_board(env)
+    match = target_for_board(env)
+    return env, BoardMatch(match.target, match.why.replace(BOARD_HOST, host))  # the command as it is run
 
 
 @dataclass(frozen=True)
