@@ -1477,7 +1477,7 @@ class Optimizer:
         confirmation rounds have theirs: the run would end on the faster baseline, having searched
         nothing, and only report.md said why."""
         left = self.cfg.max_evals - 2 - self._reserved
-        if self._reserved and left <= 0:
+        if left <= 0 and self.cfg.mode != "grow":
             import warnings
 
             from deployopt.errors import DeployoptWarning
@@ -1502,10 +1502,11 @@ class Optimizer:
                 else "nothing searched; too few left for a rebuild round of each, so round-up-to-8, "
                 "if the faster, is not confirmed against the input"
             )
+            verb = "measure" if getattr(self.session.backend, "measured", True) else "predict"
             warnings.warn(
                 f"--max-evals {self.cfg.max_evals} leaves the search no evaluation: {why}, so the "
                 f"answer is the faster baseline ({what}); give --max-evals "
-                f"{2 + self._reserved + 1} or more to search ({2 + self._reserved + 4} to measure the "
+                f"{2 + self._reserved + 1} or more to search ({2 + self._reserved + 4} to {verb} the "
                 "solver's top 4 plans)",
                 DeployoptWarning,
                 stacklevel=2,

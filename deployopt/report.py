@@ -197,6 +197,28 @@ def same_plan_phrase(opt: Optimizer, name: str, ref: Evaluation, measured: bool)
     )
 
 
+def unevaluated_solver_plan(opt: Optimizer, ref: Evaluation) -> str | None:
+    """Where --max-evals ran out before the solver's plans were evaluated and the answer is a
+    baseline (`ref`): the best of them its per-layer table put at least the min effect under it.
+    "The same plan (no other widths were predicted … faster)" was said beside a solver plan the
+    table put 7 % under round-up-to-8, never evaluated, which --max-evals 3 then answered."""
+    from deployopt.journal import plan_key
+
+    if ref.table_us is None or ref.table_us <= 0:
+        return None
+    for i, solution in enumerate(getattr(opt, "solutions", None) or []):
+        if plan_key(solution.plan) in opt._by_key:
+            continue
+        change = solution.cost_us / ref.table_us - 1
+        if change > -opt.cfg.min_effect:
+            return None  # the solver's plans are in cost order: none further is better
+        return (
+            f"--max-evals {opt.cfg.max_evals} ran out before solver #{i + 1} was evaluated, which the "
+            f"per-layer table puts {100 * change:+.1f} % against it (give a larger --max-evals)"
+        )
+    return None
+
+
 def _none_kept(evs: list[Evaluation]) -> str:
     """'none accepted' where it is true; a plan accepted in the search and then superseded (or not
     confirmed) was accepted, so then only that none is the answer."""
@@ -252,6 +274,16 @@ def build_report(
         comparisons[name] = comparison_row(
             c, measured, same_plan_phrase(opt, name, ref_ev, measured) if same else None
         )
+    if budget_hit:
+        for name, ref_ev in (("vs_input", base), ("vs_round_up_8", r8)):
+            missed = (
+                unevaluated_solver_plan(opt, ref_ev) if plan_key(best.plan) == plan_key(ref_ev.plan) else None
+            )
+            if missed:  # in place of "no other widths were … faster", which only the budget made true
+                plain = comparisons[name]["describe"] == same_plan(name, cfg.min_effect, measured)
+                comparisons[name]["describe"] = (
+                    f"the same plan: {missed}" if plain else f"{comparisons[name]['describe']}; {missed}"
+                )
     unconfirmed = getattr(opt, "unconfirmed_vs_input", None)
     if unconfirmed and plan_key(best.plan) == plan_key(r8.plan) != plan_key(base.plan):
         # round-up-to-8 is the answer and no round put it to the input: one build of the input
