@@ -83,6 +83,10 @@ MAX_TABLE_COMBOS = 256  # distinct conv shapes a conv's exact table may price; b
 #: assignments of a conv's groups its exact table may hold: a conv reading a concat sees only the
 #: parts' sum, so 8 × 8 × 8 assignments of two parts and its output are far fewer shapes
 MAX_TABLE_ASSIGNMENTS = 4096
+#: on a measured backend, the shapes exact concat tables may add to the separable sweep, as a share
+#: of it (each an engine build on a board): a YOLO-like detector swept 1637 shapes, not 997, to
+#: gain nothing; the wave model prices them all
+EXACT_TABLE_BUDGET = 0.25
 # The results in OUTDIR, in the order they are moved into place; report.json, last, marks a complete set.
 OUTPUTS = (
     "model.onnx.data",  # the weights, when the input model kept them in an external data file
@@ -873,11 +877,14 @@ class Optimizer:
         deps = self._conv_deps()
         combos: dict[str, list[tuple[tuple[int, ...], ConvShape]]] = {}
         separable: dict[str, bool] = {}
+        wide: dict[str, list[tuple[tuple[int, ...], ConvShape]]] = {}  # exact, beyond MAX_TABLE_COMBOS
         for conv_name, scope in deps.items():
             if not scope:
                 separable[conv_name] = False
                 continue
             rows = self._exact_rows(conv_name, scope, domains)
+            if rows is not None and math.prod(len(domains[g]) for g in scope) > MAX_TABLE_COMBOS:
+                wide[conv_name], rows = rows, None  # exact only within the budget below
             separable[conv_name] = rows is None
             if rows is None:  # Σ of one-group-at-a-time changes, each priced at round-up-to-8 elsewhere
                 rows = []
@@ -886,6 +893,7 @@ class Optimizer:
                         assign = tuple(w if x == g else self.round_up[x] for x in scope)
                         rows.append((assign, self.conv_shape(conv_name, dict(zip(scope, assign)))))
             combos[conv_name] = rows
+        self._exact_within_budget(wide, combos, separable)
         shapes = [s for rows in combos.values() for _, s in rows]
         self.sweep_shapes = len({s.signature() for s in shapes})
         cache = self._get_layer_cache()
@@ -946,6 +954,29 @@ class Optimizer:
         if n > MAX_TABLE_COMBOS and len({s.signature() for _, s in rows}) > MAX_TABLE_COMBOS:
             return None
         return rows
+
+    def _exact_within_budget(
+        self,
+        wide: dict[str, list[tuple[tuple[int, ...], ConvShape]]],
+        combos: dict[str, list[tuple[tuple[int, ...], ConvShape]]],
+        separable: dict[str, bool],
+    ) -> None:
+        """Make the `wide` convs' tables exact (a conv reading a concat: every assignment of its
+        groups, priced by the sum of the parts), those that add the fewest shapes first, within
+        EXACT_TABLE_BUDGET of the separable sweep on a measured backend (each shape one timed conv:
+        an engine build on a board); all of them where the wave model prices them, for nothing."""
+        measured = getattr(self.session.backend, "measured", True) and not hasattr(
+            self.session, "predict_shapes"
+        )
+        seen = {s.signature() for rows in combos.values() for _, s in rows}
+        budget = EXACT_TABLE_BUDGET * len(seen) if measured else math.inf
+        for name, rows in sorted(wide.items(), key=lambda kv: len({s.signature() for _, s in kv[1]})):
+            extra = {s.signature() for _, s in rows} - seen
+            if len(extra) > budget:
+                continue
+            budget -= len(extra)
+            seen |= extra
+            combos[name], separable[name] = rows, False
 
     def separable_table_us(self, conv_name: str, plan: dict[str, int]) -> float | None:
         """A conv's value in the per-layer table under `plan` where its table is taken as separable

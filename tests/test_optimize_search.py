@@ -88,3 +88,32 @@ def test_a_budget_that_stops_before_the_solver_says_what_it_left(
     recwarn.clear()
     report = run(3)
     assert report["best_label"] == "solver #1" and not [w for w in recwarn if "--max-evals" in str(w.message)]
+
+
+def test_on_a_measured_backend_exact_concat_tables_stay_within_their_budget() -> None:
+    """Exact concat tables price more shapes (a YOLO-like detector: 1637 where the separable sweep
+    was 997), each one an engine build on a board: on a measured backend they may add at most
+    EXACT_TABLE_BUDGET of the separable sweep, the convs that add fewest first; with the wave model,
+    which prices a shape for nothing, every one is exact."""
+    from types import SimpleNamespace
+
+    from deployopt.optimize import EXACT_TABLE_BUDGET
+
+    def shapes(*names: str) -> list[tuple[tuple[int, ...], SimpleNamespace]]:
+        return [((i,), SimpleNamespace(signature=lambda n=n: n)) for i, n in enumerate(names)]
+
+    def decide(measured: bool) -> dict[str, bool]:
+        combos = {"plain": shapes(*(f"s{i}" for i in range(40))), "a": shapes("a"), "b": shapes("b")}
+        separable = {"plain": False, "a": True, "b": True, "big": True, "small": True}
+        wide = {
+            "big": shapes(*(f"x{i}" for i in range(12))),
+            "small": shapes("s1", *(f"y{i}" for i in range(5))),
+        }
+        backend = SimpleNamespace(measured=measured)
+        fake = SimpleNamespace(session=SimpleNamespace(backend=backend))
+        Optimizer._exact_within_budget(fake, wide, {**combos, "big": [], "small": []}, separable)  # type: ignore[arg-type]
+        return separable
+
+    assert EXACT_TABLE_BUDGET * 42 < 12 + 5  # the budget (10.5 of 42 shapes) fits one of the two
+    assert decide(measured=True) == {"plain": False, "a": True, "b": True, "big": True, "small": False}
+    assert decide(measured=False) == {"plain": False, "a": True, "b": True, "big": False, "small": False}
