@@ -49,3 +49,16 @@ def test_a_mask_of_one_channel_keeps_its_channel() -> None:
     mask = n.op("Greater", [n.conv("x", 1), n.init("zero", np.array(0.0, np.float32))], (1, 8, 8))
     out = n.op("Where", [mask, feat, n.init("zero2", np.array(0.0, np.float32))], (10, 8, 8))
     assert free_widths(n, n.conv(out, 5)) == {"conv1": 10}
+
+
+def test_a_fill_that_is_not_finite_freezes() -> None:
+    """x.masked_fill(x <= 0, -inf) before a Softmax over the width: a padded channel (0) is filled
+    with -inf whole, its Softmax row is NaN, and the next conv's zero weight spread the NaN to every
+    output. A constant that is not finite freezes the op's channels."""
+    n = Net()
+    c = n.conv("x", 10)
+    mask = n.op("LessOrEqual", [c, n.init("zero", np.array(0.0, np.float32))])
+    filled = n.op("Where", [mask, n.init("ninf", np.array(-np.inf, np.float32)), c])
+    model = n.build(n.conv(n.op("Softmax", [filled], axis=-1), 5, r=1))
+    (group,) = [g for g in analyze(model).groups if g.id == "conv1"]
+    assert group.frozen and group.reason == "Where where3 has a constant that is not finite"

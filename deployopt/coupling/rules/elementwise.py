@@ -19,6 +19,7 @@ not flattened alike.
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
 
 from deployopt.coupling.registry import CouplingState, Layout, channel_axis_of, rule
@@ -164,6 +165,13 @@ def _flattened_per_element(ctx: CouplingState, node: onnx.NodeProto) -> None:
     "Add", "Sum", "Sub", "Mul", "Div", "Max", "Min", "Mean", "PRelu", *SELECTION, any_axis=True, spread=True
 )
 def binary(ctx: CouplingState, node: onnx.NodeProto) -> None:
+    for t in node.input:
+        value = ctx.const(t) if t and ctx.is_const(t) else None
+        if value is not None and value.dtype.kind == "f" and not np.isfinite(value).all():
+            # masked_fill(x <= 0, -inf): a padded channel (0) takes the infinity whole, and a
+            # reduction over its row (Softmax) makes it NaN, which its zero weight then spreads
+            ctx.freeze_node(node, f"{node.op_type} {ctx.name(node)} has a constant that is not finite")
+            return
     if any(t in ctx.spread for t in node.input if t):
         _flattened_per_element(ctx, node)
         return
