@@ -1507,12 +1507,27 @@ class Optimizer:
         """One warning when --max-evals leaves the search nothing once the two baselines and the
         confirmation rounds have theirs: the run would end on the faster baseline, having searched
         nothing, and only report.md said why."""
+        if self.cfg.mode == "grow":
+            return
+        import warnings
+
+        from deployopt.errors import DeployoptWarning
+
+        verb = "measure" if getattr(self.session.backend, "measured", True) else "predict"
+        if getattr(self, "round_up", None) == getattr(self, "original", None):  # one baseline, not two
+            if self.cfg.max_evals - 1 - self._reserved <= 0:
+                kept = f" and {self.cfg.max_evals - 1} kept back to confirm" if self.cfg.max_evals > 1 else ""
+                warnings.warn(
+                    f"--max-evals {self.cfg.max_evals} leaves the search no evaluation: the input's widths "
+                    f"are round-up-to-8's, its one evaluation taken{kept}, so the answer is the input; give "
+                    f"--max-evals {1 + self._reserved + 1} or more to search ({1 + self._reserved + 4} to "
+                    f"{verb} the solver's top 4 plans)",
+                    DeployoptWarning,
+                    stacklevel=2,
+                )
+            return
         left = self.cfg.max_evals - 2 - self._reserved
-        if left <= 0 and self.cfg.mode != "grow":
-            import warnings
-
-            from deployopt.errors import DeployoptWarning
-
+        if left <= 0:
             kept = self.cfg.max_evals - 2  # what the baselines leave, all of it held back (or none)
             why = (
                 f"the two baselines take {min(2, self.cfg.max_evals)}"
@@ -1533,7 +1548,6 @@ class Optimizer:
                 else "nothing searched; too few left for a rebuild round of each, so round-up-to-8, "
                 "if the faster, is not confirmed against the input"
             )
-            verb = "measure" if getattr(self.session.backend, "measured", True) else "predict"
             warnings.warn(
                 f"--max-evals {self.cfg.max_evals} leaves the search no evaluation: {why}, so the "
                 f"answer is the faster baseline ({what}); give --max-evals "

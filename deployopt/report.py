@@ -206,10 +206,13 @@ def unevaluated_solver_plan(opt: Optimizer, ref: Evaluation) -> str | None:
 
     if ref.table_us is None or ref.table_us <= 0:
         return None
+    refused = getattr(opt, "_refused", {})
     for i, solution in enumerate(getattr(opt, "solutions", None) or []):
-        if plan_key(solution.plan) in opt._by_key:
+        key = plan_key(solution.plan)
+        if key in opt._by_key or key in refused:  # evaluated, or the fidelity gate's, not the budget's
             continue
-        change = solution.cost_us / ref.table_us - 1
+        # the conv table's, as ref.table_us (the solver's own table may price the traffic on top)
+        change = opt.conv_table.cost(solution.plan) / ref.table_us - 1
         if change > -opt.cfg.min_effect:
             return None  # the solver's plans are in cost order: none further is better
         return (

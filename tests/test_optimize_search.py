@@ -117,3 +117,46 @@ def test_on_a_measured_backend_exact_concat_tables_stay_within_their_budget() ->
     assert EXACT_TABLE_BUDGET * 42 < 12 + 5  # the budget (10.5 of 42 shapes) fits one of the two
     assert decide(measured=True) == {"plain": False, "a": True, "b": True, "big": True, "small": False}
     assert decide(measured=False) == {"plain": False, "a": True, "b": True, "big": False, "small": False}
+
+
+def test_the_budget_note_skips_plans_the_fidelity_gate_refused(tmp_path: Path) -> None:
+    """Trim, the gate at cosine 0.99, --max-evals 2: solver #1 and #2 were refused by the gate, not
+    left by the budget, and the note blamed the budget for #1 (a larger --max-evals would not
+    have helped); it names #3, the plan the budget did stop."""
+    n = Net(c=3, hw=32, seed=1)
+    a = n.cbr("x", 9)
+    e = n.cbr(n.concat(n.cbr(a, 37), n.cbr(a, 20)), 68)
+    path = tmp_path / "m.onnx"
+    onnx.save(n.build(n.fc(n.gap(e), 10)), str(path))
+    cfg = OptimizeConfig(
+        model_path=path, outdir=tmp_path / "out", target="xavier-nx", backend="model", dtype="int8",
+        plots=False, mode="trim", max_evals=2, min_cosine=0.99, min_top1=0.0,
+    )  # fmt: skip
+    opt = Optimizer(cfg)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        opt.run()
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert [v["label"] for v in opt._refused.values()] == ["solver #1", "solver #2"]
+    assert report["comparisons"]["vs_input"]["describe"].startswith(
+        "the same plan: --max-evals 2 ran out before solver #3 was evaluated, which the per-layer table puts "
+    )
+
+
+def test_widths_already_round_up_to_8_leave_the_search_an_evaluation(
+    tmp_path: Path, recwarn: pytest.WarningsRecorder
+) -> None:
+    """Every width a multiple of 8: round-up-to-8 is the input, one baseline evaluation, not two, so
+    --max-evals 2 leaves the search one, which it spends on solver #1; the warning had said
+    "the two baselines take 2 … nothing searched"."""
+    n = Net(c=3, hw=32, seed=1)
+    path = tmp_path / "m.onnx"
+    onnx.save(n.build(n.fc(n.gap(n.cbr(n.cbr(n.cbr("x", 16), 24), 32)), 10)), str(path))
+    cfg = OptimizeConfig(
+        model_path=path, outdir=tmp_path / "out", target="xavier-nx", backend="model", plots=False,
+        mode="trim", max_evals=2, fidelity_gate=False,
+    )  # fmt: skip
+    opt = Optimizer(cfg)
+    opt.run()
+    assert [e.label for e in opt.evaluations] == ["input", "solver #1"]
+    assert not [w for w in recwarn if "--max-evals" in str(w.message)]
