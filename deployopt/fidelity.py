@@ -1574,10 +1574,13 @@ def _relative_error(ref: np.ndarray, cand: np.ndarray) -> tuple[float, tuple[flo
 
 
 def _logits(out: np.ndarray, batch: int) -> bool:
-    """Whether an output is N×classes logits, top-1 scored: the input's batch first, wherever it
-    stands; N×classes×1×1 (SqueezeNet/Caffe) too. A [K, 4] box list (an SSD's after its NMS) is
-    not: its argmax over 4 coordinates was scored as "top-1 agreement", its K boxes as rows."""
-    return out.ndim >= 2 and out.shape[0] == batch and out.shape[1] > 1 and all(d == 1 for d in out.shape[2:])
+    """Whether an output is N×classes logits, top-1 scored: its dim 0 the input's batch, or a
+    divisor of it (a clip of 8 frames fed as a batch of 8, averaged into one row of logits: TSN),
+    wherever it stands; N×classes×1×1 (SqueezeNet/Caffe) too. A [K, 4] box list (an SSD's after
+    its NMS, K more than the batch) is not: its argmax over 4 coordinates was scored as "top-1
+    agreement", its K boxes as rows."""
+    rows = out.shape[0] if out.ndim >= 2 else 0
+    return rows > 0 and batch % rows == 0 and out.shape[1] > 1 and all(d == 1 for d in out.shape[2:])
 
 
 class ReferenceRun:

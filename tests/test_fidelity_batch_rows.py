@@ -218,3 +218,29 @@ def test_a_box_list_is_not_scored_as_logits(tmp_path: Path) -> None:
     assert report.output_top1_agreement == [1.0, None]
     same = identical_report(ReferenceRun(str(model)), calib)
     assert same.output_top1_agreement == [1.0, None]
+
+
+def test_logits_of_a_clip_fed_as_a_batch_are_still_top1_scored(tmp_path: Path) -> None:
+    """TSN-style: 8 frames fed as a batch of 8, averaged into one row of logits [1, 10]. Requiring
+    dim 0 to be the input's batch (against box lists) dropped their top-1 check, and the gate
+    said "no output is N×classes"; a dim 0 that divides the batch is logits still."""
+    arrays = {
+        "W1": np.random.default_rng(1).standard_normal((8, 3, 3, 3)).astype(np.float32),
+        "W2": np.random.default_rng(2).standard_normal((10, 8)).astype(np.float32),
+        "shape": np.array([1, 8, 8], np.int64),
+    }
+    nodes = [
+        h.make_node("Conv", ["img", "W1"], ["c"], pads=[1, 1, 1, 1]),
+        h.make_node("GlobalAveragePool", ["c"], ["g"]),
+        h.make_node("Flatten", ["g"], ["f"]),
+        h.make_node("Reshape", ["f", "shape"], ["seg"]),
+        h.make_node("ReduceMean", ["seg"], ["avg"], axes=[1], keepdims=0),
+        h.make_node("Gemm", ["avg", "W2"], ["logits"], transB=1),
+    ]
+    inputs = [h.make_tensor_value_info("img", T.FLOAT, [8, 3, 16, 16])]
+    outputs = [h.make_tensor_value_info("logits", T.FLOAT, [1, 10])]
+    graph = h.make_graph(nodes, "tsn", inputs, outputs, [nh.from_array(a, n) for n, a in arrays.items()])
+    path = tmp_path / "tsn.onnx"
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 13)]), str(path))
+    report = compare_models(str(path), str(path), load_calibration(None, {"img": [8, 3, 16, 16]}, count=2))
+    assert report.output_top1_agreement == [1.0] and report.top1_agreement == 1.0
