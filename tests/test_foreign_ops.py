@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 from cli_runner import run_cli
@@ -68,3 +69,21 @@ def test_analyze_and_optimize_say_the_fused_ops_froze_everything(
         and err == f"error: {path}: no channel group is free to change; nothing to optimize; {note}\n"
     )
     assert not (tmp_path / "out").exists()
+
+
+def test_contrib_quantize_ops_get_their_own_advice() -> None:
+    """onnxruntime's quantizer with use_qdq_contrib_ops=True writes com.microsoft Q/DQ: that file is
+    as exported, so "give the model as exported" would be wrong advice."""
+    n = Net()
+    scale = n.init("scale", 0.1)
+    zero = "zero"
+    n.inits.append(onnx.numpy_helper.from_array(np.array(0, np.int8), zero))
+    for op, src, dst in (("QuantizeLinear", "x", "q"), ("DequantizeLinear", "q", "dq")):
+        n.nodes.append(helper.make_node(op, [src, scale, zero], [dst], name=dst, domain="com.microsoft"))
+        n.dims[dst] = n.dims["x"]
+    model = n.build(n.conv("dq", 4), domains=("com.microsoft",))
+    assert foreign_ops_note(model) == (
+        "2 op(s) outside the ONNX domain (com.microsoft: DequantizeLinear, QuantizeLinear) have no channel "
+        "rule and freeze every group they touch (quantize with the standard-domain Q/DQ: onnxruntime's "
+        "use_qdq_contrib_ops=False)"
+    )

@@ -279,10 +279,16 @@ def foreign_ops_note(model: onnx.ModelProto) -> str | None:
         named = [f"{op} ×{n}" if n > 1 else op for op, n in sorted(ops.items())]
         parts.append(f"{domain}: {', '.join(named[:6])}{', …' if len(named) > 6 else ''}")
     total = sum(sum(ops.values()) for ops in counts.values())
-    onnxruntime = " (a file onnxruntime's graph optimizer saved? give deployopt the model as exported)"
+    ms = set(counts.get("com.microsoft", ()))
+    if ms and ms <= {"QuantizeLinear", "DequantizeLinear"}:  # onnxruntime's quantizer, contrib Q/DQ
+        hint = " (quantize with the standard-domain Q/DQ: onnxruntime's use_qdq_contrib_ops=False)"
+    elif ms:
+        hint = " (a file onnxruntime's graph optimizer saved? give deployopt the model as exported)"
+    else:
+        hint = ""
     return (
         f"{total} op(s) outside the ONNX domain ({'; '.join(parts)}) have no channel rule and freeze "
-        f"every group they touch{onnxruntime if 'com.microsoft' in counts else ''}"
+        f"every group they touch{hint}"
     )
 
 
