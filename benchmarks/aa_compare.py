@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import random
 import sys
 from collections import Counter
@@ -206,7 +207,10 @@ def interleaved(a: Timing, b: Timing, rounds: list[int], other: Timing | None) -
 
 
 def describe(c: Comparison) -> dict[str, object]:
-    return {"verdict": verdict(c), "change_pct": 100 * (c.ratio - 1), "p_value": c.p_value, "test": c.test}
+    """One comparison for the JSON: its p is null where compare gives none (NaN: replicates with no
+    spread), as compare's own --json writes it; json.dumps wrote NaN, which is no JSON."""
+    p = c.p_value if c.p_value is not None and math.isfinite(c.p_value) else None
+    return {"verdict": verdict(c), "change_pct": 100 * (c.ratio - 1), "p_value": p, "test": c.test}
 
 
 def main(argv: list[str] | None = None) -> int:

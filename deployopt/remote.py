@@ -67,6 +67,9 @@ KILL_AFTER_S = 10
 #: ends the command first: killing the local ssh alone leaves it running there (ssh without a tty
 #: sends the board no hangup), holding the board's GPU.
 SSH_GRACE_S = 30
+#: The limit of a quick step on a board (mkdir, a copy of runner.py or of a result, a version check):
+#: --timeout, at most this. Board.timed_out says so rather than that --timeout raises it.
+QUICK_STEP_S = 120.0
 #: What Board.timed_out names for the commands that build engines on the board (trtexec, the
 #: runner): their timeout line says a first build can take minutes.
 BUILDS = ("trtexec", "runner.py")
@@ -128,20 +131,30 @@ def board_name(name: str) -> str:
 MODEL_KEY_HEX = 12
 
 
-def model_dir_name(stem: str, sha256: str, weights: Sequence[Weights] = ()) -> str:
+def model_dir_name(stem: str, sha256: str, external: Sequence[Sequence[str]] = ()) -> str:
     """The board folder of one model file: its stem and the first MODEL_KEY_HEX hex digits of the
-    sha256 of what goes there (`sha256`: the file sent's; with `weights`, model_weights' external
-    data files, their names and contents too), board_name'd. Keyed on the stem alone, every model
-    named model.onnx shared one folder: two runs of different ones on a board replaced each other's
-    model and result.json, and each recorded the other's timing as its own. The same file keeps its
-    folder, and so its engines, which the runner reuses."""
+    sha256 of what goes there (`sha256`: the file sent's; with `external`, the [[location, sha256],
+    …] of its external data files as the engine key reads them: sent_external), board_name'd.
+    Keyed on the stem alone, every model named model.onnx shared one folder: two runs of different
+    ones on a board replaced each other's model, and each recorded the other's timing as its own.
+    The same file keeps its folder, and so its engines, which the runner reuses. Results are each
+    session's own in it (own_name): two runs of one file with other settings share the folder."""
     key = sha256
-    if weights:  # one .onnx header can go with other weights (same names, other contents)
-        from deployopt.backends.tensorrt import content_digest
-
-        data = [[name, content_digest(local)] for local, name in sorted(weights, key=lambda w: w[1])]
+    if external:  # one .onnx header can go with other weights (same names, other contents)
+        data = [[str(part) for part in row] for row in external]
         key = hashlib.sha256(repr((sha256, data)).encode("utf-8")).hexdigest()
     return board_name(f"{stem}-{key[:MODEL_KEY_HEX]}")
+
+
+def sent_external(model: str | os.PathLike[str], weights: Sequence[Weights]) -> list[list[str]]:
+    """The external data of `model` (the file sent, whose `weights` model_weights listed) as the
+    engine key reads it (deployopt.backends.tensorrt.external_data_digests): model_dir_name's key
+    and the engine key cannot drift apart. [] for a model that keeps its weights inside (not read)."""
+    if not weights:
+        return []
+    from deployopt.backends.tensorrt import external_data_digests
+
+    return external_data_digests(model, Path(model).read_bytes())
 
 
 def local_arg(path: str | os.PathLike[str]) -> str:
@@ -408,10 +421,13 @@ Weights = tuple[Path, str]
 class Board:
     """One board reached as `host` (USER@HOST) with ssh and scp."""
 
-    def __init__(self, host: str, connect_timeout_s: int = 10) -> None:
+    def __init__(self, host: str, connect_timeout_s: int = 10, user_timeout_s: float | None = None) -> None:
         check_host(host)
         self.host = host
         self.connect_timeout_s = connect_timeout_s
+        # the command's --timeout (None: a command that has none, `targets --remote`): what timed_out
+        # says raises a limit, where it is the one that ran out
+        self.user_timeout_s = user_timeout_s
         self.last_err = ""  # the stderr of the last command that succeeded (its warnings)
 
     def ssh_opts(self) -> list[str]:
@@ -492,13 +508,23 @@ class Board:
             raise
 
     def timed_out(self, what: str, timeout_s: float, more: str = "") -> str:
-        """`what` on the board did not finish within `timeout_s` (and `more`), and what raises the
-        limit: the bare line gave no hint, and a first engine build takes minutes on a small board."""
-        builds = " (a first engine build on a Jetson Nano can take minutes)" if what in BUILDS else ""
-        return (
-            f"{what} on {self.host} did not finish within {timeout_s:g} s{more}; "
-            f"--timeout SECONDS raises the limit{builds}"
+        """`what` on the board did not finish within `timeout_s` (and `more`), and what to do: the
+        bare line gave no hint, and a first engine build takes minutes on a small board. Only where
+        the limit is the user's --timeout (`user_timeout_s`; a batch's, a multiple of it) does the
+        line say --timeout raises it: a quick step (mkdir, a copy of runner.py or of a result, a
+        version check) is capped at QUICK_STEP_S whatever --timeout says, and `targets --remote`
+        has no --timeout at all; those point at the connection and the board's load instead."""
+        said = f"{what} on {self.host} did not finish within {timeout_s:g} s{more}"
+        slow = (
+            f"so long a wait for a quick step points at the connection or a busy board (`ssh {self.host} "
+            "uptime` shows its load)"
         )
+        if self.user_timeout_s is None:
+            return f"{said}; {slow}"
+        if timeout_s < self.user_timeout_s:
+            return f"{said} (a quick step's limit, whatever --timeout says); {slow}"
+        builds = " (a first engine build on a Jetson Nano can take minutes)" if what in BUILDS else ""
+        return f"{said}; --timeout SECONDS raises the limit{builds}"
 
     def mkdir(self, path: str | Path, timeout_s: float, stale: Sequence[str] = ()) -> None:
         """mkdir -p `path`, and in the same ssh remove the `stale` files (globs) a run before this
@@ -592,10 +618,27 @@ def sweep_convs_dir(sweep_dir: PurePosixPath, run_dir: PurePosixPath | None) -> 
 
 
 def sweep_token() -> str:
-    """A session's conv folder's suffix: random (the tests pin it)."""
+    """A session's own random suffix on the board (the tests pin it): its conv folder's
+    (`convs-<token>`) and its result files' in a model's folder (own_name)."""
     import secrets
 
     return secrets.token_hex(4)
+
+
+def session_token() -> str:
+    """A new session's token (sweep_token's, looked up at each call: what the tests pin holds for
+    the modules that import this one by name)."""
+    return sweep_token()
+
+
+def own_name(name: str, token: str) -> str:
+    """`name` (result.json, times.json, …) as one session's own in a shared board folder:
+    result-<token>.json. A model's folder is shared by every run of that file (model_dir_name), with
+    any settings: with one result.json there, a bench of it at --dtype fp16 started while one at
+    fp32 waited for its copy back replaced it, and the fp32 run recorded the fp16 timing and engine
+    as its own (exit 0). `token`: the session's session_token."""
+    stem, dot, suffix = name.rpartition(".")
+    return f"{stem}-{token}.{suffix}" if dot else f"{name}-{token}"
 
 
 def make_sweep_dir(board: Board, folder: PurePosixPath, timeout_s: float, look: bool) -> None:
@@ -780,10 +823,12 @@ def usual_workdirs(own: str | PurePosixPath) -> list[str | PurePosixPath]:
 
 
 def clear_stale(folder: str | PurePath, stale: Sequence[str]) -> str:
-    """` && rm -f -- 'folder'/result.json …`: the results an earlier run left in this run's board
-    folder, removed before this run writes its own. The copy back takes whatever is there: a runner
-    that exited 0 without writing its result, or trtexec writing no --exportTimes file, handed back
-    the last run's numbers as this run's (exit 0). "" when there is nothing to clear."""
+    """` && rm -f -- 'folder'/result-<token>.json …`: the results this session left in the board
+    folder at an earlier measure of the same file (bench's replicates), removed before it writes
+    them again. The copy back takes whatever is there: a runner that exited 0 without writing its
+    result, or trtexec writing no --exportTimes file, handed back the last run's numbers as this
+    run's (exit 0). Only the session's own names (own_name): another session's, in the same folder,
+    may be waiting for its copy back. "" when there is nothing to clear."""
     if not stale:
         return ""
     quoted = shlex.quote(str(folder))
@@ -802,8 +847,9 @@ def mkdir_warning_of_other_runs(
     the board (other_runs_at_work's, beside `folder` and in both backends' usual folders): a
     BoardWarning naming it, before this run times beside it. No round trip more than the mkdir.
     What runs in `folder` itself is another run's too (a bench of the same model file,
-    model_dir_name, whose result this run is about to replace), unless `ours`: optimize's run
-    folder, where the run's other session works. A failed mkdir reads as Board.mkdir's."""
+    model_dir_name, at these settings or others: its results have names of their own, own_name, but
+    its GPU work would be timed with this run's), unless `ours`: optimize's run folder, where the
+    run's other session works. A failed mkdir reads as Board.mkdir's."""
     quoted = shlex.quote(str(folder))
     workdirs = usual_workdirs(folder)
     command = f"mkdir -p {quoted}{clear_stale(folder, stale)} || exit; {other_runs_look(workdirs)}"

@@ -22,7 +22,7 @@ import jetson_sysfs_fake as sysfs_fake
 import numpy as np
 import pytest
 from cli_runner import run_cli
-from test_tensorrt_remote import HOST, play_the_board
+from test_tensorrt_remote import HOST, RESULT, play_the_board
 from test_tensorrt_remote import model as model  # the model on the host (a fixture)
 from test_trtexec_backend import fake as fake  # the stand-in trtexec (a fixture)
 
@@ -167,9 +167,9 @@ def test_repeat_runs_the_runner_once_per_replicate(
     assert "2 replicates of 6 runs" in stdout and "jetson/runner.py run again on the board" in stdout
     (folder,) = (home / "deployopt-runner").glob("net-*")  # the model's: its name, a hash of its bytes
     left = sorted(p.name for p in folder.iterdir())
-    assert left == ["engines", "net.onnx", "result.json"]
+    assert left == ["engines", "net.onnx", RESULT]
     assert len(list((folder / "engines").iterdir())) == 1
-    board_last = json.loads((folder / "result.json").read_text())
+    board_last = json.loads((folder / RESULT).read_text())
     assert board_last["samples_us"] == second
     assert list(Path(tempfile.gettempdir()).iterdir()) == []  # the copies back are gone here
     # a second such result: compare judges the pair on the replicates' medians
@@ -205,7 +205,7 @@ def test_a_replicate_that_wrote_no_result_does_not_hand_back_the_one_before(
         monkeypatch, capsys, "bench", str(model), *REMOTE, "--repeat", "2", "-o", str(out)
     )
     assert (code, stdout) == (2, "") and err.count("\n") == 1, err
-    assert err.startswith("error: scp of result.json on user@jetson") and not out.exists()
+    assert err.startswith(f"error: scp of {RESULT} on user@jetson") and not out.exists()
 
 
 def test_a_held_down_replicate_keeps_its_board_record(

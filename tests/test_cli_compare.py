@@ -393,33 +393,105 @@ def test_the_docs_keep_a_first_baseline_once_and_compare_checks_it(tmp_path: Pat
     it, and once baselines/ existed (a re-baseline after a JetPack upgrade) it copied into
     baselines/current/, which compare never reads, so the old baseline stayed in use. Then `--strict`
     came to fail on a stale pair, and the first week's compare of the result with its own copy is
-    one: the blocks' keep-or-compare lines, run here as a script twice (week 1, week 2), must keep
-    week 1 and never nest, check it without `--strict` the first week and gate with it after."""
+    one; dropping `--strict` that week dropped its other checks too (a throttled first baseline was
+    kept, exit 0). The blocks' keep-or-compare lines, run here as a script (`sh -e`) with a stand-in
+    `deployopt` whose first-week `compare --strict -o first.json` fails with the reasons given: with
+    `stale` alone (the copy) week 1 is kept, never nested, and week 2 gates with `--strict`; with
+    another reason too (throttled), or compare's own exit 2 (no first.json), the script fails and
+    no baselines/ is left to be used next week."""
     import os
     import subprocess
 
     blocks = _weekly_blocks()
     assert len(blocks) == 3  # from the host, by hand, shipped engines
+    fake_compare = (
+        '#!/bin/sh\necho "$@" >> "$CALLS"\nout=""; prev=""\n'
+        'for a; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done\n'
+        'if [ -n "$out" ]; then\n'
+        '  if [ "$CODE" = 2 ]; then rm -f "$out"; exit 2; fi\n'  # compare's bad input: no JSON left
+        '  printf \'{"exit_code": %s, "failures": [%s]}\' "$CODE" "$REASONS" > "$out"; exit "$CODE"\n'
+        "fi\nexit 0\n"
+    )
+    stale = '{"reason": "stale", "pairs": ["model"], "message": "..."}'
+    throttled = '{"reason": "not_like_for_like", "pairs": ["model"], "message": "..."}'
     for n, block in enumerate(blocks):
         first = next(i for i, line in enumerate(block) if line.startswith("if [ -d baselines ]"))
         script = "\n".join(block[first : block.index("fi", first) + 1])
-        work = tmp_path / str(n)
-        current = work / "results" / "current" / "model.json"
-        current.parent.mkdir(parents=True)
-        fake = work / "bin" / "deployopt"  # records its arguments, as compare's exit 0
-        fake.parent.mkdir()
-        fake.write_text('#!/bin/sh\necho "$@" >> "$CALLS"\n')
-        fake.chmod(0o755)
-        env = {**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}", "CALLS": str(work / "calls")}
-        for week in ("week 1", "week 2"):
-            current.write_text(week)
+        for case, code, reasons in (
+            ("stale", "1", stale),
+            ("throttled", "1", f"{throttled}, {stale}"),
+            ("bad input", "2", ""),
+        ):
+            work = tmp_path / str(n) / case.replace(" ", "_")
+            current = work / "results" / "current" / "model.json"
+            current.parent.mkdir(parents=True)
+            fake = work / "bin" / "deployopt"
+            fake.parent.mkdir()
+            fake.write_text(fake_compare)
+            fake.chmod(0o755)
+            env = {
+                **os.environ,
+                "PATH": f"{fake.parent}:{os.environ['PATH']}",
+                "CALLS": str(work / "calls"),
+                "CODE": code,
+                "REASONS": reasons,
+            }
+            current.write_text("week 1")
+            week1 = subprocess.run(["sh", "-e", "-c", script], cwd=work, env=env, check=False)
+            (call,) = (work / "calls").read_text().splitlines()
+            assert call.startswith("compare baselines/ results/current/") and call.endswith(
+                "--strict -o first.json"
+            )
+            if case != "stale":  # not kept: next week starts again from a first baseline
+                assert week1.returncode != 0 and not (work / "baselines").exists(), (case, script)
+                continue
+            assert week1.returncode == 0, script
+            current.write_text("week 2")
             subprocess.run(["sh", "-e", "-c", script], cwd=work, check=True, env=env)
             kept = sorted(p.relative_to(work).as_posix() for p in (work / "baselines").rglob("*"))
             assert kept == ["baselines/model.json"], (script, kept)
             assert (work / "baselines" / "model.json").read_text() == "week 1"
-        week1, week2 = (work / "calls").read_text().splitlines()
-        assert week1.startswith("compare baselines/ results/current/") and "--strict" not in week1
-        assert week2.startswith("compare baselines/ results/current/") and week2.endswith("--strict")
+            week2 = (work / "calls").read_text().splitlines()[1]
+            assert week2.startswith("compare baselines/ results/current/") and week2.endswith("--strict")
+
+
+def test_the_docs_first_week_check_reads_what_compare_writes(tmp_path: Path) -> None:
+    """The first-week line's python3 check, run on what the real compare writes with `--strict -o`
+    for a result and its own copy: `stale` alone for a good result (kept), `not_like_for_like` too
+    for one the board throttled mid-run (refused). Its reason names are compare's."""
+    import subprocess
+    import sys
+
+    import pytest
+
+    (block, *_) = _weekly_blocks()
+    check = next(line.strip().removesuffix(" ||") for line in block if line.strip().startswith("python3 -c"))
+    deployopt = Path(sys.executable).parent / "deployopt"
+    if not deployopt.is_file():
+        pytest.skip("no deployopt console script beside this python")
+    for case, env, accepted in (
+        ("good", {"board": "NVIDIA Jetson Orin Nano"}, True),
+        (
+            "throttled",
+            {"board": "NVIDIA Jetson Orin Nano", "clock_slowdown_us": {"hw_thermal_slowdown": 40000}},
+            False,
+        ),
+    ):
+        work = tmp_path / case
+        current = work / "results" / "current" / "model.json"
+        write_timing(
+            current, 500.0, env, seed=3, model=_identity("model.onnx", 1), measured_at="2026-12-02T09:00:00Z"
+        )
+        script = (
+            f"cp -r results/current baselines && {{ {deployopt} compare baselines/ results/current/ --strict "
+            f"-o first.json || {check} || {{ rm -r baselines; false; }}; }}"
+        )
+        done = subprocess.run(
+            ["sh", "-e", "-c", script], cwd=work, capture_output=True, text=True, check=False
+        )
+        reasons = [f["reason"] for f in json.loads((work / "first.json").read_text())["failures"]]
+        assert ("stale" in reasons) and (done.returncode == 0) == accepted, (case, reasons, done.stderr)
+        assert (work / "baselines").exists() == accepted
 
 
 def test_help_gives_every_exit_status_a_pipeline_gates_on(monkeypatch, capsys) -> None:

@@ -34,7 +34,7 @@ from test_tensorrt_fake_api import (
     opts,
     two_profile_engine,
 )
-from test_tensorrt_remote import HOST, OPTS, made_and_looked
+from test_tensorrt_remote import HOST, OPTS, RESULT, made_and_looked
 from test_tensorrt_remote import board_dir as runner_dir  # a model's folder on the board
 from test_tensorrt_remote import play_the_board as play_the_runner_board
 from test_trtexec_backend import OUT, M
@@ -363,12 +363,12 @@ def test_bench_and_profile_remote_copy_the_engine_and_run_the_runner_on_it(
         f"scp {OPTS} {engine} {HOST}:{rdir}/net.engine",
         f"ssh {OPTS} {HOST} timeout --kill-after=10 600 python3 deployopt-runner/runner.py "
         f"{rdir}/net.engine --dtype fp16 --runs 6 --warmup 2 --workspace-mib 1024 "
-        f"--engine-dir {rdir}/engines --out {rdir}/result.json" + PASS_STATUS,
+        f"--engine-dir {rdir}/engines --out {rdir}/{RESULT}" + PASS_STATUS,
     ]
-    assert lines[4].startswith(f"scp {OPTS} {HOST}:{rdir}/result.json /") and len(lines) == 5
+    assert lines[4].startswith(f"scp {OPTS} {HOST}:{rdir}/{RESULT} /") and len(lines) == 5
     board_dir = home / rdir
     assert (board_dir / "net.engine").read_bytes() == engine.read_bytes()
-    assert sorted(p.name for p in board_dir.iterdir()) == ["net.engine", "result.json"]  # nothing built there
+    assert sorted(p.name for p in board_dir.iterdir()) == ["net.engine", RESULT]  # nothing built there
     doc = json.loads(out.read_text())
     assert doc["timed"] == TIMED_TRT
     env = doc["environment"]

@@ -51,13 +51,13 @@ def two_models(zoo_model_path: Callable[[str], Path], tmp_path: Path) -> tuple[P
 
 
 def before_the_first_result_comes_back(monkeypatch: pytest.MonkeyPatch, act: Callable[[str], None]) -> None:
-    """Board.get calls `act(the board path)` once, before the first result.json is copied back: what
+    """Board.get calls `act(the board path)` once, before the first result is copied back: what
     another run does on the board while this one's runner has finished and its copy back waits."""
     real_get = Board.get
     done: list[bool] = []
 
     def get(self: Board, remote: Any, local: Any, what: str, timeout_s: float) -> None:
-        if str(remote).endswith("/result.json") and not done:
+        if re.search(r"/result(-[0-9a-f]+)?\.json$", str(remote)) and not done:
             done.append(True)
             act(str(remote))
         real_get(self, remote, local, what, timeout_s)
@@ -67,20 +67,19 @@ def before_the_first_result_comes_back(monkeypatch: pytest.MonkeyPatch, act: Cal
 
 def test_model_dir_name_is_the_stem_and_a_hash_of_what_is_sent(tmp_path: Path) -> None:
     """The stem, board_name's safety rules kept (no '..', no leading '-', plain characters), and 12
-    hex digits of the sha256; external data files, by name and contents, join the hash."""
-    from deployopt.remote import board_name, model_dir_name
+    hex digits of the sha256; external data files, by name and contents (the engine key's list,
+    sent_external), join the hash."""
+    from deployopt.remote import board_name, model_dir_name, sent_external
 
     digest = "0123456789abcdef" * 4
     assert model_dir_name("model", digest) == "model-0123456789ab"
     assert model_dir_name("net:v2 x", digest) == "net_v2_x-0123456789ab"
     assert model_dir_name("-rf", digest) == "_-rf-0123456789ab"
     assert model_dir_name("..", digest) == "..-0123456789ab" == board_name("..-0123456789ab")
-    weights = tmp_path / "w.bin"
-    weights.write_bytes(b"one")
-    with_one = model_dir_name("model", digest, [(weights, "w.bin")])
-    weights.write_bytes(b"two")
-    assert with_one != model_dir_name("model", digest, [(weights, "w.bin")]) != "model-0123456789ab"
+    with_one = model_dir_name("model", digest, [["w.bin", "1" * 64]])
+    assert with_one != model_dir_name("model", digest, [["w.bin", "2" * 64]]) != "model-0123456789ab"
     assert re.fullmatch(r"model-[0-9a-f]{12}", with_one)
+    assert sent_external(tmp_path / "unread.onnx", []) == []  # no weights: the model is not read
 
 
 def test_two_models_of_one_name_on_one_board_keep_their_own_results(
@@ -150,7 +149,7 @@ def test_a_result_another_run_replaced_is_one_line_and_nothing_is_written(
         monkeypatch, capsys, command, str(b), *REMOTE, "--dtype", "fp32", "--runs", "3", "--json"
     )
     assert code == 0, err
-    (b_result,) = (home / "deployopt-runner").glob("model*/result.json")
+    (b_result,) = (home / "deployopt-runner").glob("model*/result-*.json")
     b_doc = b_result.read_text()
     assert json.loads(b_doc)["model"]["sha256"] == sha256(b)
 

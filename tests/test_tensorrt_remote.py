@@ -42,6 +42,9 @@ RUNNER = TESTS.parent / "jetson" / "runner.py"
 OPTS = "-o BatchMode=yes -o ConnectTimeout=10"
 HOST = "user@jetson"
 REMOTE = ("--backend", "tensorrt", "--remote", HOST)
+#: The runner's result in a model's board folder: each session's own name for it (remote.own_name),
+#: its token pinned by conftest.
+RESULT = f"result-{SWEEP_TOKEN}.json"
 V11 = "11.4.1.2"  # tests/test_tensorrt_fake_api.py's strongly typed fake
 QDQ_MODEL = TESTS / "data" / "modelopt_int8_se_net.onnx"  # ModelOpt's INT8 Q/DQ export
 
@@ -141,10 +144,10 @@ def version_check(timeout: str = "120") -> str:
 def made_and_looked(home: Path, rdir: str = "deployopt-runner/net") -> str:
     """The ssh line that makes the model's folder on the board, bench's and profile's first: in the
     same round trip it looks for what runs from the runner's and trtexec's work folders (the board's
-    /tmp is `home`/tmp here), so the look costs no ssh more; and it removes the result.json a run
-    before this one left there, which a runner writing none handed back."""
+    /tmp is `home`/tmp here), so the look costs no ssh more; and it removes the result this session
+    left there (its own name, RESULT), which a runner writing none handed back."""
     return (
-        f"ssh {OPTS} {HOST} mkdir -p {rdir} && rm -f -- {rdir}/result.json || exit; "
+        f"ssh {OPTS} {HOST} mkdir -p {rdir} && rm -f -- {rdir}/{RESULT} || exit; "
         "echo deployopt-self $$ $PPID; pgrep -af -- "
         f"'[d]eployopt-runner/|[/]{str(home)[1:]}/tmp/deployopt-trtexec/' 2>/dev/null; exit 0"
     )
@@ -181,9 +184,9 @@ def test_cli_bench_runs_the_runner_on_the_board_and_reuses_its_engine(
         made_and_looked(home, rdir),
         f"scp {OPTS} {RUNNER} {HOST}:deployopt-runner/runner.py",
         f"scp {OPTS} {model} {HOST}:{rdir}/net.onnx",
-        runner_argv("--dtype fp16 --runs 6 --warmup 2", rdir) + f" --out {rdir}/result.json" + PASS_STATUS,
+        runner_argv("--dtype fp16 --runs 6 --warmup 2", rdir) + f" --out {rdir}/{RESULT}" + PASS_STATUS,
     ]
-    assert lines[5].startswith(f"scp {OPTS} {HOST}:{rdir}/result.json /") and len(lines) == 6
+    assert lines[5].startswith(f"scp {OPTS} {HOST}:{rdir}/{RESULT} /") and len(lines) == 6
     assert (home / "deployopt-runner" / "runner.py").read_bytes() == RUNNER.read_bytes()
     assert (home / rdir / "net.onnx").read_bytes() == model.read_bytes()
     doc = json.loads(out.read_text())
@@ -227,9 +230,7 @@ def test_cli_bench_and_profile_remote_without_backend_run_the_runner(
         assert code == 0, err
         assert "not 'ort'" not in err and "at user@jetson" in stdout
     runs = [ln for ln in log.read_text().splitlines() if " python3 deployopt-runner/runner.py " in ln]
-    assert len(runs) == 2 and runs[1].endswith(
-        f"--per-layer --out {board_dir(model)}/result.json" + PASS_STATUS
-    )
+    assert len(runs) == 2 and runs[1].endswith(f"--per-layer --out {board_dir(model)}/{RESULT}" + PASS_STATUS)
     # an explicit backend still wins: one that runs here is refused, naming it
     code, _, err = run_cli(monkeypatch, capsys, "bench", str(model), "--remote", HOST, "--backend", "ort")
     assert code == 2 and "not 'ort'" in err
@@ -256,7 +257,7 @@ def test_cli_int8_sends_the_calibration_table_and_shapes(
     assert (home / sent).read_bytes() == table.read_bytes()
     assert lines[5] == (
         runner_argv("--dtype int8 --runs 5 --warmup 20 --shapes input:1x3x32x32", rdir)
-        + f" --calib-cache {sent} --out {rdir}/result.json"
+        + f" --calib-cache {sent} --out {rdir}/{RESULT}"
         + PASS_STATUS
     )
 
@@ -372,7 +373,7 @@ def test_cli_profile_reads_the_runners_per_layer_table(
     assert code == 0, err
     assert log.read_text().splitlines()[4] == (
         runner_argv("--dtype fp16 --runs 5 --warmup 1", board_dir(model))
-        + f" --per-layer --out {board_dir(model)}/result.json"
+        + f" --per-layer --out {board_dir(model)}/{RESULT}"
         + PASS_STATUS
     )
     doc = json.loads(stdout)
@@ -549,7 +550,7 @@ def test_cli_trt11_fp16_is_typed_on_the_host_and_built_on_the_board(
     assert not Path(sent).exists()  # the session's temporary folder, removed at close
     assert lines[4] == (
         runner_argv("--dtype fp16 --runs 5 --warmup 1", rdir).replace("/net.onnx", "/net.fp16.onnx")
-        + f" --out {rdir}/result.json"
+        + f" --out {rdir}/{RESULT}"
         + PASS_STATUS
     )
     import onnx
@@ -771,7 +772,7 @@ def test_a_hung_runner_is_ended_on_the_board_at_timeout(
     assert log.read_text().splitlines()[0] == version_check(timeout="1")
     assert log.read_text().splitlines()[4] == (
         runner_argv("--dtype fp16 --runs 100 --warmup 20", board_dir(model), timeout="1")
-        + f" --out {board_dir(model)}/result.json"
+        + f" --out {board_dir(model)}/{RESULT}"
         + PASS_STATUS
     )
     assert not left_running, "the runner's process outlived --timeout on the board"
@@ -1169,7 +1170,7 @@ def test_a_runner_that_writes_no_result_is_not_handed_the_last_one(
         monkeypatch, capsys, "bench", str(model), *REMOTE, "--dtype", "fp32", "--runs", "5"
     )
     assert code == 0, err
-    assert (home / board_dir(model) / "result.json").is_file()
+    assert (home / board_dir(model) / RESULT).is_file()
     quiet = tmp_path / "quiet_runner.py"
     quiet.write_text("import sys\nprint('nothing to say')\nsys.exit(0)\n")
     monkeypatch.setenv("DEPLOYOPT_RUNNER", str(quiet))
@@ -1177,7 +1178,7 @@ def test_a_runner_that_writes_no_result_is_not_handed_the_last_one(
         monkeypatch, capsys, "bench", str(model), *REMOTE, "--dtype", "fp32", "--runs", "5"
     )
     assert code == 2 and out == "", (code, out)
-    assert err.startswith("error: ") and "result.json" in err and err.count("\n") == 1, err
+    assert err.startswith("error: ") and RESULT in err and err.count("\n") == 1, err
 
 
 @pytest.mark.parametrize(

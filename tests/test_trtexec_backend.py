@@ -578,6 +578,17 @@ def board_folder(model: Path, root: str | Path = "/tmp/deployopt-trtexec") -> Pa
     return Path(root) / model_dir_name(model.stem, hashlib.sha256(model.read_bytes()).hexdigest())
 
 
+def content_named(path: Path) -> str:
+    """A calibration table's name on the board: its stem, 12 hex digits of its sha256, its suffix
+    (another run's table of the same name, other contents, must not replace it)."""
+    return f"{path.stem}-{hashlib.sha256(path.read_bytes()).hexdigest()[:12]}{path.suffix}"
+
+
+#: What a session's trtexec exports are named in a model's board folder (remote.own_name), its token
+#: pinned by conftest: times-<token>.json, ...
+TAG = f"-{SWEEP_TOKEN}"
+
+
 def play_the_board(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Stand-in ssh and scp that play the board on this machine (ssh runs the command here with the
     stand-in trtexec, scp copies), each writing its arguments as one line to the returned log;
@@ -640,7 +651,7 @@ def test_cli_bench_remote_runs_trtexec_on_the_board(
     # the three exports came back in one scp (a connection each before: six round trips a model)
     scps = [ln.split() for ln in log.read_text().splitlines() if ln.startswith("scp ")]
     back = [args[-2] for args in scps if args[-2].startswith("user@jetson:")]
-    assert back == [f"user@jetson:{board_dir}/*.json"]
+    assert back == [f"user@jetson:{board_dir}/*{TAG}.json"]  # this session's own exports only
     code, out, err = on_the_board("profile")
     assert code == 0, err
     recorded = json.loads(Path(os.environ["FAKE_PROFILE"]).read_text())
@@ -724,7 +735,10 @@ def test_remote_run_folder_engine_comes_back_and_the_folder_goes(
             assert board.is_dir()  # the board answered: its folder is made before anything else
             timing = s.measure(fake["model"])
             engine = timing.environment["engine"]
-            assert engine == f"{board_folder(fake['model'], board)}/conv.engine" and Path(engine).is_file()
+            assert re.fullmatch(
+                re.escape(f"{board_folder(fake['model'], board)}/conv-") + r"[0-9a-f]{12}\.engine", engine
+            )
+            assert Path(engine).is_file()
             kept = tmp_path / "kept.engine"
             assert s.keep_engine(timing, kept)
             assert kept.read_text().startswith("FAKE ENGINE of ")
@@ -802,7 +816,8 @@ def test_cli_remote_int8_copies_the_calibration_table_to_the_board(
             monkeypatch, capsys, "bench", str(model), "--backend", "trtexec", "--remote", "user@jetson",
             "--dtype", "int8", "--calibration-data", str(table), "--json",
         )  # fmt: skip
-        on_board = (board_dir / "model.calib").read_bytes() if (board_dir / "model.calib").is_file() else None
+        sent = board_dir / content_named(table)
+        on_board = sent.read_bytes() if sent.is_file() else None
     finally:
         shutil.rmtree(board_dir, ignore_errors=True)
     assert code == 0, err
@@ -810,11 +825,11 @@ def test_cli_remote_int8_copies_the_calibration_table_to_the_board(
     copies = [line for line in log.read_text().splitlines() if line.startswith("scp ")]
     assert copies[:2] == [
         f"scp {opts} {model} user@jetson:{board_dir / model.name}",
-        f"scp {opts} {table} user@jetson:{board_dir / 'model.calib'}",
+        f"scp {opts} {table} user@jetson:{sent}",
     ]
     assert on_board == table.read_bytes()
     args = fake["FAKE_ARGS"].read_text().split("\n")
-    assert [a for a in args if a.startswith("--calib")] == [f"--calib={board_dir / 'model.calib'}"]
+    assert [a for a in args if a.startswith("--calib")] == [f"--calib={sent}"]
     assert json.loads(out)["timed"].startswith("one query (int8), ")
 
 
@@ -862,7 +877,7 @@ def test_cli_remote_bench_and_profile_name_another_run_at_work_on_the_board(
             calls = log.read_text().splitlines()
             made = (
                 f"user@jetson mkdir -p {board_folder(path)} && rm -f -- "
-                f"{board_folder(path)}/*.json || exit; echo deployopt-self $$ $PPID; "
+                f"{board_folder(path)}/*{TAG}.json || exit; echo deployopt-self $$ $PPID; "
                 "pgrep -af -- '[/]tmp/deployopt-trtexec/|[d]eployopt-runner/|"
                 f"[/]{str(workdir)[1:]}/' 2>/dev/null; exit 0"
             )
@@ -881,7 +896,8 @@ def test_remote_calib_cache_keeps_the_board_files_apart_and_must_exist(
     fake: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """extra["calib_cache"] may be named anything: a table named like the model is copied under
-    another name, so it replaces nothing on the board. A missing table is one line, before ssh."""
+    another name (its contents' hash added, as every table's), so it replaces nothing on the board.
+    A missing table is one line, before ssh."""
     log = play_the_board(tmp_path, monkeypatch)
     board = tmp_path / "board"
     table = tmp_path / "tables" / fake["model"].name  # conv.onnx, the model's own name
@@ -893,9 +909,10 @@ def test_remote_calib_cache_keeps_the_board_files_apart_and_must_exist(
         session.measure(fake["model"])
     rdir = board_folder(fake["model"], board)
     assert (rdir / fake["model"].name).read_bytes() == fake["model"].read_bytes()
-    assert (rdir / f"calib_{table.name}").read_bytes() == table.read_bytes()
+    sent = rdir / content_named(table)
+    assert sent.name != fake["model"].name and sent.read_bytes() == table.read_bytes()
     args = fake["FAKE_ARGS"].read_text().split("\n")
-    assert [a for a in args if a.startswith("--calib")] == [f"--calib={rdir / f'calib_{table.name}'}"]
+    assert [a for a in args if a.startswith("--calib")] == [f"--calib={sent}"]
     assert f"--onnx={rdir / fake['model'].name}" in args
 
     log.unlink()
@@ -945,7 +962,8 @@ def test_remote_names_on_the_board_are_plain(
     assert copy.endswith(f"user@jetson:{rdir / 'my_model__v2__s.onnx'}")
     args = fake["FAKE_ARGS"].read_text().split("\n")
     assert f"--onnx={rdir / 'my_model__v2__s.onnx'}" in args
-    assert f"--saveEngine={rdir / 'my_model__v2__s.engine'}" in args
+    (engine,) = [a for a in args if a.startswith("--saveEngine=")]  # named after its build's options
+    assert re.fullmatch(re.escape(f"--saveEngine={rdir}/my_model__v2__s-") + r"[0-9a-f]{12}\.engine", engine)
 
 
 def test_cli_remote_needs_trtexec_and_reports_an_unreachable_board(
@@ -1496,11 +1514,13 @@ def test_a_remote_sweep_is_one_batch_on_the_board_whatever_its_size(
 
 def normalized(command: str, model: str, outdir: str) -> str:
     """A trtexec command line with its conv's paths made alike: the model file (`model`.onnx), the
-    engine and the exports in `outdir`."""
-    engine = f"{outdir}/{Path(model).name}.engine"
-    return (
-        command.replace(f"{model}.onnx", "MODEL.onnx").replace(engine, "ENGINE").replace(f"{outdir}/", "DIR/")
+    engine (a model folder's is named after its build's options too) and the exports in `outdir`
+    (a model folder's are the session's own: times-<token>.json)."""
+    engine = re.escape(f"{outdir}/{Path(model).name}") + r"(-[0-9a-f]{12})?\.engine"
+    command = re.sub(engine, "ENGINE", command.replace(f"{model}.onnx", "MODEL.onnx")).replace(
+        TAG + ".json", ".json"
     )
+    return command.replace(f"{outdir}/", "DIR/")
 
 
 def test_a_remote_sweep_times_each_conv_as_measure_does(

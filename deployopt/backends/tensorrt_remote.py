@@ -8,8 +8,9 @@ the model (and an INT8 calibration table or .npy) go to a work folder on the boa
 `python3 runner.py ...` runs there over ssh (ssh and scp from deployopt.remote), and its result
 JSON comes back and is read with load_runner_result. Each model file has a folder of its own there
 (its name and a hash of its bytes: model_dir_name), and its result is checked to be that file's.
-Engines stay cached in that folder (the runner keys them on their inputs), so a rerun of the same
-model reuses its engine.
+Runs of the same file at other settings share that folder, so each session writes its result there
+under a name of its own (result-<token>.json: own_name). Engines stay cached in the folder (the
+runner keys them on their inputs), so a rerun of the same model reuses its engine.
 
 TensorRT >= 11 (strongly typed) has no FP16 build flag and the runner cannot retype a model (no onnx
 on the board), so for fp16/int8 the session reads the board's TensorRT version once, before the
@@ -43,6 +44,7 @@ from deployopt.errors import (
 from deployopt.layers import ConvShape
 from deployopt.remote import (
     MODEL_KEY_HEX,
+    QUICK_STEP_S,
     RUNNER_WORKDIR,
     Board,
     RemoteFailed,
@@ -54,10 +56,13 @@ from deployopt.remote import (
     mkdir_warning_of_other_runs,
     model_dir_name,
     model_weights,
+    own_name,
     owned_run_dir,
     remote_run_dir,
     remove_run_dir,
     remove_sweep_dir,
+    sent_external,
+    session_token,
     sweep_convs_dir,
 )
 from deployopt.timing import Timing
@@ -74,6 +79,12 @@ TENSORRT_NOT_IMPORTABLE = "tensorrt is not importable (it comes with JetPack: py
 #: What the runner's `timed` says for a model typed fp16 (its precision_phrase); replaced by
 #: trtexec's phrase when this host typed the model, as that is then what was built.
 RUNNER_TYPED_FP16 = "fp16 as typed in the model (TensorRT 11 strong typing)"
+
+#: `extra` key of a caller without a --timeout option (`targets --remote`): a step that times out
+#: does not say --timeout raises its limit (Board.timed_out).
+NO_TIMEOUT_OPTION = "no_timeout_option"
+#: The runner's result in a model's board folder, as each session names its own (own_name).
+RESULT = "result.json"
 
 #: The per-layer sweep's folder in the work folder: `convs/` holds one batch's conv models and
 #: results (emptied at each batch), `engines/` the runner's engines for them (kept, so a rerun of
@@ -244,14 +255,16 @@ def runner_command(
     shapes: dict[str, list[int]],
     calib: tuple[str, PurePosixPath] | None,
     per_layer: bool,
+    result: str = RESULT,
 ) -> list[str]:
-    """The runner's command line on the board: every path in the board's work folder. Pure."""
+    """The runner's command line on the board: every path in the board's work folder, its result
+    written as `rdir`/`result` (the session's own name for it: own_name). Pure."""
     cmd = ["python3", str(runner), str(model), *runner_flags(options, shapes, rdir / "engines")]
     if calib is not None:
         cmd += [calib[0], str(calib[1])]
     if per_layer:
         cmd.append("--per-layer")
-    return [*cmd, "--out", str(rdir / "result.json")]
+    return [*cmd, "--out", str(rdir / result)]
 
 
 def sweep_model_name(index: int, shape: ConvShape) -> str:
@@ -275,7 +288,11 @@ class RemoteRunnerSession(Session):
     def __init__(self, backend: Backend, options: MeasureOptions) -> None:
         super().__init__(backend, options)
         self.host: str = options.extra["remote"]
-        self.board = Board(self.host, int(options.extra.get("ssh_connect_timeout_s", 10)))
+        given = None if options.extra.get(NO_TIMEOUT_OPTION) else options.timeout_s
+        self.board = Board(self.host, int(options.extra.get("ssh_connect_timeout_s", 10)), given)
+        # this session's result in a model's board folder: another run of the same file (same
+        # folder) at other settings writes its own, never this one's
+        self.result_name = own_name(RESULT, session_token())
         self.runner = find_runner()
         self.calib = calibration_file(options)
         self.workdir = PurePosixPath(options.extra.get("remote_workdir", DEFAULT_REMOTE_WORKDIR))
@@ -327,14 +344,15 @@ class RemoteRunnerSession(Session):
         from deployopt.backends.tensorrt import content_digest
 
         sent_sha = content_digest(send)  # the runner records it: the result is checked against it
-        rdir = self.workdir / model_dir_name(model_path.stem, sent_sha, weights)
+        rdir = self.workdir / model_dir_name(model_path.stem, sent_sha, sent_external(send, weights))
         board_model = rdir / board_name(send.name)
         short = self.short_s
         long = self.options.timeout_s
         calib_here = self.calib
         if calib_here is not None and calib_here[0] == MADE_HERE:  # before anything goes to the board
             calib_here = ("--calib-npy", str(self._calibration_npy(model_path)))
-        stale = ["result.json"]  # a runner that wrote none must not hand back the last run's
+        result = self.result_name
+        stale = [result]  # a runner that wrote none must not hand back this session's last one
         if self._look_for_others:  # the first model of bench or profile: mkdir_warning_of_other_runs
             self._look_for_others = False
             mkdir_warning_of_other_runs(self.board, rdir, short, stale)
@@ -345,21 +363,21 @@ class RemoteRunnerSession(Session):
         calib = None
         if calib_here is not None:
             calib = self._send_calibration(*calib_here, rdir, board_model.name, long)
-        cmd = runner_command(board_runner, board_model, rdir, self.options, shapes, calib, per_layer)
+        cmd = runner_command(board_runner, board_model, rdir, self.options, shapes, calib, per_layer, result)
         try:
             self.board.run_limited(cmd, "runner.py", long, ends_with=interrupt_ends(rdir, self.run_dir))
         except RemoteFailed as exc:
             raise BackendFailed(self._runner_error(exc)) from None
         self._relay_warnings()
         with tempfile.TemporaryDirectory(prefix="deployopt-runner-") as tmp:
-            local = Path(tmp) / "result.json"
-            self.board.get(rdir / "result.json", local, "scp of result.json", short)
+            local = Path(tmp) / RESULT
+            self.board.get(rdir / result, local, f"scp of {result}", short)
             from deployopt.backends.tensorrt import load_runner_result
 
             try:
                 timing = load_runner_result(local)  # one-line DataError for a result it cannot read
             except DataError as exc:  # named as the board's file, not this temporary copy
-                where = f"runner.py's result {rdir / 'result.json'} on {self.host}"
+                where = f"runner.py's result {rdir / result} on {self.host}"
                 raise DataError(str(exc).replace(str(local), where)) from None
             doc = json.loads(local.read_text())
         self._check_timed(timing, sent_sha, board_model)
@@ -618,8 +636,8 @@ class RemoteRunnerSession(Session):
     @property
     def short_s(self) -> float:
         """The limit of a quick step on the board (mkdir, the runner's copy, the version check,
-        fetching results): --timeout, at most 120 s."""
-        return min(120.0, self.options.timeout_s)
+        fetching results): --timeout, at most QUICK_STEP_S (120 s)."""
+        return min(QUICK_STEP_S, self.options.timeout_s)
 
     def keep_engine(self, timing: Timing, dest: Path) -> bool:
         """The engine the runner built on the board (its path there is in the result), copied back."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import os
 import shlex
 import shutil
@@ -46,6 +47,8 @@ from deployopt.prebuilt import (
     refuse_engine_options,
 )
 from deployopt.remote import (
+    MODEL_KEY_HEX,
+    QUICK_STEP_S,
     TRTEXEC_WORKDIR,
     Board,
     RemoteFailed,
@@ -57,10 +60,13 @@ from deployopt.remote import (
     mkdir_warning_of_other_runs,
     model_dir_name,
     model_weights,
+    own_name,
     owned_run_dir,
     remote_run_dir,
     remove_run_dir,
     remove_sweep_dir,
+    sent_external,
+    session_token,
     sweep_convs_dir,
     tail,
 )
@@ -320,8 +326,13 @@ def build_command(
     version: str | None,
     shapes: dict[str, list[int]] | None = None,
     build_only: bool = False,
+    tag: str = "",
+    engine: PurePath | None = None,
 ) -> list[str]:
-    """The trtexec command line for one model. Pure: tested per version and dtype.
+    """The trtexec command line for one model. Pure: tested per version and dtype. Its exports go in
+    `outdir` as times.json, profile.json and layer_info.json, or with a `tag` (a session's token on a
+    board, whose model folder other runs share) as own_name's times-<tag>.json …; its engine is
+    `outdir`/<stem>.engine, or `engine` (a board's: board_engine).
 
     Version differences handled here: --workspace (MiB, <= 8.3) vs --memPoolSize=workspace:N (8.4+,
     the only form in 10.x); --explicitBatch (needed for ONNX on 7.x, removed in 10.x);
@@ -345,9 +356,9 @@ def build_command(
         if shapes:
             cmd.append(f"--shapes={shapes_arg(shapes)}")
         if v >= (8, 2):
-            cmd.append(f"--exportLayerInfo={outdir / 'layer_info.json'}")
-        return cmd + _inference_flags(outdir, options)
-    engine = outdir / (model.stem + ".engine")
+            cmd.append(f"--exportLayerInfo={export_path(outdir, 'layer_info.json', tag)}")
+        return cmd + _inference_flags(outdir, options, tag)
+    engine = engine or outdir / (model.stem + ".engine")
     cmd = [trtexec, f"--onnx={model}", f"--saveEngine={engine}"]
     if v < (8, 0):
         cmd.append("--explicitBatch")
@@ -377,14 +388,44 @@ def build_command(
     elif v >= (8, 0):
         cmd.append("--nvtxMode=verbose")
     if v >= (8, 2):
-        cmd.append(f"--exportLayerInfo={outdir / 'layer_info.json'}")
+        cmd.append(f"--exportLayerInfo={export_path(outdir, 'layer_info.json', tag)}")
     if build_only:
         cmd.append("--skipInference" if v >= (8, 6) else "--buildOnly")
         return cmd
-    return cmd + _inference_flags(outdir, options)
+    return cmd + _inference_flags(outdir, options, tag)
 
 
-def _inference_flags(outdir: Path, options: MeasureOptions) -> list[str]:
+#: What trtexec exports for one run (build_command), as _collect reads them.
+EXPORTS = ("times.json", "profile.json", "layer_info.json")
+
+
+def export_path(outdir: PurePath, name: str, tag: str = "") -> PurePath:
+    """`outdir`/`name`, or with a `tag` the session's own name for it (own_name: times-<tag>.json)."""
+    return outdir / (own_name(name, tag) if tag else name)
+
+
+def board_engine(
+    trtexec: str,
+    model: PurePath,
+    rdir: PurePath,
+    options: MeasureOptions,
+    version: str | None,
+    shapes: dict[str, list[int]] | None,
+) -> PurePath:
+    """The engine a build of `model` saves in its board folder `rdir`: named after the model and a
+    hash of trtexec's build options (build_command's, less the files it writes, and
+    extra["trtexec_args"]) and the board's TensorRT version, as the runner keys its engines. Named
+    after the model alone, a run of the same file at other settings (another --dtype, shape or
+    calibration table, which goes there named by its contents) replaced the engine a run beside it
+    had just built and recorded, and optimize brought back the other's. Pure."""
+    cmd = build_command(trtexec, PurePosixPath(model), PurePosixPath(rdir), options, version, shapes, True)
+    flags = [a for a in cmd[1:] if not a.startswith(("--saveEngine=", "--exportLayerInfo="))]
+    facts = repr((version, flags, [str(a) for a in options.extra.get("trtexec_args", [])]))
+    key = hashlib.sha256(facts.encode("utf-8")).hexdigest()[:MODEL_KEY_HEX]
+    return rdir / board_name(f"{PurePath(model).stem}-{key}.engine")
+
+
+def _inference_flags(outdir: PurePath, options: MeasureOptions, tag: str = "") -> list[str]:
     """What makes trtexec's timing trustworthy and exported, the same for a built or a loaded engine:
     iterations, warm-up, exports, CUDA graph, no transfers, spin-wait, a separate profiling run."""
     extra = options.extra
@@ -395,13 +436,13 @@ def _inference_flags(outdir: Path, options: MeasureOptions) -> list[str]:
         f"--iterations={options.runs}",
         f"--warmUp={warmup_ms}",
         f"--duration={duration_s:g}",
-        f"--exportTimes={outdir / 'times.json'}",
+        f"--exportTimes={export_path(outdir, 'times.json', tag)}",
     ]
     if extra.get("use_cuda_graph", True):
         cmd.append("--useCudaGraph")
     cmd += ["--noDataTransfers", "--useSpinWait"]
     if extra.get("profile", True):
-        cmd += ["--separateProfileRun", f"--exportProfile={outdir / 'profile.json'}"]
+        cmd += ["--separateProfileRun", f"--exportProfile={export_path(outdir, 'profile.json', tag)}"]
     cmd += [str(a) for a in extra.get("trtexec_args", [])]
     return cmd
 
@@ -531,6 +572,9 @@ class TrtexecSession(Session):
         # its first mkdir); optimize's run looks in preflight
         self._look_for_others = self.run_dir is None
         self._convs: PurePosixPath | None = None  # this session's conv folder on the board (remote)
+        # this session's exports in a model's board folder (own_name): another run of the same file
+        # (same folder) at other settings writes its own, never this session's
+        self.token = session_token()
 
     @property
     def placeholder_int8(self) -> bool:
@@ -611,7 +655,8 @@ class TrtexecSession(Session):
     # ---- remote mode: the ONNX goes to the board with scp, trtexec runs over ssh (deployopt.remote)
     def _board(self) -> Board:
         assert self.remote is not None
-        return Board(self.remote, int(self.options.extra.get("ssh_connect_timeout_s", 10)))
+        connect = int(self.options.extra.get("ssh_connect_timeout_s", 10))
+        return Board(self.remote, connect, self.options.timeout_s)
 
     def _run_remote(self, model_path: Path, outdir: Path, shapes: dict[str, list[int]]) -> TrtexecRun:
         assert self.remote is not None
@@ -622,7 +667,7 @@ class TrtexecSession(Session):
         if table is not None and not Path(table).is_file():  # before anything reaches the board
             raise no_such_file(table, DataError)
         board = self._board()
-        short = min(120.0, self.options.timeout_s)
+        short = min(QUICK_STEP_S, self.options.timeout_s)
         if self.version is None:  # first: the board's TensorRT decides what model goes there
             self.version = detect_version(self.trtexec, timeout_s=short, prefix=board.ssh_prefix())
         if not self._prebuilt:  # an engine goes as it is, with no weights beside it
@@ -632,9 +677,12 @@ class TrtexecSession(Session):
 
         # a folder per file sent (its name and bytes): per name, two runs of different models named
         # model.onnx on one board replaced each other's model and exports there
-        rdir = workdir / model_dir_name(stem, content_digest(model_path), weights)
+        rdir = workdir / model_dir_name(stem, content_digest(model_path), sent_external(model_path, weights))
         board_model = rdir / board_name(model_path.name)
-        stale = ["*.json"]  # the last run's exports: a trtexec that wrote none handed them back
+        tag = self.token  # the exports' names are this session's own: runs of this file share rdir
+        stale = [
+            own_name("*.json", tag)
+        ]  # this session's last exports: a trtexec that wrote none handed them back
         if self._look_for_others:  # the first model of bench or profile: mkdir_warning_of_other_runs
             self._look_for_others = False
             mkdir_warning_of_other_runs(board, rdir, short, stale)
@@ -644,11 +692,18 @@ class TrtexecSession(Session):
         board_table = None
         if table is not None:
             # trtexec on the board reads --calib from the board's disk: the table goes beside the
-            # model, and --calib names that copy, not the host's path
-            board_table = rdir / board_table_name(Path(table).name, model_path)
+            # model, named by its contents (another run's table of the same name must not replace
+            # it), and --calib names that copy, not the host's path
+            named = f"{Path(table).stem}-{content_digest(table)[:MODEL_KEY_HEX]}{Path(table).suffix}"
+            board_table = rdir / board_table_name(named, model_path)
             board.put(table, board_table, "scp of the calibration table", self.options.timeout_s)
         options = self._board_options(board_table)
-        cmd = build_command(self.trtexec, board_model, rdir, options, self.version, shapes)
+        engine = None
+        if not self._prebuilt:  # keyed on what it is built from, as the runner's: shared by equal builds
+            engine = board_engine(self.trtexec, board_model, rdir, options, self.version, shapes)
+        cmd = build_command(
+            self.trtexec, board_model, rdir, options, self.version, shapes, tag=tag, engine=engine
+        )
         self._engine = str(board_model) if self._prebuilt else saved_engine(cmd)
         (outdir / "command.txt").write_text(f"ssh {self.remote} " + shlex.join(cmd) + "\n")
         ends_with = interrupt_ends(rdir, self.run_dir)
@@ -656,10 +711,14 @@ class TrtexecSession(Session):
         write_text(outdir / "trtexec.log", log)
         if "&&&& FAILED" in log:
             raise BackendFailed(f"trtexec on {self.remote} reported FAILED: {tail(log)}")
-        # the exports (times, profile, layer info: before 8.2 none) in one scp, not one each: the
-        # model's folder holds no other JSON (the folder and its files are board_name'd)
+        # the exports (times, profile, layer info: before 8.2 none) in one scp, not one each: this
+        # session's names (the folder and its files are board_name'd), read under trtexec's own here
         with contextlib.suppress(BackendFailed):  # none at all: _collect's caller says what is missing
-            board.get_matching(rdir, "*.json", outdir, "scp of trtexec's exports", short)
+            board.get_matching(rdir, own_name("*.json", tag), outdir, "scp of trtexec's exports", short)
+        for name in EXPORTS:
+            fetched = export_path(outdir, name, tag)
+            if isinstance(fetched, Path) and fetched.is_file():
+                fetched.replace(outdir / name)
         return self._collect(outdir)
 
     def _board_options(self, board_table: PurePath | None) -> MeasureOptions:
@@ -755,7 +814,7 @@ class TrtexecSession(Session):
         if table is not None and not Path(table).is_file():  # before anything reaches the board
             raise no_such_file(table, DataError)
         board = self._board()
-        short = min(120.0, self.options.timeout_s)
+        short = min(QUICK_STEP_S, self.options.timeout_s)
         long = self.options.timeout_s * len(shapes)  # what the convs had one by one
         if self.version is None:  # first: the board's TensorRT decides what model goes there
             self.version = detect_version(self.trtexec, timeout_s=short, prefix=board.ssh_prefix())
@@ -875,7 +934,7 @@ class TrtexecSession(Session):
         detect_version, which the first model runs, takes no answer for an unknown version)."""
         if not self.remote:
             return
-        short = min(120.0, self.options.timeout_s)
+        short = min(QUICK_STEP_S, self.options.timeout_s)
         if self.run_dir is not None:  # optimize's run: the look for another run rides on the mkdir
             mkdir_warning_of_other_runs(self._board(), self.run_dir, short, ours=True)
         else:

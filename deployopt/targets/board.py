@@ -364,23 +364,29 @@ NO_PYTHON3_FOR_THE_READ = (
 )
 
 
-def read_remote_board(host: str, timeout_s: float = 600.0, without_python3: str = "") -> dict[str, Any]:
+def read_remote_board(host: str, timeout_s: float | None = None, without_python3: str = "") -> dict[str, Any]:
     """The board environment `python3 runner.py --env-only` prints on `host` (USER@HOST). The runner
     goes there as `--backend tensorrt --remote` sends it, by that session itself (its work folder
     made, runner.py copied into it, ssh and scp from deployopt.remote), so an unreachable board, a
     missing python3 or the runner's own refusal read the same one line as there, which adds
     `without_python3` (the caller's way around the read) where python3 is missing. Short limits
-    (--timeout, at most 120 s): nothing is built."""
+    (--timeout, at most 120 s): nothing is built. `timeout_s` None: the command has no --timeout
+    (`targets --remote`), so a step that times out does not say --timeout raises its limit."""
     import json
 
     from deployopt.backends.base import MeasureOptions, get_backend
-    from deployopt.backends.tensorrt_remote import RemoteRunnerSession, python3_missing
+    from deployopt.backends.tensorrt_remote import NO_TIMEOUT_OPTION, RemoteRunnerSession, python3_missing
     from deployopt.errors import BackendFailed
     from deployopt.remote import RemoteFailed, tail
 
-    options = MeasureOptions(timeout_s=timeout_s, extra={"remote": host})
-    short = min(120.0, timeout_s)
+    extra: dict[str, Any] = {"remote": host}
+    if timeout_s is None:
+        extra[NO_TIMEOUT_OPTION] = True
+    options = (
+        MeasureOptions(extra=extra) if timeout_s is None else MeasureOptions(timeout_s=timeout_s, extra=extra)
+    )
     with RemoteRunnerSession(get_backend("tensorrt"), options) as session:
+        short = session.short_s
         session.preflight()  # the work folder; an unreachable board fails here, in one line
         runner = session._send_runner(short)
         try:
@@ -404,7 +410,7 @@ def read_remote_board(host: str, timeout_s: float = 600.0, without_python3: str 
 
 
 def detect_remote_target(
-    host: str, timeout_s: float = 600.0, without_python3: str = ""
+    host: str, timeout_s: float | None = None, without_python3: str = ""
 ) -> tuple[dict[str, Any], BoardMatch]:
     """(the board's environment, the target it is) for the board at `host` (read_remote_board's
     `without_python3`)."""
@@ -422,7 +428,7 @@ class RemoteTarget:
     warning: str | None = None  # the user's --target is not what the board says it is
 
 
-def target_for_remote(given: str | None, host: str, timeout_s: float = 600.0) -> RemoteTarget:
+def target_for_remote(given: str | None, host: str, timeout_s: float | None = None) -> RemoteTarget:
     """`given` (the user's --target, kept whatever the board says) or, when None, the target read
     from the board (one-line TargetError where it names none). With both, a warning where they
     disagree; a board that answers but cannot say which it is then says nothing (the first
