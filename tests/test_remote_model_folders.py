@@ -177,24 +177,9 @@ def test_trtexec_remote_gives_each_model_file_its_own_folder(
 ) -> None:
     """trtexec --remote keyed its board folder on the stem too (/tmp/deployopt-trtexec/model/): two
     model.onnx of different bytes went to one folder and read each other's exports there."""
-    from test_trtexec_backend import FAKE, FIX
-    from test_trtexec_backend import play_the_board as play_the_trtexec_board
+    from test_trtexec_backend import play_a_trtexec_board
 
-    if not FIX.is_dir():
-        pytest.skip(f"trtexec fixtures not found at {FIX}")
-    exe = tmp_path / "bin" / "trtexec"
-    exe.parent.mkdir()
-    exe.write_text(FAKE)
-    exe.chmod(0o755)
-    monkeypatch.setenv("DEPLOYOPT_TRTEXEC", str(exe))
-    monkeypatch.setenv(
-        "FAKE_TIMES", str(FIX / "trt8.x_titan_rtx_mobilenet_qat_int8_exportTimes_first300.json")
-    )
-    monkeypatch.setenv("FAKE_LOG", str(next(FIX.glob("trt10.16.1_*_verbose_log.txt"))))
-    monkeypatch.setenv("FAKE_ARGS", str(tmp_path / "args.txt"))
-    for name in ("FAKE_PROFILE", "FAKE_INFO", "FAKE_MODE"):
-        monkeypatch.delenv(name, raising=False)
-    log = play_the_trtexec_board(tmp_path, monkeypatch)
+    log = play_a_trtexec_board(tmp_path, monkeypatch)
     work = tmp_path / "board_tmp" / "deployopt-trtexec"  # the board's /tmp folder, here
     extra = {"remote": HOST, "remote_workdir": str(work)}
     with get_backend("trtexec").open(MeasureOptions(dtype="fp32", runs=3, warmup=1, extra=extra)) as session:

@@ -80,24 +80,9 @@ def test_trtexec_same_file_two_dtypes_keep_their_own_exports_and_engines(
     """trtexec --remote: a session at fp16 of the same file, run while an fp32 one waits for its
     exports, neither removes nor replaces them (its stale clearing removed every *.json there), and
     each build saves its own engine (both saved model.engine, the fp32 run recording fp16's)."""
-    from test_trtexec_backend import FAKE, FIX
-    from test_trtexec_backend import play_the_board as play_the_trtexec_board
+    from test_trtexec_backend import play_a_trtexec_board
 
-    if not FIX.is_dir():
-        pytest.skip(f"trtexec fixtures not found at {FIX}")
-    exe = tmp_path / "bin" / "trtexec"
-    exe.parent.mkdir()
-    exe.write_text(FAKE)
-    exe.chmod(0o755)
-    monkeypatch.setenv("DEPLOYOPT_TRTEXEC", str(exe))
-    monkeypatch.setenv(
-        "FAKE_TIMES", str(FIX / "trt8.x_titan_rtx_mobilenet_qat_int8_exportTimes_first300.json")
-    )
-    monkeypatch.setenv("FAKE_LOG", str(next(FIX.glob("trt10.16.1_*_verbose_log.txt"))))
-    monkeypatch.setenv("FAKE_ARGS", str(tmp_path / "args.txt"))
-    for name in ("FAKE_PROFILE", "FAKE_INFO", "FAKE_MODE"):
-        monkeypatch.delenv(name, raising=False)
-    play_the_trtexec_board(tmp_path, monkeypatch)
+    play_a_trtexec_board(tmp_path, monkeypatch)
     tokens_per_session(monkeypatch)
     model = tmp_path / "host" / "model.onnx"
     model.parent.mkdir()
@@ -142,25 +127,10 @@ def test_trtexec_calibration_tables_of_one_name_go_to_the_board_apart(
     """Two tables named model.calib with other contents, for the same model: each goes to the board
     under its own name (its contents' hash), so a run beside another does not calibrate on the
     other's table (the second replaced the first's model.calib)."""
-    from test_trtexec_backend import FAKE, FIX
-    from test_trtexec_backend import play_the_board as play_the_trtexec_board
+    from test_trtexec_backend import play_a_trtexec_board
 
-    if not FIX.is_dir():
-        pytest.skip(f"trtexec fixtures not found at {FIX}")
-    exe = tmp_path / "bin" / "trtexec"
-    exe.parent.mkdir()
-    exe.write_text(FAKE)
-    exe.chmod(0o755)
-    monkeypatch.setenv("DEPLOYOPT_TRTEXEC", str(exe))
-    monkeypatch.setenv(
-        "FAKE_TIMES", str(FIX / "trt8.x_titan_rtx_mobilenet_qat_int8_exportTimes_first300.json")
-    )
-    monkeypatch.setenv("FAKE_LOG", str(next(FIX.glob("trt10.16.1_*_verbose_log.txt"))))
     args_file = tmp_path / "args.txt"
-    monkeypatch.setenv("FAKE_ARGS", str(args_file))
-    for name in ("FAKE_PROFILE", "FAKE_INFO", "FAKE_MODE"):
-        monkeypatch.delenv(name, raising=False)
-    play_the_trtexec_board(tmp_path, monkeypatch)
+    play_a_trtexec_board(tmp_path, monkeypatch)
     model = tmp_path / "host" / "model.onnx"
     model.parent.mkdir()
     model.write_bytes(conv_model(ConvShape(1, 8, 16, 16, 16, 3, 3)).SerializeToString())

@@ -589,6 +589,26 @@ def content_named(path: Path) -> str:
 TAG = f"-{SWEEP_TOKEN}"
 
 
+def play_a_trtexec_board(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The stand-in trtexec (its 10.16.1 log and a recorded --exportTimes file, its arguments to
+    tmp_path/args.txt; no profile or layer info) on a board played here (play_the_board): the
+    returned ssh/scp log. Skips where the recorded fixtures are not found."""
+    if not FIX.is_dir():
+        pytest.skip(f"trtexec fixtures not found at {FIX}")
+    exe = tmp_path / "bin" / "trtexec"
+    exe.parent.mkdir()
+    exe.write_text(FAKE)
+    exe.chmod(0o755)
+    monkeypatch.setenv("DEPLOYOPT_TRTEXEC", str(exe))
+    times = FIX / "trt8.x_titan_rtx_mobilenet_qat_int8_exportTimes_first300.json"
+    monkeypatch.setenv("FAKE_TIMES", str(times))
+    monkeypatch.setenv("FAKE_LOG", str(next(FIX.glob("trt10.16.1_*_verbose_log.txt"))))
+    monkeypatch.setenv("FAKE_ARGS", str(tmp_path / "args.txt"))
+    for name in ("FAKE_PROFILE", "FAKE_INFO", "FAKE_MODE"):
+        monkeypatch.delenv(name, raising=False)
+    return play_the_board(tmp_path, monkeypatch)
+
+
 def play_the_board(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Stand-in ssh and scp that play the board on this machine (ssh runs the command here with the
     stand-in trtexec, scp copies), each writing its arguments as one line to the returned log;
