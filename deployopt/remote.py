@@ -824,7 +824,8 @@ def usual_workdirs(own: str | PurePosixPath) -> list[str | PurePosixPath]:
 
 def clear_stale(folder: str | PurePath, stale: Sequence[str]) -> str:
     """` && rm -f -- 'folder'/result-<token>.json …`: the results this session left in the board
-    folder at an earlier measure of the same file (bench's replicates), removed before it writes
+    folder at an earlier measure of the same file (optimize's confirmation rounds rebuild a plan),
+    removed before it writes
     them again. The copy back takes whatever is there: a runner that exited 0 without writing its
     result, or trtexec writing no --exportTimes file, handed back the last run's numbers as this
     run's (exit 0). Only the session's own names (own_name): another session's, in the same folder,
