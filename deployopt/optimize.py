@@ -965,11 +965,8 @@ class Optimizer:
         groups, priced by the sum of the parts), those that add the fewest shapes first, within
         EXACT_TABLE_BUDGET of the separable sweep on a measured backend (each shape one timed conv:
         an engine build on a board); all of them where the wave model prices them, for nothing."""
-        measured = getattr(self.session.backend, "measured", True) and not hasattr(
-            self.session, "predict_shapes"
-        )
         seen = {s.signature() for rows in combos.values() for _, s in rows}
-        budget = EXACT_TABLE_BUDGET * len(seen) if measured else math.inf
+        budget = EXACT_TABLE_BUDGET * len(seen) if self._measures() else math.inf
         for name, rows in sorted(wide.items(), key=lambda kv: len({s.signature() for _, s in kv[1]})):
             extra = {s.signature() for _, s in rows} - seen
             if len(extra) > budget:
@@ -991,13 +988,16 @@ class Optimizer:
         return float(sum(f.values[key] for f, key in zip(parts, keys)))
 
     # -------------------------------------------------------------- memory traffic (traffic.py)
+    def _measures(self) -> bool:
+        """Whether the session measures (a device) or predicts (the wave model): what traffic fits,
+        confirmation rounds and the budget for exact concat tables are for."""
+        return bool(getattr(self.session.backend, "measured", True)) and not hasattr(
+            self.session, "predict_shapes"
+        )
+
     def _fits_traffic(self) -> bool:
         """Fitted on measured end-to-end latencies only: a prediction has no traffic to find."""
-        return (
-            self.cfg.traffic_term
-            and bool(getattr(self.session.backend, "measured", True))
-            and not hasattr(self.session, "predict_shapes")
-        )
+        return self.cfg.traffic_term and self._measures()
 
     def _refit_traffic(self) -> bool:
         """Fit µs per MB of non-conv traffic to measured − table of every plan measured so far, and
@@ -1513,7 +1513,7 @@ class Optimizer:
 
         from deployopt.errors import DeployoptWarning
 
-        verb = "measure" if getattr(self.session.backend, "measured", True) else "predict"
+        verb = "measure" if self._measures() else "predict"
         if getattr(self, "round_up", None) == getattr(self, "original", None):  # one baseline, not two
             if self.cfg.max_evals - 1 - self._reserved <= 0:
                 kept = f" and {self.cfg.max_evals - 1} kept back to confirm" if self.cfg.max_evals > 1 else ""
@@ -1559,12 +1559,7 @@ class Optimizer:
 
     def _confirms(self) -> bool:
         """Confirmation rounds are for measured backends; a prediction does not drift."""
-        return (
-            self.cfg.confirm_rounds > 0
-            and self.cfg.mode != "grow"
-            and getattr(self.session.backend, "measured", True)
-            and not hasattr(self.session, "predict_shapes")
-        )
+        return self.cfg.confirm_rounds > 0 and self.cfg.mode != "grow" and self._measures()
 
     def _confirm(self, best: Evaluation) -> Evaluation:
         """Re-measure the answer against the best baseline before it stands.

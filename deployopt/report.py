@@ -274,19 +274,13 @@ def build_report(
         # said why, so that an answer which changes nothing does not read as a run that failed
         ref_ev = base if name == "vs_input" else r8
         same = plan_key(best.plan) == plan_key(ref_ev.plan)
-        comparisons[name] = comparison_row(
-            c, measured, same_plan_phrase(opt, name, ref_ev, measured) if same else None
-        )
-    if budget_hit:
-        for name, ref_ev in (("vs_input", base), ("vs_round_up_8", r8)):
-            missed = (
-                unevaluated_solver_plan(opt, ref_ev) if plan_key(best.plan) == plan_key(ref_ev.plan) else None
-            )
-            if missed:  # in place of "no other widths were … faster", which only the budget made true
-                plain = comparisons[name]["describe"] == same_plan(name, cfg.min_effect, measured)
-                comparisons[name]["describe"] = (
-                    f"the same plan: {missed}" if plain else f"{comparisons[name]['describe']}; {missed}"
-                )
+        phrase = same_plan_phrase(opt, name, ref_ev, measured) if same else None
+        missed = unevaluated_solver_plan(opt, ref_ev) if same and budget_hit else None
+        if phrase is not None and missed:  # in place of "no other widths were … faster", which only
+            # the budget made true
+            plain = phrase == same_plan(name, cfg.min_effect, measured)
+            phrase = f"the same plan: {missed}" if plain else f"{phrase}; {missed}"
+        comparisons[name] = comparison_row(c, measured, phrase)
     unconfirmed = getattr(opt, "unconfirmed_vs_input", None)
     if unconfirmed and plan_key(best.plan) == plan_key(r8.plan) != plan_key(base.plan):
         # round-up-to-8 is the answer and no round put it to the input: one build of the input

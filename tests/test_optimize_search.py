@@ -109,8 +109,7 @@ def test_on_a_measured_backend_exact_concat_tables_stay_within_their_budget() ->
             "big": shapes(*(f"x{i}" for i in range(12))),
             "small": shapes("s1", *(f"y{i}" for i in range(5))),
         }
-        backend = SimpleNamespace(measured=measured)
-        fake = SimpleNamespace(session=SimpleNamespace(backend=backend))
+        fake = SimpleNamespace(_measures=lambda: measured)  # Optimizer._measures: the session's
         Optimizer._exact_within_budget(fake, wide, {**combos, "big": [], "small": []}, separable)  # type: ignore[arg-type]
         return separable
 
