@@ -73,6 +73,18 @@ QUICK_STEP_S = 120.0
 #: What Board.timed_out names for the commands that build engines on the board (trtexec, the
 #: runner): their timeout line says a first build can take minutes.
 BUILDS = ("trtexec", "runner.py")
+#: How the quick steps (QUICK_STEP_S at most) are named to Board.timed_out, as prefixes: at
+#: --timeout 120 exactly a quick step's limit and a build's are both 120 s, and only the name tells
+#: which one raising --timeout would raise.
+QUICK_STEPS = (
+    "mkdir",
+    "scp of runner.py",
+    "scp of result-",  # the runner's result, the session's own name (own_name)
+    "scp of trtexec's exports",
+    "the TensorRT version check",
+    "runner.py --env-only",
+    "looking for other runs",
+)
 #: The backends that build and time on a board over ssh: trtexec there, or jetson/runner.py
 #: (`--backend tensorrt`).
 REMOTE_BACKENDS = ("trtexec", "tensorrt")
@@ -487,7 +499,8 @@ class Board:
         outlived its TERM. Sooner, 137 cannot be `timeout`'s (it started after this clock did): a
         SIGKILL from elsewhere, most often the OOM killer (Board.call's line). `ends_with`: a folder
         whose work a Ctrl-C here ends on the board too (end_work_in), as bench's and calibrate's
-        do; optimize's run folder is ended when its session closes instead."""
+        do; optimize's run folder is ended when its session closes instead. In a model's folder,
+        which every run of that file shares, only what this command runs is ended (own_files_in)."""
         limited = ["timeout", f"--kill-after={KILL_AFTER_S}", seconds_arg(timeout_s), *argv]
         command = shlex.join(limited) + PASS_STATUS
         start = time.monotonic()
@@ -497,7 +510,7 @@ class Board:
             )
         except KeyboardInterrupt:
             if ends_with is not None:
-                end_work_in(self, ends_with)
+                end_work_in(self, ends_with, own=own_files_in(argv, ends_with))
             raise
         except RemoteFailed as exc:
             if exc.returncode == TIMED_OUT:
@@ -511,9 +524,10 @@ class Board:
         """`what` on the board did not finish within `timeout_s` (and `more`), and what to do: the
         bare line gave no hint, and a first engine build takes minutes on a small board. Only where
         the limit is the user's --timeout (`user_timeout_s`; a batch's, a multiple of it) does the
-        line say --timeout raises it: a quick step (mkdir, a copy of runner.py or of a result, a
-        version check) is capped at QUICK_STEP_S whatever --timeout says, and `targets --remote`
-        has no --timeout at all; those point at the connection and the board's load instead."""
+        line say --timeout raises it: a quick step (QUICK_STEPS: mkdir, a copy of runner.py or of a
+        result, a version check) is capped at QUICK_STEP_S whatever --timeout says, at --timeout
+        QUICK_STEP_S too, and `targets --remote` has no --timeout at all; those point at the
+        connection and the board's load instead."""
         said = f"{what} on {self.host} did not finish within {timeout_s:g} s{more}"
         slow = (
             f"so long a wait for a quick step points at the connection or a busy board (`ssh {self.host} "
@@ -521,7 +535,10 @@ class Board:
         )
         if self.user_timeout_s is None:
             return f"{said}; {slow}"
-        if timeout_s < self.user_timeout_s:
+        # a quick step's limit is min(--timeout, QUICK_STEP_S): at QUICK_STEP_S it is the cap, which
+        # a larger --timeout leaves as it is (--timeout 120 named --timeout for a mkdir's 120 s)
+        capped = what.startswith(QUICK_STEPS) and timeout_s >= QUICK_STEP_S
+        if timeout_s < self.user_timeout_s or capped:
             return f"{said} (a quick step's limit, whatever --timeout says); {slow}"
         builds = " (a first engine build on a Jetson Nano can take minutes)" if what in BUILDS else ""
         return f"{said}; --timeout SECONDS raises the limit{builds}"
@@ -617,12 +634,16 @@ def sweep_convs_dir(sweep_dir: PurePosixPath, run_dir: PurePosixPath | None) -> 
     return sweep_dir / ("convs" if run_dir is not None else f"convs-{sweep_token()}")
 
 
+#: Hex digits of a session's token (sweep_token): own_files_in knows a session's own file by them.
+TOKEN_HEX = 8
+
+
 def sweep_token() -> str:
     """A session's own random suffix on the board (the tests pin it): its conv folder's
     (`convs-<token>`) and its result files' in a model's folder (own_name)."""
     import secrets
 
-    return secrets.token_hex(4)
+    return secrets.token_hex(TOKEN_HEX // 2)
 
 
 def session_token() -> str:
@@ -699,11 +720,28 @@ TRTEXEC_WORKDIR = "/tmp/deployopt-trtexec"
 ERE_SPECIAL = re.compile(r"([.^$*+?()|{}\[\]\\])")
 
 
+def own_text_pattern(text: str) -> str:
+    """An ERE for pkill -f that matches a command line holding `text`, but not the command line of
+    pkill (or of the shell running it) that carries the pattern: the first character goes in
+    brackets, "[d]eployopt-runner/...", which that text itself does not match."""
+    return f"[{text[0]}]" + ERE_SPECIAL.sub(r"\\\1", text[1:])
+
+
 def own_path_pattern(folder: str) -> str:
-    """An ERE for pkill -f that matches a command line naming a file in `folder`, but not the
-    command line of pkill (or of the shell running it) that carries the pattern: the first character
-    goes in brackets, "[d]eployopt-runner/...", which that text itself does not match."""
-    return f"[{folder[0]}]" + ERE_SPECIAL.sub(r"\\\1", folder[1:]) + "/"
+    """own_text_pattern of a command line naming a file in `folder`."""
+    return own_text_pattern(folder) + "/"
+
+
+def own_files_in(argv: Sequence[str], folder: str | PurePath) -> list[str]:
+    """The files of `folder` that `argv` (a command for the board) names by a session's own name
+    (own_name: NAME-<token>.json; the runner's --out, trtexec's --exportTimes=): every process that
+    command starts on the board carries them in its command line (the board's `timeout`, its shell,
+    the runner or trtexec) and another session's never does, though a model's folder is shared by
+    every run of that file (model_dir_name), at any settings. [] for a command that names none (a
+    batch in a conv folder of the session's own)."""
+    path = re.escape(str(folder).rstrip("/"))
+    own = re.compile(rf"(?:^|=)({path}/[^/\s]+-[0-9a-f]{{{TOKEN_HEX}}}\.json)$")
+    return [m.group(1) for arg in argv if (m := own.search(arg))]
 
 
 def remove_run_dir(board: Board, run_dir: str | PurePosixPath | None) -> None:
@@ -726,12 +764,17 @@ def interrupt_ends(folder: PurePath, run_dir: str | PurePath | None) -> PurePath
     return folder if run_dir is None else None
 
 
-def end_work_in(board: Board, folder: str | PurePath, what: str = "the model's folder") -> None:
-    """End every process on the board whose command line names a file in `folder`: after a Ctrl-C
-    here (ssh without a tty sends the board no hangup) the runner or trtexec would hold the GPU
-    until its `timeout`, and be timed beside the next run. Best effort, as cleanup is."""
-    # "[d]eployopt-..." matches the folder's path in a command line, not pkill's own (or its shell's)
-    pattern = own_path_pattern(str(folder))
+def end_work_in(
+    board: Board, folder: str | PurePath, what: str = "the model's folder", own: Sequence[str] = ()
+) -> None:
+    """End every process on the board whose command line names a file in `folder`, or with `own`
+    (own_files_in: this session's files there) only those that name its first: after a Ctrl-C here
+    (ssh without a tty sends the board no hangup) the runner or trtexec would hold the GPU until its
+    `timeout`, and be timed beside the next run. A model's folder is shared by every run of that
+    file: ending all that named it also ended another session's run of it at other settings.
+    Best effort, as cleanup is."""
+    # "[d]eployopt-..." matches the path in a command line, not pkill's own (or its shell's)
+    pattern = own_text_pattern(own[0]) if own else own_path_pattern(str(folder))
     with contextlib.suppress(BackendFailed, BackendUnavailable):  # pkill exits 1 when nothing matched
         board.run(["pkill", "-f", "--", pattern], f"ending what runs in {what}", CLEANUP_TIMEOUT_S)
 

@@ -43,6 +43,7 @@ BOOTSTRAP_RESAMPLES = 2000
 #: runs holds the median 93.75 % of the time)
 CI_MIN_RUNS = 6
 MAX_RUNS = 100000  # as deployopt.timing.MAX_RUNS (a test keeps the two equal)
+MAX_REPEAT = 100  # as deployopt.timing.MAX_REPEAT, `bench --repeat`'s bound (a test keeps the two equal)
 # deployopt.timing.min_samples at `deployopt compare`'s default alpha 0.01 (a test keeps them equal):
 # fewer runs than this can never be judged slower or faster, and compare refuses such a file.
 COMPARE_MIN_RUNS = 5
@@ -1499,6 +1500,198 @@ def run(args, trt=None, cuda=None):
 
 
 # ----------------------------------------------------------------------------------------------
+# --repeat N: replicates, as `deployopt bench --repeat N` writes them
+#
+# A replicate is worth its place in compare's test on replicate medians only as a run of its own:
+# a new process that deserializes the engine and makes its CUDA context anew (bench --remote
+# --repeat starts the runner N times), not one process's samples split in N. Each replicate here is
+# a child forked before this process loads TensorRT or CUDA (it never does), so each pays both as a
+# runner started anew would; the first builds the engine (unless cached), the others reuse it. The
+# result is the document Timing.from_replicates(...).to_json() is on the host: every sample in
+# order, the split in "replicates", the first replicate's environment unless a later one's GPU
+# clock was held down (held_down), a replicate timed in another setup refused (setup_differences).
+
+
+def _count(value):
+    """A JSON number that is a count, else None (deployopt.clocks._count: bool, negatives, NaN and
+    infinities are not)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        return None
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return None
+    return int(value)
+
+
+def recorded_lock(env):
+    """Whether the GPU clock was locked, as the host reads a result (deployopt.clocks.clocks_locked):
+    the recorded clocks_locked, else clocks_locked's rule."""
+    locked = env.get("clocks_locked")
+    return locked if isinstance(locked, bool) else clocks_locked(env)
+
+
+def held_down(env):
+    """Whether this run's record of its timed loop (during_run) says the GPU clock was held down:
+    deployopt.clocks.jetson_held_down's rule, which compare reads (a test keeps the two equal): an
+    over-current counter that grew with its throttling on, a locked clock read below its lock right
+    after the warm-up or the loop, a devfreq ceiling lowered during the loop."""
+    oc = env.get("oc_events")
+    enabled = env.get("oc_throttle_enabled")
+    enabled = enabled if isinstance(enabled, dict) else {}
+    if isinstance(oc, dict) and any(_count(v) and enabled.get(k) is not False for k, v in oc.items()):
+        return True
+    clock = env.get("gpu_clock_during_run")
+    if not isinstance(clock, dict):
+        return False
+    before, after = clock.get("before"), clock.get("after")
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        return False
+    ceiling, floor = _count(before.get("max_hz")), _count(before.get("min_hz"))
+    locked = floor == ceiling if floor is not None and ceiling is not None else recorded_lock(env)
+    if ceiling and locked:
+        for reading in (before, after):
+            hz = _count(reading.get("cur_hz"))
+            if hz is not None and hz < ceiling:
+                return True
+    lowered = _count(after.get("max_hz"))
+    return bool(ceiling and lowered is not None and lowered < ceiling)
+
+
+#: The facts of deployopt.regression.LIKE_FOR_LIKE this runner records (a test keeps them so): a
+#: replicate that differs from the first by one was timed in another setup.
+SETUP_FACTS = (
+    ("gpu", "GPU"),
+    ("board", "board"),
+    ("sms", "SMs"),
+    ("nvpmodel", "power mode"),
+    ("clocks_locked", "GPU clock"),
+    ("tensorrt", "TensorRT"),
+    ("dtype", "dtype"),
+    ("input_shapes", "input shapes"),
+)
+
+
+def _shown(key, value):
+    """A fact as deployopt.regression's setup line shows it."""
+    if key == "clocks_locked":
+        return "locked" if value else "not locked"
+    if key == "input_shapes" and isinstance(value, dict):
+        return ",".join("%s:%s" % (name, "x".join(str(d) for d in dims) if isinstance(dims, list) else dims)
+                        for name, dims in value.items())
+    return str(value)
+
+
+def setup_differences(first, part):
+    """What differs between two replicates' setups, in deployopt.regression.setup_differences' words
+    ('power mode MAXN -> 15W': an arrow any board's terminal prints): the SETUP_FACTS both
+    recorded, and what was timed."""
+    out = []
+    for key, word in SETUP_FACTS:
+        a, b = first["environment"].get(key), part["environment"].get(key)
+        if key == "clocks_locked":
+            a, b = recorded_lock(first["environment"]), recorded_lock(part["environment"])
+        if a is not None and b is not None and a != b:
+            out.append("%s %s -> %s" % (word, _shown(key, a), _shown(key, b)))
+    if first["timed"] != part["timed"]:
+        out.append("what was timed %r -> %r" % (first["timed"], part["timed"]))
+    return out
+
+
+def check_replicate_setup(first, part, number, repeat):
+    """A replicate timed in another setup than the first (a clock unlocked, a power mode changed
+    between the processes) is one line, nothing written, as `bench --repeat` refuses it: the result
+    keeps one environment, which would read as the first's setup throughout."""
+    diffs = setup_differences(first, part)
+    if diffs:
+        raise RunnerError("--repeat %d: replicate %d was timed in another setup than replicate 1 (%s): nothing "
+                          "written (the replicates of one result must share a setup); time again once the setup "
+                          "holds" % (repeat, number, "; ".join(diffs)))
+
+
+def from_replicates(parts):
+    """One result of the replicates `parts` (run's documents, in order), as deployopt.timing's
+    Timing.from_replicates(...).to_json() writes it: samples concatenated, statistics over all of
+    them, "replicates" with each one's runs, median, IQR and measured_at; what was timed, the model
+    and the warm-up the first's; measured_at the latest."""
+    first = parts[0]
+    samples = [s for part in parts for s in part["samples_us"]]
+    env = next((part["environment"] for part in parts if held_down(part["environment"])), first["environment"])
+    times = [part["measured_at"] for part in parts if part.get("measured_at")]
+    out = summarize(samples, first["warmup"], first["timed"], env, model=first.get("model"),
+                    measured_at=max(times) if times else None)
+    out["replicates"] = []
+    for part in parts:
+        entry = {"runs": part["runs"], "median_us": part["median_us"], "iqr_us": part["iqr_us"]}
+        if part.get("measured_at"):
+            entry["measured_at"] = part["measured_at"]
+        out["replicates"].append(entry)
+    return out
+
+
+def in_own_process(call, args):
+    """call(args) in a child process of its own (os.fork; this process has loaded neither TensorRT
+    nor CUDA): its return value, sent back as JSON over a pipe. Its RunnerError or OSError comes
+    back as a RunnerError of its words; a child that dies (a signal: the OOM killer's KILL) or exits
+    without an answer is a RunnerError saying so."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into the caller's code
+        code = 0
+        try:
+            os.close(read_end)
+            try:
+                answer = {"result": call(args)}
+            except RunnerError as exc:
+                answer = {"error": str(exc)}
+            except (OSError, IOError) as exc:
+                answer = {"error": io_error_text(exc)}
+            with os.fdopen(write_end, "w") as fh:
+                json.dump(answer, fh)
+        except KeyboardInterrupt:  # Ctrl-C reaches the whole foreground group: the parent says it
+            code = 130
+        except BaseException:  # noqa: BLE001 - anything else: its traceback, as a runner's own
+            import traceback
+
+            traceback.print_exc()
+            code = 1
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end) as fh:
+        text = fh.read()
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        raise RunnerError("its process died of signal %d%s" % (
+            os.WTERMSIG(status), " (SIGKILL: the kernel's OOM killer?)" if os.WTERMSIG(status) == 9 else ""))
+    try:
+        answer = json.loads(text)
+    except ValueError:
+        raise RunnerError("its process exited %d without a result (its error is above)" % os.WEXITSTATUS(status))
+    if "error" in answer:
+        raise RunnerError(answer["error"])
+    return answer["result"]
+
+
+def run_replicates(args):
+    """--repeat N: the model timed N times, each a run() in a process of its own, one after the
+    other; one result of N replicates (from_replicates). A replicate that fails is one line naming
+    it; one timed in another setup than the first is refused (check_replicate_setup)."""
+    parts = []
+    for number in range(1, args.repeat + 1):
+        try:
+            part = in_own_process(run, args)
+        except RunnerError as exc:
+            raise RunnerError("replicate %d of %d: %s" % (number, args.repeat, exc))
+        if parts:
+            check_replicate_setup(parts[0], part, number, args.repeat)
+        parts.append(part)
+    return from_replicates(parts)
+
+
+# ----------------------------------------------------------------------------------------------
 # command line
 
 
@@ -1523,6 +1716,9 @@ def build_parser():
     p.add_argument("--calib-npy", default=None, help="INT8: .npy of calibration inputs (N x input item shape)")
     p.add_argument("--calib-cache", default=None, help="INT8: calibration table to read/write")
     p.add_argument("--per-layer", action="store_true", help="also report per-layer times (IProfiler)")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="time the model N times, each in a process of its own, as one result of N replicates "
+                   "(as `deployopt bench --repeat N` writes it; default 1)")
     p.add_argument("--cuda", choices=("cuda-python", "pycuda"), default=None, help="CUDA binding to prefer")
     p.add_argument("--out", default=None, help="write the JSON here as well as to stdout")
     p.add_argument("--env-only", action="store_true", help="print the board environment only (no TensorRT)")
@@ -1542,6 +1738,11 @@ def check_counts(args):
     if not 1 <= args.workspace_mib <= MAX_WORKSPACE_MIB:
         raise RunnerError("--workspace-mib {}: must be between 1 and {:,}".format(
             args.workspace_mib, MAX_WORKSPACE_MIB))
+    if not 1 <= args.repeat <= MAX_REPEAT:
+        raise RunnerError("--repeat {}: must be between 1 and {}".format(args.repeat, MAX_REPEAT))
+    if args.repeat > 1 and args.per_layer:
+        raise RunnerError("--repeat times the model end to end, as `deployopt bench --repeat` does: --per-layer "
+                          "cannot go with it (profile one run)")
 
 
 def io_error_text(exc):
@@ -1591,10 +1792,12 @@ def run_batch(args):
     that fails stops the batch with a RunnerError naming it; the results written before it stay.
     Results an earlier batch left for these models are removed first, so every DIR/<stem>.json
     there afterwards is this run's."""
-    for dest, flag in BATCH_REFUSED:
-        if getattr(args, dest):
-            raise RunnerError("--batch-dir times every model in its folder, each with its own result: "
-                              "%s cannot go with it" % flag)
+    refused = [flag for dest, flag in BATCH_REFUSED if getattr(args, dest)]
+    if args.repeat != 1:  # its default, 1, is no replicate to refuse
+        refused.append("--repeat")
+    if refused:
+        raise RunnerError("--batch-dir times every model in its folder, each with its own result: "
+                          "%s cannot go with it" % refused[0])
     check_counts(args)
     folder = args.batch_dir
     if not os.path.isdir(folder):
@@ -1659,7 +1862,7 @@ def main(argv=None):
             building = not is_serialized_engine(args.model)
             if building and args.dtype == "int8" and args.calib_npy and not os.path.isfile(args.calib_npy):
                 raise RunnerError("calibration data not found: " + args.calib_npy)
-            result = run(args)
+            result = run(args) if args.repeat == 1 else run_replicates(args)
         text = json.dumps(result, indent=2)
         if args.out:
             atomic_write(args.out, (text + "\n").encode("utf-8"))

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -790,7 +791,8 @@ def interrupt_the_timed_run(
 ) -> tuple[Callable[[], bool], subprocess.Popen[bytes]]:
     """Board.call raises KeyboardInterrupt at the run under the board's `timeout` that names
     `folder`/, after starting what the board goes on running once the local ssh is gone: a process
-    whose command line names a model there. Also starts one of another folder. Returns (whether the
+    with that run's command line (less its `timeout`: the runner's or trtexec's, which names the
+    session's own result files there). Also starts one of another folder. Returns (whether the
     first was ended, waiting up to 10 s; the second), both in `procs`."""
     from deployopt.remote import Board
 
@@ -801,7 +803,8 @@ def interrupt_the_timed_run(
 
     def interrupted(self: Board, cmd: list[str], *args: Any, **kwargs: Any) -> str:
         if " --kill-after=" in cmd[-1] and f"{folder}/" in cmd[-1]:  # the timed run, not a check
-            started.append(subprocess.Popen([*sleeper, f"{folder}/model.onnx"], cwd=home))
+            argv = shlex.split(cmd[-1].rpartition(";")[0])[3:]  # less `timeout --kill-after=10 N`
+            started.append(subprocess.Popen([*sleeper, *argv], cwd=home))
             procs.append(started[-1])
             raise KeyboardInterrupt
         return real_call(self, cmd, *args, **kwargs)
@@ -827,15 +830,17 @@ def test_ctrl_c_on_bench_remote_ends_the_runners_work_on_the_board(
 ) -> None:
     """Ctrl-C while the board times the model kills the local ssh only (no tty: no hangup there),
     and the runner held the board's GPU until its --timeout, timed beside the next bench. Now what
-    runs from the model's folder is ended (one pkill) before exit 130; a process of another folder
-    is left alone. (trtexec's: tests/test_trtexec_backend.py.)"""
+    runs from the model's folder for this session is ended (one pkill of what names its own result
+    file there) before exit 130; a process of another folder is left alone (another session's in
+    the same folder too: tests/test_remote_loose_ends.py). (trtexec's: tests/test_trtexec_backend.py.)"""
     log, home = play_the_board(tmp_path, monkeypatch)
     rdir = board_dir(model)
     ended, other = interrupt_the_timed_run(monkeypatch, home, rdir, board_processes)
     code, _, err = run_cli(monkeypatch, capsys, "bench", str(model), *REMOTE, "--runs", "5")
     assert code == 130, err
     assert ended() and other.poll() is None  # the model's folder's work ended; another folder's not
-    assert log.read_text().splitlines()[-1] == f"ssh {OPTS} {HOST} pkill -f -- '[d]{rdir[1:]}/'"
+    own = f"[d]{rdir[1:]}/{RESULT}".replace(".json", "\\.json")
+    assert log.read_text().splitlines()[-1] == f"ssh {OPTS} {HOST} pkill -f -- '{own}'"
 
 
 def test_the_boards_timeout_reads_plain_seconds() -> None:

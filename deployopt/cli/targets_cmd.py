@@ -364,20 +364,24 @@ def targets_command(
 
 def _board_target(host: str, as_json: bool) -> None:
     """`targets --remote HOST`: the board, the built-in target it is and why; one-line error where
-    the board cannot be reached or names no module deployopt has a target for."""
+    the board cannot be reached or names no module deployopt has a target for. With --json
+    (`as_json`) a board that was read is always a JSON object on stdout, `target` null where it is
+    none (the error line and exit status still follow): a script reading stdout got nothing to
+    parse for exactly the board it most needed to hear about."""
     from deployopt.errors import TargetError
     from deployopt.targets import get_target
     from deployopt.targets.board import detect_remote_target, read_summary
 
     env, match = detect_remote_target(host)
-    if match.target is None:
-        raise TargetError(f"the board at {host} is no built-in target: {match.why}")
     if as_json:
         facts = ("board", "compatible", "mem_total_kib", "l4t", "nvpmodel")
         read = {key: env[key] for key in facts if key in env}
         console.print_json(
             json.dumps({"remote": host, "target": match.target, "why": match.why, "read": read})
         )
+    if match.target is None:
+        raise TargetError(f"the board at {host} is no built-in target: {match.why}")
+    if as_json:
         return
     t = get_target(match.target)
     console.print(f"board at {host}: {read_summary(env)}", highlight=False, soft_wrap=True)
