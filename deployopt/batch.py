@@ -9,6 +9,10 @@ outputs, turns batch-valued Reshape targets into 0 ("copy this dim from the inpu
 model that fails the check (a batch hidden in another op's constant) is written static, with the
 reason in one line — never a model that breaks, or mixes samples, at another batch.
 
+The other way round, `--batch N` on a file that fixes its batch: every backend runs it rewritten
+to N (`rebatched_notice` says so), TensorRT and trtexec from a copy of the file at N
+(`write_at_batch`), or every backend refuses a graph whose Reshapes hard-code it in one line.
+
 deployopt.dynamic_dims restores the height and width the same way, with a check of its own (see
 there why the two are not one check); what both use is here: the result (`DimRestore`), the
 written model's onnxruntime session, the check's inputs, the tolerance, and the notice of a
@@ -20,13 +24,18 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
 from deployopt.errors import onnxruntime_reason
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from deployopt.model import LoadedModel
 
 #: Outputs of one sample at batch 2 and at batch 1 must agree to this, relative to the output's
 #: scale: the same kernels on other batch sizes may sum in another order (onnxruntime CPU).
@@ -111,6 +120,70 @@ def written_session(model: onnx.ModelProto) -> Any:
     return cpu_session(model, "the written model: onnxruntime cannot load it")
 
 
+def rebatched_notice(loaded: LoadedModel, given: dict[str, list[int]]) -> str:
+    """The line for a batch the file fixes that --batch N rewrote (`loaded`: prepare_model's, at N;
+    `given`: the --input-shape entries, which are the user's own), or "". Every backend runs such a
+    model rewritten: onnxruntime and torch did so without a word, TensorRT and trtexec refused."""
+    changed = [
+        (name, old, loaded.input_shapes[name][0])
+        for name, old in loaded.file_batch.items()
+        if name not in given and loaded.input_shapes.get(name) and loaded.input_shapes[name][0] != old
+    ]
+    if not changed:
+        return ""
+    name, old, new = changed[0]
+    more = f" (and {len(changed) - 1} more input(s))" if len(changed) > 1 else ""
+    return (
+        f"{loaded.path.name}: input {name!r}{more} is fixed at batch {old} in the file; timed "
+        f"rewritten to --batch {new}, at which its shapes check out (the file itself takes batch {old})"
+    )
+
+
+def fixed_batch_differs(path: Path, batch: int | None, given: dict[str, list[int]]) -> bool:
+    """Whether --batch `batch` meets an input of the ONNX file at `path` whose batch the file fixes
+    at another value (read from its header, no weights; an input --input-shape gives is the user's)."""
+    if batch is None:
+        return False
+    from deployopt.backends.trtexec import _onnx_input_dims
+
+    try:
+        dims = _onnx_input_dims(path)
+    except Exception:  # not a model onnx reads: the backend says so in its own words
+        return False
+    return any(n not in given and d and d[0] is not None and d[0] != batch for n, d in dims.items())
+
+
+def write_at_batch(path: Path, batch: int, given: dict[str, list[int]], dest: Path) -> str:
+    """Write the ONNX file at `path` to `dest` with --batch `batch` in place of the batch its inputs
+    fix, for a backend that builds the file itself (TensorRT, trtexec), and return the notice
+    (`rebatched_notice`). Checked as onnxruntime and torch load it (ort.prepare_model), so a graph
+    whose Reshapes hard-code the batch is the same one-line ModelError on every backend; the graph
+    is otherwise the file's own (nothing folded: Q/DQ nodes stay for TensorRT), its outputs given
+    the shapes found at `batch` and its intermediate shapes left for the builder to infer."""
+    from deployopt.backends.ort import prepare_model
+    from deployopt.model import save_model, uses_external_data
+
+    loaded = prepare_model(path, batch, given)
+    model = onnx.load(str(path), load_external_data=False)
+    external = uses_external_data(model)
+    if external:
+        onnx.external_data_helper.load_external_data_for_model(model, str(path.parent))
+    for inp in model.graph.input:
+        want = loaded.input_shapes.get(inp.name)
+        dims = inp.type.tensor_type.shape.dim
+        if inp.name in loaded.file_batch and want and len(dims):
+            dims[0].Clear()
+            dims[0].dim_value = want[0]
+    found = {o.name: o.type.tensor_type.shape for o in loaded.model.graph.output}
+    for out in model.graph.output:
+        if out.name in found and out.type.tensor_type.HasField("shape"):
+            out.type.tensor_type.shape.CopyFrom(found[out.name])
+    del model.graph.value_info[:]
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    save_model(model, dest, external_data=external)
+    return rebatched_notice(loaded, given)
+
+
 def _make_dynamic(
     model: onnx.ModelProto, dynamic: dict[str, str], batch: int, symbol: str
 ) -> onnx.ModelProto:
@@ -189,9 +262,10 @@ def _check_batches(model: onnx.ModelProto) -> str:
 
 def random_feeds(session: Any, shape_of: Callable[[Any], list[Any]]) -> dict[str, np.ndarray] | str:
     """Inputs for a check run of an onnxruntime `session`, each of shape `shape_of(its NodeArg)`:
-    seeded standard normals in its own float type, zeros for an integer input (pixels cast inside
-    the model, where random values would be nonsense); or why an input cannot be fed."""
-    from deployopt.fidelity import input_dtypes  # verify's input types
+    seeded `random_values` in its own type (verify's random inputs: standard normals, uint8 pixels
+    over 0–255; zeros made every sample of an integer input the same, so a model that mixed
+    samples passed the check); or why an input cannot be fed."""
+    from deployopt.fidelity import input_dtypes, random_values  # verify's input types and values
 
     dtypes = input_dtypes(session)
     rng = np.random.default_rng(0)
@@ -202,10 +276,7 @@ def random_feeds(session: Any, shape_of: Callable[[Any], list[Any]]) -> dict[str
             return f"input {inp.name!r} has other dynamic dims"
         if inp.name not in dtypes:
             return f"input {inp.name!r} takes {inp.type}, which the check cannot feed"
-        dtype = np.dtype(dtypes[inp.name])
-        feeds[inp.name] = (
-            rng.standard_normal(dims).astype(dtype) if dtype.kind == "f" else np.zeros(dims, dtype)
-        )
+        feeds[inp.name] = random_values(rng, dims, dtypes[inp.name])
     return feeds
 
 

@@ -123,6 +123,8 @@ class CalibrationSet:
     notices: list[str] = field(default_factory=list)
     # how images became these samples; None for arrays and random inputs (fed as they are)
     preprocess: ImagePreprocess | None = None
+    # images fed N×H×W×C (an input with its channels last: TF/Keras exports), else N×C×H×W
+    channels_last: bool = False
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -656,14 +658,17 @@ def load_calibration(
     """Calibration samples shaped exactly like the model's inputs (batch included).
 
     `path`: a folder of images (png/jpg/jpeg/bmp, sorted by relative path, resized to the input's
-    H×W and normalised; `count × batch` images at most, stacked into the model's batch), a .npy
+    H×W and normalised, in its layout, N×C×H×W or N×H×W×C (`_channels_last`); an integer input
+    gets their raw pixels at the check, `fit_input_types`; `count × batch` images at most, stacked
+    into the model's batch), a .npy
     (N×input shape, N rows of one batch item, or one sample), a .npz keyed by input name, or a
     folder of .npy/.npz files (concatenated in relative-path order, read only until `count`
     samples are found; `_assemble_arrays`). Images and rows past the last full batch are left out
     (no image counts twice); fewer than one batch fill it by repeating.
     Folders are searched recursively, skipping hidden files and folders, and must hold one kind
     (images or arrays).
-    None: `count` seeded standard-normal samples, marked `random=True`. `preprocess` turns images
+    None: `count` seeded standard-normal samples, marked `random=True` (made into an integer
+    input's own values at the check, `fit_input_types`). `preprocess` turns images
     into tensors (arrays are fed as they are). Every problem is a one-line DataError naming the file.
     """
     if count < 1:
@@ -724,22 +729,15 @@ def load_calibration(
         if arrays:
             return _assemble_arrays(arrays, inputs, count, str(path), unread)
 
-    # Images: one 4-D input (N, C, H, W) fed with resized, normalised pictures.
+    # Images: one 4-D input (N, C, H, W or N, H, W, C) fed with resized, normalised pictures.
     if len(inputs) != 1:
         raise DataError(
             f"{path}: images can feed a model with one input, this one has {len(inputs)} "
             f"({', '.join(inputs)}); use .npz arrays keyed by input name"
         )
     name, shape = next(iter(inputs.items()))
-    if len(shape) != 4:
-        raise DataError(f"{path}: images need a 4-D N×C×H×W input, {name!r} is {_fmt(shape)}")
-    batch, channels, h, w = shape
-    if channels not in (1, 3):  # checked once, here: the error blamed the first image for the layout
-        last = " (it looks N×H×W×C, channels last)" if shape[3] in (1, 3) else ""
-        raise DataError(
-            f"{path}: images feed N×C×H×W inputs with 1 or 3 channels (dim 1), {name!r} is "
-            f"{_fmt(shape)}{last}; give .npy/.npz arrays of its shape"
-        )
+    last = _channels_last(path, name, shape)
+    batch, channels, h, w = (shape[0], shape[3], shape[1], shape[2]) if last else shape
     files = files[: count * batch]
     notices = _rows_notice(len(files), batch, "image")
     # each image goes straight into its batch, as `_stack_rows` would place it: a list of them all
@@ -749,8 +747,8 @@ def load_calibration(
     batches: list[np.ndarray] = []
     for k, f in enumerate(used):
         if k % batch == 0:
-            batches.append(np.empty((batch, channels, h, w), np.float32))
-        batches[-1][k % batch] = preprocess_image(
+            batches.append(np.empty((batch, h, w, channels) if last else (batch, channels, h, w), np.float32))
+        tensor = preprocess_image(
             f,
             (h, w),
             channels=channels,
@@ -760,6 +758,7 @@ def load_calibration(
             scale=preprocess.scale,
             resize=preprocess.resize,
         )
+        batches[-1][k % batch] = tensor.transpose(1, 2, 0) if last else tensor
     for j in range(len(used), batch):  # fewer than one batch: it repeats them
         batches[0][j] = batches[0][j % len(used)]
     return CalibrationSet(
@@ -768,7 +767,32 @@ def load_calibration(
         random=False,
         notices=unread + notices,
         preprocess=preprocess,
+        channels_last=last,
     )
+
+
+def _channels_last(path: Path, name: str, shape: list[int]) -> bool:
+    """Whether images feed input `name` (of `shape`) channels last, N×H×W×C (TF/Keras exports, a
+    model with its preprocessing inside), rather than N×C×H×W: the dim of 1 or 3 channels that
+    images have. A shape where both could be (1×3×8×3), or neither, is one DataError that says to
+    give the tensors as arrays: guessing would feed pictures in the wrong layout."""
+    if len(shape) != 4:
+        raise DataError(
+            f"{path}: images need a 4-D N×C×H×W input (or N×H×W×C), {name!r} is {_fmt(shape)}; "
+            "give .npy/.npz arrays of its shape"
+        )
+    first, last = shape[1] in (1, 3), shape[3] in (1, 3)
+    if first and last:
+        raise DataError(
+            f"{path}: {name!r} is {_fmt(shape)}, whose channels could be dim 1 (N×C×H×W) or dim 3 "
+            "(N×H×W×C); give its tensors as a .npy of that shape (numpy.save) instead of images"
+        )
+    if not first and not last:  # checked once, here: the error blamed the first image for the layout
+        raise DataError(
+            f"{path}: images feed N×C×H×W or N×H×W×C inputs with 1 or 3 channels, {name!r} is "
+            f"{_fmt(shape)}; give .npy/.npz arrays of its shape"
+        )
+    return last
 
 
 #: files a dataset folder holds beside its data (READMEs, licences, labels, annotations, scripts),
@@ -1304,19 +1328,106 @@ def input_dtypes(sess: Any) -> dict[str, Any]:
     return {i.name: types[i.type] for i in sess.get_inputs() if i.type in types}
 
 
+#: Random values for an integer input that is wider than 8 bits: indices, counts, sizes, which a
+#: table of 16 entries takes (an 8-bit input, pixels, gets its type's whole range).
+RANDOM_INT_RANGE = (0, 15)
+
+
+def random_range(dtype: Any) -> tuple[int, int]:
+    """The values random inputs give an integer or bool input of `dtype` (both ends included): a
+    model with its preprocessing inside takes uint8 pixels, 0–255 (int8: −128–127); a wider
+    integer type RANDOM_INT_RANGE; a bool False and True."""
+    dt = np.dtype(dtype)
+    if dt.kind == "b":
+        return 0, 1
+    if dt.itemsize == 1:
+        info = np.iinfo(dt)
+        return int(info.min), int(info.max)
+    return RANDOM_INT_RANGE
+
+
+def random_values(rng: np.random.Generator, shape: Sequence[int], dtype: Any) -> np.ndarray:
+    """Seeded random inputs of `dtype`: standard normals for a float type, integers (or bools) over
+    `random_range` for another. Zeros, which integer inputs were fed, made every sample the same
+    (nothing to compare between two models) and ran a data-dependent model (NMS) on nothing."""
+    dt = np.dtype(dtype)
+    if dt.kind == "f":
+        return rng.standard_normal(list(shape)).astype(dt)
+    lo, hi = random_range(dt)
+    return rng.integers(lo, hi, size=list(shape), endpoint=True).astype(dt)
+
+
+def _random_note(dtype: Any) -> str:
+    lo, hi = random_range(dtype)
+    return f"{np.dtype(dtype).name} {'False/True' if np.dtype(dtype).kind == 'b' else f'{lo}–{hi}'}"
+
+
+def fit_input_types(calib: CalibrationSet, dtypes: dict[str, Any]) -> None:
+    """Random inputs and images made, in place, into the values an integer (or bool) input of
+    `dtypes` takes: the loader knows the inputs' shapes, not their types, and a model with its
+    preprocessing inside (uint8 pixels, cast inside) was refused random inputs and images alike.
+    Random ones become seeded `random_values` in its type (`source` says which); images become
+    their raw 8-bit pixels (no --scale/--mean/--std: the model normalises them itself), recovered
+    from the tensors (`_pixels`: the normalisation is exact to far below a pixel step), and
+    `preprocess` then says so. Arrays, and what cannot be recovered, are left for the check."""
+    for name, dtype in dtypes.items():
+        dt = np.dtype(dtype)
+        held = [s[name] for s in calib.samples if s.get(name) is not None]
+        if dt.kind not in "iub" or not any(np.asarray(a).dtype.kind == "f" for a in held):
+            continue
+        if calib.random:
+            for i, sample in enumerate(calib.samples):
+                if name in sample and np.asarray(sample[name]).dtype.kind == "f":
+                    rng = np.random.default_rng([i, zlib.crc32(name.encode())])
+                    sample[name] = random_values(rng, np.shape(sample[name]), dt)
+            calib.source = f"{calib.source[:-1]}; input {name!r}: {_random_note(dt)})"
+        elif calib.preprocess is not None and dt.kind != "b" and np.can_cast(np.uint8, dt):
+            pixels = [_pixels(np.asarray(a), calib.preprocess, calib.channels_last) for a in held]
+            if any(p is None for p in pixels):
+                continue  # not images as loaded here: the check says what the data holds
+            for sample, p in zip((s for s in calib.samples if s.get(name) is not None), pixels):
+                sample[name] = p
+            calib.preprocess = replace(calib.preprocess, mean=(0.0,), std=(1.0,), scale=1.0)
+            calib.notices.append(
+                f"input {name!r} takes {dt.name}: images fed as their raw pixels, 0–255 (the model "
+                "normalises them itself; --scale, --mean and --std do not apply)"
+            )
+
+
+def _pixels(arr: np.ndarray, preprocess: ImagePreprocess, channels_last: bool) -> np.ndarray | None:
+    """The 8-bit pixels `preprocess_image` made the tensors `arr` from (`channels_last`: N×H×W×C),
+    or None where `arr` is not such tensors (values off whole pixels by more than rounding)."""
+    if arr.ndim != 4:
+        return None
+    axis = 3 if channels_last else 1
+    channels = arr.shape[axis]
+    if channels not in (1, 3):
+        return None
+    mean = _per_channel(preprocess.mean, channels, "mean")
+    std = _per_channel(preprocess.std, channels, "std")
+    if preprocess.channel_order.upper() == "BGR" and channels == 3:
+        mean, std = mean[::-1], std[::-1]
+    along = [channels if k == axis else 1 for k in range(4)]
+    with np.errstate(over="ignore", invalid="ignore"):
+        raw = (arr.astype(np.float64) * std.reshape(along) + mean.reshape(along)) / float(preprocess.scale)
+    pixels = np.rint(raw)
+    if not (np.isfinite(raw).all() and np.all(np.abs(raw - pixels) <= 0.01)):
+        return None
+    if pixels.size and (pixels.min() < 0 or pixels.max() > 255):
+        return None
+    return pixels.astype(np.uint8)
+
+
 def _check_integer_inputs(calib: CalibrationSet, dtypes: dict[str, Any], role: str) -> None:
-    """An integer input takes the integer values the data holds, a bool input 0/1 (or bools);
-    random normals or normalised images hold none, and casting them would feed noise
-    (onnxruntime refused the float; INT8 calibration wrapped 0.5 to 0 and -1 to 255)."""
+    """An integer input takes the integer values the data holds, a bool input 0/1 (or bools):
+    random inputs and images are first made into such values (`fit_input_types`); normalised
+    floats from arrays hold none, and casting them would feed noise (onnxruntime refused the
+    float; INT8 calibration wrapped 0.5 to 0 and -1 to 255)."""
+    fit_input_types(calib, dtypes)
     for name, dtype in dtypes.items():
         kind = np.dtype(dtype).kind
         if kind not in "iub":
             continue
-        if calib.random:
-            raise DataError(
-                f"{role} model input {name!r} takes {np.dtype(dtype).name}, and random inputs are "
-                "floats: give --calibration-data as .npy/.npz arrays of the values it takes"
-            )
         lo, hi = (0, 1) if kind == "b" else (np.iinfo(dtype).min, np.iinfo(dtype).max)
         for sample in calib.samples:
             arr = sample.get(name)
@@ -1351,8 +1462,8 @@ def _string_inputs(sess: Any) -> list[str]:
 
 def check_feedable(calib: CalibrationSet, model: onnx.ModelProto) -> None:
     """Before any work: the integer inputs of `model` (a graph input, not an initializer) get data
-    they can take, and it has no string input, or one DataError (optimize checks at load, not after
-    the search)."""
+    they can take (random inputs and images made into it: `fit_input_types`), and it has no string
+    input, or one DataError (optimize checks at load, not after the search)."""
     inits = {t.name for t in model.graph.initializer}
     strings = [
         i.name

@@ -269,13 +269,18 @@ def test_a_bool_input_is_fed_bool_arrays(tmp_path: Path) -> None:
     check_feedable(calib, onnx.load(str(model)))
 
 
-def test_a_bool_input_refuses_random_inputs_and_other_values(tmp_path: Path) -> None:
+def test_a_bool_input_gets_random_bools_and_refuses_other_values(tmp_path: Path) -> None:
+    """Random inputs were refused for a bool input ('random inputs are floats'): it gets seeded
+    random bools now, as an integer input gets integers (fidelity.random_values), both values."""
     model = _bool_model(tmp_path / "m.onnx")
-    random = load_calibration(None, {"x": [1, 4], "mask": [1, 4]})
-    with pytest.raises(DataError, match=r"input 'mask' takes bool, and random inputs are floats"):
-        compare_models(str(model), str(model), random)
-    with pytest.raises(DataError, match=r"input 'mask' takes bool, and random inputs are floats"):
-        check_feedable(random, onnx.load(str(model)))
+    random = load_calibration(None, {"x": [1, 4], "mask": [1, 4]}, count=4)
+    report = compare_models(str(model), str(model), random)
+    assert not report.check() and report.source.endswith("input 'mask': bool False/True)")
+    masks = np.concatenate([s["mask"] for s in random.samples])
+    assert masks.dtype == np.bool_ and masks.any() and not masks.all()
+    again = load_calibration(None, {"x": [1, 4], "mask": [1, 4]}, count=4)
+    check_feedable(again, onnx.load(str(model)))
+    np.testing.assert_array_equal(np.concatenate([s["mask"] for s in again.samples]), masks)
     np.savez(tmp_path / "half.npz", x=np.ones((2, 1, 4), np.float32), mask=np.full((2, 1, 4), 0.5))
     half = load_calibration(tmp_path / "half.npz", {"x": [1, 4], "mask": [1, 4]})
     with pytest.raises(DataError, match=r"input 'mask' takes bool, the data holds other values"):

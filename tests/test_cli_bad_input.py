@@ -231,9 +231,11 @@ def _uint8_model(path: Path) -> Path:
 
 def test_verify_a_model_with_an_integer_input(monkeypatch, capsys, tmp_path) -> None:
     """Was 'reference model failed on the calibration inputs: ... Unexpected input data type' for
-    any data; uint8 arrays now run, random inputs and normalised images say what to give."""
+    any data; uint8 arrays run, and random inputs are uint8 pixels over 0–255."""
     m = str(_uint8_model(tmp_path / "u8.onnx"))
-    _one_error(*run(monkeypatch, capsys, "verify", m, m), "takes uint8, and random inputs are floats")
+    code, out, err = run(monkeypatch, capsys, "verify", m, m, "--json")
+    assert code == 0, err
+    assert "input 'x': uint8 0–255" in json.loads(out)["source"], out
     np.save(tmp_path / "u8.npy", np.random.default_rng(0).integers(0, 256, (4, 3, 8, 8)).astype(np.uint8))
     code, out, err = run(monkeypatch, capsys, "verify", m, m, "--calibration-data", str(tmp_path / "u8.npy"))
     assert code == 0 and "PASSED" in out, err
@@ -332,12 +334,19 @@ def test_optimize_a_model_with_an_integer_input_fails_before_the_search(
     monkeypatch, capsys, tmp_path
 ) -> None:
     """Random fidelity inputs for a uint8 input failed in onnxruntime at the end of the search, after
-    the journal was written; now at load, before OUTDIR exists. uint8 arrays optimize."""
+    the journal was written; they are uint8 pixels now, and a file of other values still fails at
+    load, before OUTDIR exists. uint8 arrays optimize."""
     m = str(_uint8_model(tmp_path / "u8.onnx"))
     out = tmp_path / "run"
     args = ["optimize", m, "--target", "nano", "--backend", "model", "--max-evals", "4"]
-    _one_error(*run(monkeypatch, capsys, *args, "-o", str(out)), "input 'x' takes uint8")
+    np.save(tmp_path / "big.npy", np.full((2, 3, 8, 8), 300, np.int64))
+    _one_error(
+        *run(monkeypatch, capsys, *args, "-o", str(out), "--calibration-data", str(tmp_path / "big.npy")),
+        "holds other values",
+    )
     assert not out.exists()
+    code, _, err = run(monkeypatch, capsys, *args, "-o", str(tmp_path / "random"))
+    assert code == 0 and (tmp_path / "random" / "model.onnx").exists(), err
     np.save(tmp_path / "u8.npy", np.random.default_rng(0).integers(0, 256, (2, 3, 8, 8)).astype(np.uint8))
     code, _, err = run(
         monkeypatch, capsys, *args, "-o", str(out), "--calibration-data", str(tmp_path / "u8.npy")

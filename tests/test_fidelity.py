@@ -724,19 +724,20 @@ def test_crop_keeps_the_aspect_ratio_and_square_inputs_crop_as_before(tmp_path: 
         assert np.array_equal(new, old)
 
 
-def test_a_channels_last_input_is_refused_for_images_before_any_is_read(
+def test_an_input_with_no_image_channels_is_refused_for_images_before_any_is_read(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """An N×H×W×C input was "images can feed inputs with 1 or 3 channels, the model's has 32",
-    blaming the first image: the layout is the model's, said once, before reading an image."""
+    """An input with 4 channels either way was "images can feed inputs with 1 or 3 channels, the
+    model's has 32", blaming the first image: the layout is the model's, said once, before reading
+    an image (N×H×W×C with 1 or 3 channels is read: test_inputs_users_bring)."""
     import deployopt.fidelity as fidelity
 
     monkeypatch.setattr(fidelity, "preprocess_image", lambda *a, **k: pytest.fail("an image was read"))
     with pytest.raises(DataError) as exc:
-        load_calibration(CIFAR, {"input": [1, 32, 32, 3]})
+        load_calibration(CIFAR, {"input": [1, 32, 32, 4]})
     msg = str(exc.value)
-    assert "images feed N×C×H×W inputs" in msg and "N×H×W×C" in msg and ".npy/.npz" in msg
-    assert "\n" not in msg
+    assert "N×C×H×W or N×H×W×C inputs with 1 or 3 channels" in msg and "1×32×32×4" in msg
+    assert ".npy/.npz" in msg and "\n" not in msg
 
 
 def test_a_palette_png_with_transparency_is_read_without_a_warning(tmp_path: Path) -> None:

@@ -124,6 +124,9 @@ class Session(ABC):
     def __init__(self, backend: Backend, options: MeasureOptions) -> None:
         self.backend = backend
         self.options = options
+        self._said_once: set[str] = set()  # say_once's notices
+        self._at_batch: dict[tuple[str, int, int], Path] = {}  # at_batch's files: (path, size, mtime) → run
+        self._batch_dir: Any = None  # at_batch's copies: a TemporaryDirectory, made with the first
 
     @abstractmethod
     def measure(self, model_path: Path) -> Timing:
@@ -180,6 +183,45 @@ class Session(ABC):
         from deployopt.layers import conv_model
 
         return conv_model(shape, int8=self.options.dtype == "int8")
+
+    def at_batch(self, model_path: Path) -> Path:
+        """`model_path`, or where --batch N meets a batch its file fixes at another value, a copy of
+        it at batch N (deployopt.batch.write_at_batch, in a folder of this session's), made and said
+        once a session per file. For a backend that builds the file itself (TensorRT, trtexec, the
+        board's runner): they refused `--batch 4` on a static batch-1 export that onnxruntime and
+        torch ran rewritten; now every backend rewrites it, or refuses a graph that hard-codes its
+        batch in the same line (`prepare_model`'s)."""
+        from deployopt.batch import fixed_batch_differs, write_at_batch
+
+        model_path = Path(model_path)
+        try:
+            st = model_path.stat()
+        except OSError:  # the backend says in its own words that there is no such file
+            return model_path
+        key = (str(model_path.resolve()), st.st_size, st.st_mtime_ns)
+        if key not in self._at_batch:
+            opts = self.options
+            dest = model_path
+            if opts.batch is not None and fixed_batch_differs(model_path, opts.batch, opts.input_shapes):
+                if self._batch_dir is None:
+                    import tempfile
+
+                    self._batch_dir = tempfile.TemporaryDirectory(prefix="deployopt-batch-")
+                dest = Path(self._batch_dir.name) / str(len(self._at_batch)) / model_path.name
+                self.say_once(write_at_batch(model_path, opts.batch, opts.input_shapes, dest))
+            self._at_batch[key] = dest
+        return self._at_batch[key]
+
+    def say_once(self, notice: str) -> None:
+        """`notice` as a warning (a `warning:` line), once a session: optimize and bench --repeat
+        time the same file again, and the same line each time would bury the rest."""
+        if notice and notice not in self._said_once:
+            import warnings
+
+            from deployopt.errors import DeployoptWarning
+
+            self._said_once.add(notice)
+            warnings.warn(notice, DeployoptWarning, 3)
 
     def keep_engine(self, timing: Timing, dest: Path) -> bool:
         """Copy the engine this session built for the model `timing` measured to `dest` (optimize

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deployopt.backends.base import Backend, LayerTime, MeasureOptions, Profile, Session
+from deployopt.batch import rebatched_notice
 from deployopt.errors import (
     BackendFailed,
     BackendUnavailable,
@@ -97,10 +98,14 @@ def prepare_model(
 
 def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
     """Deterministic inputs for every graph input (latency does not depend on the values for CNNs):
-    standard normals for float inputs, zeros for integer ones (valid indices and pixel values), a
-    dynamic dim as 1. Also what importance's dead-channel probe feeds."""
+    deployopt.fidelity.random_values, as verify's random inputs: standard normals for float inputs,
+    integers over the type's range for a uint8 one (pixels a model with its preprocessing inside
+    casts itself; 0–15 for wider integers), a dynamic dim as 1. Also what importance's
+    dead-channel probe feeds."""
     import numpy as np
     from onnx import helper
+
+    from deployopt.fidelity import random_values
 
     rng = np.random.default_rng(seed)
     inits = {t.name for t in model.graph.initializer}
@@ -110,11 +115,7 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray
             continue
         ttype = inp.type.tensor_type
         dims = [max(d.dim_value, 1) for d in ttype.shape.dim]
-        dtype = helper.tensor_dtype_to_np_dtype(ttype.elem_type)
-        if np.issubdtype(dtype, np.floating):
-            feeds[inp.name] = rng.standard_normal(dims).astype(dtype)
-        else:
-            feeds[inp.name] = np.zeros(dims, dtype=dtype)
+        feeds[inp.name] = random_values(rng, dims, helper.tensor_dtype_to_np_dtype(ttype.elem_type))
     return feeds
 
 
@@ -623,6 +624,8 @@ class OrtSession(Session):
         feeds = random_inputs(loaded.model)
         self._run(sess, feeds, opts.warmup)
         samples = self._run(sess, feeds, opts.runs)
+        # once it ran: a run that fails (out of memory at that batch) is its one error line alone
+        self.say_once(rebatched_notice(loaded, opts.input_shapes))
         return Timing(
             backend=self.backend.name,
             samples_us=samples,
@@ -668,6 +671,7 @@ class OrtSession(Session):
                     shutil.copyfile(path, dst)  # (not `tmp`: the optimized graph is read from tmp below)
             optimized = _load_optimized(Path(tmp) / OPTIMIZED_NAME)
         layers, mapping = profile_layers(events, opts.runs, loaded.model, optimized)
+        self.say_once(rebatched_notice(loaded, opts.input_shapes))  # once it ran, as measure says it
         return OrtProfile(
             backend=self.backend.name,
             layers=layers,

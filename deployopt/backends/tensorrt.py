@@ -1006,15 +1006,14 @@ def time_engine(
         refuse_shapes_for_engine(Path(engine_path).name, declared_inputs(trt, engine, api), shapes)
     ios = _bind(trt, engine, context, api, shapes)
     refuse_data_dependent_outputs(ios)
+    from deployopt.fidelity import random_values
+
     rng = np.random.default_rng(0)
     for io in ios:
         io.ptr = cuda.alloc(io.nbytes)
         if io.is_input:  # uploaded once: like trtexec --noDataTransfers, copies are not timed
-            host = (
-                rng.standard_normal(io.shape).astype(io.dtype)
-                if io.dtype.kind == "f"
-                else np.zeros(io.shape, io.dtype)
-            )
+            # as the ort backend and verify feed them: uint8 pixels over 0–255, not all zeros
+            host = random_values(rng, io.shape, io.dtype)
             cuda.htod(io.ptr, np.ascontiguousarray(host))
         if api == "v3":
             context.set_tensor_address(io.name, io.ptr)
@@ -1188,6 +1187,7 @@ class TensorRTSession(Session):
             if self.options.extra.get("isolate", True):
                 return run_isolated("deployopt.backends.tensorrt.time_prebuilt", args, self.options.timeout_s)
             return time_prebuilt(*args)
+        model_path = self.at_batch(model_path)  # --batch N on a batch the file fixes: a copy at N
         from deployopt.model import file_typed_precision
 
         # read here once per file, before the worker starts: it refuses an FP8/W8A16 Q/DQ model

@@ -329,6 +329,8 @@ class RemoteRunnerSession(Session):
         if not engine:
             from deployopt.model import file_typed_precision
 
+            model_path = self.at_batch(model_path)  # --batch N on a batch the file fixes: a copy at N
+
             # read once, before anything goes to the board, for every dtype: an FP8 or W8A16 Q/DQ
             # model is one line here (fp32 sent it and recorded it fp32); the record reads it too
             typing = file_typed_precision(model_path)

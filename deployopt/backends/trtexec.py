@@ -608,6 +608,8 @@ class TrtexecSession(Session):
         if not self._prebuilt:
             from deployopt.model import file_typed_precision
 
+            model_path = self.at_batch(model_path)  # --batch N on a batch the file fixes: a copy at N
+
             # read once, before anything is built or copied, for every dtype: an FP8 or W8A16 Q/DQ
             # model is refused in one line here (it was built and timed as fp32, or refused only
             # after the build, for the record); the record and int8's Q/DQ check read it from here
