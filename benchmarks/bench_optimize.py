@@ -152,7 +152,8 @@ def run_optimize(
         args,
         src,
         mode,
-        max_trim=args.max_trim,
+        # a lossless config refuses a max_trim other than the default (it would be unused)
+        **({"max_trim": args.max_trim} if mode == "trim" else {}),
         max_evals=args.max_evals,
         runs=args.runs,
         warmup=args.warmup,

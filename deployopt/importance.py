@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 import numpy as np
 import onnx
 
-from deployopt.errors import DataError, first_line
+from deployopt.errors import DataError, PlanError, first_line, shorten
 
 if TYPE_CHECKING:
     from deployopt.coupling import Analysis
@@ -417,6 +417,25 @@ def activation_importance(
                 result[gid] += score[off : off + width]
             off += width
     return {gid: result[ids[gid]] for gid in gids}
+
+
+def check_importance(gid: str, score: Any, width: int) -> np.ndarray:
+    """A caller's importance for group `gid` of `width` channels, as the 1-D float array
+    `trim_order` sorts by, or a one-line PlanError: a 2-D array was numpy's "all keys need to be
+    the same shape", and NaN sorts anywhere (the trim dropped arbitrary channels)."""
+    try:
+        arr = np.asarray(score, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise PlanError(f"importance of group {gid!r}: not numbers: {shorten(repr(score), 60)}") from None
+    if arr.ndim != 1:
+        raise PlanError(
+            f"importance of group {gid!r}: one value per channel ({width}), not an array of shape {arr.shape}"
+        )
+    if arr.size != width:
+        raise PlanError(f"importance of group {gid!r}: {arr.size} values for {width} channels")
+    if not np.isfinite(arr).all():
+        raise PlanError(f"importance of group {gid!r} holds NaN or infinite values; rank on finite ones")
+    return arr
 
 
 def trim_order(dead: Sequence[int], l1: np.ndarray, importance: Optional[np.ndarray] = None) -> list[int]:

@@ -211,14 +211,22 @@ def peek_model(path: str | os.PathLike[str]) -> onnx.ModelProto | None:
 
 def file_has_qdq(path: str | os.PathLike[str]) -> bool:
     """`has_qdq` of a model file (`peek_model`'s); False for one that cannot be parsed. Its refusal
-    of a Q/DQ model deployopt does not label int8 (W8A16) names the file."""
+    of a Q/DQ model deployopt does not label int8 (W8A16) names the file. Read once per file as it
+    is now (`_file_key`, as file_typed_precision): optimize's default dtype asks before the run
+    and again when the run starts, and a 415 MB model parses in about 0.9 s."""
+    key = _file_key(Path(path))
+    if key is not None and key in _HAS_QDQ:
+        return _HAS_QDQ[key]
     model = peek_model(path)
     try:
-        return model is not None and has_qdq(model)
+        found = model is not None and has_qdq(model)
     except ModelError as exc:
         raise ModelError(f"{Path(path).name}: {exc}") from None
     except UnicodeDecodeError:  # a string not UTF-8: the command's own loading says so in one line
-        return False
+        found = False
+    if key is not None:
+        _HAS_QDQ[key] = found
+    return found
 
 
 def folded_at_load(path: str | os.PathLike[str], loaded: onnx.ModelProto) -> list[str]:
@@ -246,15 +254,7 @@ def file_typed_precision(path: str | os.PathLike[str]) -> str:
     is now (path, inode, size, mtime, ctime): the TensorRT backends ask before every build and again for
     the record, and parsing a 415 MB model took 0.87 s each time."""
     path = Path(path)
-    try:
-        st = path.stat()
-    except OSError:
-        st = None
-    key = None
-    if st is not None and stat.S_ISREG(st.st_mode):  # a pipe is read once anyway: never memoized
-        # ctime too: a same-size rewrite in place within the mtime clock's tick, or one whose mtime
-        # was set back (cp -p, rsync -t, tar x), keeps size and mtime but not ctime
-        key = (str(path.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    key = _file_key(path)
     if key is not None and key in _TYPINGS:
         label, refused = _TYPINGS[key]
     else:
@@ -282,6 +282,22 @@ def typed_precision_of_bytes(data: bytes, name: str) -> str:
 
 #: file_typed_precision's answers: (label, refusal) by (path, device, inode, size, mtime)
 _TYPINGS: dict[tuple[str, int, int, int, int, int], tuple[str, str | None]] = {}
+#: file_has_qdq's answers, by `_file_key`
+_HAS_QDQ: dict[tuple[str, int, int, int, int, int], bool] = {}
+
+
+def _file_key(path: Path) -> tuple[str, int, int, int, int, int] | None:
+    """A regular file as it is now (path, device, inode, size, mtime, ctime), to memoize what was
+    read from it; None for what is no regular file (a pipe is read once anyway: never memoized)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    # ctime too: a same-size rewrite in place within the mtime clock's tick, or one whose mtime
+    # was set back (cp -p, rsync -t, tar x), keeps size and mtime but not ctime
+    return (str(path.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _typing_or_refusal(model: onnx.ModelProto | None) -> tuple[str, str | None]:
@@ -583,6 +599,54 @@ def _check_static_dims_kept(name: str, dims: Any, want: list[int]) -> None:
 _MAX_DIM = 2**63 - 1  # an ONNX dim is an int64
 
 
+def check_batch_agrees(
+    batch: int | None, input_shapes: dict[str, Sequence[int]] | None, cli: bool = False
+) -> None:
+    """A batch (`batch` of OptimizeConfig or MeasureOptions) sets dim 0 of the inputs
+    `input_shapes` does not give; for an input it does give, a different dim 0 was timed silently in
+    its place. Same value: fine. `cli`: the error names the options (--batch, --input-shape), else
+    the fields a library caller set."""
+    if batch is None:
+        return
+    if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
+        # said before the disagreement, which a batch of 0 always is
+        raise ModelError(
+            "--batch must be at least 1" if cli else f"batch={batch!r}: must be a whole number, at least 1"
+        )
+    for name, dims in (input_shapes or {}).items():
+        dims = list(dims)
+        if dims and dims[0] != batch:
+            given = (
+                f"--batch {batch} and --input-shape {name}:{'x'.join(map(str, dims))}"
+                if cli
+                else f"batch={batch} and input_shapes[{name!r}]={dims}"
+            )
+            raise ModelError(
+                f"{given} disagree on the batch of {name!r} ({dims[0]}); give one of them, or the same "
+                "batch in both"
+            )
+
+
+def _requested_dims(name: str, want: Any) -> list[int]:
+    """An input shape given for `name` as a list of whole numbers from 1 up: a 0 or -1 was loaded
+    (an empty batch, a "dynamic" dim written as a fixed -1) and analysed as if valid, and 1.0 was a
+    TypeError from protobuf. A NumPy integer is an integer."""
+    if isinstance(want, (str, bytes)) or not isinstance(want, (Sequence, np.ndarray)):
+        raise ModelError(
+            f"input shape for {name!r} must be a list of dims such as [1, 3, 224, 224], "
+            f"got {shorten(repr(want), 60)}"
+        )
+    dims = list(want)
+    bad = next(
+        (d for d in dims if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1), None
+    )
+    if bad is not None or not dims:
+        shown = shorten(repr(dims if not isinstance(want, np.ndarray) else want.tolist()), 60)
+        why = "no dims" if not dims else f"{bad!r} is no whole number of at least 1"
+        raise ModelError(f"input shape for {name!r}: {shown}: {why} (every dim is a size, 1 or more)")
+    return [int(d) for d in dims]
+
+
 def _shape_hint(dims: Any) -> str:
     """`1x12x<H>x<W>` for an input of N×12×H×W: its static dims as they are, batch 1, each other
     dynamic dim by its name (`<dim3>` when unnamed) to replace. A fixed `1x3x224x224` was refused
@@ -629,7 +693,7 @@ def _fix_input_shapes(
             ttype.shape.SetInParent()
         dims = ttype.shape.dim
         if inp.name in requested:
-            want = requested[inp.name]
+            want = _requested_dims(inp.name, requested[inp.name])
             if len(dims) and len(dims) != len(want):
                 raise ModelError(
                     f"input shape for {inp.name!r} has {len(want)} dims, the model's input has {len(dims)}"
@@ -1224,6 +1288,24 @@ def load_model(
         file_batch=file_batch,
         file_dynamic_dims={k: v for k, v in file_dynamic_dims.items() if v},
     )
+
+
+def model_proto(model: onnx.ModelProto | LoadedModel) -> onnx.ModelProto:
+    """The ModelProto a library function reads or edits: `model`, or a LoadedModel's `.model`
+    (what a user holds after load_model: analyze(loaded) was an AttributeError deep in the
+    analysis). A path is refused with what to do: the analysis needs the model load_model makes."""
+    if isinstance(model, LoadedModel):
+        return model.model
+    if isinstance(model, (str, os.PathLike)):
+        raise ModelError(
+            f"{model}: give a loaded model, not a path: load_model({os.fspath(model)!r}) first (it fixes "
+            "the input shapes and folds the constants the analysis needs)"
+        )
+    if not isinstance(model, onnx.ModelProto):
+        raise ModelError(
+            f"expected an onnx.ModelProto or the LoadedModel load_model returns, not a {type(model).__name__}"
+        )
+    return model
 
 
 #: Ops whose second input is a module's weight (Conv2d, ConvTranspose2d, Linear).

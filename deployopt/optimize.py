@@ -117,7 +117,10 @@ class OptimizeConfig:
     sms: int | None = None
     input_shapes: dict[str, list[int]] = field(default_factory=dict)
     batch: int | None = None
-    dtype: str = "fp16"
+    # None: what `deployopt optimize` takes without --dtype (backends.base.default_dtype as a
+    # deployment: int8 for a Q/DQ model where the backend runs int8, the model's own typing on ort,
+    # else fp16 where the backend runs it); Optimizer resolves it before anything is measured
+    dtype: str | None = None
     mode: str = "lossless"
     max_trim: float = 0.10
     max_evals: int = 40
@@ -294,12 +297,44 @@ def default_outdir(model_path: Path) -> Path:
     return model_path.with_name(f"{model_path.stem}.deployopt")
 
 
-def check_config(cfg: OptimizeConfig) -> None:
-    """One-line errors for bad options, before anything is loaded or measured."""
+#: The CLI option that sets an OptimizeConfig field, for the checks that name it by the caller:
+#: `deployopt optimize`'s errors say `--mode trim`, a library caller's `mode='trim'` (it wrote no
+#: option). The older checks still name the options alone (tests hold their words).
+CLI_OPTIONS = {"mode": "--mode", "max_trim": "--max-trim", "dtype": "--dtype"}
+
+
+def setting(name: str, value: Any, cli: bool) -> str:
+    """A setting as an error names it: the CLI's option and value as typed (`--max-trim 0.3`) when
+    `cli`, else the OptimizeConfig field (`max_trim=0.3`) a library caller wrote."""
+    if cli:
+        return f"{CLI_OPTIONS[name]} {value}"
+    return f"{name}={value!r}"
+
+
+def _default(cfg: OptimizeConfig, name: str) -> Any:
+    """A field's default: what a caller who left it alone has (a config cannot tell them apart)."""
+    from dataclasses import fields
+
+    return next(f.default for f in fields(cfg) if f.name == name)
+
+
+def check_config(cfg: OptimizeConfig, cli: bool = False) -> None:
+    """One-line errors for bad options, before anything is loaded or measured. `cli`: the checks
+    that name a setting by its caller say `deployopt optimize`'s option (CLI_OPTIONS), else the
+    OptimizeConfig field; the older ones name the option either way."""
     if cfg.mode not in MODES:
         raise DeployoptError(f"--mode {cfg.mode!r}: choose one of {', '.join(MODES)}")
     if not 0.0 < cfg.max_trim < 1.0:
         raise DeployoptError(f"--max-trim {cfg.max_trim}: must be between 0 and 1 (exclusive), e.g. 0.10")
+    if cfg.mode != "trim" and cfg.max_trim != _default(cfg, "max_trim"):
+        # max_trim=0.3 without mode="trim" ran lossless without a word. The gate's fields are not
+        # refused: unused outside trim, and a caller running both modes on one config sets them
+        # for both (benchmarks/bench_optimize.py). The CLI refuses those too, and an option given
+        # at its default, which a config cannot tell from one left alone.
+        raise DeployoptError(
+            f"{setting('max_trim', cfg.max_trim, cli)} applies to {setting('mode', 'trim', cli)} only "
+            f"(mode {cfg.mode!r} keeps the outputs equal)"
+        )
     if cfg.max_evals < 2:
         raise DeployoptError("--max-evals must be at least 2 (the two baselines)")
     from deployopt.fidelity import check_threshold_range
@@ -307,12 +342,13 @@ def check_config(cfg: OptimizeConfig) -> None:
     check_threshold_range(cfg.min_cosine, cfg.min_top1)
     check_run_counts(cfg.runs, cfg.warmup)
     check_run_counts(cfg.sweep_runs, flag="--sweep-runs")
-    from dataclasses import fields
-
-    if cfg.backend == "trtexec" and cfg.warmup != next(f.default for f in fields(cfg) if f.name == "warmup"):
+    if cfg.backend == "trtexec" and cfg.warmup != _default(cfg, "warmup"):
         from deployopt.backends.trtexec import refuse_warmup_runs
 
         refuse_warmup_runs(cfg.warmup)  # trtexec warms up by time: --warmup was dropped in silence
+    from deployopt.model import check_batch_agrees
+
+    check_batch_agrees(cfg.batch, cfg.input_shapes, cli)
     # the search's own settings, which no CLI option sets (named as OptimizeConfig's fields): an alpha
     # out of range was a raw ValueError once the run had begun, the others were taken as they were
     if not 0.0 < cfg.alpha < 1.0:
@@ -325,9 +361,13 @@ def check_config(cfg: OptimizeConfig) -> None:
         ("max_candidates", 1, "widths tabulated per group"),
         ("top_k", 1, "solver plans measured end to end"),
         ("confirm_rounds", 0, "extra measurements of the answer and the best baseline; 0: none"),
+        # fidelity's own check said "--count must be >= 1", an option optimize does not have
+        ("fidelity_samples", 1, "calibration samples the fidelity check runs"),
     ):
         if getattr(cfg, name) < least:
             raise DeployoptError(f"{name} {getattr(cfg, name)}: must be at least {least} ({what})")
+    if not cfg.timeout_s > 0:  # NaN too; the CLI's --timeout is checked (and capped) before this
+        raise DeployoptError(f"timeout_s {cfg.timeout_s:g}: must be a number of seconds above 0")
     if cfg.resume and cfg.force:
         raise DeployoptError("--resume and --force exclude each other")
     if cfg.sms is not None and cfg.sms < 1:
@@ -352,14 +392,31 @@ def check_config(cfg: OptimizeConfig) -> None:
         raise no_such_file(cfg.model_path, ModelError)
 
 
-def check_before_measuring(cfg: OptimizeConfig) -> None:
+def resolve_dtype(cfg: OptimizeConfig, backend_name: str) -> OptimizeConfig:
+    """`cfg` with its dtype given (unchanged), or else the dtype `deployopt optimize` takes without
+    --dtype (backends.base.default_dtype as a deployment): an OptimizeConfig with the dataclass's
+    literal "fp16" timed a Q/DQ model in fp16 where the CLI timed it in int8, and refused ort's fp32."""
+    if cfg.dtype is not None:
+        return cfg
+    from deployopt.backends.base import default_dtype, get_backend
+
+    backend = get_backend(backend_name)
+    dtype = default_dtype(backend, cfg.model_path, deployment=True)
+    if dtype not in backend.dtypes:  # the model's own typing (ort: bf16, mixed fp32/fp16): bench's words
+        from deployopt.precision import cannot_run_typed
+
+        raise DeployoptError(cannot_run_typed(backend.name, backend.dtypes, Path(cfg.model_path).name, dtype))
+    return replace(cfg, dtype=dtype)
+
+
+def check_before_measuring(cfg: OptimizeConfig, cli: bool = False) -> None:
     """The one-line refusals that need no board (options, the target's name, the backend, the input
     model, the output folder), in the order a user mends them: a typo in --target or a backend not
     installed is said before "OUTDIR already exists", which --force would only have traded for it.
     For `optimize --remote` without --target (cfg.target ''), before the board is asked which
     target it is: a folder that exists, or a typo, cost an ssh round trip first. `Optimizer`
-    checks them again; they are cheap."""
-    check_config(cfg)
+    checks them again; they are cheap. `cli`: as check_config's."""
+    check_config(cfg, cli)
     if cfg.target:
         from deployopt.targets import get_target
 
@@ -367,15 +424,16 @@ def check_before_measuring(cfg: OptimizeConfig) -> None:
     # the backend's checks (installed, dtype, --sms, --cudnn-engines); with --remote, not the board's
     from deployopt.backends.base import MeasureOptions, get_backend
 
+    backend_name = resolve_backend_name(cfg.backend, cfg.remote)
     options = MeasureOptions(
-        dtype=cfg.dtype,
+        dtype=str(resolve_dtype(cfg, backend_name).dtype),
         sms=cfg.sms,
         runs=cfg.runs,
         cudnn_engines=cfg.cudnn_engines,
         cudnn_benchmark=cfg.cudnn_benchmark,
         extra={"remote": cfg.remote} if cfg.remote else {},
     )
-    get_backend(resolve_backend_name(cfg.backend, cfg.remote)).check_options(options)
+    get_backend(backend_name).check_options(options)
     _check_outdir(cfg)
 
 
@@ -656,10 +714,15 @@ class Optimizer:
         layer_cache: LayerCache | None = None,
         progress: ProgressFn | None = None,
         sweep_session: Any | None = None,
+        cli: bool = False,
     ) -> None:
-        check_config(cfg)
-        self.cfg = cfg
+        """`cli`: errors name `deployopt optimize`'s options (check_config), not the config's fields."""
+        check_config(cfg, cli)
+        self._cli = cli
         self.backend_name = resolve_backend_name(cfg.backend, cfg.remote)
+        #: the dtype was left to the default: a Q/DQ model's int8 is then no choice of the caller's
+        self.dtype_defaulted = cfg.dtype is None
+        self.cfg = cfg = resolve_dtype(cfg, self.backend_name)
         if cfg.timing_cache or cfg.no_timing_cache:
             flag = "--timing-cache" if cfg.timing_cache else "--no-timing-cache"
             refuse_timing_cache(self.backend_name, flag)
@@ -706,6 +769,21 @@ class Optimizer:
 
         cfg = self.cfg
         self.target = get_target(cfg.target, sms=cfg.sms)
+        if self.dtype_defaulted and cfg.dtype == "int8" and "int8" not in self.target.dtypes():
+            # the target's refusal said "--dtype int8: ... use --dtype fp16" of a dtype never given
+            from deployopt.backends.base import quantized_without_int8
+            from deployopt.errors import TargetError
+
+            gpu = f"{self.target.display_name} (compute capability {self.target.cc})"
+            fp16 = setting("dtype", "fp16", self._cli)
+            raise TargetError(
+                quantized_without_int8(
+                    Path(cfg.model_path).name,
+                    gpu,
+                    f"optimize the float model it was quantized from ({fp16} predicts fp16 widths for "
+                    "this one's convs)",
+                )
+            )
         if cfg.dtype:  # measured backends too: an INT8 engine on a GPU without INT8 is a slow engine
             self.target.check_dtype(cfg.dtype)
         self.loaded = prepare_model(cfg.model_path, cfg.batch, cfg.input_shapes)
@@ -1857,6 +1935,7 @@ class Optimizer:
         cfg = self.cfg
         self.outdir = _check_outdir(cfg)
         journal_path = self.outdir / "journal.jsonl"
+        self._check_sessions()  # before the model is loaded: the mismatch costs no time
         self.replay = Journal.replay(journal_path) if cfg.resume else Replay()
         self._load()
         config = {
@@ -2018,6 +2097,38 @@ class Optimizer:
                 f"--runs {self.cfg.runs}: deciding 'faster' at alpha {self.cfg.alpha:g} needs at least "
                 f"{need} measured runs per candidate; use --runs {need} or more"
             )
+
+    def _check_sessions(self) -> None:
+        """A caller's session (and sweep session) opened with options other than the config's: the
+        session timed with its own (7 samples a plan) while report.md and the journal's start record,
+        which --resume trusts, said the config's (50 runs). Refused, naming each field that differs;
+        a duck-typed session (not a backends.base.Session) is the caller's to keep consistent."""
+        from deployopt.backends.base import Session
+
+        cfg = self.cfg
+        for session, fields in (
+            (self._external_session, ("dtype", "sms", "batch", "input_shapes", "runs", "warmup")),
+            # the sweep times convs alone, with samples of its own: only what changes a conv's time
+            (self._external_sweep_session, ("dtype", "sms")),
+        ):
+            if not isinstance(session, Session):
+                continue
+            opts = session.options
+            if not getattr(session.backend, "measured", True):  # the wave model times nothing
+                fields = tuple(f for f in fields if f not in ("runs", "warmup"))
+            have = {f: getattr(opts, f) for f in fields}
+            want = {f: getattr(cfg, f) for f in fields}
+            for shapes in (have, want):
+                if "input_shapes" in shapes:
+                    shapes["input_shapes"] = {n: list(d) for n, d in (shapes["input_shapes"] or {}).items()}
+            differ = [f"{f} {have[f]!r} (config: {want[f]!r})" for f in fields if have[f] != want[f]]
+            if differ:
+                which = "session" if session is self._external_session else "sweep_session"
+                raise DeployoptError(
+                    f"the {which} given was opened with other options than the config's: "
+                    f"{', '.join(differ)}; open it with the config's options, or give the config the "
+                    "session's"
+                )
 
     def _keep_engine(self, best: Evaluation, folder: Path) -> str | None:
         """The engine a TensorRT backend built for the chosen plan, copied to `folder`/model.engine

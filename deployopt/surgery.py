@@ -30,8 +30,8 @@ from onnx import numpy_helper
 from deployopt.coupling import Analysis, analyze
 from deployopt.coupling.registry import Constants
 from deployopt.errors import ModelError, PlanError, first_line, no_such_file, shorten
-from deployopt.importance import constants, dead_channels_many, filter_l1, trim_order
-from deployopt.model import type_uninferred_outputs
+from deployopt.importance import check_importance, constants, dead_channels_many, filter_l1, trim_order
+from deployopt.model import LoadedModel, model_proto, save_model, type_uninferred_outputs
 from deployopt.onnx_proto import check_skeleton, copy_fields, has_unknown_fields, serialized_size
 
 
@@ -127,6 +127,10 @@ def read_plan(path: str | os.PathLike[str]) -> Plan:
 
 
 def validate_plan(analysis: Analysis, widths: dict[str, int]) -> None:
+    if not isinstance(widths, Mapping):  # a list of pairs was an AttributeError on .items()
+        raise PlanError(
+            f"a plan's widths map group ids to widths ({{'<group id>': 64}}), not a {type(widths).__name__}"
+        )
     for gid, w in widths.items():
         group = analysis.group(gid)  # PlanError when unknown
         if group.frozen:
@@ -137,6 +141,18 @@ def validate_plan(analysis: Analysis, widths: dict[str, int]) -> None:
             raise PlanError(f"width of group {gid!r} must be at least 1, got {w}")
         if w > MAX_WIDTH:
             raise PlanError(f"width of group {gid!r} is {len(str(w))} digits long; at most {MAX_WIDTH}")
+
+
+def _channel_list(gid: str, channels: Any) -> list[int]:
+    """A group's kept channels as integers: "a" was a ValueError from int(), and 0.5 and 1.5 were
+    kept as channels 0 and 1 without a word (a float index is no channel)."""
+    if isinstance(channels, (str, bytes, Mapping)) or not isinstance(channels, (Sequence, np.ndarray, set)):
+        raise PlanError(f"channels kept by group {gid!r} must be a list of channel indices, got {channels!r}")
+    out = list(channels)
+    bad = next((c for c in out if isinstance(c, bool) or not isinstance(c, (int, np.integer))), None)
+    if bad is not None:
+        raise PlanError(f"channels kept by group {gid!r} must be integers (channel indices), got {bad!r}")
+    return [int(c) for c in out]
 
 
 def validate_keep(
@@ -162,6 +178,7 @@ def validate_keep(
                 f"group {gid!r} lists channels to keep but is not trimmed (width {new}, the model has "
                 f'{old}); remove it from "keep"'
             )
+        channels = _channel_list(gid, channels)
         if len(channels) != new:
             raise PlanError(
                 f"group {gid!r} lists {len(channels)} channel(s) to keep for width {new}; make them agree, "
@@ -294,7 +311,9 @@ def channel_order(
 ) -> list[int]:
     """Least important first: dead channels, then by `importance` (one value per channel, from
     deployopt.importance.activation_importance) when given, else by L1 of the producing filters."""
-    analysis.group(gid)
+    group = analysis.group(gid)
+    if importance is not None:
+        importance = check_importance(gid, importance, group.width)
     consts = constants(analysis, model)  # the weights ranked are this model's
     dead = dead_channels_many(model, analysis, [gid], consts)[gid]
     return trim_order(dead, filter_l1(analysis, gid, consts), importance)
@@ -334,8 +353,8 @@ def _index_maps(
                 drop = sorted(set(range(old)) - set(keep[gid]))
             else:
                 score = (importance or {}).get(gid)
-                if score is not None and len(score) != old:
-                    raise PlanError(f"importance of group {gid!r}: {len(score)} values for {old} channels")
+                if score is not None:
+                    score = check_importance(gid, score, old)
                 drop = trim_order(dead[gid], filter_l1(analysis, gid, consts), score)[: old - new]
             maps[gid] = np.array(sorted(set(range(old)) - set(drop)), dtype=np.int64)
             kept_ = tuple(int(c) for c in maps[gid])
@@ -344,13 +363,14 @@ def _index_maps(
 
 
 def apply_plan_report(
-    model: onnx.ModelProto,
+    model: onnx.ModelProto | LoadedModel,
     widths: dict[str, int],
     analysis: Optional[Analysis] = None,
     importance: Optional[dict[str, np.ndarray]] = None,
     keep: Optional[Mapping[str, Sequence[int]]] = None,
 ) -> tuple[onnx.ModelProto, list[GroupChange]]:
     """`apply_plan`, also saying per group what was padded or trimmed."""
+    model = model_proto(model)
     if analysis is None:
         analysis = analyze(model)
     st = analysis.state
@@ -615,7 +635,7 @@ def _numel(t: onnx.TensorProto) -> int:
 
 
 def apply_plan(
-    model: onnx.ModelProto,
+    model: onnx.ModelProto | LoadedModel,
     widths: dict[str, int],
     analysis: Optional[Analysis] = None,
     importance: Optional[dict[str, np.ndarray]] = None,
@@ -631,8 +651,29 @@ def apply_plan(
     trim's channels outright; other trimmed groups rank their live channels by `importance` (group
     id → one value per channel, e.g. deployopt.importance.activation_importance on calibration
     inputs) where given, else by filter L1.
+
+    `model` may be the LoadedModel `load_model` returned (its `.model` is edited). Write the result
+    with `save_edited`, which gives back the dynamic dims loading fixed, as `deployopt apply` does.
     """
     return apply_plan_report(model, widths, analysis, importance, keep)[0]
+
+
+def save_edited(model: onnx.ModelProto, path: str | os.PathLike[str], loaded: LoadedModel) -> list[str]:
+    """Write `model`, edited from `loaded`, as `deployopt apply` and `optimize` write theirs: with the
+    dynamic batch, height and width of the input file given back where onnxruntime shows they work
+    (loading fixed them, and `save_model` alone wrote a batch-1 model from a dynamic-batch export),
+    and the weights in `<path>.data` when the input kept them apart. Returns the notices: which
+    dims were restored, or why one stays fixed."""
+    from deployopt.dynamic_dims import restore_dynamic_dims
+
+    if not isinstance(loaded, LoadedModel):
+        raise ModelError(
+            f"save_edited needs the LoadedModel that load_model returned (its file's dynamic dims), "
+            f"not a {type(loaded).__name__}"
+        )
+    written = restore_dynamic_dims(model_proto(model), loaded)
+    save_model(written.model, path, external_data=loaded.external_data)
+    return written.notices
 
 
 def kept_channels(

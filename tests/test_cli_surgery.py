@@ -637,14 +637,14 @@ def test_ctrl_c_in_apply_is_one_line_and_exit_130(
     zoo_model_path: Callable[[str], Path], tmp_path: Path, capsys, monkeypatch
 ) -> None:
     """typer turns Ctrl-C in a command into a silent exit 130; every command must say `interrupted`."""
-    import deployopt.cli.surgery_cmd
+    import deployopt.surgery
 
     def ctrl_c(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
     src = zoo_model_path("se_net")
     _, plan = widen_first_free_group(src, tmp_path)
-    monkeypatch.setattr(deployopt.cli.surgery_cmd, "save_model", ctrl_c)
+    monkeypatch.setattr(deployopt.surgery, "save_model", ctrl_c)
     out_path = tmp_path / "out.onnx"
     code, out, err = cli(["apply", str(src), "--plan", str(plan), "-o", str(out_path)], capsys, monkeypatch)
     assert (code, out, err) == (130, "", "interrupted\n")

@@ -481,7 +481,7 @@ def test_resume_refuses_other_sweep_samples_or_replaced_external_weights(
     journal = tmp_path / "out" / "journal.jsonl"
     lines = journal.read_text().splitlines()
     start = json.loads(lines[0])
-    start["config"].update(backend="ort", sms=None)
+    start["config"].update(backend="ort", sms=None, dtype="fp32")
     journal.write_text("\n".join([json.dumps(start), *lines[1:]]) + "\n")
     with pytest.raises(DeployoptError, match=r"different run \(sweep_runs was 3, now 20\)"):
         run_model(src, tmp_path / "out", resume=True, max_evals=4, sweep_runs=20, backend="ort", sms=None)

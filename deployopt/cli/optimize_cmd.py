@@ -17,7 +17,6 @@ from deployopt.cli.app import (
     app,
     bgr_option,
     calibration_data_option,
-    check_batch_agrees,
     check_timeout,
     console,
     cudnn_benchmark_option,
@@ -31,7 +30,6 @@ from deployopt.cli.app import (
     output_option,
     parse_input_shapes,
     progress_bar,
-    refuse_int8_the_target_lacks,
     remote_option,
     remote_target_option,
     resize_option,
@@ -214,7 +212,7 @@ def optimize_command(
     """Find channel widths with the lowest measured latency on the target; write model, plan, report."""
     from dataclasses import replace
 
-    from deployopt.backends.base import default_dtype, get_backend
+    from deployopt.backends.base import get_backend
     from deployopt.optimize import (
         OptimizeConfig,
         Optimizer,
@@ -230,21 +228,13 @@ def optimize_command(
             "--max-trim, --min-cosine, --min-top1 and --no-fidelity-gate apply to --mode trim only "
             "(lossless and grow keep the outputs equal)"
         )
-    shapes = parse_input_shapes(input_shape)
-    check_batch_agrees(batch, shapes)
+    shapes = parse_input_shapes(input_shape)  # --batch against them: check_config, below
     preprocess = image_preprocess(calibration_data, mean, std, bgr, scale, resize)
     check_timeout(timeout)
     backend_name = resolve_backend_name(backend, remote)  # --remote: auto is the runner on the board
     b = get_backend(backend_name)
     if not remote:  # no board to ask: click's missing --target first, as before
         target = resolve_target(ctx, target, remote, timeout)
-    dtype_default = dtype is None
-    if dtype is None:  # int8 for a Q/DQ model, else fp16 where the backend runs it (the deployment case)
-        dtype = default_dtype(b, model, deployment=True)
-        if dtype not in b.dtypes:  # the model's own typing (ort: bf16, mixed fp32/fp16): bench's words
-            from deployopt.precision import cannot_run_typed
-
-            raise DeployoptError(cannot_run_typed(b.name, b.dtypes, Path(model).name, dtype))
     cfg = OptimizeConfig(
         model_path=model,
         target=target or "",  # --remote without --target: the board's, read below
@@ -252,7 +242,7 @@ def optimize_command(
         sms=sms,
         input_shapes=shapes,
         batch=batch,
-        dtype=dtype,
+        dtype=dtype,  # None: the library's default (int8 for a Q/DQ model, else fp16 where it runs)
         mode=mode,
         **({} if max_trim is None else {"max_trim": max_trim}),
         max_evals=max_evals,
@@ -279,7 +269,8 @@ def optimize_command(
         from deployopt.backends.trtexec import refuse_warmup_runs
 
         refuse_warmup_runs(warmup)
-    check_before_measuring(cfg)  # a typo or a missing backend before "OUTDIR already exists"; no board asked
+    # a typo or a missing backend before "OUTDIR already exists"; no board asked
+    check_before_measuring(cfg, cli=True)
     if remote:
         journal_target = resumed_target(cfg) if resume and target is None else None
         if journal_target:  # the run resumed asked the board already
@@ -290,17 +281,9 @@ def optimize_command(
                 soft_wrap=True,
             )
         cfg = replace(cfg, target=journal_target or resolve_target(ctx, target, remote, timeout))
-    if dtype_default and dtype == "int8":
-        from deployopt.targets import get_target
-
-        refuse_int8_the_target_lacks(
-            model,
-            get_target(cfg.target, sms=sms),
-            "optimize the float model it was quantized from (--dtype fp16 predicts fp16 widths for "
-            "this one's convs)",
-        )
     progress = progress_bar(disable=as_json)
-    optimizer = Optimizer(cfg, progress=_progress_callback(progress))
+    # a Q/DQ model's default int8 on a target without INT8 is refused there (when the run loads it)
+    optimizer = Optimizer(cfg, progress=_progress_callback(progress), cli=True)
     try:
         with progress:
             result = optimizer.run()

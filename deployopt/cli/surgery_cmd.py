@@ -34,7 +34,6 @@ from deployopt.cli.app import (
 )
 from deployopt.cli.interrupts import output_complete
 from deployopt.coupling import Analysis, ConvLayer, analyze, foreign_ops_note
-from deployopt.dynamic_dims import restore_dynamic_dims
 from deployopt.errors import DeployoptError
 from deployopt.fidelity import ImagePreprocess
 from deployopt.fileio import check_output_file, refuse_input_as_output
@@ -44,9 +43,8 @@ from deployopt.model import (
     layer_labels,
     load_model,
     refuse_replacing_weights,
-    save_model,
 )
-from deployopt.surgery import GroupChange, apply_plan_report, read_plan
+from deployopt.surgery import GroupChange, apply_plan_report, read_plan, save_edited
 from deployopt.targets import sm_count
 from deployopt.waves import fill_percent
 
@@ -478,15 +476,15 @@ def apply_cmd(
             loaded, analysis, unlisted, calibration_data, count, preprocess
         )
     edited, changes = apply_plan_report(loaded.model, widths, analysis, importance, keep)
-    written = restore_dynamic_dims(edited, loaded)  # the batch, height and width a dynamic export left open
-    save_model(written.model, output, external_data=loaded.external_data)
+    # the batch, height and width a dynamic export left open given back, as a library caller's
+    restored = save_edited(edited, output, loaded)
     output_complete(output)  # a Ctrl-C from here on (notices, the table) says it is complete
     said = []
     if unlisted:
         said.append(_unlisted_notice(unlisted, samples_used))
     elif trimmed and calibration_data is not None:
         said.append("--calibration-data unused: the plan lists the channels each trimmed group keeps")
-    notices = [*loaded.notices, *data_notices, *said, *written.notices]
+    notices = [*loaded.notices, *data_notices, *said, *restored]
     # the image options the ranking's tensors were made with (null: no ranking on images)
     from deployopt.fidelity import holds_arrays
 

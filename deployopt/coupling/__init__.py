@@ -8,7 +8,7 @@ cannot follow a width change; free groups are what the optimizer may pad or trim
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -18,6 +18,7 @@ from deployopt.coupling import rules as _rules  # noqa: F401  (registers every r
 from deployopt.coupling.registry import RULES, CouplingState, Layout, default_opset, rule
 from deployopt.errors import ModelError, PlanError
 from deployopt.layers import ConvShape, conv_shape_from_onnx
+from deployopt.model import LoadedModel, model_proto
 
 #: The oldest default-domain opset the rules read (docs/surgery.md: opsets 9 … current): older
 #: ones spell ops differently (BatchNormalization's `spatial`, Slice, Upsample and Pad attributes).
@@ -186,16 +187,36 @@ class Analysis:
         times (C = g × width per conv group) and its `groups` stays g.
         """
         convs = self.convs if only is None else [self._conv(name) for name in only]
+        widths = self._by_ids(widths)
         return {conv.name: _shape_after(conv, widths) for conv in convs}
 
     def conv_shape(self, name: str, widths: dict[str, int]) -> ConvShape:
         """One conv's shape after a plan (the optimizer's tables ask for one conv at a time)."""
-        return _shape_after(self._conv(name), widths)
+        return _shape_after(self._conv(name), self._by_ids(widths))
+
+    def _by_ids(self, widths: Mapping[str, int]) -> Mapping[str, int]:
+        """`widths` keyed by group ids, as `apply_plan` reads a plan: a plan keyed by a producer
+        name priced the group at its old width, and a typo was priced as no change, without a word.
+        A plan of ids (the optimizer's, in its hot loops) is taken as it is: one subset test."""
+        if type(widths) is not dict and not isinstance(widths, Mapping):
+            raise PlanError(f"a plan's widths map group ids to widths, not a {type(widths).__name__}")
+        if widths.keys() <= self._by_id.keys():
+            return widths
+        return self.plan_by_id(dict(widths))
 
     def _conv(self, name: str) -> ConvLayer:
         if len(self._convs_by_name) != len(self.convs):
             self._convs_by_name = {c.name: c for c in self.convs}
-        return self._convs_by_name[name]
+        conv = self._convs_by_name.get(name)
+        if conv is None:  # was a KeyError
+            unpriced = dict(self.unpriced_reasons())
+            if name in unpriced:
+                raise ModelError(f"conv {name!r} has no shape the wave model prices ({unpriced[name]})")
+            known = ", ".join(repr(c.name) for c in self.convs[:3])
+            raise ModelError(
+                f"no conv named {name!r} in the analysed model (its convs include: {known or 'none'})"
+            )
+        return conv
 
     def to_json(self) -> dict[str, Any]:
         return {"groups": [g.to_json() for g in self.groups], "convs": [c.to_json() for c in self.convs]}
@@ -292,8 +313,10 @@ def foreign_ops_note(model: onnx.ModelProto) -> str | None:
     )
 
 
-def analyze(model: onnx.ModelProto) -> Analysis:
-    """Find every channel group of a (loaded: static shapes, folded constants) model."""
+def analyze(model: onnx.ModelProto | LoadedModel) -> Analysis:
+    """Find every channel group of a (loaded: static shapes, folded constants) model, or of the
+    LoadedModel load_model returned."""
+    model = model_proto(model)
     refuse_qoperator(model)
     if not any(n.op_type == "Conv" for n in model.graph.node):
         raise ModelError("no Conv node: nothing to optimize")

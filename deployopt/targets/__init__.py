@@ -466,9 +466,18 @@ def builtin_names() -> list[str]:
     return sorted(p.stem for p in DATA_DIR.glob("*.json"))
 
 
+def _own_copy(target: Target) -> Target:
+    """`target` with dicts of its own: a built-in is cached once per process (`_builtin`), and a
+    what-if edit of the caller's `params` changed what every later get_target returned. (Frozen
+    WaveParams need no copy; a read-only mapping would not pickle into a worker.)"""
+    return replace(
+        target, params=dict(target.params), sources=dict(target.sources), software=dict(target.software)
+    )
+
+
 def list_targets() -> list[Target]:
     """Every built-in target, Jetsons first (by SM count), then the discrete GPUs."""
-    targets = [_builtin(n) for n in builtin_names()]
+    targets = [_own_copy(_builtin(n)) for n in builtin_names()]
     return sorted(targets, key=lambda t: (t.kind != "jetson", t.sms, t.clock_mhz, t.name))
 
 
@@ -554,10 +563,18 @@ def load_profile(path: str | os.PathLike[str]) -> Target:
     return replace(target, calibrated=from_calibrate and any(p.fitted for p in target.params.values()))
 
 
-def get_target(name_or_path: str, sms: int | None = None) -> Target:
+def get_target(name_or_path: str | os.PathLike[str], sms: int | None = None) -> Target:
     """Resolve a target: "local" (the GPU present), a profile path, a calibrated profile in the user
     cache, or a built-in name. A calibrated profile of the same name wins over the built-in one,
-    so `deployopt calibrate --target orin-nano-8gb` changes what that name predicts for this user."""
+    so `deployopt calibrate --target orin-nano-8gb` changes what that name predicts for this user.
+    The Target returned is the caller's own: editing its params changes no other caller's."""
+    if isinstance(name_or_path, os.PathLike):  # a Path to a profile was an AttributeError (.endswith)
+        name_or_path = os.fspath(name_or_path)
+    if not isinstance(name_or_path, str):
+        raise TargetError(
+            "a target is a name (see `deployopt targets`) or a profile's path, "
+            f"not a {type(name_or_path).__name__}"
+        )
     if name_or_path == "local":
         from deployopt.targets.local import read_local_target
 
@@ -571,7 +588,7 @@ def get_target(name_or_path: str, sms: int | None = None) -> Target:
         # h200-8sm as h200.json) was listed as h200-8sm, a name --target then called unknown
         target = replace(load_profile(cache_dir() / f"{name_or_path}.json"), name=name_or_path)
     elif name_or_path in builtin_names():
-        target = _builtin(name_or_path)
+        target = _own_copy(_builtin(name_or_path))
     else:
         # a cached profile of a built-in name (h100.json) was listed twice
         names = [*builtin_names(), "local", *cached_profiles()]
