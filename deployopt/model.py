@@ -1232,7 +1232,7 @@ def load_model(
     _give_outputs_shapes(model, path, reuse)
     try:
         # its `check_skeleton`: handed the whole model, the checker serializes it (twice its size)
-        onnx.checker.check_model(check_skeleton(model))
+        onnx.checker.check_model(check_skeleton(model, external=external))
     except (onnx.checker.ValidationError, Exception) as exc:
         # the checker's message spans lines ("... of node: \nname: fc OpType: Gemm\n is not output of
         # any previous nodes."): its first line stopped mid-sentence

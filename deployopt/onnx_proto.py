@@ -54,13 +54,16 @@ def has_unknown_fields(*messages: Any) -> bool:
     return any(len(unknown_fields.UnknownFieldSet(m)) for m in messages)
 
 
-def check_skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
+def check_skeleton(model: onnx.ModelProto, *, external: bool = False) -> onnx.ModelProto:
     """What `onnx.checker.check_model` is given for a model: all of it, but each large float
     weight whose data the checker would pass (raw bytes, exactly its shape's, all dims positive)
     emptied to zero elements. The checker serializes what it is given, and the weights were most of
     it (1.5 s and a second copy of a 335 MB model per applied plan; at load, 1.1 GB over the 530 MB
     of VGG16 held); of a weight it checks only the type, one value field and its size, which are
-    checked here instead. Like the checker, a model over protobuf's 2 GiB is a ValueError."""
+    checked here instead. Like the checker, a model over protobuf's 2 GiB is a ValueError, except
+    when its weights were read from `external` data: that file is no one protobuf (onnx's checker
+    is then called with the model's path, which does not add them up either), and a 2.3 GB model
+    onnxruntime runs was refused by every command as "invalid ONNX model"."""
     skel = onnx.ModelProto()
     copy_fields(model, skel, "graph")
     copy_fields(model.graph, skel.graph, "initializer")
@@ -92,7 +95,11 @@ def check_skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
         copy_fields(t, stub, "raw_data")
         del stub.dims[:]
         stub.dims.append(0)
-    if total and skel.ByteSize() + total > getattr(onnx.checker, "MAXIMUM_PROTOBUF", 2**31 - 1):
+    if (
+        total
+        and not external
+        and skel.ByteSize() + total > getattr(onnx.checker, "MAXIMUM_PROTOBUF", 2**31 - 1)
+    ):
         raise ValueError(
             "This protobuf of onnx model is too large (>2GB). Call check_model with model path instead."
         )

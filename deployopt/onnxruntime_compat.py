@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import onnx
@@ -23,15 +25,43 @@ _IR_LIMIT = re.compile(r"Unsupported model IR version: (\d+), max supported IR v
 
 #: protobuf's limit on one serialized message (a bigger model keeps its weights outside the file)
 _MAX_BYTES = 2**31 - 1
+#: a model the caller releases goes to onnxruntime as a file above this size (below it, the bytes
+#: in memory cost less than writing them out)
+RELEASE_BYTES = 64 << 20
 
 
 def inference_session(
-    ort: Any, model: onnx.ModelProto | str | os.PathLike[str], options: Any, providers: list[str]
+    ort: Any,
+    model: onnx.ModelProto | str | os.PathLike[str],
+    options: Any,
+    providers: list[str],
+    *,
+    release: bool = False,
 ) -> Any:
     """`ort.InferenceSession` of a model (in memory, or a file, whose external data is then found
     beside it), retried once with the IR version lowered (see the module) when onnxruntime refuses
     it as too new and its opsets allow it. Any other failure raises onnxruntime's error; a retry
-    that fails raises the retry's (what else is wrong with the model)."""
+    that fails raises the retry's (what else is wrong with the model).
+
+    A model in memory over protobuf's 2 GiB (its weights read from external data) cannot be passed
+    as bytes: it goes to a temporary folder as a model and its weights file, and onnxruntime is
+    given that path (what onnx and onnxruntime ask for such a model).
+
+    `release`: the caller is done with the model's weights. Above RELEASE_BYTES they go to that
+    temporary file too and are dropped from `model` before onnxruntime reads them: the model, its
+    serialized copy and onnxruntime's were held at once (`bench --backend ort` of a 753 MiB
+    ConvNeXt peaked at 3.5 GB, onnxruntime alone at 0.9-1.4 GB)."""
+    if isinstance(model, onnx.ModelProto) and (
+        _over_limit(model) or (release and _serialized_size(model) > RELEASE_BYTES)
+    ):
+        from deployopt.model import _save_with_external_data
+
+        with tempfile.TemporaryDirectory(prefix="deployopt-ort-") as tmp:
+            path = Path(tmp) / "model.onnx"
+            _save_with_external_data(model, path, "model.onnx.data")
+            if release:
+                del model.graph.initializer[:]
+            return inference_session(ort, path, options, providers)
     source: bytes | str | None = (
         model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
     )
@@ -51,6 +81,18 @@ def inference_session(
         raise refused
     # outside the handler: a copy that fails too says what else is wrong (an op onnxruntime lacks)
     return ort.InferenceSession(lowered, options, providers=providers)
+
+
+def _serialized_size(model: onnx.ModelProto) -> int:
+    """`model.ByteSize()`, counted without serializing it."""
+    from deployopt.onnx_proto import serialized_size
+
+    return serialized_size(model)
+
+
+def _over_limit(model: onnx.ModelProto) -> bool:
+    """Whether `model` serialized would pass protobuf's 2 GiB."""
+    return _serialized_size(model) > _MAX_BYTES
 
 
 def _ir_lowered(model: onnx.ModelProto | str | os.PathLike[str], readable: int) -> bytes | None:

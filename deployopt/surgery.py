@@ -225,13 +225,32 @@ def _check_size(model: onnx.ModelProto, analysis: Analysis, changed: dict[str, i
             itemsize = onnx.helper.tensor_dtype_to_np_dtype(weight.data_type).itemsize
         growth += (elems_new - elems_old) * itemsize
     growth += _other_constants_growth(analysis, inits, nodes, changed)
-    size = _model_bytes(model, analysis) + growth
-    if size > PROTOBUF_LIMIT:
+    now = _model_bytes(model, analysis)
+    size = now + growth
+    if size <= PROTOBUF_LIMIT:
+        return
+    if now > PROTOBUF_LIMIT:  # read from external data: analyze, bench and verify take it, edits not
         raise PlanError(
-            f"the edited model would be about {size / (1 << 30):.1f} GiB (counting its weights), "
-            "over the 2 GiB one protobuf message can hold (an ONNX file's limit, and that of the checks "
-            "every edited model goes through, external weights included); use smaller widths"
+            f"the model is {_gib(now)} with its weights: an edited model must fit the 2 GiB one protobuf "
+            "message can hold (the checks every edited model goes through take it whole, external "
+            "weights included), so this model cannot be padded or trimmed here"
         )
+    raise PlanError(
+        f"the edited model would be {_gib(size)} counting its weights, "
+        "over the 2 GiB one protobuf message can hold (an ONNX file's limit, and that of the checks "
+        "every edited model goes through, external weights included); use smaller widths"
+    )
+
+
+def _gib(size: float) -> str:
+    """`size` bytes in GiB: one decimal, two where one reads as the limit itself ("about 2.0 GiB ...,
+    over the 2 GiB" said nothing), and the bytes too where two still do."""
+    gib = size / (1 << 30)
+    if f"{gib:.1f}" != "2.0":
+        return f"about {gib:.1f} GiB"
+    if f"{gib:.2f}" != "2.00":
+        return f"about {gib:.2f} GiB"
+    return f"about {gib:.2f} GiB ({int(size):,} bytes)"
 
 
 def _other_constants_growth(

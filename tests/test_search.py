@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 import numpy as np
 import pytest
 
-from deployopt.search import Factor, TableCost, candidate_widths, ceil_to, group_align, width_range
+from deployopt.search import Factor, Solution, TableCost, candidate_widths, ceil_to, group_align, width_range
 
 
 def test_width_range_per_mode() -> None:
@@ -161,3 +162,110 @@ def test_groups_without_factors_keep_their_default() -> None:
     )
     sol = cost.solve()
     assert sol is not None and sol.plan == {"a": 16, "lonely": 32}
+
+
+def _every_group_runners(cost: TableCost, k: int) -> list[tuple[dict[str, int], float]]:
+    """top_plans' definition, the long way: one exact solve per group (what it did before)."""
+    first = cost.solve()
+    assert first is not None
+    runners, seen = [], {tuple(sorted(first.plan.items()))}
+    for g, dom in cost.domains.items():
+        if len(dom) < 2 or not any(g in f.scope for f in cost.factors):
+            continue  # nothing to trade: a group no conv reads or writes
+        sol = cost.solve(exclude={g: first.plan[g]})
+        assert sol is not None
+        if tuple(sorted(sol.plan.items())) not in seen:
+            seen.add(tuple(sorted(sol.plan.items())))
+            runners.append(sol)
+    runners.sort(key=lambda s: (s.cost_us, tuple(sorted(s.plan.items()))))
+    return [(s.plan, s.cost_us) for s in [first, *runners[: max(0, k - 1)]]]
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_top_plans_solve_only_the_groups_that_can_rank_and_give_the_same_plans(ties: bool) -> None:
+    rng = np.random.default_rng(11 + ties)
+    for _ in range(40):
+        n = int(rng.integers(3, 8))
+        edges = [
+            tuple(sorted({int(x) for x in rng.choice(n, size=int(rng.integers(1, 4)))})) for _ in range(n + 2)
+        ]
+        cost = _random_problem(rng, n, edges)
+        if ties:  # few distinct values: many equal-cost runners-up, ranked by their plans
+            for f in cost.factors:
+                f.values = {c: float(round(v / 40)) for c, v in f.values.items()}
+        start = {g: d[0] for g, d in cost.domains.items()}
+        for k in (1, 2, 4, 9):
+            got = [(s.plan, s.cost_us) for s in cost.top_plans(k, [start])]
+            assert got == _every_group_runners(cost, k)
+
+
+class _Name(str):
+    """A group name that counts how often it is ordered (sorting every remaining group per step)."""
+
+    compared = 0
+
+    def __lt__(self, other: object) -> bool:
+        _Name.compared += 1
+        return str.__lt__(self, other)  # type: ignore[arg-type]
+
+    def __hash__(self) -> int:
+        return str.__hash__(self)
+
+
+def _chain(n: int, names: Callable[[int], str] = lambda i: f"g{i:04d}") -> TableCost:
+    rng = np.random.default_rng(n)
+    dom = list(range(8, 72, 8))
+    domains = {names(i): list(dom) for i in range(n)}
+    factors = [
+        Factor(
+            f"conv{i}",
+            (names(i), names(i + 1)),
+            {(x, y): float(rng.uniform(1, 100)) for x in dom for y in dom},
+        )
+        for i in range(n - 1)
+    ]
+    return TableCost(domains, factors)
+
+
+def test_one_solve_of_a_long_chain_does_not_sort_every_group_per_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # ~n·log n name comparisons for the elimination order (a heap); sorting the remaining groups
+    # at each step was ~n²·log n (10⁷ here) and made a 2000-conv chain take minutes
+    n, budget = 1000, 100_000
+
+    def counted(self: _Name, other: object) -> bool:
+        _Name.compared += 1
+        if _Name.compared > budget:
+            raise AssertionError(f"over {budget} name comparisons choosing the elimination order")
+        return str.__lt__(self, other)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_Name, "__lt__", counted)
+    cost = _chain(n, lambda i: _Name(f"g{i:04d}"))
+    _Name.compared = 0
+    sol = cost.solve()
+    assert sol is not None and sol.method == "variable elimination (exact)"
+    assert cost.largest_table == 64  # a chain stays the Viterbi DP (8 widths)
+    # the same order as before (smallest table, ties by name) on a small chain: exact and the same plan
+    small = _chain(6)
+    assert small.solve() is not None and small.solve().plan == _brute_force(small)[1]  # type: ignore[union-attr]
+
+
+def test_top_plans_on_a_long_chain_solve_about_k_times(monkeypatch: pytest.MonkeyPatch) -> None:
+    # one solve per group (1000 here) was cubic in the groups: a 1000-way concat spent minutes here
+    cost = _chain(1000)
+    solves = 0
+    solve = TableCost.solve
+
+    def counted(self: TableCost, *a: object, **kw: object) -> Solution | None:
+        nonlocal solves
+        solves += 1
+        if solves > 50:
+            raise AssertionError("more than 50 solves for the top 4 plans")
+        return solve(self, *a, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(TableCost, "solve", counted)
+    plans = cost.top_plans(4, [{g: d[0] for g, d in cost.domains.items()}])
+    assert len(plans) == 4 and len({tuple(sorted(p.plan.items())) for p in plans}) == 4
+    assert [p.cost_us for p in plans] == sorted(p.cost_us for p in plans)
+    assert solves <= 50

@@ -484,10 +484,15 @@ class OrtSession(Session):
         return self.providers[0] != "CPUExecutionProvider"
 
     def _session(
-        self, model: onnx.ModelProto, profile_dir: str | None = None, save_optimized: bool = False
+        self,
+        model: onnx.ModelProto,
+        profile_dir: str | None = None,
+        save_optimized: bool = False,
+        release: bool = False,
     ) -> Any:
         """`save_optimized` (with `profile_dir`) also writes the optimized graph the profiler's node
-        names come from to `profile_dir`/optimized.onnx, weights in a side file (graph only, small)."""
+        names come from to `profile_dir`/optimized.onnx, weights in a side file (graph only, small).
+        `release`: `model`'s weights are not needed after (`inference_session` may drop them)."""
         ort = self._ort
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -506,7 +511,7 @@ class OrtSession(Session):
         from deployopt.onnxruntime_compat import inference_session
 
         try:
-            return inference_session(ort, model, so, self.providers)
+            return inference_session(ort, model, so, self.providers, release=release)
         except Exception as exc:
             raise BackendFailed(f"onnxruntime cannot load the model: {_first_line(exc)}") from None
 
@@ -620,8 +625,10 @@ class OrtSession(Session):
         loaded = prepare_model(model_path, opts.batch, opts.input_shapes)
         dtype = self._check_typed(loaded)
         self._check_loaded(loaded)
-        sess = self._session(loaded.model)
         feeds = random_inputs(loaded.model)
+        # its weights go to onnxruntime and are dropped here (nothing below reads them): held, they
+        # were a second copy of the model for the whole run
+        sess = self._session(loaded.model, release=True)
         self._run(sess, feeds, opts.warmup)
         samples = self._run(sess, feeds, opts.runs)
         # once it ran: a run that fails (out of memory at that batch) is its one error line alone
