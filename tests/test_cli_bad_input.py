@@ -626,7 +626,7 @@ def test_ctrl_c_while_the_cli_starts_is_one_line() -> None:
         "import builtins, sys\n"
         "real = builtins.__import__\n"
         "def hook(name, *args, **kwargs):\n"
-        "    if name == 'deployopt.batch':\n"
+        "    if name == 'deployopt.surgery':\n"
         "        raise KeyboardInterrupt\n"
         "    return real(name, *args, **kwargs)\n"
         "builtins.__import__ = hook\n"
