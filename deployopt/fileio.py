@@ -329,8 +329,11 @@ def write_pieces(dest: str | os.PathLike[str], pieces: Iterable[bytes]) -> None:
 
 
 def write_text(dest: str | os.PathLike[str], text: str) -> None:
+    """`text` as UTF-8, whatever the locale; a character UTF-8 cannot hold is written `\\udce9`: a
+    model file name that is not UTF-8 (`caf\\xe9.onnx`, its byte held as a surrogate) ended
+    optimize with a traceback when report.md named it, the run's folder left with its journal."""
     with atomic_path(dest) as tmp:
-        tmp.write_text(text)
+        tmp.write_text(text, encoding="utf-8", errors="backslashreplace")
 
 
 def write_json(dest: str | os.PathLike[str], obj: Any) -> None:

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.segment import Segment
+from rich.table import Table
+from rich.text import Text
 from typer.core import TyperCommand, TyperGroup
 
 from deployopt.cli.progress import LineProgress
@@ -124,11 +129,120 @@ class Interrupted(Exception):
     KeyboardInterrupt, which typer turns into a silent exit 130 before the entry point sees it."""
 
 
-# Literal consoles: output carries user strings (model paths, ONNX names, plan labels), and rich
-# markup or emoji codes would rewrite them ("models [v2]/m.onnx" printed as "models /m.onnx",
-# ":b:" as an emoji). Colour is given with style=/Text, never with markup.
-console = Console(markup=False, emoji=False)
-err_console = Console(stderr=True, markup=False, emoji=False)
+class _Environ(Mapping[str, str]):
+    """os.environ as the consoles read it (live: tests set COLUMNS), less what rich misreads:
+
+    - COLUMNS and LINES that are not positive integers: rich took COLUMNS=0 (`export
+      COLUMNS=$(tput cols)` in a 0x0 pty: `script`, `docker exec -t`) as a width of 0 and printed
+      nothing, error lines and --json included; without them it measures the terminal, or takes 80;
+    - FORCE_COLOR: rich took it to mean a terminal, so a CI log (which sets it for colour) got the
+      live progress bar, redrawn into the file several times a second, in place of `progress:`
+      lines. `_console` gives colour for it instead; whether the output is a terminal stays
+      whether it is one."""
+
+    HIDDEN = ("FORCE_COLOR",)
+    SIZES = ("COLUMNS", "LINES")
+
+    def __getitem__(self, key: str) -> str:
+        value = os.environ[key]
+        if key in self.HIDDEN or (key in self.SIZES and not (value.isdigit() and int(value) > 0)):
+            raise KeyError(key)
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return (key for key in os.environ if key in self)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __contains__(self, key: object) -> bool:
+        try:
+            self[key]  # type: ignore[index]
+        except KeyError:
+            return False
+        return True
+
+
+def _console(stderr: bool = False) -> Console:
+    """A literal console: output carries user strings (model paths, ONNX names, plan labels), and
+    rich markup or emoji codes would rewrite them ("models [v2]/m.onnx" printed as "models
+    /m.onnx", ":b:" as an emoji). Colour is given with style=/Text, never with markup.
+
+    FORCE_COLOR (any value but empty, as force-color.org has it) colours output that is not a
+    terminal, in the 16 standard colours a CI log renders, and changes nothing else; NO_COLOR
+    still wins (rich strips the colour)."""
+    stream = sys.stderr if stderr else sys.stdout
+    try:
+        terminal = stream.isatty()
+    except (AttributeError, ValueError):  # none, or closed
+        terminal = False
+    forced = os.environ.get("FORCE_COLOR", "") != "" and not terminal
+    return Console(
+        stderr=stderr,
+        markup=False,
+        emoji=False,
+        color_system="standard" if forced else "auto",
+        _environ=_Environ(),
+    )
+
+
+console = _console()
+err_console = _console(stderr=True)
+
+
+def print_json(doc: Any) -> None:
+    """`--json`'s document on stdout: plain JSON (indent 2, ASCII), whatever the terminal. rich's
+    print_json coloured the keys under FORCE_COLOR, which many CI configurations set, so the
+    output was no JSON; and it wrote non-ASCII as it is, which a stdout that is not UTF-8 could not
+    take. Flushed, so a reader that has gone (`| head`) is found here. No stdout (`>&-`): nowhere,
+    as rich prints then."""
+    if sys.stdout is not None:
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        sys.stdout.flush()
+
+
+#: A folded column (a name) keeps at least this many characters a line, or its longest word if
+#: shorter: at 40 columns rich shrank profile's layer and op columns to nothing.
+FOLD_MIN_WIDTH = 10
+
+
+def _units(cell: Any, whole_lines: bool) -> list[str]:
+    """What a cell must not be broken inside: its lines (a no-wrap column) or its words."""
+    text = cell.plain if isinstance(cell, Text) else str(cell)
+    return text.split("\n") if whole_lines else text.split()
+
+
+def print_table(table: Table, out: Console | None = None) -> None:
+    """Print `table` (on `out`, default stdout) with every number whole at any width: a pipe or a
+    CI log is 80 columns, a narrow terminal 40. A column that does not fold (numbers, units, a tile
+    such as 128x128) is at least as wide as its longest word, header included (its longest line
+    where it does not wrap), so a cell wraps between words, never inside one; a folded column (a
+    name) keeps FOLD_MIN_WIDTH characters a line. Where even that cannot fit, the table runs past
+    the width rather than being cropped: rich cut a no-wrap `1300` MHz to `130` without a mark,
+    and squeezed the narrow columns of a table that could not fit to nothing (the CC and SMs of
+    `targets` at 40 columns), so it is laid out in the width its minima take."""
+    out = out or console
+    _, right, _, left = table.padding
+    needed = len(table.columns) + 1  # a rule between columns and at each edge, at most
+    for column in table.columns:
+        units = [u for cell in (column.header, *column.cells) for u in _units(cell, column.no_wrap)]
+        longest = max(map(cell_len, units), default=1)
+        floor = min(longest, FOLD_MIN_WIDTH) if column.overflow == "fold" else longest
+        column.min_width = max(column.min_width or 0, floor)
+        needed += column.min_width + left + right
+    out.print(_AtLeast(table, needed), crop=False)
+
+
+class _AtLeast:
+    """`renderable` laid out in the console's width, or in `width` where that is wider (a table's
+    width would expand it to that width; this is only the most it may take)."""
+
+    def __init__(self, renderable: Any, width: int) -> None:
+        self.renderable = renderable
+        self.width = width
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Segment]:
+        yield from console.render(self.renderable, options.update_width(max(options.max_width, self.width)))
 
 
 def output_option(default: Any, *names: str, help: str, folder: bool = False) -> Any:
@@ -443,7 +557,8 @@ def progress_bar(disable: bool) -> Progress:
     (--json). When stderr is not a terminal (a pipe, a CI log, `nohup ... > log 2>&1`), plain
     `progress:` lines instead, of a task that takes a while (deployopt.cli.progress.LineProgress),
     one each interval while it runs, advanced or not: a run of an hour on a board said nothing
-    until its end, hung or slow alike, and a hung one now keeps saying where it is stuck."""
+    until its end, hung or slow alike, and a hung one now keeps saying where it is stuck. A log
+    under FORCE_COLOR is no terminal either (`_console`): the bar was redrawn into it."""
     if not disable and not err_console.is_terminal:
         return LineProgress(err_console)
     return Progress(

@@ -6,9 +6,8 @@ number printed says it was measured, on what, with its spread and run count.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from functools import partial
 from pathlib import Path
 from typing import Any, Optional
@@ -44,6 +43,8 @@ from deployopt.cli.app import (
     option_given,
     output_option,
     parse_input_shapes,
+    print_json,
+    print_table,
     remote_option,
     resize_option,
     scale_option,
@@ -112,7 +113,7 @@ def backends_command(
     """List every measurement backend: available, or why not and what to install."""
     rows = list_backends()
     if as_json:
-        console.print_json(json.dumps([{"name": n, "available": ok, "detail": why} for n, ok, why in rows]))
+        print_json([{"name": n, "available": ok, "detail": why} for n, ok, why in rows])
         return
     table = Table(title="deployopt backends")
     table.add_column("backend", no_wrap=True)
@@ -120,7 +121,7 @@ def backends_command(
     table.add_column("uses / why not")
     for name, ok, why in rows:
         table.add_row(name, Text("yes", style="green") if ok else Text("no", style="red"), why)
-    console.print(table)
+    print_table(table)
 
 
 def _backend(name: str) -> Backend:
@@ -580,7 +581,7 @@ def render_bench(timing: Timing, title: str) -> None:
         table.add_row("engine build", f"{build_s:.1f} s (measured wall time, before the timed runs)")
     table.add_row("timed", timing.timed)
     table.add_row("environment", _environment_line(timing.environment))
-    console.print(table)
+    print_table(table)
 
 
 def _emit(
@@ -597,7 +598,7 @@ def _emit(
         write(output, doc)
         output_complete(output)  # a Ctrl-C from here on (the table, the notes) says it is complete
     if as_json:
-        console.print_json(json.dumps(doc))
+        print_json(doc)
         return
     render()
     if output is not None:
@@ -610,14 +611,16 @@ def _fmt_dims(d: Any) -> str:
 
 def render_profile(profile: Profile, kernels: bool) -> None:
     table = Table(title=f"per-layer time on {profile.backend} (measured, {counted(profile.runs, 'run')})")
-    # folded, not cut: TensorRT's fused layer names run past any terminal, and a no-wrap name
-    # column squeezed the µs and share columns to nothing
+    # names folded, not cut: TensorRT's fused layer names run past any terminal, a no-wrap name
+    # column squeezed the µs and share columns to nothing, and cut with '…' three ONNX nodes read
+    # `layer1.0.conv…` alike; print_table keeps each folded column FOLD_MIN_WIDTH wide (at 40
+    # columns the layer and op went to nothing) and the numbers whole
     table.add_column("layer", overflow="fold")
-    table.add_column("op")
-    table.add_column("median µs", justify="right", no_wrap=True)
-    table.add_column("IQR µs", justify="right", no_wrap=True)
+    table.add_column("op", overflow="fold")
+    table.add_column("median\nµs", justify="right", no_wrap=True)
+    table.add_column("IQR\nµs", justify="right", no_wrap=True)
     table.add_column("share", justify="right", no_wrap=True)
-    table.add_column("ONNX nodes")
+    table.add_column("ONNX nodes", overflow="fold")
     for layer in profile.layers:
         table.add_row(
             layer.name,
@@ -627,7 +630,7 @@ def render_profile(profile: Profile, kernels: bool) -> None:
             f"{100 * layer.share:.1f}%",
             ", ".join(layer.onnx_nodes) if layer.onnx_nodes != [layer.name] else "=",
         )
-    console.print(table)
+    print_table(table)
     # a sum of medians, which read as an end-to-end time: gaps between layers and run-to-run
     # correlation are not in it
     console.print(
@@ -739,7 +742,37 @@ def profile_command(
         remote=remote,
         timing_cache=timing_cache,
     )
+    before = _files_in(trace_dir)
     with removed_if_left_empty(trace_dir), session_cm as session:
         profile = session.profile(model, kernels=kernels)
-    _emit(profile.to_json(), as_json, output, lambda: render_profile(profile, kernels))
+    doc = profile.to_json()
+    traces = _written_since(trace_dir, before)
+    if trace_dir is not None:  # what --trace-dir kept, which was said nowhere (DIR/m.ort_profile.json)
+        doc["trace"] = traces
+
+    def render() -> None:
+        render_profile(profile, kernels)
+        if traces:
+            console.print(f"wrote {', '.join(traces)}", highlight=False, soft_wrap=True, markup=False)
+
+    _emit(doc, as_json, output, render)
     warn_clock_slowdown(profile.environment)  # as bench: a board left to DVFS, a clock held down
+
+
+def _files_in(folder: Path | None) -> dict[Path, tuple[int, int]]:
+    """Every file under `folder` with its mtime and size (none where there is no folder)."""
+    if folder is None or not folder.is_dir():
+        return {}
+    found = {}
+    for path in sorted(folder.rglob("*")):
+        with suppress(OSError):  # gone meanwhile
+            if path.is_file():
+                st = path.stat()
+                found[path] = (st.st_mtime_ns, st.st_size)
+    return found
+
+
+def _written_since(folder: Path | None, before: dict[Path, tuple[int, int]]) -> list[str]:
+    """The files under `folder` new or changed since `before` (`_files_in`): what the backend
+    wrote there (onnxruntime's and torch's trace, TensorRT's engines), whichever backend ran."""
+    return [str(path) for path, stamp in _files_in(folder).items() if before.get(path) != stamp]

@@ -10,7 +10,6 @@ pipeline can gate on it.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Optional
@@ -19,7 +18,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from deployopt.cli.app import app, console, err_console, input_path, output_option
+from deployopt.cli.app import app, console, err_console, input_path, output_option, print_json, print_table
 from deployopt.errors import DeployoptError
 from deployopt.regression import (
     DEFAULT_ALPHA,
@@ -86,8 +85,11 @@ def _render(report: RegressionReport) -> None:
             else ""
         ),
     )
+    # nothing cut with '…' (a pipe or CI log is 80 columns): a name folds, so two pairs never read
+    # alike (`resnet56…` twice), and print_table keeps each number whole (`(1214…` of 12149.7)
     for col in ("model", "baseline", "current", "change", "p", "verdict", "setup differs"):
-        table.add_column(col, justify="right" if col in ("change", "p") else "left")
+        justify = "right" if col in ("change", "p") else "left"
+        table.add_column(col, justify=justify, overflow="fold" if col == "model" else "ellipsis")
     for p in report.pairs:
         table.add_row(
             p.name,
@@ -99,7 +101,7 @@ def _render(report: RegressionReport) -> None:
             _verdict(p, report.alpha),
             "; ".join(([] if p.model.comparable else ["DIFFERENT MODEL"]) + p.differences) or "-",
         )
-    console.print(table)
+    print_table(table)
     # one line where every pair shares one setup; else one a model, in table order and named as the
     # "measured at" lines are (a sorted set of unnamed setups could not tell which model ran where)
     setups = [(p.name, setup(p.baseline), setup(p.current)) for p in report.pairs]
@@ -167,8 +169,13 @@ def _render(report: RegressionReport) -> None:
             f" ({shaky} unstable: no verdict)" if shaky else "",
         ]
     )
+    # the slower models named: in a log the table's name column may be folded over several lines
+    slower = f"; slower: {', '.join(p.name for p in report.slower)}" if n else ""
     console.print(
-        f"{n} regression{'s' if n != 1 else ''} in {len(report.pairs)} compared{tail}", markup=False
+        f"{n} regression{'s' if n != 1 else ''} in {len(report.pairs)} compared{tail}{slower}",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
     )
 
 
@@ -238,7 +245,7 @@ def compare_command(
         if output is not None:
             write_json(output, doc)
         if as_json:
-            typer.echo(json.dumps(doc, indent=2))
+            print_json(doc)
     if not as_json:
         _render(report)
     # most severe first: a wrong pair, then setups that differ, then what could not be checked

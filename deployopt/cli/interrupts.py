@@ -1,4 +1,4 @@
-"""What a Ctrl-C or SIGTERM says once a command's output is complete.
+"""What a Ctrl-C or SIGTERM says once a command's output is complete; a reader gone as an interrupt.
 
 `bench -o`, `profile -o`, `apply` and `fp16` put their file in place a second or so before they
 exit (a table drawn, a note's imports): an interrupt there printed "interrupted", which reads as if
@@ -9,7 +9,13 @@ its OUTDIR, with the same exit status (130, or 143 for SIGTERM).
 
 from __future__ import annotations
 
+import _thread
+import contextlib
 import os
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
 
 _complete: list[str] = []  # this command's outputs in place, in the order written
 
@@ -22,6 +28,7 @@ def output_complete(path: str | os.PathLike[str]) -> None:
 def forget() -> None:
     """Start a command with nothing recorded (in-process callers run several in one process)."""
     _complete.clear()
+    _closed.clear()
 
 
 def interrupted_line() -> str:
@@ -29,3 +36,129 @@ def interrupted_line() -> str:
     if not _complete:
         return "interrupted"
     return f"interrupted after the run finished: its result in {' and '.join(_complete)} is complete"
+
+
+# A reader that goes away (`deployopt ... | head`, `2>&1 | head -2`, `| true`) is an interrupt too.
+# Python ignores SIGPIPE, so the next write raised BrokenPipeError, which rich turned into a silent
+# SystemExit(1) wherever it printed (optimize stopped mid-run, its folder holding only the journal)
+# and typer into exit 1 (for compare: "a regression"). Now the command unwinds as for Ctrl-C
+# (optimize keeps its journal and says how to resume, where stderr is still open) and exits 141,
+# 128 + SIGPIPE, as a tool that SIGPIPE ends does.
+
+_closed: set[str] = set()  # "stdout" / "stderr": closed by their reader during this command
+_NAMES = ("stdout", "stderr")
+
+
+class OutputClosed(KeyboardInterrupt):
+    """stdout or stderr closed by its reader: raised where the write failed, and unwound as Ctrl-C
+    is (a KeyboardInterrupt: no `except Exception` on the way swallows it, and optimize's cleanup
+    and journal see the interrupt they handle); the entry point then exits 141."""
+
+
+def closed_streams() -> set[str]:
+    """The standard streams whose reader went away during this command."""
+    return set(_closed)
+
+
+class ReaderStream:
+    """A standard stream (`name`: stdout or stderr) whose write or flush to a reader that has gone
+    marks it closed, points its descriptor at /dev/null and raises OutputClosed, once: what is still
+    buffered, and every later line (the unwinding's, the interpreter's flush at exit), goes nowhere
+    rather than failing again. In another thread (a progress line's timer) it interrupts the main
+    thread instead. Everything else is the stream's own (rich and click read its encoding, isatty,
+    fileno, buffer)."""
+
+    def __init__(self, stream: Any, name: str) -> None:
+        self._stream = stream
+        self._name = name
+        self._gone_away = False
+
+    def write(self, text: str) -> int:
+        if self._gone_away:  # its descriptor is on /dev/null (a test's capture has none): no more
+            return len(text)
+        try:
+            return int(self._stream.write(text))
+        except BrokenPipeError:
+            self._gone()
+            return len(text)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        if self._gone_away:
+            return
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._gone()
+
+    @property
+    def buffer(self) -> Any:
+        """The stream's bytes, watched alike: click (typer.echo) writes there, through a text
+        stream of its own, where this one's encoding is ASCII."""
+        return _ReaderBuffer(self._stream.buffer, self)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+    def _gone(self) -> None:
+        self._gone_away = True
+        _closed.add(self._name)
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # no descriptor (a test's capture)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, self._stream.fileno())
+            finally:
+                os.close(devnull)
+        if threading.current_thread() is threading.main_thread():
+            raise OutputClosed
+        _thread.interrupt_main()  # the timer's thread ends quietly; the command unwinds in its own
+
+
+class _ReaderBuffer:
+    """A ReaderStream's binary buffer: a write or flush to a reader that has gone is the stream's."""
+
+    def __init__(self, buffer: Any, stream: ReaderStream) -> None:
+        self._buffer = buffer
+        self._owner = stream
+
+    def write(self, data: bytes) -> int:
+        if self._owner._gone_away:
+            return len(data)
+        try:
+            return int(self._buffer.write(data))
+        except BrokenPipeError:
+            self._owner._gone()
+            return len(data)
+
+    def flush(self) -> None:
+        if self._owner._gone_away:
+            return
+        try:
+            self._buffer.flush()
+        except BrokenPipeError:
+            self._owner._gone()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._buffer, name)
+
+
+@contextlib.contextmanager
+def readers_watched() -> Iterator[None]:
+    """sys.stdout and sys.stderr as ReaderStreams for the block, what is still buffered flushed at
+    its end (a reader gone by then is found there, not as a traceback at interpreter exit), the
+    streams put back afterwards (in-process callers). One that is None (`>&-`: Python has none
+    for a descriptor closed when it started; rich prints nowhere then) stays None."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = (None if s is None else ReaderStream(s, n) for s, n in zip(saved, _NAMES))
+    try:
+        try:
+            yield
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                if stream is not None:
+                    stream.flush()
+    finally:
+        sys.stdout, sys.stderr = saved

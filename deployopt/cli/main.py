@@ -24,7 +24,13 @@ try:  # Ctrl-C in the seconds these imports take (onnx, numpy, rich) was a 20-li
 
     # isort: on
     from deployopt.cli.app import Interrupted, app, err_console
-    from deployopt.cli.interrupts import forget, interrupted_line
+    from deployopt.cli.interrupts import (
+        OutputClosed,
+        closed_streams,
+        forget,
+        interrupted_line,
+        readers_watched,
+    )
     from deployopt.errors import DeployoptError, DeployoptWarning, reraise_interrupt
 except KeyboardInterrupt:  # what _interrupted says, before rich is there to say it
     sys.stderr.write("interrupted\n")
@@ -59,15 +65,36 @@ def _fail(message: str, code: int) -> None:
 
 INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 TERMINATED = 143  # 128 + SIGTERM
+OUTPUT_CLOSED = 141  # 128 + SIGPIPE: what `yes | head` reports for `yes`
 _terminated = False  # this run got SIGTERM (its KeyboardInterrupt then exits 143, not 130)
+_STREAM_WORDS = {"stdout": "standard output", "stderr": "standard error"}
 
 
 def _interrupted(message: str | None = None) -> None:
     """Ctrl-C (or SIGTERM) in any command: one line, exit 130 (143), no traceback. Without a
-    message of the command's own: `interrupted`, or that the output it already wrote is complete."""
+    message of the command's own: `interrupted`, or that the output it already wrote is complete.
+    Where the interrupt was a reader that went away (deployopt.cli.interrupts), `_output_closed`."""
+    if closed_streams():
+        _output_closed(message)
     message = message or interrupted_line()
     err_console.print(message, style="red", markup=False, highlight=False, emoji=False, soft_wrap=True)
     sys.exit(TERMINATED if _terminated else INTERRUPTED)
+
+
+def _output_closed(message: str | None = None) -> None:
+    """Exit 141, quietly, as a tool SIGPIPE ends does: `deployopt targets | head -3` is no failure
+    to report. What the user needs still goes to stderr where that is open: a command's own line
+    (optimize: how to resume) or that an output written is complete, as Ctrl-C says them."""
+    closed = closed_streams()
+    complete = interrupted_line()
+    message = message or (complete if complete != "interrupted" else None)
+    if message and "stderr" not in closed:
+        gone = " and ".join(_STREAM_WORDS[name] for name in sorted(closed, reverse=True))
+        if message.startswith("interrupted"):
+            message = f"{gone} closed by its reader{message.removeprefix('interrupted')}"
+        with contextlib.suppress(OutputClosed):
+            err_console.print(message, style="red", markup=False, highlight=False, soft_wrap=True)
+    sys.exit(OUTPUT_CLOSED)
 
 
 @contextlib.contextmanager
@@ -116,14 +143,39 @@ def _show_warning(message: Any, category: type[Warning], *args: Any, **kwargs: A
 _python_show_warning = warnings.showwarning
 
 
+@contextlib.contextmanager
+def _any_encoding() -> Iterator[None]:
+    """stdout and stderr write what their encoding cannot hold as `\\xb5`, not as a traceback:
+    under PYTHONIOENCODING=ascii (or a Latin-1 console) a table's `µs` or `…` ended `analyze`, a
+    passing `verify` (exit 1) and `optimize` after its files were written; and a model file name
+    that is not UTF-8 (its bytes held as surrogates) could not be printed to a UTF-8 stdout
+    either. Only a stream that would raise is changed, and put back afterwards."""
+    changed = []
+    for stream in (sys.stdout, sys.stderr):
+        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+            with contextlib.suppress(ValueError, OSError):  # closed, or a stream of its own kind
+                stream.reconfigure(errors="backslashreplace")
+                changed.append(stream)
+    try:
+        yield
+    finally:
+        for stream in changed:
+            with contextlib.suppress(ValueError, OSError):
+                stream.reconfigure(errors="strict")
+
+
 def main() -> None:
-    # both restore what they replace afterwards (in-process callers, tests)
+    # each restores what it replaces afterwards (in-process callers, tests)
     forget()  # an earlier command's outputs (in-process callers) are not this one's
-    with warnings.catch_warnings(), _sigterm_as_ctrl_c():
+    with warnings.catch_warnings(), _sigterm_as_ctrl_c(), _any_encoding():
         # every run says so (a run close to its memory, a cache it cannot write: LayerCache warns once)
         warnings.simplefilter("always", DeployoptWarning)
         warnings.showwarning = _show_warning
-        _main()
+        try:
+            with readers_watched():  # a reader gone: unwound as an interrupt, then exit 141
+                _main()
+        except OutputClosed:  # one raised past every handler (the error line itself, the last flush)
+            _output_closed()
 
 
 def entry() -> None:

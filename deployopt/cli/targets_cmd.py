@@ -7,7 +7,6 @@ median, IQR, runs).
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 from datetime import datetime, timezone
@@ -30,6 +29,8 @@ from deployopt.cli.app import (
     missing_option,
     note_cudnn_search,
     output_option,
+    print_json,
+    print_table,
     progress_bar,
     remote_option,
     remote_target_option,
@@ -296,11 +297,11 @@ def targets_command(
                 f"{largest.sms})"
             )
     if as_json:
-        doc: Any = targets[0].to_json() if target else [t.to_json() for t in targets]
-        console.print_json(json.dumps(doc))
+        print_json(targets[0].to_json() if target else [t.to_json() for t in targets])
         return
-    # no vertical rules, and cells fold rather than end in '…': in 80 columns (a pipe, a CI log) the
-    # limits column printed '2048/32…' and the shared memory '164/163' with its unit on another line
+    # no vertical rules, and nothing cut: in 80 columns (a pipe, a CI log) the limits column printed
+    # '2048/32…' and the shared memory '164/163' with its unit on another line; at 60 a MHz of 1300
+    # read 130. Names and figures stay whole (print_table), the model column folds
     table = Table(
         title="GPU targets" + (f" (--sms {sms})" if sms else ""),
         box=box.SIMPLE_HEAD,
@@ -312,7 +313,7 @@ def targets_command(
             col,
             justify="left" if col in ("name", "model") else "right",
             no_wrap=col != "model",
-            overflow="fold",
+            overflow="fold" if col == "model" else "ellipsis",
         )
     for t in targets:
         fitted = sorted(dt for dt, p in t.params.items() if p.fitted)
@@ -326,7 +327,7 @@ def targets_command(
             f"{t.registers_per_sm // 1024}K/{t.registers_per_block // 1024}K",
             _model_column(t, fitted, FIT_BORROWED),
         )
-    console.print(table)
+    print_table(table)
     left_out = [] if target or not sms else [t.name for t in everything if t.sms < sms]
     if left_out:
         console.print(
@@ -376,9 +377,7 @@ def _board_target(host: str, as_json: bool) -> None:
     if as_json:
         facts = ("board", "compatible", "mem_total_kib", "l4t", "nvpmodel")
         read = {key: env[key] for key in facts if key in env}
-        console.print_json(
-            json.dumps({"remote": host, "target": match.target, "why": match.why, "read": read})
-        )
+        print_json({"remote": host, "target": match.target, "why": match.why, "read": read})
     if match.target is None:
         raise TargetError(f"the board at {host} is no built-in target: {match.why}")
     if as_json:
@@ -748,7 +747,7 @@ def staircase_command(
             f"(median of {counted(runs, 'run')}, bars from the first to the third quartile)",
         )
     if as_json:
-        console.print_json(json.dumps(doc))
+        print_json(doc)
         return
     m, _, kd = shape.gemm
     how = (
@@ -762,11 +761,13 @@ def staircase_command(
         highlight=False,
         soft_wrap=True,
     )
-    # no vertical rules and short headers: nine columns fit 80 characters (a pipe, a CI log)
+    # no vertical rules and headers of two short lines: nine columns fit 80 characters (a pipe, a
+    # CI log); each cell one number that never wraps (print_table: a column as wide as its widest),
+    # where folding split `31739.8` and a `128x128` tile over two lines
     table = Table(box=box.SIMPLE_HEAD)
-    cols = ["out ch", "tile", "blocks", "blk/SM", "waves", "tail fill", "pred µs"]
-    for col in cols + (["meas µs", "IQR µs"] if timings else []):
-        table.add_column(col, justify="right", overflow="fold")
+    cols = ["out\nch", "tile", "blocks", "blk/\nSM", "waves", "tail\nfill", "pred\nµs"]
+    for col in cols + (["meas\nµs", "IQR\nµs"] if timings else []):
+        table.add_column(col, justify="right", no_wrap=True)
     for p, kern in zip(doc["points"], doc["predicted_kernels"]):
         row = [
             str(p["out_channels"]),
@@ -781,7 +782,7 @@ def staircase_command(
             iqr = p["measured_iqr_us"]
             row += [f"{p['measured_us']:.1f}", "n/a" if iqr is None else f"{iqr:.1f}"]
         table.add_row(*row)
-    console.print(table)
+    print_table(table)
     source = ("its depthwise terms: " if shape.is_depthwise else "") + params.source_for(shape.is_depthwise)
     console.print(f"pred µs: predicted, {params.describe()}; {source}", highlight=False, soft_wrap=True)
     if timings:
