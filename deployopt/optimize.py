@@ -1260,39 +1260,50 @@ class Optimizer:
     def _trim_importance(self) -> dict[str, Any] | None:
         """`--mode trim` with --calibration-data: every free group's channels ranked once on that data
         (mean |activation| × reader weight norm, deployopt.importance), so trimmed plans drop what
-        the data shows matters least; None otherwise (filter L1: random inputs are not data)."""
+        the data shows matters least; None otherwise (filter L1: random inputs are not data, and
+        data of one sample is the gate's alone, fidelity.load_trim_samples)."""
         if self.cfg.mode != "trim" or not self.cfg.calibration_data:
             return None
         if getattr(self, "_importance", None) is None:
             from deployopt.importance import activation_importance
 
             samples, _ = self._ranking_samples()
+            if not samples:
+                return None
             self._importance = activation_importance(self.model, self.analysis, list(self.groups), samples)
         return self._importance
 
+    def _trim_samples(self) -> Any:
+        """`--mode trim` with data: the gate's samples and the ranking's, spread over the data and
+        never the same sample (fidelity.load_trim_samples), loaded once."""
+        if getattr(self, "_trim_set", None) is None:
+            from deployopt.fidelity import load_trim_samples
+
+            self._trim_set = load_trim_samples(
+                self.cfg.calibration_data,
+                dict(self.loaded.input_shapes),
+                self.cfg.preprocess,
+                gate=self.cfg.fidelity_samples,
+            )
+        return self._trim_set
+
     def _ranking_samples(self) -> tuple[list[dict[str, Any]], str]:
-        """The samples trims are ranked on: those after the fidelity gate's, when the data has more
-        (up to fidelity.RANK_SAMPLES), so the gate judges a ranking on data it was not made from (ranked and
-        gated on the same 4 MobileNetV2 images, trims kept ≥ 0.993 cosine there and 0.973–0.992 on
-        the other 16); else the gate's own samples, and the report says so."""
+        """The samples trims are ranked on, none of them the fidelity gate's (ranked and gated on the
+        same 4 MobileNetV2 images, trims kept ≥ 0.993 cosine there and 0.973–0.992 on the other 16),
+        and report.json's trim_order, which says how and on which; none where the data holds one
+        sample (ranked by filter L1, said so)."""
         if getattr(self, "_rank_set", None) is not None:
             return self._rank_set
-        from deployopt.fidelity import check_feedable, load_ranking_samples
+        from deployopt.fidelity import check_feedable
 
-        gate = self._calibration().samples
-        ranking = load_ranking_samples(
-            self.cfg.calibration_data, dict(self.loaded.input_shapes), self.cfg.preprocess, gate=len(gate)
-        )
-        more = ranking.calib.samples
-        if ranking.after_gate:
-            ranked_on = f"{len(more)} calibration sample(s) after the fidelity gate's {len(gate)}"
-        else:
-            ranked_on = f"the fidelity gate's {len(gate)} calibration sample(s) (the data has no more)"
-        # as the gate's at load: an integer input's later samples (another file) may hold floats,
-        # which the ranking would cast to noise without a word
-        check_feedable(ranking.calib, self.loaded.model)
-        self._rank_notices = ranking.calib.notices  # what was left out of them, for the report
-        self._rank_set = (more, ranked_on)  # loaded once: the resume check hashes them too
+        split = self._trim_samples()
+        if split.ranking is not None:
+            # as the gate's at load: an integer input's other samples (another file) may hold floats,
+            # which the ranking would cast to noise without a word
+            check_feedable(split.ranking, self.loaded.model)
+        self._rank_notices = [] if split.ranking is None else split.ranking.notices
+        ranked = [] if split.ranking is None else split.ranking.samples
+        self._rank_set = (ranked, split.ranked_on())  # loaded once: the resume check hashes them too
         return self._rank_set
 
     def calibration_notices(self) -> list[str]:
@@ -1396,15 +1407,21 @@ class Optimizer:
 
     # -------------------------------------------------------------- fidelity
     def _calibration(self) -> Any:
+        """The fidelity gate's samples: spread over --calibration-data (a class-per-folder set gave
+        its first class alone), and with --mode trim none of those the trims are ranked on."""
         if getattr(self, "_calib", None) is None:
             from deployopt.fidelity import load_calibration
 
-            self._calib = load_calibration(
-                self.cfg.calibration_data,
-                inputs=dict(self.loaded.input_shapes),
-                count=self.cfg.fidelity_samples,
-                preprocess=self.cfg.preprocess,
-            )
+            if self.cfg.mode == "trim" and self.cfg.calibration_data:
+                self._calib = self._trim_samples().gate
+            else:
+                self._calib = load_calibration(
+                    self.cfg.calibration_data,
+                    inputs=dict(self.loaded.input_shapes),
+                    count=self.cfg.fidelity_samples,
+                    preprocess=self.cfg.preprocess,
+                    spread=True,
+                )
         return self._calib
 
     def _is_lossless(self, plan: dict[str, int]) -> bool:
@@ -2333,7 +2350,7 @@ class Optimizer:
         if self.cfg.mode == "trim":
             # the rule any trim of this run uses; saying it needs no ranking (no trim may have been built)
             report["trim_order"] = (
-                "dead channels, then mean |activation| × reader weight norm, on " + self._ranking_samples()[1]
+                self._ranking_samples()[1]
                 if self.cfg.calibration_data
                 else "dead channels, then L1 of the producing filters"
             )

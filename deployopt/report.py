@@ -783,14 +783,23 @@ def render_markdown(report: dict[str, Any]) -> str:
     fid = report.get("fidelity")
     lines += ["", "## Fidelity (onnxruntime, reference = input model)", ""]
     if fid:
+        from deployopt.fidelity import shown_against
+
+        # against a trim gate's thresholds, with the digits that show the side each falls on
+        gate = report.get("trim_gate") or {}
+        limits = {"cosine_min": gate.get("min_cosine"), "top1_agreement": gate.get("min_top1")}
+        limits["exact_match"] = gate.get("min_top1")
         for key in ("max_abs_error", "cosine_min", "top1_agreement", "relative_error_max", "exact_match"):
             if key in fid and fid[key] is not None:
-                lines.append(f"- {key.replace('_', ' ')}: {fid[key]:.6g}")
+                limit = limits.get(key)
+                shown = f"{fid[key]:.6g}" if limit is None else shown_against(fid[key], limit, 6)[0]
+                lines.append(f"- {key.replace('_', ' ')}: {shown}")
         source = fid.get("source") or "calibration set"
         random_note = fid.get("random_inputs") and "random" not in source  # say it once
         n = fid.get("samples")
         count = f", {n} sample{'' if n == 1 else 's'}" if n else ""
-        lines.append(f"- inputs: {source}{count}" + (" (random inputs)" if random_note else ""))
+        chosen = f" ({fid['samples_chosen']})" if fid.get("samples_chosen") else ""  # which of the data's
+        lines.append(f"- inputs: {source}{count}{chosen}" + (" (random inputs)" if random_note else ""))
         if report.get("image_preprocess"):
             from deployopt.fidelity import describe_preprocess
 
@@ -801,6 +810,8 @@ def render_markdown(report: dict[str, Any]) -> str:
             lines.append(f"- trim gate: {describe_gate(gate, **gate_checks(fid))}")
     else:
         lines.append("- not checked in this run")
+    if report.get("trim_order"):  # how trimmed channels were chosen, and on which samples
+        lines.append(f"- trimmed channels ranked by: {report['trim_order']}")
     refused = report.get("refused", [])
     if refused:
         lines += ["", f"Plans refused for fidelity before measuring ({len(refused)}):", ""]
@@ -870,22 +881,23 @@ def describe_gate(
     `exact`: an integer output to --min-top1's share of equal values (fidelity.compare_models);
     `cosine` False where no output was scored by cosine (each one value per row, or integers: the
     report's cosine_min is None), so no cosine bound is quoted as if it had checked one."""
-    from deployopt.fidelity import relative_error_limit
+    from deployopt.fidelity import relative_error_limit, shown_threshold
 
     how = "enforced" if gate["enforced"] else "reported only (--no-fidelity-gate)"
     limit = relative_error_limit(gate["min_cosine"]) if relative else None
     parts = []
-    if cosine:
-        cos = f"min cosine ≥ {gate['min_cosine']:g}"
+    if cosine:  # thresholds as given: --min-top1 0.999 was "≥ 100%"
+        cos = f"min cosine ≥ {shown_threshold(gate['min_cosine'])}"
         if limit is not None:
             cos += f" (outputs of one value per row: relative error ≤ {limit:.2%})"
         parts.append(cos)
     elif limit is not None:
-        per_row = f"outputs of one value per row, from min cosine {gate['min_cosine']:g}"
+        per_row = f"outputs of one value per row, from min cosine {shown_threshold(gate['min_cosine'])}"
         parts.append(f"relative error ≤ {limit:.2%} ({per_row})")
-    tops = [f"top-1 agreement ≥ {gate['min_top1']:.0%}"] if top1 else []
+    least = shown_threshold(gate["min_top1"], percent=True)
+    tops = [f"top-1 agreement ≥ {least}"] if top1 else []
     if exact:
-        tops.append(f"integer outputs' exact match ≥ {gate['min_top1']:.0%}")
+        tops.append(f"integer outputs' exact match ≥ {least}")
     parts.append(", ".join(tops) or "no top-1 check (no output is N×classes)")
     return ", ".join([*parts, how])
 

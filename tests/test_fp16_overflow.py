@@ -143,8 +143,7 @@ def test_fp32_model_is_decided_without_loading_its_weights(tmp_path: Path, monke
     """An fp32 model holds no fp16: decided from its types alone, the ModelProto neither
     serialized, sized (ByteSize) nor copied; and verify reads each file once, handing the check
     the model it read (0.4 s and +520 MB a 274 MB model, twice per verify, before)."""
-    from deployopt.cli import verify_cmd
-    from deployopt.fidelity import low_precision_overflow
+    from deployopt.fidelity import low_precision_overflow, runnable_model
 
     model = _overflowing()
     calib = CalibrationSet([{"x": np.ones((1, 3, 8, 8), np.float32)}], "ones", False)
@@ -166,7 +165,7 @@ def test_fp32_model_is_decided_without_loading_its_weights(tmp_path: Path, monke
             patch.setattr(onnx.ModelProto, name, refuse)
         assert low_precision_overflow(model, calib, "reference", ["x"]) is None
     monkeypatch.setattr(onnx, "load", counted_load)
-    feed, read = verify_cmd._loadable(path)
+    feed, read = runnable_model(path)
     assert feed == path and loads == [str(path)]
     assert low_precision_overflow(read, calib, "reference", ["x"]) is None and loads == [str(path)]
 

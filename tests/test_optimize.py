@@ -1013,9 +1013,11 @@ def test_trim_ranks_channels_on_the_calibration_data(tmp_path: Path) -> None:
     assert lossless._trim_importance() is None and "trim_order" not in lossless.cfg.signature()
 
 
-def test_trim_ranks_on_the_samples_after_the_gates_when_the_data_has_more(tmp_path: Path) -> None:
-    """The fidelity gate checks the first 4 samples; trims are ranked on the ones after them, so the
-    gate judges a ranking on data it was not made from. With only the gate's samples, on those."""
+def test_trim_ranks_on_samples_the_gate_does_not_check(tmp_path: Path) -> None:
+    """The fidelity gate checks 4 samples spread over the data and the trims are ranked on others,
+    so the gate judges a ranking on data it was not made from. Data of 6 or 4 samples, fewer than
+    the gate's 4 and as many more, is split: half each, the gate's spread among the ranking's (it
+    ranked on the gate's own 4 when the data had no more; fidelity.load_trim_samples)."""
     from test_trim_order import two_convs
 
     from deployopt.importance import activation_importance
@@ -1035,18 +1037,26 @@ def test_trim_ranks_on_the_samples_after_the_gates_when_the_data_has_more(tmp_pa
         opt._trim_importance()
         return opt
 
-    def on(opt: Optimizer, lo: int, hi: int) -> np.ndarray:
-        return activation_importance(opt.model, opt.analysis, [gid], [{"x": r[None]} for r in rows[lo:hi]])[
+    def on(opt: Optimizer, picked: list[int]) -> np.ndarray:
+        return activation_importance(opt.model, opt.analysis, [gid], [{"x": rows[i][None]} for i in picked])[
             gid
         ]
 
     six = ranked(6)
-    np.testing.assert_allclose(six._importance[gid], on(six, 4, 6), rtol=1e-6)
-    assert not np.allclose(six._importance[gid], on(six, 0, 4))
-    assert six._ranking_samples()[1] == "2 calibration sample(s) after the fidelity gate's 4"
+    np.testing.assert_array_equal(
+        np.concatenate([s["x"] for s in six._calibration().samples]), rows[[0, 2, 4]]
+    )
+    np.testing.assert_allclose(six._importance[gid], on(six, [1, 3, 5]), rtol=1e-6)
+    assert not np.allclose(six._importance[gid], on(six, [0, 2, 4]))
+    assert six._ranking_samples()[1].endswith(
+        "on 3 calibration samples the fidelity gate does not check (it checks the other 3 of the data's 6 "
+        "samples)"
+    )
     four = ranked(4)
-    np.testing.assert_allclose(four._importance[gid], on(four, 0, 4), rtol=1e-6)
-    assert "has no more" in four._ranking_samples()[1]
+    np.testing.assert_allclose(four._importance[gid], on(four, [1, 3]), rtol=1e-6)
+    assert (
+        "the gate checks 2 of them and the trims are ranked on the other 2" in four.calibration_notices()[0]
+    )
 
 
 def test_a_trim_run_that_builds_no_trimmed_model_ranks_nothing(tmp_path: Path, monkeypatch) -> None:
@@ -1070,8 +1080,8 @@ def test_a_trim_run_that_builds_no_trimmed_model_ranks_nothing(tmp_path: Path, m
                          outdir=tmp_path / "o", calibration_data=str(data))  # fmt: skip
     report = optimize(cfg).report
     assert report["trim_order"] == (
-        "dead channels, then mean |activation| × reader weight norm, on 4 calibration sample(s) after the "
-        "fidelity gate's 4"
+        "dead channels, then mean |activation| × reader weight norm, on 4 calibration samples the fidelity "
+        "gate does not check (it checks the other 4 of the data's 8 samples)"
     )
 
 
@@ -1091,7 +1101,10 @@ def test_the_ranking_samples_hold_none_of_the_gates_rows(tmp_path: Path) -> None
     opt = Optimizer(cfg)
     opt._load()
     ranked, ranked_on = opt._ranking_samples()
-    assert ranked_on == "1 calibration sample(s) after the fidelity gate's 2"
+    assert ranked_on.endswith(
+        "on 1 calibration sample the fidelity gate does not check (it checks the other 2 of the data's 3 "
+        "samples)"
+    )
     assert len(ranked) == 1
     np.testing.assert_array_equal(ranked[0]["x"], rows[8:12])
 
@@ -1107,22 +1120,26 @@ def test_optimize_reports_which_calibration_images_it_left_out(tmp_path: Path) -
     cfg = OptimizeConfig(model_path=path, target="h200", backend="model", mode="trim", max_evals=3,
                          outdir=tmp_path / "o", calibration_data=str(cifar))  # fmt: skip
     report = optimize(cfg).report
-    assert report["calibration_notices"] == ["20 images do not fill batches of 8: the last 4 are left out"]
+    left_out = "20 images do not fill batches of 8: the last 4 are left out"
+    assert report["calibration_notices"][0] == left_out
+    # 2 samples: one for the gate, the other to rank the trims on, said so
+    assert report["calibration_notices"][1].startswith("the calibration data holds 2 samples")
+    assert len(report["calibration_notices"]) == 2
     assert (
         json.loads((tmp_path / "o" / "report.json").read_text())["calibration_notices"]
         == (report["calibration_notices"])
     )
     lossless = optimize(replace(cfg, mode="lossless", outdir=tmp_path / "l")).report
-    assert lossless["calibration_notices"] == report["calibration_notices"]  # the gate's load alone
+    assert lossless["calibration_notices"] == [left_out]  # the gate's load alone
     # a resumed run replays every check from the journal, and its report says the same
     resumed = optimize(replace(cfg, mode="lossless", outdir=tmp_path / "l", resume=True)).report
-    assert resumed["calibration_notices"] == report["calibration_notices"]
+    assert resumed["calibration_notices"] == lossless["calibration_notices"]
 
 
 def test_trim_refuses_ranking_samples_an_integer_input_cannot_take(tmp_path: Path) -> None:
-    """A uint8 input: the gate's samples (the first file) hold pixel values, the ranking's (a later
-    file) normalised floats. Only the gate's were checked; the ranking cast the floats to uint8
-    noise and said it ranked on them. Now one DataError, before any work."""
+    """A uint8 input: the gate's samples hold pixel values, one of the ranking's (another file)
+    normalised floats. Only the gate's were checked; the ranking cast the floats to uint8 noise and
+    said it ranked on them. Now one DataError, before any work."""
     from test_trim_order import two_convs
 
     model, _ = two_convs(read0=0.5)
@@ -1134,15 +1151,17 @@ def test_trim_refuses_ranking_samples_an_integer_input_cannot_take(tmp_path: Pat
     onnx.save(model, str(path))
     data.mkdir()
     rng = np.random.default_rng(0)
-    np.save(data / "a.npy", rng.integers(0, 256, (4, 2, 8, 8)).astype(np.float32))
-    np.save(data / "b.npy", rng.standard_normal((2, 2, 8, 8)).astype(np.float32))
+    # 8 samples: the gate checks the 1st, 3rd, 5th and 7th, the trims are ranked on the others
+    np.save(data / "a.npy", rng.integers(0, 256, (1, 2, 8, 8)).astype(np.float32))
+    np.save(data / "b.npy", rng.standard_normal((1, 2, 8, 8)).astype(np.float32))
+    np.save(data / "c.npy", rng.integers(0, 256, (6, 2, 8, 8)).astype(np.float32))
     cfg = OptimizeConfig(model_path=path, target="h200", backend="model", mode="trim",
                          outdir=tmp_path / "o", calibration_data=str(data))  # fmt: skip
     with pytest.raises(DataError, match=r"model input 'pixels' takes uint8, the data holds other values"):
         optimize(cfg)
     assert not (tmp_path / "o").exists()
-    (data / "b.npy").unlink()  # the gate's samples alone: ranked on those, as before
-    assert optimize(cfg).report["trim_order"].endswith("(the data has no more)")
+    (data / "b.npy").unlink()  # pixels alone: ranked on 3 of the 7 samples
+    assert optimize(cfg).report["trim_order"].endswith("(it checks the other 4 of the data's 7 samples)")
 
 
 def test_resume_refuses_a_trim_run_whose_calibration_data_changed(tmp_path: Path) -> None:
@@ -1168,7 +1187,7 @@ def test_resume_refuses_a_trim_run_whose_calibration_data_changed(tmp_path: Path
         run_model(src, out, mode="trim", max_evals=3, resume=True, calibration_data=str(data))
     np.save(other, rows)
     res = run_model(src, out, mode="trim", max_evals=3, resume=True, calibration_data=str(other))
-    assert res.report["trim_order"].endswith("4 calibration sample(s) after the fidelity gate's 2")
+    assert res.report["trim_order"].endswith("(it checks the other 2 of the data's 6 samples)")
 
 
 class ThrottledSession(DesignedSession):
@@ -1278,7 +1297,7 @@ def test_plan_json_keeps_each_groups_channels_on_one_line() -> None:
 
 def test_a_trim_runs_plan_lists_the_channels_its_model_keeps(tmp_path: Path) -> None:
     """--mode trim ranked on data: plan.json lists, per trimmed group, the channels the written
-    model kept (ranked on the samples after the gate's), and applying them rebuilds model.onnx."""
+    model kept (ranked on samples the gate does not check), and applying them rebuilds model.onnx."""
     from test_trim_order import two_convs
 
     from deployopt.surgery import apply_plan

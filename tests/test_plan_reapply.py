@@ -87,7 +87,7 @@ def test_an_old_plan_without_kept_channels_is_ranked_on_the_samples_optimize_ran
     trimmed_run: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
     """A plan.json from before `keep` (widths only) still applies: with the data optimize ranked on,
-    apply ranks on the same samples (after the gate's first 4, not the first 16) and rebuilds the
+    apply ranks on the same samples (16 of the 20, none of the gate's 4, not the first 16) and rebuilds the
     same model, and one notice line says the channels were ranked again, and on what."""
     model, out = trimmed_run
     old = tmp_path / "old_plan.json"
@@ -102,7 +102,10 @@ def test_an_old_plan_without_kept_channels_is_ranked_on_the_samples_optimize_ran
     assert said["trim_order"] == "activation"
     (line,) = [n for n in said["notices"] if "lists no kept channels" in n]
     assert "written by hand or by an older optimize" in line
-    assert line.endswith("ranked on 16 calibration sample(s) after the first 4, those optimize ranks on")
+    assert line.endswith(
+        "ranked on 16 calibration sample(s), those optimize ranks on (its fidelity gate checks the other 4 "
+        "of the data's 20 samples)"
+    )
     # on the console: the same notice, one line (the runner's console is 200 columns wide)
     code, _, err = _apply(
         monkeypatch, capsys, model, old, tmp_path / "b.onnx", "--calibration-data", str(CIFAR)

@@ -136,14 +136,15 @@ def optimize_command(
         "--min-cosine",
         metavar="FLOAT",
         help="trim: refuse a plan whose outputs' cosine to the input model's falls below this on any "
-        "calibration sample (default 0.99).",
+        "of the fidelity gate's calibration samples (4, spread over --calibration-data, none of them "
+        "among those the trims are ranked on; default 0.99).",
     ),
     min_top1: Optional[float] = typer.Option(
         None,
         "--min-top1",
         metavar="FLOAT",
-        help="trim: refuse a plan whose top-1 agrees with the input model's on less "
-        "than this share of rows (default 0.99; classifiers only).",
+        help="trim: refuse a plan whose top-1 agrees with the input model's on less than this share "
+        "of the rows of the fidelity gate's calibration samples (default 0.99; classifiers only).",
     ),
     fidelity_gate: bool = typer.Option(
         True,
@@ -386,15 +387,20 @@ def _render(result: Any) -> None:
 def _fidelity_line(fid: dict[str, Any], gate: dict[str, Any]) -> Text:
     """What trim did to the outputs: the answer against the input model, and the gate it passed
     (or, with --no-fidelity-gate, did not need to pass)."""
+    from deployopt.fidelity import relative_error_limit, shown_against
+
+    # each figure with the digits it takes to show which side of the gate's threshold it is on
+    cosine, top1, limit = gate["min_cosine"], gate["min_top1"], relative_error_limit(gate["min_cosine"])
     figures = []
     if fid.get("cosine_min") is not None:
-        figures.append(f"min cosine {fid['cosine_min']:.4f}")
+        figures.append(f"min cosine {shown_against(fid['cosine_min'], cosine, 4)[0]}")
     if fid.get("top1_agreement") is not None:
-        figures.append(f"top-1 agreement {fid['top1_agreement']:.0%}")
+        figures.append(f"top-1 agreement {shown_against(fid['top1_agreement'], top1, 0, percent=True)[0]}")
     if fid.get("relative_error_max") is not None:  # outputs of one value per row
-        figures.append(f"max relative error {fid['relative_error_max']:.2%}")
+        worst = shown_against(fid["relative_error_max"], limit, 2, percent=True, computed=True)[0]
+        figures.append(f"max relative error {worst}")
     if fid.get("exact_match") is not None:  # integer outputs
-        figures.append(f"exact match {fid['exact_match']:.0%}")
+        figures.append(f"exact match {shown_against(fid['exact_match'], top1, 0, percent=True)[0]}")
     n = fid.get("samples")
     # how many inputs it rests on: the check takes a few, not the whole set (the rest rank trims)
     on = f", {n} sample{'' if n == 1 else 's'}" if n else ""

@@ -348,31 +348,36 @@ def _trim_importance(
     data: Path,
     count: Optional[int],
     preprocess: ImagePreprocess,
-) -> tuple[Optional[dict[str, Any]], list[str], str]:
+) -> tuple[Optional[dict[str, Any]], list[str], str, Optional[ImagePreprocess]]:
     """The channel ranking of `groups` on `data` (deployopt.importance.activation_importance),
     images made into tensors by `preprocess`; None when there are none (no model run then). The
-    samples are those `optimize --mode trim` ranks on (after its fidelity gate's first ones), so a
-    plan that lists no kept channels trims as optimize did (a group's scores are the same ranked
-    alone or with all, as optimize ranks them: checked bit for bit on the zoo's models); `count`
-    given: the first `count`. Also what loading the data said, and which samples."""
-    from deployopt.fidelity import check_feedable, load_calibration, load_ranking_samples
+    samples are those `optimize --mode trim` ranks on (fidelity.load_trim_samples: none of its
+    fidelity gate's), so a plan that lists no kept channels trims as optimize did (a group's
+    scores are the same ranked alone or with all, as optimize ranks them: checked bit for bit on
+    the zoo's models), by filter L1 where it does (data of one sample); `count` given: the first
+    `count`. Also what loading the data said, which samples (or why L1), and the preprocessing
+    the images got (None: arrays)."""
+    from deployopt.fidelity import check_feedable, load_calibration, load_trim_samples
     from deployopt.importance import activation_importance
 
     if count is None:
-        ranking = load_ranking_samples(data, dict(loaded.input_shapes), preprocess)
-        calib = ranking.calib
+        split = load_trim_samples(data, dict(loaded.input_shapes), preprocess)
+        if split.ranking is None:  # as optimize: one sample is its gate's, the trims go by filter L1
+            why = "ranked by filter L1, as optimize ranks when the calibration data holds one sample"
+            return None, split.notices, why, None
+        calib = split.ranking
         where = (
-            f"{len(calib)} calibration sample(s) after the first {ranking.gate}, those optimize ranks on"
-            if ranking.after_gate
-            else f"the data's {len(calib)} calibration sample(s), those optimize ranks on (it has no more)"
+            f"ranked on {len(calib)} calibration sample(s), those optimize ranks on (its fidelity "
+            f"gate checks the other {len(split.gate)} of {split.taken})"
         )
     else:
         calib = load_calibration(data, dict(loaded.input_shapes), count=count, preprocess=preprocess)
-        where = f"the first {len(calib)} calibration sample(s) (--count; optimize ranks on later ones)"
+        where = f"ranked on the first {len(calib)} calibration sample(s) (--count; optimize ranks on others)"
     if not groups:
-        return None, calib.notices, where
+        return None, calib.notices, where, calib.preprocess
     check_feedable(calib, loaded.model)
-    return activation_importance(loaded.model, analysis, list(groups), calib.samples), calib.notices, where
+    scores = activation_importance(loaded.model, analysis, list(groups), calib.samples)
+    return scores, calib.notices, where, calib.preprocess
 
 
 def _check_plan(
@@ -393,13 +398,9 @@ def _check_plan(
 
 
 def _unlisted_notice(unlisted: Sequence[str], ranked_on: Optional[str]) -> str:
-    """One line: trimmed groups whose kept channels the plan does not list are ranked again, and on
-    what (a plan written by hand, or by an optimize from before plans listed them)."""
-    how = (
-        f"ranked on {ranked_on}"
-        if ranked_on
-        else "ranked by filter L1, as optimize without --calibration-data"
-    )
+    """One line: trimmed groups whose kept channels the plan does not list are ranked again, and how
+    (a plan written by hand, or by an optimize from before plans listed them)."""
+    how = ranked_on or "ranked by filter L1, as optimize without --calibration-data"
     return (
         f"the plan lists no kept channels for {len(unlisted)} trimmed group(s) ({_names(list(unlisted))}; "
         f"written by hand or by an older optimize): {how}"
@@ -439,7 +440,7 @@ def apply_cmd(
         "--count",
         metavar="N",
         help="With --calibration-data: rank on the first N samples (model runs) instead of those "
-        "optimize ranks on (up to 16 after the first 4, which its fidelity gate checks).",
+        "optimize ranks on (up to 16 spread over the data, none of those its fidelity gate checks).",
     ),
     mean: Optional[str] = mean_option(),
     std: Optional[str] = std_option(),
@@ -470,9 +471,9 @@ def apply_cmd(
     by_id = analysis.plan_by_id(widths)
     trimmed = [g for g, w in by_id.items() if int(w) < analysis.group(g).width]
     unlisted = [g for g in trimmed if g not in keep]  # ranked again (a hand-written or older plan)
-    importance, data_notices, samples_used = None, [], None
+    importance, data_notices, samples_used, fed = None, [], None, None
     if calibration_data is not None:
-        importance, data_notices, samples_used = _trim_importance(
+        importance, data_notices, samples_used, fed = _trim_importance(
             loaded, analysis, unlisted, calibration_data, count, preprocess
         )
     edited, changes = apply_plan_report(loaded.model, widths, analysis, importance, keep)
@@ -485,10 +486,9 @@ def apply_cmd(
     elif trimmed and calibration_data is not None:
         said.append("--calibration-data unused: the plan lists the channels each trimmed group keeps")
     notices = [*loaded.notices, *data_notices, *said, *restored]
-    # the image options the ranking's tensors were made with (null: no ranking on images)
-    from deployopt.fidelity import holds_arrays
-
-    ranked_on = None if importance is None or holds_arrays(calibration_data) else preprocess
+    # the image options the ranking's tensors were made with, as applied (a 1-channel input's
+    # grayscale values); null: no ranking on images
+    ranked_on = None if importance is None else fed
     if as_json:
         # how the trimmed live channels were chosen; null when the plan trims none (nothing ranked),
         # "plan" when every trimmed group kept the channels the plan lists (none was ranked)

@@ -37,18 +37,18 @@ from deployopt.fidelity import (
     FidelityReport,
     ImagePreprocess,
     Thresholds,
+    check_same_inputs,
     check_threshold_range,
-    compare_models,
     load_calibration,
-    low_precision_overflow,
     relative_error_limit,
     samples_held,
+    shown_against,
+    shown_threshold,
+    verify_models,
 )
 from deployopt.memory import require_fidelity_memory
 
 if TYPE_CHECKING:
-    import onnx
-
     from deployopt.model import LoadedModel
 
 
@@ -101,12 +101,13 @@ def _render(
             status(None if t.max_abs_error is None else report.max_abs_error <= t.max_abs_error),
         )
     table.add_row("mean abs error", _fmt(report.mean_abs_error, ".3g"), "", "")
+    cosine, cosine_limit = _pair(
+        report.cosine_min, t.min_cosine, 6, none="n/a (no float output of 2+ values a row)"
+    )
     table.add_row(
         "cosine similarity (min)",
-        "n/a (no float output of 2+ values a row)"
-        if report.cosine_min is None
-        else f"{report.cosine_min:.6f}",
-        "none" if t.min_cosine is None else f"≥ {t.min_cosine:g}",
+        cosine,
+        "none" if t.min_cosine is None else f"≥ {cosine_limit}",
         status(
             None if t.min_cosine is None or report.cosine_min is None else report.cosine_min >= t.min_cosine
         ),
@@ -116,20 +117,21 @@ def _render(
     limit = relative_error_limit(t.min_cosine)
     for name, rel in zip(report.output_names, report.output_relative_error):
         if rel is not None:
+            got, allowed = _pair(rel, limit, 2, percent=True, computed=True)
             table.add_row(
                 f"relative error, {name}",
-                f"{rel:.2%}",
-                "none" if limit is None else f"≤ {limit:.2%}",
+                got,
+                "none" if limit is None else f"≤ {allowed}",
                 status(None if limit is None else rel <= limit),
             )
     top1_ok = (
         None if (t.min_top1 is None or report.top1_agreement is None) else report.top1_agreement >= t.min_top1
     )
+    top1, top1_limit = _pair(
+        report.top1_agreement, t.min_top1, 2, percent=True, none="n/a (no output is N×classes)"
+    )
     table.add_row(
-        "top-1 agreement",
-        "n/a (no output is N×classes)" if report.top1_agreement is None else f"{report.top1_agreement:.2%}",
-        "none" if t.min_top1 is None else f"≥ {t.min_top1:.2%}",
-        status(top1_ok),
+        "top-1 agreement", top1, "none" if t.min_top1 is None else f"≥ {top1_limit}", status(top1_ok)
     )
     exact = zip(
         report.output_names,
@@ -139,10 +141,11 @@ def _render(
     )
     for name, share, equal, n in exact:
         if share is not None:
+            got, least = _pair(share, t.min_top1, 2, percent=True)
             table.add_row(
                 f"exact match, {name}",
-                f"{equal}/{n} ({share:.2%})",
-                "none" if t.min_top1 is None else f"≥ {t.min_top1:.2%}",
+                f"{equal}/{n} ({got})",
+                "none" if t.min_top1 is None else f"≥ {least}",
                 status(None if t.min_top1 is None else share >= t.min_top1),
             )
     for c in report.low_precision:
@@ -184,6 +187,29 @@ def _render(
             console.print(Text.assemble(("FAILED", "bold red"), f": {f}"), highlight=False, soft_wrap=True)
     else:
         console.print(Text.assemble(("PASSED", "bold green"), ": all thresholds hold"), soft_wrap=True)
+
+
+def _pair(
+    value: float | None,
+    threshold: float | None,
+    decimals: int,
+    *,
+    percent: bool = False,
+    computed: bool = False,
+    none: str = "n/a",
+) -> tuple[str, str]:
+    """A figure and its threshold's cells, printed so they compare as the numbers do
+    (`fidelity.shown_against`: 0.999987 against 0.99999 is not "1.000000"); `none` for no figure."""
+    if value is None:
+        return none, "" if threshold is None else shown_threshold(threshold, percent, 2 if percent else None)
+    return shown_against(
+        value,
+        threshold,
+        decimals,
+        percent=percent,
+        threshold_decimals=2 if percent else None,
+        computed=computed,
+    )
 
 
 def _scoring_notes(report: FidelityReport, t: Thresholds) -> list[str]:
@@ -236,25 +262,6 @@ def _outputs(names: list[str]) -> str:
     if len(names) == 1:
         return f"output {names[0]} holds"
     return f"outputs {', '.join(names)} each hold"
-
-
-def _loadable(path: Path) -> tuple[Path | onnx.ModelProto, onnx.ModelProto]:
-    """The model file as onnxruntime will load it: the path, or, where nodes repeat a name (ONNX
-    allows it, onnxruntime refuses it), the model with the names every deployopt command gives it
-    (`unique_node_names`). verify of a model against its own optimize output failed there, though
-    every other command read both. Second, the model as read here (external data not loaded), for
-    the fp16-overflow check to read its types from rather than load the file again."""
-    import onnx
-
-    from deployopt.model import make_node_names_unique
-
-    read = onnx.load(str(path), load_external_data=False)
-    named = [n.name for n in read.graph.node if n.name]
-    if len(set(named)) == len(named):
-        return path, read
-    model = onnx.load(str(path))
-    make_node_names_unique(model)
-    return model, model
 
 
 @app.command("verify", rich_help_panel="Channel surgery")
@@ -331,8 +338,7 @@ def verify(
     ref, cand = _load(reference, requested, "reference"), _load(candidate, requested, "candidate")
     ref_inputs, cand_inputs = ref.input_shapes, cand.input_shapes
     notices, cand_notices = list(ref.notices), list(cand.notices)
-    if list(ref_inputs.values()) != list(cand_inputs.values()):
-        raise DataError(f"input shapes differ: reference {ref_inputs}, candidate {cand_inputs}")
+    check_same_inputs(ref_inputs, cand_inputs)  # at the shapes run: before the memory check and the data
     # every sample is held through the comparison: --count random ones, or as many as the data
     # gives (counted as one, 1000 batches of 512² images, 3.0 GB, went without a warning)
     require_fidelity_memory(
@@ -351,19 +357,15 @@ def verify(
     )
     for notice in dict.fromkeys(notices + cand_notices + calib.notices):
         err_console.print(f"notice: {notice}", style="yellow", markup=False, highlight=False, soft_wrap=True)
-    (ref_model, ref_read), (cand_model, cand_read) = _loadable(reference), _loadable(candidate)
-    report = compare_models(ref_model, cand_model, calib)
-    # onnxruntime CPU computes fp16 ops in fp32: an overflow shows only read back in fp16
-    checks = (
-        low_precision_overflow(model, calib, role, list(ref_inputs))
-        for model, role in ((ref_read, "reference"), (cand_read, "candidate"))
-    )
-    report.low_precision = [c for c in checks if c is not None]
+    # the library's verify: repeated node names, the inputs, the outputs, fp16 overflow
+    report = verify_models(reference, candidate, calib)
     thresholds = Thresholds(
         max_abs_error=max_abs_error, rel_error=rel_error, min_cosine=min_cosine, min_top1=min_top1
     )
     failures = report.check(thresholds)
     if json_out:
+        # image_preprocess in it: how images became tensors, as optimize's report.json and apply
+        # --json say it (null: none read)
         typer.echo(json.dumps(report.to_json(thresholds), indent=2))
     else:
         _render(report, thresholds, failures, calib.preprocess)
