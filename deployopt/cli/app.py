@@ -660,19 +660,3 @@ def parse_input_shapes(values: list[str] | None) -> dict[str, list[int]]:
             )
         shapes[name] = parsed
     return shapes
-
-
-def check_batch_agrees(batch: int | None, shapes: dict[str, list[int]]) -> None:
-    """--batch N sets dim 0 of the inputs --input-shape does not give; for an input it does give,
-    a different dim 0 would be timed silently in its place. Same value: fine."""
-    if batch is None:
-        return
-    if batch < 1:  # said before the disagreement, which a batch of 0 always is
-        raise DeployoptError("--batch must be at least 1")
-    for name, dims in shapes.items():
-        if dims and dims[0] != batch:
-            given = "x".join(map(str, dims))
-            raise DeployoptError(
-                f"--batch {batch} and --input-shape {name}:{given} disagree on the batch of {name!r} "
-                f"({dims[0]}); give one of them, or the same batch in both"
-            )

@@ -29,7 +29,6 @@ from deployopt.cli.app import (
     app,
     bgr_option,
     calibration_data_option,
-    check_batch_agrees,
     check_timeout,
     console,
     cudnn_benchmark_option,
@@ -248,7 +247,9 @@ def _options(
 
             refuse_calibration_data(calibration_data)
     shapes = parse_input_shapes(input_shape)
-    check_batch_agrees(batch, shapes)
+    from deployopt.model import check_batch_agrees
+
+    check_batch_agrees(batch, shapes, cli=True)  # the library's check, in the options' words
     return MeasureOptions(
         dtype=dtype,
         batch=batch,

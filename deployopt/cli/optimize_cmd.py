@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -29,6 +27,7 @@ from deployopt.cli.app import (
     option_given,
     output_option,
     parse_input_shapes,
+    print_json,
     progress_bar,
     remote_option,
     remote_target_option,
@@ -294,7 +293,7 @@ def optimize_command(
         note_cudnn_search(b, sms, cudnn_engines, cudnn_benchmark)  # stderr: --json output stays clean
         _note_unused_timing_options(b, {"--runs": runs, "--warmup": warmup, "--sweep-runs": sweep_runs})
         if as_json:
-            sys.stdout.write(json.dumps(result.report, indent=2) + "\n")
+            print_json(result.report)
             return
         _render(result)
     except KeyboardInterrupt:

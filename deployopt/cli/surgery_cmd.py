@@ -7,7 +7,6 @@ waves for a target) can reuse and extend them without touching the analysis.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -27,6 +26,7 @@ from deployopt.cli.app import (
     mean_option,
     output_option,
     parse_input_shapes,
+    print_json,
     refuse_int8_the_target_lacks,
     resize_option,
     scale_option,
@@ -219,7 +219,7 @@ def analyze_cmd(
                 # convs the table leaves out, and why (the text says so; the JSON said nothing)
                 "unpriced": [{"name": n, "reason": why} for n, why in analysis.unpriced_reasons()],
             }
-        typer.echo(json.dumps(data, indent=2))
+        print_json(data)
         return
     _print_notices(loaded.notices)
     free = len(analysis.free_groups())
@@ -504,7 +504,7 @@ def apply_cmd(
             "image_preprocess": None if ranked_on is None else ranked_on.to_json(),
             "notices": notices,
         }
-        typer.echo(json.dumps(out, indent=2))
+        print_json(out)
         return
     _print_notices(notices)
     if changes:

@@ -7,7 +7,6 @@ threshold holds, 1 when one is crossed, 2 on bad input.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
@@ -26,6 +25,7 @@ from deployopt.cli.app import (
     input_path,
     mean_option,
     parse_input_shapes,
+    print_json,
     resize_option,
     scale_option,
     std_option,
@@ -366,7 +366,7 @@ def verify(
     if json_out:
         # image_preprocess in it: how images became tensors, as optimize's report.json and apply
         # --json say it (null: none read)
-        typer.echo(json.dumps(report.to_json(thresholds), indent=2))
+        print_json(report.to_json(thresholds))
     else:
         _render(report, thresholds, failures, calib.preprocess)
     if failures:
