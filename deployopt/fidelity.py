@@ -1040,17 +1040,20 @@ def load_trim_samples(
         chosen = "the data's one sample; the trims are ranked by filter L1"
         gate_set = replace(data, notices=[*said, notice], chosen=chosen)
         return TrimSamples(gate=gate_set, ranking=None, taken=taken, notices=said, notice=notice)
-    g = min(gate, -(-n // 2))
+    # split only where the data ran out: a ranking held under RANK_INPUT_BYTES to fewer samples
+    # than the gate (inputs past 64 MiB a sample) had cut the gate to half of what was loaded
+    g = gate if n >= gate + wanted else min(gate, -(-n // 2))
     on_gate = spread_indices(n, g)
     rest = [i for i in range(n) if i not in set(on_gate)]
     on_rank = [rest[i] for i in spread_indices(len(rest), min(wanted, len(rest)))]
     notice = ""
     if g < gate:
         notice = (
-            f"the calibration data holds {n} samples, fewer than the fidelity gate's {gate} and as many "
-            f"more to rank the trims on: the gate checks {g} of them and the trims are ranked on the "
+            f"the calibration data holds {n} samples, fewer than the fidelity gate's {gate} and the {wanted} "
+            f"to rank the trims on: the gate checks {g} of them and the trims are ranked on the "
             f"other {len(on_rank)} (none shared: a gate on the samples the ranking was made from "
-            f"passes trims that fail on other data); give {2 * gate} or more for a gate of {gate}"
+            f"passes trims that fail on other data); give {min(2 * gate - 1, gate + wanted)} or more for a "
+            f"gate of {gate}"
         )
     gate_set = replace(
         data,

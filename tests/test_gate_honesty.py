@@ -113,6 +113,29 @@ def test_data_the_gate_alone_would_take_is_split_between_gate_and_ranking(
     )
 
 
+def test_a_ranking_cut_by_its_memory_budget_leaves_the_gate_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where one sample's inputs pass RANK_INPUT_BYTES / 2 (batch 8 at 3×1024² is 100 MB), the
+    ranking wants 2 samples: 6 were loaded of 100, and the split for data that ran out gave the gate
+    3 and told the user the data holds 6 (review of 6108068)."""
+    import deployopt.fidelity as fidelity
+
+    ones = np.ones((1, 2, 3), np.float32)
+    np.save(tmp_path / "a.npy", np.arange(100, dtype=np.float32)[:, None, None] * ones)
+    monkeypatch.setattr(fidelity, "RANK_INPUT_BYTES", 2 * 3 * 4 * 2)  # two samples' inputs
+    split = fidelity.load_trim_samples(tmp_path / "a.npy", {"x": [2, 3]}, gate=4)
+    assert (len(split.gate), len(split.ranking), split.notice) == (4, 2, "")
+    gate = {float(s["x"][0, 0]) for s in split.gate.samples}
+    ranked = {float(s["x"][0, 0]) for s in split.ranking.samples}
+    assert not gate & ranked
+    # data that really ran out (5 of the 6 wanted) is still split, and says what would do
+    np.save(tmp_path / "b.npy", np.arange(5, dtype=np.float32)[:, None, None] * ones)
+    split = fidelity.load_trim_samples(tmp_path / "b.npy", {"x": [2, 3]}, gate=4)
+    assert (len(split.gate), len(split.ranking)) == (3, 2)
+    assert split.notice.endswith("give 6 or more for a gate of 4"), split.notice
+
+
 def test_with_data_enough_the_gate_takes_4_and_the_ranking_up_to_16_others(tmp_path: Path) -> None:
     from deployopt.fidelity import load_trim_samples
 
