@@ -146,6 +146,8 @@ class CalibrationSet:
     preprocess: ImagePreprocess | None = None
     # images fed N×H×W×C (an input with its channels last: TF/Keras exports), else N×C×H×W
     channels_last: bool = False
+    # random inputs' seed (--seed): an integer input's values are drawn from it too (fit_input_types)
+    seed: int = 0
     # how the samples were chosen from the data, where not all of it nor simply its first ones
     # (`load_calibration(spread=True)`, `load_trim_samples`): said in the reports ("" otherwise)
     chosen: str = ""
@@ -819,7 +821,7 @@ def load_calibration(
         samples = [
             {n: rng.standard_normal(s).astype(np.float32) for n, s in inputs.items()} for _ in range(count)
         ]
-        return CalibrationSet(samples=samples, source=RANDOM_SOURCE, random=True)
+        return CalibrationSet(samples=samples, source=RANDOM_SOURCE, random=True, seed=seed)
 
     path = Path(path)
     unread: list[str] = []  # a folder's files of other types, said in one notice
@@ -1546,7 +1548,9 @@ def cpu_session(
     """An onnxruntime CPU session that computes what the graph says (every check and ranking here
     uses one); a model onnxruntime cannot load (an op it lacks) is one ModelError line, `failure`
     and onnxruntime's first line. `optimize=False`: no graph optimizations (one quick run)."""
-    import onnxruntime as ort
+    from deployopt.onnxruntime_compat import import_onnxruntime
+
+    ort = import_onnxruntime()  # without its import's telemetry line
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 4  # errors come back as exceptions; the log would repeat them
@@ -1637,7 +1641,7 @@ def fit_input_types(calib: CalibrationSet, dtypes: dict[str, Any]) -> None:
         if calib.random:
             for i, sample in enumerate(calib.samples):
                 if name in sample and np.asarray(sample[name]).dtype.kind == "f":
-                    rng = np.random.default_rng([i, zlib.crc32(name.encode())])
+                    rng = np.random.default_rng([calib.seed, i, zlib.crc32(name.encode())])
                     sample[name] = random_values(rng, np.shape(sample[name]), dt)
             calib.source = f"{calib.source[:-1]}; input {name!r}: {_random_note(dt)})"
         elif calib.preprocess is not None and dt.kind != "b" and np.can_cast(np.uint8, dt):

@@ -849,7 +849,9 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     level = G_LOGGER.severity
     G_LOGGER.severity = G_LOGGER.ERROR
     try:
-        import onnxruntime as ort
+        from deployopt.onnxruntime_compat import import_onnxruntime
+
+        ort = import_onnxruntime()  # without its import's telemetry line
 
         ort.set_default_logger_severity(3)  # graph-optimizer warnings about the folded subgraphs are noise
     except ImportError as exc:  # graphsurgeon reports the missing onnxruntime itself

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,46 @@ _MAX_BYTES = 2**31 - 1
 #: a model the caller releases goes to onnxruntime as a file above this size (below it, the bytes
 #: in memory cost less than writing them out)
 RELEASE_BYTES = 64 << 20
+
+
+#: the warning onnxruntime prints (in ANSI colour, on stderr) as it is imported where its cache
+#: folder cannot be written (HOME unwritable: cron, a service user); it says nothing about a model
+_TELEMETRY_LINE = b"Failed to persist telemetry device ID"
+
+
+def import_onnxruntime() -> Any:
+    """`import onnxruntime`, without the one line it writes to stderr as it is imported where
+    ~/.cache is not writable ("[W:onnxruntime ... telemetry_1ds.cc] Failed to persist telemetry
+    device ID"): bench, verify and optimize printed it under cron. onnxruntime writes it at import,
+    before its log severity can be set, so its stderr is held for the import and written back
+    without that line; anything else it says there (errors) still shows. Every deployopt import of
+    onnxruntime goes through here: the first one is the one that prints."""
+    if "onnxruntime" in sys.modules:
+        return sys.modules["onnxruntime"]
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):  # no stderr (2>&-, None): nothing to hide it from
+        import onnxruntime
+
+        return onnxruntime
+    try:
+        with tempfile.TemporaryFile() as held:
+            os.dup2(held.fileno(), 2)
+            try:
+                import onnxruntime
+            finally:
+                os.dup2(saved, 2)
+                held.seek(0)
+                said = held.read().splitlines(keepends=True)
+                kept = b"".join(line for line in said if _TELEMETRY_LINE not in line)
+                if kept:
+                    os.write(2, kept)
+    except OSError:  # nowhere to hold it (TMPDIR unwritable): imported as is
+        import onnxruntime
+    finally:
+        os.close(saved)
+    return onnxruntime
 
 
 def inference_session(

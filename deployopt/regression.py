@@ -389,7 +389,7 @@ def _kind(file: str) -> str:
 def _why_unrecorded(t: Timing) -> str:
     if t.timed == EXPORT_TIMES_TIMED:
         return "a trtexec --exportTimes file names no model"
-    return "written before results recorded the model"
+    return "not recorded by the writer"
 
 
 def check_models(baseline: tuple[Path, Timing], current: tuple[Path, Timing]) -> ModelCheck:

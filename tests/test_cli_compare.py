@@ -296,7 +296,7 @@ def test_a_changed_model_or_no_identity_is_a_note_even_with_strict(
     code, out, err = run_cli(monkeypatch, capsys, "compare", str(old), str(new), "--strict", "--json")
     assert code == 0
     assert err == (
-        f"note: new: model identity not recorded ({old}: written before results recorded the model): "
+        f"note: new: model identity not recorded ({old}: not recorded by the writer): "
         "cannot check both sides timed the same model\n"
     )
     assert json.loads(out)["pairs"][0]["model_check"]["status"] == "unknown"
@@ -632,19 +632,19 @@ def test_a_weekly_bench_that_failed_leaves_last_weeks_result_and_compare_says_so
     """docs/regression.md's weekly lines run without `set -e`: week 2's bench fails (here the model
     is gone), results/current/model.json is week 1's, kept as the baseline, and compare said
     'no change', exit 0, as if week 2 had been measured."""
-    import deployopt.cli.backends_cmd as backends_cmd
+    import deployopt.backends.base as base  # every session records when it measured
 
     model = tmp_path / "model.onnx"
     onnx.save(conv_model(ConvShape(1, 8, 8, 8, 16)), str(model))
     current, baselines = tmp_path / "results" / "current", tmp_path / "baselines"
     bench = ["bench", str(model), "--backend", "ort", "--runs", "20", "--warmup", "2"]
     bench += ["-o", str(current / "model.json")]
-    monkeypatch.setattr(backends_cmd, "measured_now", lambda: WEEK1)
+    monkeypatch.setattr(base, "measured_now", lambda: WEEK1)
     code, _, err = run_cli(monkeypatch, capsys, *bench)
     assert code == 0, err
     assert json.loads((current / "model.json").read_text())["measured_at"] == WEEK1
     shutil.copytree(current, baselines)  # [ -d baselines ] || cp -r results/current baselines
-    monkeypatch.setattr(backends_cmd, "measured_now", lambda: WEEK2)
+    monkeypatch.setattr(base, "measured_now", lambda: WEEK2)
     model.rename(tmp_path / "gone.onnx")
     code, _, _ = run_cli(monkeypatch, capsys, *bench)
     assert code != 0  # the week-2 bench failed, last week's file stays

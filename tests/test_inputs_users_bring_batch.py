@@ -95,6 +95,15 @@ def test_ort_says_it_ran_a_fixed_batch_rewritten_once_a_session(
     assert [str(w.message) for w in seen if issubclass(w.category, DeployoptWarning)] == [
         NOTICE.format(name="free.onnx")
     ]
+    pytest.importorskip("onnx2torch")
+    with warnings.catch_warnings(record=True) as seen:  # the torch worker rewrote it without a word
+        warnings.simplefilter("always")
+        with get_backend("torch").open(MeasureOptions(dtype="fp32", batch=4, runs=5, warmup=1)) as session:
+            session.measure(free)
+            session.measure(free)
+    assert [str(w.message) for w in seen if issubclass(w.category, DeployoptWarning)] == [
+        NOTICE.format(name="free.onnx")
+    ]
     code, _, err = run_cli(monkeypatch, capsys, "bench", str(hardcoded), "--batch", "4", "--runs", "5")
     assert code != 0 and " ".join(err.split()) == f"error: {_refusal(hardcoded)}"
     code, _, err = run_cli(monkeypatch, capsys, "bench", str(free), "--batch", "1", "--runs", "5")

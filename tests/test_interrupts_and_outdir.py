@@ -203,7 +203,9 @@ def test_bench_interrupted_after_its_file_is_written_says_it_is_complete(
     ), err
     assert json.loads(out.read_text())["runs"] == 3
     out.unlink()
-    monkeypatch.setattr(backends_cmd, "measured_now", interrupt)  # before the write
+    import deployopt.backends.base as base
+
+    monkeypatch.setattr(base, "measured_now", interrupt)  # before the write
     code, _, err = run_cli(monkeypatch, capsys, *args)
     assert (code, err) == (130, "interrupted\n") and not out.exists()
 
@@ -220,7 +222,7 @@ def test_apply_and_fp16_interrupted_after_the_model_is_written_say_it_is_complet
     plan = tmp_path / "plan.json"
     plan.write_text('{"widths": {}}')
     out = tmp_path / "applied.onnx"
-    monkeypatch.setattr(surgery_cmd, "_print_notices", interrupt)
+    monkeypatch.setattr(surgery_cmd, "print_notices", interrupt)
     code, _, err = run_cli(monkeypatch, capsys, "apply", str(conv), "--plan", str(plan), "-o", str(out))
     assert (code, err) == (130, f"interrupted after the run finished: its result in {out} is complete\n")
     onnx.checker.check_model(onnx.load(str(out)))

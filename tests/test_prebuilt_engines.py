@@ -571,12 +571,12 @@ def test_compare_two_runs_of_the_same_engine_and_flags_another(
     """The weekly job: the same engine benched twice compares like for like (--dtype is only a label:
     two labels are no setup difference); another engine is not comparable (--strict exits 3); the
     same name with other bytes (OUTDIR/model.engine rebuilt) is said to be a changed engine."""
-    import deployopt.cli.backends_cmd as backends_cmd
+    import deployopt.backends.base as base  # every session records when it measured
 
     local_tensorrt(monkeypatch)
     monkeypatch.chdir(tmp_path)
     days = iter(range(1, 29))  # a day apart: benches within one second could not be told apart by compare
-    monkeypatch.setattr(backends_cmd, "measured_now", lambda: f"2026-11-{next(days):02d}T09:00:00Z")
+    monkeypatch.setattr(base, "measured_now", lambda: f"2026-11-{next(days):02d}T09:00:00Z")
     week1, week2 = tmp_path / "week1", tmp_path / "week2"
     week1.mkdir()
     week2.mkdir()

@@ -8,16 +8,17 @@ green context, one cuDNN handle, warm caches) across many models, which the opti
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from deployopt.errors import BackendUnavailable, DeployoptError, reraise_interrupt
 from deployopt.layers import ConvShape
-from deployopt.timing import Timing, check_run_counts
+from deployopt.timing import Timing, check_run_counts, measured_now
 
 if TYPE_CHECKING:
     import onnx
@@ -118,8 +119,51 @@ class Profile:
         }
 
 
+def _recording(measure: Any) -> Any:
+    """A backend's `measure` that records on its result what was timed (the file's name and
+    sha256) and, for a measured one, when: `compare` checks both. Only `bench` set them, so a
+    result timed through the library was "written before results recorded the model" and a copy
+    of it compared as a new run."""
+
+    @functools.wraps(measure)
+    def recorded(self: Session, model_path: Path) -> Timing:
+        if self._recording:  # a backend's measure calling its parent's: recorded once, outermost
+            return measure(self, model_path)
+        from deployopt.regression import model_identity
+
+        try:  # before timing, as bench does: the bytes that were timed
+            identity: dict[str, str] | None = model_identity(Path(model_path))
+        except (OSError, TypeError):  # the backend says in its own words that it cannot read it
+            identity = None
+        self._recording = True
+        try:
+            timing = measure(self, model_path)
+        finally:
+            self._recording = False
+        return replace(
+            timing,
+            model=timing.model if timing.model is not None else identity,
+            measured_at=timing.measured_at or (measured_now() if timing.measured else None),
+        )
+
+    recorded.records_identity = True  # type: ignore[attr-defined]
+    return recorded
+
+
 class Session(ABC):
-    """An open backend: time many models with the same options. Use as a context manager."""
+    """An open backend: time many models with the same options. Use as a context manager.
+
+    Every subclass's `measure` records the model and the time on its result (`_recording`)."""
+
+    _recording = False  # inside a recording measure (per instance once set)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("measure")
+        if own is not None and not any(
+            getattr(own, a, False) for a in ("__isabstractmethod__", "records_identity")
+        ):
+            cls.measure = _recording(own)  # type: ignore[method-assign]
 
     def __init__(self, backend: Backend, options: MeasureOptions) -> None:
         self.backend = backend

@@ -473,7 +473,9 @@ class OrtProfile(Profile):
 class OrtSession(Session):
     def __init__(self, backend: OrtBackend, options: MeasureOptions) -> None:
         super().__init__(backend, options)
-        import onnxruntime as ort
+        from deployopt.onnxruntime_compat import import_onnxruntime
+
+        ort = import_onnxruntime()  # without its import's telemetry line
 
         self._ort = ort
         self.providers = backend.providers()
@@ -720,7 +722,9 @@ class OrtBackend(Backend):
     runs_as_typed = True  # fp16 and int8 are a model's own typing, never a conversion
 
     def providers(self) -> list[str]:
-        import onnxruntime as ort
+        from deployopt.onnxruntime_compat import import_onnxruntime
+
+        ort = import_onnxruntime()  # without its import's telemetry line
 
         available = ort.get_available_providers()
         chosen = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
@@ -728,7 +732,9 @@ class OrtBackend(Backend):
 
     def availability(self) -> tuple[bool, str]:
         try:
-            import onnxruntime as ort
+            from deployopt.onnxruntime_compat import import_onnxruntime
+
+            ort = import_onnxruntime()  # without its import's telemetry line
         except ImportError as exc:
             reraise_interrupt(exc)  # Ctrl-C or SIGTERM during the import: not "not installed"
             return False, "onnxruntime is not installed: pip install onnxruntime"

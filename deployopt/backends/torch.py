@@ -226,7 +226,9 @@ class TorchSession(Session):
         checked, self._host_checked = self._host_checked, None  # covers the next model only
         if checked is not None:  # the worker need not check (or warn about) it again
             req["host_checked"] = dataclasses.asdict(checked)
-        return self._call(req, f"{'timing' if op == 'measure' else 'profiling'} {path.name}")
+        resp = self._call(req, f"{'timing' if op == 'measure' else 'profiling'} {path.name}")
+        self.say_once(resp.get("rebatched", ""))  # once it ran, as ort says it
+        return resp
 
     def check_memory(self, loaded: LoadedModel) -> None:
         """Host memory only, here in the parent (on CUDA: the inputs and weights it stages), so that

@@ -214,6 +214,9 @@ def _first_line(exc: BaseException) -> str:
 
 
 class Worker:
+    #: load's: the --batch rewrite of the model it loaded last (batch.rebatched_notice), or ""
+    rebatched = ""
+
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config
         self.dtype_name = config.get("dtype", "fp32")
@@ -371,6 +374,10 @@ class Worker:
 
         try:
             loaded = prepare_model(req["path"], req.get("batch"), req.get("input_shapes") or {})
+            from deployopt.batch import rebatched_notice
+
+            # a batch the file fixes, timed rewritten to --batch: the parent says it once a session
+            self.rebatched = rebatched_notice(loaded, req.get("input_shapes") or {})
             refuse_typed_fp16(loaded.model, os.path.basename(req["path"]))
             refuse_unconvertible(loaded.model, os.path.basename(req["path"]))
             self.check_memory(loaded.model, req.get("host_checked"))
@@ -474,7 +481,7 @@ class Worker:
 
             record_in_environment(env, before, after)  # the busy SM clock; held down, and how long
         timing = Timing(backend="torch", samples_us=samples, warmup=self.warmup, timed=timed, environment=env)
-        return {"timing": timing.to_json()}
+        return {"timing": timing.to_json(), "rebatched": self.rebatched}
 
     def _read_clocks(self) -> Any:
         """nvidia-smi's clock reading of this worker's GPU (None: no nvidia-smi, or it failed), taken
@@ -641,7 +648,7 @@ class Worker:
         prof_obj = Profile(
             backend="torch", layers=layers, environment=self.environment(), timed=timed, runs=passes
         )
-        return {"profile": prof_obj.to_json()}
+        return {"profile": prof_obj.to_json(), "rebatched": self.rebatched}
 
     def convs(self, req: dict[str, Any]) -> dict[str, Any]:
         if not self.cuda:

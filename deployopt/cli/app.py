@@ -7,7 +7,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -188,6 +188,13 @@ def _console(stderr: bool = False) -> Console:
 
 console = _console()
 err_console = _console(stderr=True)
+
+
+def print_notices(notices: Sequence[str]) -> None:
+    """What loading changed, as `optimize` and `verify` print it: `notice:` (the word the reports'
+    `notices` keys use), where analyze and apply printed `note:` for the same notices."""
+    for notice in notices:
+        err_console.print(f"notice: {notice}", style="yellow", markup=False, highlight=False, soft_wrap=True)
 
 
 def print_json(doc: Any) -> None:

@@ -64,7 +64,7 @@ from deployopt.fileio import (
 )
 from deployopt.prebuilt import is_engine_file, refuse_engine_backend, refuse_engine_options
 from deployopt.remote import check_remote_backend
-from deployopt.timing import Timing, check_repeat, check_run_counts, counted, measured_now
+from deployopt.timing import Timing, check_repeat, check_run_counts, counted
 from deployopt.waves import fill_percent
 
 TIMING_CACHE_HELP = (
@@ -433,9 +433,7 @@ def bench_command(
                 note_cudnn_search(b, opts.sms, opts.cudnn_engines, opts.cudnn_benchmark)
                 if identity is None:  # before timing: a file that cannot be read costs no run
                     identity = _model_identity(model)
-            part = session.measure(model)
-        if part.measured:  # when: compare tells last week's file, left by a run that failed, from this one
-            part.measured_at = measured_now()
+            part = session.measure(model)  # with its model and measured_at (Session records them)
         # the setup the backend recorded, of every run (the first's refused before the rest): a
         # board's clock lock or power mode can change between the runner's processes
         if target is not None:

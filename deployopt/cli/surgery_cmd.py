@@ -20,13 +20,13 @@ from deployopt.cli.app import (
     bgr_option,
     calibration_data_option,
     console,
-    err_console,
     image_preprocess,
     input_path,
     mean_option,
     output_option,
     parse_input_shapes,
     print_json,
+    print_notices,
     refuse_int8_the_target_lacks,
     resize_option,
     scale_option,
@@ -136,13 +136,6 @@ def analysis_json(loaded: LoadedModel, analysis: Analysis, include_convs: bool =
     return data
 
 
-def _print_notices(notices: Sequence[str]) -> None:
-    """What loading changed, as `optimize` and `verify` print it: `notice:` (the word the reports'
-    `notices` keys use), where analyze and apply printed `note:` for the same notices."""
-    for notice in notices:
-        err_console.print(f"notice: {notice}", style="yellow", markup=False, highlight=False, soft_wrap=True)
-
-
 @app.command("analyze", rich_help_panel="Channel surgery")
 def analyze_cmd(
     model: Path = typer.Argument(
@@ -221,7 +214,7 @@ def analyze_cmd(
             }
         print_json(data)
         return
-    _print_notices(loaded.notices)
+    print_notices(loaded.notices)
     free = len(analysis.free_groups())
     stats = sum(g.statistic for g in analysis.groups)
     title = f"{model.name}: {len(analysis.groups) - stats} channel groups, {free} free"
@@ -506,7 +499,7 @@ def apply_cmd(
         }
         print_json(out)
         return
-    _print_notices(notices)
+    print_notices(notices)
     if changes:
         ranked_by = "smallest L1" if importance is None else "least activation × weight on the data"
         if ranked_on is not None:

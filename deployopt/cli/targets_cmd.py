@@ -401,9 +401,9 @@ def _as_resolved(builtin: Any) -> Any:
     """The target `--target NAME` resolves to: a calibrated profile of that name in the user cache
     replaces the built-in one, so the list must show that one. A broken profile is a warning and
     the built-in row: it made the whole list one error line, every other target unlisted."""
-    from deployopt.targets import TargetError, cache_dir, get_target
+    from deployopt.targets import TargetError, cached_profile, get_target
 
-    if (cache_dir() / f"{builtin.name}.json").exists():
+    if cached_profile(builtin.name) is not None:  # a cache that cannot be read holds none (a warning)
         try:
             return get_target(builtin.name)
         except TargetError as exc:

@@ -20,12 +20,12 @@ from deployopt.cli.app import (
     bgr_option,
     calibration_data_option,
     console,
-    err_console,
     image_preprocess,
     input_path,
     mean_option,
     parse_input_shapes,
     print_json,
+    print_notices,
     resize_option,
     scale_option,
     std_option,
@@ -355,10 +355,12 @@ def verify(
         preprocess=preprocess,
         seed=0 if seed is None else seed,
     )
-    for notice in dict.fromkeys(notices + cand_notices + calib.notices):
-        err_console.print(f"notice: {notice}", style="yellow", markup=False, highlight=False, soft_wrap=True)
+    said = list(dict.fromkeys(notices + cand_notices + calib.notices))
+    print_notices(said)
     # the library's verify: repeated node names, the inputs, the outputs, fp16 overflow
     report = verify_models(reference, candidate, calib)
+    # and what fitting the data to the inputs' types added (a uint8 input's raw pixels: --mean unused)
+    print_notices([n for n in dict.fromkeys(calib.notices) if n not in said])
     thresholds = Thresholds(
         max_abs_error=max_abs_error, rel_error=rel_error, min_cosine=min_cosine, min_top1=min_top1
     )

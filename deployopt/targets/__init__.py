@@ -11,13 +11,14 @@ import difflib
 import json
 import math
 import os
+import warnings
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from deployopt import paths
-from deployopt.errors import TargetError, no_such_file, range_error
+from deployopt.errors import CacheWarning, TargetError, no_such_file, range_error
 from deployopt.waves import DTYPES, WaveParams, default_params, shown_as_json
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -25,6 +26,8 @@ FITTED_DIR = Path(__file__).resolve().parent / "fitted"
 
 # Targets without their own fit borrow one measured on the same SM design.
 FIT_BORROWED = {"h100": "h200"}
+#: cache folders an unreadable-cache warning was given for (_warn_unreadable_cache)
+_UNREADABLE_SAID: set[Path] = set()
 #: The `deployopt_profile` version `deployopt calibrate` writes and `load_profile` reads.
 PROFILE_VERSION = 1
 #: Compute capability majors NVIDIA GPUs have: Kepler (3) to Blackwell (10-12); there was no 4. A
@@ -490,16 +493,47 @@ def cached_profiles() -> dict[str, Path]:
     """Profiles in the user cache under names no built-in target has (`calibrate --name mine`), by
     name: `--target mine` loads them, so `deployopt targets` lists them beside the built-in ones
     (a cached profile of a built-in name replaces that target's row instead)."""
-    if not cache_dir().is_dir():
-        return {}
     builtin = set(builtin_names())
-    # `local` and a name ending .json are not read as names: no --target reaches them
-    found = sorted(
-        p
-        for p in cache_dir().glob("*.json")
-        if p.stem not in builtin | {"local"} and not p.stem.endswith(".json")
-    )
+    try:
+        if not cache_dir().is_dir():
+            return {}
+        # `local` and a name ending .json are not read as names: no --target reaches them
+        found = sorted(
+            p
+            for p in cache_dir().glob("*.json")
+            if p.stem not in builtin | {"local"} and not p.stem.endswith(".json")
+        )
+    except OSError as exc:
+        _warn_unreadable_cache(exc)
+        return {}
     return {p.stem: p for p in found}
+
+
+def cached_profile(name: str) -> Path | None:
+    """The user cache's profile for `--target name`, or None. A cache that cannot be looked in (a
+    HOME or DEPLOYOPT_CACHE_DIR inside another user's mode-700 folder) holds none, said once: its
+    Permission denied failed every --target, the built-in ones too."""
+    path = cache_dir() / f"{name}.json"
+    try:
+        return path if path.exists() else None
+    except OSError as exc:
+        _warn_unreadable_cache(exc)
+        return None
+
+
+def _warn_unreadable_cache(exc: OSError) -> None:
+    """The one warning (a process, a cache folder) for a cache of calibrated profiles that cannot
+    be looked in: every --target looks, and the CLI shows each warning."""
+    where = cache_dir()
+    if where in _UNREADABLE_SAID:
+        return
+    _UNREADABLE_SAID.add(where)
+    warnings.warn(
+        f"cannot look in the target cache {where}: {exc.strerror or exc}; its calibrated profiles are "
+        "not used, the built-in targets are (DEPLOYOPT_CACHE_DIR moves the cache)",
+        CacheWarning,
+        stacklevel=3,
+    )
 
 
 def load_profile(path: str | os.PathLike[str]) -> Target:
@@ -583,10 +617,10 @@ def get_target(name_or_path: str | os.PathLike[str], sms: int | None = None) -> 
         if not Path(name_or_path).exists():
             raise no_such_file(name_or_path, TargetError)
         target = load_profile(name_or_path)
-    elif (cache_dir() / f"{name_or_path}.json").exists():
+    elif (cached := cached_profile(name_or_path)) is not None:
         # named as --target reaches it: a profile copied in under another file name (calibrate's
         # h200-8sm as h200.json) was listed as h200-8sm, a name --target then called unknown
-        target = replace(load_profile(cache_dir() / f"{name_or_path}.json"), name=name_or_path)
+        target = replace(load_profile(cached), name=name_or_path)
     elif name_or_path in builtin_names():
         target = _own_copy(_builtin(name_or_path))
     else:
