@@ -1330,6 +1330,30 @@ def refused_shape(name, dims):
                        % (name, "x".join(str(d) for d in dims)))
 
 
+#: Random values of an integer input wider than 8 bits (deployopt.fidelity.RANDOM_INT_RANGE; a test
+#: keeps the two equal): indices, counts, sizes, which a table of 16 entries takes.
+RANDOM_INT_RANGE = (0, 15)
+
+
+def random_input(rng, shape, dtype):
+    """Timing inputs as the host's backends make them (deployopt.fidelity.random_values): standard
+    normals for a float input, a uint8/int8 input's whole range (pixels a model with its
+    preprocessing inside casts itself), RANDOM_INT_RANGE for wider integers, bools both ways. Zeros,
+    which integer inputs got here, timed a board on a blank picture while the host timed pixels."""
+    import numpy as np
+
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    if dtype.kind == "b":
+        lo, hi = 0, 1
+    elif dtype.itemsize == 1:
+        lo, hi = int(np.iinfo(dtype).min), int(np.iinfo(dtype).max)
+    else:
+        lo, hi = RANDOM_INT_RANGE
+    return rng.randint(lo, hi + 1, size=shape).astype(dtype)
+
+
 def run(args, trt=None, cuda=None):
     """Build (or load) args.model, time it: the result document. `trt` and `cuda` (the tensorrt
     module and a CUDA binding) are given by --batch-dir, which sets them up once for every model."""
@@ -1428,7 +1452,7 @@ def run(args, trt=None, cuda=None):
         ptr = cuda.alloc(nbytes)
         ptrs.append(ptr)
         if is_in:
-            host = rng.standard_normal(shape).astype(dtype) if dtype.kind == "f" else np.zeros(shape, dtype)
+            host = random_input(rng, shape, dtype)
             cuda.htod(ptr, np.ascontiguousarray(host))
         if api == "v3":
             context.set_tensor_address(name, ptr)

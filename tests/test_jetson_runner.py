@@ -155,6 +155,20 @@ def test_errors_are_one_line(tmp_path: Path) -> None:
     assert runner.main([str(RUNNER), "--runs", "0"]) == 2
 
 
+def test_timing_inputs_are_the_hosts_random_values_in_each_inputs_type() -> None:
+    """The runner fed an integer input zeros, a blank picture where the host's backends timed random
+    pixels (fidelity.random_values): the same ranges now, in the input's own type."""
+    from deployopt.fidelity import RANDOM_INT_RANGE, random_range
+
+    assert runner.RANDOM_INT_RANGE == RANDOM_INT_RANGE
+    rng = np.random.RandomState(0)
+    for dtype in (np.uint8, np.int8, np.int32, np.int64, np.bool_):
+        x = runner.random_input(rng, (4, 3, 16, 16), dtype)
+        assert x.dtype == dtype and (int(x.min()), int(x.max())) == random_range(dtype), dtype
+    x = runner.random_input(rng, (2, 8), np.float16)
+    assert x.dtype == np.float16 and x.std() > 0.5
+
+
 def test_run_counts_have_the_hosts_bounds(capsys: pytest.CaptureFixture[str]) -> None:
     """The board refuses what `deployopt bench` refuses, with the same words."""
     from deployopt.timing import MAX_RUNS
