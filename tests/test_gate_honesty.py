@@ -19,6 +19,7 @@ import onnx
 import pytest
 from PIL import Image
 from test_coupling import Net
+from test_fp16_overflow import _overflowing
 from typer.testing import CliRunner
 
 from deployopt.cli.main import app
@@ -287,32 +288,6 @@ def test_failure_lines_do_not_round_a_figure_onto_its_threshold() -> None:
 
 
 # --------------------------------------------------------------------------- F: verify_models
-def _overflowing() -> onnx.ModelProto:
-    """Conv to 108000 on ones (past fp16's 65504) → Mul 1e-3 → Conv: finite in fp32."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    inits = [
-        numpy_helper.from_array(np.full((8, 3, 3, 3), 4000.0, np.float32), "w"),
-        numpy_helper.from_array(np.array(1e-3, np.float32), "k"),
-        numpy_helper.from_array(np.full((4, 8, 1, 1), 0.1, np.float32), "w2"),
-    ]
-    nodes = [
-        helper.make_node("Conv", ["x", "w"], ["big"], name="conv_big"),
-        helper.make_node("Mul", ["big", "k"], ["scaled"], name="scale"),
-        helper.make_node("Conv", ["scaled", "w2"], ["y"], name="conv_out"),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 6])],
-        inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
-
-
 def test_verify_models_catches_an_fp16_overflow_compare_models_alone_passes(tmp_path: Path) -> None:
     from deployopt.fidelity import verify_models
 
