@@ -1046,7 +1046,8 @@ def load_trim_samples(
     # than the gate (inputs past 64 MiB a sample) had cut the gate to half of what was loaded
     g = gate if n >= gate + wanted else min(gate, -(-n // 2))
     on_gate = spread_indices(n, g)
-    rest = [i for i in range(n) if i not in set(on_gate)]
+    gated = set(on_gate)
+    rest = [i for i in range(n) if i not in gated]
     on_rank = [rest[i] for i in spread_indices(len(rest), min(wanted, len(rest)))]
     notice = ""
     if g < gate:

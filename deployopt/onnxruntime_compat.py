@@ -92,9 +92,10 @@ def inference_session(
     temporary file too and are dropped from `model` before onnxruntime reads them: the model, its
     serialized copy and onnxruntime's were held at once (`bench --backend ort` of a 753 MiB
     ConvNeXt peaked at 3.5 GB, onnxruntime alone at 0.9-1.4 GB)."""
-    if isinstance(model, onnx.ModelProto) and (
-        _over_limit(model) or (release and _serialized_size(model) > RELEASE_BYTES)
-    ):
+    from deployopt.onnx_proto import serialized_size  # model.ByteSize(), counted without serializing
+
+    size = serialized_size(model) if isinstance(model, onnx.ModelProto) else 0
+    if isinstance(model, onnx.ModelProto) and (size > _MAX_BYTES or (release and size > RELEASE_BYTES)):
         from deployopt.model import _save_with_external_data
 
         with tempfile.TemporaryDirectory(prefix="deployopt-ort-") as tmp:
@@ -122,18 +123,6 @@ def inference_session(
         raise refused
     # outside the handler: a copy that fails too says what else is wrong (an op onnxruntime lacks)
     return ort.InferenceSession(lowered, options, providers=providers)
-
-
-def _serialized_size(model: onnx.ModelProto) -> int:
-    """`model.ByteSize()`, counted without serializing it."""
-    from deployopt.onnx_proto import serialized_size
-
-    return serialized_size(model)
-
-
-def _over_limit(model: onnx.ModelProto) -> bool:
-    """Whether `model` serialized would pass protobuf's 2 GiB."""
-    return _serialized_size(model) > _MAX_BYTES
 
 
 def _ir_lowered(model: onnx.ModelProto | str | os.PathLike[str], readable: int) -> bytes | None:

@@ -769,20 +769,16 @@ class Optimizer:
 
         cfg = self.cfg
         self.target = get_target(cfg.target, sms=cfg.sms)
-        if self.dtype_defaulted and cfg.dtype == "int8" and "int8" not in self.target.dtypes():
+        if self.dtype_defaulted and cfg.dtype == "int8":
             # the target's refusal said "--dtype int8: ... use --dtype fp16" of a dtype never given
-            from deployopt.backends.base import quantized_without_int8
-            from deployopt.errors import TargetError
+            from deployopt.backends.base import refuse_int8_the_target_lacks
 
-            gpu = f"{self.target.display_name} (compute capability {self.target.cc})"
             fp16 = setting("dtype", "fp16", self._cli)
-            raise TargetError(
-                quantized_without_int8(
-                    Path(cfg.model_path).name,
-                    gpu,
-                    f"optimize the float model it was quantized from ({fp16} predicts fp16 widths for "
-                    "this one's convs)",
-                )
+            refuse_int8_the_target_lacks(
+                Path(cfg.model_path),
+                self.target,
+                f"optimize the float model it was quantized from ({fp16} predicts fp16 widths for this one's "
+                "convs)",
             )
         if cfg.dtype:  # measured backends too: an INT8 engine on a GPU without INT8 is a slow engine
             self.target.check_dtype(cfg.dtype)

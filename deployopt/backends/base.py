@@ -215,7 +215,9 @@ class Session(ABC):
                 for i, shape in enumerate(shapes):
                     path = Path(tmp) / f"conv{i}.onnx"
                     path.write_bytes(self.conv_model(shape).SerializeToString())
-                    out.append(self.measure(path))
+                    # a conv's timing is a table entry, not a result: no temporary file's identity
+                    # or time (measure records them), as a backend's own sweep records none
+                    out.append(dataclasses.replace(self.measure(path), model=None, measured_at=None))
         finally:
             self.options = whole
         return out
@@ -238,6 +240,8 @@ class Session(ABC):
         from deployopt.batch import fixed_batch_differs, write_at_batch
 
         model_path = Path(model_path)
+        if self.options.batch is None:  # nothing to rewrite: no stat, no entry
+            return model_path
         try:
             st = model_path.stat()
         except OSError:  # the backend says in its own words that there is no such file
@@ -246,7 +250,7 @@ class Session(ABC):
         if key not in self._at_batch:
             opts = self.options
             dest = model_path
-            if opts.batch is not None and fixed_batch_differs(model_path, opts.batch, opts.input_shapes):
+            if fixed_batch_differs(model_path, opts.batch, opts.input_shapes):
                 if self._batch_dir is None:
                     import tempfile
 
@@ -390,6 +394,19 @@ def quantized_without_int8(model_name: str, gpu: str, instead: str) -> str:
         f"{model_name} is quantized (Q/DQ nodes), so it runs in INT8, which {gpu} has no native "
         f"support for; {instead}"
     )
+
+
+def refuse_int8_the_target_lacks(model: Path, gpu: Any, instead: str) -> None:
+    """A Q/DQ model gets int8 by default (`default_dtype`); on a target (`gpu`) without INT8 (Nano,
+    TX2) the target's refusal said "--dtype int8: ... use --dtype fp16" to a user who gave no
+    --dtype, about a model TensorRT builds in INT8 from its Q/DQ nodes whatever the flag. Say where
+    int8 came from (`instead`: what the user can do with this command). analyze and optimize."""
+    from deployopt.errors import TargetError
+
+    if "int8" not in gpu.dtypes():
+        raise TargetError(
+            quantized_without_int8(model.name, f"{gpu.display_name} (compute capability {gpu.cc})", instead)
+        )
 
 
 #: The backends that build TensorRT engines, and so take a TensorRT timing cache.

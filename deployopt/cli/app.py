@@ -25,7 +25,7 @@ from deployopt.errors import DataError, DeployoptError, OutputError
 from deployopt.fidelity import IMAGENET_MEAN, IMAGENET_STD, ImagePreprocess
 
 if TYPE_CHECKING:
-    from deployopt.targets import Target
+    pass
 
 
 class PlainHelpCommand(TyperCommand):
@@ -617,20 +617,6 @@ def note_cudnn_search(
         highlight=False,
         soft_wrap=True,
     )
-
-
-def refuse_int8_the_target_lacks(model: Path, gpu: Target, instead: str) -> None:
-    """A Q/DQ model gets int8 by default (`default_dtype`); on a target without INT8 (Nano, TX2)
-    the target's refusal said "--dtype int8: ... use --dtype fp16" to a user who gave no --dtype,
-    about a model TensorRT builds in INT8 from its Q/DQ nodes whatever the flag. Say where int8
-    came from (`instead`: what the user can do with this command)."""
-    from deployopt.backends.base import quantized_without_int8
-    from deployopt.errors import TargetError
-
-    if "int8" not in gpu.dtypes():
-        raise TargetError(
-            quantized_without_int8(model.name, f"{gpu.display_name} (compute capability {gpu.cc})", instead)
-        )
 
 
 def whole_number(text: str) -> int:

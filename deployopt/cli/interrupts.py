@@ -60,7 +60,36 @@ def closed_streams() -> set[str]:
     return set(_closed)
 
 
-class ReaderStream:
+class _Watched:
+    """A stream (`target`) whose write or flush to a reader that has gone is its `owner`'s to handle
+    (ReaderStream._gone), once: after that, everything written goes nowhere."""
+
+    def __init__(self, target: Any, owner: ReaderStream) -> None:
+        self._target = target
+        self._owner = owner
+
+    def write(self, data: Any) -> int:
+        if self._owner._gone_away:  # its descriptor is on /dev/null (a test's capture has none): no more
+            return len(data)
+        try:
+            return int(self._target.write(data))
+        except BrokenPipeError:
+            self._owner._gone()
+            return len(data)
+
+    def flush(self) -> None:
+        if self._owner._gone_away:
+            return
+        try:
+            self._target.flush()
+        except BrokenPipeError:
+            self._owner._gone()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target, name)
+
+
+class ReaderStream(_Watched):
     """A standard stream (`name`: stdout or stderr) whose write or flush to a reader that has gone
     marks it closed, points its descriptor at /dev/null and raises OutputClosed, once: what is still
     buffered, and every later line (the unwinding's, the interpreter's flush at exit), goes nowhere
@@ -69,39 +98,20 @@ class ReaderStream:
     fileno, buffer)."""
 
     def __init__(self, stream: Any, name: str) -> None:
+        super().__init__(stream, self)
         self._stream = stream
         self._name = name
         self._gone_away = False
-
-    def write(self, text: str) -> int:
-        if self._gone_away:  # its descriptor is on /dev/null (a test's capture has none): no more
-            return len(text)
-        try:
-            return int(self._stream.write(text))
-        except BrokenPipeError:
-            self._gone()
-            return len(text)
 
     def writelines(self, lines: Any) -> None:
         for line in lines:
             self.write(line)
 
-    def flush(self) -> None:
-        if self._gone_away:
-            return
-        try:
-            self._stream.flush()
-        except BrokenPipeError:
-            self._gone()
-
     @property
     def buffer(self) -> Any:
         """The stream's bytes, watched alike: click (typer.echo) writes there, through a text
         stream of its own, where this one's encoding is ASCII."""
-        return _ReaderBuffer(self._stream.buffer, self)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)
+        return _Watched(self._stream.buffer, self)
 
     def _gone(self) -> None:
         self._gone_away = True
@@ -115,34 +125,6 @@ class ReaderStream:
         if threading.current_thread() is threading.main_thread():
             raise OutputClosed
         _thread.interrupt_main()  # the timer's thread ends quietly; the command unwinds in its own
-
-
-class _ReaderBuffer:
-    """A ReaderStream's binary buffer: a write or flush to a reader that has gone is the stream's."""
-
-    def __init__(self, buffer: Any, stream: ReaderStream) -> None:
-        self._buffer = buffer
-        self._owner = stream
-
-    def write(self, data: bytes) -> int:
-        if self._owner._gone_away:
-            return len(data)
-        try:
-            return int(self._buffer.write(data))
-        except BrokenPipeError:
-            self._owner._gone()
-            return len(data)
-
-    def flush(self) -> None:
-        if self._owner._gone_away:
-            return
-        try:
-            self._buffer.flush()
-        except BrokenPipeError:
-            self._owner._gone()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._buffer, name)
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from deployopt.backends.base import refuse_int8_the_target_lacks
 from deployopt.cli.app import (
     app,
     bgr_option,
@@ -27,7 +28,6 @@ from deployopt.cli.app import (
     parse_input_shapes,
     print_json,
     print_notices,
-    refuse_int8_the_target_lacks,
     resize_option,
     scale_option,
     std_option,
