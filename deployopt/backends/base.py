@@ -210,16 +210,19 @@ class Session(ABC):
         # input"), and its shape already carries the batch and H×W they gave the model
         whole = self.options
         self.options = dataclasses.replace(whole, input_shapes={}, batch=None)
+        # a conv's timing is a table entry: `measure` records no temporary file's identity or time
+        # on it (`_recording`), so it is what the backend's own batch gives (the runner's records
+        # them, trtexec's none)
+        recording, self._recording = self._recording, True
         try:
             with tempfile.TemporaryDirectory(prefix="deployopt-conv-") as tmp:
                 for i, shape in enumerate(shapes):
                     path = Path(tmp) / f"conv{i}.onnx"
                     path.write_bytes(self.conv_model(shape).SerializeToString())
-                    # a conv's timing is a table entry, not a result: no temporary file's identity
-                    # or time (measure records them), as a backend's own sweep records none
-                    out.append(dataclasses.replace(self.measure(path), model=None, measured_at=None))
+                    out.append(self.measure(path))
         finally:
             self.options = whole
+            self._recording = recording
         return out
 
     def conv_model(self, shape: ConvShape) -> onnx.ModelProto:
