@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -103,7 +104,14 @@ def inference_session(
             _save_with_external_data(model, path, "model.onnx.data")
             if release:
                 del model.graph.initializer[:]
-            return inference_session(ort, path, options, providers)
+            try:
+                return ort.InferenceSession(str(path), options, providers=providers)
+            except Exception as exc:
+                limit = _IR_LIMIT.search(str(exc))
+                if limit is None or not _lower_file_ir(path, int(limit.group(2))):
+                    raise
+            # outside the handler, as below: a file that fails again says what else is wrong
+            return ort.InferenceSession(str(path), options, providers=providers)
     source: bytes | str | None = (
         model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
     )
@@ -119,10 +127,36 @@ def inference_session(
     # 64 MiB weight's ranking held 128 MiB on Python 3.10's older onnxruntime)
     source = None
     lowered = _ir_lowered(model, readable)
+    if lowered is None and not isinstance(model, onnx.ModelProto):
+        # a file too big to lower as bytes (over 2 GiB with its weights): its graph lowered in a
+        # folder of links to its own folder's files, where its weights are found as they were
+        with tempfile.TemporaryDirectory(prefix="deployopt-ort-") as tmp:
+            src = Path(model).resolve()
+            for f in src.parent.iterdir():
+                if f != src:
+                    (Path(tmp) / f.name).symlink_to(f)
+            copy = Path(tmp) / src.name
+            shutil.copyfile(src, copy)
+            if not _lower_file_ir(copy, readable):
+                raise refused
+            return ort.InferenceSession(str(copy), options, providers=providers)
     if lowered is None:
         raise refused
     # outside the handler: a copy that fails too says what else is wrong (an op onnxruntime lacks)
     return ort.InferenceSession(lowered, options, providers=providers)
+
+
+def _lower_file_ir(path: Path, readable: int) -> bool:
+    """The model file at `path` (its weights in a file beside it) rewritten to say IR version
+    `readable`, where its opsets allow; False where they do not. Only its small graph file is
+    rewritten: `_ir_lowered`'s bytes cannot hold a model over 2 GiB, the reason it is a file."""
+    header = onnx.load(str(path), load_external_data=False)
+    needed = oldest_ir_version(header)
+    if needed is None or needed > readable or header.ir_version <= readable:
+        return False
+    header.ir_version = readable
+    onnx.save(header, str(path))
+    return True
 
 
 def _ir_lowered(model: onnx.ModelProto | str | os.PathLike[str], readable: int) -> bytes | None:
