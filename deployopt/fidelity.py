@@ -1540,15 +1540,23 @@ class FidelityReport:
 
 
 def _session(model: str | os.PathLike[str] | onnx.ModelProto, role: str) -> Any:
-    return cpu_session(model, f"{role} model: onnxruntime cannot load it")
+    """A big model in memory goes to onnxruntime as a file (`cpu_session`'s `as_file`): as bytes,
+    the session held them as long as it lived, and optimize's reference session lives the whole run."""
+    return cpu_session(model, f"{role} model: onnxruntime cannot load it", as_file=True)
 
 
 def cpu_session(
-    model: str | os.PathLike[str] | onnx.ModelProto, failure: str, *, optimize: bool = True
+    model: str | os.PathLike[str] | onnx.ModelProto,
+    failure: str,
+    *,
+    optimize: bool = True,
+    as_file: bool = False,
 ) -> Any:
     """An onnxruntime CPU session that computes what the graph says (every check and ranking here
     uses one); a model onnxruntime cannot load (an op it lacks) is one ModelError line, `failure`
-    and onnxruntime's first line. `optimize=False`: no graph optimizations (one quick run)."""
+    and onnxruntime's first line. `optimize=False`: no graph optimizations (one quick run).
+    `as_file`: a big model in memory goes to onnxruntime as a temporary file, not as bytes, though
+    the caller keeps it (onnxruntime_compat.inference_session; a session kept long held them)."""
     from deployopt.onnxruntime_compat import import_onnxruntime
 
     ort = import_onnxruntime()  # without its import's telemetry line
@@ -1567,7 +1575,7 @@ def cpu_session(
     try:
         if not isinstance(model, onnx.ModelProto) and not Path(model).is_file():
             raise no_such_file(Path(model), ModelError)
-        return inference_session(ort, model, opts, ["CPUExecutionProvider"])
+        return inference_session(ort, model, opts, ["CPUExecutionProvider"], as_file=as_file)
     except ModelError:
         raise
     except Exception as exc:  # onnxruntime raises its own exception types for bad models

@@ -12,6 +12,7 @@ fails with onnxruntime's own message. The file itself is never changed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -79,6 +80,7 @@ def inference_session(
     providers: list[str],
     *,
     release: bool = False,
+    as_file: bool = False,
 ) -> Any:
     """`ort.InferenceSession` of a model (in memory, or a file, whose external data is then found
     beside it), retried once with the IR version lowered (see the module) when onnxruntime refuses
@@ -92,26 +94,44 @@ def inference_session(
     `release`: the caller is done with the model's weights. Above RELEASE_BYTES they go to that
     temporary file too and are dropped from `model` before onnxruntime reads them: the model, its
     serialized copy and onnxruntime's were held at once (`bench --backend ort` of a 753 MiB
-    ConvNeXt peaked at 3.5 GB, onnxruntime alone at 0.9-1.4 GB)."""
+    ConvNeXt peaked at 3.5 GB, onnxruntime alone at 0.9-1.4 GB).
+
+    `as_file`: the caller keeps the model's weights (it edits or reads the model after), but above
+    RELEASE_BYTES onnxruntime gets it by that temporary file all the same, not as bytes: onnxruntime's
+    Python session keeps the bytes it was given for as long as it lives, so optimize's fidelity
+    reference (one session for the whole run) and `profile --backend ort` held the weights once more
+    beside the model and onnxruntime's own copy."""
     from deployopt.onnx_proto import serialized_size  # model.ByteSize(), counted without serializing
 
     size = serialized_size(model) if isinstance(model, onnx.ModelProto) else 0
-    if isinstance(model, onnx.ModelProto) and (size > _MAX_BYTES or (release and size > RELEASE_BYTES)):
+    if isinstance(model, onnx.ModelProto) and (
+        size > _MAX_BYTES or ((release or as_file) and size > RELEASE_BYTES)
+    ):
         from deployopt.model import _save_with_external_data
 
-        with tempfile.TemporaryDirectory(prefix="deployopt-ort-") as tmp:
-            path = Path(tmp) / "model.onnx"
-            _save_with_external_data(model, path, "model.onnx.data")
-            if release:
-                del model.graph.initializer[:]
+        with contextlib.ExitStack() as stack:
+            path: Path | None = None
             try:
-                return ort.InferenceSession(str(path), options, providers=providers)
-            except Exception as exc:
-                limit = _IR_LIMIT.search(str(exc))
-                if limit is None or not _lower_file_ir(path, int(limit.group(2))):
+                tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="deployopt-ort-"))
+                path = Path(tmp) / "model.onnx"
+                _save_with_external_data(model, path, "model.onnx.data")
+            except OSError:
+                if size > _MAX_BYTES:  # no other way to hand it over
                     raise
-            # outside the handler, as below: a file that fails again says what else is wrong
-            return ort.InferenceSession(str(path), options, providers=providers)
+                # TMPDIR full or unwritable: as bytes, as a smaller model goes (its weights are
+                # still in `model`: dropped only once written)
+                path = None
+            if path is not None:
+                if release:
+                    del model.graph.initializer[:]
+                try:
+                    return ort.InferenceSession(str(path), options, providers=providers)
+                except Exception as exc:
+                    limit = _IR_LIMIT.search(str(exc))
+                    if limit is None or not _lower_file_ir(path, int(limit.group(2))):
+                        raise
+                # outside the handler, as below: a file that fails again says what else is wrong
+                return ort.InferenceSession(str(path), options, providers=providers)
     source: bytes | str | None = (
         model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
     )

@@ -491,10 +491,13 @@ class OrtSession(Session):
         profile_dir: str | None = None,
         save_optimized: bool = False,
         release: bool = False,
+        as_file: bool = False,
     ) -> Any:
         """`save_optimized` (with `profile_dir`) also writes the optimized graph the profiler's node
         names come from to `profile_dir`/optimized.onnx, weights in a side file (graph only, small).
-        `release`: `model`'s weights are not needed after (`inference_session` may drop them)."""
+        `release`: `model`'s weights are not needed after (`inference_session` may drop them);
+        `as_file`: they are, but a big model goes to onnxruntime as a file all the same, not as
+        bytes the session would hold as long as it lives (`inference_session`)."""
         ort = self._ort
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -513,7 +516,7 @@ class OrtSession(Session):
         from deployopt.onnxruntime_compat import inference_session
 
         try:
-            return inference_session(ort, model, so, self.providers, release=release)
+            return inference_session(ort, model, so, self.providers, release=release, as_file=as_file)
         except Exception as exc:
             raise BackendFailed(f"onnxruntime cannot load the model: {_first_line(exc)}") from None
 
@@ -661,10 +664,12 @@ class OrtSession(Session):
         except OSError as exc:
             raise _trace_failed(exc) from None
         with workdir as tmp:
+            # a big model goes as a file, not as bytes, and keeps its weights: the layers are mapped
+            # to its nodes and initializers below, and a second session may be needed
             try:
-                sess = self._session(loaded.model, profile_dir=tmp, save_optimized=True)
+                sess = self._session(loaded.model, profile_dir=tmp, save_optimized=True, as_file=True)
             except BackendFailed:  # writing the optimized graph failed; a plain session says why not
-                sess = self._session(loaded.model, profile_dir=tmp)
+                sess = self._session(loaded.model, profile_dir=tmp, as_file=True)
             self._run(sess, feeds, opts.warmup)
             self._run(sess, feeds, opts.runs)
             try:  # a full disk: onnxruntime writes a truncated trace and says nothing
