@@ -174,7 +174,8 @@ def _render(
             soft_wrap=True,
         )
     else:
-        console.print(f"inputs: {report.source}", markup=False, highlight=False, soft_wrap=True)
+        chosen = f" ({report.samples_chosen})" if report.samples_chosen else ""  # as report.md says it
+        console.print(f"inputs: {report.source}{chosen}", markup=False, highlight=False, soft_wrap=True)
     if preprocess is not None:  # as optimize says it: other options make other tensors of the same images
         console.print(
             f"calibration images made into tensors by: {preprocess.describe()}",
@@ -279,7 +280,12 @@ def verify(
         "folders are searched recursively, hidden entries skipped. "
         "Random inputs when omitted (said so)."
     ),
-    count: int = typer.Option(16, "--count", metavar="N", help="Calibration samples (model runs) at most."),
+    count: int = typer.Option(
+        16,
+        "--count",
+        metavar="N",
+        help="Calibration samples (model runs) at most; from more data, N at an even stride over it.",
+    ),
     mean: Optional[str] = mean_option(),
     std: Optional[str] = std_option(),
     bgr: bool = bgr_option(),
@@ -348,12 +354,16 @@ def verify(
         "try a smaller --input-shape or --count",
     )
     del ref, cand  # compare_models loads both again in onnxruntime
+    # from data holding more than --count samples, --count of them at an even stride over it, as
+    # optimize's fidelity gate takes its own: the first ones of a class-per-folder set (ImageNet's
+    # val/) were its first class alone
     calib = load_calibration(
         calibration_data,
         ref_inputs,
         count=count,
         preprocess=preprocess,
         seed=0 if seed is None else seed,
+        spread=True,
     )
     said = list(dict.fromkeys(notices + cand_notices + calib.notices))
     print_notices(said)
