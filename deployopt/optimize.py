@@ -2350,6 +2350,10 @@ class Optimizer:
                 if self.cfg.calibration_data
                 else "dead channels, then L1 of the producing filters"
             )
+            if self.cfg.calibration_data:
+                # the gate's sample count the ranking's samples were dealt around (load_trim_samples):
+                # `apply` ranks a plan from this OUTDIR that lists no kept channels on the same ones
+                report["fidelity_samples"] = self.cfg.fidelity_samples
         # the weights go to model.onnx.data when the input kept them in an external file
         report["external_data"] = bool(getattr(self.loaded, "external_data", False))
         plan_doc = self.plan_document(best.plan)

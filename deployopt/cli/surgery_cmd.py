@@ -341,6 +341,7 @@ def _trim_importance(
     data: Path,
     count: Optional[int],
     preprocess: ImagePreprocess,
+    recorded: Optional[tuple[int, Path]] = None,
 ) -> tuple[Optional[dict[str, Any]], list[str], str, Optional[ImagePreprocess]]:
     """The channel ranking of `groups` on `data` (deployopt.importance.activation_importance),
     images made into tensors by `preprocess`; None when there are none (no model run then). The
@@ -348,20 +349,24 @@ def _trim_importance(
     fidelity gate's), so a plan that lists no kept channels trims as optimize did (a group's
     scores are the same ranked alone or with all, as optimize ranks them: checked bit for bit on
     the zoo's models), by filter L1 where it does (data of one sample); `count` given: the first
-    `count`. Also what loading the data said, which samples (or why L1), and the preprocessing
-    the images got (None: arrays)."""
+    `count`. `recorded`: the gate's sample count the optimize run recorded, and its report (a
+    library run with another `fidelity_samples` dealt its ranking samples around a gate of that
+    many; `_recorded_gate`); None: the default gate's. Also what loading the data said, which
+    samples (or why L1), and the preprocessing the images got (None: arrays)."""
     from deployopt.fidelity import check_feedable, load_calibration, load_trim_samples
     from deployopt.importance import activation_importance
 
     if count is None:
-        split = load_trim_samples(data, dict(loaded.input_shapes), preprocess)
+        gate = {} if recorded is None else {"gate": recorded[0]}
+        split = load_trim_samples(data, dict(loaded.input_shapes), preprocess, **gate)
         if split.ranking is None:  # as optimize: one sample is its gate's, the trims go by filter L1
             why = "ranked by filter L1, as optimize ranks when the calibration data holds one sample"
             return None, split.notices, why, None
         calib = split.ranking
+        said = "" if recorded is None else f"; a gate of {recorded[0]} sample(s), as {recorded[1]} records"
         where = (
             f"ranked on {len(calib)} calibration sample(s), those optimize ranks on (its fidelity "
-            f"gate checks the other {len(split.gate)} of {split.taken})"
+            f"gate checks the other {len(split.gate)} of {split.taken}{said})"
         )
     else:
         calib = load_calibration(data, dict(loaded.input_shapes), count=count, preprocess=preprocess)
@@ -371,6 +376,30 @@ def _trim_importance(
     check_feedable(calib, loaded.model)
     scores = activation_importance(loaded.model, analysis, list(groups), calib.samples)
     return scores, calib.notices, where, calib.preprocess
+
+
+def _recorded_gate(plan: Path) -> Optional[tuple[int, Path]]:
+    """The fidelity gate's sample count recorded by the optimize run whose OUTDIR holds `plan`
+    (report.json's `fidelity_samples`, with --mode trim and data), and that report: its ranking's
+    samples were dealt around a gate of that many (fidelity.load_trim_samples), and a library run
+    with another `fidelity_samples` than the default 4 ranked on other samples than apply did.
+    None, for the default gate, where no optimize report is beside the plan (a plan kept elsewhere,
+    one read from a pipe) or it records no usable count (an older optimize)."""
+    import json
+
+    report = plan.parent / "report.json"
+    try:
+        if not plan.is_file() or not report.is_file():
+            return None
+        data = json.loads(report.read_text())
+    except (OSError, ValueError, RecursionError):  # unreadable or not JSON: nothing recorded
+        return None
+    if not isinstance(data, dict) or data.get("tool") != "deployopt optimize":
+        return None
+    n = data.get("fidelity_samples")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        return None
+    return n, report
 
 
 def _check_plan(
@@ -466,8 +495,10 @@ def apply_cmd(
     unlisted = [g for g in trimmed if g not in keep]  # ranked again (a hand-written or older plan)
     importance, data_notices, samples_used, fed = None, [], None, None
     if calibration_data is not None:
+        # a plan from an OUTDIR: ranked on the samples that run ranked on, its gate's count recorded
+        recorded = _recorded_gate(plan) if unlisted and count is None else None
         importance, data_notices, samples_used, fed = _trim_importance(
-            loaded, analysis, unlisted, calibration_data, count, preprocess
+            loaded, analysis, unlisted, calibration_data, count, preprocess, recorded
         )
     edited, changes = apply_plan_report(loaded.model, widths, analysis, importance, keep)
     # the batch, height and width a dynamic export left open given back, as a library caller's
