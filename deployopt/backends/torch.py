@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from deployopt import errors
 from deployopt.backends import cuda_conv
 from deployopt.backends.base import Backend, KernelRecord, LayerTime, MeasureOptions, Profile, Session
+from deployopt.backends.torch_worker import DEATH_SIGNAL_ENV, PARENT_ENV
 from deployopt.errors import BackendFailed, BackendUnavailable, DeployoptError, shorten
 from deployopt.layers import ConvShape
 from deployopt.timing import Timing
@@ -82,6 +83,10 @@ class WorkerProcess:
         self._stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115  (lives as long as the worker)
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        # who the worker outlives no longer (torch_worker.exit_with_parent); the death signal only
+        # from the main thread, as Linux sends it when the thread that started the worker ends
+        env[PARENT_ENV] = str(os.getpid())
+        env[DEATH_SIGNAL_ENV] = "1" if threading.current_thread() is threading.main_thread() else ""
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "deployopt.backends.torch_worker"],
             stdin=subprocess.PIPE,

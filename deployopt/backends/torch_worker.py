@@ -18,13 +18,20 @@ import math
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from typing import Any
 
 PASS_PREFIX = "deployopt::forward#"
+#: environment the parent (deployopt.backends.torch) starts the worker with: its pid, and "1" where
+#: it started the worker from its main thread (exit_with_parent)
+PARENT_ENV = "DEPLOYOPT_WORKER_PARENT"
+DEATH_SIGNAL_ENV = "DEPLOYOPT_WORKER_DEATH_SIGNAL"
+PARENT_POLL_S = 0.5
 # onnx2torch modules that read some arguments' *values* on the host (.tolist(), .item(),
 # torch.Size(...)): Resize's scales, Split's sizes (C2f, YOLOv8), Reshape's shape... On the GPU
 # each such read is a device-to-host copy, which CUDA-graph capture refuses. {class name: the
@@ -787,7 +794,50 @@ def serve(stdin: Any, proto: Any) -> int:
     return 0
 
 
+def _death_signal() -> None:
+    """Linux: SIGKILL this process when the thread that started it ends (prctl PR_SET_PDEATHSIG),
+    at once, even while a CUDA call holds the GIL. Anywhere else, or without prctl: nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def exit_with_parent() -> None:
+    """End the worker when deployopt does. It learned only at its next stdin read or answer write,
+    so a parent killed with SIGKILL (the OOM killer, `timeout -s KILL`) left it timing its model,
+    holding the GPU, for as long as that took. On Linux a death signal (when the parent started it
+    from its main thread: Linux sends it when that thread ends); on every POSIX system a thread
+    that exits once the parent is not the one it started with. A parent already gone when this
+    runs (the race prctl leaves) is told by its pid, from the environment: the parent starts
+    sys.executable itself, so on POSIX the worker's parent is that pid while it lives. Elsewhere
+    (Windows): nothing."""
+    if os.name != "posix":
+        return
+    parent = os.getppid()
+    claimed = os.environ.get(PARENT_ENV, "")
+    if claimed.isdigit() and int(claimed) != parent:
+        os._exit(1)  # reparented before it started: its parent is dead already
+    if claimed and os.environ.get(DEATH_SIGNAL_ENV) == "1":
+        _death_signal()
+    if os.getppid() != parent:  # died between the first look and prctl
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="deployopt-parent-watch", daemon=True).start()
+
+
 def main() -> None:
+    exit_with_parent()
     # Keep the protocol channel clean: our answers go to a private copy of stdout, and fd 1 (which
     # C libraries and print() write to) is pointed at stderr.
     proto = os.fdopen(os.dup(1), "w", buffering=1)

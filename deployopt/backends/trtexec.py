@@ -504,12 +504,20 @@ def _kept_log(text: str, log_path: Path) -> Path:
     return keep
 
 
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL trtexec's process group (its own session: the terminal's Ctrl-C never reaches it)."""
+    import signal
+
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
 def run_trtexec(cmd: list[str], timeout_s: float, log_path: Path) -> str:
     """Run trtexec in its own process group; one-line BackendFailed on timeout (the whole group is
     killed, so nothing keeps the GPU), crash or non-zero exit, naming a copy of the log that stays
-    (`_kept_log`). Returns the log."""
-    import signal
-
+    (`_kept_log`). Returns the log. Ctrl-C, SIGTERM (unwound as Ctrl-C) or any other exception
+    while it runs kills the group too, then goes on: trtexec, in a session of its own, kept timing
+    (and holding the GPU) after deployopt had exited."""
     try:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     except FileNotFoundError:
@@ -519,13 +527,19 @@ def run_trtexec(cmd: list[str], timeout_s: float, log_path: Path) -> str:
     try:
         raw, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        _kill_group(proc)
         raw, _ = proc.communicate()
         text = raw.decode("utf-8", "replace") if raw else ""
         write_text(log_path, text)
         kept = _kept_log(text, log_path)
         raise BackendFailed(f"trtexec did not finish within {timeout_s:g} s (log: {kept})") from None
+    except BaseException:
+        _kill_group(proc)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)  # reaped: no zombie left while the interrupt unwinds
+        if proc.stdout is not None:
+            proc.stdout.close()
+        raise
     out = raw.decode("utf-8", "replace")
     write_text(log_path, out)
     if proc.returncode != 0:

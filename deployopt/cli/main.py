@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 import signal
 import sys
 import warnings
@@ -46,11 +48,29 @@ except ImportError as _exc:  # an extension's initialization interrupted (pybind
 _CLICK_EXCEPTION = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
 
 
+#: click's suggestion, a sentence of its own after the message ("No such command 'anal'. Did you
+#: mean 'analyze'?"), which ended the line in "?; see ..."
+_SUGGESTION = re.compile(r"\.? Did you mean (.+)\?$")
+
+
 def _usage_line(exc: Exception) -> str:
-    """`No such option: --foo; see 'deployopt bench --help'`: click's message without its box."""
+    """`No such option: --foo; see 'deployopt bench --help'`: click's message without its box. A
+    suggestion goes in parentheses: `No such command 'anal' (did you mean 'analyze'?); see ...`."""
     message = " ".join(exc.format_message().split()).rstrip(".")  # type: ignore[attr-defined]
+    message = _SUGGESTION.sub(r" (did you mean \1?)", message)
     ctx = getattr(exc, "ctx", None)
-    return f"{message}; see '{ctx.command_path} --help'" if ctx is not None else message
+    return f"{message}; see '{ctx.command_path if ctx is not None else _command_path()} --help'"
+
+
+def _command_path() -> str:
+    """`deployopt bench`, for a usage error click raised with no context (an option given without
+    its value: its parser does not attach one): the command named on the command line, else the
+    group (the group's own options are flags, so the command is the first word not an option)."""
+    word = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
+    with contextlib.suppress(Exception):  # the group as click sees it; the path, whatever it says
+        if word is not None and word in getattr(typer.main.get_command(app), "commands", {}):
+            return f"deployopt {word}"
+    return "deployopt"
 
 
 def _fail(message: str, code: int) -> None:
@@ -65,20 +85,22 @@ def _fail(message: str, code: int) -> None:
 
 INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 TERMINATED = 143  # 128 + SIGTERM
+HUNG_UP = 129  # 128 + SIGHUP
 OUTPUT_CLOSED = 141  # 128 + SIGPIPE: what `yes | head` reports for `yes`
-_terminated = False  # this run got SIGTERM (its KeyboardInterrupt then exits 143, not 130)
+_signalled: int | None = None  # SIGTERM or SIGHUP this run got: its KeyboardInterrupt exits 128 + it
 _STREAM_WORDS = {"stdout": "standard output", "stderr": "standard error"}
 
 
 def _interrupted(message: str | None = None) -> None:
-    """Ctrl-C (or SIGTERM) in any command: one line, exit 130 (143), no traceback. Without a
+    """Ctrl-C (or SIGTERM, SIGHUP) in any command: one line, exit 130 (143, 129), no traceback. Without a
     message of the command's own: `interrupted`, or that the output it already wrote is complete.
     Where the interrupt was a reader that went away (deployopt.cli.interrupts), `_output_closed`."""
     if closed_streams():
         _output_closed(message)
     message = message or interrupted_line()
-    err_console.print(message, style="red", markup=False, highlight=False, emoji=False, soft_wrap=True)
-    sys.exit(TERMINATED if _terminated else INTERRUPTED)
+    with contextlib.suppress(OSError):  # a terminal hung up after the signal's look (EIO): no one reads
+        err_console.print(message, style="red", markup=False, highlight=False, emoji=False, soft_wrap=True)
+    sys.exit(128 + _signalled if _signalled else INTERRUPTED)
 
 
 def _output_closed(message: str | None = None) -> None:
@@ -97,28 +119,62 @@ def _output_closed(message: str | None = None) -> None:
     sys.exit(OUTPUT_CLOSED)
 
 
-@contextlib.contextmanager
-def _sigterm_as_ctrl_c() -> Iterator[None]:
-    """SIGTERM (`kill`, `timeout`, a CI job cancelled) unwinds like Ctrl-C: optimize keeps its
-    journal, says how to resume and removes its work folder and worker processes. Python's default
-    died on the spot, leaving the candidate models (TensorRT engines) in /tmp and no line."""
-    global _terminated
-    _terminated = False
+def _unwinding_signals() -> list[signal.Signals]:
+    """The signals unwound as Ctrl-C: SIGTERM, and SIGHUP where the system has one (not Windows)."""
+    return [signal.SIGTERM, *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])]
 
-    def on_term(signum: int, frame: Any) -> None:
-        global _terminated
-        _terminated = True
+
+def _hung_up_terminals(ttys: set[int]) -> None:
+    """Point stdout/stderr at /dev/null where they were a terminal that has since hung up (its
+    descriptors answer EIO, isatty no longer holds): what the unwinding prints, and Python's last
+    flush, went nowhere but as an OSError each. One still a terminal (`kill -HUP` sent from
+    elsewhere) keeps its lines."""
+    for fd in sorted(ttys):
+        if os.isatty(fd):
+            continue
+        with contextlib.suppress(OSError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, fd)
+            finally:
+                os.close(devnull)
+
+
+@contextlib.contextmanager
+def _signals_as_ctrl_c() -> Iterator[None]:
+    """SIGTERM (`kill`, `timeout`, a CI job cancelled) and SIGHUP (the terminal or ssh session
+    closed) unwind like Ctrl-C: optimize keeps its journal, says how to resume and removes its work
+    folder, its lock and its worker processes; the exit status is 128 + the signal (143, 129).
+    Python's default died on the spot, leaving the candidate models (TensorRT engines) in /tmp, the
+    lock in OUTDIR and no line. A signal inherited as ignored (`nohup`) stays ignored."""
+    global _signalled
+    _signalled = None
+    ttys = set()
+    for fd in (1, 2):
+        with contextlib.suppress(OSError, ValueError):
+            if os.isatty(fd):
+                ttys.add(fd)
+
+    def on_signal(signum: int, frame: Any) -> None:
+        global _signalled
+        _signalled = signum
+        if signum == getattr(signal, "SIGHUP", None):
+            _hung_up_terminals(ttys)
         raise KeyboardInterrupt
 
+    previous: dict[signal.Signals, Any] = {}
     try:
-        previous = signal.signal(signal.SIGTERM, on_term)
+        for signum in _unwinding_signals():
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                previous[signum] = signal.signal(signum, on_signal)
     except ValueError:  # not the main thread (an in-process caller): its signals are its own
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _memory_hint() -> str:
@@ -167,7 +223,7 @@ def _any_encoding() -> Iterator[None]:
 def main() -> None:
     # each restores what it replaces afterwards (in-process callers, tests)
     forget()  # an earlier command's outputs (in-process callers) are not this one's
-    with warnings.catch_warnings(), _sigterm_as_ctrl_c(), _any_encoding():
+    with warnings.catch_warnings(), _signals_as_ctrl_c(), _any_encoding():
         # every run says so (a run close to its memory, a cache it cannot write: LayerCache warns once)
         warnings.simplefilter("always", DeployoptWarning)
         warnings.showwarning = _show_warning
@@ -179,16 +235,16 @@ def main() -> None:
 
 
 def entry() -> None:
-    """The `deployopt` command (and `python -m deployopt`): main(), then Ctrl-C and SIGTERM ignored
-    while the interpreter shuts down. One landing there (~0.2 s of module teardown after a finished
-    optimize) exited 130 with no line, its results complete (SIGTERM, whose handler main() has put
-    back, killed it with no line); in-process callers use main()."""
+    """The `deployopt` command (and `python -m deployopt`): main(), then Ctrl-C, SIGTERM and SIGHUP
+    ignored while the interpreter shuts down. One landing there (~0.2 s of module teardown after a
+    finished optimize) exited 130 with no line, its results complete (SIGTERM, whose handler main()
+    has put back, killed it with no line); in-process callers use main()."""
     try:
         main()
     finally:
         with contextlib.suppress(ValueError):  # not the main thread
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            for signum in (signal.SIGINT, *_unwinding_signals()):
+                signal.signal(signum, signal.SIG_IGN)
 
 
 def _app() -> Any:

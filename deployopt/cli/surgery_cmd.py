@@ -152,6 +152,7 @@ def analyze_cmd(
     target: Optional[str] = typer.Option(
         None,
         "--target",
+        "-t",  # as optimize, staircase, calibrate and targets take it
         metavar="TARGET",
         help="Add per-conv waves and tail fill predicted for this GPU (see `targets`).",
     ),
