@@ -1539,10 +1539,32 @@ class FidelityReport:
         }
 
 
-def _session(model: str | os.PathLike[str] | onnx.ModelProto, role: str) -> Any:
+def _session(model: str | os.PathLike[str] | onnx.ModelProto, role: str, *, qdq: bool | None = None) -> Any:
     """A big model in memory goes to onnxruntime as a file (`cpu_session`'s `as_file`): as bytes,
     the session held them as long as it lived, and optimize's reference session lives the whole run."""
-    return cpu_session(model, f"{role} model: onnxruntime cannot load it", as_file=True)
+    return cpu_session(model, f"{role} model: onnxruntime cannot load it", as_file=True, qdq=qdq)
+
+
+def _overriding(model: str | os.PathLike[str] | onnx.ModelProto, qdq: bool | None) -> dict[str, bool]:
+    """`_session`'s `qdq` keyword where `qdq` overrides what `model` has (a float model compared
+    with a Q/DQ one), else none: the session decides alike, and a wrapper of `_session(model,
+    role)` (the tests count sessions so) keeps working."""
+    return {} if qdq is None or qdq == has_qdq_nodes(model) else {"qdq": qdq}
+
+
+def has_qdq_nodes(model: str | os.PathLike[str] | onnx.ModelProto) -> bool:
+    """Whether `model` (in memory, or its file) has QuantizeLinear/DequantizeLinear nodes
+    (deployopt.model's `has_qdq`, `file_has_qdq`): `cpu_session` computes such a model unfused. One
+    quantized to a type deployopt refuses to price (W8A16) has them too; a file that cannot be
+    read has none (its session says why in one line)."""
+    from deployopt.model import file_has_qdq, has_qdq
+
+    try:
+        if isinstance(model, onnx.ModelProto):
+            return has_qdq(model)
+        return Path(model).is_file() and file_has_qdq(model)
+    except ModelError:
+        return True
 
 
 def cpu_session(
@@ -1551,12 +1573,21 @@ def cpu_session(
     *,
     optimize: bool = True,
     as_file: bool = False,
+    qdq: bool | None = None,
 ) -> Any:
     """An onnxruntime CPU session that computes what the graph says (every check and ranking here
     uses one); a model onnxruntime cannot load (an op it lacks) is one ModelError line, `failure`
     and onnxruntime's first line. `optimize=False`: no graph optimizations (one quick run).
     `as_file`: a big model in memory goes to onnxruntime as a temporary file, not as bytes, though
-    the caller keeps it (onnxruntime_compat.inference_session; a session kept long held them)."""
+    the caller keeps it (onnxruntime_compat.inference_session; a session kept long held them).
+
+    A model with Q/DQ nodes (`qdq`; None: `has_qdq_nodes(model)`) runs at ORT_ENABLE_BASIC, its
+    Q/DQ pairs computed as written: full optimization fuses DQ → Conv → Q into int8 kernels, which
+    round otherwise than the float ops, and only where onnxruntime's checks let it (a padded conv's
+    bias scale, not input × weight scale, stays unfused). An exact pad of a quantize_static
+    MobileNetV2 so failed verify (max error 0.29, top-1 81 %), its original 0.23 off its own
+    unfused run; BASIC (constant folding skips DQ, no fusion) gave 0.0. A float model keeps full
+    optimization (speed); a comparison gives both of its sessions the same `qdq`."""
     from deployopt.onnxruntime_compat import import_onnxruntime
 
     ort = import_onnxruntime()  # without its import's telemetry line
@@ -1565,10 +1596,12 @@ def cpu_session(
     opts.log_severity_level = 4  # errors come back as exceptions; the log would repeat them
     if not optimize:
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    elif qdq if qdq is not None else has_qdq_nodes(model):
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     # On x86 CPUs without VNNI (AVX2, AVX-512F) onnxruntime's int8 convs sum product pairs in int16,
-    # which saturates, and which pairs depends on the channel count: an exact pad of an INT8 QDQ
-    # model then "differs" from its original (cosine 0.93 seen on an AVX2 CPU). Its U8U8 kernels
-    # do not saturate; slower, but a fidelity check must see the edit, not the overflow.
+    # which saturates, and which pairs depends on the channel count. A Q/DQ model's convs stay
+    # unfused (above), but a QOperator model's QLinearConv is an int8 kernel at every level: its
+    # U8U8 kernels do not saturate; slower, but a fidelity check must see the edit, not the overflow.
     opts.add_session_config_entry("session.x64quantprecision", "1")
     from deployopt.onnxruntime_compat import inference_session
 
@@ -1976,8 +2009,12 @@ class ReferenceRun:
     (compare_models given a model: verify). Kept, a segmentation model's outputs for 512 images
     (2.1 GB) were all held to the end of verify, which reads each once."""
 
-    def __init__(self, model: str | os.PathLike[str] | onnx.ModelProto, *, keep: bool = True) -> None:
-        self.session = _session(model, "reference")
+    def __init__(
+        self, model: str | os.PathLike[str] | onnx.ModelProto, *, keep: bool = True, qdq: bool | None = None
+    ) -> None:
+        #: whether the session computes Q/DQ unfused (`cpu_session`'s `qdq`): candidates get the same
+        self.qdq = has_qdq_nodes(model) if qdq is None else qdq
+        self.session = _session(model, "reference", **_overriding(model, qdq))
         self.keep = keep
         self._outputs: dict[int, tuple[Any, list[np.ndarray]]] = {}
 
@@ -2043,9 +2080,14 @@ def compare_models(
     """
     if not calib.samples:
         raise DataError("no calibration samples to compare on")
-    # a reference of its own is read once per sample: its outputs go with the sample's scores
-    ref_run = reference if isinstance(reference, ReferenceRun) else ReferenceRun(reference, keep=False)
-    ref_s, cand_s = ref_run.session, _session(candidate, "candidate")
+    # a reference of its own is read once per sample: its outputs go with the sample's scores. Both
+    # sessions compute Q/DQ alike (`cpu_session`): unfused where either model has it; a ReferenceRun's
+    # candidates (optimize's edits of its model) as it does
+    if isinstance(reference, ReferenceRun):
+        ref_run = reference
+    else:
+        ref_run = ReferenceRun(reference, keep=False, qdq=True if has_qdq_nodes(candidate) else None)
+    ref_s, cand_s = ref_run.session, _session(candidate, "candidate", **_overriding(candidate, ref_run.qdq))
     ref_names = [o.name for o in ref_s.get_outputs()]
     cand_names = [o.name for o in cand_s.get_outputs()]
     if len(ref_names) != len(cand_names):
