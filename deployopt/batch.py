@@ -202,6 +202,9 @@ def _make_dynamic(
             d.Clear()
             d.dim_param = dynamic[inp.name] or symbol
     inits = {t.name: t for t in graph.initializer}
+    from deployopt.model import names_in_use
+
+    taken = names_in_use(graph)  # a copy named like a graph input or a subgraph's name broke the model
     readers: dict[str, int] = {}
     for node in graph.node:
         for name in node.input:
@@ -220,8 +223,9 @@ def _make_dynamic(
         if readers[name] > 1:  # another reader keeps the old values
             name = f"{name}__dynamic_batch"
             k = 1
-            while name in inits:
+            while name in taken:
                 name, k = f"{node.input[1]}__dynamic_batch{k}", k + 1
+            taken.add(name)
             readers[name] = 1
             readers[node.input[1]] -= 1
             node.input[1] = name

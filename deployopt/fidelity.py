@@ -2752,11 +2752,14 @@ def _fp32_magnitudes(
     the one it computed); {} where the model cannot run. Best effort: a value onnxruntime did compute
     in fp16 reads inf. Changes `model` (low_precision_overflow's own copy) in place: its outputs
     become the casts, and it is cleared once the session holds it."""
+    from deployopt.model import fresh_name, names_in_use
+
     m = model
+    taken = names_in_use(m.graph)  # a cast's output named like a tensor of the graph replaced it
     del m.graph.output[:]
     wide = {}
     for name in tensors:
-        wide[name] = f"{name}__deployopt_fp32"
+        wide[name] = fresh_name(f"{name}__deployopt_fp32", taken)
         m.graph.node.append(onnx.helper.make_node("Cast", [name], [wide[name]], to=onnx.TensorProto.FLOAT))
         m.graph.output.append(onnx.helper.make_tensor_value_info(wide[name], onnx.TensorProto.FLOAT, None))
     try:

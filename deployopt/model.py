@@ -14,6 +14,7 @@ import gc
 import math
 import os
 import select
+import shlex
 import shutil
 import stat
 import sys
@@ -566,6 +567,123 @@ def _check_opset(model: onnx.ModelProto, path: Path) -> None:
             )
 
 
+#: The most bytes a sparse initializer may take once stored dense: a protobuf message holds 2 GiB.
+DENSE_MAX_BYTES = 2**31 - 1
+
+
+def _dense_of(sparse: onnx.SparseTensorProto, what: str, base_dir: str) -> TensorProto:
+    """The dense tensor a (COO) sparse tensor stands for: its values at its indices, zero (or "")
+    elsewhere. Indices are either linear ([NNZ], into the flattened dims) or one row per value
+    ([NNZ, rank]), as ONNX allows both. ModelError (one line) where they do not fit its dims."""
+    name = sparse.values.name
+    try:
+        onnx.checker.check_sparse_tensor(sparse)
+    except Exception as exc:  # ValidationError: unsorted, repeated or out-of-range indices, ...
+        raise ModelError(f"{what}: invalid ({shorten(' '.join(str(exc).split()), 200)})") from None
+    dims = [int(d) for d in sparse.dims]
+    try:
+        values = onnx.numpy_helper.to_array(sparse.values, base_dir)
+        indices = onnx.numpy_helper.to_array(sparse.indices, base_dir).astype(np.int64)
+    except Exception as exc:
+        raise ModelError(f"{what}: cannot read its values or indices ({first_line(exc)})") from None
+    numel = math.prod(dims)
+    if numel * values.dtype.itemsize > DENSE_MAX_BYTES:
+        raise ModelError(
+            f"{what}: {'×'.join(map(str, dims))} is over 2 GiB stored dense; deployopt reads sparse "
+            "initializers as dense ones"
+        )
+    nnz = values.size
+    shape_ok = (indices.ndim == 2 and indices.shape == (nnz, len(dims)) and dims) or (
+        indices.ndim == 1 and indices.size == nnz
+    )
+    try:
+        if not shape_ok:  # the checker passes some layouts it does not define
+            raise ValueError(f"shape {list(indices.shape)} for {nnz} values of a {len(dims)}-D tensor")
+        flat = np.ravel_multi_index(tuple(indices.T), dims) if indices.ndim == 2 and nnz else indices.ravel()
+        if nnz and (flat.min() < 0 or flat.max() >= numel):
+            raise ValueError("an index out of the dims' range")
+    except ValueError as exc:
+        raise ModelError(
+            f"{what}: its indices do not fit its dims ({exc}; expected [NNZ] or [NNZ, rank])"
+        ) from None
+    if values.dtype == object:  # strings: the default value is ""
+        dense = np.full(numel, b"", dtype=object)
+    else:
+        dense = np.zeros(numel, dtype=values.dtype)
+    dense[flat] = values.ravel()
+    out = onnx.numpy_helper.from_array(dense.reshape(dims), name)
+    if out.data_type != sparse.values.data_type:  # a type numpy holds as another: not to be guessed
+        raise ModelError(
+            f"{what}: its {TensorProto.DataType.Name(sparse.values.data_type)} values cannot be stored "
+            "dense here; store the initializer dense"
+        )
+    return out
+
+
+def _has_sparse(graph: onnx.GraphProto) -> bool:
+    """Whether `graph` (subgraphs too) holds a sparse tensor; reads no string (they are checked
+    for UTF-8 only when there is one to densify)."""
+    stack = [graph]
+    while stack:
+        g = stack.pop()
+        if len(g.sparse_initializer):
+            return True
+        for node in g.node:
+            for a in node.attribute:
+                if a.HasField("sparse_tensor") or len(a.sparse_tensors):
+                    return True
+                if a.HasField("g"):
+                    stack.append(a.g)
+                stack.extend(a.graphs)
+    return False
+
+
+def _densify_sparse(model: onnx.ModelProto, path: Path) -> list[str]:
+    """Store every sparse initializer and Constant `sparse_value` (subgraphs' too) dense, in place;
+    returns the names stored so.
+
+    onnxruntime loads and runs a model with a sparse initializer, but the type check read one as a
+    `sparse_tensor(float)` where Conv takes a tensor and called the model "wrongly typed", and the
+    analysis, the wave model and surgery read weights from initializers only. Dense, the graph
+    computes the same, and a model written from it keeps the weights dense."""
+    if not _has_sparse(model.graph):
+        return []
+    from deployopt.model_checks import _check_strings  # model_checks imports this module
+
+    _check_strings(model, str(path))  # names are read below: not UTF-8 was a traceback
+    done: list[str] = []
+    base_dir = str(path.parent)
+    stack = [model.graph]
+    while stack:
+        g = stack.pop()
+        if len(g.sparse_initializer):
+            sparse_inputs = {s.values.name for s in g.sparse_initializer}
+            for sparse in g.sparse_initializer:
+                what = f"{path.name}: sparse initializer {sparse.values.name!r}"
+                g.initializer.append(_dense_of(sparse, what, base_dir))
+                done.append(sparse.values.name)
+            del g.sparse_initializer[:]
+            for value in [*g.input, *g.value_info]:  # listed as a sparse input: now a tensor one
+                if value.name in sparse_inputs and value.type.HasField("sparse_tensor_type"):
+                    sparse_type = onnx.TypeProto.SparseTensor()
+                    sparse_type.CopyFrom(value.type.sparse_tensor_type)
+                    value.type.tensor_type.elem_type = sparse_type.elem_type  # clears the sparse type
+                    if sparse_type.HasField("shape"):
+                        value.type.tensor_type.shape.CopyFrom(sparse_type.shape)
+        for node in g.node:
+            for i, a in enumerate(node.attribute):
+                if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and a.name == "sparse_value":
+                    label = node.name or (node.output[0] if node.output else "")
+                    what = f"{path.name}: Constant {label!r}'s sparse_value"
+                    dense = _dense_of(a.sparse_tensor, what, base_dir)
+                    node.attribute[i].CopyFrom(onnx.helper.make_attribute("value", dense))
+                    done.append(label)
+                if a.HasField("g"):
+                    stack.append(a.g)
+                stack.extend(a.graphs)
+    return done
+
+
 def _real_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     inits = {t.name for t in model.graph.initializer}
     return [i for i in model.graph.input if i.name not in inits]
@@ -617,7 +735,7 @@ def check_batch_agrees(
         dims = list(dims)
         if dims and dims[0] != batch:
             given = (
-                f"--batch {batch} and --input-shape {name}:{'x'.join(map(str, dims))}"
+                f"--batch {batch} and --input-shape {input_shape_arg(name, 'x'.join(map(str, dims)))}"
                 if cli
                 else f"batch={batch} and input_shapes[{name!r}]={dims}"
             )
@@ -645,6 +763,28 @@ def _requested_dims(name: str, want: Any) -> list[int]:
         why = "no dims" if not dims else f"{bad!r} is no whole number of at least 1"
         raise ModelError(f"input shape for {name!r}: {shown}: {why} (every dim is a size, 1 or more)")
     return [int(d) for d in dims]
+
+
+def _is_control(ch: str) -> bool:
+    return ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F
+
+
+def input_shape_arg(name: str, dims: str) -> str:
+    """`NAME:DIMS` as the one shell word to give `--input-shape`: as it is for a name the shell
+    takes as it is, single-quoted for one with spaces or shell characters, and in bash's `$'…'`
+    form (`\\x1b`) for one with a control character. A message printed such a name raw: an ESC
+    in an input's name recoloured the terminal, and a hint that showed it escaped (`\\x1b`) but
+    unquoted named no input when followed."""
+    word = f"{name}:{dims}"
+    if any(map(_is_control, name)):
+        body = "".join(
+            (f"\\x{ord(c):02x}" if ord(c) < 0x80 else f"\\u{ord(c):04x}")
+            if _is_control(c)
+            else ("\\" + c if c in "\\'" else c)
+            for c in word
+        )
+        return f"$'{body}'"
+    return word if shlex.quote(name) == name else shlex.quote(word)
 
 
 def _shape_hint(dims: Any) -> str:
@@ -688,7 +828,8 @@ def _fix_input_shapes(
                 raise ModelError(f"input {inp.name!r} has no shape; export the model with its input shapes")
             if inp.name not in requested:
                 raise ModelError(
-                    f"input {inp.name!r} has no shape; give one with --input-shape {inp.name}:1x3x224x224"
+                    f"input {inp.name!r} has no shape; give one with "
+                    f"--input-shape {input_shape_arg(inp.name, '1x3x224x224')}"
                 )
             ttype.shape.SetInParent()
         dims = ttype.shape.dim
@@ -718,13 +859,13 @@ def _fix_input_shapes(
                     rest = "x".join(str(x.dim_value) if x.dim_value > 0 else "?" for x in dims[1:])
                     notices.append(
                         f"batch dimension of {inp.name!r}{label} was dynamic; fixed to 1 here (another "
-                        f"batch: --input-shape {inp.name}:Nx{rest}); a model written from it gets the "
-                        "dynamic batch back where it checks out"
+                        f"batch: --input-shape {input_shape_arg(inp.name, f'Nx{rest}')}); a model written "
+                        "from it gets the dynamic batch back where it checks out"
                     )
                 else:
                     raise ModelError(
                         f"dimension {i} of input {inp.name!r} is dynamic; give a static shape with "
-                        f"--input-shape {inp.name}:{_shape_hint(dims)}"
+                        f"--input-shape {input_shape_arg(inp.name, _shape_hint(dims))}"
                     )
         fixed[inp.name] = [d.dim_value for d in dims]
     return fixed
@@ -1126,6 +1267,7 @@ def _infers_as_exported(path: Path) -> bool:
     change (a Reshape to [1, -1] traced at export), and onnx's line only names the op that broke."""
     try:
         model = _parse(path)
+        _densify_sparse(model, path)
         _fix_input_shapes(model, {}, path, [], False)
         _give_outputs_shapes(model, path)
         _clear_derived_shapes(model, all_outputs=False)
@@ -1207,11 +1349,18 @@ def load_model(
     # scalar bias, a zero-size conv were tracebacks or "please report this model" further on
     from deployopt.model_checks import check_model_data
 
+    # before the checks: the type check took a sparse initializer for a wrongly typed weight
+    densified = _densify_sparse(model, path)
     reuse = InferenceReuse.of(check_model_data(model, str(path)), model)
     # before the checker, which refuses a graph input or output without a shape in its own words
     # ("Field 'shape' of 'type' is required"): an input gets --input-shape's (or asks for one), an
     # output what inference finds (onnx-graphsurgeon writes outputs whose shape is None)
     notices: list[str] = []
+    if densified:
+        notices.append(
+            f"stored {len(densified)} sparse constant(s) dense ({_first(densified)}): the same values, "
+            "and models written from this one store them dense"
+        )
     dynamic = _dynamic_batch_inputs(model)
     file_batch = {
         i.name: i.type.tensor_type.shape.dim[0].dim_value
@@ -1407,7 +1556,7 @@ def _slice_shape_ranges(model: onnx.ModelProto) -> int:
     Shape(input, start=0, end=1), torch.export's `x.size(0)`, into the whole shape [1, 3, 96, 96],
     and the model it gave broke (a Range whose limit was that vector). A Slice it folds right."""
     graph = model.graph
-    taken = {t.name for t in graph.initializer} | {o for n in graph.node for o in n.output}
+    taken = names_in_use(graph)
     nodes: list[onnx.NodeProto] = []
     count = 0
     for node in graph.node:
@@ -1448,9 +1597,38 @@ def drop_attributes(node: onnx.NodeProto, names: Iterable[str]) -> onnx.NodeProt
     return node
 
 
+def names_in_use(graph: onnx.GraphProto) -> set[str]:
+    """Every name `graph` holds: its inputs, outputs, value_info, initializers (sparse ones too),
+    its nodes' inputs, outputs and names, and the same of every subgraph (If, Loop and Scan bodies)
+    in it, however deep. What a rewrite's new tensor or node must not be called (`fresh_name`).
+
+    Sets built from initializers and node outputs alone let a copy, a Split's sizes or a Slice's
+    bounds take a graph input's name (`b__1`, `split_sizes`): the input's readers then read the
+    constant, and the analysis froze groups over a "shared" constant that was not, or wrote a
+    model that did not validate. A subgraph's names share the graph's scope in ONNX."""
+    names: set[str] = set()
+    stack = [graph]
+    while stack:  # not recursive: a model may nest Ifs deeper than Python's recursion limit
+        g = stack.pop()
+        for values in (g.input, g.output, g.value_info):
+            names.update(v.name for v in values)
+        names.update(t.name for t in g.initializer)
+        names.update(s.values.name for s in g.sparse_initializer)
+        for node in g.node:
+            names.update(node.input)
+            names.update(node.output)
+            names.add(node.name)
+            for a in node.attribute:
+                if a.HasField("g"):
+                    stack.append(a.g)
+                stack.extend(a.graphs)
+    names.discard("")
+    return names
+
+
 def fresh_name(base: str, taken: set[str]) -> str:
     """`base`, or `base_1`, `base_2` … : the first that `taken` lacks (then added to it), for a
-    tensor or node a rewrite adds beside the names a graph has."""
+    tensor or node a rewrite adds beside the names a graph has (`names_in_use`)."""
     name, k = base, 1
     while name in taken:
         name, k = f"{base}_{k}", k + 1
@@ -1471,7 +1649,7 @@ def _spell_out_splits(model: onnx.ModelProto) -> int:
     graph = model.graph
     opset = default_opset(model)
     shapes = {v.name: v.type.tensor_type.shape for v in [*graph.input, *graph.value_info, *graph.output]}
-    taken = {t.name for t in graph.initializer} | {o for n in graph.node for o in n.output}
+    taken = names_in_use(graph)
 
     def dims(name: str) -> list[int] | None:
         shape = shapes.get(name)
@@ -1523,7 +1701,7 @@ def _unshare_constants(model: onnx.ModelProto) -> int:
     graph = model.graph
     inits = {t.name: t for t in graph.initializer}
     protected = {v.name for v in graph.input} | {v.name for v in graph.output}
-    taken = set(inits) | {o for n in graph.node for o in n.output}
+    taken = names_in_use(graph)
     seen: set[str] = set()
     copies = 0
     for node in graph.node:

@@ -39,7 +39,7 @@ import onnx
 from onnx import TensorProto
 
 from deployopt.errors import ModelError, first_line
-from deployopt.model import fresh_name
+from deployopt.model import fresh_name, names_in_use
 
 #: Part of every strongly typed fp16 engine's cache key: raise it when `to_fp16` starts writing a
 #: different model from the same input, so engines built from the older conversion are rebuilt.
@@ -275,7 +275,9 @@ class _Converter:
         self.graph = gs.import_onnx(_infer(model, "the input model"))
         self.opsets = {d.domain or "ai.onnx": d.version for d in model.opset_import}
         names = {t.name for t in self.graph.tensors().values()} | {n.name for n in self.graph.nodes}
-        self.used = {n for n in names if n}
+        # and the names gs does not list (subgraphs' names, value_info): a new tensor named like
+        # one of them took its place
+        self.used = {n for n in names if n} | names_in_use(model.graph)
         self.plans: dict[int, _Plan] = {}
         self.cast_cache: dict[tuple[int, str], Any] = {}
         self.clamped: list[str] = []  # constants with finite values beyond fp16's range

@@ -20,7 +20,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from deployopt.errors import BackendFailed
-from deployopt.model import default_opset, drop_attributes, fresh_name
+from deployopt.model import default_opset, drop_attributes, fresh_name, names_in_use
 
 TARGET = 17
 
@@ -57,9 +57,9 @@ class _Context:
         self.types = {
             v.name: v.type.tensor_type.elem_type for v in [*graph.input, *graph.value_info, *graph.output]
         }
-        self.taken = (
-            set(self.consts) | {o for n in graph.node for o in n.output} | {i.name for i in graph.input}
-        )
+        # every name the graph holds (value_info, node names, subgraphs' names too): a rewrite's
+        # tensor named like one of them took its place
+        self.taken = names_in_use(graph)
 
     def const(self, name: str) -> np.ndarray | None:
         tensor = self.consts.get(name)

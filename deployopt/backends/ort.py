@@ -66,7 +66,7 @@ def prepare_model(
     import onnx
 
     from deployopt.errors import ModelError
-    from deployopt.model import load_model
+    from deployopt.model import input_shape_arg, load_model
 
     requested = {k: list(v) for k, v in (input_shapes or {}).items()}
     if batch is None and not requested:
@@ -90,7 +90,7 @@ def prepare_model(
         if any(d < 1 for d in rest):
             raise ModelError(
                 f"input {inp.name!r} has dynamic non-batch dims; give them with "
-                f"--input-shape {inp.name}:{batch}x3x224x224"
+                f"--input-shape {input_shape_arg(inp.name, f'{batch}x3x224x224')}"
             )
         requested[inp.name] = [batch, *rest]
     return load_model(path, requested)

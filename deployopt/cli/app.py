@@ -17,7 +17,7 @@ from rich.console import Console, ConsoleOptions
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.segment import Segment
 from rich.table import Table
-from rich.text import Text
+from rich.text import Span, Text
 from typer.core import TyperCommand, TyperGroup
 
 from deployopt.cli.progress import LineProgress
@@ -163,6 +163,93 @@ class _Environ(Mapping[str, str]):
         return True
 
 
+#: C0 controls, DEL and C1 controls. A model's names (nodes, tensors, inputs, dim symbols) are
+#: strings its file sets: an ESC sequence in one reached the terminal as it was, piped or not
+#: (recoloured the rest of the output, moved the cursor, set the window title).
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
+_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def escape_controls(text: str, keep: str = "") -> str:
+    """`text` with each control character written as a Python repr writes it (`\\x1b`, `\\n`,
+    `\\x9b`), but those in `keep` (a console keeps the newlines of its own multi-line output).
+    Only printing does this: JSON and written models keep names as they are."""
+    if not _CONTROLS.search(text):
+        return text
+
+    def spell(match: re.Match[str]) -> str:
+        ch = match.group()
+        return ch if ch in keep else _NAMED_ESCAPES.get(ch, f"\\x{ord(ch):02x}")
+
+    return _CONTROLS.sub(spell, text)
+
+
+def _escape_text(text: Text, keep: str) -> Text:
+    """A rich Text with `escape_controls` applied, its styles over the same characters."""
+    plain = text.plain
+    if not _CONTROLS.search(plain):
+        return text
+    pieces: list[str] = []
+    starts = [0] * (len(plain) + 1)  # where each old character starts in the new text
+    for i, ch in enumerate(plain):
+        starts[i + 1] = starts[i] + len(piece := escape_controls(ch, keep))
+        pieces.append(piece)
+    spans = [
+        Span(starts[min(sp.start, len(plain))], starts[min(sp.end, len(plain))], sp.style)
+        for sp in text.spans
+    ]
+    return Text(
+        "".join(pieces),
+        style=text.style,
+        justify=text.justify,
+        overflow=text.overflow,
+        no_wrap=text.no_wrap,
+        end=text.end,
+        tab_size=text.tab_size,
+        spans=spans,
+    )
+
+
+def _escaped(obj: Any, keep: str = "\n") -> Any:
+    """`obj` as printed: a str or Text escaped (`escape_controls`), a Table's title, headers and
+    cells escaped in place, before the layout (an escape is wider than the character it spells);
+    any other renderable as it is (`_SafeConsole.render` escapes what it renders)."""
+    if isinstance(obj, str):
+        return escape_controls(obj, keep)
+    if isinstance(obj, Text):
+        return _escape_text(obj, keep)
+    if isinstance(obj, Table):
+        for attr in ("title", "caption"):
+            setattr(obj, attr, _escaped(getattr(obj, attr), keep))
+        for column in obj.columns:
+            column.header = _escaped(column.header, keep)
+            column.footer = _escaped(column.footer, keep)
+            column._cells[:] = [_escaped(cell, keep) for cell in column._cells]
+        return obj
+    if isinstance(obj, _AtLeast):
+        obj.renderable = _escaped(obj.renderable, keep)
+    return obj
+
+
+class _SafeConsole(Console):
+    """A Console that never writes a control character a string or Text held (`escape_controls`;
+    newlines stay): an ESC in a model's node name printed in a table, a notice or an error line
+    reached the terminal raw. Styles are rich's own codes, added after this."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        super().print(*(_escaped(o) for o in objects), **kwargs)
+
+    def render(self, renderable: Any, options: ConsoleOptions | None = None) -> Iterator[Segment]:
+        """Every segment rendered, escaped where a renderable not printed by `print` (a live
+        progress bar's description) holds a control character; rich's own cursor and screen
+        codes are control segments, passed as they are."""
+        for segment in super().render(renderable, options):
+            if segment.control or not _CONTROLS.search(segment.text.replace("\n", "")):
+                yield segment
+            else:
+                yield Segment(escape_controls(segment.text, "\n"), segment.style, segment.control)
+
+
 def _console(stderr: bool = False) -> Console:
     """A literal console: output carries user strings (model paths, ONNX names, plan labels), and
     rich markup or emoji codes would rewrite them ("models [v2]/m.onnx" printed as "models
@@ -177,7 +264,7 @@ def _console(stderr: bool = False) -> Console:
     except (AttributeError, ValueError):  # none, or closed
         terminal = False
     forced = os.environ.get("FORCE_COLOR", "") != "" and not terminal
-    return Console(
+    return _SafeConsole(
         stderr=stderr,
         markup=False,
         emoji=False,
@@ -192,9 +279,11 @@ err_console = _console(stderr=True)
 
 def print_notices(notices: Sequence[str]) -> None:
     """What loading changed, as `optimize` and `verify` print it: `notice:` (the word the reports'
-    `notices` keys use), where analyze and apply printed `note:` for the same notices."""
+    `notices` keys use), where analyze and apply printed `note:` for the same notices. One line
+    each: a newline in a name the notice quotes is written `\\n`."""
     for notice in notices:
-        err_console.print(f"notice: {notice}", style="yellow", markup=False, highlight=False, soft_wrap=True)
+        line = f"notice: {escape_controls(notice)}"
+        err_console.print(line, style="yellow", markup=False, highlight=False, soft_wrap=True)
 
 
 def print_json(doc: Any) -> None:
@@ -229,6 +318,7 @@ def print_table(table: Table, out: Console | None = None) -> None:
     and squeezed the narrow columns of a table that could not fit to nothing (the CC and SMs of
     `targets` at 40 columns), so it is laid out in the width its minima take."""
     out = out or console
+    _escaped(table)  # before the widths are measured: an escape is wider than its character
     _, right, _, left = table.padding
     needed = len(table.columns) + 1  # a rule between columns and at each edge, at most
     for column in table.columns:
