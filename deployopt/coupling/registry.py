@@ -458,7 +458,10 @@ class CouplingState:
         pad: float,
         node: onnx.NodeProto,
         spread: int = 1,
+        scale_pad: float = 1.0,
     ) -> None:
+        """Bind constant `init` along `axis` to `layout`'s channels, padded with `pad`; a quantized
+        one's per-axis scale is padded with `scale_pad` (`_bind_quantized`)."""
         if layout is None or not init:
             return
         if not self.is_const(init):
@@ -471,7 +474,7 @@ class CouplingState:
             return
         source = self._quantized.get(init)
         if source is not None:
-            self._bind_quantized(init, source, axis, layout, pad, node, spread)
+            self._bind_quantized(init, source, axis, layout, pad, node, spread, scale_pad)
             return
         self.bindings.append(Binding(init, axis, self.current(layout), pad, self.index(node), spread))
 
@@ -484,9 +487,11 @@ class CouplingState:
         pad: float,
         reader: onnx.NodeProto,
         spread: int,
+        scale_pad: float = 1.0,
     ) -> None:
         """Bind a quantized weight: its integer (or float) input on the same axis, and a per-axis
-        scale (padded with 1.0) and zero point (0) where they run along the bound axis.
+        scale (padded with `scale_pad`: 1.0, but a conv's int32 bias its input's scale, see
+        rules/conv.py) and zero point (0) where they run along the bound axis.
 
         With zero points 0 (symmetric, the only quantization TensorRT takes), an entry padded with
         the integer p dequantizes to p · scale: the float weight's pad (0, or 1 for a Mul operand
@@ -513,7 +518,7 @@ class CouplingState:
             self.freeze(layout, f"{q.op_type} {name}: a pad of {pad:g} cannot be quantized exactly")
             return
         if along:
-            self.bind(scale_name, 0, layout, 1.0, q, spread)
+            self.bind(scale_name, 0, layout, scale_pad, q, spread)
             self.bind(zp_name, 0, layout, 0.0, q, spread)
         self.bind(q.input[0], axis, layout, pad, q, spread)
 
