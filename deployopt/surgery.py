@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import sys
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -77,6 +76,11 @@ def load_plan(path: str | os.PathLike[str]) -> dict[str, int]:
     return read_plan(path).widths
 
 
+#: The most a plan file may hold: one keeping every channel of a 1000-group model is a few MB; a
+#: larger file is no plan, and reading one whole (a 10 GB file given as --plan) filled memory first.
+PLAN_MAX_BYTES = 64 << 20
+
+
 def read_plan(path: str | os.PathLike[str]) -> Plan:
     """Read a plan file: `{"widths": {...}}`, optionally with `"keep": {"<group id>": [channel, ...]}`
     for trimmed groups (plans written by hand or by an older optimize have none); any other shape
@@ -86,16 +90,18 @@ def read_plan(path: str | os.PathLike[str]) -> Plan:
         raise PlanError(f"{path}: is a folder, expected a plan file (.json)")
     if not path.exists():
         raise no_such_file(path, PlanError)
-    if not path.is_file() and not stat.S_ISFIFO(path.stat().st_mode):  # `--plan <(jq …)` is a pipe: read it
-        raise PlanError(f"{path}: not a regular file (a device or socket); give a plan .json file")
+    from deployopt.targets import read_json_input
+
+    try:  # `--plan <(jq …)` is a pipe: read it, unless nothing writes to it
+        raw = read_json_input(path, PlanError, "a plan .json file", PLAN_MAX_BYTES)
+    except OSError as exc:  # unreadable: permissions, a vanished network file
+        raise PlanError(f"{path}: cannot read the plan: {exc.strerror or exc}") from None
     try:
-        data = json.loads(path.read_text(), object_pairs_hook=_no_conflicting_keys)
+        data = json.loads(raw.decode(), object_pairs_hook=_no_conflicting_keys)
     except PlanError as exc:
         raise PlanError(f"{path}: {exc}") from None
     except (ValueError, RecursionError) as exc:  # JSONDecodeError; a 5000-digit width; '[' × 100 000
         raise PlanError(f"{path}: not valid JSON ({shorten(str(exc) or type(exc).__name__, 200)})") from None
-    except OSError as exc:  # unreadable: permissions, a vanished network file
-        raise PlanError(f"{path}: cannot read the plan: {exc.strerror or exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("widths"), dict):
         raise PlanError(f'{path}: expected {{"widths": {{"<group id>": <width>, ...}}}}')
     unknown = sorted(set(data) - {"widths", "keep"})

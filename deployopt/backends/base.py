@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from deployopt.model import LoadedModel
 
 DTYPES = ("fp32", "fp16", "int8")
+#: The most --cudnn-engines may be: torch.backends.cudnn.benchmark_limit is a C int, where 2^31 was
+#: read as -2^31 and 2^63 was a ValueError in the worker
+CUDNN_ENGINES_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -344,6 +347,11 @@ class Backend(ABC):
                 )
             if options.cudnn_engines < 0:
                 raise DeployoptError("--cudnn-engines must be 0 (all engines) or more")
+            if options.cudnn_engines > CUDNN_ENGINES_MAX:  # torch keeps it in a C int: 2^31 became negative
+                raise DeployoptError(
+                    f"--cudnn-engines {options.cudnn_engines}: at most {CUDNN_ENGINES_MAX} "
+                    "(0 times all engines)"
+                )
         if not options.cudnn_benchmark:
             if not self.can_choose_cudnn_engines:
                 raise DeployoptError(

@@ -321,7 +321,12 @@ def _backend_option() -> Any:
 def default_backend(backend: str | None, remote: str | None) -> str:
     """--backend as given, else ort here and, with --remote, the runner on the board (`tensorrt`), as
     optimize's auto picks: ort cannot run there, and `bench --remote HOST` was refused with
-    "not 'ort'", a backend the user never named."""
+    "not 'ort'", a backend the user never named. An empty --backend (an unset shell variable) is one
+    line, as optimize's and staircase's: it timed ort without a word."""
+    if backend is not None and not backend:
+        from deployopt.backends.base import REGISTRY
+
+        raise DeployoptError(f"--backend '': no backend named; choose one of: {', '.join(REGISTRY)}")
     if backend:
         return backend
     return "tensorrt" if remote else "ort"

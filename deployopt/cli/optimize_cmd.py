@@ -20,6 +20,7 @@ from deployopt.cli.app import (
     cudnn_benchmark_option,
     cudnn_engines_option,
     err_console,
+    escape_controls,
     image_preprocess,
     input_path,
     mean_option,
@@ -231,6 +232,7 @@ def optimize_command(
     shapes = parse_input_shapes(input_shape)  # --batch against them: check_config, below
     preprocess = image_preprocess(calibration_data, mean, std, bgr, scale, resize)
     check_timeout(timeout)
+    _check_backend_and_dtype(backend, dtype)
     backend_name = resolve_backend_name(backend, remote)  # --remote: auto is the runner on the board
     b = get_backend(backend_name)
     if not remote:  # no board to ask: click's missing --target first, as before
@@ -310,6 +312,18 @@ def optimize_command(
         raise
 
 
+def _check_backend_and_dtype(backend: str, dtype: str | None) -> None:
+    """An empty --backend or a --dtype no backend runs, in bench's words before any backend is asked:
+    `--dtype ''` was "backend 'model' cannot run  (it runs ...)", a blank where the dtype goes."""
+    from deployopt.backends.base import DTYPES
+    from deployopt.optimize import BACKEND_CHOICES
+
+    if not backend:  # an unset shell variable
+        raise DeployoptError(f"--backend '': no backend named; choose one of: {', '.join(BACKEND_CHOICES)}")
+    if dtype is not None and dtype not in DTYPES:
+        raise DeployoptError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
+
+
 def _note_unused_timing_options(backend: Any, given: dict[str, int]) -> None:
     """One stderr note naming the timing options given other than their defaults, when the backend
     predicts: `--runs 300` (to tighten a search) had no effect and no word said so."""
@@ -379,7 +393,7 @@ def _render(result: Any) -> None:
     once = [rep.get("unpriced_notice"), rep.get("written_batch"), rep.get("engine_notice")]
     notes = [*rep.get("load_notices", []), *rep.get("calibration_notices", []), *[n for n in once if n]]
     for note in notes:
-        _say(f"notice: {note}", "yellow")
+        _say(f"notice: {escape_controls(note)}", "yellow")  # one line: a name's newline as \n
     _say(f"wrote {result.outdir}/ ({', '.join(written_files(rep))})")
 
 

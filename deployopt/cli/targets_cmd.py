@@ -167,7 +167,12 @@ def _check_sms(sms: int | None) -> None:
 
 def _check_remote(remote: str | None, measure: str | None, sms: int | None) -> str | None:
     """--measure with --remote: the runner on the board (`tensorrt`) when not given, as bench's
-    --backend; one that runs here (torch, ort, the wave model) and --sms are one line each."""
+    --backend; one that runs here (torch, ort, the wave model) and --sms are one line each. An empty
+    --measure is one line too: staircase took it as no --measure and measured nothing, without a word."""
+    if measure is not None and not measure:  # an unset shell variable
+        from deployopt.backends.base import REGISTRY
+
+        raise DeployoptError(f"--measure '': no backend named; choose one of: {', '.join(REGISTRY)}")
     if not remote:  # None, or '' (an unset shell variable): no board, as everywhere else
         return measure
     from deployopt.cli.backends_cmd import default_backend
@@ -461,6 +466,11 @@ def _base_shape(input_dims: str, kernel: str, stride: int, groups: int, first_k:
     r, s = parse_kernel(kernel)
     if stride < 1:
         raise DeployoptError(f"--stride {stride}: must be a positive integer")
+    if stride > max(h, w):  # one output pixel whatever the stride: 2^63 and past was an onnx traceback
+        raise DeployoptError(
+            f"--stride {stride}: more than the input's height and width ({h}x{w}): past them the output is "
+            f"one pixel whatever the stride; at most {max(h, w)}"
+        )
     if groups < 1 or c % groups:
         raise DeployoptError(f"--groups {groups}: must be a positive divisor of the input channels ({c})")
     k = first_k

@@ -11,6 +11,7 @@ import difflib
 import json
 import math
 import os
+import stat
 import warnings
 from dataclasses import dataclass, field, replace
 from functools import cache
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from deployopt import paths
-from deployopt.errors import CacheWarning, TargetError, no_such_file, range_error
+from deployopt.errors import CacheWarning, DeployoptError, TargetError, no_such_file, range_error
 from deployopt.waves import DTYPES, WaveParams, default_params, shown_as_json
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -388,8 +389,34 @@ def target_from_json(d: dict[str, Any], origin: str = "built-in") -> Target:
         full_sms=full_sms,
         origin=origin,
     )
+    target = replace(target, params=_upgraded_cc7_families(target))
     _check_families_fit(target, origin)
     return target
+
+
+#: The shared memory a block of the default Volta/Turing (compute capability 7.x) kernel families
+#: asked before 839ae8d cut it to 64 KB: calibrate wrote the families it started from into every
+#: profile, so each T4 profile from then holds this, 8 KB more than a T4 SM has.
+OLD_CC7_FAMILY_SHARED_MEM = 73728
+
+
+def _upgraded_cc7_families(target: Target) -> dict[str, WaveParams]:
+    """`target`'s params, with a cc 7.x family still asking OLD_CC7_FAMILY_SHARED_MEM a block where
+    the SM has less (a T4 profile calibrated before 839ae8d) asking the SM's shared memory instead,
+    as the defaults were cut: _check_families_fit refused such a profile as a hand edit after an
+    upgrade. No prediction changes: blocks_per_sm prices a block too large for the SM at one block
+    per SM, and one that fills the SM's shared memory is one block per SM too."""
+    have = target.shared_mem_per_sm
+    if target.compute_capability >= (8, 0) or have >= OLD_CC7_FAMILY_SHARED_MEM:
+        return target.params
+    params = {}
+    for dtype, p in target.params.items():
+        families = tuple(
+            replace(f, shared_mem_bytes=have) if f.shared_mem_bytes == OLD_CC7_FAMILY_SHARED_MEM else f
+            for f in p.families
+        )
+        params[dtype] = replace(p, families=families) if families != p.families else p
+    return params
 
 
 def _params_from_json(raw: Any, origin: str) -> dict[str, WaveParams]:
@@ -536,6 +563,47 @@ def _warn_unreadable_cache(exc: OSError) -> None:
     )
 
 
+#: The most a target profile may hold: calibrate writes about 40 KB (its sweeps included); a larger
+#: file is no profile, and reading one whole (a 10 GB file given as --target) filled memory first.
+PROFILE_MAX_BYTES = 16 << 20
+
+
+def read_json_input(path: Path, error: type[DeployoptError], what: str, max_bytes: int) -> bytes:
+    """The bytes of a JSON file a user gives (a plan, a target profile, a measurement), for its
+    reader to parse and word: `what` names it ("a plan .json file"). A named pipe (`--plan <(jq …)`)
+    is read through the model loader's writer guard, so one that no process opens for writing is
+    one line after PIPE_WRITER_WAIT_S where a blocking open waited forever; a device (/dev/zero) or
+    socket is refused before reading, and more than `max_bytes` (a file's size, or what came
+    through a pipe) is one line before it fills memory. OSError propagates (FileNotFoundError
+    included): each reader words it its own way."""
+    st = path.stat()
+    if stat.S_ISREG(st.st_mode):
+        if st.st_size > max_bytes:
+            size = f"{st.st_size:,} bytes"
+            raise error(f"{path}: more than {max_bytes >> 20} MiB ({size}), too large for {what}")
+        return path.read_bytes()
+    if not stat.S_ISFIFO(st.st_mode):
+        raise error(f"{path}: not a regular file (a device or socket); give {what}")
+    from deployopt.model import PIPE_WRITER_WAIT_S, _wait_for_writer
+
+    # a blocking open waits for a writer forever
+    with open(path, "rb", buffering=0, opener=lambda p, flags: os.open(p, flags | os.O_NONBLOCK)) as f:
+        first = _wait_for_writer(f.fileno(), PIPE_WRITER_WAIT_S)
+        if first is None:
+            raise error(
+                f"{path}: is a pipe nothing writes to (waited {PIPE_WRITER_WAIT_S:g} s); start its writer "
+                f"first, or give {what}"
+            )
+        os.set_blocking(f.fileno(), True)
+        chunks, size = [first], len(first)
+        while size <= max_bytes and (chunk := f.read(1 << 20)):
+            chunks.append(chunk)
+            size += len(chunk)
+    if size > max_bytes:
+        raise error(f"{path}: more than {max_bytes >> 20} MiB came through the pipe, too large for {what}")
+    return b"".join(chunks)
+
+
 def load_profile(path: str | os.PathLike[str]) -> Target:
     """A calibrated profile written by `deployopt calibrate` (target facts + fitted params), or one
     target as `deployopt targets --target T --json` prints it, edited for a what-if: a Jetson power
@@ -545,7 +613,7 @@ def load_profile(path: str | os.PathLike[str]) -> Target:
     if path.is_dir():  # was "cannot read target profile D: [Errno 21] Is a directory: 'D'"
         raise TargetError(f"{path}: is a folder, expected a target profile (.json)")
     try:
-        text = path.read_text()
+        text = read_json_input(path, TargetError, "a target profile (.json)", PROFILE_MAX_BYTES).decode()
         if not text.strip():  # was "Expecting value: line 1 column 1 (char 0)"
             raise TargetError(f"{path}: empty file, expected a target profile (.json)")
         doc = json.loads(text)
