@@ -17,6 +17,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,12 @@ class Replay:
     config: dict[str, Any] | None = None
     timings: dict[str, Timing] = field(default_factory=dict)  # plan_key -> end-to-end Timing
     layer_values: dict[str, float] = field(default_factory=dict)  # shape signature -> µs (median)
+    #: what the sweep events say of those values: the samples per conv each sweep asked for (the
+    #: last one recorded; None before journals recorded it), the fewest and most samples of its
+    #: values, and the layer-cache folders (fingerprints) the sweeps used
+    sweep_runs: int | None = None
+    sweep_samples: list[int] = field(default_factory=list)
+    sweep_fingerprints: list[str] = field(default_factory=list)
     fidelity: dict[str, dict[str, Any]] = field(default_factory=dict)  # plan_key -> fidelity record
     events: list[dict[str, Any]] = field(default_factory=list)
     done: bool = False
@@ -249,6 +256,22 @@ def _replay_event(out: Replay, ev: dict[str, Any]) -> None:
         if not all(is_latency(v) for v in raw.values()):
             raise _Damage("values must be finite per-conv latencies in µs")
         out.layer_values.update({str(k): float(v) for k, v in raw.items()})
+        runs = ev.get("sweep_runs")
+        if runs is not None:
+            if type(runs) is not int or runs < 1:
+                raise _Damage("sweep_runs is not a count of samples")
+            out.sweep_runs = runs
+        span = ev.get("samples_per_conv")
+        if span is not None:
+            counts = isinstance(span, list) and len(span) == 2 and all(type(n) is int and n > 0 for n in span)
+            if not counts:
+                raise _Damage("samples_per_conv is not [fewest, most]")
+            lo, hi = out.sweep_samples or span
+            out.sweep_samples = [min(lo, span[0]), max(hi, span[1])]
+        fingerprint = ev.get("fingerprint")  # a folder name (lut.device_fingerprint), never a path
+        folder = isinstance(fingerprint, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", fingerprint)
+        if folder and fingerprint not in out.sweep_fingerprints:
+            out.sweep_fingerprints.append(fingerprint)
     elif kind == "fidelity":
         # read back where the trim gate decides and the report is written: a report that is no
         # object, or failures that are no lines, was a traceback from deep in the search

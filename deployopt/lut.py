@@ -82,6 +82,11 @@ PER_RUN = (
     "temperatures_c",
     "trtexec_flags",
     "clock_slowdown_us",
+    # the model's input names and shapes (ort, torch and TensorRT results record them for compare):
+    # the same device timed the same conv shapes for another model, or the same model with its
+    # input renamed, and every conv was timed again into a table of its own (each conv's own shape,
+    # batch included, is its entry's key)
+    "input_shapes",
 )
 
 
@@ -136,12 +141,34 @@ class SweepResult:
     #: samples per conv of each value read from disk or timed in this call (not `known` ones): the
     #: report says these, not the count asked for, which a cached entry may exceed
     samples: list[int] = field(default_factory=list)
+    #: points given by the caller (`known`: a resumed run's journal), counted in `cached` too: the
+    #: report said a resumed run's journal values came "from the cache", naming a folder it never read
+    known: int = 0
 
 
 #: The folder of a dtype's table where it is not the dtype's name: a change to how that dtype's sweep
 #: convs are built (`layers.conv_model`) renames it, so tables timed the old way are never read.
 #: int8: Q/DQ-quantized convs since 2026-12-04 (before, a plain conv that TensorRT ran in fp16).
 DTYPE_FOLDER = {"int8": "int8-qdq"}
+
+
+def entry_samples(values: dict[str, float], folders: Sequence[Path]) -> list[int] | None:
+    """Samples per conv of each value, read from the cache entry in `folders` whose median is that
+    value; None where one has no such entry (never cached, since removed, or replaced by a later
+    run's timing). How a journal from before it recorded its sweep's sample count says it."""
+    counts = []
+    for sig, value in values.items():
+        for folder in folders:
+            try:
+                timing = Timing.from_json(json.loads((folder / f"{sig}.json").read_text())["timing"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if abs(timing.median_us - value) <= 1e-9 * max(1.0, abs(value)):
+                counts.append(timing.runs)
+                break
+        else:
+            return None
+    return counts
 
 
 class LayerCache:
@@ -158,6 +185,35 @@ class LayerCache:
         self.dir = (root or cache_root()) / fingerprint / DTYPE_FOLDER.get(dtype, dtype)
         self.persist = persist
         self._write_failed = False  # warned once; later entries are not tried again
+        #: entries `put` while held (`hold`): written by `settle`, under the fingerprint it is given
+        self._held: list[tuple[ConvShape, Timing]] | None = None
+        #: folders `fill` read an entry from or wrote one to: what the report names
+        self.used: list[Path] = []
+
+    def _use(self) -> None:
+        if self.dir not in self.used:
+            self.used.append(self.dir)
+
+    def hold(self) -> None:
+        """Keep what `put` is given until `settle` names the folder. A resumed run knows its device's
+        fingerprint only from the journal's environment, as an older run's backend reported it: its
+        timings were saved under a key no fresh run on this device looks up."""
+        if self._held is None:
+            self._held = []
+
+    @property
+    def holding(self) -> bool:
+        return self._held is not None
+
+    def settle(self, fingerprint: str | None = None) -> None:
+        """Write the held entries under `fingerprint` (the environment a timing of this run reported),
+        or this cache's own where none is known; later entries are written as they come."""
+        held, self._held = self._held, None
+        if fingerprint and fingerprint != self.fingerprint:
+            self.fingerprint = fingerprint
+            self.dir = self.dir.parent.parent / fingerprint / self.dir.name
+        for shape, timing in held or []:
+            self.put(shape, timing)
 
     def _path(self, shape: ConvShape) -> Path:
         return self.dir / f"{shape.signature()}.json"
@@ -186,8 +242,12 @@ class LayerCache:
         and the run goes on, since the cache only saves re-measuring."""
         if not self.persist or self._write_failed:
             return
+        if self._held is not None:
+            self._held.append((shape, timing))
+            return
         try:
             write_json(self._path(shape), {"shape": shape.to_json(), "timing": timing.to_json()})
+            self._use()
         except OutputError as exc:
             self._write_failed = True
             warnings.warn(f"{exc}; the layer cache is not saved this run", CacheWarning, 2)
@@ -213,12 +273,14 @@ class LayerCache:
             if known and sig in known:
                 result.values[sig] = known[sig]
                 result.cached += 1
+                result.known += 1
                 continue
             cached = self.get(shape)
             if cached is not None:
                 result.values[sig] = cached.median_us
                 result.samples.append(cached.runs)
                 result.cached += 1
+                self._use()
             else:
                 todo.append(shape)
         done = 0

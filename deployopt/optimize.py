@@ -190,6 +190,9 @@ class OptimizeConfig:
             "alpha": self.alpha,
             "min_effect": self.min_effect,
             "confirm_rounds": self.confirm_rounds,
+            # the journal's fidelity verdicts (trim refusals, the final check) were decided on this many
+            # samples; a journal from before the key: its reports' counts (Optimizer._resume_keys)
+            "fidelity_samples": self.fidelity_samples,
             # only when off (the default prices the non-conv ops' traffic, traffic.py): a journal from
             # before the term resumes, its measurements replayed where the search meets them again;
             # one searched without it does not resume into a search with it, nor the reverse
@@ -672,6 +675,17 @@ _DIGEST_KEYS = {
 }
 
 
+#: what a journal signature key left out means (a journal from before the key, or a writer that
+#: records it only when it is not the default): compared as that value, so a journal that records the
+#: default ("traffic_term": true, written from b275dca to 2a4aae7) is the same run as one leaving it out
+_ABSENT_MEANS: dict[str, Any] = {"traffic_term": True, "cudnn_benchmark": True}
+
+
+def _recorded(key: str, config: dict[str, Any]) -> Any:
+    """A signature's value for `key`, a key left out read as what it means (_ABSENT_MEANS)."""
+    return config[key] if key in config else _ABSENT_MEANS.get(key)
+
+
 def _shown(value: Any) -> str:
     """A journal signature's value in words: None (left out) is the option at its default."""
     return "the default" if value is None else json.dumps(value)
@@ -753,6 +767,10 @@ class Optimizer:
         self._lock: IO[str] | None = None  # OUTDIR's lock file, held from its creation to the end
         self.sweep = SweepResult()
         self.sweep_shapes = 0
+        self._sweep_runs_untold = False  # _resume_keys
+        # samples per conv of the journal's per-layer values, from the layer-cache entries holding them
+        self._entry_counts: list[int] | None = None
+        self._entry_counts_read = False
         self._refused: dict[str, dict[str, Any]] = {}
         self._refused_floor: dict[str, int] = {}  # group -> highest single-group trim refused
         self._refuted: set[tuple[str, int]] = set()  # single-group moves measured and not faster
@@ -980,6 +998,7 @@ class Optimizer:
         )
         self.sweep = result
         self.layer_values = result.values
+        span = self.sweep_samples_span()
         journal.write(
             "sweep",
             shapes=self.sweep_shapes,
@@ -988,6 +1007,11 @@ class Optimizer:
             seconds=result.seconds,
             fingerprint=cache.fingerprint,
             values=result.values,
+            # the samples per conv asked for and those of the values: a resume compares the one and
+            # its report says the other (before, neither was recorded at the default, see
+            # _journal_sweep_runs); a prediction has none
+            **({"samples_per_conv": list(span)} if span else {}),
+            **({"sweep_runs": asked} if span and (asked := self._sweep_samples()) else {}),
         )
         factors = []
         for conv_name, rows in combos.items():
@@ -1151,7 +1175,34 @@ class Optimizer:
             persist=bool(self.session.backend.measured),
             min_runs=self._sweep_samples(),
         )
+        if not any(not ev.replayed for ev in self.evaluations):
+            # a resumed run that has timed nothing yet: the journal's environment, as the backend of
+            # the run that wrote it reported it, may name another folder than this device's today
+            # (an older run reported fewer facts); what it times waits for a timing of its own
+            self._layer_cache.hold()
         return self._layer_cache
+
+    def _settle_layer_cache(self, timing: Timing | None = None) -> None:
+        """Write a held layer cache's entries under the fingerprint `timing` (one this run measured)
+        gives, which a fresh run on this device looks up; without one, under the journal's."""
+        cache = self._layer_cache
+        if cache is None or not cache.holding:
+            return
+        fp = None
+        if timing is not None:
+            fp = device_fingerprint(self.backend_name, self._fingerprint_environment(timing), self.cfg.sms)
+        cache.settle(fp)
+
+    def sweep_samples_span(self) -> tuple[int, int] | None:
+        """Fewest and most samples per conv of the table's values: those timed or read from the
+        cache, and those replayed from the journal (as it records them); None for a prediction."""
+        if not self._measures():
+            return None
+        counts = list(self.sweep.samples)
+        if self.sweep.known:
+            span = self._journal_sweep_span(self.replay.config or {})
+            counts += list(span) if span else [n for n in [self._sweep_samples()] if n]  # (resumed at it)
+        return (min(counts), max(counts)) if counts else None
 
     def _sweep_samples(self) -> int:
         """Samples per conv the per-layer sweep times (`_measure_convs`'s session): a caller's
@@ -1162,11 +1213,18 @@ class Optimizer:
         return self.cfg.sweep_runs or self.cfg.runs
 
     def _session_environment(self) -> dict[str, Any]:
-        """What the backend said about itself when it timed the first baseline (replayed on resume,
-        so a resumed run finds the same table)."""
-        env = dict(self.evaluations[0].timing.environment) if self.evaluations else {}
-        env.setdefault("target", self.target.name)
-        return env
+        """What the backend said about itself when it timed the first evaluation this run measured,
+        else the first one the journal replays (a resumed run's table is then held, _get_layer_cache)."""
+        fresh = [ev for ev in self.evaluations if not ev.replayed] or self.evaluations
+        return self._fingerprint_environment(fresh[0].timing) if fresh else {}
+
+    @staticmethod
+    def _fingerprint_environment(timing: Timing) -> dict[str, Any]:
+        """The environment the layer cache's fingerprint is made of. Not the target's name: only
+        the wave model reads it, and it says so in its own environment; measured backends time the
+        same convs on the same device for any --target (`-t t4` and `-t a100` on one CPU each timed
+        every conv into a table of their own). An SM limit (--sms) is in the fingerprint anyway."""
+        return dict(timing.environment)
 
     # -------------------------------------------------------------- end-to-end evaluation
     def evaluate(self, plan: dict[str, int], label: str, repeat: int = 0) -> Evaluation:
@@ -1195,6 +1253,7 @@ class Optimizer:
             path.unlink(missing_ok=True)
             self.measured_now += 1
             self._warn_if_elsewhere(timing)
+            self._settle_layer_cache(timing)  # a resumed run's first timing: this device's table
         table = self.conv_table
         table_us = table.cost(plan) if table is not None and self._in_domains(plan) else None
         ev = Evaluation(len(self.evaluations) + 1, label, dict(plan), timing, table_us, replayed)
@@ -1351,6 +1410,104 @@ class Optimizer:
 
         digest = external_data_sha256(self.cfg.model_path)
         return {"external_data_sha256": digest} if digest else {}
+
+    def _check_resume(self, journal_path: Path, old: dict[str, Any], config: dict[str, Any]) -> None:
+        """Refuse a journal written by another run, saying what differs. Values are compared as
+        each run resolved them, not by presence: a key missing from an older journal counts as None
+        (options added since default to None) or as _ABSENT_MEANS says; the sweep's and the fidelity
+        checks' sample counts as the journal's events (or the layer cache) show them where its
+        config leaves them out."""
+        keys, was, now = self._resume_keys(old, config)
+        if keys:
+            raise DeployoptError(
+                f"--resume: {journal_path} was written by a different run ({_resume_diff(keys, was, now)}); "
+                "use --force to start over"
+            )
+        if self._sweep_runs_untold:
+            raise DeployoptError(
+                f"--resume: {journal_path} does not record how many samples per conv its per-layer sweep "
+                "timed (a journal from before optimize recorded it, whose values the layer cache no "
+                "longer holds); use --force to start over"
+            )
+
+    def _resume_keys(
+        self, old: dict[str, Any], config: dict[str, Any]
+    ) -> tuple[list[str], dict[str, Any], dict[str, Any]]:
+        """The keys on which the journal's run and this one differ, and both sides' values as the
+        refusal shows them; sets `_sweep_runs_untold` where the journal replays per-conv values
+        timed with a sample count nothing tells (refused)."""
+        self._sweep_runs_untold = False
+        special = ("sweep_runs", "fidelity_samples")
+        keys = [
+            k
+            for k in sorted(set(old) | set(config))
+            if k not in special
+            and _recorded(k, old) != _recorded(k, config)
+            and not self._same_run_spelled_otherwise(k, old, config)
+        ]
+        was, now = dict(old), dict(config)  # as the refusal shows them ("was false, now the default")
+        from deployopt.backends.base import get_backend
+
+        # a prediction times nothing; a caller's session that does not say its runs: the caller's to
+        # match, unless the journal names a count
+        told = "sweep_runs" in old or self._sweep_samples()
+        if getattr(get_backend(self.backend_name), "measured", True) and told:
+            was["sweep_runs"], now["sweep_runs"] = self._journal_sweep_runs(old)
+            if was["sweep_runs"] is not None and was["sweep_runs"] != now["sweep_runs"]:
+                keys.append("sweep_runs")
+            # where the journal replays no per-conv value, nothing was timed at another count
+            self._sweep_runs_untold = was["sweep_runs"] is None and bool(self.replay.layer_values)
+        if "fidelity_samples" not in old:  # a journal from before the key: as its fidelity reports say
+            was["fidelity_samples"] = now["fidelity_samples"]
+            if self.cfg.fidelity and "calibration_sha256" not in config:  # (that digest covers the samples)
+                counts = {ev["report"].get("samples") for ev in self.replay.fidelity.values()} - {None}
+                held = len(self._calibration().samples)
+                if counts and counts != {held}:  # none: no verdict replayed was decided on samples
+                    was["fidelity_samples"], now["fidelity_samples"] = sorted(counts)[0], held
+        if was["fidelity_samples"] != now["fidelity_samples"]:
+            keys.append("fidelity_samples")
+        return keys, was, now
+
+    def _journal_sweep_runs(self, old: dict[str, Any]) -> tuple[int | None, int]:
+        """Samples per conv the journal's per-layer sweep asked for (None: not told) and this run's.
+        Before 63bb8cf a journal recorded no count, and after it only one other than the default:
+        a journal without the key is not taken to have used the default (its 3-sample values were
+        resumed as 10, and `--sweep-runs 3` was refused), but read from its sweep events, or from
+        the layer-cache entries that hold its values."""
+        if "sweep_runs" in old:
+            return old["sweep_runs"] or old.get("runs"), self.cfg.sweep_runs or self.cfg.runs
+        now = self._sweep_samples()
+        if self.replay.sweep_runs is not None:
+            return self.replay.sweep_runs, now
+        span = self._journal_sweep_span(old)
+        return (span[0] if span is not None and span[0] == span[1] else None), now
+
+    def _journal_sweep_span(self, old: dict[str, Any]) -> tuple[int, int] | None:
+        """Fewest and most samples per conv of the journal's per-layer values: as its sweep events
+        record them, else as the layer-cache entries holding those values do, else the count its
+        config names; None where nothing tells."""
+        if self.replay.sweep_samples:
+            lo, hi = self.replay.sweep_samples
+            return lo, hi
+        if not self.replay.layer_values:
+            return None
+        if not self._entry_counts_read:
+            self._entry_counts_read = True
+            from deployopt.lut import DTYPE_FOLDER, cache_root, entry_samples
+
+            root = self.cfg.cache_root or cache_root()
+            dtype = str(old.get("dtype") or self.cfg.dtype)
+            folders = [
+                root / fp / sub
+                for fp in self.replay.sweep_fingerprints
+                for sub in dict.fromkeys([DTYPE_FOLDER.get(dtype, dtype), dtype])
+            ]
+            self._entry_counts = entry_samples(self.replay.layer_values, folders) if folders else None
+        if self._entry_counts:
+            return min(self._entry_counts), max(self._entry_counts)
+        if "sweep_runs" in old and (n := old["sweep_runs"] or old.get("runs")):
+            return int(n), int(n)
+        return None
 
     def _same_run_spelled_otherwise(self, key: str, old: dict[str, Any], new: dict[str, Any]) -> bool:
         """Whether a journal key that differs names the same run another way, so --resume goes on:
@@ -1958,16 +2115,8 @@ class Optimizer:
             **self._target_signature(),
             **self._weights_signature(),
         }
-        # a key missing from an older journal counts as None (options added since default to None)
-        old = self.replay.config
-        diff = sorted(k for k in set(config) | set(old or {}) if config.get(k) != old.get(k)) if old else []
-        diff = [k for k in diff if not self._same_run_spelled_otherwise(k, old or {}, config)]
-        if cfg.resume and diff:
-            changed = _resume_diff(diff, old, config)
-            raise DeployoptError(
-                f"--resume: {journal_path} was written by a different run ({changed}); "
-                "use --force to start over"
-            )
+        if cfg.resume and self.replay.config is not None:
+            self._check_resume(journal_path, self.replay.config, config)
         recorded = len(self.replay.timings)  # replayed evaluations count, but the budget never stops them
         if cfg.resume and recorded > cfg.max_evals:
             raise DeployoptError(
@@ -2322,13 +2471,16 @@ class Optimizer:
         base = self._by_key[plan_key(self.original)]
         r8 = self._by_key[plan_key(self.round_up)]
         timings = {"input": self.final_timing(base), "round_up_8": self.final_timing(r8), "best": best.timing}
+        self._settle_layer_cache()  # nothing measured this run: under the journal's environment
+        span = self.sweep_samples_span()
         sweep = {
             "shapes": self.sweep_shapes,
             "measured": self.sweep.measured,
-            "cached": self.sweep.cached,
+            "cached": self.sweep.cached,  # from the journal included
+            "from_journal": self.sweep.known,
             "seconds": self.sweep.seconds,
-            # [fewest, most] samples per conv of the values timed or read from the cache
-            "samples_per_conv": [min(samples), max(samples)] if (samples := self.sweep.samples) else None,
+            # [fewest, most] samples per conv of the values timed, read from the cache or replayed
+            "samples_per_conv": list(span) if span else None,
             "measured_by": "model (predicted)" if not self.session.backend.measured else self.backend_name,
         }
         # the batch, height and width a dynamic export left open

@@ -248,10 +248,29 @@ def comparison_row(c: Comparison, measured: bool, same_plan: str | None = None) 
     }
 
 
-def _samples_per_conv(samples: list[int], asked: int) -> str:
-    """'10 samples', or '10–50 samples' where cached entries hold more than this run asked for."""
-    lo, hi = (min(samples), max(samples)) if samples else (asked, asked)
+def _samples_per_conv(span: list[int] | None, asked: int) -> str:
+    """'10 samples', or '10–50 samples' where cached entries hold more than this run asked for;
+    `span`: the fewest and most of the values used, those replayed from a journal included (a
+    resumed run said the count it asked for over the journal's 3-sample values)."""
+    lo, hi = span or (asked, asked)
     return counted(lo, "sample") if lo == hi else f"{lo}–{hi} samples"
+
+
+def _table_source(opt: Optimizer, sweep: dict[str, Any]) -> str:
+    """Where the per-layer values came from: the journal (a resumed run), the layer-cache folders
+    read or written, or neither. It named the folder of a fingerprint made from a resumed journal's
+    environment, which did not exist: the values were the journal's."""
+    cache = opt._layer_cache
+    parts = []
+    if sweep.get("from_journal"):
+        every = sweep["from_journal"] == sweep["shapes"]
+        parts.append(f"{'' if every else str(sweep['from_journal']) + ' '}replayed from the journal")
+    used = list(getattr(cache, "used", [])) if cache is not None else []
+    if used:
+        parts.append(f"cached per device in {', '.join(str(d) for d in used)}")
+    elif cache is not None and getattr(cache, "_write_failed", False):
+        parts.append("not cached: the layer cache could not be written")
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 def build_report(
@@ -369,8 +388,8 @@ def build_report(
             f"end-to-end latencies: measured on {measured_on} "
             f"({cfg.runs} runs each after {cfg.warmup} warm-up)",
             f"per-layer tables: measured on {measured_on}, "
-            f"{_samples_per_conv(opt.sweep.samples, cfg.sweep_runs or cfg.runs)} per conv "
-            f"(cached per device in {opt._layer_cache.dir})"
+            f"{_samples_per_conv(sweep.get('samples_per_conv'), cfg.sweep_runs or cfg.runs)} per conv"
+            f"{_table_source(opt, sweep)}"
             if opt._layer_cache is not None
             else "per-layer tables: measured",
             "candidate ranking and wave/tail columns: predicted by the wave model",
@@ -695,6 +714,13 @@ def _traffic_lines(tr: dict[str, Any] | None, measured: bool) -> list[str]:
     ]
 
 
+def _from_cache(sw: dict[str, Any]) -> str:
+    """'12 from the cache', or '0 from the cache, 423 from the journal' for a resumed run's values
+    (its journal's were counted as the cache's)."""
+    journal = sw.get("from_journal") or 0
+    return f"{sw['cached'] - journal} from the cache" + (f", {journal} from the journal" if journal else "")
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     lat, ev, sw, tgt = report["latency"], report["evaluations"], report["per_layer_sweep"], report["target"]
     lines = [f"# deployopt optimize: {Path(report['model']).name}", ""]
@@ -722,7 +748,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         *_build_lines(ev["list"]),
         f"- per-layer sweep: {sw['shapes']} conv shapes, {sw['measured']} "
         f"{'timed' if report['measured'] else 'predicted'} ({sw['seconds']:.1f} s), "
-        f"{sw['cached']} from the cache; by {sw['measured_by']}",
+        f"{_from_cache(sw)}; by {sw['measured_by']}",
         *_traffic_lines(report.get("traffic"), report["measured"]),
         "",
         "## Latency",

@@ -374,6 +374,8 @@ def _render(result: Any) -> None:
     _say(
         f"{ev['count']} end-to-end evaluations ({ev['measured_this_run']} this run); per-layer sweep: "
         f"{sw['shapes']} shapes, {sw['measured']} {verb} in {sw['seconds']:.1f} s, {sw['cached']} cached"
+        # a resumed run's journal values (counted in `cached`): said as such, as report.md does
+        + (f" ({sw['from_journal']} from the journal)" if sw.get("from_journal") else "")
     )
     tr = rep.get("traffic")
     if tr and tr.get("enabled") and rep["measured"]:
