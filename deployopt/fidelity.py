@@ -2087,7 +2087,10 @@ def compare_models(
         ref_run = reference
     else:
         ref_run = ReferenceRun(reference, keep=False, qdq=True if has_qdq_nodes(candidate) else None)
-    ref_s, cand_s = ref_run.session, _session(candidate, "candidate", **_overriding(candidate, ref_run.qdq))
+    # a Q/DQ candidate is computed unfused whatever the reference: a kept ReferenceRun of a float
+    # model (fully optimized: float ops only) gave a Q/DQ candidate its fused int8 kernels
+    cand_qdq = True if ref_run.qdq else None
+    ref_s, cand_s = ref_run.session, _session(candidate, "candidate", **_overriding(candidate, cand_qdq))
     ref_names = [o.name for o in ref_s.get_outputs()]
     cand_names = [o.name for o in cand_s.get_outputs()]
     if len(ref_names) != len(cand_names):

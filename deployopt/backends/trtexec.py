@@ -508,8 +508,11 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL trtexec's process group (its own session: the terminal's Ctrl-C never reaches it)."""
     import signal
 
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        if hasattr(os, "killpg"):
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:  # no process groups (Windows): trtexec itself
+            proc.kill()
 
 
 def run_trtexec(cmd: list[str], timeout_s: float, log_path: Path) -> str:

@@ -177,7 +177,7 @@ def conv_transpose(ctx: CouplingState, node: onnx.NodeProto) -> None:
         out = ctx.new_layout(node, k)
         ctx.bind(w, 0, xl, 0.0, node)
         ctx.bind(w, 1, out, 0.0, node)
-        ctx.bind(b, 0, out, 0.0, node)
+        ctx.bind(b, 0, out, 0.0, node, scale_pad=_bias_scale_pad(ctx, node))
         ctx.consume(x, node)
     elif group == c and k == c and xl is not None:
         out = _depthwise(ctx, node, w, b, xl)
