@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import errno
 import os
 import sys
 import threading
@@ -27,8 +28,10 @@ def output_complete(path: str | os.PathLike[str]) -> None:
 
 def forget() -> None:
     """Start a command with nothing recorded (in-process callers run several in one process)."""
+    global _hung_up
     _complete.clear()
     _closed.clear()
+    _hung_up = False
 
 
 def interrupted_line() -> str:
@@ -47,6 +50,7 @@ def interrupted_line() -> str:
 
 _closed: set[str] = set()  # "stdout" / "stderr": closed by their reader during this command
 _NAMES = ("stdout", "stderr")
+_hung_up = False  # a write to the terminal this command started on failed with EIO: it hung up
 
 
 class OutputClosed(KeyboardInterrupt):
@@ -58,6 +62,17 @@ class OutputClosed(KeyboardInterrupt):
 def closed_streams() -> set[str]:
     """The standard streams whose reader went away during this command."""
     return set(_closed)
+
+
+class TerminalHungUp(KeyboardInterrupt):
+    """A write to the terminal the command started on failed with EIO: the terminal hung up, and
+    the write came before SIGHUP's handler ran (under load it did; the run then ended as
+    "error: Input/output error", exit 2, without optimize's resume line). Unwound as that SIGHUP."""
+
+
+def terminal_hung_up() -> bool:
+    """Whether this command's terminal hung up under a write (`TerminalHungUp`)."""
+    return _hung_up
 
 
 class _Watched:
@@ -76,6 +91,9 @@ class _Watched:
         except BrokenPipeError:
             self._owner._gone()
             return len(data)
+        except OSError as exc:
+            self._owner._hangup(exc)
+            return len(data)
 
     def flush(self) -> None:
         if self._owner._gone_away:
@@ -84,6 +102,8 @@ class _Watched:
             self._target.flush()
         except BrokenPipeError:
             self._owner._gone()
+        except OSError as exc:
+            self._owner._hangup(exc)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._target, name)
@@ -102,6 +122,9 @@ class ReaderStream(_Watched):
         self._stream = stream
         self._name = name
         self._gone_away = False
+        self._terminal = False  # a terminal when the command started: EIO there is its hangup
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            self._terminal = bool(stream.isatty())
 
     def writelines(self, lines: Any) -> None:
         for line in lines:
@@ -114,17 +137,44 @@ class ReaderStream(_Watched):
         return _Watched(self._stream.buffer, self)
 
     def _gone(self) -> None:
-        self._gone_away = True
         _closed.add(self._name)
+        self._to_devnull()
+        if threading.current_thread() is threading.main_thread():
+            raise OutputClosed
+        _thread.interrupt_main()  # the timer's thread ends quietly; the command unwinds in its own
+
+    def _hangup(self, exc: OSError) -> None:
+        """EIO from the terminal the command started on: it hung up (`TerminalHungUp`); any other
+        failure (a disk's EIO under a redirected stream, ENOSPC) is raised as it was."""
+        global _hung_up
+        if exc.errno != errno.EIO or not self._terminal:
+            raise exc
+        self._to_devnull()
+        if _hangup_ignored():  # nohup: the run goes on, its lines to the gone terminal go nowhere
+            return
+        _hung_up = True
+        if threading.current_thread() is threading.main_thread():
+            raise TerminalHungUp
+        _thread.interrupt_main()
+
+    def _to_devnull(self) -> None:
+        """Everything written from now on goes nowhere, the descriptor too (Python's last flush)."""
+        self._gone_away = True
         with contextlib.suppress(OSError, ValueError, AttributeError):  # no descriptor (a test's capture)
             devnull = os.open(os.devnull, os.O_WRONLY)
             try:
                 os.dup2(devnull, self._stream.fileno())
             finally:
                 os.close(devnull)
-        if threading.current_thread() is threading.main_thread():
-            raise OutputClosed
-        _thread.interrupt_main()  # the timer's thread ends quietly; the command unwinds in its own
+
+
+def _hangup_ignored() -> bool:
+    """Whether SIGHUP is ignored (`nohup`): a hangup is then no interrupt."""
+    import signal
+
+    with contextlib.suppress(AttributeError, ValueError):
+        return signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    return False
 
 
 @contextlib.contextmanager

@@ -28,10 +28,12 @@ try:  # Ctrl-C in the seconds these imports take (onnx, numpy, rich) was a 20-li
     from deployopt.cli.app import Interrupted, app, err_console
     from deployopt.cli.interrupts import (
         OutputClosed,
+        TerminalHungUp,
         closed_streams,
         forget,
         interrupted_line,
         readers_watched,
+        terminal_hung_up,
     )
     from deployopt.errors import DeployoptError, DeployoptWarning, reraise_interrupt
 except KeyboardInterrupt:  # what _interrupted says, before rich is there to say it
@@ -98,9 +100,12 @@ def _interrupted(message: str | None = None) -> None:
     if closed_streams():
         _output_closed(message)
     message = message or interrupted_line()
-    with contextlib.suppress(OSError):  # a terminal hung up after the signal's look (EIO): no one reads
+    # a terminal hung up after the signal's look (EIO): no one reads
+    with contextlib.suppress(OSError, TerminalHungUp):
         err_console.print(message, style="red", markup=False, highlight=False, emoji=False, soft_wrap=True)
-    sys.exit(128 + _signalled if _signalled else INTERRUPTED)
+    if _signalled:
+        sys.exit(128 + _signalled)
+    sys.exit(HUNG_UP if terminal_hung_up() else INTERRUPTED)
 
 
 def _output_closed(message: str | None = None) -> None:
@@ -232,6 +237,8 @@ def main() -> None:
                 _main()
         except OutputClosed:  # one raised past every handler (the error line itself, the last flush)
             _output_closed()
+        except TerminalHungUp:  # the same, where the terminal hung up (exit 129)
+            _interrupted()
 
 
 def entry() -> None:
