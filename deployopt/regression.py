@@ -667,6 +667,8 @@ def read_measurement(p: Path) -> Any:
                 "trtexec with --exportTimes=FILE.json and compare that file"
             ) from None
         raise DataError(f"{p} is not JSON: {exc.msg}") from None
+    except RecursionError:  # '[' × 100 000: json's parser recurses
+        raise DataError(f"{p}: JSON nested too deeply to be a measurement") from None
     except UnicodeDecodeError as exc:
         raise DataError(f"{p} is not JSON: {exc}") from None
 

@@ -284,6 +284,8 @@ def _main() -> None:
         # a write no code path turned into an OutputError: still one line, never a traceback
         where = f"{exc.filename}: " if exc.filename else ""
         _fail(f"{where}{exc.strerror or exc}", 2)
+    except RecursionError:  # a file nested past Python's stack (JSON '[' × 100 000) no reader caught
+        _fail("an input is nested too deeply to read (JSON or protobuf past Python's recursion limit)", 2)
     except MemoryError as exc:  # a --batch or --input-shape (apply: a plan width) too large here
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else "allocation failed"
         _fail(f"out of memory: {detail}; {_memory_hint()}", 2)

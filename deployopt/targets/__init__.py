@@ -621,6 +621,8 @@ def load_profile(path: str | os.PathLike[str]) -> Target:
         raise TargetError(f"cannot read target profile {path}: {exc.strerror or exc}") from None
     except json.JSONDecodeError as exc:
         raise TargetError(f"cannot read target profile {path}: {exc}") from None
+    except RecursionError:  # '[' × 100 000: json's parser recurses
+        raise TargetError(f"cannot read target profile {path}: JSON nested too deeply") from None
     except UnicodeDecodeError:  # a model or an image given as --target
         raise TargetError(f"{path} is not a deployopt target profile (not JSON text)") from None
     if isinstance(doc, dict) and "target" not in doc and {"compute_capability", "clock_mhz"} <= set(doc):
