@@ -152,11 +152,11 @@ class SweepResult:
 DTYPE_FOLDER = {"int8": "int8-qdq"}
 
 
-def entry_samples(values: dict[str, float], folders: Sequence[Path]) -> list[int] | None:
+def entry_samples(values: dict[str, float], folders: Sequence[Path]) -> dict[str, int]:
     """Samples per conv of each value, read from the cache entry in `folders` whose median is that
-    value; None where one has no such entry (never cached, since removed, or replaced by a later
-    run's timing). How a journal from before it recorded its sweep's sample count says it."""
-    counts = []
+    value; a value with no such entry (never cached, since removed, or replaced by a later run's
+    timing) is left out. How a journal from before it recorded its sweep's sample count says it."""
+    counts: dict[str, int] = {}
     for sig, value in values.items():
         for folder in folders:
             try:
@@ -164,10 +164,8 @@ def entry_samples(values: dict[str, float], folders: Sequence[Path]) -> list[int
             except (OSError, ValueError, KeyError, TypeError):
                 continue
             if abs(timing.median_us - value) <= 1e-9 * max(1.0, abs(value)):
-                counts.append(timing.runs)
+                counts[sig] = timing.runs
                 break
-        else:
-            return None
     return counts
 
 
@@ -185,19 +183,27 @@ class LayerCache:
         self.dir = (root or cache_root()) / fingerprint / DTYPE_FOLDER.get(dtype, dtype)
         self.persist = persist
         self._write_failed = False  # warned once; later entries are not tried again
-        #: entries `put` while held (`hold`): written by `settle`, under the fingerprint it is given
+        #: entries `put` while held (`hold`), written to this folder as they come: `settle` writes
+        #: them again under the fingerprint it is given where that names another folder
         self._held: list[tuple[ConvShape, Timing]] | None = None
-        #: folders `fill` read an entry from or wrote one to: what the report names
+        #: folders `fill` read an entry from or wrote one to: what the report names (a held folder
+        #: that `settle` left only where an entry was read from it)
         self.used: list[Path] = []
+        self._read: set[Path] = set()  # those of `used` that `fill` read an entry from
 
-    def _use(self) -> None:
+    def _use(self, read: bool = False) -> None:
         if self.dir not in self.used:
             self.used.append(self.dir)
+        if read:
+            self._read.add(self.dir)
 
     def hold(self) -> None:
-        """Keep what `put` is given until `settle` names the folder. A resumed run knows its device's
-        fingerprint only from the journal's environment, as an older run's backend reported it: its
-        timings were saved under a key no fresh run on this device looks up."""
+        """Keep a copy of what `put` writes until `settle` names the folder. A resumed run knows its
+        device's fingerprint only from the journal's environment, as an older run's backend reported
+        it: its timings were saved under a key no fresh run on this device looks up. They are written
+        to that folder too, as they come: an interrupted sweep loses one chunk (its entries waited in
+        memory for a timing of the run's own, and a Ctrl-C lost all it had timed), and a resume of
+        the same journal reads that folder again."""
         if self._held is None:
             self._held = []
 
@@ -206,12 +212,17 @@ class LayerCache:
         return self._held is not None
 
     def settle(self, fingerprint: str | None = None) -> None:
-        """Write the held entries under `fingerprint` (the environment a timing of this run reported),
-        or this cache's own where none is known; later entries are written as they come."""
+        """Write the held entries again under `fingerprint` (the environment a timing of this run
+        reported) where it names another folder than this cache's; later entries go there alone.
+        None: they stay where they were written. The old folder keeps its copies (a resume of the
+        same journal reads it), and the report names it only where an entry was read from it."""
         held, self._held = self._held, None
-        if fingerprint and fingerprint != self.fingerprint:
-            self.fingerprint = fingerprint
-            self.dir = self.dir.parent.parent / fingerprint / self.dir.name
+        if not fingerprint or fingerprint == self.fingerprint:
+            return
+        if self.dir not in self._read and self.dir in self.used:
+            self.used.remove(self.dir)
+        self.fingerprint = fingerprint
+        self.dir = self.dir.parent.parent / fingerprint / self.dir.name
         for shape, timing in held or []:
             self.put(shape, timing)
 
@@ -242,15 +253,15 @@ class LayerCache:
         and the run goes on, since the cache only saves re-measuring."""
         if not self.persist or self._write_failed:
             return
-        if self._held is not None:
-            self._held.append((shape, timing))
-            return
         try:
             write_json(self._path(shape), {"shape": shape.to_json(), "timing": timing.to_json()})
             self._use()
         except OutputError as exc:
             self._write_failed = True
             warnings.warn(f"{exc}; the layer cache is not saved this run", CacheWarning, 2)
+            return
+        if self._held is not None:
+            self._held.append((shape, timing))
 
     def fill(
         self,
@@ -280,7 +291,7 @@ class LayerCache:
                 result.values[sig] = cached.median_us
                 result.samples.append(cached.runs)
                 result.cached += 1
-                self._use()
+                self._use(read=True)
             else:
                 todo.append(shape)
         done = 0

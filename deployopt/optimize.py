@@ -767,9 +767,11 @@ class Optimizer:
         self._lock: IO[str] | None = None  # OUTDIR's lock file, held from its creation to the end
         self.sweep = SweepResult()
         self.sweep_shapes = 0
-        self._sweep_runs_untold = False  # _resume_keys
+        self._sweep_runs_refusal: str | None = None  # _resume_keys
         # samples per conv of the journal's per-layer values, from the layer-cache entries holding them
+        # (None: not all are held), and how many of those values no entry holds
         self._entry_counts: list[int] | None = None
+        self._entries_missing = 0
         self._entry_counts_read = False
         self._refused: dict[str, dict[str, Any]] = {}
         self._refused_floor: dict[str, int] = {}  # group -> highest single-group trim refused
@@ -1178,13 +1180,15 @@ class Optimizer:
         if not any(not ev.replayed for ev in self.evaluations):
             # a resumed run that has timed nothing yet: the journal's environment, as the backend of
             # the run that wrote it reported it, may name another folder than this device's today
-            # (an older run reported fewer facts); what it times waits for a timing of its own
+            # (an older run reported fewer facts); what it times is written there as it comes (a resume
+            # of the same journal reads it) and again under a timing of its own's (_settle_layer_cache)
             self._layer_cache.hold()
         return self._layer_cache
 
     def _settle_layer_cache(self, timing: Timing | None = None) -> None:
-        """Write a held layer cache's entries under the fingerprint `timing` (one this run measured)
-        gives, which a fresh run on this device looks up; without one, under the journal's."""
+        """Write a held layer cache's entries again under the fingerprint `timing` (one this run
+        measured) gives, which a fresh run on this device looks up; without one, they stay where they
+        were written as they came (the journal's)."""
         cache = self._layer_cache
         if cache is None or not cache.holding:
             return
@@ -1423,20 +1427,17 @@ class Optimizer:
                 f"--resume: {journal_path} was written by a different run ({_resume_diff(keys, was, now)}); "
                 "use --force to start over"
             )
-        if self._sweep_runs_untold:
-            raise DeployoptError(
-                f"--resume: {journal_path} does not record how many samples per conv its per-layer sweep "
-                "timed (a journal from before optimize recorded it, whose values the layer cache no "
-                "longer holds); use --force to start over"
-            )
+        if self._sweep_runs_refusal:
+            raise DeployoptError(f"--resume: {journal_path} {self._sweep_runs_refusal}")
 
     def _resume_keys(
         self, old: dict[str, Any], config: dict[str, Any]
     ) -> tuple[list[str], dict[str, Any], dict[str, Any]]:
         """The keys on which the journal's run and this one differ, and both sides' values as the
-        refusal shows them; sets `_sweep_runs_untold` where the journal replays per-conv values
-        timed with a sample count nothing tells (refused)."""
-        self._sweep_runs_untold = False
+        refusal shows them; sets `_sweep_runs_refusal` where the journal replays per-conv values
+        timed with a sample count it does not record, and the layer cache does not show them timed
+        with at least this run's (_inferred_sweep_runs_refusal)."""
+        self._sweep_runs_refusal = None
         special = ("sweep_runs", "fidelity_samples")
         keys = [
             k
@@ -1456,7 +1457,8 @@ class Optimizer:
             if was["sweep_runs"] is not None and was["sweep_runs"] != now["sweep_runs"]:
                 keys.append("sweep_runs")
             # where the journal replays no per-conv value, nothing was timed at another count
-            self._sweep_runs_untold = was["sweep_runs"] is None and bool(self.replay.layer_values)
+            if was["sweep_runs"] is None and self.replay.layer_values:
+                self._sweep_runs_refusal = self._inferred_sweep_runs_refusal(old, now["sweep_runs"])
         if "fidelity_samples" not in old:  # a journal from before the key: as its fidelity reports say
             was["fidelity_samples"] = now["fidelity_samples"]
             if self.cfg.fidelity and "calibration_sha256" not in config:  # (that digest covers the samples)
@@ -1472,15 +1474,41 @@ class Optimizer:
         """Samples per conv the journal's per-layer sweep asked for (None: not told) and this run's.
         Before 63bb8cf a journal recorded no count, and after it only one other than the default:
         a journal without the key is not taken to have used the default (its 3-sample values were
-        resumed as 10, and `--sweep-runs 3` was refused), but read from its sweep events, or from
-        the layer-cache entries that hold its values."""
+        resumed as 10, and `--sweep-runs 3` was refused), nor the count its values hold (a default
+        run reads an earlier `--sweep-runs 50` run's entries: "sweep_runs was 50, now 10"); what
+        those values hold is judged by _inferred_sweep_runs_refusal."""
         if "sweep_runs" in old:
             return old["sweep_runs"] or old.get("runs"), self.cfg.sweep_runs or self.cfg.runs
-        now = self._sweep_samples()
-        if self.replay.sweep_runs is not None:
-            return self.replay.sweep_runs, now
+        return self.replay.sweep_runs, self._sweep_samples()
+
+    def _inferred_sweep_runs_refusal(self, old: dict[str, Any], now: int) -> str | None:
+        """Why a journal that records no sweep count does not resume at `now` samples per conv, or
+        None where it does: its values, as its sweep events or the layer-cache entries holding them
+        say, each have at least `now` samples (a fresh run at `now` takes any cached entry that
+        has). A run at the default reads an earlier `--sweep-runs 50` run's entries, so its
+        journal's values may hold 50, or 10 and 50: the one was refused as "sweep_runs was 50, now
+        10", the other as values the layer cache "no longer holds" (it held them all)."""
         span = self._journal_sweep_span(old)
-        return (span[0] if span is not None and span[0] == span[1] else None), now
+        if span is None:
+            total = len(self.replay.layer_values)
+            held = (
+                f"the layer cache no longer holds {self._entries_missing} of its {total} per-conv values"
+                if self._entries_missing
+                else "it names no layer-cache folder its per-conv values were saved in"
+            )
+            return (
+                "does not record how many samples per conv its per-layer sweep timed (a journal from "
+                f"before optimize recorded it), and {held}; use --force to start over"
+            )
+        if now > span[0]:
+            said = "its sweep events say" if self.replay.sweep_samples else "their layer-cache entries say"
+            return (
+                "does not record how many samples per conv its per-layer sweep asked for (a journal from "
+                f"before optimize recorded it), and its per-conv values were timed with as few as "
+                f"{span[0]} samples per conv ({said}), fewer than this run's {now}; resume with "
+                f"--sweep-runs {span[0]} or use --force to start over"
+            )
+        return None
 
     def _journal_sweep_span(self, old: dict[str, Any]) -> tuple[int, int] | None:
         """Fewest and most samples per conv of the journal's per-layer values: as its sweep events
@@ -1502,7 +1530,9 @@ class Optimizer:
                 for fp in self.replay.sweep_fingerprints
                 for sub in dict.fromkeys([DTYPE_FOLDER.get(dtype, dtype), dtype])
             ]
-            self._entry_counts = entry_samples(self.replay.layer_values, folders) if folders else None
+            found = entry_samples(self.replay.layer_values, folders) if folders else {}
+            self._entries_missing = len(self.replay.layer_values) - len(found) if folders else 0
+            self._entry_counts = None if self._entries_missing or not found else list(found.values())
         if self._entry_counts:
             return min(self._entry_counts), max(self._entry_counts)
         if "sweep_runs" in old and (n := old["sweep_runs"] or old.get("runs")):
