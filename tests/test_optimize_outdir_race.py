@@ -262,11 +262,14 @@ def test_sigterm_is_ignored_while_python_shuts_down_as_ctrl_c_is(
     from deployopt.cli.main import entry
 
     monkeypatch.setattr(sys, "argv", ["deployopt", "targets"])
-    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    # SIGHUP too, which entry() also ignores: left ignored, this worker's later children inherited
+    # it, and the pty hangup tests' runs went on after their terminal hung up
+    shutdown = (signal.SIGINT, signal.SIGTERM, *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else []))
+    saved = {s: signal.getsignal(s) for s in shutdown}
     try:
         with contextlib.suppress(SystemExit):
             entry()
-        after = {s: signal.getsignal(s) for s in saved}
+        after = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     finally:
         for s, handler in saved.items():
             signal.signal(s, handler)

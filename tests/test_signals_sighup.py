@@ -141,9 +141,12 @@ _DRIVER = textwrap.dedent(
 
 
 def _controlling_terminal() -> None:
+    """The pty as the run's controlling terminal, and SIGHUP at its default, as a shell starts a
+    command (this process's may be ignored: an in-process test of entry() left it so once)."""
     import fcntl
     import termios
 
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
