@@ -1545,13 +1545,6 @@ def _session(model: str | os.PathLike[str] | onnx.ModelProto, role: str, *, qdq:
     return cpu_session(model, f"{role} model: onnxruntime cannot load it", as_file=True, qdq=qdq)
 
 
-def _overriding(model: str | os.PathLike[str] | onnx.ModelProto, qdq: bool | None) -> dict[str, bool]:
-    """`_session`'s `qdq` keyword where `qdq` overrides what `model` has (a float model compared
-    with a Q/DQ one), else none: the session decides alike, and a wrapper of `_session(model,
-    role)` (the tests count sessions so) keeps working."""
-    return {} if qdq is None or qdq == has_qdq_nodes(model) else {"qdq": qdq}
-
-
 def has_qdq_nodes(model: str | os.PathLike[str] | onnx.ModelProto) -> bool:
     """Whether `model` (in memory, or its file) has QuantizeLinear/DequantizeLinear nodes
     (deployopt.model's `has_qdq`, `file_has_qdq`): `cpu_session` computes such a model unfused. One
@@ -2014,7 +2007,7 @@ class ReferenceRun:
     ) -> None:
         #: whether the session computes Q/DQ unfused (`cpu_session`'s `qdq`): candidates get the same
         self.qdq = has_qdq_nodes(model) if qdq is None else qdq
-        self.session = _session(model, "reference", **_overriding(model, qdq))
+        self.session = _session(model, "reference", qdq=self.qdq)
         self.keep = keep
         self._outputs: dict[int, tuple[Any, list[np.ndarray]]] = {}
 
@@ -2090,7 +2083,7 @@ def compare_models(
     # a Q/DQ candidate is computed unfused whatever the reference: a kept ReferenceRun of a float
     # model (fully optimized: float ops only) gave a Q/DQ candidate its fused int8 kernels
     cand_qdq = True if ref_run.qdq else None
-    ref_s, cand_s = ref_run.session, _session(candidate, "candidate", **_overriding(candidate, cand_qdq))
+    ref_s, cand_s = ref_run.session, _session(candidate, "candidate", qdq=cand_qdq)
     ref_names = [o.name for o in ref_s.get_outputs()]
     cand_names = [o.name for o in cand_s.get_outputs()]
     if len(ref_names) != len(cand_names):

@@ -13,8 +13,8 @@ node, not write to it. A path naming an open descriptor (`/dev/stdout`, `/dev/fd
 is appended to, whatever it is: stdout redirected `>> log` to a regular file was renamed over, and
 the log lost what it held. `-` is no file name here: it is refused rather than written as a file `-`.
 
-One reader too: `read_json` opens a JSON file plain or gzip-compressed, as the benchmark records are
-committed.
+Two readers too: `read_json` opens a JSON file plain or gzip-compressed, as the benchmark records are
+committed; `read_json_input` reads a JSON file a user gives (a pipe, a device, a huge file: one line).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from deployopt.errors import OutputError
+from deployopt.errors import DeployoptError, OutputError
 
 STAGING_PREFIX = ".partial-"  # output_set's staging folders: `.partial-<pid>-<random>`
 NAME_MAX = 255  # bytes in one file name, where the filesystem does not say (pathconf)
@@ -372,6 +372,28 @@ def read_json(path: str | os.PathLike[str]) -> Any:
     path = Path(path)
     with (gzip.open if path.suffix == ".gz" else open)(path, "rt", encoding="utf-8") as f:
         return json.load(f)
+
+
+def read_json_input(path: Path, error: type[DeployoptError], what: str, max_bytes: int) -> bytes:
+    """The bytes of a JSON file a user gives (a plan, a target profile, a measurement), for its
+    reader to parse and word: `what` names it ("a plan .json file"). A named pipe (`--plan <(jq …)`)
+    is read as the model loader reads one (`deployopt.model.read_pipe`), so one that no process
+    opens for writing is one line after its wait where a blocking open waited forever; a device
+    (/dev/zero) or socket is refused before reading, and more than `max_bytes` (a file's size, or
+    what came through a pipe) is one line before it fills memory. OSError propagates
+    (FileNotFoundError included): each reader words it its own way."""
+    st = path.stat()
+    if stat.S_ISREG(st.st_mode):
+        if st.st_size > max_bytes:
+            size = f"{st.st_size:,} bytes"
+            raise error(f"{path}: more than {max_bytes >> 20} MiB ({size}), too large for {what}")
+        return path.read_bytes()
+    if not stat.S_ISFIFO(st.st_mode):
+        raise error(f"{path}: not a regular file (a device or socket); give {what}")
+    from deployopt.model import read_pipe  # the model module imports this one
+
+    too_much = f"{path}: more than {max_bytes >> 20} MiB came through the pipe, too large for {what}"
+    return read_pipe(path, max_bytes, error, what, too_much)
 
 
 def json_name(path: str | os.PathLike[str]) -> str:

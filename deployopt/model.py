@@ -29,7 +29,15 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import TensorProto
 
-from deployopt.errors import ModelError, OutputError, first_line, no_such_file, reraise_interrupt, shorten
+from deployopt.errors import (
+    DeployoptError,
+    ModelError,
+    OutputError,
+    first_line,
+    no_such_file,
+    reraise_interrupt,
+    shorten,
+)
 from deployopt.fileio import (
     NAME_MAX,
     check_output_file,
@@ -505,6 +513,30 @@ def _wait_for_writer(fd: int, timeout_s: float) -> bytes | None:
         return b""
 
 
+def read_pipe(path: Path, max_bytes: int, error: type[DeployoptError], what: str, too_much: str) -> bytes:
+    """The bytes of the named pipe at `path`, for every reader of a path a user gives (a model
+    here, a JSON file in fileio.read_json_input): `error` "… is a pipe nothing writes to" where no
+    process opens it for writing within PIPE_WRITER_WAIT_S (a blocking open waited forever), its
+    hint to give `what` instead; `error(too_much)` once more than `max_bytes` came (an endless
+    pipe). Read in 1 MiB chunks: one read of 2 GiB would allocate it up front. OSError propagates."""
+    # a blocking open would wait for a writer forever
+    with open(path, "rb", buffering=0, opener=lambda p, flags: os.open(p, flags | os.O_NONBLOCK)) as f:
+        first = _wait_for_writer(f.fileno(), PIPE_WRITER_WAIT_S)
+        if first is None:
+            raise error(
+                f"{path}: is a pipe nothing writes to (waited {PIPE_WRITER_WAIT_S:g} s); "
+                f"start its writer first, or give {what}"
+            )
+        os.set_blocking(f.fileno(), True)
+        chunks, size = [first], len(first)
+        while size <= max_bytes and (chunk := f.read(1 << 20)):
+            chunks.append(chunk)
+            size += len(chunk)
+    if size > max_bytes:
+        raise error(too_much)
+    return b"".join(chunks)
+
+
 def _read_model_bytes(path: Path) -> bytes:
     """The file's bytes. A pipe (`<(gunzip -c m.onnx.gz)`) is read up to protobuf's limit, so an
     endless one ends in one line, and one that no process opens for writing ends in one line after
@@ -514,24 +546,10 @@ def _read_model_bytes(path: Path) -> bytes:
         _refuse_device(path, mode)
         if not stat.S_ISFIFO(mode):
             return path.read_bytes()
-        # a blocking open would wait for a writer forever
-        with open(path, "rb", buffering=0, opener=lambda p, flags: os.open(p, flags | os.O_NONBLOCK)) as f:
-            first = _wait_for_writer(f.fileno(), PIPE_WRITER_WAIT_S)
-            if first is None:
-                raise ModelError(
-                    f"{path}: is a pipe nothing writes to (waited {PIPE_WRITER_WAIT_S:g} s); "
-                    "start its writer first, or give an .onnx file"
-                )
-            os.set_blocking(f.fileno(), True)
-            chunks, size = [first], len(first)
-            while chunk := f.read(1 << 20):  # chunks: one read of 2 GiB would allocate it up front
-                chunks.append(chunk)
-                size += len(chunk)
-                if size > MAX_PROTO_BYTES:
-                    raise ModelError(f"{path}: more than 2 GiB came through the pipe: not an ONNX model file")
+        too_much = f"{path}: more than 2 GiB came through the pipe: not an ONNX model file"
+        return read_pipe(path, MAX_PROTO_BYTES, ModelError, "an .onnx file", too_much)
     except OSError as exc:
         raise ModelError(f"{path}: cannot read it: {exc.strerror or exc}") from None
-    return b"".join(chunks)
 
 
 def _parse(path: Path) -> onnx.ModelProto:

@@ -26,14 +26,15 @@ from typing import Any
 
 from deployopt.clocks import clocks_locked, held_down_phrase
 from deployopt.errors import DataError, DeployoptError, no_such_file
+from deployopt.fileio import read_json_input
 from deployopt.prebuilt import PREBUILT, is_engine_file
 from deployopt.timing import (
     DRIFT_MIN_RUNS,
     EXPORT_TIMES_TIMED,
     MANN_WHITNEY,
+    MEASUREMENT_MAX_BYTES,
     REPLICATE_MIN_DF,
     REPLICATE_TEST,
-    TRTEXEC_LOG_MARK,
     Comparison,
     Replicate,
     Timing,
@@ -41,8 +42,10 @@ from deployopt.timing import (
     compare,
     compare_replicates,
     counted,
+    load_timing,
     measured_time,
     min_samples,
+    read_json,
     refuse_predicted,
     smallest_p_value,
     timing_from_json,
@@ -636,43 +639,6 @@ class RegressionReport:
         }
 
 
-#: The most a measurement file compare reads may hold: a bench result of 100,000 runs is about 2 MB,
-#: a trtexec --exportTimes file about 200 bytes a query; a larger file is none of them, and reading
-#: one whole (a 10 GB file given to compare) filled memory first.
-MEASUREMENT_MAX_BYTES = 512 << 20
-
-
-def read_measurement(p: Path) -> Any:
-    """The parsed JSON of a measurement file compare reads, or a one-line DataError saying what the
-    file is instead. Read as targets.read_json_input reads it: a named pipe (`compare <(ssh board
-    cat r.json) b.json`) nothing writes to is one line after a few seconds (it hung), a device or a
-    file over MEASUREMENT_MAX_BYTES is one line before it is read (/dev/zero filled memory)."""
-    from deployopt.targets import read_json_input
-
-    if p.is_dir():
-        raise DataError(f"{p} is a folder; expected a measurement file (or give two folders)")
-    try:
-        text = read_json_input(p, DataError, "a measurement file (JSON)", MEASUREMENT_MAX_BYTES).decode()
-        return json.loads(text)
-    except FileNotFoundError:
-        raise no_such_file(p, DataError) from None
-    except OSError as exc:
-        raise DataError(f"cannot read {p}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        if not text.strip():  # an interrupted copy or a run killed before it wrote
-            raise DataError(f"{p} is empty: expected a measurement (JSON)") from None
-        if TRTEXEC_LOG_MARK in text:
-            raise DataError(
-                f"{p} is a trtexec console log: its summary has statistics, not per-run samples; run "
-                "trtexec with --exportTimes=FILE.json and compare that file"
-            ) from None
-        raise DataError(f"{p} is not JSON: {exc.msg}") from None
-    except RecursionError:  # '[' × 100 000: json's parser recurses
-        raise DataError(f"{p}: JSON nested too deeply to be a measurement") from None
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{p} is not JSON: {exc}") from None
-
-
 def is_compare_report(doc: Any) -> bool:
     """Whether a parsed JSON file is one `compare -o` wrote (its "rule" and "pairs"): written into a
     results folder, it would otherwise count as a model next time (a note, exit 1 under --strict)
@@ -695,7 +661,7 @@ def _measurement_files(folder: Path, parsed: dict[Path, Any]) -> dict[str, Path]
         if not p.is_file():
             continue
         with contextlib.suppress(DataError):
-            parsed[p] = read_measurement(p)
+            parsed[p] = read_json(p)
         if not is_compare_report(parsed.get(p)):
             files[p.stem] = p
     return files
@@ -832,7 +798,7 @@ def compare_paths(
         jobs, only_b, only_c = [(c.stem, b, c)], [], []
     pairs = []
     for name, bp, cp in jobs:
-        tb, tc = (timing_from_json(p, parsed[p] if p in parsed else read_measurement(p)) for p in (bp, cp))
+        tb, tc = (timing_from_json(p, parsed[p]) if p in parsed else load_timing(p) for p in (bp, cp))
         comparison = compare_timings(tb, tc, alpha, min_effect, names=(bp, cp))
         model = check_models((bp, tb), (cp, tc))
         notes = unchecked_for_throttling(tb, tc)
@@ -878,8 +844,6 @@ def append_target(
         raise DataError(
             f"--append: {path} is not a regular file: --append reads the result there and rewrites it"
         )
-    from deployopt.targets import read_json_input
-
     try:
         data = read_json_input(path, DataError, "a bench result", MEASUREMENT_MAX_BYTES)
     except FileNotFoundError:

@@ -29,6 +29,7 @@ from onnx import numpy_helper
 from deployopt.coupling import Analysis, analyze
 from deployopt.coupling.registry import Constants
 from deployopt.errors import ModelError, PlanError, first_line, no_such_file, shorten
+from deployopt.fileio import read_json_input
 from deployopt.importance import check_importance, constants, dead_channels_many, filter_l1, trim_order
 from deployopt.model import LoadedModel, model_proto, save_model, type_uninferred_outputs
 from deployopt.onnx_proto import check_skeleton, copy_fields, has_unknown_fields, serialized_size
@@ -90,8 +91,6 @@ def read_plan(path: str | os.PathLike[str]) -> Plan:
         raise PlanError(f"{path}: is a folder, expected a plan file (.json)")
     if not path.exists():
         raise no_such_file(path, PlanError)
-    from deployopt.targets import read_json_input
-
     try:  # `--plan <(jq …)` is a pipe: read it, unless nothing writes to it
         raw = read_json_input(path, PlanError, "a plan .json file", PLAN_MAX_BYTES)
     except OSError as exc:  # unreadable: permissions, a vanished network file

@@ -18,6 +18,7 @@ import numpy as np
 
 from deployopt.clocks import throttle_record_problem
 from deployopt.errors import BackendFailed, DataError, DeployoptError, no_such_file
+from deployopt.fileio import read_json_input
 
 BOOTSTRAP_RESAMPLES = 2000
 #: The fewest runs a 95 % CI of the median needs: from n samples the widest interval there is,
@@ -861,12 +862,21 @@ def load_timing(path: str | Path) -> Timing:
     return timing_from_json(p, read_json(p))
 
 
+#: The most a measurement file may hold: a bench result of 100,000 runs is about 2 MB, a trtexec
+#: --exportTimes file about 200 bytes a query; a larger file is none of them, and reading one whole
+#: (a 10 GB file given to compare) filled memory first.
+MEASUREMENT_MAX_BYTES = 512 << 20
+
+
 def read_json(p: Path) -> Any:
-    """The parsed JSON of a measurement file, or a one-line DataError saying what the file is instead."""
+    """The parsed JSON of a measurement file, or a one-line DataError saying what the file is instead.
+    Read by fileio.read_json_input: a named pipe (`compare <(ssh board cat r.json) b.json`) nothing
+    writes to is one line after a few seconds (it hung), a device or a file over
+    MEASUREMENT_MAX_BYTES is one line before it is read (/dev/zero filled memory)."""
     if p.is_dir():
         raise DataError(f"{p} is a folder; expected a measurement file (or give two folders)")
     try:
-        text = p.read_text()
+        text = read_json_input(p, DataError, "a measurement file (JSON)", MEASUREMENT_MAX_BYTES).decode()
         return json.loads(text)
     except FileNotFoundError:
         raise no_such_file(p, DataError) from None
@@ -881,6 +891,8 @@ def read_json(p: Path) -> Any:
                 "trtexec with --exportTimes=FILE.json and compare that file"
             ) from None
         raise DataError(f"{p} is not JSON: {exc.msg}") from None
+    except RecursionError:  # '[' × 100 000: json's parser recurses
+        raise DataError(f"{p}: JSON nested too deeply to be a measurement") from None
     except UnicodeDecodeError as exc:
         raise DataError(f"{p} is not JSON: {exc}") from None
 

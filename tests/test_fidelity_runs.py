@@ -39,9 +39,9 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> tuple[Counter[str], Counter[str]
     runs: Counter[str] = Counter()
     made = fidelity._session
 
-    def session(model: Any, role: str) -> Any:
+    def session(model: Any, role: str, **kw: Any) -> Any:
         sessions[role] += 1
-        return _Counted(made(model, role), role, runs)
+        return _Counted(made(model, role, **kw), role, runs)
 
     monkeypatch.setattr(fidelity, "_session", session)
     return sessions, runs

@@ -163,7 +163,7 @@ def test_a_measurement_too_large_or_a_device_is_refused_before_reading(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """compare read /dev/zero until memory ran out (and any file whole, whatever its size)."""
-    import deployopt.regression
+    import deployopt.timing
 
     b = write_timing(tmp_path / "b.json", 500.0, seed=1)
     for args, what in (
@@ -173,7 +173,7 @@ def test_a_measurement_too_large_or_a_device_is_refused_before_reading(
         proc = _run_capped(*args)
         assert proc.returncode == 2, proc.stderr
         assert proc.stderr == f"error: /dev/zero: not a regular file (a device or socket); give {what}\n"
-    monkeypatch.setattr(deployopt.regression, "MEASUREMENT_MAX_BYTES", 1 << 20)
+    monkeypatch.setattr(deployopt.timing, "MEASUREMENT_MAX_BYTES", 1 << 20)
     big = _sparse(tmp_path / "a.json", 3 << 20)
     with pytest.raises(DataError) as exc:
         compare_paths(big, b)

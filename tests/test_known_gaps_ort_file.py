@@ -58,9 +58,9 @@ def test_optimizes_fidelity_reference_gets_a_file_and_the_model_keeps_its_weight
     by_role: list[tuple[str, Any, Any]] = []  # (role, what fidelity was given, what onnxruntime got)
     made = fidelity._session
 
-    def session(model: Any, role: str) -> Any:
+    def session(model: Any, role: str, **kw: Any) -> Any:
         before = len(sessions)
-        sess = made(model, role)
+        sess = made(model, role, **kw)
         by_role.append((role, model, sessions[before] if len(sessions) > before else None))
         return sess
 

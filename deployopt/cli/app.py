@@ -167,6 +167,8 @@ class _Environ(Mapping[str, str]):
 #: strings its file sets: an ESC sequence in one reached the terminal as it was, piped or not
 #: (recoloured the rest of the output, moved the cursor, set the window title).
 _CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
+#: the same but the newline, which a rendered segment keeps (`_SafeConsole.render`)
+_CONTROLS_BUT_NEWLINE = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")
 _NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -244,7 +246,7 @@ class _SafeConsole(Console):
         progress bar's description) holds a control character; rich's own cursor and screen
         codes are control segments, passed as they are."""
         for segment in super().render(renderable, options):
-            if segment.control or not _CONTROLS.search(segment.text.replace("\n", "")):
+            if segment.control or not _CONTROLS_BUT_NEWLINE.search(segment.text):
                 yield segment
             else:
                 yield Segment(escape_controls(segment.text, "\n"), segment.style, segment.control)

@@ -161,11 +161,16 @@ class ReaderStream(_Watched):
         """Everything written from now on goes nowhere, the descriptor too (Python's last flush)."""
         self._gone_away = True
         with contextlib.suppress(OSError, ValueError, AttributeError):  # no descriptor (a test's capture)
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            try:
-                os.dup2(devnull, self._stream.fileno())
-            finally:
-                os.close(devnull)
+            point_at_devnull(self._stream.fileno())
+
+
+def point_at_devnull(fd: int) -> None:
+    """Descriptor `fd` writes to /dev/null from now on (a reader or a terminal that has gone)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 def _hangup_ignored() -> bool:

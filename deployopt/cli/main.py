@@ -32,6 +32,7 @@ try:  # Ctrl-C in the seconds these imports take (onnx, numpy, rich) was a 20-li
         closed_streams,
         forget,
         interrupted_line,
+        point_at_devnull,
         readers_watched,
         terminal_hung_up,
     )
@@ -86,8 +87,7 @@ def _fail(message: str, code: int) -> None:
 
 
 INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
-TERMINATED = 143  # 128 + SIGTERM
-HUNG_UP = 129  # 128 + SIGHUP
+HUNG_UP = 129  # 128 + SIGHUP: a terminal that hung up under a write, before its signal came
 OUTPUT_CLOSED = 141  # 128 + SIGPIPE: what `yes | head` reports for `yes`
 _signalled: int | None = None  # SIGTERM or SIGHUP this run got: its KeyboardInterrupt exits 128 + it
 _STREAM_WORDS = {"stdout": "standard output", "stderr": "standard error"}
@@ -138,11 +138,7 @@ def _hung_up_terminals(ttys: set[int]) -> None:
         if os.isatty(fd):
             continue
         with contextlib.suppress(OSError):
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            try:
-                os.dup2(devnull, fd)
-            finally:
-                os.close(devnull)
+            point_at_devnull(fd)
 
 
 @contextlib.contextmanager

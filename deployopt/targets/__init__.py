@@ -11,7 +11,6 @@ import difflib
 import json
 import math
 import os
-import stat
 import warnings
 from dataclasses import dataclass, field, replace
 from functools import cache
@@ -19,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from deployopt import paths
-from deployopt.errors import CacheWarning, DeployoptError, TargetError, no_such_file, range_error
+from deployopt.errors import CacheWarning, TargetError, no_such_file, range_error
+from deployopt.fileio import read_json_input
 from deployopt.waves import DTYPES, WaveParams, default_params, shown_as_json
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -566,42 +566,6 @@ def _warn_unreadable_cache(exc: OSError) -> None:
 #: The most a target profile may hold: calibrate writes about 40 KB (its sweeps included); a larger
 #: file is no profile, and reading one whole (a 10 GB file given as --target) filled memory first.
 PROFILE_MAX_BYTES = 16 << 20
-
-
-def read_json_input(path: Path, error: type[DeployoptError], what: str, max_bytes: int) -> bytes:
-    """The bytes of a JSON file a user gives (a plan, a target profile, a measurement), for its
-    reader to parse and word: `what` names it ("a plan .json file"). A named pipe (`--plan <(jq …)`)
-    is read through the model loader's writer guard, so one that no process opens for writing is
-    one line after PIPE_WRITER_WAIT_S where a blocking open waited forever; a device (/dev/zero) or
-    socket is refused before reading, and more than `max_bytes` (a file's size, or what came
-    through a pipe) is one line before it fills memory. OSError propagates (FileNotFoundError
-    included): each reader words it its own way."""
-    st = path.stat()
-    if stat.S_ISREG(st.st_mode):
-        if st.st_size > max_bytes:
-            size = f"{st.st_size:,} bytes"
-            raise error(f"{path}: more than {max_bytes >> 20} MiB ({size}), too large for {what}")
-        return path.read_bytes()
-    if not stat.S_ISFIFO(st.st_mode):
-        raise error(f"{path}: not a regular file (a device or socket); give {what}")
-    from deployopt.model import PIPE_WRITER_WAIT_S, _wait_for_writer
-
-    # a blocking open waits for a writer forever
-    with open(path, "rb", buffering=0, opener=lambda p, flags: os.open(p, flags | os.O_NONBLOCK)) as f:
-        first = _wait_for_writer(f.fileno(), PIPE_WRITER_WAIT_S)
-        if first is None:
-            raise error(
-                f"{path}: is a pipe nothing writes to (waited {PIPE_WRITER_WAIT_S:g} s); start its writer "
-                f"first, or give {what}"
-            )
-        os.set_blocking(f.fileno(), True)
-        chunks, size = [first], len(first)
-        while size <= max_bytes and (chunk := f.read(1 << 20)):
-            chunks.append(chunk)
-            size += len(chunk)
-    if size > max_bytes:
-        raise error(f"{path}: more than {max_bytes >> 20} MiB came through the pipe, too large for {what}")
-    return b"".join(chunks)
 
 
 def load_profile(path: str | os.PathLike[str]) -> Target:
