@@ -25,7 +25,6 @@ SHAPE = (1, 8, 16, 16)
 def _qdq_net(folder: Path, depthwise: bool) -> onnx.ModelProto:
     """3×3 conv 8 → 16 (bias) → Relu → [depthwise 3×3 (bias) → Relu] → 1×1 conv 16 → 4, quantized
     per channel by quantize_static, int32 biases."""
-    quantization = pytest.importorskip("onnxruntime.quantization")
     rng = np.random.default_rng(0)
     inits = [
         numpy_helper.from_array(rng.standard_normal((16, 8, 3, 3)).astype(np.float32), "w1"),
@@ -57,7 +56,13 @@ def _qdq_net(folder: Path, depthwise: bool) -> onnx.ModelProto:
     model.ir_version = 8
     src, dst = folder / f"float{int(depthwise)}.onnx", folder / f"qdq{int(depthwise)}.onnx"
     onnx.save(model, src)
-    rng = np.random.default_rng(1)
+    return quantize_per_channel(src, dst, np.random.default_rng(1))
+
+
+def quantize_per_channel(src: Path, dst: Path, rng: np.random.Generator) -> onnx.ModelProto:
+    """`src` (input x of SHAPE) quantized per channel by quantize_static, int8, Q/DQ form, on 2
+    random batches."""
+    quantization = pytest.importorskip("onnxruntime.quantization")
     batches = iter([{"x": rng.standard_normal(SHAPE).astype(np.float32)} for _ in range(2)])
 
     class Reader(quantization.CalibrationDataReader):

@@ -17,20 +17,17 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
-import pytest
 from onnx import TensorProto, helper, numpy_helper
+from test_qdq_bias_scale_pad import SHAPE, quantize_per_channel
 
 from deployopt import fidelity
 from deployopt.coupling import analyze
 from deployopt.surgery import apply_plan
 
-SHAPE = (1, 8, 16, 16)
-
 
 def _net(folder: Path, *, transpose: bool) -> tuple[onnx.ModelProto, onnx.ModelProto]:
     """conv 8 → 16 (bias) → Relu → [ConvTranspose 16 → 16 (bias), stride 2 → Relu] → 1×1 conv → 4,
     and its per-channel int8 quantize_static twin."""
-    quantization = pytest.importorskip("onnxruntime.quantization")
     rng = np.random.default_rng(0)
     inits = [
         numpy_helper.from_array(rng.standard_normal((16, 8, 3, 3)).astype(np.float32), "w1"),
@@ -62,22 +59,7 @@ def _net(folder: Path, *, transpose: bool) -> tuple[onnx.ModelProto, onnx.ModelP
     model.ir_version = 8
     src, dst = folder / f"float{int(transpose)}.onnx", folder / f"qdq{int(transpose)}.onnx"
     onnx.save(model, src)
-    batches = iter([{"x": rng.standard_normal(SHAPE).astype(np.float32)} for _ in range(2)])
-
-    class Reader(quantization.CalibrationDataReader):
-        def get_next(self) -> dict[str, np.ndarray] | None:
-            return next(batches, None)
-
-    quantization.quantize_static(
-        str(src),
-        str(dst),
-        Reader(),
-        quant_format=quantization.QuantFormat.QDQ,
-        per_channel=True,
-        activation_type=quantization.QuantType.QInt8,
-        weight_type=quantization.QuantType.QInt8,
-    )
-    return model, onnx.load(dst)
+    return model, quantize_per_channel(src, dst, rng)
 
 
 def _init(model: onnx.ModelProto, name: str) -> np.ndarray:

@@ -150,22 +150,18 @@ def _controlling_terminal() -> None:
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pty hangup as Linux does it")
-@pytest.mark.parametrize("on_terminal", ["stdout", "stderr"])
-def test_terminal_hangup_unwinds_without_a_traceback(
-    zoo_model_path: Callable[[str], Path], tmp_path: Path, on_terminal: str
-) -> None:
-    model, out, tmp = zoo_model_path("vgg16_pruned_b4"), tmp_path / "out", tmp_path / "tmp"
-    tmp.mkdir()
-    marker = tmp_path / "predicting"
-    env = {**os.environ, "TMPDIR": str(tmp), "DEPLOYOPT_CACHE_DIR": str(tmp_path / "cache")}
+def run_and_hang_up(
+    argv: list[str], marker: Path, env: dict[str, str], *, stdout: Any = None, stderr: Any = None
+) -> int:
+    """Run `argv` with a new pty as its controlling terminal (its stdin, and its stdout and stderr
+    where not given), read what it prints there as a terminal does until `marker` exists, then
+    close the pty: the terminal hangs up (SIGHUP, then EIO on every write to it). Its exit code."""
     master, slave = os.openpty()
-    log = (tmp_path / "log").open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-c", _DRIVER, str(marker), *_args(model, out), "--max-evals", "400"],
+        argv,
         stdin=slave,
-        stdout=slave if on_terminal == "stdout" else log,
-        stderr=slave if on_terminal == "stderr" else log,
+        stdout=slave if stdout is None else stdout,
+        stderr=slave if stderr is None else stderr,
         env=env,
         start_new_session=True,
         preexec_fn=_controlling_terminal,
@@ -176,19 +172,37 @@ def test_terminal_hangup_unwinds_without_a_traceback(
         while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
             if select.select([master], [], [], 0.05)[0]:
                 with contextlib.suppress(OSError):
-                    os.read(master, 65536)  # what it prints on the terminal: read, as a terminal does
+                    os.read(master, 65536)
         assert marker.exists(), f"optimize did not start (exit {proc.poll()})"
         time.sleep(0.3)
-        os.close(master)  # the terminal goes away: SIGHUP, then EIO on every write to it
+        os.close(master)
         master = -1
-        code = proc.wait(timeout=60)
+        return proc.wait(timeout=120)
     finally:
         if master >= 0:
             os.close(master)
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        log.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pty hangup as Linux does it")
+@pytest.mark.parametrize("on_terminal", ["stdout", "stderr"])
+def test_terminal_hangup_unwinds_without_a_traceback(
+    zoo_model_path: Callable[[str], Path], tmp_path: Path, on_terminal: str
+) -> None:
+    model, out, tmp = zoo_model_path("vgg16_pruned_b4"), tmp_path / "out", tmp_path / "tmp"
+    tmp.mkdir()
+    marker = tmp_path / "predicting"
+    env = {**os.environ, "TMPDIR": str(tmp), "DEPLOYOPT_CACHE_DIR": str(tmp_path / "cache")}
+    with (tmp_path / "log").open("w") as log:
+        code = run_and_hang_up(
+            [sys.executable, "-c", _DRIVER, str(marker), *_args(model, out), "--max-evals", "400"],
+            marker,
+            env,
+            stdout=None if on_terminal == "stdout" else log,
+            stderr=None if on_terminal == "stderr" else log,
+        )
     said = (tmp_path / "log").read_text()
     assert code == 129, said
     assert "Traceback" not in said and "Exception ignored" not in said

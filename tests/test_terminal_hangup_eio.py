@@ -6,17 +6,13 @@ Here SIGHUP is held back (blocked, or ignored as `nohup` does), so the EIO comes
 
 from __future__ import annotations
 
-import contextlib
 import os
-import select
-import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from test_signals_sighup import _DRIVER, _args, _controlling_terminal
+from test_signals_sighup import _DRIVER, _args, run_and_hang_up
 
 from deployopt.optimize import LOCK_NAME
 
@@ -33,8 +29,7 @@ def _run_and_hang_up(tmp_path: Path, model: Path, held: str, max_evals: str) -> 
     tmp.mkdir()
     marker = tmp_path / "predicting"
     env = {**os.environ, "TMPDIR": str(tmp), "DEPLOYOPT_CACHE_DIR": str(tmp_path / "cache")}
-    master, slave = os.openpty()
-    proc = subprocess.Popen(
+    code = run_and_hang_up(
         [
             sys.executable,
             "-c",
@@ -44,30 +39,9 @@ def _run_and_hang_up(tmp_path: Path, model: Path, held: str, max_evals: str) -> 
             "--max-evals",
             max_evals,
         ],
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        env=env,
-        start_new_session=True,
-        preexec_fn=_controlling_terminal,
+        marker,
+        env,
     )
-    os.close(slave)
-    try:
-        deadline = time.monotonic() + 60
-        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
-            if select.select([master], [], [], 0.05)[0]:
-                with contextlib.suppress(OSError):
-                    os.read(master, 65536)
-        assert marker.exists(), f"optimize did not start (exit {proc.poll()})"
-        os.close(master)  # the terminal goes away
-        master = -1
-        code = proc.wait(timeout=120)
-    finally:
-        if master >= 0:
-            os.close(master)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     return code, out, tmp
 
 
