@@ -211,6 +211,11 @@ class LayerCache:
     def holding(self) -> bool:
         return self._held is not None
 
+    def first_held_timing(self) -> Timing | None:
+        """The first timing `put` while held: its environment is this device's, as an end-to-end
+        timing's is (the same session reports both)."""
+        return self._held[0][1] if self._held else None
+
     def settle(self, fingerprint: str | None = None) -> None:
         """Write the held entries again under `fingerprint` (the environment a timing of this run
         reported) where it names another folder than this cache's; later entries go there alone.

@@ -1187,12 +1187,14 @@ class Optimizer:
 
     def _settle_layer_cache(self, timing: Timing | None = None) -> None:
         """Write a held layer cache's entries again under the fingerprint `timing` (one this run
-        measured) gives, which a fresh run on this device looks up; without one, they stay where they
-        were written as they came (the journal's)."""
+        measured) gives, which a fresh run on this device looks up. Without one (a resumed run that
+        timed nothing end to end), a conv its sweep timed says the device as well; with neither, they
+        stay where they were written as they came (the journal's)."""
         cache = self._layer_cache
         if cache is None or not cache.holding:
             return
         fp = None
+        timing = timing if timing is not None else cache.first_held_timing()
         if timing is not None:
             fp = device_fingerprint(self.backend_name, self._fingerprint_environment(timing), self.cfg.sms)
         cache.settle(fp)
@@ -2501,7 +2503,7 @@ class Optimizer:
         base = self._by_key[plan_key(self.original)]
         r8 = self._by_key[plan_key(self.round_up)]
         timings = {"input": self.final_timing(base), "round_up_8": self.final_timing(r8), "best": best.timing}
-        self._settle_layer_cache()  # nothing measured this run: under the journal's environment
+        self._settle_layer_cache()  # nothing measured end to end this run: as its sweep's convs say
         span = self.sweep_samples_span()
         sweep = {
             "shapes": self.sweep_shapes,

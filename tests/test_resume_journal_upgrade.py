@@ -272,3 +272,20 @@ def test_a_damaged_sweep_count_is_one_line(tmp_path: Path) -> None:
     rewrite_journal(tmp_path / "out", spoil)
     with pytest.raises(DeployoptError, match=r"'sweep' event is damaged \(samples_per_conv is not"):
         Journal.replay(tmp_path / "out" / "journal.jsonl")
+
+
+def test_a_resumed_run_that_times_nothing_end_to_end_saves_where_a_fresh_run_looks(tmp_path: Path) -> None:
+    """Resumed at the journal's own evaluation count, the run times its sweep and nothing end to end:
+    its convs went to the journal environment's folder alone, and a fresh run timed them all again
+    (the test above failed so in CI when the resumed search met only plans it had measured)."""
+    model = three_convs(tmp_path / "m.onnx")
+    cut = tmp_path / "cut"
+    journal_of_an_older_backend(model, cut, tmp_path / "old_lut")
+    rewrite_journal(
+        cut, lambda e: e if e["event"] in ("start", "measured") and e.get("index", 0) <= 2 else None
+    )
+    lut = tmp_path / "lut"
+    resumed = run_ort(model, cut, lut, resume=True, max_evals=2)
+    assert resumed.sweep["measured"] == resumed.sweep["shapes"] > 0
+    fresh = run_ort(model, tmp_path / "fresh", lut)
+    assert fresh.sweep["measured"] == 0 and fresh.sweep["cached"] == fresh.sweep["shapes"]
