@@ -123,3 +123,20 @@ def _pinned_sweep_token(monkeypatch: pytest.MonkeyPatch) -> None:
     import deployopt.remote
 
     monkeypatch.setattr(deployopt.remote, "sweep_token", lambda: SWEEP_TOKEN)
+
+
+@pytest.fixture
+def sessions(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """What each onnxruntime session was built from, in order (bytes, a path): a spy on
+    onnxruntime.InferenceSession, for the tests of how a model is handed over."""
+    import onnxruntime
+
+    given: list[Any] = []
+    real = onnxruntime.InferenceSession
+
+    def spy(source: Any, *a: Any, **kw: Any) -> Any:
+        given.append(source)
+        return real(source, *a, **kw)
+
+    monkeypatch.setattr(onnxruntime, "InferenceSession", spy)
+    return given

@@ -30,20 +30,6 @@ def _private_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("DEPLOYOPT_CACHE_DIR", str(tmp_path / "cache"))
 
 
-@pytest.fixture
-def sessions(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """What each onnxruntime session was built from, in order."""
-    given: list[Any] = []
-    real = onnxruntime.InferenceSession
-
-    def spy(source: Any, *a: Any, **kw: Any) -> Any:
-        given.append(source)
-        return real(source, *a, **kw)
-
-    monkeypatch.setattr(onnxruntime, "InferenceSession", spy)
-    return given
-
-
 def _small_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(deployopt.onnxruntime_compat, "RELEASE_BYTES", 1000)
 

@@ -201,11 +201,10 @@ def test_a_resumed_old_journal_says_its_per_layer_values_were_replayed(tmp_path:
     assert not lut.exists()  # nothing read, nothing written
 
 
-def test_what_a_resumed_old_journal_times_is_saved_where_a_fresh_run_looks(tmp_path: Path) -> None:
-    """The same journal cut after its two baselines (no sweep in it): the resumed run timed every
-    conv and saved it under the journal environment's fingerprint, where no fresh run on this device
-    looks (it timed them all again). Now it saves them again under a timing of its own's (and keeps
-    them in the journal's folder, where they are written as they come: an interrupted sweep keeps them)."""
+def _resume_cut_old_journal_then_run_fresh(tmp_path: Path, max_evals: int) -> tuple[Path, Path]:
+    """An older backend's journal cut after its two baselines (no sweep in it), resumed with
+    `max_evals`: it times every conv; then a fresh run with the same layer cache times none.
+    Returns (the resumed OUTDIR, the layer cache)."""
     model = three_convs(tmp_path / "m.onnx")
     cut = tmp_path / "cut"
     journal_of_an_older_backend(model, cut, tmp_path / "old_lut")
@@ -213,10 +212,19 @@ def test_what_a_resumed_old_journal_times_is_saved_where_a_fresh_run_looks(tmp_p
         cut, lambda e: e if e["event"] in ("start", "measured") and e.get("index", 0) <= 2 else None
     )
     lut = tmp_path / "lut"
-    resumed = run_ort(model, cut, lut, resume=True, max_evals=4)
+    resumed = run_ort(model, cut, lut, resume=True, max_evals=max_evals)
     assert resumed.sweep["measured"] == resumed.sweep["shapes"] > 0
     fresh = run_ort(model, tmp_path / "fresh", lut)
     assert fresh.sweep["measured"] == 0 and fresh.sweep["cached"] == fresh.sweep["shapes"]
+    return cut, lut
+
+
+def test_what_a_resumed_old_journal_times_is_saved_where_a_fresh_run_looks(tmp_path: Path) -> None:
+    """The same journal cut after its two baselines (no sweep in it): the resumed run timed every
+    conv and saved it under the journal environment's fingerprint, where no fresh run on this device
+    looks (it timed them all again). Now it saves them again under a timing of its own's (and keeps
+    them in the journal's folder, where they are written as they come: an interrupted sweep keeps them)."""
+    cut, lut = _resume_cut_old_journal_then_run_fresh(tmp_path, max_evals=4)
     where = per_layer_line(tmp_path / "fresh").rsplit(" (cached per device in ", 1)[1]
     assert per_layer_line(cut).endswith(f" (cached per device in {where}")  # that folder alone
     assert len([p for p in lut.iterdir() if p.is_dir()]) == 2  # and the journal's
@@ -278,14 +286,4 @@ def test_a_resumed_run_that_times_nothing_end_to_end_saves_where_a_fresh_run_loo
     """Resumed at the journal's own evaluation count, the run times its sweep and nothing end to end:
     its convs went to the journal environment's folder alone, and a fresh run timed them all again
     (the test above failed so in CI when the resumed search met only plans it had measured)."""
-    model = three_convs(tmp_path / "m.onnx")
-    cut = tmp_path / "cut"
-    journal_of_an_older_backend(model, cut, tmp_path / "old_lut")
-    rewrite_journal(
-        cut, lambda e: e if e["event"] in ("start", "measured") and e.get("index", 0) <= 2 else None
-    )
-    lut = tmp_path / "lut"
-    resumed = run_ort(model, cut, lut, resume=True, max_evals=2)
-    assert resumed.sweep["measured"] == resumed.sweep["shapes"] > 0
-    fresh = run_ort(model, tmp_path / "fresh", lut)
-    assert fresh.sweep["measured"] == 0 and fresh.sweep["cached"] == fresh.sweep["shapes"]
+    _resume_cut_old_journal_then_run_fresh(tmp_path, max_evals=2)

@@ -79,20 +79,6 @@ def test_a_model_over_2_gib_in_external_data_loads(tmp_path: Path, small_limit: 
     deployopt.onnx_proto.check_skeleton(inline, external=True)
 
 
-@pytest.fixture
-def sessions(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """What each onnxruntime session was built from."""
-    given: list[Any] = []
-    real = onnxruntime.InferenceSession
-
-    def spy(source: Any, *a: Any, **kw: Any) -> Any:
-        given.append(source)
-        return real(source, *a, **kw)
-
-    monkeypatch.setattr(onnxruntime, "InferenceSession", spy)
-    return given
-
-
 def test_analyze_bench_and_verify_read_it_and_onnxruntime_gets_a_path(
     tmp_path: Path, small_limit: None, sessions: list[Any], monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
