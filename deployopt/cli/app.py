@@ -7,7 +7,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -212,21 +212,35 @@ def _escape_text(text: Text, keep: str) -> Text:
     )
 
 
+class CellLines(str):
+    """A table cell of several lines by design, one per item (analyze --waves: one width tip a
+    line). A table's cells are printed with every newline escaped (`_escaped`), a name's newline
+    broke a row; the items here are escaped when made, and the newlines between them kept."""
+
+    def __new__(cls, items: Iterable[str]) -> CellLines:
+        return super().__new__(cls, "\n".join(escape_controls(item) for item in items))
+
+
 def _escaped(obj: Any, keep: str = "\n") -> Any:
     """`obj` as printed: a str or Text escaped (`escape_controls`), a Table's title, headers and
     cells escaped in place, before the layout (an escape is wider than the character it spells);
-    any other renderable as it is (`_SafeConsole.render` escapes what it renders)."""
+    any other renderable as it is (`_SafeConsole.render` escapes what it renders). A table's
+    title, caption and cells hold names, so their newlines are escaped too (`\\n`: a node named
+    with one broke its row into two); headers and footers are the code's own, lines kept
+    (`median\\nµs`), and a CellLines cell keeps the lines it was made with."""
+    if isinstance(obj, CellLines):
+        return obj
     if isinstance(obj, str):
         return escape_controls(obj, keep)
     if isinstance(obj, Text):
         return _escape_text(obj, keep)
     if isinstance(obj, Table):
         for attr in ("title", "caption"):
-            setattr(obj, attr, _escaped(getattr(obj, attr), keep))
+            setattr(obj, attr, _escaped(getattr(obj, attr), ""))
         for column in obj.columns:
             column.header = _escaped(column.header, keep)
             column.footer = _escaped(column.footer, keep)
-            column._cells[:] = [_escaped(cell, keep) for cell in column._cells]
+            column._cells[:] = [_escaped(cell, "") for cell in column._cells]
         return obj
     if isinstance(obj, _AtLeast):
         obj.renderable = _escaped(obj.renderable, keep)
@@ -529,6 +543,20 @@ def image_preprocess(
                 soft_wrap=True,
             )
     return pre
+
+
+def refuse_empty_backend(option: str, value: str | None, choices: Iterable[str] | None = None) -> None:
+    """One line for a backend option given empty (`--backend "$B"`, `--measure "$B"` with B unset),
+    which bench and profile took as ort and staircase as no --measure, without a word; None (not
+    given) and a name pass. `choices`: what the option takes, default every registered backend
+    (optimize's --backend adds auto)."""
+    if value is None or value:
+        return
+    if choices is None:
+        from deployopt.backends.base import REGISTRY
+
+        choices = REGISTRY
+    raise DeployoptError(f"{option} '': no backend named; choose one of: {', '.join(choices)}")
 
 
 #: --timeout's ceiling (a week): the worker waits use it as a lock timeout, which overflows near 1e10 s.

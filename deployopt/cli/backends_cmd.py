@@ -44,6 +44,7 @@ from deployopt.cli.app import (
     parse_input_shapes,
     print_json,
     print_table,
+    refuse_empty_backend,
     remote_option,
     resize_option,
     scale_option,
@@ -323,10 +324,7 @@ def default_backend(backend: str | None, remote: str | None) -> str:
     optimize's auto picks: ort cannot run there, and `bench --remote HOST` was refused with
     "not 'ort'", a backend the user never named. An empty --backend (an unset shell variable) is one
     line, as optimize's and staircase's: it timed ort without a word."""
-    if backend is not None and not backend:
-        from deployopt.backends.base import REGISTRY
-
-        raise DeployoptError(f"--backend '': no backend named; choose one of: {', '.join(REGISTRY)}")
+    refuse_empty_backend("--backend", backend)
     if backend:
         return backend
     return "tensorrt" if remote else "ort"

@@ -30,6 +30,7 @@ from deployopt.cli.app import (
     parse_input_shapes,
     print_json,
     progress_bar,
+    refuse_empty_backend,
     remote_option,
     remote_target_option,
     resize_option,
@@ -318,8 +319,7 @@ def _check_backend_and_dtype(backend: str, dtype: str | None) -> None:
     from deployopt.backends.base import DTYPES
     from deployopt.optimize import BACKEND_CHOICES
 
-    if not backend:  # an unset shell variable
-        raise DeployoptError(f"--backend '': no backend named; choose one of: {', '.join(BACKEND_CHOICES)}")
+    refuse_empty_backend("--backend", backend, BACKEND_CHOICES)  # an unset shell variable
     if dtype is not None and dtype not in DTYPES:
         raise DeployoptError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
 

@@ -17,6 +17,7 @@ from rich.text import Text
 
 from deployopt.backends.base import refuse_int8_the_target_lacks
 from deployopt.cli.app import (
+    CellLines,
     app,
     bgr_option,
     calibration_data_option,
@@ -310,7 +311,7 @@ def waves_table(rows: Sequence[dict[str, Any]], title: str, labels: Mapping[str,
             str(r["waves"]),
             f"{fill_percent(r['tail_fill'])} %",
             f"{r['predicted_us']:.1f}",
-            "\n".join(tips) or "-",
+            CellLines(tips) if tips else "-",  # a tip a line; a newline in a group's name escaped
         )
     return table
 

@@ -32,6 +32,7 @@ from deployopt.cli.app import (
     print_json,
     print_table,
     progress_bar,
+    refuse_empty_backend,
     remote_option,
     remote_target_option,
     resolve_target,
@@ -169,10 +170,7 @@ def _check_remote(remote: str | None, measure: str | None, sms: int | None) -> s
     """--measure with --remote: the runner on the board (`tensorrt`) when not given, as bench's
     --backend; one that runs here (torch, ort, the wave model) and --sms are one line each. An empty
     --measure is one line too: staircase took it as no --measure and measured nothing, without a word."""
-    if measure is not None and not measure:  # an unset shell variable
-        from deployopt.backends.base import REGISTRY
-
-        raise DeployoptError(f"--measure '': no backend named; choose one of: {', '.join(REGISTRY)}")
+    refuse_empty_backend("--measure", measure)  # an unset shell variable
     if not remote:  # None, or '' (an unset shell variable): no board, as everywhere else
         return measure
     from deployopt.cli.backends_cmd import default_backend
