@@ -1547,15 +1547,16 @@ def _session(model: str | os.PathLike[str] | onnx.ModelProto, role: str, *, qdq:
 
 def has_qdq_nodes(model: str | os.PathLike[str] | onnx.ModelProto) -> bool:
     """Whether `model` (in memory, or its file) has QuantizeLinear/DequantizeLinear nodes
-    (deployopt.model's `has_qdq`, `file_has_qdq`): `cpu_session` computes such a model unfused. One
-    quantized to a type deployopt refuses to price (W8A16) has them too; a file that cannot be
-    read has none (its session says why in one line)."""
-    from deployopt.model import file_has_qdq, has_qdq
+    (deployopt.model's `has_qdq`, `file_has_qdq`), in an If/Loop/Scan body or a model-local
+    function too (`nested_qdq`: onnxruntime fuses them there as well): `cpu_session` computes such
+    a model unfused. One quantized to a type deployopt refuses to price (W8A16) has them too; a
+    file that cannot be read has none (its session says why in one line)."""
+    from deployopt.model import file_has_qdq, has_qdq, nested_qdq
 
     try:
         if isinstance(model, onnx.ModelProto):
-            return has_qdq(model)
-        return Path(model).is_file() and file_has_qdq(model)
+            return has_qdq(model) or nested_qdq(model)
+        return Path(model).is_file() and file_has_qdq(model, nested=True)
     except ModelError:
         return True
 

@@ -19,7 +19,7 @@ import shutil
 import stat
 import sys
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -218,24 +218,52 @@ def peek_model(path: str | os.PathLike[str]) -> onnx.ModelProto | None:
         return None
 
 
-def file_has_qdq(path: str | os.PathLike[str]) -> bool:
+def _subgraphs(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.GraphProto]:
+    """The subgraphs (If branches, Loop and Scan bodies) that `nodes` hold, one level down."""
+    for node in nodes:
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield a.g
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                yield from a.graphs
+
+
+def nested_qdq(model: onnx.ModelProto) -> bool:
+    """Whether a QuantizeLinear/DequantizeLinear node sits in a subgraph (If/Loop/Scan body, however
+    deep) or a model-local function, where `has_qdq` (the main graph: what TensorRT builds INT8
+    from) does not look; onnxruntime fuses those too (fidelity.has_qdq_nodes). A model with
+    neither costs one look at the main graph's attributes."""
+    pending = [n for f in model.functions for n in f.node]
+    pending += (n for g in _subgraphs(model.graph.node) for n in g.node)
+    while pending:  # not recursive: Ifs may nest deeper than Python's recursion limit
+        node = pending.pop()
+        if node.op_type in _KEEP_OPS:
+            return True
+        pending.extend(n for g in _subgraphs([node]) for n in g.node)
+    return False
+
+
+def file_has_qdq(path: str | os.PathLike[str], nested: bool = False) -> bool:
     """`has_qdq` of a model file (`peek_model`'s); False for one that cannot be parsed. Its refusal
-    of a Q/DQ model deployopt does not label int8 (W8A16) names the file. Read once per file as it
-    is now (`_file_key`, as file_typed_precision): optimize's default dtype asks before the run
-    and again when the run starts, and a 415 MB model parses in about 0.9 s."""
+    of a Q/DQ model deployopt does not label int8 (W8A16) names the file. `nested`: Q/DQ nodes in
+    subgraphs or local functions count too (`nested_qdq`). Read once per file as it is now
+    (`_file_key`, as file_typed_precision), both answers from one parse: optimize's default dtype
+    asks before the run and again when the run starts, and a 415 MB model parses in about 0.9 s."""
     key = _file_key(Path(path))
     if key is not None and key in _HAS_QDQ:
-        return _HAS_QDQ[key]
+        found, below = _HAS_QDQ[key]
+        return found or (nested and below)
     model = peek_model(path)
     try:
         found = model is not None and has_qdq(model)
+        below = model is not None and nested_qdq(model)
     except ModelError as exc:
         raise ModelError(f"{Path(path).name}: {exc}") from None
     except UnicodeDecodeError:  # a string not UTF-8: the command's own loading says so in one line
-        found = False
+        found = below = False
     if key is not None:
-        _HAS_QDQ[key] = found
-    return found
+        _HAS_QDQ[key] = (found, below)
+    return found or (nested and below)
 
 
 def folded_at_load(path: str | os.PathLike[str], loaded: onnx.ModelProto) -> list[str]:
@@ -291,8 +319,8 @@ def typed_precision_of_bytes(data: bytes, name: str) -> str:
 
 #: file_typed_precision's answers: (label, refusal) by (path, device, inode, size, mtime)
 _TYPINGS: dict[tuple[str, int, int, int, int, int], tuple[str, str | None]] = {}
-#: file_has_qdq's answers, by `_file_key`
-_HAS_QDQ: dict[tuple[str, int, int, int, int, int], bool] = {}
+#: file_has_qdq's answers, by `_file_key`: (Q/DQ in the main graph, in subgraphs or local functions)
+_HAS_QDQ: dict[tuple[str, int, int, int, int, int], tuple[bool, bool]] = {}
 
 
 def _file_key(path: Path) -> tuple[str, int, int, int, int, int] | None:
@@ -1435,14 +1463,18 @@ def load_model(
             n_prev = len(model.graph.node)
         if len(model.graph.node) != n_before:  # a Shape on a dynamic dim, say, is left as it was: no word
             notices.append(f"folded constant subgraphs: {n_before} → {len(model.graph.node)} nodes")
-    spelled = _spell_out_splits(model)
+    # the final graph's names, walked once (a 3000-conv chain: 25-60 ms a walk) for the rewrites
+    # below: each adds the names it gives to it
+    taken = names_in_use(model.graph)
+    spelled = _spell_out_splits(model, taken)
     if spelled:
         splits = "an equal Split its sizes" if spelled == 1 else f"{spelled} equal Splits their sizes"
         notices.append(f"gave {splits} as a constant (same function)")
     named = _name_nodes(model)  # after folding: node indices are final, and so are the names
     if named:
         notices.append(named)
-    unshared = _unshare_constants(model)
+    taken.update(node.name for node in model.graph.node)  # the names it gave, unnamed nodes' too
+    unshared = _unshare_constants(model, taken)
     if unshared:
         notices.append(f"gave {unshared} readers of shared constants their own copies (same values)")
     _check_conv_channels(model, path, given=bool(input_shapes))
@@ -1654,9 +1686,10 @@ def fresh_name(base: str, taken: set[str]) -> str:
     return name
 
 
-def _spell_out_splits(model: onnx.ModelProto) -> int:
+def _spell_out_splits(model: onnx.ModelProto, taken: set[str] | None = None) -> int:
     """Give every Split that cuts into equal parts without naming their sizes (opset 18's
-    `num_outputs`, or no sizes at all) its sizes as a constant; returns how many.
+    `num_outputs`, or no sizes at all) its sizes as a constant; returns how many. `taken`: the
+    graph's `names_in_use`, if the caller has them (the names given here are added to it).
 
     torch's default exporter since torch 2.9 (torch.export) writes `x.chunk(2, 1)` as
     Split(num_outputs=2). Coupling freezes such a Split: its parts stay equal whatever a plan
@@ -1667,7 +1700,7 @@ def _spell_out_splits(model: onnx.ModelProto) -> int:
     graph = model.graph
     opset = default_opset(model)
     shapes = {v.name: v.type.tensor_type.shape for v in [*graph.input, *graph.value_info, *graph.output]}
-    taken = names_in_use(graph)
+    taken = names_in_use(graph) if taken is None else taken
 
     def dims(name: str) -> list[int] | None:
         shape = shapes.get(name)
@@ -1708,8 +1741,9 @@ def _spell_out_splits(model: onnx.ModelProto) -> int:
     return count
 
 
-def _unshare_constants(model: onnx.ModelProto) -> int:
+def _unshare_constants(model: onnx.ModelProto, taken: set[str] | None = None) -> int:
     """Give every reader of a small shared initializer its own copy; returns how many copies.
+    `taken`: as `_spell_out_splits`'s.
 
     Exporters merge constants of equal value: two C2f blocks whose Split sizes are both [51, 51],
     or two BatchNorms with the same untrained statistics, end up reading one initializer. Editing
@@ -1719,7 +1753,7 @@ def _unshare_constants(model: onnx.ModelProto) -> int:
     graph = model.graph
     inits = {t.name: t for t in graph.initializer}
     protected = {v.name for v in graph.input} | {v.name for v in graph.output}
-    taken = names_in_use(graph)
+    taken = names_in_use(graph) if taken is None else taken
     seen: set[str] = set()
     copies = 0
     for node in graph.node:
