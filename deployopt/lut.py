@@ -208,6 +208,12 @@ class LayerCache:
             self._held = []
 
     @property
+    def write_failed(self) -> bool:
+        """Whether an entry could not be written (read-only $HOME, full disk: warned once, no later
+        entry tried): the report says the table was not cached, rather than naming no folder."""
+        return self._write_failed
+
+    @property
     def holding(self) -> bool:
         return self._held is not None
 

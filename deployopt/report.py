@@ -260,15 +260,15 @@ def _table_source(opt: Optimizer, sweep: dict[str, Any]) -> str:
     """Where the per-layer values came from: the journal (a resumed run), the layer-cache folders
     read or written, or neither. It named the folder of a fingerprint made from a resumed journal's
     environment, which did not exist: the values were the journal's."""
-    cache = opt._layer_cache
+    cache = opt.layer_cache
     parts = []
     if sweep.get("from_journal"):
         every = sweep["from_journal"] == sweep["shapes"]
         parts.append(f"{'' if every else str(sweep['from_journal']) + ' '}replayed from the journal")
-    used = list(getattr(cache, "used", [])) if cache is not None else []
+    used = list(cache.used) if cache is not None else []
     if used:
         parts.append(f"cached per device in {', '.join(str(d) for d in used)}")
-    elif cache is not None and getattr(cache, "_write_failed", False):
+    elif cache is not None and cache.write_failed:
         parts.append("not cached: the layer cache could not be written")
     return f" ({'; '.join(parts)})" if parts else ""
 
@@ -390,7 +390,7 @@ def build_report(
             f"per-layer tables: measured on {measured_on}, "
             f"{_samples_per_conv(sweep.get('samples_per_conv'), cfg.sweep_runs or cfg.runs)} per conv"
             f"{_table_source(opt, sweep)}"
-            if opt._layer_cache is not None
+            if opt.layer_cache is not None
             else "per-layer tables: measured",
             "candidate ranking and wave/tail columns: predicted by the wave model",
             *([f"INT8: {PLACEHOLDER_INT8_NOTE}"] if placeholder_int8 else []),
