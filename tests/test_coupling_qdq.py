@@ -312,7 +312,6 @@ def test_quantize_static_resnet_is_as_free_as_its_float_twin(quantized_resnet: t
     assert _run(trimmed).shape == (1, 10)
 
 
-@ort_session.INT8_KERNELS_INEXACT
 def test_fidelity_sees_an_exact_pad_of_an_int8_model_as_exact(quantized_resnet: tuple[Path, Path]) -> None:
     """The fidelity check runs onnxruntime's fused int8 convs. On x86 CPUs without VNNI their int16
     pair sums saturate differently once channels are padded: this pad measured max error 2.27,
