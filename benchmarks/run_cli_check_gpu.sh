@@ -29,6 +29,10 @@ full staircase_calibrated 60 python3 -m deployopt staircase --target "$D/${T}_sm
     --input 8x128x28x28 --kernel 3 --out-channels 368:528:16 --json
 step optimize 300 python3 -m deployopt optimize $M --target "$T" --sms 8 --backend torch --batch 32 \
     --max-evals 12 -o "$D/optimize" --force
+# the per-layer cache is shared across targets of one device: another target name at the same 8 SMs
+# reads every conv of the sweep from the first run's cache (report.md's per-layer line says how many)
+step optimize_other_target 200 python3 -m deployopt optimize $M --target a100 --sms 8 --backend torch --batch 32 \
+    --max-evals 4 -o "$D/optimize_other_target" --force
 step bench_input 90 python3 -m deployopt bench $M --backend torch --sms 8 --batch 32 --runs 200 -o "$D/bench_input.json"
 step bench_optimized 90 python3 -m deployopt bench "$D/optimize/model.onnx" --backend torch --sms 8 --batch 32 \
     --runs 200 -o "$D/bench_optimized.json"
