@@ -61,7 +61,8 @@ def test_npy_rows_go_straight_into_their_batches(tmp_path: Path, batch: int, dty
     fed = _fed_bytes(calib)
     assert fed == (513 - 513 % batch) * 3 * 32 * 32 * 4
     assert peak < fed + 4 * PIECE * (rows.itemsize // 4) + (1 << 20), f"peak {peak} B for {fed} B fed"
-    for got, want in zip(calib.samples, _stacked(rows, batch), strict=True):
+    assert len(calib.samples) == len(_stacked(rows, batch))
+    for got, want in zip(calib.samples, _stacked(rows, batch)):
         assert got["x"].dtype == np.float32
         np.testing.assert_array_equal(got["x"], want)
 
@@ -89,7 +90,8 @@ def test_npz_members_are_streamed_into_their_batches(tmp_path: Path, save: Calla
     fed = _fed_bytes(calib)
     assert len(calib) == 256 and fed == 512 * 3 * 32 * 32 * 4
     assert peak < fed + 4 * PIECE + (1 << 20), f"peak {peak} B for {fed} B fed"
-    for got, want in zip(calib.samples, _stacked(rows[:512], 2), strict=True):
+    assert len(calib.samples) == len(_stacked(rows[:512], 2))
+    for got, want in zip(calib.samples, _stacked(rows[:512], 2)):
         np.testing.assert_array_equal(got["x"], want)
 
 
