@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -352,16 +353,37 @@ def measured_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+#: an ISO 8601 date and time, extended or basic, with seconds' fractions of any length and an offset
+#: written Z, ±HH, ±HHMM or ±HH:MM (`date +%FT%T.%N%:z`, `+0000`). Parsed here, not by
+#: datetime.fromisoformat, which reads all of these on 3.11 but on 3.9 and 3.10 only 3 or 6 fraction
+#: digits and ±HH:MM: a file compared on one Python was refused on another.
+_ISO_TIME = re.compile(
+    r"(\d{4})-?(\d{2})-?(\d{2})[Tt ](\d{2}):?(\d{2})(?::?(\d{2})(?:[.,](\d+))?)?"
+    r"(?:([Zz])|([+-])(\d{2})(?::?(\d{2}))?)?"
+)
+
+
 def measured_time(value: Any) -> datetime:
     """A "measured_at" as a time that compares across offsets; ValueError for anything but ISO 8601
     with a UTC offset or Z (a time without one is ambiguous: whose local time?)."""
     if not isinstance(value, str):
         raise ValueError("not a string")
-    text = value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value  # fromisoformat < 3.11
-    t = datetime.fromisoformat(text)
-    if t.tzinfo is None or t.utcoffset() is None:
+    m = _ISO_TIME.fullmatch(value.strip())
+    if m is None:
+        raise ValueError("not ISO 8601")
+    year, month, day, hour, minute, second, frac, zulu, sign, off_h, off_m = m.groups()
+    if zulu is None and sign is None:
         raise ValueError("no UTC offset")
-    return t
+    offset = timedelta(0)
+    if sign is not None:
+        offset = timedelta(hours=int(off_h), minutes=int(off_m or 0))
+        if offset >= timedelta(days=1):
+            raise ValueError("offset out of range")
+        offset = -offset if sign == "-" else offset
+    return datetime(
+        int(year), int(month), int(day), int(hour), int(minute), int(second or 0),
+        int((frac or "0")[:6].ljust(6, "0")), tzinfo=timezone(offset),
+    )  # fmt: skip
 
 
 def bootstrap_median_ci(
