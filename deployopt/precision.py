@@ -22,9 +22,14 @@ somewhere (a Cast to fp16 and back) is converted, and so is a mixed one (fp32 co
 classifier; AutoCast's output with layers kept in fp32): its fp32 convs/matmuls are typed fp16, with
 a warning (a mix of fp32 and bf16 is refused: it would become fp16/bf16). A Q/DQ model is refused,
 with or without fp16 in it: casts around its Q/DQ nodes would keep TensorRT from fusing them into
-INT8 kernels, and its own precision is int8 (time it with --dtype int8). Every converted model is
-checked by `onnx.checker` and type-checked strict shape inference; any failure is one ModelError
-line. NOT RUN AGAINST TENSORRT 11 (none can be installed here): tested on onnxruntime CPU.
+INT8 kernels, and its own precision is int8 (time it with --dtype int8). So is a model quantized
+without Q/DQ nodes (quantize_dynamic's ConvInteger, QOperator's QLinearConv: `integer_compute`; its
+int32 accumulator was cast to fp16, 194487 -> inf), one with a conv/matmul in float64 (left so, in a
+model said to be fp16) and one none of whose fp32 convs/matmuls could take fp16. A Cast to float from
+an integer wider than 8 bits keeps fp32 (fp16 rounds such values past 2048, and past 65504 they are
+infinite). Every converted model is checked by `onnx.checker` and type-checked strict shape
+inference; any failure is one ModelError line. NOT RUN AGAINST TENSORRT 11 (none can be installed
+here): tested on onnxruntime CPU.
 """
 
 from __future__ import annotations
@@ -44,8 +49,9 @@ from deployopt.model import fresh_name, names_in_use
 #: Part of every strongly typed fp16 engine's cache key: raise it when `to_fp16` starts writing a
 #: different model from the same input, so engines built from the older conversion are rebuilt.
 #: 2: an fp32 model with a Cast to fp16 is converted, no longer passed through; 3: so is a model
-#: whose convs/matmuls take fp32 and fp16 both (its fp32 ones typed fp16), no longer passed through
-CONVERSION_RECIPE = "3"
+#: whose convs/matmuls take fp32 and fp16 both (its fp32 ones typed fp16), no longer passed through;
+#: 4: a Cast to float from a wide integer (`_WIDE_INTS`) keeps FLOAT, no longer made FLOAT16
+CONVERSION_RECIPE = "4"
 
 FLOAT16_MAX = float(np.finfo(np.float16).max)
 _F32, _F16 = "fp32", "fp16"
@@ -57,6 +63,27 @@ _ATTR_TYPED = frozenset({"Cast", "Constant", "ConstantOfShape"})
 #: coordinates TensorRT reads at build time; fp16 would only round them.
 _KEEP_INPUTS = frozenset({("Resize", 1)})
 _CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
+#: Integer types fp16 cannot hold: past 2048 it rounds them (an index 2049 read 2048), past 65504
+#: they are infinite (a ConvInteger's int32 accumulator, 194487, was). A Cast from one of them to
+#: float keeps fp32; int8/uint8 (and bool) fit fp16 exactly.
+_WIDE_INTS = frozenset(np.dtype(t) for t in (np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64))
+#: Integer compute of onnxruntime's quantization formats other than Q/DQ: QOperator
+#: (`deployopt.coupling.QOPERATOR_CONVS`, QLinearMatMul, com.microsoft's QLinear* ops) and
+#: quantize_dynamic (DynamicQuantizeLinear feeding ConvInteger/MatMulInteger, whose int32
+#: accumulators a Cast turns into floats; com.microsoft's fused DynamicQuantizeMatMul,
+#: MatMulIntegerToFloat). Any op whose name starts with "QLinear" counts too.
+INTEGER_COMPUTE_OPS = frozenset(
+    {
+        "QLinearConv",
+        "ConvInteger",
+        "QLinearMatMul",
+        "MatMulInteger",
+        "DynamicQuantizeLinear",
+        "DynamicQuantizeMatMul",
+        "MatMulIntegerToFloat",
+    }
+)
+_INTEGER_DOMAINS = frozenset({"", "ai.onnx", "com.microsoft"})
 
 
 def _tensor_types(model: onnx.ModelProto) -> dict[str, int]:
@@ -183,16 +210,43 @@ def low_precision_compute(model: onnx.ModelProto) -> tuple[str, str] | None:
     return (typing.label(), typing.describe()) if typing.low else None
 
 
-def typed_precision(model: onnx.ModelProto) -> str:
-    """The precision a model computes in when run as it is (onnxruntime runs no conversion): "int8"
-    for Q/DQ nodes, "fp16" or "bf16" for a model typed so (by `deployopt fp16`, ModelOpt AutoCast,
-    an fp16 export), "mixed fp32/fp16" (`MIXED`, then the types) for one whose convs/matmuls take
-    both, else "fp32". A record of such a model said fp32, and compare took an fp16 model's timing
-    for a like-for-like one of the fp32 model's; a model with fp32 convs and an fp16 classifier was
-    recorded as fp16."""
+def integer_compute(model: onnx.ModelProto) -> list[str]:
+    """The integer compute ops (`INTEGER_COMPUTE_OPS`, QLinear*) of the model's main graph, sorted:
+    onnxruntime's QOperator or dynamic quantization, int8 with no Q/DQ node (empty: none)."""
+    return sorted(
+        {
+            n.op_type
+            for n in model.graph.node
+            if n.domain in _INTEGER_DOMAINS
+            and (n.op_type in INTEGER_COMPUTE_OPS or n.op_type.startswith("QLinear"))
+        }
+    )
+
+
+def quantized_by(model: onnx.ModelProto) -> str:
+    """What makes an int8 model (`typed_precision` "int8") int8, for a record or a message: "Q/DQ
+    nodes", or its integer ops ("ConvInteger/DynamicQuantizeLinear nodes")."""
     from deployopt.model import has_qdq
 
-    if has_qdq(model):
+    ops = integer_compute(model)
+    if has_qdq(model) or not ops:
+        return "Q/DQ nodes"
+    return f"{'/'.join(ops)} nodes"
+
+
+def typed_precision(model: onnx.ModelProto) -> str:
+    """The precision a model computes in when run as it is (onnxruntime runs no conversion): "int8"
+    for Q/DQ nodes or integer compute ops (`integer_compute`: quantize_dynamic's ConvInteger /
+    MatMulInteger, QOperator's QLinearConv), "fp16" or "bf16" for a model typed so (by `deployopt
+    fp16`, ModelOpt AutoCast, an fp16 export), "mixed fp32/fp16" (`MIXED`, then the types) for one
+    whose convs/matmuls take both, else "fp32". A record of such a model said fp32, and compare
+    took an fp16 model's timing for a like-for-like one of the fp32 model's; a model with fp32
+    convs and an fp16 classifier was recorded as fp16; a quantize_dynamic model (int8 convs) was
+    recorded as fp32, and `--dtype int8` on ort refused it as an fp32 model. "int8" is not "has Q/DQ
+    nodes": read `deployopt.model.has_qdq` for that (TensorRT builds INT8 from Q/DQ only)."""
+    from deployopt.model import has_qdq
+
+    if has_qdq(model) or integer_compute(model):
         return "int8"
     if not has_low_precision_tensors(model):
         return _F32
@@ -350,12 +404,22 @@ class _Converter:
             return None if node.attrs.get("to") in (TensorProto.FLOAT, *_LOW_PRECISION) else _F32
         return _F16 if plan.ins[index] in plan.fp16_vars else _F32
 
+    @staticmethod
+    def from_wide_int(node: Any) -> bool:
+        """Whether a Cast reads an integer type fp16 cannot hold (`_WIDE_INTS`)."""
+        try:
+            return np.dtype(node.inputs[0].dtype) in _WIDE_INTS
+        except TypeError:  # no type, or an ONNX-only one graphsurgeon keeps as an enum
+            return False
+
     def produces(self, node: Any, index: int) -> str:
         plan = self.plan(node)
         if plan.pinned:
             return _F32
         if node.op == "Cast":
-            return _F16 if node.attrs.get("to") == TensorProto.FLOAT else _F32
+            # a wide integer keeps fp32: typed FLOAT16, an int32 accumulator past 65504 was infinite
+            to_float = node.attrs.get("to") == TensorProto.FLOAT
+            return _F16 if to_float and not self.from_wide_int(node) else _F32
         return _F16 if plan.outs[index] in plan.fp16_vars else _F32
 
     # ---- the walk back from fp32-only inputs
@@ -491,8 +555,36 @@ class _Converter:
             if kind == _F16:
                 t.dtype = np.float16
         for node in nodes:
-            if node.op == "Cast" and not self.plan(node).pinned and node.attrs.get("to") == TensorProto.FLOAT:
+            if (
+                node.op == "Cast"
+                and node.attrs.get("to") == TensorProto.FLOAT
+                and self.produces(node, 0) == _F16
+            ):
                 node.attrs["to"] = TensorProto.FLOAT16
+
+    def fp32_compute(self) -> list[Any]:
+        """The convs/matmuls (`_COMPUTE_OPS`) that read an fp32 tensor (before `rewrite`)."""
+        return [
+            n
+            for n in self.graph.nodes
+            if n.op in _COMPUTE_OPS
+            and n.domain in (None, "", "ai.onnx")
+            and any(map(self.is_f32, n.inputs[:2]))
+        ]
+
+    def refuse_float64_compute(self) -> None:
+        """One ModelError line for a conv/matmul that takes float64: the conversion types fp32 only,
+        so it stayed float64 and `deployopt fp16` said "fp16 inside" of the model."""
+        compute = [n for n in self.graph.nodes if n.op in _COMPUTE_OPS and n.domain in (None, "", "ai.onnx")]
+        double = [n for n in compute if any(_is_dtype(t, np.float64) for t in n.inputs[:2])]
+        if double:
+            node = double[0]
+            name = node.name or f"making {node.outputs[0].name}"
+            raise ModelError(
+                f"fp16 conversion: {node.op} {name!r} computes in float64 (double; {len(double)} of the "
+                f"model's {len(compute)} convs/matmuls do): the conversion types fp32 only, so it would "
+                "stay float64 in a model said to be fp16; give the model typed fp32"
+            )
 
     def export(self) -> onnx.ModelProto:
         from deployopt.model import copy_model_metadata
@@ -502,6 +594,14 @@ class _Converter:
         copy_model_metadata(self.source, out)
         del out.graph.value_info[:]  # the fp32 model's types; the checks below infer the new ones
         return out
+
+
+def _is_dtype(tensor: Any, dtype: Any) -> bool:
+    """Whether a graphsurgeon tensor is typed `dtype` (False for no type or an ONNX-only one)."""
+    try:
+        return tensor.dtype is not None and np.dtype(tensor.dtype) == dtype
+    except TypeError:
+        return False
 
 
 def _constant_value(attrs: dict[str, Any]) -> np.ndarray:
@@ -524,6 +624,16 @@ def refuse_unconvertible(model: onnx.ModelProto) -> None:
     """One ModelError line for what `to_fp16` does not retype."""
     from deployopt.model import has_qdq
 
+    ops = integer_compute(model)
+    if ops:
+        # first, as for Q/DQ: a quantize_dynamic model was "converted", its ConvInteger's int32
+        # accumulator cast to fp16 (194487 -> inf); a QOperator model's Q/DQ nodes would say Q/DQ
+        raise ModelError(
+            f"fp16 conversion: the model is int8 without Q/DQ nodes ({'/'.join(ops)}: onnxruntime's "
+            "dynamic or QOperator quantization): its convs/matmuls compute in integers the conversion "
+            "does not retype, and an int32 accumulator cast to fp16 overflows past 65504; convert the "
+            "fp32 model it was quantized from"
+        )
     if has_qdq(model):
         raise ModelError(
             "fp16 conversion: the model has Q/DQ nodes (explicitly quantized): TensorRT 11 builds it in its "
@@ -580,8 +690,18 @@ def to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
                 f"fp16 conversion: shape inference left {untyped[0]!r} without a type (the conversion "
                 "needs every tensor's type)"
             )
+        conv.refuse_float64_compute()
+        fp32_compute = conv.fp32_compute()
         conv.pin()
         conv.rewrite()
+        if fp32_compute and not any(_is_dtype(t, np.float16) for n in fp32_compute for t in n.inputs[:2]):
+            # a model whose convs feed only a Cast to float64 or an integer kept them all fp32: it
+            # was written and said "fp16 inside", and would be timed as fp16
+            raise ModelError(
+                f"fp16 conversion: none of the model's {len(fp32_compute)} fp32 convs/matmuls can take "
+                "fp16 (each result is read only where fp32 is kept: a Cast to float64 or to an integer, "
+                "shape arithmetic), so the model would compute in fp32 said to be fp16"
+            )
         out = conv.export()
     finally:
         G_LOGGER.severity = level

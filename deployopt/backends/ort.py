@@ -532,12 +532,24 @@ class OrtSession(Session):
         return samples
 
     def _timed(
-        self, batch: int | None, what: str, dtype: str, clock: str = "host wall clock (time.perf_counter)"
+        self,
+        batch: int | None,
+        what: str,
+        dtype: str,
+        clock: str = "host wall clock (time.perf_counter)",
+        model: onnx.ModelProto | None = None,
     ) -> str:
-        """`clock`: what read the time (profile's layers: onnxruntime's profiler, not bench's clock)."""
+        """`clock`: what read the time (profile's layers: onnxruntime's profiler, not bench's clock).
+        `model`: the model run, for what makes an int8 one int8 (a quantize_dynamic model's
+        ConvInteger nodes, not Q/DQ nodes: precision.quantized_by)."""
         b = f", batch {batch}" if batch else ""
+        phrase = TYPED_PHRASES.get(dtype, dtype)
+        if dtype == "int8" and model is not None:
+            from deployopt.precision import quantized_by
+
+            phrase = f"int8 from the model's {quantized_by(model)}"
         return (
-            f"{what}, {TYPED_PHRASES.get(dtype, dtype)}{b}, {self.providers[0]}, ORT_ENABLE_ALL graph "
+            f"{what}, {phrase}{b}, {self.providers[0]}, ORT_ENABLE_ALL graph "
             f"optimizations, {clock}, inputs in host memory"
         )
 
@@ -586,7 +598,9 @@ class OrtSession(Session):
 
             raise DeployoptError(cannot_run_typed(self.backend.name, self.backend.dtypes, name, typed))
         if typed != "fp32":
-            what = "Q/DQ nodes" if typed == "int8" else f"typed {typed} inside"
+            from deployopt.precision import quantized_by
+
+            what = quantized_by(loaded.model) if typed == "int8" else f"typed {typed} inside"
             raise DeployoptError(
                 f"{name} runs in {typed} ({what}): backend 'ort' runs a model as it is typed, so "
                 f"--dtype {typed} (its default for this model), not {asked}"
@@ -642,7 +656,12 @@ class OrtSession(Session):
             backend=self.backend.name,
             samples_us=samples,
             warmup=opts.warmup,
-            timed=self._timed(self._batch(loaded), "one InferenceSession.run call (one forward pass)", dtype),
+            timed=self._timed(
+                self._batch(loaded),
+                "one InferenceSession.run call (one forward pass)",
+                dtype,
+                model=loaded.model,
+            ),
             # the shapes timed: compare flags a resolution change (the timed line names the batch only)
             environment={**self._environment(dtype), "input_shapes": dict(loaded.input_shapes)},
         )
@@ -695,6 +714,7 @@ class OrtSession(Session):
                 "per optimized-graph node: median over runs of onnxruntime's profiler node time",
                 dtype,
                 clock="onnxruntime's profiler clock",
+                model=loaded.model,
             ),
             runs=opts.runs,
             mapped_by="optimized graph" if optimized is not None else "node names (approximate)",

@@ -438,8 +438,8 @@ class RemoteRunnerSession(Session):
         from deployopt.backends.trtexec import refuse_implicit_int8, refuse_int8_calibration, strongly_typed
         from deployopt.model import file_has_qdq
 
-        def qdq() -> bool:  # typed_precision says int8 exactly where the model has Q/DQ nodes
-            return typing == "int8" if typing is not None else file_has_qdq(model_path)
+        def qdq() -> bool:  # typed_precision's int8 is Q/DQ nodes or integer ops (ConvInteger): read it
+            return (typing is None or typing == "int8") and file_has_qdq(model_path)
 
         if not strongly_typed(self.trt_version):
             # INT8 with no scales: before anything is copied (the runner refuses it too)

@@ -623,7 +623,7 @@ class TrtexecSession(Session):
         self._prebuilt = is_engine_file(model_path)
         self._typing = None
         if not self._prebuilt:
-            from deployopt.model import file_typed_precision
+            from deployopt.model import file_has_qdq, file_typed_precision
 
             model_path = self.at_batch(model_path)  # --batch N on a batch the file fixes: a copy at N
 
@@ -639,7 +639,9 @@ class TrtexecSession(Session):
             shapes = input_shapes(model_path, self.options)
             self._input_shapes = ran_shapes(model_path, shapes)
         if self.options.dtype == "int8" and not self._prebuilt:
-            self._qdq = self._typing == "int8"  # typed_precision says int8 exactly for Q/DQ nodes
+            # typed_precision says int8 for Q/DQ nodes and for onnxruntime's integer ops (ConvInteger:
+            # quantize_dynamic), which TensorRT builds no INT8 from: Q/DQ read where it says int8
+            self._qdq = self._typing == "int8" and file_has_qdq(model_path)
         if self.remote:
             return self._run_remote(model_path, outdir, shapes)
         version = self._version()
