@@ -15,7 +15,7 @@ import os
 import warnings
 import zipfile
 import zlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -1311,8 +1311,9 @@ def relative_error_limit(min_cosine: float | None) -> float | None:
     """The relative error --min-cosine allows each row of an output of one value per row (see
     compare_models): two vectors of equal length at cosine c differ by √(2·(1 − c)) of that
     length, so 0.999 allows 4.47 % of the row's value and trim's 0.99 14.1 %; None where the cosine
-    check is off. (A vector row at cosine c may also differ in length, which a cosine never sees;
-    a one-value row is held to its value, so a change of scale counts.)"""
+    check is off. A vector row's length, which a cosine never sees, may change by as much
+    (`FidelityReport.output_scale_change`): a one-value row's relative error is its change of
+    scale, so both kinds of row are held to the same change of scale."""
     if min_cosine is None:
         return None
     return math.sqrt(max(0.0, 2.0 * (1.0 - min_cosine)))
@@ -1348,6 +1349,14 @@ class FidelityReport:
     # (reference, candidate) values (None for the others)
     output_relative_error: list[float | None] = field(default_factory=list)
     output_relative_worst: list[tuple[float, float] | None] = field(default_factory=list)
+    # per COSINE output: its worst row's change of length, |‖candidate‖ / ‖reference‖ − 1| over the
+    # row the cosine reads (`_cosine_and_ratio`), and that row's ‖candidate‖ / ‖reference‖ (None
+    # for the others; empty: not computed, a report built before the check)
+    output_scale_change: list[float | None] = field(default_factory=list)
+    output_norm_ratio: list[float | None] = field(default_factory=list)
+    # per N×classes output: rows counted as agreeing whose two argmaxes differ, each model's top
+    # class tied with the other's within TOP1_TIE_EPS epsilons (`_top1_agreeing`; None: not N×classes)
+    output_top1_tied: list[int | None] = field(default_factory=list)
     # verify's fp16 overflow check of each model with fp16/bf16 intermediates (`low_precision_overflow`)
     low_precision: list[LowPrecisionCheck] = field(default_factory=list)
     # which of the data's samples were compared, where not all nor the first (CalibrationSet.chosen)
@@ -1375,6 +1384,12 @@ class FidelityReport:
         """The worst RELATIVE output's relative error; None when no output is one value per row."""
         scored = [x for x in self.output_relative_error if x is not None]
         return max(scored, key=lambda x: math.inf if math.isnan(x) else x) if scored else None
+
+    @property
+    def scale_change_max(self) -> float | None:
+        """The worst COSINE output's change of row length; None when none is scored by cosine."""
+        scored = [x for x in self.output_scale_change if x is not None]
+        return max(scored, key=_nan_last) if scored else None
 
     @property
     def exact_match(self) -> float | None:
@@ -1428,6 +1443,19 @@ class FidelityReport:
                     f"output {name}: relative error {got} > {limit_text} (|reference − candidate| "
                     f"over |reference| per row{at}; one value per row, so held to what --min-cosine "
                     f"{t.min_cosine:g} allows instead of a cosine)"
+                )
+        for name, change, ratio in zip(
+            self.output_names,
+            self.output_scale_change or nothing,
+            self.output_norm_ratio or nothing,
+        ):
+            if change is not None and limit is not None and not change <= limit:
+                at = "" if ratio is None else f", at worst ‖candidate‖ = {ratio:.4g} × ‖reference‖"
+                got, limit_text = shown_against(change, limit, 2, percent=True, computed=True)
+                failures.append(
+                    f"output {name}: row scale changed by {got} > {limit_text} (‖candidate‖ / "
+                    f"‖reference‖ − 1 per row{at}; a cosine cannot see scale, so each row's length is "
+                    f"held to the relative error --min-cosine {t.min_cosine:g} allows a row of one value)"
                 )
         if (
             t.min_top1 is not None
@@ -1485,6 +1513,13 @@ class FidelityReport:
                 else relative_error_limit((thresholds or Thresholds()).min_cosine)
             ),
             "exact_match": num(self.exact_match),
+            # outputs scored by cosine: the worst row's change of length, and what it may be
+            "scale_change_max": num(self.scale_change_max),
+            "scale_change_limit": (
+                None
+                if self.scale_change_max is None
+                else relative_error_limit((thresholds or Thresholds()).min_cosine)
+            ),
             "samples": self.n_samples,
             "rows": self.n_rows,
             "outputs": self.output_names,
@@ -1503,8 +1538,11 @@ class FidelityReport:
                     "exact_match": num(share),
                     "values_equal": equal,
                     "values_compared": compared,
+                    "scale_change": num(change),
+                    "norm_ratio": num(ratio),
+                    "top1_tied_rows": tied,
                 }
-                for n, e, r, c, t, how, rel, share, equal, compared in zip(
+                for n, e, r, c, t, how, rel, share, equal, compared, change, ratio, tied in zip(
                     self.output_names,
                     self.output_max_abs_error,
                     self.output_max_abs_reference,
@@ -1515,6 +1553,9 @@ class FidelityReport:
                     self.output_exact_match(),
                     self.output_values_equal or [None] * len(self.output_names),
                     self.output_values_compared or [None] * len(self.output_names),
+                    self.output_scale_change or [None] * len(self.output_names),
+                    self.output_norm_ratio or [None] * len(self.output_names),
+                    self.output_top1_tied or [None] * len(self.output_names),
                 )
             ],
             # fp16/bf16 intermediates read back in their own type (verify); [] for an fp32 model
@@ -1891,16 +1932,61 @@ def check_reference_finite(
         _check_finite_reference(ref_run.outputs(sample), calib)
 
 
-def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+def _cosine_and_ratio(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """The cosine of reference row `a` and candidate row `b`, and ‖b‖ / ‖a‖: the cosine is their
+    directions alone, so a candidate 5× the reference passed at 1.0; the ratio is the scale it
+    cannot see (1.0 for two zero rows, inf for a zero reference row, whose cosine is 0 already)."""
     # an infinite candidate value makes the cosine NaN, a failure the report names: numpy's
     # two-line RuntimeWarning (inf · 0, inf / inf) on stderr said nothing more
-    with np.errstate(invalid="ignore", over="ignore"):
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
         if na == 0.0 and nb == 0.0:
-            return 1.0
-        if na == 0.0 or nb == 0.0:
-            return 0.0
-        return float(np.dot(a, b) / (na * nb))
+            return 1.0, 1.0
+        if na == 0.0:
+            return 0.0, math.inf
+        if nb == 0.0:
+            return 0.0, 0.0
+        return float(np.dot(a, b) / (na * nb)), nb / na
+
+
+#: top-1: two classes whose values lie within this many epsilons of the row's largest |value| are
+#: tied (the epsilon of the coarsest float either model holds: `_tie_epsilon`); an argmax of tied
+#: values is the first of them, which rounding picks, not the model (4, as optimize's lossless check
+#: allows a model computing in fp16 4 of its epsilons)
+TOP1_TIE_EPS = 4
+#: the epsilons of the low-precision floats a model may compute in (fp16 2^-10, bf16 2^-7)
+_LOW_EPS = {"fp16": 2.0**-10, "bf16": 2.0**-7}
+
+
+def _tie_epsilon(dtypes: Sequence[Any], low_types: Collection[str] = ()) -> float:
+    """The epsilon of the coarsest float among the outputs' `dtypes` and the models' fp16/bf16
+    types (`_low_types_held`): an fp16 model with fp32 outputs (`deployopt fp16`'s) rounds its
+    logits to fp16's steps, and a saturated fp16 sigmoid ties at 1.0 as an fp32 one does."""
+    eps = [float(np.finfo(d).eps) for d in dtypes if np.dtype(d).kind == "f"]
+    eps += [_LOW_EPS[t] for t in low_types if t in _LOW_EPS]
+    return max(eps, default=float(np.finfo(np.float32).eps))
+
+
+def _top1_agreeing(ref: np.ndarray, cand: np.ndarray, eps: float) -> tuple[int, int]:
+    """Of the rows of two [rows, classes] outputs, how many agree on the top class, and how many
+    of those agree only through a tie: a row agrees where the argmaxes are equal, or where either
+    model scores the other's top class within TOP1_TIE_EPS × `eps` × its row's largest |value| of
+    its own top value. A sigmoid head saturating at exactly 1.0 has several tied maxima, whose
+    argmax (the first) moved between them with a 1e-7 change of the weights: top-1 98.44 % and
+    FAILED at max abs error 1.1e-5, cosine 0.9999999999. A NaN or infinite row ties nothing."""
+    r, c = ref.astype(np.float64), cand.astype(np.float64)
+    ra, ca = np.argmax(r, axis=1), np.argmax(c, axis=1)
+    rows = np.arange(r.shape[0])
+
+    def tied(x: np.ndarray, top: np.ndarray, other: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore", over="ignore"):
+            scale = np.max(np.abs(x), axis=1)
+            gap = x[rows, top] - x[rows, other]
+            return np.isfinite(scale) & (gap <= TOP1_TIE_EPS * eps * scale)
+
+    same = ra == ca
+    agree = same | tied(r, ra, ca) | tied(c, ca, ra)
+    return int(np.count_nonzero(agree)), int(np.count_nonzero(agree & ~same))
 
 
 def _channel_scaled(ref: np.ndarray, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -2009,8 +2095,20 @@ class ReferenceRun:
         #: whether the session computes Q/DQ unfused (`cpu_session`'s `qdq`): candidates get the same
         self.qdq = has_qdq_nodes(model) if qdq is None else qdq
         self.session = _session(model, "reference", qdq=self.qdq)
+        # the model, until `low_types` reads its types (verify gives them: the file is not read again)
+        self._model: str | os.PathLike[str] | onnx.ModelProto | None = model
+        self._low_types: set[str] | None = None
         self.keep = keep
         self._outputs: dict[int, tuple[Any, list[np.ndarray]]] = {}
+
+    @property
+    def low_types(self) -> set[str]:
+        """The fp16/bf16 types the model holds (`_file_low_types`), read once when first asked:
+        top-1's ties are judged at their epsilon (`_tie_epsilon`)."""
+        if self._low_types is None:
+            self._low_types = _file_low_types(self._model) if self._model is not None else set()
+            self._model = None
+        return self._low_types
 
     def outputs(self, sample: dict[str, np.ndarray]) -> list[np.ndarray]:
         """The outputs for `sample`, its arrays fed to the inputs of the same names (as
@@ -2045,6 +2143,8 @@ def compare_models(
     reference: str | os.PathLike[str] | onnx.ModelProto | ReferenceRun,
     candidate: str | os.PathLike[str] | onnx.ModelProto,
     calib: CalibrationSet,
+    *,
+    low_types: Collection[str] | None = None,
 ) -> FidelityReport:
     """Run both models on onnxruntime CPU over `calib` and compare their outputs.
 
@@ -2071,6 +2171,13 @@ def compare_models(
     at that cosine have. Neither counts in the cosine: a one-value row's cosine is ±1 by its sign
     alone, so a sigmoid at 0.508 for the reference's 0.99999, an ArgMax agreeing on 0 of 16
     labels, and a trim moving a probability by 20–60 % of itself all passed at 1.0.
+
+    A cosine is a row's direction alone: each COSINE row's length, ‖candidate‖ / ‖reference‖ over
+    the row the cosine reads, is kept too (`output_scale_change`), held to the same
+    `relative_error_limit` as a row of one value (every output 5× the reference's passed at
+    cosine 1.0, top-1 100 %). A top-1 row agrees where the candidate's top class ties the
+    reference's (`_top1_agreeing`: within TOP1_TIE_EPS epsilons of the coarsest float either
+    model holds, `low_types` their fp16/bf16 types, read from the models when None).
     """
     if not calib.samples:
         raise DataError("no calibration samples to compare on")
@@ -2081,6 +2188,8 @@ def compare_models(
         ref_run = reference
     else:
         ref_run = ReferenceRun(reference, keep=False, qdq=True if has_qdq_nodes(candidate) else None)
+    if low_types is None:
+        low_types = ref_run.low_types | _file_low_types(candidate)
     # a Q/DQ candidate is computed unfused whatever the reference: a kept ReferenceRun of a float
     # model (fully optimized: float ops only) gave a Q/DQ candidate its fused int8 kernels
     cand_qdq = True if ref_run.qdq else None
@@ -2124,7 +2233,11 @@ def compare_models(
     cosines: list[float] = []
     kinds: list[str] = []  # per output, how it is scored (`_scoring`), from the first sample
     out_cos: list[float | None] = []  # per output, its worst row's cosine (None: not COSINE)
+    # per COSINE output, its worst row's |‖cand‖ / ‖ref‖ − 1| and that ratio
+    out_scale: list[float | None] = [None] * len(ref_names)
+    out_ratio: list[float | None] = [None] * len(ref_names)
     agree, rows_top1 = [0] * len(ref_names), [0] * len(ref_names)
+    tied = [0] * len(ref_names)  # rows agreeing through a tie alone
     equal, compared = [0] * len(ref_names), [0] * len(ref_names)  # EXACT outputs' values
     rel_pairs: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}  # RELATIVE outputs' values
     n_rows = 0
@@ -2157,20 +2270,28 @@ def compare_models(
         batch = _input_batch(sample, ref_inputs, ref_out)
         by_row = [i for i in by_cos if _per_row(ref_out[i], batch)]
         whole = {
-            i: _cosine(ref_out[i].ravel().astype(np.float64), cand_out[i].ravel().astype(np.float64))
+            i: _cosine_and_ratio(
+                ref_out[i].ravel().astype(np.float64), cand_out[i].ravel().astype(np.float64)
+            )
             for i in by_cos
             if i not in by_row
         }
         rows = [
-            {**{i: _cosine(*_channel_scaled(ref_out[i][row], cand_out[i][row])) for i in by_row}, **whole}
+            {
+                **{i: _cosine_and_ratio(*_channel_scaled(ref_out[i][row], cand_out[i][row])) for i in by_row},
+                **whole,
+            }
             for row in range(batch)
         ]
         n_rows += batch
         for per in rows:  # each row's cosine per COSINE output; the row counts its worst
-            for i, x in per.items():
+            for i, (x, ratio) in per.items():
                 out_cos[i] = x if out_cos[i] is None else _worse(out_cos[i], x)
+                change = abs(ratio - 1.0)
+                if out_scale[i] is None or _nan_last(change) > _nan_last(out_scale[i]):
+                    out_scale[i], out_ratio[i] = change, ratio
             if per:
-                cosines.append(min(per.values(), key=_nan_first))
+                cosines.append(min((x for x, _ in per.values()), key=_nan_first))
         for i, (r, c) in enumerate(zip(ref_out, cand_out)):
             if kinds[i] == EXACT:
                 equal[i] += int(np.count_nonzero(r == c))
@@ -2179,7 +2300,9 @@ def compare_models(
                 rel_pairs.setdefault(i, []).append((r.ravel(), c.ravel()))
             elif _logits(r, batch):
                 r, c = r.reshape(r.shape[:2]), c.reshape(c.shape[:2])
-                agree[i] += int(np.sum(np.argmax(r, axis=1) == np.argmax(c, axis=1)))
+                agreeing, by_tie = _top1_agreeing(r, c, _tie_epsilon([r.dtype, c.dtype], low_types))
+                agree[i] += agreeing
+                tied[i] += by_tie
                 rows_top1[i] += r.shape[0]
     cos = np.array(cosines)
     top1 = [a / n if n else None for a, n in zip(agree, rows_top1)]
@@ -2212,7 +2335,21 @@ def compare_models(
         output_values_compared=[n if k == EXACT else None for n, k in zip(compared, kinds)],
         output_relative_error=[relative[i][0] if i in relative else None for i in range(len(ref_names))],
         output_relative_worst=[relative[i][1] if i in relative else None for i in range(len(ref_names))],
+        output_scale_change=out_scale,
+        output_norm_ratio=out_ratio,
+        output_top1_tied=[t if n else None for t, n in zip(tied, rows_top1)],
     )
+
+
+def _file_low_types(model: str | os.PathLike[str] | onnx.ModelProto) -> set[str]:
+    """The fp16/bf16 types `model` holds (`_low_types_held`), read from its file without the
+    external data where it is one; none for a file that cannot be read (its session says why)."""
+    if isinstance(model, onnx.ModelProto):
+        return _low_types_held(model)
+    from deployopt.model import peek_model
+
+    read = peek_model(model)
+    return set() if read is None else _low_types_held(read)
 
 
 def verify_models(
@@ -2233,7 +2370,10 @@ def verify_models(
     cand_model, cand_read = runnable_model(candidate, "candidate")
     ref_inputs = declared_inputs(ref_read)
     check_same_inputs(ref_inputs, declared_inputs(cand_read))
-    report = compare_models(ref_model, cand_model, calib)
+    # the models as read already: their fp16/bf16 types widen top-1's ties (`_tie_epsilon`)
+    report = compare_models(
+        ref_model, cand_model, calib, low_types=_low_types_held(ref_read) | _low_types_held(cand_read)
+    )
     checks = (
         low_precision_overflow(model, calib, role, list(ref_inputs))
         for model, role in ((ref_read, "reference"), (cand_read, "candidate"))
@@ -2386,12 +2526,20 @@ def identical_report(reference: ReferenceRun, calib: CalibrationSet) -> Fidelity
         output_values_compared=[n if k == EXACT else None for n, k in zip(compared, kinds)],
         output_relative_error=[0.0 if k == RELATIVE else None for k in kinds],
         output_relative_worst=[None] * len(names),
+        output_scale_change=[0.0 if k == COSINE else None for k in kinds],
+        output_norm_ratio=[1.0 if k == COSINE else None for k in kinds],
+        output_top1_tied=[0 if n else None for n in rows_top1],
     )
 
 
 def _nan_first(x: float) -> float:
     """Sort key: a NaN cosine is the worst (min() would keep whichever came first)."""
     return -math.inf if math.isnan(x) else x
+
+
+def _nan_last(x: float) -> float:
+    """Sort key: a NaN error is the worst (max() would keep whichever came first)."""
+    return math.inf if math.isnan(x) else x
 
 
 def _worse(x: float, y: float) -> float:

@@ -34,6 +34,7 @@ from deployopt.errors import DataError
 from deployopt.fidelity import (
     EXACT,
     RELATIVE,
+    TOP1_TIE_EPS,
     FidelityReport,
     ImagePreprocess,
     Thresholds,
@@ -113,8 +114,18 @@ def _render(
         ),
     )
     table.add_row("cosine similarity (mean)", _fmt(report.cosine_mean, ".6f"), "", "")
-    # outputs a per-row cosine cannot judge (fidelity._scoring): one value per row, and integers
     limit = relative_error_limit(t.min_cosine)
+    # the scale a cosine cannot see: each row's ‖candidate‖ / ‖reference‖ − 1, held as a row of one value
+    change = report.scale_change_max
+    if change is not None:
+        got, allowed = _pair(change, limit, 2, percent=True, computed=True)
+        table.add_row(
+            "row scale change (max)",
+            got,
+            "none" if limit is None else f"≤ {allowed}",
+            status(None if limit is None else change <= limit),
+        )
+    # outputs a per-row cosine cannot judge (fidelity._scoring): one value per row, and integers
     for name, rel in zip(report.output_names, report.output_relative_error):
         if rel is not None:
             got, allowed = _pair(rel, limit, 2, percent=True, computed=True)
@@ -214,9 +225,18 @@ def _pair(
 
 
 def _scoring_notes(report: FidelityReport, t: Thresholds) -> list[str]:
-    """One sentence per way of scoring other than the cosine, where an output is scored so."""
+    """One sentence per way of scoring other than the cosine, where an output is scored so, and
+    one where top-1 counted rows whose argmaxes differ between tied classes."""
     by = report.scored_by()
     notes = []
+    tied = sum(n for n in report.output_top1_tied if n)
+    if tied:
+        notes.append(
+            f"top-1: {tied} row(s) whose argmaxes differ count as agreeing: each model's top class is "
+            f"tied with the other's, within {TOP1_TIE_EPS} epsilons (of the coarsest float either model "
+            "holds) of the row's largest |value|, and an argmax of tied values is the first of them, "
+            "which rounding picks"
+        )
     one_value = [n for n, how in zip(report.output_names, by) if how == RELATIVE]
     if one_value:
         limit = relative_error_limit(t.min_cosine)
@@ -306,7 +326,8 @@ def verify(
         "--min-cosine",
         metavar="FLOAT",
         help="Fail below this per-image cosine similarity; an output of one value per row may "
-        "differ by √(2·(1 − FLOAT)) of each row's value (4.47 % at 0.999).",
+        "differ by √(2·(1 − FLOAT)) of each row's value (4.47 % at 0.999), and each row's length "
+        "(the scale a cosine cannot see) may change by as much.",
     ),
     min_top1: float = typer.Option(
         0.99,
