@@ -42,7 +42,7 @@ from deployopt.cli.app import (
 )
 from deployopt.errors import DeployoptError
 from deployopt.fileio import check_output_file
-from deployopt.layers import ConvShape
+from deployopt.layers import ConvShape, conv_shape_from_onnx
 from deployopt.targets import PROFILE_VERSION, builtin_names, sm_count
 from deployopt.timing import check_run_counts, counted
 from deployopt.waves import DW_OUTPUTS_PER_BLOCK, fill_percent
@@ -476,7 +476,13 @@ def _base_shape(input_dims: str, kernel: str, stride: int, groups: int, first_k:
         # from the input's width where the sweep starts at 1 (one channel is groups 1: the base
         # would not be depthwise, and every point a 1-channel-input conv); the points are its
         c = groups = k = first_k if first_k > 1 else c
-    shape = ConvShape(n, c, h, w, k, r, s, (stride, stride), (r // 2, s // 2), (1, 1), groups)
+    # 'same' padding: k - 1 in all (output ceil(H / stride) × ceil(W / stride)), an odd total split
+    # as an ONNX conv's is (0 before, 1 after for k = 2) and kept as conv_shape_from_onnx keeps it:
+    # half each side and one more input row or column, the output, GEMM and work the conv's own.
+    # k // 2 each side padded an even kernel by k: -k 2 on 17x19 priced an 18x20 output.
+    pads = [(r - 1) // 2, (s - 1) // 2, r - 1 - (r - 1) // 2, s - 1 - (s - 1) // 2]
+    attrs = {"pads": pads, "strides": [stride, stride], "group": groups}
+    shape = conv_shape_from_onnx((n, c, h, w), (k, c // groups, r, s), attrs)
     if shape.p < 1 or shape.q < 1:
         raise DeployoptError(f"--input {input_dims}: too small for a {r}x{s} kernel with stride {stride}")
     return shape
@@ -623,7 +629,12 @@ def staircase_command(
         ..., "--out-channels", metavar="a:b:s", help="start:stop:step (stop included) or a list 64,96,128."
     ),
     kernel: str = typer.Option(
-        "3", "--kernel", "-k", metavar="K", help="Kernel size (3 or 3x3); padding is 'same'."
+        "3",
+        "--kernel",
+        "-k",
+        metavar="K",
+        help="Kernel size (3 or 3x3); padding is 'same': the output is H/stride x W/stride rounded "
+        "up (an even kernel pads one more row and column after than before).",
     ),
     stride: int = typer.Option(1, "--stride", metavar="N", help="Stride in both directions."),
     groups: int = typer.Option(
