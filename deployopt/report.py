@@ -539,15 +539,17 @@ def _where(opt: Optimizer, timing: Timing) -> str:
 
 def write_staircases(outdir: Path, report: dict[str, Any], opt: Optimizer) -> list[str]:
     """One PNG per group the search moved off round-up-to-8: the producing conv's table over the
-    group's candidate widths, with the wave model's staircase and the original and chosen widths."""
-    from deployopt.plots import plot_staircase
+    group's candidate widths, with the wave model's staircase and the original, round-up and chosen
+    widths. A picture that cannot be drawn is one `warning:` line and left out, never an error: it
+    must not cost the run's results (a `$` in a conv name ended optimize after its search)."""
+    from deployopt.plots import plot_staircase, short_name
 
     measured = report["measured"]
     out: list[str] = []
+    taken: set[str] = set()
+    failed: list[str] = []
     best = report["plan"]
-    # The decisions beyond plain rounding: groups whose chosen width is neither round-up nor original.
-    changed = [g for g in report["groups"] if g["best"] not in (g["round_up_8"], g["original"])]
-    for g in changed[:MAX_PLOTS]:
+    for g in staircase_groups(report)[:MAX_PLOTS]:
         gid = g["id"]
         producers = set(g["producers"])
         convs = [c for c in opt.deps if c in producers] or [c for c, deps in opt.deps.items() if gid in deps]
@@ -566,26 +568,83 @@ def write_staircases(outdir: Path, report: dict[str, Any], opt: Optimizer) -> li
                 p = predict(shape, opt.target, opt.cfg.dtype)
                 preds.append(p.predicted_us)
                 waves.append(p.waves)
-        name = f"staircase_{_safe(gid)}.png"
+        name = _png_name(gid, taken)
         role = "output" if conv in producers else "input"
         quartiles, spread = _cached_spread(opt, shapes, values) if measured else (None, "")
         where = report["measured_on"] or report["backend"]
-        plot_staircase(
-            widths,
-            outdir / "staircases" / name,
-            predicted_us=preds or (values if not measured else None),
-            waves=waves or None,
-            measured_us=values if measured else None,
-            measured_quartiles_us=quartiles,
-            title=f"{conv}: {role} channels of group {gid} (original {g['original']}, "
-            f"round-up {g['round_up_8']}, chosen {g['best']})",
-            predicted_label="wave model (predicted)",
-            measured_label=f"per-layer table, measured on {where} ({spread})",
-            xlabel=f"{role} channels (group {gid})",
-            marks=[g["original"], g["best"]],
-        )
+        try:
+            plot_staircase(
+                widths,
+                outdir / "staircases" / name,
+                predicted_us=preds or (values if not measured else None),
+                waves=waves or None,
+                measured_us=values if measured else None,
+                measured_quartiles_us=quartiles,
+                title=f"{short_name(conv)}: {role} channels"
+                + (f" of group {short_name(gid)}" if gid != conv else "")  # 'conv0 … of group conv0'
+                + f" (original {g['original']}, round-up to 8 {g['round_up_8']}, chosen {g['best']})",
+                predicted_label=_predicted_label(opt) if preds else "wave model (predicted)",
+                measured_label=f"per-layer table, measured on {where} ({spread})",
+                xlabel=f"{role} channels (group {short_name(gid)})",
+                marks=[
+                    ("original", g["original"]),
+                    ("round-up to 8", g["round_up_8"]),
+                    ("chosen", g["best"]),
+                ],
+            )
+        except Exception as exc:  # a picture never costs the results: said below, not hidden
+            if isinstance(exc, ImportError):
+                reraise_interrupt(exc)  # an interrupted import ends the run as interrupted
+            text = str(exc).strip()
+            failed.append(f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": "))
+            continue
         out.append(f"staircases/{name}")
+    if failed:
+        import warnings
+
+        from deployopt.errors import DeployoptWarning
+
+        warnings.warn(
+            f"{len(failed)} of {len(failed) + len(out)} staircase pictures not drawn ({failed[0]}); "
+            "report.md goes on without them",
+            DeployoptWarning,
+            stacklevel=2,
+        )
     return out
+
+
+def staircase_groups(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The decisions beyond plain rounding, which get a staircase picture (MAX_PLOTS at most):
+    the groups whose chosen width is neither their round-up to 8 nor their original."""
+    return [g for g in report["groups"] if g["best"] not in (g["round_up_8"], g["original"])]
+
+
+def _predicted_label(opt: Optimizer) -> str:
+    """The predicted steps' legend entry: for which target, SMs and dtype, by which parameters
+    (it said 'wave model (predicted)', not which fit nor for what GPU)."""
+    target, dtype = opt.target, opt.cfg.dtype
+    return (
+        f"predicted for {target.display_name} ({sm_count(target.sms)}, {dtype}), "
+        f"{target.wave_params(dtype).describe()}"
+    )
+
+
+def _png_name(gid: str, taken: set[str]) -> str:
+    """A staircase file name of its own for group `gid`: an id cut to 80 characters, or with
+    characters a file name cannot hold, gets a short hash of the whole id (two groups whose ids
+    shared their first 80 characters wrote one file, and report.md linked it twice); a name this
+    run already gave (any case: macOS folders ignore it) gets a counter too."""
+    import hashlib
+
+    stem = _safe(gid)
+    if stem != gid:
+        stem = f"{stem[:60]}_{hashlib.sha1(gid.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
+    name, n = f"staircase_{stem}.png", 1
+    while name.lower() in taken:
+        n += 1
+        name = f"staircase_{stem}_{n}.png"
+    taken.add(name.lower())
+    return name
 
 
 def _cached_spread(
@@ -859,6 +918,10 @@ def render_markdown(report: dict[str, Any]) -> str:
     if report["staircases"]:
         lines += ["", "## Staircases behind the decisions", ""]
         lines += [f"![{p}]({p})" for p in report["staircases"]]
+        left_out = len(staircase_groups(report)) - MAX_PLOTS
+        if left_out > 0:  # the reader saw 12 pictures and could not know more groups had changed
+            more = counted(left_out, "more group")
+            lines += ["", f"({more} changed; pictures are drawn for the first {MAX_PLOTS} only.)"]
     lines += ["", "## What was measured, what was predicted", ""]
     lines += [f"- {w}" for w in report["what_was_measured"]]
     return "\n".join(lines) + "\n"
@@ -887,11 +950,29 @@ def write_report(outdir: Path, report: dict[str, Any], opt: Optimizer | None = N
     if opt is not None:
         try:
             report["staircases"] = write_staircases(outdir, report, opt)
-        except ImportError as exc:  # matplotlib missing: the report stands without pictures
-            reraise_interrupt(exc)  # an interrupted import is no missing matplotlib: no report then
+        except Exception as exc:  # pictures never cost the results: a warning, no PNGs
+            if isinstance(exc, ImportError):  # an interrupted import is no missing matplotlib
+                reraise_interrupt(exc)
+            _pictures_failed(exc)
             report["staircases"] = []
     write_json(outdir / "report.json", report)
     write_text(outdir / "report.md", render_markdown(report))
+
+
+def _pictures_failed(exc: Exception) -> None:
+    """One `warning:` line for staircase pictures that could not be drawn at all (matplotlib
+    missing or broken, ...): before, an ImportError was silent and anything else a traceback."""
+    import warnings
+
+    from deployopt.errors import DeployoptWarning
+
+    text = str(exc).strip()
+    why = f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+    warnings.warn(
+        f"staircase pictures not drawn ({why}); report.md goes on without them",
+        DeployoptWarning,
+        stacklevel=2,
+    )
 
 
 def describe_gate(

@@ -686,10 +686,11 @@ def staircase_command(
     _check_sms(sms)
     measure = _check_remote(remote, measure, sms)
     if plot is not None:  # before measuring: a bad --plot must not cost a sweep
-        from deployopt.plots import plot_format
+        from deployopt.plots import load_matplotlib, plot_format
 
         plot_format(plot)
         check_output_file(plot)
+        load_matplotlib()  # a broken matplotlib (or MPLBACKEND) is one line now, not after the sweep
     ks = parse_channels(out_channels)
     shape = _base_shape(input_dims, kernel, stride, groups, ks[0])
     if groups > 1 and not shape.is_depthwise and any(k % groups for k in ks):
@@ -763,7 +764,12 @@ def staircase_command(
             ),
             predicted_label=f"predicted ({params.describe()})",
             measured_label=f"measured on {_measured_where(measure, timings)} "
-            f"(median of {counted(runs, 'run')}, bars from the first to the third quartile)",
+            f"(median of {counted(runs, 'run')}, "
+            + (
+                "bars from the first to the third quartile)"
+                if timings and any(t.spread_known for t in timings)
+                else "no spread)"  # --runs 1: no bar is drawn, so none is promised
+            ),
         )
     if as_json:
         print_json(doc)
