@@ -663,6 +663,12 @@ def _group_id(g: Any) -> str:
     return str(g.id if hasattr(g, "id") else g)
 
 
+def _groups_said(groups: list[Any]) -> str:
+    """The "N group(s) (ids, …)" of a notice or an error: the first three ids name them."""
+    ids = [_group_id(g) for g in groups]
+    return f"{len(ids)} group(s) ({', '.join(ids[:3])}{', …' if len(ids) > 3 else ''})"
+
+
 # ------------------------------------------------------------------------------------------ main
 
 
@@ -853,38 +859,63 @@ class Optimizer:
             check_reference_finite(self._reference, self._calibration())
 
     def _priced_only(self, free: list[Any]) -> tuple[list[Any], str]:
-        """The free groups the search may resize, and a notice of the convs the wave model cannot
-        shape (unpriced_reasons: an input size unknown after an If, channels untraced after a Loop,
-        Conv1d). With --backend model a group whose every conv is such a one is kept at its width:
-        every width of it was predicted alike, and the search padded one (13 → 16 "because rounding
-        up was the fastest found"). Measured, the end-to-end timings include those convs."""
+        """The free groups the search may resize, and a notice of what the prediction leaves out.
+        With --backend model a free group no priced conv reads or writes is kept at its width:
+        every width of it is predicted alike, and the tie rule ("round-up-to-8 wins ties") padded
+        it for "+0.0 %". Two kinds: a group whose every conv the wave model cannot shape
+        (unpriced_reasons: an input size unknown after an If, channels untraced after a Loop,
+        Conv1d; 13 → 16 "because rounding up was the fastest found"), and one no conv touches at
+        all, whose width only MatMul/Gemm weights set (ConvNeXt's MLP 100 → 104, MobileNetV3's
+        classifier 1020 → 1024; this check once ran only when some conv was unpriced). Measured,
+        the end-to-end timings include them all."""
         unpriced = self.analysis.unpriced_reasons()
-        if not unpriced:
-            return free, ""
         by_why = {why: [n for n, w in unpriced if w == why] for why in dict.fromkeys(w for _, w in unpriced)}
         said = "; ".join(
             f"{why}: {', '.join(names[:3])}{', …' if len(names) > 3 else ''}" for why, names in by_why.items()
         )
         convs = f"{len(unpriced)} conv(s) the wave model cannot shape ({said})"
         if self.backend_name != "model":
+            if not unpriced:
+                return free, ""
             return free, f"the per-layer table leaves out {convs}; the end-to-end timings include them"
         touched: set[str] = set()
         for conv in self.analysis.convs:
             outs = [g for g, _ in getattr(conv, "out_groups", None) or []] or [conv.out_group]
             touched.update(str(g) for g in [*outs, *(g for g, _ in conv.in_groups)] if g is not None)
-        kept = [str(_group_id(g)) for g in free if str(_group_id(g)) not in touched]
+        kept = [g for g in free if str(_group_id(g)) not in touched]
         if not kept:
-            return free, f"the prediction leaves out {convs}"
-        what = f"{len(kept)} group(s) ({', '.join(kept[:3])}{', …' if len(kept) > 3 else ''})"
+            return free, f"the prediction leaves out {convs}" if unpriced else ""
+        # a kept group an unpriced conv writes or reads, or else one only MatMul/Gemm weights size
+        # (the coupling rules let no other op set a channel count)
+        names = {n for n, _ in unpriced}
+        of_unpriced = [
+            g for g in kept if names & {*getattr(g, "producers", ()), *getattr(g, "consumers", ())}
+        ]
+        outside = [g for g in kept if all(g is not u for u in of_unpriced)]
+        measure = "(--backend torch, ort, tensorrt or trtexec)"
         if len(kept) == len(free):
+            why = [f"none of the convs of its {_groups_said(of_unpriced)}: {convs}"] if of_unpriced else []
+            if outside:
+                why.append(f"convs only, and its {_groups_said(outside)} are read only by MatMul/Gemm")
             raise DeployoptError(
-                f"{self.cfg.model_path}: the wave model prices none of the convs of its {what}: {convs}; "
-                "measure instead (--backend torch, ort, tensorrt or trtexec)"
+                f"{self.cfg.model_path}: the wave model prices {'; and '.join(why)}; "
+                f"measure instead {measure}"
             )
-        return [g for g in free if str(_group_id(g)) in touched], (
-            f"kept {what} at the input's widths: the wave model prices none of their convs, {convs}; "
-            "measure (--backend torch, ort, tensorrt or trtexec) to size them"
-        )
+        notices = []
+        if of_unpriced:
+            notices.append(
+                f"kept {_groups_said(of_unpriced)} at the input's widths: the wave model prices none of "
+                f"their convs, {convs}"
+            )
+        elif unpriced:
+            notices.append(f"the prediction leaves out {convs}")
+        if outside:
+            notices.append(
+                f"the wave model prices convs only; {_groups_said(outside)} read only by MatMul/Gemm kept at "
+                "the input's widths"
+            )
+        priced = [g for g in free if str(_group_id(g)) in touched]
+        return priced, f"{'; '.join(notices)}; measure {measure} to size them"
 
     def _dead_channels(self) -> dict[str, int]:
         if self.cfg.mode == "grow":

@@ -329,10 +329,21 @@ def build_report(
     after_shapes = opt.conv_shapes(best.plan)
     params = opt.target.wave_params(cfg.dtype) if opt._predict is not None else None
 
+    def in_table(name: str) -> bool:
+        """Whether the search's table prices the conv: a free group is among those it reads or
+        writes (_build_table leaves out a conv with none)."""
+        deps = getattr(opt, "deps", None)
+        return deps is None or bool(deps.get(name))
+
     def table_us(name: str, shape: Any, plan: dict[str, int]) -> float | None:
         """The conv's value as the table prices it, so that each column sums to the evaluation's
         table µs: a separable table's sum (a conv reading a wide concat, whose shape at `plan` was
-        not timed whole, or was timed for another conv), else the conv's timed value."""
+        not timed whole, or was timed for another conv), else the conv's timed value. None ("—")
+        for a conv no free group reaches (no scope in opt.deps): the table leaves it out, and it got
+        a value only where a swept conv had its shape (ShuffleNetV2's branch1 convs: the "before"
+        column summed to 801.3 µs against evaluation #1's 747.7)."""
+        if not in_table(name):
+            return None
         value = opt.separable_table_us(name, plan) if hasattr(opt, "separable_table_us") else None
         return value if value is not None else opt.layer_values.get(shape.signature())
 
@@ -346,6 +357,7 @@ def build_report(
             "table_before_us": table_us(name, before, opt.original),
             "table_round_up_8_us": table_us(name, rounded, opt.round_up),
             "table_after_us": table_us(name, after, best.plan),
+            "in_table": in_table(name),  # added: false where every group of the conv is frozen
         }
         if params is not None:
             from deployopt.waves import predict, size_class
@@ -859,6 +871,13 @@ def render_markdown(report: dict[str, Any]) -> str:
             f"| {row['after']['c']}×{row['after']['k']} | {v(row['table_before_us'])} "
             f"| {v(row['table_round_up_8_us'])} | {v(row['table_after_us'])} | {waves} |"
         )
+    outside = sum(1 for r in report["layers"] if r.get("in_table") is False)
+    if outside:
+        lines += [
+            "",
+            f"{outside} of {len(report['layers'])} convs out of the search's table (—): every group they "
+            "read or write is frozen, so no plan changes them; each column sums to an evaluation's table µs.",
+        ]
     classes = [r.get("size_class_before") for r in report["layers"]]
     for cls in ("launch-bound", "small"):
         if cls in classes:
