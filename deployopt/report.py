@@ -7,6 +7,7 @@ its first lines, because a predicted speed-up is a hypothesis, not a result.
 
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,7 +17,15 @@ from deployopt.errors import reraise_interrupt
 from deployopt.fileio import write_json, write_text
 from deployopt.model import layer_labels
 from deployopt.targets import measured_elsewhere, sm_count
-from deployopt.timing import Comparison, Timing, compare, counted
+from deployopt.timing import (
+    REPLICATE_TEST,
+    Comparison,
+    Timing,
+    compare,
+    compare_replicates,
+    counted,
+    replicate_t_test,
+)
 from deployopt.traffic import MB
 from deployopt.waves import fill_percent
 
@@ -34,7 +43,10 @@ PLACEHOLDER_INT8_NOTE = (
 
 def _timing_row(t: Timing) -> dict[str, Any]:
     """One latency of the report. A predicted one has no spread and no runs (null, where a
-    measurement has them) and names its predictor: `runs: 1, iqr_us: 0` read as one exact sample."""
+    measurement has them) and names its predictor: `runs: 1, iqr_us: 0` read as one exact sample.
+    A measured one says how many builds its samples come from (`builds`, `build_medians_us`;
+    added): a confirmed plan's latency pools its rebuilds, each a replicate of the Timing, whose
+    own CI and describe say how they treat replicates."""
     row = {
         "median_us": t.median_us,
         "iqr_us": t.iqr_us if t.measured else None,
@@ -45,6 +57,12 @@ def _timing_row(t: Timing) -> dict[str, Any]:
     }
     if not t.measured:
         row["predictor"] = t.predictor
+    else:
+        row["builds"] = t.replicate_count
+        row["build_medians_us"] = t.replicate_medians_us
+        if t.replicate_count >= 2:
+            meds = ", ".join(f"{m:.1f}" for m in t.replicate_medians_us)
+            row["describe"] += f", in {t.replicate_count} builds (build medians {meds} µs)"
     return row
 
 
@@ -90,6 +108,12 @@ def confirmations(opt_or_report: Any) -> list[dict[str, Any]]:
     return [one] if one else []
 
 
+def rebuilds(conf: dict[str, Any]) -> int:
+    """The rebuild rounds of a confirmation record: its `rounds`, or one less in a record from
+    before `search_build_medians_us` (its rounds counted the search's builds as the first)."""
+    return conf["rounds"] if "search_build_medians_us" in conf else conf["rounds"] - 1
+
+
 def unconfirmed_plan(
     conf: dict[str, Any], min_effect: float, searched: str | None, search: Comparison | None
 ) -> str:
@@ -114,10 +138,10 @@ def unconfirmed_plan(
         )
     else:
         why.append(f"pooled gain {100 * conf['pooled_gain']:+.2f} %")
-    rebuilds = conf["rounds"] - 1
+    builds = "" if "search_build_medians_us" in conf else f"{conf['rounds']} builds each: "
     return (
-        f"the same plan: {found}, not confirmed in {counted(rebuilds, 'rebuild')} of each "
-        f"({conf['rounds']} builds each: {'; '.join(why)}), so the answer is {conf['baseline']}"
+        f"the same plan: {found}, not confirmed in {counted(rebuilds(conf), 'rebuild')} of each "
+        f"({builds}{'; '.join(why)}), so the answer is {conf['baseline']}"
     )
 
 
@@ -178,7 +202,7 @@ def same_plan_phrase(opt: Optimizer, name: str, ref: Evaluation, measured: bool)
             named |= {plan_key(refuted.plan)} if refuted is not None else set()
             text += (
                 f"; before it, {before['answer']} was not confirmed against {before['baseline']} "
-                f"({counted(before['rounds'], 'build')} each)"
+                f"({_rounds_each(before)})"
             )
         rest = [e for e, _ in others if plan_key(e.plan) not in named]
         if rest:
@@ -248,6 +272,92 @@ def comparison_row(c: Comparison, measured: bool, same_plan: str | None = None) 
     }
 
 
+def _built_once(ref_name: str, ref: Timing, answer: Timing) -> str:
+    """Which side of a comparison was built once: 'one build a side', 'the input built once'."""
+    once = [who for who, t in ((ref_name, ref), ("the answer", answer)) if t.replicate_count < 2]
+    return "one build a side" if len(once) == 2 else f"{once[0]} built once"
+
+
+def measured_comparison_row(
+    ref: Timing, answer: Timing, alpha: float, min_effect: float, ref_name: str
+) -> dict[str, Any]:
+    """The answer against a baseline, measured, as comparison_row's JSON with `test`, `builds`,
+    `change_ci_pct` and `change_ci_level` added. Each side's builds are the unit that varies (a
+    rebuild re-times its kernels), so where each side has 2 builds or more the verdict is the
+    t-test on the build medians (timing.compare_replicates, as `compare` does for replicated
+    results), with the change's CI at 1 - alpha, the level the verdict is taken at (a 95 % CI
+    clear of 0 beside "no significant difference" at alpha 0.01 reads as a contradiction); where
+    a side is one build, nothing measured how far a rebuild moves it:
+    no p and no verdict ("not tested"), only the change of the medians. The Mann-Whitney test on
+    samples pooled over 2–3 builds took them as independent and said "faster (p=4.6e-96)" where
+    every plan was equally fast (bug bash: 10 of 40 null-world runs)."""
+    builds = {"baseline": ref.replicate_count, "answer": answer.replicate_count}
+    if min(builds.values()) >= 2:
+        c = compare_replicates(ref, answer, alpha=alpha, min_effect=min_effect)
+        if not c.no_spread and c.replicated is not None:
+            from scipy.stats import t as student_t
+
+            _, df, _, diff, se = replicate_t_test(ref.replicate_medians_us, answer.replicate_medians_us)
+            half = float(student_t.ppf(1 - alpha / 2, df)) * se
+            lo, hi = (100 * (math.exp(x) - 1) for x in (diff - half, diff + half))
+            how = f"{100 * (1 - alpha):g}% CI {lo:+.1f} … {hi:+.1f} %; t-test on the build medians, "
+            how += f"{builds['baseline']} + {builds['answer']} builds, p={c.p_value:.3g}"
+            if c.verdict == "no significant difference":
+                under = f", under the {100 * min_effect:g} % min effect" if c.p_value < alpha else ""
+                describe = f"no significant difference (ratio {c.ratio:.3f}{under}, {how})"
+            else:
+                describe = f"{c.verdict}: {100 * (c.ratio - 1):+.1f}% ({how})"
+            return {
+                "verdict": c.verdict,
+                # the change's own CI (change_ci_pct) sizes it: no overlap of two CIs to judge by
+                "size_uncertain": False,
+                "ratio": c.ratio,
+                "p_value": c.p_value,
+                "describe": describe,
+                "test": REPLICATE_TEST,
+                "builds": builds,
+                "change_ci_pct": [lo, hi],
+                "change_ci_level": 1 - alpha,
+            }
+        why = f"every build median alike on each side ({builds['baseline']} + {builds['answer']} builds)"
+    else:
+        why = _built_once(ref_name, ref, answer)
+    ratio = answer.median_us / ref.median_us
+    return {
+        "verdict": NOT_TESTED,
+        "size_uncertain": None,
+        "ratio": ratio,
+        "p_value": None,
+        "describe": (
+            f"{100 * (ratio - 1):+.1f}% in the medians, not tested: {why}, so build-to-build variation "
+            "is not measured (no p, no verdict)"
+        ),
+        "test": None,
+        "builds": builds,
+        "change_ci_pct": None,
+        "change_ci_level": None,
+    }
+
+
+#: A measured comparison's verdict where a side is one build (or its builds showed no spread)
+NOT_TESTED = "not tested"
+
+
+def behind_phrase(conf: dict[str, Any], r8: Timing, base: Timing, max_evals: int) -> str:
+    """ "vs input" where round-up-to-8, the answer in place of a searched plan that failed against
+    it, had no rebuild round against the input left and its rebuilds measured behind the input's
+    build, so the answer is the input (fallback_vs_input "behind"): the report had said "slower:
+    +0.7 %" of the model it wrote (bug bash)."""
+    n = rebuilds(conf)
+    return (
+        f"the same plan: {conf['baseline']}, the answer in place of {conf['answer']} (not confirmed "
+        f"against it), measured {100 * (r8.median_us / base.median_us - 1):+.1f} % against it in its "
+        f"{counted(n, 'rebuild')} ({r8.median_us:.1f} µs against the input's one build, "
+        f"{base.median_us:.1f} µs), and no evaluation of --max-evals {max_evals} was left for a "
+        "rebuild round of each, so the answer is the input"
+    )
+
+
 def _samples_per_conv(span: list[int] | None, asked: int) -> str:
     """'10 samples', or '10–50 samples' where cached entries hold more than this run asked for;
     `span`: the fewest and most of the values used, those replayed from a journal included (a
@@ -288,18 +398,33 @@ def build_report(
     r8 = opt._by_key[plan_key(opt.round_up)]
     timings = {"input": opt.final_timing(base), "round_up_8": opt.final_timing(r8), "best": best.timing}
     comparisons = {}
+    behind = next((c for c in confirmations(opt) if c.get("fallback_vs_input") == "behind"), None)
     for name, ref in (("vs_input", timings["input"]), ("vs_round_up_8", timings["round_up_8"])):
-        c = compare(ref, best.timing, alpha=cfg.alpha, min_effect=cfg.min_effect)
         # said why, so that an answer which changes nothing does not read as a run that failed
         ref_ev = base if name == "vs_input" else r8
         same = plan_key(best.plan) == plan_key(ref_ev.plan)
+        if not same and measured:  # on the builds (measured_comparison_row), not pooled samples
+            comparisons[name] = measured_comparison_row(
+                ref,
+                best.timing,
+                cfg.alpha,
+                cfg.min_effect,
+                "the input" if name == "vs_input" else "round-up-to-8",
+            )
+            continue
+        c = compare(ref, best.timing, alpha=cfg.alpha, min_effect=cfg.min_effect)
         phrase = same_plan_phrase(opt, name, ref_ev, measured) if same else None
+        if same and name == "vs_input" and behind is not None:
+            phrase = behind_phrase(behind, timings["round_up_8"], timings["input"], cfg.max_evals)
         missed = unevaluated_solver_plan(opt, ref_ev) if same and budget_hit else None
         if phrase is not None and missed:  # in place of "no other widths were … faster", which only
             # the budget made true
             plain = phrase == same_plan(name, cfg.min_effect, measured)
             phrase = f"the same plan: {missed}" if plain else f"{phrase}; {missed}"
         comparisons[name] = comparison_row(c, measured, phrase)
+        if measured:  # the keys of measured_comparison_row's: the same plan is tested on nothing
+            builds = {"baseline": ref.replicate_count, "answer": best.timing.replicate_count}
+            comparisons[name].update(test=None, builds=builds, change_ci_pct=None, change_ci_level=None)
     unconfirmed = getattr(opt, "unconfirmed_vs_input", None)
     if unconfirmed and plan_key(best.plan) == plan_key(r8.plan) != plan_key(base.plan):
         # round-up-to-8 is the answer and no round put it to the input: one build of the input
@@ -706,7 +831,7 @@ def _budget_note(ev: dict[str, Any], every: list[dict[str, Any]]) -> str:
     if not reserved:
         return " — budget exhausted"
     if every:
-        used = sum(2 * (c["rounds"] - 1) for c in every)
+        used = sum(2 * rebuilds(c) for c in every)
         return f" — search budget spent; {reserved} kept back for the confirmation rounds ({used} used)"
     return (
         f" — search budget spent; {reserved} kept back for the confirmation rounds, unused "
@@ -729,10 +854,12 @@ def _build_lines(evaluations: list[dict[str, Any]]) -> list[str]:
 def _fmt(t: dict[str, Any]) -> str:
     if not t["measured"]:
         return f"{t['median_us']:.1f} µs (predicted)"
+    # a confirmed plan's latency pools its rebuilds: say how many
+    runs = f"{t['runs']} runs" + (f" in {t['builds']} builds" if (t.get("builds") or 1) >= 2 else "")
     if t["ci95_us"] is None:  # fewer runs than a 95 % CI of the median needs (timing.CI_MIN_RUNS)
-        return f"{t['median_us']:.1f} µs (IQR {t['iqr_us']:.1f}, no 95% CI, {t['runs']} runs)"
+        return f"{t['median_us']:.1f} µs (IQR {t['iqr_us']:.1f}, no 95% CI, {runs})"
     lo, hi = t["ci95_us"]
-    return f"{t['median_us']:.1f} µs (IQR {t['iqr_us']:.1f}, 95% CI [{lo:.1f}, {hi:.1f}], {t['runs']} runs)"
+    return f"{t['median_us']:.1f} µs (IQR {t['iqr_us']:.1f}, 95% CI [{lo:.1f}, {hi:.1f}], {runs})"
 
 
 def confirmation_line(conf: dict[str, Any]) -> str:
@@ -745,6 +872,14 @@ def confirmation_line(conf: dict[str, Any]) -> str:
         f"{b:.1f} vs {a:.1f}"
         for b, a in zip(conf["best_round_medians_us"], conf["baseline_round_medians_us"])
     )
+    search = conf.get("search_build_medians_us")
+    per = "rebuild" if search else "round"
+    # the search's own builds: chosen for measuring fast, so not counted (said, not hidden)
+    aside = (
+        f"; the search's builds, {search['best']:.1f} vs {search['baseline']:.1f}, not counted"
+        if search
+        else ""
+    )
     then = conf.get("fallback_vs_input")
     if conf["kept"]:
         verdict = "kept: faster in every round"
@@ -755,15 +890,27 @@ def confirmation_line(conf: dict[str, Any]) -> str:
             f"not confirmed, so the answer is {conf['baseline']} (itself not confirmed against the "
             "input: no evaluation of --max-evals was left for a rebuild round of each)"
         )
+    elif then == "behind":
+        verdict = (
+            f"not confirmed, and {conf['baseline']}'s rebuilds measured behind the input's one build, "
+            "with no evaluation of --max-evals left for a rebuild round of each, so the answer is the input"
+        )
     else:
         verdict = f"not confirmed, so the answer is {conf['baseline']}"
     # round-up-to-8 confirmed against the input is named: it is no searched plan
     what = conf.get("answer") if conf.get("answer_is_baseline") else "searched plan"
     after = f", in place of {conf['after']}" if conf.get("after") else ""
     return (
-        f"confirmation ({conf['rounds']} builds each, {what} vs {conf['baseline']}{after}, "
-        f"median µs per round: {rounds}; pooled gain {100 * conf['pooled_gain']:+.2f} %): {verdict}"
+        f"confirmation ({_rounds_each(conf)}, {what} vs {conf['baseline']}{after}, "
+        f"median µs per {per}: {rounds}; pooled gain {100 * conf['pooled_gain']:+.2f} %{aside}): {verdict}"
     )
+
+
+def _rounds_each(conf: dict[str, Any]) -> str:
+    """'2 rebuilds each', or '3 builds each' for a record whose rounds counted the search's builds."""
+    if "search_build_medians_us" in conf:
+        return f"{counted(conf['rounds'], 'rebuild')} each"
+    return f"{counted(conf['rounds'], 'build')} each"
 
 
 def _confirmation_lines(report: dict[str, Any]) -> list[str]:

@@ -81,8 +81,9 @@ def test_round_up_to_8_refuted_against_the_input_after_a_searched_plan_leaves_th
     assert first["kept"] is False and first["fallback_vs_input"] == "rounds"
     assert second["answer"] == "round-up-to-8" and second["baseline"] == "input"
     assert second["after"] == searched(res) and second["answer_is_baseline"] is True
-    assert second["kept"] is False and second["rounds"] == 3
-    assert second["best_round_medians_us"] == pytest.approx([950.5, 1000.5, 1000.5])
+    # its 2 rebuilds decide (round-up-to-8's lucky search build is on record, not counted)
+    assert second["kept"] is False and second["rounds"] == 2
+    assert second["best_round_medians_us"] == pytest.approx([1000.5, 1000.5])
     assert res.report["confirmation"] == second  # the decisive one, as old readers read it
     assert res.best_label == "input"
     labels = [e.label for e in res.evaluations]
@@ -98,7 +99,7 @@ def test_round_up_to_8_refuted_against_the_input_after_a_searched_plan_leaves_th
     vs_input = res.report["comparisons"]["vs_input"]["describe"]
     assert vs_input.startswith("the same plan: round-up-to-8 measured -5.0 % against it in the search")
     assert "not confirmed in 2 rebuilds of each" in vs_input and "so the answer is input" in vs_input
-    assert f"before it, {searched(res)} was not confirmed against round-up-to-8 (3 builds each)" in vs_input
+    assert f"before it, {searched(res)} was not confirmed against round-up-to-8 (2 rebuilds each)" in vs_input
     # the one move measured faster than the input in a single build and not accepted is named apart
     assert vs_input.endswith(
         "; 1 other plan measured significantly and at least 0.5 % faster than it in one build each, "
@@ -144,11 +145,12 @@ def test_round_up_to_8_confirmed_against_the_input_after_a_searched_plan_is_the_
     first, second = res.report["confirmations"]
     assert first["kept"] is False and first["fallback_vs_input"] == "rounds"
     assert second["kept"] is True and second["baseline"] == "input" and second["answer"] == "round-up-to-8"
-    assert second["baseline_round_medians_us"] == pytest.approx([1000.5] * 3)
+    assert second["baseline_round_medians_us"] == pytest.approx([1000.5] * 2)
     assert res.best_plan == res.round_up and res.best_label == "round-up-to-8"
-    # the answer and the input as the deciding rounds saw them: three builds each
-    assert res.timings["best"].runs == res.timings["input"].runs == res.timings["round_up_8"].runs == 33
-    assert res.report["comparisons"]["vs_input"]["verdict"] == "faster"
+    # the answer and the input as the deciding rounds saw them: two rebuilds each
+    assert res.timings["best"].runs == res.timings["input"].runs == res.timings["round_up_8"].runs == 22
+    # on the build medians, which this stand-in does not vary: no verdict (was "faster")
+    assert res.report["comparisons"]["vs_input"]["verdict"] == "not tested"
     vs_r8 = res.report["comparisons"]["vs_round_up_8"]["describe"]
     assert vs_r8.startswith(f"the same plan: {searched(res)} measured -5.3 % against it in the search")
     assert "not confirmed in 2 rebuilds of each" in vs_r8 and "so the answer is round-up-to-8;" in vs_r8

@@ -162,7 +162,7 @@ def test_the_confirmation_rounds_rebuild_without_the_cache(
     )  # fmt: skip
     res = optimize(cfg, session=session)
     labels = [e.label for e in res.evaluations]
-    assert any("(confirm" in label for label in labels) and res.report["confirmation"]["rounds"] == 3
+    assert any("(confirm" in label for label in labels) and res.report["confirmation"]["rounds"] == 2
     assert len(session.caches) == len(labels)
     assert [c for c, label in zip(session.caches, labels) if "(confirm" in label] == [None] * 4
     assert {c for c, label in zip(session.caches, labels) if "(confirm" not in label} == {"/w/timing.cache"}

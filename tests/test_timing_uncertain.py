@@ -165,8 +165,10 @@ def test_the_report_carries_the_flag() -> None:
 @pytest.mark.filterwarnings("ignore:--max-evals 4 leaves the search no evaluation")
 def test_optimize_reports_an_uncertain_size(zoo_model_path: Any, tmp_path: Path) -> None:
     """End to end: a measured backend whose samples are bimodal, the input 25 % slower in each mode
-    and its median in its slow mode, every other plan's in its fast one: report.json's vs_input
-    keeps "faster" and carries the flag."""
+    and its median in its slow mode, every other plan's in its fast one. report.json's vs_input
+    said "faster" with the flag, from the pooled samples; it tests on builds now
+    (tests/test_statsopt_confirm_claims.py), and --max-evals 4 leaves one rebuild a side: no
+    verdict, no p and no size flag, only the change of the medians (the -84 % the modes make)."""
     import json
 
     from test_optimize import DesignedSession, four_eval_config
@@ -191,6 +193,7 @@ def test_optimize_reports_an_uncertain_size(zoo_model_path: Any, tmp_path: Path)
     cfg = four_eval_config(zoo_model_path, tmp_path)
     res = optimize(cfg, session=BimodalSession())
     vs_input = json.loads((tmp_path / "out" / "report.json").read_text())["comparisons"]["vs_input"]
-    assert vs_input["verdict"] == "faster", vs_input
-    assert vs_input["size_uncertain"] is True and "size uncertain" in vs_input["describe"]
+    assert vs_input["verdict"] == "not tested", vs_input
+    assert vs_input["size_uncertain"] is None and vs_input["p_value"] is None
+    assert "one build a side" in vs_input["describe"] and vs_input["ratio"] < 0.5
     assert res.report["comparisons"]["vs_input"] == vs_input
