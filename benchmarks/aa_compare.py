@@ -12,8 +12,9 @@ difference, so any "faster"/"slower" is a false alarm: the rate to hold against 
   results, the t-test on the runs' medians: `consecutive` groups (runs 1-3, 4-6, ...: what `bench
   --repeat 3` gives, one result after another), `all_splits` of the runs into two groups where
   there are exactly 2 groups' worth (6 runs: 10 splits), and `random_splits` (seeded) of the runs
-  into two disjoint groups, taken anywhere in the series (interleaving baseline and current runs),
-  and `one_against_group`: one run (an older baseline) against a group of others.
+  into two disjoint groups, taken anywhere in the series (interleaving baseline and current runs).
+  (`one_against_group`, one run against a group, and `group_against_one` under `--detect` went
+  with compare's refusal of one run against replicates, 2026-12-07: results scored before hold them.)
 
 With `--detect B.json ...` (results of a model that really differs, timed in the same series),
 each rule is also scored on A against B: how often it calls the change, and which way. Prints
@@ -114,16 +115,6 @@ def replicate_rule(runs: list[Timing], k: int, seed: int = 0) -> dict[str, objec
         out["all_splits"] = count(
             compare_timings(group([runs[i] for i in a]), group([runs[i] for i in b])) for a, b in splits
         )
-    # one run (an older baseline) against k others: every such choice, or a seeded sample of them
-    ones = [
-        (i, rest) for i in range(n) for rest in itertools.combinations([j for j in range(n) if j != i], k)
-    ]
-    if len(ones) > RANDOM_SPLITS:
-        ones = random.Random(seed).sample(ones, RANDOM_SPLITS)
-    if k >= 3:  # 1 against 2 is refused (too few replicates)
-        out["one_against_group"] = count(
-            compare_timings(runs[i], group([runs[j] for j in rest])) for i, rest in ones
-        )
     if n >= 2 * k:
         rng = random.Random(seed)
         picks = (rng.sample(range(n), 2 * k) for _ in range(RANDOM_SPLITS))
@@ -153,8 +144,6 @@ def detect(a_runs: list[Timing], b_runs: list[Timing], k: int) -> dict[str, obje
             "group": k,
             "paired": count(compare_timings(a, b) for a, b in zip(ga, gb)),
             "all": count(compare_timings(a, b) for a in ga for b in gb),
-            # a group of k A runs against each single B run (B timed once, as an older baseline is)
-            "group_against_one": count(compare_timings(a, b) for a in ga for b in b_runs if k >= 3),
         },
     }
 

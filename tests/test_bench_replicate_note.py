@@ -2,8 +2,8 @@
 
 Why: `bench --runs 1 --warmup 2 --repeat 3 -o s1.json` said "3 runs: compare needs at least 5 per side
 … use --runs 5", counting the replicates' samples as one run, but compare judges such a result by a
-t-test on its replicates' medians (timing.REPLICATE_MIN_DF: 2 replicates a side, or 1 against 3),
-and --runs does not enter that test's count.
+t-test on its replicates' medians (timing.REPLICATE_MIN_PER_SIDE: 2 replicates a side; 1 against
+3 until 2026-12-07), and --runs does not enter that test's count.
 """
 
 from __future__ import annotations
@@ -35,11 +35,18 @@ def test_a_replicated_result_is_noted_by_its_replicates_not_its_runs(
     assert code == 0
     assert err == (
         "note: 3 replicates of 1 run: `deployopt compare` judges a result of several replicates by a t-test "
-        "on their medians, not on the runs within each, and needs 2 replicates a side or 1 against 3: 3 is "
-        "enough against any result\n"
+        "on their medians, not on the runs within each, and needs 2 replicates a side: 3 is enough against "
+        "another result of 2 or more, not against a result of one run (bench that side with --repeat too)\n"
     )
     assert "--runs 5" not in err
-    # and compare does judge it, on the replicates, against a result of one run of 5 samples
+    # and compare does judge it, on the replicates, against another such result
+    s2 = tmp_path / "s2.json"
+    code, _, err = run_cli(monkeypatch, capsys, "bench", str(model), *RUNS, "--repeat", "2", "-o", str(s2))
+    assert code == 0
+    code, out, err = run_cli(monkeypatch, capsys, "compare", str(s2), str(s1), "--json")
+    assert code in (0, 1), err
+    assert json.loads(out)["pairs"][0]["test"]["replicates"] == {"baseline": 2, "current": 3}
+    # not against a result of one run of 5 samples (1 against 3 was judged until 2026-12-07)
     one = tmp_path / "one.json"
     code, _, err = run_cli(
         monkeypatch,
@@ -57,8 +64,7 @@ def test_a_replicated_result_is_noted_by_its_replicates_not_its_runs(
     )
     assert code == 0 and err == ""
     code, out, err = run_cli(monkeypatch, capsys, "compare", str(one), str(s1), "--json")
-    assert code in (0, 1), err
-    assert json.loads(out)["pairs"][0]["test"]["replicates"] == {"baseline": 1, "current": 3}
+    assert code == 2 and out == "" and err.count("\n") == 1 and "too few replicates" in err
 
 
 def test_two_replicates_say_they_cannot_meet_a_one_run_result(
@@ -69,11 +75,13 @@ def test_two_replicates_say_they_cannot_meet_a_one_run_result(
     assert code == 0
     assert err.startswith("note: 2 replicates of 1 run: `deployopt compare` judges a result of several")
     assert err.endswith(
-        "2 is enough against another of 2 or more, not against a result of one run: add a third replicate\n"
+        "2 is enough against another result of 2 or more, not against a result of one run (bench that side "
+        "with --repeat too)\n"
     )
-    # --append counts the file's replicates and the new one: three now, enough against any
+    # --append counts the file's replicates and the new one: three now, and still not against one run
     code, _, err = run_cli(monkeypatch, capsys, "bench", str(model), *RUNS, "--append", "-o", str(two))
-    assert code == 0 and err.startswith("note: 3 replicates of 1 run:") and "enough against any" in err
+    assert code == 0 and err.startswith("note: 3 replicates of 1 run:")
+    assert "3 is enough against another" in err
     # one run: the note as before
     code, _, err = run_cli(monkeypatch, capsys, "bench", str(model), *RUNS)
     assert code == 0 and err.startswith("note: 1 run: `deployopt compare` needs at least 5 per side")

@@ -363,7 +363,11 @@ def test_bench_on_a_power_capped_h200_warned_and_compare_flagged_it() -> None:
     assert slowdown_between(*uncapped) == {}
     report = compare_paths(folder / "bench_w512_runs100.json", folder / "bench_w512_runs2000.json")
     (pair,) = report.pairs
-    assert pair.comparison.verdict == "slower"  # +2.2 %, the longer run held down longer
+    # +2.2 %, the longer run held down longer: "slower" until 2026-12-07. The current run climbed
+    # +0.6 % within itself (p 9e-23): carried to the baseline's median that trend leaves 1.5 % of the
+    # change, under --min-effect, so no verdict (timing.with_stability; the same net on both sides)
+    assert pair.comparison.unstable and pair.comparison.verdict == "no significant difference"
+    assert pair.comparison.ratio > 1.02
     assert pair.differences == [
         "baseline: GPU clock held down by SW power cap 600 ms",
         "current: GPU clock held down by SW power cap 9.6 s",

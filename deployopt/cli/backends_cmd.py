@@ -492,11 +492,12 @@ def note_too_few_to_compare(timing: Timing) -> None:
     --alpha) can ever judge: bench accepts `--runs 3`, and compare refused the file only later.
 
     A result of several replicates (`--repeat`, `--append`) is judged on their medians, not on its
-    samples, so its note counts replicates and says what that test needs (timing.REPLICATE_MIN_DF:
-    2 a side, or 1 against 3): `--runs 1 --repeat 3` was told to use --runs 5, which compare does not
-    ask of it. Said where its runs are as short as a one-run result's note is about."""
+    samples, so its note counts replicates and says what that test needs (timing.
+    REPLICATE_MIN_PER_SIDE: 2 a side; until 2026-12-07 also 1 against 3): `--runs 1 --repeat 3` was
+    told to use --runs 5, which compare does not ask of it. Said where its runs are as short as a
+    one-run result's note is about."""
     from deployopt.regression import DEFAULT_ALPHA
-    from deployopt.timing import REPLICATE_MIN_DF, min_samples
+    from deployopt.timing import REPLICATE_MIN_PER_SIDE, min_samples
 
     need = min_samples(DEFAULT_ALPHA)
     k = timing.replicate_count
@@ -513,15 +514,12 @@ def note_too_few_to_compare(timing: Timing) -> None:
         if sizes[0] >= need:
             return
         each = counted(sizes[0], "run") if len(sizes) == 1 else f"{sizes[0]}–{sizes[-1]} runs"
-        enough = (
-            "enough against any result"
-            if k - 1 >= REPLICATE_MIN_DF
-            else "enough against another of 2 or more, not against a result of one run: add a third replicate"
-        )
+        need_k = REPLICATE_MIN_PER_SIDE  # 2: every replicated result has enough of its own
         text = (
             f"note: {k} replicates of {each}: `deployopt compare` judges a result of several replicates by "
-            "a t-test on their medians, not on the runs within each, and needs 2 replicates a side or 1 "
-            f"against 3: {k} is {enough}"
+            f"a t-test on their medians, not on the runs within each, and needs {need_k} replicates a "
+            f"side: {k} is enough against another result of {need_k} or more, not against a result of one "
+            "run (bench that side with --repeat too)"
         )
     err_console.print(text, style="yellow", markup=False, highlight=False, soft_wrap=True)
 
@@ -566,9 +564,15 @@ def render_bench(timing: Timing, title: str) -> None:
     pooled = " (all replicates' runs together)" if timing.replicate_count > 1 else ""
     table.add_row("median", f"{timing.median_us:.1f} µs{pooled}")
     if timing.spread_known:
-        lo, hi = timing.ci95_us
         table.add_row("IQR", f"{timing.iqr_us:.1f} µs")
-        ci = f"[{lo:.1f}, {hi:.1f}] µs (bootstrap)" if timing.ci_known else timing.ci_text()
+        # replicates: a t-interval on their medians (Timing.ci95_us), which says so; the pooled
+        # samples' bootstrap left the variation between runs out ([1019.9, 1021.1] µs beside
+        # replicate medians 982.8, 1020.9, 1025.3)
+        if timing.ci_known:
+            lo, hi = timing.ci95_us
+            ci = f"[{lo:.1f}, {hi:.1f}] µs {timing.ci_phrase()}"
+        else:
+            ci = timing.ci_text()
         table.add_row("95% CI of median", ci)
     else:  # one sample: a spread of 0 and a CI [x, x] would look exact
         table.add_row("IQR", timing.spread_text())

@@ -2,7 +2,8 @@
 
 Thin layer over deployopt.regression. Exit 0 when nothing got slower, 1 when a model is slower
 than its baseline beyond the rule (or, with --strict, when setups differ, a pair has no verdict (a
-side drifted within its run by as much as the pair's change, or its replicates showed no spread), a
+side drifted within its run by as much as the pair's change, or by a trend that, carried over the
+gap between the runs, makes it; or its replicates showed no spread), a
 current result is not newer than its baseline, or a file has no counterpart), 2 on bad
 input, 3 with --strict when a pair timed two different models (not comparable) — so a release
 pipeline can gate on it.
@@ -214,7 +215,8 @@ def compare_command(
         False,
         "--strict",
         help="Also fail when setups differ (GPU, SMs, TensorRT, ...), a pair has no verdict (unstable: a "
-        "side drifted within its run by as much as the change, or no spread between replicates), a "
+        "side drifted within its run by as much as the change, or at a rate that makes it between the "
+        "runs, or no spread between replicates), a "
         "current result is not newer than its baseline (stale) or a file has no counterpart (exit 1), or "
         "when a pair timed different models (exit 3).",
     ),
