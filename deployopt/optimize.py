@@ -1334,11 +1334,15 @@ class Optimizer:
         return self._trim_importance() if trims else None
 
     def plan_document(self, plan: dict[str, int]) -> dict[str, Any]:
-        """plan.json: the widths, and for each trimmed group the channels it keeps (`keep`), so that
-        `deployopt apply --plan` rebuilds the very model.onnx written, with no data and no ranking."""
+        """plan.json: the widths, each group's width in the input model (`original`: `apply` refuses
+        the plan for a model where one differs, as in the same model saved in another node order,
+        whose unnamed convs' `<op>_<index>` ids name other convs), and for each trimmed group the
+        channels it keeps (`keep`), so that `deployopt apply --plan` rebuilds the very model.onnx
+        written, with no data and no ranking."""
         from deployopt.surgery import kept_channels
 
         doc: dict[str, Any] = {"widths": {g: int(w) for g, w in sorted(plan.items())}}
+        doc["original"] = {g: int(self.original[g]) for g in sorted(plan) if g in self.original}
         built = getattr(self, "_kept", None)  # the last plan build_model built, and what it kept
         if plan == self.original:
             keep = {}

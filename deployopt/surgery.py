@@ -70,6 +70,10 @@ class Plan:
 
     widths: dict[str, int]
     keep: dict[str, list[int]] = field(default_factory=dict)
+    #: per group, its width in the model the plan was written for (optimize's `original`): a plan
+    #: keyed `Conv_<index>` (unnamed nodes) met another conv in the same model saved in another node
+    #: order, and padded or trimmed it in silence; empty for a hand-written or older plan (unchecked)
+    original: dict[str, int] = field(default_factory=dict)
 
 
 def load_plan(path: str | os.PathLike[str]) -> dict[str, int]:
@@ -84,8 +88,9 @@ PLAN_MAX_BYTES = 64 << 20
 
 def read_plan(path: str | os.PathLike[str]) -> Plan:
     """Read a plan file: `{"widths": {...}}`, optionally with `"keep": {"<group id>": [channel, ...]}`
-    for trimmed groups (plans written by hand or by an older optimize have none); any other shape
-    is a one-line PlanError. The indices are checked against a model by `validate_keep`."""
+    for trimmed groups and `"original": {"<group id>": <width>}` (plans written by hand or by an
+    older optimize have neither); any other shape is a one-line PlanError. They are checked against
+    a model by `validate_keep` and `validate_original`."""
     path = Path(path)
     if path.is_dir():
         raise PlanError(f"{path}: is a folder, expected a plan file (.json)")
@@ -103,10 +108,11 @@ def read_plan(path: str | os.PathLike[str]) -> Plan:
         raise PlanError(f"{path}: not valid JSON ({shorten(str(exc) or type(exc).__name__, 200)})") from None
     if not isinstance(data, dict) or not isinstance(data.get("widths"), dict):
         raise PlanError(f'{path}: expected {{"widths": {{"<group id>": <width>, ...}}}}')
-    unknown = sorted(set(data) - {"widths", "keep"})
+    unknown = sorted(set(data) - {"widths", "keep", "original"})
     if unknown:  # `"kept"` for "keep" was dropped in silence, and the trim re-ranked by L1
         raise PlanError(
-            f'{path}: unknown key {", ".join(map(repr, unknown))} (a plan has "widths" and optionally "keep")'
+            f'{path}: unknown key {", ".join(map(repr, unknown))} (a plan has "widths" and optionally '
+            '"original" and "keep")'
         )
     widths: dict[str, int] = {}
     for gid, w in data["widths"].items():
@@ -128,7 +134,20 @@ def read_plan(path: str | os.PathLike[str]) -> Plan:
             shown = repr(channels) if len(repr(channels)) <= 60 else f"{repr(channels)[:57]}..."
             raise PlanError(f"{path}: channels kept by group {gid!r} must be a list of integers, got {shown}")
         keep[gid] = list(channels)
-    return Plan(widths, keep)
+    original_data = data.get("original", {})
+    if not isinstance(original_data, dict):
+        raise PlanError(
+            f'{path}: "original" must map group ids to widths, got {shorten(repr(original_data), 60)}'
+        )
+    original: dict[str, int] = {}
+    for gid, w in original_data.items():
+        if isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= MAX_WIDTH:
+            raise PlanError(
+                f'{path}: "original" width of group {gid!r} must be an integer from 1 to {MAX_WIDTH}, '
+                f"got {shorten(repr(w), 60)}"
+            )
+        original[gid] = w
+    return Plan(widths, keep, original)
 
 
 def validate_plan(analysis: Analysis, widths: dict[str, int]) -> None:
@@ -146,6 +165,30 @@ def validate_plan(analysis: Analysis, widths: dict[str, int]) -> None:
             raise PlanError(f"width of group {gid!r} must be at least 1, got {w}")
         if w > MAX_WIDTH:
             raise PlanError(f"width of group {gid!r} is {len(str(w))} digits long; at most {MAX_WIDTH}")
+
+
+def validate_original(analysis: Analysis, original: Mapping[str, int]) -> None:
+    """Each group's width recorded by the plan (`original`: in the model it was written for) checked
+    against the model being edited. Group ids of unnamed nodes are `<op type>_<index>`, so the same
+    model saved in another node order (onnxsim, a re-export) gives them to other convs: a lossless
+    plan for `Conv_0` 13 → 16 and `Conv_1` 22 → 24 trimmed the 22-wide conv to 16, exit 0."""
+    if not isinstance(original, Mapping):
+        raise PlanError(
+            f"a plan's original widths map group ids to widths ({{'<group id>': 64}}), "
+            f"not a {type(original).__name__}"
+        )
+    for name, recorded in original.items():
+        group = analysis.group(name)  # PlanError when unknown
+        if isinstance(recorded, bool) or not isinstance(recorded, (int, np.integer)):
+            raise PlanError(f"original width of group {name!r} must be an integer, got {recorded!r}")
+        if int(recorded) != group.width:
+            called = repr(name) if name == group.id else f"{name!r} (group {group.id!r})"
+            raise PlanError(
+                f"group {called} is {group.width} channel(s) wide in this model, but the plan was written "
+                f"for a model where it is {int(recorded)} (another model, or this one saved with its nodes "
+                "in another order: unnamed nodes are named by position); apply it to the model it was "
+                'written for, or delete its "original" to apply the widths anyway'
+            )
 
 
 def _channel_list(gid: str, channels: Any) -> list[int]:
@@ -392,6 +435,7 @@ def apply_plan_report(
     analysis: Optional[Analysis] = None,
     importance: Optional[dict[str, np.ndarray]] = None,
     keep: Optional[Mapping[str, Sequence[int]]] = None,
+    original: Optional[Mapping[str, int]] = None,
 ) -> tuple[onnx.ModelProto, list[GroupChange]]:
     """`apply_plan`, also saying per group what was padded or trimmed."""
     model = model_proto(model)
@@ -403,6 +447,7 @@ def apply_plan_report(
     # was analysed: the analysis holds the structure only (another graph: a PlanError)
     consts = st.constants_of(model)
     validate_plan(analysis, widths)
+    validate_original(analysis, original or {})  # before `keep`, whose indices a swap makes wrong
     kept = validate_keep(analysis, widths, keep or {})
     widths = analysis.plan_by_id(widths)  # a plan may name a group by any of its producers
     importance = {analysis.group(g).id: v for g, v in (importance or {}).items()}  # … and so may this
@@ -664,6 +709,7 @@ def apply_plan(
     analysis: Optional[Analysis] = None,
     importance: Optional[dict[str, np.ndarray]] = None,
     keep: Optional[Mapping[str, Sequence[int]]] = None,
+    original: Optional[Mapping[str, int]] = None,
 ) -> onnx.ModelProto:
     """A new model with each planned group padded or trimmed to its width; the input is untouched.
 
@@ -676,10 +722,13 @@ def apply_plan(
     id → one value per channel, e.g. deployopt.importance.activation_importance on calibration
     inputs) where given, else by filter L1.
 
+    `original` (group id → its width in the model the plan was written for, plan.json's `original`)
+    makes a group of another width a PlanError: the model is not the one the plan was written for.
+
     `model` may be the LoadedModel `load_model` returned (its `.model` is edited). Write the result
     with `save_edited`, which gives back the dynamic dims loading fixed, as `deployopt apply` does.
     """
-    return apply_plan_report(model, widths, analysis, importance, keep)[0]
+    return apply_plan_report(model, widths, analysis, importance, keep, original)[0]
 
 
 def save_edited(model: onnx.ModelProto, path: str | os.PathLike[str], loaded: LoadedModel) -> list[str]:

@@ -48,7 +48,10 @@ def test_lossless_with_the_wave_model_writes_everything(
     for name in ("model.onnx", "plan.json", "report.json", "report.md", "journal.jsonl"):
         assert (out / name).exists(), name
     assert not list(out.glob(".partial-*"))  # the staging folder went once the set was in place
-    assert json.loads((out / "plan.json").read_text()) == {"widths": dict(sorted(res.best_plan.items()))}
+    assert json.loads((out / "plan.json").read_text()) == {
+        "widths": dict(sorted(res.best_plan.items())),
+        "original": dict(sorted(res.original.items())),
+    }
     # Lossless: no width below the original (these random weights have no dead channel), round-up is
     # a baseline, and the answer is never predicted slower than either baseline.
     assert all(res.best_plan[g] >= w for g, w in res.original.items())
@@ -1312,16 +1315,18 @@ def test_a_trim_runs_plan_lists_the_channels_its_model_keeps(tmp_path: Path) -> 
                          outdir=tmp_path / "o", calibration_data=str(data), fidelity_gate=False)  # fmt: skip
     opt = Optimizer(cfg)
     opt._load()
-    assert opt.plan_document({gid: 3}) == {"widths": {gid: 3}, "keep": {gid: [1, 2, 3]}}
-    assert opt.plan_document({gid: 8}) == {"widths": {gid: 8}}  # a padding lists none
+    # the widths of the input model too, which `apply` checks against the model it edits
+    assert opt.plan_document({gid: 3}) == {"widths": {gid: 3}, "original": {gid: 4}, "keep": {gid: [1, 2, 3]}}
+    assert opt.plan_document({gid: 8}) == {"widths": {gid: 8}, "original": {gid: 4}}  # a padding lists none
     # the plan just built gives its kept channels: they are not ranked a second time
     built = opt.build_model({gid: 3})
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("deployopt.surgery.kept_channels", lambda *a, **k: pytest.fail("ranked twice"))
-        assert opt.plan_document({gid: 3}) == {"widths": {gid: 3}, "keep": {gid: [1, 2, 3]}}
+        doc = opt.plan_document({gid: 3})
+        assert doc == {"widths": {gid: 3}, "original": {gid: opt.original[gid]}, "keep": {gid: [1, 2, 3]}}
     assert apply_plan(model, {gid: 3}, keep={gid: [1, 2, 3]}).SerializeToString() == built.SerializeToString()
     res = optimize(cfg)
     plan = json.loads((tmp_path / "o" / "plan.json").read_text())
     assert plan["widths"] == res.best_plan
-    again = apply_plan(onnx.load(str(path)), plan["widths"], keep=plan.get("keep"))
+    again = apply_plan(onnx.load(str(path)), plan["widths"], keep=plan.get("keep"), original=plan["original"])
     assert again.SerializeToString() == onnx.load(str(tmp_path / "o" / "model.onnx")).SerializeToString()
