@@ -203,11 +203,6 @@ class Timing:
         return self.sample_ci95_us
 
     @property
-    def ci_method(self) -> str:
-        """How ci95_us was made: 'bootstrap' (one run's samples) or REPLICATE_TEST (replicate medians)."""
-        return REPLICATE_TEST if self.replicate_count > 1 else "bootstrap"
-
-    @property
     def sample_ci95_us(self) -> tuple[float, float]:
         """The seeded bootstrap's 95 % CI of the median of samples_us as one run's, computed once per
         set of samples: compare's size check (which is about the samples) reads it, and 20 000
@@ -422,7 +417,7 @@ def measured_time(value: Any) -> datetime:
     offset = timedelta(0)
     if sign is not None:
         offset = timedelta(hours=int(off_h), minutes=int(off_m or 0))
-        if offset >= timedelta(days=1):
+        if offset >= timedelta(days=1) or int(off_m or 0) > 59:
             raise ValueError("offset out of range")
         offset = -offset if sign == "-" else offset
     return datetime(
@@ -463,11 +458,15 @@ def replicate_median_ci(medians: Sequence[float], level: float = 0.95) -> tuple[
     """Student's t-interval on the logs of replicate medians (k - 1 degrees of freedom), back in µs:
     a CI of their geometric mean that counts each run once, as compare's replicate test does, so
     the variation between runs is in it. None under 2 medians, or where they are all alike (the
-    spread between runs unmeasured, not zero: an interval [x, x] would look exact)."""
+    spread between runs unmeasured, not zero: an interval [x, x] would look exact), and where one is
+    not above 0 (no log: [NaN, NaN] in the JSON; jetson/runner.py's twin says None too)."""
     from scipy.stats import t as student_t
 
-    logs = np.log(np.asarray(medians, dtype=float))
-    if logs.size < 2 or np.ptp(logs) == 0:
+    values = np.asarray(medians, dtype=float)
+    if values.size < 2 or not np.all(values > 0):
+        return None
+    logs = np.log(values)
+    if np.ptp(logs) == 0:
         return None
     se = float(np.std(logs, ddof=1)) / math.sqrt(logs.size)
     half = float(student_t.ppf(0.5 + level / 2, logs.size - 1)) * se

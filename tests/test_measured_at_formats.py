@@ -67,3 +67,9 @@ def test_a_time_that_is_not_one_is_refused(text: str, why: str) -> None:
 def test_offsets_compare_as_instants() -> None:
     later, earlier = measured_time("2026-12-07T16:45:11+01:00"), measured_time("2026-12-07T15:45:10Z")
     assert later - earlier == timedelta(seconds=1)
+
+
+def test_an_offset_past_59_minutes_is_refused() -> None:
+    """+05:99 read as +06:39 (review): an offset's minutes are 00-59."""
+    with pytest.raises(ValueError, match="offset"):
+        measured_time("2026-12-07T15:45:11+05:99")
