@@ -131,7 +131,7 @@ def unconfirmed_plan(
     best, base = conf["best_round_medians_us"], conf["baseline_round_medians_us"]
     why = []
     if best and base and max(best) >= min(base):
-        why.append("not faster in every build")
+        why.append("its slowest rebuild not faster than the baseline's fastest")
     if conf["pooled_gain"] < min_effect * (1 - 1e-9):
         why.append(
             f"pooled gain {100 * conf['pooled_gain']:+.2f} %, under the {100 * min_effect:g} % min effect"
@@ -882,7 +882,7 @@ def confirmation_line(conf: dict[str, Any]) -> str:
     )
     then = conf.get("fallback_vs_input")
     if conf["kept"]:
-        verdict = "kept: faster in every round"
+        verdict = "kept: its slowest rebuild faster than the baseline's fastest"
     elif then == "rounds":
         verdict = f"not confirmed, so {conf['baseline']}, in its place, is confirmed against the input next"
     elif then == "budget":
