@@ -43,10 +43,10 @@ def _sigmoid_head(w: np.ndarray) -> onnx.ModelProto:
 
 
 def _passthrough(
-    offset: np.ndarray | None = None, low: int | None = None, out_type: int = T.FLOAT
+    offset: np.ndarray | None = None, low: int | None = None, out_type: int = T.FLOAT, classes: int = 10
 ) -> onnx.ModelProto:
-    """y = x (+ offset) over x [N, 10], the values the calibration arrays give: each row's top
-    classes set by hand. `low`: computed through a Cast to fp16/bf16 and back (a model holding
+    """y = x (+ offset) over x [N, classes], the values the calibration arrays give: each row's
+    top classes set by hand. `low`: computed through a Cast to fp16/bf16 and back (a model holding
     fp16, as `deployopt fp16`'s does with fp32 I/O); `out_type`: the output's type."""
     nodes, inits, cur = [], [], "x"
     if low is not None:
@@ -66,8 +66,8 @@ def _passthrough(
     g = h.make_graph(
         nodes,
         "g",
-        [h.make_tensor_value_info("x", T.FLOAT, ["N", 10])],
-        [h.make_tensor_value_info("y", out_type, ["N", 10])],
+        [h.make_tensor_value_info("x", T.FLOAT, ["N", classes])],
+        [h.make_tensor_value_info("y", out_type, ["N", classes])],
         inits,
     )
     return h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
@@ -116,8 +116,9 @@ def test_tied_maxima_agree_but_a_real_flip_does_not() -> None:
     swap = np.zeros(10, np.float32)
     swap[1] = 1.5  # row 2: class 1 (3.5) beats class 0 (3.0); row 3: class 1 wins as it did
     report = compare_models(_passthrough(), _passthrough(swap), calib)
-    # row 0: class 1 at 2.5 wins clearly in the candidate, the reference's 1.0 tie included it: agree
-    assert report.top1_agreement == pytest.approx(3 / 4)
+    # row 0: class 1 at 2.5 wins clearly in the candidate (by 60 %): the reference's tie of 1.0s
+    # includes it, but the candidate does not rank them alike, so a disagreement
+    assert report.top1_agreement == pytest.approx(2 / 4) and report.output_top1_tied == [0]
     close = np.zeros(10, np.float32)
     close[0] = 3e-5  # row 3: class 0 (2.00003) now beats class 1 (2.00002): 5e-6 relative, no tie
     report = compare_models(_passthrough(), _passthrough(close), calib)
@@ -156,3 +157,43 @@ def test_a_nonfinite_candidate_row_ties_nothing() -> None:
     offset[2] = np.inf
     report = compare_models(_passthrough(), _passthrough(offset), calib)
     assert report.top1_agreement == 0.0 and report.output_top1_tied == [0]
+
+
+def test_a_tie_broken_decisively_by_the_other_model_disagrees() -> None:
+    """The review's repro: the reference's classes 0 and 1 at 12.0 and 11.96 are within 4 fp16
+    epsilons of 12; an fp16 candidate lifting class 1 by 3.0 makes it the clear winner (14.96 to
+    12.0) in every row of 1000 classes (cosine 0.9995, row scale +0.45 %: both pass). The tie
+    alone counted each row as agreeing: top-1 100 %, verify passed, where the same candidate in
+    fp32 read 0 % and failed."""
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((4, 1000)) * 3).astype(np.float32)
+    x[:, 0], x[:, 1] = 12.0, 11.96
+    calib = CalibrationSet(samples=[{"x": x}], source="hand-made rows", random=False)
+    lift = np.zeros(1000, np.float32)
+    lift[1] = 3.0
+    for low in (T.FLOAT16, None):
+        ref, cand = _passthrough(classes=1000), _passthrough(lift, low=low, classes=1000)
+        report = verify_models(ref, cand, calib)
+        assert report.top1_agreement == 0.0 and report.output_top1_tied == [0], low
+        assert report.check(Thresholds()) == ["top-1 agreement 0.00% < 99.00%"], low
+
+
+def test_the_other_models_gap_and_the_tie_at_the_pairs_scale() -> None:
+    """Where one model ties two classes, the other may rank them apart by 4.47 % of their value
+    (the default --min-cosine's relative error): a tie of 1.0s the candidate breaks by 1e-5 (a
+    saturated sigmoid) or 3 % agrees, by 6 % it does not. The tie is judged at the two classes'
+    own scale: a -60 logit in the row made fp16's window 0.23, so 12.0 and 11.8 "tied"."""
+    calib = _rows([1.0, 1.0, 0.5], [1.0, 1.0, 0.5], [1.0, 1.0, 0.5])
+    for drop, agrees in ((1e-5, True), (0.03, True), (0.06, False)):
+        offset = np.zeros(10, np.float32)
+        offset[0] = -drop  # the candidate's class 1 (1.0) now leads class 0 (1 - drop)
+        report = compare_models(_passthrough(), _passthrough(offset), calib)
+        assert report.top1_agreement == (1.0 if agrees else 0.0), drop
+        assert report.output_top1_tied == [3 if agrees else 0], drop
+    tail = [12.0, 11.8, 0.5, 0.0, 0.0, -60.0]
+    calib = _rows(tail, tail)
+    lift = np.zeros(10, np.float32)
+    lift[1] = 0.3  # class 1 at 12.1 leads 12.0 by 0.8 %: close, but the reference's 0.2 is no tie
+    for low in (T.FLOAT16, None):
+        report = compare_models(_passthrough(low=low), _passthrough(lift, low=low), calib)
+        assert report.top1_agreement == 0.0 and report.output_top1_tied == [0], low

@@ -35,6 +35,7 @@ from deployopt.fidelity import (
     EXACT,
     RELATIVE,
     TOP1_TIE_EPS,
+    TOP1_TIE_OTHER,
     FidelityReport,
     ImagePreprocess,
     Thresholds,
@@ -232,10 +233,10 @@ def _scoring_notes(report: FidelityReport, t: Thresholds) -> list[str]:
     tied = sum(n for n in report.output_top1_tied if n)
     if tied:
         notes.append(
-            f"top-1: {tied} row(s) whose argmaxes differ count as agreeing: each model's top class is "
-            f"tied with the other's, within {TOP1_TIE_EPS} epsilons (of the coarsest float either model "
-            "holds) of the row's largest |value|, and an argmax of tied values is the first of them, "
-            "which rounding picks"
+            f"top-1: {tied} row(s) whose argmaxes differ count as agreeing: one model ties the two "
+            f"classes within {TOP1_TIE_EPS} epsilons (of the coarsest float either model holds) of "
+            f"their value, the other ranks them within {100 * TOP1_TIE_OTHER:.2f} %, and an argmax "
+            "of tied values is the first of them, which rounding picks"
         )
     one_value = [n for n, how in zip(report.output_names, by) if how == RELATIVE]
     if one_value:
