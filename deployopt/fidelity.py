@@ -1383,7 +1383,7 @@ class FidelityReport:
     def relative_error_max(self) -> float | None:
         """The worst RELATIVE output's relative error; None when no output is one value per row."""
         scored = [x for x in self.output_relative_error if x is not None]
-        return max(scored, key=lambda x: math.inf if math.isnan(x) else x) if scored else None
+        return max(scored, key=_nan_last) if scored else None
 
     @property
     def scale_change_max(self) -> float | None:
@@ -1499,6 +1499,7 @@ class FidelityReport:
         def num(x: float | None) -> float | None:
             return None if x is None or not math.isfinite(x) else float(x)
 
+        limit = relative_error_limit((thresholds or Thresholds()).min_cosine)  # both kinds of row
         return {
             "max_abs_error": num(self.max_abs_error),
             "mean_abs_error": num(self.mean_abs_error),
@@ -1507,19 +1508,11 @@ class FidelityReport:
             "top1_agreement": num(self.top1_agreement),
             # outputs of one value per row (relative error) and of integers (exact match); None: none
             "relative_error_max": num(self.relative_error_max),
-            "relative_error_limit": (
-                None
-                if self.relative_error_max is None
-                else relative_error_limit((thresholds or Thresholds()).min_cosine)
-            ),
+            "relative_error_limit": None if self.relative_error_max is None else limit,
             "exact_match": num(self.exact_match),
             # outputs scored by cosine: the worst row's change of length, and what it may be
             "scale_change_max": num(self.scale_change_max),
-            "scale_change_limit": (
-                None
-                if self.scale_change_max is None
-                else relative_error_limit((thresholds or Thresholds()).min_cosine)
-            ),
+            "scale_change_limit": None if self.scale_change_max is None else limit,
             "samples": self.n_samples,
             "rows": self.n_rows,
             "outputs": self.output_names,

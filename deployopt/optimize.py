@@ -889,10 +889,9 @@ class Optimizer:
         # a kept group an unpriced conv writes or reads, or else one only MatMul/Gemm weights size
         # (the coupling rules let no other op set a channel count)
         names = {n for n, _ in unpriced}
-        of_unpriced = [
-            g for g in kept if names & {*getattr(g, "producers", ()), *getattr(g, "consumers", ())}
-        ]
-        outside = [g for g in kept if all(g is not u for u in of_unpriced)]
+        reads = [bool(names & {*getattr(g, "producers", ()), *getattr(g, "consumers", ())}) for g in kept]
+        of_unpriced = [g for g, r in zip(kept, reads) if r]
+        outside = [g for g, r in zip(kept, reads) if not r]
         measure = "(--backend torch, ort, tensorrt or trtexec)"
         if len(kept) == len(free):
             why = [f"none of the convs of its {_groups_said(of_unpriced)}: {convs}"] if of_unpriced else []

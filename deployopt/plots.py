@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from deployopt.errors import DeployoptError, reraise_interrupt
+from deployopt.errors import DeployoptError, first_line, reraise_interrupt
 from deployopt.fileio import atomic_path
 
 #: What a plot may be written as, by its file name's suffix (no suffix: PNG).
@@ -72,14 +72,9 @@ def load_matplotlib() -> None:
                     os.environ["MPLBACKEND"] = saved
     except ImportError as exc:
         reraise_interrupt(exc)  # interrupted, not missing
-        raise DeployoptError(f"plots need matplotlib (pip install matplotlib): {_first_line(exc)}") from exc
+        raise DeployoptError(f"plots need matplotlib (pip install matplotlib): {first_line(exc)}") from exc
     except ValueError as exc:
-        raise DeployoptError(f"plots need matplotlib, whose import failed: {_first_line(exc)}") from exc
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+        raise DeployoptError(f"plots need matplotlib, whose import failed: {first_line(exc)}") from exc
 
 
 def short_name(name: str, limit: int = NAME_LIMIT) -> str:

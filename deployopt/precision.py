@@ -562,20 +562,18 @@ class _Converter:
             ):
                 node.attrs["to"] = TensorProto.FLOAT16
 
+    def compute_nodes(self) -> list[Any]:
+        """The graph's convs/matmuls (`_COMPUTE_OPS`, the default domain)."""
+        return [n for n in self.graph.nodes if n.op in _COMPUTE_OPS and n.domain in (None, "", "ai.onnx")]
+
     def fp32_compute(self) -> list[Any]:
-        """The convs/matmuls (`_COMPUTE_OPS`) that read an fp32 tensor (before `rewrite`)."""
-        return [
-            n
-            for n in self.graph.nodes
-            if n.op in _COMPUTE_OPS
-            and n.domain in (None, "", "ai.onnx")
-            and any(map(self.is_f32, n.inputs[:2]))
-        ]
+        """The convs/matmuls that read an fp32 tensor (before `rewrite`)."""
+        return [n for n in self.compute_nodes() if any(map(self.is_f32, n.inputs[:2]))]
 
     def refuse_float64_compute(self) -> None:
         """One ModelError line for a conv/matmul that takes float64: the conversion types fp32 only,
         so it stayed float64 and `deployopt fp16` said "fp16 inside" of the model."""
-        compute = [n for n in self.graph.nodes if n.op in _COMPUTE_OPS and n.domain in (None, "", "ai.onnx")]
+        compute = self.compute_nodes()
         double = [n for n in compute if any(_is_dtype(t, np.float64) for t in n.inputs[:2])]
         if double:
             node = double[0]

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deployopt.clocks import unlocked_phrase
-from deployopt.errors import reraise_interrupt
+from deployopt.errors import first_line, reraise_interrupt
 from deployopt.fileio import write_json, write_text
 from deployopt.model import layer_labels
 from deployopt.targets import measured_elsewhere, sm_count
@@ -732,8 +732,7 @@ def write_staircases(outdir: Path, report: dict[str, Any], opt: Optimizer) -> li
         except Exception as exc:  # a picture never costs the results: said below, not hidden
             if isinstance(exc, ImportError):
                 reraise_interrupt(exc)  # an interrupted import ends the run as interrupted
-            text = str(exc).strip()
-            failed.append(f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": "))
+            failed.append(_why_not_drawn(exc))
             continue
         out.append(f"staircases/{name}")
     if failed:
@@ -1125,6 +1124,11 @@ def write_report(outdir: Path, report: dict[str, Any], opt: Optimizer | None = N
     write_text(outdir / "report.md", render_markdown(report))
 
 
+def _why_not_drawn(exc: BaseException) -> str:
+    """'TypeName: first line of its message' (or the type name alone) for a picture's warning."""
+    return f"{type(exc).__name__}: {first_line(exc)}" if str(exc).strip() else type(exc).__name__
+
+
 def _pictures_failed(exc: Exception) -> None:
     """One `warning:` line for staircase pictures that could not be drawn at all (matplotlib
     missing or broken, ...): before, an ImportError was silent and anything else a traceback."""
@@ -1132,10 +1136,8 @@ def _pictures_failed(exc: Exception) -> None:
 
     from deployopt.errors import DeployoptWarning
 
-    text = str(exc).strip()
-    why = f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
     warnings.warn(
-        f"staircase pictures not drawn ({why}); report.md goes on without them",
+        f"staircase pictures not drawn ({_why_not_drawn(exc)}); report.md goes on without them",
         DeployoptWarning,
         stacklevel=2,
     )

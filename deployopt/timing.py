@@ -617,10 +617,6 @@ REPLICATE_TEST = "student-t-log-replicate-medians"
 #: change. Simulated A/A pairs of such runs at --alpha 0.01: 1 against 3 called 13.1 %, 3 against 3
 #: 3.3 % (bug bash 2026-12-07); until then 1 against 3 was taken (2 degrees of freedom).
 REPLICATE_MIN_PER_SIDE = 2
-#: The fewest degrees of freedom (replicates on both sides, less 2) the replicate test needs:
-#: REPLICATE_MIN_PER_SIDE a side gives them. With 1 the spread between runs rests on one difference
-#: of two medians, which two runs of the same mode make look tiny.
-REPLICATE_MIN_DF = 2
 
 
 @dataclass(frozen=True)

@@ -140,3 +140,20 @@ def sessions(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
 
     monkeypatch.setattr(onnxruntime, "InferenceSession", spy)
     return given
+
+
+@pytest.fixture
+def figures(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every matplotlib Figure saved, in order (its texts and artists read after the file is
+    written): a spy on Figure.savefig, for the tests of what the pictures show."""
+    from matplotlib.figure import Figure
+
+    saved: list[Any] = []
+    savefig = Figure.savefig
+
+    def spy(self: Any, *args: Any, **kw: Any) -> Any:
+        saved.append(self)
+        return savefig(self, *args, **kw)
+
+    monkeypatch.setattr(Figure, "savefig", spy)
+    return saved

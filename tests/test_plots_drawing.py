@@ -20,22 +20,6 @@ from PIL import Image
 from deployopt.plots import plot_staircase
 
 
-@pytest.fixture
-def figures(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """Every Figure saved, in order (its texts and artists read after the file is written)."""
-    from matplotlib.figure import Figure
-
-    saved: list[Any] = []
-    savefig = Figure.savefig
-
-    def spy(self: Any, *args: Any, **kw: Any) -> Any:
-        saved.append(self)
-        return savefig(self, *args, **kw)
-
-    monkeypatch.setattr(Figure, "savefig", spy)
-    return saved
-
-
 def svg_text(path: Path, **kw: Any) -> str:
     """The SVG plot_staircase writes, its texts kept as text (not glyph paths)."""
     import matplotlib

@@ -36,22 +36,6 @@ def _private_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("DEPLOYOPT_CACHE_DIR", str(tmp_path / "cache"))
 
 
-@pytest.fixture
-def figures(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """Every Figure saved, in order (its texts and artists read after the PNG is written)."""
-    from matplotlib.figure import Figure
-
-    saved: list[Any] = []
-    savefig = Figure.savefig
-
-    def spy(self: Any, *args: Any, **kw: Any) -> Any:
-        saved.append(self)
-        return savefig(self, *args, **kw)
-
-    monkeypatch.setattr(Figure, "savefig", spy)
-    return saved
-
-
 def chain(path: Path, names: list[str], widths: list[int]) -> Path:
     """A Conv-Relu chain: conv i named names[i] with widths[i] output channels, on 1x16x56x56."""
     rng = np.random.default_rng(0)

@@ -32,7 +32,7 @@ from deployopt.regression import (
     measurement_files,
     setup,
 )
-from deployopt.timing import Timing
+from deployopt.timing import Timing, replicate_center
 
 
 def _cell(t: Timing, replicated: bool) -> str:
@@ -41,7 +41,7 @@ def _cell(t: Timing, replicated: bool) -> str:
     if not replicated:
         return f"{t.median_us:.1f} ({t.iqr_us:.1f}, {t.runs})"
     meds = t.replicate_medians_us
-    center = math.exp(sum(math.log(m) for m in meds) / len(meds))
+    center = replicate_center(meds)
     if len(meds) == 1:
         return f"{center:.1f} (1×, {t.runs})"
     return f"{center:.1f} ({len(meds)}× {min(meds):.1f}–{max(meds):.1f}, {t.runs})"
