@@ -11,6 +11,7 @@ from pathlib import Path
 import onnx
 import pytest
 from cli_runner import run_cli
+from model_names import renamed
 from rich.table import Table
 from rich.text import Text
 
@@ -22,22 +23,6 @@ def _console_to(buf: io.StringIO) -> object:
     console.file = buf
     console.width = 120
     return console
-
-
-def _renamed(model: onnx.ModelProto, suffix: str) -> onnx.ModelProto:
-    """`model` with `suffix` added to every node name and every tensor name."""
-    g = model.graph
-    names = {v.name for v in [*g.input, *g.output, *g.value_info]} | {t.name for t in g.initializer}
-    names |= {o for n in g.node for o in n.output}
-    new = {n: n + suffix for n in names if n}
-    for values in (g.input, g.output, g.value_info, g.initializer):
-        for v in values:
-            v.name = new.get(v.name, v.name)
-    for n in g.node:
-        n.input[:] = [new.get(i, i) for i in n.input]
-        n.output[:] = [new.get(o, o) for o in n.output]
-        n.name += suffix
-    return model
 
 
 def test_a_cell_newline_is_escaped_and_the_row_stays_one_line() -> None:
@@ -92,7 +77,7 @@ def test_analyze_tables_print_a_newline_in_names_as_backslash_n(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     path = tmp_path / "nl.onnx"
-    onnx.save(_renamed(zoo_model("mobilenet_like_dynamic"), "\nX"), path)
+    onnx.save(renamed(zoo_model("mobilenet_like_dynamic"), lambda n: n + "\nX" if n else n), path)
     code, out, err = run_cli(monkeypatch, capsys, "analyze", str(path), "--input-shape", "input\nX:1x3x32x32")
     assert code == 0, err
     assert "features.0.conv\\nX" in out, out

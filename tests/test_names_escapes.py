@@ -13,6 +13,7 @@ from pathlib import Path
 import onnx
 import pytest
 from cli_runner import run_cli
+from model_names import renamed
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -22,26 +23,10 @@ from deployopt.cli.app import _console, print_notices, print_table
 ESC_SUFFIX = "\x1b[31mRED\x1b[0m"
 
 
-def _renamed(model: onnx.ModelProto, rename: Callable[[str], str]) -> onnx.ModelProto:
-    """`model` with every tensor and node name passed through `rename`."""
-    g = model.graph
-    names = {v.name for v in [*g.input, *g.output, *g.value_info]} | {t.name for t in g.initializer}
-    names |= {o for n in g.node for o in n.output}
-    new = {n: rename(n) for n in names}
-    for values in (g.input, g.output, g.value_info, g.initializer):
-        for v in values:
-            v.name = new.get(v.name, v.name)
-    for n in g.node:
-        n.input[:] = [new.get(i, i) for i in n.input]
-        n.output[:] = [new.get(o, o) for o in n.output]
-        n.name = rename(n.name)
-    return model
-
-
 @pytest.fixture
 def ansi_model(tmp_path: Path, zoo_model: Callable[[str], onnx.ModelProto]) -> Path:
     path = tmp_path / "ansi.onnx"
-    onnx.save(_renamed(zoo_model("mobilenet_like_dynamic"), lambda s: s + ESC_SUFFIX), path)
+    onnx.save(renamed(zoo_model("mobilenet_like_dynamic"), lambda s: s + ESC_SUFFIX), path)
     return path
 
 
