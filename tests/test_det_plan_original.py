@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from cli_runner import run_cli
 from onnx import TensorProto, helper, numpy_helper
+from ort_session import session
 
 from deployopt.coupling import analyze
 from deployopt.errors import PlanError
@@ -68,8 +68,7 @@ def _apply(
 
 
 def _run(path: Path, x: np.ndarray) -> np.ndarray:
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    return sess.run(None, {"x": x})[0]
+    return session(str(path)).run(None, {"x": x})[0]
 
 
 def test_a_plan_for_the_model_in_another_node_order_is_refused_in_one_line(
@@ -235,8 +234,5 @@ def test_resnet56_with_names_stripped_and_nodes_reordered(
     assert code == 0, err
     x = np.random.default_rng(2).standard_normal((1, 3, 32, 32)).astype(np.float32)
     name = stripped.graph.input[0].name
-    run = [
-        ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, {name: x})[0]
-        for p in (first, tmp_path / "out.onnx")
-    ]
+    run = [session(str(p)).run(None, {name: x})[0] for p in (first, tmp_path / "out.onnx")]
     np.testing.assert_allclose(run[1], run[0], rtol=1e-4, atol=1e-4)  # 56 layers of float sums
