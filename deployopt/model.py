@@ -969,7 +969,52 @@ def _needs_folding(model: onnx.ModelProto) -> bool:
         ins = [i for i in node.input if i]
         if ins and all(i in const for i in ins) and node.op_type not in _KEEP_OPS:
             return True
-    return False
+    return bool(_castlike_types(model))
+
+
+def _castlike_types(model: onnx.ModelProto) -> dict[int, int]:
+    """Node index → element type, for each CastLike of a constant whose second input's type is
+    known (a graph input, a value_info after shape inference, an initializer, a Constant's output).
+
+    CastLike reads its second input for its type only: `CastLike(Constant 0.0, x)` is a constant,
+    but folding evaluates only nodes whose inputs are all constants, so the dynamo exporter's
+    unoptimized graphs (`torch.onnx.export(..., dynamo=True, optimize=False)`) kept the zero bias
+    it writes for every `bias=False` conv (`Expand(CastLike(0.0, x), Shape(W)[0:1])`) as a
+    computed tensor, which froze the conv's channels, and ReLU6's `CastLike(6.0, x)` bounds."""
+    g = model.graph
+    const = {t.name for t in g.initializer}
+    types = {t.name: t.data_type for t in g.initializer}
+    for node in g.node:
+        if node.op_type == "Constant" and node.output and node.domain in ("", "ai.onnx"):
+            const.add(node.output[0])
+            for a in node.attribute:
+                if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
+                    types[node.output[0]] = a.t.data_type
+    for vi in [*g.input, *g.value_info, *g.output]:
+        elem = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
+        if elem:
+            types.setdefault(vi.name, elem)
+    out = {}
+    for i, node in enumerate(g.node):
+        if node.op_type != "CastLike" or node.domain not in ("", "ai.onnx") or len(node.input) != 2:
+            continue
+        if node.input[0] in const and types.get(node.input[1], 0):
+            out[i] = types[node.input[1]]
+    return out
+
+
+def _castlike_to_cast(model: onnx.ModelProto) -> int:
+    """Rewrite each CastLike of a constant (`_castlike_types`) as the Cast it is, in place, so
+    folding computes it; how many."""
+    targets = _castlike_types(model)
+    for i, elem in targets.items():
+        node = model.graph.node[i]
+        saturate = [a for a in node.attribute if a.name == "saturate"]
+        cast = onnx.helper.make_node("Cast", [node.input[0]], list(node.output), name=node.name, to=elem)
+        cast.attribute.extend(saturate)  # CastLike-19 and Cast-19 share it; before 19 neither has it
+        cast.doc_string = node.doc_string
+        node.CopyFrom(cast)
+    return len(targets)
 
 
 def copy_model_metadata(src: onnx.ModelProto, dst: onnx.ModelProto) -> None:
@@ -1044,6 +1089,7 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     except ImportError as exc:  # graphsurgeon reports the missing onnxruntime itself
         reraise_interrupt(exc)  # Ctrl-C inside onnxruntime's import: interrupted, not missing
         ort = None
+    _castlike_to_cast(model)
     try:
         graph = gs.import_onnx(model)
         # the subgraphs folding evaluates go to onnxruntime at the graph's IR version: one newer than

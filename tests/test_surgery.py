@@ -746,7 +746,9 @@ def test_yolov8_style_detector_pads_exactly_and_trims_to_a_valid_model(tmp_path:
 def test_yolov8_detect_head_pads_exactly_and_trims_to_a_valid_model(yolo_detect: tuple[Path, Any]) -> None:
     """ultralytics' Detect head (box branch cv2, class branch cv3, per-level Concat → Reshape over
     anchors, DFL softmax, dist2bbox with constant anchors, sigmoid scores): the branches' inner
-    widths are free; their 64 / nc outputs, which the Reshape mixes with the anchors, are frozen.
+    widths are free; their 64 / nc outputs are one group per branch over the levels (the Reshape
+    over the anchors keeps the channels, the Concat of the levels joins them), frozen: the box
+    outputs by the DFL's Reshape that splits 64 into 4 × 16, the scores by the graph output.
     Padding every free group changes no output (boxes are in pixels: tolerance relative to their
     scale), a trim of every free group is a valid model, and onnx2torch converts the export."""
     path, x = yolo_detect
@@ -754,14 +756,16 @@ def test_yolov8_detect_head_pads_exactly_and_trims_to_a_valid_model(yolo_detect:
     analysis = analyze(model)
     groups = {g.id: g for g in analysis.groups}
     c2, c3, nc = 64, 80, 80  # ch[0] = 50: c2 = max(16, 50 // 4, 64), c3 = max(50, min(80, 100))
-    for level, suffix in enumerate(("", "_1", "_2")):
+    why = {"cv2": "Reshape /detect/dfl/Reshape mixes channels with other axes",
+           "cv3": "feeds the graph output 'output0'"}  # fmt: skip
+    for level in range(3):
         for branch, inner, out in (("cv2", c2, 64), ("cv3", c3, nc)):
             for j in (0, 1):  # Conv 3×3 → Conv 3×3: BN folded, SiLU as Sigmoid·Mul
                 g = groups[f"/detect/{branch}.{level}/{branch}.{level}.{j}/conv/Conv"]
                 assert not g.frozen and g.width == inner
-            last = groups[f"/detect/{branch}.{level}/{branch}.{level}.2/Conv"]
-            assert last.frozen and last.width == out
-            assert last.reason == f"Reshape /detect/Reshape{suffix} mixes channels with other axes"
+            last = analysis.group(f"/detect/{branch}.{level}/{branch}.{level}.2/Conv")
+            assert last.frozen and last.width == out and last.reason == why[branch]
+            assert last.producers == [f"/detect/{branch}.{k}/{branch}.{k}.2/Conv" for k in range(3)]
     assert groups["/detect/dfl/conv/Conv"].frozen  # the fixed arange(16) conv: 1 channel, reshaped
     free = analysis.free_groups()
     assert len([g for g in free if g.id.startswith("/detect/")]) == 12  # 3 levels × 2 branches × 2

@@ -705,6 +705,15 @@ class CouplingState:
             rec.out_layout = self.current(rec.out_layout) if rec.out_layout is not None else None
         self._check_shared_constants()
 
+    def forget_frozen_moved(self, node: onnx.NodeProto) -> None:
+        """What the walk does before a rule that reads axis 1 only, for a rule registered with
+        `any_axis=True` that reads an axis given by its attributes (Concat's `axis`, Pad's `pads`):
+        where every input set off axis 1 is frozen, those inputs are read as untraced on axis 1
+        (`_forget_frozen_moved`). An NHWC graph input read through a Transpose was traced on its
+        H: its Pad (tf2onnx's SAME padding) would take the spatial pads for pads of the channels."""
+        if self._moved_axis(node) is not None:
+            self._forget_frozen_moved(node)
+
     def _forget_frozen_moved(self, node: onnx.NodeProto) -> bool:
         """True when every input whose channel set lies off axis 1 holds a frozen set: those
         tensors then change on no axis, so where their channels were is forgotten and the rule reads

@@ -7,27 +7,44 @@ import onnx
 from deployopt.coupling.registry import CouplingState, Layout, normalize_axis, rule
 
 
-@rule("Concat")
+def _members_axis(ctx: CouplingState, node: onnx.NodeProto) -> int | None:
+    """The channel axis of a Concat's traced members (1 when none is traced), None when they
+    disagree. Members on other axes, all in frozen sets, are read on axis 1 first, as the walk
+    reads them for an NCHW op (`CouplingState.forget_frozen_moved`)."""
+    ctx.forget_frozen_moved(node)
+    axes = {
+        ctx.channel_axis(t) for t in node.input if t and not ctx.is_const(t) and ctx.layout(t) is not None
+    }
+    return None if len(axes) > 1 else (axes.pop() if axes else 1)
+
+
+@rule("Concat", any_axis=True)
 def concat(ctx: CouplingState, node: onnx.NodeProto) -> None:
+    """On the members' channel axis (axis 1, or axis 3 of a channels-last map between tf2onnx's
+    Transposes): the members' sets side by side. On any other axis: one set."""
     out = node.output[0]
     rank = len(ctx.shape(out) or [])
     if rank < 2:
         ctx.freeze_node(node, f"Concat {ctx.name(node)}: output shape unknown")
         return
+    channel = _members_axis(ctx, node)
+    if channel is None:
+        ctx.freeze_node(node, f"Concat {ctx.name(node)} joins channels that lie on different axes")
+        return
     axis = normalize_axis(int(ctx.attr(node, "axis", 1)), rank)
-    if axis != 1:
+    if axis != channel:
         # every member holds all the channels: traced ones join, a constant one (a learned border
         # or token concatenated along H, W or the batch) is resized with them, padded with zeros
         lay = ctx.pass_through(node, [i for i, t in enumerate(node.input) if t and not ctx.is_const(t)])
         for t in node.input:
             if t and ctx.is_const(t):
-                ctx.bind(t, 1, lay, 0.0, node)
+                ctx.bind(t, channel, lay, 0.0, node)
         return
     layout: list = []
     for t in node.input:
         if not t:
             continue
-        lay = ctx.require_layout(t, node)
+        lay = ctx.require_layout(t, node, channel)
         if lay is None:
             ctx.freeze_node(node, f"Concat {ctx.name(node)}: a member's channels are unknown")
             return
@@ -35,7 +52,7 @@ def concat(ctx: CouplingState, node: onnx.NodeProto) -> None:
             ctx.freeze(lay, f"Concat {ctx.name(node)} joins a constant")
         layout.extend(lay)
     merged: Layout = tuple(layout)
-    ctx.set_layout(out, merged)
+    ctx.set_layout(out, merged, channel)
 
 
 @rule("Split")

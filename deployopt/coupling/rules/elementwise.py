@@ -9,6 +9,11 @@ channel can take other finite values (Sigmoid(0) = 0.5, and `1 - x` with a per-c
 padded with 0, makes that -0.5): Sqrt and a fractional Pow, NaN on a negative value, keep a group
 free only where they read something that is never negative.
 
+CastLike is Cast to the type of its second input, which it reads for its type only: its channels
+pass from the first input as Cast's do, and the second's are neither joined nor frozen (the dynamo
+exporter, unoptimized, writes `CastLike(0.0, x)` for a conv's zero bias and `CastLike(6.0, x)` for
+ReLU6's bounds; load_model folds those of constants, `deployopt.model._fold_constants`).
+
 The unary ops here, and the binary ones of flattened maps and scalar constants, are per element
 with no per-channel parameter, so they also read a flattened map (`spread=True`, registry
 docstring) and pass its spread on: Flatten → Relu/Dropout → Gemm keeps the last conv free. A padded
@@ -27,8 +32,8 @@ from deployopt.coupling.registry import CouplingState, Layout, channel_axis_of, 
 UNARY = (
     "Relu", "LeakyRelu", "Elu", "Selu", "Celu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh",
     "Softplus", "Softsign", "Mish", "Gelu", "Erf", "Abs", "Neg", "Exp", "Clip", "Identity",
-    "Dropout", "Cast", "Floor", "Ceil", "Round", "Sign", "ThresholdedRelu", "Shrink", "Sin", "Cos",
-    "Not",
+    "Dropout", "Cast", "CastLike", "Floor", "Ceil", "Round", "Sign", "ThresholdedRelu", "Shrink",
+    "Sin", "Cos", "Not",
 )  # fmt: skip
 
 #: value a constant operand takes on a padded channel, per op

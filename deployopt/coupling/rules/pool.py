@@ -56,7 +56,7 @@ def resize(ctx: CouplingState, node: onnx.NodeProto) -> None:
         ctx.edit_shape(sizes_in, 1, lay, node)
 
 
-@rule("Pad")
+@rule("Pad", any_axis=True)
 def pad(ctx: CouplingState, node: onnx.NodeProto) -> None:
     """Spatial pads pass channels through; a zero Pad of the channel axis adds zero channels.
 
@@ -75,11 +75,21 @@ def pad(ctx: CouplingState, node: onnx.NodeProto) -> None:
 
     A reflect or edge Pad, a nonzero constant value, computed pads or value, and negative pads
     (a crop) of the channel axis freeze.
+
+    The channel axis is the input's, wherever a Transpose put it: tf2onnx leaves a SAME Pad of H
+    and W ([0, 1, 1, 0, 0, 1, 1, 0]) on the NHWC tensor between two Transposes, which pads no
+    channel, and a Pad of axis 3 there pads the channels. An input traced off axis 1 whose set is
+    frozen is read on axis 1, as the walk reads it for an NCHW op (an NHWC graph input's H was
+    traced as its channels: `CouplingState.forget_frozen_moved`).
     """
     name = ctx.name(node)
     rank = len(ctx.shape(node.input[0]) or [])
+    ctx.forget_frozen_moved(node)
+    channel = ctx.channel_axis(node.input[0])
+    out = node.output[0]
+    ctx.set_axis(out, channel)  # frozen below, its set is still where the channels are
     pads: Optional[list[int]] = None
-    where = (1, 1 + rank)  # entries of `pads` that hold the channel axis's begin and end
+    where = (channel, channel + rank)  # entries of `pads` that hold the channel axis's begin and end
     if ctx.opset < 11:
         pads = ctx.attr(node, "pads", None)
         value = float(ctx.attr(node, "value", 0.0))
@@ -101,13 +111,13 @@ def pad(ctx: CouplingState, node: onnx.NodeProto) -> None:
                 for j, a in enumerate(ax.ravel()):
                     a = normalize_axis(int(a), rank)
                     full[a], full[a + rank] = pads[j], pads[j + n]
-                    if a == 1:
+                    if a == channel:
                         where = (j, j + n)
                 pads = full
-    if pads is None or rank < 2 or len(pads) != 2 * rank:
+    if pads is None or rank < 2 or len(pads) != 2 * rank or channel >= rank:
         ctx.freeze_node(node, f"Pad {name} has computed pads")
         return
-    before, after = int(pads[1]), int(pads[1 + rank])
+    before, after = int(pads[channel]), int(pads[channel + rank])
     if before == 0 and after == 0:
         ctx.pass_through(node)
         return
@@ -125,8 +135,7 @@ def pad(ctx: CouplingState, node: onnx.NodeProto) -> None:
     if before < 0 or after < 0:
         ctx.freeze_node(node, f"Pad {name} crops the channel axis (negative pads)")
         return
-    lay = ctx.require_layout(node.input[0], node)
-    out = node.output[0]
+    lay = ctx.require_layout(node.input[0], node, channel)
     width = ctx.channels(out)
     if lay is None or (width is not None and width != before + sum(w for _, w in lay) + after):
         ctx.freeze_node(node, f"Pad {name}: its output's channels do not add up")
@@ -144,7 +153,7 @@ def pad(ctx: CouplingState, node: onnx.NodeProto) -> None:
             ctx.edit_attr(node, "pads", zeros, index=index)
         else:
             ctx.edit_shape(node.input[1], index, zeros, node)
-    ctx.set_layout(out, tuple(layout))
+    ctx.set_layout(out, tuple(layout), channel)
 
 
 @rule("ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum", "ReduceL1", "ReduceL2", "ReduceLogSumExp",

@@ -6,7 +6,10 @@ feature i, so a following Gemm/MatMul consumes the group. Of an [N, C, H, W] map
 map's channels with a spread of H·W, which only a Gemm/MatMul or a per-element op may read
 (registry docstring). A Transpose only moves axes, so it moves the channel axis to where its perm
 puts it (NCHW -> NHWC and back in ConvNeXt blocks); the ops after it see the channels there
-(`ctx.channel_axis`). Anything else that mixes the channel axis with other axes (a Reshape that
+(`ctx.channel_axis`). So does a Reshape that keeps the batch axis and every channel's values
+together in order, only merging, splitting, adding or dropping the axes around the channel axis
+(`x.view(n, c, -1)` and `x.flatten(2)`: [N, C, H, W] → [N, C, H·W]; Keras' `Reshape((1, 1, C))`:
+[N, C] → [N, 1, 1, C]). Anything else that mixes the channel axis with other axes (a Reshape that
 splits C, a Flatten from another axis) freezes the channels it touches.
 """
 
@@ -61,21 +64,78 @@ def flatten(ctx: CouplingState, node: onnx.NodeProto) -> None:
     ctx.freeze_node(node, f"Flatten {ctx.name(node)} mixes channels with spatial positions")
 
 
-@rule("Reshape")
+def _moved_channel_axis(in_shape: list[int] | None, out_shape: list[int] | None, axis: int) -> int | None:
+    """Where a Reshape puts the channels of input axis `axis`, when it keeps them one per position
+    on one output axis, else None.
+
+    Row-major, element (p, c, t) of the input viewed as [P, C, T] (P: the product of the axes
+    before the channels, T: of those after) is element (p, c, t) of any output whose axes before
+    some axis k multiply to P and whose axis k is C: the channels land on axis k, each with the
+    same P·T values. The outermost axis (the batch) must be kept, so the channels stay off it:
+    `x.view(n, c, -1)` and `x.flatten(2)` ([N, C, H, W] → [N, C, H·W], channels stay on axis 1),
+    Keras' `Reshape((1, 1, C))` ([N, C] → [N, 1, 1, C], channels to axis 3). One channel (C = 1)
+    could be any singleton axis of the output: not told apart, None.
+    """
+    if not in_shape or not out_shape or len(in_shape) < 2 or len(out_shape) < 2:
+        return None
+    if min(in_shape) < 1 or min(out_shape) < 1 or not 1 <= axis < len(in_shape):
+        return None
+    width = in_shape[axis]
+    if width < 2 or in_shape[0] != out_shape[0]:
+        return None
+    before = math.prod(in_shape[1:axis])
+    for k in range(1, len(out_shape)):
+        if math.prod(out_shape[1:k]) == before and out_shape[k] == width:
+            return k
+        if math.prod(out_shape[1:k]) > before:
+            break
+    return None
+
+
+def _target_follows(spec: list[int], axis: int, out_axis: int, allowzero: bool) -> bool:
+    """Whether a Reshape target still describes the output once the channel count changes (the
+    entry at `out_axis` spelled out is edited to it): a 0 copies the input's dim at its index, so
+    it must copy the channels exactly where they land, and nowhere else."""
+    if allowzero:
+        return True  # a 0 is a 0 there: the shapes would hold an empty axis, refused before
+    return all((j == axis) == (j == out_axis) for j, v in enumerate(spec) if v == 0)
+
+
+@rule("Reshape", any_axis=True)
 def reshape(ctx: CouplingState, node: onnx.NodeProto) -> None:
+    """[N, C, 1, 1] ↔ [N, C] and the flatten of a map to [N, C·H·W] (module docstring); any other
+    Reshape that keeps the batch axis and the channels one per position on one axis
+    (`_moved_channel_axis`): the channels move to that axis, as a Transpose moves them, and a
+    target that spells out C is kept in step. Anything else that reshapes the channel axis
+    (ShuffleNet's [N, g, C/g, H, W], a DFL's [N, 4, 16, A]) freezes."""
     x, target, y = node.input[0], node.input[1], node.output[0]
     spec = ctx.const(target)
-    if spec is not None and _keeps_channels(ctx.shape(x), ctx.shape(y)):
+    axis = ctx.channel_axis(x)
+    if spec is not None and axis == 1 and _keeps_channels(ctx.shape(x), ctx.shape(y)):
         lay = ctx.pass_through(node)
         if lay is not None and spec.size > 1 and int(spec.ravel()[1]) not in (0, -1):
             ctx.edit_shape(target, 1, lay, node)  # the channel count is spelled out: keep it in step
         return
-    if spec is not None and spec.size == 2 and int(spec.ravel()[1]) != 0:
+    if spec is not None and axis == 1 and spec.size == 2 and int(spec.ravel()[1]) != 0:
         hw = _spread(ctx, node)
         if hw:
             if int(spec.ravel()[1]) != -1:  # C·H·W spelled out: keep it in step
                 ctx.edit_shape(target, 1, ctx.layout(y), node, scale=hw)
             return
+    out_axis = _moved_channel_axis(ctx.shape(x), ctx.shape(y), axis)
+    values = None if spec is None or spec.ndim != 1 else [int(v) for v in spec]
+    allowzero = bool(ctx.attr(node, "allowzero", 0))
+    if out_axis is not None and values is not None and _target_follows(values, axis, out_axis, allowzero):
+        lay = ctx.layout(x)
+        if lay is None:
+            return  # nothing traced goes in
+        if sum(w for _, w in lay) != (ctx.shape(y) or [])[out_axis]:
+            ctx.freeze_node(node, f"Reshape {ctx.name(node)}: output shape does not match its channels")
+            return
+        ctx.set_layout(y, lay, out_axis)
+        if values[out_axis] not in (0, -1):
+            ctx.edit_shape(target, out_axis, lay, node)  # the channel count is spelled out
+        return
     ctx.freeze_node(node, f"Reshape {ctx.name(node)} mixes channels with other axes")
 
 
