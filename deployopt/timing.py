@@ -11,7 +11,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -393,36 +393,88 @@ def measured_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-#: an ISO 8601 date and time, extended or basic, with seconds' fractions of any length and an offset
-#: written Z, ±HH, ±HHMM or ±HH:MM (`date +%FT%T.%N%:z`, `+0000`). Parsed here, not by
-#: datetime.fromisoformat, which reads all of these on 3.11 but on 3.9 and 3.10 only 3 or 6 fraction
-#: digits and ±HH:MM: a file compared on one Python was refused on another.
-_ISO_TIME = re.compile(
-    r"(\d{4})-?(\d{2})-?(\d{2})[Tt ](\d{2}):?(\d{2})(?::?(\d{2})(?:[.,](\d+))?)?"
-    r"(?:([Zz])|([+-])(\d{2})(?::?(\d{2}))?)?"
+#: ISO 8601 as Python 3.11's datetime.fromisoformat reads it with a time part, parsed here so that
+#: every Python reads the same (3.9 and 3.10's fromisoformat reads only 3 or 6 fraction digits and
+#: ±HH:MM; a file compared on one Python was refused on another). The date: YYYY-MM-DD, YYYYMMDD,
+#: YYYY-Www[-D] or YYYYWww[D] (ISO weeks); then any one character (T, t, a space, ...); the time:
+#: HH, HH:MM, HHMM, HH:MM:SS or HHMMSS, the seconds with a fraction of any length after . or ,
+#: (truncated to microseconds); the offset: Z (or z), or ±HH, ±HHMM, ±HH:MM, ±HHMMSS or ±HH:MM:SS,
+#: its seconds with a fraction too. Refused where fromisoformat reads them otherwise than they say:
+#: a fraction of an hour or minute (17.5, read as 17:00:00.5), characters between the time and its
+#: offset (`17:30:15x+05:00`), an offset's minutes or seconds past 59 (+05:60, read as +06:00)
+_ISO_DATE = re.compile(
+    r"(\d{4})(?:-(\d{2})-(\d{2})|(\d{2})(\d{2})|-W(\d{2})(?:-(\d))?|W(\d{2})(\d)?)", re.ASCII
 )
+_ISO_CLOCK = re.compile(
+    r"(\d{2})(?:(:?)(\d{2})(?:\2(\d{2})(?:[.,](\d*))?)?)?"
+    r"(?:([Zz])|([+-])(\d{2})(?:(:?)(\d{2})(?:\9(\d{2})(?:[.,](\d+))?)?)?)?",
+    re.ASCII,
+)
+
+
+def _iso_separator(text: str) -> int:
+    """Where the date ends and the one character before the time is, found as 3.11's
+    fromisoformat finds it (`_find_isoformat_datetime_separator`): YYYY-MM-DD and YYYY-Www-D end at
+    10, YYYYMMDD, YYYY-Www and YYYYWwwD at 8, YYYYWww at 7 (digits after YYYYWww: by their count)."""
+    n = len(text)
+    if n < 10:  # a date, the separator and a 2-digit hour at the least
+        raise ValueError("not ISO 8601")
+    if text[4] == "-":
+        if text[5] != "W":
+            return 10
+        if text[8] == "-":
+            return 8 if n > 10 and text[10] in "0123456789" else 10
+        return 8
+    if text[4] != "W":
+        return 8
+    end = 7
+    while end < n and text[end] in "0123456789":
+        end += 1
+    return end if end < 9 else (7 if end % 2 == 0 else 8)
+
+
+def _iso_micro(digits: str | None) -> int:
+    """A fraction of a second's digits as microseconds, the seventh digit on cut (as 3.11 does)."""
+    return int((digits or "0")[:6].ljust(6, "0"))
 
 
 def measured_time(value: Any) -> datetime:
     """A "measured_at" as a time that compares across offsets; ValueError for anything but ISO 8601
-    with a UTC offset or Z (a time without one is ambiguous: whose local time?)."""
+    (`_ISO_DATE`, `_ISO_CLOCK`) with a UTC offset or Z (a time without one is ambiguous: whose
+    local time?)."""
     if not isinstance(value, str):
         raise ValueError("not a string")
-    m = _ISO_TIME.fullmatch(value.strip())
-    if m is None:
+    text = value.strip()
+    at = _iso_separator(text)
+    d, t = _ISO_DATE.fullmatch(text[:at]), _ISO_CLOCK.fullmatch(text[at + 1 :])
+    if d is None or t is None:
         raise ValueError("not ISO 8601")
-    year, month, day, hour, minute, second, frac, zulu, sign, off_h, off_m = m.groups()
+    year, month, day, b_month, b_day, week, weekday, b_week, b_weekday = d.groups()
+    hour, _, minute, second, frac, zulu, sign, off_h, _, off_m, off_s, off_frac = t.groups()
     if zulu is None and sign is None:
         raise ValueError("no UTC offset")
+    if week or b_week:
+        # the ISO week's day (Monday 1); week 53 only in a year that has one
+        iso = (int(year), int(week or b_week), int(weekday or b_weekday or 1))
+        try:
+            year_, month_, day_ = date.fromisocalendar(*iso).timetuple()[:3]
+        except ValueError as exc:
+            raise ValueError(f"week date {text[:at]}: {exc}") from None
+    else:
+        year_, month_, day_ = int(year), int(month or b_month), int(day or b_day)
     offset = timedelta(0)
     if sign is not None:
-        offset = timedelta(hours=int(off_h), minutes=int(off_m or 0))
-        if offset >= timedelta(days=1) or int(off_m or 0) > 59:
+        if int(off_m or 0) > 59 or int(off_s or 0) > 59:
+            raise ValueError("offset out of range")
+        offset = timedelta(hours=int(off_h), minutes=int(off_m or 0), seconds=int(off_s or 0))
+        if offset:  # as fromisoformat: +00:00:00.5 is UTC, its fraction dropped with the zero offset
+            offset += timedelta(microseconds=_iso_micro(off_frac))
+        if offset >= timedelta(days=1):
             raise ValueError("offset out of range")
         offset = -offset if sign == "-" else offset
     return datetime(
-        int(year), int(month), int(day), int(hour), int(minute), int(second or 0),
-        int((frac or "0")[:6].ljust(6, "0")), tzinfo=timezone(offset),
+        year_, month_, day_, int(hour), int(minute or 0), int(second or 0), _iso_micro(frac),
+        tzinfo=timezone(offset),
     )  # fmt: skip
 
 
