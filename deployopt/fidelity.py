@@ -1319,6 +1319,29 @@ def relative_error_limit(min_cosine: float | None) -> float | None:
     return math.sqrt(max(0.0, 2.0 * (1.0 - min_cosine)))
 
 
+#: top-1: two classes whose values lie within this many epsilons of the larger |value| of the two
+#: are tied (the epsilon of the coarsest float either model holds: `_tie_epsilon`); an argmax of
+#: tied values is the first of them, which rounding picks, not the model (4, as optimize's lossless
+#: check allows a model computing in fp16 4 of its epsilons)
+TOP1_TIE_EPS = 4
+#: top-1: where one model ties two classes, the other may rank them apart by at most this share of
+#: the larger |value| of the two (at least RELATIVE_FLOOR of its row's largest |value|) for the row
+#: to agree: the relative error the default --min-cosine 0.999 allows (`relative_error_limit`,
+#: 4.47 %). A saturated sigmoid's 1.0 against 0.99999 agrees; a tie at 12.0 that the other model
+#: breaks by 2.96 at 14.96 (20 %) does not: judged by the tie alone, it agreed
+TOP1_TIE_OTHER = relative_error_limit(Thresholds().min_cosine) or 0.0
+
+
+def top1_tie_limit(min_cosine: float | None) -> float:
+    """The share within which the other model must rank two classes one model ties
+    (`_top1_agreeing`): the relative error `min_cosine` allows (`relative_error_limit`), as the
+    scale check uses, so verify's --min-cosine and the trim gate's limit move both alike (4.47 %
+    at verify's 0.999, 14.1 % at trim's 0.99); TOP1_TIE_OTHER, the default's, where the cosine
+    check is off (None). Until 2026-12-07 it was TOP1_TIE_OTHER whatever the cosine in force."""
+    limit = relative_error_limit(min_cosine)
+    return TOP1_TIE_OTHER if limit is None else limit
+
+
 @dataclass
 class FidelityReport:
     max_abs_error: float
@@ -1357,6 +1380,9 @@ class FidelityReport:
     # per N×classes output: rows counted as agreeing whose two argmaxes differ, each model's top
     # class tied with the other's within TOP1_TIE_EPS epsilons (`_top1_agreeing`; None: not N×classes)
     output_top1_tied: list[int | None] = field(default_factory=list)
+    # the share within which the other model had to rank a tie's two classes (`top1_tie_limit` of
+    # the min cosine compare_models was given)
+    top1_tie_limit: float = TOP1_TIE_OTHER
     # verify's fp16 overflow check of each model with fp16/bf16 intermediates (`low_precision_overflow`)
     low_precision: list[LowPrecisionCheck] = field(default_factory=list)
     # which of the data's samples were compared, where not all nor the first (CalibrationSet.chosen)
@@ -1506,6 +1532,8 @@ class FidelityReport:
             "cosine_min": num(self.cosine_min),
             "cosine_mean": num(self.cosine_mean),
             "top1_agreement": num(self.top1_agreement),
+            # what the other model's gap between a tie's two classes could be; None: no N×classes output
+            "top1_tie_limit": None if self.top1_agreement is None else self.top1_tie_limit,
             # outputs of one value per row (relative error) and of integers (exact match); None: none
             "relative_error_max": num(self.relative_error_max),
             "relative_error_limit": None if self.relative_error_max is None else limit,
@@ -1942,17 +1970,6 @@ def _cosine_and_ratio(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
         return float(np.dot(a, b) / (na * nb)), nb / na
 
 
-#: top-1: two classes whose values lie within this many epsilons of the larger |value| of the two
-#: are tied (the epsilon of the coarsest float either model holds: `_tie_epsilon`); an argmax of
-#: tied values is the first of them, which rounding picks, not the model (4, as optimize's lossless
-#: check allows a model computing in fp16 4 of its epsilons)
-TOP1_TIE_EPS = 4
-#: top-1: where one model ties two classes, the other may rank them apart by at most this share of
-#: the larger |value| of the two (at least RELATIVE_FLOOR of its row's largest |value|) for the row
-#: to agree: the relative error the default --min-cosine 0.999 allows (`relative_error_limit`,
-#: 4.47 %). A saturated sigmoid's 1.0 against 0.99999 agrees; a tie at 12.0 that the other model
-#: breaks by 2.96 at 14.96 (20 %) does not: judged by the tie alone, it agreed
-TOP1_TIE_OTHER = relative_error_limit(Thresholds().min_cosine) or 0.0
 #: the epsilons of the low-precision floats a model may compute in (fp16 2^-10, bf16 2^-7)
 _LOW_EPS = {"fp16": 2.0**-10, "bf16": 2.0**-7}
 
@@ -1966,12 +1983,15 @@ def _tie_epsilon(dtypes: Sequence[Any], low_types: Collection[str] = ()) -> floa
     return max(eps, default=float(np.finfo(np.float32).eps))
 
 
-def _top1_agreeing(ref: np.ndarray, cand: np.ndarray, eps: float) -> tuple[int, int]:
+def _top1_agreeing(
+    ref: np.ndarray, cand: np.ndarray, eps: float, tie_other: float = TOP1_TIE_OTHER
+) -> tuple[int, int]:
     """Of the rows of two [rows, classes] outputs, how many agree on the top class, and how many
     of those agree only through a tie: a row agrees where the argmaxes are equal, or where one
     model ties the two top classes (the gap within TOP1_TIE_EPS × `eps` × the larger |value| of
-    the two) and the other ranks them close too (its gap within TOP1_TIE_OTHER of the larger of
-    its two, at least RELATIVE_FLOOR of its row's largest |value|). A sigmoid head saturating at
+    the two) and the other ranks them close too (its gap within `tie_other` of the larger of its two,
+    at least RELATIVE_FLOOR of its row's largest |value|; `top1_tie_limit` of the min cosine in
+    force, TOP1_TIE_OTHER at the default's). A sigmoid head saturating at
     exactly 1.0 has several tied maxima, whose argmax (the first) moved between them with a 1e-7
     change of the weights: top-1 98.44 % and FAILED at max abs error 1.1e-5, cosine
     0.9999999999. The other model's gap is checked since a tie alone let a clear winner through
@@ -1998,7 +2018,7 @@ def _top1_agreeing(ref: np.ndarray, cand: np.ndarray, eps: float) -> tuple[int, 
         return gap_within(x, top, other, TOP1_TIE_EPS * eps, 0.0)
 
     def close(x: np.ndarray, top: np.ndarray, other: np.ndarray) -> np.ndarray:
-        return gap_within(x, top, other, TOP1_TIE_OTHER, RELATIVE_FLOOR)
+        return gap_within(x, top, other, tie_other, RELATIVE_FLOOR)
 
     same = ra == ca
     by_tie = finite & ((tied(r, ra, ca) & close(c, ca, ra)) | (tied(c, ca, ra) & close(r, ra, ca)))
@@ -2162,6 +2182,7 @@ def compare_models(
     calib: CalibrationSet,
     *,
     low_types: Collection[str] | None = None,
+    min_cosine: float | None = Thresholds().min_cosine,
 ) -> FidelityReport:
     """Run both models on onnxruntime CPU over `calib` and compare their outputs.
 
@@ -2195,7 +2216,8 @@ def compare_models(
     cosine 1.0, top-1 100 %). A top-1 row whose argmaxes differ agrees where one model ties the
     two classes and the other ranks them close (`_top1_agreeing`: within TOP1_TIE_EPS epsilons of
     the coarsest float either model holds, `low_types` their fp16/bf16 types, read from the models
-    when None; the other within TOP1_TIE_OTHER, 4.47 %).
+    when None; the other within `top1_tie_limit(min_cosine)`, the min cosine the report will be
+    checked against: 4.47 % at the default 0.999, 14.1 % at trim's 0.99).
     """
     if not calib.samples:
         raise DataError("no calibration samples to compare on")
@@ -2214,6 +2236,7 @@ def compare_models(
     ref_s, cand_s = ref_run.session, _session(candidate, "candidate", qdq=cand_qdq)
     ref_names = [o.name for o in ref_s.get_outputs()]
     cand_names = [o.name for o in cand_s.get_outputs()]
+    tie_other = top1_tie_limit(min_cosine)
     if len(ref_names) != len(cand_names):
         raise DataError(
             f"reference has {len(ref_names)} outputs ({', '.join(ref_names)}), "
@@ -2318,7 +2341,8 @@ def compare_models(
                 rel_pairs.setdefault(i, []).append((r.ravel(), c.ravel()))
             elif _logits(r, batch):
                 r, c = r.reshape(r.shape[:2]), c.reshape(c.shape[:2])
-                agreeing, by_tie = _top1_agreeing(r, c, _tie_epsilon([r.dtype, c.dtype], low_types))
+                eps = _tie_epsilon([r.dtype, c.dtype], low_types)
+                agreeing, by_tie = _top1_agreeing(r, c, eps, tie_other)
                 agree[i] += agreeing
                 tied[i] += by_tie
                 rows_top1[i] += r.shape[0]
@@ -2356,6 +2380,7 @@ def compare_models(
         output_scale_change=out_scale,
         output_norm_ratio=out_ratio,
         output_top1_tied=[t if n else None for t, n in zip(tied, rows_top1)],
+        top1_tie_limit=tie_other,
     )
 
 
@@ -2374,6 +2399,8 @@ def verify_models(
     reference: str | os.PathLike[str] | onnx.ModelProto,
     candidate: str | os.PathLike[str] | onnx.ModelProto,
     calib: CalibrationSet,
+    *,
+    min_cosine: float | None = Thresholds().min_cosine,
 ) -> FidelityReport:
     """Every check `deployopt verify` makes, in one call (`compare_models` alone is a weaker
     verify): each model as onnxruntime will load it (`runnable_model`: nodes that repeat a name,
@@ -2383,14 +2410,20 @@ def verify_models(
     (`low_precision_overflow`, in `low_precision`: onnxruntime CPU computes fp16 ops in fp32, so
     an fp16 model whose activations overflow, inf on an fp16 engine, compared as equal).
     `report.check(Thresholds(...))` lists the failures, one line each, as verify prints them; the
-    CLI calls this, so the library and the command judge alike."""
+    CLI calls this, so the library and the command judge alike. `min_cosine`: the cosine the
+    report will be checked against, which sets how close the other model must rank a tie's two
+    classes for top-1 (`top1_tie_limit`)."""
     ref_model, ref_read = runnable_model(reference, "reference")
     cand_model, cand_read = runnable_model(candidate, "candidate")
     ref_inputs = declared_inputs(ref_read)
     check_same_inputs(ref_inputs, declared_inputs(cand_read))
     # the models as read already: their fp16/bf16 types widen top-1's ties (`_tie_epsilon`)
     report = compare_models(
-        ref_model, cand_model, calib, low_types=_low_types_held(ref_read) | _low_types_held(cand_read)
+        ref_model,
+        cand_model,
+        calib,
+        low_types=_low_types_held(ref_read) | _low_types_held(cand_read),
+        min_cosine=min_cosine,
     )
     checks = (
         low_precision_overflow(model, calib, role, list(ref_inputs))
@@ -2487,7 +2520,9 @@ def output_scoring(reference: ReferenceRun, calib: CalibrationSet) -> list[str]:
     return _scoring(outputs, _input_batch(first, names, outputs))
 
 
-def identical_report(reference: ReferenceRun, calib: CalibrationSet) -> FidelityReport:
+def identical_report(
+    reference: ReferenceRun, calib: CalibrationSet, *, min_cosine: float | None = Thresholds().min_cosine
+) -> FidelityReport:
     """The report of the reference compared with itself: optimize's answer is the input's own plan,
     whose model *is* the input model (Optimizer.build_model), so its outputs are identical by
     construction. No candidate session and no second run (compare_models ran the same model
@@ -2547,6 +2582,7 @@ def identical_report(reference: ReferenceRun, calib: CalibrationSet) -> Fidelity
         output_scale_change=[0.0 if k == COSINE else None for k in kinds],
         output_norm_ratio=[1.0 if k == COSINE else None for k in kinds],
         output_top1_tied=[0 if n else None for n in rows_top1],
+        top1_tie_limit=top1_tie_limit(min_cosine),  # as compare_models records it
     )
 
 

@@ -1680,9 +1680,11 @@ class Optimizer:
         if plan == self.original:
             # the input's own plan: build_model returns the input model, outputs identical by
             # construction (comparing it with itself ran the reference twice per sample)
-            report = identical_report(self._reference, self._calibration())
+            report = identical_report(self._reference, self._calibration(), min_cosine=self.cfg.min_cosine)
         else:
-            report = compare_models(self._reference, self.build_model(plan), self._calibration())
+            report = compare_models(
+                self._reference, self.build_model(plan), self._calibration(), min_cosine=self.cfg.min_cosine
+            )
         data = report.to_json(thresholds)
         data["lossless_plan"] = self._is_lossless(plan)
         self.journal.write("fidelity", plan=plan, report=data)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -344,9 +345,10 @@ def test_the_verify_command_is_the_library_function(zoo_model_path, monkeypatch)
 
     calls: list[tuple[str, str]] = []
 
-    def spy(reference: Path, candidate: Path, calib: CalibrationSet) -> FidelityReport:
+    def spy(reference: Path, candidate: Path, calib: CalibrationSet, **kw: Any) -> FidelityReport:
         calls.append((str(reference), str(candidate)))
-        return verify_models(reference, candidate, calib)
+        assert kw == {"min_cosine": 0.999}  # the cosine its top-1 ties are judged at
+        return verify_models(reference, candidate, calib, **kw)
 
     monkeypatch.setattr(verify_cmd, "verify_models", spy)
     ref = str(zoo_model_path("resnet56_pruned"))

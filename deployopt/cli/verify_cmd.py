@@ -35,7 +35,6 @@ from deployopt.fidelity import (
     EXACT,
     RELATIVE,
     TOP1_TIE_EPS,
-    TOP1_TIE_OTHER,
     FidelityReport,
     ImagePreprocess,
     Thresholds,
@@ -232,11 +231,13 @@ def _scoring_notes(report: FidelityReport, t: Thresholds) -> list[str]:
     notes = []
     tied = sum(n for n in report.output_top1_tied if n)
     if tied:
+        at = "" if t.min_cosine is None else f" at {t.min_cosine:g}"
         notes.append(
             f"top-1: {tied} row(s) whose argmaxes differ count as agreeing: one model ties the two "
             f"classes within {TOP1_TIE_EPS} epsilons (of the coarsest float either model holds) of "
-            f"their value, the other ranks them within {100 * TOP1_TIE_OTHER:.2f} %, and an argmax "
-            "of tied values is the first of them, which rounding picks"
+            f"their value, the other ranks them within {report.top1_tie_limit:.2%}{at} "
+            "(√(2·(1 − min cosine)), the relative error --min-cosine allows), and an argmax of tied "
+            "values is the first of them, which rounding picks"
         )
     one_value = [n for n, how in zip(report.output_names, by) if how == RELATIVE]
     if one_value:
@@ -327,8 +328,9 @@ def verify(
         "--min-cosine",
         metavar="FLOAT",
         help="Fail below this per-image cosine similarity; an output of one value per row may "
-        "differ by √(2·(1 − FLOAT)) of each row's value (4.47 % at 0.999), and each row's length "
-        "(the scale a cosine cannot see) may change by as much.",
+        "differ by √(2·(1 − FLOAT)) of each row's value (4.47 % at 0.999), each row's length "
+        "(the scale a cosine cannot see) may change by as much, and where one model ties two top "
+        "classes the other may rank them as far apart for top-1 to agree.",
     ),
     min_top1: float = typer.Option(
         0.99,
@@ -390,7 +392,7 @@ def verify(
     said = list(dict.fromkeys(notices + cand_notices + calib.notices))
     print_notices(said)
     # the library's verify: repeated node names, the inputs, the outputs, fp16 overflow
-    report = verify_models(reference, candidate, calib)
+    report = verify_models(reference, candidate, calib, min_cosine=min_cosine)
     # and what fitting the data to the inputs' types added (a uint8 input's raw pixels: --mean unused)
     print_notices([n for n in dict.fromkeys(calib.notices) if n not in said])
     thresholds = Thresholds(
