@@ -1335,13 +1335,18 @@ class Optimizer:
     def plan_document(self, plan: dict[str, int]) -> dict[str, Any]:
         """plan.json: the widths, each group's width in the input model (`original`: `apply` refuses
         the plan for a model where one differs, as in the same model saved in another node order,
-        whose unnamed convs' `<op>_<index>` ids name other convs), and for each trimmed group the
-        channels it keeps (`keep`), so that `deployopt apply --plan` rebuilds the very model.onnx
-        written, with no data and no ranking."""
-        from deployopt.surgery import kept_channels
+        whose unnamed convs' `<op>_<index>` ids name other convs), each group's fingerprint there
+        (`fingerprint`, surgery.group_fingerprints: a hash of its producers' weights, which catches
+        two such convs of equal width swapped), and for each trimmed group the channels it keeps
+        (`keep`), so that `deployopt apply --plan` rebuilds the very model.onnx written, with no
+        data and no ranking."""
+        from deployopt.surgery import group_fingerprints, kept_channels
 
         doc: dict[str, Any] = {"widths": {g: int(w) for g, w in sorted(plan.items())}}
         doc["original"] = {g: int(self.original[g]) for g in sorted(plan) if g in self.original}
+        if getattr(self, "_fingerprints", None) is None:  # the input's weights, read once per run
+            self._fingerprints = group_fingerprints(self.model, self.analysis, list(self.original))
+        doc["fingerprint"] = {g: self._fingerprints[g] for g in sorted(plan) if g in self._fingerprints}
         built = getattr(self, "_kept", None)  # the last plan build_model built, and what it kept
         if plan == self.original:
             keep = {}

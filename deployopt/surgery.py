@@ -14,6 +14,7 @@ onnx.checker and strict shape inference before it is returned.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -74,6 +75,10 @@ class Plan:
     #: keyed `Conv_<index>` (unnamed nodes) met another conv in the same model saved in another node
     #: order, and padded or trimmed it in silence; empty for a hand-written or older plan (unchecked)
     original: dict[str, int] = field(default_factory=dict)
+    #: per group, a short hash of its producers' weights in that model (`group_fingerprints`): two
+    #: unnamed convs of equal width swapped by another node order have the same widths, and a
+    #: `keep` trimmed the other conv's channels; empty for a plan without it (unchecked)
+    fingerprint: dict[str, str] = field(default_factory=dict)
 
 
 def load_plan(path: str | os.PathLike[str]) -> dict[str, int]:
@@ -88,9 +93,10 @@ PLAN_MAX_BYTES = 64 << 20
 
 def read_plan(path: str | os.PathLike[str]) -> Plan:
     """Read a plan file: `{"widths": {...}}`, optionally with `"keep": {"<group id>": [channel, ...]}`
-    for trimmed groups and `"original": {"<group id>": <width>}` (plans written by hand or by an
-    older optimize have neither); any other shape is a one-line PlanError. They are checked against
-    a model by `validate_keep` and `validate_original`."""
+    for trimmed groups, `"original": {"<group id>": <width>}` and `"fingerprint": {"<group id>":
+    "<hex>"}` (plans written by hand or by an older optimize have none of them); any other shape is
+    a one-line PlanError. They are checked against a model by `validate_keep`, `validate_original`
+    and `validate_fingerprint`."""
     path = Path(path)
     if path.is_dir():
         raise PlanError(f"{path}: is a folder, expected a plan file (.json)")
@@ -108,11 +114,11 @@ def read_plan(path: str | os.PathLike[str]) -> Plan:
         raise PlanError(f"{path}: not valid JSON ({shorten(str(exc) or type(exc).__name__, 200)})") from None
     if not isinstance(data, dict) or not isinstance(data.get("widths"), dict):
         raise PlanError(f'{path}: expected {{"widths": {{"<group id>": <width>, ...}}}}')
-    unknown = sorted(set(data) - {"widths", "keep", "original"})
+    unknown = sorted(set(data) - {"widths", "keep", "original", "fingerprint"})
     if unknown:  # `"kept"` for "keep" was dropped in silence, and the trim re-ranked by L1
         raise PlanError(
             f'{path}: unknown key {", ".join(map(repr, unknown))} (a plan has "widths" and optionally '
-            '"original" and "keep")'
+            '"original", "fingerprint" and "keep")'
         )
     widths: dict[str, int] = {}
     for gid, w in data["widths"].items():
@@ -147,7 +153,16 @@ def read_plan(path: str | os.PathLike[str]) -> Plan:
                 f"got {shorten(repr(w), 60)}"
             )
         original[gid] = w
-    return Plan(widths, keep, original)
+    prints = data.get("fingerprint", {})
+    if not isinstance(prints, dict) or not all(
+        isinstance(v, str) and 1 <= len(v) <= 128 and all(c in "0123456789abcdef" for c in v)
+        for v in prints.values()
+    ):
+        raise PlanError(
+            f'{path}: "fingerprint" must map group ids to hex strings (as optimize writes them), '
+            f"got {shorten(repr(prints), 60)}"
+        )
+    return Plan(widths, keep, original, dict(prints))
 
 
 def validate_plan(analysis: Analysis, widths: dict[str, int]) -> None:
@@ -188,6 +203,80 @@ def validate_original(analysis: Analysis, original: Mapping[str, int]) -> None:
                 f"for a model where it is {int(recorded)} (another model, or this one saved with its nodes "
                 "in another order: unnamed nodes are named by position); apply it to the model it was "
                 'written for, or delete its "original" to apply the widths anyway'
+            )
+
+
+#: the digest a group's fingerprint is (`group_fingerprints`): 16 hex digits
+FINGERPRINT_BYTES = 8
+
+
+def group_fingerprints(model: onnx.ModelProto, analysis: Analysis, groups: Collection[str]) -> dict[str, str]:
+    """Per group of `groups` (ids, or producer names as a plan may give), a short hash of what
+    makes its channels in `model`: each producer's op type, the channels of its output the group
+    is, and the shape, type and values of its constant inputs (weights, bias), the producers' hashes
+    sorted, so that node order and node names (`Conv_<index>` for unnamed nodes) do not change it.
+    Two unnamed convs of equal width saved in the other order have equal widths but other
+    weights: their groups' fingerprints differ. Each weight is read once and not kept; only the
+    groups' producers are read, never the whole model."""
+    st = analysis.state
+    assert st is not None, "an Analysis from deployopt.coupling.analyze is needed"
+    consts = st.constants_of(model)
+    ids = {g: analysis.group(g).id for g in groups}
+    parts: dict[str, list[bytes]] = {gid: [] for gid in ids.values()}
+    for a, atom in enumerate(st.atoms):
+        gid = None if atom.retired or atom.producer is None else analysis.group_of_atom(a)
+        if gid not in parts:
+            continue
+        node = st.nodes[atom.producer]
+        digest = hashlib.sha256(f"{node.op_type}:{atom.offset}:{atom.width}".encode())
+        for name in node.input:
+            value = consts.last(name) if name else None  # None: not a constant (the activation)
+            if value is not None:
+                digest.update(f"|{value.dtype.str}{value.shape}|".encode())
+                digest.update(np.ascontiguousarray(value).reshape(-1).view(np.uint8))
+        parts[gid].append(digest.digest())
+    digests = {
+        gid: hashlib.sha256(b"".join(sorted(p))).hexdigest()[: 2 * FINGERPRINT_BYTES]
+        for gid, p in parts.items()
+    }
+    return {given: digests[gid] for given, gid in ids.items()}
+
+
+def validate_fingerprint(
+    model: onnx.ModelProto,
+    analysis: Analysis,
+    fingerprint: Mapping[str, str],
+    kept: Collection[str] = (),
+) -> None:
+    """The fingerprint the plan recorded (`group_fingerprints` of the model it was written for) of
+    each group it lists kept channels for (`kept`: ids or producer names), checked against `model`:
+    one differs where the model is another one (other weights), or this one saved with its nodes
+    in another order so that a group id names another group of the same width (`validate_original`
+    catches another width). Only those groups: their channels were chosen on the recorded weights
+    (on other ones, a `keep` trims the wrong channels), while a pad, or a trim the plan leaves to
+    `apply` to rank, is as right for a fine-tuned checkpoint of the model as for the model itself.
+    Run after `validate_original`, whose message is the clearer one where a width differs too."""
+    if not isinstance(fingerprint, Mapping):
+        raise PlanError(
+            f"a plan's fingerprints map group ids to hex strings, not a {type(fingerprint).__name__}"
+        )
+    for name in fingerprint:
+        analysis.group(name)  # PlanError when unknown, before any weight is read
+    kept_ids = {analysis.group(g).id for g in kept}
+    checked = {name: fp for name, fp in fingerprint.items() if analysis.group(name).id in kept_ids}
+    if not checked:
+        return
+    found = group_fingerprints(model, analysis, list(checked))
+    for name, recorded in checked.items():
+        if found[name] != recorded:
+            group = analysis.group(name)
+            called = repr(name) if name == group.id else f"{name!r} (group {group.id!r})"
+            raise PlanError(
+                f"group {called}: the plan keeps channels chosen on other weights than this model's "
+                f"(fingerprint {found[name]}, the plan's {recorded}): another model or checkpoint, or "
+                "this one saved with its nodes in another order (unnamed nodes are named by position); "
+                'apply it to the model it was written for, delete its "keep" for that group to rank '
+                'the channels on these weights, or delete its "fingerprint" to apply it anyway'
             )
 
 
@@ -436,6 +525,7 @@ def apply_plan_report(
     importance: Optional[dict[str, np.ndarray]] = None,
     keep: Optional[Mapping[str, Sequence[int]]] = None,
     original: Optional[Mapping[str, int]] = None,
+    fingerprint: Optional[Mapping[str, str]] = None,
 ) -> tuple[onnx.ModelProto, list[GroupChange]]:
     """`apply_plan`, also saying per group what was padded or trimmed."""
     model = model_proto(model)
@@ -448,6 +538,7 @@ def apply_plan_report(
     consts = st.constants_of(model)
     validate_plan(analysis, widths)
     validate_original(analysis, original or {})  # before `keep`, whose indices a swap makes wrong
+    validate_fingerprint(model, analysis, fingerprint or {}, keep or {})  # equal widths swapped
     kept = validate_keep(analysis, widths, keep or {})
     widths = analysis.plan_by_id(widths)  # a plan may name a group by any of its producers
     importance = {analysis.group(g).id: v for g, v in (importance or {}).items()}  # … and so may this
@@ -710,6 +801,7 @@ def apply_plan(
     importance: Optional[dict[str, np.ndarray]] = None,
     keep: Optional[Mapping[str, Sequence[int]]] = None,
     original: Optional[Mapping[str, int]] = None,
+    fingerprint: Optional[Mapping[str, str]] = None,
 ) -> onnx.ModelProto:
     """A new model with each planned group padded or trimmed to its width; the input is untouched.
 
@@ -724,11 +816,13 @@ def apply_plan(
 
     `original` (group id → its width in the model the plan was written for, plan.json's `original`)
     makes a group of another width a PlanError: the model is not the one the plan was written for.
+    `fingerprint` (plan.json's: group id → `group_fingerprints` of that model) does so for a group
+    whose producers' weights differ, as where two unnamed convs of equal width are swapped.
 
     `model` may be the LoadedModel `load_model` returned (its `.model` is edited). Write the result
     with `save_edited`, which gives back the dynamic dims loading fixed, as `deployopt apply` does.
     """
-    return apply_plan_report(model, widths, analysis, importance, keep, original)[0]
+    return apply_plan_report(model, widths, analysis, importance, keep, original, fingerprint)[0]
 
 
 def save_edited(model: onnx.ModelProto, path: str | os.PathLike[str], loaded: LoadedModel) -> list[str]:

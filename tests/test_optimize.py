@@ -48,9 +48,14 @@ def test_lossless_with_the_wave_model_writes_everything(
     for name in ("model.onnx", "plan.json", "report.json", "report.md", "journal.jsonl"):
         assert (out / name).exists(), name
     assert not list(out.glob(".partial-*"))  # the staging folder went once the set was in place
+    from deployopt.coupling import analyze
+    from deployopt.surgery import group_fingerprints
+
+    model = onnx.load(str(src))
     assert json.loads((out / "plan.json").read_text()) == {
         "widths": dict(sorted(res.best_plan.items())),
         "original": dict(sorted(res.original.items())),
+        "fingerprint": group_fingerprints(model, analyze(model), sorted(res.original)),
     }
     # Lossless: no width below the original (these random weights have no dead channel), round-up is
     # a baseline, and the answer is never predicted slower than either baseline.
@@ -1316,14 +1321,17 @@ def test_a_trim_runs_plan_lists_the_channels_its_model_keeps(tmp_path: Path) -> 
     opt = Optimizer(cfg)
     opt._load()
     # the widths of the input model too, which `apply` checks against the model it edits
-    assert opt.plan_document({gid: 3}) == {"widths": {gid: 3}, "original": {gid: 4}, "keep": {gid: [1, 2, 3]}}
-    assert opt.plan_document({gid: 8}) == {"widths": {gid: 8}, "original": {gid: 4}}  # a padding lists none
+    # and its fingerprint there (surgery.group_fingerprints), which `apply` checks too
+    prints = {gid: opt.plan_document({gid: 3})["fingerprint"][gid]}
+    trimmed = {"widths": {gid: 3}, "original": {gid: 4}, "fingerprint": prints, "keep": {gid: [1, 2, 3]}}
+    assert opt.plan_document({gid: 3}) == trimmed
+    assert opt.plan_document({gid: 8}) == {"widths": {gid: 8}, "original": {gid: 4}, "fingerprint": prints}
     # the plan just built gives its kept channels: they are not ranked a second time
     built = opt.build_model({gid: 3})
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("deployopt.surgery.kept_channels", lambda *a, **k: pytest.fail("ranked twice"))
         doc = opt.plan_document({gid: 3})
-        assert doc == {"widths": {gid: 3}, "original": {gid: opt.original[gid]}, "keep": {gid: [1, 2, 3]}}
+        assert doc == trimmed
     assert apply_plan(model, {gid: 3}, keep={gid: [1, 2, 3]}).SerializeToString() == built.SerializeToString()
     res = optimize(cfg)
     plan = json.loads((tmp_path / "o" / "plan.json").read_text())

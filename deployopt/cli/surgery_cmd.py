@@ -410,16 +410,20 @@ def _check_plan(
     widths: dict[str, int],
     keep: dict[str, list[int]],
     original: Optional[dict[str, int]] = None,
+    fingerprint: Optional[dict[str, str]] = None,
+    model: Any = None,
 ) -> dict[str, list[int]]:
-    """The plan's groups, widths, recorded original widths and kept channels checked against the
-    model, each error naming the plan file (an unknown group read as if the model were wrong), as
-    read_plan's own errors do; the kept channels by group id."""
+    """The plan's groups, widths, recorded original widths and fingerprints (of `model`) and kept
+    channels checked against the model, each error naming the plan file (an unknown group read as
+    if the model were wrong), as read_plan's own errors do; the kept channels by group id."""
     from deployopt.errors import PlanError
-    from deployopt.surgery import validate_keep, validate_original, validate_plan
+    from deployopt.surgery import validate_fingerprint, validate_keep, validate_original, validate_plan
 
     try:
         validate_plan(analysis, widths)
         validate_original(analysis, original or {})  # another model, or its nodes reordered
+        if fingerprint and model is not None:  # groups of equal width swapped: their weights differ
+            validate_fingerprint(model, analysis, fingerprint, keep)
         analysis.plan_by_id(widths)
         return validate_keep(analysis, widths, keep)
     except PlanError as exc:
@@ -446,8 +450,9 @@ def apply_cmd(
         "--plan",
         help='Width plan: {"widths": {"<group id>": <width>, ...}}, optionally with "keep": {"<group id>": '
         "[channel, ...]} for trimmed groups (optimize's plan.json lists them: applied again, it gives "
-        'the model optimize wrote) and "original": {"<group id>": <width>}, the widths of the model '
-        "it was written for (a model where one differs is refused).",
+        'the model optimize wrote), "original": {"<group id>": <width>}, the widths of the model '
+        'it was written for, and "fingerprint": {"<group id>": "<hex>"}, a hash of each group\'s '
+        "weights there (a model where one differs is refused).",
         parser=input_path("--plan", "a plan file (.json)"),
         metavar="FILE",
     ),
@@ -497,7 +502,9 @@ def apply_cmd(
         written_files = [output, output.with_name(output.name + ".data")]
         refuse_replacing_weights(model, written_files, "give another -o/--output")
     analysis = analyze(loaded.model)
-    keep = _check_plan(plan, analysis, widths, planned.keep, planned.original)
+    keep = _check_plan(
+        plan, analysis, widths, planned.keep, planned.original, planned.fingerprint, loaded.model
+    )
     by_id = analysis.plan_by_id(widths)
     trimmed = [g for g, w in by_id.items() if int(w) < analysis.group(g).width]
     unlisted = [g for g in trimmed if g not in keep]  # ranked again (a hand-written or older plan)
