@@ -132,17 +132,33 @@ def unconfirmed_plan(
     why = []
     if best and base and max(best) >= min(base):
         why.append("its slowest rebuild not faster than the baseline's fastest")
-    if conf["pooled_gain"] < min_effect * (1 - 1e-9):
-        why.append(
-            f"pooled gain {100 * conf['pooled_gain']:+.2f} %, under the {100 * min_effect:g} % min effect"
-        )
-    else:
-        why.append(f"pooled gain {100 * conf['pooled_gain']:+.2f} %")
+    why.append(pooled_change(conf, min_effect))
     builds = "" if "search_build_medians_us" in conf else f"{conf['rounds']} builds each: "
     return (
         f"the same plan: {found}, not confirmed in {counted(rebuilds(conf), 'rebuild')} of each "
         f"({builds}{'; '.join(why)}), so the answer is {conf['baseline']}"
     )
+
+
+def pooled_change(conf: dict[str, Any], min_effect: float | None = None) -> str:
+    """A confirmation's pooled gain as the report's other changes are printed, the answer against
+    the baseline, negative = faster, and said in words: 'pooled medians -1.25 % (faster)'. The
+    record's `pooled_gain` is 1 − the ratio of the two pooled medians (positive = faster): printed
+    with its sign it read "-12.05 %" for 12 % slower beside "-76.4 %" for faster (bug bash).
+    "Pooled medians": each side's median over all its rebuilds' runs together, an estimate other
+    than a `vs` line's (the geometric means of the build medians). `min_effect`: where the change
+    falls short of it, say so ('…, not the 0.5 % faster the min effect asks')."""
+    change = round(-100 * conf["pooled_gain"], 2) + 0.0  # + 0.0: no "-0.00 %"
+    word = "faster" if change < 0 else "slower" if change > 0 else "no change"
+    text = f"{change:+.2f} %"
+    if min_effect is not None and conf["pooled_gain"] < min_effect * (1 - 1e-9):
+        short = f"{100 * min_effect:g} %"
+        word += (
+            f", by less than the {short} min effect"
+            if word == "faster"
+            else f", not the {short} faster the min effect asks"
+        )
+    return f"pooled medians {text} ({word})"
 
 
 def _faster_in_search(
@@ -302,11 +318,14 @@ def measured_comparison_row(
             lo, hi = (100 * (math.exp(x) - 1) for x in (diff - half, diff + half))
             how = f"{100 * (1 - alpha):g}% CI {lo:+.1f} … {hi:+.1f} %; t-test on the build medians, "
             how += f"{builds['baseline']} + {builds['answer']} builds, p={c.p_value:.3g}"
+            # the change named as the estimate it is (BUILD_MEDIANS): a confirmation line beside it
+            # gives the pooled medians' (pooled_change), another figure of the same two plans
+            change = f"{100 * (c.ratio - 1):+.1f}% {BUILD_MEDIANS}"
             if c.verdict == "no significant difference":
                 under = f", under the {100 * min_effect:g} % min effect" if c.p_value < alpha else ""
-                describe = f"no significant difference (ratio {c.ratio:.3f}{under}, {how})"
+                describe = f"no significant difference ({change}{under}, {how})"
             else:
-                describe = f"{c.verdict}: {100 * (c.ratio - 1):+.1f}% ({how})"
+                describe = f"{c.verdict}: {change} ({how})"
             return {
                 "verdict": c.verdict,
                 # the change's own CI (change_ci_pct) sizes it: no overlap of two CIs to judge by
@@ -341,6 +360,15 @@ def measured_comparison_row(
 
 #: A measured comparison's verdict where a side is one build (or its builds showed no spread)
 NOT_TESTED = "not tested"
+#: what a build-level comparison's change is the change of (its `ratio`, what its t-test reads)
+BUILD_MEDIANS = "between the build medians' geometric means"
+#: report.md's key to the changes beside a confirmation: two estimates of one pair of plans
+CHANGES_KEY = (
+    "every change is a plan against its baseline, negative = faster; \"between the build medians' "
+    "geometric means\" (the vs lines): each side's build medians, averaged on a log scale, as the "
+    "t-test reads them; \"pooled medians\" (a confirmation): each side's median of all its rebuilds' runs "
+    "together. Two estimates of one comparison, so they differ"
+)
 
 
 def behind_phrase(conf: dict[str, Any], r8: Timing, base: Timing, max_evals: int) -> str:
@@ -446,6 +474,10 @@ def build_report(
                 "best": best.plan[gid],
                 "candidates": opt.domains.get(gid, []),
                 "producers": list(getattr(g, "producers", []) or []),
+                # added: a grouped conv's group has its widths (original, dead, round_up_8, best,
+                # candidates) per conv group, as `analyze` gives them; the GPU sees repeat × width
+                # channels (1 for every other group)
+                "repeat": int(getattr(g, "repeat", 1) or 1),
             }
         )
     layers = []
@@ -678,11 +710,15 @@ def write_staircases(outdir: Path, report: dict[str, Any], opt: Optimizer) -> li
     """One PNG per group the search moved off round-up-to-8: the producing conv's table over the
     group's candidate widths, with the wave model's staircase and the original, round-up and chosen
     widths. A picture that cannot be drawn is one `warning:` line and left out, never an error: it
-    must not cost the run's results (a `$` in a conv name ended optimize after its search)."""
+    must not cost the run's results (a `$` in a conv name ended optimize after its search). Each
+    picture drawn has its facts in `report["staircase_facts"]` (set here: `_staircase_fact`), for
+    report.md's alt text and the line under it."""
     from deployopt.plots import plot_staircase, short_name
 
     measured = report["measured"]
     out: list[str] = []
+    facts: list[dict[str, Any]] = []
+    report["staircase_facts"] = facts  # what each picture shows, in words (render_markdown)
     taken: set[str] = set()
     failed: list[str] = []
     best = report["plan"]
@@ -709,6 +745,9 @@ def write_staircases(outdir: Path, report: dict[str, Any], opt: Optimizer) -> li
         role = "output" if conv in producers else "input"
         quartiles, spread = _cached_spread(opt, shapes, values) if measured else (None, "")
         where = report["measured_on"] or report["backend"]
+        r = _repeat(g)
+        # a grouped conv's group: the x axis is its width per conv group, as analyze gives it
+        per = f" per conv group, ×{r}" if r > 1 else ""
         try:
             plot_staircase(
                 widths,
@@ -719,10 +758,11 @@ def write_staircases(outdir: Path, report: dict[str, Any], opt: Optimizer) -> li
                 measured_quartiles_us=quartiles,
                 title=f"{short_name(conv)}: {role} channels"
                 + (f" of group {short_name(gid)}" if gid != conv else "")  # 'conv0 … of group conv0'
-                + f" (original {g['original']}, round-up to 8 {g['round_up_8']}, chosen {g['best']})",
+                + f" (original {per_conv_group(g['original'], r)}, round-up to 8 "
+                f"{per_conv_group(g['round_up_8'], r)}, chosen {per_conv_group(g['best'], r)})",
                 predicted_label=_predicted_label(opt) if preds else "wave model (predicted)",
                 measured_label=f"per-layer table, measured on {where} ({spread})",
-                xlabel=f"{role} channels (group {short_name(gid)})",
+                xlabel=f"{role} channels{per} (group {short_name(gid)})",
                 marks=[
                     ("original", g["original"]),
                     ("round-up to 8", g["round_up_8"]),
@@ -735,6 +775,7 @@ def write_staircases(outdir: Path, report: dict[str, Any], opt: Optimizer) -> li
             failed.append(_why_not_drawn(exc))
             continue
         out.append(f"staircases/{name}")
+        facts.append(_staircase_fact(opt, best, out[-1], g, conv, role, bool(preds), where, measured))
     if failed:
         import warnings
 
@@ -747,6 +788,45 @@ def write_staircases(outdir: Path, report: dict[str, Any], opt: Optimizer) -> li
             stacklevel=2,
         )
     return out
+
+
+def _staircase_fact(
+    opt: Optimizer,
+    best: dict[str, int],
+    path: str,
+    g: dict[str, Any],
+    conv: str,
+    role: str,
+    predicted: bool,
+    where: str,
+    measured: bool,
+) -> dict[str, Any]:
+    """What one staircase picture shows, as report.json → `staircase_facts` holds it and report.md
+    says it (alt text and a line under the picture): the pictures' facts were pixels only, their alt
+    text the file path (bug bash). `us`: the plotted conv's per-layer table value at the original,
+    round-up-to-8 and chosen widths (measured, or the wave model's on a predicted run; null where the
+    table has none); `predicted_us`: the wave model's at those widths beside measured values (else
+    null)."""
+    marks = {}
+    for key, width in (("original", g["original"]), ("round_up_8", g["round_up_8"]), ("chosen", g["best"])):
+        shape = opt.conv_shape(conv, {**best, g["id"]: width})
+        us = opt.layer_values.get(shape.signature())
+        pred = None
+        if measured and predicted:
+            from deployopt.waves import predict
+
+            pred = float(predict(shape, opt.target, opt.cfg.dtype).predicted_us)
+        marks[key] = {"width": width, "us": us, "predicted_us": pred}
+    return {
+        "file": path,
+        "group": g["id"],
+        "conv": conv,
+        "channels": role,
+        "repeat": _repeat(g),
+        "candidates": [min(g["candidates"]), max(g["candidates"])] if g["candidates"] else None,
+        "us_from": f"per-layer table, measured on {where}" if measured else PREDICTED_NOTE,
+        "marks": marks,
+    }
 
 
 def staircase_groups(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -901,7 +981,7 @@ def confirmation_line(conf: dict[str, Any]) -> str:
     after = f", in place of {conf['after']}" if conf.get("after") else ""
     return (
         f"confirmation ({_rounds_each(conf)}, {what} vs {conf['baseline']}{after}, "
-        f"median µs per {per}: {rounds}; pooled gain {100 * conf['pooled_gain']:+.2f} %{aside}): {verdict}"
+        f"median µs per {per}: {rounds}; {pooled_change(conf)}{aside}): {verdict}"
     )
 
 
@@ -913,7 +993,9 @@ def _rounds_each(conf: dict[str, Any]) -> str:
 
 
 def _confirmation_lines(report: dict[str, Any]) -> list[str]:
-    return [f"- {confirmation_line(conf)}" for conf in confirmations(report)]
+    """Each confirmation's line, then (where there is one) what its change and the vs lines' are."""
+    lines = [f"- {confirmation_line(conf)}" for conf in confirmations(report)]
+    return [*lines, f"- how to read the changes: {CHANGES_KEY}."] if lines else []
 
 
 def _traffic_lines(tr: dict[str, Any] | None, measured: bool) -> list[str]:
@@ -936,6 +1018,18 @@ def _from_cache(sw: dict[str, Any]) -> str:
     (its journal's were counted as the cache's)."""
     journal = sw.get("from_journal") or 0
     return f"{sw['cached'] - journal} from the cache" + (f", {journal} from the journal" if journal else "")
+
+
+def _repeat(group: dict[str, Any]) -> int:
+    """A report group's conv groups (`repeat`; 1 in a report written before the field)."""
+    return int(group.get("repeat") or 1)
+
+
+def per_conv_group(width: int, repeat: int) -> str:
+    """A group's width as `deployopt analyze` prints it: '6 ×5' (6 channels in each of a grouped
+    conv's 5 conv groups, 30 in all), or '6' where the group is no grouped conv's (repeat 1); 0 is
+    '0' either way."""
+    return f"{width} ×{repeat}" if repeat > 1 and width else str(width)
 
 
 def render_markdown(report: dict[str, Any]) -> str:
@@ -987,10 +1081,22 @@ def render_markdown(report: dict[str, Any]) -> str:
     ]
     for g in report["groups"]:
         name = f"{g['id']} ({g['layer']})" if "layer" in g else g["id"]
+        r = _repeat(g)
+        each = f" (×{r} each)" if r > 1 and g["candidates"] else ""
         lines.append(
-            f"| {name} | {g['original']} | {g['dead']} | {g['round_up_8']} | **{g['best']}** | "
-            f"{', '.join(map(str, g['candidates']))} |"
+            f"| {name} | {per_conv_group(g['original'], r)} | {per_conv_group(g['dead'], r)} "
+            f"| {per_conv_group(g['round_up_8'], r)} | **{per_conv_group(g['best'], r)}** | "
+            f"{', '.join(map(str, g['candidates']))}{each} |"
         )
+    grouped = next((g for g in report["groups"] if _repeat(g) > 1), None)
+    if grouped is not None:  # "6 → 8" for a 30-channel layer read as a trim to 8 channels (bug bash)
+        w, r = grouped["original"], _repeat(grouped)
+        lines += [
+            "",
+            "A grouped conv's group has its widths per conv group, as `deployopt analyze` prints them: "
+            f"{w} ×{r} is {w} channels in each of {r} conv groups, {w * r} in all (report.json → "
+            "groups → `repeat`).",
+        ]
     what = "measured" if report["measured"] else "predicted"
     lines += [
         "",
@@ -1033,17 +1139,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     fid = report.get("fidelity")
     lines += ["", "## Fidelity (onnxruntime, reference = input model)", ""]
     if fid:
-        from deployopt.fidelity import shown_against
-
-        # against a trim gate's thresholds, with the digits that show the side each falls on
-        gate = report.get("trim_gate") or {}
-        limits = {"cosine_min": gate.get("min_cosine"), "top1_agreement": gate.get("min_top1")}
-        limits["exact_match"] = gate.get("min_top1")
-        for key in ("max_abs_error", "cosine_min", "top1_agreement", "relative_error_max", "exact_match"):
-            if key in fid and fid[key] is not None:
-                limit = limits.get(key)
-                shown = f"{fid[key]:.6g}" if limit is None else shown_against(fid[key], limit, 6)[0]
-                lines.append(f"- {key.replace('_', ' ')}: {shown}")
+        lines += _fidelity_figures(fid, report.get("trim_gate") or {})
         source = fid.get("source") or "calibration set"
         random_note = fid.get("random_inputs") and "random" not in source  # say it once
         n = fid.get("samples")
@@ -1082,7 +1178,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         )
     if report["staircases"]:
         lines += ["", "## Staircases behind the decisions", ""]
-        lines += [f"![{p}]({p})" for p in report["staircases"]]
+        lines += _staircase_lines(report)
         left_out = len(staircase_groups(report)) - MAX_PLOTS
         if left_out > 0:  # the reader saw 12 pictures and could not know more groups had changed
             more = counted(left_out, "more group")
@@ -1090,6 +1186,119 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines += ["", "## What was measured, what was predicted", ""]
     lines += [f"- {w}" for w in report["what_was_measured"]]
     return "\n".join(lines) + "\n"
+
+
+def _one_line(text: str) -> str:
+    """A name in report.md's running text, on one line: each control character as `\\x..`."""
+    return "".join(f"\\x{ord(ch):02x}" if ord(ch) < 32 or 127 <= ord(ch) < 160 else ch for ch in text)
+
+
+#: report.md's fidelity figures: (report.json key, label, limit key of the trim gate or of the
+#: fidelity JSON, decimals, percent); shares and relative changes in percent, as `verify` and the
+#: terminal print them (top-1 was "0.250000" beside "25.00% < 99.00%" and "≥ 99%": bug bash)
+FIDELITY_FIGURES = (
+    ("max_abs_error", "max abs error", None, None, False),
+    ("cosine_min", "cosine min", "min_cosine", 6, False),
+    ("top1_agreement", "top-1 agreement", "min_top1", 2, True),
+    ("relative_error_max", "relative error max", "relative_error_limit", 2, True),
+    ("scale_change_max", "row scale change max", "scale_change_limit", 2, True),
+    ("exact_match", "exact match", "min_top1", 2, True),
+)
+
+
+def _fidelity_figures(fid: dict[str, Any], gate: dict[str, Any]) -> list[str]:
+    """One line per figure of the fidelity check, its unit as `verify` gives it, against the
+    threshold it was held to where that is known (a trim gate's, or the limit the fidelity JSON
+    records), with the digits that show the side each falls on: every failure line has its figure
+    here (the row scale's had none)."""
+    from deployopt.fidelity import shown_against
+
+    lines = []
+    for key, label, limit_key, decimals, percent in FIDELITY_FIGURES:
+        value = fid.get(key)
+        if value is None:
+            continue
+        limit = None
+        if limit_key in ("min_cosine", "min_top1"):
+            limit = gate.get(limit_key)
+        elif limit_key is not None:
+            limit = fid.get(limit_key)
+        if decimals is None:
+            lines.append(f"- {label}: {value:.6g}")
+            continue
+        computed = limit_key in ("relative_error_limit", "scale_change_limit")  # √(2·(1 − min cosine))
+        # a share or cosine below 1, with no threshold, is still not shown as 1 ("100.00%")
+        ceiling = 1.0 if limit is None and limit_key in ("min_cosine", "min_top1") else None
+        got, shown = shown_against(
+            value,
+            limit if ceiling is None else ceiling,
+            decimals,
+            percent=percent,
+            threshold_decimals=2 if percent else None,
+            computed=computed,
+        )
+        if limit is not None:  # as verify's table: the threshold, then ok or FAIL
+            ok = value <= limit if computed else value >= limit
+            got += f" ({'≤' if computed else '≥'} {shown}: {'ok' if ok else 'FAIL'})"
+        lines.append(f"- {label}: {got}")
+    return lines
+
+
+def _alt(text: str) -> str:
+    """`text` as a Markdown image's alt text: one line, its brackets and backslashes escaped."""
+    return _one_line(text).replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]")
+
+
+def _us(x: float | None) -> str:
+    return "not in the table" if x is None else f"{x:.1f} µs"
+
+
+def _staircase_lines(report: dict[str, Any]) -> list[str]:
+    """Each picture with alt text that says what it shows (group, plotted conv, the original /
+    round-up-to-8 / chosen widths and their µs) and the same in a line under it, for a screen
+    reader, `cat report.md` or a CI log: the alt text was the file path, and the facts pixels only
+    (bug bash). A report without `staircase_facts` (written before it) keeps the path."""
+    facts = {f["file"]: f for f in report.get("staircase_facts") or []}
+    lines = [
+        "Each picture plots one conv of a group, the one that writes it (else one that reads it), over "
+        "the group's candidate widths; the chosen width also changes the group's other convs, whose "
+        "values are in the Per layer table above.",
+        "",
+    ]
+    for path in report["staircases"]:
+        f = facts.get(path)
+        if f is None:
+            lines += [f"![{_alt(path)}]({path})", ""]
+            continue
+        r = f.get("repeat") or 1
+        marks = f["marks"]
+        at = ", ".join(
+            f"{label} {per_conv_group(marks[key]['width'], r)} ({_us(marks[key]['us'])})"
+            for key, label in (
+                ("original", "original"),
+                ("round_up_8", "round-up-to-8"),
+                ("chosen", "chosen"),
+            )
+        )
+        of = f"{f['channels']} channels" + (f" of group {f['group']}" if f["group"] != f["conv"] else "")
+        how = "measured" if f["us_from"] != PREDICTED_NOTE else "predicted"
+        alt = f"Staircase of {f['conv']}, {of}: {at}, {how}"
+        span = f["candidates"]
+        over = f" over widths {span[0]}–{span[1]}" if span and span[0] != span[1] else ""
+        per = f" per conv group (×{r}: {r} conv groups)" if r > 1 else ""
+        predicted = [marks[k].get("predicted_us") for k in ("original", "round_up_8", "chosen")]
+        wave = (
+            "; the wave model predicts " + " / ".join(_us(p) for p in predicted) + " for those three"
+            if all(p is not None for p in predicted)
+            else ""
+        )
+        lines += [
+            f"![{_alt(alt)}]({path})",
+            "",
+            f"Shown: {_one_line(f['conv'])}, {_one_line(of)}{over}{per}: {at} ({f['us_from']}){wave}.",
+            "",
+        ]
+    return lines[:-1]
 
 
 def _elsewhere(target: Any, env: dict[str, Any]) -> str | None:
@@ -1120,6 +1329,7 @@ def write_report(outdir: Path, report: dict[str, Any], opt: Optimizer | None = N
                 reraise_interrupt(exc)
             _pictures_failed(exc)
             report["staircases"] = []
+            report["staircase_facts"] = []
     write_json(outdir / "report.json", report)
     write_text(outdir / "report.md", render_markdown(report))
 

@@ -128,7 +128,8 @@ def test_report_md_says_which_samples_the_gate_and_the_ranking_had(
     report["trim_gate"].update(min_cosine=0.9999999, min_top1=0.999)
     report["fidelity"].update(cosine_min=0.9999996, top1_agreement=0.9995)
     md = render_markdown(report)
-    assert "- cosine min: 0.9999996\n- top1 agreement: 0.999500\n" in md
+    # top-1 in percent, as the gate line, the terminal and verify give it (it was "0.999500")
+    assert "- cosine min: 0.9999996 (≥ 0.9999999: FAIL)\n- top-1 agreement: 99.95% (≥ 99.90%: ok)\n" in md
     assert "- trim gate: min cosine ≥ 0.9999999, top-1 agreement ≥ 99.9%, enforced\n" in md
 
 

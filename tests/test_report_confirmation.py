@@ -65,7 +65,8 @@ def test_an_unconfirmed_searched_plan_is_named_not_denied() -> None:
     said = same_plan_phrase(optimizer(evs, CONFIRMATION), "vs_round_up_8", evs[1], measured=True)
     assert said.startswith("the same plan: solver #4 measured -13.6 % against it in the search (faster, p=")
     assert "not confirmed in 2 rebuilds of each" in said and "so the answer is round-up-to-8" in said
-    assert "pooled gain -1.25 %, under the 0.5 % min effect" in said
+    # the pooled gain of -1.25 % is a change of +1.25 %: slower, negative = faster as everywhere else
+    assert "pooled medians +1.25 % (slower, not the 0.5 % faster the min effect asks)" in said
     assert "its slowest rebuild not faster than the baseline's fastest" in said
     assert "no other widths" not in said
 
@@ -99,4 +100,4 @@ def test_the_terminal_prints_the_confirmation_outcome() -> None:
         _progress_callback(progress)("confirm", **CONFIRMATION)
     out = console.export_text()
     assert "confirm confirmation (3 builds each, searched plan vs round-up-to-8" in out
-    assert "pooled gain -1.25 %): not confirmed, so the answer is round-up-to-8" in out
+    assert "pooled medians +1.25 % (slower)): not confirmed, so the answer is round-up-to-8" in out
