@@ -158,3 +158,91 @@ def collect(backend: str, **extra: Any) -> dict[str, Any]:
         env["clocks"] = smi
     env.update({k: v for k, v in extra.items() if v is not None})
     return {k: v for k, v in env.items() if v is not None}
+
+
+def nvidia_gpus() -> tuple[list[str], str | None]:
+    """The names of every GPU nvidia-smi lists, and the driver's version ([], None: no nvidia-smi, or
+    it failed). Every GPU, not one index: which one a measurement ran on depends on
+    CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER, which nvidia-smi's numbering does not follow."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return [], None
+    try:
+        proc = subprocess.run(
+            [exe, "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            errors="replace",
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return [], None
+    if proc.returncode != 0:
+        return [], None
+    names, drivers = [], set()
+    for line in proc.stdout.splitlines():
+        name, _, driver = (v.strip() for v in line.rpartition(","))
+        if name and name not in ("[N/A]", "N/A"):
+            names.append(name)
+        if driver and driver not in ("[N/A]", "N/A"):
+            drivers.add(driver)
+    return names, (drivers.pop() if len(drivers) == 1 else None)
+
+
+def host_facts() -> dict[str, Any]:
+    """What a measurement on this machine records of the machine itself (as `collect` and the
+    backends' extras do) and can be read without timing anything: Python, the OS, the CPU and the
+    cores this process may use, the installed libraries, the GPUs and their driver. What --resume
+    holds a journal's measurements against (`setup_changes`)."""
+    names, driver = nvidia_gpus()
+    facts: dict[str, Any] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu": cpu_model(),
+        "cpu_cores": usable_cores(),
+        "libraries": library_versions(),
+        "gpus": names,
+        "driver": driver,
+    }
+    return {k: v for k, v in facts.items() if v not in (None, [])}
+
+
+#: The facts of a measurement's environment `setup_changes` compares with this machine's, in the
+#: words it says them in. All are part of the layer cache's device fingerprint (lut.device_fingerprint),
+#: where a change of any starts a fresh table: the same identity, less what only a timing reports.
+HOST_FACT_WORDS = (
+    ("cpu", "CPU"),
+    ("cpu_cores", "usable CPU cores"),
+    ("python", "Python"),
+    ("platform", "OS"),
+)
+
+
+def setup_changes(recorded: dict[str, Any], here: dict[str, Any] | None = None) -> list[str]:
+    """What differs between the machine a measurement recorded (its Timing's environment) and this
+    one (`host_facts`), in words ('onnxruntime 1.31.0 → 1.32.0'). Only facts both sides hold are
+    compared: an older deployopt recorded fewer (no cpu_cores before 2026-12-07), and a fact not
+    recorded is unknown, no difference. Its GPU differs where this machine has GPUs and none of them
+    is the one recorded."""
+    here = host_facts() if here is None else here
+    out = []
+    for key, word in HOST_FACT_WORDS:
+        was, now = recorded.get(key), here.get(key)
+        if was is not None and now is not None and was != now:
+            out.append(f"{word} {was} → {now}")
+    was_libs = recorded.get("libraries") if isinstance(recorded.get("libraries"), dict) else {}
+    now_libs = here.get("libraries") or {}
+    for name in sorted(set(was_libs) & set(now_libs)):
+        if was_libs[name] != now_libs[name]:
+            out.append(f"{name} {was_libs[name]} → {now_libs[name]}")
+    gpu, gpus = recorded.get("gpu"), here.get("gpus") or []
+    # torch names the device it ran on, nvidia-smi the board: one may carry more words than the other
+    # (a MIG slice's profile), never another GPU's model
+    if isinstance(gpu, str) and gpus and not any(gpu.startswith(g) or g.startswith(gpu) for g in gpus):
+        out.append(f"GPU {gpu} → {' / '.join(dict.fromkeys(gpus))}")
+    clocks = recorded.get("clocks") if isinstance(recorded.get("clocks"), dict) else {}
+    driver = clocks.get("driver")
+    if driver is not None and here.get("driver") is not None and str(driver) != here["driver"]:
+        out.append(f"NVIDIA driver {driver} → {here['driver']}")
+    return out

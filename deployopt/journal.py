@@ -57,6 +57,36 @@ class Replay:
     digest: str | None = None  # sha256 of the bytes replayed: a later look sees a change without a replay
 
 
+def measured_elsewhere(replay: Replay, here: dict[str, Any] | None = None) -> str | None:
+    """Why a journal's measurements do not resume on this machine, in the words of --resume's
+    refusal, or None where they do. Its end-to-end timings each recorded the machine they were taken
+    on; one that differs from this machine in a fact both record (environment.setup_changes: CPU,
+    usable cores, Python, OS, a library's version, GPU, driver: the facts of the layer cache's device
+    fingerprint, whose change starts a fresh table) was taken elsewhere, or before an upgrade, and
+    a resume pooled its timings with this machine's in one search and one confirmation, the report
+    calling them all this machine's (bug bash: a run interrupted on an EPYC with onnxruntime 1.31.0
+    resumed on a Xeon with 1.32.0). Predictions (the wave model) describe no machine, and a board
+    timed over ssh (`remote`) is not this machine: neither is compared. `here`: this machine's
+    facts (environment.host_facts), read once."""
+    from deployopt.environment import host_facts, setup_changes
+
+    seen: list[dict[str, Any]] = []
+    for timing in replay.timings.values():
+        env = timing.environment
+        if not timing.measured or env.get("remote") or env in seen:
+            continue
+        seen.append(env)
+        here = host_facts() if here is None else here
+        changes = setup_changes(env, here)
+        if changes:
+            return (
+                f"holds timings measured on another setup than this machine's ({'; '.join(changes)}): "
+                "resumed, they would be pooled with this machine's in one search and one confirmation; "
+                "use --force to start over here, or resume where it was measured"
+            )
+    return None
+
+
 class Journal:
     """Writer for OUTDIR/journal.jsonl; `Journal.replay(path)` reads one back."""
 

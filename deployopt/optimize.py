@@ -1471,6 +1471,14 @@ class Optimizer:
             )
         if self._sweep_runs_refusal:
             raise DeployoptError(f"--resume: {journal_path} {self._sweep_runs_refusal}")
+        # the journal's timings must have been taken on this machine as it is now, or a resume pools
+        # two setups' (journal.measured_elsewhere); with --remote they are the board's, which `remote`
+        # in the config stands for
+        from deployopt.journal import measured_elsewhere
+
+        elsewhere = None if self.cfg.remote else measured_elsewhere(self.replay)
+        if elsewhere:
+            raise DeployoptError(f"--resume: {journal_path} {elsewhere}")
 
     def _resume_keys(
         self, old: dict[str, Any], config: dict[str, Any]
@@ -2227,6 +2235,37 @@ class Optimizer:
                 f"--resume: {journal_path} holds {recorded} end-to-end evaluations, more than --max-evals "
                 f"{cfg.max_evals}; give --max-evals {recorded} or more"
             )
+        # An uninterrupted run at this --max-evals searches only what its confirmation rounds leave
+        # (confirm_reserve: 2 a round, measured backends). A journal whose search went further (a run
+        # at a higher --max-evals) left them nothing: the resumed run answered unconfirmed, saying 4
+        # were kept back, where the same flags uninterrupted confirm (bug bash: 10 searched, resumed
+        # at --max-evals 10). Refused, as a run at these flags would never have searched that far.
+        if cfg.resume:
+            from deployopt.backends.base import get_backend
+
+            searched = len(
+                {
+                    plan_key(e["plan"])
+                    for e in self.replay.events
+                    if e.get("event") == "measured" and not e.get("repeat")  # repeat: a confirmation rebuild
+                }
+            )
+            given = self._external_session
+            if given is not None:
+                measures = not hasattr(given, "predict_shapes") and getattr(given.backend, "measured", True)
+            else:
+                measures = getattr(get_backend(self.backend_name), "measured", True)
+            kept = 2 * cfg.confirm_rounds if measures and cfg.confirm_rounds > 0 and cfg.mode != "grow" else 0
+            # the baselines are measured before anything is kept back
+            reach = max(1 if self.round_up == self.original else 2, cfg.max_evals - kept)
+            if kept and searched > reach:
+                raise DeployoptError(
+                    f"--resume: {journal_path} holds {searched} evaluations of the search, and --max-evals "
+                    f"{cfg.max_evals} keeps {kept} back for the confirmation rounds, so a run at it searches "
+                    f"at most {reach}: resumed, the confirmation would have "
+                    f"{max(0, cfg.max_evals - searched)} of its {kept}; "
+                    f"give --max-evals {searched + kept} or more"
+                )
         self._check_runs()
         self._warn_if_opset_beyond_tensorrt()
         session_cm = None

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from deployopt import paths
-from deployopt.errors import CacheWarning, TargetError, no_such_file, range_error
+from deployopt.errors import CacheWarning, DeployoptWarning, TargetError, no_such_file, range_error
 from deployopt.fileio import read_json_input
 from deployopt.waves import DTYPES, WaveParams, default_params, shown_as_json
 
@@ -572,7 +572,16 @@ def load_profile(path: str | os.PathLike[str]) -> Target:
     """A calibrated profile written by `deployopt calibrate` (target facts + fitted params), or one
     target as `deployopt targets --target T --json` prints it, edited for a what-if: a Jetson power
     mode's clock or SM count. Its default (unfitted) parameters are dropped and derived again from
-    the edited facts; fitted ones are kept as they are."""
+    the edited facts; fitted ones are kept as they are, except a fit to host-CPU timings
+    (host_cpu_fit): its GPU facts are used with default parameters, and a warning says so."""
+    target, host_fit = _read_profile(path)
+    if host_fit:
+        _warn_host_fit(Path(path), target.name, host_fit, "its GPU facts predict with default parameters")
+    return target
+
+
+def _read_profile(path: str | os.PathLike[str]) -> tuple[Target, str | None]:
+    """load_profile's target, and why its fit was not used (host_cpu_fit), without a warning."""
     path = Path(path)
     if path.is_dir():  # was "cannot read target profile D: [Errno 21] Is a directory: 'D'"
         raise TargetError(f"{path}: is a folder, expected a target profile (.json)")
@@ -619,8 +628,15 @@ def load_profile(path: str | os.PathLike[str]) -> Target:
             f"deployopt reads version {PROFILE_VERSION}: calibrate again, or use the deployopt that wrote it"
         )
     d.pop("origin", None)
-    target = target_from_json(d, origin=str(path))
     from_calibrate = isinstance(doc, dict) and "target" in doc
+    host_fit = host_cpu_fit(doc.get("measured_with")) if from_calibrate else None
+    if host_fit and isinstance(d.get("params"), dict):
+        # a fit to host-CPU timings (calibrate before 13e34d9 wrote one): its parameters describe no
+        # GPU; the GPU facts stay, the parameters are derived from them as for an uncalibrated profile
+        d["params"] = {
+            dt: p for dt, p in d["params"].items() if not (isinstance(p, dict) and p.get("fitted"))
+        }
+    target = target_from_json(d, origin=str(path))
     if not from_calibrate and target.name in builtin_names():
         # a what-if edit of a built-in's facts (a power mode's clock): its source now is the file,
         # where the data sheet's line ("625 MHz max") was printed beside 1020 MHz
@@ -628,7 +644,54 @@ def load_profile(path: str | os.PathLike[str]) -> Target:
         edited = [k for k in _FIELDS[2:] if now[k] != base[k]]
         sources = {k: f"edited in {path} (built-in {target.name}: {base[k]})" for k in edited}
         target = replace(target, sources={**target.sources, **sources})
-    return replace(target, calibrated=from_calibrate and any(p.fitted for p in target.params.values()))
+    calibrated = from_calibrate and any(p.fitted for p in target.params.values())
+    return replace(target, calibrated=calibrated), host_fit
+
+
+#: How a profile's measured_with names a host CPU as its device: ort's "CPUExecutionProvider", torch's
+#: "CPU (no CUDA device)", a plain "cpu".
+_CPU_DEVICE_PREFIX = "cpu"
+
+
+def host_cpu_fit(measured_with: Any) -> str | None:
+    """Why a calibrated profile's fit describes the host CPU, not a GPU, from what it says it was
+    measured with (`calibrate` writes measured_with), or None where it names a GPU or does not
+    tell. The rule of calibrate's own refusal (cli/targets_cmd.py _check_on_gpu): onnxruntime on its
+    CPU provider, torch without CUDA. A deployopt before 13e34d9 (2026-12-03) calibrated from such
+    timings and recorded no device for ort ({"backend": "ort", "runs": 5, ...}): its ort ran on the
+    CPU provider (the GPU one names itself in `device` since)."""
+    if not isinstance(measured_with, dict) or measured_with.get("remote"):  # a board's GPU over ssh
+        return None
+    backend = measured_with.get("backend")
+    device = measured_with.get("device")
+    if isinstance(device, str) and device.strip().lower().startswith(_CPU_DEVICE_PREFIX):
+        return f"measured with {backend} on {device}"
+    if backend == "ort" and not device:
+        return "measured with ort, no device recorded: onnxruntime's CPU provider"
+    return None
+
+
+#: profiles (path, size, mtime) the host-CPU-fit warning was given for in this process: every
+#: get_target of a run (the optimizer's, the wave model's session) reads the file again
+_HOST_FIT_SAID: set[tuple[str, int, int]] = set()
+
+
+def _warn_host_fit(path: Path, name: str, why: str, instead: str) -> None:
+    """One warning a profile: the file, why its fit is not used, what is used instead, what to do."""
+    try:
+        st = path.stat()
+        key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    except OSError:
+        key = (str(path), 0, 0)
+    if key in _HOST_FIT_SAID:
+        return
+    _HOST_FIT_SAID.add(key)
+    warnings.warn(
+        f"{path}: calibrated from host-CPU timings ({why}), not from the GPU's, so its fit is not "
+        f"used: {instead}; re-run `deployopt calibrate -t {name}` on the GPU, or delete the file",
+        DeployoptWarning,
+        stacklevel=3,
+    )
 
 
 def get_target(name_or_path: str | os.PathLike[str], sms: int | None = None) -> Target:
@@ -654,7 +717,18 @@ def get_target(name_or_path: str | os.PathLike[str], sms: int | None = None) -> 
     elif (cached := cached_profile(name_or_path)) is not None:
         # named as --target reaches it: a profile copied in under another file name (calibrate's
         # h200-8sm as h200.json) was listed as h200-8sm, a name --target then called unknown
-        target = replace(load_profile(cached), name=name_or_path)
+        target, host_fit = _read_profile(cached)
+        if host_fit and name_or_path in builtin_names():
+            # a CPU fit under a built-in name (`calibrate -t orin-nano-8gb --measure ort` before
+            # 13e34d9): the built-in target, parameters and all, as if the file were not there
+            instead = f"--target {name_or_path} is the built-in target, with its built-in parameters"
+            _warn_host_fit(cached, name_or_path, host_fit, instead)
+            target = _own_copy(_builtin(name_or_path))
+        else:
+            if host_fit:
+                instead = "its GPU facts predict with default parameters"
+                _warn_host_fit(cached, name_or_path, host_fit, instead)
+            target = replace(target, name=name_or_path)
     elif name_or_path in builtin_names():
         target = _own_copy(_builtin(name_or_path))
     else:
