@@ -32,7 +32,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from deployopt.errors import DeployoptError, OutputError
 
@@ -316,6 +316,22 @@ def _staged(dest: Path, finish: Callable[[Path], None], **where: Any) -> Iterato
         tmp_path.unlink(missing_ok=True)
 
 
+def run_unique_path(folder: str | os.PathLike[str], stem: str, suffix: str) -> Path:
+    """`folder/STEM.<local time>-<pid>SUFFIX`, a name of this run's own for a file it keeps in a
+    folder other runs write to too (`profile --trace-dir`): named after the model alone, two runs of
+    same-named models (x/model.onnx, y/model.onnx), or one model at two batches, replaced each
+    other's trace without a word. `-2`, `-3`, ... after the pid where that name is taken (one
+    process writing twice in a second)."""
+    folder = Path(folder)
+    base = f"{stem}.{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+    path = folder / f"{base}{suffix}"
+    n = 1
+    while path.exists() or path.is_symlink():
+        n += 1
+        path = folder / f"{base}-{n}{suffix}"
+    return path
+
+
 def write_bytes(dest: str | os.PathLike[str], data: bytes) -> None:
     with atomic_path(dest) as tmp:
         tmp.write_bytes(data)
@@ -409,6 +425,149 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path)
     else:
         path.unlink(missing_ok=True)
+
+
+#: when this process began (about: when deployopt was imported): a temp folder last changed before
+#: it is one an earlier run left, never one a run started after this one is making
+_STARTED_NS = time.time_ns()
+#: the open descriptors that hold owned_temp_dir's folders locked, by path
+_TEMP_LOCKS: dict[str, int] = {}
+
+
+def _flock(fd: int) -> bool:
+    """An exclusive flock on `fd` without waiting: False where another process holds one."""
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    return True
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether a process `pid` exists here (one of another user's counts: EPERM)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def remove_stale_temp_dirs(folder: str | os.PathLike[str], prefix: str) -> None:
+    """Remove the folders `owned_temp_dir(prefix, folder)` made that their run left (SIGKILL, the
+    OOM killer, a power loss skip every `finally`): named `<prefix><pid>-<random>`, whose pid is no
+    live process here, whose lock (an flock on the folder) no process holds, and last changed before
+    this process began. A live writer holds its lock (in another container sharing the folder too,
+    where its pid means nothing here); one that starts while this looks has just made its folder.
+    Without flock (not POSIX) nothing is removed. Errors are ignored: a cleanup only saves space."""
+    try:
+        import fcntl  # noqa: F401
+    except ImportError:
+        return
+    folder = Path(folder)
+    pattern = re.compile(re.escape(prefix) + rf"(\d+)-[A-Za-z0-9_]{{{TEMP_RANDOM}}}")
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        found = pattern.fullmatch(entry.name)
+        if found is None or _pid_alive(int(found[1])):
+            continue
+        with contextlib.suppress(OSError):
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            fd = os.open(entry.path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+            try:
+                if _flock(fd) and os.fstat(fd).st_mtime_ns < _STARTED_NS:
+                    shutil.rmtree(entry.path, ignore_errors=True)
+            finally:
+                os.close(fd)
+
+
+def owned_temp_dir(prefix: str, folder: str | os.PathLike[str] | None = None) -> Path:
+    """A new folder `<prefix><pid>-<random>` in `folder` (None: the temp dir), locked (an flock on
+    it) until `remove_owned_temp_dir` or this process ends, after removing those earlier runs left
+    there (`remove_stale_temp_dirs`): a run killed before its `finally` left a whole model (and its
+    weights) beside its output, or its candidates in $TMPDIR, for good. An OSError propagates."""
+    where = Path(folder) if folder is not None else Path(tempfile.gettempdir())
+    remove_stale_temp_dirs(where, prefix)
+    path = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=where))
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return path  # unlocked: a later run may take it for stale only once this process is gone
+    try:
+        locked = _flock(fd)
+    except ImportError:  # no flock: nothing is removed as stale either
+        locked = False
+    if locked:
+        _TEMP_LOCKS[str(path)] = fd
+    else:
+        os.close(fd)
+    return path
+
+
+def remove_owned_temp_dir(path: str | os.PathLike[str]) -> None:
+    """Remove an `owned_temp_dir` folder and release its lock (errors ignored, as rmtree's)."""
+    shutil.rmtree(path, ignore_errors=True)
+    fd = _TEMP_LOCKS.pop(str(path), None)
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def hold_lock(
+    path: str | os.PathLike[str], refusal: str, tries: int = 3, error: type[DeployoptError] = DeployoptError
+) -> IO[str] | None:
+    """An exclusive flock on the file `path` (made where missing), held until `release_lock`, or a
+    one-line `error` (DeployoptError) saying `refusal` where another process holds it; None where
+    the platform has no flock (nothing is then guarded). A holder that ends removes the file before
+    releasing it: one opened before that removal is locked here while a third process may hold a
+    new file under the name, so the name is opened again (at most `tries` times). An OSError
+    opening it is an OutputError naming `path`. (optimize's OUTDIR lock is the same.)"""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        return None
+    for _ in range(tries):
+        try:
+            handle = open(path, "a")  # noqa: SIM115 - held until release_lock
+        except OSError as exc:
+            raise output_error(path, exc) from None
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held
+            handle.close()
+            break
+        try:
+            if os.path.samestat(os.fstat(handle.fileno()), os.stat(path)):
+                return handle
+        except OSError:  # removed: the next open makes it anew
+            pass
+        handle.close()
+    raise error(refusal)
+
+
+def release_lock(handle: IO[str] | None) -> None:
+    """Remove the lock file `hold_lock` gave, then release it (a process waiting on it never waits:
+    it refuses); only where the name is still that file (another holder's lock otherwise)."""
+    if handle is None:
+        return
+    with contextlib.suppress(OSError):
+        if os.path.samestat(os.fstat(handle.fileno()), os.stat(handle.name)):
+            os.unlink(handle.name)
+    handle.close()
+
+
+def lock_name(dest: Path) -> Path:
+    """`.NAME.lock` beside output `dest`: the lock its writers hold (NAME cut to fit one name)."""
+    return dest.parent / f"{temp_prefix(dest.name, 'lock', dest.parent)}lock"
 
 
 def remove_staging(folder: str | os.PathLike[str]) -> None:

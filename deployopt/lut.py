@@ -169,17 +169,40 @@ def entry_samples(values: dict[str, float], folders: Sequence[Path]) -> dict[str
     return counts
 
 
+def _warmed(entry: dict[str, Any]) -> int:
+    """The warm-up an entry's timing had: the runs its timing records (`timing.warmup`), or the
+    warm-up its run asked of the sweep (`sweep_warmup`) where that is more (a backend that warms a
+    conv its own way records its own count: torch's CUDA-graph convs 3, whatever was asked). An
+    entry that records neither (not written by deployopt) is taken as timed cold, 0: unknown is
+    not warm, and a run that asks for any warm-up times it again."""
+    recorded = entry["timing"].get("warmup")
+    asked = entry.get("sweep_warmup")
+    counts = [v for v in (recorded, asked) if isinstance(v, int) and not isinstance(v, bool)]
+    return max(counts, default=0)
+
+
 class LayerCache:
     """The on-disk table for one device fingerprint and dtype."""
 
     def __init__(
-        self, fingerprint: str, dtype: str, root: Path | None = None, persist: bool = True, min_runs: int = 0
+        self,
+        fingerprint: str,
+        dtype: str,
+        root: Path | None = None,
+        persist: bool = True,
+        min_runs: int = 0,
+        min_warmup: int = 0,
     ) -> None:
         self.fingerprint = fingerprint
         self.dtype = dtype
         #: an entry of fewer samples than this is timed again (and replaced): a run asking for
         #: --sweep-runs 50 was given an earlier run's 3-sample medians, its report saying 50
         self.min_runs = min_runs
+        #: the warm-up runs this run asks of its sweep: an entry timed with fewer is timed again (and
+        #: replaced), as one of fewer samples is. A `--warmup 0` smoke run's cold first-run medians
+        #: (x1.8 a warmed table's at the median, x59 at worst) were the table of a later `--warmup 20`
+        #: run, its report saying "after 20 warm-up". Each entry written records it (`sweep_warmup`)
+        self.min_warmup = min_warmup
         self.dir = (root or cache_root()) / fingerprint / DTYPE_FOLDER.get(dtype, dtype)
         self.persist = persist
         self._write_failed = False  # warned once; later entries are not tried again
@@ -251,7 +274,7 @@ class LayerCache:
             # then refused as damaged): an entry without latencies is no entry, as one without JSON
             if not all(is_latency(s) for s in timing.samples_us):
                 raise ValueError("samples_us are not latencies")
-            return timing if timing.runs >= self.min_runs else None
+            return timing if timing.runs >= self.min_runs and _warmed(data) >= self.min_warmup else None
         except (FileNotFoundError, NotADirectoryError):
             return None  # not measured yet (or no cache folder at all)
         except (OSError, ValueError, KeyError, TypeError) as exc:  # a cache only saves time: measure again
@@ -265,7 +288,8 @@ class LayerCache:
         if not self.persist or self._write_failed:
             return
         try:
-            write_json(self._path(shape), {"shape": shape.to_json(), "timing": timing.to_json()})
+            entry = {"shape": shape.to_json(), "timing": timing.to_json(), "sweep_warmup": self.min_warmup}
+            write_json(self._path(shape), entry)
             self._use()
         except OutputError as exc:
             self._write_failed = True

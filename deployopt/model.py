@@ -15,10 +15,8 @@ import math
 import os
 import select
 import shlex
-import shutil
 import stat
 import sys
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1970,9 +1968,17 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, external
 
     With external_data the weights go to `<name>.data` beside the model, the layout the input had.
     Both files are written in a temporary folder beside the destination and renamed into place,
-    data first, so a reader never sees a model pointing at missing or half-written data.
+    data first, so a reader never sees a model pointing at missing or half-written data (a reader
+    that opens it between the two renames can still see the old graph over the new weights). Such a
+    write holds a lock beside it (`.NAME.lock`, fileio.hold_lock): a second writer of the same
+    output is refused in one line, where two writers' renames interleaved and left one's graph
+    over the other's weights, a model that ran and computed garbage. The temporary folder,
+    `.NAME.<pid>-<random>`, is locked while it is written (fileio.owned_temp_dir): one a killed
+    writer left is removed by the next write beside it.
     A symlink's target is replaced (the link stays); /dev/null or a FIFO is written to in place.
     """
+    from deployopt.fileio import hold_lock, lock_name, owned_temp_dir, release_lock, remove_owned_temp_dir
+
     given = check_output_file(path)
     dest, direct = resolve_output(given)
     if external_data:
@@ -1985,9 +1991,20 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, external
         write_pieces(given, serialized_pieces(model))  # written in place, as fileio does it
         return
     make_output_dir(dest.parent)
+    lock = None
+    if external_data:  # two renames: one writer at a time (a single file is one rename)
+        held = lock_name(dest)
+        lock = hold_lock(
+            held,
+            f"cannot write {given}: another deployopt run is writing it now (it holds {held.name} beside "
+            "it); wait for it to end, or give another output path",
+            error=OutputError,
+        )
     try:
-        tmpdir = Path(tempfile.mkdtemp(prefix=temp_prefix(dest.name, "", dest.parent), dir=dest.parent))
+        pid = f"{os.getpid()}-"
+        tmpdir = owned_temp_dir(temp_prefix(dest.name, pid, dest.parent), dest.parent)
     except OSError as exc:
+        release_lock(lock)
         raise output_error(dest, exc) from None
     try:
         tmp_model = tmpdir / dest.name
@@ -2027,4 +2044,5 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, external
     except OSError as exc:  # a full disk, a read-only folder, a folder named like the data file
         raise output_error(dest, exc) from None
     finally:
-        shutil.rmtree(tmpdir, ignore_errors=True)
+        remove_owned_temp_dir(tmpdir)
+        release_lock(lock)

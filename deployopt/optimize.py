@@ -30,8 +30,6 @@ import itertools
 import json
 import math
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -55,8 +53,10 @@ from deployopt.fileio import (
     file_sha256,
     make_output_dir,
     output_error,
+    owned_temp_dir,
     refuse_input_as_output,
     remove_outputs,
+    remove_owned_temp_dir,
     remove_staging,
 )
 from deployopt.journal import JOURNAL_VERSION, Journal, Replay, outdir_replaced, plan_key
@@ -161,14 +161,17 @@ class OptimizeConfig:
     timing_cache: str | None = None
     no_timing_cache: bool = False
 
-    def signature(self) -> dict[str, Any]:
-        """What must match for --resume to continue this run (max_evals may grow)."""
+    def signature(self, model_sha256: str | None = None) -> dict[str, Any]:
+        """What must match for --resume to continue this run (max_evals may grow). `model_sha256`:
+        the hash of the bytes the run loaded (Optimizer._load); without it, the file's as it is now."""
         gate = self.trim_gate()
+        if model_sha256 is None and Path(self.model_path).is_file():
+            model_sha256 = file_sha256(self.model_path)
         return {
             "journal_version": JOURNAL_VERSION,
             # a pipe (`<(gunzip -c m.onnx.gz)`) gives its bytes once, to loading: hashing it again
             # waited forever for a new writer of a named one, and hashed an anonymous one as empty
-            "model_sha256": file_sha256(self.model_path) if Path(self.model_path).is_file() else None,
+            "model_sha256": model_sha256,
             "target": self.target,
             "sms": self.sms,
             "cudnn_engines": self.cudnn_engines,
@@ -809,7 +812,20 @@ class Optimizer:
             )
         if cfg.dtype:  # measured backends too: an INT8 engine on a GPU without INT8 is a slow engine
             self.target.check_dtype(cfg.dtype)
+        # the hashes the journal records (--resume's check) are of the bytes loaded: hashed before
+        # the load and again after it, the model refused where they differ. Hashed once after it, a
+        # model re-exported in place meanwhile had its hash recorded for a run of the old file, and a
+        # --resume with the new one replayed the old one's timings (bug bash)
+        before = self._file_digests(None)
         self.loaded = prepare_model(cfg.model_path, cfg.batch, cfg.input_shapes)
+        self._digests = self._file_digests(bool(getattr(self.loaded, "external_data", False)))
+        if "external_data_sha256" not in before:  # an .onnx too large to look into before the load
+            before = {**before, **{k: v for k, v in self._digests.items() if k == "external_data_sha256"}}
+        if before != self._digests:
+            raise DeployoptError(
+                f"{cfg.model_path}: the model changed while it was being read (written again meanwhile?); "
+                "run again once it is written"
+            )
         self.model = self.loaded.model
         if cfg.fidelity:  # every sample is held at once: the random ones, or as many as the data gives
             from deployopt.fidelity import samples_held
@@ -1184,9 +1200,8 @@ class Optimizer:
                 self._sweep_session = self.session
             else:
                 runs = cfg.sweep_runs or cfg.runs
-                warmup = min(cfg.warmup, 3) if runs != cfg.runs else cfg.warmup
                 self._sweep_session = self._open_session(
-                    runs=runs, warmup=warmup, calibrate=False, owns_run=False
+                    runs=runs, warmup=self._sweep_warmup(), calibrate=False, owns_run=False
                 )
                 self._own_sweep_session = True
         return self._sweep_session.measure_convs(shapes)
@@ -1207,6 +1222,9 @@ class Optimizer:
             root=self.cfg.cache_root,
             persist=bool(self.session.backend.measured),
             min_runs=self._sweep_samples(),
+            # the layer cache times again an entry that had fewer; trtexec warms up by time, its
+            # entries recording the queries that took: not held to a count
+            min_warmup=0 if self.backend_name == "trtexec" else self._sweep_warmup(),
         )
         if not any(not ev.replayed for ev in self.evaluations):
             # a resumed run that has timed nothing yet: the journal's environment, as the backend of
@@ -1248,6 +1266,15 @@ class Optimizer:
             if given is not None:
                 return int(getattr(getattr(given, "options", None), "runs", 0) or 0)
         return self.cfg.sweep_runs or self.cfg.runs
+
+    def _sweep_warmup(self) -> int:
+        """Warm-up runs per conv the per-layer sweep asks for (`_measure_convs`'s session): a caller's
+        session its own; ours --warmup, at most 3 where --sweep-runs differs from --runs."""
+        for given in (self._external_sweep_session, self._external_session):
+            if given is not None:
+                return int(getattr(getattr(given, "options", None), "warmup", 0) or 0)
+        cfg = self.cfg
+        return cfg.warmup if (cfg.sweep_runs or cfg.runs) == cfg.runs else min(cfg.warmup, 3)
 
     def _session_environment(self) -> dict[str, Any]:
         """What the backend said about itself when it timed the first evaluation this run measured,
@@ -1447,11 +1474,42 @@ class Optimizer:
                 digest.update(arr.tobytes())
         return {"calibration_sha256": digest.hexdigest()}
 
+    #: an .onnx of at most this many bytes is looked into for external weights before it is loaded
+    #: (_file_digests): its weights files are hashed before and after the load, as the .onnx is. A
+    #: larger one holds (most of) its weights itself, and parsing it once more costs a load
+    _PEEK_BYTES = 64 << 20
+
+    def _file_digests(self, external: bool | None) -> dict[str, str]:
+        """The sha256 of the model file (`model_sha256`) and of its external weights files
+        (`external_data_sha256`, where `external`; None: where it has some and is at most
+        _PEEK_BYTES), as they are now; {} for a pipe (its bytes come once, to loading) or a file
+        that cannot be read (the load says why)."""
+        from deployopt.model import external_data_sha256
+
+        path = Path(self.cfg.model_path)
+        try:
+            if not path.is_file():
+                return {}
+            out = {"model_sha256": file_sha256(path)}
+            if external is None:
+                external = path.stat().st_size <= self._PEEK_BYTES
+        except OSError:  # a file that cannot be read: the load says why, in its own words
+            return {}
+        try:
+            digest = external_data_sha256(path) if external else None
+        except DeployoptError:  # not a model: the load refuses it in its own words
+            digest = None
+        return {**out, "external_data_sha256": digest} if digest else out
+
     def _weights_signature(self) -> dict[str, str]:
         """A model whose weights are in an external file: a sha256 of that file, for the resume check
-        (model_sha256 hashes the .onnx, which stays the same when only the weights are replaced)."""
+        (model_sha256 hashes the .onnx, which stays the same when only the weights are replaced):
+        of the bytes loaded (_load), else of the file as it is now."""
         if not getattr(self.loaded, "external_data", False) or not Path(self.cfg.model_path).is_file():
             return {}
+        digests = getattr(self, "_digests", None)
+        if digests is not None:
+            return {k: v for k, v in digests.items() if k == "external_data_sha256"}
         from deployopt.model import external_data_sha256
 
         digest = external_data_sha256(self.cfg.model_path)
@@ -2221,7 +2279,7 @@ class Optimizer:
         self.replay = Journal.replay(journal_path) if cfg.resume else Replay()
         self._load()
         config = {
-            **cfg.signature(),
+            **cfg.signature(getattr(self, "_digests", {}).get("model_sha256")),
             "backend": self.backend_name,
             **self._data_signature(),
             **self._target_signature(),
@@ -2273,8 +2331,10 @@ class Optimizer:
         self._lock = lock = None
         workdir: Path | None = None
         try:
-            # Candidate models (and TensorRT engines) live in a private folder removed at the end.
-            self.workdir = workdir = Path(tempfile.mkdtemp(prefix="deployopt-work-"))
+            # Candidate models (and TensorRT engines) live in a private folder removed at the end,
+            # `deployopt-work-<pid>-<random>`, locked while this runs: those of runs killed before
+            # their `finally` (SIGKILL, the OOM killer) are removed here (fileio.owned_temp_dir)
+            self.workdir = workdir = owned_temp_dir("deployopt-work-")
             # The backend is opened before OUTDIR is touched: an unavailable backend leaves nothing behind.
             if self._external_session is not None:
                 self.session = self._external_session
@@ -2331,7 +2391,7 @@ class Optimizer:
             _run_every(
                 journal.close if journal is not None else None,
                 lambda: _unlock_outdir(lock),
-                (lambda: shutil.rmtree(workdir, ignore_errors=True)) if workdir is not None else None,
+                (lambda: remove_owned_temp_dir(workdir)) if workdir is not None else None,
                 session_cm.close if session_cm is not None else None,
                 sweep_session.close if sweep_session is not None else None,
             )

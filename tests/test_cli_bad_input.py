@@ -804,7 +804,9 @@ def test_profile_trace_dir(monkeypatch, capsys, tmp_path, zoo_model_path) -> Non
         monkeypatch, capsys, "profile", m, "-b", "ort", "--runs", "2", "--trace-dir", str(traces), "--json"
     )
     assert code == 0, err
-    events = json.loads((traces / "resnet_projection.ort_profile.json").read_text())
+    (trace,) = json.loads(out)["trace"]  # resnet_projection.<time>-<pid>.ort_profile.json
+    assert Path(trace).parent == traces and Path(trace).name.startswith("resnet_projection.")
+    events = json.loads(Path(trace).read_text())
     assert any(e.get("name") == "model_run" for e in events)
     # keeping the trace must not cost the node mapping (the copy once shadowed the folder the
     # optimized graph is read from: 'node names (approximate)', every fused conv half-mapped)

@@ -104,6 +104,9 @@ class Profile:
     environment: dict[str, Any] = field(default_factory=dict)
     timed: str = ""
     runs: int = 0
+    #: the files this profile kept under --trace-dir (not in its JSON: `profile` says them as
+    #: "trace"); empty where the backend names none (TensorRT's engines)
+    trace_files: list[str] = field(default_factory=list)
 
     @property
     def total_us(self) -> float:

@@ -697,11 +697,16 @@ class OrtSession(Session):
                     events = json.load(f)
             except (OSError, ValueError) as exc:
                 raise _trace_failed(exc) from None
+            kept = []
             if opts.workdir is not None:  # --trace-dir: was accepted and nothing kept
-                from deployopt.fileio import atomic_path
+                from deployopt.fileio import atomic_path, run_unique_path
 
-                with atomic_path(Path(opts.workdir) / f"{Path(model_path).stem}.ort_profile.json") as dst:
+                # a name of this run's own (the model's stem, the time, the pid): named after the
+                # model alone, same-named models' or two batches' traces replaced each other
+                trace = run_unique_path(opts.workdir, Path(model_path).stem, ".ort_profile.json")
+                with atomic_path(trace) as dst:
                     shutil.copyfile(path, dst)  # (not `tmp`: the optimized graph is read from tmp below)
+                kept.append(str(trace))
             optimized = _load_optimized(Path(tmp) / OPTIMIZED_NAME)
         layers, mapping = profile_layers(events, opts.runs, loaded.model, optimized)
         self.say_once(rebatched_notice(loaded, opts.input_shapes))  # once it ran, as measure says it
@@ -721,6 +726,7 @@ class OrtSession(Session):
             onnx_nodes_removed=mapping.removed,
             onnx_nodes_unmapped=mapping.unmapped,
             onnx_nodes_folded_at_load=folded_at_load(model_path, loaded.model),
+            trace_files=kept,
         )
 
 

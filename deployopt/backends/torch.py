@@ -254,10 +254,20 @@ class TorchSession(Session):
     def profile(self, model_path: Path, kernels: bool = False) -> Profile:
         trace_path = None
         if self.options.workdir is not None:
+            from deployopt.fileio import run_unique_path
+
             Path(self.options.workdir).mkdir(parents=True, exist_ok=True)
-            trace_path = str(Path(self.options.workdir).resolve() / f"{Path(model_path).stem}.trace.json")
+            # a name of this run's own: named after the model alone, same-named models' or two
+            # batches' traces replaced each other (as ort's, fileio.run_unique_path)
+            folder = Path(self.options.workdir).resolve()
+            trace_path = str(run_unique_path(folder, Path(model_path).stem, ".trace.json"))
         resp = self._model_request("profile", model_path, kernels=kernels, trace_path=trace_path)
-        return profile_from_json(resp["profile"])
+        profile = profile_from_json(resp["profile"])
+        if trace_path is not None and Path(trace_path).is_file():
+            # `profile --trace-dir` lists what the backend says it kept, not every new file in DIR
+            kept = str(Path(self.options.workdir) / Path(trace_path).name)
+            profile.trace_files = [kept]
+        return profile
 
     def measure_convs(self, shapes: list[ConvShape]) -> list[Timing]:
         """cuDNN directly (deployopt.backends.cuda_conv) inside the worker, in its green context;

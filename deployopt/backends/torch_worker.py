@@ -311,7 +311,7 @@ class Worker:
     # -- environment and descriptions -------------------------------------------------------
 
     def environment(self) -> dict[str, Any]:
-        from deployopt.environment import collect
+        from deployopt.environment import collect, usable_cores
 
         torch = self.torch
         if self.cuda:
@@ -335,6 +335,10 @@ class Worker:
                 torch.backends.cudnn.benchmark_limit if self.cuda and self.cudnn_benchmark else None
             ),
             cpu_threads=None if self.cuda else torch.get_num_threads(),
+            # on the CPU the cores this process may run on, as ort records them (usable_cores): a run
+            # under `taskset -c 0` with OMP_NUM_THREADS=2 recorded what a run on both cores did, and
+            # shared its per-layer table (the fingerprint's folder). Not on CUDA: the GPU times there
+            cpu_cores=None if self.cuda else usable_cores(),
         )
 
     def _where(self, batch: int | None) -> str:

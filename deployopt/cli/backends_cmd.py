@@ -752,7 +752,11 @@ def profile_command(
     with removed_if_left_empty(trace_dir), session_cm as session:
         profile = session.profile(model, kernels=kernels)
     doc = profile.to_json()
-    traces = _written_since(trace_dir, before)
+    # the files the backend says it kept (ort, torch); every file new or changed in DIR since the
+    # run began only where it says none (TensorRT's engines), which took another run's trace
+    # written into the same DIR meanwhile for this one's
+    told = profile.trace_files
+    traces = [str(p) for p in told] if told else _written_since(trace_dir, before)
     if trace_dir is not None:  # what --trace-dir kept, which was said nowhere (DIR/m.ort_profile.json)
         doc["trace"] = traces
 
