@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import re
 import tempfile
+from typing import Any
 
 
 class DeployoptError(Exception):
@@ -19,6 +20,25 @@ class DeployoptError(Exception):
 
 class ModelError(DeployoptError):
     """The model file is missing, corrupt, or uses something we cannot handle."""
+
+
+class StaticDimsError(ModelError):
+    """An --input-shape that changes a dim the model file fixes (not its batch): `name` the input,
+    `have` its dims as the file gives them (None for a dynamic one), `want` those asked for. A
+    command that runs the files as they are (verify) words it its own way."""
+
+    def __init__(
+        self,
+        message: str,
+        name: str = "",
+        have: list[int | None] | None = None,
+        want: list[int] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.name, self.have, self.want = name, list(have or []), list(want or [])
+
+    def __reduce__(self) -> tuple[Any, ...]:  # whole through a worker's pickle, not its message alone
+        return (type(self), (str(self), self.name, self.have, self.want))
 
 
 class PlanError(DeployoptError):

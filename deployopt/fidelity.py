@@ -1917,20 +1917,48 @@ def feed_inputs(
 
 
 def _run(sess: Any, feed: dict[str, np.ndarray], role: str) -> list[np.ndarray]:
+    """The session's outputs for `feed`; a failure is one line with onnxruntime's reason (the op
+    and node that failed, without its error code's prefix). It said "failed on the calibration
+    inputs" where none were given (random ones) and the model fails on any input (a Gather index
+    out of range baked into the graph), and the prefix ate the line's budget."""
     try:
         return [np.asarray(o) for o in sess.run(None, feed)]
     except Exception as exc:
-        first = first_line(exc)
-        raise DataError(f"{role} model failed on the calibration inputs: {shorten(first)}") from None
+        from deployopt.errors import onnxruntime_reason
+
+        why = onnxruntime_reason(exc)
+        if "Non-zero status code returned while running" in " ".join(str(exc).split()):
+            raise DataError(
+                f"{role} model cannot run: onnxruntime fails inside it, in {why} (its inputs were "
+                "taken: check that node of the model)"
+            ) from None
+        raise DataError(f"{role} model cannot run on the inputs fed: {why}") from None
 
 
-def _check_finite_reference(outputs: list[np.ndarray], calib: CalibrationSet) -> None:
+def _check_finite_reference(
+    outputs: list[np.ndarray],
+    calib: CalibrationSet,
+    model: str | os.PathLike[str] | onnx.ModelProto | None = None,
+) -> None:
     """The reference's outputs must be finite to compare against: values that overflow inside the
     model (an image fed unnormalised into an fp16 export, a stray 1e38) made every candidate
-    "fail" (verify: exit 1; optimize: an internal error after the whole search)."""
+    "fail" (verify: exit 1; optimize: an internal error after the whole search). Where the
+    reference `model`'s weights hold NaN (a diverged checkpoint), that is said, naming the weight:
+    no data can help, and the line sent the user to give or rescale --calibration-data."""
     bad = sum(int(np.count_nonzero(~np.isfinite(o))) for o in outputs if o.dtype.kind in "fc")
     if not bad:
         return
+    if model is not None:  # only on this failure: the weights are read (again) for it alone
+        from deployopt.model_checks import describe_nonfinite, nonfinite_weights
+
+        proto = model if isinstance(model, onnx.ModelProto) else onnx.load(os.fspath(model))
+        found = nonfinite_weights(proto)
+        if found:
+            raise ModelError(
+                f"the reference model's outputs hold {bad} NaN or infinite value(s) on {calib.source}, "
+                f"and its weights do ({describe_nonfinite(found)}): no data can fix that; fix or "
+                "re-export the checkpoint"
+            )
     if calib.random:
         hint = "give --calibration-data with the values the model takes"
     else:
@@ -1950,7 +1978,7 @@ def check_reference_finite(
     check made its own session and ran each sample again: 4.4 s of a YOLOv8x optimize)."""
     ref_run = model if isinstance(model, ReferenceRun) else ReferenceRun(model, keep=False)
     for sample in calib.samples:
-        _check_finite_reference(ref_run.outputs(sample), calib)
+        _check_finite_reference(ref_run.outputs(sample), calib, ref_run.source)
 
 
 def _cosine_and_ratio(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
@@ -2134,6 +2162,8 @@ class ReferenceRun:
         self.session = _session(model, "reference", qdq=self.qdq)
         # the model, until `low_types` reads its types (verify gives them: the file is not read again)
         self._model: str | os.PathLike[str] | onnx.ModelProto | None = model
+        #: the model, for what its outputs' failures say (`_check_finite_reference`: its weights)
+        self.source = model
         self._low_types: set[str] | None = None
         self.keep = keep
         self._outputs: dict[int, tuple[Any, list[np.ndarray]]] = {}
@@ -2161,7 +2191,7 @@ class ReferenceRun:
         if missing:
             raise DataError(f"calibration samples have no array for input(s) {', '.join(missing)}")
         out = self.outputs(sample)
-        _check_finite_reference(out, calib)
+        _check_finite_reference(out, calib, self.source)
         return out
 
     def run(self, sample: dict[str, np.ndarray], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

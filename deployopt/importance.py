@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 import numpy as np
 import onnx
 
-from deployopt.errors import DataError, PlanError, first_line, shorten
+from deployopt.errors import DataError, ModelError, PlanError, first_line, shorten
 
 if TYPE_CHECKING:
     from deployopt.coupling import Analysis
@@ -136,11 +136,37 @@ def filter_l1(analysis: Analysis, gid: str, model: Weights = None) -> np.ndarray
     (see `Weights`)."""
     width = analysis.group(gid).width
     total = np.zeros(width)
-    for filters in _producer_filters(analysis, gid, constants(analysis, model)):
+    consts = constants(analysis, model)
+    for filters in _producer_filters(analysis, gid, consts):
         if filters.rows == width:
             for r0, part in filters.pieces():
                 total[r0 : r0 + len(part)] += np.abs(part).sum(axis=1)
+    if not np.isfinite(total).all():  # NaN sorts anywhere: the trim dropped arbitrary channels, exit 0
+        raise ModelError(_nonfinite_ranking(analysis, gid, consts))
     return total
+
+
+def _nonfinite_ranking(analysis: Analysis, gid: str, consts: Constants) -> str:
+    """The line for a group whose producing filters hold NaN or infinite values: which weight, and
+    how many, where one of its producers' initializers is found so."""
+    from deployopt.model_checks import describe_nonfinite
+
+    st = analysis.state
+    assert st is not None
+    found = []
+    for a, atom in enumerate(st.atoms):
+        if atom.retired or atom.producer is None or analysis.group_of_atom(a) != gid:
+            continue
+        for name in st.nodes[atom.producer].input[1:3]:
+            w = consts(name) if name else None
+            if w is not None and w.dtype.kind == "f" and not np.isfinite(w).all():
+                nan = int(np.count_nonzero(np.isnan(w)))
+                found.append((name, nan, int(np.count_nonzero(~np.isfinite(w))) - nan))
+    what = describe_nonfinite(found) if found else "its producing filters hold NaN or infinite values"
+    return (
+        f"group {gid!r}: {what}: its channels cannot be ranked, and the model computes NaN or "
+        "infinite values whatever the input; fix or re-export the checkpoint"
+    )
 
 
 def zero_filter_channels(analysis: Analysis, gid: str, model: Weights = None) -> list[int]:
@@ -398,6 +424,15 @@ def activation_importance(
     means = _mean_abs(model, analysis, sorted(reads), samples) if reads else {}
     bad = next((t for t, m in means.items() if not np.isfinite(m).all()), None)
     if bad is not None:  # NaN sorts anywhere: the trim would drop arbitrary channels, exit 0
+        from deployopt.model_checks import describe_nonfinite, nonfinite_weights
+
+        found = nonfinite_weights(model)  # the weights, not the data: no data helps (it was blamed)
+        if found:
+            raise ModelError(
+                f"ranking channels on the calibration data: tensor {bad!r} holds NaN or infinite values, "
+                f"and so do the weights ({describe_nonfinite(found)}): no data can fix that; fix or "
+                "re-export the checkpoint"
+            )
         raise DataError(
             f"ranking channels on the calibration data: tensor {bad!r} holds NaN or infinite values on "
             "it (values that overflow the model?); check the data's scale"

@@ -31,6 +31,7 @@ from deployopt.errors import (
     DeployoptError,
     ModelError,
     OutputError,
+    StaticDimsError,
     first_line,
     no_such_file,
     reraise_interrupt,
@@ -752,9 +753,12 @@ def _check_static_dims_kept(name: str, dims: Any, want: list[int]) -> None:
     have = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in dims]
     if any(h is not None and h != w for h, w in list(zip(have, want))[1:]):
         fmt = "×".join(str(d) if d is not None else "?" for d in have)
-        raise ModelError(
+        raise StaticDimsError(
             f"input {name!r} is {fmt} in the file; --input-shape sets its batch and its dynamic (?) dims "
-            f"only, got {'×'.join(map(str, want))} (export the model at that size instead)"
+            f"only, got {'×'.join(map(str, want))} (export the model at that size instead)",
+            name,
+            have,
+            list(want),
         )
 
 
@@ -915,10 +919,29 @@ def _fix_input_shapes(
     return fixed
 
 
-def _give_outputs_shapes(model: onnx.ModelProto, path: Path, reuse: InferenceReuse | None = None) -> None:
+def _fixed_shape_error(path: Path, asked: dict[str, list[int]], onnx_says: str) -> ModelError:
+    """The line for a model whose shapes infer at the file's own input shapes but not at those
+    --batch / --input-shape asked for (`asked`): the graph fixes them."""
+    at = ", ".join(f"{n} {'×'.join(map(str, d))}" for n, d in asked.items())
+    return ModelError(
+        f"{path.name}: its shapes do not infer at {at}, though they do at the file's own: "
+        "the graph fixes its batch or size (a Reshape's shape traced at export, say); export it "
+        f"with a dynamic batch, or run it at its own (onnx: {onnx_says})"
+    )
+
+
+def _give_outputs_shapes(
+    model: onnx.ModelProto,
+    path: Path,
+    reuse: InferenceReuse | None = None,
+    asked: dict[str, list[int]] | None = None,
+) -> None:
     """A graph output with a type but no shape (which onnxruntime and TensorRT run) gets the shape
     shape inference finds for it, or one ModelError that says which output has none. `reuse`: the
-    load-time type check's inference, read instead where it inferred this very graph."""
+    load-time type check's inference, read instead where it inferred this very graph. `asked`: the
+    input shapes --batch / --input-shape set; where inference finds no shape at them but does at the
+    file's own, the graph fixes its batch, and the error says so (the missing output shape was
+    blamed: re-exporting with output shapes only led to that line)."""
     missing = [
         o.name
         for o in model.graph.output
@@ -938,6 +961,13 @@ def _give_outputs_shapes(model: onnx.ModelProto, path: Path, reuse: InferenceReu
             continue
         got = inferred.get(out.name)
         if got is None or not got.type.tensor_type.HasField("shape"):
+            if asked and _infers_as_exported(path):
+                try:  # strict, for onnx's line on the op that broke (the lenient pass says nothing)
+                    onnx.shape_inference.infer_shapes(weightless(model), strict_mode=True, data_prop=True)
+                    onnx_says = f"graph output {out.name!r} gets no shape"
+                except Exception as exc:
+                    onnx_says = first_line(exc, repr(exc))
+                raise _fixed_shape_error(path, asked, onnx_says)
             raise ModelError(
                 f"{path}: graph output {out.name!r} has no shape, and shape inference finds none; "
                 "export the model with its output shapes"
@@ -1470,7 +1500,7 @@ def load_model(
             "itself): sorted here, and models written from this one keep that order"
         )
     fixed = _fix_input_shapes(model, dict(input_shapes or {}), path, notices, keep_dynamic)
-    _give_outputs_shapes(model, path, reuse)
+    _give_outputs_shapes(model, path, reuse, fixed if input_shapes else None)
     try:
         # its `check_skeleton`: handed the whole model, the checker serializes it (twice its size)
         onnx.checker.check_model(check_skeleton(model, external=external))
@@ -1484,13 +1514,8 @@ def load_model(
         model = _infer(model, path, reuse)
     except ModelError as exc:
         if input_shapes and not external and _infers_as_exported(path):
-            asked = ", ".join(f"{n} {'×'.join(map(str, d))}" for n, d in fixed.items())
             onnx_says = str(exc).split("shape inference failed: ", 1)[-1]
-            raise ModelError(
-                f"{path.name}: its shapes do not infer at {asked}, though they do at the file's own: "
-                "the graph fixes its batch or size (a Reshape's shape traced at export, say); export it "
-                f"with a dynamic batch, or run it at its own (onnx: {onnx_says})"
-            ) from None
+            raise _fixed_shape_error(path, fixed, onnx_says) from None
         raise
     if _needs_folding(model):
         _slice_shape_ranges(model)

@@ -38,6 +38,7 @@ def check_model_data(model: onnx.ModelProto, name: str) -> onnx.ModelProto | Non
     _check_strings(model, name)
     consts = _check_tensors(model.graph, name)
     _check_conv_bias(model.graph, consts, name)
+    _note_nonfinite_weights(model, name)
     inferred, as_is = _check_types(model, name)
     if inferred is None:
         return None
@@ -281,6 +282,98 @@ def _check_types(model: onnx.ModelProto, name: str) -> tuple[onnx.ModelProto | N
         return None, as_is  # not a type error (or not only): load's shape inference says what it is
     del inferred
     raise ModelError(f"{name}: wrongly typed tensors (onnxruntime cannot load it): {typed_error}")
+
+
+# 7. non-finite weights -----------------------------------------------------------------------
+
+#: float types whose NaN and infinities numpy reads directly
+_NP_FLOATS = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE}
+#: elements checked at a time (np.isfinite makes a bool array as long as what it reads)
+_FINITE_CHUNK = 1 << 22
+#: ops whose every input is a weight computed with: an infinity there is one in the outputs (a -inf
+#: elsewhere, a Where's or an Add's attention mask, is a legitimate constant)
+_COMPUTE_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "BatchNormalization", "InstanceNormalization")
+_WARNED: set[str] = set()
+
+
+def _tensor_values(t: TensorProto) -> Any:
+    """The values of a float initializer (NaN and infinities as numpy reads them), or None for one
+    of another type, with external data not loaded, or without data. bfloat16 as float32 (its bits
+    are float32's upper half)."""
+    import numpy as np
+
+    if t.data_location == TensorProto.EXTERNAL or t.external_data:
+        return None
+    if t.data_type in _NP_FLOATS:
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(t.data_type)
+        if t.HasField("raw_data"):
+            return np.frombuffer(t.raw_data, dtype=dtype)
+        if t.data_type == TensorProto.FLOAT16:  # typed: the fp16 bits in int32_data
+            return np.asarray(t.int32_data, dtype=np.uint16).view(np.float16)
+        return np.asarray(t.double_data if t.data_type == TensorProto.DOUBLE else t.float_data, dtype=dtype)
+    if t.data_type == TensorProto.BFLOAT16:
+        bits = np.frombuffer(t.raw_data, np.uint16) if t.HasField("raw_data") else np.asarray(t.int32_data)
+        return (np.asarray(bits, dtype=np.uint32) << 16).view(np.float32)
+    return None
+
+
+def nonfinite_weights(model: onnx.ModelProto) -> list[tuple[str, int, int]]:
+    """(initializer, NaN count, infinite count) for each float initializer of the main graph holding
+    a NaN, or an infinity where a Conv, Gemm, MatMul or normalization computes with it (`_COMPUTE_OPS`):
+    a diverged or badly converted checkpoint, which computes NaN or infinite outputs on any input.
+    One np.isfinite pass over the weights, a few MiB at a time."""
+    import numpy as np
+
+    computed = {x for n in model.graph.node if n.op_type in _COMPUTE_OPS for x in n.input}
+    found = []
+    for t in model.graph.initializer:
+        values = _tensor_values(t)
+        if values is None or not values.size:
+            continue
+        nan = inf = 0
+        for i in range(0, values.size, _FINITE_CHUNK):
+            part = values[i : i + _FINITE_CHUNK]
+            if not np.isfinite(part).all():
+                n = int(np.count_nonzero(np.isnan(part)))
+                nan, inf = nan + n, inf + int(np.count_nonzero(~np.isfinite(part))) - n
+        if nan or (inf and t.name in computed):
+            found.append((t.name, nan, inf if t.name in computed else 0))
+    return found
+
+
+def describe_nonfinite(found: list[tuple[str, int, int]]) -> str:
+    """`initializer 'c1.weight' holds 1 NaN value(s)` (and how many other initializers do)."""
+    name, nan, inf = found[0]
+    held = " and ".join(
+        part for part in (f"{nan} NaN" if nan else "", f"{inf} infinite" if inf else "") if part
+    )
+    more = f" (and {len(found) - 1} other initializer(s))" if len(found) > 1 else ""
+    return f"initializer {name!r} holds {held} value(s){more}"
+
+
+def _note_nonfinite_weights(model: onnx.ModelProto, name: str) -> None:
+    """A model whose weights hold NaN (or infinities a conv computes with) loads, with one warning
+    line naming the initializer: timing it is still valid, and the commands that compute its
+    outputs (verify, optimize's fidelity check, a trim's ranking) refuse it naming the weight; they
+    blamed the data and sent the user to give or rescale --calibration-data, which cannot help."""
+    import warnings
+
+    from deployopt.errors import DeployoptWarning
+
+    found = nonfinite_weights(model)
+    if not found:
+        return
+    said = describe_nonfinite(found)
+    if said in _WARNED:  # once a process: optimize loads each candidate, which holds the same weights
+        return
+    _WARNED.add(said)
+    warnings.warn(
+        f"{name}: {said}: what the model computes from it is NaN or infinite whatever the input (a "
+        "diverged or badly converted checkpoint?); timings are still valid, outputs are not: fix or "
+        "re-export the checkpoint",
+        DeployoptWarning,
+        stacklevel=2,
+    )
 
 
 # 8. zero-size convs --------------------------------------------------------------------------

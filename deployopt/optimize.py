@@ -701,13 +701,102 @@ def _shown(value: Any) -> str:
     return "the default" if value is None else json.dumps(value)
 
 
-def _resume_diff(keys: list[str], old: dict[str, Any], new: dict[str, Any]) -> str:
+#: journal signature keys given as `--flag VALUE` on optimize's command line
+_RESUME_OPTIONS = {
+    "target": "--target",
+    "backend": "--backend",
+    "remote": "--remote",
+    "sms": "--sms",
+    "cudnn_engines": "--cudnn-engines",
+    "batch": "--batch",
+    "dtype": "--dtype",
+    "mode": "--mode",
+    "max_trim": "--max-trim",
+    "runs": "--runs",
+    "warmup": "--warmup",
+    "sweep_runs": "--sweep-runs",
+}
+#: signature keys recorded False where a `--no-...` switch was given (else left out, or true)
+_RESUME_SWITCHES = {"traffic_term": "--no-traffic-term", "cudnn_benchmark": "--no-cudnn-benchmark"}
+
+
+def _resume_word(value: Any) -> str:
+    """A journal value as the command line gives it: a name as its shell word (no JSON quotes)."""
+    import shlex
+
+    if value is None:
+        return "the default"
+    return shlex.quote(value) if isinstance(value, str) else json.dumps(value)
+
+
+def _resume_flags(key: str, old: dict[str, Any], new: dict[str, Any]) -> list[str] | None:
+    """`key`'s difference in terms of optimize's options (`--min-cosine was 0.5, now 0.6`), or None
+    where `key` is no option's: the refusal named config keys (`trim_gate changed` for any of
+    --min-cosine, --min-top1, --no-fidelity-gate; `traffic_term was the default, now false` for
+    --no-traffic-term) the user could not map to what to give again."""
+    was, now = old.get(key), new.get(key)
+    if key in _RESUME_OPTIONS:
+        return [f"{_RESUME_OPTIONS[key]} was {_resume_word(was)}, now {_resume_word(now)}"]
+    if key in _RESUME_SWITCHES:
+        had = was is False
+        return [
+            f"{_RESUME_SWITCHES[key]}: the journal's run "
+            + ("had it, this one does not" if had else "did not have it, this one does")
+        ]
+    if key == "trim_gate":  # recorded only where it is not the default
+        was_gate, now_gate = was or DEFAULT_GATE, now or DEFAULT_GATE
+        parts = []
+        for name in ("min_cosine", "min_top1"):
+            a, b = was_gate.get(name), now_gate.get(name)
+            if a != b:
+                flag = "--" + name.replace("_", "-")
+                default = DEFAULT_GATE[name]
+                shown = [f"the default ({default:g})" if v == default else _resume_word(v) for v in (a, b)]
+                parts.append(f"{flag} was {shown[0]}, now {shown[1]}")
+        if was_gate.get("enforced", True) != now_gate.get("enforced", True):
+            had = was_gate.get("enforced", True) is False
+            parts.append(
+                "--no-fidelity-gate: the journal's run "
+                + ("had it, this one does not" if had else "did not have it, this one does")
+            )
+        return parts
+    if key == "input_shapes":
+        from deployopt.errors import shorten
+        from deployopt.model import input_shape_arg
+
+        def shapes(value: Any) -> str:
+            if not value:
+                return "the default"
+            return " ".join(input_shape_arg(n, "x".join(map(str, d))) for n, d in value.items())
+
+        return [shorten(f"--input-shape was {shapes(was)}, now {shapes(now)}", 240)]
+    if key == "calibration_sha256" and (was is None) != (now is None):
+        return [
+            "--calibration-data: the journal's run "
+            + ("had it, this one does not" if now is None else "did not have it, this one does")
+        ]
+    return None
+
+
+def _resume_diff(keys: list[str], old: dict[str, Any], new: dict[str, Any], cli: bool = False) -> str:
     """`target was nano, now orin-nano-8gb; mode was lossless, now trim`: what --resume refuses
-    over, in words (it said `model_sha256, target differ`, internal keys without their values)."""
+    over, in words (it said `model_sha256, target differ`, internal keys without their values).
+    `cli`: in optimize's options (`--min-cosine was 0.5, now 0.6`), not the config's fields."""
     parts = []
     for key in keys:
         if key == "max_trim" and "mode" in keys and None in (old.get(key), new.get(key)):
             continue  # recorded in trim mode only: "max_trim was the default, now 0.1" was no change
+        if cli and key == "trim_order" and ({"calibration_sha256", "mode"} & set(keys)):
+            continue  # follows from --calibration-data (or --mode), said by that key
+        if cli and key == "trim_order":
+            by = ("activation on --calibration-data", "filter L1")
+            was_by, now_by = by[not old.get(key)], by[not new.get(key)]
+            parts.append(f"trimmed channels were ranked by {was_by}, now by {now_by}")
+            continue
+        flags = _resume_flags(key, old, new) if cli else None
+        if flags is not None:
+            parts += flags
+            continue
         if key in _DIGEST_KEYS:
             parts.append(f"{_DIGEST_KEYS[key]} changed")
             continue
@@ -721,10 +810,12 @@ def _resume_diff(keys: list[str], old: dict[str, Any], new: dict[str, Any]) -> s
             continue
         # a key a signature leaves out, or None, is an option at its default (not given)
         was, now = (json.dumps(v) if v is not None else "the default" for v in (old.get(key), new.get(key)))
+        # no option sets it: a journal of another deployopt version, or of a Python API caller
+        named = f"{key} (no option sets it)" if cli and key not in _DIGEST_KEYS else key
         if len(was) + len(now) > 80:  # a long value (input shapes of many inputs): the name says enough
-            parts.append(f"{key} changed")
+            parts.append(f"{named} changed")
         else:
-            parts.append(f"{key} was {was}, now {now}")
+            parts.append(f"{named} was {was}, now {now}")
     return "; ".join(parts)
 
 
@@ -1524,7 +1615,8 @@ class Optimizer:
         keys, was, now = self._resume_keys(old, config)
         if keys:
             raise DeployoptError(
-                f"--resume: {journal_path} was written by a different run ({_resume_diff(keys, was, now)}); "
+                f"--resume: {journal_path} was written by a different run "
+                f"({_resume_diff(keys, was, now, self._cli)}); "
                 "use --force to start over"
             )
         if self._sweep_runs_refusal:

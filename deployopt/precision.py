@@ -647,6 +647,25 @@ def refuse_unconvertible(model: onnx.ModelProto) -> None:
         )
 
 
+def _untyped_message(tensor: Any) -> str:
+    """The line for a tensor (an onnx-graphsurgeon Variable) shape inference left without a type:
+    it named the tensor only, not the op that makes it (a TensorRT plugin in its own domain, which
+    onnx cannot infer), nor the fix (its type declared in the graph's value_info)."""
+    made_by = tensor.inputs[0] if tensor.inputs else None
+    if made_by is None:
+        what = f"{tensor.name!r}, a tensor no node makes,"
+    else:
+        domain = made_by.domain or ""
+        op = f"{domain} {made_by.op}" if domain not in ("", "ai.onnx") else made_by.op
+        known = onnx.defs.has(made_by.op, domain) if domain not in ("", "ai.onnx") else True
+        why = "an op onnx's shape inference does not know" if not known else "shape inference gives it none"
+        what = f"{tensor.name!r}, the output of {op} {made_by.name!r} ({why}),"
+    return (
+        f"fp16 conversion: {what} has no type: declare it in the graph's value_info (type and shape) "
+        "and convert again (the conversion needs every tensor's type)"
+    )
+
+
 def to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
     """The model typed fp16 inside with fp32 inputs and outputs (see the module docstring); a model
     already in fp16/bf16 comes back as it is. Validated before it is returned."""
@@ -678,16 +697,13 @@ def to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
     try:
         conv = _Converter(model)
         untyped = [
-            t.name
+            t
             for node in conv.graph.nodes
             for t in (*node.inputs, *node.outputs)
             if t.name and isinstance(t, gs.Variable) and t.dtype is None
         ]
         if untyped:
-            raise ModelError(
-                f"fp16 conversion: shape inference left {untyped[0]!r} without a type (the conversion "
-                "needs every tensor's type)"
-            )
+            raise ModelError(_untyped_message(untyped[0]))
         conv.refuse_float64_compute()
         fp32_compute = conv.fp32_compute()
         conv.pin()

@@ -801,7 +801,7 @@ def test_no_traffic_term_reaches_the_run_and_its_journal(
     # a journal searched without the term does not resume into a search with it …
     code, _, err = cli(monkeypatch, capsys, *base_args(model, out), "--max-evals", "6", "--resume")
     assert code == 2 and err.strip().count("\n") == 0
-    assert "(traffic_term was false, now the default)" in err
+    assert "(--no-traffic-term: the journal's run had it, this one does not)" in err
     # … while one from before the term existed (no such key) does
     journal = out / "journal.jsonl"
     lines = journal.read_text().splitlines()
@@ -921,12 +921,12 @@ def test_resume_in_another_mode_names_the_mode_not_max_trim(monkeypatch, capsys,
         monkeypatch, capsys, *base, "--mode", "trim", "-o", str(tmp_path / "a"), "--resume"
     )
     assert code == 2 and err == (
-        f'error: --resume: {journal} was written by a different run (mode was "lossless", now "trim"); '
+        f"error: --resume: {journal} was written by a different run (--mode was lossless, now trim); "
         "use --force to start over\n"
     )
     args = ["--mode", "trim", "--max-trim", "0.2", "-o", str(tmp_path / "b"), "--resume"]
     code, _, err = run_cli(monkeypatch, capsys, *base, *args)
-    assert code == 2 and "(max_trim was 0.1, now 0.2)" in err, err
+    assert code == 2 and "(--max-trim was 0.1, now 0.2)" in err, err
 
 
 def test_the_readme_says_what_its_first_command_finds(monkeypatch, capsys, tmp_path) -> None:
@@ -1093,4 +1093,4 @@ def test_resume_of_a_predicted_run_ignores_the_timing_options_it_said_were_unuse
     assert journal[0] == "start" and journal.count("start") == 1 and journal[-1] == "done"
     # what the wave model reads still decides
     code, _, err = cli(monkeypatch, capsys, *base_args(model, out), "--resume", "--dtype", "fp32")
-    assert code == 2 and 'dtype was "fp16", now "fp32"' in err, err
+    assert code == 2 and "(--dtype was fp16, now fp32)" in err, err

@@ -56,8 +56,10 @@ def test_each_command_says_the_helpers_line(
 
         with pytest.raises(DeployoptError) as info:
             refuse_empty_backend(option, "", BACKEND_CHOICES)
-    else:
+    else:  # what these commands take: 'model' predicts, and each of them refuses it
+        from deployopt.backends.base import MEASURING_BACKENDS
+
         with pytest.raises(DeployoptError) as info:
-            refuse_empty_backend(option, "")
+            refuse_empty_backend(option, "", MEASURING_BACKENDS)
     assert err == f"error: {info.value}\n"
     assert not (tmp_path / "out").exists()

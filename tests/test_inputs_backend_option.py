@@ -16,7 +16,7 @@ def test_an_empty_backend_is_one_line(monkeypatch, capsys, zoo_model_path, comma
     model = str(zoo_model_path("resnet_projection"))
     code, out, err = run_cli(monkeypatch, capsys, command, model, "-b", "", "--runs", "3")
     assert (code, out) == (2, ""), err
-    choices = "ort, torch, tensorrt, trtexec, model"
+    choices = "ort, torch, tensorrt, trtexec"  # bench and profile refuse model (predicted)
     assert err == f"error: --backend '': no backend named; choose one of: {choices}\n"
 
 

@@ -45,9 +45,7 @@ def test_an_empty_measure_is_one_line(monkeypatch, capsys, command: str) -> None
     """`staircase --measure "$B"` with B unset printed the prediction alone, exit 0."""
     args = STAIRCASE if command == "staircase" else ["calibrate", "-t", "nano"]
     code, _, err = run_cli(monkeypatch, capsys, *args, "--measure", "")
-    _one_error(
-        code, err, "--measure '': no backend named; choose one of: ort, torch, tensorrt, trtexec, model"
-    )
+    _one_error(code, err, "--measure '': no backend named; choose one of: ort, torch, tensorrt, trtexec")
 
 
 @pytest.mark.parametrize(

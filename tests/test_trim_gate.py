@@ -78,7 +78,9 @@ def test_resume_refuses_other_gate_settings(
     code, _, err = run_cli(monkeypatch, capsys, *trim_args(model, tmp_path / "out", "--min-cosine", "0.5"))
     assert code == 0, err
     code, _, err = run_cli(monkeypatch, capsys, *trim_args(model, tmp_path / "out", "--resume"))
-    assert code == 2 and err.strip().count("\n") == 0 and "trim_gate" in err
+    assert (
+        code == 2 and err.strip().count("\n") == 0 and "--min-cosine was 0.5, now the default (0.99)" in err
+    )
     args = trim_args(model, tmp_path / "out", "--resume", "--min-cosine", "0.5")
     code, _, err = run_cli(monkeypatch, capsys, *args)
     assert code == 0, err

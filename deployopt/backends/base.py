@@ -21,6 +21,8 @@ from deployopt.layers import ConvShape
 from deployopt.timing import Timing, check_run_counts, measured_now
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import onnx
 
     from deployopt.fidelity import ImagePreprocess
@@ -436,9 +438,40 @@ def refuse_timing_cache(backend: str, flag: str = "--timing-cache") -> None:
         )
 
 
+#: The backends that time a model (all but "model", which predicts): what bench's and profile's
+#: --backend and staircase's and calibrate's --measure take.
+MEASURING_BACKENDS = tuple(name for name in REGISTRY if name != "model")
+
+#: Names a backend goes by elsewhere, for "did you mean" (onnxruntime is 'ort' here).
+_BACKEND_ALIASES = {
+    "onnxruntime": "ort",
+    "onnx": "ort",
+    "pytorch": "torch",
+    "cudnn": "torch",
+    "cuda": "torch",
+    "trt": "tensorrt",
+}
+
+
+def unknown_backend(name: str, choices: Sequence[str], option: str | None = None) -> str:
+    """The line for a backend name no backend has: the closest of `choices` (what the option takes
+    in this command; an alias such as onnxruntime for ort), the choices, and the option. It listed
+    every registered backend, 'model' too, to commands that refuse it, and named no option."""
+    import difflib
+
+    near = _BACKEND_ALIASES.get(name.lower())
+    if near not in choices:
+        near = next(iter(difflib.get_close_matches(name.lower(), list(choices), n=1)), None)
+    guess = f"; did you mean {near!r}? choose" if near else "; choose"
+    where = f" for {option}" if option else ""
+    return f"unknown backend {name!r}{guess} one of: {', '.join(choices)}{where}"
+
+
 def get_backend(name: str) -> Backend:
+    """The backend registered as `name`; an unknown name is one line listing every registered one
+    (a command that takes fewer, under an option, says `unknown_backend` itself)."""
     if name not in REGISTRY:
-        raise BackendUnavailable(f"unknown backend {name!r}; choose one of: {', '.join(REGISTRY)}")
+        raise BackendUnavailable(unknown_backend(name, list(REGISTRY)))
     module_name, _, cls_name = REGISTRY[name].partition(":")
     module = importlib.import_module(module_name)
     return getattr(module, cls_name)()

@@ -28,6 +28,7 @@ from deployopt.errors import (
     BackendUnavailable,
     DeployoptError,
     first_line,
+    onnxruntime_reason,
     reraise_interrupt,
     shorten,
     trace_failed,
@@ -520,7 +521,9 @@ class OrtSession(Session):
         except Exception as exc:
             raise BackendFailed(f"onnxruntime cannot load the model: {_first_line(exc)}") from None
 
-    def _run(self, sess: Any, feeds: dict[str, Any], n: int) -> list[float]:
+    def _run(self, sess: Any, feeds: dict[str, Any], n: int, model_path: Path) -> list[float]:
+        """`n` timed runs; a failure names the file and onnxruntime's reason (the op and node that
+        failed, without its error code's prefix), on the random inputs fed."""
         samples = []
         try:
             for _ in range(n):
@@ -528,7 +531,10 @@ class OrtSession(Session):
                 sess.run(None, feeds)
                 samples.append((time.perf_counter() - t0) * 1e6)
         except Exception as exc:
-            raise BackendFailed(f"onnxruntime failed running the model: {_first_line(exc)}") from None
+            name = Path(model_path).name
+            raise BackendFailed(
+                f"onnxruntime cannot run {name} (on random inputs): {onnxruntime_reason(exc)}"
+            ) from None
         return samples
 
     def _timed(
@@ -648,8 +654,8 @@ class OrtSession(Session):
         # its weights go to onnxruntime and are dropped here (nothing below reads them): held, they
         # were a second copy of the model for the whole run
         sess = self._session(loaded.model, release=True)
-        self._run(sess, feeds, opts.warmup)
-        samples = self._run(sess, feeds, opts.runs)
+        self._run(sess, feeds, opts.warmup, model_path)
+        samples = self._run(sess, feeds, opts.runs, model_path)
         # once it ran: a run that fails (out of memory at that batch) is its one error line alone
         self.say_once(rebatched_notice(loaded, opts.input_shapes))
         return Timing(
@@ -689,8 +695,8 @@ class OrtSession(Session):
                 sess = self._session(loaded.model, profile_dir=tmp, save_optimized=True, as_file=True)
             except BackendFailed:  # writing the optimized graph failed; a plain session says why not
                 sess = self._session(loaded.model, profile_dir=tmp, as_file=True)
-            self._run(sess, feeds, opts.warmup)
-            self._run(sess, feeds, opts.runs)
+            self._run(sess, feeds, opts.warmup, model_path)
+            self._run(sess, feeds, opts.runs, model_path)
             try:  # a full disk: onnxruntime writes a truncated trace and says nothing
                 path = sess.end_profiling()
                 with open(path) as f:

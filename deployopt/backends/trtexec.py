@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from deployopt.backends.base import Backend, MeasureOptions, Profile, Session
 from deployopt.backends.trtexec_parser import (
+    NO_TIMING,
+    NoTimingError,
     TrtexecRun,
     load_run,
     parse_version_code,
@@ -37,6 +39,7 @@ from deployopt.errors import (
     exit_phrase,
     no_such_file,
     oom_hint,
+    shorten,
 )
 from deployopt.fileio import write_text
 from deployopt.prebuilt import (
@@ -573,6 +576,7 @@ class TrtexecSession(Session):
             self._tmp = tempfile.TemporaryDirectory(prefix="deployopt-trtexec-")
             self.workdir = Path(self._tmp.name)
         self.last_run: TrtexecRun | None = None
+        self._last_log: Path | None = None  # the log last_run was read from (here, fetched with --remote)
         self._qdq = False  # the model run() was last given has Q/DQ nodes (read for int8 only)
         self._engine: str | None = None  # where the last run's engine is (on the board with --remote)
         self._prebuilt = False  # the last model run() was given is a serialized engine (--loadEngine)
@@ -758,6 +762,7 @@ class TrtexecSession(Session):
             p = outdir / name
             return p if p.is_file() else None
 
+        self._last_log = outdir / "trtexec.log"
         run = load_run(
             log=outdir / "trtexec.log",
             times=present("times.json"),
@@ -783,8 +788,11 @@ class TrtexecSession(Session):
         from deployopt.clocks import record_in_environment
 
         if not run.iterations:
-            run.require_timing()
-            raise BackendFailed("trtexec ran but wrote no --exportTimes samples")
+            try:
+                run.require_timing()
+            except NoTimingError:
+                raise BackendFailed(self._no_timing(run, None)) from None
+            raise BackendFailed(self._no_timing(run, "but wrote no --exportTimes samples"))
         timing = run.timing("computeMs")
         timing.environment.update(self._env(run))
         built = self._built(run)  # compare names a dtype difference as such
@@ -807,6 +815,28 @@ class TrtexecSession(Session):
             "no H2D/D2H, spin-wait"
         )
         return timing
+
+    def _no_timing(self, run: TrtexecRun, what: str | None) -> str:
+        """The line for a trtexec that exited 0 but left nothing to time by (`what`; None: its log
+        has no performance summary): which trtexec (or board), how its log ends, and a copy of the
+        log that stays (`_kept_log`). It said "no end-to-end timing in this log", naming neither
+        trtexec nor the log, which went with the work folder."""
+        who = f"trtexec on {self.remote}" if self.remote else f"trtexec ({self.trtexec})"
+        log = self._last_log
+        text = ""
+        if log is not None and log.is_file():
+            with contextlib.suppress(OSError):
+                text = log.read_text("utf-8", "replace")
+        reason = run.no_timing_reason
+        if what is None:
+            said = f": {reason}" if reason and reason != "the log has no performance summary" else ""
+            what = f"with {NO_TIMING}{said}"
+        # its own lines, not the &&&& RUNNING / PASSED ones (the first repeats the whole command line)
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        own = [ln for ln in lines if not ln.startswith("&&&&")] or lines
+        ends = f"; the log ends: {shorten(' | '.join(own[-3:]), 300)}" if own else "; its log is empty"
+        kept = f" (log: {_kept_log(text, log)})" if log is not None and text.strip() else ""
+        return f"{who} exited 0 {what}{ends}{kept}"
 
     def measure_convs(self, shapes: list[ConvShape]) -> list[Timing]:
         """With --remote: all of `shapes` timed on the board in one batch, four round trips whatever

@@ -18,12 +18,15 @@ from rich.text import Text
 
 from deployopt.backends.base import (
     DTYPES,
+    MEASURING_BACKENDS,
+    REGISTRY,
     Backend,
     MeasureOptions,
     Profile,
     default_dtype,
     get_backend,
     list_backends,
+    unknown_backend,
 )
 from deployopt.cli.app import (
     app,
@@ -130,6 +133,11 @@ def _backend(name: str) -> Backend:
 
     try:
         b = get_backend(name)
+    except BackendUnavailable:
+        if name in REGISTRY:
+            raise
+        # what bench and profile take ('model' is refused above), under the option given
+        raise BackendUnavailable(unknown_backend(name, MEASURING_BACKENDS, "--backend")) from None
     except ImportError as exc:
         reraise_interrupt(exc)  # a Ctrl-C during the backend's import: interrupted, not broken
         raise BackendUnavailable(f"backend {name!r} cannot be loaded: {exc}") from None
@@ -324,7 +332,7 @@ def default_backend(backend: str | None, remote: str | None) -> str:
     optimize's auto picks: ort cannot run there, and `bench --remote HOST` was refused with
     "not 'ort'", a backend the user never named. An empty --backend (an unset shell variable) is one
     line, as optimize's and staircase's: it timed ort without a word."""
-    refuse_empty_backend("--backend", backend)
+    refuse_empty_backend("--backend", backend, MEASURING_BACKENDS)  # 'model' is refused here
     if backend:
         return backend
     return "tensorrt" if remote else "ort"

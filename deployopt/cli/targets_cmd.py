@@ -170,7 +170,9 @@ def _check_remote(remote: str | None, measure: str | None, sms: int | None) -> s
     """--measure with --remote: the runner on the board (`tensorrt`) when not given, as bench's
     --backend; one that runs here (torch, ort, the wave model) and --sms are one line each. An empty
     --measure is one line too: staircase took it as no --measure and measured nothing, without a word."""
-    refuse_empty_backend("--measure", measure)  # an unset shell variable
+    from deployopt.backends.base import MEASURING_BACKENDS
+
+    refuse_empty_backend("--measure", measure, MEASURING_BACKENDS)  # an unset shell variable
     if not remote:  # None, or '' (an unset shell variable): no board, as everywhere else
         return measure
     from deployopt.cli.backends_cmd import default_backend
@@ -230,9 +232,16 @@ def _check_calibrated_gpu(target: Any, profile_name: str, to_cache: bool, timing
 
 def _measuring_backend(measure: str) -> Any:
     """The backend --measure names; one that predicts rather than times real kernels is one line."""
-    from deployopt.backends.base import get_backend
+    from deployopt.backends.base import MEASURING_BACKENDS, REGISTRY, get_backend, unknown_backend
+    from deployopt.errors import BackendUnavailable
 
-    backend = get_backend(measure)
+    try:
+        backend = get_backend(measure)
+    except BackendUnavailable:
+        if measure in REGISTRY:
+            raise
+        # what staircase and calibrate measure with ('model' predicts), under the option given
+        raise BackendUnavailable(unknown_backend(measure, MEASURING_BACKENDS, "--measure")) from None
     if not getattr(backend, "measured", True):
         raise DeployoptError(f"--measure {backend.name}: that backend predicts, it does not measure")
     return backend

@@ -58,10 +58,14 @@ def _load(path: Path, requested: dict[str, list[int]], role: str) -> LoadedModel
     notice). An --input-shape that changes the batch the file fixes is refused here, as
     compare_models refuses it later: before, the memory check ran first, and a batch of 10**8 on a
     static-batch model was told to shrink a dim it could not set at all."""
+    from deployopt.errors import StaticDimsError
     from deployopt.fidelity import static_dims_error
     from deployopt.model import load_model
 
-    loaded = load_model(path, requested)
+    try:
+        loaded = load_model(path, requested)
+    except StaticDimsError as exc:  # its line says --input-shape sets the batch, which verify does not
+        raise static_dims_error(role, exc.name, exc.have, exc.want) from None
     for name, batch in loaded.file_batch.items():
         dims = requested.get(name)
         if dims and dims[0] != batch:

@@ -123,8 +123,18 @@ class Analysis:
         group = self._by_producer.get(gid)
         if group is not None:
             return group
-        known = ", ".join(repr(g.id) for g in self.free_groups()[:5])
-        raise PlanError(f"unknown channel group {gid!r} (free groups include: {known or 'none'})")
+        # the closest name a plan may give (a group's id or its producer), as --target typos get:
+        # the first five free groups in node order rarely held the one meant
+        import difflib
+
+        free = self.free_groups()
+        names = [g.id for g in self.groups] + [p for p in self._by_producer if p not in self._by_id]
+        near = difflib.get_close_matches(gid, names, n=1, cutoff=0.6)
+        listed = f"`deployopt analyze MODEL` lists all {len(free)} free groups"
+        if near:
+            raise PlanError(f"unknown channel group {gid!r}; did you mean {near[0]!r}? ({listed})")
+        known = ", ".join(repr(g.id) for g in free[:5])
+        raise PlanError(f"unknown channel group {gid!r} (free groups include: {known or 'none'}; {listed})")
 
     def plan_by_id(self, widths: dict[str, int]) -> dict[str, int]:
         """A plan keyed by group ids, whatever producer names it was keyed by; one group named
