@@ -1330,16 +1330,21 @@ TOP1_TIE_EPS = 4
 #: 4.47 %). A saturated sigmoid's 1.0 against 0.99999 agrees; a tie at 12.0 that the other model
 #: breaks by 2.96 at 14.96 (20 %) does not: judged by the tie alone, it agreed
 TOP1_TIE_OTHER = relative_error_limit(Thresholds().min_cosine) or 0.0
+#: top-1's tie limit never exceeds the trim gate's (min cosine 0.99: 14.1 %): a looser --min-cosine
+#: must not loosen top-1 with it. Uncapped, --min-cosine 0.95 let an fp16 candidate that lifted
+#: another class 20 % over a tied top agree in every row, and at 0 (141 %) a 3.5× winner agreed
+TOP1_TIE_MAX = relative_error_limit(0.99) or 0.0
 
 
 def top1_tie_limit(min_cosine: float | None) -> float:
     """The share within which the other model must rank two classes one model ties
     (`_top1_agreeing`): the relative error `min_cosine` allows (`relative_error_limit`), as the
     scale check uses, so verify's --min-cosine and the trim gate's limit move both alike (4.47 %
-    at verify's 0.999, 14.1 % at trim's 0.99); TOP1_TIE_OTHER, the default's, where the cosine
-    check is off (None). Until 2026-12-07 it was TOP1_TIE_OTHER whatever the cosine in force."""
+    at verify's 0.999, 14.1 % at trim's 0.99), at most TOP1_TIE_MAX (14.1 %) whatever the cosine;
+    TOP1_TIE_OTHER, the default's, where the cosine check is off (None). Until 2026-12-07 it was
+    TOP1_TIE_OTHER whatever the cosine in force."""
     limit = relative_error_limit(min_cosine)
-    return TOP1_TIE_OTHER if limit is None else limit
+    return TOP1_TIE_OTHER if limit is None else min(limit, TOP1_TIE_MAX)
 
 
 @dataclass

@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 
 from deployopt.cli.main import app
 from deployopt.fidelity import (
+    TOP1_TIE_MAX,
     TOP1_TIE_OTHER,
     CalibrationSet,
     ReferenceRun,
@@ -88,6 +89,22 @@ def test_compare_models_judges_ties_at_the_cosine_it_is_given() -> None:
     assert strict.top1_agreement == 0.0
     via_verify = verify_models(ref, cand, calib, min_cosine=0.99)
     assert via_verify.top1_agreement == 1.0 and via_verify.top1_tie_limit == pytest.approx(math.sqrt(0.02))
+
+
+@pytest.mark.parametrize("min_cosine", [0.95, 0.5, 0.0, -1.0])
+def test_a_looser_cosine_never_loosens_the_tie_past_the_gates(min_cosine: float) -> None:
+    """Uncapped, --min-cosine 0.95 (31.6 %) let a tie broken by 20 % agree, and at 0 or below
+    (141 %, 200 %) no gap could break one: a 3.5× winner agreed (review). The gate's 14.1 % caps it."""
+    assert math.isclose(TOP1_TIE_MAX, math.sqrt(0.02))
+    assert top1_tie_limit(min_cosine) == TOP1_TIE_MAX
+    x = np.zeros((1, 10), np.float32)
+    x[0, :2] = [1.0, 1.0]
+    for lift in (0.25, 2.5):  # class 1 ahead by 20 %, and 3.5× class 0
+        offset = np.zeros(10, np.float32)
+        offset[1] = lift
+        calib = CalibrationSet(samples=[{"x": x}], source="hand-made rows", random=False)
+        report = compare_models(_passthrough(), _passthrough(offset), calib, min_cosine=min_cosine)
+        assert report.top1_agreement == 0.0 and report.top1_tie_limit == TOP1_TIE_MAX
 
 
 def test_a_tighter_cosine_tightens_the_tie_too() -> None:

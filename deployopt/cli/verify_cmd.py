@@ -240,8 +240,8 @@ def _scoring_notes(report: FidelityReport, t: Thresholds) -> list[str]:
             f"top-1: {tied} row(s) whose argmaxes differ count as agreeing: one model ties the two "
             f"classes within {TOP1_TIE_EPS} epsilons (of the coarsest float either model holds) of "
             f"their value, the other ranks them within {report.top1_tie_limit:.2%}{at} "
-            "(√(2·(1 − min cosine)), the relative error --min-cosine allows), and an argmax of tied "
-            "values is the first of them, which rounding picks"
+            "(√(2·(1 − min cosine)), the relative error --min-cosine allows, at most 14.14 %), and an "
+            "argmax of tied values is the first of them, which rounding picks"
         )
     one_value = [n for n, how in zip(report.output_names, by) if how == RELATIVE]
     if one_value:
