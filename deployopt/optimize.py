@@ -1454,7 +1454,7 @@ class Optimizer:
         """plan.json: the widths, each group's width in the input model (`original`: `apply` refuses
         the plan for a model where one differs, as in the same model saved in another node order,
         whose unnamed convs' `<op>_<index>` ids name other convs), each group's fingerprint there
-        (`fingerprint`, surgery.group_fingerprints: a hash of its producers' weights, which catches
+        (`fingerprint`, surgery.group_fingerprints: projections of its producers' weights, which catch
         two such convs of equal width swapped), and for each trimmed group the channels it keeps
         (`keep`), so that `deployopt apply --plan` rebuilds the very model.onnx written, with no
         data and no ranking."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -75,10 +76,11 @@ class Plan:
     #: keyed `Conv_<index>` (unnamed nodes) met another conv in the same model saved in another node
     #: order, and padded or trimmed it in silence; empty for a hand-written or older plan (unchecked)
     original: dict[str, int] = field(default_factory=dict)
-    #: per group, a short hash of its producers' weights in that model (`group_fingerprints`): two
-    #: unnamed convs of equal width swapped by another node order have the same widths, and a
-    #: `keep` trimmed the other conv's channels; empty for a plan without it (unchecked)
-    fingerprint: dict[str, str] = field(default_factory=dict)
+    #: per group, FINGERPRINT_SIZE random projections of its producers' weights in that model
+    #: (`group_fingerprints`): two unnamed convs of equal width swapped by another node order have
+    #: the same widths, and a `keep` trimmed the other conv's channels; empty for a plan without it
+    #: (unchecked)
+    fingerprint: dict[str, list[float]] = field(default_factory=dict)
 
 
 def load_plan(path: str | os.PathLike[str]) -> dict[str, int]:
@@ -94,7 +96,7 @@ PLAN_MAX_BYTES = 64 << 20
 def read_plan(path: str | os.PathLike[str]) -> Plan:
     """Read a plan file: `{"widths": {...}}`, optionally with `"keep": {"<group id>": [channel, ...]}`
     for trimmed groups, `"original": {"<group id>": <width>}` and `"fingerprint": {"<group id>":
-    "<hex>"}` (plans written by hand or by an older optimize have none of them); any other shape is
+    [<number>, ...]}` (plans written by hand or by an older optimize have none of them); any other shape is
     a one-line PlanError. They are checked against a model by `validate_keep`, `validate_original`
     and `validate_fingerprint`."""
     path = Path(path)
@@ -155,14 +157,16 @@ def read_plan(path: str | os.PathLike[str]) -> Plan:
         original[gid] = w
     prints = data.get("fingerprint", {})
     if not isinstance(prints, dict) or not all(
-        isinstance(v, str) and 1 <= len(v) <= 128 and all(c in "0123456789abcdef" for c in v)
+        isinstance(v, list)
+        and len(v) == FINGERPRINT_SIZE
+        and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in v)
         for v in prints.values()
     ):
         raise PlanError(
-            f'{path}: "fingerprint" must map group ids to hex strings (as optimize writes them), '
-            f"got {shorten(repr(prints), 60)}"
+            f'{path}: "fingerprint" must map group ids to lists of {FINGERPRINT_SIZE} numbers (as '
+            f"optimize writes them), got {shorten(repr(prints), 60)}"
         )
-    return Plan(widths, keep, original, dict(prints))
+    return Plan(widths, keep, original, {g: [float(x) for x in v] for g, v in prints.items()})
 
 
 def validate_plan(analysis: Analysis, widths: dict[str, int]) -> None:
@@ -206,46 +210,68 @@ def validate_original(analysis: Analysis, original: Mapping[str, int]) -> None:
             )
 
 
-#: the digest a group's fingerprint is (`group_fingerprints`): 16 hex digits
-FINGERPRINT_BYTES = 8
+#: a group's fingerprint: this many random projections of its producers' constant inputs
+FINGERPRINT_SIZE = 8
+#: values of each constant input projected (sampled, with a fixed seed, where it holds more)
+FINGERPRINT_SAMPLES = 4096
+#: two fingerprints are of the same weights where every projection is within this of the other's.
+#: A projection is ~N(0, 1) for any weights, and moves by about ‖error‖ / ‖weights‖ under rounding:
+#: 0.03 % for fp16, about 1 % for int8 Q/DQ, 10 % for int4; two unrelated weight tensors differ
+#: by ~N(0, √2) in each, so all 8 fall within 0.3 of each other by chance about once in 10⁶
+FINGERPRINT_TOLERANCE = 0.3
 
 
-def group_fingerprints(model: onnx.ModelProto, analysis: Analysis, groups: Collection[str]) -> dict[str, str]:
-    """Per group of `groups` (ids, or producer names as a plan may give), a short hash of what
-    makes its channels in `model`: each producer's op type, the channels of its output the group
-    is, and the shape, type and values of its constant inputs (weights, bias), the producers' hashes
-    sorted, so that node order and node names (`Conv_<index>` for unnamed nodes) do not change it.
-    Two unnamed convs of equal width saved in the other order have equal widths but other
-    weights: their groups' fingerprints differ. Each weight is read once and not kept; only the
-    groups' producers are read, never the whole model."""
+def group_fingerprints(
+    model: onnx.ModelProto, analysis: Analysis, groups: Collection[str]
+) -> dict[str, list[float]]:
+    """Per group of `groups` (ids, or producer names as a plan may give), FINGERPRINT_SIZE random
+    projections of what makes its channels in `model`: the values of each producer's constant
+    inputs (weights, bias; as float64, sampled with a seed of the producer's op type, output
+    channels and input shapes), summed over the producers and divided by the sampled values' norm,
+    so that neither node order nor names (`Conv_<index>` for unnamed nodes) change it. Rounding
+    barely moves it, so the same model in fp16 or as its Q/DQ twin keeps its fingerprint (a hash
+    of the bytes refused them: review), while two unnamed convs of equal width saved in the other
+    order, or another checkpoint, differ (`same_fingerprint`). Only the groups' producers are read."""
     st = analysis.state
     assert st is not None, "an Analysis from deployopt.coupling.analyze is needed"
     consts = st.constants_of(model)
     ids = {g: analysis.group(g).id for g in groups}
-    parts: dict[str, list[bytes]] = {gid: [] for gid in ids.values()}
+    sums = {gid: np.zeros(FINGERPRINT_SIZE) for gid in ids.values()}
+    norms = dict.fromkeys(ids.values(), 0.0)
     for a, atom in enumerate(st.atoms):
         gid = None if atom.retired or atom.producer is None else analysis.group_of_atom(a)
-        if gid not in parts:
+        if gid not in sums:
             continue
         node = st.nodes[atom.producer]
-        digest = hashlib.sha256(f"{node.op_type}:{atom.offset}:{atom.width}".encode())
-        for name in node.input:
-            value = consts.last(name) if name else None  # None: not a constant (the activation)
-            if value is not None:
-                digest.update(f"|{value.dtype.str}{value.shape}|".encode())
-                digest.update(np.ascontiguousarray(value).reshape(-1).view(np.uint8))
-        parts[gid].append(digest.digest())
-    digests = {
-        gid: hashlib.sha256(b"".join(sorted(p))).hexdigest()[: 2 * FINGERPRINT_BYTES]
-        for gid, p in parts.items()
+        values = [v for v in (consts.last(name) if name else None for name in node.input) if v is not None]
+        key = f"{node.op_type}:{atom.offset}:{atom.width}:" + ",".join(str(tuple(v.shape)) for v in values)
+        rng = np.random.default_rng(int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little"))
+        for value in values:
+            flat = np.asarray(value).reshape(-1)
+            if not flat.size or flat.dtype.kind not in "fiu":
+                continue
+            if flat.size > FINGERPRINT_SAMPLES:
+                flat = flat[rng.integers(0, flat.size, FINGERPRINT_SAMPLES)]
+            flat = flat.astype(np.float64)
+            signs = rng.integers(0, 2, (FINGERPRINT_SIZE, flat.size)) * 2.0 - 1.0
+            sums[gid] += signs @ flat
+            norms[gid] += float(flat @ flat)
+    found = {
+        gid: [round(float(x), 4) for x in (v / math.sqrt(norms[gid]) if norms[gid] > 0 else v)]
+        for gid, v in sums.items()
     }
-    return {given: digests[gid] for given, gid in ids.items()}
+    return {given: found[gid] for given, gid in ids.items()}
+
+
+def same_fingerprint(a: Sequence[float], b: Sequence[float]) -> bool:
+    """Whether two fingerprints (`group_fingerprints`) are of the same weights, up to rounding."""
+    return len(a) == len(b) and all(abs(x - y) <= FINGERPRINT_TOLERANCE for x, y in zip(a, b))
 
 
 def validate_fingerprint(
     model: onnx.ModelProto,
     analysis: Analysis,
-    fingerprint: Mapping[str, str],
+    fingerprint: Mapping[str, Sequence[float]],
     kept: Collection[str] = (),
 ) -> None:
     """The fingerprint the plan recorded (`group_fingerprints` of the model it was written for) of
@@ -258,7 +284,7 @@ def validate_fingerprint(
     Run after `validate_original`, whose message is the clearer one where a width differs too."""
     if not isinstance(fingerprint, Mapping):
         raise PlanError(
-            f"a plan's fingerprints map group ids to hex strings, not a {type(fingerprint).__name__}"
+            f"a plan's fingerprints map group ids to lists of numbers, not a {type(fingerprint).__name__}"
         )
     for name in fingerprint:
         analysis.group(name)  # PlanError when unknown, before any weight is read
@@ -268,12 +294,14 @@ def validate_fingerprint(
         return
     found = group_fingerprints(model, analysis, list(checked))
     for name, recorded in checked.items():
-        if found[name] != recorded:
+        if not same_fingerprint(found[name], recorded):
+            gap = max((abs(x - y) for x, y in zip(found[name], recorded)), default=math.inf)
             group = analysis.group(name)
             called = repr(name) if name == group.id else f"{name!r} (group {group.id!r})"
             raise PlanError(
                 f"group {called}: the plan keeps channels chosen on other weights than this model's "
-                f"(fingerprint {found[name]}, the plan's {recorded}): another model or checkpoint, or "
+                f"(their fingerprints differ by {gap:.2f}, more than the {FINGERPRINT_TOLERANCE:g} "
+                "rounding or quantization moves one): another model or checkpoint, or "
                 "this one saved with its nodes in another order (unnamed nodes are named by position); "
                 'apply it to the model it was written for, delete its "keep" for that group to rank '
                 'the channels on these weights, or delete its "fingerprint" to apply it anyway'

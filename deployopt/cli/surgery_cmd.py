@@ -410,7 +410,7 @@ def _check_plan(
     widths: dict[str, int],
     keep: dict[str, list[int]],
     original: Optional[dict[str, int]] = None,
-    fingerprint: Optional[dict[str, str]] = None,
+    fingerprint: Optional[dict[str, list[float]]] = None,
     model: Any = None,
 ) -> dict[str, list[int]]:
     """The plan's groups, widths, recorded original widths and fingerprints (of `model`) and kept
@@ -451,8 +451,8 @@ def apply_cmd(
         help='Width plan: {"widths": {"<group id>": <width>, ...}}, optionally with "keep": {"<group id>": '
         "[channel, ...]} for trimmed groups (optimize's plan.json lists them: applied again, it gives "
         'the model optimize wrote), "original": {"<group id>": <width>}, the widths of the model '
-        'it was written for, and "fingerprint": {"<group id>": "<hex>"}, a hash of each group\'s '
-        "weights there (a model where one differs is refused).",
+        'it was written for, and "fingerprint": {"<group id>": [8 numbers]}, projections of each '
+        "group's weights there (a model whose weights differ where the plan keeps channels is refused).",
         parser=input_path("--plan", "a plan file (.json)"),
         metavar="FILE",
     ),
