@@ -1261,8 +1261,10 @@ def _staircase_lines(report: dict[str, Any]) -> list[str]:
     facts = {f["file"]: f for f in report.get("staircase_facts") or []}
     lines = [
         "Each picture plots one conv of a group, the one that writes it (else one that reads it), over "
-        "the group's candidate widths; the chosen width also changes the group's other convs, whose "
-        "values are in the Per layer table above.",
+        "the group's candidate widths, every other group held at its chosen width (so its µs at the "
+        "original width can differ from the Per layer table's before, where every group is at its "
+        "original); the chosen width also changes the group's other convs, whose values are in the "
+        "Per layer table above.",
         "",
     ]
     for path in report["staircases"]:
@@ -1282,7 +1284,7 @@ def _staircase_lines(report: dict[str, Any]) -> list[str]:
         )
         of = f"{f['channels']} channels" + (f" of group {f['group']}" if f["group"] != f["conv"] else "")
         how = "measured" if f["us_from"] != PREDICTED_NOTE else "predicted"
-        alt = f"Staircase of {f['conv']}, {of}: {at}, {how}"
+        alt = f"Staircase of {f['conv']}, {of}: {at}, {how}, the other groups at their chosen widths"
         span = f["candidates"]
         over = f" over widths {span[0]}–{span[1]}" if span and span[0] != span[1] else ""
         per = f" per conv group (×{r}: {r} conv groups)" if r > 1 else ""
@@ -1295,7 +1297,8 @@ def _staircase_lines(report: dict[str, Any]) -> list[str]:
         lines += [
             f"![{_alt(alt)}]({path})",
             "",
-            f"Shown: {_one_line(f['conv'])}, {_one_line(of)}{over}{per}: {at} ({f['us_from']}){wave}.",
+            f"Shown: {_one_line(f['conv'])}, {_one_line(of)}{over}{per}: {at}, the other groups at "
+            f"their chosen widths ({f['us_from']}){wave}.",
             "",
         ]
     return lines[:-1]

@@ -234,10 +234,11 @@ def test_staircase_alt_text_and_caption_give_the_widths_and_their_us(
     section = _section((out / "report.md").read_text(), "Staircases behind the decisions")
     images = re.findall(r"!\[(.*)\]\((.*)\)", section)
     assert len(images) == len(report["staircases"])
-    assert (f"Staircase of conv0, output channels: {at}, predicted", png) in images
+    held = "the other groups at their chosen widths"
+    assert (f"Staircase of conv0, output channels: {at}, predicted, {held}", png) in images
     assert all(alt != path for alt, path in images)
     assert "Shown: conv0, output channels over widths " in section
-    assert f": {at} (predicted by the wave model, not measured)." in section
+    assert f": {at}, {held} (predicted by the wave model, not measured)." in section
 
 
 def test_an_old_report_without_facts_still_renders() -> None:
