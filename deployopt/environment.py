@@ -210,7 +210,8 @@ def host_facts() -> dict[str, Any]:
 
 #: The facts of a measurement's environment `setup_changes` compares with this machine's, in the
 #: words it says them in. All are part of the layer cache's device fingerprint (lut.device_fingerprint),
-#: where a change of any starts a fresh table: the same identity, less what only a timing reports.
+#: where a change of any starts a fresh table: the same identity, less what only a timing reports
+#: (its thread counts: a resumed run compares those at each fresh timing, journal.THREAD_FACTS).
 HOST_FACT_WORDS = (
     ("cpu", "CPU"),
     ("cpu_cores", "usable CPU cores"),

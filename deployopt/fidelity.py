@@ -1921,23 +1921,36 @@ def feed_inputs(
     return feed
 
 
-def _run(sess: Any, feed: dict[str, np.ndarray], role: str) -> list[np.ndarray]:
+def _run(sess: Any, feed: dict[str, np.ndarray], role: str, data: str | None = None) -> list[np.ndarray]:
     """The session's outputs for `feed`; a failure is one line with onnxruntime's reason (the op
     and node that failed, without its error code's prefix). It said "failed on the calibration
     inputs" where none were given (random ones) and the model fails on any input (a Gather index
-    out of range baked into the graph), and the prefix ate the line's budget."""
+    out of range baked into the graph), and the prefix ate the line's budget. `data`: where the
+    inputs came from when they are the user's (CalibrationSet.source; None: random inputs): a node
+    failing on them may be the data's fault (a class index past a table), so that line names the
+    data and the node, not the model alone."""
     try:
         return [np.asarray(o) for o in sess.run(None, feed)]
     except Exception as exc:
         from deployopt.errors import onnxruntime_reason
 
         why = onnxruntime_reason(exc)
+        if "Non-zero status code returned while running" in " ".join(str(exc).split()) and data:
+            raise DataError(
+                f"{role} model cannot run on {data}: onnxruntime fails on that data in {why}: "
+                "check the data (a value out of the range that node takes, e.g. an index) or that node"
+            ) from None
         if "Non-zero status code returned while running" in " ".join(str(exc).split()):
             raise DataError(
                 f"{role} model cannot run: onnxruntime fails inside it, in {why} (its inputs were "
                 "taken: check that node of the model)"
             ) from None
         raise DataError(f"{role} model cannot run on the inputs fed: {why}") from None
+
+
+def _data(calib: CalibrationSet) -> str | None:
+    """What `_run` takes as `data`: the source of the user's inputs, None for random ones."""
+    return None if calib.random else calib.source
 
 
 def _check_finite_reference(
@@ -1983,7 +1996,7 @@ def check_reference_finite(
     check made its own session and ran each sample again: 4.4 s of a YOLOv8x optimize)."""
     ref_run = model if isinstance(model, ReferenceRun) else ReferenceRun(model, keep=False)
     for sample in calib.samples:
-        _check_finite_reference(ref_run.outputs(sample), calib, ref_run.source)
+        _check_finite_reference(ref_run.outputs(sample, _data(calib)), calib, ref_run.source)
 
 
 def _cosine_and_ratio(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
@@ -2182,11 +2195,11 @@ class ReferenceRun:
             self._model = None
         return self._low_types
 
-    def outputs(self, sample: dict[str, np.ndarray]) -> list[np.ndarray]:
+    def outputs(self, sample: dict[str, np.ndarray], data: str | None = None) -> list[np.ndarray]:
         """The outputs for `sample`, its arrays fed to the inputs of the same names (as
-        compare_models feeds the reference)."""
+        compare_models feeds the reference); `data` as `_run` takes it."""
         names = {i.name: i.name for i in self.session.get_inputs()}
-        return self.run(sample, feed_inputs(sample, names, input_dtypes(self.session)))
+        return self.run(sample, feed_inputs(sample, names, input_dtypes(self.session)), data)
 
     def checked_outputs(self, sample: dict[str, np.ndarray], calib: CalibrationSet) -> list[np.ndarray]:
         """`outputs(sample)` for a comparison over `calib`: a sample without an array for every
@@ -2195,18 +2208,20 @@ class ReferenceRun:
         missing = [i.name for i in self.session.get_inputs() if i.name not in sample]
         if missing:
             raise DataError(f"calibration samples have no array for input(s) {', '.join(missing)}")
-        out = self.outputs(sample)
+        out = self.outputs(sample, _data(calib))
         _check_finite_reference(out, calib, self.source)
         return out
 
-    def run(self, sample: dict[str, np.ndarray], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    def run(
+        self, sample: dict[str, np.ndarray], feeds: dict[str, np.ndarray], data: str | None = None
+    ) -> list[np.ndarray]:
         """The outputs for `sample` (fed as `feeds`), computed the first time it is seen (every
-        time, where they are not kept)."""
+        time, where they are not kept); `data` as `_run` takes it."""
         if not self.keep:
-            return _run(self.session, feeds, "reference")
+            return _run(self.session, feeds, "reference", data)
         kept = self._outputs.get(id(sample))
         if kept is None or kept[0] is not sample:  # the sample is kept too: its id stays its own
-            kept = (sample, _run(self.session, feeds, "reference"))
+            kept = (sample, _run(self.session, feeds, "reference", data))
             self._outputs[id(sample)] = kept
         return kept[1]
 
@@ -2323,7 +2338,7 @@ def compare_models(
             kinds = _scoring(ref_out, _input_batch(sample, ref_inputs, ref_out))
             out_cos = [1.0 if k == COSINE else None for k in kinds]
         by_cos = [i for i, k in enumerate(kinds) if k == COSINE]
-        cand_out = _run(cand_s, feed_inputs(sample, cand_input, cand_types), "candidate")
+        cand_out = _run(cand_s, feed_inputs(sample, cand_input, cand_types), "candidate", _data(calib))
         if order is not None:
             cand_out = [cand_out[j] for j in order]
         for i, (r, c) in enumerate(zip(ref_out, cand_out)):
@@ -2830,7 +2845,7 @@ def low_precision_overflow(
     starts: dict[str, None] = {}  # in the order first seen
     for sample in runs:
         feed = feed_inputs(sample, {k: n for k, n in feeds_to.items() if k in sample}, types)
-        out = dict(zip(fetched, _run(sess, feed, role)))
+        out = dict(zip(fetched, _run(sess, feed, role, _data(calib))))
         nonfinite = {i for i in mask_like if i in out and not np.isfinite(out[i]).all()}
         for name in low:
             arr = out.get(name)

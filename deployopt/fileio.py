@@ -446,14 +446,16 @@ def _flock(fd: int) -> bool:
 
 
 def _pid_alive(pid: int) -> bool:
-    """Whether a process `pid` exists here (one of another user's counts: EPERM)."""
+    """Whether a process `pid` exists here (one of another user's counts: EPERM). A pid no process
+    can have (beyond pid_t: os.kill raises OverflowError) counts as alive: a name this cannot read
+    is not taken for ours, so its folder is left alone."""
     if pid <= 0:
         return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except OSError:
+    except (OSError, OverflowError, ValueError):
         return True
     return True
 

@@ -66,7 +66,8 @@ def measured_elsewhere(replay: Replay, here: dict[str, Any] | None = None) -> st
     a resume pooled its timings with this machine's in one search and one confirmation, the report
     calling them all this machine's (bug bash: a run interrupted on an EPYC with onnxruntime 1.31.0
     resumed on a Xeon with 1.32.0). Predictions (the wave model) describe no machine, and a board
-    timed over ssh (`remote`) is not this machine: neither is compared. `here`: this machine's
+    timed over ssh (`remote`) is not this machine: neither is compared. The thread counts, which
+    only a timing knows, are compared at each fresh one (`Journal._check_threads`). `here`: this machine's
     facts (environment.host_facts), read once."""
     from deployopt.environment import host_facts, setup_changes
 
@@ -95,6 +96,7 @@ class Journal:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             _cut_torn_line(self.path)
+            self._threads = _recorded_threads(self.path)  # a resumed run's: checked at each timing
             self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115  (closed in close())
             self._opened = os.fstat(self._fh.fileno())  # the file in_place looks for at the path
         except OSError as exc:  # read-only, a file where the folder goes: one line, not a traceback
@@ -107,6 +109,8 @@ class Journal:
         OUTDIR was removed stops at its next event rather than measure on for minutes, for nothing."""
         if check and not self.in_place():
             raise outdir_replaced(self.path.parent)
+        if event == "measured":
+            self._check_threads(data.get("timing"))
         line = json.dumps({"event": event, **data}, separators=(",", ":"), default=_json_default)
         try:
             self._fh.write(line + "\n")
@@ -114,6 +118,25 @@ class Journal:
             os.fsync(self._fh.fileno())
         except OSError as exc:
             raise output_error(self.path, exc) from None
+
+    def _check_threads(self, timing: Any) -> None:
+        """Refuse (DeployoptError, before the timing is written or pooled) a fresh measurement of a
+        resumed run taken at another thread count than the journal's timings (`THREAD_FACTS`): part
+        of the layer cache's fingerprint, which `measured_elsewhere` cannot compare up front (torch
+        reads its count in its worker, from OMP_NUM_THREADS and the cores), and a CPU latency
+        changes with it as much as with the cores (bug bash: OMP_NUM_THREADS=1 resumed at 2)."""
+        env = timing.get("environment") if isinstance(timing, dict) else None
+        if not self._threads or not isinstance(env, dict) or env.get("remote"):
+            return
+        for key, word in THREAD_FACTS:
+            was, now = self._threads.get(key), env.get(key)
+            if was and now is not None and now not in was:
+                raise DeployoptError(
+                    f"--resume: {self.path} holds timings measured at {word} "
+                    f"{' / '.join(sorted(map(str, was)))}, this run measures at {now}: resumed, they "
+                    "would be pooled in one search and one confirmation; use --force to start over, "
+                    "or resume with the thread count they were measured at"
+                )
 
     def in_place(self) -> bool:
         """Whether the file this journal appends to is still the one at its path. `rm -rf OUTDIR`
@@ -226,6 +249,39 @@ def outdir_replaced(outdir: Path) -> DeployoptError:
         f"{outdir} was removed or replaced during the run; nothing written "
         "(its journal went with it): run it again"
     )
+
+
+#: thread counts a measurement's environment records (part of the layer cache's fingerprint) that
+#: `host_facts` cannot read up front: a resumed run compares them at each fresh timing
+#: (`Journal._check_threads`), in the words said
+THREAD_FACTS = (
+    ("cpu_threads", "torch CPU threads (OMP_NUM_THREADS)"),
+    ("intra_op_threads", "onnxruntime intra-op threads"),
+)
+
+
+def _recorded_threads(path: Path) -> dict[str, set[Any]]:
+    """The values of each of `THREAD_FACTS` the journal's measured timings recorded (not a board's
+    over ssh): {} for a new journal, or one that cannot be read (replay says why)."""
+    found: dict[str, set[Any]] = {}
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if '"measured"' not in line:
+                    continue
+                try:
+                    event = json.loads(line)
+                    env = event["timing"]["environment"]
+                except (ValueError, KeyError, TypeError):
+                    continue
+                if event.get("event") != "measured" or not isinstance(env, dict) or env.get("remote"):
+                    continue
+                for key, _word in THREAD_FACTS:
+                    if isinstance(env.get(key), (int, str)):
+                        found.setdefault(key, set()).add(env[key])
+    except OSError:
+        return {}
+    return found
 
 
 def _cut_torn_line(path: Path) -> None:

@@ -318,15 +318,27 @@ def _tensor_values(t: TensorProto) -> Any:
 
 
 def nonfinite_weights(model: onnx.ModelProto) -> list[tuple[str, int, int]]:
-    """(initializer, NaN count, infinite count) for each float initializer of the main graph holding
-    a NaN, or an infinity where a Conv, Gemm, MatMul or normalization computes with it (`_COMPUTE_OPS`):
-    a diverged or badly converted checkpoint, which computes NaN or infinite outputs on any input.
-    One np.isfinite pass over the weights, a few MiB at a time."""
+    """(tensor name, NaN count, infinite count) for each float weight of the main graph -- an
+    initializer or a Constant node's `value` -- holding a NaN or an infinity where a Conv, Gemm,
+    MatMul or normalization computes with it (`_COMPUTE_OPS`): a diverged or badly converted
+    checkpoint, which computes NaN or infinite outputs on any input. A NaN or infinity other ops
+    read (a Where's fill value, a mask's -inf) is a legitimate constant and not counted. A
+    Constant's entry has a 4th item saying where it is (`describe_nonfinite`). One np.isfinite pass
+    over the weights, a few MiB at a time."""
     import numpy as np
 
     computed = {x for n in model.graph.node if n.op_type in _COMPUTE_OPS for x in n.input}
-    found = []
-    for t in model.graph.initializer:
+    weights: list[tuple[str, TensorProto, tuple[str, ...]]] = [
+        (t.name, t, ()) for t in model.graph.initializer if t.name in computed
+    ]
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.output and node.output[0] in computed:
+            for a in node.attribute:
+                if a.name == "value" and a.type == _A.TENSOR:
+                    out = node.output[0]
+                    weights.append((out, a.t, (f"Constant {node.name or out!r} (output {out!r})",)))
+    found: list[Any] = []
+    for name, t, where in weights:
         values = _tensor_values(t)
         if values is None or not values.size:
             continue
@@ -336,19 +348,22 @@ def nonfinite_weights(model: onnx.ModelProto) -> list[tuple[str, int, int]]:
             if not np.isfinite(part).all():
                 n = int(np.count_nonzero(np.isnan(part)))
                 nan, inf = nan + n, inf + int(np.count_nonzero(~np.isfinite(part))) - n
-        if nan or (inf and t.name in computed):
-            found.append((t.name, nan, inf if t.name in computed else 0))
+        if nan or inf:
+            found.append((name, nan, inf, *where))
     return found
 
 
 def describe_nonfinite(found: list[tuple[str, int, int]]) -> str:
-    """`initializer 'c1.weight' holds 1 NaN value(s)` (and how many other initializers do)."""
-    name, nan, inf = found[0]
+    """`initializer 'c1.weight' holds 1 NaN value(s)` (or `Constant 'n' (output 'w') holds ...`,
+    for an entry with a 4th item saying where), and how many other weights do."""
+    name, nan, inf, *where = found[0]
     held = " and ".join(
         part for part in (f"{nan} NaN" if nan else "", f"{inf} infinite" if inf else "") if part
     )
-    more = f" (and {len(found) - 1} other initializer(s))" if len(found) > 1 else ""
-    return f"initializer {name!r} holds {held} value(s){more}"
+    what = where[0] if where else f"initializer {name!r}"
+    kind = "weight(s)" if any(len(f) > 3 for f in found[1:]) else "initializer(s)"
+    more = f" (and {len(found) - 1} other {kind})" if len(found) > 1 else ""
+    return f"{what} holds {held} value(s){more}"
 
 
 def _note_nonfinite_weights(model: onnx.ModelProto, name: str) -> None:

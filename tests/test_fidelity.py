@@ -613,7 +613,7 @@ def test_a_reference_run_is_made_once_for_every_comparison(
     runs: list[str] = []
     real_run = fidelity._run
     monkeypatch.setattr(
-        fidelity, "_run", lambda s, feeds, role: runs.append(role) or real_run(s, feeds, role)
+        fidelity, "_run", lambda s, feeds, role, *data: runs.append(role) or real_run(s, feeds, role, *data)
     )
     shared = ReferenceRun(ref)
     first = compare_models(shared, ref, calib).to_json()

@@ -657,9 +657,10 @@ def host_cpu_fit(measured_with: Any) -> str | None:
     """Why a calibrated profile's fit describes the host CPU, not a GPU, from what it says it was
     measured with (`calibrate` writes measured_with), or None where it names a GPU or does not
     tell. The rule of calibrate's own refusal (cli/targets_cmd.py _check_on_gpu): onnxruntime on its
-    CPU provider, torch without CUDA. A deployopt before 13e34d9 (2026-12-03) calibrated from such
-    timings and recorded no device for ort ({"backend": "ort", "runs": 5, ...}): its ort ran on the
-    CPU provider (the GPU one names itself in `device` since)."""
+    CPU provider, torch without CUDA. A deployopt before 13e34d9 (2026-12-03) recorded no device for
+    ort ({"backend": "ort", "runs": 5, ...}) and calibrated on onnxruntime's CPU provider as well as
+    on its CUDA one: such a profile may be a CPU fit, so its fit is not used either (`_NO_DEVICE`,
+    worded as such: not asserted to be one; the GPU provider names itself in `device` since)."""
     if not isinstance(measured_with, dict) or measured_with.get("remote"):  # a board's GPU over ssh
         return None
     backend = measured_with.get("backend")
@@ -667,8 +668,12 @@ def host_cpu_fit(measured_with: Any) -> str | None:
     if isinstance(device, str) and device.strip().lower().startswith(_CPU_DEVICE_PREFIX):
         return f"measured with {backend} on {device}"
     if backend == "ort" and not device:
-        return "measured with ort, no device recorded: onnxruntime's CPU provider"
+        return _NO_DEVICE
     return None
+
+
+#: host_cpu_fit's reason for an ort profile without a device: it may be a CPU fit or a GPU one
+_NO_DEVICE = "measured with ort, no device recorded"
 
 
 #: profiles (path, size, mtime) the host-CPU-fit warning was given for in this process: every
@@ -686,9 +691,15 @@ def _warn_host_fit(path: Path, name: str, why: str, instead: str) -> None:
     if key in _HOST_FIT_SAID:
         return
     _HOST_FIT_SAID.add(key)
+    said = (
+        f"{path}: recorded no device for its ort timings (as `calibrate` wrote before it refused "
+        "onnxruntime's CPU provider, 2026-12-03), so it may be a fit to host-CPU timings and its fit "
+        "is not used"
+        if why == _NO_DEVICE
+        else f"{path}: calibrated from host-CPU timings ({why}), not from the GPU's, so its fit is not used"
+    )
     warnings.warn(
-        f"{path}: calibrated from host-CPU timings ({why}), not from the GPU's, so its fit is not "
-        f"used: {instead}; re-run `deployopt calibrate -t {name}` on the GPU, or delete the file",
+        f"{said}: {instead}; re-run `deployopt calibrate -t {name}` on the GPU, or delete the file",
         DeployoptWarning,
         stacklevel=3,
     )
