@@ -236,6 +236,9 @@ def test_a_model_failing_on_random_inputs_is_still_blamed(
     code, _, err = run_cli(monkeypatch, capsys, "verify", str(model), str(model))
     assert code != 0 and "Traceback" not in err, err
     line = err.strip().splitlines()[-1]
+    if "cannot load it" in line:  # onnxruntime 1.23 (Python 3.10's) folds the baked Gather at load
+        assert line.startswith("error: reference model: onnxruntime cannot load it") and "idx=57" in line
+        return
     assert "reference model cannot run: onnxruntime fails inside it, in Gather 'embed_lookup'" in line
     assert "check that node of the model" in line
 
