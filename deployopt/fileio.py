@@ -532,7 +532,7 @@ def hold_lock(
     the platform has no flock (nothing is then guarded). A holder that ends removes the file before
     releasing it: one opened before that removal is locked here while a third process may hold a
     new file under the name, so the name is opened again (at most `tries` times). An OSError
-    opening it is an OutputError naming `path`. (optimize's OUTDIR lock is the same.)"""
+    opening it is an OutputError naming `path`. (optimize locks its OUTDIR with it.)"""
     try:
         import fcntl
     except ImportError:  # not POSIX

@@ -51,10 +51,11 @@ from deployopt.fileio import (
     check_output_dir,
     check_output_file,
     file_sha256,
+    hold_lock,
     make_output_dir,
-    output_error,
     owned_temp_dir,
     refuse_input_as_output,
+    release_lock,
     remove_outputs,
     remove_owned_temp_dir,
     remove_staging,
@@ -539,33 +540,11 @@ def _lock_outdir(outdir: Path) -> IO[str] | None:
     runs into one folder both exited 0 with their journals interleaved (a `--resume` then refused
     either setup), and a second run's --force deleted the journal of one still running. None where
     the platform has no flock (the folder is then not guarded)."""
-    try:
-        import fcntl
-    except ImportError:  # not POSIX
-        return None
-    path = outdir / LOCK_NAME
-    for _ in range(LOCK_TRIES):
-        try:
-            handle = open(path, "a")  # noqa: SIM115 - held for the whole run, closed by _unlock_outdir
-        except OSError as exc:
-            raise output_error(path, exc) from None
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:  # held
-            handle.close()
-            break
-        # a run that ends removes its lock file before releasing it: one opened before the removal
-        # is locked here while a third run may hold a new file under the name; locked, the removed
-        # file is no lock, so the name is opened again (refusing then said "in use" with no run left)
-        try:
-            if os.path.samestat(os.fstat(handle.fileno()), os.stat(path)):
-                return handle
-        except OSError:  # removed: the next open makes it anew
-            pass
-        handle.close()
-    raise DeployoptError(
+    return hold_lock(
+        outdir / LOCK_NAME,
         f"{outdir} is in use by another `deployopt optimize` run (it holds {LOCK_NAME} there); "
-        "wait for it to end, or give another -o"
+        "wait for it to end, or give another -o",
+        LOCK_TRIES,
     )
 
 
@@ -616,12 +595,7 @@ def _check_outdir_ours(outdir: Path, journal: Journal | None, lock: IO[str] | No
 def _unlock_outdir(handle: IO[str] | None) -> None:
     """Remove the lock file, then release it (a run waiting on it never waits: it refuses). Only
     the file this run locked: OUTDIR removed and made again meanwhile, the name is another run's lock."""
-    if handle is None:
-        return
-    if _holds_lock(handle):
-        with contextlib.suppress(OSError):
-            os.unlink(handle.name)
-    handle.close()
+    release_lock(handle)
 
 
 def _run_every(*steps: Callable[[], object] | None) -> None:
