@@ -88,6 +88,15 @@ class _Filters:
             yield r0, np.asarray(part, dtype=np.float64)
 
 
+def _group_producers(analysis: Analysis, gid: str) -> Iterator[tuple[Any, Any]]:
+    """(atom, producing node) for each live atom of group `gid` that a node produces."""
+    st = analysis.state
+    assert st is not None
+    for a, atom in enumerate(st.atoms):
+        if not (atom.retired or atom.producer is None or analysis.group_of_atom(a) != gid):
+            yield atom, st.nodes[atom.producer]
+
+
 def _producer_filters(
     analysis: Analysis, gid: str, consts: Constants, with_bias: bool = True
 ) -> list[_Filters]:
@@ -96,10 +105,7 @@ def _producer_filters(
     st = analysis.state
     assert st is not None
     mats = []
-    for a, atom in enumerate(st.atoms):
-        if atom.retired or atom.producer is None or analysis.group_of_atom(a) != gid:
-            continue
-        node = st.nodes[atom.producer]
+    for atom, node in _group_producers(analysis, gid):
         if node.op_type == "Pad":  # the zeros a Pad adds to the channel axis: zero "filters"
             mats.append(_Filters(np.zeros((atom.width, 1)), None, 0, atom.width))
             continue
@@ -151,13 +157,9 @@ def _nonfinite_ranking(analysis: Analysis, gid: str, consts: Constants) -> str:
     how many, where one of its producers' initializers is found so."""
     from deployopt.model_checks import describe_nonfinite
 
-    st = analysis.state
-    assert st is not None
     found = []
-    for a, atom in enumerate(st.atoms):
-        if atom.retired or atom.producer is None or analysis.group_of_atom(a) != gid:
-            continue
-        for name in st.nodes[atom.producer].input[1:3]:
+    for _, node in _group_producers(analysis, gid):
+        for name in node.input[1:3]:
             w = consts(name) if name else None
             if w is not None and w.dtype.kind == "f" and not np.isfinite(w).all():
                 nan = int(np.count_nonzero(np.isnan(w)))

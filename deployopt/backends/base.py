@@ -477,6 +477,17 @@ def get_backend(name: str) -> Backend:
     return getattr(module, cls_name)()
 
 
+def get_measuring_backend(name: str, option: str) -> Backend:
+    """`get_backend` for a command that times with it: an unknown name lists only the backends
+    that measure (MEASURING_BACKENDS), under `option` (--backend, --measure), not 'model' too."""
+    try:
+        return get_backend(name)
+    except BackendUnavailable:
+        if name in REGISTRY:
+            raise
+        raise BackendUnavailable(unknown_backend(name, MEASURING_BACKENDS, option)) from None
+
+
 def list_backends() -> list[tuple[str, bool, str]]:
     """[(name, available, why)] for every registered backend."""
     rows = []

@@ -19,14 +19,13 @@ from rich.text import Text
 from deployopt.backends.base import (
     DTYPES,
     MEASURING_BACKENDS,
-    REGISTRY,
     Backend,
     MeasureOptions,
     Profile,
     default_dtype,
     get_backend,
+    get_measuring_backend,
     list_backends,
-    unknown_backend,
 )
 from deployopt.cli.app import (
     app,
@@ -132,12 +131,7 @@ def _backend(name: str) -> Backend:
     from deployopt.errors import BackendUnavailable
 
     try:
-        b = get_backend(name)
-    except BackendUnavailable:
-        if name in REGISTRY:
-            raise
-        # what bench and profile take ('model' is refused above), under the option given
-        raise BackendUnavailable(unknown_backend(name, MEASURING_BACKENDS, "--backend")) from None
+        b = get_measuring_backend(name, "--backend")  # 'model' is refused above
     except ImportError as exc:
         reraise_interrupt(exc)  # a Ctrl-C during the backend's import: interrupted, not broken
         raise BackendUnavailable(f"backend {name!r} cannot be loaded: {exc}") from None

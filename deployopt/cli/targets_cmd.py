@@ -232,16 +232,9 @@ def _check_calibrated_gpu(target: Any, profile_name: str, to_cache: bool, timing
 
 def _measuring_backend(measure: str) -> Any:
     """The backend --measure names; one that predicts rather than times real kernels is one line."""
-    from deployopt.backends.base import MEASURING_BACKENDS, REGISTRY, get_backend, unknown_backend
-    from deployopt.errors import BackendUnavailable
+    from deployopt.backends.base import get_measuring_backend
 
-    try:
-        backend = get_backend(measure)
-    except BackendUnavailable:
-        if measure in REGISTRY:
-            raise
-        # what staircase and calibrate measure with ('model' predicts), under the option given
-        raise BackendUnavailable(unknown_backend(measure, MEASURING_BACKENDS, "--measure")) from None
+    backend = get_measuring_backend(measure, "--measure")  # 'model' predicts: refused just below
     if not getattr(backend, "measured", True):
         raise DeployoptError(f"--measure {backend.name}: that backend predicts, it does not measure")
     return backend
