@@ -29,6 +29,10 @@ full staircase_calibrated 60 python3 -m deployopt staircase --target "$D/${T}_sm
     --input 8x128x28x28 --kernel 3 --out-channels 368:528:16 --json
 step optimize 300 python3 -m deployopt optimize $M --target "$T" --sms 8 --backend torch --batch 32 \
     --max-evals 12 -o "$D/optimize" --force
+# resumed where it was measured: the journal's host facts (GPU name from nvidia-smi, driver, torch)
+# must match this process's, so the finished run's answer and report come back, nothing timed again
+step optimize_resume 120 python3 -m deployopt optimize $M --target "$T" --sms 8 --backend torch --batch 32 \
+    --max-evals 12 -o "$D/optimize" --resume
 # the per-layer cache is shared across targets of one device: another target name at the same 8 SMs
 # reads every conv of the sweep from the first run's cache (report.md's per-layer line says how many)
 step optimize_other_target 200 python3 -m deployopt optimize $M --target a100 --sms 8 --backend torch --batch 32 \
@@ -38,7 +42,7 @@ step bench_optimized 90 python3 -m deployopt bench "$D/optimize/model.onnx" --ba
     --runs 200 -o "$D/bench_optimized.json"
 step compare 30 python3 -m deployopt compare "$D/bench_input.json" "$D/bench_optimized.json" --json
 full profile_kernels 120 python3 -m deployopt profile "$D/optimize/model.onnx" --backend torch --sms 8 --batch 32 \
-    --kernels --json
+    --kernels --json --trace-dir "$D/traces"
 # a detector exported with dynamic batch, height and width, optimized at one size and timed on the
 # GPU: model.onnx gets its dynamic dims back (checked on onnxruntime CPU) and still runs on the GPU
 full export_dynamic 120 python3 -c "from pathlib import Path; from deployopt.zoo.yolo import export_yolo_like; \
