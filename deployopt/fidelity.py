@@ -2178,9 +2178,8 @@ class ReferenceRun:
         #: whether the session computes Q/DQ unfused (`cpu_session`'s `qdq`): candidates get the same
         self.qdq = has_qdq_nodes(model) if qdq is None else qdq
         self.session = _session(model, "reference", qdq=self.qdq)
-        # the model, until `low_types` reads its types (verify gives them: the file is not read again)
-        self._model: str | os.PathLike[str] | onnx.ModelProto | None = model
-        #: the model, for what its outputs' failures say (`_check_finite_reference`: its weights)
+        #: the model: `low_types` reads its types once, and what its outputs' failures say names
+        #: its weights (`_check_finite_reference`)
         self.source = model
         self._low_types: set[str] | None = None
         self.keep = keep
@@ -2191,8 +2190,7 @@ class ReferenceRun:
         """The fp16/bf16 types the model holds (`_file_low_types`), read once when first asked:
         top-1's ties are judged at their epsilon (`_tie_epsilon`)."""
         if self._low_types is None:
-            self._low_types = _file_low_types(self._model) if self._model is not None else set()
-            self._model = None
+            self._low_types = _file_low_types(self.source)
         return self._low_types
 
     def outputs(self, sample: dict[str, np.ndarray], data: str | None = None) -> list[np.ndarray]:

@@ -556,13 +556,25 @@ def hold_lock(
     raise error(refusal)
 
 
+def holds_lock(handle: IO[str] | None) -> bool:
+    """Whether `handle` (`hold_lock`'s; None: no flock here) is still the file at its path: its
+    folder removed meanwhile leaves it locking a deleted file, and a process started since locks a
+    new one under the name."""
+    if handle is None:
+        return True
+    try:
+        return os.path.samestat(os.fstat(handle.fileno()), os.stat(handle.name))
+    except OSError:
+        return False
+
+
 def release_lock(handle: IO[str] | None) -> None:
     """Remove the lock file `hold_lock` gave, then release it (a process waiting on it never waits:
     it refuses); only where the name is still that file (another holder's lock otherwise)."""
     if handle is None:
         return
-    with contextlib.suppress(OSError):
-        if os.path.samestat(os.fstat(handle.fileno()), os.stat(handle.name)):
+    if holds_lock(handle):
+        with contextlib.suppress(OSError):
             os.unlink(handle.name)
     handle.close()
 

@@ -52,6 +52,7 @@ from deployopt.fileio import (
     check_output_file,
     file_sha256,
     hold_lock,
+    holds_lock,
     make_output_dir,
     owned_temp_dir,
     refuse_input_as_output,
@@ -572,23 +573,12 @@ def _recheck_outdir(cfg: OptimizeConfig, outdir: Path, replay: Replay) -> None:
         _refuse_existing(outdir)
 
 
-def _holds_lock(handle: IO[str] | None) -> bool:
-    """Whether `handle` (None: no flock here) is still the file at its path: OUTDIR removed while
-    the run went on leaves it locking a deleted file, and a run started meanwhile locks a new one."""
-    if handle is None:
-        return True
-    try:
-        return os.path.samestat(os.fstat(handle.fileno()), os.stat(handle.name))
-    except OSError:
-        return False
-
-
 def _check_outdir_ours(outdir: Path, journal: Journal | None, lock: IO[str] | None) -> None:
     """A one-line error, exit 2, unless this run's journal and lock file are still the ones in
     OUTDIR: checked before the results are written (output_set would make a removed OUTDIR anew)
     and again right before they move in, so a run whose OUTDIR was removed or replaced writes
     nothing there (its results beside another run's journal, both runs exiting 0)."""
-    if (journal is not None and not journal.in_place()) or not _holds_lock(lock):
+    if (journal is not None and not journal.in_place()) or not holds_lock(lock):
         raise outdir_replaced(outdir)
 
 

@@ -553,7 +553,7 @@ def apply_plan_report(
     importance: Optional[dict[str, np.ndarray]] = None,
     keep: Optional[Mapping[str, Sequence[int]]] = None,
     original: Optional[Mapping[str, int]] = None,
-    fingerprint: Optional[Mapping[str, str]] = None,
+    fingerprint: Optional[Mapping[str, Sequence[float]]] = None,
 ) -> tuple[onnx.ModelProto, list[GroupChange]]:
     """`apply_plan`, also saying per group what was padded or trimmed."""
     model = model_proto(model)
@@ -829,7 +829,7 @@ def apply_plan(
     importance: Optional[dict[str, np.ndarray]] = None,
     keep: Optional[Mapping[str, Sequence[int]]] = None,
     original: Optional[Mapping[str, int]] = None,
-    fingerprint: Optional[Mapping[str, str]] = None,
+    fingerprint: Optional[Mapping[str, Sequence[float]]] = None,
 ) -> onnx.ModelProto:
     """A new model with each planned group padded or trimmed to its width; the input is untouched.
 
