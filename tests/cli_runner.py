@@ -25,3 +25,10 @@ def run_cli(
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def one_error(code: int, err: str) -> str:
+    """`err` itself, asserted to be what bad input gets: exit 2 and one `error: ` line, no traceback."""
+    assert code == 2, err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    return err

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_runner import run_cli
+from cli_runner import one_error, run_cli
 
 from deployopt.errors import PlanError
 
@@ -27,12 +27,6 @@ CIFAR = ROOT / "calibration_data" / "cifar10"
 @pytest.fixture(autouse=True)
 def _own_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-
-
-def _one_error(code: int, err: str) -> str:
-    assert code == 2, err
-    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
-    return err
 
 
 def _optimize(monkeypatch, capsys, out: Path, *extra: str) -> tuple[int, str]:
@@ -73,7 +67,7 @@ def test_resume_names_the_options_and_their_values(
     ]
     for extra, said in cases:
         code, err = _optimize(monkeypatch, capsys, out, *extra, "--resume")
-        err = _one_error(code, err)
+        err = one_error(code, err)
         refused = f"error: --resume: {journal} was written by a different run ({said}); "
         assert err == refused + "use --force to start over\n"
         assert "trim_gate" not in err and "traffic_term" not in err and "input_shapes" not in err
@@ -86,7 +80,7 @@ def test_resume_without_the_calibration_data_says_so_once(
     out = tmp_path / "r2"
     code, err = _optimize(monkeypatch, capsys, out, "--calibration-data", str(CIFAR), "--force")
     assert code == 0, err
-    err = _one_error(*_optimize(monkeypatch, capsys, out, "--resume"))
+    err = one_error(*_optimize(monkeypatch, capsys, out, "--resume"))
     assert "(--calibration-data: the journal's run had it, this one does not)" in err, err
     assert "trim_order" not in err and "calibration data changed" not in err
 
@@ -112,7 +106,7 @@ def test_an_unknown_plan_group_gets_the_close_match(
 ) -> None:
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"widths": {"layer3.8.conv1.cov": 64}}))
-    err = _one_error(
+    err = one_error(
         *run_cli(
             monkeypatch, capsys, "apply", str(EXAMPLE), "--plan", str(plan), "-o", str(tmp_path / "o.onnx")
         )[::2]
@@ -174,7 +168,7 @@ MEASURING = "ort, torch, tensorrt, trtexec"
 def test_a_wrong_backend_lists_what_the_command_takes_and_names_the_option(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: list[str], said: str
 ) -> None:
-    err = _one_error(*run_cli(monkeypatch, capsys, *args)[::2])
+    err = one_error(*run_cli(monkeypatch, capsys, *args)[::2])
     name = args[args.index("--backend" if "--backend" in args else "--measure") + 1]
     assert err.startswith(f"error: unknown backend {name!r}"), err
     assert err.rstrip("\n").endswith(said), err

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from cli_runner import run_cli
+from cli_runner import one_error, run_cli
 from onnx import TensorProto, helper, numpy_helper
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "resnet56_pruned_cifar.onnx"
@@ -27,12 +27,6 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "resnet56_pruned_ci
 @pytest.fixture(autouse=True)
 def _own_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-
-
-def _one_error(code: int, err: str) -> str:
-    assert code == 2, err
-    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
-    return err
 
 
 def _gather_model(path: Path) -> Path:
@@ -66,7 +60,7 @@ def test_verify_names_the_failing_node_not_calibration_inputs(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     m = str(_gather_model(tmp_path / "gather.onnx"))
-    err = _one_error(*run_cli(monkeypatch, capsys, "verify", m, m)[::2])
+    err = one_error(*run_cli(monkeypatch, capsys, "verify", m, m)[::2])
     assert "calibration inputs" not in err and "[ONNXRuntimeError]" not in err, err
     assert "Non-zero status code" not in err, err
     assert (
@@ -81,7 +75,7 @@ def test_bench_names_the_file_and_the_node(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path, command: str
 ) -> None:
     m = str(_gather_model(tmp_path / "gather.onnx"))
-    err = _one_error(*run_cli(monkeypatch, capsys, command, m, "--runs", "2", "--warmup", "0")[::2])
+    err = one_error(*run_cli(monkeypatch, capsys, command, m, "--runs", "2", "--warmup", "0")[::2])
     assert err.startswith("error: onnxruntime cannot run gather.onnx (on random inputs): " + REASON), err
     assert "[ONNXRuntimeError]" not in err
 
@@ -112,9 +106,7 @@ def test_fp16_names_the_op_whose_output_has_no_type_and_what_to_do(
     model.ir_version = 8
     onnx.save(model, str(tmp_path / "plugin.onnx"))
     out = tmp_path / "plugin_fp16.onnx"
-    err = _one_error(
-        *run_cli(monkeypatch, capsys, "fp16", str(tmp_path / "plugin.onnx"), "-o", str(out))[::2]
-    )
+    err = one_error(*run_cli(monkeypatch, capsys, "fp16", str(tmp_path / "plugin.onnx"), "-o", str(out))[::2])
     assert "'b', the output of com.me MyPlugin 'plugin_0' (an op onnx's shape inference does not know)" in err
     assert "declare it in the graph's value_info (type and shape) and convert again" in err, err
     assert not out.exists()
@@ -145,7 +137,7 @@ def test_trtexec_without_a_summary_names_trtexec_and_keeps_its_log(
     kept_in.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(kept_in))  # where the kept log goes
     monkeypatch.setenv("DEPLOYOPT_TRTEXEC", str(fake))
-    err = _one_error(
+    err = one_error(
         *run_cli(monkeypatch, capsys, "bench", str(EXAMPLE), "--backend", "trtexec", "--runs", "5")[::2]
     )
     assert err.startswith(f"error: trtexec ({fake}) exited 0 with no end-to-end timing in this log; "), err

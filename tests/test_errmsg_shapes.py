@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from cli_runner import run_cli
+from cli_runner import one_error, run_cli
 from onnx import TensorProto, helper, numpy_helper
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "resnet56_pruned_cifar.onnx"
@@ -56,12 +56,6 @@ def _batch_pinned(path: Path, out_shape: list[int] | None) -> Path:
     return path
 
 
-def _one_error(code: int, err: str) -> str:
-    assert code == 2, err
-    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
-    return err
-
-
 @pytest.mark.parametrize(
     "args",
     [["bench", "--batch", "2", "--runs", "2", "--warmup", "0"], ["analyze", "--input-shape", "x:2x3x16x16"]],
@@ -74,14 +68,14 @@ def test_an_output_without_shape_is_not_blamed_for_a_batch_the_graph_fixes(
     code, _, err = run_cli(monkeypatch, capsys, "analyze", str(model))
     assert code == 0, err  # at its own batch it loads: the missing output shape is inferred
     command, *rest = args
-    err = _one_error(*run_cli(monkeypatch, capsys, command, str(model), *rest)[::2])
+    err = one_error(*run_cli(monkeypatch, capsys, command, str(model), *rest)[::2])
     assert "has no shape" not in err and "export the model with its output shapes" not in err, err
     assert "noshape.onnx: its shapes do not infer at x 2×3×16×16, though they do at the file's own" in err
     assert "export it with a dynamic batch, or run it at its own" in err
     assert "op_type:MatMul, node name: fc" in err  # onnx's own line names the op that broke
     # the same words as the model that declares its output shape
     declared = _batch_pinned(tmp_path / "withshape.onnx", [1, 5])
-    other = _one_error(*run_cli(monkeypatch, capsys, command, str(declared), *rest)[::2])
+    other = one_error(*run_cli(monkeypatch, capsys, command, str(declared), *rest)[::2])
     assert other.replace("withshape", "noshape") == err
 
 
@@ -107,7 +101,7 @@ def test_a_missing_output_shape_inference_cannot_find_is_still_said(
     model.ir_version = 8
     path = tmp_path / "custom.onnx"
     onnx.save(model, str(path))
-    err = _one_error(*run_cli(monkeypatch, capsys, "analyze", str(path), "--input-shape", "x:2x3x8x8")[::2])
+    err = one_error(*run_cli(monkeypatch, capsys, "analyze", str(path), "--input-shape", "x:2x3x8x8")[::2])
     assert "graph output 'y' has no shape, and shape inference finds none" in err, err
 
 
@@ -116,7 +110,7 @@ def test_verify_says_one_rule_for_every_static_dim(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], shape: str
 ) -> None:
     m = str(EXAMPLE)
-    err = _one_error(*run_cli(monkeypatch, capsys, "verify", m, m, "--input-shape", shape)[::2])
+    err = one_error(*run_cli(monkeypatch, capsys, "verify", m, m, "--input-shape", shape)[::2])
     assert "sets its batch" not in err, err
     assert "reference model input 'input' is 1×3×32×32 in the file" in err, err
     assert "verify runs the files as they are, so --input-shape can set only dynamic (?) dims" in err, err
@@ -127,7 +121,7 @@ def test_bench_still_says_input_shape_sets_the_batch(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """bench does rewrite the batch: its line (model.py's) is unchanged."""
-    err = _one_error(
+    err = one_error(
         *run_cli(monkeypatch, capsys, "bench", str(EXAMPLE), "--input-shape", "input:1x3x64x64")[::2]
     )
     assert "--input-shape sets its batch and its dynamic (?) dims only, got 1×3×64×64" in err, err

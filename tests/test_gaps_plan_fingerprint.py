@@ -15,8 +15,8 @@ import numpy as np
 import onnx
 import pytest
 from cli_runner import run_cli
-from onnx import TensorProto, helper, numpy_helper
 from ort_session import session
+from two_convs import parallel_convs
 
 from deployopt.coupling import analyze
 from deployopt.errors import PlanError
@@ -33,26 +33,7 @@ def _model(order: str, seed: int = 0) -> onnx.ModelProto:
     """Two UNNAMED parallel convs A and B of 12 filters each (other weights) into a Concat and a
     1×1 conv; `order` "ab" or "ba" says which comes first in the node list; another `seed`: another
     checkpoint of the same model."""
-    rng = np.random.default_rng(seed)
-    init = [
-        numpy_helper.from_array(rng.standard_normal((12, 3, 3, 3)).astype(np.float32), "wa"),
-        numpy_helper.from_array(rng.standard_normal((12, 3, 3, 3)).astype(np.float32), "wb"),
-        numpy_helper.from_array(rng.standard_normal((8, 24, 1, 1)).astype(np.float32), "wc"),
-    ]
-    a = helper.make_node("Conv", ["x", "wa"], ["a"], pads=[1, 1, 1, 1])
-    b = helper.make_node("Conv", ["x", "wb"], ["b"], pads=[1, 1, 1, 1])
-    cat = helper.make_node("Concat", ["a", "b"], ["c"], axis=1)
-    out = helper.make_node("Conv", ["c", "wc"], ["y"])
-    graph = helper.make_graph(
-        [*([a, b] if order == "ab" else [b, a]), cat, out],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])],
-        init,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    onnx.checker.check_model(model)
-    return model
+    return parallel_convs(order, 12, 12, seed)
 
 
 @pytest.fixture
