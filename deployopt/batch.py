@@ -1,10 +1,12 @@
 """Give a written model back the dynamic batch dimension its input file had.
 
 Loading fixes a symbolic batch to a number (1, or the timed batch), because every later stage needs
-static shapes, and folding constants at that batch can bake it into Reshape targets. A user who
+static shapes, and folding constants at that batch can bake it into Reshape targets and Resize
+sizes (`F.interpolate(y, size=x.shape[-2:])`, torchvision's fcn/deeplabv3/lraspp heads). A user who
 exported with a dynamic batch (for TensorRT optimization profiles, for serving) expects the edited
 model to take any batch as the original did. This module restores the symbol on the inputs and
-outputs, turns batch-valued Reshape targets into 0 ("copy this dim from the input"), and then
+outputs, turns batch-valued Reshape targets into 0 ("copy this dim from the input") and a Resize's
+folded batch-valued `sizes[0]` into its data's dim 0 at run time, and then
 *checks* the result on onnxruntime: batch 2 must give, sample by sample, what batch 1 gives. A
 model that fails the check (a batch hidden in another op's constant) is written static, with the
 reason in one line — never a model that breaks, or mixes samples, at another batch.
@@ -62,8 +64,9 @@ def restore_dynamic_batch(
     if not dynamic or static_batch is None:
         return DimRestore(model, False, "")
     symbol = next((s for s in dynamic.values() if s), "batch")
+    hinted = model  # the Resizes still constant where the check ran, for the hint
     try:
-        candidate = _make_dynamic(model, dynamic, static_batch, symbol)
+        candidate = hinted = _make_dynamic(model, dynamic, static_batch, symbol)
         why = _check_batches(candidate)
     except Exception as exc:  # onnx/onnxruntime say why in their first line
         why = onnxruntime_reason(exc)
@@ -72,7 +75,7 @@ def restore_dynamic_batch(
             model,
             False,
             f"written with a static batch of {static_batch}: the input's dynamic batch could not be "
-            f"restored ({why}{constant_resize_hint(model, why, 'batch')})",
+            f"restored ({why}{constant_resize_hint(hinted, why, 'batch')})",
         )
     what = f"the input's dynamic batch ({symbol!r})"
     return DimRestore(candidate, True, restored_notice(what, "batch 1", "2"))
@@ -235,6 +238,12 @@ def _make_dynamic(
         else:
             graph.initializer.append(tensor)
             inits[name] = graph.initializer[-1]
+    ranks = {
+        vi.name: len(vi.type.tensor_type.shape.dim)
+        for vi in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]
+        if vi.type.tensor_type.HasField("shape")
+    }
+    rebuild_shape_inputs(graph, _resizes_keeping_the_batch(graph, batch, dims0, ranks), 3, taken)
     del graph.value_info[:]
     for o in graph.output:
         if o.type.tensor_type.HasField("shape") and len(o.type.tensor_type.shape.dim):
@@ -244,6 +253,25 @@ def _make_dynamic(
                 d.dim_param = symbol
     onnx.checker.check_model(out)
     return onnx.shape_inference.infer_shapes(out, strict_mode=True)
+
+
+def _resizes_keeping_the_batch(
+    graph: onnx.GraphProto, batch: int, dims0: dict[str, int], ranks: dict[str, int]
+) -> dict[int, list[ShapeEntry]]:
+    """node index → new `sizes` entries, for each Resize whose `sizes` loading folded with the
+    batch in (`F.interpolate(y, size=x.shape[-2:])` exports Concat(Shape(y)[:2], Shape(x)[2:]),
+    folded at batch 1 to [1, C, H, W]) and whose data has that batch: its dim 0 then becomes
+    Shape(data)[0] again, as a Reshape's becomes 0. The batch check decides, as for Reshapes."""
+    plans: dict[int, list[ShapeEntry]] = {}
+    for i, node in enumerate(graph.node):
+        if node.op_type != "Resize" or node.domain not in ("", "ai.onnx") or len(node.input) < 4:
+            continue
+        if not node.input[3] or dims0.get(node.input[0]) != batch:
+            continue
+        sizes = traced_shape(graph, node.input[3], ranks)
+        if sizes and isinstance(sizes[0], int) and sizes[0] == batch:
+            plans[i] = [(node.input[0], 0), *sizes[1:]]
+    return plans
 
 
 def _check_batches(model: onnx.ModelProto) -> str:
@@ -291,3 +319,206 @@ def close(got: np.ndarray, want: np.ndarray) -> bool:
         return True
     scale = max(float(np.max(np.abs(want))), 1e-6)
     return not float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))) > RTOL * scale
+
+
+#: One entry of a 1-D shape tensor as `traced_shape` finds it: a number, or `(tensor, axis)`, the
+#: size of `tensor`'s dim `axis` when the model runs (what `Shape(tensor)[axis]` gives).
+ShapeEntry = int | tuple[str, int]
+
+#: How many producers `traced_shape` follows back from a tensor: shape arithmetic is a few ops.
+_TRACE_DEPTH = 32
+
+
+def traced_shape(graph: onnx.GraphProto, name: str, ranks: dict[str, int]) -> list[ShapeEntry] | None:
+    """What each entry of the 1-D int tensor `name` of `graph` is made of, through the ops exporters
+    compute a Resize's `sizes` with (Shape, Slice, Gather, Concat, Cast, Unsqueeze...; `ranks`: the
+    rank of each tensor a Shape may read), or None where another op computes it (a Mul: no longer
+    one dim). Loading folds such a chain into a constant; the file's own chain says which entries
+    were a tensor's dims, so those (and only those) can be computed again when the model runs."""
+    consts = {t.name: t for t in graph.initializer}
+    producer = {out: node for node in graph.node for out in node.output if out}
+
+    def ints(value: np.ndarray) -> list[ShapeEntry] | None:
+        if value.dtype.kind not in "iu" or value.ndim > 1:
+            return None
+        return [int(v) for v in value.ravel()]
+
+    def trace(tensor: str, depth: int) -> list[ShapeEntry] | None:
+        if tensor in consts:
+            return ints(numpy_helper.to_array(consts[tensor]))
+        node = producer.get(tensor)
+        if node is None or depth > _TRACE_DEPTH or node.domain not in ("", "ai.onnx"):
+            return None
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        op = node.op_type
+        if op == "Constant":
+            value = attrs.get("value")
+            if isinstance(value, onnx.TensorProto):
+                return ints(numpy_helper.to_array(value))
+            for key in ("value_ints", "value_int"):
+                if key in attrs:
+                    return ints(np.array(attrs[key], dtype=np.int64))
+            return None
+        if op == "Shape":
+            rank = ranks.get(node.input[0])
+            if rank is None:
+                return None
+            start, end = attrs.get("start", 0), attrs.get("end", rank)
+            axes = range(rank)[slice(start, end)]  # Shape-15 clamps start and end as Python does
+            return [(node.input[0], a) for a in axes]
+        inputs = [trace(x, depth + 1) if x else None for x in node.input]
+        if op in ("Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten"):
+            return inputs[0]  # the same values in the same order (a scalar becomes [v] and back)
+        if op == "Concat":
+            parts = [x for x in inputs if x is not None]
+            if attrs.get("axis") not in (0, -1) or len(parts) != len(inputs):
+                return None
+            return [e for x in parts for e in x]
+        if op == "Gather":
+            data, index = inputs[0], inputs[1] if len(inputs) > 1 else None
+            if data is None or index is None or attrs.get("axis", 0) not in (0, -1):
+                return None
+            if not all(isinstance(i, int) and -len(data) <= i < len(data) for i in index):
+                return None
+            return [data[int(i)] for i in index]
+        if op == "Slice":
+            return _sliced(inputs, attrs)
+        return None
+
+    return trace(name, 0)
+
+
+def _sliced(inputs: list[list[ShapeEntry] | None], attrs: dict[str, Any]) -> list[ShapeEntry] | None:
+    """A Slice of a traced 1-D tensor with constant bounds (inputs from opset 10, attributes
+    before), step 1 only; else None."""
+    data = inputs[0]
+    if data is None:
+        return None
+    if len(inputs) > 1:
+        bounds = [inputs[i] if i < len(inputs) else None for i in range(1, 5)]
+        starts, ends, axes, steps = bounds
+        if starts is None or ends is None:
+            return None
+    else:
+        starts, ends, axes, steps = attrs.get("starts"), attrs.get("ends"), attrs.get("axes"), None
+    if starts is None or ends is None or len(starts) != 1 or len(ends) != 1:
+        return None
+    if axes not in (None, [0], [-1]) or steps not in (None, [1]):
+        return None
+    start, end = starts[0], ends[0]
+    if not isinstance(start, int) or not isinstance(end, int):
+        return None
+    return data[slice(start, end)]  # ONNX clamps out-of-range bounds as Python does for step 1
+
+
+def rebuild_shape_inputs(
+    graph: onnx.GraphProto, plans: dict[int, list[ShapeEntry]], index: int, taken: set[str]
+) -> None:
+    """Give input `index` of each node `graph.node[i]` in `plans` a new 1-D int64 tensor made of
+    its entries there: numbers as constants, `(tensor, axis)` as Slice(Shape(tensor)) at run time,
+    joined by a Concat placed before the node. What computed the old tensor goes where nothing else
+    reads it; the graph is sorted again, as a tensor read here may be computed after the node
+    (loading's folding cut that dependency). `taken`: names_in_use(graph), added to."""
+    if not plans:
+        return
+    from deployopt.model import _toposort, fresh_name
+
+    old: list[str] = []
+    nodes: list[onnx.NodeProto] = []
+    for i, node in enumerate(graph.node):
+        if i in plans:
+            base = f"{node.name or node.output[0]}/{'sizes' if node.op_type == 'Resize' else 'shape'}"
+            made, name = _shape_nodes(graph, plans[i], base, taken, fresh_name)
+            nodes.extend(made)
+            old.append(node.input[index])
+            node.input[index] = name
+        nodes.append(node)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    _drop_unread(graph, old)
+    _toposort(graph)
+
+
+def _shape_nodes(
+    graph: onnx.GraphProto,
+    entries: list[ShapeEntry],
+    base: str,
+    taken: set[str],
+    fresh_name: Callable[[str, set[str]], str],
+) -> tuple[list[onnx.NodeProto], str]:
+    """The nodes (constants added to `graph`'s initializers) that compute `entries`, and the name
+    of their result."""
+    runs: list[list[ShapeEntry]] = []
+    for e in entries:  # consecutive numbers, or consecutive dims of one tensor, make one piece
+        last = runs[-1][-1] if runs else None
+        if last is not None and (
+            (isinstance(e, int) and isinstance(last, int))
+            or (isinstance(e, tuple) and isinstance(last, tuple) and e == (last[0], last[1] + 1))
+        ):
+            runs[-1].append(e)
+        else:
+            runs.append([e])
+
+    def const(values: list[int], what: str) -> str:
+        name = fresh_name(f"{base}_{what}", taken)
+        graph.initializer.append(numpy_helper.from_array(np.array(values, dtype=np.int64), name))
+        return name
+
+    nodes: list[onnx.NodeProto] = []
+    shapes: dict[str, str] = {}
+    pieces: list[str] = []
+    for run in runs:
+        first = run[0]
+        if isinstance(first, int):
+            pieces.append(const([v for v in run if isinstance(v, int)], "const"))
+            continue
+        tensor, axis = first
+        if tensor not in shapes:
+            shapes[tensor] = fresh_name(f"{base}_shape", taken)
+            nodes.append(onnx.helper.make_node("Shape", [tensor], [shapes[tensor]], name=shapes[tensor]))
+        bounds = [const([axis], "start"), const([axis + len(run)], "end"), const([0], "axis")]
+        piece = fresh_name(f"{base}_dims", taken)
+        nodes.append(onnx.helper.make_node("Slice", [shapes[tensor], *bounds], [piece], name=piece))
+        pieces.append(piece)
+    if len(pieces) == 1:
+        return nodes, pieces[0]
+    name = fresh_name(base, taken)
+    nodes.append(onnx.helper.make_node("Concat", pieces, [name], name=name, axis=0))
+    return nodes, name
+
+
+def _drop_unread(graph: onnx.GraphProto, names: list[str]) -> None:
+    """Remove the constants and nodes that computed `names` and that nothing reads any more."""
+    from deployopt.model import names_in_use
+
+    reads: dict[str, int] = {}
+    for node in graph.node:
+        inner: set[str] = set()  # what an If or Loop body may read from here: all it names
+        for a in node.attribute:
+            for g in [*([a.g] if a.HasField("g") else []), *a.graphs]:
+                inner |= names_in_use(g)
+        for x in [*node.input, *inner]:
+            reads[x] = reads.get(x, 0) + 1
+    for o in graph.output:
+        reads[o.name] = reads.get(o.name, 0) + 1
+    inputs = {i.name for i in graph.input}
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        if not name or reads.get(name, 0) or name in inputs:
+            continue
+        for k, t in enumerate(graph.initializer):
+            if t.name == name:
+                del graph.initializer[k]
+                break
+        else:
+            for k, node in enumerate(graph.node):
+                if name in node.output and not any(reads.get(o, 0) for o in node.output):
+                    if any(a.g.ByteSize() or a.graphs for a in node.attribute):
+                        break  # an If or a Loop: not shape arithmetic, left as it is
+                    ins = list(node.input)
+                    del graph.node[k]
+                    for x in ins:
+                        reads[x] = reads.get(x, 0) - 1
+                    todo.extend(ins)
+                    break

@@ -12,7 +12,10 @@ at a second size (each dynamic dim + SIZE_STEP) the written model must run and g
 shapes the file gives, and at the loaded size it must still give what the static model gives (a
 broken rewrite). A size that loading baked in while folding shape arithmetic (a Reshape to H·W, a
 Slice to H/2) fails the check, and the model is written at the --input-shape size with the reason in
-one line; no target is rewritten to guess at it.
+one line; no target is rewritten to guess at it. The one exception is a Resize's `sizes` that the
+file computes from a tensor's shape (`F.interpolate(y, size=x.shape[-2:])`, torchvision's
+segmentation heads): the file's own chain says which entries were the input's height and width, so
+those are computed from the shape again (a fixed target stays fixed), and the same check decides.
 
 The two restores are not one check either: each keeps what passes its own (a batch baked into a
 Reshape leaves a dynamic height and width dynamic, and the other way round), and each reason names
@@ -92,15 +95,16 @@ def restore_dynamic_size(model: onnx.ModelProto, loaded: LoadedModel) -> DimRest
         n: [d + SIZE_STEP if i in dynamic.get(n, ()) else d for i, d in enumerate(shape)]
         for n, shape in fixed.items()
     }
+    hinted = model  # the Resizes still constant where the check ran, for the hint
     try:
         original = _declared(loaded.path)
         symbols = _symbols(dynamic, fixed, original, model)
-        candidate = _make_dynamic_size(model, symbols, original)
+        candidate = hinted = _make_dynamic_size(model, symbols, original)
         why = _check_size(candidate, model, loaded.path, fixed, second)
     except Exception as exc:  # onnx/onnxruntime say why in their first line
         why = shorten(first_line(exc))
     if why:
-        why += constant_resize_hint(model, why, "size")  # onnxruntime's reason names a later op
+        why += constant_resize_hint(hinted, why, "size")  # onnxruntime's reason names a later op
         return DimRestore(model, False, loaded.fixed_size_notice(why))
     return DimRestore(candidate, True, _restored_notice(symbols, fixed, second))
 
@@ -155,6 +159,7 @@ def _make_dynamic_size(
     them dynamic, and every other shape inferred again (the stale ones carried the fixed size)."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
+    _resize_sizes_from_file(out.graph, model, original)
     for inp in out.graph.input:
         for i, symbol in symbols.get(inp.name, {}).items():
             d = inp.type.tensor_type.shape.dim[i]
@@ -166,6 +171,64 @@ def _make_dynamic_size(
     del out.graph.value_info[:]
     onnx.checker.check_model(out)
     return onnx.shape_inference.infer_shapes(out, strict_mode=True)
+
+
+def _resize_sizes_from_file(
+    graph: onnx.GraphProto, model: onnx.ModelProto, original: onnx.ModelProto
+) -> None:
+    """Give each Resize of `graph` (a copy of `model`) whose `sizes` loading folded the dims back
+    that the input file computes from a tensor's shape, where that dim is dynamic in the file
+    (`F.interpolate(y, size=x.shape[-2:])`: Shape(x)[2:4], folded to the --input-shape H×W). A
+    Resize to a size the file fixes (a 64×64 target) keeps it. Matched by output name, as loading
+    and editing keep it; a dim that is not the folded number here, or a tensor this model lacks,
+    stays as it is, and the size check decides."""
+    from deployopt.batch import rebuild_shape_inputs, traced_shape
+    from deployopt.model import names_in_use
+
+    def resize_sizes(node: onnx.NodeProto) -> str:
+        ok = node.op_type == "Resize" and node.domain in ("", "ai.onnx") and len(node.input) > 3
+        return node.input[3] if ok else ""
+
+    theirs = {n.output[0]: resize_sizes(n) for n in original.graph.node if resize_sizes(n)}
+    if not theirs or not any(resize_sizes(n) for n in graph.node):
+        return
+    try:
+        their_dims, their_ranks = _inferred_dims(original)
+        our_dims, our_ranks = _inferred_dims(model)
+    except Exception:  # onnx's inference errors: the sizes stay as loading folded them, the check says why
+        return
+    plans: dict[int, list[Any]] = {}
+    for i, node in enumerate(graph.node):
+        if not resize_sizes(node) or node.output[0] not in theirs:
+            continue
+        ours = traced_shape(graph, node.input[3], our_ranks)
+        file_sizes = traced_shape(original.graph, theirs[node.output[0]], their_ranks)
+        if not ours or not file_sizes or len(ours) != len(file_sizes):
+            continue
+        new = list(ours)
+        for k in range(1, len(ours)):  # entry 0 is the batch: deployopt.batch's
+            entry, source = ours[k], file_sizes[k]
+            if not isinstance(entry, int) or not isinstance(source, tuple):
+                continue
+            tensor, axis = source
+            file_dim = their_dims.get(tensor, [])[axis : axis + 1]
+            our_dim = our_dims.get(tensor, [])[axis : axis + 1]
+            if file_dim == [None] and our_dim == [entry]:  # dynamic in the file, folded to this here
+                new[k] = source
+        if new != ours:
+            plans[i] = new
+    rebuild_shape_inputs(graph, plans, 3, names_in_use(graph))
+
+
+def _inferred_dims(model: onnx.ModelProto) -> tuple[dict[str, list[int | None]], dict[str, int]]:
+    """Each tensor's dims as shape inference finds them (None where not a number) and its rank."""
+    inferred = onnx.shape_inference.infer_shapes(model)
+    dims = {
+        vi.name: [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
+        for vi in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]
+        if vi.type.tensor_type.HasField("shape")
+    }
+    return dims, {name: len(d) for name, d in dims.items()}
 
 
 def _free_output_dims(output: onnx.ValueInfoProto, in_file: onnx.ValueInfoProto | None) -> None:

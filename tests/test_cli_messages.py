@@ -240,9 +240,13 @@ def test_input_shape_still_takes_plain_dims() -> None:
 # -- 5. the dynamic-dims notice: cut between words, its likely cause -----------------------------
 
 
-def resize_model(dynamic: tuple[str | int, ...], scale_from_shape: bool) -> onnx.ModelProto:
+def resize_model(
+    dynamic: tuple[str | int, ...], scale_from_shape: bool, joined: bool = False
+) -> onnx.ModelProto:
     """conv → Resize (linear) → conv, the Resize's sizes computed from the conv output's shape as
-    exporters write them: N and C taken from it, H and W either fixed 16×16 or twice its own."""
+    exporters write them: N and C taken from it, H and W either fixed 16×16 or twice its own.
+    `joined`: the Resize reads the conv output joined to itself on the batch axis, so its folded
+    sizes[0] is twice the batch (one equal to the batch, restoring computes from the shape again)."""
     rng = np.random.default_rng(0)
     inits = [
         numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w"),
@@ -254,7 +258,8 @@ def resize_model(dynamic: tuple[str | int, ...], scale_from_shape: bool) -> onnx
         numpy_helper.from_array(np.array([2, 2], np.int64), "twice"),
     ]
     nodes = [
-        helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["x", "w"], ["c" if joined else "y"], name="conv", pads=[1, 1, 1, 1]),
+        *([helper.make_node("Concat", ["c", "c"], ["y"], name="join", axis=0)] if joined else []),
         helper.make_node("Shape", ["y"], ["shape"], name="shape"),
         helper.make_node("Slice", ["shape", "zero", "two"], ["nc"], name="nc"),
     ]
@@ -276,7 +281,7 @@ def resize_model(dynamic: tuple[str | int, ...], scale_from_shape: bool) -> onnx
         nodes,
         "resize",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, 3, h, w])],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [n, 4, *out_hw])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [f"{n}2" if joined else n, 4, *out_hw])],
         inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -286,7 +291,7 @@ def resize_model(dynamic: tuple[str | int, ...], scale_from_shape: bool) -> onnx
 
 
 def test_dynamic_batch_notice_is_cut_between_words_and_names_the_resize(run: Run, tmp_path: Path) -> None:
-    path = save(resize_model(("N", 8, 8), scale_from_shape=False), tmp_path / "m.onnx")
+    path = save(resize_model(("N", 8, 8), scale_from_shape=False, joined=True), tmp_path / "m.onnx")
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"widths": {"conv": 16}}))
     code, _, err = run("apply", str(path), "--plan", str(plan), "-o", str(tmp_path / "o.onnx"), columns=200)
@@ -297,7 +302,7 @@ def test_dynamic_batch_notice_is_cut_between_words_and_names_the_resize(run: Run
     assert said.startswith("Resize 'up': 'Linear' mode only supports") and " " in said, notice
     assert said.split()[-1] in onnx_resize_message_words(), notice  # a whole word before the cut
     assert cause == (
-        "Resize 'up' has constant output sizes 1×16×16×16, computed for the shape loaded, which fit "
+        "Resize 'up' has constant output sizes 2×16×16×16, computed for the shape loaded, which fit "
         "no other batch)"
     )
 
