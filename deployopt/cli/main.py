@@ -62,7 +62,26 @@ def _usage_line(exc: Exception) -> str:
     message = " ".join(exc.format_message().split()).rstrip(".")  # type: ignore[attr-defined]
     message = _SUGGESTION.sub(r" (did you mean \1?)", message)
     ctx = getattr(exc, "ctx", None)
+    other = _other_spelling(exc, ctx)
+    if other is not None:  # click proposed `--mean` for bench's `--measure`
+        message = f"{' '.join(str(exc.message).split())} (did you mean {other}?)"  # type: ignore[attr-defined]
     return f"{message}; see '{ctx.command_path if ctx is not None else _command_path()} --help'"
+
+
+#: an option some commands spell otherwise: `--measure BACKEND` (staircase, calibrate; they take
+#: `-b/--backend` too) is `--backend` in bench, profile and optimize
+_OTHER_SPELLING = {"--measure": "--backend"}
+
+
+def _other_spelling(exc: Exception, ctx: Any) -> str | None:
+    """This command's name for an unknown option that another command takes (`--backend` for
+    `bench --measure`), where click's own guess was an unrelated option or none."""
+    other = _OTHER_SPELLING.get(str(getattr(exc, "option_name", "")))
+    command = getattr(ctx, "command", None)
+    if type(exc).__name__ != "NoSuchOption" or other is None or command is None:
+        return None
+    names = {opt for param in command.params for opt in getattr(param, "opts", ())}
+    return other if other in names else None
 
 
 def _command_path() -> str:
@@ -200,25 +219,33 @@ def _show_warning(message: Any, category: type[Warning], *args: Any, **kwargs: A
 _python_show_warning = warnings.showwarning
 
 
+#: error handlers that raise on a character the encoding lacks (not a lone surrogate): a stream with
+#: one of these is made to write `\\xb5` instead
+_RAISING_HANDLERS = frozenset({"strict", "surrogateescape", "surrogatepass"})
+
+
 @contextlib.contextmanager
 def _any_encoding() -> Iterator[None]:
     """stdout and stderr write what their encoding cannot hold as `\\xb5`, not as a traceback:
     under PYTHONIOENCODING=ascii (or a Latin-1 console) a table's `µs` or `…` ended `analyze`, a
     passing `verify` (exit 1) and `optimize` after its files were written; and a model file name
     that is not UTF-8 (its bytes held as surrogates) could not be printed to a UTF-8 stdout
-    either. Only a stream that would raise is changed, and put back afterwards."""
-    changed = []
+    either. Only a stream that would raise is changed, and put back afterwards: `strict`, and
+    `surrogateescape` (Python's choice for a C/POSIX locale with UTF-8 mode off), which passes
+    only lone surrogates and raised on `µ` as `strict` does."""
+    changed: list[tuple[Any, str]] = []
     for stream in (sys.stdout, sys.stderr):
-        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+        errors = getattr(stream, "errors", None)
+        if errors in _RAISING_HANDLERS and hasattr(stream, "reconfigure"):
             with contextlib.suppress(ValueError, OSError):  # closed, or a stream of its own kind
                 stream.reconfigure(errors="backslashreplace")
-                changed.append(stream)
+                changed.append((stream, errors))
     try:
         yield
     finally:
-        for stream in changed:
+        for stream, errors in changed:
             with contextlib.suppress(ValueError, OSError):
-                stream.reconfigure(errors="strict")
+                stream.reconfigure(errors=errors)
 
 
 def main() -> None:

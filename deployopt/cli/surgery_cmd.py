@@ -29,6 +29,7 @@ from deployopt.cli.app import (
     parse_input_shapes,
     print_json,
     print_notices,
+    print_table,
     resize_option,
     scale_option,
     std_option,
@@ -71,7 +72,7 @@ def groups_table(
     `labels` (model.layer_labels) adds the module path to a group named after such a layer."""
     table = Table(title=title, show_lines=False)
     table.add_column("group", overflow="fold")
-    table.add_column("width", justify="right")
+    table.add_column("width", justify="right")  # figures: never folded (print_table)
     table.add_column("status", overflow="fold")
     table.add_column("producers", overflow="fold")
     table.add_column("consumers", overflow="fold")
@@ -87,6 +88,10 @@ def groups_table(
     return table
 
 
+#: convs_table's columns of names (folded where narrow); the others hold figures, kept whole
+_NAME_COLUMNS = frozenset({"conv", "in groups", "out group"})
+
+
 def convs_table(
     analysis: Analysis,
     extra_columns: Sequence[ConvColumn] = (),
@@ -96,7 +101,8 @@ def convs_table(
     """One row per conv: shape and the groups of its input/output channels, plus any extra columns."""
     table = Table(title=title)
     for header in ("conv", "N×C×H×W → K", "kernel", "groups", "in groups", "out group"):
-        table.add_column(header, overflow="fold")
+        # names fold; a shape, kernel or count stays whole (print_table gives it its longest word)
+        table.add_column(header, overflow="fold" if header in _NAME_COLUMNS else "ellipsis")
     for header, _ in extra_columns:
         table.add_column(header, justify="right")
     for conv in analysis.convs:
@@ -223,16 +229,16 @@ def analyze_cmd(
     if stats:  # ConvNeXt at opset < 17 spells each LayerNorm out: two per norm
         title += f" (+{stats} one-channel statistics over channels, not listed)"
     labels = layer_labels(loaded.model)
-    console.print(groups_table(analysis, title=title, labels=labels))
+    print_table(groups_table(analysis, title=title, labels=labels))
     foreign = foreign_ops_note(loaded.model)
     if foreign:
         console.print(f"note: {foreign}", markup=False, highlight=False, soft_wrap=True)
     if show_convs:
-        console.print(convs_table(analysis, title=f"{len(analysis.convs)} convs", labels=labels))
+        print_table(convs_table(analysis, title=f"{len(analysis.convs)} convs", labels=labels))
     if rows is not None and gpu is not None:
         if rows:  # a model of 1-D or 3-D convs only has none: no empty table, no "(n/a)" predictor
             title = f"waves on {gpu.name} ({sm_count(gpu.sms)}, {dtype})"
-            console.print(waves_table(rows, title=title, labels=labels))
+            print_table(waves_table(rows, title=title, labels=labels))
             console.print(
                 f"Latencies are predicted by the {gpu.wave_params(dtype).describe()}, not measured.",
                 markup=False,
@@ -287,7 +293,12 @@ def waves_table(rows: Sequence[dict[str, Any]], title: str, labels: Mapping[str,
     each free group it touches, so layers that waste a half-empty last wave stand out."""
     table = Table(title=title)
     for header in ("conv", "GEMM M×N×K", "tile", "blocks", "waves", "tail fill", "pred. µs"):
-        table.add_column(header, justify="left" if header == "conv" else "right", overflow="fold")
+        # the conv's name folds; a figure (GEMM 1024×16×27) was split over two lines at 80 columns
+        table.add_column(
+            header,
+            justify="left" if header == "conv" else "right",
+            overflow="fold" if header == "conv" else "ellipsis",
+        )
     table.add_column("nearest wave-aligned widths (Δ pred. µs)", overflow="fold")
     for r in rows:
         tips = []
@@ -322,8 +333,8 @@ def changes_table(
     """One row per changed group; `ranked_by` says how a trim chose the live channels it dropped,
     except for the groups in `listed`, which kept the channels the plan lists."""
     table = Table(title="changed groups")
-    for header in ("group", "width", "change"):
-        table.add_column(header, overflow="fold")
+    for header in ("group", "width", "change"):  # `16 → 24` whole; a name, or prose, folds
+        table.add_column(header, overflow="ellipsis" if header == "width" else "fold")
     for c in changes:
         if c.padded:
             what = f"pad +{c.padded} (zero filters)"
@@ -550,7 +561,7 @@ def apply_cmd(
         ranked_by = "smallest L1" if importance is None else "least activation × weight on the data"
         if ranked_on is not None:
             ranked_by += f" (images: {ranked_on.describe()})"
-        console.print(changes_table(changes, ranked_by, listed=keep))
+        print_table(changes_table(changes, ranked_by, listed=keep))
     unchanged = len(by_id) - len(changes)  # a group named twice (id and producer) is one group
     tail = f"; {unchanged} planned group(s) already at their width" if unchanged else ""
     console.print(f"wrote {output} ({len(changes)} group(s) changed{tail})", highlight=False, soft_wrap=True)

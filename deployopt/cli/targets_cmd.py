@@ -659,8 +659,11 @@ def staircase_command(
     measure: Optional[str] = typer.Option(
         None,
         "--measure",
+        "--backend",
+        "-b",
         metavar="BACKEND",
-        help="Also measure on this backend (e.g. torch; with --remote tensorrt, the default, or trtexec).",
+        help="Also measure on this backend (e.g. torch; with --remote tensorrt, the default, or trtexec); "
+        "-b/--backend: the same, as bench and optimize spell it.",
     ),
     runs: Optional[int] = typer.Option(
         None, "--runs", metavar="N", help="Timed runs per width when measuring (default 100)."
@@ -856,9 +859,12 @@ def calibrate_command(
     measure: Optional[str] = typer.Option(
         None,
         "--measure",
+        "--backend",
+        "-b",
         metavar="BACKEND",
         help="Backend that times convs on this device (e.g. torch); required, except with --remote: "
-        "tensorrt (jetson/runner.py on the board, the default) or trtexec.",
+        "tensorrt (jetson/runner.py on the board, the default) or trtexec. -b/--backend: the same, "
+        "as bench and optimize spell it.",
         show_default=False,
     ),
     sms: Optional[int] = typer.Option(None, "--sms", metavar="N", help="Restrict to N SMs while measuring."),

@@ -26,6 +26,7 @@ from deployopt.cli.app import (
     parse_input_shapes,
     print_json,
     print_notices,
+    print_table,
     resize_option,
     scale_option,
     std_option,
@@ -81,7 +82,8 @@ def _render(
     report: FidelityReport, thresholds: Thresholds, failures: list[str], preprocess: ImagePreprocess | None
 ) -> None:
     table = Table(title="fidelity: candidate vs reference (onnxruntime CPU)")
-    table.add_column("metric")
+    # print_table: a figure whole at any width (`0.999999…` was cut at 40 columns); names fold
+    table.add_column("metric", overflow="fold")
     table.add_column("value", justify="right")
     table.add_column("threshold", justify="right")
     table.add_column("", justify="center")
@@ -176,7 +178,7 @@ def _render(
             status(not c.overflows),
         )
     table.add_row("samples (model runs) / rows", f"{report.n_samples} / {report.n_rows}", "", "")
-    console.print(table)
+    print_table(table)
     for line in _scoring_notes(report, t) + _low_precision_notes(report):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     if report.random_inputs:
