@@ -7,9 +7,11 @@ Profile carries this dict. Nothing here may fail: an unreadable fact is left out
 from __future__ import annotations
 
 import platform
+import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Iterator, Sequence
 from importlib import metadata
 from typing import Any
 
@@ -79,11 +81,28 @@ def usable_cores() -> int | None:
         return os.cpu_count()
 
 
-def nvidia_smi(index: int = 0) -> dict[str, Any]:
-    """GPU name, driver and clocks as nvidia-smi reports them (empty where there is no nvidia-smi)."""
+def _query_gpus(fields: Sequence[str], *more: str) -> list[str]:
+    """nvidia-smi's CSV lines for `--query-gpu=FIELDS` (`more`: its other options, as `--id=0`), or
+    [] where there is no nvidia-smi or it failed: the one place nvidia-smi is queried here."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
-        return {}
+        return []
+    try:
+        proc = subprocess.run(
+            [exe, *more, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            errors="replace",  # a stray byte that is not UTF-8 raised UnicodeDecodeError here
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return []
+    return proc.stdout.strip().splitlines() if proc.returncode == 0 else []
+
+
+def nvidia_smi(index: int = 0) -> dict[str, Any]:
+    """GPU name, driver and clocks as nvidia-smi reports them (empty where there is no nvidia-smi)."""
     fields = {
         "name": "gpu",
         "driver_version": "driver",
@@ -93,20 +112,10 @@ def nvidia_smi(index: int = 0) -> dict[str, Any]:
         "power.limit": "power_limit_w",
         "persistence_mode": "persistence_mode",
     }
-    try:
-        proc = subprocess.run(
-            [exe, f"--id={index}", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            errors="replace",  # a stray byte that is not UTF-8 raised UnicodeDecodeError here
-            timeout=10,
-        )
-    except (OSError, subprocess.SubprocessError, ValueError):
+    lines = _query_gpus(list(fields), f"--id={index}")
+    if not lines:
         return {}
-    if proc.returncode != 0 or not proc.stdout.strip():
-        return {}
-    values = [v.strip() for v in proc.stdout.strip().splitlines()[0].split(",")]
+    values = [v.strip() for v in lines[0].split(",")]
     out: dict[str, Any] = {}
     for key, value in zip(fields.values(), values):
         if value in ("", "[N/A]", "N/A", "[Not Supported]"):
@@ -164,24 +173,8 @@ def nvidia_gpus() -> tuple[list[str], str | None]:
     """The names of every GPU nvidia-smi lists, and the driver's version ([], None: no nvidia-smi, or
     it failed). Every GPU, not one index: which one a measurement ran on depends on
     CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER, which nvidia-smi's numbering does not follow."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return [], None
-    try:
-        proc = subprocess.run(
-            [exe, "--query-gpu=name,driver_version", "--format=csv,noheader"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            errors="replace",
-            timeout=10,
-        )
-    except (OSError, subprocess.SubprocessError, ValueError):
-        return [], None
-    if proc.returncode != 0:
-        return [], None
     names, drivers = [], set()
-    for line in proc.stdout.splitlines():
+    for line in _query_gpus(["name", "driver_version"]):
         name, _, driver = (v.strip() for v in line.rpartition(","))
         if name and name not in ("[N/A]", "N/A"):
             names.append(name)
@@ -208,30 +201,73 @@ def host_facts() -> dict[str, Any]:
     return {k: v for k, v in facts.items() if v not in (None, [])}
 
 
+def python_series(version: str) -> str:
+    """`3.11` of `3.11.9`: the release series whose patch releases (3.11.8 → 3.11.9: fixes, no new
+    interpreter) time alike; anything else is the whole string."""
+    found = re.match(r"\d+\.\d+(?=$|\.)", version)
+    return found[0] if found else version
+
+
+#: the machine names `platform.platform()` ends with before its C library (`-x86_64-with-glibc2.39`)
+_MACHINE = r"x86_64|amd64|AMD64|i[3-6]86|aarch64|arm64|armv\w+|ppc64\w*|s390x|riscv64|loongarch64|mips\w*"
+
+
+def os_series(platform_string: str) -> str:
+    """The OS of a `platform.platform()` string less its kernel's patch level: `Linux 6.8 generic
+    x86_64-with-glibc2.39` of both `Linux-6.8.0-45-generic-x86_64-with-glibc2.39` and `...-6.8.0-47-...`
+    (a kernel update of the same series). The kernel's major.minor, its flavour's words, the machine
+    and the C library stay: another series, flavour or distribution is another OS. A string this
+    cannot split is its own series (any change of it counts)."""
+    found = re.fullmatch(rf"([^-]+)-(\d+)\.(\d+)([^ ]*?)-((?:{_MACHINE})(?:-.*)?)", platform_string)
+    if found is None:
+        return platform_string
+    system, major, minor, release, rest = found.groups()
+    words = [w for w in re.split(r"[-.+]", release) if w and not w.isdigit()]
+    return " ".join([system, f"{major}.{minor}", *words, rest])
+
+
 #: The facts of a measurement's environment `setup_changes` compares with this machine's, in the
-#: words it says them in. All are part of the layer cache's device fingerprint (lut.device_fingerprint),
-#: where a change of any starts a fresh table: the same identity, less what only a timing reports
-#: (its thread counts: a resumed run compares those at each fresh timing, journal.THREAD_FACTS).
-HOST_FACT_WORDS = (
-    ("cpu", "CPU"),
-    ("cpu_cores", "usable CPU cores"),
-    ("python", "Python"),
-    ("platform", "OS"),
+#: words it says them in, and the series a value belongs to where only a change of series refuses a
+#: resume (`python_series`, `os_series`; None: any change). All are part of the layer cache's device
+#: fingerprint (lut.device_fingerprint), where a change of any, a patch release too, starts a fresh
+#: table: a cache entry is reused without a word, and refilling a table costs minutes, while a
+#: resumed run says the patch release it pools (`patch_changes`) and is the user's own run. The same
+#: identity, less what only a timing reports (its thread counts: a resumed run compares those with
+#: what its session says before it times anything, journal.THREAD_FACTS).
+HOST_FACT_WORDS: tuple[tuple[str, str, Callable[[str], str] | None], ...] = (
+    ("cpu", "CPU", None),
+    ("cpu_cores", "usable CPU cores", None),
+    ("python", "Python", python_series),
+    ("platform", "OS", os_series),
 )
+
+
+def _host_fact_changes(recorded: dict[str, Any], here: dict[str, Any]) -> Iterator[tuple[str, bool]]:
+    """Each HOST_FACT_WORDS fact both sides hold that differs, in words (`Python 3.11.8 → 3.11.9`),
+    and whether the change is within its series (a patch release, a kernel update)."""
+    for key, word, series in HOST_FACT_WORDS:
+        was, now = recorded.get(key), here.get(key)
+        if was is not None and now is not None and was != now:
+            within = series is not None and series(str(was)) == series(str(now))
+            yield f"{word} {was} → {now}", within
+
+
+def patch_changes(recorded: dict[str, Any], here: dict[str, Any] | None = None) -> list[str]:
+    """The differences `setup_changes` lets pass, in its words: a Python patch release or a kernel
+    update of the same series (`python_series`, `os_series`), which a resumed run says in a warning."""
+    here = host_facts() if here is None else here
+    return [change for change, within in _host_fact_changes(recorded, here) if within]
 
 
 def setup_changes(recorded: dict[str, Any], here: dict[str, Any] | None = None) -> list[str]:
     """What differs between the machine a measurement recorded (its Timing's environment) and this
     one (`host_facts`), in words ('onnxruntime 1.31.0 → 1.32.0'). Only facts both sides hold are
     compared: an older deployopt recorded fewer (no cpu_cores before 2026-12-07), and a fact not
-    recorded is unknown, no difference. Its GPU differs where this machine has GPUs and none of them
-    is the one recorded."""
+    recorded is unknown, no difference. Python and the OS differ by series only (3.11 → 3.12, kernel
+    6.8 → 6.11): a patch release is `patch_changes`'. Its GPU differs where this machine has GPUs and
+    none of them is the one recorded."""
     here = host_facts() if here is None else here
-    out = []
-    for key, word in HOST_FACT_WORDS:
-        was, now = recorded.get(key), here.get(key)
-        if was is not None and now is not None and was != now:
-            out.append(f"{word} {was} → {now}")
+    out = [change for change, within in _host_fact_changes(recorded, here) if not within]
     was_libs = recorded.get("libraries") if isinstance(recorded.get("libraries"), dict) else {}
     now_libs = here.get("libraries") or {}
     for name in sorted(set(was_libs) & set(now_libs)):

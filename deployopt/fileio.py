@@ -68,12 +68,26 @@ def temp_prefix(name: str, suffix: str, folder: Path) -> str:
     return f".{os.fsencode(name)[: max(room, 0)].decode('utf-8', 'ignore')}."
 
 
+#: bytes a temp file's name keeps for its writer's pid and the dash after it (`.NAME.<pid>-<random>.tmp`;
+#: a pid_t has at most 10 digits): the same for every writer, so NAME is cut alike whatever the pid,
+#: and the next write of NAME finds what a killed writer left (atomic_path)
+PID_ROOM = 11
+
+
+def pid_temp_prefix(name: str, suffix: str, folder: Path) -> str:
+    """`.NAME.`, temp_prefix's cut leaving room for the `<pid>-` written after it (PID_ROOM): the
+    temp file of output NAME is `.NAME.<pid>-<random><suffix>`, which `remove_stale_temp_dirs`
+    removes once its writer is gone."""
+    return temp_prefix(name, "-" * PID_ROOM + suffix, folder)
+
+
 def _probe_writable(folder: Path, dest: Path, name: str = "deployopt-probe") -> None:
     """Create and remove a file in `folder`, named as atomic_path names its temp file for output
     `name`: the only check that sees a read-only filesystem or a full quota for root too (root
     passes every permission bit, not EROFS), before the long work."""
     try:
-        fd, probe = tempfile.mkstemp(prefix=temp_prefix(name, ".tmp", folder), suffix=".tmp", dir=folder)
+        prefix = f"{pid_temp_prefix(name, '.tmp', folder)}{os.getpid()}-"
+        fd, probe = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=folder)
     except OSError as exc:
         raise output_error(dest, exc) from None
     os.close(fd)
@@ -276,7 +290,11 @@ def atomic_path(dest: str | os.PathLike[str], suffix: str = "") -> Iterator[Path
         return
     make_output_dir(dest.parent)
     suffix = suffix or ".tmp"
-    prefix = temp_prefix(dest.name, suffix, dest.parent)
+    prefix = pid_temp_prefix(dest.name, suffix, dest.parent)
+    # the temp files of this destination a killed writer left (SIGKILL skips _staged's `finally`),
+    # `.NAME.<pid>-<random>.tmp`: removed once their pid is gone and no one holds their lock
+    remove_stale_temp_dirs(dest.parent, prefix, suffix)
+    prefix += f"{os.getpid()}-"
     with _staged(dest, lambda tmp: publish(tmp, dest), prefix=prefix, suffix=suffix, dir=dest.parent) as tmp:
         yield tmp
 
@@ -305,7 +323,12 @@ def _staged(dest: Path, finish: Callable[[Path], None], **where: Any) -> Iterato
         fd, tmp = tempfile.mkstemp(**where)
     except OSError as exc:
         raise output_error(dest, exc) from None
-    os.close(fd)
+    try:  # locked while written: a live writer's file is never stale (remove_stale_temp_dirs)
+        locked = _flock(fd)
+    except ImportError:  # no flock (not POSIX)
+        locked = False
+    if not locked:
+        os.close(fd)
     tmp_path = Path(tmp)
     try:
         yield tmp_path
@@ -314,6 +337,8 @@ def _staged(dest: Path, finish: Callable[[Path], None], **where: Any) -> Iterato
         raise output_error(dest, exc) from None
     finally:
         tmp_path.unlink(missing_ok=True)
+        if locked:
+            os.close(fd)
 
 
 def run_unique_path(folder: str | os.PathLike[str], stem: str, suffix: str) -> Path:
@@ -460,34 +485,44 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def remove_stale_temp_dirs(folder: str | os.PathLike[str], prefix: str) -> None:
+def remove_stale_temp_dirs(folder: str | os.PathLike[str], prefix: str, suffix: str | None = None) -> None:
     """Remove the folders `owned_temp_dir(prefix, folder)` made that their run left (SIGKILL, the
     OOM killer, a power loss skip every `finally`): named `<prefix><pid>-<random>`, whose pid is no
     live process here, whose lock (an flock on the folder) no process holds, and last changed before
     this process began. A live writer holds its lock (in another container sharing the folder too,
     where its pid means nothing here); one that starts while this looks has just made its folder.
-    Without flock (not POSIX) nothing is removed. Errors are ignored: a cleanup only saves space."""
+    `suffix`: files `<prefix><pid>-<random><suffix>` instead, atomic_path's temp files, held to the
+    same rules (locked while written). Without flock (not POSIX) nothing is removed. Errors are
+    ignored: a cleanup only saves space."""
     try:
         import fcntl  # noqa: F401
     except ImportError:
         return
     folder = Path(folder)
-    pattern = re.compile(re.escape(prefix) + rf"(\d+)-[A-Za-z0-9_]{{{TEMP_RANDOM}}}")
+    pattern = re.compile(
+        re.escape(prefix) + rf"(\d+)-[A-Za-z0-9_]{{{TEMP_RANDOM}}}" + re.escape(suffix or "")
+    )
     try:
         entries = list(os.scandir(folder))
     except OSError:
         return
     for entry in entries:
-        found = pattern.fullmatch(entry.name)
+        found = pattern.fullmatch(entry.name) if entry.name.startswith(prefix) else None
         if found is None or _pid_alive(int(found[1])):
             continue
         with contextlib.suppress(OSError):
-            if not entry.is_dir(follow_symlinks=False):
+            if suffix is None and not entry.is_dir(follow_symlinks=False):
                 continue
-            fd = os.open(entry.path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+            if suffix is not None and not entry.is_file(follow_symlinks=False):
+                continue
+            flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
+            fd = os.open(entry.path, flags | (getattr(os, "O_DIRECTORY", 0) if suffix is None else 0))
             try:
                 if _flock(fd) and os.fstat(fd).st_mtime_ns < _STARTED_NS:
-                    shutil.rmtree(entry.path, ignore_errors=True)
+                    if suffix is None:
+                        shutil.rmtree(entry.path, ignore_errors=True)
+                    else:
+                        os.unlink(entry.path)
             finally:
                 os.close(fd)
 

@@ -57,26 +57,33 @@ class Replay:
     digest: str | None = None  # sha256 of the bytes replayed: a later look sees a change without a replay
 
 
+def _measured_here(replay: Replay) -> list[dict[str, Any]]:
+    """The environments of a journal's end-to-end timings that describe this machine's kind of
+    setup, each once: measured (a prediction describes no machine), not a board's over ssh (`remote`)."""
+    seen: list[dict[str, Any]] = []
+    for timing in replay.timings.values():
+        env = timing.environment
+        if timing.measured and isinstance(env, dict) and not env.get("remote") and env not in seen:
+            seen.append(env)
+    return seen
+
+
 def measured_elsewhere(replay: Replay, here: dict[str, Any] | None = None) -> str | None:
     """Why a journal's measurements do not resume on this machine, in the words of --resume's
     refusal, or None where they do. Its end-to-end timings each recorded the machine they were taken
     on; one that differs from this machine in a fact both record (environment.setup_changes: CPU,
-    usable cores, Python, OS, a library's version, GPU, driver: the facts of the layer cache's device
-    fingerprint, whose change starts a fresh table) was taken elsewhere, or before an upgrade, and
-    a resume pooled its timings with this machine's in one search and one confirmation, the report
-    calling them all this machine's (bug bash: a run interrupted on an EPYC with onnxruntime 1.31.0
-    resumed on a Xeon with 1.32.0). Predictions (the wave model) describe no machine, and a board
-    timed over ssh (`remote`) is not this machine: neither is compared. The thread counts, which
-    only a timing knows, are compared at each fresh one (`Journal._check_threads`). `here`: this machine's
-    facts (environment.host_facts), read once."""
+    usable cores, Python's series, the OS's, a library's version, GPU, driver: the facts of the layer
+    cache's device fingerprint, whose change starts a fresh table) was taken elsewhere, or before an
+    upgrade, and a resume pooled its timings with this machine's in one search and one confirmation,
+    the report calling them all this machine's (bug bash: a run interrupted on an EPYC with
+    onnxruntime 1.31.0 resumed on a Xeon with 1.32.0). A Python patch release or a kernel update of
+    the same series resumes, said (`patch_level_changes`). Predictions (the wave model) describe no
+    machine, and a board timed over ssh (`remote`) is not this machine: neither is compared. The
+    thread counts, which only the backend knows, are compared with its session's before anything is
+    timed (`threads_refusal`). `here`: this machine's facts (environment.host_facts), read once."""
     from deployopt.environment import host_facts, setup_changes
 
-    seen: list[dict[str, Any]] = []
-    for timing in replay.timings.values():
-        env = timing.environment
-        if not timing.measured or env.get("remote") or env in seen:
-            continue
-        seen.append(env)
+    for env in _measured_here(replay):
         here = host_facts() if here is None else here
         changes = setup_changes(env, here)
         if changes:
@@ -88,15 +95,101 @@ def measured_elsewhere(replay: Replay, here: dict[str, Any] | None = None) -> st
     return None
 
 
+def patch_level_changes(replay: Replay, here: dict[str, Any] | None = None) -> list[str]:
+    """What `measured_elsewhere` lets pass of a journal's timings, each once: a Python patch release
+    or a kernel update of the same series (environment.patch_changes, `Python 3.11.8 → 3.11.9`)."""
+    from deployopt.environment import host_facts, patch_changes
+
+    out: list[str] = []
+    for env in _measured_here(replay):
+        here = host_facts() if here is None else here
+        out += [change for change in patch_changes(env, here) if change not in out]
+    return out
+
+
+#: thread counts a measurement's environment records (part of the layer cache's fingerprint) that
+#: `host_facts` cannot read: the backend's session says them (torch reads its count in its worker,
+#: from OMP_NUM_THREADS and the cores), and a resumed run compares them with the journal's timings'
+#: (`threads_refusal`), in the words said
+THREAD_FACTS = (
+    ("cpu_threads", "torch CPU threads (OMP_NUM_THREADS)"),
+    ("intra_op_threads", "onnxruntime intra-op threads"),
+)
+
+#: what a CPU timing records of how much of the CPU it ran on, as `unchecked_facts` names it where a
+#: journal's timings lack it (the noun) and this run's value (the label): the thread counts, and
+#: the cores (recorded since 2026-12-07)
+CPU_FACTS = (
+    *((key, "thread count", word) for key, word in THREAD_FACTS),
+    ("cpu_cores", "usable CPU core count", "usable CPU cores"),
+)
+
+
+def recorded_threads(replay: Replay) -> dict[str, set[Any]]:
+    """The values of each of `THREAD_FACTS` the journal's measured timings recorded (not a board's
+    over ssh): {} for a new journal, or one from before they were recorded."""
+    found: dict[str, set[Any]] = {}
+    for env in _measured_here(replay):
+        for key, _word in THREAD_FACTS:
+            if isinstance(env.get(key), (int, str)):
+                found.setdefault(key, set()).add(env[key])
+    return found
+
+
+def threads_refusal(path: Path, threads: dict[str, set[Any]], env: Any) -> DeployoptError | None:
+    """The refusal of a resumed run that measures (`env`: its session's environment, or a fresh
+    timing's) at another thread count than the journal's timings (`threads`, recorded_threads):
+    part of the layer cache's fingerprint, and a CPU latency changes with it as much as with the
+    cores (bug bash: OMP_NUM_THREADS=1 resumed at 2). None where they agree, or cannot be compared."""
+    if not threads or not isinstance(env, dict) or env.get("remote"):
+        return None
+    for key, word in THREAD_FACTS:
+        was, now = threads.get(key), env.get(key)
+        if was and now is not None and now not in was:
+            return DeployoptError(
+                f"--resume: {path} holds timings measured at {word} "
+                f"{' / '.join(sorted(map(str, was)))}, this run measures at {now}: resumed, they "
+                "would be pooled in one search and one confirmation; use --force to start over, "
+                "or resume with the thread count they were measured at"
+            )
+    return None
+
+
+def unchecked_facts(path: Path, replay: Replay, env: dict[str, Any]) -> str | None:
+    """The warning for a journal whose timings recorded no `CPU_FACTS` fact that this run's record
+    (`env`: its session's environment): written by an older deployopt, they resume unchecked on it,
+    and a latency taken at other cores or threads is pooled with this run's. None where each of the
+    journal's timings recorded what this run's do."""
+    timed = _measured_here(replay)
+    missing = [
+        (noun, f"{label} {env[key]}")
+        for key, noun, label in CPU_FACTS
+        if env.get(key) is not None and any(key not in e for e in timed)
+    ]
+    if not missing:
+        return None
+    nouns = " and no ".join(dict.fromkeys(noun for noun, _ in missing))
+    return (
+        f"--resume: {path} recorded no {nouns} with its timings (an older deployopt wrote it): cannot "
+        f"check that they were measured at this run's ({', '.join(v for _, v in missing)}); resumed, "
+        "they are pooled with this run's as they are"
+    )
+
+
 class Journal:
     """Writer for OUTDIR/journal.jsonl; `Journal.replay(path)` reads one back."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], resumed: Replay | None = None) -> None:
+        """`resumed`: what `Journal.replay` read of `path` (a resumed run's, or an empty Replay for a
+        new journal): its timings' thread counts are what each fresh one is held to. None: replayed
+        here, for a caller that opens a journal on its own (one that cannot be replayed holds none)."""
         self.path = Path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             _cut_torn_line(self.path)
-            self._threads = _recorded_threads(self.path)  # a resumed run's: checked at each timing
+            if resumed is None:
+                resumed = _replayed_or_empty(self.path)
+            self._threads = recorded_threads(resumed)  # a resumed run's: checked at each timing
             self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115  (closed in close())
             self._opened = os.fstat(self._fh.fileno())  # the file in_place looks for at the path
         except OSError as exc:  # read-only, a file where the folder goes: one line, not a traceback
@@ -121,22 +214,13 @@ class Journal:
 
     def _check_threads(self, timing: Any) -> None:
         """Refuse (DeployoptError, before the timing is written or pooled) a fresh measurement of a
-        resumed run taken at another thread count than the journal's timings (`THREAD_FACTS`): part
-        of the layer cache's fingerprint, which `measured_elsewhere` cannot compare up front (torch
-        reads its count in its worker, from OMP_NUM_THREADS and the cores), and a CPU latency
-        changes with it as much as with the cores (bug bash: OMP_NUM_THREADS=1 resumed at 2)."""
+        resumed run taken at another thread count than the journal's timings (`threads_refusal`):
+        optimize compares its session's before anything is timed, where the session can say them;
+        this holds every timing to them all the same (a caller's session that cannot)."""
         env = timing.get("environment") if isinstance(timing, dict) else None
-        if not self._threads or not isinstance(env, dict) or env.get("remote"):
-            return
-        for key, word in THREAD_FACTS:
-            was, now = self._threads.get(key), env.get(key)
-            if was and now is not None and now not in was:
-                raise DeployoptError(
-                    f"--resume: {self.path} holds timings measured at {word} "
-                    f"{' / '.join(sorted(map(str, was)))}, this run measures at {now}: resumed, they "
-                    "would be pooled in one search and one confirmation; use --force to start over, "
-                    "or resume with the thread count they were measured at"
-                )
+        refusal = threads_refusal(self.path, self._threads, env)
+        if refusal is not None:
+            raise refusal
 
     def in_place(self) -> bool:
         """Whether the file this journal appends to is still the one at its path. `rm -rf OUTDIR`
@@ -251,37 +335,13 @@ def outdir_replaced(outdir: Path) -> DeployoptError:
     )
 
 
-#: thread counts a measurement's environment records (part of the layer cache's fingerprint) that
-#: `host_facts` cannot read up front: a resumed run compares them at each fresh timing
-#: (`Journal._check_threads`), in the words said
-THREAD_FACTS = (
-    ("cpu_threads", "torch CPU threads (OMP_NUM_THREADS)"),
-    ("intra_op_threads", "onnxruntime intra-op threads"),
-)
-
-
-def _recorded_threads(path: Path) -> dict[str, set[Any]]:
-    """The values of each of `THREAD_FACTS` the journal's measured timings recorded (not a board's
-    over ssh): {} for a new journal, or one that cannot be read (replay says why)."""
-    found: dict[str, set[Any]] = {}
+def _replayed_or_empty(path: Path) -> Replay:
+    """`Journal.replay(path)`, or an empty Replay where there is no journal there (yet) or none that
+    replays (whoever resumes it is refused by replay, in its words)."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                if '"measured"' not in line:
-                    continue
-                try:
-                    event = json.loads(line)
-                    env = event["timing"]["environment"]
-                except (ValueError, KeyError, TypeError):
-                    continue
-                if event.get("event") != "measured" or not isinstance(env, dict) or env.get("remote"):
-                    continue
-                for key, _word in THREAD_FACTS:
-                    if isinstance(env.get(key), (int, str)):
-                        found.setdefault(key, set()).add(env[key])
-    except OSError:
-        return {}
-    return found
+        return Journal.replay(path)
+    except DeployoptError:
+        return Replay()
 
 
 def _cut_torn_line(path: Path) -> None:

@@ -206,9 +206,11 @@ class LayerCache:
         self.dir = (root or cache_root()) / fingerprint / DTYPE_FOLDER.get(dtype, dtype)
         self.persist = persist
         self._write_failed = False  # warned once; later entries are not tried again
-        #: entries `put` while held (`hold`), written to this folder as they come: `settle` writes
-        #: them again under the fingerprint it is given where that names another folder
+        #: entries `put` while held (`hold`), written as they come to the folder the first one names
+        #: (`_locate`): `settle` writes them again under the fingerprint it is given where that names
+        #: another folder
         self._held: list[tuple[ConvShape, Timing]] | None = None
+        self._locate: Callable[[Timing], str] | None = None
         #: folders `fill` read an entry from or wrote one to: what the report names (a held folder
         #: that `settle` left only where an entry was read from it)
         self.used: list[Path] = []
@@ -220,15 +222,19 @@ class LayerCache:
         if read:
             self._read.add(self.dir)
 
-    def hold(self) -> None:
+    def hold(self, locate: Callable[[Timing], str]) -> None:
         """Keep a copy of what `put` writes until `settle` names the folder. A resumed run knows its
-        device's fingerprint only from the journal's environment, as an older run's backend reported
-        it: its timings were saved under a key no fresh run on this device looks up. They are written
-        to that folder too, as they come: an interrupted sweep loses one chunk (its entries waited in
-        memory for a timing of the run's own, and a Ctrl-C lost all it had timed), and a resume of
-        the same journal reads that folder again."""
+        device's fingerprint only from the journal's environment, as the run that wrote it reported
+        it: an older backend reported fewer facts, and a resume lets a Python patch release or an
+        unrecorded thread count pass (said), so that folder may be another setup's table. It is read
+        (the journal's own run timed what is there), never written: the first timing `put` names
+        this device's folder (`locate(timing)`: its fingerprint), where it and the rest are written
+        as they come (an interrupted sweep loses one chunk, and `fill` looks there for what a resume
+        of the same journal timed before). Written into the journal's folder, this machine's timings
+        were read as that setup's by the next run that had it."""
         if self._held is None:
             self._held = []
+            self._locate = locate
 
     @property
     def write_failed(self) -> bool:
@@ -240,25 +246,24 @@ class LayerCache:
     def holding(self) -> bool:
         return self._held is not None
 
-    def first_held_timing(self) -> Timing | None:
-        """The first timing `put` while held: its environment is this device's, as an end-to-end
-        timing's is (the same session reports both)."""
-        return self._held[0][1] if self._held else None
-
     def settle(self, fingerprint: str | None = None) -> None:
-        """Write the held entries again under `fingerprint` (the environment a timing of this run
-        reported) where it names another folder than this cache's; later entries go there alone.
-        None: they stay where they were written. The old folder keeps its copies (a resume of the
-        same journal reads it), and the report names it only where an entry was read from it."""
-        held, self._held = self._held, None
+        """Write the held entries again under `fingerprint` (the environment an end-to-end timing of
+        this run reported) where it names another folder than this cache's; later entries go there
+        alone. None: they stay where they were written. The old folder keeps its copies, and the
+        report names it only where an entry was read from it."""
+        held, self._held, self._locate = self._held, None, None
         if not fingerprint or fingerprint == self.fingerprint:
             return
         if self.dir not in self._read and self.dir in self.used:
             self.used.remove(self.dir)
-        self.fingerprint = fingerprint
-        self.dir = self.dir.parent.parent / fingerprint / self.dir.name
+        self._move(fingerprint)
         for shape, timing in held or []:
             self.put(shape, timing)
+
+    def _move(self, fingerprint: str) -> None:
+        """Read and write the folder of `fingerprint` from now on (this dtype's, as before)."""
+        self.fingerprint = fingerprint
+        self.dir = self.dir.parent.parent / fingerprint / self.dir.name
 
     def _path(self, shape: ConvShape) -> Path:
         return self.dir / f"{shape.signature()}.json"
@@ -285,6 +290,9 @@ class LayerCache:
     def put(self, shape: ConvShape, timing: Timing) -> None:
         """Save one entry; a cache that cannot be written (read-only $HOME, full disk) is one warning
         and the run goes on, since the cache only saves re-measuring."""
+        if self._locate is not None:  # held: the first timing names this device's folder (`hold`)
+            locate, self._locate = self._locate, None
+            self._move(locate(timing))
         if not self.persist or self._write_failed:
             return
         try:
@@ -321,19 +329,18 @@ class LayerCache:
                 result.cached += 1
                 result.known += 1
                 continue
-            cached = self.get(shape)
-            if cached is not None:
-                result.values[sig] = cached.median_us
-                result.samples.append(cached.runs)
-                result.cached += 1
-                self._use(read=True)
-            else:
+            if not self._take(shape, result):
                 todo.append(shape)
         done = 0
         if on_progress:
             on_progress(0, len(todo))
-        for start in range(0, len(todo), chunk):
-            part = todo[start : start + chunk]
+        while todo:
+            # held (`hold`): one conv first, whose timing names this device's folder, where the rest
+            # may be already (a resume of the same journal that was interrupted in its sweep); then
+            # the rest of its chunk, so that an interrupted sweep still loses one chunk at most
+            located = self._locate is None
+            size = chunk - done % chunk if located else 1
+            part, todo = todo[:size], todo[size:]
             t0 = time.perf_counter()
             timings = measure(part)
             result.seconds += time.perf_counter() - t0
@@ -343,6 +350,19 @@ class LayerCache:
                 result.samples.append(timing.runs)
             result.measured += len(part)
             done += len(part)
+            if not located and self._locate is None:
+                todo = [shape for shape in todo if not self._take(shape, result)]
             if on_progress:
-                on_progress(done, len(todo))
+                on_progress(done, done + len(todo))
         return result
+
+    def _take(self, shape: ConvShape, result: SweepResult) -> bool:
+        """Put `shape`'s cached entry in `result`, if this folder has one of it (and say so)."""
+        cached = self.get(shape)
+        if cached is None:
+            return False
+        result.values[shape.signature()] = cached.median_us
+        result.samples.append(cached.runs)
+        result.cached += 1
+        self._use(read=True)
+        return True

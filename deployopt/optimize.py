@@ -277,8 +277,10 @@ class _Budget(Exception):
 def resolve_backend_name(name: str, remote: str | None = None) -> str:
     """`auto`: TensorRT where it imports and sees a GPU, else torch on CUDA, else the wave model;
     with --remote, jetson/runner.py on the board (`tensorrt`: it records the board's clocks too)."""
-    if name not in BACKEND_CHOICES:
-        raise BackendUnavailable(f"unknown backend {name!r}; choose one of: {', '.join(BACKEND_CHOICES)}")
+    if name not in BACKEND_CHOICES:  # in bench's and profile's words, naming the option (a guess too)
+        from deployopt.backends.base import unknown_backend
+
+        raise BackendUnavailable(unknown_backend(name, BACKEND_CHOICES, "--backend"))
     if remote:
         from deployopt.remote import check_remote_backend
 
@@ -306,10 +308,24 @@ def default_outdir(model_path: Path) -> Path:
     return model_path.with_name(f"{model_path.stem}.deployopt")
 
 
-#: The CLI option that sets an OptimizeConfig field, for the checks that name it by the caller:
-#: `deployopt optimize`'s errors say `--mode trim`, a library caller's `mode='trim'` (it wrote no
-#: option). The older checks still name the options alone (tests hold their words).
-CLI_OPTIONS = {"mode": "--mode", "max_trim": "--max-trim", "dtype": "--dtype"}
+#: The CLI option (`--flag VALUE`) that sets an OptimizeConfig field, or the journal signature key of
+#: the same name: for the checks that name it by the caller (`deployopt optimize`'s errors say
+#: `--mode trim`, a library caller's `mode='trim'`: it wrote no option; the older checks still name
+#: the options alone, tests hold their words), and for what --resume refuses (`_resume_flags`).
+CLI_OPTIONS = {
+    "target": "--target",
+    "backend": "--backend",
+    "remote": "--remote",
+    "sms": "--sms",
+    "cudnn_engines": "--cudnn-engines",
+    "batch": "--batch",
+    "dtype": "--dtype",
+    "mode": "--mode",
+    "max_trim": "--max-trim",
+    "runs": "--runs",
+    "warmup": "--warmup",
+    "sweep_runs": "--sweep-runs",
+}
 
 
 def setting(name: str, value: Any, cli: bool) -> str:
@@ -454,7 +470,7 @@ def resumed_target(cfg: OptimizeConfig) -> str | None:
     journal_path = outdir / "journal.jsonl"
     old = Journal.replay(journal_path).config or {}
     if old.get("remote") != cfg.remote:
-        changed = _resume_diff(["remote"], old, {"remote": cfg.remote})
+        changed = _resume_diff(["remote"], old, {"remote": cfg.remote}, cli=True)
         raise DeployoptError(
             f"--resume: {journal_path} was written by a different run ({changed}); use --force to start over"
         )
@@ -665,21 +681,6 @@ def _shown(value: Any) -> str:
     return "the default" if value is None else json.dumps(value)
 
 
-#: journal signature keys given as `--flag VALUE` on optimize's command line
-_RESUME_OPTIONS = {
-    "target": "--target",
-    "backend": "--backend",
-    "remote": "--remote",
-    "sms": "--sms",
-    "cudnn_engines": "--cudnn-engines",
-    "batch": "--batch",
-    "dtype": "--dtype",
-    "mode": "--mode",
-    "max_trim": "--max-trim",
-    "runs": "--runs",
-    "warmup": "--warmup",
-    "sweep_runs": "--sweep-runs",
-}
 #: signature keys recorded False where a `--no-...` switch was given (else left out, or true)
 _RESUME_SWITCHES = {"traffic_term": "--no-traffic-term", "cudnn_benchmark": "--no-cudnn-benchmark"}
 
@@ -699,8 +700,14 @@ def _resume_flags(key: str, old: dict[str, Any], new: dict[str, Any]) -> list[st
     --min-cosine, --min-top1, --no-fidelity-gate; `traffic_term was the default, now false` for
     --no-traffic-term) the user could not map to what to give again."""
     was, now = old.get(key), new.get(key)
-    if key in _RESUME_OPTIONS:
-        return [f"{_RESUME_OPTIONS[key]} was {_resume_word(was)}, now {_resume_word(now)}"]
+    if key == "remote" and None in (was, now):  # "--remote was the default": no board is no default
+        return [
+            f"--remote {_resume_word(now)} was not given before"
+            if was is None
+            else f"--remote {_resume_word(was)} was given before, not now"
+        ]
+    if key in CLI_OPTIONS:
+        return [f"{CLI_OPTIONS[key]} was {_resume_word(was)}, now {_resume_word(now)}"]
     if key in _RESUME_SWITCHES:
         had = was is False
         return [
@@ -783,6 +790,21 @@ def _resume_diff(keys: list[str], old: dict[str, Any], new: dict[str, Any], cli:
     return "; ".join(parts)
 
 
+def _untimed_environment(session: Any) -> dict[str, Any]:
+    """What `session`'s timings will record of where they run, read before it times anything: the
+    torch worker's first answer (its `ready` environment), or onnxruntime's own, which it builds
+    for every timing; {} for a session that tells only as it times (a caller's)."""
+    ready = getattr(getattr(session, "worker", None), "ready", None)
+    if isinstance(ready, dict) and isinstance(ready.get("environment"), dict):
+        return dict(ready["environment"])
+    own = getattr(session, "_environment", None)
+    options = getattr(session, "options", None)
+    if callable(own) and options is not None:
+        env = own(options.dtype)
+        return dict(env) if isinstance(env, dict) else {}
+    return {}
+
+
 class Optimizer:
     """One optimize run. `run()` does everything; the pieces are methods so tests can poke them."""
 
@@ -833,6 +855,7 @@ class Optimizer:
         self.sweep = SweepResult()
         self.sweep_shapes = 0
         self._sweep_runs_refusal: str | None = None  # _resume_keys
+        self._patch_changes: list[str] = []  # _check_resume: said by _check_resumed_session
         # samples per conv of the journal's per-layer values, from the layer-cache entries holding them
         # (None: not all are held), and how many of those values no entry holds
         self._entry_counts: list[int] | None = None
@@ -1284,24 +1307,23 @@ class Optimizer:
         if not any(not ev.replayed for ev in self.evaluations):
             # a resumed run that has timed nothing yet: the journal's environment, as the backend of
             # the run that wrote it reported it, may name another folder than this device's today
-            # (an older run reported fewer facts); what it times is written there as it comes (a resume
-            # of the same journal reads it) and again under a timing of its own's (_settle_layer_cache)
-            self._layer_cache.hold()
+            # (an older run reported fewer facts, a patch release passes): read, never written; what
+            # it times goes where its first conv's timing says (LayerCache.hold), and again under an
+            # end-to-end timing of its own's (_settle_layer_cache)
+            self._layer_cache.hold(self._timing_fingerprint)
         return self._layer_cache
+
+    def _timing_fingerprint(self, timing: Timing) -> str:
+        """The layer cache's folder for what `timing` (one this run measured) says of the device."""
+        return device_fingerprint(self.backend_name, self._fingerprint_environment(timing), self.cfg.sms)
 
     def _settle_layer_cache(self, timing: Timing | None = None) -> None:
         """Write a held layer cache's entries again under the fingerprint `timing` (one this run
-        measured) gives, which a fresh run on this device looks up. Without one (a resumed run that
-        timed nothing end to end), a conv its sweep timed says the device as well; with neither, they
-        stay where they were written as they came (the journal's)."""
+        measured end to end) gives, which a fresh run on this device looks up. Without one (a resumed
+        run that timed nothing end to end) they stay where its sweep's first conv put them."""
         cache = self._layer_cache
-        if cache is None or not cache.holding:
-            return
-        fp = None
-        timing = timing if timing is not None else cache.first_held_timing()
-        if timing is not None:
-            fp = device_fingerprint(self.backend_name, self._fingerprint_environment(timing), self.cfg.sms)
-        cache.settle(fp)
+        if cache is not None and cache.holding:
+            cache.settle(self._timing_fingerprint(timing) if timing is not None else None)
 
     def sweep_samples_span(self) -> tuple[int, int] | None:
         """Fewest and most samples per conv of the table's values: those timed or read from the
@@ -1558,17 +1580,10 @@ class Optimizer:
 
     def _weights_signature(self) -> dict[str, str]:
         """A model whose weights are in an external file: a sha256 of that file, for the resume check
-        (model_sha256 hashes the .onnx, which stays the same when only the weights are replaced):
-        of the bytes loaded (_load), else of the file as it is now."""
-        if not getattr(self.loaded, "external_data", False) or not Path(self.cfg.model_path).is_file():
-            return {}
-        digests = getattr(self, "_digests", None)
-        if digests is not None:
-            return {k: v for k, v in digests.items() if k == "external_data_sha256"}
-        from deployopt.model import external_data_sha256
-
-        digest = external_data_sha256(self.cfg.model_path)
-        return {"external_data_sha256": digest} if digest else {}
+        (model_sha256 hashes the .onnx, which stays the same when only the weights are replaced), of
+        the bytes loaded: `_load` hashed them (`_file_digests`, only where the model has such a file
+        and is a file, not a pipe)."""
+        return {k: v for k, v in self._digests.items() if k == "external_data_sha256"}
 
     def _check_resume(self, journal_path: Path, old: dict[str, Any], config: dict[str, Any]) -> None:
         """Refuse a journal written by another run, saying what differs. Values are compared as
@@ -1587,12 +1602,44 @@ class Optimizer:
             raise DeployoptError(f"--resume: {journal_path} {self._sweep_runs_refusal}")
         # the journal's timings must have been taken on this machine as it is now, or a resume pools
         # two setups' (journal.measured_elsewhere); with --remote they are the board's, which `remote`
-        # in the config stands for
-        from deployopt.journal import measured_elsewhere
+        # in the config stands for. A patch release between is said once the session is open
+        # (_check_resumed_session), after every refusal that needs none
+        if self.cfg.remote:
+            return
+        from deployopt.environment import host_facts
+        from deployopt.journal import measured_elsewhere, patch_level_changes
 
-        elsewhere = None if self.cfg.remote else measured_elsewhere(self.replay)
+        here = host_facts()
+        elsewhere = measured_elsewhere(self.replay, here)
         if elsewhere:
             raise DeployoptError(f"--resume: {journal_path} {elsewhere}")
+        self._patch_changes = patch_level_changes(self.replay, here)
+
+    def _check_resumed_session(self, journal_path: Path) -> None:
+        """Before anything is timed: refuse a resumed run whose session measures at another thread
+        count than the journal's timings (journal.threads_refusal: it came at the first fresh
+        end-to-end timing, after the resumed sweep had timed every conv at the new count), and say
+        in one warning line each what the resume cannot check (timings that recorded no thread or
+        core count) or lets pass (a patch release). Not with --remote: the timings are the board's."""
+        import warnings
+
+        from deployopt.errors import DeployoptWarning
+        from deployopt.journal import recorded_threads, threads_refusal, unchecked_facts
+
+        if not self.cfg.resume or self.cfg.remote:
+            return
+        env = _untimed_environment(self.session) if self._measures() else {}
+        refusal = threads_refusal(journal_path, recorded_threads(self.replay), env)
+        if refusal is not None:
+            raise refusal
+        notes = [unchecked_facts(journal_path, self.replay, env)]
+        if self._patch_changes:
+            notes.append(
+                f"--resume: {journal_path} holds timings measured before {'; '.join(self._patch_changes)} "
+                "(a patch release of the same series): resumed, they are pooled with this run's"
+            )
+        for note in filter(None, notes):
+            warnings.warn(note, DeployoptWarning, stacklevel=2)
 
     def _resume_keys(
         self, old: dict[str, Any], config: dict[str, Any]
@@ -2402,6 +2449,7 @@ class Optimizer:
             check_memory = getattr(self.session, "check_memory", None)
             if check_memory is not None:
                 check_memory(self.loaded)
+            self._check_resumed_session(journal_path)
             self._warn_if_on_host()
             preflight = getattr(self.session, "preflight", None)  # a board that does not answer, now
             if preflight is not None:
@@ -2414,7 +2462,7 @@ class Optimizer:
                 _clear_outdir(self.outdir)
             elif cfg.resume:
                 remove_staging(self.outdir)  # left by a run killed while it wrote its results
-            self.journal = Journal(journal_path)
+            self.journal = Journal(journal_path, self.replay)
             if self.replay.config is None:
                 self.journal.write("start", config=config, model=str(cfg.model_path), time=time.time())
             else:

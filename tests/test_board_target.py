@@ -398,7 +398,7 @@ def test_a_resumed_remote_run_takes_its_target_from_the_journal_and_refuses_anot
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith(
         f"error: --resume: {out}/journal.jsonl was written by a different run "
-        f'(remote was "{HOST}", now "someone@other-board"); use --force to start over'
+        f"(--remote was {HOST}, now someone@other-board); use --force to start over"
     )
     assert log.read_text() == ""  # no board was asked anything
     code, _, err = optimize_remote(monkeypatch, capsys, model, out, "--resume")

@@ -77,8 +77,9 @@ def test_an_interrupted_resumed_sweep_keeps_the_convs_it_timed(tmp_path: Path) -
 
 def test_an_interrupted_resume_of_an_older_backends_journal_keeps_its_convs(tmp_path: Path) -> None:
     """The journal's environment names another folder than this device's (its backend reported
-    fewer facts): the resumed sweep writes there as it goes, where a resume of it reads again, and
-    once it has a timing of its own, under this device's folder too."""
+    fewer facts): the resumed sweep writes to this device's folder as it goes (its first conv's
+    timing names it), never to the journal's, and a resume of it times that one conv again and
+    reads the other 15 there."""
     model = three_convs(tmp_path / "m.onnx")
     cut = tmp_path / "cut"
     run_ort(model, cut, tmp_path / "old_lut", max_candidates=8)
@@ -95,10 +96,11 @@ def test_an_interrupted_resume_of_an_older_backends_journal_keeps_its_convs(tmp_
     interrupted_sweep(model, cut, lut, resume=True)
     assert entries(lut) == 16
     done = run_ort(model, cut, lut, resume=True, max_evals=4, max_candidates=8)
-    assert done.sweep["cached"] == 16 and done.sweep["measured"] == done.sweep["shapes"] - 16
-    # what this run timed is in this device's folder too: a fresh run times only the first chunk
+    assert done.sweep["cached"] == 15 and done.sweep["measured"] == done.sweep["shapes"] - 15
+    # everything both resumed runs timed is in this device's folder: a fresh run times nothing (the
+    # first chunk was in the journal's folder alone, and a fresh run timed it again)
     fresh = run_ort(model, tmp_path / "fresh", lut, max_candidates=8)
-    assert fresh.sweep["measured"] == 16 and fresh.sweep["cached"] == fresh.sweep["shapes"] - 16
+    assert fresh.sweep["measured"] == 0 and fresh.sweep["cached"] == fresh.sweep["shapes"]
 
 
 def old_default_journal(tmp_path: Path, drop: int = 0) -> tuple[Path, Path, Path]:

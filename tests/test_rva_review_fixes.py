@@ -86,7 +86,9 @@ def test_optimize_runs_beside_such_a_folder(
 
 
 def _timing(**env) -> dict:
-    return {"backend": "torch", "measured": True, "median_us": 100.0, "environment": env}
+    """A measured event's timing as a journal replays it (samples and all): Journal takes the
+    thread counts from its replay."""
+    return {"backend": "torch", "measured": True, "samples_us": [100.0], "environment": env}
 
 
 def _journal_with(path: Path, **env) -> None:

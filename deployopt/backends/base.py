@@ -210,7 +210,8 @@ class Session(ABC):
         context) override it.
         """
         import dataclasses
-        import tempfile
+
+        from deployopt.fileio import owned_temp_dir, remove_owned_temp_dir
 
         out = []
         # a conv model's one input is static and named `x`: the model's --input-shape and --batch
@@ -222,13 +223,18 @@ class Session(ABC):
         # on it (`_recording`), so it is what the backend's own batch gives (the runner's records
         # them, trtexec's none)
         recording, self._recording = self._recording, True
+        tmp = None
         try:
-            with tempfile.TemporaryDirectory(prefix="deployopt-conv-") as tmp:
-                for i, shape in enumerate(shapes):
-                    path = Path(tmp) / f"conv{i}.onnx"
-                    path.write_bytes(self.conv_model(shape).SerializeToString())
-                    out.append(self.measure(path))
+            # `deployopt-conv-<pid>-<random>`, locked while used: one a run killed with SIGKILL left
+            # is removed by the next sweep's (fileio.owned_temp_dir); a TemporaryDirectory stayed
+            tmp = owned_temp_dir("deployopt-conv-")
+            for i, shape in enumerate(shapes):
+                path = tmp / f"conv{i}.onnx"
+                path.write_bytes(self.conv_model(shape).SerializeToString())
+                out.append(self.measure(path))
         finally:
+            if tmp is not None:
+                remove_owned_temp_dir(tmp)
             self.options = whole
             self._recording = recording
         return out
