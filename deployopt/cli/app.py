@@ -93,6 +93,9 @@ app = _App(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # `-h` as trtexec, polygraphy, pip and jetson/runner.py take it; no option is named -h. Every
+    # command's context inherits this from the group's.
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 
@@ -358,6 +361,18 @@ class _AtLeast:
         yield from console.render(self.renderable, options.update_width(max(options.max_width, self.width)))
 
 
+def expand_user(value: str) -> Path:
+    """`value` with a leading `~` or `~user` expanded: the shell leaves `--out=~/runs` as it is
+    (no expansion after `--opt=`), and a folder literally named `~` was created in the working
+    folder, reported as `wrote ~/runs/` (read as $HOME; its clean-up, `rm -rf ~`, deletes $HOME).
+    A `~user` that names no user (or no home to be found) stays as given."""
+    path = Path(value)
+    try:
+        return path.expanduser()
+    except RuntimeError:
+        return path
+
+
 def output_option(default: Any, *names: str, help: str, folder: bool = False) -> Any:
     """An output path option (`-o`, `--plot`, `--trace-dir`) that refuses an empty path before any
     work: typer turns '' into Path('.'), so `-o ''` (an unset shell variable) wrote into the current
@@ -375,7 +390,7 @@ def output_option(default: Any, *names: str, help: str, folder: bool = False) ->
         # Path() drops a trailing slash: `-o out/` wrote a file named `out`
         if not folder and value.endswith(("/", os.sep)):
             raise OutputError(f"cannot write {value}: a path ending in '/' is a folder; give a file path")
-        return Path(value)
+        return expand_user(value)
 
     return typer.Option(default, *names, help=help, parser=parse, metavar="DIR" if folder else "FILE")
 
@@ -388,7 +403,7 @@ def input_path(label: str, what: str) -> Callable[[str], Path]:
     def parse(value: str) -> Path:
         if not value:
             raise DeployoptError(f"{label}: empty path; give {what}")
-        return Path(value)
+        return expand_user(value)
 
     return parse
 

@@ -29,6 +29,7 @@ from deployopt.cli.app import (
     output_option,
     parse_input_shapes,
     print_json,
+    print_table,
     progress_bar,
     refuse_empty_backend,
     remote_option,
@@ -358,10 +359,10 @@ def _render(result: Any) -> None:
         f"{sm_count(rep['target']['sms'])})"
     )
     table.add_column("model")
-    table.add_column("latency")
+    table.add_column("latency")  # wraps between words; print_table keeps each word (a figure) whole
     for label, key in (("input", "input"), ("round-up-to-8", "round_up_8"), ("deployopt", "best")):
         table.add_row(label, rep["latency"][key]["describe"])
-    console.print(table)
+    print_table(table)
     _say(f"vs input: {rep['comparisons']['vs_input']['describe']}")
     _say(f"vs round-up-to-8: {rep['comparisons']['vs_round_up_8']['describe']}")
     if rep.get("confirmation"):  # in report.md too; a fallback to a baseline is said, not left silent
