@@ -1353,7 +1353,8 @@ class FidelityReport:
     mean_abs_error: float
     cosine_min: float | None  # over the outputs scored by cosine; None when none is (see compare_models)
     cosine_mean: float | None
-    top1_agreement: float | None  # the worst N×classes output's; None when no output is logits
+    # the worst top-1 scored output's (`Top1Choice`: class scores); None when top-1 was applied to none
+    top1_agreement: float | None
     n_samples: int  # calibration samples (model runs)
     n_rows: int  # batch rows compared (images)
     output_names: list[str]
@@ -1395,9 +1396,27 @@ class FidelityReport:
     # how images became the inputs (ImagePreprocess.to_json, a 1-channel input's grayscale values);
     # None for arrays and random inputs
     image_preprocess: dict[str, Any] | None = None
+    # per output, why an N×classes one was not top-1 scored (`Top1Choice`: a box, an embedding;
+    # None: scored, or not N×classes); empty: a report built before the choice
+    output_top1_skipped: list[str | None] = field(default_factory=list)
+    # whether --top1-outputs named the outputs top-1 scores (else they were chosen, `Top1Choice`)
+    top1_given: bool = False
 
     def scored_by(self) -> list[str]:
         return self.output_scored_by or [COSINE] * len(self.output_names)
+
+    def top1_outputs(self) -> list[str]:
+        """The outputs top-1 was applied to: those with a top-1 figure."""
+        return [n for n, t in zip(self.output_names, self.output_top1_agreement) if t is not None]
+
+    def top1_note(self) -> str:
+        """`top-1: applied to logits`, or TOP1_NOT_APPLIED, with the outputs left out and why."""
+        return top1_note(
+            self.output_names,
+            self.top1_outputs(),
+            self.output_top1_skipped or [None] * len(self.output_names),
+            self.top1_given,
+        )
 
     def output_exact_match(self) -> list[float | None]:
         """Per EXACT output: the fraction of its values equal (1.0 with none to compare)."""
@@ -1539,6 +1558,10 @@ class FidelityReport:
             "top1_agreement": num(self.top1_agreement),
             # what the other model's gap between a tie's two classes could be; None: no N×classes output
             "top1_tie_limit": None if self.top1_agreement is None else self.top1_tie_limit,
+            # the outputs top-1 was applied to ([]: none), whether --top1-outputs named them, in words
+            "top1_outputs": self.top1_outputs(),
+            "top1_selection": "given" if self.top1_given else "auto",
+            "top1_note": self.top1_note(),
             # outputs of one value per row (relative error) and of integers (exact match); None: none
             "relative_error_max": num(self.relative_error_max),
             "relative_error_limit": None if self.relative_error_max is None else limit,
@@ -1567,8 +1590,9 @@ class FidelityReport:
                     "scale_change": num(change),
                     "norm_ratio": num(ratio),
                     "top1_tied_rows": tied,
+                    "top1_skipped": skipped,
                 }
-                for n, e, r, c, t, how, rel, share, equal, compared, change, ratio, tied in zip(
+                for n, e, r, c, t, how, rel, share, equal, compared, change, ratio, tied, skipped in zip(
                     self.output_names,
                     self.output_max_abs_error,
                     self.output_max_abs_reference,
@@ -1582,6 +1606,7 @@ class FidelityReport:
                     self.output_scale_change or [None] * len(self.output_names),
                     self.output_norm_ratio or [None] * len(self.output_names),
                     self.output_top1_tied or [None] * len(self.output_names),
+                    self.output_top1_skipped or [None] * len(self.output_names),
                 )
             ],
             # fp16/bf16 intermediates read back in their own type (verify); [] for an fp32 model
@@ -2162,6 +2187,154 @@ def _logits(out: np.ndarray, batch: int) -> bool:
     return rows > 0 and batch % rows == 0 and out.shape[1] > 1 and all(d == 1 for d in out.shape[2:])
 
 
+# ---------------------------------------------------------------------------- which outputs get top-1
+#: top-1 is the argmax of a row of class scores; its phrase where no output is held to it
+TOP1_NOT_APPLIED = "top-1: not applied (no class-score output)"
+#: words of an output's name (split at non-letters and case changes) that say what it is when a
+#: model has several outputs: a box, an embedding, a feature vector, coordinates. Their argmax is no
+#: class, so top-1 is not applied to them by default, unless the name has a CLASS_WORDS word too
+NOT_CLASS_WORDS = frozenset(
+    {"box", "boxes", "bbox", "bboxes", "loc", "reg", "coord", "coords", "emb", "embed", "embeds"}
+    | {"embedding", "embeddings", "feat", "feats", "feature", "features", "pooled", "landmark", "landmarks"}
+    | {"keypoint", "keypoints", "kpt", "kpts"}
+)
+CLASS_WORDS = frozenset(
+    {"logit", "logits", "cls", "class", "classes", "classifier", "score", "scores", "prob", "probs"}
+)
+#: an output's rows are L2-normalised (an embedding) where each row's norm is within this of 1 in
+#: every sample (fp16's rounding moves a unit norm by ~5e-4 at most) ...
+UNIT_NORM_TOL = 1e-3
+#: ... and some row's largest |value| is below this: a softmax row of norm ≈ 1 is one-hot (its
+#: largest value ≥ 0.998), which top-1 must keep scoring
+UNIT_NORM_SPREAD = 0.99
+
+
+def parse_top1_outputs(text: str | None) -> list[str] | None:
+    """--top1-outputs as given: None (not given: chosen per output, `Top1Choice`), [] for `none`,
+    else the names (NAME[,NAME...], each once)."""
+    if text is None:
+        return None
+    if text.strip().lower() == "none":
+        return []
+    names = [n.strip() for n in text.split(",")]
+    if not all(names):
+        raise DataError(f"--top1-outputs {text!r}: expected NAME[,NAME...] (the class-score outputs) or none")
+    return list(dict.fromkeys(names))
+
+
+def check_top1_outputs(given: Sequence[str] | None, outputs: Sequence[str]) -> None:
+    """One DataError naming the model's outputs where --top1-outputs names one it does not have."""
+    unknown = [n for n in given or () if n not in outputs]
+    if unknown:
+        raise DataError(
+            f"--top1-outputs {', '.join(unknown)}: no such output; "
+            f"the model's outputs are {', '.join(outputs)}"
+        )
+
+
+def _name_words(name: str) -> set[str]:
+    """`/head/boxReg_out` → {head, box, reg, out}: the words an output's name is made of."""
+    import re
+
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", name)
+    return {w.lower() for w in re.split(r"[^A-Za-z]+", spaced) if w}
+
+
+class Top1Choice:
+    """Which outputs top-1 scores (compare_models, identical_report). `given` (--top1-outputs):
+    exactly those, each of which must be [N, classes] floats; None: every [N, classes] output
+    (`_logits`) but those that cannot be class scores. With several outputs: one of 2–4 values a
+    row (a box, an xy, a wh) and one whose name says box/embedding/feature (NOT_CLASS_WORDS);
+    with any number: one whose rows are all L2-normalised (an embedding, `scores`). The argmax of
+    a box or an embedding is no class: a harmless trim that moved an embedding's argmax was
+    refused ("top-1 agreement 25.00% < 99.00% (output emb)"). A single [N, K] output stays top-1
+    scored, as before."""
+
+    def __init__(self, names: Sequence[str], given: Sequence[str] | None) -> None:
+        check_top1_outputs(given, names)
+        self.names = list(names)
+        self.given = None if given is None else set(given)
+        #: per output, why an [N, classes] one is not top-1 scored (None: scored, or not that shape)
+        self.skipped: list[str | None] = [None] * len(names)
+        self._unit = [True] * len(names)  # every row's L2 norm ≈ 1 so far
+        self._spread = [False] * len(names)  # some row not one-hot
+
+    def first(self, outputs: Sequence[np.ndarray], kinds: Sequence[str], batch: int) -> None:
+        """Read the first sample's reference outputs: a given output that is no [N, classes] of
+        floats is a DataError; by default, the shape and name rules."""
+        for i, (name, out) in enumerate(zip(self.names, outputs)):
+            shaped = kinds[i] == COSINE and _logits(out, batch)
+            if self.given is not None:
+                if name in self.given and not shaped:
+                    what = "integers" if kinds[i] == EXACT else _fmt(out.shape)
+                    raise DataError(
+                        f"--top1-outputs {name}: output {name} is {what}, not [N, classes] scores; "
+                        "top-1 takes the argmax of a row of class scores"
+                    )
+                continue
+            if not shaped:
+                continue
+            k = out.shape[1]
+            words = _name_words(name)
+            if len(self.names) > 1 and 2 <= k <= 4:
+                self.skipped[i] = f"[N, {k}] beside other outputs: a box or coordinates"
+            elif len(self.names) > 1 and words & NOT_CLASS_WORDS and not words & CLASS_WORDS:
+                self.skipped[i] = f"its name says {sorted(words & NOT_CLASS_WORDS)[0]}"
+
+    def scores(self, i: int, out: np.ndarray, batch: int) -> bool:
+        """Whether output `i` of a sample is top-1 scored (read as it goes: its rows' norms)."""
+        if self.given is not None:
+            return self.names[i] in self.given and _logits(out, batch)
+        if self.skipped[i] is not None or not _logits(out, batch):
+            return False
+        rows = out.reshape(out.shape[0], -1).astype(np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):
+            norms = np.linalg.norm(rows, axis=1)
+            self._unit[i] = self._unit[i] and bool(np.all(np.abs(norms - 1.0) <= UNIT_NORM_TOL))
+            self._spread[i] = self._spread[i] or bool(np.any(np.max(np.abs(rows), axis=1) < UNIT_NORM_SPREAD))
+        return True
+
+    def finish(self, counted: Sequence[int]) -> list[bool]:
+        """Per output, whether its top-1 figure stands (`counted`: rows scored): an output whose rows
+        were L2-normalised in every sample is an embedding, its figure dropped."""
+        keep = []
+        for i, n in enumerate(counted):
+            if n and self.given is None and self._unit[i] and self._spread[i]:
+                self.skipped[i] = "its rows are L2-normalised, norm 1 in every row: an embedding"
+                n = 0
+            keep.append(bool(n))
+        return keep
+
+
+def top1_note(
+    names: Sequence[str], applied: Sequence[str], skipped: Sequence[str | None], given: bool
+) -> str:
+    """Which outputs top-1 was applied to, in one line: `top-1: applied to logits; left out: emb
+    (its rows are L2-normalised ...)`, or TOP1_NOT_APPLIED, with the outputs left out and why."""
+    if given:
+        if applied:
+            return f"top-1: applied to {', '.join(applied)} (--top1-outputs)"
+        return f"{TOP1_NOT_APPLIED} (--top1-outputs none)"
+    left = ", ".join(f"{n} ({why})" for n, why in zip(names, skipped) if why)
+    if applied:
+        return f"top-1: applied to {', '.join(applied)}" + (f"; left out: {left}" if left else "")
+    if not left:
+        return TOP1_NOT_APPLIED
+    return f"{TOP1_NOT_APPLIED}; left out: {left}; name class-score outputs with --top1-outputs"
+
+
+def journaled_top1_outputs(data: dict[str, Any]) -> list[str]:
+    """The outputs a report's JSON (FidelityReport.to_json, as journaled) held to top-1: its
+    `top1_outputs`, or, in a report from before that key, those with a top-1 figure."""
+    if isinstance(data.get("top1_outputs"), list):
+        return [str(n) for n in data["top1_outputs"]]
+    return [
+        str(p.get("name"))
+        for p in data.get("per_output") or []
+        if isinstance(p, dict) and p.get("top1_agreement") is not None
+    ]
+
+
 class ReferenceRun:
     """The reference model's onnxruntime session and its outputs per sample, made once: optimize
     compares every candidate with the same input model on the same samples, and built a session
@@ -2231,6 +2404,7 @@ def compare_models(
     *,
     low_types: Collection[str] | None = None,
     min_cosine: float | None = Thresholds().min_cosine,
+    top1_outputs: Sequence[str] | None = None,
 ) -> FidelityReport:
     """Run both models on onnxruntime CPU over `calib` and compare their outputs.
 
@@ -2266,6 +2440,9 @@ def compare_models(
     the coarsest float either model holds, `low_types` their fp16/bf16 types, read from the models
     when None; the other within `top1_tie_limit(min_cosine)`, the min cosine the report will be
     checked against: 4.47 % at the default 0.999, 14.1 % at trim's 0.99).
+
+    `top1_outputs` (--top1-outputs): the outputs that are class scores, top-1 scored; None: every
+    N×classes output but those that cannot be class scores (`Top1Choice`: boxes, embeddings).
     """
     if not calib.samples:
         raise DataError("no calibration samples to compare on")
@@ -2285,6 +2462,7 @@ def compare_models(
     ref_names = [o.name for o in ref_s.get_outputs()]
     cand_names = [o.name for o in cand_s.get_outputs()]
     tie_other = top1_tie_limit(min_cosine)
+    choice = Top1Choice(ref_names, top1_outputs)  # an unknown name: said before any run
     if len(ref_names) != len(cand_names):
         raise DataError(
             f"reference has {len(ref_names)} outputs ({', '.join(ref_names)}), "
@@ -2335,6 +2513,7 @@ def compare_models(
         if not kinds:
             kinds = _scoring(ref_out, _input_batch(sample, ref_inputs, ref_out))
             out_cos = [1.0 if k == COSINE else None for k in kinds]
+            choice.first(ref_out, kinds, _input_batch(sample, ref_inputs, ref_out))
         by_cos = [i for i, k in enumerate(kinds) if k == COSINE]
         cand_out = _run(cand_s, feed_inputs(sample, cand_input, cand_types), "candidate", _data(calib))
         if order is not None:
@@ -2387,7 +2566,7 @@ def compare_models(
                 compared[i] += r.size
             elif kinds[i] == RELATIVE:
                 rel_pairs.setdefault(i, []).append((r.ravel(), c.ravel()))
-            elif _logits(r, batch):
+            elif choice.scores(i, r, batch):
                 r, c = r.reshape(r.shape[:2]), c.reshape(c.shape[:2])
                 eps = _tie_epsilon([r.dtype, c.dtype], low_types)
                 agreeing, by_tie = _top1_agreeing(r, c, eps, tie_other)
@@ -2395,6 +2574,7 @@ def compare_models(
                 tied[i] += by_tie
                 rows_top1[i] += r.shape[0]
     cos = np.array(cosines)
+    rows_top1 = [n if keep else 0 for n, keep in zip(rows_top1, choice.finish(rows_top1))]
     top1 = [a / n if n else None for a, n in zip(agree, rows_top1)]
     scored = [t for t in top1 if t is not None]
     any_cos = COSINE in kinds
@@ -2429,6 +2609,8 @@ def compare_models(
         output_norm_ratio=out_ratio,
         output_top1_tied=[t if n else None for t, n in zip(tied, rows_top1)],
         top1_tie_limit=tie_other,
+        output_top1_skipped=choice.skipped,
+        top1_given=top1_outputs is not None,
     )
 
 
@@ -2449,6 +2631,7 @@ def verify_models(
     calib: CalibrationSet,
     *,
     min_cosine: float | None = Thresholds().min_cosine,
+    top1_outputs: Sequence[str] | None = None,
 ) -> FidelityReport:
     """Every check `deployopt verify` makes, in one call (`compare_models` alone is a weaker
     verify): each model as onnxruntime will load it (`runnable_model`: nodes that repeat a name,
@@ -2460,7 +2643,7 @@ def verify_models(
     `report.check(Thresholds(...))` lists the failures, one line each, as verify prints them; the
     CLI calls this, so the library and the command judge alike. `min_cosine`: the cosine the
     report will be checked against, which sets how close the other model must rank a tie's two
-    classes for top-1 (`top1_tie_limit`)."""
+    classes for top-1 (`top1_tie_limit`). `top1_outputs`: --top1-outputs (compare_models)."""
     ref_model, ref_read = runnable_model(reference, "reference")
     cand_model, cand_read = runnable_model(candidate, "candidate")
     ref_inputs = declared_inputs(ref_read)
@@ -2472,6 +2655,7 @@ def verify_models(
         calib,
         low_types=_low_types_held(ref_read) | _low_types_held(cand_read),
         min_cosine=min_cosine,
+        top1_outputs=top1_outputs,
     )
     checks = (
         low_precision_overflow(model, calib, role, list(ref_inputs))
@@ -2569,18 +2753,24 @@ def output_scoring(reference: ReferenceRun, calib: CalibrationSet) -> list[str]:
 
 
 def identical_report(
-    reference: ReferenceRun, calib: CalibrationSet, *, min_cosine: float | None = Thresholds().min_cosine
+    reference: ReferenceRun,
+    calib: CalibrationSet,
+    *,
+    min_cosine: float | None = Thresholds().min_cosine,
+    top1_outputs: Sequence[str] | None = None,
 ) -> FidelityReport:
     """The report of the reference compared with itself: optimize's answer is the input's own plan,
     whose model *is* the input model (Optimizer.build_model), so its outputs are identical by
     construction. No candidate session and no second run (compare_models ran the same model
     twice: 8.6 s of 18.8 for a YOLOv8x whose answer was its own plan): the reference's outputs,
     kept, give each output's largest magnitude and the rows; errors are zero, cosines 1, every
-    N×classes output's top-1 agreement 100 %, and outputs scored otherwise (`_scoring`) exact."""
+    N×classes output's top-1 agreement 100 %, and outputs scored otherwise (`_scoring`) exact.
+    Top-1 goes to the outputs compare_models would give it (`top1_outputs`, `Top1Choice`)."""
     if not calib.samples:
         raise DataError("no calibration samples to compare on")
     sess = reference.session
     names = [o.name for o in sess.get_outputs()]
+    choice = Top1Choice(names, top1_outputs)
     inputs = {i.name: i.name for i in sess.get_inputs()}
     types = input_dtypes(sess)
     refuse_string_inputs(_string_inputs(sess), "reference")
@@ -2594,15 +2784,18 @@ def identical_report(
     for sample in calib.samples:
         ref_out = reference.checked_outputs(sample, calib)
         batch = _input_batch(sample, list(inputs), ref_out)
-        kinds = kinds or _scoring(ref_out, batch)
+        if not kinds:
+            kinds = _scoring(ref_out, batch)
+            choice.first(ref_out, kinds, batch)
         for i, r in enumerate(ref_out):
             if r.size:
                 out_ref[i] = max(out_ref[i], float(np.max(np.abs(r.astype(np.float64)))))
             if kinds[i] == EXACT:
                 compared[i] += r.size
-            elif _logits(r, batch):
+            elif choice.scores(i, r, batch):
                 rows_top1[i] += r.shape[0]  # as compare_models counts them
         n_rows += batch  # the input's rows, as compare_models counts them
+    rows_top1 = [n if keep else 0 for n, keep in zip(rows_top1, choice.finish(rows_top1))]
     top1 = [1.0 if n else None for n in rows_top1]
     return FidelityReport(
         max_abs_error=0.0,
@@ -2631,6 +2824,8 @@ def identical_report(
         output_norm_ratio=[1.0 if k == COSINE else None for k in kinds],
         output_top1_tied=[0 if n else None for n in rows_top1],
         top1_tie_limit=top1_tie_limit(min_cosine),  # as compare_models records it
+        output_top1_skipped=choice.skipped,
+        top1_given=top1_outputs is not None,
     )
 
 

@@ -149,6 +149,9 @@ class OptimizeConfig:
     fidelity_samples: int = GATE_SAMPLES
     min_top1: float = TRIM_MIN_TOP1  # trim thresholds
     min_cosine: float = TRIM_MIN_COSINE
+    # trim: the outputs that are class scores, held to min_top1 (--top1-outputs; [] none); None:
+    # chosen per output (fidelity.Top1Choice: never a box or an embedding)
+    top1_outputs: list[str] | None = None
     cache_root: Path | None = None
     plots: bool = True
     # price the non-conv ops' memory traffic at a slope fitted to the run's own measurements (traffic.py)
@@ -210,6 +213,12 @@ class OptimizeConfig:
             # the journal keeps each plan's failures under the thresholds it ran with; only when not
             # the defaults, so journals written before the options existed still resume
             **({"trim_gate": gate} if self.mode == "trim" and gate != DEFAULT_GATE else {}),
+            # which outputs top-1 scores, where --top1-outputs named them (journals from before resume)
+            **(
+                {"top1_outputs": self.top1_outputs}
+                if self.mode == "trim" and self.top1_outputs is not None
+                else {}
+            ),
             # the gate's reports, the trim ranking and INT8 ranges come from the tensors the images
             # make; only what differs from the defaults, so journals from before the options resume
             **({"image_preprocess": self.preprocess.changes()} if self.image_preprocessed() else {}),
@@ -325,6 +334,7 @@ CLI_OPTIONS = {
     "runs": "--runs",
     "warmup": "--warmup",
     "sweep_runs": "--sweep-runs",
+    "top1_outputs": "--top1-outputs",
 }
 
 
@@ -905,6 +915,10 @@ class Optimizer:
                 "run again once it is written"
             )
         self.model = self.loaded.model
+        if cfg.top1_outputs is not None:  # a name the model has no output of: before any measurement
+            from deployopt.fidelity import check_top1_outputs
+
+            check_top1_outputs(cfg.top1_outputs, [o.name for o in self.model.graph.output])
         if cfg.fidelity:  # every sample is held at once: the random ones, or as many as the data gives
             from deployopt.fidelity import samples_held
             from deployopt.memory import require_fidelity_memory
@@ -1839,7 +1853,7 @@ class Optimizer:
         must keep cosine and top-1 agreement above the configured thresholds (an output of one
         value per row its relative error, an integer output its exact match: compare_models)."""
         key = plan_key(plan)
-        if key in self.replay.fidelity and not self._scored_as_cosine(self.replay.fidelity[key]["report"]):
+        if key in self.replay.fidelity and not self._scored_otherwise(self.replay.fidelity[key]["report"]):
             return self.replay.fidelity[key]["report"]
         from deployopt.fidelity import ReferenceRun, Thresholds, compare_models, identical_report
 
@@ -1854,16 +1868,42 @@ class Optimizer:
         if plan == self.original:
             # the input's own plan: build_model returns the input model, outputs identical by
             # construction (comparing it with itself ran the reference twice per sample)
-            report = identical_report(self._reference, self._calibration(), min_cosine=self.cfg.min_cosine)
+            report = identical_report(
+                self._reference,
+                self._calibration(),
+                min_cosine=self.cfg.min_cosine,
+                top1_outputs=self.cfg.top1_outputs,
+            )
         else:
             report = compare_models(
-                self._reference, self.build_model(plan), self._calibration(), min_cosine=self.cfg.min_cosine
+                self._reference,
+                self.build_model(plan),
+                self._calibration(),
+                min_cosine=self.cfg.min_cosine,
+                top1_outputs=self.cfg.top1_outputs,
             )
         data = report.to_json(thresholds)
         data["lossless_plan"] = self._is_lossless(plan)
         self.journal.write("fidelity", plan=plan, report=data)
         self.replay.fidelity[key] = {"report": data}
         return data
+
+    def _scored_otherwise(self, data: dict[str, Any]) -> bool:
+        """Whether a journaled report scored the outputs otherwise than this run would: by cosine
+        alone (`_scored_as_cosine`), or top-1 on other outputs (a journal from before
+        fidelity.Top1Choice held an embedding or a box to top-1): --resume compares that plan again."""
+        if self._scored_as_cosine(data):
+            return True
+        from deployopt.fidelity import ReferenceRun, identical_report, journaled_top1_outputs
+
+        if getattr(self, "_top1_names", None) is None:
+            if getattr(self, "_reference", None) is None:
+                self._reference = ReferenceRun(self.model)
+            chosen = identical_report(
+                self._reference, self._calibration(), top1_outputs=self.cfg.top1_outputs
+            )
+            self._top1_names = chosen.top1_outputs()
+        return journaled_top1_outputs(data) != self._top1_names
 
     def _scored_as_cosine(self, data: dict[str, Any]) -> bool:
         """Whether a journaled report predates scoring outputs by kind (fidelity.compare_models) on a

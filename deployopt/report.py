@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -1140,6 +1141,8 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines += ["", "## Fidelity (onnxruntime, reference = input model)", ""]
     if fid:
         lines += _fidelity_figures(fid, report.get("trim_gate") or {})
+        if fid.get("top1_note"):  # which outputs top-1 was applied to, and those left out (not before)
+            lines.append(f"- {_one_line(fid['top1_note'])}")
         source = fid.get("source") or "calibration set"
         random_note = fid.get("random_inputs") and "random" not in source  # say it once
         n = fid.get("samples")
@@ -1358,18 +1361,20 @@ def _pictures_failed(exc: Exception) -> None:
 
 def describe_gate(
     gate: dict[str, Any],
-    top1: bool = True,
+    top1: bool | Sequence[str] = True,
     relative: bool = False,
     exact: bool = False,
     cosine: bool = True,
 ) -> str:
-    """The trim gate in one phrase, for report.md and the CLI; `top1` False where no output is
-    N×classes (a detector's), so its top-1 bound checked nothing and is not quoted as if it had.
+    """The trim gate in one phrase, for report.md and the CLI; `top1` False (or []) where top-1 was
+    applied to no output (a detector's, an embedding's: fidelity.Top1Choice), so its bound checked
+    nothing and is not quoted as if it had ("top-1: not applied (no class-score output)"); the
+    names of the outputs it was applied to, where the model has several, are said with the bound.
     `relative`: an output of one value per row was held to the relative error --min-cosine allows;
     `exact`: an integer output to --min-top1's share of equal values (fidelity.compare_models);
     `cosine` False where no output was scored by cosine (each one value per row, or integers: the
     report's cosine_min is None), so no cosine bound is quoted as if it had checked one."""
-    from deployopt.fidelity import relative_error_limit, shown_threshold
+    from deployopt.fidelity import TOP1_NOT_APPLIED, relative_error_limit, shown_threshold
 
     how = "enforced" if gate["enforced"] else "reported only (--no-fidelity-gate)"
     limit = relative_error_limit(gate["min_cosine"]) if relative else None
@@ -1384,19 +1389,29 @@ def describe_gate(
         parts.append(f"relative error ≤ {limit:.2%} ({per_row})")
     least = shown_threshold(gate["min_top1"], percent=True)
     tops = [f"top-1 agreement ≥ {least}"] if top1 else []
+    if tops and not isinstance(top1, bool):
+        tops[0] += f" ({'output' if len(top1) == 1 else 'outputs'} {', '.join(_one_line(n) for n in top1)})"
     if exact:
         tops.append(f"integer outputs' exact match ≥ {least}")
-    parts.append(", ".join(tops) or "no top-1 check (no output is N×classes)")
+    parts.append(", ".join(tops) or TOP1_NOT_APPLIED)
     return ", ".join([*parts, how])
 
 
-def gate_checks(fid: dict[str, Any]) -> dict[str, bool]:
+def gate_checks(fid: dict[str, Any]) -> dict[str, Any]:
     """describe_gate's `top1`, `relative`, `exact` and `cosine`, from a fidelity report's JSON:
     which checks the gate's thresholds applied to (older journals' reports hold no "scored_by":
-    cosine)."""
-    scored = {p.get("scored_by") for p in fid.get("per_output") or []}
+    cosine). `top1`: whether top-1 was applied, or, for a model of several outputs (or outputs
+    named by --top1-outputs), the names of those it was applied to (fidelity.journaled_top1_outputs:
+    an older report's, those with a top-1 figure)."""
+    from deployopt.fidelity import journaled_top1_outputs
+
+    per_output = fid.get("per_output") or []
+    scored = {p.get("scored_by") for p in per_output}
+    top1: bool | list[str] = fid.get("top1_agreement") is not None
+    if top1 and (len(per_output) > 1 or fid.get("top1_selection") == "given"):
+        top1 = journaled_top1_outputs(fid) or True
     return {
-        "top1": fid.get("top1_agreement") is not None,
+        "top1": top1,
         "relative": "relative error" in scored,
         "exact": "exact match" in scored,
         "cosine": not scored or bool(scored & {None, "cosine"}),

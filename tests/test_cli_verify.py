@@ -157,7 +157,7 @@ def test_rel_error_widens_each_outputs_limit_and_needs_max_abs_error(zoo_model_p
     # outputs of one value per row and of integers otherwise)
     keys = ["name", "max_abs_error", "max_abs_reference", "cosine_min", "top1_agreement", "scored_by"]
     keys += ["relative_error", "exact_match", "values_equal", "values_compared"]
-    keys += ["scale_change", "norm_ratio", "top1_tied_rows"]
+    keys += ["scale_change", "norm_ratio", "top1_tied_rows", "top1_skipped"]
     documented = "`per_output` is `[{" + ", ".join(f'"{k}"' for k in keys) + "}]`"
     assert documented in " ".join((CIFAR.parents[1] / "docs" / "models.md").read_text().split())
     assert list(logits) == keys and logits["scored_by"] == "cosine"

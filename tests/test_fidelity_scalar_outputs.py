@@ -227,10 +227,12 @@ def test_a_trim_moving_a_one_value_output_is_refused(
     assert "max relative error" in said
     # no output scored by cosine (cosine_min None): the gate quotes no cosine bound it never checked
     gate = "relative error ≤ 14.14% (outputs of one value per row, from min cosine 0.99)"
-    assert f"gate: {gate}, no top-1 check" in said and "min cosine ≥" not in said
+    assert f"gate: {gate}, top-1: not applied (no class-score output)" in said and "min cosine ≥" not in said
     md = (tmp_path / "out" / "report.md").read_text()
     assert "relative error max:" in md and "Plans refused for fidelity" in md
-    assert f"- trim gate: {gate}, no top-1 check" in md and "min cosine ≥" not in md
+    assert (
+        f"- trim gate: {gate}, top-1: not applied (no class-score output)" in md and "min cosine ≥" not in md
+    )
 
 
 def test_scoring_of_outputs_beside_logits() -> None:
@@ -291,7 +293,7 @@ def test_the_gate_phrase_quotes_no_cosine_where_no_output_was_scored_by_it() -> 
     relative = {**no_cosine, "per_output": [{"scored_by": RELATIVE}]}
     assert describe_gate(gate, **gate_checks(relative)) == (
         "relative error ≤ 14.14% (outputs of one value per row, from min cosine 0.99), "
-        "no top-1 check (no output is N×classes), reported only (--no-fidelity-gate)"
+        "top-1: not applied (no class-score output), reported only (--no-fidelity-gate)"
     )
     integers = {**no_cosine, "per_output": [{"scored_by": EXACT}, {"scored_by": EXACT}]}
     assert describe_gate(gate, **gate_checks(integers)) == (

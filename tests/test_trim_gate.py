@@ -134,7 +134,7 @@ def test_the_gate_line_quotes_no_top1_bound_where_no_output_was_top1_checked() -
     line = _fidelity_line(fid, gate).plain
     assert line == (
         "fidelity of the answer vs the input (onnxruntime CPU, imgs, 4 samples): min cosine 0.9999; "
-        "gate: min cosine ≥ 0.99, no top-1 check (no output is N×classes), enforced"
+        "gate: min cosine ≥ 0.99, top-1: not applied (no class-score output), enforced"
     )
     classifier = _fidelity_line({**fid, "top1_agreement": 1.0}, gate).plain
     assert classifier.endswith("agreement 100%; gate: min cosine ≥ 0.99, top-1 agreement ≥ 99%, enforced")

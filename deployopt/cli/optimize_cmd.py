@@ -148,6 +148,14 @@ def optimize_command(
         help="trim: refuse a plan whose top-1 agrees with the input model's on less than this share "
         "of the rows of the fidelity gate's calibration samples (default 0.99; classifiers only).",
     ),
+    top1_outputs: Optional[str] = typer.Option(
+        None,
+        "--top1-outputs",
+        metavar="NAME[,NAME...]",
+        help="trim: the outputs that are class scores, held to --min-top1, or none (default: every "
+        "[N, classes] output but a box-like [N, 2..4] beside other outputs, one named box/emb/feat…, "
+        "and one whose rows are L2-normalised).",
+    ),
     fidelity_gate: bool = typer.Option(
         True,
         "--fidelity-gate/--no-fidelity-gate",
@@ -224,13 +232,16 @@ def optimize_command(
         resumed_target,
     )
 
-    trim_only = (max_trim, min_cosine, min_top1)
+    trim_only = (max_trim, min_cosine, min_top1, top1_outputs)
     if mode != "trim" and (any(v is not None for v in trim_only) or not fidelity_gate):
         # --max-trim 0.3 without --mode trim ran lossless without a word
         raise DeployoptError(
-            "--max-trim, --min-cosine, --min-top1 and --no-fidelity-gate apply to --mode trim only "
-            "(lossless and grow keep the outputs equal)"
+            "--max-trim, --min-cosine, --min-top1, --top1-outputs and --no-fidelity-gate apply to "
+            "--mode trim only (lossless and grow keep the outputs equal)"
         )
+    from deployopt.fidelity import parse_top1_outputs
+
+    top1_names = parse_top1_outputs(top1_outputs)
     shapes = parse_input_shapes(input_shape)  # --batch against them: check_config, below
     preprocess = image_preprocess(calibration_data, mean, std, bgr, scale, resize)
     check_timeout(timeout)
@@ -261,6 +272,7 @@ def optimize_command(
         fidelity_gate=fidelity_gate,
         **({} if min_cosine is None else {"min_cosine": min_cosine}),
         **({} if min_top1 is None else {"min_top1": min_top1}),
+        top1_outputs=top1_names,
         remote=remote,
         timeout_s=timeout,
         timing_cache=str(timing_cache) if timing_cache is not None else None,

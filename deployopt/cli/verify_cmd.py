@@ -42,6 +42,7 @@ from deployopt.fidelity import (
     check_same_inputs,
     check_threshold_range,
     load_calibration,
+    parse_top1_outputs,
     relative_error_limit,
     samples_held,
     shown_against,
@@ -145,11 +146,15 @@ def _render(
         None if (t.min_top1 is None or report.top1_agreement is None) else report.top1_agreement >= t.min_top1
     )
     top1, top1_limit = _pair(
-        report.top1_agreement, t.min_top1, 2, percent=True, none="n/a (no output is N×classes)"
+        report.top1_agreement, t.min_top1, 2, percent=True, none="not applied (no class-score output)"
     )
-    table.add_row(
-        "top-1 agreement", top1, "none" if t.min_top1 is None else f"≥ {top1_limit}", status(top1_ok)
+    applied = report.top1_outputs()  # named where the model has several outputs (fidelity.Top1Choice)
+    label = (
+        f"top-1 agreement, {', '.join(applied)}"
+        if applied and len(report.output_names) > 1
+        else "top-1 agreement"
     )
+    table.add_row(label, top1, "none" if t.min_top1 is None else f"≥ {top1_limit}", status(top1_ok))
     exact = zip(
         report.output_names,
         report.output_exact_match(),
@@ -232,9 +237,12 @@ def _pair(
 
 def _scoring_notes(report: FidelityReport, t: Thresholds) -> list[str]:
     """One sentence per way of scoring other than the cosine, where an output is scored so, and
-    one where top-1 counted rows whose argmaxes differ between tied classes."""
+    one where top-1 counted rows whose argmaxes differ between tied classes, and which outputs
+    top-1 was applied to where the model has several (or some were left out, or named)."""
     by = report.scored_by()
     notes = []
+    if len(report.output_names) > 1 or report.top1_given or any(report.output_top1_skipped):
+        notes.append(report.top1_note())
     tied = sum(n for n in report.output_top1_tied if n)
     if tied:
         at = "" if t.min_cosine is None else f" at {t.min_cosine:g}"
@@ -344,6 +352,14 @@ def verify(
         metavar="FLOAT",
         help="Fail below this top-1 agreement (fraction), or this share of an integer output's values equal.",
     ),
+    top1_outputs: Optional[str] = typer.Option(
+        None,
+        "--top1-outputs",
+        metavar="NAME[,NAME...]",
+        help="The outputs that are class scores, held to --min-top1, or none (default: every [N, classes] "
+        "output but a box-like [N, 2..4] beside other outputs, one named box/emb/feat…, and one whose "
+        "rows are L2-normalised).",
+    ),
     input_shape: Optional[list[str]] = typer.Option(
         None,
         "--input-shape",
@@ -360,6 +376,7 @@ def verify(
     if calibration_data is not None and seed is not None:
         raise DataError("--seed seeds the random inputs, and --calibration-data gives the data; give one")
     check_threshold_range(min_cosine, min_top1)
+    top1_names = parse_top1_outputs(top1_outputs)
     if max_abs_error is not None and not max_abs_error >= 0:  # NaN too: every comparison with it fails
         raise DataError(f"--max-abs-error {max_abs_error}: expected an error bound ≥ 0")
     # NaN passed `< 0` and failed every output (exit 1, identical models too); inf × an all-zero
@@ -398,7 +415,8 @@ def verify(
     said = list(dict.fromkeys(notices + cand_notices + calib.notices))
     print_notices(said)
     # the library's verify: repeated node names, the inputs, the outputs, fp16 overflow
-    report = verify_models(reference, candidate, calib, min_cosine=min_cosine)
+    given = {} if top1_names is None else {"top1_outputs": top1_names}  # None: chosen per output
+    report = verify_models(reference, candidate, calib, min_cosine=min_cosine, **given)
     # and what fitting the data to the inputs' types added (a uint8 input's raw pixels: --mean unused)
     print_notices([n for n in dict.fromkeys(calib.notices) if n not in said])
     thresholds = Thresholds(
