@@ -73,6 +73,86 @@ def import_onnxruntime() -> Any:
     return onnxruntime
 
 
+#: The distribution that installs the same `onnxruntime` module as the CPU one deployopt requires,
+#: built with the CUDA EP: PyPI's onnxruntime-gpu, and Jetson Zoo's onnxruntime_gpu wheels (one name:
+#: pip normalizes `_` to `-`). pip sees two projects, so installing deployopt next to it writes the
+#: CPU onnxruntime over it (the CUDA EP gone), and either one's uninstall removes the other's files.
+GPU_DISTRIBUTION = "onnxruntime-gpu"
+CUDA_EP = "CUDAExecutionProvider"
+
+
+def _distribution_version(name: str) -> str | None:
+    """The installed version of the distribution `name` (its metadata, not what imports), or None."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except Exception:  # not installed, or metadata without a version: nothing to say of it
+        return None
+
+
+def _on_jetson() -> bool:
+    """A Jetson (L4T writes /etc/nv_tegra_release): onnxruntime-gpu comes from Jetson Zoo's wheels
+    there, not from PyPI."""
+    import platform
+
+    return platform.machine() == "aarch64" and Path("/etc/nv_tegra_release").exists()
+
+
+def gpu_reinstall_command(version: str) -> str:
+    """The commands that leave onnxruntime-gpu `version` alone in the environment."""
+    remove = "pip uninstall -y onnxruntime onnxruntime-gpu && "
+    if _on_jetson():
+        return f"{remove}pip install <Jetson Zoo's onnxruntime_gpu {version} wheel for this JetPack>"
+    return f"{remove}pip install onnxruntime-gpu=={version}"
+
+
+def mixed_install_warning(ort: Any = None) -> str | None:
+    """One line where onnxruntime's install is broken for a GPU run, with the commands that fix it;
+    None where it is not. Broken: the onnxruntime and onnxruntime-gpu distributions both installed
+    (one module, whichever was written last: `pip install deployopt` after onnxruntime-gpu wrote the
+    CPU one over it and timed on the CPU without a word), or onnxruntime-gpu's metadata present while
+    the module imported has no CUDAExecutionProvider. `ort`: the imported module (imported here when
+    not given; an import that fails is said the same way where onnxruntime-gpu's metadata is there,
+    as an uninstall of the CPU distribution leaves it)."""
+    gpu = _distribution_version(GPU_DISTRIBUTION)
+    if gpu is None:
+        return None
+    cpu = _distribution_version("onnxruntime")
+    fix = gpu_reinstall_command(gpu)
+    if ort is None:
+        try:
+            ort = import_onnxruntime()
+        except ImportError as exc:
+            from deployopt.errors import first_line, shorten
+
+            # "No module named 'onnxruntime'": the CPU distribution's uninstall removed the files
+            # both listed; anything else is onnxruntime's own reason, said as it is
+            why = shorten(first_line(exc))
+            return f"onnxruntime-gpu {gpu} is installed but `import onnxruntime` fails ({why}): {fix}"
+    try:
+        providers = list(ort.get_available_providers())
+    except Exception:
+        providers = []
+    imported = getattr(ort, "__version__", "?")
+    if cpu is not None:
+        ran = (
+            "without the CUDA EP: runs on the CPU"
+            if CUDA_EP not in providers
+            else "with the CUDA EP, for now"
+        )
+        return (
+            f"onnxruntime {cpu} and onnxruntime-gpu {gpu} are both installed over one `onnxruntime` module "
+            f"({imported} imported, {ran}; uninstalling either breaks the other): {fix}"
+        )
+    if CUDA_EP not in providers:
+        return (
+            f"onnxruntime-gpu {gpu} is installed but the onnxruntime imported ({imported}) has no "
+            f"{CUDA_EP} (its files overwritten): {fix}"
+        )
+    return None
+
+
 def inference_session(
     ort: Any,
     model: onnx.ModelProto | str | os.PathLike[str],

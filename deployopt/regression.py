@@ -118,9 +118,10 @@ def runtime_version(t: Timing) -> str | None:
         version = env.get("torch") or libs.get("torch")
         return f"torch {version}" if version else None
     if t.backend == "ort":
-        for name in ("onnxruntime-gpu", "onnxruntime"):
-            if libs.get(name):
-                return f"onnxruntime {libs[name]}"
+        # the module that ran (recorded since 2026-12-07); an older record names its distributions
+        # only, the GPU one first (alone, it is what ran; beside the CPU one, it cannot be told)
+        version = env.get("onnxruntime") or libs.get("onnxruntime-gpu") or libs.get("onnxruntime")
+        return f"onnxruntime {version}" if version else None
     return None
 
 

@@ -109,6 +109,9 @@ def _set(key: str, value: Any) -> Any:
 
 
 def _runtime(d: dict[str, Any]) -> None:
+    # the onnxruntime that ran (recorded since 2026-12-07, what `compare` reads first) and its
+    # distribution's version, as a run of another onnxruntime records them
+    d["environment"]["onnxruntime"] = "1.20.0"
     d["environment"]["libraries"]["onnxruntime"] = "1.20.0"
 
 

@@ -305,8 +305,9 @@ def test_registry_and_availability() -> None:
     ok, why = backend.availability()
     if not HAS_TRT:
         assert (ok, why) == (False, TRT_HINT)
-        assert "pip install tensorrt" in why and "JetPack" in why
-        with pytest.raises(BackendUnavailable, match="pip install tensorrt"):
+        # the extra (TensorRT and cuda-python in one step), not `pip install tensorrt` alone
+        assert "pip install 'deployopt[tensorrt]'" in why and "JetPack" in why
+        with pytest.raises(BackendUnavailable, match=r"pip install 'deployopt\[tensorrt\]'"):
             backend.open(MeasureOptions())
     else:  # pragma: no cover - only where TensorRT exists
         assert ok or why == CUDA_HINT

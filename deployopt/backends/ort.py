@@ -569,8 +569,13 @@ class OrtSession(Session):
         # recorded the same environment, so `compare --strict` saw no difference. _session leaves
         # intra_op_num_threads at SessionOptions' default, so a fresh SessionOptions reads the
         # setting every session uses (0: onnxruntime's own choice, one thread per physical core).
+        # onnxruntime: the version of the module that ran, as the torch backend records `torch`: the
+        # libraries' versions are distributions' metadata, and with onnxruntime and onnxruntime-gpu
+        # both installed (one module, the last written) `compare` named the runtime by the one whose
+        # files were overwritten (regression.runtime_version)
         return collect(
             self.backend.name,
+            onnxruntime=str(getattr(self._ort, "__version__", "")) or None,
             provider=self.providers[0],
             device=self.providers[0],
             dtype=dtype,
@@ -774,7 +779,12 @@ class OrtBackend(Backend):
             ort = import_onnxruntime()  # without its import's telemetry line
         except ImportError as exc:
             reraise_interrupt(exc)  # Ctrl-C or SIGTERM during the import: not "not installed"
-            return False, "onnxruntime is not installed: pip install onnxruntime"
+            from deployopt.onnxruntime_compat import mixed_install_warning
+
+            # onnxruntime-gpu's metadata left without its files (the CPU distribution's uninstall
+            # removed them): the command that brings it back, not a CPU onnxruntime over it
+            missing = "onnxruntime is not installed: pip install onnxruntime"
+            return False, mixed_install_warning(None) or missing
         return True, (
             f"onnxruntime {ort.__version__}, {self.providers()[0]}, fp32; fp16 and int8 as a model is "
             "typed (fp16 inside, Q/DQ nodes)"
@@ -790,4 +800,26 @@ class OrtBackend(Backend):
                 "calibrates nothing here (it calibrates TensorRT's INT8: --backend tensorrt or trtexec)"
             )
         self.check_options(options)
+        warn_mixed_install()
         return OrtSession(self, options)
+
+
+#: the mixed-install lines said in this process: `bench --repeat` opens a session per replicate
+_MIXED_SAID: set[str] = set()
+
+
+def warn_mixed_install(again: bool = False) -> None:
+    """One `warning:` line, once a process (`again`: said even so, as `deployopt backends` asks),
+    where onnxruntime's install is broken for a GPU run (onnxruntime_compat.mixed_install_warning:
+    onnxruntime and onnxruntime-gpu both installed, or the GPU one's files overwritten), with the
+    commands that fix it: the CUDA EP was lost without a word and the run timed on the CPU."""
+    from deployopt.onnxruntime_compat import mixed_install_warning
+
+    line = mixed_install_warning()
+    if line and (again or line not in _MIXED_SAID):
+        import warnings
+
+        from deployopt.errors import DeployoptWarning
+
+        _MIXED_SAID.add(line)
+        warnings.warn(line, DeployoptWarning, stacklevel=3)

@@ -76,9 +76,16 @@ from deployopt.prebuilt import (
 )
 from deployopt.timing import Timing, load_timing
 
-TRT_HINT = "tensorrt not installed (on a Jetson it comes with JetPack; elsewhere pip install tensorrt)"
+#: the extra, not `pip install tensorrt`: that left the next line (no cuda-python) to follow; on a
+#: Jetson the Python bindings are JetPack's package (a venv sees them with --system-site-packages)
+TRT_HINT = (
+    "tensorrt not installed: pip install 'deployopt[tensorrt]' (TensorRT and cuda-python); on a Jetson "
+    "TensorRT comes with JetPack: sudo apt install python3-libnvinfer"
+)
 CUDA_HINT = (
-    "neither cuda-python nor pycuda is installed (pip install cuda-python, or pycuda; JetPack 4.6: pycuda)"
+    "neither cuda-python nor pycuda is installed: pip install 'deployopt[tensorrt]' (cuda-python; pin "
+    "it to the driver's CUDA major, e.g. 'cuda-python>=12,<13'), or 'deployopt[pycuda]'; JetPack 4.6: "
+    "sudo apt install python3-pycuda"
 )
 #: cudaErrorInsufficientDriver from cuda-python: a release newer than the driver's CUDA (a plain
 #: `pip install cuda-python` fetches the newest major, which needs the newest driver)
@@ -487,13 +494,22 @@ class PyCuda:
         )
 
 
+#: the modules a CUDA binding is found by, and its name
+CUDA_BINDINGS = (("cuda.bindings", "cuda-python"), ("cuda.cudart", "cuda-python"), ("pycuda", "pycuda"))
+
+
 def cuda_binding_available() -> str | None:
-    """Which CUDA binding is importable ('cuda-python', 'pycuda'), without importing it."""
-    for module, name in (("cuda", "cuda-python"), ("pycuda", "pycuda")):
+    """Which CUDA binding is importable ('cuda-python', 'pycuda'), without importing it. cuda-python
+    is the modules CudaPython imports (`cuda.bindings`, from 12.6; `cuda.cudart` before), not the
+    `cuda` namespace, which cuda-pathfinder or cuda-core without the bindings also install: `backends`
+    said "tensorrt + cuda-python" there, and the run ended in CUDA_HINT."""
+    for module, name in CUDA_BINDINGS:
+        if sys.modules.get(module) is not None:  # imported already (a module made in memory has no spec)
+            return name
         try:
             if importlib.util.find_spec(module) is not None:
                 return name
-        except (ImportError, ValueError):
+        except (ImportError, ValueError):  # no `cuda` package at all (find_spec imports the parent)
             continue
     return None
 

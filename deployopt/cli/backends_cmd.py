@@ -114,6 +114,12 @@ def backends_command(
 ) -> None:
     """List every measurement backend: available, or why not and what to install."""
     rows = list_backends()
+    if any(name == "ort" and ok for name, ok, _ in rows):
+        # onnxruntime and onnxruntime-gpu both installed (the CPU one written over the GPU one by
+        # `pip install deployopt`): the table's `CPUExecutionProvider` alone did not say why
+        from deployopt.backends.ort import warn_mixed_install
+
+        warn_mixed_install(again=True)
     if as_json:
         print_json([{"name": n, "available": ok, "detail": why} for n, ok, why in rows])
         return
