@@ -203,9 +203,10 @@ def host_facts() -> dict[str, Any]:
 
 def python_series(version: str) -> str:
     """`3.11` of `3.11.9`: the release series whose patch releases (3.11.8 → 3.11.9: fixes, no new
-    interpreter) time alike; anything else is the whole string."""
-    found = re.match(r"\d+\.\d+(?=$|\.)", version)
-    return found[0] if found else version
+    interpreter) time alike; anything else is the whole string: a pre-release (`3.12.0rc1`,
+    `3.13.0a1`) is no patch release of its final one, so any change to or from it counts."""
+    found = re.fullmatch(r"(\d+\.\d+)\.\d+", version)
+    return found[1] if found else version
 
 
 #: the machine names `platform.platform()` ends with before its C library (`-x86_64-with-glibc2.39`)

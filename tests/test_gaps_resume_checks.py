@@ -59,7 +59,9 @@ def test_series_of_python_and_the_os() -> None:
     from deployopt.environment import os_series, python_series
 
     assert python_series("3.11.8") == python_series("3.11.9") == "3.11"
-    assert python_series("3.12.0rc1") == "3.12" != python_series("3.11.9")
+    # a pre-release is its own series: 3.12.0rc1 -> 3.12.0 is no patch release (review of 25dd4a8)
+    assert python_series("3.12.0rc1") == "3.12.0rc1" != python_series("3.12.0") == "3.12"
+    assert python_series("3.13.0b4") != python_series("3.13.1")
     generic = "Linux-6.8.0-45-generic-x86_64-with-glibc2.39"
     assert os_series(generic) == os_series("Linux-6.8.0-47-generic-x86_64-with-glibc2.39")
     assert os_series(generic) == "Linux 6.8 generic x86_64-with-glibc2.39"

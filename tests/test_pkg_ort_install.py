@@ -211,3 +211,18 @@ def test_the_sessions_environment_names_the_imported_module(monkeypatch) -> None
         env = session._environment("fp32")
     assert env["onnxruntime"] == sys.modules["onnxruntime"].__version__ == REAL
     assert env["libraries"]["onnxruntime"] == "9.9.9"
+
+
+def test_a_clean_install_records_no_second_version_and_keeps_its_cache_folder(monkeypatch) -> None:
+    """Where the distributions name the module that ran, nothing is added: the environment (and so
+    the layer cache's folder, lut.device_fingerprint) is what it was before the module's version was
+    recorded, and existing ort tables are not re-timed (review of 4f5ef1b)."""
+    from deployopt.backends.base import MeasureOptions
+    from deployopt.lut import device_fingerprint
+
+    fake_distributions(monkeypatch, onnxruntime=REAL)
+    with ort_backend.OrtBackend().open(MeasureOptions(runs=1, warmup=0)) as session:
+        env = session._environment("fp32")
+    assert "onnxruntime" not in env and env["libraries"]["onnxruntime"] == REAL
+    ran = dict(env, onnxruntime=REAL)
+    assert device_fingerprint("ort", env) != device_fingerprint("ort", ran)  # the key would re-key

@@ -572,16 +572,22 @@ class OrtSession(Session):
         # onnxruntime: the version of the module that ran, as the torch backend records `torch`: the
         # libraries' versions are distributions' metadata, and with onnxruntime and onnxruntime-gpu
         # both installed (one module, the last written) `compare` named the runtime by the one whose
-        # files were overwritten (regression.runtime_version)
-        return collect(
+        # files were overwritten (regression.runtime_version). Recorded only where the distributions
+        # would name another version: the key is in the layer cache's device fingerprint, and on a
+        # clean install adding it re-keyed every existing ort table (a full re-sweep) for nothing.
+        env = collect(
             self.backend.name,
-            onnxruntime=str(getattr(self._ort, "__version__", "")) or None,
             provider=self.providers[0],
             device=self.providers[0],
             dtype=dtype,
             cpu_cores=usable_cores(),
             intra_op_threads=int(self._ort.SessionOptions().intra_op_num_threads),
         )
+        ran = str(getattr(self._ort, "__version__", "")) or None
+        libs = env.get("libraries") if isinstance(env.get("libraries"), dict) else {}
+        if ran and ran != (libs.get("onnxruntime-gpu") or libs.get("onnxruntime")):
+            env["onnxruntime"] = ran
+        return env
 
     @staticmethod
     def _batch(loaded: LoadedModel) -> int | None:
