@@ -18,12 +18,15 @@ import zlib
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
 
 from deployopt.errors import DataError, ModelError, first_line, no_such_file, shorten
+
+if TYPE_CHECKING:
+    from deployopt.model import LoadedModel
 
 RANDOM_SOURCE = "random inputs (no calibration data given)"
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp"})
@@ -1245,13 +1248,21 @@ class Thresholds:
     min_top1: float | None = 0.99
 
 
-def check_threshold_range(min_cosine: float | None, min_top1: float | None) -> None:
+def check_threshold_range(
+    min_cosine: float | None,
+    min_top1: float | None,
+    cosine_flag: str = "--min-cosine",
+    top1_flag: str = "--min-top1",
+) -> None:
     """One-line errors for a cosine outside [-1, 1] or a top-1 share outside [0, 1] (NaN too), for
-    verify's thresholds and optimize's trim gate alike."""
+    verify's thresholds and optimize's trim gate alike. `cosine_flag`, `top1_flag`: what the caller
+    calls them, CLI options or config fields (`min_cosine=2.0: ...`, timing.shown_setting)."""
+    from deployopt.timing import shown_setting
+
     if min_top1 is not None and not 0.0 <= min_top1 <= 1.0:
-        raise DataError(f"--min-top1 {min_top1}: expected a fraction between 0 and 1")
+        raise DataError(f"{shown_setting(top1_flag, min_top1)}: expected a fraction between 0 and 1")
     if min_cosine is not None and not -1.0 <= min_cosine <= 1.0:
-        raise DataError(f"--min-cosine {min_cosine}: expected a value between -1 and 1")
+        raise DataError(f"{shown_setting(cosine_flag, min_cosine)}: expected a value between -1 and 1")
 
 
 def shown_threshold(value: float, percent: bool = False, decimals: int | None = None) -> str:
@@ -2398,8 +2409,8 @@ class ReferenceRun:
 
 
 def compare_models(
-    reference: str | os.PathLike[str] | onnx.ModelProto | ReferenceRun,
-    candidate: str | os.PathLike[str] | onnx.ModelProto,
+    reference: str | os.PathLike[str] | onnx.ModelProto | LoadedModel | ReferenceRun,
+    candidate: str | os.PathLike[str] | onnx.ModelProto | LoadedModel,
     calib: CalibrationSet,
     *,
     low_types: Collection[str] | None = None,
@@ -2443,7 +2454,12 @@ def compare_models(
 
     `top1_outputs` (--top1-outputs): the outputs that are class scores, top-1 scored; None: every
     N×classes output but those that cannot be class scores (`Top1Choice`: boxes, embeddings).
+    Either model may be the LoadedModel load_model returns (its `.model` is compared).
     """
+    if not isinstance(reference, ReferenceRun):
+        reference = model_argument(reference, "reference")
+    candidate = model_argument(candidate, "candidate")
+    check_calibration_set(calib)
     if not calib.samples:
         raise DataError("no calibration samples to compare on")
     # a reference of its own is read once per sample: its outputs go with the sample's scores. Both
@@ -2626,8 +2642,8 @@ def _file_low_types(model: str | os.PathLike[str] | onnx.ModelProto) -> set[str]
 
 
 def verify_models(
-    reference: str | os.PathLike[str] | onnx.ModelProto,
-    candidate: str | os.PathLike[str] | onnx.ModelProto,
+    reference: str | os.PathLike[str] | onnx.ModelProto | LoadedModel,
+    candidate: str | os.PathLike[str] | onnx.ModelProto | LoadedModel,
     calib: CalibrationSet,
     *,
     min_cosine: float | None = Thresholds().min_cosine,
@@ -2643,7 +2659,12 @@ def verify_models(
     `report.check(Thresholds(...))` lists the failures, one line each, as verify prints them; the
     CLI calls this, so the library and the command judge alike. `min_cosine`: the cosine the
     report will be checked against, which sets how close the other model must rank a tie's two
-    classes for top-1 (`top1_tie_limit`). `top1_outputs`: --top1-outputs (compare_models)."""
+    classes for top-1 (`top1_tie_limit`). `top1_outputs`: --top1-outputs (compare_models). Either
+    model may be a path, a ModelProto or the LoadedModel load_model returns (as analyze and
+    apply_plan take it)."""
+    reference = model_argument(reference, "reference")
+    candidate = model_argument(candidate, "candidate")
+    check_calibration_set(calib)
     ref_model, ref_read = runnable_model(reference, "reference")
     cand_model, cand_read = runnable_model(candidate, "candidate")
     ref_inputs = declared_inputs(ref_read)
@@ -2663,6 +2684,31 @@ def verify_models(
     )
     report.low_precision = [c for c in checks if c is not None]
     return report
+
+
+def model_argument(model: Any, role: str) -> str | os.PathLike[str] | onnx.ModelProto:
+    """`model` as the comparisons read it: a path or a ModelProto as given, a LoadedModel's `.model`
+    (verify_models(loaded, edited, calib) was a TypeError from pathlib, though analyze and
+    apply_plan take the LoadedModel); anything else is one ModelError line."""
+    from deployopt.model import LoadedModel
+
+    if isinstance(model, LoadedModel):
+        return model.model
+    if isinstance(model, (str, os.PathLike, onnx.ModelProto)):
+        return model
+    raise ModelError(
+        f"the {role} model: expected a path, an onnx.ModelProto or the LoadedModel load_model "
+        f"returns, not a {type(model).__name__}"
+    )
+
+
+def check_calibration_set(calib: Any) -> None:
+    """A DataError unless `calib` is a CalibrationSet: None was an AttributeError on `.samples`."""
+    if not isinstance(calib, CalibrationSet):
+        raise DataError(
+            "the inputs to compare on: expected the CalibrationSet load_calibration returns, "
+            f"not a {type(calib).__name__}"
+        )
 
 
 def runnable_model(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import time
 import warnings
@@ -188,7 +189,7 @@ class LayerCache:
         self,
         fingerprint: str,
         dtype: str,
-        root: Path | None = None,
+        root: str | os.PathLike[str] | None = None,
         persist: bool = True,
         min_runs: int = 0,
         min_warmup: int = 0,
@@ -203,7 +204,9 @@ class LayerCache:
         #: (x1.8 a warmed table's at the median, x59 at worst) were the table of a later `--warmup 20`
         #: run, its report saying "after 20 warm-up". Each entry written records it (`sweep_warmup`)
         self.min_warmup = min_warmup
-        self.dir = (root or cache_root()) / fingerprint / DTYPE_FOLDER.get(dtype, dtype)
+        # a str root (OptimizeConfig(cache_root="/some/dir")) was a TypeError on `/`
+        base = Path(root) if root is not None and os.fspath(root) else cache_root()
+        self.dir = base / fingerprint / DTYPE_FOLDER.get(dtype, dtype)
         self.persist = persist
         self._write_failed = False  # warned once; later entries are not tried again
         #: entries `put` while held (`hold`), written as they come to the folder the first one names

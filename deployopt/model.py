@@ -13,10 +13,12 @@ import errno
 import gc
 import math
 import os
+import re
 import select
 import shlex
 import stat
 import sys
+import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -752,14 +754,19 @@ def _check_static_dims_kept(name: str, dims: Any, want: list[int]) -> None:
     model rewritten to another size is a wrong model, not a faster one."""
     have = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in dims]
     if any(h is not None and h != w for h, w in list(zip(have, want))[1:]):
-        fmt = "×".join(str(d) if d is not None else "?" for d in have)
-        raise StaticDimsError(
-            f"input {name!r} is {fmt} in the file; --input-shape sets its batch and its dynamic (?) dims "
-            f"only, got {'×'.join(map(str, want))} (export the model at that size instead)",
-            name,
-            have,
-            list(want),
-        )
+        raise StaticDimsError(static_dims_message(name, have, want), name, have, list(want))
+
+
+def static_dims_message(
+    name: str, have: Sequence[int | None], want: Sequence[int], option: str = "--input-shape"
+) -> str:
+    """StaticDimsError's line; `option`: what the caller called the shapes (optimize's library
+    callers wrote OptimizeConfig.input_shapes, not --input-shape)."""
+    fmt = "×".join(str(d) if d is not None else "?" for d in have)
+    return (
+        f"input {name!r} is {fmt} in the file; {option} sets its batch and its dynamic (?) dims "
+        f"only, got {'×'.join(map(str, want))} (export the model at that size instead)"
+    )
 
 
 _MAX_DIM = 2**63 - 1  # an ONNX dim is an int64
@@ -1099,6 +1106,47 @@ def _typed_constant_values(graph: onnx.GraphProto) -> None:
         node.attribute.append(onnx.helper.make_attribute("value", tensor))
 
 
+#: onnxruntime's warning, info and verbose lines ("[W:onnxruntime:, graph.cc:...] Removing
+#: initializer ..."): about the subgraphs folding evaluates, not about the user's model
+_ORT_NOTE = re.compile(rb"\[[WIV]:onnxruntime:")
+
+
+@contextlib.contextmanager
+def _onnxruntime_notes_held() -> Iterator[None]:
+    """Hold fd 2 while folding runs onnxruntime, and write back all but onnxruntime's warning, info
+    and verbose lines. onnxruntime's log severity is process-wide and has no getter: setting it to
+    3 here and back to a guessed 2 undid a caller's own setting (their silenced warnings came back,
+    their debug level dropped); holding stderr quiets the fold alone (as import_onnxruntime does)."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):  # no stderr (2>&-, None): nothing to hide it from
+        yield
+        return
+    try:
+        held = tempfile.TemporaryFile()  # noqa: SIM115 - closed in the finally below
+    except OSError:  # nowhere to hold it (TMPDIR unwritable): said as it is
+        os.close(saved)
+        yield
+        return
+    try:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                sys.stderr.flush()  # Python's own writes during the fold go back in their order
+            os.dup2(saved, 2)
+            held.seek(0)
+            said = held.read().splitlines(keepends=True)
+            kept = b"".join(line for line in said if not _ORT_NOTE.search(line))
+            if kept:
+                os.write(2, kept)
+    finally:
+        held.close()
+        os.close(saved)
+
+
 def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     """Turn Constant nodes and constant subgraphs into initializers (onnx-graphsurgeon + onnxruntime)."""
     import onnx_graphsurgeon as gs
@@ -1111,33 +1159,29 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     try:
         from deployopt.onnxruntime_compat import import_onnxruntime
 
-        ort = import_onnxruntime()  # without its import's telemetry line
-
-        ort.set_default_logger_severity(3)  # graph-optimizer warnings about the folded subgraphs are noise
+        import_onnxruntime()  # without its import's telemetry line
     except ImportError as exc:  # graphsurgeon reports the missing onnxruntime itself
         reraise_interrupt(exc)  # Ctrl-C inside onnxruntime's import: interrupted, not missing
-        ort = None
     _castlike_to_cast(model)
     try:
-        graph = gs.import_onnx(model)
-        # the subgraphs folding evaluates go to onnxruntime at the graph's IR version: one newer than
-        # onnxruntime reads (a model saved by a newer onnx, deployopt.onnxruntime_compat) failed
-        # each, and folding skipped them silently; the oldest version the opsets allow is read by
-        # any onnxruntime that runs them (the model keeps its own: copy_model_metadata)
-        graph.ir_version = min(model.ir_version, oldest_ir_version(model) or model.ir_version)
-        graph.toposort()
-        graph.fold_constants(should_exclude_node=lambda node: node.op in _KEEP_OPS)
-        graph.cleanup().toposort()
-        folded = gs.export_onnx(graph, do_type_check=False)
-        del graph
+        with _onnxruntime_notes_held():
+            graph = gs.import_onnx(model)
+            # the subgraphs folding evaluates go to onnxruntime at the graph's IR version: one newer
+            # than onnxruntime reads (a model saved by a newer onnx, deployopt.onnxruntime_compat)
+            # failed each, and folding skipped them silently; the oldest version the opsets allow is
+            # read by any onnxruntime that runs them (the model keeps its own: copy_model_metadata)
+            graph.ir_version = min(model.ir_version, oldest_ir_version(model) or model.ir_version)
+            graph.toposort()
+            graph.fold_constants(should_exclude_node=lambda node: node.op in _KEEP_OPS)
+            graph.cleanup().toposort()
+            folded = gs.export_onnx(graph, do_type_check=False)
+            del graph
     except Exception as exc:  # graphsurgeon/onnxruntime failures are about the model, not us
         raise ModelError(
             f"constant folding failed: {str(exc).splitlines()[0] if str(exc) else exc!r}"
         ) from None
     finally:
         G_LOGGER.severity = level
-        if ort is not None:
-            ort.set_default_logger_severity(2)
     # onnx-graphsurgeon's graph is cyclic (tensors ↔ nodes), and its weights are the input model's
     # TensorProtos, which keep that whole model alive (upb frees a message's memory all at once):
     # collected now, the input goes when the caller drops it, not at the next collection (a second

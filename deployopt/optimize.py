@@ -43,6 +43,7 @@ from deployopt.errors import (
     DataError,
     DeployoptError,
     OutputError,
+    StaticDimsError,
     reraise_interrupt,
 )
 from deployopt.fidelity import GATE_SAMPLES, ImagePreprocess
@@ -113,7 +114,7 @@ DEFAULT_GATE = {"min_cosine": TRIM_MIN_COSINE, "min_top1": TRIM_MIN_TOP1, "enfor
 class OptimizeConfig:
     """Everything that defines a run; the part that changes results is checked on --resume."""
 
-    model_path: Path
+    model_path: str | os.PathLike[str]
     target: str
     backend: str = "auto"
     sms: int | None = None
@@ -135,7 +136,7 @@ class OptimizeConfig:
     # how calibration images become tensors, for the fidelity checks, the trim ranking and INT8
     # calibration alike (--mean/--std/--scale/--bgr/--resize); arrays are fed as they are
     preprocess: ImagePreprocess = field(default_factory=ImagePreprocess)
-    outdir: Path | None = None
+    outdir: str | os.PathLike[str] | None = None
     resume: bool = False
     force: bool = False
     max_candidates: int = 8  # widths tabulated per group (cost of the per-layer sweep ~ this²)
@@ -152,7 +153,7 @@ class OptimizeConfig:
     # trim: the outputs that are class scores, held to min_top1 (--top1-outputs; [] none); None:
     # chosen per output (fidelity.Top1Choice: never a box or an embedding)
     top1_outputs: list[str] | None = None
-    cache_root: Path | None = None
+    cache_root: str | os.PathLike[str] | None = None  # None: lut.cache_root()
     plots: bool = True
     # price the non-conv ops' memory traffic at a slope fitted to the run's own measurements (traffic.py)
     traffic_term: bool = True
@@ -319,8 +320,9 @@ def default_outdir(model_path: Path) -> Path:
 
 #: The CLI option (`--flag VALUE`) that sets an OptimizeConfig field, or the journal signature key of
 #: the same name: for the checks that name it by the caller (`deployopt optimize`'s errors say
-#: `--mode trim`, a library caller's `mode='trim'`: it wrote no option; the older checks still name
-#: the options alone, tests hold their words), and for what --resume refuses (`_resume_flags`).
+#: `--mode trim`, a library caller's `mode='trim'`: it wrote no option), and for what --resume
+#: refuses (`_resume_flags`: only signature keys reach it, so input_shapes, which it words its own
+#: way, is not here; check_config and Optimizer._load name it themselves).
 CLI_OPTIONS = {
     "target": "--target",
     "backend": "--backend",
@@ -335,15 +337,28 @@ CLI_OPTIONS = {
     "warmup": "--warmup",
     "sweep_runs": "--sweep-runs",
     "top1_outputs": "--top1-outputs",
+    "max_evals": "--max-evals",
+    "min_cosine": "--min-cosine",
+    "min_top1": "--min-top1",
+    "resume": "--resume",
+    "force": "--force",
+    "timing_cache": "--timing-cache",
+    "no_timing_cache": "--no-timing-cache",
 }
 
 
-def setting(name: str, value: Any, cli: bool) -> str:
+def setting(name: str, value: Any, cli: bool, quoted: bool = False) -> str:
     """A setting as an error names it: the CLI's option and value as typed (`--max-trim 0.3`) when
-    `cli`, else the OptimizeConfig field (`max_trim=0.3`) a library caller wrote."""
+    `cli`, else the OptimizeConfig field (`max_trim=0.3`) a library caller wrote. `quoted`: the
+    CLI's value in quotes too (`--mode 'lossy'`)."""
     if cli:
-        return f"{CLI_OPTIONS[name]} {value}"
+        return f"{CLI_OPTIONS[name]} {value!r}" if quoted else f"{CLI_OPTIONS[name]} {value}"
     return f"{name}={value!r}"
+
+
+def setting_name(name: str, cli: bool) -> str:
+    """A setting's name alone, as `setting` words it: `--max-evals` when `cli`, else `max_evals`."""
+    return CLI_OPTIONS[name] if cli else name
 
 
 def _default(cfg: OptimizeConfig, name: str) -> Any:
@@ -354,13 +369,18 @@ def _default(cfg: OptimizeConfig, name: str) -> Any:
 
 
 def check_config(cfg: OptimizeConfig, cli: bool = False) -> None:
-    """One-line errors for bad options, before anything is loaded or measured. `cli`: the checks
-    that name a setting by its caller say `deployopt optimize`'s option (CLI_OPTIONS), else the
-    OptimizeConfig field; the older ones name the option either way."""
+    """One-line errors for bad options, before anything is loaded or measured. `cli`: a setting is
+    named as `deployopt optimize`'s option (CLI_OPTIONS), else as the OptimizeConfig field a library
+    caller wrote (`max_evals=1`, not `--max-evals`); trtexec's warm-up and a calibration table given
+    as data still name the option either way (docs/optimize.md)."""
     if cfg.mode not in MODES:
-        raise DeployoptError(f"--mode {cfg.mode!r}: choose one of {', '.join(MODES)}")
+        raise DeployoptError(
+            f"{setting('mode', cfg.mode, cli, quoted=True)}: choose one of {', '.join(MODES)}"
+        )
     if not 0.0 < cfg.max_trim < 1.0:
-        raise DeployoptError(f"--max-trim {cfg.max_trim}: must be between 0 and 1 (exclusive), e.g. 0.10")
+        raise DeployoptError(
+            f"{setting('max_trim', cfg.max_trim, cli)}: must be between 0 and 1 (exclusive), e.g. 0.10"
+        )
     if cfg.mode != "trim" and cfg.max_trim != _default(cfg, "max_trim"):
         # max_trim=0.3 without mode="trim" ran lossless without a word. The gate's fields are not
         # refused: unused outside trim, and a caller running both modes on one config sets them
@@ -371,12 +391,20 @@ def check_config(cfg: OptimizeConfig, cli: bool = False) -> None:
             f"(mode {cfg.mode!r} keeps the outputs equal)"
         )
     if cfg.max_evals < 2:
-        raise DeployoptError("--max-evals must be at least 2 (the two baselines)")
+        said = CLI_OPTIONS["max_evals"] if cli else f"{setting('max_evals', cfg.max_evals, cli)}:"
+        raise DeployoptError(f"{said} must be at least 2 (the two baselines)")
     from deployopt.fidelity import check_threshold_range
 
-    check_threshold_range(cfg.min_cosine, cfg.min_top1)
-    check_run_counts(cfg.runs, cfg.warmup)
-    check_run_counts(cfg.sweep_runs, flag="--sweep-runs")
+    check_threshold_range(
+        cfg.min_cosine,
+        cfg.min_top1,
+        cosine_flag=setting_name("min_cosine", cli),
+        top1_flag=setting_name("min_top1", cli),
+    )
+    check_run_counts(
+        cfg.runs, cfg.warmup, flag=setting_name("runs", cli), warmup_flag=setting_name("warmup", cli)
+    )
+    check_run_counts(cfg.sweep_runs, flag=setting_name("sweep_runs", cli))
     if cfg.backend == "trtexec" and cfg.warmup != _default(cfg, "warmup"):
         from deployopt.backends.trtexec import refuse_warmup_runs
 
@@ -404,11 +432,17 @@ def check_config(cfg: OptimizeConfig, cli: bool = False) -> None:
     if not cfg.timeout_s > 0:  # NaN too; the CLI's --timeout is checked (and capped) before this
         raise DeployoptError(f"timeout_s {cfg.timeout_s:g}: must be a number of seconds above 0")
     if cfg.resume and cfg.force:
-        raise DeployoptError("--resume and --force exclude each other")
+        raise DeployoptError(
+            f"{setting_name('resume', cli)} and {setting_name('force', cli)} exclude each other"
+        )
     if cfg.sms is not None and cfg.sms < 1:
-        raise DeployoptError("--sms must be a positive integer")
+        said = CLI_OPTIONS["sms"] if cli else f"{setting('sms', cfg.sms, cli)}:"
+        raise DeployoptError(f"{said} must be a positive integer")
     if cfg.timing_cache and cfg.no_timing_cache:
-        raise DeployoptError("--timing-cache and --no-timing-cache exclude each other")
+        raise DeployoptError(
+            f"{setting_name('timing_cache', cli)} and {setting_name('no_timing_cache', cli)} "
+            "exclude each other"
+        )
     if cfg.timing_cache:  # with --remote the board keeps it under its name: nothing is written here
         check_output_file(cfg.timing_cache, probe=not cfg.remote)
     if cfg.fidelity and cfg.calibration_data:
@@ -835,7 +869,7 @@ class Optimizer:
         self.dtype_defaulted = cfg.dtype is None
         self.cfg = cfg = resolve_dtype(cfg, self.backend_name)
         if cfg.timing_cache or cfg.no_timing_cache:
-            flag = "--timing-cache" if cfg.timing_cache else "--no-timing-cache"
+            flag = setting_name("timing_cache" if cfg.timing_cache else "no_timing_cache", cli)
             refuse_timing_cache(self.backend_name, flag)
         self.progress = progress or (lambda *a, **k: None)
         self._external_session = session
@@ -905,7 +939,16 @@ class Optimizer:
         # model re-exported in place meanwhile had its hash recorded for a run of the old file, and a
         # --resume with the new one replayed the old one's timings (bug bash)
         before = self._file_digests(None)
-        self.loaded = prepare_model(cfg.model_path, cfg.batch, cfg.input_shapes)
+        try:
+            self.loaded = prepare_model(cfg.model_path, cfg.batch, cfg.input_shapes)
+        except StaticDimsError as exc:
+            if self._cli:
+                raise
+            # a library caller wrote input_shapes, not --input-shape
+            from deployopt.model import static_dims_message
+
+            said = static_dims_message(exc.name, exc.have, exc.want, "input_shapes")
+            raise StaticDimsError(said, exc.name, exc.have, exc.want) from None
         self._digests = self._file_digests(bool(getattr(self.loaded, "external_data", False)))
         if "external_data_sha256" not in before:  # an .onnx too large to look into before the load
             before = {**before, **{k: v for k, v in self._digests.items() if k == "external_data_sha256"}}
@@ -1047,10 +1090,11 @@ class Optimizer:
         return run
 
     def conv_shapes(self, widths: dict[str, int], only: Iterable[str] | None = None) -> dict[str, ConvShape]:
-        return self.analysis.conv_shapes({**self.original, **widths}, only)
+        # unchecked: the search's plans are free groups' candidate widths (a check per plan in the hot loops)
+        return self.analysis.conv_shapes_unchecked({**self.original, **widths}, only)
 
     def conv_shape(self, name: str, widths: dict[str, int]) -> ConvShape:
-        return self.analysis.conv_shape(name, {**self.original, **widths})
+        return self.analysis.conv_shape_unchecked(name, {**self.original, **widths})
 
     def _conv_deps(self) -> dict[str, tuple[str, ...]]:
         deps = {}
@@ -1748,7 +1792,7 @@ class Optimizer:
             self._entry_counts_read = True
             from deployopt.lut import DTYPE_FOLDER, cache_root, entry_samples
 
-            root = self.cfg.cache_root or cache_root()
+            root = Path(self.cfg.cache_root) if self.cfg.cache_root else cache_root()
             dtype = str(old.get("dtype") or self.cfg.dtype)
             folders = [
                 root / fp / sub

@@ -28,7 +28,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from deployopt.coupling import Analysis, analyze
+from deployopt.coupling import MAX_WIDTH, Analysis, analyze
 from deployopt.coupling.registry import Constants
 from deployopt.errors import ModelError, PlanError, first_line, no_such_file, shorten
 from deployopt.fileio import read_json_input
@@ -170,20 +170,9 @@ def read_plan(path: str | os.PathLike[str]) -> Plan:
 
 
 def validate_plan(analysis: Analysis, widths: dict[str, int]) -> None:
-    if not isinstance(widths, Mapping):  # a list of pairs was an AttributeError on .items()
-        raise PlanError(
-            f"a plan's widths map group ids to widths ({{'<group id>': 64}}), not a {type(widths).__name__}"
-        )
-    for gid, w in widths.items():
-        group = analysis.group(gid)  # PlanError when unknown
-        if group.frozen:
-            raise PlanError(f"group {gid!r} is frozen ({group.reason}); it cannot change width")
-        if isinstance(w, bool) or not isinstance(w, (int, np.integer)):
-            raise PlanError(f"width of group {gid!r} must be an integer, got {w!r}")
-        if w < 1:
-            raise PlanError(f"width of group {gid!r} must be at least 1, got {w}")
-        if w > MAX_WIDTH:
-            raise PlanError(f"width of group {gid!r} is {len(str(w))} digits long; at most {MAX_WIDTH}")
+    """A PlanError for an unknown or frozen group or a bad width: `Analysis.check_plan`, which
+    `Analysis.conv_shapes` runs too, so a plan is priced only where it can be applied."""
+    analysis.check_plan(widths)
 
 
 def validate_original(analysis: Analysis, original: Mapping[str, int]) -> None:
@@ -359,9 +348,6 @@ def validate_keep(
     return out
 
 
-#: the widest channel count a plan may ask (an int32 dim; any wider is far past PROTOBUF_LIMIT anyway)
-MAX_WIDTH = (1 << 31) - 1
-
 #: ONNX models are one protobuf message, which cannot exceed 2 GiB when serialized
 PROTOBUF_LIMIT = (1 << 31) - 1
 
@@ -377,7 +363,7 @@ def _check_size(model: onnx.ModelProto, analysis: Analysis, changed: dict[str, i
     assert analysis.state is not None
     # by the analysis' names (distinct, unnamed nodes included), not the file's, which may repeat
     nodes = dict(zip(analysis.state.node_names, model.graph.node))
-    after = analysis.conv_shapes(changed)
+    after = analysis.conv_shapes_unchecked(changed)  # validate_plan ran
     growth = 0.0
     for conv in analysis.convs:
         old, new = conv.shape, after[conv.name]

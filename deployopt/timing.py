@@ -38,13 +38,22 @@ def counted(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
-def check_run_counts(runs: int | None, warmup: int | None = None, flag: str = "--runs") -> None:
+def shown_setting(flag: str, value: Any) -> str:
+    """A setting and its value as an error names it: a CLI option as typed (`--runs 0`), or a
+    library argument or config field as written (`runs=0`: a library caller wrote no option)."""
+    return f"{flag} {value}" if flag.startswith("-") else f"{flag}={value!r}"
+
+
+def check_run_counts(
+    runs: int | None, warmup: int | None = None, flag: str = "--runs", warmup_flag: str = "--warmup"
+) -> None:
     """One-line errors for sample counts, shared by every command that times: at least one run,
-    no negative warm-up, and neither above MAX_RUNS."""
+    no negative warm-up, and neither above MAX_RUNS. `flag`, `warmup_flag`: what the caller calls
+    them, a CLI option (`--runs 0: ...`) or a config field (`runs=0: ...`, `shown_setting`)."""
     if runs is not None and not 1 <= runs <= MAX_RUNS:
-        raise DeployoptError(f"{flag} {runs}: must be between 1 and {MAX_RUNS:,}")
+        raise DeployoptError(f"{shown_setting(flag, runs)}: must be between 1 and {MAX_RUNS:,}")
     if warmup is not None and not 0 <= warmup <= MAX_RUNS:
-        raise DeployoptError(f"--warmup {warmup}: must be between 0 and {MAX_RUNS:,}")
+        raise DeployoptError(f"{shown_setting(warmup_flag, warmup)}: must be between 0 and {MAX_RUNS:,}")
 
 
 def check_repeat(repeat: int) -> None:

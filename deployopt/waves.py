@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import functools
 import math
+import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from deployopt.errors import ModelError, TargetError, range_error
+from deployopt.errors import DataError, DeployoptError, ModelError, TargetError, range_error
 from deployopt.layers import ConvShape
 
 if TYPE_CHECKING:
@@ -592,6 +594,21 @@ def conv_alignment(shape: ConvShape) -> int:
     return a_k if a_c >= 8 else min(a_k, a_c)
 
 
+def _as_target(target: Target | str | os.PathLike[str]) -> Target:
+    """`target`, or the Target a name or profile path gives (`get_target`), as `analyze` takes the
+    LoadedModel: predict(shape, 'nano') was an AttributeError on the str, deep inside."""
+    if isinstance(target, (str, os.PathLike)):
+        from deployopt.targets import get_target
+
+        return get_target(target)
+    if not hasattr(target, "wave_params"):
+        raise TargetError(
+            "expected a Target (deployopt.targets.get_target('nano')) or a target's name, "
+            f"not a {type(target).__name__}"
+        )
+    return target
+
+
 def _check_dtype(dtype: str) -> None:
     if dtype not in DTYPES:
         from deployopt.errors import DeployoptError
@@ -706,6 +723,31 @@ def _evaluate_depthwise(shape: ConvShape, target: Target, params: WaveParams, sm
     )
 
 
+def _check_points(points: list[dict[str, Any]]) -> None:
+    """A DataError naming the point (its "id", else its index) that has no shape or no positive,
+    finite "measured_us": a failed timing's 0 or NaN reached scipy as "Residuals are not finite in
+    the initial point" (after numpy's divide-by-zero warning), a missing one as a KeyError."""
+    if isinstance(points, (str, bytes)) or not hasattr(points, "__iter__"):
+        raise DataError(f"fit takes a list of measured points, not a {type(points).__name__}")
+    for i, p in enumerate(points):
+        if not isinstance(p, Mapping):
+            raise DataError(f"point {i} is a {type(p).__name__}, not a dict with 'shape' and 'measured_us'")
+        label = f"point {p['id']!r}" if p.get("id") is not None else f"point {i}"
+        for key in ("shape", "measured_us"):
+            if key not in p:
+                raise DataError(f"{label} has no {key!r}")
+        us = p["measured_us"]
+        try:
+            value = float(us)
+        except (TypeError, ValueError):
+            value = math.nan
+        if isinstance(us, bool) or not (math.isfinite(value) and value > 0):
+            raise DataError(
+                f"{label}: measured_us {us!r} is no latency (a finite number of µs above 0; a failed "
+                "timing?): leave the point out"
+            )
+
+
 def _point_shapes(points: list[dict[str, Any]]) -> list[ConvShape]:
     """Each point's shape, given as a ConvShape or its JSON."""
     return [s if isinstance(s, ConvShape) else ConvShape.from_json(s) for s in (p["shape"] for p in points)]
@@ -717,6 +759,7 @@ def fit_depthwise(points: list[dict[str, Any]], target: Target, params: WavePara
     import numpy as np
     from scipy.optimize import nnls
 
+    _check_points(points)
     shapes = _point_shapes(points)
     if not all(s.is_depthwise for s in shapes):
         raise ValueError("fit_depthwise takes depthwise convs only")
@@ -741,17 +784,26 @@ def fit_depthwise(points: list[dict[str, Any]], target: Target, params: WavePara
     )
 
 
-def predict(shape: ConvShape, target: Target, dtype: str = "fp16") -> WavePrediction:
-    """Predicted kernel, blocks, waves, tail fill and latency of one conv on `target`."""
+def predict(shape: ConvShape, target: Target | str, dtype: str = "fp16") -> WavePrediction:
+    """Predicted kernel, blocks, waves, tail fill and latency of one conv on `target` (a Target,
+    or a name get_target resolves)."""
     _check_dtype(dtype)
+    target = _as_target(target)
     return _evaluate(shape, target, target.wave_params(dtype))
 
 
-def staircase(shape: ConvShape, target: Target, dtype: str, out_channels: list[int]) -> list[WavePrediction]:
+def staircase(
+    shape: ConvShape, target: Target | str, dtype: str, out_channels: list[int]
+) -> list[WavePrediction]:
     """The predicted per-layer staircase: one prediction per output-channel count."""
     _check_dtype(dtype)
+    target = _as_target(target)
     params = target.wave_params(dtype)
     return [_evaluate(shape.with_out_channels(k), target, params) for k in out_channels]
+
+
+#: which width `aligned_widths` varies: the conv's output channels (K) or its input channels (C)
+ROLES = ("out", "in")
 
 
 def _vary(shape: ConvShape, width: int, role: str) -> ConvShape:
@@ -759,11 +811,11 @@ def _vary(shape: ConvShape, width: int, role: str) -> ConvShape:
         return shape.with_out_channels(width)
     if role == "in":
         return shape.with_channels(c=width)
-    raise ValueError(f"role must be 'out' or 'in', not {role!r}")
+    raise DeployoptError(f"role must be 'out' or 'in', not {role!r}")
 
 
 def aligned_widths(
-    shape: ConvShape, target: Target, dtype: str, width: int, role: str = "out"
+    shape: ConvShape, target: Target | str, dtype: str, width: int, role: str = "out"
 ) -> tuple[int | None, int | None]:
     """Nearest wave-aligned widths: (largest one below `width`, smallest one at or above it).
 
@@ -772,6 +824,9 @@ def aligned_widths(
     Use `predict` on the returned widths for the latency change.
     """
     _check_dtype(dtype)
+    if role not in ROLES:  # was a ValueError from the first width tried
+        raise DeployoptError(f"role must be 'out' or 'in', not {role!r}")
+    target = _as_target(target)
     params = target.wave_params(dtype)
     vec = VECTOR[dtype]
     if shape.is_depthwise and role == "in":
@@ -883,7 +938,7 @@ class _CandidateGrid:
 
 def fit(
     points: list[dict[str, Any]],
-    target: Target,
+    target: Target | str,
     dtype: str,
     name: str | None = None,
     step_weight: float = 3.0,
@@ -897,8 +952,11 @@ def fit(
     Tile candidates and alignment rules stay those of the start parameters: they come from the
     kernels traced on the device, not from the fit. Depthwise points fit the depthwise terms
     (`fit_depthwise`), the others the GEMM ones; each kind keeps its start values when absent.
+    A point without a positive, finite "measured_us" is a DataError (`_check_points`).
     """
     _check_dtype(dtype)
+    _check_points(points)
+    target = _as_target(target)
     shapes = _point_shapes(points)
     dw = [p for p, s in zip(points, shapes) if s.is_depthwise]
     gemm = [p for p, s in zip(points, shapes) if not s.is_depthwise]
@@ -1031,7 +1089,7 @@ def _relative_start(families: tuple[KernelFamily, ...], free: list[int]) -> list
     return out
 
 
-def conv_rows(analysis: Any, target: Target, dtype: str = "fp16") -> list[dict[str, Any]]:
+def conv_rows(analysis: Any, target: Target | str, dtype: str = "fp16") -> list[dict[str, Any]]:
     """Per-conv wave columns for `deployopt analyze --target`: implicit-GEMM dims, blocks, waves,
     tail fill, and for each free channel group the conv touches, the nearest wave-aligned widths of
     that group below/above with this conv's predicted latency change.
@@ -1044,6 +1102,7 @@ def conv_rows(analysis: Any, target: Target, dtype: str = "fp16") -> list[dict[s
     g × width moves by whole vectors.
     """
     _check_dtype(dtype)
+    target = _as_target(target)
     groups = _groups_by_id(getattr(analysis, "groups", []))
     params = target.wave_params(dtype)
     vec = VECTOR[dtype]

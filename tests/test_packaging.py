@@ -97,6 +97,8 @@ def test_the_wheel_carries_the_runner_and_find_runner_finds_it_there(tmp_path: P
         zf.extractall(site)  # a pure-Python wheel installs by unpacking
     assert {n.split("/")[0] for n in names} == {"deployopt", wheel.name.split("-py")[0] + ".dist-info"}
     assert "deployopt/_jetson/README.md" not in names  # the runner only, not the folder's docs
+    # PEP 561: without the marker an installed deployopt is untyped to mypy and pyright
+    assert "deployopt/py.typed" in names
     dist = wheel.name.split("-py")[0] + ".dist-info"
     assert f"{dist}/licenses/LICENSE" in names  # Apache-2.0 asks for its text to ship
 

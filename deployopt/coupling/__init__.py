@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+import numpy as np
 import onnx
 
 from deployopt.coupling import rules as _rules  # noqa: F401  (registers every rule)
@@ -19,6 +20,10 @@ from deployopt.coupling.registry import RULES, CouplingState, Layout, default_op
 from deployopt.errors import ModelError, PlanError
 from deployopt.layers import ConvShape, conv_shape_from_onnx
 from deployopt.model import LoadedModel, model_proto
+
+#: the widest channel count a plan may ask (an int32 dim; any wider is far past surgery's
+#: PROTOBUF_LIMIT anyway)
+MAX_WIDTH = (1 << 31) - 1
 
 #: The oldest default-domain opset the rules read (docs/surgery.md: opsets 9 … current): older
 #: ones spell ops differently (BatchNormalization's `spatial`, Slice, Upsample and Pad attributes).
@@ -82,7 +87,7 @@ class ConvLayer:
         }
 
 
-def _shape_after(conv: ConvLayer, widths: dict[str, int]) -> ConvShape:
+def _shape_after(conv: ConvLayer, widths: Mapping[str, int]) -> ConvShape:
     def width(segments: list[tuple[Optional[str], int]]) -> int:
         return sum(widths.get(g, w) if g is not None else w for g, w in segments)
 
@@ -189,19 +194,54 @@ class Analysis:
     def layout_groups(self, layout: Layout) -> list[tuple[str, int]]:
         return [(self.group_of_atom(a), w) for a, w in layout]
 
-    def conv_shapes(self, widths: dict[str, int], only: Iterable[str] | None = None) -> dict[str, ConvShape]:
+    def check_plan(self, widths: Mapping[str, int]) -> None:
+        """A PlanError for a plan `apply_plan` would refuse: an unknown group, a frozen one, a width
+        that is no integer, under 1 or over MAX_WIDTH (surgery.validate_plan is this check)."""
+        if not isinstance(widths, Mapping):  # a list of pairs was an AttributeError on .items()
+            raise PlanError(
+                "a plan's widths map group ids to widths ({'<group id>': 64}), "
+                f"not a {type(widths).__name__}"
+            )
+        for gid, w in widths.items():
+            group = self.group(gid)  # PlanError when unknown
+            if group.frozen:
+                raise PlanError(f"group {gid!r} is frozen ({group.reason}); it cannot change width")
+            if isinstance(w, bool) or not isinstance(w, (int, np.integer)):
+                raise PlanError(f"width of group {gid!r} must be an integer, got {w!r}")
+            if w < 1:
+                raise PlanError(f"width of group {gid!r} must be at least 1, got {w}")
+            if w > MAX_WIDTH:
+                raise PlanError(f"width of group {gid!r} is {len(str(w))} digits long; at most {MAX_WIDTH}")
+
+    def conv_shapes(
+        self, widths: Mapping[str, int], only: Iterable[str] | None = None
+    ) -> dict[str, ConvShape]:
         """Every conv's shape after a plan (or only the named convs'): C from its input groups, K
-        from its output group.
+        from its output group. The plan is checked as `apply_plan` checks it (`check_plan`): a
+        frozen group's width, or a width of 0 or 8.5, was priced as a plan that cannot exist.
 
         C and K are sums over the segments, so a grouped conv's g pieces of one group count g
         times (C = g × width per conv group) and its `groups` stays g.
         """
-        convs = self.convs if only is None else [self._conv(name) for name in only]
-        widths = self._by_ids(widths)
-        return {conv.name: _shape_after(conv, widths) for conv in convs}
+        self.check_plan(widths)
+        return self.conv_shapes_unchecked(widths, only)
 
-    def conv_shape(self, name: str, widths: dict[str, int]) -> ConvShape:
-        """One conv's shape after a plan (the optimizer's tables ask for one conv at a time)."""
+    def conv_shape(self, name: str, widths: Mapping[str, int]) -> ConvShape:
+        """One conv's shape after a plan, checked as `conv_shapes` checks it."""
+        self.check_plan(widths)
+        return self.conv_shape_unchecked(name, widths)
+
+    def conv_shapes_unchecked(
+        self, widths: Mapping[str, int], only: Iterable[str] | None = None
+    ) -> dict[str, ConvShape]:
+        """`conv_shapes` without `check_plan`, for plans valid by construction (the optimizer's hot
+        loops, whose widths are their free groups' candidates); names are still resolved."""
+        convs = self.convs if only is None else [self._conv(name) for name in only]
+        by_id = self._by_ids(widths)
+        return {conv.name: _shape_after(conv, by_id) for conv in convs}
+
+    def conv_shape_unchecked(self, name: str, widths: Mapping[str, int]) -> ConvShape:
+        """`conv_shape` without `check_plan` (the optimizer's tables ask for one conv at a time)."""
         return _shape_after(self._conv(name), self._by_ids(widths))
 
     def _by_ids(self, widths: Mapping[str, int]) -> Mapping[str, int]:
