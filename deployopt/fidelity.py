@@ -2206,11 +2206,13 @@ TOP1_NOT_APPLIED = "top-1: not applied (no class-score output)"
 #: class, so top-1 is not applied to them by default, unless the name has a CLASS_WORDS word too
 NOT_CLASS_WORDS = frozenset(
     {"box", "boxes", "bbox", "bboxes", "loc", "reg", "coord", "coords", "emb", "embed", "embeds"}
-    | {"embedding", "embeddings", "feat", "feats", "feature", "features", "pooled", "landmark", "landmarks"}
+    | {"embedding", "embeddings", "feat", "feats", "feature", "features", "pooled", "pooler", "landmark"}
+    | {"landmarks"}
     | {"keypoint", "keypoints", "kpt", "kpts"}
 )
 CLASS_WORDS = frozenset(
     {"logit", "logits", "cls", "class", "classes", "classifier", "score", "scores", "prob", "probs"}
+    | {"label", "labels", "probabilities", "softmax"}
 )
 #: an output's rows are L2-normalised (an embedding) where each row's norm is within this of 1 in
 #: every sample (fp16's rounding moves a unit norm by ~5e-4 at most) ...
@@ -2254,8 +2256,10 @@ def _name_words(name: str) -> set[str]:
 class Top1Choice:
     """Which outputs top-1 scores (compare_models, identical_report). `given` (--top1-outputs):
     exactly those, each of which must be [N, classes] floats; None: every [N, classes] output
-    (`_logits`) but those that cannot be class scores. With several outputs: one of 2–4 values a
-    row (a box, an xy, a wh) and one whose name says box/embedding/feature (NOT_CLASS_WORDS);
+    (`_logits`) but those that cannot be class scores. Beside other float outputs, unless its name
+    says class scores (CLASS_WORDS: a binary classifier's `logits` beside its `probs` is one): one
+    of 2–4 values a row (a box, an xy, a wh) and one whose name says box/embedding/feature
+    (NOT_CLASS_WORDS);
     with any number: one whose rows are all L2-normalised (an embedding, `scores`). The argmax of
     a box or an embedding is no class: a harmless trim that moved an embedding's argmax was
     refused ("top-1 agreement 25.00% < 99.00% (output emb)"). A single [N, K] output stays top-1
@@ -2273,6 +2277,7 @@ class Top1Choice:
     def first(self, outputs: Sequence[np.ndarray], kinds: Sequence[str], batch: int) -> None:
         """Read the first sample's reference outputs: a given output that is no [N, classes] of
         floats is a DataError; by default, the shape and name rules."""
+        floats = sum(kind != EXACT for kind in kinds)
         for i, (name, out) in enumerate(zip(self.names, outputs)):
             shaped = kinds[i] == COSINE and _logits(out, batch)
             if self.given is not None:
@@ -2287,9 +2292,14 @@ class Top1Choice:
                 continue
             k = out.shape[1]
             words = _name_words(name)
-            if len(self.names) > 1 and 2 <= k <= 4:
+            # beside another float output (an int64 label beside it is no box; an [N, 1] score is
+            # one), a name that says
+            # class scores keeps it scored: a 2–4-class classifier exported with its softmax too
+            if floats < 2 or words & CLASS_WORDS:
+                continue
+            if 2 <= k <= 4:
                 self.skipped[i] = f"[N, {k}] beside other outputs: a box or coordinates"
-            elif len(self.names) > 1 and words & NOT_CLASS_WORDS and not words & CLASS_WORDS:
+            elif words & NOT_CLASS_WORDS:
                 self.skipped[i] = f"its name says {sorted(words & NOT_CLASS_WORDS)[0]}"
 
     def scores(self, i: int, out: np.ndarray, batch: int) -> bool:

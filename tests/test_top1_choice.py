@@ -273,3 +273,43 @@ def test_the_gate_phrase_says_which_outputs_top1_was_applied_to() -> None:
         "per_output": [{"name": "out", "top1_agreement": 1.0}],
     }
     assert describe_gate(gate, **gate_checks(one)) == "min cosine ≥ 0.99, top-1 agreement ≥ 99%, enforced"
+
+
+def _binary(path: Path, nudge: float, extra: str) -> Path:
+    """x [64, 16] → `logits` [64, 2] (x @ W, the first class's weights times `nudge`) and a
+    second output: `probs` (its Softmax) or `label` (its ArgMax, int64)."""
+    w = np.random.default_rng(3).standard_normal((DIMS, 2)).astype(np.float32)
+    w[:, 0] *= nudge
+    nodes = [h.make_node("MatMul", ["x", "W"], ["logits"])]
+    if extra == "probs":
+        nodes.append(h.make_node("Softmax", ["logits"], ["probs"], axis=1))
+        second = h.make_tensor_value_info("probs", T.FLOAT, [ROWS, 2])
+    else:
+        nodes.append(h.make_node("ArgMax", ["logits"], ["label"], axis=1, keepdims=0))
+        second = h.make_tensor_value_info("label", T.INT64, [ROWS])
+    graph = h.make_graph(
+        nodes,
+        "binary",
+        [h.make_tensor_value_info("x", T.FLOAT, [ROWS, DIMS])],
+        [h.make_tensor_value_info("logits", T.FLOAT, [ROWS, 2]), second],
+        [nh.from_array(w, "W")],
+    )
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.mark.parametrize("extra", ["probs", "label"])
+def test_a_two_class_classifier_with_a_second_output_keeps_its_top1(tmp_path: Path, extra: str) -> None:
+    """Review of 4bf06bf: the [N, 2..4] rule took a binary classifier's `logits` beside its `probs`
+    (or its int64 `label`) for a box, and its top-1 gate was dropped without a word. A name that
+    says class scores keeps an output scored, and only other float outputs count as "beside"."""
+    ref = _binary(tmp_path / "ref.onnx", 1.0, extra)
+    same = compare_models(ref, _binary(tmp_path / "same.onnx", 1.0, extra), _calib(), min_cosine=0.9)
+    assert "logits" in same.top1_outputs()
+    moved = compare_models(ref, _binary(tmp_path / "moved.onnx", -1.0, extra), _calib(), min_cosine=-1.0)
+    assert moved.top1_outputs()[0] == "logits"  # `probs` too: its name says class scores
+    agreement = moved.output_top1_agreement[0]
+    assert agreement is not None and agreement < 0.99, agreement
+    assert moved.to_json(TRIM)["per_output"][0]["top1_skipped"] is None
