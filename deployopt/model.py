@@ -18,7 +18,6 @@ import select
 import shlex
 import stat
 import sys
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1111,40 +1110,14 @@ def _typed_constant_values(graph: onnx.GraphProto) -> None:
 _ORT_NOTE = re.compile(rb"\[[WIV]:onnxruntime:")
 
 
-@contextlib.contextmanager
-def _onnxruntime_notes_held() -> Iterator[None]:
-    """Hold fd 2 while folding runs onnxruntime, and write back all but onnxruntime's warning, info
-    and verbose lines. onnxruntime's log severity is process-wide and has no getter: setting it to
-    3 here and back to a guessed 2 undid a caller's own setting (their silenced warnings came back,
-    their debug level dropped); holding stderr quiets the fold alone (as import_onnxruntime does)."""
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError, AttributeError):  # no stderr (2>&-, None): nothing to hide it from
-        yield
-        return
-    try:
-        held = tempfile.TemporaryFile()  # noqa: SIM115 - closed in the finally below
-    except OSError:  # nowhere to hold it (TMPDIR unwritable): said as it is
-        os.close(saved)
-        yield
-        return
-    try:
-        os.dup2(held.fileno(), 2)
-        try:
-            yield
-        finally:
-            with contextlib.suppress(OSError, ValueError, AttributeError):
-                sys.stderr.flush()  # Python's own writes during the fold go back in their order
-            os.dup2(saved, 2)
-            held.seek(0)
-            said = held.read().splitlines(keepends=True)
-            kept = b"".join(line for line in said if not _ORT_NOTE.search(line))
-            if kept:
-                os.write(2, kept)
-    finally:
-        held.close()
-        os.close(saved)
+def _onnxruntime_notes_held() -> contextlib.AbstractContextManager[None]:
+    """fd 2 filtered while folding runs onnxruntime: all but onnxruntime's warning, info and verbose
+    lines pass, as they come. onnxruntime's log severity is process-wide and has no getter: setting
+    it to 3 here and back to a guessed 2 undid a caller's own setting (their silenced warnings came
+    back, their debug level dropped); filtering stderr quiets the fold alone."""
+    from deployopt.onnxruntime_compat import stderr_filtered
+
+    return stderr_filtered(lambda line: _ORT_NOTE.search(line) is not None)
 
 
 def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:

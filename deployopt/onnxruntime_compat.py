@@ -18,6 +18,8 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,38 +40,85 @@ RELEASE_BYTES = 64 << 20
 _TELEMETRY_LINE = b"Failed to persist telemetry device ID"
 
 
+#: one holder of fd 2 at a time (`stderr_filtered`): two threads loading models each swapped fd 2
+#: for their own hold, and the last to finish put back the other's, leaving the process's stderr
+#: pointing at a deleted file for good (review of d27ce72). Reentrant: a hold inside a hold is fine.
+_STDERR_HOLD = threading.RLock()
+#: how long the end of a hold waits for its last lines to be passed on: a child process that
+#: inherited the hold's pipe as its stderr keeps it open past the hold
+_FORWARD_WAIT_S = 10.0
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+def _forward(read_end: int, dest: int, drop: Callable[[bytes], bool]) -> None:
+    """Pass each line read from `read_end` to `dest` as it comes, but those `drop` matches."""
+    rest = b""
+    try:
+        while chunk := os.read(read_end, 1 << 16):
+            *lines, rest = (rest + chunk).split(b"\n")
+            kept = b"".join(line + b"\n" for line in lines if not drop(line + b"\n"))
+            if kept:
+                _write_all(dest, kept)
+        if rest and not drop(rest):
+            _write_all(dest, rest)
+    except OSError:  # stderr itself gone (a closed terminal): nothing left to say it on
+        pass
+    finally:
+        os.close(read_end)
+
+
+@contextlib.contextmanager
+def stderr_filtered(drop: Callable[[bytes], bool]) -> Iterator[None]:
+    """While the block runs, fd 2 (where onnxruntime's C++ logger writes, past Python's sys.stderr)
+    goes through a pipe whose lines are passed on to the real stderr as they come, but those `drop`
+    matches. Passed on at once, not held to the end: a native crash inside the block (onnxruntime's
+    `[E:...]` line, "terminate called ...", faulthandler) still shows what was said before it. One
+    holder at a time (`_STDERR_HOLD`). No stderr (2>&-, None) or no pipe: the block runs as is."""
+    with _STDERR_HOLD:
+        try:
+            sys.stderr.flush()
+            saved = os.dup(2)
+        except (OSError, ValueError, AttributeError):
+            yield
+            return
+        try:
+            read_end, write_end = os.pipe()
+        except OSError:
+            os.close(saved)
+            yield
+            return
+        try:
+            os.dup2(write_end, 2)
+        finally:
+            os.close(write_end)
+        pump = threading.Thread(target=_forward, args=(read_end, saved, drop), daemon=True)
+        pump.start()
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                sys.stderr.flush()  # Python's own writes in the block go out in their order
+            os.dup2(saved, 2)  # the pipe's last write end closes: the pump reads to its end
+            pump.join(_FORWARD_WAIT_S)
+            if not pump.is_alive():  # else it may still write there: the descriptor is left open
+                os.close(saved)
+
+
 def import_onnxruntime() -> Any:
     """`import onnxruntime`, without the one line it writes to stderr as it is imported where
     ~/.cache is not writable ("[W:onnxruntime ... telemetry_1ds.cc] Failed to persist telemetry
     device ID"): bench, verify and optimize printed it under cron. onnxruntime writes it at import,
-    before its log severity can be set, so its stderr is held for the import and written back
-    without that line; anything else it says there (errors) still shows. Every deployopt import of
-    onnxruntime goes through here: the first one is the one that prints."""
+    before its log severity can be set, so its stderr is filtered for the import (`stderr_filtered`);
+    anything else it says there (errors) still shows. Every deployopt import of onnxruntime goes
+    through here: the first one is the one that prints."""
     if "onnxruntime" in sys.modules:
         return sys.modules["onnxruntime"]
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError, AttributeError):  # no stderr (2>&-, None): nothing to hide it from
+    with stderr_filtered(lambda line: _TELEMETRY_LINE in line):
         import onnxruntime
-
-        return onnxruntime
-    try:
-        with tempfile.TemporaryFile() as held:
-            os.dup2(held.fileno(), 2)
-            try:
-                import onnxruntime
-            finally:
-                os.dup2(saved, 2)
-                held.seek(0)
-                said = held.read().splitlines(keepends=True)
-                kept = b"".join(line for line in said if _TELEMETRY_LINE not in line)
-                if kept:
-                    os.write(2, kept)
-    except OSError:  # nowhere to hold it (TMPDIR unwritable): imported as is
-        import onnxruntime
-    finally:
-        os.close(saved)
     return onnxruntime
 
 

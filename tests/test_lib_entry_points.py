@@ -344,3 +344,15 @@ def test_a_calibration_set_is_still_accepted_as_made_in_code() -> None:
     check_calibration_set(CalibrationSet([{"x": np.zeros((1,), np.float32)}], "code", True))
     with pytest.raises(DataError):
         check_calibration_set([{"x": np.zeros((1,), np.float32)}])
+
+
+def test_a_frozen_group_at_its_own_width_is_a_valid_plan(loaded: Any, analysis: Any) -> None:
+    """Review of d27ce72: the analysis's own `{g.id: g.width}` map (what the optimizer prices, and
+    what a library caller copying it passes) was refused ("group 'input:input' is frozen"), though
+    it changes nothing; it is priced and applied as the model it is. Another width stays refused."""
+    ident = {g.id: g.width for g in analysis.groups}
+    assert analysis.conv_shapes(ident) == analysis.conv_shapes_unchecked(ident)
+    assert apply_plan(loaded, ident, analysis) is not None
+    frozen = next(g for g in analysis.groups if g.frozen)
+    with pytest.raises(PlanError, match="is frozen"):
+        analysis.conv_shapes({**ident, frozen.id: frozen.width + 1})

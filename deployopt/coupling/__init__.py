@@ -195,8 +195,9 @@ class Analysis:
         return [(self.group_of_atom(a), w) for a, w in layout]
 
     def check_plan(self, widths: Mapping[str, int]) -> None:
-        """A PlanError for a plan `apply_plan` would refuse: an unknown group, a frozen one, a width
-        that is no integer, under 1 or over MAX_WIDTH (surgery.validate_plan is this check)."""
+        """A PlanError for a plan `apply_plan` would refuse: an unknown group, a frozen one at another
+        width than its own, a width that is no integer, under 1 or over MAX_WIDTH
+        (surgery.validate_plan is this check)."""
         if not isinstance(widths, Mapping):  # a list of pairs was an AttributeError on .items()
             raise PlanError(
                 "a plan's widths map group ids to widths ({'<group id>': 64}), "
@@ -204,7 +205,9 @@ class Analysis:
             )
         for gid, w in widths.items():
             group = self.group(gid)  # PlanError when unknown
-            if group.frozen:
+            # a frozen group at its own width changes nothing: the whole `{g.id: g.width}` map of an
+            # analysis (what the optimizer prices) is a valid plan (review of d27ce72)
+            if group.frozen and not (isinstance(w, (int, np.integer)) and w == group.width):
                 raise PlanError(f"group {gid!r} is frozen ({group.reason}); it cannot change width")
             if isinstance(w, bool) or not isinstance(w, (int, np.integer)):
                 raise PlanError(f"width of group {gid!r} must be an integer, got {w!r}")
