@@ -6,6 +6,7 @@ Profile carries this dict. Nothing here may fail: an unreadable fact is left out
 
 from __future__ import annotations
 
+import functools
 import platform
 import re
 import shutil
@@ -59,6 +60,10 @@ def library_versions() -> dict[str, str]:
 
 
 def cpu_model() -> str | None:
+    """The CPU's model name: /proc/cpuinfo's on Linux, sysctl's on macOS, the registry's on Windows,
+    else platform.processor(). That last is `uname -p` on macOS, "arm" on every Apple-silicon Mac
+    (M1 to M4 Max alike) and "i386" on every Intel one: the CPU of a measured latency told nothing,
+    and a journal or layer cache shared by two Macs passed for one setup (bug bash)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -66,7 +71,51 @@ def cpu_model() -> str | None:
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or None
+    system = platform.system()
+    named = _darwin_cpu() if system == "Darwin" else _windows_cpu() if system == "Windows" else None
+    return named or platform.processor() or None
+
+
+#: seconds sysctl may take to name the CPU (it answers in about 10 ms)
+SYSCTL_TIMEOUT_S = 2.0
+
+
+@functools.cache
+def _darwin_cpu() -> str | None:
+    """macOS's CPU name, `sysctl -n machdep.cpu.brand_string` ("Apple M2 Pro", "Intel(R) Core(TM)
+    i9-9880H CPU @ 2.30GHz"); None where it cannot tell. Asked once a process (every measurement
+    records it; a sysctl that hangs costs its timeout once)."""
+    exe = shutil.which("sysctl") or "/usr/sbin/sysctl"
+    try:
+        proc = subprocess.run(
+            [exe, "-n", "machdep.cpu.brand_string"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            errors="replace",
+            timeout=SYSCTL_TIMEOUT_S,
+        )
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+    name = proc.stdout.strip() if proc.returncode == 0 else ""
+    return name or None
+
+
+@functools.cache
+def _windows_cpu() -> str | None:
+    """Windows' CPU name, the registry's ProcessorNameString ("13th Gen Intel(R) Core(TM) i7-1365U",
+    where platform.processor() gives "Intel64 Family 6 Model 186 Stepping 3, GenuineIntel");
+    None where it cannot be read."""
+    try:
+        import winreg  # type: ignore[import-not-found,unused-ignore]
+
+        key = r"HARDWARE\DESCRIPTION\System\CentralProcessor\0"
+        with winreg.OpenKey(winreg.HKEY_LOCAL_MACHINE, key) as handle:
+            value, _ = winreg.QueryValueEx(handle, "ProcessorNameString")
+    except (ImportError, OSError):
+        return None
+    name = str(value).strip() if value else ""
+    return name or None
 
 
 def usable_cores() -> int | None:

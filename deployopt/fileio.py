@@ -54,8 +54,14 @@ def _existing_ancestor(path: Path) -> Path:
 
 
 def _name_max(folder: Path) -> int:
+    """The longest file name `folder`'s filesystem takes, in bytes; NAME_MAX where it does not say.
+    Windows has no os.pathconf (Unix only): looked up as an attribute, every write there ended in an
+    AttributeError traceback (NTFS takes 255 UTF-16 units per name, NAME_MAX's bytes or more)."""
+    pathconf = getattr(os, "pathconf", None)
+    if pathconf is None:
+        return NAME_MAX
     try:
-        return os.pathconf(folder, "PC_NAME_MAX")
+        return int(pathconf(folder, "PC_NAME_MAX"))
     except (OSError, ValueError):
         return NAME_MAX
 
@@ -648,10 +654,12 @@ def output_set(folder: str | os.PathLike[str], names: Sequence[str]) -> Iterator
 
     A reader never takes a mix of two runs for a complete set: a failure in the block (a full disk,
     an error, Ctrl-C) removes the staging folder and leaves the previous set as it was; once the
-    block succeeded, the previous marker goes first, then the rest of the previous set, then the
-    new entries move in (renames in one folder), the marker last; a failure in that step removes
-    every name rather than leave part of a set. What is not in `names` (a journal, the user's own
-    files) is never touched. An OutputError names the file in `folder`, not in the staging folder.
+    block succeeded, the previous set is renamed aside (its marker first) into a folder of its own,
+    then the new entries move in (renames in one folder), the marker last, and only then is the
+    previous set removed; a failure in that step (on Windows, a previous file another process holds
+    open) takes out what moved in and puts the previous set back as it was (_move_set). What is not
+    in `names` (a journal, the user's own files) is never touched. An OutputError names the file in
+    `folder`, not in the staging folder.
     """
     folder = make_output_dir(folder)
     try:
@@ -668,30 +676,76 @@ def output_set(folder: str | os.PathLike[str], names: Sequence[str]) -> Iterator
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def _present(path: Path) -> bool:
+    """Whether there is a file, folder or link (a dangling one too) at `path`."""
+    return path.exists() or path.is_symlink()
+
+
 def _move_set(staging: Path, folder: Path, names: Sequence[str]) -> None:
+    """Move the staged entries into `folder` in place of the previous set of `names`, nothing of
+    which is deleted before the new set is in: it is first renamed aside into a staging folder of
+    its own (the marker first), so a name that cannot go (on Windows a file another process holds
+    open: neither deleted nor renamed) fails before anything is lost. A failure on the way takes out
+    what moved in and puts the previous set back, its marker last: deleted name by name, one held
+    file lost both the previous set and the new one (bug bash)."""
     staged = {p.name for p in staging.iterdir()}
     if staged - set(names):  # a name no later run would replace or remove: a bug, not a user error
         raise ValueError(f"output_set: {sorted(staged - set(names))} not among {list(names)}")
+    previous = [name for name in (names[-1], *names[:-1]) if _present(folder / name)]
+    aside: Path | None = None
+    moved: list[str] = []  # the previous set's names now aside, in the order they went
+    placed: list[str] = []  # the new entries now in `folder`
     dest = folder / names[-1]
     try:
-        _remove(dest)  # first: from here on the folder claims no complete set
-    except OSError as exc:  # nothing changed yet
-        raise output_error(dest, exc) from None
-    try:
-        for name in names[:-1]:  # the previous set (os.replace cannot put a folder over a full one)
-            dest = folder / name
-            _remove(dest)
-        for name in names:  # names[-1], the marker, last
+        if previous:
+            aside = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-previous-", dir=folder))
+            for name in previous:  # the marker first: from here on the folder claims no complete set
+                dest = folder / name
+                os.replace(dest, aside / name)
+                moved.append(name)
+        for name in names:  # names[-1], the marker, last (os.replace cannot put a folder over a full one)
             if name in staged:
                 dest = folder / name
                 os.replace(staging / name, dest)
+                placed.append(name)
     except BaseException as exc:
-        for name in names:  # never part of a set: what moved in goes again
-            with contextlib.suppress(OSError):
-                _remove(folder / name)
+        kept = _put_back(folder, aside, moved, placed, names[-1])
         if isinstance(exc, OSError):
-            raise output_error(dest, exc) from None
+            error = output_error(dest, exc)
+            if kept is not None:  # what could not go back (rare: a second failure)
+                error = OutputError(f"{error}; the previous results are kept in {kept}")
+            raise error from None
         raise
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+def _put_back(
+    folder: Path, aside: Path | None, moved: Sequence[str], placed: Sequence[str], marker: str
+) -> Path | None:
+    """Undo a failed _move_set: remove the new entries that moved in, then move the previous set's
+    back from `aside`, its `marker` (moved first) last, and only where nothing else is left out:
+    never part of a set. Returns `aside` where it still holds something, else None (removed)."""
+    whole = True
+    for name in reversed(placed):
+        try:
+            _remove(folder / name)
+        except OSError:
+            whole = False
+    if aside is None:
+        return None
+    for name in reversed(moved):
+        if name == marker and not whole:  # the marker stays aside: the set here is not the previous one
+            break
+        try:
+            os.replace(aside / name, folder / name)
+        except OSError:
+            whole = False
+    try:
+        aside.rmdir()
+    except OSError:
+        return aside
+    return None
 
 
 #: file_sha256's digests: absolute path -> (the file's stat fingerprint, its sha256), the most

@@ -240,31 +240,36 @@ def test_a_failure_while_writing_results_leaves_the_previous_set_and_resume_comp
     assert all((out / p).is_file() for p in report["staircases"])
 
 
-def test_a_failure_while_moving_the_set_into_place_leaves_no_part_of_a_set(
+def test_a_failure_while_moving_the_set_into_place_leaves_the_previous_set(
     zoo_model_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """If a rename fails after the previous set was taken away, what moved in goes again: the folder
-    holds the journal only (never results without their report.json), and --resume completes."""
+    """If a rename fails after the previous set was moved aside, what moved in goes again and the
+    previous set comes back as it was (never results without their report.json, never a mix of two
+    runs), and --resume completes."""
     import errno
     import os
 
     src = zoo_model_path("vgg16_pruned_b4")
     out = tmp_path / "out"
     run_model(src, out, max_evals=3)
+    previous = results(out)
     real = os.replace
 
     def marker_fails(a: Any, b: Any) -> None:
-        if Path(a).parent.name.startswith(".partial-") and Path(a).name == "report.json":
+        staged = Path(a).parent.name.startswith(".partial-") and "-previous-" not in Path(a).parent.name
+        if staged and Path(a).name == "report.json":  # the new marker; the previous one goes back
             raise OSError(errno.EIO, os.strerror(errno.EIO))
         real(a, b)
 
     monkeypatch.setattr(os, "replace", marker_fails)
-    with pytest.raises(DeployoptError, match=r"cannot write .*report\.json: Input/output error"):
+    with pytest.raises(DeployoptError, match=r"cannot write .*report\.json: Input/output error$"):
         run_model(src, out, resume=True, max_evals=5)
-    assert sorted(p.name for p in out.iterdir()) == ["journal.jsonl"]
+    assert results(out) == previous and list(results(out)) == RESULTS
+    assert not list(out.glob(".partial-*"))
     monkeypatch.setattr(os, "replace", real)
     run_model(src, out, resume=True, max_evals=5)
     assert list(results(out)) == RESULTS and not list(out.glob(".partial-*"))
+    assert results(out) != previous
 
 
 def test_a_new_set_replaces_the_old_one_completely(

@@ -583,9 +583,11 @@ class TrtexecSession(Session):
         # the typing of the ONNX file run() was last given (file_typed_precision; None: an engine, convs)
         self._typing: str | None = None
         self._input_shapes: dict[str, list[int]] = {}  # what each input of that model ran at, where known
-        root = Path(options.extra.get("remote_workdir", DEFAULT_REMOTE_WORKDIR))
+        # the board's paths are POSIX whatever the host's: a Windows host's Path gave the board
+        # `\tmp\deployopt-trtexec\…` (one odd file name in its home folder, exports never found)
+        root = PurePosixPath(options.extra.get("remote_workdir", DEFAULT_REMOTE_WORKDIR))
         run_dir = remote_run_dir(root, options) if self.remote else None  # optimize's, removed at close
-        self.run_dir: Path | None = Path(run_dir) if run_dir is not None else None
+        self.run_dir: PurePosixPath | None = run_dir
         self._removes = owned_run_dir(run_dir, options)  # removed at close, by one session of the run
         self.remote_workdir = self.run_dir or root
         self.remote_root = root  # the folder every run on the board shares

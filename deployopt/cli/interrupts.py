@@ -144,9 +144,13 @@ class ReaderStream(_Watched):
         _thread.interrupt_main()  # the timer's thread ends quietly; the command unwinds in its own
 
     def _hangup(self, exc: OSError) -> None:
-        """EIO from the terminal the command started on: it hung up (`TerminalHungUp`); any other
+        """EIO from the terminal the command started on: it hung up (`TerminalHungUp`); on Windows
+        EINVAL or EPIPE from a stream that is no terminal: its reader went away (`_gone`); any other
         failure (a disk's EIO under a redirected stream, ENOSPC) is raised as it was."""
         global _hung_up
+        if _windows_pipe_gone(exc) and not self._terminal:
+            self._gone()
+            return
         if exc.errno != errno.EIO or not self._terminal:
             raise exc
         self._to_devnull()
@@ -162,6 +166,13 @@ class ReaderStream(_Watched):
         self._gone_away = True
         with contextlib.suppress(OSError, ValueError, AttributeError):  # no descriptor (a test's capture)
             point_at_devnull(self._stream.fileno())
+
+
+def _windows_pipe_gone(exc: OSError) -> bool:
+    """Whether `exc`, from a write or flush, is how Windows says a pipe's reader went away: EINVAL
+    (CPython issue 79935, bpo-35754) or EPIPE, not BrokenPipeError. `deployopt … | head` there
+    printed "error: Invalid argument" and a chained traceback, exit 120 (optimize: no resume line)."""
+    return sys.platform == "win32" and exc.errno in (errno.EINVAL, errno.EPIPE)
 
 
 def point_at_devnull(fd: int) -> None:
