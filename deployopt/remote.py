@@ -138,6 +138,27 @@ def board_name(name: str) -> str:
     return safe
 
 
+#: What a board work folder (extra["remote_workdir"]) may hold: board_name's characters and '/'.
+WORKDIR_CHARS = re.compile(r"[A-Za-z0-9._/-]+")
+
+
+def check_workdir(workdir: str | os.PathLike[str]) -> PurePosixPath:
+    """`extra["remote_workdir"]` (library API: the CLI sets none) as a board path, checked when a
+    session opens, before anything reaches the board: board_name's characters and '/' only, no part
+    starting with '-'. The folders and files under it are board_name'd because older scp (OpenSSH
+    < 9.0's default) runs a remote path through the board's shell, but the root was used as given:
+    "/home/me/my work" made its folder (mkdir quotes) and then failed scp's copy ("ambiguous
+    target"), and a '~' was a literal folder to the quoted mkdir but the home folder to that scp."""
+    text = os.fspath(workdir)
+    if not WORKDIR_CHARS.fullmatch(text) or any(part.startswith("-") for part in text.split("/")):
+        raise DeployoptError(
+            f"remote_workdir {text!r}: give the board's work folder in letters, digits, '.', '_', '-' "
+            "and '/' only, no part starting with '-' (older scp runs it through the board's shell); "
+            "a relative path is in the login's home folder"
+        )
+    return PurePosixPath(text)
+
+
 #: Hex digits of the model's sha256 in its board folder's name (model_dir_name): 48 bits, so two
 #: files of one name on one board never meet by chance.
 MODEL_KEY_HEX = 12
@@ -464,9 +485,15 @@ class Board:
         OpenSSH or an unreachable host, BackendFailed for a timeout (naming `limit_s`, the user's
         limit, where the local wait is longer) and for a full disk on the board (disk_full_hint;
         not for a copy back, `writes_board` False, whose full disk is this machine's), RemoteFailed
-        for another non-zero exit."""
+        for another non-zero exit. Never with deployopt's stdin: OpenSSH's client (without -n) reads
+        its stdin and sends it to the board whether the command reads it or not, so in a
+        `while read m; do deployopt bench "$m" --remote …; done < list` the first ssh swallowed the
+        rest of the list (one model benched, exit 0), and a run in the background (`… > log &`) was
+        stopped at its first ssh by the terminal (SIGTTIN), then failed as a connection timeout."""
         try:
-            proc = subprocess.run(cmd, capture_output=True, timeout=timeout_s, check=False)
+            proc = subprocess.run(
+                cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s, check=False
+            )
         except FileNotFoundError:
             raise BackendUnavailable(f"{cmd[0]} not found: remote mode needs OpenSSH (ssh, scp)") from None
         except subprocess.TimeoutExpired:

@@ -50,6 +50,7 @@ from deployopt.remote import (
     RemoteFailed,
     board_name,
     board_timing_cache,
+    check_workdir,
     fetch_engine,
     interrupt_ends,
     make_sweep_dir,
@@ -220,6 +221,28 @@ def calibration_npy(
     return dest
 
 
+#: What the runner's --shapes (NAME:DIMS[,NAME:DIMS…], split on ',') cannot hold in an input's name,
+#: and the tool refuse_unnamable_inputs names.
+RUNNER_SHAPES = (",", "jetson/runner.py's --shapes")
+
+
+def refuse_unnamable_inputs(shapes: dict[str, list[int]], model_name: str, tool: tuple[str, str]) -> None:
+    """One ModelError line, before anything is built or copied, for an input of `shapes` (what goes
+    into a --shapes list: the dynamic inputs and those given --input-shape) whose name holds one of
+    the characters `tool`[0], which that list (`tool`[1]) cannot name: an ONNX input may be named
+    "a,b", and the runner split it into 'a' and 'b:1x3x8x8' on the board after the copy ("bad
+    --shapes entry 'a'", of a --shapes the user never gave)."""
+    chars, where = tool
+    for name in shapes:
+        bad = next((c for c in name if c in chars), None)
+        if bad is not None:
+            raise ModelError(
+                f"input {name!r} of {model_name} has {bad!r} in its name, which {where} cannot name: "
+                "rename the input (onnx-graphsurgeon) or make its dims static in the model (and give "
+                "it no --input-shape)"
+            )
+
+
 def runner_flags(
     options: MeasureOptions, shapes: dict[str, list[int]], engine_dir: PurePosixPath
 ) -> list[str]:
@@ -295,7 +318,7 @@ class RemoteRunnerSession(Session):
         self.result_name = own_name(RESULT, session_token())
         self.runner = find_runner()
         self.calib = calibration_file(options)
-        self.workdir = PurePosixPath(options.extra.get("remote_workdir", DEFAULT_REMOTE_WORKDIR))
+        self.workdir = check_workdir(options.extra.get("remote_workdir", DEFAULT_REMOTE_WORKDIR))
         self.run_dir = remote_run_dir(self.workdir, options)  # optimize's own folder
         self._removes = owned_run_dir(self.run_dir, options)  # removed at close, by one session of the run
         board_cache = board_timing_cache(options, self.workdir, self.run_dir)
@@ -337,8 +360,10 @@ class RemoteRunnerSession(Session):
         if engine:  # timed as it is: no ONNX read here, no version check, no fp16 typing, no weights
             refuse_engine_options(model_path, self.options.batch, self.options.calibration_data)
             shapes, send, weights = dict(self.options.input_shapes), model_path, []
+            refuse_unnamable_inputs(shapes, model_path.name, RUNNER_SHAPES)
         else:
             shapes = input_shapes(model_path, self.options)
+            refuse_unnamable_inputs(shapes, model_path.name, RUNNER_SHAPES)  # before the version check too
             send = self._for_board(
                 model_path, typing
             )  # typed fp16 here on TensorRT >= 11; refusals before any copy

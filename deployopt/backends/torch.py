@@ -76,8 +76,31 @@ def profile_from_json(d: dict[str, Any]) -> Profile:
     )
 
 
+#: The folder the deployopt package that runs here was imported from: the worker imports the same
+#: one (the two speak one protocol), where its path would not find it otherwise.
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+def worker_command() -> list[str]:
+    """How the worker is started: the module run as `python -m` runs it, but with the current folder
+    taken off the front of sys.path (where `-m` and `-c` put it; Python >= 3.11's -P is not on
+    3.9), as the deployopt console script has it. With `-m`, a user's copy.py, numpy.py or their own
+    onnx2torch.py in the folder deployopt ran from was imported (and run) in place of the library's
+    in the worker alone: "PyTorch is not installed" while `deployopt backends` said it was. The
+    package's own folder (PACKAGE_ROOT) is appended where not on the path (a checkout run as
+    `python -m deployopt` from its root), after the standard library and site-packages."""
+    code = (
+        "import sys\n"  # built in: nothing read from the folder before it is off the path
+        "if sys.path[:1] == ['']: del sys.path[0]\n"
+        f"if {PACKAGE_ROOT!r} not in sys.path: sys.path.append({PACKAGE_ROOT!r})\n"
+        "import runpy\n"
+        "runpy.run_module('deployopt.backends.torch_worker', run_name='__main__', alter_sys=True)\n"
+    )
+    return [sys.executable, "-c", code]
+
+
 class WorkerProcess:
-    """One `python -m deployopt.backends.torch_worker` child and its JSON-lines channel."""
+    """One torch_worker child (worker_command) and its JSON-lines channel."""
 
     def __init__(self, config: dict[str, Any], timeout_s: float) -> None:
         self._stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115  (lives as long as the worker)
@@ -88,7 +111,7 @@ class WorkerProcess:
         env[PARENT_ENV] = str(os.getpid())
         env[DEATH_SIGNAL_ENV] = "1" if threading.current_thread() is threading.main_thread() else ""
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "deployopt.backends.torch_worker"],
+            worker_command(),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,

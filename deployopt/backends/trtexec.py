@@ -57,6 +57,7 @@ from deployopt.remote import (
     RemoteFailed,
     board_name,
     board_timing_cache,
+    check_workdir,
     fetch_engine,
     interrupt_ends,
     make_sweep_dir,
@@ -220,13 +221,13 @@ def find_trtexec() -> str | None:
 
 
 def detect_version(trtexec: str, timeout_s: float = 60.0, prefix: list[str] | None = None) -> str | None:
-    """TensorRT version from the `&&&& RUNNING TensorRT.trtexec [TensorRT v8502]` banner of --help;
-    "7" for a banner without the tag (7.x), None when there is no banner."""
-    import re
-
+    """TensorRT version of `trtexec` here from its --help (version_in_help); None when it does not
+    run. Never with deployopt's stdin (a `prefix` such as ssh would read it: see Board.call); the
+    board's version is board_version's."""
     try:
         proc = subprocess.run(
             [*(prefix or []), trtexec, "--help"],
+            stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             timeout=timeout_s,
@@ -234,7 +235,29 @@ def detect_version(trtexec: str, timeout_s: float = 60.0, prefix: list[str] | No
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
-    out = proc.stdout.decode("utf-8", "replace")
+    return version_in_help(proc.stdout.decode("utf-8", "replace"))
+
+
+def board_version(board: Board, trtexec: str, timeout_s: float) -> str | None:
+    """The TensorRT version of `trtexec` on the board (extra["remote_trtexec"]), from its --help run
+    as the build is: quoted for the board's shell (ssh joins its words and the shell splits them
+    again: "/opt/trt 8/bin/trtexec" was not found, the version taken as unknown, 10.x flags sent to
+    an 8.2 board), under the board's own `timeout`, stdin never read. An unreachable board or a
+    check past its limit is Board's one line; a trtexec that is missing or exits non-zero, None
+    (unknown), as here: the build then says what is wrong in the board's words."""
+    try:
+        out = board.run_limited([trtexec, "--help"], "the TensorRT version check", timeout_s)
+        out += board.last_err
+    except RemoteFailed as exc:
+        out = exc.out + exc.err
+    return version_in_help(out)
+
+
+def version_in_help(out: str) -> str | None:
+    """TensorRT version from the `&&&& RUNNING TensorRT.trtexec [TensorRT v8502]` banner of --help;
+    "7" for a banner without the tag (7.x), None when there is no banner."""
+    import re
+
     m = re.search(r"\[TensorRT v(\d+)\]", out)
     if m:
         return parse_version_code(m.group(1))
@@ -244,6 +267,11 @@ def detect_version(trtexec: str, timeout_s: float = 60.0, prefix: list[str] | No
         # not the 10.x flags an unknown version gets
         return "7"
     return None
+
+
+#: What trtexec's --shapes (sampleOptions.cpp) cannot hold in an input's name: it splits the list on
+#: ',' first, and 8.x strips every "'" from a name (10.x refuses one).
+TRTEXEC_SHAPES = (",'", "trtexec's --shapes")
 
 
 def shapes_arg(shapes: dict[str, list[int]]) -> str:
@@ -585,7 +613,9 @@ class TrtexecSession(Session):
         self._input_shapes: dict[str, list[int]] = {}  # what each input of that model ran at, where known
         # the board's paths are POSIX whatever the host's: a Windows host's Path gave the board
         # `\tmp\deployopt-trtexec\…` (one odd file name in its home folder, exports never found)
-        root = PurePosixPath(options.extra.get("remote_workdir", DEFAULT_REMOTE_WORKDIR))
+        given = options.extra.get("remote_workdir", DEFAULT_REMOTE_WORKDIR)
+        # checked before anything reaches the board: scp takes it as it is
+        root = check_workdir(given) if self.remote else PurePosixPath(given)
         run_dir = remote_run_dir(root, options) if self.remote else None  # optimize's, removed at close
         self.run_dir: PurePosixPath | None = run_dir
         self._removes = owned_run_dir(run_dir, options)  # removed at close, by one session of the run
@@ -644,6 +674,9 @@ class TrtexecSession(Session):
         else:
             shapes = input_shapes(model_path, self.options)
             self._input_shapes = ran_shapes(model_path, shapes)
+        from deployopt.backends.tensorrt_remote import refuse_unnamable_inputs
+
+        refuse_unnamable_inputs(shapes, model_path.name, TRTEXEC_SHAPES)  # before any build or copy
         if self.options.dtype == "int8" and not self._prebuilt:
             # typed_precision says int8 for Q/DQ nodes and for onnxruntime's integer ops (ConvInteger:
             # quantize_dynamic), which TensorRT builds no INT8 from: Q/DQ read where it says int8
@@ -696,7 +729,7 @@ class TrtexecSession(Session):
         board = self._board()
         short = min(QUICK_STEP_S, self.options.timeout_s)
         if self.version is None:  # first: the board's TensorRT decides what model goes there
-            self.version = detect_version(self.trtexec, timeout_s=short, prefix=board.ssh_prefix())
+            self.version = board_version(board, self.trtexec, short)
         if not self._prebuilt:  # an engine goes as it is, with no weights beside it
             model_path = self.build_model(model_path, outdir, self.version)  # converted here, on the host
         weights = [] if self._prebuilt else model_weights(model_path)  # checked before any copy
@@ -870,7 +903,7 @@ class TrtexecSession(Session):
         short = min(QUICK_STEP_S, self.options.timeout_s)
         long = self.options.timeout_s * len(shapes)  # what the convs had one by one
         if self.version is None:  # first: the board's TensorRT decides what model goes there
-            self.version = detect_version(self.trtexec, timeout_s=short, prefix=board.ssh_prefix())
+            self.version = board_version(board, self.trtexec, short)
         if self._convs is None:
             self._convs = sweep_convs_dir(PurePosixPath(self.remote_workdir) / SWEEP_DIR, self.run_dir)
         folder = self._convs
@@ -984,7 +1017,7 @@ class TrtexecSession(Session):
 
     def preflight(self) -> None:
         """With --remote: the board answers and its work folder can be made (one ssh round trip;
-        detect_version, which the first model runs, takes no answer for an unknown version)."""
+        board_version, which the first model runs, reads the board's TensorRT)."""
         if not self.remote:
             return
         short = min(QUICK_STEP_S, self.options.timeout_s)
