@@ -13,11 +13,11 @@ import errno
 import gc
 import math
 import os
-import re
 import select
 import shlex
 import stat
 import sys
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1105,19 +1105,44 @@ def _typed_constant_values(graph: onnx.GraphProto) -> None:
         node.attribute.append(onnx.helper.make_attribute("value", tensor))
 
 
-#: onnxruntime's warning, info and verbose lines ("[W:onnxruntime:, graph.cc:...] Removing
-#: initializer ..."): about the subgraphs folding evaluates, not about the user's model
-_ORT_NOTE = re.compile(rb"\[[WIV]:onnxruntime:")
+#: one fold's sessions made quiet at a time (`_quiet_fold_sessions` swaps a module attribute)
+_QUIET_FOLD = threading.RLock()
 
 
-def _onnxruntime_notes_held() -> contextlib.AbstractContextManager[None]:
-    """fd 2 filtered while folding runs onnxruntime: all but onnxruntime's warning, info and verbose
-    lines pass, as they come. onnxruntime's log severity is process-wide and has no getter: setting
-    it to 3 here and back to a guessed 2 undid a caller's own setting (their silenced warnings came
-    back, their debug level dropped); filtering stderr quiets the fold alone."""
-    from deployopt.onnxruntime_compat import stderr_filtered
+@contextlib.contextmanager
+def _quiet_fold_sessions() -> Iterator[None]:
+    """The onnxruntime sessions folding opens (onnx-graphsurgeon's, which take no SessionOptions)
+    log errors only: their own `log_severity_level` 3, given by a stand-in for
+    `onnxruntime.InferenceSession` while the fold runs. Their graph-optimizer warnings about the
+    folded subgraphs are noise. onnxruntime's process-wide severity has no getter: setting it to 3
+    and back to a guessed 2 undid a caller's own setting; holding fd 2 instead lost what a native
+    crash in the fold said and raced between threads (review of d27ce72). A session another thread
+    opens meanwhile without options of its own is as quiet; nothing else changes."""
+    try:
+        from deployopt.onnxruntime_compat import import_onnxruntime
 
-    return stderr_filtered(lambda line: _ORT_NOTE.search(line) is not None)
+        ort = import_onnxruntime()
+    except ImportError as exc:  # graphsurgeon reports the missing onnxruntime itself
+        reraise_interrupt(exc)
+        yield
+        return
+    with _QUIET_FOLD:
+        original = ort.InferenceSession
+
+        class _Quiet(original):  # type: ignore[misc, valid-type]
+            def __init__(
+                self, path_or_bytes: Any, sess_options: Any = None, *args: Any, **kwargs: Any
+            ) -> None:
+                if sess_options is None:
+                    sess_options = ort.SessionOptions()
+                    sess_options.log_severity_level = 3
+                super().__init__(path_or_bytes, sess_options, *args, **kwargs)
+
+        ort.InferenceSession = _Quiet
+        try:
+            yield
+        finally:
+            ort.InferenceSession = original
 
 
 def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -1137,7 +1162,7 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
         reraise_interrupt(exc)  # Ctrl-C inside onnxruntime's import: interrupted, not missing
     _castlike_to_cast(model)
     try:
-        with _onnxruntime_notes_held():
+        with _quiet_fold_sessions():
             graph = gs.import_onnx(model)
             # the subgraphs folding evaluates go to onnxruntime at the graph's IR version: one newer
             # than onnxruntime reads (a model saved by a newer onnx, deployopt.onnxruntime_compat)

@@ -44,6 +44,8 @@ _TELEMETRY_LINE = b"Failed to persist telemetry device ID"
 #: for their own hold, and the last to finish put back the other's, leaving the process's stderr
 #: pointing at a deleted file for good (review of d27ce72). Reentrant: a hold inside a hold is fine.
 _STDERR_HOLD = threading.RLock()
+if hasattr(os, "register_at_fork"):  # a child forked while another thread held: its own lock, free
+    os.register_at_fork(after_in_child=lambda: globals().__setitem__("_STDERR_HOLD", threading.RLock()))
 #: how long the end of a hold waits for its last lines to be passed on: a child process that
 #: inherited the hold's pipe as its stderr keeps it open past the hold
 _FORWARD_WAIT_S = 10.0
@@ -76,8 +78,10 @@ def stderr_filtered(drop: Callable[[bytes], bool]) -> Iterator[None]:
     """While the block runs, fd 2 (where onnxruntime's C++ logger writes, past Python's sys.stderr)
     goes through a pipe whose lines are passed on to the real stderr as they come, but those `drop`
     matches. Passed on at once, not held to the end: a native crash inside the block (onnxruntime's
-    `[E:...]` line, "terminate called ...", faulthandler) still shows what was said before it. One
-    holder at a time (`_STDERR_HOLD`). No stderr (2>&-, None) or no pipe: the block runs as is."""
+    `[E:...]` line) shows once the pump has passed it on (a crash at once can still lose it). One
+    holder at a time (`_STDERR_HOLD`); a child process started in the block writes its stderr through
+    the pipe too, and the block's end waits up to _FORWARD_WAIT_S for it. deployopt holds only around
+    onnxruntime's import. No stderr (2>&-, None) or no pipe: the block runs as is."""
     with _STDERR_HOLD:
         try:
             sys.stderr.flush()

@@ -138,23 +138,31 @@ def board_name(name: str) -> str:
     return safe
 
 
-#: What a board work folder (extra["remote_workdir"]) may hold: board_name's characters and '/'.
-WORKDIR_CHARS = re.compile(r"[A-Za-z0-9._/-]+")
+#: What a board work folder (extra["remote_workdir"]) may hold: letters (any script), digits, '.',
+#: '_', '-', '+', '@' and '/': nothing a POSIX shell reads as syntax (`/home/me/c++/w`,
+#: `/data/me@lab/w`, `/home/José/w` are fine where older scp runs the path through it)
+WORKDIR_CHARS = re.compile(r"[\w.+@/-]+")
 
 
 def check_workdir(workdir: str | os.PathLike[str]) -> PurePosixPath:
     """`extra["remote_workdir"]` (library API: the CLI sets none) as a board path, checked when a
-    session opens, before anything reaches the board: board_name's characters and '/' only, no part
-    starting with '-'. The folders and files under it are board_name'd because older scp (OpenSSH
+    session opens, before anything reaches the board: WORKDIR_CHARS only, no part starting with '-',
+    no '..', not the root itself. The folders and files under it are board_name'd because older scp (OpenSSH
     < 9.0's default) runs a remote path through the board's shell, but the root was used as given:
     "/home/me/my work" made its folder (mkdir quotes) and then failed scp's copy ("ambiguous
     target"), and a '~' was a literal folder to the quoted mkdir but the home folder to that scp."""
     text = os.fspath(workdir)
-    if not WORKDIR_CHARS.fullmatch(text) or any(part.startswith("-") for part in text.split("/")):
+    parts = text.split("/")
+    if (
+        not WORKDIR_CHARS.fullmatch(text)
+        or any(part.startswith("-") or part == ".." for part in parts)
+        or not any(part not in ("", ".") for part in parts)  # "/", ".": a folder deployopt's own? no
+    ):
         raise DeployoptError(
-            f"remote_workdir {text!r}: give the board's work folder in letters, digits, '.', '_', '-' "
-            "and '/' only, no part starting with '-' (older scp runs it through the board's shell); "
-            "a relative path is in the login's home folder"
+            f"remote_workdir {text!r}: give the board's work folder in letters, digits, '.', '_', '-', "
+            "'+', '@' and '/' only, no part starting with '-', no '..', not '/' itself (older scp runs it "
+            "through the board's shell, and a run's folders are removed under it); a relative path is in "
+            "the login's home folder"
         )
     return PurePosixPath(text)
 

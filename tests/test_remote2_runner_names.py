@@ -12,7 +12,7 @@ Found by the read-only review of --remote:
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 import onnx
@@ -83,7 +83,9 @@ def test_cli_bench_remote_runs_a_static_input_named_with_a_comma_and_a_dynamic_o
         assert code == 0, (name, err)
 
 
-@pytest.mark.parametrize("workdir", ["my work", "~/deployopt", "-work", "w/-x", "w;rm -rf w", ""])
+@pytest.mark.parametrize(
+    "workdir", ["my work", "~/deployopt", "-work", "w/-x", "w;rm -rf w", "", "/", "w/../..", "$HOME/w"]
+)
 def test_runner_session_refuses_a_workdir_scp_cannot_take_when_it_opens(
     workdir: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -94,11 +96,20 @@ def test_runner_session_refuses_a_workdir_scp_cannot_take_when_it_opens(
     with pytest.raises(DeployoptError) as info:
         get_backend("tensorrt").open(MeasureOptions(dtype="fp32", runs=5, extra=extra))
     assert str(info.value) == (
-        f"remote_workdir {workdir!r}: give the board's work folder in letters, digits, '.', '_', '-' "
-        "and '/' only, no part starting with '-' (older scp runs it through the board's shell); a "
-        "relative path is in the login's home folder"
+        f"remote_workdir {workdir!r}: give the board's work folder in letters, digits, '.', '_', '-', "
+        "'+', '@' and '/' only, no part starting with '-', no '..', not '/' itself (older scp runs it "
+        "through the board's shell, and a run's folders are removed under it); a relative path is in "
+        "the login's home folder"
     )
     assert not log.exists() or log.read_text() == ""
+
+
+@pytest.mark.parametrize("workdir", ["/home/me/c++/w", "/data/me@lab/w", "/home/José/w", "w", "./w"])
+def test_a_workdir_of_shell_safe_characters_is_taken(workdir: str) -> None:
+    """Review of d563a19: '+', '@' and letters of any script are nothing a shell reads as syntax."""
+    from deployopt.remote import check_workdir
+
+    assert str(check_workdir(workdir)) == str(PurePosixPath(workdir))
 
 
 def test_runner_session_takes_a_plain_workdir(

@@ -87,12 +87,13 @@ def worker_command() -> list[str]:
     3.9), as the deployopt console script has it. With `-m`, a user's copy.py, numpy.py or their own
     onnx2torch.py in the folder deployopt ran from was imported (and run) in place of the library's
     in the worker alone: "PyTorch is not installed" while `deployopt backends` said it was. The
-    package's own folder (PACKAGE_ROOT) is appended where not on the path (a checkout run as
-    `python -m deployopt` from its root), after the standard library and site-packages."""
+    package's own folder (PACKAGE_ROOT) goes first where not on the path (a checkout run as
+    `python -m deployopt` from its root): appended, an installed copy of deployopt in site-packages
+    was the worker's while the checkout was its parent's (review of d563a19)."""
     code = (
         "import sys\n"  # built in: nothing read from the folder before it is off the path
         "if sys.path[:1] == ['']: del sys.path[0]\n"
-        f"if {PACKAGE_ROOT!r} not in sys.path: sys.path.append({PACKAGE_ROOT!r})\n"
+        f"if {PACKAGE_ROOT!r} not in sys.path: sys.path.insert(0, {PACKAGE_ROOT!r})\n"
         "import runpy\n"
         "runpy.run_module('deployopt.backends.torch_worker', run_name='__main__', alter_sys=True)\n"
     )
