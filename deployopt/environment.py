@@ -201,8 +201,13 @@ def torch_cuda_facts() -> dict[str, Any]:
 def collect(backend: str, **extra: Any) -> dict[str, Any]:
     """The environment dict that goes into every Timing/Profile; `extra` adds backend facts
     (e.g. sms=8, device="cuda", provider="CPUExecutionProvider")."""
+    from deployopt import __version__
+
     env: dict[str, Any] = {
         "backend": backend,
+        # the tool that measured: what a bench feeds and records changes between versions, and a
+        # baseline months older than the compare reading it could not say so (regression.tool_versions)
+        "deployopt": __version__,
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpu": cpu_model(),

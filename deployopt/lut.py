@@ -88,6 +88,10 @@ PER_RUN = (
     # input renamed, and every conv was timed again into a table of its own (each conv's own shape,
     # batch included, is its entry's key)
     "input_shapes",
+    # the deployopt that recorded the timing (environment.collect, for compare's note): the
+    # kernels timed are the libraries' and the device's, which the rest of the environment names;
+    # in the key, every upgrade of deployopt would re-time every table
+    "deployopt",
 )
 
 

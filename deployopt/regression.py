@@ -20,7 +20,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -165,9 +165,35 @@ def setup_differences(a: Timing, b: Timing) -> list[str]:
         va, vb = fa[key], fb[key]
         if va is not None and vb is not None and va != vb:
             out.append(f"{word} {_shown(key, va)} → {_shown(key, vb)}")
+    out += procedure_differences(a, b)
     ta, tb = comparable_timed(a), comparable_timed(b)
     if ta and tb and ta != tb:
         out.append(timed_difference(ta, tb))
+    return out
+
+
+def run_lengths(t: Timing) -> list[int]:
+    """The runs a result's replicates each timed (one run: its own count), distinct, in order."""
+    return sorted({r.runs for r in t.replicates or [Replicate(t.runs)]})
+
+
+def procedure_differences(a: Timing, b: Timing) -> list[str]:
+    """The warm-up and, where the backend counts runs itself (not trtexec: it warms up by time and
+    takes --iterations as a minimum), the runs per replicate, where they differ: where latency
+    drifts within a run (every H100 torch run got 2–2.5 % faster over its first 100 of 200) both move
+    a run's median by more than --min-effect, so `bench --append` refuses to pool them
+    (append_target), and compare --strict passed them as like for like. A trtexec --exportTimes file
+    records neither (its warm-up reads 0): not checked against one; nor across backends (flagged
+    already, and trtexec's warm-up is milliseconds, the others' runs)."""
+    if a.backend != b.backend or EXPORT_TIMES_TIMED in (a.timed, b.timed):
+        return []
+    out = []
+    if a.warmup != b.warmup:
+        out.append(f"warm-up {a.warmup} → {b.warmup}")
+    if a.backend != "trtexec":
+        ra, rb = run_lengths(a), run_lengths(b)
+        if ra != rb:
+            out.append(f"runs per replicate {'/'.join(map(str, ra))} → {'/'.join(map(str, rb))}")
     return out
 
 
@@ -285,30 +311,108 @@ def unit_mismatch(baseline: Timing, current: Timing) -> list[str]:
     ]
 
 
-def staleness(baseline: Timing, current: Timing) -> str | None:
-    """Why the current result may not be this run's (None: it is newer than its baseline, or a side
-    recorded no "measured_at", as files written before it did not). A `bench -o` or a copy that
-    failed leaves the last result in place (outputs are never half-written), and compare judged it
-    again with no word; a baseline copied from the current result carries its very time.
+#: Two sides measured this close together are one session, whatever their order: a CI job that benches
+#: the PR's model and then the release's (or a matrix of two parallel jobs) has its current side a few
+#: seconds or minutes *before* its baseline, and "stale" failed that fresh pair under --strict.
+SAME_SESSION = timedelta(hours=1)
 
-    Sides whose runs were interleaved (`bench --append`, a round of baseline then current or the
-    other way round) overlap in time: a current side with a run after the baseline's first
-    replicate is this run's, whichever side's last run came last."""
+#: How far after this machine's clock a "measured_at" may be before compare says a clock is wrong:
+#: a board and the host disagree by seconds under NTP, by years without it (no RTC battery).
+CLOCK_SKEW = timedelta(minutes=10)
+
+
+def tool_versions(baseline: Timing, current: Timing) -> list[str]:
+    """A note where the two sides were written by different deployopt versions (environment
+    "deployopt", recorded since 2026-12-07): what a bench feeds and records may have changed between
+    them, so the change need not be the model's. A note, not a setup difference: the versions alone
+    do not say the procedure changed. A side without the record: nothing said."""
+    vb, vc = (t.environment.get("deployopt") for t in (baseline, current))
+    if vb is None or vc is None or vb == vc:
+        return []
+    return [
+        f"written by deployopt {vb} (baseline) and {vc} (current): what a bench feeds and records may "
+        "differ between versions (docs/regression.md)"
+    ]
+
+
+def staleness(baseline: Timing, current: Timing, now: datetime | None = None) -> str | None:
+    """Why the current result may not be this run's (None: it is newer than its baseline, or of the
+    same session, or a side recorded no "measured_at", as files written before it did not). A `bench
+    -o` or a copy that failed leaves the last result in place (outputs are never half-written), and
+    compare judged it again with no word; a baseline copied from the current result carries its very
+    time and samples.
+
+    Sides measured within SAME_SESSION of each other (back-to-back benches in either order, or runs
+    interleaved by `bench --append`: a current run within SAME_SESSION of the baseline's first) are
+    one session, so this run's. A baseline dated after `now` (future_records) is a wrong clock, not
+    a failed bench: it is said there, not here."""
     if baseline.measured_at is None or current.measured_at is None:
         return None
     b, c = measured_time(baseline.measured_at), measured_time(current.measured_at)
-    if c > b:
-        return None
     if c == b and baseline.samples_us == current.samples_us:
         return f"both sides are the same result, measured at {current.measured_at} (the same file or a copy)"
-    if c > _earliest(baseline):  # interleaved with the baseline's runs
+    if now is not None and b > now + CLOCK_SKEW:
         return None
-    if c == b:  # "measured_at" is to the second
-        return (
-            f"both sides were measured in the same second ({current.measured_at}): which is newer cannot "
-            "be told"
-        )
+    if c > _earliest(baseline) - SAME_SESSION:
+        return None
     return f"it was measured at {current.measured_at}, before its baseline ({baseline.measured_at})"
+
+
+def _span(d: timedelta) -> str:
+    """'3.2 days' / '5.0 h' / '12 min': how far apart two times are, in the unit that reads."""
+    s = abs(d.total_seconds())
+    if s >= 2 * 86400:
+        return f"{s / 86400:.1f} days"
+    if s >= 2 * 3600:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 60:.0f} min"
+
+
+def future_records(baseline: Timing, current: Timing, now: datetime) -> list[str]:
+    """Each side dated more than CLOCK_SKEW after `now` (this machine's clock), in words that blame
+    the clock: taken at face value, a current result from the future passed --strict as fresh, and a
+    baseline from the future failed every later run as "stale", blaming a failed bench."""
+    out = []
+    for side, t in (("baseline", baseline), ("current", current)):
+        if t.measured_at is None:
+            continue
+        ahead = measured_time(t.measured_at) - now
+        if ahead > CLOCK_SKEW:
+            out.append(
+                f"{side} measured_at {t.measured_at} is {_span(ahead)} after this machine's clock "
+                f"({now.strftime('%Y-%m-%dT%H:%M:%SZ')}): a clock is wrong (the benching machine's or this "
+                "one's), so when it was measured, and whether the pair is this run's, cannot be told"
+            )
+    return out
+
+
+def too_old(current: Timing, max_age: timedelta | None, now: datetime) -> str | None:
+    """Why the current result is older than `compare --max-age` allows (None: no limit, or within
+    it): a bench that failed in week 3 left week 2's result, newer than week 1's baseline, and
+    --strict passed it. A current side with no "measured_at" cannot show its age: it fails too."""
+    if max_age is None:
+        return None
+    if current.measured_at is None:
+        return "the current result records no measured_at, so its age cannot be checked against --max-age"
+    age = now - measured_time(current.measured_at)
+    if age <= max_age:
+        return None
+    return (
+        f"the current result was measured at {current.measured_at}, {_span(age)} ago, more than --max-age "
+        f"{_span(max_age)}: a bench or copy that failed leaves the last result in place"
+    )
+
+
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", re.IGNORECASE)
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_duration(text: str) -> timedelta:
+    """`--max-age`'s DURATION (8d, 36h, 90m, 2w, 3600s) as a timedelta, or a one-line DataError."""
+    found = _DURATION.fullmatch(text)
+    if found is None or float(found[1]) <= 0:
+        raise DataError(f"--max-age {text!r}: expected a positive duration such as 8d, 36h or 90m")
+    return timedelta(**{_UNITS[found[2].lower()]: float(found[1])})
 
 
 def _earliest(t: Timing) -> datetime:
@@ -465,6 +569,9 @@ class Pair:
     stale: str | None = None  # why the current result may be an older one left in place (staleness)
     #: a side whose replicates span more than REPLICATE_SPAN_MAX (long_replicate_spans)
     long_spans: list[str] = field(default_factory=list)
+    #: a side dated after this machine's clock (future_records): a clock is wrong
+    future: list[str] = field(default_factory=list)
+    too_old: str | None = None  # the current result is older than --max-age (too_old)
 
     def to_json(self) -> dict[str, Any]:
         def side(t: Timing, path: Path) -> dict[str, Any]:
@@ -475,6 +582,7 @@ class Pair:
                 "iqr_us": t.iqr_us,
                 "ci95_us": list(t.ci95_us) if t.ci_known else None,  # null below timing.CI_MIN_RUNS
                 "runs": t.runs,
+                "warmup": t.warmup,  # a difference is a setup difference (procedure_differences)
                 "timed": t.timed,
                 "measured_on": setup(t),  # what the table's "measured on" line says
                 "model": t.model,  # what was timed: file name and sha256 (null: not recorded)
@@ -524,6 +632,8 @@ class Pair:
             "model_check": self.model.to_json(),
             "notes": self.notes,
             "stale": self.stale,
+            "future": self.future,  # a side dated after this machine's clock (a clock is wrong)
+            "too_old": self.too_old,  # the current side is older than --max-age
             # each side's replicates from first to last (days; null: one run, or times not recorded),
             # and whether either exceeds REPLICATE_SPAN_MAX: meant to be one measurement session
             "replicate_span_days": {
@@ -544,6 +654,7 @@ class RegressionReport:
     min_effect: float
     only_in_baseline: list[str] = field(default_factory=list)
     only_in_current: list[str] = field(default_factory=list)
+    max_age: timedelta | None = None  # compare --max-age (None: no limit on the current side's age)
 
     @property
     def slower(self) -> list[Pair]:
@@ -565,18 +676,39 @@ class RegressionReport:
         return [p for p in self.pairs if p.stale]
 
     @property
+    def future(self) -> list[Pair]:
+        """Pairs with a side dated after this machine's clock (beyond CLOCK_SKEW): a clock is wrong."""
+        return [p for p in self.pairs if p.future]
+
+    @property
+    def too_old(self) -> list[Pair]:
+        """Pairs whose current result is older than --max-age."""
+        return [p for p in self.pairs if p.too_old]
+
+    @property
     def long_span(self) -> list[Pair]:
         """Pairs with a side whose replicates span more than REPLICATE_SPAN_MAX."""
         return [p for p in self.pairs if p.long_spans]
 
     def failures(self, strict: bool) -> list[dict[str, Any]]:
         """Why compare exits non-zero, one entry a reason ({"reason", "pairs", "message"}): a model
-        slower, and with --strict every pair the test cannot vouch for (another model, another setup,
-        no verdict, a stale current result, a file without a counterpart). `--json` had no verdict
+        slower, a current result older than --max-age, and with --strict every pair the test cannot
+        vouch for (another model, another setup, no verdict, a stale current result, a side dated after
+        this machine's clock, a file without a counterpart). `--json` had no verdict
         of its own, and a script rebuilt --strict's rule to gate on it."""
         found: list[tuple[str, list[str], str]] = []
         if self.slower:
             found.append(("regression", [p.name for p in self.slower], f"{len(self.slower)} model(s) slower"))
+        if self.too_old:  # --max-age is a gate's own limit: it fails with or without --strict
+            limit = f" {_span(self.max_age)}" if self.max_age is not None else ""
+            names = [p.name for p in self.too_old]
+            found.append(
+                (
+                    "too_old",
+                    names,
+                    f"{len(names)} pair(s) whose current result is older than --max-age{limit}",
+                )
+            )
         if strict:
             drifted = [p for p in self.unstable if not p.comparison.no_spread]
             flat = [p for p in self.unstable if p.comparison.no_spread]
@@ -607,6 +739,12 @@ class RegressionReport:
                     [p.name for p in self.stale],
                     f"{len(self.stale)} pair(s) whose current result is not newer than its baseline "
                     "(maybe not this run's)",
+                ),
+                (
+                    "future",
+                    [p.name for p in self.future],
+                    f"{len(self.future)} pair(s) with a result dated after this machine's clock (a clock "
+                    "is wrong)",
                 ),
                 ("unpaired", unpaired, f"{len(unpaired)} file(s) without a counterpart"),
             ]
@@ -651,6 +789,9 @@ class RegressionReport:
             "regressions": len(self.slower),
             "not_comparable": [p.name for p in self.not_comparable],
             "stale": [p.name for p in self.stale],
+            "future": [p.name for p in self.future],
+            "too_old": [p.name for p in self.too_old],
+            "max_age_s": None if self.max_age is None else self.max_age.total_seconds(),
             "unstable": [p.name for p in self.unstable],
             "long_replicate_span": [p.name for p in self.long_span],
             "pairs": [p.to_json() for p in self.pairs],
@@ -803,9 +944,17 @@ def compare_timings(
 
 
 def compare_paths(
-    baseline: str | Path, current: str | Path, alpha: float = DEFAULT_ALPHA, min_effect: float = MIN_EFFECT
+    baseline: str | Path,
+    current: str | Path,
+    alpha: float = DEFAULT_ALPHA,
+    min_effect: float = MIN_EFFECT,
+    max_age: timedelta | None = None,
+    now: datetime | None = None,
 ) -> RegressionReport:
-    """Two measurement files, or two folders whose files pair up by name."""
+    """Two measurement files, or two folders whose files pair up by name. `now` (this machine's
+    clock unless given) dates the sides: a result from the future, a current one older than
+    `max_age`."""
+    now = now or datetime.now(timezone.utc)
     check_rule(alpha, min_effect)  # before any file is read (compare_timings checks it per pair too)
     b, c = Path(baseline), Path(current)
     for p in (b, c):
@@ -828,11 +977,13 @@ def compare_paths(
         tb, tc = (timing_from_json(p, parsed[p]) if p in parsed else load_timing(p) for p in (bp, cp))
         comparison = compare_timings(tb, tc, alpha, min_effect, names=(bp, cp))
         model = check_models((bp, tb), (cp, tc))
-        notes = unchecked_for_throttling(tb, tc) + unit_mismatch(tb, tc)
-        stale = staleness(tb, tc)
+        notes = unchecked_for_throttling(tb, tc) + unit_mismatch(tb, tc) + tool_versions(tb, tc)
+        stale = staleness(tb, tc, now)
         spans = long_replicate_spans(tb, tc)
-        pairs.append(Pair(name, bp, cp, tb, tc, comparison, differences(tb, tc), model, notes, stale, spans))
-    return RegressionReport(pairs, alpha, min_effect, only_b, only_c)
+        pair = Pair(name, bp, cp, tb, tc, comparison, differences(tb, tc), model, notes, stale, spans)
+        pair.future, pair.too_old = future_records(tb, tc, now), too_old(tc, max_age, now)
+        pairs.append(pair)
+    return RegressionReport(pairs, alpha, min_effect, only_b, only_c, max_age)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -4,7 +4,8 @@ Thin layer over deployopt.regression. Exit 0 when nothing got slower, 1 when a m
 than its baseline beyond the rule (or, with --strict, when setups differ, a pair has no verdict (a
 side drifted within its run by as much as the pair's change, or by a trend that, carried over the
 gap between the runs, makes it; or its replicates showed no spread), a
-current result is not newer than its baseline, or a file has no counterpart), 2 on bad
+current result is not newer than its baseline, a side is dated after this machine's clock, or a file
+has no counterpart; or a current result older than --max-age), 2 on bad
 input, 3 with --strict when a pair timed two different models (not comparable) — so a release
 pipeline can gate on it.
 """
@@ -30,6 +31,7 @@ from deployopt.regression import (
     RegressionReport,
     compare_paths,
     measurement_files,
+    parse_duration,
     setup,
 )
 from deployopt.timing import Timing, replicate_center
@@ -217,8 +219,16 @@ def compare_command(
         help="Also fail when setups differ (GPU, SMs, TensorRT, ...), a pair has no verdict (unstable: a "
         "side drifted within its run by as much as the change, or at a rate that makes it between the "
         "runs, or no spread between replicates), a "
-        "current result is not newer than its baseline (stale) or a file has no counterpart (exit 1), or "
+        "current result is not newer than its baseline (stale), a side is dated after this machine's clock "
+        "(future) or a file has no counterpart (exit 1), or "
         "when a pair timed different models (exit 3).",
+    ),
+    max_age: Optional[str] = typer.Option(
+        None,
+        "--max-age",
+        metavar="DURATION",
+        help="Fail (reason too_old, exit 1) when a current result was measured longer ago than this (8d, "
+        "36h, 90m): a bench or copy that failed leaves the last result in place, newer than its baseline.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     output: Optional[Path] = output_option(None, "--output", "-o", help="Write the JSON result here."),
@@ -236,7 +246,8 @@ def compare_command(
                 inputs += [(f"{what} {p.name} in {folder}", p) for p in measurement_files(folder)]
         refuse_input_as_output(output, inputs, "-o/--output")
     try:
-        report = compare_paths(baseline, current, alpha=alpha, min_effect=min_effect)
+        limit = None if max_age is None else parse_duration(max_age)
+        report = compare_paths(baseline, current, alpha=alpha, min_effect=min_effect, max_age=limit)
     except DeployoptError as exc:
         if output is not None and _remove_last_report(output):
             note = f"removed {output}, the last run's report, so that no guard reads it as this run's"
@@ -263,6 +274,11 @@ def compare_command(
             "copy that failed leaves the last result in place, so this may not be this run's",
             "bold red",
         )
+    for p in report.too_old:  # a gate's own limit: a failure with or without --strict
+        _line(f"warning: {p.name}: {p.too_old}", "bold red")
+    for p in report.future:
+        for note in p.future:
+            _line(f"warning: {p.name}: {note}{'' if strict else ' (--strict exits 1)'}", "bold red")
     for p in report.long_span:  # weeks appended into one result: a change among them is diluted
         days = REPLICATE_SPAN_MAX.total_seconds() / 86400
         _line(
@@ -316,7 +332,7 @@ def compare_command(
     if code == NOT_COMPARABLE:
         raise typer.Exit(NOT_COMPARABLE)
     if code and not report.slower:  # else exit 1 under "0 regressions in N compared"
-        _line(f"FAILED (--strict): {_strict_reasons(report)}", "red")
+        _line(f"FAILED{' (--strict)' if strict else ''}: {_strict_reasons(report, strict)}", "red")
     if code:
         raise typer.Exit(code)
 
@@ -337,8 +353,8 @@ def _remove_last_report(output: Path) -> bool:
     return False
 
 
-def _strict_reasons(report: RegressionReport) -> str:
+def _strict_reasons(report: RegressionReport, strict: bool = True) -> str:
     """Why --strict fails a run with no regression: the line a CI log ends on, so exit 1 is not
     read against the "0 regressions" above it (the JSON's failures, in the same words)."""
-    reasons = [f["message"] for f in report.failures(strict=True)]
+    reasons = [f["message"] for f in report.failures(strict)]
     return "; ".join(reasons) + ", so exit 1 though no model got slower"
