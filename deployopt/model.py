@@ -1129,14 +1129,24 @@ def _quiet_fold_sessions() -> Iterator[None]:
     with _QUIET_FOLD:
         original = ort.InferenceSession
 
-        class _Quiet(original):  # type: ignore[misc, valid-type]
-            def __init__(
-                self, path_or_bytes: Any, sess_options: Any = None, *args: Any, **kwargs: Any
-            ) -> None:
-                if sess_options is None:
-                    sess_options = ort.SessionOptions()
-                    sess_options.log_severity_level = 3
-                super().__init__(path_or_bytes, sess_options, *args, **kwargs)
+        def options(sess_options: Any) -> Any:
+            if sess_options is None:
+                sess_options = ort.SessionOptions()
+                sess_options.log_severity_level = 3
+            return sess_options
+
+        if isinstance(original, type):  # a subclass: isinstance checks elsewhere meanwhile still hold
+
+            class _Quiet(original):  # type: ignore[misc, valid-type]
+                def __init__(
+                    self, path_or_bytes: Any, sess_options: Any = None, *args: Any, **kwargs: Any
+                ) -> None:
+                    super().__init__(path_or_bytes, options(sess_options), *args, **kwargs)
+
+        else:  # a caller's (or a test's) own factory in its place: wrapped as it is
+
+            def _Quiet(path_or_bytes: Any, sess_options: Any = None, *args: Any, **kwargs: Any) -> Any:
+                return original(path_or_bytes, options(sess_options), *args, **kwargs)
 
         ort.InferenceSession = _Quiet
         try:
