@@ -70,7 +70,7 @@ def test_load_model_leaves_the_callers_onnxruntime_severity(tmp_path: Path) -> N
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])
     opset = [helper.make_opsetid("", 17)]
     onnx.save(
-        helper.make_model(helper.make_graph(nodes, "g", [x], [y], [w]), opset_imports=opset),
+        helper.make_model(helper.make_graph(nodes, "g", [x], [y], [w]), opset_imports=opset, ir_version=8),
         tmp_path / "m.onnx",
     )
     # onnxruntime warns "Removing initializer 'unused'" about this one at severity 2
@@ -82,7 +82,8 @@ def test_load_model_leaves_the_callers_onnxruntime_severity(tmp_path: Path) -> N
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
         [unused],
     )
-    onnx.save(helper.make_model(g2, opset_imports=opset), tmp_path / "unused.onnx")
+    # IR 8: onnxruntime 1.23 (Python 3.10's) reads up to 11, onnx 1.23 writes 14
+    onnx.save(helper.make_model(g2, opset_imports=opset, ir_version=8), tmp_path / "unused.onnx")
     code = """
         import sys
         import onnxruntime as ort
@@ -146,7 +147,7 @@ def test_fold_sessions_get_severity_3_and_the_class_comes_back() -> None:
                 [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
             )
-            model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+            model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
             ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
         assert ort.InferenceSession is Spy
     finally:
