@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 import onnx
@@ -323,7 +323,7 @@ def close(got: np.ndarray, want: np.ndarray) -> bool:
 
 #: One entry of a 1-D shape tensor as `traced_shape` finds it: a number, or `(tensor, axis)`, the
 #: size of `tensor`'s dim `axis` when the model runs (what `Shape(tensor)[axis]` gives).
-ShapeEntry = int | tuple[str, int]
+ShapeEntry = Union[int, tuple[str, int]]  # not `int | ...`: evaluated at import, a 3.10 feature
 
 #: How many producers `traced_shape` follows back from a tensor: shape arithmetic is a few ops.
 _TRACE_DEPTH = 32

@@ -28,3 +28,34 @@ def test_nothing_needs_a_python_newer_than_39() -> None:
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+#: builtins a module-level `A | B` may name: such a union is evaluated at import, which needs
+#: Python 3.10 (`from __future__ import annotations` covers annotations only), and vermin does not
+#: see it (it cannot tell a type from a number there)
+_TYPES = {"int", "str", "float", "bytes", "bool", "list", "dict", "tuple", "set", "frozenset", "None", "Path"}
+
+
+def _names_a_type(node: object) -> bool:
+    import ast
+
+    if isinstance(node, ast.Subscript):
+        node = node.value
+    return (isinstance(node, ast.Name) and node.id in _TYPES) or (
+        isinstance(node, ast.Constant) and node.value is None
+    )
+
+
+def test_no_module_level_union_of_types_with_a_bar() -> None:
+    """`ShapeEntry = int | tuple[str, int]` (deployopt/batch.py) made `import deployopt.batch` a
+    TypeError on Python 3.9; vermin and CI's 3.10/3.11 legs passed it."""
+    import ast
+
+    found = []
+    for path in sorted((ROOT / "deployopt").rglob("*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.BinOp):
+                op = node.value
+                if isinstance(op.op, ast.BitOr) and (_names_a_type(op.left) or _names_a_type(op.right)):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not found, found
