@@ -194,11 +194,13 @@ def _make_dynamic(
     out.CopyFrom(model)
     graph = out.graph
     inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
-    dims0 = {
-        vi.name: vi.type.tensor_type.shape.dim[0].dim_value
+    shaped = [
+        vi
         for vi in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]
-        if vi.type.tensor_type.HasField("shape") and len(vi.type.tensor_type.shape.dim)
-    }
+        if vi.type.tensor_type.HasField("shape")
+    ]
+    ranks = {vi.name: len(vi.type.tensor_type.shape.dim) for vi in shaped}
+    dims0 = {vi.name: vi.type.tensor_type.shape.dim[0].dim_value for vi in shaped if ranks[vi.name]}
     for inp in graph.input:
         if inp.name in dynamic:
             d = inp.type.tensor_type.shape.dim[0]
@@ -238,11 +240,6 @@ def _make_dynamic(
         else:
             graph.initializer.append(tensor)
             inits[name] = graph.initializer[-1]
-    ranks = {
-        vi.name: len(vi.type.tensor_type.shape.dim)
-        for vi in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]
-        if vi.type.tensor_type.HasField("shape")
-    }
     rebuild_shape_inputs(graph, _resizes_keeping_the_batch(graph, batch, dims0, ranks), 3, taken)
     del graph.value_info[:]
     for o in graph.output:
